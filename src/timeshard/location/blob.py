@@ -1,0 +1,91 @@
+"""Blob: a key -> bytes store whose keys are written once.
+
+Keys are relative, ``/``-separated paths made of safe components (see
+:func:`check_blob_key`). A blob rooted at a filesystem URI (:attr:`Blob.root_uri`
+is not ``None``) is also where Spark tasks and pyarrow write Parquet parts
+directly: the key of such a part is its path under the root.
+
+Invariants:
+
+1. ``set`` is atomic: a reader sees either no value or the whole value.
+2. A key is written once by the protocol; ``set`` of an existing key with the
+   same bytes is harmless (retries), with other bytes it is a caller bug.
+3. ``delete`` of a missing key is not an error.
+4. It is an error to pass a key that is absolute, empty, has an empty, ``.``
+   or ``..`` component, or characters outside ``[A-Za-z0-9_.=-]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from timeshard.errors import InvalidUsage
+
+_COMPONENT = re.compile(r"^[A-Za-z0-9_=-][A-Za-z0-9_.=-]*$")
+
+
+def check_blob_key(key: object) -> str:
+    """Return ``key`` if it is a safe relative blob key, else raise InvalidUsage.
+
+    >>> check_blob_key("s1/w1/b1/part-0.parquet")
+    's1/w1/b1/part-0.parquet'
+    >>> check_blob_key("../etc/passwd")
+    Traceback (most recent call last):
+    ...
+    timeshard.errors.InvalidUsage: invalid blob key '../etc/passwd': component '..' is not allowed
+    """
+    if not isinstance(key, str) or not key:
+        raise InvalidUsage(f"invalid blob key {key!r}: must be a non-empty string")
+    if len(key) > 1024:
+        raise InvalidUsage(f"invalid blob key {key[:64]!r}...: longer than 1024 characters")
+    if key.startswith("/"):
+        raise InvalidUsage(f"invalid blob key {key!r}: must be relative")
+    for component in key.split("/"):
+        if component in ("", ".", ".."):
+            raise InvalidUsage(f"invalid blob key {key!r}: component {component!r} is not allowed")
+        if not _COMPONENT.match(component):
+            raise InvalidUsage(
+                f"invalid blob key {key!r}: component {component!r} has characters "
+                "outside [A-Za-z0-9_.=-]"
+            )
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class BlobMetadata:
+    """A key and the size of its value in bytes."""
+
+    key: str
+    size_in_bytes: int
+
+
+@runtime_checkable
+class Blob(Protocol):
+    """A durable key -> bytes store. Failures raise Determinate or Indeterminate."""
+
+    @property
+    def root_uri(self) -> str | None:
+        """The filesystem URI parts live under (``file:///...``, ``hdfs://...``), or None."""
+        ...
+
+    def get(self, key: str) -> bytes | None:
+        """The value of ``key``, or None if it does not exist."""
+        ...
+
+    def set(self, key: str, value: bytes) -> None:
+        """Store ``value`` at ``key`` atomically."""
+        ...
+
+    def delete(self, key: str) -> int | None:
+        """Delete ``key``; return the size it had, or None if it did not exist."""
+        ...
+
+    def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        """Every key that starts with ``prefix``, with its size, in no given order."""
+        ...
+
+
+__all__ = ["Blob", "BlobMetadata", "check_blob_key"]

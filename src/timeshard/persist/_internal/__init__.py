@@ -1,0 +1,1 @@
+"""Private machinery of persist: state, transitions, the retry machine, parts."""
