@@ -65,9 +65,7 @@ class Consensus(Protocol):
         """The latest version of ``key``, or None."""
         ...
 
-    def compare_and_set(
-        self, key: str, expected: SeqNo | None, new: VersionedData
-    ) -> CaSResult:
+    def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
         """Append ``new`` if the head's seqno is ``expected``."""
         ...
 
@@ -87,9 +85,7 @@ class Consensus(Protocol):
 def check_new_version(expected: SeqNo | None, new: VersionedData) -> None:
     """Raise InvalidUsage unless ``new.seqno`` is beyond ``expected``."""
     if expected is not None and new.seqno <= expected:
-        raise InvalidUsage(
-            f"new seqno {new.seqno} must be greater than expected seqno {expected}"
-        )
+        raise InvalidUsage(f"new seqno {new.seqno} must be greater than expected seqno {expected}")
     if expected is None and new.seqno < 0:
         raise InvalidUsage(f"seqno must be non-negative, got {new.seqno}")
 

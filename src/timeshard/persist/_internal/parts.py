@@ -166,7 +166,7 @@ def consolidate(table: pa.Table) -> pa.Table:
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return _consolidate_python(table)
     renamed = [DIFF if n == f"{DIFF}_sum" else n for n in grouped.column_names]
-    grouped = grouped.rename_columns(renamed).select(table.column_names)
+    grouped = grouped.rename_columns(renamed).select(table.column_names).cast(table.schema)
     grouped = grouped.filter(pc.not_equal(grouped.column(DIFF), 0))
     return grouped.sort_by([(TS, "ascending")])
 

@@ -1,0 +1,224 @@
+"""``timeshard``: inspect and read shards, and run the demo.
+
+A location is named either by ``--location DIR`` (the embedded default: a
+blob directory ``DIR/blob`` and SQLite consensus ``DIR/consensus.sqlite``) or
+by ``--blob URI --consensus URI`` (for example ``file:///shared/blob`` and
+``postgresql://user@host/db``). Tables are rendered with rich; ``--json``
+prints machine-readable output instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from timeshard.errors import TimeshardError
+from timeshard.location import Location, open_location
+from timeshard.persist import PersistClient
+
+app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
+shard_app = typer.Typer(help="Inspect and read shards.", no_args_is_help=True)
+app.add_typer(shard_app, name="shard")
+console = Console()
+
+LocationOpt = Annotated[
+    Path,
+    typer.Option(
+        "--location",
+        "-l",
+        envvar="TIMESHARD_LOCATION",
+        help="Embedded location directory (blob/ + consensus.sqlite).",
+    ),
+]
+BlobOpt = Annotated[str | None, typer.Option("--blob", help="Blob URI (with --consensus).")]
+ConsensusOpt = Annotated[
+    str | None, typer.Option("--consensus", help="Consensus URI (with --blob).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+DEFAULT_LOCATION = Path(".timeshard")
+
+
+def _location(location: Path, blob: str | None, consensus: str | None) -> Location:
+    if (blob is None) != (consensus is None):
+        raise typer.BadParameter("--blob and --consensus go together")
+    if blob is not None and consensus is not None:
+        return open_location(blob, consensus)
+    return Location.embedded(location)
+
+
+def _print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@shard_app.command("list")
+def shard_list(
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List the shards of a location with their frontiers and sizes."""
+    client = PersistClient(_location(location, blob, consensus))
+    rows = []
+    for shard_id in client.list_shards():
+        s = client.state(shard_id)
+        rows.append(
+            {
+                "shard": shard_id,
+                "since": s.since.to_json(),
+                "upper": s.upper.to_json(),
+                "batches": len(s.batches),
+                "rows": s.num_rows(),
+                "bytes": s.size_in_bytes(),
+                "seqno": s.seqno,
+            }
+        )
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table("shard", "since", "upper", "batches", "rows", "bytes", "seqno")
+    for r in rows:
+        table.add_row(*(str(r[c]) for c in table_columns(table)))
+    console.print(table)
+
+
+def table_columns(table: Table) -> list[str]:
+    return [str(c.header) for c in table.columns]
+
+
+@shard_app.command("inspect")
+def shard_inspect(
+    shard: str,
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show a shard's state: schema, frontiers, batches, readers and writers."""
+    state = PersistClient(_location(location, blob, consensus)).state(shard)
+    if as_json:
+        doc = state.to_json()
+        doc["schema"] = str(state.data_schema)
+        _print_json(doc)
+        return
+    console.print(
+        f"[bold]{shard}[/bold] seqno {state.seqno}  since {state.since}  upper {state.upper}"
+    )
+    console.print(f"schema: {', '.join(f'{f.name} {f.type}' for f in state.data_schema)}")
+    batches = Table("lower", "upper", "since", "parts", "rows", "bytes", title="batches")
+    for b in state.batches:
+        batches.add_row(
+            str(b.desc.lower),
+            str(b.desc.upper),
+            str(b.desc.since),
+            str(len(b.parts)),
+            str(b.num_rows),
+            str(b.size_in_bytes),
+        )
+    console.print(batches)
+    holders = Table("kind", "id", "since / lease", title="readers and writers")
+    for rid, r in state.leased_readers.items():
+        holders.add_row("leased reader", rid, f"since {r.since}, seqno {r.seqno}")
+    for rid, c in state.critical_readers.items():
+        holders.add_row("critical reader", rid, f"since {c.since}, opaque {c.opaque!r}")
+    for wid, w in state.writers.items():
+        holders.add_row("writer", wid, f"lease {w.lease_duration_ms} ms")
+    console.print(holders)
+
+
+@shard_app.command("snapshot")
+def shard_snapshot(
+    shard: str,
+    as_of: Annotated[
+        int | None, typer.Option("--as-of", help="Time to read at (default: the latest readable).")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Rows to print at most.")] = 50,
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Print a shard's contents at a time (pyarrow path, no Spark)."""
+    client = PersistClient(_location(location, blob, consensus))
+    reader = client.open_leased_reader(shard)
+    try:
+        if as_of is None:
+            upper = reader.fetch_recent_upper()
+            as_of = (upper.time - 1) if upper.time else 0
+        rows = reader.snapshot(as_of).to_pylist()
+    finally:
+        reader.expire()
+    if as_json:
+        _print_json({"shard": shard, "as_of": as_of, "rows": rows[:limit], "total_rows": len(rows)})
+        return
+    if not rows:
+        console.print(f"{shard} is empty at {as_of}")
+        return
+    table = Table(*rows[0].keys(), title=f"{shard} AS OF {as_of} ({len(rows)} rows)")
+    for r in rows[:limit]:
+        table.add_row(*(str(v) for v in r.values()))
+    console.print(table)
+
+
+@shard_app.command("compact")
+def shard_compact(
+    shard: str,
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+) -> None:
+    """Run compaction of a shard to completion."""
+    merges = PersistClient(_location(location, blob, consensus)).compact(shard)
+    console.print(f"{shard}: {merges} merges applied")
+
+
+@shard_app.command("gc")
+def shard_gc(
+    shard: str,
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Expire stale leases, delete unreferenced blobs and truncate consensus."""
+    report = PersistClient(_location(location, blob, consensus)).gc(shard)
+    doc = {
+        "deleted_blobs": report.deleted_blobs,
+        "kept_blobs": report.kept_blobs,
+        "truncated_versions": report.truncated_versions,
+        "expired": list(report.expired),
+        "unrecognized_keys": list(report.unrecognized_keys),
+    }
+    if as_json:
+        _print_json(doc)
+    else:
+        console.print(doc)
+
+
+@app.command("demo")
+def demo(
+    location: LocationOpt = Path(".timeshard/demo"),
+    rows: Annotated[int, typer.Option(help="Rows per tick.")] = 200_000,
+    ticks: Annotated[int, typer.Option(help="Ticks to write.")] = 5,
+) -> None:
+    """Write, compact and read a shard with Spark on the embedded default."""
+    from timeshard.cli.demo import run_demo
+
+    raise typer.Exit(run_demo(location, rows, ticks, console))
+
+
+def main() -> None:
+    try:
+        app()
+    except TimeshardError as e:
+        console.print(f"[red]error:[/red] {e}")
+        raise SystemExit(2) from e
+
+
+__all__ = ["app", "main"]

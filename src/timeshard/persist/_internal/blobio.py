@@ -1,0 +1,71 @@
+"""Reading and writing parts in blob, with retries of storage failures.
+
+Runs on the driver (and in compaction); Spark tasks write parts themselves
+through ``timeshard.spark.parts``.
+
+Invariants:
+
+1. A part is written at a fresh key, so retrying a ``set`` whose outcome was
+   indeterminate is safe.
+2. A missing or corrupt part raises :class:`PartError`; it is never skipped.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import TypeVar
+
+import pyarrow as pa
+
+from timeshard.errors import Determinate, ExternalError
+from timeshard.location.blob import Blob
+from timeshard.persist._internal.parts import PartMeta, decode_part, encode_part, ts_bounds
+from timeshard.persist.config import PersistConfig
+
+R = TypeVar("R")
+
+
+def retry_external(config: PersistConfig, what: str, call: Callable[[], R]) -> R:
+    """Call ``call`` until it does not raise ExternalError, at most max_attempts times."""
+    rng = random.Random()
+    failures = 0
+    while True:
+        try:
+            return call()
+        except ExternalError as e:
+            failures += 1
+            if failures >= config.max_attempts:
+                raise Determinate(f"{what}: failed {failures} times; last: {e}") from e
+            base = config.backoff_ms / 1000.0 * (2 ** min(failures, 8))
+            time.sleep(min(base, config.max_backoff_ms / 1000.0) * (0.5 + rng.random() / 2))
+
+
+def write_part(blob: Blob, key: str, table: pa.Table, config: PersistConfig) -> PartMeta:
+    """Encode ``table`` (already conformed) and store it at ``key``."""
+    data = encode_part(table)
+    retry_external(config, f"writing part {key!r}", lambda: blob.set(key, data))
+    lo, hi = ts_bounds(table)
+    return PartMeta(key, len(data), table.num_rows, lo, hi)
+
+
+def read_part(
+    blob: Blob, part: PartMeta, data_schema: pa.Schema, config: PersistConfig
+) -> pa.Table:
+    """Fetch and decode one part; PartError if it is missing or corrupt."""
+    data = retry_external(config, f"reading part {part.key!r}", lambda: blob.get(part.key))
+    return decode_part(part.key, data, data_schema)
+
+
+def delete_keys(blob: Blob, keys: list[str], config: PersistConfig) -> int:
+    """Delete ``keys``; return how many existed."""
+    deleted = 0
+    for key in keys:
+        if retry_external(config, f"deleting {key!r}", partial(blob.delete, key)) is not None:
+            deleted += 1
+    return deleted
+
+
+__all__ = ["delete_keys", "read_part", "retry_external", "write_part"]

@@ -1,0 +1,265 @@
+"""The versioned state document of one shard, and its encoding.
+
+A shard's state is small: its schema, ``since`` and ``upper``, the hollow
+batches (descriptions plus part keys, no data) that cover ``[0, upper)``, and
+the registered writers and readers. Each version is stored in consensus at
+sequence number :attr:`ShardState.seqno` as UTF-8 JSON with an explicit
+``version`` field. Stored state is never pickled.
+
+Invariants:
+
+1. ``since <= upper`` is not required (a reader may hold since beyond the
+   upper), but ``since`` and ``upper`` never regress.
+2. The batches are contiguous: the first starts at ``[0]``, each ``lower``
+   equals the previous ``upper``, and the last ``upper`` equals the shard upper.
+3. ``since`` is the meet of every reader's since, and never regresses when a
+   reader goes away.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.errors import CorruptState
+from timeshard.persist._internal.parts import PartMeta
+from timeshard.progress import Description, Frontier
+
+STATE_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class HollowBatch:
+    """A batch as the state references it: its description and its parts."""
+
+    desc: Description
+    parts: tuple[PartMeta, ...] = ()
+
+    @property
+    def num_rows(self) -> int:
+        return sum(p.num_rows for p in self.parts)
+
+    @property
+    def size_in_bytes(self) -> int:
+        return sum(p.size_in_bytes for p in self.parts)
+
+    def keys(self) -> list[str]:
+        return [p.key for p in self.parts]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"desc": self.desc.to_json(), "parts": [p.to_json() for p in self.parts]}
+
+    @staticmethod
+    def from_json(value: Any) -> HollowBatch:
+        return HollowBatch(
+            Description.from_json(value["desc"]),
+            tuple(PartMeta.from_json(p) for p in value["parts"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WriterState:
+    """A registered writer: its lease and its most recent append (idempotency)."""
+
+    last_heartbeat_ms: int
+    lease_duration_ms: int
+    most_recent_token: str | None = None
+    most_recent_upper: Frontier = field(default_factory=Frontier.minimum)
+
+    def expired(self, now_ms: int) -> bool:
+        return self.last_heartbeat_ms + self.lease_duration_ms < now_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "heartbeat": self.last_heartbeat_ms,
+            "lease": self.lease_duration_ms,
+            "token": self.most_recent_token,
+            "upper": self.most_recent_upper.to_json(),
+        }
+
+    @staticmethod
+    def from_json(value: Any) -> WriterState:
+        return WriterState(
+            int(value["heartbeat"]),
+            int(value["lease"]),
+            value["token"],
+            Frontier.from_json(value["upper"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedReaderState:
+    """A leased reader: its since, the seqno whose parts it may still read, its lease."""
+
+    since: Frontier
+    seqno: int
+    last_heartbeat_ms: int
+    lease_duration_ms: int
+
+    def expired(self, now_ms: int) -> bool:
+        return self.last_heartbeat_ms + self.lease_duration_ms < now_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "since": self.since.to_json(),
+            "seqno": self.seqno,
+            "heartbeat": self.last_heartbeat_ms,
+            "lease": self.lease_duration_ms,
+        }
+
+    @staticmethod
+    def from_json(value: Any) -> LeasedReaderState:
+        return LeasedReaderState(
+            Frontier.from_json(value["since"]),
+            int(value["seqno"]),
+            int(value["heartbeat"]),
+            int(value["lease"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CriticalReaderState:
+    """A critical reader: a since hold without lease, fenced by an opaque token."""
+
+    since: Frontier
+    opaque: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"since": self.since.to_json(), "opaque": self.opaque}
+
+    @staticmethod
+    def from_json(value: Any) -> CriticalReaderState:
+        return CriticalReaderState(Frontier.from_json(value["since"]), str(value["opaque"]))
+
+
+def encode_schema(schema: pa.Schema) -> str:
+    """Arrow IPC bytes of ``schema``, base64: a stable, non-pickle encoding."""
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+
+
+def decode_schema(text: str) -> pa.Schema:
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+@dataclass(frozen=True, slots=True)
+class ShardState:
+    """One version of a shard's state."""
+
+    shard_id: str
+    schema: str
+    seqno: int = 0
+    since: Frontier = field(default_factory=Frontier.minimum)
+    upper: Frontier = field(default_factory=Frontier.minimum)
+    batches: tuple[HollowBatch, ...] = ()
+    writers: dict[str, WriterState] = field(default_factory=dict)
+    leased_readers: dict[str, LeasedReaderState] = field(default_factory=dict)
+    critical_readers: dict[str, CriticalReaderState] = field(default_factory=dict)
+    walltime_ms: int = 0
+
+    @property
+    def data_schema(self) -> pa.Schema:
+        return decode_schema(self.schema)
+
+    def referenced_keys(self) -> set[str]:
+        return {p.key for b in self.batches for p in b.parts}
+
+    def num_rows(self) -> int:
+        return sum(b.num_rows for b in self.batches)
+
+    def size_in_bytes(self) -> int:
+        return sum(b.size_in_bytes for b in self.batches)
+
+    def with_since_recomputed(self) -> ShardState:
+        """Set ``since`` to the meet of all reader sinces, never regressing it."""
+        holds = [r.since for r in self.leased_readers.values()]
+        holds += [r.since for r in self.critical_readers.values()]
+        if not holds:
+            return self
+        meet = holds[0]
+        for h in holds[1:]:
+            meet = meet.meet(h)
+        return replace(self, since=self.since.join(meet))
+
+    def check_invariants(self) -> None:
+        """Assert the structural invariants (used by tests and ``verify``)."""
+        lower = Frontier.minimum()
+        for b in self.batches:
+            assert b.desc.lower == lower, (self.shard_id, self.seqno, b.desc, lower)
+            lower = b.desc.upper
+        assert lower == self.upper, (self.shard_id, self.seqno, lower, self.upper)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "shard_id": self.shard_id,
+            "schema": self.schema,
+            "seqno": self.seqno,
+            "since": self.since.to_json(),
+            "upper": self.upper.to_json(),
+            "batches": [b.to_json() for b in self.batches],
+            "writers": {k: v.to_json() for k, v in sorted(self.writers.items())},
+            "leased_readers": {k: v.to_json() for k, v in sorted(self.leased_readers.items())},
+            "critical_readers": {k: v.to_json() for k, v in sorted(self.critical_readers.items())},
+            "walltime_ms": self.walltime_ms,
+        }
+
+    @staticmethod
+    def from_json(value: Any) -> ShardState:
+        if value.get("version") != STATE_VERSION:
+            raise CorruptState(f"unknown state version {value.get('version')!r}")
+        return ShardState(
+            shard_id=str(value["shard_id"]),
+            schema=str(value["schema"]),
+            seqno=int(value["seqno"]),
+            since=Frontier.from_json(value["since"]),
+            upper=Frontier.from_json(value["upper"]),
+            batches=tuple(HollowBatch.from_json(b) for b in value["batches"]),
+            writers={k: WriterState.from_json(v) for k, v in value["writers"].items()},
+            leased_readers={
+                k: LeasedReaderState.from_json(v) for k, v in value["leased_readers"].items()
+            },
+            critical_readers={
+                k: CriticalReaderState.from_json(v) for k, v in value["critical_readers"].items()
+            },
+            walltime_ms=int(value["walltime_ms"]),
+        )
+
+
+def encode_state(state: ShardState) -> bytes:
+    return json.dumps(state.to_json(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def decode_state(shard_id: str, seqno: int, data: bytes) -> ShardState:
+    """Decode a stored version; garbage raises CorruptState naming shard and seqno."""
+    try:
+        state = ShardState.from_json(json.loads(data.decode("utf-8")))
+    except CorruptState as e:
+        raise CorruptState(f"state of shard {shard_id!r} at seqno {seqno}: {e}") from e
+    except Exception as e:
+        raise CorruptState(
+            f"state of shard {shard_id!r} at seqno {seqno} cannot be decoded: {e!r}"
+        ) from e
+    if state.shard_id != shard_id or state.seqno != seqno:
+        raise CorruptState(
+            f"state stored for shard {shard_id!r} at seqno {seqno} claims to be "
+            f"shard {state.shard_id!r} at seqno {state.seqno}"
+        )
+    return state
+
+
+__all__ = [
+    "STATE_VERSION",
+    "CriticalReaderState",
+    "HollowBatch",
+    "LeasedReaderState",
+    "ShardState",
+    "WriterState",
+    "decode_schema",
+    "decode_state",
+    "encode_schema",
+    "encode_state",
+]

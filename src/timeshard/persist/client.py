@@ -1,0 +1,143 @@
+"""The entry point of persist: open shards on a location.
+
+``PersistClient(location)`` opens write handles, leased read handles and
+critical since handles on shards named by id. The first opener of a shard
+creates it with the schema it passes; later openers must pass the same schema
+or none.
+
+Shard ids are 1-200 characters of ``[A-Za-z0-9_.=-]`` that start with a letter,
+digit or ``_`` and contain no ``..``; anything else raises InvalidUsage before
+any storage is touched.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage
+from timeshard.location import Location
+from timeshard.location.consensus import check_consensus_key
+from timeshard.persist._internal import transitions as tr
+from timeshard.persist._internal.machine import Machine
+from timeshard.persist._internal.parts import check_data_schema
+from timeshard.persist._internal.state import ShardState, decode_schema, encode_schema
+from timeshard.persist.compaction import Compactor, compact_shard
+from timeshard.persist.config import PersistConfig
+from timeshard.persist.critical import SinceHandle
+from timeshard.persist.gc import GcReport, collect_garbage
+from timeshard.persist.read import ReadHandle
+from timeshard.persist.write import WriteHandle
+
+
+def check_shard_id(shard_id: object) -> str:
+    """Return ``shard_id`` if valid, else raise InvalidUsage naming it."""
+    try:
+        return check_consensus_key(shard_id)
+    except InvalidUsage:
+        raise InvalidUsage(
+            f"invalid shard id {shard_id!r}: use 1-200 characters of [A-Za-z0-9_.=-] "
+            "starting with a letter, digit or '_'"
+        ) from None
+
+
+class PersistClient:
+    """Opens handles on the shards of one location. Runs on the driver."""
+
+    def __init__(self, location: Location, config: PersistConfig | None = None) -> None:
+        self.location = location
+        self.config = config or PersistConfig()
+
+    def _machine(self, shard_id: str, schema: pa.Schema | None) -> Machine:
+        check_shard_id(shard_id)
+        machine = Machine(shard_id, self.location.consensus, self.config)
+        if schema is None:
+            machine.fetch()
+            return machine
+        check_data_schema(schema)
+        state = machine.create(ShardState(shard_id=shard_id, schema=encode_schema(schema)))
+        stored = decode_schema(state.schema)
+        if not stored.equals(schema):
+            raise InvalidUsage(
+                f"schema mismatch for shard {shard_id!r}: opened with {schema}, it holds {stored}"
+            )
+        return machine
+
+    def open_writer(
+        self,
+        shard_id: str,
+        schema: pa.Schema | None = None,
+        *,
+        writer_id: str | None = None,
+        background_compaction: bool = False,
+    ) -> WriteHandle:
+        """Register a new writer on ``shard_id`` (creating the shard if ``schema``)."""
+        machine = self._machine(shard_id, schema)
+        wid = writer_id or f"w{uuid.uuid4().hex}"
+        check_consensus_key(wid)
+        now = self.config.now_ms()
+        machine.apply(lambda s: tr.register_writer(s, wid, now, self.config.writer_lease_ms))
+        compactor = None
+        if background_compaction and self.config.compaction_enabled:
+            compactor = Compactor(
+                Machine(shard_id, self.location.consensus, self.config),
+                self.location.blob,
+                wid,
+                self.config,
+            )
+        return WriteHandle(machine, self.location.blob, wid, self.config, compactor=compactor)
+
+    def open_leased_reader(self, shard_id: str, schema: pa.Schema | None = None) -> ReadHandle:
+        """Register a leased reader; its since starts at the shard's since."""
+        machine = self._machine(shard_id, schema)
+        rid = f"r{uuid.uuid4().hex}"
+        now = self.config.now_ms()
+        machine.apply(lambda s: tr.register_leased_reader(s, rid, now, self.config.reader_lease_ms))
+        return ReadHandle(machine, self.location.blob, rid, self.config)
+
+    def open(
+        self, shard_id: str, schema: pa.Schema | None = None
+    ) -> tuple[WriteHandle, ReadHandle]:
+        """A writer and a leased reader of ``shard_id``."""
+        return self.open_writer(shard_id, schema), self.open_leased_reader(shard_id, schema)
+
+    def open_critical_since(
+        self,
+        shard_id: str,
+        reader_id: str,
+        initial_opaque: str,
+        schema: pa.Schema | None = None,
+    ) -> SinceHandle:
+        """The critical since handle ``reader_id``, registered with ``initial_opaque``."""
+        check_consensus_key(reader_id)
+        machine = self._machine(shard_id, schema)
+        reader = machine.apply(lambda s: tr.register_critical_reader(s, reader_id, initial_opaque))
+        return SinceHandle(machine, reader_id, reader.opaque)
+
+    def list_shards(self) -> list[str]:
+        """Every shard id of the location."""
+        return list(self.location.consensus.list_keys())
+
+    def state(self, shard_id: str) -> ShardState:
+        """The current state of ``shard_id``; InvalidUsage if there is none."""
+        return self._machine(shard_id, None).fetch()
+
+    def compact(self, shard_id: str) -> int:
+        """Run compaction of ``shard_id`` to completion on this thread; return merges."""
+        machine = self._machine(shard_id, None)
+        wid = f"w{uuid.uuid4().hex}"
+        now = self.config.now_ms()
+        machine.apply(lambda s: tr.register_writer(s, wid, now, self.config.writer_lease_ms))
+        try:
+            return compact_shard(machine, self.location.blob, wid, self.config)
+        finally:
+            machine.apply(lambda s: tr.expire_writer(s, wid))
+
+    def gc(self, shard_id: str) -> GcReport:
+        """Expire stale leases, delete unreferenced blobs, truncate dead versions."""
+        machine = self._machine(shard_id, None)
+        return collect_garbage(machine, self.location.consensus, self.location.blob, self.config)
+
+
+__all__ = ["PersistClient", "check_shard_id"]

@@ -1,0 +1,170 @@
+"""Compaction: size-tiered merges of adjacent batches, consolidated at since.
+
+Like a spine, the batches of a shard are kept roughly geometric in size from
+oldest to newest: whenever a batch is not more than twice the size of the one
+after it, the two are merged. A merge reads both batches' parts, advances every
+time below the shard's since to that since, consolidates, and writes one new
+batch covering both intervals. It then asks the machine to swap the inputs for
+the output, which succeeds only if the inputs are still there. No writer waits
+for compaction: appends never look at it.
+
+Runs on the driver (pyarrow); a background :class:`Compactor` thread runs it
+after appends.
+
+Invariants:
+
+1. A merge never changes the snapshot at any time ``>= since``.
+2. A merge whose inputs were replaced meanwhile changes nothing; its output
+   parts are deleted.
+3. Input parts are not deleted here: readers may hold older states. GC
+   deletes them once no held state references them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from functools import partial
+
+import pyarrow as pa
+
+from timeshard.errors import ExternalError, LeaseExpired, PartError
+from timeshard.location.blob import Blob
+from timeshard.persist._internal import transitions as tr
+from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
+from timeshard.persist._internal.machine import Machine
+from timeshard.persist._internal.parts import advance_since, consolidate
+from timeshard.persist._internal.state import HollowBatch, ShardState
+from timeshard.persist.config import PersistConfig
+from timeshard.progress import Description
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class MergeRequest:
+    """Two or more adjacent batches to merge."""
+
+    inputs: tuple[HollowBatch, ...]
+
+
+def choose_merge(state: ShardState, config: PersistConfig) -> MergeRequest | None:
+    """The oldest adjacent pair that breaks the geometric size order, if any."""
+    batches = state.batches
+    for i in range(len(batches) - 1):
+        a, b = batches[i], batches[i + 1]
+        if not a.parts and not b.parts:
+            return MergeRequest((a, b))
+        if a.num_rows + b.num_rows > config.compaction_max_rows:
+            continue
+        if a.num_rows <= 2 * b.num_rows:
+            return MergeRequest((a, b))
+    return None
+
+
+def merge(
+    state: ShardState, request: MergeRequest, blob: Blob, writer_id: str, config: PersistConfig
+) -> HollowBatch:
+    """Read, advance to since, consolidate and write the merged batch (staged)."""
+    schema = state.data_schema
+    tables = [read_part(blob, p, schema, config) for b in request.inputs for p in b.parts]
+    desc = Description(request.inputs[0].desc.lower, request.inputs[-1].desc.upper, state.since)
+    if not tables:
+        return HollowBatch(desc)
+    table = pa.concat_tables(tables)
+    if state.since.time is not None:
+        table = advance_since(table, state.since.time)
+    table = consolidate(table)
+    if table.num_rows == 0:
+        return HollowBatch(desc)
+    prefix = f"{state.shard_id}/{writer_id}/{uuid.uuid4().hex}"
+    step = config.blob_target_part_rows
+    parts = tuple(
+        write_part(blob, f"{prefix}/part-{i:05d}.parquet", table.slice(start, step), config)
+        for i, start in enumerate(range(0, table.num_rows, step))
+    )
+    return HollowBatch(desc, parts)
+
+
+def compact_shard(
+    machine: Machine, blob: Blob, writer_id: str, config: PersistConfig, max_merges: int = 64
+) -> int:
+    """Merge until the size order holds (or ``max_merges``); return merges applied."""
+    applied = 0
+    for _ in range(max_merges):
+        state = machine.fetch()
+        request = choose_merge(state, config)
+        if request is None:
+            break
+        try:
+            output = merge(state, request, blob, writer_id, config)
+        except PartError:
+            if _still_present(machine.fetch(), request):
+                raise
+            continue  # inputs were replaced and collected meanwhile
+        ok = machine.apply(
+            partial(_apply_merge, inputs=request.inputs, output=output, writer_id=writer_id)
+        )
+        if ok:
+            applied += 1
+        else:
+            delete_keys(blob, output.keys(), config)
+    return applied
+
+
+def _apply_merge(
+    state: ShardState, *, inputs: tuple[HollowBatch, ...], output: HollowBatch, writer_id: str
+) -> tuple[ShardState | None, object]:
+    return tr.apply_merge(state, inputs, output, writer_id)
+
+
+def _still_present(state: ShardState, request: MergeRequest) -> bool:
+    return all(b in state.batches for b in request.inputs)
+
+
+class Compactor:
+    """Runs compaction of one shard on a background thread when asked.
+
+    ``request`` never blocks; requests made while a run is going coalesce.
+    """
+
+    def __init__(self, machine: Machine, blob: Blob, writer_id: str, config: PersistConfig):
+        self._machine = machine
+        self._blob = blob
+        self._writer_id = writer_id
+        self._config = config
+        self._wake = threading.Event()
+        self._stop = False
+        self.merges = 0
+        self.errors: list[str] = []
+        self._thread = threading.Thread(target=self._run, name="timeshard-compactor", daemon=True)
+        self._thread.start()
+
+    def request(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stop:
+                return
+            try:
+                self.merges += compact_shard(
+                    self._machine, self._blob, self._writer_id, self._config
+                )
+            except LeaseExpired:
+                return
+            except (ExternalError, PartError) as e:
+                self.errors.append(str(e))
+                log.warning("compaction of %s failed: %s", self._machine.shard_id, e)
+
+
+__all__ = ["Compactor", "MergeRequest", "choose_merge", "compact_shard", "merge"]

@@ -1,0 +1,37 @@
+"""Tunables of persist, with the defaults of the embedded deployment."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PersistConfig:
+    """Settings shared by every handle of a client.
+
+    ``clock`` returns wall-clock milliseconds; tests replace it to expire
+    leases without waiting.
+    """
+
+    reader_lease_ms: int = 15 * 60 * 1000
+    writer_lease_ms: int = 15 * 60 * 1000
+    max_attempts: int = 60
+    backoff_ms: float = 2.0
+    max_backoff_ms: float = 500.0
+    blob_target_part_rows: int = 1_000_000
+    compaction_min_batches: int = 2
+    compaction_max_rows: int = 20_000_000
+    compaction_enabled: bool = True
+    clock: Callable[[], int] = field(default=wall_clock_ms)
+
+    def now_ms(self) -> int:
+        return self.clock()
+
+
+__all__ = ["PersistConfig", "wall_clock_ms"]

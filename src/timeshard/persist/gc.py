@@ -1,0 +1,97 @@
+"""Garbage collection: delete blobs no live state references; truncate consensus.
+
+A state version is *live* if its seqno is at least the least seqno held by a
+leased reader (readers hold the state they read parts from) or it is the head.
+A part key under the shard's prefix is garbage when
+
+* it was referenced by some retained version but by no live one (it was
+  compacted away or its shard state moved on), or
+* it was never referenced and the writer that staged it (the second component
+  of ``<shard>/<writer>/<batch>/<part>``) is not registered: the writer died
+  or was expired before appending.
+
+Order matters: blobs are listed *before* the head is read, so a writer that
+staged a listed part had registered before GC looked at the writers. Versions
+below the least held seqno are truncated only after their garbage is deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from timeshard.location.blob import Blob
+from timeshard.location.consensus import Consensus
+from timeshard.persist._internal import transitions as tr
+from timeshard.persist._internal.blobio import delete_keys, retry_external
+from timeshard.persist._internal.machine import Machine
+from timeshard.persist._internal.state import decode_state
+from timeshard.persist.config import PersistConfig
+
+_SCAN_LIMIT = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class GcReport:
+    """What one GC run did."""
+
+    deleted_blobs: int
+    kept_blobs: int
+    truncated_versions: int
+    expired: tuple[str, ...]
+    unrecognized_keys: tuple[str, ...]
+
+
+def collect_garbage(
+    machine: Machine, consensus: Consensus, blob: Blob, config: PersistConfig
+) -> GcReport:
+    """Expire stale leases, delete garbage blobs, truncate dead versions."""
+    shard = machine.shard_id
+    listed = retry_external(
+        config, f"listing blobs of {shard!r}", lambda: [m.key for m in blob.list_keys(f"{shard}/")]
+    )
+    now = config.now_ms()
+    expired = machine.apply(lambda s: tr.expire_leases(s, now))
+    assert isinstance(expired, list), expired
+    head = machine.fetch()
+    held = [r.seqno for r in head.leased_readers.values()]
+    min_live = min([*held, head.seqno])
+    versions = retry_external(
+        config, f"scanning consensus of {shard!r}", lambda: consensus.scan(shard, 0, _SCAN_LIMIT)
+    )
+    ever: set[str] = set()
+    live: set[str] = set(head.referenced_keys())
+    earliest = head.seqno
+    for v in versions:
+        earliest = min(earliest, v.seqno)
+        keys = decode_state(shard, v.seqno, v.data).referenced_keys()
+        ever |= keys
+        if v.seqno >= min_live:
+            live |= keys
+    garbage, unrecognized = [], []
+    for key in listed:
+        parts = key.split("/")
+        if len(parts) != 4 or parts[0] != shard:
+            unrecognized.append(key)
+            continue
+        if key in live:
+            continue
+        if key in ever or parts[1] not in head.writers:
+            garbage.append(key)
+    deleted = delete_keys(blob, garbage, config)
+    truncated = 0
+    if min_live > earliest:
+        truncated = retry_external(
+            config,
+            f"truncating consensus of {shard!r}",
+            lambda: consensus.truncate(shard, min_live),
+        )
+    return GcReport(
+        deleted,
+        len(listed) - len(garbage) - len(unrecognized),
+        truncated,
+        tuple(expired),
+        tuple(unrecognized),
+    )
+
+
+__all__ = ["GcReport", "collect_garbage"]

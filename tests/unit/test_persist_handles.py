@@ -1,0 +1,265 @@
+"""Write and read handles: bad input, leases, fencing, listen, compaction, GC."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from timeshard import (
+    CorruptState,
+    Fenced,
+    Frontier,
+    InvalidUsage,
+    LeaseExpired,
+    PartError,
+    SinceError,
+    UpperMismatch,
+)
+from timeshard.location import FileBlob, Location, MemoryBlob, MemoryConsensus, VersionedData
+from timeshard.persist import (
+    Appended,
+    OpaqueMismatch,
+    PersistClient,
+    PersistConfig,
+    Progress,
+    Updates,
+)
+
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 10_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def client(clock: Clock) -> PersistClient:
+    config = PersistConfig(clock=clock, backoff_ms=0.0, reader_lease_ms=1000, writer_lease_ms=1000)
+    return PersistClient(Location(MemoryBlob(), MemoryConsensus()), config)
+
+
+def rows(table: pa.Table) -> list[tuple[str, int, int]]:
+    return sorted((r["k"], r["v"], r["_diff"]) for r in table.to_pylist())
+
+
+def test_write_then_read(client: PersistClient) -> None:
+    w, r = client.open("s", SCHEMA)
+    assert w.upper == Frontier(0)
+    w.append([(("a", 1), 0, 1), (("b", 2), 1, 1)], 0, 2)
+    w.append([(("a", 1), 2, -1), ({"k": "c", "v": 3}, 3, 2)], 2, 5)
+    assert w.fetch_recent_upper() == Frontier(5)
+    assert rows(r.snapshot(0)) == [("a", 1, 1)]
+    assert rows(r.snapshot(1)) == [("a", 1, 1), ("b", 2, 1)]
+    assert rows(r.snapshot(4)) == [("b", 2, 1), ("c", 3, 2)]
+    assert set(r.snapshot(4).column("_ts").to_pylist()) == {4}
+
+
+def test_arrow_table_and_err_rows(client: PersistClient) -> None:
+    w, r = client.open("s", SCHEMA)
+    table = pa.table(
+        {
+            "k": ["a", None],
+            "v": [1, None],
+            "_ts": [0, 0],
+            "_diff": [1, 1],
+            "_err": [None, "bad json at offset 7"],
+        }
+    )
+    w.append(table, 0, 1)
+    snap = r.snapshot(0).to_pylist()
+    assert {x["_err"] for x in snap} == {None, "bad json at offset 7"}
+
+
+@pytest.mark.parametrize("shard_id", ["", "../x", "a/b", ".hidden", "x" * 201, "a b", "-x"])
+def test_invalid_shard_id(client: PersistClient, shard_id: str) -> None:
+    with pytest.raises(InvalidUsage, match="invalid shard id"):
+        client.open_writer(shard_id, SCHEMA)
+    assert client.list_shards() == []
+
+
+def test_unknown_shard(client: PersistClient) -> None:
+    with pytest.raises(InvalidUsage, match="unknown shard id 'nope'"):
+        client.open_leased_reader("nope")
+
+
+def test_schema_mismatch(client: PersistClient) -> None:
+    client.open_writer("s", SCHEMA)
+    other = pa.schema([("k", pa.string()), ("v", pa.string())])
+    with pytest.raises(InvalidUsage, match="schema mismatch for shard 's'"):
+        client.open_writer("s", other)
+    w = client.open_writer("s")
+    with pytest.raises(InvalidUsage, match="schema mismatch"):
+        w.append(pa.table({"k": ["a"], "x": [1], "_ts": [0], "_diff": [1]}), 0, 1)
+    with pytest.raises(InvalidUsage, match="schema mismatch"):
+        w.append([(("a", 1, 2), 0, 1)], 0, 1)
+    with pytest.raises(InvalidUsage, match="schema mismatch"):
+        w.append([(("a", "not an int"), 0, 1)], 0, 1)
+    assert client.state("s").upper == Frontier(0)
+    assert list(client.location.blob.list_keys()) == []
+
+
+def test_bounds_are_checked_and_nothing_written(client: PersistClient) -> None:
+    w = client.open_writer("s", SCHEMA)
+    with pytest.raises(InvalidUsage, match=r"update at time 1 is not beyond lower \[2\]"):
+        w.batch([(("a", 1), 1, 1)], 2, 4)
+    with pytest.raises(InvalidUsage, match=r"update at time 4 is beyond upper \[4\]"):
+        w.batch([(("a", 1), 4, 1)], 2, 4)
+    with pytest.raises(InvalidUsage, match=r"lower \[4\] is beyond upper \[2\]"):
+        w.batch([], 4, 2)
+    with pytest.raises(InvalidUsage, match="expected upper"):
+        w.compare_and_append_batch([], 3, 1)
+    assert list(client.location.blob.list_keys()) == []
+
+
+def test_regressing_frontier_is_a_mismatch(client: PersistClient) -> None:
+    w = client.open_writer("s", SCHEMA)
+    w.append([], 0, 5)
+    result = w.compare_and_append([], 2, 3)
+    assert result == UpperMismatch(Frontier(2), Frontier(5))
+    with pytest.raises(UpperMismatch):
+        w.append([(("a", 1), 3, 1)], 3, 4)
+    assert list(client.location.blob.list_keys()) == []
+
+
+def test_batch_from_another_shard(client: PersistClient) -> None:
+    w1 = client.open_writer("s1", SCHEMA)
+    w2 = client.open_writer("s2", SCHEMA)
+    b = w1.batch([(("a", 1), 0, 1)], 0, 1)
+    with pytest.raises(InvalidUsage, match="batch from shard 's1'"):
+        w2.compare_and_append_batch([b], 0, 1)
+    with pytest.raises(InvalidUsage, match="batch from shard 's1'"):
+        w2.batch_from_transmittable(b.into_transmittable())
+    with pytest.raises(InvalidUsage, match="not a transmittable batch"):
+        w2.batch_from_transmittable(b"garbage")
+
+
+def test_batch_lifecycle(client: PersistClient) -> None:
+    w = client.open_writer("s", SCHEMA)
+    b = w.batch([(("a", 1), 0, 1)], 0, 1)
+    assert isinstance(w.compare_and_append_batch([b], 0, 1), Appended)
+    with pytest.raises(InvalidUsage, match="it is appended"):
+        w.compare_and_append_batch([b], 1, 1)
+    b2 = w.batch([(("a", 1), 1, 1)], 1, 2)
+    b2.delete()
+    with pytest.raises(InvalidUsage, match="it is deleted"):
+        w.compare_and_append_batch([b2], 1, 2)
+
+
+def test_since_error(client: PersistClient) -> None:
+    w, r = client.open("s", SCHEMA)
+    w.append([(("a", 1), 0, 1)], 0, 10)
+    r.downgrade_since(5)
+    with pytest.raises(SinceError, match="as_of 4 is not readable"):
+        r.snapshot(4)
+    assert rows(r.snapshot(5)) == [("a", 1, 1)]
+    with pytest.raises(InvalidUsage, match="not before the upper"):
+        r.snapshot(10)
+    # A since never regresses.
+    assert r.downgrade_since(2) == Frontier(5)
+
+
+def test_leases_expire(client: PersistClient, clock: Clock) -> None:
+    w, r = client.open("s", SCHEMA)
+    clock.now += 5000
+    other = client.open_writer("s")
+    client.gc("s")
+    with pytest.raises(LeaseExpired):
+        w.append([], 0, 1)
+    with pytest.raises(LeaseExpired):
+        r.snapshot(0)
+    assert isinstance(other.compare_and_append([], 0, 1), Appended)
+
+
+def test_heartbeat_keeps_lease(client: PersistClient, clock: Clock) -> None:
+    w, r = client.open("s", SCHEMA)
+    for _ in range(5):
+        clock.now += 600
+        w.heartbeat()
+        r.heartbeat()
+        client.gc("s")
+    w.append([(("a", 1), 0, 1)], 0, 1)
+    assert rows(r.snapshot(0)) == [("a", 1, 1)]
+
+
+def test_critical_since_fencing(client: PersistClient) -> None:
+    w = client.open_writer("s", SCHEMA)
+    w.append([], 0, 10)
+    gen1 = client.open_critical_since("s", "deploy", "gen-1")
+    assert gen1.downgrade_since(3) == Frontier(3)
+    gen2 = client.open_critical_since("s", "deploy", "ignored")
+    assert gen2.opaque == "gen-1"
+    assert gen2.compare_and_downgrade_since("gen-1", "gen-2", 4) == Frontier(4)
+    assert gen1.compare_and_downgrade_since("gen-1", "gen-1", 6) == OpaqueMismatch("gen-2")
+    with pytest.raises(Fenced, match="gen-2"):
+        gen1.downgrade_since(7)
+    assert gen2.since == Frontier(4)
+
+
+def test_listen_sees_updates_then_progress(client: PersistClient) -> None:
+    w, r = client.open("s", SCHEMA)
+    w.append([(("a", 1), 0, 1)], 0, 2)
+    listen = r.listen(0)
+    assert listen.poll() == [Progress(Frontier(2))]
+    w.append([(("b", 2), 3, 1), (("b", 2), 4, 1)], 2, 5)
+    w.compact()
+    events = listen.poll()
+    assert isinstance(events[0], Updates) and isinstance(events[-1], Progress)
+    got = sorted((x["k"], x["_ts"], x["_diff"]) for x in events[0].table.to_pylist())
+    assert got == [("b", 3, 1), ("b", 4, 1)]
+    assert events[-1] == Progress(Frontier(5))
+    assert listen.poll() == []
+
+
+def test_compaction_consolidates_and_gc_deletes(client: PersistClient) -> None:
+    w, r = client.open("s", SCHEMA)
+    for t in range(8):
+        w.append([(("a", t), t, 1), (("a", t - 1), t, -1)] if t else [(("a", 0), 0, 1)], t, t + 1)
+    before = {t: rows(r.snapshot(t)) for t in range(8)}
+    r.downgrade_since(6)
+    merges = w.compact()
+    assert merges > 0
+    state = client.state("s")
+    assert len(state.batches) < 8
+    for t in range(6, 8):
+        assert rows(r.snapshot(t)) == before[t]
+    keys_before = {m.key for m in client.location.blob.list_keys()}
+    report = client.gc("s")
+    keys_after = {m.key for m in client.location.blob.list_keys()}
+    assert keys_after == client.state("s").referenced_keys()
+    assert report.deleted_blobs == len(keys_before - keys_after) > 0
+    assert rows(r.snapshot(7)) == before[7]
+
+
+def test_missing_and_corrupt_parts_are_reported(tmp_path: Path) -> None:
+    client = PersistClient(Location(FileBlob(tmp_path), MemoryConsensus()))
+    w, r = client.open("s", SCHEMA)
+    w.append([(("a", 1), 0, 1)], 0, 1)
+    w.append([(("b", 1), 1, 1)], 1, 2)
+    first, second = (b.parts[0].key for b in client.state("s").batches)
+    (tmp_path / first).write_bytes(b"PAR1 not really parquet")
+    with pytest.raises(PartError, match=f"part '{first}' is corrupt"):
+        r.snapshot(1)
+    (tmp_path / second).unlink()
+    with pytest.raises(PartError, match=f"part '{second}' is missing"):
+        r.listen(0).poll()
+
+
+def test_corrupt_consensus_state_is_reported(client: PersistClient) -> None:
+    client.open_writer("s", SCHEMA)
+    consensus = client.location.consensus
+    head = consensus.head("s")
+    assert head is not None
+    consensus.compare_and_set("s", head.seqno, VersionedData(head.seqno + 1, b"\x00garbage"))
+    with pytest.raises(CorruptState, match="shard 's' at seqno"):
+        client.open_writer("s")
