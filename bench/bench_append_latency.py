@@ -37,8 +37,8 @@ def measure(blob_uri: str, consensus_uri: str, appends: int) -> dict[str, float]
     writer = client.open_writer(f"bench-{uuid.uuid4().hex[:8]}", SCHEMA)
     rows = pa.table({"k": list(range(100)), "v": [f"value-{i}" for i in range(100)]})
     latencies = []
-    upper = 0
     for i in range(appends + 10):
+        upper = i
         table = rows.append_column("_ts", pa.array([upper] * 100, pa.int64())).append_column(
             "_diff", pa.array([1] * 100, pa.int64())
         )
@@ -46,7 +46,6 @@ def measure(blob_uri: str, consensus_uri: str, appends: int) -> dict[str, float]
         result = writer.compare_and_append(table, upper, upper + 1)
         elapsed = time.perf_counter() - t0
         assert isinstance(result, Appended)
-        upper += 1
         if i >= 10:  # warm-up
             latencies.append(elapsed * 1000)
     latencies.sort()

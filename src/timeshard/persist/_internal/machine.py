@@ -17,8 +17,8 @@ Invariants:
    (see ``transitions``), so an effect is never applied twice.
 3. The machine gives up after ``PersistConfig.max_attempts`` failed storage
    calls; it raises :class:`Indeterminate` if any compare-and-set of this
-   ``apply`` may have committed, else :class:`Determinate`. Mismatches because of other writers are not
-   failures and are retried without limit.
+   ``apply`` may have committed, else :class:`Determinate`. Mismatches
+   because of other writers are not failures and are retried without limit.
 """
 
 from __future__ import annotations
