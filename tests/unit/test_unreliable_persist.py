@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from timeshard import Determinate, Frontier, Indeterminate
+from timeshard import Determinate, Frontier, Indeterminate, UpperMismatch
 from timeshard.location import (
     Location,
     MemoryBlob,
@@ -21,7 +21,7 @@ from timeshard.location import (
     UnreliableBlob,
     UnreliableConsensus,
 )
-from timeshard.persist import Appended, PersistClient, PersistConfig, UpperMismatch
+from timeshard.persist import Appended, PersistClient, PersistConfig
 
 SCHEMA = pa.schema([("k", pa.int64())])
 
@@ -87,25 +87,27 @@ def test_operations_complete_or_fail_determinately(seed: int) -> None:
     assert outcomes["ok"] > 0
 
 
+class CommitThenTimeout(MemoryConsensus):
+    """Commits the next compare_and_set, then reports it as a timeout."""
+
+    armed = False
+
+    def compare_and_set(self, key: str, expected: Any, new: Any) -> Any:
+        result = super().compare_and_set(key, expected, new)
+        if self.armed:
+            self.armed = False
+            raise Indeterminate("injected: committed, then timed out")
+        return result
+
+
 def test_retry_after_indeterminate_append_is_idempotent() -> None:
     """A compare-and-set that committed but reported a timeout is not applied twice."""
-    inner = MemoryConsensus()
-    consensus = UnreliableConsensus(inner, seed=1, fail_rate=0.0, timeout_rate=0.0)
+    consensus = CommitThenTimeout()
     client = PersistClient(Location(MemoryBlob(), consensus), PersistConfig(backoff_ms=0.0))
     writer, reader = client.open("s", SCHEMA)
-    consensus.timeout_rate = 1.0
-    calls = {"n": 0}
-    original = inner.compare_and_set
-
-    def flaky(key: str, expected: Any, new: Any) -> Any:
-        calls["n"] += 1
-        if calls["n"] == 2:
-            consensus.timeout_rate = 0.0
-        return original(key, expected, new)
-
-    inner.compare_and_set = flaky  # type: ignore[method-assign]
+    consensus.armed = True
     result = writer.compare_and_append([((1,), 0, 1)], 0, 1)
-    assert isinstance(result, Appended)
+    assert isinstance(result, Appended) and not consensus.armed
     assert client.state("s").upper == Frontier(1)
     rows = reader.snapshot(0).to_pylist()
     assert [(r["k"], r["_diff"]) for r in rows] == [(1, 1)]

@@ -227,6 +227,7 @@ class WriteHandle:
                 f"invalid bounds: expected upper {expected} is beyond new upper {new}"
             )
         for b in batches:
+            b._check_staged("append")
             if b.shard_id != self.shard_id:
                 raise InvalidUsage(
                     f"batch from shard {b.shard_id!r} cannot be appended to {self.shard_id!r}"
@@ -239,7 +240,6 @@ class WriteHandle:
                 raise InvalidUsage(
                     f"batch {b.desc} does not match the append bounds [{expected}, {new})"
                 )
-            b._check_staged("append")
         parts = tuple(p for b in batches for p in b.parts)
         owners = tuple(sorted({b.owner for b in batches}))
         token_ = token or uuid.uuid4().hex

@@ -12,10 +12,12 @@ Invariants:
 
 1. Every committed state has seqno ``previous + 1`` and was computed from the
    previous state by one transition.
-2. After an indeterminate compare-and-set the machine re-reads the head and
+2. A transition that changes nothing or fails (LeaseExpired, Fenced) is
+   decided on a freshly fetched head, never only on a cached state.
+3. After an indeterminate compare-and-set the machine re-reads the head and
    applies the transition again; transitions are idempotent on re-application
    (see ``transitions``), so an effect is never applied twice.
-3. The machine gives up after ``PersistConfig.max_attempts`` failed storage
+4. The machine gives up after ``PersistConfig.max_attempts`` failed storage
    calls; it raises :class:`Indeterminate` if any compare-and-set of this
    ``apply`` may have committed, else :class:`Determinate`. Mismatches
    because of other writers are not failures and are retried without limit.
@@ -30,7 +32,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
 
-from timeshard.errors import CorruptState, Determinate, ExternalError, Indeterminate, InvalidUsage
+from timeshard.errors import (
+    CorruptState,
+    Determinate,
+    ExternalError,
+    Fenced,
+    Indeterminate,
+    InvalidUsage,
+    LeaseExpired,
+)
 from timeshard.location.consensus import CaSResult, Consensus, VersionedData
 from timeshard.persist._internal.state import ShardState, decode_state, encode_state
 from timeshard.persist.config import PersistConfig
@@ -89,10 +99,22 @@ class Machine:
         state = self.state
         failures = 0
         maybe_applied = False
+        fresh = self._state is None
         while True:
-            new, result = transition(state)
+            try:
+                new, result = transition(state)
+            except (LeaseExpired, Fenced):
+                if fresh:
+                    raise
+                state, fresh = self.fetch(), True
+                continue
             if new is None:
-                return result
+                if fresh:
+                    return result
+                # A no-op decided on a cached state may be stale (an upper
+                # mismatch, say): decide again on the head.
+                state, fresh = self.fetch(), True
+                continue
             new = replace(new, seqno=state.seqno + 1, walltime_ms=self.config.now_ms())
             data = encode_state(new)
             try:
@@ -107,14 +129,14 @@ class Machine:
                     raise self._give_up(e, maybe_applied) from e
                 self._backoff(failures)
                 try:
-                    state = self.fetch()
+                    state, fresh = self.fetch(), True
                 except ExternalError as fetch_error:
                     raise self._give_up(fetch_error, maybe_applied) from fetch_error
                 continue
             if outcome is CaSResult.COMMITTED:
                 self._state = new
                 return result
-            state = self.fetch()
+            state, fresh = self.fetch(), True
 
     def _give_up(self, error: ExternalError, maybe_applied: bool) -> ExternalError:
         kind = Indeterminate if maybe_applied or isinstance(error, Indeterminate) else Determinate
