@@ -90,6 +90,11 @@ class ReadHandle:
         return self._machine.shard_id
 
     @property
+    def blob(self) -> Blob:
+        """The blob this shard's parts live in."""
+        return self._blob
+
+    @property
     def since(self) -> Frontier:
         """This reader's since, as last seen."""
         reader = self._machine.state.leased_readers.get(self.reader_id)

@@ -141,6 +141,11 @@ class WriteHandle:
         return self._machine.shard_id
 
     @property
+    def blob(self) -> Blob:
+        """The blob this shard's parts live in."""
+        return self._blob
+
+    @property
     def upper(self) -> Frontier:
         """The shard upper as this handle last saw it (may be stale)."""
         return self._machine.state.upper
