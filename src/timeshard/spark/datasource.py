@@ -80,6 +80,8 @@ class PartPartition(InputPartition):  # type: ignore[misc]
     rows: int
     ts_min: int | None
     ts_max: int | None
+    as_of: int
+    schema_ipc: bytes
 
 
 class TimeshardDataSource(DataSource):  # type: ignore[misc]
@@ -105,17 +107,17 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
         self.options = options
         self.blob_uri, _ = _location_uris(options)
         self.shard = _shard(options)
-        self.as_of: int | None = None
-        self.schema_ipc: bytes = b""
 
     def partitions(self) -> list[InputPartition]:
         client = _client(self.options, PersistConfig(reader_lease_ms=DATASOURCE_LEASE_MS))
         reader = client.open_leased_reader(self.shard)
-        self.as_of = self._as_of(reader.fetch_recent_upper().time)
-        parts = reader.snapshot_parts(self.as_of)
-        self.schema_ipc = reader.schema.serialize().to_pybytes()
+        as_of = self._as_of(reader.fetch_recent_upper().time)
+        parts = reader.snapshot_parts(as_of)
+        schema_ipc = reader.schema.serialize().to_pybytes()
         return [
-            PartPartition(p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max) for p in parts
+            PartPartition(p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, as_of,
+                          schema_ipc)
+            for p in parts
         ]
 
     def _as_of(self, upper: int | None) -> int:
@@ -132,16 +134,13 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
             raise InvalidUsage(f"option as_of must be an integer timestamp, got {raw!r}") from None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, PartPartition) and self.as_of is not None
-        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        assert isinstance(partition, PartPartition), partition
+        schema = pa.ipc.read_schema(pa.py_buffer(partition.schema_ipc))
         blob = open_blob(self.blob_uri)
-        part = PartMeta(
-            partition.key, partition.size, partition.rows, partition.ts_min, partition.ts_max
-        )
-        table = consolidate(
-            advance_times(read_part(blob, part, schema, PersistConfig()), self.as_of)
-        )
-        yield from table.to_batches()
+        part = PartMeta(partition.key, partition.size, partition.rows, partition.ts_min,
+                        partition.ts_max)
+        table = read_part(blob, part, schema, PersistConfig())
+        yield from consolidate(advance_times(table, partition.as_of)).to_batches()
 
 
 def register(spark: SparkSession) -> None:

@@ -146,14 +146,16 @@ def advance_times(table: pa.Table, as_of: int) -> pa.Table:
     """Keep updates at times ``<= as_of`` and set their time to ``as_of``."""
     kept = table.filter(pc.less_equal(table.column(TS), as_of))
     idx = kept.schema.get_field_index(TS)
-    return kept.set_column(idx, TS, pa.array([as_of] * kept.num_rows, pa.int64()))
+    times = pa.repeat(pa.scalar(as_of, pa.int64()), kept.num_rows)
+    return kept.set_column(idx, kept.schema.field(TS), times)
 
 
 def advance_since(table: pa.Table, since: int) -> pa.Table:
     """Advance every time below ``since`` to ``since`` (compaction)."""
     idx = table.schema.get_field_index(TS)
     ts = table.column(TS)
-    return table.set_column(idx, TS, pc.max_element_wise(ts, pa.scalar(since, pa.int64())))
+    advanced = pc.max_element_wise(ts, pa.scalar(since, pa.int64()))
+    return table.set_column(idx, table.schema.field(TS), advanced)
 
 
 def consolidate(table: pa.Table) -> pa.Table:
