@@ -61,15 +61,21 @@ def check_write_and_snapshot(spark: SparkSession, tmp: Path) -> None:
         assert df.columns == ["k", "name", "amount", "_ts", "_diff", "_err"]
         assert as_counter(df.collect()) == want, as_of
         assert as_counter(reader.snapshot(as_of).to_pylist()) == want
-        ds = (spark.read.format("timeshard").option("location", str(tmp / "loc"))
-              .option("shard", "orders").option("as_of", str(as_of)).load())
+        ds = (
+            spark.read.format("timeshard")
+            .option("location", str(tmp / "loc"))
+            .option("shard", "orders")
+            .option("as_of", str(as_of))
+            .load()
+        )
         assert as_counter(ds.collect()) == want
         assert {r["_ts"] for r in ds.select("_ts").distinct().collect()} <= {as_of}
     reader.downgrade_since(upper - 1)
     writer.compact()
     client.gc("orders")
     assert as_counter(snapshot_df(spark, reader, upper - 1).collect()) == as_counter(
-        reader.snapshot(upper - 1).to_pylist())
+        reader.snapshot(upper - 1).to_pylist()
+    )
 
 
 def check_err_rows(spark: SparkSession, tmp: Path) -> None:
@@ -81,8 +87,9 @@ def check_err_rows(spark: SparkSession, tmp: Path) -> None:
         "'bad record at offset ' || id AS _err FROM range(3)"
     )
     writer.append(df, 0, 1)
-    retract = df.where("id = 1").selectExpr("k", "name", "amount", "CAST(1 AS BIGINT) AS _ts",
-                                            "CAST(-1 AS BIGINT) AS _diff", "_err")
+    retract = df.where("id = 1").selectExpr(
+        "k", "name", "amount", "CAST(1 AS BIGINT) AS _ts", "CAST(-1 AS BIGINT) AS _diff", "_err"
+    )
     writer.append(retract, 1, 2)
     errs = sorted(r["_err"] for r in snapshot_df(spark, reader, 1).collect())
     assert errs == ["bad record at offset 0", "bad record at offset 2"]

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
-
 from tests.integration.spark_checks import (
     SCHEMA,
     check_err_rows,
     check_write_and_snapshot,
     updates_sql,
 )
+
 from timeshard import InvalidUsage, PartError
 from timeshard.location import Location
 from timeshard.persist import PersistClient
@@ -39,8 +39,13 @@ def test_bad_dataframes_write_nothing(spark: SparkSession, tmp_path: Path) -> No
     with pytest.raises(InvalidUsage, match="schema mismatch: DataFrame has columns"):
         writer.batch(spark.sql("SELECT id AS k, 0L AS _ts, 1L AS _diff FROM range(3)"), 0, 1)
     with pytest.raises(InvalidUsage, match="column 'name' is int"):
-        writer.batch(spark.sql("SELECT id AS k, 1 AS name, 1.0D AS amount, 0L AS _ts, "
-                               "1L AS _diff FROM range(3)"), 0, 1)
+        writer.batch(
+            spark.sql(
+                "SELECT id AS k, 1 AS name, 1.0D AS amount, 0L AS _ts, 1L AS _diff FROM range(3)"
+            ),
+            0,
+            1,
+        )
     with pytest.raises(InvalidUsage, match=r"update at time 7 is beyond upper \[5\]"):
         writer.batch(spark.sql(updates_sql(0, 100, 7)), 0, 5)
     with pytest.raises(InvalidUsage, match=r"update at time 1 is not beyond lower \[2\]"):
@@ -62,8 +67,13 @@ def test_missing_and_corrupt_parts(spark: SparkSession, tmp_path: Path) -> None:
     files[0].unlink()
     with pytest.raises(PartError, match=f"part '{key0}' is missing"):
         snapshot_df(spark, reader, 0)
-    ds = (spark.read.format("timeshard").option("location", str(tmp_path))
-          .option("shard", "s").option("as_of", "0").load())
+    ds = (
+        spark.read.format("timeshard")
+        .option("location", str(tmp_path))
+        .option("shard", "s")
+        .option("as_of", "0")
+        .load()
+    )
     with pytest.raises(Exception, match="is (missing|corrupt)"):
         ds.collect()
 
@@ -73,5 +83,10 @@ def test_data_source_bad_options(spark: SparkSession, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="needs option 'shard'"):
         spark.read.format("timeshard").option("location", str(tmp_path)).load().collect()
     with pytest.raises(Exception, match="unknown shard id 'nope'"):
-        (spark.read.format("timeshard").option("location", str(tmp_path))
-         .option("shard", "nope").load().collect())
+        (
+            spark.read.format("timeshard")
+            .option("location", str(tmp_path))
+            .option("shard", "nope")
+            .load()
+            .collect()
+        )

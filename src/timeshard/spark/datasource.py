@@ -115,8 +115,7 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
         parts = reader.snapshot_parts(as_of)
         schema_ipc = reader.schema.serialize().to_pybytes()
         return [
-            PartPartition(p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, as_of,
-                          schema_ipc)
+            PartPartition(p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, as_of, schema_ipc)
             for p in parts
         ]
 
@@ -137,8 +136,9 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
         assert isinstance(partition, PartPartition), partition
         schema = pa.ipc.read_schema(pa.py_buffer(partition.schema_ipc))
         blob = open_blob(self.blob_uri)
-        part = PartMeta(partition.key, partition.size, partition.rows, partition.ts_min,
-                        partition.ts_max)
+        part = PartMeta(
+            partition.key, partition.size, partition.rows, partition.ts_min, partition.ts_max
+        )
         table = read_part(blob, part, schema, PersistConfig())
         yield from consolidate(advance_times(table, partition.as_of)).to_batches()
 
