@@ -74,7 +74,7 @@ def test_missing_and_corrupt_parts(spark: SparkSession, tmp_path: Path) -> None:
         .option("as_of", "0")
         .load()
     )
-    with pytest.raises(Exception, match="is (missing|corrupt)"):
+    with pytest.raises(Exception, match=r"is (missing|corrupt)"):
         ds.collect()
 
 
