@@ -54,10 +54,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     spark = spark_session(app_name="timeshard-bench-io")
-    sql = (f"SELECT id, concat('name-', id % 1000) AS name, CAST(id AS DOUBLE) * 0.5 AS amount, "
-           f"CAST(0 AS BIGINT) AS _ts, CAST(1 AS BIGINT) AS _diff FROM range(0, {args.rows}, 1, 8)")
-    results: dict[str, list[float]] = {"ts_write": [], "plain_write": [], "ts_snapshot": [],
-                                       "plain_read": []}
+    sql = (
+        f"SELECT id, concat('name-', id % 1000) AS name, CAST(id AS DOUBLE) * 0.5 AS amount, "
+        f"CAST(0 AS BIGINT) AS _ts, CAST(1 AS BIGINT) AS _diff FROM range(0, {args.rows}, 1, 8)"
+    )
+    results: dict[str, list[float]] = {
+        "ts_write": [],
+        "plain_write": [],
+        "ts_snapshot": [],
+        "plain_read": [],
+    }
     spark.sql(sql).write.format("noop").mode("overwrite").save()  # warm up
     for rep in range(args.repeats):
         tmp = Path(tempfile.mkdtemp(prefix="timeshard-bench-"))
@@ -72,20 +78,33 @@ def main() -> None:
 
             plain = tmp / "plain"
             results["ts_write"].append(timed(ts_write))
-            results["plain_write"].append(timed(
-                lambda: spark.sql(sql).drop("_ts", "_diff").write.parquet(str(plain))))
-            results["ts_snapshot"].append(timed(
-                lambda: snapshot_df(spark, reader, 0).write.format("noop").mode("overwrite")
-                .save()))
-            results["plain_read"].append(timed(
-                lambda: spark.read.parquet(str(plain)).write.format("noop").mode("overwrite")
-                .save()))
+            results["plain_write"].append(
+                timed(lambda: spark.sql(sql).drop("_ts", "_diff").write.parquet(str(plain)))
+            )
+            results["ts_snapshot"].append(
+                timed(
+                    lambda: (
+                        snapshot_df(spark, reader, 0).write.format("noop").mode("overwrite").save()
+                    )
+                )
+            )
+            results["plain_read"].append(
+                timed(
+                    lambda: (
+                        spark.read.parquet(str(plain)).write.format("noop").mode("overwrite").save()
+                    )
+                )
+            )
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in results.items()}
-    table = Table("operation", "seconds (median)", "rows/s", "ratio to plain Spark",
-                  title=f"{args.rows:,} rows on {spark.sparkContext.master}, "
-                  f"median of {args.repeats}")
+    table = Table(
+        "operation",
+        "seconds (median)",
+        "rows/s",
+        "ratio to plain Spark",
+        title=f"{args.rows:,} rows on {spark.sparkContext.master}, median of {args.repeats}",
+    )
     for op, peer in (("ts_write", "plain_write"), ("ts_snapshot", "plain_read")):
         for name in (op, peer):
             ratio = f"{med[op] / med[peer]:.2f}x" if name == op else "1.00x"
@@ -93,10 +112,19 @@ def main() -> None:
     Console().print(table)
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "spark_io.json").write_text(json.dumps(
-        {"rows": args.rows, "repeats": args.repeats, "runs": results, "median_s": med,
-         "write_ratio": med["ts_write"] / med["plain_write"],
-         "snapshot_ratio": med["ts_snapshot"] / med["plain_read"]}, indent=2))
+    (out / "spark_io.json").write_text(
+        json.dumps(
+            {
+                "rows": args.rows,
+                "repeats": args.repeats,
+                "runs": results,
+                "median_s": med,
+                "write_ratio": med["ts_write"] / med["plain_write"],
+                "snapshot_ratio": med["ts_snapshot"] / med["plain_read"],
+            },
+            indent=2,
+        )
+    )
     spark.stop()
 
 

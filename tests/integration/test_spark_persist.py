@@ -90,3 +90,11 @@ def test_data_source_bad_options(spark: SparkSession, tmp_path: Path) -> None:
             .load()
             .collect()
         )
+
+
+def test_spark_schema_opens_shard(spark: SparkSession, tmp_path: Path) -> None:
+    client = PersistClient(Location.embedded(tmp_path))
+    struct = spark.sql(updates_sql(0, 1, 0)).drop("_ts", "_diff").schema
+    writer = client.open_writer("s", struct)
+    assert writer.schema == SCHEMA
+    assert client.open_writer("s", SCHEMA).schema == SCHEMA

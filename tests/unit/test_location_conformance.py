@@ -31,9 +31,14 @@ from timeshard.location import (
 )
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=["memory", "file", "arrowfs"])
 def blob(request: pytest.FixtureRequest, tmp_path: Path) -> Blob:
-    return MemoryBlob() if request.param == "memory" else FileBlob(tmp_path / "blob")
+    if request.param == "memory":
+        return MemoryBlob()
+    if request.param == "file":
+        return FileBlob(tmp_path / "blob")
+    (tmp_path / "afs").mkdir()
+    return open_blob(f"arrowfs+file://{tmp_path / 'afs'}")
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -246,7 +251,8 @@ def test_unreliable_timeouts_happen_and_failures_do_not() -> None:
 @pytest.mark.parametrize(
     "uri",
     [
-        "s3://bucket/x",
+        "ftp://bucket/x",
+        "file:///x/../../etc",
         "file://host/x",
         "file:///a/../b",
         "sqlite:",
@@ -257,7 +263,7 @@ def test_unreliable_timeouts_happen_and_failures_do_not() -> None:
 )
 def test_bad_location_uris(uri: str) -> None:
     with pytest.raises(InvalidUsage):
-        if uri.startswith(("file", "s3")) or uri == "":
+        if uri.startswith(("file", "ftp")) or uri == "":
             open_blob(uri)
         else:
             open_consensus(uri)

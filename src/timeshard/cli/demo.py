@@ -146,6 +146,8 @@ def run_demo(location_dir: Path, rows: int, ticks: int, console: Console) -> int
     )
     console.print("[green]consistent at every time[/green]" if ok else "[red]INCONSISTENT[/red]")
     console.print(f"inspect it: timeshard shard inspect {SHARD} --location {location_dir}")
+    writer.expire()
+    reader.expire()
     spark.stop()
     return 0 if ok else 1
 

@@ -4,6 +4,8 @@
 blob URI                               backend
 =====================================  ======================================
 ``file:///abs/dir`` or a plain path    :class:`FileBlob` (the embedded default)
+``s3a://``, ``s3://``, ``gs://``,      :class:`ArrowFsBlob` through pyarrow.fs
+``hdfs://``, ``arrowfs+file://``
 ``memory://name``                      :class:`MemoryBlob`, shared per process
 =====================================  ======================================
 
@@ -84,7 +86,15 @@ def open_blob(uri: str) -> Blob:
         return FileBlob(_safe_path(unquote(parsed.path), uri))
     if parsed.scheme == "":
         return FileBlob(_safe_path(uri, uri))
-    raise InvalidUsage(f"unsupported blob URI {uri!r}: use file:///dir, a path or memory://name")
+    if parsed.scheme in ("s3", "s3a", "gs", "hdfs", "arrowfs+file"):
+        _safe_path(unquote(parsed.path), uri)
+        from timeshard.location.arrowfs import ArrowFsBlob
+
+        return ArrowFsBlob(uri.removeprefix("arrowfs+"))
+    raise InvalidUsage(
+        f"unsupported blob URI {uri!r}: use file:///dir, a path, s3a://, gs://, hdfs:// "
+        "or memory://name"
+    )
 
 
 def open_consensus(uri: str) -> Consensus:

@@ -42,6 +42,20 @@ def check_shard_id(shard_id: object) -> str:
         ) from None
 
 
+def _arrow_schema(schema: object) -> pa.Schema:
+    """``schema`` as Arrow: a pyarrow Schema as is, a Spark StructType converted."""
+    if isinstance(schema, pa.Schema):
+        return schema
+    if type(schema).__module__.startswith("pyspark.") and hasattr(schema, "fields"):
+        from timeshard.spark.session import spark_to_arrow_schema
+
+        return spark_to_arrow_schema(schema)  # type: ignore[arg-type]
+    raise InvalidUsage(
+        f"a shard schema must be a pyarrow.Schema or a Spark StructType, "
+        f"got {type(schema).__name__}"
+    )
+
+
 class PersistClient:
     """Opens handles on the shards of one location. Runs on the driver."""
 
@@ -49,12 +63,13 @@ class PersistClient:
         self.location = location
         self.config = config or PersistConfig()
 
-    def _machine(self, shard_id: str, schema: pa.Schema | None) -> Machine:
+    def _machine(self, shard_id: str, schema: pa.Schema | object | None) -> Machine:
         check_shard_id(shard_id)
         machine = Machine(shard_id, self.location.consensus, self.config)
         if schema is None:
             machine.fetch()
             return machine
+        schema = _arrow_schema(schema)
         check_data_schema(schema)
         state = machine.create(ShardState(shard_id=shard_id, schema=encode_schema(schema)))
         stored = decode_schema(state.schema)

@@ -1,0 +1,98 @@
+"""A blob on any filesystem pyarrow reaches: ``s3://``/``s3a://``, ``gs://``, ``hdfs://``.
+
+Spark tasks and the driver both reach such a blob through ``pyarrow.fs``; Spark
+itself reads the parts under the Hadoop URI (``s3a://`` needs the user to add
+hadoop-aws to ``spark.jars.packages``). Values are written to a temporary key
+and moved into place where the filesystem supports an atomic move (local,
+HDFS); on object stores a single PUT is atomic already.
+
+Invariants:
+
+1. Keys are checked with ``check_blob_key`` before any call.
+2. Every pyarrow error is reported as Determinate for reads and Indeterminate
+   for writes and deletes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pyarrow.fs as pafs
+
+from timeshard.errors import Determinate, Indeterminate
+from timeshard.location.blob import BlobMetadata, check_blob_key
+
+
+class ArrowFsBlob:
+    """A blob rooted at a filesystem URI pyarrow understands."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri.rstrip("/")
+        arrow_uri = "s3://" + self.uri[len("s3a://") :] if self.uri.startswith("s3a://") else uri
+        try:
+            self.fs, base = pafs.FileSystem.from_uri(arrow_uri)
+        except Exception as e:
+            raise Determinate(f"opening blob {uri!r}: {e}") from e
+        self.base = base.rstrip("/")
+        self._object_store = isinstance(self.fs, pafs.S3FileSystem | pafs.GcsFileSystem)
+
+    @property
+    def root_uri(self) -> str | None:
+        return self.uri
+
+    def _path(self, key: str) -> str:
+        return f"{self.base}/{check_blob_key(key)}"
+
+    def get(self, key: str) -> bytes | None:
+        path = self._path(key)
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return bytes(f.read())
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise Determinate(f"reading blob {key!r}: {e}") from e
+
+    def set(self, key: str, value: bytes) -> None:
+        path = self._path(key)
+        parent = path.rsplit("/", 1)[0]
+        target = path if self._object_store else f"{parent}/.tmp-{uuid.uuid4().hex}"
+        try:
+            self.fs.create_dir(parent, recursive=True)
+            with self.fs.open_output_stream(target) as f:
+                f.write(value)
+            if target != path:
+                self.fs.move(target, path)
+        except Exception as e:
+            raise Indeterminate(f"writing blob {key!r}: {e}") from e
+
+    def delete(self, key: str) -> int | None:
+        path = self._path(key)
+        try:
+            info = self.fs.get_file_info(path)
+            if info.type != pafs.FileType.File:
+                return None
+            self.fs.delete_file(path)
+        except Exception as e:
+            raise Indeterminate(f"deleting blob {key!r}: {e}") from e
+        return int(info.size or 0)
+
+    def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        selector = pafs.FileSelector(self.base, recursive=True, allow_not_found=True)
+        try:
+            infos = self.fs.get_file_info(selector)
+        except Exception as e:
+            raise Determinate(f"listing blob {self.uri!r}: {e}") from e
+        found = []
+        for info in infos:
+            if info.type != pafs.FileType.File:
+                continue
+            key = info.path[len(self.base) + 1 :]
+            if key.rsplit("/", 1)[-1].startswith(".") or not key.startswith(prefix):
+                continue
+            found.append(BlobMetadata(key, int(info.size or 0)))
+        return iter(found)
+
+
+__all__ = ["ArrowFsBlob"]
