@@ -26,8 +26,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from timeshard.location import open_location  # noqa: E402
-from timeshard.persist import Appended, PersistClient  # noqa: E402
+from timeshard.location import open_location
+from timeshard.persist import Appended, PersistClient
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 

@@ -35,9 +35,9 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from timeshard.location import Location  # noqa: E402
-from timeshard.persist import Appended, PersistClient  # noqa: E402
-from timeshard.spark import snapshot_df, spark_session  # noqa: E402
+from timeshard.location import Location
+from timeshard.persist import Appended, PersistClient
+from timeshard.spark import snapshot_df, spark_session
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("amount", pa.float64())])
 
