@@ -8,8 +8,9 @@ directly: the key of such a part is its path under the root.
 Invariants:
 
 1. ``set`` is atomic: a reader sees either no value or the whole value.
-2. A key is written once by the protocol; ``set`` of an existing key with the
-   same bytes is harmless (retries), with other bytes it is a caller bug.
+2. A key is written once: ``set`` of an existing key with the same bytes is
+   harmless (a retry after an indeterminate failure); with other bytes it is a
+   caller bug and raises InvalidUsage, leaving the stored value as it was.
 3. ``delete`` of a missing key is not an error.
 4. It is an error to pass a key that is absolute, empty, has an empty, ``.``
    or ``..`` component, or characters outside ``[A-Za-z0-9_.=-]``.
@@ -54,6 +55,30 @@ def check_blob_key(key: object) -> str:
     return key
 
 
+def check_blob_prefix(prefix: object) -> str:
+    """Return ``prefix`` if it can only match safe keys, else raise InvalidUsage.
+
+    Every component but the last must be a safe key component; the last may be
+    empty or partial (``"s1/"``, ``"s1/w"``, ``""``).
+
+    >>> check_blob_prefix("s1/w")
+    's1/w'
+    >>> check_blob_prefix("../")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    timeshard.errors.InvalidUsage: invalid blob prefix '../': ...
+    """
+    if not isinstance(prefix, str):
+        raise InvalidUsage(f"invalid blob prefix {prefix!r}: must be a string")
+    directory, _, _ = prefix.rpartition("/")
+    if directory or prefix.startswith("/"):
+        try:
+            check_blob_key(directory)
+        except InvalidUsage as e:
+            raise InvalidUsage(f"invalid blob prefix {prefix!r}: {e}") from None
+    return prefix
+
+
 @dataclass(frozen=True, slots=True)
 class BlobMetadata:
     """A key and the size of its value in bytes."""
@@ -76,7 +101,7 @@ class Blob(Protocol):
         ...
 
     def set(self, key: str, value: bytes) -> None:
-        """Store ``value`` at ``key`` atomically."""
+        """Store ``value`` at ``key`` atomically; InvalidUsage if it holds other bytes."""
         ...
 
     def delete(self, key: str) -> int | None:
@@ -88,4 +113,4 @@ class Blob(Protocol):
         ...
 
 
-__all__ = ["Blob", "BlobMetadata", "check_blob_key"]
+__all__ = ["Blob", "BlobMetadata", "check_blob_key", "check_blob_prefix"]

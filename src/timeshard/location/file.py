@@ -1,17 +1,26 @@
 """A blob in a local (or locally mounted shared) directory.
 
-Keys map to paths under the root; a value is written to a temporary file in
-the target directory, flushed, fsynced and renamed into place, so readers see
-the whole value or none. Spark tasks write parts under the same root through
+Key ``a/b/c`` is the file ``root/a/b/c``. ``set`` writes the value to a
+temporary file (``.tmp-<random>``) in the target directory, fsyncs it, renames
+it into place with ``os.replace`` and fsyncs the directory (and any directory
+it had to create), so a reader sees the whole value or none, and a returned
+``set`` survives a crash. Spark tasks write parts under the same root through
 pyarrow, and any Parquet reader can read them there.
 
 Invariants:
 
-1. Every key resolves to a path inside the root; a key that would escape it
-   raises InvalidUsage naming the key, before any file is touched.
-2. Temporary files (``.tmp-*``) are never listed.
-3. A failure before the rename is Determinate; a failure of the rename or
-   the directory fsync is Indeterminate.
+1. Every key resolves to a path inside the root, symlinks included; a key that
+   would escape it raises InvalidUsage naming the key before any file is
+   touched.
+2. Temporary and hidden files (names starting with ``.``) are never listed; no
+   valid key has such a component.
+3. ``set`` of a key holding other bytes raises InvalidUsage and changes
+   nothing; with the same bytes it does nothing (a retry).
+4. Failures of reads, of opening or writing the temporary file and any
+   ``ENOSPC``/``EDQUOT`` (the disk is full) raise Determinate: the key is
+   unchanged. A failure once ``os.replace`` has started (the rename, the
+   directory fsync) or of ``unlink`` (possibly on a network mount) raises
+   Indeterminate.
 """
 
 from __future__ import annotations
@@ -24,9 +33,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
-from timeshard.location.blob import BlobMetadata, check_blob_key
+from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
 
 TMP_PREFIX = ".tmp-"
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class FileBlob:
@@ -43,11 +53,15 @@ class FileBlob:
     def root_uri(self) -> str | None:
         return self.root.as_uri()
 
+    @property
+    def uri(self) -> str:
+        return self.root.as_uri()
+
     def path(self, key: str) -> Path:
         """The file of ``key``; InvalidUsage if ``key`` is unsafe or escapes the root."""
         check_blob_key(key)
         path = (self.root / key).resolve()
-        if not path.is_relative_to(self.root):
+        if not path.is_relative_to(self.root) or path == self.root:
             raise InvalidUsage(f"blob key {key!r} escapes the blob root {str(self.root)!r}")
         return path
 
@@ -55,36 +69,63 @@ class FileBlob:
         path = self.path(key)
         try:
             return path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         except OSError as e:
             raise Determinate(f"reading blob {key!r}: {e}") from e
 
     def set(self, key: str, value: bytes) -> None:
         path = self.path(key)
+        value = bytes(value)
+        if self._holds(key, path, value):
+            return
         tmp = path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex}")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
+            created = _make_dirs(path.parent, self.root)
+            with open(tmp, "xb") as f:
                 f.write(value)
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as e:
             _unlink_quietly(tmp)
-            if e.errno == errno.ENOSPC:
-                raise Determinate(f"writing blob {key!r}: no space left on device") from e
-            raise Determinate(f"writing blob {key!r}: {e}") from e
+            raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
         try:
             os.replace(tmp, path)
-            _fsync_dir(path.parent)
         except OSError as e:
             _unlink_quietly(tmp)
-            raise Indeterminate(f"publishing blob {key!r}: {e}") from e
+            if e.errno in _DISK_FULL:
+                raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
+            raise Indeterminate(f"renaming blob {key!r} into place: {e}") from e
+        try:
+            for directory in [path.parent, *(d.parent for d in created)]:
+                _fsync_dir(directory)
+        except OSError as e:
+            raise Indeterminate(f"syncing the directory of blob {key!r}: {e}") from e
+
+    def _holds(self, key: str, path: Path, value: bytes) -> bool:
+        """Whether ``key`` already holds ``value``; InvalidUsage if it holds other bytes."""
+        existing = self.get(key)
+        if existing is None:
+            if path.is_dir():
+                raise InvalidUsage(f"blob key {key!r} is a directory of other keys")
+            return False
+        if existing == value:
+            return True
+        raise InvalidUsage(
+            f"blob key {key!r} already holds {len(existing)} other bytes; keys are written once"
+        )
 
     def delete(self, key: str) -> int | None:
         path = self.path(key)
         try:
+            if path.is_dir():
+                return None
             size = path.stat().st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise Determinate(f"deleting blob {key!r}: {e}") from e
+        try:
             path.unlink()
         except FileNotFoundError:
             return None
@@ -93,19 +134,55 @@ class FileBlob:
         return size
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        check_blob_prefix(prefix)
+        directory = prefix.rpartition("/")[0]
+        top = self.root / directory if directory else self.root
+        found: list[BlobMetadata] = []
         try:
-            found = []
-            for dirpath, _dirs, files in os.walk(self.root):
+            for dirpath, dirs, files in os.walk(top, onerror=_raise_unless_gone):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
                 for name in files:
-                    if name.startswith(TMP_PREFIX) or name.startswith("."):
-                        continue
-                    full = Path(dirpath) / name
+                    full = Path(dirpath, name)
                     key = full.relative_to(self.root).as_posix()
-                    if key.startswith(prefix):
+                    if name.startswith(".") or not key.startswith(prefix):
+                        continue
+                    try:
                         found.append(BlobMetadata(key, full.stat().st_size))
+                    except FileNotFoundError:
+                        continue  # deleted while we listed
         except OSError as e:
             raise Determinate(f"listing blob root {str(self.root)!r}: {e}") from e
         return iter(found)
+
+
+def _make_dirs(directory: Path, root: Path) -> list[Path]:
+    """Create ``directory`` and its missing parents below ``root``; return those created."""
+    missing: list[Path] = []
+    d = directory
+    while d != root and not d.is_dir():
+        missing.append(d)
+        d = d.parent
+    created = []
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+            created.append(d)
+        except FileExistsError:
+            if not d.is_dir():
+                raise
+    return created
+
+
+def _describe(e: OSError, root: Path) -> str:
+    if e.errno in _DISK_FULL:
+        return f"no space left on the device of {str(root)!r} ({e.strerror})"
+    return str(e)
+
+
+def _raise_unless_gone(e: OSError) -> None:
+    """Skip a directory deleted while we walked (it holds no keys); raise other errors."""
+    if not isinstance(e, FileNotFoundError | NotADirectoryError):
+        raise e
 
 
 def _unlink_quietly(path: Path) -> None:

@@ -1,25 +1,44 @@
 """SQLite consensus: the embedded default, linearizable across processes on one machine.
 
-One table holds every version of every key. ``compare_and_set`` runs in a
-``BEGIN IMMEDIATE`` transaction, which takes SQLite's write lock before it
-reads the head, so two processes can never both see the same head and commit.
-The database is in WAL mode so readers do not block the writer.
+One table holds every version of every key::
+
+    consensus(shard TEXT, seqno INTEGER, data BLOB, PRIMARY KEY (shard, seqno))
+
+``compare_and_set`` and ``truncate`` run in a ``BEGIN IMMEDIATE`` transaction,
+which takes SQLite's single write lock *before* reading the head, so between
+the read and the write no other connection, thread or process can commit: two
+writers can never both see the same head and both commit. The database is in
+WAL mode (readers never block the writer and see the last committed state) with
+``synchronous=FULL`` (a returned commit survives a power loss). A writer that
+finds the lock taken waits up to ``busy_timeout_s``.
+
+Each thread uses its own connection, and each process: a connection is never
+used in a process other than the one that opened it. After ``fork`` the child
+notices the pid change and opens a new connection; the inherited one is kept
+referenced but never touched, because closing it in the child could disturb
+the parent's locks.
 
 Invariants:
 
-1. Every statement takes user values as parameters; no SQL is built from them.
-2. A failure before ``COMMIT`` (a busy database past the timeout, a full
-   disk) is Determinate; a failure of ``COMMIT`` itself is Indeterminate.
-3. Connections are per thread and per process: a forked child opens its own.
+1. Every statement takes user values as bound parameters; no SQL is built
+   from them.
+2. A failure before ``COMMIT`` (the database still locked after
+   ``busy_timeout_s``, a full disk, a failed open) raises Determinate and the
+   transaction is rolled back; a failure of ``COMMIT`` itself raises
+   Indeterminate.
+3. No connection is ever left inside a transaction: any exception, including
+   ``KeyboardInterrupt``, rolls it back before it propagates.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location.consensus import (
@@ -30,6 +49,8 @@ from timeshard.location.consensus import (
     check_new_version,
 )
 
+T = TypeVar("T")
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS consensus (
     shard TEXT NOT NULL,
@@ -38,52 +59,117 @@ CREATE TABLE IF NOT EXISTS consensus (
     PRIMARY KEY (shard, seqno)
 ) WITHOUT ROWID
 """
+_HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1"
+_HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = ?"
+
+_INHERITED: list[sqlite3.Connection] = []
+"""Connections a forked child inherited: kept alive so that they are never closed there."""
 
 
 class SqliteConsensus:
-    """Consensus in a SQLite database file."""
+    """Consensus in a SQLite database file, created (with its directory) if missing."""
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 30.0) -> None:
+        if busy_timeout_s < 0:
+            raise InvalidUsage(f"busy_timeout_s must be non-negative, got {busy_timeout_s}")
         self.path = Path(path).resolve()
         self.busy_timeout_s = busy_timeout_s
         self._local = threading.local()
+        self._lock = threading.Lock()
+        self._opened: list[tuple[int, sqlite3.Connection]] = []
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = self._conn()
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute(_SCHEMA)
-        except (sqlite3.Error, OSError) as e:
+        except OSError as e:
             raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
+        self._create()
 
     @property
     def uri(self) -> str:
         return f"sqlite://{self.path}"
 
+    def _create(self) -> None:
+        """Switch to WAL and create the table, waiting while another process does the same."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                conn = self._conn()
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute(_SCHEMA)
+                return
+            except sqlite3.OperationalError as e:
+                if not _is_busy(e) or time.monotonic() > deadline:
+                    raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
+                time.sleep(0.01)
+            except sqlite3.Error as e:
+                raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
+
     def _conn(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None or getattr(self._local, "pid", None) != os.getpid():
+        pid = os.getpid()
+        if conn is not None and self._local.pid == pid:
+            return conn
+        if conn is not None:
+            _INHERITED.append(conn)
+        try:
             conn = sqlite3.connect(
                 self.path,
                 timeout=self.busy_timeout_s,
                 isolation_level=None,
-                check_same_thread=True,
+                check_same_thread=False,
             )
             conn.execute("PRAGMA synchronous=FULL")
-            self._local.conn = conn
-            self._local.pid = os.getpid()
+        except sqlite3.Error as e:
+            raise Determinate(f"connecting to SQLite consensus {str(self.path)!r}: {e}") from e
+        self._local.conn = conn
+        self._local.pid = pid
+        with self._lock:
+            self._opened.append((pid, conn))
         return conn
+
+    def close(self) -> None:
+        """Close every connection this process opened; call when no thread uses this."""
+        pid = os.getpid()
+        with self._lock:
+            mine = [c for p, c in self._opened if p == pid]
+            self._opened = [(p, c) for p, c in self._opened if p != pid]
+        for conn in mine:
+            conn.close()
+        self._local = threading.local()
+
+    def _write(self, what: str, body: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``body`` in a ``BEGIN IMMEDIATE`` transaction and commit it.
+
+        ``body`` may end the transaction itself with ``ROLLBACK`` (a mismatch);
+        ``COMMIT`` is then skipped. Whatever ``body`` raises rolls back.
+        """
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            raise Determinate(f"{what}: {_explain(e, self.busy_timeout_s)}") from e
+        try:
+            result = body(conn)
+        except sqlite3.Error as e:
+            _rollback(conn)
+            raise Determinate(f"{what}: {_explain(e, self.busy_timeout_s)}") from e
+        except BaseException:
+            _rollback(conn)
+            raise
+        if not conn.in_transaction:
+            return result
+        try:
+            conn.execute("COMMIT")
+        except BaseException as e:
+            _rollback(conn)
+            if isinstance(e, sqlite3.Error):
+                raise Indeterminate(f"committing {what}: {e}") from e
+            raise
+        return result
 
     def head(self, key: str) -> VersionedData | None:
         check_consensus_key(key)
         try:
-            row = (
-                self._conn()
-                .execute(
-                    "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1",
-                    (key,),
-                )
-                .fetchone()
-            )
+            row = self._conn().execute(_HEAD, (key,)).fetchone()
         except sqlite3.Error as e:
             raise Determinate(f"reading head of {key!r}: {e}") from e
         return None if row is None else VersionedData(int(row[0]), bytes(row[1]))
@@ -91,32 +177,18 @@ class SqliteConsensus:
     def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
         check_consensus_key(key)
         check_new_version(expected, new)
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            raise Determinate(f"compare_and_set of {key!r}: {e}") from e
-        try:
-            row = conn.execute(
-                "SELECT max(seqno) FROM consensus WHERE shard = ?", (key,)
-            ).fetchone()
-            current = None if row is None or row[0] is None else int(row[0])
-            if current != expected:
+
+        def body(conn: sqlite3.Connection) -> CaSResult:
+            if _head_seqno(conn, key) != expected:
                 conn.execute("ROLLBACK")
                 return CaSResult.EXPECTATION_MISMATCH
             conn.execute(
                 "INSERT INTO consensus (shard, seqno, data) VALUES (?, ?, ?)",
-                (key, new.seqno, new.data),
+                (key, new.seqno, bytes(new.data)),
             )
-        except sqlite3.Error as e:
-            _rollback(conn)
-            raise Determinate(f"compare_and_set of {key!r}: {e}") from e
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as e:
-            _rollback(conn)
-            raise Indeterminate(f"committing compare_and_set of {key!r}: {e}") from e
-        return CaSResult.COMMITTED
+            return CaSResult.COMMITTED
+
+        return self._write(f"compare_and_set of {key!r}", body)
 
     def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
         check_consensus_key(key)
@@ -138,31 +210,17 @@ class SqliteConsensus:
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
-        conn = self._conn()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            raise Determinate(f"truncating {key!r}: {e}") from e
-        try:
-            row = conn.execute(
-                "SELECT max(seqno) FROM consensus WHERE shard = ?", (key,)
-            ).fetchone()
-            head = None if row is None or row[0] is None else int(row[0])
+
+        def body(conn: sqlite3.Connection) -> int:
+            head = _head_seqno(conn, key)
             if head is None or seqno > head:
-                conn.execute("ROLLBACK")
                 raise InvalidUsage(f"cannot truncate {key!r} at {seqno}: head seqno is {head}")
-            deleted = conn.execute(
+            cursor = conn.execute(
                 "DELETE FROM consensus WHERE shard = ? AND seqno < ?", (key, seqno)
-            ).rowcount
-        except sqlite3.Error as e:
-            _rollback(conn)
-            raise Determinate(f"truncating {key!r}: {e}") from e
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as e:
-            _rollback(conn)
-            raise Indeterminate(f"committing truncate of {key!r}: {e}") from e
-        return int(deleted)
+            )
+            return int(cursor.rowcount)
+
+        return self._write(f"truncate of {key!r}", body)
 
     def list_keys(self) -> list[str]:
         try:
@@ -176,9 +234,27 @@ class SqliteConsensus:
         return [str(r[0]) for r in rows]
 
 
+def _head_seqno(conn: sqlite3.Connection, key: str) -> SeqNo | None:
+    row = conn.execute(_HEAD_SEQNO, (key,)).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _is_busy(e: sqlite3.Error) -> bool:
+    return "locked" in str(e) or "busy" in str(e)
+
+
+def _explain(e: sqlite3.Error, busy_timeout_s: float) -> str:
+    if _is_busy(e):
+        return f"{e} (another writer held the lock for more than {busy_timeout_s} s)"
+    return str(e)
+
+
 def _rollback(conn: sqlite3.Connection) -> None:
-    with contextlib.suppress(sqlite3.Error):
-        conn.execute("ROLLBACK")
+    try:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
 
 
 __all__ = ["SqliteConsensus"]

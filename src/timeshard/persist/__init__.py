@@ -13,6 +13,7 @@ from timeshard.persist.client import PersistClient, check_shard_id
 from timeshard.persist.compaction import Compactor
 from timeshard.persist.config import PersistConfig
 from timeshard.persist.critical import SinceHandle
+from timeshard.persist.fetch import UnleasedReader
 from timeshard.persist.gc import GcReport
 from timeshard.persist.read import Listen, ListenEvent, Progress, ReadHandle, Updates
 from timeshard.persist.write import Batch, WriteHandle
@@ -36,6 +37,7 @@ __all__ = [
     "ReadHandle",
     "ShardState",
     "SinceHandle",
+    "UnleasedReader",
     "Updates",
     "WriteHandle",
     "check_shard_id",

@@ -26,6 +26,7 @@ from timeshard.persist._internal.state import ShardState, decode_schema, encode_
 from timeshard.persist.compaction import Compactor, compact_shard
 from timeshard.persist.config import PersistConfig
 from timeshard.persist.critical import SinceHandle
+from timeshard.persist.fetch import UnleasedReader
 from timeshard.persist.gc import GcReport, collect_garbage
 from timeshard.persist.read import ReadHandle
 from timeshard.persist.write import WriteHandle
@@ -43,13 +44,16 @@ def check_shard_id(shard_id: object) -> str:
 
 
 def _arrow_schema(schema: object) -> pa.Schema:
-    """``schema`` as Arrow: a pyarrow Schema as is, a Spark StructType converted."""
+    """``schema`` as Arrow, every column nullable (err rows carry no data).
+
+    A pyarrow Schema is taken as is, a Spark StructType converted.
+    """
     if isinstance(schema, pa.Schema):
-        return schema
+        return pa.schema([f.with_nullable(True) for f in schema], metadata=schema.metadata)
     if type(schema).__module__.startswith("pyspark.") and hasattr(schema, "fields"):
         from timeshard.spark.session import spark_to_arrow_schema
 
-        return spark_to_arrow_schema(schema)  # type: ignore[arg-type]
+        return _arrow_schema(spark_to_arrow_schema(schema))  # type: ignore[arg-type]
     raise InvalidUsage(
         f"a shard schema must be a pyarrow.Schema or a Spark StructType, "
         f"got {type(schema).__name__}"
@@ -110,6 +114,10 @@ class PersistClient:
         now = self.config.now_ms()
         machine.apply(lambda s: tr.register_leased_reader(s, rid, now, self.config.reader_lease_ms))
         return ReadHandle(machine, self.location.blob, rid, self.config)
+
+    def open_unleased_reader(self, shard_id: str) -> UnleasedReader:
+        """A reader that writes nothing to consensus (read-only replicas, tools)."""
+        return UnleasedReader(self._machine(shard_id, None), self.location.blob, self.config)
 
     def open(
         self, shard_id: str, schema: pa.Schema | None = None

@@ -1,0 +1,441 @@
+"""The self-correcting materialized-view sink: mint, write, append.
+
+```
+            desired frontier ─┐        ┌── persist upper (upper watch)
+                              v        v
+   desired ──────────>  [mint] ── description (lower, upper) ──┐
+   (view over inputs)                                           v
+        │                                                    [write] ── staged batch ──> [append]
+        └─ desired snapshots at change times ─────────────────>  ^                          │
+                                                                 │   compare_and_append ────┘
+   persist (the view's own shard, read back) ── snapshot at lower-1
+```
+
+The sink makes a shard equal to a *desired* collection at every time at or
+beyond its ``as_of``. It never trusts its own memory of what it wrote: every
+batch it writes is ``desired - persist``, computed against the shard's
+content just before the batch's lower bound. So several replicas of one view
+can write into one shard, crash at any moment and restart, and the shard
+still converges to desired: whoever wins a compare-and-append wrote the
+difference it observed, and the losers discard their batches.
+
+**mint** emits descriptions ``[lower, upper)``: ``lower`` is the shard upper
+as a write handle observes it (not the read-back stream), ``upper`` the
+desired frontier. It mints only when not read-only, when desired is ahead of
+persist, and when persist moved past the previous ``lower``, so ``lower``s
+strictly increase.
+
+**write** holds desired snapshots at the change times not yet written (the
+correction buffer: what the shard still has to become), evaluated as soon as
+desired is definite, so this Spark work overlaps the previous commit. For a
+description it computes, at each change time ``t`` in ``[lower, upper)``, the
+updates that turn the previous content into desired at ``t``, starting from
+the shard's own snapshot at ``lower - 1``. Updates at times ``>= upper`` wait
+for a later description. If the shard already holds desired, the batch is
+empty and no part is written.
+
+**append** appends the staged batch with ``compare_and_append_batch``. On
+``UpperMismatch`` another replica won: the batch is deleted and the next tick
+mints from the new upper. If the shard upper is below ``as_of``, append first
+bumps it to ``as_of`` with an empty batch.
+
+Read-only mode mints nothing and writes nothing to consensus (not even a
+registration); it keeps the buffer pruned to times beyond the shard upper and
+capped in size. ``promote`` registers the handles, fences older deploy
+generations through the critical since handle ``deploy`` (opaque token = the
+generation) and starts writing.
+
+I/O runs on an :class:`IoWorker`: one thread fed by one FIFO queue. Ordering
+invariants, after seed 002's "channel ordering requirements":
+
+1. mint: the upper watch is the only producer of persist-upper observations;
+   the worker publishes the upper after each append, in append order, and the
+   tick loop reads it before minting. Nothing else moves the observed upper.
+2. write: the tick loop hands the worker one command per description that
+   carries every correction computed for it; the worker stages the batch
+   before it appends, so an append never sees a batch missing updates the
+   tick loop already observed.
+3. append: a description's append is issued only after its batch is staged,
+   and descriptions are appended in the order they were minted; a command is
+   never reordered behind a later one.
+
+Everything here runs on the driver; Spark jobs run on the cluster.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from timeshard.errors import ExternalError, Fenced, InvalidUsage, UpperMismatch
+from timeshard.persist import Appended, OpaqueMismatch, PersistClient, SinceHandle, WriteHandle
+from timeshard.persist.fetch import UnleasedReader
+from timeshard.progress import Description, Frontier, Timestamp
+
+log = logging.getLogger(__name__)
+
+DEPLOY_READER = "deploy"
+
+
+class Desired(Protocol):
+    """The collection a sink must make its shard equal to."""
+
+    def frontier(self) -> Frontier: ...
+
+    def change_times(self, lower: Timestamp, upper: Timestamp) -> list[Timestamp]: ...
+
+    def snapshot(self, t: Timestamp) -> Any: ...
+
+    def error_snapshot(self, t: Timestamp, error: BaseException) -> Any: ...
+
+
+@dataclass
+class SinkStats:
+    """Counters a sink keeps; read them through ``MvSink.stats``."""
+
+    ticks: int = 0
+    minted: int = 0
+    appended: int = 0
+    mismatches: int = 0
+    rows_written: int = 0
+    parts_written: int = 0
+    empty_appends: int = 0
+    query_errors: int = 0
+    consensus_writes: int = 0
+    last_tick_s: float = 0.0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SinkFrontiers:
+    """Where a sink is: desired frontier, the shard upper, and the lag between them."""
+
+    as_of: Timestamp
+    desired: Frontier
+    persist: Frontier
+    read_only: bool
+    generation: int
+
+    @property
+    def lag_ms(self) -> int | None:
+        if self.desired.time is None or self.persist.time is None:
+            return None if self.persist.time is not None else 0
+        return max(self.desired.time - self.persist.time, 0)
+
+
+class Mint:
+    """Emits batch descriptions; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.last_lower: Frontier | None = None
+
+    def mint(self, read_only: bool, desired: Frontier, persist: Frontier) -> Description | None:
+        if read_only or not persist < desired:
+            return None
+        if self.last_lower is not None and not self.last_lower < persist:
+            return None
+        self.last_lower = persist
+        return Description(persist, desired)
+
+    def failed(self) -> None:
+        """The last description was not appended by anyone: allow minting it again."""
+        self.last_lower = None
+
+
+class IoWorker:
+    """One thread, one FIFO queue: commands run one at a time, in the order sent.
+
+    A ``ThreadPoolExecutor`` with a single worker takes its work items from
+    one FIFO queue, which is exactly the ordering the invariants need.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+
+    def submit(self, command: Callable[[], Any]) -> Future[Any]:
+        return self._pool.submit(command)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+class MvSink:
+    """Keeps the shard ``shard_id`` equal to ``desired`` at every time ``>= as_of``."""
+
+    def __init__(
+        self,
+        client: PersistClient,
+        shard_id: str,
+        data_schema: pa.Schema,
+        desired: Desired,
+        engine: Any,
+        as_of: Timestamp,
+        *,
+        read_only: bool = False,
+        generation: int = 0,
+        input_shards: tuple[str, ...] = (),
+        background_io: bool = True,
+        max_buffered_times: int = 64,
+        stage: Callable[[WriteHandle, Any, Description], Any] | None = None,
+    ) -> None:
+        if generation < 0:
+            raise InvalidUsage(f"generation must be non-negative, got {generation}")
+        self.client = client
+        self.shard_id = shard_id
+        self.data_schema = data_schema
+        self.desired = desired
+        self.engine = engine
+        self.as_of = as_of
+        self.read_only = True
+        self.generation = generation
+        self.input_shards = input_shards
+        self.max_buffered_times = max_buffered_times
+        self.stats = SinkStats()
+        self._stage = stage or (lambda w, updates, d: w.batch(updates, d.lower, d.upper))
+        self._mint = Mint()
+        self._buffer: dict[Timestamp, Any] = {}
+        self._writer: WriteHandle | None = None
+        self._deploy: SinceHandle | None = None
+        self._input_holds: list[Any] = []
+        self._inflight: Future[Any] | None = None
+        self._io = IoWorker(f"mv-sink-io-{shard_id}") if background_io else None
+        if shard_id not in client.list_shards():
+            raise InvalidUsage(f"unknown shard id {shard_id!r}: create the view's shard first")
+        self._readback: UnleasedReader = client.open_unleased_reader(shard_id)
+        self._persist_upper = self._readback.upper()
+        if not read_only:
+            self.promote()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def promote(self) -> None:
+        """Leave read-only mode: register handles, fence older generations, start writing."""
+        if not self.read_only:
+            return
+        gen = str(self.generation).zfill(12)
+        deploy = self.client.open_critical_since(self.shard_id, DEPLOY_READER, gen)
+        current = deploy.current_opaque()
+        if current > gen:
+            raise Fenced(
+                f"view shard {self.shard_id!r} belongs to generation {int(current)}; "
+                f"generation {self.generation} cannot take over"
+            )
+        if current < gen:
+            result = deploy.compare_and_downgrade_since(current, gen, Frontier.minimum())
+            if isinstance(result, OpaqueMismatch):
+                raise Fenced(
+                    f"view shard {self.shard_id!r} was taken over by generation "
+                    f"{int(result.current)} while generation {self.generation} "
+                    "was promoting"
+                )
+        deploy.opaque = gen
+        self._deploy = deploy
+        self._writer = self.client.open_writer(self.shard_id)
+        self._input_holds = [self.client.open_leased_reader(s) for s in self.input_shards]
+        self.read_only = False
+
+    def close(self) -> None:
+        """Wait for in-flight I/O, then stop the worker. Handles expire with their leases."""
+        self._await_inflight()
+        if self._io is not None:
+            self._io.close()
+        for b in self._buffer.values():
+            self.engine.release(b)
+        self._buffer.clear()
+
+    def frontiers(self) -> SinkFrontiers:
+        return SinkFrontiers(
+            self.as_of,
+            self.desired.frontier(),
+            self._persist_upper,
+            self.read_only,
+            self.generation,
+        )
+
+    # -- one tick ----------------------------------------------------------------------------
+
+    def step(self) -> Description | None:
+        """One tick: buffer desired, maybe mint, write and (maybe in the background) append."""
+        t0 = time.monotonic()
+        self.stats.ticks += 1
+        if self._inflight is not None and self._inflight.done():
+            self._await_inflight()
+        self._observe_upper()
+        desired_upper = self.desired.frontier()
+        self._fill_buffer(desired_upper)
+        desc = None
+        if self._inflight is None:
+            if not self.read_only and self._persist_upper.less_than(self.as_of):
+                self._bump_to_as_of()
+            desc = self._mint.mint(self.read_only, desired_upper, self._persist_upper)
+            if desc is not None:
+                self.stats.minted += 1
+                self._write_and_append(desc)
+        self.stats.last_tick_s = time.monotonic() - t0
+        return desc
+
+    def run_until(self, frontier: Frontier, timeout_s: float = 300.0) -> None:
+        """Step until the shard upper is at least ``frontier`` (or time runs out)."""
+        deadline = time.monotonic() + timeout_s
+        while self._persist_upper < frontier:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"sink {self.shard_id!r} at {self._persist_upper}, wanted {frontier}"
+                )
+            if self.step() is None and self._inflight is None:
+                time.sleep(0.05)
+            self._await_inflight()
+
+    # -- operators ---------------------------------------------------------------------------
+
+    def _observe_upper(self) -> None:
+        """The upper watch: the shard upper, after any in-flight append finished."""
+        if self._inflight is not None:
+            return
+        if self._writer is None:
+            upper = self._readback.upper()
+        else:
+            upper = self._writer.fetch_recent_upper()
+        assert self._persist_upper <= upper, (self._persist_upper, upper)
+        self._persist_upper = upper
+        for t in [t for t in self._buffer if not upper.less_equal(t)]:
+            self.engine.release(self._buffer.pop(t))
+        self._check_fenced()
+
+    def _check_fenced(self) -> None:
+        if self._deploy is None or self.read_only:
+            return
+        current = self._deploy.current_opaque()
+        if current != self._deploy.opaque:
+            log.warning(
+                "sink %s: generation %s fenced by %s; now read-only",
+                self.shard_id,
+                self.generation,
+                current,
+            )
+            self.read_only = True
+
+    def _fill_buffer(self, desired_upper: Frontier) -> None:
+        """Evaluate desired at every change time in [persist upper, desired upper)."""
+        lower = max(self._persist_upper.time or 0, self.as_of)
+        if self._persist_upper.is_empty() or not Frontier(lower) < desired_upper:
+            return
+        upper = desired_upper.time if desired_upper.time is not None else lower + 1
+        times = [lower, *[t for t in self.desired.change_times(lower, upper) if t > lower]]
+        for t in times:
+            if t not in self._buffer and len(self._buffer) < self.max_buffered_times:
+                self._buffer[t] = self._evaluate(t)
+
+    def _evaluate(self, t: Timestamp) -> Any:
+        try:
+            return self.engine.materialize(self.desired.snapshot(t))
+        except (ExternalError, Fenced):
+            raise
+        except Exception as e:  # the query failed at t: that is the view's content at t
+            if type(e).__name__ in ("SinceError", "PartError", "LeaseExpired"):
+                raise
+            self.stats.query_errors += 1
+            return self.engine.materialize(self.desired.error_snapshot(t, e))
+
+    def _corrections(self, desc: Description) -> Any:
+        lower, upper = desc.lower.time, desc.upper.time
+        assert lower is not None
+        end = upper if upper is not None else lower + 1
+        times = [lower, *[t for t in self.desired.change_times(lower, end) if t > lower]]
+        previous = (
+            self.engine.snapshot(self._readback, lower - 1)
+            if lower > 0
+            else self.engine.empty(self.data_schema)
+        )
+        updates = []
+        for t in times:
+            snap = self._buffer.get(t)
+            if snap is None:
+                snap = self._buffer[t] = self._evaluate(t)
+            updates.append(self.engine.diff_at(snap, previous, t, self.data_schema))
+            previous = snap
+        return self.engine.union(updates, self.data_schema)
+
+    def _write_and_append(self, desc: Description) -> None:
+        corrections = self._corrections(desc)
+        writer = self._writer
+        assert writer is not None
+
+        def command() -> Appended | UpperMismatch | None:
+            batch = self._stage(writer, corrections, desc)
+            self._check_fenced()
+            if self.read_only:
+                batch.delete()
+                return None
+            result = writer.compare_and_append_batch([batch], desc.lower, desc.upper)
+            if isinstance(result, UpperMismatch):
+                batch.delete()
+                self.stats.mismatches += 1
+            else:
+                self.stats.appended += 1
+                self.stats.parts_written += len(batch.parts)
+                self.stats.rows_written += batch.num_rows
+                if not batch.parts:
+                    self.stats.empty_appends += 1
+                self.stats.history.append(
+                    {
+                        "lower": desc.lower.time,
+                        "upper": desc.upper.time,
+                        "rows": batch.num_rows,
+                        "parts": len(batch.parts),
+                    }
+                )
+            self._after_append(writer.fetch_recent_upper())
+            return result
+
+        if self._io is None:
+            try:
+                result = command()
+            except ExternalError:
+                self._mint.failed()
+                raise
+            if result is None:
+                self._mint.failed()
+        else:
+            self._inflight = self._io.submit(command)
+
+    def _await_inflight(self) -> None:
+        """Wait for the in-flight append, if any; a failed one may be minted again."""
+        future, self._inflight = self._inflight, None
+        if future is None:
+            return
+        try:
+            if future.result() is None:
+                self._mint.failed()
+        except ExternalError as e:
+            log.warning("sink %s: append failed: %s", self.shard_id, e)
+            self._mint.failed()
+
+    def _after_append(self, upper: Frontier) -> None:
+        """Let the view shard and the inputs compact up to what the sink still needs."""
+        if upper.time is None or upper.time == 0:
+            return
+        if self._deploy is not None:
+            try:
+                self._deploy.downgrade_since(max(upper.time - 1, 0))
+            except Fenced:
+                self.read_only = True
+        for hold in self._input_holds:
+            hold.downgrade_since(upper.time)
+
+    def _bump_to_as_of(self) -> None:
+        writer = self._writer
+        assert writer is not None
+        result = writer.compare_and_append_batch([], self._persist_upper, Frontier(self.as_of))
+        self._persist_upper = writer.fetch_recent_upper()
+        if isinstance(result, Appended):
+            self.stats.empty_appends += 1
+
+
+__all__ = ["DEPLOY_READER", "Desired", "IoWorker", "Mint", "MvSink", "SinkFrontiers", "SinkStats"]

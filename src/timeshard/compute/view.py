@@ -1,0 +1,200 @@
+"""View definitions and the desired collection they describe.
+
+A view is Spark SQL, or a Python function from DataFrames to a DataFrame,
+over named input shards. Its *desired* collection at time ``t`` is the query
+over the inputs' snapshots at ``t``: every input row appears as many times as
+its multiplicity, and the result's rows are counted into multiplicities.
+
+``REFRESH EVERY <interval>`` views change only at refresh times, the
+multiples of the interval: at time ``t`` such a view holds the query over the
+inputs at the last refresh time ``<= t``. Its desired frontier can then run
+ahead of its inputs up to the next refresh time.
+
+Errors are data:
+
+* err rows of an input (``_err`` not null), and input rows with a negative
+  multiplicity, become err rows of the view;
+* a query that fails at time ``t`` (for example a division by zero under
+  ANSI mode) makes the view's content at ``t`` a single err row holding the
+  message; the view recovers at the first time the query succeeds again.
+
+Everything here runs on the driver and submits Spark jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage
+from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.persist.fetch import UnleasedReader
+from timeshard.progress import Frontier, Timestamp
+
+ViewFunction = Callable[[Mapping[str, Any]], Any]
+
+
+@dataclass(frozen=True)
+class ViewDefinition:
+    """What a materialized view computes.
+
+    ``inputs`` maps the names the query uses to input shard ids. Exactly one
+    of ``sql`` and ``function`` is given.
+    """
+
+    name: str
+    inputs: Mapping[str, str]
+    sql: str | None = None
+    function: ViewFunction | None = None
+    refresh_every_ms: int | None = None
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if (self.sql is None) == (self.function is None):
+            raise InvalidUsage(f"view {self.name!r} needs exactly one of sql and function")
+        if not self.inputs:
+            raise InvalidUsage(f"view {self.name!r} has no inputs")
+        if self.refresh_every_ms is not None and self.refresh_every_ms <= 0:
+            raise InvalidUsage(
+                f"REFRESH EVERY must be a positive interval, got {self.refresh_every_ms!r} ms"
+            )
+
+    def refresh_time(self, t: Timestamp) -> Timestamp:
+        """The time whose inputs the view shows at ``t``."""
+        if self.refresh_every_ms is None:
+            return t
+        return t - t % self.refresh_every_ms
+
+
+class SparkViewDesired:
+    """The desired collection of a view, computed with Spark from its inputs.
+
+    Reads inputs with unleased readers (no consensus writes, so a read-only
+    replica can use it); a writing sink holds the inputs' since separately.
+    """
+
+    def __init__(self, spark: Any, client: Any, definition: ViewDefinition) -> None:
+        self.spark = spark
+        self.definition = definition
+        self.readers: dict[str, UnleasedReader] = {
+            alias: client.open_unleased_reader(shard) for alias, shard in definition.inputs.items()
+        }
+        self._schema: pa.Schema | None = None
+
+    def frontier(self) -> Frontier:
+        """Desired is known at every time before this frontier."""
+        upper = Frontier.empty()
+        for reader in self.readers.values():
+            upper = upper.meet(reader.upper())
+        every = self.definition.refresh_every_ms
+        if every is None or upper.time is None or upper.time == 0:
+            return upper
+        last_complete = upper.time - 1
+        return Frontier(last_complete - last_complete % every + every)
+
+    def change_times(self, lower: Timestamp, upper: Timestamp) -> list[Timestamp]:
+        """Times in ``[lower, upper)`` at which desired may differ from just before."""
+        every = self.definition.refresh_every_ms
+        if every is not None:
+            first = lower + (-lower) % every
+            return list(range(first, upper, every))
+        times: set[int] = set()
+        for reader in self.readers.values():
+            times |= set(reader.change_times(lower, upper))
+        return sorted(times)
+
+    def data_schema(self) -> pa.Schema:
+        """The view's data columns, from Spark's analysis of the query (no job)."""
+        if self._schema is None:
+            from timeshard.spark.session import spark_to_arrow_schema
+
+            frames = {alias: self._input_frames(alias, None)[0] for alias in self.readers}
+            result = self._evaluate(frames)
+            schema = spark_to_arrow_schema(result.schema)
+            self._schema = pa.schema([f.with_nullable(True) for f in schema])
+        return self._schema
+
+    def snapshot(self, t: Timestamp) -> Any:
+        """Desired at ``t`` as a snapshot DataFrame (data columns, ``_diff``, ``_err``)."""
+        from pyspark.sql import functions as F
+
+        at = self.definition.refresh_time(t)
+        schema = self.data_schema()
+        data = list(schema.names)
+        oks, errs = {}, []
+        for alias in self.readers:
+            ok, err = self._input_frames(alias, at)
+            oks[alias] = ok
+            errs.append(err)
+        result = self._evaluate(oks)
+        counted = (
+            result.groupBy(*data)
+            .agg(F.count(F.lit(1)).cast("long").alias(DIFF))
+            .withColumn(ERR, F.lit(None).cast("string"))
+        )
+        for err in errs:
+            nulls = [F.lit(None).cast(result.schema[c].dataType).alias(c) for c in data]
+            counted = counted.unionByName(err.select(*nulls, DIFF, ERR))
+        return counted
+
+    def error_snapshot(self, t: Timestamp, error: BaseException) -> Any:
+        """The view's content at ``t`` when its query fails there: one err row."""
+        from pyspark.sql import functions as F
+
+        data = list(self.data_schema().names)
+        message = f"view {self.definition.name!r} failed at {t}: {type(error).__name__}: "
+        message += str(error).splitlines()[0][:500] if str(error) else ""
+        row = self.spark.range(1).select(
+            *[F.lit(None).alias(c) for c in data],
+            F.lit(1).cast("long").alias(DIFF),
+            F.lit(message).alias(ERR),
+        )
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        target = arrow_to_spark_schema(self.data_schema())
+        return row.select(*[F.col(f.name).cast(f.dataType) for f in target.fields], DIFF, ERR)
+
+    def _input_frames(self, alias: str, at: Timestamp | None) -> tuple[Any, Any]:
+        """(ok rows expanded by multiplicity, err rows) of input ``alias`` at ``at``."""
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.parts import read_parts
+        from timeshard.spark.snapshot import consolidate_df
+
+        reader = self.readers[alias]
+        names = list(reader.schema.names)
+        parts = [] if at is None else reader.snapshot_parts(at)
+        df = read_parts(self.spark, reader.blob, parts, reader.schema)
+        if at is not None:
+            df = df.where(F.col(TS) <= F.lit(at)).withColumn(TS, F.lit(at).cast("long"))
+        snap = consolidate_df(df, names)
+        ok = (
+            snap.where(F.col(ERR).isNull() & (F.col(DIFF) > 0))
+            .withColumn("__n", F.explode(F.sequence(F.lit(1), F.col(DIFF).cast("int"))))
+            .select(*names)
+        )
+        err = snap.where(F.col(ERR).isNotNull() | (F.col(DIFF) < 0)).select(
+            F.coalesce(
+                F.col(ERR),
+                F.concat(
+                    F.lit(f"input {alias!r} has a negative multiplicity: "),
+                    F.to_json(F.struct(*names)),
+                ),
+            ).alias(ERR),
+            F.abs(F.col(DIFF)).alias(DIFF),
+        )
+        return ok, err
+
+    def _evaluate(self, frames: Mapping[str, Any]) -> Any:
+        if self.definition.function is not None:
+            return self.definition.function(frames)
+        for alias, frame in frames.items():
+            frame.createOrReplaceTempView(alias)
+        assert self.definition.sql is not None
+        return self.spark.sql(self.definition.sql)
+
+
+__all__ = ["SparkViewDesired", "ViewDefinition", "ViewFunction"]
