@@ -57,12 +57,12 @@ class ArrowEngine:
     def diff_at(
         self, desired: pa.Table, previous: pa.Table, t: Timestamp, data_schema: pa.Schema
     ) -> pa.Table:
+        schema = snapshot_schema(data_schema)
+        previous = previous.select(schema.names).cast(schema)
         negated = previous.set_column(
-            previous.schema.get_field_index(DIFF),
-            previous.schema.field(DIFF),
-            pc.negate(previous.column(DIFF)),
+            schema.get_field_index(DIFF), schema.field(DIFF), pc.negate(previous.column(DIFF))
         )
-        both = pa.concat_tables([desired.select(negated.column_names), negated])
+        both = pa.concat_tables([desired.select(schema.names).cast(schema), negated])
         with_ts = both.append_column(
             pa.field(TS, pa.int64(), nullable=False),
             pa.repeat(pa.scalar(t, pa.int64()), both.num_rows),
