@@ -1,6 +1,7 @@
 """compute: materialized views kept in shards by the self-correcting sink."""
 
 from timeshard.compute.engine import ArrowEngine, Engine, SparkEngine
+from timeshard.compute.materialized_view import MaterializedView
 from timeshard.compute.mv_sink import (
     DEPLOY_READER,
     Desired,
@@ -18,6 +19,7 @@ __all__ = [
     "Desired",
     "Engine",
     "IoWorker",
+    "MaterializedView",
     "Mint",
     "MvSink",
     "SinkFrontiers",

@@ -1,0 +1,140 @@
+"""Materialized views: a view definition kept in its own shard by the sink.
+
+    view = MaterializedView.install(spark, client, ViewDefinition(
+        name="bids_per_user", inputs={"bids": "auction_bids"},
+        sql="SELECT user_id, count(*) AS n FROM bids GROUP BY user_id"))
+    view.run_for(10.0)              # tick every tick_interval until 10 s passed
+    view.frontiers()                # desired frontier, write frontier, lag
+
+``install`` creates the view's shard (unless read-only) with the schema Spark
+derives from the query, and starts a sink at ``as_of`` -- by default the
+earliest time every input can still be read at, or the view shard's upper if
+the view already exists. A read-only install writes nothing to consensus
+until ``promote``; ``generation`` is the deploy generation (a newer one fences
+the older ones when it is promoted).
+
+Runs on the driver; Spark does the data work.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from timeshard.compute.engine import SparkEngine
+from timeshard.compute.mv_sink import MvSink, SinkFrontiers, SinkStats
+from timeshard.compute.view import SparkViewDesired, ViewDefinition
+from timeshard.errors import InvalidUsage
+from timeshard.persist import PersistClient
+from timeshard.persist.client import check_shard_id
+from timeshard.progress import Frontier, Timestamp
+
+
+class MaterializedView:
+    """A view and the sink that maintains it."""
+
+    def __init__(
+        self,
+        definition: ViewDefinition,
+        sink: MvSink,
+        desired: SparkViewDesired,
+        tick_interval_s: float,
+    ) -> None:
+        self.definition = definition
+        self.sink = sink
+        self.desired = desired
+        self.tick_interval_s = tick_interval_s
+
+    @staticmethod
+    def install(
+        spark: Any,
+        client: PersistClient,
+        definition: ViewDefinition,
+        *,
+        as_of: Timestamp | None = None,
+        read_only: bool = False,
+        generation: int = 0,
+        background_io: bool = True,
+        tick_interval_s: float = 1.0,
+    ) -> MaterializedView:
+        check_shard_id(definition.name)
+        for shard in definition.inputs.values():
+            check_shard_id(shard)
+        desired = SparkViewDesired(spark, client, definition)
+        schema = desired.data_schema()
+        exists = definition.name in client.list_shards()
+        if not exists:
+            if read_only:
+                raise InvalidUsage(
+                    f"view {definition.name!r} does not exist yet; a read-only "
+                    "replica cannot create it"
+                )
+            client.open_writer(definition.name, schema).expire()
+        stored = client.state(definition.name).data_schema
+        if not stored.equals(schema):
+            raise InvalidUsage(
+                f"view {definition.name!r} exists with schema {stored}; the "
+                f"definition produces {schema}"
+            )
+        if as_of is None:
+            as_of = MaterializedView._default_as_of(client, definition)
+        sink = MvSink(
+            client,
+            definition.name,
+            schema,
+            desired,
+            SparkEngine(spark),
+            as_of,
+            read_only=read_only,
+            generation=generation,
+            input_shards=tuple(definition.inputs.values()),
+            background_io=background_io,
+        )
+        return MaterializedView(definition, sink, desired, tick_interval_s)
+
+    @staticmethod
+    def _default_as_of(client: PersistClient, definition: ViewDefinition) -> Timestamp:
+        view_upper = client.state(definition.name).upper
+        if view_upper.time is not None and view_upper.time > 0:
+            return view_upper.time - 1 if view_upper.time > 0 else 0
+        since = Frontier.minimum()
+        for shard in definition.inputs.values():
+            since = since.join(client.state(shard).since)
+        return since.time or 0
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+    @property
+    def stats(self) -> SinkStats:
+        return self.sink.stats
+
+    def step(self) -> None:
+        self.sink.step()
+
+    def run_for(self, seconds: float) -> None:
+        """Tick every ``tick_interval_s`` for ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            self.sink.step()
+            time.sleep(max(0.0, self.tick_interval_s - (time.monotonic() - started)))
+
+    def catch_up(self, timeout_s: float = 300.0) -> Frontier:
+        """Step until the view's shard reaches the desired frontier as it is now."""
+        target = self.desired.frontier()
+        self.sink.run_until(target, timeout_s)
+        return target
+
+    def promote(self) -> None:
+        self.sink.promote()
+
+    def frontiers(self) -> SinkFrontiers:
+        return self.sink.frontiers()
+
+    def close(self) -> None:
+        self.sink.close()
+
+
+__all__ = ["MaterializedView"]

@@ -1,0 +1,209 @@
+"""Materialized views on Spark: correct at every time, refresh, errors, read-only, fencing."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from timeshard.compute import MaterializedView, ViewDefinition
+from timeshard.location import Location, VersionedData
+from timeshard.persist import PersistClient
+
+pytestmark = pytest.mark.spark
+
+INPUT = pa.schema([("k", pa.string()), ("v", pa.int64())])
+SQL = "SELECT k, count(*) AS n, sum(v) AS s FROM inp GROUP BY k"
+
+
+def per_key(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    """The query over an input snapshot, in Python."""
+    groups: dict[str, list[int]] = {}
+    for r in rows:
+        if r["_err"] is None:
+            groups.setdefault(r["k"], []).extend([r["v"]] * r["_diff"])
+    return Counter({(k, len(vs), sum(vs), None): 1 for k, vs in groups.items()})
+
+
+def view_rows(rows: list[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    out: Counter[tuple[Any, ...]] = Counter()
+    for r in rows:
+        out[(r["k"], r["n"], r["s"], r["_err"])] += r["_diff"]
+    return Counter({k: v for k, v in out.items() if v})
+
+
+def write_history(client: PersistClient, start: int = 0, ticks: int = 4) -> int:
+    writer = client.open_writer("inp", INPUT)
+    upper = writer.fetch_recent_upper().time or 0
+    for i in range(start, start + ticks):
+        ups = [((f"k{j % 3}", i * 10 + j), upper, 1) for j in range(4)]
+        if i > 0:
+            ups.append((("k0", (i - 1) * 10), upper, -1))
+        writer.append(ups, upper, upper + 2)
+        upper += 2
+    writer.expire()
+    return upper
+
+
+class CountingConsensus:
+    """Counts compare-and-set calls that reach consensus."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.cas = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def compare_and_set(self, key: str, expected: Any, new: VersionedData) -> Any:
+        self.cas += 1
+        return self.inner.compare_and_set(key, expected, new)
+
+
+def check_every_time(client: PersistClient, view: str, lo: int, hi: int) -> None:
+    inp, out = client.open_leased_reader("inp"), client.open_leased_reader(view)
+    for t in range(lo, hi):
+        assert view_rows(out.snapshot(t).to_pylist()) == per_key(inp.snapshot(t).to_pylist()), t
+
+
+def test_sql_view_correct_at_every_time(spark: SparkSession, tmp_path: Path) -> None:
+    client = PersistClient(Location.embedded(tmp_path))
+    hold = client.open_leased_reader("inp", INPUT)
+    upper = write_history(client)
+    view = MaterializedView.install(
+        spark, client, ViewDefinition("v1", {"inp": "inp"}, SQL), as_of=0
+    )
+    hold_view = client.open_leased_reader("v1")
+    view.catch_up()
+    check_every_time(client, "v1", 0, upper)
+    parts = view.stats.parts_written
+    upper = write_history(client, start=4, ticks=3)
+    view.catch_up()
+    check_every_time(client, "v1", 0, upper)
+    assert view.frontiers().persist.time == upper and view.frontiers().lag_ms == 0
+    # Steady state: no input change, no new parts.
+    before = view.stats.parts_written
+    assert before > parts
+    writer = client.open_writer("inp")
+    for _ in range(3):
+        u = writer.fetch_recent_upper().time or 0
+        writer.append([], u, u + 5)
+        view.catch_up()
+    assert view.stats.parts_written == before
+    view.close()
+    hold.expire()
+    hold_view.expire()
+
+
+def test_function_view_and_refresh(spark: SparkSession, tmp_path: Path) -> None:
+    client = PersistClient(Location.embedded(tmp_path))
+    client.open_leased_reader("inp", INPUT)
+    upper = write_history(client, ticks=5)
+
+    def fn(frames: Any) -> Any:
+        return frames["inp"].groupBy("k").agg({"v": "sum"}).withColumnRenamed("sum(v)", "s")
+
+    view = MaterializedView.install(
+        spark,
+        client,
+        ViewDefinition("refresh4", {"inp": "inp"}, function=fn, refresh_every_ms=4),
+        as_of=0,
+    )
+    client.open_leased_reader("refresh4")
+    view.catch_up()
+    inp, out = client.open_leased_reader("inp"), client.open_leased_reader("refresh4")
+    for t in range(0, upper):
+        refresh = t - t % 4
+        want: Counter[tuple[Any, ...]] = Counter()
+        for (k, _n, s, e), d in per_key(inp.snapshot(refresh).to_pylist()).items():
+            want[(k, s, e)] += d
+        got: Counter[tuple[Any, ...]] = Counter()
+        for r in out.snapshot(t).to_pylist():
+            got[(r["k"], r["s"], r["_err"])] += r["_diff"]
+        assert Counter({k: v for k, v in got.items() if v}) == want, t
+    times = {h["lower"] for h in view.stats.history if h["rows"]}
+    assert all(t % 4 == 0 for t in times), times
+    view.close()
+
+
+def test_errors_are_data(spark: SparkSession, tmp_path: Path) -> None:
+    client = PersistClient(Location.embedded(tmp_path))
+    client.open_leased_reader("inp", INPUT)
+    writer = client.open_writer("inp", INPUT)
+    writer.append([(("a", 1), 0, 1), (("b", 0), 0, 1)], 0, 1)
+    writer.append(
+        pa.table(
+            {
+                "k": [None],
+                "v": [None],
+                "_ts": [1],
+                "_diff": [1],
+                "_err": ["undecodable record at offset 9"],
+            }
+        ),
+        1,
+        2,
+    )
+    writer.append([(("b", 0), 2, -1), (("b", 5), 2, 1)], 2, 3)
+    spark.conf.set("spark.sql.ansi.enabled", "true")
+    try:
+        view = MaterializedView.install(
+            spark,
+            client,
+            ViewDefinition("ratio", {"inp": "inp"}, "SELECT k, 10 / v AS r FROM inp"),
+            as_of=0,
+        )
+        client.open_leased_reader("ratio")
+        view.catch_up()
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", "false")
+    out = client.open_leased_reader("ratio")
+    at0 = out.snapshot(0).to_pylist()
+    assert len(at0) == 1 and "DIVIDE_BY_ZERO" in (at0[0]["_err"] or "")
+    at1 = out.snapshot(1).to_pylist()  # the division still fails at 1
+    assert len(at1) == 1 and "DIVIDE_BY_ZERO" in (at1[0]["_err"] or "")
+    at2 = sorted(repr((r["k"], r["r"], r["_err"])) for r in out.snapshot(2).to_pylist())
+    assert at2 == sorted(
+        repr(x)
+        for x in [
+            (None, None, "undecodable record at offset 9"),
+            ("a", 10.0, None),
+            ("b", 2.0, None),
+        ]
+    )
+    assert view.stats.query_errors >= 1
+    view.close()
+
+
+def test_read_only_writes_nothing_then_promotes(spark: SparkSession, tmp_path: Path) -> None:
+    base = Location.embedded(tmp_path)
+    client = PersistClient(base)
+    client.open_leased_reader("inp", INPUT)
+    upper = write_history(client)
+    gen1 = MaterializedView.install(
+        spark, client, ViewDefinition("ro", {"inp": "inp"}, SQL), as_of=0, generation=1
+    )
+    client.open_leased_reader("ro")
+    gen1.catch_up()
+    counting = CountingConsensus(base.consensus)
+    ro_client = PersistClient(Location(base.blob, counting))
+    gen2 = MaterializedView.install(
+        spark, ro_client, ViewDefinition("ro", {"inp": "inp"}, SQL), read_only=True, generation=2
+    )
+    upper = write_history(client, start=4, ticks=2)
+    for _ in range(4):
+        gen2.step()
+    assert counting.cas == 0
+    assert gen2.frontiers().read_only
+    gen2.promote()
+    assert counting.cas > 0
+    gen2.catch_up()
+    check_every_time(client, "ro", 0, upper)
+    gen1.step()
+    assert gen1.frontiers().read_only, "generation 1 must be fenced by generation 2"
+    gen1.close()
+    gen2.close()
