@@ -1,4 +1,9 @@
-"""Fixtures shared by every tier: a PostgreSQL server started by the tests."""
+"""Fixtures shared by every tier: a throwaway PostgreSQL server, started once.
+
+Tests that use ``postgres_dsn`` carry ``@pytest.mark.postgres``. If the server
+cannot start they are skipped with the reason printed, except in CI
+(``CI`` set), where they fail: CI must run them.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +24,11 @@ def postgres_server() -> Iterator[PostgresServer]:
     server = PostgresServer()
     try:
         server.start()
-    except Exception as e:  # the server truly cannot start here
+    except Exception as e:
         server.cleanup()
-        reason = f"PostgreSQL cannot start: {e!r}"
+        reason = f"PostgreSQL cannot start: {e}"
         if os.environ.get("CI"):
-            pytest.fail(reason + " (CI must run the PostgreSQL tests)")
+            pytest.fail(f"{reason} (CI must run the PostgreSQL tests)")
         print(reason, file=sys.stderr)
         pytest.skip(reason)
     yield server
@@ -32,4 +37,5 @@ def postgres_server() -> Iterator[PostgresServer]:
 
 @pytest.fixture(scope="session")
 def postgres_dsn(postgres_server: PostgresServer) -> str:
+    """The DSN of the session's server (database ``postgres``, user ``postgres``)."""
     return postgres_server.dsn

@@ -1,18 +1,31 @@
-"""One conformance suite, run against every blob and consensus backend."""
+"""One conformance suite, run against every blob and consensus backend.
+
+Blobs: memory, file, arrowfs (pyarrow's local filesystem). Consensus: memory,
+sqlite, postgres (a throwaway server, one fresh schema per test). Then the
+backend-specific failure modes (full disk, locked database, lost commit,
+server restart, fork), the seeded unreliable wrappers, cross-process races and
+a property test of MemoryConsensus against a list model.
+"""
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import errno
+import multiprocessing
+import os
+import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any, TypeVar
 
 import hypothesis.strategies as st
+import psycopg
 import pytest
 from hypothesis import given, settings
+from tests.pg_server import PostgresServer
 
-from timeshard import Determinate, Indeterminate, InvalidUsage
+from timeshard.errors import Determinate, ExternalError, Indeterminate, InvalidUsage
 from timeshard.location import (
     Blob,
     CaSResult,
@@ -21,6 +34,7 @@ from timeshard.location import (
     Location,
     MemoryBlob,
     MemoryConsensus,
+    PostgresConsensus,
     SqliteConsensus,
     UnreliableBlob,
     UnreliableConsensus,
@@ -29,6 +43,23 @@ from timeshard.location import (
     open_consensus,
     open_location,
 )
+
+R = TypeVar("R")
+
+POSTGRES = pytest.param("postgres", marks=pytest.mark.postgres)
+UNSAFE_KEYS = [
+    "",
+    "/abs",
+    "../up",
+    "a/../b",
+    "a//b",
+    "a/./b",
+    "a/",
+    ".hidden",
+    "a b",
+    "a\\b",
+    "x\0",
+]
 
 
 @pytest.fixture(params=["memory", "file", "arrowfs"])
@@ -41,239 +72,707 @@ def blob(request: pytest.FixtureRequest, tmp_path: Path) -> Blob:
     return open_blob(f"arrowfs+file://{tmp_path / 'afs'}")
 
 
-@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def make_consensus(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Consensus:
+    if kind == "memory":
+        return MemoryConsensus()
+    if kind == "sqlite":
+        return SqliteConsensus(tmp_path / "consensus.sqlite")
+    server: PostgresServer = request.getfixturevalue("postgres_server")
+    return PostgresConsensus(server.isolated_dsn())
+
+
+@pytest.fixture(params=["memory", "sqlite", POSTGRES])
 def consensus(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Consensus]:
-    if request.param == "memory":
-        yield MemoryConsensus()
-    elif request.param == "sqlite":
-        yield SqliteConsensus(tmp_path / "c.sqlite")
-    else:
-        from timeshard.location.postgres import PostgresConsensus
-
-        dsn = request.getfixturevalue("postgres_dsn")
-        yield PostgresConsensus(dsn)
+    c = make_consensus(request.param, request, tmp_path)
+    yield c
+    if isinstance(c, SqliteConsensus | PostgresConsensus):
+        c.close()
 
 
-def key_for(request: pytest.FixtureRequest) -> str:
-    return "k-" + str(abs(hash(request.node.nodeid)))
+def v(seqno: int, data: bytes | None = None) -> VersionedData:
+    return VersionedData(seqno, f"v{seqno}".encode() if data is None else data)
 
 
-def test_blob_get_set_delete_list(blob: Blob) -> None:
+def seqnos(c: Consensus, key: str = "k") -> list[int]:
+    return [x.seqno for x in c.scan(key, 0, 10_000)]
+
+
+def append(c: Consensus, key: str, *versions: int) -> None:
+    for s in versions:
+        head = c.head(key)
+        assert c.compare_and_set(key, None if head is None else head.seqno, v(s)) is (
+            CaSResult.COMMITTED
+        )
+
+
+# --- blob ----------------------------------------------------------------------------------
+
+
+def test_blob_get_set_delete(blob: Blob) -> None:
     assert blob.get("a/b") is None
+    assert blob.delete("a/b") is None
+    binary = bytes(range(256)) * 4096
     blob.set("a/b", b"one")
-    blob.set("a/c", b"")
-    blob.set("z", b"zz")
-    assert blob.get("a/b") == b"one" and blob.get("a/c") == b""
-    assert sorted((m.key, m.size_in_bytes) for m in blob.list_keys("a/")) == [
-        ("a/b", 3),
-        ("a/c", 0),
-    ]
-    assert sorted(m.key for m in blob.list_keys()) == ["a/b", "a/c", "z"]
-    blob.set("a/b", b"one")  # a retried write of the same bytes is harmless
+    blob.set("a/empty", b"")
+    blob.set("big", binary)
+    assert blob.get("a/b") == b"one"
+    assert blob.get("a/empty") == b""
+    assert blob.get("big") == binary
     assert blob.delete("a/b") == 3
     assert blob.delete("a/b") is None
     assert blob.get("a/b") is None
+    assert blob.delete("big") == len(binary)
 
 
-@pytest.mark.parametrize(
-    "key", ["", "/abs", "../up", "a/../b", "a//b", "a/./b", "a b", "a\\b", "x/\x00"]
-)
+def test_blob_list_keys_by_prefix(blob: Blob) -> None:
+    for key in ["s1/w1/p0", "s1/w1/p1", "s1/w2/p0", "s10/w1/p0", "s2/p", "top"]:
+        blob.set(key, key.encode())
+
+    def listed(prefix: str = "") -> list[tuple[str, int]]:
+        return sorted((m.key, m.size_in_bytes) for m in blob.list_keys(prefix))
+
+    assert [k for k, _ in listed()] == [
+        "s1/w1/p0",
+        "s1/w1/p1",
+        "s1/w2/p0",
+        "s10/w1/p0",
+        "s2/p",
+        "top",
+    ]
+    assert listed("s1/") == [("s1/w1/p0", 8), ("s1/w1/p1", 8), ("s1/w2/p0", 8)]
+    assert [k for k, _ in listed("s1")] == ["s1/w1/p0", "s1/w1/p1", "s1/w2/p0", "s10/w1/p0"]
+    assert [k for k, _ in listed("s1/w1/p")] == ["s1/w1/p0", "s1/w1/p1"]
+    assert listed("s3/") == listed("nothing/here/") == listed("t0") == []
+    blob.delete("s1/w1/p0")
+    assert [k for k, _ in listed("s1/w1/")] == ["s1/w1/p1"]
+
+
+def test_blob_keys_are_written_once(blob: Blob, request: pytest.FixtureRequest) -> None:
+    blob.set("k", b"first")
+    blob.set("k", b"first")  # a retry after an indeterminate failure is harmless
+    with pytest.raises(InvalidUsage, match="'k' already holds"):
+        blob.set("k", b"other")
+    with pytest.raises(InvalidUsage, match="'k' already holds"):
+        blob.set("k", b"firsT")  # same size, other bytes
+    assert blob.get("k") == b"first"
+    assert blob.delete("k") == 5
+    blob.set("k", b"other")  # a deleted key may be written again
+    assert blob.get("k") == b"other"
+
+
+def test_blob_directory_of_keys_is_not_a_key(blob: Blob, request: pytest.FixtureRequest) -> None:
+    blob.set("a/b", b"x")
+    assert blob.get("a") is None
+    assert blob.delete("a") is None
+    assert blob.get("a/b") == b"x"
+
+
+@pytest.mark.parametrize("key", UNSAFE_KEYS)
 def test_blob_rejects_unsafe_keys(blob: Blob, key: str) -> None:
-    with pytest.raises(InvalidUsage, match="invalid blob key"):
-        blob.set(key, b"x")
-    with pytest.raises(InvalidUsage, match="invalid blob key"):
-        blob.get(key)
+    for call in (lambda: blob.set(key, b"x"), lambda: blob.get(key), lambda: blob.delete(key)):
+        with pytest.raises(InvalidUsage, match="invalid blob key"):
+            call()
+    assert list(blob.list_keys()) == []
 
 
-def test_file_blob_stays_in_root(tmp_path: Path) -> None:
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    (tmp_path / "root").mkdir()
-    (tmp_path / "root" / "link").symlink_to(outside)
-    blob = FileBlob(tmp_path / "root")
-    with pytest.raises(InvalidUsage, match="escapes the blob root"):
-        blob.set("link/x", b"data")
-    assert list(outside.iterdir()) == []
+@pytest.mark.parametrize("prefix", ["../", "/abs/", "a/../b/", "a//", "x\0/"])
+def test_blob_rejects_unsafe_prefixes(
+    blob: Blob, prefix: str, request: pytest.FixtureRequest
+) -> None:
+    with pytest.raises(InvalidUsage, match="invalid blob prefix"):
+        list(blob.list_keys(prefix))
 
 
-def test_consensus_cas_semantics(consensus: Consensus, request: pytest.FixtureRequest) -> None:
-    key = key_for(request)
-    assert consensus.head(key) is None
-    assert consensus.compare_and_set(key, 0, VersionedData(1, b"x")) is (
-        CaSResult.EXPECTATION_MISMATCH
-    )
-    assert consensus.compare_and_set(key, None, VersionedData(0, b"v0")) is CaSResult.COMMITTED
-    assert consensus.compare_and_set(key, None, VersionedData(0, b"again")) is (
-        CaSResult.EXPECTATION_MISMATCH
-    )
-    with pytest.raises(InvalidUsage, match="greater than expected"):
-        consensus.compare_and_set(key, 0, VersionedData(0, b"same"))
-    for s in range(1, 6):
-        assert consensus.compare_and_set(key, s - 1, VersionedData(s, f"v{s}".encode())) is (
-            CaSResult.COMMITTED
-        )
-    assert consensus.compare_and_set(key, 3, VersionedData(4, b"stale")) is (
-        CaSResult.EXPECTATION_MISMATCH
-    )
-    assert consensus.head(key) == VersionedData(5, b"v5")
-    assert [v.seqno for v in consensus.scan(key, 2, 2)] == [2, 3]
-    assert [v.data for v in consensus.scan(key, 4, 100)] == [b"v4", b"v5"]
-    assert consensus.truncate(key, 3) == 3
-    assert [v.seqno for v in consensus.scan(key, 0, 100)] == [3, 4, 5]
-    with pytest.raises(InvalidUsage, match="head seqno is 5"):
-        consensus.truncate(key, 6)
-    assert consensus.truncate(key, 5) == 2
-    assert consensus.head(key) == VersionedData(5, b"v5")
-    assert key in consensus.list_keys()
-    with pytest.raises(InvalidUsage):
-        consensus.head("../etc")
+def test_blob_concurrent_writers(blob: Blob) -> None:
+    def writer(i: int) -> None:
+        for j in range(20):
+            blob.set(f"w{i}/k{j}", f"{i}-{j}".encode())
+            blob.set("shared", b"same bytes")
 
-
-def test_consensus_thread_race(consensus: Consensus, request: pytest.FixtureRequest) -> None:
-    key = key_for(request)
-    consensus.compare_and_set(key, None, VersionedData(0, b"0"))
-    wins: list[int] = []
-    lock = threading.Lock()
-
-    def racer() -> None:
-        done = 0
-        while done < 20:
-            head = consensus.head(key)
-            assert head is not None
-            nxt = VersionedData(head.seqno + 1, str(head.seqno + 1).encode())
-            if consensus.compare_and_set(key, head.seqno, nxt) is CaSResult.COMMITTED:
-                with lock:
-                    wins.append(nxt.seqno)
-                done += 1
-
-    threads = [threading.Thread(target=racer) for _ in range(4)]
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert sorted(wins) == list(range(1, 81))
-    assert [v.seqno for v in consensus.scan(key, 0, 1000)] == list(range(81))
+    keys = sorted(m.key for m in blob.list_keys())
+    assert keys == sorted(["shared"] + [f"w{i}/k{j}" for i in range(4) for j in range(20)])
+    assert all(blob.get(f"w{i}/k{j}") == f"{i}-{j}".encode() for i in range(4) for j in range(20))
 
 
-SQLITE_RACER = """
-import sys
-from timeshard.location import SqliteConsensus, VersionedData, CaSResult
-c = SqliteConsensus(sys.argv[1])
-done = 0
-while done < 30:
-    head = c.head("k")
-    nxt = VersionedData(head.seqno + 1, sys.argv[2].encode())
-    if c.compare_and_set("k", head.seqno, nxt) is CaSResult.COMMITTED:
-        done += 1
-"""
+# --- file blob -------------------------------------------------------------------------------
 
 
-def test_sqlite_is_linearizable_across_processes(tmp_path: Path) -> None:
-    path = tmp_path / "c.sqlite"
-    SqliteConsensus(path).compare_and_set("k", None, VersionedData(0, b"start"))
-    procs = [
-        subprocess.Popen([sys.executable, "-c", SQLITE_RACER, str(path), str(i)]) for i in range(4)
+def test_file_blob_stays_inside_its_root(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_bytes(b"s")
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "link").symlink_to(outside)
+    blob = FileBlob(tmp_path / "root")
+    for call in (
+        lambda: blob.set("link/x", b"data"),
+        lambda: blob.get("link/secret"),
+        lambda: blob.delete("link/secret"),
+    ):
+        with pytest.raises(InvalidUsage, match=r"'link/.*' escapes the blob root"):
+            call()
+    assert sorted(p.name for p in outside.iterdir()) == ["secret"]
+    assert blob.root_uri == (tmp_path / "root").resolve().as_uri()
+
+
+def test_file_blob_lists_no_temporary_files(tmp_path: Path) -> None:
+    blob = FileBlob(tmp_path)
+    blob.set("s/p", b"x")
+    (tmp_path / "s" / ".tmp-0123").write_bytes(b"partial")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "k").write_bytes(b"h")
+    assert [m.key for m in blob.list_keys()] == ["s/p"]
+
+
+def leftovers(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_file_blob_full_disk_is_determinate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blob = FileBlob(tmp_path)
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(Determinate, match="writing blob 'a/k': no space left on the device"):
+        blob.set("a/k", b"value")
+    monkeypatch.undo()
+    assert blob.get("a/k") is None
+    assert leftovers(tmp_path) == []
+    blob.set("a/k", b"value")
+    assert blob.get("a/k") == b"value"
+
+
+def test_file_blob_failed_rename_is_indeterminate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blob = FileBlob(tmp_path)
+
+    def broken(src: object, dst: object) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "replace", broken)
+    with pytest.raises(Indeterminate, match="renaming blob 'k' into place"):
+        blob.set("k", b"value")
+    monkeypatch.undo()
+    assert leftovers(tmp_path) == []
+    blob.set("k", b"value")  # the caller retries
+    assert blob.get("k") == b"value"
+
+
+def test_file_blob_read_error_is_determinate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blob = FileBlob(tmp_path)
+    blob.set("k", b"value")
+
+    def unreadable(self: Path) -> bytes:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Path, "read_bytes", unreadable)
+    with pytest.raises(Determinate, match="reading blob 'k'"):
+        blob.get("k")
+
+
+# --- consensus -------------------------------------------------------------------------------
+
+
+def test_consensus_empty_key(consensus: Consensus) -> None:
+    assert consensus.head("k") is None
+    assert consensus.scan("k", 0, 10) == []
+    assert consensus.list_keys() == []
+    with pytest.raises(InvalidUsage, match="cannot truncate 'k' at 0: head seqno is None"):
+        consensus.truncate("k", 0)
+
+
+def test_consensus_compare_and_set(consensus: Consensus) -> None:
+    assert consensus.compare_and_set("k", 0, v(1)) is CaSResult.EXPECTATION_MISMATCH
+    assert consensus.head("k") is None
+    assert consensus.compare_and_set("k", None, v(0)) is CaSResult.COMMITTED
+    assert consensus.head("k") == v(0)
+    assert consensus.compare_and_set("k", None, v(1)) is CaSResult.EXPECTATION_MISMATCH
+    assert consensus.compare_and_set("k", 0, v(5)) is CaSResult.COMMITTED  # gaps are allowed
+    assert consensus.compare_and_set("k", 0, v(6)) is CaSResult.EXPECTATION_MISMATCH
+    assert consensus.compare_and_set("k", 4, v(6)) is CaSResult.EXPECTATION_MISMATCH
+    assert consensus.compare_and_set("k", 6, v(7)) is CaSResult.EXPECTATION_MISMATCH
+    assert consensus.scan("k", 0, 100) == [v(0), v(5)]
+    assert consensus.compare_and_set("k", 5, v(6)) is CaSResult.COMMITTED
+    assert consensus.head("k") == v(6)
+
+
+def test_consensus_seqno_must_increase(consensus: Consensus) -> None:
+    append(consensus, "k", 0, 1)
+    for expected, new in [(1, 1), (1, 0), (None, -1)]:
+        with pytest.raises(InvalidUsage, match="seqno"):
+            consensus.compare_and_set("k", expected, v(new))
+    assert seqnos(consensus) == [0, 1]
+
+
+def test_consensus_keeps_data_exactly(consensus: Consensus) -> None:
+    data = [b"", b"\x00\xff\x00", bytes(range(256)) * 4096]
+    for i, d in enumerate(data):
+        assert consensus.compare_and_set("k", i - 1 if i else None, v(i, d)) is (
+            CaSResult.COMMITTED
+        )
+    assert [x.data for x in consensus.scan("k", 0, 10)] == data
+    head = consensus.head("k")
+    assert head is not None and head.data == data[-1]
+
+
+def test_consensus_scan_order_and_limit(consensus: Consensus) -> None:
+    append(consensus, "k", *range(10))
+    assert consensus.scan("k", 0, 100) == [v(s) for s in range(10)]
+    assert seqnos_of(consensus.scan("k", 3, 4)) == [3, 4, 5, 6]
+    assert seqnos_of(consensus.scan("k", 8, 4)) == [8, 9]
+    assert seqnos_of(consensus.scan("k", 9, 1)) == [9]
+    assert consensus.scan("k", 10, 5) == []
+    assert seqnos_of(consensus.scan("k", -5, 2)) == [0, 1]
+    for limit in (0, -1):
+        with pytest.raises(InvalidUsage, match="limit"):
+            consensus.scan("k", 0, limit)
+
+
+def seqnos_of(versions: list[VersionedData]) -> list[int]:
+    return [x.seqno for x in versions]
+
+
+def test_consensus_truncate(consensus: Consensus) -> None:
+    append(consensus, "k", *range(6))
+    assert consensus.truncate("k", 0) == 0
+    assert consensus.truncate("k", 3) == 3
+    assert seqnos(consensus) == [3, 4, 5]
+    assert consensus.truncate("k", 2) == 0  # below the earliest: nothing to do
+    with pytest.raises(InvalidUsage, match="cannot truncate 'k' at 6: head seqno is 5"):
+        consensus.truncate("k", 6)
+    assert seqnos(consensus) == [3, 4, 5]
+    assert consensus.truncate("k", 5) == 2  # up to the head, which stays
+    assert consensus.head("k") == v(5)
+    assert consensus.compare_and_set("k", 5, v(6)) is CaSResult.COMMITTED
+    assert seqnos(consensus) == [5, 6]
+
+
+def test_consensus_keys_are_independent(consensus: Consensus) -> None:
+    keys = ["b", "a_b", "a-b", "a.b", "A", "a", "s=1", "0"]
+    for i, key in enumerate(keys):
+        append(consensus, key, *range(i + 1))
+    assert consensus.list_keys() == sorted(keys)
+    for i, key in enumerate(keys):
+        assert seqnos(consensus, key) == list(range(i + 1))
+    consensus.truncate("b", 0)
+    assert consensus.truncate("a", 5) == 5
+    assert seqnos(consensus, "b") == [0]
+    assert seqnos(consensus, "a-b") == [0, 1, 2]
+
+
+@pytest.mark.parametrize("key", ["", "../etc", ".k", "-k", "a b", "a/b", "k'; DROP TABLE x;--"])
+def test_consensus_rejects_bad_keys(consensus: Consensus, key: str) -> None:
+    calls: list[Callable[[], object]] = [
+        lambda: consensus.head(key),
+        lambda: consensus.compare_and_set(key, None, v(0)),
+        lambda: consensus.scan(key, 0, 1),
+        lambda: consensus.truncate(key, 0),
     ]
-    assert all(p.wait(timeout=120) == 0 for p in procs)
-    versions = SqliteConsensus(path).scan("k", 0, 1000)
-    assert [v.seqno for v in versions] == list(range(121))
-    assert sorted(v.data for v in versions[1:]) == sorted(
-        str(i).encode() for i in range(4) for _ in range(30)
+    for call in calls:
+        with pytest.raises(InvalidUsage, match="invalid consensus key"):
+            call()
+    assert consensus.list_keys() == []
+
+
+def increment(c: Consensus, key: str, token: bytes) -> int:
+    """Append one version carrying ``token`` at head + 1; return its seqno."""
+    while True:
+        head = c.head(key)
+        seqno = 0 if head is None else head.seqno + 1
+        expected = None if head is None else head.seqno
+        if c.compare_and_set(key, expected, VersionedData(seqno, token)) is CaSResult.COMMITTED:
+            return seqno
+
+
+def test_consensus_thread_race(consensus: Consensus) -> None:
+    wins: dict[int, bytes] = {}
+    lock = threading.Lock()
+
+    def racer(i: int) -> None:
+        for j in range(20):
+            token = f"{i}-{j}".encode()
+            seqno = increment(consensus, "k", token)
+            with lock:
+                assert seqno not in wins, f"seqno {seqno} committed twice"
+                wins[seqno] = token
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    log = consensus.scan("k", 0, 1000)
+    assert seqnos_of(log) == list(range(80))
+    assert {x.seqno: x.data for x in log} == wins
+
+
+# --- across processes ------------------------------------------------------------------------
+
+
+def race_in_process(kind: str, target: str, index: int, n: int) -> None:
+    """Runs in a spawned process: ``n`` increments tagged with ``index``."""
+    c: Consensus = SqliteConsensus(target) if kind == "sqlite" else PostgresConsensus(target)
+    for j in range(n):
+        increment(c, "k", f"{index}-{j}".encode())
+
+
+@pytest.mark.parametrize("kind", ["sqlite", POSTGRES])
+def test_consensus_race_across_processes(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    if kind == "sqlite":
+        target = str(tmp_path / "consensus.sqlite")
+    else:
+        server: PostgresServer = request.getfixturevalue("postgres_server")
+        target = server.isolated_dsn()
+    processes, n = 4, 25
+    spawn = multiprocessing.get_context("spawn")
+    procs = [spawn.Process(target=race_in_process, args=(kind, target, i, n)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=120)
+        assert p.exitcode == 0
+    c = SqliteConsensus(target) if kind == "sqlite" else PostgresConsensus(target)
+    log = c.scan("k", 0, 1000)
+    c.close()
+    assert seqnos_of(log) == list(range(processes * n))
+    assert sorted(x.data for x in log) == sorted(
+        f"{i}-{j}".encode() for i in range(processes) for j in range(n)
     )
+    for i in range(processes):  # each process's increments are in its own order
+        mine = [x.data for x in log if x.data.startswith(f"{i}-".encode())]
+        assert mine == [f"{i}-{j}".encode() for j in range(n)]
 
 
-@settings(max_examples=50, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["cas", "truncate"]), st.integers(-1, 6)), max_size=30))
-def test_memory_consensus_matches_list_model(ops: list[tuple[str, int]]) -> None:
-    c = MemoryConsensus()
-    model: list[int] = []
-    for op, n in ops:
-        if op == "cas":
-            expected = None if n < 0 else n
-            head = model[-1] if model else None
-            result = c.compare_and_set(
-                "k",
-                expected,
-                VersionedData((expected or 0) + 1 if expected is not None else 0, b""),
-            )
-            if head == expected:
-                assert result is CaSResult.COMMITTED
-                model.append((expected + 1) if expected is not None else 0)
-            else:
-                assert result is CaSResult.EXPECTATION_MISMATCH
-        else:
-            if not model or n > model[-1]:
-                with pytest.raises(InvalidUsage):
-                    c.truncate("k", n)
-            else:
-                c.truncate("k", n)
-                model = [s for s in model if s >= n]
-        assert [v.seqno for v in c.scan("k", 0, 100)] == model
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_sqlite_reconnects_after_fork(tmp_path: Path) -> None:
+    c = SqliteConsensus(tmp_path / "consensus.sqlite")
+    append(c, "k", 0)
+    fork = multiprocessing.get_context("fork")
+    child = fork.Process(target=increment, args=(c, "k", b"child"))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert increment(c, "k", b"parent") == 2
+    assert [x.data for x in c.scan("k", 1, 10)] == [b"child", b"parent"]
 
 
-def test_unreliable_wrappers_are_seeded_and_typed() -> None:
-    def run(seed: int) -> list[str]:
-        c = UnreliableConsensus(MemoryConsensus(), seed=seed, fail_rate=0.3, timeout_rate=0.3)
-        outcomes = []
-        for _ in range(50):
-            try:
-                c.head("k")
-                outcomes.append("ok")
-            except Determinate:
-                outcomes.append("determinate")
-            except Indeterminate:
-                outcomes.append("indeterminate")
-        return outcomes
-
-    assert run(7) == run(7)
-    assert set(run(7)) == {"ok", "determinate", "indeterminate"}
+# --- sqlite and postgres failures ------------------------------------------------------------
 
 
-def test_unreliable_timeouts_happen_and_failures_do_not() -> None:
+def test_sqlite_locked_database_is_determinate(tmp_path: Path) -> None:
+    path = tmp_path / "consensus.sqlite"
+    c = SqliteConsensus(path, busy_timeout_s=0.1)
+    append(c, "k", 0)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(Determinate, match="locked"):
+            c.compare_and_set("k", 0, v(1))
+        with pytest.raises(Determinate, match="locked"):
+            c.truncate("k", 0)
+        assert c.head("k") == v(0)  # readers are not blocked (WAL)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert c.compare_and_set("k", 0, v(1)) is CaSResult.COMMITTED
+
+
+class FailingCommit:
+    """A connection whose ``COMMIT`` fails after ``before_commit`` runs."""
+
+    def __init__(self, conn: Any, before_commit: Callable[[], None], error: type[Exception]):
+        self.conn, self.before_commit, self.error = conn, before_commit, error
+
+    def execute(self, sql: str, *args: Any) -> Any:
+        if sql == "COMMIT":
+            self.before_commit()
+            raise self.error("connection lost during COMMIT")
+        return self.conn.execute(sql, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+
+def test_sqlite_failed_commit_is_indeterminate(tmp_path: Path) -> None:
+    c = SqliteConsensus(tmp_path / "consensus.sqlite")
+    append(c, "k", 0)
+    real = c._conn()
+    c._local.conn = FailingCommit(real, lambda: None, sqlite3.OperationalError)
+    with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
+        c.compare_and_set("k", 0, v(1))
+    assert not real.in_transaction
+    c._local.conn = real
+    assert c.head("k") == v(0)
+
+
+@pytest.mark.postgres
+def test_postgres_lost_commit_is_indeterminate(postgres_server: PostgresServer) -> None:
+    dsn = postgres_server.isolated_dsn()
+    c = PostgresConsensus(dsn)
+    append(c, "k", 0)
+    real = c._conn()
+    backend = real.info.backend_pid
+
+    def terminate() -> None:
+        with psycopg.connect(dsn, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        real.execute("COMMIT")  # fails: the session is gone
+
+    c._local.conn = FailingCommit(real, terminate, psycopg.OperationalError)
+    with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
+        c.compare_and_set("k", 0, v(1))
+    assert c.head("k") == v(0)  # a new connection; the transaction died with the session
+    assert c.compare_and_set("k", 0, v(1)) is CaSResult.COMMITTED
+    c.close()
+
+
+@pytest.mark.postgres
+def test_postgres_survives_a_server_restart(postgres_server: PostgresServer) -> None:
+    c = PostgresConsensus(postgres_server.isolated_dsn())
+    append(c, "k", 0, 1)
+    postgres_server.restart()
+    with pytest.raises(Determinate):
+        c.head("k")  # the old session is gone; the next call reconnects
+    assert retry(lambda: c.compare_and_set("k", 1, v(2))) is CaSResult.COMMITTED
+    assert seqnos(c) == [0, 1, 2]
+    c.close()
+
+
+def test_postgres_unreachable_is_determinate() -> None:
+    with pytest.raises(Determinate, match="connecting"):
+        PostgresConsensus("postgresql://postgres@127.0.0.1:1/postgres", connect_timeout_s=2)
+
+
+# --- unreliable wrappers ---------------------------------------------------------------------
+
+
+def retry(call: Callable[[], R]) -> R:
+    for _ in range(1000):
+        try:
+            return call()
+        except ExternalError:
+            continue
+    raise AssertionError("no success in 1000 attempts")
+
+
+def reliable_increment(c: Consensus, key: str, token: bytes) -> None:
+    """Append ``token`` exactly once, whatever faults the calls meet."""
+    while True:
+        head = retry(lambda: c.head(key))
+        if head is not None and head.data == token:
+            return  # an earlier indeterminate attempt landed
+        expected = None if head is None else head.seqno
+        new = VersionedData(0 if head is None else head.seqno + 1, token)
+        try:
+            if c.compare_and_set(key, expected, new) is CaSResult.COMMITTED:
+                return
+        except Determinate:
+            continue
+        except Indeterminate:
+            continue  # re-read the head to learn whether it landed
+
+
+def test_unreliable_consensus_retry_loop_is_consistent(consensus: Consensus) -> None:
+    c = UnreliableConsensus(consensus, seed=11, fail_rate=0.2, timeout_rate=0.2)
+    tokens = [f"t{i}".encode() for i in range(40)]
+    for token in tokens:
+        reliable_increment(c, "k", token)
+    c.enabled = False
+    log = c.scan("k", 0, 1000)
+    assert log == [VersionedData(i, t) for i, t in enumerate(tokens)]
+    assert c.injected["determinate"] > 0 and c.injected["indeterminate"] > 0
+    retry(lambda: c.truncate("k", 20))
+    assert seqnos(consensus) == list(range(20, 40))
+
+
+def test_unreliable_blob_retry_loop_is_consistent(blob: Blob) -> None:
+    b = UnreliableBlob(blob, seed=5, fail_rate=0.2, timeout_rate=0.2)
+    for i in range(30):
+        retry(partial(b.set, f"k/{i}", f"{i}".encode()))
+    for i in range(0, 30, 3):
+        retry(partial(b.delete, f"k/{i}"))
+    listed = retry(lambda: sorted(m.key for m in b.list_keys("k/")))
+    assert listed == sorted(f"k/{i}" for i in range(30) if i % 3)
+    assert all(retry(partial(b.get, f"k/{i}")) == f"{i}".encode() for i in range(1, 30, 3))
+    assert b.injected["determinate"] > 0 and b.injected["indeterminate"] > 0
+
+
+def outcomes(seed: int) -> tuple[list[str], list[VersionedData]]:
+    c = UnreliableConsensus(MemoryConsensus(), seed=seed, fail_rate=0.3, timeout_rate=0.3)
+    seen = []
+    for i in range(60):
+        try:
+            head = c.head("k") if i % 2 else None
+            expected = None if head is None else head.seqno
+            c.compare_and_set("k", expected, v(i))
+            seen.append("ok")
+        except (Determinate, Indeterminate) as e:
+            seen.append(type(e).__name__)
+    c.enabled = False
+    return seen, c.scan("k", 0, 100)
+
+
+def test_unreliable_is_deterministic_per_seed() -> None:
+    assert outcomes(7) == outcomes(7)
+    assert outcomes(7) != outcomes(8)
+    assert set(outcomes(7)[0]) == {"ok", "Determinate", "Indeterminate"}
+
+
+def test_unreliable_fault_kinds() -> None:
     inner = MemoryBlob()
-    blob = UnreliableBlob(inner, seed=3, fail_rate=0.5, timeout_rate=0.5)
+    b = UnreliableBlob(inner, seed=3, fail_rate=0.4, timeout_rate=0.4)
     applied = failed = 0
     for i in range(100):
         try:
-            blob.set(f"k{i}", b"v")
+            b.set(f"k{i}", b"v")
         except Determinate:
             failed += 1
-            assert inner.get(f"k{i}") is None
+            assert inner.get(f"k{i}") is None  # surely not applied
         except Indeterminate:
             applied += 1
-            assert inner.get(f"k{i}") == b"v"
-    assert applied and failed
-    assert blob.injected["determinate"] == failed and blob.injected["indeterminate"] == applied
-    blob.enabled = False
-    blob.set("x", b"y")
+            assert inner.get(f"k{i}") == b"v"  # applied, but the caller cannot know
+    assert b.injected == {"determinate": failed, "indeterminate": applied}
+    assert b.calls == 100 and failed > 20 and applied > 20
+    b.enabled = False
+    for i in range(50):
+        assert b.get(f"k{i}") in (b"v", None)
+    assert b.injected == {"determinate": failed, "indeterminate": applied}
+    with pytest.raises(InvalidUsage, match="invalid blob key"):
+        UnreliableBlob(inner, seed=1, fail_rate=0, timeout_rate=1).set("../x", b"")
+    for rates in [(-0.1, 0.0), (0.0, 1.5), (0.6, 0.6)]:
+        with pytest.raises(InvalidUsage, match="rate"):
+            UnreliableConsensus(MemoryConsensus(), 1, *rates)
+
+
+# --- locations and URIs ----------------------------------------------------------------------
+
+
+def test_open_location_uri_forms(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    loc = open_location(f"file://{tmp_path}/b", f"sqlite:///{tmp_path}/c.db")
+    assert isinstance(loc.blob, FileBlob) and loc.blob.root == tmp_path / "b"
+    assert isinstance(loc.consensus, SqliteConsensus) and loc.consensus.path == tmp_path / "c.db"
+    four = open_consensus(f"sqlite:////{str(tmp_path).lstrip('/')}/c.db")
+    assert isinstance(four, SqliteConsensus) and four.path == tmp_path / "c.db"
+    monkeypatch.chdir(tmp_path)
+    rel = open_location("plain/dir", "sqlite:rel/c.db")
+    assert isinstance(rel.blob, FileBlob) and rel.blob.root == tmp_path / "plain" / "dir"
+    assert isinstance(rel.consensus, SqliteConsensus)
+    assert rel.consensus.path == tmp_path / "rel" / "c.db"
+    spaced = open_blob((tmp_path / "with space").as_uri())
+    assert isinstance(spaced, FileBlob) and spaced.root == tmp_path / "with space"
+
+
+def test_locations_reopen_from_their_uris(tmp_path: Path) -> None:
+    loc = Location.embedded(tmp_path / "a dir")
+    assert isinstance(loc.blob, FileBlob) and isinstance(loc.consensus, SqliteConsensus)
+    assert loc.blob.root == tmp_path / "a dir" / "blob"
+    assert (tmp_path / "a dir" / "consensus.sqlite").exists()
+    loc.blob.set("k", b"v")
+    append(loc.consensus, "k", 0)
+    assert loc.blob_uri is not None and loc.consensus_uri is not None
+    again = open_location(loc.blob_uri, loc.consensus_uri)
+    assert again.blob.get("k") == b"v" and again.consensus.head("k") == v(0)
+    assert loc.describe() == f"blob {loc.blob_uri}, consensus {loc.consensus_uri}"
+    assert Location(MemoryBlob(), MemoryConsensus()).blob_uri is None
+
+
+def test_named_memory_locations_are_shared() -> None:
+    a = open_location("memory://conformance-shared", "memory://conformance-shared")
+    b = open_location("memory://conformance-shared", "memory://conformance-shared")
+    other = open_location("memory://conformance-other", "memory://conformance-other")
+    a.blob.set("k", b"v")
+    append(a.consensus, "k", 0)
+    assert b.blob.get("k") == b"v" and b.consensus.head("k") == v(0)
+    assert other.blob.get("k") is None and other.consensus.head("k") is None
+    assert a.describe() == "blob memory://conformance-shared, consensus memory://conformance-shared"
+
+
+@pytest.mark.postgres
+def test_postgres_location_hides_its_password(postgres_dsn: str) -> None:
+    with_password = postgres_dsn.replace("postgres@", "postgres:s3cret@")
+    loc = open_location("memory://pg-describe", with_password)
+    assert isinstance(loc.consensus, PostgresConsensus)
+    assert "s3cret" not in loc.describe() and "postgres:***@127.0.0.1" in loc.describe()
+    assert loc.consensus_uri is not None and "s3cret" in loc.consensus_uri  # reopenable
+    loc.consensus.close()
 
 
 @pytest.mark.parametrize(
-    "uri",
+    ("blob_uri", "consensus_uri"),
     [
-        "ftp://bucket/x",
-        "file:///x/../../etc",
-        "file://host/x",
-        "file:///a/../b",
-        "sqlite:",
-        "redis://x",
-        "",
-        "file:///tmp/\x00",
+        ("redis://x", "memory://x"),
+        ("file://host/x", "memory://x"),
+        ("file:relative", "memory://x"),
+        ("file:///a/../b", "memory://x"),
+        ("../escape", "memory://x"),
+        ("a/../../b", "memory://x"),
+        ("/tmp/\0", "memory://x"),
+        ("", "memory://x"),
+        ("memory://", "memory://x"),
+        ("memory://x", "sqlite:"),
+        ("memory://x", "sqlite://host/c.db"),
+        ("memory://x", "sqlite:///a/../c.db"),
+        ("memory://x", "sqlite::memory:"),
+        ("memory://x", "mysql://db"),
+        ("memory://x", "plain/path.db"),
+        ("memory://x", "memory://bad name"),
+        ("memory://x", "postgresql://u:pw@h/db?nonsense=1"),
     ],
 )
-def test_bad_location_uris(uri: str) -> None:
-    with pytest.raises(InvalidUsage):
-        if uri.startswith(("file", "ftp")) or uri == "":
-            open_blob(uri)
+def test_bad_location_uris_name_the_value(blob_uri: str, consensus_uri: str) -> None:
+    bad = consensus_uri if blob_uri == "memory://x" else blob_uri
+    with pytest.raises(InvalidUsage) as info:
+        open_location(blob_uri, consensus_uri)
+    assert repr(bad.replace(":pw@", ":***@")) in str(info.value)
+    assert ":pw@" not in str(info.value)
+
+
+# --- model -----------------------------------------------------------------------------------
+
+OPS = st.one_of(
+    st.tuples(st.just("cas"), st.one_of(st.none(), st.integers(0, 8)), st.integers(0, 10)),
+    st.tuples(st.just("truncate"), st.integers(0, 9), st.just(0)),
+    st.tuples(st.just("scan"), st.integers(-1, 9), st.integers(1, 4)),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(OPS, max_size=40))
+def test_memory_consensus_matches_a_list_model(ops: list[tuple[str, int | None, int]]) -> None:
+    c = MemoryConsensus()
+    model: list[int] = []
+    for op, a, b in ops:
+        head = model[-1] if model else None
+        if op == "cas":
+            new = b if a is None else a + 1 + b
+            result = c.compare_and_set("k", a, v(new))
+            assert result is (CaSResult.COMMITTED if a == head else CaSResult.EXPECTATION_MISMATCH)
+            if a == head:
+                model.append(new)
+        elif op == "truncate":
+            assert a is not None
+            if head is None or a > head:
+                with pytest.raises(InvalidUsage):
+                    c.truncate("k", a)
+            else:
+                assert c.truncate("k", a) == sum(1 for s in model if s < a)
+                model = [s for s in model if s >= a]
         else:
-            open_consensus(uri)
-
-
-def test_embedded_and_named_locations(tmp_path: Path) -> None:
-    loc = Location.embedded(tmp_path / "loc")
-    assert isinstance(loc.blob, FileBlob) and isinstance(loc.consensus, SqliteConsensus)
-    assert (tmp_path / "loc" / "consensus.sqlite").exists()
-    a = open_location("memory://x", "memory://x")
-    b = open_location("memory://x", "memory://x")
-    a.blob.set("k", b"v")
-    assert b.blob.get("k") == b"v"
+            assert a is not None
+            assert seqnos_of(c.scan("k", a, b)) == [s for s in model if s >= a][:b]
+        assert c.head("k") == (v(model[-1]) if model else None)
+        assert seqnos(c) == model

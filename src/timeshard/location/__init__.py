@@ -1,46 +1,71 @@
 """Locations: a blob plus a consensus, named by URIs.
 
-=====================================  ======================================
+=====================================  ==========================================
 blob URI                               backend
-=====================================  ======================================
+=====================================  ==========================================
 ``file:///abs/dir`` or a plain path    :class:`FileBlob` (the embedded default)
-``s3a://``, ``s3://``, ``gs://``,      :class:`ArrowFsBlob` through pyarrow.fs
-``hdfs://``, ``arrowfs+file://``
-``memory://name``                      :class:`MemoryBlob`, shared per process
-=====================================  ======================================
+``memory://name``                      :class:`MemoryBlob`, one per name and process
+``s3a://``, ``s3://``, ``gs://``,      ``ArrowFsBlob`` through ``pyarrow.fs``
+``hdfs://``, ``arrowfs+<uri>``
+=====================================  ==========================================
 
-=====================================  ======================================
+=====================================  ==========================================
 consensus URI                          backend
-=====================================  ======================================
-``sqlite:///abs/file.db``              :class:`SqliteConsensus` (default)
-``postgresql://...``/``postgres://``   :class:`PostgresConsensus`
-``memory://name``                      :class:`MemoryConsensus`, per process
-=====================================  ======================================
+=====================================  ==========================================
+``sqlite:///abs/file.db``              :class:`SqliteConsensus` (the default)
+``sqlite:relative/file.db``            the same, relative to the working directory
+``postgresql://...``/``postgres://``   :class:`PostgresConsensus` (any libpq URI)
+``memory://name``                      :class:`MemoryConsensus`, one per name and process
+=====================================  ==========================================
 
-``Location.embedded(dir)`` is ``dir/blob`` plus ``dir/consensus.sqlite``.
-This package never imports PySpark.
+``Location.embedded(dir)`` is ``FileBlob(dir/blob)`` plus
+``SqliteConsensus(dir/consensus.sqlite)``. Two opens of the same
+``memory://name`` in one process share their data. ``Location.blob_uri`` and
+``Location.consensus_uri`` reopen the same backends elsewhere (a Spark
+executor, a child process).
+
+Invariants:
+
+1. A URI that is not understood raises InvalidUsage naming it: an unknown
+   scheme, a host in a ``file:`` or ``sqlite:`` URI, a path with a ``..``
+   component or a NUL byte, an empty memory name.
+2. :meth:`Location.describe` never shows a password.
+3. This package never imports PySpark; psycopg is imported only when
+   :class:`PostgresConsensus` is first used.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 from timeshard.errors import InvalidUsage
-from timeshard.location.blob import Blob, BlobMetadata, check_blob_key
+from timeshard.location.blob import Blob, BlobMetadata, check_blob_key, check_blob_prefix
 from timeshard.location.consensus import (
     CaSResult,
     Consensus,
     SeqNo,
     VersionedData,
     check_consensus_key,
+    check_new_version,
 )
 from timeshard.location.file import FileBlob
 from timeshard.location.memory import MemoryBlob, MemoryConsensus
 from timeshard.location.sqlite import SqliteConsensus
 from timeshard.location.unreliable import UnreliableBlob, UnreliableConsensus
+
+if TYPE_CHECKING:
+    from timeshard.location.postgres import PostgresConsensus
+
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+_MEMORY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=/-]*$")
+_PASSWORD_PARAM = re.compile(r"(password\s*=\s*)('[^']*'|[^&\s]*)", re.IGNORECASE)
+
+_ARROW_SCHEMES = ("s3", "s3a", "gs", "hdfs")
 
 _NAMED_LOCK = threading.Lock()
 _NAMED_BLOBS: dict[str, MemoryBlob] = {}
@@ -53,85 +78,148 @@ class Location:
 
     blob: Blob
     consensus: Consensus
-    blob_uri: str | None = None
-    consensus_uri: str | None = None
 
     @staticmethod
     def embedded(directory: str | Path) -> Location:
-        """The embedded default: a blob directory and a SQLite file under ``directory``."""
+        """The embedded default: ``directory/blob`` and ``directory/consensus.sqlite``."""
         root = Path(directory).resolve()
-        return open_location(
-            root.joinpath("blob").as_uri(), f"sqlite://{root / 'consensus.sqlite'}"
-        )
+        return Location(FileBlob(root / "blob"), SqliteConsensus(root / "consensus.sqlite"))
+
+    @property
+    def blob_uri(self) -> str | None:
+        """A URI that reopens the blob (in another process too), or None if it has none."""
+        return _uri(self.blob)
+
+    @property
+    def consensus_uri(self) -> str | None:
+        """A URI that reopens the consensus, or None if it has none (an anonymous memory one)."""
+        return _uri(self.consensus)
 
     def describe(self) -> str:
-        return (
-            f"blob {self.blob_uri or type(self.blob).__name__}, "
-            f"consensus {self.consensus_uri or type(self.consensus).__name__}"
-        )
+        """``blob <uri>, consensus <uri>`` for display, passwords masked."""
+        return f"blob {_display(self.blob)}, consensus {_display(self.consensus)}"
+
+
+def open_location(blob_uri: str, consensus_uri: str) -> Location:
+    """The location of a blob URI and a consensus URI (see the module doc)."""
+    return Location(open_blob(blob_uri), open_consensus(consensus_uri))
 
 
 def open_blob(uri: str) -> Blob:
     """The blob named by ``uri``; InvalidUsage naming it if it is not understood."""
     if not isinstance(uri, str) or not uri:
-        raise InvalidUsage(f"invalid blob URI {uri!r}")
-    parsed = urlparse(uri)
-    if parsed.scheme == "memory":
-        name = parsed.netloc + parsed.path
+        raise InvalidUsage(f"invalid blob URI {uri!r}: use file:///dir, a path or memory://name")
+    if not _SCHEME.match(uri):
+        return FileBlob(_checked_path(uri, uri))
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme == "memory":
+        name = _memory_name(uri)
         with _NAMED_LOCK:
-            return _NAMED_BLOBS.setdefault(name, MemoryBlob())
-    if parsed.scheme == "file":
-        if parsed.netloc not in ("", "localhost"):
-            raise InvalidUsage(f"invalid blob URI {uri!r}: file URIs name no host")
-        return FileBlob(_safe_path(unquote(parsed.path), uri))
-    if parsed.scheme == "":
-        return FileBlob(_safe_path(uri, uri))
-    if parsed.scheme in ("s3", "s3a", "gs", "hdfs", "arrowfs+file"):
-        _safe_path(unquote(parsed.path), uri)
+            return _NAMED_BLOBS.setdefault(name, MemoryBlob(name))
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
+            raise InvalidUsage(f"invalid blob URI {uri!r}: use file:///absolute/dir")
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise InvalidUsage(f"invalid blob URI {uri!r}: a file URI needs an absolute path")
+        return FileBlob(_checked_path(path, uri))
+    if scheme.startswith("arrowfs+") or scheme in _ARROW_SCHEMES:
         from timeshard.location.arrowfs import ArrowFsBlob
 
         return ArrowFsBlob(uri.removeprefix("arrowfs+"))
     raise InvalidUsage(
-        f"unsupported blob URI {uri!r}: use file:///dir, a path, s3a://, gs://, hdfs:// "
-        "or memory://name"
+        f"unsupported blob URI {uri!r}: use file:///dir, a path, memory://name, "
+        "s3a://bucket/dir, gs://bucket/dir, hdfs://host/dir or arrowfs+<pyarrow URI>"
     )
 
 
 def open_consensus(uri: str) -> Consensus:
     """The consensus named by ``uri``; InvalidUsage naming it if it is not understood."""
-    if not isinstance(uri, str) or not uri:
-        raise InvalidUsage(f"invalid consensus URI {uri!r}")
-    parsed = urlparse(uri)
-    if parsed.scheme == "memory":
-        name = parsed.netloc + parsed.path
+    if not isinstance(uri, str) or not _SCHEME.match(uri):
+        raise InvalidUsage(
+            f"invalid consensus URI {uri!r}: use sqlite:///file.db, postgresql://... "
+            "or memory://name"
+        )
+    parts = urlsplit(uri)
+    scheme = parts.scheme.lower()
+    if scheme == "memory":
+        name = _memory_name(uri)
         with _NAMED_LOCK:
-            return _NAMED_CONSENSUS.setdefault(name, MemoryConsensus())
-    if parsed.scheme == "sqlite":
-        path = unquote(parsed.netloc + parsed.path)
-        if not path:
-            raise InvalidUsage(f"invalid consensus URI {uri!r}: no database path")
-        return SqliteConsensus(_safe_path(path, uri))
-    if parsed.scheme in ("postgres", "postgresql"):
+            return _NAMED_CONSENSUS.setdefault(name, MemoryConsensus(name))
+    if scheme == "sqlite":
+        if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
+            raise InvalidUsage(
+                f"invalid consensus URI {uri!r}: use sqlite:///absolute.db or sqlite:relative.db"
+            )
+        path = unquote(parts.path)
+        if path.startswith("//"):
+            path = "/" + path.lstrip("/")
+        if not path or path.startswith(":"):
+            raise InvalidUsage(f"invalid consensus URI {uri!r}: it names no database file")
+        return SqliteConsensus(_checked_path(path, uri))
+    if scheme in ("postgres", "postgresql"):
         from timeshard.location.postgres import PostgresConsensus
 
-        return PostgresConsensus(uri)
+        try:
+            return PostgresConsensus(uri)
+        except InvalidUsage as e:
+            raise InvalidUsage(f"invalid consensus URI {_masked(uri)!r}: {e}") from None
     raise InvalidUsage(
-        f"unsupported consensus URI {uri!r}: use sqlite:///file.db, postgresql://... "
+        f"unsupported consensus URI {_masked(uri)!r}: use sqlite:///file.db, postgresql://... "
         "or memory://name"
     )
 
 
-def open_location(blob_uri: str, consensus_uri: str) -> Location:
-    """The location of a blob URI and a consensus URI."""
-    return Location(open_blob(blob_uri), open_consensus(consensus_uri), blob_uri, consensus_uri)
+def _memory_name(uri: str) -> str:
+    parts = urlsplit(uri)
+    name = parts.netloc + parts.path
+    if not _MEMORY_NAME.match(name) or parts.query or parts.fragment:
+        raise InvalidUsage(
+            f"invalid memory URI {uri!r}: use memory://name with [A-Za-z0-9_.=/-] in the name"
+        )
+    return name
 
 
-def _safe_path(path: str, uri: str) -> Path:
+def _checked_path(path: str, uri: str) -> Path:
     if "\x00" in path:
         raise InvalidUsage(f"invalid path in URI {uri!r}: NUL byte")
     if any(part == ".." for part in Path(path).parts):
         raise InvalidUsage(f"invalid path in URI {uri!r}: '..' components are not allowed")
     return Path(path)
+
+
+def _uri(backend: object) -> str | None:
+    if isinstance(backend, UnreliableBlob | UnreliableConsensus):
+        return None
+    uri = getattr(backend, "uri", None)
+    return uri if isinstance(uri, str) else None
+
+
+def _display(backend: object) -> str:
+    if isinstance(backend, UnreliableBlob | UnreliableConsensus):
+        return f"unreliable({_display(backend.inner)})"
+    uri = _uri(backend)
+    return f"{type(backend).__name__} (anonymous)" if uri is None else _masked(uri)
+
+
+def _masked(uri: str) -> str:
+    """``uri`` with any password replaced by ``***``."""
+    if _SCHEME.match(uri):
+        parts = urlsplit(uri)
+        if parts.password is not None:
+            userinfo, _, hostport = parts.netloc.rpartition("@")
+            user = userinfo.partition(":")[0]
+            uri = parts._replace(netloc=f"{user}:***@{hostport}").geturl()
+    return _PASSWORD_PARAM.sub(r"\1***", uri)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresConsensus":
+        from timeshard.location.postgres import PostgresConsensus
+
+        return PostgresConsensus
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
@@ -143,13 +231,16 @@ __all__ = [
     "Location",
     "MemoryBlob",
     "MemoryConsensus",
+    "PostgresConsensus",
     "SeqNo",
     "SqliteConsensus",
     "UnreliableBlob",
     "UnreliableConsensus",
     "VersionedData",
     "check_blob_key",
+    "check_blob_prefix",
     "check_consensus_key",
+    "check_new_version",
     "open_blob",
     "open_consensus",
     "open_location",

@@ -8,7 +8,9 @@ HDFS); on object stores a single PUT is atomic already.
 
 Invariants:
 
-1. Keys are checked with ``check_blob_key`` before any call.
+1. Keys are checked with ``check_blob_key`` (prefixes with
+   ``check_blob_prefix``) before any call; a key is written once: ``set`` of
+   the same bytes again is a no-op, of other bytes InvalidUsage.
 2. Every pyarrow error is reported as Determinate for reads and Indeterminate
    for writes and deletes.
 """
@@ -20,8 +22,8 @@ from collections.abc import Iterator
 
 import pyarrow.fs as pafs
 
-from timeshard.errors import Determinate, Indeterminate
-from timeshard.location.blob import BlobMetadata, check_blob_key
+from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
 
 
 class ArrowFsBlob:
@@ -47,6 +49,8 @@ class ArrowFsBlob:
     def get(self, key: str) -> bytes | None:
         path = self._path(key)
         try:
+            if self.fs.get_file_info(path).type != pafs.FileType.File:
+                return None
             with self.fs.open_input_stream(path) as f:
                 return bytes(f.read())
         except FileNotFoundError:
@@ -56,6 +60,17 @@ class ArrowFsBlob:
 
     def set(self, key: str, value: bytes) -> None:
         path = self._path(key)
+        value = bytes(value)
+        existing = self.get(key)
+        if existing is not None:
+            if existing == value:
+                return
+            raise InvalidUsage(
+                f"blob key {key!r} already holds {len(existing)} other bytes; "
+                "keys are written once"
+            )
+        if self.fs.get_file_info(path).type == pafs.FileType.Directory:
+            raise InvalidUsage(f"blob key {key!r} is a directory of other keys")
         parent = path.rsplit("/", 1)[0]
         target = path if self._object_store else f"{parent}/.tmp-{uuid.uuid4().hex}"
         try:
@@ -79,6 +94,7 @@ class ArrowFsBlob:
         return int(info.size or 0)
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        check_blob_prefix(prefix)
         selector = pafs.FileSelector(self.base, recursive=True, allow_not_found=True)
         try:
             infos = self.fs.get_file_info(selector)

@@ -1,27 +1,46 @@
 """PostgreSQL consensus: for deployments on several machines.
 
-One table holds every version of every key. ``compare_and_set`` and
-``truncate`` run in one transaction that first takes a transaction-scoped
-advisory lock on the key (``pg_advisory_xact_lock``), then reads the head and
-writes. Every writer of a key serializes on that lock, so the check and the
-insert are atomic: the operation is linearizable whatever seqno the caller
-picks. The primary key ``(shard, seqno)`` guards the same invariant a second
-time.
+One table holds every version of every key, created if it does not exist (in
+the first schema of the connection's ``search_path``)::
+
+    consensus(shard TEXT, seqno BIGINT, data BYTEA, PRIMARY KEY (shard, seqno))
+
+Why it is linearizable: ``compare_and_set`` and ``truncate`` run in one
+READ COMMITTED transaction that first takes a transaction-scoped advisory lock
+on the key (``pg_advisory_xact_lock(hashtextextended(shard, 0))``), then reads
+the head with a fresh statement and writes. Every writer of a key serializes
+on that lock, which PostgreSQL releases only after the holder's commit is
+visible, and each READ COMMITTED statement takes a new snapshot, so the head
+read under the lock is the latest committed one: check and insert are atomic
+whatever seqno the caller picks, across any number of processes and machines.
+The primary key ``(shard, seqno)`` guards the same invariant a second time.
+Two keys whose hashes collide merely share a lock. Reads (``head``, ``scan``)
+are single statements and see the last committed state.
+
+Each thread uses its own connection (psycopg, autocommit, explicit
+``BEGIN``/``COMMIT``); a connection that failed is closed and a new one is
+opened by the next call, so a server restart is survived by retrying. After
+``fork`` the child opens its own connection and never touches the parent's.
 
 Invariants:
 
 1. User values are always bound parameters; no SQL is built from them.
-2. A failure before ``COMMIT`` is sent is Determinate (the transaction is
-   rolled back); a failure while committing is Indeterminate.
-3. A broken connection is replaced on the next call, so a server restart is
-   survived by retrying.
+2. A failure to connect, or of any statement before ``COMMIT`` is sent, is
+   Determinate (the server rolls the transaction back when the session ends);
+   a failure while committing is Indeterminate.
+3. No connection is ever reused inside a failed or interrupted transaction:
+   an exception that leaves a transaction open closes the connection.
+4. A writer waits at most ``lock_timeout_s`` for another writer's lock; a
+   session idle in a transaction for ``idle_in_transaction_s`` is ended by the
+   server, so a paused process cannot block a key forever.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -34,6 +53,9 @@ from timeshard.location.consensus import (
     check_new_version,
 )
 
+T = TypeVar("T")
+Conn = psycopg.Connection[tuple[Any, ...]]
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS consensus (
     shard TEXT NOT NULL,
@@ -42,138 +64,206 @@ CREATE TABLE IF NOT EXISTS consensus (
     PRIMARY KEY (shard, seqno)
 )
 """
+_SCHEMA_LOCK = 7361636
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
+_HEAD = "SELECT seqno, data FROM consensus WHERE shard = %s ORDER BY seqno DESC LIMIT 1"
 _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = %s"
 
 
 class PostgresConsensus:
-    """Consensus in a PostgreSQL table, through psycopg 3."""
+    """Consensus in a PostgreSQL table, through psycopg 3.
 
-    def __init__(self, dsn: str, connect_timeout_s: int = 10) -> None:
+    ``dsn`` is a ``postgresql://`` URI or a ``key=value`` connection string.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        connect_timeout_s: int = 10,
+        lock_timeout_s: float = 30.0,
+        idle_in_transaction_s: float = 60.0,
+    ) -> None:
+        try:
+            psycopg.conninfo.conninfo_to_dict(dsn)
+        except psycopg.Error as e:
+            raise InvalidUsage(f"invalid PostgreSQL DSN: {e}") from None
         self.dsn = dsn
         self.connect_timeout_s = connect_timeout_s
+        self.lock_timeout_s = lock_timeout_s
+        self.idle_in_transaction_s = idle_in_transaction_s
         self._local = threading.local()
-        conn = self._conn()
-        try:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(7361636)")
-                conn.execute(_SCHEMA)
-        except psycopg.Error as e:
-            self._reset()
-            raise Determinate(f"creating the consensus table: {e}") from e
+        self._lock = threading.Lock()
+        self._opened: list[tuple[int, Conn]] = []
+
+        def create(conn: Conn) -> None:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            conn.execute(_SCHEMA)
+
+        self._write("creating the consensus table", create)
 
     @property
     def uri(self) -> str:
         return self.dsn
 
-    def _conn(self) -> psycopg.Connection[tuple[object, ...]]:
-        conn: psycopg.Connection[tuple[object, ...]] | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed or conn.broken or self._local.pid != os.getpid():
-            try:
-                conn = psycopg.connect(
-                    self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s
-                )
-            except psycopg.Error as e:
-                raise Determinate(f"connecting to PostgreSQL consensus: {e}") from e
-            self._local.conn = conn
-            self._local.pid = os.getpid()
+    def _conn(self) -> Conn:
+        conn: Conn | None = getattr(self._local, "conn", None)
+        pid = os.getpid()
+        if conn is not None and not conn.closed and self._local.pid == pid:
+            return conn
+        try:
+            conn = psycopg.connect(
+                self.dsn,
+                autocommit=True,
+                connect_timeout=self.connect_timeout_s,
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=5,
+                keepalives_count=3,
+            )
+        except psycopg.Error as e:
+            raise Determinate(f"connecting to PostgreSQL consensus: {e}") from e
+        try:
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false), "
+                "set_config('idle_in_transaction_session_timeout', %s, false)",
+                (_ms(self.lock_timeout_s), _ms(self.idle_in_transaction_s)),
+            )
+        except psycopg.Error as e:
+            conn.close()
+            raise Determinate(f"configuring a PostgreSQL consensus session: {e}") from e
+        self._local.conn = conn
+        self._local.pid = pid
+        with self._lock:
+            self._opened.append((pid, conn))
         return conn
 
-    def _reset(self) -> None:
-        conn = getattr(self._local, "conn", None)
+    def _drop(self) -> None:
+        """Close this thread's connection; the next call opens a new one."""
+        conn: Conn | None = getattr(self._local, "conn", None)
         self._local.conn = None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                conn.close()
+        if conn is not None and self._local.pid == os.getpid():
+            with self._lock:
+                self._opened = [(p, c) for p, c in self._opened if c is not conn]
+            conn.close()
 
-    def head(self, key: str) -> VersionedData | None:
-        check_consensus_key(key)
+    def close(self) -> None:
+        """Close every connection this process opened; call when no thread uses this."""
+        pid = os.getpid()
+        with self._lock:
+            mine = [c for p, c in self._opened if p == pid]
+            self._opened = [(p, c) for p, c in self._opened if p != pid]
+        for conn in mine:
+            conn.close()
+        self._local = threading.local()
+
+    def _read(self, what: str, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         conn = self._conn()
         try:
-            row = conn.execute(
-                "SELECT seqno, data FROM consensus WHERE shard = %s ORDER BY seqno DESC LIMIT 1",
-                (key,),
-            ).fetchone()
+            return conn.execute(sql, params).fetchall()
         except psycopg.Error as e:
-            self._reset()
-            raise Determinate(f"reading head of {key!r}: {e}") from e
-        return None if row is None else VersionedData(int(row[0]), bytes(row[1]))  # type: ignore[call-overload]
+            self._drop()
+            raise Determinate(f"{what}: {e}") from e
+        except BaseException:
+            self._drop()
+            raise
 
-    def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
-        check_consensus_key(key)
-        check_new_version(expected, new)
+    def _write(self, what: str, body: Callable[[Conn], T]) -> T:
+        """Run ``body`` in a transaction and commit it.
+
+        ``body`` may end the transaction itself with ``ROLLBACK`` (a mismatch);
+        ``COMMIT`` is then skipped. An exception that leaves the transaction
+        open drops the connection, which ends the transaction on the server.
+        """
         conn = self._conn()
         committing = False
         try:
             conn.execute("BEGIN")
+            result = body(conn)
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                return result
+            committing = True
+            conn.execute("COMMIT")
+        except psycopg.Error as e:
+            self._drop()
+            if committing:
+                raise Indeterminate(f"committing {what}: {e}") from e
+            raise Determinate(f"{what}: {e}") from e
+        except BaseException:
+            if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                self._drop()
+            raise
+        return result
+
+    def head(self, key: str) -> VersionedData | None:
+        check_consensus_key(key)
+        rows = self._read(f"reading head of {key!r}", _HEAD, (key,))
+        return _versions(rows)[0] if rows else None
+
+    def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
+        check_consensus_key(key)
+        check_new_version(expected, new)
+
+        def body(conn: Conn) -> CaSResult:
             conn.execute(_LOCK, (key,))
-            row = conn.execute(_HEAD_SEQNO, (key,)).fetchone()
-            current = None if row is None or row[0] is None else int(row[0])  # type: ignore[call-overload]
-            if current != expected:
+            if _head_seqno(conn, key) != expected:
                 conn.execute("ROLLBACK")
                 return CaSResult.EXPECTATION_MISMATCH
             conn.execute(
                 "INSERT INTO consensus (shard, seqno, data) VALUES (%s, %s, %s)",
-                (key, new.seqno, new.data),
+                (key, new.seqno, bytes(new.data)),
             )
-            committing = True
-            conn.execute("COMMIT")
-        except psycopg.Error as e:
-            self._reset()
-            if committing:
-                raise Indeterminate(f"committing compare_and_set of {key!r}: {e}") from e
-            raise Determinate(f"compare_and_set of {key!r}: {e}") from e
-        return CaSResult.COMMITTED
+            return CaSResult.COMMITTED
+
+        return self._write(f"compare_and_set of {key!r}", body)
 
     def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
         check_consensus_key(key)
         if limit <= 0:
             raise InvalidUsage(f"scan limit must be positive, got {limit}")
-        conn = self._conn()
-        try:
-            rows = conn.execute(
-                "SELECT seqno, data FROM consensus WHERE shard = %s AND seqno >= %s "
-                "ORDER BY seqno LIMIT %s",
-                (key, from_seqno, limit),
-            ).fetchall()
-        except psycopg.Error as e:
-            self._reset()
-            raise Determinate(f"scanning {key!r}: {e}") from e
-        return [VersionedData(int(s), bytes(d)) for s, d in rows]  # type: ignore[call-overload]
+        rows = self._read(
+            f"scanning {key!r}",
+            "SELECT seqno, data FROM consensus WHERE shard = %s AND seqno >= %s "
+            "ORDER BY seqno LIMIT %s",
+            (key, from_seqno, limit),
+        )
+        return _versions(rows)
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
-        conn = self._conn()
-        committing = False
-        try:
-            conn.execute("BEGIN")
+
+        def body(conn: Conn) -> int:
             conn.execute(_LOCK, (key,))
-            row = conn.execute(_HEAD_SEQNO, (key,)).fetchone()
-            head = None if row is None or row[0] is None else int(row[0])  # type: ignore[call-overload]
+            head = _head_seqno(conn, key)
             if head is None or seqno > head:
                 conn.execute("ROLLBACK")
                 raise InvalidUsage(f"cannot truncate {key!r} at {seqno}: head seqno is {head}")
-            cur = conn.execute(
+            cursor = conn.execute(
                 "DELETE FROM consensus WHERE shard = %s AND seqno < %s", (key, seqno)
             )
-            deleted = cur.rowcount
-            committing = True
-            conn.execute("COMMIT")
-        except psycopg.Error as e:
-            self._reset()
-            if committing:
-                raise Indeterminate(f"committing truncate of {key!r}: {e}") from e
-            raise Determinate(f"truncating {key!r}: {e}") from e
-        return int(deleted)
+            return int(cursor.rowcount)
+
+        return self._write(f"truncate of {key!r}", body)
 
     def list_keys(self) -> list[str]:
-        conn = self._conn()
-        try:
-            rows = conn.execute("SELECT DISTINCT shard FROM consensus ORDER BY shard").fetchall()
-        except psycopg.Error as e:
-            self._reset()
-            raise Determinate(f"listing shards: {e}") from e
+        rows = self._read(
+            "listing shards",
+            'SELECT shard FROM consensus GROUP BY shard ORDER BY shard COLLATE "C"',
+            (),
+        )
         return [str(r[0]) for r in rows]
+
+
+def _head_seqno(conn: Conn, key: str) -> SeqNo | None:
+    row = conn.execute(_HEAD_SEQNO, (key,)).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
+
+
+def _ms(seconds: float) -> str:
+    return f"{int(seconds * 1000)}ms"
+
+
+def _versions(rows: list[tuple[Any, ...]]) -> list[VersionedData]:
+    return [VersionedData(int(seqno), bytes(data)) for seqno, data in rows]
 
 
 __all__ = ["PostgresConsensus"]

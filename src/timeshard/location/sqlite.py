@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import quote
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location.consensus import (
@@ -85,7 +86,7 @@ class SqliteConsensus:
 
     @property
     def uri(self) -> str:
-        return f"sqlite://{self.path}"
+        return f"sqlite://{quote(str(self.path))}"
 
     def _create(self) -> None:
         """Switch to WAL and create the table, waiting while another process does the same."""

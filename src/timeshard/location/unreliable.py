@@ -1,11 +1,27 @@
 """Seeded fault injection for blob and consensus, for tests and the nemesis.
 
-Each call first draws from a seeded random stream. With probability
-``fail_rate`` it raises :class:`Determinate` without calling the wrapped
-backend; with probability ``timeout_rate`` it calls the backend and then
-raises :class:`Indeterminate`, as a timeout after the request was sent would.
-The same seed and the same sequence of calls inject the same faults.
-``enabled = False`` turns injection off; ``injected`` counts faults by kind.
+Each call first draws one number from a ``random.Random(seed)`` stream:
+
+* below ``fail_rate``: raise :class:`Determinate` *without* calling the
+  wrapped backend (the request never left);
+* below ``fail_rate + timeout_rate``: for a write (``set``, ``delete``,
+  ``compare_and_set``, ``truncate``) call the backend and then raise
+  :class:`Indeterminate`, as a timeout after the request was sent would; for a
+  read (``get``, ``list_keys``, ``head``, ``scan``) raise Indeterminate
+  without calling it (a read has no effect to lose);
+* otherwise: call the backend and return its answer.
+
+A call that the backend itself rejects (InvalidUsage) is passed through
+unchanged, also on the timeout path.
+
+Invariants:
+
+1. The same seed and the same sequence of calls inject the same faults (for
+   one thread; with several threads the draws interleave in their order).
+2. ``enabled = False`` turns injection off at runtime; draws continue, so
+   turning it back on resumes the same stream.
+3. ``injected`` counts injected faults by kind: ``"determinate"`` and
+   ``"indeterminate"``; ``calls`` counts every call.
 """
 
 from __future__ import annotations
@@ -23,34 +39,56 @@ from timeshard.location.consensus import CaSResult, Consensus, SeqNo, VersionedD
 R = TypeVar("R")
 
 
-class _Faults:
+class Faults:
+    """The seeded fault stream shared by both wrappers."""
+
     def __init__(self, seed: int, fail_rate: float, timeout_rate: float) -> None:
         for name, rate in (("fail_rate", fail_rate), ("timeout_rate", timeout_rate)):
             if not 0.0 <= rate <= 1.0:
                 raise InvalidUsage(f"{name} must be in [0, 1], got {rate!r}")
-        self._rng = random.Random(seed)
-        self._lock = threading.Lock()
+        if fail_rate + timeout_rate > 1.0:
+            raise InvalidUsage(
+                f"fail_rate + timeout_rate must be at most 1, got {fail_rate} + {timeout_rate}"
+            )
+        self.seed = seed
         self.fail_rate = fail_rate
         self.timeout_rate = timeout_rate
         self.enabled = True
         self.injected: Counter[str] = Counter()
+        self.calls = 0
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
 
-    def call(self, what: str, op: Callable[[], R]) -> R:
+    def _draw(self) -> str:
+        """``"ok"``, ``"determinate"`` or ``"indeterminate"`` for the next call."""
         with self._lock:
             roll = self._rng.random()
-        if not self.enabled:
-            return op()
-        if roll < self.fail_rate:
-            self.injected["determinate"] += 1
+            self.calls += 1
+            if not self.enabled or roll >= self.fail_rate + self.timeout_rate:
+                return "ok"
+            kind = "determinate" if roll < self.fail_rate else "indeterminate"
+            self.injected[kind] += 1
+            return kind
+
+    def read(self, what: str, op: Callable[[], R]) -> R:
+        kind = self._draw()
+        if kind == "determinate":
             raise Determinate(f"injected failure of {what}")
-        if roll < self.fail_rate + self.timeout_rate:
-            self.injected["indeterminate"] += 1
-            op()
+        if kind == "indeterminate":
             raise Indeterminate(f"injected timeout of {what}")
         return op()
 
+    def write(self, what: str, op: Callable[[], R]) -> R:
+        kind = self._draw()
+        if kind == "determinate":
+            raise Determinate(f"injected failure of {what}")
+        result = op()
+        if kind == "indeterminate":
+            raise Indeterminate(f"injected timeout of {what} (it was applied)")
+        return result
 
-class UnreliableBlob(_Faults):
+
+class UnreliableBlob(Faults):
     """A blob whose calls fail or time out at the given rates."""
 
     def __init__(
@@ -64,19 +102,19 @@ class UnreliableBlob(_Faults):
         return self.inner.root_uri
 
     def get(self, key: str) -> bytes | None:
-        return self.call(f"get {key!r}", lambda: self.inner.get(key))
+        return self.read(f"get {key!r}", lambda: self.inner.get(key))
 
     def set(self, key: str, value: bytes) -> None:
-        self.call(f"set {key!r}", lambda: self.inner.set(key, value))
+        self.write(f"set {key!r}", lambda: self.inner.set(key, value))
 
     def delete(self, key: str) -> int | None:
-        return self.call(f"delete {key!r}", lambda: self.inner.delete(key))
+        return self.write(f"delete {key!r}", lambda: self.inner.delete(key))
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
-        return iter(self.call(f"list {prefix!r}", lambda: list(self.inner.list_keys(prefix))))
+        return iter(self.read(f"list {prefix!r}", lambda: list(self.inner.list_keys(prefix))))
 
 
-class UnreliableConsensus(_Faults):
+class UnreliableConsensus(Faults):
     """A consensus whose calls fail or time out at the given rates."""
 
     def __init__(
@@ -86,21 +124,21 @@ class UnreliableConsensus(_Faults):
         self.inner = inner
 
     def head(self, key: str) -> VersionedData | None:
-        return self.call(f"head {key!r}", lambda: self.inner.head(key))
+        return self.read(f"head {key!r}", lambda: self.inner.head(key))
 
     def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
-        return self.call(
+        return self.write(
             f"compare_and_set {key!r}", lambda: self.inner.compare_and_set(key, expected, new)
         )
 
     def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
-        return self.call(f"scan {key!r}", lambda: self.inner.scan(key, from_seqno, limit))
+        return self.read(f"scan {key!r}", lambda: self.inner.scan(key, from_seqno, limit))
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
-        return self.call(f"truncate {key!r}", lambda: self.inner.truncate(key, seqno))
+        return self.write(f"truncate {key!r}", lambda: self.inner.truncate(key, seqno))
 
     def list_keys(self) -> list[str]:
-        return self.call("list_keys", self.inner.list_keys)
+        return self.read("list_keys", self.inner.list_keys)
 
 
-__all__ = ["UnreliableBlob", "UnreliableConsensus"]
+__all__ = ["Faults", "UnreliableBlob", "UnreliableConsensus"]
