@@ -71,3 +71,14 @@ def test_errors_are_reported(tmp_path: Path) -> None:
     assert "not before the upper" in str(out.exception) + out.output
     out = runner.invoke(app, ["shard", "list", "--blob", "file:///tmp/x"])
     assert out.exit_code != 0
+
+
+def test_status_shows_views_and_frontiers(tmp_path: Path) -> None:
+    make_shard(tmp_path)
+    client = PersistClient(Location.embedded(tmp_path))
+    client.open_critical_since("orders", "deploy", "000000000003")
+    out = runner.invoke(app, ["status", "-l", str(tmp_path), "--json"])
+    assert out.exit_code == 0, out.output
+    [row] = json.loads(out.output)
+    assert row["kind"] == "view" and row["generation"] == 3 and row["write_frontier"] == 3
+    assert runner.invoke(app, ["status", "-l", str(tmp_path)]).exit_code == 0

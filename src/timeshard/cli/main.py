@@ -201,6 +201,71 @@ def shard_gc(
         console.print(doc)
 
 
+@app.command("status")
+def status(
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every shard's frontiers and lag; views show their deploy generation.
+
+    The lag is wall-clock now minus the write frontier, for shards whose
+    timestamps are wall-clock milliseconds.
+    """
+    import time
+
+    from timeshard.compute.mv_sink import DEPLOY_READER
+
+    client = PersistClient(_location(location, blob, consensus))
+    now = int(time.time() * 1000)
+    rows = []
+    for shard_id in client.list_shards():
+        s = client.state(shard_id)
+        deploy = s.critical_readers.get(DEPLOY_READER)
+        upper = s.upper.time
+        lag = now - upper if upper is not None and upper > 10**12 else None
+        rows.append(
+            {
+                "object": shard_id,
+                "kind": "view" if deploy else "shard",
+                "since": s.since.to_json(),
+                "write_frontier": upper,
+                "lag_ms": lag,
+                "generation": int(deploy.opaque) if deploy and deploy.opaque.isdigit() else None,
+                "writers": len(s.writers),
+                "readers": len(s.leased_readers),
+            }
+        )
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table(
+        "object",
+        "kind",
+        "since",
+        "write frontier",
+        "lag",
+        "generation",
+        "writers",
+        "readers",
+        title="timeshard status",
+    )
+    for r in rows:
+        lag = "" if r["lag_ms"] is None else f"{r['lag_ms'] / 1000:.1f} s"
+        table.add_row(
+            str(r["object"]),
+            str(r["kind"]),
+            str(r["since"]),
+            str(r["write_frontier"]),
+            lag,
+            str(r["generation"] or ""),
+            str(r["writers"]),
+            str(r["readers"]),
+        )
+    console.print(table)
+
+
 @app.command("demo")
 def demo(
     location: LocationOpt = Path(".timeshard/demo"),

@@ -66,8 +66,7 @@ class ArrowFsBlob:
             if existing == value:
                 return
             raise InvalidUsage(
-                f"blob key {key!r} already holds {len(existing)} other bytes; "
-                "keys are written once"
+                f"blob key {key!r} already holds {len(existing)} other bytes; keys are written once"
             )
         if self.fs.get_file_info(path).type == pafs.FileType.Directory:
             raise InvalidUsage(f"blob key {key!r} is a directory of other keys")
