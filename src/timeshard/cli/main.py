@@ -219,7 +219,7 @@ def status(
 
     client = PersistClient(_location(location, blob, consensus))
     now = int(time.time() * 1000)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for shard_id in client.list_shards():
         s = client.state(shard_id)
         deploy = s.critical_readers.get(DEPLOY_READER)
@@ -252,13 +252,14 @@ def status(
         title="timeshard status",
     )
     for r in rows:
-        lag = "" if r["lag_ms"] is None else f"{r['lag_ms'] / 1000:.1f} s"
+        lag_ms = r["lag_ms"]
+        lag_text = "" if lag_ms is None else f"{int(lag_ms) / 1000:.1f} s"
         table.add_row(
             str(r["object"]),
             str(r["kind"]),
             str(r["since"]),
             str(r["write_frontier"]),
-            lag,
+            lag_text,
             str(r["generation"] or ""),
             str(r["writers"]),
             str(r["readers"]),
