@@ -30,7 +30,9 @@ correction buffer: what the shard still has to become), evaluated as soon as
 desired is definite, so this Spark work overlaps the previous commit. For a
 description it computes, at each change time ``t`` in ``[lower, upper)``, the
 updates that turn the previous content into desired at ``t``, starting from
-the shard's own snapshot at ``lower - 1``. Updates at times ``>= upper`` wait
+the shard's own snapshot at ``lower - 1`` -- read back from the shard, unless
+this sink's own append is what put the upper at ``lower`` (then that content
+is the desired snapshot it last wrote, and no read is needed). Updates at times ``>= upper`` wait
 for a later description. If the shard already holds desired, the batch is
 empty and no part is written.
 
@@ -200,6 +202,7 @@ class MvSink:
         self._stage = stage or (lambda w, updates, d: w.batch(updates, d.lower, d.upper))
         self._mint = Mint()
         self._buffer: dict[Timestamp, Any] = {}
+        self._written: tuple[Frontier, Any] | None = None
         self._writer: WriteHandle | None = None
         self._deploy: SinceHandle | None = None
         self._input_holds: list[Any] = []
@@ -248,6 +251,7 @@ class MvSink:
         for b in self._buffer.values():
             self.engine.release(b)
         self._buffer.clear()
+        self._remember_written(None)
 
     def frontiers(self) -> SinkFrontiers:
         return SinkFrontiers(
@@ -305,7 +309,9 @@ class MvSink:
         assert self._persist_upper <= upper, (self._persist_upper, upper)
         self._persist_upper = upper
         for t in [t for t in self._buffer if not upper.less_equal(t)]:
-            self.engine.release(self._buffer.pop(t))
+            snap = self._buffer.pop(t)
+            if self._written is None or snap is not self._written[1]:
+                self.engine.release(snap)
         self._check_fenced()
 
     def _check_fenced(self) -> None:
@@ -348,11 +354,12 @@ class MvSink:
         assert lower is not None
         end = upper if upper is not None else lower + 1
         times = [lower, *[t for t in self.desired.change_times(lower, end) if t > lower]]
-        previous = (
-            self.engine.snapshot(self._readback, lower - 1)
-            if lower > 0
-            else self.engine.empty(self.data_schema)
-        )
+        if self._written is not None and self._written[0] == desc.lower:
+            previous = self._written[1]  # what this sink's own last append left there
+        elif lower > 0:
+            previous = self.engine.snapshot(self._readback, lower - 1)
+        else:
+            previous = self.engine.empty(self.data_schema)
         updates = []
         for t in times:
             snap = self._buffer.get(t)
@@ -360,10 +367,16 @@ class MvSink:
                 snap = self._buffer[t] = self._evaluate(t)
             updates.append(self.engine.diff_at(snap, previous, t, self.data_schema))
             previous = snap
-        return self.engine.union(updates, self.data_schema)
+        return self.engine.union(updates, self.data_schema), previous
+
+    def _remember_written(self, written: tuple[Frontier, Any] | None) -> None:
+        old, self._written = self._written, written
+        if old is not None and (written is None or old[1] is not written[1]):
+            if not any(old[1] is b for b in self._buffer.values()):
+                self.engine.release(old[1])
 
     def _write_and_append(self, desc: Description) -> None:
-        corrections = self._corrections(desc)
+        corrections, last = self._corrections(desc)
         writer = self._writer
         assert writer is not None
 
@@ -377,7 +390,9 @@ class MvSink:
             if isinstance(result, UpperMismatch):
                 batch.delete()
                 self.stats.mismatches += 1
+                self._remember_written(None)
             else:
+                self._remember_written((desc.upper, last))
                 self.stats.appended += 1
                 self.stats.parts_written += len(batch.parts)
                 self.stats.rows_written += batch.num_rows
