@@ -371,9 +371,10 @@ class MvSink:
 
     def _remember_written(self, written: tuple[Frontier, Any] | None) -> None:
         old, self._written = self._written, written
-        if old is not None and (written is None or old[1] is not written[1]):
-            if not any(old[1] is b for b in self._buffer.values()):
-                self.engine.release(old[1])
+        if old is None or (written is not None and old[1] is written[1]):
+            return
+        if not any(old[1] is b for b in self._buffer.values()):
+            self.engine.release(old[1])
 
     def _write_and_append(self, desc: Description) -> None:
         corrections, last = self._corrections(desc)
