@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,6 +33,11 @@ class PersistConfig:
 
     def now_ms(self) -> int:
         return self.clock()
+
+    def backoff(self, failures: int, rng: random.Random) -> None:
+        """Sleep before retry ``failures``: exponential, capped, with jitter."""
+        delay = min(self.backoff_ms * 2 ** min(failures, 8), self.max_backoff_ms) / 1000.0
+        time.sleep(delay * (0.5 + rng.random() / 2))
 
 
 __all__ = ["PersistConfig", "wall_clock_ms"]

@@ -52,6 +52,7 @@ from timeshard.persist._internal.parts import (
 )
 from timeshard.persist._internal.state import ShardState, decode_schema
 from timeshard.persist.config import PersistConfig
+from timeshard.persist.fetch import parts_at
 from timeshard.progress import Frontier, Timestamp, check_timestamp, frontier
 
 
@@ -136,13 +137,7 @@ class ReadHandle:
                 )
             self._wait_for_upper_past(as_of)
             return self.snapshot_parts(as_of)
-        return [
-            p
-            for b in state.batches
-            if b.desc.lower.less_equal(as_of)
-            for p in b.parts
-            if p.ts_min is None or p.ts_min <= as_of
-        ]
+        return parts_at(state, as_of)
 
     def listen(self, as_of: Timestamp) -> Listen:
         """Every update at a time ``> as_of``, as it becomes definite."""

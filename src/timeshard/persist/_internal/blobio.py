@@ -13,7 +13,6 @@ Invariants:
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
@@ -39,8 +38,7 @@ def retry_external(config: PersistConfig, what: str, call: Callable[[], R]) -> R
             failures += 1
             if failures >= config.max_attempts:
                 raise Determinate(f"{what}: failed {failures} times; last: {e}") from e
-            base = config.backoff_ms / 1000.0 * (2 ** min(failures, 8))
-            time.sleep(min(base, config.max_backoff_ms / 1000.0) * (0.5 + rng.random() / 2))
+            config.backoff(failures, rng)
 
 
 def write_part(blob: Blob, key: str, table: pa.Table, config: PersistConfig) -> PartMeta:

@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import logging
 import random
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
 
 from timeshard.errors import (
-    CorruptState,
     Determinate,
     ExternalError,
     Fenced,
@@ -42,6 +40,7 @@ from timeshard.errors import (
     LeaseExpired,
 )
 from timeshard.location.consensus import CaSResult, Consensus, VersionedData
+from timeshard.persist._internal.blobio import retry_external
 from timeshard.persist._internal.state import ShardState, decode_state, encode_state
 from timeshard.persist.config import PersistConfig
 
@@ -146,24 +145,10 @@ class Machine:
         )
 
     def _retry(self, call: Callable[[], R]) -> R:
-        failures = 0
-        while True:
-            try:
-                return call()
-            except ExternalError as e:
-                failures += 1
-                if failures >= self.config.max_attempts:
-                    raise Determinate(
-                        f"shard {self.shard_id!r}: read failed {failures} times; last: {e}"
-                    ) from e
-                self._backoff(failures)
-            except CorruptState:
-                raise
+        return retry_external(self.config, f"shard {self.shard_id!r}: reading consensus", call)
 
     def _backoff(self, failures: int) -> None:
-        base = self.config.backoff_ms / 1000.0
-        delay = min(base * (2 ** min(failures, 8)), self.config.max_backoff_ms / 1000.0)
-        time.sleep(delay * (0.5 + self._rng.random() / 2))
+        self.config.backoff(failures, self._rng)
 
 
 __all__ = ["Machine"]
