@@ -1,0 +1,176 @@
+"""Reclocking: binding a source's own progress (FromTime) to timestamps (IntoTime).
+
+A partitioned source (Kafka, a directory of files, a load generator's
+partitions) measures progress per partition: a :data:`SourceFrontier` maps a
+partition to the next offset it will produce, so a record ``(p, o)`` is
+complete once the frontier's offset for ``p`` exceeds ``o``. A partition that
+is missing has frontier 0.
+
+The *remap shard* holds durable bindings ``IntoTime t -> SourceFrontier``:
+its content at time ``t`` is one row ``(partition, offset)`` per partition,
+the source frontier bound at ``t``. Bindings only move forward. Reclocking
+assigns each record the first ``t`` whose binding is beyond it. Several
+instances of one source mint bindings with compare-and-append on the remap
+shard; whoever loses re-reads the shard and adopts the winner's bindings, so
+all instances reclock every record to the same time.
+
+The resumption frontier of a source is the binding at ``upper - 1`` of its
+outputs (the least output upper): every record below it is durably in every
+output, and reading resumes there.
+
+Invariants:
+
+1. Bindings are monotone: for ``t1 < t2`` the binding at ``t2`` is at least
+   the binding at ``t1`` in every partition.
+2. ``reclock(p, o)`` is the least bound ``t`` with ``binding(t)[p] > o``, or
+   None if no binding covers ``(p, o)`` yet.
+3. Compaction of the remap shard to ``since`` collapses bindings below
+   ``since`` into the binding at ``since``: records they covered reclock to
+   ``since``, as compaction advances their times anyway.
+
+Runs on the driver.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Mapping
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage
+from timeshard.persist import Appended, Listen, PersistClient, Progress, Updates
+from timeshard.progress import Frontier, Timestamp
+
+SourceFrontier = dict[str, int]
+
+REMAP_SCHEMA = pa.schema([("partition", pa.string()), ("offset", pa.int64())])
+
+
+def join_frontiers(a: Mapping[str, int], b: Mapping[str, int]) -> SourceFrontier:
+    """The least frontier beyond both: the larger offset per partition.
+
+    >>> join_frontiers({"0": 3, "1": 5}, {"1": 4, "2": 1})
+    {'0': 3, '1': 5, '2': 1}
+    """
+    out = dict(a)
+    for p, o in b.items():
+        out[p] = max(out.get(p, 0), o)
+    return dict(sorted(out.items()))
+
+
+class Remap:
+    """The bindings of one source, kept in and agreed through a remap shard."""
+
+    def __init__(self, client: PersistClient, shard_id: str) -> None:
+        self.shard_id = shard_id
+        self._writer = client.open_writer(shard_id, REMAP_SCHEMA)
+        self._reader = client.open_leased_reader(shard_id, REMAP_SCHEMA)
+        self._times: list[Timestamp] = []
+        self._frontiers: list[SourceFrontier] = []
+        self.upper = Frontier.minimum()
+        self._listen: Listen | None = None
+        self.sync()
+
+    # -- reading the shard -------------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Catch up with every binding minted so far (by anyone)."""
+        upper = self._writer.fetch_recent_upper()
+        if upper == self.upper:
+            return
+        if self._listen is None:
+            since = self._reader.since.time or 0
+            start = since
+            if upper.time is not None and upper.time > start:
+                snap = self._reader.snapshot(start)
+                self._apply_rows(start, snap.to_pylist())
+            self._listen = self._reader.listen(start)
+        while self._listen.frontier < upper:
+            for event in self._listen.next(timeout_s=5):
+                if isinstance(event, Updates):
+                    by_time: dict[int, list[dict[str, object]]] = {}
+                    for row in event.table.to_pylist():
+                        by_time.setdefault(int(row["_ts"]), []).append(row)  # type: ignore[arg-type]
+                    for t in sorted(by_time):
+                        self._apply_rows(t, by_time[t])
+                elif isinstance(event, Progress):
+                    self.upper = event.frontier
+        self.upper = upper
+
+    def _apply_rows(self, t: Timestamp, rows: list[dict[str, object]]) -> None:
+        current = dict(self._frontiers[-1]) if self._frontiers else {}
+        counts: dict[tuple[str, int], int] = {}
+        for r in rows:
+            key = (str(r["partition"]), int(r["offset"]))  # type: ignore[call-overload]
+            counts[key] = counts.get(key, 0) + int(r["_diff"])  # type: ignore[call-overload]
+        for (p, o), d in counts.items():
+            if d < 0 and current.get(p) == o:
+                del current[p]
+        for (p, o), d in counts.items():
+            if d > 0:
+                current[p] = o
+        if self._times and self._times[-1] == t:
+            self._frontiers[-1] = current
+        else:
+            self._times.append(t)
+            self._frontiers.append(current)
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def bindings(self) -> list[tuple[Timestamp, SourceFrontier]]:
+        """Every binding ``(t, frontier)`` in time order (one per minted time)."""
+        return list(zip(self._times, (dict(f) for f in self._frontiers), strict=True))
+
+    def frontier_at(self, t: Timestamp) -> SourceFrontier:
+        """The source frontier bound at ``t`` (empty before the first binding)."""
+        i = bisect.bisect_right(self._times, t)
+        return dict(self._frontiers[i - 1]) if i else {}
+
+    def reclock(self, partition: str, offset: int) -> Timestamp | None:
+        """The first bound time whose frontier is beyond ``(partition, offset)``."""
+        for t, f in zip(self._times, self._frontiers, strict=True):
+            if f.get(partition, 0) > offset:
+                return t
+        return None
+
+    def resume_frontier(self, output_upper: Frontier) -> SourceFrontier:
+        """The source frontier to resume reading from, given the least output upper."""
+        if output_upper.time is None:
+            return self.frontier_at(self._times[-1]) if self._times else {}
+        if output_upper.time == 0:
+            return {}
+        return self.frontier_at(output_upper.time - 1)
+
+    # -- minting -----------------------------------------------------------------------------
+
+    def mint(self, into_time: Timestamp, source_upper: Mapping[str, int]) -> bool:
+        """Bind ``source_upper`` at ``into_time``; False if another instance minted first.
+
+        A time below the remap shard's upper is already bound (False). The
+        binding is joined with the previous one, so it never moves back.
+        """
+        self.sync()
+        lower = self.upper.time
+        if lower is None:
+            raise InvalidUsage(f"remap shard {self.shard_id!r} is closed")
+        if into_time < lower:
+            return False  # another instance already bound this time
+        previous = self.frontier_at(lower - 1) if lower > 0 else {}
+        new = join_frontiers(previous, source_upper)
+        updates = []
+        for p, o in new.items():
+            if previous.get(p) != o:
+                if p in previous:
+                    updates.append(((p, previous[p]), into_time, -1))
+                updates.append(((p, o), into_time, 1))
+        result = self._writer.compare_and_append(updates, lower, into_time + 1)
+        self.sync()
+        return isinstance(result, Appended)
+
+    def downgrade_since(self, since: Timestamp) -> None:
+        """Let the remap shard compact bindings below ``since``."""
+        self._reader.downgrade_since(since)
+
+
+__all__ = ["REMAP_SCHEMA", "Remap", "SourceFrontier", "join_frontiers"]
