@@ -1,0 +1,157 @@
+"""The feedback UPSERT operator: keyed commands into a collection, state from its own output.
+
+```
+  commands (key, value | delete | error, time, FromTime order) ──> [upsert] ──> output shard
+                                                                      ^              │
+                                                                      └── feedback ──┘
+```
+
+An upsert source produces commands: a key with a new value, a delete (no
+value), or a decode error for the key. The operator turns them into a
+collection of one row per live key. It keeps no state store of its own: the
+previous value of a key is read back from the output shard, at the time just
+before the commands it applies. After a restart it is rehydrated by
+construction -- the shard is the state.
+
+Semantics, for commands reclocked to the same time ``t``:
+
+1. per key, the command with the highest FromTime order wins;
+2. the key's previous row (value or err row) is retracted at ``t``, and the
+   new row inserted, unless they are equal;
+3. a delete leaves the key absent; an error leaves an err row for the key
+   (key columns set, value columns null, ``_err`` the message), which a later
+   good value for the same key retracts.
+
+Eligibility (after seed 003): commands at times in ``[persist upper, input
+upper)`` are applied in one batch with compare-and-append at the persist upper,
+whose content just below is exactly the previous state. Commands below the
+persist upper are already reflected in the shard (another instance, or this
+one before a restart, wrote them) and are skipped; commands at or beyond the
+input upper wait. Two instances applying the same commands converge: the
+loser of a compare-and-append reads the winner's output as its new state.
+
+Runs on the driver (pyarrow); the Spark-arranged state of DESIGN.md is not
+built yet.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from timeshard.errors import InvalidUsage, UpperMismatch
+from timeshard.persist import Appended, PersistClient
+from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.progress import Frontier, Timestamp
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertCommand:
+    """One upsert command, already reclocked to ``time``."""
+
+    key: tuple[Any, ...]
+    value: tuple[Any, ...] | None
+    time: Timestamp
+    order: tuple[Any, ...]
+    error: str | None = None
+
+
+class FeedbackUpsert:
+    """Applies upsert commands to an output shard whose content is its state."""
+
+    def __init__(
+        self, client: PersistClient, shard_id: str, schema: pa.Schema, key_columns: Sequence[str]
+    ) -> None:
+        missing = [k for k in key_columns if k not in schema.names]
+        if not key_columns or missing:
+            raise InvalidUsage(
+                f"upsert key columns {list(key_columns)} must be non-empty columns of {schema}"
+            )
+        self.schema = schema
+        self.key_columns = list(key_columns)
+        self.value_columns = [n for n in schema.names if n not in key_columns]
+        self._writer = client.open_writer(shard_id, schema)
+        self._reader = client.open_leased_reader(shard_id, schema)
+
+    @property
+    def upper(self) -> Frontier:
+        return self._writer.fetch_recent_upper()
+
+    def apply(
+        self, commands: Sequence[UpsertCommand], input_upper: Timestamp
+    ) -> Appended | UpperMismatch | None:
+        """Apply the eligible commands; None if there is nothing to do yet."""
+        lower = self.upper.time
+        if lower is None or input_upper <= lower:
+            return None
+        winners: dict[tuple[Timestamp, tuple[Any, ...]], UpsertCommand] = {}
+        for c in commands:
+            if lower <= c.time < input_upper:
+                slot = (c.time, c.key)
+                if slot not in winners or winners[slot].order < c.order:
+                    winners[slot] = c
+        keys = {k for _, k in winners}
+        state = self._state(keys, lower - 1) if lower > 0 and keys else {}
+        rows: list[dict[str, Any]] = []
+        for t, key in sorted(winners, key=lambda s: s[0]):
+            cmd = winners[(t, key)]
+            new = self._row(cmd)
+            old = state.get(key)
+            if old == new:
+                continue
+            if old is not None:
+                rows.append({**old, TS: t, DIFF: -1})
+            if new is not None:
+                rows.append({**new, TS: t, DIFF: 1})
+            state[key] = new
+        result = self._writer.compare_and_append(self._table(rows), lower, input_upper)
+        self._reader.downgrade_since(max(input_upper - 1, 0))
+        return result
+
+    def _row(self, cmd: UpsertCommand) -> dict[str, Any] | None:
+        if len(cmd.key) != len(self.key_columns):
+            raise InvalidUsage(
+                f"upsert key {cmd.key!r} does not match key columns {self.key_columns}"
+            )
+        row: dict[str, Any] = dict(zip(self.key_columns, cmd.key, strict=True))
+        if cmd.error is not None:
+            return {**row, **dict.fromkeys(self.value_columns), ERR: cmd.error}
+        if cmd.value is None:
+            return None
+        if len(cmd.value) != len(self.value_columns):
+            raise InvalidUsage(
+                f"upsert value {cmd.value!r} does not match value columns {self.value_columns}"
+            )
+        return {**row, **dict(zip(self.value_columns, cmd.value, strict=True)), ERR: None}
+
+    def _state(self, keys: set[tuple[Any, ...]], as_of: Timestamp) -> dict[Any, Any]:
+        """The current row of each of ``keys`` at ``as_of``, read back from the output."""
+        snap = self._reader.snapshot(as_of)
+        if len(self.key_columns) == 1:
+            wanted = pa.array([k[0] for k in keys], snap.schema.field(self.key_columns[0]).type)
+            snap = snap.filter(pc.is_in(snap.column(self.key_columns[0]), value_set=wanted))
+        state: dict[Any, Any] = {}
+        for r in snap.to_pylist():
+            key = tuple(r[k] for k in self.key_columns)
+            if key in keys:
+                assert r[DIFF] == 1 and key not in state, (
+                    f"upsert output holds key {key!r} with multiplicity {r[DIFF]}"
+                )
+                state[key] = {n: r[n] for n in [*self.schema.names, ERR]}
+        return state
+
+    def _table(self, rows: list[dict[str, Any]]) -> pa.Table:
+        fields = [
+            *self.schema,
+            pa.field(TS, pa.int64()),
+            pa.field(DIFF, pa.int64()),
+            pa.field(ERR, pa.string()),
+        ]
+        return pa.Table.from_pylist(rows, schema=pa.schema(fields))
+
+
+__all__ = ["FeedbackUpsert", "UpsertCommand"]

@@ -1,0 +1,76 @@
+"""The feedback upsert against a model (hypothesis): last value per key at every time.
+
+Commands arrive in FromTime order with random reclocked times; they are
+applied in random chunks by two instances that race and restart. The output
+at every time ``t`` must hold, per key, the last command (by time, then
+FromTime order) at or before ``t``: its value, nothing for a delete, an err
+row for an error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import hypothesis.strategies as st
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+
+from timeshard.location import Location, MemoryBlob, MemoryConsensus
+from timeshard.persist import PersistClient, PersistConfig
+from timeshard.storage import FeedbackUpsert, UpsertCommand
+
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
+
+commands = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        st.one_of(st.integers(0, 9), st.none(), st.just("error")),
+        st.integers(0, 2),  # time step after the previous command
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    commands,
+    st.lists(
+        st.tuples(st.integers(0, 1), st.integers(1, 5), st.booleans()), min_size=1, max_size=12
+    ),
+)
+def test_upsert_is_last_value_per_key(
+    raw: list[tuple[str, Any, int]], schedule: list[tuple[int, int, bool]]
+) -> None:
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()), PersistConfig(backoff_ms=0.0))
+    hold = client.open_leased_reader("out", SCHEMA)
+    cmds, t = [], 0
+    for offset, (key, value, step) in enumerate(raw):
+        t += step
+        if value == "error":
+            cmds.append(UpsertCommand((key,), None, t, (0, offset), error=f"bad value @{offset}"))
+        else:
+            cmds.append(UpsertCommand((key,), None if value is None else (value,), t, (0, offset)))
+    final_upper = t + 1
+    instances = [FeedbackUpsert(client, "out", SCHEMA, ["k"]) for _ in range(2)]
+    input_upper = 0
+    for who, advance, restart in schedule:
+        if restart:
+            instances[who] = FeedbackUpsert(client, "out", SCHEMA, ["k"])
+        input_upper = min(input_upper + advance, final_upper)
+        instances[who].apply(cmds, input_upper)
+        instances[1 - who].apply(cmds, input_upper)  # the other races with the same commands
+    while (instances[0].upper.time or 0) < final_upper:
+        instances[0].apply(cmds, final_upper)
+    for at in range(final_upper):
+        want: dict[str, tuple[Any, Any]] = {}
+        for c in sorted((c for c in cmds if c.time <= at), key=lambda c: (c.time, c.order)):
+            if c.error is not None:
+                want[c.key[0]] = (None, c.error)
+            elif c.value is None:
+                want.pop(c.key[0], None)
+            else:
+                want[c.key[0]] = (c.value[0], None)
+        rows = hold.snapshot(at).to_pylist()
+        assert all(r["_diff"] == 1 for r in rows), rows
+        got = {r["k"]: (r["v"], r["_err"]) for r in rows}
+        assert got == want, (at, rows)
