@@ -96,7 +96,7 @@ class MaterializedView:
     def _default_as_of(client: PersistClient, definition: ViewDefinition) -> Timestamp:
         view_upper = client.state(definition.name).upper
         if view_upper.time is not None and view_upper.time > 0:
-            return view_upper.time - 1 if view_upper.time > 0 else 0
+            return view_upper.time - 1
         since = Frontier.minimum()
         for shard in definition.inputs.values():
             since = since.join(client.state(shard).since)

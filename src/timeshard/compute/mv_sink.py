@@ -75,7 +75,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from timeshard.errors import ExternalError, Fenced, InvalidUsage, UpperMismatch
+from timeshard.errors import ExternalError, Fenced, InvalidUsage, TimeshardError, UpperMismatch
 from timeshard.persist import Appended, OpaqueMismatch, PersistClient, SinceHandle, WriteHandle
 from timeshard.persist.fetch import UnleasedReader
 from timeshard.progress import Description, Frontier, Timestamp
@@ -339,13 +339,12 @@ class MvSink:
                 self._buffer[t] = self._evaluate(t)
 
     def _evaluate(self, t: Timestamp) -> Any:
+        """Desired at ``t``, evaluated now; a failing query gives the error snapshot."""
         try:
             return self.engine.materialize(self.desired.snapshot(t))
-        except (ExternalError, Fenced):
-            raise
+        except TimeshardError:
+            raise  # storage and protocol errors are not the query's
         except Exception as e:  # the query failed at t: that is the view's content at t
-            if type(e).__name__ in ("SinceError", "PartError", "LeaseExpired"):
-                raise
             self.stats.query_errors += 1
             return self.engine.materialize(self.desired.error_snapshot(t, e))
 
