@@ -1,0 +1,73 @@
+"""The Spark feedback upsert against the last-value-per-key model, on random histories."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.storage.upsert_spark import SparkFeedbackUpsert
+
+pytestmark = pytest.mark.spark
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
+
+
+def random_commands(rng: random.Random, n: int) -> list[dict[str, Any]]:
+    out, t = [], 0
+    for offset in range(n):
+        t += rng.choice([0, 0, 1, 2])
+        kind = rng.choice(["value", "value", "value", "delete", "error"])
+        out.append(
+            {
+                "k": rng.choice("abcd"),
+                "v": rng.randint(0, 9) if kind == "value" else None,
+                "_ts": t,
+                "_order": offset,
+                "_delete": kind == "delete",
+                "_err": f"bad value @{offset}" if kind == "error" else None,
+            }
+        )
+    return out
+
+
+def model(cmds: list[dict[str, Any]], at: int) -> dict[str, tuple[Any, Any]]:
+    want: dict[str, tuple[Any, Any]] = {}
+    for c in sorted((c for c in cmds if c["_ts"] <= at), key=lambda c: (c["_ts"], c["_order"])):
+        if c["_err"] is not None:
+            want[c["k"]] = (None, c["_err"])
+        elif c["_delete"]:
+            want.pop(c["k"], None)
+        else:
+            want[c["k"]] = (c["v"], None)
+    return want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_spark_upsert_matches_model(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    cmds = random_commands(rng, 40)
+    final_upper = cmds[-1]["_ts"] + 1
+    client = PersistClient(Location.embedded(tmp_path))
+    hold = client.open_leased_reader("out", SCHEMA)
+    df = spark.createDataFrame(
+        cmds, "k string, v long, _ts long, _order long, _delete boolean, _err string"
+    )
+    instances = [SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"]) for _ in range(2)]
+    upper = 0
+    while upper < final_upper:
+        upper = min(final_upper, upper + rng.randint(1, 4))
+        who = rng.randrange(2)
+        if rng.random() < 0.3:
+            instances[who] = SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"])
+        instances[who].apply(df, upper)
+        instances[1 - who].apply(df, upper)
+    for at in range(final_upper):
+        rows = hold.snapshot(at).to_pylist()
+        assert all(r["_diff"] == 1 for r in rows), rows
+        assert {r["k"]: (r["v"], r["_err"]) for r in rows} == model(cmds, at), at
