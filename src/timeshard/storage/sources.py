@@ -1,0 +1,163 @@
+"""Sources: readers of a FromTime range, deterministic, in Spark tasks.
+
+A source has partitions; its progress is a :data:`SourceFrontier` (the next
+offset of each partition). ``upper()`` says how far it can be read now;
+``read(spark, start, end)`` returns, as a DataFrame computed by Spark tasks,
+every record with ``start[p] <= offset < end[p]``, with columns
+``_partition``, ``_offset`` and the source's payload columns. Reading the
+same range twice yields the same records.
+
+Load generators produce ``rate`` records per partition per tick; their
+upper advances with the ticks the ingestion loop gives them, so a run is a
+function of the seed and the number of ticks.
+
+* :class:`KeyValueGenerator` (KEY VALUE): ``keys`` keys; the first records
+  of each partition are a snapshot (every key once), then updates to keys
+  drawn from a seeded hash, values of ``value_size`` hex characters. It is
+  upsert-shaped: key column ``key``, value column ``value``.
+* :class:`CounterGenerator` (COUNTER): one partition; record ``o`` inserts
+  the value ``o + 1`` and, with ``max_cardinality``, retracts ``o + 1 -
+  max_cardinality`` -- a ``_diff`` column says which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage
+from timeshard.storage.reclock import SourceFrontier
+
+
+class Source(Protocol):
+    """A partitioned, deterministic, resumable reader."""
+
+    name: str
+
+    def payload_schema(self) -> pa.Schema: ...
+
+    def upper(self) -> SourceFrontier: ...
+
+    def tick(self) -> None:
+        """Let a load generator produce its next round (no-op for external sources)."""
+        ...
+
+    def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any: ...
+
+
+def _ranges_sql(
+    partitions: list[str], start: SourceFrontier, end: SourceFrontier, select: str
+) -> str:
+    """UNION ALL of one ``range`` per partition, with ``p`` and ``id`` (= offset)."""
+    parts = []
+    for i, p in enumerate(partitions):
+        lo, hi = start.get(p, 0), end.get(p, 0)
+        if hi > lo:
+            parts.append(f"SELECT {i} AS pidx, '{p}' AS p, id FROM range({lo}, {hi})")
+    if not parts:
+        parts = ["SELECT 0 AS pidx, '' AS p, id FROM range(0, 0)"]
+    return f"SELECT {select} FROM ({' UNION ALL '.join(parts)})"
+
+
+@dataclass
+class KeyValueGenerator:
+    """The KEY VALUE load generator."""
+
+    name: str = "kv"
+    keys: int = 1000
+    value_size: int = 16
+    partitions: int = 2
+    rate: int = 500
+    seed: int = 0
+    ticks: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        for what in ("keys", "value_size", "partitions", "rate"):
+            value = getattr(self, what)
+            if not isinstance(value, int) or value <= 0:
+                raise InvalidUsage(f"KEY VALUE {what} must be a positive int, got {value!r}")
+
+    @property
+    def partition_names(self) -> list[str]:
+        return [str(i) for i in range(self.partitions)]
+
+    def payload_schema(self) -> pa.Schema:
+        return pa.schema([("key", pa.int64()), ("value", pa.string())])
+
+    def upper(self) -> SourceFrontier:
+        return {p: self.rate * self.ticks for p in self.partition_names}
+
+    def tick(self) -> None:
+        self.ticks += 1
+
+    def resume(self, bound: SourceFrontier) -> None:
+        """Continue after the rounds the durable bindings already cover."""
+        done = max(bound.values(), default=0)
+        self.ticks = max(self.ticks, -(-done // self.rate))
+
+    def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
+        # Partition i owns the keys k with k % partitions == i. Its first
+        # ceil(owned / 1) records cover them once (the snapshot); later ones
+        # pick owned keys by a seeded hash.
+        n, parts, seed = self.keys, self.partitions, int(self.seed)
+        owned = f"(({n} - pidx + {parts} - 1) DIV {parts})"
+        key = (
+            f"CASE WHEN id < {owned} THEN id * {parts} + pidx ELSE "
+            f"pmod(xxhash64({seed}, pidx, id), {owned}) * {parts} + pidx END"
+        )
+        chars = self.value_size
+        value = (
+            f"substr(repeat(sha2(concat_ws(':', {seed}, pidx, id), 256), "
+            f"{chars // 64 + 1}), 1, {chars})"
+        )
+        select = f"p AS _partition, id AS _offset, CAST({key} AS BIGINT) AS key, {value} AS value"
+        return spark.sql(_ranges_sql(self.partition_names, start, end, select))
+
+
+@dataclass
+class CounterGenerator:
+    """The COUNTER load generator."""
+
+    name: str = "counter"
+    rate: int = 10
+    max_cardinality: int | None = None
+    ticks: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        if self.max_cardinality is not None and self.max_cardinality <= 0:
+            raise InvalidUsage(
+                f"COUNTER max_cardinality must be positive, got {self.max_cardinality!r}"
+            )
+
+    def payload_schema(self) -> pa.Schema:
+        return pa.schema([("counter", pa.int64())])
+
+    def upper(self) -> SourceFrontier:
+        return {"0": self.rate * self.ticks}
+
+    def tick(self) -> None:
+        self.ticks += 1
+
+    def resume(self, bound: SourceFrontier) -> None:
+        """Continue after the rounds the durable bindings already cover."""
+        self.ticks = max(self.ticks, -(-bound.get("0", 0) // self.rate))
+
+    def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
+        lo, hi = start.get("0", 0), max(end.get("0", 0), start.get("0", 0))
+        sql = (
+            f"SELECT '0' AS _partition, id AS _offset, id + 1 AS counter, 1L AS _diff "
+            f"FROM range({lo}, {hi})"
+        )
+        m = self.max_cardinality
+        if m is not None:
+            # Record o also retracts o + 1 - m once the counter passes m.
+            sql += (
+                f" UNION ALL SELECT '0', id, id + 1 - {m}, -1L "
+                f"FROM range({max(lo, m)}, {max(hi, m)})"
+            )
+        return spark.sql(sql)
+
+
+__all__ = ["CounterGenerator", "KeyValueGenerator", "Source"]
