@@ -50,7 +50,7 @@ def test_key_value_upsert_survives_restarts(spark: SparkSession, tmp_path: Path)
     for t in range(upper):
         want: dict[int, str] = {}
         timed = [(remap.reclock(r["_partition"], r["_offset"]), r["_offset"], r) for r in records]
-        for rt, _, r in sorted(
+        for _rt, _, r in sorted(
             (x for x in timed if x[0] is not None and x[0] <= t), key=lambda x: (x[0], x[1])
         ):
             want[r["key"]] = r["value"]
