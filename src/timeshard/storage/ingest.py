@@ -51,12 +51,67 @@ class StepReport:
 
     output_upper: Frontier
     bound_upper: Frontier
-    records: int
-    appended: bool
+    appended: int
+
+
+class Export:
+    """One output of a source: its shard and its envelope (its own persist sink)."""
+
+    def __init__(
+        self,
+        spark: Any,
+        client: PersistClient,
+        shard: str,
+        payload: pa.Schema,
+        envelope: str,
+        key_columns: Sequence[str],
+    ) -> None:
+        if envelope not in ("none", "upsert"):
+            raise InvalidUsage(f"envelope must be 'none' or 'upsert', got {envelope!r}")
+        self.shard = shard
+        self.schema = pa.schema([f for f in payload if f.name != DIFF])
+        self.writer = client.open_writer(shard, self.schema)
+        self.upsert = (
+            SparkFeedbackUpsert(spark, client, shard, self.schema, key_columns)
+            if envelope == "upsert"
+            else None
+        )
+
+    def upper(self) -> Frontier:
+        return self.writer.fetch_recent_upper()
+
+    def write(self, records: Any, lower: int, upper: int) -> Appended | UpperMismatch | None:
+        """Apply the envelope to reclocked ``records`` and append ``[lower, upper)``."""
+        from pyspark.sql import functions as F
+
+        data = list(self.schema.names)
+        err = F.col(ERR) if ERR in records.columns else F.lit(None).cast("string")
+        records = records.where(F.col(TS) >= lower)
+        if self.upsert is not None:
+            deleted = F.lit(True)
+            for c in [c for c in data if c not in self.upsert.keys]:
+                deleted = deleted & F.col(c).isNull()
+            commands = records.select(
+                *data, TS, F.col("_offset").alias(ORDER), deleted.alias(DELETE), err.alias(ERR)
+            )
+            return self.upsert.apply(commands, upper)
+        diff = F.col(DIFF) if DIFF in records.columns else F.lit(1).cast("long")
+        updates = records.select(*data, TS, diff.alias(DIFF), err.alias(ERR))
+        batch = self.writer.batch(updates, lower, upper)
+        result = self.writer.compare_and_append_batch([batch], lower, upper)
+        if isinstance(result, UpperMismatch):
+            batch.delete()
+        return result
 
 
 class Ingestion:
-    """One source into one output shard (NONE or UPSERT envelope)."""
+    """One source into its output shards (one per output, NONE or UPSERT each).
+
+    A source with a single output writes the shard ``output`` (default: the
+    source's name); one with subsources (``source.outputs()``) writes
+    ``<output>.<subsource>`` for each. ``envelopes`` maps an output to
+    ``("upsert", key_columns)``; the others use NONE.
+    """
 
     def __init__(
         self,
@@ -67,26 +122,23 @@ class Ingestion:
         output: str | None = None,
         envelope: str = "none",
         key_columns: Sequence[str] = (),
+        envelopes: dict[str, tuple[str, Sequence[str]]] | None = None,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        if envelope not in ("none", "upsert"):
-            raise InvalidUsage(f"envelope must be 'none' or 'upsert', got {envelope!r}")
         self.spark = spark
         self.client = client
         self.source = source
         self.output = output or source.name
-        self.envelope = envelope
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
-        payload = source.payload_schema()
-        self.schema = pa.schema([f for f in payload if f.name != DIFF])
+        outputs = getattr(source, "outputs", None)
+        payloads = outputs() if outputs is not None else {"": source.payload_schema()}
+        envelopes = envelopes or {"": (envelope, key_columns)}
+        self.exports: dict[str, Export] = {}
+        for sub, payload in payloads.items():
+            shard = f"{self.output}.{sub}" if sub else self.output
+            env, keys = envelopes.get(sub, ("none", ()))
+            self.exports[sub] = Export(spark, client, shard, payload, env, keys)
         self.remap = Remap(client, f"{self.output}.remap")
-        if envelope == "upsert":
-            self._upsert: SparkFeedbackUpsert | None = SparkFeedbackUpsert(
-                spark, client, self.output, self.schema, key_columns
-            )
-        else:
-            self._upsert = None
-        self._writer = client.open_writer(self.output, self.schema)
         self._resume_source()
 
     def _resume_source(self) -> None:
@@ -96,21 +148,36 @@ class Ingestion:
         if resume is not None:
             resume(bound)
 
+    def resume_upper(self) -> Frontier:
+        """The least upper of the exports: everything below it is in every output."""
+        upper = Frontier.empty()
+        for export in self.exports.values():
+            upper = upper.meet(export.upper())
+        return upper
+
     def step(self) -> StepReport:
         self.source.tick()
-        out_upper = self._writer.fetch_recent_upper()
-        assert out_upper.time is not None, "the output shard is closed"
+        out_upper = self.resume_upper()
+        assert out_upper.time is not None, "the outputs are closed"
         start = self.remap.resume_frontier(out_upper)
         into = max(self.clock(), self.remap.upper.time or 0, out_upper.time)
         self.remap.mint(into, self.source.upper())
         bound = self.remap.upper
         assert bound.time is not None
         if not out_upper < bound:
-            return StepReport(out_upper, bound, 0, False)
+            return StepReport(out_upper, bound, 0)
         end = self.remap.frontier_at(bound.time - 1)
-        records = self._reclock(self.source.read(self.spark, start, end))
-        result = self._envelope(records, out_upper.time, bound.time)
-        return StepReport(out_upper, bound, -1, isinstance(result, Appended))
+        data = self.source.read(self.spark, start, end)
+        frames = data if isinstance(data, dict) else {"": data}
+        appended = 0
+        for sub, export in self.exports.items():
+            lower = export.upper().time
+            assert lower is not None
+            if lower >= bound.time:
+                continue
+            result = export.write(self._reclock(frames[sub]), lower, bound.time)
+            appended += isinstance(result, Appended)
+        return StepReport(out_upper, bound, appended)
 
     def _reclock(self, records: Any) -> Any:
         from pyspark.sql import functions as F
@@ -133,31 +200,5 @@ class Ingestion:
         )
         return joined.withColumn(TS, F.col("_bt")).drop("_bp", "_lo", "_hi", "_bt")
 
-    def _envelope(self, records: Any, lower: int, upper: int) -> Appended | UpperMismatch | None:
-        from pyspark.sql import functions as F
 
-        data = list(self.schema.names)
-        if self._upsert is not None:
-            value_cols = [c for c in data if c not in self._upsert.keys]
-            deleted = F.lit(True)
-            for c in value_cols:
-                deleted = deleted & F.col(c).isNull()
-            commands = records.select(
-                *data,
-                TS,
-                F.col("_offset").alias(ORDER),
-                deleted.alias(DELETE),
-                (F.col(ERR) if ERR in records.columns else F.lit(None).cast("string")).alias(ERR),
-            )
-            return self._upsert.apply(commands, upper)
-        diff = F.col(DIFF) if DIFF in records.columns else F.lit(1).cast("long")
-        err = F.col(ERR) if ERR in records.columns else F.lit(None).cast("string")
-        updates = records.select(*data, TS, diff.alias(DIFF), err.alias(ERR))
-        batch = self._writer.batch(updates, lower, upper)
-        result = self._writer.compare_and_append_batch([batch], lower, upper)
-        if isinstance(result, UpperMismatch):
-            batch.delete()
-        return result
-
-
-__all__ = ["Ingestion", "StepReport"]
+__all__ = ["Export", "Ingestion", "StepReport"]
