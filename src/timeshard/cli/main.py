@@ -208,7 +208,7 @@ def status(
     consensus: ConsensusOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Every shard's frontiers and lag; views show their deploy generation.
+    """Every shard's frontiers, lag and health; views show their deploy generation.
 
     The lag is wall-clock now minus the write frontier, for shards whose
     timestamps are wall-clock milliseconds.
@@ -216,9 +216,16 @@ def status(
     import time
 
     from timeshard.compute.mv_sink import DEPLOY_READER
+    from timeshard.storage.health import STATUS_SHARD
 
     client = PersistClient(_location(location, blob, consensus))
     now = int(time.time() * 1000)
+    health: dict[str, dict[str, Any]] = {}
+    if STATUS_SHARD in client.list_shards():
+        reader = client.open_unleased_reader(STATUS_SHARD)
+        status_upper = reader.upper().time
+        if status_upper:
+            health = {r["object"]: r for r in reader.snapshot(status_upper - 1).to_pylist()}
     rows: list[dict[str, Any]] = []
     for shard_id in client.list_shards():
         s = client.state(shard_id)
@@ -235,6 +242,8 @@ def status(
                 "generation": int(deploy.opaque) if deploy and deploy.opaque.isdigit() else None,
                 "writers": len(s.writers),
                 "readers": len(s.leased_readers),
+                "status": health.get(shard_id, {}).get("status"),
+                "error": health.get(shard_id, {}).get("error"),
             }
         )
     if as_json:
@@ -249,6 +258,7 @@ def status(
         "generation",
         "writers",
         "readers",
+        "status",
         title="timeshard status",
     )
     for r in rows:
@@ -263,6 +273,7 @@ def status(
             str(r["generation"] or ""),
             str(r["writers"]),
             str(r["readers"]),
+            (r["status"] or "") + (f": {r['error']}" if r["error"] else ""),
         )
     console.print(table)
 

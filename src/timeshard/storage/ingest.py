@@ -40,6 +40,7 @@ from timeshard.errors import InvalidUsage, UpperMismatch
 from timeshard.persist import Appended, PersistClient
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Frontier
+from timeshard.storage.health import Health
 from timeshard.storage.reclock import Remap, SourceFrontier
 from timeshard.storage.sources import Source
 from timeshard.storage.upsert_spark import DELETE, ORDER, SparkFeedbackUpsert
@@ -139,7 +140,39 @@ class Ingestion:
             env, keys = envelopes.get(sub, ("none", ()))
             self.exports[sub] = Export(spark, client, shard, payload, env, keys)
         self.remap = Remap(client, f"{self.output}.remap")
+        self.health = Health(client, self.clock)
+        self.paused = False
+        self._report("starting")
         self._resume_source()
+
+    def _report(self, status: str, error: str | None = None) -> None:
+        for obj in [
+            self.output,
+            *(e.shard for e in self.exports.values() if e.shard != self.output),
+        ]:
+            self.health.report(obj, status, error)
+
+    def pause(self) -> None:
+        """Stop reading; the outputs keep what they have."""
+        self.paused = True
+        self._report("paused")
+
+    def resume(self) -> None:
+        self.paused = False
+        self._report("running")
+
+    def step(self) -> StepReport:
+        """One tick; a failure marks the source stalled (with the error) and is raised."""
+        if self.paused:
+            upper = self.resume_upper()
+            return StepReport(upper, self.remap.upper, 0)
+        try:
+            report = self._step()
+        except Exception as e:
+            self._report("stalled", f"{type(e).__name__}: {str(e)[:500]}")
+            raise
+        self._report("running")
+        return report
 
     def _resume_source(self) -> None:
         """Tell a load generator how far the durable bindings already took it."""
@@ -155,7 +188,7 @@ class Ingestion:
             upper = upper.meet(export.upper())
         return upper
 
-    def step(self) -> StepReport:
+    def _step(self) -> StepReport:
         self.source.tick()
         out_upper = self.resume_upper()
         assert out_upper.time is not None, "the outputs are closed"

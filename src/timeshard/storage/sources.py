@@ -15,6 +15,8 @@ function of the seed and the number of ticks.
   of each partition are a snapshot (every key once), then updates to keys
   drawn from a seeded hash, values of ``value_size`` hex characters. It is
   upsert-shaped: key column ``key``, value column ``value``.
+* :class:`AuctionGenerator` (AUCTION): organizations, users, accounts,
+  auctions and bids, each a subsource with its own output shard.
 * :class:`CounterGenerator` (COUNTER): one partition; record ``o`` inserts
   the value ``o + 1`` and, with ``max_cardinality``, retracts ``o + 1 -
   max_cardinality`` -- a ``_diff`` column says which.
@@ -160,4 +162,104 @@ class CounterGenerator:
         return spark.sql(sql)
 
 
-__all__ = ["CounterGenerator", "KeyValueGenerator", "Source"]
+AUCTION_ITEMS = (
+    "Signed Memorabilia",
+    "City Bar Crawl",
+    "Best Pizza in Town",
+    "Gift Basket",
+    "Custom Art",
+)
+
+
+@dataclass
+class AuctionGenerator:
+    """The AUCTION load generator: organizations, users, accounts, auctions and bids.
+
+    One partition. Offset 0 also carries the static subsources
+    (``organizations``, ``users``, ``accounts``). Offset ``o`` opens auction
+    ``o`` (it takes bids until offset ``o + 5``: ``end_offset``) and places
+    three bids on auctions still open, amounts and buyers from a seeded hash.
+    """
+
+    name: str = "auction"
+    rate: int = 20
+    users: int = 50
+    organizations: int = 5
+    seed: int = 0
+    ticks: int = field(default=0)
+
+    def outputs(self) -> dict[str, pa.Schema]:
+        return {
+            "organizations": pa.schema([("id", pa.int64()), ("name", pa.string())]),
+            "users": pa.schema([("id", pa.int64()), ("org_id", pa.int64()), ("name", pa.string())]),
+            "accounts": pa.schema(
+                [("id", pa.int64()), ("org_id", pa.int64()), ("balance", pa.int64())]
+            ),
+            "auctions": pa.schema(
+                [
+                    ("id", pa.int64()),
+                    ("seller", pa.int64()),
+                    ("item", pa.string()),
+                    ("end_offset", pa.int64()),
+                ]
+            ),
+            "bids": pa.schema(
+                [
+                    ("id", pa.int64()),
+                    ("buyer", pa.int64()),
+                    ("auction_id", pa.int64()),
+                    ("amount", pa.int64()),
+                ]
+            ),
+        }
+
+    def payload_schema(self) -> pa.Schema:
+        return self.outputs()["bids"]
+
+    def upper(self) -> SourceFrontier:
+        return {"0": self.rate * self.ticks}
+
+    def tick(self) -> None:
+        self.ticks += 1
+
+    def resume(self, bound: SourceFrontier) -> None:
+        self.ticks = max(self.ticks, -(-bound.get("0", 0) // self.rate))
+
+    def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> dict[str, Any]:
+        lo, hi = start.get("0", 0), max(end.get("0", 0), start.get("0", 0))
+        s, users, orgs = int(self.seed), self.users, self.organizations
+        static = lo == 0 < hi
+        at0 = "'0' AS _partition, 0L AS _offset"
+        items = ", ".join(f"'{i}'" for i in AUCTION_ITEMS)
+        out = {
+            "organizations": spark.sql(
+                f"SELECT {at0}, id, concat('org-', id) AS name FROM range({orgs if static else 0})"
+            ),
+            "users": spark.sql(
+                f"SELECT {at0}, id, pmod(xxhash64({s}, 'u', id), {orgs}) AS org_id, "
+                f"concat('user-', id) AS name FROM range({users if static else 0})"
+            ),
+            "accounts": spark.sql(
+                f"SELECT {at0}, id, id AS org_id, 1000L + pmod(xxhash64({s}, 'a', id), 9000) "
+                f"AS balance FROM range({orgs if static else 0})"
+            ),
+            "auctions": spark.sql(
+                f"SELECT '0' AS _partition, id AS _offset, id, "
+                f"pmod(xxhash64({s}, 's', id), {users}) AS seller, "
+                f"element_at(array({items}), CAST(pmod(xxhash64({s}, 'i', id), "
+                f"{len(AUCTION_ITEMS)}) + 1 AS INT)) AS item, id + 5 AS end_offset "
+                f"FROM range({lo}, {hi})"
+            ),
+            "bids": spark.sql(
+                f"SELECT '0' AS _partition, o AS _offset, o * 3 + j AS id, "
+                f"pmod(xxhash64({s}, 'b', o, j), {users}) AS buyer, "
+                f"greatest(o - pmod(xxhash64({s}, 'w', o, j), 5), 0) AS auction_id, "
+                f"1 + pmod(xxhash64({s}, 'm', o, j), 100) AS amount "
+                f"FROM (SELECT id AS o FROM range({lo}, {hi})) "
+                f"LATERAL VIEW explode(array(0L, 1L, 2L)) AS j"
+            ),
+        }
+        return out
+
+
+__all__ = ["AUCTION_ITEMS", "AuctionGenerator", "CounterGenerator", "KeyValueGenerator", "Source"]
