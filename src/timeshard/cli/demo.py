@@ -1,14 +1,17 @@
-"""``timeshard demo``: persist on Spark, end to end, on the embedded default.
+"""``timeshard demo``: sources, upserts and views on the embedded default.
 
-The demo keeps a shard of orders. Each tick, Spark tasks write a batch of new
-orders plus corrections of the previous tick's orders (a retraction of the old
-amount and an insertion of the new one) straight into the blob directory as
-Parquet parts; the driver appends the batch with compare-and-append. Then the
-shard is compacted and garbage-collected, and every tick's time is read back
-with Spark and compared with a from-scratch computation of what the orders
-were at that time. The exit code is 0 only if every time matched.
+The demo creates an AUCTION source (organizations, users, accounts, auctions
+and bids, each its own shard) and a KEY VALUE source ingested with the UPSERT
+envelope, and maintains two materialized views over the auction data:
+``winning_bids`` (the highest bid of every closed auction) and
+``bids_per_user``. It runs for ``--seconds`` with a live table of every
+object's write frontier, rows per second and lag; then it lets the views
+catch up, prints query results, and checks each view against a from-scratch
+recomputation of its query over the inputs at the same time. The exit code
+is 0 only if every check passed.
 
-Runs on the driver; the part writes and snapshot reads run in Spark tasks.
+Runs on the driver; reading sources, reclocking, envelopes and views run in
+Spark tasks.
 """
 
 from __future__ import annotations
@@ -17,58 +20,38 @@ import shutil
 import time
 from pathlib import Path
 
-import pyarrow as pa
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.live import Live
 from rich.table import Table
 
+from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.location import Location
-from timeshard.persist import Appended, PersistClient
+from timeshard.persist import PersistClient
 
-SCHEMA = pa.schema([("order_id", pa.int64()), ("customer", pa.string()), ("amount", pa.float64())])
-SHARD = "demo_orders"
-
-
-def _tick_sql(tick: int, rows: int, ts: int) -> str:
-    """Spark SQL for the updates of one tick (every value is an int we made)."""
-    start, fix = tick * rows, max(rows // 10, 1)
-    inserts = (
-        f"SELECT id AS order_id, concat('c', id % 97) AS customer, "
-        f"CAST((id * 7) % 1000 AS DOUBLE) / 10 AS amount, {ts} AS _ts, 1 AS _diff "
-        f"FROM range({start}, {start + rows})"
-    )
-    if tick == 0:
-        return inserts
-    prev = (tick - 1) * rows
-    retract = (
-        f"SELECT id, concat('c', id % 97), CAST((id * 7) % 1000 AS DOUBLE) / 10, "
-        f"{ts}, -1 FROM range({prev}, {prev + fix})"
-    )
-    correct = (
-        f"SELECT id, concat('c', id % 97), CAST((id * 7) % 1000 AS DOUBLE) / 10 + 1, "
-        f"{ts}, 1 FROM range({prev}, {prev + fix})"
-    )
-    return f"{inserts} UNION ALL {retract} UNION ALL {correct}"
+WINNING_BIDS = """
+SELECT auction_id, item, buyer, amount FROM (
+  SELECT a.id AS auction_id, a.item, b.buyer, b.amount,
+         row_number() OVER (PARTITION BY a.id ORDER BY b.amount DESC, b.id) AS rank
+  FROM auctions a JOIN bids b ON b.auction_id = a.id
+  WHERE a.end_offset <= (SELECT max(id) FROM auctions)
+) WHERE rank = 1
+"""
+BIDS_PER_USER = "SELECT buyer, count(*) AS bids, sum(amount) AS total FROM bids GROUP BY buyer"
+VIEWS = {
+    "winning_bids": ({"auctions": "auction.auctions", "bids": "auction.bids"}, WINNING_BIDS),
+    "bids_per_user": ({"bids": "auction.bids"}, BIDS_PER_USER),
+}
 
 
-def _desired_sql(tick: int, rows: int) -> str:
-    """The orders as they are after ``tick``, computed from scratch."""
-    fix = max(rows // 10, 1)
-    return (
-        f"SELECT id AS order_id, concat('c', id % 97) AS customer, "
-        f"CAST((id * 7) % 1000 AS DOUBLE) / 10 + "
-        f"CASE WHEN id DIV {rows} < {tick} AND id % {rows} < {fix} THEN 1 ELSE 0 END "
-        f"AS amount FROM range(0, {(tick + 1) * rows})"
-    )
-
-
-def run_demo(location_dir: Path, rows: int, ticks: int, console: Console) -> int:
+def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
     from timeshard.spark import snapshot_df, spark_session
+    from timeshard.storage.ingest import Ingestion
+    from timeshard.storage.sources import AuctionGenerator, KeyValueGenerator
 
     if location_dir.exists():
         shutil.rmtree(location_dir)
     location = Location.embedded(location_dir)
-    console.print(f"[bold]timeshard demo[/bold]: location {location.describe()}")
+    console.print(f"[bold]timeshard demo[/bold]: {location.describe()}")
     started = time.monotonic()
     spark = spark_session(app_name="timeshard-demo")
     console.print(
@@ -76,93 +59,99 @@ def run_demo(location_dir: Path, rows: int, ticks: int, console: Console) -> int
         f"(started in {time.monotonic() - started:.1f} s)"
     )
     client = PersistClient(location)
-    writer, reader = client.open(SHARD, SCHEMA)
-    times: list[int] = []
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.fields[info]}"),
-        TimeElapsedColumn(),
-        console=console,
-    ) as progress:
-        task = progress.add_task("writing ticks", total=ticks, info="")
-        for tick in range(ticks):
-            lower = writer.fetch_recent_upper().time
-            assert lower is not None
-            ts = max(int(time.time() * 1000), lower)
-            t0 = time.monotonic()
-            batch = writer.batch(spark.sql(_tick_sql(tick, rows, ts)), lower, ts + 1)
-            result = writer.compare_and_append_batch([batch], lower, ts + 1)
-            assert isinstance(result, Appended), result
-            times.append(ts)
-            progress.update(
-                task,
-                advance=1,
-                info=f"tick {tick}: {batch.num_rows} updates in "
-                f"{len(batch.parts)} parts, {time.monotonic() - t0:.2f} s",
-            )
-    state = client.state(SHARD)
-    console.print(
-        f"appended {ticks} ticks: {len(state.batches)} batches, {state.num_rows()} stored updates"
+    auction = Ingestion(spark, client, AuctionGenerator(rate=100))
+    kv = Ingestion(
+        spark,
+        client,
+        KeyValueGenerator(keys=5000, value_size=16, rate=1000),
+        envelope="upsert",
+        key_columns=["key"],
     )
-    merges = writer.compact()
-    reader.downgrade_since(times[0])
-    report = client.gc(SHARD)
-    state = client.state(SHARD)
-    console.print(
-        f"compaction: {merges} merges -> {len(state.batches)} batches, "
-        f"{state.num_rows()} updates; GC deleted {report.deleted_blobs} blobs"
-    )
-
-    table = Table(
-        "tick",
-        "as of",
-        "orders",
-        "total amount",
-        "matches recomputation",
-        title=f"{SHARD} read back with Spark at every tick",
-    )
+    auction.step()
+    kv.step()
+    # Hold the inputs' history so the final check can read them where the views are.
+    holds = [client.open_leased_reader(s) for s in ("auction.auctions", "auction.bids")]
+    views = {
+        name: MaterializedView.install(spark, client, ViewDefinition(name, inputs, sql))
+        for name, (inputs, sql) in VIEWS.items()
+    }
+    objects = ["auction.auctions", "auction.bids", "kv", *views]
+    rows_before = {o: 0 for o in objects}
+    with Live(console=console, refresh_per_second=2) as live:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            tick = time.monotonic()
+            auction.step()
+            kv.step()
+            for v in views.values():
+                v.step()
+            live.update(_progress(client, objects, rows_before, time.monotonic() - tick))
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+    for v in views.values():
+        v.catch_up()
     ok = True
-    for tick, ts in enumerate(times):
-        snap = snapshot_df(spark, reader, ts).drop("_ts", "_err")
-        expanded = snap.selectExpr(
-            "order_id", "customer", "amount", "explode(sequence(1, CAST(_diff AS INT))) AS _n"
-        ).drop("_n")
-        desired = spark.sql(_desired_sql(tick, rows))
-        same = expanded.exceptAll(desired).isEmpty() and desired.exceptAll(expanded).isEmpty()
+    for name, view in views.items():
+        inputs, sql = VIEWS[name]
+        as_of = (view.frontiers().persist.time or 1) - 1
+        for alias, shard in inputs.items():
+            snap = snapshot_df(spark, client.open_leased_reader(shard), as_of).drop("_ts", "_err")
+            cols = [c for c in snap.columns if c != "_diff"]
+            snap.selectExpr(*cols, "explode(sequence(1, CAST(_diff AS INT))) AS _n").drop(
+                "_n"
+            ).createOrReplaceTempView(alias)
+        expected = spark.sql(sql)
+        got = snapshot_df(spark, client.open_leased_reader(name), as_of)
+        got = got.selectExpr(*expected.columns, "explode(sequence(1, CAST(_diff AS INT))) AS _n")
+        got = got.drop("_n")
+        same = got.exceptAll(expected).isEmpty() and expected.exceptAll(got).isEmpty()
         ok = ok and same
-        agg = expanded.selectExpr("count(*) AS n", "round(sum(amount), 1) AS s").first()
-        assert agg is not None
-        table.add_row(
-            str(tick),
-            str(ts),
-            str(agg["n"]),
-            str(agg["s"]),
-            "[green]yes[/green]" if same else "[red]NO[/red]",
+        console.print(
+            f"{name} AS OF {as_of}: {got.count()} rows; matches a from-scratch "
+            f"recomputation: {'[green]yes[/green]' if same else '[red]NO[/red]'}"
         )
+    top = client.open_leased_reader("bids_per_user")
+    upper = (top.fetch_recent_upper().time or 1) - 1
+    rows = sorted(top.snapshot(upper).to_pylist(), key=lambda r: -r["total"])[:5]
+    table = Table("buyer", "bids", "total", title="top bidders")
+    for r in rows:
+        table.add_row(str(r["buyer"]), str(r["bids"]), str(r["total"]))
     console.print(table)
-    console.print(
-        f"listen: changes after the first tick -> {len(_listened(reader, times[0]))} update rows"
+    kv_rows = (
+        client.open_leased_reader("kv").snapshot((client.state("kv").upper.time or 1) - 1).num_rows
     )
-    console.print("[green]consistent at every time[/green]" if ok else "[red]INCONSISTENT[/red]")
-    console.print(f"inspect it: timeshard shard inspect {SHARD} --location {location_dir}")
-    writer.expire()
-    reader.expire()
+    console.print(f"kv (UPSERT): {kv_rows} live keys")
+    console.print("[green]consistent[/green]" if ok else "[red]INCONSISTENT[/red]")
+    console.print(f"look around: timeshard status --location {location_dir}")
+    for v in views.values():
+        v.close()
+    for h in holds:
+        h.expire()
     spark.stop()
     return 0 if ok else 1
 
 
-def _listened(reader: object, as_of: int) -> list[dict[str, object]]:
-    from timeshard.persist import ReadHandle, Updates
-
-    assert isinstance(reader, ReadHandle)
-    listen = reader.listen(as_of)
-    rows: list[dict[str, object]] = []
-    for event in listen.poll():
-        if isinstance(event, Updates):
-            rows += event.table.to_pylist()
-    listen.expire()
-    return rows
+def _progress(
+    client: PersistClient, objects: list[str], rows_before: dict[str, int], tick_s: float
+) -> Table:
+    table = Table(
+        "object",
+        "write frontier",
+        "rows",
+        "rows/s",
+        "lag ms",
+        title=f"timeshard demo (last tick {tick_s:.2f} s)",
+    )
+    now = time.time_ns() // 1_000_000
+    for o in objects:
+        state = client.state(o)
+        rows = state.num_rows()
+        rate = rows - rows_before[o]
+        rows_before[o] = rows
+        upper = state.upper.time
+        table.add_row(
+            o, str(upper), str(rows), str(rate), "" if upper is None else str(max(now - upper, 0))
+        )
+    return table
 
 
 __all__ = ["run_demo"]

@@ -281,13 +281,12 @@ def status(
 @app.command("demo")
 def demo(
     location: LocationOpt = Path(".timeshard/demo"),
-    rows: Annotated[int, typer.Option(help="Rows per tick.")] = 200_000,
-    ticks: Annotated[int, typer.Option(help="Ticks to write.")] = 5,
+    seconds: Annotated[float, typer.Option(help="How long to run the sources.")] = 20.0,
 ) -> None:
-    """Write, compact and read a shard with Spark on the embedded default."""
+    """AUCTION and KEY VALUE sources with two views, live, then a consistency check."""
     from timeshard.cli.demo import run_demo
 
-    raise typer.Exit(run_demo(location, rows, ticks, console))
+    raise typer.Exit(run_demo(location, seconds, console))
 
 
 def main() -> None:

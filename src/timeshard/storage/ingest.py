@@ -208,7 +208,12 @@ class Ingestion:
             assert lower is not None
             if lower >= bound.time:
                 continue
-            result = export.write(self._reclock(frames[sub]), lower, bound.time)
+            frame = frames.get(sub)
+            result: Appended | UpperMismatch | None
+            if frame is None:  # the source says this output has nothing in the range
+                result = export.writer.compare_and_append_batch([], lower, bound.time)
+            else:
+                result = export.write(self._reclock(frame), lower, bound.time)
             appended += isinstance(result, Appended)
         return StepReport(out_upper, bound, appended)
 

@@ -226,6 +226,7 @@ class AuctionGenerator:
         self.ticks = max(self.ticks, -(-bound.get("0", 0) // self.rate))
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> dict[str, Any]:
+        """Frames per subsource; a subsource with nothing in the range is left out."""
         lo, hi = start.get("0", 0), max(end.get("0", 0), start.get("0", 0))
         s, users, orgs = int(self.seed), self.users, self.organizations
         static = lo == 0 < hi
@@ -259,6 +260,9 @@ class AuctionGenerator:
                 f"LATERAL VIEW explode(array(0L, 1L, 2L)) AS j"
             ),
         }
+        if not static:  # nothing new in the static subsources: no Spark job for them
+            for sub in ("organizations", "users", "accounts"):
+                del out[sub]
         return out
 
 
