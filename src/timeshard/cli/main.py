@@ -278,6 +278,94 @@ def status(
     console.print(table)
 
 
+@app.command("query")
+def query(
+    sql: Annotated[
+        str, typer.Argument(help="Spark SQL over shards (use `backticks` for ids with dots).")
+    ],
+    as_of: Annotated[
+        int | None,
+        typer.Option(
+            "--as-of",
+            help="Time to read every shard at (default: the latest time all are readable).",
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Rows to print at most.")] = 50,
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run Spark SQL over every shard of a location, read AS OF one time."""
+    from timeshard.spark import snapshot_df, spark_session
+
+    client = PersistClient(_location(location, blob, consensus))
+    readers = {s: client.open_leased_reader(s) for s in client.list_shards()}
+    try:
+        if as_of is None:
+            uppers = [r.fetch_recent_upper().time for r in readers.values()]
+            as_of = min(u for u in uppers if u is not None) - 1
+        spark = spark_session(app_name="timeshard-query")
+        for shard, reader in readers.items():
+            if not reader.since.less_equal(as_of) or reader.fetch_recent_upper().less_equal(as_of):
+                continue  # not readable at as_of: the query cannot use it
+            snap = snapshot_df(spark, reader, as_of)
+            data = [c for c in snap.columns if c not in ("_ts", "_diff", "_err")]
+            quoted = [f"`{c}`" for c in data]
+            snap.where("_err IS NULL").selectExpr(
+                *quoted, "explode(sequence(1, CAST(_diff AS INT))) AS _n"
+            ).drop("_n").createOrReplaceTempView(f"`{shard}`")
+        rows = [r.asDict() for r in spark.sql(sql).limit(limit).collect()]
+    finally:
+        for handle in readers.values():
+            handle.expire()
+    if as_json:
+        _print_json({"as_of": as_of, "rows": rows})
+        return
+    table = Table(*(rows[0].keys() if rows else ["(no rows)"]), title=f"AS OF {as_of}")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)
+
+
+@app.command("subscribe")
+def subscribe(
+    obj: Annotated[str, typer.Argument(help="The shard or view to follow.")],
+    from_: Annotated[
+        int | None, typer.Option("--from", help="Start time (default: the latest readable).")
+    ] = None,
+    seconds: Annotated[float, typer.Option(help="Stop after this long.")] = 30.0,
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+) -> None:
+    """Print the snapshot at --from, then every update as it becomes definite (JSON lines)."""
+    import time
+
+    from timeshard.persist import Progress, Updates
+
+    client = PersistClient(_location(location, blob, consensus))
+    reader = client.open_leased_reader(obj)
+    try:
+        if from_ is None:
+            from_ = (reader.fetch_recent_upper().time or 1) - 1
+        for r in reader.snapshot(from_).to_pylist():
+            sys.stdout.write(json.dumps(r, default=str) + "\n")
+        listen = reader.listen(from_)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for event in listen.next(timeout_s=min(1.0, max(deadline - time.monotonic(), 0))):
+                if isinstance(event, Updates):
+                    for r in event.table.to_pylist():
+                        sys.stdout.write(json.dumps(r, default=str) + "\n")
+                elif isinstance(event, Progress):
+                    sys.stdout.write(json.dumps({"progress": event.frontier.to_json()}) + "\n")
+            sys.stdout.flush()
+        listen.expire()
+    finally:
+        reader.expire()
+
+
 @app.command("demo")
 def demo(
     location: LocationOpt = Path(".timeshard/demo"),
