@@ -27,29 +27,56 @@ def test_query_and_subscribe(spark: SparkSession, tmp_path: Path) -> None:
     writer.append([(("a", 1), 0, 1), (("b", 2), 1, 1)], 0, 2)
     writer.append([(("a", 1), 2, -1), (("c", 3), 2, 2)], 2, 3)
     runner = CliRunner()
-    out = runner.invoke(app, ["query", "SELECT k, sum(v) AS s FROM orders GROUP BY k",
-                              "--as-of", "1", "-l", str(tmp_path), "--json"])
+    out = runner.invoke(
+        app,
+        [
+            "query",
+            "SELECT k, sum(v) AS s FROM orders GROUP BY k",
+            "--as-of",
+            "1",
+            "-l",
+            str(tmp_path),
+            "--json",
+        ],
+    )
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output)["rows"]
     assert sorted((r["k"], r["s"]) for r in rows) == [("a", 1), ("b", 2)]
-    out = runner.invoke(app, ["query", "SELECT count(*) AS n FROM orders", "-l",
-                              str(tmp_path), "--json"])
+    out = runner.invoke(
+        app, ["query", "SELECT count(*) AS n FROM orders", "-l", str(tmp_path), "--json"]
+    )
     assert json.loads(out.output)["rows"] == [{"n": 3}]  # b, c, c at the latest time
-    out = runner.invoke(app, ["subscribe", "orders", "--from", "0", "--seconds", "1", "-l",
-                              str(tmp_path)])
+    out = runner.invoke(
+        app, ["subscribe", "orders", "--from", "0", "--seconds", "1", "-l", str(tmp_path)]
+    )
     assert out.exit_code == 0, out.output
     lines = [json.loads(x) for x in out.output.splitlines()]
     assert lines[0]["k"] == "a" and lines[-1] == {"progress": 3}
     assert sorted((x["k"], x["_ts"], x["_diff"]) for x in lines if "k" in x) == [
-        ("a", 0, 1), ("a", 2, -1), ("b", 1, 1), ("c", 2, 2)]
+        ("a", 0, 1),
+        ("a", 2, -1),
+        ("b", 1, 1),
+        ("c", 2, 2),
+    ]
 
 
 def test_demo_command_runs_and_checks(tmp_path: Path) -> None:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     result = subprocess.run(
-        [sys.executable, "-c", "from timeshard.cli.main import main; main()", "demo",
-         "--seconds", "3", "--location", str(tmp_path / "demo")],
-        capture_output=True, text=True, timeout=600, env=env,
+        [
+            sys.executable,
+            "-c",
+            "from timeshard.cli.main import main; main()",
+            "demo",
+            "--seconds",
+            "3",
+            "--location",
+            str(tmp_path / "demo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "consistent" in result.stdout and "INCONSISTENT" not in result.stdout

@@ -1,0 +1,99 @@
+"""Ingestion killed with SIGKILL at random and restarted, with two instances at once.
+
+Two worker processes ingest one KEY VALUE source with the UPSERT envelope into
+one shard, concurrently; one of them is killed and restarted at seeded random
+moments. At the end, at every time, the output holds exactly the last value
+per key among the source's records reclocked to that time or before: nothing
+lost, nothing duplicated.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.faults.ingest_worker import generator
+
+from timeshard.location import open_location
+from timeshard.persist import PersistClient
+from timeshard.spark import spark_session
+from timeshard.storage import Remap
+
+WORKER = Path(__file__).with_name("ingest_worker.py")
+
+
+@pytest.mark.faults
+@pytest.mark.spark
+def test_ingestion_killed_and_concurrent(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    blob_uri, consensus_uri = f"file://{tmp_path / 'blob'}", f"sqlite:///{tmp_path / 'c.db'}"
+    stop = tmp_path / "stop"
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+
+    def start(i: int) -> subprocess.Popen[bytes]:
+        log = (tmp_path / f"worker-{i}-{time.monotonic_ns()}.log").open("wb")
+        return subprocess.Popen(
+            [sys.executable, str(WORKER), blob_uri, consensus_uri, str(stop)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    workers = [start(0), start(1)]
+    client = PersistClient(open_location(blob_uri, consensus_uri))
+    try:
+        deadline = time.monotonic() + 90
+        while "kv" not in client.list_shards():
+            assert time.monotonic() < deadline, "no worker created the output"
+            time.sleep(0.5)
+        hold = client.open_leased_reader("kv")
+
+        def wait_for_progress() -> None:
+            before = client.state("kv").upper.time or 0
+            deadline = time.monotonic() + 180
+            while (client.state("kv").upper.time or 0) <= before:
+                assert time.monotonic() < deadline, "the ingestion made no progress"
+                time.sleep(0.5)
+
+        for _ in range(3):
+            wait_for_progress()
+            time.sleep(rng.uniform(0.0, 3.0))
+            victim = rng.randrange(2)
+            os.kill(workers[victim].pid, signal.SIGKILL)
+            workers[victim].wait()
+            workers[victim] = start(victim)
+        wait_for_progress()
+        wait_for_progress()
+    finally:
+        stop.touch()
+        for w in workers:
+            try:
+                w.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                w.kill()
+    remap = Remap(client, "kv.remap")
+    upper = client.state("kv").upper.time
+    assert upper is not None and upper > 0
+    end = remap.frontier_at(upper - 1)
+    assert sum(end.values()) > 0
+    spark = spark_session(app_name="ingest-check")
+    records = generator().read(spark, {}, end).collect()
+    timed = sorted(
+        (
+            (remap.reclock(r["_partition"], r["_offset"]), r["_offset"], r["key"], r["value"])
+            for r in records
+        ),
+        key=lambda x: (x[0], x[1]),
+    )
+    times = sorted({t for t, *_ in timed if t is not None and t >= (hold.since.time or 0)})
+    for at in times[-12:]:
+        want = {k: v for t, _, k, v in timed if t <= at}
+        rows = hold.snapshot(at).to_pylist()
+        assert all(r["_diff"] == 1 for r in rows), "a key is duplicated"
+        assert {r["key"]: r["value"] for r in rows} == want, at
