@@ -80,3 +80,43 @@ def test_demo_command_runs_and_checks(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "consistent" in result.stdout and "INCONSISTENT" not in result.stdout
+
+
+def test_run_declaration_file(tmp_path: Path) -> None:
+    spec = tmp_path / "run.toml"
+    spec.write_text(f"""
+[location]
+dir = "{tmp_path / "loc"}"
+
+[[source]]
+name = "counter"
+kind = "counter"
+options = {{ rate = 5, max_cardinality = 8 }}
+
+[[view]]
+name = "total"
+inputs = {{ c = "counter" }}
+sql = "SELECT count(*) AS n, sum(counter) AS s FROM c"
+""")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from timeshard.cli.main import main; main()",
+            "run",
+            str(spec),
+            "--seconds",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    upper = client.state("total").upper.time
+    assert upper is not None and upper > 0
+    [row] = client.open_leased_reader("total").snapshot(upper - 1).to_pylist()
+    assert row["n"] == 8

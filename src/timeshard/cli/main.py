@@ -366,6 +366,53 @@ def subscribe(
         reader.expire()
 
 
+@app.command("run")
+def run(
+    file: Annotated[Path, typer.Argument(help="A TOML file declaring sources and views.")],
+    seconds: Annotated[float, typer.Option(help="How long to run.")] = 30.0,
+) -> None:
+    """Run the sources and views a declaration file declares (see timeshard.cli.spec)."""
+    import time
+
+    from timeshard.cli.spec import build_source, load_spec
+    from timeshard.compute import MaterializedView, ViewDefinition
+    from timeshard.spark import spark_session
+    from timeshard.storage.ingest import Ingestion
+
+    spec = load_spec(file)
+    loc = spec.location
+    client = PersistClient(_location(Path(loc.dir or ".timeshard/run"), loc.blob, loc.consensus))
+    spark = spark_session(app_name="timeshard-run")
+    ingestions = [
+        Ingestion(spark, client, build_source(s), envelope=s.envelope, key_columns=s.key_columns)
+        for s in spec.source
+    ]
+    for ing in ingestions:
+        ing.step()
+    views = [
+        MaterializedView.install(
+            spark,
+            client,
+            ViewDefinition(v.name, v.inputs, v.sql, refresh_every_ms=v.refresh_every_ms),
+        )
+        for v in spec.view
+    ]
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        tick = time.monotonic()
+        for ing in ingestions:
+            ing.step()
+        for view in views:
+            view.step()
+        uppers = ", ".join(f"{i.output}@{i.resume_upper()}" for i in ingestions)
+        uppers += "".join(f", {v.name}@{v.frontiers().persist}" for v in views)
+        console.print(f"tick {time.monotonic() - tick:.2f} s: {uppers}")
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+    for view in views:
+        view.close()
+    spark.stop()
+
+
 @app.command("demo")
 def demo(
     location: LocationOpt = Path(".timeshard/demo"),
