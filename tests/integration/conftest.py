@@ -1,4 +1,20 @@
-"""One local SparkSession for the whole integration tier."""
+"""Fixtures of the integration tier: one local SparkSession, one standalone cluster.
+
+``spark`` is the one SparkSession (``local[2]``) every test of this tier
+shares; it starts in 5-10 s, so it is session-scoped.
+
+``spark_standalone`` starts a Spark standalone master and one worker (1 core,
+1g) on 127.0.0.1 with ``spark-class`` (``standalone_cluster.py``) and yields
+the master URL. A process holds one SparkContext, and this one holds the local
+session, so tests never connect to the cluster from this process: they run
+their checks in a child Python process (``standalone_main.py``) that builds
+its own session on the master URL. That leaves the local session untouched (no
+stop and restart in the middle of the tier), and a failed cluster run cannot
+leave this process with a broken SparkContext.
+
+If the cluster cannot start, the tests that need it are skipped with the
+reason printed -- except when ``CI`` is set: then they fail.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +23,31 @@ import sys
 from collections.abc import Iterator
 
 import pytest
+from pyspark.sql import SparkSession
+from tests.integration.standalone_cluster import StandaloneCluster
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[object]:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+def spark() -> Iterator[SparkSession]:
     from timeshard.spark import register, spark_session
 
-    session = spark_session(app_name="timeshard-tests")
+    session = spark_session(master="local[2]", app_name="timeshard-tests")
     register(session)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a running standalone master with one registered worker."""
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone"), cores=1, memory="1g")
+    try:
+        cluster.start()
+    except Exception as e:
+        reason = f"Spark standalone cluster cannot start: {e}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI must run the standalone tests)")
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    yield cluster.url
+    cluster.stop()

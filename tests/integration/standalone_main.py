@@ -1,9 +1,10 @@
-"""Runs the Spark checks against a standalone master (in its own process).
+"""Runs the shared Spark checks against a standalone master, in its own process.
 
 Usage: standalone_main.py MASTER_URL SCRATCH_DIR
 
-A process holds one SparkContext, so the standalone run cannot share the
-local session of the integration tier; the test starts this script instead.
+A process holds one SparkContext and the pytest process already holds the
+local session of the integration tier, so ``test_standalone.py`` starts this
+script instead (see ``conftest.py``). It prints one line on success.
 """
 
 from __future__ import annotations
@@ -13,7 +14,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.integration.spark_checks import check_err_rows, check_write_and_snapshot
+from tests.integration.spark_checks import (
+    check_err_rows,
+    check_missing_and_corrupt_parts,
+    check_write_and_snapshot,
+)
 
 from timeshard.spark import register, spark_session
 
@@ -23,15 +28,18 @@ def main() -> None:
     spark = spark_session(
         master=master,
         app_name="timeshard-standalone",
-        extra_conf={"spark.executor.memory": "1g", "spark.cores.max": "2"},
+        extra_conf={"spark.executor.memory": "768m", "spark.cores.max": "1"},
     )
     register(spark)
-    assert spark.sparkContext.master == master
+    assert spark.sparkContext.master == master, spark.sparkContext.master
     check_write_and_snapshot(spark, scratch)
     check_err_rows(spark, scratch)
-    executors = spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()  # type: ignore[union-attr]
+    check_missing_and_corrupt_parts(spark, scratch)
+    status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()  # type: ignore[union-attr]
+    executors = status.size() - 1  # one block manager is the driver's
     spark.stop()
-    print(f"standalone checks passed on {master} with {executors} block managers")
+    assert executors >= 1, executors
+    print(f"standalone checks passed on {master} with {executors} executor(s)")
 
 
 if __name__ == "__main__":

@@ -1,34 +1,64 @@
 """``spark.read.format("timeshard")``: a Python Data Source over shards.
 
+::
+
     from timeshard.spark import register
     register(spark)
     df = (spark.read.format("timeshard")
-          .option("location", "/data/timeshard")     # or .option("blob", URI)
-          .option("shard", "orders")                 #    + .option("consensus", URI)
-          .option("as_of", "1700000000000")          # default: the latest readable time
+          .option("location", "/data/timeshard")   # or .option("blob", URI)
+          .option("shard", "orders")               #    + .option("consensus", URI)
+          .option("as_of", "1700000000000")        # default: the latest readable time
           .load())
 
-Each row is an update at ``as_of`` (``_ts`` = ``as_of``) with its ``_diff``
-and ``_err``. Rows are consolidated within a part but not across parts, so
-one distinct row may appear in several rows whose diffs add up:
-``df.groupBy(*data_columns, "_err").sum("_diff")`` gives the snapshot, and
-:func:`timeshard.spark.snapshot_df` does that for you.
+=============  ==============================================================
+option         meaning
+=============  ==============================================================
+``location``   directory of an embedded location (``Location.embedded``)
+``blob``       blob URI, with ``consensus``: ``open_location(blob, consensus)``
+``consensus``  consensus URI (``sqlite:///...``, ``postgresql://...``)
+``shard``      the shard id (required)
+``as_of``      the time to read at (default: the shard's upper minus one)
+=============  ==============================================================
+
+Each row is an update at ``as_of``: ``_ts`` is ``as_of``, ``_diff`` its
+multiplicity, ``_err`` null for ok rows. Rows are consolidated within a part
+but **not across parts**: one distinct row may appear in several rows whose
+diffs add up, and some may add up to zero. Consolidate before use::
+
+    data = [c for c in df.columns if c not in ("_ts", "_diff", "_err")]
+    snapshot = (df.groupBy(*data, "_err").agg(F.sum("_diff").alias("_diff"))
+                  .where("_diff != 0"))
+
+or call :func:`timeshard.spark.snapshot_df`, which reads the same parts with
+Spark's Parquet reader and consolidates.
 
 What runs where (as in ``pyspark.sql.datasource``):
 
-* driver: ``schema()`` reads the shard's stored schema; ``partitions()``
-  opens a leased reader (lease: ``reader_lease_ms``, 5 minutes by default
-  here), checks ``as_of`` against since and upper, and makes one partition per
-  part. The lease keeps the parts from GC while the query runs.
-* executors: ``read()`` reopens the blob from the options (plain strings, so
-  the reader pickles), fetches its part, and raises PartError if the part is
-  missing or corrupt.
+* planning, in a Python worker process beside the driver JVM (not in the
+  process that called ``load``): ``schema()`` opens the location and reads
+  the shard's stored schema; ``reader()`` checks the options, and
+  ``partitions()`` opens a leased reader (lease :data:`DATASOURCE_LEASE_MS`),
+  resolves ``as_of``, takes the parts of the snapshot -- which holds them
+  against GC until the lease runs out -- and makes one partition per part;
+* executors: ``read()`` reopens the blob from its URI, fetches its part with
+  ``blob.get``, decodes it (PartError if it is missing or corrupt), advances
+  its times to ``as_of``, consolidates it and yields Arrow record batches.
+  :class:`TimeshardReader` and :class:`PartPartition` hold plain strings,
+  numbers and bytes only, so they pickle; executors need ``pyarrow`` and
+  ``timeshard`` and must reach the blob under its URI (so not ``memory://``).
+
+Errors raised in those processes reach the caller as Spark exceptions that
+carry the message; inside :func:`timeshard.spark.parts.typed_errors` they are
+re-raised as InvalidUsage or PartError. Invalid options (none of
+``location``/``blob``, no ``shard``, an unknown shard, an ``as_of`` that is not
+a readable timestamp) raise InvalidUsage naming the value.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -37,43 +67,84 @@ from pyspark.sql.types import StructType
 
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location, open_blob, open_location
-from timeshard.persist import PersistClient, PersistConfig
+from timeshard.persist import PersistClient, PersistConfig, check_shard_id
 from timeshard.persist._internal.blobio import read_part
 from timeshard.persist._internal.parts import PartMeta, advance_times, consolidate, updates_schema
-from timeshard.persist._internal.state import decode_schema
 from timeshard.spark.session import arrow_to_spark_schema
 
 DATASOURCE_LEASE_MS = 5 * 60 * 1000
+EMBEDDED_CONSENSUS = "consensus.sqlite"
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """The data source options, checked (plain strings: they pickle)."""
+
+    blob_uri: str
+    consensus_uri: str
+    shard: str
+    as_of: int | None
+
+    @staticmethod
+    def parse(options: dict[str, str]) -> SourceOptions:
+        """Check ``options``; InvalidUsage naming the offending value."""
+        blob_uri, consensus_uri = _location_uris(options)
+        if open_blob(blob_uri).root_uri is None:
+            raise InvalidUsage(
+                f"the timeshard data source needs a blob executors can reach; "
+                f"{blob_uri!r} lives in one process"
+            )
+        shard = options.get("shard")
+        if not shard:
+            raise InvalidUsage(
+                f"the timeshard data source needs option 'shard'; got options {sorted(options)}"
+            )
+        check_shard_id(shard)
+        return SourceOptions(blob_uri, consensus_uri, shard, _as_of(options.get("as_of")))
+
+    def client(self, config: PersistConfig | None = None) -> PersistClient:
+        return PersistClient(open_location(self.blob_uri, self.consensus_uri), config)
 
 
 def _location_uris(options: dict[str, str]) -> tuple[str, str]:
-    if "location" in options:
-        loc = Location.embedded(options["location"])
-        assert loc.blob_uri is not None and loc.consensus_uri is not None
-        return loc.blob_uri, loc.consensus_uri
+    directory = options.get("location")
+    if directory is not None:
+        if "blob" in options or "consensus" in options:
+            raise InvalidUsage(
+                "the timeshard data source takes option 'location' or options 'blob' and "
+                f"'consensus', not both; got options {sorted(options)}"
+            )
+        if not (Path(directory) / EMBEDDED_CONSENSUS).is_file():
+            raise InvalidUsage(
+                f"option location {directory!r} is not a timeshard location: "
+                f"it has no {EMBEDDED_CONSENSUS}"
+            )
+        location = Location.embedded(directory)
+        assert location.blob_uri is not None and location.consensus_uri is not None, location
+        return location.blob_uri, location.consensus_uri
     if "blob" in options and "consensus" in options:
         return options["blob"], options["consensus"]
     raise InvalidUsage(
-        f"the timeshard data source needs option 'location', or 'blob' and 'consensus'; "
-        f"got options {sorted(options)}"
+        "the timeshard data source needs option 'location', or options 'blob' and "
+        f"'consensus'; got options {sorted(options)}"
     )
 
 
-def _client(options: dict[str, str], config: PersistConfig | None = None) -> PersistClient:
-    blob_uri, consensus_uri = _location_uris(options)
-    return PersistClient(open_location(blob_uri, consensus_uri), config)
-
-
-def _shard(options: dict[str, str]) -> str:
-    shard = options.get("shard")
-    if not shard:
-        raise InvalidUsage(f"the timeshard data source needs option 'shard'; got {sorted(options)}")
-    return shard
+def _as_of(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        as_of = int(raw)
+    except ValueError:
+        raise InvalidUsage(f"option as_of must be an integer timestamp, got {raw!r}") from None
+    if as_of < 0:
+        raise InvalidUsage(f"option as_of must be a timestamp >= 0, got {raw!r}")
+    return as_of
 
 
 @dataclass(frozen=True)
 class PartPartition(InputPartition):  # type: ignore[misc]
-    """One part to read, as plain values."""
+    """One part to read at ``as_of``, as plain values."""
 
     key: str
     size: int
@@ -83,69 +154,78 @@ class PartPartition(InputPartition):  # type: ignore[misc]
     as_of: int
     schema_ipc: bytes
 
+    def part(self) -> PartMeta:
+        return PartMeta(self.key, self.size, self.rows, self.ts_min, self.ts_max)
+
 
 class TimeshardDataSource(DataSource):  # type: ignore[misc]
-    """The ``timeshard`` format (see the module docstring)."""
+    """The ``timeshard`` format (see the module doc)."""
 
     @classmethod
     def name(cls) -> str:
         return "timeshard"
 
     def schema(self) -> StructType:
-        options = dict(self.options)
-        state = _client(options).state(_shard(options))
-        return arrow_to_spark_schema(updates_schema(decode_schema(state.schema)))
+        options = SourceOptions.parse(dict(self.options))
+        state = options.client().state(options.shard)
+        return arrow_to_spark_schema(updates_schema(state.data_schema))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TimeshardReader(dict(self.options))
+        return TimeshardReader(SourceOptions.parse(dict(self.options)))
 
 
 class TimeshardReader(DataSourceReader):  # type: ignore[misc]
-    """Reads one snapshot of one shard, a part per partition."""
+    """Reads one snapshot of one shard, one part per partition."""
 
-    def __init__(self, options: dict[str, str]) -> None:
+    def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.blob_uri, _ = _location_uris(options)
-        self.shard = _shard(options)
 
     def partitions(self) -> list[InputPartition]:
-        client = _client(self.options, PersistConfig(reader_lease_ms=DATASOURCE_LEASE_MS))
-        reader = client.open_leased_reader(self.shard)
-        as_of = self._as_of(reader.fetch_recent_upper().time)
-        parts = reader.snapshot_parts(as_of)
+        """One partition per part of the snapshot (planning worker)."""
+        opts = self.options
+        reader = opts.client(PersistConfig(reader_lease_ms=DATASOURCE_LEASE_MS)).open_leased_reader(
+            opts.shard
+        )
+        as_of = opts.as_of
+        if as_of is None:
+            upper = reader.fetch_recent_upper().time
+            if upper is None:
+                raise InvalidUsage(f"shard {opts.shard!r} is closed; pass option 'as_of'")
+            if upper == 0:
+                raise InvalidUsage(f"shard {opts.shard!r} has no readable time yet (upper 0)")
+            as_of = upper - 1
         schema_ipc = reader.schema.serialize().to_pybytes()
         return [
             PartPartition(p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, as_of, schema_ipc)
-            for p in parts
+            for p in reader.snapshot_parts(as_of)
         ]
 
-    def _as_of(self, upper: int | None) -> int:
-        raw = self.options.get("as_of")
-        if raw is None:
-            if upper is None:
-                raise InvalidUsage(f"shard {self.shard!r} is closed; pass option 'as_of'")
-            if upper == 0:
-                raise InvalidUsage(f"shard {self.shard!r} has no readable time yet")
-            return upper - 1
-        try:
-            return int(raw)
-        except ValueError:
-            raise InvalidUsage(f"option as_of must be an integer timestamp, got {raw!r}") from None
-
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, PartPartition), partition
+        """The consolidated updates of one part at ``as_of`` (executors).
+
+        Spark passes a partition of value None when ``partitions()`` found no
+        parts: the snapshot is empty.
+        """
+        if not isinstance(partition, PartPartition):
+            assert partition.value is None, partition
+            return
         schema = pa.ipc.read_schema(pa.py_buffer(partition.schema_ipc))
-        blob = open_blob(self.blob_uri)
-        part = PartMeta(
-            partition.key, partition.size, partition.rows, partition.ts_min, partition.ts_max
+        table = read_part(
+            open_blob(self.options.blob_uri), partition.part(), schema, PersistConfig()
         )
-        table = read_part(blob, part, schema, PersistConfig())
         yield from consolidate(advance_times(table, partition.as_of)).to_batches()
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``spark.read.format("timeshard")`` available in ``spark``."""
+    """Make ``spark.read.format("timeshard")`` available in ``spark`` (driver)."""
     spark.dataSource.register(TimeshardDataSource)
 
 
-__all__ = ["TimeshardDataSource", "TimeshardReader", "register"]
+__all__ = [
+    "DATASOURCE_LEASE_MS",
+    "PartPartition",
+    "SourceOptions",
+    "TimeshardDataSource",
+    "TimeshardReader",
+    "register",
+]

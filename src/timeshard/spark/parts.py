@@ -1,46 +1,79 @@
-"""Writing and reading parts with Spark tasks.
+"""Parts written and read by Spark tasks.
 
-``write_parts`` turns a DataFrame of updates into parts: every Spark task
-writes the rows of its partition as one Parquet file straight into the blob
-root through ``pyarrow.fs`` (a temporary name, then a rename), and returns one
-row describing it (key, size, rows, least and greatest ``_ts``). The driver
-collects those rows; no data passes through it. ``read_parts`` reads parts
-back as a DataFrame after checking, on the driver, that every part exists and
-has an intact Parquet footer with the row count the state recorded.
+Writing (``write_parts``)::
 
-What runs where:
+    DataFrame --conform_df--> mapInArrow(PartWriter) --collect--> [PartMeta]
+      driver: names and types,   executors: one task = one       driver: one small
+      no Spark job               Parquet file in the blob root    row per part
 
-* driver: schema checks, the footer checks, collecting part descriptions;
-* executors: the function given to ``mapInArrow``. It closes over plain
-  strings and bytes only (the root URI, the key prefix, the schema as Arrow
-  IPC bytes), and needs ``pyarrow`` and ``timeshard`` importable by the
-  workers' Python (``PYSPARK_PYTHON``).
+Every task casts its rows to the part schema with pyarrow
+(:func:`timeshard.persist._internal.parts.conform`), streams them into one
+Parquet file at ``<key_prefix>/part-<partition:05d>-<id>.parquet`` under the
+blob root, and returns one row: key, size in bytes, rows, least and greatest
+``_ts``. No data passes through the driver. A task whose partition is empty
+writes nothing and returns no row.
+
+Reading (``read_parts``)::
+
+    [PartMeta] --check_parts--> spark.read.schema(part schema).parquet(*uris)
+      driver: every part exists with      executors: Spark's Parquet reader
+      its size, in one listing call
+
+What runs where (as in ``pyspark.sql.datasource``):
+
+* driver: :func:`conform_df`, :func:`check_parts`, collecting part rows,
+  deleting the parts of a failed write, :func:`typed_errors`;
+* executors: :class:`PartWriter`. It must pickle, so it holds plain values
+  only (the root URI, the key prefix, the data schema as Arrow IPC bytes);
+  executors need ``pyarrow`` and ``timeshard`` importable by their Python
+  (``PYSPARK_PYTHON``) and must reach the blob root under the same URI.
+
+Local roots (``file://``) are written as a hidden ``.tmp-`` file that is
+fsynced and renamed into place, as :class:`~timeshard.location.FileBlob` does;
+other roots (``s3a://``, ``hdfs://``, ...) get the whole part in one write.
 
 A blob with no filesystem root (the memory blob) cannot be reached by
-executors: such writes collect the DataFrame to the driver with ``toArrow``
-and store it through the blob; reads build the DataFrame from Arrow on the
-driver. That path is for tests and small data.
+executors. Such writes collect the DataFrame to the driver with ``toArrow``
+and store one part through ``blob.set``; such reads decode the parts on the
+driver and build the DataFrame from Arrow. That is the small-data path, for
+tests and tools.
+
+Errors. A write that does not fit the shard raises InvalidUsage before any
+Spark job runs. A part that is missing, or whose size differs from the one the
+state recorded (truncated, overwritten), raises PartError when ``read_parts``
+is called. A part corrupted in place surfaces only when Spark reads it, at
+the action (``collect``, ``count``, a write), as a Spark exception naming the
+file; run the action inside :func:`typed_errors` to get PartError naming the
+part instead.
 
 Invariants:
 
-1. Part keys are ``<shard>/<writer>/<batch>/part-<partition>-<id>.parquet``.
+1. Part keys are ``<shard>/<writer>/<batch>/part-<partition>-<id>.parquet``:
+   exactly four components, as GC expects.
 2. It is an error to write a DataFrame whose columns are not the shard's data
-   columns plus ``_ts``, ``_diff`` and optionally ``_err``, or whose types do
-   not cast safely to the shard's; nothing is written then.
-3. A missing part, or one whose footer is unreadable or disagrees with the
-   state's row count, raises PartError naming it before Spark reads anything.
+   columns plus ``_ts``, ``_diff`` and optionally ``_err``, or whose types are
+   neither the shard's nor widened to them (integers to wider integers,
+   decimals or doubles; float to double); nothing is written then.
+3. If the Spark job of a write fails, every part it wrote under ``key_prefix``
+   is deleted before the error is raised.
+4. A missing or corrupt part raises PartError; it is never skipped
+   (``ignoreCorruptFiles``/``ignoreMissingFiles`` are off for every read).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     ByteType,
@@ -54,175 +87,379 @@ from pyspark.sql.types import (
     ShortType,
 )
 
-from timeshard.errors import InvalidUsage, PartError
-from timeshard.location.blob import Blob
-from timeshard.persist._internal.blobio import read_part, write_part
-from timeshard.persist._internal.parts import (
-    ERR,
-    SYSTEM_COLUMNS,
-    PartMeta,
-    conform,
-    encode_part,
-    ts_bounds,
-    updates_schema,
-)
+from timeshard.errors import InvalidUsage, PartError, TimeshardError
+from timeshard.location.blob import Blob, check_blob_key
+from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
+from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, conform, updates_schema
 from timeshard.persist.config import PersistConfig
 from timeshard.spark.session import arrow_to_spark_schema
 
-_META_SCHEMA = "key string, size long, rows long, ts_min long, ts_max long"
+PART_META_DDL = "key string, size long, rows long, ts_min long, ts_max long"
+_PART_META_SCHEMA = pa.schema(
+    [
+        ("key", pa.string()),
+        ("size", pa.int64()),
+        ("rows", pa.int64()),
+        ("ts_min", pa.int64()),
+        ("ts_max", pa.int64()),
+    ]
+)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+_INTEGRAL_DIGITS: dict[type[DataType], int] = {
+    ByteType: 3,
+    ShortType: 5,
+    IntegerType: 10,
+    LongType: 19,
+}
+_TMP_PREFIX = ".tmp-"
+
+
+def column(name: str) -> Column:
+    """The column ``name``, quoted so that dots and spaces in it are not parsed."""
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def filesystem_of(root_uri: str) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem and base path of a blob root URI (``s3a`` as ``s3``)."""
-    uri = "s3://" + root_uri[len("s3a://") :] if root_uri.startswith("s3a://") else root_uri
+    """The pyarrow filesystem and base path of a blob root URI (``s3a`` read as ``s3``)."""
+    uri = "s3://" + root_uri.removeprefix("s3a://") if root_uri.startswith("s3a://") else root_uri
     fs, path = pafs.FileSystem.from_uri(uri)
     return fs, path.rstrip("/")
 
 
+# -- writing ---------------------------------------------------------------------------------
+
+
 def conform_df(df: DataFrame, data_schema: pa.Schema) -> DataFrame:
-    """Select and cast ``df`` to the part schema; InvalidUsage if it does not fit."""
+    """``df`` selected and cast to the part schema (driver, no Spark job).
+
+    Adds a null ``_err`` if ``df`` has none. Raises InvalidUsage naming the
+    columns or types when ``df`` does not fit ``data_schema``.
+    """
     target = arrow_to_spark_schema(updates_schema(data_schema))
-    columns = list(df.columns)
-    if ERR not in columns:
+    if ERR not in df.columns:
         df = df.withColumn(ERR, F.lit(None).cast("string"))
-        columns.append(ERR)
-    expected = [f.name for f in target.fields]
-    if sorted(columns) != sorted(expected):
+    names, expected = list(df.columns), target.fieldNames()
+    missing = [n for n in expected if n not in names]
+    unexpected = [n for n in names if n not in expected]
+    if missing or unexpected or len(set(names)) != len(names):
         raise InvalidUsage(
-            f"schema mismatch: DataFrame has columns {sorted(columns)}, "
-            f"the shard expects {expected}"
+            f"schema mismatch: DataFrame has columns {names}, the shard expects {expected} "
+            f"(missing {missing}, unexpected {unexpected})"
         )
     actual = {f.name: f.dataType for f in df.schema.fields}
-    for field in target.fields:
-        if not _casts_safely(actual[field.name], field.dataType):
-            raise InvalidUsage(
-                f"schema mismatch: column {field.name!r} is {actual[field.name].simpleString()}, "
-                f"the shard has {field.dataType.simpleString()}"
-            )
-    return df.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
+    wrong = [
+        f"column {f.name!r} is {actual[f.name].simpleString()}, "
+        f"the shard has {f.dataType.simpleString()}"
+        for f in target.fields
+        if not _widens(actual[f.name], f.dataType)
+    ]
+    if wrong:
+        raise InvalidUsage("schema mismatch: " + "; ".join(wrong))
+    return df.select(*[column(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
 
 
-def _casts_safely(source: DataType, target: DataType) -> bool:
-    if source == target or isinstance(source, NullType):
+def _widens(source: DataType, target: DataType) -> bool:
+    """Whether Spark widens ``source`` to ``target`` exactly (doubles: up to 2**53)."""
+    if source.simpleString() == target.simpleString() or isinstance(source, NullType):
         return True
-    if isinstance(target, LongType | DecimalType) and isinstance(source, _INTEGRAL):
-        return True
-    if isinstance(target, IntegerType) and isinstance(source, ByteType | ShortType):
-        return True
-    return isinstance(target, DoubleType) and isinstance(source, (FloatType, *_INTEGRAL))
+    if not isinstance(source, _INTEGRAL):
+        return isinstance(source, FloatType) and isinstance(target, DoubleType)
+    digits = _INTEGRAL_DIGITS[type(source)]
+    if isinstance(target, DecimalType):
+        return target.precision - target.scale >= digits
+    if isinstance(target, _INTEGRAL):
+        return _INTEGRAL_DIGITS[type(target)] >= digits
+    return isinstance(target, DoubleType)
 
 
 def write_parts(
     df: DataFrame, blob: Blob, key_prefix: str, data_schema: pa.Schema
 ) -> list[PartMeta]:
-    """Write ``df`` as parts under ``key_prefix``, one per Spark partition (driver)."""
-    df = conform_df(df, data_schema)
+    """Write ``df`` as parts under ``key_prefix``, one per non-empty partition.
+
+    Runs on the driver; the parts are written by Spark tasks (see the module
+    doc). Returns the parts sorted by key.
+    """
+    check_blob_key(key_prefix)
+    conformed = conform_df(df, data_schema)
     root = blob.root_uri
     if root is None:
-        return _write_through_driver(df, blob, key_prefix, data_schema)
-    schema_ipc = data_schema.serialize().to_pybytes()
-    rows = df.mapInArrow(_part_writer(root, key_prefix, schema_ipc), _META_SCHEMA).collect()
+        return _write_through_driver(conformed, blob, key_prefix, data_schema)
+    writer = PartWriter(root, key_prefix, data_schema.serialize().to_pybytes())
+    # mapInArrow resolves columns by name, which fails for names with dots: rename by
+    # position here, and back in the task.
+    positional = conformed.toDF(*[f"_c{i}" for i in range(len(conformed.columns))])
+    try:
+        with typed_errors():
+            rows = positional.mapInArrow(writer, PART_META_DDL).collect()
+    except BaseException:
+        with contextlib.suppress(Exception):  # what stays behind is garbage for GC
+            _delete_under(blob, key_prefix)
+        raise
     parts = [PartMeta(r["key"], r["size"], r["rows"], r["ts_min"], r["ts_max"]) for r in rows]
     return sorted(parts, key=lambda p: p.key)
 
 
-def _part_writer(root: str, key_prefix: str, schema_ipc: bytes) -> Any:
-    """The function each task runs (executors); it closes over str and bytes only."""
+@dataclass(frozen=True, slots=True)
+class PartWriter:
+    """What every write task runs (executors): its partition as one part.
 
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    Called by ``mapInArrow`` with the partition's Arrow batches, whose columns
+    are the part schema's in order (under positional names); yields one
+    ``PART_META_DDL`` row for the part written, or nothing for an empty
+    partition. Holds plain values only, so it pickles.
+    """
+
+    root_uri: str
+    key_prefix: str
+    schema_ipc: bytes
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        data_schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
-        collected = [b for b in batches if b.num_rows]
-        if not collected:
-            return
-        table = conform(pa.Table.from_batches(collected), data_schema)
-        ctx = TaskContext.get()
-        partition = ctx.partitionId() if ctx is not None else 0
-        key = f"{key_prefix}/part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
-        fs, base = filesystem_of(root)
-        path = f"{base}/{key}"
-        tmp = f"{base}/{key_prefix}/.tmp-{uuid.uuid4().hex}"
-        fs.create_dir(f"{base}/{key_prefix}", recursive=True)
-        data = encode_part(table)
-        with fs.open_output_stream(tmp) as out:
-            out.write(data)
-        fs.move(tmp, path)
-        lo, hi = ts_bounds(table)
-        yield pa.RecordBatch.from_pylist(
-            [{"key": key, "size": len(data), "rows": table.num_rows, "ts_min": lo, "ts_max": hi}],
-            schema=pa.schema(
-                [
-                    ("key", pa.string()),
-                    ("size", pa.int64()),
-                    ("rows", pa.int64()),
-                    ("ts_min", pa.int64()),
-                    ("ts_max", pa.int64()),
-                ]
-            ),
-        )
+        data_schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        context = TaskContext.get()
+        partition = context.partitionId() if context is not None else 0
+        key = f"{self.key_prefix}/part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
+        schema = updates_schema(data_schema)
+        tables = (_conformed(b, schema, data_schema) for b in batches if b.num_rows)
+        part = write_part_file(self.root_uri, key, schema, tables)
+        if part is not None:
+            yield pa.RecordBatch.from_pylist([part.to_json()], schema=_PART_META_SCHEMA)
 
-    return write
+
+def _conformed(batch: pa.RecordBatch, schema: pa.Schema, data_schema: pa.Schema) -> pa.Table:
+    """A batch of the positional DataFrame as a part-schema table (executors)."""
+    table = pa.Table.from_batches([batch]).rename_columns(schema.names)
+    for name in (TS, DIFF):
+        nulls = table.column(name).null_count
+        if nulls:
+            raise InvalidUsage(f"every update needs a {name}: {nulls} rows have none")
+    return conform(table, data_schema)
+
+
+def write_part_file(
+    root_uri: str, key: str, schema: pa.Schema, tables: Iterable[pa.Table]
+) -> PartMeta | None:
+    """Stream ``tables`` (conformed to ``schema``) into one part at ``key``.
+
+    Returns None and writes nothing if ``tables`` holds no rows. On failure no
+    file is left at ``key`` under a local root (a partial object may be left
+    under a remote one; it is never referenced, and GC deletes it).
+    """
+    fs, base = filesystem_of(root_uri)
+    path = f"{base}/{key}"
+    local = isinstance(fs, pafs.LocalFileSystem)
+    tmp = f"{path.rpartition('/')[0]}/{_TMP_PREFIX}{uuid.uuid4().hex}"
+    sink: pa.NativeFile | None = None
+    writer: pq.ParquetWriter | None = None
+    rows, lo, hi = 0, None, None
+    try:
+        for table in tables:
+            if writer is None:
+                if local:
+                    os.makedirs(os.path.dirname(tmp), exist_ok=True)
+                    sink = pa.OSFile(tmp, "wb")
+                else:
+                    sink = pa.BufferOutputStream()
+                writer = pq.ParquetWriter(sink, schema, compression="zstd")
+            writer.write_table(table)
+            bounds = pc.min_max(table.column(TS))
+            t_lo, t_hi = bounds["min"].as_py(), bounds["max"].as_py()
+            lo = t_lo if lo is None else min(lo, t_lo)
+            hi = t_hi if hi is None else max(hi, t_hi)
+            rows += table.num_rows
+        if writer is None or sink is None:
+            return None
+        writer.close()
+        if local:
+            sink.close()
+            size = _commit_local(tmp, path, base)
+        else:
+            assert isinstance(sink, pa.BufferOutputStream), sink
+            data = sink.getvalue()
+            with fs.open_output_stream(path) as out:
+                out.write(data)
+            size = data.size
+    except BaseException:
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+        if local:
+            with contextlib.suppress(Exception):
+                if sink is not None:
+                    sink.close()
+                os.unlink(tmp)
+        raise
+    return PartMeta(key, size, rows, lo, hi)
+
+
+def _commit_local(tmp: str, path: str, base: str) -> int:
+    """Fsync ``tmp``, rename it to ``path``, fsync the directories up to ``base``."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    directory = os.path.dirname(path)
+    while True:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if len(directory) <= len(base) or directory == os.path.dirname(directory):
+            return size
+        directory = os.path.dirname(directory)
 
 
 def _write_through_driver(
     df: DataFrame, blob: Blob, key_prefix: str, data_schema: pa.Schema
 ) -> list[PartMeta]:
+    """The small-data path for blobs without a root: one part stored by the driver."""
     table = conform(df.toArrow(), data_schema)
     if table.num_rows == 0:
         return []
-    return [
-        write_part(
-            blob, f"{key_prefix}/part-00000-{uuid.uuid4().hex[:12]}.parquet", table, PersistConfig()
-        )
-    ]
+    key = f"{key_prefix}/part-00000-{uuid.uuid4().hex[:12]}.parquet"
+    return [write_part(blob, key, table, PersistConfig())]
+
+
+def _delete_under(blob: Blob, key_prefix: str) -> None:
+    keys = [m.key for m in blob.list_keys(key_prefix + "/")]
+    delete_keys(blob, keys, PersistConfig())
+
+
+# -- reading ---------------------------------------------------------------------------------
 
 
 def check_parts(blob: Blob, parts: list[PartMeta]) -> None:
-    """Raise PartError unless every part exists with a sound footer and row count (driver)."""
+    """Raise PartError unless every part exists with the size the state recorded.
+
+    Runs on the driver: one ``get_file_info`` call for a blob with a root, a
+    ``get`` per part for one without.
+    """
     root = blob.root_uri
     if root is None:
-        return
-    fs, base = filesystem_of(root)
-    infos = fs.get_file_info([f"{base}/{p.key}" for p in parts])
-    for part, info in zip(parts, infos, strict=True):
-        if info.type != pafs.FileType.File:
+        sizes = [_size_or_none(blob.get(p.key)) for p in parts]
+    else:
+        fs, base = filesystem_of(root)
+        infos = fs.get_file_info([f"{base}/{p.key}" for p in parts])
+        sizes = [info.size if info.type == pafs.FileType.File else None for info in infos]
+    for part, size in zip(parts, sizes, strict=True):
+        if size is None:
             raise PartError(part.key, "missing")
-        try:
-            with fs.open_input_file(info.path) as f:
-                meta = pq.read_metadata(f)
-        except Exception as e:  # pyarrow raises several types for a bad footer
-            raise PartError(part.key, f"corrupt: {e}") from e
-        if meta.num_rows != part.num_rows:
+        if size != part.size_in_bytes:
             raise PartError(
-                part.key, f"corrupt: it has {meta.num_rows} rows, the state says {part.num_rows}"
+                part.key, f"corrupt: it has {size} bytes, the state says {part.size_in_bytes}"
             )
+
+
+def _size_or_none(data: bytes | None) -> int | None:
+    return None if data is None else len(data)
 
 
 def read_parts(
     spark: SparkSession, blob: Blob, parts: list[PartMeta], data_schema: pa.Schema
 ) -> DataFrame:
-    """The raw updates of ``parts`` as a DataFrame (checked on the driver first)."""
-    schema = updates_schema(data_schema)
-    spark_schema = arrow_to_spark_schema(schema)
+    """The raw updates of ``parts`` as a DataFrame with the part schema.
+
+    Runs on the driver and checks the parts first (:func:`check_parts`); Spark
+    tasks read them at the action, where a part corrupted in place raises a
+    Spark exception (PartError inside :func:`typed_errors`).
+    """
+    schema = arrow_to_spark_schema(updates_schema(data_schema))
     if not parts:
-        return spark.createDataFrame([], spark_schema)
+        return spark.createDataFrame([], schema)
     root = blob.root_uri
     if root is None:
         config = PersistConfig()
         table = pa.concat_tables([read_part(blob, p, data_schema, config) for p in parts])
-        return spark.createDataFrame(table.to_pandas(), spark_schema)
+        return spark.createDataFrame(table, schema)
     check_parts(blob, parts)
     uris = [f"{root.rstrip('/')}/{p.key}" for p in parts]
-    return spark.read.schema(spark_schema).parquet(*uris)
+    return (
+        spark.read.schema(schema)
+        .option("ignoreCorruptFiles", "false")
+        .option("ignoreMissingFiles", "false")
+        .parquet(*uris)
+    )
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+_PYTHON_ERROR = re.compile(r"timeshard\.errors\.(PartError|InvalidUsage): ([^\n]*)")
+_PART_ERROR = re.compile(r"part '([^']+)' is (.*)")
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file (\S+?\.parquet)")
+_NOT_FOUND = re.compile(r"FileNotFoundException: \S* ?(\S+?\.parquet)")
+_CAUSE = re.compile(r"^Caused by: ([^\n]*)", re.MULTILINE)
+
+
+@contextlib.contextmanager
+def typed_errors() -> Iterator[None]:
+    """Re-raise a Spark failure caused by timeshard as the timeshard error.
+
+    Runs on the driver, around a Spark action::
+
+        with typed_errors():
+            snapshot_df(spark, reader, as_of).collect()
+
+    Converts a failure to read a part (missing, or corrupted in place) into
+    PartError naming the part, and a PartError or InvalidUsage raised in a
+    Python task or data source (which Spark reports as its own exception) into
+    that error. Anything else propagates unchanged.
+    """
+    try:
+        yield
+    except TimeshardError:
+        raise
+    except Exception as e:
+        typed = typed_error(e)
+        if typed is None:
+            raise
+        raise typed from e
+
+
+def typed_error(error: BaseException) -> TimeshardError | None:
+    """The timeshard error behind a Spark exception, or None if there is none."""
+    text = str(error)
+    python = _PYTHON_ERROR.search(text)
+    if python is not None:
+        kind, message = python.groups()
+        if kind == "InvalidUsage":
+            return InvalidUsage(message)
+        part = _PART_ERROR.match(message)
+        if part is not None:
+            return PartError(part.group(1), part.group(2))
+    failed = _FAILED_READ.search(text)
+    not_found = _NOT_FOUND.search(text)
+    if failed is not None:
+        key = _key_of(failed.group(2))
+        if failed.group(1) == "FILE_NOT_EXIST":
+            return PartError(key, "missing")
+        causes = _CAUSE.findall(text)
+        return PartError(key, f"corrupt: {causes[-1] if causes else failed.group(0)}")
+    if not_found is not None:
+        return PartError(_key_of(not_found.group(1)), "missing")
+    return None
+
+
+def _key_of(uri: str) -> str:
+    """The part key of a file URI: its last four path components (invariant 1)."""
+    return "/".join(uri.split("/")[-4:])
 
 
 __all__ = [
-    "SYSTEM_COLUMNS",
+    "PART_META_DDL",
+    "PartWriter",
     "check_parts",
+    "column",
     "conform_df",
     "filesystem_of",
     "read_parts",
+    "typed_error",
+    "typed_errors",
+    "write_part_file",
     "write_parts",
 ]

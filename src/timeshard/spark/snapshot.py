@@ -1,58 +1,126 @@
-"""Snapshots of shards as Spark DataFrames.
+"""Snapshots and updates of shards as Spark DataFrames.
 
 ``snapshot_df(spark, reader, as_of)`` is the collection at ``as_of``: every
-update at a time ``<= as_of``, with its time advanced to ``as_of`` and
-consolidated -- one row per distinct ``(data, _err)`` whose diffs do not sum to
-zero. The parts are read by Spark tasks; the driver only picks them and checks
-their footers.
+update at a time ``<= as_of``, its time advanced to ``as_of``, consolidated --
+one row per distinct ``(data, _err)`` whose diffs do not sum to zero::
 
-Columns are the data columns, then ``_ts`` (= ``as_of``), ``_diff`` and
-``_err``. Consolidation groups by every data column, so it is an error
-(InvalidUsage) to snapshot a shard with a map column this way.
+    snapshot_parts(as_of) --read_parts--> _ts <= as_of --_ts := as_of--> group by data, _err
+        driver: holds the     executors:                                 sum(_diff) != 0
+        state against GC      Parquet scan
+
+It equals ``reader.snapshot(as_of)`` (the pyarrow path) as a multiset of rows.
+Columns are the data columns, then ``_ts``, ``_diff`` and ``_err``.
+
+``updates_df(spark, reader, lower, upper)`` is the unconsolidated updates at
+times in ``[lower, upper)``, with their own times.
+
+The driver picks the parts and checks that they exist (a missing part raises
+PartError here); Spark tasks read them when an action runs, where a part
+corrupted in place raises a Spark exception -- PartError inside
+:func:`timeshard.spark.parts.typed_errors`.
+
+Invariants:
+
+1. Consolidation groups by every data column and ``_err``; null values are
+   equal to each other there (so err rows with null data consolidate).
+2. It is an error (InvalidUsage) to consolidate a collection with a map
+   column, at any depth: Spark cannot group by maps.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import MapType
+from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from timeshard.errors import InvalidUsage
-from timeshard.persist._internal.parts import DIFF, ERR, TS
-from timeshard.persist.read import ReadHandle
-from timeshard.progress import Timestamp
-from timeshard.spark.parts import read_parts
+from timeshard.location.blob import Blob
+from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta
+from timeshard.progress import Timestamp, check_timestamp
+from timeshard.spark.parts import column, read_parts
+from timeshard.spark.session import arrow_to_spark_schema
+
+
+class PartsReader(Protocol):
+    """What the snapshots need of a reader: ReadHandle and UnleasedReader have it."""
+
+    @property
+    def blob(self) -> Blob: ...
+
+    @property
+    def schema(self) -> pa.Schema: ...
+
+    def snapshot_parts(self, as_of: Timestamp) -> list[PartMeta]: ...
 
 
 def consolidate_df(df: DataFrame, data_columns: list[str]) -> DataFrame:
-    """Sum ``_diff`` per distinct ``(data, _ts, _err)`` and drop zero sums."""
-    for field in df.schema.fields:
-        if isinstance(field.dataType, MapType):
-            raise InvalidUsage(
-                f"cannot consolidate column {field.name!r}: map columns cannot be grouped by"
-            )
-    keys = [*data_columns, TS, ERR]
+    """Sum ``_diff`` per distinct ``(data, _ts, _err)`` and drop zero sums (lazy).
+
+    Raises InvalidUsage if a column holds a map. Output columns: the data
+    columns, ``_ts``, ``_diff``, ``_err``.
+    """
+    check_groupable(df.schema)
+    keys = [column(c) for c in [*data_columns, TS, ERR]]
     return (
         df.groupBy(*keys)
-        .agg(F.sum(DIFF).alias(DIFF))
-        .where(F.col(DIFF) != 0)
-        .select(*data_columns, TS, DIFF, ERR)
+        .agg(F.sum(column(DIFF)).alias(DIFF))
+        .where(column(DIFF) != 0)
+        .select(*[column(c) for c in [*data_columns, TS, DIFF, ERR]])
     )
 
 
-def snapshot_df(spark: SparkSession, reader: ReadHandle, as_of: Timestamp) -> DataFrame:
-    """The shard ``reader`` reads, at ``as_of``, consolidated (see the module doc)."""
+def check_groupable(schema: StructType) -> None:
+    """Raise InvalidUsage naming the column if ``schema`` has a map anywhere."""
+    for field in schema.fields:
+        if _has_map(field.dataType):
+            raise InvalidUsage(
+                f"cannot consolidate column {field.name!r} of type "
+                f"{field.dataType.simpleString()}: Spark cannot group by maps"
+            )
+
+
+def _has_map(data_type: DataType) -> bool:
+    if isinstance(data_type, MapType):
+        return True
+    if isinstance(data_type, ArrayType):
+        return _has_map(data_type.elementType)
+    if isinstance(data_type, StructType):
+        return any(_has_map(f.dataType) for f in data_type.fields)
+    return False
+
+
+def snapshot_df(spark: SparkSession, reader: PartsReader, as_of: Timestamp) -> DataFrame:
+    """The collection ``reader`` reads at ``as_of``, consolidated (see the module doc).
+
+    Raises SinceError or InvalidUsage as ``reader.snapshot_parts`` does, and
+    PartError for a missing part.
+    """
+    check_groupable(arrow_to_spark_schema(reader.schema))
     parts = reader.snapshot_parts(as_of)
     df = read_parts(spark, reader.blob, parts, reader.schema)
-    df = df.where(F.col(TS) <= F.lit(as_of)).withColumn(TS, F.lit(as_of).cast("long"))
+    df = df.where(column(TS) <= F.lit(as_of)).withColumn(TS, F.lit(as_of).cast("long"))
     return consolidate_df(df, list(reader.schema.names))
 
 
-def updates_df(spark: SparkSession, reader: ReadHandle, as_of: Timestamp) -> DataFrame:
-    """The unconsolidated updates at times ``<= as_of``, with their own times."""
-    parts = reader.snapshot_parts(as_of)
+def updates_df(
+    spark: SparkSession, reader: PartsReader, lower: Timestamp, upper: Timestamp
+) -> DataFrame:
+    """The updates at times in ``[lower, upper)``, unconsolidated, with their own times.
+
+    Needs ``lower < upper`` and ``upper - 1`` readable. Times below the shard's
+    since may have been advanced to it by compaction, so the result is exact
+    only for ``lower`` at or beyond since.
+    """
+    check_timestamp(lower, "lower")
+    check_timestamp(upper, "upper")
+    if not lower < upper:
+        raise InvalidUsage(f"updates_df needs lower < upper, got [{lower}, {upper})")
+    parts = reader.snapshot_parts(upper - 1)
     df = read_parts(spark, reader.blob, parts, reader.schema)
-    return df.where(F.col(TS) <= F.lit(as_of))
+    return df.where((column(TS) >= F.lit(lower)) & (column(TS) < F.lit(upper)))
 
 
-__all__ = ["consolidate_df", "snapshot_df", "updates_df"]
+__all__ = ["PartsReader", "check_groupable", "consolidate_df", "snapshot_df", "updates_df"]

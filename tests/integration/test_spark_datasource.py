@@ -1,0 +1,100 @@
+"""``spark.read.format("timeshard")``: rows per part, options, empty snapshots."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from tests.integration.spark_checks import (
+    COLUMNS,
+    SCHEMA,
+    as_counter,
+    consolidated,
+    model_at,
+    read_source,
+    sql_model,
+    updates_sql,
+)
+
+from timeshard.errors import InvalidUsage
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.spark import snapshot_df, typed_errors
+
+pytestmark = pytest.mark.spark
+
+
+def test_rows_are_consolidated_within_parts_only(spark: SparkSession, tmp_path: Path) -> None:
+    writer, reader = PersistClient(Location.embedded(tmp_path)).open("s", SCHEMA)
+    writer.append(spark.sql(updates_sql(0, 20, 0)), 0, 1)
+    writer.append(spark.sql(updates_sql(0, 20, 1)), 1, 2)
+    rows = read_source(spark, tmp_path, "s", 1).collect()
+    assert len(rows) == 40 and {r["_diff"] for r in rows} == {1}
+    summed = consolidated(read_source(spark, tmp_path, "s", 1)).collect()
+    want = model_at(sql_model(0, 20, 0) + sql_model(0, 20, 1), 1)
+    assert len(summed) == 20 and as_counter(summed) == want
+    assert as_counter(snapshot_df(spark, reader, 1).collect()) == want
+    assert as_counter(read_source(spark, tmp_path, "s", 0).collect()) == model_at(
+        sql_model(0, 20, 0), 0
+    )
+
+
+def test_default_as_of_is_the_latest_readable_time(spark: SparkSession, tmp_path: Path) -> None:
+    writer = PersistClient(Location.embedded(tmp_path)).open_writer("s", SCHEMA)
+    writer.append(spark.sql(updates_sql(0, 10, 2)), 0, 4)
+    rows = read_source(spark, tmp_path, "s", None).collect()
+    assert len(rows) == 10 and {r["_ts"] for r in rows} == {3}
+
+
+def test_blob_and_consensus_options(spark: SparkSession, tmp_path: Path) -> None:
+    location = Location.embedded(tmp_path)
+    PersistClient(location).open_writer("s", SCHEMA).append(spark.sql(updates_sql(0, 10, 0)), 0, 1)
+    assert location.blob_uri is not None and location.consensus_uri is not None
+    df = (
+        spark.read.format("timeshard")
+        .option("blob", location.blob_uri)
+        .option("consensus", location.consensus_uri)
+        .option("shard", "s")
+        .load()
+    )
+    assert df.columns == COLUMNS
+    assert as_counter(df.collect()) == model_at(sql_model(0, 10, 0), 0)
+
+
+def test_empty_snapshot(spark: SparkSession, tmp_path: Path) -> None:
+    writer = PersistClient(Location.embedded(tmp_path)).open_writer("s", SCHEMA)
+    writer.append([], 0, 1)
+    df = read_source(spark, tmp_path, "s", 0)
+    assert df.columns == COLUMNS
+    assert df.collect() == []
+
+
+def load(spark: SparkSession, options: dict[str, str]) -> list[Any]:
+    with typed_errors():
+        return spark.read.format("timeshard").options(**options).load().collect()
+
+
+def test_invalid_options_name_the_value(spark: SparkSession, tmp_path: Path) -> None:
+    writer = PersistClient(Location.embedded(tmp_path)).open_writer("s", SCHEMA)
+    writer.append(spark.sql(updates_sql(0, 10, 0)), 0, 1)
+    here = {"location": str(tmp_path)}
+    memory = f"memory://ds-{uuid.uuid4().hex}"
+    cases: list[tuple[dict[str, str], str]] = [
+        ({"shard": "s"}, r"needs option 'location', or options 'blob' and 'consensus'"),
+        ({"location": str(tmp_path / "nowhere"), "shard": "s"}, "is not a timeshard location"),
+        ({**here, "blob": "file:///x", "shard": "s"}, "not both"),
+        (here, "needs option 'shard'"),
+        ({**here, "shard": "nope"}, "unknown shard id 'nope'"),
+        ({**here, "shard": "../s"}, "invalid shard id '../s'"),
+        ({**here, "shard": "s", "as_of": "yesterday"}, "integer timestamp, got 'yesterday'"),
+        ({**here, "shard": "s", "as_of": "-1"}, "timestamp >= 0, got '-1'"),
+        ({**here, "shard": "s", "as_of": "5"}, r"as_of 5 is not before the upper \[1\]"),
+        ({"blob": memory, "consensus": memory, "shard": "s"}, "needs a blob executors can reach"),
+    ]
+    for options, match in cases:
+        with pytest.raises(InvalidUsage, match=match):
+            load(spark, options)
+    assert not (tmp_path / "nowhere").exists()
