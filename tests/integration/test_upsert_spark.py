@@ -71,3 +71,38 @@ def test_spark_upsert_matches_model(spark: SparkSession, tmp_path: Path, seed: i
         rows = hold.snapshot(at).to_pylist()
         assert all(r["_diff"] == 1 for r in rows), rows
         assert {r["k"]: (r["v"], r["_err"]) for r in rows} == model(cmds, at), at
+
+
+def arranged(instance: SparkFeedbackUpsert) -> dict[str, tuple[Any, Any]]:
+    content = instance.state.content()
+    rows = [] if content is None else content.collect()
+    keys = [r["k"] for r in rows]
+    assert len(keys) == len(set(keys)), keys
+    return {r["k"]: (r["v"], r["_err"]) for r in rows}
+
+
+def test_arranged_state_follows_the_shard(spark: SparkSession, tmp_path: Path) -> None:
+    """After every apply (own append, another writer's, a lost lease) the layers equal the shard."""
+    rng = random.Random(7)
+    cmds = random_commands(rng, 40)
+    final_upper = cmds[-1]["_ts"] + 1
+    client = PersistClient(Location.embedded(tmp_path))
+    hold = client.open_leased_reader("out", SCHEMA)
+    df = spark.createDataFrame(
+        cmds, "k string, v long, _ts long, _order long, _delete boolean, _err string"
+    )
+    mine, other = (SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"]) for _ in range(2))
+    upper, layer_counts = 0, set()
+    while upper < final_upper:
+        upper = min(final_upper, upper + rng.randint(1, 3))
+        if rng.random() < 0.3:
+            other.apply(df, upper)  # mine must catch up with what other wrote
+        if rng.random() < 0.15:
+            mine._reader.expire()  # its since no longer holds: it must rehydrate
+        mine.apply(df, upper)  # a no-op (and no sync) if other already reached upper
+        if mine.state.time is not None:
+            assert arranged(mine) == model(cmds, mine.state.time - 1), mine.state.time
+        rows = hold.snapshot(upper - 1).to_pylist()
+        assert {r["k"]: (r["v"], r["_err"]) for r in rows} == model(cmds, upper - 1)
+        layer_counts.add(len(mine.state.layers))
+    assert max(layer_counts) >= 2, layer_counts  # deltas were kept apart from the base

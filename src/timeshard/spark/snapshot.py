@@ -118,7 +118,11 @@ def updates_df(
     check_timestamp(upper, "upper")
     if not lower < upper:
         raise InvalidUsage(f"updates_df needs lower < upper, got [{lower}, {upper})")
-    parts = reader.snapshot_parts(upper - 1)
+    parts = [
+        p
+        for p in reader.snapshot_parts(upper - 1)
+        if p.ts_max is None or p.ts_max >= lower  # a part wholly below lower has nothing
+    ]
     df = read_parts(spark, reader.blob, parts, reader.schema)
     return df.where((column(TS) >= F.lit(lower)) & (column(TS) < F.lit(upper)))
 

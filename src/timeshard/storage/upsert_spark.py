@@ -1,19 +1,41 @@
 """The feedback UPSERT operator on Spark: the same semantics as ``upsert``, in parallel.
 
+```
+ commands ──> dedupe per (key, _ts) ──> lag chain per key ──> retract / insert ──> output shard
+                                              ^                                        │
+                         lookup(keys) ────────┘                                        │
+ ArrangedState (cached layers = the shard's content) <── push layer / catch up ────────┘
+```
+
 Commands are a DataFrame with the key columns, the value columns, ``_ts``
 (the reclocked time), ``_order`` (the FromTime position, larger wins),
-``_delete`` (boolean) and ``_err`` (a decode error, or null). One apply:
+``_delete`` (boolean) and ``_err`` (a decode error, or null). One apply, at
+the shard upper ``lower``:
 
-1. keeps the commands with ``_ts`` in ``[persist upper, input upper)``, and per
-   ``(key, _ts)`` the one with the highest ``_order`` (a window per key);
-2. for each key, orders its winners by time and takes each one's previous row
-   with ``lag``; the first winner's previous row is the key's row in the
-   output shard's snapshot at ``persist upper - 1`` (the feedback: a join on
-   the key, hash-partitioned by Spark);
-3. emits at each winner's time the retraction of the previous row and the
+1. brings the arranged state (:mod:`timeshard.storage.upsert_state`) to
+   ``lower``: rehydrated from the shard on first use, advanced with the
+   updates of other writers when the upper moved under it;
+2. keeps the commands with ``_ts`` in ``[lower, input upper)`` and, per
+   ``(key, _ts)``, the one with the highest ``_order``;
+3. for each key, orders its winners by time and takes each one's previous
+   row with ``lag``; the first winner's previous row is the key's row in the
+   arranged state (the feedback);
+4. emits at each winner's time the retraction of the previous row and the
    insertion of the new one (nothing for a delete), skipping equal pairs;
-4. stages the result as a batch and appends it at ``[persist upper, input
-   upper)``.
+5. stages the result as a batch and appends it at ``[lower, input upper)``;
+   on success the state of every touched key at its last winner becomes the
+   arrangement's newest layer, on ``UpperMismatch`` the batch is deleted and
+   the next apply catches up from the shard.
+
+Invariants:
+
+1. The output at every time ``t`` is the last value per key among the
+   commands reclocked to ``<= t`` (highest ``_order`` within one time); an
+   err command makes the key's row an err row, which a later value or delete
+   retracts.
+2. Keys are compared null-safely: a null key is one key.
+3. A tick reads only its commands and the arrangement, never the whole shard
+   (except for the one rehydration of a new instance).
 
 Runs on the driver; the work runs in Spark tasks.
 """
@@ -25,9 +47,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage, UpperMismatch
+from timeshard.errors import InvalidUsage, LeaseExpired, SinceError, UpperMismatch
 from timeshard.persist import Appended, PersistClient
 from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.storage.upsert_state import GONE, ArrangedState
 
 ORDER = "_order"
 DELETE = "_delete"
@@ -49,61 +72,117 @@ class SparkFeedbackUpsert:
                 f"upsert key columns {list(key_columns)} must be non-empty columns of {schema}"
             )
         self.spark = spark
+        self.client = client
+        self.shard_id = shard_id
         self.schema = schema
         self.keys = list(key_columns)
         self.values = [n for n in schema.names if n not in key_columns]
         self._writer = client.open_writer(shard_id, schema)
         self._reader = client.open_leased_reader(shard_id, schema)
+        self.state = ArrangedState(spark, self.keys, self.values)
 
     def apply(self, commands: Any, input_upper: int) -> Appended | UpperMismatch | None:
-        from pyspark.sql import Window
         from pyspark.sql import functions as F
-
-        from timeshard.spark.snapshot import snapshot_df
 
         lower = self._writer.fetch_recent_upper().time
         if lower is None or input_upper <= lower:
             return None
-        cols = [*self.keys, *self.values]
+        self._sync(lower)
         cmds = commands.where((F.col(TS) >= lower) & (F.col(TS) < input_upper))
+        winners = self._winners(cmds).persist()
+        try:
+            chained = self._chain(winners)
+            batch = self._writer.batch(self._updates(chained), lower, input_upper)
+            result = self._writer.compare_and_append_batch([batch], lower, input_upper)
+            if isinstance(result, UpperMismatch):
+                batch.delete()
+            else:
+                self.state.push(self._last_states(winners), input_upper)
+                self._hold_since(input_upper - 1)
+            return result
+        finally:
+            winners.unpersist()
+
+    def _sync(self, lower: int) -> None:
+        """Bring the arranged state to the shard upper ``lower``."""
+        if self.state.time is not None and self.state.time <= lower:
+            try:
+                self.state.catch_up(self._reader, lower)
+                return
+            except (SinceError, LeaseExpired):
+                pass  # the updates are no longer readable as they were: rehydrate
+        self._reader = self.client.open_leased_reader(self.shard_id, self.schema)
+        self.state.rehydrate(self._reader, lower)
+
+    def _hold_since(self, since: int) -> None:
+        """Hold the shard's since at ``since`` (with a new lease if the old one ran out).
+
+        If the since passed it meanwhile, the next catch-up sees that and rehydrates.
+        """
+        try:
+            self._reader.downgrade_since(since)
+        except LeaseExpired:
+            self._reader = self.client.open_leased_reader(self.shard_id, self.schema)
+            self._reader.downgrade_since(since)
+
+    def _winners(self, cmds: Any) -> Any:
+        """Per ``(key, _ts)`` the command with the highest ``_order``, as its new row."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
         per_time = Window.partitionBy(*self.keys, TS).orderBy(F.col(ORDER).desc())
-        winners = (
-            cmds.withColumn("_rank", F.row_number().over(per_time))
-            .where(F.col("_rank") == 1)
-            .drop("_rank")
-        )
+        top = cmds.withColumn("_rank", F.row_number().over(per_time)).where(F.col("_rank") == 1)
         # The new row of each winner: null values and no row at all for a delete.
-        new = winners.select(
+        return top.select(
             *self.keys,
             TS,
             *[F.when(F.col(ERR).isNull(), F.col(v)).alias(v) for v in self.values],
             ERR,
-            (F.col(DELETE) & F.col(ERR).isNull()).alias("_gone"),
+            (F.col(DELETE) & F.col(ERR).isNull()).alias(GONE),
         )
+
+    def _chain(self, winners: Any) -> Any:
+        """Each winner with its key's previous row (``_prev_*``) and whether it had one."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
         per_key = Window.partitionBy(*self.keys).orderBy(TS)
-        chained = new.select(
+        carried = [*self.values, ERR]
+        chained = winners.select(
             "*",
-            *[F.lag(v).over(per_key).alias(f"_prev_{v}") for v in [*self.values, ERR, "_gone"]],
+            *[F.lag(v).over(per_key).alias(f"_prev_{v}") for v in [*carried, GONE]],
             F.row_number().over(per_key).alias("_nth"),
         )
-        if lower > 0:
-            state = snapshot_df(self.spark, self._reader, lower - 1).select(
-                *self.keys,
-                *[F.col(v).alias(f"_state_{v}") for v in [*self.values, ERR]],
-                F.lit(False).alias("_state_gone"),
+        first = F.col("_nth") == 1
+        prev = self.state.lookup(winners.select(*self.keys).distinct())
+        if prev is None:
+            return chained.withColumn("_had", ~first & ~F.col(f"_prev_{GONE}"))
+        prev = prev.withColumn("_found", F.lit(True))
+        renamed = [f"_pk{i}" for i in range(len(self.keys))]
+        prev = prev.select(
+            *[F.col(k).alias(r) for k, r in zip(self.keys, renamed, strict=True)],
+            *[F.col(f"_prev_{v}").alias(f"_state_{v}") for v in carried],
+            "_found",
+        )
+        cond = None
+        for k, r in zip(self.keys, renamed, strict=True):
+            eq = chained[k].eqNullSafe(prev[r])
+            cond = eq if cond is None else cond & eq
+        joined = chained.join(prev, cond, "left").drop(*renamed)
+        for v in carried:
+            joined = joined.withColumn(
+                f"_prev_{v}", F.when(first, F.col(f"_state_{v}")).otherwise(F.col(f"_prev_{v}"))
             )
-            chained = chained.join(state, on=self.keys, how="left")
-            first = F.col("_nth") == 1
-            for v in [*self.values, ERR]:
-                chained = chained.withColumn(
-                    f"_prev_{v}", F.when(first, F.col(f"_state_{v}")).otherwise(F.col(f"_prev_{v}"))
-                )
-            had = F.when(first, F.col("_state_gone").isNotNull()).otherwise(~F.col("_prev__gone"))
-        else:
-            had = F.when(F.col("_nth") == 1, F.lit(False)).otherwise(~F.col("_prev__gone"))
-        chained = chained.withColumn("_had", had)
-        same = F.col("_had") & ~F.col("_gone")
-        for v in [*self.values, ERR]:
+        had = F.when(first, F.col("_found").isNotNull()).otherwise(~F.col(f"_prev_{GONE}"))
+        return joined.withColumn("_had", had)
+
+    def _updates(self, chained: Any) -> Any:
+        """The retractions and insertions of the winners that change their key."""
+        from pyspark.sql import functions as F
+
+        carried = [*self.values, ERR]
+        same = F.col("_had") & ~F.col(GONE)
+        for v in carried:
             same = same & F.col(v).eqNullSafe(F.col(f"_prev_{v}"))
         changed = chained.where(~same)
         retract = changed.where(F.col("_had")).select(
@@ -113,20 +192,22 @@ class SparkFeedbackUpsert:
             F.lit(-1).cast("long").alias(DIFF),
             F.col(f"_prev_{ERR}").alias(ERR),
         )
-        insert = changed.where(~F.col("_gone")).select(
-            *self.keys,
-            *self.values,
-            TS,
-            F.lit(1).cast("long").alias(DIFF),
-            ERR,
+        insert = changed.where(~F.col(GONE)).select(
+            *self.keys, *self.values, TS, F.lit(1).cast("long").alias(DIFF), ERR
         )
-        updates = retract.unionByName(insert).select(*cols, TS, DIFF, ERR)
-        batch = self._writer.batch(updates, lower, input_upper)
-        result = self._writer.compare_and_append_batch([batch], lower, input_upper)
-        if isinstance(result, UpperMismatch):
-            batch.delete()
-        self._reader.downgrade_since(max(input_upper - 1, 0))
-        return result
+        return retract.unionByName(insert).select(*self.keys, *self.values, TS, DIFF, ERR)
+
+    def _last_states(self, winners: Any) -> Any:
+        """Per touched key, its state after its last winner: the arrangement's new layer."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        latest = Window.partitionBy(*self.keys).orderBy(F.col(TS).desc())
+        return (
+            winners.withColumn("_last", F.row_number().over(latest))
+            .where(F.col("_last") == 1)
+            .select(*self.keys, *self.values, ERR, GONE)
+        )
 
 
 __all__ = ["DELETE", "ORDER", "SparkFeedbackUpsert"]
