@@ -74,3 +74,20 @@ def test_bad_source_options(tmp_path: Path) -> None:
         build_source(spec.source[0])
     with pytest.raises(InvalidUsage, match="unknown column types"):
         build_source(spec.source[1])
+
+
+def test_tpch_source(tmp_path: Path) -> None:
+    from timeshard.storage.tpch import TpchGenerator
+
+    f = tmp_path / "run.toml"
+    f.write_text(
+        '[[source]]\nname = "tp"\nkind = "tpch"\n'
+        "options = { scale_factor = 0.01, tick_orders = 5, seed = 3 }\n"
+        '[[source]]\nname = "bad"\nkind = "tpch"\noptions = { scale_factor = -1 }\n'
+    )
+    spec = load_spec(f)
+    tp = build_source(spec.source[0])
+    assert isinstance(tp, TpchGenerator) and tp.tick_orders == 5
+    assert "lineitem" in tp.outputs()
+    with pytest.raises(InvalidUsage, match="-1"):
+        build_source(spec.source[1])

@@ -5,7 +5,7 @@
 
     [[source]]
     name = "kv"
-    kind = "key_value"               # key_value | counter | auction | file
+    kind = "key_value"               # key_value | counter | auction | tpch | file
     envelope = "upsert"              # none | upsert (upsert needs key_columns)
     key_columns = ["key"]
     options = { keys = 1000, rate = 200 }
@@ -16,6 +16,13 @@
     options = { path = "/data/in", format = "json" }
     columns = { id = "int64", name = "string" }
 
+    [[source]]
+    name = "readings"
+    kind = "file"                    # one base64 Avro binary datum per line
+    options = { path = "/data/avro", format = "avro", avro_schema = '''
+      {"type": "record", "name": "Reading", "fields": [
+        {"name": "id", "type": "long"}, {"name": "v", "type": ["null", "double"]}]}''' }
+
     [[view]]
     name = "keys_per_prefix"
     inputs = { kv = "kv" }
@@ -23,7 +30,10 @@
     refresh_every_ms = 5000          # optional
 
 The file is validated with pydantic: an unknown field, kind, envelope or
-column type is an InvalidUsage that names it.
+column type is an InvalidUsage that names it. An ``avro`` FILE source takes
+its columns from ``avro_schema`` (declare no ``columns``) and needs the
+spark-avro jar: :func:`spark_packages` names the Maven packages the run's
+SparkSession must load, spark-avro only when some source uses Avro.
 """
 
 from __future__ import annotations
@@ -59,7 +69,7 @@ class LocationSpec(_Strict):
 
 class SourceSpec(_Strict):
     name: str
-    kind: Literal["key_value", "counter", "auction", "file"]
+    kind: Literal["key_value", "counter", "auction", "tpch", "file"]
     envelope: Literal["none", "upsert"] = "none"
     key_columns: list[str] = Field(default_factory=list)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -91,10 +101,20 @@ def load_spec(path: Path) -> RunSpec:
         raise InvalidUsage(f"invalid declaration file {str(path)!r}: {e}") from e
 
 
+def spark_packages(spec: RunSpec) -> list[str]:
+    """The Maven packages the SparkSession of ``spec`` needs (none for the defaults)."""
+    if any(s.kind == "file" and s.options.get("format") == "avro" for s in spec.source):
+        from timeshard.spark.session import spark_avro_package
+
+        return [spark_avro_package()]
+    return []
+
+
 def build_source(spec: SourceSpec) -> Any:
     """The source object a spec declares."""
     from timeshard.storage.file_source import FileSource
     from timeshard.storage.sources import AuctionGenerator, CounterGenerator, KeyValueGenerator
+    from timeshard.storage.tpch import TpchGenerator
 
     opts = dict(spec.options)
     try:
@@ -104,6 +124,8 @@ def build_source(spec: SourceSpec) -> Any:
             return CounterGenerator(name=spec.name, **opts)
         if spec.kind == "auction":
             return AuctionGenerator(name=spec.name, **opts)
+        if spec.kind == "tpch":  # options: scale_factor, tick_orders, seed
+            return TpchGenerator(name=spec.name, **opts)
         unknown = [t for t in spec.columns.values() if t not in TYPES]
         if unknown:
             raise InvalidUsage(
@@ -115,4 +137,4 @@ def build_source(spec: SourceSpec) -> Any:
         raise InvalidUsage(f"source {spec.name!r}: bad options {spec.options}: {e}") from e
 
 
-__all__ = ["RunSpec", "SourceSpec", "ViewSpec", "build_source", "load_spec"]
+__all__ = ["RunSpec", "SourceSpec", "ViewSpec", "build_source", "load_spec", "spark_packages"]

@@ -1,6 +1,7 @@
 """storage: ingestion -- reclocking source offsets into timestamps, envelopes."""
 
 from timeshard.storage.reclock import REMAP_SCHEMA, Remap, SourceFrontier, join_frontiers
+from timeshard.storage.tpch import TpchGenerator
 from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
 
 __all__ = [
@@ -8,6 +9,7 @@ __all__ = [
     "FeedbackUpsert",
     "Remap",
     "SourceFrontier",
+    "TpchGenerator",
     "UpsertCommand",
     "join_frontiers",
 ]

@@ -17,6 +17,8 @@ function of the seed and the number of ticks.
   upsert-shaped: key column ``key``, value column ``value``.
 * :class:`AuctionGenerator` (AUCTION): organizations, users, accounts,
   auctions and bids, each a subsource with its own output shard.
+* :class:`~timeshard.storage.tpch.TpchGenerator` (TPCH, in ``tpch.py``): the
+  eight TPC-H tables as subsources, then orders replaced oldest first.
 * :class:`CounterGenerator` (COUNTER): one partition; record ``o`` inserts
   the value ``o + 1`` and, with ``max_cardinality``, retracts ``o + 1 -
   max_cardinality`` -- a ``_diff`` column says which.
