@@ -374,7 +374,7 @@ def run(
     """Run the sources and views a declaration file declares (see timeshard.cli.spec)."""
     import time
 
-    from timeshard.cli.spec import build_source, load_spec
+    from timeshard.cli.spec import build_source, load_spec, spark_packages
     from timeshard.compute import MaterializedView, ViewDefinition
     from timeshard.spark import spark_session
     from timeshard.storage.ingest import Ingestion
@@ -382,10 +382,11 @@ def run(
     spec = load_spec(file)
     loc = spec.location
     client = PersistClient(_location(Path(loc.dir or ".timeshard/run"), loc.blob, loc.consensus))
-    spark = spark_session(app_name="timeshard-run")
+    sources = [build_source(s) for s in spec.source]  # bad options fail before Spark starts
+    spark = spark_session(app_name="timeshard-run", packages=spark_packages(spec))
     ingestions = [
-        Ingestion(spark, client, build_source(s), envelope=s.envelope, key_columns=s.key_columns)
-        for s in spec.source
+        Ingestion(spark, client, source, envelope=s.envelope, key_columns=s.key_columns)
+        for s, source in zip(spec.source, sources, strict=True)
     ]
     for ing in ingestions:
         ing.step()

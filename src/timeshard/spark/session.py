@@ -12,8 +12,11 @@ needs on a small machine and what timeshard relies on:
 * ``ignoreCorruptFiles``/``ignoreMissingFiles`` off: a part that cannot be read
   is an error, never an empty result.
 
-Connectors that need Maven jars (Kafka, hadoop-aws, ...) are loaded only when
-``packages`` names them, so a session starts without network access.
+Connectors that need Maven jars (Kafka, hadoop-aws, spark-avro, ...) are
+loaded only when ``packages`` names them, so a session starts without network
+access. :func:`spark_avro_package` is the spark-avro coordinate matching the
+running PySpark; :func:`requires_spark_avro` turns the failure of a session
+without it into an InvalidUsage naming that package.
 
 Invariants:
 
@@ -25,11 +28,14 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 import pyarrow as pa
-from pyspark.errors import PySparkException
+import pyspark
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
@@ -82,6 +88,74 @@ def spark_session(
     return spark
 
 
+SPARK_AVRO_PACKAGE_ENV = "TIMESHARD_SPARK_AVRO_PACKAGE"
+AVRO_NOT_LOADED = "AVRO_NOT_LOADED_SQL_FUNCTIONS_UNUSABLE"
+
+
+# The newest spark-avro release on Maven Central when this was written; PySpark
+# releases after it (4.2, 4.3) have no spark-avro of their own there yet, and
+# this one decodes correctly under PySpark 4.3 (tests/integration/test_avro.py).
+NEWEST_SPARK_AVRO = "4.1.1"
+
+
+def spark_avro_package() -> str:
+    """The Maven coordinate of spark-avro for the running PySpark (Scala 2.13).
+
+    ``org.apache.spark:spark-avro_2.13:<version>``: the running PySpark's
+    version, or :data:`NEWEST_SPARK_AVRO` for a PySpark newer than that.
+    The environment variable ``TIMESHARD_SPARK_AVRO_PACKAGE`` names another
+    coordinate (a newer release, a mirror with another group).
+    """
+    version = pyspark.__version__
+    if _release(version) > _release(NEWEST_SPARK_AVRO):
+        version = NEWEST_SPARK_AVRO
+    return os.environ.get(SPARK_AVRO_PACKAGE_ENV) or (
+        f"org.apache.spark:spark-avro_2.13:{version}"
+    )
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"4.1.1"`` -> ``(4, 1, 1)``; a pre-release suffix is ignored."""
+    parts = []
+    for piece in version.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit()) if not piece.isdigit() else piece
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+@contextlib.contextmanager
+def requires_spark_avro() -> Iterator[None]:
+    """Re-raise the JVM's "spark-avro is not loaded" failures as InvalidUsage.
+
+    Wrap the driver code that plans spark-avro functions (``from_avro``). A
+    session without the jar fails there, before any job runs: Spark 4's
+    analyzer raises ``AVRO_NOT_LOADED_SQL_FUNCTIONS_UNUSABLE`` (the functions
+    live in spark-sql-api, the expressions in the jar), and PySpark raises a
+    ``TypeError`` about a ``JavaPackage`` when the functions class itself is
+    missing. Both become an InvalidUsage naming :func:`spark_avro_package`.
+    Nothing is downloaded to find out.
+    """
+    try:
+        yield
+    except AnalysisException as e:
+        if e.getCondition() != AVRO_NOT_LOADED:
+            raise
+        raise _no_spark_avro(e) from e
+    except TypeError as e:
+        if "JavaPackage" not in str(e):
+            raise
+        raise _no_spark_avro(e) from e
+
+
+def _no_spark_avro(cause: Exception) -> InvalidUsage:
+    package = spark_avro_package()
+    return InvalidUsage(
+        f"Avro decoding needs spark-avro, which this SparkSession lacks: start the session "
+        f"with the package {package!r}, e.g. spark_session(packages=[{package!r}]) or "
+        f"spark.jars.packages={package} ({type(cause).__name__}: {str(cause)[:200]})"
+    )
+
+
 def arrow_to_spark_schema(schema: pa.Schema) -> StructType:
     """The Spark schema of an Arrow schema (nullability kept)."""
     fields = []
@@ -101,4 +175,14 @@ def spark_to_arrow_schema(schema: StructType) -> pa.Schema:
     return to_arrow_schema(schema, timezone="UTC")
 
 
-__all__ = ["DEFAULT_CONF", "arrow_to_spark_schema", "spark_session", "spark_to_arrow_schema"]
+__all__ = [
+    "AVRO_NOT_LOADED",
+    "DEFAULT_CONF",
+    "NEWEST_SPARK_AVRO",
+    "SPARK_AVRO_PACKAGE_ENV",
+    "arrow_to_spark_schema",
+    "requires_spark_avro",
+    "spark_avro_package",
+    "spark_session",
+    "spark_to_arrow_schema",
+]
