@@ -97,7 +97,7 @@ class SparkFeedbackUpsert:
             if isinstance(result, UpperMismatch):
                 batch.delete()
             else:
-                self.state.push(self._last_states(winners), input_upper)
+                self.state.push(self._last_states(winners), input_upper, partitioned=True)
                 self._hold_since(input_upper - 1)
             return result
         finally:
@@ -130,8 +130,11 @@ class SparkFeedbackUpsert:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
+        # One shuffle by key: the windows here, in _chain and in _last_states, and the
+        # arrangement's new layer, all keep this partitioning.
+        by_key = cmds.repartition(self.state.partitions, *self.keys)
         per_time = Window.partitionBy(*self.keys, TS).orderBy(F.col(ORDER).desc())
-        top = cmds.withColumn("_rank", F.row_number().over(per_time)).where(F.col("_rank") == 1)
+        top = by_key.withColumn("_rank", F.row_number().over(per_time)).where(F.col("_rank") == 1)
         # The new row of each winner: null values and no row at all for a delete.
         return top.select(
             *self.keys,
@@ -177,25 +180,35 @@ class SparkFeedbackUpsert:
         return joined.withColumn("_had", had)
 
     def _updates(self, chained: Any) -> Any:
-        """The retractions and insertions of the winners that change their key."""
+        """The retractions and insertions of the winners that change their key.
+
+        One pass: each changed winner yields its retraction (if its key had a
+        row) and its insertion (unless it deletes), through one ``inline``.
+        """
         from pyspark.sql import functions as F
 
         carried = [*self.values, ERR]
         same = F.col("_had") & ~F.col(GONE)
         for v in carried:
             same = same & F.col(v).eqNullSafe(F.col(f"_prev_{v}"))
-        changed = chained.where(~same)
-        retract = changed.where(F.col("_had")).select(
-            *self.keys,
-            *[F.col(f"_prev_{v}").alias(v) for v in self.values],
-            TS,
-            F.lit(-1).cast("long").alias(DIFF),
-            F.col(f"_prev_{ERR}").alias(ERR),
+        retract = F.when(
+            F.col("_had"),
+            F.struct(
+                *[F.col(f"_prev_{v}").alias(v) for v in self.values],
+                F.lit(-1).cast("long").alias(DIFF),
+                F.col(f"_prev_{ERR}").alias(ERR),
+            ),
         )
-        insert = changed.where(~F.col(GONE)).select(
-            *self.keys, *self.values, TS, F.lit(1).cast("long").alias(DIFF), ERR
+        insert = F.when(
+            ~F.col(GONE),
+            F.struct(*self.values, F.lit(1).cast("long").alias(DIFF), F.col(ERR).alias(ERR)),
         )
-        return retract.unionByName(insert).select(*self.keys, *self.values, TS, DIFF, ERR)
+        pair = F.filter(F.array(retract, insert), lambda u: u.isNotNull())
+        return (
+            chained.where(~same)
+            .select(*self.keys, TS, F.inline(pair))
+            .select(*self.keys, *self.values, TS, DIFF, ERR)
+        )
 
     def _last_states(self, winners: Any) -> Any:
         """Per touched key, its state after its last winner: the arrangement's new layer."""

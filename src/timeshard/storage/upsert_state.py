@@ -173,13 +173,15 @@ class ArrangedState:
             rows = self.match(rows, layer.df, "left_anti").unionByName(layer.df)
         return rows.where(~F.col(GONE)).select(*self.keys, *self.values, ERR)
 
-    def push(self, layer: Any, new_time: int) -> None:
+    def push(self, layer: Any, new_time: int, *, partitioned: bool = False) -> None:
         """Add ``layer`` (the states of the keys that changed) as the content at ``new_time - 1``.
 
-        ``layer`` has :attr:`columns` and at most one row per key.
+        ``layer`` has :attr:`columns` and at most one row per key; with
+        ``partitioned`` it is already hash-partitioned by the keys into
+        :attr:`partitions` partitions (no shuffle needed).
         """
         assert self.time is not None and self.time < new_time, (self.time, new_time)
-        self.layers.append(self._cache(layer.select(*self.columns)))
+        self.layers.append(self._cache(layer.select(*self.columns), partitioned=partitioned))
         self.time = new_time
         while len(self.layers) >= 2 and 2 * self.layers[-1].rows >= self.layers[-2].rows:
             newer, older = self.layers.pop(), self.layers.pop()
@@ -204,10 +206,12 @@ class ArrangedState:
         newer.release()
         return layer
 
-    def _cache(self, df: Any) -> Layer:
+    def _cache(self, df: Any, *, partitioned: bool = False) -> Layer:
         # A local checkpoint, not persist(): it also cuts the lineage, so the
         # plans of later layers do not nest every earlier tick's query.
-        cached = df.repartition(self.partitions, *self.keys).localCheckpoint(eager=True)
+        if not partitioned:
+            df = df.repartition(self.partitions, *self.keys)
+        cached = df.localCheckpoint(eager=True)
         return Layer(cached, cached.count())
 
     def match(self, left: Any, right: Any, how: str, *, broadcast: bool = False) -> Any:
