@@ -25,7 +25,7 @@ updates needs their times unadvanced, so the reader holds the shard's since
 at ``time - 1``.
 
 Layers merge geometrically: whenever the newest layer has at least half the
-rows of the one below it, the two become one (newest wins per key; merging
+size (bytes held by Spark's block manager) of the one below it, the two become one (newest wins per key; merging
 into the base drops deleted keys). So there are O(log(state / change))
 layers, and a row is rewritten O(log(state / change)) times over its life:
 per tick, the amortised cost is proportional to the change. Only a lookup
@@ -60,10 +60,10 @@ LAYER = "_layer"
 
 @dataclass
 class Layer:
-    """A locally checkpointed DataFrame of key states, and its row count."""
+    """A locally checkpointed DataFrame of key states, and the bytes its blocks hold."""
 
     df: Any
-    rows: int
+    size: int
 
     def release(self) -> None:
         """Free the checkpointed blocks now rather than at the next JVM GC."""
@@ -183,7 +183,7 @@ class ArrangedState:
         assert self.time is not None and self.time < new_time, (self.time, new_time)
         self.layers.append(self._cache(layer.select(*self.columns), partitioned=partitioned))
         self.time = new_time
-        while len(self.layers) >= 2 and 2 * self.layers[-1].rows >= self.layers[-2].rows:
+        while len(self.layers) >= 2 and 2 * self.layers[-1].size >= self.layers[-2].size:
             newer, older = self.layers.pop(), self.layers.pop()
             self.layers.append(self._merge(older, newer, into_base=not self.layers))
 
@@ -212,7 +212,7 @@ class ArrangedState:
         if not partitioned:
             df = df.repartition(self.partitions, *self.keys)
         cached = df.localCheckpoint(eager=True)
-        return Layer(cached, cached.count())
+        return Layer(cached, _stored_bytes(cached))
 
     def match(self, left: Any, right: Any, how: str, *, broadcast: bool = False) -> Any:
         """``left`` joined with the keys of ``right``, keys compared null-safely.
@@ -231,6 +231,16 @@ class ArrangedState:
             eq = left[k].eqNullSafe(probe[r])
             cond = eq if cond is None else cond & eq
         return left.join(probe, cond, how)
+
+
+def _stored_bytes(checkpointed: Any) -> int:
+    """Memory plus disk bytes of a checkpointed DataFrame's blocks (driver only, no job)."""
+    jvm_sc = checkpointed.sparkSession.sparkContext._jsc.sc()
+    rdd_id = checkpointed._jdf.queryExecution().logical().rdd().id()
+    for info in jvm_sc.getRDDStorageInfo():
+        if info.id() == rdd_id:
+            return int(info.memSize()) + int(info.diskSize())
+    return 0  # an empty layer has no blocks
 
 
 __all__ = ["GONE", "ArrangedState", "Layer"]
