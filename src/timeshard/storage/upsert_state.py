@@ -25,8 +25,9 @@ updates needs their times unadvanced, so the reader holds the shard's since
 at ``time - 1``.
 
 Layers merge geometrically: whenever the newest layer has at least half the
-size (bytes held by Spark's block manager) of the one below it, the two become one (newest wins per key; merging
-into the base drops deleted keys). So there are O(log(state / change))
+size (bytes held by Spark's block manager) of the one below it, the two
+become one (newest wins per key; merging into the base drops deleted keys).
+So there are O(log(state / change))
 layers, and a row is rewritten O(log(state / change)) times over its life:
 per tick, the amortised cost is proportional to the change. Only a lookup
 still scans the cached base (a broadcast semi-join, in memory); that is the
