@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from timeshard.location import Location
 from timeshard.persist import PersistClient
-from timeshard.storage import Remap
+from timeshard.storage import REMAP_SCHEMA, Remap
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.sources import CounterGenerator, KeyValueGenerator
 
@@ -30,6 +30,9 @@ def test_key_value_upsert_survives_restarts(spark: SparkSession, tmp_path: Path)
         spark, client, kv(), envelope="upsert", key_columns=["key"], clock=lambda: next(clock)
     )
     hold = client.open_leased_reader("kv")
+    # The model below reclocks every record, so it holds every binding: without a
+    # reader holding it, the remap shard compacts bindings the outputs no longer need.
+    _hold_remap = client.open_leased_reader("kv.remap", REMAP_SCHEMA)
     for _ in range(3):
         ing.step()
     # Another instance binds more input and dies before writing any output.
@@ -65,6 +68,7 @@ def test_counter_none_envelope_with_retractions(spark: SparkSession, tmp_path: P
     client = PersistClient(Location.embedded(tmp_path))
     clock = itertools.count(1)
     hold = client.open_leased_reader("counter", CounterGenerator().payload_schema())
+    _hold_remap = client.open_leased_reader("counter.remap", REMAP_SCHEMA)  # see above
     for _ in range(2):
         ing = Ingestion(
             spark, client, CounterGenerator(rate=4, max_cardinality=6), clock=lambda: next(clock)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
@@ -98,3 +100,19 @@ def test_concurrent_minting_threads_agree(tmp_path: object) -> None:
     assert len(a.bindings()) == sum(wins)
     last = a.bindings()[-1][1]
     assert last.get("p0", 0) <= 30 and last.get("p1", 0) <= 30
+
+
+def test_downgrade_since_forgets_bindings_below_it(tmp_path: Path) -> None:
+    """Bindings below since collapse into the one in effect at since; later ones stay."""
+    client = PersistClient(Location.embedded(tmp_path))
+    remap = Remap(client, "src.remap")
+    for t, offset in [(0, 1), (3, 4), (5, 6), (9, 7)]:
+        assert remap.mint(t, {"0": offset})
+    remap.downgrade_since(6)
+    assert [t for t, _ in remap.bindings()] == [5, 9]
+    assert remap.frontier_at(6) == {"0": 6} and remap.frontier_at(9) == {"0": 7}
+    assert remap.resume_frontier(Frontier(8)) == {"0": 6}
+    client.compact("src.remap")
+    again = Remap(client, "src.remap")  # a new instance reads the compacted shard
+    assert again.frontier_at(6) == {"0": 6} and again.frontier_at(9) == {"0": 7}
+    assert again.mint(10, {"0": 9}) and again.frontier_at(10) == {"0": 9}

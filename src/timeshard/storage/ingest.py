@@ -215,6 +215,8 @@ class Ingestion:
             else:
                 result = export.write(self._reclock(frame), lower, bound.time)
             appended += isinstance(result, Appended)
+        # Resuming needs the binding at (least output upper - 1) and later ones only.
+        self.remap.downgrade_since(max((self.resume_upper().time or 1) - 1, 0))
         return StepReport(out_upper, bound, appended)
 
     def _reclock(self, records: Any) -> Any:

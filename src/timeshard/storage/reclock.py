@@ -169,8 +169,19 @@ class Remap:
         return isinstance(result, Appended)
 
     def downgrade_since(self, since: Timestamp) -> None:
-        """Let the remap shard compact bindings below ``since``."""
-        self._reader.downgrade_since(since)
+        """Let the remap shard compact bindings below ``since``, and forget them here.
+
+        The binding in effect at ``since`` stays (``frontier_at(t)`` is
+        unchanged for ``t >= since``); the earlier ones collapse into it, as
+        compaction collapses them in the shard. A no-op unless ``since``
+        moves forward.
+        """
+        if self._reader.since.less_than(since):
+            self._reader.downgrade_since(since)
+        i = bisect.bisect_right(self._times, since) - 1
+        if i > 0:
+            del self._times[:i]
+            del self._frontiers[:i]
 
 
 __all__ = ["REMAP_SCHEMA", "Remap", "SourceFrontier", "join_frontiers"]
