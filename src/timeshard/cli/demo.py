@@ -145,12 +145,11 @@ def _progress(
     for o in objects:
         state = client.state(o)
         rows = state.num_rows()
-        rate = rows - rows_before[o]
+        rate = (rows - rows_before[o]) / max(tick_s, 1e-3)
         rows_before[o] = rows
         upper = state.upper.time
-        table.add_row(
-            o, str(upper), str(rows), str(rate), "" if upper is None else str(max(now - upper, 0))
-        )
+        lag = "closed" if upper is None else "hydrating" if upper == 0 else str(now - upper)
+        table.add_row(o, str(upper), str(rows), f"{rate:,.0f}", lag)
     return table
 
 
