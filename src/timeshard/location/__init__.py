@@ -27,8 +27,9 @@ executor, a child process).
 Invariants:
 
 1. A URI that is not understood raises InvalidUsage naming it: an unknown
-   scheme, a host in a ``file:`` or ``sqlite:`` URI, a path with a ``..``
-   component or a NUL byte, an empty memory name.
+   scheme, a URI that does not parse, a host in a ``file:`` or ``sqlite:``
+   URI, a path (of any scheme, percent-decoded) with a ``..`` component or a
+   NUL byte, an empty memory name. Nothing is opened or created then.
 2. :meth:`Location.describe` never shows a password.
 3. This package never imports PySpark; psycopg is imported only when
    :class:`PostgresConsensus` is first used.
@@ -41,7 +42,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from timeshard.errors import InvalidUsage
 from timeshard.location.blob import Blob, BlobMetadata, check_blob_key, check_blob_prefix
@@ -111,7 +112,7 @@ def open_blob(uri: str) -> Blob:
         raise InvalidUsage(f"invalid blob URI {uri!r}: use file:///dir, a path or memory://name")
     if not _SCHEME.match(uri):
         return FileBlob(_checked_path(uri, uri))
-    parts = urlsplit(uri)
+    parts = _split(uri, "blob")
     scheme = parts.scheme.lower()
     if scheme == "memory":
         name = _memory_name(uri)
@@ -127,7 +128,9 @@ def open_blob(uri: str) -> Blob:
     if scheme.startswith("arrowfs+") or scheme in _ARROW_SCHEMES:
         from timeshard.location.arrowfs import ArrowFsBlob
 
-        return ArrowFsBlob(uri.removeprefix("arrowfs+"))
+        inner = uri[len("arrowfs+") :] if scheme.startswith("arrowfs+") else uri
+        _checked_path(unquote(_split(inner, "blob").path), uri)
+        return ArrowFsBlob(inner)
     raise InvalidUsage(
         f"unsupported blob URI {uri!r}: use file:///dir, a path, memory://name, "
         "s3a://bucket/dir, gs://bucket/dir, hdfs://host/dir or arrowfs+<pyarrow URI>"
@@ -141,7 +144,7 @@ def open_consensus(uri: str) -> Consensus:
             f"invalid consensus URI {uri!r}: use sqlite:///file.db, postgresql://... "
             "or memory://name"
         )
-    parts = urlsplit(uri)
+    parts = _split(uri, "consensus")
     scheme = parts.scheme.lower()
     if scheme == "memory":
         name = _memory_name(uri)
@@ -169,6 +172,20 @@ def open_consensus(uri: str) -> Consensus:
         f"unsupported consensus URI {_masked(uri)!r}: use sqlite:///file.db, postgresql://... "
         "or memory://name"
     )
+
+
+def _split(uri: str, kind: str) -> SplitResult:
+    """``urlsplit(uri)``; InvalidUsage naming the (masked) URI if it does not parse."""
+    try:
+        parts = urlsplit(uri)
+    except ValueError as e:
+        raise InvalidUsage(f"invalid {kind} URI {_masked_unparsed(uri)!r}: {e}") from None
+    return parts
+
+
+def _masked_unparsed(uri: str) -> str:
+    """``uri`` with anything between ``://`` and ``@`` (user and password) masked."""
+    return _PASSWORD_PARAM.sub(r"\1***", re.sub(r"(://)[^/@]*@", r"\1***@", uri))
 
 
 def _memory_name(uri: str) -> str:

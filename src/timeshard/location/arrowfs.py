@@ -11,8 +11,9 @@ Invariants:
 1. Keys are checked with ``check_blob_key`` (prefixes with
    ``check_blob_prefix``) before any call; a key is written once: ``set`` of
    the same bytes again is a no-op, of other bytes InvalidUsage.
-2. Every pyarrow error is reported as Determinate for reads and Indeterminate
-   for writes and deletes.
+2. A URI pyarrow does not understand raises InvalidUsage naming it; every
+   other pyarrow error is reported as Determinate for reads (and for opening)
+   and Indeterminate for writes and deletes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
@@ -34,6 +36,8 @@ class ArrowFsBlob:
         arrow_uri = "s3://" + self.uri[len("s3a://") :] if self.uri.startswith("s3a://") else uri
         try:
             self.fs, base = pafs.FileSystem.from_uri(arrow_uri)
+        except pa.ArrowInvalid as e:  # pyarrow does not understand the URI
+            raise InvalidUsage(f"invalid blob URI {uri!r}: {e}") from None
         except Exception as e:
             raise Determinate(f"opening blob {uri!r}: {e}") from e
         self.base = base.rstrip("/")

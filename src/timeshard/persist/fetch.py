@@ -23,6 +23,7 @@ from timeshard.persist._internal.parts import (
     TS,
     PartMeta,
     advance_times,
+    check_part_bytes,
     consolidate,
     updates_schema,
 )
@@ -128,12 +129,15 @@ class UnleasedReader:
         data = retry_external(
             self._config, f"reading part {part.key!r}", lambda: self.blob.get(part.key)
         )
-        if data is None:
-            raise PartError(part.key, "missing")
+        data = check_part_bytes(part, data)
         try:
-            ts = pq.read_table(pa.BufferReader(data), columns=[TS]).column(TS)
+            table = pq.read_table(
+                pa.BufferReader(data), columns=[TS], page_checksum_verification=True
+            )
+            table.validate(full=True)
+            ts = table.column(TS)
         except Exception as e:
-            raise PartError(part.key, f"corrupt: {e}") from e
+            raise PartError(part.key, f"corrupt: {type(e).__name__}: {str(e)[:300]}") from e
         mask = pc.and_(pc.greater_equal(ts, lower), pc.less(ts, upper))
         return {int(t) for t in pc.unique(ts.filter(mask)).to_pylist()}
 

@@ -23,9 +23,35 @@ task reads its bytes, splits lines, and decodes them:
 
 A line that cannot be decoded (malformed JSON, a wrong field type, a wrong
 number of CSV fields, invalid UTF-8, invalid base64, an Avro datum that does
-not decode with the declared schema) becomes an err row: data columns null,
-``_err`` naming the file, the byte offset and the error. It is kept, and the
-source goes on.
+not decode with the declared schema, a line longer than ``max_line_bytes``)
+becomes an err row: data columns null, ``_err`` reading
+``<file>@<offset>: <error type>: <message>`` (the message names the column
+where there is one). It is kept, and the source goes on with the next line.
+
+The declared schema is the contract, checked per line; files may drift from
+it, line by line:
+
+* JSON: a field the schema does not declare is ignored; a declared field that
+  is missing or ``null`` is null. Values are not coerced: an integer column
+  takes a JSON integer within the column type's range (not ``"1"``, ``1.5``,
+  ``1.0`` or ``true``), a floating column a JSON number (``NaN`` and
+  ``Infinity`` included) that fits it, a boolean column ``true``/``false``,
+  a string column a string; other types go through Arrow's conversion.
+  Anything else makes the line an err row. A UTF-8 byte order mark at the
+  start of a file is skipped.
+* CSV: a line is one record (a quoted field cannot span lines) and must
+  parse strictly (an unterminated quote is an error) with exactly the declared
+  number of fields; an empty field is null; other fields are parsed by Arrow
+  as the column type (``"1.5"`` is not an int64).
+
+A line longer than ``max_line_bytes`` (default 64 MiB, newline excluded) is
+not decoded: the task measures it in 1 MiB reads without keeping them, skips
+it, and emits an err row for it. The limit is part of the source's definition:
+changing it changes what the same bytes decode to. A task holds one line and
+one output batch (at most 4096 rows or about 16 MiB of lines) at a time.
+Files must only be appended to: a range already bound whose file has been
+truncated, rewritten or removed fails the read with InvalidUsage (the
+ingestion stalls); it is never silently skipped.
 
 Avro datums are decoded by spark-avro on the JVM, not in Python: the tasks
 only split lines and base64-decode them into a binary column (invalid base64
@@ -57,11 +83,12 @@ import binascii
 import csv
 import io
 import json
+import math
 import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 
@@ -84,6 +111,16 @@ _RESERVED = ("_partition", "_offset", TS, DIFF, ERR)
 _DATUM = "_datum"
 _VALUE = "_value"
 DATUM_END = b"\x00tsh-end"
+DEFAULT_MAX_LINE_BYTES = 64 << 20
+_READ_CHUNK = 1 << 20
+_BATCH_ROWS = 4096
+_BATCH_BYTES = 16 << 20
+_BOM = b"\xef\xbb\xbf"
+_INT_RANGES = {
+    (bits, signed): (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    for bits in (8, 16, 32, 64)
+    for signed in (True, False)
+}
 AVRO_DECODE_ERROR = (
     "the datum does not decode with the declared avro_schema (corrupt, truncated, or too long)"
 )
@@ -99,6 +136,7 @@ class FileSource:
         fmt: str,
         schema: pa.Schema | None = None,
         avro_schema: str | None = None,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
     ) -> None:
         if fmt not in FORMATS:
             raise InvalidUsage(f"FILE format must be one of {FORMATS}, got {fmt!r}")
@@ -113,9 +151,16 @@ class FileSource:
             raise InvalidUsage(
                 f"FILE format 'avro' takes its columns from avro_schema; got a schema too: {schema}"
             )
+        if (
+            not isinstance(max_line_bytes, int)
+            or isinstance(max_line_bytes, bool)
+            or max_line_bytes <= 0
+        ):
+            raise InvalidUsage(f"max_line_bytes must be a positive integer, got {max_line_bytes!r}")
         self.name = name
         self.path = Path(path).resolve()
         self.format = fmt
+        self.max_line_bytes = max_line_bytes
         self.avro_schema = avro_schema
         if fmt == "text":
             schema = pa.schema([("text", pa.string())])
@@ -180,7 +225,12 @@ class FileSource:
             return spark.createDataFrame([], spark_schema)
         seeds = spark.createDataFrame(ranges, "p string, lo long, hi long").repartition(len(ranges))
         return seeds.mapInArrow(
-            _decoder(str(base), self.format, line_schema.serialize().to_pybytes()),
+            _decoder(
+                str(base),
+                self.format,
+                line_schema.serialize().to_pybytes(),
+                self.max_line_bytes,
+            ),
             spark_schema,
         )
 
@@ -301,8 +351,13 @@ def _complete_prefix(file: Path) -> int:
     return 0
 
 
-def _decoder(base: str, fmt: str, schema_ipc: bytes) -> Any:
-    """The task function (executors): read byte ranges, split lines, decode."""
+def _decoder(base: str, fmt: str, schema_ipc: bytes, max_line_bytes: int) -> Any:
+    """The task function (executors): read byte ranges, split lines, decode.
+
+    Rows go out in Arrow batches of at most :data:`_BATCH_ROWS` rows or about
+    :data:`_BATCH_BYTES` bytes of lines, so a task holds one batch and one
+    line at a time, whatever the size of its range.
+    """
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
@@ -315,7 +370,16 @@ def _decoder(base: str, fmt: str, schema_ipc: bytes) -> Any:
         out_schema = pa.schema(out_fields)
         for batch in batches:
             for seed in batch.to_pylist():
-                rows = list(_decode_range(base, seed["p"], seed["lo"], seed["hi"], fmt, schema))
+                rows: list[dict[str, Any]] = []
+                size = 0
+                for row, length in _decode_range(
+                    base, seed["p"], seed["lo"], seed["hi"], fmt, schema, max_line_bytes
+                ):
+                    rows.append(row)
+                    size += length
+                    if len(rows) >= _BATCH_ROWS or size >= _BATCH_BYTES:
+                        yield pa.RecordBatch.from_pylist(rows, schema=out_schema)
+                        rows, size = [], 0
                 if rows:
                     yield pa.RecordBatch.from_pylist(rows, schema=out_schema)
 
@@ -323,22 +387,92 @@ def _decoder(base: str, fmt: str, schema_ipc: bytes) -> Any:
 
 
 def _decode_range(
-    base: str, partition: str, lo: int, hi: int, fmt: str, schema: pa.Schema
-) -> Iterator[dict[str, Any]]:
+    base: str, partition: str, lo: int, hi: int, fmt: str, schema: pa.Schema, max_line_bytes: int
+) -> Iterator[tuple[dict[str, Any], int]]:
+    """Each line of ``[lo, hi)`` of one file as a row (or err row), with its length."""
     path = os.path.join(base, partition)
-    with open(path, "rb") as f:
-        f.seek(lo)
-        data = f.read(hi - lo)
-    offset = lo
-    for raw in data.split(b"\n")[:-1]:
-        row = {"_partition": partition, "_offset": offset, ERR: None}
-        try:
-            row.update(_decode_line(raw, fmt, schema))
-        except Exception as e:  # every decode failure becomes an err row
-            row.update(dict.fromkeys(schema.names))
-            row[ERR] = f"{partition}@{offset}: {type(e).__name__}: {str(e)[:300]}"
-        offset += len(raw) + 1
-        yield row
+    try:
+        f = open(path, "rb")  # noqa: SIM115 -- closed below, after the generator is done
+    except FileNotFoundError:
+        raise InvalidUsage(
+            f"FILE source: {partition!r} is gone, but bytes [{lo}, {hi}) of it were already "
+            "bound; files must only be appended to"
+        ) from None
+    with f:
+        for offset, raw, length in _split_lines(f, partition, lo, hi, max_line_bytes):
+            row: dict[str, Any] = {"_partition": partition, "_offset": offset, ERR: None}
+            try:
+                if raw is None:
+                    raise ValueError(
+                        f"the line has {length} bytes, more than max_line_bytes {max_line_bytes}"
+                    )
+                if offset == 0 and fmt in ("json", "csv"):
+                    raw = raw.removeprefix(_BOM)
+                row.update(_decode_line(raw, fmt, schema))
+            except Exception as e:  # every decode failure becomes an err row
+                row.update(dict.fromkeys(schema.names))
+                row[ERR] = f"{partition}@{offset}: {type(e).__name__}: {str(e)[:300]}"
+            yield row, length
+
+
+def _split_lines(
+    f: BinaryIO, partition: str, lo: int, hi: int, max_line_bytes: int
+) -> Iterator[tuple[int, bytes | None, int]]:
+    """``(offset, line, length)`` of each line of ``[lo, hi)``, newline excluded.
+
+    Reads blocks of :data:`_READ_CHUNK` bytes. A line that runs past its block
+    is measured first, by scanning ahead block by block without keeping them;
+    then it is read whole if it is at most ``max_line_bytes`` long, and
+    otherwise reported with ``line`` None. So memory is one block plus one
+    line of at most ``max_line_bytes``. Raises InvalidUsage if the range does
+    not end with a newline (the file was truncated or rewritten).
+    """
+    pos, block, start = lo, b"", 0  # block holds the bytes from file offset pos
+    while pos + start < hi:
+        newline = block.find(b"\n", start)
+        if newline >= 0:
+            length = newline - start
+            line = block[start:newline] if length <= max_line_bytes else None
+            yield pos + start, line, length
+            start = newline + 1
+            continue
+        offset = pos + start
+        if start < len(block):  # the line at offset runs past this block
+            length = _line_length(f, partition, offset, pos + len(block), hi)
+            line = None
+            if length <= max_line_bytes:
+                f.seek(offset)
+                line = f.read(length)
+            yield offset, line, length
+            offset += length + 1
+        pos, start = offset, 0
+        f.seek(pos)
+        block = f.read(min(_READ_CHUNK, hi - pos)) if pos < hi else b""
+        if pos < hi and not block:
+            raise _rewritten(partition, pos, pos, hi)
+
+
+def _line_length(f: BinaryIO, partition: str, offset: int, scan_from: int, hi: int) -> int:
+    """The length of the line at ``offset``, whose bytes up to ``scan_from`` hold no newline."""
+    f.seek(scan_from)
+    at = scan_from
+    while at < hi:
+        chunk = f.read(min(_READ_CHUNK, hi - at))
+        if not chunk:
+            break
+        newline = chunk.find(b"\n")
+        if newline >= 0:
+            return at + newline - offset
+        at += len(chunk)
+    raise _rewritten(partition, offset, at, hi)
+
+
+def _rewritten(partition: str, line: int, end: int, hi: int) -> InvalidUsage:
+    return InvalidUsage(
+        f"FILE source: {partition!r} ends at byte {end}, inside the line at byte {line}, but "
+        f"bytes up to {hi} were already bound; it was truncated or rewritten, and files must "
+        "only be appended to"
+    )
 
 
 def _decode_line(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
@@ -354,31 +488,111 @@ def _decode_line(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
     if fmt == "text":
         return {"text": text}
     if fmt == "json":
-        value = json.loads(text)
+        value = json.loads(text, parse_float=_json_float)
         if not isinstance(value, dict):
             raise ValueError(f"expected a JSON object, got {type(value).__name__}")
-        values: list[Any] = [value.get(n) for n in schema.names]
-    else:
-        [fields] = list(csv.reader(io.StringIO(text)))
-        values = list(fields)
-        if len(values) != len(schema.names):
-            raise ValueError(f"expected {len(schema.names)} fields, got {len(values)}")
+        return {
+            name: _json_value(name, typ, value.get(name))
+            for name, typ in zip(schema.names, schema.types, strict=True)
+        }
+    try:
+        rows = list(csv.reader(io.StringIO(text), strict=True))
+    except csv.Error as e:
+        raise ValueError(f"malformed CSV record: {e}") from None
+    if len(rows) != 1:
+        raise ValueError(f"expected one CSV record, got {len(rows)}")
+    values = rows[0]
+    if len(values) != len(schema.names):
+        raise ValueError(f"expected {len(schema.names)} fields, got {len(values)}")
     out: dict[str, Any] = {}
     for name, typ, v in zip(schema.names, schema.types, values, strict=True):
-        if v is None or (fmt == "csv" and v == ""):
+        if v == "":
             out[name] = None
-            continue
-        if fmt == "csv" and not pa.types.is_string(typ):
-            out[name] = pa.scalar(v, pa.string()).cast(typ).as_py()
+        elif pa.types.is_string(typ):
+            out[name] = v
         else:
-            out[name] = pa.array([v], typ)[0].as_py()
+            try:
+                out[name] = pa.scalar(v, pa.string()).cast(typ).as_py()
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                raise ValueError(f"column {name!r} ({typ}): {e}") from None
     return out
+
+
+class _OutOfRange(float):
+    """A JSON number too large for a double (``1e400``): parsed as such, not as infinity."""
+
+    text: str
+
+
+def _json_float(text: str) -> float:
+    """``parse_float`` of :func:`json.loads`: a float, or an :class:`_OutOfRange` marker."""
+    value = float(text)
+    if math.isinf(value):
+        marker = _OutOfRange(value)
+        marker.text = text[:40]
+        return marker
+    return value
+
+
+def _json_value(name: str, typ: pa.DataType, v: Any) -> Any:
+    """The JSON value ``v`` of column ``name`` as a value of ``typ``; ValueError if it is not one.
+
+    Integers take JSON integers in the type's range; floats take JSON numbers
+    (and ``NaN``/``Infinity``) whose value fits; booleans take ``true`` and
+    ``false``; strings take strings. Nothing is coerced: ``"1"``, ``1.5`` and
+    ``true`` are not integers. Other types go through Arrow's conversion.
+    """
+    if v is None:
+        return None
+    if isinstance(v, _OutOfRange):
+        raise ValueError(f"column {name!r} ({typ}): the number {v.text} is out of range")
+    if pa.types.is_integer(typ):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise _mismatch(name, typ, "an integer", v)
+        lo, hi = _INT_RANGES[typ.bit_width, pa.types.is_signed_integer(typ)]
+        if not lo <= v <= hi:
+            raise ValueError(f"column {name!r} ({typ}): {v} is out of range [{lo}, {hi}]")
+        return v
+    if pa.types.is_floating(typ):
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            raise _mismatch(name, typ, "a number", v)
+        try:
+            number = float(v)
+            fitted = pa.array([number], typ)[0].as_py()
+        except (OverflowError, pa.ArrowInvalid) as e:
+            raise ValueError(f"column {name!r} ({typ}): {_json_text(v)} is out of range") from e
+        if math.isinf(fitted) and not math.isinf(number):
+            raise ValueError(f"column {name!r} ({typ}): {_json_text(v)} is out of range")
+        return number
+    if pa.types.is_boolean(typ):
+        if not isinstance(v, bool):
+            raise _mismatch(name, typ, "true or false", v)
+        return v
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        if not isinstance(v, str):
+            raise _mismatch(name, typ, "a string", v)
+        return v
+    try:
+        return pa.array([v], typ)[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError) as e:
+        raise ValueError(f"column {name!r} ({typ}): {e}") from None
+
+
+def _mismatch(name: str, typ: pa.DataType, expected: str, v: Any) -> ValueError:
+    return ValueError(f"column {name!r} ({typ}): expected {expected}, got {_json_text(v)}")
+
+
+def _json_text(v: Any) -> str:
+    """A short JSON rendering of ``v`` for an error message."""
+    text = json.dumps(v, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 __all__ = [
     "AVRO_DECODE_ERROR",
     "AVRO_TYPES",
     "DATUM_END",
+    "DEFAULT_MAX_LINE_BYTES",
     "FORMATS",
     "FileSource",
     "avro_payload_schema",

@@ -8,6 +8,8 @@ Invariants:
 1. A part is written at a fresh key, so retrying a ``set`` whose outcome was
    indeterminate is safe.
 2. A missing or corrupt part raises :class:`PartError`; it is never skipped.
+3. A part written here records its size and SHA-256 in its :class:`PartMeta`;
+   a read checks both before decoding.
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import pyarrow as pa
 
 from timeshard.errors import Determinate, ExternalError
 from timeshard.location.blob import Blob
-from timeshard.persist._internal.parts import PartMeta, decode_part, encode_part, ts_bounds
+from timeshard.persist._internal.parts import (
+    PartMeta,
+    check_part_bytes,
+    decode_part,
+    encode_part,
+    part_digest,
+    ts_bounds,
+)
 from timeshard.persist.config import PersistConfig
 
 R = TypeVar("R")
@@ -46,7 +55,7 @@ def write_part(blob: Blob, key: str, table: pa.Table, config: PersistConfig) -> 
     data = encode_part(table)
     retry_external(config, f"writing part {key!r}", lambda: blob.set(key, data))
     lo, hi = ts_bounds(table)
-    return PartMeta(key, len(data), table.num_rows, lo, hi)
+    return PartMeta(key, len(data), table.num_rows, lo, hi, part_digest(data))
 
 
 def read_part(
@@ -54,7 +63,7 @@ def read_part(
 ) -> pa.Table:
     """Fetch and decode one part; PartError if it is missing or corrupt."""
     data = retry_external(config, f"reading part {part.key!r}", lambda: blob.get(part.key))
-    return decode_part(part.key, data, data_schema)
+    return decode_part(part.key, check_part_bytes(part, data), data_schema)
 
 
 def delete_keys(blob: Blob, keys: list[str], config: PersistConfig) -> int:

@@ -9,16 +9,31 @@ This module is the pyarrow path: it encodes and decodes parts and consolidates
 updates without Spark. It runs wherever it is called: on the driver for small
 data, inside Spark tasks (executors) for the parallel path.
 
+Integrity. The state records each part's size and, for parts written through
+this module (:func:`encode_part`, then ``blobio.write_part``), the SHA-256 of
+its bytes; such parts also carry Parquet page checksums. Before decoding,
+:func:`check_part_bytes` compares the bytes with what the state recorded, so a
+part that was truncated, extended or had any byte flipped raises PartError
+naming it instead of decoding into other data. Parts written by Spark tasks
+record no digest: for them the size, the page checksums they carry, Parquet's
+own structure and a full validation of the decoded arrays (UTF-8 included)
+are what is checked.
+
 Invariants:
 
 1. A part's schema is exactly :func:`updates_schema` of the shard's schema.
 2. Consolidation sums ``_diff`` per distinct ``(data, _ts, _err)`` and drops
    zero sums.
+3. A part that is missing, or whose bytes do not match its recorded size and
+   digest, or that does not decode to valid arrays of the part schema, raises
+   PartError naming its key; it is never skipped and never decoded leniently.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,41 +42,73 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from timeshard.errors import InvalidUsage, PartError
+from timeshard.location.blob import check_blob_key
 
 TS = "_ts"
 DIFF = "_diff"
 ERR = "_err"
 SYSTEM_COLUMNS = (TS, DIFF, ERR)
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 @dataclass(frozen=True, slots=True)
 class PartMeta:
-    """A part as the shard state references it."""
+    """A part as the shard state references it.
+
+    ``sha256`` is the hex digest of the part's bytes, or None for a part whose
+    writer recorded none (parts written by Spark tasks); it is stored only when
+    known, so states written before it existed decode unchanged.
+    """
 
     key: str
     size_in_bytes: int
     num_rows: int
     ts_min: int | None = None
     ts_max: int | None = None
+    sha256: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "key": self.key,
             "size": self.size_in_bytes,
             "rows": self.num_rows,
             "ts_min": self.ts_min,
             "ts_max": self.ts_max,
         }
+        if self.sha256 is not None:
+            doc["sha256"] = self.sha256
+        return doc
 
     @staticmethod
     def from_json(value: Any) -> PartMeta:
+        """Decode a stored part; ValueError, KeyError or TypeError if it is malformed."""
+        key = value["key"]
+        if not isinstance(key, str):
+            raise TypeError(f"part key must be a string, got {key!r}")
+        check_blob_key(key)
+        sha256 = value.get("sha256")
+        if sha256 is not None and not (isinstance(sha256, str) and _SHA256.match(sha256)):
+            raise ValueError(f"part {key!r}: sha256 must be 64 hex digits, got {sha256!r}")
         return PartMeta(
-            str(value["key"]),
-            int(value["size"]),
-            int(value["rows"]),
-            value.get("ts_min"),
-            value.get("ts_max"),
+            key,
+            _count(value["size"], "size", key),
+            _count(value["rows"], "rows", key),
+            _optional_int(value.get("ts_min"), "ts_min", key),
+            _optional_int(value.get("ts_max"), "ts_max", key),
+            sha256,
         )
+
+
+def _count(value: Any, what: str, key: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"part {key!r}: {what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _optional_int(value: Any, what: str, key: str) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        raise ValueError(f"part {key!r}: {what} must be an integer or null, got {value!r}")
+    return value
 
 
 def check_data_schema(schema: pa.Schema) -> pa.Schema:
@@ -111,27 +158,55 @@ def conform(table: pa.Table, data_schema: pa.Schema) -> pa.Table:
 
 
 def encode_part(table: pa.Table) -> bytes:
-    """Serialize a conformed table as Parquet bytes."""
+    """Serialize a conformed table as Parquet bytes, with page checksums."""
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(table, sink, compression="zstd", write_page_checksum=True)
     return sink.getvalue()
 
 
+def part_digest(data: bytes) -> str:
+    """The SHA-256 hex digest of a part's bytes, as :attr:`PartMeta.sha256` records it."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_part_bytes(part: PartMeta, data: bytes | None) -> bytes:
+    """Return ``data`` if it is the part the state recorded, else raise PartError.
+
+    Missing data is ``missing``; a size or digest other than the recorded one
+    is ``corrupt``.
+    """
+    if data is None:
+        raise PartError(part.key, "missing")
+    if len(data) != part.size_in_bytes:
+        raise PartError(
+            part.key, f"corrupt: it has {len(data)} bytes, the state says {part.size_in_bytes}"
+        )
+    if part.sha256 is not None and part_digest(data) != part.sha256:
+        raise PartError(part.key, "corrupt: its SHA-256 differs from the one the state recorded")
+    return data
+
+
 def decode_part(key: str, data: bytes | None, data_schema: pa.Schema) -> pa.Table:
-    """Parse a part's bytes; a missing or corrupt part raises PartError."""
+    """Parse a part's bytes; a missing or corrupt part raises PartError.
+
+    Page checksums are verified where the part has them, and the decoded
+    arrays are fully validated (offsets, UTF-8), so garbage never leaves here.
+    """
     if data is None:
         raise PartError(key, "missing")
-    try:
-        table = pq.read_table(pa.BufferReader(data))
-    except Exception as e:  # pyarrow raises several types for corrupt input
-        raise PartError(key, f"corrupt: {e}") from e
     target = updates_schema(data_schema)
-    if table.schema.names != target.names:
-        raise PartError(key, f"corrupt: columns {table.schema.names}, expected {target.names}")
     try:
-        return table.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-        raise PartError(key, f"corrupt: {e}") from e
+        table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
+        names = table.schema.names
+        if names != target.names:
+            raise PartError(key, f"corrupt: columns {names}, expected {target.names}")
+        table = table.cast(target)
+        table.validate(full=True)
+    except PartError:
+        raise
+    except Exception as e:  # pyarrow raises several types for corrupt input
+        raise PartError(key, f"corrupt: {type(e).__name__}: {str(e)[:300]}") from e
+    return table
 
 
 def ts_bounds(table: pa.Table) -> tuple[int | None, int | None]:
@@ -199,10 +274,12 @@ __all__ = [
     "advance_since",
     "advance_times",
     "check_data_schema",
+    "check_part_bytes",
     "conform",
     "consolidate",
     "decode_part",
     "encode_part",
+    "part_digest",
     "ts_bounds",
     "updates_schema",
 ]

@@ -14,6 +14,13 @@ Invariants:
    equals the previous ``upper``, and the last ``upper`` equals the shard upper.
 3. ``since`` is the meet of every reader's since, and never regresses when a
    reader goes away.
+
+Decoding (:func:`decode_state`) trusts nothing it reads: bytes that are not
+UTF-8 JSON, a document of another version, shard or seqno, a field of the
+wrong type, a schema that does not decode, a part key that is not a safe blob
+key, or batches that break invariant 2 raise :class:`CorruptState` naming the
+shard and the seqno. Nothing past decoding ever sees such a state, so a
+corrupt version is never built upon or garbage-collected against.
 """
 
 from __future__ import annotations
@@ -21,12 +28,13 @@ from __future__ import annotations
 import base64
 import json
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import Any
 
 import pyarrow as pa
 
 from timeshard.errors import CorruptState
-from timeshard.persist._internal.parts import PartMeta
+from timeshard.persist._internal.parts import PartMeta, check_data_schema
 from timeshard.progress import Description, Frontier
 
 STATE_VERSION = 1
@@ -83,10 +91,13 @@ class WriterState:
 
     @staticmethod
     def from_json(value: Any) -> WriterState:
+        token = value["token"]
+        if token is not None and not isinstance(token, str):
+            raise TypeError(f"writer token must be a string or null, got {token!r}")
         return WriterState(
-            int(value["heartbeat"]),
-            int(value["lease"]),
-            value["token"],
+            _int(value["heartbeat"], "heartbeat"),
+            _int(value["lease"], "lease"),
+            token,
             Frontier.from_json(value["upper"]),
         )
 
@@ -115,9 +126,9 @@ class LeasedReaderState:
     def from_json(value: Any) -> LeasedReaderState:
         return LeasedReaderState(
             Frontier.from_json(value["since"]),
-            int(value["seqno"]),
-            int(value["heartbeat"]),
-            int(value["lease"]),
+            _int(value["seqno"], "seqno"),
+            _int(value["heartbeat"], "heartbeat"),
+            _int(value["lease"], "lease"),
         )
 
 
@@ -133,7 +144,23 @@ class CriticalReaderState:
 
     @staticmethod
     def from_json(value: Any) -> CriticalReaderState:
-        return CriticalReaderState(Frontier.from_json(value["since"]), str(value["opaque"]))
+        opaque = value["opaque"]
+        if not isinstance(opaque, str):
+            raise TypeError(f"critical reader opaque must be a string, got {opaque!r}")
+        return CriticalReaderState(Frontier.from_json(value["since"]), opaque)
+
+
+def _int(value: Any, what: str) -> int:
+    """``value`` if it is an integer (not a bool), else TypeError naming ``what``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, got {value!r}")
+    return value
+
+
+def _dict(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"{what} must be an object, got {type(value).__name__}")
+    return value
 
 
 def encode_schema(schema: pa.Schema) -> str:
@@ -141,8 +168,10 @@ def encode_schema(schema: pa.Schema) -> str:
     return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
 
 
+@lru_cache(maxsize=256)
 def decode_schema(text: str) -> pa.Schema:
-    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+    """The schema :func:`encode_schema` encoded (schemas are immutable: cached)."""
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text, validate=True)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +213,18 @@ class ShardState:
             meet = meet.meet(h)
         return replace(self, since=self.since.join(meet))
 
+    def check_contiguous(self) -> None:
+        """Raise CorruptState unless the batches cover ``[0, upper)`` contiguously."""
+        lower = Frontier.minimum()
+        for i, b in enumerate(self.batches):
+            if b.desc.lower != lower:
+                raise CorruptState(
+                    f"batch {i} starts at {b.desc.lower}, not at the previous upper {lower}"
+                )
+            lower = b.desc.upper
+        if lower != self.upper:
+            raise CorruptState(f"the batches end at {lower}, not at the shard upper {self.upper}")
+
     def check_invariants(self) -> None:
         """Assert the structural invariants (used by tests and ``verify``)."""
         lower = Frontier.minimum()
@@ -209,24 +250,43 @@ class ShardState:
 
     @staticmethod
     def from_json(value: Any) -> ShardState:
+        """Decode a stored document; CorruptState, or a ValueError, KeyError or
+        TypeError naming the field, if it is malformed (see the module doc)."""
+        value = _dict(value, "a state")
         if value.get("version") != STATE_VERSION:
             raise CorruptState(f"unknown state version {value.get('version')!r}")
-        return ShardState(
-            shard_id=str(value["shard_id"]),
-            schema=str(value["schema"]),
-            seqno=int(value["seqno"]),
+        shard_id, schema = value["shard_id"], value["schema"]
+        if not isinstance(shard_id, str) or not isinstance(schema, str):
+            raise TypeError(f"shard_id and schema must be strings, got {shard_id!r}, {schema!r}")
+        batches = value["batches"]
+        if not isinstance(batches, list):
+            raise TypeError(f"batches must be a list, got {type(batches).__name__}")
+        state = ShardState(
+            shard_id=shard_id,
+            schema=schema,
+            seqno=_int(value["seqno"], "seqno"),
             since=Frontier.from_json(value["since"]),
             upper=Frontier.from_json(value["upper"]),
-            batches=tuple(HollowBatch.from_json(b) for b in value["batches"]),
-            writers={k: WriterState.from_json(v) for k, v in value["writers"].items()},
+            batches=tuple(HollowBatch.from_json(b) for b in batches),
+            writers={
+                k: WriterState.from_json(v) for k, v in _dict(value["writers"], "writers").items()
+            },
             leased_readers={
-                k: LeasedReaderState.from_json(v) for k, v in value["leased_readers"].items()
+                k: LeasedReaderState.from_json(v)
+                for k, v in _dict(value["leased_readers"], "leased_readers").items()
             },
             critical_readers={
-                k: CriticalReaderState.from_json(v) for k, v in value["critical_readers"].items()
+                k: CriticalReaderState.from_json(v)
+                for k, v in _dict(value["critical_readers"], "critical_readers").items()
             },
-            walltime_ms=int(value["walltime_ms"]),
+            walltime_ms=_int(value["walltime_ms"], "walltime_ms"),
         )
+        try:
+            check_data_schema(state.data_schema)
+        except Exception as e:
+            raise ValueError(f"the schema is not a shard schema: {type(e).__name__}: {e}") from e
+        state.check_contiguous()
+        return state
 
 
 def encode_state(state: ShardState) -> bytes:
@@ -234,14 +294,19 @@ def encode_state(state: ShardState) -> bytes:
 
 
 def decode_state(shard_id: str, seqno: int, data: bytes) -> ShardState:
-    """Decode a stored version; garbage raises CorruptState naming shard and seqno."""
+    """Decode a stored version; garbage raises CorruptState naming shard and seqno.
+
+    The message names the first problem found (at most 300 characters of it),
+    never the stored bytes themselves.
+    """
     try:
         state = ShardState.from_json(json.loads(data.decode("utf-8")))
     except CorruptState as e:
         raise CorruptState(f"state of shard {shard_id!r} at seqno {seqno}: {e}") from e
     except Exception as e:
         raise CorruptState(
-            f"state of shard {shard_id!r} at seqno {seqno} cannot be decoded: {e!r}"
+            f"state of shard {shard_id!r} at seqno {seqno} cannot be decoded: "
+            f"{type(e).__name__}: {str(e)[:300]}"
         ) from e
     if state.shard_id != shard_id or state.seqno != seqno:
         raise CorruptState(
