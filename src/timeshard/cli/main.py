@@ -5,6 +5,12 @@ blob directory ``DIR/blob`` and SQLite consensus ``DIR/consensus.sqlite``) or
 by ``--blob URI --consensus URI`` (for example ``file:///shared/blob`` and
 ``postgresql://user@host/db``). Tables are rendered with rich; ``--json``
 prints machine-readable output instead.
+
+Errors. A timeshard error (a bad argument, an unknown or invalid shard id, a
+state that does not decode, a damaged part) is printed on stderr as one line
+``error: <message>`` and the exit code is 2; no traceback. ``status`` and
+``shard list`` report a shard whose state cannot be read in its row (the
+``error`` field) and go on with the others; they then exit with code 1.
 """
 
 from __future__ import annotations
@@ -16,16 +22,19 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from timeshard.errors import TimeshardError
+from timeshard.errors import InvalidUsage, TimeshardError
 from timeshard.location import Location, open_location
 from timeshard.persist import PersistClient
+from timeshard.persist._internal.state import ShardState
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 shard_app = typer.Typer(help="Inspect and read shards.", no_args_is_help=True)
 app.add_typer(shard_app, name="shard")
 console = Console()
+err_console = Console(stderr=True)
 
 LocationOpt = Annotated[
     Path,
@@ -63,11 +72,17 @@ def shard_list(
     consensus: ConsensusOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List the shards of a location with their frontiers and sizes."""
+    """List the shards of a location with their frontiers and sizes.
+
+    A shard whose state cannot be read is listed with its ``error``; the exit
+    code is then 1.
+    """
     client = PersistClient(_location(location, blob, consensus))
-    rows = []
-    for shard_id in client.list_shards():
-        s = client.state(shard_id)
+    rows: list[dict[str, Any]] = []
+    for shard_id, s in _states(client).items():
+        if isinstance(s, TimeshardError):
+            rows.append({"shard": shard_id, "error": str(s)})
+            continue
         rows.append(
             {
                 "shard": shard_id,
@@ -77,15 +92,44 @@ def shard_list(
                 "rows": s.num_rows(),
                 "bytes": s.size_in_bytes(),
                 "seqno": s.seqno,
+                "error": None,
             }
         )
+    failed = any(r["error"] for r in rows)
     if as_json:
         _print_json(rows)
-        return
-    table = Table("shard", "since", "upper", "batches", "rows", "bytes", "seqno")
-    for r in rows:
-        table.add_row(*(str(r[c]) for c in table_columns(table)))
-    console.print(table)
+    else:
+        table = Table("shard", "since", "upper", "batches", "rows", "bytes", "seqno")
+        for r in rows:
+            cells = [_cell(r.get(c)) for c in table_columns(table)]
+            if r["error"]:
+                cells[1] = "unreadable (below)"
+            table.add_row(*(escape(c) for c in cells))
+        console.print(table)
+        _print_errors({r["shard"]: r["error"] for r in rows if r["error"]})
+    if failed:
+        raise typer.Exit(1)
+
+
+def _print_errors(errors: dict[str, str]) -> None:
+    """One line per object that could not be read, below a table."""
+    for name, error in errors.items():
+        console.print(f"[red]{escape(name)}:[/red] {escape(error)}", soft_wrap=True)
+
+
+def _states(client: PersistClient) -> dict[str, ShardState | TimeshardError]:
+    """Every shard's state, or the error that reading it raised (CorruptState, ...)."""
+    out: dict[str, ShardState | TimeshardError] = {}
+    for shard_id in client.list_shards():
+        try:
+            out[shard_id] = client.state(shard_id)
+        except TimeshardError as e:
+            out[shard_id] = e
+    return out
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else str(value)
 
 
 def table_columns(table: Table) -> list[str]:
@@ -211,7 +255,9 @@ def status(
     """Every shard's frontiers, lag and health; views show their deploy generation.
 
     The lag is wall-clock now minus the write frontier, for shards whose
-    timestamps are wall-clock milliseconds.
+    timestamps are wall-clock milliseconds. A shard whose state (or, for the
+    status shard, whose content) cannot be read is shown with kind
+    ``unreadable`` and the error; the exit code is then 1.
     """
     import time
 
@@ -220,15 +266,21 @@ def status(
 
     client = PersistClient(_location(location, blob, consensus))
     now = int(time.time() * 1000)
+    states = _states(client)
     health: dict[str, dict[str, Any]] = {}
-    if STATUS_SHARD in client.list_shards():
-        reader = client.open_unleased_reader(STATUS_SHARD)
-        status_upper = reader.upper().time
-        if status_upper:
-            health = {r["object"]: r for r in reader.snapshot(status_upper - 1).to_pylist()}
+    if isinstance(states.get(STATUS_SHARD), ShardState):
+        try:
+            reader = client.open_unleased_reader(STATUS_SHARD)
+            status_upper = reader.upper().time
+            if status_upper:
+                health = {r["object"]: r for r in reader.snapshot(status_upper - 1).to_pylist()}
+        except TimeshardError as e:  # a damaged part: shown in the status shard's row
+            states[STATUS_SHARD] = e
     rows: list[dict[str, Any]] = []
-    for shard_id in client.list_shards():
-        s = client.state(shard_id)
+    for shard_id, s in states.items():
+        if isinstance(s, TimeshardError):
+            rows.append(_unreadable_row(shard_id, s))
+            continue
         deploy = s.critical_readers.get(DEPLOY_READER)
         upper = s.upper.time
         lag = now - upper if upper is not None and upper > 10**12 else None
@@ -246,8 +298,11 @@ def status(
                 "error": health.get(shard_id, {}).get("error"),
             }
         )
+    failed = any(r["kind"] == "unreadable" for r in rows)
     if as_json:
         _print_json(rows)
+        if failed:
+            raise typer.Exit(1)
         return
     table = Table(
         "object",
@@ -264,18 +319,41 @@ def status(
     for r in rows:
         lag_ms = r["lag_ms"]
         lag_text = "" if lag_ms is None else f"{int(lag_ms) / 1000:.1f} s"
+        known = r["kind"] != "unreadable"
+        status_text = (r["status"] or "") + (f": {r['error']}" if r["error"] else "")
         table.add_row(
-            str(r["object"]),
+            escape(str(r["object"])),
             str(r["kind"]),
-            str(r["since"]),
-            str(r["write_frontier"]),
+            str(r["since"]) if known else "",
+            str(r["write_frontier"]) if known else "",
             lag_text,
             str(r["generation"] or ""),
-            str(r["writers"]),
-            str(r["readers"]),
-            (r["status"] or "") + (f": {r['error']}" if r["error"] else ""),
+            _cell(r["writers"]),
+            _cell(r["readers"]),
+            escape(status_text if known else "(below)"),
         )
     console.print(table)
+    _print_errors(
+        {r["object"]: f"{r['status']}: {r['error']}" for r in rows if r["kind"] == "unreadable"}
+    )
+    if failed:
+        raise typer.Exit(1)
+
+
+def _unreadable_row(shard_id: str, error: TimeshardError) -> dict[str, Any]:
+    """The ``status`` row of a shard whose state (or health) cannot be read."""
+    return {
+        "object": shard_id,
+        "kind": "unreadable",
+        "since": None,
+        "write_frontier": None,
+        "lag_ms": None,
+        "generation": None,
+        "writers": None,
+        "readers": None,
+        "status": type(error).__name__,
+        "error": str(error),
+    }
 
 
 @app.command("query")
@@ -366,6 +444,52 @@ def subscribe(
         reader.expire()
 
 
+@app.command("verify")
+def verify(
+    location: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Embedded location directory (default .timeshard), or give --blob and "
+            "--consensus instead.",
+            show_default=False,
+        ),
+    ] = None,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    samples: Annotated[
+        int, typer.Option(help="Change times sampled per object besides the first and last.")
+    ] = 8,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of the sampling (default: random, then printed).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check every shard's invariants, and each cataloged view and FILE upsert against a
+    from-scratch recomputation. Exit code 0 if all is well, 1 with a report if not."""
+    from timeshard.verify import render_report, verify_location
+
+    if location is not None and (blob is not None or consensus is not None):
+        raise InvalidUsage(
+            f"give a location directory ({str(location)!r}) or --blob/--consensus, not both"
+        )
+    directory = location or DEFAULT_LOCATION
+    if blob is None and consensus is None and not (directory / "consensus.sqlite").is_file():
+        raise InvalidUsage(f"no timeshard location at {str(directory)!r}: no consensus.sqlite")
+    client = PersistClient(_location(directory, blob, consensus))
+    report = verify_location(client, spark=_verify_spark, samples=samples, seed=seed)
+    if as_json:
+        _print_json(report.to_json())
+    else:
+        render_report(report, console)
+    raise typer.Exit(0 if report.ok else 1)
+
+
+def _verify_spark(packages: list[str]) -> Any:
+    from timeshard.spark import spark_session
+
+    return spark_session(app_name="timeshard-verify", packages=packages)
+
+
 @app.command("run")
 def run(
     file: Annotated[Path, typer.Argument(help="A TOML file declaring sources and views.")],
@@ -429,7 +553,7 @@ def main() -> None:
     try:
         app()
     except TimeshardError as e:
-        console.print(f"[red]error:[/red] {e}")
+        err_console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
         raise SystemExit(2) from e
 
 

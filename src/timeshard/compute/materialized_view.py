@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from timeshard.catalog import record_view
 from timeshard.compute.engine import SparkEngine
 from timeshard.compute.mv_sink import MvSink, SinkFrontiers, SinkStats
 from timeshard.compute.view import SparkViewDesired, ViewDefinition
@@ -90,6 +91,8 @@ class MaterializedView:
             input_shards=tuple(definition.inputs.values()),
             background_io=background_io,
         )
+        if not read_only:  # a read-only replica records its definition when promoted
+            record_view(client, definition, sink.as_of)
         return MaterializedView(definition, sink, desired, tick_interval_s)
 
     @staticmethod
@@ -129,6 +132,7 @@ class MaterializedView:
 
     def promote(self) -> None:
         self.sink.promote()
+        record_view(self.sink.client, self.definition, self.sink.as_of)
 
     def frontiers(self) -> SinkFrontiers:
         return self.sink.frontiers()

@@ -36,12 +36,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from timeshard.catalog import record_source
 from timeshard.errors import InvalidUsage, UpperMismatch
 from timeshard.persist import Appended, PersistClient
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Frontier
 from timeshard.storage.health import Health
-from timeshard.storage.reclock import Remap, SourceFrontier
+from timeshard.storage.reclock import Remap, reclock_df
 from timeshard.storage.sources import Source
 from timeshard.storage.upsert_spark import DELETE, ORDER, SparkFeedbackUpsert
 
@@ -140,6 +141,8 @@ class Ingestion:
             env, keys = envelopes.get(sub, ("none", ()))
             self.exports[sub] = Export(spark, client, shard, payload, env, keys)
         self.remap = Remap(client, f"{self.output}.remap")
+        exported = {sub: export.shard for sub, export in self.exports.items()}
+        record_source(client, self.output, source, envelopes, exported)
         self.health = Health(client, self.clock)
         self.paused = False
         self._report("starting")
@@ -220,25 +223,7 @@ class Ingestion:
         return StepReport(out_upper, bound, appended)
 
     def _reclock(self, records: Any) -> Any:
-        from pyspark.sql import functions as F
-
-        intervals: list[tuple[str, int, int, int]] = []
-        previous: SourceFrontier = {}
-        for t, frontier in self.remap.bindings():
-            for p, hi in frontier.items():
-                lo = previous.get(p, 0)
-                if hi > lo:
-                    intervals.append((p, lo, hi, t))
-            previous = frontier
-        bindings = self.spark.createDataFrame(intervals, "_bp string, _lo long, _hi long, _bt long")
-        joined = records.join(
-            F.broadcast(bindings),
-            (F.col("_partition") == F.col("_bp"))
-            & (F.col("_offset") >= F.col("_lo"))
-            & (F.col("_offset") < F.col("_hi")),
-            "inner",
-        )
-        return joined.withColumn(TS, F.col("_bt")).drop("_bp", "_lo", "_hi", "_bt")
+        return reclock_df(self.spark, records, self.remap.bindings())
 
 
 __all__ = ["Export", "Ingestion", "StepReport"]

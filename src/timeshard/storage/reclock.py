@@ -34,12 +34,14 @@ Runs on the driver.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import pyarrow as pa
 
 from timeshard.errors import InvalidUsage
 from timeshard.persist import Appended, Listen, PersistClient, Progress, Updates
+from timeshard.persist._internal.parts import TS
 from timeshard.progress import Frontier, Timestamp
 
 SourceFrontier = dict[str, int]
@@ -184,4 +186,39 @@ class Remap:
             del self._frontiers[:i]
 
 
-__all__ = ["REMAP_SCHEMA", "Remap", "SourceFrontier", "join_frontiers"]
+def reclock_df(
+    spark: Any,
+    records: Any,
+    bindings: Sequence[tuple[Timestamp, SourceFrontier]],
+    column: str = TS,
+) -> Any:
+    """``records`` (``_partition``, ``_offset``, ...) with ``column`` = the time that binds each.
+
+    A record's time is the first binding whose frontier is beyond its offset;
+    records no binding covers yet are dropped. ``bindings`` is in time order.
+    The bindings become a small broadcast table of ``(partition, lo, hi, t)``
+    intervals, joined in Spark tasks (driver: builds the plan).
+    """
+    from pyspark.sql import functions as F
+
+    intervals: list[tuple[str, int, int, int]] = []
+    previous: SourceFrontier = {}
+    for t, frontier in bindings:
+        for p, hi in frontier.items():
+            lo = previous.get(p, 0)
+            if hi > lo:
+                intervals.append((p, lo, hi, t))
+        previous = frontier
+    spans = spark.createDataFrame(intervals, "_bp string, _lo long, _hi long, _bt long")
+    joined = records.join(
+        F.broadcast(spans),
+        (F.col("_partition") == F.col("_bp"))
+        & (F.col("_offset") >= F.col("_lo"))
+        & (F.col("_offset") < F.col("_hi")),
+        "inner",
+    )
+    joined = joined.drop("_bp", "_lo", "_hi")
+    return joined if column == "_bt" else joined.withColumn(column, F.col("_bt")).drop("_bt")
+
+
+__all__ = ["REMAP_SCHEMA", "Remap", "SourceFrontier", "join_frontiers", "reclock_df"]

@@ -36,6 +36,9 @@ Invariants:
 2. Keys are compared null-safely: a null key is one key.
 3. A tick reads only its commands and the arrangement, never the whole shard
    (except for the one rehydration of a new instance).
+4. An unkeyed err command (``_err`` set, every key column null: a record that
+   did not decode far enough to have a key) is kept as an err row of its own,
+   never retracted: no later command names its key.
 
 Runs on the driver; the work runs in Spark tasks.
 """
@@ -50,7 +53,7 @@ import pyarrow as pa
 from timeshard.errors import InvalidUsage, LeaseExpired, SinceError, UpperMismatch
 from timeshard.persist import Appended, PersistClient
 from timeshard.persist._internal.parts import DIFF, ERR, TS
-from timeshard.storage.upsert_state import GONE, ArrangedState
+from timeshard.storage.upsert_state import GONE, ArrangedState, unkeyed_error
 
 ORDER = "_order"
 DELETE = "_delete"
@@ -89,10 +92,14 @@ class SparkFeedbackUpsert:
             return None
         self._sync(lower)
         cmds = commands.where((F.col(TS) >= lower) & (F.col(TS) < input_upper))
-        winners = self._winners(cmds).persist()
+        unkeyed = unkeyed_error(self.keys)
+        winners = self._winners(cmds.where(~unkeyed)).persist()
         try:
-            chained = self._chain(winners)
-            batch = self._writer.batch(self._updates(chained), lower, input_upper)
+            kept = cmds.where(unkeyed).select(
+                *self.keys, *self.values, TS, F.lit(1).cast("long").alias(DIFF), ERR
+            )
+            updates = self._updates(self._chain(winners)).unionByName(kept)
+            batch = self._writer.batch(updates, lower, input_upper)
             result = self._writer.compare_and_append_batch([batch], lower, input_upper)
             if isinstance(result, UpperMismatch):
                 batch.delete()

@@ -40,6 +40,9 @@ Invariants:
 2. ``lookup`` of a key equals the key's row in the shard's snapshot at
    ``time - 1`` (``_err`` included), or nothing if the key is absent there.
 3. The base has no ``_gone`` rows.
+4. Unkeyed err rows (``_err`` set, every key column null: a record that did
+   not decode far enough to have a key) are no key's state: the layers leave
+   them out, and the upsert keeps them as they are (:func:`unkeyed_error`).
 
 Runs on the driver; the layers live in Spark's block manager and every
 operation is a Spark job.
@@ -98,7 +101,9 @@ class ArrangedState:
         self.clear()
         if upper > 0:
             snapshot = snapshot_df(self.spark, reader, upper - 1)
-            base = snapshot.select(*self.keys, *self.values, ERR, F.lit(False).alias(GONE))
+            base = snapshot.where(~unkeyed_error(self.keys)).select(
+                *self.keys, *self.values, ERR, F.lit(False).alias(GONE)
+            )
             self.layers = [self._cache(base)]
         self.time = upper
         reader.downgrade_since(max(upper - 1, 0))
@@ -122,7 +127,7 @@ class ArrangedState:
             raise SinceError(held, reader.since)
         data = [*self.keys, *self.values]
         updates = updates_df(self.spark, reader, self.time, upper).withColumn(TS, F.lit(0))
-        net = consolidate_df(updates, data).persist()
+        net = consolidate_df(updates, data).where(~unkeyed_error(self.keys)).persist()
         # The upsert output has one row per key: a key whose net change has an
         # insertion now holds that row; one with only retractions is gone.
         inserted = net.where(F.col(DIFF) > 0).select(*self.keys, *self.values, ERR)
@@ -234,6 +239,16 @@ class ArrangedState:
         return left.join(probe, cond, how)
 
 
+def unkeyed_error(keys: Sequence[str]) -> Any:
+    """The Spark condition of an unkeyed err row: ``_err`` set and every key column null."""
+    from pyspark.sql import functions as F
+
+    cond = F.col(ERR).isNotNull()
+    for k in keys:
+        cond = cond & F.col(k).isNull()
+    return cond
+
+
 def _stored_bytes(checkpointed: Any) -> int:
     """Memory plus disk bytes of a checkpointed DataFrame's blocks (driver only, no job)."""
     jvm_sc = checkpointed.sparkSession.sparkContext._jsc.sc()
@@ -244,4 +259,4 @@ def _stored_bytes(checkpointed: Any) -> int:
     return 0  # an empty layer has no blocks
 
 
-__all__ = ["GONE", "ArrangedState", "Layer"]
+__all__ = ["GONE", "ArrangedState", "Layer", "unkeyed_error"]

@@ -1,0 +1,341 @@
+"""The catalog: what every view, source and export of a location is, kept as a collection.
+
+View definitions and source declarations otherwise live only in the process
+that runs them; the catalog makes them durable, so that tools (``timeshard
+verify``) can recompute and check what a location holds. It lives in the
+shard ``timeshard_catalog`` as an upsert collection keyed by ``(name, kind)``
+-- written by the feedback upsert, like the status collection of
+:mod:`timeshard.storage.health` -- with one row per object:
+
+========== ==========================================================================
+column     meaning
+========== ==========================================================================
+name       the object: a view's shard, a source's output name, an export's shard
+kind       ``view`` | ``source`` | ``export``
+definition a JSON object, as text (never pickle); see below
+========== ==========================================================================
+
+The key holds the kind because a source with one output shares its name with
+its export (source ``kv`` writes shard ``kv``).
+
+Definitions:
+
+* ``view``: ``inputs`` (alias -> shard), ``sql`` (null for a view defined by a
+  Python function, whose ``function`` then names it, ``module:qualname``),
+  ``refresh_every_ms`` and ``as_of`` (the view's shard equals its query at
+  every time ``>= as_of``; before it, it may hold nothing);
+* ``source``: ``source_kind`` (``key_value`` | ``counter`` | ``auction`` |
+  ``tpch`` | ``file``, or ``other`` with ``class``), ``options`` (a FILE
+  source's ``name``, ``path``, ``format``, ``columns`` as ``[name, type
+  name]`` pairs and ``avro_schema``; a load generator's dataclass fields but
+  its ``ticks``, which is progress, not declaration), ``remap`` (the remap
+  shard) and ``exports`` (shard -> ``subsource``, ``envelope``,
+  ``key_columns``);
+* ``export``: ``source`` (the source's name), ``subsource``, ``envelope``
+  (``none`` | ``upsert``) and ``key_columns``.
+
+Invariants:
+
+1. Recording is idempotent: an object whose stored definition equals the new
+   one is not written (a view's ``as_of`` does not count: reinstalling an
+   unchanged view keeps the time since which it has been correct).
+2. Nothing is written when nothing changed -- not even a writer registration.
+3. At every time the collection holds at most one row per ``(name, kind)``.
+4. A read-only view replica records nothing (it writes nothing to consensus);
+   it records its definition when promoted.
+
+Runs on the driver (pyarrow path, no Spark).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from timeshard.errors import CorruptState, InvalidUsage
+from timeshard.persist import Appended, PersistClient
+from timeshard.persist._internal.parts import ERR
+from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
+
+if TYPE_CHECKING:
+    from timeshard.compute.view import ViewDefinition
+
+CATALOG_SHARD = "timeshard_catalog"
+KINDS = ("view", "source", "export")
+CATALOG_SCHEMA = pa.schema(
+    [("name", pa.string()), ("kind", pa.string()), ("definition", pa.string())]
+)
+CATALOG_KEYS = ("name", "kind")
+
+_ATTEMPTS = 10
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    """One object of the catalog; ``definition`` is a JSON object."""
+
+    name: str
+    kind: str
+    definition: Mapping[str, Any]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise InvalidUsage(f"a catalog name must be a non-empty str, got {self.name!r}")
+        if self.kind not in KINDS:
+            raise InvalidUsage(f"catalog kind must be one of {KINDS}, got {self.kind!r}")
+        if not isinstance(self.definition, Mapping):
+            raise InvalidUsage(
+                f"the definition of {self.kind} {self.name!r} must be a JSON object, "
+                f"got {type(self.definition).__name__}"
+            )
+
+    def definition_text(self) -> str:
+        """The definition as canonical JSON text; InvalidUsage if it is not JSON."""
+        try:
+            return json.dumps(
+                self.definition, sort_keys=True, separators=(",", ":"), allow_nan=False
+            )
+        except (TypeError, ValueError) as e:
+            raise InvalidUsage(
+                f"the definition of {self.kind} {self.name!r} is not JSON: {e}: {self.definition!r}"
+            ) from None
+
+    @staticmethod
+    def from_row(row: Mapping[str, Any]) -> CatalogEntry:
+        """Decode a stored row; CorruptState names the row if it does not decode."""
+        name, kind, text = row.get("name"), row.get("kind"), row.get("definition")
+        if row.get(ERR) is not None:
+            raise CorruptState(f"catalog row ({name!r}, {kind!r}) is an err row: {row[ERR]}")
+        try:
+            definition = json.loads(text) if isinstance(text, str) else None
+        except json.JSONDecodeError as e:
+            raise CorruptState(
+                f"catalog row ({name!r}, {kind!r}): definition is not JSON: {e}: {text!r}"
+            ) from None
+        try:
+            return CatalogEntry(name, kind, definition)  # type: ignore[arg-type]
+        except InvalidUsage as e:
+            raise CorruptState(f"catalog row ({name!r}, {kind!r}): {e}") from None
+
+
+def catalog_rows(client: PersistClient) -> list[dict[str, Any]]:
+    """The catalog's rows (with ``_diff`` and ``_err``) at its latest readable time."""
+    if CATALOG_SHARD not in client.list_shards():
+        return []
+    reader = client.open_unleased_reader(CATALOG_SHARD)
+    upper = reader.upper().time
+    if upper is None or upper == 0 or not reader.since().less_equal(upper - 1):
+        return []
+    rows: list[dict[str, Any]] = reader.snapshot(upper - 1).to_pylist()
+    return rows
+
+
+def read_catalog(client: PersistClient) -> list[CatalogEntry]:
+    """Every object of the catalog, in name order; CorruptState for a row that does not decode."""
+    entries = [CatalogEntry.from_row(r) for r in catalog_rows(client)]
+    return sorted(entries, key=lambda e: (e.name, e.kind))
+
+
+class Catalog:
+    """Records objects into the catalog collection (see the module invariants)."""
+
+    def __init__(self, client: PersistClient, clock: Callable[[], int] | None = None) -> None:
+        self._client = client
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+
+    def record(
+        self,
+        entries: Sequence[CatalogEntry],
+        same: Callable[[CatalogEntry, CatalogEntry], bool] | None = None,
+    ) -> int:
+        """Store ``entries``; return how many changed (0: nothing was written).
+
+        ``same(stored, new)`` says whether a stored entry may stay (default:
+        equal definitions). It is an error to give one ``(name, kind)`` twice.
+        """
+        keys = [(e.name, e.kind) for e in entries]
+        if len(set(keys)) != len(keys):
+            raise InvalidUsage(f"catalog entries repeat a (name, kind): {sorted(keys)}")
+        texts = {(e.name, e.kind): e.definition_text() for e in entries}
+        # Compare what would be stored: the definitions as they read back from JSON.
+        wanted = [CatalogEntry(n, k, json.loads(t)) for (n, k), t in texts.items()]
+        keep = same or (lambda old, new: old.definition == new.definition)
+        upsert: FeedbackUpsert | None = None
+        for _ in range(_ATTEMPTS):
+            stored = {(e.name, e.kind): e for e in self._stored()}
+            changed = [
+                e
+                for e in wanted
+                if (e.name, e.kind) not in stored or not keep(stored[(e.name, e.kind)], e)
+            ]
+            if not changed:
+                return 0
+            if upsert is None:
+                upsert = FeedbackUpsert(
+                    self._client, CATALOG_SHARD, CATALOG_SCHEMA, list(CATALOG_KEYS)
+                )
+            upper = upsert.upper.time
+            assert upper is not None, "the catalog shard is closed"
+            now = max(self._clock(), upper)
+            commands = [
+                UpsertCommand((e.name, e.kind), (texts[(e.name, e.kind)],), now, (now,))
+                for e in changed
+            ]
+            if isinstance(upsert.apply(commands, now + 1), Appended):
+                return len(changed)
+        raise AssertionError(f"could not record {sorted(texts)} in the catalog")
+
+    def _stored(self) -> list[CatalogEntry]:
+        """The stored entries; rows that do not decode count as absent (they get replaced)."""
+        out = []
+        for row in catalog_rows(self._client):
+            try:
+                out.append(CatalogEntry.from_row(row))
+            except CorruptState:
+                continue
+        return out
+
+
+# -- views ---------------------------------------------------------------------------------
+
+
+def view_entry(definition: ViewDefinition, as_of: int) -> CatalogEntry:
+    """The catalog entry of a view installed at ``as_of``."""
+    function = definition.function
+    name = None
+    if function is not None:
+        module = getattr(function, "__module__", None) or "?"
+        name = f"{module}:{getattr(function, '__qualname__', type(function).__name__)}"
+    return CatalogEntry(
+        definition.name,
+        "view",
+        {
+            "inputs": dict(sorted(definition.inputs.items())),
+            "sql": definition.sql,
+            "function": name,
+            "refresh_every_ms": definition.refresh_every_ms,
+            "as_of": as_of,
+        },
+    )
+
+
+def _same_view(old: CatalogEntry, new: CatalogEntry) -> bool:
+    """Equal but for ``as_of``: an unchanged view has been correct since its first as_of."""
+
+    def strip(definition: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in definition.items() if k != "as_of"}
+
+    return strip(old.definition) == strip(new.definition)
+
+
+def record_view(client: PersistClient, definition: ViewDefinition, as_of: int) -> int:
+    """Record a view (idempotent); return 1 if the catalog changed."""
+    return Catalog(client).record([view_entry(definition, as_of)], same=_same_view)
+
+
+# -- sources -------------------------------------------------------------------------------
+
+
+def source_kind(source: Any) -> str:
+    """``key_value`` | ``counter`` | ``auction`` | ``tpch`` | ``file``, or ``other``."""
+    from timeshard.storage.file_source import FileSource
+    from timeshard.storage.sources import AuctionGenerator, CounterGenerator, KeyValueGenerator
+    from timeshard.storage.tpch import TpchGenerator
+
+    kinds: list[tuple[type, str]] = [
+        (KeyValueGenerator, "key_value"),
+        (CounterGenerator, "counter"),
+        (AuctionGenerator, "auction"),
+        (TpchGenerator, "tpch"),
+        (FileSource, "file"),
+    ]
+    for cls, kind in kinds:
+        if isinstance(source, cls):
+            return kind
+    return "other"
+
+
+def source_options(source: Any) -> dict[str, Any]:
+    """A source's declarative options (empty if it has none we know how to state)."""
+    from timeshard.storage.file_source import FileSource
+
+    if isinstance(source, FileSource):
+        return {
+            "name": source.name,
+            "path": str(source.path),
+            "format": source.format,
+            "columns": [[f.name, str(f.type)] for f in source.schema],
+            "avro_schema": source.avro_schema,
+        }
+    if source_kind(source) != "other" and dataclasses.is_dataclass(source):
+        return {
+            f.name: getattr(source, f.name)
+            for f in dataclasses.fields(source)
+            if f.name != "ticks"  # progress, not declaration
+        }
+    return {}
+
+
+def source_entries(
+    output: str,
+    source: Any,
+    envelopes: Mapping[str, tuple[str, Sequence[str]]],
+    exports: Mapping[str, str],
+) -> list[CatalogEntry]:
+    """The entries of an ingestion: its source and one per export.
+
+    ``exports`` maps a subsource (``""`` for a single output) to its shard;
+    ``envelopes`` maps a subsource to ``(envelope, key_columns)`` (NONE if
+    absent), as :class:`~timeshard.storage.ingest.Ingestion` takes them.
+    """
+    kind = source_kind(source)
+    definition: dict[str, Any] = {
+        "source_kind": kind,
+        "options": source_options(source),
+        "remap": f"{output}.remap",
+        "exports": {},
+    }
+    if kind == "other":
+        definition["class"] = f"{type(source).__module__}:{type(source).__qualname__}"
+    entries = []
+    for sub, shard in sorted(exports.items()):
+        envelope, keys = envelopes.get(sub, ("none", ()))
+        export = {"subsource": sub, "envelope": envelope, "key_columns": list(keys)}
+        definition["exports"][shard] = export
+        entries.append(CatalogEntry(shard, "export", {"source": output, **export}))
+    return [CatalogEntry(output, "source", definition), *entries]
+
+
+def record_source(
+    client: PersistClient,
+    output: str,
+    source: Any,
+    envelopes: Mapping[str, tuple[str, Sequence[str]]],
+    exports: Mapping[str, str],
+) -> int:
+    """Record an ingestion's source and exports (idempotent); return how many changed."""
+    return Catalog(client).record(source_entries(output, source, envelopes, exports))
+
+
+__all__ = [
+    "CATALOG_KEYS",
+    "CATALOG_SCHEMA",
+    "CATALOG_SHARD",
+    "KINDS",
+    "Catalog",
+    "CatalogEntry",
+    "catalog_rows",
+    "read_catalog",
+    "record_source",
+    "record_view",
+    "source_entries",
+    "source_kind",
+    "source_options",
+    "view_entry",
+]

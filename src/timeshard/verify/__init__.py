@@ -1,0 +1,222 @@
+"""``timeshard verify``: check that a location holds what its invariants say it must.
+
+A location is verified object by object, against the semantics of DESIGN.md
+("Semantics every test can check"). For every shard:
+
+1. ``since <= upper`` -- or rather: a since beyond the upper is allowed (a
+   reader may hold its since past the upper, see ``persist/_internal/state``),
+   but it leaves no readable time, which is reported as a note;
+2. the batch descriptions start at ``[0]``, are contiguous and
+   non-overlapping, and end at the shard upper;
+3. every part a batch references exists, decodes (pyarrow path), and has the
+   row count, size and ``_ts`` bounds its :class:`PartMeta` claims, with
+   every ``_ts`` inside its batch's description (or at the batch's since, to
+   which compaction advances times);
+4. at sampled times ``t`` in ``[since, upper)`` no row has a negative
+   multiplicity; collections that must be *sets* (upsert exports, remap,
+   status and catalog shards) have no multiplicity above 1 and at most one row
+   per key. Views are multisets (SQL keeps duplicates, and a view counts its
+   query's rows into multiplicities), and so are NONE-envelope exports.
+
+The catalog (:mod:`timeshard.catalog`) says what each shard is. Then:
+
+5. every SQL view's snapshot at sampled times equals its query evaluated from
+   scratch over its inputs' snapshots at that time (the very code path the
+   sink evaluates a view with, :class:`~timeshard.compute.view.SparkViewDesired`),
+   at times at or beyond the view's ``as_of`` where every input is readable;
+   a view defined by a Python function is reported as not recomputable;
+6. every UPSERT export of a FILE source equals, at sampled times ``t``, the
+   last value per key among the records of the retained input files bound at
+   ``<= t`` by the remap shard (``FileSource.read`` over ``[0, binding at
+   t)``, reclocked with the bindings): the latest reclocked time wins, then
+   the highest offset; a record whose value columns are all null deletes the
+   key; a record that failed to decode makes the key's row an err row, as the
+   upsert does. Only times at or beyond the remap shard's since can be
+   checked (ingestion lets it compact), and records bound before that since
+   all read as bound at it, which loses the order between files: a key whose
+   files' last records differ there is left out, counted in a note.
+
+Sampled times: for each object, the first and last readable time and up to
+``samples`` other change times in between, drawn with a generator seeded by
+``(seed, object)``, so a run can be repeated exactly (the report names the
+seed).
+
+A difference is a :class:`Finding`: the object, the check, the time, and the
+rows missing and extra (the first :data:`ROW_LIMIT` of each, and how many
+there are). Corrupt state, a missing part or a check that cannot run is a
+finding too; verify itself does not fail on bad data. Verify writes nothing:
+it reads with unleased readers, so it holds back neither since nor GC -- a
+time compacted away meanwhile is skipped and noted, and a part collected
+meanwhile is re-checked against the newer state.
+
+What runs where: checks 1-4 run on the driver with pyarrow (no Spark); 5 and
+6 submit Spark jobs (reads of parts and input files, the query, and the
+difference as a ``groupBy``), started only if the catalog has such objects.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from timeshard.catalog import CATALOG_SHARD, CatalogEntry
+from timeshard.errors import InvalidUsage
+from timeshard.persist import PersistClient
+from timeshard.verify.file_upsert import check_file_upsert, upsert_model
+from timeshard.verify.report import (
+    ROW_LIMIT,
+    Finding,
+    ObjectReport,
+    VerifyReport,
+    render_report,
+)
+from timeshard.verify.shards import (
+    CatalogIndex,
+    check_batches,
+    check_shard,
+    read_catalog_index,
+    sample_times,
+)
+from timeshard.verify.views import check_view, differences
+
+DEFAULT_SAMPLES = 8
+
+SparkProvider = Callable[[list[str]], Any]
+"""Returns the SparkSession to use; called at most once, with the Maven packages needed."""
+
+
+def _guarded(report: VerifyReport, name: str, check: str, run: Callable[[], None]) -> None:
+    """Run one check; if it cannot run at all, that is a finding, not a crash."""
+    try:
+        run()
+    except Exception as e:  # corrupt state, unreadable data, a failing Spark job, ...
+        message = str(e).splitlines()[0][:500] if str(e) else ""
+        report.add(Finding(name, check, f"the check could not run: {type(e).__name__}: {message}"))
+
+
+def _check_samples(samples: object) -> int:
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 0:
+        raise InvalidUsage(f"samples must be a non-negative int, got {samples!r}")
+    return samples
+
+
+def verify_location(
+    client: PersistClient,
+    *,
+    spark: SparkProvider | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int | None = None,
+) -> VerifyReport:
+    """Check every shard of ``client``'s location and every cataloged view and upsert.
+
+    ``spark`` is called (once) only if a check needs Spark; without it those
+    checks are skipped with a note. ``samples`` is the number of change times
+    sampled per object besides the first and last readable time.
+    """
+    _check_samples(samples)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise InvalidUsage(f"seed must be an int, got {seed!r}")
+    if seed is None:
+        seed = random.SystemRandom().randrange(2**31)
+    report = VerifyReport(seed, samples)
+    catalog = CatalogIndex()
+    _guarded(report, CATALOG_SHARD, "catalog", lambda: _set(catalog, client, report))
+    shards = sorted(client.list_shards())
+    for shard_id in shards:
+        _guarded(report, shard_id, "state", partial(check_shard, client, shard_id, catalog, report))
+    present = set(shards)
+    for name, kind in [
+        *((n, "view") for n in catalog.views),
+        *((n, "export") for n in catalog.exports),
+    ]:
+        if name not in present:
+            report.add(
+                Finding(name, "catalog", f"the catalog has {kind} {name!r} but no such shard")
+            )
+    spark_checks = _spark_checks(client, catalog, report)
+    if spark_checks and spark is None:
+        for name, _ in spark_checks:
+            report.object(name, "?").notes.append("not recomputed: needs Spark")
+        return report
+    session: Any = None
+    for name, check in spark_checks:
+        if session is None:
+            assert spark is not None
+            session = spark(_packages(catalog))
+        _guarded(report, name, "recompute", partial(check, session))
+    return report
+
+
+def _set(catalog: CatalogIndex, client: PersistClient, report: VerifyReport) -> None:
+    found = read_catalog_index(client, report)
+    catalog.views, catalog.sources, catalog.exports = found.views, found.sources, found.exports
+
+
+def _spark_checks(
+    client: PersistClient, catalog: CatalogIndex, report: VerifyReport
+) -> list[tuple[str, Callable[[Any], None]]]:
+    """The checks that need Spark, by object; objects that cannot be recomputed get a note."""
+    present = set(client.list_shards())
+    checks: list[tuple[str, Callable[[Any], None]]] = []
+    for name, view in sorted(catalog.views.items()):
+        if name not in present:
+            continue
+        if view.definition.get("sql") is None:
+            function = view.definition.get("function")
+            report.object(name, "view").notes.append(
+                f"not recomputable: defined by a Python function ({function})"
+            )
+            continue
+        checks.append((name, partial(_run_view_check, client, view, report)))
+    for name, export in sorted(catalog.exports.items()):
+        source = catalog.sources.get(str(export.definition.get("source")))
+        if export.definition.get("envelope") != "upsert" or name not in present:
+            continue
+        if source is None or source.definition.get("source_kind") != "file":
+            continue
+        checks.append((name, partial(_run_upsert_check, client, source, export, report)))
+    return checks
+
+
+def _run_view_check(
+    client: PersistClient, view: CatalogEntry, report: VerifyReport, spark: Any
+) -> None:
+    check_view(spark, client, view, report)
+
+
+def _run_upsert_check(
+    client: PersistClient,
+    source: CatalogEntry,
+    export: CatalogEntry,
+    report: VerifyReport,
+    spark: Any,
+) -> None:
+    check_file_upsert(spark, client, source, export, report)
+
+
+def _packages(catalog: CatalogIndex) -> list[str]:
+    """spark-avro if an Avro FILE source is checked, else nothing."""
+    for source in catalog.sources.values():
+        if (source.definition.get("options") or {}).get("format") == "avro":
+            from timeshard.spark.session import spark_avro_package
+
+            return [spark_avro_package()]
+    return []
+
+
+__all__ = [
+    "DEFAULT_SAMPLES",
+    "ROW_LIMIT",
+    "Finding",
+    "ObjectReport",
+    "SparkProvider",
+    "VerifyReport",
+    "check_batches",
+    "differences",
+    "render_report",
+    "sample_times",
+    "upsert_model",
+    "verify_location",
+]

@@ -1,0 +1,217 @@
+"""Check 5 of ``timeshard verify``: a SQL view against its query, recomputed from scratch.
+
+At sampled times where the view and all its inputs are readable, the view's
+snapshot is compared with its query evaluated over the inputs' snapshots by
+:class:`~timeshard.compute.view.SparkViewDesired`, the code path the sink
+evaluates a view with. :func:`differences` compares two collections at many
+times in one job, as multisets, their rows tagged with the time (:data:`AT`);
+the FILE-upsert check (:mod:`timeshard.verify.file_upsert`) uses it too.
+
+Driver vs executors: the functions here run on the driver, where they read
+shard states and change times to sample and build Spark DataFrames; the
+reads of parts, the query and the difference (a ``groupBy``) run as Spark
+jobs on the executors, and at most :data:`ROW_LIMIT` missing and extra rows
+per time are collected back to the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from timeshard.catalog import CatalogEntry
+from timeshard.errors import SinceError, TimeshardError
+from timeshard.persist import PersistClient, UnleasedReader
+from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.progress import MAX_TIMESTAMP, Frontier, Timestamp
+from timeshard.verify.report import ROW_LIMIT, Finding, ObjectReport, VerifyReport
+from timeshard.verify.shards import _last, _rng, readable_range, sample_times
+
+AT = "_at"
+"""The column that tags each row of a fused comparison with its time."""
+
+Difference = tuple[list[dict[str, Any]], int, list[dict[str, Any]], int]
+"""``(missing, missing_total, extra, extra_total)`` at one time."""
+
+
+def differences(expected: Any, got: Any, data: Sequence[str]) -> dict[Timestamp, Difference]:
+    """Per time, rows of ``expected`` not in ``got`` and the reverse, as multisets (one job).
+
+    Both have ``_at`` (the time), the data columns, ``_diff`` and ``_err``;
+    ``expected`` is cast to ``got``'s column types. For each time with a
+    difference: at most :data:`ROW_LIMIT` missing and extra rows (``_diff`` the
+    multiplicity missing or extra) and how many there are.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from timeshard.spark.parts import column
+
+    types = {f.name: f.dataType for f in got.schema.fields}
+    cols = [*data, ERR]
+    exp = expected.select(
+        F.col(AT),
+        *[column(c).cast(types[c]).alias(c) for c in cols],
+        column(DIFF).cast("long").alias(DIFF),
+    )
+    neg = got.select(
+        F.col(AT), *[column(c) for c in cols], (-column(DIFF)).cast("long").alias(DIFF)
+    )
+    side = Window.partitionBy(F.col(AT), F.col("_extra"))
+    ranked = (
+        exp.unionByName(neg)
+        .groupBy(F.col(AT), *[column(c) for c in cols])
+        .agg(F.sum(column(DIFF)).alias(DIFF))
+        .where(column(DIFF) != 0)
+        .withColumn("_extra", column(DIFF) < 0)
+        .withColumn("_total", F.count(F.lit(1)).over(side))
+        .withColumn("_rank", F.row_number().over(side.orderBy(F.abs(column(DIFF)).desc())))
+        .where(F.col("_rank") <= ROW_LIMIT)
+    )
+    out: dict[Timestamp, Difference] = {}
+    for r in ranked.collect():
+        row = r.asDict()
+        t, extra, total = int(row.pop(AT)), bool(row.pop("_extra")), int(row.pop("_total"))
+        del row["_rank"]
+        row[DIFF] = abs(row[DIFF])
+        missing_rows, n_missing, extra_rows, n_extra = out.get(t, ([], 0, [], 0))
+        if extra:
+            extra_rows.append(row)
+            n_extra = total
+        else:
+            missing_rows.append(row)
+            n_missing = total
+        out[t] = (missing_rows, n_missing, extra_rows, n_extra)
+    return out
+
+
+def _report_differences(
+    report: VerifyReport, name: str, check: str, found: Mapping[Timestamp, Difference], what: str
+) -> None:
+    for t, (missing, n_missing, extra, n_extra) in sorted(found.items()):
+        report.add(
+            Finding(
+                name,
+                check,
+                f"{n_missing} row{'s' if n_missing != 1 else ''} missing, "
+                f"{n_extra} row{'s' if n_extra != 1 else ''} extra ({what})",
+                time=t,
+                missing=tuple(missing),
+                missing_total=n_missing,
+                extra=tuple(extra),
+                extra_total=n_extra,
+            )
+        )
+
+
+def _union(frames: Sequence[Any]) -> Any:
+    out = frames[0]
+    for frame in frames[1:]:
+        out = out.unionByName(frame)
+    return out
+
+
+def check_view(
+    spark: Any, client: PersistClient, entry: CatalogEntry, report: VerifyReport
+) -> None:
+    """Check 5: the view's shard against its query over the inputs, at sampled times."""
+    from pyspark.sql import functions as F
+
+    from timeshard.compute.view import SparkViewDesired, ViewDefinition
+    from timeshard.spark.snapshot import snapshot_df
+
+    obj = report.object(entry.name, "view")
+    d = entry.definition
+    definition = ViewDefinition(
+        entry.name,
+        dict(d["inputs"]),
+        d["sql"],
+        refresh_every_ms=d.get("refresh_every_ms"),
+    )
+    obj.checks.append("query")
+    desired = SparkViewDesired(spark, client, definition)
+    view = client.open_unleased_reader(entry.name)
+    produced = desired.data_schema()
+    if not produced.equals(view.schema):
+        report.add(
+            Finding(
+                entry.name,
+                "query",
+                f"the query produces columns {produced} but the view's shard holds {view.schema}",
+            )
+        )
+        return
+    times = _view_times(report, obj, desired, view, int(d.get("as_of") or 0))
+    expected, got, checked = [], [], []
+    for t in times:
+        try:
+            expected.append(desired.snapshot(t).withColumn(AT, F.lit(t)))
+            got.append(snapshot_df(spark, view, t).drop(TS).withColumn(AT, F.lit(t)))
+        except SinceError:
+            obj.notes.append(f"time {t} was compacted away during the check")
+            continue
+        checked.append(t)
+    if not checked:
+        return
+    what = "the view differs from its query over the inputs"
+    data = list(view.schema.names)
+    try:
+        found = differences(_union(expected), _union(got), data)
+    except TimeshardError:
+        raise
+    except Exception:  # the query fails at some time: evaluate time by time, as the sink does
+        found = {}
+        for t, g in zip(checked, got, strict=True):
+            found.update(differences(_desired_at(spark, desired, t), g, data))
+    _report_differences(report, entry.name, "query", found, what)
+    for t in checked:
+        obj.checked("query", t)
+
+
+def _view_times(
+    report: VerifyReport, obj: ObjectReport, desired: Any, view: UnleasedReader, as_of: Timestamp
+) -> list[Timestamp]:
+    """The sampled times at which the view and all its inputs are readable."""
+    view_state = view.state()
+    span = readable_range(view_state)
+    if span is None or span[1] <= as_of:
+        obj.notes.append(f"no readable time at or beyond as_of {as_of}")
+        return []
+    first, end = max(span[0], as_of), span[1]
+    inputs = [r.state() for r in desired.readers.values()]
+    input_upper = Frontier.empty()
+    for s in inputs:
+        input_upper = input_upper.meet(s.upper)
+    candidates = set(view.change_times(first, end))
+    desired_end = min(end, MAX_TIMESTAMP if input_upper.time is None else input_upper.time)
+    if first < desired_end:
+        candidates |= set(desired.change_times(first, desired_end))
+    last = _last(view_state, sorted(candidates), first)
+    rng = _rng(report.seed, obj.object, "query")
+    times = sample_times(rng, candidates, first, last, report.samples)
+
+    def readable(t: Timestamp) -> bool:
+        at = desired.definition.refresh_time(t)
+        return all(s.since.less_equal(at) and not s.upper.less_equal(at) for s in inputs)
+
+    unreadable = [t for t in times if not readable(t)]
+    if unreadable:
+        obj.notes.append(f"inputs not readable at {len(unreadable)} sampled times {unreadable[:5]}")
+    return [t for t in times if readable(t)]
+
+
+def _desired_at(spark: Any, desired: Any, t: Timestamp) -> Any:
+    """The view at ``t`` (with ``_at``) as the sink evaluates it (``MvSink._evaluate``):
+    a query that fails at ``t`` gives the error snapshot."""
+    from pyspark.sql import functions as F
+
+    from timeshard.compute.engine import SparkEngine
+
+    engine = SparkEngine(spark)
+    try:
+        snap = engine.materialize(desired.snapshot(t))
+    except TimeshardError:
+        raise
+    except Exception as e:
+        snap = engine.materialize(desired.error_snapshot(t, e))
+    return snap.withColumn(AT, F.lit(t))

@@ -1,0 +1,412 @@
+"""``timeshard verify`` without Spark: shard invariants, the catalog, broken states found."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from typer.testing import CliRunner
+
+from timeshard.catalog import (
+    CATALOG_SHARD,
+    Catalog,
+    CatalogEntry,
+    read_catalog,
+    record_source,
+    record_view,
+    source_entries,
+)
+from timeshard.cli.main import app
+from timeshard.compute.view import ViewDefinition
+from timeshard.errors import InvalidUsage
+from timeshard.location import Location, MemoryBlob, MemoryConsensus, VersionedData
+from timeshard.persist import PersistClient, ShardState
+from timeshard.persist._internal.state import decode_state, encode_state
+from timeshard.progress import Description, Frontier
+from timeshard.storage.file_source import FileSource
+from timeshard.storage.health import Health
+from timeshard.storage.reclock import Remap
+from timeshard.storage.sources import KeyValueGenerator
+from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
+from timeshard.verify import Finding, VerifyReport, check_batches, sample_times, verify_location
+
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
+runner = CliRunner()
+
+
+@pytest.fixture
+def client() -> PersistClient:
+    return PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+
+
+def write_orders(client: PersistClient, shard: str = "orders") -> None:
+    """Three batches: [0, 2) with two rows, [2, 3) retracting one, [3, 5) adding one."""
+    writer = client.open_writer(shard, SCHEMA)
+    writer.append([(("a", 1), 0, 1), (("b", 2), 1, 1)], 0, 2)
+    writer.append([(("a", 1), 2, -1)], 2, 3)
+    writer.append([(("c", 3), 4, 1)], 3, 5)
+    writer.expire()
+
+
+def tamper(client: PersistClient, shard: str, change: object) -> None:
+    """Replace the head state of ``shard`` by ``change(state)`` behind persist's back."""
+    consensus = client.location.consensus
+    head = consensus.head(shard)
+    assert head is not None
+    state = decode_state(shard, head.seqno, head.data)
+    new = replace(change(state), seqno=head.seqno + 1)  # type: ignore[operator]
+    consensus.compare_and_set(shard, head.seqno, VersionedData(new.seqno, encode_state(new)))
+
+
+def only(report: VerifyReport) -> Finding:
+    assert len(report.findings) == 1, [f.describe() for f in report.findings]
+    return report.findings[0]
+
+
+def test_clean_location_verifies(client: PersistClient) -> None:
+    write_orders(client)
+    write_orders(client, "v")
+    Health(client, clock=lambda: 7).report("orders", "running")
+    remap = Remap(client, "src.remap")
+    remap.mint(3, {"0": 5})
+    remap.mint(6, {"0": 9, "1": 2})
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
+    report = verify_location(client, samples=50, seed=1)
+    assert report.ok, [f.describe() for f in report.findings]
+    kinds = {name: o.kind for name, o in report.objects.items()}
+    assert kinds == {
+        "orders": "shard",
+        "v": "view",
+        "src.remap": "remap",
+        "timeshard_status": "status",
+        CATALOG_SHARD: "catalog",
+    }
+    # Every change time, and always since and upper - 1.
+    assert sorted(report.objects["orders"].times["multiplicity"]) == [0, 1, 2, 4]
+    assert sorted(report.objects["src.remap"].times["multiplicity"]) == [0, 3, 6]
+    assert report.objects["v"].notes == ["not recomputed: needs Spark"]
+
+
+def test_a_closed_shard_is_read_up_to_its_last_change(client: PersistClient) -> None:
+    writer = client.open_writer("closed", SCHEMA)
+    writer.append([(("a", 1), 0, 1), (("a", 1), 3, -1), (("b", 1), 3, 1)], 0, None)
+    report = verify_location(client, samples=5, seed=1)
+    assert report.ok and client.state("closed").upper.is_empty()
+    assert sorted(report.objects["closed"].times["multiplicity"]) == [0, 3]
+
+
+def test_sampling_is_seeded_and_keeps_the_ends() -> None:
+    candidates = list(range(0, 1000, 7))
+    a = sample_times(random.Random(5), candidates, 3, 900, 4)
+    assert a == sample_times(random.Random(5), candidates, 3, 900, 4)
+    assert a[0] == 3 and a[-1] == 900 and len(a) == 6
+    assert set(a[1:-1]) <= set(candidates)
+    assert sample_times(random.Random(5), candidates, 3, 900, 0) == [3, 900]
+    assert sample_times(random.Random(5), [], 4, 4, 3) == [4]
+    assert sample_times(random.Random(5), [1, 2], 5, 4, 3) == []
+
+
+def test_a_deleted_part_is_reported(client: PersistClient) -> None:
+    write_orders(client)
+    part = client.state("orders").batches[1].parts[0]
+    client.location.blob.delete(part.key)
+    report = verify_location(client, samples=50, seed=1)
+    f = only(report)
+    assert (f.object, f.check) == ("orders", "part")
+    assert f.message == f"part {part.key!r} of batch 1 [[2], [3]) is missing"
+    # Times before the lost batch were still checked; later ones are noted, not crashed on.
+    assert sorted(report.objects["orders"].times["multiplicity"]) == [0, 1]
+    assert any("is missing" in n for n in report.objects["orders"].notes)
+
+
+def test_a_corrupt_part_is_reported(client: PersistClient) -> None:
+    write_orders(client)
+    part = client.state("orders").batches[0].parts[0]
+    client.location.blob.delete(part.key)
+    client.location.blob.set(part.key, b"not parquet at all")
+    f = only(verify_location(client, samples=50, seed=1))
+    assert (f.object, f.check) == ("orders", "part")
+    assert f.message.startswith(f"part {part.key!r} of batch 0 [[0], [2]) is corrupt: ")
+
+
+def test_a_negative_multiplicity_in_a_view_is_reported(client: PersistClient) -> None:
+    write_orders(client, "v")
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
+    writer = client.open_writer("v")
+    writer.append([(("zz", 9), 5, -1)], 5, 6)
+    report = verify_location(client, samples=50, seed=1)
+    f = only(report)
+    assert (f.object, f.check, f.time) == ("v", "multiplicity", 5)
+    assert f.message == "1 row with negative multiplicity"
+    assert f.rows == ({"k": "zz", "v": 9, "_diff": -1, "_err": None},)
+    assert report.objects["v"].kind == "view"
+    assert not report.ok
+    assert f.describe() == (
+        "v [multiplicity] at time 5: 1 row with negative multiplicity\n"
+        '  row     {"k": "zz", "v": 9} x -1'
+    )
+
+
+def test_views_may_hold_duplicates_but_sets_may_not(client: PersistClient) -> None:
+    writer = client.open_writer("v", SCHEMA)
+    writer.append([(("a", 1), 0, 2)], 0, 1)
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT k, v FROM o"), as_of=0)
+    record_source(client, "kv", KeyValueGenerator(), {"": ("upsert", ["key"])}, {"": "kv"})
+    kv = client.open_writer("kv", KeyValueGenerator().payload_schema())
+    kv.append([((1, "x"), 0, 1), ((2, "y"), 0, 2)], 0, 1)
+    kv.append([((1, "z"), 1, 1)], 1, 2)
+    report = verify_location(client, samples=50, seed=1)
+    assert report.objects["v"].findings == 0  # a multiset, like SQL
+    found = {(f.object, f.check, f.time): f for f in report.findings}
+    assert set(found) == {("kv", "multiplicity", 0), ("kv", "multiplicity", 1), ("kv", "key", 1)}
+    assert found[("kv", "multiplicity", 0)].message == (
+        "1 row with multiplicity above 1 in this upsert export, which must be a set"
+    )
+    key = found[("kv", "key", 1)]
+    assert key.message == "1 key of ['key'] with more than one row in this upsert export"
+    assert sorted((r["key"], r["value"]) for r in key.rows) == [(1, "x"), (1, "z")]
+
+
+def gap(state: ShardState) -> ShardState:
+    b = state.batches[2]
+    moved = replace(b, desc=Description(Frontier(4), b.desc.upper, b.desc.since))
+    return replace(state, batches=(*state.batches[:2], moved))
+
+
+def test_batches_must_be_contiguous(client: PersistClient) -> None:
+    write_orders(client)
+    state = client.state("orders")
+    assert check_batches(state) == []
+    [f] = check_batches(gap(state))
+    assert (f.object, f.check) == ("orders", "batches")
+    assert f.message == "gap: batch 2 [[4], [5]) starts after the previous batch's upper [3]"
+    b0, b1, _ = state.batches
+    overlap = replace(b1, desc=Description(Frontier(1), Frontier(3)))
+    messages = [f.message for f in check_batches(replace(state, batches=(b0, overlap)))]
+    assert messages == [
+        "batch 1 [[1], [3]) overlaps the previous batch (which ends at [2])",
+        "the batches end at [3] but the shard upper is [5]",
+    ]
+    # Stored, such a state is found by verify, whether decoding or the check rejects it.
+    tamper(client, "orders", gap)
+    f = only(verify_location(client, samples=50, seed=1))
+    assert f.object == "orders" and f.check in ("state", "batches")
+    assert "batch 2" in f.message and "[4]" in f.message and "[3]" in f.message
+
+
+def test_parts_must_match_their_meta_and_description(client: PersistClient) -> None:
+    write_orders(client)
+
+    def shift(state: ShardState) -> ShardState:
+        b0, b1, b2 = state.batches
+        b0 = replace(b0, desc=Description(Frontier(0), Frontier(1)))
+        b1 = replace(b1, desc=Description(Frontier(1), Frontier(3)))
+        b2 = replace(b2, parts=(replace(b2.parts[0], num_rows=7),))
+        return replace(state, batches=(b0, b1, b2))
+
+    tamper(client, "orders", shift)
+    report = verify_location(client, samples=50, seed=1)
+    messages = sorted(f.message.split(" of ", 1)[1] for f in report.findings)
+    assert messages == [
+        "batch 0 [[0], [1]) holds 1 updates at times outside its description (since [0])",
+        "batch 2 [[3], [5]) has 1 rows, the state says 7",
+    ]
+    outside = next(f for f in report.findings if "outside" in f.message)
+    assert [(r["k"], r["_ts"]) for r in outside.rows] == [("b", 1)]
+
+
+def test_corrupt_state_is_a_finding_not_a_crash(client: PersistClient) -> None:
+    write_orders(client)
+    write_orders(client, "other")
+    consensus = client.location.consensus
+    head = consensus.head("orders")
+    assert head is not None
+    consensus.compare_and_set("orders", head.seqno, VersionedData(head.seqno + 1, b"{garbage"))
+    report = verify_location(client, samples=3, seed=1)
+    f = only(report)
+    assert (f.object, f.check) == ("orders", "state")
+    assert "cannot be decoded" in f.message and f"seqno {head.seqno + 1}" in f.message
+    assert report.objects["other"].findings == 0 and report.objects["other"].times
+
+
+def test_since_beyond_upper_is_a_note(client: PersistClient) -> None:
+    write_orders(client)
+    client.open_leased_reader("orders").downgrade_since(9)
+    report = verify_location(client, samples=3, seed=1)
+    assert report.ok
+    assert report.objects["orders"].notes == ["no readable time: since [9], upper [5]"]
+
+
+def test_rows_are_truncated_with_a_count(client: PersistClient) -> None:
+    writer = client.open_writer("v", SCHEMA)
+    writer.append([((f"k{i:02}", i), 0, -1) for i in range(15)], 0, 1)
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
+    f = only(verify_location(client, samples=3, seed=1))
+    assert f.rows_total == 15 and len(f.rows) == 10
+    text = f.describe().splitlines()
+    assert len(text) == 12 and text[-1] == "  ... and 5 more row rows"
+
+
+def test_an_undecodable_catalog_row_is_a_finding(client: PersistClient) -> None:
+    from timeshard.catalog import CATALOG_KEYS, CATALOG_SCHEMA
+
+    write_orders(client, "v")
+    upsert = FeedbackUpsert(client, CATALOG_SHARD, CATALOG_SCHEMA, list(CATALOG_KEYS))
+    upsert.apply([UpsertCommand(("v", "view"), ("{not json",), 3, (0,))], 4)
+    report = verify_location(client, samples=3, seed=1)
+    f = only(report)
+    assert (f.object, f.check) == (CATALOG_SHARD, "catalog")
+    assert f.message.startswith("catalog row ('v', 'view'): definition is not JSON")
+    # Recording replaces it.
+    assert record_view(client, ViewDefinition("v", {"o": "o"}, "SELECT 1"), as_of=0) == 1
+    assert verify_location(client, samples=3, seed=1).ok
+
+
+def test_bad_arguments_name_the_value(client: PersistClient) -> None:
+    with pytest.raises(InvalidUsage, match="samples must be a non-negative int, got -1"):
+        verify_location(client, samples=-1)
+    with pytest.raises(InvalidUsage, match="seed must be an int, got 'x'"):
+        verify_location(client, seed="x")  # type: ignore[arg-type]
+    with pytest.raises(InvalidUsage, match="catalog kind must be one of"):
+        CatalogEntry("v", "table", {})
+
+
+# -- the catalog ---------------------------------------------------------------------------
+
+
+def test_recording_a_view_is_idempotent(client: PersistClient) -> None:
+    definition = ViewDefinition(
+        "v", {"b": "bids", "a": "auctions"}, "SELECT 1 AS x", refresh_every_ms=60
+    )
+    assert record_view(client, definition, as_of=5) == 1
+    upper = client.state(CATALOG_SHARD).upper
+    assert record_view(client, definition, as_of=5) == 0
+    assert record_view(client, definition, as_of=9) == 0  # reinstalled: correct since 5
+    assert client.state(CATALOG_SHARD).upper == upper  # nothing was written
+    [entry] = read_catalog(client)
+    assert (entry.name, entry.kind) == ("v", "view")
+    assert entry.definition == {
+        "inputs": {"a": "auctions", "b": "bids"},
+        "sql": "SELECT 1 AS x",
+        "function": None,
+        "refresh_every_ms": 60,
+        "as_of": 5,
+    }
+    changed = ViewDefinition("v", {"a": "auctions"}, "SELECT 2 AS x")
+    assert record_view(client, changed, as_of=9) == 1
+    [entry] = read_catalog(client)
+    assert entry.definition["sql"] == "SELECT 2 AS x" and entry.definition["as_of"] == 9
+
+
+def by_name(df: object) -> object:
+    return df
+
+
+def test_a_function_view_is_recorded_without_sql(client: PersistClient) -> None:
+    write_orders(client, "fv")
+    record_view(client, ViewDefinition("fv", {"o": "orders"}, function=by_name), as_of=0)
+    [entry] = read_catalog(client)
+    assert entry.definition["sql"] is None
+    assert entry.definition["function"] == f"{__name__}:by_name"
+    report = verify_location(client, samples=3, seed=1)
+    assert report.ok
+    assert report.objects["fv"].notes == [
+        f"not recomputable: defined by a Python function ({__name__}:by_name)"
+    ]
+
+
+def test_recording_sources(client: PersistClient, tmp_path: Path) -> None:
+    files = FileSource(
+        "events", tmp_path, "json", pa.schema([("id", pa.int64()), ("x", pa.float64())])
+    )
+    assert record_source(client, "events", files, {"": ("upsert", ["id"])}, {"": "events"}) == 2
+    assert record_source(client, "events", files, {"": ("upsert", ["id"])}, {"": "events"}) == 0
+    kv = KeyValueGenerator(keys=7, ticks=3)
+    assert record_source(client, "kv", kv, {}, {"": "kv"}) == 2
+    kv.ticks = 9  # progress is not declaration
+    assert record_source(client, "kv", kv, {}, {"": "kv"}) == 0
+    entries = {(e.name, e.kind): e.definition for e in read_catalog(client)}
+    assert entries[("events", "source")] == {
+        "source_kind": "file",
+        "options": {
+            "name": "events",
+            "path": str(tmp_path.resolve()),
+            "format": "json",
+            "columns": [["id", "int64"], ["x", "double"]],
+            "avro_schema": None,
+        },
+        "remap": "events.remap",
+        "exports": {"events": {"subsource": "", "envelope": "upsert", "key_columns": ["id"]}},
+    }
+    assert entries[("events", "export")] == {
+        "source": "events",
+        "subsource": "",
+        "envelope": "upsert",
+        "key_columns": ["id"],
+    }
+    assert entries[("kv", "source")]["options"] == {
+        "name": "kv",
+        "keys": 7,
+        "value_size": 16,
+        "partitions": 2,
+        "rate": 500,
+        "seed": 0,
+    }
+    assert entries[("kv", "export")]["envelope"] == "none"
+    subs = source_entries(
+        "auction", object(), {}, {"bids": "auction.bids", "users": "auction.users"}
+    )
+    assert [(e.name, e.kind) for e in subs] == [
+        ("auction", "source"),
+        ("auction.bids", "export"),
+        ("auction.users", "export"),
+    ]
+    assert subs[0].definition["source_kind"] == "other"
+    assert subs[0].definition["class"] == "builtins:object"
+
+
+def test_definitions_must_be_json(client: PersistClient) -> None:
+    with pytest.raises(InvalidUsage, match="is not JSON"):
+        Catalog(client).record([CatalogEntry("x", "view", {"when": object()})])
+    with pytest.raises(InvalidUsage, match="repeat"):
+        Catalog(client).record([CatalogEntry("x", "view", {}), CatalogEntry("x", "view", {})])
+    assert CATALOG_SHARD not in client.list_shards()
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+def test_cli_verify(tmp_path: Path) -> None:
+    client = PersistClient(Location.embedded(tmp_path))
+    write_orders(client)
+    out = runner.invoke(app, ["verify", str(tmp_path), "--seed", "4"])
+    assert out.exit_code == 0, out.output
+    assert "orders" in out.output and "verified" in out.output and "seed 4" in out.output
+
+    part = client.state("orders").batches[2].parts[0]
+    client.location.blob.delete(part.key)
+    out = runner.invoke(app, ["verify", str(tmp_path), "--json", "--samples", "2", "--seed", "4"])
+    assert out.exit_code == 1, out.output
+    doc = json.loads(out.output)
+    assert doc["ok"] is False and doc["seed"] == 4 and doc["samples"] == 2
+    assert [(f["object"], f["check"]) for f in doc["findings"]] == [("orders", "part")]
+    assert part.key in doc["findings"][0]["message"]
+    out = runner.invoke(app, ["verify", str(tmp_path)])
+    assert out.exit_code == 1 and f"part {part.key!r} of batch 2" in out.output
+
+
+def test_cli_verify_bad_arguments(tmp_path: Path) -> None:
+    write_orders(PersistClient(Location.embedded(tmp_path)))
+    out = runner.invoke(app, ["verify", str(tmp_path / "nowhere")])
+    assert out.exit_code != 0
+    assert "nowhere" in str(out.exception) + out.output
+    out = runner.invoke(app, ["verify", str(tmp_path), "--samples", "-3"])
+    assert out.exit_code != 0 and "-3" in str(out.exception) + out.output
+    out = runner.invoke(
+        app, ["verify", str(tmp_path), "--blob", "memory://x", "--consensus", "memory://x"]
+    )
+    assert out.exit_code != 0 and "not both" in str(out.exception) + out.output
