@@ -272,6 +272,7 @@ def source_options(source: Any) -> dict[str, Any]:
             "format": source.format,
             "columns": [[f.name, str(f.type)] for f in source.schema],
             "avro_schema": source.avro_schema,
+            "max_line_bytes": source.max_line_bytes,
         }
     if source_kind(source) != "other" and dataclasses.is_dataclass(source):
         return {

@@ -410,3 +410,15 @@ def test_cli_verify_bad_arguments(tmp_path: Path) -> None:
         app, ["verify", str(tmp_path), "--blob", "memory://x", "--consensus", "memory://x"]
     )
     assert out.exit_code != 0 and "not both" in str(out.exception) + out.output
+
+
+def test_file_source_options_round_trip(tmp_path: Path) -> None:
+    """What the catalog records of a FILE source rebuilds the same source (limit included)."""
+    from timeshard.catalog import source_options
+    from timeshard.verify.file_upsert import file_source
+
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    original = FileSource("f", tmp_path, "json", schema, max_line_bytes=1234)
+    rebuilt = file_source(json.loads(json.dumps(source_options(original))))
+    assert (rebuilt.name, rebuilt.path, rebuilt.format) == ("f", original.path, "json")
+    assert rebuilt.schema == schema and rebuilt.max_line_bytes == 1234

@@ -45,8 +45,18 @@ def file_source(options: Mapping[str, Any]) -> Any:
         columns = [(str(n), pa.type_for_alias(str(t))) for n, t in options["columns"]]
         fmt = str(options["format"])
         schema = pa.schema(columns) if fmt in ("json", "csv") else None
+        limit = (
+            {"max_line_bytes": int(options["max_line_bytes"])}
+            if "max_line_bytes" in options
+            else {}
+        )
         return FileSource(
-            str(options["name"]), str(options["path"]), fmt, schema, options.get("avro_schema")
+            str(options["name"]),
+            str(options["path"]),
+            fmt,
+            schema,
+            options.get("avro_schema"),
+            **limit,
         )
     except (KeyError, TypeError, ValueError) as e:
         raise InvalidUsage(f"cannot rebuild the FILE source from {dict(options)!r}: {e}") from e
