@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
-from timeshard.storage import Remap
+from timeshard.storage import REMAP_SCHEMA, Remap
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.tpch import SCHEMAS, TpchGenerator
 
@@ -135,7 +135,11 @@ def snapshots(client: PersistClient, table: str, t: int) -> dict[Row, int]:
 
 
 def check_shards(spark: SparkSession, client: PersistClient) -> dict[str, dict[Row, int]]:
-    """Every time of every output shard against the model; the last snapshots."""
+    """Every time of every output shard against the model; the last snapshots.
+
+    The model needs every binding, so the callers hold the remap shard's since
+    (ingestion would let it compact the bindings the outputs no longer need).
+    """
     remap = Remap(client, "tpch.remap")
     upper = client.state("tpch.orders").upper.time
     assert upper is not None and upper == remap.upper.time
@@ -157,6 +161,7 @@ def uninterrupted(
 ) -> dict[str, dict[Row, int]]:
     """The last snapshots of an ingestion of ``STEPS`` steps without a restart."""
     client = PersistClient(Location.embedded(tmp_path_factory.mktemp("tpch")))
+    _hold_remap = client.open_leased_reader("tpch.remap", REMAP_SCHEMA)  # see check_shards
     clock = itertools.count(1)
     ing = Ingestion(spark, client, tpch(), clock=lambda: next(clock))
     for _ in range(STEPS):
@@ -177,6 +182,7 @@ def test_restart_continues_without_loss_or_duplicates(
     spark: SparkSession, tmp_path: Path, uninterrupted: dict[str, dict[Row, int]]
 ) -> None:
     client = PersistClient(Location.embedded(tmp_path))
+    _hold_remap = client.open_leased_reader("tpch.remap", REMAP_SCHEMA)  # see check_shards
     clock = itertools.count(1)
     for steps in (2, STEPS - 2):  # a fresh generator and pipeline: a restart
         ing = Ingestion(spark, client, tpch(), clock=lambda: next(clock))

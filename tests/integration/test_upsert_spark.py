@@ -8,10 +8,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from timeshard.location import Location
-from timeshard.persist import PersistClient
+from timeshard.persist import PersistClient, ReadHandle
 from timeshard.storage.upsert_spark import SparkFeedbackUpsert
 
 pytestmark = pytest.mark.spark
@@ -48,16 +48,23 @@ def model(cmds: list[dict[str, Any]], at: int) -> dict[str, tuple[Any, Any]]:
     return want
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_spark_upsert_matches_model(spark: SparkSession, tmp_path: Path, seed: int) -> None:
-    rng = random.Random(seed)
+def history(
+    spark: SparkSession, tmp_path: Path, rng: random.Random
+) -> tuple[list[dict[str, Any]], int, PersistClient, ReadHandle, DataFrame]:
+    """40 random commands, their final upper, a client, a reader holding "out", the DataFrame."""
     cmds = random_commands(rng, 40)
-    final_upper = cmds[-1]["_ts"] + 1
     client = PersistClient(Location.embedded(tmp_path))
     hold = client.open_leased_reader("out", SCHEMA)
     df = spark.createDataFrame(
         cmds, "k string, v long, _ts long, _order long, _delete boolean, _err string"
     )
+    return cmds, cmds[-1]["_ts"] + 1, client, hold, df
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_spark_upsert_matches_model(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    cmds, final_upper, client, hold, df = history(spark, tmp_path, rng)
     instances = [SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"]) for _ in range(2)]
     upper = 0
     while upper < final_upper:
@@ -84,13 +91,7 @@ def arranged(instance: SparkFeedbackUpsert) -> dict[str, tuple[Any, Any]]:
 def test_arranged_state_follows_the_shard(spark: SparkSession, tmp_path: Path) -> None:
     """After every apply (own append, another writer's, a lost lease) the layers equal the shard."""
     rng = random.Random(7)
-    cmds = random_commands(rng, 40)
-    final_upper = cmds[-1]["_ts"] + 1
-    client = PersistClient(Location.embedded(tmp_path))
-    hold = client.open_leased_reader("out", SCHEMA)
-    df = spark.createDataFrame(
-        cmds, "k string, v long, _ts long, _order long, _delete boolean, _err string"
-    )
+    cmds, final_upper, client, hold, df = history(spark, tmp_path, rng)
     mine, other = (SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"]) for _ in range(2))
     upper, layer_counts = 0, set()
     while upper < final_upper:
