@@ -44,8 +44,14 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--ticks", type=int, default=5)
     parser.add_argument("--idle", type=int, default=3)
+    parser.add_argument(
+        "--adaptive", action="store_true", help="adaptive execution on (off by default)"
+    )
     args = parser.parse_args()
-    spark = spark_session(app_name="timeshard-bench-view")
+    spark = spark_session(
+        app_name="timeshard-bench-view",
+        extra_conf={"spark.sql.adaptive.enabled": str(args.adaptive).lower()},
+    )
     tmp = Path(tempfile.mkdtemp(prefix="timeshard-bench-view-"))
     console = Console()
     try:
