@@ -27,7 +27,7 @@ from timeshard.location import Location, MemoryBlob, MemoryConsensus, VersionedD
 from timeshard.persist import PersistClient, ShardState
 from timeshard.persist._internal.state import decode_state, encode_state
 from timeshard.progress import Description, Frontier
-from timeshard.storage.file_source import FileSource
+from timeshard.storage.file_source import DEFAULT_MAX_LINE_BYTES, FileSource
 from timeshard.storage.health import Health
 from timeshard.storage.reclock import Remap
 from timeshard.storage.sources import KeyValueGenerator
@@ -338,6 +338,7 @@ def test_recording_sources(client: PersistClient, tmp_path: Path) -> None:
             "format": "json",
             "columns": [["id", "int64"], ["x", "double"]],
             "avro_schema": None,
+            "max_line_bytes": DEFAULT_MAX_LINE_BYTES,
         },
         "remap": "events.remap",
         "exports": {"events": {"subsource": "", "envelope": "upsert", "key_columns": ["id"]}},

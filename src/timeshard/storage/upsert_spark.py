@@ -45,6 +45,7 @@ Runs on the driver; the work runs in Spark tasks.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,6 +119,8 @@ class SparkFeedbackUpsert:
                 return
             except (SinceError, LeaseExpired):
                 pass  # the updates are no longer readable as they were: rehydrate
+            with contextlib.suppress(LeaseExpired):
+                self._reader.expire()  # its since no longer serves: stop holding the shard back
         self._reader = self.client.open_leased_reader(self.shard_id, self.schema)
         self.state.rehydrate(self._reader, lower)
 
