@@ -114,9 +114,7 @@ def spark_avro_package() -> str:
     version = pyspark.__version__
     if _release(version) > _release(NEWEST_SPARK_AVRO):
         version = NEWEST_SPARK_AVRO
-    return os.environ.get(SPARK_AVRO_PACKAGE_ENV) or (
-        f"org.apache.spark:spark-avro_2.13:{version}"
-    )
+    return os.environ.get(SPARK_AVRO_PACKAGE_ENV) or (f"org.apache.spark:spark-avro_2.13:{version}")
 
 
 def _release(version: str) -> tuple[int, ...]:

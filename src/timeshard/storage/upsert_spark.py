@@ -58,6 +58,7 @@ from timeshard.storage.upsert_state import GONE, ArrangedState, unkeyed_error
 
 ORDER = "_order"
 DELETE = "_delete"
+UNKEYED = "_unkeyed"
 
 
 class SparkFeedbackUpsert:
@@ -93,19 +94,21 @@ class SparkFeedbackUpsert:
             return None
         self._sync(lower)
         cmds = commands.where((F.col(TS) >= lower) & (F.col(TS) < input_upper))
-        unkeyed = unkeyed_error(self.keys)
-        winners = self._winners(cmds.where(~unkeyed)).persist()
+        # One pass over the commands (whose source may be costly to run twice): the
+        # keyed winners, and the unkeyed errors kept as they are.
+        winners = self._winners(cmds).persist()
         try:
-            kept = cmds.where(unkeyed).select(
+            keyed = winners.where(~F.col(UNKEYED))
+            kept = winners.where(F.col(UNKEYED)).select(
                 *self.keys, *self.values, TS, F.lit(1).cast("long").alias(DIFF), ERR
             )
-            updates = self._updates(self._chain(winners)).unionByName(kept)
+            updates = self._updates(self._chain(keyed)).unionByName(kept)
             batch = self._writer.batch(updates, lower, input_upper)
             result = self._writer.compare_and_append_batch([batch], lower, input_upper)
             if isinstance(result, UpperMismatch):
                 batch.delete()
             else:
-                self.state.push(self._last_states(winners), input_upper, partitioned=True)
+                self.state.push(self._last_states(keyed), input_upper, partitioned=True)
                 self._hold_since(input_upper - 1)
             return result
         finally:
@@ -136,7 +139,10 @@ class SparkFeedbackUpsert:
             self._reader.downgrade_since(since)
 
     def _winners(self, cmds: Any) -> Any:
-        """Per ``(key, _ts)`` the command with the highest ``_order``, as its new row."""
+        """Per ``(key, _ts)`` the command with the highest ``_order``, as its new row.
+
+        Unkeyed err commands are all kept, marked ``_unkeyed`` (they name no key).
+        """
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
@@ -144,7 +150,9 @@ class SparkFeedbackUpsert:
         # arrangement's new layer, all keep this partitioning.
         by_key = cmds.repartition(self.state.partitions, *self.keys)
         per_time = Window.partitionBy(*self.keys, TS).orderBy(F.col(ORDER).desc())
-        top = by_key.withColumn("_rank", F.row_number().over(per_time)).where(F.col("_rank") == 1)
+        ranked = by_key.withColumn("_rank", F.row_number().over(per_time))
+        top = ranked.withColumn(UNKEYED, unkeyed_error(self.keys))
+        top = top.where((F.col("_rank") == 1) | F.col(UNKEYED))
         # The new row of each winner: null values and no row at all for a delete.
         return top.select(
             *self.keys,
@@ -152,6 +160,7 @@ class SparkFeedbackUpsert:
             *[F.when(F.col(ERR).isNull(), F.col(v)).alias(v) for v in self.values],
             ERR,
             (F.col(DELETE) & F.col(ERR).isNull()).alias(GONE),
+            UNKEYED,
         )
 
     def _chain(self, winners: Any) -> Any:
