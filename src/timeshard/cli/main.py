@@ -498,44 +498,74 @@ def run(
     """Run the sources and views a declaration file declares (see timeshard.cli.spec)."""
     import time
 
-    from timeshard.cli.spec import build_source, load_spec, spark_packages
-    from timeshard.compute import MaterializedView, ViewDefinition
+    from timeshard.cli.spec import load_spec, spark_packages
+    from timeshard.controller import Pipeline, spec_shards
     from timeshard.spark import spark_session
-    from timeshard.storage.ingest import Ingestion
 
     spec = load_spec(file)
     loc = spec.location
     client = PersistClient(_location(Path(loc.dir or ".timeshard/run"), loc.blob, loc.consensus))
-    sources = [build_source(s) for s in spec.source]  # bad options fail before Spark starts
+    spec_shards(spec)  # bad source options fail before Spark starts
     spark = spark_session(app_name="timeshard-run", packages=spark_packages(spec))
-    ingestions = [
-        Ingestion(spark, client, source, envelope=s.envelope, key_columns=s.key_columns)
-        for s, source in zip(spec.source, sources, strict=True)
-    ]
-    for ing in ingestions:
-        ing.step()
-    views = [
-        MaterializedView.install(
-            spark,
-            client,
-            ViewDefinition(v.name, v.inputs, v.sql, refresh_every_ms=v.refresh_every_ms),
-        )
-        for v in spec.view
-    ]
+    pipeline = Pipeline(spark, client, spec)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         tick = time.monotonic()
-        for ing in ingestions:
-            ing.step()
-        for view in views:
-            view.step()
-        uppers = ", ".join(f"{i.output}@{i.resume_upper()}" for i in ingestions)
-        uppers += "".join(f", {v.name}@{v.frontiers().persist}" for v in views)
+        pipeline.step()
+        uppers = ", ".join(f"{shard}@{upper}" for shard, upper in pipeline.uppers().items())
         console.print(f"tick {time.monotonic() - tick:.2f} s: {uppers}")
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
-    for view in views:
-        view.close()
+    pipeline.close()
     spark.stop()
+
+
+@app.command("nemesis")
+def nemesis(
+    directory: Annotated[
+        Path, typer.Option("--dir", help="Where the runs live (a failed run's directory is kept).")
+    ] = Path(".timeshard/nemesis"),
+    seed: Annotated[
+        int | None, typer.Option(help="Seed of the whole run (default: random, then printed).")
+    ] = None,
+    replicas: Annotated[int, typer.Option(help="Replica processes per run.")] = 2,
+    runs: Annotated[int | None, typer.Option(help="Number of runs (default 1).")] = None,
+    minutes: Annotated[
+        float | None, typer.Option(help="Run for this long instead: as many runs as fit.")
+    ] = None,
+    fault_seconds: Annotated[float, typer.Option(help="Length of each run's fault phase.")] = 60.0,
+    consensus_kind: Annotated[
+        str,
+        typer.Option("--consensus", help="sqlite, postgres, or both (alternating by run)."),
+    ] = "sqlite",
+    kinds: Annotated[
+        str, typer.Option(help="Comma-separated fault kinds to inject.")
+    ] = "kill,pause,unreliable,pg_restart,disk_full,clock_jump",
+) -> None:
+    """Run a pipeline as replica processes under seeded faults, heal, and verify each run.
+    Exit code 0 if every run recovered and verify found no difference."""
+    import random
+
+    from timeshard.nemesis import NemesisConfig, NemesisRunner
+    from timeshard.nemesis.report import render_nemesis
+
+    seed = random.randrange(1 << 31) if seed is None else seed
+    config = NemesisConfig(
+        directory=directory,
+        seed=seed,
+        replicas=replicas,
+        runs=runs if runs is not None or minutes is not None else 1,
+        minutes=minutes,
+        fault_seconds=fault_seconds,
+        consensus=consensus_kind,
+        kinds=tuple(k.strip() for k in kinds.split(",") if k.strip()),
+    )
+    console.print(f"nemesis seed {seed} (repeat the run with --seed {seed})")
+    report = NemesisRunner(config, log=lambda line: console.print(escape(line))).run()
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "nemesis.json").write_text(json.dumps(report.to_json(), indent=1))
+    render_nemesis(report, console)
+    console.print(f"results: {directory / 'nemesis.json'}")
+    raise typer.Exit(0 if report.ok else 1)
 
 
 @app.command("demo")

@@ -1,0 +1,103 @@
+"""The controller: a declared pipeline of sources and views, stepped together.
+
+A :class:`Pipeline` is built from a :class:`~timeshard.cli.spec.RunSpec`: one
+:class:`~timeshard.storage.ingest.Ingestion` per source and one
+:class:`~timeshard.compute.MaterializedView` per view, over one location. A
+step runs one tick of every ingestion, then of every view. Any number of
+processes may run the same pipeline over the same location at once: each
+object converges through compare-and-append, so they are replicas of it.
+
+Frontiers: :meth:`Pipeline.uppers` is the write frontier of every shard the
+pipeline writes (each source's exports and each view), read from consensus.
+
+Invariants:
+
+1. Sources are built (and their options checked) before anything touches the
+   location; a bad declaration fails with InvalidUsage and writes nothing.
+2. A view is installed after one step of every source, so its inputs exist.
+3. ``close`` stops every view's background I/O; a step after it is an error.
+
+Runs on the driver; the ingestions and views submit Spark jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from timeshard.cli.spec import RunSpec, build_source
+from timeshard.compute import MaterializedView, ViewDefinition
+from timeshard.persist import PersistClient
+from timeshard.progress import Frontier
+from timeshard.storage.ingest import Ingestion
+
+
+class Pipeline:
+    """The sources and views of one declaration, over one location."""
+
+    def __init__(
+        self,
+        spark: Any,
+        client: PersistClient,
+        spec: RunSpec,
+        *,
+        clock: Callable[[], int] | None = None,
+        view_tick_s: float = 1.0,
+    ) -> None:
+        sources = [build_source(s) for s in spec.source]
+        self.client = client
+        self.ingestions = [
+            Ingestion(
+                spark, client, source, envelope=s.envelope, key_columns=s.key_columns, clock=clock
+            )
+            for s, source in zip(spec.source, sources, strict=True)
+        ]
+        for ingestion in self.ingestions:
+            ingestion.step()
+        self.views = [
+            MaterializedView.install(
+                spark,
+                client,
+                ViewDefinition(v.name, v.inputs, v.sql, refresh_every_ms=v.refresh_every_ms),
+                tick_interval_s=view_tick_s,
+            )
+            for v in spec.view
+        ]
+        self._closed = False
+
+    def step(self) -> None:
+        """One tick of every source, then of every view."""
+        assert not self._closed, "step after close"
+        for ingestion in self.ingestions:
+            ingestion.step()
+        for view in self.views:
+            view.step()
+
+    def shards(self) -> list[str]:
+        """Every shard the pipeline writes: the sources' exports, then the views."""
+        exports = [e.shard for i in self.ingestions for e in i.exports.values()]
+        return [*exports, *(v.name for v in self.views)]
+
+    def uppers(self) -> dict[str, Frontier]:
+        """The write frontier of every shard the pipeline writes, as consensus has it."""
+        return {shard: self.client.state(shard).upper for shard in self.shards()}
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            for view in self.views:
+                view.close()
+
+
+def spec_shards(spec: RunSpec) -> list[str]:
+    """The shards a declaration's pipeline writes, without building it."""
+    shards: list[str] = []
+    for s in spec.source:
+        source = build_source(s)
+        outputs = getattr(source, "outputs", None)
+        subs = list(outputs()) if outputs is not None else [""]
+        shards += [f"{s.name}.{sub}" if sub else s.name for sub in subs]
+    return [*shards, *(v.name for v in spec.view)]
+
+
+__all__ = ["Pipeline", "spec_shards"]

@@ -1,0 +1,130 @@
+"""How the nemesis steers a replica process: a control file, and a location that obeys it.
+
+The runner writes one small JSON file per replica (:class:`Control`,
+versioned, replaced atomically by rename); the replica reads it before every
+tick and applies it to its :class:`FaultyLocation`:
+
+* ``unreliable_rate``: its blob and consensus calls fail or time out at this
+  rate (half each; :mod:`timeshard.location.unreliable`), 0 for none;
+* ``disk_full``: writes to its blob fail with ``ENOSPC``, as a full disk's
+  would (used only where the runner could not mount a small tmpfs for the
+  blob; then only writes made on the driver see it);
+* ``clock_offset_ms``: added to the wall clock of its tick source;
+* ``stop``: finish the current tick and exit.
+
+Invariants:
+
+1. A missing or unreadable control file reads as the defaults (no faults),
+   so a replica started before the runner wrote its file runs cleanly.
+2. The fault streams are seeded per ``(seed, run, replica, incarnation)``.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from timeshard.errors import Determinate, InvalidUsage
+from timeshard.location import Location, UnreliableBlob, UnreliableConsensus
+from timeshard.location.blob import Blob, BlobMetadata
+
+CONTROL_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """What the runner currently wants of one replica."""
+
+    unreliable_rate: float = 0.0
+    disk_full: bool = False
+    clock_offset_ms: int = 0
+    stop: bool = False
+
+    def write(self, path: Path) -> None:
+        """Replace ``path`` atomically with this control."""
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps({"version": CONTROL_VERSION, **asdict(self)}))
+        os.replace(tmp, path)
+
+    @staticmethod
+    def read(path: Path) -> Control:
+        """The control in ``path``; the defaults if there is none (see invariant 1)."""
+        try:
+            raw: dict[str, Any] = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return Control()
+        if raw.pop("version", None) != CONTROL_VERSION:
+            raise InvalidUsage(f"control file {str(path)!r} has an unknown version: {raw}")
+        return Control(**raw)
+
+
+class FullDiskBlob:
+    """A blob whose writes fail with ENOSPC while ``full`` is set; reads pass through."""
+
+    def __init__(self, inner: Blob) -> None:
+        self.inner = inner
+        self.full = False
+
+    @property
+    def root_uri(self) -> str | None:
+        return self.inner.root_uri
+
+    def get(self, key: str) -> bytes | None:
+        return self.inner.get(key)
+
+    def set(self, key: str, value: bytes) -> None:
+        if self.full:
+            raise Determinate(
+                f"writing blob {key!r}: [Errno {errno.ENOSPC}] No space left on device (injected)"
+            )
+        self.inner.set(key, value)
+
+    def delete(self, key: str) -> int | None:
+        return self.inner.delete(key)
+
+    def list_keys(self, prefix: str = "") -> Any:
+        metas: list[BlobMetadata] = list(self.inner.list_keys(prefix))
+        return iter(metas)
+
+
+class FaultyLocation:
+    """A location whose blob and consensus misbehave as the control file says."""
+
+    def __init__(self, inner: Location, seed: str) -> None:
+        self.disk = FullDiskBlob(inner.blob)
+        self.blob = UnreliableBlob(self.disk, seed=_seed(seed, "blob"))
+        self.consensus = UnreliableConsensus(inner.consensus, seed=_seed(seed, "consensus"))
+        self.location = Location(self.blob, self.consensus)
+        self.clock_offset_ms = 0
+        self.apply(Control())
+
+    def apply(self, control: Control) -> None:
+        for faults in (self.blob, self.consensus):
+            faults.fail_rate = faults.timeout_rate = control.unreliable_rate / 2
+            faults.enabled = control.unreliable_rate > 0
+        self.disk.full = control.disk_full
+        self.clock_offset_ms = control.clock_offset_ms
+
+    def clock(self) -> int:
+        """The tick source's clock: wall-clock milliseconds plus the injected offset."""
+        return time.time_ns() // 1_000_000 + self.clock_offset_ms
+
+    def injected(self) -> dict[str, int]:
+        return {
+            f"{what}.{kind}": n
+            for what, faults in (("blob", self.blob), ("consensus", self.consensus))
+            for kind, n in faults.injected.items()
+        }
+
+
+def _seed(seed: str, what: str) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}:{what}".encode()).digest()[:8], "big")
+
+
+__all__ = ["CONTROL_VERSION", "Control", "FaultyLocation", "FullDiskBlob"]

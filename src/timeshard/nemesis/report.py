@@ -1,0 +1,52 @@
+"""Printing a :class:`~timeshard.nemesis.runner.NemesisReport`: one row per run, then totals."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.table import Table
+
+from timeshard.nemesis.plan import KINDS
+from timeshard.nemesis.runner import NemesisReport
+
+
+def render_nemesis(report: NemesisReport, console: Any) -> None:
+    """Per run: consensus, disk, faults by kind, recovery, differences; then the totals."""
+    table = Table(
+        "run", "consensus", "disk", *KINDS, "storage faults", "recovery s", "differences", "verdict"
+    )
+    for r in report.runs:
+        injected = sum(r.injected_calls.values())
+        table.add_row(
+            str(r.run),
+            r.consensus,
+            r.disk.split(" (")[0],
+            *(str(r.faults.get(k, 0)) for k in KINDS),
+            str(injected),
+            "-" if r.recovery_s is None else f"{r.recovery_s:.1f}",
+            str(r.differences) if r.verify_ok or r.differences else "verify failed",
+            "[green]ok[/green]" if r.ok else "[red]FAILED[/red]",
+        )
+    console.print(table)
+    summary = report.to_json()
+    faults = ", ".join(f"{k} {n}" for k, n in sorted(summary["faults"].items())) or "none"
+    rec = (
+        "-"
+        if summary["recovery_p50_s"] is None
+        else f"p50 {summary['recovery_p50_s']:.1f} s, max {summary['recovery_max_s']:.1f} s"
+    )
+    ready = "-"
+    if summary["replica_ready_p50_s"] is not None:
+        ready = f"p50 {summary['replica_ready_p50_s']:.1f} s"
+        ready += f", max {summary['replica_ready_max_s']:.1f} s"
+    console.print(f"runs: {summary['runs']} (failed: {summary['failed_runs']})")
+    console.print(f"faults injected: {faults}")
+    console.print(
+        f"storage calls failed by injection: {summary['injected_storage_faults'] or 'none'}"
+    )
+    console.print(f"differences found by verify: {summary['differences']}")
+    console.print(f"recovery time (heal to every object caught up): {rec}")
+    console.print(f"replica start to first tick: {ready}")
+
+
+__all__ = ["render_nemesis"]

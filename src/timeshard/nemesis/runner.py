@@ -1,0 +1,628 @@
+"""The nemesis runner: replicas of a pipeline as OS processes, faults, recovery, verify.
+
+One *run*:
+
+```
+ fresh location ──> start N replica processes ──> all objects written once (warm-up)
+      │
+      ├─ fault phase (``fault_seconds``): the plan's faults, while the runner
+      │  appends a new input file to the FILE source every ``INPUT_EVERY_S``
+      │
+      ├─ heal: faults off, paused replicas continued, dead ones restarted,
+      │  the disk drained; target = max(now, every shard's upper) -- a
+      │  forward clock jump may have pushed uppers past the wall clock
+      │
+      ├─ recovery: until every shard of the pipeline has an upper beyond the
+      │  target (so it holds everything the sources had at the heal); the
+      │  time this takes is the run's *recovery time*
+      │
+      └─ stop the replicas, then ``timeshard verify`` the location (a fresh
+         process): every shard's invariants, every view against its query
+         recomputed from scratch, the FILE upsert against last-value-per-key
+```
+
+The pipeline (:func:`pipeline_spec`): a KEY VALUE source and a FILE source of
+JSON lines, both with the UPSERT envelope, and a view over each. (It is
+small on purpose: every replica runs all of it on one core, and a tick costs
+a few Spark jobs per object whatever the data.) The input files hold
+upserts, deletes (``{"id": k}``: every value column null) and a few
+undecodable lines (err rows).
+
+A run that does not recover within ``recovery_timeout_s``, or whose verify
+finds differences or cannot run, fails; the runner keeps its directory (the
+blob copied out of the tmpfs) and goes on with the next run.
+
+Everything seeded is a function of ``(seed, run)``: the fault plan
+(:mod:`timeshard.nemesis.plan`), the input files, each replica
+incarnation's storage fault stream, and verify's sampling.
+
+Runs on the driver of nothing: the runner starts no Spark itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from timeshard.cli.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
+from timeshard.errors import InvalidUsage
+from timeshard.location import open_location
+from timeshard.nemesis.control import Control
+from timeshard.nemesis.disk import BlobDisk
+from timeshard.nemesis.plan import KINDS, Fault, plan_faults
+from timeshard.persist import PersistClient
+
+INPUT_EVERY_S = 1.5
+INPUT_LINES = 12
+INPUT_KEYS = 40
+POLL_S = 0.1
+WARMUP_TIMEOUT_S = 240.0
+STOP_TIMEOUT_S = 60.0
+TMPFS_MB = 1024
+
+KV_BY_PREFIX = "SELECT substr(value, 1, 1) AS p, count(*) AS n FROM kv GROUP BY p"
+EVENTS_BY_GRP = "SELECT grp, count(*) AS n, sum(v) AS s FROM events GROUP BY grp"
+
+
+@dataclass(frozen=True, slots=True)
+class NemesisConfig:
+    """What to run: ``runs`` runs, or as many as fit in ``minutes`` (at least one)."""
+
+    directory: Path
+    seed: int = 0
+    replicas: int = 2
+    runs: int | None = 1
+    minutes: float | None = None
+    fault_seconds: float = 60.0
+    consensus: str = "sqlite"
+    kinds: tuple[str, ...] = KINDS
+    recovery_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.replicas, int) or not 1 <= self.replicas <= 5:
+            raise InvalidUsage(f"replicas must be an int in [1, 5], got {self.replicas!r}")
+        if self.consensus not in ("sqlite", "postgres", "both"):
+            raise InvalidUsage(
+                f"consensus must be sqlite, postgres or both, got {self.consensus!r}"
+            )
+        if (self.runs is None) == (self.minutes is None):
+            raise InvalidUsage(f"give runs or minutes, not {self.runs!r} and {self.minutes!r}")
+        if self.runs is not None and self.runs < 1:
+            raise InvalidUsage(f"runs must be at least 1, got {self.runs!r}")
+        if self.minutes is not None and not self.minutes > 0:
+            raise InvalidUsage(f"minutes must be positive, got {self.minutes!r}")
+        plan_faults(self.seed, 0, replicas=self.replicas, seconds=1.0, kinds=self.kinds)
+
+    def consensus_of(self, run: int) -> str:
+        if self.consensus == "both":
+            return "sqlite" if run % 2 == 0 else "postgres"
+        return self.consensus
+
+    def kinds_of(self, run: int) -> tuple[str, ...]:
+        """The kinds for ``run``: no PostgreSQL restart where consensus is SQLite."""
+        if self.consensus_of(run) == "sqlite":
+            return tuple(k for k in self.kinds if k != "pg_restart") or ("kill",)
+        return self.kinds
+
+
+@dataclass
+class RunResult:
+    """What one run did and found."""
+
+    run: int
+    consensus: str
+    disk: str
+    faults: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    injected_calls: Counter[str] = field(default_factory=Counter)
+    replica_ready_s: list[float] = field(default_factory=list)
+    replica_errors: int = 0
+    recovery_s: float | None = None
+    differences: int = 0
+    verify_ok: bool = False
+    verify_error: str = ""
+    seconds: float = 0.0
+    directory: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.recovery_s is not None and self.verify_ok and self.differences == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "consensus": self.consensus,
+            "disk": self.disk,
+            "faults": dict(self.faults),
+            "skipped": dict(self.skipped),
+            "injected_storage_faults": dict(self.injected_calls),
+            "replica_ready_s": self.replica_ready_s,
+            "replica_errors": self.replica_errors,
+            "recovery_s": self.recovery_s,
+            "differences": self.differences,
+            "verify_ok": self.verify_ok,
+            "verify_error": self.verify_error,
+            "seconds": self.seconds,
+            "directory": self.directory,
+            "ok": self.ok,
+        }
+
+
+@dataclass
+class NemesisReport:
+    """All runs of one nemesis invocation."""
+
+    seed: int
+    runs: list[RunResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.runs) and all(r.ok for r in self.runs)
+
+    def faults(self) -> Counter[str]:
+        return sum((r.faults for r in self.runs), Counter())
+
+    def recovery(self) -> list[float]:
+        return [r.recovery_s for r in self.runs if r.recovery_s is not None]
+
+    def to_json(self) -> dict[str, Any]:
+        rec = self.recovery()
+        ready = [s for r in self.runs for s in r.replica_ready_s]
+        return {
+            "seed": self.seed,
+            "runs": len(self.runs),
+            "ok": self.ok,
+            "faults": dict(self.faults()),
+            "injected_storage_faults": dict(sum((r.injected_calls for r in self.runs), Counter())),
+            "differences": sum(r.differences for r in self.runs),
+            "failed_runs": sum(not r.ok for r in self.runs),
+            "recovery_p50_s": statistics.median(rec) if rec else None,
+            "recovery_max_s": max(rec) if rec else None,
+            "replica_ready_p50_s": statistics.median(ready) if ready else None,
+            "replica_ready_max_s": max(ready) if ready else None,
+            "per_run": [r.to_json() for r in self.runs],
+        }
+
+
+def pipeline_spec(blob_uri: str, consensus_uri: str, events_dir: Path) -> RunSpec:
+    """The pipeline every replica runs (see the module doc)."""
+    return RunSpec(
+        location=LocationSpec(blob=blob_uri, consensus=consensus_uri),
+        source=[
+            SourceSpec(
+                name="kv",
+                kind="key_value",
+                envelope="upsert",
+                key_columns=["key"],
+                options={"keys": 100, "value_size": 8, "rate": 10, "partitions": 2},
+            ),
+            SourceSpec(
+                name="events",
+                kind="file",
+                envelope="upsert",
+                key_columns=["id"],
+                options={"path": str(events_dir), "format": "json"},
+                columns={"id": "int64", "grp": "string", "v": "int64"},
+            ),
+        ],
+        view=[
+            ViewSpec(name="kv_by_prefix", inputs={"kv": "kv"}, sql=KV_BY_PREFIX),
+            ViewSpec(name="events_by_grp", inputs={"events": "events"}, sql=EVENTS_BY_GRP),
+        ],
+    )
+
+
+def input_lines(rng: random.Random, n: int) -> list[str]:
+    """``n`` lines for the FILE source: upserts, about 10% deletes and 3% undecodable lines."""
+    lines = []
+    for _ in range(n):
+        key = rng.randrange(INPUT_KEYS)
+        roll = rng.random()
+        if roll < 0.03:
+            lines.append('{"id": ' + str(key) + ', "v": "not a number"')
+        elif roll < 0.13:
+            lines.append(json.dumps({"id": key}))
+        else:
+            lines.append(json.dumps({"id": key, "grp": f"g{key % 5}", "v": rng.randrange(1000)}))
+    return lines
+
+
+class _Replica:
+    """One replica slot: its current process, incarnation and fault windows."""
+
+    def __init__(self, index: int, run_dir: Path) -> None:
+        self.index = index
+        self.run_dir = run_dir
+        self.control_file = run_dir / f"control-{index}.json"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.incarnation = -1
+        self.paused_until = 0.0
+        self.restart_at = 0.0
+        self.unreliable_until = 0.0
+        self.rate = 0.0
+        self.clock_until = 0.0
+        self.clock_offset_ms = 0
+        self.control = Control()
+
+    def start(self, seed: int, env: dict[str, str]) -> None:
+        self.incarnation += 1
+        log = (self.run_dir / f"replica-{self.index}-{self.incarnation}.log").open("wb")
+        args = [str(self.run_dir), str(self.index), str(self.incarnation), str(seed)]
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "timeshard.nemesis.replica", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        log.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.alive():
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, sig)
+
+    def set_control(self, control: Control) -> None:
+        if control != self.control:
+            control.write(self.control_file)
+            self.control = control
+
+
+class NemesisRunner:
+    """Runs the runs of a :class:`NemesisConfig` (see the module doc)."""
+
+    def __init__(self, config: NemesisConfig, log: Any = print, postgres: Any = None) -> None:
+        """``postgres``: a started PostgresServer to use (default: start one when needed)."""
+        self.config = config
+        self.log = log
+        self.postgres: Any = postgres
+        self._own_postgres = postgres is None
+        self.env = {
+            **os.environ,
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+        }
+
+    def run(self) -> NemesisReport:
+        config = self.config
+        report = NemesisReport(config.seed)
+        started = time.monotonic()
+        longest = 0.0
+        try:
+            run = 0
+            while True:
+                if config.runs is not None and run >= config.runs:
+                    break
+                budget = None if config.minutes is None else config.minutes * 60
+                if budget is not None and run > 0 and time.monotonic() - started + longest > budget:
+                    break
+                result = self.run_once(run)
+                longest = max(longest, result.seconds)
+                report.runs.append(result)
+                run += 1
+        finally:
+            if self.postgres is not None and self._own_postgres:
+                self.postgres.cleanup()
+        return report
+
+    def _consensus_uri(self, run: int, run_dir: Path) -> str:
+        if self.config.consensus_of(run) == "sqlite":
+            return f"sqlite:///{run_dir / 'consensus.sqlite'}"
+        if self.postgres is None:
+            from timeshard.nemesis.postgres_server import PostgresServer
+
+            self.postgres = PostgresServer()
+            self.postgres.start()
+        return str(self.postgres.isolated_dsn(prefix=f"nemesis{run}"))
+
+    def run_once(self, run: int) -> RunResult:
+        config = self.config
+        t0 = time.monotonic()
+        run_dir = (config.directory / f"run-{run:03d}").resolve()
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
+        run_dir.mkdir(parents=True)
+        disk = BlobDisk(run_dir / "disk")
+        tmpfs = disk.mount(TMPFS_MB)
+        if not tmpfs:
+            disk.blob_root.mkdir(parents=True)
+        result = RunResult(
+            run,
+            config.consensus_of(run),
+            "tmpfs" if tmpfs else f"ENOSPC wrapper ({disk.why_not})",
+            directory=str(run_dir),
+        )
+        events_dir = run_dir / "events"
+        events_dir.mkdir()
+        consensus_uri = self._consensus_uri(run, run_dir)
+        blob_uri = f"file://{disk.blob_root}"
+        spec = pipeline_spec(blob_uri, consensus_uri, events_dir)
+        (run_dir / "pipeline.json").write_text(spec.model_dump_json(indent=1))
+        plan = plan_faults(
+            config.seed,
+            run,
+            replicas=config.replicas,
+            seconds=config.fault_seconds,
+            kinds=config.kinds_of(run),
+        )
+        (run_dir / "plan.json").write_text(json.dumps([f.to_json() for f in plan], indent=1))
+        self.log(
+            f"run {run}: {result.consensus} consensus, blob on {result.disk}, "
+            f"{config.replicas} replicas, {len(plan)} faults in {config.fault_seconds:.0f} s"
+        )
+        rng = random.Random(f"timeshard-nemesis:{config.seed}:{run}:input")
+        inputs = _InputWriter(events_dir, rng)
+        inputs.write()
+        client = PersistClient(open_location(blob_uri, consensus_uri))
+        shards = [*_spec_shards(spec)]
+        replicas = [_Replica(i, run_dir) for i in range(config.replicas)]
+        try:
+            for r in replicas:
+                r.set_control(Control())
+                r.start(config.seed, self.env)
+            self._warm_up(client, shards, replicas, inputs)
+            self._fault_phase(plan, replicas, disk, inputs, result)
+            target = self._heal(client, replicas, disk)
+            result.recovery_s = self._recover(client, shards, target, replicas)
+        finally:
+            self._stop(replicas, result)
+        if result.recovery_s is None:
+            self.log(f"run {run}: did NOT recover within {config.recovery_timeout_s:.0f} s")
+        else:
+            self.log(f"run {run}: recovered in {result.recovery_s:.1f} s; verifying")
+        self._verify(blob_uri, consensus_uri, run_dir, run, result)
+        if disk.mounted:
+            if not result.ok:
+                shutil.copytree(disk.blob_root, run_dir / "blob-copy")
+            disk.unmount()
+        if result.ok:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        result.seconds = time.monotonic() - t0
+        self.log(
+            f"run {run}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.0f} s; "
+            f"faults {dict(result.faults)}; differences {result.differences}"
+        )
+        return result
+
+    def _warm_up(
+        self,
+        client: PersistClient,
+        shards: list[str],
+        replicas: list[_Replica],
+        inputs: _InputWriter,
+    ) -> None:
+        deadline = time.monotonic() + WARMUP_TIMEOUT_S
+        while not all(_upper(client, s) > 0 for s in shards):
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the pipeline did not start within {WARMUP_TIMEOUT_S:.0f} s: "
+                    f"uppers { ({s: _upper(client, s) for s in shards}) }; see the replica logs "
+                    f"in {replicas[0].run_dir}"
+                )
+            if not any(r.alive() for r in replicas):
+                raise RuntimeError(f"every replica exited; see the logs in {replicas[0].run_dir}")
+            inputs.maybe_write()
+            time.sleep(0.5)
+
+    def _fault_phase(
+        self,
+        plan: list[Fault],
+        replicas: list[_Replica],
+        disk: BlobDisk,
+        inputs: _InputWriter,
+        result: RunResult,
+    ) -> None:
+        seed = self.config.seed
+        start = time.monotonic()
+        pending = list(plan)
+        disk_until = 0.0
+        while True:
+            now = time.monotonic() - start
+            if now >= self.config.fault_seconds:
+                break
+            while pending and pending[0].at_s <= now:
+                fault = pending.pop(0)
+                if self._inject(fault, now, replicas, disk):
+                    result.faults[fault.kind] += 1
+                    if fault.kind == "disk_full":
+                        disk_until = max(disk_until, now + fault.duration_s)
+                else:
+                    result.skipped[fault.kind] += 1
+            if disk_until and now >= disk_until:
+                disk_until = 0.0
+                disk.drain()
+            for r in replicas:
+                if r.paused_until and now >= r.paused_until:
+                    r.paused_until = 0.0
+                    r.signal(signal.SIGCONT)
+                if r.proc is not None and not r.alive():
+                    self.log(f"  replica {r.index} exited by itself; restarting it")
+                    r.proc, r.restart_at = None, now
+                if r.proc is None and now >= r.restart_at:
+                    r.start(seed, self.env)
+                r.set_control(
+                    Control(
+                        unreliable_rate=r.rate if now < r.unreliable_until else 0.0,
+                        disk_full=bool(disk_until) and not disk.mounted,
+                        clock_offset_ms=r.clock_offset_ms if now < r.clock_until else 0,
+                    )
+                )
+            inputs.maybe_write()
+            time.sleep(POLL_S)
+
+    def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> bool:
+        """Start ``fault``; False if it cannot apply now (its replica is down)."""
+        self.log(f"  fault {fault.describe()}")
+        if fault.kind == "pg_restart":
+            assert self.postgres is not None, "pg_restart needs PostgreSQL consensus"
+            self.postgres.restart()
+            return True
+        if fault.kind == "disk_full":
+            if disk.mounted:
+                disk.fill()
+            return True
+        assert fault.replica is not None
+        r = replicas[fault.replica]
+        if fault.kind == "kill":
+            if r.proc is None:
+                return False
+            r.signal(signal.SIGKILL)
+            r.proc.wait()
+            r.proc, r.paused_until = None, 0.0
+            r.restart_at = now + fault.duration_s
+            return True
+        if fault.kind == "pause":
+            if not r.alive():
+                return False
+            if not r.paused_until:
+                r.signal(signal.SIGSTOP)
+            r.paused_until = max(r.paused_until, now + fault.duration_s)
+            return True
+        if fault.kind == "unreliable":
+            r.rate, r.unreliable_until = fault.rate, now + fault.duration_s
+            return True
+        r.clock_offset_ms, r.clock_until = fault.clock_jump_ms, now + fault.duration_s
+        return True
+
+    def _heal(self, client: PersistClient, replicas: list[_Replica], disk: BlobDisk) -> int:
+        """Stop every fault; the time every shard's upper must pass to count as recovered."""
+        disk.drain()
+        for r in replicas:
+            if r.paused_until:
+                r.paused_until = 0.0
+                r.signal(signal.SIGCONT)
+            r.set_control(Control())
+            if not r.alive():
+                r.proc = None
+                r.start(self.config.seed, self.env)
+        target = time.time_ns() // 1_000_000
+        for shard in client.list_shards():
+            target = max(target, _upper(client, shard))
+        return target
+
+    def _recover(
+        self, client: PersistClient, shards: list[str], target: int, replicas: list[_Replica]
+    ) -> float | None:
+        healed = time.monotonic()
+        deadline = healed + self.config.recovery_timeout_s
+        while time.monotonic() < deadline:
+            if all(_upper(client, s) > target for s in shards):
+                return time.monotonic() - healed
+            for r in replicas:
+                if r.proc is not None and not r.alive():
+                    self.log(f"  replica {r.index} exited by itself; restarting it")
+                    r.start(self.config.seed, self.env)
+            time.sleep(0.25)
+        return None
+
+    def _stop(self, replicas: list[_Replica], result: RunResult) -> None:
+        for r in replicas:
+            r.signal(signal.SIGCONT)
+            r.set_control(Control(stop=True))
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for r in replicas:
+            if r.proc is None:
+                continue
+            try:
+                r.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+                r.proc.wait()
+        for log in sorted(replicas[0].run_dir.glob("replica-*.log")):
+            for event in _events(log):
+                if event["event"] == "ready":
+                    result.replica_ready_s.append(float(event["after_s"]))
+                elif event["event"] == "error":
+                    result.replica_errors += 1
+                elif event["event"] == "stopped":
+                    result.injected_calls.update(event["injected"])
+
+    def _verify(
+        self, blob_uri: str, consensus_uri: str, run_dir: Path, run: int, result: RunResult
+    ) -> None:
+        seed = self.config.seed * 1000 + run
+        args = [sys.executable, "-m", "timeshard", "verify", "--blob", blob_uri]
+        args += ["--consensus", consensus_uri, "--json", "--seed", str(seed)]
+        done = subprocess.run(args, capture_output=True, text=True, env=self.env, timeout=900)
+        (run_dir / "verify.json").write_text(done.stdout)
+        (run_dir / "verify.log").write_text(done.stderr)
+        try:
+            found = json.loads(done.stdout)
+        except ValueError:
+            result.verify_error = f"verify exited {done.returncode}: {done.stderr[-1500:]}"
+            self.log(f"run {run}: {result.verify_error}")
+            return
+        result.differences = len(found["findings"])
+        result.verify_ok = done.returncode == 0 and bool(found["ok"])
+        for finding in found["findings"][:5]:
+            self.log(f"  difference: {json.dumps(finding)[:600]}")
+
+
+class _InputWriter:
+    """New files for the FILE source, every ``INPUT_EVERY_S``, written whole (rename)."""
+
+    def __init__(self, directory: Path, rng: random.Random) -> None:
+        self.directory = directory
+        self.rng = rng
+        self.files = 0
+        self.last = 0.0
+
+    def write(self) -> None:
+        tmp = self.directory.parent / "events.tmp"
+        tmp.write_text("\n".join(input_lines(self.rng, INPUT_LINES)) + "\n")
+        os.replace(tmp, self.directory / f"part-{self.files:05d}.jsonl")
+        self.files += 1
+        self.last = time.monotonic()
+
+    def maybe_write(self) -> None:
+        if time.monotonic() - self.last >= INPUT_EVERY_S:
+            self.write()
+
+
+def _upper(client: PersistClient, shard: str) -> int:
+    try:
+        upper = client.state(shard).upper.time
+    except Exception:  # not created yet, or consensus down for a moment
+        return 0
+    return upper if upper is not None else 2**63 - 1
+
+
+def _spec_shards(spec: RunSpec) -> list[str]:
+    from timeshard.controller import spec_shards
+
+    return spec_shards(spec)
+
+
+def _events(log: Path) -> list[dict[str, Any]]:
+    events = []
+    for line in log.read_text(errors="replace").splitlines():
+        if line.startswith('{"event"'):
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+    return events
+
+
+__all__ = [
+    "NemesisConfig",
+    "NemesisReport",
+    "NemesisRunner",
+    "RunResult",
+    "input_lines",
+    "pipeline_spec",
+]
