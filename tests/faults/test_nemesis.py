@@ -43,5 +43,6 @@ def test_nemesis_run_recovers_and_verifies(tmp_path: Path, postgres_server: Post
     assert set(run.faults) == set(KINDS), (run.faults, run.skipped)
     assert sum(run.injected_calls.values()) > 0, "no storage call was made to fail"
     assert run.recovery_s is not None, "the pipeline did not catch up after the faults"
+    assert not run.error, run.error
     assert run.differences == 0 and run.verify_ok, (run.verify_error, lines[-10:])
     assert report.ok

@@ -16,8 +16,9 @@ away and builds it anew from the location at the next tick, as a restarted
 process would (crash anywhere); it never patches up operator state in
 memory. Each line of output is one JSON event: ``ready`` (the first
 successful tick of this incarnation, with the seconds since the process
-started), ``error`` (with the error) and ``stopped`` (with the faults
-injected, by kind).
+started), ``error`` (with the error), ``injected`` (after a tick that saw
+more injected storage faults: this incarnation's counts by kind, so far)
+and ``stopped``.
 
 Runs on the driver; the pipeline submits Spark jobs.
 """
@@ -64,6 +65,7 @@ def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> Non
     )
     pipeline: Pipeline | None = None
     ready = False
+    reported: dict[str, int] = {}
     while True:
         control = Control.read(control_file)
         if control.stop:
@@ -86,10 +88,14 @@ def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> Non
                 except Exception as close_error:
                     _event("error", replica=replica, error=f"closing: {close_error!r}"[:300])
             pipeline = None
+        injected = faulty.injected()
+        if injected != reported:
+            reported = injected
+            _event("injected", replica=replica, injected=injected)
         time.sleep(max(0.0, TICK_S - (time.monotonic() - tick)))
     if pipeline is not None:
         pipeline.close()
-    _event("stopped", replica=replica, injected=faulty.injected())
+    _event("stopped", replica=replica)
     spark.stop()
 
 

@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 from timeshard.cli.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
-from timeshard.errors import InvalidUsage
+from timeshard.errors import ExternalError, InvalidUsage
 from timeshard.location import open_location
 from timeshard.nemesis.control import Control
 from timeshard.nemesis.disk import BlobDisk
@@ -133,12 +133,18 @@ class RunResult:
     differences: int = 0
     verify_ok: bool = False
     verify_error: str = ""
+    error: str = ""
     seconds: float = 0.0
     directory: str = ""
 
     @property
     def ok(self) -> bool:
-        return self.recovery_s is not None and self.verify_ok and self.differences == 0
+        return (
+            not self.error
+            and self.recovery_s is not None
+            and self.verify_ok
+            and self.differences == 0
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -154,6 +160,7 @@ class RunResult:
             "differences": self.differences,
             "verify_ok": self.verify_ok,
             "verify_error": self.verify_error,
+            "error": self.error,
             "seconds": self.seconds,
             "directory": self.directory,
             "ok": self.ok,
@@ -380,17 +387,23 @@ class NemesisRunner:
             self._fault_phase(plan, replicas, disk, inputs, result)
             target = self._heal(client, replicas, disk)
             result.recovery_s = self._recover(client, shards, target, replicas)
+            if result.recovery_s is None:
+                result.error = f"did not recover within {config.recovery_timeout_s:.0f} s"
+            else:
+                self.log(f"run {run}: recovered in {result.recovery_s:.1f} s; verifying")
+        except Exception as e:  # the run failed; say why, verify what is there, go on
+            result.error = f"{type(e).__name__}: {e}"
         finally:
             self._stop(replicas, result)
-        if result.recovery_s is None:
-            self.log(f"run {run}: did NOT recover within {config.recovery_timeout_s:.0f} s")
-        else:
-            self.log(f"run {run}: recovered in {result.recovery_s:.1f} s; verifying")
-        self._verify(blob_uri, consensus_uri, run_dir, run, result)
-        if disk.mounted:
-            if not result.ok:
-                shutil.copytree(disk.blob_root, run_dir / "blob-copy")
-            disk.unmount()
+        if result.error:
+            self.log(f"run {run}: {result.error}")
+        try:
+            self._verify(blob_uri, consensus_uri, run_dir, run, result)
+        finally:
+            if disk.mounted:
+                if not result.ok:
+                    shutil.copytree(disk.blob_root, run_dir / "blob-copy")
+                disk.unmount()
         if result.ok:
             shutil.rmtree(run_dir, ignore_errors=True)
         result.seconds = time.monotonic() - t0
@@ -512,7 +525,7 @@ class NemesisRunner:
                 r.proc = None
                 r.start(self.config.seed, self.env)
         target = time.time_ns() // 1_000_000
-        for shard in client.list_shards():
+        for shard in _list_shards(client):
             target = max(target, _upper(client, shard))
         return target
 
@@ -545,13 +558,15 @@ class NemesisRunner:
                 r.proc.kill()
                 r.proc.wait()
         for log in sorted(replicas[0].run_dir.glob("replica-*.log")):
+            injected: dict[str, int] = {}  # the last counts of this incarnation
             for event in _events(log):
                 if event["event"] == "ready":
                     result.replica_ready_s.append(float(event["after_s"]))
                 elif event["event"] == "error":
                     result.replica_errors += 1
-                elif event["event"] == "stopped":
-                    result.injected_calls.update(event["injected"])
+                elif event["event"] == "injected":
+                    injected = event["injected"]
+            result.injected_calls.update(injected)
 
     def _verify(
         self, blob_uri: str, consensus_uri: str, run_dir: Path, run: int, result: RunResult
@@ -601,6 +616,18 @@ def _upper(client: PersistClient, shard: str) -> int:
     except Exception:  # not created yet, or consensus down for a moment
         return 0
     return upper if upper is not None else 2**63 - 1
+
+
+def _list_shards(client: PersistClient, attempts: int = 20) -> list[str]:
+    """Every shard of the location; storage failures (a restarted server) are retried."""
+    for attempt in range(attempts):
+        try:
+            return client.list_shards()
+        except ExternalError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
+    raise AssertionError("unreachable")
 
 
 def _spec_shards(spec: RunSpec) -> list[str]:
