@@ -141,7 +141,7 @@ def check_pipeline(spark: SparkSession, tmp_path: Path) -> None:
     assert lines[at + 1 : at + 2] == ['  extra   {"len": 99} x 1']
     at = lines.index(
         f"files [upsert] at time {out_upper}: 1 row missing, 1 row extra (the "
-        "export differs from the last value per key of its input files)"
+        "export differs from the last value per key of its source's records)"
     )
     assert lines[at + 1 : at + 3] == [
         '  missing {"id": 4, "name": "four"} x 1',
@@ -187,3 +187,39 @@ def test_upsert_model_orders_by_time_then_offset(spark: SparkSession) -> None:
         (7, 4, "v", None, 1),
     ]
     assert sorted(tuple(r) for r in ambiguous.collect()) == [(5, 1), (7, 1)]
+
+
+def test_verify_a_key_value_upsert_against_the_generator(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The KEY VALUE generator is replayed from its catalog options: clean, then a wrong value."""
+    from timeshard.storage.sources import KeyValueGenerator
+
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    kv = KeyValueGenerator(keys=20, value_size=6, rate=8, partitions=2, seed=3)
+    ing = Ingestion(spark, client, kv, envelope="upsert", key_columns=["key"], clock=Clock())
+    holds = [client.open_leased_reader(s) for s in ("kv", "kv.remap")]
+    for _ in range(5):
+        ing.step()
+
+    def spark_for(packages: list[str]) -> Any:
+        return spark
+
+    report = verify_location(client, spark=spark_for, samples=20, seed=3)
+    assert report.ok, [f.describe() for f in report.findings]
+    assert report.objects["kv"].kind == "upsert export"
+    assert len(report.objects["kv"].times["upsert"]) >= 3
+
+    upper = client.state("kv").upper.time
+    assert upper is not None
+    Remap(client, "kv.remap").mint(upper + 5, {})
+    [row] = [r for r in holds[0].snapshot(upper - 1).to_pylist() if r["key"] == 0]
+    client.open_writer("kv").append(
+        [((0, row["value"]), upper, -1), ((0, "WRONG"), upper, 1)], upper, upper + 1
+    )
+    report = verify_location(client, spark=spark_for, samples=20, seed=3)
+    assert list(findings(report)) == [("kv", "upsert", upper)]
+    [wrong] = report.findings
+    assert wrong.extra == ({"key": 0, "value": "WRONG", "_err": None, "_diff": 1},)
+    for h in holds:
+        h.expire()

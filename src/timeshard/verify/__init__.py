@@ -25,10 +25,11 @@ The catalog (:mod:`timeshard.catalog`) says what each shard is. Then:
    sink evaluates a view with, :class:`~timeshard.compute.view.SparkViewDesired`),
    at times at or beyond the view's ``as_of`` where every input is readable;
    a view defined by a Python function is reported as not recomputable;
-6. every UPSERT export of a FILE source equals, at sampled times ``t``, the
-   last value per key among the records of the retained input files bound at
-   ``<= t`` by the remap shard (``FileSource.read`` over ``[0, binding at
-   t)``, reclocked with the bindings): the latest reclocked time wins, then
+6. every UPSERT export of a FILE source or of the KEY VALUE generator
+   equals, at sampled times ``t``, the last value per key among the source's
+   records bound at ``<= t`` by the remap shard (the retained input files, or
+   the generator, read over ``[0, binding at t)`` and reclocked with the
+   bindings): the latest reclocked time wins, then
    the highest offset; a record whose value columns are all null deletes the
    key; a record that failed to decode makes the key's row an err row, as the
    upsert does. Only times at or beyond the remap shard's since can be
@@ -174,7 +175,7 @@ def _spark_checks(
         source = catalog.sources.get(str(export.definition.get("source")))
         if export.definition.get("envelope") != "upsert" or name not in present:
             continue
-        if source is None or source.definition.get("source_kind") != "file":
+        if source is None or source.definition.get("source_kind") not in ("file", "key_value"):
             continue
         checks.append((name, partial(_run_upsert_check, client, source, export, report)))
     return checks

@@ -1,4 +1,7 @@
-"""Check 6 of ``timeshard verify``: an UPSERT export of a FILE source against its input files.
+"""Check 6 of ``timeshard verify``: an UPSERT export against its source's records, read again.
+
+The source is a FILE source (its retained input files) or the KEY VALUE
+generator (a pure function of its options): :func:`replayable_source`.
 
 The remap shard's bindings (:func:`remap_bindings`) say up to which offset
 of each input file the source was bound at each time. The retained input
@@ -62,6 +65,26 @@ def file_source(options: Mapping[str, Any]) -> Any:
         raise InvalidUsage(f"cannot rebuild the FILE source from {dict(options)!r}: {e}") from e
 
 
+def replayable_source(definition: Mapping[str, Any]) -> Any:
+    """The source a catalog definition declares, if its records can be read again.
+
+    A FILE source (its retained files) and the KEY VALUE generator (a pure
+    function of its options) can; InvalidUsage says why another cannot.
+    """
+    kind = definition.get("source_kind")
+    options = definition.get("options") or {}
+    if kind == "file":
+        return file_source(options)
+    if kind == "key_value":
+        from timeshard.storage.sources import KeyValueGenerator
+
+        try:
+            return KeyValueGenerator(**options)
+        except TypeError as e:
+            raise InvalidUsage(f"cannot rebuild the KEY VALUE source from {options!r}: {e}") from e
+    raise InvalidUsage(f"a {kind!r} source cannot be read again to check its upsert")
+
+
 def remap_bindings(
     client: PersistClient, reader: UnleasedReader, upto: Timestamp
 ) -> list[tuple[Timestamp, SourceFrontier]]:
@@ -106,7 +129,9 @@ def frontier_at(
 
 
 def _retained(source: Any, end: SourceFrontier) -> str | None:
-    """Why the input files no longer hold ``[0, end)``, or None if they do."""
+    """Why the input files no longer hold ``[0, end)``, or None if they do (or it has none)."""
+    if not hasattr(source, "path"):
+        return None
     base = Path(source.path) if Path(source.path).is_dir() else Path(source.path).parent
     for partition, offset in sorted(end.items()):
         path = base / partition
@@ -215,7 +240,7 @@ def check_file_upsert(
     export: CatalogEntry,
     report: VerifyReport,
 ) -> None:
-    """Check 6: an UPSERT export of a FILE source against last-value-per-key of its files."""
+    """Check 6: an UPSERT export against last-value-per-key of its source's records."""
     from pyspark.sql import functions as F
 
     from timeshard.spark.snapshot import snapshot_df
@@ -223,7 +248,7 @@ def check_file_upsert(
     obj = report.object(export.name, "upsert export")
     obj.checks.append("upsert")
     try:
-        files = file_source(source.definition.get("options") or {})
+        files = replayable_source(source.definition)
     except InvalidUsage as e:
         obj.notes.append(f"upsert not checked: {e}")
         return
@@ -249,7 +274,10 @@ def check_file_upsert(
     if why is not None:
         obj.notes.append(f"upsert not checked: {why}")
         return
-    records = reclock_df(spark, files.read(spark, {}, bound), bindings, column="_bt")
+    read = files.read(spark, {}, bound)
+    if ERR not in read.columns:  # a generator decodes nothing, so it has no errors
+        read = read.withColumn(ERR, F.lit(None).cast("string"))
+    records = reclock_df(spark, read, bindings, column="_bt")
     collapsed = remap_state.since.time or 0
     expected, ambiguous = upsert_model(spark, records, out.schema, keys, times, collapsed)
     got = []
@@ -272,7 +300,7 @@ def check_file_upsert(
         )
     finally:
         ambiguous.unpersist()
-    what = "the export differs from the last value per key of its input files"
+    what = "the export differs from the last value per key of its source's records"
     _report_differences(report, export.name, "upsert", found, what)
     for t in times:
         obj.checked("upsert", t)
