@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.location import Location, VersionedData
 from timeshard.persist import PersistClient
+from timeshard.progress import Frontier
 
 pytestmark = pytest.mark.spark
 
@@ -207,3 +208,36 @@ def test_read_only_writes_nothing_then_promotes(spark: SparkSession, tmp_path: P
     assert gen1.frontiers().read_only, "generation 1 must be fenced by generation 2"
     gen1.close()
     gen2.close()
+
+
+def test_a_view_restarted_after_its_inputs_compacted_resumes_at_their_since(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """No replica held the inputs while the view was down, and they compacted past its
+    upper: a reinstalled view starts at the inputs' since instead of failing forever."""
+    client = PersistClient(Location.embedded(tmp_path))
+    hold = client.open_leased_reader("inp", INPUT)
+    write_history(client)
+    definition = ViewDefinition("v3", {"inp": "inp"}, SQL)
+    view = MaterializedView.install(spark, client, definition, background_io=False)
+    view.catch_up()
+    down_at = view.frontiers().persist.time
+    view.close()
+    for h in view.sink._input_holds:  # the replica is gone; its leases run out
+        h.expire()
+    upper = write_history(client, start=4, ticks=3)
+    assert down_at is not None and upper - 1 > down_at
+    hold.downgrade_since(Frontier(upper - 1))
+    client.compact("inp")
+    view = MaterializedView.install(spark, client, definition, background_io=False)
+    assert view.sink.as_of == upper - 1
+    hold_view = client.open_leased_reader("v3")
+    view.catch_up()
+    upper = write_history(client, start=7, ticks=2)
+    view.catch_up()
+    readable = max(client.state(s).since.time or 0 for s in ("inp", "v3"))
+    assert readable < upper - 2
+    check_every_time(client, "v3", readable, upper)
+    view.close()
+    hold.expire()
+    hold_view.expire()

@@ -77,6 +77,7 @@ class MaterializedView:
                 f"view {definition.name!r} exists with schema {stored}; the "
                 f"definition produces {schema}"
             )
+        defaulted = as_of is None
         if as_of is None:
             as_of = MaterializedView._default_as_of(client, definition)
         sink = MvSink(
@@ -91,18 +92,28 @@ class MaterializedView:
             input_shards=tuple(definition.inputs.values()),
             background_io=background_io,
         )
+        if defaulted and not read_only:
+            # The inputs' since may have moved on between choosing as_of and holding it.
+            held = sink.inputs_since()
+            if held.time is not None and held.time > sink.as_of:
+                sink.as_of = held.time
         if not read_only:  # a read-only replica records its definition when promoted
             record_view(client, definition, sink.as_of)
         return MaterializedView(definition, sink, desired, tick_interval_s)
 
     @staticmethod
     def _default_as_of(client: PersistClient, definition: ViewDefinition) -> Timestamp:
-        view_upper = client.state(definition.name).upper
-        if view_upper.time is not None and view_upper.time > 0:
-            return view_upper.time - 1
+        """Resume where the view's shard ends -- or later, where its inputs are readable.
+
+        A view whose inputs compacted past its shard's upper while no replica
+        held them can only be correct again from the inputs' since on.
+        """
         since = Frontier.minimum()
         for shard in definition.inputs.values():
             since = since.join(client.state(shard).since)
+        view_upper = client.state(definition.name).upper
+        if view_upper.time is not None and view_upper.time > 0:
+            return max(view_upper.time - 1, since.time or 0)
         return since.time or 0
 
     @property

@@ -243,6 +243,13 @@ class MvSink:
         self._input_holds = [self.client.open_leased_reader(s) for s in self.input_shards]
         self.read_only = False
 
+    def inputs_since(self) -> Frontier:
+        """The join of the sinces this sink holds on its inputs (minimum if it holds none)."""
+        since = Frontier.minimum()
+        for hold in self._input_holds:
+            since = since.join(hold.since)
+        return since
+
     def close(self) -> None:
         """Wait for in-flight I/O, then stop the worker. Handles expire with their leases."""
         self._await_inflight()
