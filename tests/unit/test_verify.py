@@ -356,6 +356,7 @@ def test_recording_sources(client: PersistClient, tmp_path: Path) -> None:
         "partitions": 2,
         "rate": 500,
         "seed": 0,
+        "deletes": 0.0,
     }
     assert entries[("kv", "export")]["envelope"] == "none"
     subs = source_entries(

@@ -14,7 +14,10 @@ function of the seed and the number of ticks.
 * :class:`KeyValueGenerator` (KEY VALUE): ``keys`` keys; the first records
   of each partition are a snapshot (every key once), then updates to keys
   drawn from a seeded hash, values of ``value_size`` hex characters. It is
-  upsert-shaped: key column ``key``, value column ``value``.
+  upsert-shaped: key column ``key``, value column ``value``. With
+  ``deletes`` (a fraction in ``[0, 1]``), that fraction of the records after
+  the snapshot, chosen by another seeded hash, are deletes: value ``NULL``,
+  which the UPSERT envelope reads as "remove the key".
 * :class:`AuctionGenerator` (AUCTION): organizations, users, accounts,
   auctions and bids, each a subsource with its own output shard.
 * :class:`~timeshard.storage.tpch.TpchGenerator` (TPCH, in ``tpch.py``): the
@@ -65,6 +68,11 @@ def _ranges_sql(
     return f"SELECT {select} FROM ({' UNION ALL '.join(parts)})"
 
 
+DELETE_SCALE = 1 << 30
+"""The resolution of :attr:`KeyValueGenerator.deletes`: a record is a delete when a
+seeded hash of it, reduced modulo this, is below ``round(deletes * DELETE_SCALE)``."""
+
+
 @dataclass
 class KeyValueGenerator:
     """The KEY VALUE load generator."""
@@ -76,12 +84,17 @@ class KeyValueGenerator:
     rate: int = 500
     seed: int = 0
     ticks: int = field(default=0)
+    deletes: float = 0.0
 
     def __post_init__(self) -> None:
         for what in ("keys", "value_size", "partitions", "rate"):
             value = getattr(self, what)
             if not isinstance(value, int) or value <= 0:
                 raise InvalidUsage(f"KEY VALUE {what} must be a positive int, got {value!r}")
+        d = self.deletes
+        if isinstance(d, bool) or not isinstance(d, int | float) or not 0.0 <= d <= 1.0:
+            # ``not 0.0 <= d <= 1.0`` also rejects NaN.
+            raise InvalidUsage(f"KEY VALUE deletes must be a fraction in [0, 1], got {d!r}")
 
     @property
     def partition_names(self) -> list[str]:
@@ -116,6 +129,14 @@ class KeyValueGenerator:
             f"substr(repeat(sha2(concat_ws(':', {seed}, pidx, id), 256), "
             f"{chars // 64 + 1}), 1, {chars})"
         )
+        if self.deletes > 0.0:
+            # A record after the snapshot is a delete when its hash, in [0, DELETE_SCALE),
+            # falls below deletes * DELETE_SCALE.
+            below = round(float(self.deletes) * DELETE_SCALE)
+            value = (
+                f"CASE WHEN id >= {owned} AND pmod(xxhash64({seed}, 'delete', pidx, id), "
+                f"{DELETE_SCALE}) < {below} THEN CAST(NULL AS STRING) ELSE {value} END"
+            )
         select = f"p AS _partition, id AS _offset, CAST({key} AS BIGINT) AS key, {value} AS value"
         return spark.sql(_ranges_sql(self.partition_names, start, end, select))
 

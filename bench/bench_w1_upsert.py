@@ -1,0 +1,187 @@
+"""W1, upsert ingest: timeshard against its peers on the same KEY VALUE commands, in one run.
+
+The input (``bench/compare/inputs.py``): ``--keys`` keys with 64-byte
+values, a snapshot batch (every key once), then ``--batches`` batches of
+``--commands`` commands, 10% of them deletes (value NULL: UPSERT removes
+the key). It is generated once by timeshard's ``KeyValueGenerator`` and
+written as Parquet; every system reads those files. Batches become
+available one every ``--interval`` seconds (half an interval after a tick),
+and each system runs as its own child process, one after another:
+
+* ``timeshard``: ``Ingestion(envelope="upsert", key_columns=["key"])`` over
+  a source that reads the Parquet batches, stepped at every tick;
+* ``delta``: Structured Streaming + foreachBatch + Delta Lake MERGE
+  (``bench/compare/peer_delta.py``, in its own venv);
+* ``tws``: Structured Streaming ``transformWithStateInPandas`` on RocksDB
+  emitting retractions, on a bounded number of commands
+  (``bench/compare/peer_tws.py``);
+* ``parquet``: the ceiling, read a batch and write it as Parquet;
+* ``bytewax``, ``pathway``: if ``bench/compare/peer_<name>.py`` provides
+  ``run(workload, input_dir, out_json, **opts)``.
+
+Reported, as the median of ``--reps`` repetitions (each repetition runs
+every system once) and as the ratio timeshard / peer per repetition:
+sustained commands/s (commands / busy seconds), freshness p50/p99 (a batch
+available -> visible in the output), step p50, peak RSS of the process tree
+(psutil, JVM included) and bytes on disk after compaction. Writes
+``bench/results/w1_upsert.json`` and ``bench/results/w1_upsert.png``.
+
+    source scripts/bootstrap.sh
+    python bench/bench_w1_upsert.py --quick
+    python bench/bench_w1_upsert.py --keys 1000000 --commands 100000 --batches 10 --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench" / "compare"))
+
+import report
+from inputs import Manifest, ParquetBatchSource, default_dir, ensure_inputs
+
+WORKLOAD = "w1"
+PEERS = ("delta", "tws", "parquet", "bytewax", "pathway")
+KEYS = ["rows_per_s", "freshness_p50_s", "freshness_p99_s", "step_p50_s", "load_s"]
+KEYS += ["peak_rss_bytes", "disk_bytes"]
+
+
+def run_timeshard(workload: str, input_dir: Path, out_json: Path, **opts: Any) -> None:
+    """Run timeshard's side as a child process (this script with ``--child``)."""
+    python = ROOT / ".venv" / "bin" / "python"
+    cmd = [str(python), __file__, "--child", "--input", str(input_dir), "--out", str(out_json)]
+    for k in ("interval", "batches", "budget_s", "driver_memory"):
+        if opts.get(k) is not None:
+            cmd += [f"--{k.replace('_', '-')}", str(opts[k])]
+    report.run_child(cmd, out_json, opts.get("timeout_s", 900), "timeshard", workload)
+
+
+def child(args: argparse.Namespace) -> None:
+    """timeshard's side: ingest the batches with UPSERT, one step per tick."""
+    from timeshard.location import Location
+    from timeshard.persist import PersistClient
+    from timeshard.spark import spark_session
+    from timeshard.storage.ingest import Ingestion
+
+    manifest = Manifest.load(args.input)
+    last = min(args.batches or len(manifest.batches) - 1, len(manifest.batches) - 1)
+    spark = spark_session(
+        app_name="bench-w1-timeshard", extra_conf={"spark.driver.memory": args.driver_memory}
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    result = report.new_result("timeshard", WORKLOAD, vars(args) | {"last": last})
+    result["versions"] = report.versions("pyspark", "timeshard")
+    work = Path(tempfile.mkdtemp(prefix="bench-w1-timeshard-"))
+    try:
+        client = PersistClient(Location.embedded(work))
+        source = ParquetBatchSource("kv", manifest, last)
+        ing = Ingestion(spark, client, source, envelope="upsert", key_columns=["key"])
+
+        def process(indices: list[int]) -> None:
+            source.released = indices[-1] + 1
+            ing.step()
+            covered = source.covered()
+            assert covered > indices[-1], (covered, indices)
+
+        report.run_ticks(result, manifest, last, args.interval, args.budget_s, process, ing.step)
+        shard = client.open_leased_reader("kv")
+        upper = (shard.fetch_recent_upper().time or 1) - 1
+        result["totals"]["final_rows"] = shard.snapshot(upper).num_rows
+        shard.expire()
+        merges = {s: client.compact(s) for s in client.list_shards()}
+        for s in client.list_shards():
+            client.gc(s)
+        result["notes"].append(f"compaction merges before measuring disk: {sum(merges.values())}")
+        result["disk_bytes"] = report.dir_bytes(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report.write_result(result, args.out)
+    spark.stop()
+
+
+def expected_live_keys(manifest: Manifest, last: int) -> int:
+    """Keys alive after batches ``0 .. last``, recomputed with pyarrow (the reference)."""
+    import pyarrow.parquet as pq
+
+    live: dict[int, bool] = {}
+    for i in range(last + 1):
+        t = pq.read_table(manifest.path(i, "commands"), columns=["key", "value"])
+        keys = t.column("key").to_pylist()
+        nulls = t.column("value").is_null().to_pylist()
+        for k, dead in zip(keys, nulls, strict=True):
+            live[k] = not dead
+    return sum(live.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--keys", type=int, default=1_000_000)
+    parser.add_argument("--commands", type=int, default=100_000)
+    parser.add_argument("--batches", type=int, default=10)
+    parser.add_argument("--deletes", type=float, default=0.1)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--peers", default="delta,tws,parquet,bytewax,pathway")
+    parser.add_argument("--interval", type=float, default=1.0, help="tick interval, s")
+    parser.add_argument("--budget-s", type=float, default=300.0, help="per system and rep")
+    parser.add_argument("--tws-commands", type=int, default=20_000, help="bound for tws")
+    parser.add_argument("--driver-memory", default="6g")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, 3 batches")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--input", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    if args.quick:
+        args.keys, args.commands, args.batches = 10_000, 2_000, 4
+        args.tws_commands = min(args.tws_commands, 800)
+    params = {"keys": args.keys, "commands": args.commands, "batches": args.batches}
+    params["deletes"] = args.deletes
+    manifest = ensure_inputs(WORKLOAD, default_dir(WORKLOAD, **params), **params)
+    launchers = report.launchers_for(args.peers, PEERS, run_timeshard)
+    opts = {
+        "interval": args.interval,
+        "batches": args.batches,
+        "budget_s": args.budget_s,
+        "driver_memory": args.driver_memory,
+        "timeout_s": args.budget_s + 600,
+        "tws_commands": args.tws_commands,
+    }
+    runs = report.run_systems(WORKLOAD, manifest.dir, launchers, args.reps, opts)
+    expected = expected_live_keys(manifest, args.batches)
+    checks: dict[str, dict[str, Any]] = {}
+    for name, results in runs.items():
+        finals = [r["totals"].get("final_rows") for r in results]
+        checks[name] = {"final_rows": finals, "expected": expected}
+    summary = report.summarize(runs)
+    title = (
+        f"W1 upsert: {args.keys:,} keys, {args.batches} x {args.commands:,} commands "
+        f"({args.deletes:.0%} deletes), tick {args.interval} s, local[2]"
+    )
+    report.print_table(summary, title, KEYS)
+    for name, c in checks.items():
+        if any(f is not None for f in c["final_rows"]):
+            ok = all(f == expected for f in c["final_rows"])
+            print(
+                f"{name}: live keys at the end {c['final_rows']}, expected {expected}: "
+                f"{'ok' if ok else 'MISMATCH'}"
+            )
+    doc = {"workload": WORKLOAD, "params": params, "opts": opts, "summary": summary}
+    doc["checks"] = checks
+    doc["runs"] = runs
+    json_path = report.save_json(doc, "w1_upsert")
+    print(f"wrote {json_path} and {report.save_plot(runs, 'w1_upsert', title)}")
+
+
+if __name__ == "__main__":
+    main()

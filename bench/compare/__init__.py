@@ -1,0 +1,1 @@
+"""Comparison benchmarks: timeshard and its peers on the same generated input (issue 5)."""
