@@ -141,6 +141,7 @@ def test_a_full_tmpfs_refuses_writes_until_drained(tmp_path: Path) -> None:
         pytest.skip(f"this machine cannot mount a tmpfs here: {disk.why_not}")
     try:
         assert disk.fill() > 0
+        assert disk.fill() == 0  # a second fault while the disk is full
         with pytest.raises(OSError, match="No space left"):
             (disk.blob_root / "x").write_bytes(b"y" * 65536)
         disk.drain()

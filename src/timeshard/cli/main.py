@@ -530,7 +530,8 @@ def nemesis(
     replicas: Annotated[int, typer.Option(help="Replica processes per run.")] = 2,
     runs: Annotated[int | None, typer.Option(help="Number of runs (default 1).")] = None,
     minutes: Annotated[
-        float | None, typer.Option(help="Run for this long instead: as many runs as fit.")
+        float | None,
+        typer.Option(help="Instead of --runs: start runs until this many minutes have passed."),
     ] = None,
     fault_seconds: Annotated[float, typer.Option(help="Length of each run's fault phase.")] = 60.0,
     consensus_kind: Annotated[

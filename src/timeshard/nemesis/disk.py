@@ -61,21 +61,16 @@ class BlobDisk:
         return True
 
     def fill(self) -> int:
-        """Take every free byte with the ballast; the bytes it took."""
+        """Take every free byte with the ballast; the bytes it took (0 if already full)."""
         assert self.mounted, "fill needs a mounted tmpfs"
         taken = 0
-        with (self.directory / BALLAST).open("ab") as f:
-            block = b"\0" * CHUNK
-            while True:
-                try:
-                    taken += f.write(block[: max(self._free(), 1)])
-                    f.flush()
-                except OSError as e:
-                    if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-                        raise
-                    break
-                if self._free() == 0:
-                    break
+        try:
+            with (self.directory / BALLAST).open("ab", buffering=0) as f:
+                while (free := self._free()) > 0:
+                    taken += f.write(b"\0" * min(free, CHUNK)) or 0
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
         return taken
 
     def drain(self) -> None:
