@@ -1,0 +1,173 @@
+"""The pure logic of the comparison benchmarks' peers (issue 5), checked against references.
+
+The bytewax peer's ``stateful_map`` logic runs here as a plain fold over
+random commands (no bytewax, no venv): its change lines, consolidated, must
+equal the from-scratch reference of the peer's own output check.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH / "compare"))
+sys.path.insert(0, str(BENCH))
+
+peer_bytewax: Any = importlib.import_module("peer_bytewax")
+w4: Any = importlib.import_module("bench_w4_persist")
+w3: Any = importlib.import_module("bench_w3_recovery")
+
+
+def fold(logic: Any, keyed: list[tuple[str, tuple[Any, ...]]], batch: int = 0) -> list[str]:
+    """Run ``stateful_map`` logic over keyed commands; the change lines it emits."""
+    states: dict[str, Any] = {}
+    lines: list[str] = []
+    for key, cmd in keyed:
+        state, (b, text) = logic(states.get(key), (batch, *cmd))
+        assert b == batch
+        if state is None:
+            states.pop(key, None)
+        else:
+            states[key] = state
+        lines += text.splitlines()
+    return lines
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_upsert_matches_last_value_per_key(seed: int) -> None:
+    rng = random.Random(seed)
+    batches: list[dict[str, dict[str, list[Any]]]] = []
+    offset = 0
+    for _ in range(3):
+        n = rng.randrange(1, 60)
+        keys = [rng.randrange(12) for _ in range(n)]
+        values = [None if rng.random() < 0.2 else f"v{rng.randrange(4)}" for _ in range(n)]
+        batches.append(
+            {"commands": {"key": keys, "value": values, "offset": list(range(offset, offset + n))}}
+        )
+        offset += n
+    keyed: list[tuple[str, tuple[Any, ...]]] = []
+    for t in batches:
+        keyed += peer_bytewax.w1_items(t, 0, len(t["commands"]["key"]), [])
+    got = peer_bytewax.consolidate(fold(peer_bytewax.upsert, keyed))
+    assert all(n == 1 for n in got.values())
+    assert set(got) == peer_bytewax.reference("w1", batches, offset)
+
+
+def test_upsert_ignores_an_older_offset() -> None:
+    state, (_, text) = peer_bytewax.upsert(("new", 5), (0, 1, "old", 3))
+    assert state == ("new", 5) and text == ""
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_auction_views_match_the_reference(seed: int) -> None:
+    rng = random.Random(seed)
+    batches: list[dict[str, dict[str, list[int]]]] = []
+    pending: list[tuple[int, int]] = []
+    keyed: list[tuple[str, tuple[Any, ...]]] = []
+    lo = 0
+    for size in (rng.randrange(1, 15) for _ in range(4)):
+        hi = lo + size
+        auctions: dict[str, list[int]] = {"id": [], "end_offset": [], "offset": []}
+        bids: dict[str, list[int]] = {"buyer": [], "auction_id": [], "amount": [], "offset": []}
+        for o in range(lo, hi):
+            auctions["id"].append(o)
+            auctions["end_offset"].append(o + 5)
+            auctions["offset"].append(o)
+            for _ in range(3):
+                bids["buyer"].append(rng.randrange(6))
+                bids["auction_id"].append(max(o - rng.randrange(5), 0))
+                bids["amount"].append(rng.randrange(1, 20))
+                bids["offset"].append(o)
+        tables = {"auctions": auctions, "bids": bids}
+        batches.append(tables)
+        merged = peer_bytewax.w2_merge(tables)
+        keyed += peer_bytewax.w2_items(merged, 0, len(merged["events"]), pending)
+        keyed += peer_bytewax.w2_close_below(hi - 1, pending)
+        lo = hi
+    got = peer_bytewax.consolidate(fold(peer_bytewax.auction_views, keyed))
+    assert all(n == 1 for n in got.values())
+    assert set(got) == peer_bytewax.reference("w2", batches, lo - 1)
+    checks = peer_bytewax.view_checks(got)["checks"]
+    assert checks["bids_per_user_bids"] == sum(len(t["bids"]["buyer"]) for t in batches)
+
+
+def test_consolidate_cancels_and_takes_the_default_view() -> None:
+    lines = [
+        '{"key": 1, "value": "a", "diff": 1}',
+        '{"key": 1, "value": "a", "diff": -1}',
+        '{"key": 1, "value": "b", "diff": 1}',
+        '{"view": "v", "key": 2, "value": 3, "diff": 1}',
+    ]
+    assert peer_bytewax.consolidate(lines, "d") == {("d", 1, "b"): 1, ("v", 2, 3): 1}
+
+
+def test_progress_needs_every_item_and_every_earlier_batch() -> None:
+    seen: list[int] = []
+    p = peer_bytewax.Progress(3, seen.append)
+    p.started(0)
+    p.emitted(0, 2)
+    p.started(1)
+    p.emitted(1, 1)
+    p.ended(1)
+    p.written({1: 1}, 10.0)
+    assert seen == [] and p.visible[1] is None  # batch 0 has not ended
+    p.ended(0)
+    p.written({0: 1}, 11.0)
+    assert seen == []
+    p.written({0: 1}, 12.0)
+    assert seen == [0, 1] and p.visible[:2] == [12.0, 12.0] and p.visible[2] is None
+
+
+def test_child_options() -> None:
+    opts = {"interval": 2, "batches": 4, "budget_s": None, "driver_memory": "6g"}
+    assert peer_bytewax.child_options(opts) == [
+        "--interval",
+        "2.0",
+        "--budget-s",
+        "600.0",
+        "--batches",
+        "4",
+    ]
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert w4.percentile([3.0], 0.99) == 3.0
+    assert w4.percentile([float(x) for x in range(1, 11)], 0.5) == 5.0
+    assert w4.percentile([float(x) for x in range(1, 11)], 0.99) == 10.0
+    with pytest.raises(ValueError):
+        w4.percentile([], 0.5)
+
+
+def test_w4_medians_and_ratios() -> None:
+    runs = [
+        {"p50_ms": 1.0, "p99_ms": 4.0, "mean_ms": 2.0},
+        {"p50_ms": 3.0, "p99_ms": 2.0, "mean_ms": 2.0},
+    ]
+    assert w4.median_runs(runs) == {"p50_ms": 2.0, "p99_ms": 3.0, "mean_ms": 2.0}
+    med = {"p50_ms": 2.0, "p99_ms": 4.0, "mean_ms": 1.0}
+    results = {name: {"median": med} for pair in w4.RATIOS for name in pair}
+    results["timeshard postgres"] = {"median": {"p50_ms": 4.0, "p99_ms": 4.0, "mean_ms": 3.0}}
+    rel = w4.ratios(results)
+    assert rel["timeshard postgres / timeshard sqlite"] == {
+        "p50_ms": 2.0,
+        "p99_ms": 1.0,
+        "mean_ms": 3.0,
+    }
+
+
+def test_w3_summary_skips_missing_phases() -> None:
+    reps = [
+        {"load_s": 1.0, "new_data_s": None, "ok": True},
+        {"load_s": 3.0, "new_data_s": 5.0, "ok": False},
+    ]
+    assert w3.median_of(reps, "load_s") == 2.0
+    assert w3.median_of(reps, "new_data_s") == 5.0
+    assert w3.median_of(reps, "ready_s") is None
+    assert w3.summarize(reps)["ok"] is False
