@@ -85,3 +85,57 @@ def test_counter_none_envelope_with_retractions(spark: SparkSession, tmp_path: P
         for r in hold.snapshot(t).to_pylist():
             got[r["counter"]] += r["_diff"]
         assert +got == want and all(v > 0 for v in got.values()), t
+
+
+class Idle:
+    """A KEY VALUE source that produces a round only when told (``rounds``)."""
+
+    def __init__(self) -> None:
+        self.source = kv()
+        self.rounds = 0
+        self.name = self.source.name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.source, name)
+
+    def tick(self) -> None:
+        if self.rounds > 0:
+            self.rounds -= 1
+            self.source.tick()
+
+
+def test_idle_ticks_run_no_spark_job_and_keep_the_arrangement(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    client = PersistClient(Location.embedded(tmp_path))
+    clock = itertools.count(1)
+    source = Idle()
+    ing = Ingestion(
+        spark, client, source, envelope="upsert", key_columns=["key"], clock=lambda: next(clock)
+    )
+    upsert = ing.exports[""].upsert
+    assert upsert is not None
+    source.rounds = 2
+    ing.step(), ing.step()
+    group = f"idle-{tmp_path.name}"
+    spark.sparkContext.setJobGroup(group, "idle ticks")
+    try:
+        for _ in range(3):
+            report = ing.step()
+            assert report.appended == 1  # the output's upper moved
+    finally:
+        spark.sparkContext.setJobGroup("", "")
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(group) == []
+    upper = client.state("kv").upper.time
+    assert upper == ing.remap.upper.time and upsert.state.time == upper
+    source.rounds = 2
+    ing.step(), ing.step()
+    end = ing.remap.frontier_at(client.state("kv").upper.time - 1)
+    assert end == {"0": 28, "1": 28}
+    want: dict[int, str] = {}
+    for r in sorted(kv().read(spark, {}, end).collect(), key=lambda r: r["_offset"]):
+        want[r["key"]] = r["value"]
+    reader = client.open_leased_reader("kv")
+    rows = reader.snapshot(client.state("kv").upper.time - 1).to_pylist()
+    assert all(r["_diff"] == 1 for r in rows)
+    assert {r["key"]: r["value"] for r in rows} == want

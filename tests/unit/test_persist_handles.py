@@ -263,3 +263,36 @@ def test_corrupt_consensus_state_is_reported(client: PersistClient) -> None:
     consensus.compare_and_set("s", head.seqno, VersionedData(head.seqno + 1, b"\x00garbage"))
     with pytest.raises(CorruptState, match="shard 's' at seqno"):
         client.open_writer("s")
+
+
+def test_background_compaction_bounds_state_blob_and_consensus(client: PersistClient) -> None:
+    """A writer appending for ever keeps batches, parts and versions bounded.
+
+    The reference is a dict of the live values; the snapshot at every time at
+    or past the held since must equal it, whatever the compactor did meanwhile.
+    """
+    w = client.open_writer("s", SCHEMA, background_compaction=True)
+    r = client.open_leased_reader("s")
+    model: dict[str, int] = {}
+    history: dict[int, list[tuple[str, int, int]]] = {}
+    for t in range(300):
+        key = f"k{t % 7}"
+        updates = [((key, model[key]), t, -1)] if key in model else []
+        model[key] = t
+        w.append([*updates, ((key, t), t, 1)], t, t + 1)
+        history[t] = sorted((k, v, 1) for k, v in model.items())
+        r.downgrade_since(max(0, t - 3))
+        for seen in range(max(0, t - 3), t + 1):
+            assert rows(r.snapshot(seen)) == history[seen]
+    assert w.compactor.wait_idle(60)
+    assert not w.compactor.errors
+    state = client.state("s")
+    assert w.compactor.merges > 0 and w.compactor.collections > 1
+    assert len(state.batches) <= 12  # geometric sizes: about log2(300) batches
+    versions = client.location.consensus.scan("s", 0, 100_000)
+    assert len(versions) < 2 * client.config.gc_interval_versions + 10
+    listed = {m.key for m in client.location.blob.list_keys()}
+    assert len(listed) < 150  # one part per append would be 300
+    assert rows(r.snapshot(299)) == history[299]
+    w.expire()
+    assert not w.compactor._thread.is_alive()

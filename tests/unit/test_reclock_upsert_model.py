@@ -23,24 +23,26 @@ SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
-    stream=st.lists(st.tuples(st.sampled_from("abc"), st.one_of(st.none(), st.integers(0, 9))),
-                    min_size=1, max_size=30),
-    ticks=st.lists(st.tuples(st.integers(0, 6), st.integers(1, 3), st.booleans()),
-                   min_size=1, max_size=10),
+    stream=st.lists(
+        st.tuples(st.sampled_from("abc"), st.one_of(st.none(), st.integers(0, 9))),
+        min_size=1,
+        max_size=30,
+    ),
+    ticks=st.lists(
+        st.tuples(st.integers(0, 6), st.integers(1, 3), st.booleans()), min_size=1, max_size=10
+    ),
 )
 def test_reclocked_upsert_is_last_value_per_key(
     stream: list[tuple[str, Any]], ticks: list[tuple[int, int, bool]]
 ) -> None:
-    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()),
-                           PersistConfig(backoff_ms=0.0))
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()), PersistConfig(backoff_ms=0.0))
     hold = client.open_leased_reader("out", SCHEMA)
     remap = Remap(client, "out.remap")
     upsert = FeedbackUpsert(client, "out", SCHEMA, ["k"])
     offset, now = 0, 0
     for advance, gap, restart in [*ticks, (len(stream), 1, False)]:
         if restart:  # a restart: fresh operators, state from the shards
-            remap, upsert = Remap(client, "out.remap"), FeedbackUpsert(client, "out", SCHEMA,
-                                                                       ["k"])
+            remap, upsert = Remap(client, "out.remap"), FeedbackUpsert(client, "out", SCHEMA, ["k"])
         offset = min(offset + advance, len(stream))
         now += gap
         remap.mint(now, {"0": offset})

@@ -239,7 +239,7 @@ class MvSink:
                 )
         deploy.opaque = gen
         self._deploy = deploy
-        self._writer = self.client.open_writer(self.shard_id)
+        self._writer = self.client.open_writer(self.shard_id, background_compaction=True)
         self._input_holds = [self.client.open_leased_reader(s) for s in self.input_shards]
         self.read_only = False
 

@@ -101,6 +101,7 @@ class PersistClient:
         if background_compaction and self.config.compaction_enabled:
             compactor = Compactor(
                 Machine(shard_id, self.location.consensus, self.config),
+                self.location.consensus,
                 self.location.blob,
                 wid,
                 self.config,

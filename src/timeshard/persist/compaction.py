@@ -9,7 +9,9 @@ the output, which succeeds only if the inputs are still there. No writer waits
 for compaction: appends never look at it.
 
 Runs on the driver (pyarrow); a background :class:`Compactor` thread runs it
-after appends.
+after appends, and collects garbage every ``gc_interval_versions`` versions of
+the shard's state, so that neither the state document, the blob nor the
+consensus log grows with the number of appends.
 
 Invariants:
 
@@ -32,12 +34,14 @@ import pyarrow as pa
 
 from timeshard.errors import ExternalError, LeaseExpired, PartError
 from timeshard.location.blob import Blob
+from timeshard.location.consensus import Consensus
 from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
 from timeshard.persist._internal.machine import Machine
 from timeshard.persist._internal.parts import advance_since, consolidate
 from timeshard.persist._internal.state import HollowBatch, ShardState
 from timeshard.persist.config import PersistConfig
+from timeshard.persist.gc import collect_garbage
 from timeshard.progress import Description
 
 log = logging.getLogger(__name__)
@@ -125,28 +129,54 @@ def _still_present(state: ShardState, request: MergeRequest) -> bool:
 
 
 class Compactor:
-    """Runs compaction of one shard on a background thread when asked.
+    """Runs compaction and GC of one shard on a background thread when asked.
 
     ``request`` never blocks; requests made while a run is going coalesce.
+    The first run collects garbage; later runs do once the state advanced
+    ``gc_interval_versions`` versions past the last collection.
     """
 
-    def __init__(self, machine: Machine, blob: Blob, writer_id: str, config: PersistConfig):
+    def __init__(
+        self,
+        machine: Machine,
+        consensus: Consensus,
+        blob: Blob,
+        writer_id: str,
+        config: PersistConfig,
+    ):
         self._machine = machine
+        self._consensus = consensus
         self._blob = blob
         self._writer_id = writer_id
         self._config = config
         self._wake = threading.Event()
         self._stop = False
+        self._progress = threading.Condition()
+        self._requested = 0
+        self._done = 0
+        self._gc_seqno: int | None = None
         self.merges = 0
+        self.collections = 0
         self.errors: list[str] = []
         self._thread = threading.Thread(target=self._run, name="timeshard-compactor", daemon=True)
         self._thread.start()
 
     def request(self) -> None:
+        with self._progress:
+            self._requested += 1
         self._wake.set()
 
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Wait until every request made so far has been served; False on timeout."""
+        with self._progress:
+            return self._progress.wait_for(
+                lambda: self._done >= self._requested or self._stop, timeout_s
+            )
+
     def close(self) -> None:
-        self._stop = True
+        with self._progress:
+            self._stop = True
+            self._progress.notify_all()
         self._wake.set()
         self._thread.join(timeout=30)
 
@@ -156,15 +186,37 @@ class Compactor:
             self._wake.clear()
             if self._stop:
                 return
+            with self._progress:
+                serving = self._requested
             try:
                 self.merges += compact_shard(
                     self._machine, self._blob, self._writer_id, self._config
                 )
+                self._collect_if_due()
             except LeaseExpired:
+                self._stop = True  # the writer is gone: nothing more to serve
                 return
             except (ExternalError, PartError) as e:
                 self.errors.append(str(e))
                 log.warning("compaction of %s failed: %s", self._machine.shard_id, e)
+            except Exception as e:  # a bug must not kill the thread that serves appends
+                self.errors.append(repr(e))
+                log.exception("compaction of %s failed", self._machine.shard_id)
+            finally:
+                with self._progress:
+                    self._done = serving
+                    self._progress.notify_all()
+
+    def _collect_if_due(self) -> None:
+        seqno = self._machine.state.seqno
+        if (
+            self._gc_seqno is not None
+            and seqno - self._gc_seqno < self._config.gc_interval_versions
+        ):
+            return
+        collect_garbage(self._machine, self._consensus, self._blob, self._config)
+        self._gc_seqno = seqno
+        self.collections += 1
 
 
 __all__ = ["Compactor", "MergeRequest", "choose_merge", "compact_shard", "merge"]

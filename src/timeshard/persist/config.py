@@ -29,6 +29,10 @@ class PersistConfig:
     compaction_min_batches: int = 2
     compaction_max_rows: int = 20_000_000
     compaction_enabled: bool = True
+    #: A background compactor also collects garbage (deletes unreferenced parts,
+    #: truncates consensus) once the shard's state advanced this many versions
+    #: since its last collection.
+    gc_interval_versions: int = 64
     clock: Callable[[], int] = field(default=wall_clock_ms)
 
     def now_ms(self) -> int:

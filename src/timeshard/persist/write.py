@@ -300,8 +300,18 @@ class WriteHandle:
         self._last_heartbeat = now
 
     def expire(self) -> None:
-        """Deregister this writer; its unappended batches become garbage for GC."""
+        """Deregister this writer; its unappended batches become garbage for GC.
+
+        Stops its background compactor first (waiting for a merge in flight).
+        """
+        if self._compactor is not None:
+            self._compactor.close()
         self._machine.apply(lambda s: tr.expire_writer(s, self.writer_id))
+
+    @property
+    def compactor(self) -> Any:
+        """The background :class:`~timeshard.persist.compaction.Compactor`, if any."""
+        return self._compactor
 
     def compact(self) -> int:
         """Run compaction on the calling thread until nothing is left; return merges."""

@@ -72,7 +72,10 @@ class Export:
             raise InvalidUsage(f"envelope must be 'none' or 'upsert', got {envelope!r}")
         self.shard = shard
         self.schema = pa.schema([f for f in payload if f.name != DIFF])
-        self.writer = client.open_writer(shard, self.schema)
+        # An UPSERT output's own writer compacts it; this one only appends empty batches.
+        self.writer = client.open_writer(
+            shard, self.schema, background_compaction=envelope == "none"
+        )
         self.upsert = (
             SparkFeedbackUpsert(spark, client, shard, self.schema, key_columns)
             if envelope == "upsert"
@@ -81,6 +84,12 @@ class Export:
 
     def upper(self) -> Frontier:
         return self.writer.fetch_recent_upper()
+
+    def advance(self, lower: int, upper: int) -> Appended | UpperMismatch:
+        """Append an empty batch at ``[lower, upper)`` (no Spark job)."""
+        if self.upsert is not None:
+            return self.upsert.advance(lower, upper)
+        return self.writer.compare_and_append_batch([], lower, upper)
 
     def write(self, records: Any, lower: int, upper: int) -> Appended | UpperMismatch | None:
         """Apply the envelope to reclocked ``records`` and append ``[lower, upper)``."""
@@ -203,7 +212,8 @@ class Ingestion:
         if not out_upper < bound:
             return StepReport(out_upper, bound, 0)
         end = self.remap.frontier_at(bound.time - 1)
-        data = self.source.read(self.spark, start, end)
+        # No offset in the range (an idle source): every output only moves its upper.
+        data = self.source.read(self.spark, start, end) if start != end else {}
         frames = data if isinstance(data, dict) else {"": data}
         appended = 0
         for sub, export in self.exports.items():
@@ -213,8 +223,8 @@ class Ingestion:
                 continue
             frame = frames.get(sub)
             result: Appended | UpperMismatch | None
-            if frame is None:  # the source says this output has nothing in the range
-                result = export.writer.compare_and_append_batch([], lower, bound.time)
+            if frame is None:  # nothing in the range for this output
+                result = export.advance(lower, bound.time)
             else:
                 result = export.write(self._reclock(frame), lower, bound.time)
             appended += isinstance(result, Appended)

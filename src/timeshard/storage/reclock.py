@@ -66,7 +66,7 @@ class Remap:
 
     def __init__(self, client: PersistClient, shard_id: str) -> None:
         self.shard_id = shard_id
-        self._writer = client.open_writer(shard_id, REMAP_SCHEMA)
+        self._writer = client.open_writer(shard_id, REMAP_SCHEMA, background_compaction=True)
         self._reader = client.open_leased_reader(shard_id, REMAP_SCHEMA)
         self._times: list[Timestamp] = []
         self._frontiers: list[SourceFrontier] = []

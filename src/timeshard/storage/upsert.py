@@ -74,7 +74,7 @@ class FeedbackUpsert:
         self.schema = schema
         self.key_columns = list(key_columns)
         self.value_columns = [n for n in schema.names if n not in key_columns]
-        self._writer = client.open_writer(shard_id, schema)
+        self._writer = client.open_writer(shard_id, schema, background_compaction=True)
         self._reader = client.open_leased_reader(shard_id, schema)
 
     @property

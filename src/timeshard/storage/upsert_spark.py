@@ -82,7 +82,7 @@ class SparkFeedbackUpsert:
         self.schema = schema
         self.keys = list(key_columns)
         self.values = [n for n in schema.names if n not in key_columns]
-        self._writer = client.open_writer(shard_id, schema)
+        self._writer = client.open_writer(shard_id, schema, background_compaction=True)
         self._reader = client.open_leased_reader(shard_id, schema)
         self.state = ArrangedState(spark, self.keys, self.values)
 
@@ -113,6 +113,17 @@ class SparkFeedbackUpsert:
             return result
         finally:
             winners.unpersist()
+
+    def advance(self, lower: int, input_upper: int) -> Appended | UpperMismatch:
+        """Append no updates at ``[lower, input_upper)``: the input had no commands there.
+
+        Runs no Spark job; the arrangement moves along if it was at ``lower``.
+        """
+        result = self._writer.compare_and_append_batch([], lower, input_upper)
+        if isinstance(result, Appended) and self.state.time == lower:
+            self.state.advance(input_upper)
+            self._hold_since(input_upper - 1)
+        return result
 
     def _sync(self, lower: int) -> None:
         """Bring the arranged state to the shard upper ``lower``."""

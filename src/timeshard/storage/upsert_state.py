@@ -193,6 +193,11 @@ class ArrangedState:
             newer, older = self.layers.pop(), self.layers.pop()
             self.layers.append(self._merge(older, newer, into_base=not self.layers))
 
+    def advance(self, new_time: int) -> None:
+        """Nothing changed in ``[time, new_time)``: the content is the one at ``new_time - 1``."""
+        assert self.time is not None and self.time <= new_time, (self.time, new_time)
+        self.time = new_time
+
     def clear(self) -> None:
         """Drop every layer (their cached blocks are freed)."""
         for layer in self.layers:
