@@ -6,7 +6,10 @@ file blob, after ``--warmup`` unmeasured appends. It writes one Parquet part
 to the blob and commits the new shard state through consensus. Per run it
 reports p50, p99 and mean latency, and, through a counting wrapper around
 the consensus, how many consensus calls one append makes, the time spent in
-them, and the mean size of the state document written.
+them, and the mean size of the state document written. The writer compacts
+and collects garbage in the background, as the product's writers do (its
+consensus calls are counted too); ``--no-compaction`` turns that off to show
+how the state document grows without it.
 
 The peers, in the same run, on the same server:
 
@@ -147,12 +150,19 @@ def updates(rows: int, ts: int) -> pa.Table:
 
 
 def timeshard_run(
-    blob_uri: str, consensus_uri: str, rows: int, appends: int, warmup: int
+    blob_uri: str,
+    consensus_uri: str,
+    rows: int,
+    appends: int,
+    warmup: int,
+    compaction: bool = True,
 ) -> dict[str, float]:
     """One run of ``warmup + appends`` appends to a new shard; figures of the measured ones."""
     counting = CountingConsensus(open_consensus(consensus_uri))
     client = PersistClient(Location(open_blob(blob_uri), counting))
-    writer = client.open_writer(f"w4-{uuid.uuid4().hex[:8]}", SCHEMA)
+    writer = client.open_writer(
+        f"w4-{uuid.uuid4().hex[:8]}", SCHEMA, background_compaction=compaction
+    )
     latencies: list[float] = []
     for i in range(warmup + appends):
         table = updates(rows, i)
@@ -164,6 +174,9 @@ def timeshard_run(
         assert isinstance(result, Appended), result
         if i >= warmup:
             latencies.append(elapsed * 1000)
+    if writer.compactor is not None:
+        writer.compactor.wait_idle(60)
+    writer.expire()
     close = getattr(counting.inner, "close", None)
     if close is not None:
         close()
@@ -226,10 +239,10 @@ def measure(args: argparse.Namespace, dsn: str, tmp: Path) -> dict[str, dict[str
     runs: dict[str, list[dict[str, float]]] = {s: [] for s in systems}
     blob = f"file://{tmp}/blob"
     for rep in range(args.repeats):
-        ts_sqlite = timeshard_run(
-            blob, f"sqlite://{tmp}/consensus-{rep}.sqlite", args.rows, args.appends, args.warmup
-        )
-        ts_pg = timeshard_run(blob, dsn, args.rows, args.appends, args.warmup)
+        sqlite_uri = f"sqlite://{tmp}/consensus-{rep}.sqlite"
+        run = (args.rows, args.appends, args.warmup, args.compaction)
+        ts_sqlite = timeshard_run(blob, sqlite_uri, *run)
+        ts_pg = timeshard_run(blob, dsn, *run)
         runs["timeshard sqlite"].append(ts_sqlite)
         runs["timeshard postgres"].append(ts_pg)
         runs["raw sqlite3"].append(
@@ -333,6 +346,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--pg-dsn", default=None, help="use this server instead of a new one")
     parser.add_argument("--quick", action="store_true", help="60 appends per run")
+    parser.add_argument(
+        "--no-compaction",
+        dest="compaction",
+        action="store_false",
+        help="a writer without background compaction and GC (the state grows per append)",
+    )
     args = parser.parse_args()
     if args.quick:
         args.appends = 60
