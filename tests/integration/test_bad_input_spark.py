@@ -34,7 +34,7 @@ from tests.integration.spark_checks import expect_part_error
 
 from timeshard.errors import InvalidUsage
 from timeshard.location import FileBlob, Location
-from timeshard.persist import PersistClient
+from timeshard.persist import PersistClient, PersistConfig
 from timeshard.spark import snapshot_df, typed_errors
 from timeshard.storage.file_source import FileSource
 from timeshard.storage.ingest import Ingestion
@@ -52,9 +52,15 @@ BIG = 100 << 20  # the 100 MB line's payload
 class Pipeline:
     """A FILE source ingested into ``shard`` with a counting clock; restartable."""
 
-    def __init__(self, spark: SparkSession, root: Path, source: Callable[[], FileSource]):
+    def __init__(
+        self,
+        spark: SparkSession,
+        root: Path,
+        source: Callable[[], FileSource],
+        config: PersistConfig | None = None,
+    ):
         self.spark = spark
-        self.client = PersistClient(Location.embedded(root))
+        self.client = PersistClient(Location.embedded(root), config)
         self.source = source
         self.clock = itertools.count(1)
         self.kwargs: dict[str, Any] = {}
@@ -405,7 +411,9 @@ def test_damaged_spark_part_is_reported_and_ingestion_goes_on(
     src.mkdir()
     f = src / "a.jsonl"
     f.write_bytes(b'{"id": 1, "name": "one"}\n')
-    p = Pipeline(spark, tmp_path / "loc", lambda: FileSource("events", src, "json", SCHEMA))
+    # The damaged part must stay in the shard: no background merge may replace it.
+    still = PersistConfig(compaction_enabled=False)
+    p = Pipeline(spark, tmp_path / "loc", lambda: FileSource("events", src, "json", SCHEMA), still)
     t1 = p.start().step()
     append(f, b'{"id": 2, "name": "two"}\n')
     t2 = p.step()
