@@ -95,6 +95,7 @@ def child(args: argparse.Namespace) -> None:
         upper = (shard.fetch_recent_upper().time or 1) - 1
         result["totals"]["final_rows"] = shard.snapshot(upper).num_rows
         shard.expire()
+        ing.close()  # a stopped pipeline holds back no state: GC may delete what it held
         merges = {s: client.compact(s) for s in client.list_shards()}
         for s in client.list_shards():
             client.gc(s)

@@ -87,6 +87,8 @@ class Pipeline:
             self._closed = True
             for view in self.views:
                 view.close()
+            for ingestion in self.ingestions:
+                ingestion.close()
 
 
 def spec_shards(spec: RunSpec) -> list[str]:

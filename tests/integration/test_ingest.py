@@ -139,3 +139,9 @@ def test_idle_ticks_run_no_spark_job_and_keep_the_arrangement(
     rows = reader.snapshot(client.state("kv").upper.time - 1).to_pylist()
     assert all(r["_diff"] == 1 for r in rows)
     assert {r["key"]: r["value"] for r in rows} == want
+    # Closing releases every handle the ingestion held: only the test's reader is left.
+    ing.close()
+    for shard in ("kv", "kv.remap"):
+        state = client.state(shard)
+        assert state.writers == {}, shard
+        assert set(state.leased_readers) == ({reader.reader_id} if shard == "kv" else set())

@@ -25,6 +25,7 @@ from timeshard.persist import (
     PersistConfig,
     Progress,
     Updates,
+    expire_all,
 )
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
@@ -296,3 +297,20 @@ def test_background_compaction_bounds_state_blob_and_consensus(client: PersistCl
     assert rows(r.snapshot(299)) == history[299]
     w.expire()
     assert not w.compactor._thread.is_alive()
+
+
+def test_expire_all_tries_every_handle(client: PersistClient, clock: Clock) -> None:
+    w, r = client.open("s", SCHEMA)
+    gone = client.open_leased_reader("s")
+    clock.now += 5_000  # past the leases
+    w.heartbeat(), r.heartbeat()
+    client.gc("s")  # expires ``gone``
+
+    class Broken:
+        def expire(self) -> None:
+            raise RuntimeError("consensus down")
+
+    with pytest.raises(RuntimeError, match="consensus down"):
+        expire_all([gone, Broken(), w, r])
+    state = client.state("s")
+    assert state.writers == {} and state.leased_readers == {}

@@ -9,7 +9,7 @@ PySpark: a Spark DataFrame handed to ``WriteHandle.batch`` is written by
 from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, updates_schema
 from timeshard.persist._internal.state import HollowBatch, ShardState
 from timeshard.persist._internal.transitions import Appended, OpaqueMismatch
-from timeshard.persist.client import PersistClient, check_shard_id
+from timeshard.persist.client import PersistClient, check_shard_id, expire_all
 from timeshard.persist.compaction import Compactor
 from timeshard.persist.config import PersistConfig
 from timeshard.persist.critical import SinceHandle
@@ -41,5 +41,6 @@ __all__ = [
     "Updates",
     "WriteHandle",
     "check_shard_id",
+    "expire_all",
     "updates_schema",
 ]

@@ -13,10 +13,12 @@ any storage is touched.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
+from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage
+from timeshard.errors import InvalidUsage, LeaseExpired
 from timeshard.location import Location
 from timeshard.location.consensus import check_consensus_key
 from timeshard.persist._internal import transitions as tr
@@ -58,6 +60,24 @@ def _arrow_schema(schema: object) -> pa.Schema:
         f"a shard schema must be a pyarrow.Schema or a Spark StructType, "
         f"got {type(schema).__name__}"
     )
+
+
+def expire_all(handles: Iterable[Any]) -> None:
+    """Expire every handle (writers, leased readers, listens), even if some fail.
+
+    A handle whose lease already ran out is skipped; the first other error is
+    raised once every handle was tried.
+    """
+    first: Exception | None = None
+    for handle in handles:
+        try:
+            handle.expire()
+        except LeaseExpired:
+            continue
+        except Exception as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 class PersistClient:

@@ -38,6 +38,9 @@ class Health:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._last: dict[str, tuple[str, str | None]] = {}
 
+    def close(self) -> None:
+        self._upsert.close()
+
     def report(self, obj: str, status: str, error: str | None = None) -> None:
         """Record ``status`` for ``obj`` (no write if it is unchanged)."""
         if status not in STATUSES:

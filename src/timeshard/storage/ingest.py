@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from timeshard.catalog import record_source
 from timeshard.errors import InvalidUsage, UpperMismatch
-from timeshard.persist import Appended, PersistClient
+from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Frontier
 from timeshard.storage.health import Health
@@ -84,6 +84,11 @@ class Export:
 
     def upper(self) -> Frontier:
         return self.writer.fetch_recent_upper()
+
+    def close(self) -> None:
+        expire_all([self.writer])
+        if self.upsert is not None:
+            self.upsert.close()
 
     def advance(self, lower: int, upper: int) -> Appended | UpperMismatch:
         """Append an empty batch at ``[lower, upper)`` (no Spark job)."""
@@ -156,6 +161,17 @@ class Ingestion:
         self.paused = False
         self._report("starting")
         self._resume_source()
+
+    def close(self) -> None:
+        """Release every shard handle now (the writers' compactors stop).
+
+        Without it they hold the shards' sinces and old states until their
+        leases run out. The ingestion is unusable afterwards.
+        """
+        for export in self.exports.values():
+            export.close()
+        self.remap.close()
+        self.health.close()
 
     def _report(self, status: str, error: str | None = None) -> None:
         for obj in [

@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from timeshard.errors import InvalidUsage
-from timeshard.persist import Appended, Listen, PersistClient, Progress, Updates
+from timeshard.persist import Appended, Listen, PersistClient, Progress, Updates, expire_all
 from timeshard.persist._internal.parts import TS
 from timeshard.progress import Frontier, Timestamp
 
@@ -73,6 +73,11 @@ class Remap:
         self.upper = Frontier.minimum()
         self._listen: Listen | None = None
         self.sync()
+
+    def close(self) -> None:
+        """Release the remap shard: its writer, reader and listen expire now."""
+        expire_all([h for h in (self._listen, self._reader, self._writer) if h is not None])
+        self._listen = None
 
     # -- reading the shard -------------------------------------------------------------------
 

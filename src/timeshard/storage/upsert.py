@@ -44,7 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeshard.errors import InvalidUsage, UpperMismatch
-from timeshard.persist import Appended, PersistClient
+from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Frontier, Timestamp
 
@@ -80,6 +80,10 @@ class FeedbackUpsert:
     @property
     def upper(self) -> Frontier:
         return self._writer.fetch_recent_upper()
+
+    def close(self) -> None:
+        """Release the output shard: the writer and the since hold expire now."""
+        expire_all([self._reader, self._writer])
 
     def apply(
         self, commands: Sequence[UpsertCommand], input_upper: Timestamp

@@ -52,7 +52,7 @@ from typing import Any
 import pyarrow as pa
 
 from timeshard.errors import InvalidUsage, LeaseExpired, SinceError, UpperMismatch
-from timeshard.persist import Appended, PersistClient
+from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.storage.upsert_state import GONE, ArrangedState, unkeyed_error
 
@@ -114,6 +114,11 @@ class SparkFeedbackUpsert:
         finally:
             winners.unpersist()
 
+    def close(self) -> None:
+        """Free the arrangement's cached layers and release the shard's handles."""
+        self.state.clear()
+        expire_all([self._reader, self._writer])
+
     def advance(self, lower: int, input_upper: int) -> Appended | UpperMismatch:
         """Append no updates at ``[lower, input_upper)``: the input had no commands there.
 
@@ -133,8 +138,10 @@ class SparkFeedbackUpsert:
                 return
             except (SinceError, LeaseExpired):
                 pass  # the updates are no longer readable as they were: rehydrate
-            with contextlib.suppress(LeaseExpired):
-                self._reader.expire()  # its since no longer serves: stop holding the shard back
+        # Rehydrate with a new lease. The old reader must expire now: left to its lease,
+        # it would hold the shard's since and old states back for minutes.
+        with contextlib.suppress(LeaseExpired):
+            self._reader.expire()
         self._reader = self.client.open_leased_reader(self.shard_id, self.schema)
         self.state.rehydrate(self._reader, lower)
 
