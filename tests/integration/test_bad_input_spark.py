@@ -69,6 +69,9 @@ class Pipeline:
     def start(self, **kwargs: Any) -> Pipeline:
         self.kwargs = kwargs
         self.restart()
+        # The tests read every time since the start: hold the output's since there
+        # (an UPSERT output's own hold moves along with its upper).
+        self.hold = self.client.open_leased_reader(self.shard)
         return self
 
     def restart(self) -> None:
