@@ -314,3 +314,14 @@ def test_expire_all_tries_every_handle(client: PersistClient, clock: Clock) -> N
         expire_all([gone, Broken(), w, r])
     state = client.state("s")
     assert state.writers == {} and state.leased_readers == {}
+
+
+def test_background_compaction_keeps_up_with_a_fast_writer(client: PersistClient) -> None:
+    """More appends than one compaction round merges still end in the size order."""
+    w = client.open_writer("s", SCHEMA, background_compaction=True)
+    for t in range(400):
+        w.append([((f"k{t}", t), t, 1)], t, t + 1)
+    assert w.compactor.wait_idle(60)
+    assert not w.compactor.errors
+    assert len(client.state("s").batches) <= 12
+    assert client.open_leased_reader("s").snapshot(399).num_rows == 400

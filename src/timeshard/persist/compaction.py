@@ -189,9 +189,7 @@ class Compactor:
             with self._progress:
                 serving = self._requested
             try:
-                self.merges += compact_shard(
-                    self._machine, self._blob, self._writer_id, self._config
-                )
+                self._compact()
                 self._collect_if_due()
             except LeaseExpired:
                 self._stop = True  # the writer is gone: nothing more to serve
@@ -206,6 +204,18 @@ class Compactor:
                 with self._progress:
                     self._done = serving
                     self._progress.notify_all()
+
+    def _compact(self) -> None:
+        """Merge until the size order holds: a fast writer may need more than one round.
+
+        Stops early when a round applied nothing (its merges lost races); the
+        next request tries again.
+        """
+        while not self._stop:
+            applied = compact_shard(self._machine, self._blob, self._writer_id, self._config)
+            self.merges += applied
+            if applied == 0 or choose_merge(self._machine.state, self._config) is None:
+                return
 
     def _collect_if_due(self) -> None:
         seqno = self._machine.state.seqno
