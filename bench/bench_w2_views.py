@@ -70,9 +70,7 @@ def run_timeshard(workload: str, input_dir: Path, out_json: Path, **opts: Any) -
     """Run timeshard's side as a child process (this script with ``--child``)."""
     python = ROOT / ".venv" / "bin" / "python"
     cmd = [str(python), __file__, "--child", "--input", str(input_dir), "--out", str(out_json)]
-    for k in ("interval", "batches", "budget_s", "driver_memory"):
-        if opts.get(k) is not None:
-            cmd += [f"--{k.replace('_', '-')}", str(opts[k])]
+    cmd += report.option_flags(opts)
     report.run_child(cmd, out_json, opts.get("timeout_s", 900), "timeshard", workload)
 
 

@@ -55,9 +55,7 @@ def run(workload: str, input_dir: Path, out_json: Path, **opts: Any) -> None:
     python = report.ensure_venv("delta", REQUIREMENTS)
     cmd = [str(python), __file__, "--workload", workload, "--input", str(input_dir)]
     cmd += ["--out", str(out_json)]
-    for k in ("interval", "batches", "budget_s", "driver_memory"):
-        if opts.get(k) is not None:
-            cmd += [f"--{k.replace('_', '-')}", str(opts[k])]
+    cmd += report.option_flags(opts)
     report.run_child(cmd, out_json, opts.get("timeout_s", 900), SYSTEM, workload)
 
 

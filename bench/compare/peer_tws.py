@@ -54,9 +54,7 @@ def run(workload: str, input_dir: Path, out_json: Path, **opts: Any) -> None:
     python = report.ensure_venv(SYSTEM, REQUIREMENTS)
     cmd = [str(python), __file__, "--workload", workload, "--input", str(input_dir)]
     cmd += ["--out", str(out_json), "--commands", str(opts.get("tws_commands", 20_000))]
-    for k in ("interval", "batches", "driver_memory"):
-        if opts.get(k) is not None:
-            cmd += [f"--{k.replace('_', '-')}", str(opts[k])]
+    cmd += report.option_flags(opts, ("interval", "batches", "driver_memory"))
     budget = min(float(opts.get("budget_s", 170.0)), 170.0)
     cmd += ["--budget-s", str(budget)]
     report.run_child(cmd, out_json, budget + 300, SYSTEM, workload)

@@ -166,6 +166,18 @@ def child_env(python: Path) -> dict[str, str]:
     return env
 
 
+RUN_OPTIONS = ("interval", "batches", "budget_s", "driver_memory")
+
+
+def option_flags(opts: dict[str, Any], keys: Sequence[str] = RUN_OPTIONS) -> list[str]:
+    """The command-line flags of the run options ``keys`` that ``opts`` sets."""
+    flags: list[str] = []
+    for k in keys:
+        if opts.get(k) is not None:
+            flags += [f"--{k.replace('_', '-')}", str(opts[k])]
+    return flags
+
+
 def run_child(
     cmd: Sequence[str], out_json: Path, timeout_s: float, system: str, workload: str
 ) -> None:

@@ -171,3 +171,11 @@ def test_w3_summary_skips_missing_phases() -> None:
     assert w3.median_of(reps, "new_data_s") == 5.0
     assert w3.median_of(reps, "ready_s") is None
     assert w3.summarize(reps)["ok"] is False
+
+
+def test_option_flags_pass_only_the_options_set() -> None:
+    import report
+
+    opts = {"interval": 1.0, "batches": None, "budget_s": 150.0, "timeout_s": 9}
+    assert report.option_flags(opts) == ["--interval", "1.0", "--budget-s", "150.0"]
+    assert report.option_flags(opts, ("batches", "interval")) == ["--interval", "1.0"]

@@ -375,7 +375,9 @@ class NemesisRunner:
         inputs = _InputWriter(events_dir, rng)
         inputs.write()
         client = PersistClient(open_location(blob_uri, consensus_uri))
-        shards = [*_spec_shards(spec)]
+        from timeshard.controller import spec_shards
+
+        shards = spec_shards(spec)
         replicas = [_Replica(i, run_dir) for i in range(config.replicas)]
         try:
             for r in replicas:
@@ -626,12 +628,6 @@ def _list_shards(client: PersistClient, attempts: int = 20) -> list[str]:
                 raise
             time.sleep(0.5)
     raise AssertionError("unreachable")
-
-
-def _spec_shards(spec: RunSpec) -> list[str]:
-    from timeshard.controller import spec_shards
-
-    return spec_shards(spec)
 
 
 def _events(log: Path) -> list[dict[str, Any]]:
