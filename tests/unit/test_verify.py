@@ -233,12 +233,29 @@ def test_corrupt_state_is_a_finding_not_a_crash(client: PersistClient) -> None:
     assert report.objects["other"].findings == 0 and report.objects["other"].times
 
 
-def test_since_beyond_upper_is_a_note(client: PersistClient) -> None:
+def test_a_hold_beyond_the_upper_leaves_upper_minus_one_readable(
+    client: PersistClient,
+) -> None:
     write_orders(client)
     client.open_leased_reader("orders").downgrade_since(9)
     report = verify_location(client, samples=3, seed=1)
     assert report.ok
-    assert report.objects["orders"].notes == ["no readable time: since [9], upper [5]"]
+    assert report.objects["orders"].notes == []
+    assert client.state("orders").since == Frontier(4)
+
+
+def test_since_beyond_upper_minus_one_is_a_finding(client: PersistClient) -> None:
+    write_orders(client)
+    consensus = client.location.consensus
+    state = client.state("orders")
+    broken = replace(state, seqno=state.seqno + 1, since=Frontier(9))
+    consensus.compare_and_set(
+        "orders", state.seqno, VersionedData(broken.seqno, encode_state(broken))
+    )
+    report = verify_location(client, samples=3, seed=1)
+    f = only(report)
+    assert (f.object, f.check) == ("orders", "frontiers")
+    assert "beyond upper - 1" in f.message
 
 
 def test_rows_are_truncated_with_a_count(client: PersistClient) -> None:

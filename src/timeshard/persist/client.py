@@ -30,6 +30,7 @@ from timeshard.persist.config import PersistConfig
 from timeshard.persist.critical import SinceHandle
 from timeshard.persist.fetch import UnleasedReader
 from timeshard.persist.gc import GcReport, collect_garbage
+from timeshard.persist.heartbeat import Heartbeats
 from timeshard.persist.read import ReadHandle
 from timeshard.persist.write import WriteHandle
 
@@ -86,6 +87,7 @@ class PersistClient:
     def __init__(self, location: Location, config: PersistConfig | None = None) -> None:
         self.location = location
         self.config = config or PersistConfig()
+        self.heartbeats = Heartbeats(self.config)
 
     def _machine(self, shard_id: str, schema: pa.Schema | object | None) -> Machine:
         check_shard_id(shard_id)
@@ -126,7 +128,14 @@ class PersistClient:
                 wid,
                 self.config,
             )
-        return WriteHandle(machine, self.location.blob, wid, self.config, compactor=compactor)
+        return WriteHandle(
+            machine,
+            self.location.blob,
+            wid,
+            self.config,
+            compactor=compactor,
+            heartbeats=self.heartbeats,
+        )
 
     def open_leased_reader(self, shard_id: str, schema: pa.Schema | None = None) -> ReadHandle:
         """Register a leased reader; its since starts at the shard's since."""
@@ -134,7 +143,7 @@ class PersistClient:
         rid = f"r{uuid.uuid4().hex}"
         now = self.config.now_ms()
         machine.apply(lambda s: tr.register_leased_reader(s, rid, now, self.config.reader_lease_ms))
-        return ReadHandle(machine, self.location.blob, rid, self.config)
+        return ReadHandle(machine, self.location.blob, rid, self.config, self.heartbeats)
 
     def open_unleased_reader(self, shard_id: str) -> UnleasedReader:
         """A reader that writes nothing to consensus (read-only replicas, tools)."""
@@ -158,6 +167,11 @@ class PersistClient:
         machine = self._machine(shard_id, schema)
         reader = machine.apply(lambda s: tr.register_critical_reader(s, reader_id, initial_opaque))
         return SinceHandle(machine, reader_id, reader.opaque)
+
+    def drop_critical_since(self, shard_id: str, reader_id: str) -> bool:
+        """Remove the critical since hold ``reader_id``; True if there was one."""
+        machine = self._machine(shard_id, None)
+        return bool(machine.apply(lambda s: tr.expire_critical_reader(s, reader_id)))
 
     def list_shards(self) -> list[str]:
         """Every shard id of the location."""

@@ -23,6 +23,9 @@ class PersistConfig:
     reader_lease_ms: int = 15 * 60 * 1000
     writer_lease_ms: int = 15 * 60 * 1000
     max_attempts: int = 60
+    #: How long an apply whose compare-and-set may have committed keeps trying to
+    #: learn the outcome before it raises Indeterminate.
+    indeterminate_timeout_ms: int = 10 * 60 * 1000
     backoff_ms: float = 2.0
     max_backoff_ms: float = 500.0
     blob_target_part_rows: int = 1_000_000
@@ -33,6 +36,10 @@ class PersistConfig:
     #: truncates consensus) once the shard's state advanced this many versions
     #: since its last collection.
     gc_interval_versions: int = 64
+    #: Every writer and leased reader renews its lease in the background at least
+    #: this often (a live process is seen as alive by its heartbeats); 0 turns the
+    #: background heartbeats off (tests that drive the clock by hand).
+    heartbeat_interval_ms: int = 10_000
     clock: Callable[[], int] = field(default=wall_clock_ms)
 
     def now_ms(self) -> int:

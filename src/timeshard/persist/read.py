@@ -53,6 +53,7 @@ from timeshard.persist._internal.parts import (
 from timeshard.persist._internal.state import ShardState, decode_schema
 from timeshard.persist.config import PersistConfig
 from timeshard.persist.fetch import parts_at
+from timeshard.persist.heartbeat import Heartbeats
 from timeshard.progress import Frontier, Timestamp, check_timestamp, frontier
 
 
@@ -78,13 +79,25 @@ ListenEvent = Updates | Progress
 class ReadHandle:
     """A leased reader of one shard. Runs on the driver."""
 
-    def __init__(self, machine: Machine, blob: Blob, reader_id: str, config: PersistConfig) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        blob: Blob,
+        reader_id: str,
+        config: PersistConfig,
+        heartbeats: Heartbeats | None = None,
+    ) -> None:
         self._machine = machine
         self._blob = blob
         self.reader_id = reader_id
         self._config = config
         self.schema: pa.Schema = decode_schema(machine.state.schema)
         self._last_heartbeat = config.now_ms()
+        #: Set when the lease ran out: the handle is gone and must be opened anew.
+        self.lease_lost = False
+        self._heartbeats = heartbeats
+        if heartbeats is not None:
+            heartbeats.register(self)
 
     @property
     def shard_id(self) -> str:
@@ -151,7 +164,15 @@ class ReadHandle:
         self._machine.apply(
             lambda s: tr.register_leased_reader(s, child_id, now, self._config.reader_lease_ms)
         )
-        return Listen(self._machine, self._blob, child_id, self._config, self.schema, as_of)
+        return Listen(
+            self._machine,
+            self._blob,
+            child_id,
+            self._config,
+            self.schema,
+            as_of,
+            self._heartbeats,
+        )
 
     def downgrade_since(self, new_since: Frontier | Timestamp | None) -> Frontier:
         """Let compaction advance times up to ``new_since``; return the shard since."""
@@ -171,8 +192,19 @@ class ReadHandle:
         self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, True))
         self._last_heartbeat = now
 
+    def renew_lease(self) -> None:
+        """Renew the lease keeping the held state (the background heartbeat)."""
+        now = self._config.now_ms()
+        self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, False))
+        self._last_heartbeat = now
+
+    def last_renewal_ms(self) -> int:
+        return self._last_heartbeat
+
     def expire(self) -> None:
         """Deregister: this reader no longer holds back since or GC."""
+        if self._heartbeats is not None:
+            self._heartbeats.unregister(self)
         self._machine.apply(lambda s: tr.expire_leased_reader(s, self.reader_id))
 
     def _hold_state(self) -> ShardState:
@@ -205,6 +237,7 @@ class Listen:
         config: PersistConfig,
         schema: pa.Schema,
         as_of: Timestamp,
+        heartbeats: Heartbeats | None = None,
     ) -> None:
         self._machine = machine
         self._blob = blob
@@ -212,6 +245,11 @@ class Listen:
         self._config = config
         self._schema = schema
         self.frontier = Frontier(as_of + 1)
+        self._last_heartbeat = config.now_ms()
+        self.lease_lost = False
+        self._heartbeats = heartbeats
+        if heartbeats is not None:
+            heartbeats.register(self)
 
     def poll(self) -> list[ListenEvent]:
         """The events available now, without blocking (possibly none)."""
@@ -263,7 +301,17 @@ class Listen:
         while not self.frontier.is_empty():
             yield from self.next()
 
+    def renew_lease(self) -> None:
+        now = self._config.now_ms()
+        self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, False))
+        self._last_heartbeat = now
+
+    def last_renewal_ms(self) -> int:
+        return self._last_heartbeat
+
     def expire(self) -> None:
+        if self._heartbeats is not None:
+            self._heartbeats.unregister(self)
         self._machine.apply(lambda s: tr.expire_leased_reader(s, self.reader_id))
 
     def _downgrade(self) -> None:
@@ -273,6 +321,7 @@ class Listen:
             target = Frontier(max(self.frontier.time - 1, 0))
         now = self._config.now_ms()
         self._machine.apply(lambda s: tr.downgrade_since(s, self.reader_id, target, now))
+        self._last_heartbeat = now
 
 
 __all__ = ["Listen", "ListenEvent", "Progress", "ReadHandle", "Updates"]

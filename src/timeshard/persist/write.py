@@ -43,6 +43,7 @@ from timeshard.persist._internal.parts import DIFF, TS, PartMeta, conform
 from timeshard.persist._internal.state import decode_schema, encode_schema
 from timeshard.persist._internal.transitions import Appended
 from timeshard.persist.config import PersistConfig
+from timeshard.persist.heartbeat import Heartbeats
 from timeshard.progress import Description, Frontier, frontier
 
 BATCH_ENCODING_VERSION = 1
@@ -125,6 +126,7 @@ class WriteHandle:
         config: PersistConfig,
         *,
         compactor: Any = None,
+        heartbeats: Heartbeats | None = None,
     ) -> None:
         self._machine = machine
         self._blob = blob
@@ -135,6 +137,11 @@ class WriteHandle:
         self._compactor = compactor
         self._lock = threading.Lock()
         self._last_heartbeat = config.now_ms()
+        #: Set when the lease ran out: the handle is gone and must be opened anew.
+        self.lease_lost = False
+        self._heartbeats = heartbeats
+        if heartbeats is not None:
+            heartbeats.register(self)
 
     @property
     def shard_id(self) -> str:
@@ -224,13 +231,22 @@ class WriteHandle:
         new_upper: Frontier | int | None,
         *,
         token: str | None = None,
+        since_floor: int | None = None,
     ) -> Appended | UpperMismatch:
-        """Append ``batches`` as ``[expected_upper, new_upper)`` if the upper is expected."""
+        """Append ``batches`` as ``[expected_upper, new_upper)`` if the upper is expected.
+
+        ``since_floor`` (a time before ``new_upper``) raises the shard's since,
+        and every reader's, to it in the same step: the times before it are
+        declared unreadable (see ``transitions.compare_and_append``).
+        """
         expected, new = frontier(expected_upper), frontier(new_upper)
         if not expected <= new:
             raise InvalidUsage(
                 f"invalid bounds: expected upper {expected} is beyond new upper {new}"
             )
+        floor = None if since_floor is None else frontier(since_floor)
+        if floor is not None and not floor < new:
+            raise InvalidUsage(f"since_floor {since_floor} is not before the new upper {new}")
         for b in batches:
             b._check_staged("append")
             if b.shard_id != self.shard_id:
@@ -258,6 +274,7 @@ class WriteHandle:
                 new_upper=new,
                 token=token_,
                 now_ms=self._config.now_ms(),
+                since_floor=floor,
             )
         )
         assert isinstance(result, Appended | UpperMismatch), result
@@ -299,11 +316,19 @@ class WriteHandle:
         self._machine.apply(lambda s: tr.heartbeat_writer(s, self.writer_id, now))
         self._last_heartbeat = now
 
+    renew_lease = heartbeat
+
+    def last_renewal_ms(self) -> int:
+        return self._last_heartbeat
+
     def expire(self) -> None:
         """Deregister this writer; its unappended batches become garbage for GC.
 
-        Stops its background compactor first (waiting for a merge in flight).
+        Stops its background compactor and heartbeats first (waiting for a
+        merge in flight).
         """
+        if self._heartbeats is not None:
+            self._heartbeats.unregister(self)
         if self._compactor is not None:
             self._compactor.close()
         self._machine.apply(lambda s: tr.expire_writer(s, self.writer_id))

@@ -3,9 +3,9 @@
 A location is verified object by object, against the semantics of DESIGN.md
 ("Semantics every test can check"). For every shard:
 
-1. ``since <= upper`` -- or rather: a since beyond the upper is allowed (a
-   reader may hold its since past the upper, see ``persist/_internal/state``),
-   but it leaves no readable time, which is reported as a note;
+1. the shard is readable at ``upper - 1``: its since is at most ``upper - 1``
+   (persist never moves it further, see ``persist/_internal/state``); a shard
+   never written to (upper ``[0]``) has no readable time, which is a note;
 2. the batch descriptions start at ``[0]``, are contiguous and
    non-overlapping, and end at the shard upper;
 3. every part a batch references exists, decodes (pyarrow path), and has the

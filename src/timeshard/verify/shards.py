@@ -300,7 +300,17 @@ def check_shard(
         report.add(f)
     span = readable_range(state)
     if span is None:
-        obj.notes.append(f"no readable time: since {state.since}, upper {state.upper}")
+        if state.upper.time:  # written to, yet upper - 1 is not readable
+            report.add(
+                Finding(
+                    shard_id,
+                    "frontiers",
+                    f"since {state.since} is beyond upper - 1 (upper {state.upper}): "
+                    "the last written time is not readable",
+                )
+            )
+        else:
+            obj.notes.append(f"no readable time: since {state.since}, upper {state.upper}")
         return
     reader = client.open_unleased_reader(shard_id)
     first, end = span

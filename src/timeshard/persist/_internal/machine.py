@@ -18,15 +18,23 @@ Invariants:
    applies the transition again; transitions are idempotent on re-application
    (see ``transitions``), so an effect is never applied twice.
 4. The machine gives up after ``PersistConfig.max_attempts`` failed storage
-   calls; it raises :class:`Indeterminate` if any compare-and-set of this
-   ``apply`` may have committed, else :class:`Determinate`. Mismatches
-   because of other writers are not failures and are retried without limit.
+   calls if none of them may have committed, raising :class:`Determinate`.
+   Once one may have (an indeterminate compare-and-set), it goes on until the
+   outcome is known -- the transition, re-applied to a fetched head, finds its
+   own effect or decides on a state it surely is not in -- for up to
+   ``PersistConfig.indeterminate_timeout_ms``, and only then raises
+   :class:`Indeterminate`. Mismatches because of other writers are not
+   failures and are retried without limit.
+5. A transition that finds its handle gone (LeaseExpired) after an attempt
+   that may have committed raises :class:`Indeterminate`: the effect may be
+   there even though the handle is not.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TypeVar
@@ -98,11 +106,17 @@ class Machine:
         state = self.state
         failures = 0
         maybe_applied = False
+        deadline: float | None = None
         fresh = self._state is None
         while True:
             try:
                 new, result = transition(state)
-            except (LeaseExpired, Fenced):
+            except (LeaseExpired, Fenced) as e:
+                if fresh and maybe_applied and isinstance(e, LeaseExpired):
+                    raise Indeterminate(
+                        f"shard {self.shard_id!r}: an attempt may have committed, and then "
+                        f"the handle was gone: {e}"
+                    ) from e
                 if fresh:
                     raise
                 state, fresh = self.fetch(), True
@@ -124,18 +138,34 @@ class Machine:
             except ExternalError as e:
                 failures += 1
                 maybe_applied = maybe_applied or isinstance(e, Indeterminate)
-                if failures >= self.config.max_attempts:
+                if maybe_applied and deadline is None:
+                    deadline = time.monotonic() + self.config.indeterminate_timeout_ms / 1000
+                if self._out_of_attempts(failures, deadline):
                     raise self._give_up(e, maybe_applied) from e
                 self._backoff(failures)
-                try:
-                    state, fresh = self.fetch(), True
-                except ExternalError as fetch_error:
-                    raise self._give_up(fetch_error, maybe_applied) from fetch_error
+                state, fresh = self._refetch(failures, deadline, maybe_applied), True
                 continue
             if outcome is CaSResult.COMMITTED:
-                self._state = new
+                if self._state is None or new.seqno > self._state.seqno:
+                    self._state = new  # a concurrent apply may have seen a newer one
                 return result
             state, fresh = self.fetch(), True
+
+    def _out_of_attempts(self, failures: int, deadline: float | None) -> bool:
+        if deadline is None:
+            return failures >= self.config.max_attempts
+        return time.monotonic() >= deadline
+
+    def _refetch(self, failures: int, deadline: float | None, maybe_applied: bool) -> ShardState:
+        """The head, re-read until it can be (an indeterminate outcome must be resolved)."""
+        while True:
+            try:
+                return self.fetch()
+            except ExternalError as e:
+                failures += 1
+                if self._out_of_attempts(failures, deadline):
+                    raise self._give_up(e, maybe_applied) from e
+                self._backoff(failures)
 
     def _give_up(self, error: ExternalError, maybe_applied: bool) -> ExternalError:
         kind = Indeterminate if maybe_applied or isinstance(error, Indeterminate) else Determinate

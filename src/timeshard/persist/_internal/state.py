@@ -8,8 +8,12 @@ sequence number :attr:`ShardState.seqno` as UTF-8 JSON with an explicit
 
 Invariants:
 
-1. ``since <= upper`` is not required (a reader may hold since beyond the
-   upper), but ``since`` and ``upper`` never regress.
+1. ``since`` and ``upper`` never regress, and the shard stays readable at
+   ``upper - 1``: the since is never raised past ``upper - 1`` (past ``0`` for
+   an empty shard), even where every reader lets go of more -- a reader may
+   hold its own since beyond that, it just does not move the shard's. (The one
+   exception is an explicit ``since_floor`` of ``compare_and_append``, which
+   declares the times before it unreadable in the same step that writes them.)
 2. The batches are contiguous: the first starts at ``[0]``, each ``lower``
    equals the previous ``upper``, and the last ``upper`` equals the shard upper.
 3. ``since`` is the meet of every reader's since, and never regresses when a
@@ -203,7 +207,11 @@ class ShardState:
         return sum(b.size_in_bytes for b in self.batches)
 
     def with_since_recomputed(self) -> ShardState:
-        """Set ``since`` to the meet of all reader sinces, never regressing it."""
+        """Set ``since`` to the meet of all reader sinces, never regressing it.
+
+        The result is at most ``upper - 1`` (invariant 1): whoever holds what,
+        the last written time stays readable.
+        """
         holds = [r.since for r in self.leased_readers.values()]
         holds += [r.since for r in self.critical_readers.values()]
         if not holds:
@@ -211,6 +219,8 @@ class ShardState:
         meet = holds[0]
         for h in holds[1:]:
             meet = meet.meet(h)
+        if self.upper.time is not None:
+            meet = meet.meet(Frontier(max(self.upper.time - 1, 0)))
         return replace(self, since=self.since.join(meet))
 
     def check_contiguous(self) -> None:

@@ -100,15 +100,26 @@ def compare_and_append(
     new_upper: Frontier,
     token: str,
     now_ms: int,
+    since_floor: Frontier | None = None,
 ) -> Transition:
     """Append ``parts`` as the batch ``[expected_upper, new_upper)``.
 
     ``owners`` are the writers that staged the parts; each must still be
     registered, or GC may already have deleted their staged parts.
+
+    ``since_floor`` (before ``new_upper``) raises the shard's since and every
+    reader's to at least it in the same step: the writer declares that the
+    shard's content before it is not what it should be (a view whose inputs
+    compacted past its upper writes its content at the floor; times before it
+    must not be read).
     """
+    known = state.writers.get(writer_id)
+    if known is not None and known.most_recent_token == token:
+        return None, Appended(known.most_recent_upper, state.seqno)
+    landed = _landed(state, parts)
+    if landed is not None:  # an earlier, indeterminate attempt committed it
+        return None, landed
     writer = _writer(state, writer_id)
-    if writer.most_recent_token == token:
-        return None, Appended(writer.most_recent_upper, state.seqno)
     for owner in owners:
         _writer(state, owner)
     if state.upper != expected_upper:
@@ -124,7 +135,35 @@ def compare_and_append(
         writer_id: WriterState(now_ms, writer.lease_duration_ms, token, new_upper),
     }
     new = replace(state, batches=tuple(batches), upper=new_upper, writers=writers)
+    if since_floor is not None:
+        new = _raise_since(new, since_floor)
     return new, Appended(new_upper, state.seqno + 1)
+
+
+def _landed(state: ShardState, parts: tuple[PartMeta, ...]) -> Appended | None:
+    """``Appended`` if a batch of ``state`` already holds exactly ``parts``.
+
+    Part keys are unique per staged batch, so finding them means this append
+    committed before (its writer may have lost its lease since).
+    """
+    if not parts:
+        return None
+    keys = {p.key for p in parts}
+    for b in state.batches:
+        if {p.key for p in b.parts} == keys:
+            return Appended(b.desc.upper, state.seqno)
+    return None
+
+
+def _raise_since(state: ShardState, floor: Frontier) -> ShardState:
+    leased = {k: replace(r, since=r.since.join(floor)) for k, r in state.leased_readers.items()}
+    critical = {k: replace(r, since=r.since.join(floor)) for k, r in state.critical_readers.items()}
+    return replace(
+        state,
+        since=state.since.join(floor),
+        leased_readers=leased,
+        critical_readers=critical,
+    )
 
 
 def heartbeat_writer(state: ShardState, writer_id: str, now_ms: int) -> Transition:
@@ -206,6 +245,14 @@ def expire_leased_reader(state: ShardState, reader_id: str) -> Transition:
     return replace(state, leased_readers=readers).with_since_recomputed(), True
 
 
+def expire_critical_reader(state: ShardState, reader_id: str) -> Transition:
+    """Remove a critical since hold (a dropped view's hold on an input, say)."""
+    if reader_id not in state.critical_readers:
+        return None, False
+    readers = {k: v for k, v in state.critical_readers.items() if k != reader_id}
+    return replace(state, critical_readers=readers).with_since_recomputed(), True
+
+
 def expire_leases(state: ShardState, now_ms: int) -> Transition:
     """Remove every writer and leased reader whose lease ran out before ``now_ms``."""
     writers = {k: v for k, v in state.writers.items() if not v.expired(now_ms)}
@@ -248,6 +295,7 @@ __all__ = [
     "compare_and_append",
     "compare_and_downgrade_since",
     "downgrade_since",
+    "expire_critical_reader",
     "expire_leased_reader",
     "expire_leases",
     "expire_writer",
