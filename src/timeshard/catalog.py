@@ -22,8 +22,10 @@ Definitions:
 
 * ``view``: ``inputs`` (alias -> shard), ``sql`` (null for a view defined by a
   Python function, whose ``function`` then names it, ``module:qualname``),
-  ``refresh_every_ms`` and ``as_of`` (the view's shard equals its query at
-  every time ``>= as_of``; before it, it may hold nothing);
+  ``refresh_every_ms``, ``retain_history_ms``, ``holds`` (input shard -> the
+  critical since handle the view holds it with, see
+  :mod:`timeshard.persist.holds`) and ``as_of`` (the view's shard equals its
+  query at every time ``>= as_of``; before it, it may hold nothing);
 * ``source``: ``source_kind`` (``key_value`` | ``counter`` | ``auction`` |
   ``tpch`` | ``file``, or ``other`` with ``class``), ``options`` (a FILE
   source's ``name``, ``path``, ``format``, ``columns`` as ``[name, type
@@ -61,6 +63,7 @@ import pyarrow as pa
 from timeshard.errors import CorruptState, InvalidUsage
 from timeshard.persist import Appended, PersistClient
 from timeshard.persist._internal.parts import ERR
+from timeshard.persist.holds import view_hold_id
 from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
 
 if TYPE_CHECKING:
@@ -212,6 +215,7 @@ def view_entry(definition: ViewDefinition, as_of: int) -> CatalogEntry:
     if function is not None:
         module = getattr(function, "__module__", None) or "?"
         name = f"{module}:{getattr(function, '__qualname__', type(function).__name__)}"
+    inputs = sorted(set(definition.inputs.values()))
     return CatalogEntry(
         definition.name,
         "view",
@@ -220,6 +224,8 @@ def view_entry(definition: ViewDefinition, as_of: int) -> CatalogEntry:
             "sql": definition.sql,
             "function": name,
             "refresh_every_ms": definition.refresh_every_ms,
+            "retain_history_ms": definition.retain_history_ms,
+            "holds": {shard: view_hold_id(definition.name) for shard in inputs},
             "as_of": as_of,
         },
     )

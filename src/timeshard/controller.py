@@ -48,7 +48,13 @@ class Pipeline:
         self.client = client
         self.ingestions = [
             Ingestion(
-                spark, client, source, envelope=s.envelope, key_columns=s.key_columns, clock=clock
+                spark,
+                client,
+                source,
+                envelope=s.envelope,
+                key_columns=s.key_columns,
+                clock=clock,
+                retain_history_ms=s.retain_history_ms,
             )
             for s, source in zip(spec.source, sources, strict=True)
         ]
@@ -58,7 +64,13 @@ class Pipeline:
             MaterializedView.install(
                 spark,
                 client,
-                ViewDefinition(v.name, v.inputs, v.sql, refresh_every_ms=v.refresh_every_ms),
+                ViewDefinition(
+                    v.name,
+                    v.inputs,
+                    v.sql,
+                    refresh_every_ms=v.refresh_every_ms,
+                    retain_history_ms=v.retain_history_ms,
+                ),
                 tick_interval_s=view_tick_s,
             )
             for v in spec.view

@@ -311,6 +311,8 @@ def test_recording_a_view_is_idempotent(client: PersistClient) -> None:
         "sql": "SELECT 1 AS x",
         "function": None,
         "refresh_every_ms": 60,
+        "retain_history_ms": None,
+        "holds": {"auctions": "view.v", "bids": "view.v"},
         "as_of": 5,
     }
     changed = ViewDefinition("v", {"a": "auctions"}, "SELECT 2 AS x")

@@ -8,16 +8,23 @@
 
 ``install`` creates the view's shard (unless read-only) with the schema Spark
 derives from the query, and starts a sink at ``as_of`` -- by default the
-earliest time every input can still be read at, or the view shard's upper if
-the view already exists. A read-only install writes nothing to consensus
+earliest time every input can still be read at, or the view shard's upper - 1
+if the view already exists. A read-only install writes nothing to consensus
 until ``promote``; ``generation`` is the deploy generation (a newer one fences
 the older ones when it is promoted).
+
+A writing view holds its inputs durably (``view.<name>`` critical since
+handles, named in its catalog entry), so that its inputs stay readable where
+it resumes while no replica runs; ``close`` keeps those holds, ``drop``
+releases them. Each step reports the view's health (``running``, or
+``stalled`` with the error while its sink retries a fault).
 
 Runs on the driver; Spark does the data work.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -29,6 +36,9 @@ from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
 from timeshard.persist.client import check_shard_id
 from timeshard.progress import Frontier, Timestamp
+from timeshard.storage.health import Health
+
+log = logging.getLogger(__name__)
 
 
 class MaterializedView:
@@ -45,6 +55,8 @@ class MaterializedView:
         self.sink = sink
         self.desired = desired
         self.tick_interval_s = tick_interval_s
+        self._health: Health | None = None
+        self._status: tuple[str, str | None] | None = None
 
     @staticmethod
     def install(
@@ -91,6 +103,7 @@ class MaterializedView:
             generation=generation,
             input_shards=tuple(definition.inputs.values()),
             background_io=background_io,
+            retain_history_ms=definition.retain_history_ms,
         )
         if defaulted and not read_only:
             # The inputs' since may have moved on between choosing as_of and holding it.
@@ -98,6 +111,7 @@ class MaterializedView:
             if held.time is not None and held.time > sink.as_of:
                 sink.as_of = held.time
         if not read_only:  # a read-only replica records its definition when promoted
+            desired.use_leases()
             record_view(client, definition, sink.as_of)
         return MaterializedView(definition, sink, desired, tick_interval_s)
 
@@ -125,14 +139,31 @@ class MaterializedView:
         return self.sink.stats
 
     def step(self) -> None:
+        """One tick of the sink, then its health (faults are retried, not raised)."""
         self.sink.step()
+        self._report_health()
+
+    def _report_health(self) -> None:
+        if self.sink.read_only:
+            return  # a read-only replica writes nothing
+        error = self.sink.last_error
+        status = ("running", None) if error is None else ("stalled", error)
+        if status == self._status:
+            return
+        try:
+            if self._health is None:
+                self._health = Health(self.sink.client)
+            self._health.report(self.name, *status)
+            self._status = status
+        except Exception as e:  # health is best effort: the next step tries again
+            log.warning("view %s: cannot record health %s: %s", self.name, status, e)
 
     def run_for(self, seconds: float) -> None:
         """Tick every ``tick_interval_s`` for ``seconds``."""
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             started = time.monotonic()
-            self.sink.step()
+            self.step()
             time.sleep(max(0.0, self.tick_interval_s - (time.monotonic() - started)))
 
     def catch_up(self, timeout_s: float = 300.0) -> Frontier:
@@ -143,13 +174,28 @@ class MaterializedView:
 
     def promote(self) -> None:
         self.sink.promote()
+        self.desired.use_leases()
         record_view(self.sink.client, self.definition, self.sink.as_of)
 
     def frontiers(self) -> SinkFrontiers:
         return self.sink.frontiers()
 
     def close(self) -> None:
+        """Stop: release the writer, leases and I/O thread; the durable holds stay."""
         self.sink.close()
+        self.desired.close()
+        if self._health is not None:
+            self._health.close()
+            self._health = None
+
+    def drop(self) -> None:
+        """Close, release the view's durable holds, and record it as dropped."""
+        self.sink.drop()
+        self.desired.close()
+        health = self._health or Health(self.sink.client)
+        health.report(self.name, "dropped")
+        health.close()
+        self._health = None
 
 
 __all__ = ["MaterializedView"]

@@ -38,8 +38,23 @@ empty and no part is written.
 
 **append** appends the staged batch with ``compare_and_append_batch``. On
 ``UpperMismatch`` another replica won: the batch is deleted and the next tick
-mints from the new upper. If the shard upper is below ``as_of``, append first
-bumps it to ``as_of`` with an empty batch.
+mints from the new upper. If the shard upper is below ``as_of`` (the view's
+inputs compacted past it while no one held them), the batch carries desired
+at ``as_of`` and raises the shard's since to ``as_of`` in the same append, so
+no time before ``as_of`` -- whose content no query produced -- stays readable.
+
+Holds. Once writing, the sink holds each input durably (a critical since
+handle ``view.<name>``, see :mod:`timeshard.persist.holds`) at its upper - 1,
+the time it reads its inputs at after a restart, never later; its own shard
+keeps ``upper - 1`` readable through the deploy handle, or further back with
+``retain_history_ms``.
+
+Faults. A step never stops the sink for good: any failure (storage, Spark,
+a lost lease) is recorded in ``last_error``, everything in memory that may
+be stale is dropped (buffer, the last written snapshot, the minted lower),
+handles whose lease ran out are opened anew, and the next step starts again
+from persist. Only query errors that follow from the data (SQLSTATE class
+22, see :func:`timeshard.compute.view.is_data_error`) become err rows.
 
 Read-only mode mints nothing and writes nothing to consensus (not even a
 registration); it keeps the buffer pruned to times beyond the shard upper and
@@ -60,12 +75,16 @@ invariants, after seed 002's "channel ordering requirements":
 3. append: a description's append is issued only after its batch is staged,
    and descriptions are appended in the order they were minted; a command is
    never reordered behind a later one.
+4. the worker touches only the writer and the batch it was handed; what the
+   sink remembers of an append (the written snapshot, stats) is updated on the
+   tick thread when it collects the command's result.
 
 Everything here runs on the driver; Spark jobs run on the cluster.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -75,9 +94,18 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from timeshard.errors import ExternalError, Fenced, InvalidUsage, TimeshardError, UpperMismatch
-from timeshard.persist import Appended, OpaqueMismatch, PersistClient, SinceHandle, WriteHandle
+from timeshard.compute.view import is_data_error
+from timeshard.errors import Fenced, Indeterminate, InvalidUsage, LeaseExpired, UpperMismatch
+from timeshard.persist import (
+    Appended,
+    OpaqueMismatch,
+    PersistClient,
+    SinceHandle,
+    WriteHandle,
+    expire_all,
+)
 from timeshard.persist.fetch import UnleasedReader
+from timeshard.persist.holds import DurableHold, RetainedHistory, view_hold_id
 from timeshard.progress import Description, Frontier, Timestamp
 
 log = logging.getLogger(__name__)
@@ -109,6 +137,7 @@ class SinkStats:
     parts_written: int = 0
     empty_appends: int = 0
     query_errors: int = 0
+    failures: int = 0
     consensus_writes: int = 0
     last_tick_s: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -167,6 +196,16 @@ class IoWorker:
         self._pool.shutdown(wait=True)
 
 
+@dataclass(frozen=True, slots=True)
+class _Outcome:
+    """What the I/O worker did for one description (read on the tick thread)."""
+
+    result: Appended | UpperMismatch | None
+    upper: Frontier
+    rows: int = 0
+    parts: int = 0
+
+
 class MvSink:
     """Keeps the shard ``shard_id`` equal to ``desired`` at every time ``>= as_of``."""
 
@@ -185,6 +224,7 @@ class MvSink:
         background_io: bool = True,
         max_buffered_times: int = 64,
         stage: Callable[[WriteHandle, Any, Description], Any] | None = None,
+        retain_history_ms: int | None = None,
     ) -> None:
         if generation < 0:
             raise InvalidUsage(f"generation must be non-negative, got {generation}")
@@ -198,15 +238,19 @@ class MvSink:
         self.generation = generation
         self.input_shards = input_shards
         self.max_buffered_times = max_buffered_times
+        self.retain_history_ms = retain_history_ms
         self.stats = SinkStats()
+        #: The last failure of a step (None once a step went through), for health.
+        self.last_error: str | None = None
         self._stage = stage or (lambda w, updates, d: w.batch(updates, d.lower, d.upper))
         self._mint = Mint()
         self._buffer: dict[Timestamp, Any] = {}
         self._written: tuple[Frontier, Any] | None = None
         self._writer: WriteHandle | None = None
         self._deploy: SinceHandle | None = None
-        self._input_holds: list[Any] = []
-        self._inflight: Future[Any] | None = None
+        self._input_holds: list[DurableHold] = []
+        self._retain: RetainedHistory | None = None
+        self._inflight: tuple[Future[_Outcome], Description, Any] | None = None
         self._io = IoWorker(f"mv-sink-io-{shard_id}") if background_io else None
         if shard_id not in client.list_shards():
             raise InvalidUsage(f"unknown shard id {shard_id!r}: create the view's shard first")
@@ -239,9 +283,15 @@ class MvSink:
                 )
         deploy.opaque = gen
         self._deploy = deploy
-        self._writer = self.client.open_writer(self.shard_id, background_compaction=True)
-        self._input_holds = [self.client.open_leased_reader(s) for s in self.input_shards]
+        self._open_handles()
         self.read_only = False
+
+    def _open_handles(self) -> None:
+        """The writer, the durable input holds and the retained history."""
+        self._writer = self.client.open_writer(self.shard_id, background_compaction=True)
+        hold = view_hold_id(self.shard_id)
+        self._input_holds = [DurableHold(self.client, s, hold) for s in self.input_shards]
+        self._retain = RetainedHistory.configure(self.client, self.shard_id, self.retain_history_ms)
 
     def inputs_since(self) -> Frontier:
         """The join of the sinces this sink holds on its inputs (minimum if it holds none)."""
@@ -251,14 +301,28 @@ class MvSink:
         return since
 
     def close(self) -> None:
-        """Wait for in-flight I/O, then stop the worker. Handles expire with their leases."""
-        self._await_inflight()
+        """Wait for in-flight I/O, stop the worker and expire the writer.
+
+        The durable input holds stay (a stopped view still needs its inputs
+        readable where it will resume); :meth:`drop` releases them.
+        """
+        with contextlib.suppress(Exception):
+            self._collect_inflight()
         if self._io is not None:
             self._io.close()
-        for b in self._buffer.values():
-            self.engine.release(b)
-        self._buffer.clear()
-        self._remember_written(None)
+        self._forget()
+        if self._writer is not None:
+            expire_all([self._writer])
+            self._writer = None
+
+    def drop(self) -> None:
+        """Close, then release every durable hold this view has (inputs, history)."""
+        self.close()
+        for hold in self._input_holds:
+            hold.release()
+        self._input_holds = []
+        RetainedHistory.configure(self.client, self.shard_id, None)
+        self.client.drop_critical_since(self.shard_id, DEPLOY_READER)
 
     def frontiers(self) -> SinkFrontiers:
         return SinkFrontiers(
@@ -272,23 +336,36 @@ class MvSink:
     # -- one tick ----------------------------------------------------------------------------
 
     def step(self) -> Description | None:
-        """One tick: buffer desired, maybe mint, write and (maybe in the background) append."""
+        """One tick: buffer desired, maybe mint, write and (maybe in the background) append.
+
+        A failure is recorded in ``last_error`` and recovered from (see the
+        module docstring); it is not raised.
+        """
         t0 = time.monotonic()
         self.stats.ticks += 1
-        if self._inflight is not None and self._inflight.done():
-            self._await_inflight()
+        try:
+            desc = self._step()
+        except Exception as e:
+            self._recover(e)
+            desc = None
+        self.stats.last_tick_s = time.monotonic() - t0
+        return desc
+
+    def _step(self) -> Description | None:
+        if self._inflight is not None and self._inflight[0].done():
+            self._collect_inflight()
         self._observe_upper()
         desired_upper = self.desired.frontier()
         self._fill_buffer(desired_upper)
         desc = None
         if self._inflight is None:
-            if not self.read_only and self._persist_upper.less_than(self.as_of):
-                self._bump_to_as_of()
-            desc = self._mint.mint(self.read_only, desired_upper, self._persist_upper)
+            if Frontier(self.as_of) < desired_upper:  # nothing to write before as_of
+                desc = self._mint.mint(self.read_only, desired_upper, self._persist_upper)
             if desc is not None:
                 self.stats.minted += 1
                 self._write_and_append(desc)
-        self.stats.last_tick_s = time.monotonic() - t0
+        if self._inflight is None:
+            self.last_error = None
         return desc
 
     def run_until(self, frontier: Frontier, timeout_s: float = 300.0) -> None:
@@ -297,11 +374,46 @@ class MvSink:
         while self._persist_upper < frontier:
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"sink {self.shard_id!r} at {self._persist_upper}, wanted {frontier}"
+                    f"sink {self.shard_id!r} at {self._persist_upper}, wanted {frontier}; "
+                    f"last error: {self.last_error}"
                 )
             if self.step() is None and self._inflight is None:
                 time.sleep(0.05)
-            self._await_inflight()
+            try:
+                self._collect_inflight()
+            except Exception as e:
+                self._recover(e)
+
+    def _recover(self, error: BaseException) -> None:
+        """After a failure: forget what may be stale, reopen lost handles, go on next tick."""
+        self.last_error = f"{type(error).__name__}: {str(error).splitlines()[0][:500]}"
+        log.warning("sink %s: step failed, retrying on the next tick: %s", self.shard_id, error)
+        self.stats.failures += 1
+        if self._inflight is not None:
+            with contextlib.suppress(Exception):
+                self._inflight[0].result()  # let the worker finish before anything reopens
+            self._inflight = None
+        self._mint.failed()
+        self._forget()
+        if isinstance(error, Fenced):
+            self.read_only = True
+        elif not self.read_only and (isinstance(error, LeaseExpired) or self._lease_lost()):
+            with contextlib.suppress(Exception):
+                expire_all([self._writer])
+            with contextlib.suppress(Exception):
+                self._open_handles()
+
+    def _lease_lost(self) -> bool:
+        return self._writer is not None and self._writer.lease_lost
+
+    def _forget(self) -> None:
+        """Drop the buffer and the remembered last write (persist is read again)."""
+        written, self._written = self._written, None
+        for snap in self._buffer.values():
+            self.engine.release(snap)
+        if written is not None and not any(written[1] is b for b in self._buffer.values()):
+            self.engine.release(written[1])
+        self._buffer.clear()
 
     # -- operators ---------------------------------------------------------------------------
 
@@ -346,20 +458,30 @@ class MvSink:
                 self._buffer[t] = self._evaluate(t)
 
     def _evaluate(self, t: Timestamp) -> Any:
-        """Desired at ``t``, evaluated now; a failing query gives the error snapshot."""
+        """Desired at ``t``, evaluated now.
+
+        A query error that follows from the data is the view's content at
+        ``t`` (the error snapshot); anything else is a fault and is raised.
+        """
         try:
             return self.engine.materialize(self.desired.snapshot(t))
-        except TimeshardError:
-            raise  # storage and protocol errors are not the query's
-        except Exception as e:  # the query failed at t: that is the view's content at t
+        except Exception as e:
+            if not is_data_error(e):
+                raise
             self.stats.query_errors += 1
             return self.engine.materialize(self.desired.error_snapshot(t, e))
 
-    def _corrections(self, desc: Description) -> Any:
+    def _corrections(self, desc: Description) -> tuple[Any, Any]:
+        """The updates that make the shard desired in ``desc``, and desired at its end.
+
+        Below ``as_of`` nothing is known: the first update time is then
+        ``as_of`` (and the append raises the since to it).
+        """
         lower, upper = desc.lower.time, desc.upper.time
         assert lower is not None
-        end = upper if upper is not None else lower + 1
-        times = [lower, *[t for t in self.desired.change_times(lower, end) if t > lower]]
+        first = max(lower, self.as_of)
+        end = upper if upper is not None else first + 1
+        times = [first, *[t for t in self.desired.change_times(first, end) if t > first]]
         if self._written is not None and self._written[0] == desc.lower:
             previous = self._written[1]  # what this sink's own last append left there
         elif lower > 0:
@@ -375,6 +497,72 @@ class MvSink:
             previous = snap
         return self.engine.union(updates, self.data_schema), previous
 
+    def _write_and_append(self, desc: Description) -> None:
+        corrections, last = self._corrections(desc)
+        writer = self._writer
+        assert writer is not None
+        assert desc.lower.time is not None
+        floor = self.as_of if desc.lower.time < self.as_of else None
+
+        def command() -> _Outcome:
+            batch = self._stage(writer, corrections, desc)
+            self._check_fenced()
+            if self.read_only:
+                batch.delete()
+                return _Outcome(None, writer.fetch_recent_upper())
+            try:
+                result = writer.compare_and_append_batch(
+                    [batch], desc.lower, desc.upper, since_floor=floor
+                )
+            except Indeterminate:
+                raise  # the batch may be in the shard: its parts stay
+            except BaseException:
+                batch.delete()
+                raise
+            if isinstance(result, UpperMismatch):
+                batch.delete()
+            return _Outcome(result, writer.fetch_recent_upper(), batch.num_rows, len(batch.parts))
+
+        if self._io is None:
+            self._inflight = (_done(command), desc, last)
+            self._collect_inflight()
+        else:
+            self._inflight = (self._io.submit(command), desc, last)
+
+    def _collect_inflight(self) -> None:
+        """Take the in-flight append's outcome (waiting for it); raise what it raised."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return
+        future, desc, last = inflight
+        try:
+            outcome = future.result()
+        except BaseException:
+            self._mint.failed()
+            self._remember_written(None)
+            raise
+        if outcome.result is None:  # fenced while staging
+            self._mint.failed()
+        elif isinstance(outcome.result, UpperMismatch):
+            self.stats.mismatches += 1
+            self._remember_written(None)
+        else:
+            self._remember_written((desc.upper, last))
+            self.stats.appended += 1
+            self.stats.parts_written += outcome.parts
+            self.stats.rows_written += outcome.rows
+            if not outcome.parts:
+                self.stats.empty_appends += 1
+            self.stats.history.append(
+                {
+                    "lower": desc.lower.time,
+                    "upper": desc.upper.time,
+                    "rows": outcome.rows,
+                    "parts": outcome.parts,
+                }
+            )
+        self._after_append(outcome.upper)
+
     def _remember_written(self, written: tuple[Frontier, Any] | None) -> None:
         old, self._written = self._written, written
         if old is None or (written is not None and old[1] is written[1]):
@@ -382,82 +570,38 @@ class MvSink:
         if not any(old[1] is b for b in self._buffer.values()):
             self.engine.release(old[1])
 
-    def _write_and_append(self, desc: Description) -> None:
-        corrections, last = self._corrections(desc)
-        writer = self._writer
-        assert writer is not None
-
-        def command() -> Appended | UpperMismatch | None:
-            batch = self._stage(writer, corrections, desc)
-            self._check_fenced()
-            if self.read_only:
-                batch.delete()
-                return None
-            result = writer.compare_and_append_batch([batch], desc.lower, desc.upper)
-            if isinstance(result, UpperMismatch):
-                batch.delete()
-                self.stats.mismatches += 1
-                self._remember_written(None)
-            else:
-                self._remember_written((desc.upper, last))
-                self.stats.appended += 1
-                self.stats.parts_written += len(batch.parts)
-                self.stats.rows_written += batch.num_rows
-                if not batch.parts:
-                    self.stats.empty_appends += 1
-                self.stats.history.append(
-                    {
-                        "lower": desc.lower.time,
-                        "upper": desc.upper.time,
-                        "rows": batch.num_rows,
-                        "parts": len(batch.parts),
-                    }
-                )
-            self._after_append(writer.fetch_recent_upper())
-            return result
-
-        if self._io is None:
-            try:
-                result = command()
-            except ExternalError:
-                self._mint.failed()
-                raise
-            if result is None:
-                self._mint.failed()
-        else:
-            self._inflight = self._io.submit(command)
-
-    def _await_inflight(self) -> None:
-        """Wait for the in-flight append, if any; a failed one may be minted again."""
-        future, self._inflight = self._inflight, None
-        if future is None:
-            return
-        try:
-            if future.result() is None:
-                self._mint.failed()
-        except ExternalError as e:
-            log.warning("sink %s: append failed: %s", self.shard_id, e)
-            self._mint.failed()
-
     def _after_append(self, upper: Frontier) -> None:
-        """Let the view shard and the inputs compact up to what the sink still needs."""
-        if upper.time is None or upper.time == 0:
+        """Let the view shard and the inputs compact up to what the sink still needs.
+
+        After a restart the sink reads its inputs at its upper - 1 (and before
+        its first write at ``as_of``): the holds stay there.
+        """
+        if upper.time is None or upper.time == 0 or self.read_only:
             return
         if self._deploy is not None:
             try:
                 self._deploy.downgrade_since(max(upper.time - 1, 0))
             except Fenced:
                 self.read_only = True
+                return
+        if self._retain is not None:
+            self._retain.advance(upper)
+        still_reads = upper.time - 1  # >= as_of: every append ends beyond as_of
         for hold in self._input_holds:
-            hold.downgrade_since(upper.time)
+            hold.hold_at(still_reads)
+        hold_reads = getattr(self.desired, "hold_reads_at", None)  # leased Spark reads
+        if hold_reads is not None:
+            hold_reads(still_reads)
 
-    def _bump_to_as_of(self) -> None:
-        writer = self._writer
-        assert writer is not None
-        result = writer.compare_and_append_batch([], self._persist_upper, Frontier(self.as_of))
-        self._persist_upper = writer.fetch_recent_upper()
-        if isinstance(result, Appended):
-            self.stats.empty_appends += 1
+
+def _done(command: Callable[[], _Outcome]) -> Future[_Outcome]:
+    """``command`` run now, as a finished future (the sink without an I/O worker)."""
+    future: Future[_Outcome] = Future()
+    try:
+        future.set_result(command())
+    except BaseException as e:
+        future.set_exception(e)
+    return future
 
 
 __all__ = ["DEPLOY_READER", "Desired", "IoWorker", "Mint", "MvSink", "SinkFrontiers", "SinkStats"]

@@ -10,13 +10,24 @@ multiples of the interval: at time ``t`` such a view holds the query over the
 inputs at the last refresh time ``<= t``. Its desired frontier can then run
 ahead of its inputs up to the next refresh time.
 
-Errors are data:
+Errors that follow from the data are data:
 
 * err rows of an input (``_err`` not null), and input rows with a negative
   multiplicity, become err rows of the view;
-* a query that fails at time ``t`` (for example a division by zero under
-  ANSI mode) makes the view's content at ``t`` a single err row holding the
-  message; the view recovers at the first time the query succeeds again.
+* a query that fails at time ``t`` on the data -- an error of SQLSTATE class
+  22, "data exception": a division by zero under ANSI mode, a bad cast, an
+  overflow (:func:`is_data_error`) -- makes the view's content at ``t`` a
+  single err row holding the message; the view recovers at the first time the
+  query succeeds again.
+
+Every other failure (I/O, a missing part, a lost lease, a Py4J or JVM error,
+out of memory, a killed executor) is a fault: it is raised, retried by the
+sink, and never written.
+
+Reads. A writing sink reads its inputs' parts through leased readers
+(:meth:`SparkViewDesired.use_leases`), so that GC keeps every part a planned
+Spark read needs; a read-only replica reads without leases (it writes nothing
+to consensus) and retries a read whose part was collected meanwhile.
 
 Everything here runs on the driver and submits Spark jobs.
 """
@@ -29,7 +40,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage
+from timeshard.errors import InvalidUsage, LeaseExpired
+from timeshard.persist import ReadHandle, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.persist.fetch import UnleasedReader
 from timeshard.progress import Frontier, Timestamp
@@ -51,6 +63,8 @@ class ViewDefinition:
     function: ViewFunction | None = None
     refresh_every_ms: int | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
+    #: RETAIN HISTORY: the view's shard stays readable this far back from its upper.
+    retain_history_ms: int | None = None
 
     def __post_init__(self) -> None:
         if (self.sql is None) == (self.function is None):
@@ -61,12 +75,36 @@ class ViewDefinition:
             raise InvalidUsage(
                 f"REFRESH EVERY must be a positive interval, got {self.refresh_every_ms!r} ms"
             )
+        if self.retain_history_ms is not None and (
+            not isinstance(self.retain_history_ms, int) or self.retain_history_ms < 0
+        ):
+            raise InvalidUsage(
+                f"RETAIN HISTORY must be a non-negative duration, got {self.retain_history_ms!r}"
+            )
 
     def refresh_time(self, t: Timestamp) -> Timestamp:
         """The time whose inputs the view shows at ``t``."""
         if self.refresh_every_ms is None:
             return t
         return t - t % self.refresh_every_ms
+
+
+DATA_EXCEPTION_CLASS = "22"
+
+
+def is_data_error(error: BaseException) -> bool:
+    """Whether ``error`` is a query failing on the data (SQLSTATE class 22).
+
+    Those are deterministic: every replica and every retry evaluating the
+    query over the same input gets the same error. Anything else -- Py4J and
+    JVM errors, I/O, analysis errors of the definition -- is not.
+    """
+    from pyspark.errors import PySparkException
+
+    if not isinstance(error, PySparkException):
+        return False
+    state = error.getSqlState()
+    return state is not None and state.startswith(DATA_EXCEPTION_CLASS)
 
 
 class SparkViewDesired:
@@ -79,10 +117,34 @@ class SparkViewDesired:
     def __init__(self, spark: Any, client: Any, definition: ViewDefinition) -> None:
         self.spark = spark
         self.definition = definition
+        self.client = client
         self.readers: dict[str, UnleasedReader] = {
             alias: client.open_unleased_reader(shard) for alias, shard in definition.inputs.items()
         }
+        self._leases: dict[str, ReadHandle] = {}
         self._schema: pa.Schema | None = None
+
+    def use_leases(self) -> None:
+        """Read parts through leased readers from now on (a writing sink)."""
+        if not self._leases:
+            self._leases = {
+                alias: self.client.open_leased_reader(shard)
+                for alias, shard in self.definition.inputs.items()
+            }
+
+    def hold_reads_at(self, t: Timestamp) -> None:
+        """The sink reads nothing before ``t`` any more: its leases may let go of it."""
+        for alias, lease in list(self._leases.items()):
+            try:
+                lease.downgrade_since(t)
+            except LeaseExpired:
+                shard = self.definition.inputs[alias]
+                self._leases[alias] = self.client.open_leased_reader(shard)
+
+    def close(self) -> None:
+        """Release the leases (the sink's durable holds are separate)."""
+        leases, self._leases = list(self._leases.values()), {}
+        expire_all(leases)
 
     def frontier(self) -> Frontier:
         """Desired is known at every time before this frontier."""
@@ -166,7 +228,13 @@ class SparkViewDesired:
 
         reader = self.readers[alias]
         names = list(reader.schema.names)
-        parts = [] if at is None else reader.snapshot_parts(at)
+        lease = self._leases.get(alias)
+        if at is None:
+            parts = []
+        elif lease is not None:
+            parts = lease.snapshot_parts(at)
+        else:
+            parts = reader.snapshot_parts(at)
         df = read_parts(self.spark, reader.blob, parts, reader.schema)
         if at is not None:
             df = df.where(F.col(TS) <= F.lit(at)).withColumn(TS, F.lit(at).cast("long"))
@@ -197,4 +265,4 @@ class SparkViewDesired:
         return self.spark.sql(self.definition.sql)
 
 
-__all__ = ["SparkViewDesired", "ViewDefinition", "ViewFunction"]
+__all__ = ["SparkViewDesired", "ViewDefinition", "ViewFunction", "is_data_error"]

@@ -29,6 +29,7 @@ Runs on the driver; reading, reclocking and the envelopes run in Spark tasks.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,9 +38,10 @@ from typing import Any
 import pyarrow as pa
 
 from timeshard.catalog import record_source
-from timeshard.errors import InvalidUsage, UpperMismatch
+from timeshard.errors import InvalidUsage, LeaseExpired, UpperMismatch
 from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.persist.holds import RetainedHistory
 from timeshard.progress import Frontier
 from timeshard.storage.health import Health
 from timeshard.storage.reclock import Remap, reclock_df
@@ -85,6 +87,11 @@ class Export:
     def upper(self) -> Frontier:
         return self.writer.fetch_recent_upper()
 
+    @property
+    def lease_lost(self) -> bool:
+        """Whether a handle's lease ran out (the export must be opened anew)."""
+        return self.writer.lease_lost or (self.upsert is not None and self.upsert.lease_lost)
+
     def close(self) -> None:
         expire_all([self.writer])
         if self.upsert is not None:
@@ -108,7 +115,11 @@ class Export:
             for c in [c for c in data if c not in self.upsert.keys]:
                 deleted = deleted & F.col(c).isNull()
             commands = records.select(
-                *data, TS, F.col("_offset").alias(ORDER), deleted.alias(DELETE), err.alias(ERR)
+                *data,
+                TS,
+                F.struct("_partition", "_offset").alias(ORDER),  # the FromTime position
+                deleted.alias(DELETE),
+                err.alias(ERR),
             )
             return self.upsert.apply(commands, upper)
         diff = F.col(DIFF) if DIFF in records.columns else F.lit(1).cast("long")
@@ -140,38 +151,61 @@ class Ingestion:
         key_columns: Sequence[str] = (),
         envelopes: dict[str, tuple[str, Sequence[str]]] | None = None,
         clock: Callable[[], int] | None = None,
+        retain_history_ms: int | None = None,
     ) -> None:
         self.spark = spark
         self.client = client
         self.source = source
         self.output = output or source.name
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self.retain_history_ms = retain_history_ms
         outputs = getattr(source, "outputs", None)
-        payloads = outputs() if outputs is not None else {"": source.payload_schema()}
-        envelopes = envelopes or {"": (envelope, key_columns)}
+        self._payloads = outputs() if outputs is not None else {"": source.payload_schema()}
+        self._envelopes = envelopes or {"": (envelope, key_columns)}
         self.exports: dict[str, Export] = {}
-        for sub, payload in payloads.items():
-            shard = f"{self.output}.{sub}" if sub else self.output
-            env, keys = envelopes.get(sub, ("none", ()))
-            self.exports[sub] = Export(spark, client, shard, payload, env, keys)
-        self.remap = Remap(client, f"{self.output}.remap")
+        self._retained: list[tuple[RetainedHistory, Callable[[], Frontier]]] = []
+        self._open()
         exported = {sub: export.shard for sub, export in self.exports.items()}
-        record_source(client, self.output, source, envelopes, exported)
+        record_source(client, self.output, source, self._envelopes, exported)
         self.health = Health(client, self.clock)
         self.paused = False
         self._report("starting")
         self._resume_source()
 
+    def _open(self) -> None:
+        """Open every output's handles, the remap and the retained history."""
+        for sub, payload in self._payloads.items():
+            shard = f"{self.output}.{sub}" if sub else self.output
+            env, keys = self._envelopes.get(sub, ("none", ()))
+            self.exports[sub] = Export(self.spark, self.client, shard, payload, env, keys)
+        self.remap = Remap(self.client, f"{self.output}.remap")
+        self._retained = []
+        outputs: list[tuple[str, Callable[[], Frontier]]] = [
+            (e.shard, e.upper) for e in self.exports.values()
+        ]
+        outputs.append((self.remap.shard_id, lambda: self.remap.upper))
+        for shard, upper in outputs:
+            retained = RetainedHistory.configure(self.client, shard, self.retain_history_ms)
+            if retained is not None:
+                self._retained.append((retained, upper))
+
+    def _release(self) -> None:
+        for export in self.exports.values():
+            export.close()
+        self.remap.close()
+
     def close(self) -> None:
         """Release every shard handle now (the writers' compactors stop).
 
         Without it they hold the shards' sinces and old states until their
-        leases run out. The ingestion is unusable afterwards.
+        leases run out. The retained history stays held. The ingestion is
+        unusable afterwards.
         """
-        for export in self.exports.values():
-            export.close()
-        self.remap.close()
+        self._release()
         self.health.close()
+
+    def _lease_lost(self) -> bool:
+        return self.remap.lease_lost or any(e.lease_lost for e in self.exports.values())
 
     def _report(self, status: str, error: str | None = None) -> None:
         for obj in [
@@ -195,12 +229,23 @@ class Ingestion:
             upper = self.resume_upper()
             return StepReport(upper, self.remap.upper, 0)
         try:
+            if self._lease_lost():
+                raise LeaseExpired(f"source {self.output!r}: a handle's lease ran out")
             report = self._step()
         except Exception as e:
             self._report("stalled", f"{type(e).__name__}: {str(e)[:500]}")
+            if isinstance(e, LeaseExpired) or self._lease_lost():
+                self._reopen()
             raise
         self._report("running")
         return report
+
+    def _reopen(self) -> None:
+        """A lease ran out anyway (the process was stopped too long): start from persist."""
+        with contextlib.suppress(Exception):
+            self._release()
+        self._open()
+        self._resume_source()
 
     def _resume_source(self) -> None:
         """Tell a load generator how far the durable bindings already took it."""
@@ -246,6 +291,8 @@ class Ingestion:
             appended += isinstance(result, Appended)
         # Resuming needs the binding at (least output upper - 1) and later ones only.
         self.remap.downgrade_since(max((self.resume_upper().time or 1) - 1, 0))
+        for retained, upper in self._retained:
+            retained.advance(upper())
         return StepReport(out_upper, bound, appended)
 
     def _reclock(self, records: Any) -> Any:

@@ -74,6 +74,12 @@ class Remap:
         self._listen: Listen | None = None
         self.sync()
 
+    @property
+    def lease_lost(self) -> bool:
+        """Whether a handle's lease ran out (the remap must be opened anew)."""
+        handles = (self._listen, self._reader, self._writer)
+        return any(h is not None and h.lease_lost for h in handles)
+
     def close(self) -> None:
         """Release the remap shard: its writer, reader and listen expire now."""
         expire_all([h for h in (self._listen, self._reader, self._writer) if h is not None])

@@ -114,6 +114,11 @@ class SparkFeedbackUpsert:
         finally:
             winners.unpersist()
 
+    @property
+    def lease_lost(self) -> bool:
+        """Whether the writer's lease ran out (its reader's is renewed when used)."""
+        return self._writer.lease_lost
+
     def close(self) -> None:
         """Free the arrangement's cached layers and release the shard's handles."""
         self.state.clear()
@@ -159,7 +164,12 @@ class SparkFeedbackUpsert:
     def _winners(self, cmds: Any) -> Any:
         """Per ``(key, _ts)`` the command with the highest ``_order``, as its new row.
 
-        Unkeyed err commands are all kept, marked ``_unkeyed`` (they name no key).
+        ``_order`` is the command's FromTime position: unique per record and
+        totally ordered (a struct compares field by field). Ingestion gives
+        ``(_partition, _offset)``, partition names compared as UTF-8 bytes
+        (:mod:`timeshard.storage.file_source`, "Order"). Unkeyed err commands
+        are all kept, marked ``_unkeyed``: they name no key, so they take no
+        part in ranking the null key's commands.
         """
         from pyspark.sql import Window
         from pyspark.sql import functions as F
