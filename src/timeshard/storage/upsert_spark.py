@@ -177,10 +177,10 @@ class SparkFeedbackUpsert:
         # One shuffle by key: the windows here, in _chain and in _last_states, and the
         # arrangement's new layer, all keep this partitioning.
         by_key = cmds.repartition(self.state.partitions, *self.keys)
-        per_time = Window.partitionBy(*self.keys, TS).orderBy(F.col(ORDER).desc())
+        by_key = by_key.withColumn(UNKEYED, unkeyed_error(self.keys))
+        per_time = Window.partitionBy(*self.keys, TS, UNKEYED).orderBy(F.col(ORDER).desc())
         ranked = by_key.withColumn("_rank", F.row_number().over(per_time))
-        top = ranked.withColumn(UNKEYED, unkeyed_error(self.keys))
-        top = top.where((F.col("_rank") == 1) | F.col(UNKEYED))
+        top = ranked.where((F.col("_rank") == 1) | F.col(UNKEYED))
         # The new row of each winner: null values and no row at all for a delete.
         return top.select(
             *self.keys,
