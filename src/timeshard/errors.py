@@ -32,12 +32,33 @@ class InvalidUsage(TimeshardError, ValueError):
 
 
 class SinceError(TimeshardError):
-    """``as_of`` is not readable: it is not beyond the shard's ``since``."""
+    """``as_of`` is not readable: it is not beyond the shard's ``since``.
 
-    def __init__(self, as_of: int, since: Frontier) -> None:
-        super().__init__(f"as_of {as_of} is not readable: since is {since}")
+    With ``shard_id`` and ``upper`` the message names the times that are
+    readable, ``[since, upper - 1]``.
+    """
+
+    def __init__(
+        self,
+        as_of: int,
+        since: Frontier,
+        *,
+        shard_id: str | None = None,
+        upper: Frontier | None = None,
+    ) -> None:
+        message = f"as_of {as_of} is not readable: since is {since}"
+        if shard_id is not None and upper is not None:
+            last = "none" if upper.time is None else upper.time - 1
+            readable = f"[{since.time}, {last}]" if since.time is not None else "none"
+            message = (
+                f"as_of {as_of} is not readable in shard {shard_id!r}: it keeps the "
+                f"times {readable} (since {since}, upper {upper})"
+            )
+        super().__init__(message)
         self.as_of = as_of
         self.since = since
+        self.shard_id = shard_id
+        self.upper = upper
 
 
 class UpperMismatch(TimeshardError):

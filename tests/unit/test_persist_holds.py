@@ -173,3 +173,14 @@ def test_background_heartbeats_renew_idle_handles_and_report_lost_leases() -> No
     assert w.lease_lost and r.lease_lost
     with pytest.raises(LeaseExpired):
         w.heartbeat()
+
+
+def test_a_time_before_the_since_names_the_readable_range() -> None:
+    client = make_client(Clock())
+    w, r = client.open("s", SCHEMA)
+    w.append([(("a", 1), 0, 1)], 0, 10)
+    r.downgrade_since(6)
+    with pytest.raises(SinceError, match=r"shard 's': it keeps the times \[6, 9\]"):
+        r.snapshot(2)
+    with pytest.raises(SinceError, match=r"\[6, 9\]"):
+        client.open_unleased_reader("s").snapshot(5)

@@ -49,7 +49,7 @@ def check_readable(state: ShardState, as_of: Timestamp) -> None:
     """Raise unless ``since <= as_of < upper``."""
     check_timestamp(as_of, "as_of")
     if not state.since.less_equal(as_of):
-        raise SinceError(as_of, state.since)
+        raise SinceError(as_of, state.since, shard_id=state.shard_id, upper=state.upper)
     if state.upper.less_equal(as_of):
         raise InvalidUsage(
             f"as_of {as_of} is not before the upper {state.upper} of shard {state.shard_id!r}"

@@ -141,7 +141,8 @@ class ReadHandle:
         state = self._hold_state()
         reader = state.leased_readers[self.reader_id]
         if not reader.since.less_equal(as_of) or not state.since.less_equal(as_of):
-            raise SinceError(as_of, reader.since.join(state.since))
+            since = reader.since.join(state.since)
+            raise SinceError(as_of, since, shard_id=self.shard_id, upper=state.upper)
         if state.upper.less_equal(as_of):
             if not wait:
                 raise InvalidUsage(
@@ -158,7 +159,7 @@ class ReadHandle:
         state = self._hold_state()
         since = state.leased_readers[self.reader_id].since.join(state.since)
         if not since.less_equal(as_of):
-            raise SinceError(as_of, since)
+            raise SinceError(as_of, since, shard_id=self.shard_id, upper=state.upper)
         child_id = f"r{uuid.uuid4().hex}"
         now = self._config.now_ms()
         self._machine.apply(
