@@ -1,12 +1,16 @@
-"""The nemesis in CI: one seeded run of at most about five minutes, every fault kind.
+"""The nemesis in CI: one seeded run of about six minutes, every fault kind injected.
 
 Two replica processes run the nemesis pipeline (KEY VALUE and FILE sources with
 the UPSERT envelope, a view over each) on PostgreSQL consensus and a blob on a
 small tmpfs (or the ENOSPC wrapper where none can be mounted). The run injects
-kill -9, SIGSTOP/SIGCONT, unreliable blob and consensus, a PostgreSQL restart,
-a full disk and clock jumps, heals, must catch up, and ``timeshard verify``
-must find no difference. The long run is ``timeshard nemesis --minutes 30``
-(README).
+kill -9, SIGSTOP/SIGCONT, unreliable blob and consensus and Spark task part
+reads and writes, a PostgreSQL restart, a full disk and clock jumps; each kind
+must be journalled as injected at least once. Then it heals; no object may be
+stuck (its upper still for ``stuck_ticks`` ticks of a live replica), every one
+must catch up, and ``timeshard verify`` must find no difference. A loaded
+machine makes the run slower, not failed: objects that keep advancing are
+waited for up to ``advancing_bound_s``. The long run is
+``timeshard nemesis --minutes 30 --replicas 3`` (README).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from timeshard.nemesis import KINDS, NemesisConfig, NemesisRunner
 @pytest.mark.faults
 @pytest.mark.spark
 @pytest.mark.postgres
+@pytest.mark.timeout(2400)
 def test_nemesis_run_recovers_and_verifies(tmp_path: Path, postgres_server: PostgresServer) -> None:
     config = NemesisConfig(
         directory=tmp_path / "nemesis",
@@ -30,7 +35,7 @@ def test_nemesis_run_recovers_and_verifies(tmp_path: Path, postgres_server: Post
         runs=1,
         fault_seconds=45.0,
         consensus="postgres",
-        recovery_timeout_s=240.0,
+        advancing_bound_s=900.0,
     )
     lines: list[str] = []
 
@@ -40,11 +45,12 @@ def test_nemesis_run_recovers_and_verifies(tmp_path: Path, postgres_server: Post
 
     report = NemesisRunner(config, log=log, postgres=postgres_server).run()
     [run] = report.runs
-    assert set(run.faults) == set(KINDS), (run.faults, run.skipped)
-    # How many storage calls fall into the unreliable windows depends on how fast the
-    # replicas tick (and a killed incarnation's counts die with it): printed, not asserted.
-    print(f"storage calls failed by injection: {dict(run.injected_calls)}")
-    assert run.recovery_s is not None, "the pipeline did not catch up after the faults"
+    print(f"faults injected by kind: {dict(run.faults)}; skipped: {dict(run.skipped)}")
+    print(f"unreliable storage calls and Spark tasks failed: {dict(run.injected_calls)}")
+    print(f"replica start to first tick: {run.replica_ready_s}; recovery: {run.recovery_s}")
+    assert not run.stuck, run.stuck
+    assert run.never_injected == [] and set(run.faults) >= set(KINDS), (run.faults, run.skipped)
+    assert run.recovery_s is not None, run.error
     assert not run.error, run.error
     assert run.differences == 0 and run.verify_ok, (run.verify_error, lines[-10:])
     assert report.ok

@@ -1,18 +1,27 @@
-"""The nemesis's pure parts: the seeded plan, the control file, the faulty location, inputs."""
+"""The nemesis's pure parts: the seeded plan, the control file, the faulty location, inputs,
+the fault journal, the task-side fault injector and the stuck-or-slow classifier."""
 
 from __future__ import annotations
 
+import errno
 import json
+import multiprocessing
+import pickle
 import random
+from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from timeshard import Determinate, InvalidUsage
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
+from timeshard.location.unreliable import FaultJournal, KeyedFaults
 from timeshard.nemesis import KINDS, Control, FaultyLocation, NemesisConfig, plan_faults
 from timeshard.nemesis.disk import BlobDisk
-from timeshard.nemesis.runner import input_lines, pipeline_spec
+from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
+from timeshard.nemesis.runner import NemesisRunner, RunResult, input_lines, pipeline_spec
 
 
 def test_the_same_seed_gives_the_same_plan_and_another_seed_another() -> None:
@@ -67,6 +76,8 @@ def test_bad_plan_arguments_are_invalid_usage(kwargs: dict[str, object], named: 
         {"runs": 0},
         {"runs": None, "minutes": -1.0},
         {"kinds": ("meteor",)},
+        {"stuck_ticks": 0},
+        {"advancing_bound_s": 0.0},
     ],
 )
 def test_bad_nemesis_config_is_invalid_usage(tmp_path: Path, kwargs: dict[str, object]) -> None:
@@ -84,7 +95,9 @@ def test_sqlite_runs_skip_the_postgres_restart(tmp_path: Path) -> None:
 def test_control_round_trips_and_a_missing_file_means_no_faults(tmp_path: Path) -> None:
     path = tmp_path / "control-0.json"
     assert Control.read(path) == Control()
-    control = Control(unreliable_rate=0.07, disk_full=True, clock_offset_ms=-5000)
+    control = Control(
+        unreliable_rate=0.07, unreliable_until_ms=123, disk_full=True, clock_offset_ms=-5000
+    )
     control.write(path)
     assert Control.read(path) == control
     path.write_text(json.dumps({"version": 99}))
@@ -92,10 +105,12 @@ def test_control_round_trips_and_a_missing_file_means_no_faults(tmp_path: Path) 
         Control.read(path)
 
 
-def test_faulty_location_obeys_the_control() -> None:
-    faulty = FaultyLocation(Location(MemoryBlob(), MemoryConsensus()), seed="s")
+def test_faulty_location_obeys_the_control(tmp_path: Path) -> None:
+    journal = FaultJournal(str(tmp_path / "injected.jsonl"), (("replica", 0),))
+    faulty = FaultyLocation(Location(MemoryBlob(), MemoryConsensus()), seed="s", journal=journal)
     blob = faulty.location.blob
     blob.set("a", b"1")  # no faults by default
+    assert faulty.task_faults() is None
     faulty.apply(Control(disk_full=True))
     with pytest.raises(Determinate, match="No space left"):
         blob.set("b", b"2")
@@ -103,12 +118,237 @@ def test_faulty_location_obeys_the_control() -> None:
     faulty.apply(Control(unreliable_rate=1.0))
     with pytest.raises(Determinate):
         faulty.location.consensus.head("x")
+    faults = faulty.task_faults()
+    assert faults is not None and faults.rate == 1.0 and faults.journal == journal
     faulty.apply(Control(clock_offset_ms=60_000))
     assert faulty.clock() - faulty.clock_offset_ms <= faulty.clock()
     assert faulty.clock_offset_ms == 60_000
     faulty.apply(Control())
     blob.set("c", b"3")
+    assert faulty.clock() > 0
     assert sum(faulty.injected().values()) >= 1
+    # Recorded where injected: one refused write, one failed call, one clock offset read
+    # (however often the clock was read with it).
+    assert FaultJournal.counts(journal.path) == {"disk_full": 1, "unreliable": 1, "clock_jump": 1}
+    assert FaultJournal.counts(journal.path, by="how") == {
+        "blob.enospc": 1,
+        "consensus.determinate": 1,
+        "+60000 ms": 1,
+    }
+
+
+def test_task_faults_are_seeded_per_job_and_end_with_their_window() -> None:
+    def seeds(seed: str) -> list[int]:
+        faulty = FaultyLocation(Location(MemoryBlob(), MemoryConsensus()), seed=seed)
+        faulty.apply(Control(unreliable_rate=0.1))
+        return [f.seed for f in (faulty.task_faults() for _ in range(5)) if f is not None]
+
+    assert seeds("a") == seeds("a") and len(set(seeds("a"))) == 5
+    assert seeds("a") != seeds("b")
+    faulty = FaultyLocation(Location(MemoryBlob(), MemoryConsensus()), seed="a")
+    faulty.apply(Control(unreliable_rate=1.0, unreliable_until_ms=1))  # a window long over
+    faults = faulty.task_faults()
+    assert faults is not None and faults.until_ms == 1
+    assert {faults.draw(f"write:{i}:0") for i in range(50)} == {"ok"}
+
+
+def test_keyed_faults_are_a_pure_function_of_seed_and_key() -> None:
+    keys = [f"{op}:{p}:{a}" for op in ("write", "read") for p in range(200) for a in range(2)]
+    draws = [KeyedFaults(7, 0.1).draw(k) for k in keys]
+    assert draws == [KeyedFaults(7, 0.1).draw(k) for k in keys]
+    assert draws != [KeyedFaults(8, 0.1).draw(k) for k in keys]
+    counts = Counter(draws)
+    assert 40 < counts["determinate"] + counts["indeterminate"] < 120, counts
+    assert counts["determinate"] > 0 and counts["indeterminate"] > 0
+    assert {KeyedFaults(7, 0.0).draw(k) for k in keys} == {"ok"}
+    assert {KeyedFaults(7, 1.0).draw(k) for k in keys} == {"determinate", "indeterminate"}
+    faults = KeyedFaults(7, 0.1, until_ms=10**15, journal=FaultJournal("/j", (("replica", 1),)))
+    assert pickle.loads(pickle.dumps(faults)) == faults
+    with pytest.raises(InvalidUsage, match="rate"):
+        KeyedFaults(1, 1.5)
+
+
+def test_a_keyed_fault_is_recorded_then_raised_as_an_io_error(tmp_path: Path) -> None:
+    journal = FaultJournal(str(tmp_path / "j.jsonl"), (("replica", 2), ("incarnation", 5)))
+    with pytest.raises(OSError, match=r"injected task_read\.determinate failure") as caught:
+        KeyedFaults(1, 1.0, journal=journal).fail("task_read.determinate", "a read")
+    assert caught.value.errno == errno.EIO
+    assert FaultJournal.read(journal.path) == [
+        {"kind": "unreliable", "how": "task_read.determinate", "replica": 2, "incarnation": 5}
+    ]
+
+
+def _task_key(faults: KeyedFaults, fault: str, op: str) -> KeyedFaults:
+    """``faults`` with the first seed whose draw for task 0, attempt 0 of ``op`` is ``fault``."""
+    for seed in range(1000):
+        candidate = KeyedFaults(seed, faults.rate, faults.until_ms, faults.journal)
+        if candidate.draw(f"{op}:0:0") == fault:
+            return candidate
+    raise AssertionError(f"no seed below 1000 draws {fault}")
+
+
+def _batches() -> list[pa.RecordBatch]:
+    table = pa.table({"_c0": [1, 2], "_c1": [10, 10], "_c2": [1, 1], "_c3": [None, None]})
+    batches: list[pa.RecordBatch] = table.cast(
+        pa.schema(
+            [("_c0", pa.int64()), ("_c1", pa.int64()), ("_c2", pa.int64()), ("_c3", pa.string())]
+        )
+    ).to_batches()
+    return batches
+
+
+@pytest.mark.parametrize("fault", ["ok", "determinate", "indeterminate"])
+def test_a_part_write_task_fails_before_or_after_writing_as_drawn(
+    tmp_path: Path, fault: str
+) -> None:
+    from timeshard.spark.parts import PartWriter
+
+    journal = FaultJournal(str(tmp_path / "j.jsonl"))
+    faults = _task_key(KeyedFaults(0, 0.5, journal=journal), fault, "write")
+    schema = pa.schema([("k", pa.int64())]).serialize().to_pybytes()
+    root = tmp_path / "blob"
+    writer = PartWriter(f"file://{root}", "s/w/b", schema, faults)
+    assert pickle.loads(pickle.dumps(writer)) == writer
+    if fault == "ok":
+        [meta] = list(writer(iter(_batches())))
+        assert meta.num_rows == 1
+    else:
+        with pytest.raises(OSError, match=f"task_write.{fault}"):
+            list(writer(iter(_batches())))
+    written = [p for p in root.rglob("*.parquet")] if root.exists() else []
+    assert len(written) == (0 if fault == "determinate" else 1)
+    assert not [p for p in root.rglob(".tmp-*")] if root.exists() else True
+    expected = {} if fault == "ok" else {f"task_write.{fault}": 1}
+    assert FaultJournal.counts(journal.path, by="how") == expected
+
+
+@pytest.mark.parametrize("fault", ["ok", "determinate", "indeterminate"])
+def test_a_part_read_task_fails_before_any_row_or_passes_rows_through(
+    tmp_path: Path, fault: str
+) -> None:
+    from timeshard.spark.parts import PartReadFaults
+
+    journal = FaultJournal(str(tmp_path / "j.jsonl"))
+    reader = PartReadFaults(_task_key(KeyedFaults(0, 0.5, journal=journal), fault, "read"))
+    if fault == "ok":
+        assert list(reader(iter(_batches()))) == _batches()
+    else:
+        with pytest.raises(OSError, match=f"task_read.{fault}"):
+            next(reader(iter(_batches())))
+    assert FaultJournal.counts(journal.path) == ({} if fault == "ok" else {"unreliable": 1})
+
+
+def _record_many(args: tuple[str, int]) -> None:
+    path, incarnation = args
+    journal = FaultJournal(path, (("replica", 0), ("incarnation", incarnation)))
+    for i in range(200):
+        journal.record("unreliable" if i % 2 else "kill", f"how{i % 3}")
+
+
+def test_the_journal_sums_every_process_and_incarnation(tmp_path: Path) -> None:
+    path = str(tmp_path / "injected.jsonl")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        pool.map(_record_many, [(path, i) for i in range(4)])
+    entries = FaultJournal.read(path)
+    assert len(entries) == 800
+    assert FaultJournal.counts(path) == {"unreliable": 400, "kill": 400}
+    assert FaultJournal.counts(path, by="incarnation") == {str(i): 200 for i in range(4)}
+    with open(path, "a") as f:
+        f.write('{"kind": "kill", "ho')  # a writer killed mid-line is not counted
+    assert len(FaultJournal.read(path)) == 800
+    assert FaultJournal.read(tmp_path / "none.jsonl") == []
+
+
+def test_a_planned_kind_never_injected_fails_the_run(tmp_path: Path) -> None:
+    runner = NemesisRunner(NemesisConfig(directory=tmp_path))
+    for incarnation in (0, 1):  # the first incarnation was killed: its lines still count
+        journal = FaultJournal(str(tmp_path / "injected.jsonl"), (("incarnation", incarnation),))
+        journal.record("unreliable", "blob.determinate")
+        journal.record("unreliable", "task_write.indeterminate")
+    FaultJournal(str(tmp_path / "injected.jsonl")).record("kill", "sigkill")
+    result = RunResult(0, "sqlite", "tmpfs")
+    runner._count_injected(tmp_path, {"kill", "unreliable", "pause"}, result)
+    assert result.faults == {"unreliable": 4, "kill": 1}
+    assert result.injected_calls == {"blob.determinate": 2, "task_write.indeterminate": 2}
+    assert result.never_injected == ["pause"]
+    assert "never injected: ['pause']" in result.error and not result.ok
+    complete = RunResult(0, "sqlite", "tmpfs")
+    runner._count_injected(tmp_path, {"kill", "unreliable"}, complete)
+    assert complete.never_injected == [] and complete.error == ""
+
+
+def test_heartbeat_round_trips(tmp_path: Path) -> None:
+    path = tmp_path / "heartbeat-0.json"
+    assert Heartbeat.read(path) is None
+    beat = Heartbeat(3, 17, 2, "OSError: injected")
+    beat.write(path)
+    assert Heartbeat.read(path) == beat
+
+
+NOW = 10_000_000
+
+
+def _watch(
+    liveness: Liveness, history: Sequence[tuple[int | None, dict[tuple[int, int], int]]]
+) -> list[Stuck]:
+    """Feed ``(upper of "v", ticks)`` observations, one second apart; the first stuck found."""
+    for i, (upper, ticks) in enumerate(history):
+        stuck = liveness.observe({"v": upper}, ticks, NOW + 1000 * i)
+        if stuck:
+            return stuck
+    return []
+
+
+def test_an_object_that_keeps_advancing_slowly_is_never_stuck() -> None:
+    liveness = Liveness(["v"], target=NOW + 100, stuck_ticks=5)
+    # A tick every 2 observations, the upper moving every 4 ticks: slow, never stuck.
+    history = [(NOW - 5000 + (i // 8) * 10, {(0, 0): i // 2}) for i in range(200)]
+    assert _watch(liveness, history) == []
+    assert liveness.verdicts == {"v": "advancing"} and not liveness.caught_up()
+    assert liveness.observe({"v": NOW + 101}, {(0, 0): 100}, NOW) == []
+    assert liveness.caught_up() and liveness.verdicts == {"v": "caught up"}
+    assert liveness.observe({"v": 5}, {(0, 0): 1000}, NOW) == []  # caught up stays so
+
+
+def test_an_object_still_for_n_ticks_of_a_live_replica_is_stuck() -> None:
+    liveness = Liveness(["v"], target=NOW, stuck_ticks=5)
+    history = [(NOW - 5000, {(0, 0): 10 + i, (1, 2): 3}) for i in range(10)]
+    assert _watch(liveness, history) == [Stuck("v", NOW - 5000, (0, 0), 5)]
+    assert liveness.verdicts == {"v": "stuck"}
+
+
+def test_replicas_starting_slowly_are_waited_for() -> None:
+    liveness = Liveness(["v"], target=0, stuck_ticks=3)
+    # Nothing written and no replica has finished a tick, for a long time: starting.
+    assert _watch(liveness, [(0, {(0, 0): 0, (1, 0): 0})] * 500) == []
+    assert liveness.verdicts == {"v": "starting"}
+    # Then one replica ticks, failing, with nothing written: stuck after 3 of its ticks.
+    history = [(0, {(0, 0): i, (1, 0): 0}) for i in range(1, 5)]
+    assert _watch(liveness, history) == [Stuck("v", 0, (0, 0), 3)]
+
+
+def test_a_restarted_replica_counts_from_when_it_is_first_seen() -> None:
+    liveness = Liveness(["v"], target=NOW, stuck_ticks=4)
+    history: list[tuple[int | None, dict[tuple[int, int], int]]] = [(NOW - 9000, {(0, 0): 50})]
+    history += [(NOW - 9000, {(0, 1): 100 + i}) for i in range(4)]  # new incarnation at 100
+    assert _watch(liveness, history) == []
+    assert _watch(liveness, [(NOW - 9000, {(0, 1): 104})]) == [Stuck("v", NOW - 9000, (0, 1), 4)]
+
+
+def test_an_upper_ahead_of_the_clock_waits_and_an_unreadable_one_counts_again() -> None:
+    liveness = Liveness(["v"], target=NOW + 60_000, stuck_ticks=3)
+    ahead = NOW + 20_000  # a forward clock jump pushed it there
+    history: list[tuple[int | None, dict[tuple[int, int], int]]]
+    history = [(ahead, {(0, 0): i}) for i in range(20)]  # 20 ticks, 20 s: still ahead
+    history += [(None, {(0, 0): 100 + i}) for i in range(10)]  # consensus down: no count
+    assert _watch(liveness, history) == []
+    assert liveness.verdicts == {"v": "waiting"}
+    # Readable again and past the clock: it counts from there; 2 ticks are not stuck, 3 are.
+    assert liveness.observe({"v": ahead}, {(0, 0): 110}, ahead + 1) == []
+    assert liveness.observe({"v": ahead}, {(0, 0): 111}, ahead + 2) == []
+    assert liveness.observe({"v": ahead}, {(0, 0): 112}, ahead + 3) == [
+        Stuck("v", ahead, (0, 0), 3)
+    ]
 
 
 def test_input_lines_are_seeded_and_hold_deletes_and_bad_lines() -> None:

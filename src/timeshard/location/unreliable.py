@@ -21,16 +21,35 @@ Invariants:
 2. ``enabled = False`` turns injection off at runtime; draws continue, so
    turning it back on resumes the same stream.
 3. ``injected`` counts injected faults by kind: ``"determinate"`` and
-   ``"indeterminate"``; ``calls`` counts every call.
+   ``"indeterminate"``; ``calls`` counts every call. ``on_inject``, if set, is
+   called with the kind of every injected fault, before it takes effect.
+
+Code that runs in many processes at once -- Spark tasks in Python workers --
+cannot share one stream. :class:`KeyedFaults` draws each fault as a pure
+function of ``(seed, key)`` instead (the caller names the operation in the
+key, e.g. ``"write:<partition>:<attempt>"``); it is a plain frozen value, so it
+pickles into a task. The driver seeds one per job from its own seeded stream.
+
+A :class:`FaultJournal` is an append-only file with one JSON line per
+injected fault, written where the fault is injected (any process; one
+``O_APPEND`` write per line), so counts survive a process that is killed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
+import json
+import os
 import random
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import TypeVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location.blob import Blob, BlobMetadata
@@ -55,6 +74,7 @@ class Faults:
         self.timeout_rate = timeout_rate
         self.enabled = True
         self.injected: Counter[str] = Counter()
+        self.on_inject: Callable[[str], None] | None = None
         self.calls = 0
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
@@ -68,7 +88,9 @@ class Faults:
                 return "ok"
             kind = "determinate" if roll < self.fail_rate else "indeterminate"
             self.injected[kind] += 1
-            return kind
+        if self.on_inject is not None:
+            self.on_inject(kind)
+        return kind
 
     def read(self, what: str, op: Callable[[], R]) -> R:
         kind = self._draw()
@@ -141,4 +163,97 @@ class UnreliableConsensus(Faults):
         return self.read("list_keys", self.inner.list_keys)
 
 
-__all__ = ["Faults", "UnreliableBlob", "UnreliableConsensus"]
+@dataclass(frozen=True, slots=True)
+class FaultJournal:
+    """An append-only file of injected faults, one JSON line each, shared by processes.
+
+    Each line is ``{"kind": ..., "how": ..., **labels}``. ``record`` writes it
+    with one ``write`` to a file opened ``O_APPEND``, so lines of concurrent
+    writers do not interleave and a line, once recorded, survives its writer
+    being killed. A frozen value of plain fields: it pickles into Spark tasks.
+    """
+
+    path: str
+    labels: tuple[tuple[str, str | int], ...] = ()
+
+    def record(self, kind: str, how: str) -> None:
+        line = json.dumps({"kind": kind, "how": how, **dict(self.labels)}) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def read(path: str | Path) -> list[dict[str, Any]]:
+        """Every complete line of the journal at ``path`` (none if there is no file)."""
+        try:
+            text = Path(path).read_text(errors="replace")
+        except FileNotFoundError:
+            return []
+        entries = []
+        for line in text.splitlines():
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                if isinstance(entry, dict) and "kind" in entry and "how" in entry:
+                    entries.append(entry)
+        return entries
+
+    @staticmethod
+    def counts(path: str | Path, by: str = "kind") -> Counter[str]:
+        """How many lines of the journal have each value of field ``by``."""
+        return Counter(str(e[by]) for e in FaultJournal.read(path) if by in e)
+
+
+NEVER_MS = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedFaults:
+    """Faults drawn as a pure function of ``(seed, key)``, for code in many processes.
+
+    ``draw(key)`` is ``"ok"`` unless the wall clock is before ``until_ms`` and
+    the key's roll (SHA-256 of ``seed`` and ``key``, as a fraction of 2**64) is
+    below ``rate``: then ``"determinate"`` for the lower half of ``rate``,
+    ``"indeterminate"`` for the upper half (for a write: it fails after the
+    effect). ``fail`` records the fault in ``journal`` as ``kind`` and raises
+    a retriable ``OSError(EIO)``. Plain values only: it pickles.
+    """
+
+    seed: int
+    rate: float
+    until_ms: int = NEVER_MS
+    journal: FaultJournal | None = None
+    kind: str = "unreliable"
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.rate <= 1.0:
+            raise InvalidUsage(f"rate must be in [0, 1], got {self.rate!r}")
+
+    def roll(self, key: str) -> float:
+        digest = hashlib.sha256(f"{self.seed}:{key}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def draw(self, key: str) -> str:
+        if time.time_ns() // 1_000_000 >= self.until_ms:
+            return "ok"
+        roll = self.roll(key)
+        if roll >= self.rate:
+            return "ok"
+        return "determinate" if roll < self.rate / 2 else "indeterminate"
+
+    def fail(self, how: str, what: str) -> NoReturn:
+        """Record an injected fault ``how`` and raise it as an I/O error about ``what``."""
+        if self.journal is not None:
+            self.journal.record(self.kind, how)
+        raise OSError(errno.EIO, f"injected {how} failure of {what}")
+
+
+__all__ = [
+    "NEVER_MS",
+    "FaultJournal",
+    "Faults",
+    "KeyedFaults",
+    "UnreliableBlob",
+    "UnreliableConsensus",
+]

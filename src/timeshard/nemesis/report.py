@@ -1,4 +1,8 @@
-"""Printing a :class:`~timeshard.nemesis.runner.NemesisReport`: one row per run, then totals."""
+"""Printing a :class:`~timeshard.nemesis.runner.NemesisReport`: one row per run, then totals.
+
+The fault counts are what the run's journal recorded as injected, not what
+the plan asked for.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +15,16 @@ from timeshard.nemesis.runner import NemesisReport
 
 
 def render_nemesis(report: NemesisReport, console: Any) -> None:
-    """Per run: consensus, disk, faults by kind, recovery, differences; then the totals."""
+    """Per run: consensus, disk, injected faults by kind, recovery, differences; then totals."""
     table = Table(
-        "run", "consensus", "disk", *KINDS, "storage faults", "recovery s", "differences", "verdict"
+        "run",
+        "consensus",
+        "disk",
+        *KINDS,
+        "unreliable calls+tasks",
+        "recovery s",
+        "differences",
+        "verdict",
     )
     for r in report.runs:
         injected = sum(r.injected_calls.values())
@@ -42,8 +53,14 @@ def render_nemesis(report: NemesisReport, console: Any) -> None:
     console.print(f"runs: {summary['runs']} (failed: {summary['failed_runs']})")
     console.print(f"faults injected: {faults}")
     console.print(
-        f"storage calls failed by injection: {summary['injected_storage_faults'] or 'none'}"
+        "storage calls and Spark tasks failed by injection: "
+        f"{summary['unreliable_injected'] or 'none'}"
     )
+    for r in report.runs:
+        if r.never_injected:
+            console.print(f"run {r.run}: planned but never injected: {r.never_injected}")
+        for stuck in r.stuck:
+            console.print(f"run {r.run}: stuck: {stuck}")
     console.print(f"differences found by verify: {summary['differences']}")
     console.print(f"recovery time (heal to every object caught up): {rec}")
     console.print(f"replica start to first tick: {ready}")

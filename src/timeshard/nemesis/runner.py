@@ -16,10 +16,32 @@ One *run*:
       │  target (so it holds everything the sources had at the heal); the
       │  time this takes is the run's *recovery time*
       │
-      └─ stop the replicas, then ``timeshard verify`` the location (a fresh
-         process): every shard's invariants, every view against its query
-         recomputed from scratch, the FILE upsert against last-value-per-key
+      ├─ stop the replicas, then ``timeshard verify`` the location (a fresh
+      │  process): every shard's invariants, every view against its query
+      │  recomputed from scratch, the FILE upsert against last-value-per-key
+      │
+      └─ sum the fault journal: every kind in the plan was injected at least once
 ```
+
+Stuck or slow. The warm-up and the recovery wait while every object is
+*starting* or *advancing* (:mod:`timeshard.nemesis.liveness`), up to the
+generous ``advancing_bound_s``; an object whose upper stands still, below
+the wall clock, for ``stuck_ticks`` ticks of a live replica is *stuck*, and
+fails the run at once, naming the object, its health status and error (from
+``timeshard_status``) and the replicas' last errors. A machine under load
+makes replicas slow to start and to tick; that is never a failure by itself.
+
+Injected, not just planned. Every fault is recorded where it is injected,
+one line in the run's journal (``injected.jsonl``,
+:class:`~timeshard.location.unreliable.FaultJournal`): the runner records
+the kills, pauses, PostgreSQL restarts and the filling of the tmpfs; each
+replica records the storage calls and the Spark task part reads and writes
+it failed, the writes its ENOSPC wrapper refused and the first tick read of
+each clock offset. A killed incarnation's lines survive it. A kind of the
+plan with no line fails the run. So that a window acts, an unreliable window
+or a clock jump planned for a replica that does not tick -- killed, paused
+or still starting -- goes to the next replica that does, or waits for one;
+and the fault phase lasts until every window has started and ended.
 
 The pipeline (:func:`pipeline_spec`): a KEY VALUE source and a FILE source of
 JSON lines, both with the UPSERT envelope, and a view over each. (It is
@@ -28,13 +50,16 @@ a few Spark jobs per object whatever the data.) The input files hold
 upserts, deletes (``{"id": k}``: every value column null) and a few
 undecodable lines (err rows).
 
-A run that does not recover within ``recovery_timeout_s``, or whose verify
-finds differences or cannot run, fails; the runner keeps its directory (the
-blob copied out of the tmpfs) and goes on with the next run.
+A run with a stuck object, or not caught up after ``advancing_bound_s``, or
+with a planned kind never injected, or whose verify finds differences or
+cannot run, fails; the runner keeps its directory (the blob copied out of the
+tmpfs, the journal, the replicas' logs and heartbeats) and goes on with the
+next run.
 
 Everything seeded is a function of ``(seed, run)``: the fault plan
 (:mod:`timeshard.nemesis.plan`), the input files, each replica
-incarnation's storage fault stream, and verify's sampling.
+incarnation's storage fault stream and its Spark tasks' fault seeds, and
+verify's sampling.
 
 Runs on the driver of nothing: the runner starts no Spark itself.
 """
@@ -59,16 +84,21 @@ from typing import Any
 from timeshard.cli.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
 from timeshard.errors import ExternalError, InvalidUsage
 from timeshard.location import open_location
+from timeshard.location.unreliable import FaultJournal
 from timeshard.nemesis.control import Control
 from timeshard.nemesis.disk import BlobDisk
+from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
 from timeshard.nemesis.plan import KINDS, Fault, plan_faults
+from timeshard.nemesis.replica import JOURNAL, heartbeat_file
 from timeshard.persist import PersistClient
+from timeshard.storage.health import STATUS_SHARD
 
 INPUT_EVERY_S = 1.5
 INPUT_LINES = 12
 INPUT_KEYS = 40
 POLL_S = 0.1
-WARMUP_TIMEOUT_S = 600.0
+WATCH_S = 0.5
+MAX_EXITS = 5
 STOP_TIMEOUT_S = 60.0
 TMPFS_MB = 1024
 
@@ -83,13 +113,14 @@ class NemesisConfig:
 
     directory: Path
     seed: int = 0
-    replicas: int = 2
+    replicas: int = 3
     runs: int | None = 1
     minutes: float | None = None
     fault_seconds: float = 60.0
     consensus: str = "sqlite"
     kinds: tuple[str, ...] = KINDS
-    recovery_timeout_s: float = 300.0
+    advancing_bound_s: float = 1200.0
+    stuck_ticks: int = 20
 
     def __post_init__(self) -> None:
         if not isinstance(self.replicas, int) or not 1 <= self.replicas <= 5:
@@ -104,6 +135,12 @@ class NemesisConfig:
             raise InvalidUsage(f"runs must be at least 1, got {self.runs!r}")
         if self.minutes is not None and not self.minutes > 0:
             raise InvalidUsage(f"minutes must be positive, got {self.minutes!r}")
+        if not self.advancing_bound_s > 0:
+            raise InvalidUsage(
+                f"advancing_bound_s must be positive, got {self.advancing_bound_s!r}"
+            )
+        if not isinstance(self.stuck_ticks, int) or self.stuck_ticks < 1:
+            raise InvalidUsage(f"stuck_ticks must be a positive int, got {self.stuck_ticks!r}")
         plan_faults(self.seed, 0, replicas=self.replicas, seconds=1.0, kinds=self.kinds)
 
     def consensus_of(self, run: int) -> str:
@@ -120,7 +157,13 @@ class NemesisConfig:
 
 @dataclass
 class RunResult:
-    """What one run did and found."""
+    """What one run did and found.
+
+    ``faults``: injected faults by kind, from the journal; ``skipped``: faults
+    of the plan that could not apply (their replica was down);
+    ``injected_calls``: the ``unreliable`` faults by what failed
+    (``blob.determinate``, ``task_write.indeterminate``, ...).
+    """
 
     run: int
     consensus: str
@@ -128,6 +171,8 @@ class RunResult:
     faults: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
     injected_calls: Counter[str] = field(default_factory=Counter)
+    never_injected: list[str] = field(default_factory=list)
+    stuck: list[str] = field(default_factory=list)
     replica_ready_s: list[float] = field(default_factory=list)
     replica_errors: int = 0
     recovery_s: float | None = None
@@ -154,7 +199,9 @@ class RunResult:
             "disk": self.disk,
             "faults": dict(self.faults),
             "skipped": dict(self.skipped),
-            "injected_storage_faults": dict(self.injected_calls),
+            "unreliable_injected": dict(self.injected_calls),
+            "never_injected": self.never_injected,
+            "stuck": self.stuck,
             "replica_ready_s": self.replica_ready_s,
             "replica_errors": self.replica_errors,
             "recovery_s": self.recovery_s,
@@ -193,7 +240,7 @@ class NemesisReport:
             "runs": len(self.runs),
             "ok": self.ok,
             "faults": dict(self.faults()),
-            "injected_storage_faults": dict(sum((r.injected_calls for r in self.runs), Counter())),
+            "unreliable_injected": dict(sum((r.injected_calls for r in self.runs), Counter())),
             "differences": sum(r.differences for r in self.runs),
             "failed_runs": sum(not r.ok for r in self.runs),
             "recovery_p50_s": statistics.median(rec) if rec else None,
@@ -256,9 +303,11 @@ class _Replica:
         self.control_file = run_dir / f"control-{index}.json"
         self.proc: subprocess.Popen[bytes] | None = None
         self.incarnation = -1
+        self.exits = 0
         self.paused_until = 0.0
         self.restart_at = 0.0
         self.unreliable_until = 0.0
+        self.unreliable_until_ms = 0
         self.rate = 0.0
         self.clock_until = 0.0
         self.clock_offset_ms = 0
@@ -289,6 +338,18 @@ class _Replica:
         if control != self.control:
             control.write(self.control_file)
             self.control = control
+
+    def heartbeat(self) -> Heartbeat:
+        """The current incarnation's last heartbeat (no ticks yet if it wrote none)."""
+        beat = Heartbeat.read(heartbeat_file(self.run_dir, self.index))
+        if beat is None or beat.incarnation != self.incarnation:
+            return Heartbeat(self.incarnation, 0)
+        return beat
+
+    def journal(self) -> FaultJournal:
+        """The journal, labelled with this slot's current incarnation."""
+        labels = (("replica", self.index), ("incarnation", self.incarnation))
+        return FaultJournal(str(self.run_dir / JOURNAL), labels)
 
 
 class NemesisRunner:
@@ -379,22 +440,27 @@ class NemesisRunner:
 
         shards = spec_shards(spec)
         replicas = [_Replica(i, run_dir) for i in range(config.replicas)]
+        planned: set[str] = set()  # the kinds to check for in the journal, once injected
         try:
             for r in replicas:
                 r.set_control(Control())
                 r.start(config.seed, self.env)
-            self._warm_up(client, shards, replicas, inputs)
-            self._fault_phase(plan, replicas, disk, inputs, result)
-            target = self._heal(client, replicas, disk)
-            result.recovery_s = self._recover(client, shards, target, replicas)
-            if result.recovery_s is None:
-                result.error = f"did not recover within {config.recovery_timeout_s:.0f} s"
-            else:
+            warm_up = self._await(client, shards, 0, replicas, inputs, "warm-up", result)
+            if warm_up is not None:
+                self.log(f"run {run}: every object written after {warm_up:.1f} s")
+                planned = {f.kind for f in plan}
+                self._fault_phase(plan, replicas, disk, inputs, result)
+                target = self._heal(client, replicas, disk)
+                result.recovery_s = self._await(
+                    client, shards, target, replicas, None, "recovery", result
+                )
+            if result.recovery_s is not None:
                 self.log(f"run {run}: recovered in {result.recovery_s:.1f} s; verifying")
         except Exception as e:  # the run failed; say why, verify what is there, go on
             result.error = f"{type(e).__name__}: {e}"
         finally:
             self._stop(replicas, result)
+        self._count_injected(run_dir, planned, result)
         if result.error:
             self.log(f"run {run}: {result.error}")
         try:
@@ -409,29 +475,85 @@ class NemesisRunner:
         result.seconds = time.monotonic() - t0
         self.log(
             f"run {run}: {'ok' if result.ok else 'FAILED'} in {result.seconds:.0f} s; "
-            f"faults {dict(result.faults)}; differences {result.differences}"
+            f"faults injected {dict(result.faults)}; unreliable calls and tasks failed "
+            f"{dict(result.injected_calls)}; differences {result.differences}"
         )
         return result
 
-    def _warm_up(
+    def _await(
         self,
         client: PersistClient,
         shards: list[str],
+        target: int,
         replicas: list[_Replica],
-        inputs: _InputWriter,
-    ) -> None:
-        deadline = time.monotonic() + WARMUP_TIMEOUT_S
-        while not all(_upper(client, s) > 0 for s in shards):
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"the pipeline did not start within {WARMUP_TIMEOUT_S:.0f} s: "
-                    f"uppers { ({s: _upper(client, s) for s in shards}) }; see the replica logs "
-                    f"in {replicas[0].run_dir}"
+        inputs: _InputWriter | None,
+        phase: str,
+        result: RunResult,
+    ) -> float | None:
+        """Seconds until every shard's upper is beyond ``target``; None (and the run's
+        error set) if one is stuck, or if they are still advancing after the bound."""
+        config = self.config
+        started = time.monotonic()
+        liveness = Liveness(shards, target, config.stuck_ticks)
+        exits = {r.index: r.exits for r in replicas}
+        logged = 0.0
+        while True:
+            uppers = {s: _upper_or_none(client, s) for s in shards}
+            ticks = {
+                (r.index, r.incarnation): r.heartbeat().ticks
+                for r in replicas
+                if r.alive() and not r.paused_until
+            }
+            stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
+            if stuck:
+                result.stuck = [self._describe(client, s, replicas) for s in stuck]
+                result.error = f"{phase}: stuck: " + " | ".join(result.stuck)
+                return None
+            if liveness.caught_up():
+                return time.monotonic() - started
+            waited = time.monotonic() - started
+            if waited > config.advancing_bound_s:
+                result.error = (
+                    f"{phase}: still not caught up after {config.advancing_bound_s:.0f} s "
+                    f"(never stuck): {liveness.verdicts}; uppers {uppers}, target {target}"
                 )
-            if not any(r.alive() for r in replicas):
-                raise RuntimeError(f"every replica exited; see the logs in {replicas[0].run_dir}")
-            inputs.maybe_write()
-            time.sleep(0.5)
+                return None
+            if waited - logged >= 30:
+                logged = waited
+                self.log(f"  {phase} after {waited:.0f} s: {liveness.verdicts}")
+            for r in replicas:
+                if r.proc is not None and not r.alive():
+                    r.exits += 1
+                    if r.exits - exits[r.index] > MAX_EXITS:
+                        result.error = (
+                            f"{phase}: replica {r.index} exited {MAX_EXITS + 1} times by "
+                            f"itself; see {r.run_dir}/replica-{r.index}-*.log"
+                        )
+                        return None
+                    self.log(f"  replica {r.index} exited by itself; restarting it")
+                    r.start(config.seed, self.env)
+            if inputs is not None:
+                inputs.maybe_write()
+            time.sleep(WATCH_S)
+
+    def _describe(self, client: PersistClient, stuck: Stuck, replicas: list[_Replica]) -> str:
+        """A stuck object, its health and the replicas' last errors, in one line."""
+        replica, incarnation = stuck.replica
+        text = (
+            f"{stuck.shard}: upper {stuck.upper} did not move in {stuck.ticks} ticks of "
+            f"replica {replica} (incarnation {incarnation})"
+        )
+        health = _health(client).get(stuck.shard)
+        if health is not None:
+            text += f"; status {health.get('status')!r}: {health.get('error')}"
+        for r in replicas:
+            beat = r.heartbeat()
+            if beat.last_error:
+                text += (
+                    f"; replica {r.index} last error ({beat.failing} failing ticks in a row): "
+                    f"{beat.last_error}"
+                )
+        return text
 
     def _fault_phase(
         self,
@@ -441,22 +563,41 @@ class NemesisRunner:
         inputs: _InputWriter,
         result: RunResult,
     ) -> None:
-        seed = self.config.seed
+        """Inject ``plan``; last ``fault_seconds``, and on until every window started and ended.
+
+        A window (unreliable, clock jump) that no replica could take when it
+        was due waits for one that ticks; the phase goes on while one waits or
+        is open, up to ``advancing_bound_s`` more (then what still waits is
+        skipped).
+        """
+        config = self.config
         start = time.monotonic()
         pending = list(plan)
+        waiting: list[Fault] = []
         disk_until = 0.0
         while True:
             now = time.monotonic() - start
-            if now >= self.config.fault_seconds:
+            is_open = any(now < max(r.unreliable_until, r.clock_until) for r in replicas)
+            if now >= config.fault_seconds and not pending and not waiting and not is_open:
                 break
+            if now >= config.fault_seconds + config.advancing_bound_s:
+                result.skipped.update(f.kind for f in waiting)
+                break
+            still_waiting = []
+            for fault in waiting:
+                if not self._start_window(fault, now, replicas):
+                    still_waiting.append(fault)
+            waiting = still_waiting
             while pending and pending[0].at_s <= now:
                 fault = pending.pop(0)
-                if self._inject(fault, now, replicas, disk):
-                    result.faults[fault.kind] += 1
-                    if fault.kind == "disk_full":
-                        disk_until = max(disk_until, now + fault.duration_s)
-                else:
+                outcome = self._inject(fault, now, replicas, disk)
+                if outcome == "waiting":
+                    self.log("    (no replica ticks now: it waits for one)")
+                    waiting.append(fault)
+                elif outcome == "skipped":
                     result.skipped[fault.kind] += 1
+                elif fault.kind == "disk_full":
+                    disk_until = max(disk_until, now + fault.duration_s)
             if disk_until and now >= disk_until:
                 disk_until = 0.0
                 disk.drain()
@@ -468,10 +609,12 @@ class NemesisRunner:
                     self.log(f"  replica {r.index} exited by itself; restarting it")
                     r.proc, r.restart_at = None, now
                 if r.proc is None and now >= r.restart_at:
-                    r.start(seed, self.env)
+                    r.start(config.seed, self.env)
+                unreliable = now < r.unreliable_until
                 r.set_control(
                     Control(
-                        unreliable_rate=r.rate if now < r.unreliable_until else 0.0,
+                        unreliable_rate=r.rate if unreliable else 0.0,
+                        unreliable_until_ms=r.unreliable_until_ms if unreliable else 0,
                         disk_full=bool(disk_until) and not disk.mounted,
                         clock_offset_ms=r.clock_offset_ms if now < r.clock_until else 0,
                     )
@@ -479,38 +622,66 @@ class NemesisRunner:
             inputs.maybe_write()
             time.sleep(POLL_S)
 
-    def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> bool:
-        """Start ``fault``; False if it cannot apply now (its replica is down)."""
+    def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> str:
+        """Start ``fault``: ``"injected"``, ``"skipped"`` (a kill or pause of a replica
+        that is down) or ``"waiting"`` (a window no replica can take now).
+
+        Records in the journal what the runner itself injects (module doc). A
+        kill or pause hits its replica even while it starts.
+        """
         self.log(f"  fault {fault.describe()}")
+        run_journal = FaultJournal(str(replicas[0].run_dir / JOURNAL))
         if fault.kind == "pg_restart":
             assert self.postgres is not None, "pg_restart needs PostgreSQL consensus"
             self.postgres.restart()
-            return True
+            run_journal.record("pg_restart", "restart")
+            return "injected"
         if fault.kind == "disk_full":
             if disk.mounted:
-                disk.fill()
-            return True
+                taken = disk.fill()
+                run_journal.record("disk_full", f"tmpfs ballast of {taken} bytes")
+            return "injected"
         assert fault.replica is not None
         r = replicas[fault.replica]
         if fault.kind == "kill":
-            if r.proc is None:
-                return False
+            if not r.alive():
+                return "skipped"
+            assert r.proc is not None
             r.signal(signal.SIGKILL)
             r.proc.wait()
+            r.journal().record("kill", "sigkill")
             r.proc, r.paused_until = None, 0.0
             r.restart_at = now + fault.duration_s
-            return True
+            return "injected"
         if fault.kind == "pause":
             if not r.alive():
-                return False
+                return "skipped"
             if not r.paused_until:
                 r.signal(signal.SIGSTOP)
+            r.journal().record("pause", "sigstop")
             r.paused_until = max(r.paused_until, now + fault.duration_s)
-            return True
+            return "injected"
+        return "injected" if self._start_window(fault, now, replicas) else "waiting"
+
+    def _start_window(self, fault: Fault, now: float, replicas: list[_Replica]) -> bool:
+        """Open an unreliable window or a clock jump for ``duration_s`` from ``now``;
+        False if no replica ticks now.
+
+        A window acts only on a replica that ticks (the replica records it when
+        it does): where the fault's replica does not tick (killed, paused,
+        still starting), it goes to the next one that does.
+        """
+        assert fault.replica is not None and fault.kind in ("unreliable", "clock_jump"), fault
+        r = _ticking(replicas, fault.replica)
+        if r is None:
+            return False
+        if r.index != fault.replica or now > fault.at_s + 1.0:
+            self.log(f"    ({fault.kind} starts at {now:.1f} s on replica {r.index})")
         if fault.kind == "unreliable":
             r.rate, r.unreliable_until = fault.rate, now + fault.duration_s
-            return True
-        r.clock_offset_ms, r.clock_until = fault.clock_jump_ms, now + fault.duration_s
+            r.unreliable_until_ms = time.time_ns() // 1_000_000 + int(fault.duration_s * 1000)
+        else:
+            r.clock_offset_ms, r.clock_until = fault.clock_jump_ms, now + fault.duration_s
         return True
 
     def _heal(self, client: PersistClient, replicas: list[_Replica], disk: BlobDisk) -> int:
@@ -529,21 +700,6 @@ class NemesisRunner:
             target = max(target, _upper(client, shard))
         return target
 
-    def _recover(
-        self, client: PersistClient, shards: list[str], target: int, replicas: list[_Replica]
-    ) -> float | None:
-        healed = time.monotonic()
-        deadline = healed + self.config.recovery_timeout_s
-        while time.monotonic() < deadline:
-            if all(_upper(client, s) > target for s in shards):
-                return time.monotonic() - healed
-            for r in replicas:
-                if r.proc is not None and not r.alive():
-                    self.log(f"  replica {r.index} exited by itself; restarting it")
-                    r.start(self.config.seed, self.env)
-            time.sleep(0.25)
-        return None
-
     def _stop(self, replicas: list[_Replica], result: RunResult) -> None:
         for r in replicas:
             r.signal(signal.SIGCONT)
@@ -558,15 +714,21 @@ class NemesisRunner:
                 r.proc.kill()
                 r.proc.wait()
         for log in sorted(replicas[0].run_dir.glob("replica-*.log")):
-            injected: dict[str, int] = {}  # the last counts of this incarnation
             for event in _events(log):
                 if event["event"] == "ready":
                     result.replica_ready_s.append(float(event["after_s"]))
                 elif event["event"] == "error":
                     result.replica_errors += 1
-                elif event["event"] == "injected":
-                    injected = event["injected"]
-            result.injected_calls.update(injected)
+
+    def _count_injected(self, run_dir: Path, planned: set[str], result: RunResult) -> None:
+        """Sum the journal into ``result``; a planned kind never injected is an error."""
+        entries = FaultJournal.read(run_dir / JOURNAL)
+        result.faults = Counter(e["kind"] for e in entries)
+        result.injected_calls = Counter(e["how"] for e in entries if e["kind"] == "unreliable")
+        result.never_injected = sorted(k for k in planned if not result.faults[k])
+        if result.never_injected:
+            missing = f"planned but never injected: {result.never_injected}"
+            result.error = f"{result.error}; {missing}" if result.error else missing
 
     def _verify(
         self, blob_uri: str, consensus_uri: str, run_dir: Path, run: int, result: RunResult
@@ -610,12 +772,45 @@ class _InputWriter:
             self.write()
 
 
+def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
+    """The first replica from index ``first`` on (cyclically) that is alive, not paused
+    and has finished a tick in its current incarnation; None if none has."""
+    for i in range(len(replicas)):
+        r = replicas[(first + i) % len(replicas)]
+        if r.alive() and not r.paused_until and r.heartbeat().ticks > 0:
+            return r
+    return None
+
+
 def _upper(client: PersistClient, shard: str) -> int:
     try:
         upper = client.state(shard).upper.time
     except Exception:  # not created yet, or consensus down for a moment
         return 0
     return upper if upper is not None else 2**63 - 1
+
+
+def _upper_or_none(client: PersistClient, shard: str) -> int | None:
+    """The upper of ``shard``: 0 if it does not exist yet, None if it cannot be read now."""
+    try:
+        upper = client.state(shard).upper.time
+    except InvalidUsage:  # not created yet
+        return 0
+    except Exception:  # consensus down for a moment
+        return None
+    return upper if upper is not None else 2**63 - 1
+
+
+def _health(client: PersistClient) -> dict[str, dict[str, Any]]:
+    """The latest health row of every object (empty if the status shard cannot be read)."""
+    try:
+        reader = client.open_unleased_reader(STATUS_SHARD)
+        upper = reader.upper().time
+        if not upper:
+            return {}
+        return {row["object"]: row for row in reader.snapshot(upper - 1).to_pylist()}
+    except Exception:  # no status yet, or storage down: the replicas' errors still say
+        return {}
 
 
 def _list_shards(client: PersistClient, attempts: int = 20) -> list[str]:

@@ -22,9 +22,11 @@ Reading (``read_parts``)::
 What runs where (as in ``pyspark.sql.datasource``):
 
 * driver: :func:`conform_df`, :func:`check_parts`, collecting part rows,
-  deleting the parts of a failed write, :func:`typed_errors`;
-* executors: :class:`PartWriter`. It must pickle, so it holds plain values
-  only (the root URI, the key prefix, the data schema as Arrow IPC bytes);
+  deleting the parts of a failed write, :func:`typed_errors`,
+  :func:`inject_task_faults`;
+* executors: :class:`PartWriter` and :class:`PartReadFaults`. They must
+  pickle, so they hold plain values only (the root URI, the key prefix, the
+  data schema as Arrow IPC bytes, the injected faults);
   executors need ``pyarrow`` and ``timeshard`` importable by their Python
   (``PYSPARK_PYTHON``) and must reach the blob root under the same URI.
 
@@ -37,6 +39,17 @@ executors. Such writes collect the DataFrame to the driver with ``toArrow``
 and store one part through ``blob.set``; such reads decode the parts on the
 driver and build the DataFrame from Arrow. That is the small-data path, for
 tests and tools.
+
+Injected faults (the nemesis). :func:`inject_task_faults` installs, on the
+driver, a source of :class:`~timeshard.location.unreliable.KeyedFaults`.
+While it gives one, every ``write_parts``/``read_parts`` call takes a fresh
+one (driver) and hands it to its tasks, where each task draws once by its
+partition and attempt number (executors): a write task fails before writing
+its part, or after it (the part exists, the task still fails); a read task
+fails before yielding rows (a pass-through ``mapInArrow`` behind the Parquet
+scan, added only then). A failure is ``OSError(EIO)``, recorded in the
+faults' journal by the task that injects it. Without a source (the default)
+nothing changes, not even the plan.
 
 Errors. A write that does not fit the shard raises InvalidUsage before any
 Spark job runs. A part that is missing, or whose size differs from the one the
@@ -66,7 +79,7 @@ import contextlib
 import os
 import re
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -89,6 +102,7 @@ from pyspark.sql.types import (
 
 from timeshard.errors import InvalidUsage, PartError, TimeshardError
 from timeshard.location.blob import Blob, check_blob_key
+from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
 from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, conform, updates_schema
 from timeshard.persist.config import PersistConfig
@@ -112,6 +126,31 @@ _INTEGRAL_DIGITS: dict[type[DataType], int] = {
     LongType: 19,
 }
 _TMP_PREFIX = ".tmp-"
+_task_faults: Callable[[], KeyedFaults | None] | None = None
+
+
+def inject_task_faults(source: Callable[[], KeyedFaults | None] | None) -> None:
+    """Make the tasks of later writes and reads inject faults (driver; see the module doc).
+
+    ``source`` is asked once per ``write_parts``/``read_parts`` call and gives
+    the faults for that call's tasks, or None for none; ``None`` removes it.
+    """
+    global _task_faults
+    _task_faults = source
+
+
+def _current_task_faults() -> KeyedFaults | None:
+    return None if _task_faults is None else _task_faults()
+
+
+def _task_attempt() -> tuple[int, int]:
+    """(partition, attempt number) of the running Spark task; (0, 0) outside one."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    if context is None:
+        return 0, 0
+    return context.partitionId(), context.attemptNumber()
 
 
 def column(name: str) -> Column:
@@ -185,7 +224,9 @@ def write_parts(
     root = blob.root_uri
     if root is None:
         return _write_through_driver(conformed, blob, key_prefix, data_schema)
-    writer = PartWriter(root, key_prefix, data_schema.serialize().to_pybytes())
+    writer = PartWriter(
+        root, key_prefix, data_schema.serialize().to_pybytes(), _current_task_faults()
+    )
     # mapInArrow resolves columns by name, which fails for names with dots: rename by
     # position here, and back in the task.
     positional = conformed.toDF(*[f"_c{i}" for i in range(len(conformed.columns))])
@@ -207,23 +248,27 @@ class PartWriter:
     Called by ``mapInArrow`` with the partition's Arrow batches, whose columns
     are the part schema's in order (under positional names); yields one
     ``PART_META_DDL`` row for the part written, or nothing for an empty
-    partition. Holds plain values only, so it pickles.
+    partition. Holds plain values only, so it pickles. With ``faults``, the
+    task draws once and may fail before or after writing (module doc).
     """
 
     root_uri: str
     key_prefix: str
     schema_ipc: bytes
+    faults: KeyedFaults | None = None
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
         data_schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        context = TaskContext.get()
-        partition = context.partitionId() if context is not None else 0
+        partition, attempt = _task_attempt()
         key = f"{self.key_prefix}/part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
+        fault = "ok" if self.faults is None else self.faults.draw(f"write:{partition}:{attempt}")
+        if self.faults is not None and fault == "determinate":
+            self.faults.fail("task_write.determinate", f"the write of part {key!r}")
         schema = updates_schema(data_schema)
         tables = (_conformed(b, schema, data_schema) for b in batches if b.num_rows)
         part = write_part_file(self.root_uri, key, schema, tables)
+        if self.faults is not None and fault == "indeterminate":
+            self.faults.fail("task_write.indeterminate", f"the write of part {key!r} (written)")
         if part is not None:
             yield pa.RecordBatch.from_pylist([part.to_json()], schema=_PART_META_SCHEMA)
 
@@ -379,12 +424,32 @@ def read_parts(
         return spark.createDataFrame(table, schema)
     check_parts(blob, parts)
     uris = [f"{root.rstrip('/')}/{p.key}" for p in parts]
-    return (
+    df = (
         spark.read.schema(schema)
         .option("ignoreCorruptFiles", "false")
         .option("ignoreMissingFiles", "false")
         .parquet(*uris)
     )
+    faults = _current_task_faults()
+    return df if faults is None else df.mapInArrow(PartReadFaults(faults), df.schema)
+
+
+@dataclass(frozen=True, slots=True)
+class PartReadFaults:
+    """What a read task runs behind the Parquet scan when faults are injected (executors).
+
+    Draws once by partition and attempt; fails the task before it yields a
+    row, or passes the batches through unchanged.
+    """
+
+    faults: KeyedFaults
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        partition, attempt = _task_attempt()
+        fault = self.faults.draw(f"read:{partition}:{attempt}")
+        if fault != "ok":
+            self.faults.fail(f"task_read.{fault}", f"a read of parts (partition {partition})")
+        yield from batches
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -452,11 +517,13 @@ def _key_of(uri: str) -> str:
 
 __all__ = [
     "PART_META_DDL",
+    "PartReadFaults",
     "PartWriter",
     "check_parts",
     "column",
     "conform_df",
     "filesystem_of",
+    "inject_task_faults",
     "read_parts",
     "typed_error",
     "typed_errors",
