@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from timeshard import InvalidUsage
-from timeshard.cli.spec import build_source, load_spec
+from timeshard.cli.main import app
+from timeshard.cli.spec import build_source, check_spec, format_duration, load_spec, parse_duration
 from timeshard.storage.file_source import FileSource
 from timeshard.storage.sources import KeyValueGenerator
 
@@ -91,3 +93,99 @@ def test_tpch_source(tmp_path: Path) -> None:
     assert "lineitem" in tp.outputs()
     with pytest.raises(InvalidUsage, match="-1"):
         build_source(spec.source[1])
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"),
+    [("500ms", 500), ("30s", 30_000), ("15m", 900_000), ("1h", 3_600_000), ("1d", 86_400_000)],
+)
+def test_retain_history_durations(tmp_path: Path, text: str, ms: int) -> None:
+    f = tmp_path / "run.toml"
+    f.write_text(
+        f'[[source]]\nname = "kv"\nkind = "key_value"\nretain_history = "{text}"\n'
+        f'[[view]]\nname = "n"\ninputs = {{ kv = "kv" }}\nsql = "SELECT 1"\n'
+        f'retain_history = "{text}"\n'
+    )
+    spec = load_spec(f)
+    assert spec.source[0].retain_history_ms == ms and spec.view[0].retain_history_ms == ms
+    assert parse_duration(format_duration(ms)) == ms
+
+
+def test_retain_history_absent_is_none(tmp_path: Path) -> None:
+    f = tmp_path / "run.toml"
+    f.write_text(GOOD)
+    spec = load_spec(f)
+    assert spec.source[0].retain_history_ms is None and spec.view[0].retain_history_ms is None
+
+
+@pytest.mark.parametrize("bad", ["30x", "1.5h", "-1s", "", "h", "10 minutes"])
+def test_bad_retain_history_is_one_line_naming_it(tmp_path: Path, bad: str) -> None:
+    f = tmp_path / "run.toml"
+    f.write_text(f'[[source]]\nname = "kv"\nkind = "key_value"\nretain_history = "{bad}"\n')
+    with pytest.raises(InvalidUsage) as e:
+        load_spec(f)
+    message = str(e.value)
+    assert "retain_history" in message and repr(bad) in message and "\n" not in message
+
+
+def test_validation_errors_are_one_line(tmp_path: Path) -> None:
+    f = tmp_path / "run.toml"
+    f.write_text('[[source]]\nname = "x"\nkind = "kafka"\ncolour = 1\n')
+    with pytest.raises(InvalidUsage) as e:
+        load_spec(f)
+    assert "\n" not in str(e.value) and "colour" in str(e.value) and "kind" in str(e.value)
+
+
+def test_format_duration_picks_the_largest_exact_unit() -> None:
+    assert [format_duration(ms) for ms in (0, 1500, 90_000, 7_200_000, 172_800_000)] == [
+        "0s",
+        "1500ms",
+        "90s",
+        "2h",
+        "2d",
+    ]
+
+
+TWO_VIEWS = """
+[[source]]
+name = "auction"
+kind = "auction"
+
+[[view]]
+name = "late"
+inputs = { t = "totals" }
+sql = "SELECT * FROM t"
+
+[[view]]
+name = "totals"
+inputs = { b = "auction.bids", x = "elsewhere" }
+sql = "SELECT count(*) AS n FROM b"
+"""
+
+
+def test_view_inputs_must_be_declared_or_exist(tmp_path: Path) -> None:
+    f = tmp_path / "run.toml"
+    f.write_text(TWO_VIEWS)
+    spec = load_spec(f)
+    with pytest.raises(InvalidUsage, match="view 'late' reads 'totals', which is declared after"):
+        check_spec(spec, existing=[])
+    ok = spec.model_copy(update={"view": spec.view[1:]})
+    with pytest.raises(InvalidUsage, match="view 'totals' reads 'elsewhere'") as e:
+        check_spec(ok, existing=[])
+    assert "auction.bids" in str(e.value)  # the shards it could read are named
+    check_spec(ok, existing=["elsewhere"])
+
+
+def test_run_validates_before_spark_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import timeshard.spark
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark started before the declaration was validated")
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", no_spark)
+    f = tmp_path / "run.toml"
+    f.write_text(f'[location]\ndir = "{tmp_path / "loc"}"\n' + TWO_VIEWS)
+    out = CliRunner().invoke(app, ["run", str(f), "--seconds", "0"])
+    assert isinstance(out.exception, InvalidUsage), out.output
+    assert "reads 'totals'" in str(out.exception)
+    assert not (tmp_path / "loc").exists()  # a bad declaration writes nothing

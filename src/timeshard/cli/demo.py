@@ -10,6 +10,10 @@ catch up, prints query results, and checks each view against a from-scratch
 recomputation of its query over the inputs at the same time. The exit code
 is 0 only if every check passed.
 
+The demo starts afresh (:func:`fresh_location`): it marks the locations it
+creates, deletes what an earlier demo left, and refuses a location it did
+not create rather than delete it.
+
 Runs on the driver; reading sources, reclocking, envelopes and views run in
 Spark tasks.
 """
@@ -24,9 +28,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from timeshard.cli.spec import DEFAULT_DIR
 from timeshard.compute import MaterializedView, ViewDefinition
+from timeshard.errors import InvalidUsage
 from timeshard.location import Location
-from timeshard.persist import PersistClient
+from timeshard.persist import PersistClient, ReadHandle
 
 WINNING_BIDS = """
 SELECT auction_id, item, buyer, amount FROM (
@@ -37,6 +43,8 @@ SELECT auction_id, item, buyer, amount FROM (
 ) WHERE rank = 1
 """
 BIDS_PER_USER = "SELECT buyer, count(*) AS bids, sum(amount) AS total FROM bids GROUP BY buyer"
+#: The file that marks a location as the demo's own, to delete when the demo runs again.
+DEMO_MARKER = "demo-location.txt"
 VIEWS = {
     "winning_bids": ({"auctions": "auction.auctions", "bids": "auction.bids"}, WINNING_BIDS),
     "bids_per_user": ({"bids": "auction.bids"}, BIDS_PER_USER),
@@ -48,9 +56,7 @@ def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
     from timeshard.storage.ingest import Ingestion
     from timeshard.storage.sources import AuctionGenerator, KeyValueGenerator
 
-    if location_dir.exists():
-        shutil.rmtree(location_dir)
-    location = Location.embedded(location_dir)
+    location = fresh_location(location_dir)
     console.print(f"[bold]timeshard demo[/bold]: {location.describe()}")
     started = time.monotonic()
     spark = spark_session(app_name="timeshard-demo")
@@ -94,13 +100,13 @@ def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
         inputs, sql = VIEWS[name]
         as_of = (view.frontiers().persist.time or 1) - 1
         for alias, shard in inputs.items():
-            snap = snapshot_df(spark, client.open_leased_reader(shard), as_of).drop("_ts", "_err")
+            snap = snapshot_df(spark, _reader(client, shard, holds), as_of).drop("_ts", "_err")
             cols = [c for c in snap.columns if c != "_diff"]
             snap.selectExpr(*cols, "explode(sequence(1, CAST(_diff AS INT))) AS _n").drop(
                 "_n"
             ).createOrReplaceTempView(alias)
         expected = spark.sql(sql)
-        got = snapshot_df(spark, client.open_leased_reader(name), as_of)
+        got = snapshot_df(spark, _reader(client, name, holds), as_of)
         got = got.selectExpr(*expected.columns, "explode(sequence(1, CAST(_diff AS INT))) AS _n")
         got = got.drop("_n")
         same = got.exceptAll(expected).isEmpty() and expected.exceptAll(got).isEmpty()
@@ -109,7 +115,7 @@ def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
             f"{name} AS OF {as_of}: {got.count()} rows; matches a from-scratch "
             f"recomputation: {'[green]yes[/green]' if same else '[red]NO[/red]'}"
         )
-    top = client.open_leased_reader("bids_per_user")
+    top = _reader(client, "bids_per_user", holds)
     upper = (top.fetch_recent_upper().time or 1) - 1
     rows = sorted(top.snapshot(upper).to_pylist(), key=lambda r: -r["total"])[:5]
     table = Table("buyer", "bids", "total", title="top bidders")
@@ -117,17 +123,51 @@ def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
         table.add_row(str(r["buyer"]), str(r["bids"]), str(r["total"]))
     console.print(table)
     kv_rows = (
-        client.open_leased_reader("kv").snapshot((client.state("kv").upper.time or 1) - 1).num_rows
+        _reader(client, "kv", holds).snapshot((client.state("kv").upper.time or 1) - 1).num_rows
     )
     console.print(f"kv (UPSERT): {kv_rows} live keys")
     console.print("[green]consistent[/green]" if ok else "[red]INCONSISTENT[/red]")
-    console.print(f"look around: timeshard status --location {location_dir}")
+    where = "" if location_dir == Path(DEFAULT_DIR) else f" --location {location_dir}"
+    console.print(f"look around: timeshard status{where}")
+    console.print(f'             timeshard query "SELECT * FROM bids_per_user"{where}')
     for v in views.values():
         v.close()
+    auction.close()
+    kv.close()
     for h in holds:
         h.expire()
     spark.stop()
     return 0 if ok else 1
+
+
+def _reader(client: PersistClient, shard: str, opened: list[ReadHandle]) -> ReadHandle:
+    """A leased reader of ``shard``, added to ``opened`` (expired when the demo ends)."""
+    reader = client.open_leased_reader(shard)
+    opened.append(reader)
+    return reader
+
+
+def fresh_location(directory: Path) -> Location:
+    """An empty embedded location at ``directory``, marked as the demo's.
+
+    An earlier demo's location there is deleted (its ``blob/`` and consensus
+    files; anything else in the directory stays). A location without the mark
+    is refused with InvalidUsage and left as it is.
+    """
+    held = [p for p in (directory / "blob", directory / "consensus.sqlite") if p.exists()]
+    if held and not (directory / DEMO_MARKER).exists():
+        raise InvalidUsage(
+            f"{str(directory)!r} holds a timeshard location the demo did not create, and "
+            "the demo starts afresh: give the demo another --location"
+        )
+    shutil.rmtree(directory / "blob", ignore_errors=True)
+    for f in directory.glob("consensus.sqlite*"):
+        f.unlink()
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / DEMO_MARKER).write_text(
+        "Made by `timeshard demo`, which deletes this location when it runs here again.\n"
+    )
+    return Location.embedded(directory)
 
 
 def _progress(
@@ -153,4 +193,4 @@ def _progress(
     return table
 
 
-__all__ = ["run_demo"]
+__all__ = ["DEMO_MARKER", "fresh_location", "run_demo"]

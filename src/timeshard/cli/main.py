@@ -6,17 +6,26 @@ by ``--blob URI --consensus URI`` (for example ``file:///shared/blob`` and
 ``postgresql://user@host/db``). Tables are rendered with rich; ``--json``
 prints machine-readable output instead.
 
+Every command but ``demo`` and ``run`` reads an existing location: a
+``--location`` directory that does not exist, or holds no
+``consensus.sqlite``, is an error (nothing is created). The default location,
+``.timeshard``, is the one ``demo`` and ``run`` write.
+
 Errors. A timeshard error (a bad argument, an unknown or invalid shard id, a
-state that does not decode, a damaged part) is printed on stderr as one line
-``error: <message>`` and the exit code is 2; no traceback. ``status`` and
-``shard list`` report a shard whose state cannot be read in its row (the
-``error`` field) and go on with the others; they then exit with code 1.
+time a shard cannot be read at, a query Spark rejects, a state that does not
+decode, a damaged part) is printed on stderr as one line ``error: <message>``
+and the exit code is 2; no traceback. ``status`` and ``shard list`` report a
+shard whose state cannot be read in its row (the ``error`` field) and go on
+with the others; they then exit with code 1.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
+import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,10 +34,13 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from timeshard.errors import InvalidUsage, TimeshardError
+from timeshard.cli.spec import DEFAULT_DIR, format_duration
+from timeshard.errors import InvalidUsage, SinceError, TimeshardError
 from timeshard.location import Location, open_location
-from timeshard.persist import PersistClient
+from timeshard.persist import PersistClient, ReadHandle
 from timeshard.persist._internal.state import ShardState
+from timeshard.persist.holds import RETAIN_READER
+from timeshard.progress import Frontier
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 shard_app = typer.Typer(help="Inspect and read shards.", no_args_is_help=True)
@@ -50,15 +62,32 @@ ConsensusOpt = Annotated[
     str | None, typer.Option("--consensus", help="Consensus URI (with --blob).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-DEFAULT_LOCATION = Path(".timeshard")
+DEFAULT_LOCATION = Path(DEFAULT_DIR)
 
 
-def _location(location: Path, blob: str | None, consensus: str | None) -> Location:
+def _location(
+    location: Path, blob: str | None, consensus: str | None, *, create: bool = False
+) -> Location:
+    """The location named by the options; an embedded one must exist unless ``create``."""
     if (blob is None) != (consensus is None):
-        raise typer.BadParameter("--blob and --consensus go together")
+        raise InvalidUsage("--blob and --consensus go together: give both or neither")
     if blob is not None and consensus is not None:
         return open_location(blob, consensus)
+    if not create:
+        _check_location(location)
     return Location.embedded(location)
+
+
+def _check_location(directory: Path) -> None:
+    if not directory.is_dir():
+        raise InvalidUsage(
+            f"location {str(directory)!r} does not exist: give --location DIR, or create "
+            "one with `timeshard demo` or `timeshard run`"
+        )
+    if not (directory / "consensus.sqlite").is_file():
+        raise InvalidUsage(
+            f"{str(directory)!r} is not a timeshard location: it holds no consensus.sqlite"
+        )
 
 
 def _print_json(value: Any) -> None:
@@ -192,10 +221,15 @@ def shard_snapshot(
     client = PersistClient(_location(location, blob, consensus))
     reader = client.open_leased_reader(shard)
     try:
+        upper = reader.fetch_recent_upper()
         if as_of is None:
-            upper = reader.fetch_recent_upper()
             as_of = (upper.time - 1) if upper.time else 0
-        rows = reader.snapshot(as_of).to_pylist()
+        if upper.less_equal(as_of):
+            raise _not_readable(reader, as_of)
+        try:
+            rows = reader.snapshot(as_of).to_pylist()
+        except SinceError as e:
+            raise _not_readable(reader, as_of) from e
     finally:
         reader.expire()
     if as_json:
@@ -208,6 +242,25 @@ def shard_snapshot(
     for r in rows[:limit]:
         table.add_row(*(str(v) for v in r.values()))
     console.print(table)
+
+
+def readable_times(since: Frontier, upper: Frontier) -> str:
+    """What a shard with these frontiers can be read at: ``readable at [since, upper - 1]``."""
+    if upper.time == 0:
+        return "empty, so nothing is readable yet"
+    if since.time is None or (upper.time is not None and upper.time <= since.time):
+        return f"not readable at any time (since {since}, upper {upper})"
+    if upper.time is None:
+        return f"readable from {since.time} on"
+    return f"readable at [{since.time}, {upper.time - 1}]"
+
+
+def _not_readable(reader: ReadHandle, as_of: int) -> InvalidUsage:
+    """The error for reading ``reader``'s shard at ``as_of``, naming what is readable."""
+    ranges = readable_times(reader.since, reader.fetch_recent_upper())
+    return InvalidUsage(
+        f"as_of {as_of} is not readable in shard {reader.shard_id!r}: it is {ranges}"
+    )
 
 
 @shard_app.command("compact")
@@ -252,64 +305,105 @@ def status(
     consensus: ConsensusOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Every shard's frontiers, lag and health; views show their deploy generation.
+    """Every shard's frontiers, lag, retained history and health; views show their
+    deploy generation.
 
     The lag is wall-clock now minus the write frontier, for shards whose
-    timestamps are wall-clock milliseconds. A shard whose state (or, for the
-    status shard, whose content) cannot be read is shown with kind
-    ``unreadable`` and the error; the exit code is then 1.
+    timestamps are wall-clock milliseconds. A source reported ``running`` or
+    ``starting`` shows ``stopped`` once its shard has no writer, and
+    ``unresponsive`` once no writer renewed its lease for three heartbeat
+    intervals. A shard whose state (or, for the status shard, whose content)
+    cannot be read is shown with kind ``unreadable`` and the error; the exit
+    code is then 1.
     """
-    import time
-
-    from timeshard.compute.mv_sink import DEPLOY_READER
-    from timeshard.storage.health import STATUS_SHARD
-
-    client = PersistClient(_location(location, blob, consensus))
-    now = int(time.time() * 1000)
-    states = _states(client)
-    health: dict[str, dict[str, Any]] = {}
-    if isinstance(states.get(STATUS_SHARD), ShardState):
-        try:
-            reader = client.open_unleased_reader(STATUS_SHARD)
-            status_upper = reader.upper().time
-            if status_upper:
-                health = {r["object"]: r for r in reader.snapshot(status_upper - 1).to_pylist()}
-        except TimeshardError as e:  # a damaged part: shown in the status shard's row
-            states[STATUS_SHARD] = e
-    rows: list[dict[str, Any]] = []
-    for shard_id, s in states.items():
-        if isinstance(s, TimeshardError):
-            rows.append(_unreadable_row(shard_id, s))
-            continue
-        deploy = s.critical_readers.get(DEPLOY_READER)
-        upper = s.upper.time
-        lag = now - upper if upper is not None and upper > 10**12 else None
-        rows.append(
-            {
-                "object": shard_id,
-                "kind": "view" if deploy else "shard",
-                "since": s.since.to_json(),
-                "write_frontier": upper,
-                "lag_ms": lag,
-                "generation": int(deploy.opaque) if deploy and deploy.opaque.isdigit() else None,
-                "writers": len(s.writers),
-                "readers": len(s.leased_readers),
-                "status": health.get(shard_id, {}).get("status"),
-                "error": health.get(shard_id, {}).get("error"),
-            }
-        )
-    failed = any(r["kind"] == "unreadable" for r in rows)
+    rows = status_rows(PersistClient(_location(location, blob, consensus)))
     if as_json:
         _print_json(rows)
-        if failed:
-            raise typer.Exit(1)
-        return
+    else:
+        _print_status(rows)
+    if any(r["kind"] == "unreadable" for r in rows):
+        raise typer.Exit(1)
+
+
+def status_rows(client: PersistClient) -> list[dict[str, Any]]:
+    """The ``status`` row of every shard, at ``client.config``'s clock."""
+    states = _states(client)
+    health = _health(client, states)
+    now = client.config.now_ms()
+    return [
+        _unreadable_row(shard_id, s)
+        if isinstance(s, TimeshardError)
+        else _status_row(client, shard_id, s, health.get(shard_id, {}), now)
+        for shard_id, s in states.items()
+    ]
+
+
+def _health(
+    client: PersistClient, states: dict[str, ShardState | TimeshardError]
+) -> dict[str, dict[str, Any]]:
+    """The latest health row of every object; a damaged status shard joins ``states``."""
+    from timeshard.storage.health import STATUS_SHARD
+
+    if not isinstance(states.get(STATUS_SHARD), ShardState):
+        return {}
+    try:
+        reader = client.open_unleased_reader(STATUS_SHARD)
+        upper = reader.upper().time
+        if not upper:
+            return {}
+        return {r["object"]: r for r in reader.snapshot(upper - 1).to_pylist()}
+    except TimeshardError as e:  # a damaged part: shown in the status shard's row
+        states[STATUS_SHARD] = e
+        return {}
+
+
+def _status_row(
+    client: PersistClient, shard_id: str, s: ShardState, health: dict[str, Any], now: int
+) -> dict[str, Any]:
+    from timeshard.compute.mv_sink import DEPLOY_READER
+
+    deploy = s.critical_readers.get(DEPLOY_READER)
+    retain = s.critical_readers.get(RETAIN_READER)
+    upper = s.upper.time
+    interval = client.config.heartbeat_interval_ms
+    return {
+        "object": shard_id,
+        "kind": "view" if deploy else "shard",
+        "since": s.since.to_json(),
+        "write_frontier": upper,
+        "lag_ms": now - upper if upper is not None and upper > 10**12 else None,
+        "retain_ms": int(retain.opaque) if retain and retain.opaque.isdigit() else None,
+        "generation": int(deploy.opaque) if deploy and deploy.opaque.isdigit() else None,
+        "writers": len(s.writers),
+        "readers": len(s.leased_readers),
+        "status": _liveness(s, health.get("status"), now, interval),
+        "error": health.get("error"),
+    }
+
+
+def _liveness(state: ShardState, status: str | None, now: int, interval_ms: int) -> str | None:
+    """The reported health, unless the process that reported it is gone.
+
+    A live process renews its writers' leases at least every ``interval_ms``.
+    """
+    if status not in ("running", "starting"):
+        return status
+    if not state.writers:
+        return "stopped"
+    silent_ms = now - max(w.last_heartbeat_ms for w in state.writers.values())
+    if interval_ms > 0 and silent_ms > 3 * interval_ms:
+        return f"unresponsive (no heartbeat for {silent_ms // 1000} s)"
+    return status
+
+
+def _print_status(rows: list[dict[str, Any]]) -> None:
     table = Table(
         "object",
         "kind",
         "since",
         "write frontier",
         "lag",
+        "retain",
         "generation",
         "writers",
         "readers",
@@ -318,7 +412,6 @@ def status(
     )
     for r in rows:
         lag_ms = r["lag_ms"]
-        lag_text = "" if lag_ms is None else f"{int(lag_ms) / 1000:.1f} s"
         known = r["kind"] != "unreadable"
         status_text = (r["status"] or "") + (f": {r['error']}" if r["error"] else "")
         table.add_row(
@@ -326,7 +419,8 @@ def status(
             str(r["kind"]),
             str(r["since"]) if known else "",
             str(r["write_frontier"]) if known else "",
-            lag_text,
+            "" if lag_ms is None else f"{int(lag_ms) / 1000:.1f} s",
+            "" if r["retain_ms"] is None else format_duration(r["retain_ms"]),
             str(r["generation"] or ""),
             _cell(r["writers"]),
             _cell(r["readers"]),
@@ -336,8 +430,6 @@ def status(
     _print_errors(
         {r["object"]: f"{r['status']}: {r['error']}" for r in rows if r["kind"] == "unreadable"}
     )
-    if failed:
-        raise typer.Exit(1)
 
 
 def _unreadable_row(shard_id: str, error: TimeshardError) -> dict[str, Any]:
@@ -348,6 +440,7 @@ def _unreadable_row(shard_id: str, error: TimeshardError) -> dict[str, Any]:
         "since": None,
         "write_frontier": None,
         "lag_ms": None,
+        "retain_ms": None,
         "generation": None,
         "writers": None,
         "readers": None,
@@ -365,7 +458,8 @@ def query(
         int | None,
         typer.Option(
             "--as-of",
-            help="Time to read every shard at (default: the latest time all are readable).",
+            help="Time to read every shard at (default: the latest time all named shards "
+            "are readable at).",
         ),
     ] = None,
     limit: Annotated[int, typer.Option(help="Rows to print at most.")] = 50,
@@ -374,26 +468,22 @@ def query(
     consensus: ConsensusOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run Spark SQL over every shard of a location, read AS OF one time."""
-    from timeshard.spark import snapshot_df, spark_session
+    """Run Spark SQL over the shards it names, every one read AS OF one time.
+
+    A shard is named by its id in the SQL text, bare or in backticks. Which
+    shards are named, and the time to read them at, are settled before Spark
+    starts: a time some named shard cannot be read at is an error naming
+    every such shard's readable times.
+    """
+    from timeshard.spark import spark_session
 
     client = PersistClient(_location(location, blob, consensus))
-    readers = {s: client.open_leased_reader(s) for s in client.list_shards()}
+    known = client.list_shards()
+    readers = {s: client.open_leased_reader(s) for s in shards_named_in(sql, known)}
     try:
-        if as_of is None:
-            uppers = [r.fetch_recent_upper().time for r in readers.values()]
-            as_of = min(u for u in uppers if u is not None) - 1
+        as_of = _query_as_of(readers, as_of)
         spark = spark_session(app_name="timeshard-query")
-        for shard, reader in readers.items():
-            if not reader.since.less_equal(as_of) or reader.fetch_recent_upper().less_equal(as_of):
-                continue  # not readable at as_of: the query cannot use it
-            snap = snapshot_df(spark, reader, as_of)
-            data = [c for c in snap.columns if c not in ("_ts", "_diff", "_err")]
-            quoted = [f"`{c}`" for c in data]
-            snap.where("_err IS NULL").selectExpr(
-                *quoted, "explode(sequence(1, CAST(_diff AS INT))) AS _n"
-            ).drop("_n").createOrReplaceTempView(f"`{shard}`")
-        rows = [r.asDict() for r in spark.sql(sql).limit(limit).collect()]
+        rows = _run_sql(spark, readers, sql, as_of, limit, known)
     finally:
         for handle in readers.values():
             handle.expire()
@@ -404,6 +494,88 @@ def query(
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     console.print(table)
+
+
+_STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_NAME = re.compile(r"`((?:[^`]|``)+)`|(\w+(?:\.\w+)*)")
+
+
+def shards_named_in(sql: str, known: Iterable[str]) -> list[str]:
+    """The shards of ``known`` that ``sql`` names, in the order of ``known``.
+
+    A name is a backticked identifier or a bare (dotted) one outside string
+    literals, or a dot-separated piece of one. A column or alias that happens
+    to share a shard's id names that shard too: the query then reads it as
+    well, and needs it readable.
+    """
+    names: set[str] = set()
+    for quoted, bare in _NAME.findall(_STRING_LITERAL.sub(" ", sql)):
+        name = quoted.replace("``", "`") if quoted else bare
+        names.add(name)
+        names.update(name.split(".") if bare else ())
+    return [s for s in known if s in names]
+
+
+def _query_as_of(readers: dict[str, ReadHandle], as_of: int | None) -> int | None:
+    """``as_of`` if every reader can read at it, else the greatest time all can read at."""
+    if as_of is not None:
+        for reader in readers.values():
+            upper = reader.fetch_recent_upper()
+            if not reader.since.less_equal(as_of) or upper.less_equal(as_of):
+                raise _not_readable(reader, as_of)
+        return as_of
+    ranges = {s: (r.since, r.fetch_recent_upper()) for s, r in readers.items()}
+    if not ranges:
+        return None
+    lows = [since.time for since, _ in ranges.values()]
+    highs = [upper.time - 1 for _, upper in ranges.values() if upper.time is not None]
+    if None not in lows:
+        low = max(t for t in lows if t is not None)
+        high = min(highs, default=low)
+        if low <= high:
+            return high
+    described = "; ".join(f"{s!r} is {readable_times(*r)}" for s, r in ranges.items())
+    raise InvalidUsage(f"no time is readable in every shard the query names: {described}")
+
+
+def _run_sql(
+    spark: Any,
+    readers: dict[str, ReadHandle],
+    sql: str,
+    as_of: int | None,
+    limit: int,
+    known: list[str],
+) -> list[dict[str, Any]]:
+    """Register each shard as a temp view of its snapshot at ``as_of``; run ``sql``.
+
+    An error Spark raises for the query (syntax, an unknown table or column, a
+    failing cast) is an InvalidUsage holding the first line of its message.
+    """
+    from pyspark.errors import PySparkException
+    from pyspark.logger import PySparkLogger
+
+    from timeshard.spark import snapshot_df
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).disabled = True  # the error is printed once, below
+    for shard, reader in readers.items():
+        assert as_of is not None, readers
+        try:
+            snap = snapshot_df(spark, reader, as_of)
+        except SinceError as e:
+            raise _not_readable(reader, as_of) from e
+        data = [c for c in snap.columns if c not in ("_ts", "_diff", "_err")]
+        quoted = [f"`{c}`" for c in data]
+        snap.where("_err IS NULL").selectExpr(
+            *quoted, "explode(sequence(1, CAST(_diff AS INT))) AS _n"
+        ).drop("_n").createOrReplaceTempView(f"`{shard}`")
+    try:
+        return [r.asDict() for r in spark.sql(sql).limit(limit).collect()]
+    except PySparkException as e:
+        message = (e.getMessage() or str(e)).strip().splitlines()[0]
+        if e.getCondition() == "TABLE_OR_VIEW_NOT_FOUND":
+            message += f" The location's shards: {', '.join(known)} (ids with dots in backticks)."
+        raise InvalidUsage(message) from e
 
 
 @app.command("subscribe")
@@ -417,20 +589,29 @@ def subscribe(
     blob: BlobOpt = None,
     consensus: ConsensusOpt = None,
 ) -> None:
-    """Print the snapshot at --from, then every update as it becomes definite (JSON lines)."""
-    import time
+    """Print the snapshot at --from, then every update as it becomes definite (JSON lines).
 
+    A shard not yet written up to --from (an empty one, say) is waited for,
+    up to --seconds.
+    """
     from timeshard.persist import Progress, Updates
 
-    client = PersistClient(_location(location, blob, consensus))
-    reader = client.open_leased_reader(obj)
+    deadline = time.monotonic() + seconds
+    reader = PersistClient(_location(location, blob, consensus)).open_leased_reader(obj)
     try:
         if from_ is None:
             from_ = (reader.fetch_recent_upper().time or 1) - 1
-        for r in reader.snapshot(from_).to_pylist():
+        if not reader.since.less_equal(from_):
+            raise _not_readable(reader, from_)
+        if not _wait_for_upper_past(reader, from_, deadline):
+            return
+        try:
+            rows = reader.snapshot(from_).to_pylist()
+            listen = reader.listen(from_)
+        except SinceError as e:
+            raise _not_readable(reader, from_) from e
+        for r in rows:
             sys.stdout.write(json.dumps(r, default=str) + "\n")
-        listen = reader.listen(from_)
-        deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             for event in listen.next(timeout_s=min(1.0, max(deadline - time.monotonic(), 0))):
                 if isinstance(event, Updates):
@@ -442,6 +623,18 @@ def subscribe(
         listen.expire()
     finally:
         reader.expire()
+
+
+def _wait_for_upper_past(reader: ReadHandle, t: int, deadline: float) -> bool:
+    """Wait until ``reader``'s shard is written beyond ``t``; False if ``deadline`` passes."""
+    delay = 0.01
+    while reader.fetch_recent_upper().less_equal(t):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, 0.25)
+    return True
 
 
 @app.command("verify")
@@ -472,10 +665,7 @@ def verify(
         raise InvalidUsage(
             f"give a location directory ({str(location)!r}) or --blob/--consensus, not both"
         )
-    directory = location or DEFAULT_LOCATION
-    if blob is None and consensus is None and not (directory / "consensus.sqlite").is_file():
-        raise InvalidUsage(f"no timeshard location at {str(directory)!r}: no consensus.sqlite")
-    client = PersistClient(_location(directory, blob, consensus))
+    client = PersistClient(_location(location or DEFAULT_LOCATION, blob, consensus))
     report = verify_location(client, spark=_verify_spark, samples=samples, seed=seed)
     if as_json:
         _print_json(report.to_json())
@@ -495,17 +685,20 @@ def run(
     file: Annotated[Path, typer.Argument(help="A TOML file declaring sources and views.")],
     seconds: Annotated[float, typer.Option(help="How long to run.")] = 30.0,
 ) -> None:
-    """Run the sources and views a declaration file declares (see timeshard.cli.spec)."""
-    import time
+    """Run the sources and views a declaration file declares (see timeshard.cli.spec).
 
-    from timeshard.cli.spec import load_spec, spark_packages
-    from timeshard.controller import Pipeline, spec_shards
+    The file is checked in full (sources' options, views' inputs) before Spark
+    starts, and a bad one writes nothing.
+    """
+    from timeshard.cli.spec import check_spec, load_spec, spark_packages
+    from timeshard.controller import Pipeline
     from timeshard.spark import spark_session
 
     spec = load_spec(file)
     loc = spec.location
-    client = PersistClient(_location(Path(loc.dir or ".timeshard/run"), loc.blob, loc.consensus))
-    spec_shards(spec)  # bad source options fail before Spark starts
+    directory = Path(loc.dir or DEFAULT_DIR)
+    check_spec(spec, existing=_shards_if_any(directory, loc.blob, loc.consensus))
+    client = PersistClient(_location(directory, loc.blob, loc.consensus, create=True))
     spark = spark_session(app_name="timeshard-run", packages=spark_packages(spec))
     pipeline = Pipeline(spark, client, spec)
     deadline = time.monotonic() + seconds
@@ -517,6 +710,13 @@ def run(
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     pipeline.close()
     spark.stop()
+
+
+def _shards_if_any(directory: Path, blob: str | None, consensus: str | None) -> list[str]:
+    """The shards of a location, without creating an embedded one that does not exist."""
+    if blob is None and consensus is None and not (directory / "consensus.sqlite").is_file():
+        return []
+    return PersistClient(_location(directory, blob, consensus, create=True)).list_shards()
 
 
 @app.command("nemesis")
@@ -571,10 +771,14 @@ def nemesis(
 
 @app.command("demo")
 def demo(
-    location: LocationOpt = Path(".timeshard/demo"),
+    location: LocationOpt = DEFAULT_LOCATION,
     seconds: Annotated[float, typer.Option(help="How long to run the sources.")] = 20.0,
 ) -> None:
-    """AUCTION and KEY VALUE sources with two views, live, then a consistency check."""
+    """AUCTION and KEY VALUE sources with two views, live, then a consistency check.
+
+    The demo starts afresh: it deletes what an earlier demo left at the
+    location, and refuses a location it did not create.
+    """
     from timeshard.cli.demo import run_demo
 
     raise typer.Exit(run_demo(location, seconds, console))
@@ -584,7 +788,8 @@ def main() -> None:
     try:
         app()
     except TimeshardError as e:
-        err_console.print(f"[red]error:[/red] {escape(str(e))}", soft_wrap=True)
+        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        err_console.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
         raise SystemExit(2) from e
 
 

@@ -9,6 +9,7 @@
     envelope = "upsert"              # none | upsert (upsert needs key_columns)
     key_columns = ["key"]
     options = { keys = 1000, rate = 200 }
+    retain_history = "1h"            # optional: 500ms | 30s | 15m | 1h | 1d
 
     [[source]]
     name = "events"
@@ -28,22 +29,34 @@
     inputs = { kv = "kv" }
     sql = "SELECT substr(value, 1, 1) AS p, count(*) AS n FROM kv GROUP BY p"
     refresh_every_ms = 5000          # optional
+    retain_history = "15m"           # optional
 
-The file is validated with pydantic: an unknown field, kind, envelope or
-column type is an InvalidUsage that names it. An ``avro`` FILE source takes
-its columns from ``avro_schema`` (declare no ``columns``) and needs the
-spark-avro jar: :func:`spark_packages` names the Maven packages the run's
-SparkSession must load, spark-avro only when some source uses Avro.
+The file is validated with pydantic: an unknown field, kind, envelope,
+column type or duration is an InvalidUsage that names it, on one line.
+:func:`check_spec` checks, without Spark, that every view reads a shard the
+location holds or the declaration writes (a source ``s`` writes ``s`` or
+``s.<subsource>``; a view writes its name), declared before the view.
+
+``retain_history`` keeps that much history of a source's outputs or a view
+readable: ``AS OF`` and ``subscribe --from`` reach back that far. Durations
+are a whole number and a unit, ``ms``, ``s``, ``m``, ``h`` or ``d``.
+
+An ``avro`` FILE source takes its columns from ``avro_schema`` (declare no
+``columns``) and needs the spark-avro jar: :func:`spark_packages` names the
+Maven packages the run's SparkSession must load, spark-avro only when some
+source uses Avro.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from timeshard.errors import InvalidUsage
 
@@ -57,8 +70,48 @@ TYPES = {
 }
 
 
+#: The location every command uses unless told otherwise (``--location``, ``[location]``).
+DEFAULT_DIR = ".timeshard"
+UNITS_MS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000, "ms": 1}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d)")
+
+
+def parse_duration(text: str) -> int:
+    """Milliseconds of a duration like ``500ms``, ``30s``, ``15m``, ``1h`` or ``1d``."""
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise InvalidUsage(
+            f"invalid duration {text!r}: use a whole number and a unit, one of {list(UNITS_MS)}"
+        )
+    return int(match[1]) * UNITS_MS[match[2]]
+
+
+def format_duration(ms: int) -> str:
+    """``ms`` in the largest unit that divides it exactly (``parse_duration``'s inverse)."""
+    if ms == 0:
+        return "0s"
+    unit = next(u for u, size in UNITS_MS.items() if ms % size == 0)
+    return f"{ms // UNITS_MS[unit]}{unit}"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Retains(_Strict):
+    retain_history: str | None = None
+
+    @field_validator("retain_history")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @property
+    def retain_history_ms(self) -> int | None:
+        """``retain_history`` in milliseconds, or None if it is not declared."""
+        return None if self.retain_history is None else parse_duration(self.retain_history)
 
 
 class LocationSpec(_Strict):
@@ -67,7 +120,7 @@ class LocationSpec(_Strict):
     consensus: str | None = None
 
 
-class SourceSpec(_Strict):
+class SourceSpec(_Retains):
     name: str
     kind: Literal["key_value", "counter", "auction", "tpch", "file"]
     envelope: Literal["none", "upsert"] = "none"
@@ -76,7 +129,7 @@ class SourceSpec(_Strict):
     columns: dict[str, str] = Field(default_factory=dict)
 
 
-class ViewSpec(_Strict):
+class ViewSpec(_Retains):
     name: str
     inputs: dict[str, str]
     sql: str
@@ -84,7 +137,7 @@ class ViewSpec(_Strict):
 
 
 class RunSpec(_Strict):
-    location: LocationSpec = LocationSpec(dir=".timeshard/run")
+    location: LocationSpec = LocationSpec(dir=DEFAULT_DIR)
     source: list[SourceSpec] = Field(default_factory=list)
     view: list[ViewSpec] = Field(default_factory=list)
 
@@ -98,7 +151,47 @@ def load_spec(path: Path) -> RunSpec:
     try:
         return RunSpec.model_validate(raw)
     except ValidationError as e:
-        raise InvalidUsage(f"invalid declaration file {str(path)!r}: {e}") from e
+        raise InvalidUsage(f"invalid declaration file {str(path)!r}: {_one_line(e)}") from e
+
+
+def _one_line(error: ValidationError) -> str:
+    """Each problem as ``where: what (got value)``, joined on one line."""
+    problems = []
+    for p in error.errors():
+        where = ".".join(str(part) for part in p["loc"])
+        what = p["msg"].removeprefix("Value error, ")
+        got = f" (got {p['input']!r})" if p["type"] not in ("missing", "value_error") else ""
+        problems.append(f"{where}: {what}{got}")
+    return "; ".join(problems)
+
+
+def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
+    """Check, without Spark, what :func:`load_spec` cannot see alone.
+
+    Every source's options are checked (by building it), and every view input
+    must be a shard in ``existing`` (the location's) or one the declaration
+    writes before the view: a source's outputs, or an earlier view.
+    InvalidUsage names the view, the input and the shards it could read.
+    """
+    from timeshard.controller import spec_shards
+
+    views = [v.name for v in spec.view]
+    sources = spec_shards(spec)[: -len(views) or None]
+    readable = set(existing) | set(sources)
+    for i, view in enumerate(spec.view):
+        for shard in view.inputs.values():
+            if shard in readable:
+                continue
+            if shard in views[i:]:
+                raise InvalidUsage(
+                    f"view {view.name!r} reads {shard!r}, which is declared after it; "
+                    f"declare {shard!r} first"
+                )
+            raise InvalidUsage(
+                f"view {view.name!r} reads {shard!r}, which neither the location nor the "
+                f"declaration has; it can read {sorted(readable)}"
+            )
+        readable.add(view.name)
 
 
 def spark_packages(spec: RunSpec) -> list[str]:
@@ -137,4 +230,15 @@ def build_source(spec: SourceSpec) -> Any:
         raise InvalidUsage(f"source {spec.name!r}: bad options {spec.options}: {e}") from e
 
 
-__all__ = ["RunSpec", "SourceSpec", "ViewSpec", "build_source", "load_spec", "spark_packages"]
+__all__ = [
+    "DEFAULT_DIR",
+    "RunSpec",
+    "SourceSpec",
+    "ViewSpec",
+    "build_source",
+    "check_spec",
+    "format_duration",
+    "load_spec",
+    "parse_duration",
+    "spark_packages",
+]

@@ -1,0 +1,38 @@
+"""``timeshard demo`` starts afresh on the default location, and never deletes
+a location it did not create."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from timeshard import InvalidUsage
+from timeshard.cli.demo import fresh_location
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+
+SCHEMA = pa.schema([("k", pa.string())])
+
+
+def test_a_new_directory_becomes_a_demo_location(tmp_path: Path) -> None:
+    location = fresh_location(tmp_path / "new")
+    PersistClient(location).open_writer("kv", SCHEMA).expire()
+    assert PersistClient(Location.embedded(tmp_path / "new")).list_shards() == ["kv"]
+
+
+def test_an_earlier_demo_is_deleted_and_nothing_else(tmp_path: Path) -> None:
+    PersistClient(fresh_location(tmp_path)).open_writer("kv", SCHEMA).expire()
+    other = tmp_path / "run"  # another location inside the directory
+    PersistClient(Location.embedded(other)).open_writer("mine", SCHEMA).expire()
+    assert PersistClient(fresh_location(tmp_path)).list_shards() == []
+    assert PersistClient(Location.embedded(other)).list_shards() == ["mine"]
+
+
+def test_a_location_the_demo_did_not_create_is_refused(tmp_path: Path) -> None:
+    PersistClient(Location.embedded(tmp_path)).open_writer("mine", SCHEMA).expire()
+    with pytest.raises(InvalidUsage, match="did not create") as e:
+        fresh_location(tmp_path)
+    assert str(tmp_path) in str(e.value)
+    assert PersistClient(Location.embedded(tmp_path)).list_shards() == ["mine"]

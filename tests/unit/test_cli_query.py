@@ -1,0 +1,96 @@
+"""``timeshard query`` decides what to read before Spark starts: the shards the
+SQL names, and a time every one of them can be read at."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from timeshard.cli.main import main, shards_named_in
+from timeshard.location import Location
+from timeshard.persist import PersistClient, ReadHandle
+
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
+KNOWN = ["auction.bids", "auction.auctions", "kv", "kvx", "orders"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "named"),
+    [
+        ("SELECT * FROM `auction.bids` b JOIN kv ON b.k = kv.k", ["auction.bids", "kv"]),
+        ("select count(*) from orders where k = 'kvx'", ["orders"]),
+        ('SELECT "kv" AS s, * FROM auction.auctions', ["auction.auctions"]),
+        ("SELECT 1", []),
+        ("SELECT * FROM `a``b`", []),
+    ],
+)
+def test_shards_named_in(sql: str, named: list[str]) -> None:
+    assert shards_named_in(sql, KNOWN) == named
+
+
+@pytest.fixture
+def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    import timeshard.spark
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark started although the query cannot run")
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", refuse)
+
+
+def two_shards(root: Path) -> ReadHandle:
+    """``early`` readable at [0, 2]; ``late`` readable at [5, 7] (its since is held at 5)."""
+    client = PersistClient(Location.embedded(root))
+    early = client.open_writer("early", SCHEMA)
+    early.append([(("a", 1), 0, 1)], 0, 3)
+    late = client.open_writer("late", SCHEMA)
+    late.append([(("b", 2), 1, 1)], 0, 8)
+    hold = client.open_leased_reader("late")
+    hold.downgrade_since(5)
+    client.open_writer("empty", SCHEMA).expire()
+    return hold
+
+
+def run_query(
+    args: list[str], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> tuple[object, str]:
+    monkeypatch.setattr(sys, "argv", ["timeshard", "query", *args])
+    with pytest.raises(SystemExit) as e:
+        main()
+    return e.value.code, capsys.readouterr().err
+
+
+def test_no_common_readable_time_is_one_line(
+    tmp_path: Path,
+    no_spark: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hold = two_shards(tmp_path)
+    code, err = run_query(
+        ["SELECT * FROM early JOIN late", "-l", str(tmp_path)], capsys, monkeypatch
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert "early" in err and "[0, 2]" in err and "late" in err and "[5, 7]" in err, err
+    code, err = run_query(["SELECT * FROM `empty`", "-l", str(tmp_path)], capsys, monkeypatch)
+    assert code == 2 and "empty" in err and "nothing is readable yet" in err, err
+    hold.expire()
+
+
+def test_as_of_outside_a_shards_range_is_one_line(
+    tmp_path: Path,
+    no_spark: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    hold = two_shards(tmp_path)
+    for as_of in ("4", "8"):
+        code, err = run_query(
+            ["SELECT * FROM late", "--as-of", as_of, "-l", str(tmp_path)], capsys, monkeypatch
+        )
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"as_of {as_of}" in err and "'late'" in err and "readable at [5, 7]" in err, err
+    hold.expire()
