@@ -1,4 +1,8 @@
-"""The Spark feedback upsert against the last-value-per-key model, on random histories."""
+"""The Spark feedback upsert against the last-value-per-key model, on random histories.
+
+``_order`` is an offset, or a FILE source's position ``(_partition, _offset)``
+with offsets that repeat across files (a struct, compared field by field).
+"""
 
 from __future__ import annotations
 
@@ -18,17 +22,20 @@ pytestmark = pytest.mark.spark
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 
 
-def random_commands(rng: random.Random, n: int) -> list[dict[str, Any]]:
-    out, t = [], 0
+def random_commands(rng: random.Random, n: int, files: bool = False) -> list[dict[str, Any]]:
+    out, t, offsets = [], 0, {"a.jsonl": 0, "a/b.jsonl": 0, "a-b.jsonl": 0}
     for offset in range(n):
         t += rng.choice([0, 0, 1, 2])
+        name = rng.choice(sorted(offsets)) if files else "a.jsonl"
+        place = (name, offsets[name])
+        offsets[name] += 10
         kind = rng.choice(["value", "value", "value", "delete", "error"])
         out.append(
             {
                 "k": rng.choice("abcd"),
                 "v": rng.randint(0, 9) if kind == "value" else None,
                 "_ts": t,
-                "_order": offset,
+                "_order": place if files else offset,
                 "_delete": kind == "delete",
                 "_err": f"bad value @{offset}" if kind == "error" else None,
             }
@@ -49,22 +56,25 @@ def model(cmds: list[dict[str, Any]], at: int) -> dict[str, tuple[Any, Any]]:
 
 
 def history(
-    spark: SparkSession, tmp_path: Path, rng: random.Random
+    spark: SparkSession, tmp_path: Path, rng: random.Random, files: bool = False
 ) -> tuple[list[dict[str, Any]], int, PersistClient, ReadHandle, DataFrame]:
     """40 random commands, their final upper, a client, a reader holding "out", the DataFrame."""
-    cmds = random_commands(rng, 40)
+    cmds = random_commands(rng, 40, files)
     client = PersistClient(Location.embedded(tmp_path))
     hold = client.open_leased_reader("out", SCHEMA)
+    order = "struct<_partition: string, _offset: long>" if files else "long"
     df = spark.createDataFrame(
-        cmds, "k string, v long, _ts long, _order long, _delete boolean, _err string"
+        cmds, f"k string, v long, _ts long, _order {order}, _delete boolean, _err string"
     )
     return cmds, cmds[-1]["_ts"] + 1, client, hold, df
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_spark_upsert_matches_model(spark: SparkSession, tmp_path: Path, seed: int) -> None:
+@pytest.mark.parametrize("seed,files", [(0, False), (1, False), (2, True), (3, True)])
+def test_spark_upsert_matches_model(
+    spark: SparkSession, tmp_path: Path, seed: int, files: bool
+) -> None:
     rng = random.Random(seed)
-    cmds, final_upper, client, hold, df = history(spark, tmp_path, rng)
+    cmds, final_upper, client, hold, df = history(spark, tmp_path, rng, files)
     instances = [SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"]) for _ in range(2)]
     upper = 0
     while upper < final_upper:

@@ -1,10 +1,11 @@
 """The feedback upsert against a model (hypothesis): last value per key at every time.
 
-Commands arrive in FromTime order with random reclocked times; they are
-applied in random chunks by two instances that race and restart. The output
-at every time ``t`` must hold, per key, the last command (by time, then
-FromTime order) at or before ``t``: its value, nothing for a delete, an err
-row for an error.
+Commands of two files arrive with random reclocked times, at positions
+``(file, offset)`` whose offsets repeat across the files; they are applied in
+random chunks by two instances that race and restart, one of them given the
+commands in reverse. The output at every time ``t`` must hold, per key, the
+last command (by time, then position: file name, then offset) at or before
+``t``: its value, nothing for a delete, an err row for an error.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ commands = st.lists(
         st.sampled_from(["a", "b", "c"]),
         st.one_of(st.integers(0, 9), st.none(), st.just("error")),
         st.integers(0, 2),  # time step after the previous command
+        st.sampled_from(["x.jsonl", "y.jsonl"]),  # the file it is a line of
     ),
     max_size=30,
 )
@@ -39,17 +41,19 @@ commands = st.lists(
     ),
 )
 def test_upsert_is_last_value_per_key(
-    raw: list[tuple[str, Any, int]], schedule: list[tuple[int, int, bool]]
+    raw: list[tuple[str, Any, int, str]], schedule: list[tuple[int, int, bool]]
 ) -> None:
     client = PersistClient(Location(MemoryBlob(), MemoryConsensus()), PersistConfig(backoff_ms=0.0))
     hold = client.open_leased_reader("out", SCHEMA)
-    cmds, t = [], 0
-    for offset, (key, value, step) in enumerate(raw):
+    cmds, t, offsets = [], 0, {"x.jsonl": 0, "y.jsonl": 0}
+    for key, value, step, name in raw:
         t += step
+        place = (name, offsets[name])
+        offsets[name] += 10
         if value == "error":
-            cmds.append(UpsertCommand((key,), None, t, (0, offset), error=f"bad value @{offset}"))
+            cmds.append(UpsertCommand((key,), None, t, place, error=f"bad value @{place}"))
         else:
-            cmds.append(UpsertCommand((key,), None if value is None else (value,), t, (0, offset)))
+            cmds.append(UpsertCommand((key,), None if value is None else (value,), t, place))
     final_upper = t + 1
     instances = [FeedbackUpsert(client, "out", SCHEMA, ["k"]) for _ in range(2)]
     input_upper = 0
@@ -58,7 +62,7 @@ def test_upsert_is_last_value_per_key(
             instances[who] = FeedbackUpsert(client, "out", SCHEMA, ["k"])
         input_upper = min(input_upper + advance, final_upper)
         instances[who].apply(cmds, input_upper)
-        instances[1 - who].apply(cmds, input_upper)  # the other races with the same commands
+        instances[1 - who].apply(cmds[::-1], input_upper)  # the other races, in reverse
     while (instances[0].upper.time or 0) < final_upper:
         instances[0].apply(cmds, final_upper)
     for at in range(final_upper):

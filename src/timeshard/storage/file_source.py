@@ -6,6 +6,32 @@ last complete line, so a line being written is not read until its newline
 arrives; lines appended later are picked up by the next read, and new files
 in the directory become new partitions.
 
+Order. A record's *position* is ``(file, offset)``: its file's name (the path
+relative to the source root, ``/``-separated), then the byte offset of its
+line. Positions are totally ordered: names compared as UTF-8 bytes (the order
+of ``LC_ALL=C sort``; ``a-b`` < ``a.x`` < ``a/b`` < ``b``), then offsets.
+No two records share a position. The records of a source are ordered by
+``(reclocked time, position)``, and that is the order in which the UPSERT
+envelope applies the commands to one key: the latest reclocked time wins, and
+among the records bound at one time the greatest position, so the file whose
+name sorts last, and within a file the last line.
+
+Why by name and not by when a file appeared: the time comes first, and it
+already orders by appearance. A record is bound at the first tick whose
+binding covers it, so every record of a file that appears later -- even one
+whose name sorts first -- is bound after everything that was bound before it
+appeared, and wins over it. The position only orders records bound at the
+same time: lines that became readable between the same two listings, of
+which the source saw no order. Within a file, offset order agrees with
+reclocking (a later line is never bound earlier); across files only a rule
+that every reader computes alike, from the record alone, can decide: the
+ingestion across restarts, each replica, and ``timeshard verify``. A file's
+name is such a rule; the time a file was first listed is not (two files
+appear in one listing, and compaction of the remap shard forgets the
+bindings below its since). To have one file's lines win over another's
+written in the same tick, name it to sort later (a zero-padded sequence
+number or an ISO 8601 timestamp in the name).
+
 ``read`` splits the byte ranges over Spark tasks (one per file range); each
 task reads its bytes, splits lines, and decodes them:
 
@@ -177,12 +203,21 @@ class FileSource:
     def tick(self) -> None:
         return None
 
+    @property
+    def line_schema(self) -> pa.Schema:
+        """The columns :func:`decode_line` fills: the payload, or ``_datum`` for avro."""
+        if self.avro_schema is None:
+            return self.schema
+        return pa.schema([(_DATUM, pa.binary())])
+
     def _files(self) -> list[Path]:
+        """The files of the source, in file order (their names as UTF-8 bytes)."""
         if self.path.is_file():
             return [self.path]
         if not self.path.is_dir():
             return []
-        return sorted(p for p in self.path.rglob("*") if p.is_file() and not p.name.startswith("."))
+        files = [p for p in self.path.rglob("*") if p.is_file() and not p.name.startswith(".")]
+        return sorted(files, key=lambda f: self._partition(f).encode("utf-8"))
 
     def _partition(self, file: Path) -> str:
         if self.path.is_file():
@@ -200,15 +235,22 @@ class FileSource:
 
         Raises InvalidUsage for format ``avro`` if ``spark`` lacks spark-avro.
         """
+        return self.decode_lines(self._lines(spark, start, end))
+
+    def decode_lines(self, lines: Any) -> Any:
+        """The records of ``lines`` (rows of :func:`decode_line`): avro datums are decoded here.
+
+        A plan (driver); ``from_avro`` runs in the executors' JVMs. Other
+        formats are decoded already and pass through. Raises InvalidUsage for
+        format ``avro`` if the session lacks spark-avro.
+        """
         if self.avro_schema is None:
-            return self._lines(spark, start, end, self.schema)
-        lines = self._lines(spark, start, end, pa.schema([(_DATUM, pa.binary())]))
+            return lines
         return _from_avro(lines, self.avro_schema, self.schema)
 
-    def _lines(
-        self, spark: Any, start: SourceFrontier, end: SourceFrontier, line_schema: pa.Schema
-    ) -> Any:
-        """The lines of ``[start, end)`` decoded by the tasks into ``line_schema``."""
+    def _lines(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
+        """The lines of ``[start, end)`` decoded by the tasks into :attr:`line_schema`."""
+        line_schema = self.line_schema
         base = self.path if self.path.is_dir() else self.path.parent
         ranges = [(p, start.get(p, 0), hi) for p, hi in sorted(end.items()) if hi > start.get(p, 0)]
         fields = [
@@ -400,19 +442,39 @@ def _decode_range(
         ) from None
     with f:
         for offset, raw, length in _split_lines(f, partition, lo, hi, max_line_bytes):
-            row: dict[str, Any] = {"_partition": partition, "_offset": offset, ERR: None}
-            try:
-                if raw is None:
-                    raise ValueError(
-                        f"the line has {length} bytes, more than max_line_bytes {max_line_bytes}"
-                    )
-                if offset == 0 and fmt in ("json", "csv"):
-                    raw = raw.removeprefix(_BOM)
-                row.update(_decode_line(raw, fmt, schema))
-            except Exception as e:  # every decode failure becomes an err row
-                row.update(dict.fromkeys(schema.names))
-                row[ERR] = f"{partition}@{offset}: {type(e).__name__}: {str(e)[:300]}"
-            yield row, length
+            yield decode_line(partition, offset, raw, length, fmt, schema, max_line_bytes), length
+
+
+def decode_line(
+    partition: str,
+    offset: int,
+    line: bytes | None,
+    length: int,
+    fmt: str,
+    schema: pa.Schema,
+    max_line_bytes: int,
+) -> dict[str, Any]:
+    """The row of the line at ``offset`` of file ``partition`` (newline excluded).
+
+    ``line`` is None for a line of ``length`` bytes, more than
+    ``max_line_bytes``, which is not decoded. ``schema`` is the source's
+    :attr:`~FileSource.line_schema`. A line that does not decode is an err
+    row: data columns null, ``_err`` reading ``<file>@<offset>: <error>``.
+    Pure: the source's tasks and ``timeshard verify`` decode with it.
+    """
+    row: dict[str, Any] = {"_partition": partition, "_offset": offset, ERR: None}
+    try:
+        if line is None:
+            raise ValueError(
+                f"the line has {length} bytes, more than max_line_bytes {max_line_bytes}"
+            )
+        if offset == 0 and fmt in ("json", "csv"):
+            line = line.removeprefix(_BOM)
+        row.update(_decode_line(line, fmt, schema))
+    except Exception as e:  # every decode failure becomes an err row
+        row.update(dict.fromkeys(schema.names))
+        row[ERR] = f"{partition}@{offset}: {type(e).__name__}: {str(e)[:300]}"
+    return row
 
 
 def _split_lines(
@@ -596,4 +658,5 @@ __all__ = [
     "FORMATS",
     "FileSource",
     "avro_payload_schema",
+    "decode_line",
 ]

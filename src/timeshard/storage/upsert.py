@@ -15,7 +15,15 @@ construction -- the shard is the state.
 
 Semantics, for commands reclocked to the same time ``t``:
 
-1. per key, the command with the highest FromTime order wins;
+1. per key, the command with the highest FromTime order wins. ``order`` is
+   the command's position in its source, a tuple compared element by element;
+   a source's records have distinct positions, and two different commands at
+   one position, key and time are a caller's mistake (InvalidUsage), so the
+   winner never depends on the order of ``commands``. A source's record is
+   at ``(partition, offset)``: for a FILE source ``(file name, byte offset)``,
+   the order of :mod:`timeshard.storage.file_source` ("Order"; Python
+   compares ``str`` by code point, which is the order of their UTF-8 bytes),
+   the order the Spark operator (:mod:`timeshard.storage.upsert_spark`) uses;
 2. the key's previous row (value or err row) is retracted at ``t``, and the
    new row inserted, unless they are equal;
 3. a delete leaves the key absent; an error leaves an err row for the key
@@ -96,7 +104,13 @@ class FeedbackUpsert:
         for c in commands:
             if lower <= c.time < input_upper:
                 slot = (c.time, c.key)
-                if slot not in winners or winners[slot].order < c.order:
+                best = winners.get(slot)
+                if best is not None and best.order == c.order and best != c:
+                    raise InvalidUsage(
+                        f"two different upsert commands at one position {c.order!r}: "
+                        f"{best!r} and {c!r}"
+                    )
+                if best is None or best.order < c.order:
                     winners[slot] = c
         keys = {k for _, k in winners}
         state = self._state(keys, lower - 1) if lower > 0 and keys else {}

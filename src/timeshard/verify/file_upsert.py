@@ -3,26 +3,50 @@
 The source is a FILE source (its retained input files) or the KEY VALUE
 generator (a pure function of its options): :func:`replayable_source`.
 
-The remap shard's bindings (:func:`remap_bindings`) say up to which offset
-of each input file the source was bound at each time. The retained input
-files, read over ``[0, binding at t)`` and reclocked with those bindings,
-give by :func:`upsert_model` the last value per key at each sampled time,
-which the export's snapshot must equal. Bindings that compaction merged into
-the remap shard's since have lost the order between files: keys that makes
-ambiguous are left out, counted in a note.
+The expected content is derived here from the definitions, independently of
+the ingestion's code: the reading, the reclocking and the order are this
+module's own.
 
-Driver vs executors: the bindings are decoded on the driver with pyarrow,
-and the input files' sizes checked there; reading and decoding the input
-files, the reclocking join, the upsert (window functions) and the
-difference run as Spark jobs on the executors.
+* **Records.** The input files are read with plain Python over ``[0, binding
+  at t)``: this module splits the lines and computes their offsets itself
+  (:func:`read_input_files`). Each line is decoded by the format's
+  definition, :func:`timeshard.storage.file_source.decode_line` (and the
+  source's avro stage): what a line's bytes mean is the format's contract,
+  which this check does not re-derive. The KEY VALUE generator's records
+  are its definition (``read``).
+* **Bound times.** Each record is bound at the first time of the remap
+  shard's bindings (:func:`remap_bindings`) whose frontier is beyond it
+  (:func:`bound_time`, a bisection per file).
+* **Order.** Per key, the documented order of a FILE source
+  (:mod:`timeshard.storage.file_source`, "Order") decides: the latest bound
+  time, then the file whose name is greatest as UTF-8 bytes, then the
+  greatest offset (:func:`command_order`, :func:`last_values`). A record
+  whose value columns are all null deletes the key; one that failed to
+  decode makes the key's row an err row; an unkeyed err record (``_err``
+  set, every key null) is an err row of its own from its time on.
+
+The export's snapshot at each sampled time must equal that last value per
+key. Bindings that compaction merged into the remap shard's since have lost
+their times, hence the order between files there: a key whose files' last
+records there differ is ambiguous, left out and counted in a note.
+
+Driver vs executors: the bindings are decoded on the driver with pyarrow, and
+the input files' sizes checked there. Reading the files (plain Python in the
+tasks of a ``mapInArrow``), the reclocking (likewise) and the last value per
+key (Python per key, after a shuffle by key) run on the executors, and so
+does the difference with the export's snapshots. The task functions close
+over plain values: paths, Arrow schemas as IPC bytes, the bindings as lists.
 """
 
 from __future__ import annotations
 
+import bisect
+import enum
+import os
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -33,11 +57,30 @@ from timeshard.persist import PersistClient, UnleasedReader
 from timeshard.persist._internal.parts import DIFF, ERR, TS, advance_since, decode_part
 from timeshard.persist.fetch import parts_at
 from timeshard.progress import MAX_TIMESTAMP, Timestamp
-from timeshard.storage.reclock import SourceFrontier, reclock_df
-from timeshard.storage.upsert_state import unkeyed_error
+from timeshard.storage.reclock import SourceFrontier
 from timeshard.verify.report import VerifyReport
 from timeshard.verify.shards import _rng, readable_range, sample_times
 from timeshard.verify.views import AT, _report_differences, _union, differences
+
+BOUND = "_bt"
+"""The column of a record's bound time."""
+_AMBIGUOUS_COLUMN = "_ambiguous"
+_CHUNK = 1 << 20
+_BATCH_ROWS = 4096
+
+
+class _Marker(enum.Enum):
+    AMBIGUOUS = "ambiguous"
+
+
+AMBIGUOUS = _Marker.AMBIGUOUS
+"""The state of a key whose last value is lost with the order of a collapsed time."""
+
+KeyState = tuple[Any, ...] | None | Literal[_Marker.AMBIGUOUS]
+"""A key's expected state: its value columns then ``_err``, None (absent), or AMBIGUOUS."""
+
+Spans = dict[str, tuple[list[int], list[Timestamp]]]
+"""Per partition, the increasing frontier offsets of the bindings and the times they were bound."""
 
 
 def file_source(options: Mapping[str, Any]) -> Any:
@@ -144,79 +187,282 @@ def _retained(source: Any, end: SourceFrontier) -> str | None:
     return None
 
 
+def read_input_files(spark: Any, source: Any, end: SourceFrontier) -> Any:
+    """The records of ``[0, end)`` of each input file of FILE ``source``, read by this module.
+
+    Columns ``_partition`` (the file's name), ``_offset``, the payload and
+    ``_err``. The tasks read each file with plain Python, split its lines and
+    compute their offsets themselves (:func:`framed_lines`); each line is
+    decoded by :func:`~timeshard.storage.file_source.decode_line`, then by the
+    source's avro stage if it has one (a plan; driver).
+    """
+    from timeshard.spark.session import arrow_to_spark_schema
+
+    base = source.path if Path(source.path).is_dir() else Path(source.path).parent
+    seeds = [(p, hi) for p, hi in sorted(end.items()) if hi > 0]
+    fields = [
+        pa.field("_partition", pa.string()),
+        pa.field("_offset", pa.int64()),
+        *source.line_schema,
+        pa.field(ERR, pa.string()),
+    ]
+    spark_schema = arrow_to_spark_schema(pa.schema(fields))
+    if not seeds:
+        return source.decode_lines(spark.createDataFrame([], spark_schema))
+    task = _file_reader(
+        str(base),
+        source.format,
+        source.line_schema.serialize().to_pybytes(),
+        source.max_line_bytes,
+    )
+    files = spark.createDataFrame(seeds, "p string, hi long").repartition(len(seeds))
+    return source.decode_lines(files.mapInArrow(task, spark_schema))
+
+
+def _file_reader(base: str, fmt: str, line_schema_ipc: bytes, max_line_bytes: int) -> Any:
+    """The task function of :func:`read_input_files` (executors)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from timeshard.storage.file_source import decode_line
+
+        line_schema = pa.ipc.read_schema(pa.py_buffer(line_schema_ipc))
+        out = pa.schema(
+            [
+                pa.field("_partition", pa.string()),
+                pa.field("_offset", pa.int64()),
+                *line_schema,
+                pa.field(ERR, pa.string()),
+            ]
+        )
+        for batch in batches:
+            for seed in batch.to_pylist():
+                name, hi = seed["p"], seed["hi"]
+                rows: list[dict[str, Any]] = []
+                with open(os.path.join(base, name), "rb") as f:
+                    for offset, line, length in framed_lines(f, hi, max_line_bytes):
+                        row = decode_line(
+                            name, offset, line, length, fmt, line_schema, max_line_bytes
+                        )
+                        rows.append(row)
+                        if len(rows) >= _BATCH_ROWS:
+                            yield pa.RecordBatch.from_pylist(rows, schema=out)
+                            rows = []
+                if rows:
+                    yield pa.RecordBatch.from_pylist(rows, schema=out)
+
+    return run
+
+
+def framed_lines(
+    f: BinaryIO, end: int, max_line_bytes: int
+) -> Iterator[tuple[int, bytes | None, int]]:
+    """``(offset, line, length)`` of each line of ``f`` that starts before ``end``.
+
+    ``line`` excludes the newline; it is None for a line longer than
+    ``max_line_bytes``, which is measured without being kept. A last line
+    without a newline (the file was rewritten) is reported as it is.
+    """
+    offset = 0
+    while offset < end:
+        head = f.readline(max_line_bytes + 1)
+        if not head:
+            return
+        tail, length = head, len(head)
+        while not tail.endswith(b"\n"):
+            tail = f.readline(_CHUNK)
+            if not tail:
+                break
+            length += len(tail)
+        newline = int(tail.endswith(b"\n"))
+        length -= newline
+        yield offset, head[:length] if length <= max_line_bytes else None, length
+        offset += length + newline
+
+
+def binding_intervals(bindings: Sequence[tuple[Timestamp, SourceFrontier]]) -> Spans:
+    """Per partition, where each binding (in time order) moved its frontier to, and when."""
+    spans: Spans = {}
+    for t, frontier in bindings:
+        for p, hi in frontier.items():
+            his, times = spans.setdefault(p, ([], []))
+            if not his or hi > his[-1]:
+                his.append(hi)
+                times.append(t)
+    return spans
+
+
+def bound_time(spans: Spans, partition: str, offset: int) -> Timestamp | None:
+    """The first bound time whose frontier is beyond ``(partition, offset)``; None if none is."""
+    his, times = spans.get(partition, ([], []))
+    i = bisect.bisect_right(his, offset)
+    return times[i] if i < len(his) else None
+
+
+def reclock_records(records: Any, bindings: Sequence[tuple[Timestamp, SourceFrontier]]) -> Any:
+    """``records`` (``_partition``, ``_offset``, ...) with ``_bt``, their bound time.
+
+    Records no binding covers are dropped. A ``mapInArrow`` whose tasks
+    bisect the bindings (:func:`bound_time`); driver: builds the plan.
+    """
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    spans = binding_intervals(bindings)
+    schema = StructType([*records.schema.fields, StructField(BOUND, LongType())])
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            places = zip(
+                batch.column("_partition").to_pylist(),
+                batch.column("_offset").to_pylist(),
+                strict=True,
+            )
+            bound = pa.array([bound_time(spans, p, o) for p, o in places], pa.int64())
+            yield batch.append_column(BOUND, bound).filter(pc.is_valid(bound))
+
+    return records.mapInArrow(run, schema)
+
+
+def command_order(record: Mapping[str, Any]) -> tuple[Timestamp, bytes, int]:
+    """Where ``record`` stands among its key's commands: later wins.
+
+    The documented order of a FILE source (:mod:`timeshard.storage.file_source`,
+    "Order"): bound time, then the file's name as UTF-8 bytes, then offset.
+    """
+    return record[BOUND], record["_partition"].encode("utf-8"), record["_offset"]
+
+
+def _state(record: Mapping[str, Any], values: Sequence[str]) -> tuple[Any, ...] | None:
+    """The key's row after ``record``: values then ``_err``; None if it deletes the key."""
+    if record[ERR] is not None:
+        return (*(None for _ in values), record[ERR])
+    if all(record[v] is None for v in values):
+        return None
+    return (*(record[v] for v in values), None)
+
+
+def last_values(
+    records: Sequence[Mapping[str, Any]],
+    values: Sequence[str],
+    times: Sequence[Timestamp],
+    collapsed: Timestamp | None,
+) -> list[tuple[Timestamp, KeyState]]:
+    """The state of one key at each of ``times``, after its ``records`` bound by then.
+
+    ``records`` are the key's commands (``_partition``, ``_offset``, ``_bt``,
+    the value columns, ``_err``), in any order; the last by
+    :func:`command_order` decides. Records bound at ``collapsed`` (the remap
+    shard's since, into which compaction merged earlier bindings) were bound
+    at times no longer known: there the last record of each file competes,
+    and if they leave different states the key is AMBIGUOUS.
+    """
+    ordered = sorted(records, key=command_order)
+    bound = [r[BOUND] for r in ordered]
+    last_per_file = {r["_partition"]: r for r in ordered if r[BOUND] == collapsed}
+    candidates: list[tuple[Any, ...] | None] = []
+    for r in last_per_file.values():
+        if _state(r, values) not in candidates:
+            candidates.append(_state(r, values))
+    out: list[tuple[Timestamp, KeyState]] = []
+    for at in times:
+        n = bisect.bisect_right(bound, at)
+        if n and ordered[n - 1][BOUND] == collapsed and len(candidates) > 1:
+            out.append((at, AMBIGUOUS))
+        else:
+            out.append((at, _state(ordered[n - 1], values) if n else None))
+    return out
+
+
 def upsert_model(
     spark: Any,
     records: Any,
     schema: pa.Schema,
     keys: Sequence[str],
     times: Sequence[Timestamp],
-    collapsed: Timestamp,
+    collapsed: Timestamp | None,
 ) -> tuple[Any, Any]:
-    """The upsert over reclocked ``records`` at each of ``times`` (rows tagged ``_at``).
+    """The upsert over bound ``records`` at each of ``times`` (rows tagged ``_at``).
 
-    Per key the record with the latest reclocked time wins, then the highest
-    offset; an unkeyed err record (``_err`` set, every key null) is an err row
-    of its own from its time on. Records reclocked to ``collapsed`` (the remap shard's since, into
-    which compaction merged the earlier bindings) were bound at times no
-    longer known, so there the last record of each file is a candidate.
-    Returns ``(expected, ambiguous)``: the expected snapshots (data columns,
-    ``_err``, ``_diff``) and the ``(_at, key)`` pairs with several different
-    candidates (left out of ``expected``).
+    ``records`` have ``_partition``, ``_offset``, ``_bt``, the columns of
+    ``schema`` and ``_err``. Per key, :func:`last_values` decides (Python, one
+    key at a time after a shuffle by key); an unkeyed err record is an err
+    row of its own from its time on. Returns ``(expected, ambiguous)``: the
+    expected snapshots (data columns, ``_err``, ``_diff``) and the ``(_at,
+    key)`` pairs that are AMBIGUOUS (left out of ``expected``).
     """
-    from functools import reduce
-
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
+    from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
     from timeshard.spark.parts import column
+    from timeshard.spark.session import spark_to_arrow_schema
 
-    values = [n for n in schema.names if n not in keys]
-    at = spark.createDataFrame([(t,) for t in times], f"{AT} long")
-    # An unkeyed err record (no key decoded) stays an err row of its own from its time on.
-    kept = (
-        records.where(unkeyed_error(keys))
-        .join(F.broadcast(at), F.col("_bt") <= F.col(AT))
-        .select(
-            F.col(AT),
-            *[column(c) for c in schema.names],
-            F.col(ERR),
-            F.lit(1).cast("long").alias(DIFF),
-        )
+    out_schema = StructType(
+        [
+            StructField(AT, LongType()),
+            *[records.schema[c] for c in schema.names],
+            StructField(ERR, StringType()),
+            StructField(DIFF, LongType()),
+            StructField(_AMBIGUOUS_COLUMN, BooleanType()),
+        ]
     )
-    records = records.where(~unkeyed_error(keys))
-    tagged = records.join(F.broadcast(at), F.col("_bt") <= F.col(AT))
-    per_key = [F.col(AT), *[column(k) for k in keys]]
-    latest = tagged.withColumn("_top", F.max("_bt").over(Window.partitionBy(*per_key)))
-    latest = latest.where(F.col("_bt") == F.col("_top"))
-    # At a collapsed time the files' original order is lost: each file's last record competes.
-    group = F.when(F.col("_bt") == F.lit(collapsed), F.col("_partition"))
-    per_group = Window.partitionBy(*per_key, group.alias("_group"))
-    top = latest.withColumn("_last", F.max("_offset").over(per_group))
-    top = top.where(F.col("_offset") == F.col("_last"))
-    no_value = reduce(lambda a, b: a & b, [column(v).isNull() for v in values], F.lit(True))
-    rows = top.select(
-        F.col(AT),
-        *[
-            column(c) if c in keys else F.when(F.col(ERR).isNull(), column(c)).alias(c)
-            for c in schema.names
-        ],
-        F.col(ERR),
-        (no_value & F.col(ERR).isNull()).alias("_gone"),
-    ).distinct()
-    ambiguous = (
-        rows.groupBy(F.col(AT), *[column(k) for k in keys])
-        .agg(F.count(F.lit(1)).alias("_n"))
-        .where(F.col("_n") > 1)
-        .select(F.col(AT), *[column(k) for k in keys])
+    task = _model_task(
+        list(keys),
+        [n for n in schema.names if n not in keys],
+        sorted(times),
+        collapsed,
+        spark_to_arrow_schema(out_schema).serialize().to_pybytes(),
     )
-    expected = _without_keys(rows, ambiguous, [AT, *keys]).where(~F.col("_gone"))
-    expected = expected.select(
-        F.col(AT),
-        *[column(c) for c in schema.names],
-        F.col(ERR),
-        F.lit(1).cast("long").alias(DIFF),
-    )
-    return expected.unionByName(kept), ambiguous
+    by_key = [column(k) for k in keys]
+    rows = records.repartition(*by_key).sortWithinPartitions(*by_key).mapInArrow(task, out_schema)
+    ambiguous = F.col(_AMBIGUOUS_COLUMN)
+    expected = rows.where(~ambiguous).drop(_AMBIGUOUS_COLUMN)
+    return expected, rows.where(ambiguous).select(F.col(AT), *by_key)
+
+
+def _model_task(
+    keys: list[str],
+    values: list[str],
+    times: list[Timestamp],
+    collapsed: Timestamp | None,
+    out_ipc: bytes,
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The task function of :func:`upsert_model` (executors): rows sorted by key, in runs."""
+
+    def expected_rows(run: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        commands = []
+        for r in run:
+            if r[ERR] is not None and all(r[k] is None for k in keys):  # unkeyed
+                for at in times:
+                    if at >= r[BOUND]:
+                        yield {AT: at, ERR: r[ERR], DIFF: 1, _AMBIGUOUS_COLUMN: False}
+            else:
+                commands.append(r)
+        key = {k: run[0][k] for k in keys}
+        for at, state in last_values(commands, values, times, collapsed):
+            if state is AMBIGUOUS:
+                yield {AT: at, **key, DIFF: 0, _AMBIGUOUS_COLUMN: True}
+            elif state is not None:
+                row = dict(zip([*values, ERR], state, strict=True))
+                yield {AT: at, **key, **row, DIFF: 1, _AMBIGUOUS_COLUMN: False}
+
+    def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out = pa.ipc.read_schema(pa.py_buffer(out_ipc))
+        rows: list[dict[str, Any]] = []
+        run: list[dict[str, Any]] = []
+        for batch in batches:
+            for r in batch.to_pylist():
+                if run and any(r[k] != run[0][k] for k in keys):
+                    rows.extend(expected_rows(run))
+                    run = []
+                    if len(rows) >= _BATCH_ROWS:
+                        yield pa.RecordBatch.from_pylist(rows, schema=out)
+                        rows = []
+                run.append(r)
+        if run:
+            rows.extend(expected_rows(run))
+        if rows:
+            yield pa.RecordBatch.from_pylist(rows, schema=out)
+
+    return task
 
 
 def _without_keys(df: Any, keys_df: Any, keys: Sequence[str]) -> Any:
@@ -244,6 +490,7 @@ def check_file_upsert(
     from pyspark.sql import functions as F
 
     from timeshard.spark.snapshot import snapshot_df
+    from timeshard.storage.file_source import FileSource
 
     obj = report.object(export.name, "upsert export")
     obj.checks.append("upsert")
@@ -274,11 +521,14 @@ def check_file_upsert(
     if why is not None:
         obj.notes.append(f"upsert not checked: {why}")
         return
-    read = files.read(spark, {}, bound)
+    if isinstance(files, FileSource):
+        read = read_input_files(spark, files, bound)
+    else:
+        read = files.read(spark, {}, bound)
     if ERR not in read.columns:  # a generator decodes nothing, so it has no errors
         read = read.withColumn(ERR, F.lit(None).cast("string"))
-    records = reclock_df(spark, read, bindings, column="_bt")
-    collapsed = remap_state.since.time or 0
+    records = reclock_records(read, bindings)
+    collapsed = remap_state.since.time or None  # at since 0 no binding was merged
     expected, ambiguous = upsert_model(spark, records, out.schema, keys, times, collapsed)
     got = []
     for t in times:

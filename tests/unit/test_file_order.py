@@ -1,0 +1,209 @@
+"""The order of a FILE source's records, without Spark.
+
+Records are ordered by (reclocked time, file name as UTF-8 bytes, offset):
+verify's own model (:func:`timeshard.verify.file_upsert.last_values`) and
+reclocking (:func:`timeshard.verify.file_upsert.bound_time`), and the pyarrow
+upsert given ``(file, offset)`` orders, all follow it; the pyarrow upsert is
+compared with verify's model on random files and bindings.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+from pathlib import Path
+from typing import Any
+
+import hypothesis.strategies as st
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from timeshard.errors import InvalidUsage
+from timeshard.location import Location, MemoryBlob, MemoryConsensus
+from timeshard.persist import PersistClient, PersistConfig
+from timeshard.storage import FeedbackUpsert, UpsertCommand
+from timeshard.storage.file_source import FileSource, _split_lines
+from timeshard.verify.file_upsert import (
+    AMBIGUOUS,
+    binding_intervals,
+    bound_time,
+    framed_lines,
+    last_values,
+)
+
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
+
+
+def rec(
+    partition: str, offset: int, bt: int, v: Any = None, err: str | None = None
+) -> dict[str, Any]:
+    return {"_partition": partition, "_offset": offset, "_bt": bt, "v": v, "_err": err}
+
+
+def test_at_one_time_the_later_file_wins_whatever_the_offset() -> None:
+    records = [rec("b.jsonl", 0, 5, 2), rec("a.jsonl", 90, 5, 1)]
+    assert last_values(records, ["v"], [4, 5, 6], collapsed=0) == [
+        (4, None),
+        (5, (2, None)),
+        (6, (2, None)),
+    ]
+
+
+def test_equal_offsets_compare_file_names_as_utf8_bytes() -> None:
+    names = ["a-b.jsonl", "a/b.jsonl", "a.jsonl", "Z.jsonl", "é.jsonl", "z.jsonl"]
+    assert sorted(names, key=lambda n: n.encode()) == [
+        "Z.jsonl",
+        "a-b.jsonl",
+        "a.jsonl",
+        "a/b.jsonl",
+        "z.jsonl",
+        "é.jsonl",
+    ]
+    for perm in ([0, 1, 2], [2, 1, 0], [1, 0, 2]):
+        trio = [names[i] for i in perm]
+        records = [rec(n, 7, 3, i) for i, n in enumerate(trio)]
+        [(_, state)] = last_values(records, ["v"], [3], collapsed=0)
+        assert isinstance(state, tuple) and trio[state[0]] == "a/b.jsonl"
+    records = [rec(n, 0, 1, i) for i, n in enumerate(names)]
+    assert last_values(records, ["v"], [1], collapsed=0) == [(1, (names.index("é.jsonl"), None))]
+
+
+def test_time_comes_first_then_deletes_and_errors() -> None:
+    records = [
+        rec("z", 50, 1, 1),
+        rec("a", 0, 2, 2),  # a later time beats a later file and offset
+        rec("a", 10, 3, None),  # all values null: a delete
+        rec("b", 0, 4, None, err="b@0: ValueError: bad"),
+        rec("a", 20, 5, 5),
+    ]
+    assert last_values(records, ["v"], [0, 1, 2, 3, 4, 5], collapsed=0) == [
+        (0, None),
+        (1, (1, None)),
+        (2, (2, None)),
+        (3, None),
+        (4, (None, "b@0: ValueError: bad")),
+        (5, (5, None)),
+    ]
+
+
+def test_at_the_collapsed_time_each_files_last_record_competes() -> None:
+    differ = [rec("a", 0, 5, 1), rec("a", 10, 5, 2), rec("b", 0, 5, 3), rec("b", 9, 7, 4)]
+    assert last_values(differ, ["v"], [5, 7], collapsed=5) == [(5, AMBIGUOUS), (7, (4, None))]
+    agree = [rec("a", 0, 5, 1), rec("a", 10, 5, 3), rec("b", 0, 5, 3)]
+    assert last_values(agree, ["v"], [5], collapsed=5) == [(5, (3, None))]
+
+
+def test_bound_time_is_the_first_binding_beyond_the_record() -> None:
+    bindings = [(5, {"a": 10}), (7, {"a": 10, "b": 4}), (9, {"a": 30, "b": 4})]
+    spans = binding_intervals(bindings)
+    assert [bound_time(spans, "a", o) for o in (0, 9, 10, 29, 30)] == [5, 5, 9, 9, None]
+    assert [bound_time(spans, "b", o) for o in (0, 3, 4)] == [7, 7, None]
+    assert bound_time(spans, "c", 0) is None
+
+
+def test_verify_frames_lines_itself() -> None:
+    data = b"ab\n" + b"x" * 5 + b"\n" + b"y" * 6 + b"\n\nz"
+    lines = [(0, b"ab", 2), (3, b"xxxxx", 5), (9, None, 6), (16, b"", 0), (17, b"z", 1)]
+    assert list(framed_lines(io.BytesIO(data), len(data), max_line_bytes=5)) == lines
+    assert list(framed_lines(io.BytesIO(data), 17, max_line_bytes=5)) == lines[:-1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 12), max_size=12), st.integers(1, 8))
+def test_verify_framing_agrees_with_the_sources(lengths: list[int], limit: int) -> None:
+    data = b"".join(bytes([97 + i % 26]) * n + b"\n" for i, n in enumerate(lengths))
+    mine = list(framed_lines(io.BytesIO(data), len(data), limit))
+    theirs = list(_split_lines(io.BytesIO(data), "f", 0, len(data), limit))
+    assert mine == theirs
+
+
+def test_directory_listing_is_in_file_order(tmp_path: Path) -> None:
+    for name in ["a/b.jsonl", "a.jsonl", "a-b.jsonl"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"x\n")
+    source = FileSource("f", tmp_path, "text")
+    assert list(source.upper()) == ["a-b.jsonl", "a.jsonl", "a/b.jsonl"]
+
+
+def client() -> PersistClient:
+    return PersistClient(Location(MemoryBlob(), MemoryConsensus()), PersistConfig(backoff_ms=0.0))
+
+
+def test_pyarrow_upsert_equal_offsets_in_two_files_any_command_order() -> None:
+    for flip in (False, True):
+        c = client()
+        hold = c.open_leased_reader("out", SCHEMA)
+        cmds = [
+            UpsertCommand(("k",), (1,), 3, ("b.jsonl", 0)),
+            UpsertCommand(("k",), (2,), 3, ("a.jsonl", 0)),
+            UpsertCommand(("k",), (3,), 3, ("a.jsonl", 40)),
+        ]
+        FeedbackUpsert(c, "out", SCHEMA, ["k"]).apply(cmds[::-1] if flip else cmds, 4)
+        assert [(r["k"], r["v"]) for r in hold.snapshot(3).to_pylist()] == [("k", 1)]
+
+
+def test_pyarrow_upsert_rejects_two_commands_at_one_position() -> None:
+    upsert = FeedbackUpsert(client(), "out", SCHEMA, ["k"])
+    same = UpsertCommand(("k",), (1,), 3, ("a.jsonl", 0))
+    upsert.apply([same, same], 4)  # the same command twice is one command
+    other = UpsertCommand(("k",), (2,), 4, ("a.jsonl", 0))
+    with pytest.raises(InvalidUsage, match="two different upsert commands at one position"):
+        upsert.apply([UpsertCommand(("k",), (1,), 4, ("a.jsonl", 0)), other], 5)
+
+
+files = st.lists(
+    st.tuples(
+        st.sampled_from(["a.jsonl", "b.jsonl", "a/c.jsonl"]),
+        st.sampled_from(["x", "y"]),
+        st.one_of(st.none(), st.integers(0, 5)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(files, st.lists(st.integers(0, 6), min_size=1, max_size=6), st.randoms())
+def test_pyarrow_upsert_agrees_with_verifys_model(
+    lines: list[tuple[str, str, int | None]], ticks: list[int], rnd: random.Random
+) -> None:
+    """Records of three files (equal offsets across files), bound by random ticks."""
+    offsets: dict[str, int] = {}
+    records: list[dict[str, Any]] = []
+    for name, key, v in lines:  # 8-byte lines: offsets collide across files
+        offset = offsets.get(name, 0)
+        offsets[name] = offset + 8
+        records.append({"_partition": name, "_offset": offset, "k": key, "v": v, "_err": None})
+    rnd.shuffle(records)
+    bindings: list[tuple[int, dict[str, int]]] = []
+    bound: dict[str, int] = {}
+    t = 0
+    for i, n in enumerate([*ticks, len(records)]):
+        t += 1
+        for r in records[i * 3 : i * 3 + n]:  # each tick binds a few more lines of some files
+            bound[r["_partition"]] = max(bound.get(r["_partition"], 0), r["_offset"] + 8)
+        bindings.append((t, dict(bound)))
+    bindings.append((t + 1, dict(offsets)))
+    spans = binding_intervals(bindings)
+    for r in records:
+        r["_bt"] = bound_time(spans, r["_partition"], r["_offset"])
+    c = client()
+    hold = c.open_leased_reader("out", SCHEMA)
+    cmds = [
+        UpsertCommand(
+            (r["k"],),
+            None if r["v"] is None else (r["v"],),
+            r["_bt"],
+            (r["_partition"], r["_offset"]),
+        )
+        for r in records
+    ]
+    upper = t + 2
+    FeedbackUpsert(c, "out", SCHEMA, ["k"]).apply(cmds, upper)
+    times = list(range(upper))
+    for key in ["x", "y"]:
+        mine = [r for r in records if r["k"] == key]
+        want = last_values(mine, ["v"], times, collapsed=0)
+        for at, state in want:
+            got = [(r["v"], r["_err"]) for r in hold.snapshot(at).to_pylist() if r["k"] == key]
+            assert got == ([] if state is None else [state]), (key, at)
