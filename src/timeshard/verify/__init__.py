@@ -29,8 +29,9 @@ The catalog (:mod:`timeshard.catalog`) says what each shard is. Then:
    equals, at sampled times ``t``, the last value per key among the source's
    records bound at ``<= t`` by the remap shard (the retained input files, or
    the generator, read over ``[0, binding at t)`` and reclocked with the
-   bindings): the latest reclocked time wins, then
-   the highest offset; a record whose value columns are all null deletes the
+   bindings): the latest reclocked time wins, then the greatest position
+   (file name as UTF-8 bytes, then offset; partition, then offset for the
+   generator); a record whose value columns are all null deletes the
    key; a record that failed to decode makes the key's row an err row, as the
    upsert does. Only times at or beyond the remap shard's since can be
    checked (ingestion lets it compact), and records bound before that since
