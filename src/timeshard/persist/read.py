@@ -76,7 +76,33 @@ class Updates:
 ListenEvent = Updates | Progress
 
 
-class ReadHandle:
+class _LeasedReader:
+    """The lease of a registered reader: renewal (background) and expiry."""
+
+    _machine: Machine
+    _config: PersistConfig
+    _heartbeats: Heartbeats | None
+    _last_heartbeat: int
+    reader_id: str
+    lease_lost: bool
+
+    def renew_lease(self) -> None:
+        """Renew the lease keeping the held state (the background heartbeat)."""
+        now = self._config.now_ms()
+        self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, False))
+        self._last_heartbeat = now
+
+    def last_renewal_ms(self) -> int:
+        return self._last_heartbeat
+
+    def expire(self) -> None:
+        """Deregister: this reader no longer holds back since or GC."""
+        if self._heartbeats is not None:
+            self._heartbeats.unregister(self)
+        self._machine.apply(lambda s: tr.expire_leased_reader(s, self.reader_id))
+
+
+class ReadHandle(_LeasedReader):
     """A leased reader of one shard. Runs on the driver."""
 
     def __init__(
@@ -193,21 +219,6 @@ class ReadHandle:
         self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, True))
         self._last_heartbeat = now
 
-    def renew_lease(self) -> None:
-        """Renew the lease keeping the held state (the background heartbeat)."""
-        now = self._config.now_ms()
-        self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, False))
-        self._last_heartbeat = now
-
-    def last_renewal_ms(self) -> int:
-        return self._last_heartbeat
-
-    def expire(self) -> None:
-        """Deregister: this reader no longer holds back since or GC."""
-        if self._heartbeats is not None:
-            self._heartbeats.unregister(self)
-        self._machine.apply(lambda s: tr.expire_leased_reader(s, self.reader_id))
-
     def _hold_state(self) -> ShardState:
         """Fetch the head and make sure this reader holds its seqno against GC."""
         state = self._machine.fetch()
@@ -227,7 +238,7 @@ class ReadHandle:
             delay = min(delay * 2, 0.25)
 
 
-class Listen:
+class Listen(_LeasedReader):
     """An iterator of :data:`ListenEvent` from ``as_of`` on. Runs on the driver."""
 
     def __init__(
@@ -301,19 +312,6 @@ class Listen:
     def __iter__(self) -> Iterator[ListenEvent]:
         while not self.frontier.is_empty():
             yield from self.next()
-
-    def renew_lease(self) -> None:
-        now = self._config.now_ms()
-        self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, False))
-        self._last_heartbeat = now
-
-    def last_renewal_ms(self) -> int:
-        return self._last_heartbeat
-
-    def expire(self) -> None:
-        if self._heartbeats is not None:
-            self._heartbeats.unregister(self)
-        self._machine.apply(lambda s: tr.expire_leased_reader(s, self.reader_id))
 
     def _downgrade(self) -> None:
         if self.frontier.time is None:
