@@ -170,28 +170,32 @@ class Catalog:
         wanted = [CatalogEntry(n, k, json.loads(t)) for (n, k), t in texts.items()]
         keep = same or (lambda old, new: old.definition == new.definition)
         upsert: FeedbackUpsert | None = None
-        for _ in range(_ATTEMPTS):
-            stored = {(e.name, e.kind): e for e in self._stored()}
-            changed = [
-                e
-                for e in wanted
-                if (e.name, e.kind) not in stored or not keep(stored[(e.name, e.kind)], e)
-            ]
-            if not changed:
-                return 0
-            if upsert is None:
-                upsert = FeedbackUpsert(
-                    self._client, CATALOG_SHARD, CATALOG_SCHEMA, list(CATALOG_KEYS)
-                )
-            upper = upsert.upper.time
-            assert upper is not None, "the catalog shard is closed"
-            now = max(self._clock(), upper)
-            commands = [
-                UpsertCommand((e.name, e.kind), (texts[(e.name, e.kind)],), now, (now,))
-                for e in changed
-            ]
-            if isinstance(upsert.apply(commands, now + 1), Appended):
-                return len(changed)
+        try:
+            for _ in range(_ATTEMPTS):
+                stored = {(e.name, e.kind): e for e in self._stored()}
+                changed = [
+                    e
+                    for e in wanted
+                    if (e.name, e.kind) not in stored or not keep(stored[(e.name, e.kind)], e)
+                ]
+                if not changed:
+                    return 0
+                if upsert is None:
+                    upsert = FeedbackUpsert(
+                        self._client, CATALOG_SHARD, CATALOG_SCHEMA, list(CATALOG_KEYS)
+                    )
+                upper = upsert.upper.time
+                assert upper is not None, "the catalog shard is closed"
+                now = max(self._clock(), upper)
+                commands = [
+                    UpsertCommand((e.name, e.kind), (texts[(e.name, e.kind)],), now, (now,))
+                    for e in changed
+                ]
+                if isinstance(upsert.apply(commands, now + 1), Appended):
+                    return len(changed)
+        finally:
+            if upsert is not None:  # its writer and reader would linger until their leases end
+                upsert.close()
         raise AssertionError(f"could not record {sorted(texts)} in the catalog")
 
     def _stored(self) -> list[CatalogEntry]:

@@ -443,3 +443,9 @@ def test_file_source_options_round_trip(tmp_path: Path) -> None:
     rebuilt = file_source(json.loads(json.dumps(source_options(original))))
     assert (rebuilt.name, rebuilt.path, rebuilt.format) == ("f", original.path, "json")
     assert rebuilt.schema == schema and rebuilt.max_line_bytes == 1234
+
+
+def test_recording_leaves_no_handle_on_the_catalog(client: PersistClient) -> None:
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT 1 AS x"), as_of=0)
+    state = client.state(CATALOG_SHARD)
+    assert not state.writers and not state.leased_readers
