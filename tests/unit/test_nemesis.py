@@ -8,6 +8,7 @@ import json
 import multiprocessing
 import pickle
 import random
+import subprocess
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -390,3 +391,34 @@ def test_a_full_tmpfs_refuses_writes_until_drained(tmp_path: Path) -> None:
     finally:
         disk.unmount()
     assert not disk.mounted
+
+
+def test_a_window_goes_to_a_ticking_replica_or_waits_for_one(tmp_path: Path) -> None:
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _Replica
+
+    replicas = [_Replica(i, tmp_path) for i in range(3)]
+    runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
+    jump = Fault(1.0, "clock_jump", 0, 5.0, clock_jump_ms=3000)
+    window = Fault(1.0, "unreliable", 2, 5.0, rate=0.1)
+    try:
+        for r in replicas:
+            r.incarnation = 0
+            r.proc = subprocess.Popen(["sleep", "60"])
+        assert runner._inject(jump, 1.0, replicas, BlobDisk(tmp_path)) == "waiting"  # no ticks
+        Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 1))
+        Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 2))
+        assert runner._start_window(jump, 2.0, replicas)
+        assert [r.clock_offset_ms for r in replicas] == [0, 3000, 0]
+        assert replicas[1].clock_until == 7.0
+        assert runner._inject(window, 2.0, replicas, BlobDisk(tmp_path)) == "injected"
+        assert [r.rate for r in replicas] == [0.0, 0.0, 0.1]  # its own replica ticks
+        Heartbeat(1, 0).write(Heartbeat.path(tmp_path, 2))  # restarted, not ticking yet
+        replicas[2].incarnation = 1
+        assert runner._start_window(window, 3.0, replicas)
+        assert replicas[0].rate == 0.0 and replicas[1].rate == 0.1  # the next one that ticks
+    finally:
+        for r in replicas:
+            assert r.proc is not None
+            r.proc.kill()
+            r.proc.wait()

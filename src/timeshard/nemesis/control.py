@@ -17,7 +17,8 @@ window) and applies it to its :class:`FaultyLocation`:
 * ``stop``: finish the current tick and exit.
 
 Every fault the location injects is recorded where it is injected, in the
-run's :class:`~timeshard.location.unreliable.FaultJournal` (kind
+run's :class:`~timeshard.location.unreliable.FaultJournal` (``JOURNAL`` in
+the run directory; kind
 ``unreliable`` for each failed call or task, ``disk_full`` for each refused
 write, ``clock_jump`` the first time the tick source reads a new offset).
 
@@ -50,6 +51,8 @@ from timeshard.location.unreliable import NEVER_MS, FaultJournal, KeyedFaults
 
 CONTROL_VERSION = 2
 CONTROL_POLL_S = 0.1
+JOURNAL = "injected.jsonl"
+"""The run's fault journal, in the run directory."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,4 +186,11 @@ def _seed(seed: str, what: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{what}".encode()).digest()[:8], "big")
 
 
-__all__ = ["CONTROL_POLL_S", "CONTROL_VERSION", "Control", "FaultyLocation", "FullDiskBlob"]
+__all__ = [
+    "CONTROL_POLL_S",
+    "CONTROL_VERSION",
+    "JOURNAL",
+    "Control",
+    "FaultyLocation",
+    "FullDiskBlob",
+]

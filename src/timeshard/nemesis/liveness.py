@@ -62,6 +62,11 @@ class Heartbeat:
     failing: int = 0
     last_error: str = ""
 
+    @staticmethod
+    def path(run_dir: Path, replica: int) -> Path:
+        """Where replica ``replica`` of a run writes its heartbeat."""
+        return run_dir / f"heartbeat-{replica}.json"
+
     def write(self, path: Path) -> None:
         """Replace ``path`` atomically with this heartbeat."""
         tmp = path.with_name(path.name + ".tmp")

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 TICK_S = 1.0
-JOURNAL = "injected.jsonl"
 
 
 def _event(kind: str, **fields: Any) -> None:
@@ -54,17 +53,13 @@ def _event(kind: str, **fields: Any) -> None:
     sys.stdout.flush()
 
 
-def heartbeat_file(run_dir: Path, replica: int) -> Path:
-    return run_dir / f"heartbeat-{replica}.json"
-
-
 def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> None:
     started = time.monotonic()
     from timeshard.cli.spec import RunSpec
     from timeshard.controller import Pipeline
     from timeshard.location import open_location
     from timeshard.location.unreliable import FaultJournal
-    from timeshard.nemesis.control import CONTROL_POLL_S, Control, FaultyLocation
+    from timeshard.nemesis.control import CONTROL_POLL_S, JOURNAL, Control, FaultyLocation
     from timeshard.nemesis.liveness import Heartbeat
     from timeshard.persist import PersistClient
     from timeshard.spark import spark_session
@@ -124,7 +119,7 @@ def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> Non
                 except Exception as close_error:
                     _event("error", replica=replica, error=f"closing: {close_error!r}"[:300])
             pipeline = None
-        beat.write(heartbeat_file(run_dir, replica))
+        beat.write(Heartbeat.path(run_dir, replica))
         stop.wait(max(0.0, TICK_S - (time.monotonic() - tick)))
     if pipeline is not None:
         pipeline.close()

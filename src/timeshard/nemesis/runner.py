@@ -85,11 +85,10 @@ from timeshard.cli.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
 from timeshard.errors import ExternalError, InvalidUsage
 from timeshard.location import open_location
 from timeshard.location.unreliable import FaultJournal
-from timeshard.nemesis.control import Control
+from timeshard.nemesis.control import JOURNAL, Control
 from timeshard.nemesis.disk import BlobDisk
 from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
 from timeshard.nemesis.plan import KINDS, Fault, plan_faults
-from timeshard.nemesis.replica import JOURNAL, heartbeat_file
 from timeshard.persist import PersistClient
 from timeshard.storage.health import STATUS_SHARD
 
@@ -100,7 +99,7 @@ POLL_S = 0.1
 WATCH_S = 0.5
 MAX_EXITS = 5
 STOP_TIMEOUT_S = 60.0
-TMPFS_MB = 1024
+TMPFS_MB = 256
 
 KV_BY_PREFIX = "SELECT substr(value, 1, 1) AS p, count(*) AS n FROM kv GROUP BY p"
 EVENTS_BY_GRP = "SELECT grp, count(*) AS n, sum(v) AS s FROM events GROUP BY grp"
@@ -341,7 +340,7 @@ class _Replica:
 
     def heartbeat(self) -> Heartbeat:
         """The current incarnation's last heartbeat (no ticks yet if it wrote none)."""
-        beat = Heartbeat.read(heartbeat_file(self.run_dir, self.index))
+        beat = Heartbeat.read(Heartbeat.path(self.run_dir, self.index))
         if beat is None or beat.incarnation != self.incarnation:
             return Heartbeat(self.incarnation, 0)
         return beat
