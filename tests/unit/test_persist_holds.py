@@ -184,3 +184,20 @@ def test_a_time_before_the_since_names_the_readable_range() -> None:
         r.snapshot(2)
     with pytest.raises(SinceError, match=r"\[6, 9\]"):
         client.open_unleased_reader("s").snapshot(5)
+
+
+def test_listing_shards_retries_storage_failures() -> None:
+    from timeshard import Determinate
+
+    class Flaky(MemoryConsensus):
+        failures = 3
+
+        def list_keys(self) -> list[str]:
+            if self.failures:
+                self.failures -= 1
+                raise Determinate("injected: list_keys timed out")
+            return super().list_keys()
+
+    client = make_client(Clock(), Flaky())
+    client.open_writer("s", SCHEMA)
+    assert client.list_shards() == ["s"]

@@ -727,7 +727,7 @@ def nemesis(
     seed: Annotated[
         int | None, typer.Option(help="Seed of the whole run (default: random, then printed).")
     ] = None,
-    replicas: Annotated[int, typer.Option(help="Replica processes per run.")] = 2,
+    replicas: Annotated[int, typer.Option(help="Replica processes per run.")] = 3,
     runs: Annotated[int | None, typer.Option(help="Number of runs (default 1).")] = None,
     minutes: Annotated[
         float | None,

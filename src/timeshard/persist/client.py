@@ -22,6 +22,7 @@ from timeshard.errors import InvalidUsage, LeaseExpired
 from timeshard.location import Location
 from timeshard.location.consensus import check_consensus_key
 from timeshard.persist._internal import transitions as tr
+from timeshard.persist._internal.blobio import retry_external
 from timeshard.persist._internal.machine import Machine
 from timeshard.persist._internal.parts import check_data_schema
 from timeshard.persist._internal.state import ShardState, decode_schema, encode_schema
@@ -174,8 +175,9 @@ class PersistClient:
         return bool(machine.apply(lambda s: tr.expire_critical_reader(s, reader_id)))
 
     def list_shards(self) -> list[str]:
-        """Every shard id of the location."""
-        return list(self.location.consensus.list_keys())
+        """Every shard id of the location (storage failures retried like any read)."""
+        consensus = self.location.consensus
+        return retry_external(self.config, "listing shards", lambda: list(consensus.list_keys()))
 
     def state(self, shard_id: str) -> ShardState:
         """The current state of ``shard_id``; InvalidUsage if there is none."""
