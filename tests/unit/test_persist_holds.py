@@ -201,3 +201,13 @@ def test_listing_shards_retries_storage_failures() -> None:
     client = make_client(Clock(), Flaky())
     client.open_writer("s", SCHEMA)
     assert client.list_shards() == ["s"]
+
+
+def test_a_listen_whose_times_were_declared_unreadable_stops_with_a_since_error() -> None:
+    client = make_client(Clock())
+    w, r = client.open("s", SCHEMA)
+    w.append([(("a", 1), 0, 1)], 0, 2)
+    listen = r.listen(1)
+    w.compare_and_append_batch([w.batch([(("b", 2), 5, 1)], 2, 6)], 2, 6, since_floor=5)
+    with pytest.raises(SinceError):
+        listen.poll()

@@ -271,6 +271,12 @@ class Listen(_LeasedReader):
         now = self._config.now_ms()
         self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, True))
         state = self._machine.state
+        held = state.leased_readers[self.reader_id].since
+        assert self.frontier.time is not None
+        if not held.less_equal(max(self.frontier.time - 1, 0)):
+            # A writer declared the times this listen still has to emit unreadable
+            # (``since_floor``): it cannot go on correctly.
+            raise SinceError(self.frontier.time, held, shard_id=state.shard_id, upper=state.upper)
         events: list[ListenEvent] = []
         for b in state.batches:
             if not self.frontier < b.desc.upper or not b.parts:
