@@ -40,6 +40,7 @@ from timeshard.persist._internal.blobio import delete_keys, read_part, write_par
 from timeshard.persist._internal.machine import Machine
 from timeshard.persist._internal.parts import advance_since, consolidate
 from timeshard.persist._internal.state import HollowBatch, ShardState
+from timeshard.persist._internal.threads import stop_at_exit
 from timeshard.persist.config import PersistConfig
 from timeshard.persist.gc import collect_garbage
 from timeshard.progress import Description
@@ -160,6 +161,7 @@ class Compactor:
         self.errors: list[str] = []
         self._thread = threading.Thread(target=self._run, name="timeshard-compactor", daemon=True)
         self._thread.start()
+        stop_at_exit(self.close)
 
     def request(self) -> None:
         with self._progress:

@@ -19,6 +19,8 @@ Invariants:
    next use and opens new handles.
 3. Handles are held weakly: an abandoned handle is not kept alive by its
    heartbeat (its lease then runs out, as a crashed process's does).
+4. The thread stops before the interpreter finalizes (``atexit``): a
+   renewal caught halfway through finalization could abort the process.
 
 Runs on the driver, in one thread per client.
 """
@@ -31,6 +33,7 @@ import weakref
 from typing import Protocol
 
 from timeshard.errors import ExternalError, LeaseExpired
+from timeshard.persist._internal.threads import stop_at_exit
 from timeshard.persist.config import PersistConfig
 
 log = logging.getLogger(__name__)
@@ -57,8 +60,10 @@ class Heartbeats:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stopped = False
         self.renewals = 0
         self.failures = 0
+        stop_at_exit(self.stop)
 
     def register(self, handle: Leased) -> None:
         if self._config.heartbeat_interval_ms <= 0:
@@ -93,9 +98,19 @@ class Heartbeats:
                 self.failures += 1
                 log.info("lease renewal failed, will retry: %s", e)
 
+    def stop(self) -> None:
+        """Stop the thread (waiting for a renewal in flight); no more renewals."""
+        self._stopped = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=30)
+
     def _run(self) -> None:
         while True:
             self._wake.wait(self._config.heartbeat_interval_ms / 2000)
+            if self._stopped:
+                return
             try:
                 self.renew_due()
             except Exception:  # a renewal must never kill the thread
