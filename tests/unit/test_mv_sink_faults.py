@@ -105,7 +105,9 @@ def test_drop_releases_the_holds() -> None:
 
 @pytest.mark.parametrize("background_io", [False, True])
 @pytest.mark.parametrize(
-    "fault", [RuntimeError("injected in stage"), OSError("part moved away")], ids=repr
+    "fault",
+    [RuntimeError("injected in stage"), OSError("part moved away"), RuntimeError()],
+    ids=repr,
 )
 def test_any_failure_is_recovered_on_a_later_tick(background_io: bool, fault: Exception) -> None:
     client, writer = setup()

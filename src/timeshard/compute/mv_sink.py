@@ -386,7 +386,8 @@ class MvSink:
 
     def _recover(self, error: BaseException) -> None:
         """After a failure: forget what may be stale, reopen lost handles, go on next tick."""
-        self.last_error = f"{type(error).__name__}: {str(error).splitlines()[0][:500]}"
+        first_line = (str(error).splitlines() or [""])[0]
+        self.last_error = f"{type(error).__name__}: {first_line[:500]}"
         log.warning("sink %s: step failed, retrying on the next tick: %s", self.shard_id, error)
         self.stats.failures += 1
         if self._inflight is not None:
