@@ -16,6 +16,8 @@ Invariants:
    location; a bad declaration fails with InvalidUsage and writes nothing.
 2. A view is installed after one step of every source, so its inputs exist.
 3. ``close`` stops every view's background I/O; a step after it is an error.
+4. A step ticks every object even when some fail (faults are retried on the
+   next step and shown as health), and returns the failures.
 
 Runs on the driver; the ingestions and views submit Spark jobs.
 """
@@ -77,13 +79,26 @@ class Pipeline:
         ]
         self._closed = False
 
-    def step(self) -> None:
-        """One tick of every source, then of every view."""
+    def step(self) -> dict[str, str]:
+        """One tick of every source, then of every view; the failures, by object.
+
+        One object's failure does not keep the others from their tick: a
+        failing source is marked ``stalled`` (with the error) and tried again
+        on the next step; a view's sink recovers by itself and reports its
+        health. The returned dict names each object whose tick failed.
+        """
         assert not self._closed, "step after close"
+        failures: dict[str, str] = {}
         for ingestion in self.ingestions:
-            ingestion.step()
+            try:
+                ingestion.step()
+            except Exception as e:
+                failures[ingestion.output] = f"{type(e).__name__}: {str(e)[:300]}"
         for view in self.views:
             view.step()
+            if view.sink.last_error is not None:
+                failures[view.name] = view.sink.last_error
+        return failures
 
     def shards(self) -> list[str]:
         """Every shard the pipeline writes: the sources' exports, then the views."""

@@ -79,7 +79,7 @@ def test_three_runs_in_a_row_resume_where_they_stopped(spark: SparkSession, tmp_
         (events / f"in-{run}.json").write_text("\n".join(lines) + "\n")
         pipeline = Pipeline(spark, client, spec)
         for _ in range(3):
-            pipeline.step()
+            assert pipeline.step() == {}
         uppers.append({s: u.time for s, u in pipeline.uppers().items()})
         pipeline.close()
         for shard in pipeline.shards():  # every shard readable at upper - 1 after a stop

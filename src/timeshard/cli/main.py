@@ -704,9 +704,11 @@ def run(
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         tick = time.monotonic()
-        pipeline.step()
+        failures = pipeline.step()
         uppers = ", ".join(f"{shard}@{upper}" for shard, upper in pipeline.uppers().items())
-        console.print(f"tick {time.monotonic() - tick:.2f} s: {uppers}")
+        console.print(f"tick {time.monotonic() - tick:.2f} s: {escape(uppers)}")
+        for obj, error in failures.items():  # retried on the next tick
+            err_console.print(f"stalled: {escape(obj)}: {escape(error)}", soft_wrap=True)
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     pipeline.close()
     spark.stop()

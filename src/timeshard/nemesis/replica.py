@@ -103,7 +103,9 @@ def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> Non
         try:
             if pipeline is None:
                 pipeline = Pipeline(spark, client, spec, clock=faulty.clock)
-            pipeline.step()
+            failures = pipeline.step()
+            if failures:  # as before: a failed tick rebuilds everything from the location
+                raise RuntimeError("; ".join(f"{k}: {v}" for k, v in failures.items()))
             beat = Heartbeat(incarnation, beat.ticks + 1, 0, beat.last_error)
             if not ready:
                 ready = True
