@@ -13,7 +13,8 @@ import pyarrow as pa
 import pytest
 
 from timeshard.location import open_location
-from timeshard.persist import PersistClient
+from timeshard.persist import PersistClient, PersistConfig
+from timeshard.persist.config import wall_clock_ms
 
 STAGER = Path(__file__).with_name("stager.py")
 SCHEMA = pa.schema([("k", pa.int64())])
@@ -23,7 +24,11 @@ SCHEMA = pa.schema([("k", pa.int64())])
 def test_gc_removes_staged_parts_of_killed_writer(tmp_path: Path) -> None:
     blob_uri = f"file://{tmp_path / 'blob'}"
     consensus_uri = f"sqlite:///{tmp_path / 'consensus.sqlite'}"
-    client = PersistClient(open_location(blob_uri, consensus_uri))
+    # GC judges leases by the collecting client's clock: frozen before the stager
+    # starts, then moved past the stager's 500 ms lease -- however loaded the machine.
+    now = {"ms": wall_clock_ms()}
+    config = PersistConfig(clock=lambda: now["ms"], heartbeat_interval_ms=0)
+    client = PersistClient(open_location(blob_uri, consensus_uri), config)
     writer, reader = client.open("s", SCHEMA)
     writer.append([((-1,), 0, 1)], 0, 1)
     ready = tmp_path / "ready"
@@ -46,7 +51,7 @@ def test_gc_removes_staged_parts_of_killed_writer(tmp_path: Path) -> None:
     assert report.deleted_blobs == 0
     assert all((tmp_path / "blob" / k).exists() for k in keys)
 
-    time.sleep(0.6)
+    now["ms"] = wall_clock_ms() + 60_000  # the stager's lease ran out; ours did not
     report = client.gc("s")
     assert dead_writer in report.expired
     assert report.deleted_blobs == len(keys)
