@@ -422,3 +422,29 @@ def test_a_window_goes_to_a_ticking_replica_or_waits_for_one(tmp_path: Path) -> 
             assert r.proc is not None
             r.proc.kill()
             r.proc.wait()
+
+
+def test_a_clock_jump_stays_on_until_its_replica_has_read_it(tmp_path: Path) -> None:
+    from timeshard.nemesis.control import JOURNAL
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _Replica
+
+    replicas = [_Replica(0, tmp_path)]
+    runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
+    replicas[0].incarnation = 0
+    replicas[0].proc = subprocess.Popen(["sleep", "60"])
+    try:
+        Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 0))
+        jump = Fault(1.0, "clock_jump", 0, 5.0, clock_jump_ms=-4000)
+        assert runner._start_window(jump, 1.0, replicas)
+        runner._hold_clock_windows(3.0, replicas)
+        assert replicas[0].clock_until == 6.0  # still inside its planned window
+        runner._hold_clock_windows(6.5, replicas)  # a long tick never read the clock
+        assert replicas[0].clock_until == 7.5
+        FaultJournal(str(tmp_path / JOURNAL)).record("clock_jump", "-4000 ms")
+        runner._hold_clock_windows(8.0, replicas)  # read: the window may close now
+        assert replicas[0].clock_until == 7.5 and replicas[0].clock_jumps_before == -1
+    finally:
+        assert replicas[0].proc is not None
+        replicas[0].proc.kill()
+        replicas[0].proc.wait()

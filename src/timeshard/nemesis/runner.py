@@ -310,6 +310,8 @@ class _Replica:
         self.rate = 0.0
         self.clock_until = 0.0
         self.clock_offset_ms = 0
+        #: Clock jumps in the journal when this slot's window opened (-1: none open).
+        self.clock_jumps_before = -1
         self.control = Control()
 
     def start(self, seed: int, env: dict[str, str]) -> None:
@@ -576,6 +578,7 @@ class NemesisRunner:
         disk_until = 0.0
         while True:
             now = time.monotonic() - start
+            self._hold_clock_windows(now, replicas)
             is_open = any(now < max(r.unreliable_until, r.clock_until) for r in replicas)
             if now >= config.fault_seconds and not pending and not waiting and not is_open:
                 break
@@ -681,7 +684,23 @@ class NemesisRunner:
             r.unreliable_until_ms = time.time_ns() // 1_000_000 + int(fault.duration_s * 1000)
         else:
             r.clock_offset_ms, r.clock_until = fault.clock_jump_ms, now + fault.duration_s
+            r.clock_jumps_before = _clock_jumps(r.run_dir)
         return True
+
+    def _hold_clock_windows(self, now: float, replicas: list[_Replica]) -> None:
+        """Keep a clock jump on until its replica's tick source has read it.
+
+        A replica reads its clock once per tick, and a tick under load can
+        outlast the window: then the jump would never act. The window stays
+        open (second by second) until the journal shows the jump.
+        """
+        for r in replicas:
+            if r.clock_jumps_before < 0 or now < r.clock_until:
+                continue
+            if _clock_jumps(r.run_dir) > r.clock_jumps_before:
+                r.clock_jumps_before = -1
+            else:
+                r.clock_until = now + 1.0
 
     def _heal(self, client: PersistClient, replicas: list[_Replica], disk: BlobDisk) -> int:
         """Stop every fault; the time every shard's upper must pass to count as recovered."""
@@ -779,6 +798,12 @@ def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
         if r.alive() and not r.paused_until and r.heartbeat().ticks > 0:
             return r
     return None
+
+
+def _clock_jumps(run_dir: Path) -> int:
+    """How many clock jumps the run's journal records so far."""
+    path = run_dir / JOURNAL
+    return FaultJournal.counts(path)["clock_jump"] if path.exists() else 0
 
 
 def _upper(client: PersistClient, shard: str) -> int:
