@@ -235,10 +235,22 @@ def write_parts(
             rows = positional.mapInArrow(writer, PART_META_DDL).collect()
     except BaseException:
         with contextlib.suppress(Exception):  # what stays behind is garbage for GC
+            _await_tasks(positional.sparkSession)
             _delete_under(blob, key_prefix)
         raise
     parts = [PartMeta(r["key"], r["size"], r["rows"], r["ts_min"], r["ts_max"]) for r in rows]
     return sorted(parts, key=lambda p: p.key)
+
+
+def _await_tasks(spark: SparkSession, timeout_s: float = 10.0) -> None:
+    """Wait (a while) until no stage runs: a failed job's other tasks may still be
+    writing their parts, and a cleanup before they end would miss those."""
+    import time
+
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while tracker.getActiveStageIds() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @dataclass(frozen=True, slots=True)
