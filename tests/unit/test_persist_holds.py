@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from tests.unit.test_persist_handles import Clock
 
 from timeshard import Frontier, Indeterminate, LeaseExpired, SinceError
 from timeshard.location import Location, MemoryBlob, MemoryConsensus, VersionedData
@@ -14,14 +15,6 @@ from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.machine import Machine
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 10_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def make_client(clock: Clock, consensus: MemoryConsensus | None = None, **kw: int) -> PersistClient:
