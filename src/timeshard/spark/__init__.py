@@ -5,12 +5,14 @@
   tasks (``WriteHandle.batch`` calls ``write_parts`` for a DataFrame);
 * :func:`snapshot_df` / :func:`updates_df` -- a shard at a time as a DataFrame;
 * :class:`TimeshardDataSource` / :func:`register` -- ``spark.read.format("timeshard")``;
-* :func:`typed_errors` -- Spark failures caused by parts re-raised as PartError.
+* :func:`typed_errors` -- Spark failures caused by parts re-raised as PartError;
+* :class:`JobCounter` -- the Spark jobs a piece of work ran (tests assert them).
 
 Importing this package imports PySpark but starts no SparkSession and no JVM.
 """
 
 from timeshard.spark.datasource import TimeshardDataSource, register
+from timeshard.spark.jobs import JobCounter, jobs_submitted
 from timeshard.spark.parts import (
     check_parts,
     conform_df,
@@ -23,12 +25,14 @@ from timeshard.spark.session import arrow_to_spark_schema, spark_session, spark_
 from timeshard.spark.snapshot import PartsReader, consolidate_df, snapshot_df, updates_df
 
 __all__ = [
+    "JobCounter",
     "PartsReader",
     "TimeshardDataSource",
     "arrow_to_spark_schema",
     "check_parts",
     "conform_df",
     "consolidate_df",
+    "jobs_submitted",
     "read_parts",
     "register",
     "snapshot_df",

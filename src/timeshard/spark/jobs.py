@@ -1,0 +1,61 @@
+"""Counting Spark jobs: the unit of a tick's cost that tests can assert.
+
+A tick's Spark job count is deterministic (it follows from the plan, not from
+the machine's load), so tests assert it where a timing would be flaky. The
+count is read from the DAG scheduler's job id counter, which every job of the
+application takes one id from, on whichever thread submits it (the tick loop,
+an I/O worker, a background merge). So a :class:`JobCounter` counts every
+job the application ran between its start and its end: keep other Spark work
+off the session while counting.
+
+Runs on the driver only.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any
+
+
+def jobs_submitted(spark: Any) -> int:
+    """How many Spark jobs this application has submitted so far (driver, no job)."""
+    scheduler = spark.sparkContext._jsc.sc().dagScheduler()
+    return int(scheduler.nextJobId())
+
+
+class JobCounter:
+    """Counts the Spark jobs submitted while it is entered.
+
+    >>> with JobCounter(spark) as jobs:  # doctest: +SKIP
+    ...     spark.range(10).count()
+    >>> jobs.count  # doctest: +SKIP
+    1
+    """
+
+    def __init__(self, spark: Any) -> None:
+        self.spark = spark
+        self._start: int | None = None
+        self._end: int | None = None
+
+    def __enter__(self) -> JobCounter:
+        self._start = jobs_submitted(self.spark)
+        self._end = None
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._end = jobs_submitted(self.spark)
+
+    @property
+    def count(self) -> int:
+        """Jobs submitted so far (while entered) or in all (after exit)."""
+        assert self._start is not None, "JobCounter was never entered"
+        end = self._end if self._end is not None else jobs_submitted(self.spark)
+        return end - self._start
+
+
+__all__ = ["JobCounter", "jobs_submitted"]
