@@ -12,6 +12,8 @@ and each system runs as its own child process, one after another:
   a source that reads the Parquet batches, stepped at every tick;
 * ``delta``: Structured Streaming + foreachBatch + Delta Lake MERGE
   (``bench/compare/peer_delta.py``, in its own venv);
+* ``deltars``: a Spark batch dedupe per tick, then a delta-rs MERGE
+  (``bench/compare/peer_deltars.py``, the ``deltalake`` package);
 * ``tws``: Structured Streaming ``transformWithStateInPandas`` on RocksDB
   emitting retractions, on a bounded number of commands
   (``bench/compare/peer_tws.py``);
@@ -23,12 +25,22 @@ Reported, as the median of ``--reps`` repetitions (each repetition runs
 every system once) and as the ratio timeshard / peer per repetition:
 sustained commands/s (commands / busy seconds), freshness p50/p99 (a batch
 available -> visible in the output), step p50, peak RSS of the process tree
-(psutil, JVM included) and bytes on disk after compaction. Writes
-``bench/results/w1_upsert.json`` and ``bench/results/w1_upsert.png``.
+(psutil, JVM included) and bytes on disk after compaction. Then both
+Delta peers side by side with timeshard, every system's live keys at the
+end against a pyarrow recomputation, and the goals of issue 13 with
+"met" / "not met". Writes ``bench/results/w1_upsert.json`` and
+``bench/results/w1_upsert.png``.
+
+``--offered-rate R`` offers ``R`` commands/s instead: batches of ``R *
+--interval`` commands, one every ``--interval`` seconds (``--commands`` is
+ignored), and reports the freshness p50 at that rate, measured as above
+(a batch available -> visible in the output shard). Writes
+``bench/results/w1_upsert_rate<R>.json`` (and ``.png``).
 
     source scripts/bootstrap.sh
     python bench/bench_w1_upsert.py --quick
     python bench/bench_w1_upsert.py --keys 1000000 --commands 100000 --batches 10 --reps 3
+    python bench/bench_w1_upsert.py --keys 1000000 --offered-rate 20000 --batches 30 --reps 3
 """
 
 from __future__ import annotations
@@ -48,7 +60,7 @@ import report
 from inputs import Manifest, ParquetBatchSource, default_dir, ensure_inputs
 
 WORKLOAD = "w1"
-PEERS = ("delta", "tws", "parquet", "bytewax", "pathway")
+PEERS = ("delta", "deltars", "tws", "parquet", "bytewax", "pathway")
 KEYS = ["rows_per_s", "freshness_p50_s", "freshness_p99_s", "step_p50_s", "load_s"]
 KEYS += ["peak_rss_bytes", "disk_bytes"]
 
@@ -119,6 +131,120 @@ def expected_live_keys(manifest: Manifest, last: int) -> int:
     return sum(live.values())
 
 
+def live_keys_ok(check: dict[str, Any] | None) -> str:
+    """ "ok", "MISMATCH" or "-" for a system's live keys at the end against the reference."""
+    if check is None or all(f is None for f in check["final_rows"]):
+        return "-"
+    return "ok" if all(f == check["expected"] for f in check["final_rows"]) else "MISMATCH"
+
+
+def print_delta_peers(summary: dict[str, Any], checks: dict[str, dict[str, Any]]) -> None:
+    """timeshard and both Delta peers side by side: rows/s, freshness p50, disk, live keys."""
+    from rich.console import Console
+    from rich.table import Table
+
+    labels = {
+        "timeshard": "timeshard",
+        "delta": "Spark SS + delta-spark MERGE",
+        "deltars": "Spark dedupe + delta-rs MERGE",
+    }
+    table = Table(
+        "system",
+        "rows/s",
+        "timeshard / peer rows/s",
+        "freshness p50 s",
+        "timeshard / peer freshness",
+        "disk MiB",
+        "timeshard / peer disk",
+        "live keys",
+        title="W1: timeshard and the two Delta peers (same run; ratios per repetition, median)",
+    )
+    systems, ratios = summary["systems"], summary["ratios"]
+    for name, label in labels.items():
+        if name not in systems:
+            continue
+        med = systems[name]["median"]
+        r = ratios.get(name, {})
+
+        def ratio(metric: str, r: dict[str, Any] = r) -> str:
+            return "-" if r.get(metric) is None else f"{r[metric]:.2f}x"
+
+        disk = med["disk_bytes"]
+        table.add_row(
+            label,
+            "-" if med["rows_per_s"] is None else f"{med['rows_per_s']:,.0f}",
+            ratio("rows_per_s") if name != "timeshard" else "",
+            "-" if med["freshness_p50_s"] is None else f"{med['freshness_p50_s']:.2f}",
+            ratio("freshness_p50_s") if name != "timeshard" else "",
+            "-" if disk is None else f"{disk / 2**20:,.1f}",
+            ratio("disk_bytes") if name != "timeshard" else "",
+            live_keys_ok(checks.get(name)),
+        )
+    Console(width=max(Console().width, 160)).print(table)
+
+
+def goals(
+    args: argparse.Namespace, summary: dict[str, Any], checks: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The W1 goals of issue 13 against this run.
+
+    Throughput (the default mode) at 1M keys, 100k-command batches, 10%
+    deletes, 1 s interval; freshness (``--offered-rate``) at 20k commands/s
+    offered at 1M keys, 1 s interval.
+    """
+    ratios = summary["ratios"]
+    ts = summary["systems"].get("timeshard", {}).get("median", {})
+    base = args.keys == 1_000_000 and args.deletes == 0.1 and args.interval == 1.0
+    out = []
+    if args.offered_rate is None:
+        spec = base and args.commands == 100_000
+        out.append(
+            report.goal(
+                "rows/s vs Spark SS + delta-spark MERGE",
+                ratios.get("delta", {}).get("rows_per_s"),
+                2.0,
+                at_most=False,
+                spec_size=spec,
+            )
+        )
+        out.append(
+            report.goal(
+                "rows/s vs the Parquet ceiling",
+                ratios.get("parquet", {}).get("rows_per_s"),
+                0.5,
+                at_most=False,
+                spec_size=spec,
+            )
+        )
+    else:
+        out.append(
+            report.goal(
+                f"freshness p50 at {args.offered_rate:,} commands/s offered",
+                ts.get("freshness_p50_s"),
+                1.5,
+                at_most=True,
+                unit=" s",
+                spec_size=base and args.offered_rate == 20_000,
+            )
+        )
+    for name, check in checks.items():
+        ok = live_keys_ok(check)
+        if ok == "-":
+            continue
+        finals = ", ".join(f"{f:,}" if f is not None else "-" for f in check["final_rows"])
+        out.append(
+            {
+                "goal": f"{name}: live keys at the end = the pyarrow reference",
+                "target": f"{check['expected']:,}",
+                "measured": finals,
+                "value": None,
+                "met": ok == "ok",
+                "spec_size": True,
+            }
+        )
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -128,8 +254,14 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--deletes", type=float, default=0.1)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--peers", default="delta,tws,parquet,bytewax,pathway")
+    parser.add_argument("--peers", default=",".join(PEERS))
     parser.add_argument("--interval", type=float, default=1.0, help="tick interval, s")
+    parser.add_argument(
+        "--offered-rate",
+        type=int,
+        default=None,
+        help="offer this many commands/s (batches of rate x interval); overrides --commands",
+    )
     parser.add_argument("--budget-s", type=float, default=300.0, help="per system and rep")
     parser.add_argument("--tws-commands", type=int, default=20_000, help="bound for tws")
     parser.add_argument("--driver-memory", default="6g")
@@ -144,6 +276,8 @@ def main() -> None:
     if args.quick:
         args.keys, args.commands, args.batches = 10_000, 2_000, 4
         args.tws_commands = min(args.tws_commands, 800)
+    if args.offered_rate is not None:
+        args.commands = max(1, round(args.offered_rate * args.interval))
     params = {"keys": args.keys, "commands": args.commands, "batches": args.batches}
     params["deletes"] = args.deletes
     manifest = ensure_inputs(WORKLOAD, default_dir(WORKLOAD, **params), **params)
@@ -167,19 +301,18 @@ def main() -> None:
         f"W1 upsert: {args.keys:,} keys, {args.batches} x {args.commands:,} commands "
         f"({args.deletes:.0%} deletes), tick {args.interval} s, local[2]"
     )
+    if args.offered_rate is not None:
+        title += f", {args.offered_rate:,} commands/s offered"
     report.print_table(summary, title, KEYS)
-    for name, c in checks.items():
-        if any(f is not None for f in c["final_rows"]):
-            ok = all(f == expected for f in c["final_rows"])
-            print(
-                f"{name}: live keys at the end {c['final_rows']}, expected {expected}: "
-                f"{'ok' if ok else 'MISMATCH'}"
-            )
     doc = {"workload": WORKLOAD, "params": params, "opts": opts, "summary": summary}
     doc["checks"] = checks
     doc["runs"] = runs
-    json_path = report.save_json(doc, "w1_upsert")
-    print(f"wrote {json_path} and {report.save_plot(runs, 'w1_upsert', title)}")
+    doc["goals"] = goals(args, summary, checks)
+    print_delta_peers(summary, checks)
+    report.print_goals(doc["goals"], f"{title}: goals of issue 13")
+    name = "w1_upsert" if args.offered_rate is None else f"w1_upsert_rate{args.offered_rate}"
+    json_path = report.save_json(doc, name)
+    print(f"wrote {json_path} and {report.save_plot(runs, name, title)}")
 
 
 if __name__ == "__main__":

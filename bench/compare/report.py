@@ -584,3 +584,49 @@ def launchers_for(peers: str, known: Sequence[str], base: Any) -> dict[str, Any]
             continue
         out[name] = launcher
     return out
+
+
+# -- goals --------------------------------------------------------------------------------------
+
+
+def goal(
+    name: str,
+    measured: float | None,
+    target: float,
+    *,
+    at_most: bool,
+    unit: str = "x",
+    spec_size: bool = True,
+    fmt: str = "{:.2f}",
+) -> dict[str, Any]:
+    """A goal of an issue against its measured figure: ``measured <= target`` if ``at_most``.
+
+    ``spec_size`` says whether the run had the sizes the goal is stated
+    for; a goal met at other sizes is reported, but not as met at spec size.
+    """
+    met = None if measured is None else (measured <= target if at_most else measured >= target)
+    return {
+        "goal": name,
+        "target": ("<= " if at_most else ">= ") + fmt.format(target) + unit,
+        "measured": "-" if measured is None else fmt.format(measured) + unit,
+        "value": measured,
+        "met": met,
+        "spec_size": spec_size,
+    }
+
+
+def print_goals(goals: Sequence[dict[str, Any]], title: str) -> None:
+    """The goals with their measured figures and "met" / "not met" (rich table)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 140))
+    table = Table("goal", "target", "measured", "status", "at spec size", title=title)
+    for g in goals:
+        status = {True: "[green]met[/green]", False: "[red]not met[/red]"}.get(
+            g["met"], "not measured"
+        )
+        table.add_row(
+            g["goal"], g["target"], g["measured"], status, "yes" if g["spec_size"] else "no"
+        )
+    console.print(table)

@@ -179,3 +179,44 @@ def test_option_flags_pass_only_the_options_set() -> None:
     opts = {"interval": 1.0, "batches": None, "budget_s": 150.0, "timeout_s": 9}
     assert report.option_flags(opts) == ["--interval", "1.0", "--budget-s", "150.0"]
     assert report.option_flags(opts, ("batches", "interval")) == ["--interval", "1.0"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_deltars_merge_keeps_the_last_value_per_key(seed: int, tmp_path: Path) -> None:
+    """The delta-rs peer's MERGE of per-batch latest commands equals the last value per key."""
+    pytest.importorskip("deltalake")
+    import pyarrow as pa
+
+    peer_deltars: Any = importlib.import_module("peer_deltars")
+    rng = random.Random(seed)
+    table = tmp_path / "kv"
+    peer_deltars.create_table(table)
+    expected: dict[int, str] = {}
+    offset = 0
+    for _ in range(4):
+        latest: dict[int, tuple[str | None, int]] = {}
+        for _ in range(rng.randrange(1, 40)):
+            key = rng.randrange(15)
+            value = None if rng.random() < 0.25 else f"v{rng.randrange(5)}"
+            latest[key] = (value, offset)  # the batch dedupe: the highest offset wins
+            if value is None:
+                expected.pop(key, None)
+            else:
+                expected[key] = value
+            offset += 1
+        keys = sorted(latest)
+        batch = pa.table(
+            {
+                "key": pa.array(keys, pa.int64()),
+                "value": pa.array([latest[k][0] for k in keys], pa.string()),
+                "offset": pa.array([latest[k][1] for k in keys], pa.int64()),
+            }
+        )
+        peer_deltars.merge_latest(table, batch)
+        # Replaying an older command changes nothing.
+        peer_deltars.merge_latest(table, batch.set_column(2, "offset", pa.array([-1] * len(keys))))
+    from deltalake import DeltaTable
+
+    got = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+    assert {r["key"]: r["value"] for r in got} == expected
+    assert peer_deltars.live_keys(table) == len(expected)
