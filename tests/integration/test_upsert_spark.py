@@ -91,6 +91,7 @@ def test_spark_upsert_matches_model(
 
 
 def arranged(instance: SparkFeedbackUpsert) -> dict[str, tuple[Any, Any]]:
+    instance.state.wait_for_merges()  # a merge must not free the layers read here
     content = instance.state.content()
     rows = [] if content is None else content.collect()
     keys = [r["k"] for r in rows]

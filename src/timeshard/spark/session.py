@@ -57,6 +57,9 @@ DEFAULT_CONF: dict[str, str] = {
     # cost more than it saved (an upsert tick: 34 jobs and 6.6 s with it, 8
     # jobs and 4.1 s without). Turn it back on with extra_conf for big batches.
     "spark.sql.adaptive.enabled": "false",
+    # Background work (the upsert's layer merges) runs in a pool of its own and
+    # shares the cores with the tick's job instead of queueing before it.
+    "spark.scheduler.mode": "FAIR",
 }
 
 

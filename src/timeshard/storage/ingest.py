@@ -14,10 +14,17 @@ One ``step``:
    another instance minted first, its binding is used instead);
 3. the records between the resumption frontier and the latest binding are
    read by Spark tasks and reclocked: each gets the first bound time beyond
-   it (a broadcast join with the binding intervals);
+   it (an expression over the binding intervals, no job of its own);
 4. the envelope turns them into updates at ``[U, bound upper)``: NONE
    appends them (with their ``_diff`` if the source has one), UPSERT runs the
-   feedback upsert, and either appends with compare-and-append at ``U``.
+   feedback upsert, and either appends with compare-and-append at ``U``;
+5. the since holds (the upsert's reader, the remap reader, retained
+   history) follow, lagging: at most one of them moves per step
+   (:mod:`timeshard.storage.since_holds`).
+
+Cost of a step: a data step of an UPSERT output is one Spark job, a step with
+no records in range none (an empty batch is appended). Compare-and-sets: the
+remap's mint, each output's append, and at most one since downgrade.
 
 Crash anywhere and restart: the next step starts again from the output upper,
 so nothing is lost and nothing is written twice. Two instances of one
@@ -42,9 +49,10 @@ from timeshard.errors import InvalidUsage, LeaseExpired, UpperMismatch
 from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.persist.holds import RetainedHistory
-from timeshard.progress import Frontier
+from timeshard.progress import Frontier, frontier
 from timeshard.storage.health import Health
 from timeshard.storage.reclock import Remap, reclock_df
+from timeshard.storage.since_holds import LaggingHold, SinceHolds
 from timeshard.storage.sources import Source
 from timeshard.storage.upsert_spark import DELETE, ORDER, SparkFeedbackUpsert
 
@@ -69,6 +77,7 @@ class Export:
         payload: pa.Schema,
         envelope: str,
         key_columns: Sequence[str],
+        holds: SinceHolds | None = None,
     ) -> None:
         if envelope not in ("none", "upsert"):
             raise InvalidUsage(f"envelope must be 'none' or 'upsert', got {envelope!r}")
@@ -79,7 +88,7 @@ class Export:
             shard, self.schema, background_compaction=envelope == "none"
         )
         self.upsert = (
-            SparkFeedbackUpsert(spark, client, shard, self.schema, key_columns)
+            SparkFeedbackUpsert(spark, client, shard, self.schema, key_columns, holds)
             if envelope == "upsert"
             else None
         )
@@ -163,7 +172,6 @@ class Ingestion:
         self._payloads = outputs() if outputs is not None else {"": source.payload_schema()}
         self._envelopes = envelopes or {"": (envelope, key_columns)}
         self.exports: dict[str, Export] = {}
-        self._retained: list[tuple[RetainedHistory, Callable[[], Frontier]]] = []
         self._open()
         exported = {sub: export.shard for sub, export in self.exports.items()}
         record_source(client, self.output, source, self._envelopes, exported)
@@ -174,12 +182,16 @@ class Ingestion:
 
     def _open(self) -> None:
         """Open every output's handles, the remap and the retained history."""
+        self.holds = SinceHolds()
         for sub, payload in self._payloads.items():
             shard = f"{self.output}.{sub}" if sub else self.output
             env, keys = self._envelopes.get(sub, ("none", ()))
-            self.exports[sub] = Export(self.spark, self.client, shard, payload, env, keys)
+            self.exports[sub] = Export(
+                self.spark, self.client, shard, payload, env, keys, self.holds
+            )
         self.remap = Remap(self.client, f"{self.output}.remap")
-        self._retained = []
+        self._remap_hold = self.holds.add(self.remap.downgrade_since)
+        self._retained: list[tuple[LaggingHold, Callable[[], Frontier]]] = []
         outputs: list[tuple[str, Callable[[], Frontier]]] = [
             (e.shard, e.upper) for e in self.exports.values()
         ]
@@ -187,7 +199,8 @@ class Ingestion:
         for shard, upper in outputs:
             retained = RetainedHistory.configure(self.client, shard, self.retain_history_ms)
             if retained is not None:
-                self._retained.append((retained, upper))
+                hold = self.holds.add(_retain_up_to(retained))
+                self._retained.append((hold, upper))
 
     def _release(self) -> None:
         for export in self.exports.values():
@@ -290,13 +303,19 @@ class Ingestion:
                 result = export.write(self._reclock(frame), lower, bound.time)
             appended += isinstance(result, Appended)
         # Resuming needs the binding at (least output upper - 1) and later ones only.
-        self.remap.downgrade_since(max((self.resume_upper().time or 1) - 1, 0))
-        for retained, upper in self._retained:
-            retained.advance(upper())
+        self._remap_hold.want(max((self.resume_upper().time or 1) - 1, 0))
+        for hold, upper in self._retained:
+            hold.want(upper().time or 0)
+        self.holds.step()
         return StepReport(out_upper, bound, appended)
 
     def _reclock(self, records: Any) -> Any:
         return reclock_df(self.spark, records, self.remap.bindings())
+
+
+def _retain_up_to(retained: RetainedHistory) -> Callable[[int], None]:
+    """The downgrade of a retained history: its shard's upper reached ``t``."""
+    return lambda t: retained.advance(frontier(t))
 
 
 __all__ = ["Export", "Ingestion", "StepReport"]

@@ -207,11 +207,27 @@ def reclock_df(
 
     A record's time is the first binding whose frontier is beyond its offset;
     records no binding covers yet are dropped. ``bindings`` is in time order.
-    The bindings become a small broadcast table of ``(partition, lo, hi, t)``
-    intervals, joined in Spark tasks (driver: builds the plan).
+    The bindings become ``(partition, lo, hi, t)`` intervals, disjoint and
+    sorted, and those a balanced tree of ``CASE`` expressions that Spark tasks
+    evaluate per record: ``O(log intervals)`` comparisons, and no Spark job of
+    its own (a table of the intervals, broadcast or not, would be one). Runs
+    on the driver: it only builds the plan; ``spark`` is unused.
     """
     from pyspark.sql import functions as F
 
+    time = _interval_tree(binding_intervals(bindings))
+    timed = records.withColumn(column, time)
+    return timed.where(F.col(column).isNotNull())
+
+
+def binding_intervals(
+    bindings: Sequence[tuple[Timestamp, SourceFrontier]],
+) -> list[tuple[str, int, int, Timestamp]]:
+    """The offsets each binding covers first: ``(partition, lo, hi, t)``, sorted, disjoint.
+
+    >>> binding_intervals([(5, {"0": 3}), (7, {"0": 4, "1": 2})])
+    [('0', 0, 3, 5), ('0', 3, 4, 7), ('1', 0, 2, 7)]
+    """
     intervals: list[tuple[str, int, int, int]] = []
     previous: SourceFrontier = {}
     for t, frontier in bindings:
@@ -220,16 +236,31 @@ def reclock_df(
             if hi > lo:
                 intervals.append((p, lo, hi, t))
         previous = frontier
-    spans = spark.createDataFrame(intervals, "_bp string, _lo long, _hi long, _bt long")
-    joined = records.join(
-        F.broadcast(spans),
-        (F.col("_partition") == F.col("_bp"))
-        & (F.col("_offset") >= F.col("_lo"))
-        & (F.col("_offset") < F.col("_hi")),
-        "inner",
-    )
-    joined = joined.drop("_bp", "_lo", "_hi")
-    return joined if column == "_bt" else joined.withColumn(column, F.col("_bt")).drop("_bt")
+    # Python orders str by code point, as Spark orders strings (by UTF-8 bytes).
+    return sorted(intervals)
 
 
-__all__ = ["REMAP_SCHEMA", "Remap", "SourceFrontier", "join_frontiers", "reclock_df"]
+def _interval_tree(intervals: Sequence[tuple[str, int, int, int]]) -> Any:
+    """The time of the interval holding ``(_partition, _offset)``, or null (a Column)."""
+    from pyspark.sql import functions as F
+
+    if not intervals:
+        return F.lit(None).cast("long")
+    if len(intervals) == 1:
+        [(p, lo, hi, t)] = intervals
+        inside = (F.col("_partition") == p) & (F.col("_offset") >= lo) & (F.col("_offset") < hi)
+        return F.when(inside, F.lit(t).cast("long"))
+    mid = len(intervals) // 2
+    p, lo = intervals[mid][0], intervals[mid][1]
+    below = (F.col("_partition") < p) | ((F.col("_partition") == p) & (F.col("_offset") < lo))
+    return F.when(below, _interval_tree(intervals[:mid])).otherwise(_interval_tree(intervals[mid:]))
+
+
+__all__ = [
+    "REMAP_SCHEMA",
+    "Remap",
+    "SourceFrontier",
+    "binding_intervals",
+    "join_frontiers",
+    "reclock_df",
+]

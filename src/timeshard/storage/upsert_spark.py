@@ -1,10 +1,16 @@
-"""The feedback UPSERT operator on Spark: the same semantics as ``upsert``, in parallel.
+"""The feedback UPSERT operator on Spark: the same semantics as ``upsert``, one job per tick.
 
 ```
- commands ──> dedupe per (key, _ts) ──> lag chain per key ──> retract / insert ──> output shard
-                                              ^                                        │
-                         lookup(keys) ────────┘                                        │
- ArrangedState (cached layers = the shard's content) <── push layer / catch up ────────┘
+ commands ─> _key struct, repartition(N, _key) ─┐  one Spark job, its action the
+                                                │  local checkpoint of the new layer
+ layer 0 (cached, N by _key) ── = join, build ──┤
+ layer k ...                    on commands ────┤
+                                                v
+                 dedupe per (_key, _ts) ─> lag chain per _key ─> mapInArrow (UpsertPass):
+                                                   part ─> blob, PartMeta ─> accumulator
+                                                   layer rows ─> repartition(N, _key) ─> checkpoint
+ driver: Batch(parts) ─> compare_and_append ─> Appended: push the layer (merges in background)
+                                             └> Mismatch: delete the parts, free the layer
 ```
 
 Commands are a DataFrame with the key columns, the value columns, ``_ts``
@@ -14,18 +20,28 @@ the shard upper ``lower``:
 
 1. brings the arranged state (:mod:`timeshard.storage.upsert_state`) to
    ``lower``: rehydrated from the shard on first use, advanced with the
-   updates of other writers when the upper moved under it;
-2. keeps the commands with ``_ts`` in ``[lower, input upper)`` and, per
-   ``(key, _ts)``, the one with the highest ``_order``;
-3. for each key, orders its winners by time and takes each one's previous
+   updates of other writers when the upper moved under it (jobs of their own,
+   off the steady state);
+2. keeps the commands with ``_ts`` in ``[lower, input upper)``, keyed by one
+   struct column ``_key`` and hash-partitioned by it like every layer, and
+   joins them with ``=`` to each layer (a hash join built on the commands;
+   the layers are not shuffled): each command gets its key's row (the
+   newest layer's);
+3. per ``(key, _ts)`` keeps the command with the highest ``_order``;
+4. for each key, orders its winners by time and takes each one's previous
    row with ``lag``; the first winner's previous row is the key's row in the
    arranged state (the feedback);
-4. emits at each winner's time the retraction of the previous row and the
-   insertion of the new one (nothing for a delete), skipping equal pairs;
-5. stages the result as a batch and appends it at ``[lower, input upper)``;
-   on success the state of every touched key at its last winner becomes the
-   arrangement's newest layer, on ``UpperMismatch`` the batch is deleted and
-   the next apply catches up from the shard.
+5. emits at each winner's time the retraction of the previous row and the
+   insertion of the new one (nothing for a delete), skipping equal pairs:
+   the tasks write them as one part per partition
+   (:mod:`timeshard.storage.upsert_pass`) and yield the state of each key
+   after its last winner, which becomes the new layer;
+6. appends the parts as one batch at ``[lower, input upper)``; on success the
+   new layer is pushed on the arrangement, on ``UpperMismatch`` the batch is
+   deleted and the layer freed, and the next apply catches up from the shard.
+
+Steps 2-5 are one Spark job (the checkpoint of the new layer); the part
+metadata returns with it. A tick with no commands runs none (:meth:`advance`).
 
 Invariants:
 
@@ -33,12 +49,15 @@ Invariants:
    commands reclocked to ``<= t`` (highest ``_order`` within one time); an
    err command makes the key's row an err row, which a later value or delete
    retracts.
-2. Keys are compared null-safely: a null key is one key.
+2. Keys are compared null-safely: a null key is one key (``_key`` is a
+   struct, never null; Spark compares its null fields as equal).
 3. A tick reads only its commands and the arrangement, never the whole shard
    (except for the one rehydration of a new instance).
 4. An unkeyed err command (``_err`` set, every key column null: a record that
    did not decode far enough to have a key) is kept as an err row of its own,
    never retracted: no later command names its key.
+5. The reader's since lags behind the arrangement (:mod:`since_holds`) but
+   never passes ``time - 1``, so a catch-up can read what others appended.
 
 Runs on the driver; the work runs in Spark tasks.
 """
@@ -46,23 +65,48 @@ Runs on the driver; the work runs in Spark tasks.
 from __future__ import annotations
 
 import contextlib
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage, LeaseExpired, SinceError, UpperMismatch
-from timeshard.persist import Appended, PersistClient, expire_all
+from timeshard.errors import Indeterminate, InvalidUsage, LeaseExpired, SinceError, UpperMismatch
+from timeshard.persist import Appended, Batch, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
-from timeshard.storage.upsert_state import GONE, ArrangedState, unkeyed_error
+from timeshard.persist._internal.state import encode_schema
+from timeshard.progress import Description, frontier
+from timeshard.storage.since_holds import SinceHolds
+from timeshard.storage.upsert_pass import (
+    LAST,
+    UPDATES,
+    PartsParam,
+    UpsertPass,
+    delete_batch_files,
+    written_parts,
+)
+from timeshard.storage.upsert_state import (
+    GONE,
+    KEY,
+    ArrangedState,
+    Layer,
+    stored_bytes,
+    unkeyed_error,
+    value_columns,
+)
 
 ORDER = "_order"
 DELETE = "_delete"
 UNKEYED = "_unkeyed"
+STATE = "_state"
 
 
 class SparkFeedbackUpsert:
-    """Applies command DataFrames to an output shard whose content is its state."""
+    """Applies command DataFrames to an output shard whose content is its state.
+
+    ``holds`` schedules the since downgrades of its reader; without one the
+    upsert keeps its own and steps it once per apply.
+    """
 
     def __init__(
         self,
@@ -71,7 +115,10 @@ class SparkFeedbackUpsert:
         shard_id: str,
         schema: pa.Schema,
         key_columns: Sequence[str],
+        holds: SinceHolds | None = None,
     ) -> None:
+        from timeshard.spark.session import arrow_to_spark_schema
+
         if not key_columns or any(k not in schema.names for k in key_columns):
             raise InvalidUsage(
                 f"upsert key columns {list(key_columns)} must be non-empty columns of {schema}"
@@ -82,37 +129,44 @@ class SparkFeedbackUpsert:
         self.schema = schema
         self.keys = list(key_columns)
         self.values = [n for n in schema.names if n not in key_columns]
+        if client.location.blob.root_uri is None:
+            raise InvalidUsage(
+                f"the Spark upsert of {shard_id!r} needs a blob with a filesystem root "
+                "(Spark tasks write its parts), not a memory blob"
+            )
         self._writer = client.open_writer(shard_id, schema, background_compaction=True)
         self._reader = client.open_leased_reader(shard_id, schema)
-        self.state = ArrangedState(spark, self.keys, self.values)
+        types = {f.name: f.dataType for f in arrow_to_spark_schema(schema).fields}
+        self.state = ArrangedState(spark, self.keys, self.values, types)
+        self._own_holds = holds is None
+        self.holds = holds if holds is not None else SinceHolds()
+        self.hold = self.holds.add(self._hold_since)
+        self._parts = spark.sparkContext.accumulator([], PartsParam())
 
     def apply(self, commands: Any, input_upper: int) -> Appended | UpperMismatch | None:
-        from pyspark.sql import functions as F
-
+        """Apply ``commands`` at ``[shard upper, input_upper)`` (one Spark job; module doc)."""
         lower = self._writer.fetch_recent_upper().time
         if lower is None or input_upper <= lower:
             return None
+        self._check_schema(commands)
         self._sync(lower)
-        cmds = commands.where((F.col(TS) >= lower) & (F.col(TS) < input_upper))
-        # One pass over the commands (whose source may be costly to run twice): the
-        # keyed winners, and the unkeyed errors kept as they are.
-        winners = self._winners(cmds).persist()
+        batch, layer = self._stage(commands, lower, input_upper)
         try:
-            keyed = winners.where(~F.col(UNKEYED))
-            kept = winners.where(F.col(UNKEYED)).select(
-                *self.keys, *self.values, TS, F.lit(1).cast("long").alias(DIFF), ERR
-            )
-            updates = self._updates(self._chain(keyed)).unionByName(kept)
-            batch = self._writer.batch(updates, lower, input_upper)
             result = self._writer.compare_and_append_batch([batch], lower, input_upper)
-            if isinstance(result, UpperMismatch):
-                batch.delete()
-            else:
-                self.state.push(self._last_states(keyed), input_upper, partitioned=True)
-                self._hold_since(input_upper - 1)
-            return result
-        finally:
-            winners.unpersist()
+        except Indeterminate:
+            layer.release()  # the batch may be in the shard: its parts stay
+            raise
+        except BaseException:
+            layer.release()
+            batch.delete()
+            raise
+        if isinstance(result, UpperMismatch):
+            batch.delete()
+            layer.release()
+        else:
+            self.state.push(layer, input_upper)
+            self._held_to(input_upper)
+        return result
 
     @property
     def lease_lost(self) -> bool:
@@ -121,7 +175,9 @@ class SparkFeedbackUpsert:
 
     def close(self) -> None:
         """Free the arrangement's cached layers and release the shard's handles."""
+        self.state.wait_for_merges()
         self.state.clear()
+        self.holds.remove(self.hold)
         expire_all([self._reader, self._writer])
 
     def advance(self, lower: int, input_upper: int) -> Appended | UpperMismatch:
@@ -132,8 +188,10 @@ class SparkFeedbackUpsert:
         result = self._writer.compare_and_append_batch([], lower, input_upper)
         if isinstance(result, Appended) and self.state.time == lower:
             self.state.advance(input_upper)
-            self._hold_since(input_upper - 1)
+            self._held_to(input_upper)
         return result
+
+    # -- the state ---------------------------------------------------------------------------
 
     def _sync(self, lower: int) -> None:
         """Bring the arranged state to the shard upper ``lower``."""
@@ -149,6 +207,13 @@ class SparkFeedbackUpsert:
             self._reader.expire()
         self._reader = self.client.open_leased_reader(self.shard_id, self.schema)
         self.state.rehydrate(self._reader, lower)
+        self.hold.held = max(lower - 1, 0)
+
+    def _held_to(self, upper: int) -> None:
+        """The arrangement is at ``upper``: its reader may let go of times before ``upper - 1``."""
+        self.hold.want(upper - 1)
+        if self._own_holds:
+            self.holds.step()
 
     def _hold_since(self, since: int) -> None:
         """Hold the shard's since at ``since`` (with a new lease if the old one ran out).
@@ -161,12 +226,101 @@ class SparkFeedbackUpsert:
             self._reader = self.client.open_leased_reader(self.shard_id, self.schema)
             self._reader.downgrade_since(since)
 
-    def _winners(self, cmds: Any) -> Any:
+    # -- the tick's job ----------------------------------------------------------------------
+
+    def _check_schema(self, commands: Any) -> None:
+        """Raise InvalidUsage (no Spark job) unless the commands' columns fit the shard."""
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.parts import column, conform_df
+
+        data = [column(n) for n in self.schema.names]
+        conform_df(commands.select(*data, TS, F.lit(0).cast("long").alias(DIFF), ERR), self.schema)
+
+    def _stage(self, commands: Any, lower: int, upper: int) -> tuple[Batch, Layer]:
+        """The tick's parts, staged as a batch, and its new layer: one Spark job."""
+        from timeshard.spark.parts import _await_tasks, _current_task_faults, typed_errors
+
+        blob = self.client.location.blob
+        prefix = f"{self.shard_id}/{self._writer.writer_id}/{uuid.uuid4().hex}"
+        assert blob.root_uri is not None
+        step = UpsertPass(
+            blob.root_uri,
+            prefix,
+            self.schema.serialize().to_pybytes(),
+            tuple(self.keys),
+            tuple(self.values),
+            self._parts,
+            _current_task_faults(),
+        )
+        self._parts.value = []
+        with self.state.pinned() as layers:
+            rows = self._outputs(
+                self._chain(self._winners(self._keyed(commands, lower, upper), layers))
+            )
+            layer_df = rows.mapInArrow(step, self._layer_type()).repartition(
+                self.state.partitions, KEY
+            )
+            try:
+                with typed_errors():
+                    cached = layer_df.localCheckpoint(eager=True)
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    _await_tasks(self.spark)
+                delete_batch_files(blob, prefix, self.client.config)
+                raise
+        layer = Layer(cached, stored_bytes(cached))
+        try:
+            parts = written_parts(self._parts.value, blob, prefix, self.client.config)
+        except BaseException:
+            layer.release()
+            raise
+        desc = Description(frontier(lower), frontier(upper))
+        schema_text = encode_schema(self._writer.schema)
+        owner = self._writer.writer_id
+        batch = Batch(blob, self.shard_id, owner, desc, parts, schema_text, self.client.config)
+        return batch, layer
+
+    def _layer_type(self) -> Any:
+        from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+
+        names = value_columns(len(self.values))
+        return StructType(
+            [
+                StructField(KEY, self.state.key_type, False),
+                *[
+                    StructField(n, self.state.types[v])
+                    for v, n in zip(self.values, names, strict=True)
+                ],
+                StructField(ERR, StringType()),
+                StructField(GONE, BooleanType(), False),
+            ]
+        )
+
+    def _keyed(self, commands: Any, lower: int, upper: int) -> Any:
+        """The tick's commands, keyed by ``_key`` and hash-partitioned by it like the layers."""
+        from pyspark.sql import functions as F
+
+        cmds = commands.where((F.col(TS) >= lower) & (F.col(TS) < upper))
+        keyed = cmds.select(
+            self.state.key_of(cmds),
+            *self.state.value_cols(cmds),
+            TS,
+            ORDER,
+            DELETE,
+            ERR,
+            unkeyed_error(self.keys).alias(UNKEYED),
+        )
+        return keyed.repartition(self.state.partitions, KEY)
+
+    def _winners(self, keyed: Any, layers: list[Layer]) -> Any:
         """Per ``(key, _ts)`` the command with the highest ``_order``, as its new row.
 
-        ``_order`` is the command's FromTime position: unique per record and
-        totally ordered (a struct compares field by field). Ingestion gives
-        ``(_partition, _offset)``, partition names compared as UTF-8 bytes
+        Each carries its key's row in the arrangement (``_state``: values,
+        ``_err``, ``_gone``; null if no layer has the key). ``_order`` is the
+        command's FromTime position: unique per record and totally ordered (a
+        struct compares field by field). Ingestion gives ``(_partition,
+        _offset)``, partition names compared as UTF-8 bytes
         (:mod:`timeshard.storage.file_source`, "Order"). Unkeyed err commands
         are all kept, marked ``_unkeyed``: they name no key, so they take no
         part in ranking the null key's commands.
@@ -174,100 +328,91 @@ class SparkFeedbackUpsert:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        # One shuffle by key: the windows here, in _chain and in _last_states, and the
-        # arrangement's new layer, all keep this partitioning.
-        by_key = cmds.repartition(self.state.partitions, *self.keys)
-        by_key = by_key.withColumn(UNKEYED, unkeyed_error(self.keys))
-        per_time = Window.partitionBy(*self.keys, TS, UNKEYED).orderBy(F.col(ORDER).desc())
-        ranked = by_key.withColumn("_rank", F.row_number().over(per_time))
+        values = value_columns(len(self.values))
+        joined = self._with_state(keyed, layers)
+        per_time = Window.partitionBy(KEY, UNKEYED, TS).orderBy(F.col(ORDER).desc())
+        ranked = joined.withColumn("_rank", F.row_number().over(per_time))
         top = ranked.where((F.col("_rank") == 1) | F.col(UNKEYED))
         # The new row of each winner: null values and no row at all for a delete.
         return top.select(
-            *self.keys,
+            KEY,
             TS,
-            *[F.when(F.col(ERR).isNull(), F.col(v)).alias(v) for v in self.values],
+            *[F.when(F.col(ERR).isNull(), F.col(v)).alias(v) for v in values],
             ERR,
             (F.col(DELETE) & F.col(ERR).isNull()).alias(GONE),
             UNKEYED,
+            STATE,
+        )
+
+    def _with_state(self, keyed: Any, layers: list[Layer]) -> Any:
+        """``keyed`` with ``_state``: the key's row in the newest layer that has it."""
+        from pyspark.sql import functions as F
+
+        row = [*value_columns(len(self.values)), ERR, GONE]
+        if not layers:
+            empty = F.lit(None).cast(self._state_type())
+            return keyed.withColumn(STATE, empty)
+        joined, found = keyed, []
+        for i, layer in enumerate(layers):
+            side = layer.df.select(F.col(KEY).alias(f"_lk{i}"), F.struct(*row).alias(f"_l{i}"))
+            # Built on the commands: the layer streams through, unshuffled.
+            joined = joined.hint("shuffle_hash").join(side, joined[KEY] == side[f"_lk{i}"], "left")
+            found.append(F.col(f"_l{i}"))
+        return joined.select(*keyed.columns, F.coalesce(*reversed(found)).alias(STATE))
+
+    def _state_type(self) -> Any:
+        from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+
+        names = value_columns(len(self.values))
+        return StructType(
+            [
+                *[
+                    StructField(n, self.state.types[v])
+                    for v, n in zip(self.values, names, strict=True)
+                ],
+                StructField(ERR, StringType()),
+                StructField(GONE, BooleanType()),
+            ]
         )
 
     def _chain(self, winners: Any) -> Any:
-        """Each winner with its key's previous row (``_prev_*``) and whether it had one."""
+        """Each winner with ``_prev`` (its key's previous row or null) and ``_last``."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        per_key = Window.partitionBy(*self.keys).orderBy(TS)
-        carried = [*self.values, ERR]
-        chained = winners.select(
-            "*",
-            *[F.lag(v).over(per_key).alias(f"_prev_{v}") for v in [*carried, GONE]],
-            F.row_number().over(per_key).alias("_nth"),
-        )
-        first = F.col("_nth") == 1
-        prev = self.state.lookup(winners.select(*self.keys).distinct())
-        if prev is None:
-            return chained.withColumn("_had", ~first & ~F.col(f"_prev_{GONE}"))
-        prev = prev.withColumn("_found", F.lit(True))
-        renamed = [f"_pk{i}" for i in range(len(self.keys))]
-        prev = prev.select(
-            *[F.col(k).alias(r) for k, r in zip(self.keys, renamed, strict=True)],
-            *[F.col(f"_prev_{v}").alias(f"_state_{v}") for v in carried],
-            "_found",
-        )
-        cond = None
-        for k, r in zip(self.keys, renamed, strict=True):
-            eq = chained[k].eqNullSafe(prev[r])
-            cond = eq if cond is None else cond & eq
-        joined = chained.join(prev, cond, "left").drop(*renamed)
-        for v in carried:
-            joined = joined.withColumn(
-                f"_prev_{v}", F.when(first, F.col(f"_state_{v}")).otherwise(F.col(f"_prev_{v}"))
-            )
-        had = F.when(first, F.col("_found").isNotNull()).otherwise(~F.col(f"_prev_{GONE}"))
-        return joined.withColumn("_had", had)
+        per_key = Window.partitionBy(KEY, UNKEYED).orderBy(TS)
+        row = F.struct(*value_columns(len(self.values)), ERR, GONE)
+        previous = F.coalesce(F.lag(row).over(per_key), F.col(STATE))
+        last = F.lead(TS).over(per_key).isNull() & ~F.col(UNKEYED)
+        return winners.select("*", previous.alias("_prev"), last.alias(LAST))
 
-    def _updates(self, chained: Any) -> Any:
-        """The retractions and insertions of the winners that change their key.
+    def _outputs(self, chained: Any) -> Any:
+        """Per winner: ``_upd`` (its retraction and insertion, if it changes its key), the rest.
 
-        One pass: each changed winner yields its retraction (if its key had a
-        row) and its insertion (unless it deletes), through one ``inline``.
+        An unkeyed err winner inserts itself and is no key's state.
         """
         from pyspark.sql import functions as F
 
-        carried = [*self.values, ERR]
-        same = F.col("_had") & ~F.col(GONE)
-        for v in carried:
-            same = same & F.col(v).eqNullSafe(F.col(f"_prev_{v}"))
+        values = value_columns(len(self.values))
+        had = F.col("_prev").isNotNull() & ~F.col(f"_prev.{GONE}")
+        same = had & ~F.col(GONE)
+        for v in [*values, ERR]:
+            same = same & F.col(v).eqNullSafe(F.col(f"_prev.{v}"))
+        keyed = ~F.col(UNKEYED)
         retract = F.when(
-            F.col("_had"),
+            keyed & had & ~same,
             F.struct(
-                *[F.col(f"_prev_{v}").alias(v) for v in self.values],
+                *[F.col(f"_prev.{v}").alias(v) for v in values],
                 F.lit(-1).cast("long").alias(DIFF),
-                F.col(f"_prev_{ERR}").alias(ERR),
+                F.col(f"_prev.{ERR}").alias(ERR),
             ),
         )
         insert = F.when(
-            ~F.col(GONE),
-            F.struct(*self.values, F.lit(1).cast("long").alias(DIFF), F.col(ERR).alias(ERR)),
+            F.col(UNKEYED) | (~F.col(GONE) & ~same),
+            F.struct(*values, F.lit(1).cast("long").alias(DIFF), F.col(ERR).alias(ERR)),
         )
-        pair = F.filter(F.array(retract, insert), lambda u: u.isNotNull())
-        return (
-            chained.where(~same)
-            .select(*self.keys, TS, F.inline(pair))
-            .select(*self.keys, *self.values, TS, DIFF, ERR)
-        )
-
-    def _last_states(self, winners: Any) -> Any:
-        """Per touched key, its state after its last winner: the arrangement's new layer."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        latest = Window.partitionBy(*self.keys).orderBy(F.col(TS).desc())
-        return (
-            winners.withColumn("_last", F.row_number().over(latest))
-            .where(F.col("_last") == 1)
-            .select(*self.keys, *self.values, ERR, GONE)
-        )
+        updates = F.filter(F.array(retract, insert), lambda u: u.isNotNull())
+        return chained.select(KEY, TS, updates.alias(UPDATES), LAST, *values, ERR, GONE)
 
 
 __all__ = ["DELETE", "ORDER", "SparkFeedbackUpsert"]

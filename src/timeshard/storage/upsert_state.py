@@ -5,15 +5,23 @@ output shard just before the tick. Reading the whole shard every tick costs in
 proportion to the state; this arrangement keeps that content cached in Spark
 instead, so a tick costs in proportion to its change::
 
-    layers (oldest first)        each: key columns, value columns, _err, _gone
+    layers (oldest first)        each: _key, _v0.._vm, _err, _gone
     ┌──────────────────────┐
-    │ base: every live key │  hash-partitioned by key, cached (memory, then disk)
-    ├──────────────┬───────┘
+    │ base: every live key │  hash-partitioned by _key into `partitions`,
+    ├──────────────┬───────┘  locally checkpointed (memory, then disk)
     │ delta        │           the state of the keys one tick (or catch-up) changed;
     ├───────┬──────┘           _gone = the key was deleted there
     │ delta │
     └───────┘
-    lookup(keys) = per key, the row of the newest layer that has it (absent if _gone)
+    a key's row = the row of the newest layer that has it (absent if _gone)
+
+Layout. A layer names its columns by position, so that any column name of
+the shard (dots, spaces) is safe in Spark plans and Arrow tasks: ``_key`` is
+one non-null struct ``<_k0, .., _kn>`` of the key columns (the shard's key
+types, every field nullable), ``_v0 .. _vm`` the value columns, then
+``_err`` and ``_gone``. Spark compares structs field by field with null equal
+to null, so ``=`` on ``_key`` is the null-safe comparison of the keys, and
+the key can be a hash-partitioning and join column.
 
 Frontiers: the arrangement is the shard's content at ``time - 1``, where
 ``time`` is the shard upper it was built or advanced to. It advances in two
@@ -21,36 +29,41 @@ ways: ``push`` (this instance's own append made the shard upper move from
 ``time`` to ``new_time``, and the layer it pushes is exactly what changed) and
 ``catch_up`` (another instance appended: the updates in ``[time, upper)`` are
 read back from the shard, consolidated, and become a layer). Reading those
-updates needs their times unadvanced, so the reader holds the shard's since
-at ``time - 1``.
+updates needs their times unadvanced, so the reader must hold the shard's
+since at or below ``time - 1``.
 
-Layers merge geometrically: whenever the newest layer has at least half the
-size (bytes held by Spark's block manager) of the one below it, the two
-become one (newest wins per key; merging into the base drops deleted keys).
-So there are O(log(state / change))
-layers, and a row is rewritten O(log(state / change)) times over its life:
-per tick, the amortised cost is proportional to the change. Only a lookup
-still scans the cached base (a broadcast semi-join, in memory); that is the
-part of a tick that grows with the state, at in-memory scan speed.
+Layers merge geometrically, off the tick path: after a push, a background
+thread (Spark FAIR pool ``timeshard-merge``) merges the two newest layers
+whenever the newer holds at least half the bytes of the older (newest wins
+per key; merging into the base drops deleted keys), and swaps the merged
+layer in under a lock. So there are O(log(state / change)) layers, and a row
+is rewritten O(log(state / change)) times over its life.
 
 Invariants:
 
-1. Every layer has at most one row per key (null keys included: keys are
-   compared null-safely).
-2. ``lookup`` of a key equals the key's row in the shard's snapshot at
-   ``time - 1`` (``_err`` included), or nothing if the key is absent there.
+1. Every layer has at most one row per key (null keys included).
+2. The content (newest row per key, absent if ``_gone``) equals the shard's
+   snapshot at ``time - 1`` (``_err`` included), whatever merges ran.
 3. The base has no ``_gone`` rows.
-4. Unkeyed err rows (``_err`` set, every key column null: a record that did
+4. Every layer is hash-partitioned by ``_key`` into :attr:`partitions`
+   partitions, and its plan says so: a join with commands partitioned the same
+   way shuffles no layer.
+5. A layer a tick or merge reads (:meth:`pinned`) is freed only after it is
+   done.
+6. Unkeyed err rows (``_err`` set, every key column null: a record that did
    not decode far enough to have a key) are no key's state: the layers leave
    them out, and the upsert keeps them as they are (:func:`unkeyed_error`).
 
-Runs on the driver; the layers live in Spark's block manager and every
-operation is a Spark job.
+Runs on the driver; the layers live in Spark's block manager, and building
+one (rehydrate, catch-up, merge) is a Spark job.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,8 +71,21 @@ from timeshard.errors import SinceError
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.persist.read import ReadHandle
 
+log = logging.getLogger(__name__)
+
+KEY = "_key"
 GONE = "_gone"
-LAYER = "_layer"
+MERGE_POOL = "timeshard-merge"
+
+
+def key_fields(n: int) -> list[str]:
+    """The field names of the ``_key`` struct of ``n`` key columns."""
+    return [f"_k{i}" for i in range(n)]
+
+
+def value_columns(n: int) -> list[str]:
+    """The positional names of ``n`` value columns in a layer."""
+    return [f"_v{i}" for i in range(n)]
 
 
 @dataclass
@@ -74,38 +100,134 @@ class Layer:
         self.df._jdf.queryExecution().logical().rdd().unpersist(False)
 
 
+def checkpointed(df: Any) -> Layer:
+    """``df`` locally checkpointed (one Spark job) as a layer.
+
+    A local checkpoint, not persist(): it also cuts the lineage, so the plans
+    of later layers do not nest every earlier tick's query; it keeps the
+    plan's output partitioning.
+    """
+    cached = df.localCheckpoint(eager=True)
+    return Layer(cached, stored_bytes(cached))
+
+
 class ArrangedState:
-    """The content of an upsert shard at ``time - 1``, as cached Spark layers."""
+    """The content of an upsert shard at ``time - 1``, as cached Spark layers.
+
+    ``types`` maps every key and value column to its Spark type in the shard.
+    """
 
     def __init__(
-        self, spark: Any, keys: Sequence[str], values: Sequence[str], partitions: int | None = None
+        self,
+        spark: Any,
+        keys: Sequence[str],
+        values: Sequence[str],
+        types: dict[str, Any],
+        partitions: int | None = None,
     ) -> None:
+        from pyspark.sql.types import StructField, StructType
+
         self.spark = spark
         self.keys = list(keys)
         self.values = list(values)
+        self.types = dict(types)
+        self.key_type = StructType(
+            [
+                StructField(f, types[k], True)
+                for f, k in zip(key_fields(len(keys)), keys, strict=True)
+            ]
+        )
         self.partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
         self.layers: list[Layer] = []
         self.time: int | None = None
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._pins = 0
+        self._retired: list[Layer] = []
+        self._paused = 0
+        self._merger: threading.Thread | None = None
 
     @property
     def columns(self) -> list[str]:
         """The columns of every layer."""
-        return [*self.keys, *self.values, ERR, GONE]
+        return [KEY, *value_columns(len(self.values)), ERR, GONE]
+
+    # -- layout ------------------------------------------------------------------------------
+
+    def key_of(self, df: Any) -> Any:
+        """The ``_key`` column of ``df``, a DataFrame with the shard's key columns."""
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.parts import column
+
+        fields = [
+            column(k).cast(self.types[k]).alias(f)
+            for k, f in zip(self.keys, key_fields(len(self.keys)), strict=True)
+        ]
+        return F.struct(*fields).cast(self.key_type).alias(KEY)
+
+    def value_cols(self, df: Any) -> list[Any]:
+        """The ``_v<i>`` columns of ``df``, a DataFrame with the shard's value columns."""
+        from timeshard.spark.parts import column
+
+        names = value_columns(len(self.values))
+        return [
+            column(v).cast(self.types[v]).alias(n) for v, n in zip(self.values, names, strict=True)
+        ]
+
+    def as_layer(self, df: Any, gone: bool) -> Any:
+        """Rows of the shard's columns (and ``_err``) as layer rows, hash-partitioned by key."""
+        from pyspark.sql import functions as F
+
+        rows = df.select(self.key_of(df), *self.value_cols(df), ERR, F.lit(gone).alias(GONE))
+        return rows.repartition(self.partitions, KEY)
+
+    def content(self) -> Any | None:
+        """Every live key's row (keys, values, ``_err``): the shard's content at ``time - 1``.
+
+        None if there are no layers (the content is empty).
+        """
+        from pyspark.sql import functions as F
+
+        with self.pinned() as layers:
+            if not layers:
+                return None
+            rows = layers[0].df
+            for layer in layers[1:]:
+                rows = self.match(rows, layer.df, "left_anti").unionByName(layer.df)
+            fields = zip(self.keys, key_fields(len(self.keys)), strict=True)
+            values = zip(self.values, value_columns(len(self.values)), strict=True)
+            return rows.where(~F.col(GONE)).select(
+                *[F.col(f"{KEY}.{f}").alias(k) for k, f in fields],
+                *[F.col(n).alias(v) for v, n in values],
+                ERR,
+            )
+
+    def match(self, left: Any, right: Any, how: str) -> Any:
+        """``left`` joined with the keys of ``right`` on ``_key`` (null-safe, see the doc).
+
+        The right side's key is renamed first, so the two sides may come from
+        one lineage (no ambiguous self-join).
+        """
+        from pyspark.sql import functions as F
+
+        probe = right.select(F.col(KEY).alias("_rk"))
+        return left.join(probe, left[KEY] == probe["_rk"], how)
+
+    # -- building ----------------------------------------------------------------------------
 
     def rehydrate(self, reader: ReadHandle, upper: int) -> None:
         """Rebuild from the shard's snapshot at ``upper - 1`` (one full read)."""
-        from pyspark.sql import functions as F
-
         from timeshard.spark.snapshot import snapshot_df
 
         self.clear()
+        layers = []
         if upper > 0:
             snapshot = snapshot_df(self.spark, reader, upper - 1)
-            base = snapshot.where(~unkeyed_error(self.keys)).select(
-                *self.keys, *self.values, ERR, F.lit(False).alias(GONE)
-            )
-            self.layers = [self._cache(base)]
-        self.time = upper
+            layers = [checkpointed(self.as_layer(snapshot.where(~unkeyed_error(self.keys)), False))]
+        with self._lock:
+            self.layers = layers
+            self.time = upper
         reader.downgrade_since(max(upper - 1, 0))
 
     def catch_up(self, reader: ReadHandle, upper: int) -> None:
@@ -128,70 +250,34 @@ class ArrangedState:
         data = [*self.keys, *self.values]
         updates = updates_df(self.spark, reader, self.time, upper).withColumn(TS, F.lit(0))
         net = consolidate_df(updates, data).where(~unkeyed_error(self.keys)).persist()
-        # The upsert output has one row per key: a key whose net change has an
-        # insertion now holds that row; one with only retractions is gone.
-        inserted = net.where(F.col(DIFF) > 0).select(*self.keys, *self.values, ERR)
-        retracted = net.where(F.col(DIFF) < 0).select(*self.keys).distinct()
-        gone = self.match(retracted, inserted, "left_anti").select(
-            *self.keys,
-            *[F.lit(None).cast(net.schema[v].dataType).alias(v) for v in [*self.values, ERR]],
-        )
-        layer = inserted.withColumn(GONE, F.lit(False)).unionByName(
-            gone.withColumn(GONE, F.lit(True))
-        )
+        try:
+            # The upsert output has one row per key: a key whose net change has an
+            # insertion now holds that row; one with only retractions is gone.
+            inserted = self.as_layer(net.where(F.col(DIFF) > 0), False)
+            retracted = self.as_layer(net.where(F.col(DIFF) < 0), True).dropDuplicates([KEY])
+            gone = self.match(retracted, inserted, "left_anti").select(
+                KEY,
+                *[F.lit(None).cast(self.types[v]).alias(n) for v, n in self._named_values()],
+                F.lit(None).cast("string").alias(ERR),
+                GONE,
+            )
+            layer = checkpointed(inserted.unionByName(gone).repartition(self.partitions, KEY))
+        finally:
+            net.unpersist()
         self.push(layer, upper)
-        net.unpersist()
-        reader.downgrade_since(upper - 1)
 
-    def lookup(self, wanted: Any) -> Any | None:
-        """Per key of ``wanted`` (a small DataFrame of keys), its current row.
-
-        Columns: the keys, ``_prev_<value>`` for each value column and
-        ``_prev__err``; a key that is absent has no row. None if the state is
-        empty (every key is absent).
-        """
-        from pyspark.sql import functions as F
-
-        found = None
-        for i, layer in enumerate(self.layers):
-            hits = self.match(layer.df, wanted, "left_semi", broadcast=True)
-            hits = hits.withColumn(LAYER, F.lit(i))
-            found = hits if found is None else found.unionByName(hits)
-        if found is None:
-            return None
-        newest = F.max_by(F.struct(*self.values, ERR, GONE), F.col(LAYER)).alias("_row")
-        latest = found.groupBy(*self.keys).agg(newest)
-        return latest.where(~F.col(f"_row.{GONE}")).select(
-            *self.keys, *[F.col(f"_row.{v}").alias(f"_prev_{v}") for v in [*self.values, ERR]]
-        )
-
-    def content(self) -> Any | None:
-        """Every live key's row (keys, values, ``_err``): the shard's content at ``time - 1``.
-
-        None if there are no layers (the content is empty).
-        """
-        from pyspark.sql import functions as F
-
-        if not self.layers:
-            return None
-        rows = self.layers[0].df
-        for layer in self.layers[1:]:
-            rows = self.match(rows, layer.df, "left_anti").unionByName(layer.df)
-        return rows.where(~F.col(GONE)).select(*self.keys, *self.values, ERR)
-
-    def push(self, layer: Any, new_time: int, *, partitioned: bool = False) -> None:
+    def push(self, layer: Layer, new_time: int) -> None:
         """Add ``layer`` (the states of the keys that changed) as the content at ``new_time - 1``.
 
-        ``layer`` has :attr:`columns` and at most one row per key; with
-        ``partitioned`` it is already hash-partitioned by the keys into
-        :attr:`partitions` partitions (no shuffle needed).
+        ``layer`` has :attr:`columns`, at most one row per key, and is
+        hash-partitioned by ``_key`` into :attr:`partitions` partitions. Merges
+        that follow run in the background (unless paused).
         """
         assert self.time is not None and self.time < new_time, (self.time, new_time)
-        self.layers.append(self._cache(layer.select(*self.columns), partitioned=partitioned))
-        self.time = new_time
-        while len(self.layers) >= 2 and 2 * self.layers[-1].size >= self.layers[-2].size:
-            newer, older = self.layers.pop(), self.layers.pop()
-            self.layers.append(self._merge(older, newer, into_base=not self.layers))
+        with self._lock:
+            self.layers = [*self.layers, layer]
+            self.time = new_time
+        self._start_merges()
 
     def advance(self, new_time: int) -> None:
         """Nothing changed in ``[time, new_time)``: the content is the one at ``new_time - 1``."""
@@ -199,11 +285,94 @@ class ArrangedState:
         self.time = new_time
 
     def clear(self) -> None:
-        """Drop every layer (their cached blocks are freed)."""
-        for layer in self.layers:
-            layer.release()
-        self.layers = []
-        self.time = None
+        """Drop every layer (their cached blocks are freed once no tick or merge reads them)."""
+        with self._lock:
+            self._generation += 1
+            self._retire(self.layers)
+            self.layers = []
+            self.time = None
+
+    # -- readers and merges ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[list[Layer]]:
+        """The current layers, kept cached until the block ends (a tick's or merge's read)."""
+        with self._lock:
+            self._pins += 1
+            layers = list(self.layers)
+        try:
+            yield layers
+        finally:
+            with self._lock:
+                self._pins -= 1
+                if self._pins == 0:
+                    retired, self._retired = self._retired, []
+                    for old in retired:
+                        old.release()
+
+    @contextlib.contextmanager
+    def merges_paused(self) -> Iterator[None]:
+        """No merge starts inside the block (one running is waited for first)."""
+        with self._lock:
+            self._paused += 1
+        self.wait_for_merges()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused -= 1
+            self._start_merges()
+
+    def wait_for_merges(self) -> None:
+        """Block until no merge runs (merges a push started are done)."""
+        merger = self._merger
+        if merger is not None:
+            merger.join()
+
+    def _start_merges(self) -> None:
+        from pyspark import InheritableThread
+
+        with self._lock:
+            if self._paused or (self._merger is not None and self._merger.is_alive()):
+                return
+            if self._next_merge() is None:
+                return
+            self._merger = InheritableThread(target=self._merge_loop, daemon=True)
+            self._merger.start()
+
+    def _next_merge(self) -> int | None:
+        """The index of the older of the two newest layers, if they are due to merge."""
+        if len(self.layers) >= 2 and 2 * self.layers[-1].size >= self.layers[-2].size:
+            return len(self.layers) - 2
+        return None
+
+    def _merge_loop(self) -> None:
+        """Merge due layers until none is (a background thread, FAIR pool ``MERGE_POOL``)."""
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MERGE_POOL)
+        try:
+            while True:
+                with self._lock:
+                    i = None if self._paused else self._next_merge()
+                    older, newer = (
+                        (self.layers[i], self.layers[i + 1]) if i is not None else (None, None)
+                    )
+                    generation = self._generation
+                if i is None or older is None or newer is None:
+                    return
+                with self.pinned():
+                    merged = self._merge(older, newer, into_base=i == 0)
+                with self._lock:
+                    current = self._generation == generation and self.layers[i : i + 2] == [
+                        older,
+                        newer,
+                    ]
+                    if current:
+                        self.layers = [*self.layers[:i], merged, *self.layers[i + 2 :]]
+                        self._retire([older, newer])
+                if not current:
+                    merged.release()
+        except Exception:  # the layers stay as they were: correct, only more of them
+            log.exception("a background merge of upsert layers failed")
 
     def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
         from pyspark.sql import functions as F
@@ -212,49 +381,33 @@ class ArrangedState:
         merged = kept.unionByName(newer.df)
         if into_base:
             merged = merged.where(~F.col(GONE))
-        layer = self._cache(merged)
-        older.release()
-        newer.release()
-        return layer
+        return checkpointed(merged.repartition(self.partitions, KEY))
 
-    def _cache(self, df: Any, *, partitioned: bool = False) -> Layer:
-        # A local checkpoint, not persist(): it also cuts the lineage, so the
-        # plans of later layers do not nest every earlier tick's query.
-        if not partitioned:
-            df = df.repartition(self.partitions, *self.keys)
-        cached = df.localCheckpoint(eager=True)
-        return Layer(cached, _stored_bytes(cached))
+    def _retire(self, layers: list[Layer]) -> None:
+        """Free ``layers`` now, or when the last pin ends (holding the lock)."""
+        if self._pins:
+            self._retired.extend(layers)
+        else:
+            for layer in layers:
+                layer.release()
 
-    def match(self, left: Any, right: Any, how: str, *, broadcast: bool = False) -> Any:
-        """``left`` joined with the keys of ``right``, keys compared null-safely.
-
-        The right side's keys are renamed first, so the two sides may come
-        from one lineage (no ambiguous self-join).
-        """
-        from pyspark.sql import functions as F
-
-        renamed = [f"_rk{i}" for i in range(len(self.keys))]
-        probe = right.select(*[F.col(k).alias(r) for k, r in zip(self.keys, renamed, strict=True)])
-        if broadcast:
-            probe = F.broadcast(probe)
-        cond = None
-        for k, r in zip(self.keys, renamed, strict=True):
-            eq = left[k].eqNullSafe(probe[r])
-            cond = eq if cond is None else cond & eq
-        return left.join(probe, cond, how)
+    def _named_values(self) -> list[tuple[str, str]]:
+        return list(zip(self.values, value_columns(len(self.values)), strict=True))
 
 
 def unkeyed_error(keys: Sequence[str]) -> Any:
     """The Spark condition of an unkeyed err row: ``_err`` set and every key column null."""
     from pyspark.sql import functions as F
 
+    from timeshard.spark.parts import column
+
     cond = F.col(ERR).isNotNull()
     for k in keys:
-        cond = cond & F.col(k).isNull()
+        cond = cond & column(k).isNull()
     return cond
 
 
-def _stored_bytes(checkpointed: Any) -> int:
+def stored_bytes(checkpointed: Any) -> int:
     """Memory plus disk bytes of a checkpointed DataFrame's blocks (driver only, no job)."""
     jvm_sc = checkpointed.sparkSession.sparkContext._jsc.sc()
     rdd_id = checkpointed._jdf.queryExecution().logical().rdd().id()
@@ -264,4 +417,15 @@ def _stored_bytes(checkpointed: Any) -> int:
     return 0  # an empty layer has no blocks
 
 
-__all__ = ["GONE", "ArrangedState", "Layer", "unkeyed_error"]
+__all__ = [
+    "GONE",
+    "KEY",
+    "MERGE_POOL",
+    "ArrangedState",
+    "Layer",
+    "checkpointed",
+    "key_fields",
+    "stored_bytes",
+    "unkeyed_error",
+    "value_columns",
+]

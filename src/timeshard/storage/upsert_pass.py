@@ -1,0 +1,168 @@
+"""The last pass of an UPSERT tick, in each Spark task: write the part, emit the new layer.
+
+```
+ winners of one partition (Arrow batches)            executors
+   _key, _ts, _upd: [update, ..], _last, _v0.., _err, _gone
+      │
+      ├── _upd flattened, keys unwrapped, cast ──> one Parquet part (write_part_file)
+      │                                             │ its PartMeta ──> parts accumulator
+      └── rows with _last ─────────────────────────> yielded: the new layer's rows
+```
+
+The upsert (:mod:`timeshard.storage.upsert_spark`) plans a tick as one Spark
+job whose action is the local checkpoint of the new layer; this pass is the
+``mapInArrow`` function of that plan. Each winner row carries the updates it
+causes (``_upd``: its key's retraction and insertion, if any) and whether it
+is its key's last winner of the tick (``_last``: its row is the key's new
+state). The task streams the updates into one part at
+``<prefix>/part-<partition>-<id>.parquet`` and, once the part is complete,
+yields the layer rows. The part's metadata reaches the driver through a
+Spark accumulator (:class:`PartsParam`), with the partition and attempt that
+wrote it, when the task succeeds.
+
+What runs where: :class:`UpsertPass` and :class:`PartsParam` pickle (plain
+values only) and run in executors; :func:`written_parts` runs on the driver
+after the job.
+
+Invariants:
+
+1. A task writes at most one part, and none for a partition without updates.
+2. The parts of a batch are one per partition: if a partition's task ran to
+   success twice (a stage re-run), :func:`written_parts` keeps one and
+   deletes the others, and it deletes every file under the batch prefix that
+   no kept part names (failed attempts).
+3. A layer row is yielded only after the part is written: a task whose write
+   fails yields nothing and fails the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.location.blob import Blob
+from timeshard.location.unreliable import KeyedFaults
+from timeshard.persist._internal.blobio import delete_keys
+from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, conform, updates_schema
+from timeshard.persist.config import PersistConfig
+from timeshard.spark.parts import _task_attempt, write_part_file
+from timeshard.storage.upsert_state import GONE, KEY, value_columns
+
+UPDATES = "_upd"
+LAST = "_last"
+
+# One accumulator entry: (batch prefix, partition, attempt, PartMeta JSON or None).
+PartEntry = tuple[str, int, int, dict[str, Any] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class UpsertPass:
+    """The ``mapInArrow`` function of an UPSERT tick (executors; see the module doc)."""
+
+    root_uri: str
+    key_prefix: str
+    schema_ipc: bytes
+    keys: tuple[str, ...]
+    values: tuple[str, ...]
+    parts: Any  # a pyspark Accumulator of list[PartEntry]
+    faults: KeyedFaults | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        data_schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        partition, attempt = _task_attempt()
+        key = f"{self.key_prefix}/part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
+        fault = "ok" if self.faults is None else self.faults.draw(f"write:{partition}:{attempt}")
+        if self.faults is not None and fault == "determinate":
+            self.faults.fail("task_write.determinate", f"the write of part {key!r}")
+        layer: list[pa.RecordBatch] = []
+        updates = self._updates(batches, data_schema, layer)
+        part = write_part_file(self.root_uri, key, updates_schema(data_schema), updates)
+        if self.faults is not None and fault == "indeterminate":
+            self.faults.fail("task_write.indeterminate", f"the write of part {key!r} (written)")
+        entry = (self.key_prefix, partition, attempt, None if part is None else part.to_json())
+        self.parts.add([entry])
+        yield from layer
+
+    def _updates(
+        self, batches: Iterator[pa.RecordBatch], data_schema: pa.Schema, layer: list[pa.RecordBatch]
+    ) -> Iterator[pa.Table]:
+        """The updates of ``batches`` as part tables; their layer rows go to ``layer``."""
+        columns = [KEY, *value_columns(len(self.values)), ERR, GONE]
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            last = batch.filter(batch.column(LAST))
+            if last.num_rows:
+                layer.append(
+                    pa.RecordBatch.from_arrays([last.column(c) for c in columns], names=columns)
+                )
+            table = self._part_table(batch, data_schema)
+            if table.num_rows:
+                yield table
+
+    def _part_table(self, batch: pa.RecordBatch, data_schema: pa.Schema) -> pa.Table:
+        import pyarrow.compute as pc
+
+        lists = batch.column(UPDATES)
+        parents = pc.list_parent_indices(lists)
+        flat = pc.list_flatten(lists).flatten()  # _v0 .. _vm, _diff, _err
+        keys = batch.column(KEY).take(parents).flatten()
+        found: dict[str, pa.Array] = dict(zip(self.keys, keys, strict=True))
+        found.update(zip(self.values, flat[:-2], strict=True))
+        found[TS] = batch.column(TS).take(parents)
+        found[DIFF], found[ERR] = flat[-2], flat[-1]
+        names = updates_schema(data_schema).names
+        return conform(pa.table([found[n] for n in names], names=names), data_schema)
+
+
+class PartsParam:
+    """Accumulates :data:`PartEntry` lists (driver and executors)."""
+
+    def zero(self, value: list[PartEntry]) -> list[PartEntry]:
+        return []
+
+    def addInPlace(self, a: list[PartEntry], b: list[PartEntry]) -> list[PartEntry]:
+        a.extend(b)
+        return a
+
+
+def written_parts(
+    entries: list[PartEntry], blob: Blob, key_prefix: str, config: PersistConfig
+) -> tuple[PartMeta, ...]:
+    """The parts of the batch at ``key_prefix``: one per partition (driver; invariant 2).
+
+    ``entries`` are the accumulated entries of the job (of any batch). Files
+    under the prefix that no kept part names are deleted.
+    """
+    kept: dict[int, PartMeta | None] = {}
+    for prefix, partition, _attempt, part in sorted(entries, key=lambda e: (e[1], e[2])):
+        if prefix == key_prefix and partition not in kept:
+            kept[partition] = None if part is None else PartMeta.from_json(part)
+    parts = tuple(sorted((p for p in kept.values() if p is not None), key=lambda p: p.key))
+    named = {p.key for p in parts}
+    extra = [m.key for m in blob.list_keys(key_prefix + "/") if m.key not in named]
+    if extra:
+        delete_keys(blob, extra, config)
+    return parts
+
+
+def delete_batch_files(blob: Blob, key_prefix: str, config: PersistConfig) -> None:
+    """Delete every file under ``key_prefix`` (a failed job's parts; driver)."""
+    with contextlib.suppress(Exception):  # what stays behind is garbage for GC
+        delete_keys(blob, [m.key for m in blob.list_keys(key_prefix + "/")], config)
+
+
+__all__ = [
+    "LAST",
+    "UPDATES",
+    "PartEntry",
+    "PartsParam",
+    "UpsertPass",
+    "delete_batch_files",
+    "written_parts",
+]
