@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import hypothesis.strategies as st
 import pyarrow as pa
 import pytest
 from hypothesis import given
 
 from timeshard import CorruptState, Description, Frontier
-from timeshard.persist._internal.parts import PartMeta
+from timeshard.persist._internal.parts import MAX_PART_TIMES, PartMeta
 from timeshard.persist._internal.state import (
     CriticalReaderState,
     HollowBatch,
@@ -24,14 +27,22 @@ SCHEMA = pa.schema([("k", pa.string()), ("v", pa.list_(pa.int32())), ("m", pa.fl
 times = st.integers(0, 2**40)
 fronts = st.one_of(st.just(Frontier.empty()), times.map(Frontier))
 ids = st.text("abcdef0123456789", min_size=1, max_size=8)
-parts = st.builds(
-    PartMeta,
-    ids.map(lambda s: f"s/w/{s}/part-0.parquet"),
-    times,
-    times,
-    st.none() | times,
-    st.none() | times,
-)
+keys = ids.map(lambda s: f"s/w/{s}/part-0.parquet")
+#: Parts of states written before parts recorded their times: any bounds, no times.
+legacy_parts = st.builds(PartMeta, keys, times, times, st.none() | times, st.none() | times)
+
+
+@st.composite
+def parts_with_times(draw: st.DrawFn) -> PartMeta:
+    """A part as writers record it now: bounds, and its distinct times or None."""
+    distinct = sorted(draw(st.sets(times, min_size=1, max_size=MAX_PART_TIMES + 2)))
+    recorded = tuple(distinct) if len(distinct) <= MAX_PART_TIMES else None
+    sha256 = draw(st.none() | st.text("0123456789abcdef", min_size=64, max_size=64))
+    rows = len(distinct) + draw(st.integers(0, 5))
+    return PartMeta(draw(keys), draw(times), rows, distinct[0], distinct[-1], sha256, recorded)
+
+
+parts = legacy_parts | parts_with_times()
 
 
 @st.composite
@@ -92,3 +103,60 @@ def test_state_of_another_shard_is_corrupt() -> None:
     data = encode_state(ShardState(shard_id="other", schema=encode_schema(SCHEMA), seqno=3))
     with pytest.raises(CorruptState, match="claims to be shard 'other'"):
         decode_state("s", 3, data)
+
+
+def _one_part_state(part: dict[str, Any]) -> bytes:
+    """A stored document with one batch [0, 10) holding ``part`` (a JSON part)."""
+    state = ShardState(
+        shard_id="s",
+        schema=encode_schema(SCHEMA),
+        seqno=3,
+        upper=Frontier(10),
+        batches=(HollowBatch(Description(Frontier(0), Frontier(10))),),
+    )
+    doc = state.to_json()
+    doc["batches"][0]["parts"] = [part]
+    return json.dumps(doc).encode()
+
+
+PART = {"key": "s/w/b/part-0.parquet", "size": 10, "rows": 4, "ts_min": 2, "ts_max": 7}
+
+
+def test_part_without_times_decodes_unchanged() -> None:
+    """A state written before parts recorded their times decodes, and encodes back as it was."""
+    state = decode_state("s", 3, _one_part_state(PART))
+    [part] = state.batches[0].parts
+    assert part == PartMeta("s/w/b/part-0.parquet", 10, 4, 2, 7, None, None)
+    assert part.to_json() == PART
+
+
+def test_part_times_round_trip() -> None:
+    state = decode_state("s", 3, _one_part_state({**PART, "times": [2, 3, 7]}))
+    [part] = state.batches[0].parts
+    assert part.times == (2, 3, 7)
+    assert decode_state("s", 3, encode_state(state)) == state
+
+
+@pytest.mark.parametrize(
+    ("times", "problem"),
+    [
+        ([3, 2, 7], "ascending and distinct"),
+        ([2, 2, 7], "ascending and distinct"),
+        ([1, 7], r"not within \[ts_min, ts_max\] = \[2, 7\]"),
+        ([2, 8], r"not within \[ts_min, ts_max\] = \[2, 7\]"),
+        ([2, 3, 4, 5, 7], "5 times for 4 rows"),
+        ([], "0 times for 4 rows"),
+        ([2, "3"], "list of integers"),
+        ([2, True], "list of integers"),
+        ([2.0, 7], "list of integers"),
+        ({"2": 7}, "list of integers"),
+    ],
+)
+def test_bad_part_times_are_corrupt(times: Any, problem: str) -> None:
+    with pytest.raises(CorruptState, match=f"shard 's' at seqno 3.*{problem}"):
+        decode_state("s", 3, _one_part_state({**PART, "times": times}))
+
+
+def test_part_times_need_bounds() -> None:
+    with pytest.raises(CorruptState, match="not within"):
+        decode_state("s", 3, _one_part_state({**PART, "ts_min": None, "times": [2, 7]}))

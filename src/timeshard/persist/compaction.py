@@ -20,6 +20,9 @@ Invariants:
    parts are deleted.
 3. Input parts are not deleted here: readers may hold older states. GC
    deletes them once no held state references them.
+4. Output parts record the times of the updates they hold, after advancing
+   (``write_part``), so change times stay answerable from metadata. Those
+   times may lie beyond the output batch's upper when since is.
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ Invariants:
    carries an idempotency token that the writer's state remembers.
 4. Parts of a staged batch are either appended, deleted by ``Batch.delete``,
    or collected by GC once their writer is expired.
+5. Every part staged here records its time bounds and, up to
+   ``MAX_PART_TIMES``, its distinct times (``write_part`` on the driver,
+   ``write_parts`` in Spark tasks); a transmitted batch carries them.
 """
 
 from __future__ import annotations

@@ -9,9 +9,13 @@ Writing (``write_parts``)::
 Every task casts its rows to the part schema with pyarrow
 (:func:`timeshard.persist._internal.parts.conform`), streams them into one
 Parquet file at ``<key_prefix>/part-<partition:05d>-<id>.parquet`` under the
-blob root, and returns one row: key, size in bytes, rows, least and greatest
-``_ts``. No data passes through the driver. A task whose partition is empty
-writes nothing and returns no row.
+blob root, and returns one ``PART_META_DDL`` row: key, size in bytes, rows,
+least and greatest ``_ts``, and the distinct ``_ts`` when there are at most
+``MAX_PART_TIMES`` (else null). No data passes through the driver. A task
+whose partition is empty writes nothing and returns no row. A task that
+writes parts in another plan yields :func:`part_meta_batch` of what
+:func:`write_part_file` returned, and the driver turns the collected rows back
+into parts with :func:`part_from_row`.
 
 Reading (``read_parts``)::
 
@@ -81,6 +85,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -104,11 +109,19 @@ from timeshard.errors import InvalidUsage, PartError, TimeshardError
 from timeshard.location.blob import Blob, check_blob_key
 from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
-from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, conform, updates_schema
+from timeshard.persist._internal.parts import (
+    DIFF,
+    ERR,
+    TS,
+    PartMeta,
+    conform,
+    distinct_times,
+    updates_schema,
+)
 from timeshard.persist.config import PersistConfig
 from timeshard.spark.session import arrow_to_spark_schema
 
-PART_META_DDL = "key string, size long, rows long, ts_min long, ts_max long"
+PART_META_DDL = "key string, size long, rows long, ts_min long, ts_max long, times array<long>"
 _PART_META_SCHEMA = pa.schema(
     [
         ("key", pa.string()),
@@ -116,6 +129,7 @@ _PART_META_SCHEMA = pa.schema(
         ("rows", pa.int64()),
         ("ts_min", pa.int64()),
         ("ts_max", pa.int64()),
+        ("times", pa.list_(pa.int64())),
     ]
 )
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
@@ -238,8 +252,39 @@ def write_parts(
             _await_tasks(positional.sparkSession)
             _delete_under(blob, key_prefix)
         raise
-    parts = [PartMeta(r["key"], r["size"], r["rows"], r["ts_min"], r["ts_max"]) for r in rows]
-    return sorted(parts, key=lambda p: p.key)
+    return sorted((part_from_row(r) for r in rows), key=lambda p: p.key)
+
+
+def part_meta_batch(parts: list[PartMeta]) -> pa.RecordBatch:
+    """``parts`` as ``PART_META_DDL`` rows, for a task to yield (executors)."""
+    rows = [
+        {
+            "key": p.key,
+            "size": p.size_in_bytes,
+            "rows": p.num_rows,
+            "ts_min": p.ts_min,
+            "ts_max": p.ts_max,
+            "times": None if p.times is None else list(p.times),
+        }
+        for p in parts
+    ]
+    return pa.RecordBatch.from_pylist(rows, schema=_PART_META_SCHEMA)
+
+
+def part_from_row(row: Any) -> PartMeta:
+    """The part a collected ``PART_META_DDL`` row describes (driver).
+
+    ``row`` is a Spark Row or a mapping with those fields.
+    """
+    times = row["times"]
+    return PartMeta(
+        row["key"],
+        row["size"],
+        row["rows"],
+        row["ts_min"],
+        row["ts_max"],
+        times=None if times is None else tuple(times),
+    )
 
 
 def _await_tasks(spark: SparkSession, timeout_s: float = 10.0) -> None:
@@ -282,7 +327,7 @@ class PartWriter:
         if self.faults is not None and fault == "indeterminate":
             self.faults.fail("task_write.indeterminate", f"the write of part {key!r} (written)")
         if part is not None:
-            yield pa.RecordBatch.from_pylist([part.to_json()], schema=_PART_META_SCHEMA)
+            yield part_meta_batch([part])
 
 
 def _conformed(batch: pa.RecordBatch, schema: pa.Schema, data_schema: pa.Schema) -> pa.Table:
@@ -300,9 +345,11 @@ def write_part_file(
 ) -> PartMeta | None:
     """Stream ``tables`` (conformed to ``schema``) into one part at ``key``.
 
-    Returns None and writes nothing if ``tables`` holds no rows. On failure no
-    file is left at ``key`` under a local root (a partial object may be left
-    under a remote one; it is never referenced, and GC deletes it).
+    Returns None and writes nothing if ``tables`` holds no rows; else the
+    part with its time bounds and, when they are at most ``MAX_PART_TIMES``,
+    its distinct times. On failure no file is left at ``key`` under a local
+    root (a partial object may be left under a remote one; it is never
+    referenced, and GC deletes it).
     """
     fs, base = filesystem_of(root_uri)
     path = f"{base}/{key}"
@@ -311,6 +358,7 @@ def write_part_file(
     sink: pa.NativeFile | None = None
     writer: pq.ParquetWriter | None = None
     rows, lo, hi = 0, None, None
+    times: tuple[int, ...] | None = ()
     try:
         for table in tables:
             if writer is None:
@@ -325,6 +373,7 @@ def write_part_file(
             t_lo, t_hi = bounds["min"].as_py(), bounds["max"].as_py()
             lo = t_lo if lo is None else min(lo, t_lo)
             hi = t_hi if hi is None else max(hi, t_hi)
+            times = distinct_times(table.column(TS), times)
             rows += table.num_rows
         if writer is None or sink is None:
             return None
@@ -348,7 +397,7 @@ def write_part_file(
                     sink.close()
                 os.unlink(tmp)
         raise
-    return PartMeta(key, size, rows, lo, hi)
+    return PartMeta(key, size, rows, lo, hi, times=times)
 
 
 def _commit_local(tmp: str, path: str, base: str) -> int:
@@ -424,11 +473,12 @@ def read_parts(
 
     Runs on the driver and checks the parts first (:func:`check_parts`); Spark
     tasks read them at the action, where a part corrupted in place raises a
-    Spark exception (PartError inside :func:`typed_errors`).
+    Spark exception (PartError inside :func:`typed_errors`). No parts give an
+    empty local relation, on which actions run no Spark job.
     """
     schema = arrow_to_spark_schema(updates_schema(data_schema))
-    if not parts:
-        return spark.createDataFrame([], schema)
+    if not parts:  # a local relation from Arrow: no action on it runs a Spark job
+        return spark.createDataFrame(updates_schema(data_schema).empty_table(), schema)
     root = blob.root_uri
     if root is None:
         config = PersistConfig()
@@ -536,6 +586,8 @@ __all__ = [
     "conform_df",
     "filesystem_of",
     "inject_task_faults",
+    "part_from_row",
+    "part_meta_batch",
     "read_parts",
     "typed_error",
     "typed_errors",

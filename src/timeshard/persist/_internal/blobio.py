@@ -9,7 +9,8 @@ Invariants:
    indeterminate is safe.
 2. A missing or corrupt part raises :class:`PartError`; it is never skipped.
 3. A part written here records its size and SHA-256 in its :class:`PartMeta`;
-   a read checks both before decoding.
+   a read checks both before decoding. It records its time bounds, and its
+   distinct times when there are at most ``MAX_PART_TIMES``.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from functools import partial
 from typing import TypeVar
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
-from timeshard.errors import Determinate, ExternalError
+from timeshard.errors import Determinate, ExternalError, PartError
 from timeshard.location.blob import Blob
 from timeshard.persist._internal.parts import (
+    TS,
     PartMeta,
     check_part_bytes,
     decode_part,
+    distinct_times,
     encode_part,
     part_digest,
     ts_bounds,
@@ -55,7 +59,8 @@ def write_part(blob: Blob, key: str, table: pa.Table, config: PersistConfig) -> 
     data = encode_part(table)
     retry_external(config, f"writing part {key!r}", lambda: blob.set(key, data))
     lo, hi = ts_bounds(table)
-    return PartMeta(key, len(data), table.num_rows, lo, hi, part_digest(data))
+    times = distinct_times(table.column(TS))
+    return PartMeta(key, len(data), table.num_rows, lo, hi, part_digest(data), times)
 
 
 def read_part(
@@ -64,6 +69,19 @@ def read_part(
     """Fetch and decode one part; PartError if it is missing or corrupt."""
     data = retry_external(config, f"reading part {part.key!r}", lambda: blob.get(part.key))
     return decode_part(part.key, check_part_bytes(part, data), data_schema)
+
+
+def read_part_times(blob: Blob, part: PartMeta, config: PersistConfig) -> pa.ChunkedArray:
+    """Fetch one part and decode only its ``_ts`` column; PartError if it is missing or
+    corrupt (size, digest, page checksums, or a column that does not validate)."""
+    data = retry_external(config, f"reading part {part.key!r}", lambda: blob.get(part.key))
+    data = check_part_bytes(part, data)
+    try:
+        table = pq.read_table(pa.BufferReader(data), columns=[TS], page_checksum_verification=True)
+        table.validate(full=True)
+        return table.column(TS).cast(pa.int64())
+    except Exception as e:  # pyarrow raises several types for corrupt input
+        raise PartError(part.key, f"corrupt: {type(e).__name__}: {str(e)[:300]}") from e
 
 
 def delete_keys(blob: Blob, keys: list[str], config: PersistConfig) -> int:
@@ -75,4 +93,4 @@ def delete_keys(blob: Blob, keys: list[str], config: PersistConfig) -> int:
     return deleted
 
 
-__all__ = ["delete_keys", "read_part", "retry_external", "write_part"]
+__all__ = ["delete_keys", "read_part", "read_part_times", "retry_external", "write_part"]

@@ -19,6 +19,14 @@ record no digest: for them the size, the page checksums they carry, Parquet's
 own structure and a full validation of the decoded arrays (UTF-8 included)
 are what is checked.
 
+Times. Every part records the least and greatest ``_ts`` of its rows
+(``ts_min``/``ts_max``) and, when it has at most :data:`MAX_PART_TIMES`
+distinct times, all of them (``times``). Readers answer "which times in
+``[lower, upper)`` have updates" from this metadata alone
+(:meth:`PartMeta.times_in`, :meth:`PartMeta.has_update_in`), and read a part's
+``_ts`` column only when the metadata cannot tell: a part from a state written
+before ``times`` existed, or with more distinct times than the bound.
+
 Invariants:
 
 1. A part's schema is exactly :func:`updates_schema` of the shard's schema.
@@ -27,6 +35,8 @@ Invariants:
 3. A part that is missing, or whose bytes do not match its recorded size and
    digest, or that does not decode to valid arrays of the part schema, raises
    PartError naming its key; it is never skipped and never decoded leniently.
+4. A part's recorded ``times``, when present, are exactly the distinct ``_ts``
+   of its rows, ascending; each lies in ``[ts_min, ts_max]``.
 """
 
 from __future__ import annotations
@@ -34,7 +44,8 @@ from __future__ import annotations
 import hashlib
 import io
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from itertools import pairwise
 from typing import Any
 
 import pyarrow as pa
@@ -51,6 +62,16 @@ SYSTEM_COLUMNS = (TS, DIFF, ERR)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
+MAX_PART_TIMES = 64
+"""How many distinct ``_ts`` a part records in :attr:`PartMeta.times`, at most.
+
+A part with more distinct times records only its bounds; a reader that needs
+its times in an interval the bounds do not settle reads its ``_ts`` column.
+The bound keeps the state document small: a part adds at most this many
+integers to it. Decoding accepts any number, so the bound may change.
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class PartMeta:
     """A part as the shard state references it.
@@ -58,6 +79,11 @@ class PartMeta:
     ``sha256`` is the hex digest of the part's bytes, or None for a part whose
     writer recorded none (parts written by Spark tasks); it is stored only when
     known, so states written before it existed decode unchanged.
+
+    ``times`` are the distinct ``_ts`` of the part's rows, ascending, or None
+    when they are not recorded (more than :data:`MAX_PART_TIMES`, or a part
+    from a state written before they existed); stored only when recorded.
+    ``ts_min``/``ts_max`` are None only for parts of such older states.
     """
 
     key: str
@@ -66,6 +92,37 @@ class PartMeta:
     ts_min: int | None = None
     ts_max: int | None = None
     sha256: str | None = None
+    times: tuple[int, ...] | None = None
+
+    def times_in(self, lower: int, upper: int) -> tuple[int, ...] | None:
+        """The part's distinct times in ``[lower, upper)``, or None if its metadata cannot tell.
+
+        Reads nothing. It can tell when the part has no rows, when its bounds
+        lie outside the interval, when it has a single time, or when its
+        ``times`` are recorded.
+        """
+        if self.num_rows == 0 or lower >= upper:
+            return ()
+        if self.times is not None:
+            return tuple(t for t in self.times if lower <= t < upper)
+        if self.ts_min is None or self.ts_max is None:
+            return None
+        if self.ts_max < lower or self.ts_min >= upper:
+            return ()
+        if self.ts_min == self.ts_max:
+            return (self.ts_min,)
+        return None
+
+    def has_update_in(self, lower: int, upper: int) -> bool | None:
+        """Whether the part has a row at a time in ``[lower, upper)``; None if its metadata
+        cannot tell (its bounds straddle the interval and its times are not recorded)."""
+        times = self.times_in(lower, upper)
+        if times is not None:
+            return bool(times)
+        bounds = (self.ts_min, self.ts_max)
+        if any(t is not None and lower <= t < upper for t in bounds):
+            return True
+        return None
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -77,6 +134,8 @@ class PartMeta:
         }
         if self.sha256 is not None:
             doc["sha256"] = self.sha256
+        if self.times is not None:
+            doc["times"] = list(self.times)
         return doc
 
     @staticmethod
@@ -89,7 +148,7 @@ class PartMeta:
         sha256 = value.get("sha256")
         if sha256 is not None and not (isinstance(sha256, str) and _SHA256.match(sha256)):
             raise ValueError(f"part {key!r}: sha256 must be 64 hex digits, got {sha256!r}")
-        return PartMeta(
+        part = PartMeta(
             key,
             _count(value["size"], "size", key),
             _count(value["rows"], "rows", key),
@@ -97,6 +156,50 @@ class PartMeta:
             _optional_int(value.get("ts_max"), "ts_max", key),
             sha256,
         )
+        times = value.get("times")
+        if times is None:
+            return part
+        return replace(part, times=_times(times, part))
+
+
+def _times(value: Any, part: PartMeta) -> tuple[int, ...]:
+    """Recorded times as invariant 4 has them, else ValueError naming the part."""
+    key = part.key
+    if not isinstance(value, list) or not all(
+        isinstance(t, int) and not isinstance(t, bool) for t in value
+    ):
+        raise ValueError(f"part {key!r}: times must be a list of integers, got {value!r}")
+    times = tuple(value)
+    if any(a >= b for a, b in pairwise(times)):
+        raise ValueError(f"part {key!r}: times must be ascending and distinct, got {value!r}")
+    if len(times) > part.num_rows or (part.num_rows > 0) != bool(times):
+        raise ValueError(f"part {key!r}: {len(times)} times for {part.num_rows} rows")
+    if times and not (
+        part.ts_min is not None
+        and part.ts_max is not None
+        and part.ts_min <= times[0]
+        and times[-1] <= part.ts_max
+    ):
+        raise ValueError(
+            f"part {key!r}: times {times[0]}..{times[-1]} are not within "
+            f"[ts_min, ts_max] = [{part.ts_min}, {part.ts_max}]"
+        )
+    return times
+
+
+def distinct_times(
+    ts: pa.Array | pa.ChunkedArray, known: tuple[int, ...] | None = ()
+) -> tuple[int, ...] | None:
+    """The distinct non-null values of ``ts`` and ``known``, ascending, as
+    :attr:`PartMeta.times` records them: None if there are more than
+    :data:`MAX_PART_TIMES`, or if ``known`` is None (already too many)."""
+    if known is None:
+        return None
+    unique = pc.unique(pc.drop_null(ts))
+    if len(unique) > MAX_PART_TIMES:
+        return None
+    merged = set(known).union(int(t) for t in unique.to_pylist())
+    return tuple(sorted(merged)) if len(merged) <= MAX_PART_TIMES else None
 
 
 def _count(value: Any, what: str, key: str) -> int:
@@ -268,6 +371,7 @@ def _consolidate_python(table: pa.Table) -> pa.Table:
 __all__ = [
     "DIFF",
     "ERR",
+    "MAX_PART_TIMES",
     "SYSTEM_COLUMNS",
     "TS",
     "PartMeta",
@@ -278,6 +382,7 @@ __all__ = [
     "conform",
     "consolidate",
     "decode_part",
+    "distinct_times",
     "encode_part",
     "part_digest",
     "ts_bounds",
