@@ -7,6 +7,10 @@ a handle's since stays readable exactly. Its lease must be renewed
 
 * ``snapshot(as_of)``: the collection at ``as_of`` -- every update at a time
   ``<= as_of``, with its time advanced to ``as_of``, consolidated.
+* ``change_times(lower, upper)`` / ``has_updates(lower, upper)``: the times
+  in ``[lower, upper)`` with updates, or whether there is one, from the
+  parts' metadata (see :mod:`timeshard.persist.fetch`); no consensus write,
+  and no part read when the parts record their times.
 * ``listen(as_of)``: every update at a time ``> as_of`` as it becomes
   definite, in order of batches, each run followed by a ``Progress`` frontier:
   every update emitted before a ``Progress(f)`` is at a time ``< f``, every
@@ -52,7 +56,7 @@ from timeshard.persist._internal.parts import (
 )
 from timeshard.persist._internal.state import ShardState, decode_schema
 from timeshard.persist.config import PersistConfig
-from timeshard.persist.fetch import parts_at
+from timeshard.persist.fetch import change_times, has_updates, parts_at
 from timeshard.persist.heartbeat import Heartbeats
 from timeshard.progress import Frontier, Timestamp, check_timestamp, frontier
 
@@ -178,6 +182,22 @@ class ReadHandle(_LeasedReader):
             self._wait_for_upper_past(as_of)
             return self.snapshot_parts(as_of)
         return parts_at(state, as_of)
+
+    def change_times(self, lower: Timestamp, upper: Timestamp) -> list[Timestamp]:
+        """The distinct times in ``[lower, upper)`` at which the shard has updates.
+
+        Reads the head state without holding it (no consensus write); see
+        :func:`timeshard.persist.fetch.change_times`.
+        """
+        return change_times(self._machine, self._blob, self._config, lower, upper)
+
+    def has_updates(self, lower: Timestamp, upper: Timestamp) -> bool:
+        """Whether the shard has an update at a time in ``[lower, upper)``.
+
+        Reads the head state without holding it (no consensus write); see
+        :func:`timeshard.persist.fetch.has_updates`.
+        """
+        return has_updates(self._machine, self._blob, self._config, lower, upper)
 
     def listen(self, as_of: Timestamp) -> Listen:
         """Every update at a time ``> as_of``, as it becomes definite."""

@@ -12,7 +12,16 @@ It equals ``reader.snapshot(as_of)`` (the pyarrow path) as a multiset of rows.
 Columns are the data columns, then ``_ts``, ``_diff`` and ``_err``.
 
 ``updates_df(spark, reader, lower, upper)`` is the unconsolidated updates at
-times in ``[lower, upper)``, with their own times.
+times in ``[lower, upper)``, with their own times::
+
+    snapshot_parts(upper - 1) --keep parts whose metadata--> read_parts --> lower <= _ts < upper
+        driver: holds the         may have a time in           executors:
+        state against GC          [lower, upper) (no read)     Parquet scan
+
+A part whose recorded times or bounds show no update in the interval is not
+read at all, so a tick reads only the parts holding its interval, and an
+interval with no updates plans no part read: its DataFrame is an empty local
+relation, on which actions run no Spark job.
 
 The driver picks the parts and checks that they exist (a missing part raises
 PartError here); Spark tasks read them when an action runs, where a part
@@ -45,7 +54,12 @@ from timeshard.spark.session import arrow_to_spark_schema
 
 
 class PartsReader(Protocol):
-    """What the snapshots need of a reader: ReadHandle and UnleasedReader have it."""
+    """What the snapshots need of a reader: ReadHandle and UnleasedReader have it.
+
+    A ReadHandle holds the state whose parts it returns against GC for its
+    lease; an UnleasedReader holds nothing, so a part compacted away and
+    collected before Spark reads it fails the read (PartError).
+    """
 
     @property
     def blob(self) -> Blob: ...
@@ -110,18 +124,18 @@ def updates_df(
 ) -> DataFrame:
     """The updates at times in ``[lower, upper)``, unconsolidated, with their own times.
 
-    Needs ``lower < upper`` and ``upper - 1`` readable. Times below the shard's
-    since may have been advanced to it by compaction, so the result is exact
-    only for ``lower`` at or beyond since.
+    Needs ``lower < upper`` and ``upper - 1`` readable (else SinceError or
+    InvalidUsage, as ``reader.snapshot_parts`` raises them). Times below the
+    shard's since may have been advanced to it by compaction, so the result is
+    exact only for ``lower`` at or beyond since. Reads only the parts whose
+    metadata does not rule out an update in the interval (module doc).
     """
     check_timestamp(lower, "lower")
     check_timestamp(upper, "upper")
     if not lower < upper:
         raise InvalidUsage(f"updates_df needs lower < upper, got [{lower}, {upper})")
     parts = [
-        p
-        for p in reader.snapshot_parts(upper - 1)
-        if p.ts_max is None or p.ts_max >= lower  # a part wholly below lower has nothing
+        p for p in reader.snapshot_parts(upper - 1) if p.has_update_in(lower, upper) is not False
     ]
     df = read_parts(spark, reader.blob, parts, reader.schema)
     return df.where((column(TS) >= F.lit(lower)) & (column(TS) < F.lit(upper)))
