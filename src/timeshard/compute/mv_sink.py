@@ -204,6 +204,19 @@ class _Outcome:
     upper: Frontier
     rows: int = 0
     parts: int = 0
+    #: The delta's Spark job failed on the data (the message): nothing was appended.
+    delta_failed: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Inflight:
+    """A description being appended, and what the sink learns if it lands."""
+
+    desc: Description
+    #: Desired at the batch's end as a snapshot, if the batch computed one.
+    last: Any
+    #: Whether the shard is desired at the batch's end once it lands.
+    ends_desired: bool
 
 
 class MvSink:
@@ -225,6 +238,7 @@ class MvSink:
         max_buffered_times: int = 64,
         stage: Callable[[WriteHandle, Any, Description], Any] | None = None,
         retain_history_ms: int | None = None,
+        check_every_s: float | None = 300.0,
     ) -> None:
         if generation < 0:
             raise InvalidUsage(f"generation must be non-negative, got {generation}")
@@ -239,6 +253,8 @@ class MvSink:
         self.input_shards = input_shards
         self.max_buffered_times = max_buffered_times
         self.retain_history_ms = retain_history_ms
+        #: How often an incremental sink writes one tick from snapshots (the full check).
+        self.check_every_s = check_every_s
         self.stats = SinkStats()
         #: The last failure of a step (None once a step went through), for health.
         self.last_error: str | None = None
@@ -246,11 +262,18 @@ class MvSink:
         self._mint = Mint()
         self._buffer: dict[Timestamp, Any] = {}
         self._written: tuple[Frontier, Any] | None = None
+        #: The shard upper after this sink's own append, when the shard's content just
+        #: below it is known to be desired there: the next batch may be a delta.
+        self._chain: Frontier | None = None
+        self._last_check = time.monotonic()
+        #: A delta failed on the data: the next batch is evaluated time by time.
+        self._per_time = False
+        self._error_times: set[Timestamp] = set()
         self._writer: WriteHandle | None = None
         self._deploy: SinceHandle | None = None
         self._input_holds: list[DurableHold] = []
         self._retain: RetainedHistory | None = None
-        self._inflight: tuple[Future[_Outcome], Description, Any] | None = None
+        self._inflight: tuple[Future[_Outcome], _Inflight] | None = None
         self._io = IoWorker(f"mv-sink-io-{shard_id}") if background_io else None
         if shard_id not in client.list_shards():
             raise InvalidUsage(f"unknown shard id {shard_id!r}: create the view's shard first")
@@ -356,7 +379,8 @@ class MvSink:
             self._collect_inflight()
         self._observe_upper()
         desired_upper = self.desired.frontier()
-        self._fill_buffer(desired_upper)
+        if not self._delta_ready(self._persist_upper):
+            self._fill_buffer(desired_upper)
         desc = None
         if self._inflight is None:
             if Frontier(self.as_of) < desired_upper:  # nothing to write before as_of
@@ -367,6 +391,25 @@ class MvSink:
         if self._inflight is None:
             self.last_error = None
         return desc
+
+    @property
+    def incremental(self) -> bool:
+        """Whether desired offers deltas (the view is in the incremental class)."""
+        return bool(getattr(self.desired, "incremental", False))
+
+    def _delta_ready(self, lower: Frontier) -> bool:
+        """Whether the batch starting at ``lower`` may be desired's delta alone.
+
+        It may when this sink's own last append ended at ``lower`` and left
+        desired there, no delta failed on the data since, and the full check
+        is not due.
+        """
+        if not self.incremental or self._per_time or self._chain != lower:
+            return False
+        due = self.check_every_s is not None and (
+            time.monotonic() - self._last_check >= self.check_every_s
+        )
+        return not due
 
     def run_until(self, frontier: Frontier, timeout_s: float = 300.0) -> None:
         """Step until the shard upper is at least ``frontier`` (or time runs out)."""
@@ -415,6 +458,8 @@ class MvSink:
         if written is not None and not any(written[1] is b for b in self._buffer.values()):
             self.engine.release(written[1])
         self._buffer.clear()
+        self._error_times.clear()
+        self._chain = None
 
     # -- operators ---------------------------------------------------------------------------
 
@@ -428,6 +473,7 @@ class MvSink:
             upper = self._writer.fetch_recent_upper()
         assert self._persist_upper <= upper, (self._persist_upper, upper)
         self._persist_upper = upper
+        self._error_times = {t for t in self._error_times if upper.less_equal(t)}
         for t in [t for t in self._buffer if not upper.less_equal(t)]:
             snap = self._buffer.pop(t)
             if self._written is None or snap is not self._written[1]:
@@ -448,12 +494,18 @@ class MvSink:
             self.read_only = True
 
     def _fill_buffer(self, desired_upper: Frontier) -> None:
-        """Evaluate desired at every change time in [persist upper, desired upper)."""
+        """Evaluate desired at the change times in [persist upper, desired upper).
+
+        An incremental sink needs a snapshot at the first time only: the rest
+        of the batch is a delta.
+        """
         lower = max(self._persist_upper.time or 0, self.as_of)
         if self._persist_upper.is_empty() or not Frontier(lower) < desired_upper:
             return
         upper = desired_upper.time if desired_upper.time is not None else lower + 1
-        times = [lower, *[t for t in self.desired.change_times(lower, upper) if t > lower]]
+        times = [lower]
+        if not self.incremental or self._per_time:
+            times += [t for t in self.desired.change_times(lower, upper) if t > lower]
         for t in times:
             if t not in self._buffer and len(self._buffer) < self.max_buffered_times:
                 self._buffer[t] = self._evaluate(t)
@@ -470,85 +522,138 @@ class MvSink:
             if not is_data_error(e):
                 raise
             self.stats.query_errors += 1
+            self._error_times.add(t)
             return self.engine.materialize(self.desired.error_snapshot(t, e))
 
-    def _corrections(self, desc: Description) -> tuple[Any, Any]:
-        """The updates that make the shard desired in ``desc``, and desired at its end.
+    def _corrections(self, desc: Description) -> tuple[Any | None, Any, bool]:
+        """The updates that make the shard desired in ``desc``.
 
-        Below ``as_of`` nothing is known: the first update time is then
-        ``as_of`` (and the append raises the since to it).
+        Returns the updates (None: there are none, and no Spark job ran), desired
+        at the batch's end when it is known as a snapshot (else None), and
+        whether the shard is desired at the end by this batch (so that the next
+        one may be a delta).
+
+        Three ways, cheapest first: desired's delta alone (:meth:`_delta_ready`);
+        desired at the first time against the shard's own content, then the
+        delta for the rest (a restart, another replica's append, the full
+        check); or desired at every change time (views outside the incremental
+        class, and after a delta failed on the data). Below ``as_of`` nothing is
+        known: the first update time is then ``as_of`` (and the append raises
+        the since to it).
         """
         lower, upper = desc.lower.time, desc.upper.time
         assert lower is not None
         first = max(lower, self.as_of)
         end = upper if upper is not None else first + 1
-        times = [first, *[t for t in self.desired.change_times(first, end) if t > first]]
+        if self._delta_ready(desc.lower):
+            return self.desired.delta(first, end), None, True  # type: ignore[attr-defined]
         if self._written is not None and self._written[0] == desc.lower:
             previous = self._written[1]  # what this sink's own last append left there
         elif lower > 0:
             previous = self.engine.snapshot(self._readback, lower - 1)
         else:
             previous = self.engine.empty(self.data_schema)
-        updates = []
-        for t in times:
-            snap = self._buffer.get(t)
-            if snap is None:
-                snap = self._buffer[t] = self._evaluate(t)
+        snap = self._snapshot_at(first)
+        updates = [self.engine.diff_at(snap, previous, first, self.data_schema)]
+        self._last_check = time.monotonic()
+        if self.incremental and not self._per_time and first not in self._error_times:
+            rest = self.desired.delta(first + 1, end) if first + 1 < end else None  # type: ignore[attr-defined]
+            if rest is not None:
+                updates.append(rest)
+            last = None if rest is not None else snap
+            return self.engine.union(updates, self.data_schema), last, True
+        previous = snap
+        for t in [t for t in self.desired.change_times(first, end) if t > first]:
+            snap = self._snapshot_at(t)
             updates.append(self.engine.diff_at(snap, previous, t, self.data_schema))
             previous = snap
-        return self.engine.union(updates, self.data_schema), previous
+        ends_desired = self.incremental and not any(first <= t < end for t in self._error_times)
+        return self.engine.union(updates, self.data_schema), previous, ends_desired
+
+    def _snapshot_at(self, t: Timestamp) -> Any:
+        snap = self._buffer.get(t)
+        if snap is None:
+            snap = self._buffer[t] = self._evaluate(t)
+        return snap
 
     def _write_and_append(self, desc: Description) -> None:
-        corrections, last = self._corrections(desc)
+        corrections, last, ends_desired = self._corrections(desc)
+        is_delta = last is None
         writer = self._writer
         assert writer is not None
         assert desc.lower.time is not None
         floor = self.as_of if desc.lower.time < self.as_of else None
 
         def command() -> _Outcome:
-            batch = self._stage(writer, corrections, desc)
+            if corrections is None:  # the view did not change: no part, no Spark job
+                batches = []
+            else:
+                try:
+                    batches = [self._stage(writer, corrections, desc)]
+                except Exception as e:
+                    if is_delta and is_data_error(e):
+                        return _Outcome(None, writer.fetch_recent_upper(), delta_failed=str(e))
+                    raise
             self._check_fenced()
             if self.read_only:
-                batch.delete()
+                for batch in batches:
+                    batch.delete()
                 return _Outcome(None, writer.fetch_recent_upper())
             try:
                 result = writer.compare_and_append_batch(
-                    [batch], desc.lower, desc.upper, since_floor=floor
+                    batches, desc.lower, desc.upper, since_floor=floor
                 )
             except Indeterminate:
                 raise  # the batch may be in the shard: its parts stay
             except BaseException:
-                batch.delete()
+                for batch in batches:
+                    batch.delete()
                 raise
             if isinstance(result, UpperMismatch):
-                batch.delete()
-            return _Outcome(result, writer.fetch_recent_upper(), batch.num_rows, len(batch.parts))
+                for batch in batches:
+                    batch.delete()
+            rows = sum(b.num_rows for b in batches)
+            parts = sum(len(b.parts) for b in batches)
+            return _Outcome(result, writer.fetch_recent_upper(), rows, parts)
 
+        inflight = _Inflight(desc, last, ends_desired)
         if self._io is None:
-            self._inflight = (_done(command), desc, last)
+            self._inflight = (_done(command), inflight)
             self._collect_inflight()
         else:
-            self._inflight = (self._io.submit(command), desc, last)
+            self._inflight = (self._io.submit(command), inflight)
 
     def _collect_inflight(self) -> None:
         """Take the in-flight append's outcome (waiting for it); raise what it raised."""
         inflight, self._inflight = self._inflight, None
         if inflight is None:
             return
-        future, desc, last = inflight
+        future, written = inflight
+        desc = written.desc
         try:
             outcome = future.result()
         except BaseException:
             self._mint.failed()
+            self._chain = None
             self._remember_written(None)
             raise
-        if outcome.result is None:  # fenced while staging
+        if outcome.delta_failed is not None:  # a query error on the data: go time by time
+            log.info("sink %s: delta failed on the data: %s", self.shard_id, outcome.delta_failed)
+            self.stats.query_errors += 1
+            self._per_time = True
             self._mint.failed()
+            self._chain = None
+        elif outcome.result is None:  # fenced while staging
+            self._mint.failed()
+            self._chain = None
         elif isinstance(outcome.result, UpperMismatch):
             self.stats.mismatches += 1
+            self._chain = None
             self._remember_written(None)
         else:
-            self._remember_written((desc.upper, last))
+            self._remember_written(None if written.last is None else (desc.upper, written.last))
+            self._chain = desc.upper if written.ends_desired else None
+            self._per_time = False
             self.stats.appended += 1
             self.stats.parts_written += outcome.parts
             self.stats.rows_written += outcome.rows

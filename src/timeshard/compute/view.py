@@ -40,6 +40,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from timeshard.compute.delta import SparkDelta
+from timeshard.compute.incremental import Plan, classify
+from timeshard.compute.incremental import full as full_plan
 from timeshard.errors import InvalidUsage, LeaseExpired
 from timeshard.persist import ReadHandle, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
@@ -123,6 +126,8 @@ class SparkViewDesired:
         }
         self._leases: dict[str, ReadHandle] = {}
         self._schema: pa.Schema | None = None
+        self._plan: Plan | None = None
+        self._delta: SparkDelta | None = None
 
     def use_leases(self) -> None:
         """Read parts through leased readers from now on (a writing sink)."""
@@ -167,6 +172,82 @@ class SparkViewDesired:
         for reader in self.readers.values():
             times |= set(reader.change_times(lower, upper))
         return sorted(times)
+
+    @property
+    def plan(self) -> Plan:
+        """How the view is maintained: incrementally (and how) or from snapshots, and why."""
+        if self._plan is None:
+            self._plan = self._classify()
+        return self._plan
+
+    @property
+    def incremental(self) -> bool:
+        return self.plan.classification.incremental
+
+    def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
+        """The view's updates at times in ``[lower, upper)`` from its inputs' updates.
+
+        None if no input has an update there (no Spark job runs then). Only for
+        an incremental view (:attr:`incremental`); see
+        :mod:`timeshard.compute.delta`.
+        """
+        if self._delta is None:
+            assert self.incremental, self.plan
+            self._delta = SparkDelta(
+                self.spark,
+                self.plan,
+                self.data_schema(),
+                self.definition.inputs,
+                self._parts_reader,
+                lambda alias, lo, hi: self.readers[alias].change_times(lo, hi),
+            )
+        return self._delta.delta(lower, upper)
+
+    def _parts_reader(self, alias: str) -> Any:
+        lease = self._leases.get(alias)
+        return lease if lease is not None else self.readers[alias]
+
+    def _classify(self) -> Plan:
+        """The view's plan; the rewritten queries must analyse to the view's own types."""
+        definition = self.definition
+        if definition.function is not None:
+            return full_plan("a Python function view needs the full path")
+        if definition.refresh_every_ms is not None:
+            return full_plan("REFRESH EVERY views change at refresh times: the full path")
+        assert definition.sql is not None
+        schemas = {alias: reader.schema for alias, reader in self.readers.items()}
+        plan = classify(definition.sql, schemas)
+        if not plan.classification.incremental:
+            return plan
+        why = self._check_terms(plan)
+        return plan if why is None else full_plan(why)
+
+    def _check_terms(self, plan: Plan) -> str | None:
+        """Why the rewritten queries do not give the view's columns and types (no job)."""
+        from pyspark.errors import PySparkException
+        from pyspark.sql import functions as F
+
+        from timeshard.compute.incremental import AT
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        want = [f.dataType for f in arrow_to_spark_schema(self.data_schema()).fields]
+        for term in plan.terms:
+            for name, (alias, mode) in term.tables.items():
+                reader = self.readers[alias]
+                empty = self.spark.createDataFrame([], arrow_to_spark_schema(reader.schema))
+                extra = (
+                    [F.lit(0).cast("long").alias(AT)]
+                    if mode == "at"
+                    else [F.lit(0).cast("long").alias(TS), F.lit(0).cast("long").alias(DIFF)]
+                )
+                empty.select("*", *extra).createOrReplaceTempView(name)
+            try:
+                got = self.spark.sql(term.sql).schema.fields[: len(want)]
+            except PySparkException as e:
+                return f"the rewritten query did not analyse ({str(e).splitlines()[0][:200]})"
+            if [f.dataType for f in got] != want:
+                return "the rewritten query changes the view's column types"
+        return None
 
     def data_schema(self) -> pa.Schema:
         """The view's data columns, from Spark's analysis of the query (no job)."""

@@ -1,0 +1,276 @@
+"""A view's delta on Spark: the incremental plan (:mod:`timeshard.compute.incremental`) run.
+
+```
+ input updates in [lower, upper) ──> ok updates (weighted: _ts, _diff) ──┐
+        │                                                                ├─> terms ──> Δ view
+        └──> err updates ──────────────────────────────> err rows of the view ─┘
+ input snapshot at lower - 1 (joins, touched groups) ──> old rows (_ts = lower - 1)
+```
+
+:meth:`SparkDelta.delta` returns the view's updates at times in
+``[lower, upper)`` as a lazy DataFrame (the data columns, ``_ts``, ``_diff``,
+``_err``, consolidated), or None when no input has an update in the interval:
+then the view does not change and no Spark job is needed to know it.
+
+Linear plans: each term's placeholder tables are bound to the inputs' old,
+delta or new rows (temp views private to this delta), the terms are unioned
+by position, and the inputs' err updates are added as the view's err rows.
+
+Grouped plans: the touched keys are the grouping keys of the input's ok
+updates. The input rows of those keys are taken at every evaluation time --
+``lower - 1`` and each change time -- tagged ``__t``, consolidated and
+expanded by multiplicity (a negative multiplicity becomes an err row, as in
+the full path). The rewritten query runs over them once; each group's rows at
+``__t`` are inserted at ``__t`` and retracted at the next evaluation time.
+
+Runs on the driver (planning); the work runs in Spark tasks when the delta is
+written. Reading: the sink's leased readers when it writes (their since holds
+every part read), unleased readers in read-only mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from timeshard.compute.incremental import AT, Plan, next_time, times_array
+from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.progress import Timestamp
+
+if TYPE_CHECKING:
+    from timeshard.spark.snapshot import PartsReader
+
+#: Input alias -> the reader its parts are read through right now.
+ReaderOf = Callable[[str], "PartsReader"]
+#: (input alias, lower, upper) -> the input's change times in [lower, upper).
+ChangeTimes = Callable[[str, Timestamp, Timestamp], list[Timestamp]]
+
+
+class SparkDelta:
+    """Computes a view's delta from its inputs' updates (see the module doc)."""
+
+    def __init__(
+        self,
+        spark: Any,
+        plan: Plan,
+        data_schema: pa.Schema,
+        sources: Mapping[str, str],
+        reader_of: ReaderOf,
+        change_times: ChangeTimes,
+    ) -> None:
+        assert plan.classification.incremental, plan
+        self.spark = spark
+        self.plan = plan
+        self.data_schema = data_schema
+        #: alias -> shard id, as the view definition names its inputs.
+        self.sources = dict(sources)
+        self._reader_of = reader_of
+        self._change_times = change_times
+
+    def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
+        """The view's updates at times in ``[lower, upper)``, or None if no input changed."""
+        times = {a: self._change_times(a, lower, upper) for a in self.sources}
+        changed = {a for a, ts in times.items() if ts}
+        if not changed:
+            return None
+        if self.plan.classification.path == "linear":
+            ok = self._linear(lower, upper, changed)
+        else:
+            assert self.plan.grouped_input is not None
+            alias = self.plan.grouped_input
+            ok = self._grouped(alias, lower, upper, sorted(times[alias]))
+        errs = [self._err_updates(a, lower, upper) for a in sorted(changed)]
+        return self._consolidated(ok, errs)
+
+    # -- inputs ------------------------------------------------------------------------------
+
+    def _names(self, alias: str) -> list[str]:
+        return list(self._reader_of(alias).schema.names)
+
+    def _updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
+        """The input's updates in the interval, consolidated per (data, _ts, _err)."""
+        from timeshard.spark.snapshot import consolidate_df, updates_df
+
+        reader = self._reader_of(alias)
+        return consolidate_df(updates_df(self.spark, reader, lower, upper), self._names(alias))
+
+    def _ok_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
+        from pyspark.sql import functions as F
+
+        names = self._names(alias)
+        updates = self._updates(alias, lower, upper)
+        return updates.where(F.col(ERR).isNull()).select(*names, TS, DIFF)
+
+    def _err_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
+        """The input's err updates as the view's err updates (data columns null)."""
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        target = arrow_to_spark_schema(self.data_schema)
+        updates = self._updates(alias, lower, upper)
+        return updates.where(F.col(ERR).isNotNull()).select(
+            *[F.lit(None).cast(f.dataType).alias(f.name) for f in target.fields], TS, DIFF, ERR
+        )
+
+    def _old(self, alias: str, lower: Timestamp) -> Any:
+        """The input's ok rows at ``lower - 1``, weighted, with ``_ts = lower - 1``."""
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.session import arrow_to_spark_schema
+        from timeshard.spark.snapshot import snapshot_df
+
+        names = self._names(alias)
+        if lower == 0:
+            schema = arrow_to_spark_schema(self._reader_of(alias).schema)
+            empty = self.spark.createDataFrame([], schema)
+            return empty.select(
+                *names, F.lit(0).cast("long").alias(TS), F.lit(0).cast("long").alias(DIFF)
+            )
+        snap = snapshot_df(self.spark, self._reader_of(alias), lower - 1)
+        return snap.where(F.col(ERR).isNull()).select(*names, TS, DIFF)
+
+    # -- linear ------------------------------------------------------------------------------
+
+    def _linear(self, lower: Timestamp, upper: Timestamp, changed: set[str]) -> Any | None:
+        from pyspark.sql import functions as F
+
+        frames: dict[tuple[str, str], Any] = {}
+
+        def frame(alias: str, mode: str) -> Any:
+            if (alias, mode) not in frames:
+                if mode == "old":
+                    frames[alias, mode] = self._old(alias, lower)
+                elif mode == "delta":
+                    frames[alias, mode] = self._ok_updates(alias, lower, upper)
+                else:
+                    frames[alias, mode] = frame(alias, "old").unionByName(frame(alias, "delta"))
+            return frames[alias, mode]
+
+        results = []
+        for term in self.plan.terms:
+            if term.delta_of not in changed:
+                continue  # that input has no update here: the term is empty
+            for name, (alias, mode) in term.tables.items():
+                frame(alias, mode).createOrReplaceTempView(name)
+            results.append(self.spark.sql(term.sql))
+        if not results:
+            return None
+        out = results[0]
+        for r in results[1:]:
+            out = out.union(r)  # by position: every term has the view's columns, _ts, _diff
+        out = out.toDF(*self.data_schema.names, TS, DIFF)
+        return out.where(F.col(TS) >= F.lit(lower)).withColumn(ERR, F.lit(None).cast("string"))
+
+    # -- grouped -----------------------------------------------------------------------------
+
+    def _grouped(
+        self, alias: str, lower: Timestamp, upper: Timestamp, changes: Sequence[Timestamp]
+    ) -> Any:
+        from pyspark.sql import functions as F
+
+        names = self._names(alias)
+        evaluated = ([lower - 1] if lower > 0 else []) + list(changes)
+        delta = self._ok_updates(alias, lower, upper)
+        keys = self._key_names()
+        touched = self._keyed(delta, alias).select(*[F.col(k).alias(f"{k}t") for k in keys])
+        old = self._keyed(self._old(alias, lower), alias)
+        old = old.join(touched.distinct(), self._key_match(), "left_semi")
+        at = times_array(evaluated)
+        rows = (
+            old.select(*names, TS, DIFF)
+            .unionByName(delta)
+            .withColumn(AT, F.explode(at))
+            .where(F.col(TS) <= F.col(AT))
+        )
+        counted = rows.groupBy(*names, AT).agg(F.sum(DIFF).alias(DIFF))
+        present = (
+            counted.where(F.col(DIFF) > 0)
+            .withColumn("__n", F.explode(F.sequence(F.lit(1), F.col(DIFF).cast("int"))))
+            .select(*names, AT)
+        )
+        term = self.plan.terms[0]
+        (name,) = term.tables
+        present.createOrReplaceTempView(name)
+        result = self.spark.sql(term.sql).toDF(*self.data_schema.names, AT)
+        result = result.withColumn(ERR, F.lit(None).cast("string")).withColumn(DIFF, F.lit(1))
+        negative = self._negative(counted, alias, names)
+        content = result.unionByName(negative)
+        last = evaluated[-1]
+        inserted = content.where(F.col(AT) >= F.lit(lower)).withColumn(TS, F.col(AT))
+        retracted = (
+            content.where(F.col(AT) < F.lit(last))
+            .withColumn(TS, next_time(F.col(AT), evaluated))
+            .withColumn(DIFF, -F.col(DIFF))
+        )
+        cols = [*self.data_schema.names, TS, DIFF, ERR]
+        return inserted.select(*cols).unionByName(retracted.select(*cols))
+
+    def _key_names(self) -> list[str]:
+        return [f"__k{i}" for i in range(len(self.plan.keys))]
+
+    def _keyed(self, frame: Any, alias: str) -> Any:
+        """``frame`` (rows of input ``alias``) with its grouping keys as ``__k<i>``."""
+        from pyspark.sql import functions as F
+
+        keys = [F.expr(k).alias(n) for k, n in zip(self.plan.keys, self._key_names(), strict=True)]
+        return frame.alias(alias).select("*", *keys)
+
+    def _key_match(self) -> Any:
+        """Old rows' keys ``__k<i>`` equal to the touched keys ``__k<i>t`` (nulls equal)."""
+        from pyspark.sql import functions as F
+
+        cond = None
+        for n in self._key_names():
+            eq = F.col(n).eqNullSafe(F.col(f"{n}t"))
+            cond = eq if cond is None else cond & eq
+        return cond
+
+    def _negative(self, counted: Any, alias: str, names: list[str]) -> Any:
+        """Input rows with a negative multiplicity at ``__t``: err rows, as the full path has."""
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        target = arrow_to_spark_schema(self.data_schema)
+        message = F.concat(
+            F.lit(f"input {alias!r} has a negative multiplicity: "),
+            F.to_json(F.struct(*names)),
+        )
+        return counted.where(F.col(DIFF) < 0).select(
+            *[F.lit(None).cast(f.dataType).alias(f.name) for f in target.fields],
+            AT,
+            message.alias(ERR),
+            F.abs(F.col(DIFF)).alias(DIFF),
+        )
+
+    # -- output ------------------------------------------------------------------------------
+
+    def _consolidated(self, ok: Any | None, errs: list[Any]) -> Any:
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        target = arrow_to_spark_schema(self.data_schema)
+        cols = [*self.data_schema.names, TS, DIFF, ERR]
+        parts = ([] if ok is None else [ok]) + errs
+        out = parts[0].select(*cols)
+        for p in parts[1:]:
+            out = out.unionByName(p.select(*cols))
+        out = out.select(
+            *[F.col(f.name).cast(f.dataType) for f in target.fields],
+            F.col(TS).cast("long").alias(TS),
+            F.col(DIFF).cast("long").alias(DIFF),
+            ERR,
+        )
+        return (
+            out.groupBy(*self.data_schema.names, TS, ERR)
+            .agg(F.sum(DIFF).alias(DIFF))
+            .where(F.col(DIFF) != 0)
+            .select(*cols)
+        )
+
+
+__all__ = ["SparkDelta"]

@@ -1,0 +1,403 @@
+"""Incremental view maintenance: a view's changes computed from its inputs' changes.
+
+A view's *delta* over ``[lower, upper)`` is the updates that turn its content
+at ``lower - 1`` into its content at every time in the interval: at each time
+``t`` the difference between desired at ``t`` and desired just before. For a
+view in the incremental class, the delta is computed from the inputs'
+*updates* in the interval (carrying ``_diff`` and ``_ts``), never from whole
+snapshots at every change time. Which views are in the class follows from the
+view's SQL, parsed in the Spark dialect with sqlglot (:func:`classify`):
+
+**linear** -- SELECT / WHERE / scalar expressions / generators over input
+tables, inner and cross joins of any number of inputs (theta conditions
+included), and UNION ALL of such. These are multilinear in their inputs: every
+output row comes from one row of each table occurrence, with the product of
+their multiplicities. So the query is evaluated over *weighted* inputs (each
+row carries ``_ts`` and ``_diff``; an output row gets the greatest ``_ts`` and
+the product of the ``_diff`` of the rows it comes from), and the delta rule
+splits it into one term per table occurrence ``i``::
+
+    term i = occurrences before i: old   (the input at lower - 1, _ts = lower - 1)
+             occurrence i:          delta (the input's updates in [lower, upper))
+             occurrences after i:   new   (old + delta)
+
+Summing the terms counts every combination with at least one update exactly
+once, at the time its last update happened: that is the delta, for any number
+of change times in the interval at once. A term whose delta input has no
+update in the interval is skipped (a join against a static input costs one
+term).
+
+**grouped** -- GROUP BY (any aggregates, HAVING) or SELECT DISTINCT over one
+input. An output row belongs to one group, so only the groups an update
+touched can change. Their input rows are taken at every change time ``t`` of
+the interval (and at ``lower - 1``), tagged ``__t``; the query runs once over
+all of them with ``__t`` added to its grouping; the delta at ``t`` is the
+groups' rows at ``t`` minus their rows at the change time before it.
+
+**full** -- everything else (outer joins, windows, subqueries, ORDER BY or
+LIMIT, global aggregates without GROUP BY, non-deterministic functions,
+Python function views, REFRESH EVERY): the sink evaluates those from
+snapshots. :attr:`Classification.reason` says why.
+
+Errors. Err rows of an input are err rows of the view (as in the full path):
+their updates pass into the delta unchanged. A query that fails on the data
+(SQLSTATE class 22) fails the delta's Spark job; the sink then evaluates that
+interval from snapshots, which turns the failure into the view's err content.
+Input rows with a negative multiplicity (which no timeshard writer produces)
+become err rows in the grouped class as in the full path; the linear class
+carries them as negative multiplicities.
+
+Invariants:
+
+1. ``delta(lower, upper)`` holds updates at times in ``[lower, upper)`` only,
+   and the content at ``lower - 1`` plus the delta's updates up to ``t``
+   equals the full path's desired at ``t``, for every ``t`` in the interval.
+2. A delta reads the inputs' updates in the interval and, for joins and
+   touched groups, their snapshots at ``lower - 1``; nothing else.
+3. The rewritten query keeps the view's column order and types (checked
+   against Spark's analysis of the view before the class is accepted).
+
+Runs on the driver (parsing, planning); the delta is a lazy DataFrame that
+Spark tasks evaluate when the sink writes it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from timeshard.persist._internal.parts import DIFF, TS
+
+Path = Literal["linear", "grouped", "full"]
+
+#: The evaluation time column of the grouped class's rewritten query.
+AT = "__t"
+#: Placeholder table names in rewritten queries: ``__tsv<view>_<input>_<mode>``.
+_MODES = ("old", "delta", "new", "at")
+_NON_DETERMINISTIC = frozenset(
+    {
+        "rand",
+        "random",
+        "randn",
+        "randstr",
+        "uniform",
+        "uuid",
+        "shuffle",
+        "now",
+        "current_timestamp",
+        "current_date",
+        "localtimestamp",
+        "current_time",
+        "unix_timestamp",
+        "monotonically_increasing_id",
+        "spark_partition_id",
+        "input_file_name",
+        "input_file_block_start",
+        "input_file_block_length",
+    }
+)
+_id_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class Classification:
+    """Which path a view takes, and why."""
+
+    path: Path
+    reason: str
+
+    @property
+    def incremental(self) -> bool:
+        return self.path != "full"
+
+
+@dataclass(frozen=True)
+class Term:
+    """One query of a delta: SQL over placeholder tables, and what each one is.
+
+    ``tables`` maps each placeholder name to ``(input alias, mode)``; ``delta_of``
+    is the input whose updates this term needs (the term is empty without them).
+    """
+
+    sql: str
+    tables: Mapping[str, tuple[str, str]]
+    delta_of: str | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A view's incremental plan: the class, and the rewritten queries it runs."""
+
+    classification: Classification
+    terms: tuple[Term, ...] = ()
+    #: grouped: the input, and the SQL (over the input's alias) of each grouping key.
+    grouped_input: str | None = None
+    keys: tuple[str, ...] = ()
+
+
+def full(reason: str) -> Plan:
+    return Plan(Classification("full", reason))
+
+
+def classify(sql: str, schemas: Mapping[str, pa.Schema]) -> Plan:
+    """The plan of a view ``sql`` over inputs named as in ``schemas`` (driver, no job)."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+    from sqlglot.optimizer.qualify import qualify
+
+    try:
+        parsed = sqlglot.parse(sql, dialect="spark")
+    except SqlglotError as e:
+        return full(f"the SQL did not parse in the Spark dialect ({str(e).splitlines()[0]})")
+    if len(parsed) != 1 or parsed[0] is None:
+        return full("the SQL is not one statement")
+    tree = parsed[0]
+    mapping: dict[str, object] = {
+        alias: {n: "STRING" for n in s.names} for alias, s in schemas.items()
+    }
+    try:
+        tree = qualify(
+            tree,
+            schema=mapping,
+            dialect="spark",
+            quote_identifiers=True,
+            validate_qualify_columns=True,
+        )
+    except SqlglotError as e:
+        return full(f"the columns could not be resolved ({str(e).splitlines()[0]})")
+    why = _not_deterministic(tree)
+    if why is not None:
+        return full(why)
+    if isinstance(tree, exp.Select) and (tree.args.get("group") or tree.args.get("distinct")):
+        return _grouped_plan(tree, schemas)
+    leaves = _union_all_leaves(tree)
+    if leaves is None:
+        return full("set operations other than UNION ALL need the full path")
+    for leaf in leaves:
+        why = _not_linear(leaf, schemas)
+        if why is not None:
+            return full(why)
+    view_id = next(_id_counter)
+    terms: list[Term] = []
+    for leaf in leaves:
+        terms.extend(_delta_terms(leaf, view_id))
+    return Plan(Classification("linear", _linear_reason(leaves)), tuple(terms))
+
+
+def _linear_reason(leaves: Sequence[Any]) -> str:
+    joins = sum(len(leaf.args.get("joins") or []) for leaf in leaves)
+    parts = ["select/project/filter"]
+    if joins:
+        parts.append(f"{joins} inner join(s) by the delta rule")
+    if len(leaves) > 1:
+        parts.append(f"UNION ALL of {len(leaves)}")
+    return ", ".join(parts)
+
+
+def _not_deterministic(tree: Any) -> str | None:
+    from sqlglot import exp
+
+    for node in tree.walk():
+        if isinstance(node, exp.Rand | exp.Randn | exp.CurrentTimestamp | exp.CurrentDate):
+            return f"{node.sql(dialect='spark')} is not deterministic"
+        if isinstance(node, exp.Func):
+            name = (node.sql_name() or "").lower()
+            if isinstance(node, exp.Anonymous):
+                name = str(node.name).lower()
+            if name in _NON_DETERMINISTIC:
+                return f"{name}() is not deterministic"
+    return None
+
+
+def _union_all_leaves(tree: Any) -> list[Any] | None:
+    from sqlglot import exp
+
+    if isinstance(tree, exp.Subquery):
+        return _union_all_leaves(tree.this)
+    if isinstance(tree, exp.Union):
+        if tree.args.get("distinct") or tree.args.get("order") or tree.args.get("limit"):
+            return None
+        left, right = _union_all_leaves(tree.left), _union_all_leaves(tree.right)
+        return None if left is None or right is None else left + right
+    if isinstance(tree, exp.Select):
+        return [tree]
+    return None
+
+
+def _common_blockers(select: Any) -> str | None:
+    """Why a SELECT (either class) needs the full path, or None."""
+    from sqlglot import exp
+
+    for arg, what in [
+        ("order", "ORDER BY"),
+        ("limit", "LIMIT"),
+        ("offset", "OFFSET"),
+        ("qualify", "QUALIFY"),
+        ("laterals", "LATERAL VIEW"),
+    ]:
+        if select.args.get(arg):
+            return f"{what} needs the full path"
+    if select.args.get("with"):
+        return "WITH (common table expressions) needs the full path"
+    for node in select.walk():
+        if node is not select and isinstance(node, exp.Select | exp.Subquery):
+            return "subqueries need the full path"
+        if isinstance(node, exp.Window):
+            return "window functions need the full path"
+    return None
+
+
+def _sources(select: Any, schemas: Mapping[str, pa.Schema]) -> tuple[list[Any], str | None]:
+    """The tables a SELECT reads (FROM, then joins), or why they are not plain inputs."""
+    from sqlglot import exp
+
+    from_ = select.args.get("from_")
+    if from_ is None:
+        return [], "a SELECT without FROM needs the full path"
+    tables = [from_.this]
+    for join in select.args.get("joins") or []:
+        side = (join.args.get("side") or "").upper()
+        kind = (join.args.get("kind") or "").upper()
+        if side or kind not in ("", "INNER", "CROSS"):
+            return [], f"{' '.join(w for w in (side, kind) if w)} JOIN needs the full path"
+        tables.append(join.this)
+    for table in tables:
+        if not isinstance(table, exp.Table) or table.args.get("db"):
+            return [], f"{table.sql(dialect='spark')} is not an input of the view"
+        if table.name not in schemas:
+            return [], f"{table.name!r} is not an input of the view"
+    return tables, None
+
+
+def _not_linear(select: Any, schemas: Mapping[str, pa.Schema]) -> str | None:
+    from sqlglot import exp
+
+    why = _common_blockers(select)
+    if why is not None:
+        return why
+    if select.args.get("distinct"):
+        return "DISTINCT in a UNION branch needs the full path"
+    if select.args.get("group") or select.args.get("having"):
+        return "GROUP BY in a UNION branch needs the full path"
+    if any(isinstance(n, exp.AggFunc) for n in select.walk()):
+        return "aggregates without GROUP BY (a global aggregate) need the full path"
+    _, why = _sources(select, schemas)
+    return why
+
+
+def _placeholder(view_id: int, source: str, mode: str) -> str:
+    assert mode in _MODES, mode
+    return f"__tsv{view_id}_{source.encode().hex()}_{mode}"
+
+
+def _delta_terms(select: Any, view_id: int) -> list[Term]:
+    """One term per table occurrence of a linear SELECT (module doc, "linear")."""
+    from sqlglot import exp
+
+    tables = [select.args["from_"].this] + [j.this for j in select.args.get("joins") or []]
+    aliases = [t.alias_or_name for t in tables]
+    ts = [exp.column(TS, table=a, quoted=True) for a in aliases]
+    diffs = [exp.column(DIFF, table=a, quoted=True) for a in aliases]
+    ts_expr: exp.Expression = (
+        ts[0] if len(ts) == 1 else exp.Greatest(this=ts[0], expressions=ts[1:])
+    )
+    diff_expr: exp.Expression = diffs[0]
+    for d in diffs[1:]:
+        diff_expr = exp.Mul(this=diff_expr, expression=d)
+    terms = []
+    for i in range(len(tables)):
+        term = select.copy()
+        term.select(
+            exp.alias_(ts_expr.copy(), TS, quoted=True),
+            exp.alias_(diff_expr.copy(), DIFF, quoted=True),
+            copy=False,
+        )
+        occurrences = [term.args["from_"].this] + [j.this for j in term.args.get("joins") or []]
+        names: dict[str, tuple[str, str]] = {}
+        for j, table in enumerate(occurrences):
+            mode = "old" if j < i else "delta" if j == i else "new"
+            name = _placeholder(view_id, table.name, mode)
+            names[name] = (table.name, mode)
+            _rename(table, name)
+        terms.append(Term(term.sql(dialect="spark"), names, tables[i].name))
+    return terms
+
+
+def _rename(table: Any, name: str) -> None:
+    """Point a table reference at ``name``, keeping the alias its columns use."""
+    from sqlglot import exp
+
+    alias = table.alias_or_name
+    table.set("this", exp.to_identifier(name, quoted=True))
+    table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
+
+
+def _grouped_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
+    from sqlglot import exp
+
+    why = _common_blockers(select)
+    if why is not None:
+        return full(why)
+    tables, why = _sources(select, schemas)
+    if why is not None:
+        return full(why)
+    if len(tables) != 1:
+        return full("GROUP BY or DISTINCT over a join needs the full path")
+    group = select.args.get("group")
+    if group is not None and (
+        group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")
+    ):
+        return full("ROLLUP, CUBE and GROUPING SETS need the full path")
+    table = tables[0]
+    alias, source = table.alias_or_name, table.name
+    at = exp.column(AT, table=alias, quoted=True)
+    rewritten = select.copy()
+    if group is not None:
+        keys = tuple(k.sql(dialect="spark") for k in group.expressions)
+        rewritten.args["group"].append("expressions", at.copy())
+        what = f"GROUP BY {len(keys)} key(s): recompute the touched groups"
+    else:
+        if any(isinstance(n, exp.AggFunc) for n in select.walk()):
+            return full("DISTINCT with aggregates needs the full path")
+        keys = tuple(p.unalias().sql(dialect="spark") for p in select.expressions)
+        what = "DISTINCT: recompute the touched rows"
+    rewritten.select(exp.alias_(at, AT, quoted=True), copy=False)
+    view_id = next(_id_counter)
+    name = _placeholder(view_id, source, "at")
+    _rename(rewritten.args["from_"].this, name)
+    term = Term(rewritten.sql(dialect="spark"), {name: (source, "at")}, source)
+    plan = Plan(Classification("grouped", what), (term,), grouped_input=source, keys=keys)
+    return plan if keys else full("a global aggregate needs the full path")
+
+
+def times_array(times: Sequence[int]) -> Any:
+    """A literal array of ``times`` (no Spark job)."""
+    from pyspark.sql import functions as F
+
+    return F.array(*[F.lit(t).cast("long") for t in times])
+
+
+def next_time(column: Any, times: Sequence[int]) -> Any:
+    """The time after ``column`` in ``times`` (sorted), as an expression (no job)."""
+    from pyspark.sql import functions as F
+
+    out = F.lit(None).cast("long")
+    for before, after in zip(reversed(times[:-1]), reversed(times[1:]), strict=True):
+        out = F.when(column == F.lit(before), F.lit(after).cast("long")).otherwise(out)
+    return out
+
+
+__all__ = [
+    "AT",
+    "Classification",
+    "Plan",
+    "Term",
+    "classify",
+    "next_time",
+    "times_array",
+]
