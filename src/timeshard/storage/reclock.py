@@ -34,13 +34,14 @@ Runs on the driver.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage
-from timeshard.persist import Appended, Listen, PersistClient, Progress, Updates, expire_all
+from timeshard.errors import InvalidUsage, LeaseExpired
+from timeshard.persist import Appended, PersistClient, Updates, expire_all
 from timeshard.persist._internal.parts import TS
 from timeshard.progress import Frontier, Timestamp
 
@@ -62,7 +63,12 @@ def join_frontiers(a: Mapping[str, int], b: Mapping[str, int]) -> SourceFrontier
 
 
 class Remap:
-    """The bindings of one source, kept in and agreed through a remap shard."""
+    """The bindings of one source, kept in and agreed through a remap shard.
+
+    Its own mints are applied where they are made; only bindings another
+    instance minted are read back from the shard (with a listen that lives
+    for that read), so a tick's mint is one compare-and-set.
+    """
 
     def __init__(self, client: PersistClient, shard_id: str) -> None:
         self.shard_id = shard_id
@@ -71,19 +77,16 @@ class Remap:
         self._times: list[Timestamp] = []
         self._frontiers: list[SourceFrontier] = []
         self.upper = Frontier.minimum()
-        self._listen: Listen | None = None
         self.sync()
 
     @property
     def lease_lost(self) -> bool:
         """Whether a handle's lease ran out (the remap must be opened anew)."""
-        handles = (self._listen, self._reader, self._writer)
-        return any(h is not None and h.lease_lost for h in handles)
+        return self._reader.lease_lost or self._writer.lease_lost
 
     def close(self) -> None:
-        """Release the remap shard: its writer, reader and listen expire now."""
-        expire_all([h for h in (self._listen, self._reader, self._writer) if h is not None])
-        self._listen = None
+        """Release the remap shard: its writer and reader expire now."""
+        expire_all([self._reader, self._writer])
 
     # -- reading the shard -------------------------------------------------------------------
 
@@ -92,24 +95,32 @@ class Remap:
         upper = self._writer.fetch_recent_upper()
         if upper == self.upper:
             return
-        if self._listen is None:
+        if self.upper.time == 0:
             since = self._reader.since.time or 0
-            start = since
-            if upper.time is not None and upper.time > start:
-                snap = self._reader.snapshot(start)
-                self._apply_rows(start, snap.to_pylist())
-            self._listen = self._reader.listen(start)
-        while self._listen.frontier < upper:
-            for event in self._listen.next(timeout_s=5):
-                if isinstance(event, Updates):
-                    by_time: dict[int, list[dict[str, object]]] = {}
-                    for row in event.table.to_pylist():
-                        by_time.setdefault(int(row["_ts"]), []).append(row)  # type: ignore[arg-type]
-                    for t in sorted(by_time):
-                        self._apply_rows(t, by_time[t])
-                elif isinstance(event, Progress):
-                    self.upper = event.frontier
+            if upper.time is None or upper.time > since:
+                self._apply_rows(since, self._reader.snapshot(since).to_pylist())
+            as_of = since
+        else:
+            assert self.upper.time is not None, "the remap shard is closed"
+            as_of = self.upper.time - 1
+        self._read_back(as_of, upper)
         self.upper = upper
+
+    def _read_back(self, as_of: Timestamp, upper: Frontier) -> None:
+        """Apply the bindings at times in ``(as_of, upper)`` from the shard."""
+        listen = self._reader.listen(as_of)
+        try:
+            while listen.frontier < upper:
+                for event in listen.next(timeout_s=5):
+                    if isinstance(event, Updates):
+                        by_time: dict[int, list[dict[str, object]]] = {}
+                        for row in event.table.to_pylist():
+                            by_time.setdefault(int(row["_ts"]), []).append(row)  # type: ignore[arg-type]
+                        for t in sorted(by_time):
+                            self._apply_rows(t, by_time[t])
+        finally:
+            with contextlib.suppress(LeaseExpired):
+                listen.expire()
 
     def _apply_rows(self, t: Timestamp, rows: list[dict[str, object]]) -> None:
         current = dict(self._frontiers[-1]) if self._frontiers else {}
@@ -178,8 +189,14 @@ class Remap:
                     updates.append(((p, previous[p]), into_time, -1))
                 updates.append(((p, o), into_time, 1))
         result = self._writer.compare_and_append(updates, lower, into_time + 1)
-        self.sync()
-        return isinstance(result, Appended)
+        if not isinstance(result, Appended) or lower == 0:
+            self.sync()  # the winner's bindings, or the first ones (read as any reader does)
+            return isinstance(result, Appended)
+        if updates:
+            rows = [{"partition": p, "offset": o, "_diff": d} for (p, o), _, d in updates]
+            self._apply_rows(into_time, rows)  # type: ignore[arg-type]
+        self.upper = Frontier(into_time + 1)
+        return True
 
     def downgrade_since(self, since: Timestamp) -> None:
         """Let the remap shard compact bindings below ``since``, and forget them here.

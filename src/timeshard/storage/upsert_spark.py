@@ -43,6 +43,12 @@ the shard upper ``lower``:
 Steps 2-5 are one Spark job (the checkpoint of the new layer); the part
 metadata returns with it. A tick with no commands runs none (:meth:`advance`).
 
+Parts per tick. The tick's commands are partitioned like the layers (``N``
+partitions); a tick writes one part per non-empty partition. While the
+layers are small (:data:`SMALL_STATE_BYTES`), steps 2-5 of every partition run
+in one task (``coalesce(1)``, no shuffle), so the tick writes one part; the
+probe of a large state needs its ``N`` tasks, and then ``N`` parts it is.
+
 Invariants:
 
 1. The output at every time ``t`` is the last value per key among the
@@ -99,6 +105,9 @@ ORDER = "_order"
 DELETE = "_delete"
 UNKEYED = "_unkeyed"
 STATE = "_state"
+#: Below this many bytes of cached layers, a tick runs its join and pass in one
+#: task and writes one part; above, one task and part per partition.
+SMALL_STATE_BYTES = 32 << 20
 
 
 class SparkFeedbackUpsert:
@@ -258,6 +267,8 @@ class SparkFeedbackUpsert:
             rows = self._outputs(
                 self._chain(self._winners(self._keyed(commands, lower, upper), layers))
             )
+            if sum(layer.size for layer in layers) < SMALL_STATE_BYTES:
+                rows = rows.coalesce(1)  # one task probes every partition: one part
             layer_df = rows.mapInArrow(step, self._layer_type()).repartition(
                 self.state.partitions, KEY
             )

@@ -88,7 +88,7 @@ def value_columns(n: int) -> list[str]:
     return [f"_v{i}" for i in range(n)]
 
 
-@dataclass
+@dataclass(eq=False)
 class Layer:
     """A locally checkpointed DataFrame of key states, and the bytes its blocks hold."""
 
@@ -185,7 +185,8 @@ class ArrangedState:
     def content(self) -> Any | None:
         """Every live key's row (keys, values, ``_err``): the shard's content at ``time - 1``.
 
-        None if there are no layers (the content is empty).
+        None if there are no layers (the content is empty). Read it while no
+        merge runs (:meth:`merges_paused`): a merge frees the layers it replaced.
         """
         from pyspark.sql import functions as F
 
@@ -303,12 +304,15 @@ class ArrangedState:
         try:
             yield layers
         finally:
-            with self._lock:
-                self._pins -= 1
-                if self._pins == 0:
-                    retired, self._retired = self._retired, []
-                    for old in retired:
-                        old.release()
+            self._unpin()
+
+    def _unpin(self) -> None:
+        with self._lock:
+            self._pins -= 1
+            if self._pins == 0:
+                retired, self._retired = self._retired, []
+                for old in retired:
+                    old.release()
 
     @contextlib.contextmanager
     def merges_paused(self) -> Iterator[None]:
@@ -350,29 +354,33 @@ class ArrangedState:
         """Merge due layers until none is (a background thread, FAIR pool ``MERGE_POOL``)."""
         self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MERGE_POOL)
         try:
-            while True:
-                with self._lock:
-                    i = None if self._paused else self._next_merge()
-                    older, newer = (
-                        (self.layers[i], self.layers[i + 1]) if i is not None else (None, None)
-                    )
-                    generation = self._generation
-                if i is None or older is None or newer is None:
-                    return
-                with self.pinned():
-                    merged = self._merge(older, newer, into_base=i == 0)
-                with self._lock:
-                    current = self._generation == generation and self.layers[i : i + 2] == [
-                        older,
-                        newer,
-                    ]
-                    if current:
-                        self.layers = [*self.layers[:i], merged, *self.layers[i + 2 :]]
-                        self._retire([older, newer])
-                if not current:
-                    merged.release()
+            while self._merge_once():
+                pass
         except Exception:  # the layers stay as they were: correct, only more of them
             log.exception("a background merge of upsert layers failed")
+
+    def _merge_once(self) -> bool:
+        """Merge the two newest layers if they are due; swap the result in if still current."""
+        with self._lock:
+            i = None if self._paused else self._next_merge()
+            if i is None:
+                return False
+            older, newer = self.layers[i], self.layers[i + 1]
+            generation = self._generation
+            self._pins += 1
+        try:
+            merged = self._merge(older, newer, into_base=i == 0)
+        finally:
+            self._unpin()
+        with self._lock:
+            pair = self.layers[i : i + 2]
+            current = self._generation == generation and pair == [older, newer]
+            if current:
+                self.layers = [*self.layers[:i], merged, *self.layers[i + 2 :]]
+                self._retire([older, newer])
+        if not current:
+            merged.release()
+        return True
 
     def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
         from pyspark.sql import functions as F
