@@ -24,8 +24,12 @@ Definitions:
   Python function, whose ``function`` then names it, ``module:qualname``),
   ``refresh_every_ms``, ``retain_history_ms``, ``holds`` (input shard -> the
   critical since handle the view holds it with, see
-  :mod:`timeshard.persist.holds`) and ``as_of`` (the view's shard equals its
-  query at every time ``>= as_of``; before it, it may hold nothing);
+  :mod:`timeshard.persist.holds`), ``as_of`` (the view's shard equals its
+  query at every time ``>= as_of``; before it, it may hold nothing), and
+  ``path`` (``linear`` | ``grouped`` | ``full``) with ``path_reason``: how
+  the view was maintained when it was installed, and why
+  (:class:`~timeshard.compute.incremental.Classification`). Entries recorded
+  before paths were recorded have neither; readers show them as unknown;
 * ``source``: ``source_kind`` (``key_value`` | ``counter`` | ``auction`` |
   ``tpch`` | ``file``, or ``other`` with ``class``), ``options`` (a FILE
   source's ``name``, ``path``, ``format``, ``columns`` as ``[name, type
@@ -40,7 +44,9 @@ Invariants:
 
 1. Recording is idempotent: an object whose stored definition equals the new
    one is not written (a view's ``as_of`` does not count: reinstalling an
-   unchanged view keeps the time since which it has been correct).
+   unchanged view keeps the time since which it has been correct; a view
+   whose ``path`` or ``path_reason`` alone changed is rewritten with its
+   stored ``as_of``).
 2. Nothing is written when nothing changed -- not even a writer registration.
 3. At every time the collection holds at most one row per ``(name, kind)``.
 4. A read-only view replica records nothing (it writes nothing to consensus);
@@ -67,6 +73,7 @@ from timeshard.persist.holds import view_hold_id
 from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
 
 if TYPE_CHECKING:
+    from timeshard.compute.incremental import Classification
     from timeshard.compute.view import ViewDefinition
 
 CATALOG_SHARD = "timeshard_catalog"
@@ -212,14 +219,26 @@ class Catalog:
 # -- views ---------------------------------------------------------------------------------
 
 
-def view_entry(definition: ViewDefinition, as_of: int) -> CatalogEntry:
-    """The catalog entry of a view installed at ``as_of``."""
+#: View definition fields derived from the definition: a change to them alone is no new view.
+_DERIVED = ("as_of", "path", "path_reason")
+
+
+def view_entry(
+    definition: ViewDefinition, as_of: int, classification: Classification | None = None
+) -> CatalogEntry:
+    """The catalog entry of a view installed at ``as_of``, on ``classification``'s path.
+
+    Without a classification the entry records no path.
+    """
     function = definition.function
     name = None
     if function is not None:
         module = getattr(function, "__module__", None) or "?"
         name = f"{module}:{getattr(function, '__qualname__', type(function).__name__)}"
     inputs = sorted(set(definition.inputs.values()))
+    path: dict[str, str] = {}
+    if classification is not None:
+        path = {"path": classification.path, "path_reason": classification.reason}
     return CatalogEntry(
         definition.name,
         "view",
@@ -231,22 +250,52 @@ def view_entry(definition: ViewDefinition, as_of: int) -> CatalogEntry:
             "retain_history_ms": definition.retain_history_ms,
             "holds": {shard: view_hold_id(definition.name) for shard in inputs},
             "as_of": as_of,
+            **path,
         },
     )
 
 
+def _without(definition: Mapping[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    return {k: v for k, v in definition.items() if k not in keys}
+
+
 def _same_view(old: CatalogEntry, new: CatalogEntry) -> bool:
     """Equal but for ``as_of``: an unchanged view has been correct since its first as_of."""
-
-    def strip(definition: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in definition.items() if k != "as_of"}
-
-    return strip(old.definition) == strip(new.definition)
+    return _without(old.definition, ("as_of",)) == _without(new.definition, ("as_of",))
 
 
-def record_view(client: PersistClient, definition: ViewDefinition, as_of: int) -> int:
-    """Record a view (idempotent); return 1 if the catalog changed."""
-    return Catalog(client).record([view_entry(definition, as_of)], same=_same_view)
+def _stored_view(client: PersistClient, name: str) -> CatalogEntry | None:
+    """The stored entry of view ``name``, None if absent or if it does not decode."""
+    for row in catalog_rows(client):
+        if row.get("name") == name and row.get("kind") == "view":
+            try:
+                return CatalogEntry.from_row(row)
+            except CorruptState:
+                return None
+    return None
+
+
+def record_view(
+    client: PersistClient,
+    definition: ViewDefinition,
+    as_of: int,
+    classification: Classification | None = None,
+) -> int:
+    """Record a view and, if given, its path (idempotent); return 1 if the catalog changed.
+
+    A view whose stored entry differs only in its path keeps its stored
+    ``as_of`` (invariant 1).
+    """
+    entry = view_entry(definition, as_of, classification)
+    stored = _stored_view(client, definition.name)
+    if (
+        stored is not None
+        and isinstance(stored.definition.get("as_of"), int)
+        and _without(stored.definition, _DERIVED) == _without(entry.definition, _DERIVED)
+    ):
+        kept = {**entry.definition, "as_of": stored.definition["as_of"]}
+        entry = CatalogEntry(entry.name, entry.kind, kept)
+    return Catalog(client).record([entry], same=_same_view)
 
 
 # -- sources -------------------------------------------------------------------------------

@@ -1,4 +1,9 @@
-"""``timeshard``: inspect and read shards, and run the demo.
+"""``timeshard``: inspect and read shards, explain views, and run the demo.
+
+The commands live by concept: ``status`` in :mod:`timeshard.cli.status`,
+``explain`` in :mod:`timeshard.cli.explain`, the options they all share in
+:mod:`timeshard.cli.options`; shard admin, SQL, subscribe, verify, run,
+nemesis and demo here.
 
 A location is named either by ``--location DIR`` (the embedded default: a
 blob directory ``DIR/blob`` and SQLite consensus ``DIR/consensus.sqlite``) or
@@ -30,68 +35,35 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from timeshard.cli.spec import DEFAULT_DIR, format_duration
+from timeshard.cli.explain import explain
+from timeshard.cli.options import (
+    DEFAULT_LOCATION,
+    BlobOpt,
+    ConsensusOpt,
+    JsonOpt,
+    LocationOpt,
+    cell,
+    console,
+    err_console,
+    location_from,
+    print_errors,
+    print_json,
+    table_columns,
+)
+from timeshard.cli.spec import DEFAULT_DIR
+from timeshard.cli.status import shard_states, status, status_rows
 from timeshard.errors import InvalidUsage, SinceError, TimeshardError
-from timeshard.location import Location, open_location
 from timeshard.persist import PersistClient, ReadHandle
-from timeshard.persist._internal.state import ShardState
-from timeshard.persist.holds import RETAIN_READER
 from timeshard.progress import Frontier
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 shard_app = typer.Typer(help="Inspect and read shards.", no_args_is_help=True)
 app.add_typer(shard_app, name="shard")
-console = Console()
-err_console = Console(stderr=True)
-
-LocationOpt = Annotated[
-    Path,
-    typer.Option(
-        "--location",
-        "-l",
-        envvar="TIMESHARD_LOCATION",
-        help="Embedded location directory (blob/ + consensus.sqlite).",
-    ),
-]
-BlobOpt = Annotated[str | None, typer.Option("--blob", help="Blob URI (with --consensus).")]
-ConsensusOpt = Annotated[
-    str | None, typer.Option("--consensus", help="Consensus URI (with --blob).")
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-DEFAULT_LOCATION = Path(DEFAULT_DIR)
-
-
-def _location(
-    location: Path, blob: str | None, consensus: str | None, *, create: bool = False
-) -> Location:
-    """The location named by the options; an embedded one must exist unless ``create``."""
-    if (blob is None) != (consensus is None):
-        raise InvalidUsage("--blob and --consensus go together: give both or neither")
-    if blob is not None and consensus is not None:
-        return open_location(blob, consensus)
-    if not create:
-        _check_location(location)
-    return Location.embedded(location)
-
-
-def _check_location(directory: Path) -> None:
-    if not directory.is_dir():
-        raise InvalidUsage(
-            f"location {str(directory)!r} does not exist: give --location DIR, or create "
-            "one with `timeshard demo` or `timeshard run`"
-        )
-    if not (directory / "consensus.sqlite").is_file():
-        raise InvalidUsage(
-            f"{str(directory)!r} is not a timeshard location: it holds no consensus.sqlite"
-        )
-
-
-def _print_json(value: Any) -> None:
-    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+app.command("status")(status)
+app.command("explain")(explain)
 
 
 @shard_app.command("list")
@@ -106,9 +78,9 @@ def shard_list(
     A shard whose state cannot be read is listed with its ``error``; the exit
     code is then 1.
     """
-    client = PersistClient(_location(location, blob, consensus))
+    client = PersistClient(location_from(location, blob, consensus))
     rows: list[dict[str, Any]] = []
-    for shard_id, s in _states(client).items():
+    for shard_id, s in shard_states(client).items():
         if isinstance(s, TimeshardError):
             rows.append({"shard": shard_id, "error": str(s)})
             continue
@@ -126,43 +98,18 @@ def shard_list(
         )
     failed = any(r["error"] for r in rows)
     if as_json:
-        _print_json(rows)
+        print_json(rows)
     else:
         table = Table("shard", "since", "upper", "batches", "rows", "bytes", "seqno")
         for r in rows:
-            cells = [_cell(r.get(c)) for c in table_columns(table)]
+            cells = [cell(r.get(c)) for c in table_columns(table)]
             if r["error"]:
                 cells[1] = "unreadable (below)"
             table.add_row(*(escape(c) for c in cells))
         console.print(table)
-        _print_errors({r["shard"]: r["error"] for r in rows if r["error"]})
+        print_errors({r["shard"]: r["error"] for r in rows if r["error"]})
     if failed:
         raise typer.Exit(1)
-
-
-def _print_errors(errors: dict[str, str]) -> None:
-    """One line per object that could not be read, below a table."""
-    for name, error in errors.items():
-        console.print(f"[red]{escape(name)}:[/red] {escape(error)}", soft_wrap=True)
-
-
-def _states(client: PersistClient) -> dict[str, ShardState | TimeshardError]:
-    """Every shard's state, or the error that reading it raised (CorruptState, ...)."""
-    out: dict[str, ShardState | TimeshardError] = {}
-    for shard_id in client.list_shards():
-        try:
-            out[shard_id] = client.state(shard_id)
-        except TimeshardError as e:
-            out[shard_id] = e
-    return out
-
-
-def _cell(value: object) -> str:
-    return "" if value is None else str(value)
-
-
-def table_columns(table: Table) -> list[str]:
-    return [str(c.header) for c in table.columns]
 
 
 @shard_app.command("inspect")
@@ -174,11 +121,11 @@ def shard_inspect(
     as_json: JsonOpt = False,
 ) -> None:
     """Show a shard's state: schema, frontiers, batches, readers and writers."""
-    state = PersistClient(_location(location, blob, consensus)).state(shard)
+    state = PersistClient(location_from(location, blob, consensus)).state(shard)
     if as_json:
         doc = state.to_json()
         doc["schema"] = str(state.data_schema)
-        _print_json(doc)
+        print_json(doc)
         return
     console.print(
         f"[bold]{shard}[/bold] seqno {state.seqno}  since {state.since}  upper {state.upper}"
@@ -218,7 +165,7 @@ def shard_snapshot(
     as_json: JsonOpt = False,
 ) -> None:
     """Print a shard's contents at a time (pyarrow path, no Spark)."""
-    client = PersistClient(_location(location, blob, consensus))
+    client = PersistClient(location_from(location, blob, consensus))
     reader = client.open_leased_reader(shard)
     try:
         upper = reader.fetch_recent_upper()
@@ -233,7 +180,7 @@ def shard_snapshot(
     finally:
         reader.expire()
     if as_json:
-        _print_json({"shard": shard, "as_of": as_of, "rows": rows[:limit], "total_rows": len(rows)})
+        print_json({"shard": shard, "as_of": as_of, "rows": rows[:limit], "total_rows": len(rows)})
         return
     if not rows:
         console.print(f"{shard} is empty at {as_of}")
@@ -271,7 +218,7 @@ def shard_compact(
     consensus: ConsensusOpt = None,
 ) -> None:
     """Run compaction of a shard to completion."""
-    merges = PersistClient(_location(location, blob, consensus)).compact(shard)
+    merges = PersistClient(location_from(location, blob, consensus)).compact(shard)
     console.print(f"{shard}: {merges} merges applied")
 
 
@@ -284,7 +231,7 @@ def shard_gc(
     as_json: JsonOpt = False,
 ) -> None:
     """Expire stale leases, delete unreferenced blobs and truncate consensus."""
-    report = PersistClient(_location(location, blob, consensus)).gc(shard)
+    report = PersistClient(location_from(location, blob, consensus)).gc(shard)
     doc = {
         "deleted_blobs": report.deleted_blobs,
         "kept_blobs": report.kept_blobs,
@@ -293,160 +240,9 @@ def shard_gc(
         "unrecognized_keys": list(report.unrecognized_keys),
     }
     if as_json:
-        _print_json(doc)
+        print_json(doc)
     else:
         console.print(doc)
-
-
-@app.command("status")
-def status(
-    location: LocationOpt = DEFAULT_LOCATION,
-    blob: BlobOpt = None,
-    consensus: ConsensusOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Every shard's frontiers, lag, retained history and health; views show their
-    deploy generation.
-
-    The lag is wall-clock now minus the write frontier, for shards whose
-    timestamps are wall-clock milliseconds. A source reported ``running`` or
-    ``starting`` shows ``stopped`` once its shard has no writer, and
-    ``unresponsive`` once no writer renewed its lease for three heartbeat
-    intervals. A shard whose state (or, for the status shard, whose content)
-    cannot be read is shown with kind ``unreadable`` and the error; the exit
-    code is then 1.
-    """
-    rows = status_rows(PersistClient(_location(location, blob, consensus)))
-    if as_json:
-        _print_json(rows)
-    else:
-        _print_status(rows)
-    if any(r["kind"] == "unreadable" for r in rows):
-        raise typer.Exit(1)
-
-
-def status_rows(client: PersistClient) -> list[dict[str, Any]]:
-    """The ``status`` row of every shard, at ``client.config``'s clock."""
-    states = _states(client)
-    health = _health(client, states)
-    now = client.config.now_ms()
-    return [
-        _unreadable_row(shard_id, s)
-        if isinstance(s, TimeshardError)
-        else _status_row(client, shard_id, s, health.get(shard_id, {}), now)
-        for shard_id, s in states.items()
-    ]
-
-
-def _health(
-    client: PersistClient, states: dict[str, ShardState | TimeshardError]
-) -> dict[str, dict[str, Any]]:
-    """The latest health row of every object; a damaged status shard joins ``states``."""
-    from timeshard.storage.health import STATUS_SHARD
-
-    if not isinstance(states.get(STATUS_SHARD), ShardState):
-        return {}
-    try:
-        reader = client.open_unleased_reader(STATUS_SHARD)
-        upper = reader.upper().time
-        if not upper:
-            return {}
-        return {r["object"]: r for r in reader.snapshot(upper - 1).to_pylist()}
-    except TimeshardError as e:  # a damaged part: shown in the status shard's row
-        states[STATUS_SHARD] = e
-        return {}
-
-
-def _status_row(
-    client: PersistClient, shard_id: str, s: ShardState, health: dict[str, Any], now: int
-) -> dict[str, Any]:
-    from timeshard.compute.mv_sink import DEPLOY_READER
-
-    deploy = s.critical_readers.get(DEPLOY_READER)
-    retain = s.critical_readers.get(RETAIN_READER)
-    upper = s.upper.time
-    interval = client.config.heartbeat_interval_ms
-    return {
-        "object": shard_id,
-        "kind": "view" if deploy else "shard",
-        "since": s.since.to_json(),
-        "write_frontier": upper,
-        "lag_ms": now - upper if upper is not None and upper > 10**12 else None,
-        "retain_ms": int(retain.opaque) if retain and retain.opaque.isdigit() else None,
-        "generation": int(deploy.opaque) if deploy and deploy.opaque.isdigit() else None,
-        "writers": len(s.writers),
-        "readers": len(s.leased_readers),
-        "status": _liveness(s, health.get("status"), now, interval),
-        "error": health.get("error"),
-    }
-
-
-def _liveness(state: ShardState, status: str | None, now: int, interval_ms: int) -> str | None:
-    """The reported health, unless the process that reported it is gone.
-
-    A live process renews its writers' leases at least every ``interval_ms``.
-    """
-    if status not in ("running", "starting"):
-        return status
-    if not state.writers:
-        return "stopped"
-    silent_ms = now - max(w.last_heartbeat_ms for w in state.writers.values())
-    if interval_ms > 0 and silent_ms > 3 * interval_ms:
-        return f"unresponsive (no heartbeat for {silent_ms // 1000} s)"
-    return status
-
-
-def _print_status(rows: list[dict[str, Any]]) -> None:
-    table = Table(
-        "object",
-        "kind",
-        "since",
-        "write frontier",
-        "lag",
-        "retain",
-        "generation",
-        "writers",
-        "readers",
-        "status",
-        title="timeshard status",
-    )
-    for r in rows:
-        lag_ms = r["lag_ms"]
-        known = r["kind"] != "unreadable"
-        status_text = (r["status"] or "") + (f": {r['error']}" if r["error"] else "")
-        table.add_row(
-            escape(str(r["object"])),
-            str(r["kind"]),
-            str(r["since"]) if known else "",
-            str(r["write_frontier"]) if known else "",
-            "" if lag_ms is None else f"{int(lag_ms) / 1000:.1f} s",
-            "" if r["retain_ms"] is None else format_duration(r["retain_ms"]),
-            str(r["generation"] or ""),
-            _cell(r["writers"]),
-            _cell(r["readers"]),
-            escape(status_text if known else "(below)"),
-        )
-    console.print(table)
-    _print_errors(
-        {r["object"]: f"{r['status']}: {r['error']}" for r in rows if r["kind"] == "unreadable"}
-    )
-
-
-def _unreadable_row(shard_id: str, error: TimeshardError) -> dict[str, Any]:
-    """The ``status`` row of a shard whose state (or health) cannot be read."""
-    return {
-        "object": shard_id,
-        "kind": "unreadable",
-        "since": None,
-        "write_frontier": None,
-        "lag_ms": None,
-        "retain_ms": None,
-        "generation": None,
-        "writers": None,
-        "readers": None,
-        "status": type(error).__name__,
-        "error": str(error),
-    }
 
 
 @app.command("query")
@@ -477,7 +273,7 @@ def query(
     """
     from timeshard.spark import spark_session
 
-    client = PersistClient(_location(location, blob, consensus))
+    client = PersistClient(location_from(location, blob, consensus))
     known = client.list_shards()
     readers = {s: client.open_leased_reader(s) for s in shards_named_in(sql, known)}
     try:
@@ -488,7 +284,7 @@ def query(
         for handle in readers.values():
             handle.expire()
     if as_json:
-        _print_json({"as_of": as_of, "rows": rows})
+        print_json({"as_of": as_of, "rows": rows})
         return
     table = Table(*(rows[0].keys() if rows else ["(no rows)"]), title=f"AS OF {as_of}")
     for row in rows:
@@ -597,7 +393,7 @@ def subscribe(
     from timeshard.persist import Progress, Updates
 
     deadline = time.monotonic() + seconds
-    reader = PersistClient(_location(location, blob, consensus)).open_leased_reader(obj)
+    reader = PersistClient(location_from(location, blob, consensus)).open_leased_reader(obj)
     try:
         if from_ is None:
             from_ = (reader.fetch_recent_upper().time or 1) - 1
@@ -665,10 +461,10 @@ def verify(
         raise InvalidUsage(
             f"give a location directory ({str(location)!r}) or --blob/--consensus, not both"
         )
-    client = PersistClient(_location(location or DEFAULT_LOCATION, blob, consensus))
+    client = PersistClient(location_from(location or DEFAULT_LOCATION, blob, consensus))
     report = verify_location(client, spark=_verify_spark, samples=samples, seed=seed)
     if as_json:
-        _print_json(report.to_json())
+        print_json(report.to_json())
     else:
         render_report(report, console)
     raise typer.Exit(0 if report.ok else 1)
@@ -698,7 +494,7 @@ def run(
     loc = spec.location
     directory = Path(loc.dir or DEFAULT_DIR)
     check_spec(spec, existing=_shards_if_any(directory, loc.blob, loc.consensus))
-    client = PersistClient(_location(directory, loc.blob, loc.consensus, create=True))
+    client = PersistClient(location_from(directory, loc.blob, loc.consensus, create=True))
     spark = spark_session(app_name="timeshard-run", packages=spark_packages(spec))
     pipeline = Pipeline(spark, client, spec)
     deadline = time.monotonic() + seconds
@@ -718,7 +514,7 @@ def _shards_if_any(directory: Path, blob: str | None, consensus: str | None) -> 
     """The shards of a location, without creating an embedded one that does not exist."""
     if blob is None and consensus is None and not (directory / "consensus.sqlite").is_file():
         return []
-    return PersistClient(_location(directory, blob, consensus, create=True)).list_shards()
+    return PersistClient(location_from(directory, blob, consensus, create=True)).list_shards()
 
 
 @app.command("nemesis")
@@ -795,4 +591,4 @@ def main() -> None:
         raise SystemExit(2) from e
 
 
-__all__ = ["app", "main"]
+__all__ = ["DEFAULT_LOCATION", "app", "main", "shards_named_in", "status_rows"]

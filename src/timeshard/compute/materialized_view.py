@@ -112,7 +112,7 @@ class MaterializedView:
                 sink.as_of = held.time
         if not read_only:  # a read-only replica records its definition when promoted
             desired.use_leases()
-            record_view(client, definition, sink.as_of)
+            record_view(client, definition, sink.as_of, desired.plan.classification)
         return MaterializedView(definition, sink, desired, tick_interval_s)
 
     @staticmethod
@@ -175,7 +175,9 @@ class MaterializedView:
     def promote(self) -> None:
         self.sink.promote()
         self.desired.use_leases()
-        record_view(self.sink.client, self.definition, self.sink.as_of)
+        record_view(
+            self.sink.client, self.definition, self.sink.as_of, self.desired.plan.classification
+        )
 
     def frontiers(self) -> SinkFrontiers:
         return self.sink.frontiers()

@@ -1,0 +1,252 @@
+"""``timeshard explain VIEW``: which path a cataloged view takes, why, and what it runs.
+
+A view is maintained on one of three paths (:mod:`timeshard.compute.incremental`):
+
+* ``linear`` -- select/project/filter, inner joins, UNION ALL: the delta over
+  ``[lower, upper)`` is the sum of rewritten *terms*, one per table occurrence;
+* ``grouped`` -- GROUP BY or DISTINCT over one input: one rewritten query
+  recomputes the touched groups at every change time of the interval;
+* ``full`` -- everything else: the view is evaluated from its inputs'
+  snapshots at every change time.
+
+The terms run over *placeholder tables*; each stands for one input in one
+mode (:data:`MODES`). Explain prints the view's SQL, its inputs, the path
+and the reason, and for an incremental view every term with what each of
+its placeholders stands for.
+
+Invariants:
+
+1. Explain classifies exactly as the running view does: it builds the view's
+   :class:`~timeshard.compute.view.SparkViewDesired` from its catalog entry
+   and reads its ``plan`` (parsing plus Spark's analysis of the rewritten
+   queries, which needs a SparkSession but runs no Spark job).
+2. The view is looked up in the catalog before Spark starts: an unknown name
+   is an InvalidUsage naming it and the location's views.
+
+Runs on the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from timeshard.cli.options import (
+    DEFAULT_LOCATION,
+    BlobOpt,
+    ConsensusOpt,
+    JsonOpt,
+    LocationOpt,
+    console,
+    location_from,
+    print_json,
+)
+from timeshard.errors import InvalidUsage
+from timeshard.persist import PersistClient
+
+if TYPE_CHECKING:
+    from timeshard.catalog import CatalogEntry
+    from timeshard.compute.view import ViewDefinition, ViewFunction
+#: What a placeholder table of each mode stands for, given ``{input}`` (alias and shard).
+MODES: Mapping[str, str] = {
+    "old": "{input} as of lower - 1 (its content before the interval), every row at "
+    "_ts = lower - 1",
+    "delta": "the updates of {input} in [lower, upper), each row with its _ts and _diff",
+    "new": "{input} through the interval: old plus delta, each row with its _ts and _diff",
+    "at": "the rows of {input} whose key (group, row, window partition or join key) an "
+    "update in [lower, upper) touched, at lower - 1 and at every change time of the "
+    "interval, each copy tagged with that time in __t",
+}
+#: How the terms of each incremental path make the view's delta.
+COMBINE: Mapping[str, str] = {
+    "linear": "The view's delta over [lower, upper) is the sum of the terms: an output row "
+    "carries the greatest _ts and the product of the _diff of the rows it comes from.",
+    "grouped": "The query runs once over every evaluation time (__t joins the keys); each "
+    "key's rows at __t are inserted at __t and retracted at the next evaluation time.",
+    "full": "At every change time the view is evaluated from its inputs' snapshots.",
+}
+
+
+def explain(
+    view: Annotated[str, typer.Argument(help="The view to explain (its shard id).")],
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show how a view is maintained: its SQL, its inputs, its path (linear, grouped or
+    full) and why, and for an incremental view the rewritten queries its delta runs.
+
+    The view comes from the location's catalog; an unknown name is an error
+    (exit code 2) before Spark starts. The path is computed as the running
+    view computes it, with Spark's analysis (no Spark job).
+    """
+    from timeshard.spark import spark_session
+
+    client = PersistClient(location_from(location, blob, consensus))
+    entry = view_entry_named(client, view)
+    spark = spark_session(app_name="timeshard-explain")
+    doc = explain_view(spark, client, entry)
+    if as_json:
+        print_json(doc)
+    else:
+        render_explain(doc)
+
+
+def view_entry_named(client: PersistClient, name: str) -> CatalogEntry:
+    """The catalog entry of view ``name``; InvalidUsage naming it and the views if absent."""
+    from timeshard.catalog import read_catalog
+
+    views = [e for e in read_catalog(client) if e.kind == "view"]
+    for entry in views:
+        if entry.name == name:
+            return entry
+    known = ", ".join(repr(e.name) for e in views) or "none"
+    shard = " (a shard, not a view)" if name in client.list_shards() else ""
+    raise InvalidUsage(
+        f"no view {name!r}{shard} in the catalog of this location; its views: {known}"
+    )
+
+
+def definition_of(entry: CatalogEntry) -> ViewDefinition:
+    """The view definition a catalog entry records.
+
+    A Python function view records only the function's name; it gets a
+    stand-in that fails if called (classifying never calls it).
+    """
+    from timeshard.compute.view import ViewDefinition
+
+    d = entry.definition
+    function = None if d.get("sql") is not None else _stand_in(entry.name, d.get("function"))
+    return ViewDefinition(
+        entry.name,
+        dict(d["inputs"]),
+        d.get("sql"),
+        function=function,
+        refresh_every_ms=d.get("refresh_every_ms"),
+        retain_history_ms=d.get("retain_history_ms"),
+    )
+
+
+def _stand_in(view: str, name: object) -> ViewFunction:
+    def function(frames: Mapping[str, Any]) -> Any:
+        raise InvalidUsage(f"view {view!r}: its function {name} is not loaded by explain")
+
+    return function
+
+
+def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict[str, Any]:
+    """What ``explain`` shows of a cataloged view, as JSON (see the module doc)."""
+    from timeshard.compute.view import SparkViewDesired
+
+    definition = definition_of(entry)
+    desired = SparkViewDesired(spark, client, definition)
+    try:
+        plan = desired.plan
+    finally:
+        desired.close()
+    inputs = dict(definition.inputs)
+    recorded = entry.definition.get("path")
+    return {
+        "view": entry.name,
+        "sql": definition.sql,
+        "function": entry.definition.get("function"),
+        "refresh_every_ms": definition.refresh_every_ms,
+        "inputs": inputs,
+        "path": plan.classification.path,
+        "reason": plan.classification.reason,
+        "recorded_path": recorded if isinstance(recorded, str) else None,
+        "how": COMBINE[plan.classification.path],
+        "terms": [
+            {
+                "sql": term.sql,
+                "delta_of": term.delta_of,
+                "tables": [
+                    {
+                        "placeholder": name,
+                        "input": alias,
+                        "shard": inputs.get(alias),
+                        "mode": mode,
+                        "stands_for": MODES[mode].format(
+                            input=f"input {alias} (shard {inputs.get(alias)})"
+                        ),
+                    }
+                    for name, (alias, mode) in term.tables.items()
+                ],
+            }
+            for term in plan.terms
+        ],
+    }
+
+
+def render_explain(doc: Mapping[str, Any]) -> None:
+    """Print an :func:`explain_view` document with rich."""
+    console.print(f"[bold]view {escape(doc['view'])}[/bold]")
+    if doc["sql"] is not None:
+        console.print(escape(doc["sql"]), soft_wrap=True, highlight=False)
+    else:
+        console.print(f"Python function {escape(str(doc['function']))}", highlight=False)
+    if doc["refresh_every_ms"] is not None:
+        console.print(f"REFRESH EVERY {doc['refresh_every_ms']} ms", highlight=False)
+    inputs = Table("alias", "shard", title="inputs")
+    for alias, shard in doc["inputs"].items():
+        inputs.add_row(escape(alias), escape(shard))
+    console.print(inputs)
+    console.print(
+        f"path: [bold]{doc['path']}[/bold] -- {escape(doc['reason'])}",
+        soft_wrap=True,
+        highlight=False,
+    )
+    recorded = doc["recorded_path"]
+    if recorded is not None and recorded != doc["path"]:
+        console.print(
+            f"(the catalog records path {escape(recorded)}, from when the view was "
+            "installed; a restart of the view takes the path above)",
+            soft_wrap=True,
+            highlight=False,
+        )
+    console.print(escape(doc["how"]), soft_wrap=True, highlight=False)
+    for i, term in enumerate(doc["terms"], 1):
+        when = f" (runs when {term['delta_of']} has updates)" if term["delta_of"] else ""
+        table = Table(
+            "placeholder",
+            "input",
+            "mode",
+            "stands for",
+            title=escape(f"term {i} of {len(doc['terms'])}{when}"),
+        )
+        for t in term["tables"]:
+            table.add_row(
+                escape(t["placeholder"]),
+                escape(f"{t['input']} ({t['shard']})"),
+                t["mode"],
+                escape(t["stands_for"]),
+            )
+        console.print(table)
+        console.print(escape(_pretty(term["sql"])), soft_wrap=True, highlight=False)
+
+
+def _pretty(sql: str) -> str:
+    """``sql`` laid out on several lines (Spark dialect); as given if it does not parse."""
+    import sqlglot
+    from sqlglot.errors import SqlglotError
+
+    try:
+        return str(sqlglot.transpile(sql, read="spark", write="spark", pretty=True)[0])
+    except SqlglotError:
+        return sql
+
+
+__all__ = [
+    "COMBINE",
+    "MODES",
+    "definition_of",
+    "explain",
+    "explain_view",
+    "render_explain",
+    "view_entry_named",
+]

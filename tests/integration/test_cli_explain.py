@@ -1,0 +1,149 @@
+"""``timeshard explain VIEW`` classifies a cataloged view as the running view does, and
+``timeshard status`` shows the path ``MaterializedView.install`` recorded."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from typer.testing import CliRunner
+
+from timeshard.cli.main import app, main
+from timeshard.compute import MaterializedView, ViewDefinition
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+
+pytestmark = pytest.mark.spark
+ORDERS = pa.schema([("k", pa.string()), ("v", pa.int64())])
+CUSTOMERS = pa.schema([("k", pa.string()), ("name", pa.string())])
+INPUTS = {"o": "orders", "c": "customers"}
+VIEWS = {
+    "v_join": "SELECT o.k, o.v, c.name FROM o JOIN c ON o.k = c.k WHERE o.v > 0",
+    "v_grouped": "SELECT k, count(*) AS n, sum(v) AS total FROM o GROUP BY k",
+    "v_limit": "SELECT k, v FROM o ORDER BY v DESC LIMIT 2",
+    "v_left": "SELECT o.k, c.name FROM o LEFT JOIN c ON o.k = c.k",
+}
+runner = CliRunner()
+
+
+def top_orders(frames: Mapping[str, Any]) -> Any:
+    return frames["o"].where("v > 1")
+
+
+@pytest.fixture(scope="module")
+def location(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Path, dict[str, MaterializedView]]]:
+    """Inputs and the views of VIEWS (plus a Python function view), installed and cataloged."""
+    root = tmp_path_factory.mktemp("explain")
+    client = PersistClient(Location.embedded(root))
+    client.open_writer("orders", ORDERS).append([(("a", 1), 0, 1), (("b", 2), 1, 1)], 0, 2)
+    client.open_writer("customers", CUSTOMERS).append([(("a", "ann"), 0, 1)], 0, 2)
+    definitions = [ViewDefinition(name, INPUTS, sql) for name, sql in VIEWS.items()]
+    definitions.append(ViewDefinition("v_fn", {"o": "orders"}, function=top_orders))
+    views = {d.name: MaterializedView.install(spark, client, d) for d in definitions}
+    yield root, views
+    for view in views.values():
+        view.close()
+
+
+def explain_json(root: Path, view: str) -> dict[str, Any]:
+    out = runner.invoke(app, ["explain", view, "-l", str(root), "--json"])
+    assert out.exit_code == 0, (out.output, out.exception)
+    doc: dict[str, Any] = json.loads(out.output)
+    return doc
+
+
+def test_a_join_is_linear_with_one_term_per_input(
+    location: tuple[Path, dict[str, MaterializedView]],
+) -> None:
+    root, _ = location
+    doc = explain_json(root, "v_join")
+    assert doc["sql"] == VIEWS["v_join"] and doc["inputs"] == INPUTS
+    assert doc["path"] == "linear" and "inner join" in doc["reason"]
+    modes = [sorted((t["input"], t["mode"]) for t in term["tables"]) for term in doc["terms"]]
+    assert modes == [[("c", "new"), ("o", "delta")], [("c", "delta"), ("o", "old")]]
+    assert [term["delta_of"] for term in doc["terms"]] == ["o", "c"]
+    for term in doc["terms"]:
+        for table in term["tables"]:
+            assert table["placeholder"] in term["sql"]
+            assert table["shard"] == INPUTS[table["input"]]
+            assert f"input {table['input']} (shard {table['shard']})" in table["stands_for"]
+
+
+def test_a_group_by_is_grouped(location: tuple[Path, dict[str, MaterializedView]]) -> None:
+    root, _ = location
+    doc = explain_json(root, "v_grouped")
+    assert doc["path"] == "grouped" and "GROUP BY" in doc["reason"]
+    [term] = doc["terms"]
+    assert [(t["input"], t["mode"], t["shard"]) for t in term["tables"]] == [("o", "at", "orders")]
+    assert "__t" in term["sql"] and "__t" in term["tables"][0]["stands_for"]
+
+
+@pytest.mark.parametrize(
+    ("view", "said"),
+    [("v_limit", "ORDER BY"), ("v_fn", "Python function")],
+)
+def test_full_views_say_why(
+    location: tuple[Path, dict[str, MaterializedView]], view: str, said: str
+) -> None:
+    root, _ = location
+    doc = explain_json(root, view)
+    assert doc["path"] == "full" and said in doc["reason"] and doc["terms"] == []
+    if view == "v_fn":
+        assert doc["sql"] is None and doc["function"].endswith(":top_orders")
+
+
+@pytest.mark.parametrize("view", [*VIEWS, "v_fn"])
+def test_explain_and_status_agree_with_the_running_view(
+    location: tuple[Path, dict[str, MaterializedView]], view: str
+) -> None:
+    root, views = location
+    plan = views[view].desired.plan
+    doc = explain_json(root, view)
+    assert (doc["path"], doc["reason"]) == (plan.classification.path, plan.classification.reason)
+    assert [sorted(m for _, m in t.tables.values()) for t in plan.terms] == [
+        sorted(t["mode"] for t in term["tables"]) for term in doc["terms"]
+    ]
+    out = runner.invoke(app, ["status", "-l", str(root), "--json"])
+    assert out.exit_code == 0, out.output
+    [row] = [r for r in json.loads(out.output) if r["object"] == view]
+    assert row["kind"] == "view"
+    assert (row["path"], row["path_reason"]) == (doc["path"], doc["reason"])
+
+
+def test_the_table_names_the_path_and_the_placeholders(
+    location: tuple[Path, dict[str, MaterializedView]],
+) -> None:
+    root, _ = location
+    out = runner.invoke(app, ["explain", "v_join", "-l", str(root)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    text = out.output
+    assert "view v_join" in text and VIEWS["v_join"] in text
+    assert "path: linear" in text and "term 1 of 2 (runs when o has updates)" in text
+    assert "the updates of input o (shard orders) in [lower, upper)" in text
+    out = runner.invoke(app, ["explain", "v_limit", "-l", str(root)], env={"COLUMNS": "200"})
+    assert "path: full -- ORDER BY" in out.output and "term 1" not in out.output
+    out = runner.invoke(app, ["status", "-l", str(root)], env={"COLUMNS": "200"})
+    assert "v_limit is maintained from snapshots (full path): ORDER BY" in out.output
+
+
+def test_an_unknown_view_is_one_line(
+    location: tuple[Path, dict[str, MaterializedView]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    root, _ = location
+    monkeypatch.setattr(sys, "argv", ["timeshard", "explain", "v_nope", "-l", str(root)])
+    with pytest.raises(SystemExit) as e:
+        main()
+    out = capsys.readouterr()
+    assert e.value.code == 2 and out.out == "", out
+    assert out.err.startswith("error: ") and out.err.count("\n") == 1, out.err
+    assert "no view 'v_nope'" in out.err and "'v_join'" in out.err
