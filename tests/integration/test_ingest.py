@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ from pyspark.sql import SparkSession
 
 from timeshard.location import Location
 from timeshard.persist import PersistClient
+from timeshard.spark.jobs import JobCounter
 from timeshard.storage import REMAP_SCHEMA, Remap
 from timeshard.storage.ingest import Ingestion
+from timeshard.storage.reclock import reclock_df
 from timeshard.storage.sources import CounterGenerator, KeyValueGenerator
 
 pytestmark = pytest.mark.spark
@@ -145,3 +148,30 @@ def test_idle_ticks_run_no_spark_job_and_keep_the_arrangement(
         state = client.state(shard)
         assert state.writers == {}, shard
         assert set(state.leased_readers) == ({reader.reader_id} if shard == "kv" else set())
+
+
+def test_reclocking_is_an_expression_no_job_of_its_own(spark: SparkSession) -> None:
+    """Every record gets the first binding beyond it, and the bindings cost no Spark job."""
+    rng = random.Random(5)
+    bindings: list[tuple[int, dict[str, int]]] = []
+    frontier: dict[str, int] = {}
+    for t in range(1, 40):
+        for p in rng.sample(["a", "b", "b/c", "é"], rng.randint(0, 3)):
+            frontier[p] = frontier.get(p, 0) + rng.randint(0, 5)
+        bindings.append((t * 10, dict(frontier)))
+    records = spark.sql(
+        "SELECT element_at(array('a', 'b', 'b/c', 'é', 'z'), CAST(id % 5 + 1 AS INT)) "
+        "AS _partition, id DIV 5 AS _offset FROM range(0, 1000)"
+    )
+    with JobCounter(spark) as planned:
+        timed = reclock_df(spark, records, bindings)
+    with JobCounter(spark) as run:
+        got = {(r["_partition"], r["_offset"]): r["_ts"] for r in timed.collect()}
+    assert planned.count == 0 and run.count == 1, (planned.count, run.count)
+    want = {}
+    for p in ["a", "b", "b/c", "é", "z"]:
+        for o in range(200):
+            t = next((t for t, f in bindings if f.get(p, 0) > o), None)
+            if t is not None:
+                want[(p, o)] = t
+    assert got == want
