@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from timeshard.compute.incremental import AT, Plan, next_time, times_array
+from timeshard.compute.incremental import AT, KeyedSource, Plan, next_time, times_array
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
 
@@ -78,9 +78,9 @@ class SparkDelta:
         if self.plan.classification.path == "linear":
             ok = self._linear(lower, upper, changed)
         else:
-            assert self.plan.grouped_input is not None
-            alias = self.plan.grouped_input
-            ok = self._grouped(alias, lower, upper, sorted(times[alias]))
+            keyed = {s.input for s in self.plan.keyed}
+            changes = sorted({t for a in keyed for t in times[a]})
+            ok = self._grouped(lower, upper, changes) if changes else None
         errs = [self._err_updates(a, lower, upper) for a in sorted(changed)]
         return self._consolidated(ok, errs)
 
@@ -166,38 +166,45 @@ class SparkDelta:
 
     # -- grouped -----------------------------------------------------------------------------
 
-    def _grouped(
-        self, alias: str, lower: Timestamp, upper: Timestamp, changes: Sequence[Timestamp]
-    ) -> Any:
+    def _grouped(self, lower: Timestamp, upper: Timestamp, changes: Sequence[Timestamp]) -> Any:
         from pyspark.sql import functions as F
 
-        names = self._names(alias)
         evaluated = ([lower - 1] if lower > 0 else []) + list(changes)
-        delta = self._ok_updates(alias, lower, upper)
-        keys = self._key_names()
-        touched = self._keyed(delta, alias).select(*[F.col(k).alias(f"{k}t") for k in keys])
-        old = self._keyed(self._old(alias, lower), alias)
-        old = old.join(touched.distinct(), self._key_match(), "left_semi")
         at = times_array(evaluated)
-        rows = (
-            old.select(*names, TS, DIFF)
-            .unionByName(delta)
-            .withColumn(AT, F.explode(at))
-            .where(F.col(TS) <= F.col(AT))
-        )
-        counted = rows.groupBy(*names, AT).agg(F.sum(DIFF).alias(DIFF))
-        present = (
-            counted.where(F.col(DIFF) > 0)
-            .withColumn("__n", F.explode(F.sequence(F.lit(1), F.col(DIFF).cast("int"))))
-            .select(*names, AT)
-        )
-        term = self.plan.terms[0]
-        (name,) = term.tables
-        present.createOrReplaceTempView(name)
+        sources = self.plan.keyed
+        deltas = {s.input: self._ok_updates(s.input, lower, upper) for s in sources}
+        touched = None
+        for s in sources:
+            pairs = zip(self._key_names(s), self._key_names(s, "t"), strict=True)
+            keys = self._keyed(deltas[s.input], s).select(*[F.col(k).alias(t) for k, t in pairs])
+            touched = keys if touched is None else touched.union(keys)
+        assert touched is not None
+        touched = touched.distinct()
+        negatives = []
+        for s in sources:
+            names = self._names(s.input)
+            old = self._keyed(self._old(s.input, lower), s)
+            old = old.join(touched, self._key_match(s), "left_semi")
+            rows = (
+                old.select(*names, TS, DIFF)
+                .unionByName(deltas[s.input])
+                .withColumn(AT, F.explode(at))
+                .where(F.col(TS) <= F.col(AT))
+            )
+            counted = rows.groupBy(*names, AT).agg(F.sum(DIFF).alias(DIFF))
+            present = (
+                counted.where(F.col(DIFF) > 0)
+                .withColumn("__n", F.explode(F.sequence(F.lit(1), F.col(DIFF).cast("int"))))
+                .select(*names, AT)
+            )
+            present.createOrReplaceTempView(s.placeholder)
+            negatives.append(self._negative(counted, s.input, names))
+        (term,) = self.plan.terms
         result = self.spark.sql(term.sql).toDF(*self.data_schema.names, AT)
         result = result.withColumn(ERR, F.lit(None).cast("string")).withColumn(DIFF, F.lit(1))
-        negative = self._negative(counted, alias, names)
-        content = result.unionByName(negative)
+        content = result
+        for negative in negatives:
+            content = content.unionByName(negative)
         last = evaluated[-1]
         inserted = content.where(F.col(AT) >= F.lit(lower)).withColumn(TS, F.col(AT))
         retracted = (
@@ -208,22 +215,24 @@ class SparkDelta:
         cols = [*self.data_schema.names, TS, DIFF, ERR]
         return inserted.select(*cols).unionByName(retracted.select(*cols))
 
-    def _key_names(self) -> list[str]:
-        return [f"__k{i}" for i in range(len(self.plan.keys))]
+    @staticmethod
+    def _key_names(source: KeyedSource, suffix: str = "") -> list[str]:
+        return [f"__k{i}{suffix}" for i in range(len(source.keys))]
 
-    def _keyed(self, frame: Any, alias: str) -> Any:
-        """``frame`` (rows of input ``alias``) with its grouping keys as ``__k<i>``."""
+    def _keyed(self, frame: Any, source: KeyedSource) -> Any:
+        """``frame`` (rows of ``source``'s input) with its keys as ``__k<i>``."""
         from pyspark.sql import functions as F
 
-        keys = [F.expr(k).alias(n) for k, n in zip(self.plan.keys, self._key_names(), strict=True)]
-        return frame.alias(alias).select("*", *keys)
+        names = self._key_names(source)
+        keys = [F.expr(k).alias(n) for k, n in zip(source.keys, names, strict=True)]
+        return frame.alias(source.alias).select("*", *keys)
 
-    def _key_match(self) -> Any:
-        """Old rows' keys ``__k<i>`` equal to the touched keys ``__k<i>t`` (nulls equal)."""
+    def _key_match(self, source: KeyedSource) -> Any:
+        """A source's keys ``__k<i>`` equal to the touched keys ``__k<i>t`` (nulls equal)."""
         from pyspark.sql import functions as F
 
         cond = None
-        for n in self._key_names():
+        for n in self._key_names(source):
             eq = F.col(n).eqNullSafe(F.col(f"{n}t"))
             cond = eq if cond is None else cond & eq
         return cond

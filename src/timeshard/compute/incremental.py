@@ -27,17 +27,21 @@ of change times in the interval at once. A term whose delta input has no
 update in the interval is skipped (a join against a static input costs one
 term).
 
-**grouped** -- GROUP BY (any aggregates, HAVING) or SELECT DISTINCT over one
-input. An output row belongs to one group, so only the groups an update
-touched can change. Their input rows are taken at every change time ``t`` of
-the interval (and at ``lower - 1``), tagged ``__t``; the query runs once over
-all of them with ``__t`` added to its grouping; the delta at ``t`` is the
-groups' rows at ``t`` minus their rows at the change time before it.
+**grouped** -- queries whose every output row belongs to one *key* decided by
+the input rows of that key alone: GROUP BY (any aggregates, HAVING) or SELECT
+DISTINCT over one input, window functions sharing one PARTITION BY, and a
+LEFT, RIGHT or FULL outer join of two inputs on equalities (the key: each
+side's columns in them). Only the keys an update touched can change. Their
+input rows are taken at every change time ``t`` of the interval (and at
+``lower - 1``), tagged ``__t``; the query runs once over all of them with
+``__t`` added to its grouping, window partitions or join condition; the delta
+at ``t`` is the keys' rows at ``t`` minus their rows at the change time before.
 
-**full** -- everything else (outer joins, windows, subqueries, ORDER BY or
-LIMIT, global aggregates without GROUP BY, non-deterministic functions,
-Python function views, REFRESH EVERY): the sink evaluates those from
-snapshots. :attr:`Classification.reason` says why.
+**full** -- everything else (subqueries, ORDER BY or LIMIT, global
+aggregates without GROUP BY, GROUP BY or windows over joins, outer joins of
+three inputs, non-deterministic functions, Python function views, REFRESH
+EVERY): the sink evaluates those from snapshots. :attr:`Classification.reason`
+says why.
 
 Errors. Err rows of an input are err rows of the view (as in the full path):
 their updates pass into the delta unchanged. A query that fails on the data
@@ -129,14 +133,24 @@ class Term:
 
 
 @dataclass(frozen=True)
+class KeyedSource:
+    """A table of a grouped plan: its placeholder, input, alias, and key expressions (SQL
+    over the alias). Its rows of one key decide the output rows of that key alone."""
+
+    placeholder: str
+    input: str
+    alias: str
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Plan:
     """A view's incremental plan: the class, and the rewritten queries it runs."""
 
     classification: Classification
     terms: tuple[Term, ...] = ()
-    #: grouped: the input, and the SQL (over the input's alias) of each grouping key.
-    grouped_input: str | None = None
-    keys: tuple[str, ...] = ()
+    #: grouped: each table the query reads, with its key expressions.
+    keyed: tuple[KeyedSource, ...] = ()
 
 
 def full(reason: str) -> Plan:
@@ -173,8 +187,8 @@ def classify(sql: str, schemas: Mapping[str, pa.Schema]) -> Plan:
     why = _not_deterministic(tree)
     if why is not None:
         return full(why)
-    if isinstance(tree, exp.Select) and (tree.args.get("group") or tree.args.get("distinct")):
-        return _grouped_plan(tree, schemas)
+    if isinstance(tree, exp.Select) and _keyed(tree):
+        return _keyed_plan(tree, schemas)
     leaves = _union_all_leaves(tree)
     if leaves is None:
         return full("set operations other than UNION ALL need the full path")
@@ -187,6 +201,20 @@ def classify(sql: str, schemas: Mapping[str, pa.Schema]) -> Plan:
     for leaf in leaves:
         terms.extend(_delta_terms(leaf, view_id))
     return Plan(Classification("linear", _linear_reason(leaves)), tuple(terms))
+
+
+def _keyed(select: Any) -> bool:
+    """Whether a SELECT is for the keyed recomputation (else it may be linear)."""
+    from sqlglot import exp
+
+    if select.args.get("group") or select.args.get("distinct"):
+        return True
+    if any(isinstance(n, exp.Window) for n in select.walk()):
+        return True
+    return any(
+        (j.args.get("side") or "").upper() in ("LEFT", "RIGHT", "FULL")
+        for j in select.args.get("joins") or []
+    )
 
 
 def _linear_reason(leaves: Sequence[Any]) -> str:
@@ -229,8 +257,8 @@ def _union_all_leaves(tree: Any) -> list[Any] | None:
     return None
 
 
-def _common_blockers(select: Any) -> str | None:
-    """Why a SELECT (either class) needs the full path, or None."""
+def _common_blockers(select: Any, *, windows: bool = False) -> str | None:
+    """Why a SELECT (either class) needs the full path, or None (``windows``: allowed)."""
     from sqlglot import exp
 
     for arg, what in [
@@ -247,13 +275,18 @@ def _common_blockers(select: Any) -> str | None:
     for node in select.walk():
         if node is not select and isinstance(node, exp.Select | exp.Subquery):
             return "subqueries need the full path"
-        if isinstance(node, exp.Window):
+        if isinstance(node, exp.Window) and not windows:
             return "window functions need the full path"
     return None
 
 
-def _sources(select: Any, schemas: Mapping[str, pa.Schema]) -> tuple[list[Any], str | None]:
-    """The tables a SELECT reads (FROM, then joins), or why they are not plain inputs."""
+def _sources(
+    select: Any, schemas: Mapping[str, pa.Schema], *, outer: bool = False
+) -> tuple[list[Any], str | None]:
+    """The tables a SELECT reads (FROM, then joins), or why they are not plain inputs.
+
+    Joins are inner or cross; with ``outer`` also LEFT, RIGHT and FULL (outer).
+    """
     from sqlglot import exp
 
     from_ = select.args.get("from_")
@@ -263,7 +296,8 @@ def _sources(select: Any, schemas: Mapping[str, pa.Schema]) -> tuple[list[Any], 
     for join in select.args.get("joins") or []:
         side = (join.args.get("side") or "").upper()
         kind = (join.args.get("kind") or "").upper()
-        if side or kind not in ("", "INNER", "CROSS"):
+        allowed = ("", "LEFT", "RIGHT", "FULL") if outer else ("",)
+        if side not in allowed or kind not in ("", "INNER", "CROSS", "OUTER"):
             return [], f"{' '.join(w for w in (side, kind) if w)} JOIN needs the full path"
         tables.append(join.this)
     for table in tables:
@@ -337,42 +371,126 @@ def _rename(table: Any, name: str) -> None:
     table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
 
 
-def _grouped_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
+def _keyed_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
+    """GROUP BY, DISTINCT, windows with PARTITION BY over one input, or an outer equi-join.
+
+    Every output row then belongs to one key (a group, a row, a window
+    partition, a join key), whose input rows alone decide it: only the keys an
+    update touched are recomputed.
+    """
     from sqlglot import exp
 
-    why = _common_blockers(select)
+    why = _common_blockers(select, windows=True)
     if why is not None:
         return full(why)
-    tables, why = _sources(select, schemas)
+    tables, why = _sources(select, schemas, outer=True)
     if why is not None:
         return full(why)
-    if len(tables) != 1:
-        return full("GROUP BY or DISTINCT over a join needs the full path")
-    group = select.args.get("group")
-    if group is not None and (
-        group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")
-    ):
-        return full("ROLLUP, CUBE and GROUPING SETS need the full path")
-    table = tables[0]
-    alias, source = table.alias_or_name, table.name
-    at = exp.column(AT, table=alias, quoted=True)
     rewritten = select.copy()
-    if group is not None:
-        keys = tuple(k.sql(dialect="spark") for k in group.expressions)
-        rewritten.args["group"].append("expressions", at.copy())
-        what = f"GROUP BY {len(keys)} key(s): recompute the touched groups"
-    else:
-        if any(isinstance(n, exp.AggFunc) for n in select.walk()):
-            return full("DISTINCT with aggregates needs the full path")
-        keys = tuple(p.unalias().sql(dialect="spark") for p in select.expressions)
-        what = "DISTINCT: recompute the touched rows"
+    occurrences = [rewritten.args["from_"].this] + [
+        j.this for j in rewritten.args.get("joins") or []
+    ]
+    aliases = [t.alias_or_name for t in tables]
+    ats = [exp.column(AT, table=a, quoted=True) for a in aliases]
+    keyed = _keys_and_rewrite(select, rewritten, aliases, ats)
+    if isinstance(keyed, str):
+        return full(keyed)
+    keys, what = keyed
+    at: exp.Expression = ats[0] if len(ats) == 1 else exp.Coalesce(this=ats[0], expressions=ats[1:])
     rewritten.select(exp.alias_(at, AT, quoted=True), copy=False)
     view_id = next(_id_counter)
-    name = _placeholder(view_id, source, "at")
-    _rename(rewritten.args["from_"].this, name)
-    term = Term(rewritten.sql(dialect="spark"), {name: (source, "at")}, source)
-    plan = Plan(Classification("grouped", what), (term,), grouped_input=source, keys=keys)
-    return plan if keys else full("a global aggregate needs the full path")
+    names: dict[str, tuple[str, str]] = {}
+    sources = []
+    for table, occurrence, key in zip(tables, occurrences, keys, strict=True):
+        name = _placeholder(view_id, f"{table.name}.{table.alias_or_name}", "at")
+        names[name] = (table.name, "at")
+        sources.append(KeyedSource(name, table.name, table.alias_or_name, key))
+        _rename(occurrence, name)
+    term = Term(rewritten.sql(dialect="spark"), names, None)
+    return Plan(Classification("grouped", what), (term,), keyed=tuple(sources))
+
+
+def _keys_and_rewrite(
+    select: Any, rewritten: Any, aliases: list[str], ats: list[Any]
+) -> tuple[list[tuple[str, ...]], str] | str:
+    """Each source's key expressions and what is recomputed; ``__t`` joins the keys.
+
+    Returns why not, as a string, when the query has no such key.
+    """
+    from sqlglot import exp
+
+    group = select.args.get("group")
+    windows = [n for n in rewritten.walk() if isinstance(n, exp.Window)]
+    if len(aliases) > 1:
+        if group is not None or select.args.get("distinct") or windows:
+            return "GROUP BY, DISTINCT or windows over a join need the full path"
+        return _join_keys(rewritten, aliases, ats)
+    if group is not None:
+        if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+            return "ROLLUP, CUBE and GROUPING SETS need the full path"
+        if windows:
+            return "windows over GROUP BY need the full path"
+        keys = tuple(k.sql(dialect="spark") for k in group.expressions)
+        if not keys:
+            return "a global aggregate needs the full path"
+        rewritten.args["group"].append("expressions", ats[0].copy())
+        return [keys], f"GROUP BY {len(keys)} key(s): recompute the touched groups"
+    if any(isinstance(n, exp.AggFunc) and not n.find_ancestor(exp.Window) for n in select.walk()):
+        return "aggregates without GROUP BY (a global aggregate) need the full path"
+    if windows:
+        if select.args.get("distinct"):
+            return "DISTINCT over windows needs the full path"
+        partitions = {
+            tuple(sorted(p.sql() for p in w.args.get("partition_by") or [])) for w in windows
+        }
+        if len(partitions) != 1 or not next(iter(partitions)):
+            return "windows need one common PARTITION BY for the incremental path"
+        first = windows[0].args["partition_by"]
+        keys = tuple(p.sql(dialect="spark") for p in first)
+        for w in windows:
+            w.append("partition_by", ats[0].copy())
+        return [keys], f"windows PARTITION BY {len(keys)} key(s): recompute the touched partitions"
+    if select.args.get("distinct"):
+        keys = tuple(p.unalias().sql(dialect="spark") for p in select.expressions)
+        return [keys], "DISTINCT: recompute the touched rows"
+    return "no key to recompute by"
+
+
+def _join_keys(
+    rewritten: Any, aliases: list[str], ats: list[Any]
+) -> tuple[list[tuple[str, ...]], str] | str:
+    """An outer join of two inputs on equalities: each side's key columns, ``__t`` joined."""
+    from sqlglot import exp
+
+    if len(aliases) != 2:
+        return "outer joins of more than two inputs need the full path"
+    (join,) = rewritten.args["joins"]
+    on = join.args.get("on")
+    if on is None:
+        return "an outer join without ON needs the full path"
+    pairs: list[tuple[str, str]] = []
+    for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
+        if not isinstance(conjunct, exp.EQ):
+            continue
+        sides = [_only_table(conjunct.this), _only_table(conjunct.expression)]
+        if sides == aliases:
+            pairs.append((conjunct.this.sql(dialect="spark"), conjunct.expression.sql("spark")))
+        elif sides == aliases[::-1]:
+            pairs.append((conjunct.expression.sql(dialect="spark"), conjunct.this.sql("spark")))
+    if not pairs:
+        return "an outer join needs an equality between its two inputs"
+    join.set("on", exp.and_(on, exp.EQ(this=ats[0].copy(), expression=ats[1].copy())))
+    side = (join.args.get("side") or "").upper()
+    keys = [tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)]
+    return keys, f"{side} OUTER JOIN on {len(pairs)} key(s): recompute the touched join keys"
+
+
+def _only_table(node: Any) -> str | None:
+    """The one table every column of ``node`` names, or None."""
+    from sqlglot import exp
+
+    tables = {c.table for c in node.find_all(exp.Column)}
+    return tables.pop() if len(tables) == 1 else None
 
 
 def times_array(times: Sequence[int]) -> Any:
@@ -395,6 +513,7 @@ def next_time(column: Any, times: Sequence[int]) -> Any:
 __all__ = [
     "AT",
     "Classification",
+    "KeyedSource",
     "Plan",
     "Term",
     "classify",

@@ -239,6 +239,7 @@ class MvSink:
         stage: Callable[[WriteHandle, Any, Description], Any] | None = None,
         retain_history_ms: int | None = None,
         check_every_s: float | None = 300.0,
+        hold_interval_s: float = 5.0,
     ) -> None:
         if generation < 0:
             raise InvalidUsage(f"generation must be non-negative, got {generation}")
@@ -255,6 +256,10 @@ class MvSink:
         self.retain_history_ms = retain_history_ms
         #: How often an incremental sink writes one tick from snapshots (the full check).
         self.check_every_s = check_every_s
+        #: How often the holds on the inputs and the shard move up (each is a CaS).
+        self.hold_interval_s = hold_interval_s
+        self._holds_moved_at: float | None = None
+        self._hold_target: Frontier | None = None
         self.stats = SinkStats()
         #: The last failure of a step (None once a step went through), for health.
         self.last_error: str | None = None
@@ -331,6 +336,8 @@ class MvSink:
         """
         with contextlib.suppress(Exception):
             self._collect_inflight()
+        with contextlib.suppress(Exception):
+            self._move_holds()
         if self._io is not None:
             self._io.close()
         self._forget()
@@ -680,10 +687,25 @@ class MvSink:
         """Let the view shard and the inputs compact up to what the sink still needs.
 
         After a restart the sink reads its inputs at its upper - 1 (and before
-        its first write at ``as_of``): the holds stay there.
+        its first write at ``as_of``): the holds stay there. Moving them costs a
+        compare-and-set per hold, so they move at most every
+        ``hold_interval_s`` (and on close); in between they lag behind, which
+        only keeps more history readable.
         """
         if upper.time is None or upper.time == 0 or self.read_only:
             return
+        self._hold_target = upper
+        now = time.monotonic()
+        if self._holds_moved_at is not None and now - self._holds_moved_at < self.hold_interval_s:
+            return
+        self._holds_moved_at = now
+        self._move_holds()
+
+    def _move_holds(self) -> None:
+        upper = self._hold_target
+        if upper is None or upper.time is None or self.read_only:
+            return
+        self._hold_target = None
         if self._deploy is not None:
             try:
                 self._deploy.downgrade_since(max(upper.time - 1, 0))
