@@ -6,6 +6,7 @@ that what the view must hold at every time is the input's snapshot there.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -194,3 +195,36 @@ def test_retained_history_keeps_old_times_readable() -> None:
     check_every_time(client, upper - 1 - 3, upper)
     with pytest.raises(SinceError):
         client.open_unleased_reader("v").snapshot(upper - 1 - 4)
+
+
+class CountingConsensus(MemoryConsensus):
+    """Counts the compare-and-sets the tick thread makes (background compaction aside)."""
+
+    cas = 0
+    thread = threading.get_ident()
+
+    def compare_and_set(self, key: str, expected: Any, new: Any) -> Any:
+        self.cas += threading.get_ident() == self.thread
+        return super().compare_and_set(key, expected, new)
+
+
+def test_a_tick_commits_one_compare_and_set_and_the_holds_catch_up_on_close() -> None:
+    consensus = CountingConsensus()
+    client = PersistClient(
+        Location(MemoryBlob(), consensus), PersistConfig(backoff_ms=0.0, heartbeat_interval_ms=0)
+    )
+    writer = client.open_writer("inp", SCHEMA)
+    client.open_writer("v", SCHEMA).expire()
+    upper = write(writer, 0, 2)
+    s = sink(client, Identity(client, "inp"), background_io=False, hold_interval_s=3600.0)
+    s.run_until(Frontier(upper))  # the first append moves the holds at once
+    for _ in range(3):
+        upper = write(writer, upper, 1)
+        before = consensus.cas
+        s.run_until(Frontier(upper))
+        assert consensus.cas - before == 1  # the append; the holds wait
+    hold = client.state("inp").critical_readers[view_hold_id("v")]
+    assert hold.since < Frontier(upper - 1)  # lagging, which only keeps more readable
+    s.close()
+    hold = client.state("inp").critical_readers[view_hold_id("v")]
+    assert hold.since == Frontier(upper - 1)
