@@ -65,7 +65,9 @@ class SinceHolds:
         return hold
 
     def remove(self, hold: LaggingHold) -> None:
-        self.holds.remove(hold)
+        """Forget ``hold`` (its holder closed); a no-op if it is gone already."""
+        if hold in self.holds:
+            self.holds.remove(hold)
 
     def step(self) -> None:
         """One tick passed: move the hold that waited longest, if it waited long enough."""

@@ -6,8 +6,8 @@
  layer 0 (cached, N by _key) ── = join, build ──┤
  layer k ...                    on commands ────┤
                                                 v
-                 dedupe per (_key, _ts) ─> lag chain per _key ─> mapInArrow (UpsertPass):
-                                                   part ─> blob, PartMeta ─> accumulator
+                 dedupe per (_key, _ts) ─> lag chain per _key ─> (coalesce(1) if the state is small)
+                       ─> mapInArrow (UpsertPass): part ─> blob, its PartMeta ─> accumulator
                                                    layer rows ─> repartition(N, _key) ─> checkpoint
  driver: Batch(parts) ─> compare_and_append ─> Appended: push the layer (merges in background)
                                              └> Mismatch: delete the parts, free the layer
