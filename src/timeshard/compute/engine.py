@@ -42,6 +42,14 @@ class Engine(Protocol):
 
     def release(self, collection: Any) -> None: ...
 
+    def is_empty(self, collection: Any) -> bool:
+        """Whether ``collection`` has no row (a Spark job for a DataFrame)."""
+        ...
+
+    def retime(self, updates: Any, t: Timestamp) -> Any:
+        """``updates`` with every ``_ts`` set to ``t``."""
+        ...
+
 
 def snapshot_schema(data_schema: pa.Schema) -> pa.Schema:
     full = updates_schema(data_schema)
@@ -84,6 +92,14 @@ class ArrowEngine:
 
     def release(self, collection: pa.Table) -> None:
         return None
+
+    def is_empty(self, collection: pa.Table) -> bool:
+        return bool(collection.num_rows == 0)
+
+    def retime(self, updates: pa.Table, t: Timestamp) -> pa.Table:
+        i = updates.schema.get_field_index(TS)
+        times = pa.repeat(pa.scalar(t, pa.int64()), updates.num_rows)
+        return updates.set_column(i, updates.schema.field(TS), times)
 
 
 class SparkEngine:
@@ -139,6 +155,14 @@ class SparkEngine:
 
     def release(self, collection: Any) -> None:
         collection.unpersist(blocking=False)
+
+    def is_empty(self, collection: Any) -> bool:
+        return bool(collection.isEmpty())
+
+    def retime(self, updates: Any, t: Timestamp) -> Any:
+        from pyspark.sql import functions as F
+
+        return updates.withColumn(TS, F.lit(t).cast("long"))
 
 
 __all__ = ["ArrowEngine", "Engine", "SparkEngine", "snapshot_schema"]

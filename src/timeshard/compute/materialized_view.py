@@ -69,6 +69,7 @@ class MaterializedView:
         generation: int = 0,
         background_io: bool = True,
         tick_interval_s: float = 1.0,
+        check_every_s: float | None = 300.0,
     ) -> MaterializedView:
         check_shard_id(definition.name)
         for shard in definition.inputs.values():
@@ -104,6 +105,7 @@ class MaterializedView:
             input_shards=tuple(definition.inputs.values()),
             background_io=background_io,
             retain_history_ms=definition.retain_history_ms,
+            check_every_s=check_every_s,
         )
         if defaulted and not read_only:
             # The inputs' since may have moved on between choosing as_of and holding it.

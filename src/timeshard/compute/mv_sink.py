@@ -138,6 +138,12 @@ class SinkStats:
     empty_appends: int = 0
     query_errors: int = 0
     failures: int = 0
+    #: Batches written as desired's delta, and full checks run off the tick path
+    #: (``checks``), those that found a difference (``heals``) and failed ones.
+    deltas: int = 0
+    checks: int = 0
+    heals: int = 0
+    check_failures: int = 0
     consensus_writes: int = 0
     last_tick_s: float = 0.0
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -217,6 +223,8 @@ class _Inflight:
     last: Any
     #: Whether the shard is desired at the batch's end once it lands.
     ends_desired: bool
+    #: Whether the batch is desired's delta alone (it continues a chain).
+    is_delta: bool
 
 
 class MvSink:
@@ -270,7 +278,11 @@ class MvSink:
         #: The shard upper after this sink's own append, when the shard's content just
         #: below it is known to be desired there: the next batch may be a delta.
         self._chain: Frontier | None = None
+        #: Bumped whenever a chain of deltas starts anew: a check's heal applies to its own.
+        self._epoch = 0
         self._last_check = time.monotonic()
+        self._check: tuple[Future[Any], int] | None = None
+        self._checker: IoWorker | None = None
         #: A delta failed on the data: the next batch is evaluated time by time.
         self._per_time = False
         self._error_times: set[Timestamp] = set()
@@ -340,6 +352,10 @@ class MvSink:
             self._move_holds()
         if self._io is not None:
             self._io.close()
+        if self._checker is not None:
+            self._checker.close()
+            self._checker = None
+            self._take_heal()
         self._forget()
         if self._writer is not None:
             expire_all([self._writer])
@@ -385,6 +401,7 @@ class MvSink:
         if self._inflight is not None and self._inflight[0].done():
             self._collect_inflight()
         self._observe_upper()
+        self._maybe_start_check()
         desired_upper = self.desired.frontier()
         if not self._delta_ready(self._persist_upper):
             self._fill_buffer(desired_upper)
@@ -408,15 +425,83 @@ class MvSink:
         """Whether the batch starting at ``lower`` may be desired's delta alone.
 
         It may when this sink's own last append ended at ``lower`` and left
-        desired there, no delta failed on the data since, and the full check
-        is not due.
+        desired there, and no delta failed on the data since.
         """
-        if not self.incremental or self._per_time or self._chain != lower:
-            return False
-        due = self.check_every_s is not None and (
-            time.monotonic() - self._last_check >= self.check_every_s
-        )
-        return not due
+        return self.incremental and not self._per_time and self._chain == lower
+
+    # -- the full check, off the tick path ---------------------------------------------------
+
+    def _maybe_start_check(self) -> None:
+        """Every ``check_every_s``, compare desired with the shard at upper - 1 in the background.
+
+        The check runs on its own thread (Spark pool ``check``) while ticks go
+        on. If desired and the shard differ there, the difference (the *heal*)
+        joins the next delta batch, if that batch continues the same chain of
+        deltas: every delta since the check time left the difference as it
+        was, so adding it at the batch's time makes the shard desired.
+        """
+        if (
+            self.check_every_s is None
+            or self.read_only
+            or not self.incremental
+            or self._check is not None
+            or self._inflight is not None
+            or self._chain is None
+            or self._chain != self._persist_upper
+            or time.monotonic() - self._last_check < self.check_every_s
+        ):
+            return
+        assert self._chain.time is not None
+        t = self._chain.time - 1
+        if t < self.as_of:
+            return
+        self._last_check = time.monotonic()
+        if self._checker is None:
+            self._checker = IoWorker(f"mv-sink-check-{self.shard_id}")
+        self._check = (self._checker.submit(lambda: self._full_check(t)), self._epoch)
+
+    def _full_check(self, t: Timestamp) -> Any | None:
+        """Desired minus the shard at ``t`` (checker thread), or None if they are equal.
+
+        A query failing on the data at ``t`` skips the check: the error
+        snapshot is compared by the tick path, time by time.
+        """
+        spark = getattr(self.engine, "spark", None)
+        if spark is not None:
+            spark.sparkContext.setLocalProperty("spark.scheduler.pool", "check")
+        try:
+            desired = self.desired.snapshot(t)
+            shard = self.engine.snapshot(self._readback, t)
+            heal = self.engine.materialize(self.engine.diff_at(desired, shard, t, self.data_schema))
+        except Exception as e:
+            if is_data_error(e):
+                return None
+            raise
+        if self.engine.is_empty(heal):
+            self.engine.release(heal)
+            return None
+        return heal
+
+    def _take_heal(self) -> Any | None:
+        """A finished check's heal for the current chain of deltas, if it found one."""
+        if self._check is None or not self._check[0].done():
+            return None
+        (future, epoch), self._check = self._check, None
+        try:
+            heal = future.result()
+        except Exception as e:
+            self.stats.check_failures += 1
+            log.warning("sink %s: the full check failed (retried later): %s", self.shard_id, e)
+            return None
+        self.stats.checks += 1
+        if heal is None:
+            return None
+        if epoch != self._epoch:  # the chain broke: the batch after it healed anyway
+            self.engine.release(heal)
+            return None
+        self.stats.heals += 1
+        log.warning("sink %s: the full check found the shard differing from desired", self.shard_id)
+        return heal
 
     def run_until(self, frontier: Frontier, timeout_s: float = 300.0) -> None:
         """Step until the shard upper is at least ``frontier`` (or time runs out)."""
@@ -467,6 +552,7 @@ class MvSink:
         self._buffer.clear()
         self._error_times.clear()
         self._chain = None
+        self._epoch += 1
 
     # -- operators ---------------------------------------------------------------------------
 
@@ -553,7 +639,12 @@ class MvSink:
         first = max(lower, self.as_of)
         end = upper if upper is not None else first + 1
         if self._delta_ready(desc.lower):
-            return self.desired.delta(first, end), None, True  # type: ignore[attr-defined]
+            delta = self.desired.delta(first, end)  # type: ignore[attr-defined]
+            heal = self._take_heal()
+            if heal is not None:
+                healed = [self.engine.retime(heal, first), *([] if delta is None else [delta])]
+                delta = self.engine.union(healed, self.data_schema)
+            return delta, None, True
         if self._written is not None and self._written[0] == desc.lower:
             previous = self._written[1]  # what this sink's own last append left there
         elif lower > 0:
@@ -562,7 +653,6 @@ class MvSink:
             previous = self.engine.empty(self.data_schema)
         snap = self._snapshot_at(first)
         updates = [self.engine.diff_at(snap, previous, first, self.data_schema)]
-        self._last_check = time.monotonic()
         if self.incremental and not self._per_time and first not in self._error_times:
             rest = self.desired.delta(first + 1, end) if first + 1 < end else None  # type: ignore[attr-defined]
             if rest is not None:
@@ -623,7 +713,7 @@ class MvSink:
             parts = sum(len(b.parts) for b in batches)
             return _Outcome(result, writer.fetch_recent_upper(), rows, parts)
 
-        inflight = _Inflight(desc, last, ends_desired)
+        inflight = _Inflight(desc, last, ends_desired, is_delta=self._delta_ready(desc.lower))
         if self._io is None:
             self._inflight = (_done(command), inflight)
             self._collect_inflight()
@@ -642,6 +732,7 @@ class MvSink:
         except BaseException:
             self._mint.failed()
             self._chain = None
+            self._epoch += 1
             self._remember_written(None)
             raise
         if outcome.delta_failed is not None:  # a query error on the data: go time by time
@@ -650,16 +741,22 @@ class MvSink:
             self._per_time = True
             self._mint.failed()
             self._chain = None
+            self._epoch += 1
         elif outcome.result is None:  # fenced while staging
             self._mint.failed()
             self._chain = None
+            self._epoch += 1
         elif isinstance(outcome.result, UpperMismatch):
             self.stats.mismatches += 1
             self._chain = None
+            self._epoch += 1
             self._remember_written(None)
         else:
             self._remember_written(None if written.last is None else (desc.upper, written.last))
+            if not written.is_delta:
+                self._epoch += 1  # a new chain (or none) starts from a comparison with persist
             self._chain = desc.upper if written.ends_desired else None
+            self.stats.deltas += written.is_delta
             self._per_time = False
             self.stats.appended += 1
             self.stats.parts_written += outcome.parts
