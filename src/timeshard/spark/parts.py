@@ -153,11 +153,11 @@ def inject_task_faults(source: Callable[[], KeyedFaults | None] | None) -> None:
     _task_faults = source
 
 
-def _current_task_faults() -> KeyedFaults | None:
+def current_task_faults() -> KeyedFaults | None:
     return None if _task_faults is None else _task_faults()
 
 
-def _task_attempt() -> tuple[int, int]:
+def task_attempt() -> tuple[int, int]:
     """(partition, attempt number) of the running Spark task; (0, 0) outside one."""
     from pyspark import TaskContext
 
@@ -239,7 +239,7 @@ def write_parts(
     if root is None:
         return _write_through_driver(conformed, blob, key_prefix, data_schema)
     writer = PartWriter(
-        root, key_prefix, data_schema.serialize().to_pybytes(), _current_task_faults()
+        root, key_prefix, data_schema.serialize().to_pybytes(), current_task_faults()
     )
     # mapInArrow resolves columns by name, which fails for names with dots: rename by
     # position here, and back in the task.
@@ -249,7 +249,7 @@ def write_parts(
             rows = positional.mapInArrow(writer, PART_META_DDL).collect()
     except BaseException:
         with contextlib.suppress(Exception):  # what stays behind is garbage for GC
-            _await_tasks(positional.sparkSession)
+            await_tasks(positional.sparkSession)
             _delete_under(blob, key_prefix)
         raise
     return sorted((part_from_row(r) for r in rows), key=lambda p: p.key)
@@ -287,7 +287,7 @@ def part_from_row(row: Any) -> PartMeta:
     )
 
 
-def _await_tasks(spark: SparkSession, timeout_s: float = 10.0) -> None:
+def await_tasks(spark: SparkSession, timeout_s: float = 10.0) -> None:
     """Wait (a while) until no stage runs: a failed job's other tasks may still be
     writing their parts, and a cleanup before they end would miss those."""
     import time
@@ -316,7 +316,7 @@ class PartWriter:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         data_schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        partition, attempt = _task_attempt()
+        partition, attempt = task_attempt()
         key = f"{self.key_prefix}/part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
         fault = "ok" if self.faults is None else self.faults.draw(f"write:{partition}:{attempt}")
         if self.faults is not None and fault == "determinate":
@@ -492,7 +492,7 @@ def read_parts(
         .option("ignoreMissingFiles", "false")
         .parquet(*uris)
     )
-    faults = _current_task_faults()
+    faults = current_task_faults()
     return df if faults is None else df.mapInArrow(PartReadFaults(faults), df.schema)
 
 
@@ -507,7 +507,7 @@ class PartReadFaults:
     faults: KeyedFaults
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        partition, attempt = _task_attempt()
+        partition, attempt = task_attempt()
         fault = self.faults.draw(f"read:{partition}:{attempt}")
         if fault != "ok":
             self.faults.fail(f"task_read.{fault}", f"a read of parts (partition {partition})")

@@ -50,7 +50,7 @@ from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys
 from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, conform, updates_schema
 from timeshard.persist.config import PersistConfig
-from timeshard.spark.parts import _task_attempt, write_part_file
+from timeshard.spark.parts import task_attempt, write_part_file
 from timeshard.storage.upsert_state import GONE, KEY, value_columns
 
 UPDATES = "_upd"
@@ -74,7 +74,7 @@ class UpsertPass:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         data_schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        partition, attempt = _task_attempt()
+        partition, attempt = task_attempt()
         key = f"{self.key_prefix}/part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
         fault = "ok" if self.faults is None else self.faults.draw(f"write:{partition}:{attempt}")
         if self.faults is not None and fault == "determinate":

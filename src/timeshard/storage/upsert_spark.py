@@ -248,7 +248,7 @@ class SparkFeedbackUpsert:
 
     def _stage(self, commands: Any, lower: int, upper: int) -> tuple[Batch, Layer]:
         """The tick's parts, staged as a batch, and its new layer: one Spark job."""
-        from timeshard.spark.parts import _await_tasks, _current_task_faults, typed_errors
+        from timeshard.spark.parts import await_tasks, current_task_faults, typed_errors
 
         blob = self.client.location.blob
         prefix = f"{self.shard_id}/{self._writer.writer_id}/{uuid.uuid4().hex}"
@@ -260,7 +260,7 @@ class SparkFeedbackUpsert:
             tuple(self.keys),
             tuple(self.values),
             self._parts,
-            _current_task_faults(),
+            current_task_faults(),
         )
         self._parts.value = []
         with self.state.pinned() as layers:
@@ -277,7 +277,7 @@ class SparkFeedbackUpsert:
                     cached = layer_df.localCheckpoint(eager=True)
             except BaseException:
                 with contextlib.suppress(Exception):
-                    _await_tasks(self.spark)
+                    await_tasks(self.spark)
                 delete_batch_files(blob, prefix, self.client.config)
                 raise
         layer = Layer(cached, stored_bytes(cached))
