@@ -116,21 +116,25 @@ class SparkDelta:
         )
 
     def _old(self, alias: str, lower: Timestamp) -> Any:
-        """The input's ok rows at ``lower - 1``, weighted, with ``_ts = lower - 1``."""
+        """The input's ok rows at ``lower - 1``, weighted, with ``_ts = lower - 1``.
+
+        Not consolidated: the rows as stored, so reading them is a scan and no
+        shuffle. Every use is linear in them (a join's product, or the sum per
+        row and time the grouped path takes anyway), so rows that cancel still
+        cancel there.
+        """
         from pyspark.sql import functions as F
 
-        from timeshard.spark.session import arrow_to_spark_schema
-        from timeshard.spark.snapshot import snapshot_df
+        from timeshard.spark.parts import read_parts
 
+        reader = self._reader_of(alias)
         names = self._names(alias)
-        if lower == 0:
-            schema = arrow_to_spark_schema(self._reader_of(alias).schema)
-            empty = self.spark.createDataFrame([], schema)
-            return empty.select(
-                *names, F.lit(0).cast("long").alias(TS), F.lit(0).cast("long").alias(DIFF)
-            )
-        snap = snapshot_df(self.spark, self._reader_of(alias), lower - 1)
-        return snap.where(F.col(ERR).isNull()).select(*names, TS, DIFF)
+        parts = reader.snapshot_parts(lower - 1) if lower > 0 else []
+        rows = read_parts(self.spark, reader.blob, parts, reader.schema)
+        old = F.lit(lower - 1).cast("long")
+        return rows.where((F.col(TS) <= old) & F.col(ERR).isNull()).select(
+            *names, old.alias(TS), DIFF
+        )
 
     # -- linear ------------------------------------------------------------------------------
 
