@@ -61,6 +61,8 @@ class SparkDelta:
         change_times: ChangeTimes,
     ) -> None:
         assert plan.classification.incremental, plan
+        #: A delta from at most this many input updates is written as one part.
+        self.one_part_rows = 200_000
         self.spark = spark
         self.plan = plan
         self.data_schema = data_schema
@@ -82,7 +84,14 @@ class SparkDelta:
             changes = sorted({t for a in keyed for t in times[a]})
             ok = self._grouped(lower, upper, changes) if changes else None
         errs = [self._err_updates(a, lower, upper) for a in sorted(changed)]
-        return self._consolidated(ok, errs)
+        out = self._consolidated(ok, errs)
+        rows = sum(self._rows_in(a, lower, upper) for a in changed)
+        return out.coalesce(1) if rows <= self.one_part_rows else out
+
+    def _rows_in(self, alias: str, lower: Timestamp, upper: Timestamp) -> int:
+        """At most how many updates the input has in the interval (parts' metadata)."""
+        parts = self._reader_of(alias).snapshot_parts(upper - 1)
+        return sum(p.num_rows for p in parts if p.has_update_in(lower, upper) is not False)
 
     # -- inputs ------------------------------------------------------------------------------
 
