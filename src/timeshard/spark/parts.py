@@ -316,18 +316,35 @@ class PartWriter:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         data_schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        partition, attempt = task_attempt()
-        key = f"{self.key_prefix}/part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
-        fault = "ok" if self.faults is None else self.faults.draw(f"write:{partition}:{attempt}")
-        if self.faults is not None and fault == "determinate":
-            self.faults.fail("task_write.determinate", f"the write of part {key!r}")
         schema = updates_schema(data_schema)
         tables = (_conformed(b, schema, data_schema) for b in batches if b.num_rows)
-        part = write_part_file(self.root_uri, key, schema, tables)
-        if self.faults is not None and fault == "indeterminate":
-            self.faults.fail("task_write.indeterminate", f"the write of part {key!r} (written)")
+        _, _, part = write_task_part(self.root_uri, self.key_prefix, schema, tables, self.faults)
         if part is not None:
             yield part_meta_batch([part])
+
+
+def write_task_part(
+    root_uri: str,
+    key_prefix: str,
+    schema: pa.Schema,
+    tables: Iterable[pa.Table],
+    faults: KeyedFaults | None,
+) -> tuple[int, int, PartMeta | None]:
+    """Write this task's ``tables`` as its part under ``key_prefix`` (executors).
+
+    Returns the task's partition, attempt number and part (None if no rows).
+    With ``faults`` the task draws once and may fail before writing, or after
+    (the part exists, the task still fails), as the module doc says.
+    """
+    partition, attempt = task_attempt()
+    key = f"{key_prefix}/part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
+    fault = "ok" if faults is None else faults.draw(f"write:{partition}:{attempt}")
+    if faults is not None and fault == "determinate":
+        faults.fail("task_write.determinate", f"the write of part {key!r}")
+    part = write_part_file(root_uri, key, schema, tables)
+    if faults is not None and fault == "indeterminate":
+        faults.fail("task_write.indeterminate", f"the write of part {key!r} (written)")
+    return partition, attempt, part
 
 
 def _conformed(batch: pa.RecordBatch, schema: pa.Schema, data_schema: pa.Schema) -> pa.Table:

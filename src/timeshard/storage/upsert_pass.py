@@ -38,7 +38,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -50,7 +49,7 @@ from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys
 from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, conform, updates_schema
 from timeshard.persist.config import PersistConfig
-from timeshard.spark.parts import task_attempt, write_part_file
+from timeshard.spark.parts import write_task_part
 from timeshard.storage.upsert_state import GONE, KEY, value_columns
 
 UPDATES = "_upd"
@@ -74,16 +73,12 @@ class UpsertPass:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         data_schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        partition, attempt = task_attempt()
-        key = f"{self.key_prefix}/part-{partition:05d}-{uuid.uuid4().hex[:12]}.parquet"
-        fault = "ok" if self.faults is None else self.faults.draw(f"write:{partition}:{attempt}")
-        if self.faults is not None and fault == "determinate":
-            self.faults.fail("task_write.determinate", f"the write of part {key!r}")
         layer: list[pa.RecordBatch] = []
         updates = self._updates(batches, data_schema, layer)
-        part = write_part_file(self.root_uri, key, updates_schema(data_schema), updates)
-        if self.faults is not None and fault == "indeterminate":
-            self.faults.fail("task_write.indeterminate", f"the write of part {key!r} (written)")
+        schema = updates_schema(data_schema)
+        partition, attempt, part = write_task_part(
+            self.root_uri, self.key_prefix, schema, updates, self.faults
+        )
         entry = (self.key_prefix, partition, attempt, None if part is None else part.to_json())
         self.parts.add([entry])
         yield from layer
