@@ -213,3 +213,19 @@ def test_updates_df_keeps_times_and_duplicates(spark: SparkSession, tmp_path: Pa
 def test_typed_errors_leaves_other_errors_alone(spark: SparkSession) -> None:
     with pytest.raises(AnalysisException), typed_errors():
         spark.sql("SELECT no_such_column").collect()
+
+
+def test_planning_a_read_of_many_parts_runs_no_job(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark lists more than 32 files in a job of its own unless told otherwise."""
+    from timeshard.spark.jobs import JobCounter
+
+    client = PersistClient(Location.embedded(tmp_path))
+    schema = pa.schema([("k", pa.int64())])
+    writer, reader = client.open("s", schema)
+    for t in range(40):
+        writer.append([((t,), t, 1)], t, t + 1)
+    assert len(reader.snapshot_parts(39)) > 32
+    with JobCounter(spark) as jobs:
+        df = snapshot_df(spark, reader, 39)
+    assert jobs.count == 0
+    assert df.count() == 40

@@ -60,6 +60,9 @@ DEFAULT_CONF: dict[str, str] = {
     # Background work (the upsert's layer merges) runs in a pool of its own and
     # shares the cores with the tick's job instead of queueing before it.
     "spark.scheduler.mode": "FAIR",
+    # Reading more than 32 part files listed them in a Spark job of its own; the
+    # driver already knows every part (from the shard state), so list on the driver.
+    "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
 }
 
 
