@@ -675,7 +675,7 @@ class MvSink:
 
     def _write_and_append(self, desc: Description) -> None:
         corrections, last, ends_desired = self._corrections(desc)
-        is_delta = last is None
+        has_delta = last is None  # part of the batch is desired's delta
         writer = self._writer
         assert writer is not None
         assert desc.lower.time is not None
@@ -688,7 +688,7 @@ class MvSink:
                 try:
                     batches = [self._stage(writer, corrections, desc)]
                 except Exception as e:
-                    if is_delta and is_data_error(e):
+                    if has_delta and is_data_error(e):
                         return _Outcome(None, writer.fetch_recent_upper(), delta_failed=str(e))
                     raise
             self._check_fenced()
