@@ -184,7 +184,6 @@ def test_option_flags_pass_only_the_options_set() -> None:
 @pytest.mark.parametrize("seed", range(3))
 def test_deltars_merge_keeps_the_last_value_per_key(seed: int, tmp_path: Path) -> None:
     """The delta-rs peer's MERGE of per-batch latest commands equals the last value per key."""
-    pytest.importorskip("deltalake")
     import pyarrow as pa
 
     peer_deltars: Any = importlib.import_module("peer_deltars")

@@ -24,12 +24,11 @@ def jobs_submitted(spark: Any) -> int:
 
 
 class JobCounter:
-    """Counts the Spark jobs submitted while it is entered.
+    """Counts the Spark jobs submitted while it is entered::
 
-    >>> with JobCounter(spark) as jobs:  # doctest: +SKIP
-    ...     spark.range(10).count()
-    >>> jobs.count  # doctest: +SKIP
-    1
+        with JobCounter(spark) as jobs:
+            spark.range(10).count()
+        assert jobs.count == 1
     """
 
     def __init__(self, spark: Any) -> None:

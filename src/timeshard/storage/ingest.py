@@ -211,9 +211,12 @@ class Ingestion:
         """Release every shard handle now (the writers' compactors stop).
 
         Without it they hold the shards' sinces and old states until their
-        leases run out. The retained history stays held. The ingestion is
-        unusable afterwards.
+        leases run out. The retained history stays held. The holds that lag
+        behind move to where a restart resumes first (a stopped source lets its
+        shards compact up to there). The ingestion is unusable afterwards.
         """
+        with contextlib.suppress(Exception):  # a hold that cannot move only keeps more
+            self.holds.flush()
         self._release()
         self.health.close()
 
