@@ -30,7 +30,6 @@ bytes on disk.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -60,26 +59,14 @@ def run(workload: str, input_dir: Path, out_json: Path, **opts: Any) -> None:
 
 
 def session(driver_memory: str) -> Any:
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-peer-delta")
-        .config("spark.jars.packages", DELTA_PACKAGE)
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-        .config(
-            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-        )
-        .config("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    conf = {
+        "spark.jars.packages": DELTA_PACKAGE,
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+        "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
+    }
+    return report.peer_spark("bench-peer-delta", driver_memory, conf)
 
 
 def spark_schema(workload: str, sub: str) -> Any:
@@ -210,17 +197,9 @@ def create_tables(spark: Any, workload: str, work: Path) -> list[Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", choices=("w1", "w2"), required=True)
-    parser.add_argument("--input", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--interval", type=float, default=1.0)
-    parser.add_argument("--batches", type=int, default=None, help="timed batches (default all)")
-    parser.add_argument("--budget-s", type=float, default=600.0)
-    parser.add_argument("--driver-memory", default="6g")
-    args = parser.parse_args()
+    args = report.peer_arguments(__doc__, ("w1", "w2"))
     manifest = Manifest.load(args.input)
-    last = min(args.batches or len(manifest.batches) - 1, len(manifest.batches) - 1)
+    last = report.last_batch(args.batches, len(manifest.batches))
     spark = session(args.driver_memory)
     result = report.new_result(SYSTEM, args.workload, vars(args) | {"last": last})
     result["versions"] = report.versions("pyspark", "delta-spark") | {"maven": DELTA_PACKAGE}

@@ -25,7 +25,6 @@ threads (no JVM).
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -97,32 +96,14 @@ def live_keys(path: Path) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", choices=("w1",), required=True)
-    parser.add_argument("--input", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--interval", type=float, default=1.0)
-    parser.add_argument("--batches", type=int, default=None, help="timed batches (default all)")
-    parser.add_argument("--budget-s", type=float, default=600.0)
-    parser.add_argument("--driver-memory", default="6g")
-    args = parser.parse_args()
+    args = report.peer_arguments(__doc__, ("w1",))
     manifest = Manifest.load(args.input)
-    last = min(args.batches or len(manifest.batches) - 1, len(manifest.batches) - 1)
+    last = report.last_batch(args.batches, len(manifest.batches))
 
     from deltalake import DeltaTable
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-peer-deltars")
-        .config("spark.driver.memory", args.driver_memory)
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = report.peer_spark("bench-peer-deltars", args.driver_memory)
     result = report.new_result(SYSTEM, args.workload, vars(args) | {"last": last})
     result["versions"] = report.versions("pyspark", "deltalake")
     work = Path(tempfile.mkdtemp(prefix="bench-deltars-"))

@@ -12,7 +12,6 @@ Runs in timeshard's venv (the same PySpark), as a child process::
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -38,30 +37,11 @@ def run(workload: str, input_dir: Path, out_json: Path, **opts: Any) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", choices=("w1", "w2"), required=True)
-    parser.add_argument("--input", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--interval", type=float, default=1.0)
-    parser.add_argument("--batches", type=int, default=None, help="timed batches (default all)")
-    parser.add_argument("--budget-s", type=float, default=600.0)
-    parser.add_argument("--driver-memory", default="6g")
-    args = parser.parse_args()
+    args = report.peer_arguments(__doc__, ("w1", "w2"))
     manifest = Manifest.load(args.input)
-    last = min(args.batches or len(manifest.batches) - 1, len(manifest.batches) - 1)
+    last = report.last_batch(args.batches, len(manifest.batches))
 
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-peer-parquet")
-        .config("spark.driver.memory", args.driver_memory)
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = report.peer_spark("bench-peer-parquet", args.driver_memory)
     result = report.new_result(SYSTEM, args.workload, vars(args) | {"last": last})
     result["versions"] = report.versions("pyspark")
     work = Path(tempfile.mkdtemp(prefix="bench-parquet-"))

@@ -25,7 +25,6 @@ timeshard's venv does not have::
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 import tempfile
@@ -107,34 +106,23 @@ def bounded_inputs(manifest: Manifest, last: int, per_batch: int, dir: Path) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--workload", choices=("w1",), required=True)
-    parser.add_argument("--input", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--commands", type=int, default=20_000, help="total commands, bounded")
-    parser.add_argument("--interval", type=float, default=1.0)
-    parser.add_argument("--batches", type=int, default=None, help="timed batches (default all)")
-    parser.add_argument("--budget-s", type=float, default=170.0)
-    parser.add_argument("--driver-memory", default="6g")
-    args = parser.parse_args()
-    full = Manifest.load(args.input)
-    last = min(args.batches or len(full.batches) - 1, len(full.batches) - 1)
-
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("bench-peer-tws")
-        .config("spark.driver.memory", args.driver_memory)
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-        .config("spark.sql.streaming.numRecentProgressUpdates", "1000")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
+    args = report.peer_arguments(
+        __doc__,
+        ("w1",),
+        budget_s=170.0,
+        more=lambda p: p.add_argument(
+            "--commands", type=int, default=20_000, help="total commands, bounded"
+        ),
     )
-    spark.sparkContext.setLogLevel("ERROR")
+    full = Manifest.load(args.input)
+    last = report.last_batch(args.batches, len(full.batches))
+
+    conf = {
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+        "spark.sql.streaming.numRecentProgressUpdates": "1000",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    spark = report.peer_spark("bench-peer-tws", args.driver_memory, conf)
     result = report.new_result(SYSTEM, args.workload, vars(args) | {"last": last})
     result["versions"] = report.versions("pyspark")
     work = Path(tempfile.mkdtemp(prefix="bench-tws-"))

@@ -630,3 +630,51 @@ def print_goals(goals: Sequence[dict[str, Any]], title: str) -> None:
             g["goal"], g["target"], g["measured"], status, "yes" if g["spec_size"] else "no"
         )
     console.print(table)
+
+
+def peer_arguments(
+    description: str | None,
+    workloads: tuple[str, ...],
+    *,
+    budget_s: float = 600.0,
+    more: Any = None,
+) -> Any:
+    """A peer's command line: the options every peer takes (``more(parser)`` adds its own)."""
+    import argparse
+    from pathlib import Path
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--workload", choices=workloads, required=True)
+    parser.add_argument("--input", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    if more is not None:
+        more(parser)
+    parser.add_argument("--interval", type=float, default=1.0)
+    parser.add_argument("--batches", type=int, default=None, help="timed batches (default all)")
+    parser.add_argument("--budget-s", type=float, default=budget_s)
+    parser.add_argument("--driver-memory", default="6g")
+    return parser.parse_args()
+
+
+def last_batch(batches: int | None, available: int) -> int:
+    """The index of the last timed batch: ``batches`` if given, never past the input's last."""
+    return min(batches or available - 1, available - 1)
+
+
+def peer_spark(app: str, driver_memory: str, conf: dict[str, str] | None = None) -> Any:
+    """A peer's local[2] SparkSession: its app name, driver memory and ``conf``, quiet."""
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
