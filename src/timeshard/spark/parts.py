@@ -287,14 +287,26 @@ def part_from_row(row: Any) -> PartMeta:
     )
 
 
-def await_tasks(spark: SparkSession, timeout_s: float = 10.0) -> None:
-    """Wait (a while) until no stage runs: a failed job's other tasks may still be
-    writing their parts, and a cleanup before they end would miss those."""
+def await_tasks(spark: SparkSession, timeout_s: float = 30.0) -> None:
+    """Wait (a while) until no stage and no task runs: a failed job's other tasks may
+    still be writing their parts, and a cleanup before they end would miss those.
+
+    A failed stage stops being active before its cancelled tasks have ended, so
+    the executors' running tasks are waited for too (other work on the session
+    only makes this wait until ``timeout_s``).
+    """
     import time
 
     tracker = spark.sparkContext.statusTracker()
+    jvm_tracker = spark.sparkContext._jsc.sc().statusTracker()
+
+    def running() -> bool:
+        if tracker.getActiveStageIds():
+            return True
+        return any(e.numRunningTasks() > 0 for e in jvm_tracker.getExecutorInfos())
+
     deadline = time.monotonic() + timeout_s
-    while tracker.getActiveStageIds() and time.monotonic() < deadline:
+    while running() and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
