@@ -24,11 +24,10 @@ def jobs_submitted(spark: Any) -> int:
 
 
 class JobCounter:
-    """Counts the Spark jobs submitted while it is entered::
+    """Counts the Spark jobs submitted while it is entered.
 
-        with JobCounter(spark) as jobs:
-            spark.range(10).count()
-        assert jobs.count == 1
+    Enter it around the work (``with JobCounter(spark) as jobs:``) and read
+    ``jobs.count`` afterwards: one ``spark.range(10).count()`` counts 1.
     """
 
     def __init__(self, spark: Any) -> None:
