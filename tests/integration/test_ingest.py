@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from tests.integration.paced_source import Rounds
 
 from timeshard.location import Location
 from timeshard.persist import PersistClient
@@ -90,29 +91,12 @@ def test_counter_none_envelope_with_retractions(spark: SparkSession, tmp_path: P
         assert +got == want and all(v > 0 for v in got.values()), t
 
 
-class Idle:
-    """A KEY VALUE source that produces a round only when told (``rounds``)."""
-
-    def __init__(self) -> None:
-        self.source = kv()
-        self.rounds = 0
-        self.name = self.source.name
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.source, name)
-
-    def tick(self) -> None:
-        if self.rounds > 0:
-            self.rounds -= 1
-            self.source.tick()
-
-
 def test_idle_ticks_run_no_spark_job_and_keep_the_arrangement(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     client = PersistClient(Location.embedded(tmp_path))
     clock = itertools.count(1)
-    source = Idle()
+    source = Rounds(kv())
     ing = Ingestion(
         spark, client, source, envelope="upsert", key_columns=["key"], clock=lambda: next(clock)
     )

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from tests.integration.paced_source import Rounds
 
 from timeshard.location import Location
 from timeshard.location.consensus import CaSResult, Consensus, VersionedData
@@ -50,23 +51,6 @@ class CountingConsensus:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-
-class Rounds:
-    """A KEY VALUE source that produces a round only when told (``rounds``)."""
-
-    def __init__(self, source: KeyValueGenerator) -> None:
-        self.source = source
-        self.rounds = 0
-        self.name = source.name
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.source, name)
-
-    def tick(self) -> None:
-        if self.rounds > 0:
-            self.rounds -= 1
-            self.source.tick()
 
 
 def ingestion(
