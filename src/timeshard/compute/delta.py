@@ -70,9 +70,11 @@ class SparkDelta:
         self.sources = dict(sources)
         self._reader_of = reader_of
         self._change_times = change_times
+        self._planned: dict[tuple[str, Timestamp, Timestamp], Any] = {}
 
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
         """The view's updates at times in ``[lower, upper)``, or None if no input changed."""
+        self._planned.clear()
         times = {a: self._change_times(a, lower, upper) for a in self.sources}
         changed = {a for a, ts in times.items() if ts}
         if not changed:
@@ -99,11 +101,19 @@ class SparkDelta:
         return list(self._reader_of(alias).schema.names)
 
     def _updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
-        """The input's updates in the interval, consolidated per (data, _ts, _err)."""
+        """The input's updates in the interval, consolidated per (data, _ts, _err).
+
+        Planned once per interval (its ok and err rows both use it): the part
+        list is fetched and checked once, and the two uses share one plan.
+        """
         from timeshard.spark.snapshot import consolidate_df, updates_df
 
-        reader = self._reader_of(alias)
-        return consolidate_df(updates_df(self.spark, reader, lower, upper), self._names(alias))
+        key = (alias, lower, upper)
+        if key not in self._planned:
+            reader = self._reader_of(alias)
+            updates = updates_df(self.spark, reader, lower, upper)
+            self._planned[key] = consolidate_df(updates, self._names(alias))
+        return self._planned[key]
 
     def _ok_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
         from pyspark.sql import functions as F
