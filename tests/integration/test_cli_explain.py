@@ -25,7 +25,8 @@ CUSTOMERS = pa.schema([("k", pa.string()), ("name", pa.string())])
 INPUTS = {"o": "orders", "c": "customers"}
 VIEWS = {
     "v_join": "SELECT o.k, o.v, c.name FROM o JOIN c ON o.k = c.k WHERE o.v > 0",
-    "v_grouped": "SELECT k, count(*) AS n, sum(v) AS total FROM o GROUP BY k",
+    "v_grouped": "SELECT k, count(*) AS n, max(v) AS top FROM o GROUP BY k",
+    "v_state": "SELECT k, count(*) AS n, sum(v) AS total FROM o GROUP BY k",
     "v_limit": "SELECT k, v FROM o ORDER BY v DESC LIMIT 2",
     "v_left": "SELECT o.k, c.name FROM o LEFT JOIN c ON o.k = c.k",
 }
@@ -84,6 +85,22 @@ def test_a_group_by_is_grouped(location: tuple[Path, dict[str, MaterializedView]
     [term] = doc["terms"]
     assert [(t["input"], t["mode"], t["shard"]) for t in term["tables"]] == [("o", "at", "orders")]
     assert "__t" in term["sql"] and "__t" in term["tables"][0]["stands_for"]
+    assert "max() recomputes its touched groups" in doc["reason"]
+
+
+def test_count_and_sum_keep_per_group_state(
+    location: tuple[Path, dict[str, MaterializedView]],
+) -> None:
+    root, _ = location
+    doc = explain_json(root, "v_state")
+    assert doc["path"] == "grouped" and "per-group aggregate state" in doc["reason"]
+    rows, state = doc["terms"]
+    assert [(t["input"], t["mode"], t["shard"]) for t in rows["tables"]] == [
+        ("o", "rows", "orders")
+    ]
+    assert [t["mode"] for t in state["tables"]] == ["state"]
+    assert "__c0" in state["sql"] and "__n" in state["sql"]
+    assert "state" in doc["how"]
 
 
 @pytest.mark.parametrize(
@@ -108,9 +125,11 @@ def test_explain_and_status_agree_with_the_running_view(
     plan = views[view].desired.plan
     doc = explain_json(root, view)
     assert (doc["path"], doc["reason"]) == (plan.classification.path, plan.classification.reason)
-    assert [sorted(m for _, m in t.tables.values()) for t in plan.terms] == [
-        sorted(t["mode"] for t in term["tables"]) for term in doc["terms"]
-    ]
+    modes = [sorted(t["mode"] for t in term["tables"]) for term in doc["terms"]]
+    if plan.aggregate is not None:  # the state's two queries, not the touched groups' term
+        assert modes == [["rows"], ["state"]]
+    else:
+        assert [sorted(m for _, m in t.tables.values()) for t in plan.terms] == modes
     out = runner.invoke(app, ["status", "-l", str(root), "--json"])
     assert out.exit_code == 0, out.output
     [row] = [r for r in json.loads(out.output) if r["object"] == view]

@@ -13,7 +13,9 @@ must equal the query over the inputs' snapshots (the full path,
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,8 @@ A = pa.schema([("k", pa.int64()), ("v", pa.int64())])
 B = pa.schema([("k", pa.int64()), ("w", pa.int64())])
 INPUTS = {"a": "in_a", "b": "in_b"}
 
-#: (template, the path the view must take). ``{n}`` is a drawn small integer.
+#: (template, the path the view must take; "state": grouped, by per-group aggregate state).
+#: ``{n}`` is a drawn small integer.
 QUERIES = [
     ("SELECT k, v * 2 AS w FROM a WHERE v % 3 <> {n}", "linear"),
     ("SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k WHERE a.v >= {n}", "linear"),
@@ -45,7 +48,13 @@ QUERIES = [
         "linear",
     ),
     ("SELECT k, v FROM a WHERE v > {n} UNION ALL SELECT k, w FROM b", "linear"),
-    ("SELECT k, count(*) AS n, sum(v) AS s, avg(v) AS m FROM a GROUP BY k", "grouped"),
+    ("SELECT k, count(*) AS n, sum(v) AS s, avg(v) AS m FROM a GROUP BY k", "state"),
+    (
+        "SELECT v % 3 AS r, count(v) AS c, sum(k) + {n} AS s, avg(k) AS m FROM a "
+        "WHERE k <> {n} GROUP BY v % 3 HAVING sum(v) > {n}",
+        "state",
+    ),
+    ("SELECT k, sum(v) AS s, max(v) AS hi FROM a GROUP BY k", "grouped"),
     (
         "SELECT k, min(v) AS lo, max(v) AS hi FROM a WHERE v <> {n} GROUP BY k HAVING count(*) > 1",
         "grouped",
@@ -153,7 +162,9 @@ def test_incremental_view_equals_the_query_at_every_time(
     replicas = [install(spark, client, history["sql"])]
     holds.append(client.open_leased_reader("v"))
     replicas.append(install(spark, client, history["sql"]))
-    assert replicas[0].desired.plan.classification.path == history["path"]
+    plan = replicas[0].desired.plan
+    assert plan.classification.path == history["path"].replace("state", "grouped")
+    assert (plan.aggregate is not None) == (history["path"] == "state"), plan
     as_of = replicas[0].sink.as_of
     failures = 0
     try:
@@ -197,6 +208,15 @@ def from_scratch(reference: SparkViewDesired, t: int) -> list[dict[str, Any]]:
         return [r.asDict() for r in reference.error_snapshot(t, e).collect()]
 
 
+@contextlib.contextmanager
+def merges_paused(view: MaterializedView) -> Iterator[None]:
+    """No background merge of the view's arrangements runs (their jobs would count)."""
+    with contextlib.ExitStack() as paused:
+        for state in view.desired.arrangements():
+            paused.enter_context(state.merges_paused())
+        yield
+
+
 def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
     """An idle tick runs no job; a delta tick of a GROUP BY view two (the touched keys'
     broadcast and the write), of a join one broadcast per changed input and the write."""
@@ -217,17 +237,17 @@ def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
         view.catch_up()
         view.catch_up()  # the first batch checks desired against the shard
         inputs.append(1, [])
-        with JobCounter(spark) as jobs:
+        with merges_paused(view), JobCounter(spark) as jobs:
             view.catch_up()
         assert jobs.count == 0, sql
         inputs.append(1, [("a", "insert", 1, 9, 0)])
-        with JobCounter(spark) as jobs:
+        with merges_paused(view), JobCounter(spark) as jobs:
             view.catch_up()
         assert 1 <= jobs.count <= 2, (sql, jobs.count)
         assert view.stats.history[-1]["parts"] <= 1, view.stats.history  # a small delta: one part
         # A join whose two inputs both change: one broadcast per changed input, then the write.
         inputs.append(1, [("a", "insert", 2, 9, 0), ("b", "insert", 2, 5, 0)])
-        with JobCounter(spark) as jobs:
+        with merges_paused(view), JobCounter(spark) as jobs:
             view.catch_up()
         assert jobs.count == (3 if "JOIN" in sql else 2), (sql, jobs.count)
         view.close()
@@ -271,3 +291,47 @@ def test_the_full_check_heals_a_wrong_delta_off_the_tick_path(
     )
     reader.expire()
     view.close()
+
+
+def test_a_state_sum_that_overflows_is_the_views_error_until_it_fits_again(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A per-group state that fails on the data (a long overflow, SQLSTATE 22003) while the
+    delta is planned makes that batch go time by time, as the full path has it: the view
+    holds the query's err row while the sum overflows, and its rows again after."""
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs = Inputs(client)
+    sql = f"SELECT k, count(*) AS n, sum(v * {2**62}) AS s FROM a GROUP BY k"  # v = 2: overflow
+    holds = [client.open_leased_reader(s) for s in INPUTS.values()]  # every time stays readable
+    inputs.append(1, [("a", "insert", 1, 1, 0), ("a", "insert", 2, 0, 0)])
+    view = MaterializedView.install(
+        spark, client, ViewDefinition("v", INPUTS, sql), background_io=False, check_every_s=None
+    )
+    holds.append(client.open_leased_reader("v"))
+    try:
+        assert view.desired.plan.aggregate is not None, view.desired.plan
+        view.catch_up()
+        inputs.append(1, [("a", "insert", 1, 1, 0)])  # group 1: 2 * 2**62 overflows
+        view.catch_up()
+        inputs.append(1, [("a", "insert", 2, 0, 0)])  # group 2 changes; group 1 still overflows
+        view.catch_up()
+        inputs.append(1, [("a", "retract", 1, 1, 0)])  # takes back a (1, 1): fits again
+        view.catch_up()
+        for _ in range(2):
+            inputs.append(1, [("a", "insert", 2, 0, 0)])
+            view.catch_up()
+        assert view.stats.failures == 0 and view.stats.query_errors >= 1, view.stats
+        assert view.stats.deltas >= 1, view.stats  # the last batches are deltas again
+        reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
+        names = list(reference.data_schema().names)
+        reader = client.open_leased_reader("v")
+        for t in range(view.sink.as_of, inputs.upper):
+            want = normalized(from_scratch(reference, t), names)
+            assert normalized(reader.snapshot(t).to_pylist(), names) == want, t
+        for t in (1, 2):
+            assert normalized(reader.snapshot(t).to_pylist(), names) == Counter({("err",): 1})
+        reader.expire()
+    finally:
+        view.close()
+        for hold in holds:
+            hold.expire()

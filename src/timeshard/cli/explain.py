@@ -5,7 +5,10 @@ A view is maintained on one of three paths (:mod:`timeshard.compute.incremental`
 * ``linear`` -- select/project/filter, inner joins, UNION ALL: the delta over
   ``[lower, upper)`` is the sum of rewritten *terms*, one per table occurrence;
 * ``grouped`` -- GROUP BY or DISTINCT over one input: one rewritten query
-  recomputes the touched groups at every change time of the interval;
+  recomputes the touched groups at every change time of the interval; or, for
+  GROUP BY with count, sum and avg of integral columns, a per-group state is
+  kept (:mod:`timeshard.compute.aggregate`) and two queries run: one gives
+  each input update's contribution, one the view's rows of a state;
 * ``full`` -- everything else: the view is evaluated from its inputs'
   snapshots at every change time.
 
@@ -60,7 +63,19 @@ MODES: Mapping[str, str] = {
     "at": "the rows of {input} whose key (group, row, window partition or join key) an "
     "update in [lower, upper) touched, at lower - 1 and at every change time of the "
     "interval, each copy tagged with that time in __t",
+    "rows": "the updates of {input} in [lower, upper), each row with its _ts and _diff "
+    "(its rows at lower - 1 when the per-group state is rebuilt)",
+    "state": "per touched group and change time: the group's state (__n rows, __c<j> "
+    "non-null and __s<j> sum of argument j) at _ts with _diff = 1, and the state just "
+    "before with _diff = -1",
 }
+#: How a GROUP BY view kept by per-group state makes its delta.
+STATE_HOW = (
+    "The first query gives each input update's group and arguments; summed per group "
+    "and time and added to the group's cached state (an arrangement), they give the "
+    "group's state at each change time. The second query turns the new and the old "
+    "states into the view's rows, inserted and retracted at that time."
+)
 #: How the terms of each incremental path make the view's delta.
 COMBINE: Mapping[str, str] = {
     "linear": "The view's delta over [lower, upper) is the sum of the terms: an output row "
@@ -160,8 +175,31 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
         "path": plan.classification.path,
         "reason": plan.classification.reason,
         "recorded_path": recorded if isinstance(recorded, str) else None,
-        "how": COMBINE[plan.classification.path],
+        "how": STATE_HOW if plan.aggregate is not None else COMBINE[plan.classification.path],
         "terms": [
+            {
+                "sql": sql,
+                "delta_of": plan.aggregate.input,
+                "tables": [
+                    {
+                        "placeholder": name,
+                        "input": plan.aggregate.input,
+                        "shard": inputs.get(plan.aggregate.input),
+                        "mode": mode,
+                        "stands_for": MODES[mode].format(
+                            input=f"input {plan.aggregate.input} "
+                            f"(shard {inputs.get(plan.aggregate.input)})"
+                        ),
+                    }
+                ],
+            }
+            for sql, name, mode in [
+                (plan.aggregate.contributions, plan.aggregate.rows, "rows"),
+                (plan.aggregate.output, plan.aggregate.state, "state"),
+            ]
+        ]
+        if plan.aggregate is not None
+        else [
             {
                 "sql": term.sql,
                 "delta_of": term.delta_of,

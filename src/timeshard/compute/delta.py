@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from timeshard.compute.aggregate import SparkAggregates
 from timeshard.compute.incremental import AT, KeyedSource, Plan, next_time, times_array
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
@@ -71,6 +72,7 @@ class SparkDelta:
         self._reader_of = reader_of
         self._change_times = change_times
         self._planned: dict[tuple[str, Timestamp, Timestamp], Any] = {}
+        self._aggregates: SparkAggregates | None = None
 
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
         """The view's updates at times in ``[lower, upper)``, or None if no input changed."""
@@ -78,9 +80,19 @@ class SparkDelta:
         times = {a: self._change_times(a, lower, upper) for a in self.sources}
         changed = {a for a, ts in times.items() if ts}
         if not changed:
+            if self._aggregates is not None:
+                self._aggregates.skip(lower, upper)
             return None
         if self.plan.classification.path == "linear":
             ok = self._linear(lower, upper, changed)
+        elif self.plan.aggregate is not None:
+            alias = self.plan.aggregate.input
+            ok = self._aggregated().delta(
+                self._ok_updates(alias, lower, upper),
+                lambda: self._snapshot(alias, lower),
+                lower,
+                upper,
+            )
         else:
             keyed = {s.input for s in self.plan.keyed}
             changes = sorted({t for a in keyed for t in times[a]})
@@ -89,6 +101,34 @@ class SparkDelta:
         out = self._consolidated(ok, errs)
         rows = sum(self._rows_in(a, lower, upper) for a in changed)
         return out.coalesce(1) if rows <= self.one_part_rows else out
+
+    def prepare(self, lower: Timestamp) -> None:
+        """The next delta starts at ``lower``: build the arrangements it reads now."""
+        if self.plan.aggregate is not None:
+            alias = self.plan.aggregate.input
+            self._aggregated().prepare(lower, lambda: self._snapshot(alias, lower))
+
+    def arrangements(self) -> list[Any]:
+        """The arrangements this delta keeps."""
+        return [] if self._aggregates is None else [self._aggregates.state]
+
+    def close(self) -> None:
+        """Free the arrangements."""
+        if self._aggregates is not None:
+            self._aggregates.close()
+            self._aggregates = None
+
+    def _aggregated(self) -> SparkAggregates:
+        """The per-group states of a GROUP BY plan kept by state."""
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        assert self.plan.aggregate is not None
+        if self._aggregates is None:
+            schema = self._reader_of(self.plan.aggregate.input).schema
+            self._aggregates = SparkAggregates(
+                self.spark, self.plan.aggregate, arrow_to_spark_schema(schema)
+            )
+        return self._aggregates
 
     def _rows_in(self, alias: str, lower: Timestamp, upper: Timestamp) -> int:
         """At most how many updates the input has in the interval (parts' metadata)."""
@@ -154,6 +194,19 @@ class SparkDelta:
         return rows.where((F.col(TS) <= old) & F.col(ERR).isNull()).select(
             *names, old.alias(TS), DIFF
         )
+
+    def _snapshot(self, alias: str, lower: Timestamp) -> Any:
+        """The input's ok rows at ``lower - 1``, consolidated: each row once, with its count.
+
+        What a rebuilt state sums: the rows from-scratch evaluation reads, so a
+        long sum overflows in it only where it overflows there too.
+        """
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.snapshot import consolidate_df
+
+        old = self._old(alias, lower).withColumn(ERR, F.lit(None).cast("string"))
+        return consolidate_df(old, self._names(alias)).drop(ERR)
 
     # -- linear ------------------------------------------------------------------------------
 

@@ -36,6 +36,10 @@ input rows are taken at every change time ``t`` of the interval (and at
 ``lower - 1``), tagged ``__t``; the query runs once over all of them with
 ``__t`` added to its grouping, window partitions or join condition; the delta
 at ``t`` is the keys' rows at ``t`` minus their rows at the change time before.
+A GROUP BY whose aggregates are all count, sum and avg of integral columns
+keeps per-group state instead (:mod:`timeshard.compute.aggregate`,
+:attr:`Plan.aggregate`): its tick reads the input's updates and the touched
+groups' cached state, never the input's stored rows.
 
 **full** -- everything else (subqueries, ORDER BY or LIMIT, global
 aggregates without GROUP BY, GROUP BY or windows over joins, outer joins of
@@ -69,11 +73,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import pyarrow as pa
 
+from timeshard.compute.aggregate import AggregatePlan, aggregate_plan
 from timeshard.persist._internal.parts import DIFF, TS
 
 Path = Literal["linear", "grouped", "full"]
@@ -81,7 +86,7 @@ Path = Literal["linear", "grouped", "full"]
 #: The evaluation time column of the grouped class's rewritten query.
 AT = "__t"
 #: Placeholder table names in rewritten queries: ``__tsv<view>_<input>_<mode>``.
-_MODES = ("old", "delta", "new", "at")
+_MODES = ("old", "delta", "new", "at", "rows", "state")
 _NON_DETERMINISTIC = frozenset(
     {
         "rand",
@@ -151,6 +156,8 @@ class Plan:
     terms: tuple[Term, ...] = ()
     #: grouped: each table the query reads, with its key expressions.
     keyed: tuple[KeyedSource, ...] = ()
+    #: grouped by per-group state (count, sum, avg), when the query allows it.
+    aggregate: AggregatePlan | None = None
 
 
 def full(reason: str) -> Plan:
@@ -407,7 +414,26 @@ def _keyed_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
         sources.append(KeyedSource(name, table.name, table.alias_or_name, key))
         _rename(occurrence, name)
     term = Term(rewritten.sql(dialect="spark"), names, None)
-    return Plan(Classification("grouped", what), (term,), keyed=tuple(sources))
+    plan = Plan(Classification("grouped", what), (term,), keyed=tuple(sources))
+    if select.args.get("group") is None or len(tables) != 1:
+        return plan
+    (table,) = tables
+    rows = _placeholder(view_id, table.name, "rows")
+    state = _placeholder(view_id, table.name, "state")
+    aggregate = aggregate_plan(select, table, rows, state)
+    if isinstance(aggregate, str):
+        return without_aggregate(plan, aggregate)
+    reason = f"GROUP BY {aggregate.keys} key(s): per-group aggregate state (count/sum/avg)"
+    return replace(plan, classification=Classification("grouped", reason), aggregate=aggregate)
+
+
+def without_aggregate(plan: Plan, why: str) -> Plan:
+    """A GROUP BY ``plan`` that recomputes its touched groups; ``why`` it keeps no state."""
+    reason = f"{plan.classification.reason} ({why})"
+    if plan.aggregate is not None:
+        keys = plan.aggregate.keys
+        reason = f"GROUP BY {keys} key(s): recompute the touched groups ({why})"
+    return replace(plan, classification=Classification("grouped", reason), aggregate=None)
 
 
 def _keys_and_rewrite(

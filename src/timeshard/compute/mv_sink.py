@@ -202,6 +202,10 @@ class IoWorker:
         self._pool.shutdown(wait=True)
 
 
+class _DeltaFailed(Exception):
+    """Planning desired's delta failed on the data (the message); nothing was written."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Outcome:
     """What the I/O worker did for one description (read on the tick thread)."""
@@ -639,7 +643,7 @@ class MvSink:
         first = max(lower, self.as_of)
         end = upper if upper is not None else first + 1
         if self._delta_ready(desc.lower):
-            delta = self.desired.delta(first, end)  # type: ignore[attr-defined]
+            delta = self._desired_delta(first, end)
             heal = self._take_heal()
             if heal is not None:
                 healed = [self.engine.retime(heal, first), *([] if delta is None else [delta])]
@@ -654,7 +658,11 @@ class MvSink:
         snap = self._snapshot_at(first)
         updates = [self.engine.diff_at(snap, previous, first, self.data_schema)]
         if self.incremental and not self._per_time and first not in self._error_times:
-            rest = self.desired.delta(first + 1, end) if first + 1 < end else None  # type: ignore[attr-defined]
+            if first + 1 < end:
+                rest = self._desired_delta(first + 1, end)
+            else:
+                rest = None
+                self._desired_delta(end, end)  # builds what the next delta reads, writes nothing
             if rest is not None:
                 updates.append(rest)
             last = None if rest is not None else snap
@@ -667,6 +675,24 @@ class MvSink:
         ends_desired = self.incremental and not any(first <= t < end for t in self._error_times)
         return self.engine.union(updates, self.data_schema), previous, ends_desired
 
+    def _desired_delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
+        """Desired's delta; a query error on the data while planning it is :class:`_DeltaFailed`.
+
+        An empty interval (``lower == upper``) prepares the next delta instead.
+
+        Planning may run Spark jobs (an aggregate arrangement's tick), so the
+        data can fail it before the write does.
+        """
+        try:
+            if lower == upper:
+                self.desired.prepare(lower)  # type: ignore[attr-defined]
+                return None
+            return self.desired.delta(lower, upper)  # type: ignore[attr-defined]
+        except Exception as e:
+            if is_data_error(e):
+                raise _DeltaFailed(str(e)) from e
+            raise
+
     def _snapshot_at(self, t: Timestamp) -> Any:
         snap = self._buffer.get(t)
         if snap is None:
@@ -674,7 +700,11 @@ class MvSink:
         return snap
 
     def _write_and_append(self, desc: Description) -> None:
-        corrections, last, ends_desired = self._corrections(desc)
+        try:
+            corrections, last, ends_desired = self._corrections(desc)
+        except _DeltaFailed as e:
+            self._go_time_by_time(str(e))
+            return
         has_delta = last is None  # part of the batch is desired's delta
         writer = self._writer
         assert writer is not None
@@ -735,13 +765,8 @@ class MvSink:
             self._epoch += 1
             self._remember_written(None)
             raise
-        if outcome.delta_failed is not None:  # a query error on the data: go time by time
-            log.info("sink %s: delta failed on the data: %s", self.shard_id, outcome.delta_failed)
-            self.stats.query_errors += 1
-            self._per_time = True
-            self._mint.failed()
-            self._chain = None
-            self._epoch += 1
+        if outcome.delta_failed is not None:
+            self._go_time_by_time(outcome.delta_failed)
         elif outcome.result is None:  # fenced while staging
             self._mint.failed()
             self._chain = None
@@ -772,6 +797,15 @@ class MvSink:
                 }
             )
         self._after_append(outcome.upper)
+
+    def _go_time_by_time(self, message: str) -> None:
+        """A delta failed on the data: evaluate the next batch time by time (nothing appended)."""
+        log.info("sink %s: delta failed on the data: %s", self.shard_id, message)
+        self.stats.query_errors += 1
+        self._per_time = True
+        self._mint.failed()
+        self._chain = None
+        self._epoch += 1
 
     def _remember_written(self, written: tuple[Frontier, Any] | None) -> None:
         old, self._written = self._written, written

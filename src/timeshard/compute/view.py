@@ -40,8 +40,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from timeshard.compute.aggregate import type_problem
 from timeshard.compute.delta import SparkDelta
-from timeshard.compute.incremental import Plan, classify
+from timeshard.compute.incremental import Plan, classify, without_aggregate
 from timeshard.compute.incremental import full as full_plan
 from timeshard.errors import InvalidUsage, LeaseExpired
 from timeshard.persist import ReadHandle, expire_all
@@ -147,7 +148,10 @@ class SparkViewDesired:
                 self._leases[alias] = self.client.open_leased_reader(shard)
 
     def close(self) -> None:
-        """Release the leases (the sink's durable holds are separate)."""
+        """Free the arrangements, release the leases (the sink's durable holds are separate)."""
+        if self._delta is not None:
+            self._delta.close()
+            self._delta = None
         leases, self._leases = list(self._leases.values()), {}
         expire_all(leases)
 
@@ -191,6 +195,9 @@ class SparkViewDesired:
         an incremental view (:attr:`incremental`); see
         :mod:`timeshard.compute.delta`.
         """
+        return self._spark_delta().delta(lower, upper)
+
+    def _spark_delta(self) -> SparkDelta:
         if self._delta is None:
             assert self.incremental, self.plan
             self._delta = SparkDelta(
@@ -201,7 +208,16 @@ class SparkViewDesired:
                 self._parts_reader,
                 lambda alias, lo, hi: self.readers[alias].change_times(lo, hi),
             )
-        return self._delta.delta(lower, upper)
+        return self._delta
+
+    def prepare(self, lower: Timestamp) -> None:
+        """The next delta starts at ``lower``: build what it keeps (arrangements) now."""
+        if self.incremental:
+            self._spark_delta().prepare(lower)
+
+    def arrangements(self) -> list[Any]:
+        """The arrangements its deltas keep (``upsert_state.ArrangedState``)."""
+        return [] if self._delta is None else self._delta.arrangements()
 
     def _parts_reader(self, alias: str) -> Any:
         lease = self._leases.get(alias)
@@ -220,7 +236,22 @@ class SparkViewDesired:
         if not plan.classification.incremental:
             return plan
         why = self._check_terms(plan)
-        return plan if why is None else full_plan(why)
+        if why is not None:
+            return full_plan(why)
+        if plan.aggregate is not None:
+            why = self._check_aggregate(plan)
+            if why is not None:
+                plan = without_aggregate(plan, why)
+        return plan
+
+    def _check_aggregate(self, plan: Plan) -> str | None:
+        """Why the per-group state does not give the view's columns and types (no job)."""
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        assert plan.aggregate is not None
+        want = [f.dataType for f in arrow_to_spark_schema(self.data_schema()).fields]
+        schema = arrow_to_spark_schema(self.readers[plan.aggregate.input].schema)
+        return type_problem(self.spark, plan.aggregate, schema, want)
 
     def _check_terms(self, plan: Plan) -> str | None:
         """Why the rewritten queries do not give the view's columns and types (no job)."""

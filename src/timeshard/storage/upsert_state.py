@@ -54,6 +54,10 @@ Invariants:
    not decode far enough to have a key) are no key's state: the layers leave
    them out, and the upsert keeps them as they are (:func:`unkeyed_error`).
 
+The same type arranges the per-group state of GROUP BY views
+(:mod:`timeshard.compute.aggregate`): there a key is a group, its row the
+group's sums, and a layer is pushed by each view tick (``reset`` rebuilds it).
+
 Runs on the driver; the layers live in Spark's block manager, and building
 one (rehydrate, catch-up, merge) is a Spark job.
 """
@@ -90,14 +94,21 @@ def value_columns(n: int) -> list[str]:
 
 @dataclass(eq=False)
 class Layer:
-    """A locally checkpointed DataFrame of key states, and the bytes its blocks hold."""
+    """A locally checkpointed DataFrame of key states, and the bytes its blocks hold.
+
+    ``blocks`` is the checkpointed DataFrame whose cached blocks hold the
+    layer, when ``df`` is a filter or projection of it (that keeps its
+    partitioning); by default ``df`` itself.
+    """
 
     df: Any
     size: int
+    blocks: Any = None
 
     def release(self) -> None:
         """Free the checkpointed blocks now rather than at the next JVM GC."""
-        self.df._jdf.queryExecution().logical().rdd().unpersist(False)
+        cached = self.df if self.blocks is None else self.blocks
+        cached._jdf.queryExecution().logical().rdd().unpersist(False)
 
 
 def checkpointed(df: Any) -> Layer:
@@ -279,6 +290,14 @@ class ArrangedState:
             self.layers = [*self.layers, layer]
             self.time = new_time
         self._start_merges()
+
+    def reset(self, layers: list[Layer], time: int) -> None:
+        """Replace every layer by ``layers``, the content at ``time - 1``."""
+        with self._lock:
+            self._generation += 1
+            self._retire(self.layers)
+            self.layers = list(layers)
+            self.time = time
 
     def advance(self, new_time: int) -> None:
         """Nothing changed in ``[time, new_time)``: the content is the one at ``new_time - 1``."""

@@ -1,0 +1,458 @@
+"""Per-group aggregate arrangements: GROUP BY views with count, sum and avg, kept as state.
+
+A GROUP BY view over one input whose aggregates are all ``count(*)``,
+``count(x)``, ``sum(x)`` and ``avg(x)`` of integral ``x`` is a function of a
+few numbers per group, each a sum over the group's rows weighted by ``_diff``:
+
+* ``__n``: the group's row count;
+* ``__c<j>``: how many of its rows have a non-null ``j``-th argument;
+* ``__s<j>``: the sum of the ``j``-th argument over those rows (kept only for
+  arguments of sum and avg).
+
+Because these are sums, a group's state at time ``t`` is its state at
+``lower - 1`` plus the sums of its input's updates up to ``t``. The states are
+an arrangement of the UPSERT's type (:class:`~timeshard.storage.upsert_state.ArrangedState`:
+layers of key states cached in Spark, hash-partitioned by the group key,
+newest layer wins), so a tick costs in proportion to the groups it touches,
+not to the input::
+
+  input updates in [lower, upper) ─> WHERE, weights ─> per (group, _ts) ─┐ (shuffle by group)
+  arrangement: group -> state at lower - 1 ─────────────── (join) ────────┤ (no shuffle)
+                                                                          v
+        running state per (group, _ts), and the state before it   (checkpointed: job 1)
+          │                                        │
+          └─> the group's last state: a new layer  └─> the view's rows of both states:
+              pushed to the arrangement               +1 at _ts for the new, -1 for the old
+                                                      (the sink's write: job 2)
+
+The view's rows come from the rewritten query (``output``): the SELECT list
+and HAVING with each aggregate replaced by a function of the state (``sum(x)``
+by ``CASE WHEN __c > 0 THEN __s END``, ``avg(x)`` by ``__s / __c`` in double)
+and each GROUP BY expression by its key column, over the states with
+``__n > 0``. Identical old and new rows cancel when the sink consolidates.
+
+Exactness. Integral sums in long arithmetic are exact, so a retraction undoes
+its insertion and the state equals a from-scratch sum. Floating-point and
+decimal arguments are not taken here (a float sum depends on the order of
+its terms; decimal sums change precision): such views recompute their touched
+groups instead (:mod:`timeshard.compute.delta`). ``avg`` of an integral
+column matches Spark's (a double sum) while the sum stays below 2**53.
+
+Frontiers: the arrangement holds the states at ``time - 1``. A delta over
+``[lower, upper)`` needs ``time == lower`` and leaves ``time == upper``; at any
+other ``lower`` (a restart, another replica's append, a failed batch) the
+arrangement is rebuilt from the input's snapshot at ``lower - 1`` (one job).
+
+Invariants:
+
+1. The arrangement's content at ``time - 1`` is, per group with any non-zero
+   state, the sums above over the input's ok rows at ``time - 1``.
+2. A tick's checkpoint (and so the layer pushed from it) stays cached until
+   the next tick starts or the view closes: the sink's write reads it after
+   :meth:`SparkAggregates.delta` returns.
+3. A group whose row count is negative (an input row with a negative
+   multiplicity, which no timeshard writer produces) is an err row of the
+   view, not a row.
+
+Runs on the driver (planning, the arrangement's bookkeeping); the checkpoint
+and the write are Spark jobs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from timeshard.persist._internal.parts import DIFF, ERR, TS
+
+#: The state table's alias in the rewritten output query.
+_STATE = "__state"
+_ROWS = "__n"
+#: Column of the checkpoint: whether the row is its group's last time in the tick.
+_LAST = "__last"
+_INTEGRAL = ("byte", "short", "int", "long", "tinyint", "smallint", "bigint")
+
+
+@dataclass(frozen=True)
+class AggregatePlan:
+    """How a GROUP BY view is kept by per-group state (see the module doc).
+
+    ``contributions`` reads the input's rows (placeholder ``rows``, with ``_ts``
+    and ``_diff``) and gives the group keys ``__g<i>``, the aggregates'
+    arguments ``__a<j>``, ``_ts`` and ``_diff`` of the rows WHERE keeps;
+    ``output`` reads state rows (placeholder ``state``: ``__g<i>``, the state
+    columns, ``_ts``, ``_diff``) and gives the view's columns, ``_ts`` and
+    ``_diff``. ``summed[j]``: whether argument ``j`` has a sum in the state.
+    """
+
+    input: str
+    rows: str
+    state: str
+    contributions: str
+    output: str
+    keys: int
+    summed: tuple[bool, ...]
+
+    @property
+    def values(self) -> list[str]:
+        """The state columns, in the arrangement's order."""
+        counts = [f"__c{j}" for j in range(len(self.summed))]
+        sums = [f"__s{j}" for j, s in enumerate(self.summed) if s]
+        return [_ROWS, *counts, *sums]
+
+    @property
+    def summed_arguments(self) -> list[str]:
+        """The argument columns whose type must be integral."""
+        return [f"__a{j}" for j, s in enumerate(self.summed) if s]
+
+
+class _NotTaken(Exception):
+    """Why a GROUP BY query is not kept by per-group state."""
+
+
+def aggregate_plan(select: Any, table: Any, rows: str, state: str) -> AggregatePlan | str:
+    """The state plan of a qualified GROUP BY ``select`` over one ``table``, or why not.
+
+    ``rows`` and ``state`` name the placeholders of the input's rows and of the
+    state rows. Types are not known here: :func:`type_problem` checks them.
+    """
+    from sqlglot import exp
+
+    alias = table.alias_or_name
+    group = select.args["group"].expressions
+    keys = {g.sql(dialect="spark"): i for i, g in enumerate(group)}
+    arguments: dict[str, int] = {}
+    argument_nodes: list[Any] = []
+    summed: list[bool] = []
+
+    def state_column(name: str) -> Any:
+        return exp.column(name, table=_STATE, quoted=True)
+
+    def argument(node: Any, *, summed_: bool) -> int:
+        if isinstance(node, exp.Distinct):
+            raise _NotTaken("DISTINCT aggregates recompute their touched groups")
+        text = node.sql(dialect="spark")
+        if text not in arguments:
+            arguments[text] = len(argument_nodes)
+            argument_nodes.append(node)
+            summed.append(False)
+        j = arguments[text]
+        summed[j] = summed[j] or summed_
+        return j
+
+    def aggregate(node: Any) -> Any:
+        if isinstance(node, exp.Count) and not node.expressions:
+            if isinstance(node.this, exp.Star):
+                return state_column(_ROWS)
+            return state_column(f"__c{argument(node.this, summed_=False)}")
+        if isinstance(node, exp.Sum | exp.Avg) and not node.expressions:
+            j = argument(node.this, summed_=True)
+            count, total = state_column(f"__c{j}"), state_column(f"__s{j}")
+            value = (
+                total
+                if isinstance(node, exp.Sum)
+                else exp.Div(this=exp.cast(total, "double"), expression=count)
+            )
+            positive = exp.GT(this=count.copy(), expression=exp.Literal.number(0))
+            return exp.Case(ifs=[exp.If(this=positive, true=value)])
+        name = (node.sql_name() or type(node).__name__).lower()
+        raise _NotTaken(f"{name}() recomputes its touched groups")
+
+    def replace(node: Any) -> Any:
+        if not isinstance(node, exp.Alias | exp.Identifier):
+            text = node.sql(dialect="spark")
+            if text in keys:
+                return state_column(f"__g{keys[text]}")
+        if isinstance(node, exp.AggFunc):
+            return aggregate(node)
+        return node
+
+    if any(isinstance(n, exp.Filter) for n in select.walk()):
+        return "aggregates with FILTER recompute their touched groups"
+    try:
+        outputs = [e.copy().transform(replace) for e in select.expressions]
+        having = select.args.get("having")
+        condition = having.this.copy().transform(replace) if having is not None else None
+    except _NotTaken as e:
+        return str(e)
+    for node in [*outputs, *([condition] if condition is not None else [])]:
+        for column in node.find_all(exp.Column):
+            if column.table != _STATE:
+                return f"{column.sql(dialect='spark')} is neither grouped nor aggregated"
+
+    source = exp.Table(
+        this=exp.to_identifier(rows, quoted=True),
+        alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+    )
+    contributions = exp.select(
+        *[exp.alias_(g.copy(), f"__g{i}", quoted=True) for i, g in enumerate(group)],
+        *[exp.alias_(a.copy(), f"__a{j}", quoted=True) for j, a in enumerate(argument_nodes)],
+        exp.alias_(exp.column(TS, table=alias, quoted=True), TS, quoted=True),
+        exp.alias_(exp.column(DIFF, table=alias, quoted=True), DIFF, quoted=True),
+    ).from_(source)
+    where = select.args.get("where")
+    if where is not None:
+        contributions = contributions.where(where.this.copy())
+    present = exp.GT(this=state_column(_ROWS), expression=exp.Literal.number(0))
+    output = exp.select(
+        *outputs,
+        exp.alias_(state_column(TS), TS, quoted=True),
+        exp.alias_(state_column(DIFF), DIFF, quoted=True),
+    ).from_(
+        exp.Table(
+            this=exp.to_identifier(state, quoted=True),
+            alias=exp.TableAlias(this=exp.to_identifier(_STATE, quoted=True)),
+        )
+    )
+    output = output.where(present if condition is None else exp.and_(present, condition))
+    return AggregatePlan(
+        table.name,
+        rows,
+        state,
+        contributions.sql(dialect="spark"),
+        output.sql(dialect="spark"),
+        len(group),
+        tuple(summed),
+    )
+
+
+def type_problem(spark: Any, plan: AggregatePlan, input_schema: Any, want: list[Any]) -> str | None:
+    """Why ``plan`` does not fit the view's types (``want``: its Spark data types), or None.
+
+    Analysis only, no job: the arguments of sum and avg must be integral, and
+    the output query must give the view's column types.
+    """
+    from pyspark.errors import PySparkException
+
+    try:
+        contributions = _contributions(spark, plan, spark.createDataFrame([], input_schema))
+        for name in plan.summed_arguments:
+            kind = contributions.schema[name].dataType.simpleString()
+            if kind not in _INTEGRAL:
+                return f"sum/avg of {kind} recomputes its touched groups (integral sums only)"
+        state = _state_schema(plan, contributions)
+        spark.createDataFrame([], state).createOrReplaceTempView(plan.state)
+        got = spark.sql(plan.output).schema.fields
+    except PySparkException as e:
+        return f"the state query did not analyse ({str(e).splitlines()[0][:200]})"
+    if [f.dataType for f in got[: len(want)]] != want:
+        return "the state query changes the view's column types"
+    return None
+
+
+def _contributions(spark: Any, plan: AggregatePlan, rows: Any) -> Any:
+    """The contributions query over ``rows`` (the input's columns, ``_ts``, ``_diff``)."""
+    from pyspark.sql import functions as F
+
+    if TS not in rows.columns:
+        rows = rows.select("*", F.lit(0).cast("long").alias(TS), F.lit(1).cast("long").alias(DIFF))
+    rows.createOrReplaceTempView(plan.rows)
+    return spark.sql(plan.contributions)
+
+
+def _state_schema(plan: AggregatePlan, contributions: Any) -> Any:
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    keys = [contributions.schema[f"__g{i}"] for i in range(plan.keys)]
+    longs = [StructField(v, LongType()) for v in [*plan.values, TS, DIFF]]
+    return StructType([*keys, *longs])
+
+
+class SparkAggregates:
+    """A GROUP BY view's per-group states, arranged in Spark, and its deltas from them."""
+
+    def __init__(self, spark: Any, plan: AggregatePlan, input_schema: Any) -> None:
+        from timeshard.storage.upsert_state import ArrangedState
+
+        self.spark = spark
+        self.plan = plan
+        empty = _contributions(spark, plan, spark.createDataFrame([], input_schema))
+        types = {f"__g{i}": empty.schema[f"__g{i}"].dataType for i in range(plan.keys)}
+        types.update({v: _long() for v in plan.values})
+        self.keys = [f"__g{i}" for i in range(plan.keys)]
+        self.state = ArrangedState(spark, self.keys, plan.values, types)
+        self._held = contextlib.ExitStack()
+
+    def delta(self, updates: Any, old: Callable[[], Any], lower: int, upper: int) -> Any:
+        """The view's ok updates in ``[lower, upper)`` from the input's ``updates`` there.
+
+        ``updates``: the input's ok updates (its columns, ``_ts``, ``_diff``);
+        ``old()``: its ok rows at ``lower - 1``, read only if the arrangement
+        is not at ``lower``. Runs one Spark job (two after a rebuild) and
+        returns the view's rows as a lazy DataFrame (data columns, ``_ts``,
+        ``_diff``, ``_err``: null, or the message of a negative count).
+        """
+        self._held.close()  # the last tick's write is done: its checkpoint may go
+        self.prepare(lower, old)
+        ticked = self._tick(updates)
+        self._held.enter_context(self.state.pinned())
+        self.state.push(self._layer(ticked), upper)
+        return self._rows(ticked)
+
+    def prepare(self, lower: int, old: Callable[[], Any]) -> None:
+        """Make the arrangement hold the states at ``lower - 1`` (a rebuild if it does not)."""
+        if self.state.time == lower:
+            return
+        from pyspark.sql import functions as F
+
+        from timeshard.storage.upsert_state import GONE, Layer, checkpointed
+
+        layers: list[Layer] = []
+        if lower > 0:
+            weighted = self._weighted(_contributions(self.spark, self.plan, old()))
+            sums = weighted.groupBy("_key").agg(*[F.sum(v).alias(v) for v in self.plan.values])
+            base = sums.where(~self._all_zero()).select(
+                "_key",
+                *self._value_columns(),
+                F.lit(None).cast("string").alias(ERR),
+                F.lit(False).alias(GONE),
+            )
+            layers = [checkpointed(base.repartition(self.state.partitions, "_key"))]
+        self.state.reset(layers, lower)
+
+    def skip(self, lower: int, upper: int) -> None:
+        """The input did not change in ``[lower, upper)``."""
+        if self.state.time == lower:
+            self.state.advance(upper)
+
+    def close(self) -> None:
+        """Free the cached states."""
+        self._held.close()
+        self.state.wait_for_merges()
+        self.state.clear()
+
+    # -- a tick ------------------------------------------------------------------------------
+
+    def _weighted(self, contributions: Any) -> Any:
+        """Per contributing row: ``_key``, ``_ts`` and its weight in every state column."""
+        from pyspark.sql import functions as F
+
+        diff = F.col(DIFF)
+        zero = F.lit(0).cast("long")
+        columns = [diff.alias(_ROWS)]
+        for j in range(len(self.plan.summed)):
+            present = F.col(f"__a{j}").isNotNull()
+            columns.append(F.when(present, diff).otherwise(zero).alias(f"__c{j}"))
+        for j, summed in enumerate(self.plan.summed):
+            if summed:
+                weight = F.col(f"__a{j}").cast("long") * diff
+                columns.append(F.when(F.col(f"__a{j}").isNotNull(), weight).otherwise(zero))
+                columns[-1] = columns[-1].alias(f"__s{j}")
+        return contributions.select(self.state.key_of(contributions), TS, *columns)
+
+    def _tick(self, updates: Any) -> Any:
+        """Per touched group and change time: the running state and the one before (job 1)."""
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        from timeshard.storage.upsert_state import GONE, KEY, value_columns
+
+        values = self.plan.values
+        weighted = self._weighted(_contributions(self.spark, self.plan, updates))
+        per_time = (
+            weighted.repartition(self.state.partitions, KEY)
+            .groupBy(KEY, TS)
+            .agg(*[F.sum(v).alias(v) for v in values])
+        )
+        with self.state.pinned() as layers:
+            joined, found = per_time, []
+            for i, layer in enumerate(layers):
+                side = layer.df.select(
+                    F.col(KEY).alias(f"_lk{i}"),
+                    F.when(~F.col(GONE), F.struct(*value_columns(len(values)))).alias(f"_l{i}"),
+                    F.lit(True).alias(f"_f{i}"),
+                )
+                # Built on the tick's groups: the layer streams through, unshuffled.
+                joined = joined.hint("shuffle_hash").join(
+                    side, joined[KEY] == side[f"_lk{i}"], "left"
+                )
+                found.append((F.col(f"_f{i}").isNotNull(), F.col(f"_l{i}")))
+            per_group = Window.partitionBy(KEY).orderBy(TS)
+            running = per_group.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+            columns = []
+            for n, v in zip(value_columns(len(values)), values, strict=True):
+                before = F.lit(0).cast("long")
+                for is_found, state in found:  # newest layer last: it wins
+                    before = F.when(is_found, F.coalesce(state[n], F.lit(0))).otherwise(before)
+                total = before + F.sum(v).over(running)
+                columns += [total.alias(v), (total - F.col(v)).alias(f"__p{v}")]
+            last = F.lead(TS).over(per_group).isNull().alias(_LAST)
+            ticked = joined.select(KEY, TS, *columns, last)
+            return ticked.localCheckpoint(eager=True)
+
+    def _layer(self, ticked: Any) -> Any:
+        """Each touched group's last state, as a layer of the arrangement."""
+        from pyspark.sql import functions as F
+
+        from timeshard.storage.upsert_state import GONE, KEY, Layer, stored_bytes
+
+        df = ticked.where(F.col(_LAST)).select(
+            KEY,
+            *self._value_columns(),
+            F.lit(None).cast("string").alias(ERR),
+            self._all_zero().alias(GONE),
+        )
+        return Layer(df, stored_bytes(ticked), blocks=ticked)
+
+    def _rows(self, ticked: Any) -> Any:
+        """The view's rows of each new state (+1) and of the state before it (-1)."""
+        from pyspark.sql import functions as F
+
+        from timeshard.storage.upsert_state import KEY, key_fields
+
+        keys = [
+            F.col(f"{KEY}.{f}").alias(k)
+            for f, k in zip(key_fields(self.plan.keys), self.keys, strict=True)
+        ]
+        values = self.plan.values
+        new = ticked.select(*keys, *values, TS, F.lit(1).cast("long").alias(DIFF))
+        old = ticked.select(
+            *keys,
+            *[F.col(f"__p{v}").alias(v) for v in values],
+            TS,
+            F.lit(-1).cast("long").alias(DIFF),
+        )
+        states = new.where(F.col(_ROWS) != 0).unionByName(old.where(F.col(_ROWS) != 0))
+        states.createOrReplaceTempView(self.plan.state)
+        ok = self.spark.sql(self.plan.output)
+        names = ok.columns[:-2]
+        ok = ok.withColumn(ERR, F.lit(None).cast("string"))
+        message = F.concat(
+            F.lit(f"input {self.plan.input!r} has a negative multiplicity in the group "),
+            F.to_json(F.struct(*self.keys)),
+        )
+        negative = states.where(F.col(_ROWS) < 0).select(
+            *[F.lit(None).cast(f.dataType).alias(f.name) for f in ok.schema.fields[: len(names)]],
+            TS,
+            DIFF,
+            message.alias(ERR),
+        )
+        return ok.unionByName(negative.toDF(*ok.columns))
+
+    def _value_columns(self) -> list[Any]:
+        from pyspark.sql import functions as F
+
+        from timeshard.storage.upsert_state import value_columns
+
+        names = value_columns(len(self.plan.values))
+        return [F.col(v).alias(n) for v, n in zip(self.plan.values, names, strict=True)]
+
+    def _all_zero(self) -> Any:
+        from pyspark.sql import functions as F
+
+        cond = None
+        for v in self.plan.values:
+            zero = F.col(v) == 0
+            cond = zero if cond is None else cond & zero
+        return cond
+
+
+def _long() -> Any:
+    from pyspark.sql.types import LongType
+
+    return LongType()
+
+
+__all__ = ["AggregatePlan", "SparkAggregates", "aggregate_plan", "type_problem"]
