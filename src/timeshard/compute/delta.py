@@ -88,7 +88,7 @@ class SparkDelta:
         elif self.plan.aggregate is not None:
             alias = self.plan.aggregate.input
             ok = self._aggregated().delta(
-                self._ok_updates(alias, lower, upper),
+                self._raw_ok_updates(alias, lower, upper),
                 lambda: self._snapshot(alias, lower),
                 lower,
                 upper,
@@ -161,6 +161,18 @@ class SparkDelta:
         names = self._names(alias)
         updates = self._updates(alias, lower, upper)
         return updates.where(F.col(ERR).isNull()).select(*names, TS, DIFF)
+
+    def _raw_ok_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
+        """The input's ok updates in the interval as stored, not consolidated (no shuffle).
+
+        For sums, which do not need updates that cancel to be cancelled first.
+        """
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.snapshot import updates_df
+
+        updates = updates_df(self.spark, self._reader_of(alias), lower, upper)
+        return updates.where(F.col(ERR).isNull()).select(*self._names(alias), TS, DIFF)
 
     def _err_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
         """The input's err updates as the view's err updates (data columns null)."""

@@ -90,7 +90,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
 
@@ -123,6 +123,23 @@ class Desired(Protocol):
     def snapshot(self, t: Timestamp) -> Any: ...
 
     def error_snapshot(self, t: Timestamp, error: BaseException) -> Any: ...
+
+
+@runtime_checkable
+class IncrementalDesired(Desired, Protocol):
+    """A desired collection that may also give its changes over an interval.
+
+    ``delta(lower, upper)`` is desired's updates at times in ``[lower, upper)``
+    (None: it does not change there), valid while ``incremental`` holds;
+    ``prepare(lower)`` builds what the delta starting at ``lower`` reads.
+    """
+
+    @property
+    def incremental(self) -> bool: ...
+
+    def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None: ...
+
+    def prepare(self, lower: Timestamp) -> None: ...
 
 
 @dataclass
@@ -423,7 +440,7 @@ class MvSink:
     @property
     def incremental(self) -> bool:
         """Whether desired offers deltas (the view is in the incremental class)."""
-        return bool(getattr(self.desired, "incremental", False))
+        return isinstance(self.desired, IncrementalDesired) and self.desired.incremental
 
     def _delta_ready(self, lower: Frontier) -> bool:
         """Whether the batch starting at ``lower`` may be desired's delta alone.
@@ -683,11 +700,13 @@ class MvSink:
         Planning may run Spark jobs (an aggregate arrangement's tick), so the
         data can fail it before the write does.
         """
+        desired = self.desired
+        assert isinstance(desired, IncrementalDesired), desired
         try:
             if lower == upper:
-                self.desired.prepare(lower)  # type: ignore[attr-defined]
+                desired.prepare(lower)
                 return None
-            return self.desired.delta(lower, upper)  # type: ignore[attr-defined]
+            return desired.delta(lower, upper)
         except Exception as e:
             if is_data_error(e):
                 raise _DeltaFailed(str(e)) from e
@@ -863,4 +882,13 @@ def _done(command: Callable[[], _Outcome]) -> Future[_Outcome]:
     return future
 
 
-__all__ = ["DEPLOY_READER", "Desired", "IoWorker", "Mint", "MvSink", "SinkFrontiers", "SinkStats"]
+__all__ = [
+    "DEPLOY_READER",
+    "Desired",
+    "IncrementalDesired",
+    "IoWorker",
+    "Mint",
+    "MvSink",
+    "SinkFrontiers",
+    "SinkStats",
+]
