@@ -94,10 +94,11 @@ def test_count_and_sum_keep_per_group_state(
     root, _ = location
     doc = explain_json(root, "v_state")
     assert doc["path"] == "grouped" and "per-group aggregate state" in doc["reason"]
-    rows, state = doc["terms"]
-    assert [(t["input"], t["mode"], t["shard"]) for t in rows["tables"]] == [
-        ("o", "rows", "orders")
+    delta, state = doc["terms"]
+    assert [(t["input"], t["mode"], t["shard"]) for t in delta["tables"]] == [
+        ("o", "delta", "orders")
     ]
+    assert "__g0" in delta["sql"] and "__a0" in delta["sql"]
     assert [t["mode"] for t in state["tables"]] == ["state"]
     assert "__c0" in state["sql"] and "__n" in state["sql"]
     assert "state" in doc["how"]
@@ -126,8 +127,9 @@ def test_explain_and_status_agree_with_the_running_view(
     doc = explain_json(root, view)
     assert (doc["path"], doc["reason"]) == (plan.classification.path, plan.classification.reason)
     modes = [sorted(t["mode"] for t in term["tables"]) for term in doc["terms"]]
-    if plan.aggregate is not None:  # the state's two queries, not the touched groups' term
-        assert modes == [["rows"], ["state"]]
+    if plan.aggregate is not None:  # the contributions' terms and the state's query
+        terms = plan.aggregate.terms
+        assert modes == [*[sorted(m for _, m in t.tables.values()) for t in terms], ["state"]]
     else:
         assert [sorted(m for _, m in t.tables.values()) for t in plan.terms] == modes
     out = runner.invoke(app, ["status", "-l", str(root), "--json"])

@@ -55,6 +55,13 @@ QUERIES = [
         "state",
     ),
     ("SELECT k, sum(v) AS s, max(v) AS hi FROM a GROUP BY k", "grouped"),
+    ("SELECT a.k, count(*) AS n, sum(b.w) AS s FROM a JOIN b ON a.k = b.k GROUP BY a.k", "state"),
+    (
+        "SELECT x.v % 2 AS p, count(y.w) AS c, avg(z.w) AS m FROM a AS x "
+        "JOIN b AS y ON x.k = y.k JOIN b AS z ON z.k = x.v % 4 WHERE y.w >= {n} "
+        "GROUP BY x.v % 2 HAVING count(*) > {n}",
+        "state",
+    ),
     (
         "SELECT k, min(v) AS lo, max(v) AS hi FROM a WHERE v <> {n} GROUP BY k HAVING count(*) > 1",
         "grouped",

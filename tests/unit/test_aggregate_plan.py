@@ -13,7 +13,10 @@ import sqlglot
 
 from timeshard.compute.incremental import classify
 
-SCHEMAS = {"a": pa.schema([("k", pa.int64()), ("v", pa.int64()), ("s", pa.string())])}
+SCHEMAS = {
+    "a": pa.schema([("k", pa.int64()), ("v", pa.int64()), ("s", pa.string())]),
+    "b": pa.schema([("k", pa.int64()), ("w", pa.int64())]),
+}
 
 
 @pytest.mark.parametrize(
@@ -31,11 +34,15 @@ def test_count_sum_and_avg_keep_state(sql: str) -> None:
     assert plan.classification.path == "grouped"
     assert plan.aggregate is not None, plan.classification.reason
     assert "per-group aggregate state" in plan.classification.reason
-    # Both rewritten queries parse, read only their placeholders, and keep the columns.
-    contributions = sqlglot.parse_one(plan.aggregate.contributions, dialect="spark")
+    # The rewritten queries parse, read only their placeholders, and keep the columns.
+    [term] = plan.aggregate.terms  # one input: one delta term
+    assert [mode for _, mode in term.tables.values()] == ["delta"] and term.delta_of == "a"
+    assert [mode for _, mode in plan.aggregate.snapshot.tables.values()] == ["old"]
+    contributions = sqlglot.parse_one(term.sql, dialect="spark")
     output = sqlglot.parse_one(plan.aggregate.output, dialect="spark")
-    assert {t.name for t in contributions.find_all(sqlglot.exp.Table)} == {plan.aggregate.rows}
+    assert {t.name for t in contributions.find_all(sqlglot.exp.Table)} == set(term.tables)
     assert {t.name for t in output.find_all(sqlglot.exp.Table)} == {plan.aggregate.state}
+    assert plan.terms, "the touched groups' term stays, should the types not fit the state"
     original = sqlglot.parse_one(sql, dialect="spark")
     assert len(output.expressions) == len(original.expressions) + 2  # and _ts, _diff
     assert not list(output.find_all(sqlglot.exp.AggFunc))
@@ -54,7 +61,8 @@ def test_where_filters_the_contributions_and_having_the_output() -> None:
         "SELECT k, sum(v) AS s FROM a WHERE v > 1 GROUP BY k HAVING sum(v) < 10", SCHEMAS
     )
     assert plan.aggregate is not None
-    assert "WHERE" in plan.aggregate.contributions and "> 1" in plan.aggregate.contributions
+    [term] = plan.aggregate.terms
+    assert "WHERE" in term.sql and "> 1" in term.sql and "HAVING" not in term.sql
     assert "< 10" in plan.aggregate.output and "`__n` > 0" in plan.aggregate.output
 
 
@@ -80,3 +88,38 @@ def test_distinct_and_windows_keep_no_state() -> None:
     assert classify("SELECT DISTINCT k FROM a", SCHEMAS).aggregate is None
     window = "SELECT k, sum(v) OVER (PARTITION BY k) AS t FROM a"
     assert classify(window, SCHEMAS).aggregate is None
+
+
+def test_group_by_over_inner_joins_keeps_state_by_the_delta_rule() -> None:
+    plan = classify(
+        "SELECT a.k, count(*) AS n, sum(b.w) AS s FROM a JOIN b ON a.k = b.k "
+        "JOIN b AS c ON c.k = a.v WHERE b.w > 0 GROUP BY a.k",
+        SCHEMAS,
+    )
+    assert plan.aggregate is not None and plan.terms == ()
+    assert "over 3 inputs joined" in plan.classification.reason
+    modes = [set(t.tables.values()) for t in plan.aggregate.terms]
+    # One term per occurrence (b twice, as b and c): before it old, after it new.
+    assert [t.delta_of for t in plan.aggregate.terms] == ["a", "b", "b"]
+    assert modes == [
+        {("a", "delta"), ("b", "new")},
+        {("a", "old"), ("b", "delta"), ("b", "new")},
+        {("a", "old"), ("b", "old"), ("b", "delta")},
+    ]
+    assert plan.aggregate.inputs == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "said"),
+    [
+        ("SELECT a.k, max(b.w) FROM a JOIN b ON a.k = b.k GROUP BY a.k", "max()"),
+        ("SELECT a.k, count(*) FROM a LEFT JOIN b ON a.k = b.k GROUP BY a.k", "LEFT JOIN"),
+        ("SELECT DISTINCT count(*) FROM a JOIN b ON a.k = b.k GROUP BY a.k", "DISTINCT"),
+    ],
+)
+def test_other_group_bys_over_joins_take_the_full_path(sql: str, said: str) -> None:
+    plan = classify(sql, SCHEMAS)
+    assert plan.classification.path == "full", plan.classification
+    assert (
+        "GROUP BY over a join" in plan.classification.reason and said in plan.classification.reason
+    )

@@ -6,9 +6,10 @@ A view is maintained on one of three paths (:mod:`timeshard.compute.incremental`
   ``[lower, upper)`` is the sum of rewritten *terms*, one per table occurrence;
 * ``grouped`` -- GROUP BY or DISTINCT over one input: one rewritten query
   recomputes the touched groups at every change time of the interval; or, for
-  GROUP BY with count, sum and avg of integral columns, a per-group state is
-  kept (:mod:`timeshard.compute.aggregate`) and two queries run: one gives
-  each input update's contribution, one the view's rows of a state;
+  GROUP BY with count, sum and avg of integral columns (over one input or
+  inner joins), a per-group state is kept (:mod:`timeshard.compute.aggregate`):
+  delta terms give each input update's contribution to its group, and one
+  query turns states into the view's rows;
 * ``full`` -- everything else: the view is evaluated from its inputs'
   snapshots at every change time.
 
@@ -53,6 +54,7 @@ from timeshard.persist import PersistClient
 
 if TYPE_CHECKING:
     from timeshard.catalog import CatalogEntry
+    from timeshard.compute.incremental import Term
     from timeshard.compute.view import ViewDefinition, ViewFunction
 #: What a placeholder table of each mode stands for, given ``{input}`` (alias and shard).
 MODES: Mapping[str, str] = {
@@ -63,18 +65,17 @@ MODES: Mapping[str, str] = {
     "at": "the rows of {input} whose key (group, row, window partition or join key) an "
     "update in [lower, upper) touched, at lower - 1 and at every change time of the "
     "interval, each copy tagged with that time in __t",
-    "rows": "the updates of {input} in [lower, upper), each row with its _ts and _diff "
-    "(its rows at lower - 1 when the per-group state is rebuilt)",
     "state": "per touched group and change time: the group's state (__n rows, __c<j> "
     "non-null and __s<j> sum of argument j) at _ts with _diff = 1, and the state just "
     "before with _diff = -1",
 }
 #: How a GROUP BY view kept by per-group state makes its delta.
 STATE_HOW = (
-    "The first query gives each input update's group and arguments; summed per group "
-    "and time and added to the group's cached state (an arrangement), they give the "
-    "group's state at each change time. The second query turns the new and the old "
-    "states into the view's rows, inserted and retracted at that time."
+    "The terms give each input update's group and aggregate arguments (the delta rule "
+    "over the view's FROM, joins and WHERE); summed per group and time and added to the "
+    "group's cached state (an arrangement), they give its state at each change time. "
+    "The last query turns the new and the old states into the view's rows, inserted "
+    "and retracted at that time."
 )
 #: How the terms of each incremental path make the view's delta.
 COMBINE: Mapping[str, str] = {
@@ -166,6 +167,13 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
         desired.close()
     inputs = dict(definition.inputs)
     recorded = entry.definition.get("path")
+    terms = list(plan.terms)
+    if plan.aggregate is not None:
+        from timeshard.compute.incremental import Term
+
+        # the contributions' terms, then the state's output query
+        output = Term(plan.aggregate.output, {plan.aggregate.state: ("", "state")}, None)
+        terms = [*plan.aggregate.terms, output]
     return {
         "view": entry.name,
         "sql": definition.sql,
@@ -176,48 +184,27 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
         "reason": plan.classification.reason,
         "recorded_path": recorded if isinstance(recorded, str) else None,
         "how": STATE_HOW if plan.aggregate is not None else COMBINE[plan.classification.path],
-        "terms": [
-            {
-                "sql": sql,
-                "delta_of": plan.aggregate.input,
-                "tables": [
-                    {
-                        "placeholder": name,
-                        "input": plan.aggregate.input,
-                        "shard": inputs.get(plan.aggregate.input),
-                        "mode": mode,
-                        "stands_for": MODES[mode].format(
-                            input=f"input {plan.aggregate.input} "
-                            f"(shard {inputs.get(plan.aggregate.input)})"
-                        ),
-                    }
-                ],
-            }
-            for sql, name, mode in [
-                (plan.aggregate.contributions, plan.aggregate.rows, "rows"),
-                (plan.aggregate.output, plan.aggregate.state, "state"),
-            ]
-        ]
-        if plan.aggregate is not None
-        else [
-            {
-                "sql": term.sql,
-                "delta_of": term.delta_of,
-                "tables": [
-                    {
-                        "placeholder": name,
-                        "input": alias,
-                        "shard": inputs.get(alias),
-                        "mode": mode,
-                        "stands_for": MODES[mode].format(
-                            input=f"input {alias} (shard {inputs.get(alias)})"
-                        ),
-                    }
-                    for name, (alias, mode) in term.tables.items()
-                ],
-            }
-            for term in plan.terms
-        ],
+        "terms": [_term(term, inputs) for term in terms],
+    }
+
+
+def _term(term: Term, inputs: Mapping[str, str]) -> dict[str, Any]:
+    """A term of the plan as explain shows it: its SQL and what each placeholder is."""
+
+    def table(name: str, alias: str, mode: str) -> dict[str, Any]:
+        shard = inputs.get(alias)
+        return {
+            "placeholder": name,
+            "input": alias or None,
+            "shard": shard,
+            "mode": mode,
+            "stands_for": MODES[mode].format(input=f"input {alias} (shard {shard})"),
+        }
+
+    return {
+        "sql": term.sql,
+        "delta_of": term.delta_of,
+        "tables": [table(name, alias, mode) for name, (alias, mode) in term.tables.items()],
     }
 
 

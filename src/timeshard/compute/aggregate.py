@@ -63,9 +63,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timeshard.persist._internal.parts import DIFF, ERR, TS
+
+if TYPE_CHECKING:
+    from timeshard.compute.incremental import AggregatePlan
+
+#: Input name -> the Spark schema of its data columns.
+SchemaOf = Callable[[str], Any]
 
 #: The state table's alias in the rewritten output query.
 _STATE = "__state"
@@ -76,51 +82,43 @@ _INTEGRAL = ("byte", "short", "int", "long", "tinyint", "smallint", "bigint")
 
 
 @dataclass(frozen=True)
-class AggregatePlan:
-    """How a GROUP BY view is kept by per-group state (see the module doc).
+class StateQueries:
+    """The two queries of a GROUP BY kept by state (planning; see the module doc).
 
-    ``contributions`` reads the input's rows (placeholder ``rows``, with ``_ts``
-    and ``_diff``) and gives the group keys ``__g<i>``, the aggregates'
-    arguments ``__a<j>``, ``_ts`` and ``_diff`` of the rows WHERE keeps;
-    ``output`` reads state rows (placeholder ``state``: ``__g<i>``, the state
-    columns, ``_ts``, ``_diff``) and gives the view's columns, ``_ts`` and
-    ``_diff``. ``summed[j]``: whether argument ``j`` has a sum in the state.
+    ``contributions`` is the view's SELECT with its FROM, joins and WHERE, and
+    with the group keys ``__g<i>`` and the aggregates' arguments ``__a<j>`` as
+    its columns (a linear query: :mod:`timeshard.compute.incremental` makes it
+    delta terms). ``output`` reads state rows (placeholder ``state``:
+    ``__g<i>``, the state columns, ``_ts``, ``_diff``) and gives the view's
+    columns, ``_ts`` and ``_diff``. ``summed[j]``: whether argument ``j`` has a
+    sum in the state.
     """
 
-    input: str
-    rows: str
-    state: str
-    contributions: str
+    contributions: Any
     output: str
     keys: int
     summed: tuple[bool, ...]
 
-    @property
-    def values(self) -> list[str]:
-        """The state columns, in the arrangement's order."""
-        counts = [f"__c{j}" for j in range(len(self.summed))]
-        sums = [f"__s{j}" for j, s in enumerate(self.summed) if s]
-        return [_ROWS, *counts, *sums]
 
-    @property
-    def summed_arguments(self) -> list[str]:
-        """The argument columns whose type must be integral."""
-        return [f"__a{j}" for j, s in enumerate(self.summed) if s]
+def state_values(summed: tuple[bool, ...]) -> list[str]:
+    """The state columns, in the arrangement's order."""
+    counts = [f"__c{j}" for j in range(len(summed))]
+    sums = [f"__s{j}" for j, s in enumerate(summed) if s]
+    return [_ROWS, *counts, *sums]
 
 
 class _NotTaken(Exception):
     """Why a GROUP BY query is not kept by per-group state."""
 
 
-def aggregate_plan(select: Any, table: Any, rows: str, state: str) -> AggregatePlan | str:
-    """The state plan of a qualified GROUP BY ``select`` over one ``table``, or why not.
+def state_queries(select: Any, state: str) -> StateQueries | str:
+    """The state queries of a qualified GROUP BY ``select``, or why it keeps no state.
 
-    ``rows`` and ``state`` name the placeholders of the input's rows and of the
-    state rows. Types are not known here: :func:`type_problem` checks them.
+    ``state`` names the placeholder of the state rows. Types are not known
+    here: :func:`type_problem` checks them against Spark's analysis.
     """
     from sqlglot import exp
 
-    alias = table.alias_or_name
     group = select.args["group"].expressions
     keys = {g.sql(dialect="spark"): i for i, g in enumerate(group)}
     arguments: dict[str, int] = {}
@@ -169,6 +167,8 @@ def aggregate_plan(select: Any, table: Any, rows: str, state: str) -> AggregateP
             return aggregate(node)
         return node
 
+    if select.args.get("distinct"):
+        return "DISTINCT over GROUP BY keeps no state"
     if any(isinstance(n, exp.Filter) for n in select.walk()):
         return "aggregates with FILTER recompute their touched groups"
     try:
@@ -182,19 +182,16 @@ def aggregate_plan(select: Any, table: Any, rows: str, state: str) -> AggregateP
             if column.table != _STATE:
                 return f"{column.sql(dialect='spark')} is neither grouped nor aggregated"
 
-    source = exp.Table(
-        this=exp.to_identifier(rows, quoted=True),
-        alias=exp.TableAlias(this=exp.to_identifier(alias, quoted=True)),
+    contributions = select.copy()
+    contributions.set(
+        "expressions",
+        [
+            *[exp.alias_(g.copy(), f"__g{i}", quoted=True) for i, g in enumerate(group)],
+            *[exp.alias_(a.copy(), f"__a{j}", quoted=True) for j, a in enumerate(argument_nodes)],
+        ],
     )
-    contributions = exp.select(
-        *[exp.alias_(g.copy(), f"__g{i}", quoted=True) for i, g in enumerate(group)],
-        *[exp.alias_(a.copy(), f"__a{j}", quoted=True) for j, a in enumerate(argument_nodes)],
-        exp.alias_(exp.column(TS, table=alias, quoted=True), TS, quoted=True),
-        exp.alias_(exp.column(DIFF, table=alias, quoted=True), DIFF, quoted=True),
-    ).from_(source)
-    where = select.args.get("where")
-    if where is not None:
-        contributions = contributions.where(where.this.copy())
+    for clause in ("group", "having", "distinct"):
+        contributions.set(clause, None)
     present = exp.GT(this=state_column(_ROWS), expression=exp.Literal.number(0))
     output = exp.select(
         *outputs,
@@ -207,18 +204,26 @@ def aggregate_plan(select: Any, table: Any, rows: str, state: str) -> AggregateP
         )
     )
     output = output.where(present if condition is None else exp.and_(present, condition))
-    return AggregatePlan(
-        table.name,
-        rows,
-        state,
-        contributions.sql(dialect="spark"),
-        output.sql(dialect="spark"),
-        len(group),
-        tuple(summed),
-    )
+    return StateQueries(contributions, output.sql(dialect="spark"), len(group), tuple(summed))
 
 
-def type_problem(spark: Any, plan: AggregatePlan, input_schema: Any, want: list[Any]) -> str | None:
+def empty_contributions(spark: Any, plan: AggregatePlan, schema_of: SchemaOf) -> Any:
+    """The contributions query over empty inputs: its columns and types (analysis, no job).
+
+    ``schema_of(input)``: the Spark schema of an input's data columns.
+    """
+    from pyspark.sql import functions as F
+
+    for name, (alias, _mode) in plan.snapshot.tables.items():
+        empty = spark.createDataFrame([], schema_of(alias))
+        weights = [F.lit(0).cast("long").alias(TS), F.lit(0).cast("long").alias(DIFF)]
+        empty.select("*", *weights).createOrReplaceTempView(name)
+    return spark.sql(plan.snapshot.sql)
+
+
+def type_problem(
+    spark: Any, plan: AggregatePlan, schema_of: SchemaOf, want: list[Any]
+) -> str | None:
     """Why ``plan`` does not fit the view's types (``want``: its Spark data types), or None.
 
     Analysis only, no job: the arguments of sum and avg must be integral, and
@@ -227,12 +232,12 @@ def type_problem(spark: Any, plan: AggregatePlan, input_schema: Any, want: list[
     from pyspark.errors import PySparkException
 
     try:
-        contributions = _contributions(spark, plan, spark.createDataFrame([], input_schema))
+        contributions = empty_contributions(spark, plan, schema_of)
         for name in plan.summed_arguments:
             kind = contributions.schema[name].dataType.simpleString()
             if kind not in _INTEGRAL:
-                return f"sum/avg of {kind} recomputes its touched groups (integral sums only)"
-        state = _state_schema(plan, contributions)
+                return f"sum/avg of {kind} keeps no state (integral sums only)"
+        state = _state_schema(plan, contributions.schema)
         spark.createDataFrame([], state).createOrReplaceTempView(plan.state)
         got = spark.sql(plan.output).schema.fields
     except PySparkException as e:
@@ -242,20 +247,10 @@ def type_problem(spark: Any, plan: AggregatePlan, input_schema: Any, want: list[
     return None
 
 
-def _contributions(spark: Any, plan: AggregatePlan, rows: Any) -> Any:
-    """The contributions query over ``rows`` (the input's columns, ``_ts``, ``_diff``)."""
-    from pyspark.sql import functions as F
-
-    if TS not in rows.columns:
-        rows = rows.select("*", F.lit(0).cast("long").alias(TS), F.lit(1).cast("long").alias(DIFF))
-    rows.createOrReplaceTempView(plan.rows)
-    return spark.sql(plan.contributions)
-
-
 def _state_schema(plan: AggregatePlan, contributions: Any) -> Any:
     from pyspark.sql.types import LongType, StructField, StructType
 
-    keys = [contributions.schema[f"__g{i}"] for i in range(plan.keys)]
+    keys = [contributions[f"__g{i}"] for i in range(plan.keys)]
     longs = [StructField(v, LongType()) for v in [*plan.values, TS, DIFF]]
     return StructType([*keys, *longs])
 
@@ -263,30 +258,31 @@ def _state_schema(plan: AggregatePlan, contributions: Any) -> Any:
 class SparkAggregates:
     """A GROUP BY view's per-group states, arranged in Spark, and its deltas from them."""
 
-    def __init__(self, spark: Any, plan: AggregatePlan, input_schema: Any) -> None:
+    def __init__(self, spark: Any, plan: AggregatePlan, contributions: Any) -> None:
+        """``contributions``: the Spark schema of the contributions query."""
         from timeshard.storage.upsert_state import ArrangedState
 
         self.spark = spark
         self.plan = plan
-        empty = _contributions(spark, plan, spark.createDataFrame([], input_schema))
-        types = {f"__g{i}": empty.schema[f"__g{i}"].dataType for i in range(plan.keys)}
+        types = {f"__g{i}": contributions[f"__g{i}"].dataType for i in range(plan.keys)}
         types.update({v: _long() for v in plan.values})
         self.keys = [f"__g{i}" for i in range(plan.keys)]
         self.state = ArrangedState(spark, self.keys, plan.values, types)
         self._held = contextlib.ExitStack()
 
-    def delta(self, updates: Any, old: Callable[[], Any], lower: int, upper: int) -> Any:
-        """The view's ok updates in ``[lower, upper)`` from the input's ``updates`` there.
+    def delta(self, changes: Any, old: Callable[[], Any], lower: int, upper: int) -> Any:
+        """The view's ok updates in ``[lower, upper)`` from the contributions' ``changes``.
 
-        ``updates``: the input's ok updates (its columns, ``_ts``, ``_diff``);
-        ``old()``: its ok rows at ``lower - 1``, read only if the arrangement
-        is not at ``lower``. Runs one Spark job (two after a rebuild) and
-        returns the view's rows as a lazy DataFrame (data columns, ``_ts``,
-        ``_diff``, ``_err``: null, or the message of a negative count).
+        ``changes``: the contributions query's updates in the interval
+        (``__g<i>``, ``__a<j>``, ``_ts``, ``_diff``); ``old()``: its rows at
+        ``lower - 1``, read only if the arrangement is not at ``lower``. Runs
+        one Spark job (two after a rebuild) and returns the view's rows as a
+        lazy DataFrame (data columns, ``_ts``, ``_diff``, ``_err``: null, or
+        the message of a negative count).
         """
         self._held.close()  # the last tick's write is done: its checkpoint may go
         self.prepare(lower, old)
-        ticked = self._tick(updates)
+        ticked = self._tick(changes)
         self._held.enter_context(self.state.pinned())
         self.state.push(self._layer(ticked), upper)
         return self._rows(ticked)
@@ -301,7 +297,7 @@ class SparkAggregates:
 
         layers: list[Layer] = []
         if lower > 0:
-            weighted = self._weighted(_contributions(self.spark, self.plan, old()))
+            weighted = self._weighted(old())
             sums = weighted.groupBy("_key").agg(*[F.sum(v).alias(v) for v in self.plan.values])
             base = sums.where(~self._all_zero()).select(
                 "_key",
@@ -342,7 +338,7 @@ class SparkAggregates:
                 columns[-1] = columns[-1].alias(f"__s{j}")
         return contributions.select(self.state.key_of(contributions), TS, *columns)
 
-    def _tick(self, updates: Any) -> Any:
+    def _tick(self, changes: Any) -> Any:
         """Per touched group and change time: the running state and the one before (job 1)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
@@ -350,7 +346,7 @@ class SparkAggregates:
         from timeshard.storage.upsert_state import GONE, KEY, value_columns
 
         values = self.plan.values
-        weighted = self._weighted(_contributions(self.spark, self.plan, updates))
+        weighted = self._weighted(changes)
         per_time = (
             weighted.repartition(self.state.partitions, KEY)
             .groupBy(KEY, TS)
@@ -419,8 +415,9 @@ class SparkAggregates:
         ok = self.spark.sql(self.plan.output)
         names = ok.columns[:-2]
         ok = ok.withColumn(ERR, F.lit(None).cast("string"))
+        inputs = ", ".join(repr(i) for i in self.plan.inputs)
         message = F.concat(
-            F.lit(f"input {self.plan.input!r} has a negative multiplicity in the group "),
+            F.lit(f"input {inputs} has a negative multiplicity in the group "),
             F.to_json(F.struct(*self.keys)),
         )
         negative = states.where(F.col(_ROWS) < 0).select(
@@ -455,4 +452,11 @@ def _long() -> Any:
     return LongType()
 
 
-__all__ = ["AggregatePlan", "SparkAggregates", "aggregate_plan", "type_problem"]
+__all__ = [
+    "SparkAggregates",
+    "StateQueries",
+    "empty_contributions",
+    "state_queries",
+    "state_values",
+    "type_problem",
+]

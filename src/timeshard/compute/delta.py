@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from timeshard.compute.aggregate import SparkAggregates
-from timeshard.compute.incremental import AT, KeyedSource, Plan, next_time, times_array
+from timeshard.compute.aggregate import SparkAggregates, empty_contributions
+from timeshard.compute.incremental import AT, KeyedSource, Plan, Term, next_time, times_array
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
 
@@ -86,13 +86,14 @@ class SparkDelta:
         if self.plan.classification.path == "linear":
             ok = self._linear(lower, upper, changed)
         elif self.plan.aggregate is not None:
-            alias = self.plan.aggregate.input
-            ok = self._aggregated().delta(
-                self._raw_ok_updates(alias, lower, upper),
-                lambda: self._snapshot(alias, lower),
-                lower,
-                upper,
-            )
+            aggregate = self.plan.aggregate
+            changes = self._terms(aggregate.terms, lower, upper, changed, raw=True)
+            if changes is None:  # none of the inputs the query reads changed
+                self._aggregated().skip(lower, upper)
+                ok = None
+            else:
+                snapshot = lambda: self._aggregate_snapshot(lower)  # noqa: E731
+                ok = self._aggregated().delta(changes, snapshot, lower, upper)
         else:
             keyed = {s.input for s in self.plan.keyed}
             changes = sorted({t for a in keyed for t in times[a]})
@@ -105,8 +106,7 @@ class SparkDelta:
     def prepare(self, lower: Timestamp) -> None:
         """The next delta starts at ``lower``: build the arrangements it reads now."""
         if self.plan.aggregate is not None:
-            alias = self.plan.aggregate.input
-            self._aggregated().prepare(lower, lambda: self._snapshot(alias, lower))
+            self._aggregated().prepare(lower, lambda: self._aggregate_snapshot(lower))
 
     def arrangements(self) -> list[Any]:
         """The arrangements this delta keeps."""
@@ -122,13 +122,24 @@ class SparkDelta:
         """The per-group states of a GROUP BY plan kept by state."""
         from timeshard.spark.session import arrow_to_spark_schema
 
-        assert self.plan.aggregate is not None
+        aggregate = self.plan.aggregate
+        assert aggregate is not None
         if self._aggregates is None:
-            schema = self._reader_of(self.plan.aggregate.input).schema
-            self._aggregates = SparkAggregates(
-                self.spark, self.plan.aggregate, arrow_to_spark_schema(schema)
+            empty = empty_contributions(
+                self.spark,
+                aggregate,
+                lambda alias: arrow_to_spark_schema(self._reader_of(alias).schema),
             )
+            self._aggregates = SparkAggregates(self.spark, aggregate, empty.schema)
         return self._aggregates
+
+    def _aggregate_snapshot(self, lower: Timestamp) -> Any:
+        """The contributions at ``lower - 1``: the state's rebuild reads them."""
+        aggregate = self.plan.aggregate
+        assert aggregate is not None
+        for name, (alias, _mode) in aggregate.snapshot.tables.items():
+            self._snapshot(alias, lower).createOrReplaceTempView(name)
+        return self.spark.sql(aggregate.snapshot.sql)
 
     def _rows_in(self, alias: str, lower: Timestamp, upper: Timestamp) -> int:
         """At most how many updates the input has in the interval (parts' metadata)."""
@@ -225,12 +236,35 @@ class SparkDelta:
     def _linear(self, lower: Timestamp, upper: Timestamp, changed: set[str]) -> Any | None:
         from pyspark.sql import functions as F
 
+        out = self._terms(self.plan.terms, lower, upper, changed)
+        if out is None:
+            return None
+        out = out.toDF(*self.data_schema.names, TS, DIFF)
+        return out.where(F.col(TS) >= F.lit(lower)).withColumn(ERR, F.lit(None).cast("string"))
+
+    def _terms(
+        self,
+        terms: Sequence[Term],
+        lower: Timestamp,
+        upper: Timestamp,
+        changed: set[str],
+        *,
+        raw: bool = False,
+    ) -> Any | None:
+        """The sum of the delta ``terms`` whose delta input changed (None: none did).
+
+        Each term's placeholders are bound to its inputs' old, delta or new
+        rows; the terms are unioned by position. ``raw``: the delta rows as
+        stored, not consolidated (enough where only sums of the result count).
+        """
         frames: dict[tuple[str, str], Any] = {}
 
         def frame(alias: str, mode: str) -> Any:
             if (alias, mode) not in frames:
                 if mode == "old":
                     frames[alias, mode] = self._old(alias, lower)
+                elif mode == "delta" and raw:
+                    frames[alias, mode] = self._raw_ok_updates(alias, lower, upper)
                 elif mode == "delta":
                     frames[alias, mode] = self._ok_updates(alias, lower, upper)
                 else:
@@ -238,7 +272,7 @@ class SparkDelta:
             return frames[alias, mode]
 
         results = []
-        for term in self.plan.terms:
+        for term in terms:
             if term.delta_of not in changed:
                 continue  # that input has no update here: the term is empty
             for name, (alias, mode) in term.tables.items():
@@ -248,9 +282,8 @@ class SparkDelta:
             return None
         out = results[0]
         for r in results[1:]:
-            out = out.union(r)  # by position: every term has the view's columns, _ts, _diff
-        out = out.toDF(*self.data_schema.names, TS, DIFF)
-        return out.where(F.col(TS) >= F.lit(lower)).withColumn(ERR, F.lit(None).cast("string"))
+            out = out.union(r)  # by position: every term has the same columns, _ts, _diff
+        return out
 
     # -- grouped -----------------------------------------------------------------------------
 

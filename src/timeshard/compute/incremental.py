@@ -78,7 +78,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from timeshard.compute.aggregate import AggregatePlan, aggregate_plan
+from timeshard.compute.aggregate import state_queries, state_values
 from timeshard.persist._internal.parts import DIFF, TS
 
 Path = Literal["linear", "grouped", "full"]
@@ -149,6 +149,41 @@ class KeyedSource:
 
 
 @dataclass(frozen=True)
+class AggregatePlan:
+    """A GROUP BY kept by per-group state (:mod:`timeshard.compute.aggregate`).
+
+    ``terms`` are the delta terms of the contributions query (the view's
+    FROM, joins and WHERE with the group keys ``__g<i>`` and the aggregates'
+    arguments ``__a<j>`` as columns, plus ``_ts`` and ``_diff``); ``snapshot``
+    is that query over every input at ``lower - 1`` (mode ``old``), which
+    rebuilds the state. ``output`` reads the state rows (placeholder
+    ``state``) and gives the view's columns, ``_ts`` and ``_diff``.
+    """
+
+    terms: tuple[Term, ...]
+    snapshot: Term
+    state: str
+    output: str
+    keys: int
+    summed: tuple[bool, ...]
+
+    @property
+    def values(self) -> list[str]:
+        """The state columns, in the arrangement's order."""
+        return state_values(self.summed)
+
+    @property
+    def summed_arguments(self) -> list[str]:
+        """The argument columns whose type must be integral."""
+        return [f"__a{j}" for j, s in enumerate(self.summed) if s]
+
+    @property
+    def inputs(self) -> list[str]:
+        """The inputs the contributions read."""
+        return sorted({alias for alias, _mode in self.snapshot.tables.values()})
+
+
+@dataclass(frozen=True)
 class Plan:
     """A view's incremental plan: the class, and the rewritten queries it runs."""
 
@@ -195,6 +230,8 @@ def classify(sql: str, schemas: Mapping[str, pa.Schema]) -> Plan:
     if why is not None:
         return full(why)
     if isinstance(tree, exp.Select) and _keyed(tree):
+        if tree.args.get("group") is not None and tree.args.get("joins"):
+            return _joined_aggregate_plan(tree, schemas)
         return _keyed_plan(tree, schemas)
     leaves = _union_all_leaves(tree)
     if leaves is None:
@@ -338,6 +375,18 @@ def _placeholder(view_id: int, source: str, mode: str) -> str:
 
 def _delta_terms(select: Any, view_id: int) -> list[Term]:
     """One term per table occurrence of a linear SELECT (module doc, "linear")."""
+    n = 1 + len(select.args.get("joins") or [])
+    modes = [["old"] * i + ["delta"] + ["new"] * (n - i - 1) for i in range(n)]
+    return [_weighted_term(select, view_id, m) for m in modes]
+
+
+def _weighted_term(select: Any, view_id: int, modes: list[str]) -> Term:
+    """A linear SELECT over weighted inputs, its table occurrences in ``modes``.
+
+    The term gives the SELECT's columns, then ``_ts`` (the greatest of its
+    rows') and ``_diff`` (the product of theirs); it is the delta of the
+    occurrence in mode ``delta``, if one is.
+    """
     from sqlglot import exp
 
     tables = [select.args["from_"].this] + [j.this for j in select.args.get("joins") or []]
@@ -350,23 +399,18 @@ def _delta_terms(select: Any, view_id: int) -> list[Term]:
     diff_expr: exp.Expression = diffs[0]
     for d in diffs[1:]:
         diff_expr = exp.Mul(this=diff_expr, expression=d)
-    terms = []
-    for i in range(len(tables)):
-        term = select.copy()
-        term.select(
-            exp.alias_(ts_expr.copy(), TS, quoted=True),
-            exp.alias_(diff_expr.copy(), DIFF, quoted=True),
-            copy=False,
-        )
-        occurrences = [term.args["from_"].this] + [j.this for j in term.args.get("joins") or []]
-        names: dict[str, tuple[str, str]] = {}
-        for j, table in enumerate(occurrences):
-            mode = "old" if j < i else "delta" if j == i else "new"
-            name = _placeholder(view_id, table.name, mode)
-            names[name] = (table.name, mode)
-            _rename(table, name)
-        terms.append(Term(term.sql(dialect="spark"), names, tables[i].name))
-    return terms
+    term = select.copy()
+    term.select(
+        exp.alias_(ts_expr, TS, quoted=True), exp.alias_(diff_expr, DIFF, quoted=True), copy=False
+    )
+    occurrences = [term.args["from_"].this] + [j.this for j in term.args.get("joins") or []]
+    names: dict[str, tuple[str, str]] = {}
+    for table, mode in zip(occurrences, modes, strict=True):
+        name = _placeholder(view_id, table.name, mode)
+        names[name] = (table.name, mode)
+        _rename(table, name)
+    delta_of = [t.name for t, m in zip(tables, modes, strict=True) if m == "delta"]
+    return Term(term.sql(dialect="spark"), names, delta_of[0] if delta_of else None)
 
 
 def _rename(table: Any, name: str) -> None:
@@ -415,20 +459,62 @@ def _keyed_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
         _rename(occurrence, name)
     term = Term(rewritten.sql(dialect="spark"), names, None)
     plan = Plan(Classification("grouped", what), (term,), keyed=tuple(sources))
-    if select.args.get("group") is None or len(tables) != 1:
+    if select.args.get("group") is None:
         return plan
-    (table,) = tables
-    rows = _placeholder(view_id, table.name, "rows")
-    state = _placeholder(view_id, table.name, "state")
-    aggregate = aggregate_plan(select, table, rows, state)
+    aggregate = _aggregate_plan(select, view_id)
     if isinstance(aggregate, str):
         return without_aggregate(plan, aggregate)
-    reason = f"GROUP BY {aggregate.keys} key(s): per-group aggregate state (count/sum/avg)"
-    return replace(plan, classification=Classification("grouped", reason), aggregate=aggregate)
+    return with_aggregate(plan, aggregate)
+
+
+def _joined_aggregate_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
+    """GROUP BY over inner joins: kept by per-group state, or the full path."""
+    why = _common_blockers(select)
+    if why is None:
+        _, why = _sources(select, schemas)
+    if why is None:
+        plan = _aggregate_plan(select, next(_id_counter))
+        why = plan if isinstance(plan, str) else None
+    if why is not None:
+        return full(f"GROUP BY over a join: {why}")
+    assert isinstance(plan, Plan)
+    return plan
+
+
+def _aggregate_plan(select: Any, view_id: int) -> Plan | str:
+    """A GROUP BY's plan by per-group state (no touched-groups fallback), or why not."""
+    state = _placeholder(view_id, "state", "state")
+    queries = state_queries(select, state)
+    if isinstance(queries, str):
+        return queries
+    contributions = queries.contributions
+    n = 1 + len(contributions.args.get("joins") or [])
+    aggregate = AggregatePlan(
+        tuple(_delta_terms(contributions, view_id)),
+        _weighted_term(contributions, view_id, ["old"] * n),
+        state,
+        queries.output,
+        queries.keys,
+        queries.summed,
+    )
+    joins = f" over {n} inputs joined" if n > 1 else ""
+    reason = f"GROUP BY {queries.keys} key(s){joins}: per-group aggregate state (count/sum/avg)"
+    return Plan(Classification("grouped", reason), aggregate=aggregate)
+
+
+def with_aggregate(plan: Plan, aggregate: Plan) -> Plan:
+    """``plan`` (touched groups) kept instead by the state of ``aggregate``."""
+    return replace(plan, classification=aggregate.classification, aggregate=aggregate.aggregate)
 
 
 def without_aggregate(plan: Plan, why: str) -> Plan:
-    """A GROUP BY ``plan`` that recomputes its touched groups; ``why`` it keeps no state."""
+    """A GROUP BY ``plan`` without per-group state, and ``why``.
+
+    It recomputes its touched groups if it has that term, else (a GROUP BY
+    over a join) it takes the full path.
+    """
+    if not plan.terms:
+        return full(f"GROUP BY over a join: {why}")
     reason = f"{plan.classification.reason} ({why})"
     if plan.aggregate is not None:
         keys = plan.aggregate.keys

@@ -250,8 +250,11 @@ class SparkViewDesired:
 
         assert plan.aggregate is not None
         want = [f.dataType for f in arrow_to_spark_schema(self.data_schema()).fields]
-        schema = arrow_to_spark_schema(self.readers[plan.aggregate.input].schema)
-        return type_problem(self.spark, plan.aggregate, schema, want)
+
+        def schema_of(alias: str) -> Any:
+            return arrow_to_spark_schema(self.readers[alias].schema)
+
+        return type_problem(self.spark, plan.aggregate, schema_of, want)
 
     def _check_terms(self, plan: Plan) -> str | None:
         """Why the rewritten queries do not give the view's columns and types (no job)."""
