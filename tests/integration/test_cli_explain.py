@@ -85,7 +85,7 @@ def test_a_group_by_is_grouped(location: tuple[Path, dict[str, MaterializedView]
     [term] = doc["terms"]
     assert [(t["input"], t["mode"], t["shard"]) for t in term["tables"]] == [("o", "at", "orders")]
     assert "__t" in term["sql"] and "__t" in term["tables"][0]["stands_for"]
-    assert "max() recomputes its touched groups" in doc["reason"]
+    assert "max() keeps no per-group state" in doc["reason"]
 
 
 def test_count_and_sum_keep_per_group_state(

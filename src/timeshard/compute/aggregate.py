@@ -1,8 +1,9 @@
 """Per-group aggregate arrangements: GROUP BY views with count, sum and avg, kept as state.
 
-A GROUP BY view over one input whose aggregates are all ``count(*)``,
-``count(x)``, ``sum(x)`` and ``avg(x)`` of integral ``x`` is a function of a
-few numbers per group, each a sum over the group's rows weighted by ``_diff``:
+A GROUP BY view, over one input or inner joins of several, whose aggregates
+are all ``count(*)``, ``count(x)``, ``sum(x)`` and ``avg(x)`` of integral ``x``
+is a function of a few numbers per group, each a sum over the group's rows
+(the rows its FROM, joins and WHERE give) weighted by ``_diff``:
 
 * ``__n``: the group's row count;
 * ``__c<j>``: how many of its rows have a non-null ``j``-th argument;
@@ -10,15 +11,18 @@ few numbers per group, each a sum over the group's rows weighted by ``_diff``:
   arguments of sum and avg).
 
 Because these are sums, a group's state at time ``t`` is its state at
-``lower - 1`` plus the sums of its input's updates up to ``t``. The states are
+``lower - 1`` plus the sums of the *contributions* of the updates up to
+``t``: the FROM, joins and WHERE are a linear query, so their updates are
+its delta terms (:mod:`timeshard.compute.incremental`), run on the inputs'
+updates in the interval (and, for a join, the other inputs). The states are
 an arrangement of the UPSERT's type (:class:`~timeshard.storage.upsert_state.ArrangedState`:
 layers of key states cached in Spark, hash-partitioned by the group key,
 newest layer wins), so a tick costs in proportion to the groups it touches,
 not to the input::
 
-  input updates in [lower, upper) ─> WHERE, weights ─> per (group, _ts) ─┐ (shuffle by group)
-  arrangement: group -> state at lower - 1 ─────────────── (join) ────────┤ (no shuffle)
-                                                                          v
+  delta terms over [lower, upper) ─> weights ─> per (group, _ts) ─┐ (shuffle by group)
+  arrangement: group -> state at lower - 1 ──────── (join) ────────┤ (no shuffle)
+                                                                   v
         running state per (group, _ts), and the state before it   (checkpointed: job 1)
           │                                        │
           └─> the group's last state: a new layer  └─> the view's rows of both states:
@@ -41,12 +45,14 @@ column matches Spark's (a double sum) while the sum stays below 2**53.
 Frontiers: the arrangement holds the states at ``time - 1``. A delta over
 ``[lower, upper)`` needs ``time == lower`` and leaves ``time == upper``; at any
 other ``lower`` (a restart, another replica's append, a failed batch) the
-arrangement is rebuilt from the input's snapshot at ``lower - 1`` (one job).
+arrangement is rebuilt from the contributions over the inputs' snapshots at
+``lower - 1`` (one job).
 
 Invariants:
 
 1. The arrangement's content at ``time - 1`` is, per group with any non-zero
-   state, the sums above over the input's ok rows at ``time - 1``.
+   state, the sums above over the contributions of the inputs' ok rows at
+   ``time - 1``.
 2. A tick's checkpoint (and so the layer pushed from it) stays cached until
    the next tick starts or the view closes: the sink's write reads it after
    :meth:`SparkAggregates.delta` returns.
@@ -130,7 +136,7 @@ def state_queries(select: Any, state: str) -> StateQueries | str:
 
     def argument(node: Any, *, summed_: bool) -> int:
         if isinstance(node, exp.Distinct):
-            raise _NotTaken("DISTINCT aggregates recompute their touched groups")
+            raise _NotTaken("DISTINCT aggregates keep no per-group state")
         text = node.sql(dialect="spark")
         if text not in arguments:
             arguments[text] = len(argument_nodes)
@@ -155,8 +161,8 @@ def state_queries(select: Any, state: str) -> StateQueries | str:
             )
             positive = exp.GT(this=count.copy(), expression=exp.Literal.number(0))
             return exp.Case(ifs=[exp.If(this=positive, true=value)])
-        name = (node.sql_name() or type(node).__name__).lower()
-        raise _NotTaken(f"{name}() recomputes its touched groups")
+        name = node.sql(dialect="spark").split("(")[0].lower()  # as Spark spells it
+        raise _NotTaken(f"{name}() keeps no per-group state")
 
     def replace(node: Any) -> Any:
         if not isinstance(node, exp.Alias | exp.Identifier):
@@ -168,9 +174,9 @@ def state_queries(select: Any, state: str) -> StateQueries | str:
         return node
 
     if select.args.get("distinct"):
-        return "DISTINCT over GROUP BY keeps no state"
+        return "DISTINCT over GROUP BY keeps no per-group state"
     if any(isinstance(n, exp.Filter) for n in select.walk()):
-        return "aggregates with FILTER recompute their touched groups"
+        return "aggregates with FILTER keep no per-group state"
     try:
         outputs = [e.copy().transform(replace) for e in select.expressions]
         having = select.args.get("having")
