@@ -87,7 +87,7 @@ class SparkDelta:
             ok = self._linear(lower, upper, changed)
         elif self.plan.aggregate is not None:
             aggregate = self.plan.aggregate
-            changes = self._terms(aggregate.terms, lower, upper, changed, raw=True)
+            changes = self._terms(aggregate.terms, lower, upper, changed)
             if changes is None:  # none of the inputs the query reads changed
                 self._aggregated().skip(lower, upper)
                 ok = None
@@ -152,18 +152,18 @@ class SparkDelta:
         return list(self._reader_of(alias).schema.names)
 
     def _updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
-        """The input's updates in the interval, consolidated per (data, _ts, _err).
+        """The input's updates in the interval as stored (not consolidated: no shuffle).
 
-        Planned once per interval (its ok and err rows both use it): the part
-        list is fetched and checked once, and the two uses share one plan.
+        Every use is linear in them, and the delta is consolidated at the end,
+        so updates that cancel still cancel there. Planned once per interval
+        (its ok and err rows both use it): the part list is fetched and
+        checked once, and the uses share one plan.
         """
-        from timeshard.spark.snapshot import consolidate_df, updates_df
+        from timeshard.spark.snapshot import updates_df
 
         key = (alias, lower, upper)
         if key not in self._planned:
-            reader = self._reader_of(alias)
-            updates = updates_df(self.spark, reader, lower, upper)
-            self._planned[key] = consolidate_df(updates, self._names(alias))
+            self._planned[key] = updates_df(self.spark, self._reader_of(alias), lower, upper)
         return self._planned[key]
 
     def _ok_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
@@ -172,18 +172,6 @@ class SparkDelta:
         names = self._names(alias)
         updates = self._updates(alias, lower, upper)
         return updates.where(F.col(ERR).isNull()).select(*names, TS, DIFF)
-
-    def _raw_ok_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
-        """The input's ok updates in the interval as stored, not consolidated (no shuffle).
-
-        For sums, which do not need updates that cancel to be cancelled first.
-        """
-        from pyspark.sql import functions as F
-
-        from timeshard.spark.snapshot import updates_df
-
-        updates = updates_df(self.spark, self._reader_of(alias), lower, upper)
-        return updates.where(F.col(ERR).isNull()).select(*self._names(alias), TS, DIFF)
 
     def _err_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
         """The input's err updates as the view's err updates (data columns null)."""
@@ -248,14 +236,11 @@ class SparkDelta:
         lower: Timestamp,
         upper: Timestamp,
         changed: set[str],
-        *,
-        raw: bool = False,
     ) -> Any | None:
         """The sum of the delta ``terms`` whose delta input changed (None: none did).
 
         Each term's placeholders are bound to its inputs' old, delta or new
-        rows; the terms are unioned by position. ``raw``: the delta rows as
-        stored, not consolidated (enough where only sums of the result count).
+        rows; the terms are unioned by position.
         """
         frames: dict[tuple[str, str], Any] = {}
 
@@ -263,8 +248,6 @@ class SparkDelta:
             if (alias, mode) not in frames:
                 if mode == "old":
                     frames[alias, mode] = self._old(alias, lower)
-                elif mode == "delta" and raw:
-                    frames[alias, mode] = self._raw_ok_updates(alias, lower, upper)
                 elif mode == "delta":
                     frames[alias, mode] = self._ok_updates(alias, lower, upper)
                 else:

@@ -660,7 +660,7 @@ class MvSink:
         first = max(lower, self.as_of)
         end = upper if upper is not None else first + 1
         if self._delta_ready(desc.lower):
-            delta = self._desired_delta(first, end)
+            delta = self._planned(lambda: self._incremental.delta(first, end))
             heal = self._take_heal()
             if heal is not None:
                 healed = [self.engine.retime(heal, first), *([] if delta is None else [delta])]
@@ -676,10 +676,9 @@ class MvSink:
         updates = [self.engine.diff_at(snap, previous, first, self.data_schema)]
         if self.incremental and not self._per_time and first not in self._error_times:
             if first + 1 < end:
-                rest = self._desired_delta(first + 1, end)
-            else:
-                rest = None
-                self._desired_delta(end, end)  # builds what the next delta reads, writes nothing
+                rest = self._planned(lambda: self._incremental.delta(first + 1, end))
+            else:  # build what the next batch's delta reads (a GROUP BY's state) now
+                rest = self._planned(lambda: self._incremental.prepare(end))
             if rest is not None:
                 updates.append(rest)
             last = None if rest is not None else snap
@@ -692,21 +691,22 @@ class MvSink:
         ends_desired = self.incremental and not any(first <= t < end for t in self._error_times)
         return self.engine.union(updates, self.data_schema), previous, ends_desired
 
-    def _desired_delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
-        """Desired's delta; a query error on the data while planning it is :class:`_DeltaFailed`.
-
-        An empty interval (``lower == upper``) prepares the next delta instead.
-
-        Planning may run Spark jobs (an aggregate arrangement's tick), so the
-        data can fail it before the write does.
-        """
+    @property
+    def _incremental(self) -> IncrementalDesired:
         desired = self.desired
         assert isinstance(desired, IncrementalDesired), desired
+        return desired
+
+    @staticmethod
+    def _planned(plan: Callable[[], Any]) -> Any:
+        """``plan()``, a step of planning desired's delta; a query error on the data there is
+        :class:`_DeltaFailed`.
+
+        Planning may run Spark jobs (a GROUP BY state's tick or rebuild), so
+        the data can fail it before the write does.
+        """
         try:
-            if lower == upper:
-                desired.prepare(lower)
-                return None
-            return desired.delta(lower, upper)
+            return plan()
         except Exception as e:
             if is_data_error(e):
                 raise _DeltaFailed(str(e)) from e
