@@ -38,11 +38,14 @@ input rows are taken at every change time ``t`` of the interval (and at
 at ``t`` is the keys' rows at ``t`` minus their rows at the change time before.
 A GROUP BY whose aggregates are all count, sum and avg of integral columns
 keeps per-group state instead (:mod:`timeshard.compute.aggregate`,
-:attr:`Plan.aggregate`): its tick reads the input's updates and the touched
-groups' cached state, never the input's stored rows.
+:attr:`Plan.aggregate`), over one input or inner joins of several: its tick
+runs the delta terms of its FROM, joins and WHERE (over one input: its
+updates alone, no stored rows) and adds them to the touched groups' cached
+state.
 
 **full** -- everything else (subqueries, ORDER BY or LIMIT, global
-aggregates without GROUP BY, GROUP BY or windows over joins, outer joins of
+aggregates without GROUP BY, GROUP BY over joins with other aggregates or
+over outer joins, windows over joins, outer joins of
 three inputs, non-deterministic functions, Python function views, REFRESH
 EVERY): the sink evaluates those from snapshots. :attr:`Classification.reason`
 says why.
@@ -86,7 +89,7 @@ Path = Literal["linear", "grouped", "full"]
 #: The evaluation time column of the grouped class's rewritten query.
 AT = "__t"
 #: Placeholder table names in rewritten queries: ``__tsv<view>_<input>_<mode>``.
-_MODES = ("old", "delta", "new", "at", "rows", "state")
+_MODES = ("old", "delta", "new", "at", "state")
 _NON_DETERMINISTIC = frozenset(
     {
         "rand",
