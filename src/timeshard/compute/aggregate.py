@@ -266,12 +266,14 @@ class SparkAggregates:
 
     def __init__(self, spark: Any, plan: AggregatePlan, contributions: Any) -> None:
         """``contributions``: the Spark schema of the contributions query."""
+        from pyspark.sql.types import LongType
+
         from timeshard.storage.upsert_state import ArrangedState
 
         self.spark = spark
         self.plan = plan
         types = {f"__g{i}": contributions[f"__g{i}"].dataType for i in range(plan.keys)}
-        types.update({v: _long() for v in plan.values})
+        types.update({v: LongType() for v in plan.values})
         self.keys = [f"__g{i}" for i in range(plan.keys)]
         self.state = ArrangedState(spark, self.keys, plan.values, types)
         self._held = contextlib.ExitStack()
@@ -333,15 +335,14 @@ class SparkAggregates:
 
         diff = F.col(DIFF)
         zero = F.lit(0).cast("long")
-        columns = [diff.alias(_ROWS)]
-        for j in range(len(self.plan.summed)):
-            present = F.col(f"__a{j}").isNotNull()
-            columns.append(F.when(present, diff).otherwise(zero).alias(f"__c{j}"))
-        for j, summed in enumerate(self.plan.summed):
-            if summed:
-                weight = F.col(f"__a{j}").cast("long") * diff
-                columns.append(F.when(F.col(f"__a{j}").isNotNull(), weight).otherwise(zero))
-                columns[-1] = columns[-1].alias(f"__s{j}")
+        present = [F.col(f"__a{j}").isNotNull() for j in range(len(self.plan.summed))]
+        counts = [F.when(p, diff).otherwise(zero).alias(f"__c{j}") for j, p in enumerate(present)]
+        sums = [
+            F.when(p, F.col(f"__a{j}").cast("long") * diff).otherwise(zero).alias(f"__s{j}")
+            for j, (p, summed) in enumerate(zip(present, self.plan.summed, strict=True))
+            if summed
+        ]
+        columns = [diff.alias(_ROWS), *counts, *sums]  # the order of plan.values
         return contributions.select(self.state.key_of(contributions), TS, *columns)
 
     def _tick(self, changes: Any) -> Any:
@@ -359,25 +360,13 @@ class SparkAggregates:
             .agg(*[F.sum(v).alias(v) for v in values])
         )
         with self.state.pinned() as layers:
-            joined, found = per_time, []
-            for i, layer in enumerate(layers):
-                side = layer.df.select(
-                    F.col(KEY).alias(f"_lk{i}"),
-                    F.when(~F.col(GONE), F.struct(*value_columns(len(values)))).alias(f"_l{i}"),
-                    F.lit(True).alias(f"_f{i}"),
-                )
-                # Built on the tick's groups: the layer streams through, unshuffled.
-                joined = joined.hint("shuffle_hash").join(
-                    side, joined[KEY] == side[f"_lk{i}"], "left"
-                )
-                found.append((F.col(f"_f{i}").isNotNull(), F.col(f"_l{i}")))
+            joined = self.state.with_newest(per_time, layers, "_state")
+            live = F.col("_state").isNotNull() & ~F.col(f"_state.{GONE}")
             per_group = Window.partitionBy(KEY).orderBy(TS)
             running = per_group.rowsBetween(Window.unboundedPreceding, Window.currentRow)
             columns = []
             for n, v in zip(value_columns(len(values)), values, strict=True):
-                before = F.lit(0).cast("long")
-                for is_found, state in found:  # newest layer last: it wins
-                    before = F.when(is_found, F.coalesce(state[n], F.lit(0))).otherwise(before)
+                before = F.when(live, F.col(f"_state.{n}")).otherwise(F.lit(0).cast("long"))
                 total = before + F.sum(v).over(running)
                 columns += [total.alias(v), (total - F.col(v)).alias(f"__p{v}")]
             last = F.lead(TS).over(per_group).isNull().alias(_LAST)
@@ -450,12 +439,6 @@ class SparkAggregates:
             zero = F.col(v) == 0
             cond = zero if cond is None else cond & zero
         return cond
-
-
-def _long() -> Any:
-    from pyspark.sql.types import LongType
-
-    return LongType()
 
 
 __all__ = [

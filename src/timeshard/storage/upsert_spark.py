@@ -340,7 +340,7 @@ class SparkFeedbackUpsert:
         from pyspark.sql import functions as F
 
         values = value_columns(len(self.values))
-        joined = self._with_state(keyed, layers)
+        joined = self.state.with_newest(keyed, layers, STATE)
         per_time = Window.partitionBy(KEY, UNKEYED, TS).orderBy(F.col(ORDER).desc())
         ranked = joined.withColumn("_rank", F.row_number().over(per_time))
         top = ranked.where((F.col("_rank") == 1) | F.col(UNKEYED))
@@ -353,37 +353,6 @@ class SparkFeedbackUpsert:
             (F.col(DELETE) & F.col(ERR).isNull()).alias(GONE),
             UNKEYED,
             STATE,
-        )
-
-    def _with_state(self, keyed: Any, layers: list[Layer]) -> Any:
-        """``keyed`` with ``_state``: the key's row in the newest layer that has it."""
-        from pyspark.sql import functions as F
-
-        row = [*value_columns(len(self.values)), ERR, GONE]
-        if not layers:
-            empty = F.lit(None).cast(self._state_type())
-            return keyed.withColumn(STATE, empty)
-        joined, found = keyed, []
-        for i, layer in enumerate(layers):
-            side = layer.df.select(F.col(KEY).alias(f"_lk{i}"), F.struct(*row).alias(f"_l{i}"))
-            # Built on the commands: the layer streams through, unshuffled.
-            joined = joined.hint("shuffle_hash").join(side, joined[KEY] == side[f"_lk{i}"], "left")
-            found.append(F.col(f"_l{i}"))
-        return joined.select(*keyed.columns, F.coalesce(*reversed(found)).alias(STATE))
-
-    def _state_type(self) -> Any:
-        from pyspark.sql.types import BooleanType, StringType, StructField, StructType
-
-        names = value_columns(len(self.values))
-        return StructType(
-            [
-                *[
-                    StructField(n, self.state.types[v])
-                    for v, n in zip(self.values, names, strict=True)
-                ],
-                StructField(ERR, StringType()),
-                StructField(GONE, BooleanType()),
-            ]
         )
 
     def _chain(self, winners: Any) -> Any:

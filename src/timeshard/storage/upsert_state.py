@@ -226,6 +226,38 @@ class ArrangedState:
         probe = right.select(F.col(KEY).alias("_rk"))
         return left.join(probe, left[KEY] == probe["_rk"], how)
 
+    def with_newest(self, keyed: Any, layers: list[Layer], name: str) -> Any:
+        """``keyed`` (with ``_key``, partitioned like the layers) with column ``name``: its
+        key's row in the newest of ``layers`` that has it (a struct of the value
+        columns, ``_err`` and ``_gone``), or null if none has it.
+
+        One join per layer, built on ``keyed``: the layers stream through unshuffled.
+        """
+        from pyspark.sql import functions as F
+
+        row = [*value_columns(len(self.values)), ERR, GONE]
+        if not layers:
+            return keyed.withColumn(name, F.lit(None).cast(self.row_type()))
+        joined, found = keyed, []
+        for i, layer in enumerate(layers):
+            side = layer.df.select(F.col(KEY).alias(f"_lk{i}"), F.struct(*row).alias(f"_l{i}"))
+            joined = joined.hint("shuffle_hash").join(side, joined[KEY] == side[f"_lk{i}"], "left")
+            found.append(F.col(f"_l{i}"))
+        return joined.select(*keyed.columns, F.coalesce(*reversed(found)).alias(name))
+
+    def row_type(self) -> Any:
+        """The Spark type of a key's row in a layer: the value columns, ``_err``, ``_gone``."""
+        from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+
+        names = value_columns(len(self.values))
+        return StructType(
+            [
+                *[StructField(n, self.types[v]) for v, n in zip(self.values, names, strict=True)],
+                StructField(ERR, StringType()),
+                StructField(GONE, BooleanType()),
+            ]
+        )
+
     # -- building ----------------------------------------------------------------------------
 
     def rehydrate(self, reader: ReadHandle, upper: int) -> None:
