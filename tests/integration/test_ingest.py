@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from tests.integration.paced_source import Rounds
 
 from timeshard.location import Location
@@ -159,3 +160,13 @@ def test_reclocking_is_an_expression_no_job_of_its_own(spark: SparkSession) -> N
             if t is not None:
                 want[(p, o)] = t
     assert got == want
+    # Read from a start frontier, records below it do not exist: the tree leaves the
+    # intervals below it out, and the records above it keep their times.
+    start = bindings[25][1]
+    in_range = F.lit(False)
+    for p in ["a", "b", "b/c", "é", "z"]:
+        in_range = in_range | ((F.col("_partition") == p) & (F.col("_offset") >= start.get(p, 0)))
+    above = records.where(in_range)
+    clipped = reclock_df(spark, above, bindings, start=start)
+    got = {(r["_partition"], r["_offset"]): r["_ts"] for r in clipped.collect()}
+    assert got == {(p, o): t for (p, o), t in want.items() if o >= start.get(p, 0)}

@@ -63,6 +63,11 @@ DEFAULT_CONF: dict[str, str] = {
     # Reading more than 32 part files listed them in a Spark job of its own; the
     # driver already knows every part (from the shard state), so list on the driver.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",
+    # PySpark records the Python call site of every DataFrame and Column call in
+    # the JVM (for error messages): three or four more Py4J round trips and a
+    # stack walk per call. A tick builds its plans from hundreds of such calls,
+    # so this was a third of an UPSERT tick's driver time at 1M keys.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 

@@ -51,7 +51,7 @@ from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.persist.holds import RetainedHistory
 from timeshard.progress import Frontier, frontier
 from timeshard.storage.health import Health
-from timeshard.storage.reclock import Remap, reclock_df
+from timeshard.storage.reclock import Remap, SourceFrontier, reclock_df
 from timeshard.storage.since_holds import LaggingHold, SinceHolds
 from timeshard.storage.sources import Source
 from timeshard.storage.upsert_spark import DELETE, ORDER, SparkFeedbackUpsert
@@ -303,7 +303,7 @@ class Ingestion:
             if frame is None:  # nothing in the range for this output
                 result = export.advance(lower, bound.time)
             else:
-                result = export.write(self._reclock(frame), lower, bound.time)
+                result = export.write(self._reclock(frame, start), lower, bound.time)
             appended += isinstance(result, Appended)
         # Resuming needs the binding at (least output upper - 1) and later ones only.
         self._remap_hold.want(max((self.resume_upper().time or 1) - 1, 0))
@@ -312,8 +312,8 @@ class Ingestion:
         self.holds.step()
         return StepReport(out_upper, bound, appended)
 
-    def _reclock(self, records: Any) -> Any:
-        return reclock_df(self.spark, records, self.remap.bindings())
+    def _reclock(self, records: Any, start: SourceFrontier) -> Any:
+        return reclock_df(self.spark, records, self.remap.bindings(), start=start)
 
 
 def _retain_up_to(retained: RetainedHistory) -> Callable[[int], None]:

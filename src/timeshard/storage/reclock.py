@@ -219,6 +219,7 @@ def reclock_df(
     records: Any,
     bindings: Sequence[tuple[Timestamp, SourceFrontier]],
     column: str = TS,
+    start: SourceFrontier | None = None,
 ) -> Any:
     """``records`` (``_partition``, ``_offset``, ...) with ``column`` = the time that binds each.
 
@@ -229,10 +230,19 @@ def reclock_df(
     evaluate per record: ``O(log intervals)`` comparisons, and no Spark job of
     its own (a table of the intervals, broadcast or not, would be one). Runs
     on the driver: it only builds the plan; ``spark`` is unused.
+
+    ``start``, if given, promises that no record lies below it (the frontier
+    the records were read from): intervals wholly below it are left out of
+    the tree. A tick's records are then bound by the tick's few bindings, not
+    by every binding the remap still keeps (each interval is about ten
+    Column calls on the driver).
     """
     from pyspark.sql import functions as F
 
-    time = _interval_tree(binding_intervals(bindings))
+    intervals = binding_intervals(bindings)
+    if start is not None:
+        intervals = [i for i in intervals if i[2] > start.get(i[0], 0)]
+    time = _interval_tree(intervals)
     timed = records.withColumn(column, time)
     return timed.where(F.col(column).isNotNull())
 
