@@ -6,8 +6,6 @@ no such jar, and a process holds one SparkContext. If the child cannot get
 the jar (no network to Maven Central), that test is skipped with the reason
 printed -- except when ``CI`` is set: then it fails. The other tests here
 run in this process and download nothing.
-
-PySpark 4.3.0's own spark-avro is not on Maven Central; see ``NEWEST_SPARK_AVRO``.
 """
 
 from __future__ import annotations

@@ -203,11 +203,12 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The consolidated updates of one part at ``as_of`` (executors).
 
-        Spark passes a partition of value None when ``partitions()`` found no
-        parts: the snapshot is empty.
+        Spark passes no partition (PySpark 4.1) or a partition of value None
+        (later releases) when ``partitions()`` found no parts: the snapshot is
+        empty.
         """
         if not isinstance(partition, PartPartition):
-            assert partition.value is None, partition
+            assert partition is None or partition.value is None, partition
             return
         schema = pa.ipc.read_schema(pa.py_buffer(partition.schema_ipc))
         table = read_part(

@@ -326,7 +326,7 @@ class PartWriter:
     schema_ipc: bytes
     faults: KeyedFaults | None = None
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         data_schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
         schema = updates_schema(data_schema)
         tables = (_conformed(b, schema, data_schema) for b in batches if b.num_rows)
@@ -535,7 +535,7 @@ class PartReadFaults:
 
     faults: KeyedFaults
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         partition, attempt = task_attempt()
         fault = self.faults.draw(f"read:{partition}:{attempt}")
         if fault != "ok":

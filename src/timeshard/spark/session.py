@@ -108,33 +108,26 @@ SPARK_AVRO_PACKAGE_ENV = "TIMESHARD_SPARK_AVRO_PACKAGE"
 AVRO_NOT_LOADED = "AVRO_NOT_LOADED_SQL_FUNCTIONS_UNUSABLE"
 
 
-# The newest spark-avro release on Maven Central when this was written; PySpark
-# releases after it (4.2, 4.3) have no spark-avro of their own there yet, and
-# this one decodes correctly under PySpark 4.3 (tests/integration/test_avro.py).
-NEWEST_SPARK_AVRO = "4.1.1"
-
-
 def spark_avro_package() -> str:
     """The Maven coordinate of spark-avro for the running PySpark (Scala 2.13).
 
-    ``org.apache.spark:spark-avro_2.13:<version>``: the running PySpark's
-    version, or :data:`NEWEST_SPARK_AVRO` for a PySpark newer than that.
-    The environment variable ``TIMESHARD_SPARK_AVRO_PACKAGE`` names another
-    coordinate (a newer release, a mirror with another group).
+    ``org.apache.spark:spark-avro_2.13:<the running PySpark's version>``:
+    Spark's connectors must match it exactly (pyproject pins a PySpark whose
+    connectors are all on Maven Central). The environment variable
+    ``TIMESHARD_SPARK_AVRO_PACKAGE`` names another coordinate (a mirror with
+    another group).
     """
-    version = pyspark.__version__
-    if _release(version) > _release(NEWEST_SPARK_AVRO):
-        version = NEWEST_SPARK_AVRO
-    return os.environ.get(SPARK_AVRO_PACKAGE_ENV) or (f"org.apache.spark:spark-avro_2.13:{version}")
+    return os.environ.get(SPARK_AVRO_PACKAGE_ENV) or spark_package("spark-avro")
 
 
-def _release(version: str) -> tuple[int, ...]:
-    """``"4.1.1"`` -> ``(4, 1, 1)``; a pre-release suffix is ignored."""
-    parts = []
-    for piece in version.split(".")[:3]:
-        digits = "".join(c for c in piece if c.isdigit()) if not piece.isdigit() else piece
-        parts.append(int(digits or 0))
-    return tuple(parts)
+def spark_kafka_package() -> str:
+    """The Maven coordinate of Spark's Kafka connector for the running PySpark (Scala 2.13)."""
+    return spark_package("spark-sql-kafka-0-10")
+
+
+def spark_package(artifact: str) -> str:
+    """``org.apache.spark:<artifact>_2.13:<the running PySpark's version>``."""
+    return f"org.apache.spark:{artifact}_2.13:{pyspark.__version__}"
 
 
 @contextlib.contextmanager
@@ -186,17 +179,18 @@ def arrow_to_spark_schema(schema: pa.Schema) -> StructType:
 
 def spark_to_arrow_schema(schema: StructType) -> pa.Schema:
     """The Arrow schema of a Spark schema (``TimestampType`` as UTC microseconds)."""
-    return to_arrow_schema(schema, timezone="UTC")
+    return to_arrow_schema(schema, timestamp_utc=True)
 
 
 __all__ = [
     "AVRO_NOT_LOADED",
     "DEFAULT_CONF",
-    "NEWEST_SPARK_AVRO",
     "SPARK_AVRO_PACKAGE_ENV",
     "arrow_to_spark_schema",
     "requires_spark_avro",
     "spark_avro_package",
+    "spark_kafka_package",
+    "spark_package",
     "spark_session",
     "spark_to_arrow_schema",
 ]
