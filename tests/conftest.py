@@ -1,4 +1,4 @@
-"""Fixtures shared by every tier: a throwaway PostgreSQL server, started once.
+"""Fixtures shared by every tier: a throwaway PostgreSQL server and a Kafka broker, started once.
 
 Tests that use ``postgres_dsn`` carry ``@pytest.mark.postgres``. If the server
 cannot start they are skipped with the reason printed, except in CI
@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests.integration.kafka_broker import kafka_broker  # noqa: F401 (a fixture of every tier)
 from tests.pg_server import PostgresServer
 
 

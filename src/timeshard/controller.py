@@ -1,9 +1,11 @@
 """The controller: a declared pipeline of sources and views, stepped together.
 
 A :class:`Pipeline` is built from a :class:`~timeshard.cli.spec.RunSpec`: one
-:class:`~timeshard.storage.ingest.Ingestion` per source and one
-:class:`~timeshard.compute.MaterializedView` per view, over one location. A
-step runs one tick of every ingestion, then of every view. Any number of
+:class:`~timeshard.storage.ingest.Ingestion` per source, one
+:class:`~timeshard.compute.MaterializedView` per view and one
+:class:`~timeshard.storage.kafka_export.KafkaExport` per export, over one
+location. A step runs one tick of every ingestion, then of every view, then
+of every export (whose health is reported under its name). Any number of
 processes may run the same pipeline over the same location at once: each
 object converges through compare-and-append, so they are replicas of it.
 
@@ -31,7 +33,9 @@ from timeshard.cli.spec import RunSpec, build_source
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.persist import PersistClient
 from timeshard.progress import Frontier
+from timeshard.storage.health import Health
 from timeshard.storage.ingest import Ingestion
+from timeshard.storage.kafka_export import KafkaExport
 
 
 class Pipeline:
@@ -77,6 +81,28 @@ class Pipeline:
             )
             for v in spec.view
         ]
+        self.exports = [
+            KafkaExport(
+                spark,
+                client,
+                e.input,
+                e.options["bootstrap_servers"],
+                e.options["topic"],
+                envelope=e.envelope,
+                key_columns=e.key_columns,
+                export_id=e.name,
+                version=e.version,
+                **(
+                    {"progress_topic": e.options["progress_topic"]}
+                    if "progress_topic" in e.options
+                    else {}
+                ),
+            )
+            for e in spec.export
+        ]
+        self.health = Health(client, clock)
+        for export in self.exports:
+            self.health.report(export.export_id, "starting")
         self._closed = False
 
     def step(self) -> dict[str, str]:
@@ -98,6 +124,14 @@ class Pipeline:
             view.step()
             if view.sink.last_error is not None:
                 failures[view.name] = view.sink.last_error
+        for export in self.exports:
+            try:
+                export.step()
+            except Exception as e:
+                failures[export.export_id] = f"{type(e).__name__}: {str(e)[:300]}"
+                self.health.report(export.export_id, "stalled", failures[export.export_id])
+            else:
+                self.health.report(export.export_id, "running")
         return failures
 
     def shards(self) -> list[str]:
@@ -112,6 +146,9 @@ class Pipeline:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            for export in self.exports:
+                export.close()
+            self.health.close()
             for view in self.views:
                 view.close()
             for ingestion in self.ingestions:

@@ -103,6 +103,20 @@ class Indeterminate(ExternalError):
     """The operation may or may not have happened."""
 
 
+class SourceUnavailable(TimeshardError):
+    """An upstream system cannot be read now (unreachable, a topic gone, data lost).
+
+    Not data: the ingestion does not tick, its health reads ``stalled`` with
+    this message, and the next step tries again. ``definite`` says that
+    retrying cannot help (the records were deleted before they were read):
+    the source stays stalled until an operator acts, and nothing is skipped.
+    """
+
+    def __init__(self, message: str, *, definite: bool = False) -> None:
+        super().__init__(message)
+        self.definite = definite
+
+
 class PartError(TimeshardError):
     """A part referenced by a shard is missing or cannot be decoded."""
 

@@ -51,7 +51,7 @@ def test_good_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ('[[source]]\nname = "x"\nkind = "kafka"\n', "kind"),
+        ('[[source]]\nname = "x"\nkind = "mqtt"\n', "kind"),
         ('[[source]]\nname = "x"\nkind = "counter"\ncolour = 1\n', "colour"),
         ('[[view]]\nname = "v"\n', "inputs"),
         ("not = [toml", "cannot read"),
@@ -130,7 +130,7 @@ def test_bad_retain_history_is_one_line_naming_it(tmp_path: Path, bad: str) -> N
 
 def test_validation_errors_are_one_line(tmp_path: Path) -> None:
     f = tmp_path / "run.toml"
-    f.write_text('[[source]]\nname = "x"\nkind = "kafka"\ncolour = 1\n')
+    f.write_text('[[source]]\nname = "x"\nkind = "mqtt"\ncolour = 1\n')
     with pytest.raises(InvalidUsage) as e:
         load_spec(f)
     assert "\n" not in str(e.value) and "colour" in str(e.value) and "kind" in str(e.value)
@@ -189,3 +189,40 @@ def test_run_validates_before_spark_starts(tmp_path: Path, monkeypatch: pytest.M
     assert isinstance(out.exception, InvalidUsage), out.output
     assert "reads 'totals'" in str(out.exception)
     assert not (tmp_path / "loc").exists()  # a bad declaration writes nothing
+
+
+EXPORTS = """
+[[source]]
+name = "kv"
+kind = "key_value"
+envelope = "upsert"
+key_columns = ["key"]
+
+[[export]]
+name = "kv-out"
+kind = "kafka"
+input = "kv"
+key_columns = ["key"]
+options = { bootstrap_servers = "127.0.0.1:9092", topic = "kv" }
+"""
+
+
+def test_exports_read_what_is_declared_or_exists(tmp_path: Path) -> None:
+    f = tmp_path / "run.toml"
+    f.write_text(EXPORTS)
+    spec = load_spec(f)
+    check_spec(spec, existing=[])
+    [export] = spec.export
+    assert (export.envelope, export.version) == ("upsert", 1)
+    far = export.model_copy(update={"input": "nowhere"})
+    with pytest.raises(InvalidUsage, match="export 'kv-out' reads 'nowhere'"):
+        check_spec(spec.model_copy(update={"export": [far]}), existing=[])
+    twice = spec.model_copy(update={"export": [export, export]})
+    with pytest.raises(InvalidUsage, match="declared twice"):
+        check_spec(twice, existing=[])
+    bad = export.model_copy(update={"options": {"topic": "kv", "acks": "all"}})
+    with pytest.raises(InvalidUsage, match=r"missing \['bootstrap_servers'\], unknown \['acks'\]"):
+        check_spec(spec.model_copy(update={"export": [bad]}), existing=[])
+    f.write_text(EXPORTS.replace('kind = "kafka"', 'kind = "delta"'))
+    with pytest.raises(InvalidUsage, match=r"export\.0\.kind"):
+        load_spec(f)

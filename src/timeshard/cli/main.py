@@ -38,6 +38,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from timeshard.cli.dev import dev_app
 from timeshard.cli.explain import explain
 from timeshard.cli.options import (
     DEFAULT_LOCATION,
@@ -62,6 +63,7 @@ from timeshard.progress import Frontier
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 shard_app = typer.Typer(help="Inspect and read shards.", no_args_is_help=True)
 app.add_typer(shard_app, name="shard")
+app.add_typer(dev_app, name="dev")
 app.command("status")(status)
 app.command("explain")(explain)
 

@@ -5,7 +5,7 @@
 
     [[source]]
     name = "kv"
-    kind = "key_value"               # key_value | counter | auction | tpch | file
+    kind = "key_value"               # key_value | counter | auction | tpch | file | kafka
     envelope = "upsert"              # none | upsert (upsert needs key_columns)
     key_columns = ["key"]
     options = { keys = 1000, rate = 200 }
@@ -24,6 +24,16 @@
       {"type": "record", "name": "Reading", "fields": [
         {"name": "id", "type": "long"}, {"name": "v", "type": ["null", "double"]}]}''' }
 
+    [[source]]
+    name = "orders"
+    kind = "kafka"                   # one topic; needs Spark's Kafka connector
+    envelope = "upsert"              # keyed on the Kafka key; a null value deletes
+    key_columns = ["id"]
+    options = { bootstrap_servers = "127.0.0.1:9092", topic = "orders",
+                key_format = "json", key_schema = { id = "int64" },
+                value_format = "json", metadata = ["timestamp"] }
+    columns = { status = "string", total = "float64" }   # the JSON value's columns
+
     [[view]]
     name = "keys_per_prefix"
     inputs = { kv = "kv" }
@@ -31,20 +41,36 @@
     refresh_every_ms = 5000          # optional
     retain_history = "15m"           # optional
 
+    [[export]]
+    name = "prefixes-out"            # the export's id (its progress record's key)
+    kind = "kafka"                   # exactly once: progress in the target, one transaction
+    input = "keys_per_prefix"        # any source output, view or shard
+    envelope = "upsert"              # upsert | debezium
+    key_columns = ["p"]
+    version = 1                      # a higher version fences the older exports
+    options = { bootstrap_servers = "127.0.0.1:9092", topic = "prefixes" }
+
 The file is validated with pydantic: an unknown field, kind, envelope,
 column type or duration is an InvalidUsage that names it, on one line.
 :func:`check_spec` checks, without Spark, that every view reads a shard the
 location holds or the declaration writes (a source ``s`` writes ``s`` or
 ``s.<subsource>``; a view writes its name), declared before the view.
 
+An ``[[export]]`` sends a source output, a view or any shard of the
+location to Kafka, exactly once
+(:class:`~timeshard.storage.kafka_export.KafkaExport`); its ``name`` is its
+id, under which its progress is recorded in the target.
+
 ``retain_history`` keeps that much history of a source's outputs or a view
 readable: ``AS OF`` and ``subscribe --from`` reach back that far. Durations
 are a whole number and a unit, ``ms``, ``s``, ``m``, ``h`` or ``d``.
 
 An ``avro`` FILE source takes its columns from ``avro_schema`` (declare no
-``columns``) and needs the spark-avro jar: :func:`spark_packages` names the
-Maven packages the run's SparkSession must load, spark-avro only when some
-source uses Avro.
+``columns``) and needs the spark-avro jar, a ``kafka`` source Spark's Kafka
+connector: :func:`spark_packages` names the Maven packages the run's
+SparkSession must load, each only when some source uses it. A ``kafka``
+source's ``columns`` are its JSON value's; ``options.key_schema`` declares a
+JSON key's columns (:class:`~timeshard.storage.kafka_source.KafkaSource`).
 """
 
 from __future__ import annotations
@@ -122,7 +148,7 @@ class LocationSpec(_Strict):
 
 class SourceSpec(_Retains):
     name: str
-    kind: Literal["key_value", "counter", "auction", "tpch", "file"]
+    kind: Literal["key_value", "counter", "auction", "tpch", "file", "kafka"]
     envelope: Literal["none", "upsert"] = "none"
     key_columns: list[str] = Field(default_factory=list)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -136,10 +162,21 @@ class ViewSpec(_Retains):
     refresh_every_ms: int | None = None
 
 
+class ExportSpec(_Strict):
+    name: str
+    kind: Literal["kafka"]
+    input: str
+    envelope: Literal["upsert", "debezium"] = "upsert"
+    key_columns: list[str] = Field(default_factory=list)
+    version: int = 1
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class RunSpec(_Strict):
     location: LocationSpec = LocationSpec(dir=DEFAULT_DIR)
     source: list[SourceSpec] = Field(default_factory=list)
     view: list[ViewSpec] = Field(default_factory=list)
+    export: list[ExportSpec] = Field(default_factory=list)
 
 
 def load_spec(path: Path) -> RunSpec:
@@ -192,15 +229,34 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
                 f"declaration has; it can read {sorted(readable)}"
             )
         readable.add(view.name)
+    names = [e.name for e in spec.export]
+    for export in spec.export:
+        if names.count(export.name) > 1:
+            raise InvalidUsage(f"export name {export.name!r} is declared twice")
+        if export.input not in readable:
+            raise InvalidUsage(
+                f"export {export.name!r} reads {export.input!r}, which neither the location "
+                f"nor the declaration has; it can read {sorted(readable)}"
+            )
+        missing = [k for k in ("bootstrap_servers", "topic") if k not in export.options]
+        unknown = sorted(set(export.options) - {"bootstrap_servers", "topic", "progress_topic"})
+        if missing or unknown:
+            raise InvalidUsage(
+                f"export {export.name!r}: options need bootstrap_servers and topic, and may "
+                f"have progress_topic; missing {missing}, unknown {unknown}"
+            )
 
 
 def spark_packages(spec: RunSpec) -> list[str]:
     """The Maven packages the SparkSession of ``spec`` needs (none for the defaults)."""
-    if any(s.kind == "file" and s.options.get("format") == "avro" for s in spec.source):
-        from timeshard.spark.session import spark_avro_package
+    from timeshard.spark.session import spark_avro_package, spark_kafka_package
 
-        return [spark_avro_package()]
-    return []
+    packages = []
+    if any(s.kind == "file" and s.options.get("format") == "avro" for s in spec.source):
+        packages.append(spark_avro_package())
+    if any(s.kind == "kafka" for s in spec.source):
+        packages.append(spark_kafka_package())
+    return packages
 
 
 def build_source(spec: SourceSpec) -> Any:
@@ -225,13 +281,38 @@ def build_source(spec: SourceSpec) -> Any:
                 f"source {spec.name!r}: unknown column types {unknown}; use {sorted(TYPES)}"
             )
         schema = pa.schema([(c, TYPES[t]) for c, t in spec.columns.items()]) or None
+        if spec.kind == "kafka":
+            return _kafka_source(spec, opts, schema)
         return FileSource(spec.name, opts.pop("path"), opts.pop("format"), schema, **opts)
     except (TypeError, KeyError) as e:
         raise InvalidUsage(f"source {spec.name!r}: bad options {spec.options}: {e}") from e
 
 
+def _kafka_source(spec: SourceSpec, opts: dict[str, Any], schema: pa.Schema | None) -> Any:
+    from timeshard.storage.kafka_source import KafkaSource
+
+    key_types = opts.pop("key_schema", None)
+    key_schema = None
+    if key_types is not None:
+        if not isinstance(key_types, dict) or any(t not in TYPES for t in key_types.values()):
+            raise InvalidUsage(
+                f"source {spec.name!r}: key_schema must map columns to {sorted(TYPES)}, "
+                f"got {key_types!r}"
+            )
+        key_schema = pa.schema([(c, TYPES[t]) for c, t in key_types.items()])
+    return KafkaSource(
+        spec.name,
+        opts.pop("bootstrap_servers"),
+        opts.pop("topic"),
+        value_schema=schema,
+        key_schema=key_schema,
+        **opts,
+    )
+
+
 __all__ = [
     "DEFAULT_DIR",
+    "ExportSpec",
     "RunSpec",
     "SourceSpec",
     "ViewSpec",

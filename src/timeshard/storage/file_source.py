@@ -470,7 +470,7 @@ def decode_line(
             )
         if offset == 0 and fmt in ("json", "csv"):
             line = line.removeprefix(_BOM)
-        row.update(_decode_line(line, fmt, schema))
+        row.update(decode_payload(line, fmt, schema))
     except Exception as e:  # every decode failure becomes an err row
         row.update(dict.fromkeys(schema.names))
         row[ERR] = f"{partition}@{offset}: {type(e).__name__}: {str(e)[:300]}"
@@ -537,7 +537,12 @@ def _rewritten(partition: str, line: int, end: int, hi: int) -> InvalidUsage:
     )
 
 
-def _decode_line(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
+def decode_payload(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
+    """The columns of one record's bytes in ``fmt`` (json, csv, text, bytes, avro framing).
+
+    Raises ValueError (or a decoding error) for bytes that do not decode;
+    the caller turns that into an err row. Pure: tasks call it.
+    """
     if fmt == "bytes":
         return {"data": raw}
     if fmt == "avro":
@@ -659,4 +664,5 @@ __all__ = [
     "FileSource",
     "avro_payload_schema",
     "decode_line",
+    "decode_payload",
 ]

@@ -219,6 +219,9 @@ class Ingestion:
             self.holds.flush()
         self._release()
         self.health.close()
+        close_source = getattr(self.source, "close", None)
+        if close_source is not None:
+            close_source()
 
     def _lease_lost(self) -> bool:
         return self.remap.lease_lost or any(e.lease_lost for e in self.exports.values())
@@ -253,8 +256,25 @@ class Ingestion:
             if isinstance(e, LeaseExpired) or self._lease_lost():
                 self._reopen()
             raise
-        self._report("running")
+        self._report("running", self._commit_progress())
         return report
+
+    def _commit_progress(self) -> str | None:
+        """Tell the source how far its outputs are durable, if it reports that upstream.
+
+        A Kafka source commits the resumption frontier to its consumer group,
+        for lag tools. A failure does not stall the source (its progress is
+        in the remap shard, not upstream): it is the health's error line
+        while the source keeps running, and the next tick commits again.
+        """
+        commit = getattr(self.source, "commit", None)
+        if commit is None:
+            return None
+        try:
+            commit(self.remap.resume_frontier(self.resume_upper()))
+        except Exception as e:
+            return f"progress not reported upstream: {type(e).__name__}: {str(e)[:300]}"
+        return None
 
     def _reopen(self) -> None:
         """A lease ran out anyway (the process was stopped too long): start from persist."""

@@ -1,0 +1,532 @@
+"""KAFKA exports: a shard's changes to a Kafka topic, exactly once.
+
+The export's progress lives **in the target**: a progress topic (default
+``_timeshard-progress``, one partition) holds records keyed by the export's
+id whose value is ``{"frontier": F, "version": V}``: every change of the
+shard at a time below ``F`` is in the topic, once. A tick appends the
+changes at ``[F, upper)`` and the record ``{"frontier": upper}`` **in one
+Kafka transaction**, so the two are visible together or not at all.
+
+One tick is one Spark job, whose single task:
+
+1. starts a transactional producer with the id ``timeshard-export-<id>``;
+   ``init_transactions`` aborts whatever an earlier producer with that id
+   left open and fences it, so an old instance can no longer commit;
+2. reads the export's progress record (``read_committed``) and goes on only
+   if it is still the frontier the driver planned from (else another
+   instance went first: the tick ends, the next one plans again) and its
+   version is not newer than this export's (else this export is fenced: a
+   newer deployment owns the target);
+3. produces the changes in time order, then the progress record, and
+   commits. Any failure aborts the transaction: nothing of the tick is
+   visible, and the next tick redoes it.
+
+A Spark task retried after a commit it could not report finds the new
+frontier in step 2 and produces nothing. Every record carries the header
+``timeshard-time`` (the time of its change, in decimal).
+
+Envelopes (the record's value is JSON, columns by name):
+
+* ``upsert``: keyed by ``key_columns`` (the key is a JSON object of them);
+  per key and time, the value is the row the key has after that time, or a
+  tombstone (null value) if it has none. Two rows of one key at one time
+  are an error: an UPSERT target has one row per key.
+* ``debezium``: the value is ``{"before": row|null, "after": row|null}``.
+  With ``key_columns``, a key's retraction and insertion at one time are one
+  record (an update); without, every change is a record of its own, once
+  per unit of its multiplicity.
+
+The shard's err rows cannot be exported: the tick stops before anything is
+committed and raises :class:`ExportError` naming the time and the error.
+The export holds its input's since at its progress with a critical since
+handle, so the changes it has not exported yet stay readable while it is
+stopped; if they are gone anyway, it says it cannot resume and why. It
+needs no connector jar: the task produces with confluent-kafka.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import re
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.errors import Fenced, InvalidUsage, TimeshardError
+from timeshard.persist import PersistClient
+from timeshard.persist._internal.parts import DIFF, ERR, TS
+
+PROGRESS_TOPIC = "_timeshard-progress"
+ENVELOPES = ("upsert", "debezium")
+TIME_HEADER = "timeshard-time"
+DEFAULT_TIMEOUT_S = 30.0
+_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_RESULT = pa.schema([("status", pa.string()), ("records", pa.int64()), ("detail", pa.string())])
+_RESULT_DDL = "status string, records long, detail string"
+
+
+class ExportError(TimeshardError):
+    """The export cannot go on from the data it has (err rows, a key that is not unique)."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the target holds: every change below ``frontier``, written by ``version``."""
+
+    frontier: int
+    version: int
+
+
+@dataclass(frozen=True)
+class ExportStep:
+    """One tick: the interval it exported (empty if idle) and the records it produced."""
+
+    lower: int
+    upper: int
+    records: int
+    status: str
+
+
+class KafkaExport:
+    """One shard to one Kafka topic (module doc)."""
+
+    def __init__(
+        self,
+        spark: Any,
+        client: PersistClient,
+        shard: str,
+        bootstrap_servers: str,
+        topic: str,
+        *,
+        envelope: str = "upsert",
+        key_columns: Sequence[str] = (),
+        export_id: str | None = None,
+        version: int = 1,
+        progress_topic: str = PROGRESS_TOPIC,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        for what, value in (("topic", topic), ("progress_topic", progress_topic)):
+            if not isinstance(value, str) or not _TOPIC.fullmatch(value) or value in (".", ".."):
+                raise InvalidUsage(f"{what} must be 1-249 of [A-Za-z0-9._-], got {value!r}")
+        if envelope not in ENVELOPES:
+            raise InvalidUsage(f"envelope must be one of {ENVELOPES}, got {envelope!r}")
+        export_id = export_id or f"{shard}-to-{topic}"
+        if not _ID.fullmatch(export_id):
+            raise InvalidUsage(f"export_id must be 1-200 of [A-Za-z0-9._-], got {export_id!r}")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise InvalidUsage(f"version must be a positive integer, got {version!r}")
+        self.reader = client.open_leased_reader(shard)
+        names = list(self.reader.schema.names)
+        keys = list(key_columns)
+        missing = [k for k in keys if k not in names]
+        if missing or len(set(keys)) != len(keys):
+            self.reader.expire()
+            raise InvalidUsage(
+                f"key_columns must be distinct columns of shard {shard!r} {names}, got {keys}"
+            )
+        if envelope == "upsert" and not keys:
+            self.reader.expire()
+            raise InvalidUsage("envelope 'upsert' needs key_columns")
+        self.spark = spark
+        self.client = client
+        self.shard = shard
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = topic
+        self.envelope = envelope
+        self.key_columns = keys
+        self.export_id = export_id
+        self.version = version
+        self.progress_topic = progress_topic
+        self.timeout_s = float(timeout_s)
+        self.hold = client.open_critical_since(shard, f"export.{export_id}", str(version))
+
+    def progress(self) -> Progress | None:
+        """The export's progress as the target records it (None: nothing exported yet)."""
+        ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
+        return read_progress(
+            _consumer_conf(self.bootstrap_servers, self.timeout_s),
+            self.progress_topic,
+            self.export_id,
+            self.timeout_s,
+        )
+
+    def step(self) -> ExportStep:
+        """Export the changes the target lacks, up to the shard's upper: 0 or 1 Spark job.
+
+        Raises Fenced if a newer version owns the target, ExportError if the
+        changes cannot be exported, and TimeshardError naming why the export
+        cannot resume if its input no longer holds its progress.
+        """
+        from timeshard.spark.snapshot import consolidate_df, updates_df
+
+        progress = self.progress()
+        if progress is not None and progress.version > self.version:
+            raise Fenced(
+                f"export {self.export_id!r}: version {progress.version} owns topic "
+                f"{self.topic!r}, this is version {self.version}"
+            )
+        lower = progress.frontier if progress is not None else 0
+        upper = self.reader.fetch_recent_upper().time
+        if upper is None:
+            raise InvalidUsage(f"shard {self.shard!r} is closed (its upper is empty)")
+        self._hold_at(lower)
+        if lower >= upper:
+            return ExportStep(lower, upper, 0, "idle")
+        since = self.client.state(self.shard).since.time
+        if progress is not None and since is not None and since > lower:
+            raise TimeshardError(
+                f"export {self.export_id!r} cannot resume: shard {self.shard!r} was compacted "
+                f"to since {since}, past the export's progress {lower} in topic "
+                f"{self.progress_topic!r}; its changes at [{lower}, {since}) are gone"
+            )
+        data = list(self.reader.schema.names)
+        changes = consolidate_df(updates_df(self.spark, self.reader, lower, upper), data)
+        order = [TS, *self.key_columns, DIFF]
+        task = _ProduceTask(
+            bootstrap=self.bootstrap_servers,
+            topic=self.topic,
+            progress_topic=self.progress_topic,
+            export_id=self.export_id,
+            version=self.version,
+            envelope=self.envelope,
+            key_columns=tuple(self.key_columns),
+            data_columns=tuple(data),
+            lower=lower,
+            upper=upper,
+            timeout_s=self.timeout_s,
+        )
+        [result] = (
+            changes.repartition(1)
+            .sortWithinPartitions(*order)
+            .mapInArrow(task, _RESULT_DDL)
+            .collect()
+        )
+        if result["status"] == "fenced":
+            raise Fenced(f"export {self.export_id!r}: {result['detail']}")
+        if result["status"] == "error":
+            raise ExportError(f"export {self.export_id!r}: {result['detail']}")
+        if result["status"] == "committed":
+            self._hold_at(upper)
+        return ExportStep(lower, upper, int(result["records"]), str(result["status"]))
+
+    def close(self) -> None:
+        """Release the reader (the critical hold stays: the export resumes from it)."""
+        self.reader.expire()
+
+    def drop(self) -> None:
+        """Forget the export: its critical since hold goes, so the shard may compact."""
+        self.close()
+        self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
+
+    def _hold_at(self, frontier: int) -> None:
+        """Keep the input readable from ``frontier`` on, and no further back.
+
+        The critical hold keeps it while the export is stopped; the leased
+        reader, which reads the changes, moves along with it (sinces only
+        move forward).
+        """
+        if self.reader.since.less_than(frontier):
+            self.reader.downgrade_since(frontier)
+        since = self.hold.since.time
+        if since is None or since >= frontier:
+            return
+        opaque = self.hold.current_opaque()
+        if int(opaque) > self.version:
+            raise Fenced(
+                f"export {self.export_id!r}: version {opaque} holds shard {self.shard!r}, "
+                f"this is version {self.version}"
+            )
+        self.hold.compare_and_downgrade_since(opaque, str(self.version), frontier)
+
+
+def _consumer_conf(bootstrap: str, timeout_s: float) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": "timeshard-progress-reader",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+        "socket.timeout.ms": int(timeout_s * 1000),
+    }
+
+
+def ensure_topic(bootstrap: str, topic: str, timeout_s: float) -> None:
+    """Create the progress topic (one partition, compacted) unless it exists."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    meta = admin.list_topics(timeout=timeout_s)
+    if topic in meta.topics and meta.topics[topic].error is None:
+        return
+    new = NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact"})
+    try:
+        admin.create_topics([new])[topic].result(timeout_s)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+    # Created is not yet known to every client: wait until the metadata has its partition.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"topic {topic!r} was created but has no partition after {timeout_s} s"
+            )
+        time.sleep(0.1)
+
+
+def read_progress(
+    conf: dict[str, Any], progress_topic: str, export_id: str, timeout_s: float
+) -> Progress | None:
+    """The newest committed progress record of ``export_id`` (scanning back from the end)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(conf)
+    try:
+        low, high = _watermarks(consumer, progress_topic, timeout_s)
+        key = export_id.encode()
+        window = 64
+        end = high
+        while end > low:
+            start = max(low, end - window)
+            found = None
+            consumer.assign([TopicPartition(progress_topic, 0, start)])
+            position = start
+            deadline = time.monotonic() + timeout_s
+            while position < end:
+                msg = consumer.poll(0.2)
+                if msg is None:
+                    # Transaction markers hold offsets but are never returned: the
+                    # position moves past them.
+                    [tp] = consumer.position([TopicPartition(progress_topic, 0)])
+                    position = max(position, tp.offset)
+                    if position < end and time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"progress topic {progress_topic!r}: offset {position} not read "
+                            f"within {timeout_s} s"
+                        )
+                    continue
+                if msg.error() is not None:
+                    raise RuntimeError(f"progress topic {progress_topic!r}: {msg.error()}")
+                offset = msg.offset() or 0
+                position = offset + 1
+                if msg.key() == key and offset < end:
+                    value = json.loads(msg.value() or b"{}")
+                    found = Progress(int(value["frontier"]), int(value["version"]))
+            if found is not None:
+                return found
+            end, window = start, window * 4
+        return None
+    finally:
+        consumer.close()
+
+
+def _watermarks(consumer: Any, topic: str, timeout_s: float) -> tuple[int, int]:
+    """Partition 0's offsets; a topic just created may be unknown to the client briefly."""
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(
+                TopicPartition(topic, 0), timeout=timeout_s, cached=False
+            )
+            return int(low), int(high)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class _ProduceTask:
+    """The tick's single Spark task: one Kafka transaction (module doc)."""
+
+    bootstrap: str
+    topic: str
+    progress_topic: str
+    export_id: str
+    version: int
+    envelope: str
+    key_columns: tuple[str, ...]
+    data_columns: tuple[str, ...]
+    lower: int
+    upper: int
+    timeout_s: float
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from confluent_kafka import KafkaException, Producer
+
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": f"timeshard-export-{self.export_id}",
+                "transaction.timeout.ms": 120_000,
+            }
+        )
+        try:
+            producer.init_transactions(self.timeout_s)
+        except KafkaException as e:
+            yield _result("fenced" if _fenced(e) else "error", 0, str(e))
+            return
+        conf = _consumer_conf(self.bootstrap, self.timeout_s)
+        progress = read_progress(conf, self.progress_topic, self.export_id, self.timeout_s)
+        if progress is not None and progress.version > self.version:
+            yield _result("fenced", 0, f"version {progress.version} owns the target")
+            return
+        if (progress.frontier if progress is not None else 0) != self.lower:
+            yield _result("stale", 0, f"the target's progress is {progress}, not {self.lower}")
+            return
+        producer.begin_transaction()
+        try:
+            count = 0
+            for t, key, value in self._records(batches):
+                headers = [(TIME_HEADER, str(t).encode())]
+                self._produce(producer, key, value, headers)
+                count += 1
+            marker = json.dumps({"frontier": self.upper, "version": self.version}).encode()
+            producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
+            producer.commit_transaction(self.timeout_s)
+        except _DataError as e:
+            producer.abort_transaction(self.timeout_s)
+            yield _result("error", 0, str(e))
+            return
+        except KafkaException as e:
+            if _fenced(e):
+                yield _result("fenced", 0, str(e))
+                return
+            producer.abort_transaction(self.timeout_s)
+            raise
+        yield _result("committed", count, None)
+
+    def _produce(self, producer: Any, key: bytes | None, value: bytes | None, headers: Any) -> None:
+        while True:
+            try:
+                producer.produce(self.topic, key=key, value=value, headers=headers)
+                producer.poll(0)
+                return
+            except BufferError:
+                producer.poll(0.1)  # the local queue is full: let deliveries drain
+
+    def _records(
+        self, batches: Iterable[pa.RecordBatch]
+    ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        """``(time, key, value)`` of each record, in time order, from the sorted changes."""
+        group: list[dict[str, Any]] = []
+        for batch in batches:
+            for row in batch.to_pylist():
+                if row[ERR] is not None:
+                    raise _DataError(
+                        f"the shard has an error at time {row[TS]}, which an export cannot "
+                        f"write: {row[ERR][:300]}"
+                    )
+                if not self.key_columns:  # every change is a record of its own
+                    yield from self._encode([row])
+                    continue
+                if group and self._group_of(group[0]) != self._group_of(row):
+                    yield from self._encode(group)
+                    group = []
+                group.append(row)
+        if group:
+            yield from self._encode(group)
+
+    def _group_of(self, row: dict[str, Any]) -> tuple[Any, ...]:
+        return (row[TS], *(_hashable(row[k]) for k in self.key_columns))
+
+    def _encode(
+        self, rows: list[dict[str, Any]]
+    ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+        t = rows[0][TS]
+        key = self._key(rows[0])
+        data = [(self._row(r), r[DIFF]) for r in rows]
+        before = [row for row, diff in data for _ in range(max(-diff, 0))]
+        after = [row for row, diff in data for _ in range(max(diff, 0))]
+        if self.envelope == "upsert":
+            if len(after) > 1:
+                raise _DataError(
+                    f"key {key!r} has {len(after)} rows at time {t}; an UPSERT export "
+                    f"needs one row per key of {list(self.key_columns)}"
+                )
+            yield t, key, _json(after[0]) if after else None
+            return
+        if self.key_columns and len(before) <= 1 and len(after) <= 1:
+            change = {"before": before[0] if before else None, "after": after[0] if after else None}
+            yield t, key, _json(change)
+            return
+        for row in before:
+            yield t, key, _json({"before": row, "after": None})
+        for row in after:
+            yield t, key, _json({"before": None, "after": row})
+
+    def _key(self, row: dict[str, Any]) -> bytes | None:
+        if not self.key_columns:
+            return None
+        return _json({k: row[k] for k in self.key_columns})
+
+    def _row(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {c: row[c] for c in self.data_columns}
+
+
+class _DataError(Exception):
+    """The changes cannot be exported (the task reports it; nothing is committed)."""
+
+
+def _fenced(error: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    code = error.args[0].code() if error.args and hasattr(error.args[0], "code") else None
+    return code in (
+        KafkaError._FENCED,
+        KafkaError.PRODUCER_FENCED,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    )
+
+
+def _result(status: str, records: int, detail: str | None) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(
+        [{"status": status, "records": records, "detail": detail}], schema=_RESULT
+    )
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    return value
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, default=_json_default, separators=(",", ":")).encode()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+__all__ = [
+    "ENVELOPES",
+    "PROGRESS_TOPIC",
+    "TIME_HEADER",
+    "ExportError",
+    "ExportStep",
+    "KafkaExport",
+    "Progress",
+    "ensure_topic",
+    "read_progress",
+]

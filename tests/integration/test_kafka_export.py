@@ -1,0 +1,289 @@
+"""KAFKA exports against a real broker: every change once, progress in the target, fencing.
+
+A shard is written with the pyarrow API; the export's topic is read back with
+a real ``read_committed`` consumer and compared with the shard's changes,
+time by time.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from pyspark.sql import SparkSession
+
+from timeshard.errors import Fenced, InvalidUsage, TimeshardError
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.spark.jobs import JobCounter
+from timeshard.storage.kafka_export import TIME_HEADER, ExportError, KafkaExport
+
+pytestmark = [pytest.mark.spark, pytest.mark.kafka]
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
+
+
+def _topic(bootstrap: str) -> str:
+    from timeshard.dev.kafka import create_topic
+
+    name = f"x-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, name, partitions=1)
+    return name
+
+
+def _read_all(bootstrap: str, topic: str) -> list[tuple[int, Any, Any]]:
+    """``(time, key, value)`` of every committed record of ``topic``, in order."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4().hex}",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        out: list[tuple[int, Any, Any]] = []
+        deadline = time.monotonic() + 60
+        while high > 0 and consumer.position([TopicPartition(topic, 0)])[0].offset < high:
+            assert time.monotonic() < deadline, f"{topic} not read to offset {high}"
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            assert msg.error() is None, msg.error()
+            headers = dict(msg.headers() or [])
+            key = None if msg.key() is None else json.loads(msg.key())
+            value = None if msg.value() is None else json.loads(msg.value())
+            out.append((int(headers[TIME_HEADER]), key, value))
+        return out
+    finally:
+        consumer.close()
+
+
+@pytest.fixture
+def shard(tmp_path: Path) -> tuple[PersistClient, Any]:
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    return client, writer
+
+
+def test_upsert_export_every_change_once_and_progress_in_the_target(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    writer.append([(("a", 1), 0, 1), (("b", 2), 0, 1), (("a", 1), 2, -1), (("a", 5), 2, 1)], 0, 3)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    assert export.progress() is None
+    with JobCounter(spark_kafka) as jobs:
+        step = export.step()
+    assert (step.lower, step.upper, step.records, step.status) == (0, 3, 3, "committed")
+    assert jobs.count == 1
+    assert export.progress() is not None and export.progress().frontier == 3  # type: ignore[union-attr]
+    want = [
+        (0, {"k": "a"}, {"k": "a", "v": 1}),
+        (0, {"k": "b"}, {"k": "b", "v": 2}),
+        (2, {"k": "a"}, {"k": "a", "v": 5}),
+    ]
+    assert _read_all(bootstrap, topic) == want
+    # An idle tick: no job, nothing produced.
+    with JobCounter(spark_kafka) as jobs:
+        assert export.step().status == "idle"
+    assert jobs.count == 0
+    # A delete is a tombstone; a restart (a new export) resumes from the target's progress.
+    writer.append([(("b", 2), 4, -1), (("c", 7), 3, 1)], 3, 5)
+    export.close()
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    step = export.step()
+    assert (step.lower, step.upper, step.records) == (3, 5, 2)
+    assert _read_all(bootstrap, topic) == [
+        *want,
+        (3, {"k": "c"}, {"k": "c", "v": 7}),
+        (4, {"k": "b"}, None),
+    ]
+    # The export holds its input's since at its progress.
+    assert client.state("s").critical_readers["export.s-to-" + topic].since.time == 5
+    export.drop()
+    assert "export.s-to-" + topic not in client.state("s").critical_readers
+
+
+def test_debezium_export_pairs_a_keys_changes(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    writer.append([(("a", 1), 0, 1), (("a", 1), 1, -1), (("a", 2), 1, 1), (("z", 0), 1, 2)], 0, 2)
+    keyed = KafkaExport(
+        spark_kafka, client, "s", bootstrap, topic, envelope="debezium", key_columns=["k"]
+    )
+    keyed.step()
+    assert _read_all(bootstrap, topic) == [
+        (0, {"k": "a"}, {"before": None, "after": {"k": "a", "v": 1}}),
+        (1, {"k": "a"}, {"before": {"k": "a", "v": 1}, "after": {"k": "a", "v": 2}}),
+        (1, {"k": "z"}, {"before": None, "after": {"k": "z", "v": 0}}),
+        (1, {"k": "z"}, {"before": None, "after": {"k": "z", "v": 0}}),
+    ]
+    keyed.drop()
+    other = _topic(bootstrap)
+    unkeyed = KafkaExport(spark_kafka, client, "s", bootstrap, other, envelope="debezium")
+    unkeyed.step()
+    got = _read_all(bootstrap, other)
+    assert all(key is None for _, key, _ in got)
+    assert sorted((t, json.dumps(v, sort_keys=True)) for t, _, v in got) == sorted(
+        (t, json.dumps(v, sort_keys=True))
+        for t, v in [
+            (0, {"before": None, "after": {"k": "a", "v": 1}}),
+            (1, {"before": {"k": "a", "v": 1}, "after": None}),
+            (1, {"before": None, "after": {"k": "a", "v": 2}}),
+            (1, {"before": None, "after": {"k": "z", "v": 0}}),
+            (1, {"before": None, "after": {"k": "z", "v": 0}}),
+        ]
+    )
+    unkeyed.drop()
+
+
+def test_err_rows_and_duplicate_keys_commit_nothing(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    export.step()
+    errs = pa.table(
+        {
+            "k": pa.array([None], pa.string()),
+            "v": pa.array([None], pa.int64()),
+            "_ts": pa.array([1], pa.int64()),
+            "_diff": pa.array([1], pa.int64()),
+            "_err": pa.array(["division by zero"], pa.string()),
+        }
+    )
+    writer.append(errs, 1, 2)
+    with pytest.raises(ExportError, match=r"error at time 1.*division by zero"):
+        export.step()
+    assert export.progress().frontier == 1  # type: ignore[union-attr]
+    assert _read_all(bootstrap, topic) == [(0, {"k": "a"}, {"k": "a", "v": 1})]
+    other = _topic(bootstrap)
+    writer2 = client.open_writer("s2", SCHEMA)
+    writer2.append([(("b", 1), 0, 1), (("b", 2), 0, 1)], 0, 1)
+    dup = KafkaExport(spark_kafka, client, "s2", bootstrap, other, key_columns=["k"])
+    with pytest.raises(ExportError, match="has 2 rows at time 0"):
+        dup.step()
+    assert _read_all(bootstrap, other) == []
+    export.drop()
+    dup.drop()
+
+
+def test_a_newer_version_fences_the_older_and_a_compacted_input_cannot_resume(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    old = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"], version=1)
+    old.step()
+    new = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"], version=2)
+    writer.append([(("a", 2), 1, 1), (("a", 1), 1, -1)], 1, 2)
+    assert new.step().records == 1
+    writer.append([(("b", 3), 2, 1)], 2, 3)
+    with pytest.raises(Fenced, match="version 2"):
+        old.step()
+    assert [t for t, _, _ in _read_all(bootstrap, topic)] == [0, 1]
+    old.close()
+    new.drop()
+    # Without the export's hold, the input compacts past its progress: it says so.
+    writer.append([(("c", 4), 3, 1)], 3, 4)
+    other = client.open_critical_since("s", "someone", "x")
+    other.compare_and_downgrade_since("x", "x", 3)
+    assert client.state("s").since.time == 3
+    resumed = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"], version=2)
+    with pytest.raises(
+        TimeshardError, match=r"cannot resume.*since 3, past the export's progress 2"
+    ):
+        resumed.step()
+    resumed.drop()
+
+
+def test_bad_arguments(spark: SparkSession, shard: tuple[PersistClient, Any]) -> None:
+    client, _ = shard
+    with pytest.raises(InvalidUsage, match="envelope"):
+        KafkaExport(spark, client, "s", "127.0.0.1:9", "t", envelope="cdc", key_columns=["k"])
+    with pytest.raises(InvalidUsage, match="needs key_columns"):
+        KafkaExport(spark, client, "s", "127.0.0.1:9", "t")
+    with pytest.raises(InvalidUsage, match="key_columns must be distinct columns"):
+        KafkaExport(spark, client, "s", "127.0.0.1:9", "t", key_columns=["nope"])
+    with pytest.raises(InvalidUsage, match="topic must be"):
+        KafkaExport(spark, client, "s", "127.0.0.1:9", "a/b", key_columns=["k"])
+    with pytest.raises(InvalidUsage, match="version must be"):
+        KafkaExport(spark, client, "s", "127.0.0.1:9", "t", key_columns=["k"], version=0)
+
+
+def test_a_declared_export_runs_in_the_pipeline_with_health(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    from timeshard.cli.spec import ExportSpec, RunSpec, SourceSpec
+    from timeshard.controller import Pipeline
+    from timeshard.storage.health import STATUS_SHARD
+
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    spec = RunSpec(
+        source=[
+            SourceSpec(
+                name="kv",
+                kind="key_value",
+                envelope="upsert",
+                key_columns=["key"],
+                options={"keys": 20, "rate": 10, "partitions": 1, "deletes": 0.2},
+            )
+        ],
+        export=[
+            ExportSpec(
+                name="kv-out",
+                kind="kafka",
+                input="kv",
+                key_columns=["key"],
+                options={"bootstrap_servers": bootstrap, "topic": topic},
+            )
+        ],
+    )
+    pipeline = Pipeline(spark_kafka, client, spec)
+    for _ in range(3):
+        assert pipeline.step() == {}
+    [export] = pipeline.exports
+    progress = export.progress()
+    assert progress is not None
+    live: dict[str, Any] = {}
+    for _, key, value in _read_all(bootstrap, topic):
+        if value is None:
+            live.pop(key["key"], None)
+        else:
+            live[key["key"]] = value["value"]
+    want = {r["key"]: r["value"] for r in _rows_at(client, "kv", progress.frontier - 1)}
+    assert live == want and want
+    pipeline.close()
+    status = client.open_unleased_reader(STATUS_SHARD)
+    upper = status.upper().time
+    assert upper is not None
+    rows = status.snapshot(upper - 1).to_pylist()
+    assert [r["status"] for r in rows if r["object"] == "kv-out"] == ["running"]
+
+
+def _rows_at(client: PersistClient, shard: str, t: int) -> list[dict[str, Any]]:
+    reader = client.open_leased_reader(shard)
+    try:
+        return reader.snapshot(t).to_pylist()
+    finally:
+        reader.expire()
