@@ -3,7 +3,7 @@
 A :class:`Pipeline` is built from a :class:`~timeshard.cli.spec.RunSpec`: one
 :class:`~timeshard.storage.ingest.Ingestion` per source, one
 :class:`~timeshard.compute.MaterializedView` per view and one
-:class:`~timeshard.storage.kafka_export.KafkaExport` per export, over one
+:class:`~timeshard.storage.export.ShardExport` per export, over one
 location. A step runs one tick of every ingestion, then of every view, then
 of every export (whose health is reported under its name). Any number of
 processes may run the same pipeline over the same location at once: each
@@ -29,13 +29,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from timeshard.cli.spec import RunSpec, build_source
+from timeshard.cli.spec import ExportSpec, RunSpec, build_source
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.persist import PersistClient
 from timeshard.progress import Frontier
+from timeshard.storage.export import ShardExport
 from timeshard.storage.health import Health
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.kafka_export import KafkaExport
+from timeshard.storage.postgres_export import PostgresExport
 
 
 class Pipeline:
@@ -81,25 +83,7 @@ class Pipeline:
             )
             for v in spec.view
         ]
-        self.exports = [
-            KafkaExport(
-                spark,
-                client,
-                e.input,
-                e.options["bootstrap_servers"],
-                e.options["topic"],
-                envelope=e.envelope,
-                key_columns=e.key_columns,
-                export_id=e.name,
-                version=e.version,
-                **(
-                    {"progress_topic": e.options["progress_topic"]}
-                    if "progress_topic" in e.options
-                    else {}
-                ),
-            )
-            for e in spec.export
-        ]
+        self.exports = [build_export(spark, client, e) for e in spec.export]
         self.health = Health(client, clock)
         for export in self.exports:
             self.health.report(export.export_id, "starting")
@@ -153,6 +137,35 @@ class Pipeline:
                 view.close()
             for ingestion in self.ingestions:
                 ingestion.close()
+
+
+def build_export(spark: Any, client: PersistClient, spec: ExportSpec) -> ShardExport:
+    """The export a spec declares (its options were checked by ``check_spec``)."""
+    opts = spec.options
+    if spec.kind == "postgres":
+        return PostgresExport(
+            spark,
+            client,
+            spec.input,
+            opts["dsn"],
+            opts["table"],
+            key_columns=spec.key_columns,
+            export_id=spec.name,
+            version=spec.version,
+            **({"schema": opts["schema"]} if "schema" in opts else {}),
+        )
+    return KafkaExport(
+        spark,
+        client,
+        spec.input,
+        opts["bootstrap_servers"],
+        opts["topic"],
+        envelope=spec.envelope,
+        key_columns=spec.key_columns,
+        export_id=spec.name,
+        version=spec.version,
+        **({"progress_topic": opts["progress_topic"]} if "progress_topic" in opts else {}),
+    )
 
 
 def spec_shards(spec: RunSpec) -> list[str]:

@@ -31,7 +31,7 @@ from timeshard.location import open_location
 from timeshard.persist import PersistClient
 from timeshard.storage.kafka_export import TIME_HEADER, read_progress
 
-WORKER = Path(__file__).with_name("kafka_export_worker.py")
+WORKER = Path(__file__).with_name("export_worker.py")
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 
 
@@ -105,7 +105,16 @@ def test_kafka_export_killed_three_times_delivers_every_change_once(
     def start() -> subprocess.Popen[bytes]:
         log = (tmp_path / f"worker-{time.monotonic_ns()}.log").open("wb")
         return subprocess.Popen(
-            [sys.executable, str(WORKER), blob_uri, consensus_uri, bootstrap, topic, str(stop)],
+            [
+                sys.executable,
+                str(WORKER),
+                blob_uri,
+                consensus_uri,
+                str(stop),
+                "kafka",
+                bootstrap,
+                topic,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -226,3 +226,19 @@ def test_exports_read_what_is_declared_or_exists(tmp_path: Path) -> None:
     f.write_text(EXPORTS.replace('kind = "kafka"', 'kind = "delta"'))
     with pytest.raises(InvalidUsage, match=r"export\.0\.kind"):
         load_spec(f)
+
+
+def test_a_postgres_export_needs_its_options(tmp_path: Path) -> None:
+    f = tmp_path / "run.toml"
+    f.write_text(
+        EXPORTS.replace('kind = "kafka"', 'kind = "postgres"').replace(
+            'options = { bootstrap_servers = "127.0.0.1:9092", topic = "kv" }',
+            'options = { dsn = "postgresql://x@127.0.0.1/db", table = "kv", schema = "s" }',
+        )
+    )
+    spec = load_spec(f)
+    check_spec(spec, existing=[])
+    [export] = spec.export
+    bad = export.model_copy(update={"options": {"dsn": "postgresql://x@h/db"}})
+    with pytest.raises(InvalidUsage, match=r"postgres export's options need \['dsn', 'table'\]"):
+        check_spec(spec.model_copy(update={"export": [bad]}), existing=[])

@@ -50,6 +50,13 @@
     version = 1                      # a higher version fences the older exports
     options = { bootstrap_servers = "127.0.0.1:9092", topic = "prefixes" }
 
+    [[export]]
+    name = "kv-table"
+    kind = "postgres"                # the table is the shard's snapshot; progress row alongside
+    input = "kv"
+    key_columns = ["key"]
+    options = { dsn = "postgresql://app@db/app", table = "kv", schema = "public" }
+
 The file is validated with pydantic: an unknown field, kind, envelope,
 column type or duration is an InvalidUsage that names it, on one line.
 :func:`check_spec` checks, without Spark, that every view reads a shard the
@@ -57,9 +64,10 @@ location holds or the declaration writes (a source ``s`` writes ``s`` or
 ``s.<subsource>``; a view writes its name), declared before the view.
 
 An ``[[export]]`` sends a source output, a view or any shard of the
-location to Kafka, exactly once
-(:class:`~timeshard.storage.kafka_export.KafkaExport`); its ``name`` is its
-id, under which its progress is recorded in the target.
+location to Kafka or a PostgreSQL table, exactly once
+(:class:`~timeshard.storage.kafka_export.KafkaExport`,
+:class:`~timeshard.storage.postgres_export.PostgresExport`); its ``name`` is
+its id, under which its progress is recorded in the target.
 
 ``retain_history`` keeps that much history of a source's outputs or a view
 readable: ``AS OF`` and ``subscribe --from`` reach back that far. Durations
@@ -164,12 +172,19 @@ class ViewSpec(_Retains):
 
 class ExportSpec(_Strict):
     name: str
-    kind: Literal["kafka"]
+    kind: Literal["kafka", "postgres"]
     input: str
     envelope: Literal["upsert", "debezium"] = "upsert"
     key_columns: list[str] = Field(default_factory=list)
     version: int = 1
     options: dict[str, Any] = Field(default_factory=dict)
+
+
+#: An export's options by kind: (needed, optional).
+EXPORT_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "kafka": (("bootstrap_servers", "topic"), ("progress_topic",)),
+    "postgres": (("dsn", "table"), ("schema",)),
+}
 
 
 class RunSpec(_Strict):
@@ -238,12 +253,13 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
                 f"export {export.name!r} reads {export.input!r}, which neither the location "
                 f"nor the declaration has; it can read {sorted(readable)}"
             )
-        missing = [k for k in ("bootstrap_servers", "topic") if k not in export.options]
-        unknown = sorted(set(export.options) - {"bootstrap_servers", "topic", "progress_topic"})
+        needed, optional = EXPORT_OPTIONS[export.kind]
+        missing = [k for k in needed if k not in export.options]
+        unknown = sorted(set(export.options) - set(needed) - set(optional))
         if missing or unknown:
             raise InvalidUsage(
-                f"export {export.name!r}: options need bootstrap_servers and topic, and may "
-                f"have progress_topic; missing {missing}, unknown {unknown}"
+                f"export {export.name!r}: a {export.kind} export's options need {list(needed)} "
+                f"and may have {list(optional)}; missing {missing}, unknown {unknown}"
             )
 
 

@@ -36,66 +36,48 @@ Envelopes (the record's value is JSON, columns by name):
   record (an update); without, every change is a record of its own, once
   per unit of its multiplicity.
 
-The shard's err rows cannot be exported: the tick stops before anything is
-committed and raises :class:`ExportError` naming the time and the error.
-The export holds its input's since at its progress with a critical since
-handle, so the changes it has not exported yet stay readable while it is
-stopped; if they are gone anyway, it says it cannot resume and why. It
-needs no connector jar: the task produces with confluent-kafka.
+What every export does on the driver (the since hold, err rows, resuming)
+is :class:`~timeshard.storage.export.ShardExport`. It needs no connector
+jar: the task produces with confluent-kafka.
 """
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
 import json
 import re
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import Fenced, InvalidUsage, TimeshardError
+from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
-from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.persist._internal.parts import DIFF, TS
+from timeshard.storage.export import (
+    DataError,
+    ExportError,
+    ExportStep,
+    Progress,
+    ShardExport,
+    checked_rows,
+    hashable,
+    result,
+    to_json,
+)
 
 PROGRESS_TOPIC = "_timeshard-progress"
 ENVELOPES = ("upsert", "debezium")
 TIME_HEADER = "timeshard-time"
 DEFAULT_TIMEOUT_S = 30.0
-_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
-_RESULT = pa.schema([("status", pa.string()), ("records", pa.int64()), ("detail", pa.string())])
-_RESULT_DDL = "status string, records long, detail string"
 
 
-class ExportError(TimeshardError):
-    """The export cannot go on from the data it has (err rows, a key that is not unique)."""
-
-
-@dataclass(frozen=True)
-class Progress:
-    """What the target holds: every change below ``frontier``, written by ``version``."""
-
-    frontier: int
-    version: int
-
-
-@dataclass(frozen=True)
-class ExportStep:
-    """One tick: the interval it exported (empty if idle) and the records it produced."""
-
-    lower: int
-    upper: int
-    records: int
-    status: str
-
-
-class KafkaExport:
+class KafkaExport(ShardExport):
     """One shard to one Kafka topic (module doc)."""
+
+    envelopes = ENVELOPES
 
     def __init__(
         self,
@@ -115,37 +97,23 @@ class KafkaExport:
         for what, value in (("topic", topic), ("progress_topic", progress_topic)):
             if not isinstance(value, str) or not _TOPIC.fullmatch(value) or value in (".", ".."):
                 raise InvalidUsage(f"{what} must be 1-249 of [A-Za-z0-9._-], got {value!r}")
-        if envelope not in ENVELOPES:
-            raise InvalidUsage(f"envelope must be one of {ENVELOPES}, got {envelope!r}")
-        export_id = export_id or f"{shard}-to-{topic}"
-        if not _ID.fullmatch(export_id):
-            raise InvalidUsage(f"export_id must be 1-200 of [A-Za-z0-9._-], got {export_id!r}")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise InvalidUsage(f"version must be a positive integer, got {version!r}")
-        self.reader = client.open_leased_reader(shard)
-        names = list(self.reader.schema.names)
-        keys = list(key_columns)
-        missing = [k for k in keys if k not in names]
-        if missing or len(set(keys)) != len(keys):
-            self.reader.expire()
-            raise InvalidUsage(
-                f"key_columns must be distinct columns of shard {shard!r} {names}, got {keys}"
-            )
-        if envelope == "upsert" and not keys:
-            self.reader.expire()
-            raise InvalidUsage("envelope 'upsert' needs key_columns")
-        self.spark = spark
-        self.client = client
-        self.shard = shard
+        super().__init__(
+            spark,
+            client,
+            shard,
+            envelope=envelope,
+            key_columns=key_columns,
+            export_id=export_id or f"{shard}-to-{topic}",
+            version=version,
+        )
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
-        self.envelope = envelope
-        self.key_columns = keys
-        self.export_id = export_id
-        self.version = version
         self.progress_topic = progress_topic
         self.timeout_s = float(timeout_s)
-        self.hold = client.open_critical_since(shard, f"export.{export_id}", str(version))
+
+    @property
+    def target(self) -> str:
+        return f"topic {self.topic!r} (progress in {self.progress_topic!r})"
 
     def progress(self) -> Progress | None:
         """The export's progress as the target records it (None: nothing exported yet)."""
@@ -157,39 +125,8 @@ class KafkaExport:
             self.timeout_s,
         )
 
-    def step(self) -> ExportStep:
-        """Export the changes the target lacks, up to the shard's upper: 0 or 1 Spark job.
-
-        Raises Fenced if a newer version owns the target, ExportError if the
-        changes cannot be exported, and TimeshardError naming why the export
-        cannot resume if its input no longer holds its progress.
-        """
-        from timeshard.spark.snapshot import consolidate_df, updates_df
-
-        progress = self.progress()
-        if progress is not None and progress.version > self.version:
-            raise Fenced(
-                f"export {self.export_id!r}: version {progress.version} owns topic "
-                f"{self.topic!r}, this is version {self.version}"
-            )
-        lower = progress.frontier if progress is not None else 0
-        upper = self.reader.fetch_recent_upper().time
-        if upper is None:
-            raise InvalidUsage(f"shard {self.shard!r} is closed (its upper is empty)")
-        self._hold_at(lower)
-        if lower >= upper:
-            return ExportStep(lower, upper, 0, "idle")
-        since = self.client.state(self.shard).since.time
-        if progress is not None and since is not None and since > lower:
-            raise TimeshardError(
-                f"export {self.export_id!r} cannot resume: shard {self.shard!r} was compacted "
-                f"to since {since}, past the export's progress {lower} in topic "
-                f"{self.progress_topic!r}; its changes at [{lower}, {since}) are gone"
-            )
-        data = list(self.reader.schema.names)
-        changes = consolidate_df(updates_df(self.spark, self.reader, lower, upper), data)
-        order = [TS, *self.key_columns, DIFF]
-        task = _ProduceTask(
+    def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
+        return _ProduceTask(
             bootstrap=self.bootstrap_servers,
             topic=self.topic,
             progress_topic=self.progress_topic,
@@ -197,53 +134,11 @@ class KafkaExport:
             version=self.version,
             envelope=self.envelope,
             key_columns=tuple(self.key_columns),
-            data_columns=tuple(data),
+            data_columns=tuple(self.reader.schema.names),
             lower=lower,
             upper=upper,
             timeout_s=self.timeout_s,
         )
-        [result] = (
-            changes.repartition(1)
-            .sortWithinPartitions(*order)
-            .mapInArrow(task, _RESULT_DDL)
-            .collect()
-        )
-        if result["status"] == "fenced":
-            raise Fenced(f"export {self.export_id!r}: {result['detail']}")
-        if result["status"] == "error":
-            raise ExportError(f"export {self.export_id!r}: {result['detail']}")
-        if result["status"] == "committed":
-            self._hold_at(upper)
-        return ExportStep(lower, upper, int(result["records"]), str(result["status"]))
-
-    def close(self) -> None:
-        """Release the reader (the critical hold stays: the export resumes from it)."""
-        self.reader.expire()
-
-    def drop(self) -> None:
-        """Forget the export: its critical since hold goes, so the shard may compact."""
-        self.close()
-        self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
-
-    def _hold_at(self, frontier: int) -> None:
-        """Keep the input readable from ``frontier`` on, and no further back.
-
-        The critical hold keeps it while the export is stopped; the leased
-        reader, which reads the changes, moves along with it (sinces only
-        move forward).
-        """
-        if self.reader.since.less_than(frontier):
-            self.reader.downgrade_since(frontier)
-        since = self.hold.since.time
-        if since is None or since >= frontier:
-            return
-        opaque = self.hold.current_opaque()
-        if int(opaque) > self.version:
-            raise Fenced(
-                f"export {self.export_id!r}: version {opaque} holds shard {self.shard!r}, "
-                f"this is version {self.version}"
-            )
-        self.hold.compare_and_downgrade_since(opaque, str(self.version), frontier)
 
 
 def _consumer_conf(bootstrap: str, timeout_s: float) -> dict[str, Any]:
@@ -376,15 +271,15 @@ class _ProduceTask:
         try:
             producer.init_transactions(self.timeout_s)
         except KafkaException as e:
-            yield _result("fenced" if _fenced(e) else "error", 0, str(e))
+            yield result("fenced" if _fenced(e) else "error", 0, str(e))
             return
         conf = _consumer_conf(self.bootstrap, self.timeout_s)
         progress = read_progress(conf, self.progress_topic, self.export_id, self.timeout_s)
         if progress is not None and progress.version > self.version:
-            yield _result("fenced", 0, f"version {progress.version} owns the target")
+            yield result("fenced", 0, f"version {progress.version} owns the target")
             return
         if (progress.frontier if progress is not None else 0) != self.lower:
-            yield _result("stale", 0, f"the target's progress is {progress}, not {self.lower}")
+            yield result("stale", 0, f"the target's progress is {progress}, not {self.lower}")
             return
         producer.begin_transaction()
         try:
@@ -396,17 +291,17 @@ class _ProduceTask:
             marker = json.dumps({"frontier": self.upper, "version": self.version}).encode()
             producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
             producer.commit_transaction(self.timeout_s)
-        except _DataError as e:
+        except DataError as e:
             producer.abort_transaction(self.timeout_s)
-            yield _result("error", 0, str(e))
+            yield result("error", 0, str(e))
             return
         except KafkaException as e:
             if _fenced(e):
-                yield _result("fenced", 0, str(e))
+                yield result("fenced", 0, str(e))
                 return
             producer.abort_transaction(self.timeout_s)
             raise
-        yield _result("committed", count, None)
+        yield result("committed", count, None)
 
     def _produce(self, producer: Any, key: bytes | None, value: bytes | None, headers: Any) -> None:
         while True:
@@ -422,25 +317,19 @@ class _ProduceTask:
     ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
         """``(time, key, value)`` of each record, in time order, from the sorted changes."""
         group: list[dict[str, Any]] = []
-        for batch in batches:
-            for row in batch.to_pylist():
-                if row[ERR] is not None:
-                    raise _DataError(
-                        f"the shard has an error at time {row[TS]}, which an export cannot "
-                        f"write: {row[ERR][:300]}"
-                    )
-                if not self.key_columns:  # every change is a record of its own
-                    yield from self._encode([row])
-                    continue
-                if group and self._group_of(group[0]) != self._group_of(row):
-                    yield from self._encode(group)
-                    group = []
-                group.append(row)
+        for row in checked_rows(batches):
+            if not self.key_columns:  # every change is a record of its own
+                yield from self._encode([row])
+                continue
+            if group and self._group_of(group[0]) != self._group_of(row):
+                yield from self._encode(group)
+                group = []
+            group.append(row)
         if group:
             yield from self._encode(group)
 
     def _group_of(self, row: dict[str, Any]) -> tuple[Any, ...]:
-        return (row[TS], *(_hashable(row[k]) for k in self.key_columns))
+        return (row[TS], *(hashable(row[k]) for k in self.key_columns))
 
     def _encode(
         self, rows: list[dict[str, Any]]
@@ -452,32 +341,28 @@ class _ProduceTask:
         after = [row for row, diff in data for _ in range(max(diff, 0))]
         if self.envelope == "upsert":
             if len(after) > 1:
-                raise _DataError(
+                raise DataError(
                     f"key {key!r} has {len(after)} rows at time {t}; an UPSERT export "
                     f"needs one row per key of {list(self.key_columns)}"
                 )
-            yield t, key, _json(after[0]) if after else None
+            yield t, key, to_json(after[0]) if after else None
             return
         if self.key_columns and len(before) <= 1 and len(after) <= 1:
             change = {"before": before[0] if before else None, "after": after[0] if after else None}
-            yield t, key, _json(change)
+            yield t, key, to_json(change)
             return
         for row in before:
-            yield t, key, _json({"before": row, "after": None})
+            yield t, key, to_json({"before": row, "after": None})
         for row in after:
-            yield t, key, _json({"before": None, "after": row})
+            yield t, key, to_json({"before": None, "after": row})
 
     def _key(self, row: dict[str, Any]) -> bytes | None:
         if not self.key_columns:
             return None
-        return _json({k: row[k] for k in self.key_columns})
+        return to_json({k: row[k] for k in self.key_columns})
 
     def _row(self, row: dict[str, Any]) -> dict[str, Any]:
         return {c: row[c] for c in self.data_columns}
-
-
-class _DataError(Exception):
-    """The changes cannot be exported (the task reports it; nothing is committed)."""
 
 
 def _fenced(error: Any) -> bool:
@@ -489,34 +374,6 @@ def _fenced(error: Any) -> bool:
         KafkaError.PRODUCER_FENCED,
         KafkaError.INVALID_PRODUCER_EPOCH,
     )
-
-
-def _result(status: str, records: int, detail: str | None) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist(
-        [{"status": status, "records": records, "detail": detail}], schema=_RESULT
-    )
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    return value
-
-
-def _json(value: Any) -> bytes:
-    return json.dumps(value, default=_json_default, separators=(",", ":")).encode()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, datetime.datetime | datetime.date):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 __all__ = [

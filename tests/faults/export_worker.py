@@ -1,6 +1,7 @@
-"""One instance of a KAFKA export, as its own OS process.
+"""One instance of an export of the shard ``kv`` (key ``k``), as its own OS process.
 
-Usage: kafka_export_worker.py BLOB_URI CONSENSUS_URI BOOTSTRAP TOPIC STOP_FILE
+Usage: export_worker.py BLOB_URI CONSENSUS_URI STOP_FILE kafka BOOTSTRAP TOPIC
+       export_worker.py BLOB_URI CONSENSUS_URI STOP_FILE postgres DSN SCHEMA
 
 Steps the export until STOP_FILE exists and the export caught up with the
 shard; the test kills it with SIGKILL. A failed step is retried on the next.
@@ -17,14 +18,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from timeshard.location import open_location
 from timeshard.persist import PersistClient
 from timeshard.spark import spark_session
+from timeshard.storage.export import ShardExport
 from timeshard.storage.kafka_export import KafkaExport
+from timeshard.storage.postgres_export import PostgresExport
 
 
 def main() -> None:
-    blob_uri, consensus_uri, bootstrap, topic, stop = sys.argv[1:6]
-    spark = spark_session(master="local[1]", app_name="kafka-export-worker")
+    blob_uri, consensus_uri, stop, kind, target, where = sys.argv[1:7]
+    spark = spark_session(master="local[1]", app_name="export-worker")
     client = PersistClient(open_location(blob_uri, consensus_uri))
-    export = KafkaExport(spark, client, "kv", bootstrap, topic, key_columns=["k"])
+    export: ShardExport
+    if kind == "kafka":
+        export = KafkaExport(spark, client, "kv", target, where, key_columns=["k"])
+    else:
+        export = PostgresExport(spark, client, "kv", target, "kv", key_columns=["k"], schema=where)
     print("worker running", flush=True)
     while True:
         try:

@@ -1,0 +1,264 @@
+"""Exports: a shard's changes to an external system, exactly once, progress in the target.
+
+What every export does on the driver (:class:`ShardExport`); the target's
+part (reading the progress it recorded, the task that writes) is in
+``kafka_export.py`` and ``postgres_export.py``.
+
+A tick reads the progress the **target** records (``frontier``, ``version``:
+every change of the shard below ``frontier`` is there, once), and if the
+shard's upper is beyond it, runs one Spark job whose single task writes the
+changes at ``[frontier, upper)`` and the new progress in one transaction of
+the target. The task checks, inside that transaction, that the progress is
+still the one the driver planned from (else another instance went first and
+the task writes nothing) and that no newer ``version`` owns the target (else
+this export is fenced). A tick with nothing new runs no Spark job.
+
+The export holds its input's since at its progress with a critical since
+handle (``export.<id>``), so the changes it has not written stay readable
+while it is stopped; if they are gone anyway (the hold was dropped), it says
+in one line that it cannot resume and why. The shard's err rows cannot be
+exported: the task stops before committing and the tick raises
+:class:`ExportError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import json
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.errors import Fenced, InvalidUsage, TimeshardError
+from timeshard.persist import PersistClient
+from timeshard.persist._internal.parts import ERR, TS
+
+_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
+RESULT = pa.schema([("status", pa.string()), ("records", pa.int64()), ("detail", pa.string())])
+RESULT_DDL = "status string, records long, detail string"
+
+
+class ExportError(TimeshardError):
+    """The export cannot go on from the data it has (err rows, a key that is not unique)."""
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What the target holds: every change below ``frontier``, written by ``version``."""
+
+    frontier: int
+    version: int
+
+
+@dataclass(frozen=True)
+class ExportStep:
+    """One tick: the interval it exported (empty if idle), the records written, how it ended."""
+
+    lower: int
+    upper: int
+    records: int
+    status: str
+
+
+class ShardExport(ABC):
+    """The driver side of an export (module doc); subclasses name the target."""
+
+    #: The envelopes the target supports.
+    envelopes: tuple[str, ...] = ("upsert",)
+
+    def __init__(
+        self,
+        spark: Any,
+        client: PersistClient,
+        shard: str,
+        *,
+        envelope: str,
+        key_columns: Sequence[str],
+        export_id: str,
+        version: int,
+    ) -> None:
+        if envelope not in self.envelopes:
+            raise InvalidUsage(f"envelope must be one of {self.envelopes}, got {envelope!r}")
+        if not isinstance(export_id, str) or not _ID.fullmatch(export_id):
+            raise InvalidUsage(f"export_id must be 1-200 of [A-Za-z0-9._-], got {export_id!r}")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise InvalidUsage(f"version must be a positive integer, got {version!r}")
+        self.reader = client.open_leased_reader(shard)
+        names = list(self.reader.schema.names)
+        keys = list(key_columns)
+        if [k for k in keys if k not in names] or len(set(keys)) != len(keys):
+            self.reader.expire()
+            raise InvalidUsage(
+                f"key_columns must be distinct columns of shard {shard!r} {names}, got {keys}"
+            )
+        if envelope == "upsert" and not keys:
+            self.reader.expire()
+            raise InvalidUsage("envelope 'upsert' needs key_columns")
+        self.spark = spark
+        self.client = client
+        self.shard = shard
+        self.envelope = envelope
+        self.key_columns = keys
+        self.export_id = export_id
+        self.version = version
+        self.hold = client.open_critical_since(shard, f"export.{export_id}", str(version))
+
+    # -- the target's part --------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def target(self) -> str:
+        """The target, for messages (``topic 'x'``, ``table 'public.t'``)."""
+
+    @abstractmethod
+    def progress(self) -> Progress | None:
+        """The progress the target records (None: nothing exported yet)."""
+
+    @abstractmethod
+    def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
+        """The single task of a tick: write ``[lower, upper)`` and the progress, or nothing."""
+
+    def _order(self) -> list[str]:
+        """The order the task gets the consolidated changes in."""
+        return [TS, *self.key_columns]
+
+    # -- the tick -----------------------------------------------------------------------------
+
+    def step(self) -> ExportStep:
+        """Export the changes the target lacks, up to the shard's upper: 0 or 1 Spark job.
+
+        Raises Fenced if a newer version owns the target, ExportError if the
+        changes cannot be exported, and TimeshardError naming why the export
+        cannot resume if its input no longer holds its progress.
+        """
+        from timeshard.spark.snapshot import consolidate_df, updates_df
+
+        progress = self.progress()
+        if progress is not None and progress.version > self.version:
+            raise Fenced(
+                f"export {self.export_id!r}: version {progress.version} owns {self.target}, "
+                f"this is version {self.version}"
+            )
+        lower = progress.frontier if progress is not None else 0
+        upper = self.reader.fetch_recent_upper().time
+        if upper is None:
+            raise InvalidUsage(f"shard {self.shard!r} is closed (its upper is empty)")
+        self._hold_at(lower)
+        if lower >= upper:
+            return ExportStep(lower, upper, 0, "idle")
+        since = self.client.state(self.shard).since.time
+        if progress is not None and since is not None and since > lower:
+            raise TimeshardError(
+                f"export {self.export_id!r} cannot resume: shard {self.shard!r} was compacted "
+                f"to since {since}, past the export's progress {lower} in {self.target}; "
+                f"its changes at [{lower}, {since}) are gone"
+            )
+        data = list(self.reader.schema.names)
+        changes = consolidate_df(updates_df(self.spark, self.reader, lower, upper), data)
+        [result] = (
+            changes.repartition(1)
+            .sortWithinPartitions(*self._order())
+            .mapInArrow(self._task(lower, upper), RESULT_DDL)
+            .collect()
+        )
+        if result["status"] == "fenced":
+            raise Fenced(f"export {self.export_id!r}: {result['detail']}")
+        if result["status"] == "error":
+            raise ExportError(f"export {self.export_id!r}: {result['detail']}")
+        if result["status"] == "committed":
+            self._hold_at(upper)
+        return ExportStep(lower, upper, int(result["records"]), str(result["status"]))
+
+    def close(self) -> None:
+        """Release the reader (the critical hold stays: the export resumes from it)."""
+        self.reader.expire()
+
+    def drop(self) -> None:
+        """Forget the export: its critical since hold goes, so the shard may compact."""
+        self.close()
+        self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
+
+    def _hold_at(self, frontier: int) -> None:
+        """Keep the input readable from ``frontier`` on, and no further back.
+
+        The critical hold keeps it while the export is stopped; the leased
+        reader, which reads the changes, moves along with it (sinces only
+        move forward).
+        """
+        if self.reader.since.less_than(frontier):
+            self.reader.downgrade_since(frontier)
+        since = self.hold.since.time
+        if since is None or since >= frontier:
+            return
+        opaque = self.hold.current_opaque()
+        if int(opaque) > self.version:
+            raise Fenced(
+                f"export {self.export_id!r}: version {opaque} holds shard {self.shard!r}, "
+                f"this is version {self.version}"
+            )
+        self.hold.compare_and_downgrade_since(opaque, str(self.version), frontier)
+
+
+class DataError(Exception):
+    """The changes cannot be exported (a task reports it; nothing is committed)."""
+
+
+def checked_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+    """The rows of ``batches``; DataError at the first err row (tasks)."""
+    for batch in batches:
+        for row in batch.to_pylist():
+            if row[ERR] is not None:
+                raise DataError(
+                    f"the shard has an error at time {row[TS]}, which an export cannot "
+                    f"write: {row[ERR][:300]}"
+                )
+            yield row
+
+
+def result(status: str, records: int, detail: str | None) -> pa.RecordBatch:
+    """The one row a task returns: how it ended."""
+    return pa.RecordBatch.from_pylist(
+        [{"status": status, "records": records, "detail": detail}], schema=RESULT
+    )
+
+
+def hashable(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, hashable(v)) for k, v in value.items()))
+    return value
+
+
+def to_json(value: Any) -> bytes:
+    return json.dumps(value, default=_json_default, separators=(",", ":")).encode()
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+__all__ = [
+    "RESULT",
+    "DataError",
+    "ExportError",
+    "ExportStep",
+    "Progress",
+    "ShardExport",
+    "checked_rows",
+    "hashable",
+    "result",
+    "to_json",
+]

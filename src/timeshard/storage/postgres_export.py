@@ -1,0 +1,319 @@
+"""PostgreSQL exports: a shard kept in a table, exactly once, progress in the same database.
+
+The target is a table keyed by ``key_columns`` (its primary key); the export
+creates it if it does not exist, with the shard's columns (types in
+:data:`PG_TYPES`), and checks an existing one has them. The progress is a row
+of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``) in the
+same database. A tick's single Spark task, in **one PostgreSQL
+transaction**:
+
+1. locks the export's progress row (``SELECT ... FOR UPDATE``), so two
+   instances take turns; if it is no longer the frontier the driver planned
+   from, another instance went first and the task writes nothing; if its
+   version is newer than this export's, this export is fenced;
+2. applies the changes at ``[frontier, upper)`` as their net effect per key:
+   ``INSERT ... ON CONFLICT (key) DO UPDATE`` for a key that has a row at
+   ``upper - 1``, ``DELETE`` for one that has none;
+3. sets the progress row to ``upper`` and commits.
+
+So the table is the shard's snapshot at ``frontier - 1``, and a change is
+applied once: a task that dies before the commit leaves nothing, one retried
+after it finds the new frontier. Two live rows of one key among a tick's
+changes are an error (:class:`~timeshard.storage.export.ExportError`), as
+are the shard's err rows; nothing is committed then. (A key whose second row
+arrives in a later tick than its first overwrites it: the task sees only the
+tick's changes, not the table's rows.)
+
+SQL is composed with :mod:`psycopg.sql` (identifiers quoted by psycopg,
+values always bound as parameters), never by concatenating names or values.
+The driver side (the since hold, resuming) is
+:class:`~timeshard.storage.export.ShardExport`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage
+from timeshard.persist import PersistClient
+from timeshard.persist._internal.parts import DIFF, TS
+from timeshard.storage.export import (
+    DataError,
+    Progress,
+    ShardExport,
+    checked_rows,
+    hashable,
+    result,
+)
+
+PROGRESS_TABLE = "_timeshard_progress"
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+#: Arrow type -> PostgreSQL column type of a table the export creates.
+PG_TYPES: dict[pa.DataType, str] = {
+    pa.int64(): "bigint",
+    pa.int32(): "integer",
+    pa.int16(): "smallint",
+    pa.float64(): "double precision",
+    pa.float32(): "real",
+    pa.string(): "text",
+    pa.large_string(): "text",
+    pa.bool_(): "boolean",
+    pa.binary(): "bytea",
+    pa.date32(): "date",
+    pa.timestamp("us"): "timestamp",
+    pa.timestamp("us", tz="UTC"): "timestamptz",
+}
+
+
+class PostgresExport(ShardExport):
+    """One shard kept in one PostgreSQL table (module doc)."""
+
+    def __init__(
+        self,
+        spark: Any,
+        client: PersistClient,
+        shard: str,
+        dsn: str,
+        table: str,
+        *,
+        key_columns: Sequence[str],
+        export_id: str | None = None,
+        version: int = 1,
+        schema: str = "public",
+    ) -> None:
+        for what, value in (("table", table), ("schema", schema)):
+            if not isinstance(value, str) or not _NAME.fullmatch(value):
+                raise InvalidUsage(
+                    f"{what} must be a PostgreSQL name ([A-Za-z_][A-Za-z0-9_]*, at most 63), "
+                    f"got {value!r}"
+                )
+        super().__init__(
+            spark,
+            client,
+            shard,
+            envelope="upsert",
+            key_columns=key_columns,
+            export_id=export_id or f"{shard}-to-{schema}.{table}",
+            version=version,
+        )
+        self.dsn = dsn
+        self.table = table
+        self.schema = schema
+        self._prepare()
+
+    @property
+    def target(self) -> str:
+        return f"table {self.schema}.{self.table} (progress in {self.schema}.{PROGRESS_TABLE})"
+
+    def progress(self) -> Progress | None:
+        import psycopg
+        from psycopg import sql
+
+        query = sql.SQL("SELECT frontier, version FROM {} WHERE export_id = %s").format(
+            sql.Identifier(self.schema, PROGRESS_TABLE)
+        )
+        with psycopg.connect(self.dsn) as conn:
+            row = conn.execute(query, (self.export_id,)).fetchone()
+        return None if row is None else Progress(int(row[0]), int(row[1]))
+
+    def _order(self) -> list[str]:
+        return [*self.key_columns, TS]
+
+    def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
+        return _ApplyTask(
+            dsn=self.dsn,
+            schema=self.schema,
+            table=self.table,
+            export_id=self.export_id,
+            version=self.version,
+            key_columns=tuple(self.key_columns),
+            data_columns=tuple(self.reader.schema.names),
+            lower=lower,
+            upper=upper,
+        )
+
+    def _prepare(self) -> None:
+        """Create the progress table, and the target table unless it exists (driver)."""
+        import psycopg
+        from psycopg import sql
+
+        columns = list(self.reader.schema)
+        untyped = [f.name for f in columns if f.type not in PG_TYPES]
+        if untyped:
+            raise InvalidUsage(
+                f"export {self.export_id!r}: columns {untyped} of shard {self.shard!r} have no "
+                f"PostgreSQL type here; supported are {sorted(map(str, PG_TYPES))}"
+            )
+        progress = sql.SQL(
+            "CREATE TABLE IF NOT EXISTS {} (export_id text PRIMARY KEY, "
+            "frontier bigint NOT NULL, version bigint NOT NULL)"
+        ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
+        target = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}))").format(
+            sql.Identifier(self.schema, self.table),
+            sql.SQL(", ").join(
+                sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(PG_TYPES[f.type]))
+                for f in columns
+            ),
+            sql.SQL(", ").join(map(sql.Identifier, self.key_columns)),
+        )
+        with psycopg.connect(self.dsn) as conn:
+            conn.execute(progress)
+            conn.execute(target)
+            have = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = %s AND table_name = %s",
+                    (self.schema, self.table),
+                )
+            }
+        missing = [f.name for f in columns if f.name not in have]
+        if missing:
+            raise InvalidUsage(
+                f"export {self.export_id!r}: table {self.schema}.{self.table} lacks the "
+                f"columns {missing} of shard {self.shard!r}"
+            )
+
+
+@dataclass(frozen=True)
+class _ApplyTask:
+    """The tick's single Spark task: one PostgreSQL transaction (module doc)."""
+
+    dsn: str
+    schema: str
+    table: str
+    export_id: str
+    version: int
+    key_columns: tuple[str, ...]
+    data_columns: tuple[str, ...]
+    lower: int
+    upper: int
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import psycopg
+
+        with psycopg.connect(self.dsn) as conn:
+            try:
+                with conn.transaction():
+                    status, count, detail = self._apply(conn, batches)
+                    if status != "committed":
+                        raise _Rollback(status, detail)
+            except _Rollback as r:
+                yield result(r.status, 0, r.detail)
+                return
+            except DataError as e:
+                yield result("error", 0, str(e))
+                return
+        yield result("committed", count, None)
+
+    def _apply(self, conn: Any, batches: Iterable[pa.RecordBatch]) -> tuple[str, int, str | None]:
+        from psycopg import sql
+
+        progress = sql.Identifier(self.schema, PROGRESS_TABLE)
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (export_id, frontier, version) VALUES (%s, 0, %s) "
+                "ON CONFLICT (export_id) DO NOTHING"
+            ).format(progress),
+            (self.export_id, self.version),
+        )
+        frontier, version = conn.execute(
+            sql.SQL("SELECT frontier, version FROM {} WHERE export_id = %s FOR UPDATE").format(
+                progress
+            ),
+            (self.export_id,),
+        ).fetchone()
+        if version > self.version:
+            return "fenced", 0, f"version {version} owns the table"
+        if frontier != self.lower:
+            return "stale", 0, f"the table's progress is {frontier}, not {self.lower}"
+        upserts, deletes = self._net(batches)
+        table = sql.Identifier(self.schema, self.table)
+        names = sql.SQL(", ").join(map(sql.Identifier, self.data_columns))
+        keys = sql.SQL(", ").join(map(sql.Identifier, self.key_columns))
+        values = [c for c in self.data_columns if c not in self.key_columns]
+        on_conflict = (
+            sql.SQL("DO UPDATE SET {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
+                    for c in values
+                )
+            )
+            if values
+            else sql.SQL("DO NOTHING")
+        )
+        insert = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
+            table,
+            names,
+            sql.SQL(", ").join(sql.Placeholder() * len(self.data_columns)),
+            keys,
+            on_conflict,
+        )
+        delete = sql.SQL("DELETE FROM {} WHERE {}").format(
+            table,
+            sql.SQL(" AND ").join(
+                sql.SQL("{} = %s").format(sql.Identifier(k)) for k in self.key_columns
+            ),
+        )
+        with conn.cursor() as cur:
+            if deletes:
+                cur.executemany(delete, deletes)
+            if upserts:
+                cur.executemany(insert, upserts)
+        conn.execute(
+            sql.SQL("UPDATE {} SET frontier = %s, version = %s WHERE export_id = %s").format(
+                progress
+            ),
+            (self.upper, self.version, self.export_id),
+        )
+        return "committed", len(upserts) + len(deletes), None
+
+    def _net(self, batches: Iterable[pa.RecordBatch]) -> tuple[list[tuple[Any, ...]], list[Any]]:
+        """Per key (the rows come sorted by key): its row at ``upper - 1``, or a delete."""
+        upserts: list[tuple[Any, ...]] = []
+        deletes: list[tuple[Any, ...]] = []
+        key: tuple[Any, ...] | None = None
+        net: dict[tuple[Any, ...], int] = {}
+        rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+
+        def flush() -> None:
+            live = [rows[h] for h, n in net.items() if n > 0]
+            if len(live) > 1:
+                raise DataError(
+                    f"key {key!r} has {len(live)} rows after time {self.upper - 1}; a table "
+                    f"keyed by {list(self.key_columns)} has one row per key"
+                )
+            if live:
+                upserts.append(live[0])
+            elif key is not None:
+                deletes.append(key)
+
+        for row in checked_rows(batches):
+            this = tuple(row[k] for k in self.key_columns)
+            if key is not None and hashable(this) != hashable(key):
+                flush()
+                net.clear()
+                rows.clear()
+            key = this
+            values = tuple(row[c] for c in self.data_columns)
+            h = hashable(values)
+            net[h] = net.get(h, 0) + row[DIFF]
+            rows[h] = values
+        if key is not None:
+            flush()
+        return upserts, deletes
+
+
+class _Rollback(Exception):
+    def __init__(self, status: str, detail: str | None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+__all__ = ["PG_TYPES", "PROGRESS_TABLE", "PostgresExport"]

@@ -1,0 +1,171 @@
+"""PostgreSQL exports against a real server the tests start: the table is the shard's snapshot."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from timeshard.errors import Fenced, InvalidUsage
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.spark.jobs import JobCounter
+from timeshard.storage.export import ExportError
+from timeshard.storage.postgres_export import PostgresExport
+
+pytestmark = [pytest.mark.spark, pytest.mark.postgres]
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("note", pa.string())])
+
+
+@pytest.fixture
+def pg_schema(postgres_dsn: str) -> str:
+    name = f"s_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(name)))
+    return name
+
+
+def _table(dsn: str, schema: str, table: str) -> dict[str, tuple[Any, ...]]:
+    query = psycopg.sql.SQL("SELECT k, v, note FROM {}").format(
+        psycopg.sql.Identifier(schema, table)
+    )
+    with psycopg.connect(dsn) as conn:
+        return {r[0]: (r[1], r[2]) for r in conn.execute(query)}
+
+
+def _snapshot(client: PersistClient, t: int) -> dict[str, tuple[Any, ...]]:
+    reader = client.open_leased_reader("s")
+    try:
+        return {r["k"]: (r["v"], r["note"]) for r in reader.snapshot(t).to_pylist()}
+    finally:
+        reader.expire()
+
+
+def test_the_table_is_the_snapshot_at_the_progress(
+    spark: SparkSession, postgres_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    writer.append(
+        [
+            (("a", 1, "x"), 0, 1),
+            (("b", 2, None), 0, 1),
+            (("a", 1, "x"), 1, -1),
+            (("a", 3, "y"), 1, 1),
+        ],
+        0,
+        2,
+    )
+    export = PostgresExport(
+        spark, client, "s", postgres_dsn, "t", key_columns=["k"], schema=pg_schema
+    )
+    assert export.progress() is None
+    with JobCounter(spark) as jobs:
+        step = export.step()
+    assert (step.lower, step.upper, step.records, step.status) == (0, 2, 2, "committed")
+    assert jobs.count == 1
+    assert (
+        _table(postgres_dsn, pg_schema, "t")
+        == _snapshot(client, 1)
+        == {
+            "a": (3, "y"),
+            "b": (2, None),
+        }
+    )
+    with JobCounter(spark) as jobs:
+        assert export.step().status == "idle"
+    assert jobs.count == 0
+    writer.append([(("b", 2, None), 2, -1), (("c", 5, "z"), 3, 1), (("c", 5, "z"), 4, -1)], 2, 5)
+    writer.append([(("d", 9, None), 5, 1)], 5, 6)
+    export.close()
+    export = PostgresExport(
+        spark, client, "s", postgres_dsn, "t", key_columns=["k"], schema=pg_schema
+    )
+    assert export.step().upper == 6
+    assert (
+        _table(postgres_dsn, pg_schema, "t")
+        == _snapshot(client, 5)
+        == {
+            "a": (3, "y"),
+            "d": (9, None),
+        }
+    )
+    assert export.progress() is not None and export.progress().frontier == 6  # type: ignore[union-attr]
+    export.drop()
+
+
+def test_errors_commit_nothing_and_versions_fence(
+    spark: SparkSession, postgres_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    writer.append([(("a", 1, None), 0, 1)], 0, 1)
+    old = PostgresExport(spark, client, "s", postgres_dsn, "t", key_columns=["k"], schema=pg_schema)
+    old.step()
+    writer.append([(("b", 1, None), 1, 1), (("b", 2, None), 1, 1)], 1, 2)
+    with pytest.raises(ExportError, match="has 2 rows"):
+        old.step()
+    assert _table(postgres_dsn, pg_schema, "t") == {"a": (1, None)}
+    assert old.progress().frontier == 1  # type: ignore[union-attr]
+    other = PersistClient(Location.embedded(tmp_path / "loc2"))
+    w2 = other.open_writer("s", SCHEMA)
+    w2.append(
+        pa.table(
+            {
+                "k": pa.array([None], pa.string()),
+                "v": pa.array([None], pa.int64()),
+                "note": pa.array([None], pa.string()),
+                "_ts": pa.array([0], pa.int64()),
+                "_diff": pa.array([1], pa.int64()),
+                "_err": pa.array(["bad cast"], pa.string()),
+            }
+        ),
+        0,
+        1,
+    )
+    errs = PostgresExport(
+        spark, other, "s", postgres_dsn, "t2", key_columns=["k"], schema=pg_schema
+    )
+    with pytest.raises(ExportError, match="error at time 0, which an export cannot write: bad"):
+        errs.step()
+    assert _table(postgres_dsn, pg_schema, "t2") == {}
+    # Version 2 takes the table over; version 1 is fenced.
+    w3 = other.open_writer("s3", SCHEMA)
+    w3.append([(("a", 1, None), 0, 1)], 0, 1)
+    v2 = PostgresExport(
+        spark, other, "s3", postgres_dsn, "t3", key_columns=["k"], schema=pg_schema, version=2
+    )
+    v2.step()
+    w3.append([(("a", 1, None), 1, -1)], 1, 2)
+    v1 = PostgresExport(
+        spark, other, "s3", postgres_dsn, "t3", key_columns=["k"], schema=pg_schema, version=1
+    )
+    with pytest.raises(Fenced, match="version 2"):
+        v1.step()
+    assert _table(postgres_dsn, pg_schema, "t3") == {"a": (1, None)}
+
+
+def test_bad_arguments_and_tables(
+    spark: SparkSession, postgres_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    client.open_writer("s", SCHEMA).append([], 0, 1)
+    with pytest.raises(InvalidUsage, match="table must be a PostgreSQL name"):
+        PostgresExport(spark, client, "s", postgres_dsn, "t; drop", key_columns=["k"])
+    with pytest.raises(InvalidUsage, match="needs key_columns"):
+        PostgresExport(spark, client, "s", postgres_dsn, "t", key_columns=[])
+    with psycopg.connect(postgres_dsn) as conn:
+        conn.execute(
+            psycopg.sql.SQL("CREATE TABLE {} (k text PRIMARY KEY)").format(
+                psycopg.sql.Identifier(pg_schema, "narrow")
+            )
+        )
+    with pytest.raises(InvalidUsage, match=r"lacks the columns \['v', 'note'\]"):
+        PostgresExport(
+            spark, client, "s", postgres_dsn, "narrow", key_columns=["k"], schema=pg_schema
+        )
