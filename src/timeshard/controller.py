@@ -33,6 +33,7 @@ from timeshard.cli.spec import ExportSpec, RunSpec, build_source
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.persist import PersistClient
 from timeshard.progress import Frontier
+from timeshard.storage.delta_export import DeltaExport
 from timeshard.storage.export import ShardExport
 from timeshard.storage.health import Health
 from timeshard.storage.ingest import Ingestion
@@ -142,6 +143,17 @@ class Pipeline:
 def build_export(spark: Any, client: PersistClient, spec: ExportSpec) -> ShardExport:
     """The export a spec declares (its options were checked by ``check_spec``)."""
     opts = spec.options
+    if spec.kind == "delta":
+        return DeltaExport(
+            spark,
+            client,
+            spec.input,
+            opts["table_uri"],
+            envelope=spec.envelope,
+            key_columns=spec.key_columns,
+            export_id=spec.name,
+            version=spec.version,
+        )
     if spec.kind == "postgres":
         return PostgresExport(
             spark,

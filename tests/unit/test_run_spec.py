@@ -223,7 +223,7 @@ def test_exports_read_what_is_declared_or_exists(tmp_path: Path) -> None:
     bad = export.model_copy(update={"options": {"topic": "kv", "acks": "all"}})
     with pytest.raises(InvalidUsage, match=r"missing \['bootstrap_servers'\], unknown \['acks'\]"):
         check_spec(spec.model_copy(update={"export": [bad]}), existing=[])
-    f.write_text(EXPORTS.replace('kind = "kafka"', 'kind = "delta"'))
+    f.write_text(EXPORTS.replace('kind = "kafka"', 'kind = "mqtt"'))
     with pytest.raises(InvalidUsage, match=r"export\.0\.kind"):
         load_spec(f)
 

@@ -64,9 +64,11 @@ location holds or the declaration writes (a source ``s`` writes ``s`` or
 ``s.<subsource>``; a view writes its name), declared before the view.
 
 An ``[[export]]`` sends a source output, a view or any shard of the
-location to Kafka or a PostgreSQL table, exactly once
+location to Kafka, a PostgreSQL table or a Delta table, exactly once
 (:class:`~timeshard.storage.kafka_export.KafkaExport`,
-:class:`~timeshard.storage.postgres_export.PostgresExport`); its ``name`` is
+:class:`~timeshard.storage.postgres_export.PostgresExport`,
+:class:`~timeshard.storage.delta_export.DeltaExport`, whose ``envelope`` is
+``upsert`` or ``append`` and whose option is ``table_uri``); its ``name`` is
 its id, under which its progress is recorded in the target.
 
 ``retain_history`` keeps that much history of a source's outputs or a view
@@ -172,9 +174,9 @@ class ViewSpec(_Retains):
 
 class ExportSpec(_Strict):
     name: str
-    kind: Literal["kafka", "postgres"]
+    kind: Literal["kafka", "postgres", "delta"]
     input: str
-    envelope: Literal["upsert", "debezium"] = "upsert"
+    envelope: Literal["upsert", "debezium", "append"] = "upsert"
     key_columns: list[str] = Field(default_factory=list)
     version: int = 1
     options: dict[str, Any] = Field(default_factory=dict)
@@ -184,6 +186,7 @@ class ExportSpec(_Strict):
 EXPORT_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "kafka": (("bootstrap_servers", "topic"), ("progress_topic",)),
     "postgres": (("dsn", "table"), ("schema",)),
+    "delta": (("table_uri",), ()),
 }
 
 

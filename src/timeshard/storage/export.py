@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from timeshard.errors import Fenced, InvalidUsage, TimeshardError
 from timeshard.persist import PersistClient
-from timeshard.persist._internal.parts import ERR, TS
+from timeshard.persist._internal.parts import DIFF, ERR, TS
 
 _ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 RESULT = pa.schema([("status", pa.string()), ("records", pa.int64()), ("detail", pa.string())])
@@ -221,6 +221,54 @@ def checked_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
             yield row
 
 
+@dataclass(frozen=True)
+class KeyChange:
+    """A key's net change over a tick: its row after it (data columns in order), or None."""
+
+    key: tuple[Any, ...]
+    row: tuple[Any, ...] | None
+
+
+def net_per_key(
+    rows: Iterable[dict[str, Any]], key_columns: Sequence[str], data_columns: Sequence[str]
+) -> list[KeyChange]:
+    """The net change per key of consolidated changes sorted by key (tasks).
+
+    A row's diffs summed over the tick: a key's one row with a positive sum is
+    its row after the tick; none means it has no row left. More than one is a
+    DataError: a keyed target holds one row per key.
+    """
+    out: list[KeyChange] = []
+    key: tuple[Any, ...] | None = None
+    net: dict[Any, int] = {}
+    kept: dict[Any, tuple[Any, ...]] = {}
+
+    def flush() -> None:
+        assert key is not None
+        live = [kept[h] for h, n in net.items() if n > 0]
+        if len(live) > 1:
+            raise DataError(
+                f"key {key!r} has {len(live)} rows after the tick's changes; a target keyed by "
+                f"{list(key_columns)} holds one row per key"
+            )
+        out.append(KeyChange(key, live[0] if live else None))
+
+    for row in rows:
+        this = tuple(row[k] for k in key_columns)
+        if key is not None and hashable(this) != hashable(key):
+            flush()
+            net.clear()
+            kept.clear()
+        key = this
+        values = tuple(row[c] for c in data_columns)
+        h = hashable(values)
+        net[h] = net.get(h, 0) + row[DIFF]
+        kept[h] = values
+    if key is not None:
+        flush()
+    return out
+
+
 def result(status: str, records: int, detail: str | None) -> pa.RecordBatch:
     """The one row a task returns: how it ended."""
     return pa.RecordBatch.from_pylist(
@@ -255,10 +303,12 @@ __all__ = [
     "DataError",
     "ExportError",
     "ExportStep",
+    "KeyChange",
     "Progress",
     "ShardExport",
     "checked_rows",
     "hashable",
+    "net_per_key",
     "result",
     "to_json",
 ]

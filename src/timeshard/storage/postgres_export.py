@@ -41,13 +41,13 @@ import pyarrow as pa
 
 from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
-from timeshard.persist._internal.parts import DIFF, TS
+from timeshard.persist._internal.parts import TS
 from timeshard.storage.export import (
     DataError,
     Progress,
     ShardExport,
     checked_rows,
-    hashable,
+    net_per_key,
     result,
 )
 
@@ -232,7 +232,9 @@ class _ApplyTask:
             return "fenced", 0, f"version {version} owns the table"
         if frontier != self.lower:
             return "stale", 0, f"the table's progress is {frontier}, not {self.lower}"
-        upserts, deletes = self._net(batches)
+        changes = net_per_key(checked_rows(batches), self.key_columns, self.data_columns)
+        upserts = [c.row for c in changes if c.row is not None]
+        deletes = [c.key for c in changes if c.row is None]
         table = sql.Identifier(self.schema, self.table)
         names = sql.SQL(", ").join(map(sql.Identifier, self.data_columns))
         keys = sql.SQL(", ").join(map(sql.Identifier, self.key_columns))
@@ -272,41 +274,6 @@ class _ApplyTask:
             (self.upper, self.version, self.export_id),
         )
         return "committed", len(upserts) + len(deletes), None
-
-    def _net(self, batches: Iterable[pa.RecordBatch]) -> tuple[list[tuple[Any, ...]], list[Any]]:
-        """Per key (the rows come sorted by key): its row at ``upper - 1``, or a delete."""
-        upserts: list[tuple[Any, ...]] = []
-        deletes: list[tuple[Any, ...]] = []
-        key: tuple[Any, ...] | None = None
-        net: dict[tuple[Any, ...], int] = {}
-        rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-
-        def flush() -> None:
-            live = [rows[h] for h, n in net.items() if n > 0]
-            if len(live) > 1:
-                raise DataError(
-                    f"key {key!r} has {len(live)} rows after time {self.upper - 1}; a table "
-                    f"keyed by {list(self.key_columns)} has one row per key"
-                )
-            if live:
-                upserts.append(live[0])
-            elif key is not None:
-                deletes.append(key)
-
-        for row in checked_rows(batches):
-            this = tuple(row[k] for k in self.key_columns)
-            if key is not None and hashable(this) != hashable(key):
-                flush()
-                net.clear()
-                rows.clear()
-            key = this
-            values = tuple(row[c] for c in self.data_columns)
-            h = hashable(values)
-            net[h] = net.get(h, 0) + row[DIFF]
-            rows[h] = values
-        if key is not None:
-            flush()
-        return upserts, deletes
 
 
 class _Rollback(Exception):

@@ -1,0 +1,252 @@
+"""Delta Lake exports: a shard to a Delta table through delta-rs, exactly once.
+
+The progress lives in the table's own log, as Delta *application
+transactions*: the app id ``<export id>`` carries the export's frontier and
+``<export id>.version`` the deployment's version, both set by the commit
+that writes the changes. A tick's single Spark task reads them from the
+table, goes on only if the frontier is still the one the driver planned from
+and no newer version owns the table, and commits the changes at
+``[frontier, upper)`` with the new frontier in **one Delta commit**. A task
+that dies before the commit leaves nothing; one retried after it finds the
+new frontier and writes nothing.
+
+Envelopes:
+
+* ``upsert``: a MERGE on ``key_columns`` (compared null-safely) of the net
+  change per key: the key's row at ``upper - 1`` is updated or inserted, a
+  key with no row left is deleted. So the table is the shard's snapshot at
+  ``frontier - 1``. Two live rows of one key among a tick's changes are an
+  error, as are the shard's err rows; nothing is committed then.
+* ``append``: the changes themselves, with their ``_ts`` and ``_diff``,
+  appended: the table is the shard's history from the export's start.
+
+The table is created with the shard's columns (and ``_ts``, ``_diff`` for
+``append``) if it does not exist. Column names must be plain identifiers
+(``[A-Za-z_][A-Za-z0-9_]*``): the MERGE's predicate names them, quoted, and
+holds no value. The driver side (the since hold, resuming) is
+:class:`~timeshard.storage.export.ShardExport`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage
+from timeshard.persist import PersistClient
+from timeshard.persist._internal.parts import DIFF, TS
+from timeshard.storage.export import (
+    DataError,
+    KeyChange,
+    Progress,
+    ShardExport,
+    checked_rows,
+    net_per_key,
+    result,
+)
+
+ENVELOPES = ("upsert", "append")
+_COLUMN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DELETE = "__timeshard_delete"
+
+
+class DeltaExport(ShardExport):
+    """One shard to one Delta table (module doc)."""
+
+    envelopes = ENVELOPES
+
+    def __init__(
+        self,
+        spark: Any,
+        client: PersistClient,
+        shard: str,
+        table_uri: str,
+        *,
+        envelope: str = "upsert",
+        key_columns: Sequence[str] = (),
+        export_id: str | None = None,
+        version: int = 1,
+        storage_options: dict[str, str] | None = None,
+    ) -> None:
+        if not isinstance(table_uri, str) or not table_uri:
+            raise InvalidUsage(f"table_uri must be a path or URI, got {table_uri!r}")
+        super().__init__(
+            spark,
+            client,
+            shard,
+            envelope=envelope,
+            key_columns=key_columns,
+            export_id=export_id or f"{shard}-to-delta",
+            version=version,
+        )
+        bad = [n for n in self.reader.schema.names if not _COLUMN.fullmatch(n)]
+        if bad:
+            self.reader.expire()
+            raise InvalidUsage(
+                f"export {self.export_id!r}: columns {bad} are not plain identifiers "
+                "([A-Za-z_][A-Za-z0-9_]*), which a Delta MERGE predicate can name"
+            )
+        self.table_uri = table_uri
+        self.storage_options = dict(storage_options or {})
+        self._create()
+
+    @property
+    def target(self) -> str:
+        return f"Delta table {self.table_uri!r}"
+
+    def progress(self) -> Progress | None:
+        from deltalake import DeltaTable
+
+        table = DeltaTable(self.table_uri, storage_options=self.storage_options or None)
+        return _progress(table, self.export_id)
+
+    def _order(self) -> list[str]:
+        return [*self.key_columns, TS]
+
+    def _table_schema(self) -> pa.Schema:
+        fields = list(self.reader.schema)
+        if self.envelope == "append":
+            fields += [pa.field(TS, pa.int64()), pa.field(DIFF, pa.int64())]
+        return pa.schema(fields)
+
+    def _create(self) -> None:
+        from deltalake import DeltaTable, write_deltalake
+
+        options = self.storage_options or None
+        if DeltaTable.is_deltatable(self.table_uri, storage_options=options):
+            table = DeltaTable(self.table_uri, storage_options=options)
+            have = set(table.schema().to_arrow().names)
+            missing = [n for n in self._table_schema().names if n not in have]
+            if missing:
+                raise InvalidUsage(
+                    f"export {self.export_id!r}: Delta table {self.table_uri!r} lacks the "
+                    f"columns {missing}"
+                )
+            return
+        empty = self._table_schema().empty_table()
+        write_deltalake(self.table_uri, empty, mode="append", storage_options=options)
+
+    def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
+        return _DeltaTask(
+            uri=self.table_uri,
+            storage_options=tuple(sorted(self.storage_options.items())),
+            export_id=self.export_id,
+            version=self.version,
+            envelope=self.envelope,
+            key_columns=tuple(self.key_columns),
+            schema_ipc=self._table_schema().serialize().to_pybytes(),
+            data_columns=tuple(self.reader.schema.names),
+            lower=lower,
+            upper=upper,
+        )
+
+
+def _progress(table: Any, export_id: str) -> Progress | None:
+    frontier = table.transaction_version(export_id)
+    if frontier is None:
+        return None
+    version = table.transaction_version(f"{export_id}.version")
+    return Progress(int(frontier), int(version or 1))
+
+
+@dataclass(frozen=True)
+class _DeltaTask:
+    """The tick's single Spark task: one Delta commit (module doc)."""
+
+    uri: str
+    storage_options: tuple[tuple[str, str], ...]
+    export_id: str
+    version: int
+    envelope: str
+    key_columns: tuple[str, ...]
+    schema_ipc: bytes
+    data_columns: tuple[str, ...]
+    lower: int
+    upper: int
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from deltalake import CommitProperties, DeltaTable, Transaction
+
+        options = dict(self.storage_options) or None
+        table = DeltaTable(self.uri, storage_options=options)
+        progress = _progress(table, self.export_id)
+        if progress is not None and progress.version > self.version:
+            yield result("fenced", 0, f"version {progress.version} owns the table")
+            return
+        if (progress.frontier if progress is not None else 0) != self.lower:
+            yield result("stale", 0, f"the table's progress is {progress}, not {self.lower}")
+            return
+        commit = CommitProperties(
+            app_transactions=[
+                Transaction(app_id=self.export_id, version=self.upper),
+                Transaction(app_id=f"{self.export_id}.version", version=self.version),
+            ]
+        )
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        try:
+            if self.envelope == "append":
+                count = self._append(table, batches, schema, commit)
+            else:
+                count = self._merge(table, batches, schema, commit)
+        except DataError as e:
+            yield result("error", 0, str(e))
+            return
+        yield result("committed", count, None)
+
+    def _append(
+        self, table: Any, batches: Iterable[pa.RecordBatch], schema: pa.Schema, commit: Any
+    ) -> int:
+        from deltalake import write_deltalake
+
+        rows = [{c: row[c] for c in schema.names} for row in checked_rows(batches)]
+        data = pa.Table.from_pylist(rows, schema=schema)
+        write_deltalake(table, data, mode="append", commit_properties=commit)
+        return int(data.num_rows)
+
+    def _merge(
+        self, table: Any, batches: Iterable[pa.RecordBatch], schema: pa.Schema, commit: Any
+    ) -> int:
+        from deltalake import write_deltalake
+
+        changes = net_per_key(checked_rows(batches), self.key_columns, self.data_columns)
+        if not changes:  # nothing to merge: the commit still records the progress
+            write_deltalake(table, schema.empty_table(), mode="append", commit_properties=commit)
+            return 0
+        source_schema = schema.append(pa.field(_DELETE, pa.bool_()))
+        source = pa.Table.from_pylist(
+            [_source_row(c, self.key_columns, self.data_columns) for c in changes],
+            schema=source_schema,
+        )
+        on = " AND ".join(f't."{k}" IS NOT DISTINCT FROM s."{k}"' for k in self.key_columns)
+        columns = {f'"{c}"': f's."{c}"' for c in self.data_columns}
+        (
+            table.merge(
+                source,
+                predicate=on,
+                source_alias="s",
+                target_alias="t",
+                commit_properties=commit,
+            )
+            .when_matched_delete(predicate=f's."{_DELETE}"')
+            .when_matched_update(updates=columns, predicate=f'NOT s."{_DELETE}"')
+            .when_not_matched_insert(updates=columns, predicate=f'NOT s."{_DELETE}"')
+            .execute()
+        )
+        return len(changes)
+
+
+def _source_row(
+    change: KeyChange, key_columns: tuple[str, ...], data_columns: tuple[str, ...]
+) -> dict[str, Any]:
+    """A MERGE source row: the key's new row, or its key and the delete flag."""
+    if change.row is not None:
+        return {**dict(zip(data_columns, change.row, strict=True)), _DELETE: False}
+    keys = dict(zip(key_columns, change.key, strict=True))
+    return {**{c: keys.get(c) for c in data_columns}, _DELETE: True}
+
+
+__all__ = ["ENVELOPES", "DeltaExport"]

@@ -1,0 +1,144 @@
+"""Delta Lake exports through delta-rs: progress in the table's log, every change once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from timeshard.errors import Fenced, InvalidUsage
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.spark.jobs import JobCounter
+from timeshard.storage.delta_export import DeltaExport
+from timeshard.storage.export import ExportError
+
+pytestmark = pytest.mark.spark
+SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
+
+
+def _snapshot(client: PersistClient, t: int) -> dict[Any, Any]:
+    reader = client.open_leased_reader("s")
+    try:
+        return {r["k"]: r["v"] for r in reader.snapshot(t).to_pylist()}
+    finally:
+        reader.expire()
+
+
+def _table(uri: Path) -> dict[Any, Any]:
+    return {r["k"]: r["v"] for r in DeltaTable(str(uri)).to_pyarrow_table().to_pylist()}
+
+
+def test_merge_keeps_the_snapshot_at_the_progress(spark: SparkSession, tmp_path: Path) -> None:
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    uri = tmp_path / "delta"
+    writer.append([(("a", 1), 0, 1), (("b", 2), 0, 1), ((None, 7), 0, 1)], 0, 1)
+    export = DeltaExport(spark, client, "s", str(uri), key_columns=["k"])
+    assert export.progress() is None
+    with JobCounter(spark) as jobs:
+        assert export.step().records == 3
+    assert jobs.count == 1
+    assert _table(uri) == _snapshot(client, 0)
+    writer.append(
+        [(("a", 1), 1, -1), (("a", 3), 1, 1), (("b", 2), 2, -1), ((None, 7), 2, -1)], 1, 3
+    )
+    writer.append([(("c", 4), 3, 1), (("c", 4), 4, -1)], 3, 5)
+    export.close()
+    export = DeltaExport(spark, client, "s", str(uri), key_columns=["k"])  # a restart
+    with JobCounter(spark) as jobs:
+        assert export.step().upper == 5
+        assert export.step().status == "idle"
+    assert jobs.count == 1
+    assert _table(uri) == _snapshot(client, 4) == {"a": 3}
+    assert export.progress() is not None and export.progress().frontier == 5  # type: ignore[union-attr]
+    # The task of a tick that already committed writes nothing (a retried task).
+    task = export._task(3, 5)
+    [status] = [b.to_pylist()[0]["status"] for b in task([])]
+    assert status == "stale"
+    assert _table(uri) == {"a": 3}
+    # A newer version fences this one.
+    writer.append([(("d", 1), 5, 1)], 5, 6)
+    newer = DeltaExport(spark, client, "s", str(uri), key_columns=["k"], version=2)
+    newer.step()
+    writer.append([(("e", 1), 6, 1)], 6, 7)
+    with pytest.raises(Fenced, match="version 2"):
+        export.step()
+
+
+def test_append_keeps_every_change_once(spark: SparkSession, tmp_path: Path) -> None:
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    uri = tmp_path / "delta"
+    export = DeltaExport(spark, client, "s", str(uri), envelope="append")
+    changes = [(("a", 1), 0, 1), (("a", 1), 1, -1), (("a", 2), 1, 1), (("b", 5), 1, 3)]
+    writer.append(changes, 0, 2)
+    export.step()
+    writer.append([(("b", 5), 2, -1)], 2, 3)
+    export.step()
+    rows = DeltaTable(str(uri)).to_pyarrow_table().to_pylist()
+    got = sorted((r["k"], r["v"], r["_ts"], r["_diff"]) for r in rows)
+    want = sorted([(k, v, t, d) for (k, v), t, d in changes] + [("b", 5, 2, -1)])
+    assert got == want
+
+
+def test_errors_commit_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    uri = tmp_path / "delta"
+    writer.append([(("a", 1), 0, 1), (("a", 2), 0, 1)], 0, 1)
+    export = DeltaExport(spark, client, "s", str(uri), key_columns=["k"])
+    with pytest.raises(ExportError, match="has 2 rows"):
+        export.step()
+    assert export.progress() is None and _table(uri) == {}
+    with pytest.raises(InvalidUsage, match="envelope must be one of"):
+        DeltaExport(spark, client, "s", str(uri), envelope="debezium", key_columns=["k"])
+    odd = client.open_writer("odd", pa.schema([("a b", pa.int64())]))
+    odd.append([], 0, 1)
+    with pytest.raises(InvalidUsage, match="not plain identifiers"):
+        DeltaExport(spark, client, "odd", str(tmp_path / "d2"), envelope="append")
+
+
+def test_a_declared_delta_export_runs_in_the_pipeline(spark: SparkSession, tmp_path: Path) -> None:
+    from timeshard.cli.spec import ExportSpec, RunSpec, SourceSpec, check_spec
+    from timeshard.controller import Pipeline
+
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    uri = tmp_path / "delta"
+    spec = RunSpec(
+        source=[
+            SourceSpec(
+                name="kv",
+                kind="key_value",
+                envelope="upsert",
+                key_columns=["key"],
+                options={"keys": 20, "rate": 10, "partitions": 1, "deletes": 0.2},
+            )
+        ],
+        export=[
+            ExportSpec(
+                name="kv-delta",
+                kind="delta",
+                input="kv",
+                key_columns=["key"],
+                options={"table_uri": str(uri)},
+            )
+        ],
+    )
+    check_spec(spec, existing=[])
+    pipeline = Pipeline(spark, client, spec)
+    for _ in range(3):
+        assert pipeline.step() == {}
+    [export] = pipeline.exports
+    progress = export.progress()
+    assert progress is not None
+    reader = client.open_leased_reader("kv")
+    want = {r["key"]: r["value"] for r in reader.snapshot(progress.frontier - 1).to_pylist()}
+    reader.expire()
+    got = {r["key"]: r["value"] for r in DeltaTable(str(uri)).to_pyarrow_table().to_pylist()}
+    assert got == want and want
+    pipeline.close()
