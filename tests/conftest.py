@@ -1,4 +1,12 @@
-"""Fixtures shared by every tier: a throwaway PostgreSQL server and a Kafka broker, started once.
+"""Fixtures of every tier: one SparkSession, a throwaway PostgreSQL server, a Kafka broker.
+
+``spark`` is the one SparkSession (``local[2]``) of the whole run; it starts in
+5-10 s, so it is session-scoped, and no test builds another in this process (a
+process holds one SparkContext: a second ``spark_session`` call would return
+the first session, whatever packages it asked for). It loads Spark's Kafka
+connector (Ivy fetches it from Maven Central once); ``spark_kafka`` is that
+session for the tests that read Kafka, skipped with the reason printed if the
+connector could not be loaded -- except when ``CI`` is set: then they fail.
 
 Tests that use ``postgres_dsn`` carry ``@pytest.mark.postgres``. If the server
 cannot start they are skipped with the reason printed, except in CI
@@ -11,6 +19,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.integration.kafka_broker import kafka_broker  # noqa: F401 (a fixture of every tier)
 from tests.pg_server import PostgresServer
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 @pytest.fixture(scope="session")
@@ -40,3 +52,35 @@ def postgres_server() -> Iterator[PostgresServer]:
 def postgres_dsn(postgres_server: PostgresServer) -> str:
     """The DSN of the session's server (database ``postgres``, user ``postgres``)."""
     return postgres_server.dsn
+
+
+#: Why the tier's session has no Kafka connector (None: it has it).
+_NO_KAFKA_CONNECTOR: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    from timeshard.spark import register, spark_session
+    from timeshard.spark.session import spark_kafka_package
+
+    package = spark_kafka_package()
+    try:
+        session = spark_session(master="local[2]", app_name="timeshard-tests", packages=[package])
+    except Exception as e:  # Ivy could not fetch it (no Maven Central): the rest still runs
+        _NO_KAFKA_CONNECTOR.append(f"the SparkSession cannot load {package}: {e}")
+        session = spark_session(master="local[2]", app_name="timeshard-tests")
+    register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def spark_kafka(spark: SparkSession) -> SparkSession:
+    """The tier's session, which has Spark's Kafka connector (skip, or fail in CI, if not)."""
+    if _NO_KAFKA_CONNECTOR:
+        reason = _NO_KAFKA_CONNECTOR[0]
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI must run the Kafka tests)")
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    return spark

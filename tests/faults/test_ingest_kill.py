@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 from tests.faults.ingest_worker import generator
+from tests.faults.killing import race_and_kill
 
 from timeshard.location import open_location
 from timeshard.persist import PersistClient
-from timeshard.spark import spark_session
 from timeshard.storage import Remap
 
 WORKER = Path(__file__).with_name("ingest_worker.py")
@@ -30,7 +30,7 @@ WORKER = Path(__file__).with_name("ingest_worker.py")
 
 @pytest.mark.faults
 @pytest.mark.spark
-def test_ingestion_killed_and_concurrent(tmp_path: Path) -> None:
+def test_ingestion_killed_and_concurrent(spark: SparkSession, tmp_path: Path) -> None:
     rng = random.Random(11)
     blob_uri, consensus_uri = f"file://{tmp_path / 'blob'}", f"sqlite:///{tmp_path / 'c.db'}"
     stop = tmp_path / "stop"
@@ -45,44 +45,13 @@ def test_ingestion_killed_and_concurrent(tmp_path: Path) -> None:
             env=env,
         )
 
-    workers = [start(0), start(1)]
     client = PersistClient(open_location(blob_uri, consensus_uri))
-    try:
-        deadline = time.monotonic() + 90
-        while "kv" not in client.list_shards():
-            assert time.monotonic() < deadline, "no worker created the output"
-            time.sleep(0.5)
-        hold = client.open_leased_reader("kv")
-
-        def wait_for_progress() -> None:
-            before = client.state("kv").upper.time or 0
-            deadline = time.monotonic() + 180
-            while (client.state("kv").upper.time or 0) <= before:
-                assert time.monotonic() < deadline, "the ingestion made no progress"
-                time.sleep(0.5)
-
-        for _ in range(3):
-            wait_for_progress()
-            time.sleep(rng.uniform(0.0, 3.0))
-            victim = rng.randrange(2)
-            os.kill(workers[victim].pid, signal.SIGKILL)
-            workers[victim].wait()
-            workers[victim] = start(victim)
-        wait_for_progress()
-        wait_for_progress()
-    finally:
-        stop.touch()
-        for w in workers:
-            try:
-                w.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                w.kill()
+    hold = race_and_kill(client, "kv", start, stop, rng)
     remap = Remap(client, "kv.remap")
     upper = client.state("kv").upper.time
     assert upper is not None and upper > 0
     end = remap.frontier_at(upper - 1)
     assert sum(end.values()) > 0
-    spark = spark_session(app_name="ingest-check")
     records = generator().read(spark, {}, end).collect()
     timed = sorted(
         (

@@ -13,26 +13,16 @@ progress in the target is the shard's upper.
 from __future__ import annotations
 
 import json
-import os
-import random
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
+from tests.faults.export_kill import ExportUnderKills
 
-from timeshard.location import open_location
-from timeshard.persist import PersistClient
 from timeshard.storage.kafka_export import TIME_HEADER, read_progress
-
-WORKER = Path(__file__).with_name("export_worker.py")
-SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 
 
 def topic_records(bootstrap: str, topic: str) -> list[tuple[int, str, int | None]]:
@@ -71,55 +61,10 @@ def test_kafka_export_killed_three_times_delivers_every_change_once(
 ) -> None:
     from timeshard.dev.kafka import create_topic
 
-    rng = random.Random(17)
     bootstrap = kafka_broker.bootstrap
     topic = f"exp-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic, partitions=1)
-    blob_uri, consensus_uri = f"file://{tmp_path / 'blob'}", f"sqlite:///{tmp_path / 'c.db'}"
-    client = PersistClient(open_location(blob_uri, consensus_uri))
-    writer = client.open_writer("kv", SCHEMA)
-    stop = tmp_path / "stop"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    model: dict[str, int] = {}
-    expected: dict[int, dict[str, int | None]] = {}  # time -> key -> value after it
-    t = 0
-
-    def append_some() -> None:
-        nonlocal t
-        updates = []
-        changed: dict[str, int | None] = {}
-        for k in rng.sample([f"k{i}" for i in range(25)], 5):
-            if k in model:
-                updates.append(((k, model[k]), t, -1))
-            if rng.random() < 0.25 and k in model:
-                del model[k]
-                changed[k] = None
-            else:
-                model[k] = rng.randrange(10**6)
-                updates.append(((k, model[k]), t, 1))
-                changed[k] = model[k]
-        writer.append(updates, t, t + 1)
-        expected[t] = changed
-        t += 1
-
-    def start() -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"worker-{time.monotonic_ns()}.log").open("wb")
-        return subprocess.Popen(
-            [
-                sys.executable,
-                str(WORKER),
-                blob_uri,
-                consensus_uri,
-                str(stop),
-                "kafka",
-                bootstrap,
-                topic,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+    run = ExportUnderKills(tmp_path, seed=17, target=["kafka", bootstrap, topic])
 
     def exported() -> int:
         conf = {
@@ -133,33 +78,12 @@ def test_kafka_export_killed_three_times_delivers_every_change_once(
             return 0
         return 0 if progress is None else progress.frontier
 
-    worker = start()
-    try:
-        for _ in range(3):
-            before = exported()
-            deadline = time.monotonic() + 180
-            while exported() <= before:  # the export moves: not stuck
-                assert time.monotonic() < deadline, "the export made no progress"
-                append_some()
-                time.sleep(0.3)
-            for _ in range(rng.randrange(1, 8)):
-                append_some()
-                time.sleep(rng.uniform(0.0, 0.5))
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait()
-            worker = start()
-        for _ in range(5):
-            append_some()
-        stop.touch()
-        worker.wait(timeout=300)
-    finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL)
-    assert exported() == t
+    run.run(exported)
+    assert exported() == run.t
     records = topic_records(bootstrap, topic)
     assert [r[0] for r in records] == sorted(r[0] for r in records), "not in time order"
     got: dict[int, dict[str, int | None]] = {}
     for at, k, v in records:
         assert k not in got.setdefault(at, {}), f"key {k} twice at time {at}: a duplicate"
         got[at][k] = v
-    assert got == {at: changes for at, changes in expected.items() if changes}
+    assert got == {at: changes for at, changes in run.changed.items() if changes}

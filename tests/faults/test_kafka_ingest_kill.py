@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from tests.faults.killing import race_and_kill
 
 from timeshard.location import open_location
 from timeshard.persist import PersistClient
@@ -136,39 +136,11 @@ def test_kafka_ingestion_killed_and_concurrent(tmp_path: Path, kafka_broker: Any
             env=env,
         )
 
-    workers = [start(0), start(1)]
     client = PersistClient(open_location(blob_uri, consensus_uri))
     try:
-        deadline = time.monotonic() + 120
-        while "kv" not in client.list_shards():
-            assert time.monotonic() < deadline, "no worker created the output"
-            time.sleep(0.5)
-        hold = client.open_leased_reader("kv")
-
-        def wait_for_progress() -> None:
-            before = client.state("kv").upper.time or 0
-            deadline = time.monotonic() + 180
-            while (client.state("kv").upper.time or 0) <= before:
-                assert time.monotonic() < deadline, "the ingestion made no progress"
-                time.sleep(0.5)
-
-        for _ in range(3):
-            wait_for_progress()
-            time.sleep(rng.uniform(0.0, 3.0))
-            victim = rng.randrange(2)
-            os.kill(workers[victim].pid, signal.SIGKILL)
-            workers[victim].wait()
-            workers[victim] = start(victim)
-        wait_for_progress()
-        wait_for_progress()
+        hold = race_and_kill(client, "kv", start, stop, rng)
     finally:
         producing.stopped.set()
-        stop.touch()
-        for w in workers:
-            try:
-                w.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                w.kill()
         producing.join(60)
     assert producing.error is None, producing.error
     remap = Remap(client, "kv.remap")

@@ -82,8 +82,22 @@ def spark_session(
     ``extra_conf`` overrides :data:`DEFAULT_CONF`; ``packages`` (Maven
     coordinates) becomes ``spark.jars.packages``. A process holds one
     SparkContext: if a session is already running, it is returned with its
-    master unchanged and only runtime settings applied.
+    master unchanged and only runtime settings applied -- unless it lacks one
+    of ``packages``, which raises InvalidUsage naming them (jars load only
+    when the context starts, so the caller would get a session without them).
     """
+    running = SparkSession.getActiveSession()
+    if running is not None and packages:
+        loaded = set(
+            filter(None, running.sparkContext.getConf().get("spark.jars.packages", "").split(","))
+        )
+        missing = [p for p in packages if p not in loaded]
+        if missing:
+            raise InvalidUsage(
+                f"a SparkSession already runs in this process without the packages {missing}: "
+                "a process holds one SparkContext, and packages load only when it starts; "
+                "stop it first, or start the first session with them"
+            )
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
