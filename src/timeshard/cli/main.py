@@ -3,7 +3,7 @@
 The commands live by concept: ``status`` in :mod:`timeshard.cli.status`,
 ``explain`` in :mod:`timeshard.cli.explain`, the options they all share in
 :mod:`timeshard.cli.options`; shard admin, SQL, subscribe, verify, run,
-nemesis and demo here.
+copy, nemesis and demo here.
 
 A location is named either by ``--location DIR`` (the embedded default: a
 blob directory ``DIR/blob`` and SQLite consensus ``DIR/consensus.sqlite``) or
@@ -26,6 +26,7 @@ with the others; they then exit with code 1.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import sys
@@ -374,6 +375,74 @@ def _run_sql(
         if e.getCondition() == "TABLE_OR_VIEW_NOT_FOUND":
             message += f" The location's shards: {', '.join(known)} (ids with dots in backticks)."
         raise InvalidUsage(message) from e
+
+
+@app.command("copy")
+def copy(
+    path: Annotated[
+        str, typer.Argument(help="A file, a directory or a glob; a local path or a URI.")
+    ],
+    into: Annotated[
+        str, typer.Option("--into", help="The collection to load into (an existing shard).")
+    ],
+    fmt: Annotated[str, typer.Option("--format", help="csv, json or parquet.")],
+    on_error: Annotated[
+        str,
+        typer.Option(
+            "--on-error",
+            help="fail: a bad row fails the COPY, nothing is written; err-rows: bad rows "
+            "are loaded as err rows.",
+        ),
+    ] = "fail",
+    header: Annotated[
+        bool | None,
+        typer.Option(
+            "--header/--no-header",
+            help="CSV: line 1 of each file names the columns (the default).",
+            show_default=False,
+        ),
+    ] = None,
+    not_null: Annotated[
+        list[str] | None,
+        typer.Option("--not-null", help="A column no row may leave null (repeatable)."),
+    ] = None,
+    at: Annotated[
+        int | None,
+        typer.Option("--at", help="The time to write at (default: the collection's upper)."),
+    ] = None,
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """COPY FROM: load CSV, JSON or Parquet files into a collection at one time, atomically.
+
+    Everything is checked before Spark starts; a bad row fails the whole COPY
+    (naming file:line) unless --on-error err-rows. Prints one line: the rows
+    written and their time (see timeshard.storage.copy_from).
+    """
+    from timeshard.spark import spark_session
+    from timeshard.storage.copy_from import plan_copy, run_copy
+
+    modes = {"fail": "fail", "err-rows": "err_rows"}
+    if on_error not in modes:
+        raise InvalidUsage(f"--on-error must be one of {list(modes)}, got {on_error!r}")
+    client = PersistClient(location_from(location, blob, consensus))
+    plan = plan_copy(
+        client,
+        path,
+        into,
+        format=fmt,
+        header=header,
+        on_error=modes[on_error],
+        not_null=not_null or (),
+        at=at,
+    )
+    report = run_copy(spark_session(app_name="timeshard-copy"), client, plan)
+    if as_json:
+        print_json(dataclasses.asdict(report))
+    else:
+        console.print(escape(report.line()), soft_wrap=True)
 
 
 @app.command("subscribe")

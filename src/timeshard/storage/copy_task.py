@@ -1,0 +1,387 @@
+"""The task of a COPY: read files, decode their rows, write one part (executors).
+
+```
+ batches of one `file` column (the task's files, sorted)
+   │
+   ├─ csv / json: lines, numbered ─> decode_payload (+ header, keys, NOT NULL) ─┐
+   ├─ parquet: batches, rows numbered ─> columns checked, cast (+ NOT NULL) ────┤
+   │                                                                            v
+   │                           rows at _ts = time, _diff = 1, bad rows as err rows
+   │                                                                            │
+   └─ one Parquet part (write_task_part) <──────────────────────────────────────┘
+      yields one RESULT_DDL row: the part, rows, bad rows, the first few bad rows
+```
+
+:mod:`timeshard.storage.copy_from` plans a COPY and runs this task as the
+``mapInArrow`` function of its one Spark job; what the formats accept and
+what a bad row is are written there. Here is how a task reads.
+
+* A file is read whole, in order, by one task: a line's number is the count
+  of newlines before it plus one, a Parquet row's the count of rows before
+  it plus one. Files open through pyarrow's filesystems (local paths, or
+  URIs: ``s3a://`` is read as ``s3://``); CSV and JSON streams are
+  decompressed by extension.
+* A line or row that does not decode is a bad row: counted, the first
+  :data:`REPORTED_ROWS` kept as :class:`BadRow`, and written as an err row
+  (data null, ``_err`` ``<file>:<n>: <error type>: <message>``).
+* With ``on_error="fail"`` nothing after the first bad row is written (the
+  driver deletes the part anyway) and the task stops reading at its
+  :data:`REPORTED_ROWS`-th bad row (``stopped``).
+* A CSV header or Parquet columns that do not match the collection raise
+  InvalidUsage naming the file: the job fails, and the driver re-raises it.
+
+Everything here runs in executors, but :func:`file_system` (also the driver's).
+:class:`CopyTask` holds plain values only, so it pickles.
+
+Invariants:
+
+1. A task writes at most one part, every row of it at ``time`` with diff 1.
+2. ``rows`` counts the rows read, ``bad`` the bad rows among them; in
+   ``err_rows`` mode the part holds exactly ``rows`` rows, ``bad`` of them
+   err rows.
+3. ``first_bad`` holds the task's first bad rows in its files' order.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from timeshard.errors import InvalidUsage
+from timeshard.location.unreliable import KeyedFaults
+from timeshard.persist._internal.parts import DIFF, ERR, TS, conform, updates_schema
+from timeshard.storage.file_source import decode_payload
+
+#: Bad rows a failed COPY names (and at which a task of one stops reading).
+REPORTED_ROWS = 5
+RESULT_DDL = (
+    "partition int, attempt int, part string, rows long, bad long, stopped boolean, "
+    "first_bad array<struct<file:string,line:long,reason:string>>"
+)
+_BAD_ROW = pa.struct([("file", pa.string()), ("line", pa.int64()), ("reason", pa.string())])
+_RESULT = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("attempt", pa.int32()),
+        ("part", pa.string()),
+        ("rows", pa.int64()),
+        ("bad", pa.int64()),
+        ("stopped", pa.bool_()),
+        ("first_bad", pa.list_(_BAD_ROW)),
+    ]
+)
+_BOM = b"\xef\xbb\xbf"
+_BATCH_ROWS = 4096
+_READ_CHUNK = 1 << 20
+_INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
+
+
+@dataclass(frozen=True, slots=True)
+class BadRow:
+    """A row that did not load: ``file:line: reason``."""
+
+    file: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+def file_system(uri: str) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem of a URI and the path in it (``s3a`` read as ``s3``)."""
+    if uri.startswith("s3a://"):
+        uri = "s3://" + uri.removeprefix("s3a://")
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as e:
+        raise InvalidUsage(f"cannot open {uri!r}: {e}") from None
+    return fs, str(path)
+
+
+@dataclass
+class _Tally:
+    """A task's rows and bad rows (executors)."""
+
+    fail: bool
+    rows: int = 0
+    bad: int = 0
+    first_bad: list[BadRow] = field(default_factory=list)
+
+    def add_bad(self, row: BadRow) -> None:
+        self.bad += 1
+        if len(self.first_bad) < REPORTED_ROWS:
+            self.first_bad.append(row)
+
+    @property
+    def full(self) -> bool:
+        """With ``fail``: enough bad rows seen to stop reading."""
+        return self.fail and self.bad >= REPORTED_ROWS
+
+
+@dataclass(frozen=True, slots=True)
+class CopyTask:
+    """The ``mapInArrow`` function of a COPY (executors; see the module doc).
+
+    Takes batches of one ``file`` column; reads those files in order, writes
+    their rows as one part under ``key_prefix`` and yields one
+    :data:`RESULT_DDL` row. With ``fail``, it writes no row after the first
+    bad one and stops reading at the :data:`REPORTED_ROWS`-th.
+    """
+
+    root_uri: str
+    key_prefix: str
+    schema_ipc: bytes
+    format: str
+    header: bool
+    on_error: str
+    not_null: tuple[str, ...]
+    time: int
+    into: str
+    faults: KeyedFaults | None = None
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from timeshard.spark.parts import write_task_part
+
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        files = [f for b in batches for f in b.column(0).to_pylist()]
+        tally = _Tally(fail=self.on_error == "fail")
+        tables = self._tables(files, schema, tally)
+        partition, attempt, part = write_task_part(
+            self.root_uri, self.key_prefix, updates_schema(schema), tables, self.faults
+        )
+        result = {
+            "partition": partition,
+            "attempt": attempt,
+            "part": None if part is None else json.dumps(part.to_json()),
+            "rows": tally.rows,
+            "bad": tally.bad,
+            "stopped": tally.full,
+            "first_bad": [
+                {"file": b.file, "line": b.line, "reason": b.reason} for b in tally.first_bad
+            ],
+        }
+        yield pa.RecordBatch.from_pylist([result], schema=_RESULT)
+
+    def _tables(self, files: list[str], schema: pa.Schema, tally: _Tally) -> Iterator[pa.Table]:
+        """The part's tables: every file's rows at ``time``, conformed."""
+        for file in files:
+            for table in self._file_tables(file, schema, tally):
+                tally.rows += table.num_rows
+                if tally.fail and tally.bad:
+                    continue  # nothing of this COPY will be appended: read on for the report
+                n = table.num_rows
+                table = table.append_column(TS, pa.array([self.time] * n, pa.int64()))
+                table = table.append_column(DIFF, pa.array([1] * n, pa.int64()))
+                yield conform(table, schema)
+            if tally.full:
+                return
+
+    def _file_tables(self, file: str, schema: pa.Schema, tally: _Tally) -> Iterator[pa.Table]:
+        fs, path = _open_target(file)
+        if self.format == "parquet":
+            with fs.open_input_file(path) as f:
+                yield from _parquet_tables(f, file, self.into, schema, self.not_null, tally)
+            return
+        spec = _LineSpec(self.format, self.header, schema, self.not_null, self.into)
+        with fs.open_input_stream(path) as stream:
+            yield from spec.tables(_lines(stream), file, tally)
+
+
+def _open_target(file: str) -> tuple[pafs.FileSystem, str]:
+    if "://" not in file:
+        return pafs.LocalFileSystem(), file
+    return file_system(file)
+
+
+def _lines(stream: Any) -> Iterator[tuple[int, bytes]]:
+    """``(line number, line)`` of a byte stream, 1-based, without ``\\n`` or a final ``\\r``."""
+    n, rest = 0, b""
+    while True:
+        chunk = stream.read(_READ_CHUNK)
+        if not chunk:
+            break
+        pieces = (rest + chunk).split(b"\n")
+        rest = pieces.pop()
+        for piece in pieces:
+            n += 1
+            yield n, piece.removesuffix(b"\r")
+    if rest:
+        yield n + 1, rest.removesuffix(b"\r")
+
+
+def _row_schema(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([*schema, pa.field(ERR, pa.string())])
+
+
+def _reason(error: BaseException) -> str:
+    """What a bad row's report and err row say of ``error``."""
+    return f"{type(error).__name__}: {str(error)[:300]}"
+
+
+@dataclass(frozen=True, slots=True)
+class _LineSpec:
+    """How a task decodes the lines of a CSV or JSON file (executors)."""
+
+    format: str
+    header: bool
+    schema: pa.Schema
+    not_null: tuple[str, ...]
+    into: str
+
+    def tables(
+        self, lines: Iterator[tuple[int, bytes]], file: str, tally: _Tally
+    ) -> Iterator[pa.Table]:
+        columns = self.schema
+        out = _row_schema(self.schema)
+        rows: list[dict[str, Any]] = []
+        for n, raw in lines:
+            line = raw.removeprefix(_BOM) if n == 1 else raw
+            if n == 1 and self.format == "csv" and self.header:
+                columns = self._header(line, file)
+                continue
+            if not line.strip():
+                continue
+            rows.append(self._row(line, columns, file, n, tally))
+            if len(rows) >= _BATCH_ROWS:
+                yield pa.Table.from_pylist(rows, schema=out)
+                rows = []
+            if tally.full:
+                break
+        if rows:
+            yield pa.Table.from_pylist(rows, schema=out)
+
+    def _header(self, line: bytes, file: str) -> pa.Schema:
+        """The file's columns in header order; InvalidUsage unless they are the collection's."""
+        try:
+            names = next(csv.reader(io.StringIO(line.decode("utf-8")), strict=True), [])
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise InvalidUsage(f"COPY: the CSV header of {file} does not parse: {e}") from None
+        if sorted(names) != sorted(self.schema.names):
+            raise InvalidUsage(
+                f"COPY: the CSV header of {file} names the columns {names}; collection "
+                f"{self.into!r} has {self.schema.names} (give them all, each once, in any order)"
+            )
+        return pa.schema([self.schema.field(name) for name in names])
+
+    def _row(
+        self, line: bytes, columns: pa.Schema, file: str, n: int, tally: _Tally
+    ) -> dict[str, Any]:
+        try:
+            row = decode_payload(line, self.format, columns)
+            if self.format == "json":
+                _check_json_keys(line, columns)
+            _check_not_null(row, self.not_null)
+        except Exception as e:  # every decoding failure is a bad row
+            reason = _reason(e)
+            tally.add_bad(BadRow(file, n, reason))
+            return {**dict.fromkeys(columns.names), ERR: f"{file}:{n}: {reason}"}
+        row[ERR] = None
+        return row
+
+
+def _check_json_keys(line: bytes, columns: pa.Schema) -> None:
+    unknown = sorted(set(json.loads(line)) - set(columns.names))
+    if unknown:
+        raise ValueError(f"unknown columns {unknown}; the collection has {columns.names}")
+
+
+def _check_not_null(row: dict[str, Any], not_null: tuple[str, ...]) -> None:
+    missing = [c for c in not_null if row.get(c) is None]
+    if missing:
+        raise ValueError(f"columns {missing} are null, and the COPY declares them NOT NULL")
+
+
+def _parquet_tables(
+    f: Any, file: str, into: str, schema: pa.Schema, not_null: tuple[str, ...], tally: _Tally
+) -> Iterator[pa.Table]:
+    """A Parquet file's rows in batches, checked against ``schema`` (executors)."""
+    parquet = pq.ParquetFile(f)
+    _check_parquet_schema(parquet.schema_arrow, file, into, schema)
+    row = 0
+    for batch in parquet.iter_batches(batch_size=_BATCH_ROWS * 16, columns=schema.names):
+        table = pa.Table.from_batches([batch]).select(schema.names)
+        table = table.cast(pa.schema([f.with_nullable(True) for f in schema]))
+        yield _with_not_null_errors(table, file, row, not_null, tally)
+        row += table.num_rows
+        if tally.full:
+            return
+
+
+def _with_not_null_errors(
+    table: pa.Table, file: str, first_row: int, not_null: tuple[str, ...], tally: _Tally
+) -> pa.Table:
+    """``table`` with ``_err``: a row null in a ``not_null`` column is an err row."""
+    if not not_null or table.num_rows == 0:
+        return table.append_column(ERR, pa.nulls(table.num_rows, pa.string()))
+    masks = [pc.is_null(table.column(c)) for c in not_null]
+    bad_mask = masks[0]
+    for mask in masks[1:]:
+        bad_mask = pc.or_(bad_mask, mask)
+    errors: list[str | None] = [None] * table.num_rows
+    bad_at = pc.indices_nonzero(bad_mask).to_pylist()
+    for i in bad_at:
+        null = [c for c, mask in zip(not_null, masks, strict=True) if mask[i].as_py()]
+        error = ValueError(f"columns {null} are null, and the COPY declares them NOT NULL")
+        reason = _reason(error)
+        tally.add_bad(BadRow(file, first_row + i + 1, reason))
+        errors[i] = f"{file}:{first_row + i + 1}: {reason}"
+    if not bad_at:
+        return table.append_column(ERR, pa.nulls(table.num_rows, pa.string()))
+    cleared = [
+        pc.if_else(bad_mask, pa.nulls(table.num_rows, col.type), col) for col in table.columns
+    ]
+    return pa.Table.from_arrays(
+        [*cleared, pa.array(errors, pa.string())], names=[*table.column_names, ERR]
+    )
+
+
+def _check_parquet_schema(found: pa.Schema, file: str, into: str, schema: pa.Schema) -> None:
+    """InvalidUsage naming ``file`` unless its columns are the collection's, each fitting."""
+    if sorted(found.names) != sorted(schema.names):
+        raise InvalidUsage(
+            f"COPY: the Parquet file {file} has the columns {found.names}; collection "
+            f"{into!r} has {schema.names}"
+        )
+    wrong = [
+        f"{f.name!r} is {found.field(f.name).type}, the collection has {f.type}"
+        for f in schema
+        if not fits(found.field(f.name).type, f.type)
+    ]
+    if wrong:
+        raise InvalidUsage(f"COPY: in the Parquet file {file}, column " + "; ".join(wrong))
+
+
+def fits(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether every value of ``source`` is exactly a value of ``target`` (module doc)."""
+    t = pa.types
+    if source.equals(target) or t.is_null(source):
+        return True
+    if t.is_integer(source):
+        digits = _INT_DIGITS[source.bit_width] + (1 if t.is_unsigned_integer(source) else 0)
+        if t.is_integer(target):
+            if t.is_unsigned_integer(target):
+                return bool(t.is_unsigned_integer(source) and source.bit_width <= target.bit_width)
+            wider = source.bit_width < target.bit_width
+            return bool(
+                wider or (source.bit_width == target.bit_width and t.is_signed_integer(source))
+            )
+        if t.is_decimal(target):
+            return bool(target.precision - target.scale >= digits)
+        return bool(t.is_float64(target) and source.bit_width <= 32)
+    if t.is_floating(source) and t.is_floating(target):
+        return bool(source.bit_width <= target.bit_width)
+    pairs = [(t.is_string, t.is_large_string), (t.is_binary, t.is_large_binary)]
+    return any(small(source) and large(target) for small, large in pairs)
+
+
+__all__ = ["REPORTED_ROWS", "RESULT_DDL", "BadRow", "CopyTask", "file_system", "fits"]
