@@ -7,6 +7,7 @@ pyarrow.
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -218,6 +219,13 @@ def test_csv_lines_are_numbered_and_bad_ones_become_err_rows(tmp_path: Path) -> 
     assert all(r["k"] is None and r["v"] is None for r in rows if r["_err"] is not None)
     assert (result["rows"], result["bad"], result["stopped"]) == (7, 4, False)
     assert [b["line"] for b in result["first_bad"]] == [4, 5, 7, 8]
+
+
+def test_compressed_files_are_read_by_their_extension(tmp_path: Path) -> None:
+    f = tmp_path / "in.csv.gz"
+    f.write_bytes(gzip.compress(b"a,1\nb,2\n"))
+    result, rows = run_task(tmp_path, [f], "csv")
+    assert [(r["k"], r["v"]) for r in rows] == [("a", 1), ("b", 2)] and result["bad"] == 0
 
 
 def test_a_csv_header_must_name_the_collection_columns(tmp_path: Path) -> None:

@@ -85,10 +85,11 @@ During the job (nothing is written): a CSV header or Parquet columns that do
 not match the collection, naming the file.
 
 What runs where: :func:`plan_copy` and :func:`run_copy` run on the driver,
-which holds only file names and one result row per task. :class:`CopyTask`
-runs in executors; it pickles (plain values only) and needs ``pyarrow`` and
-``timeshard`` importable there, with the files and the blob root reachable
-under the same paths.
+which holds only file names and one result row per task.
+:class:`~timeshard.storage.copy_task.CopyTask` runs in executors; it
+pickles (plain values only) and needs ``pyarrow`` and ``timeshard``
+importable there, with the files and the blob root reachable under the same
+paths.
 
 Invariants:
 
