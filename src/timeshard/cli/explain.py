@@ -105,7 +105,7 @@ def explain(
 
     client = PersistClient(location_from(location, blob, consensus))
     entry = view_entry_named(client, view)
-    spark = spark_session(app_name="timeshard-explain")
+    spark = spark_session(app_name="timeshard-explain", blob_uri=client.location.blob_uri)
     doc = explain_view(spark, client, entry)
     if as_json:
         print_json(doc)

@@ -281,7 +281,7 @@ def query(
     readers = {s: client.open_leased_reader(s) for s in shards_named_in(sql, known)}
     try:
         as_of = _query_as_of(readers, as_of)
-        spark = spark_session(app_name="timeshard-query")
+        spark = spark_session(app_name="timeshard-query", blob_uri=client.location.blob_uri)
         rows = _run_sql(spark, readers, sql, as_of, limit, known)
     finally:
         for handle in readers.values():
@@ -438,7 +438,8 @@ def copy(
         not_null=not_null or (),
         at=at,
     )
-    report = run_copy(spark_session(app_name="timeshard-copy"), client, plan)
+    spark = spark_session(app_name="timeshard-copy", blob_uri=client.location.blob_uri)
+    report = run_copy(spark, client, plan)
     if as_json:
         print_json(dataclasses.asdict(report))
     else:
@@ -533,18 +534,19 @@ def verify(
             f"give a location directory ({str(location)!r}) or --blob/--consensus, not both"
         )
     client = PersistClient(location_from(location or DEFAULT_LOCATION, blob, consensus))
-    report = verify_location(client, spark=_verify_spark, samples=samples, seed=seed)
+    blob_uri = client.location.blob_uri
+
+    def verify_spark(packages: list[str]) -> Any:
+        from timeshard.spark import spark_session
+
+        return spark_session(app_name="timeshard-verify", packages=packages, blob_uri=blob_uri)
+
+    report = verify_location(client, spark=verify_spark, samples=samples, seed=seed)
     if as_json:
         print_json(report.to_json())
     else:
         render_report(report, console)
     raise typer.Exit(0 if report.ok else 1)
-
-
-def _verify_spark(packages: list[str]) -> Any:
-    from timeshard.spark import spark_session
-
-    return spark_session(app_name="timeshard-verify", packages=packages)
 
 
 @app.command("run")
@@ -566,7 +568,13 @@ def run(
     directory = Path(loc.dir or DEFAULT_DIR)
     check_spec(spec, existing=_shards_if_any(directory, loc.blob, loc.consensus))
     client = PersistClient(location_from(directory, loc.blob, loc.consensus, create=True))
-    spark = spark_session(app_name="timeshard-run", packages=spark_packages(spec))
+    spark = spark_session(
+        master=spec.spark.master,
+        app_name="timeshard-run",
+        extra_conf=spec.spark.conf,
+        packages=spark_packages(spec),
+        blob_uri=client.location.blob_uri,
+    )
     pipeline = Pipeline(spark, client, spec)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:

@@ -2,6 +2,12 @@
 
     [location]
     dir = ".timeshard/mine"          # or blob = "...", consensus = "..."
+                                     # e.g. blob = "s3a://bucket/prefix" (AWS_* environment),
+                                     # consensus = "postgresql://user@host/db"
+
+    [spark]                          # optional: where the run's Spark runs
+    master = "spark://10.0.0.5:7077" # default local[2]
+    conf = { "spark.executor.memory" = "2g" }
 
     [[source]]
     name = "kv"
@@ -156,6 +162,11 @@ class LocationSpec(_Strict):
     consensus: str | None = None
 
 
+class SparkSpec(_Strict):
+    master: str = "local[2]"
+    conf: dict[str, str] = Field(default_factory=dict)
+
+
 class SourceSpec(_Retains):
     name: str
     kind: Literal["key_value", "counter", "auction", "tpch", "file", "kafka"]
@@ -192,6 +203,7 @@ EXPORT_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 
 class RunSpec(_Strict):
     location: LocationSpec = LocationSpec(dir=DEFAULT_DIR)
+    spark: SparkSpec = SparkSpec()
     source: list[SourceSpec] = Field(default_factory=list)
     view: list[ViewSpec] = Field(default_factory=list)
     export: list[ExportSpec] = Field(default_factory=list)
@@ -334,6 +346,7 @@ __all__ = [
     "ExportSpec",
     "RunSpec",
     "SourceSpec",
+    "SparkSpec",
     "ViewSpec",
     "build_source",
     "check_spec",

@@ -10,8 +10,9 @@ the directory appears whole or not at all (it is renamed into place).
 with its data in a directory of its own: ``start`` formats the storage the
 first time (``kafka.tools.StorageTool format --standalone``) and starts
 ``kafka.Kafka`` as the leader of its own process group, then waits until the
-broker answers a metadata request. ``stop`` ends it (SIGTERM, then SIGKILL);
-``kill`` is SIGKILL, as a crash; ``restart`` starts it again on the same
+broker answers a metadata request (:class:`~timeshard.dev.daemon.Daemon`).
+``stop`` ends it (SIGTERM, then SIGKILL); ``kill`` is SIGKILL, as a crash;
+``restart`` starts it again on the same
 ports with the same data (topics, committed offsets and transactions stay).
 A start that fails raises :class:`KafkaUnavailable` with the end of the
 broker's log; a broker whose JVM exited fails at once, one still starting
@@ -23,8 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,6 +31,8 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+
+from timeshard.dev.daemon import Daemon, free_port
 
 KAFKA_VERSION = "4.1.1"
 SLF4J_BINDING = ("org.slf4j", "slf4j-reload4j", "2.0.17")
@@ -109,12 +110,6 @@ def kafka_jars(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path:
     return target
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def server_properties(data: Path, port: int, controller_port: int) -> str:
     """The broker's configuration: one node, broker and controller, on loopback."""
     return "\n".join(
@@ -156,7 +151,7 @@ class KafkaBroker:
         self.controller_port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.log_path = self.workdir / "broker.log"
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._daemon = Daemon("the broker", self.log_path, KafkaUnavailable)
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> str:
         """Start the broker (formatting its storage the first time); its bootstrap servers."""
@@ -190,71 +185,30 @@ class KafkaBroker:
                 raise KafkaUnavailable(
                     f"formatting the broker's storage failed: {(fmt.stdout + fmt.stderr)[-600:]}"
                 )
-        log = self.log_path.open("ab")
-        self._proc = subprocess.Popen(
-            [java, "-Xms128m", "-Xmx512m", "-cp", classpath, "kafka.Kafka", str(config)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+        self._daemon.spawn(
+            [java, "-Xms128m", "-Xmx512m", "-cp", classpath, "kafka.Kafka", str(config)]
         )
-        log.close()
         self._wait_ready(timeout_s)
         return self.bootstrap
 
     def _wait_ready(self, timeout_s: float) -> None:
         from confluent_kafka.admin import AdminClient
 
-        assert self._proc is not None
-        started = time.monotonic()
-        last_growth, last_size = started, -1
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "logger": _quiet()})
-        while True:
-            if self._proc.poll() is not None:
-                raise KafkaUnavailable(
-                    f"the broker exited with code {self._proc.returncode}: {self._log_tail()}"
-                )
-            try:
-                # Ours, not another broker that holds the port: the cluster id tells.
-                if admin.list_topics(timeout=2).cluster_id == self._cluster_id():
-                    return
-            except Exception:  # not listening yet
-                pass
-            now = time.monotonic()
-            size = self.log_path.stat().st_size if self.log_path.exists() else 0
-            if size != last_size:
-                last_growth, last_size = now, size
-            # Slow (the log still grows) gets up to three times the timeout; stuck does not.
-            stuck = now - last_growth > STUCK_AFTER_S
-            if now - started > (timeout_s if stuck else 3 * timeout_s):
-                self.kill()
-                raise KafkaUnavailable(
-                    f"the broker did not answer on {self.bootstrap} within "
-                    f"{now - started:.0f} s: {self._log_tail()}"
-                )
-            time.sleep(0.3)
+
+        def answers() -> bool:
+            # Ours, not another broker that holds the port: the cluster id tells.
+            return bool(admin.list_topics(timeout=2).cluster_id == self._cluster_id())
+
+        self._daemon.wait_ready(answers, self.bootstrap, timeout_s)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Stop the broker cleanly (SIGTERM), or kill it if it does not stop."""
-        proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        self._daemon.stop(timeout_s)
 
     def kill(self) -> None:
         """SIGKILL the broker, as a crash would."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        self._daemon.kill()
 
     def restart(self) -> str:
         """Stop (if running) and start again on the same ports, with the same data."""
@@ -272,14 +226,7 @@ class KafkaBroker:
 
     @property
     def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
-
-    def _log_tail(self) -> str:
-        try:
-            lines = self.log_path.read_text(errors="replace").strip().splitlines()
-        except OSError:
-            return "(no log)"
-        return " | ".join(line[:200] for line in lines[-6:])
+        return self._daemon.running
 
     def __enter__(self) -> KafkaBroker:
         self.start()

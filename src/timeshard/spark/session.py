@@ -13,10 +13,13 @@ needs on a small machine and what timeshard relies on:
   is an error, never an empty result.
 
 Connectors that need Maven jars (Kafka, hadoop-aws, spark-avro, ...) are
-loaded only when ``packages`` names them, so a session starts without network
-access. :func:`spark_avro_package` is the spark-avro coordinate matching the
-running PySpark; :func:`requires_spark_avro` turns the failure of a session
-without it into an InvalidUsage naming that package.
+loaded only when ``packages`` names them (or, for hadoop-aws, when the
+location's blob is on S3), so a session starts without network access.
+:func:`spark_avro_package` is the spark-avro coordinate matching the running
+PySpark; :func:`requires_spark_avro` turns the failure of a session without
+it into an InvalidUsage naming that package. :func:`s3a_settings` is what an
+S3 blob needs: hadoop-aws at Spark's Hadoop version, and the endpoint of the
+AWS environment.
 
 Invariants:
 
@@ -32,6 +35,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pyarrow as pa
 import pyspark
@@ -76,11 +80,14 @@ def spark_session(
     app_name: str = "timeshard",
     extra_conf: dict[str, str] | None = None,
     packages: list[str] | None = None,
+    blob_uri: str | None = None,
 ) -> SparkSession:
     """Get or create the process's SparkSession with timeshard's settings.
 
     ``extra_conf`` overrides :data:`DEFAULT_CONF`; ``packages`` (Maven
-    coordinates) becomes ``spark.jars.packages``. A process holds one
+    coordinates) becomes ``spark.jars.packages``. ``blob_uri`` is the
+    location's blob: an ``s3a://``/``s3://`` one adds :func:`s3a_settings`
+    (hadoop-aws and the endpoint of the AWS environment). A process holds one
     SparkContext: if a session is already running, it is returned with its
     master unchanged and only runtime settings applied -- unless it lacks one
     of ``packages``, which raises InvalidUsage naming them (jars load only
@@ -98,6 +105,10 @@ def spark_session(
                 "a process holds one SparkContext, and packages load only when it starts; "
                 "stop it first, or start the first session with them"
             )
+    if blob_uri is not None and blob_uri.split("://", 1)[0] in ("s3", "s3a"):
+        s3_packages, s3_conf = s3a_settings()
+        packages = [*(packages or []), *(p for p in s3_packages if p not in (packages or []))]
+        extra_conf = {**s3_conf, **(extra_conf or {})}
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -137,6 +148,57 @@ def spark_avro_package() -> str:
 def spark_kafka_package() -> str:
     """The Maven coordinate of Spark's Kafka connector for the running PySpark (Scala 2.13)."""
     return spark_package("spark-sql-kafka-0-10")
+
+
+HADOOP_AWS_PACKAGE_ENV = "TIMESHARD_HADOOP_AWS_PACKAGE"
+#: The AWS environment passed on to executors (a standalone worker's executors
+#: do not inherit the driver's). Spark's UI redacts the secret (its default
+#: ``spark.redaction.regex`` matches ``secret``).
+AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION")
+
+
+def hadoop_aws_package() -> str:
+    """``org.apache.hadoop:hadoop-aws`` at the Hadoop version PySpark ships (its client jar).
+
+    hadoop-aws must match Spark's Hadoop exactly. ``TIMESHARD_HADOOP_AWS_PACKAGE``
+    names another coordinate (a mirror).
+    """
+    override = os.environ.get(HADOOP_AWS_PACKAGE_ENV)
+    if override:
+        return override
+    jars = Path(pyspark.__file__).parent / "jars"
+    found = sorted(jars.glob("hadoop-client-api-*.jar"))
+    if not found:
+        raise InvalidUsage(f"no hadoop-client-api jar in {jars}: Spark's Hadoop version is unknown")
+    version = found[-1].name.removeprefix("hadoop-client-api-").removesuffix(".jar")
+    return f"org.apache.hadoop:hadoop-aws:{version}"
+
+
+def s3a_settings(env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The packages and settings that let Spark read ``s3a://`` parts, from the AWS environment.
+
+    hadoop-aws (:func:`hadoop_aws_package`); with ``AWS_ENDPOINT_URL`` (an S3
+    other than AWS: SeaweedFS, MinIO, ...) its endpoint, path-style access,
+    and TLS only for ``https``; ``AWS_REGION`` as the endpoint's region; and
+    the AWS variables as executor environment, for the tasks' pyarrow and for
+    s3a's environment credentials. Credentials themselves are left to s3a's
+    default chain (environment variables, then the instance's role).
+    """
+    env = dict(os.environ if env is None else env)
+    conf: dict[str, str] = {}
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        conf["spark.hadoop.fs.s3a.endpoint"] = endpoint
+        conf["spark.hadoop.fs.s3a.path.style.access"] = "true"
+        conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
+            endpoint.startswith("https://")
+        ).lower()
+    if env.get("AWS_REGION"):
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = env["AWS_REGION"]
+    for name in AWS_ENV:
+        if env.get(name):
+            conf[f"spark.executorEnv.{name}"] = env[name]
+    return [hadoop_aws_package()], conf
 
 
 def spark_package(artifact: str) -> str:
@@ -198,10 +260,14 @@ def spark_to_arrow_schema(schema: StructType) -> pa.Schema:
 
 __all__ = [
     "AVRO_NOT_LOADED",
+    "AWS_ENV",
     "DEFAULT_CONF",
+    "HADOOP_AWS_PACKAGE_ENV",
     "SPARK_AVRO_PACKAGE_ENV",
     "arrow_to_spark_schema",
+    "hadoop_aws_package",
     "requires_spark_avro",
+    "s3a_settings",
     "spark_avro_package",
     "spark_kafka_package",
     "spark_package",
