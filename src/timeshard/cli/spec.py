@@ -11,7 +11,7 @@
 
     [[source]]
     name = "kv"
-    kind = "key_value"               # key_value | counter | auction | tpch | file | kafka
+    kind = "key_value"         # key_value | counter | auction | tpch | file | kafka | postgres
     envelope = "upsert"              # none | upsert (upsert needs key_columns)
     key_columns = ["key"]
     options = { keys = 1000, rate = 200 }
@@ -39,6 +39,13 @@
                 key_format = "json", key_schema = { id = "int64" },
                 value_format = "json", metadata = ["timestamp"] }
     columns = { status = "string", total = "float64" }   # the JSON value's columns
+
+    [[source]]
+    name = "shop"
+    kind = "postgres"                # logical replication of a publication's tables
+    options = { dsn = "postgresql://repl@db/shop", publication = "shop_pub",
+                tables = ["orders", "sales.items"] }   # optional; slot = "..." too
+                                     # writes shop.orders, shop.sales.items (with _diff)
 
     [[view]]
     name = "keys_per_prefix"
@@ -169,7 +176,7 @@ class SparkSpec(_Strict):
 
 class SourceSpec(_Retains):
     name: str
-    kind: Literal["key_value", "counter", "auction", "tpch", "file", "kafka"]
+    kind: Literal["key_value", "counter", "auction", "tpch", "file", "kafka", "postgres"]
     envelope: Literal["none", "upsert"] = "none"
     key_columns: list[str] = Field(default_factory=list)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -306,6 +313,15 @@ def build_source(spec: SourceSpec) -> Any:
             return AuctionGenerator(name=spec.name, **opts)
         if spec.kind == "tpch":  # options: scale_factor, tick_orders, seed
             return TpchGenerator(name=spec.name, **opts)
+        if spec.kind == "postgres":  # options: dsn, publication, slot, tables
+            from timeshard.storage.postgres_source import PostgresSource
+
+            if spec.columns or spec.envelope != "none":
+                raise InvalidUsage(
+                    f"source {spec.name!r}: a postgres source takes its tables' columns and "
+                    "the changes' own diffs: declare no columns and no envelope"
+                )
+            return PostgresSource(spec.name, opts.pop("dsn"), opts.pop("publication"), **opts)
         unknown = [t for t in spec.columns.values() if t not in TYPES]
         if unknown:
             raise InvalidUsage(

@@ -146,7 +146,8 @@ class PostgresServer:
         options = (
             f"-c listen_addresses=127.0.0.1 -c port={self.port} "
             f"-c unix_socket_directories={self.dir} -c fsync=off "
-            "-c max_connections=300"
+            "-c max_connections=300 -c wal_level=logical -c max_replication_slots=40 "
+            "-c max_wal_senders=40"
         )
         self._run(
             [

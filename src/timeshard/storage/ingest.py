@@ -301,9 +301,12 @@ class Ingestion:
         self.source.tick()
         out_upper = self.resume_upper()
         assert out_upper.time is not None, "the outputs are closed"
-        start = self.remap.resume_frontier(out_upper)
         into = max(self.clock(), self.remap.upper.time or 0, out_upper.time)
         self.remap.mint(into, self.source.upper())
+        # After the mint, which catches up with every binding: another instance's
+        # bindings up to the output upper are known, so the read starts where the
+        # outputs end (not earlier, which a source with a release point refuses).
+        start = self.remap.resume_frontier(out_upper)
         bound = self.remap.upper
         assert bound.time is not None
         if not out_upper < bound:

@@ -1,0 +1,706 @@
+"""POSTGRES sources: the tables of a publication, by logical replication (pgoutput).
+
+Each table of the publication (or of the ``tables`` named) is a subsource
+with its own output shard ``<source>.<table>`` (``<schema>.<table>`` outside
+``public``). Its columns are the table's, typed as
+:mod:`timeshard.storage.pgoutput` decodes them, plus ``_diff``: an insert is
+the new row at +1, a delete the old row at -1, an update both. Every table
+must have ``REPLICA IDENTITY FULL`` (so deletes and updates carry the whole
+old row, TOASTed values included); the constructor refuses one that has not,
+naming the statement that fixes it.
+
+FromTime is an LSN: the source has one partition, ``"0"``, and a record's
+offset is the LSN of its transaction's commit record, so all changes of a
+transaction share one offset and reclock to one time. ``upper()`` is the
+server's flushed WAL position (``pg_current_wal_flush_lsn``): every
+transaction whose commit record starts below it is durable.
+
+The slot. The constructor creates the logical replication slot ``slot``
+(default ``timeshard_<name>``) unless it exists; its consistent point ``C``
+is where the stream starts. :meth:`PostgresSource.commit` advances the slot
+(``pg_replication_slot_advance``) to the resumption frontier after each
+durable tick, so the server keeps only the WAL a restart still needs;
+:meth:`PostgresSource.drop` drops the slot.
+
+The snapshot. The tables' contents at ``C`` are the records at offset
+``C - 1`` (so a frontier includes them exactly when it is at or beyond
+``C``). A read from offset 0 takes them: the driver opens a ``REPEATABLE
+READ`` transaction, exports its snapshot (``pg_export_snapshot``) and notes
+which transactions it sees (``pg_current_snapshot``) and the WAL position
+``S`` after it; Spark tasks read every table under that snapshot with
+``::text`` columns, one task per table. The snapshot is later than ``C``,
+so the stream task *rewinds* it: it reads the slot from ``C`` to ``S`` and
+emits, at offset ``C - 1``, the inverse of every transaction the snapshot
+sees. Snapshot plus rewinds is the state at ``C`` whatever snapshot was
+taken, so a read that is retried (its first try was never committed) takes
+a new snapshot and yields the same updates. Once the output holds the
+snapshot, the resumption frontier is past ``C`` and no snapshot is taken
+again: a restart resumes from the frontier.
+
+The stream. One Spark task streams the slot (psycopg2's
+``LogicalReplicationConnection``, pgoutput protocol 1) from the read's
+start until the server has sent everything below its end (a keepalive
+reports a position at or past it), and emits the transactions whose commit
+falls in the range. A slot that another instance is streaming is waited for.
+
+Errors. A value that does not decode makes its row an err row (for that
+table only). An incompatible change of a table's schema upstream (a dropped
+or retyped column) and a ``TRUNCATE`` are *definite* errors of that
+subsource: every transaction touching it from then on is an err row naming
+the change, while the other tables go on. Faults are not data: an
+unreachable server raises :class:`~timeshard.errors.SourceUnavailable`; a
+slot that is gone or has moved past the resumption frontier (its WAL was
+released) raises it as definite, and nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import select
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage, SourceUnavailable
+from timeshard.persist._internal.parts import DIFF, ERR
+from timeshard.storage.pgoutput import (
+    SESSION_SETTINGS,
+    TIME,
+    UNCHANGED,
+    Begin,
+    Change,
+    Column,
+    Commit,
+    Relation,
+    Truncate,
+    arrow_type,
+    decode_text,
+    format_lsn,
+    parse_lsn,
+    parse_message,
+)
+from timeshard.storage.reclock import SourceFrontier
+
+PARTITION = "0"
+_SLOT = re.compile(r"[a-z0-9_]{1,63}")
+_IDENT = re.compile(r"[^\0]{1,63}")
+#: The rows a read task emits: which table, the offset, the diff, an error or text values.
+RAW_SCHEMA = pa.schema(
+    [
+        ("_sub", pa.int32()),
+        ("_offset", pa.int64()),
+        (DIFF, pa.int64()),
+        (ERR, pa.string()),
+        ("_values", pa.list_(pa.string())),
+    ]
+)
+#: One raw row: table index, offset, diff, error, text values.
+RawRow = tuple[int, int, int, str | None, list[Any] | None]
+BATCH_ROWS = 10_000
+#: How long a read task waits for a slot another instance is streaming.
+SLOT_BUSY_WAIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of the publication: where it is, its subsource name and its columns."""
+
+    schema: str
+    name: str
+    sub: str
+    columns: tuple[Column, ...]
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, stored_type(c)) for c in self.columns])
+
+
+def stored_type(column: Column) -> pa.DataType:
+    """The Arrow type a column is stored as (``time`` as its text: Spark has no time type)."""
+    return pa.string() if column.type_oid == TIME else arrow_type(column.type_oid, column.typmod)
+
+
+def frame_schema(table: Table) -> pa.Schema:
+    """The records of one table as ``read`` returns them."""
+    return pa.schema(
+        [
+            pa.field("_partition", pa.string()),
+            pa.field("_offset", pa.int64()),
+            *table.arrow_schema(),
+            pa.field(DIFF, pa.int64()),
+            pa.field(ERR, pa.string()),
+        ]
+    )
+
+
+def _libpq_options() -> str:
+    return " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+
+
+class PostgresSource:
+    """The tables of a PostgreSQL publication, by logical replication (module doc)."""
+
+    def __init__(
+        self,
+        name: str,
+        dsn: str,
+        publication: str,
+        *,
+        slot: str | None = None,
+        tables: Sequence[str] | None = None,
+        connect_timeout_s: int = 10,
+    ) -> None:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.=-]{1,100}", name):
+            raise InvalidUsage(
+                f"POSTGRES source name must be 1-100 of [A-Za-z0-9_.=-], got {name!r}"
+            )
+        if not isinstance(publication, str) or not _IDENT.fullmatch(publication):
+            raise InvalidUsage(f"publication must be a PostgreSQL identifier, got {publication!r}")
+        slot = slot if slot is not None else "timeshard_" + re.sub(r"[^a-z0-9_]", "_", name.lower())
+        if not isinstance(slot, str) or not _SLOT.fullmatch(slot):
+            raise InvalidUsage(f"slot must be 1-63 of [a-z0-9_], got {slot!r}")
+        if not isinstance(dsn, str) or not dsn:
+            raise InvalidUsage(f"dsn must be a PostgreSQL connection string, got {dsn!r}")
+        self.name = name
+        self.dsn = dsn
+        self.publication = publication
+        self.slot = slot
+        self.connect_timeout_s = connect_timeout_s
+        self.tables = self._tables(tables)
+        self._ensure_slot()
+
+    # -- the Source protocol ---------------------------------------------------------------
+
+    def outputs(self) -> dict[str, pa.Schema]:
+        return {
+            t.sub: pa.schema([*t.arrow_schema(), pa.field(DIFF, pa.int64())]) for t in self.tables
+        }
+
+    def payload_schema(self) -> pa.Schema:
+        raise InvalidUsage(f"POSTGRES source {self.name!r} has subsources: use outputs()")
+
+    def tick(self) -> None:
+        return None
+
+    def upper(self) -> SourceFrontier:
+        with self._connect() as conn:
+            row = conn.execute("SELECT pg_current_wal_flush_lsn()::text").fetchone()
+        assert row is not None
+        return {PARTITION: parse_lsn(row[0])}
+
+    def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> dict[str, Any]:
+        """One DataFrame per table, of the changes with offsets in ``[start, end)``.
+
+        Runs one Spark job (the read tasks, checkpointed) before it returns;
+        the frames decode the checkpointed rows.
+        """
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        lo, hi = start.get(PARTITION, 0), end.get(PARTITION, 0)
+        confirmed = self._confirmed_flush()
+        if confirmed is None:
+            raise SourceUnavailable(
+                f"POSTGRES source {self.name!r}: the replication slot {self.slot!r} is gone "
+                "(dropped upstream): the changes since the resumption frontier are lost",
+                definite=lo > 0,
+            )
+        if 0 < lo < confirmed:
+            # Another instance committed meanwhile (the next step resumes past it), or the
+            # slot was advanced from outside and the WAL in between is lost: never skipped.
+            raise SourceUnavailable(
+                f"POSTGRES source {self.name!r}: the slot {self.slot!r} is at "
+                f"{format_lsn(confirmed)}, past the resumption frontier {format_lsn(lo)} "
+                "(another instance went on, or the WAL in between was released)"
+            )
+        if lo == 0:  # the snapshot is at offset C - 1, C the slot's consistent point
+            if hi <= confirmed - 1:  # bound before the slot existed: nothing to read yet
+                return {
+                    t.sub: spark.createDataFrame([], self._frame_schema(t)) for t in self.tables
+                }
+            lo = confirmed
+        with self._snapshot(lo == confirmed and start.get(PARTITION, 0) == 0) as snapshot:
+            plan = ReadPlan(
+                self.dsn,
+                self.slot,
+                self.publication,
+                self.tables,
+                lo=lo,
+                hi=hi,
+                consistent=confirmed,
+                snapshot=snapshot,
+            )
+            items = 1 + (len(self.tables) if snapshot is not None else 0)
+            raw = (
+                spark.range(0, items, 1, items)
+                .mapInArrow(ReadTask(plan), arrow_to_spark_schema(RAW_SCHEMA))
+                .localCheckpoint(eager=True)
+            )
+        frames = {}
+        for i, table in enumerate(self.tables):
+            out = frame_schema(table)
+            frames[table.sub] = raw.where(F.col("_sub") == i).mapInArrow(
+                DecodeTask(table, out.serialize().to_pybytes()), arrow_to_spark_schema(out)
+            )
+        return frames
+
+    def _frame_schema(self, table: Table) -> Any:
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        return arrow_to_spark_schema(frame_schema(table))
+
+    def commit(self, frontier: SourceFrontier) -> None:
+        """Advance the slot to the resumption frontier, so the server releases older WAL."""
+        lsn = frontier.get(PARTITION, 0)
+        confirmed = self._confirmed_flush()
+        if confirmed is None or lsn <= confirmed:
+            return
+        with self._connect() as conn:
+            conn.execute(
+                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, format_lsn(lsn))
+            )
+
+    def close(self) -> None:
+        return None
+
+    def drop(self) -> None:
+        """Drop the replication slot (the source is gone: the server keeps no WAL for it)."""
+        with self._connect() as conn:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s",
+                (self.slot,),
+            )
+
+    # -- the server, on the driver ---------------------------------------------------------
+
+    def _connect(self, autocommit: bool = True) -> Any:
+        import psycopg
+
+        try:
+            return psycopg.connect(
+                self.dsn,
+                autocommit=autocommit,
+                connect_timeout=self.connect_timeout_s,
+                options=_libpq_options(),
+            )
+        except psycopg.OperationalError as e:
+            raise SourceUnavailable(
+                f"POSTGRES source {self.name!r}: the server is unreachable: {str(e).strip()[:300]}"
+            ) from None
+
+    def _tables(self, only: Sequence[str] | None) -> list[Table]:
+        with self._connect() as conn:
+            listed = conn.execute(
+                "SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s "
+                "ORDER BY schemaname, tablename",
+                (self.publication,),
+            ).fetchall()
+            exists = conn.execute(
+                "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)
+            ).fetchone()
+            if exists is None:
+                raise InvalidUsage(
+                    f"POSTGRES source {self.name!r}: no publication {self.publication!r} "
+                    "(CREATE PUBLICATION ... FOR TABLE ...)"
+                )
+            names = {(s, t): t if s == "public" else f"{s}.{t}" for s, t in listed}
+            if only is not None:
+                wanted = list(only)
+                unknown = [w for w in wanted if w not in names.values()]
+                if unknown:
+                    raise InvalidUsage(
+                        f"POSTGRES source {self.name!r}: tables {unknown} are not in publication "
+                        f"{self.publication!r}, which has {sorted(names.values())}"
+                    )
+                listed = [k for k in listed if names[k] in wanted]
+            if not listed:
+                raise InvalidUsage(f"publication {self.publication!r} has no tables")
+            tables = []
+            for schema, table in listed:
+                tables.append(
+                    Table(schema, table, names[(schema, table)], _columns(conn, schema, table))
+                )
+                identity = conn.execute(
+                    "SELECT c.relreplident FROM pg_class c JOIN pg_namespace n "
+                    "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+                    (schema, table),
+                ).fetchone()
+                if identity is None or identity[0] != "f":
+                    raise InvalidUsage(
+                        f"POSTGRES source {self.name!r}: table {schema}.{table} needs "
+                        f"REPLICA IDENTITY FULL (ALTER TABLE {schema}.{table} REPLICA IDENTITY "
+                        "FULL), so that updates and deletes carry the whole old row"
+                    )
+        return tables
+
+    def _confirmed_flush(self) -> int | None:
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot,),
+            ).fetchone()
+        return None if row is None or row[0] is None else parse_lsn(row[0])
+
+    def _ensure_slot(self) -> None:
+        import psycopg
+
+        if self._confirmed_flush() is not None:
+            return
+        # Another instance may create it first.
+        with self._connect() as conn, contextlib.suppress(psycopg.errors.DuplicateObject):
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+
+    @contextlib.contextmanager
+    def _snapshot(self, wanted: bool) -> Iterator[SnapshotInfo | None]:
+        """An exported REPEATABLE READ snapshot, held open while the read job runs."""
+        if not wanted:
+            yield None
+            return
+        conn = self._connect(autocommit=False)
+        try:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            row = conn.execute(
+                "SELECT pg_export_snapshot(), pg_current_snapshot()::text, "
+                "pg_current_wal_lsn()::text"
+            ).fetchone()
+            assert row is not None
+            xmin, xmax, xip = row[1].split(":")
+            yield SnapshotInfo(
+                row[0],
+                int(xmin),
+                int(xmax),
+                tuple(int(x) for x in xip.split(",") if x),
+                parse_lsn(row[2]),
+            )
+        finally:
+            with contextlib.suppress(Exception):
+                conn.rollback()
+            conn.close()
+
+
+def _columns(conn: Any, schema: str, table: str) -> tuple[Column, ...]:
+    rows = conn.execute(
+        "SELECT a.attname, a.atttypid::int, a.atttypmod FROM pg_attribute a "
+        "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
+        "ORDER BY a.attnum",
+        (schema, table),
+    ).fetchall()
+    reserved = [r[0] for r in rows if r[0].startswith("_")]
+    if reserved:
+        raise InvalidUsage(f"table {schema}.{table}: columns {reserved} start with '_' (reserved)")
+    return tuple(Column(name, oid, typmod) for name, oid, typmod in rows)
+
+
+def incompatibility(declared: Sequence[Column], actual: Sequence[Column]) -> str | None:
+    """Why ``actual`` columns cannot be read as ``declared`` (None: they can; new columns can)."""
+    by_name = {c.name: c for c in actual}
+    for column in declared:
+        now = by_name.get(column.name)
+        if now is None:
+            return f"column {column.name!r} was dropped"
+        if (now.type_oid, now.typmod) != (column.type_oid, column.typmod):
+            return f"column {column.name!r} changed type"
+    return None
+
+
+# -- what the tasks run --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """An exported snapshot: its id, the transactions it sees (xid8), the WAL after it."""
+
+    exported: str
+    xmin: int
+    xmax: int
+    xip: tuple[int, ...]
+    wal_after: int
+
+    def sees(self, xid32: int) -> bool:
+        """Whether the snapshot sees the committed transaction of 32-bit id ``xid32``."""
+        full = (self.xmax & ~0xFFFFFFFF) | xid32
+        if full > self.xmax:
+            full -= 1 << 32
+        return full < self.xmin or (full < self.xmax and full not in self.xip)
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """Plain values: what every read task of one ``read`` needs."""
+
+    dsn: str
+    slot: str
+    publication: str
+    tables: Sequence[Table]
+    lo: int
+    hi: int
+    consistent: int
+    snapshot: SnapshotInfo | None = field(default=None)
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """``mapInArrow`` over ``range(items)``: item 0 streams the slot, item i reads table i - 1."""
+
+    plan: ReadPlan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for item in batch.column(0).to_pylist():
+                rows = stream_rows(self.plan) if item == 0 else snapshot_rows(self.plan, item - 1)
+                yield from _batched(rows)
+
+
+def _batched(
+    rows: Iterator[RawRow],
+) -> Iterator[pa.RecordBatch]:
+    buffer: list[RawRow] = []
+    for row in rows:
+        buffer.append(row)
+        if len(buffer) >= BATCH_ROWS:
+            yield _raw_batch(buffer)
+            buffer = []
+    if buffer:
+        yield _raw_batch(buffer)
+
+
+def _raw_batch(rows: list[RawRow]) -> pa.RecordBatch:
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(list(c), type=f.type) for c, f in zip(columns, RAW_SCHEMA, strict=True)],
+        schema=RAW_SCHEMA,
+    )
+
+
+def snapshot_rows(plan: ReadPlan, index: int) -> Iterator[RawRow]:
+    """Table ``index`` under the exported snapshot, as text, at offset ``consistent - 1``."""
+    import psycopg
+    from psycopg import sql
+
+    assert plan.snapshot is not None
+    table = plan.tables[index]
+    offset = plan.consistent - 1
+    with psycopg.connect(plan.dsn, options=_libpq_options()) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        conn.execute(
+            sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(plan.snapshot.exported))
+        )
+        why = incompatibility(table.columns, _columns(conn, table.schema, table.name))
+        if why is not None:
+            yield (index, offset, 1, f"{table.qualified}: upstream schema changed: {why}", None)
+            return
+        query = sql.SQL("SELECT {} FROM {}.{}").format(
+            sql.SQL(", ").join(
+                sql.SQL("{}::text").format(sql.Identifier(c.name)) for c in table.columns
+            ),
+            sql.Identifier(table.schema),
+            sql.Identifier(table.name),
+        )
+        with conn.cursor(name="timeshard_snapshot") as cursor:
+            cursor.itersize = BATCH_ROWS
+            cursor.execute(query)
+            for values in cursor:
+                yield (index, offset, 1, None, list(values))
+
+
+class _Txn:
+    def __init__(self, begin: Begin) -> None:
+        self.begin = begin
+        self.rows: list[
+            tuple[int, int, str | None, list[Any] | None]
+        ] = []  # sub, diff, err, values
+        self.errors: set[tuple[int, str]] = set()
+
+
+def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
+    """The slot's transactions with commits in ``[lo, hi)`` and the snapshot's rewinds.
+
+    Reads from ``lo`` (``consistent`` with a snapshot) until every commit
+    record below the target (``hi``, or the WAL after the snapshot if later)
+    has been received. A rewind is the inverse of a transaction the snapshot
+    sees, at offset ``consistent - 1``.
+    """
+    snapshot = plan.snapshot
+    target = max(plan.hi, snapshot.wal_after if snapshot is not None else 0)
+    if target <= plan.lo:
+        return
+    by_oid: dict[int, tuple[int, list[int] | str]] = {}
+    tables = {(t.schema, t.name): i for i, t in enumerate(plan.tables)}
+    conn, cursor = _start_replication(plan)
+    try:
+        txn: _Txn | None = None
+        waited_since = time.monotonic()
+        nudged = False
+        while True:
+            message = cursor.read_message()
+            if message is None:
+                if txn is None and cursor.wal_end >= target:
+                    return
+                if not nudged and time.monotonic() - waited_since > 2.0:
+                    _nudge_wal(plan.dsn)  # a record past the target, if the server is idle
+                    nudged = True
+                cursor.send_feedback(reply=True)
+                select.select([conn], [], [], 0.5)
+                continue
+            waited_since = time.monotonic()
+            parsed = parse_message(bytes(message.payload))
+            if isinstance(parsed, Begin):
+                if parsed.final_lsn >= target:
+                    return
+                txn = _Txn(parsed)
+            elif isinstance(parsed, Relation):
+                index = tables.get((parsed.namespace, parsed.name))
+                if index is not None:
+                    declared = plan.tables[index].columns
+                    why = incompatibility(declared, parsed.columns)
+                    positions = [c.name for c in parsed.columns]
+                    by_oid[parsed.oid] = (
+                        index,
+                        f"upstream schema changed: {why}"
+                        if why is not None
+                        else [positions.index(c.name) for c in declared],
+                    )
+            elif isinstance(parsed, Change) and txn is not None:
+                _apply_change(txn, parsed, by_oid, plan)
+            elif isinstance(parsed, Truncate) and txn is not None:
+                for oid in parsed.relations:
+                    if oid in by_oid:
+                        index = by_oid[oid][0]
+                        txn.errors.add(
+                            (index, f"{plan.tables[index].qualified}: truncated upstream")
+                        )
+            elif isinstance(parsed, Commit) and txn is not None:
+                yield from _emit(txn, plan)
+                txn = None
+    finally:
+        conn.close()
+
+
+def _apply_change(
+    txn: _Txn, change: Change, by_oid: dict[int, tuple[int, list[int] | str]], plan: ReadPlan
+) -> None:
+    known = by_oid.get(change.relation)
+    if known is None:
+        return  # a table of the publication this source does not read
+    index, positions = known
+    if isinstance(positions, str):
+        txn.errors.add((index, f"{plan.tables[index].qualified}: {positions}"))
+        return
+    old, new = change.old, change.new
+    if change.kind == "U" and new is not None and UNCHANGED in new:
+        if old is None:
+            txn.errors.add(
+                (index, f"{plan.tables[index].qualified}: an update without its old row")
+            )
+            return
+        new = tuple(o if n is UNCHANGED else n for o, n in zip(old, new, strict=True))
+    if old is not None:
+        txn.rows.append((index, -1, None, [old[p] for p in positions]))
+    if new is not None:
+        txn.rows.append((index, 1, None, [new[p] for p in positions]))
+
+
+def _emit(txn: _Txn, plan: ReadPlan) -> Iterator[RawRow]:
+    offset = txn.begin.final_lsn
+    errored = {index for index, _ in txn.errors}
+    rows = [(i, diff, err, values) for i, diff, err, values in txn.rows if i not in errored]
+    if plan.lo <= offset < plan.hi:
+        for index, why in sorted(txn.errors):
+            yield (index, offset, 1, f"{why} at LSN {format_lsn(offset)}", None)
+        for index, diff, err, values in rows:
+            yield (index, offset, diff, err, values)
+    snapshot = plan.snapshot
+    if snapshot is not None and offset >= plan.consistent and snapshot.sees(txn.begin.xid):
+        for index, diff, err, values in rows:  # the snapshot has these: take them back to C
+            yield (index, plan.consistent - 1, -diff, err, values)
+
+
+def _start_replication(plan: ReadPlan) -> tuple[Any, Any]:
+    """A replication connection streaming the slot from ``lo`` (waits while another streams it)."""
+    import psycopg2
+    import psycopg2.errors
+    from psycopg2.extras import LogicalReplicationConnection
+
+    deadline = time.monotonic() + SLOT_BUSY_WAIT_S
+    while True:
+        conn = psycopg2.connect(
+            plan.dsn, connection_factory=LogicalReplicationConnection, options=_libpq_options()
+        )
+        cursor = conn.cursor()
+        try:
+            cursor.start_replication(
+                slot_name=plan.slot,
+                decode=False,
+                start_lsn=format_lsn(plan.lo),
+                options={"proto_version": "1", "publication_names": plan.publication},
+            )
+            return conn, cursor
+        except psycopg2.errors.ObjectInUse:
+            conn.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+        except Exception:
+            conn.close()
+            raise
+
+
+def _nudge_wal(dsn: str) -> None:
+    """Write a tiny non-transactional WAL record, so that an idle server's stream moves on."""
+    import psycopg
+
+    with contextlib.suppress(Exception), psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_logical_emit_message(false, 'timeshard', '')")
+
+
+@dataclass(frozen=True)
+class DecodeTask:
+    """``mapInArrow`` over one table's raw rows: text values to typed columns (err rows kept)."""
+
+    table: Table
+    schema_ipc: bytes
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        columns = self.table.columns
+        for batch in batches:
+            rows = batch.to_pylist()
+            out: dict[str, list[Any]] = {f.name: [] for f in schema}
+            for row in rows:
+                err: str | None = row[ERR]
+                values: list[Any] = [None] * len(columns)
+                if err is None:
+                    try:
+                        values = [
+                            None if text is None else _decode(text, column)
+                            for text, column in zip(row["_values"], columns, strict=True)
+                        ]
+                    except (ValueError, ArithmeticError) as e:
+                        err = f"{self.table.qualified}: cannot decode a row: {e}"
+                        values = [None] * len(columns)
+                out["_partition"].append(PARTITION)
+                out["_offset"].append(row["_offset"])
+                for column, value in zip(columns, values, strict=True):
+                    out[column.name].append(value)
+                out[DIFF].append(row[DIFF])
+                out[ERR].append(err)
+            yield pa.RecordBatch.from_pydict(out, schema=schema)
+
+
+def _decode(text: str, column: Column) -> Any:
+    if column.type_oid == TIME:
+        return text
+    return decode_text(text, column.type_oid, column.typmod)
+
+
+__all__ = ["PostgresSource", "ReadPlan", "SnapshotInfo", "Table", "incompatibility"]
