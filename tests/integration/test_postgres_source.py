@@ -307,3 +307,31 @@ sql = "SELECT count(*) AS n, sum(price) AS s FROM items"
     spec_file.write_text(bad)
     with pytest.raises(InvalidUsage, match="declare no columns"):
         check_spec(load_spec(spec_file), existing=[])
+
+
+def test_changes_between_the_slot_and_the_snapshot_are_rewound(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """The snapshot is taken at the first read, after these commits: it counts them once."""
+    upstream.create("t", "id int, v text")
+    upstream.publish("t")
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1, 'a'), (2, 'b')", None))
+    name = f"pg_{uuid.uuid4().hex[:8]}"
+    source = PostgresSource(name, upstream.dsn, upstream.pub)  # the slot: C is here
+    upstream.txn(("t", "INSERT INTO {t} VALUES (3, 'c')", None))
+    upstream.txn(
+        ("t", "UPDATE {t} SET v = 'B' WHERE id = 2", None),
+        ("t", "DELETE FROM {t} WHERE id = 1", None),
+    )
+    upstream.txn(("t", "INSERT INTO {t} VALUES (3, 'c')", None))  # a duplicate row
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    ing = Ingestion(spark, client, source, clock=lambda: next(clock))
+    ing.step()
+    shard = f"{name}.{upstream.schema}.t"
+    upper = client.state(shard).upper.time
+    assert upper is not None
+    want = upstream.rows("t", "id, v")
+    assert want == [(2, "B"), (3, "c"), (3, "c")]
+    assert_same(output_rows(client, shard, upper - 1, ["id", "v"]), want, upper - 1)
+    ing.close()
