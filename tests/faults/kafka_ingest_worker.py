@@ -10,10 +10,11 @@ as the controller does.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from tests.faults.killing import step_until_stopped
 
 from timeshard.location import open_location
 from timeshard.persist import PersistClient
@@ -34,13 +35,7 @@ def main() -> None:
     client = PersistClient(open_location(blob_uri, consensus_uri))
     source = KafkaSource("kv", bootstrap, topic, key_format="text", value_format="text")
     ingestion = Ingestion(spark, client, source, envelope="upsert", key_columns=["key"])
-    print("worker running", flush=True)
-    while not Path(stop).exists():
-        try:
-            ingestion.step()
-        except Exception as e:  # health says stalled; the next step tries again
-            print(f"step failed: {type(e).__name__}: {e}", flush=True)
-        time.sleep(0.2)
+    step_until_stopped(ingestion, Path(stop))
 
 
 if __name__ == "__main__":

@@ -6,11 +6,42 @@ import os
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from timeshard.persist import PersistClient, ReadHandle
+
+
+def worker_starter(
+    script: Path, args: list[str], logs: Path
+) -> Callable[[int], subprocess.Popen[bytes]]:
+    """``start(i)``: run ``script args`` as worker ``i``, its output in a log of its own."""
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+
+    def start(i: int) -> subprocess.Popen[bytes]:
+        log = (logs / f"worker-{i}-{time.monotonic_ns()}.log").open("wb")
+        return subprocess.Popen(
+            [sys.executable, str(script), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+
+    return start
+
+
+def step_until_stopped(ingestion: Any, stop: Path) -> None:
+    """A worker's loop: step until ``stop`` exists; a failed step is retried on the next."""
+    print("worker running", flush=True)
+    while not stop.exists():
+        try:
+            ingestion.step()
+        except Exception as e:  # health says stalled; the next step tries again
+            print(f"step failed: {type(e).__name__}: {e}", flush=True)
+        time.sleep(0.2)
 
 
 def race_and_kill(

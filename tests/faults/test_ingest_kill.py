@@ -9,17 +9,13 @@ lost, nothing duplicated.
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 from tests.faults.ingest_worker import generator
-from tests.faults.killing import race_and_kill
+from tests.faults.killing import race_and_kill, worker_starter
 
 from timeshard.location import open_location
 from timeshard.persist import PersistClient
@@ -34,16 +30,7 @@ def test_ingestion_killed_and_concurrent(spark: SparkSession, tmp_path: Path) ->
     rng = random.Random(11)
     blob_uri, consensus_uri = f"file://{tmp_path / 'blob'}", f"sqlite:///{tmp_path / 'c.db'}"
     stop = tmp_path / "stop"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-
-    def start(i: int) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"worker-{i}-{time.monotonic_ns()}.log").open("wb")
-        return subprocess.Popen(
-            [sys.executable, str(WORKER), blob_uri, consensus_uri, str(stop)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    start = worker_starter(WORKER, [blob_uri, consensus_uri, str(stop)], tmp_path)
 
     client = PersistClient(open_location(blob_uri, consensus_uri))
     hold = race_and_kill(client, "kv", start, stop, rng)

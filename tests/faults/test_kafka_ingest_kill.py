@@ -11,10 +11,7 @@ nothing lost, nothing duplicated, nothing of an aborted transaction.
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -23,7 +20,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
-from tests.faults.killing import race_and_kill
+from tests.faults.killing import race_and_kill, worker_starter
 
 from timeshard.location import open_location
 from timeshard.persist import PersistClient
@@ -125,16 +122,7 @@ def test_kafka_ingestion_killed_and_concurrent(tmp_path: Path, kafka_broker: Any
     producing.start()
     blob_uri, consensus_uri = f"file://{tmp_path / 'blob'}", f"sqlite:///{tmp_path / 'c.db'}"
     stop = tmp_path / "stop"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-
-    def start(i: int) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"worker-{i}-{time.monotonic_ns()}.log").open("wb")
-        return subprocess.Popen(
-            [sys.executable, str(WORKER), blob_uri, consensus_uri, bootstrap, topic, str(stop)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    start = worker_starter(WORKER, [blob_uri, consensus_uri, bootstrap, topic, str(stop)], tmp_path)
 
     client = PersistClient(open_location(blob_uri, consensus_uri))
     try:

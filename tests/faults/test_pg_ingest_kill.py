@@ -15,10 +15,7 @@ applied to the empty table, once.
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,7 +26,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from tests.faults.killing import race_and_kill
+from tests.faults.killing import race_and_kill, worker_starter
 
 from timeshard.location import open_location
 from timeshard.persist import PersistClient
@@ -118,16 +115,7 @@ def test_postgres_ingestion_killed_and_concurrent(tmp_path: Path, postgres_serve
     writing.start()
     blob_uri, consensus_uri = f"file://{tmp_path / 'blob'}", f"sqlite:///{tmp_path / 'c.db'}"
     stop = tmp_path / "stop"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-
-    def start(i: int) -> subprocess.Popen[bytes]:
-        log = (tmp_path / f"worker-{i}-{time.monotonic_ns()}.log").open("wb")
-        return subprocess.Popen(
-            [sys.executable, str(WORKER), blob_uri, consensus_uri, dsn, pub, name, str(stop)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    start = worker_starter(WORKER, [blob_uri, consensus_uri, dsn, pub, name, str(stop)], tmp_path)
 
     client = PersistClient(open_location(blob_uri, consensus_uri))
     shard = f"{name}.{schema}.t"

@@ -19,6 +19,8 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import TracebackType
+from typing import Self
 
 
 def free_port() -> int:
@@ -119,4 +121,46 @@ class Daemon:
         return " | ".join(line[:200] for line in text[-lines:])
 
 
-__all__ = ["Daemon", "free_port"]
+class DevServer:
+    """What every dev server does with its :class:`Daemon`: stop, kill, restart, ``with``.
+
+    Subclasses set ``self._daemon`` and implement ``start`` (returning where
+    the server answers).
+    """
+
+    _daemon: Daemon
+
+    def start(self) -> str:
+        raise NotImplementedError
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop the server cleanly (SIGTERM), or kill it if it does not stop."""
+        self._daemon.stop(timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would."""
+        self._daemon.kill()
+
+    def restart(self) -> str:
+        """Stop (if running) and start again on the same ports, with the same data."""
+        self.stop()
+        return self.start()
+
+    @property
+    def running(self) -> bool:
+        return self._daemon.running
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+__all__ = ["Daemon", "DevServer", "free_port"]

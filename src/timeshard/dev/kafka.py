@@ -29,10 +29,9 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from timeshard.dev.daemon import Daemon, free_port
+from timeshard.dev.daemon import Daemon, DevServer, free_port
 
 KAFKA_VERSION = "4.1.1"
 SLF4J_BINDING = ("org.slf4j", "slf4j-reload4j", "2.0.17")
@@ -139,7 +138,7 @@ def server_properties(data: Path, port: int, controller_port: int) -> str:
     )
 
 
-class KafkaBroker:
+class KafkaBroker(DevServer):
     """One Kafka broker (KRaft, combined mode) on 127.0.0.1 (module doc)."""
 
     def __init__(
@@ -202,19 +201,6 @@ class KafkaBroker:
 
         self._daemon.wait_ready(answers, self.bootstrap, timeout_s)
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Stop the broker cleanly (SIGTERM), or kill it if it does not stop."""
-        self._daemon.stop(timeout_s)
-
-    def kill(self) -> None:
-        """SIGKILL the broker, as a crash would."""
-        self._daemon.kill()
-
-    def restart(self) -> str:
-        """Stop (if running) and start again on the same ports, with the same data."""
-        self.stop()
-        return self.start()
-
     def _cluster_id(self) -> str | None:
         """The cluster id the storage was formatted with (``meta.properties``)."""
         meta = self.workdir / "data" / "meta.properties"
@@ -223,22 +209,6 @@ class KafkaBroker:
                 if line.startswith("cluster.id="):
                     return line.split("=", 1)[1].strip()
         return None
-
-    @property
-    def running(self) -> bool:
-        return self._daemon.running
-
-    def __enter__(self) -> KafkaBroker:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 def create_topic(

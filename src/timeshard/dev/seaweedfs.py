@@ -25,9 +25,8 @@ import secrets
 import shutil
 import sys
 from pathlib import Path
-from types import TracebackType
 
-from timeshard.dev.daemon import Daemon, free_port
+from timeshard.dev.daemon import Daemon, DevServer, free_port
 from timeshard.errors import InvalidUsage
 
 START_TIMEOUT_S = 60.0
@@ -50,7 +49,7 @@ def weed_binary() -> str:
     return found
 
 
-class SeaweedS3:
+class SeaweedS3(DevServer):
     """One SeaweedFS server with its S3 gateway on 127.0.0.1 (module doc)."""
 
     def __init__(self, workdir: Path, bucket: str = "timeshard", port: int | None = None) -> None:
@@ -152,34 +151,6 @@ class SeaweedS3:
     def uri(self, prefix: str) -> str:
         """The blob URI ``s3a://<bucket>/<prefix>``."""
         return f"s3a://{self.bucket}/{prefix.strip('/')}"
-
-    def stop(self, timeout_s: float = 30.0) -> None:
-        self._daemon.stop(timeout_s)
-
-    def kill(self) -> None:
-        """SIGKILL the server, as a crash would."""
-        self._daemon.kill()
-
-    def restart(self) -> str:
-        """Stop (if running) and start again on the same ports, with the same data and keys."""
-        self.stop()
-        return self.start()
-
-    @property
-    def running(self) -> bool:
-        return self._daemon.running
-
-    def __enter__(self) -> SeaweedS3:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
 
 __all__ = ["REGION", "S3Unavailable", "SeaweedS3", "weed_binary"]
