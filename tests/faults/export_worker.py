@@ -2,6 +2,7 @@
 
 Usage: export_worker.py BLOB_URI CONSENSUS_URI STOP_FILE kafka BOOTSTRAP TOPIC
        export_worker.py BLOB_URI CONSENSUS_URI STOP_FILE postgres DSN SCHEMA
+       export_worker.py BLOB_URI CONSENSUS_URI STOP_FILE delta TABLE_URI -
 
 Steps the export until STOP_FILE exists and the export caught up with the
 shard; the test kills it with SIGKILL. A failed step is retried on the next.
@@ -18,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from timeshard.location import open_location
 from timeshard.persist import PersistClient
 from timeshard.spark import spark_session
+from timeshard.storage.delta_export import DeltaExport
 from timeshard.storage.export import ShardExport
 from timeshard.storage.kafka_export import KafkaExport
 from timeshard.storage.postgres_export import PostgresExport
@@ -30,6 +32,8 @@ def main() -> None:
     export: ShardExport
     if kind == "kafka":
         export = KafkaExport(spark, client, "kv", target, where, key_columns=["k"])
+    elif kind == "delta":
+        export = DeltaExport(spark, client, "kv", target, key_columns=["k"])
     else:
         export = PostgresExport(spark, client, "kv", target, "kv", key_columns=["k"], schema=where)
     print("worker running", flush=True)
