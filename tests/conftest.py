@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.integration.kafka_broker import kafka_broker  # noqa: F401 (a fixture of every tier)
 from tests.pg_server import PostgresServer
+from tests.unavailable import skip_or_fail
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,11 +44,7 @@ def postgres_server() -> Iterator[PostgresServer]:
         server.start()
     except Exception as e:
         server.cleanup()
-        reason = f"PostgreSQL cannot start: {e}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI must run the PostgreSQL tests)")
-        print(reason, file=sys.stderr)
-        pytest.skip(reason)
+        skip_or_fail(f"PostgreSQL cannot start: {e}", "PostgreSQL")
     yield server
     server.cleanup()
 
@@ -82,11 +79,7 @@ def spark() -> Iterator[SparkSession]:
 def spark_kafka(spark: SparkSession) -> SparkSession:
     """The tier's session, which has Spark's Kafka connector (skip, or fail in CI, if not)."""
     if _NO_KAFKA_CONNECTOR:
-        reason = _NO_KAFKA_CONNECTOR[0]
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI must run the Kafka tests)")
-        print(reason, file=sys.stderr)
-        pytest.skip(reason)
+        skip_or_fail(_NO_KAFKA_CONNECTOR[0], "Kafka")
     return spark
 
 
@@ -104,11 +97,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
         server.start()
     except Exception as e:
         server.stop()
-        reason = f"SeaweedFS (S3) cannot start: {e}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI must run the S3 tests)")
-        print(reason, file=sys.stderr)
-        pytest.skip(reason)
+        skip_or_fail(f"SeaweedFS (S3) cannot start: {e}", "S3")
     saved = {k: os.environ.get(k) for k in server.env()}
     os.environ.update(server.env())
     yield server

@@ -62,6 +62,27 @@ class ExportUnderKills:
         self.changed[self.t] = changed
         self.t += 1
 
+    def checker(
+        self, table_and_progress: Callable[[], tuple[dict[str, int], int]]
+    ) -> Callable[[], int]:
+        """``check()``: the target equals the shard's snapshot at its progress - 1; the progress.
+
+        ``table_and_progress`` reads the target's rows (``k -> v``) and its
+        recorded frontier together (0: nothing exported yet, the table empty).
+        """
+        reader = self.client.open_leased_reader("kv")
+
+        def check() -> int:
+            table, frontier = table_and_progress()
+            if frontier > 0:
+                want = {r["k"]: r["v"] for r in reader.snapshot(frontier - 1).to_pylist()}
+                assert table == want, frontier
+            else:
+                assert table == {}
+            return frontier
+
+        return check
+
     def start(self) -> subprocess.Popen[bytes]:
         log = (self.tmp_path / f"worker-{time.monotonic_ns()}.log").open("wb")
         args = [self.blob_uri, self.consensus_uri, str(self.stop), *self.target]

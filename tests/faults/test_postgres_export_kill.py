@@ -29,7 +29,6 @@ def test_postgres_export_killed_three_times_keeps_the_table_exact(
     with psycopg.connect(postgres_dsn, autocommit=True) as conn:
         conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(pg_schema)))
     run = ExportUnderKills(tmp_path, seed=23, target=["postgres", postgres_dsn, pg_schema])
-    reader = run.client.open_leased_reader("kv")
 
     def table_and_progress() -> tuple[dict[str, int], int]:
         """The table and its progress, read in one transaction."""
@@ -49,14 +48,7 @@ def test_postgres_export_killed_three_times_keeps_the_table_exact(
                 return {}, 0
         return {k: v for k, v in rows}, (progress[0] if progress else 0)
 
-    def check() -> int:
-        table, frontier = table_and_progress()
-        if frontier > 0:
-            want = {r["k"]: r["v"] for r in reader.snapshot(frontier - 1).to_pylist()}
-            assert table == want, frontier
-        else:
-            assert table == {}
-        return frontier
+    check = run.checker(table_and_progress)
 
     run.run(check, after_kill=check)
     assert check() == run.t

@@ -17,12 +17,11 @@ reason printed -- except when ``CI`` is set: then they fail.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
 from tests.integration.standalone_cluster import StandaloneCluster
+from tests.unavailable import skip_or_fail
 
 
 @pytest.fixture(scope="session")
@@ -32,10 +31,6 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         cluster.start()
     except Exception as e:
-        reason = f"Spark standalone cluster cannot start: {e}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI must run the standalone tests)")
-        print(reason, file=sys.stderr)
-        pytest.skip(reason)
+        skip_or_fail(f"Spark standalone cluster cannot start: {e}", "standalone")
     yield cluster.url
     cluster.stop()

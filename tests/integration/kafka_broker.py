@@ -8,11 +8,10 @@ fixture from here, so the integration and fault tiers share one broker.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Iterator
 
 import pytest
+from tests.unavailable import skip_or_fail
 
 from timeshard.dev.kafka import KafkaBroker, KafkaUnavailable
 
@@ -22,11 +21,7 @@ def start_broker_or_skip(tmp_path_factory: pytest.TempPathFactory) -> KafkaBroke
     try:
         broker.start()
     except KafkaUnavailable as e:
-        reason = f"Kafka broker cannot start: {e}"
-        if os.environ.get("CI"):
-            pytest.fail(f"{reason} (CI must run the Kafka tests)")
-        print(reason, file=sys.stderr)
-        pytest.skip(reason)
+        skip_or_fail(f"Kafka broker cannot start: {e}", "Kafka")
     return broker
 
 
