@@ -12,6 +12,11 @@ if [ "${TIMESHARD_NEED_POSTGRES:-0}" = "1" ] && ! ls /usr/lib/postgresql/*/bin/p
     echo "bootstrap: installing PostgreSQL from Debian's packages" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
 fi
+if [ "${TIMESHARD_NEED_MARIADB:-0}" = "1" ] && ! command -v mariadbd >/dev/null 2>&1 \
+    && ! command -v mysqld >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
+    echo "bootstrap: installing MariaDB from Debian's packages (the MYSQL source's tests)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server
+fi
 if [ "${TIMESHARD_NEED_MAVEN:-0}" = "1" ] && ! command -v mvn >/dev/null 2>&1; then
     echo "bootstrap: installing Maven from Debian's packages (it fetches the Kafka broker's jars)" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven

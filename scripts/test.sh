@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Set up timeshard (first run only, PostgreSQL and Maven included) and run every test tier.
+# Set up timeshard (first run only, PostgreSQL, MariaDB and Maven included) and run every test tier.
 export TIMESHARD_NEED_POSTGRES=1
+export TIMESHARD_NEED_MARIADB=1
 export TIMESHARD_NEED_MAVEN=1
 source "$(dirname "$0")/bootstrap.sh"
 cd "$ROOT"
