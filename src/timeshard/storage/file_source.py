@@ -81,14 +81,12 @@ ingestion stalls); it is never silently skipped.
 
 Avro datums are decoded by spark-avro on the JVM, not in Python: the tasks
 only split lines and base64-decode them into a binary column (invalid base64
-is an err row right there), each datum followed by the 8 bytes
-:data:`DATUM_END`; then ``from_avro`` in ``PERMISSIVE`` mode decodes that
-column with the record followed by an 8-byte ``fixed`` field. In
-``PERMISSIVE`` mode a datum that fails to decode comes back as a struct of
-nulls, which a datum whose fields are all null also is; and a datum with
-bytes left over after the record decodes without complaint. The marker tells
-both apart: a row is good only if its marker reads back as :data:`DATUM_END`,
-otherwise it becomes an err row ``<file>@<offset>: AvroDecodeError: ...``.
+is an err row right there); then ``from_avro`` in ``PERMISSIVE`` mode decodes
+that column (:mod:`timeshard.storage.avro`, which the KAFKA source shares: it
+frames each datum with an end marker, so that a datum that fails to decode,
+or has bytes left over, is told apart from one whose fields are all null).
+A row whose datum does not decode becomes an err row
+``<file>@<offset>: AvroDecodeError: ...``.
 The session must have the spark-avro jar
 (:func:`timeshard.spark.session.spark_avro_package`); ``read`` raises
 InvalidUsage naming the package when it does not.
@@ -111,7 +109,6 @@ import io
 import json
 import math
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -119,24 +116,20 @@ from typing import Any, BinaryIO
 import pyarrow as pa
 
 from timeshard.errors import InvalidUsage
-from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.persist._internal.parts import ERR
+from timeshard.storage.avro import (
+    AVRO_DECODE_ERROR,
+    AVRO_TYPES,
+    avro_payload_schema,
+    datum_ok,
+    decode_datum,
+    record_columns,
+)
 from timeshard.storage.reclock import SourceFrontier
 
 FORMATS = ("json", "csv", "text", "bytes", "avro")
-AVRO_TYPES: dict[str, pa.DataType] = {
-    "boolean": pa.bool_(),
-    "int": pa.int32(),
-    "long": pa.int64(),
-    "float": pa.float32(),
-    "double": pa.float64(),
-    "string": pa.string(),
-    "bytes": pa.binary(),
-}
-_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_RESERVED = ("_partition", "_offset", TS, DIFF, ERR)
 _DATUM = "_datum"
 _VALUE = "_value"
-DATUM_END = b"\x00tsh-end"
 DEFAULT_MAX_LINE_BYTES = 64 << 20
 _READ_CHUNK = 1 << 20
 _BATCH_ROWS = 4096
@@ -147,9 +140,6 @@ _INT_RANGES = {
     for bits in (8, 16, 32, 64)
     for signed in (True, False)
 }
-AVRO_DECODE_ERROR = (
-    "the datum does not decode with the declared avro_schema (corrupt, truncated, or too long)"
-)
 
 
 class FileSource:
@@ -277,88 +267,19 @@ class FileSource:
         )
 
 
-def avro_payload_schema(avro_schema: str) -> pa.Schema:
-    """The Arrow columns of an Avro record schema given as JSON text (driver).
-
-    Every column is nullable (err rows have null data). Raises InvalidUsage
-    for text that is not a record schema, and for a field whose type is not
-    a primitive or a union of ``null`` and one primitive, naming the field.
-    """
-    try:
-        record = json.loads(avro_schema)
-    except (TypeError, json.JSONDecodeError) as e:
-        raise InvalidUsage(f"avro_schema is not JSON text: {e}: {avro_schema!r}") from None
-    if not isinstance(record, dict) or record.get("type") != "record":
-        raise InvalidUsage(f"avro_schema must be an Avro record schema, got {avro_schema!r}")
-    name, fields = record.get("name"), record.get("fields")
-    if not isinstance(name, str) or not name:
-        raise InvalidUsage(f"avro_schema: a record needs a name, got {name!r}")
-    if not isinstance(fields, list) or not fields:
-        raise InvalidUsage(f"avro_schema: record {name!r} needs a non-empty fields list")
-    columns: list[pa.Field] = []
-    for field in fields:
-        fname = field.get("name") if isinstance(field, dict) else None
-        if not isinstance(fname, str) or not _AVRO_NAME.fullmatch(fname):
-            raise InvalidUsage(f"avro_schema: {field!r} is not a field with an Avro name")
-        if fname in _RESERVED:
-            raise InvalidUsage(f"avro_schema: field name {fname!r} is reserved: {_RESERVED}")
-        if fname in [c.name for c in columns]:
-            raise InvalidUsage(f"avro_schema: field name {fname!r} is repeated")
-        columns.append(pa.field(fname, _avro_field_type(fname, field.get("type"))))
-    return pa.schema(columns)
-
-
-def _avro_field_type(name: str, avro_type: Any) -> pa.DataType:
-    branches = avro_type if isinstance(avro_type, list) else [avro_type]
-    values = [p for p in map(_avro_primitive, branches) if p != "null"]
-    if len(branches) <= 2 and len(values) == 1 and values[0] is not None:
-        return AVRO_TYPES[values[0]]
-    raise InvalidUsage(
-        f"avro_schema: field {name!r} has type {json.dumps(avro_type)}; supported are "
-        f"{sorted(AVRO_TYPES)} and unions of 'null' with one of them"
-    )
-
-
-def _avro_primitive(avro_type: Any) -> str | None:
-    """The primitive an Avro type names (``"long"`` or ``{"type": "long"}``), else None."""
-    if isinstance(avro_type, dict) and "logicalType" not in avro_type:
-        avro_type = avro_type.get("type")
-    if isinstance(avro_type, str) and (avro_type in AVRO_TYPES or avro_type == "null"):
-        return avro_type
-    return None
-
-
-def _framed_schema(avro_schema: str) -> str:
-    """The schema ``from_avro`` decodes a framed datum with: the record, then the end marker."""
-    end = {"type": "fixed", "name": "TimeshardDatumEnd", "size": len(DATUM_END)}
-    framed = {
-        "type": "record",
-        "name": "TimeshardFramedDatum",
-        "namespace": "timeshard.file_source",
-        "fields": [
-            {"name": "value", "type": json.loads(avro_schema)},
-            {"name": "end", "type": end},
-        ],
-    }
-    return json.dumps(framed)
-
-
 def _from_avro(lines: Any, avro_schema: str, payload: pa.Schema) -> Any:
     """Decode the framed ``_datum`` column of ``lines`` with spark-avro (a plan; runs in the JVM).
 
-    A row whose ``end`` is not :data:`DATUM_END` (all fields null: ``from_avro``
-    failed; another value: bytes were left over) becomes an err row at its
-    position, data columns null.
+    A row whose datum does not decode (:func:`~timeshard.storage.avro.datum_ok`)
+    becomes an err row at its position, data columns null.
     """
     from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
 
-    from timeshard.spark.session import arrow_to_spark_schema, requires_spark_avro
+    from timeshard.spark.session import requires_spark_avro
 
     with requires_spark_avro():  # the plan is analysed here, on the driver
-        value = from_avro(F.col(_DATUM), _framed_schema(avro_schema), {"mode": "PERMISSIVE"})
-        decoded = lines.withColumn(_VALUE, value)
-    ok = F.coalesce(F.col(_VALUE).getField("end") == F.lit(DATUM_END), F.lit(False))
+        decoded = lines.withColumn(_VALUE, decode_datum(F.col(_DATUM), avro_schema))
+    ok = datum_ok(F.col(_VALUE))
     message = F.concat(
         F.col("_partition"),
         F.lit("@"),
@@ -366,11 +287,7 @@ def _from_avro(lines: Any, avro_schema: str, payload: pa.Schema) -> Any:
         F.lit(f": AvroDecodeError: {AVRO_DECODE_ERROR}"),
     )
     err = F.when(F.col(ERR).isNull() & ~ok, message).otherwise(F.col(ERR))
-    record = F.col(_VALUE).getField("value")
-    columns = [
-        F.when(ok, record.getField(f.name)).cast(f.dataType).alias(f.name)
-        for f in arrow_to_spark_schema(payload)
-    ]
+    columns = record_columns(F.col(_VALUE), ok, payload)
     return decoded.select("_partition", "_offset", *columns, err.alias(ERR))
 
 
@@ -550,7 +467,7 @@ def decode_payload(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
             datum = base64.b64decode(raw.removesuffix(b"\r"), validate=True)
         except binascii.Error as e:
             raise ValueError(f"invalid base64: {e}") from None
-        return {_DATUM: datum + DATUM_END}
+        return {_DATUM: datum}
     text = raw.decode("utf-8")
     if fmt == "text":
         return {"text": text}
@@ -658,7 +575,6 @@ def _json_text(v: Any) -> str:
 __all__ = [
     "AVRO_DECODE_ERROR",
     "AVRO_TYPES",
-    "DATUM_END",
     "DEFAULT_MAX_LINE_BYTES",
     "FORMATS",
     "FileSource",

@@ -21,7 +21,30 @@ Formats, for the key and the value separately:
   FILE source decodes a JSON line: :func:`~timeshard.storage.file_source.decode_payload`);
 * ``text``: the bytes as UTF-8, one column ``key`` or ``value``;
 * ``bytes``: the raw bytes, one column ``key`` or ``value``;
+* ``avro``: an Avro binary datum, decoded by spark-avro on the JVM
+  (:mod:`timeshard.storage.avro`); the columns are the fields of the side's
+  declared Avro record schema (``key_avro_schema`` / ``value_avro_schema``,
+  the *reader* schema). Without a schema source, each record is a bare
+  datum written with that very schema. With ``schema_registry_url`` (or the
+  fixed map ``avro_schemas``), each record is in the Confluent wire format
+  (:mod:`timeshard.storage.schema_registry`): magic byte 0, the writer
+  schema's id, the datum; every record is decoded with its own writer schema,
+  resolved into the reader schema by Avro's rules, so records written with
+  several compatible versions of a schema land in the same columns;
 * the key may also be left out (``key_format=None``).
+
+Avro in the wire format, step by step. The driver first finds the distinct
+schema ids of the range (one small extra job, which reads the range's
+records and keeps five bytes of each; it runs only with a registry, and only
+for a non-empty range), fetches each id it has not seen from the registry
+(once per process: an id's schema never changes), then plans one job that
+decodes each record with the schema of its id. A record becomes an err row
+if its bytes are not in the wire format (fewer than five bytes, or a magic
+byte other than 0), if its id is unknown to the registry (HTTP 404) or
+absent from ``avro_schemas``, or if its datum does not decode with its
+writer schema into the reader schema. A registry that cannot be reached (or
+answers anything but the schema or 404) is a fault: ``read`` raises
+SourceUnavailable and nothing is written; the ingestion retries.
 
 ``metadata`` adds the record's ``partition``, ``offset``, ``timestamp`` and
 ``headers`` (a list of ``key``/``value`` structs) as columns of those names.
@@ -46,24 +69,38 @@ the source resumes from its remap shard, never from the group.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
-which a session loads only when asked to. Without it, ``read`` raises
-InvalidUsage naming that package.
+which a session loads only when asked to, and the ``avro`` format needs
+spark-avro too (:func:`~timeshard.spark.session.spark_avro_package`).
+Without them, ``read`` raises InvalidUsage naming the package.
+
+What runs where: the driver asks the broker for offsets, looks up schema ids
+and plans the read; Spark tasks fetch the records and decode them (JSON and
+text in Python, ``mapInArrow``; Avro with ``from_avro`` in the executors'
+JVMs, in the same job).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import ERR
+from timeshard.storage.avro import avro_payload_schema
 from timeshard.storage.reclock import SourceFrontier
+from timeshard.storage.schema_registry import (
+    HEADER_BYTES,
+    MAGIC,
+    SchemaFiles,
+    SchemaRegistry,
+    WriterSchemas,
+)
 
-FORMATS = ("json", "text", "bytes")
+FORMATS = ("json", "text", "bytes", "avro")
 METADATA: dict[str, pa.DataType] = {
     "partition": pa.int32(),
     "offset": pa.int64(),
@@ -92,6 +129,10 @@ class KafkaSource:
         metadata: Sequence[str] = (),
         group_id: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        value_avro_schema: str | None = None,
+        key_avro_schema: str | None = None,
+        schema_registry_url: str | None = None,
+        avro_schemas: Mapping[int, str] | None = None,
     ) -> None:
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
             raise InvalidUsage(
@@ -101,8 +142,8 @@ class KafkaSource:
             raise InvalidUsage(
                 f"topic must be 1-249 of [A-Za-z0-9._-] and not '.' or '..', got {topic!r}"
             )
-        key = _side("key", key_format, key_schema, optional=True)
-        value = _side("value", value_format, value_schema, optional=False)
+        key = _side("key", key_format, key_schema, key_avro_schema, optional=True)
+        value = _side("value", value_format, value_schema, value_avro_schema, optional=False)
         unknown = [m for m in metadata if m not in METADATA]
         if unknown or len(set(metadata)) != len(metadata):
             raise InvalidUsage(
@@ -120,6 +161,9 @@ class KafkaSource:
             raise InvalidUsage(f"KAFKA source {name!r}: columns {reserved} are reserved")
         if not isinstance(timeout_s, int | float) or timeout_s <= 0:
             raise InvalidUsage(f"timeout_s must be a positive number, got {timeout_s!r}")
+        writers = _writer_schemas(
+            "avro" in (key_format, value_format), schema_registry_url, avro_schemas, timeout_s
+        )
         self.name = name
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
@@ -131,6 +175,11 @@ class KafkaSource:
         self.group_id = group_id or f"timeshard-{name}"
         self.timeout_s = float(timeout_s)
         self.schema = pa.schema(fields)
+        self.key_avro_schema = key_avro_schema
+        self.value_avro_schema = value_avro_schema
+        self.schema_registry_url = schema_registry_url
+        self.avro_schemas = dict(avro_schemas) if avro_schemas is not None else None
+        self.writer_schemas: WriterSchemas | None = writers
         self._client: Any = None
 
     # -- the Source protocol ---------------------------------------------------------------
@@ -166,6 +215,28 @@ class KafkaSource:
             return spark.createDataFrame([], spark_schema)
         self._check_retained(ranges)
         records = self._kafka_df(spark, ranges)
+        if self._avro_sides():
+            return self._decode_avro(records)
+        return self._decode_in_python(records, self.key_schema, self.value_schema)
+
+    def _decode_in_python(self, records: Any, key: pa.Schema, value: pa.Schema) -> Any:
+        """``records`` decoded by the tasks, in Python, into ``key`` and ``value`` columns.
+
+        An ``avro`` side is not decoded here: its column is the raw bytes
+        (:func:`_raw_column`), for :meth:`_decode_avro`.
+        """
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        out = pa.schema(
+            [
+                pa.field("_partition", pa.string()),
+                pa.field("_offset", pa.int64()),
+                *key,
+                *value,
+                *(pa.field(m, METADATA[m]) for m in self.metadata),
+                pa.field(ERR, pa.string()),
+            ]
+        )
         columns = ["partition", "offset", "key", "value", "timestamp"]
         if "headers" in self.metadata:
             columns.append("headers")
@@ -174,13 +245,107 @@ class KafkaSource:
                 self.topic,
                 self.key_format,
                 self.value_format,
-                self.key_schema.serialize().to_pybytes(),
-                self.value_schema.serialize().to_pybytes(),
+                key.serialize().to_pybytes(),
+                value.serialize().to_pybytes(),
                 self.metadata,
-                out_schema.serialize().to_pybytes(),
+                out.serialize().to_pybytes(),
             ),
-            spark_schema,
+            arrow_to_spark_schema(out),
         )
+
+    def _avro_sides(self) -> list[tuple[str, pa.Schema, str]]:
+        """``(side, columns, reader schema)`` of each side in format ``avro``."""
+        sides = [
+            ("key", self.key_format, self.key_schema, self.key_avro_schema),
+            ("value", self.value_format, self.value_schema, self.value_avro_schema),
+        ]
+        return [(side, cols, text) for side, fmt, cols, text in sides if fmt == "avro" and text]
+
+    def _decode_avro(self, records: Any) -> Any:
+        """``records`` with their avro sides decoded by ``from_avro`` (a plan; module doc).
+
+        Other sides are decoded in Python first (or, if none needs it, the
+        raw columns are selected as they are). The first error of a record
+        wins; an err row has every data column null.
+        """
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.session import requires_spark_avro
+
+        avro = self._avro_sides()
+        raw = {side: pa.schema([pa.field(_raw_column(side), pa.binary())]) for side, _, _ in avro}
+        if {self.key_format, self.value_format} <= {"avro", None}:
+            staged = records.select(
+                F.col("partition").cast("string").alias("_partition"),
+                F.col("offset").alias("_offset"),
+                *(F.col(side).alias(_raw_column(side)) for side in raw),
+                *(F.col(m) for m in self.metadata),
+                F.lit(None).cast("string").alias(ERR),
+            )
+        else:
+            staged = self._decode_in_python(
+                records, raw.get("key", self.key_schema), raw.get("value", self.value_schema)
+            )
+        writers = self._writers(records)
+        where = F.concat(
+            F.lit(f"{self.topic}/"),
+            F.col("_partition"),
+            F.lit("@"),
+            F.col("_offset").cast("string"),
+        )
+        unknown_to = "" if self.writer_schemas is None else self.writer_schemas.describe()
+        errors, data = [F.col(ERR)], {}
+        with requires_spark_avro():  # the plan is analysed here, on the driver
+            for side, columns, reader in avro:
+                decoded = _AvroSide(side, F.col(_raw_column(side)), reader, writers, unknown_to)
+                staged = staged.withColumn(_decoded_column(side), decoded.struct)
+                errors.append(decoded.error(F.col(_decoded_column(side)), where))
+                data[side] = (F.col(_decoded_column(side)), decoded.ok, columns)
+            err = F.coalesce(*errors)
+            return self._select_decoded(staged, err, data)
+
+    def _select_decoded(self, staged: Any, err: Any, data: dict[str, Any]) -> Any:
+        from pyspark.sql import functions as F
+
+        from timeshard.storage.avro import record_columns
+
+        columns = []
+        for side, schema in (("key", self.key_schema), ("value", self.value_schema)):
+            if side in data:
+                struct, ok, cols = data[side]
+                columns += record_columns(struct, ok & err.isNull(), cols)
+            else:
+                columns += [F.when(err.isNull(), F.col(c)).alias(c) for c in schema.names]
+        return staged.select(
+            "_partition",
+            "_offset",
+            *columns,
+            *(F.col(m) for m in self.metadata),
+            err.alias(ERR),
+        )
+
+    def _writers(self, records: Any) -> dict[int, str | None] | None:
+        """The writer schema of every schema id of ``records`` (None: not the wire format).
+
+        A fixed map is the answer as it is; with a registry, one small job
+        finds the range's distinct ids, and each is looked up (driver).
+        Raises SourceUnavailable if the registry cannot be reached.
+        """
+        from pyspark.sql import functions as F
+
+        if self.writer_schemas is None:
+            return None
+        known = self.writer_schemas.known()
+        if known is not None:
+            return dict(known)
+        ids = [
+            _schema_id(F.col(side))
+            for side, fmt in (("key", self.key_format), ("value", self.value_format))
+            if fmt == "avro"
+        ]
+        found = records.select(F.explode(F.array(*ids)).alias("id")).where("id IS NOT NULL")
+        distinct = sorted(row["id"] for row in found.distinct().collect())
+        return {i: self.writer_schemas.schema(i) for i in distinct}
 
     def commit(self, frontier: SourceFrontier) -> None:
         """Commit ``frontier`` (the resumption frontier) to the consumer group, synchronously."""
@@ -315,15 +480,37 @@ class KafkaSource:
 
 
 def _side(
-    side: str, fmt: str | None, schema: pa.Schema | None, *, optional: bool
+    side: str,
+    fmt: str | None,
+    schema: pa.Schema | None,
+    avro_schema: str | None,
+    *,
+    optional: bool,
 ) -> list[pa.Field]:
-    """The columns the key or the value decodes to, after checking its format and schema."""
+    """The columns the key or the value decodes to, after checking its format and schemas."""
     if fmt is None and optional:
         if schema is not None:
             raise InvalidUsage(f"{side}_schema goes with a {side}_format, got {schema}")
+        if avro_schema is not None:
+            raise InvalidUsage(
+                f"{side}_avro_schema goes with {side}_format 'avro', got {avro_schema!r}"
+            )
         return []
     if fmt not in FORMATS:
         raise InvalidUsage(f"{side}_format must be one of {FORMATS}, got {fmt!r}")
+    if (fmt == "avro") != (avro_schema is not None):
+        raise InvalidUsage(
+            f"{side}_avro_schema goes with {side}_format 'avro' and only with it; got "
+            f"{side}_format {fmt!r} and {side}_avro_schema {avro_schema!r}"
+        )
+    if fmt == "avro":
+        if schema is not None:
+            raise InvalidUsage(
+                f"{side}_format 'avro' takes its columns from {side}_avro_schema; got "
+                f"{side}_schema {schema} too"
+            )
+        assert avro_schema is not None
+        return [pa.field(f.name, f.type) for f in avro_payload_schema(avro_schema)]
     if fmt == "json":
         if schema is None or len(schema) == 0:
             raise InvalidUsage(f"{side}_format 'json' needs a {side}_schema with columns")
@@ -333,14 +520,136 @@ def _side(
     return [pa.field(side, pa.string() if fmt == "text" else pa.binary())]
 
 
+def _writer_schemas(
+    avro: bool,
+    url: str | None,
+    schemas: Mapping[int, str] | None,
+    timeout_s: float,
+) -> WriterSchemas | None:
+    """Where wire-format records' writer schemas come from (None: bare Avro datums)."""
+    if url is not None and schemas is not None:
+        raise InvalidUsage(
+            f"give schema_registry_url or avro_schemas, not both: got {url!r} and ids "
+            f"{sorted(schemas)}"
+        )
+    if (url is not None or schemas is not None) and not avro:
+        raise InvalidUsage(
+            "schema_registry_url and avro_schemas go with key_format or value_format 'avro'; "
+            f"got {url!r}, {schemas!r}"
+        )
+    if url is not None:
+        return SchemaRegistry(url, timeout_s)
+    if schemas is not None:
+        return SchemaFiles(schemas)
+    return None
+
+
+def _raw_column(side: str) -> str:
+    return f"_avro_{side}"
+
+
+def _decoded_column(side: str) -> str:
+    return f"_avro_{side}_decoded"
+
+
+def _schema_id(raw: Any) -> Any:
+    """The schema id of wire-format bytes ``raw``, null if they are not in the wire format."""
+    from pyspark.sql import functions as F
+
+    framed = (F.length(raw) >= HEADER_BYTES) & (raw.substr(1, 1) == F.lit(MAGIC))
+    return F.when(framed, F.conv(F.hex(raw.substr(2, 4)), 16, 10).cast("long"))
+
+
+class _AvroSide:
+    """The decoding of one side's raw bytes (driver: Column expressions; module doc)."""
+
+    def __init__(
+        self,
+        side: str,
+        raw: Any,
+        reader: str,
+        writers: dict[int, str | None] | None,
+        unknown_to: str,
+    ) -> None:
+        from pyspark.sql import functions as F
+
+        from timeshard.storage.avro import decode_datum
+
+        self.side, self.raw, self.writers, self.unknown_to = side, raw, writers, unknown_to
+        if writers is None:
+            self.struct = decode_datum(raw, reader)
+            return
+        self.schema_id = _schema_id(raw)
+        datum = raw.substr(HEADER_BYTES + 1, (1 << 31) - 1)
+        found = {i: text for i, text in sorted(writers.items()) if text is not None}
+        struct = F.when(F.lit(False), decode_datum(datum, reader))
+        for i, text in found.items():
+            struct = struct.when(self.schema_id == F.lit(i), decode_datum(datum, text, reader))
+        self.struct = struct
+        self.found = found
+
+    @property
+    def ok(self) -> Any:
+        from pyspark.sql import functions as F
+
+        from timeshard.storage.avro import datum_ok
+
+        return datum_ok(F.col(_decoded_column(self.side)))
+
+    def error(self, decoded: Any, where: Any) -> Any:
+        """The err message of a record (null: none), ``<where>: AvroDecodeError: <side>: ...``."""
+        from pyspark.sql import functions as F
+
+        from timeshard.storage.avro import datum_ok
+
+        head = F.concat(where, F.lit(f": AvroDecodeError: {self.side}: "))
+        bad = self.raw.isNotNull() & ~datum_ok(decoded)
+        if self.writers is None:
+            return F.when(bad, F.concat(head, F.lit(_BARE_DATUM_ERROR)))
+        sid = self.schema_id.cast("string")
+        unknown = f" is unknown to {self.unknown_to}"
+        known = F.lit(False)
+        for i in self.found:
+            known = known | (self.schema_id == F.lit(i))
+        return (
+            F.when(self.raw.isNull(), F.lit(None))
+            .when(self.schema_id.isNull(), F.concat(head, F.lit(_NOT_WIRE_ERROR)))
+            .when(
+                ~known,
+                F.concat(head, F.lit("schema id "), sid, F.lit(unknown)),
+            )
+            .when(
+                bad,
+                F.concat(
+                    head,
+                    F.lit("the datum does not decode with writer schema id "),
+                    sid,
+                    F.lit(f" into the declared columns ({_DECODE_CAUSES})"),
+                ),
+            )
+        )
+
+
+_DECODE_CAUSES = "corrupt, truncated, too long, or a schema the reader schema cannot resolve"
+_BARE_DATUM_ERROR = f"the datum does not decode with the declared avro schema ({_DECODE_CAUSES})"
+_NOT_WIRE_ERROR = (
+    "not in the Confluent wire format (at least 5 bytes: magic byte 0, a 4-byte schema id)"
+)
+
+
 def decode_record(
     raw: bytes | None, fmt: str | None, side: str, schema: pa.Schema
 ) -> dict[str, Any]:
-    """The columns of a key or value (``raw`` None: all null). Raises if it does not decode."""
+    """The columns of a key or value (``raw`` None: all null). Raises if it does not decode.
+
+    An ``avro`` side is only passed on, as its raw bytes (decoded later, on the JVM).
+    """
     from timeshard.storage.file_source import decode_payload
 
     if fmt is None or raw is None:
         return dict.fromkeys(schema.names)
+    if fmt == "avro":
+        return {_raw_column(side): raw}
     if fmt == "json":
         return decode_payload(raw, "json", schema)
     if fmt == "text":

@@ -1,0 +1,180 @@
+"""Avro datums decoded by spark-avro on the JVM: a record schema's columns, and the plan.
+
+The FILE source (format ``avro``) and the KAFKA source (``key_format`` /
+``value_format`` ``avro``) share this module. Both hand it a binary column
+of Avro binary datums and get back the declared columns, or null where a
+datum does not decode.
+
+Schemas. A *reader* schema is Avro JSON text: a record whose fields are
+``boolean``, ``int``, ``long``, ``float``, ``double``, ``string`` or
+``bytes``, or a union of ``null`` and one of those. Its fields, in order, are
+the columns (:func:`avro_payload_schema`), all nullable. A datum is written
+with a *writer* schema, which may differ from the reader schema as far as
+Avro's schema resolution allows: a field the reader lacks is skipped, a
+reader field the writer lacks takes its ``default``, ``int`` widens to
+``long``, ``float`` and ``double`` and so on. A datum that does not resolve
+fails to decode like a corrupt one.
+
+Decoding. :func:`decode_datum` appends the 8 bytes :data:`DATUM_END` to
+each datum and plans ``from_avro`` in ``PERMISSIVE`` mode with the writer
+record followed by an 8-byte ``fixed`` field (:func:`framed_schema`), the
+reader schema framed alike passed as the ``avroSchema`` option when it
+differs. In ``PERMISSIVE`` mode a datum that fails to decode comes back as
+a struct of nulls, which a datum whose fields are all null also is; and a
+datum with bytes left over after the record decodes without complaint. The
+marker tells both apart: a datum decoded only if its marker reads back as
+:data:`DATUM_END` (:func:`datum_ok`).
+
+What runs where: the functions here build Column expressions on the driver
+(where a session without the spark-avro jar fails, before any job:
+:func:`~timeshard.spark.session.requires_spark_avro`); ``from_avro`` runs in
+the executors' JVMs, in the job that reads the bytes.
+
+Invariants:
+
+1. The columns of a reader schema are a pure function of its text.
+2. A datum decodes to its columns only if its marker reads back; otherwise
+   every column is null and the caller writes an err row.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage
+from timeshard.persist._internal.parts import DIFF, ERR, TS
+
+AVRO_TYPES: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "string": pa.string(),
+    "bytes": pa.binary(),
+}
+DATUM_END = b"\x00tsh-end"
+AVRO_DECODE_ERROR = (
+    "the datum does not decode with the declared avro_schema (corrupt, truncated, or too long)"
+)
+_AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_RESERVED = ("_partition", "_offset", TS, DIFF, ERR)
+
+
+def avro_payload_schema(avro_schema: str) -> pa.Schema:
+    """The Arrow columns of an Avro record schema given as JSON text (driver).
+
+    Every column is nullable (err rows have null data). Raises InvalidUsage
+    for text that is not a record schema, and for a field whose type is not
+    a primitive or a union of ``null`` and one primitive, naming the field.
+    """
+    try:
+        record = json.loads(avro_schema)
+    except (TypeError, json.JSONDecodeError) as e:
+        raise InvalidUsage(f"avro_schema is not JSON text: {e}: {avro_schema!r}") from None
+    if not isinstance(record, dict) or record.get("type") != "record":
+        raise InvalidUsage(f"avro_schema must be an Avro record schema, got {avro_schema!r}")
+    name, fields = record.get("name"), record.get("fields")
+    if not isinstance(name, str) or not name:
+        raise InvalidUsage(f"avro_schema: a record needs a name, got {name!r}")
+    if not isinstance(fields, list) or not fields:
+        raise InvalidUsage(f"avro_schema: record {name!r} needs a non-empty fields list")
+    columns: list[pa.Field] = []
+    for field in fields:
+        fname = field.get("name") if isinstance(field, dict) else None
+        if not isinstance(fname, str) or not _AVRO_NAME.fullmatch(fname):
+            raise InvalidUsage(f"avro_schema: {field!r} is not a field with an Avro name")
+        if fname in _RESERVED:
+            raise InvalidUsage(f"avro_schema: field name {fname!r} is reserved: {_RESERVED}")
+        if fname in [c.name for c in columns]:
+            raise InvalidUsage(f"avro_schema: field name {fname!r} is repeated")
+        columns.append(pa.field(fname, _avro_field_type(fname, field.get("type"))))
+    return pa.schema(columns)
+
+
+def _avro_field_type(name: str, avro_type: Any) -> pa.DataType:
+    branches = avro_type if isinstance(avro_type, list) else [avro_type]
+    values = [p for p in map(_avro_primitive, branches) if p != "null"]
+    if len(branches) <= 2 and len(values) == 1 and values[0] is not None:
+        return AVRO_TYPES[values[0]]
+    raise InvalidUsage(
+        f"avro_schema: field {name!r} has type {json.dumps(avro_type)}; supported are "
+        f"{sorted(AVRO_TYPES)} and unions of 'null' with one of them"
+    )
+
+
+def _avro_primitive(avro_type: Any) -> str | None:
+    """The primitive an Avro type names (``"long"`` or ``{"type": "long"}``), else None."""
+    if isinstance(avro_type, dict) and "logicalType" not in avro_type:
+        avro_type = avro_type.get("type")
+    if isinstance(avro_type, str) and (avro_type in AVRO_TYPES or avro_type == "null"):
+        return avro_type
+    return None
+
+
+def framed_schema(avro_schema: str) -> str:
+    """The schema ``from_avro`` decodes a framed datum with: the record, then the end marker."""
+    end = {"type": "fixed", "name": "TimeshardDatumEnd", "size": len(DATUM_END)}
+    framed = {
+        "type": "record",
+        "name": "TimeshardFramedDatum",
+        "namespace": "timeshard.avro",
+        "fields": [
+            {"name": "value", "type": json.loads(avro_schema)},
+            {"name": "end", "type": end},
+        ],
+    }
+    return json.dumps(framed)
+
+
+def decode_datum(datum: Any, writer: str, reader: str | None = None) -> Any:
+    """A struct Column ``{value, end}``: ``datum`` (binary) decoded by ``from_avro`` (a plan).
+
+    ``writer`` is the schema the datum was written with, ``reader`` the one
+    whose fields are the columns (None: the writer's). Call inside
+    :func:`~timeshard.spark.session.requires_spark_avro`.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro
+
+    options = {"mode": "PERMISSIVE"}
+    if reader is not None and reader != writer:
+        options["avroSchema"] = framed_schema(reader)
+    framed = F.concat(datum, F.lit(DATUM_END))
+    return from_avro(framed, framed_schema(writer), options)
+
+
+def datum_ok(decoded: Any) -> Any:
+    """True where :func:`decode_datum` decoded the whole datum, else False (never null)."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(decoded.getField("end") == F.lit(DATUM_END), F.lit(False))
+
+
+def record_columns(decoded: Any, keep: Any, columns: pa.Schema) -> list[Any]:
+    """The ``columns`` of a decoded struct where ``keep`` holds, else null, typed as declared."""
+    from pyspark.sql import functions as F
+
+    from timeshard.spark.session import arrow_to_spark_schema
+
+    record = decoded.getField("value")
+    return [
+        F.when(keep, record.getField(f.name)).cast(f.dataType).alias(f.name)
+        for f in arrow_to_spark_schema(columns)
+    ]
+
+
+__all__ = [
+    "AVRO_DECODE_ERROR",
+    "AVRO_TYPES",
+    "DATUM_END",
+    "avro_payload_schema",
+    "datum_ok",
+    "decode_datum",
+    "framed_schema",
+    "record_columns",
+]

@@ -1,0 +1,140 @@
+"""Writer schemas of the Confluent wire format, by schema id: a schema registry, or files.
+
+The Confluent wire format frames an Avro binary datum with five bytes: byte
+0 is the magic byte ``0``, bytes 1-4 the id of the writer schema (a
+big-endian int32), and the datum follows. The id names a schema in a schema
+registry; ``GET {url}/schemas/ids/{id}`` answers ``{"schema": "<Avro JSON
+text>"}``. A registry never changes the schema of an id, so a schema once
+fetched is kept for the life of the process.
+
+Two implementations of :class:`WriterSchemas`:
+
+* :class:`SchemaRegistry`: a registry's REST API at a URL (through
+  confluent-kafka's ``SchemaRegistryClient``). An id the registry does not
+  know (HTTP 404) is a *data* error of the record that names it: the record
+  becomes an err row. Anything else (the registry unreachable, a timeout,
+  an HTTP 5xx, refused credentials) is a *fault*: ``SourceUnavailable``, the
+  ingestion stalls and retries, and nothing is written.
+* :class:`SchemaFiles`: a fixed map of ids to schema texts (a declaration's
+  ``schemas = { 1 = "v1.avsc", ... }``), for producers that write the wire
+  format without a registry this process can reach. An id outside the map is
+  a data error, like a registry's 404.
+
+Both run on the driver only: the KAFKA source looks the ids of a tick up
+before it plans the decoding, and ships the texts in the plan.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from timeshard.errors import InvalidUsage, SourceUnavailable
+
+MAGIC = b"\x00"
+HEADER_BYTES = 5
+DEFAULT_TIMEOUT_S = 10.0
+
+
+class WriterSchemas(Protocol):
+    """Where the writer schema of a schema id comes from (driver)."""
+
+    def schema(self, schema_id: int) -> str | None:
+        """The Avro JSON text of ``schema_id``, None if it has none (a data error).
+
+        Raises SourceUnavailable if it cannot tell (a fault).
+        """
+        ...
+
+    def known(self) -> Mapping[int, str] | None:
+        """Every id and its schema if the set is fixed in advance, else None."""
+        ...
+
+    def describe(self) -> str:
+        """Where the schemas come from, for an err row's message."""
+        ...
+
+
+class SchemaRegistry:
+    """A Confluent-compatible schema registry's REST API at ``url`` (module doc)."""
+
+    def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise InvalidUsage(f"schema_registry_url must be an http(s) URL, got {url!r}")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._schemas: dict[int, str] = {}
+        self._client: Any = None
+
+    def schema(self, schema_id: int) -> str | None:
+        found = self._schemas.get(schema_id)
+        if found is not None:
+            return found
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            text: str = self._registry().get_schema(schema_id).schema_str
+        except SchemaRegistryError as e:
+            if e.http_status_code == 404:
+                return None
+            raise self._unavailable(schema_id, e) from None
+        except Exception as e:  # the HTTP client's transport errors: a fault
+            raise self._unavailable(schema_id, e) from None
+        self._schemas[schema_id] = text
+        return text
+
+    def known(self) -> None:
+        return None
+
+    def describe(self) -> str:
+        return f"the schema registry at {self.url}"
+
+    def _registry(self) -> Any:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        if self._client is None:
+            self._client = SchemaRegistryClient(
+                {"url": self.url, "timeout": max(1, round(self.timeout_s)), "max.retries": 1}
+            )
+        return self._client
+
+    def _unavailable(self, schema_id: int, e: Exception) -> SourceUnavailable:
+        return SourceUnavailable(
+            f"schema registry at {self.url}: schema id {schema_id} could not be fetched: "
+            f"{type(e).__name__}: {str(e)[:300]}"
+        )
+
+
+class SchemaFiles:
+    """A fixed map of schema ids to writer schemas (module doc)."""
+
+    def __init__(self, schemas: Mapping[int, str]) -> None:
+        bad = [
+            i
+            for i in schemas
+            if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < 1 << 31
+        ]
+        if bad or not schemas:
+            raise InvalidUsage(
+                f"schemas must map schema ids (0 <= id < 2**31) to Avro schemas, got ids "
+                f"{list(schemas)}"
+            )
+        for i, text in schemas.items():
+            try:
+                json.loads(text)
+            except (TypeError, json.JSONDecodeError) as e:
+                raise InvalidUsage(f"schemas: schema id {i} is not JSON text: {e}") from None
+        self._schemas = dict(schemas)
+
+    def schema(self, schema_id: int) -> str | None:
+        return self._schemas.get(schema_id)
+
+    def known(self) -> Mapping[int, str]:
+        return self._schemas
+
+    def describe(self) -> str:
+        return f"the declared schemas (ids {sorted(self._schemas)})"
+
+
+__all__ = ["HEADER_BYTES", "MAGIC", "SchemaFiles", "SchemaRegistry", "WriterSchemas"]

@@ -1,0 +1,209 @@
+"""The KAFKA source's Avro options (no broker, no Spark): a bad one raises InvalidUsage naming it.
+
+Also the declaration file: ``value_schema_file`` / ``key_schema_file``,
+``schema_registry_url`` and ``schemas`` parsed into a KafkaSource, and the
+spark-avro package asked for when a kafka source uses Avro.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from timeshard.cli.spec import build_source, load_spec, spark_packages
+from timeshard.errors import InvalidUsage
+from timeshard.spark.session import spark_avro_package, spark_kafka_package
+from timeshard.storage.kafka_source import KafkaSource
+from timeshard.storage.schema_registry import SchemaFiles, SchemaRegistry
+
+ORDER = json.dumps(
+    {
+        "type": "record",
+        "name": "Order",
+        "fields": [{"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"]}],
+    }
+)
+KEY = json.dumps({"type": "record", "name": "K", "fields": [{"name": "k", "type": "string"}]})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"value_format": "avro"}, "value_avro_schema goes with value_format 'avro'"),
+        ({"value_avro_schema": ORDER}, "value_avro_schema goes with value_format 'avro'"),
+        (
+            {"value_format": "avro", "value_avro_schema": ORDER, "value_schema": pa.schema([])},
+            "takes its columns from value_avro_schema",
+        ),
+        ({"key_avro_schema": KEY}, "key_avro_schema goes with key_format 'avro'"),
+        ({"value_format": "avro", "value_avro_schema": '"long"'}, "must be an Avro record"),
+        (
+            {"value_format": "avro", "value_avro_schema": ORDER.replace("note", "_offset")},
+            "reserved",
+        ),
+        (
+            {
+                "value_format": "avro",
+                "value_avro_schema": ORDER,
+                "schema_registry_url": "http://127.0.0.1:8081",
+                "avro_schemas": {1: ORDER},
+            },
+            "schema_registry_url or avro_schemas, not both",
+        ),
+        (
+            {"value_format": "text", "schema_registry_url": "http://127.0.0.1:8081"},
+            "go with key_format or value_format 'avro'",
+        ),
+        (
+            {"value_format": "avro", "value_avro_schema": ORDER, "schema_registry_url": "r:1"},
+            "must be an http",
+        ),
+        (
+            {"value_format": "avro", "value_avro_schema": ORDER, "avro_schemas": {-1: ORDER}},
+            "schema ids",
+        ),
+        (
+            {"value_format": "avro", "value_avro_schema": ORDER, "avro_schemas": {1: "{x"}},
+            "schema id 1 is not JSON",
+        ),
+        (
+            {
+                "key_format": "avro",
+                "key_avro_schema": ORDER,
+                "value_format": "avro",
+                "value_avro_schema": ORDER,
+            },
+            "repeat",
+        ),
+    ],
+)
+def test_bad_avro_arguments_name_the_value(kwargs: dict[str, Any], match: str) -> None:
+    args: dict[str, Any] = {"bootstrap_servers": "127.0.0.1:9", "topic": "t", **kwargs}
+    with pytest.raises(InvalidUsage, match=match):
+        KafkaSource("bad", **args)
+
+
+def test_avro_columns_and_writer_schemas() -> None:
+    source = KafkaSource(
+        "k",
+        "127.0.0.1:9",
+        "t",
+        key_format="avro",
+        key_avro_schema=KEY,
+        value_format="avro",
+        value_avro_schema=ORDER,
+        metadata=["offset"],
+    )
+    assert source.key_columns == ["k"]
+    assert source.payload_schema() == pa.schema(
+        [("k", pa.string()), ("id", pa.int64()), ("note", pa.string()), ("offset", pa.int64())]
+    )
+    assert source.writer_schemas is None  # bare datums
+    wired = KafkaSource(
+        "w", "127.0.0.1:9", "t", value_format="avro", value_avro_schema=ORDER, avro_schemas={3: KEY}
+    )
+    assert isinstance(wired.writer_schemas, SchemaFiles)
+    assert wired.writer_schemas.schema(3) == KEY and wired.writer_schemas.schema(4) is None
+    registry = KafkaSource(
+        "r",
+        "127.0.0.1:9",
+        "t",
+        value_format="avro",
+        value_avro_schema=ORDER,
+        schema_registry_url="http://127.0.0.1:8081/",
+    )
+    assert isinstance(registry.writer_schemas, SchemaRegistry)
+    assert registry.writer_schemas.url == "http://127.0.0.1:8081"
+
+
+def _spec(tmp_path: Path, options: str, extra: str = "") -> Path:
+    f = tmp_path / "run.toml"
+    f.write_text(
+        f'[[source]]\nname = "orders"\nkind = "kafka"\n{extra}'
+        f'options = {{ bootstrap_servers = "127.0.0.1:9", topic = "orders", {options} }}\n'
+    )
+    return f
+
+
+def test_a_declared_avro_kafka_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "order.avsc").write_text(ORDER)
+    (tmp_path / "key.avsc").write_text(KEY)
+    (tmp_path / "v1.avsc").write_text(ORDER)
+    spec = load_spec(
+        _spec(
+            tmp_path,
+            'key_format = "avro", key_schema_file = "key.avsc", value_format = "avro", '
+            'value_schema_file = "order.avsc", schemas = { 1 = "v1.avsc", 7 = "key.avsc" }',
+            'envelope = "upsert"\nkey_columns = ["k"]\n',
+        )
+    )
+    assert spark_packages(spec) == [spark_avro_package(), spark_kafka_package()]
+    source = build_source(spec.source[0])
+    assert isinstance(source, KafkaSource)
+    assert source.key_columns == ["k"] and source.value_schema.names == ["id", "note"]
+    assert source.value_avro_schema == ORDER and source.key_avro_schema == KEY
+    assert source.avro_schemas == {1: ORDER, 7: KEY}
+    registry = load_spec(
+        _spec(
+            tmp_path,
+            'value_format = "avro", value_schema_file = "order.avsc", '
+            'schema_registry_url = "http://127.0.0.1:8081"',
+        )
+    )
+    built = build_source(registry.source[0])
+    assert isinstance(built.writer_schemas, SchemaRegistry)
+    json_only = load_spec(_spec(tmp_path, 'value_format = "text"'))
+    assert spark_packages(json_only) == [spark_kafka_package()]
+
+
+@pytest.mark.parametrize(
+    ("options", "extra", "match"),
+    [
+        ('value_format = "avro"', "", "value_avro_schema goes with value_format 'avro'"),
+        (
+            'value_format = "avro", value_schema_file = "missing.avsc"',
+            "",
+            "value_schema_file 'missing.avsc' cannot be read",
+        ),
+        ('value_format = "avro", value_schema_file = 3', "", "must be a file path"),
+        (
+            'value_format = "avro", value_schema_file = "order.avsc", '
+            'schema_registry_url = "http://127.0.0.1:8081", schemas = { 1 = "order.avsc" }',
+            "",
+            "not both",
+        ),
+        (
+            'value_format = "avro", value_schema_file = "order.avsc", schemas = { a = "x" }',
+            "",
+            "schemas keys must be schema ids",
+        ),
+        (
+            'value_format = "avro", value_schema_file = "order.avsc", schemas = { 1 = "no" }',
+            "",
+            "schemas.1 'no' cannot be read",
+        ),
+        (
+            'value_format = "avro", value_schema_file = "order.avsc"',
+            'columns = { id = "int64" }\n',
+            "takes its columns from value_avro_schema",
+        ),
+        (
+            'value_format = "json", value_schema_file = "order.avsc"',
+            'columns = { id = "int64" }\n',
+            "value_avro_schema goes with value_format 'avro'",
+        ),
+    ],
+)
+def test_bad_declared_avro_options(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, options: str, extra: str, match: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "order.avsc").write_text(ORDER)
+    spec = load_spec(_spec(tmp_path, options, extra))
+    with pytest.raises(InvalidUsage, match=match):
+        build_source(spec.source[0])
