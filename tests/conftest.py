@@ -35,6 +35,7 @@ from tests.unavailable import skip_or_fail
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from timeshard.dev.mariadb import MariaDBServer
     from timeshard.dev.seaweedfs import SeaweedS3
 
 
@@ -108,3 +109,22 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
         else:
             os.environ[key] = value
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MariaDBServer]:
+    """A MariaDB server (Debian's ``mariadb-server``) on loopback, GTID binlog in ROW format.
+
+    Tests that use it carry ``@pytest.mark.mysql``. If it cannot start they
+    are skipped with the reason printed, except in CI, where they fail.
+    """
+    from timeshard.dev.mariadb import MariaDBServer
+
+    server = MariaDBServer(tmp_path_factory.mktemp("mariadb"))
+    try:
+        server.start()
+    except Exception as e:
+        server.cleanup()
+        skip_or_fail(f"MariaDB cannot start: {e}", "MySQL")
+    yield server
+    server.cleanup()

@@ -11,7 +11,7 @@
 
     [[source]]
     name = "kv"
-    kind = "key_value"         # key_value | counter | auction | tpch | file | kafka | postgres
+    kind = "key_value"     # key_value | counter | auction | tpch | file | kafka | postgres | mysql
     envelope = "upsert"              # none | upsert (upsert needs key_columns)
     key_columns = ["key"]
     options = { keys = 1000, rate = 200 }
@@ -57,6 +57,12 @@
     options = { dsn = "postgresql://repl@db/shop", publication = "shop_pub",
                 tables = ["orders", "sales.items"] }   # optional; slot = "..." too
                                      # writes shop.orders, shop.sales.items (with _diff)
+
+    [[source]]
+    name = "legacy"
+    kind = "mysql"                   # a MariaDB database's tables, by its GTID binlog
+    options = { url = "mysql://repl:secret@db:3306/legacy", tables = ["users"] }
+                                     # tables optional; writes legacy.users (with _diff)
 
     [[view]]
     name = "keys_per_prefix"
@@ -195,7 +201,7 @@ class SparkSpec(_Strict):
 
 class SourceSpec(_Retains):
     name: str
-    kind: Literal["key_value", "counter", "auction", "tpch", "file", "kafka", "postgres"]
+    kind: Literal["key_value", "counter", "auction", "tpch", "file", "kafka", "postgres", "mysql"]
     envelope: Literal["none", "upsert"] = "none"
     key_columns: list[str] = Field(default_factory=list)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -339,15 +345,19 @@ def build_source(spec: SourceSpec) -> Any:
             return AuctionGenerator(name=spec.name, **opts)
         if spec.kind == "tpch":  # options: scale_factor, tick_orders, seed
             return TpchGenerator(name=spec.name, **opts)
+        if spec.kind in ("postgres", "mysql") and (spec.columns or spec.envelope != "none"):
+            raise InvalidUsage(
+                f"source {spec.name!r}: a {spec.kind} source takes its tables' columns and "
+                "the changes' own diffs: declare no columns and no envelope"
+            )
         if spec.kind == "postgres":  # options: dsn, publication, slot, tables
             from timeshard.storage.postgres_source import PostgresSource
 
-            if spec.columns or spec.envelope != "none":
-                raise InvalidUsage(
-                    f"source {spec.name!r}: a postgres source takes its tables' columns and "
-                    "the changes' own diffs: declare no columns and no envelope"
-                )
             return PostgresSource(spec.name, opts.pop("dsn"), opts.pop("publication"), **opts)
+        if spec.kind == "mysql":  # options: url, tables, connect_timeout_s
+            from timeshard.storage.mysql_source import MySqlSource
+
+            return MySqlSource(spec.name, opts.pop("url"), **opts)
         unknown = [t for t in spec.columns.values() if t not in TYPES]
         if unknown:
             raise InvalidUsage(

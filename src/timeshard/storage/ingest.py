@@ -313,7 +313,7 @@ class Ingestion:
             return StepReport(out_upper, bound, 0)
         end = self.remap.frontier_at(bound.time - 1)
         # No offset in the range (an idle source): every output only moves its upper.
-        data = self.source.read(self.spark, start, end) if start != end else {}
+        data = self._read(start, end) if start != end else {}
         frames = data if isinstance(data, dict) else {"": data}
         appended = 0
         for sub, export in self.exports.items():
@@ -334,6 +334,16 @@ class Ingestion:
             hold.want(upper().time or 0)
         self.holds.step()
         return StepReport(out_upper, bound, appended)
+
+    def _read(self, start: SourceFrontier, end: SourceFrontier) -> Any:
+        """The source's records in ``[start, end)``.
+
+        A source that snapshots at its first binding (``reads_from_origin``,
+        the MySQL source) is also told that binding, the ``origin``.
+        """
+        if getattr(self.source, "reads_from_origin", False):
+            return self.source.read(self.spark, start, end, origin=self.remap.origin())  # type: ignore[call-arg]
+        return self.source.read(self.spark, start, end)
 
     def _reclock(self, records: Any, start: SourceFrontier) -> Any:
         return reclock_df(self.spark, records, self.remap.bindings(), start=start)

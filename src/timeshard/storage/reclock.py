@@ -146,6 +146,14 @@ class Remap:
         """Every binding ``(t, frontier)`` in time order (one per minted time)."""
         return list(zip(self._times, (dict(f) for f in self._frontiers), strict=True))
 
+    def origin(self) -> SourceFrontier:
+        """The first non-empty binding still held (empty if none was minted).
+
+        While no output holds anything the remap's since stays at 0, so this
+        is the first binding ever minted: every instance agrees on it.
+        """
+        return dict(next((f for f in self._frontiers if f), {}))
+
     def frontier_at(self, t: Timestamp) -> SourceFrontier:
         """The source frontier bound at ``t`` (empty before the first binding)."""
         i = bisect.bisect_right(self._times, t)

@@ -1,0 +1,690 @@
+"""MYSQL sources: the tables of a MariaDB database, by its row-based GTID binlog.
+
+Each table of the database (or of the ``tables`` named) is a subsource with
+its own output shard ``<source>.<table>``. Its columns are the table's,
+typed as :mod:`timeshard.storage.mysql_types` says, plus ``_diff``: an
+insert is the new row at +1, a delete the old row at -1, an update both. The
+server must log whole rows with their column names (``binlog_format=ROW``,
+``binlog_row_image=FULL``, ``binlog_row_metadata=FULL``) and keep sequence
+numbers in order per domain (``gtid_strict_mode=ON``); the constructor
+refuses a server that does not, naming the setting.
+
+FromTime is the GTID position. Each replication domain is a partition (its
+id as a string) and a transaction's offset is its GTID's sequence number,
+so all changes of a transaction share one offset and reclock to one time.
+``upper()`` is ``@@gtid_binlog_pos`` (``{domain: seq + 1}``) joined with
+``{"0": 1}``, so that a source frontier is never empty: a domain that
+appears later starts at 0, as a new Kafka partition does.
+
+The snapshot. Its point ``C`` is the *origin*: the first binding of the
+source's remap shard, which the ingestion passes to :meth:`MySqlSource.read`
+(``reads_from_origin``); it is durable and the same for every instance and
+every retry. The tables' contents at ``C`` are the records at partition
+``"0"``, offset ``C["0"] - 1``, which the first binding covers and no
+earlier one does. A read from the empty frontier takes them, in one Spark
+task: it opens ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, whose binlog
+position (``binlog_snapshot_file``/``_position``, mapped to GTIDs with
+``BINLOG_GTID_POS``) is the snapshot's GTID position ``S >= C``, reads every
+table in that transaction, then streams the binlog from ``C`` and emits, at
+the snapshot's offset, the inverse of every transaction below ``S``
+(*rewinds*). Snapshot plus rewinds is the state at ``C`` whatever ``S`` was,
+so a retried first read yields the same updates. Afterwards the resumption
+frontier is past ``C`` and no snapshot is taken again.
+
+The stream. One Spark task reads the binlog (``mysql-replication``,
+``is_mariadb``) from the newest binlog file that starts at or below the
+read's start in every domain (``BINLOG_GTID_POS(file, 4)``) up to the
+binlog's end as it was when the task began, and emits the transactions
+whose sequence number is in ``[start[d], end[d])`` for their domain ``d``.
+Each task registers with a random server id, so instances never displace
+each other's dump threads.
+
+Binlog retention plays the role of a slot: nothing upstream records the
+source's progress, so :meth:`MySqlSource.commit` and
+:meth:`MySqlSource.drop` do nothing (the source creates nothing on the
+server). If the binlog the resumption frontier needs was purged, the read
+raises :class:`~timeshard.errors.SourceUnavailable` as definite: nothing is
+skipped.
+
+Errors. A value the stored type cannot hold (a zero date) makes its row an
+err row, for that table only. An incompatible change of a table upstream (a
+dropped or retyped column, seen in a row event's table map) and a
+``TRUNCATE`` are definite errors of that subsource: each transaction
+touching it from then on is an err row naming the change, while the other
+tables go on. Faults are not data: an unreachable server raises
+``SourceUnavailable``.
+
+Runs on the driver: the constructor, ``upper`` and ``read``'s planning;
+in Spark tasks: :class:`ReadTask` (snapshot and stream) and
+:class:`DecodeTask` (text forms to typed columns).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage, SourceUnavailable
+from timeshard.persist._internal.parts import DIFF, ERR
+from timeshard.storage.mysql_types import (
+    Column,
+    Undecodable,
+    binlog_text,
+    column_from_schema,
+    covers,
+    decode_text,
+    gtid_frontier,
+    incompatibility,
+    snapshot_text,
+)
+from timeshard.storage.reclock import SourceFrontier, join_frontiers
+
+#: The partition of the snapshot's records (every frontier has it, at least at 1).
+SNAPSHOT_PARTITION = "0"
+_IDENT = re.compile(r"[^\x00`]{1,64}")
+#: The rows a read task emits: table, partition, offset, diff, error, text values.
+RAW_SCHEMA = pa.schema(
+    [
+        ("_sub", pa.int32()),
+        ("_partition", pa.string()),
+        ("_offset", pa.int64()),
+        (DIFF, pa.int64()),
+        (ERR, pa.string()),
+        ("_values", pa.list_(pa.string())),
+    ]
+)
+RawRow = tuple[int, str, int, int, str | None, list[str | None] | None]
+BATCH_ROWS = 10_000
+#: Settings every session of the source uses (timestamps print in UTC).
+SESSION_INIT = "SET time_zone = '+00:00'"
+#: What the server must be configured with, and the value.
+REQUIRED_SETTINGS = {
+    "binlog_format": "ROW",
+    "binlog_row_image": "FULL",
+    "binlog_row_metadata": "FULL",
+    "gtid_strict_mode": "1",
+    "log_bin": "1",
+}
+
+
+def quote(identifier: str) -> str:
+    """A table or column name in backticks (names holding a backtick or NUL are refused)."""
+    if not _IDENT.fullmatch(identifier):
+        raise InvalidUsage(f"not a MySQL identifier this source reads: {identifier!r}")
+    return f"`{identifier}`"
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where the server is: plain values a Spark task can connect with."""
+
+    host: str
+    port: int
+    user: str
+    password: str
+    database: str
+    connect_timeout_s: int = 10
+
+    @classmethod
+    def from_url(cls, url: str, connect_timeout_s: int = 10) -> Server:
+        """``mysql://user:password@host:port/database``."""
+        parts = urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
+            raise InvalidUsage(f"url must be mysql://user:password@host:port/database, got {url!r}")
+        database = unquote(parts.path.lstrip("/"))
+        if not database:
+            raise InvalidUsage(f"url {url!r} names no database")
+        quote(database)
+        return cls(
+            parts.hostname,
+            parts.port or 3306,
+            unquote(parts.username or "root"),
+            unquote(parts.password or ""),
+            database,
+            connect_timeout_s,
+        )
+
+    def connect(self, *, text_only: bool = False) -> Any:
+        """A pymysql connection (autocommit, UTC); unreachable: ``SourceUnavailable``."""
+        import pymysql
+        from pymysql.converters import conversions
+
+        # Text only: the encoders (Python types) stay, the decoders (field type codes) go.
+        encoders_only = {k: v for k, v in conversions.items() if not isinstance(k, int)}
+        try:
+            return pymysql.connect(
+                host=self.host,
+                port=self.port,
+                user=self.user,
+                password=self.password,
+                database=self.database,
+                autocommit=True,
+                charset="utf8mb4",
+                connect_timeout=self.connect_timeout_s,
+                init_command=SESSION_INIT,
+                **({"conv": encoders_only} if text_only else {}),
+            )
+        except pymysql.err.OperationalError as e:
+            raise SourceUnavailable(
+                f"MySQL server {self.host}:{self.port} is unreachable: {e}"
+            ) from None
+
+    def stream_settings(self) -> dict[str, Any]:
+        return {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "passwd": self.password,
+            "connect_timeout": self.connect_timeout_s,
+        }
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of the database: its name (the subsource's) and its columns."""
+
+    name: str
+    columns: tuple[Column, ...]
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.arrow_type()) for c in self.columns])
+
+
+def frame_schema(table: Table) -> pa.Schema:
+    """The records of one table as ``read`` returns them."""
+    return pa.schema(
+        [
+            pa.field("_partition", pa.string()),
+            pa.field("_offset", pa.int64()),
+            *table.arrow_schema(),
+            pa.field(DIFF, pa.int64()),
+            pa.field(ERR, pa.string()),
+        ]
+    )
+
+
+class MySqlSource:
+    """The tables of a MariaDB database, by its GTID binlog (module doc)."""
+
+    #: The ingestion passes the first binding as ``origin`` (the snapshot's point).
+    reads_from_origin = True
+
+    def __init__(
+        self,
+        name: str,
+        url: str,
+        *,
+        tables: Sequence[str] | None = None,
+        connect_timeout_s: int = 10,
+    ) -> None:
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.=-]{1,100}", name):
+            raise InvalidUsage(f"MYSQL source name must be 1-100 of [A-Za-z0-9_.=-], got {name!r}")
+        self.name = name
+        self.server = Server.from_url(url, connect_timeout_s)
+        with contextlib.closing(self.server.connect()) as conn:
+            self._check_settings(conn)
+            self.tables = self._tables(conn, tables)
+
+    # -- the Source protocol ---------------------------------------------------------------
+
+    def outputs(self) -> dict[str, pa.Schema]:
+        return {
+            t.name: pa.schema([*t.arrow_schema(), pa.field(DIFF, pa.int64())]) for t in self.tables
+        }
+
+    def payload_schema(self) -> pa.Schema:
+        raise InvalidUsage(f"MYSQL source {self.name!r} has subsources: use outputs()")
+
+    def tick(self) -> None:
+        return None
+
+    def upper(self) -> SourceFrontier:
+        with contextlib.closing(self.server.connect()) as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            (position,) = cur.fetchone()
+        return join_frontiers({SNAPSHOT_PARTITION: 1}, gtid_frontier(position or ""))
+
+    def read(
+        self,
+        spark: Any,
+        start: SourceFrontier,
+        end: SourceFrontier,
+        origin: SourceFrontier | None = None,
+    ) -> dict[str, Any]:
+        """One DataFrame per table, of the changes with offsets in ``[start, end)``.
+
+        A read from the empty frontier starts at ``origin`` (the first
+        binding) and includes the snapshot. Runs one Spark job (the read
+        task, checkpointed) before it returns.
+        """
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        snapshot = not any(start.values())
+        lo = dict(start)
+        if snapshot:
+            if not origin or origin.get(SNAPSHOT_PARTITION, 0) < 1:
+                raise InvalidUsage(
+                    f"MYSQL source {self.name!r}: a read from the start needs the origin "
+                    f"(the first binding, with partition {SNAPSHOT_PARTITION!r}), got {origin!r}"
+                )
+            lo = dict(origin)
+        with contextlib.closing(self.server.connect(text_only=True)) as conn, conn.cursor() as cur:
+            first = first_file(cur, lo)  # on the driver: a purged binlog is a definite fault
+        plan = ReadPlan(
+            self.server, tuple(self.tables), lo=lo, hi=dict(end), first=first, snapshot=snapshot
+        )
+        raw = (
+            spark.range(0, 1, 1, 1)
+            .mapInArrow(ReadTask(plan), arrow_to_spark_schema(RAW_SCHEMA))
+            .localCheckpoint(eager=True)
+        )
+        frames = {}
+        for i, table in enumerate(self.tables):
+            out = frame_schema(table)
+            frames[table.name] = raw.where(F.col("_sub") == i).mapInArrow(
+                DecodeTask(table, out.serialize().to_pybytes()), arrow_to_spark_schema(out)
+            )
+        return frames
+
+    def commit(self, frontier: SourceFrontier) -> None:
+        """Nothing: the server keeps no progress for the source (binlog retention is the DBA's)."""
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def drop(self) -> None:
+        """Nothing: the source created nothing on the server."""
+        return None
+
+    # -- the server, on the driver ---------------------------------------------------------
+
+    def _check_settings(self, conn: Any) -> None:
+        with conn.cursor() as cur:
+            names = list(REQUIRED_SETTINGS)
+            cur.execute("SELECT " + ", ".join(f"@@GLOBAL.{n}" for n in names))
+            values = cur.fetchone()
+        for setting, value in zip(names, values, strict=True):
+            want = REQUIRED_SETTINGS[setting]
+            if str(value).upper() not in (want, "ON" if want == "1" else want):
+                raise InvalidUsage(
+                    f"MYSQL source {self.name!r}: the server needs {setting}={want} "
+                    f"(it has {value!r}): set it in the server's configuration"
+                )
+
+    def _tables(self, conn: Any, only: Sequence[str] | None) -> list[Table]:
+        database = self.server.database
+        with conn.cursor() as cur:
+            cur.execute(
+                "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                "AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME",
+                (database,),
+            )
+            names = [r[0] for r in cur.fetchall()]
+        if only is not None:
+            unknown = [t for t in only if t not in names]
+            if unknown:
+                raise InvalidUsage(
+                    f"MYSQL source {self.name!r}: tables {unknown} are not in database "
+                    f"{database!r}, which has {names}"
+                )
+            names = [n for n in names if n in only]
+        if not names:
+            raise InvalidUsage(f"MYSQL source {self.name!r}: database {database!r} has no tables")
+        tables = []
+        for name in names:
+            quote(name)
+            columns = table_columns(conn, database, name)
+            reserved = [c.name for c in columns if c.name.startswith("_")]
+            if reserved:
+                raise InvalidUsage(f"table {name}: columns {reserved} start with '_' (reserved)")
+            tables.append(Table(name, columns))
+        return tables
+
+
+def table_columns(conn: Any, database: str, table: str) -> tuple[Column, ...]:
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, "
+            "DATETIME_PRECISION FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+            (database, table),
+        )
+        rows = cur.fetchall()
+    out = []
+    for row in rows:
+        name, data_type, column_type, precision, scale, fsp = (
+            None if v is None else _text(v) for v in row
+        )
+        assert name is not None and data_type is not None and column_type is not None, row
+        out.append(
+            column_from_schema(
+                name,
+                data_type,
+                column_type,
+                None if precision is None else int(precision),
+                None if scale is None else int(scale),
+                None if fsp is None else int(fsp),
+            )
+        )
+    return tuple(out)
+
+
+# -- what the task runs --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """Plain values: what the read task of one ``read`` needs."""
+
+    server: Server
+    tables: tuple[Table, ...]
+    lo: dict[str, int]
+    hi: dict[str, int]
+    first: str
+    snapshot: bool = field(default=False)
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """``mapInArrow`` over ``range(1)``: the snapshot (if any) and the stream, as raw rows."""
+
+    plan: ReadPlan
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            if batch.num_rows:
+                yield from _batched(read_rows(self.plan))
+
+
+def _batched(rows: Iterator[RawRow]) -> Iterator[pa.RecordBatch]:
+    buffer: list[RawRow] = []
+    for row in rows:
+        buffer.append(row)
+        if len(buffer) >= BATCH_ROWS:
+            yield _raw_batch(buffer)
+            buffer = []
+    if buffer:
+        yield _raw_batch(buffer)
+
+
+def _raw_batch(rows: list[RawRow]) -> pa.RecordBatch:
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(list(c), type=f.type) for c, f in zip(columns, RAW_SCHEMA, strict=True)],
+        schema=RAW_SCHEMA,
+    )
+
+
+def read_rows(plan: ReadPlan) -> Iterator[RawRow]:
+    """The snapshot at ``lo`` (with its rewinds) if asked, then the stream over ``[lo, hi)``."""
+    conn = plan.server.connect(text_only=True)
+    try:
+        rows: list[RawRow] = []
+        seen: dict[str, int] = {}
+        if plan.snapshot:
+            seen, rows = _snapshot(conn, plan)
+        with conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            status = cur.fetchone()
+            if status is None:
+                raise SourceUnavailable("the MySQL server has no binlog (log_bin is off)")
+            until = (_text(status[0]), int(status[1]))
+    finally:
+        conn.close()
+    yield from rows
+    yield from stream_rows(plan, until, seen)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _snapshot(conn: Any, plan: ReadPlan) -> tuple[dict[str, int], list[RawRow]]:
+    """Every table in one consistent snapshot, and its GTID position (as a frontier)."""
+    offset = plan.lo[SNAPSHOT_PARTITION] - 1
+    rows: list[RawRow] = []
+    with conn.cursor() as cur:
+        cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        try:
+            cur.execute(
+                "SHOW STATUS WHERE Variable_name IN "
+                "('binlog_snapshot_file', 'binlog_snapshot_position')"
+            )
+            status = {_text(k).lower(): _text(v) for k, v in cur.fetchall()}
+            cur.execute(
+                "SELECT BINLOG_GTID_POS(%s, %s)",
+                (status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])),
+            )
+            (position,) = cur.fetchone()
+            seen = gtid_frontier(_text(position or ""))
+            for index, table in enumerate(plan.tables):
+                actual = table_columns(conn, plan.server.database, table.name)
+                why = _schema_change(table.columns, actual)
+                if why is not None:
+                    rows.append(
+                        (index, SNAPSHOT_PARTITION, offset, 1, f"{table.name}: {why}", None)
+                    )
+                    continue
+                select = ", ".join(
+                    f"CAST({quote(c.name)} AS DOUBLE)" if c.data_type == "float" else quote(c.name)
+                    for c in table.columns
+                )
+                cur.execute(f"SELECT {select} FROM {quote(table.name)}")  # names quoted
+                for values in cur.fetchall():
+                    texts = [
+                        snapshot_text(v, c) for v, c in zip(values, table.columns, strict=True)
+                    ]
+                    rows.append((index, SNAPSHOT_PARTITION, offset, 1, None, texts))
+        finally:
+            cur.execute("COMMIT")
+    return seen, rows
+
+
+def _schema_change(declared: Sequence[Column], actual: Sequence[Column]) -> str | None:
+    by_name = {c.name: c for c in actual}
+    for column in declared:
+        now = by_name.get(column.name)
+        if now is None:
+            return f"upstream schema changed: column {column.name!r} was dropped"
+        if now != column:
+            return f"upstream schema changed: column {column.name!r} changed type"
+    return None
+
+
+def first_file(cur: Any, lo: Mapping[str, int]) -> str:
+    """The newest binlog file that holds every transaction from ``lo`` on."""
+    cur.execute("SHOW BINARY LOGS")
+    files = [_text(r[0]) for r in cur.fetchall()]
+    for name in reversed(files):
+        cur.execute("SELECT BINLOG_GTID_POS(%s, 4)", (name,))
+        (position,) = cur.fetchone()
+        if covers(gtid_frontier(_text(position or "")), lo):
+            return name
+    raise SourceUnavailable(
+        f"the MySQL binlog from GTID frontier {dict(lo)} was purged (the oldest file is "
+        f"{files[0] if files else None!r}): the changes since the resumption frontier are lost",
+        definite=True,
+    )
+
+
+class _Txn:
+    def __init__(self, domain: str, seq: int, standalone: bool) -> None:
+        self.domain, self.seq = domain, seq
+        self.standalone = standalone  # a DDL statement: its query event is the transaction
+        self.rows: list[tuple[int, int, str | None, list[str | None] | None]] = []
+        self.errors: set[tuple[int, str]] = set()
+
+
+_TRUNCATE = re.compile(r"\s*TRUNCATE\s+(?:TABLE\s+)?(?:`?([^`.\s]+)`?\.)?`?([^`\s;]+)`?", re.I)
+
+
+def stream_rows(
+    plan: ReadPlan, until: tuple[str, int], seen: Mapping[str, int]
+) -> Iterator[RawRow]:
+    """The transactions in ``[lo, hi)`` from binlog file ``plan.first`` up to ``until``.
+
+    With a snapshot (``seen`` its GTID frontier), also the inverse of every
+    transaction from ``lo`` that the snapshot saw, at the snapshot's offset.
+    """
+    from pymysqlreplication import BinLogStreamReader
+    from pymysqlreplication.event import MariadbGtidEvent, QueryEvent, XidEvent
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+
+    tables = {t.name: i for i, t in enumerate(plan.tables)}
+    reader = BinLogStreamReader(
+        connection_settings=plan.server.stream_settings(),
+        server_id=random.randrange(1 << 20, 1 << 31),
+        blocking=False,
+        resume_stream=True,
+        log_file=plan.first,
+        log_pos=4,
+        is_mariadb=True,
+        only_events=[
+            MariadbGtidEvent,
+            QueryEvent,
+            XidEvent,
+            WriteRowsEvent,
+            UpdateRowsEvent,
+            DeleteRowsEvent,
+        ],
+        enable_logging=False,
+    )
+    txn: _Txn | None = None
+    try:
+        for event in reader:
+            if isinstance(event, MariadbGtidEvent):
+                if txn is not None:
+                    yield from _emit(txn, plan, seen)
+                txn = _Txn(str(event.domain_id), int(event.gtid_seq_no), event.flags & 1 == 1)
+            elif txn is None:
+                pass
+            elif isinstance(event, XidEvent):
+                yield from _emit(txn, plan, seen)
+                txn = None
+            elif isinstance(event, QueryEvent):
+                if _text(event.query).strip().upper() == "COMMIT" or txn.standalone:
+                    _apply_query(txn, event, plan, tables)
+                    yield from _emit(txn, plan, seen)
+                    txn = None
+                else:
+                    _apply_query(txn, event, plan, tables)
+            elif event.schema == plan.server.database and event.table in tables:
+                _apply_rows(txn, event, plan, tables[event.table])
+            if (reader.log_file, reader.log_pos) >= until and txn is None:
+                return
+        if txn is not None:
+            yield from _emit(txn, plan, seen)
+    except SourceUnavailable:
+        raise
+    except Exception as e:
+        import pymysql
+
+        if isinstance(e, pymysql.err.OperationalError):
+            raise SourceUnavailable(f"the MySQL binlog stream failed: {e}") from None
+        raise
+    finally:
+        reader.close()
+
+
+def _apply_query(txn: _Txn, event: Any, plan: ReadPlan, tables: Mapping[str, int]) -> None:
+    query = _text(event.query).strip()
+    if query.upper() == "COMMIT" or query.upper() == "BEGIN":
+        return
+    m = _TRUNCATE.match(query)
+    if m is None:
+        return
+    database = m.group(1) or _text(event.schema)
+    index = tables.get(m.group(2))
+    if database == plan.server.database and index is not None:
+        txn.errors.add((index, f"{plan.tables[index].name}: truncated upstream"))
+
+
+def _apply_rows(txn: _Txn, event: Any, plan: ReadPlan, index: int) -> None:
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
+
+    table = plan.tables[index]
+    why = incompatibility(table.columns, event.columns)
+    if why is not None:
+        txn.errors.add((index, f"{table.name}: upstream schema changed: {why}"))
+        return
+    sets = {c.name: getattr(c, "set_values", None) for c in event.columns}
+
+    def texts(values: Mapping[str, Any], nones: Mapping[str, str]) -> list[str | None]:
+        return [
+            binlog_text(values.get(c.name), c, nones.get(c.name), sets.get(c.name))
+            for c in table.columns
+        ]
+
+    for row in event.rows:
+        if isinstance(event, UpdateRowsEvent):
+            txn.rows.append(
+                (index, -1, None, texts(row["before_values"], row["before_none_sources"]))
+            )
+            txn.rows.append((index, 1, None, texts(row["after_values"], row["after_none_sources"])))
+        elif isinstance(event, DeleteRowsEvent):
+            txn.rows.append((index, -1, None, texts(row["values"], row["none_sources"])))
+        else:
+            txn.rows.append((index, 1, None, texts(row["values"], row["none_sources"])))
+
+
+def _emit(txn: _Txn, plan: ReadPlan, seen: Mapping[str, int]) -> Iterator[RawRow]:
+    d, seq = txn.domain, txn.seq
+    if seq < plan.lo.get(d, 0):
+        return  # before the range (the file starts earlier)
+    errored = {index for index, _ in txn.errors}
+    rows = [r for r in txn.rows if r[0] not in errored]
+    if seq < plan.hi.get(d, 0):
+        for index, why in sorted(txn.errors):
+            yield (index, d, seq, 1, f"{why} at GTID {d}-{seq}", None)
+        for index, diff, err, values in rows:
+            yield (index, d, seq, diff, err, values)
+    if plan.snapshot and seq < seen.get(d, 0):
+        offset = plan.lo[SNAPSHOT_PARTITION] - 1
+        for index, diff, err, values in rows:  # the snapshot has these: take them back to lo
+            yield (index, SNAPSHOT_PARTITION, offset, -diff, err, values)
+
+
+@dataclass(frozen=True)
+class DecodeTask:
+    """``mapInArrow`` over one table's raw rows: text forms to typed columns (err rows kept)."""
+
+    table: Table
+    schema_ipc: bytes
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        columns = self.table.columns
+        for batch in batches:
+            out: dict[str, list[Any]] = {f.name: [] for f in schema}
+            for row in batch.to_pylist():
+                err: str | None = row[ERR]
+                values: list[Any] = [None] * len(columns)
+                if err is None:
+                    try:
+                        values = [
+                            None if text is None else decode_text(text, column)
+                            for text, column in zip(row["_values"], columns, strict=True)
+                        ]
+                    except Undecodable as e:
+                        err = f"{self.table.name}: cannot decode a row: {e}"
+                        values = [None] * len(columns)
+                out["_partition"].append(row["_partition"])
+                out["_offset"].append(row["_offset"])
+                for column, value in zip(columns, values, strict=True):
+                    out[column.name].append(value)
+                out[DIFF].append(row[DIFF])
+                out[ERR].append(err)
+            yield pa.RecordBatch.from_pydict(out, schema=schema)
+
+
+__all__ = ["MySqlSource", "ReadPlan", "Server", "Table", "quote"]

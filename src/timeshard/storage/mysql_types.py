@@ -1,0 +1,302 @@
+"""MySQL/MariaDB values: columns, their Arrow types, one text form, GTID positions.
+
+Pure functions, no server and no Spark: the MySQL source
+(:mod:`timeshard.storage.mysql_source`) reads the snapshot as the server's
+text and the binlog as the values ``mysql-replication`` decodes; both are
+turned into one *text form* per value (:func:`snapshot_text`,
+:func:`binlog_text`) and every text is decoded once, by
+:func:`decode_text`, so that a row reads the same whichever path it came by.
+
+Types (``information_schema.COLUMNS.DATA_TYPE``) and how they are stored:
+
+=====================================  ==========================================
+tinyint, smallint, mediumint, int      int32 (``int unsigned``: int64)
+bigint                                 int64 (``bigint unsigned``: decimal(20, 0))
+decimal(p, s)                          decimal128(p, s) exactly (p > 38: its text)
+float, double                          float32, float64
+char, varchar, text types, json        string (MariaDB's JSON is text)
+enum, set                              string (a set as ``a,c``, in declared order)
+binary, varbinary, blob types          binary
+date, datetime(n), timestamp(n)        date32, timestamp(us), timestamp(us, UTC)
+time(n)                                string, as the server prints it
+year                                   int32
+=====================================  ==========================================
+
+Invariants:
+
+1. ``decode_text(snapshot_text(v)) == decode_text(binlog_text(v))`` for a
+   value ``v`` read both ways.
+2. A value Arrow cannot hold (a zero date ``0000-00-00``, a date with month
+   0) decodes to :class:`Undecodable` whose message names the column and
+   type but not the value, so the same row read either way is the same
+   err row.
+
+A GTID position (``@@gtid_binlog_pos``, ``BINLOG_GTID_POS()``) is the last
+GTID per replication domain, ``domain-server-seq``; as a source frontier it
+is ``{domain: seq + 1}`` (:func:`gtid_frontier`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import pyarrow as pa
+
+from timeshard.errors import InvalidUsage
+
+#: The text form of a value the binlog decoder could not represent (a zero date).
+INVALID = "\x00invalid"
+
+_INTS = {"tinyint": 1, "smallint": 2, "mediumint": 9, "int": 3, "bigint": 8}
+_STRINGS = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext", "json"}
+_BINARIES = {"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"}
+#: The binlog column types (``FIELD_TYPE``) a declared type may appear as.
+_BINLOG_TYPES: dict[str, frozenset[int]] = {
+    **{t: frozenset({code}) for t, code in _INTS.items()},
+    "decimal": frozenset({246}),
+    "float": frozenset({4}),
+    "double": frozenset({5}),
+    **{t: frozenset({15, 253, 254}) for t in ("char", "varchar", "binary", "varbinary")},
+    **{
+        t: frozenset({252})
+        for t in (_STRINGS | _BINARIES) - {"char", "varchar", "binary", "varbinary"}
+    },
+    "enum": frozenset({247, 254}),
+    "set": frozenset({248, 254}),
+    "date": frozenset({10, 14}),
+    "datetime": frozenset({12, 18}),
+    "timestamp": frozenset({7, 17}),
+    "time": frozenset({11, 19}),
+    "year": frozenset({13}),
+}
+
+
+class Undecodable(ValueError):
+    """A value that the stored type cannot hold (the row becomes an err row)."""
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of a table, as ``information_schema.COLUMNS`` describes it."""
+
+    name: str
+    data_type: str
+    unsigned: bool = False
+    precision: int | None = None
+    scale: int | None = None
+    fsp: int = 0
+
+    def __post_init__(self) -> None:
+        if self.data_type not in _BINLOG_TYPES:
+            raise InvalidUsage(
+                f"column {self.name!r} has type {self.data_type!r}, which the MySQL source "
+                f"cannot read (supported: {sorted(_BINLOG_TYPES)})"
+            )
+
+    @property
+    def is_binary(self) -> bool:
+        return self.data_type in _BINARIES
+
+    def arrow_type(self) -> pa.DataType:
+        t = self.data_type
+        if t in _INTS:
+            if t == "bigint":
+                return pa.decimal128(20, 0) if self.unsigned else pa.int64()
+            return pa.int64() if t == "int" and self.unsigned else pa.int32()
+        if t == "decimal":
+            p, s = self.precision or 10, self.scale or 0
+            return pa.decimal128(p, s) if p <= 38 else pa.string()
+        if t == "float":
+            return pa.float32()
+        if t == "double":
+            return pa.float64()
+        if t in _BINARIES:
+            return pa.binary()
+        if t == "date":
+            return pa.date32()
+        if t == "datetime":
+            return pa.timestamp("us")
+        if t == "timestamp":
+            return pa.timestamp("us", tz="UTC")
+        if t == "year":
+            return pa.int32()
+        return pa.string()  # strings, json, enum, set, time
+
+
+def column_from_schema(
+    name: str,
+    data_type: str,
+    column_type: str,
+    precision: int | None,
+    scale: int | None,
+    fsp: int | None,
+) -> Column:
+    """A :class:`Column` from one row of ``information_schema.COLUMNS``."""
+    return Column(
+        name,
+        data_type.lower(),
+        unsigned="unsigned" in column_type.lower(),
+        precision=None if precision is None else int(precision),
+        scale=None if scale is None else int(scale),
+        fsp=int(fsp or 0),
+    )
+
+
+def incompatibility(declared: Sequence[Column], binlog: Sequence[Any]) -> str | None:
+    """Why a binlog table map's columns cannot be read as ``declared`` (None: they can).
+
+    ``binlog`` are ``mysql-replication`` columns (``name``, ``type``,
+    ``unsigned``, ``precision``, ``decimals``); new columns are fine.
+    """
+    by_name = {c.name: c for c in binlog}
+    for column in declared:
+        now = by_name.get(column.name)
+        if now is None:
+            return f"column {column.name!r} was dropped"
+        if now.type not in _BINLOG_TYPES[column.data_type]:
+            return f"column {column.name!r} changed type"
+        if column.data_type in _INTS and bool(getattr(now, "unsigned", False)) != column.unsigned:
+            return f"column {column.name!r} changed signedness"
+        if column.data_type == "decimal" and (
+            getattr(now, "precision", None),
+            getattr(now, "decimals", None),
+        ) != (column.precision, column.scale):
+            return f"column {column.name!r} changed precision or scale"
+    return None
+
+
+# -- one text form -------------------------------------------------------------------------
+
+
+def snapshot_text(value: str | bytes | None, column: Column) -> str | None:
+    """The text form of a value the server printed (a snapshot read without conversions)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value.hex() if column.is_binary else value.decode("utf-8")
+    return value
+
+
+def time_text(value: dt.timedelta, fsp: int) -> str:
+    """A ``time`` value as the server prints it: ``[-]HH:MM:SS[.fraction]``."""
+    micros = value // dt.timedelta(microseconds=1)
+    sign = "-" if micros < 0 else ""
+    seconds, fraction = divmod(abs(micros), 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    text = f"{sign}{hours:02d}:{minute:02d}:{second:02d}"
+    if fsp > 0:
+        text += "." + f"{fraction:06d}"[:fsp]
+    return text
+
+
+def binlog_text(
+    value: Any, column: Column, none_source: str | None, set_values: Iterable[str] | None
+) -> str | None:
+    """The text form of a value ``mysql-replication`` decoded from a row event.
+
+    ``none_source`` is why the decoder gave None (``"null"``, ``"empty set"``,
+    or a value out of range); ``set_values`` the declared members of a set.
+    """
+    if value is None:
+        if none_source == "empty set":
+            return ""
+        return None if none_source in (None, "null") else INVALID
+    t = column.data_type
+    if t == "timestamp" and value == dt.datetime(1970, 1, 1):
+        return INVALID  # the zero timestamp: stored as 0, which no real timestamp is
+    if isinstance(value, bytes):
+        return value.hex() if column.is_binary else value.decode("utf-8")
+    if isinstance(value, str):
+        return value.encode("utf-8").hex() if column.is_binary else value
+    if isinstance(value, set | frozenset):
+        return ",".join(v for v in (set_values or sorted(value)) if v in value)
+    if isinstance(value, dt.timedelta):
+        return time_text(value, column.fsp)
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)  # int, Decimal
+
+
+def decode_text(text: str, column: Column) -> Any:
+    """The stored value of a text form (raises :class:`Undecodable`)."""
+    t = column.data_type
+    try:
+        if text == INVALID:
+            raise ValueError(text)
+        if t in _INTS:
+            return Decimal(text) if t == "bigint" and column.unsigned else int(text)
+        if t == "year":
+            return int(text)
+        if t == "decimal":
+            return Decimal(text) if (column.precision or 10) <= 38 else text
+        if t in ("float", "double"):
+            return float(text)
+        if t in _BINARIES:
+            return bytes.fromhex(text)
+        if t == "date":
+            return dt.date.fromisoformat(text)
+        if t == "datetime":
+            return dt.datetime.fromisoformat(text)
+        if t == "timestamp":
+            return dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+    except (ValueError, InvalidOperation) as e:
+        raise Undecodable(
+            f"column {column.name!r} ({t}) holds a value outside the range it is stored in"
+        ) from e
+    return text
+
+
+# -- GTID positions ------------------------------------------------------------------------
+
+_GTID = re.compile(r"(\d+)-(\d+)-(\d+)")
+
+
+def gtid_frontier(position: str) -> dict[str, int]:
+    """``{domain: seq + 1}`` of a GTID position such as ``0-1-7,2-1-1``.
+
+    >>> gtid_frontier("0-1-7,2-1-1")
+    {'0': 8, '2': 2}
+    >>> gtid_frontier("")
+    {}
+    """
+    out: dict[str, int] = {}
+    for part in position.replace("\n", "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        m = _GTID.fullmatch(part)
+        if m is None:
+            raise ValueError(f"not a GTID position: {position!r}")
+        domain, seq = m.group(1), int(m.group(3))
+        out[domain] = max(out.get(domain, 0), seq + 1)
+    return out
+
+
+def covers(start: Mapping[str, int], lo: Mapping[str, int]) -> bool:
+    """Whether a binlog file starting at frontier ``start`` holds every transaction from ``lo``."""
+    return all(next_seq <= lo.get(domain, 0) for domain, next_seq in start.items())
+
+
+__all__ = [
+    "INVALID",
+    "Column",
+    "Undecodable",
+    "binlog_text",
+    "column_from_schema",
+    "covers",
+    "decode_text",
+    "gtid_frontier",
+    "incompatibility",
+    "snapshot_text",
+    "time_text",
+]
