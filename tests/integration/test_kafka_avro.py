@@ -374,3 +374,62 @@ def test_an_unreachable_schema_registry_is_a_fault(
         reader.expire()
     assert next(r["status"] for r in rows if r["object"] == "reg") == "stalled"
     ing.close()
+
+
+class _Lookups:
+    """A :class:`~timeshard.storage.schema_registry.WriterSchemas` that knows no ids in advance.
+
+    It answers from a dict, as a registry answers ``GET /schemas/ids/{id}``
+    (None for a 404), and records each id asked for: the registry's lookup
+    path (distinct ids first, then one lookup per id) without its HTTP.
+    """
+
+    def __init__(self, schemas: dict[int, str]) -> None:
+        self.schemas = schemas
+        self.asked: list[int] = []
+
+    def schema(self, schema_id: int) -> str | None:
+        self.asked.append(schema_id)
+        return self.schemas.get(schema_id)
+
+    def known(self) -> None:
+        return None
+
+    def describe(self) -> str:
+        return "the lookups"
+
+
+def test_ids_are_looked_up_once_per_distinct_id_of_the_range(
+    spark_kafka: SparkSession, kafka_broker: Any
+) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap, 2)
+    records: list[tuple[int, bytes | None, bytes | None]] = [
+        (i % 2, None, _wire(1 + i % 2, V1 if i % 2 == 0 else V2, r))
+        for i, r in enumerate([{"id": i, "status": "s", "qty": i, "note": "n"} for i in range(8)])
+    ]
+    records += [
+        (0, None, _wire(9, V1, {"id": 9, "status": "s", "qty": 9})),  # 404: an err row
+        (1, None, b"\x07garbage"),  # not the wire format: no id to look up
+        (1, None, None),  # a null value: nothing to look up, no error
+    ]
+    _produce(bootstrap, topic, records)
+    source = KafkaSource(
+        "ids",
+        bootstrap,
+        topic,
+        value_format="avro",
+        value_avro_schema=json.dumps(READER),
+        schema_registry_url="http://127.0.0.1:9",  # replaced below: no registry can run here
+    )
+    lookups = _Lookups({1: json.dumps(V1), 2: json.dumps(V2)})
+    source.writer_schemas = lookups
+    rows = _read(spark_kafka, source)
+    assert sorted(lookups.asked) == [1, 2, 9]
+    assert len(rows) == 11
+    ok = [r for r in rows.values() if r["_err"] is None and r["id"] is not None]
+    assert sorted(r["id"] for r in ok) == list(range(8))
+    assert all(r["note"] == ("n" if r["id"] % 2 else None) for r in ok)
+    assert "schema id 9 is unknown to the lookups" in rows[("0", 4)]["_err"]
+    assert "not in the Confluent wire format" in rows[("1", 4)]["_err"]
+    assert rows[("1", 5)]["_err"] is None and rows[("1", 5)]["id"] is None
