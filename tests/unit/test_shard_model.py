@@ -8,6 +8,7 @@ and GC merged and deleted.
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -21,10 +22,11 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 
 from timeshard import Frontier, InvalidUsage, SinceError, UpperMismatch
-from timeshard.location import Location, MemoryBlob, MemoryConsensus
+from timeshard.location import Blob, Location, MemoryBlob, MemoryConsensus, open_blob
 from timeshard.persist import (
     Appended,
     PersistClient,
@@ -61,10 +63,13 @@ class FakeClock:
 
 
 class ShardModel(RuleBasedStateMachine):
+    def make_blob(self) -> Blob:
+        return MemoryBlob()
+
     @initialize()
     def setup(self) -> None:
         self.clock = FakeClock()
-        self.location = Location(MemoryBlob(), MemoryConsensus())
+        self.location = Location(self.make_blob(), MemoryConsensus())
         config = PersistConfig(clock=self.clock, blob_target_part_rows=3, backoff_ms=0.0)
         self.client = PersistClient(self.location, config)
         self.writers = [self.client.open_writer("s1", SCHEMA) for _ in range(2)]
@@ -189,3 +194,22 @@ ShardModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestShardModel = ShardModel.TestCase
+
+
+@pytest.mark.s3
+def test_the_shard_model_holds_with_its_parts_on_s3(s3_server: Any) -> None:
+    """The same histories with every part and rollup on SeaweedFS's S3 (fewer: each is slower)."""
+
+    class OnS3(ShardModel):
+        def make_blob(self) -> Blob:
+            return open_blob(s3_server.uri(f"shard-model/{uuid.uuid4().hex}"))
+
+    run_state_machine_as_test(
+        OnS3,
+        settings=settings(
+            max_examples=15,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
