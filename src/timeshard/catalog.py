@@ -31,12 +31,16 @@ Definitions:
   (:class:`~timeshard.compute.incremental.Classification`). Entries recorded
   before paths were recorded have neither; readers show them as unknown;
 * ``source``: ``source_kind`` (``key_value`` | ``counter`` | ``auction`` |
-  ``tpch`` | ``file``, or ``other`` with ``class``), ``options`` (a FILE
-  source's ``name``, ``path``, ``format``, ``columns`` as ``[name, type
-  name]`` pairs and ``avro_schema``; a load generator's dataclass fields but
-  its ``ticks``, which is progress, not declaration), ``remap`` (the remap
-  shard) and ``exports`` (shard -> ``subsource``, ``envelope``,
-  ``key_columns``);
+  ``tpch`` | ``file`` | ``kafka`` | ``postgres``, or ``other`` with
+  ``class``), ``options`` (a FILE source's ``name``, ``path``, ``format``,
+  ``columns`` as ``[name, type name]`` pairs and ``avro_schema``; a KAFKA
+  source's constructor arguments, its key and value columns as such pairs; a
+  POSTGRES source's ``name``, ``dsn`` *without its password*,
+  ``publication``, ``slot`` and ``tables``; a load generator's
+  dataclass fields but its ``ticks``, which is progress, not declaration),
+  ``remap`` (the remap shard) and ``exports`` (shard -> ``subsource``,
+  ``envelope``, ``key_columns``). The options are what ``timeshard verify``
+  rebuilds a source from to read its records again;
 * ``export``: ``source`` (the source's name), ``subsource``, ``envelope``
   (``none`` | ``upsert``) and ``key_columns``.
 
@@ -302,8 +306,10 @@ def record_view(
 
 
 def source_kind(source: Any) -> str:
-    """``key_value`` | ``counter`` | ``auction`` | ``tpch`` | ``file``, or ``other``."""
+    """The catalog's name for the kind of ``source``, or ``other`` (module doc)."""
     from timeshard.storage.file_source import FileSource
+    from timeshard.storage.kafka_source import KafkaSource
+    from timeshard.storage.postgres_source import PostgresSource
     from timeshard.storage.sources import AuctionGenerator, CounterGenerator, KeyValueGenerator
     from timeshard.storage.tpch import TpchGenerator
 
@@ -313,6 +319,8 @@ def source_kind(source: Any) -> str:
         (AuctionGenerator, "auction"),
         (TpchGenerator, "tpch"),
         (FileSource, "file"),
+        (KafkaSource, "kafka"),
+        (PostgresSource, "postgres"),
     ]
     for cls, kind in kinds:
         if isinstance(source, cls):
@@ -323,6 +331,37 @@ def source_kind(source: Any) -> str:
 def source_options(source: Any) -> dict[str, Any]:
     """A source's declarative options (empty if it has none we know how to state)."""
     from timeshard.storage.file_source import FileSource
+    from timeshard.storage.kafka_source import KafkaSource
+    from timeshard.storage.postgres_source import PostgresSource
+
+    if isinstance(source, PostgresSource):
+        return {
+            "name": source.name,
+            "dsn": _without_password(source.dsn),
+            "publication": source.publication,
+            "slot": source.slot,
+            "tables": [t.sub for t in source.tables],
+        }
+    if isinstance(source, KafkaSource):
+        return {
+            "name": source.name,
+            "bootstrap_servers": source.bootstrap_servers,
+            "topic": source.topic,
+            "value_format": source.value_format,
+            "value_columns": _columns(source.value_schema),
+            "key_format": source.key_format,
+            "key_columns": _columns(source.key_schema),
+            "metadata": list(source.metadata),
+            "group_id": source.group_id,
+            "value_avro_schema": source.value_avro_schema,
+            "key_avro_schema": source.key_avro_schema,
+            "schema_registry_url": source.schema_registry_url,
+            "avro_schemas": (
+                None
+                if source.avro_schemas is None
+                else {str(i): schema for i, schema in sorted(source.avro_schemas.items())}
+            ),
+        }
 
     if isinstance(source, FileSource):
         return {
@@ -340,6 +379,19 @@ def source_options(source: Any) -> dict[str, Any]:
             if f.name != "ticks"  # progress, not declaration
         }
     return {}
+
+
+def _without_password(dsn: str) -> str:
+    """``dsn`` with no password (a catalog is readable by all; libpq takes it from PGPASSWORD)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(dsn)
+    params.pop("password", None)
+    return make_conninfo("", **params)
+
+
+def _columns(schema: Any) -> list[list[str]]:
+    return [[f.name, str(f.type)] for f in schema]
 
 
 def source_entries(

@@ -1,8 +1,8 @@
 """The order of a FILE source's records, without Spark.
 
 Records are ordered by (reclocked time, file name as UTF-8 bytes, offset):
-verify's own model (:func:`timeshard.verify.file_upsert.last_values`) and
-reclocking (:func:`timeshard.verify.file_upsert.bound_time`), and the pyarrow
+verify's own model (:func:`timeshard.verify.replay.last_values`) and
+reclocking (:func:`timeshard.verify.replay.bound_time`), and the pyarrow
 upsert given ``(file, offset)`` orders, all follow it; the pyarrow upsert is
 compared with verify's model on random files and bindings.
 """
@@ -24,7 +24,7 @@ from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient, PersistConfig
 from timeshard.storage import FeedbackUpsert, UpsertCommand
 from timeshard.storage.file_source import FileSource, _split_lines
-from timeshard.verify.file_upsert import (
+from timeshard.verify.replay import (
     AMBIGUOUS,
     binding_intervals,
     bound_time,

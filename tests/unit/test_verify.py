@@ -6,6 +6,7 @@ import json
 import random
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -436,13 +437,52 @@ def test_cli_verify_bad_arguments(tmp_path: Path) -> None:
 def test_file_source_options_round_trip(tmp_path: Path) -> None:
     """What the catalog records of a FILE source rebuilds the same source (limit included)."""
     from timeshard.catalog import source_options
-    from timeshard.verify.file_upsert import file_source
+    from timeshard.verify.replay import file_source
 
     schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
     original = FileSource("f", tmp_path, "json", schema, max_line_bytes=1234)
     rebuilt = file_source(json.loads(json.dumps(source_options(original))))
     assert (rebuilt.name, rebuilt.path, rebuilt.format) == ("f", original.path, "json")
     assert rebuilt.schema == schema and rebuilt.max_line_bytes == 1234
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"key_format": "json", "key_schema": pa.schema([("id", pa.int64())])},
+        {"key_format": "text", "metadata": ["partition", "offset", "headers"]},
+        {
+            "value_format": "avro",
+            "value_schema": None,
+            "value_avro_schema": '{"type": "record", "name": "r", "fields": '
+            '[{"name": "n", "type": "long"}]}',
+            "avro_schemas": {7: '{"type": "record", "name": "r", "fields": []}'},
+        },
+    ],
+)
+def test_kafka_source_options_round_trip(options: dict[str, Any]) -> None:
+    """What the catalog records of a KAFKA source (as JSON) rebuilds the same source."""
+    from timeshard.catalog import source_kind, source_options
+    from timeshard.storage.kafka_source import KafkaSource
+    from timeshard.verify.replay import kafka_source
+
+    value = pa.schema([("name", pa.string()), ("n", pa.int64())])
+    original = KafkaSource("k", "127.0.0.1:9", "topic.a", **{"value_schema": value, **options})
+    recorded = json.loads(json.dumps(source_options(original)))
+    rebuilt = kafka_source(recorded)
+    assert source_kind(original) == "kafka"
+    assert rebuilt.schema == original.schema and rebuilt.topic == "topic.a"
+    same = ["key_format", "value_format", "metadata", "value_avro_schema", "avro_schemas"]
+    assert [getattr(rebuilt, a) for a in same] == [getattr(original, a) for a in same]
+    assert rebuilt.group_id == "timeshard-k-verify"  # verify's reads join no group of the source
+
+
+def test_a_recorded_postgres_dsn_has_no_password() -> None:
+    from timeshard.catalog import _without_password
+
+    assert "s3cret" not in _without_password("postgresql://app:s3cret@db:5433/shop?sslmode=require")
+    kept = _without_password("host=db user=app password=s3cret dbname=shop")
+    assert sorted(kept.split()) == ["dbname=shop", "host=db", "user=app"]
 
 
 def test_recording_leaves_no_handle_on_the_catalog(client: PersistClient) -> None:

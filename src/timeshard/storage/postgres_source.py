@@ -145,7 +145,11 @@ def _libpq_options() -> str:
 
 
 class PostgresSource:
-    """The tables of a PostgreSQL publication, by logical replication (module doc)."""
+    """The tables of a PostgreSQL publication, by logical replication (module doc).
+
+    With ``create_slot=False`` (what ``timeshard verify`` rebuilds it with)
+    the slot is never created: a read finds it, or fails as for a dropped slot.
+    """
 
     def __init__(
         self,
@@ -156,6 +160,7 @@ class PostgresSource:
         slot: str | None = None,
         tables: Sequence[str] | None = None,
         connect_timeout_s: int = 10,
+        create_slot: bool = True,
     ) -> None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.=-]{1,100}", name):
             raise InvalidUsage(
@@ -174,7 +179,8 @@ class PostgresSource:
         self.slot = slot
         self.connect_timeout_s = connect_timeout_s
         self.tables = self._tables(tables)
-        self._ensure_slot()
+        if create_slot:
+            self._ensure_slot()
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -206,7 +212,7 @@ class PostgresSource:
         from timeshard.spark.session import arrow_to_spark_schema
 
         lo, hi = start.get(PARTITION, 0), end.get(PARTITION, 0)
-        confirmed = self._confirmed_flush()
+        confirmed = self.confirmed_flush()
         if confirmed is None:
             raise SourceUnavailable(
                 f"POSTGRES source {self.name!r}: the replication slot {self.slot!r} is gone "
@@ -260,7 +266,7 @@ class PostgresSource:
     def commit(self, frontier: SourceFrontier) -> None:
         """Advance the slot to the resumption frontier, so the server releases older WAL."""
         lsn = frontier.get(PARTITION, 0)
-        confirmed = self._confirmed_flush()
+        confirmed = self.confirmed_flush()
         if confirmed is None or lsn <= confirmed:
             return
         with self._connect() as conn:
@@ -342,7 +348,8 @@ class PostgresSource:
                     )
         return tables
 
-    def _confirmed_flush(self) -> int | None:
+    def confirmed_flush(self) -> int | None:
+        """The slot's position: the first LSN it still streams; None if the slot is gone."""
         with self._connect() as conn:
             row = conn.execute(
                 "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
@@ -353,7 +360,7 @@ class PostgresSource:
     def _ensure_slot(self) -> None:
         import psycopg
 
-        if self._confirmed_flush() is not None:
+        if self.confirmed_flush() is not None:
             return
         # Another instance may create it first.
         with self._connect() as conn, contextlib.suppress(psycopg.errors.DuplicateObject):

@@ -25,18 +25,24 @@ The catalog (:mod:`timeshard.catalog`) says what each shard is. Then:
    sink evaluates a view with, :class:`~timeshard.compute.view.SparkViewDesired`),
    at times at or beyond the view's ``as_of`` where every input is readable;
    a view defined by a Python function is reported as not recomputable;
-6. every UPSERT export of a FILE source or of the KEY VALUE generator
-   equals, at sampled times ``t``, the last value per key among the source's
-   records bound at ``<= t`` by the remap shard (the retained input files, or
-   the generator, read over ``[0, binding at t)`` and reclocked with the
-   bindings): the latest reclocked time wins, then the greatest position
-   (file name as UTF-8 bytes, then offset; partition, then offset for the
-   generator); a record whose value columns are all null deletes the
-   key; a record that failed to decode makes the key's row an err row, as the
-   upsert does. Only times at or beyond the remap shard's since can be
-   checked (ingestion lets it compact), and records bound before that since
-   all read as bound at it, which loses the order between files: a key whose
-   files' last records differ there is left out, counted in a note.
+6. every output of a source whose records can be read again from upstream
+   (:data:`~timeshard.verify.replay.REPLAYABLE`: a FILE source's retained
+   files, the KEY VALUE generator, a KAFKA topic while retention keeps its
+   records, a POSTGRES source's tables and slot) equals, at sampled times
+   ``t``, what those records bound at ``<= t`` by the remap shard make of
+   it: under UPSERT the last value per key (the latest reclocked time wins,
+   then the greatest position: partition or file name as UTF-8 bytes, then
+   offset; a record whose value columns are all null deletes the key; a
+   record that failed to decode makes the key's row an err row, as the
+   upsert does), under NONE every record at its ``_diff``. Only times at or
+   beyond the remap shard's since can be checked (ingestion lets it
+   compact), and records bound before that since all read as bound at it,
+   which loses the order between files: a key whose files' last records
+   differ there is left out, counted in a note. A POSTGRES upstream keeps no
+   history: its tables are read now and rewound to the slot's position, so
+   only times bound at or beyond it are checked (the others are counted in a
+   note); a KAFKA topic whose retention deleted records, or a FILE source's
+   rewritten file, leaves the object unchecked, with a note saying why.
 
 Sampled times: for each object, the first and last readable time and up to
 ``samples`` other change times in between, drawn with a generator seeded by
@@ -66,7 +72,7 @@ from typing import Any
 from timeshard.catalog import CATALOG_SHARD, CatalogEntry
 from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
-from timeshard.verify.file_upsert import check_file_upsert, upsert_model
+from timeshard.verify.replay import REPLAYABLE, check_replayed_export, upsert_model
 from timeshard.verify.report import (
     ROW_LIMIT,
     Finding,
@@ -174,11 +180,11 @@ def _spark_checks(
         checks.append((name, partial(_run_view_check, client, view, report)))
     for name, export in sorted(catalog.exports.items()):
         source = catalog.sources.get(str(export.definition.get("source")))
-        if export.definition.get("envelope") != "upsert" or name not in present:
+        if name not in present or source is None:
             continue
-        if source is None or source.definition.get("source_kind") not in ("file", "key_value"):
+        if source.definition.get("source_kind") not in REPLAYABLE:
             continue
-        checks.append((name, partial(_run_upsert_check, client, source, export, report)))
+        checks.append((name, partial(_run_replay_check, client, source, export, report)))
     return checks
 
 
@@ -188,24 +194,32 @@ def _run_view_check(
     check_view(spark, client, view, report)
 
 
-def _run_upsert_check(
+def _run_replay_check(
     client: PersistClient,
     source: CatalogEntry,
     export: CatalogEntry,
     report: VerifyReport,
     spark: Any,
 ) -> None:
-    check_file_upsert(spark, client, source, export, report)
+    check_replayed_export(spark, client, source, export, report)
 
 
 def _packages(catalog: CatalogIndex) -> list[str]:
-    """spark-avro if an Avro FILE source is checked, else nothing."""
-    for source in catalog.sources.values():
-        if (source.definition.get("options") or {}).get("format") == "avro":
-            from timeshard.spark.session import spark_avro_package
+    """The Maven packages the checks need: spark-avro for Avro, the connector for Kafka."""
+    from timeshard.spark.session import spark_avro_package, spark_kafka_package
 
-            return [spark_avro_package()]
-    return []
+    packages = set()
+    for source in catalog.sources.values():
+        options = source.definition.get("options") or {}
+        if "avro" in (
+            options.get("format"),
+            options.get("value_format"),
+            options.get("key_format"),
+        ):
+            packages.add(spark_avro_package())
+        if source.definition.get("source_kind") == "kafka":
+            packages.add(spark_kafka_package())
+    return sorted(packages)
 
 
 __all__ = [

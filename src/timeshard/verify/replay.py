@@ -1,7 +1,12 @@
-"""Check 6 of ``timeshard verify``: an UPSERT export against its source's records, read again.
+"""Check 6 of ``timeshard verify``: a source's outputs against its records, read again.
 
-The source is a FILE source (its retained input files) or the KEY VALUE
-generator (a pure function of its options): :func:`replayable_source`.
+The source is one whose records can be read again from upstream
+(:func:`replayable_source`): a FILE source (its retained input files), the
+KEY VALUE generator (a pure function of its options), a KAFKA source (its
+topic, from offset 0 while retention keeps it) or a POSTGRES source (its
+tables now, rewound to its slot's position by the slot's changes, then
+those changes: :func:`replay_floor`). An UPSERT output must hold the last
+value per key, a NONE output every record.
 
 The expected content is derived here from the definitions, independently of
 the ingestion's code: the reading, the reclocking and the order are this
@@ -13,7 +18,10 @@ module's own.
   definition, :func:`timeshard.storage.file_source.decode_line` (and the
   source's avro stage): what a line's bytes mean is the format's contract,
   which this check does not re-derive. The KEY VALUE generator's records
-  are its definition (``read``).
+  are its definition (``read``); a KAFKA or POSTGRES source's are read by
+  the source's own ``read`` (Spark's Kafka reader and the format's decoding;
+  a snapshot of the tables and the slot's stream), which takes nothing from
+  the location: only the upstream and the definition.
 * **Bound times.** Each record is bound at the first time of the remap
   shard's bindings (:func:`remap_bindings`) whose frontier is beyond it
   (:func:`bound_time`, a bisection per file).
@@ -26,9 +34,10 @@ module's own.
   set, every key null) is an err row of its own from its time on.
 
 The export's snapshot at each sampled time must equal that last value per
-key. Bindings that compaction merged into the remap shard's since have lost
-their times, hence the order between files there: a key whose files' last
-records there differ is ambiguous, left out and counted in a note.
+key (UPSERT), or every record bound by then at its ``_diff`` (NONE).
+Bindings that compaction merged into the remap shard's since have lost their
+times, hence the order between files there: a key whose files' last records
+there differ is ambiguous, left out and counted in a note.
 
 Driver vs executors: the bindings are decoded on the driver with pyarrow, and
 the input files' sizes checked there. Reading the files (plain Python in the
@@ -52,7 +61,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeshard.catalog import CatalogEntry
-from timeshard.errors import InvalidUsage, SinceError
+from timeshard.errors import InvalidUsage, SinceError, SourceUnavailable
 from timeshard.persist import PersistClient, UnleasedReader
 from timeshard.persist._internal.parts import DIFF, ERR, TS, advance_since, decode_part
 from timeshard.persist.fetch import parts_at
@@ -62,6 +71,8 @@ from timeshard.verify.report import VerifyReport
 from timeshard.verify.shards import _rng, readable_range, sample_times
 from timeshard.verify.views import AT, _report_differences, _union, differences
 
+REPLAYABLE = ("file", "key_value", "kafka", "postgres")
+"""The source kinds whose records :func:`replayable_source` can read again."""
 BOUND = "_bt"
 """The column of a record's bound time."""
 _AMBIGUOUS_COLUMN = "_ambiguous"
@@ -108,16 +119,78 @@ def file_source(options: Mapping[str, Any]) -> Any:
         raise InvalidUsage(f"cannot rebuild the FILE source from {dict(options)!r}: {e}") from e
 
 
+def kafka_source(options: Mapping[str, Any]) -> Any:
+    """The KafkaSource a KAFKA source's catalog options declare (InvalidUsage if they can't)."""
+    from timeshard.storage.kafka_source import KafkaSource
+
+    def schema(side: str) -> pa.Schema | None:
+        if options.get(f"{side}_format") != "json":  # text and bytes name their one column
+            return None
+        columns = options[f"{side}_columns"]
+        return pa.schema([(str(n), pa.type_for_alias(str(t))) for n, t in columns])
+
+    try:
+        return KafkaSource(
+            str(options["name"]),
+            str(options["bootstrap_servers"]),
+            str(options["topic"]),
+            value_format=str(options["value_format"]),
+            value_schema=schema("value"),
+            key_format=options.get("key_format"),
+            key_schema=schema("key"),
+            metadata=tuple(options.get("metadata", ())),
+            group_id=f"{options['group_id']}-verify",  # verify commits nothing anyway
+            value_avro_schema=options.get("value_avro_schema"),
+            key_avro_schema=options.get("key_avro_schema"),
+            schema_registry_url=options.get("schema_registry_url"),
+            avro_schemas=(
+                None
+                if options.get("avro_schemas") is None
+                else {int(i): str(schema) for i, schema in options["avro_schemas"].items()}
+            ),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise InvalidUsage(f"cannot rebuild the KAFKA source from {dict(options)!r}: {e}") from e
+
+
+def postgres_source(options: Mapping[str, Any]) -> Any:
+    """The PostgresSource a POSTGRES source's catalog options declare, on its own slot.
+
+    The slot is not created if it is gone. The catalog keeps no password:
+    libpq takes it from ``PGPASSWORD`` or ``~/.pgpass``.
+    """
+    from timeshard.storage.postgres_source import PostgresSource
+
+    try:
+        return PostgresSource(
+            str(options["name"]),
+            str(options["dsn"]),
+            str(options["publication"]),
+            slot=str(options["slot"]),
+            tables=[str(t) for t in options["tables"]],
+            create_slot=False,
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise InvalidUsage(f"cannot rebuild the POSTGRES source from {dict(options)!r}: {e}") from e
+
+
 def replayable_source(definition: Mapping[str, Any]) -> Any:
     """The source a catalog definition declares, if its records can be read again.
 
-    A FILE source (its retained files) and the KEY VALUE generator (a pure
-    function of its options) can; InvalidUsage says why another cannot.
+    A FILE source (its retained files), the KEY VALUE generator (a pure
+    function of its options), a KAFKA source (its topic, while retention
+    keeps its records) and a POSTGRES source (its tables now, rewound to its
+    slot's position, then the slot's changes: see :func:`replay_floor`) can;
+    InvalidUsage says why another cannot.
     """
     kind = definition.get("source_kind")
     options = definition.get("options") or {}
     if kind == "file":
         return file_source(options)
+    if kind == "kafka":
+        return kafka_source(options)
+    if kind == "postgres":
+        return postgres_source(options)
     if kind == "key_value":
         from timeshard.storage.sources import KeyValueGenerator
 
@@ -125,7 +198,7 @@ def replayable_source(definition: Mapping[str, Any]) -> Any:
             return KeyValueGenerator(**options)
         except TypeError as e:
             raise InvalidUsage(f"cannot rebuild the KEY VALUE source from {options!r}: {e}") from e
-    raise InvalidUsage(f"a {kind!r} source cannot be read again to check its upsert")
+    raise InvalidUsage(f"a {kind!r} source cannot be read again")
 
 
 def remap_bindings(
@@ -172,7 +245,20 @@ def frontier_at(
 
 
 def _retained(source: Any, end: SourceFrontier) -> str | None:
-    """Why the input files no longer hold ``[0, end)``, or None if they do (or it has none)."""
+    """Why the upstream no longer holds ``[0, end)``, or None if it does (or it has none).
+
+    Input files must still hold the bytes; a Kafka topic must still exist and
+    hold every offset from 0 (retention deletes the oldest).
+    """
+    from timeshard.storage.kafka_source import KafkaSource
+
+    if isinstance(source, KafkaSource):
+        ranges = {int(p): (0, hi) for p, hi in end.items() if hi > 0}
+        try:
+            source._check_retained(ranges)  # the source's own definition of "lost"
+        except SourceUnavailable as e:
+            return str(e).split(";")[0]
+        return None
     if not hasattr(source, "path"):
         return None
     base = Path(source.path) if Path(source.path).is_dir() else Path(source.path).parent
@@ -185,6 +271,29 @@ def _retained(source: Any, end: SourceFrontier) -> str | None:
                 f"input file {str(path)!r} holds {path.stat().st_size} bytes, fewer than {offset}"
             )
     return None
+
+
+def replay_floor(source: Any) -> SourceFrontier:
+    """The frontier from which ``source`` can tell the upstream's state: ``{}`` (all of it) but
+    for a POSTGRES source, its slot's position ``C``.
+
+    A POSTGRES source read from ``{}`` returns the tables' rows *now*, rewound
+    to ``C`` by the slot's changes the read sees (at offset ``C - 1``), then
+    the changes from ``C`` on: the upstream at every frontier at or beyond
+    ``C``, and at none before it (the server released that WAL).
+    """
+    from timeshard.storage.postgres_source import PARTITION, PostgresSource
+
+    if isinstance(source, PostgresSource):
+        confirmed = source.confirmed_flush()
+        if confirmed is None:
+            raise InvalidUsage(f"the replication slot {source.slot!r} is gone")
+        return {PARTITION: confirmed}
+    return {}
+
+
+def _covers(frontier: SourceFrontier, floor: SourceFrontier) -> bool:
+    return all(frontier.get(p, 0) >= offset for p, offset in floor.items())
 
 
 def read_input_files(spark: Any, source: Any, end: SourceFrontier) -> Any:
@@ -479,25 +588,32 @@ def _without_keys(df: Any, keys_df: Any, keys: Sequence[str]) -> Any:
     return df.join(renamed, cond, "left_anti")
 
 
-def check_file_upsert(
+def check_replayed_export(
     spark: Any,
     client: PersistClient,
     source: CatalogEntry,
     export: CatalogEntry,
     report: VerifyReport,
 ) -> None:
-    """Check 6: an UPSERT export against last-value-per-key of its source's records."""
+    """Check 6: an export against its source's records, read again from upstream.
+
+    UPSERT: the last value per key of the records bound by each sampled time.
+    NONE: every record bound by then, at its ``_diff`` (1 if it has none).
+    """
     from pyspark.sql import functions as F
 
     from timeshard.spark.snapshot import snapshot_df
     from timeshard.storage.file_source import FileSource
 
-    obj = report.object(export.name, "upsert export")
-    obj.checks.append("upsert")
+    upsert = export.definition.get("envelope") == "upsert"
+    check = "upsert" if upsert else "records"
+    obj = report.object(export.name, "upsert export" if upsert else "export")
+    obj.checks.append(check)
     try:
-        files = replayable_source(source.definition)
-    except InvalidUsage as e:
-        obj.notes.append(f"upsert not checked: {e}")
+        upstream = replayable_source(source.definition)
+        floor = replay_floor(upstream)
+    except (InvalidUsage, SourceUnavailable) as e:
+        obj.notes.append(f"{check} not checked: {e}")
         return
     keys = [str(k) for k in export.definition.get("key_columns", ())]
     out = client.open_unleased_reader(export.name)
@@ -505,31 +621,40 @@ def check_file_upsert(
     out_state, remap_state = out.state(), remap.state()
     out_span, remap_span = readable_range(out_state), readable_range(remap_state)
     if out_span is None or remap_span is None:
-        obj.notes.append("upsert not checked: the export or its remap shard has no readable time")
+        obj.notes.append(f"{check} not checked: the export or its remap shard has no readable time")
         return
     first, end = max(out_span[0], remap_span[0]), min(out_span[1], remap_span[1])
     if end <= first:
-        obj.notes.append("upsert not checked: no time readable in both the export and its remap")
+        obj.notes.append(f"{check} not checked: no time readable in both the export and its remap")
         return
     candidates = set(out.change_times(first, end)) | set(remap.change_times(first, end))
     last = end - 1 if end < MAX_TIMESTAMP else max([first, *candidates])
-    rng = _rng(report.seed, export.name, "upsert")
+    rng = _rng(report.seed, export.name, check)
     times = sample_times(rng, candidates, first, last, report.samples)
     bindings = remap_bindings(client, remap, times[-1])
     bound = frontier_at(bindings, times[-1])
-    why = _retained(files, bound)
+    why = _retained(upstream, bound)
     if why is not None:
-        obj.notes.append(f"upsert not checked: {why}")
+        obj.notes.append(f"{check} not checked: {why}")
         return
-    if isinstance(files, FileSource):
-        read = read_input_files(spark, files, bound)
+    early = [t for t in times if not _covers(frontier_at(bindings, t), floor)]
+    if early:
+        obj.notes.append(
+            f"{len(early)} of {len(times)} times not checked: bound before {floor}, "
+            "which the upstream no longer holds"
+        )
+        times = [t for t in times if t not in early]
+        if not times:
+            return
+    if isinstance(upstream, FileSource):
+        read = read_input_files(spark, upstream, bound)
     else:
-        read = files.read(spark, {}, bound)
+        read = upstream.read(spark, {}, bound)
+    if isinstance(read, dict):  # a source with subsources
+        read = read[str(export.definition.get("subsource", ""))]
     if ERR not in read.columns:  # a generator decodes nothing, so it has no errors
         read = read.withColumn(ERR, F.lit(None).cast("string"))
     records = reclock_records(read, bindings)
-    collapsed = remap_state.since.time or None  # at since 0 no binding was merged
-    expected, ambiguous = upsert_model(spark, records, out.schema, keys, times, collapsed)
     got = []
     for t in times:
         try:
@@ -538,6 +663,47 @@ def check_file_upsert(
             obj.notes.append(f"time {t} was compacted away during the check")
     if not got:
         return
+    data = list(out.schema.names)
+    if upsert:
+        found = _upsert_differences(spark, records, out.schema, keys, times, remap_state, got, obj)
+        what = "the export differs from the last value per key of its source's records"
+    else:
+        found = differences(_every_record(records, data, times), _union(got), data)
+        what = "the export differs from its source's records"
+    _report_differences(report, export.name, check, found, what)
+    for t in times:
+        obj.checked(check, t)
+
+
+def _every_record(records: Any, data: Sequence[str], times: Sequence[Timestamp]) -> Any:
+    """The NONE envelope's output at each of ``times`` (``_at``): every record bound by then."""
+    from pyspark.sql import functions as F
+
+    from timeshard.spark.parts import column
+
+    diff = column(DIFF) if DIFF in records.columns else F.lit(1).cast("long")
+    rows = records.select(*[column(c) for c in data], column(ERR), diff.alias(DIFF), column(BOUND))
+    at = F.explode(F.array(*[F.lit(t).cast("long") for t in times])).alias(AT)
+    return (
+        rows.select("*", at)
+        .where(column(BOUND) <= F.col(AT))
+        .select(F.col(AT), *[column(c) for c in data], column(ERR), column(DIFF))
+    )
+
+
+def _upsert_differences(
+    spark: Any,
+    records: Any,
+    schema: pa.Schema,
+    keys: Sequence[str],
+    times: Sequence[Timestamp],
+    remap_state: Any,
+    got: Sequence[Any],
+    obj: Any,
+) -> Any:
+    """The differences of an UPSERT export's snapshots ``got`` from :func:`upsert_model`."""
+    collapsed = remap_state.since.time or None  # at since 0 no binding was merged
+    expected, ambiguous = upsert_model(spark, records, schema, keys, times, collapsed)
     ambiguous = ambiguous.persist()
     try:
         for r in ambiguous.groupBy(AT).count().collect():
@@ -545,12 +711,8 @@ def check_file_upsert(
                 f"{r['count']} keys whose last value is ambiguous between files at {r[AT]} "
                 "were not compared"
             )
-        found = differences(
-            expected, _without_keys(_union(got), ambiguous, [AT, *keys]), list(out.schema.names)
+        return differences(
+            expected, _without_keys(_union(got), ambiguous, [AT, *keys]), list(schema.names)
         )
     finally:
         ambiguous.unpersist()
-    what = "the export differs from the last value per key of its source's records"
-    _report_differences(report, export.name, "upsert", found, what)
-    for t in times:
-        obj.checked("upsert", t)

@@ -6,7 +6,7 @@ multiset). :func:`check_shard` checks the head state's frontiers and batch
 descriptions, every part the state references, and the multiplicities at
 sampled times. The sampling (:func:`sample_times`, seeded by seed, object
 and check) is shared with the recomputations of
-:mod:`timeshard.verify.views` and :mod:`timeshard.verify.file_upsert`. The
+:mod:`timeshard.verify.views` and :mod:`timeshard.verify.replay`. The
 numbered checks are those of :mod:`timeshard.verify`.
 
 Everything here runs on the driver with pyarrow: parts are read from the

@@ -5,7 +5,7 @@ snapshot is compared with its query evaluated over the inputs' snapshots by
 :class:`~timeshard.compute.view.SparkViewDesired`, the code path the sink
 evaluates a view with. :func:`differences` compares two collections at many
 times in one job, as multisets, their rows tagged with the time (:data:`AT`);
-the FILE-upsert check (:mod:`timeshard.verify.file_upsert`) uses it too.
+the replayed-export check (:mod:`timeshard.verify.replay`) uses it too.
 
 Driver vs executors: the functions here run on the driver, where they read
 shard states and change times to sample and build Spark DataFrames; the
