@@ -33,6 +33,7 @@ from pyspark.sql import SparkSession
 from timeshard.errors import SourceUnavailable
 from timeshard.location import Location
 from timeshard.persist import PersistClient
+from timeshard.spark.jobs import JobCounter
 from timeshard.storage.health import STATUS_SHARD
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.kafka_source import KafkaSource
@@ -109,8 +110,19 @@ def _produce(
 
 
 def _read(spark: SparkSession, source: KafkaSource) -> dict[tuple[str, int], dict[str, Any]]:
-    rows = source.read(spark, {}, source.upper()).collect()
-    return {(r["_partition"], r["_offset"]): r.asDict() for r in rows}
+    return _read_counting(spark, source)[0]
+
+
+def _read_counting(
+    spark: SparkSession, source: KafkaSource
+) -> tuple[dict[tuple[str, int], dict[str, Any]], int, int]:
+    """The rows of the whole topic, the jobs ``read`` ran (planning), and the jobs to collect."""
+    end = source.upper()
+    with JobCounter(spark) as planned:
+        df = source.read(spark, {}, end)
+    with JobCounter(spark) as run:
+        rows = df.collect()
+    return {(r["_partition"], r["_offset"]): r.asDict() for r in rows}, planned.count, run.count
 
 
 def test_value_avro_with_the_writer_schema_given(
@@ -141,7 +153,8 @@ def test_value_avro_with_the_writer_schema_given(
     assert source.schema == pa.schema(
         [("id", pa.int64()), ("status", pa.string()), ("qty", pa.int32()), ("offset", pa.int64())]
     )
-    rows = _read(spark_kafka, source)
+    rows, planned, run = _read_counting(spark_kafka, source)
+    assert (planned, run) == (0, 1)  # decoded in the job that fetches the records
     assert len(rows) == 10
     for i, r in enumerate(good):
         row = rows[(str(i % 2), i // 2)]
@@ -248,7 +261,8 @@ def test_wire_format_with_several_writer_schemas(
         avro_schemas={1: json.dumps(V1), 2: json.dumps(V2), 4: json.dumps(CLASH)},
     )
     assert source.schema.types == [pa.int64(), pa.string(), pa.int64(), pa.string()]
-    rows = _read(spark_kafka, source)
+    rows, planned, run = _read_counting(spark_kafka, source)
+    assert (planned, run) == (0, 1)  # the ids are known in advance: no job to find them
     assert len(rows) == len(good) + len(bad)
     for i, (_, _, r) in enumerate(good):
         row = rows[(str(i % 2), i // 2)]
@@ -424,7 +438,8 @@ def test_ids_are_looked_up_once_per_distinct_id_of_the_range(
     )
     lookups = _Lookups({1: json.dumps(V1), 2: json.dumps(V2)})
     source.writer_schemas = lookups
-    rows = _read(spark_kafka, source)
+    rows, planned, run = _read_counting(spark_kafka, source)
+    assert (planned, run) == (1, 1)  # one small job finds the ids, one decodes
     assert sorted(lookups.asked) == [1, 2, 9]
     assert len(rows) == 11
     ok = [r for r in rows.values() if r["_err"] is None and r["id"] is not None]
