@@ -47,12 +47,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pa_csv
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -80,6 +82,11 @@ _RESULT = pa.schema(
     ]
 )
 _BOM = b"\xef\xbb\xbf"
+#: Bytes that send a CSV chunk line by line: what Python's csv reader or the
+#: line splitting treat specially (quoting, a line break inside a line, NUL).
+_LINE_BY_LINE = (b'"', b"\r", b"\x00")
+#: A blank line (skipped, so lines and rows no longer match one to one).
+_BLANK_LINE = re.compile(rb"(?m)^[ \t\x0b\x0c]*$")
 _BATCH_ROWS = 4096
 _READ_CHUNK = 1 << 20
 _INT_DIGITS = {8: 3, 16: 5, 32: 10, 64: 19}
@@ -194,7 +201,10 @@ class CopyTask:
             return
         spec = _LineSpec(self.format, self.header, schema, self.not_null, self.into)
         with fs.open_input_stream(path) as stream:
-            yield from spec.tables(_lines(stream), file, tally)
+            if self.format == "csv":
+                yield from spec.csv_tables(_chunks(stream), file, tally)
+            else:
+                yield from spec.tables(_lines(stream), file, tally)
 
 
 def _open_target(file: str) -> tuple[pafs.FileSystem, str]:
@@ -205,18 +215,35 @@ def _open_target(file: str) -> tuple[pafs.FileSystem, str]:
 
 def _lines(stream: Any) -> Iterator[tuple[int, bytes]]:
     """``(line number, line)`` of a byte stream, 1-based, without ``\\n`` or a final ``\\r``."""
-    n, rest = 0, b""
+    for first, chunk in _chunks(stream):
+        yield from _chunk_lines(first, chunk)
+
+
+def _chunks(stream: Any) -> Iterator[tuple[int, bytes]]:
+    """``(number of its first line, whole lines)`` of a byte stream, about a read each."""
+    n, rest = 1, b""
     while True:
         chunk = stream.read(_READ_CHUNK)
         if not chunk:
             break
-        pieces = (rest + chunk).split(b"\n")
-        rest = pieces.pop()
-        for piece in pieces:
-            n += 1
-            yield n, piece.removesuffix(b"\r")
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            rest += chunk
+            continue
+        whole, rest = rest + chunk[: cut + 1], chunk[cut + 1 :]
+        yield n, whole
+        n += whole.count(b"\n")
     if rest:
-        yield n + 1, rest.removesuffix(b"\r")
+        yield n, rest
+
+
+def _chunk_lines(first: int, chunk: bytes) -> Iterator[tuple[int, bytes]]:
+    """The numbered lines of a chunk of :func:`_chunks`."""
+    pieces = chunk.split(b"\n")
+    if pieces[-1] == b"":
+        pieces.pop()
+    for i, piece in enumerate(pieces):
+        yield first + i, piece.removesuffix(b"\r")
 
 
 def _row_schema(schema: pa.Schema) -> pa.Schema:
@@ -239,16 +266,18 @@ class _LineSpec:
     into: str
 
     def tables(
-        self, lines: Iterator[tuple[int, bytes]], file: str, tally: _Tally
+        self,
+        lines: Iterable[tuple[int, bytes]],
+        file: str,
+        tally: _Tally,
+        columns: pa.Schema | None = None,
     ) -> Iterator[pa.Table]:
-        columns = self.schema
+        """The rows of ``lines``, one at a time (a CSV header is :meth:`csv_tables`'s)."""
+        columns = columns or self.schema
         out = _row_schema(self.schema)
         rows: list[dict[str, Any]] = []
         for n, raw in lines:
             line = raw.removeprefix(_BOM) if n == 1 else raw
-            if n == 1 and self.format == "csv" and self.header:
-                columns = self._header(line, file)
-                continue
             if not line.strip():
                 continue
             rows.append(self._row(line, columns, file, n, tally))
@@ -259,6 +288,76 @@ class _LineSpec:
                 break
         if rows:
             yield pa.Table.from_pylist(rows, schema=out)
+
+    def csv_tables(
+        self, chunks: Iterable[tuple[int, bytes]], file: str, tally: _Tally, fast: bool = True
+    ) -> Iterator[pa.Table]:
+        """The rows of a CSV file's chunks: each decoded whole by Arrow where it can be
+        (:meth:`_vectorized`), else line by line, with the same result either way."""
+        columns = self.schema
+        for first, whole in chunks:
+            chunk, unmarked = whole, whole
+            if first == 1 and self.header:
+                line, newline, chunk = chunk.partition(b"\n")
+                columns = self._header(line.removesuffix(b"\r").removeprefix(_BOM), file)
+                first, unmarked = first + len(newline), chunk
+            elif first == 1:
+                unmarked = chunk.removeprefix(_BOM)  # line by line, tables() takes it off
+            table = self._vectorized(first, unmarked, columns, file, tally) if fast else None
+            if table is not None:
+                yield table
+            else:
+                yield from self.tables(_chunk_lines(first, chunk), file, tally, columns)
+            if tally.full:
+                return
+
+    def _vectorized(
+        self, first: int, chunk: bytes, columns: pa.Schema, file: str, tally: _Tally
+    ) -> pa.Table | None:
+        """The rows of ``chunk`` (lines ``first``...) decoded by Arrow, or None to go line by line.
+
+        Only a chunk with nothing :meth:`_row` treats specially: no quote,
+        carriage return inside a line, NUL or blank line; every line with the
+        collection's number of fields, valid UTF-8 and fields no longer than
+        Python's CSV reader takes; every value cast
+        (Arrow's cast, the very one ``decode_payload`` applies per value). Any
+        doubt returns None, and the line-by-line path finds the bad rows.
+        """
+        text = chunk.replace(b"\r\n", b"\n").removesuffix(b"\n")
+        if not text or any(c in text for c in _LINE_BY_LINE) or _BLANK_LINE.search(text):
+            return None
+        names = columns.names
+        try:
+            strings = pa_csv.read_csv(
+                pa.py_buffer(text),
+                read_options=pa_csv.ReadOptions(column_names=names, use_threads=False),
+                parse_options=pa_csv.ParseOptions(
+                    quote_char=False, newlines_in_values=False, ignore_empty_lines=False
+                ),
+                convert_options=pa_csv.ConvertOptions(
+                    column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False
+                ),
+            )
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        if strings.num_rows != text.count(b"\n") + 1:
+            return None
+        arrays = {}
+        for name in names:
+            typ = self.schema.field(name).type
+            values = strings.column(name)
+            longest = pc.max(pc.binary_length(values)).as_py() or 0
+            if longest > csv.field_size_limit():  # Python's reader refuses such a field
+                return None
+            values = pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
+            if not pa.types.is_string(typ):
+                try:
+                    values = pc.cast(values, typ)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+                    return None
+            arrays[name] = values
+        table = pa.table([arrays[n] for n in self.schema.names], names=self.schema.names)
+        return _with_not_null_errors(table, file, first - 1, self.not_null, tally)
 
     def _header(self, line: bytes, file: str) -> pa.Schema:
         """The file's columns in header order; InvalidUsage unless they are the collection's."""
