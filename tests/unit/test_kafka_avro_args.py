@@ -8,6 +8,7 @@ spark-avro package asked for when a kafka source uses Avro.
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from timeshard.cli.spec import build_source, load_spec, spark_packages
-from timeshard.errors import InvalidUsage
+from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.spark.session import spark_avro_package, spark_kafka_package
 from timeshard.storage.kafka_source import KafkaSource
 from timeshard.storage.schema_registry import SchemaFiles, SchemaRegistry
@@ -207,3 +208,32 @@ def test_bad_declared_avro_options(
     spec = load_spec(_spec(tmp_path, options, extra))
     with pytest.raises(InvalidUsage, match=match):
         build_source(spec.source[0])
+
+
+def test_a_url_that_is_no_registry_is_a_fault(tmp_path: Path) -> None:
+    """A real HTTP server that is not a schema registry: its 404s are not "schema not found"."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        registry = SchemaRegistry(f"http://127.0.0.1:{server.server_port}", timeout_s=5)
+        with pytest.raises(SourceUnavailable, match="schema id 1 could not be fetched"):
+            registry.schema(1)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_closed_port_is_a_fault() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    registry = SchemaRegistry(f"http://127.0.0.1:{port}", timeout_s=2)
+    with pytest.raises(SourceUnavailable, match=f"schema registry at http://127.0.0.1:{port}"):
+        registry.schema(7)

@@ -40,11 +40,12 @@ for a non-empty range), fetches each id it has not seen from the registry
 (once per process: an id's schema never changes), then plans one job that
 decodes each record with the schema of its id. A record becomes an err row
 if its bytes are not in the wire format (fewer than five bytes, or a magic
-byte other than 0), if its id is unknown to the registry (HTTP 404) or
-absent from ``avro_schemas``, or if its datum does not decode with its
-writer schema into the reader schema. A registry that cannot be reached (or
-answers anything but the schema or 404) is a fault: ``read`` raises
-SourceUnavailable and nothing is written; the ingestion retries.
+byte other than 0), if its id is unknown to the registry (HTTP 404 with
+error code 40403) or absent from ``avro_schemas``, or if its datum does not
+decode with its writer schema into the reader schema. A registry that cannot
+be reached (or answers anything but the schema or "schema not found") is a
+fault: ``read`` raises SourceUnavailable and nothing is written; the
+ingestion retries.
 
 ``metadata`` adds the record's ``partition``, ``offset``, ``timestamp`` and
 ``headers`` (a list of ``key``/``value`` structs) as columns of those names.

@@ -11,10 +11,12 @@ Two implementations of :class:`WriterSchemas`:
 
 * :class:`SchemaRegistry`: a registry's REST API at a URL (through
   confluent-kafka's ``SchemaRegistryClient``). An id the registry does not
-  know (HTTP 404) is a *data* error of the record that names it: the record
-  becomes an err row. Anything else (the registry unreachable, a timeout,
-  an HTTP 5xx, refused credentials) is a *fault*: ``SourceUnavailable``, the
-  ingestion stalls and retries, and nothing is written.
+  know (HTTP 404 with the registry's error code 40403, "schema not found")
+  is a *data* error of the record that names it: the record becomes an err
+  row. Anything else (the registry unreachable, a timeout, an HTTP 5xx,
+  refused credentials, a 404 without that code, as from a URL that is not a
+  registry's) is a *fault*: ``SourceUnavailable``, the ingestion stalls and
+  retries, and nothing is written.
 * :class:`SchemaFiles`: a fixed map of ids to schema texts (a declaration's
   ``schemas = { 1 = "v1.avsc", ... }``), for producers that write the wire
   format without a registry this process can reach. An id outside the map is
@@ -33,6 +35,8 @@ from typing import Any, Protocol
 from timeshard.errors import InvalidUsage, SourceUnavailable
 
 MAGIC = b"\x00"
+#: The registry's error code for an id it has no schema for (with HTTP 404).
+SCHEMA_NOT_FOUND = 40403
 HEADER_BYTES = 5
 DEFAULT_TIMEOUT_S = 10.0
 
@@ -76,7 +80,7 @@ class SchemaRegistry:
         try:
             text: str = self._registry().get_schema(schema_id).schema_str
         except SchemaRegistryError as e:
-            if e.http_status_code == 404:
+            if (e.http_status_code, e.error_code) == (404, SCHEMA_NOT_FOUND):
                 return None
             raise self._unavailable(schema_id, e) from None
         except Exception as e:  # the HTTP client's transport errors: a fault
@@ -137,4 +141,11 @@ class SchemaFiles:
         return f"the declared schemas (ids {sorted(self._schemas)})"
 
 
-__all__ = ["HEADER_BYTES", "MAGIC", "SchemaFiles", "SchemaRegistry", "WriterSchemas"]
+__all__ = [
+    "HEADER_BYTES",
+    "MAGIC",
+    "SCHEMA_NOT_FOUND",
+    "SchemaFiles",
+    "SchemaRegistry",
+    "WriterSchemas",
+]
