@@ -31,13 +31,16 @@ the snapshot's offset, the inverse of every transaction below ``S``
 so a retried first read yields the same updates. Afterwards the resumption
 frontier is past ``C`` and no snapshot is taken again.
 
-The stream. One Spark task reads the binlog (``mysql-replication``,
-``is_mariadb``) from the newest binlog file that starts at or below the
-read's start in every domain (``BINLOG_GTID_POS(file, 4)``) up to the
-binlog's end as it was when the task began, and emits the transactions
-whose sequence number is in ``[start[d], end[d])`` for their domain ``d``.
-Each task registers with a random server id, so instances never displace
-each other's dump threads.
+The stream. One Spark task reads the binlog (``mysql-replication``, by file
+and position) from a position known to precede every transaction from the
+read's start -- where an earlier read of this instance stopped, if its GTID
+frontier is at or below the start, else the newest binlog file whose first
+GTID frontier is (``BINLOG_GTID_POS(file, 4)``) -- up to the binlog's end as
+it was after ``end`` was minted (after the snapshot, if one is taken), and
+emits the transactions whose sequence number is in ``[start[d], end[d])``
+for their domain ``d``. Where it starts changes how much it reads, never
+what it emits. Each task registers with a random server id, so instances
+never displace each other's dump threads.
 
 Binlog retention plays the role of a slot: nothing upstream records the
 source's progress, so :meth:`MySqlSource.commit` and
@@ -102,6 +105,8 @@ RAW_SCHEMA = pa.schema(
 )
 RawRow = tuple[int, str, int, int, str | None, list[str | None] | None]
 BATCH_ROWS = 10_000
+#: How many binlog positions of its earlier reads a source remembers (to start near).
+CHECKPOINTS = 8
 #: Settings every session of the source uses (timestamps print in UTC).
 SESSION_INIT = "SET time_zone = '+00:00'"
 #: What the server must be configured with, and the value.
@@ -228,6 +233,8 @@ class MySqlSource:
             raise InvalidUsage(f"MYSQL source name must be 1-100 of [A-Za-z0-9_.=-], got {name!r}")
         self.name = name
         self.server = Server.from_url(url, connect_timeout_s)
+        #: Binlog positions this instance read up to, with their GTID frontiers.
+        self._checkpoints: list[tuple[tuple[str, int], dict[str, int]]] = []
         with contextlib.closing(self.server.connect()) as conn:
             self._check_settings(conn)
             self.tables = self._tables(conn, tables)
@@ -278,15 +285,27 @@ class MySqlSource:
                 )
             lo = dict(origin)
         with contextlib.closing(self.server.connect(text_only=True)) as conn, conn.cursor() as cur:
-            first = first_file(cur, lo)  # on the driver: a purged binlog is a definite fault
+            until = binlog_end(cur)  # after the mint of ``end``: the stream stops here
+            # On the driver: a purged binlog is a definite fault.
+            first = start_position(cur, lo, self._checkpoints)
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", until)
+            (position,) = cur.fetchone()
         plan = ReadPlan(
-            self.server, tuple(self.tables), lo=lo, hi=dict(end), first=first, snapshot=snapshot
+            self.server,
+            tuple(self.tables),
+            lo=lo,
+            hi=dict(end),
+            first=first,
+            until=until,
+            snapshot=snapshot,
         )
         raw = (
             spark.range(0, 1, 1, 1)
             .mapInArrow(ReadTask(plan), arrow_to_spark_schema(RAW_SCHEMA))
             .localCheckpoint(eager=True)
         )
+        checkpoint = (until, gtid_frontier(_text(position or "")))
+        self._checkpoints = [*self._checkpoints[-(CHECKPOINTS - 1) :], checkpoint]
         frames = {}
         for i, table in enumerate(self.tables):
             out = frame_schema(table)
@@ -390,7 +409,8 @@ class ReadPlan:
     tables: tuple[Table, ...]
     lo: dict[str, int]
     hi: dict[str, int]
-    first: str
+    first: tuple[str, int]
+    until: tuple[str, int]
     snapshot: bool = field(default=False)
 
 
@@ -427,22 +447,28 @@ def _raw_batch(rows: list[RawRow]) -> pa.RecordBatch:
 
 def read_rows(plan: ReadPlan) -> Iterator[RawRow]:
     """The snapshot at ``lo`` (with its rewinds) if asked, then the stream over ``[lo, hi)``."""
-    conn = plan.server.connect(text_only=True)
-    try:
-        rows: list[RawRow] = []
-        seen: dict[str, int] = {}
-        if plan.snapshot:
+    rows: list[RawRow] = []
+    seen: dict[str, int] = {}
+    until = plan.until
+    if plan.snapshot:
+        conn = plan.server.connect(text_only=True)
+        try:
             seen, rows = _snapshot(conn, plan)
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            status = cur.fetchone()
-            if status is None:
-                raise SourceUnavailable("the MySQL server has no binlog (log_bin is off)")
-            until = (_text(status[0]), int(status[1]))
-    finally:
-        conn.close()
+            with conn.cursor() as cur:
+                until = max(until, binlog_end(cur))  # the rewinds reach the snapshot
+        finally:
+            conn.close()
     yield from rows
     yield from stream_rows(plan, until, seen)
+
+
+def binlog_end(cur: Any) -> tuple[str, int]:
+    """The binlog's end now: (file, position)."""
+    cur.execute("SHOW MASTER STATUS")
+    status = cur.fetchone()
+    if status is None:
+        raise SourceUnavailable("the MySQL server has no binlog (log_bin is off)")
+    return (_text(status[0]), int(status[1]))
 
 
 def _text(value: Any) -> str:
@@ -501,15 +527,27 @@ def _schema_change(declared: Sequence[Column], actual: Sequence[Column]) -> str 
     return None
 
 
-def first_file(cur: Any, lo: Mapping[str, int]) -> str:
-    """The newest binlog file that holds every transaction from ``lo`` on."""
+def start_position(
+    cur: Any,
+    lo: Mapping[str, int],
+    checkpoints: Sequence[tuple[tuple[str, int], Mapping[str, int]]] = (),
+) -> tuple[str, int]:
+    """The latest binlog position known to precede every transaction from ``lo`` on.
+
+    A position an earlier read stopped at (``checkpoints``), if its file is
+    still there and its GTID frontier is at or below ``lo``; else the start
+    of the newest file whose first GTID frontier is (``BINLOG_GTID_POS(file, 4)``).
+    """
     cur.execute("SHOW BINARY LOGS")
     files = [_text(r[0]) for r in cur.fetchall()]
+    for at, frontier in reversed(checkpoints):
+        if at[0] in files and covers(frontier, lo):
+            return at
     for name in reversed(files):
         cur.execute("SELECT BINLOG_GTID_POS(%s, 4)", (name,))
         (position,) = cur.fetchone()
         if covers(gtid_frontier(_text(position or "")), lo):
-            return name
+            return (name, 4)
     raise SourceUnavailable(
         f"the MySQL binlog from GTID frontier {dict(lo)} was purged (the oldest file is "
         f"{files[0] if files else None!r}): the changes since the resumption frontier are lost",
@@ -531,7 +569,7 @@ _TRUNCATE = re.compile(r"\s*TRUNCATE\s+(?:TABLE\s+)?(?:`?([^`.\s]+)`?\.)?`?([^`\
 def stream_rows(
     plan: ReadPlan, until: tuple[str, int], seen: Mapping[str, int]
 ) -> Iterator[RawRow]:
-    """The transactions in ``[lo, hi)`` from binlog file ``plan.first`` up to ``until``.
+    """The transactions in ``[lo, hi)`` from binlog position ``plan.first`` up to ``until``.
 
     With a snapshot (``seen`` its GTID frontier), also the inverse of every
     transaction from ``lo`` that the snapshot saw, at the snapshot's offset.
@@ -546,9 +584,10 @@ def stream_rows(
         server_id=random.randrange(1 << 20, 1 << 31),
         blocking=False,
         resume_stream=True,
-        log_file=plan.first,
-        log_pos=4,
-        is_mariadb=True,
+        log_file=plan.first[0],
+        log_pos=plan.first[1],
+        # Not is_mariadb: it makes the library ignore log_file/log_pos (and dump from the
+        # first file). MariaDB sends its GTID events to a reader with capability 4 anyway.
         only_events=[
             MariadbGtidEvent,
             QueryEvent,

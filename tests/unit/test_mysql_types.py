@@ -1,0 +1,190 @@
+"""The MySQL source's pure pieces: columns, the one text form, GTID frontiers, quoting."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from timeshard.errors import InvalidUsage
+from timeshard.storage.mysql_source import Server, quote
+from timeshard.storage.mysql_types import (
+    INVALID,
+    Column,
+    Undecodable,
+    binlog_text,
+    column_from_schema,
+    covers,
+    decode_text,
+    gtid_frontier,
+    incompatibility,
+    snapshot_text,
+    time_text,
+)
+
+
+def col(data_type: str, **kw: object) -> Column:
+    return Column("c", data_type, **kw)  # type: ignore[arg-type]
+
+
+def test_arrow_types() -> None:
+    assert col("int").arrow_type() == pa.int32()
+    assert col("int", unsigned=True).arrow_type() == pa.int64()
+    assert col("bigint").arrow_type() == pa.int64()
+    assert col("bigint", unsigned=True).arrow_type() == pa.decimal128(20, 0)
+    assert col("decimal", precision=10, scale=2).arrow_type() == pa.decimal128(10, 2)
+    assert col("decimal", precision=65, scale=30).arrow_type() == pa.string()
+    assert col("float").arrow_type() == pa.float32()
+    assert col("timestamp").arrow_type() == pa.timestamp("us", tz="UTC")
+    assert col("datetime").arrow_type() == pa.timestamp("us")
+    assert col("varbinary").arrow_type() == pa.binary()
+    assert col("set").arrow_type() == pa.string()
+    with pytest.raises(InvalidUsage, match="'geometry'"):
+        col("geometry")
+
+
+def test_column_from_information_schema() -> None:
+    c = column_from_schema("n", "BIGINT", "bigint(20) unsigned", 20, 0, None)
+    assert c == Column("n", "bigint", unsigned=True, precision=20, scale=0, fsp=0)
+
+
+@pytest.mark.parametrize(
+    ("column", "server_text", "binlog_value", "none_source", "stored"),
+    [
+        (col("int"), "-1", -1, None, -1),
+        (col("bigint", unsigned=True), "18446744073709551615", 2**64 - 1, None, Decimal(2**64 - 1)),
+        (
+            col("decimal", precision=10, scale=2),
+            "-0.01",
+            Decimal("-0.01"),
+            None,
+            Decimal("-0.01"),
+        ),
+        (col("double"), "0.1", 0.1, None, 0.1),
+        (col("varchar"), "héllo", "héllo", None, "héllo"),
+        (col("varbinary"), b"\x00\xff", b"\x00\xff", None, b"\x00\xff"),
+        (col("date"), "2024-02-29", dt.date(2024, 2, 29), None, dt.date(2024, 2, 29)),
+        (
+            col("datetime", fsp=3),
+            "2024-05-01 12:30:15.123",
+            dt.datetime(2024, 5, 1, 12, 30, 15, 123000),
+            None,
+            dt.datetime(2024, 5, 1, 12, 30, 15, 123000),
+        ),
+        (
+            col("timestamp", fsp=6),
+            "2024-05-01 12:30:15.123456",
+            dt.datetime(2024, 5, 1, 12, 30, 15, 123456),
+            None,
+            dt.datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=dt.UTC),
+        ),
+        (col("time"), "-838:59:59", dt.timedelta(days=-35, seconds=3601), None, "-838:59:59"),
+        (col("set"), "x,z", {"z", "x"}, None, "x,z"),
+        (col("set"), "", None, "empty set", ""),
+        (col("year"), "2024", 2024, None, 2024),
+        (col("json"), '{"k": 1}', '{"k": 1}', None, '{"k": 1}'),
+    ],
+)
+def test_both_paths_decode_alike(
+    column: Column,
+    server_text: object,
+    binlog_value: object,
+    none_source: str | None,
+    stored: object,
+) -> None:
+    a = snapshot_text(server_text, column)  # type: ignore[arg-type]
+    b = binlog_text(binlog_value, column, none_source, ["x", "y", "z"])
+    assert a is not None and b is not None
+    assert decode_text(a, column) == decode_text(b, column) == stored
+
+
+def test_nulls_and_values_arrow_cannot_hold() -> None:
+    date = col("date")
+    assert binlog_text(None, date, "null", None) is None
+    assert snapshot_text(None, date) is None
+    assert binlog_text(None, date, "out of date range", None) == INVALID
+    messages = set()
+    for text in (INVALID, "2020-00-10", "0000-00-00"):
+        with pytest.raises(Undecodable) as e:
+            decode_text(text, date)
+        messages.add(str(e.value))
+    assert messages == {"column 'c' (date) holds a value outside the range it is stored in"}
+    # The zero timestamp is stored as 0 in the binlog, which no real timestamp is.
+    assert binlog_text(dt.datetime(1970, 1, 1), col("timestamp"), None, None) == INVALID
+
+
+@given(st.integers(min_value=-838 * 3600 * 10**6, max_value=838 * 3600 * 10**6), st.integers(0, 6))
+def test_time_text_round_trips_through_its_parts(micros: int, fsp: int) -> None:
+    micros -= micros % 10 ** (6 - fsp)  # a time(fsp) holds fsp digits
+    text = time_text(dt.timedelta(microseconds=micros), fsp)
+    sign = -1 if text.startswith("-") else 1
+    hms, _, fraction = text.lstrip("-").partition(".")
+    h, m, s = (int(x) for x in hms.split(":"))
+    assert len(fraction) == fsp and m < 60 and s < 60
+    back = ((h * 60 + m) * 60 + s) * 10**6 + int((fraction or "0").ljust(6, "0"))
+    assert sign * back == micros
+
+
+def test_gtid_frontiers_and_covering_files() -> None:
+    assert gtid_frontier("0-1-7,2-1-1") == {"0": 8, "2": 2}
+    assert gtid_frontier("0-1-7,\n5-3-10") == {"0": 8, "5": 11}
+    assert gtid_frontier("") == {}
+    with pytest.raises(ValueError):
+        gtid_frontier("garbage")
+    assert covers({}, {"0": 1})
+    assert covers({"0": 8}, {"0": 8, "2": 2})
+    assert not covers({"0": 9}, {"0": 8})
+    assert not covers({"0": 8, "3": 2}, {"0": 8})  # domain 3's first transaction is older
+
+
+def test_incompatibility_of_table_maps() -> None:
+    declared = [Column("id", "int"), Column("d", "decimal", precision=10, scale=2)]
+
+    def binlog(**kw: object) -> list[SimpleNamespace]:
+        columns = {
+            "id": SimpleNamespace(name="id", type=3, unsigned=False),
+            "d": SimpleNamespace(name="d", type=246, precision=10, decimals=2),
+            "new": SimpleNamespace(name="new", type=15),
+        }
+        for name, change in kw.items():
+            if change is None:
+                del columns[name]
+            else:
+                columns[name] = change  # type: ignore[assignment]
+        return list(columns.values())
+
+    assert incompatibility(declared, binlog()) is None
+    assert incompatibility(declared, binlog(d=None)) == "column 'd' was dropped"
+    assert incompatibility(declared, binlog(id=SimpleNamespace(name="id", type=8))) == (
+        "column 'id' changed type"
+    )
+    assert incompatibility(
+        declared, binlog(id=SimpleNamespace(name="id", type=3, unsigned=True))
+    ) == ("column 'id' changed signedness")
+    assert incompatibility(
+        declared, binlog(d=SimpleNamespace(name="d", type=246, precision=12, decimals=2))
+    ) == ("column 'd' changed precision or scale")
+
+
+def test_identifiers_are_quoted_and_urls_parsed() -> None:
+    assert quote("orders") == "`orders`"
+    for bad in ("a`b", "a\x00b", "", "x" * 65):
+        with pytest.raises(InvalidUsage):
+            quote(bad)
+    server = Server.from_url("mysql://repl:s%40cret@db.example:3307/shop")
+    assert (server.host, server.port, server.user, server.password, server.database) == (
+        "db.example",
+        3307,
+        "repl",
+        "s@cret",
+        "shop",
+    )
+    with pytest.raises(InvalidUsage, match="names no database"):
+        Server.from_url("mysql://repl@db/")
+    with pytest.raises(InvalidUsage, match="mysql://"):
+        Server.from_url("postgresql://repl@db/shop")
