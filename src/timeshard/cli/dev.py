@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from timeshard.dev.kafka import KAFKA_VERSION, KafkaBroker, KafkaUnavailable
+from timeshard.dev.mariadb import MariaDBServer, MariaDBUnavailable
 from timeshard.dev.seaweedfs import S3Unavailable, SeaweedS3
 
 dev_app = typer.Typer(
@@ -68,6 +69,31 @@ def s3(
         f"S3 (SeaweedFS) on {server.endpoint}, bucket {bucket!r}, data in {workdir}; "
         f"Ctrl-C stops it\n  export {exports}\n"
         f"  timeshard run FILE with: [location] blob = {server.uri('mine')!r}"
+    )
+    _serve_until_stopped(lambda: server.running, server.stop)
+
+
+@dev_app.command("mysql")
+def mysql(
+    directory: Annotated[
+        Path | None, typer.Option("--dir", help="Its data directory (default: a new temp dir).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Its port (default: a free one).")] = None,
+) -> None:
+    """Run a MariaDB server (Debian's mariadb-server) with a ROW, GTID binlog until Ctrl-C.
+
+    It prints the URL a ``kind = "mysql"`` source takes.
+    """
+    workdir = directory or Path(tempfile.mkdtemp(prefix="timeshard-mariadb-"))
+    server = MariaDBServer(workdir, port=port)
+    try:
+        server.start()
+    except MariaDBUnavailable as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(
+        f"MariaDB on 127.0.0.1:{server.port}, data in {workdir}; Ctrl-C stops it\n"
+        f'  [[source]] kind = "mysql", options = {{ url = {server.url!r} }}'
     )
     _serve_until_stopped(lambda: server.running, server.stop)
 
