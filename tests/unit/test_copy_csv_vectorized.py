@@ -4,7 +4,7 @@ A COPY task decodes a CSV chunk with Arrow when nothing in it needs Python's
 CSV reader, and line by line otherwise (:meth:`_LineSpec.csv_tables`). The
 two must agree on every file: rows, err rows and their reasons, line
 numbers, and the tally. Hypothesis writes files from pieces chosen to hit
-every special case (quotes, carriage returns, NUL, blank lines, bad UTF-8,
+every special case (quotes, well-formed or not, carriage returns, NUL, blank lines, bad UTF-8,
 wrong field counts, values that do not cast, empty fields, NOT NULL), and
 reads them in small chunks so that chunk boundaries fall everywhere.
 """
@@ -24,8 +24,13 @@ from timeshard.storage.copy_task import _chunks, _LineSpec, _Tally
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64()), ("ok", pa.bool_()), ("d", pa.date32())])
 FIELDS = {
-    "k": st.sampled_from(["a", "b c", "", " x ", "é", '"q"', "a\x00b", "\udcff", "\t"]),
-    "v": st.sampled_from(["1", "-7", "", "x", "1.5", "99999999999999999999", " 2"]),
+    "k": st.sampled_from(
+        [
+            *("a", "b c", "", " x ", "é", "a\x00b", "\udcff", "\t"),
+            *('"q"', '"a,b"', '"a""b"', '""', '""""', 'a"b', '"ab"c', '"ab', '"', '"a" ', ' "a"'),
+        ]
+    ),
+    "v": st.sampled_from(["1", "-7", "", "x", "1.5", "99999999999999999999", " 2", '"3"', '""']),
     "ok": st.sampled_from(["true", "false", "1", "0", "", "yes", "TRUE"]),
     "d": st.sampled_from(["2026-11-26", "", "2026-13-01", "26/11/2026"]),
 }
@@ -64,7 +69,7 @@ def decode(
     return rows, tally
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(
     data=csv_files(),
     chunk=st.sampled_from([5, 16, 64, 1 << 20]),
@@ -121,3 +126,33 @@ def test_one_bad_value_sends_only_its_chunk_line_by_line(monkeypatch: pytest.Mon
     rows, tally = decode(("\n".join(lines) + "\n").encode(), True, (), False, False)
     assert len(rows) == 40 and tally.bad == 1 and [b.line for b in tally.first_bad] == [26]
     assert 26 in seen and len(seen) < 10  # the chunk around line 26, not the file
+
+
+def test_quoted_fields_are_decoded_by_arrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What CSV writers make (strings quoted, quotes doubled) stays on the Arrow path."""
+
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("decoded line by line")
+
+    monkeypatch.setattr(_LineSpec, "_row", refuse)
+    lines = [f'"k{i}, ""{i}""","{i}",true,""' for i in range(1000)]
+    rows, tally = decode("\n".join(lines).encode(), True, (), False, False)
+    assert len(rows) == 1000 and tally.bad == 0
+    assert rows[7] == {"k": 'k7, "7"', "v": 7, "ok": True, "d": None, "_err": None}
+
+
+@pytest.mark.parametrize(
+    ("text", "plain"),
+    [
+        (b'"a,b",1\n"c""d",""', True),
+        (b'x,"1"\n"""",2', True),
+        (b'a"b,1', False),  # a quote inside an unquoted field
+        (b'"ab"c,1', False),  # text after a closing quote (Python refuses, Arrow reads "abc")
+        (b'"a" ,1', False),
+        (b'"a,"b",1', False),
+        (b'"ab,1', False),  # never closed
+        (b'ok,1\n"ab,1', False),
+    ],
+)
+def test_plainly_quoted(text: bytes, plain: bool) -> None:
+    assert copy_task.plainly_quoted(text) is plain

@@ -52,6 +52,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pa_csv
@@ -83,8 +84,8 @@ _RESULT = pa.schema(
 )
 _BOM = b"\xef\xbb\xbf"
 #: Bytes that send a CSV chunk line by line: what Python's csv reader or the
-#: line splitting treat specially (quoting, a line break inside a line, NUL).
-_LINE_BY_LINE = (b'"', b"\r", b"\x00")
+#: line splitting treat specially (a line break inside a line, NUL).
+_LINE_BY_LINE = (b"\r", b"\x00")
 #: A blank line (skipped, so lines and rows no longer match one to one).
 _BLANK_LINE = re.compile(rb"(?m)^[ \t\x0b\x0c]*$")
 _BATCH_ROWS = 4096
@@ -316,8 +317,10 @@ class _LineSpec:
     ) -> pa.Table | None:
         """The rows of ``chunk`` (lines ``first``...) decoded by Arrow, or None to go line by line.
 
-        Only a chunk with nothing :meth:`_row` treats specially: no quote,
-        carriage return inside a line, NUL or blank line; every line with the
+        Only a chunk with nothing :meth:`_row` treats specially: no carriage
+        return inside a line, NUL or blank line, quotes only around whole
+        fields (:func:`plainly_quoted`, where Arrow's reader and Python's
+        strict one agree); every line with the
         collection's number of fields, valid UTF-8 and fields no longer than
         Python's CSV reader takes; every value cast
         (Arrow's cast, the very one ``decode_payload`` applies per value). Any
@@ -326,13 +329,18 @@ class _LineSpec:
         text = chunk.replace(b"\r\n", b"\n").removesuffix(b"\n")
         if not text or any(c in text for c in _LINE_BY_LINE) or _BLANK_LINE.search(text):
             return None
+        if b'"' in text and not plainly_quoted(text):
+            return None
         names = columns.names
         try:
             strings = pa_csv.read_csv(
                 pa.py_buffer(text),
                 read_options=pa_csv.ReadOptions(column_names=names, use_threads=False),
                 parse_options=pa_csv.ParseOptions(
-                    quote_char=False, newlines_in_values=False, ignore_empty_lines=False
+                    quote_char='"',
+                    double_quote=True,
+                    newlines_in_values=False,
+                    ignore_empty_lines=False,
                 ),
                 convert_options=pa_csv.ConvertOptions(
                     column_types=dict.fromkeys(names, pa.string()), strings_can_be_null=False
@@ -386,6 +394,36 @@ class _LineSpec:
             return {**dict.fromkeys(columns.names), ERR: f"{file}:{n}: {reason}"}
         row[ERR] = None
         return row
+
+
+def plainly_quoted(text: bytes) -> bool:
+    """Whether every quote of ``text`` (lines, no ``\\r``) opens or closes a whole field.
+
+    That is: each line has an even number of quotes; a quote at an even place
+    in its line (it opens) follows a comma, the line's start or a quote (the
+    second of an escaped pair); one at an odd place (it closes) is followed by
+    a comma, the line's end or a quote. Such lines are fields that are
+    unquoted and hold no quote, or quoted with ``""`` for a quote inside, and
+    Arrow's CSV reader reads them as Python's strict one does. Otherwise
+    (``a"b``, ``"ab"c``, ``"ab``) the readers may differ: False. Vectorized
+    with numpy over the bytes.
+    """
+    data = np.frombuffer(text, np.uint8)
+    quotes = np.flatnonzero(data == ord('"'))
+    newlines = np.flatnonzero(data == ord("\n"))
+    line = np.searchsorted(newlines, quotes)  # the line of each quote
+    first_of_line = np.searchsorted(line, line)  # the index of its line's first quote
+    closing = (np.arange(len(quotes)) - first_of_line) % 2 == 1
+    last_of_line = np.append(line[1:] != line[:-1], True)
+    if np.any(last_of_line & ~closing):
+        return False  # an odd number of quotes in a line: one is not closed
+    before = data[np.maximum(quotes - 1, 0)]
+    after = data[np.minimum(quotes + 1, len(data) - 1)]
+    at_start, at_end = quotes == 0, quotes == len(data) - 1
+    bounds = [ord(","), ord("\n"), ord('"')]
+    opens_well = at_start | np.isin(before, bounds)
+    closes_well = at_end | np.isin(after, bounds)
+    return bool(np.all(np.where(closing, closes_well, opens_well)))
 
 
 def _check_json_keys(line: bytes, columns: pa.Schema) -> None:
