@@ -555,6 +555,10 @@ def _json_value(name: str, typ: pa.DataType, v: Any) -> Any:
     if pa.types.is_string(typ) or pa.types.is_large_string(typ):
         if not isinstance(v, str):
             raise _mismatch(name, typ, "a string", v)
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON's \ud800 escapes: no UTF-8 text has them
+            raise ValueError(f"column {name!r} ({typ}): a lone surrogate: {e.reason}") from None
         return v
     try:
         return pa.array([v], typ)[0].as_py()

@@ -88,6 +88,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import ERR
@@ -111,6 +112,7 @@ METADATA: dict[str, pa.DataType] = {
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _RESERVED = ("_partition", "_offset", "_ts", "_diff", ERR)
 _BATCH_ROWS = 4096
+_BOM = b"\xef\xbb\xbf"
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -675,6 +677,10 @@ def _decoder(
         out_schema = pa.ipc.read_schema(pa.py_buffer(out_ipc))
         data = [*key_schema.names, *value_schema.names]
         for batch in batches:
+            fast = arrow_decoded(batch, key_format, value_format, key_schema, value_schema)
+            if fast is not None:
+                yield from _with_metadata(fast, batch, metadata, out_schema).to_batches()
+                continue
             rows = []
             for rec in batch.to_pylist():
                 row: dict[str, Any] = {
@@ -699,6 +705,121 @@ def _decoder(
                 yield pa.RecordBatch.from_pylist(rows, schema=out_schema)
 
     return run
+
+
+#: The column types Arrow's JSON reader decodes exactly as :func:`decode_payload` does.
+def _arrow_json_type(typ: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_integer(typ)
+        or pa.types.is_float64(typ)
+        or pa.types.is_boolean(typ)
+        or pa.types.is_string(typ)
+    )
+
+
+def arrow_decoded(
+    batch: pa.RecordBatch,
+    key_format: str | None,
+    value_format: str,
+    key_schema: pa.Schema,
+    value_schema: pa.Schema,
+) -> pa.Table | None:
+    """A batch of records decoded by Arrow: ``_partition``, ``_offset``, the key's and the
+    value's columns, ``_err`` (all null); None where any record needs :func:`decode_record`.
+
+    Arrow decodes a ``json`` side (``pyarrow.json``, the declared columns as
+    its explicit schema, other fields ignored) when every column is an
+    integer, a double, a boolean or a string, for which Arrow's reader is
+    as strict as :func:`~timeshard.storage.file_source.decode_payload`: no
+    coercion, integers in range, a duplicate key refused (the records then
+    go one by one, and the last key wins there). It refuses anything it
+    cannot read exactly: then None, and the batch goes record by record,
+    which finds the err rows. A ``text`` side is cast to UTF-8 (None if any is
+    not), a ``bytes`` side passed on; ``avro`` is not decoded here (None).
+    A null key or value (a tombstone) decodes to null columns.
+    """
+    columns: list[pa.ChunkedArray | pa.Array] = [
+        pc.cast(batch.column("partition"), pa.string()),
+        batch.column("offset"),
+    ]
+    names = ["_partition", "_offset"]
+    for side, fmt, schema in (
+        ("key", key_format, key_schema),
+        ("value", value_format, value_schema),
+    ):
+        raw = batch.column(side)
+        if fmt is None:
+            decoded = [pa.nulls(batch.num_rows, f.type) for f in schema]
+        elif fmt == "json":
+            found = _arrow_json(raw, schema)
+            if found is None:
+                return None
+            decoded = found
+        elif fmt == "text":
+            try:
+                decoded = [pc.cast(raw, pa.string())]
+            except pa.ArrowInvalid:
+                return None
+        elif fmt == "bytes":
+            decoded = [raw]
+        else:
+            return None
+        columns += decoded
+        names += schema.names
+    columns.append(pa.nulls(batch.num_rows, pa.string()))
+    return pa.Table.from_arrays(columns, names=[*names, ERR])
+
+
+def _arrow_json(raw: pa.Array, schema: pa.Schema) -> list[pa.Array] | None:
+    """The columns of a binary array of JSON objects (null stays null), or None (see above)."""
+    import pyarrow.json as pa_json
+
+    if not all(_arrow_json_type(f.type) for f in schema):
+        return None
+    present = pc.is_valid(raw)
+    values = raw.filter(present).to_pylist()
+    joined = b"\n".join(values)
+    if joined.count(b"\n") != max(len(values) - 1, 0) or b"\r" in joined or _BOM in joined:
+        return None  # a line break inside a record, or a byte order mark Python refuses
+    if not all(v.strip() for v in values):
+        return None  # Arrow skips a blank record: the rows would no longer line up
+    if not values:
+        return [pa.nulls(len(raw), f.type) for f in schema]
+    try:
+        table = pa_json.read_json(
+            pa.py_buffer(joined),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(joined) + 1),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=schema,
+                unexpected_field_behavior="ignore",
+                newlines_in_values=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    if table.num_rows != len(values):
+        return None  # a record that was several JSON documents
+    if len(values) == len(raw):
+        return [table.column(f.name).combine_chunks() for f in schema]
+    at = pc.subtract(pc.cumulative_sum(present.cast(pa.int64())), 1)
+    return [
+        pc.if_else(
+            present,
+            pc.take(table.column(f.name), pc.max_element_wise(at, 0)),
+            pa.scalar(None, f.type),
+        )
+        for f in schema
+    ]
+
+
+def _with_metadata(
+    decoded: pa.Table, batch: pa.RecordBatch, metadata: tuple[str, ...], out: pa.Schema
+) -> pa.Table:
+    """``decoded`` with the metadata columns the source declares, as ``out``."""
+    table = decoded
+    for m in metadata:
+        table = table.append_column(m, batch.column(m).cast(METADATA[m]))
+    return table.select(out.names).cast(out)
 
 
 def _quiet_logger() -> Any:
