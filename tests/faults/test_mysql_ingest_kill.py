@@ -91,7 +91,7 @@ def committed(
             "host": "127.0.0.1",
             "port": server.port,
             "user": server.user,
-            "passwd": server.password,
+            "password": server.password,
         },
         server_id=random.randrange(1 << 20, 1 << 30),
         blocking=False,

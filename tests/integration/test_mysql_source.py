@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.location import Location
 from timeshard.persist import PersistClient
+from timeshard.storage.health import STATUS_SHARD
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.mysql_source import SNAPSHOT_PARTITION, MySqlSource, quote
 
@@ -326,6 +327,40 @@ sql = "SELECT count(*) AS n, sum(price) AS s FROM items"
     assert upper is not None and upper > 0
     assert output_rows(client, "total", upper - 1, ["n", "s"]) == [(2, Decimal("12.50"))]
     pipeline.close()
+
+
+def test_an_unreachable_server_is_a_fault_not_data(
+    spark: SparkSession, mariadb_server: Any, upstream: Upstream, tmp_path: Path
+) -> None:
+    upstream.sql("CREATE TABLE t (id int)")
+    upstream.txn(("INSERT INTO t VALUES (1)", None))
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    name = f"my_{uuid.uuid4().hex[:8]}"
+    ing = Ingestion(spark, client, MySqlSource(name, upstream.url), clock=lambda: next(clock))
+    ing.step()
+    upstream.txn(("INSERT INTO t VALUES (2)", None))
+    mariadb_server.kill()  # as a crash
+    try:
+        with pytest.raises(SourceUnavailable, match="unreachable") as e:
+            ing.step()
+        assert not e.value.definite
+        upper = client.state(STATUS_SHARD).upper.time
+        assert upper is not None
+        reader = client.open_leased_reader(STATUS_SHARD)
+        status = {r["object"]: r["status"] for r in reader.snapshot(upper - 1).to_pylist()}
+        reader.expire()
+        assert status[f"{name}.t"] == "stalled", status
+    finally:
+        mariadb_server.start()
+    upstream.conn = upstream.connect()
+    upstream.sql(f"USE {quote(upstream.database)}")
+    upstream.txn(("INSERT INTO t VALUES (3)", None))
+    ing.step()
+    upper = client.state(f"{name}.t").upper.time
+    assert upper is not None
+    assert output_rows(client, f"{name}.t", upper - 1, ["id"]) == [(1,), (2,), (3,)]
+    ing.close()
 
 
 def test_a_purged_binlog_is_a_definite_error(

@@ -186,7 +186,7 @@ class Server:
             "host": self.host,
             "port": self.port,
             "user": self.user,
-            "passwd": self.password,
+            "password": self.password,
             "connect_timeout": self.connect_timeout_s,
         }
 
