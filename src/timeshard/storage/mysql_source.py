@@ -447,18 +447,16 @@ def _raw_batch(rows: list[RawRow]) -> pa.RecordBatch:
 
 def read_rows(plan: ReadPlan) -> Iterator[RawRow]:
     """The snapshot at ``lo`` (with its rewinds) if asked, then the stream over ``[lo, hi)``."""
-    rows: list[RawRow] = []
     seen: dict[str, int] = {}
     until = plan.until
     if plan.snapshot:
         conn = plan.server.connect(text_only=True)
         try:
-            seen, rows = _snapshot(conn, plan)
+            yield from _snapshot(conn, plan, seen)
             with conn.cursor() as cur:
                 until = max(until, binlog_end(cur))  # the rewinds reach the snapshot
         finally:
             conn.close()
-    yield from rows
     yield from stream_rows(plan, until, seen)
 
 
@@ -475,10 +473,11 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _snapshot(conn: Any, plan: ReadPlan) -> tuple[dict[str, int], list[RawRow]]:
-    """Every table in one consistent snapshot, and its GTID position (as a frontier)."""
+def _snapshot(conn: Any, plan: ReadPlan, seen: dict[str, int]) -> Iterator[RawRow]:
+    """Every table in one consistent snapshot, streamed; its GTID frontier goes in ``seen``."""
+    from pymysql.cursors import SSCursor
+
     offset = plan.lo[SNAPSHOT_PARTITION] - 1
-    rows: list[RawRow] = []
     with conn.cursor() as cur:
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         try:
@@ -492,28 +491,29 @@ def _snapshot(conn: Any, plan: ReadPlan) -> tuple[dict[str, int], list[RawRow]]:
                 (status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])),
             )
             (position,) = cur.fetchone()
-            seen = gtid_frontier(_text(position or ""))
+            seen.update(gtid_frontier(_text(position or "")))
             for index, table in enumerate(plan.tables):
                 actual = table_columns(conn, plan.server.database, table.name)
                 why = _schema_change(table.columns, actual)
                 if why is not None:
-                    rows.append(
-                        (index, SNAPSHOT_PARTITION, offset, 1, f"{table.name}: {why}", None)
-                    )
+                    yield (index, SNAPSHOT_PARTITION, offset, 1, f"{table.name}: {why}", None)
                     continue
                 select = ", ".join(
                     f"CAST({quote(c.name)} AS DOUBLE)" if c.data_type == "float" else quote(c.name)
                     for c in table.columns
                 )
-                cur.execute(f"SELECT {select} FROM {quote(table.name)}")  # names quoted
-                for values in cur.fetchall():
-                    texts = [
-                        snapshot_text(v, c) for v, c in zip(values, table.columns, strict=True)
-                    ]
-                    rows.append((index, SNAPSHOT_PARTITION, offset, 1, None, texts))
+                with conn.cursor(SSCursor) as rows:  # unbuffered: one batch in memory
+                    rows.execute(f"SELECT {select} FROM {quote(table.name)}")  # names quoted
+                    while batch := rows.fetchmany(BATCH_ROWS):
+                        for values in batch:
+                            texts = [
+                                snapshot_text(v, c)
+                                for v, c in zip(values, table.columns, strict=True)
+                            ]
+                            yield (index, SNAPSHOT_PARTITION, offset, 1, None, texts)
         finally:
-            cur.execute("COMMIT")
-    return seen, rows
+            with contextlib.suppress(Exception):  # a read-only transaction: nothing to lose
+                cur.execute("COMMIT")
 
 
 def _schema_change(declared: Sequence[Column], actual: Sequence[Column]) -> str | None:
