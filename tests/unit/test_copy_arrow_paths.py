@@ -1,9 +1,10 @@
-"""COPY's CSV chunks decoded by Arrow equal the same chunks decoded line by line.
+"""COPY's CSV and JSON chunks decoded by Arrow equal the same chunks decoded line by line.
 
 A COPY task decodes a CSV chunk with Arrow when nothing in it needs Python's
-CSV reader, and line by line otherwise (:meth:`_LineSpec.csv_tables`). The
-two must agree on every file: rows, err rows and their reasons, line
-numbers, and the tally. Hypothesis writes files from pieces chosen to hit
+CSV reader, and line by line otherwise (:meth:`_LineSpec.csv_tables`); a
+JSON-lines chunk likewise (:meth:`_LineSpec.json_tables`). The two must
+agree on every file: rows, err rows and their reasons, line numbers, and the
+tally. Hypothesis writes files from pieces chosen to hit
 every special case (quotes, well-formed or not, carriage returns, NUL, blank lines, bad UTF-8,
 wrong field counts, values that do not cast, empty fields, NOT NULL), and
 reads them in small chunks so that chunk boundaries fall everywhere.
@@ -156,3 +157,82 @@ def test_quoted_fields_are_decoded_by_arrow(monkeypatch: pytest.MonkeyPatch) -> 
 )
 def test_plainly_quoted(text: bytes, plain: bool) -> None:
     assert copy_task.plainly_quoted(text) is plain
+
+
+JSON = pa.schema([("k", pa.string()), ("v", pa.int64()), ("x", pa.float64()), ("ok", pa.bool_())])
+JSON_VALUES = st.sampled_from(
+    [
+        *("1", "-3", "99999999999999999999", "1.0", "2.5", "1e400", "NaN", "true", "null"),
+        *('"1"', '"é"', '"\\ud800"', "[1]", '{"a": 1}'),
+    ]
+)
+
+
+@st.composite
+def json_files(draw: st.DrawFn) -> bytes:
+    lines = []
+    for _ in range(draw(st.integers(0, 10))):
+        kind = draw(st.sampled_from(["object"] * 5 + ["raw"]))
+        if kind == "raw":
+            lines.append(
+                draw(
+                    st.sampled_from(
+                        [
+                            *(b"", b"  ", b"[1]", b"null", b"{", b'{"v": 1} {"v": 2}'),
+                            *(b"\xff{}", b'{"v": 1}\r', b'\xef\xbb\xbf{"v": 1}'),
+                            *(b'{"v": 1, "v": 2}', b" null", b'{"v": 1} null', b"true"),
+                        ]
+                    )
+                )
+            )
+            continue
+        names = draw(st.lists(st.sampled_from([*JSON.names, "other"]), max_size=5))
+        body = ", ".join(f'"{n}": {draw(JSON_VALUES)}' for n in names)
+        lines.append(("{" + body + "}").encode())
+    data = b"\n".join(lines)
+    if lines and draw(st.booleans()):
+        data += b"\n"
+    return data
+
+
+def decode_json(
+    data: bytes, fast: bool, not_null: tuple[str, ...], fail: bool
+) -> tuple[list[dict[str, Any]], _Tally]:
+    spec = _LineSpec("json", False, JSON, not_null, "orders")
+    tally = _Tally(fail=fail)
+    rows = []
+    for table in spec.json_tables(_chunks(io.BytesIO(data)), "in.json", tally, fast=fast):
+        rows += table.to_pylist()
+    return [{k: repr(v) if isinstance(v, float) else v for k, v in r.items()} for r in rows], tally
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    data=json_files(),
+    chunk=st.sampled_from([5, 32, 1 << 20]),
+    not_null=st.sampled_from([(), ("v",)]),
+)
+def test_json_arrow_and_line_by_line_agree(
+    data: bytes, chunk: int, not_null: tuple[str, ...]
+) -> None:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(copy_task, "_READ_CHUNK", chunk)
+        for fail in (False, True):
+            fast_rows, fast = decode_json(data, True, not_null, fail)
+            slow_rows, slow = decode_json(data, False, not_null, fail)
+            assert fast.first_bad == slow.first_bad
+            assert fast.full == slow.full
+            if not fail:
+                assert fast_rows == slow_rows
+                assert fast.bad == slow.bad
+
+
+def test_clean_json_lines_are_decoded_by_arrow(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any) -> Any:
+        raise AssertionError("decoded line by line")
+
+    monkeypatch.setattr(_LineSpec, "_row", refuse)
+    lines = [f'{{"k": "k{i}", "v": {i}, "x": {i / 2}}}' for i in range(3000)]
+    rows, tally = decode_json(("\n".join(lines) + "\n").encode(), True, ("v",), False)
+    assert len(rows) == 3000 and tally.bad == 0
+    assert rows[5] == {"k": "k5", "v": 5, "x": "2.5", "ok": None, "_err": None}

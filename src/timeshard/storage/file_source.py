@@ -109,6 +109,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -452,6 +453,61 @@ def _rewritten(partition: str, line: int, end: int, hi: int) -> InvalidUsage:
         f"bytes up to {hi} were already bound; it was truncated or rewritten, and files must "
         "only be appended to"
     )
+
+
+_BOM = b"\xef\xbb\xbf"
+#: A blank line: skipped by a line-by-line reader, or an error, never an Arrow row.
+_BLANK_LINE = re.compile(rb"(?m)^[ \t\x0b\x0c]*$")
+#: A line that does not start as a JSON object does.
+_NOT_AN_OBJECT = re.compile(rb"(?m)^[ \t]*[^ \t{]")
+
+
+def arrow_json_exact(typ: pa.DataType) -> bool:
+    """Whether Arrow's JSON reader reads a column of ``typ`` as :func:`decode_payload` does.
+
+    Integers, doubles, booleans and strings: Arrow is then as strict (no
+    coercion, integers in range, a number too large for a double refused).
+    """
+    t = pa.types
+    return bool(t.is_integer(typ) or t.is_float64(typ) or t.is_boolean(typ) or t.is_string(typ))
+
+
+def arrow_json(text: bytes, rows: int, schema: pa.Schema, *, unknown: str) -> pa.Table | None:
+    """``rows`` JSON objects, one per line of ``text``, decoded by Arrow into ``schema``'s
+    columns; None wherever the result might differ from :func:`decode_payload`'s.
+
+    ``unknown`` is what a key that is not a column does: ``"ignore"`` it, or
+    ``"error"`` (then None). None also for a column type Arrow does not read
+    exactly (:func:`arrow_json_exact`), a carriage return, a byte order mark,
+    a blank line, a line that does not start with ``{`` (pyarrow 26 reads a
+    top-level ``null`` as a row of nulls, and segfaults when it comes
+    first), a line that is not exactly one JSON document, a duplicate key,
+    or anything Arrow refuses: the caller then decodes line by line,
+    which finds the bad rows. Pure: tasks call it.
+    """
+    import pyarrow.json as pa_json
+
+    if rows == 0 or not all(arrow_json_exact(f.type) for f in schema):
+        return None
+    if text.count(b"\n") != rows - 1 or b"\r" in text or _BOM in text:
+        return None
+    if _BLANK_LINE.search(text) or _NOT_AN_OBJECT.search(text):
+        return None  # Arrow reads a line ``null`` as a row of nulls (and crashes on a first one)
+    try:
+        table = pa_json.read_json(
+            pa.py_buffer(text),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(text) + 1),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=schema,
+                unexpected_field_behavior=unknown,
+                newlines_in_values=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return None
+    if table.num_rows != rows:
+        return None  # a line that held several JSON documents
+    return table.select(schema.names).combine_chunks()
 
 
 def decode_payload(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:

@@ -112,7 +112,6 @@ METADATA: dict[str, pa.DataType] = {
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _RESERVED = ("_partition", "_offset", "_ts", "_diff", ERR)
 _BATCH_ROWS = 4096
-_BOM = b"\xef\xbb\xbf"
 DEFAULT_TIMEOUT_S = 10.0
 
 
@@ -707,16 +706,6 @@ def _decoder(
     return run
 
 
-#: The column types Arrow's JSON reader decodes exactly as :func:`decode_payload` does.
-def _arrow_json_type(typ: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_integer(typ)
-        or pa.types.is_float64(typ)
-        or pa.types.is_boolean(typ)
-        or pa.types.is_string(typ)
-    )
-
-
 def arrow_decoded(
     batch: pa.RecordBatch,
     key_format: str | None,
@@ -772,35 +761,17 @@ def arrow_decoded(
 
 def _arrow_json(raw: pa.Array, schema: pa.Schema) -> list[pa.Array] | None:
     """The columns of a binary array of JSON objects (null stays null), or None (see above)."""
-    import pyarrow.json as pa_json
+    from timeshard.storage.file_source import arrow_json
 
-    if not all(_arrow_json_type(f.type) for f in schema):
-        return None
     present = pc.is_valid(raw)
     values = raw.filter(present).to_pylist()
-    joined = b"\n".join(values)
-    if joined.count(b"\n") != max(len(values) - 1, 0) or b"\r" in joined or _BOM in joined:
-        return None  # a line break inside a record, or a byte order mark Python refuses
-    if not all(v.strip() for v in values):
-        return None  # Arrow skips a blank record: the rows would no longer line up
     if not values:
         return [pa.nulls(len(raw), f.type) for f in schema]
-    try:
-        table = pa_json.read_json(
-            pa.py_buffer(joined),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(joined) + 1),
-            parse_options=pa_json.ParseOptions(
-                explicit_schema=schema,
-                unexpected_field_behavior="ignore",
-                newlines_in_values=False,
-            ),
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+    table = arrow_json(b"\n".join(values), len(values), schema, unknown="ignore")
+    if table is None:
         return None
-    if table.num_rows != len(values):
-        return None  # a record that was several JSON documents
     if len(values) == len(raw):
-        return [table.column(f.name).combine_chunks() for f in schema]
+        return list(table.columns)
     at = pc.subtract(pc.cumulative_sum(present.cast(pa.int64())), 1)
     return [
         pc.if_else(
