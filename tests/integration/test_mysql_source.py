@@ -21,6 +21,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pymysql
 import pytest
 from pyspark.sql import SparkSession
@@ -327,6 +328,33 @@ sql = "SELECT count(*) AS n, sum(price) AS s FROM items"
     assert upper is not None and upper > 0
     assert output_rows(client, "total", upper - 1, ["n", "s"]) == [(2, Decimal("12.50"))]
     pipeline.close()
+    bad = spec_file.read_text().replace(
+        'kind = "mysql"', 'kind = "mysql"\ncolumns = { a = "int64" }'
+    )
+    spec_file.write_text(bad)
+    with pytest.raises(InvalidUsage, match="declare no columns"):
+        check_spec(load_spec(spec_file), existing=[])
+
+
+def test_floats_read_the_same_from_the_snapshot_and_the_binlog(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """The server prints a float with 6 digits; the snapshot reads it as a double instead."""
+    upstream.sql("CREATE TABLE f (id int, x float, y double)")
+    upstream.txn(("INSERT INTO f VALUES (1, 1.2345678, 0.1)", None))
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    name = f"my_{uuid.uuid4().hex[:8]}"
+    ing = Ingestion(spark, client, MySqlSource(name, upstream.url), clock=lambda: next(clock))
+    ing.step()  # the snapshot
+    upstream.txn(("INSERT INTO f VALUES (2, 1.2345678, 0.1)", None))
+    ing.step()  # the binlog
+    upper = client.state(f"{name}.f").upper.time
+    assert upper is not None
+    rows = output_rows(client, f"{name}.f", upper - 1, ["id", "x", "y"])
+    x = float(np.float32(1.2345678))
+    assert rows == [(1, x, 0.1), (2, x, 0.1)], rows
+    ing.close()
 
 
 def test_an_unreachable_server_is_a_fault_not_data(
