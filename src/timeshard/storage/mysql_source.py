@@ -596,6 +596,8 @@ def stream_rows(
             UpdateRowsEvent,
             DeleteRowsEvent,
         ],
+        only_schemas=[plan.server.database],  # rows of other tables are skipped undecoded
+        only_tables=[t.name for t in plan.tables],
         enable_logging=False,
     )
     txn: _Txn | None = None
