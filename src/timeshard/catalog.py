@@ -31,12 +31,13 @@ Definitions:
   (:class:`~timeshard.compute.incremental.Classification`). Entries recorded
   before paths were recorded have neither; readers show them as unknown;
 * ``source``: ``source_kind`` (``key_value`` | ``counter`` | ``auction`` |
-  ``tpch`` | ``file`` | ``kafka`` | ``postgres``, or ``other`` with
+  ``tpch`` | ``file`` | ``kafka`` | ``postgres`` | ``mysql``, or ``other`` with
   ``class``), ``options`` (a FILE source's ``name``, ``path``, ``format``,
   ``columns`` as ``[name, type name]`` pairs and ``avro_schema``; a KAFKA
   source's constructor arguments, its key and value columns as such pairs; a
   POSTGRES source's ``name``, ``dsn`` *without its password*,
-  ``publication``, ``slot`` and ``tables``; a load generator's
+  ``publication``, ``slot`` and ``tables``; a MYSQL source's ``name``,
+  ``url`` without its password and ``tables``; a load generator's
   dataclass fields but its ``ticks``, which is progress, not declaration),
   ``remap`` (the remap shard) and ``exports`` (shard -> ``subsource``,
   ``envelope``, ``key_columns``). The options are what ``timeshard verify``
@@ -67,6 +68,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import pyarrow as pa
 
@@ -309,6 +311,7 @@ def source_kind(source: Any) -> str:
     """The catalog's name for the kind of ``source``, or ``other`` (module doc)."""
     from timeshard.storage.file_source import FileSource
     from timeshard.storage.kafka_source import KafkaSource
+    from timeshard.storage.mysql_source import MySqlSource
     from timeshard.storage.postgres_source import PostgresSource
     from timeshard.storage.sources import AuctionGenerator, CounterGenerator, KeyValueGenerator
     from timeshard.storage.tpch import TpchGenerator
@@ -321,6 +324,7 @@ def source_kind(source: Any) -> str:
         (FileSource, "file"),
         (KafkaSource, "kafka"),
         (PostgresSource, "postgres"),
+        (MySqlSource, "mysql"),
     ]
     for cls, kind in kinds:
         if isinstance(source, cls):
@@ -332,8 +336,17 @@ def source_options(source: Any) -> dict[str, Any]:
     """A source's declarative options (empty if it has none we know how to state)."""
     from timeshard.storage.file_source import FileSource
     from timeshard.storage.kafka_source import KafkaSource
+    from timeshard.storage.mysql_source import MySqlSource
     from timeshard.storage.postgres_source import PostgresSource
 
+    if isinstance(source, MySqlSource):
+        server = source.server
+        user, database = quote(server.user, safe=""), quote(server.database, safe="")
+        return {
+            "name": source.name,
+            "url": f"mysql://{user}@{server.host}:{server.port}/{database}",  # no password
+            "tables": [t.name for t in source.tables],
+        }
     if isinstance(source, PostgresSource):
         return {
             "name": source.name,
