@@ -79,6 +79,8 @@
     key_columns = ["p"]
     version = 1                      # a higher version fences the older exports
     options = { bootstrap_servers = "127.0.0.1:9092", topic = "prefixes" }
+                                     # format = "avro" (default "json"), and optionally
+                                     # key_schema_id / value_schema_id: the wire format
 
     [[export]]
     name = "kv-table"
@@ -227,7 +229,10 @@ class ExportSpec(_Strict):
 
 #: An export's options by kind: (needed, optional).
 EXPORT_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "kafka": (("bootstrap_servers", "topic"), ("progress_topic",)),
+    "kafka": (
+        ("bootstrap_servers", "topic"),
+        ("progress_topic", "format", "key_schema_id", "value_schema_id"),
+    ),
     "postgres": (("dsn", "table"), ("schema",)),
     "delta": (("table_uri",), ()),
 }

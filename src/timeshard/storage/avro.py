@@ -178,3 +178,58 @@ __all__ = [
     "framed_schema",
     "record_columns",
 ]
+
+
+# -- writing (the KAFKA export) -------------------------------------------------------------
+
+
+def avro_record_schema(name: str, columns: pa.Schema) -> dict[str, Any]:
+    """The Avro record schema a row of ``columns`` is written with (the KAFKA export).
+
+    Every field is a union of ``null`` and the column's type, default null:
+    integers up to 32 bits are ``int``, ``int64`` and ``uint32`` ``long``,
+    floats ``float``/``double``, strings ``string``, binaries ``bytes``,
+    ``decimal128(p, s)`` ``bytes`` with logical type ``decimal``, ``date32``
+    ``int``/``date``, a timestamp with a time zone ``long``/
+    ``timestamp-millis`` or ``-micros``, without one ``local-timestamp-*``.
+    InvalidUsage names a column of any other type, or whose name Avro does
+    not allow.
+    """
+    fields = []
+    for f in columns:
+        if not _AVRO_NAME.fullmatch(f.name):
+            raise InvalidUsage(f"column {f.name!r} is not an Avro name ([A-Za-z_][A-Za-z0-9_]*)")
+        fields.append({"name": f.name, "type": ["null", _avro_type_of(f)], "default": None})
+    return {"type": "record", "name": name, "fields": fields}
+
+
+def _avro_type_of(field: pa.Field) -> Any:
+    t, typ = pa.types, field.type
+    if t.is_boolean(typ):
+        return "boolean"
+    if t.is_integer(typ) and typ.bit_width <= 32 and not (t.is_uint32(typ)):
+        return "int"
+    if t.is_int64(typ) or t.is_uint32(typ):
+        return "long"
+    if t.is_float32(typ):
+        return "float"
+    if t.is_float64(typ):
+        return "double"
+    if t.is_string(typ) or t.is_large_string(typ):
+        return "string"
+    if t.is_binary(typ) or t.is_large_binary(typ):
+        return "bytes"
+    if t.is_decimal128(typ):
+        return {
+            "type": "bytes",
+            "logicalType": "decimal",
+            "precision": typ.precision,
+            "scale": typ.scale,
+        }
+    if t.is_date32(typ):
+        return {"type": "int", "logicalType": "date"}
+    if t.is_timestamp(typ) and typ.unit in ("ms", "us"):
+        unit = "millis" if typ.unit == "ms" else "micros"
+        local = "" if typ.tz is not None else "local-"
+        return {"type": "long", "logicalType": f"{local}timestamp-{unit}"}
+    raise InvalidUsage(f"column {field.name!r} of type {typ} has no Avro form here")

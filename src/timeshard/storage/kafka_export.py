@@ -25,7 +25,8 @@ A Spark task retried after a commit it could not report finds the new
 frontier in step 2 and produces nothing. Every record carries the header
 ``timeshard-time`` (the time of its change, in decimal).
 
-Envelopes (the record's value is JSON, columns by name):
+Envelopes (in ``format="json"`` the key and the value are JSON objects,
+columns by name):
 
 * ``upsert``: keyed by ``key_columns`` (the key is a JSON object of them);
   per key and time, the value is the row the key has after that time, or a
@@ -35,6 +36,16 @@ Envelopes (the record's value is JSON, columns by name):
   With ``key_columns``, a key's retraction and insertion at one time are one
   record (an update); without, every change is a record of its own, once
   per unit of its multiplicity.
+
+With ``format="avro"`` the key and the value are Avro binary datums
+instead, written by fastavro in the task with the schemas of
+:meth:`KafkaExport.avro_schemas` (the key's columns as a record; the row as a
+record, or for ``debezium`` an ``Envelope`` record of ``before`` and
+``after``, each a union of ``null`` and the row), every field nullable
+(:func:`~timeshard.storage.avro.avro_record_schema`). With
+``key_schema_id`` / ``value_schema_id`` (ids a registry gave those schemas)
+the datums go in the Confluent wire format: a zero byte and the id (4 bytes,
+big-endian) before the datum. A tombstone stays a null value.
 
 What every export does on the driver (the since hold, err rows, resuming)
 is :class:`~timeshard.storage.export.ShardExport`. It needs no connector
@@ -69,6 +80,7 @@ from timeshard.storage.export import (
 
 PROGRESS_TOPIC = "_timeshard-progress"
 ENVELOPES = ("upsert", "debezium")
+FORMATS = ("json", "avro")
 TIME_HEADER = "timeshard-time"
 DEFAULT_TIMEOUT_S = 30.0
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -93,7 +105,24 @@ class KafkaExport(ShardExport):
         version: int = 1,
         progress_topic: str = PROGRESS_TOPIC,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        format: str = "json",
+        key_schema_id: int | None = None,
+        value_schema_id: int | None = None,
     ) -> None:
+        if format not in FORMATS:
+            raise InvalidUsage(f"format must be one of {FORMATS}, got {format!r}")
+        for what, schema_id in (
+            ("key_schema_id", key_schema_id),
+            ("value_schema_id", value_schema_id),
+        ):
+            if schema_id is None:
+                continue
+            if format != "avro" or isinstance(schema_id, bool) or not isinstance(schema_id, int):
+                raise InvalidUsage(
+                    f"{what} goes with format 'avro' and is an int, got {schema_id!r}"
+                )
+            if not 0 <= schema_id < 2**31:
+                raise InvalidUsage(f"{what} must be in [0, 2**31), got {schema_id}")
         for what, value in (("topic", topic), ("progress_topic", progress_topic)):
             if not isinstance(value, str) or not _TOPIC.fullmatch(value) or value in (".", ".."):
                 raise InvalidUsage(f"{what} must be 1-249 of [A-Za-z0-9._-], got {value!r}")
@@ -110,6 +139,32 @@ class KafkaExport(ShardExport):
         self.topic = topic
         self.progress_topic = progress_topic
         self.timeout_s = float(timeout_s)
+        self.format = format
+        self.key_schema_id, self.value_schema_id = key_schema_id, value_schema_id
+        self._avro = self.avro_schemas() if format == "avro" else {}
+
+    def avro_schemas(self) -> dict[str, dict[str, Any]]:
+        """The Avro schemas of the records' ``key`` (with ``key_columns``) and ``value``."""
+        from timeshard.storage.avro import avro_record_schema
+
+        base = re.sub(r"[^A-Za-z0-9_]", "_", self.topic)
+        base = base if re.match(r"[A-Za-z_]", base) else f"t_{base}"
+        schema = self.reader.schema
+        row = avro_record_schema(f"{base}_value", schema)
+        out: dict[str, dict[str, Any]] = {"value": row}
+        if self.envelope == "debezium":
+            row = {**row, "name": f"{base}_row"}
+            either = {"type": ["null", row], "default": None}
+            after = {"type": ["null", f"{base}_row"], "default": None}
+            out["value"] = {
+                "type": "record",
+                "name": f"{base}_envelope",
+                "fields": [{"name": "before", **either}, {"name": "after", **after}],
+            }
+        if self.key_columns:
+            keys = pa.schema([schema.field(k) for k in self.key_columns])
+            out["key"] = avro_record_schema(f"{base}_key", keys)
+        return out
 
     @property
     def target(self) -> str:
@@ -138,6 +193,9 @@ class KafkaExport(ShardExport):
             lower=lower,
             upper=upper,
             timeout_s=self.timeout_s,
+            avro=_AvroEncoding.of(self._avro, self.key_schema_id, self.value_schema_id)
+            if self.format == "avro"
+            else None,
         )
 
 
@@ -257,6 +315,7 @@ class _ProduceTask:
     lower: int
     upper: int
     timeout_s: float
+    avro: _AvroEncoding | None = None
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import KafkaException, Producer
@@ -345,24 +404,64 @@ class _ProduceTask:
                     f"key {key!r} has {len(after)} rows at time {t}; an UPSERT export "
                     f"needs one row per key of {list(self.key_columns)}"
                 )
-            yield t, key, to_json(after[0]) if after else None
+            yield t, key, self._value(after[0]) if after else None
             return
         if self.key_columns and len(before) <= 1 and len(after) <= 1:
             change = {"before": before[0] if before else None, "after": after[0] if after else None}
-            yield t, key, to_json(change)
+            yield t, key, self._value(change)
             return
         for row in before:
-            yield t, key, to_json({"before": row, "after": None})
+            yield t, key, self._value({"before": row, "after": None})
         for row in after:
-            yield t, key, to_json({"before": None, "after": row})
+            yield t, key, self._value({"before": None, "after": row})
 
     def _key(self, row: dict[str, Any]) -> bytes | None:
         if not self.key_columns:
             return None
-        return to_json({k: row[k] for k in self.key_columns})
+        key = {k: row[k] for k in self.key_columns}
+        return to_json(key) if self.avro is None else self.avro.encode("key", key)
+
+    def _value(self, value: dict[str, Any]) -> bytes:
+        return to_json(value) if self.avro is None else self.avro.encode("value", value)
 
     def _row(self, row: dict[str, Any]) -> dict[str, Any]:
         return {c: row[c] for c in self.data_columns}
+
+
+@dataclass(frozen=True)
+class _AvroEncoding:
+    """How a task writes Avro datums: the schemas as JSON text, the wire-format ids."""
+
+    schemas: tuple[tuple[str, str], ...]
+    ids: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(
+        cls, schemas: dict[str, dict[str, Any]], key_id: int | None, value_id: int | None
+    ) -> _AvroEncoding:
+        ids = [(side, i) for side, i in (("key", key_id), ("value", value_id)) if i is not None]
+        return cls(tuple((s, json.dumps(v)) for s, v in sorted(schemas.items())), tuple(ids))
+
+    def encode(self, side: str, datum: dict[str, Any]) -> bytes:
+        import io
+        import struct
+
+        import fastavro
+
+        parsed = _PARSED.get(self)
+        if parsed is None:
+            parsed = {s: fastavro.parse_schema(json.loads(text)) for s, text in self.schemas}
+            _PARSED[self] = parsed
+        out = io.BytesIO()
+        schema_id = dict(self.ids).get(side)
+        if schema_id is not None:
+            out.write(b"\x00" + struct.pack(">i", schema_id))
+        fastavro.schemaless_writer(out, parsed[side], datum)
+        return out.getvalue()
+
+
+#: Parsed schemas, per encoding, in the task's process.
+_PARSED: dict[_AvroEncoding, dict[str, Any]] = {}
 
 
 def _fenced(error: Any) -> bool:
@@ -378,6 +477,7 @@ def _fenced(error: Any) -> bool:
 
 __all__ = [
     "ENVELOPES",
+    "FORMATS",
     "PROGRESS_TOPIC",
     "TIME_HEADER",
     "ExportError",
