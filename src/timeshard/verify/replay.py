@@ -3,10 +3,11 @@
 The source is one whose records can be read again from upstream
 (:func:`replayable_source`): a FILE source (its retained input files), the
 KEY VALUE generator (a pure function of its options), a KAFKA source (its
-topic, from offset 0 while retention keeps it) or a POSTGRES source (its
+topic, from offset 0 while retention keeps it), a POSTGRES source (its
 tables now, rewound to its slot's position by the slot's changes, then
-those changes: :func:`replay_floor`). An UPSERT output must hold the last
-value per key, a NONE output every record.
+those changes: :func:`replay_floor`) or a MYSQL source (its tables now,
+rewound by the binlog to the remap's first binding). An UPSERT output must
+hold the last value per key, a NONE output every record.
 
 The expected content is derived here from the definitions, independently of
 the ingestion's code: the reading, the reclocking and the order are this
@@ -18,10 +19,12 @@ module's own.
   definition, :func:`timeshard.storage.file_source.decode_line` (and the
   source's avro stage): what a line's bytes mean is the format's contract,
   which this check does not re-derive. The KEY VALUE generator's records
-  are its definition (``read``); a KAFKA or POSTGRES source's are read by
-  the source's own ``read`` (Spark's Kafka reader and the format's decoding;
-  a snapshot of the tables and the slot's stream), which takes nothing from
-  the location: only the upstream and the definition.
+  are its definition (``read``); a KAFKA, POSTGRES or MYSQL source's are
+  read by the source's own ``read`` (Spark's Kafka reader and the format's
+  decoding; a snapshot of the tables and the slot's or binlog's stream),
+  which takes nothing from the location: only the upstream and the
+  definition. (A POSTGRES read may write one ``pg_logical_emit_message`` to
+  move an idle server's WAL on; nothing else is written upstream.)
 * **Bound times.** Each record is bound at the first time of the remap
   shard's bindings (:func:`remap_bindings`) whose frontier is beyond it
   (:func:`bound_time`, a bisection per file).
