@@ -40,7 +40,7 @@ columns by name):
 With ``format="avro"`` the key and the value are Avro binary datums
 instead, written by fastavro in the task with the schemas of
 :meth:`KafkaExport.avro_schemas` (the key's columns as a record; the row as a
-record, or for ``debezium`` an ``Envelope`` record of ``before`` and
+record, or for ``debezium`` an envelope record of ``before`` and
 ``after``, each a union of ``null`` and the row), every field nullable
 (:func:`~timeshard.storage.avro.avro_record_schema`). With
 ``key_schema_id`` / ``value_schema_id`` (ids a registry gave those schemas)
