@@ -31,7 +31,15 @@ from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.storage.health import STATUS_SHARD
 from timeshard.storage.ingest import Ingestion
-from timeshard.storage.mysql_source import SNAPSHOT_PARTITION, MySqlSource, quote
+from timeshard.storage.mysql_source import (
+    SNAPSHOT_PARTITION,
+    MySqlSource,
+    ReadPlan,
+    binlog_end,
+    quote,
+    start_position,
+    stream_rows,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.mysql]
 
@@ -216,6 +224,9 @@ def test_the_server_settings_are_checked(upstream: Upstream) -> None:
     upstream.sql("CREATE TABLE g (p point)")
     with pytest.raises(InvalidUsage, match="'point'"):
         MySqlSource(f"my_{uuid.uuid4().hex[:8]}", upstream.url, tables=["g"])
+    upstream.sql("CREATE TABLE m (id int) ENGINE=MyISAM")  # no consistent snapshot of it
+    with pytest.raises(InvalidUsage, match="table 'm' uses engine 'MyISAM'"):
+        MySqlSource(f"my_{uuid.uuid4().hex[:8]}", upstream.url, tables=["m"])
 
 
 def test_changes_between_the_origin_and_the_snapshot_are_rewound(
@@ -430,3 +441,104 @@ def test_a_purged_binlog_is_a_definite_error(
         ing.step()
     assert e.value.definite
     ing.close()
+
+
+def test_tables_truncated_dropped_or_renamed_upstream_are_err_rows(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """Names in backquotes (with a dot, a dash), comments, and a database qualifier."""
+    for table in ("my-t", "a.b", "gone", "moved", "kept"):
+        upstream.sql(f"CREATE TABLE {quote(table)} (id int)")
+        upstream.txn((f"INSERT INTO {quote(table)} VALUES (1)", None))
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    name = f"my_{uuid.uuid4().hex[:8]}"
+    ing = Ingestion(spark, client, MySqlSource(name, upstream.url), clock=lambda: next(clock))
+    ing.step()  # the snapshot
+    upstream.sql("/* why */ TRUNCATE TABLE `my-t`")
+    upstream.sql(f"TRUNCATE {quote(upstream.database)}.`a.b`")
+    upstream.sql("DROP TABLE IF EXISTS gone")
+    upstream.sql("RENAME TABLE moved TO moved_away")
+    upstream.txn(("INSERT INTO kept VALUES (2)", None))
+    ing.step()
+    upper = client.state(f"{name}.kept").upper.time
+    assert upper is not None
+    assert output_rows(client, f"{name}.kept", upper - 1, ["id"]) == [(1,), (2,)]
+    for table, change in [
+        ("my-t", "truncated"),
+        ("a.b", "truncated"),
+        ("gone", "dropped"),
+        ("moved", "renamed"),
+    ]:
+        rows = output_rows(client, f"{name}.{table}", upper - 1, ["id"])
+        assert len(rows) == 2 and (1,) in rows, (table, rows)
+        [err] = [r for r in rows if r[0] == "ERR"]
+        assert err[1].startswith(f"{table}: {change} upstream at GTID 0-"), (table, rows)
+    ing.close()
+
+
+def test_a_stream_that_ends_before_the_binlog_end_is_retried_not_cut(
+    upstream: Upstream,
+) -> None:
+    """The server ends a non-blocking dump at its binlog end: short of ``until``, no rows."""
+    upstream.sql("CREATE TABLE t (id int)")
+    source = MySqlSource(f"my_{uuid.uuid4().hex[:8]}", upstream.url)
+    lo = source.upper()
+    upstream.txn(("INSERT INTO t VALUES (1)", None))
+    hi = source.upper()
+    with upstream.conn.cursor() as cur:
+        end = binlog_end(cur)
+        first = start_position(cur, lo)
+    plan = ReadPlan(source.server, tuple(source.tables), lo=lo, hi=hi, first=first, until=end)
+    assert [r[3:] for r in stream_rows(plan, end, {})] == [(1, None, ["1"])]
+    number = end[0].rpartition(".")[2]
+    for beyond in (
+        (end[0], end[1] + 10**6),  # later in the same file
+        # The next file, with one more digit: as a string it sorts first.
+        (end[0][: -len(number)] + str(int(number) + 1).zfill(len(number) + 1), 4),
+    ):
+        with pytest.raises(SourceUnavailable, match="binlog stream ended at") as e:
+            list(stream_rows(plan, beyond, {}))
+        assert not e.value.definite
+
+
+def test_a_gtid_position_gone_backwards_is_a_definite_error(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """RESET MASTER on a server of its own (the shared one keeps its GTIDs for the others)."""
+    from timeshard.dev.mariadb import MariaDBServer
+
+    server = MariaDBServer(tmp_path / "mariadb")
+    try:
+        server.start()
+    except Exception as e:
+        server.cleanup()
+        pytest.skip(f"MariaDB cannot start: {e}")
+    try:
+        upstream = Upstream(server)
+        upstream.sql("CREATE TABLE t (id int)")
+        for i in range(3):
+            upstream.txn(("INSERT INTO t VALUES (%s)", (i,)))
+        client = PersistClient(Location.embedded(tmp_path / "loc"))
+        clock = itertools.count(1)
+        name = f"my_{uuid.uuid4().hex[:8]}"
+
+        def ingestion() -> Ingestion:
+            source = MySqlSource(name, upstream.url)
+            return Ingestion(spark, client, source, clock=lambda: next(clock))
+
+        ing = ingestion()
+        ing.step()
+        upstream.sql("RESET MASTER")
+        upstream.txn(("INSERT INTO t VALUES (%s)", (3,)))  # GTID 0-1-1 again
+        with pytest.raises(SourceUnavailable, match="GTID position went backwards") as e:
+            ing.step()
+        assert e.value.definite
+        ing.close()
+        restarted = ingestion()  # resumed at the durable bindings: its upper sees it
+        with pytest.raises(SourceUnavailable, match="GTID position went backwards") as e:
+            restarted.step()
+        assert e.value.definite
+        restarted.close()
+    finally:
+        server.cleanup()

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timeshard.errors import InvalidUsage
-from timeshard.storage.mysql_source import Server, quote
+from timeshard.errors import InvalidUsage, SourceUnavailable
+from timeshard.storage.mysql_source import Server, binlog_order, check_not_behind, quote
 from timeshard.storage.mysql_types import (
     INVALID,
     Column,
@@ -188,3 +188,35 @@ def test_identifiers_are_quoted_and_urls_parsed() -> None:
         Server.from_url("mysql://repl@db/")
     with pytest.raises(InvalidUsage, match="mysql://"):
         Server.from_url("postgresql://repl@db/shop")
+
+
+def test_a_small_decimal_has_one_text_from_both_paths() -> None:
+    """The binlog's Decimal prints in exponent form with ``str``; the server never does."""
+    wide = col("decimal", precision=50, scale=12)  # wider than Arrow's: stored as its text
+    binlog = binlog_text(Decimal("0.000000100000"), wide, None, None)
+    assert binlog == snapshot_text("0.000000100000", wide) == "0.000000100000"
+    assert decode_text("0.000000100000", wide) == "0.000000100000"
+    assert binlog_text(Decimal("-1E+2"), wide, None, None) == "-100"
+
+
+def test_the_password_is_in_no_repr_or_message() -> None:
+    server = Server.from_url("mysql://repl:hunter2@db.example:3307/shop")
+    assert "hunter2" not in repr(server) and server.password == "hunter2"
+    for url in ("mysql://repl:hunter2@db.example:3307/", "http://repl:hunter2@db.example/shop"):
+        with pytest.raises(InvalidUsage) as e:
+            Server.from_url(url)
+        assert "hunter2" not in str(e.value) and "repl:***@db.example" in str(e.value)
+
+
+def test_binlog_positions_compare_by_the_file_number() -> None:
+    assert binlog_order(("binlog.999999", 9000)) < binlog_order(("binlog.1000000", 4))
+    assert binlog_order(("binlog.000002", 4)) < binlog_order(("binlog.000002", 5))
+    assert binlog_order(("binlog.000002", 9)) < binlog_order(("binlog.000010", 4))
+
+
+def test_a_gtid_position_behind_the_frontier_is_a_definite_error() -> None:
+    check_not_behind("s", {"0": 8, "5": 3}, {"0": 8, "5": 3}, "x")
+    check_not_behind("s", {"0": 9, "5": 3, "6": 1}, {"0": 8}, "x")
+    with pytest.raises(SourceUnavailable, match="went backwards: domain 5 is at 0") as e:
+        check_not_behind("s", {"0": 9}, {"0": 8, "5": 3}, "x")
+    assert e.value.definite

@@ -14,7 +14,12 @@ id as a string) and a transaction's offset is its GTID's sequence number,
 so all changes of a transaction share one offset and reclock to one time.
 ``upper()`` is ``@@gtid_binlog_pos`` (``{domain: seq + 1}``) joined with
 ``{"0": 1}``, so that a source frontier is never empty: a domain that
-appears later starts at 0, as a new Kafka partition does.
+appears later starts at 0, as a new Kafka partition does. A position that
+goes backwards (``RESET MASTER``, a restore, a failover to a server with
+lower sequence numbers) would reuse offsets the source has passed: ``upper``
+(below an earlier upper of the instance or the bindings the ingestion
+resumed it at, :meth:`MySqlSource.resume`) and ``read`` (below the read's
+range) raise a definite ``SourceUnavailable`` naming the domain.
 
 The snapshot. Its point ``C`` is the *origin*: the first binding of the
 source's remap shard, which the ingestion passes to :meth:`MySqlSource.read`
@@ -39,8 +44,12 @@ GTID frontier is (``BINLOG_GTID_POS(file, 4)``) -- up to the binlog's end as
 it was after ``end`` was minted (after the snapshot, if one is taken), and
 emits the transactions whose sequence number is in ``[start[d], end[d])``
 for their domain ``d``. Where it starts changes how much it reads, never
-what it emits. Each task registers with a random server id, so instances
-never displace each other's dump threads.
+what it emits; a transaction outside that range (and not rewound) has its
+rows skipped undecoded. A stream the server ends before that binlog end,
+or inside a transaction, emits nothing of the cut transaction and raises a
+non-definite ``SourceUnavailable``: the step is retried. Binlog positions
+compare by the file name's numeric suffix. Each task registers with a
+random server id, so instances never displace each other's dump threads.
 
 Binlog retention plays the role of a slot: nothing upstream records the
 source's progress, so :meth:`MySqlSource.commit` and
@@ -50,12 +59,16 @@ raises :class:`~timeshard.errors.SourceUnavailable` as definite: nothing is
 skipped.
 
 Errors. A value the stored type cannot hold (a zero date) makes its row an
-err row, for that table only. An incompatible change of a table upstream (a
-dropped or retyped column, seen in a row event's table map) and a
-``TRUNCATE`` are definite errors of that subsource: each transaction
-touching it from then on is an err row naming the change, while the other
-tables go on. Faults are not data: an unreachable server raises
-``SourceUnavailable``.
+err row, for that table only. Changes of a table upstream are definite
+errors of that subsource, while the other tables go on: a dropped or
+retyped column makes each later transaction touching the table an err row
+(its row events' table maps show the change), and a statement that
+truncates, drops, renames or replaces it (parsed by
+:mod:`timeshard.storage.mysql_ddl`) is one err row at its transaction,
+naming the change; the err row is never retracted, so the subsource stays
+errored. Only InnoDB tables are read (the consistent snapshot covers no
+other engine): the constructor refuses others, naming them. Faults are not
+data: an unreachable server raises ``SourceUnavailable``.
 
 Runs on the driver: the constructor, ``upper`` and ``read``'s planning;
 in Spark tasks: :class:`ReadTask` (snapshot and stream) and
@@ -76,6 +89,7 @@ import pyarrow as pa
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
+from timeshard.storage.mysql_ddl import ddl_tables
 from timeshard.storage.mysql_types import (
     Column,
     Undecodable,
@@ -126,6 +140,33 @@ def quote(identifier: str) -> str:
     return f"`{identifier}`"
 
 
+def redact(url: object) -> object:
+    """A URL with its password shown as ``***`` (anything else unchanged)."""
+    if not isinstance(url, str):
+        return url
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "<an unparsable url>"
+    if password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+
+
+def binlog_order(position: tuple[str, int]) -> tuple[int, str, int]:
+    """A sort key of binlog positions: the file's numeric suffix, then the offset in it.
+
+    File names compare by number, not as strings (``binlog.999999`` precedes
+    ``binlog.1000000``).
+    """
+    name, offset = position
+    suffix = name.rpartition(".")[2]
+    return (int(suffix) if suffix.isdigit() else -1, name, offset)
+
+
 @dataclass(frozen=True)
 class Server:
     """Where the server is: plain values a Spark task can connect with."""
@@ -133,7 +174,7 @@ class Server:
     host: str
     port: int
     user: str
-    password: str
+    password: str = field(repr=False)
     database: str
     connect_timeout_s: int = 10
 
@@ -142,10 +183,12 @@ class Server:
         """``mysql://user:password@host:port/database``."""
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
-            raise InvalidUsage(f"url must be mysql://user:password@host:port/database, got {url!r}")
+            raise InvalidUsage(
+                f"url must be mysql://user:password@host:port/database, got {redact(url)!r}"
+            )
         database = unquote(parts.path.lstrip("/"))
         if not database:
-            raise InvalidUsage(f"url {url!r} names no database")
+            raise InvalidUsage(f"url {redact(url)!r} names no database")
         quote(database)
         return cls(
             parts.hostname,
@@ -235,6 +278,8 @@ class MySqlSource:
         self.server = Server.from_url(url, connect_timeout_s)
         #: Binlog positions this instance read up to, with their GTID frontiers.
         self._checkpoints: list[tuple[tuple[str, int], dict[str, int]]] = []
+        #: The greatest frontier ``upper`` returned: the server's position may not go below it.
+        self._upper: dict[str, int] = {}
         with contextlib.closing(self.server.connect()) as conn:
             self._check_settings(conn)
             self.tables = self._tables(conn, tables)
@@ -252,11 +297,17 @@ class MySqlSource:
     def tick(self) -> None:
         return None
 
+    def resume(self, bound: SourceFrontier) -> None:
+        """The durable bindings reached ``bound``: ``upper`` may not go below it."""
+        self._upper = join_frontiers(self._upper, bound)
+
     def upper(self) -> SourceFrontier:
+        """``@@gtid_binlog_pos`` as a frontier; one below an earlier one is a definite error."""
         with contextlib.closing(self.server.connect()) as conn, conn.cursor() as cur:
-            cur.execute("SELECT @@gtid_binlog_pos")
-            (position,) = cur.fetchone()
-        return join_frontiers({SNAPSHOT_PARTITION: 1}, gtid_frontier(position or ""))
+            now = current_frontier(cur)
+        check_not_behind(self.name, now, self._upper, "an earlier upper")
+        self._upper = join_frontiers(self._upper, now)
+        return now
 
     def read(
         self,
@@ -286,7 +337,10 @@ class MySqlSource:
             lo = dict(origin)
         with contextlib.closing(self.server.connect(text_only=True)) as conn, conn.cursor() as cur:
             until = binlog_end(cur)  # after the mint of ``end``: the stream stops here
-            # On the driver: a purged binlog is a definite fault.
+            # On the driver: a position gone backwards or a purged binlog is a definite fault.
+            check_not_behind(
+                self.name, current_frontier(cur), join_frontiers(lo, end), "the read's range"
+            )
             first = start_position(cur, lo, self._checkpoints)
             cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", until)
             (position,) = cur.fetchone()
@@ -304,8 +358,9 @@ class MySqlSource:
             .mapInArrow(ReadTask(plan), arrow_to_spark_schema(RAW_SCHEMA))
             .localCheckpoint(eager=True)
         )
-        checkpoint = (until, gtid_frontier(_text(position or "")))
-        self._checkpoints = [*self._checkpoints[-(CHECKPOINTS - 1) :], checkpoint]
+        if position is not None:  # NULL: the server cannot map it to GTIDs (no checkpoint)
+            checkpoint = (until, gtid_frontier(_text(position)))
+            self._checkpoints = [*self._checkpoints[-(CHECKPOINTS - 1) :], checkpoint]
         frames = {}
         for i, table in enumerate(self.tables):
             out = frame_schema(table)
@@ -344,11 +399,12 @@ class MySqlSource:
         database = self.server.database
         with conn.cursor() as cur:
             cur.execute(
-                "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                "SELECT TABLE_NAME, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
                 "AND TABLE_TYPE = 'BASE TABLE' ORDER BY TABLE_NAME",
                 (database,),
             )
-            names = [r[0] for r in cur.fetchall()]
+            engines = {_text(r[0]): None if r[1] is None else _text(r[1]) for r in cur.fetchall()}
+        names = list(engines)
         if only is not None:
             unknown = [t for t in only if t not in names]
             if unknown:
@@ -362,6 +418,11 @@ class MySqlSource:
         tables = []
         for name in names:
             quote(name)
+            if (engines[name] or "").upper() != "INNODB":
+                raise InvalidUsage(
+                    f"MYSQL source {self.name!r}: table {name!r} uses engine {engines[name]!r}; "
+                    "only InnoDB tables can be read (the consistent snapshot covers no other)"
+                )
             columns = table_columns(conn, database, name)
             reserved = [c.name for c in columns if c.name.startswith("_")]
             if reserved:
@@ -454,7 +515,7 @@ def read_rows(plan: ReadPlan) -> Iterator[RawRow]:
         try:
             yield from _snapshot(conn, plan, seen)
             with conn.cursor() as cur:
-                until = max(until, binlog_end(cur))  # the rewinds reach the snapshot
+                until = max(until, binlog_end(cur), key=binlog_order)  # rewinds reach the snapshot
         finally:
             conn.close()
     yield from stream_rows(plan, until, seen)
@@ -471,6 +532,35 @@ def binlog_end(cur: Any) -> tuple[str, int]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def current_frontier(cur: Any) -> dict[str, int]:
+    """``@@gtid_binlog_pos`` as a frontier, joined with the snapshot partition's ``{"0": 1}``."""
+    cur.execute("SELECT @@gtid_binlog_pos")
+    (position,) = cur.fetchone()
+    return join_frontiers({SNAPSHOT_PARTITION: 1}, gtid_frontier(_text(position or "")))
+
+
+def check_not_behind(
+    source: str, now: Mapping[str, int], before: Mapping[str, int], what: str
+) -> None:
+    """Raises a definite ``SourceUnavailable`` if ``now`` is below ``before`` in a domain.
+
+    After ``RESET MASTER``, a restore or a failover to a server with lower
+    sequence numbers, new transactions would reuse offsets the source has
+    passed: they would be skipped, so the source stops instead.
+    """
+    behind = {d: (now.get(d, 0), seq) for d, seq in before.items() if now.get(d, 0) < seq}
+    if behind:
+        detail = ", ".join(
+            f"domain {d} is at {have} (next sequence number), {what} needs {need}"
+            for d, (have, need) in sorted(behind.items())
+        )
+        raise SourceUnavailable(
+            f"MYSQL source {source!r}: the upstream GTID position went backwards: {detail} "
+            "(RESET MASTER, a restore or a failover?): transactions would be skipped",
+            definite=True,
+        )
 
 
 def _snapshot(conn: Any, plan: ReadPlan, seen: dict[str, int]) -> Iterator[RawRow]:
@@ -491,7 +581,13 @@ def _snapshot(conn: Any, plan: ReadPlan, seen: dict[str, int]) -> Iterator[RawRo
                 (status["binlog_snapshot_file"], int(status["binlog_snapshot_position"])),
             )
             (position,) = cur.fetchone()
-            seen.update(gtid_frontier(_text(position or "")))
+            if position is None:
+                raise SourceUnavailable(
+                    "the MySQL server cannot map the snapshot's binlog position "
+                    f"{status['binlog_snapshot_file']}:{status['binlog_snapshot_position']} "
+                    "to GTIDs (BINLOG_GTID_POS is NULL)"
+                )
+            seen.update(gtid_frontier(_text(position)))
             for index, table in enumerate(plan.tables):
                 actual = table_columns(conn, plan.server.database, table.name)
                 why = _schema_change(table.columns, actual)
@@ -546,7 +642,8 @@ def start_position(
     for name in reversed(files):
         cur.execute("SELECT BINLOG_GTID_POS(%s, 4)", (name,))
         (position,) = cur.fetchone()
-        if covers(gtid_frontier(_text(position or "")), lo):
+        # NULL is "not found" (unknown), not the empty position "": skip the file.
+        if position is not None and covers(gtid_frontier(_text(position)), lo):
             return (name, 4)
     raise SourceUnavailable(
         f"the MySQL binlog from GTID frontier {dict(lo)} was purged (the oldest file is "
@@ -556,14 +653,19 @@ def start_position(
 
 
 class _Txn:
-    def __init__(self, domain: str, seq: int, standalone: bool) -> None:
+    def __init__(self, domain: str, seq: int, standalone: bool, wanted: bool) -> None:
         self.domain, self.seq = domain, seq
         self.standalone = standalone  # a DDL statement: its query event is the transaction
+        self.wanted = wanted  # emitted or rewound: else its rows are never decoded
         self.rows: list[tuple[int, int, str | None, list[str | None] | None]] = []
         self.errors: set[tuple[int, str]] = set()
 
 
-_TRUNCATE = re.compile(r"\s*TRUNCATE\s+(?:TABLE\s+)?(?:`?([^`.\s]+)`?\.)?`?([^`\s;]+)`?", re.I)
+def _wanted(plan: ReadPlan, seen: Mapping[str, int], domain: str, seq: int) -> bool:
+    """Whether transaction ``domain-seq`` is emitted (in ``[lo, hi)``) or rewound (``< seen``)."""
+    if seq < plan.lo.get(domain, 0):
+        return False
+    return seq < plan.hi.get(domain, 0) or (plan.snapshot and seq < seen.get(domain, 0))
 
 
 def stream_rows(
@@ -601,12 +703,14 @@ def stream_rows(
         enable_logging=False,
     )
     txn: _Txn | None = None
+    until_key = binlog_order(until)
     try:
         for event in reader:
             if isinstance(event, MariadbGtidEvent):
                 if txn is not None:
                     yield from _emit(txn, plan, seen)
-                txn = _Txn(str(event.domain_id), int(event.gtid_seq_no), event.flags & 1 == 1)
+                domain, seq = str(event.domain_id), int(event.gtid_seq_no)
+                txn = _Txn(domain, seq, event.flags & 1 == 1, _wanted(plan, seen, domain, seq))
             elif txn is None:
                 pass
             elif isinstance(event, XidEvent):
@@ -619,12 +723,19 @@ def stream_rows(
                     txn = None
                 else:
                     _apply_query(txn, event, plan, tables)
-            elif event.schema == plan.server.database and event.table in tables:
+            elif txn.wanted and event.schema == plan.server.database and event.table in tables:
                 _apply_rows(txn, event, plan, tables[event.table])
-            if (reader.log_file, reader.log_pos) >= until and txn is None:
+            if txn is None and binlog_order((reader.log_file, reader.log_pos)) >= until_key:
                 return
-        if txn is not None:
-            yield from _emit(txn, plan, seen)
+        # The server ended the stream early (a transaction cut, or short of ``until``):
+        # what is missing is not known to be nothing, so the read is retried.
+        at = (reader.log_file, reader.log_pos)
+        if txn is not None or at[0] is None or binlog_order(at) < until_key:
+            cut = "" if txn is None else f" inside transaction {txn.domain}-{txn.seq}"
+            raise SourceUnavailable(
+                f"the MySQL binlog stream ended at {at[0]}:{at[1]}{cut}, "
+                f"before {until[0]}:{until[1]}"
+            )
     except SourceUnavailable:
         raise
     except Exception as e:
@@ -638,16 +749,14 @@ def stream_rows(
 
 
 def _apply_query(txn: _Txn, event: Any, plan: ReadPlan, tables: Mapping[str, int]) -> None:
+    """A DDL statement that empties, drops, renames or replaces a source table: an err row."""
     query = _text(event.query).strip()
-    if query.upper() == "COMMIT" or query.upper() == "BEGIN":
+    if not txn.wanted or query.upper() in ("COMMIT", "BEGIN"):
         return
-    m = _TRUNCATE.match(query)
-    if m is None:
-        return
-    database = m.group(1) or _text(event.schema)
-    index = tables.get(m.group(2))
-    if database == plan.server.database and index is not None:
-        txn.errors.add((index, f"{plan.tables[index].name}: truncated upstream"))
+    for change, database, name in ddl_tables(query, _text(event.schema)):
+        index = tables.get(name)
+        if database == plan.server.database and index is not None:
+            txn.errors.add((index, f"{plan.tables[index].name}: {change} upstream"))
 
 
 def _apply_rows(txn: _Txn, event: Any, plan: ReadPlan, index: int) -> None:

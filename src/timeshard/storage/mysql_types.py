@@ -224,7 +224,9 @@ def binlog_text(
         return value.isoformat()
     if isinstance(value, float):
         return repr(value)
-    return str(value)  # int, Decimal
+    if isinstance(value, Decimal):
+        return format(value, "f")  # as the server prints it: never exponent form
+    return str(value)  # int
 
 
 def decode_text(text: str, column: Column) -> Any:
