@@ -12,7 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
-from timeshard.storage.mysql_source import Server, binlog_order, check_not_behind, quote
+from timeshard.storage.mysql_source import (
+    Server,
+    binlog_order,
+    check_not_behind,
+    quote,
+    start_position,
+)
 from timeshard.storage.mysql_types import (
     INVALID,
     Column,
@@ -219,4 +225,35 @@ def test_a_gtid_position_behind_the_frontier_is_a_definite_error() -> None:
     check_not_behind("s", {"0": 9, "5": 3, "6": 1}, {"0": 8}, "x")
     with pytest.raises(SourceUnavailable, match="went backwards: domain 5 is at 0") as e:
         check_not_behind("s", {"0": 9}, {"0": 8, "5": 3}, "x")
+    assert e.value.definite
+
+
+class _Binlog:
+    """A cursor over ``SHOW BINARY LOGS`` and ``BINLOG_GTID_POS(file, 4)`` (None: NULL)."""
+
+    def __init__(self, first_positions: dict[str, str | None]) -> None:
+        self.first_positions = first_positions
+        self.result: list[tuple[object, ...]] = []
+
+    def execute(self, query: str, params: tuple[object, ...] = ()) -> None:
+        if query == "SHOW BINARY LOGS":
+            self.result = [(name, 1000) for name in self.first_positions]
+        else:
+            self.result = [(self.first_positions[str(params[0])],)]
+
+    def fetchall(self) -> list[tuple[object, ...]]:
+        return self.result
+
+    def fetchone(self) -> tuple[object, ...]:
+        return self.result[0]
+
+
+def test_a_null_gtid_position_of_a_file_is_unknown_not_empty() -> None:
+    """NULL (not found) must not read as "" (no GTIDs yet), which covers every frontier."""
+    cur = _Binlog({"binlog.000001": "", "binlog.000002": "0-1-5", "binlog.000003": None})
+    assert start_position(cur, {"0": 7}) == ("binlog.000002", 4)
+    assert start_position(cur, {"0": 3}) == ("binlog.000001", 4)
+    cur = _Binlog({"binlog.000001": None})
+    with pytest.raises(SourceUnavailable, match="was purged") as e:
+        start_position(cur, {"0": 3})
     assert e.value.definite
