@@ -186,6 +186,43 @@ def test_err_rows_mode_loads_bad_rows_as_err_rows(spark: SparkSession, tmp_path:
     assert all(k[0] is None and k[1] is None for k in snap if k[2] is not None)
 
 
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_a_large_file_split_over_tasks_loads_as_the_whole_file(
+    spark: SparkSession, tmp_path: Path, fmt: str
+) -> None:
+    """Pieces of about 64 bytes: one job counts their newlines, one loads them; rows, err rows
+    and their line numbers are those of the unsplit file, a line longer than a piece included."""
+    rng = random.Random(7)
+    lines = ["k,v"] if fmt == "csv" else []
+    for i in range(300):
+        key = f"k{i}" + ("x" * 150 if i % 97 == 5 else "")  # a line longer than a piece
+        value = "bad" if i % 41 == 3 else str(rng.randint(-9, 9))
+        if fmt == "csv":
+            lines.append(f"{key},{value}" if i % 53 else "")  # blank lines too
+        else:
+            lines.append(json.dumps({"k": key, "v": value if value == "bad" else int(value)}))
+    f = tmp_path / f"in.{fmt}"
+    f.write_text("\r\n".join(lines))  # CR LF, and no newline after the last line
+    results = []
+    for split in (1 << 30, 64):
+        client = make_collection(tmp_path / f"loc-{split}")
+        with JobCounter(spark) as jobs:
+            report = copy_files(
+                spark, client, str(f), "orders", format=fmt, on_error="err_rows", split_bytes=split
+            )
+        results.append((jobs.count, report.rows, report.err_rows, snapshot(client, 3)))
+    (whole_jobs, *whole), (split_jobs, *pieces) = results
+    assert (whole_jobs, split_jobs) == (1, 2)
+    assert pieces == whole
+    bad_lines = sorted(int(k[2].split(": ")[0].rsplit(":", 1)[1]) for k in whole[2] if k[2])
+    assert bad_lines[0] == (2 + 3 if fmt == "csv" else 1 + 3)  # i = 3, after the csv header
+    with pytest.raises(CopyError) as failed:
+        copy_files(
+            spark, make_collection(tmp_path / "fail"), str(f), "orders", format=fmt, split_bytes=64
+        )
+    assert [b.line for b in failed.value.rows] == bad_lines[:5]
+
+
 class AppendWhenAJobRuns(threading.Thread):
     """Appends ``(k, 0)`` at the upper ``u`` as ``[u, to or u + 1)`` once a Spark job is
     running (its writer registered beforehand, so that it is quick); ``join`` re-raises."""

@@ -6,7 +6,8 @@
             v
  driver   run_copy: t = the collection's upper (or the given ``at``)
             │
- executors  one Spark job: the files, sorted, split over tasks (a file is never split);
+ executors  one Spark job: the files, sorted, split over tasks (a large uncompressed CSV
+            │  or JSON file in pieces, after one small job counts the pieces' newlines);
             │  each task reads its files (pyarrow), decodes each row or makes it a bad row,
             │  writes ONE Parquet part with every row at ``_ts = t``, ``_diff = 1``,
             │  and yields one small row: the part, its bad-row count, its first bad rows
@@ -100,7 +101,11 @@ Invariants:
    failed job or an upper mismatch it does not recover from. Its parts are
    deleted.
 3. No row passes through the driver.
-4. A task writes at most one part; a file is read by one task, in order.
+4. A task writes at most one part; a file, or a piece of one, is read by one
+   task, in order. A file larger than ``split_bytes`` (128 MiB by default;
+   neither compressed nor Parquet) is read in pieces of about that size: a
+   piece reads the lines that *start* in its byte range, and a first job
+   counts each range's newlines so that every line keeps its number.
 """
 
 from __future__ import annotations
@@ -131,13 +136,24 @@ from timeshard.persist._internal.parts import PartMeta
 from timeshard.persist._internal.state import encode_schema
 from timeshard.persist.client import check_shard_id
 from timeshard.progress import Description, frontier
-from timeshard.storage.copy_task import REPORTED_ROWS, RESULT_DDL, BadRow, CopyTask, file_system
+from timeshard.storage.copy_task import (
+    PIECE_DDL,
+    REPORTED_ROWS,
+    RESULT_DDL,
+    BadRow,
+    CopyTask,
+    Piece,
+    count_newlines,
+    file_system,
+)
 
 FORMATS = ("csv", "json", "parquet")
 ON_ERROR = ("fail", "err_rows")
 DEFAULT_ATTEMPTS = 3
 #: At most this many tasks per core of the session (a task writes one part).
 TASKS_PER_CORE = 4
+#: An uncompressed CSV or JSON file larger than this is split over tasks.
+SPLIT_BYTES = 128 << 20
 _GLOB = re.compile(r"[*?\[]")
 
 
@@ -173,6 +189,7 @@ class CopyPlan:
     on_error: str
     not_null: tuple[str, ...]
     at: int | None
+    split_bytes: int = SPLIT_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +224,7 @@ def plan_copy(
     on_error: str = "fail",
     not_null: Sequence[str] = (),
     at: int | None = None,
+    split_bytes: int = SPLIT_BYTES,
 ) -> CopyPlan:
     """Check a COPY's arguments and list its files (driver, no Spark; module doc).
 
@@ -242,8 +260,11 @@ def plan_copy(
             f"at {at} is below the upper {upper.time} of collection {into!r}: the times "
             "before the upper are definite"
         )
+    if isinstance(split_bytes, bool) or not isinstance(split_bytes, int) or split_bytes < 1:
+        raise InvalidUsage(f"split_bytes must be an int >= 1, got {split_bytes!r}")
     header_ = fmt == "csv" if header is None else header
-    return CopyPlan(into, list_files(path), fmt, schema, header_, on_error, not_null, at)
+    files = list_files(path)
+    return CopyPlan(into, files, fmt, schema, header_, on_error, not_null, at, split_bytes)
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
@@ -383,6 +404,7 @@ def copy_files(
     not_null: Sequence[str] = (),
     at: int | None = None,
     attempts: int = DEFAULT_ATTEMPTS,
+    split_bytes: int = SPLIT_BYTES,
 ) -> CopyReport:
     """Load the files of ``path`` into collection ``into`` at one time (module doc)."""
     plan = plan_copy(
@@ -394,6 +416,7 @@ def copy_files(
         on_error=on_error,
         not_null=not_null,
         at=at,
+        split_bytes=split_bytes,
     )
     return run_copy(spark, client, plan, attempts=attempts)
 
@@ -401,7 +424,8 @@ def copy_files(
 def run_copy(
     spark: Any, client: PersistClient, plan: CopyPlan, *, attempts: int = DEFAULT_ATTEMPTS
 ) -> CopyReport:
-    """Run a planned COPY: one Spark job and one compare-and-append per attempt.
+    """Run a planned COPY: one Spark job (two when a file is split) and one
+    compare-and-append per attempt.
 
     Raises CopyError on bad rows (``fail``), UpperMismatch when other writers
     kept moving the upper (see the module doc); nothing is written then.
@@ -490,12 +514,14 @@ def _stage(
         current_task_faults(),
     )
     cores = max(int(spark.sparkContext.defaultParallelism), 1)
-    slices = min(len(plan.files), cores * TASKS_PER_CORE)
-    files = spark.sparkContext.parallelize([(f,) for f in plan.files], slices)
     try:
         with typed_errors():
-            rows = spark.createDataFrame(files, "file string").mapInArrow(task, RESULT_DDL)
-            collected = rows.collect()
+            pieces = _pieces(spark, plan)
+            slices = min(len(pieces), cores * TASKS_PER_CORE)
+            rows = [(p.file, p.start, p.end, p.line) for p in pieces]
+            seeds = spark.sparkContext.parallelize(rows, slices)
+            out = spark.createDataFrame(seeds, PIECE_DDL).mapInArrow(task, RESULT_DDL)
+            collected = out.collect()
     except BaseException:
         with contextlib.suppress(Exception):  # what stays behind is garbage for GC
             await_tasks(spark)
@@ -511,6 +537,57 @@ def _stage(
     ]
     parts = written_parts(entries, blob, prefix, config)
     return _batch(client, writer, lower, t, parts), outcome
+
+
+def _pieces(spark: Any, plan: CopyPlan) -> list[Piece]:
+    """What the tasks read: whole files, but uncompressed CSV and JSON files larger than
+    ``plan.split_bytes``, which are split into pieces of about that size.
+
+    A split file's pieces need the number of their first line: one Spark job
+    counts the newlines of each piece's bytes first (:func:`count_newlines`),
+    and each piece starts at line ``1 +`` the newlines of the pieces before it.
+    """
+    sizes = _split_sizes(plan)
+    if not sizes:
+        return [Piece(f) for f in plan.files]
+    ranges = [
+        Piece(f, start, min(start + plan.split_bytes, size))
+        for f, size in sizes.items()
+        for start in range(0, size, plan.split_bytes)
+    ]
+    counted = spark.sparkContext.parallelize(
+        [(p.file, p.start, p.end) for p in ranges], len(ranges)
+    ).map(lambda r: count_newlines(Piece(r[0], r[1], r[2])))
+    lines = dict(zip(((p.file, p.start) for p in ranges), counted.collect(), strict=True))
+    pieces = []
+    for file in plan.files:
+        if file not in sizes:
+            pieces.append(Piece(file))
+            continue
+        before = 0
+        for start in range(0, sizes[file], plan.split_bytes):
+            end = min(start + plan.split_bytes, sizes[file])
+            pieces.append(Piece(file, start, end, 1 + before))
+            before += lines[(file, start)]
+    return pieces
+
+
+def _split_sizes(plan: CopyPlan) -> dict[str, int]:
+    """The files of ``plan`` to split, with their sizes (driver: one stat per file)."""
+    if plan.format == "parquet":
+        return {}
+    out = {}
+    for file in plan.files:
+        try:
+            pa.Codec.detect(file)
+            continue  # compressed: read whole
+        except (TypeError, ValueError):
+            pass
+        fs, path = file_system(file) if "://" in file else (pafs.LocalFileSystem(), file)
+        size = fs.get_file_info(path).size or 0
+        if size > plan.split_bytes:
+            out[file] = size
+    return out
 
 
 def _batch(

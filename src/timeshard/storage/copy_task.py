@@ -162,9 +162,9 @@ class CopyTask:
         from timeshard.spark.parts import write_task_part
 
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        files = [f for b in batches for f in b.column(0).to_pylist()]
+        pieces = [Piece(**row) for b in batches for row in b.to_pylist()]
         tally = _Tally(fail=self.on_error == "fail")
-        tables = self._tables(files, schema, tally)
+        tables = self._tables(pieces, schema, tally)
         partition, attempt, part = write_task_part(
             self.root_uri, self.key_prefix, updates_schema(schema), tables, self.faults
         )
@@ -181,10 +181,10 @@ class CopyTask:
         }
         yield pa.RecordBatch.from_pylist([result], schema=_RESULT)
 
-    def _tables(self, files: list[str], schema: pa.Schema, tally: _Tally) -> Iterator[pa.Table]:
-        """The part's tables: every file's rows at ``time``, conformed."""
-        for file in files:
-            for table in self._file_tables(file, schema, tally):
+    def _tables(self, pieces: list[Piece], schema: pa.Schema, tally: _Tally) -> Iterator[pa.Table]:
+        """The part's tables: every piece's rows at ``time``, conformed."""
+        for piece in pieces:
+            for table in self._piece_tables(piece, schema, tally):
                 tally.rows += table.num_rows
                 if tally.fail and tally.bad:
                     continue  # nothing of this COPY will be appended: read on for the report
@@ -195,18 +195,118 @@ class CopyTask:
             if tally.full:
                 return
 
-    def _file_tables(self, file: str, schema: pa.Schema, tally: _Tally) -> Iterator[pa.Table]:
+    def _piece_tables(self, piece: Piece, schema: pa.Schema, tally: _Tally) -> Iterator[pa.Table]:
+        file = piece.file
         fs, path = _open_target(file)
         if self.format == "parquet":
             with fs.open_input_file(path) as f:
                 yield from _parquet_tables(f, file, self.into, schema, self.not_null, tally)
             return
         spec = _LineSpec(self.format, self.header, schema, self.not_null, self.into)
-        with fs.open_input_stream(path) as stream:
+        if piece.whole:
+            with fs.open_input_stream(path) as stream:
+                chunks = _chunks(stream)
+                if self.format == "csv":
+                    yield from spec.csv_tables(chunks, file, tally)
+                else:
+                    yield from spec.json_tables(chunks, file, tally)
+            return
+        with fs.open_input_file(path) as f:
+            chunks = _piece_chunks(f, piece)
             if self.format == "csv":
-                yield from spec.csv_tables(_chunks(stream), file, tally)
+                header = _first_line(f) if self.header and piece.start > 0 else None
+                yield from spec.csv_tables(chunks, file, tally, header=header)
             else:
-                yield from spec.json_tables(_chunks(stream), file, tally)
+                yield from spec.json_tables(chunks, file, tally)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """What a COPY task reads: a whole file, or the lines of a file that start in
+    ``[start, end)`` (an uncompressed CSV or JSON file split over tasks), of which the
+    first is line ``line`` if ``start`` is a line's start, else the one after it."""
+
+    file: str
+    start: int = 0
+    end: int = -1
+    line: int = 1
+
+    @property
+    def whole(self) -> bool:
+        return self.end < 0
+
+
+#: The columns of the pieces a COPY job reads (:class:`Piece`).
+PIECE_DDL = "file string, start long, end long, line long"
+
+
+def count_newlines(piece: Piece) -> int:
+    """The newlines of bytes ``[start, end)`` of ``piece``'s file (executors)."""
+    fs, path = _open_target(piece.file)
+    count, at = 0, piece.start
+    with fs.open_input_file(path) as f:
+        f.seek(at)
+        while at < piece.end:
+            block: bytes = f.read(min(_READ_CHUNK, piece.end - at))
+            if not block:
+                break
+            count += block.count(b"\n")
+            at += len(block)
+    return count
+
+
+def _line_start(f: Any, at: int) -> int:
+    """The first position ``>= at`` where a line starts (0, or just after a newline), or EOF."""
+    if at == 0:
+        return 0
+    f.seek(at - 1)
+    position = at - 1
+    while True:
+        block: bytes = f.read(_READ_CHUNK)
+        if not block:
+            return position
+        found = block.find(b"\n")
+        if found >= 0:
+            return position + found + 1
+        position += len(block)
+
+
+def _piece_chunks(f: Any, piece: Piece) -> Iterator[tuple[int, bytes]]:
+    """``(number of its first line, whole lines)`` of the lines starting in the piece."""
+    begin, stop = _line_start(f, piece.start), _line_start(f, piece.end)
+    first = piece.line + (1 if begin > piece.start else 0)  # the newline at begin - 1
+    f.seek(begin)
+    at, rest = begin, b""
+    while at < stop:
+        block = f.read(min(_READ_CHUNK, stop - at))
+        if not block:
+            break
+        at += len(block)
+        cut = block.rfind(b"\n")
+        if cut < 0 and at < stop:
+            rest += block
+            continue
+        whole, rest = (
+            (rest + block, b"") if at >= stop else (rest + block[: cut + 1], block[cut + 1 :])
+        )
+        yield first, whole
+        first += whole.count(b"\n")
+    if rest:
+        yield first, rest
+
+
+def _first_line(f: Any) -> bytes:
+    """Line 1 of a file (a CSV header), without its newline."""
+    f.seek(0)
+    line = b""
+    while True:
+        block: bytes = f.read(64 << 10)
+        if not block:
+            return line
+        cut = block.find(b"\n")
+        if cut >= 0:
+            return line + block[:cut]
+        line += block
 
 
 def _open_target(file: str) -> tuple[pafs.FileSystem, str]:
@@ -292,11 +392,19 @@ class _LineSpec:
             yield pa.Table.from_pylist(rows, schema=out)
 
     def csv_tables(
-        self, chunks: Iterable[tuple[int, bytes]], file: str, tally: _Tally, fast: bool = True
+        self,
+        chunks: Iterable[tuple[int, bytes]],
+        file: str,
+        tally: _Tally,
+        fast: bool = True,
+        header: bytes | None = None,
     ) -> Iterator[pa.Table]:
         """The rows of a CSV file's chunks: each decoded whole by Arrow where it can be
-        (:meth:`_vectorized`), else line by line, with the same result either way."""
+        (:meth:`_vectorized`), else line by line, with the same result either way.
+        ``header`` is line 1 of the file, for chunks that do not start with it."""
         columns = self.schema
+        if header is not None:
+            columns = self._header(header.removesuffix(b"\r").removeprefix(_BOM), file)
         for first, whole in chunks:
             chunk, unmarked = whole, whole
             if first == 1 and self.header:
@@ -540,4 +648,14 @@ def fits(source: pa.DataType, target: pa.DataType) -> bool:
     return any(small(source) and large(target) for small, large in pairs)
 
 
-__all__ = ["REPORTED_ROWS", "RESULT_DDL", "BadRow", "CopyTask", "file_system", "fits"]
+__all__ = [
+    "PIECE_DDL",
+    "REPORTED_ROWS",
+    "RESULT_DDL",
+    "BadRow",
+    "CopyTask",
+    "Piece",
+    "count_newlines",
+    "file_system",
+    "fits",
+]
