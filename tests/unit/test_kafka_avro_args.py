@@ -237,3 +237,46 @@ def test_a_closed_port_is_a_fault() -> None:
     registry = SchemaRegistry(f"http://127.0.0.1:{port}", timeout_s=2)
     with pytest.raises(SourceUnavailable, match=f"schema registry at http://127.0.0.1:{port}"):
         registry.schema(7)
+
+
+def test_a_registered_schema_that_is_not_self_contained_avro_is_a_data_error() -> None:
+    """A record naming a PROTOBUF or JSON id, an Avro schema with references, or a text
+    that is not Avro: no writer schema (the record's err row), never a stalled source."""
+    from confluent_kafka.schema_registry import Schema, SchemaReference
+
+    from timeshard.storage.schema_registry import SchemaRegistry
+
+    good = '{"type": "record", "name": "r", "fields": [{"name": "n", "type": "long"}]}'
+    registered = {
+        1: Schema(good, "AVRO"),
+        2: Schema('syntax = "proto3"; message M {}', "PROTOBUF"),
+        3: Schema('{"type": "object"}', "JSON"),
+        4: Schema(good, "AVRO", [SchemaReference("Other", "other-value", 1)]),
+        5: Schema('{"type": "record", "name": "r", "fields": [{"name": "x", "type": "Nope"}]}'),
+        6: Schema(good, None),  # older registries leave the type out for Avro
+    }
+
+    class Answers:
+        def get_schema(self, schema_id: int) -> Schema:
+            return registered[schema_id]
+
+    registry = SchemaRegistry("http://user:secret@127.0.0.1:9")
+    registry._client = Answers()
+    assert [registry.schema(i) is not None for i in sorted(registered)] == [
+        True,
+        False,
+        False,
+        False,
+        False,
+        True,
+    ]
+    assert "secret" not in registry.describe() and "***@127.0.0.1" in registry.describe()
+
+
+def test_a_schema_file_that_is_not_avro_is_refused() -> None:
+    from timeshard.storage.schema_registry import SchemaFiles
+
+    with pytest.raises(InvalidUsage, match="schema id 3 is not a valid Avro schema"):
+        SchemaFiles(
+            {3: '{"type": "record", "name": "r", "fields": [{"name": "x", "type": "Nope"}]}'}
+        )

@@ -11,12 +11,14 @@ Two implementations of :class:`WriterSchemas`:
 
 * :class:`SchemaRegistry`: a registry's REST API at a URL (through
   confluent-kafka's ``SchemaRegistryClient``). An id the registry does not
-  know (HTTP 404 with the registry's error code 40403, "schema not found")
-  is a *data* error of the record that names it: the record becomes an err
-  row. Anything else (the registry unreachable, a timeout, an HTTP 5xx,
-  refused credentials, a 404 without that code, as from a URL that is not a
-  registry's) is a *fault*: ``SourceUnavailable``, the ingestion stalls and
-  retries, and nothing is written.
+  know (HTTP 404 with the registry's error code 40403, "schema not found"),
+  or whose schema is not a self-contained Avro schema (another schema type,
+  references, a text fastavro does not parse), is a *data* error of the
+  record that names it: the record becomes an err row. Anything else (the
+  registry unreachable, a timeout, an HTTP 5xx, refused credentials, a 404
+  without that code, as from a URL that is not a registry's) is a *fault*:
+  ``SourceUnavailable``, the ingestion stalls and retries, and nothing is
+  written. The URL's user information never appears in a message.
 * :class:`SchemaFiles`: a fixed map of ids to schema texts (a declaration's
   ``schemas = { 1 = "v1.avsc", ... }``), for producers that write the wire
   format without a registry this process can reach. An id outside the map is
@@ -29,6 +31,7 @@ before it plans the decoding, and ships the texts in the plan.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -39,6 +42,22 @@ MAGIC = b"\x00"
 SCHEMA_NOT_FOUND = 40403
 HEADER_BYTES = 5
 DEFAULT_TIMEOUT_S = 10.0
+
+
+def avro(text: str) -> bool:
+    """Whether ``text`` is a valid, self-contained Avro schema (fastavro parses it)."""
+    import fastavro
+
+    try:
+        fastavro.parse_schema(json.loads(text))
+    except Exception:  # fastavro raises several types for a bad schema
+        return False
+    return True
+
+
+def redacted(text: str) -> str:
+    """``text`` with the user information of any URL in it replaced by ``***``."""
+    return re.sub(r"(?<=://)[^/@\s]+@", "***@", text)
 
 
 class WriterSchemas(Protocol):
@@ -78,13 +97,16 @@ class SchemaRegistry:
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         try:
-            text: str = self._registry().get_schema(schema_id).schema_str
+            registered = self._registry().get_schema(schema_id)
         except SchemaRegistryError as e:
             if (e.http_status_code, e.error_code) == (404, SCHEMA_NOT_FOUND):
                 return None
             raise self._unavailable(schema_id, e) from None
         except Exception as e:  # the HTTP client's transport errors: a fault
             raise self._unavailable(schema_id, e) from None
+        text: str = registered.schema_str
+        if (registered.schema_type or "AVRO") != "AVRO" or registered.references or not avro(text):
+            return None  # the record names a schema it cannot be read with: a data error
         self._schemas[schema_id] = text
         return text
 
@@ -92,7 +114,7 @@ class SchemaRegistry:
         return None
 
     def describe(self) -> str:
-        return f"the schema registry at {self.url}"
+        return f"the schema registry at {redacted(self.url)} as a self-contained Avro schema"
 
     def _registry(self) -> Any:
         from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -105,8 +127,8 @@ class SchemaRegistry:
 
     def _unavailable(self, schema_id: int, e: Exception) -> SourceUnavailable:
         return SourceUnavailable(
-            f"schema registry at {self.url}: schema id {schema_id} could not be fetched: "
-            f"{type(e).__name__}: {str(e)[:300]}"
+            f"schema registry at {redacted(self.url)}: schema id {schema_id} could not be "
+            f"fetched: {type(e).__name__}: {redacted(str(e))[:300]}"
         )
 
 
@@ -129,6 +151,8 @@ class SchemaFiles:
                 json.loads(text)
             except (TypeError, json.JSONDecodeError) as e:
                 raise InvalidUsage(f"schemas: schema id {i} is not JSON text: {e}") from None
+            if not avro(text):
+                raise InvalidUsage(f"schemas: schema id {i} is not a valid Avro schema")
         self._schemas = dict(schemas)
 
     def schema(self, schema_id: int) -> str | None:
