@@ -150,7 +150,10 @@ class Remap:
         """The first non-empty binding still held (empty if none was minted).
 
         While no output holds anything the remap's since stays at 0, so this
-        is the first binding ever minted: every instance agrees on it.
+        is the first binding ever minted: every instance agrees on it. (Once
+        the remap compacts, it is the first binding still held; a source reads
+        from its origin only while nothing is ingested, and an instance with a
+        stale view of the remap loses its compare-and-append.)
         """
         return dict(next((f for f in self._frontiers if f), {}))
 
