@@ -89,6 +89,7 @@ import pyarrow as pa
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
+from timeshard.storage.cdc import decoded_batches, raw_batches
 from timeshard.storage.mysql_ddl import ddl_tables
 from timeshard.storage.mysql_types import (
     Column,
@@ -484,26 +485,7 @@ class ReadTask:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             if batch.num_rows:
-                yield from _batched(read_rows(self.plan))
-
-
-def _batched(rows: Iterator[RawRow]) -> Iterator[pa.RecordBatch]:
-    buffer: list[RawRow] = []
-    for row in rows:
-        buffer.append(row)
-        if len(buffer) >= BATCH_ROWS:
-            yield _raw_batch(buffer)
-            buffer = []
-    if buffer:
-        yield _raw_batch(buffer)
-
-
-def _raw_batch(rows: list[RawRow]) -> pa.RecordBatch:
-    columns = list(zip(*rows, strict=True))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(list(c), type=f.type) for c, f in zip(columns, RAW_SCHEMA, strict=True)],
-        schema=RAW_SCHEMA,
-    )
+                yield from raw_batches(read_rows(self.plan), RAW_SCHEMA, BATCH_ROWS)
 
 
 def read_rows(plan: ReadPlan) -> Iterator[RawRow]:
@@ -812,29 +794,16 @@ class DecodeTask:
     schema_ipc: bytes
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        columns = self.table.columns
-        for batch in batches:
-            out: dict[str, list[Any]] = {f.name: [] for f in schema}
-            for row in batch.to_pylist():
-                err: str | None = row[ERR]
-                values: list[Any] = [None] * len(columns)
-                if err is None:
-                    try:
-                        values = [
-                            None if text is None else decode_text(text, column)
-                            for text, column in zip(row["_values"], columns, strict=True)
-                        ]
-                    except Undecodable as e:
-                        err = f"{self.table.name}: cannot decode a row: {e}"
-                        values = [None] * len(columns)
-                out["_partition"].append(row["_partition"])
-                out["_offset"].append(row["_offset"])
-                for column, value in zip(columns, values, strict=True):
-                    out[column.name].append(value)
-                out[DIFF].append(row[DIFF])
-                out[ERR].append(err)
-            yield pa.RecordBatch.from_pydict(out, schema=schema)
+        out = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        yield from decoded_batches(
+            batches,
+            out,
+            self.table.name,
+            self.table.columns,
+            decode_text,
+            (Undecodable,),
+            lambda row: row["_partition"],
+        )
 
 
 __all__ = ["MySqlSource", "ReadPlan", "Server", "Table", "quote"]

@@ -67,6 +67,7 @@ import pyarrow as pa
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
+from timeshard.storage.cdc import decoded_batches, raw_batches
 from timeshard.storage.pgoutput import (
     SESSION_SETTINGS,
     TIME,
@@ -465,28 +466,7 @@ class ReadTask:
         for batch in batches:
             for item in batch.column(0).to_pylist():
                 rows = stream_rows(self.plan) if item == 0 else snapshot_rows(self.plan, item - 1)
-                yield from _batched(rows)
-
-
-def _batched(
-    rows: Iterator[RawRow],
-) -> Iterator[pa.RecordBatch]:
-    buffer: list[RawRow] = []
-    for row in rows:
-        buffer.append(row)
-        if len(buffer) >= BATCH_ROWS:
-            yield _raw_batch(buffer)
-            buffer = []
-    if buffer:
-        yield _raw_batch(buffer)
-
-
-def _raw_batch(rows: list[RawRow]) -> pa.RecordBatch:
-    columns = list(zip(*rows, strict=True))
-    return pa.RecordBatch.from_arrays(
-        [pa.array(list(c), type=f.type) for c, f in zip(columns, RAW_SCHEMA, strict=True)],
-        schema=RAW_SCHEMA,
-    )
+                yield from raw_batches(rows, RAW_SCHEMA, BATCH_ROWS)
 
 
 def snapshot_rows(plan: ReadPlan, index: int) -> Iterator[RawRow]:
@@ -678,30 +658,16 @@ class DecodeTask:
     schema_ipc: bytes
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        columns = self.table.columns
-        for batch in batches:
-            rows = batch.to_pylist()
-            out: dict[str, list[Any]] = {f.name: [] for f in schema}
-            for row in rows:
-                err: str | None = row[ERR]
-                values: list[Any] = [None] * len(columns)
-                if err is None:
-                    try:
-                        values = [
-                            None if text is None else _decode(text, column)
-                            for text, column in zip(row["_values"], columns, strict=True)
-                        ]
-                    except (ValueError, ArithmeticError) as e:
-                        err = f"{self.table.qualified}: cannot decode a row: {e}"
-                        values = [None] * len(columns)
-                out["_partition"].append(PARTITION)
-                out["_offset"].append(row["_offset"])
-                for column, value in zip(columns, values, strict=True):
-                    out[column.name].append(value)
-                out[DIFF].append(row[DIFF])
-                out[ERR].append(err)
-            yield pa.RecordBatch.from_pydict(out, schema=schema)
+        out = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        yield from decoded_batches(
+            batches,
+            out,
+            self.table.qualified,
+            self.table.columns,
+            _decode,
+            (ValueError, ArithmeticError),
+            lambda row: PARTITION,
+        )
 
 
 def _decode(text: str, column: Column) -> Any:
