@@ -338,6 +338,7 @@ def source_options(source: Any) -> dict[str, Any]:
     from timeshard.storage.kafka_source import KafkaSource
     from timeshard.storage.mysql_source import MySqlSource
     from timeshard.storage.postgres_source import PostgresSource
+    from timeshard.storage.schema_registry import without_userinfo
 
     if isinstance(source, MySqlSource):
         server = source.server
@@ -368,7 +369,11 @@ def source_options(source: Any) -> dict[str, Any]:
             "group_id": source.group_id,
             "value_avro_schema": source.value_avro_schema,
             "key_avro_schema": source.key_avro_schema,
-            "schema_registry_url": _without_userinfo(source.schema_registry_url),
+            "schema_registry_url": (
+                None
+                if source.schema_registry_url is None
+                else without_userinfo(source.schema_registry_url)
+            ),
             "avro_schemas": (
                 None
                 if source.avro_schemas is None
@@ -401,13 +406,6 @@ def _without_password(dsn: str) -> str:
     params = conninfo_to_dict(dsn)
     params.pop("password", None)
     return make_conninfo("", **params)
-
-
-def _without_userinfo(url: str | None) -> str | None:
-    """``url`` without ``user:password@`` (the catalog is readable by all)."""
-    import re
-
-    return None if url is None else re.sub(r"(?<=://)[^/@\s]+@", "", url)
 
 
 def _columns(schema: Any) -> list[list[str]]:

@@ -36,8 +36,8 @@ def _topic(bootstrap: str) -> str:
     return name
 
 
-def _read_all(bootstrap: str, topic: str) -> list[tuple[int, Any, Any]]:
-    """``(time, key, value)`` of every committed record of ``topic``, in order."""
+def read_records(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """``(time, key, value)`` of every committed record of ``topic``, in order, as bytes."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -49,7 +49,7 @@ def _read_all(bootstrap: str, topic: str) -> list[tuple[int, Any, Any]]:
     try:
         _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
         consumer.assign([TopicPartition(topic, 0, 0)])
-        out: list[tuple[int, Any, Any]] = []
+        out: list[tuple[int, bytes | None, bytes | None]] = []
         deadline = time.monotonic() + 60
         while high > 0 and consumer.position([TopicPartition(topic, 0)])[0].offset < high:
             assert time.monotonic() < deadline, f"{topic} not read to offset {high}"
@@ -58,12 +58,18 @@ def _read_all(bootstrap: str, topic: str) -> list[tuple[int, Any, Any]]:
                 continue
             assert msg.error() is None, msg.error()
             headers = dict(msg.headers() or [])
-            key = None if msg.key() is None else json.loads(msg.key())
-            value = None if msg.value() is None else json.loads(msg.value())
-            out.append((int(headers[TIME_HEADER]), key, value))
+            out.append((int(headers[TIME_HEADER]), msg.key(), msg.value()))
         return out
     finally:
         consumer.close()
+
+
+def _read_all(bootstrap: str, topic: str) -> list[tuple[int, Any, Any]]:
+    """``(time, key, value)`` of every committed record of ``topic``, JSON decoded."""
+    return [
+        (t, None if k is None else json.loads(k), None if v is None else json.loads(v))
+        for t, k, v in read_records(bootstrap, topic)
+    ]
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ import io
 import itertools
 import json
 import struct
-import time
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -25,14 +24,14 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from pyspark.sql import SparkSession
+from tests.integration.test_kafka_export import read_records
 
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.storage.ingest import Ingestion
-from timeshard.storage.kafka_export import TIME_HEADER, KafkaExport
+from timeshard.storage.kafka_export import KafkaExport
 from timeshard.storage.kafka_source import KafkaSource
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -56,33 +55,6 @@ def _topic(bootstrap: str) -> str:
     name = f"xa-{uuid.uuid4().hex[:10]}"
     create_topic(bootstrap, name, partitions=1)
     return name
-
-
-def _records(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
-    """``(time, key, value)`` of every committed record of ``topic``, in order."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"check-{uuid.uuid4().hex}",
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-        }
-    )
-    try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        out = []
-        deadline = time.monotonic() + 60
-        while high > 0 and consumer.position([TopicPartition(topic, 0)])[0].offset < high:
-            assert time.monotonic() < deadline, f"{topic} not read to offset {high}"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            assert msg.error() is None, msg.error()
-            out.append((int(dict(msg.headers() or [])[TIME_HEADER]), msg.key(), msg.value()))
-        return out
-    finally:
-        consumer.close()
 
 
 def _decode(data: bytes | None, schema: dict[str, Any], schema_id: int | None = None) -> Any:
@@ -148,7 +120,7 @@ def test_upsert_and_debezium_exports_in_avro(
     assert schemas["key"]["fields"] == [{"name": "id", "type": ["null", "long"], "default": None}]
     got = [
         (t, _decode(k, schemas["key"], 7), _decode(v, schemas["value"], 8))
-        for t, k, v in _records(bootstrap, upsert_topic)
+        for t, k, v in read_records(bootstrap, upsert_topic)
     ]
     assert got == [
         (10, {"id": 1}, as_dict(a1)),
@@ -159,7 +131,7 @@ def test_upsert_and_debezium_exports_in_avro(
     schemas = debezium.avro_schemas()
     got = [
         (t, _decode(k, schemas["key"]), _decode(v, schemas["value"]))
-        for t, k, v in _records(bootstrap, debezium_topic)
+        for t, k, v in read_records(bootstrap, debezium_topic)
     ]
     assert got == [
         (10, {"id": 1}, {"before": None, "after": as_dict(a1)}),

@@ -55,9 +55,17 @@ def avro(text: str) -> bool:
     return True
 
 
+_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+
+
 def redacted(text: str) -> str:
     """``text`` with the user information of any URL in it replaced by ``***``."""
-    return re.sub(r"(?<=://)[^/@\s]+@", "***@", text)
+    return _USERINFO.sub("***@", text)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without its ``user:password@`` (for what others can read, as a catalog)."""
+    return _USERINFO.sub("", url)
 
 
 class WriterSchemas(Protocol):
