@@ -25,7 +25,7 @@ from timeshard.spark.jobs import JobCounter
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.sources import KeyValueGenerator
 from timeshard.storage.upsert_spark import SparkFeedbackUpsert
-from timeshard.storage.upsert_state import KEY
+from timeshard.storage.upsert_state import HASH, KEY, ArrangedState, same_key
 
 pytestmark = pytest.mark.spark
 
@@ -125,6 +125,30 @@ def test_struct_keys_with_null_fields_are_equal_in_joins(spark: SparkSession) ->
         assert got == sorted(repr((r, r)) for r in rows), got
 
 
+def test_the_layers_hash_join_matches_keys_null_safely_and_floats_by_value(
+    spark: SparkSession,
+) -> None:
+    """``same_key`` on ``_h`` and ``_key`` finds exactly the equal keys: null fields equal,
+    ``-0.0`` = ``0.0``, and hash-equal keys told apart by the key comparison."""
+    from pyspark.sql.types import DoubleType, StringType
+
+    state = ArrangedState(spark, ["a", "b"], [], {"a": StringType(), "b": DoubleType()})
+    rows = [(None, 1.0), ("x", None), (None, None), ("x", 2.0), ("z", 0.0), ("z", -0.0)]
+    df = spark.createDataFrame(rows, "a string, b double")
+    left = state.partitioned(state.hashed(df.select(state.key_of(df))))
+    probe = left.select(F.col(HASH).alias("_rh"), F.col(KEY).alias("_rk"))
+    joined = left.join(probe, same_key(left, probe, "_rh", "_rk"))
+    got = sorted(repr((tuple(r[KEY]), tuple(r["_rk"]))) for r in joined.collect())
+    zeros = [("z", x) for x in (0.0, -0.0)]
+    want = [(r, r) for r in rows[:4]] + [(a, b) for a in zeros for b in zeros]
+    assert got == sorted(repr(p) for p in want), got
+    # Equal hashes alone do not match: a key against another key given the same _h.
+    forged = left.where(F.col(f"{KEY}._k0") == "x").select(F.lit(7).cast("long").alias(HASH), KEY)
+    key = F.struct(F.lit("y").alias("_k0"), F.lit(None).cast("double").alias("_k1"))
+    other = forged.select(F.col(HASH).alias("_rh"), key.cast(state.key_type).alias("_rk"))
+    assert forged.join(other, same_key(forged, other, "_rh", "_rk")).count() == 0
+
+
 def test_layers_are_not_shuffled_by_a_tick(spark: SparkSession, tmp_path: Path) -> None:
     """The tick's plan exchanges the commands only (the layers are partitioned like them)."""
     schema = KeyValueGenerator().payload_schema()
@@ -140,7 +164,7 @@ def test_layers_are_not_shuffled_by_a_tick(spark: SparkSession, tmp_path: Path) 
     exchanges = [line for line in plan.splitlines() if "Exchange" in line]
     assert len(exchanges) == 1 and "REPARTITION_BY_NUM" in exchanges[0], plan
     assert plan.count("ShuffledHashJoin") == len(layers) and "BuildLeft" in plan, plan
-    assert f"hashpartitioning({KEY}" in exchanges[0], plan
+    assert f"hashpartitioning({HASH}" in exchanges[0], plan
     upsert.close()
 
 

@@ -313,7 +313,7 @@ class SparkAggregates:
                 F.lit(None).cast("string").alias(ERR),
                 F.lit(False).alias(GONE),
             )
-            layers = [checkpointed(base.repartition(self.state.partitions, "_key"))]
+            layers = [checkpointed(self.state.partitioned(self.state.hashed(base)))]
         self.state.reset(layers, lower)
 
     def skip(self, lower: int, upper: int) -> None:
@@ -343,26 +343,28 @@ class SparkAggregates:
             if summed
         ]
         columns = [diff.alias(_ROWS), *counts, *sums]  # the order of plan.values
-        return contributions.select(self.state.key_of(contributions), TS, *columns)
+        return self.state.hashed(
+            contributions.select(self.state.key_of(contributions), TS, *columns)
+        )
 
     def _tick(self, changes: Any) -> Any:
         """Per touched group and change time: the running state and the one before (job 1)."""
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        from timeshard.storage.upsert_state import GONE, KEY, value_columns
+        from timeshard.storage.upsert_state import GONE, HASH, KEY, value_columns
 
         values = self.plan.values
         weighted = self._weighted(changes)
         per_time = (
-            weighted.repartition(self.state.partitions, KEY)
-            .groupBy(KEY, TS)
+            self.state.partitioned(weighted)
+            .groupBy(HASH, KEY, TS)
             .agg(*[F.sum(v).alias(v) for v in values])
         )
         with self.state.pinned() as layers:
             joined = self.state.with_newest(per_time, layers, "_state")
             live = F.col("_state").isNotNull() & ~F.col(f"_state.{GONE}")
-            per_group = Window.partitionBy(KEY).orderBy(TS)
+            per_group = Window.partitionBy(HASH, KEY).orderBy(TS)
             running = per_group.rowsBetween(Window.unboundedPreceding, Window.currentRow)
             columns = []
             for n, v in zip(value_columns(len(values)), values, strict=True):
@@ -370,16 +372,17 @@ class SparkAggregates:
                 total = before + F.sum(v).over(running)
                 columns += [total.alias(v), (total - F.col(v)).alias(f"__p{v}")]
             last = F.lead(TS).over(per_group).isNull().alias(_LAST)
-            ticked = joined.select(KEY, TS, *columns, last)
+            ticked = joined.select(HASH, KEY, TS, *columns, last)
             return ticked.localCheckpoint(eager=True)
 
     def _layer(self, ticked: Any) -> Any:
         """Each touched group's last state, as a layer of the arrangement."""
         from pyspark.sql import functions as F
 
-        from timeshard.storage.upsert_state import GONE, KEY, Layer, stored_bytes
+        from timeshard.storage.upsert_state import GONE, HASH, KEY, Layer, stored_bytes
 
         df = ticked.where(F.col(_LAST)).select(
+            HASH,
             KEY,
             *self._value_columns(),
             F.lit(None).cast("string").alias(ERR),

@@ -2,7 +2,7 @@
 
 ```
  winners of one partition (Arrow batches)            executors
-   _key, _ts, _upd: [update, ..], _last, _v0.., _err, _gone
+   _h, _key, _ts, _upd: [update, ..], _last, _v0.., _err, _gone
       │
       ├── _upd flattened, keys unwrapped, cast ──> one Parquet part (write_part_file)
       │                                             │ its PartMeta ──> parts accumulator
@@ -50,7 +50,7 @@ from timeshard.persist._internal.blobio import delete_keys
 from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, conform, updates_schema
 from timeshard.persist.config import PersistConfig
 from timeshard.spark.parts import write_task_part
-from timeshard.storage.upsert_state import GONE, KEY, value_columns
+from timeshard.storage.upsert_state import GONE, HASH, KEY, value_columns
 
 UPDATES = "_upd"
 LAST = "_last"
@@ -87,7 +87,7 @@ class UpsertPass:
         self, batches: Iterator[pa.RecordBatch], data_schema: pa.Schema, layer: list[pa.RecordBatch]
     ) -> Iterator[pa.Table]:
         """The updates of ``batches`` as part tables; their layer rows go to ``layer``."""
-        columns = [KEY, *value_columns(len(self.values)), ERR, GONE]
+        columns = [HASH, KEY, *value_columns(len(self.values)), ERR, GONE]
         for batch in batches:
             if batch.num_rows == 0:
                 continue

@@ -1,14 +1,14 @@
 """The feedback UPSERT operator on Spark: the same semantics as ``upsert``, one job per tick.
 
 ```
- commands ─> _key struct, repartition(N, _key) ─┐  one Spark job, its action the
+ commands ─> _h, _key, repartition(N, _h) ──────┐  one Spark job, its action the
                                                 │  local checkpoint of the new layer
- layer 0 (cached, N by _key) ── = join, build ──┤
- layer k ...                    on commands ────┤
+ layer 0 (cached, N by _h) ── join on _h, ──────┤
+ layer k ...                  then _key ────────┤
                                                 v
                  dedupe per (_key, _ts) ─> lag chain per _key ─> (coalesce(1) if the state is small)
                        ─> mapInArrow (UpsertPass): part ─> blob, its PartMeta ─> accumulator
-                                                   layer rows ─> repartition(N, _key) ─> checkpoint
+                                                   layer rows ─> repartition(N, _h) ─> checkpoint
  driver: Batch(parts) ─> compare_and_append ─> Appended: push the layer (merges in background)
                                              └> Mismatch: delete the parts, free the layer
 ```
@@ -23,10 +23,10 @@ the shard upper ``lower``:
    updates of other writers when the upper moved under it (jobs of their own,
    off the steady state);
 2. keeps the commands with ``_ts`` in ``[lower, input upper)``, keyed by one
-   struct column ``_key`` and hash-partitioned by it like every layer, and
-   joins them with ``=`` to each layer (a hash join built on the commands;
-   the layers are not shuffled): each command gets its key's row (the
-   newest layer's);
+   struct column ``_key`` and its hash ``_h``, hash-partitioned by ``_h``
+   like every layer, and joins them to each layer on the hash and then the
+   key (a hash join built on the commands; the layers are not shuffled):
+   each command gets its key's row (the newest layer's);
 3. per ``(key, _ts)`` keeps the command with the highest ``_order``;
 4. for each key, orders its winners by time and takes each one's previous
    row with ``lag``; the first winner's previous row is the key's row in the
@@ -93,6 +93,7 @@ from timeshard.storage.upsert_pass import (
 )
 from timeshard.storage.upsert_state import (
     GONE,
+    HASH,
     KEY,
     ArrangedState,
     Layer,
@@ -269,9 +270,7 @@ class SparkFeedbackUpsert:
             )
             if sum(layer.size for layer in layers) < SMALL_STATE_BYTES:
                 rows = rows.coalesce(1)  # one task probes every partition: one part
-            layer_df = rows.mapInArrow(step, self._layer_type()).repartition(
-                self.state.partitions, KEY
-            )
+            layer_df = self.state.partitioned(rows.mapInArrow(step, self._layer_type()))
             try:
                 with typed_errors():
                     cached = layer_df.localCheckpoint(eager=True)
@@ -293,11 +292,12 @@ class SparkFeedbackUpsert:
         return batch, layer
 
     def _layer_type(self) -> Any:
-        from pyspark.sql.types import BooleanType, StringType, StructField, StructType
+        from pyspark.sql.types import BooleanType, LongType, StringType, StructField, StructType
 
         names = value_columns(len(self.values))
         return StructType(
             [
+                StructField(HASH, LongType(), False),
                 StructField(KEY, self.state.key_type, False),
                 *[
                     StructField(n, self.state.types[v])
@@ -309,7 +309,7 @@ class SparkFeedbackUpsert:
         )
 
     def _keyed(self, commands: Any, lower: int, upper: int) -> Any:
-        """The tick's commands, keyed by ``_key`` and hash-partitioned by it like the layers."""
+        """The tick's commands, keyed by ``_key`` and ``_h``, hash-partitioned like the layers."""
         from pyspark.sql import functions as F
 
         cmds = commands.where((F.col(TS) >= lower) & (F.col(TS) < upper))
@@ -322,7 +322,7 @@ class SparkFeedbackUpsert:
             ERR,
             unkeyed_error(self.keys).alias(UNKEYED),
         )
-        return keyed.repartition(self.state.partitions, KEY)
+        return self.state.partitioned(self.state.hashed(keyed))
 
     def _winners(self, keyed: Any, layers: list[Layer]) -> Any:
         """Per ``(key, _ts)`` the command with the highest ``_order``, as its new row.
@@ -341,11 +341,13 @@ class SparkFeedbackUpsert:
 
         values = value_columns(len(self.values))
         joined = self.state.with_newest(keyed, layers, STATE)
-        per_time = Window.partitionBy(KEY, UNKEYED, TS).orderBy(F.col(ORDER).desc())
+        # _h first: the rows are partitioned by it, so the window needs no exchange.
+        per_time = Window.partitionBy(HASH, KEY, UNKEYED, TS).orderBy(F.col(ORDER).desc())
         ranked = joined.withColumn("_rank", F.row_number().over(per_time))
         top = ranked.where((F.col("_rank") == 1) | F.col(UNKEYED))
         # The new row of each winner: null values and no row at all for a delete.
         return top.select(
+            HASH,
             KEY,
             TS,
             *[F.when(F.col(ERR).isNull(), F.col(v)).alias(v) for v in values],
@@ -360,7 +362,7 @@ class SparkFeedbackUpsert:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        per_key = Window.partitionBy(KEY, UNKEYED).orderBy(TS)
+        per_key = Window.partitionBy(HASH, KEY, UNKEYED).orderBy(TS)
         row = F.struct(*value_columns(len(self.values)), ERR, GONE)
         previous = F.coalesce(F.lag(row).over(per_key), F.col(STATE))
         last = F.lead(TS).over(per_key).isNull() & ~F.col(UNKEYED)
@@ -392,7 +394,7 @@ class SparkFeedbackUpsert:
             F.struct(*values, F.lit(1).cast("long").alias(DIFF), F.col(ERR).alias(ERR)),
         )
         updates = F.filter(F.array(retract, insert), lambda u: u.isNotNull())
-        return chained.select(KEY, TS, updates.alias(UPDATES), LAST, *values, ERR, GONE)
+        return chained.select(HASH, KEY, TS, updates.alias(UPDATES), LAST, *values, ERR, GONE)
 
 
 __all__ = ["DELETE", "ORDER", "SparkFeedbackUpsert"]
