@@ -137,7 +137,7 @@ def test_the_layers_hash_join_matches_keys_null_safely_and_floats_by_value(
     df = spark.createDataFrame(rows, "a string, b double")
     left = state.partitioned(state.hashed(df.select(state.key_of(df))))
     probe = left.select(F.col(HASH).alias("_rh"), F.col(KEY).alias("_rk"))
-    joined = left.join(probe, same_key(left, probe, "_rh", "_rk"))
+    joined = left.join(probe, same_key("_rh", "_rk"))
     got = sorted(repr((tuple(r[KEY]), tuple(r["_rk"]))) for r in joined.collect())
     zeros = [("z", x) for x in (0.0, -0.0)]
     want = [(r, r) for r in rows[:4]] + [(a, b) for a in zeros for b in zeros]
@@ -146,7 +146,7 @@ def test_the_layers_hash_join_matches_keys_null_safely_and_floats_by_value(
     forged = left.where(F.col(f"{KEY}._k0") == "x").select(F.lit(7).cast("long").alias(HASH), KEY)
     key = F.struct(F.lit("y").alias("_k0"), F.lit(None).cast("double").alias("_k1"))
     other = forged.select(F.col(HASH).alias("_rh"), key.cast(state.key_type).alias("_rk"))
-    assert forged.join(other, same_key(forged, other, "_rh", "_rk")).count() == 0
+    assert forged.join(other, same_key("_rh", "_rk")).count() == 0
 
 
 def test_layers_are_not_shuffled_by_a_tick(spark: SparkSession, tmp_path: Path) -> None:

@@ -152,6 +152,7 @@ class SparkFeedbackUpsert:
         self.holds = holds if holds is not None else SinceHolds()
         self.hold = self.holds.add(self._hold_since)
         self._parts = spark.sparkContext.accumulator([], PartsParam())
+        self._checked: str | None = None  # the last commands schema that fit the shard
 
     def apply(self, commands: Any, input_upper: int) -> Appended | UpperMismatch | None:
         """Apply ``commands`` at ``[shard upper, input_upper)`` (one Spark job; module doc)."""
@@ -239,13 +240,21 @@ class SparkFeedbackUpsert:
     # -- the tick's job ----------------------------------------------------------------------
 
     def _check_schema(self, commands: Any) -> None:
-        """Raise InvalidUsage (no Spark job) unless the commands' columns fit the shard."""
+        """Raise InvalidUsage (no Spark job) unless the commands' columns fit the shard.
+
+        A tick's commands have the schema of the last tick's, as a rule: that
+        one is checked once (the check builds plans, a few hundred py4j calls).
+        """
         from pyspark.sql import functions as F
 
         from timeshard.spark.parts import column, conform_df
 
+        seen = commands.schema.json()
+        if seen == self._checked:
+            return
         data = [column(n) for n in self.schema.names]
         conform_df(commands.select(*data, TS, F.lit(0).cast("long").alias(DIFF), ERR), self.schema)
+        self._checked = seen
 
     def _stage(self, commands: Any, lower: int, upper: int) -> tuple[Batch, Layer]:
         """The tick's parts, staged as a batch, and its new layer: one Spark job."""
@@ -336,65 +345,54 @@ class SparkFeedbackUpsert:
         are all kept, marked ``_unkeyed``: they name no key, so they take no
         part in ranking the null key's commands.
         """
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
         values = value_columns(len(self.values))
         joined = self.state.with_newest(keyed, layers, STATE)
         # _h first: the rows are partitioned by it, so the window needs no exchange.
-        per_time = Window.partitionBy(HASH, KEY, UNKEYED, TS).orderBy(F.col(ORDER).desc())
-        ranked = joined.withColumn("_rank", F.row_number().over(per_time))
-        top = ranked.where((F.col("_rank") == 1) | F.col(UNKEYED))
+        per_time = f"PARTITION BY {HASH}, {KEY}, {UNKEYED}, {TS} ORDER BY {ORDER} DESC"
+        ranked = joined.selectExpr("*", f"row_number() OVER ({per_time}) AS _rank")
+        top = ranked.where(f"_rank = 1 OR {UNKEYED}")
         # The new row of each winner: null values and no row at all for a delete.
-        return top.select(
+        return top.selectExpr(
             HASH,
             KEY,
             TS,
-            *[F.when(F.col(ERR).isNull(), F.col(v)).alias(v) for v in values],
+            *[f"CASE WHEN {ERR} IS NULL THEN {v} END AS {v}" for v in values],
             ERR,
-            (F.col(DELETE) & F.col(ERR).isNull()).alias(GONE),
+            f"{DELETE} AND {ERR} IS NULL AS {GONE}",
             UNKEYED,
             STATE,
         )
 
     def _chain(self, winners: Any) -> Any:
         """Each winner with ``_prev`` (its key's previous row or null) and ``_last``."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
-        per_key = Window.partitionBy(HASH, KEY, UNKEYED).orderBy(TS)
-        row = F.struct(*value_columns(len(self.values)), ERR, GONE)
-        previous = F.coalesce(F.lag(row).over(per_key), F.col(STATE))
-        last = F.lead(TS).over(per_key).isNull() & ~F.col(UNKEYED)
-        return winners.select("*", previous.alias("_prev"), last.alias(LAST))
+        per_key = f"PARTITION BY {HASH}, {KEY}, {UNKEYED} ORDER BY {TS}"
+        row = f"struct({', '.join([*value_columns(len(self.values)), ERR, GONE])})"
+        return winners.selectExpr(
+            "*",
+            f"coalesce(lag({row}) OVER ({per_key}), {STATE}) AS _prev",
+            f"lead({TS}) OVER ({per_key}) IS NULL AND NOT {UNKEYED} AS {LAST}",
+        )
 
     def _outputs(self, chained: Any) -> Any:
         """Per winner: ``_upd`` (its retraction and insertion, if it changes its key), the rest.
 
         An unkeyed err winner inserts itself and is no key's state.
         """
-        from pyspark.sql import functions as F
-
         values = value_columns(len(self.values))
-        had = F.col("_prev").isNotNull() & ~F.col(f"_prev.{GONE}")
-        same = had & ~F.col(GONE)
-        for v in [*values, ERR]:
-            same = same & F.col(v).eqNullSafe(F.col(f"_prev.{v}"))
-        keyed = ~F.col(UNKEYED)
-        retract = F.when(
-            keyed & had & ~same,
-            F.struct(
-                *[F.col(f"_prev.{v}").alias(v) for v in values],
-                F.lit(-1).cast("long").alias(DIFF),
-                F.col(f"_prev.{ERR}").alias(ERR),
-            ),
+        had = f"(_prev IS NOT NULL AND NOT _prev.{GONE})"
+        same = " AND ".join([had, f"NOT {GONE}", *[f"{v} <=> _prev.{v}" for v in [*values, ERR]]])
+        old = ", ".join([*[f"_prev.{v} AS {v}" for v in values], f"CAST(-1 AS BIGINT) AS {DIFF}"])
+        new = ", ".join([*values, f"CAST(1 AS BIGINT) AS {DIFF}"])
+        retract = (
+            f"CASE WHEN NOT {UNKEYED} AND {had} AND NOT ({same}) "
+            f"THEN struct({old}, _prev.{ERR} AS {ERR}) END"
         )
-        insert = F.when(
-            F.col(UNKEYED) | (~F.col(GONE) & ~same),
-            F.struct(*values, F.lit(1).cast("long").alias(DIFF), F.col(ERR).alias(ERR)),
+        insert = (
+            f"CASE WHEN {UNKEYED} OR (NOT {GONE} AND NOT ({same})) "
+            f"THEN struct({new}, {ERR} AS {ERR}) END"
         )
-        updates = F.filter(F.array(retract, insert), lambda u: u.isNotNull())
-        return chained.select(HASH, KEY, TS, updates.alias(UPDATES), LAST, *values, ERR, GONE)
+        updates = f"filter(array({retract}, {insert}), u -> u IS NOT NULL) AS {UPDATES}"
+        return chained.selectExpr(HASH, KEY, TS, updates, LAST, *values, ERR, GONE)
 
 
 __all__ = ["DELETE", "ORDER", "SparkFeedbackUpsert"]

@@ -190,17 +190,18 @@ class ArrangedState:
     def hashed(self, df: Any) -> Any:
         """``df`` (with ``_key``) with ``_h`` first: the 64-bit hash the layers are partitioned and
         joined by (see "Joins on the hash" in the module doc)."""
-        from pyspark.sql import functions as F
         from pyspark.sql.types import DoubleType, FloatType
 
         fields = []
         for f, k in zip(key_fields(len(self.keys)), self.keys, strict=True):
-            field = F.col(f"{KEY}.{f}")
+            field = f"{KEY}.{f}"
             if isinstance(self.types[k], (DoubleType, FloatType)):
-                # -0.0 = 0.0 and NaN = NaN in Spark comparisons: hash them alike too.
-                field = F.when(field == 0, F.lit(0).cast(self.types[k])).otherwise(field)
+                # -0.0 = 0.0 in Spark comparisons: hash them alike too.
+                zero = f"CAST(0 AS {self.types[k].simpleString()})"
+                field = f"CASE WHEN {field} = 0 THEN {zero} ELSE {field} END"
             fields.append(field)
-        return df.select(F.xxhash64(*fields).alias(HASH), *[c for c in df.columns if c != HASH])
+        rest = [quoted(c) for c in df.columns if c != HASH]
+        return df.selectExpr(f"xxhash64({', '.join(fields)}) AS {HASH}", *rest)
 
     def partitioned(self, df: Any) -> Any:
         """``df`` (with ``_h``) hash-partitioned like the layers."""
@@ -253,7 +254,7 @@ class ArrangedState:
         from pyspark.sql import functions as F
 
         probe = right.select(F.col(HASH).alias("_rh"), F.col(KEY).alias("_rk"))
-        return left.join(probe, same_key(left, probe, "_rh", "_rk"), how).select(*left.columns)
+        return left.join(probe, same_key("_rh", "_rk"), how).select(*left.columns)
 
     def with_newest(self, keyed: Any, layers: list[Layer], name: str) -> Any:
         """``keyed`` (with ``_key``, partitioned like the layers) with column ``name``: its
@@ -265,20 +266,21 @@ class ArrangedState:
         from pyspark.sql import functions as F
 
         row = [*value_columns(len(self.values)), ERR, GONE]
+        columns = [quoted(c) for c in keyed.columns]
         if not layers:
             return keyed.withColumn(name, F.lit(None).cast(self.row_type()))
         joined, found = keyed, []
         for i, layer in enumerate(layers):
             # The row's columns are renamed, not packed in a struct here: this side streams
             # every row of the layer, and only the few that match become a struct below.
-            renamed = [F.col(c).alias(f"_l{i}{c}") for c in row]
-            hashed = [F.col(HASH).alias(f"_lh{i}"), F.col(KEY).alias(f"_lk{i}")]
-            side = layer.df.select(*hashed, *renamed)
-            on = same_key(joined, side, f"_lh{i}", f"_lk{i}")
+            renamed = [f"{c} AS _l{i}{c}" for c in row]
+            side = layer.df.selectExpr(f"{HASH} AS _lh{i}", f"{KEY} AS _lk{i}", *renamed)
+            on = same_key(f"_lh{i}", f"_lk{i}")
             joined = joined.hint("shuffle_hash").join(side, on, "left")
-            matched = F.col(f"_lh{i}").isNotNull()
-            found.append(F.when(matched, F.struct(*[F.col(f"_l{i}{c}").alias(c) for c in row])))
-        return joined.select(*keyed.columns, F.coalesce(*reversed(found)).alias(name))
+            fields = ", ".join(f"_l{i}{c} AS {c}" for c in row)
+            found.append(f"CASE WHEN _lh{i} IS NOT NULL THEN struct({fields}) END")
+        newest = f"coalesce({', '.join(reversed(found))}) AS {quoted(name)}"
+        return joined.selectExpr(*columns, newest)
 
     def row_type(self) -> Any:
         """The Spark type of a key's row in a layer: the value columns, ``_err``, ``_gone``."""
@@ -490,19 +492,24 @@ class ArrangedState:
         return list(zip(self.values, value_columns(len(self.values)), strict=True))
 
 
-def same_key(left: Any, right: Any, right_hash: str, right_key: str) -> Any:
-    """The join condition of ``left``'s key (``_h``, ``_key``) and ``right``'s, null-safe.
+def quoted(name: str) -> str:
+    """``name`` as an identifier in Spark SQL text (backquoted)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def same_key(right_hash: str, right_key: str) -> Any:
+    """The join condition of ``_h``, ``_key`` on the left and these columns on the right.
 
     The hash is the equi-join key: a long, which Spark's hash join looks up
     fast. The keys are then compared for the rows whose hashes match, by an
     expression that Spark cannot turn into a second join key (``array_contains``
-    compares structs field by field, null equal to null, like ``=``).
+    compares structs field by field, null equal to null, like ``=``). The
+    right side's names must not be on the left.
     """
     from pyspark.sql import functions as F
 
-    return (left[HASH] == right[right_hash]) & F.array_contains(
-        F.array(right[right_key]), left[KEY]
-    )
+    right_hash, right_key = quoted(right_hash), quoted(right_key)
+    return F.expr(f"{HASH} = {right_hash} AND array_contains(array({right_key}), {KEY})")
 
 
 def unkeyed_error(keys: Sequence[str]) -> Any:
