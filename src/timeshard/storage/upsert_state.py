@@ -246,7 +246,7 @@ class ArrangedState:
             )
 
     def match(self, left: Any, right: Any, how: str) -> Any:
-        """``left`` joined with the keys of ``right`` on ``_key`` (null-safe, see the doc).
+        """``left`` joined with the keys of ``right`` on ``_h`` and ``_key`` (:func:`same_key`).
 
         The right side's key is renamed first, so the two sides may come from
         one lineage (no ambiguous self-join).
@@ -257,11 +257,12 @@ class ArrangedState:
         return left.join(probe, same_key("_rh", "_rk"), how).select(*left.columns)
 
     def with_newest(self, keyed: Any, layers: list[Layer], name: str) -> Any:
-        """``keyed`` (with ``_key``, partitioned like the layers) with column ``name``: its
-        key's row in the newest of ``layers`` that has it (a struct of the value
-        columns, ``_err`` and ``_gone``), or null if none has it.
+        """``keyed`` (``_h``, ``_key``, partitioned like the layers) with column ``name``:
+        its key's row in the newest of ``layers`` that has it (a struct of the
+        value columns, ``_err`` and ``_gone``), or null if none has it.
 
-        One join per layer, built on ``keyed``: the layers stream through unshuffled.
+        One join per layer on the hash (:func:`same_key`), built on ``keyed``: the layers
+        stream through unshuffled.
         """
         from pyspark.sql import functions as F
 
@@ -335,7 +336,8 @@ class ArrangedState:
             # The upsert output has one row per key: a key whose net change has an
             # insertion now holds that row; one with only retractions is gone.
             inserted = self.as_layer(net.where(F.col(DIFF) > 0), False)
-            retracted = self.as_layer(net.where(F.col(DIFF) < 0), True).dropDuplicates([KEY])
+            retracted = self.as_layer(net.where(F.col(DIFF) < 0), True)
+            retracted = retracted.dropDuplicates([HASH, KEY])  # _h first: no exchange
             gone = self.match(retracted, inserted, "left_anti").select(
                 HASH,
                 KEY,
