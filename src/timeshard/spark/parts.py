@@ -167,9 +167,14 @@ def task_attempt() -> tuple[int, int]:
     return context.partitionId(), context.attemptNumber()
 
 
+def quoted(name: str) -> str:
+    """``name`` as an identifier in Spark SQL text (backquoted: dots, spaces are not parsed)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def column(name: str) -> Column:
     """The column ``name``, quoted so that dots and spaces in it are not parsed."""
-    return F.col("`" + name.replace("`", "``") + "`")
+    return F.col(quoted(name))
 
 
 def filesystem_of(root_uri: str) -> tuple[pafs.FileSystem, str]:
@@ -617,6 +622,7 @@ __all__ = [
     "inject_task_faults",
     "part_from_row",
     "part_meta_batch",
+    "quoted",
     "read_parts",
     "typed_error",
     "typed_errors",

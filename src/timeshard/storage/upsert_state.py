@@ -192,6 +192,8 @@ class ArrangedState:
         joined by (see "Joins on the hash" in the module doc)."""
         from pyspark.sql.types import DoubleType, FloatType
 
+        from timeshard.spark.parts import quoted
+
         fields = []
         for f, k in zip(key_fields(len(self.keys)), self.keys, strict=True):
             field = f"{KEY}.{f}"
@@ -265,6 +267,8 @@ class ArrangedState:
         stream through unshuffled.
         """
         from pyspark.sql import functions as F
+
+        from timeshard.spark.parts import quoted
 
         row = [*value_columns(len(self.values)), ERR, GONE]
         columns = [quoted(c) for c in keyed.columns]
@@ -494,11 +498,6 @@ class ArrangedState:
         return list(zip(self.values, value_columns(len(self.values)), strict=True))
 
 
-def quoted(name: str) -> str:
-    """``name`` as an identifier in Spark SQL text (backquoted)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def same_key(right_hash: str, right_key: str) -> Any:
     """The join condition of ``_h``, ``_key`` on the left and these columns on the right.
 
@@ -509,6 +508,8 @@ def same_key(right_hash: str, right_key: str) -> Any:
     right side's names must not be on the left.
     """
     from pyspark.sql import functions as F
+
+    from timeshard.spark.parts import quoted
 
     right_hash, right_key = quoted(right_hash), quoted(right_key)
     return F.expr(f"{HASH} = {right_hash} AND array_contains(array({right_key}), {KEY})")
