@@ -3,7 +3,7 @@
 Both read a server's change stream (and a snapshot) in one task that emits
 *raw rows*: a table's values as text, with the offset, the diff and an
 error, batched as Arrow by :func:`raw_batches`. Each table's raw rows are
-then decoded to typed columns in tasks of their own (:func:`decoded_batches`,
+then decoded to typed columns in tasks of their own (:class:`DecodeTask`,
 with the source's decoding of a text value): a value that does not decode
 makes its row an err row naming the table, the other rows go on.
 
@@ -13,6 +13,7 @@ Everything here runs in executors and is pure apart from its input.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -49,12 +50,13 @@ def decoded_batches(
     columns: Sequence[Any],
     decode: Callable[[str, Any], Any],
     undecodable: tuple[type[BaseException], ...],
-    partition: Callable[[dict[str, Any]], str],
+    partition: str | None,
 ) -> Iterator[pa.RecordBatch]:
     """One table's raw rows (``_offset``, ``_diff``, ``_err``, ``_values``) as ``out``:
     ``_partition``, ``_offset``, the columns decoded by ``decode(text, column)``,
     ``_diff`` and ``_err``. A row whose value raises one of ``undecodable`` is an
-    err row ``<table>: cannot decode a row: ...`` with null columns."""
+    err row ``<table>: cannot decode a row: ...`` with null columns. ``_partition``
+    is ``partition`` for every row, or the raw row's own if None."""
     for batch in batches:
         rows: dict[str, list[Any]] = {f.name: [] for f in out}
         for row in batch.to_pylist():
@@ -69,7 +71,7 @@ def decoded_batches(
                 except undecodable as e:
                     err = f"{table}: cannot decode a row: {e}"
                     values = [None] * len(columns)
-            rows["_partition"].append(partition(row))
+            rows["_partition"].append(row["_partition"] if partition is None else partition)
             rows["_offset"].append(row["_offset"])
             for column, value in zip(columns, values, strict=True):
                 rows[column.name].append(value)
@@ -78,4 +80,32 @@ def decoded_batches(
         yield pa.RecordBatch.from_pydict(rows, schema=out)
 
 
-__all__ = ["decoded_batches", "raw_batches"]
+@dataclass(frozen=True)
+class DecodeTask:
+    """``mapInArrow`` over one table's raw rows: text values to typed columns (err rows kept).
+
+    The arguments of :func:`decoded_batches`; ``decode`` must pickle by
+    reference (a module-level function).
+    """
+
+    table: str
+    columns: Sequence[Any]
+    schema_ipc: bytes
+    decode: Callable[[str, Any], Any]
+    undecodable: tuple[type[BaseException], ...]
+    partition: str | None = None
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        out = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
+        yield from decoded_batches(
+            batches,
+            out,
+            self.table,
+            self.columns,
+            self.decode,
+            self.undecodable,
+            self.partition,
+        )
+
+
+__all__ = ["DecodeTask", "decoded_batches", "raw_batches"]

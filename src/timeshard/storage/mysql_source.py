@@ -89,7 +89,7 @@ import pyarrow as pa
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
-from timeshard.storage.cdc import decoded_batches, raw_batches
+from timeshard.storage.cdc import DecodeTask, raw_batches
 from timeshard.storage.mysql_ddl import ddl_tables
 from timeshard.storage.mysql_types import (
     Column,
@@ -366,7 +366,14 @@ class MySqlSource:
         for i, table in enumerate(self.tables):
             out = frame_schema(table)
             frames[table.name] = raw.where(F.col("_sub") == i).mapInArrow(
-                DecodeTask(table, out.serialize().to_pybytes()), arrow_to_spark_schema(out)
+                DecodeTask(
+                    table.name,
+                    table.columns,
+                    out.serialize().to_pybytes(),
+                    decode_text,
+                    (Undecodable,),
+                ),
+                arrow_to_spark_schema(out),
             )
         return frames
 
@@ -784,26 +791,6 @@ def _emit(txn: _Txn, plan: ReadPlan, seen: Mapping[str, int]) -> Iterator[RawRow
         offset = plan.lo[SNAPSHOT_PARTITION] - 1
         for index, diff, err, values in rows:  # the snapshot has these: take them back to lo
             yield (index, SNAPSHOT_PARTITION, offset, -diff, err, values)
-
-
-@dataclass(frozen=True)
-class DecodeTask:
-    """``mapInArrow`` over one table's raw rows: text forms to typed columns (err rows kept)."""
-
-    table: Table
-    schema_ipc: bytes
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        yield from decoded_batches(
-            batches,
-            out,
-            self.table.name,
-            self.table.columns,
-            decode_text,
-            (Undecodable,),
-            lambda row: row["_partition"],
-        )
 
 
 __all__ = ["MySqlSource", "ReadPlan", "Server", "Table", "quote"]

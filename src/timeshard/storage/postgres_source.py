@@ -67,7 +67,7 @@ import pyarrow as pa
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
-from timeshard.storage.cdc import decoded_batches, raw_batches
+from timeshard.storage.cdc import DecodeTask, raw_batches
 from timeshard.storage.pgoutput import (
     SESSION_SETTINGS,
     TIME,
@@ -255,7 +255,15 @@ class PostgresSource:
         for i, table in enumerate(self.tables):
             out = frame_schema(table)
             frames[table.sub] = raw.where(F.col("_sub") == i).mapInArrow(
-                DecodeTask(table, out.serialize().to_pybytes()), arrow_to_spark_schema(out)
+                DecodeTask(
+                    table.qualified,
+                    table.columns,
+                    out.serialize().to_pybytes(),
+                    _decode,
+                    (ValueError, ArithmeticError),
+                    PARTITION,
+                ),
+                arrow_to_spark_schema(out),
             )
         return frames
 
@@ -648,26 +656,6 @@ def _nudge_wal(dsn: str) -> None:
 
     with contextlib.suppress(Exception), psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("SELECT pg_logical_emit_message(false, 'timeshard', '')")
-
-
-@dataclass(frozen=True)
-class DecodeTask:
-    """``mapInArrow`` over one table's raw rows: text values to typed columns (err rows kept)."""
-
-    table: Table
-    schema_ipc: bytes
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        out = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
-        yield from decoded_batches(
-            batches,
-            out,
-            self.table.qualified,
-            self.table.columns,
-            _decode,
-            (ValueError, ArithmeticError),
-            lambda row: PARTITION,
-        )
 
 
 def _decode(text: str, column: Column) -> Any:
