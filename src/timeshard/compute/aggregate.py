@@ -23,11 +23,11 @@ not to the input::
   delta terms over [lower, upper) ─> weights ─> per (group, _ts) ─┐ (shuffle by group)
   arrangement: group -> state at lower - 1 ──────── (join) ────────┤ (no shuffle)
                                                                    v
-        running state per (group, _ts), and the state before it   (checkpointed: job 1)
+        running state per (group, _ts), and the state before it   (a lazy local checkpoint)
           │                                        │
           └─> the group's last state: a new layer  └─> the view's rows of both states:
-              pushed to the arrangement               +1 at _ts for the new, -1 for the old
-                                                      (the sink's write: job 2)
+              pushed to the arrangement, pending      +1 at _ts for the new, -1 for the old
+              until the write has filled it           (the sink's write: the tick's one job)
 
 The view's rows come from the rewritten query (``output``): the SELECT list
 and HAVING with each aggregate replaced by a function of the state (``sum(x)``
@@ -53,25 +53,30 @@ Invariants:
 1. The arrangement's content at ``time - 1`` is, per group with any non-zero
    state, the sums above over the contributions of the inputs' ok rows at
    ``time - 1``.
-2. A tick's checkpoint (and so the layer pushed from it) stays cached until
-   the next tick starts or the view closes: the sink's write reads it after
-   :meth:`SparkAggregates.delta` returns.
+2. A tick's checkpoint is lazy: the sink's write, which reads every
+   partition of it, fills it in the same job. The layer pushed from it is
+   *pending* (it merges with nothing) and the layers it was computed from stay
+   pinned until the next tick, skip or close settles it (and only fills it,
+   one more job, if the write did not).
 3. A group whose row count is negative (an input row with a negative
    multiplicity, which no timeshard writer produces) is an err row of the
    view, not a row.
 
-Runs on the driver (planning, the arrangement's bookkeeping); the checkpoint
-and the write are Spark jobs.
+Runs on the driver (planning, the arrangement's bookkeeping); the write is
+the tick's one Spark job (a rebuild is one more).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from timeshard.persist._internal.parts import DIFF, ERR, TS
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from timeshard.compute.incremental import AggregatePlan
@@ -284,46 +289,66 @@ class SparkAggregates:
         ``changes``: the contributions query's updates in the interval
         (``__g<i>``, ``__a<j>``, ``_ts``, ``_diff``); ``old()``: its rows at
         ``lower - 1``, read only if the arrangement is not at ``lower``. Runs
-        one Spark job (two after a rebuild) and returns the view's rows as a
+        no Spark job (one for a rebuild) and returns the view's rows as a
         lazy DataFrame (data columns, ``_ts``, ``_diff``, ``_err``: null, or
-        the message of a negative count).
+        the message of a negative count) whose write fills the new layer.
         """
-        self._held.close()  # the last tick's write is done: its checkpoint may go
         self.prepare(lower, old)
-        ticked = self._tick(changes)
+        # Pinned before the tick reads the layers: a merge that retires them from now on
+        # frees them only after the lazy checkpoint that reads them is filled (_settle).
         self._held.enter_context(self.state.pinned())
+        ticked = self._tick(changes)
         self.state.push(self._layer(ticked), upper)
         return self._rows(ticked)
 
+    def _settle(self) -> None:
+        """The last tick's write is done: settle its layer, then unpin what it read.
+
+        A layer that cannot be filled (the write failed, and filling it fails
+        too: an overflow in the data, a lost block) is dropped with the whole
+        arrangement, which the next :meth:`prepare` rebuilds from the inputs
+        (where a data error fails the delta's planning, as it should).
+        """
+        try:
+            self.state.settle()
+        except Exception:
+            log.info("a GROUP BY state's new layer could not be filled: rebuilding", exc_info=True)
+            self.state.clear()
+        self._held.close()
+
     def prepare(self, lower: int, old: Callable[[], Any]) -> None:
         """Make the arrangement hold the states at ``lower - 1`` (a rebuild if it does not)."""
+        self._settle()
         if self.state.time == lower:
             return
-        from pyspark.sql import functions as F
-
-        from timeshard.storage.upsert_state import GONE, Layer, checkpointed
+        from timeshard.spark.sqltext import sql_over
+        from timeshard.storage.upsert_state import GONE, KEY, Layer, checkpointed
 
         layers: list[Layer] = []
         if lower > 0:
             weighted = self._weighted(old())
-            sums = weighted.groupBy("_key").agg(*[F.sum(v).alias(v) for v in self.plan.values])
-            base = sums.where(~self._all_zero()).select(
-                "_key",
-                *self._value_columns(),
-                F.lit(None).cast("string").alias(ERR),
-                F.lit(False).alias(GONE),
-            )
+            sums = ", ".join(f"sum({v}) AS {v}" for v in self.plan.values)
+            values = ", ".join(self._named_values())
+            flags = f"CAST(NULL AS STRING) AS {ERR}, false AS {GONE}"
+            empty = self._all_zero()
+
+            def query(v: Mapping[str, str]) -> str:
+                rows = f"SELECT {KEY}, {sums} FROM {v['w']} GROUP BY {KEY}"
+                return f"SELECT {KEY}, {values}, {flags} FROM ({rows}) WHERE NOT ({empty})"
+
+            base = sql_over({"w": weighted}, query)
             layers = [checkpointed(self.state.partitioned(self.state.hashed(base)))]
         self.state.reset(layers, lower)
 
     def skip(self, lower: int, upper: int) -> None:
         """The input did not change in ``[lower, upper)``."""
+        self._settle()
         if self.state.time == lower:
             self.state.advance(upper)
 
     def close(self) -> None:
         """Free the cached states."""
-        self._held.close()
+        self._held.close()  # a pending layer need not be filled: it is freed with the rest
         self.state.wait_for_merges()
         self.state.clear()
 
@@ -331,117 +356,115 @@ class SparkAggregates:
 
     def _weighted(self, contributions: Any) -> Any:
         """Per contributing row: ``_key``, ``_ts`` and its weight in every state column."""
-        from pyspark.sql import functions as F
+        from timeshard.spark.sqltext import select_exprs
 
-        diff = F.col(DIFF)
-        zero = F.lit(0).cast("long")
-        present = [F.col(f"__a{j}").isNotNull() for j in range(len(self.plan.summed))]
-        counts = [F.when(p, diff).otherwise(zero).alias(f"__c{j}") for j, p in enumerate(present)]
-        sums = [
-            F.when(p, F.col(f"__a{j}").cast("long") * diff).otherwise(zero).alias(f"__s{j}")
-            for j, (p, summed) in enumerate(zip(present, self.plan.summed, strict=True))
-            if summed
-        ]
-        columns = [diff.alias(_ROWS), *counts, *sums]  # the order of plan.values
-        return self.state.hashed(
-            contributions.select(self.state.key_of(contributions), TS, *columns)
-        )
+        counts, sums = [], []
+        for j, summed in enumerate(self.plan.summed):
+            present = f"__a{j} IS NOT NULL"
+            counts.append(f"CASE WHEN {present} THEN {DIFF} ELSE 0L END AS __c{j}")
+            if summed:
+                weight = f"CAST(__a{j} AS BIGINT) * {DIFF}"
+                sums.append(f"CASE WHEN {present} THEN {weight} ELSE 0L END AS __s{j}")
+        columns = [f"{DIFF} AS {_ROWS}", *counts, *sums]  # the order of plan.values
+        keyed = select_exprs(contributions, [self.state.key_sql(), TS, *columns])
+        return self.state.hashed(keyed)
 
     def _tick(self, changes: Any) -> Any:
-        """Per touched group and change time: the running state and the one before (job 1)."""
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-
+        """Per touched group and change time: the running state and the one before (lazy)."""
+        from timeshard.spark.sqltext import sql_over
         from timeshard.storage.upsert_state import GONE, HASH, KEY, value_columns
 
         values = self.plan.values
-        weighted = self._weighted(changes)
-        per_time = (
-            self.state.partitioned(weighted)
-            .groupBy(HASH, KEY, TS)
-            .agg(*[F.sum(v).alias(v) for v in values])
+        weighted = self.state.partitioned(self._weighted(changes))
+        sums = ", ".join(f"sum({v}) AS {v}" for v in values)
+        per_time = sql_over(
+            {"w": weighted},
+            lambda v: (
+                f"SELECT {HASH}, {KEY}, {TS}, {sums} FROM {v['w']} GROUP BY {HASH}, {KEY}, {TS}"
+            ),
         )
         with self.state.pinned() as layers:
             joined = self.state.with_newest(per_time, layers, "_state")
-            live = F.col("_state").isNotNull() & ~F.col(f"_state.{GONE}")
-            per_group = Window.partitionBy(HASH, KEY).orderBy(TS)
-            running = per_group.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+            live = f"_state IS NOT NULL AND NOT _state.{GONE}"
+            group = f"PARTITION BY {HASH}, {KEY} ORDER BY {TS}"
             columns = []
             for n, v in zip(value_columns(len(values)), values, strict=True):
-                before = F.when(live, F.col(f"_state.{n}")).otherwise(F.lit(0).cast("long"))
-                total = before + F.sum(v).over(running)
-                columns += [total.alias(v), (total - F.col(v)).alias(f"__p{v}")]
-            last = F.lead(TS).over(per_group).isNull().alias(_LAST)
-            ticked = joined.select(HASH, KEY, TS, *columns, last)
-            return ticked.localCheckpoint(eager=True)
+                total = f"(CASE WHEN {live} THEN _state.{n} ELSE 0L END + sum({v}) OVER running)"
+                columns += [f"{total} AS {v}", f"{total} - {v} AS __p{v}"]
+            last = f"lead({TS}) OVER ({group}) IS NULL AS {_LAST}"
+            ticked = sql_over(
+                {"j": joined},
+                lambda v: (
+                    f"SELECT {HASH}, {KEY}, {TS}, {', '.join(columns)}, {last} FROM {v['j']} "
+                    f"WINDOW running AS ({group} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+                ),
+            )
+            return ticked.localCheckpoint(eager=False)
 
     def _layer(self, ticked: Any) -> Any:
         """Each touched group's last state, as a layer of the arrangement."""
-        from pyspark.sql import functions as F
+        from timeshard.spark.sqltext import select_exprs
+        from timeshard.storage.upsert_state import GONE, HASH, KEY, Layer
 
-        from timeshard.storage.upsert_state import GONE, HASH, KEY, Layer, stored_bytes
-
-        df = ticked.where(F.col(_LAST)).select(
-            HASH,
-            KEY,
-            *self._value_columns(),
-            F.lit(None).cast("string").alias(ERR),
-            self._all_zero().alias(GONE),
+        df = select_exprs(
+            ticked.where(_LAST),
+            [
+                HASH,
+                KEY,
+                *self._named_values(),
+                f"CAST(NULL AS STRING) AS {ERR}",
+                f"{self._all_zero()} AS {GONE}",
+            ],
         )
-        return Layer(df, stored_bytes(ticked), blocks=ticked)
+        return Layer(df, 0, blocks=ticked, pending=True)
 
     def _rows(self, ticked: Any) -> Any:
         """The view's rows of each new state (+1) and of the state before it (-1)."""
         from pyspark.sql import functions as F
 
+        from timeshard.spark.sqltext import quoted, renamed, select_exprs, sql_over, type_sql
         from timeshard.storage.upsert_state import KEY, key_fields
 
-        keys = [
-            F.col(f"{KEY}.{f}").alias(k)
-            for f, k in zip(key_fields(self.plan.keys), self.keys, strict=True)
-        ]
+        fields = zip(key_fields(self.plan.keys), self.keys, strict=True)
+        keys = ", ".join(f"{KEY}.{f} AS {k}" for f, k in fields)
         values = self.plan.values
-        new = ticked.select(*keys, *values, TS, F.lit(1).cast("long").alias(DIFF))
-        old = ticked.select(
-            *keys,
-            *[F.col(f"__p{v}").alias(v) for v in values],
-            TS,
-            F.lit(-1).cast("long").alias(DIFF),
+        new = f"SELECT {keys}, {', '.join(values)}, {TS}, 1L AS {DIFF}"
+        previous = ", ".join(f"__p{v} AS {v}" for v in values)
+        old = f"SELECT {keys}, {previous}, {TS}, -1L AS {DIFF}"
+        states = sql_over(
+            {"t": ticked},
+            lambda v: (
+                f"{new} FROM {v['t']} WHERE {_ROWS} != 0 "
+                f"UNION ALL {old} FROM {v['t']} WHERE __p{_ROWS} != 0"
+            ),
         )
-        states = new.where(F.col(_ROWS) != 0).unionByName(old.where(F.col(_ROWS) != 0))
         states.createOrReplaceTempView(self.plan.state)
         ok = self.spark.sql(self.plan.output)
         names = ok.columns[:-2]
-        ok = ok.withColumn(ERR, F.lit(None).cast("string"))
+        ok = select_exprs(ok, [*[quoted(c) for c in ok.columns], f"CAST(NULL AS STRING) AS {ERR}"])
         inputs = ", ".join(repr(i) for i in self.plan.inputs)
-        message = F.concat(
+        message = F.concat(  # the input names are user text: a literal, never SQL text
             F.lit(f"input {inputs} has a negative multiplicity in the group "),
-            F.to_json(F.struct(*self.keys)),
+            F.expr(f"to_json(struct({', '.join(self.keys)}))"),
         )
-        negative = states.where(F.col(_ROWS) < 0).select(
-            *[F.lit(None).cast(f.dataType).alias(f.name) for f in ok.schema.fields[: len(names)]],
-            TS,
-            DIFF,
-            message.alias(ERR),
-        )
-        return ok.unionByName(negative.toDF(*ok.columns))
+        nulls = [
+            f"CAST(NULL AS {type_sql(f.dataType)}) AS {quoted(f.name)}"
+            for f in ok.schema.fields[: len(names)]
+        ]
+        negative = states.where(f"{_ROWS} < 0").withColumn("__message", message)
+        negative = select_exprs(negative, [*nulls, TS, DIFF, f"__message AS {ERR}"])
+        return ok.unionByName(renamed(negative, ok.columns))
 
-    def _value_columns(self) -> list[Any]:
-        from pyspark.sql import functions as F
-
+    def _named_values(self) -> list[str]:
+        """The state columns as the arrangement's value columns (SQL text)."""
         from timeshard.storage.upsert_state import value_columns
 
         names = value_columns(len(self.plan.values))
-        return [F.col(v).alias(n) for v, n in zip(self.plan.values, names, strict=True)]
+        return [f"{v} AS {n}" for v, n in zip(self.plan.values, names, strict=True)]
 
-    def _all_zero(self) -> Any:
-        from pyspark.sql import functions as F
-
-        cond = None
-        for v in self.plan.values:
-            zero = F.col(v) == 0
-            cond = zero if cond is None else cond & zero
-        return cond
+    def _all_zero(self) -> str:
+        """Whether every state column is 0: the group has no rows (SQL text)."""
+        return " AND ".join(f"{v} = 0" for v in self.plan.values)
 
 
 __all__ = [

@@ -30,13 +30,14 @@ every part read), unleased readers in read-only mode.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from timeshard.compute.aggregate import SparkAggregates, empty_contributions
-from timeshard.compute.incremental import AT, KeyedSource, Plan, Term, next_time, times_array
+from timeshard.compute.incremental import AT, KeyedSource, Plan, Term
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
 
@@ -167,23 +168,26 @@ class SparkDelta:
         return self._planned[key]
 
     def _ok_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
-        from pyspark.sql import functions as F
+        from timeshard.spark.sqltext import quoted, select_exprs
 
-        names = self._names(alias)
+        names = [quoted(n) for n in self._names(alias)]
         updates = self._updates(alias, lower, upper)
-        return updates.where(F.col(ERR).isNull()).select(*names, TS, DIFF)
+        return select_exprs(updates.where(f"{ERR} IS NULL"), [*names, TS, DIFF])
 
     def _err_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
         """The input's err updates as the view's err updates (data columns null)."""
-        from pyspark.sql import functions as F
+        from timeshard.spark.sqltext import select_exprs
 
+        updates = self._updates(alias, lower, upper).where(f"{ERR} IS NOT NULL")
+        return select_exprs(updates, [*self._null_data(), TS, DIFF, ERR])
+
+    def _null_data(self) -> list[str]:
+        """The view's data columns, each a typed null (SQL text)."""
         from timeshard.spark.session import arrow_to_spark_schema
+        from timeshard.spark.sqltext import quoted, type_sql
 
         target = arrow_to_spark_schema(self.data_schema)
-        updates = self._updates(alias, lower, upper)
-        return updates.where(F.col(ERR).isNotNull()).select(
-            *[F.lit(None).cast(f.dataType).alias(f.name) for f in target.fields], TS, DIFF, ERR
-        )
+        return [f"CAST(NULL AS {type_sql(f.dataType)}) AS {quoted(f.name)}" for f in target.fields]
 
     def _old(self, alias: str, lower: Timestamp) -> Any:
         """The input's ok rows at ``lower - 1``, weighted, with ``_ts = lower - 1``.
@@ -193,18 +197,16 @@ class SparkDelta:
         row and time the grouped path takes anyway), so rows that cancel still
         cancel there.
         """
-        from pyspark.sql import functions as F
-
         from timeshard.spark.parts import read_parts
+        from timeshard.spark.sqltext import quoted, select_exprs
 
         reader = self._reader_of(alias)
-        names = self._names(alias)
+        names = [quoted(n) for n in self._names(alias)]
         parts = reader.snapshot_parts(lower - 1) if lower > 0 else []
         rows = read_parts(self.spark, reader.blob, parts, reader.schema)
-        old = F.lit(lower - 1).cast("long")
-        return rows.where((F.col(TS) <= old) & F.col(ERR).isNull()).select(
-            *names, old.alias(TS), DIFF
-        )
+        old = int(lower) - 1
+        rows = rows.where(f"{TS} <= {old} AND {ERR} IS NULL")
+        return select_exprs(rows, [*names, f"CAST({old} AS BIGINT) AS {TS}", DIFF])
 
     def _snapshot(self, alias: str, lower: Timestamp) -> Any:
         """The input's ok rows at ``lower - 1``, consolidated: each row once, with its count.
@@ -222,13 +224,14 @@ class SparkDelta:
     # -- linear ------------------------------------------------------------------------------
 
     def _linear(self, lower: Timestamp, upper: Timestamp, changed: set[str]) -> Any | None:
-        from pyspark.sql import functions as F
+        from timeshard.spark.sqltext import quoted, renamed, select_exprs
 
         out = self._terms(self.plan.terms, lower, upper, changed)
         if out is None:
             return None
-        out = out.toDF(*self.data_schema.names, TS, DIFF)
-        return out.where(F.col(TS) >= F.lit(lower)).withColumn(ERR, F.lit(None).cast("string"))
+        out = renamed(out, [*self.data_schema.names, TS, DIFF]).where(f"{TS} >= {int(lower)}")
+        names = [quoted(n) for n in self.data_schema.names]
+        return select_exprs(out, [*names, TS, DIFF, f"CAST(NULL AS STRING) AS {ERR}"])
 
     def _terms(
         self,
@@ -271,119 +274,140 @@ class SparkDelta:
     # -- grouped -----------------------------------------------------------------------------
 
     def _grouped(self, lower: Timestamp, upper: Timestamp, changes: Sequence[Timestamp]) -> Any:
-        from pyspark.sql import functions as F
+        from timeshard.spark.sqltext import quoted, renamed, sql_over
 
-        evaluated = ([lower - 1] if lower > 0 else []) + list(changes)
-        at = times_array(evaluated)
+        evaluated = [int(t) for t in ([lower - 1] if lower > 0 else []) + list(changes)]
         sources = self.plan.keyed
-        deltas = {s.input: self._ok_updates(s.input, lower, upper) for s in sources}
-        touched = None
-        for s in sources:
-            pairs = zip(self._key_names(s), self._key_names(s, "t"), strict=True)
-            keys = self._keyed(deltas[s.input], s).select(*[F.col(k).alias(t) for k, t in pairs])
-            touched = keys if touched is None else touched.union(keys)
-        assert touched is not None
-        touched = touched.distinct()
+        frames = {f"d{i}": self._ok_updates(s.input, lower, upper) for i, s in enumerate(sources)}
+        frames.update({f"o{i}": self._old(s.input, lower) for i, s in enumerate(sources)})
+        expanded = f"explode(sequence(1, CAST({DIFF} AS INT))) AS __n"  # a row per multiple
         negatives = []
-        for s in sources:
-            names = self._names(s.input)
-            old = self._keyed(self._old(s.input, lower), s)
-            old = old.join(touched, self._key_match(s), "left_semi")
-            rows = (
-                old.select(*names, TS, DIFF)
-                .unionByName(deltas[s.input])
-                .withColumn(AT, F.explode(at))
-                .where(F.col(TS) <= F.col(AT))
-            )
-            counted = rows.groupBy(*names, AT).agg(F.sum(DIFF).alias(DIFF))
-            present = (
-                counted.where(F.col(DIFF) > 0)
-                .withColumn("__n", F.explode(F.sequence(F.lit(1), F.col(DIFF).cast("int"))))
-                .select(*names, AT)
+        for i, s in enumerate(sources):
+            counted = sql_over(frames, lambda v, i=i: self._counted(v, i, evaluated))  # type: ignore[misc]
+            names = ", ".join(quoted(n) for n in self._names(s.input))
+            present = sql_over(
+                {"c": counted},
+                lambda v, names=names: (  # type: ignore[misc]
+                    f"SELECT {names}, {AT} FROM "
+                    f"(SELECT *, {expanded} FROM {v['c']} WHERE {DIFF} > 0)"
+                ),
             )
             present.createOrReplaceTempView(s.placeholder)
-            negatives.append(self._negative(counted, s.input, names))
+            negatives.append(self._negative(counted, s.input, self._names(s.input)))
         (term,) = self.plan.terms
-        result = self.spark.sql(term.sql).toDF(*self.data_schema.names, AT)
-        result = result.withColumn(ERR, F.lit(None).cast("string")).withColumn(DIFF, F.lit(1))
-        content = result
-        for negative in negatives:
-            content = content.unionByName(negative)
-        last = evaluated[-1]
-        inserted = content.where(F.col(AT) >= F.lit(lower)).withColumn(TS, F.col(AT))
-        retracted = (
-            content.where(F.col(AT) < F.lit(last))
-            .withColumn(TS, next_time(F.col(AT), evaluated))
-            .withColumn(DIFF, -F.col(DIFF))
+        result = renamed(self.spark.sql(term.sql), [*self.data_schema.names, AT])
+        data = ", ".join(quoted(n) for n in self.data_schema.names)
+        content = {"r": result, **{f"n{i}": n for i, n in enumerate(negatives)}}
+
+        def moved(v: Mapping[str, str]) -> str:
+            """Each evaluation's rows inserted at its time, retracted at the next one's."""
+            every = " UNION ALL ".join(
+                f"SELECT {data}, {AT}, CAST(NULL AS STRING) AS {ERR}, 1L AS {DIFF} FROM {v['r']}"
+                if r == "r"
+                else f"SELECT {data}, {AT}, {ERR}, {DIFF} FROM {v[r]}"
+                for r in content
+            )
+            kept = f"SELECT {data}, {AT} AS {TS}, {DIFF}, {ERR} FROM ({every})"
+            inserted = f"{kept} WHERE {AT} >= {int(lower)}"
+            if len(evaluated) < 2:
+                return inserted
+            after = " ".join(f"WHEN {b} THEN {a}L" for b, a in itertools.pairwise(evaluated))
+            retracted = (
+                f"SELECT {data}, CASE {AT} {after} END AS {TS}, -{DIFF} AS {DIFF}, {ERR} "
+                f"FROM ({every}) WHERE {AT} < {evaluated[-1]}"
+            )
+            return f"{inserted} UNION ALL {retracted}"
+
+        return sql_over(content, moved)
+
+    def _counted(self, views: Mapping[str, str], i: int, evaluated: Sequence[int]) -> str:
+        """SQL: source ``i``'s rows of the touched keys, per row and evaluation time ``__t``,
+        with their multiplicity there (the old rows of those keys and the updates).
+
+        ``views``: ``d<j>`` the sources' ok updates, ``o<j>`` their rows at ``lower - 1``.
+        """
+        from timeshard.spark.sqltext import quoted
+
+        sources = self.plan.keyed
+        source = sources[i]
+        names = ", ".join(quoted(n) for n in self._names(source.input))
+        old_names = ", ".join(f"o.{quoted(n)}" for n in self._names(source.input))
+        touched_keys = ", ".join(self._key_names(source, "t"))
+        touched = " UNION ALL ".join(
+            f"SELECT {touched_keys} FROM ({self._keyed(s, views[f'd{j}'], 't')})"
+            for j, s in enumerate(sources)
         )
-        cols = [*self.data_schema.names, TS, DIFF, ERR]
-        return inserted.select(*cols).unionByName(retracted.select(*cols))
+        match = " AND ".join(f"o.{n} <=> t.{n}t" for n in self._key_names(source))
+        old = (
+            f"SELECT {old_names}, o.{TS}, o.{DIFF} FROM ({self._keyed(source, views[f'o{i}'])}) o "
+            f"LEFT SEMI JOIN (SELECT DISTINCT {touched_keys} FROM ({touched})) t ON {match}"
+        )
+        rows = f"{old} UNION ALL SELECT {names}, {TS}, {DIFF} FROM {views[f'd{i}']}"
+        at = f"array({', '.join(f'{t}L' for t in evaluated)})"
+        timed = f"SELECT *, explode({at}) AS {AT} FROM ({rows})"
+        return (
+            f"SELECT {names}, {AT}, sum({DIFF}) AS {DIFF} FROM ({timed}) "
+            f"WHERE {TS} <= {AT} GROUP BY {names}, {AT}"
+        )
+
+    def _keyed(self, source: KeyedSource, view: str, suffix: str = "") -> str:
+        """SQL: the rows of ``view`` (``source``'s input) with its keys as ``__k<i><suffix>``."""
+        from timeshard.spark.sqltext import quoted
+
+        names = self._key_names(source, suffix)
+        keys = ", ".join(f"{k} AS {n}" for k, n in zip(source.keys, names, strict=True))
+        return f"SELECT *, {keys} FROM {view} AS {quoted(source.alias)}"
 
     @staticmethod
     def _key_names(source: KeyedSource, suffix: str = "") -> list[str]:
         return [f"__k{i}{suffix}" for i in range(len(source.keys))]
 
-    def _keyed(self, frame: Any, source: KeyedSource) -> Any:
-        """``frame`` (rows of ``source``'s input) with its keys as ``__k<i>``."""
-        from pyspark.sql import functions as F
-
-        names = self._key_names(source)
-        keys = [F.expr(k).alias(n) for k, n in zip(source.keys, names, strict=True)]
-        return frame.alias(source.alias).select("*", *keys)
-
-    def _key_match(self, source: KeyedSource) -> Any:
-        """A source's keys ``__k<i>`` equal to the touched keys ``__k<i>t`` (nulls equal)."""
-        from pyspark.sql import functions as F
-
-        cond = None
-        for n in self._key_names(source):
-            eq = F.col(n).eqNullSafe(F.col(f"{n}t"))
-            cond = eq if cond is None else cond & eq
-        return cond
-
     def _negative(self, counted: Any, alias: str, names: list[str]) -> Any:
         """Input rows with a negative multiplicity at ``__t``: err rows, as the full path has."""
         from pyspark.sql import functions as F
 
-        from timeshard.spark.session import arrow_to_spark_schema
+        from timeshard.spark.parts import column
+        from timeshard.spark.sqltext import select_exprs
 
-        target = arrow_to_spark_schema(self.data_schema)
-        message = F.concat(
+        message = F.concat(  # the input's name is user text: a literal, never SQL text
             F.lit(f"input {alias!r} has a negative multiplicity: "),
-            F.to_json(F.struct(*names)),
+            F.to_json(F.struct(*[column(n) for n in names])),
         )
-        return counted.where(F.col(DIFF) < 0).select(
-            *[F.lit(None).cast(f.dataType).alias(f.name) for f in target.fields],
-            AT,
-            message.alias(ERR),
-            F.abs(F.col(DIFF)).alias(DIFF),
+        negative = counted.where(f"{DIFF} < 0").withColumn("__message", message)
+        return select_exprs(
+            negative, [*self._null_data(), AT, f"__message AS {ERR}", f"abs({DIFF}) AS {DIFF}"]
         )
 
     # -- output ------------------------------------------------------------------------------
 
     def _consolidated(self, ok: Any | None, errs: list[Any]) -> Any:
-        from pyspark.sql import functions as F
-
+        """The ok and err updates unioned, cast to the view's types, summed per row and time."""
         from timeshard.spark.session import arrow_to_spark_schema
+        from timeshard.spark.sqltext import quoted, sql_over, type_sql
 
         target = arrow_to_spark_schema(self.data_schema)
-        cols = [*self.data_schema.names, TS, DIFF, ERR]
-        parts = ([] if ok is None else [ok]) + errs
-        out = parts[0].select(*cols)
-        for p in parts[1:]:
-            out = out.unionByName(p.select(*cols))
-        out = out.select(
-            *[F.col(f.name).cast(f.dataType) for f in target.fields],
-            F.col(TS).cast("long").alias(TS),
-            F.col(DIFF).cast("long").alias(DIFF),
-            ERR,
+        names = [quoted(f.name) for f in target.fields]
+        cols = ", ".join([*names, TS, DIFF, ERR])
+        typed = ", ".join(
+            [
+                *[
+                    f"CAST({n} AS {type_sql(f.dataType)}) AS {n}"
+                    for n, f in zip(names, target.fields, strict=True)
+                ],
+                f"CAST({TS} AS BIGINT) AS {TS}",
+                f"CAST({DIFF} AS BIGINT) AS {DIFF}",
+                ERR,
+            ]
         )
-        return (
-            out.groupBy(*self.data_schema.names, TS, ERR)
-            .agg(F.sum(DIFF).alias(DIFF))
-            .where(F.col(DIFF) != 0)
-            .select(*cols)
-        )
+        keys = ", ".join([*names, TS, ERR])
+        frames = {f"u{i}": p for i, p in enumerate(([] if ok is None else [ok]) + errs)}
+
+        def query(views: Mapping[str, str]) -> str:
+            union = " UNION ALL ".join(f"SELECT {cols} FROM {views[r]}" for r in frames)
+            summed = f"SELECT {keys}, sum({DIFF}) AS {DIFF} FROM (SELECT {typed} FROM ({union}))"
+            return f"SELECT {cols} FROM ({summed} GROUP BY {keys}) WHERE {DIFF} != 0"
+
+        return sql_over(frames, query)
 
 
 __all__ = ["SparkDelta"]

@@ -103,6 +103,7 @@ from pyspark.sql.types import (
     LongType,
     NullType,
     ShortType,
+    StringType,
 )
 
 from timeshard.errors import InvalidUsage, PartError, TimeshardError
@@ -120,6 +121,7 @@ from timeshard.persist._internal.parts import (
 )
 from timeshard.persist.config import PersistConfig
 from timeshard.spark.session import arrow_to_spark_schema
+from timeshard.spark.sqltext import java_strings, quoted, select_exprs, type_sql
 
 PART_META_DDL = "key string, size long, rows long, ts_min long, ts_max long, times array<long>"
 _PART_META_SCHEMA = pa.schema(
@@ -167,11 +169,6 @@ def task_attempt() -> tuple[int, int]:
     return context.partitionId(), context.attemptNumber()
 
 
-def quoted(name: str) -> str:
-    """``name`` as an identifier in Spark SQL text (backquoted: dots, spaces are not parsed)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def column(name: str) -> Column:
     """The column ``name``, quoted so that dots and spaces in it are not parsed."""
     return F.col(quoted(name))
@@ -193,10 +190,15 @@ def conform_df(df: DataFrame, data_schema: pa.Schema) -> DataFrame:
     Adds a null ``_err`` if ``df`` has none. Raises InvalidUsage naming the
     columns or types when ``df`` does not fit ``data_schema``.
     """
+    return select_exprs(df, [f"{e} AS {quoted(n)}" for e, n in _conform_casts(df, data_schema)])
+
+
+def _conform_casts(df: DataFrame, data_schema: pa.Schema) -> list[tuple[str, str]]:
+    """Per part column of :func:`conform_df`: its expression (a cast of ``df``'s), its name."""
     target = arrow_to_spark_schema(updates_schema(data_schema))
-    if ERR not in df.columns:
-        df = df.withColumn(ERR, F.lit(None).cast("string"))
     names, expected = list(df.columns), target.fieldNames()
+    if ERR not in names:
+        names.append(ERR)
     missing = [n for n in expected if n not in names]
     unexpected = [n for n in names if n not in expected]
     if missing or unexpected or len(set(names)) != len(names):
@@ -205,6 +207,7 @@ def conform_df(df: DataFrame, data_schema: pa.Schema) -> DataFrame:
             f"(missing {missing}, unexpected {unexpected})"
         )
     actual = {f.name: f.dataType for f in df.schema.fields}
+    actual.setdefault(ERR, StringType())
     wrong = [
         f"column {f.name!r} is {actual[f.name].simpleString()}, "
         f"the shard has {f.dataType.simpleString()}"
@@ -213,7 +216,9 @@ def conform_df(df: DataFrame, data_schema: pa.Schema) -> DataFrame:
     ]
     if wrong:
         raise InvalidUsage("schema mismatch: " + "; ".join(wrong))
-    return df.select(*[column(f.name).cast(f.dataType).alias(f.name) for f in target.fields])
+    present = set(df.columns)
+    source = {f.name: quoted(f.name) if f.name in present else "NULL" for f in target.fields}
+    return [(f"CAST({source[f.name]} AS {type_sql(f.dataType)})", f.name) for f in target.fields]
 
 
 def _widens(source: DataType, target: DataType) -> bool:
@@ -239,16 +244,17 @@ def write_parts(
     doc). Returns the parts sorted by key.
     """
     check_blob_key(key_prefix)
-    conformed = conform_df(df, data_schema)
+    casts = _conform_casts(df, data_schema)
     root = blob.root_uri
     if root is None:
+        conformed = select_exprs(df, [f"{e} AS {quoted(n)}" for e, n in casts])
         return _write_through_driver(conformed, blob, key_prefix, data_schema)
     writer = PartWriter(
         root, key_prefix, data_schema.serialize().to_pybytes(), current_task_faults()
     )
     # mapInArrow resolves columns by name, which fails for names with dots: rename by
     # position here, and back in the task.
-    positional = conformed.toDF(*[f"_c{i}" for i in range(len(conformed.columns))])
+    positional = select_exprs(df, [f"{e} AS _c{i}" for i, (e, _) in enumerate(casts)])
     try:
         with typed_errors():
             rows = positional.mapInArrow(writer, PART_META_DDL).collect()
@@ -520,11 +526,14 @@ def read_parts(
         return spark.createDataFrame(table, schema)
     check_parts(blob, parts)
     uris = [f"{root.rstrip('/')}/{p.key}" for p in parts]
-    df = (
+    reader = (
         spark.read.schema(schema)
         .option("ignoreCorruptFiles", "false")
         .option("ignoreMissingFiles", "false")
-        .parquet(*uris)
+    )
+    paths = java_strings(spark, uris)  # one py4j call, not one per part
+    df = (
+        reader.parquet(*uris) if paths is None else DataFrame(reader._jreader.parquet(paths), spark)
     )
     faults = current_task_faults()
     return df if faults is None else df.mapInArrow(PartReadFaults(faults), df.schema)

@@ -38,19 +38,20 @@ Invariants:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, MapType, StructType
 
 from timeshard.errors import InvalidUsage
 from timeshard.location.blob import Blob
 from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta
 from timeshard.progress import Timestamp, check_timestamp
-from timeshard.spark.parts import column, read_parts
+from timeshard.spark.parts import read_parts
 from timeshard.spark.session import arrow_to_spark_schema
+from timeshard.spark.sqltext import quoted, select_exprs, sql_over
 
 
 class PartsReader(Protocol):
@@ -77,13 +78,14 @@ def consolidate_df(df: DataFrame, data_columns: list[str]) -> DataFrame:
     columns, ``_ts``, ``_diff``, ``_err``.
     """
     check_groupable(df.schema)
-    keys = [column(c) for c in [*data_columns, TS, ERR]]
-    return (
-        df.groupBy(*keys)
-        .agg(F.sum(column(DIFF)).alias(DIFF))
-        .where(column(DIFF) != 0)
-        .select(*[column(c) for c in [*data_columns, TS, DIFF, ERR]])
-    )
+    keys = ", ".join(quoted(c) for c in [*data_columns, TS, ERR])
+    cols = ", ".join(quoted(c) for c in [*data_columns, TS, DIFF, ERR])
+
+    def query(views: Mapping[str, str]) -> str:
+        summed = f"SELECT {keys}, sum({DIFF}) AS {DIFF} FROM {views['rows']} GROUP BY {keys}"
+        return f"SELECT {cols} FROM ({summed}) WHERE {DIFF} != 0"
+
+    return sql_over({"rows": df}, query)
 
 
 def check_groupable(schema: StructType) -> None:
@@ -115,8 +117,13 @@ def snapshot_df(spark: SparkSession, reader: PartsReader, as_of: Timestamp) -> D
     check_groupable(arrow_to_spark_schema(reader.schema))
     parts = reader.snapshot_parts(as_of)
     df = read_parts(spark, reader.blob, parts, reader.schema)
-    df = df.where(column(TS) <= F.lit(as_of)).withColumn(TS, F.lit(as_of).cast("long"))
-    return consolidate_df(df, list(reader.schema.names))
+    names = list(reader.schema.names)
+    at = int(as_of)
+    df = select_exprs(
+        df.where(f"{TS} <= {at}"),
+        [*[quoted(n) for n in names], f"CAST({at} AS BIGINT) AS {TS}", DIFF, ERR],
+    )
+    return consolidate_df(df, names)
 
 
 def updates_df(
@@ -138,7 +145,7 @@ def updates_df(
         p for p in reader.snapshot_parts(upper - 1) if p.has_update_in(lower, upper) is not False
     ]
     df = read_parts(spark, reader.blob, parts, reader.schema)
-    return df.where((column(TS) >= F.lit(lower)) & (column(TS) < F.lit(upper)))
+    return df.where(f"{TS} >= {int(lower)} AND {TS} < {int(upper)}")
 
 
 __all__ = ["PartsReader", "check_groupable", "consolidate_df", "snapshot_df", "updates_df"]

@@ -62,6 +62,8 @@ Invariants:
 6. Unkeyed err rows (``_err`` set, every key column null: a record that did
    not decode far enough to have a key) are no key's state: the layers leave
    them out, and the upsert keeps them as they are (:func:`unkeyed_error`).
+7. A pending layer (a lazy checkpoint) is merged with nothing until it is
+   settled, and whoever pushed it keeps the layers it reads pinned until then.
 
 The same type arranges the per-group state of GROUP BY views
 (:mod:`timeshard.compute.aggregate`): there a key is a group, its row the
@@ -108,17 +110,38 @@ class Layer:
 
     ``blocks`` is the checkpointed DataFrame whose cached blocks hold the
     layer, when ``df`` is a filter or projection of it (that keeps its
-    partitioning); by default ``df`` itself.
+    partitioning); by default ``df`` itself. A *pending* layer's checkpoint is
+    lazy (``localCheckpoint(eager=False)``): the first job that reads it fills
+    it, its size is not known yet, and it takes part in no merge until it is
+    settled (:meth:`settle`).
     """
 
     df: Any
     size: int
     blocks: Any = None
+    pending: bool = False
 
     def release(self) -> None:
         """Free the checkpointed blocks now rather than at the next JVM GC."""
+        self._rdd().unpersist(False)
+
+    def settle(self) -> None:
+        """Fill a pending layer's checkpoint if no job did (a Spark job then), and size it.
+
+        Call it while the layers the pending one was computed from are still
+        cached (pinned): a lazy checkpoint reads them until it is filled.
+        """
+        if not self.pending:
+            return
         cached = self.df if self.blocks is None else self.blocks
-        cached._jdf.queryExecution().logical().rdd().unpersist(False)
+        if not self._rdd().isCheckpointed():
+            cached.count()  # the write that should have filled it did not run, or failed
+        self.size = stored_bytes(cached)
+        self.pending = False
+
+    def _rdd(self) -> Any:
+        cached = self.df if self.blocks is None else self.blocks
+        return cached._jdf.queryExecution().logical().rdd()
 
 
 def checkpointed(df: Any) -> Layer:
@@ -179,20 +202,24 @@ class ArrangedState:
         """The ``_key`` column of ``df``, a DataFrame with the shard's key columns."""
         from pyspark.sql import functions as F
 
-        from timeshard.spark.parts import column
+        return F.expr(self.key_sql())
 
-        fields = [
-            column(k).cast(self.types[k]).alias(f)
+    def key_sql(self) -> str:
+        """SQL text of the ``_key`` column over the shard's key columns (``... AS _key``)."""
+        from timeshard.spark.sqltext import quoted, type_sql
+
+        fields = ", ".join(
+            f"'{f}', CAST({quoted(k)} AS {type_sql(self.types[k])})"
             for k, f in zip(self.keys, key_fields(len(self.keys)), strict=True)
-        ]
-        return F.struct(*fields).cast(self.key_type).alias(KEY)
+        )
+        return f"CAST(named_struct({fields}) AS {type_sql(self.key_type)}) AS {KEY}"
 
     def hashed(self, df: Any) -> Any:
         """``df`` (with ``_key``) with ``_h`` first: the 64-bit hash the layers are partitioned and
         joined by (see "Joins on the hash" in the module doc)."""
         from pyspark.sql.types import DoubleType, FloatType
 
-        from timeshard.spark.parts import quoted
+        from timeshard.spark.sqltext import quoted, select_exprs
 
         fields = []
         for f, k in zip(key_fields(len(self.keys)), self.keys, strict=True):
@@ -203,7 +230,7 @@ class ArrangedState:
                 field = f"CASE WHEN {field} = 0 THEN {zero} ELSE {field} END"
             fields.append(field)
         rest = [quoted(c) for c in df.columns if c != HASH]
-        return df.selectExpr(f"xxhash64({', '.join(fields)}) AS {HASH}", *rest)
+        return select_exprs(df, [f"xxhash64({', '.join(fields)}) AS {HASH}", *rest])
 
     def partitioned(self, df: Any) -> Any:
         """``df`` (with ``_h``) hash-partitioned like the layers."""
@@ -253,10 +280,11 @@ class ArrangedState:
         The right side's key is renamed first, so the two sides may come from
         one lineage (no ambiguous self-join).
         """
-        from pyspark.sql import functions as F
+        from timeshard.spark.sqltext import quoted, select_exprs
 
-        probe = right.select(F.col(HASH).alias("_rh"), F.col(KEY).alias("_rk"))
-        return left.join(probe, same_key("_rh", "_rk"), how).select(*left.columns)
+        probe = right.selectExpr(f"{HASH} AS _rh", f"{KEY} AS _rk")
+        joined = left.join(probe, same_key("_rh", "_rk"), how)
+        return select_exprs(joined, [quoted(c) for c in left.columns])
 
     def with_newest(self, keyed: Any, layers: list[Layer], name: str) -> Any:
         """``keyed`` (``_h``, ``_key``, partitioned like the layers) with column ``name``:
@@ -266,26 +294,25 @@ class ArrangedState:
         One join per layer on the hash (:func:`same_key`), built on ``keyed``: the layers
         stream through unshuffled.
         """
-        from pyspark.sql import functions as F
-
-        from timeshard.spark.parts import quoted
+        from timeshard.spark.sqltext import quoted, select_exprs, type_sql
 
         row = [*value_columns(len(self.values)), ERR, GONE]
         columns = [quoted(c) for c in keyed.columns]
         if not layers:
-            return keyed.withColumn(name, F.lit(None).cast(self.row_type()))
+            none = f"CAST(NULL AS {type_sql(self.row_type())}) AS {quoted(name)}"
+            return select_exprs(keyed, [*columns, none])
         joined, found = keyed, []
         for i, layer in enumerate(layers):
             # The row's columns are renamed, not packed in a struct here: this side streams
             # every row of the layer, and only the few that match become a struct below.
             renamed = [f"{c} AS _l{i}{c}" for c in row]
-            side = layer.df.selectExpr(f"{HASH} AS _lh{i}", f"{KEY} AS _lk{i}", *renamed)
+            side = select_exprs(layer.df, [f"{HASH} AS _lh{i}", f"{KEY} AS _lk{i}", *renamed])
             on = same_key(f"_lh{i}", f"_lk{i}")
             joined = joined.hint("shuffle_hash").join(side, on, "left")
             fields = ", ".join(f"_l{i}{c} AS {c}" for c in row)
             found.append(f"CASE WHEN _lh{i} IS NOT NULL THEN struct({fields}) END")
         newest = f"coalesce({', '.join(reversed(found))}) AS {quoted(name)}"
-        return joined.selectExpr(*columns, newest)
+        return select_exprs(joined, [*columns, newest])
 
     def row_type(self) -> Any:
         """The Spark type of a key's row in a layer: the value columns, ``_err``, ``_gone``."""
@@ -367,6 +394,13 @@ class ArrangedState:
             self.time = new_time
         self._start_merges()
 
+    def settle(self) -> None:
+        """Settle every pending layer (:meth:`Layer.settle`) and start the merges now due."""
+        with self.pinned() as layers:
+            for layer in layers:
+                layer.settle()
+        self._start_merges()
+
     def reset(self, layers: list[Layer], time: int) -> None:
         """Replace every layer by ``layers``, the content at ``time - 1``."""
         with self._lock:
@@ -441,7 +475,9 @@ class ArrangedState:
 
     def _next_merge(self) -> int | None:
         """The index of the older of the two newest layers, if they are due to merge."""
-        if len(self.layers) >= 2 and 2 * self.layers[-1].size >= self.layers[-2].size:
+        if len(self.layers) < 2 or any(layer.pending for layer in self.layers[-2:]):
+            return None
+        if 2 * self.layers[-1].size >= self.layers[-2].size:
             return len(self.layers) - 2
         return None
 

@@ -1,0 +1,120 @@
+"""Plans written as Spark SQL text, in a few py4j calls whatever their width.
+
+Building a plan column by column costs the driver a py4j round trip per
+column object and one per element of every list handed to the JVM (py4j
+copies a Python list into a ``java.util.ArrayList`` one ``add`` at a time).
+A tick that plans a wide query that way makes hundreds of calls, each 0.3-2
+ms while the JVM is busy with tasks. These helpers hand Spark the text
+instead:
+
+* :func:`select_exprs`: ``df.selectExpr(...)`` in two calls (the expressions
+  travel as one string, split in the JVM into the ``String[]`` of
+  ``Dataset.selectExpr``'s varargs overload), and :func:`renamed`, ``toDF``
+  likewise (:func:`java_strings` for any other varargs method);
+* :func:`sql_over`: a whole query (GROUP BY, HAVING, joins) over DataFrames,
+  registered as temporary views under fresh names for the analysis and
+  dropped right after it (the analyzed plan no longer needs them);
+* :func:`type_sql`: a Spark type as SQL text that parses back to it (struct
+  field names backquoted);
+* :func:`quoted`: a name as an identifier in that text.
+
+Only generated text goes into the queries: internal column names, names
+quoted with :func:`quoted`, types from
+:func:`type_sql` and integers. No user value is spliced in.
+
+Runs on the driver; no Spark job.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import ArrayType, DataType, DecimalType, MapType, StructType
+
+#: Separates the expressions of one select_exprs call on their way to the JVM.
+_SEP = "\x00"
+_splitters: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def quoted(name: str) -> str:
+    """``name`` as an identifier in Spark SQL text (backquoted: dots, spaces are not parsed)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _splitter(spark: SparkSession) -> Any:
+    """The JVM's ``Pattern`` splitting on :data:`_SEP`, one per py4j gateway."""
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None, "a classic SparkSession has a py4j gateway"
+    with _lock:
+        pattern = _splitters.get(gateway)
+        if pattern is None:
+            pattern = _splitters[gateway] = gateway.jvm.java.util.regex.Pattern.compile(_SEP)
+        return pattern
+
+
+def java_strings(spark: SparkSession, items: Sequence[str]) -> Any | None:
+    """``items`` as a JVM ``String[]`` in one py4j call (None if empty, or one holds a NUL)."""
+    if not items or any(_SEP in i for i in items):
+        return None
+    return _splitter(spark).split(_SEP.join(items), -1)
+
+
+def select_exprs(df: DataFrame, exprs: Sequence[str]) -> DataFrame:
+    """``df.selectExpr(*exprs)`` in two py4j calls (see the module doc)."""
+    strings = java_strings(df.sparkSession, exprs)
+    if strings is None:  # an empty list, or a NUL in a quoted name
+        return df.selectExpr(*exprs)
+    return DataFrame(df._jdf.selectExpr(strings), df.sparkSession)
+
+
+def renamed(df: DataFrame, names: Sequence[str]) -> DataFrame:
+    """``df.toDF(*names)`` (renamed by position) in two py4j calls."""
+    strings = java_strings(df.sparkSession, names)
+    if strings is None:
+        return df.toDF(*names)
+    return DataFrame(df._jdf.toDF(strings), df.sparkSession)
+
+
+def sql_over(
+    frames: Mapping[str, DataFrame], build: Callable[[Mapping[str, str]], str]
+) -> DataFrame:
+    """The query ``build(names)`` over ``frames``, each a temporary view named ``names[role]``.
+
+    The names are fresh per call, so concurrent callers on one session never
+    see each other's views; the views are dropped once the query is analyzed.
+    """
+    assert frames, "sql_over needs at least one DataFrame"
+    spark = next(iter(frames.values())).sparkSession
+    tag = uuid.uuid4().hex
+    names = {role: f"__timeshard_{role}_{tag}" for role in frames}
+    try:
+        for role, df in frames.items():
+            df.createOrReplaceTempView(names[role])
+        return spark.sql(build(names))
+    finally:
+        catalog = spark._jsparkSession.catalog()
+        for name in names.values():
+            catalog.dropTempView(name)
+
+
+def type_sql(data_type: DataType) -> str:
+    """``data_type`` as Spark SQL type text (``CAST(x AS <it>)`` gives that type back)."""
+    if isinstance(data_type, StructType):
+        fields = [f"{quoted(f.name)}: {type_sql(f.dataType)}" for f in data_type.fields]
+        return f"STRUCT<{', '.join(fields)}>"
+    if isinstance(data_type, ArrayType):
+        return f"ARRAY<{type_sql(data_type.elementType)}>"
+    if isinstance(data_type, MapType):
+        return f"MAP<{type_sql(data_type.keyType)}, {type_sql(data_type.valueType)}>"
+    if isinstance(data_type, DecimalType):
+        return f"DECIMAL({data_type.precision}, {data_type.scale})"
+    return data_type.simpleString()
+
+
+__all__ = ["java_strings", "quoted", "renamed", "select_exprs", "sql_over", "type_sql"]
