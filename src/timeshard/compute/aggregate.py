@@ -56,7 +56,8 @@ Invariants:
 2. A tick's checkpoint is lazy: the sink's write, which reads every
    partition of it, fills it in the same job. The layer pushed from it is
    *pending* (it merges with nothing) and the layers it was computed from stay
-   pinned until the next tick, skip or close settles it (and only fills it,
+   pinned until it is settled: by the sink once the write is done (merges then
+   run between ticks), else by the next tick, skip or close (which fills it,
    one more job, if the write did not).
 3. A group whose row count is negative (an input row with a negative
    multiplicity, which no timeshard writer produces) is an err row of the
@@ -295,13 +296,13 @@ class SparkAggregates:
         """
         self.prepare(lower, old)
         # Pinned before the tick reads the layers: a merge that retires them from now on
-        # frees them only after the lazy checkpoint that reads them is filled (_settle).
+        # frees them only after the lazy checkpoint that reads them is filled (settle).
         self._held.enter_context(self.state.pinned())
         ticked = self._tick(changes)
         self.state.push(self._layer(ticked), upper)
         return self._rows(ticked)
 
-    def _settle(self) -> None:
+    def settle(self) -> None:
         """The last tick's write is done: settle its layer, then unpin what it read.
 
         A layer that cannot be filled (the write failed, and filling it fails
@@ -318,7 +319,7 @@ class SparkAggregates:
 
     def prepare(self, lower: int, old: Callable[[], Any]) -> None:
         """Make the arrangement hold the states at ``lower - 1`` (a rebuild if it does not)."""
-        self._settle()
+        self.settle()
         if self.state.time == lower:
             return
         from timeshard.spark.sqltext import sql_over
@@ -342,7 +343,7 @@ class SparkAggregates:
 
     def skip(self, lower: int, upper: int) -> None:
         """The input did not change in ``[lower, upper)``."""
-        self._settle()
+        self.settle()
         if self.state.time == lower:
             self.state.advance(upper)
 

@@ -109,6 +109,11 @@ class SparkDelta:
         if self.plan.aggregate is not None:
             self._aggregated().prepare(lower, lambda: self._aggregate_snapshot(lower))
 
+    def written(self) -> None:
+        """The last delta has been written (a GROUP BY's new layer is filled: settle it)."""
+        if self._aggregates is not None:
+            self._aggregates.settle()
+
     def arrangements(self) -> list[Any]:
         """The arrangements this delta keeps."""
         return [] if self._aggregates is None else [self._aggregates.state]

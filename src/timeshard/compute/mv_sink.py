@@ -131,7 +131,9 @@ class IncrementalDesired(Desired, Protocol):
 
     ``delta(lower, upper)`` is desired's updates at times in ``[lower, upper)``
     (None: it does not change there), valid while ``incremental`` holds;
-    ``prepare(lower)`` builds what the delta starting at ``lower`` reads.
+    ``prepare(lower)`` builds what the delta starting at ``lower`` reads;
+    ``written()`` says that the last delta has been written (its write job may
+    have filled state the delta keeps: see :mod:`timeshard.compute.aggregate`).
     """
 
     @property
@@ -140,6 +142,8 @@ class IncrementalDesired(Desired, Protocol):
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None: ...
 
     def prepare(self, lower: Timestamp) -> None: ...
+
+    def written(self) -> None: ...
 
 
 @dataclass
@@ -740,6 +744,8 @@ class MvSink:
                     if has_delta and is_data_error(e):
                         return _Outcome(None, writer.fetch_recent_upper(), delta_failed=str(e))
                     raise
+                if has_delta:  # between ticks, not at the start of the next one
+                    self._incremental.written()
             self._check_fenced()
             if self.read_only:
                 for batch in batches:

@@ -215,6 +215,11 @@ class SparkViewDesired:
         if self.incremental:
             self._spark_delta().prepare(lower)
 
+    def written(self) -> None:
+        """The last delta has been written: settle the state its write filled."""
+        if self._delta is not None:
+            self._delta.written()
+
     def arrangements(self) -> list[Any]:
         """The arrangements its deltas keep (``upsert_state.ArrangedState``)."""
         return [] if self._delta is None else self._delta.arrangements()
