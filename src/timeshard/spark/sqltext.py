@@ -3,7 +3,7 @@
 Building a plan column by column costs the driver a py4j round trip per
 column object and one per element of every list handed to the JVM (py4j
 copies a Python list into a ``java.util.ArrayList`` one ``add`` at a time).
-A tick that plans a wide query that way makes hundreds of calls, each 0.3-2
+A tick that plans a wide query that way makes hundreds of calls, each 0.3-4
 ms while the JVM is busy with tasks. These helpers hand Spark the text
 instead:
 
@@ -19,8 +19,13 @@ instead:
 * :func:`quoted`: a name as an identifier in that text.
 
 Only generated text goes into the queries: internal column names, names
-quoted with :func:`quoted`, types from
-:func:`type_sql` and integers. No user value is spliced in.
+quoted with :func:`quoted`, types from :func:`type_sql` and integers. No
+user value is spliced in (the view's own SQL, already SQL, aside).
+
+Cost: what remains is Spark's analysis of each new DataFrame, which grows
+with the plan: a select_exprs measured ~6 ms, a sql_over ~35 ms (a view's
+creation is itself analyzed), in a GROUP BY view's tick. One sql_over pays
+where it replaces several transformations.
 
 Runs on the driver; no Spark job.
 """
