@@ -608,23 +608,6 @@ def _only_table(node: Any) -> str | None:
     return tables.pop() if len(tables) == 1 else None
 
 
-def times_array(times: Sequence[int]) -> Any:
-    """A literal array of ``times`` (no Spark job)."""
-    from pyspark.sql import functions as F
-
-    return F.array(*[F.lit(t).cast("long") for t in times])
-
-
-def next_time(column: Any, times: Sequence[int]) -> Any:
-    """The time after ``column`` in ``times`` (sorted), as an expression (no job)."""
-    from pyspark.sql import functions as F
-
-    out = F.lit(None).cast("long")
-    for before, after in zip(reversed(times[:-1]), reversed(times[1:]), strict=True):
-        out = F.when(column == F.lit(before), F.lit(after).cast("long")).otherwise(out)
-    return out
-
-
 __all__ = [
     "AT",
     "Classification",
@@ -632,6 +615,4 @@ __all__ = [
     "Plan",
     "Term",
     "classify",
-    "next_time",
-    "times_array",
 ]
