@@ -423,7 +423,7 @@ class SparkAggregates:
         """The view's rows of each new state (+1) and of the state before it (-1)."""
         from pyspark.sql import functions as F
 
-        from timeshard.spark.sqltext import quoted, renamed, select_exprs, sql_over, type_sql
+        from timeshard.spark.sqltext import quoted, renamed, select_exprs, sql_over, typed_null
         from timeshard.storage.upsert_state import KEY, key_fields
 
         fields = zip(key_fields(self.plan.keys), self.keys, strict=True)
@@ -448,10 +448,7 @@ class SparkAggregates:
             F.lit(f"input {inputs} has a negative multiplicity in the group "),
             F.expr(f"to_json(struct({', '.join(self.keys)}))"),
         )
-        nulls = [
-            f"CAST(NULL AS {type_sql(f.dataType)}) AS {quoted(f.name)}"
-            for f in ok.schema.fields[: len(names)]
-        ]
+        nulls = [typed_null(f.name, f.dataType) for f in ok.schema.fields[: len(names)]]
         negative = states.where(f"{_ROWS} < 0").withColumn("__message", message)
         negative = select_exprs(negative, [*nulls, TS, DIFF, f"__message AS {ERR}"])
         return ok.unionByName(renamed(negative, ok.columns))

@@ -189,10 +189,10 @@ class SparkDelta:
     def _null_data(self) -> list[str]:
         """The view's data columns, each a typed null (SQL text)."""
         from timeshard.spark.session import arrow_to_spark_schema
-        from timeshard.spark.sqltext import quoted, type_sql
+        from timeshard.spark.sqltext import typed_null
 
         target = arrow_to_spark_schema(self.data_schema)
-        return [f"CAST(NULL AS {type_sql(f.dataType)}) AS {quoted(f.name)}" for f in target.fields]
+        return [typed_null(f.name, f.dataType) for f in target.fields]
 
     def _old(self, alias: str, lower: Timestamp) -> Any:
         """The input's ok rows at ``lower - 1``, weighted, with ``_ts = lower - 1``.

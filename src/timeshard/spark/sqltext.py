@@ -108,6 +108,11 @@ def sql_over(
             catalog.dropTempView(name)
 
 
+def typed_null(name: str, data_type: DataType) -> str:
+    """SQL text of a null of ``data_type`` named ``name`` (a select list item)."""
+    return f"CAST(NULL AS {type_sql(data_type)}) AS {quoted(name)}"
+
+
 def type_sql(data_type: DataType) -> str:
     """``data_type`` as Spark SQL type text (``CAST(x AS <it>)`` gives that type back)."""
     if isinstance(data_type, StructType):
@@ -122,4 +127,12 @@ def type_sql(data_type: DataType) -> str:
     return data_type.simpleString()
 
 
-__all__ = ["java_strings", "quoted", "renamed", "select_exprs", "sql_over", "type_sql"]
+__all__ = [
+    "java_strings",
+    "quoted",
+    "renamed",
+    "select_exprs",
+    "sql_over",
+    "type_sql",
+    "typed_null",
+]

@@ -133,15 +133,18 @@ class Layer:
         """
         if not self.pending:
             return
-        cached = self.df if self.blocks is None else self.blocks
         if not self._rdd().isCheckpointed():
-            cached.count()  # the write that should have filled it did not run, or failed
-        self.size = stored_bytes(cached)
+            self._cached.count()  # the write that should have filled it did not run, or failed
+        self.size = stored_bytes(self._cached)
         self.pending = False
 
+    @property
+    def _cached(self) -> Any:
+        """The checkpointed DataFrame whose blocks hold the layer."""
+        return self.df if self.blocks is None else self.blocks
+
     def _rdd(self) -> Any:
-        cached = self.df if self.blocks is None else self.blocks
-        return cached._jdf.queryExecution().logical().rdd()
+        return self._cached._jdf.queryExecution().logical().rdd()
 
 
 def checkpointed(df: Any) -> Layer:
@@ -294,13 +297,12 @@ class ArrangedState:
         One join per layer on the hash (:func:`same_key`), built on ``keyed``: the layers
         stream through unshuffled.
         """
-        from timeshard.spark.sqltext import quoted, select_exprs, type_sql
+        from timeshard.spark.sqltext import quoted, select_exprs, typed_null
 
         row = [*value_columns(len(self.values)), ERR, GONE]
         columns = [quoted(c) for c in keyed.columns]
         if not layers:
-            none = f"CAST(NULL AS {type_sql(self.row_type())}) AS {quoted(name)}"
-            return select_exprs(keyed, [*columns, none])
+            return select_exprs(keyed, [*columns, typed_null(name, self.row_type())])
         joined, found = keyed, []
         for i, layer in enumerate(layers):
             # The row's columns are renamed, not packed in a struct here: this side streams
