@@ -27,7 +27,7 @@ from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.storage.ingest import Ingestion
-from timeshard.storage.postgres_source import PostgresSource
+from timeshard.storage.postgres_source import PARTITION, PostgresSource, ReadPlan, stream_rows
 
 pytestmark = [pytest.mark.spark, pytest.mark.postgres]
 
@@ -335,3 +335,39 @@ def test_changes_between_the_slot_and_the_snapshot_are_rewound(
     assert want == [(2, "B"), (3, "c"), (3, "c")]
     assert_same(output_rows(client, shard, upper - 1, ["id", "v"]), want, upper - 1)
     ing.close()
+
+
+def test_a_read_never_moves_the_slot(upstream: Upstream) -> None:
+    """Only ``commit`` advances the slot. A read that sees no change of its tables before a
+    keepalive must not confirm the WAL end the keepalive names (psycopg2 forwards its flush
+    position to it), or the next step finds the slot past its resumption frontier."""
+    upstream.create("t", "id int")
+    upstream.create("other", "id int")
+    upstream.publish("t")
+    source = PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub)
+    start = source.confirmed_flush()
+    assert start is not None
+
+    def read(hi: int) -> list[Any]:
+        plan = ReadPlan(
+            upstream.dsn,
+            source.slot,
+            upstream.pub,
+            source.tables,
+            lo=start,
+            hi=hi,
+            consistent=start,
+            snapshot=None,
+        )
+        return [row[4] for row in stream_rows(plan)]
+
+    # WAL with no change of t in it, then a target past the WAL's end: the read waits,
+    # with keepalives and feedback, until its nudge writes a record past the target.
+    upstream.txn(("other", "INSERT INTO {t} VALUES (1)", None))
+    assert read(source.upper()[PARTITION] + 1) == []
+    assert source.confirmed_flush() == start
+    upstream.txn(("t", "INSERT INTO {t} VALUES (7)", None))
+    upstream.txn(("other", "INSERT INTO {t} VALUES (2)", None))
+    assert read(source.upper()[PARTITION] + 1) == [["7"]]
+    assert source.confirmed_flush() == start
+    source.drop()

@@ -41,7 +41,16 @@ The stream. One Spark task streams the slot (psycopg2's
 ``LogicalReplicationConnection``, pgoutput protocol 1) from the read's
 start until the server has sent everything below its end (a keepalive
 reports a position at or past it), and emits the transactions whose commit
-falls in the range. A slot that another instance is streaming is waited for.
+falls in the range. It streams a *temporary copy* of the slot
+(``pg_copy_logical_replication_slot``, gone with its connection), never the
+slot itself: psycopg2 answers the server's keepalives with a flush position
+it moves on to the keepalive's WAL end whenever no change arrived before it,
+and the server would take that as a confirmation and move the slot past the
+resumption frontier. So only :meth:`PostgresSource.commit` moves the slot,
+several instances can read it at once, and each read needs one spare
+replication slot (``max_replication_slots``) while it streams. A copy that
+is already past the read's start (another instance committed meanwhile)
+raises :class:`~timeshard.errors.SourceUnavailable` rather than skip.
 
 Errors. A value that does not decode makes its row an err row (for that
 table only). An incompatible change of a table's schema upstream (a dropped
@@ -59,6 +68,7 @@ import contextlib
 import re
 import select
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,8 +112,6 @@ RAW_SCHEMA = pa.schema(
 #: One raw row: table index, offset, diff, error, text values.
 RawRow = tuple[int, int, int, str | None, list[Any] | None]
 BATCH_ROWS = 10_000
-#: How long a read task waits for a slot another instance is streaming.
-SLOT_BUSY_WAIT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -621,33 +629,38 @@ def _emit(txn: _Txn, plan: ReadPlan) -> Iterator[RawRow]:
 
 
 def _start_replication(plan: ReadPlan) -> tuple[Any, Any]:
-    """A replication connection streaming the slot from ``lo`` (waits while another streams it)."""
+    """A replication connection streaming a temporary copy of the slot from ``lo``."""
     import psycopg2
-    import psycopg2.errors
     from psycopg2.extras import LogicalReplicationConnection
 
-    deadline = time.monotonic() + SLOT_BUSY_WAIT_S
-    while True:
-        conn = psycopg2.connect(
-            plan.dsn, connection_factory=LogicalReplicationConnection, options=_libpq_options()
-        )
+    copy = f"timeshard_read_{uuid.uuid4().hex[:16]}"
+    conn = psycopg2.connect(
+        plan.dsn, connection_factory=LogicalReplicationConnection, options=_libpq_options()
+    )
+    try:
         cursor = conn.cursor()
-        try:
-            cursor.start_replication(
-                slot_name=plan.slot,
-                decode=False,
-                start_lsn=format_lsn(plan.lo),
-                options={"proto_version": "1", "publication_names": plan.publication},
+        cursor.execute("SELECT pg_copy_logical_replication_slot(%s, %s, true)", (plan.slot, copy))
+        cursor.execute(
+            "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
+            (copy,),
+        )
+        row = cursor.fetchone()
+        confirmed = parse_lsn(row[0]) if row is not None and row[0] is not None else None
+        if confirmed is None or confirmed > plan.lo:
+            raise SourceUnavailable(
+                f"the slot {plan.slot!r} is at {format_lsn(confirmed or 0)}, past the read's "
+                f"start {format_lsn(plan.lo)} (another instance went on)"
             )
-            return conn, cursor
-        except psycopg2.errors.ObjectInUse:
-            conn.close()
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-        except Exception:
-            conn.close()
-            raise
+        cursor.start_replication(
+            slot_name=copy,
+            decode=False,
+            start_lsn=format_lsn(plan.lo),
+            options={"proto_version": "1", "publication_names": plan.publication},
+        )
+        return conn, cursor
+    except Exception:
+        conn.close()
+        raise
 
 
 def _nudge_wal(dsn: str) -> None:
