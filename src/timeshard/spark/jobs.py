@@ -6,7 +6,9 @@ count is read from the DAG scheduler's job id counter, which every job of the
 application takes one id from, on whichever thread submits it (the tick loop,
 an I/O worker, a background merge). So a :class:`JobCounter` counts every
 job the application ran between its start and its end: keep other Spark work
-off the session while counting.
+off the session while counting. :meth:`JobCounter.by_pool` splits them by
+the fair-scheduler pool they ran in: a tick's own jobs run in the
+``default`` pool, the upsert's background layer merges in ``timeshard-merge``.
 
 Runs on the driver only.
 """
@@ -54,6 +56,25 @@ class JobCounter:
         assert self._start is not None, "JobCounter was never entered"
         end = self._end if self._end is not None else jobs_submitted(self.spark)
         return end - self._start
+
+    def by_pool(self) -> dict[str, int]:
+        """The jobs counted, by scheduler pool (read once Spark's listener has seen them)."""
+        assert self._start is not None, "JobCounter was never entered"
+        end = self._end if self._end is not None else jobs_submitted(self.spark)
+        context = self.spark.sparkContext._jsc.sc()
+        context.listenerBus().waitUntilEmpty()
+        store = context.statusStore()
+        pools: dict[str, int] = {}
+        for job in range(self._start, end):
+            stages = store.job(job).stageIds()
+            pool = "default"
+            for i in range(stages.size()):
+                stage = store.lastStageAttempt(stages.apply(i))
+                if str(stage.status()) != "SKIPPED":
+                    pool = str(stage.schedulingPool())
+                    break
+            pools[pool] = pools.get(pool, 0) + 1
+        return pools
 
 
 __all__ = ["JobCounter", "jobs_submitted"]
