@@ -305,23 +305,28 @@ class SparkDelta:
         content = {"r": result, **{f"n{i}": n for i, n in enumerate(negatives)}}
 
         def moved(v: Mapping[str, str]) -> str:
-            """Each evaluation's rows inserted at its time, retracted at the next one's."""
+            """Each evaluation's rows inserted at its time, retracted at the next one's.
+
+            One pass over the rows: each is stacked as its insertion and its
+            retraction (no time after the last evaluation), so the query
+            under them is evaluated once.
+            """
             every = " UNION ALL ".join(
                 f"SELECT {data}, {AT}, CAST(NULL AS STRING) AS {ERR}, 1L AS {DIFF} FROM {v['r']}"
                 if r == "r"
                 else f"SELECT {data}, {AT}, {ERR}, {DIFF} FROM {v[r]}"
                 for r in content
             )
-            kept = f"SELECT {data}, {AT} AS {TS}, {DIFF}, {ERR} FROM ({every})"
-            inserted = f"{kept} WHERE {AT} >= {int(lower)}"
-            if len(evaluated) < 2:
-                return inserted
             after = " ".join(f"WHEN {b} THEN {a}L" for b, a in itertools.pairwise(evaluated))
-            retracted = (
-                f"SELECT {data}, CASE {AT} {after} END AS {TS}, -{DIFF} AS {DIFF}, {ERR} "
-                f"FROM ({every}) WHERE {AT} < {evaluated[-1]}"
+            following = f"CASE {AT} {after} END" if after else "CAST(NULL AS BIGINT)"
+            stacked = (
+                f"SELECT {data}, {ERR}, stack(2, {AT}, {DIFF}, {following}, -{DIFF}) "
+                f"AS ({TS}, {DIFF}) FROM ({every})"
             )
-            return f"{inserted} UNION ALL {retracted}"
+            return (
+                f"SELECT {data}, {TS}, {DIFF}, {ERR} FROM ({stacked}) "
+                f"WHERE {TS} IS NOT NULL AND {TS} >= {int(lower)}"
+            )
 
         return sql_over(content, moved)
 
