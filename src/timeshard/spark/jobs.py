@@ -53,19 +53,22 @@ class JobCounter:
     @property
     def count(self) -> int:
         """Jobs submitted so far (while entered) or in all (after exit)."""
+        return len(self._jobs())
+
+    def _jobs(self) -> range:
+        """The ids of the jobs counted so far (while entered) or in all (after exit)."""
         assert self._start is not None, "JobCounter was never entered"
         end = self._end if self._end is not None else jobs_submitted(self.spark)
-        return end - self._start
+        return range(self._start, end)
 
     def by_pool(self) -> dict[str, int]:
         """The jobs counted, by scheduler pool (read once Spark's listener has seen them)."""
-        assert self._start is not None, "JobCounter was never entered"
-        end = self._end if self._end is not None else jobs_submitted(self.spark)
+        jobs = self._jobs()
         context = self.spark.sparkContext._jsc.sc()
         context.listenerBus().waitUntilEmpty()
         store = context.statusStore()
         pools: dict[str, int] = {}
-        for job in range(self._start, end):
+        for job in jobs:
             stages = store.job(job).stageIds()
             pool = "default"
             for i in range(stages.size()):
