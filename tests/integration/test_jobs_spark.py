@@ -31,3 +31,13 @@ def test_jobs_are_counted_by_the_pool_they_ran_in(spark: SparkSession) -> None:
     with JobCounter(spark) as none:
         pass
     assert none.count == 0 and none.by_pool() == {}
+
+
+def test_shuffled_records_are_the_rows_the_jobs_moved(spark: SparkSession) -> None:
+    with JobCounter(spark) as jobs:
+        rows = spark.range(0, 100, 1, 2).repartition(3, "id").collect()
+    assert len(rows) == 100
+    assert jobs.shuffled_records() == 100  # every row once through the repartition
+    with JobCounter(spark) as local:
+        spark.range(0, 100, 1, 2).where("id > 10").collect()
+    assert local.shuffled_records() == 0

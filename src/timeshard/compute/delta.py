@@ -30,7 +30,10 @@ every part read), unleased readers in read-only mode.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +45,10 @@ from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
 
 if TYPE_CHECKING:
+    from timeshard.compute.arranged_rows import ArrangedRows
     from timeshard.spark.snapshot import PartsReader
+
+log = logging.getLogger(__name__)
 
 #: Input alias -> the reader its parts are read through right now.
 ReaderOf = Callable[[str], "PartsReader"]
@@ -74,6 +80,10 @@ class SparkDelta:
         self._change_times = change_times
         self._planned: dict[tuple[str, Timestamp, Timestamp], Any] = {}
         self._aggregates: SparkAggregates | None = None
+        #: A join's inputs arranged by join key (Plan.arranged), and the pins of the layers
+        #: the last delta reads (held until its write is done).
+        self._rows: dict[str, ArrangedRows] | None = None
+        self._held = contextlib.ExitStack()
 
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
         """The view's updates at times in ``[lower, upper)``, or None if no input changed."""
@@ -83,6 +93,7 @@ class SparkDelta:
         if not changed:
             if self._aggregates is not None:
                 self._aggregates.skip(lower, upper)
+            self._skip_rows(lower, upper)
             return None
         if self.plan.classification.path == "linear":
             ok = self._linear(lower, upper, changed)
@@ -108,21 +119,30 @@ class SparkDelta:
         """The next delta starts at ``lower``: build the arrangements it reads now."""
         if self.plan.aggregate is not None:
             self._aggregated().prepare(lower, lambda: self._aggregate_snapshot(lower))
+        if self.plan.arranged:
+            self._arranged(lower)
 
     def written(self) -> None:
-        """The last delta has been written (a GROUP BY's new layer is filled: settle it)."""
+        """The last delta has been written: settle the new layers its write filled."""
         if self._aggregates is not None:
             self._aggregates.settle()
+        self._settle_rows()
 
     def arrangements(self) -> list[Any]:
         """The arrangements this delta keeps."""
-        return [] if self._aggregates is None else [self._aggregates.state]
+        states: list[Any] = [] if self._aggregates is None else [self._aggregates.state]
+        return states + list((self._rows or {}).values())
 
     def close(self) -> None:
         """Free the arrangements."""
         if self._aggregates is not None:
             self._aggregates.close()
             self._aggregates = None
+        self._held.close()  # a pending layer need not be filled: it is freed with the rest
+        for rows in (self._rows or {}).values():
+            rows.wait_for_merges()
+            rows.clear()
+        self._rows = None
 
     def _aggregated(self) -> SparkAggregates:
         """The per-group states of a GROUP BY plan kept by state."""
@@ -226,12 +246,84 @@ class SparkDelta:
         old = self._old(alias, lower).withColumn(ERR, F.lit(None).cast("string"))
         return consolidate_df(old, self._names(alias)).drop(ERR)
 
+    # -- arranged join inputs ----------------------------------------------------------------
+
+    def _arranged(self, lower: Timestamp) -> dict[str, ArrangedRows]:
+        """The join's inputs arranged by key, each holding its ok rows at ``lower - 1``
+        (rebuilt, one Spark job per input, where it does not)."""
+        from timeshard.compute.arranged_rows import ArrangedRows
+
+        self._settle_rows()
+        if self._rows is None:
+            self._rows = {
+                alias: ArrangedRows(self.spark, keys, self._names(alias))
+                for alias, keys in self.plan.arranged
+            }
+        for alias, rows in self._rows.items():
+            if rows.time != lower:
+                rows.rebuild(self._old(alias, lower), int(lower))
+        return self._rows
+
+    def _settle_rows(self) -> None:
+        """Settle the arranged inputs' pending layers (filled by the write, else one job each),
+        then unpin what the last delta read.
+
+        A layer that cannot be filled drops its arrangement, which the next
+        delta rebuilds from the input.
+        """
+        for rows in (self._rows or {}).values():
+            try:
+                rows.settle()
+            except Exception:
+                log.info("a join input's new layer could not be filled: rebuilding", exc_info=True)
+                rows.clear()
+        self._held.close()
+
+    def _skip_rows(self, lower: Timestamp, upper: Timestamp) -> None:
+        """No input changed in ``[lower, upper)``: arrangements at ``lower`` hold at ``upper``."""
+        self._settle_rows()
+        for rows in (self._rows or {}).values():
+            if rows.time == lower:
+                rows.advance(int(upper))
+
+    def _arranged_frames(
+        self, lower: Timestamp, upper: Timestamp, changed: set[str]
+    ) -> dict[tuple[str, str], list[Any]]:
+        """Per (input, mode), the frames whose sum is its rows in that mode, each partitioned
+        by its key: its arranged layers (old), its updates (delta), or both (new).
+
+        Each changed input's updates become its next layer, pushed now (the
+        arrangement is at ``upper`` from here) and filled by the write. The
+        layers read stay pinned until :meth:`written`.
+        """
+        arranged = self._arranged(lower)
+        frames: dict[tuple[str, str], list[Any]] = {}
+        pushes = []
+        for alias, rows in arranged.items():
+            layers = self._held.enter_context(rows.pinned())
+            frames[alias, "old"] = rows.old(layers, lower)
+            frames[alias, "new"] = list(frames[alias, "old"])
+            if alias in changed:
+                layer = rows.pending(self._ok_updates(alias, lower, upper))
+                # The delta is the hash join's build side: the layers stream through it.
+                frames[alias, "delta"] = [layer.df.hint("shuffle_hash")]
+                frames[alias, "new"].append(layer.df)
+                pushes.append((rows, layer))
+            else:
+                rows.advance(int(upper))
+        for rows, layer in pushes:
+            rows.push(layer, int(upper))
+        return frames
+
     # -- linear ------------------------------------------------------------------------------
 
     def _linear(self, lower: Timestamp, upper: Timestamp, changed: set[str]) -> Any | None:
         from timeshard.spark.sqltext import quoted, renamed, select_exprs
 
-        out = self._terms(self.plan.terms, lower, upper, changed)
+        if self.plan.arranged:
+            out = self._arranged_terms(lower, upper, changed)
+        else:
+            out = self._terms(self.plan.terms, lower, upper, changed)
         if out is None:
             return None
         out = renamed(out, [*self.data_schema.names, TS, DIFF]).where(f"{TS} >= {int(lower)}")
@@ -275,6 +367,27 @@ class SparkDelta:
         for r in results[1:]:
             out = out.union(r)  # by position: every term has the same columns, _ts, _diff
         return out
+
+    def _arranged_terms(self, lower: Timestamp, upper: Timestamp, changed: set[str]) -> Any:
+        """The sum of the delta terms over the arranged inputs: each term once per combination
+        of its tables' frames (it is linear in each), so that every join reads one layer.
+
+        Not a join with the union of the layers: Spark 4.1 passes a
+        partitioning through a union only if its children's compare equal, and
+        for these checkpoints they did not (the union was reshuffled whole: a
+        shuffle of the input each tick).
+        """
+        frames = self._arranged_frames(lower, upper, changed)
+        results = []
+        for term in self.plan.terms:
+            if term.delta_of not in changed:
+                continue
+            names = list(term.tables)
+            for bound in itertools.product(*(frames[term.tables[n]] for n in names)):
+                for name, frame in zip(names, bound, strict=True):
+                    frame.createOrReplaceTempView(name)
+                results.append(self.spark.sql(term.sql))
+        return functools.reduce(lambda a, b: a.union(b), results)  # by position, as _terms
 
     # -- grouped -----------------------------------------------------------------------------
 

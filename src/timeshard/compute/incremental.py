@@ -27,6 +27,13 @@ of change times in the interval at once. A term whose delta input has no
 update in the interval is skipped (a join against a static input costs one
 term).
 
+A join of two distinct inputs on equalities of their columns (of the same
+type, not floating point) keeps both inputs *arranged* by those columns
+(:attr:`Plan.arranged`, :mod:`timeshard.compute.arranged_rows`): their rows
+at ``lower - 1`` are cached in Spark, hash-partitioned by the key, so each
+term joins the other input's delta with them where they lie (no scan of the
+shard, no broadcast job).
+
 **grouped** -- queries whose every output row belongs to one *key* decided by
 the input rows of that key alone: GROUP BY (any aggregates, HAVING) or SELECT
 DISTINCT over one input, window functions sharing one PARTITION BY, and a
@@ -196,6 +203,9 @@ class Plan:
     keyed: tuple[KeyedSource, ...] = ()
     #: grouped by per-group state (count, sum, avg), when the query allows it.
     aggregate: AggregatePlan | None = None
+    #: linear, a join of two inputs on equalities: each input and its key columns, paired in
+    #: order, by which it is kept arranged.
+    arranged: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
 def full(reason: str) -> Plan:
@@ -247,7 +257,12 @@ def classify(sql: str, schemas: Mapping[str, pa.Schema]) -> Plan:
     terms: list[Term] = []
     for leaf in leaves:
         terms.extend(_delta_terms(leaf, view_id))
-    return Plan(Classification("linear", _linear_reason(leaves)), tuple(terms))
+    arranged = _arranged_join(leaves, schemas)
+    reason = _linear_reason(leaves)
+    if arranged:
+        keys = "; ".join(f"{alias} by {', '.join(cols)}" for alias, cols in arranged)
+        reason += f"; inputs arranged by join key ({keys})"
+    return Plan(Classification("linear", reason), tuple(terms), arranged=arranged)
 
 
 def _keyed(select: Any) -> bool:
@@ -272,6 +287,87 @@ def _linear_reason(leaves: Sequence[Any]) -> str:
     if len(leaves) > 1:
         parts.append(f"UNION ALL of {len(leaves)}")
     return ", ".join(parts)
+
+
+def _arranged_join(
+    leaves: Sequence[Any], schemas: Mapping[str, pa.Schema]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Each input of a join of two and its key columns, if its inputs can be arranged by them.
+
+    One SELECT joining two distinct inputs (inner), with equalities between
+    a column of each in ON. Both columns of a pair have one type, neither a
+    float (Spark joins -0.0 with 0.0, which hash apart) nor nested; no column
+    of either input is a map (layers are consolidated by grouping on every
+    column). Else ``()``: the terms read the shards' parts.
+    """
+    from sqlglot import exp
+
+    if len(leaves) != 1 or len(leaves[0].args.get("joins") or []) != 1:
+        return ()
+    select = leaves[0]
+    (join,) = select.args["joins"]
+    if join.args.get("side") or (join.args.get("kind") or "INNER").upper() != "INNER":
+        return ()
+    tables = [select.args["from_"].this, join.this]
+    if not all(isinstance(t, exp.Table) for t in tables):
+        return ()
+    names = [t.name for t in tables]
+    aliases = [t.alias_or_name for t in tables]
+    on = join.args.get("on")
+    if names[0] == names[1] or on is None:
+        return ()
+    pairs: list[tuple[str, str]] = []
+    for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
+        if not isinstance(conjunct, exp.EQ):
+            continue
+        sides = [conjunct.this, conjunct.expression]
+        if not all(isinstance(c, exp.Column) for c in sides):
+            continue
+        if [c.table for c in sides] == aliases:
+            pairs.append((sides[0].name, sides[1].name))
+        elif [c.table for c in sides] == aliases[::-1]:
+            pairs.append((sides[1].name, sides[0].name))
+    if not pairs:
+        return ()
+    left, right = schemas[names[0]], schemas[names[1]]
+    keys: list[tuple[str, str]] = []
+    for lcol, rcol in pairs:
+        lfield, rfield = _field(left, lcol), _field(right, rcol)
+        if lfield is None or rfield is None:
+            return ()
+        if lfield.type != rfield.type or not _hash_partitionable(lfield.type):
+            return ()
+        keys.append((lfield.name, rfield.name))
+    if any(_has_map(f.type) for schema in (left, right) for f in schema):
+        return ()
+    return ((names[0], tuple(k[0] for k in keys)), (names[1], tuple(k[1] for k in keys)))
+
+
+def _field(schema: pa.Schema, name: str) -> pa.Field | None:
+    """The column ``name`` names (Spark resolves names regardless of case), if exactly one."""
+    found = [f for f in schema if f.name.lower() == name.lower()]
+    return found[0] if len(found) == 1 else None
+
+
+def _hash_partitionable(t: pa.DataType) -> bool:
+    """Whether equal values of Arrow type ``t`` always hash alike in Spark."""
+    return bool(
+        pa.types.is_integer(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_decimal(t)
+    )
+
+
+def _has_map(t: pa.DataType) -> bool:
+    if pa.types.is_map(t):
+        return True
+    return any(_has_map(t.field(i).type) for i in range(t.num_fields))
 
 
 def _not_deterministic(tree: Any) -> str | None:

@@ -63,21 +63,29 @@ class JobCounter:
 
     def by_pool(self) -> dict[str, int]:
         """The jobs counted, by scheduler pool (read once Spark's listener has seen them)."""
-        jobs = self._jobs()
+        pools: dict[str, int] = {}
+        for stages in self._stages().values():
+            pool = str(stages[0].schedulingPool()) if stages else "default"
+            pools[pool] = pools.get(pool, 0) + 1
+        return pools
+
+    def shuffled_records(self) -> int:
+        """Records the counted jobs wrote to shuffles: how many rows they moved between
+        partitions (deterministic, as the plan is)."""
+        return sum(int(s.shuffleWriteRecords()) for ss in self._stages().values() for s in ss)
+
+    def _stages(self) -> dict[int, list[Any]]:
+        """Per counted job, the stages it ran (not skipped), from Spark's status store once
+        its listener has seen them."""
         context = self.spark.sparkContext._jsc.sc()
         context.listenerBus().waitUntilEmpty()
         store = context.statusStore()
-        pools: dict[str, int] = {}
-        for job in jobs:
-            stages = store.job(job).stageIds()
-            pool = "default"
-            for i in range(stages.size()):
-                stage = store.lastStageAttempt(stages.apply(i))
-                if str(stage.status()) != "SKIPPED":
-                    pool = str(stage.schedulingPool())
-                    break
-            pools[pool] = pools.get(pool, 0) + 1
-        return pools
+        out: dict[int, list[Any]] = {}
+        for job in self._jobs():
+            ids = store.job(job).stageIds()
+            attempts = [store.lastStageAttempt(ids.apply(i)) for i in range(ids.size())]
+            out[job] = [s for s in attempts if str(s.status()) != "SKIPPED"]
+        return out
 
 
 __all__ = ["JobCounter", "jobs_submitted"]

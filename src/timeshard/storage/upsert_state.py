@@ -158,7 +158,177 @@ def checkpointed(df: Any) -> Layer:
     return Layer(cached, stored_bytes(cached))
 
 
-class ArrangedState:
+class Arrangement:
+    """Cached Spark layers (oldest first) that together hold a collection at ``time - 1``.
+
+    The bookkeeping every arrangement shares: the layer list and its frontier,
+    pins (a layer a tick or merge reads is freed only after), and the geometric
+    merges of the two newest layers in a background thread (FAIR pool
+    ``timeshard-merge``). What a layer holds and how two merge is the
+    subclass's (:meth:`_merge`): a key's newest row here
+    (:class:`ArrangedState`), a multiset of rows in
+    :class:`timeshard.compute.arranged_rows.ArrangedRows`.
+    """
+
+    def __init__(self, spark: Any, partitions: int | None = None) -> None:
+        self.spark = spark
+        self.partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
+        self.layers: list[Layer] = []
+        self.time: int | None = None
+        self._lock = threading.Lock()
+        self._generation = 0
+        self._pins = 0
+        self._retired: list[Layer] = []
+        self._paused = 0
+        self._merger: threading.Thread | None = None
+
+    def push(self, layer: Layer, new_time: int) -> None:
+        """Add ``layer`` (what changed in ``[time, new_time)``): the content at ``new_time - 1``.
+
+        ``layer`` is laid out and partitioned like every layer of the
+        arrangement (for :class:`ArrangedState`: :attr:`columns`, at most one
+        row per key, hash-partitioned by ``_h`` into :attr:`partitions`
+        partitions). Merges that follow run in the background (unless paused).
+        """
+        assert self.time is not None and self.time < new_time, (self.time, new_time)
+        with self._lock:
+            self.layers = [*self.layers, layer]
+            self.time = new_time
+        self._start_merges()
+
+    def settle(self) -> None:
+        """Settle every pending layer (:meth:`Layer.settle`) and start the merges now due."""
+        with self.pinned() as layers:
+            for layer in layers:
+                layer.settle()
+        self._start_merges()
+
+    def reset(self, layers: list[Layer], time: int) -> None:
+        """Replace every layer by ``layers``, the content at ``time - 1``."""
+        with self._lock:
+            self._generation += 1
+            self._retire(self.layers)
+            self.layers = list(layers)
+            self.time = time
+
+    def advance(self, new_time: int) -> None:
+        """Nothing changed in ``[time, new_time)``: the content is the one at ``new_time - 1``."""
+        assert self.time is not None and self.time <= new_time, (self.time, new_time)
+        self.time = new_time
+
+    def clear(self) -> None:
+        """Drop every layer (their cached blocks are freed once no tick or merge reads them)."""
+        with self._lock:
+            self._generation += 1
+            self._retire(self.layers)
+            self.layers = []
+            self.time = None
+
+    # -- readers and merges ------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[list[Layer]]:
+        """The current layers, kept cached until the block ends (a tick's or merge's read)."""
+        with self._lock:
+            self._pins += 1
+            layers = list(self.layers)
+        try:
+            yield layers
+        finally:
+            self._unpin()
+
+    def _unpin(self) -> None:
+        with self._lock:
+            self._pins -= 1
+            if self._pins == 0:
+                retired, self._retired = self._retired, []
+                for old in retired:
+                    old.release()
+
+    @contextlib.contextmanager
+    def merges_paused(self) -> Iterator[None]:
+        """No merge starts inside the block (one running is waited for first)."""
+        with self._lock:
+            self._paused += 1
+        self.wait_for_merges()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._paused -= 1
+            self._start_merges()
+
+    def wait_for_merges(self) -> None:
+        """Block until no merge runs (merges a push started are done)."""
+        merger = self._merger
+        if merger is not None:
+            merger.join()
+
+    def _start_merges(self) -> None:
+        from pyspark import InheritableThread
+
+        with self._lock:
+            if self._paused or (self._merger is not None and self._merger.is_alive()):
+                return
+            if self._next_merge() is None:
+                return
+            self._merger = InheritableThread(target=self._merge_loop, daemon=True)
+            self._merger.start()
+
+    def _next_merge(self) -> int | None:
+        """The index of the older of the two newest layers, if they are due to merge."""
+        if len(self.layers) < 2 or any(layer.pending for layer in self.layers[-2:]):
+            return None
+        if 2 * self.layers[-1].size >= self.layers[-2].size:
+            return len(self.layers) - 2
+        return None
+
+    def _merge_loop(self) -> None:
+        """Merge due layers until none is (a background thread, FAIR pool ``MERGE_POOL``)."""
+        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MERGE_POOL)
+        try:
+            while self._merge_once():
+                pass
+        except Exception:  # the layers stay as they were: correct, only more of them
+            log.exception("a background merge of arrangement layers failed")
+
+    def _merge_once(self) -> bool:
+        """Merge the two newest layers if they are due; swap the result in if still current."""
+        with self._lock:
+            i = None if self._paused else self._next_merge()
+            if i is None:
+                return False
+            older, newer = self.layers[i], self.layers[i + 1]
+            generation = self._generation
+            self._pins += 1
+        try:
+            merged = self._merge(older, newer, into_base=i == 0)
+        finally:
+            self._unpin()
+        with self._lock:
+            pair = self.layers[i : i + 2]
+            current = self._generation == generation and pair == [older, newer]
+            if current:
+                self.layers = [*self.layers[:i], merged, *self.layers[i + 2 :]]
+                self._retire([older, newer])
+        if not current:
+            merged.release()
+        return True
+
+    def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
+        """One layer with the content of ``older`` then ``newer`` (``into_base``: the oldest)."""
+        raise NotImplementedError
+
+    def _retire(self, layers: list[Layer]) -> None:
+        """Free ``layers`` now, or when the last pin ends (holding the lock)."""
+        if self._pins:
+            self._retired.extend(layers)
+        else:
+            for layer in layers:
+                layer.release()
+
+
+class ArrangedState(Arrangement):
     """The content of an upsert shard at ``time - 1``, as cached Spark layers.
 
     ``types`` maps every key and value column to its Spark type in the shard.
@@ -174,7 +344,7 @@ class ArrangedState:
     ) -> None:
         from pyspark.sql.types import StructField, StructType
 
-        self.spark = spark
+        super().__init__(spark, partitions)
         self.keys = list(keys)
         self.values = list(values)
         self.types = dict(types)
@@ -184,15 +354,6 @@ class ArrangedState:
                 for f, k in zip(key_fields(len(keys)), keys, strict=True)
             ]
         )
-        self.partitions = partitions or int(spark.conf.get("spark.sql.shuffle.partitions"))
-        self.layers: list[Layer] = []
-        self.time: int | None = None
-        self._lock = threading.Lock()
-        self._generation = 0
-        self._pins = 0
-        self._retired: list[Layer] = []
-        self._paused = 0
-        self._merger: threading.Thread | None = None
 
     @property
     def columns(self) -> list[str]:
@@ -383,138 +544,6 @@ class ArrangedState:
             net.unpersist()
         self.push(layer, upper)
 
-    def push(self, layer: Layer, new_time: int) -> None:
-        """Add ``layer`` (the states of the keys that changed) as the content at ``new_time - 1``.
-
-        ``layer`` has :attr:`columns`, at most one row per key, and is
-        hash-partitioned by ``_h`` into :attr:`partitions` partitions. Merges
-        that follow run in the background (unless paused).
-        """
-        assert self.time is not None and self.time < new_time, (self.time, new_time)
-        with self._lock:
-            self.layers = [*self.layers, layer]
-            self.time = new_time
-        self._start_merges()
-
-    def settle(self) -> None:
-        """Settle every pending layer (:meth:`Layer.settle`) and start the merges now due."""
-        with self.pinned() as layers:
-            for layer in layers:
-                layer.settle()
-        self._start_merges()
-
-    def reset(self, layers: list[Layer], time: int) -> None:
-        """Replace every layer by ``layers``, the content at ``time - 1``."""
-        with self._lock:
-            self._generation += 1
-            self._retire(self.layers)
-            self.layers = list(layers)
-            self.time = time
-
-    def advance(self, new_time: int) -> None:
-        """Nothing changed in ``[time, new_time)``: the content is the one at ``new_time - 1``."""
-        assert self.time is not None and self.time <= new_time, (self.time, new_time)
-        self.time = new_time
-
-    def clear(self) -> None:
-        """Drop every layer (their cached blocks are freed once no tick or merge reads them)."""
-        with self._lock:
-            self._generation += 1
-            self._retire(self.layers)
-            self.layers = []
-            self.time = None
-
-    # -- readers and merges ------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def pinned(self) -> Iterator[list[Layer]]:
-        """The current layers, kept cached until the block ends (a tick's or merge's read)."""
-        with self._lock:
-            self._pins += 1
-            layers = list(self.layers)
-        try:
-            yield layers
-        finally:
-            self._unpin()
-
-    def _unpin(self) -> None:
-        with self._lock:
-            self._pins -= 1
-            if self._pins == 0:
-                retired, self._retired = self._retired, []
-                for old in retired:
-                    old.release()
-
-    @contextlib.contextmanager
-    def merges_paused(self) -> Iterator[None]:
-        """No merge starts inside the block (one running is waited for first)."""
-        with self._lock:
-            self._paused += 1
-        self.wait_for_merges()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._paused -= 1
-            self._start_merges()
-
-    def wait_for_merges(self) -> None:
-        """Block until no merge runs (merges a push started are done)."""
-        merger = self._merger
-        if merger is not None:
-            merger.join()
-
-    def _start_merges(self) -> None:
-        from pyspark import InheritableThread
-
-        with self._lock:
-            if self._paused or (self._merger is not None and self._merger.is_alive()):
-                return
-            if self._next_merge() is None:
-                return
-            self._merger = InheritableThread(target=self._merge_loop, daemon=True)
-            self._merger.start()
-
-    def _next_merge(self) -> int | None:
-        """The index of the older of the two newest layers, if they are due to merge."""
-        if len(self.layers) < 2 or any(layer.pending for layer in self.layers[-2:]):
-            return None
-        if 2 * self.layers[-1].size >= self.layers[-2].size:
-            return len(self.layers) - 2
-        return None
-
-    def _merge_loop(self) -> None:
-        """Merge due layers until none is (a background thread, FAIR pool ``MERGE_POOL``)."""
-        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MERGE_POOL)
-        try:
-            while self._merge_once():
-                pass
-        except Exception:  # the layers stay as they were: correct, only more of them
-            log.exception("a background merge of upsert layers failed")
-
-    def _merge_once(self) -> bool:
-        """Merge the two newest layers if they are due; swap the result in if still current."""
-        with self._lock:
-            i = None if self._paused else self._next_merge()
-            if i is None:
-                return False
-            older, newer = self.layers[i], self.layers[i + 1]
-            generation = self._generation
-            self._pins += 1
-        try:
-            merged = self._merge(older, newer, into_base=i == 0)
-        finally:
-            self._unpin()
-        with self._lock:
-            pair = self.layers[i : i + 2]
-            current = self._generation == generation and pair == [older, newer]
-            if current:
-                self.layers = [*self.layers[:i], merged, *self.layers[i + 2 :]]
-                self._retire([older, newer])
-        if not current:
-            merged.release()
-        return True
-
     def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
         from pyspark.sql import functions as F
 
@@ -523,14 +552,6 @@ class ArrangedState:
         if into_base:
             merged = merged.where(~F.col(GONE))
         return checkpointed(self.partitioned(merged))
-
-    def _retire(self, layers: list[Layer]) -> None:
-        """Free ``layers`` now, or when the last pin ends (holding the lock)."""
-        if self._pins:
-            self._retired.extend(layers)
-        else:
-            for layer in layers:
-                layer.release()
 
     def _named_values(self) -> list[tuple[str, str]]:
         return list(zip(self.values, value_columns(len(self.values)), strict=True))
@@ -581,6 +602,7 @@ __all__ = [
     "KEY",
     "MERGE_POOL",
     "ArrangedState",
+    "Arrangement",
     "Layer",
     "checkpointed",
     "key_fields",
