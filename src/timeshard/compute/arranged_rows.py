@@ -6,9 +6,10 @@ shards, ``B_old`` is a scan of every part of ``B`` and the join a broadcast of
 ``ΔA`` (one Spark job per broadcast). Arranged, each input's rows are kept
 cached in Spark, hash-partitioned by its key columns; the other input's
 delta is partitioned the same way, so each term is a hash join, built on the
-delta, that the cached rows stream through where they lie::
+delta, that the union of the cached layers streams through where they lie
+(Spark 4.1 keeps a partitioning through a union whose children share it)::
 
-    layers (oldest first), each: the input's data columns, _ts, _diff
+    layers (oldest first), each: the input's data columns (_c0 ..), _ts, _diff
     ┌─────────────────────────────┐
     │ base: the ok rows at lower-1│   hash-partitioned by the key columns into
     ├──────────────┬──────────────┘   `partitions`, locally checkpointed
@@ -40,6 +41,7 @@ are Spark jobs, a delta layer is filled by the tick's write.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,7 +50,11 @@ from timeshard.storage.upsert_state import Arrangement, Layer, checkpointed
 
 
 class ArrangedRows(Arrangement):
-    """An input's ok rows at ``time - 1`` (``columns``), hash-partitioned by ``keys``."""
+    """An input's ok rows at ``time - 1`` (``columns``), hash-partitioned by ``keys``.
+
+    A layer names the data columns by position (``_c0`` ..), then ``_ts``
+    and ``_diff``; :meth:`named` gives them their names back.
+    """
 
     def __init__(
         self,
@@ -62,10 +68,36 @@ class ArrangedRows(Arrangement):
         self.columns = list(columns)
 
     def partitioned(self, df: Any) -> Any:
-        """``df`` (with the key columns) hash-partitioned like the layers."""
+        """``df`` (the data columns by name, ``_ts``, ``_diff``) as a layer: hash-partitioned
+        by the key.
+
+        The columns are renamed by position first. That also makes the
+        layer's partitioning name its own columns: Spark passes a partitioning
+        through a union of layers (4.1), so that a join with the union
+        shuffles none, only if the layers' partitionings compare equal once
+        mapped onto the union's columns, comparing columns with their
+        qualifiers; a checkpoint keeps its plan's columns (qualified, where
+        SQL text selected them from a subquery) but a partitioning on columns
+        that the optimizer unqualified. A renaming alias is a new column, and
+        it stays.
+        """
         from timeshard.spark.parts import column
 
-        return df.repartition(self.partitions, *[column(k) for k in self.keys])
+        names = [column(c).alias(f"_c{i}") for i, c in enumerate(self.columns)]
+        positional = df.select(*names, column(TS).alias(TS), column(DIFF).alias(DIFF))
+        return positional.repartition(self.partitions, *self._keys())
+
+    def _keys(self) -> list[str]:
+        """The key columns' positional names in a layer."""
+        return [f"_c{self.columns.index(k)}" for k in self.keys]
+
+    def named(self, layer: Any, ts: str = TS) -> Any:
+        """A layer's rows with the data columns' names, ``ts`` (SQL) as ``_ts``, and ``_diff``
+        (a projection: the partitioning stays, on the named key)."""
+        from timeshard.spark.sqltext import quoted, select_exprs
+
+        names = [f"_c{i} AS {quoted(c)}" for i, c in enumerate(self.columns)]
+        return select_exprs(layer, [*names, f"{ts} AS {TS}", DIFF])
 
     def rebuild(self, rows: Any, time: int) -> None:
         """Hold ``rows`` (the data columns, ``_ts``, ``_diff``: the input's ok rows at
@@ -78,33 +110,26 @@ class ArrangedRows(Arrangement):
         reads it (the tick's write)."""
         return Layer(self.partitioned(updates).localCheckpoint(eager=False), 0, pending=True)
 
-    def old(self, layers: Sequence[Layer], lower: int) -> list[Any]:
-        """Each of ``layers`` as the delta rule's old rows: the data columns, ``_ts = lower - 1``
-        and ``_diff`` (a projection: the partitioning stays)."""
-        from timeshard.spark.sqltext import quoted, select_exprs
-
-        names = [quoted(c) for c in self.columns]
-        ts = f"CAST({int(lower) - 1} AS BIGINT) AS {TS}"
-        return [select_exprs(layer.df, [*names, ts, DIFF]) for layer in layers]
+    def old(self, layers: Sequence[Layer], lower: int) -> Any:
+        """The union of ``layers`` as the delta rule's old rows: the data columns,
+        ``_ts = lower - 1`` and ``_diff``, partitioned like each layer."""
+        ts = f"CAST({int(lower) - 1} AS BIGINT)"
+        return functools.reduce(lambda a, b: a.union(b), [self.named(x.df, ts) for x in layers])
 
     def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
-        return checkpointed(self._summed(self.partitioned(older.df.unionByName(newer.df))))
+        # Shuffled again, off the tick path, rather than trusting the union's partitioning.
+        union = older.df.union(newer.df).repartition(self.partitions, *self._keys())
+        return checkpointed(self._summed(union))
 
-    def _summed(self, rows: Any) -> Any:
-        """``rows`` summed per distinct row, zero sums dropped (grouped on every column, a
-        superset of the key: no shuffle, the partitioning stays)."""
-        from timeshard.spark.sqltext import quoted, sql_over
+    def _summed(self, layer: Any) -> Any:
+        """Layer rows, partitioned by the key, summed per distinct row, zero sums dropped:
+        grouped on every column, a superset of the key, so the partitioning stays (on the
+        key columns, which the aggregate passes through)."""
+        from pyspark.sql import functions as F
 
-        names = ", ".join(quoted(c) for c in self.columns)
-
-        def query(v: Any) -> str:
-            summed = (
-                f"SELECT {names}, max({TS}) AS {TS}, sum({DIFF}) AS {DIFF} "
-                f"FROM {v['rows']} GROUP BY {names}"
-            )
-            return f"SELECT * FROM ({summed}) WHERE {DIFF} != 0"
-
-        return sql_over({"rows": rows}, query)
+        data = [f"_c{i}" for i in range(len(self.columns))]
+        summed = layer.groupBy(*data).agg(F.max(TS).alias(TS), F.sum(DIFF).alias(DIFF))
+        return summed.where(F.col(DIFF) != 0)
 
 
 __all__ = ["ArrangedRows"]

@@ -15,6 +15,11 @@ then the view does not change and no Spark job is needed to know it.
 Linear plans: each term's placeholder tables are bound to the inputs' old,
 delta or new rows (temp views private to this delta), the terms are unioned
 by position, and the inputs' err updates are added as the view's err rows.
+A join whose inputs are arranged by key (:attr:`Plan.arranged`,
+:mod:`timeshard.compute.arranged_rows`) binds ``old`` to the union of the
+cached layers and ``delta`` to the updates partitioned like them, so no
+term reads the shards' parts at ``lower - 1`` or shuffles them; the updates
+become the arrangements' next layers, filled by the write.
 
 Grouped plans: the touched keys are the grouping keys of the input's ok
 updates. The input rows of those keys are taken at every evaluation time --
@@ -31,7 +36,6 @@ every part read), unleased readers in read-only mode.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -288,26 +292,25 @@ class SparkDelta:
 
     def _arranged_frames(
         self, lower: Timestamp, upper: Timestamp, changed: set[str]
-    ) -> dict[tuple[str, str], list[Any]]:
-        """Per (input, mode), the frames whose sum is its rows in that mode, each partitioned
-        by its key: its arranged layers (old), its updates (delta), or both (new).
+    ) -> dict[tuple[str, str], Any]:
+        """Per (input, mode), its rows in that mode, partitioned by its key: the union of
+        its arranged layers (old), its updates (delta), or both (new).
 
         Each changed input's updates become its next layer, pushed now (the
         arrangement is at ``upper`` from here) and filled by the write. The
         layers read stay pinned until :meth:`written`.
         """
         arranged = self._arranged(lower)
-        frames: dict[tuple[str, str], list[Any]] = {}
+        frames: dict[tuple[str, str], Any] = {}
         pushes = []
         for alias, rows in arranged.items():
             layers = self._held.enter_context(rows.pinned())
-            frames[alias, "old"] = rows.old(layers, lower)
-            frames[alias, "new"] = list(frames[alias, "old"])
+            frames[alias, "old"] = frames[alias, "new"] = rows.old(layers, lower)
             if alias in changed:
                 layer = rows.pending(self._ok_updates(alias, lower, upper))
                 # The delta is the hash join's build side: the layers stream through it.
-                frames[alias, "delta"] = [layer.df.hint("shuffle_hash")]
-                frames[alias, "new"].append(layer.df)
+                frames[alias, "delta"] = rows.named(layer.df).hint("shuffle_hash")
+                frames[alias, "new"] = frames[alias, "old"].union(rows.named(layer.df))
                 pushes.append((rows, layer))
             else:
                 rows.advance(int(upper))
@@ -320,10 +323,8 @@ class SparkDelta:
     def _linear(self, lower: Timestamp, upper: Timestamp, changed: set[str]) -> Any | None:
         from timeshard.spark.sqltext import quoted, renamed, select_exprs
 
-        if self.plan.arranged:
-            out = self._arranged_terms(lower, upper, changed)
-        else:
-            out = self._terms(self.plan.terms, lower, upper, changed)
+        frames = self._arranged_frames(lower, upper, changed) if self.plan.arranged else {}
+        out = self._terms(self.plan.terms, lower, upper, changed, frames)
         if out is None:
             return None
         out = renamed(out, [*self.data_schema.names, TS, DIFF]).where(f"{TS} >= {int(lower)}")
@@ -336,13 +337,15 @@ class SparkDelta:
         lower: Timestamp,
         upper: Timestamp,
         changed: set[str],
+        frames: dict[tuple[str, str], Any] | None = None,
     ) -> Any | None:
         """The sum of the delta ``terms`` whose delta input changed (None: none did).
 
         Each term's placeholders are bound to its inputs' old, delta or new
-        rows; the terms are unioned by position.
+        rows (from ``frames`` by (input, mode) where given: the arranged
+        inputs; else read from the shards); the terms are unioned by position.
         """
-        frames: dict[tuple[str, str], Any] = {}
+        frames = {} if frames is None else dict(frames)
 
         def frame(alias: str, mode: str) -> Any:
             if (alias, mode) not in frames:
@@ -367,27 +370,6 @@ class SparkDelta:
         for r in results[1:]:
             out = out.union(r)  # by position: every term has the same columns, _ts, _diff
         return out
-
-    def _arranged_terms(self, lower: Timestamp, upper: Timestamp, changed: set[str]) -> Any:
-        """The sum of the delta terms over the arranged inputs: each term once per combination
-        of its tables' frames (it is linear in each), so that every join reads one layer.
-
-        Not a join with the union of the layers: Spark 4.1 passes a
-        partitioning through a union only if its children's compare equal, and
-        for these checkpoints they did not (the union was reshuffled whole: a
-        shuffle of the input each tick).
-        """
-        frames = self._arranged_frames(lower, upper, changed)
-        results = []
-        for term in self.plan.terms:
-            if term.delta_of not in changed:
-                continue
-            names = list(term.tables)
-            for bound in itertools.product(*(frames[term.tables[n]] for n in names)):
-                for name, frame in zip(names, bound, strict=True):
-                    frame.createOrReplaceTempView(name)
-                results.append(self.spark.sql(term.sql))
-        return functools.reduce(lambda a, b: a.union(b), results)  # by position, as _terms
 
     # -- grouped -----------------------------------------------------------------------------
 
