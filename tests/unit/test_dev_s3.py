@@ -169,3 +169,27 @@ def test_dev_s3_prints_a_working_environment_and_stops_on_sigterm(tmp_path: Path
     ):
         assert time.monotonic() < deadline, "weed outlived `timeshard dev s3`"
         time.sleep(0.2)
+
+
+@pytest.mark.s3
+def test_seaweedfs_starts_on_new_internal_ports_when_one_it_chose_is_taken(
+    tmp_path: Path,
+) -> None:
+    """Another process binds a port the server chose before the server does (a real race on a
+    busy machine): the server exits, and start tries again on new internal ports."""
+    import socket
+
+    server = SeaweedS3(tmp_path / "s3")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        server._ports["s3.port.grpc"] = taken.getsockname()[1]
+        try:
+            server.start()
+        except S3Unavailable as e:
+            pytest.fail(f"SeaweedFS must start here: {e}")
+        try:
+            assert server._ports["s3.port.grpc"] != taken.getsockname()[1]
+            assert b"address already in use" in server.log_path.read_bytes()
+        finally:
+            server.stop()

@@ -30,6 +30,8 @@ from timeshard.dev.daemon import Daemon, DevServer, free_port
 from timeshard.errors import InvalidUsage
 
 START_TIMEOUT_S = 60.0
+#: How many times ``start`` tries, each on new internal ports, while one it chose was taken.
+PORT_ATTEMPTS = 3
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 REGION = "us-east-1"
 
@@ -85,7 +87,34 @@ class SeaweedS3(DevServer):
         return "ts" + secrets.token_hex(8), secrets.token_hex(20)
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> str:
-        """Start the server, wait until S3 answers and create the bucket; the endpoint URL."""
+        """Start the server, wait until S3 answers and create the bucket; the endpoint URL.
+
+        Its internal ports (master, volume, filer, every gRPC port) are free
+        when chosen, but another process may bind one before the server does
+        (an outgoing connection's ephemeral port): then the server exits
+        ("address already in use") and starts again on new internal ports, at
+        most :data:`PORT_ATTEMPTS` times. The S3 port stays, as clients know it.
+        """
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                return self._start_once(timeout_s)
+            except S3Unavailable:
+                if attempt == PORT_ATTEMPTS or not self._lost_a_port(logged):
+                    raise
+                self._daemon.stop()
+                for flag in self._ports:
+                    if flag != "s3.port":
+                        self._ports[flag] = free_port()
+        raise AssertionError("unreachable")
+
+    def _lost_a_port(self, since: int) -> bool:
+        """Whether the server's log from byte ``since`` says a port it chose was taken."""
+        with self.log_path.open("rb") as log:
+            log.seek(since)
+            return b"address already in use" in log.read()
+
+    def _start_once(self, timeout_s: float) -> str:
         weed = weed_binary()
         data = self.workdir / "data"
         data.mkdir(parents=True, exist_ok=True)
