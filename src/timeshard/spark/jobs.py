@@ -9,6 +9,9 @@ job the application ran between its start and its end: keep other Spark work
 off the session while counting. :meth:`JobCounter.by_pool` splits them by
 the fair-scheduler pool they ran in: a tick's own jobs run in the
 ``default`` pool, the upsert's background layer merges in ``timeshard-merge``.
+:meth:`JobCounter.shuffled_records` sums the records they wrote to shuffles,
+as deterministic as the count: a test asserts with it that a tick moves its
+changes and never an arranged input.
 
 Runs on the driver only.
 """
