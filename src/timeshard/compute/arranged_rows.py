@@ -66,6 +66,8 @@ class ArrangedRows(Arrangement):
         super().__init__(spark, partitions)
         self.keys = list(keys)
         self.columns = list(columns)
+        #: Columns a layer has after the data columns, before ``_ts`` (a computed key).
+        self.carried: list[str] = []
 
     def partitioned(self, df: Any) -> Any:
         """``df`` (the data columns by name, ``_ts``, ``_diff``) as a layer: hash-partitioned
@@ -127,9 +129,133 @@ class ArrangedRows(Arrangement):
         key columns, which the aggregate passes through)."""
         from pyspark.sql import functions as F
 
-        data = [f"_c{i}" for i in range(len(self.columns))]
+        data = [f"_c{i}" for i in range(len(self.columns))] + self.carried
         summed = layer.groupBy(*data).agg(F.max(TS).alias(TS), F.sum(DIFF).alias(DIFF))
         return summed.where(F.col(DIFF) != 0)
 
 
-__all__ = ["ArrangedRows"]
+#: The key column of a :class:`KeyedRows` layer.
+KEY = "_k"
+
+
+class KeyedRows(ArrangedRows):
+    """An input's ok rows at ``time - 1``, hash-partitioned by a grouped plan's key.
+
+    The key is SQL expressions over the input's ``alias`` (a grouped plan's
+    :class:`~timeshard.compute.incremental.KeyedSource`), computed into one
+    column ``_k`` after the data columns: a struct of the expressions, never
+    null itself, so that ``=`` on it matches keys whose parts are null as
+    GROUP BY groups them (Spark compares and hashes a struct's null fields as
+    equal), and a hash join on it keeps the layers' partitioning.
+
+    A tick reads the rows of the keys its updates touched
+    (:meth:`touched`): the union of the layers, semi-joined with those keys,
+    partitioned alike, so no layer is shuffled.
+    """
+
+    def __init__(
+        self,
+        spark: Any,
+        expressions: Sequence[str],
+        alias: str,
+        columns: Sequence[str],
+        partitions: int | None = None,
+    ) -> None:
+        super().__init__(spark, (), columns, partitions)
+        self.expressions = list(expressions)
+        self.alias = alias
+        self.carried = [KEY]
+
+    def why_not(self, schema: Any) -> str | None:
+        """Why rows of ``schema`` (Spark, the data columns) cannot be arranged by the key,
+        or None (Spark analysis only: no job)."""
+        from timeshard.spark.snapshot import _has_map
+
+        if not self.expressions:
+            return "no key"
+        for field in schema.fields:
+            if _has_map(field.dataType):
+                return f"column {field.name!r} is a map (layers group on every column)"
+        empty = self.spark.createDataFrame([], schema)
+        key = self._keyed(empty).schema[_KEYED].dataType
+        why = _unhashable(key)
+        return None if why is None else f"the key {key.simpleString()} has {why}"
+
+    def partitioned(self, df: Any) -> Any:
+        """``df`` (the data columns by name, ``_ts``, ``_diff``) as a layer: the data columns
+        by position, the key ``_k``, ``_ts``, ``_diff``, hash-partitioned by ``_k``."""
+        from timeshard.spark.parts import column
+
+        names = [column(c).alias(f"_c{i}") for i, c in enumerate(self.columns)]
+        key = column(_KEYED).alias(KEY)
+        positional = self._keyed(df).select(*names, key, column(TS).alias(TS), DIFF)
+        return positional.repartition(self.partitions, KEY)
+
+    def _keys(self) -> list[str]:
+        return [KEY]
+
+    def touched(self, layers: Sequence[Layer], keys: Any, lower: int) -> Any:
+        """The rows of ``layers`` whose key is in ``keys`` (a DataFrame of ``_k``, as
+        :meth:`partitioned` computes it) with their names, ``_ts = lower - 1`` and ``_diff``.
+
+        ``keys`` is the build side of a hash join that the layers stream
+        through where they lie: partitioned like them, it is not shuffled either.
+        """
+        union = functools.reduce(lambda a, b: a.union(b), [x.df for x in layers])
+        rows = union.join(keys.hint("shuffle_hash"), KEY, "left_semi")
+        return self.named(rows, f"CAST({int(lower) - 1} AS BIGINT)")
+
+    def _keyed(self, df: Any) -> Any:
+        """``df`` with the key struct as ``__timeshard_key``.
+
+        The expressions are unqualified rather than evaluated over ``df``
+        aliased: Spark 4.1 fails to optimize a union of checkpoints of a plan
+        with a subquery alias and a filter under it ("key not found" in the
+        union's constraints), which a merge of two layers is.
+        """
+        from pyspark.sql import functions as F
+
+        fields = ", ".join(
+            f"'k{i}', {_unqualified(e, self.alias)}" for i, e in enumerate(self.expressions)
+        )
+        return df.select("*", F.expr(f"named_struct({fields})").alias(_KEYED))
+
+
+def _unqualified(expression: str, alias: str) -> str:
+    """``expression`` (Spark SQL) with its columns' qualifier ``alias`` dropped."""
+    from sqlglot import exp, parse_one
+
+    tree = parse_one(expression, dialect="spark")
+    for col in list(tree.find_all(exp.Column)):
+        part = "db" if col.args.get("db") is not None else "table"
+        if col.args.get(part) is not None and col.text(part).lower() == alias.lower():
+            col.set(part, None)
+    return tree.sql(dialect="spark")
+
+
+_KEYED = "__timeshard_key"
+
+
+def _unhashable(data_type: Any) -> str | None:
+    """What in a key type makes hash partitioning disagree with GROUP BY, or None.
+
+    Floats: GROUP BY (and a join) makes -0.0 one with 0.0 and every NaN one,
+    hashing does not. A string with a collation other than binary groups
+    values that hash apart. Maps and variants cannot be grouped.
+    """
+    from pyspark.sql import types as T
+
+    if isinstance(data_type, T.FloatType | T.DoubleType):
+        return "a floating-point field"
+    if isinstance(data_type, T.StringType) and data_type.collation != "UTF8_BINARY":
+        return f"a string of collation {data_type.collation}"
+    if isinstance(data_type, T.MapType | T.VariantType):
+        return f"a {data_type.simpleString()} field"
+    if isinstance(data_type, T.ArrayType):
+        return _unhashable(data_type.elementType)
+    if isinstance(data_type, T.StructType):
+        return next((w for f in data_type.fields if (w := _unhashable(f.dataType))), None)
+    return None
+
+
+__all__ = ["KEY", "ArrangedRows", "KeyedRows"]

@@ -22,7 +22,11 @@ term reads the shards' parts at ``lower - 1`` or shuffles them; the updates
 become the arrangements' next layers, filled by the write.
 
 Grouped plans: the touched keys are the grouping keys of the input's ok
-updates. The input rows of those keys are taken at every evaluation time --
+updates. Their rows at ``lower - 1`` come from the input arranged by the
+plan's key (:class:`~timeshard.compute.arranged_rows.KeyedRows`, a semi-join
+of the layers with the updates' keys, no layer shuffled; the updates become
+the next layer), or, for a key that cannot be arranged, from the shards'
+parts. The input rows of those keys are taken at every evaluation time --
 ``lower - 1`` and each change time -- tagged ``__t``, consolidated and
 expanded by multiplicity (a negative multiplicity becomes an err row, as in
 the full path). The rewritten query runs over them once; each group's rows at
@@ -36,6 +40,7 @@ every part read), unleased readers in read-only mode.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
@@ -49,7 +54,7 @@ from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
 
 if TYPE_CHECKING:
-    from timeshard.compute.arranged_rows import ArrangedRows
+    from timeshard.compute.arranged_rows import ArrangedRows, KeyedRows
     from timeshard.spark.snapshot import PartsReader
 
 log = logging.getLogger(__name__)
@@ -88,6 +93,9 @@ class SparkDelta:
         #: the last delta reads (held until its write is done).
         self._rows: dict[str, ArrangedRows] | None = None
         self._held = contextlib.ExitStack()
+        #: A grouped plan's sources arranged by key (by placeholder), or why they cannot be.
+        self._keyed: dict[str, KeyedRows] | None = None
+        self._keyed_not: str | None = None
 
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
         """The view's updates at times in ``[lower, upper)``, or None if no input changed."""
@@ -113,7 +121,11 @@ class SparkDelta:
         else:
             keyed = {s.input for s in self.plan.keyed}
             changes = sorted({t for a in keyed for t in times[a]})
-            ok = self._grouped(lower, upper, changes) if changes else None
+            if changes:
+                ok = self._grouped(lower, upper, changes, changed)
+            else:
+                self._skip_rows(lower, upper)
+                ok = None
         errs = [self._err_updates(a, lower, upper) for a in sorted(changed)]
         out = self._consolidated(ok, errs)
         rows = sum(self._rows_in(a, lower, upper) for a in changed)
@@ -125,6 +137,8 @@ class SparkDelta:
             self._aggregated().prepare(lower, lambda: self._aggregate_snapshot(lower))
         if self.plan.arranged:
             self._arranged(lower)
+        if self.plan.keyed and self.plan.aggregate is None:
+            self._keyed_rows(lower)
 
     def written(self) -> None:
         """The last delta has been written: settle the new layers its write filled."""
@@ -135,7 +149,7 @@ class SparkDelta:
     def arrangements(self) -> list[Any]:
         """The arrangements this delta keeps."""
         states: list[Any] = [] if self._aggregates is None else [self._aggregates.state]
-        return states + list((self._rows or {}).values())
+        return states + self._every_rows()
 
     def close(self) -> None:
         """Free the arrangements."""
@@ -143,10 +157,10 @@ class SparkDelta:
             self._aggregates.close()
             self._aggregates = None
         self._held.close()  # a pending layer need not be filled: it is freed with the rest
-        for rows in (self._rows or {}).values():
+        for rows in self._every_rows():
             rows.wait_for_merges()
             rows.clear()
-        self._rows = None
+        self._rows = self._keyed = None
 
     def _aggregated(self) -> SparkAggregates:
         """The per-group states of a GROUP BY plan kept by state."""
@@ -275,7 +289,7 @@ class SparkDelta:
         A layer that cannot be filled drops its arrangement, which the next
         delta rebuilds from the input.
         """
-        for rows in (self._rows or {}).values():
+        for rows in self._every_rows():
             try:
                 rows.settle()
             except Exception:
@@ -286,9 +300,13 @@ class SparkDelta:
     def _skip_rows(self, lower: Timestamp, upper: Timestamp) -> None:
         """No input changed in ``[lower, upper)``: arrangements at ``lower`` hold at ``upper``."""
         self._settle_rows()
-        for rows in (self._rows or {}).values():
+        for rows in self._every_rows():
             if rows.time == lower:
                 rows.advance(int(upper))
+
+    def _every_rows(self) -> list[ArrangedRows]:
+        """Every arranged input of this delta (a join's, or a grouped plan's)."""
+        return [*(self._rows or {}).values(), *(self._keyed or {}).values()]
 
     def _arranged_frames(
         self, lower: Timestamp, upper: Timestamp, changed: set[str]
@@ -316,6 +334,78 @@ class SparkDelta:
                 rows.advance(int(upper))
         for rows, layer in pushes:
             rows.push(layer, int(upper))
+        return frames
+
+    # -- a grouped plan's arranged sources ---------------------------------------------------
+
+    def _keyed_rows(self, lower: Timestamp) -> list[KeyedRows] | None:
+        """The grouped plan's sources arranged by key, each holding its input's ok rows at
+        ``lower - 1`` (rebuilt, one Spark job per source, where it does not); None when a
+        source cannot be arranged (:meth:`KeyedRows.why_not`): the ticks then read the
+        touched keys' rows from the shards."""
+        from timeshard.compute.arranged_rows import KeyedRows
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        if self._keyed_not is not None:
+            return None
+        self._settle_rows()
+        if self._keyed is None:
+            keyed = {
+                s.placeholder: KeyedRows(self.spark, s.keys, s.alias, self._names(s.input))
+                for s in self.plan.keyed
+            }
+            for s in self.plan.keyed:
+                schema = arrow_to_spark_schema(self._reader_of(s.input).schema)
+                why = keyed[s.placeholder].why_not(schema)
+                if why is not None:
+                    self._keyed_not = f"input {s.input!r} is not arranged by key: {why}"
+                    log.info("%s", self._keyed_not)
+                    return None
+            self._keyed = keyed
+        for s in self.plan.keyed:
+            rows = self._keyed[s.placeholder]
+            if rows.time != lower:
+                rows.rebuild(self._old(s.input, lower), int(lower))
+        return [self._keyed[s.placeholder] for s in self.plan.keyed]
+
+    def _keyed_frames(
+        self, lower: Timestamp, upper: Timestamp, changed: set[str], arranged: Sequence[KeyedRows]
+    ) -> dict[str, Any]:
+        """Per source ``i`` of the grouped plan: ``d<i>`` its ok updates, ``t<i>`` its rows at
+        ``lower - 1`` of the keys any source's update touched, read from its layers.
+
+        A changed input's updates are each of its sources' next layer, pushed
+        now and filled by the write (which reads them as ``d<i>`` and as the
+        touched keys); the layers read stay pinned until :meth:`written`.
+        """
+        from pyspark.sql import functions as F
+
+        from timeshard.compute.arranged_rows import KEY
+
+        frames: dict[str, Any] = {}
+        pending = []
+        for i, (source, rows) in enumerate(zip(self.plan.keyed, arranged, strict=True)):
+            if source.input in changed:
+                layer = rows.pending(self._ok_updates(source.input, lower, upper))
+                frames[f"d{i}"] = rows.named(layer.df)
+                pending.append((rows, layer))
+            else:
+                frames[f"d{i}"] = self._ok_updates(source.input, lower, upper)
+        keys = [layer.df.select(KEY) for _, layer in pending]
+        for i, rows in enumerate(arranged):
+            layers = self._held.enter_context(rows.pinned())
+            key_type = layers[0].df.schema[KEY].dataType
+            typed = [
+                k if k.schema[KEY].dataType == key_type else k.select(F.col(KEY).cast(key_type))
+                for k in keys
+            ]  # another source's key, as this one's type (the query's join compares them so)
+            touched = functools.reduce(lambda a, b: a.union(b), typed)
+            frames[f"t{i}"] = rows.touched(layers, touched, int(lower))
+        for rows, layer in pending:
+            rows.push(layer, int(upper))
+        for source, rows in zip(self.plan.keyed, arranged, strict=True):
+            if source.input not in changed:
+                rows.advance(int(upper))
         return frames
 
     # -- linear ------------------------------------------------------------------------------
@@ -373,13 +463,25 @@ class SparkDelta:
 
     # -- grouped -----------------------------------------------------------------------------
 
-    def _grouped(self, lower: Timestamp, upper: Timestamp, changes: Sequence[Timestamp]) -> Any:
+    def _grouped(
+        self,
+        lower: Timestamp,
+        upper: Timestamp,
+        changes: Sequence[Timestamp],
+        changed: set[str],
+    ) -> Any:
         from timeshard.spark.sqltext import quoted, renamed, sql_over
 
         evaluated = [int(t) for t in ([lower - 1] if lower > 0 else []) + list(changes)]
         sources = self.plan.keyed
-        frames = {f"d{i}": self._ok_updates(s.input, lower, upper) for i, s in enumerate(sources)}
-        frames.update({f"o{i}": self._old(s.input, lower) for i, s in enumerate(sources)})
+        arranged = self._keyed_rows(lower)
+        if arranged is None:
+            frames = {
+                f"d{i}": self._ok_updates(s.input, lower, upper) for i, s in enumerate(sources)
+            }
+            frames.update({f"o{i}": self._old(s.input, lower) for i, s in enumerate(sources)})
+        else:
+            frames = self._keyed_frames(lower, upper, changed, arranged)
         expanded = f"explode(sequence(1, CAST({DIFF} AS INT))) AS __n"  # a row per multiple
         negatives = []
         for i, s in enumerate(sources):
@@ -392,7 +494,10 @@ class SparkDelta:
                     f"(SELECT *, {expanded} FROM {v['c']} WHERE {DIFF} > 0)"
                 ),
             )
-            present.createOrReplaceTempView(s.placeholder)
+            # A join of the touched keys' rows is a sort-merge join, in the write's job, not
+            # a broadcast (a job of its own) whatever size Spark estimates for them.
+            hinted = present.hint("merge") if len(sources) > 1 else present
+            hinted.createOrReplaceTempView(s.placeholder)
             negatives.append(self._negative(counted, s.input, self._names(s.input)))
         (term,) = self.plan.terms
         result = renamed(self.spark.sql(term.sql), [*self.data_schema.names, AT])
@@ -433,20 +538,12 @@ class SparkDelta:
         """
         from timeshard.spark.sqltext import quoted
 
-        sources = self.plan.keyed
-        source = sources[i]
+        source = self.plan.keyed[i]
         names = ", ".join(quoted(n) for n in self._names(source.input))
-        old_names = ", ".join(f"o.{quoted(n)}" for n in self._names(source.input))
-        touched_keys = ", ".join(self._key_names(source, "t"))
-        touched = " UNION ALL ".join(
-            f"SELECT {touched_keys} FROM ({self._keyed(s, views[f'd{j}'], 't')})"
-            for j, s in enumerate(sources)
-        )
-        match = " AND ".join(f"o.{n} <=> t.{n}t" for n in self._key_names(source))
-        old = (
-            f"SELECT {old_names}, o.{TS}, o.{DIFF} FROM ({self._keyed(source, views[f'o{i}'])}) o "
-            f"LEFT SEMI JOIN (SELECT DISTINCT {touched_keys} FROM ({touched})) t ON {match}"
-        )
+        if f"t{i}" in views:  # arranged: the touched keys' rows at lower - 1, read already
+            old = f"SELECT {names}, {TS}, {DIFF} FROM {views[f't{i}']}"
+        else:
+            old = self._touched_old(views, i)
         rows = f"{old} UNION ALL SELECT {names}, {TS}, {DIFF} FROM {views[f'd{i}']}"
         at = f"array({', '.join(f'{t}L' for t in evaluated)})"
         timed = f"SELECT *, explode({at}) AS {AT} FROM ({rows})"
@@ -455,7 +552,26 @@ class SparkDelta:
             f"WHERE {TS} <= {AT} GROUP BY {names}, {AT}"
         )
 
-    def _keyed(self, source: KeyedSource, view: str, suffix: str = "") -> str:
+    def _touched_old(self, views: Mapping[str, str], i: int) -> str:
+        """SQL: source ``i``'s rows at ``lower - 1`` (``o<i>``) of the keys any update touched."""
+        from timeshard.spark.sqltext import quoted
+
+        sources = self.plan.keyed
+        source = sources[i]
+        old_names = ", ".join(f"o.{quoted(n)}" for n in self._names(source.input))
+        touched_keys = ", ".join(self._key_names(source, "t"))
+        touched = " UNION ALL ".join(
+            f"SELECT {touched_keys} FROM ({self._keyed_sql(s, views[f'd{j}'], 't')})"
+            for j, s in enumerate(sources)
+        )
+        match = " AND ".join(f"o.{n} <=> t.{n}t" for n in self._key_names(source))
+        return (
+            f"SELECT {old_names}, o.{TS}, o.{DIFF} "
+            f"FROM ({self._keyed_sql(source, views[f'o{i}'])}) o "
+            f"LEFT SEMI JOIN (SELECT DISTINCT {touched_keys} FROM ({touched})) t ON {match}"
+        )
+
+    def _keyed_sql(self, source: KeyedSource, view: str, suffix: str = "") -> str:
         """SQL: the rows of ``view`` (``source``'s input) with its keys as ``__k<i><suffix>``."""
         from timeshard.spark.sqltext import quoted
 
