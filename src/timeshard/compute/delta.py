@@ -59,6 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The RDD local property by which a checkpoint fills the checkpoints it reads as well.
+_ALL_MARKED_ANCESTORS = "spark.checkpoint.checkpointAllMarkedAncestors"
 #: Input alias -> the reader its parts are read through right now.
 ReaderOf = Callable[[str], "PartsReader"]
 #: (input alias, lower, upper) -> the input's change times in [lower, upper).
@@ -485,7 +487,9 @@ class SparkDelta:
         expanded = f"explode(sequence(1, CAST({DIFF} AS INT))) AS __n"  # a row per multiple
         negatives = []
         for i, s in enumerate(sources):
-            counted = sql_over(frames, lambda v, i=i: self._counted(v, i, evaluated))  # type: ignore[misc]
+            counted = self._once(
+                sql_over(frames, lambda v, i=i: self._counted(v, i, evaluated))  # type: ignore[misc]
+            )
             names = ", ".join(quoted(n) for n in self._names(s.input))
             present = sql_over(
                 {"c": counted},
@@ -551,6 +555,25 @@ class SparkDelta:
             f"SELECT {names}, {AT}, sum({DIFF}) AS {DIFF} FROM ({timed}) "
             f"WHERE {TS} <= {AT} GROUP BY {names}, {AT}"
         )
+
+    def _once(self, df: Any) -> Any:
+        """``df``, computed once by the write that reads it twice (the query's rows and the
+        negative multiplicities; Spark reuses no exchange between the two): a lazy local
+        checkpoint, its blocks freed once the write is done (:meth:`written`)."""
+        from timeshard.storage.upsert_state import Layer
+
+        # The checkpoint also fills the lazy checkpoints it reads (the arrangements' new
+        # layers), which Spark leaves to their own job otherwise: a flag of the RDD, taken
+        # from the thread's local property when the RDD is made.
+        context = self.spark.sparkContext
+        before = context.getLocalProperty(_ALL_MARKED_ANCESTORS)
+        context.setLocalProperty(_ALL_MARKED_ANCESTORS, "true")
+        try:
+            once = df.localCheckpoint(eager=False)
+        finally:
+            context.setLocalProperty(_ALL_MARKED_ANCESTORS, before)  # type: ignore[arg-type]
+        self._held.callback(Layer(once, 0).release)
+        return once
 
     def _touched_old(self, views: Mapping[str, str], i: int) -> str:
         """SQL: source ``i``'s rows at ``lower - 1`` (``o<i>``) of the keys any update touched."""
