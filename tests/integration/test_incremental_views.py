@@ -494,3 +494,45 @@ def test_a_state_sum_that_overflows_is_the_views_error_until_it_fits_again(
         view.close()
         for hold in holds:
             hold.expire()
+
+
+def test_a_negative_multiplicity_is_an_err_row_of_a_grouped_view_over_arranged_inputs(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """An input row retracted more often than inserted: at those times the view has the err
+    row the full path has (the counted rows read once serve the query and the error)."""
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs = Inputs(client)
+    sql = "SELECT k, max(v) AS hi FROM a GROUP BY k"
+    holds = [client.open_leased_reader(s) for s in INPUTS.values()]
+    view = install(spark, client, sql)
+    holds.append(client.open_leased_reader("v"))
+    as_of = view.sink.as_of
+    inputs.append(1, [("a", "insert", k, v, 0) for k in range(3) for v in range(2)])
+    view.catch_up()
+    writer = inputs.writers["a"]
+    for diff in (-1, 1):  # (1, 9) retracted, never inserted; then inserted: 0 again
+        table = pa.Table.from_pylist(
+            [{"k": 1, "v": 9, "_ts": inputs.upper, "_diff": diff, "_err": None}],
+            schema=_updates_schema(writer.schema),
+        )
+        writer.append(table, inputs.upper, inputs.upper + 1)
+        inputs.writers["b"].append(
+            pa.Table.from_pylist([], schema=_updates_schema(B)), inputs.upper, inputs.upper + 1
+        )
+        inputs.upper += 1
+        view.catch_up()
+    assert any(isinstance(a, KeyedRows) for a in view.desired.arrangements())
+    assert view.stats.failures == 0
+    reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
+    names = list(reference.data_schema().names)
+    reader = holds[-1]
+    errs = []
+    for t in range(max(as_of, 0), inputs.upper):
+        want = normalized(from_scratch(reference, t), names)
+        assert normalized(reader.snapshot(t).to_pylist(), names) == want, t
+        errs.append(want[("err",)])
+    assert errs[-2:] == [1, 0], errs  # the err row at the negative time, and gone after
+    for hold in holds:
+        hold.expire()
+    view.close()
