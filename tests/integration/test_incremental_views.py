@@ -106,6 +106,12 @@ ARRANGED_KEYS = [
     ),
 ]
 
+#: Hypothesis settings of the tests below: each example runs Spark jobs for seconds.
+SLOW = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
 
 @st.composite
 def histories(draw: Any, queries: list[tuple[str, str]] = QUERIES) -> dict[str, Any]:
@@ -179,11 +185,7 @@ def install(spark: SparkSession, client: PersistClient, sql: str) -> Materialize
     )
 
 
-@settings(
-    max_examples=15,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(SLOW, max_examples=15)
 @given(history=histories())
 def test_incremental_view_equals_the_query_at_every_time(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]
@@ -191,11 +193,7 @@ def test_incremental_view_equals_the_query_at_every_time(
     check_history(spark, tmp_path_factory, history)
 
 
-@settings(
-    max_examples=8,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(SLOW, max_examples=8)
 @given(history=histories(ARRANGED_JOINS))
 def test_a_join_of_arranged_inputs_equals_the_query_at_every_time(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]
@@ -205,11 +203,7 @@ def test_a_join_of_arranged_inputs_equals_the_query_at_every_time(
     check_history(spark, tmp_path_factory, history, arranged=True)
 
 
-@settings(
-    max_examples=8,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@settings(SLOW, max_examples=8)
 @given(history=histories(ARRANGED_KEYS))
 def test_a_grouped_view_over_inputs_arranged_by_key_equals_the_query_at_every_time(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]
@@ -246,7 +240,6 @@ def check_history(
 
     ``keyed``: whether the grouped plan's inputs must be arranged by key (None: either).
     """
-    """Run ``history`` on two replicas, then compare the view with the query at every time."""
     tmp: Path = tmp_path_factory.mktemp("inc")
     client = PersistClient(Location.embedded(tmp))
     inputs = Inputs(client)
