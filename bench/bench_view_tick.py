@@ -11,7 +11,9 @@ issue 13:
 * ``linear``: ``SELECT k, v * 2 AS w FROM inp WHERE v % 2 = 0``;
 * ``group_sum``: ``SELECT g, count(*) AS n, sum(v) AS s FROM inp GROUP BY g``;
 * ``group_minmax``: ``SELECT g, min(v) AS lo, max(v) AS hi FROM inp GROUP BY g``;
-* ``join``: ``SELECT a.k, a.v, b.x FROM inp a JOIN side b ON a.k = b.k``.
+* ``join``: ``SELECT a.k, a.v, b.x FROM inp a JOIN side b ON a.k = b.k``;
+* ``join3``: ``join`` and ``JOIN side c ON c.k = a.v`` (three arrangements:
+  ``inp`` by ``k`` and by ``v``, ``side`` by ``k``).
 
 Each data tick changes ``--change`` of the rows of both inputs (a
 retraction and a re-insertion with ``v + 1``, ``x + 1``; tick ``i`` changes
@@ -79,6 +81,11 @@ VIEWS: dict[str, tuple[tuple[str, ...], str]] = {
     "group_sum": (("inp",), "SELECT g, count(*) AS n, sum(v) AS s FROM inp GROUP BY g"),
     "group_minmax": (("inp",), "SELECT g, min(v) AS lo, max(v) AS hi FROM inp GROUP BY g"),
     "join": (("inp", "side"), "SELECT a.k, a.v, b.x FROM inp a JOIN side b ON a.k = b.k"),
+    "join3": (
+        ("inp", "side"),
+        "SELECT a.k, a.v, b.x, c.x AS x2 FROM inp a JOIN side b ON a.k = b.k "
+        "JOIN side c ON c.k = a.v",
+    ),
 }
 # The goal of issue 13 for a view tick against a from-scratch evaluation, per change fraction.
 RATIO_GOALS = {0.01: 0.2, 0.0001: 0.05}

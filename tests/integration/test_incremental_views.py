@@ -82,11 +82,22 @@ QUERIES = [
 ]
 
 
-#: Joins of two inputs on equalities of their columns: both inputs are kept arranged by key.
+#: Inner joins on equalities of a column with an expression of the tables joined before it:
+#: every input is kept arranged by each key it is joined on (a self-join: two per input).
 ARRANGED_JOINS = [
     ("SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k WHERE a.v >= {n}", "linear"),
     ("SELECT x.k, x.v, y.w FROM a AS x JOIN b AS y ON x.v = y.w AND y.k = x.k", "linear"),
     ("SELECT b.w, a.v, a.k + {n} AS s FROM b JOIN a ON b.k = a.k AND a.v > b.w", "linear"),
+    (
+        "SELECT x.k, y.w, z.w AS w2 FROM a AS x JOIN b AS y ON x.k = y.k "
+        "JOIN b AS z ON z.w = x.v WHERE y.w <> {n}",
+        "linear",
+    ),
+    (
+        "SELECT x.k, x.v, y.w, z.k AS k2 FROM a AS x JOIN b AS y ON y.k = x.k "
+        "JOIN a AS z ON z.k = y.w AND z.v + {n} = x.v",
+        "linear",
+    ),
 ]
 
 #: Grouped plans whose inputs are kept arranged by key (the touched keys' rows read from the
@@ -310,7 +321,7 @@ def merges_paused(view: MaterializedView) -> Iterator[None]:
 def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
     """An idle tick runs no job; a delta tick one, the write, whichever inputs changed: it also
     fills the new layers of a GROUP BY's state and of the inputs arranged by key (a join's, a
-    min/max's, an outer join's)."""
+    min/max's, an outer join's, a three-way join's: two per input, one no term reads)."""
     client = PersistClient(Location.embedded(tmp_path))
     inputs = Inputs(client)
     inputs.append(1, [(t, "insert", k % 500, k, 0) for k in range(1000) for t in ("a", "b")])
@@ -320,6 +331,8 @@ def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
             "SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k",
             "SELECT k, min(v) AS lo, max(v) AS hi FROM a GROUP BY k",
             "SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.k = b.k",
+            "SELECT x.k, y.w, z.w AS w2 FROM a AS x JOIN b AS y ON x.k = y.k "
+            "JOIN b AS z ON z.w = x.v",
         ]
     ):
         view = MaterializedView.install(  # no full check: its jobs would count
@@ -351,19 +364,24 @@ def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "arrangements"),
     [
-        "SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k",
-        "SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.k = b.k",
+        ("SELECT a.k, a.v, b.w FROM a JOIN b ON a.k = b.k", 2),
+        ("SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.k = b.k", 2),
+        (
+            "SELECT x.k, y.w, z.w AS w2 FROM a AS x JOIN b AS y ON x.k = y.k "
+            "JOIN b AS z ON z.k = x.v",
+            3,  # a by k, a by v (from z's delta), b by k
+        ),
     ],
-    ids=["join", "left_join"],
+    ids=["join", "left_join", "three_way_join"],
 )
 def test_a_view_reads_every_layer_of_its_arranged_inputs(
-    spark: SparkSession, tmp_path: Path, sql: str
+    spark: SparkSession, tmp_path: Path, sql: str, arrangements: int
 ) -> None:
     """With merges paused each tick adds a layer to each changed input's arrangement (by join
-    key; for the outer join, a grouped plan, by key); the view must stay the query at every
-    time while they pile up, and after they merge."""
+    key, one per key an input is joined on; for the outer join, a grouped plan, by key); the
+    view must stay the query at every time while they pile up, and after they merge."""
     client = PersistClient(Location.embedded(tmp_path))
     inputs = Inputs(client)
     holds = [client.open_leased_reader(s) for s in INPUTS.values()]  # the reference reads back
@@ -372,7 +390,7 @@ def test_a_view_reads_every_layer_of_its_arranged_inputs(
     as_of = view.sink.as_of
     inputs.append(1, [("a", "insert", k % 3, k, 0) for k in range(5)] + [("b", "insert", 1, 7, 0)])
     view.catch_up()
-    assert len(view.desired.arrangements()) == 2, view.desired.plan
+    assert len(view.desired.arrangements()) == arrangements, view.desired.plan
     ticks = [
         [("a", "insert", 1, 8, 0), ("b", "insert", 0, 5, 0)],
         [("a", "retract", 1, 0, 0), ("b", "insert", 1, 9, 0), ("a", "insert", 2, 2, 1)],
@@ -389,7 +407,8 @@ def test_a_view_reads_every_layer_of_its_arranged_inputs(
     for rows in view.desired.arrangements():
         rows.wait_for_merges()
     # Geometric merges (a layer merges with a newer one at least half its size): some ran.
-    assert sum(len(rows.layers) for rows in view.desired.arrangements()) < 2 * (2 + len(ticks))
+    layers = sum(len(rows.layers) for rows in view.desired.arrangements())
+    assert layers < arrangements * (2 + len(ticks)), layers
     inputs.append(1, [("a", "retract", 0, 0, 0), ("b", "insert", 0, 2, 0)])
     view.catch_up()
     assert view.stats.failures == 0

@@ -1,13 +1,14 @@
 """A view input's rows arranged in Spark by join key: the arrangement of a linear join.
 
-A linear view that joins two inputs on equalities of their columns runs, per
-tick, the delta rule ``Δ(A ⋈ B) = ΔA ⋈ B_old + A_new ⋈ ΔB``. Read from the
-shards, ``B_old`` is a scan of every part of ``B`` and the join a broadcast of
+A linear view that joins inputs on equalities runs, per tick, the delta rule
+(two inputs: ``Δ(A ⋈ B) = ΔA ⋈ B_old + A_new ⋈ ΔB``). Read from the shards,
+``B_old`` is a scan of every part of ``B`` and the join a broadcast of
 ``ΔA`` (one Spark job per broadcast). Arranged, each input's rows are kept
-cached in Spark, hash-partitioned by its key columns; the other input's
-delta is partitioned the same way, so each term is a hash join, built on the
-delta, that the union of the cached layers streams through where they lie
-(Spark 4.1 keeps a partitioning through a union whose children share it)::
+cached in Spark, hash-partitioned by its key columns (once per key it is
+joined on); the rows joined so far are shuffled by the matching expressions,
+so each step of a term is a hash join, built on them, that the union of the
+cached layers streams through where they lie (Spark 4.1 keeps a partitioning
+through a union whose children share it)::
 
     layers (oldest first), each: the input's data columns (_c0 ..), _ts, _diff
     ┌─────────────────────────────┐

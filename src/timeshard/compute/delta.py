@@ -16,10 +16,13 @@ Linear plans: each term's placeholder tables are bound to the inputs' old,
 delta or new rows (temp views private to this delta), the terms are unioned
 by position, and the inputs' err updates are added as the view's err rows.
 A join whose inputs are arranged by key (:attr:`Plan.arranged`,
-:mod:`timeshard.compute.arranged_rows`) binds ``old`` to the union of the
-cached layers and ``delta`` to the updates partitioned like them, so no
-term reads the shards' parts at ``lower - 1`` or shuffles them; the updates
-become the arrangements' next layers, filled by the write.
+:mod:`timeshard.compute.arranged_rows`) runs each term as its join path:
+from the changed input's updates, a chain of hash joins built on the rows so
+far, each with an input's arrangement by the key of that step (``old``: the
+union of the cached layers; ``new``: with the updates partitioned like
+them), so no term reads the shards' parts at ``lower - 1`` or shuffles them.
+The updates become each of the input's arrangements' next layers, filled by
+the write (a layer no term reads is read with no row).
 
 Grouped plans: the touched keys are the grouping keys of the input's ok
 updates. Their rows at ``lower - 1`` come from the input arranged by the
@@ -49,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from timeshard.compute.aggregate import SparkAggregates, empty_contributions
-from timeshard.compute.incremental import AT, KeyedSource, Plan, Term
+from timeshard.compute.incremental import AT, JoinPath, KeyedSource, Plan, Term
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
 
@@ -93,7 +96,7 @@ class SparkDelta:
         self._aggregates: SparkAggregates | None = None
         #: A join's inputs arranged by join key (Plan.arranged), and the pins of the layers
         #: the last delta reads (held until its write is done).
-        self._rows: dict[str, ArrangedRows] | None = None
+        self._rows: dict[tuple[str, tuple[str, ...]], ArrangedRows] | None = None
         self._held = contextlib.ExitStack()
         #: A grouped plan's sources arranged by key (by placeholder), or why they cannot be.
         self._keyed: dict[str, KeyedRows] | None = None
@@ -268,18 +271,18 @@ class SparkDelta:
 
     # -- arranged join inputs ----------------------------------------------------------------
 
-    def _arranged(self, lower: Timestamp) -> dict[str, ArrangedRows]:
-        """The join's inputs arranged by key, each holding its ok rows at ``lower - 1``
-        (rebuilt, one Spark job per input, where it does not)."""
+    def _arranged(self, lower: Timestamp) -> dict[tuple[str, tuple[str, ...]], ArrangedRows]:
+        """The join's inputs arranged by each key they are joined on, each holding its ok rows
+        at ``lower - 1`` (rebuilt, one Spark job per arrangement, where it does not)."""
         from timeshard.compute.arranged_rows import ArrangedRows
 
         self._settle_rows()
         if self._rows is None:
             self._rows = {
-                alias: ArrangedRows(self.spark, keys, self._names(alias))
+                (alias, keys): ArrangedRows(self.spark, keys, self._names(alias))
                 for alias, keys in self.plan.arranged
             }
-        for alias, rows in self._rows.items():
+        for (alias, _), rows in self._rows.items():
             if rows.time != lower:
                 rows.rebuild(self._old(alias, lower), int(lower))
         return self._rows
@@ -312,31 +315,56 @@ class SparkDelta:
 
     def _arranged_frames(
         self, lower: Timestamp, upper: Timestamp, changed: set[str]
-    ) -> dict[tuple[str, str], Any]:
-        """Per (input, mode), its rows in that mode, partitioned by its key: the union of
-        its arranged layers (old), its updates (delta), or both (new).
+    ) -> dict[tuple[str, tuple[str, ...], str], Any]:
+        """Per (input, key, mode), its rows in that mode from its arrangement by that key,
+        partitioned by it: the union of the layers (old), the updates (delta), or both (new).
 
-        Each changed input's updates become its next layer, pushed now (the
-        arrangement is at ``upper`` from here) and filled by the write. The
-        layers read stay pinned until :meth:`written`.
+        Each changed input's updates become the next layer of each of its
+        arrangements, pushed now (the arrangement is at ``upper`` from here)
+        and filled by the write. The layers read stay pinned until
+        :meth:`written`.
         """
         arranged = self._arranged(lower)
-        frames: dict[tuple[str, str], Any] = {}
+        frames: dict[tuple[str, tuple[str, ...], str], Any] = {}
         pushes = []
-        for alias, rows in arranged.items():
+        for (alias, key), rows in arranged.items():
             layers = self._held.enter_context(rows.pinned())
-            frames[alias, "old"] = frames[alias, "new"] = rows.old(layers, lower)
+            frames[alias, key, "old"] = frames[alias, key, "new"] = rows.old(layers, lower)
             if alias in changed:
                 layer = rows.pending(self._ok_updates(alias, lower, upper))
-                # The delta is the hash join's build side: the layers stream through it.
-                frames[alias, "delta"] = rows.named(layer.df).hint("shuffle_hash")
-                frames[alias, "new"] = frames[alias, "old"].union(rows.named(layer.df))
+                frames[alias, key, "delta"] = rows.named(layer.df)
+                frames[alias, key, "new"] = frames[alias, key, "old"].union(rows.named(layer.df))
                 pushes.append((rows, layer))
             else:
                 rows.advance(int(upper))
         for rows, layer in pushes:
             rows.push(layer, int(upper))
         return frames
+
+    def _joined(
+        self,
+        path: JoinPath,
+        frames: Mapping[tuple[str, tuple[str, ...], str], Any],
+        read: set[tuple[str, tuple[str, ...]]],
+    ) -> Any:
+        """A term as its :class:`JoinPath`: from the delta, each step a hash join built on the
+        rows so far, which its arrangement's layers stream through where they lie. Adds to
+        ``read`` each arrangement whose pending layer the term reads."""
+        from pyspark.sql import functions as F
+
+        first = path.steps[0]
+        key = next(k for (a, k, m) in frames if a == first.input and m == "delta")
+        read.add((first.input, key))
+        out = frames[first.input, key, "delta"].alias(first.alias)
+        for step in path.steps[1:]:
+            assert step.on is not None, step
+            if step.mode == "new" and (step.input, step.key, "delta") in frames:
+                read.add((step.input, step.key))
+            rows = frames[step.input, step.key, step.mode].alias(step.alias)
+            out = out.hint("shuffle_hash").join(rows, F.expr(step.on), "inner")
+        if path.where is not None:
+            out = out.where(F.expr(path.where))
+        return out.selectExpr(*path.columns)
 
     # -- a grouped plan's arranged sources ---------------------------------------------------
 
@@ -415,29 +443,45 @@ class SparkDelta:
     def _linear(self, lower: Timestamp, upper: Timestamp, changed: set[str]) -> Any | None:
         from timeshard.spark.sqltext import quoted, renamed, select_exprs
 
-        frames = self._arranged_frames(lower, upper, changed) if self.plan.arranged else {}
-        out = self._terms(self.plan.terms, lower, upper, changed, frames)
+        fills = []
+        if self.plan.arranged:
+            frames = self._arranged_frames(lower, upper, changed)
+            paths = [t.path for t in self.plan.terms if t.delta_of in changed and t.path]
+            read: set[tuple[str, tuple[str, ...]]] = set()
+            out = self._summed([self._joined(path, frames, read) for path in paths])
+            fills = [
+                self._fill(frame)
+                for (alias, key, mode), frame in frames.items()
+                if mode == "delta" and (alias, key) not in read
+            ]
+        else:
+            out = self._terms(self.plan.terms, lower, upper, changed)
         if out is None:
             return None
         out = renamed(out, [*self.data_schema.names, TS, DIFF]).where(f"{TS} >= {int(lower)}")
         names = [quoted(n) for n in self.data_schema.names]
-        return select_exprs(out, [*names, TS, DIFF, f"CAST(NULL AS STRING) AS {ERR}"])
+        out = select_exprs(out, [*names, TS, DIFF, f"CAST(NULL AS STRING) AS {ERR}"])
+        return self._summed([out, *fills])
+
+    def _fill(self, layer: Any) -> Any:
+        """No row, read from a pending layer no term reads, so that the write fills it too
+        (else it is a Spark job of its own): its rows with ``_diff = 0`` (there are none; a
+        zero would change no sum), as the view's columns. The filter is opaque to Spark's
+        optimizer, which would drop a branch it knows to be empty, and the layer with it."""
+        from timeshard.spark.sqltext import select_exprs
+
+        zero = layer.where(f"{DIFF} = 0")
+        return select_exprs(zero, [*self._null_data(), TS, DIFF, f"CAST(NULL AS STRING) AS {ERR}"])
 
     def _terms(
-        self,
-        terms: Sequence[Term],
-        lower: Timestamp,
-        upper: Timestamp,
-        changed: set[str],
-        frames: dict[tuple[str, str], Any] | None = None,
+        self, terms: Sequence[Term], lower: Timestamp, upper: Timestamp, changed: set[str]
     ) -> Any | None:
         """The sum of the delta ``terms`` whose delta input changed (None: none did).
 
         Each term's placeholders are bound to its inputs' old, delta or new
-        rows (from ``frames`` by (input, mode) where given: the arranged
-        inputs; else read from the shards); the terms are unioned by position.
+        rows, read from the shards.
         """
-        frames = {} if frames is None else dict(frames)
+        frames: dict[tuple[str, str], Any] = {}
 
         def frame(alias: str, mode: str) -> Any:
             if (alias, mode) not in frames:
@@ -456,12 +500,12 @@ class SparkDelta:
             for name, (alias, mode) in term.tables.items():
                 frame(alias, mode).createOrReplaceTempView(name)
             results.append(self.spark.sql(term.sql))
-        if not results:
-            return None
-        out = results[0]
-        for r in results[1:]:
-            out = out.union(r)  # by position: every term has the same columns, _ts, _diff
-        return out
+        return self._summed(results)
+
+    @staticmethod
+    def _summed(results: Sequence[Any]) -> Any | None:
+        """The union of terms by position (every term has the same columns, _ts, _diff)."""
+        return functools.reduce(lambda a, b: a.union(b), results) if results else None
 
     # -- grouped -----------------------------------------------------------------------------
 

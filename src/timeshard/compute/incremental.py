@@ -27,12 +27,17 @@ of change times in the interval at once. A term whose delta input has no
 update in the interval is skipped (a join against a static input costs one
 term).
 
-A join of two distinct inputs on equalities of their columns (of the same
-type, not floating point) keeps both inputs *arranged* by those columns
-(:attr:`Plan.arranged`, :mod:`timeshard.compute.arranged_rows`): their rows
-at ``lower - 1`` are cached in Spark, hash-partitioned by the key, so each
-term joins the other input's delta with them where they lie (no scan of the
-shard, no broadcast job).
+An inner join of any number of inputs keeps its inputs *arranged* by join
+key (:attr:`Plan.arranged`, :mod:`timeshard.compute.arranged_rows`): their
+rows at ``lower - 1`` cached in Spark, hash-partitioned by the key. Each
+term then runs as a :class:`JoinPath` (:func:`_join_paths`): it starts from
+its delta occurrence and adds one occurrence at a time, joined on ON
+equalities of its own columns (not floating point) with expressions of the
+occurrences before it, and read from its input arranged by those columns (an
+input joined on different columns has one arrangement per key). Each step
+joins where the arrangement lies: no scan of the shard, no broadcast job.
+The join order does not change the term: which occurrences are old, delta or
+new follows the FROM order.
 
 **grouped** -- queries whose every output row belongs to one *key* decided by
 the input rows of that key alone: GROUP BY (any aggregates, HAVING) or SELECT
@@ -145,6 +150,35 @@ class Term:
     sql: str
     tables: Mapping[str, tuple[str, str]]
     delta_of: str | None
+    #: A join over arranged inputs: the same term as joins in order from the delta, each
+    #: table occurrence read from its input's arrangement by the columns it is joined on.
+    path: JoinPath | None = None
+
+
+@dataclass(frozen=True)
+class Step:
+    """One table occurrence of a :class:`JoinPath`: read from ``input``'s rows in ``mode``,
+    as ``alias``; after the first, arranged by ``key`` (columns of the input) and joined
+    with the occurrences before it on ``on`` (Spark SQL over their aliases), whose
+    equalities pair each key column with an expression of those occurrences."""
+
+    input: str
+    alias: str
+    mode: str
+    key: tuple[str, ...] = ()
+    on: str | None = None
+
+
+@dataclass(frozen=True)
+class JoinPath:
+    """A linear term as a chain of hash joins that starts from its delta occurrence: each
+    step joins the rows so far (the build side) with an arrangement that streams through
+    where it lies; then ``where`` (Spark SQL, or None) and the term's ``columns`` (Spark SQL
+    select expressions: the view's columns, ``_ts``, ``_diff``)."""
+
+    steps: tuple[Step, ...]
+    where: str | None
+    columns: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -203,8 +237,8 @@ class Plan:
     keyed: tuple[KeyedSource, ...] = ()
     #: grouped by per-group state (count, sum, avg), when the query allows it.
     aggregate: AggregatePlan | None = None
-    #: linear, a join of two inputs on equalities: each input and its key columns, paired in
-    #: order, by which it is kept arranged.
+    #: linear, a join whose every term has a :class:`JoinPath`: each (input, key columns) it
+    #: is kept arranged by (an input joined on different columns has one per key).
     arranged: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
 
@@ -257,11 +291,14 @@ def classify(sql: str, schemas: Mapping[str, pa.Schema]) -> Plan:
     terms: list[Term] = []
     for leaf in leaves:
         terms.extend(_delta_terms(leaf, view_id))
-    arranged = _arranged_join(leaves, schemas)
     reason = _linear_reason(leaves)
-    if arranged:
-        keys = "; ".join(f"{alias} by {', '.join(cols)}" for alias, cols in arranged)
-        reason += f"; inputs arranged by join key ({keys})"
+    paths = _join_paths(leaves[0], schemas) if len(leaves) == 1 else None
+    if paths is None:
+        return Plan(Classification("linear", reason), tuple(terms))
+    terms = [replace(term, path=path) for term, path in zip(terms, paths, strict=True)]
+    arranged = tuple(dict.fromkeys((s.input, s.key) for p in paths for s in p.steps if s.key))
+    keys = "; ".join(f"{alias} by {', '.join(cols)}" for alias, cols in arranged)
+    reason += f"; inputs arranged by join key ({keys})"
     return Plan(Classification("linear", reason), tuple(terms), arranged=arranged)
 
 
@@ -289,58 +326,97 @@ def _linear_reason(leaves: Sequence[Any]) -> str:
     return ", ".join(parts)
 
 
-def _arranged_join(
-    leaves: Sequence[Any], schemas: Mapping[str, pa.Schema]
-) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """Each input of a join of two and its key columns, if its inputs can be arranged by them.
+def _join_paths(select: Any, schemas: Mapping[str, pa.Schema]) -> list[JoinPath] | None:
+    """Each delta term of a join of inputs (one SELECT, inner joins, as :func:`_delta_terms`
+    orders them) as a chain of joins over arranged inputs, or None where one cannot be.
 
-    One SELECT joining two distinct inputs (inner), with equalities between
-    a column of each in ON. Both columns of a pair have one type, neither a
-    float (Spark joins -0.0 with 0.0, which hash apart) nor nested; no column
-    of either input is a map (layers are consolidated by grouping on every
-    column). Else ``()``: the terms read the shards' parts.
+    Term ``i`` starts from occurrence ``i`` (its delta) and adds, one at a time,
+    the first occurrence (in FROM order) that an ON equality joins on one of its
+    own columns with an expression of the occurrences already joined: that
+    occurrence is read from its input arranged by those columns. Every ON
+    conjunct is applied at the first step where all of its tables are joined;
+    the rest (no table) go to WHERE. None when some term cannot go on this way
+    (no such equality), when a key column is a float (Spark joins -0.0 with
+    0.0, which hash apart) or nested, or when an input has a map column
+    (layers are consolidated by grouping on every column): the terms then read
+    the shards' parts.
     """
     from sqlglot import exp
 
-    if len(leaves) != 1 or len(leaves[0].args.get("joins") or []) != 1:
-        return ()
-    select = leaves[0]
-    (join,) = select.args["joins"]
-    if join.args.get("side") or (join.args.get("kind") or "INNER").upper() != "INNER":
-        return ()
-    tables = [select.args["from_"].this, join.this]
-    if not all(isinstance(t, exp.Table) for t in tables):
-        return ()
-    names = [t.name for t in tables]
+    joins = select.args.get("joins") or []
+    if not joins or any(
+        j.args.get("side") or (j.args.get("kind") or "INNER").upper() != "INNER" for j in joins
+    ):
+        return None
+    tables = [select.args["from_"].this] + [j.this for j in joins]
+    if not all(isinstance(t, exp.Table) and t.name in schemas for t in tables):
+        return None
     aliases = [t.alias_or_name for t in tables]
-    on = join.args.get("on")
-    if names[0] == names[1] or on is None:
-        return ()
-    pairs: list[tuple[str, str]] = []
-    for conjunct in on.flatten() if isinstance(on, exp.And) else [on]:
-        if not isinstance(conjunct, exp.EQ):
+    if len(set(aliases)) != len(aliases):
+        return None
+    if any(_has_map(f.type) for t in tables for f in schemas[t.name]):
+        return None
+    conjuncts: list[Any] = []
+    for join in joins:
+        on = join.args.get("on")
+        if on is not None:
+            conjuncts.extend(on.flatten() if isinstance(on, exp.And) else [on])
+    refs = [{c.table for c in e.find_all(exp.Column)} for e in conjuncts]
+    where = select.args.get("where")
+    columns = tuple(e.sql(dialect="spark") for e in _weighted_columns(select, aliases))
+    n = len(tables)
+    paths = []
+    for i in range(n):
+        modes = ["old"] * i + ["delta"] + ["new"] * (n - i - 1)
+        steps = [Step(tables[i].name, aliases[i], modes[i])]
+        joined, used = {aliases[i]}, set()
+        while len(steps) < n:
+            for j in (j for j in range(n) if aliases[j] not in joined):
+                key = _key_columns(conjuncts, refs, aliases[j], joined, schemas[tables[j].name])
+                if key:
+                    break
+            else:
+                return None
+            on = [c for c, r in enumerate(refs) if c not in used and aliases[j] in r]
+            on = [c for c in on if refs[c] <= joined | {aliases[j]}]
+            used.update(on)
+            condition = exp.and_(*(conjuncts[c] for c in on)).sql(dialect="spark")
+            steps.append(Step(tables[j].name, aliases[j], modes[j], key, condition))
+            joined.add(aliases[j])
+        rest = [conjuncts[c] for c in range(len(conjuncts)) if c not in used]
+        if where is not None:
+            rest.insert(0, where.this)
+        filtered = exp.and_(*rest).sql(dialect="spark") if rest else None
+        paths.append(JoinPath(tuple(steps), filtered, columns))
+    return paths
+
+
+def _key_columns(
+    conjuncts: Sequence[Any],
+    refs: Sequence[set[str]],
+    alias: str,
+    joined: set[str],
+    schema: pa.Schema,
+) -> tuple[str, ...]:
+    """The columns of occurrence ``alias`` that ON equalities join with an expression of the
+    ``joined`` occurrences (in ON order, each once; only columns that hash alike)."""
+    from sqlglot import exp
+
+    key: list[str] = []
+    for conjunct, r in zip(conjuncts, refs, strict=True):
+        if not isinstance(conjunct, exp.EQ) or alias not in r or not r - {alias} <= joined:
             continue
-        sides = [conjunct.this, conjunct.expression]
-        if not all(isinstance(c, exp.Column) for c in sides):
-            continue
-        if [c.table for c in sides] == aliases:
-            pairs.append((sides[0].name, sides[1].name))
-        elif [c.table for c in sides] == aliases[::-1]:
-            pairs.append((sides[1].name, sides[0].name))
-    if not pairs:
-        return ()
-    left, right = schemas[names[0]], schemas[names[1]]
-    keys: list[tuple[str, str]] = []
-    for lcol, rcol in pairs:
-        lfield, rfield = _field(left, lcol), _field(right, rcol)
-        if lfield is None or rfield is None:
-            return ()
-        if lfield.type != rfield.type or not _hash_partitionable(lfield.type):
-            return ()
-        keys.append((lfield.name, rfield.name))
-    if any(_has_map(f.type) for schema in (left, right) for f in schema):
-        return ()
-    return ((names[0], tuple(k[0] for k in keys)), (names[1], tuple(k[1] for k in keys)))
+        sides = (conjunct.this, conjunct.expression)
+        for mine, other in (sides, sides[::-1]):
+            if not isinstance(mine, exp.Column) or mine.table != alias:
+                continue
+            theirs = {c.table for c in other.find_all(exp.Column)}
+            field = _field(schema, mine.name)
+            if not theirs or alias in theirs or field is None:
+                continue
+            if _hash_partitionable(field.type) and field.name not in key:
+                key.append(field.name)
+    return tuple(key)
 
 
 def _field(schema: pa.Schema, name: str) -> pa.Field | None:
@@ -486,22 +562,9 @@ def _weighted_term(select: Any, view_id: int, modes: list[str]) -> Term:
     rows') and ``_diff`` (the product of theirs); it is the delta of the
     occurrence in mode ``delta``, if one is.
     """
-    from sqlglot import exp
-
     tables = [select.args["from_"].this] + [j.this for j in select.args.get("joins") or []]
-    aliases = [t.alias_or_name for t in tables]
-    ts = [exp.column(TS, table=a, quoted=True) for a in aliases]
-    diffs = [exp.column(DIFF, table=a, quoted=True) for a in aliases]
-    ts_expr: exp.Expression = (
-        ts[0] if len(ts) == 1 else exp.Greatest(this=ts[0], expressions=ts[1:])
-    )
-    diff_expr: exp.Expression = diffs[0]
-    for d in diffs[1:]:
-        diff_expr = exp.Mul(this=diff_expr, expression=d)
     term = select.copy()
-    term.select(
-        exp.alias_(ts_expr, TS, quoted=True), exp.alias_(diff_expr, DIFF, quoted=True), copy=False
-    )
+    term.set("expressions", _weighted_columns(select, [t.alias_or_name for t in tables]))
     occurrences = [term.args["from_"].this] + [j.this for j in term.args.get("joins") or []]
     names: dict[str, tuple[str, str]] = {}
     for table, mode in zip(occurrences, modes, strict=True):
@@ -510,6 +573,23 @@ def _weighted_term(select: Any, view_id: int, modes: list[str]) -> Term:
         _rename(table, name)
     delta_of = [t.name for t, m in zip(tables, modes, strict=True) if m == "delta"]
     return Term(term.sql(dialect="spark"), names, delta_of[0] if delta_of else None)
+
+
+def _weighted_columns(select: Any, aliases: Sequence[str]) -> list[Any]:
+    """A linear SELECT's columns over weighted inputs (its table occurrences ``aliases``):
+    its own, then ``_ts`` (the greatest of its rows') and ``_diff`` (the product of theirs)."""
+    from sqlglot import exp
+
+    ts = [exp.column(TS, table=a, quoted=True) for a in aliases]
+    diffs = [exp.column(DIFF, table=a, quoted=True) for a in aliases]
+    ts_expr: exp.Expression = (
+        ts[0] if len(ts) == 1 else exp.Greatest(this=ts[0], expressions=ts[1:])
+    )
+    diff_expr: exp.Expression = diffs[0]
+    for d in diffs[1:]:
+        diff_expr = exp.Mul(this=diff_expr, expression=d)
+    own = [e.copy() for e in select.expressions]
+    return [*own, exp.alias_(ts_expr, TS, quoted=True), exp.alias_(diff_expr, DIFF, quoted=True)]
 
 
 def _rename(table: Any, name: str) -> None:
