@@ -22,8 +22,11 @@ one time, and then, view after view, times the view's sink from that point
 until the view's shard reaches the new time (``MaterializedView.catch_up``),
 counting the Spark jobs it submits (:class:`timeshard.spark.jobs.JobCounter`,
 which counts every job of the application, on any thread: keep the machine
-otherwise idle). The peer, in the same tick: the same query evaluated from
-scratch over the inputs' snapshots at that time, written as Parquet.
+otherwise idle), split by scheduler pool: the tick's own (``default``) and
+the background merges of the arrangements' layers (``timeshard-merge``),
+which share the cores with the tick but are off its path. The peer, in the
+same tick: the same query evaluated from scratch over the inputs' snapshots
+at that time, written as Parquet.
 Reported per view: median sink latency, Spark jobs per tick, the from-scratch
 time and the ratio sink / from scratch. Then ``--idle`` ticks with no input
 change (an empty append to both inputs): per view the Spark jobs and the
@@ -166,9 +169,11 @@ def timed_catch_up(spark: Any, view: MaterializedView) -> dict[str, Any]:
         t0 = time.perf_counter()
         view.catch_up()
         sink_s = time.perf_counter() - t0
+    pools = jobs.by_pool()
     return {
         "sink_s": sink_s,
-        "jobs": jobs.count,
+        "jobs": pools.pop("default", 0),
+        "background_jobs": sum(pools.values()),
         "rows_written": view.stats.rows_written - rows,
         "parts_written": view.stats.parts_written - parts,
     }
@@ -246,6 +251,7 @@ def run_size(
             "ratio": sink / scratch,
             "max_jobs": max(t["jobs"] for t in ts),
             "median_jobs": statistics.median(t["jobs"] for t in ts),
+            "background_jobs": sum(t["background_jobs"] for t in ts),
             "idle_ticks": idle_ticks[name],
             "idle_median_s": (
                 statistics.median(t["sink_s"] for t in idle_ticks[name])
@@ -265,6 +271,7 @@ def print_size(run: dict[str, Any], idle: int) -> None:
         "hydrate s",
         "sink median s",
         "jobs/tick (median, max)",
+        "merge jobs",
         "rows written/tick",
         "parts/tick",
         "from scratch s",
@@ -278,6 +285,7 @@ def print_size(run: dict[str, Any], idle: int) -> None:
             f"{v['hydrate_s']:.1f}",
             f"{v['median_sink_s']:.2f}",
             f"{v['median_jobs']:g}, {v['max_jobs']}",
+            str(v["background_jobs"]),
             f"{statistics.median(t['rows_written'] for t in v['ticks']):,.0f}",
             f"{statistics.median(t['parts_written'] for t in v['ticks']):g}",
             f"{v['median_scratch_s']:.2f}",
