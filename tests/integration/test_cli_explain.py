@@ -29,6 +29,7 @@ VIEWS = {
     "v_state": "SELECT k, count(*) AS n, sum(v) AS total FROM o GROUP BY k",
     "v_limit": "SELECT k, v FROM o ORDER BY v DESC LIMIT 2",
     "v_left": "SELECT o.k, c.name FROM o LEFT JOIN c ON o.k = c.k",
+    "v_float": "SELECT CAST(v AS DOUBLE) AS d, max(k) AS top FROM o GROUP BY CAST(v AS DOUBLE)",
 }
 runner = CliRunner()
 
@@ -71,6 +72,13 @@ def test_a_join_is_linear_with_one_term_per_input(
     modes = [sorted((t["input"], t["mode"]) for t in term["tables"]) for term in doc["terms"]]
     assert modes == [[("c", "new"), ("o", "delta")], [("c", "delta"), ("o", "old")]]
     assert [term["delta_of"] for term in doc["terms"]] == ["o", "c"]
+    # Each term runs from its delta, joining the other input's arrangement by k.
+    assert doc["arrangements"] == ["input c arranged by k", "input o arranged by k"]
+    orders = [[(s["alias"], s["mode"], s["by"]) for s in t["join_order"]] for t in doc["terms"]]
+    assert orders == [
+        [("o", "delta", []), ("c", "new", ["k"])],
+        [("c", "delta", []), ("o", "old", ["k"])],
+    ]
     for term in doc["terms"]:
         for table in term["tables"]:
             assert table["placeholder"] in term["sql"]
@@ -86,6 +94,18 @@ def test_a_group_by_is_grouped(location: tuple[Path, dict[str, MaterializedView]
     assert [(t["input"], t["mode"], t["shard"]) for t in term["tables"]] == [("o", "at", "orders")]
     assert "__t" in term["sql"] and "__t" in term["tables"][0]["stands_for"]
     assert "max() keeps no per-group state" in doc["reason"]
+    [arranged] = doc["arrangements"]
+    assert arranged.startswith("input o arranged by") and term["join_order"] is None
+
+
+def test_a_group_by_a_float_says_why_its_input_is_not_arranged(
+    location: tuple[Path, dict[str, MaterializedView]],
+) -> None:
+    root, _ = location
+    doc = explain_json(root, "v_float")
+    assert doc["path"] == "grouped"
+    [line] = doc["arrangements"]
+    assert line.startswith("nothing: input 'o' is not arranged by key") and "double" in line
 
 
 def test_count_and_sum_keep_per_group_state(
@@ -149,6 +169,8 @@ def test_the_table_names_the_path_and_the_placeholders(
     assert "view v_join" in text and VIEWS["v_join"] in text
     assert "path: linear" in text and "term 1 of 2 (runs when o has updates)" in text
     assert "the updates of input o (shard orders) in [lower, upper)" in text
+    assert "kept in Spark: input c arranged by k; input o arranged by k" in text
+    assert "runs as: o (o, delta) -> c (c by k, new) on `o`.`k` = `c`.`k`" in text
     out = runner.invoke(app, ["explain", "v_limit", "-l", str(root)], env={"COLUMNS": "200"})
     assert "path: full -- ORDER BY" in out.output and "term 1" not in out.output
     out = runner.invoke(app, ["status", "-l", str(root)], env={"COLUMNS": "200"})

@@ -15,8 +15,10 @@ A view is maintained on one of three paths (:mod:`timeshard.compute.incremental`
 
 The terms run over *placeholder tables*; each stands for one input in one
 mode (:data:`MODES`). Explain prints the view's SQL, its inputs, the path
-and the reason, and for an incremental view every term with what each of
-its placeholders stands for.
+and the reason, what the view keeps cached in Spark (its arrangements, or
+why a grouped view's inputs cannot be arranged), and for an incremental view
+every term with what each of its placeholders stands for and, for a join over
+arranged inputs, the order in which the term joins them ("runs as").
 
 Invariants:
 
@@ -163,6 +165,7 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
     desired = SparkViewDesired(spark, client, definition)
     try:
         plan = desired.plan
+        arrangements = desired.describe_arrangements()
     finally:
         desired.close()
     inputs = dict(definition.inputs)
@@ -184,6 +187,7 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
         "reason": plan.classification.reason,
         "recorded_path": recorded if isinstance(recorded, str) else None,
         "how": STATE_HOW if plan.aggregate is not None else COMBINE[plan.classification.path],
+        "arrangements": arrangements,
         "terms": [_term(term, inputs) for term in terms],
     }
 
@@ -201,10 +205,17 @@ def _term(term: Term, inputs: Mapping[str, str]) -> dict[str, Any]:
             "stands_for": MODES[mode].format(input=f"input {alias} (shard {shard})"),
         }
 
+    order = None
+    if term.path is not None:
+        order = [
+            {"alias": s.alias, "input": s.input, "mode": s.mode, "by": list(s.key), "on": s.on}
+            for s in term.path.steps
+        ]
     return {
         "sql": term.sql,
         "delta_of": term.delta_of,
         "tables": [table(name, alias, mode) for name, (alias, mode) in term.tables.items()],
+        "join_order": order,
     }
 
 
@@ -235,6 +246,12 @@ def render_explain(doc: Mapping[str, Any]) -> None:
             highlight=False,
         )
     console.print(escape(doc["how"]), soft_wrap=True, highlight=False)
+    cached = doc["arrangements"] or ["nothing (each tick reads what it needs from the parts)"]
+    console.print(
+        "kept in Spark: " + "; ".join(escape(line) for line in cached),
+        soft_wrap=True,
+        highlight=False,
+    )
     for i, term in enumerate(doc["terms"], 1):
         when = f" (runs when {term['delta_of']} has updates)" if term["delta_of"] else ""
         table = Table(
@@ -253,6 +270,20 @@ def render_explain(doc: Mapping[str, Any]) -> None:
             )
         console.print(table)
         console.print(escape(_pretty(term["sql"])), soft_wrap=True, highlight=False)
+        if term["join_order"]:
+            console.print(
+                "runs as: " + escape(" -> ".join(_step(s) for s in term["join_order"])),
+                soft_wrap=True,
+                highlight=False,
+            )
+
+
+def _step(step: Mapping[str, Any]) -> str:
+    """A step of a term's join order as explain prints it."""
+    if not step["by"]:
+        return f"{step['alias']} ({step['input']}, {step['mode']})"
+    by = ", ".join(step["by"])
+    return f"{step['alias']} ({step['input']} by {by}, {step['mode']}) on {step['on']}"
 
 
 def _pretty(sql: str) -> str:

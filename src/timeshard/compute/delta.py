@@ -156,6 +156,20 @@ class SparkDelta:
         states: list[Any] = [] if self._aggregates is None else [self._aggregates.state]
         return states + self._every_rows()
 
+    def describe(self) -> list[str]:
+        """What the deltas keep cached in Spark, one line each (Spark analysis only, no job):
+        for ``timeshard explain``."""
+        if self.plan.aggregate is not None:
+            return ["per-group aggregate state, by the GROUP BY key"]
+        if self.plan.arranged:
+            return [f"input {a} arranged by {', '.join(key)}" for a, key in self.plan.arranged]
+        if not self.plan.keyed:
+            return []
+        why = self._why_not_keyed(self._new_keyed())
+        if why is not None:
+            return [f"nothing: {why}; the touched keys' rows are read from the parts"]
+        return [f"input {s.input} arranged by ({', '.join(s.keys)})" for s in self.plan.keyed]
+
     def close(self) -> None:
         """Free the arrangements."""
         if self._aggregates is not None:
@@ -373,30 +387,41 @@ class SparkDelta:
         ``lower - 1`` (rebuilt, one Spark job per source, where it does not); None when a
         source cannot be arranged (:meth:`KeyedRows.why_not`): the ticks then read the
         touched keys' rows from the shards."""
-        from timeshard.compute.arranged_rows import KeyedRows
-        from timeshard.spark.session import arrow_to_spark_schema
-
         if self._keyed_not is not None:
             return None
         self._settle_rows()
         if self._keyed is None:
-            keyed = {
-                s.placeholder: KeyedRows(self.spark, s.keys, s.alias, self._names(s.input))
-                for s in self.plan.keyed
-            }
-            for s in self.plan.keyed:
-                schema = arrow_to_spark_schema(self._reader_of(s.input).schema)
-                why = keyed[s.placeholder].why_not(schema)
-                if why is not None:
-                    self._keyed_not = f"input {s.input!r} is not arranged by key: {why}"
-                    log.info("%s", self._keyed_not)
-                    return None
+            keyed = self._new_keyed()
+            self._keyed_not = self._why_not_keyed(keyed)
+            if self._keyed_not is not None:
+                log.info("%s", self._keyed_not)
+                return None
             self._keyed = keyed
         for s in self.plan.keyed:
             rows = self._keyed[s.placeholder]
             if rows.time != lower:
                 rows.rebuild(self._old(s.input, lower), int(lower))
         return [self._keyed[s.placeholder] for s in self.plan.keyed]
+
+    def _new_keyed(self) -> dict[str, KeyedRows]:
+        """The grouped plan's sources, each as an (empty) arrangement by its key."""
+        from timeshard.compute.arranged_rows import KeyedRows
+
+        return {
+            s.placeholder: KeyedRows(self.spark, s.keys, s.alias, self._names(s.input))
+            for s in self.plan.keyed
+        }
+
+    def _why_not_keyed(self, keyed: Mapping[str, KeyedRows]) -> str | None:
+        """Why some source of the grouped plan cannot be arranged by its key, or None."""
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        for s in self.plan.keyed:
+            schema = arrow_to_spark_schema(self._reader_of(s.input).schema)
+            why = keyed[s.placeholder].why_not(schema)
+            if why is not None:
+                return f"input {s.input!r} is not arranged by key: {why}"
+        return None
 
     def _keyed_frames(
         self, lower: Timestamp, upper: Timestamp, changed: set[str], arranged: Sequence[KeyedRows]

@@ -224,6 +224,10 @@ class SparkViewDesired:
         """The arrangements its deltas keep (``upsert_state.ArrangedState``)."""
         return [] if self._delta is None else self._delta.arrangements()
 
+    def describe_arrangements(self) -> list[str]:
+        """What an incremental view's deltas keep cached in Spark, one line each (no job)."""
+        return self._spark_delta().describe() if self.incremental else []
+
     def _parts_reader(self, alias: str) -> Any:
         lease = self._leases.get(alias)
         return lease if lease is not None else self.readers[alias]
