@@ -371,14 +371,18 @@ def _join_paths(select: Any, schemas: Mapping[str, pa.Schema]) -> list[JoinPath]
         steps = [Step(tables[i].name, aliases[i], modes[i])]
         joined, used = {aliases[i]}, set()
         while len(steps) < n:
-            for j in (j for j in range(n) if aliases[j] not in joined):
+            for j in range(n):
+                if aliases[j] in joined:
+                    continue
                 key = _key_columns(conjuncts, refs, aliases[j], joined, schemas[tables[j].name])
                 if key:
                     break
             else:
                 return None
-            on = [c for c, r in enumerate(refs) if c not in used and aliases[j] in r]
-            on = [c for c in on if refs[c] <= joined | {aliases[j]}]
+            with_j = joined | {aliases[j]}
+            on = [
+                c for c, r in enumerate(refs) if c not in used and aliases[j] in r and r <= with_j
+            ]
             used.update(on)
             condition = exp.and_(*(conjuncts[c] for c in on)).sql(dialect="spark")
             steps.append(Step(tables[j].name, aliases[j], modes[j], key, condition))
