@@ -27,6 +27,11 @@ the background merges of the arrangements' layers (``timeshard-merge``),
 which share the cores with the tick but are off its path. The peer, in the
 same tick: the same query evaluated from scratch over the inputs' snapshots
 at that time, written as Parquet.
+The views run in one process, so views that arrange an input by the same key
+share the arrangement (``join`` and ``join3``: ``inp`` by ``k``, ``side`` by
+``k``; the view that ticks second reads the layers the first one pushed):
+reported, the arrangements over the views, the distinct ones, and the bytes
+their layers cache in Spark.
 Reported per view: median sink latency, Spark jobs per tick, the from-scratch
 time and the ratio sink / from scratch. Then ``--idle`` ticks with no input
 change (an empty append to both inputs): per view the Spark jobs and the
@@ -192,6 +197,18 @@ def matches_scratch(spark: Any, client: PersistClient, name: str, t: int, scratc
         reader.expire()
 
 
+def shared_arrangements(views: dict[str, MaterializedView]) -> dict[str, Any]:
+    """How many arrangements the views read (each its own), how many distinct ones they
+    share, and the bytes the distinct ones' layers hold in Spark."""
+    every = [a for v in views.values() for a in v.desired.arrangements()]
+    distinct = {id(a): a for a in every}.values()
+    return {
+        "per_view": len(every),
+        "distinct": len(distinct),
+        "cached_bytes": sum(layer.size for a in distinct for layer in a.layers),
+    }
+
+
 def run_size(
     spark: Any, args: argparse.Namespace, rows: int, change: int, idle: int
 ) -> dict[str, Any]:
@@ -227,6 +244,7 @@ def run_size(
             )
         last = inputs.time - 1
         checks = {n: matches_scratch(spark, client, n, last, tmp / "scratch" / n) for n in views}
+        shared = shared_arrangements(views)
         idle_ticks: dict[str, list[dict[str, Any]]] = {name: [] for name in views}
         for _ in range(idle):
             inputs.idle()
@@ -237,6 +255,11 @@ def run_size(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out: dict[str, Any] = {"rows": rows, "change_rows": change, "load_s": load_s, "views": {}}
+    out["arrangements"] = shared
+    console.print(
+        f"arrangements: {shared['per_view']} over the views, {shared['distinct']} distinct "
+        f"(shared between views), {shared['cached_bytes'] / 2**20:.1f} MiB cached"
+    )
     for name in views:
         ts = ticks[name]
         sink = statistics.median(t["sink_s"] for t in ts)

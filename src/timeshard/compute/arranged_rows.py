@@ -25,16 +25,35 @@ need not be consolidated with each other: merges (background, geometric, as
 for every :class:`~timeshard.storage.upsert_state.Arrangement`) sum the rows
 of two layers and drop zero sums, to keep the layers few and small.
 
+Shared between views (:class:`SharedArrangements`). Every view of one Spark
+application that arranges an input by the same key reads the same
+arrangement, each at its own times: a delta over ``[lower, upper)`` reads
+the content *as of* ``lower`` (old) and ``upper`` (new), the rows whose
+``_ts`` is below that time. Each layer holds the updates of an interval of
+times (``[Layer.lower, Layer.upper)``) and keeps each row's own ``_ts`` from
+``Layer.exact_from`` on; a merge folds the times below the *frontier* of the
+slowest reader (the earliest time any view still reads at, :meth:`hold`),
+summing rows that differ only there, and keeps the later ones apart. So a
+view that lags holds the merges back from folding what it still reads, as
+Materialize holds an arrangement's compaction to its slowest reader. The
+view at the front pushes the next layer (the input's updates from the
+arrangement's time to its ``upper``); a view behind it reads that layer at
+its own times (its delta then comes from the parts).
+
 Invariants:
 
-1. The content is the input's ok rows at ``time - 1`` (err rows are the
-   view's err rows directly, never joined).
+1. The content as of ``time`` is the input's ok rows at ``time - 1`` (err
+   rows are the view's err rows directly, never joined).
 2. Every layer is hash-partitioned by the key columns into
    :attr:`~timeshard.storage.upsert_state.Arrangement.partitions`
    partitions, and its plan says so: a join on those columns with a side
-   partitioned the same way shuffles no layer.
-3. Every ``_ts`` in a layer is below ``time``; a reader sets it to
-   ``lower - 1`` (the rows' time as the delta rule's ``old``).
+   partitioned the same way shuffles no layer; a filter on ``_ts`` keeps it.
+3. Every ``_ts`` in a layer is in ``[Layer.lower, Layer.upper)``; below
+   ``Layer.exact_from`` a row's ``_ts`` may be any time of it below
+   ``exact_from`` (folded). A reader sets ``_ts`` to ``lower - 1`` for the
+   rows as the delta rule's ``old``.
+4. No layer folds a time at which a reader holds its frontier: every layer
+   that holds times on both sides of a frontier keeps them apart from it.
 
 Runs on the driver (bookkeeping); building the base (a rebuild) and a merge
 are Spark jobs, a delta layer is filled by the tick's write.
@@ -43,7 +62,9 @@ are Spark jobs, a delta layer is filled by the tick's write.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import threading
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from timeshard.persist._internal.parts import DIFF, TS
@@ -69,6 +90,15 @@ class ArrangedRows(Arrangement):
         self.columns = list(columns)
         #: Columns a layer has after the data columns, before ``_ts`` (a computed key).
         self.carried: list[str] = []
+        #: Reader -> its frontier: it reads the content as of that time or later only.
+        self._frontiers: dict[object, int] = {}
+        #: Held by the one view that plans a delta over the layers (reads the time,
+        #: rebuilds, pushes the next layer): see :class:`SharedArrangements`.
+        self.in_use = threading.Lock()
+
+    def twin(self) -> ArrangedRows:
+        """A new, empty arrangement of the same rows by the same key."""
+        return ArrangedRows(self.spark, self.keys, self.columns, self.partitions)
 
     def partitioned(self, df: Any) -> Any:
         """``df`` (the data columns by name, ``_ts``, ``_diff``) as a layer: hash-partitioned
@@ -105,34 +135,96 @@ class ArrangedRows(Arrangement):
     def rebuild(self, rows: Any, time: int) -> None:
         """Hold ``rows`` (the data columns, ``_ts``, ``_diff``: the input's ok rows at
         ``time - 1``) from now on, consolidated into one base layer (one Spark job)."""
-        self.reset([checkpointed(self._summed(self.partitioned(rows)))], time)
+        self.reset([checkpointed(self._summed(self.partitioned(rows), time))], time)
 
-    def pending(self, updates: Any) -> Layer:
-        """``updates`` (data columns, ``_ts``, ``_diff``) as a layer to :meth:`push` once the
-        tick is planned: partitioned like the layers, checkpointed by the first job that
-        reads it (the tick's write)."""
-        return Layer(self.partitioned(updates).localCheckpoint(eager=False), 0, pending=True)
+    def pending(self, updates: Any, lower: int, upper: int) -> Layer:
+        """``updates`` (data columns, ``_ts``, ``_diff``: the input's ok updates in
+        ``[lower, upper)``) as a layer to :meth:`push` once the tick is planned: partitioned
+        like the layers, checkpointed by the first job that reads it (the tick's write)."""
+        df = self.partitioned(updates).localCheckpoint(eager=False)
+        return Layer(df, 0, pending=True, lower=lower, upper=upper, exact_from=lower)
+
+    # -- readers at different times ----------------------------------------------------------
+
+    def hold(self, reader: object, frontier: int) -> None:
+        """``reader`` reads the content as of ``frontier`` or later only, from now on: merges
+        may fold the times of rows below it."""
+        with self._lock:
+            self._frontiers[reader] = frontier
+
+    def let_go(self, reader: object) -> None:
+        """``reader`` reads no more."""
+        with self._lock:
+            self._frontiers.pop(reader, None)
+
+    def readers(self) -> int:
+        with self._lock:
+            return len(self._frontiers)
+
+    def readable(self, layers: Sequence[Layer], at: int) -> bool:
+        """Whether ``layers`` give the content as of ``at`` (every row before ``at``): the
+        arrangement is at ``at`` or later, and no layer that holds times on both sides of
+        ``at`` has folded them."""
+        if self.time is None or self.time < at:
+            return False
+        return all(_splits(layer, at) for layer in layers)
+
+    def as_of(self, layers: Sequence[Layer], at: int, ts: str | None = None) -> Any:
+        """The content as of ``at`` (:meth:`readable`) from ``layers``, by name: the union of
+        the layers before ``at``, the one that holds ``at`` filtered by ``_ts``, partitioned
+        like each; ``ts`` (SQL) replaces ``_ts`` if given."""
+        return self.named(self._upto(layers, at), TS if ts is None else ts)
 
     def old(self, layers: Sequence[Layer], lower: int) -> Any:
-        """The union of ``layers`` as the delta rule's old rows: the data columns,
-        ``_ts = lower - 1`` and ``_diff``, partitioned like each layer."""
-        ts = f"CAST({int(lower) - 1} AS BIGINT)"
-        return functools.reduce(lambda a, b: a.union(b), [self.named(x.df, ts) for x in layers])
+        """The delta rule's old rows from ``layers``: the content as of ``lower``, with
+        ``_ts = lower - 1``."""
+        return self.as_of(layers, lower, f"CAST({int(lower) - 1} AS BIGINT)")
+
+    def _upto(self, layers: Sequence[Layer], at: int) -> Any:
+        """The rows of ``layers`` at times before ``at``, positional (a union of layers, some
+        filtered: every part keeps its partitioning)."""
+        assert layers and all(_splits(x, at) for x in layers), (at, layers)
+        picked = [x for x in layers if x.lower < at]
+        if not picked:  # nothing before `at`: the first layer, with no row left
+            return layers[0].df.where(f"{TS} < {int(at)}")
+        parts = [
+            x.df if x.upper is not None and x.upper <= at else x.df.where(f"{TS} < {int(at)}")
+            for x in picked
+        ]
+        return functools.reduce(lambda a, b: a.union(b), parts)
 
     def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
         # Shuffled again, off the tick path, rather than trusting the union's partitioning.
+        assert newer.upper is not None, newer
+        with self._lock:
+            fold = min([newer.upper, *self._frontiers.values()])
         union = older.df.union(newer.df).repartition(self.partitions, *self._keys())
-        return checkpointed(self._summed(union))
+        merged = checkpointed(self._summed(union, fold))
+        merged.exact_from = max(fold, older.exact_from or 0, newer.exact_from or 0)
+        return merged
 
-    def _summed(self, layer: Any) -> Any:
-        """Layer rows, partitioned by the key, summed per distinct row, zero sums dropped:
-        grouped on every column, a superset of the key, so the partitioning stays (on the
-        key columns, which the aggregate passes through)."""
+    def _keeps(self, merged: Layer) -> bool:
+        # A reader that came since the merge started may read at a time it folded.
+        return all(_splits(merged, at) for at in self._frontiers.values())
+
+    def _summed(self, layer: Any, fold: int) -> Any:
+        """Layer rows, partitioned by the key, summed per distinct row and time, every time
+        below ``fold`` as ``fold - 1``, zero sums dropped: grouped on every column, a
+        superset of the key, so the partitioning stays (on the key columns, which the
+        aggregate passes through)."""
         from pyspark.sql import functions as F
 
         data = [f"_c{i}" for i in range(len(self.columns))] + self.carried
-        summed = layer.groupBy(*data).agg(F.max(TS).alias(TS), F.sum(DIFF).alias(DIFF))
+        folded = F.when(F.col(TS) < fold, F.lit(fold - 1)).otherwise(F.col(TS)).alias(TS)
+        summed = layer.groupBy(*data, folded).agg(F.sum(DIFF).alias(DIFF))
         return summed.where(F.col(DIFF) != 0)
+
+
+def _splits(layer: Layer, at: int) -> bool:
+    """Whether ``layer`` tells its rows before ``at`` from the others (see Layer)."""
+    if at <= layer.lower or (layer.upper is not None and layer.upper <= at):
+        return True
+    return layer.exact_from is not None and layer.exact_from <= at
 
 
 #: The key column of a :class:`KeyedRows` layer.
@@ -167,6 +259,14 @@ class KeyedRows(ArrangedRows):
         self.alias = alias
         self.carried = [KEY]
 
+    @property
+    def key_text(self) -> tuple[str, ...]:
+        """The key's expressions without the input's alias (the same key in any view)."""
+        return tuple(_unqualified(e, self.alias) for e in self.expressions)
+
+    def twin(self) -> KeyedRows:
+        return KeyedRows(self.spark, self.expressions, self.alias, self.columns, self.partitions)
+
     def why_not(self, schema: Any) -> str | None:
         """Why rows of ``schema`` (Spark, the data columns) cannot be arranged by the key,
         or None (Spark analysis only: no job)."""
@@ -196,13 +296,14 @@ class KeyedRows(ArrangedRows):
         return [KEY]
 
     def touched(self, layers: Sequence[Layer], keys: Any, lower: int) -> Any:
-        """The rows of ``layers`` whose key is in ``keys`` (a DataFrame of ``_k``, as
-        :meth:`partitioned` computes it) with their names, ``_ts = lower - 1`` and ``_diff``.
+        """The rows of the content as of ``lower`` (:meth:`ArrangedRows.as_of`) whose key is
+        in ``keys`` (a DataFrame of ``_k``, as :meth:`partitioned` computes it) with their
+        names, ``_ts = lower - 1`` and ``_diff``.
 
         ``keys`` is the build side of a hash join that the layers stream
         through where they lie: partitioned like them, it is not shuffled either.
         """
-        union = functools.reduce(lambda a, b: a.union(b), [x.df for x in layers])
+        union = self._upto(layers, lower)
         rows = union.join(keys.hint("shuffle_hash"), KEY, "left_semi")
         return self.named(rows, f"CAST({int(lower) - 1} AS BIGINT)")
 
@@ -259,4 +360,65 @@ def _unhashable(data_type: Any) -> str | None:
     return None
 
 
-__all__ = ["KEY", "ArrangedRows", "KeyedRows"]
+class SharedArrangements:
+    """The arrangements of view inputs in one Spark application, one per input shard, columns
+    and key: every view that arranges an input alike reads the same layers.
+
+    A view acquires an arrangement by its key (made if no view has it) and
+    releases it when closed; the last to release it frees its layers. Views
+    read it at their own times (:meth:`ArrangedRows.hold`), so a view that
+    lags keeps the merges from folding the times it still reads, as
+    Materialize holds an arrangement's compaction to its slowest reader.
+    One view at a time plans a delta over it (:attr:`ArrangedRows.in_use`:
+    it reads the arrangement's time, rebuilds it if need be, pushes the next
+    layer); its write runs after, unlocked. A layer one view pushed is filled
+    by the first job that reads it (that view's write, or another view's that
+    read it at its own times: the same rows), and settled by each.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[Any, ...], tuple[ArrangedRows, set[int]]] = {}
+
+    @classmethod
+    def of(cls, spark: Any) -> SharedArrangements:
+        """The pool of ``spark``'s application."""
+        with _POOLS_LOCK:
+            pool = _POOLS.get(spark)
+            if pool is None:
+                pool = _POOLS[spark] = cls()
+            return pool
+
+    def acquire(self, key: tuple[Any, ...], user: object, make: Callable[[], Any]) -> Any:
+        """The arrangement ``key``, made by ``make`` if no view has it, read by ``user``."""
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = (make(), set())
+            entry[1].add(id(user))
+            return entry[0]
+
+    def users(self, key: tuple[Any, ...]) -> int:
+        with self._lock:
+            entry = self._entries.get(key)
+            return 0 if entry is None else len(entry[1])
+
+    def release(self, key: tuple[Any, ...], user: object) -> None:
+        """``user`` reads the arrangement ``key`` no more; the last user frees its layers."""
+        with self._lock:
+            rows, users = self._entries[key]
+            users.discard(id(user))
+            last = not users
+            if last:
+                del self._entries[key]
+        rows.let_go(user)
+        if last:
+            rows.wait_for_merges()
+            rows.clear()
+
+
+#: Each Spark session's pool of arrangements.
+_POOLS: weakref.WeakKeyDictionary[Any, SharedArrangements] = weakref.WeakKeyDictionary()
+_POOLS_LOCK = threading.Lock()
+
+__all__ = ["KEY", "ArrangedRows", "KeyedRows", "SharedArrangements"]

@@ -46,24 +46,27 @@ import contextlib
 import functools
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from timeshard.compute.aggregate import SparkAggregates, empty_contributions
+from timeshard.compute.arranged_rows import ArrangedRows, KeyedRows, SharedArrangements
 from timeshard.compute.incremental import AT, JoinPath, KeyedSource, Plan, Term
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
+from timeshard.storage.upsert_state import Layer
 
 if TYPE_CHECKING:
-    from timeshard.compute.arranged_rows import ArrangedRows, KeyedRows
     from timeshard.spark.snapshot import PartsReader
 
 log = logging.getLogger(__name__)
 
 #: The RDD local property by which a checkpoint fills the checkpoints it reads as well.
 _ALL_MARKED_ANCESTORS = "spark.checkpoint.checkpointAllMarkedAncestors"
+#: How long a delta waits for an arrangement another view's delta has checked out.
+_CHECK_OUT_S = 600.0
 #: Input alias -> the reader its parts are read through right now.
 ReaderOf = Callable[[str], "PartsReader"]
 #: (input alias, lower, upper) -> the input's change times in [lower, upper).
@@ -101,6 +104,11 @@ class SparkDelta:
         #: A grouped plan's sources arranged by key (by placeholder), or why they cannot be.
         self._keyed: dict[str, KeyedRows] | None = None
         self._keyed_not: str | None = None
+        #: Arrangements come from the application's pool (shared with every view that
+        #: arranges an input alike); those this delta has checked out while it plans.
+        self._pool = SharedArrangements.of(spark)
+        self._pooled: dict[int, tuple[ArrangedRows, tuple[Any, ...]]] = {}
+        self._checked_out: list[ArrangedRows] = []
 
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
         """The view's updates at times in ``[lower, upper)``, or None if no input changed."""
@@ -141,9 +149,11 @@ class SparkDelta:
         if self.plan.aggregate is not None:
             self._aggregated().prepare(lower, lambda: self._aggregate_snapshot(lower))
         if self.plan.arranged:
-            self._arranged(lower)
+            with self._arranged(lower):
+                pass
         if self.plan.keyed and self.plan.aggregate is None:
-            self._keyed_rows(lower)
+            with self._keyed_rows(lower):
+                pass
 
     def written(self) -> None:
         """The last delta has been written: settle the new layers its write filled."""
@@ -175,10 +185,12 @@ class SparkDelta:
         if self._aggregates is not None:
             self._aggregates.close()
             self._aggregates = None
-        self._held.close()  # a pending layer need not be filled: it is freed with the rest
-        for rows in self._every_rows():
-            rows.wait_for_merges()
-            rows.clear()
+        for rows in self._unique(self._every_rows()):
+            if self._shared_with_others(rows):  # their reads need its new layer filled
+                self._settle(rows)
+        self._held.close()  # else a pending layer need not be filled: it is freed with the rest
+        for rows in self._unique(self._every_rows()):
+            self._let_go(rows)
         self._rows = self._keyed = None
 
     def _aggregated(self) -> SparkAggregates:
@@ -285,21 +297,118 @@ class SparkDelta:
 
     # -- arranged join inputs ----------------------------------------------------------------
 
-    def _arranged(self, lower: Timestamp) -> dict[tuple[str, tuple[str, ...]], ArrangedRows]:
-        """The join's inputs arranged by each key they are joined on, each holding its ok rows
-        at ``lower - 1`` (rebuilt, one Spark job per arrangement, where it does not)."""
-        from timeshard.compute.arranged_rows import ArrangedRows
-
+    @contextlib.contextmanager
+    def _arranged(
+        self, lower: Timestamp
+    ) -> Iterator[dict[tuple[str, tuple[str, ...]], ArrangedRows]]:
+        """The join's inputs arranged by each key they are joined on, checked out for the
+        block, each readable as of ``lower`` (rebuilt, one Spark job per arrangement, where
+        not)."""
         self._settle_rows()
         if self._rows is None:
             self._rows = {
-                (alias, keys): ArrangedRows(self.spark, keys, self._names(alias))
+                (alias, keys): self._shared(
+                    ("rows", *self._input_id(alias), tuple(self._names(alias)), keys),
+                    functools.partial(ArrangedRows, self.spark, keys, self._names(alias)),
+                )
                 for alias, keys in self.plan.arranged
             }
-        for (alias, _), rows in self._rows.items():
-            if rows.time != lower:
-                rows.rebuild(self._old(alias, lower), int(lower))
-        return self._rows
+        with self._checked(self._rows.values()):
+            self._rows = self._made_readable(self._rows, {k: k[0] for k in self._rows}, lower)
+            yield self._rows
+
+    def _made_readable(
+        self, arranged: dict[Any, Any], inputs: Mapping[Any, str], lower: Timestamp
+    ) -> dict[Any, Any]:
+        """``arranged`` with each arrangement (once, if several names share one) made readable
+        at ``lower`` (:meth:`_readable`); ``inputs`` gives each name's input."""
+        made: dict[int, Any] = {}
+        for name, rows in arranged.items():
+            if id(rows) not in made:
+                made[id(rows)] = self._readable(rows, inputs[name], lower)
+        return {name: made[id(rows)] for name, rows in arranged.items()}
+
+    # -- arrangements shared between views ---------------------------------------------------
+
+    def _shared(self, key: tuple[Any, ...], make: Callable[[], ArrangedRows]) -> Any:
+        """The application's arrangement ``key``, made by ``make`` if no view has it."""
+        rows = self._pool.acquire(key, self, make)
+        self._pooled[id(rows)] = (rows, key)
+        return rows
+
+    def _input_id(self, alias: str) -> tuple[str, str]:
+        """The input's location (its blob's root) and shard id: one arrangement's key."""
+        blob = self._reader_of(alias).blob
+        return (blob.root_uri or f"blob {id(blob)}", self.sources[alias])
+
+    def _shared_with_others(self, rows: ArrangedRows) -> bool:
+        return id(rows) in self._pooled and self._pool.users(self._pooled[id(rows)][1]) > 1
+
+    def _let_go(self, rows: ArrangedRows) -> None:
+        """This delta reads ``rows`` no more (the last reader of an arrangement frees it)."""
+        pooled = self._pooled.pop(id(rows), None)
+        if pooled is not None:
+            self._pool.release(pooled[1], self)
+        else:  # its own
+            rows.wait_for_merges()
+            rows.clear()
+
+    def _readable(self, rows: ArrangedRows, alias: str, lower: Timestamp) -> Any:
+        """``rows``, checked out, if they can be read as of ``lower``; else rebuilt at ``lower``
+        (one Spark job): in place if no other view reads them, else as this delta's own
+        arrangement from now on (the others read it at their times)."""
+        rows.hold(self, int(lower))  # first: no merge from now on folds times it reads
+        with rows.pinned() as layers:
+            readable = rows.readable(layers, int(lower))
+        if not readable:
+            if self._shared_with_others(rows):
+                log.info("a shared arrangement is not readable at %s: this view's own", lower)
+                mine = rows.twin()
+                self._checked_out.remove(rows)
+                rows.in_use.release()
+                self._let_go(rows)
+                mine.in_use.acquire()
+                self._checked_out.append(mine)
+                rows = mine
+            rows.rebuild(self._old(alias, lower), int(lower))
+        rows.hold(self, int(lower))
+        return rows
+
+    @contextlib.contextmanager
+    def _checked(self, arrangements: Iterable[ArrangedRows]) -> Iterator[None]:
+        """``arrangements`` checked out for the block: another view's delta that plans over
+        them waits (for a rebuild's Spark job at most; a tick's write runs after)."""
+        assert not self._checked_out, self._checked_out
+        every = sorted(self._unique(arrangements), key=lambda r: repr(self._order(r)))
+        try:
+            for rows in every:
+                if not rows.in_use.acquire(timeout=_CHECK_OUT_S):
+                    raise TimeoutError(
+                        f"an arrangement of view inputs stayed checked out by another view "
+                        f"for {_CHECK_OUT_S} s"
+                    )
+                self._checked_out.append(rows)
+            yield
+        finally:
+            checked, self._checked_out = self._checked_out, []
+            for rows in checked:
+                rows.in_use.release()
+
+    def _order(self, rows: ArrangedRows) -> tuple[Any, ...]:
+        pooled = self._pooled.get(id(rows))
+        return ("shared", *pooled[1]) if pooled is not None else ("own", id(rows))
+
+    @staticmethod
+    def _unique(arrangements: Iterable[ArrangedRows]) -> list[ArrangedRows]:
+        """Each arrangement once (two inputs of one shard may share one)."""
+        return list({id(r): r for r in arrangements}.values())
+
+    def _settle(self, rows: ArrangedRows) -> None:
+        try:
+            rows.settle()
+        except Exception:
+            log.info("a view input's new layer could not be filled: rebuilding", exc_info=True)
+            rows.clear()
 
     def _settle_rows(self) -> None:
         """Settle the arranged inputs' pending layers (filled by the write, else one job each),
@@ -308,72 +417,124 @@ class SparkDelta:
         A layer that cannot be filled drops its arrangement, which the next
         delta rebuilds from the input.
         """
-        for rows in self._every_rows():
-            try:
-                rows.settle()
-            except Exception:
-                log.info("a join input's new layer could not be filled: rebuilding", exc_info=True)
-                rows.clear()
+        for rows in self._unique(self._every_rows()):
+            self._settle(rows)
         self._held.close()
 
     def _skip_rows(self, lower: Timestamp, upper: Timestamp) -> None:
-        """No input changed in ``[lower, upper)``: arrangements at ``lower`` hold at ``upper``."""
+        """No input changed in ``[lower, upper)``: arrangements at ``lower`` or later (up to
+        ``upper``) hold at ``upper``."""
         self._settle_rows()
-        for rows in self._every_rows():
-            if rows.time == lower:
-                rows.advance(int(upper))
+        every = self._unique(self._every_rows())
+        with self._checked(every):
+            for rows in every:
+                if rows.time is not None and lower <= rows.time < upper:
+                    rows.advance(int(upper))
+                if rows.time is not None and rows.time >= upper:
+                    rows.hold(self, int(upper))
 
     def _every_rows(self) -> list[ArrangedRows]:
         """Every arranged input of this delta (a join's, or a grouped plan's)."""
         return [*(self._rows or {}).values(), *(self._keyed or {}).values()]
 
+    def _next_layers(
+        self,
+        arranged: Iterable[tuple[str, ArrangedRows]],
+        lower: Timestamp,
+        upper: Timestamp,
+        changed: set[str],
+    ) -> dict[int, Layer | None]:
+        """Per arrangement (by id) of a changed input, its next layer: the input's updates
+        from the arrangement's time (``lower`` or later) to ``upper``, or None if it is at
+        ``upper`` already (another view's delta pushed them)."""
+        layers: dict[int, Layer | None] = {}
+        for alias, rows in arranged:
+            if alias in changed and id(rows) not in layers:
+                at = rows.time
+                assert at is not None and at >= lower, (at, lower)
+                updates = self._ok_updates(alias, at, upper) if at < upper else None
+                layers[id(rows)] = None if updates is None else rows.pending(updates, at, upper)
+        return layers
+
+    def _moved_on(
+        self, arranged: Iterable[ArrangedRows], pushed: Mapping[int, Layer | None], upper: Timestamp
+    ) -> None:
+        """Push the new layers; every arrangement is at ``upper`` (or later) from here, and
+        this delta reads them as of ``upper`` or later next."""
+        for rows in self._unique(arranged):
+            layer = pushed.get(id(rows))
+            if layer is not None:
+                rows.push(layer, int(upper))
+            elif rows.time is not None and rows.time < upper:
+                rows.advance(int(upper))  # no update reached it in [time, upper)
+            rows.hold(self, int(upper))
+
     def _arranged_frames(
         self, lower: Timestamp, upper: Timestamp, changed: set[str]
-    ) -> dict[tuple[str, tuple[str, ...], str], Any]:
+    ) -> tuple[dict[tuple[str, tuple[str, ...], str], Any], list[tuple[Any, set[Any]]]]:
         """Per (input, key, mode), its rows in that mode from its arrangement by that key,
-        partitioned by it: the union of the layers (old), the updates (delta), or both (new).
+        partitioned by it: the content as of ``lower`` (old), the updates (delta), or the
+        content as of ``upper`` (new); and each pending layer with the frames that read it.
 
-        Each changed input's updates become the next layer of each of its
-        arrangements, pushed now (the arrangement is at ``upper`` from here)
-        and filled by the write. The layers read stay pinned until
-        :meth:`written`.
+        A changed input's updates from each of its arrangements' time on become
+        that arrangement's next layer, pushed now (the arrangement is at
+        ``upper`` from here) and filled by the write. The delta is that layer
+        when the arrangement was at ``lower``, else (another view's delta
+        pushed some of them) the updates read from the parts. The layers read
+        stay pinned until :meth:`written`.
         """
-        arranged = self._arranged(lower)
-        frames: dict[tuple[str, tuple[str, ...], str], Any] = {}
-        pushes = []
-        for (alias, key), rows in arranged.items():
-            layers = self._held.enter_context(rows.pinned())
-            frames[alias, key, "old"] = frames[alias, key, "new"] = rows.old(layers, lower)
-            if alias in changed:
-                layer = rows.pending(self._ok_updates(alias, lower, upper))
-                frames[alias, key, "delta"] = rows.named(layer.df)
-                frames[alias, key, "new"] = frames[alias, key, "old"].union(rows.named(layer.df))
-                pushes.append((rows, layer))
-            else:
-                rows.advance(int(upper))
-        for rows, layer in pushes:
-            rows.push(layer, int(upper))
-        return frames
+        with self._arranged(lower) as arranged:
+            at = {id(rows): rows.time for rows in arranged.values()}
+            pushed = self._next_layers(
+                [(a, r) for (a, _), r in arranged.items()], lower, upper, changed
+            )
+            frames: dict[tuple[str, tuple[str, ...], str], Any] = {}
+            readers: dict[int, set[Any]] = {i: set() for i, x in pushed.items() if x is not None}
+            for (alias, key), rows in arranged.items():
+                layers = self._held.enter_context(rows.pinned())
+                frames[alias, key, "old"] = frames[alias, key, "new"] = rows.old(layers, lower)
+                if alias not in changed:
+                    continue
+                layer = pushed[id(rows)]
+                if at[id(rows)] == lower:
+                    assert layer is not None
+                    frames[alias, key, "delta"] = rows.named(layer.df)
+                    frames[alias, key, "new"] = frames[alias, key, "old"].union(
+                        rows.named(layer.df)
+                    )
+                    readers[id(rows)] |= {(alias, key, "delta"), (alias, key, "new")}
+                else:
+                    frames[alias, key, "delta"] = self._ok_updates(alias, lower, upper)
+                    every = [*layers, *([] if layer is None else [layer])]
+                    frames[alias, key, "new"] = rows.as_of(every, int(upper))
+                    if layer is not None:
+                        readers[id(rows)].add((alias, key, "new"))
+            pending = [
+                (arranged_rows.named(pushed[i].df), readers[i])  # type: ignore[union-attr]
+                for i, arranged_rows in {id(r): r for r in arranged.values()}.items()
+                if i in readers
+            ]
+            self._moved_on(arranged.values(), pushed, upper)
+        return frames, pending
 
     def _joined(
         self,
         path: JoinPath,
         frames: Mapping[tuple[str, tuple[str, ...], str], Any],
-        read: set[tuple[str, tuple[str, ...]]],
+        used: set[tuple[str, tuple[str, ...], str]],
     ) -> Any:
         """A term as its :class:`JoinPath`: from the delta, each step a hash join built on the
         rows so far, which its arrangement's layers stream through where they lie. Adds to
-        ``read`` each arrangement whose pending layer the term reads."""
+        ``used`` each frame the term reads."""
         from pyspark.sql import functions as F
 
         first = path.steps[0]
         key = next(k for (a, k, m) in frames if a == first.input and m == "delta")
-        read.add((first.input, key))
+        used.add((first.input, key, "delta"))
         out = frames[first.input, key, "delta"].alias(first.alias)
         for step in path.steps[1:]:
             assert step.on is not None, step
-            if step.mode == "new" and (step.input, step.key, "delta") in frames:
-                read.add((step.input, step.key))
+            used.add((step.input, step.key, step.mode))
             rows = frames[step.input, step.key, step.mode].alias(step.alias)
             out = out.hint("shuffle_hash").join(rows, F.expr(step.on), "inner")
         if path.where is not None:
@@ -382,26 +543,33 @@ class SparkDelta:
 
     # -- a grouped plan's arranged sources ---------------------------------------------------
 
-    def _keyed_rows(self, lower: Timestamp) -> list[KeyedRows] | None:
-        """The grouped plan's sources arranged by key, each holding its input's ok rows at
-        ``lower - 1`` (rebuilt, one Spark job per source, where it does not); None when a
-        source cannot be arranged (:meth:`KeyedRows.why_not`): the ticks then read the
+    @contextlib.contextmanager
+    def _keyed_rows(self, lower: Timestamp) -> Iterator[list[KeyedRows] | None]:
+        """The grouped plan's sources arranged by key, checked out for the block, each
+        readable as of ``lower`` (rebuilt, one Spark job per source, where not); None when
+        a source cannot be arranged (:meth:`KeyedRows.why_not`): the ticks then read the
         touched keys' rows from the shards."""
         if self._keyed_not is not None:
-            return None
+            yield None
+            return
         self._settle_rows()
         if self._keyed is None:
             keyed = self._new_keyed()
             self._keyed_not = self._why_not_keyed(keyed)
             if self._keyed_not is not None:
                 log.info("%s", self._keyed_not)
-                return None
-            self._keyed = keyed
-        for s in self.plan.keyed:
-            rows = self._keyed[s.placeholder]
-            if rows.time != lower:
-                rows.rebuild(self._old(s.input, lower), int(lower))
-        return [self._keyed[s.placeholder] for s in self.plan.keyed]
+                yield None
+                return
+            self._keyed = {}
+            for s in self.plan.keyed:
+                made = keyed[s.placeholder]
+                names = tuple(self._names(s.input))
+                key = ("keyed", *self._input_id(s.input), names, made.key_text)
+                self._keyed[s.placeholder] = self._shared(key, functools.partial(_same, made))
+        with self._checked(self._keyed.values()):
+            inputs = {s.placeholder: s.input for s in self.plan.keyed}
+            self._keyed = self._made_readable(self._keyed, inputs, lower)
+            yield [self._keyed[s.placeholder] for s in self.plan.keyed]
 
     def _new_keyed(self) -> dict[str, KeyedRows]:
         """The grouped plan's sources, each as an (empty) arrangement by its key."""
@@ -437,16 +605,21 @@ class SparkDelta:
 
         from timeshard.compute.arranged_rows import KEY
 
+        at = {id(rows): rows.time for rows in arranged}
+        inputs = [s.input for s in self.plan.keyed]
+        pushed = self._next_layers(zip(inputs, arranged, strict=True), lower, upper, changed)
         frames: dict[str, Any] = {}
-        pending = []
-        for i, (source, rows) in enumerate(zip(self.plan.keyed, arranged, strict=True)):
-            if source.input in changed:
-                layer = rows.pending(self._ok_updates(source.input, lower, upper))
+        keys = []
+        for i, (alias, rows) in enumerate(zip(inputs, arranged, strict=True)):
+            layer = pushed.get(id(rows))
+            if alias in changed and at[id(rows)] == lower:
+                assert layer is not None
                 frames[f"d{i}"] = rows.named(layer.df)
-                pending.append((rows, layer))
-            else:
-                frames[f"d{i}"] = self._ok_updates(source.input, lower, upper)
-        keys = [layer.df.select(KEY) for _, layer in pending]
+                keys.append(layer.df.select(KEY))
+            else:  # unchanged, or some of its updates are in the layers (another view's)
+                frames[f"d{i}"] = self._ok_updates(alias, lower, upper)
+                if alias in changed:
+                    keys.append(rows.partitioned(frames[f"d{i}"]).select(KEY))
         for i, rows in enumerate(arranged):
             layers = self._held.enter_context(rows.pinned())
             key_type = layers[0].df.schema[KEY].dataType
@@ -456,11 +629,7 @@ class SparkDelta:
             ]  # another source's key, as this one's type (the query's join compares them so)
             touched = functools.reduce(lambda a, b: a.union(b), typed)
             frames[f"t{i}"] = rows.touched(layers, touched, int(lower))
-        for rows, layer in pending:
-            rows.push(layer, int(upper))
-        for source, rows in zip(self.plan.keyed, arranged, strict=True):
-            if source.input not in changed:
-                rows.advance(int(upper))
+        self._moved_on(arranged, pushed, upper)
         return frames
 
     # -- linear ------------------------------------------------------------------------------
@@ -470,15 +639,11 @@ class SparkDelta:
 
         fills = []
         if self.plan.arranged:
-            frames = self._arranged_frames(lower, upper, changed)
+            frames, pending = self._arranged_frames(lower, upper, changed)
             paths = [t.path for t in self.plan.terms if t.delta_of in changed and t.path]
-            read: set[tuple[str, tuple[str, ...]]] = set()
-            out = self._summed([self._joined(path, frames, read) for path in paths])
-            fills = [
-                self._fill(frame)
-                for (alias, key, mode), frame in frames.items()
-                if mode == "delta" and (alias, key) not in read
-            ]
+            used: set[tuple[str, tuple[str, ...], str]] = set()
+            out = self._summed([self._joined(path, frames, used) for path in paths])
+            fills = [self._fill(layer) for layer, readers in pending if not readers & used]
         else:
             out = self._terms(self.plan.terms, lower, upper, changed)
         if out is None:
@@ -545,14 +710,14 @@ class SparkDelta:
 
         evaluated = [int(t) for t in ([lower - 1] if lower > 0 else []) + list(changes)]
         sources = self.plan.keyed
-        arranged = self._keyed_rows(lower)
-        if arranged is None:
-            frames = {
-                f"d{i}": self._ok_updates(s.input, lower, upper) for i, s in enumerate(sources)
-            }
-            frames.update({f"o{i}": self._old(s.input, lower) for i, s in enumerate(sources)})
-        else:
-            frames = self._keyed_frames(lower, upper, changed, arranged)
+        with self._keyed_rows(lower) as arranged:
+            if arranged is None:
+                frames = {
+                    f"d{i}": self._ok_updates(s.input, lower, upper) for i, s in enumerate(sources)
+                }
+                frames.update({f"o{i}": self._old(s.input, lower) for i, s in enumerate(sources)})
+            else:
+                frames = self._keyed_frames(lower, upper, changed, arranged)
         expanded = f"explode(sequence(1, CAST({DIFF} AS INT))) AS __n"  # a row per multiple
         negatives = []
         for i, s in enumerate(sources):
@@ -724,3 +889,8 @@ class SparkDelta:
 
 
 __all__ = ["SparkDelta"]
+
+
+def _same(made: KeyedRows) -> KeyedRows:
+    """``made`` (the arrangement the pool keeps if no view has one alike)."""
+    return made

@@ -120,6 +120,12 @@ class Layer:
     size: int
     blocks: Any = None
     pending: bool = False
+    #: The times of the updates it holds: ``[lower, upper)``, set when it is pushed.
+    lower: int = 0
+    upper: int | None = None
+    #: Its rows at times ``>= exact_from`` keep their own ``_ts``; a row at an earlier time
+    #: may have any ``_ts`` below ``exact_from`` (a merge folded it). None: set at push.
+    exact_from: int | None = None
 
     def release(self) -> None:
         """Free the checkpointed blocks now rather than at the next JVM GC."""
@@ -191,6 +197,10 @@ class Arrangement:
         partitions). Merges that follow run in the background (unless paused).
         """
         assert self.time is not None and self.time < new_time, (self.time, new_time)
+        if layer.upper is None:  # a layer of updates, each at its own time
+            layer.lower, layer.upper, layer.exact_from = self.time, new_time, self.time
+        assert layer.lower >= (self.layers[-1].upper or 0 if self.layers else 0), layer
+        assert layer.upper == new_time, (layer, new_time)
         with self._lock:
             self.layers = [*self.layers, layer]
             self.time = new_time
@@ -204,7 +214,10 @@ class Arrangement:
         self._start_merges()
 
     def reset(self, layers: list[Layer], time: int) -> None:
-        """Replace every layer by ``layers``, the content at ``time - 1``."""
+        """Replace every layer by ``layers``, the content at ``time - 1`` (every row's time
+        folded: the layers are readable at ``time`` and later only)."""
+        for layer in layers:
+            layer.lower, layer.upper, layer.exact_from = 0, time, time
         with self._lock:
             self._generation += 1
             self._retire(self.layers)
@@ -305,9 +318,14 @@ class Arrangement:
             merged = self._merge(older, newer, into_base=i == 0)
         finally:
             self._unpin()
+        assert older.upper is not None and newer.upper is not None, (older, newer)
+        merged.lower, merged.upper = older.lower, newer.upper
+        if merged.exact_from is None:  # the subclass folded every time
+            merged.exact_from = merged.upper
         with self._lock:
             pair = self.layers[i : i + 2]
             current = self._generation == generation and pair == [older, newer]
+            current = current and self._keeps(merged)
             if current:
                 self.layers = [*self.layers[:i], merged, *self.layers[i + 2 :]]
                 self._retire([older, newer])
@@ -318,6 +336,10 @@ class Arrangement:
     def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
         """One layer with the content of ``older`` then ``newer`` (``into_base``: the oldest)."""
         raise NotImplementedError
+
+    def _keeps(self, merged: Layer) -> bool:
+        """Whether a merge's result may replace its two layers now (holding the lock)."""
+        return True
 
     def _retire(self, layers: list[Layer]) -> None:
         """Free ``layers`` now, or when the last pin ends (holding the lock)."""
@@ -501,6 +523,8 @@ class ArrangedState(Arrangement):
         if upper > 0:
             snapshot = snapshot_df(self.spark, reader, upper - 1)
             layers = [checkpointed(self.as_layer(snapshot.where(~unkeyed_error(self.keys)), False))]
+        for layer in layers:
+            layer.lower, layer.upper, layer.exact_from = 0, upper, upper
         with self._lock:
             self.layers = layers
             self.time = upper
