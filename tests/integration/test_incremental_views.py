@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +128,13 @@ SLOW = settings(
 def histories(draw: Any, queries: list[tuple[str, str]] = QUERIES) -> dict[str, Any]:
     template, path = draw(st.sampled_from(queries))
     sql = template.format(n=draw(st.integers(0, 2)))
+    steps = st.sampled_from(["r0", "r1", "restart0", "restart1"])
+    return {"sql": sql, "path": path, "ticks": draw(input_ticks(steps))}
+
+
+@st.composite
+def input_ticks(draw: Any, steps: st.SearchStrategy[str]) -> list[Any]:
+    """Ticks, each: times per append, the ops on the inputs, then up to 4 ``steps``."""
     ticks = []
     for _ in range(draw(st.integers(2, 5))):
         width = draw(st.integers(1, 3))  # times per append
@@ -143,9 +150,8 @@ def histories(draw: Any, queries: list[tuple[str, str]] = QUERIES) -> dict[str, 
                 max_size=8,
             )
         )
-        steps = draw(st.lists(st.sampled_from(["r0", "r1", "restart0", "restart1"]), max_size=4))
-        ticks.append((width, ops, steps))
-    return {"sql": sql, "path": path, "ticks": ticks}
+        ticks.append((width, ops, draw(st.lists(steps, max_size=4))))
+    return ticks
 
 
 def normalized(rows: list[dict[str, Any]], names: list[str]) -> Counter[tuple[Any, ...]]:
@@ -264,39 +270,60 @@ def check_history(
     if arranged:
         assert plan.arranged, plan
     as_of = replicas[0].sink.as_of
-    failures = 0
     try:
-        for width, ops, steps in history["ticks"]:
-            inputs.append(width, ops)
-            for step in steps:
-                i = int(step[-1])
-                if step.startswith("restart"):
-                    failures += replicas[i].stats.failures
-                    replicas[i].close()
-                    replicas[i] = install(spark, client, history["sql"])
-                else:
-                    replicas[i].step()
-        for replica in replicas:
-            replica.catch_up()
+        failures = run_ticks(
+            inputs, history["ticks"], replicas, lambda i: install(spark, client, history["sql"])
+        )
         if keyed is not None:  # (a view no update reached has built no arrangement)
             kinds = {type(a) for r in replicas for a in r.desired.arrangements()}
             assert kinds <= {KeyedRows} if keyed else KeyedRows not in kinds, kinds
         # No fault happens here: every tick must have gone through (a delta whose plan
         # fails would be retried from snapshots and hide the failure).
         assert failures + sum(r.stats.failures for r in replicas) == 0
-        reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, history["sql"]))
-        names = list(reference.data_schema().names)
-        view = client.open_leased_reader("v")
-        for t in range(max(as_of, 0), inputs.upper):
-            want = normalized(from_scratch(reference, t), names)
-            got = normalized(view.snapshot(t).to_pylist(), names)
-            assert got == want, (history["sql"], t)
-        view.expire()
+        assert_the_query(spark, client, "v", history["sql"], range(max(as_of, 0), inputs.upper))
     finally:
         for replica in replicas:
             replica.close()
         for hold in holds:
             hold.expire()
+
+
+def run_ticks(
+    inputs: Inputs,
+    ticks: list[Any],
+    views: list[MaterializedView],
+    reinstall: Callable[[int], MaterializedView],
+) -> int:
+    """Append each tick's ops, then take its steps (``<x><i>``: view ``i`` steps;
+    ``restart<i>``: it is closed and ``reinstall(i)`` takes its place); then catch every view
+    up. Returns the failures of the views closed."""
+    failures = 0
+    for width, ops, steps in ticks:
+        inputs.append(width, ops)
+        for step in steps:
+            i = int(step[-1])
+            if step.startswith("restart"):
+                failures += views[i].stats.failures
+                views[i].close()
+                views[i] = reinstall(i)
+            else:
+                views[i].step()
+    for view in views:
+        view.catch_up()
+    return failures
+
+
+def assert_the_query(
+    spark: SparkSession, client: PersistClient, name: str, sql: str, times: Iterable[int]
+) -> None:
+    """The view ``name`` equals ``sql`` over the inputs (from scratch) at each of ``times``."""
+    reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
+    columns = list(reference.data_schema().names)
+    view = client.open_leased_reader(name)
+    for t in times:
+        want = normalized(from_scratch(reference, t), columns)
+        assert normalized(view.snapshot(t).to_pylist(), columns) == want, (sql, t)
+    view.expire()
 
 
 def from_scratch(reference: SparkViewDesired, t: int) -> list[dict[str, Any]]:

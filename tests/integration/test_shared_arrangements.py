@@ -21,14 +21,14 @@ from tests.integration.test_incremental_views import (
     INPUTS,
     SLOW,
     Inputs,
-    from_scratch,
+    assert_the_query,
+    input_ticks,
     merges_paused,
-    normalized,
+    run_ticks,
 )
 
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.compute.arranged_rows import SharedArrangements
-from timeshard.compute.view import SparkViewDesired
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.spark.jobs import JobCounter
@@ -72,26 +72,8 @@ def shared_ids(views: list[MaterializedView]) -> set[int]:
 def histories(draw: Any) -> dict[str, Any]:
     first, second = draw(st.sampled_from(PAIRS))
     n = draw(st.integers(0, 2))
-    ticks = []
-    for _ in range(draw(st.integers(2, 5))):
-        width = draw(st.integers(1, 3))
-        ops = draw(
-            st.lists(
-                st.tuples(
-                    st.sampled_from(["a", "b"]),
-                    st.sampled_from(["insert", "insert", "retract", "err"]),
-                    st.integers(0, 3),
-                    st.integers(0, 4),
-                    st.integers(0, width - 1),
-                ),
-                max_size=8,
-            )
-        )
-        steps = draw(
-            st.lists(st.sampled_from(["v0", "v1", "v1", "restart0", "restart1"]), max_size=4)
-        )
-        ticks.append((width, ops, steps))
-    return {"sqls": [first.format(n=n), second.format(n=n)], "ticks": ticks}
+    steps = st.sampled_from(["v0", "v1", "v1", "restart0", "restart1"])
+    return {"sqls": [first.format(n=n), second.format(n=n)], "ticks": draw(input_ticks(steps))}
 
 
 @settings(SLOW, max_examples=8)
@@ -108,29 +90,13 @@ def test_views_sharing_arrangements_each_equal_their_query_at_every_time(
     views = [install(spark, client, name, sql) for name, sql in zip(names, sqls, strict=True)]
     holds += [client.open_leased_reader(name) for name in names]
     as_of = [v.sink.as_of for v in views]
-    failures = 0
     try:
-        for width, ops, steps in history["ticks"]:
-            inputs.append(width, ops)
-            for step in steps:
-                i = int(step[-1])
-                if step.startswith("restart"):
-                    failures += views[i].stats.failures
-                    views[i].close()
-                    views[i] = install(spark, client, names[i], sqls[i])
-                else:
-                    views[i].step()
-        for view in views:
-            view.catch_up()
+        failures = run_ticks(
+            inputs, history["ticks"], views, lambda i: install(spark, client, names[i], sqls[i])
+        )
         assert failures + sum(v.stats.failures for v in views) == 0
         for name, sql, first in zip(names, sqls, as_of, strict=True):
-            reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
-            columns = list(reference.data_schema().names)
-            reader = client.open_leased_reader(name)
-            for t in range(max(first, 0), inputs.upper):
-                want = normalized(from_scratch(reference, t), columns)
-                assert normalized(reader.snapshot(t).to_pylist(), columns) == want, (sql, t)
-            reader.expire()
+            assert_the_query(spark, client, name, sql, range(max(first, 0), inputs.upper))
     finally:
         for view in views:
             view.close()
@@ -203,12 +169,7 @@ def test_two_views_read_one_arrangement_and_each_tick_is_one_job(
     assert all(not a.layers and a.time is None for a in arranged)  # the last one freed them
     assert not pool._entries, pool._entries
     for name, sql, first in zip(["v", "w"], sqls, as_of, strict=True):
-        reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
-        columns = list(reference.data_schema().names)
-        reader = client.open_leased_reader(name)
-        for t in range(max(first, 0), inputs.upper - 1 if name == "v" else inputs.upper):
-            want = normalized(from_scratch(reference, t), columns)
-            assert normalized(reader.snapshot(t).to_pylist(), columns) == want, (sql, t)
-        reader.expire()
+        last = inputs.upper - 1 if name == "v" else inputs.upper  # v closed before the last
+        assert_the_query(spark, client, name, sql, range(max(first, 0), last))
     for hold in holds:
         hold.expire()
