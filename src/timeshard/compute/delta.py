@@ -109,6 +109,9 @@ class SparkDelta:
         self._pool = SharedArrangements.of(spark)
         self._pooled: dict[int, tuple[ArrangedRows, tuple[Any, ...]]] = {}
         self._checked_out: list[ArrangedRows] = []
+        #: The arrangements (by id) this delta pushed pending layers to: it settles them
+        #: (another view's pending layers are that view's to settle).
+        self._pushed: set[int] = set()
 
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
         """The view's updates at times in ``[lower, upper)``, or None if no input changed."""
@@ -186,8 +189,8 @@ class SparkDelta:
             self._aggregates.close()
             self._aggregates = None
         for rows in self._unique(self._every_rows()):
-            if self._shared_with_others(rows):  # their reads need its new layer filled
-                self._settle(rows)
+            if id(rows) in self._pushed and self._shared_with_others(rows):
+                self._settle(rows)  # the others' reads need its new layer filled
         self._held.close()  # else a pending layer need not be filled: it is freed with the rest
         for rows in self._unique(self._every_rows()):
             self._let_go(rows)
@@ -411,14 +414,16 @@ class SparkDelta:
             rows.clear()
 
     def _settle_rows(self) -> None:
-        """Settle the arranged inputs' pending layers (filled by the write, else one job each),
-        then unpin what the last delta read.
+        """Settle the pending layers the last delta pushed (filled by the write, else one job
+        each), then unpin what it read.
 
         A layer that cannot be filled drops its arrangement, which the next
         delta rebuilds from the input.
         """
         for rows in self._unique(self._every_rows()):
-            self._settle(rows)
+            if id(rows) in self._pushed:
+                self._settle(rows)
+        self._pushed.clear()
         self._held.close()
 
     def _skip_rows(self, lower: Timestamp, upper: Timestamp) -> None:
@@ -465,6 +470,7 @@ class SparkDelta:
             layer = pushed.get(id(rows))
             if layer is not None:
                 rows.push(layer, int(upper))
+                self._pushed.add(id(rows))
             elif rows.time is not None and rows.time < upper:
                 rows.advance(int(upper))  # no update reached it in [time, upper)
             rows.hold(self, int(upper))
