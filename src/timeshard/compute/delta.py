@@ -107,7 +107,7 @@ class SparkDelta:
         #: Arrangements come from the application's pool (shared with every view that
         #: arranges an input alike); those this delta has checked out while it plans.
         self._pool = SharedArrangements.of(spark)
-        self._pooled: dict[int, tuple[ArrangedRows, tuple[Any, ...]]] = {}
+        self._pooled: dict[int, tuple[Any, ...]] = {}  # id -> the pool's key
         self._checked_out: list[ArrangedRows] = []
         #: The arrangements (by id) this delta pushed pending layers to: it settles them
         #: (another view's pending layers are that view's to settle).
@@ -336,7 +336,7 @@ class SparkDelta:
     def _shared(self, key: tuple[Any, ...], make: Callable[[], ArrangedRows]) -> Any:
         """The application's arrangement ``key``, made by ``make`` if no view has it."""
         rows = self._pool.acquire(key, self, make)
-        self._pooled[id(rows)] = (rows, key)
+        self._pooled[id(rows)] = key
         return rows
 
     def _input_id(self, alias: str) -> tuple[str, str]:
@@ -345,13 +345,13 @@ class SparkDelta:
         return (blob.root_uri or f"blob {id(blob)}", self.sources[alias])
 
     def _shared_with_others(self, rows: ArrangedRows) -> bool:
-        return id(rows) in self._pooled and self._pool.users(self._pooled[id(rows)][1]) > 1
+        return id(rows) in self._pooled and self._pool.users(self._pooled[id(rows)]) > 1
 
     def _let_go(self, rows: ArrangedRows) -> None:
         """This delta reads ``rows`` no more (the last reader of an arrangement frees it)."""
         pooled = self._pooled.pop(id(rows), None)
         if pooled is not None:
-            self._pool.release(pooled[1], self)
+            self._pool.release(pooled, self)
         else:  # its own
             rows.wait_for_merges()
             rows.clear()
@@ -399,7 +399,7 @@ class SparkDelta:
 
     def _order(self, rows: ArrangedRows) -> tuple[Any, ...]:
         pooled = self._pooled.get(id(rows))
-        return ("shared", *pooled[1]) if pooled is not None else ("own", id(rows))
+        return ("shared", *pooled) if pooled is not None else ("own", id(rows))
 
     @staticmethod
     def _unique(arrangements: Iterable[ArrangedRows]) -> list[ArrangedRows]:
@@ -571,7 +571,7 @@ class SparkDelta:
                 made = keyed[s.placeholder]
                 names = tuple(self._names(s.input))
                 key = ("keyed", *self._input_id(s.input), names, made.key_text)
-                self._keyed[s.placeholder] = self._shared(key, functools.partial(_same, made))
+                self._keyed[s.placeholder] = self._shared(key, lambda: made)  # noqa: B023 (called at once)
         with self._checked(self._keyed.values()):
             inputs = {s.placeholder: s.input for s in self.plan.keyed}
             self._keyed = self._made_readable(self._keyed, inputs, lower)
@@ -895,8 +895,3 @@ class SparkDelta:
 
 
 __all__ = ["SparkDelta"]
-
-
-def _same(made: KeyedRows) -> KeyedRows:
-    """``made`` (the arrangement the pool keeps if no view has one alike)."""
-    return made
