@@ -30,6 +30,7 @@ VIEWS = {
     "v_limit": "SELECT k, v FROM o ORDER BY v DESC LIMIT 2",
     "v_left": "SELECT o.k, c.name FROM o LEFT JOIN c ON o.k = c.k",
     "v_float": "SELECT CAST(v AS DOUBLE) AS d, max(k) AS top FROM o GROUP BY CAST(v AS DOUBLE)",
+    "v_ratio": "SELECT k, 12 / (v - 1) AS r FROM o",
 }
 runner = CliRunner()
 
@@ -74,6 +75,7 @@ def test_a_join_is_linear_with_one_term_per_input(
     assert [term["delta_of"] for term in doc["terms"]] == ["o", "c"]
     # Each term runs from its delta, joining the other input's arrangement by k.
     assert doc["arrangements"] == ["input c arranged by k", "input o arranged by k"]
+    assert doc["errors"].startswith("per time")  # nothing in it can fail on a row
     orders = [[(s["alias"], s["mode"], s["by"]) for s in t["join_order"]] for t in doc["terms"]]
     assert orders == [
         [("o", "delta", []), ("c", "new", ["k"])],
@@ -84,6 +86,17 @@ def test_a_join_is_linear_with_one_term_per_input(
             assert table["placeholder"] in term["sql"]
             assert table["shard"] == INPUTS[table["input"]]
             assert f"input {table['input']} (shard {table['shard']})" in table["stands_for"]
+
+
+def test_a_division_fails_per_row(location: tuple[Path, dict[str, MaterializedView]]) -> None:
+    root, views = location
+    doc = explain_json(root, "v_ratio")
+    assert doc["path"] == "linear" and doc["errors"].startswith("per row")
+    assert all("TRY_DIVIDE" in t["sql"] and "__err" in t["sql"] for t in doc["terms"])
+    views["v_ratio"].catch_up()  # order a's v = 1: an err row of that row, b's row stays
+    rows = PersistClient(Location.embedded(root)).open_leased_reader("v_ratio").snapshot(1)
+    got = sorted(((r["k"], r["r"], r["_err"]) for r in rows.to_pylist()), key=repr)
+    assert got == [("b", 12.0, None), (None, None, "division by zero in 12 / (v - 1)")]
 
 
 def test_a_group_by_is_grouped(location: tuple[Path, dict[str, MaterializedView]]) -> None:

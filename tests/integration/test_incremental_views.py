@@ -3,7 +3,8 @@
 Hypothesis draws a query from a small grammar (filters, projections, 2- and
 3-way inner joins, UNION ALL, GROUP BY with count/sum/avg/min/max/count
 DISTINCT and HAVING, DISTINCT, left/right/full outer joins, windows with
-PARTITION BY, a division that fails on the data, a subquery (the full path))
+PARTITION BY, divisions and casts that fail on some rows (err rows of those
+rows) or where a guard keeps them from being evaluated, a subquery (the full path))
 and a history of both inputs: inserts and retractions, err rows, several
 changes per time, several times per append. Two replicas of the view
 step in a random order and restart at random; at the end the view's shard
@@ -81,6 +82,17 @@ QUERIES = [
     ("SELECT k, 12 / v AS r FROM a", "linear"),
 ]
 
+#: Rows the query fails on are err rows of those rows (row_errors): a division kept by a
+#: WHERE, a guarded one, a cast that overflows over a join, failing groups.
+ROW_ERRORS = [
+    ("SELECT k, v FROM a WHERE v = {n} OR 10 / (v - {n}) > 2", "linear"),
+    ("SELECT k, CASE WHEN v = {n} THEN 0 ELSE 12 / (v - {n}) END AS r FROM a", "linear"),
+    ("SELECT a.k, CAST(a.v * 60 AS TINYINT) AS t, b.w FROM a JOIN b ON a.k = b.k", "linear"),
+    ("SELECT k, sum(v) / (count(*) - {n} - 1) AS q FROM a GROUP BY k", "state"),
+    ("SELECT k, max(v) AS hi FROM a GROUP BY k HAVING 12 / (max(v) - {n}) > 1", "grouped"),
+    ("SELECT k, v, 12 / (sum(v) OVER (PARTITION BY k) - {n}) AS f FROM a", "grouped"),
+]
+
 
 #: Inner joins on equalities of a column with an expression of the tables joined before it:
 #: every input is kept arranged by each key it is joined on (a self-join: two per input).
@@ -155,10 +167,15 @@ def input_ticks(draw: Any, steps: st.SearchStrategy[str]) -> list[Any]:
 
 
 def normalized(rows: list[dict[str, Any]], names: list[str]) -> Counter[tuple[Any, ...]]:
-    """A collection as a Counter; an err row counts as ``("err",)`` (messages name times)."""
+    """A collection as a Counter; an err row counts as ``("err", message)``, or as
+    ``("err",)`` if it is a query's failure at a time (whose message names the time)."""
     out: Counter[tuple[Any, ...]] = Counter()
     for r in rows:
-        key = ("err",) if r["_err"] is not None else tuple(r[n] for n in names)
+        err = r["_err"]
+        if err is None:
+            key = tuple(r[n] for n in names)
+        else:
+            key = ("err",) if " failed at " in err else ("err", err)
         out[key] += r["_diff"]
     return Counter({k: v for k, v in out.items() if v})
 
@@ -207,6 +224,16 @@ def install(spark: SparkSession, client: PersistClient, sql: str) -> Materialize
 def test_incremental_view_equals_the_query_at_every_time(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]
 ) -> None:
+    check_history(spark, tmp_path_factory, history)
+
+
+@settings(SLOW, max_examples=6)
+@given(history=histories(ROW_ERRORS))
+def test_a_view_with_rows_the_query_fails_on_equals_the_query_at_every_time(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]
+) -> None:
+    """The same check on queries that fail on some rows: each such row is an err row with
+    the row's multiplicity and message, on the incremental and the full path alike."""
     check_history(spark, tmp_path_factory, history)
 
 

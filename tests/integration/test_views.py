@@ -152,6 +152,8 @@ def test_errors_are_data(spark: SparkSession, tmp_path: Path) -> None:
     writer.append([(("b", 0), 2, -1), (("b", 5), 2, 1)], 2, 3)
     spark.conf.set("spark.sql.ansi.enabled", "true")
     try:
+        # A division the view's rewrite guards (an err row of the row it fails on), and one
+        # inside an aggregate, which it does not reach (the whole time is one err row).
         view = MaterializedView.install(
             spark,
             client,
@@ -159,10 +161,33 @@ def test_errors_are_data(spark: SparkSession, tmp_path: Path) -> None:
             as_of=0,
         )
         client.open_leased_reader("ratio")
+        summed = MaterializedView.install(
+            spark,
+            client,
+            ViewDefinition(
+                "summed", {"inp": "inp"}, "SELECT k, sum(10 / v) AS r FROM inp GROUP BY k"
+            ),
+            as_of=0,
+        )
+        client.open_leased_reader("summed")
         view.catch_up()
+        summed.catch_up()
     finally:
         spark.conf.set("spark.sql.ansi.enabled", "false")
+    undecodable = (None, None, "undecodable record at offset 9")
+    failed = (None, None, "division by zero in 10 / v")
     out = client.open_leased_reader("ratio")
+    for t, want in [
+        (0, [("a", 10.0, None), failed]),
+        (1, [("a", 10.0, None), failed, undecodable]),  # b's division still fails at 1
+        (2, [("a", 10.0, None), ("b", 2.0, None), undecodable]),
+    ]:
+        got = [(r["k"], r["r"], r["_err"]) for r in out.snapshot(t).to_pylist()]
+        assert all(r["_diff"] == 1 for r in out.snapshot(t).to_pylist())
+        assert sorted(got, key=repr) == sorted(want, key=repr), t
+    assert view.stats.query_errors == 0
+    view.close()
+    out = client.open_leased_reader("summed")
     at0 = out.snapshot(0).to_pylist()
     assert len(at0) == 1 and "DIVIDE_BY_ZERO" in (at0[0]["_err"] or "")
     at1 = out.snapshot(1).to_pylist()  # the division still fails at 1
@@ -176,8 +201,8 @@ def test_errors_are_data(spark: SparkSession, tmp_path: Path) -> None:
             ("b", 2.0, None),
         ]
     )
-    assert view.stats.query_errors >= 1
-    view.close()
+    assert summed.stats.query_errors >= 1
+    summed.close()
 
 
 def test_read_only_writes_nothing_then_promotes(spark: SparkSession, tmp_path: Path) -> None:

@@ -150,6 +150,15 @@ def definition_of(entry: CatalogEntry) -> ViewDefinition:
     )
 
 
+#: How a view's query failing on the data shows (:mod:`timeshard.compute.row_errors`).
+ROW_ERRORS = (
+    "per row: a row a division, cast or arithmetic of the query fails on is an err row of "
+    "that row (the terms below carry the __err column); any other failure on the data makes "
+    "the time one err row"
+)
+TIME_ERRORS = "per time: a query that fails on the data makes the time one err row"
+
+
 def _stand_in(view: str, name: object) -> ViewFunction:
     def function(frames: Mapping[str, Any]) -> Any:
         raise InvalidUsage(f"view {view!r}: its function {name} is not loaded by explain")
@@ -166,6 +175,7 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
     try:
         plan = desired.plan
         arrangements = desired.describe_arrangements()
+        row_errors = desired.row_errors
     finally:
         desired.close()
     inputs = dict(definition.inputs)
@@ -188,6 +198,7 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
         "recorded_path": recorded if isinstance(recorded, str) else None,
         "how": STATE_HOW if plan.aggregate is not None else COMBINE[plan.classification.path],
         "arrangements": arrangements,
+        "errors": ROW_ERRORS if row_errors else TIME_ERRORS,
         "terms": [_term(term, inputs) for term in terms],
     }
 
@@ -246,6 +257,7 @@ def render_explain(doc: Mapping[str, Any]) -> None:
             highlight=False,
         )
     console.print(escape(doc["how"]), soft_wrap=True, highlight=False)
+    console.print("errors: " + escape(doc["errors"]), soft_wrap=True, highlight=False)
     cached = doc["arrangements"] or ["nothing (each tick reads what it needs from the parts)"]
     console.print(
         "kept in Spark: " + "; ".join(escape(line) for line in cached),

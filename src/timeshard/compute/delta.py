@@ -54,6 +54,7 @@ import pyarrow as pa
 from timeshard.compute.aggregate import SparkAggregates, empty_contributions
 from timeshard.compute.arranged_rows import ArrangedRows, KeyedRows, SharedArrangements
 from timeshard.compute.incremental import AT, JoinPath, KeyedSource, Plan, Term
+from timeshard.compute.row_errors import ERRORS
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
 from timeshard.storage.upsert_state import Layer
@@ -872,24 +873,32 @@ class SparkDelta:
         target = arrow_to_spark_schema(self.data_schema)
         names = [quoted(f.name) for f in target.fields]
         cols = ", ".join([*names, TS, DIFF, ERR])
+        # A row the query failed on (the rewritten query's last column, row_errors.ERRORS,
+        # set) is an err row of that row: its data null, its message the err.
+        failed = quoted(ERRORS) if self.data_schema.names[-1:] == [ERRORS] else None
+        fields = target.fields[:-1] if failed else target.fields
         typed = ", ".join(
             [
                 *[
                     f"CAST({n} AS {type_sql(f.dataType)}) AS {n}"
-                    for n, f in zip(names, target.fields, strict=True)
+                    if failed is None
+                    else f"CASE WHEN {failed} IS NULL THEN CAST({n} AS {type_sql(f.dataType)}) "
+                    f"END AS {n}"
+                    for n, f in zip(names, fields, strict=False)
                 ],
                 f"CAST({TS} AS BIGINT) AS {TS}",
                 f"CAST({DIFF} AS BIGINT) AS {DIFF}",
-                ERR,
+                ERR if failed is None else f"coalesce({ERR}, {failed}) AS {ERR}",
             ]
         )
-        keys = ", ".join([*names, TS, ERR])
+        out = ", ".join([*names[: len(fields)], TS, DIFF, ERR])
+        keys = ", ".join([*names[: len(fields)], TS, ERR])
         frames = {f"u{i}": p for i, p in enumerate(([] if ok is None else [ok]) + errs)}
 
         def query(views: Mapping[str, str]) -> str:
             union = " UNION ALL ".join(f"SELECT {cols} FROM {views[r]}" for r in frames)
             summed = f"SELECT {keys}, sum({DIFF}) AS {DIFF} FROM (SELECT {typed} FROM ({union}))"
-            return f"SELECT {cols} FROM ({summed} GROUP BY {keys}) WHERE {DIFF} != 0"
+            return f"SELECT {out} FROM ({summed} GROUP BY {keys}) WHERE {DIFF} != 0"
 
         return sql_over(frames, query)
 

@@ -63,9 +63,14 @@ EVERY): the sink evaluates those from snapshots. :attr:`Classification.reason`
 says why.
 
 Errors. Err rows of an input are err rows of the view (as in the full path):
-their updates pass into the delta unchanged. A query that fails on the data
-(SQLSTATE class 22) fails the delta's Spark job; the sink then evaluates that
-interval from snapshots, which turns the failure into the view's err content.
+their updates pass into the delta unchanged. The view's SQL is classified as
+the view runs it: under ANSI mode rewritten so that a row a division, cast or
+arithmetic fails on carries its message in one more column
+(:mod:`timeshard.compute.row_errors`), which is just another output column
+here; the delta turns such rows into err rows of those rows. A query that
+still fails on the data (SQLSTATE class 22, where the rewrite does not reach)
+fails the delta's Spark job; the sink then evaluates that interval from
+snapshots, which turns the failure into the view's err content at each time.
 Input rows with a negative multiplicity (which no timeshard writer produces)
 become err rows in the grouped class as in the full path; the linear class
 carries them as negative multiplicities.

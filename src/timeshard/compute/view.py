@@ -14,11 +14,15 @@ Errors that follow from the data are data:
 
 * err rows of an input (``_err`` not null), and input rows with a negative
   multiplicity, become err rows of the view;
-* a query that fails at time ``t`` on the data -- an error of SQLSTATE class
-  22, "data exception": a division by zero under ANSI mode, a bad cast, an
-  overflow (:func:`is_data_error`) -- makes the view's content at ``t`` a
-  single err row holding the message; the view recovers at the first time the
-  query succeeds again.
+* under ANSI mode, a row the query fails on -- a division by zero, a cast of
+  a value that does not fit, an arithmetic overflow -- is an err row of that
+  row, with its multiplicity: the view's SQL is rewritten to evaluate those
+  operators in their ``try_`` forms and flag where they fail
+  (:mod:`timeshard.compute.row_errors`); every other row stays;
+* a query that still fails at time ``t`` on the data (an error of SQLSTATE
+  class 22, "data exception", :func:`is_data_error`, raised where the rewrite
+  does not reach) makes the view's content at ``t`` a single err row holding
+  the message; the view recovers at the first time the query succeeds again.
 
 Every other failure (I/O, a missing part, a lost lease, a Py4J or JVM error,
 out of memory, a killed executor) is a fault: it is raised, retried by the
@@ -34,6 +38,7 @@ Everything here runs on the driver and submits Spark jobs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,11 +49,14 @@ from timeshard.compute.aggregate import type_problem
 from timeshard.compute.delta import SparkDelta
 from timeshard.compute.incremental import Plan, classify, without_aggregate
 from timeshard.compute.incremental import full as full_plan
+from timeshard.compute.row_errors import ERRORS, with_row_errors
 from timeshard.errors import InvalidUsage, LeaseExpired
 from timeshard.persist import ReadHandle, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.persist.fetch import UnleasedReader
 from timeshard.progress import Frontier, Timestamp
+
+log = logging.getLogger(__name__)
 
 ViewFunction = Callable[[Mapping[str, Any]], Any]
 
@@ -127,6 +135,9 @@ class SparkViewDesired:
         }
         self._leases: dict[str, ReadHandle] = {}
         self._schema: pa.Schema | None = None
+        #: The SQL the view runs, and its columns: the view's own, or rewritten with the
+        #: per-row err column (row_errors.ERRORS) last.
+        self._query: tuple[str, pa.Schema] | None = None
         self._plan: Plan | None = None
         self._delta: SparkDelta | None = None
 
@@ -203,7 +214,7 @@ class SparkViewDesired:
             self._delta = SparkDelta(
                 self.spark,
                 self.plan,
-                self.data_schema(),
+                self.query()[1],
                 self.definition.inputs,
                 self._parts_reader,
                 lambda alias, lo, hi: self.readers[alias].change_times(lo, hi),
@@ -241,7 +252,8 @@ class SparkViewDesired:
             return full_plan("REFRESH EVERY views change at refresh times: the full path")
         assert definition.sql is not None
         schemas = {alias: reader.schema for alias, reader in self.readers.items()}
-        plan = classify(definition.sql, schemas)
+        sql, _columns = self.query()
+        plan = classify(sql, schemas)
         if not plan.classification.incremental:
             return plan
         why = self._check_terms(plan)
@@ -258,7 +270,7 @@ class SparkViewDesired:
         from timeshard.spark.session import arrow_to_spark_schema
 
         assert plan.aggregate is not None
-        want = [f.dataType for f in arrow_to_spark_schema(self.data_schema()).fields]
+        want = [f.dataType for f in arrow_to_spark_schema(self.query()[1]).fields]
 
         def schema_of(alias: str) -> Any:
             return arrow_to_spark_schema(self.readers[alias].schema)
@@ -273,7 +285,7 @@ class SparkViewDesired:
         from timeshard.compute.incremental import AT
         from timeshard.spark.session import arrow_to_spark_schema
 
-        want = [f.dataType for f in arrow_to_spark_schema(self.data_schema()).fields]
+        want = [f.dataType for f in arrow_to_spark_schema(self.query()[1]).fields]
         for term in plan.terms:
             for name, (alias, mode) in term.tables.items():
                 reader = self.readers[alias]
@@ -307,6 +319,8 @@ class SparkViewDesired:
         """Desired at ``t`` as a snapshot DataFrame (data columns, ``_diff``, ``_err``)."""
         from pyspark.sql import functions as F
 
+        from timeshard.spark.parts import column
+
         at = self.definition.refresh_time(t)
         schema = self.data_schema()
         data = list(schema.names)
@@ -315,12 +329,16 @@ class SparkViewDesired:
             ok, err = self._input_frames(alias, at)
             oks[alias] = ok
             errs.append(err)
-        result = self._evaluate(oks)
-        counted = (
-            result.groupBy(*data)
-            .agg(F.count(F.lit(1)).cast("long").alias(DIFF))
-            .withColumn(ERR, F.lit(None).cast("string"))
-        )
+        sql, columns = self.query()
+        result = self._evaluate(oks, sql).toDF(*columns.names)
+        if ERRORS in columns.names:  # a row the query failed on: an err row of that row
+            failed = F.col(ERRORS).isNotNull()
+            result = result.select(
+                *[F.when(~failed, column(c)).alias(c) for c in data], F.col(ERRORS).alias(ERR)
+            )
+        else:
+            result = result.withColumn(ERR, F.lit(None).cast("string"))
+        counted = result.groupBy(*data, ERR).agg(F.count(F.lit(1)).cast("long").alias(DIFF))
         for err in errs:
             nulls = [F.lit(None).cast(result.schema[c].dataType).alias(c) for c in data]
             counted = counted.unionByName(err.select(*nulls, DIFF, ERR))
@@ -380,13 +398,60 @@ class SparkViewDesired:
         )
         return ok, err
 
-    def _evaluate(self, frames: Mapping[str, Any]) -> Any:
+    def query(self) -> tuple[str, pa.Schema]:
+        """The SQL the view runs, and its columns (no job).
+
+        Under ANSI mode, the view's SQL with per-row errors
+        (:func:`~timeshard.compute.row_errors.with_row_errors`): its columns,
+        then :data:`~timeshard.compute.row_errors.ERRORS`. A rewrite Spark
+        does not analyse to the view's own types is not taken (first the
+        arithmetic is left alone, then everything): the view's SQL as it is.
+        """
+        if self._query is None:
+            data = self.data_schema()
+            sql = self.definition.sql
+            self._query = (sql or "", data)
+            if (
+                sql is not None
+                and self.spark.conf.get("spark.sql.ansi.enabled", "true").lower() == "true"
+            ):
+                for arithmetic in (True, False):
+                    rewritten = with_row_errors(sql, arithmetic=arithmetic)
+                    if rewritten is not None and self._types_alike(rewritten, data):
+                        columns = pa.schema([*data, pa.field(ERRORS, pa.string())])
+                        self._query = (rewritten, columns)
+                        break
+        return self._query
+
+    @property
+    def row_errors(self) -> bool:
+        """Whether a row the query fails on is an err row of that row (else of the time)."""
+        return self.definition.sql is not None and ERRORS in self.query()[1].names
+
+    def _types_alike(self, sql: str, data: pa.Schema) -> bool:
+        """Whether ``sql`` analyses to ``data``'s types, then a string column (no job)."""
+        from pyspark.errors import PySparkException
+        from pyspark.sql.types import StringType
+
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        frames = {alias: self._input_frames(alias, None)[0] for alias in self.readers}
+        try:
+            got = [f.dataType for f in self._evaluate(frames, sql).schema.fields]
+        except PySparkException as e:
+            log.info("view %r keeps errors per time: %s", self.definition.name, e)
+            return False
+        want = [f.dataType for f in arrow_to_spark_schema(data).fields]
+        return got == [*want, StringType()]
+
+    def _evaluate(self, frames: Mapping[str, Any], sql: str | None = None) -> Any:
         if self.definition.function is not None:
             return self.definition.function(frames)
         for alias, frame in frames.items():
             frame.createOrReplaceTempView(alias)
-        assert self.definition.sql is not None
-        return self.spark.sql(self.definition.sql)
+        sql = sql or self.definition.sql
+        assert sql is not None
+        return self.spark.sql(sql)
 
 
 __all__ = ["SparkViewDesired", "ViewDefinition", "ViewFunction", "is_data_error"]
