@@ -77,6 +77,8 @@ def test_in_a_query_that_aggregates_only_expressions_of_aggregates_are_rewritten
         "TRY_DIVIDE(SUM(v), COUNT(w))",
     ]
     assert select.args["group"].sql("spark") == "GROUP BY k + 1"
+    mixed = rewritten("SELECT k + 1 + sum(v) / count(*) AS x FROM a GROUP BY k + 1")
+    assert mixed.expressions[0].this.sql("spark") == "k + 1 + TRY_DIVIDE(SUM(v), COUNT(*))"
     having = rewritten("SELECT k FROM a GROUP BY k HAVING 10 / max(v) > 1").args["having"]
     assert isinstance(having.this, exp.Or)
     assert with_row_errors("SELECT k, sum(v / w) FROM a GROUP BY k") is None

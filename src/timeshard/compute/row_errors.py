@@ -17,9 +17,10 @@ view's SQL to do the same, as one more output column, :data:`ERRORS`:
 * a WHERE (or HAVING) keeps a row its condition fails on, so that the row
   reaches the output as an err row.
 
-The sink turns every output row whose ``ERRORS`` is set into an err row with
-the row's multiplicity (:func:`split_errors`): retracting the input row
-retracts the error. The rewritten query is the view's query for both the
+The view turns every output row whose ``ERRORS`` is set into an err row with
+the row's multiplicity (``SparkViewDesired.snapshot`` on the full path,
+``SparkDelta._consolidated`` on the incremental one): retracting the input
+row retracts the error. The rewritten query is the view's query for both the
 incremental and the full path, so both give the same err rows.
 
 What Spark evaluates lazily stays lazy: an operator in a branch of ``CASE``,
@@ -30,10 +31,11 @@ v = 0 THEN 0 ELSE 12 / v END`` is then never an error.
 Not rewritten (an error there still fails the query, and the sink falls back
 to the coarse err row of the time, :func:`timeshard.compute.view.is_data_error`):
 subqueries, lambda bodies, window specifications, ``IN`` lists, simple
-``CASE x WHEN``, functions that fail on their own (``element_at``, date
-parsing), ``DIV`` and unary minus; and in a query that aggregates, every
-expression not over aggregates alone (WHERE, GROUP BY keys, aggregate
-arguments: an error there belongs to the group, not to one output row).
+``CASE x WHEN``, ``NVL2`` and ``DECODE``, functions that fail on their own
+(``element_at``, date parsing), ``DIV`` and unary minus; and in a query that
+aggregates, every operator over the group's rows rather than over aggregates
+alone (WHERE, GROUP BY keys, aggregate arguments: an error there belongs to
+the group's rows, not to one output row).
 
 Messages name the operator's SQL text and, for a cast, the value: they are a
 function of the data, never of the time, so every replica writes the same.
@@ -43,7 +45,6 @@ Driver only (parsing); the rewritten SQL runs in the view's Spark jobs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,14 +96,6 @@ def with_row_errors(sql: str, *, arithmetic: bool = True) -> str | None:
     if flagged == 0:
         return None
     return tree.sql(dialect="spark")
-
-
-def split_errors(columns: list[str], quote: Callable[[str], str]) -> tuple[list[str], str]:
-    """SQL select expressions over a rewritten query's rows: each data column (null in an
-    err row) and the err message, given as ``(data expressions, error expression)``."""
-    err = quote(ERRORS)
-    data = [f"CASE WHEN {err} IS NULL THEN {quote(c)} END AS {quote(c)}" for c in columns]
-    return data, err
 
 
 def _output_selects(tree: Any) -> list[Any]:
@@ -188,7 +181,7 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
     # Left as it is (a copy: the rewritten tree shares no node with the view's).
     if isinstance(
         node, (exp.Subquery, exp.Select, exp.Lambda, exp.Window, exp.AggFunc, exp.Column)
-    ) or (grouped and _over_rows(node)):
+    ):
         return node.copy()
     if isinstance(node, exp.Literal | exp.Null | exp.Boolean | exp.Star):
         return node.copy()
@@ -225,8 +218,14 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
         right = again(node.expression, [evaluated])
         return type(node)(this=left, expression=right)
     if isinstance(node, exp.In):
-        return node.__class__(**{**node.args, "this": again(node.this)})
-    if isinstance(node, exp.Cast) and not node.args.get("safe"):
+        tested = node.copy()
+        tested.set("this", again(node.this))
+        return tested
+    if grouped and _over_rows(node):
+        # An expression of the group's rows (a group key): as it is, but for what it holds
+        # over aggregates alone (`k + sum(v) / count(*)`).
+        pass
+    elif isinstance(node, exp.Cast) and not node.args.get("safe"):
         value = again(node.this)
         to = node.args["to"]
         tried: Any = exp.TryCast(this=value, to=to.copy(), safe=True)
@@ -243,7 +242,7 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
         )
         _flag(flags, guard, tried, [value], message)
         return tried
-    if isinstance(node, exp.Div | exp.Mod):
+    elif isinstance(node, exp.Div | exp.Mod):
         left, right = again(node.this), again(node.expression)
         name = "try_divide" if isinstance(node, exp.Div) else "try_mod"
         tried = exp.func(name, left, right)
@@ -255,7 +254,7 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
         )
         _flag(flags, guard, tried, [left, right], message)
         return tried
-    if flags.arithmetic and isinstance(node, exp.Add | exp.Sub | exp.Mul):
+    elif flags.arithmetic and isinstance(node, exp.Add | exp.Sub | exp.Mul):
         left, right = again(node.this), again(node.expression)
         name = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply"}[type(node)]
         tried = exp.func(name, left, right)
