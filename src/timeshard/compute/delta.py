@@ -876,23 +876,21 @@ class SparkDelta:
         # A row the query failed on (the rewritten query's last column, row_errors.ERRORS,
         # set) is an err row of that row: its data null, its message the err.
         failed = quoted(ERRORS) if self.data_schema.names[-1:] == [ERRORS] else None
-        fields = target.fields[:-1] if failed else target.fields
+        data = list(zip(names, target.fields, strict=True))[: -1 if failed else None]
+        casts = [f"CAST({n} AS {type_sql(f.dataType)})" for n, f in data]
         typed = ", ".join(
             [
                 *[
-                    f"CAST({n} AS {type_sql(f.dataType)}) AS {n}"
-                    if failed is None
-                    else f"CASE WHEN {failed} IS NULL THEN CAST({n} AS {type_sql(f.dataType)}) "
-                    f"END AS {n}"
-                    for n, f in zip(names, fields, strict=False)
+                    f"{c} AS {n}" if failed is None else f"IF({failed} IS NULL, {c}, NULL) AS {n}"
+                    for c, (n, _f) in zip(casts, data, strict=True)
                 ],
                 f"CAST({TS} AS BIGINT) AS {TS}",
                 f"CAST({DIFF} AS BIGINT) AS {DIFF}",
                 ERR if failed is None else f"coalesce({ERR}, {failed}) AS {ERR}",
             ]
         )
-        out = ", ".join([*names[: len(fields)], TS, DIFF, ERR])
-        keys = ", ".join([*names[: len(fields)], TS, ERR])
+        out = ", ".join([*(n for n, _f in data), TS, DIFF, ERR])
+        keys = ", ".join([*(n for n, _f in data), TS, ERR])
         frames = {f"u{i}": p for i, p in enumerate(([] if ok is None else [ok]) + errs)}
 
         def query(views: Mapping[str, str]) -> str:

@@ -51,9 +51,9 @@ from typing import Any
 #: The output column of the rewritten query that holds a row's error, or null.
 ERRORS = "__err"
 
-#: Functions Spark evaluates lazily, whose arguments are not all evaluated: not rewritten
-#: inside (the ones sqlglot parses into their own node types are handled by type).
-_LAZY_FUNCTIONS = frozenset({"decode", "nvl2", "assert_true", "raise_error"})
+#: Functions Spark evaluates lazily (not every argument), by name where sqlglot leaves them
+#: anonymous: not rewritten inside. Node types sqlglot parses them into: :func:`_lazy_types`.
+_LAZY_FUNCTIONS = frozenset({"decode", "nvl2"})
 
 
 @dataclass
@@ -275,7 +275,7 @@ def _lazy_types() -> list[type]:
     """sqlglot's node types of functions Spark evaluates lazily (besides CASE, IF, COALESCE)."""
     from sqlglot import exp
 
-    names = ("Nvl2", "DecodeCase", "Decode")
+    names = ("Nvl2", "DecodeCase")  # (exp.Decode is the charset decode: strict)
     return [t for t in (getattr(exp, n, None) for n in names) if isinstance(t, type)]
 
 
