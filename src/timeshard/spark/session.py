@@ -10,7 +10,9 @@ needs on a small machine and what timeshard relies on:
 * Arrow transfers between the JVM and Python (``mapInArrow``, ``toArrow``);
 * few shuffle partitions (4), no adaptive execution (see ``DEFAULT_CONF``), no UI;
 * ``ignoreCorruptFiles``/``ignoreMissingFiles`` off: a part that cannot be read
-  is an error, never an empty result.
+  is an error, never an empty result;
+* no start-up noise, and errors only in the log (:mod:`timeshard.spark.quiet`;
+  ``TIMESHARD_SPARK_LOG_LEVEL=warn`` brings Spark's logging back).
 
 Connectors that need Maven jars (Kafka, hadoop-aws, spark-avro, ...) are
 loaded only when ``packages`` names them (or, for hadoop-aws, when the
@@ -45,6 +47,12 @@ from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from timeshard.errors import InvalidUsage
+from timeshard.spark.quiet import (
+    launch_quiet_gateway,
+    log_level,
+    quiet_java_options,
+    quiet_python_loggers,
+)
 
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
@@ -121,11 +129,23 @@ def spark_session(
     if packages:
         conf["spark.jars.packages"] = ",".join(packages)
     conf.update(extra_conf or {})
+    conf = quiet_java_options(conf)
+    level = log_level()  # checked before the JVM starts
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    # The JVM starts here when none runs yet: quiet, unless TIMESHARD_SPARK_LOG_LEVEL is set.
+    output = launch_quiet_gateway({"spark.master": master, "spark.app.name": app_name, **conf})
+    try:
+        spark = builder.getOrCreate()
+    except BaseException:
+        if output is not None:
+            output.failed()
+        raise
+    if output is not None:
+        output.started()
+    spark.sparkContext.setLogLevel(level)
+    quiet_python_loggers()
     return spark
 
 
