@@ -5,7 +5,9 @@ and bids, each its own shard) and a KEY VALUE source ingested with the UPSERT
 envelope, and maintains two materialized views over the auction data:
 ``winning_bids`` (the highest bid of every closed auction) and
 ``bids_per_user``. It runs for ``--seconds`` with a live table of every
-object's write frontier, rows per second and lag; then it lets the views
+object's write frontier, rows per second and lag (:class:`DemoBoard`: drawn
+from the start, before Spark is up, redrawn as each object steps, its lags
+moving between ticks); then it lets the views
 catch up, prints query results, and checks each view against a from-scratch
 recomputation of its query over the inputs at the same time. The exit code
 is 0 only if every check passed.
@@ -28,6 +30,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from timeshard.cli.options import TIME_COLUMNS, fit, time_cell, time_text
 from timeshard.cli.spec import DEFAULT_DIR
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.errors import InvalidUsage
@@ -58,43 +61,55 @@ def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
 
     location = fresh_location(location_dir)
     console.print(f"[bold]timeshard demo[/bold]: {location.describe()}")
-    started = time.monotonic()
-    spark = spark_session(app_name="timeshard-demo")
-    console.print(
-        f"Spark {spark.version} on {spark.sparkContext.master} "
-        f"(started in {time.monotonic() - started:.1f} s)"
-    )
-    client = PersistClient(location)
-    auction = Ingestion(spark, client, AuctionGenerator(rate=100))
-    kv = Ingestion(
-        spark,
-        client,
-        KeyValueGenerator(keys=5000, value_size=16, rate=1000),
-        envelope="upsert",
-        key_columns=["key"],
-    )
-    auction.step()
-    kv.step()
-    # Hold the inputs' history so the final check can read them where the views are.
-    holds = [client.open_leased_reader(s) for s in ("auction.auctions", "auction.bids")]
-    views = {
-        name: MaterializedView.install(spark, client, ViewDefinition(name, inputs, sql))
-        for name, (inputs, sql) in VIEWS.items()
-    }
-    objects = ["auction.auctions", "auction.bids", "kv", *views]
-    rows_before = {o: 0 for o in objects}
-    with Live(console=console, refresh_per_second=2) as live:
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+    objects = ["auction.auctions", "auction.bids", "kv", *VIEWS]
+    board = DemoBoard(objects, seconds)
+    # The live table is drawn from the start (by rich's refresh thread, from what
+    # the board last observed), and each object's row is redrawn after each step.
+    with Live(board, console=console, refresh_per_second=4):
+        started = time.monotonic()
+        spark = spark_session(app_name="timeshard-demo")
+        console.print(
+            f"Spark {spark.version} on {spark.sparkContext.master} "
+            f"(started in {time.monotonic() - started:.1f} s)"
+        )
+        client = PersistClient(location)
+        auction = Ingestion(spark, client, AuctionGenerator(rate=100))
+        kv = Ingestion(
+            spark,
+            client,
+            KeyValueGenerator(keys=5000, value_size=16, rate=1000),
+            envelope="upsert",
+            key_columns=["key"],
+        )
+        board.phase = "first ticks"
+        auction.step()
+        board.observe(client, "auction.auctions", "auction.bids")
+        kv.step()
+        board.observe(client, "kv")
+        # Hold the inputs' history so the final check can read them where the views are.
+        holds = [client.open_leased_reader(s) for s in ("auction.auctions", "auction.bids")]
+        views = {
+            name: MaterializedView.install(spark, client, ViewDefinition(name, inputs, sql))
+            for name, (inputs, sql) in VIEWS.items()
+        }
+        board.phase = "running"
+        board.start()
+        while not board.done():
             tick = time.monotonic()
             auction.step()
+            board.observe(client, "auction.auctions", "auction.bids")
             kv.step()
-            for v in views.values():
+            board.observe(client, "kv")
+            for name, v in views.items():
                 v.step()
-            live.update(_progress(client, objects, rows_before, time.monotonic() - tick))
+                board.observe(client, name)
+            board.last_tick_s = time.monotonic() - tick
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
-    for v in views.values():
-        v.catch_up()
+        board.phase = "catching up"
+        for name, v in views.items():
+            v.catch_up()
+            board.observe(client, name)
+        board.phase = "checking"
     ok = True
     for name, view in views.items():
         inputs, sql = VIEWS[name]
@@ -112,7 +127,7 @@ def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
         same = got.exceptAll(expected).isEmpty() and expected.exceptAll(got).isEmpty()
         ok = ok and same
         console.print(
-            f"{name} AS OF {as_of}: {got.count()} rows; matches a from-scratch "
+            f"{name} AS OF {time_text(as_of)}: {got.count()} rows; matches a from-scratch "
             f"recomputation: {'[green]yes[/green]' if same else '[red]NO[/red]'}"
         )
     top = _reader(client, "bids_per_user", holds)
@@ -170,27 +185,80 @@ def fresh_location(directory: Path) -> Location:
     return Location.embedded(directory)
 
 
-def _progress(
-    client: PersistClient, objects: list[str], rows_before: dict[str, int], tick_s: float
-) -> Table:
-    table = Table(
-        "object",
-        "write frontier",
-        "rows",
-        "rows/s",
-        "lag ms",
-        title=f"timeshard demo (last tick {tick_s:.2f} s)",
-    )
-    now = time.time_ns() // 1_000_000
-    for o in objects:
-        state = client.state(o)
-        rows = state.num_rows()
-        rate = (rows - rows_before[o]) / max(tick_s, 1e-3)
-        rows_before[o] = rows
-        upper = state.upper.time
-        lag = "closed" if upper is None else "hydrating" if upper == 0 else str(now - upper)
-        table.add_row(o, str(upper), str(rows), f"{rate:,.0f}", lag)
-    return table
+class DemoBoard:
+    """The demo's live table: each object's write frontier, rows, rows/s and lag.
+
+    The main thread observes objects after their steps (:meth:`observe`); rich's refresh
+    thread renders (``__rich__``) what was last observed, with the lag and the
+    elapsed time computed at drawing time, so the table moves between ticks.
+    """
+
+    def __init__(self, objects: list[str], seconds: float) -> None:
+        self.objects = objects
+        self.seconds = seconds
+        self.phase = "starting Spark"
+        self.last_tick_s: float | None = None
+        self._created = time.monotonic()
+        self._running_since: float | None = None
+        #: object -> (write frontier, rows, rows/s, when observed)
+        self._seen: dict[str, tuple[int | None, int, float | None, float]] = {}
+
+    def start(self) -> None:
+        """The sources and views run from now for ``seconds``."""
+        self._running_since = time.monotonic()
+
+    def done(self) -> bool:
+        return self._running_since is not None and (
+            time.monotonic() - self._running_since >= self.seconds
+        )
+
+    def observe(self, client: PersistClient, *objects: str) -> None:
+        """Read the shard states of ``objects`` (no Spark)."""
+        for o in objects:
+            state = client.state(o)
+            rows, now = state.num_rows(), time.monotonic()
+            before = self._seen.get(o)
+            rate = None if before is None else (rows - before[1]) / max(now - before[3], 1e-3)
+            self._seen[o] = (state.upper.time, rows, rate, now)
+
+    def __rich__(self) -> Table:
+        elapsed = time.monotonic() - self._created
+        running = (
+            f", {time.monotonic() - self._running_since:.0f} of {self.seconds:.0f} s"
+            if self._running_since is not None and not self.done()
+            else ""
+        )
+        tick = "" if self.last_tick_s is None else f", last tick {self.last_tick_s:.2f} s"
+        table = Table(
+            "object",
+            "write frontier",
+            "rows",
+            "rows/s",
+            "lag",
+            title=f"timeshard demo: {self.phase}{running}{tick} ({elapsed:.0f} s)",
+        )
+        now_ms = time.time_ns() // 1_000_000
+        for o in self.objects:
+            seen = self._seen.get(o)
+            if seen is None:
+                table.add_row(o, "", "", "", "waiting")
+                continue
+            upper, rows, rate, _ = seen
+            lag = (
+                "closed"
+                if upper is None
+                else "hydrating"
+                if upper == 0
+                else f"{(now_ms - upper) / 1000:.1f} s"
+            )
+            table.add_row(
+                o,
+                time_cell(upper, none="closed"),
+                f"{rows:,}",
+                "" if rate is None else f"{rate:,.0f}",
+                lag,
+            )
+        return fit(table, whole=TIME_COLUMNS)
 
 
-__all__ = ["DEMO_MARKER", "fresh_location", "run_demo"]
+__all__ = ["DEMO_MARKER", "DemoBoard", "fresh_location", "run_demo"]

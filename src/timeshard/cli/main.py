@@ -43,17 +43,22 @@ from timeshard.cli.dev import dev_app
 from timeshard.cli.explain import explain
 from timeshard.cli.options import (
     DEFAULT_LOCATION,
+    TIME_COLUMNS,
     BlobOpt,
     ConsensusOpt,
     JsonOpt,
     LocationOpt,
+    Times,
+    TimesOpt,
     cell,
     console,
     err_console,
+    fit,
     location_from,
     print_errors,
     print_json,
-    table_columns,
+    time_cell,
+    time_text,
 )
 from timeshard.cli.spec import DEFAULT_DIR
 from timeshard.cli.status import shard_states, status, status_rows
@@ -75,6 +80,7 @@ def shard_list(
     blob: BlobOpt = None,
     consensus: ConsensusOpt = None,
     as_json: JsonOpt = False,
+    times: TimesOpt = Times.utc,
 ) -> None:
     """List the shards of a location with their frontiers and sizes.
 
@@ -105,11 +111,16 @@ def shard_list(
     else:
         table = Table("shard", "since", "upper", "batches", "rows", "bytes", "seqno")
         for r in rows:
-            cells = [cell(r.get(c)) for c in table_columns(table)]
             if r["error"]:
-                cells[1] = "unreadable (below)"
-            table.add_row(*(escape(c) for c in cells))
-        console.print(table)
+                table.add_row(escape(r["shard"]), "unreadable (below)")
+                continue
+            table.add_row(
+                escape(r["shard"]),
+                time_cell(r["since"], times, none="empty"),
+                time_cell(r["upper"], times, none="closed"),
+                *(cell(r[c]) for c in ("batches", "rows", "bytes", "seqno")),
+            )
+        console.print(fit(table, ("seqno", "bytes", "batches", "since"), whole=TIME_COLUMNS))
         print_errors({r["shard"]: r["error"] for r in rows if r["error"]})
     if failed:
         raise typer.Exit(1)
@@ -122,6 +133,7 @@ def shard_inspect(
     blob: BlobOpt = None,
     consensus: ConsensusOpt = None,
     as_json: JsonOpt = False,
+    times: TimesOpt = Times.utc,
 ) -> None:
     """Show a shard's state: schema, frontiers, batches, readers and writers."""
     state = PersistClient(location_from(location, blob, consensus)).state(shard)
@@ -131,28 +143,35 @@ def shard_inspect(
         print_json(doc)
         return
     console.print(
-        f"[bold]{shard}[/bold] seqno {state.seqno}  since {state.since}  upper {state.upper}"
+        f"[bold]{escape(shard)}[/bold] seqno {state.seqno}  "
+        f"since {time_text(state.since.time, times, none='empty')}  "
+        f"upper {time_text(state.upper.time, times, none='closed')}",
+        soft_wrap=True,
     )
     console.print(f"schema: {', '.join(f'{f.name} {f.type}' for f in state.data_schema)}")
     batches = Table("lower", "upper", "since", "parts", "rows", "bytes", title="batches")
     for b in state.batches:
         batches.add_row(
-            str(b.desc.lower),
-            str(b.desc.upper),
-            str(b.desc.since),
+            time_cell(b.desc.lower.time, times, none="empty"),
+            time_cell(b.desc.upper.time, times, none="closed"),
+            time_cell(b.desc.since.time, times, none="empty"),
             str(len(b.parts)),
             str(b.num_rows),
             str(b.size_in_bytes),
         )
-    console.print(batches)
+    console.print(fit(batches, ("bytes", "parts"), whole=TIME_COLUMNS))
     holders = Table("kind", "id", "since / lease", title="readers and writers")
     for rid, r in state.leased_readers.items():
-        holders.add_row("leased reader", rid, f"since {r.since}, seqno {r.seqno}")
+        since = time_text(r.since.time, times, none="empty")
+        holders.add_row("leased reader", rid, f"since {since}, seqno {r.seqno}")
     for rid, c in state.critical_readers.items():
-        holders.add_row("critical reader", rid, f"since {c.since}, opaque {c.opaque!r}")
+        since = time_text(c.since.time, times, none="empty")
+        holders.add_row(
+            "critical reader", escape(rid), escape(f"since {since}, opaque {c.opaque!r}")
+        )
     for wid, w in state.writers.items():
         holders.add_row("writer", wid, f"lease {w.lease_duration_ms} ms")
-    console.print(holders)
+    console.print(fit(holders))
 
 
 @shard_app.command("snapshot")
@@ -166,6 +185,7 @@ def shard_snapshot(
     blob: BlobOpt = None,
     consensus: ConsensusOpt = None,
     as_json: JsonOpt = False,
+    times: TimesOpt = Times.utc,
 ) -> None:
     """Print a shard's contents at a time (pyarrow path, no Spark)."""
     client = PersistClient(location_from(location, blob, consensus))
@@ -186,12 +206,13 @@ def shard_snapshot(
         print_json({"shard": shard, "as_of": as_of, "rows": rows[:limit], "total_rows": len(rows)})
         return
     if not rows:
-        console.print(f"{shard} is empty at {as_of}")
+        console.print(f"{escape(shard)} is empty at {time_text(as_of, times)}")
         return
-    table = Table(*rows[0].keys(), title=f"{shard} AS OF {as_of} ({len(rows)} rows)")
+    title = f"{shard} AS OF {time_text(as_of, times)} ({len(rows)} rows)"
+    table = Table(*rows[0].keys(), title=escape(title))
     for r in rows[:limit]:
-        table.add_row(*(str(v) for v in r.values()))
-    console.print(table)
+        table.add_row(*(escape(str(v)) for v in r.values()))
+    console.print(fit(table))
 
 
 def readable_times(since: Frontier, upper: Frontier) -> str:
@@ -266,6 +287,7 @@ def query(
     blob: BlobOpt = None,
     consensus: ConsensusOpt = None,
     as_json: JsonOpt = False,
+    times: TimesOpt = Times.utc,
 ) -> None:
     """Run Spark SQL over the shards it names, every one read AS OF one time.
 
@@ -289,10 +311,11 @@ def query(
     if as_json:
         print_json({"as_of": as_of, "rows": rows})
         return
-    table = Table(*(rows[0].keys() if rows else ["(no rows)"]), title=f"AS OF {as_of}")
+    title = f"AS OF {time_text(as_of, times)}"
+    table = Table(*(rows[0].keys() if rows else ["(no rows)"]), title=title)
     for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
-    console.print(table)
+        table.add_row(*(escape(str(v)) for v in row.values()))
+    console.print(fit(table))
 
 
 _STRING_LITERAL = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")

@@ -5,6 +5,15 @@ directory ``DIR/blob`` and SQLite consensus ``DIR/consensus.sqlite``) or by
 ``--blob URI --consensus URI``. Tables go to :data:`console` (rich), ``--json``
 output to stdout as indented JSON.
 
+Times. A time from 2001-09-09 on (:data:`WALL_CLOCK_MS`) is wall-clock epoch
+milliseconds, and tables show it as readable UTC above its epoch ms
+(:func:`time_cell`; ``--times ms`` shows the epoch ms alone); a smaller time is
+a logical one and is shown as it is. JSON output always holds the integers.
+
+Width. :func:`fit` makes a table fit the terminal (80 columns included): it
+drops the columns a command marks optional, least useful first, until the
+table fits, and wraps what still does not -- an id is wrapped, never cut.
+
 Invariants:
 
 1. A command that reads a location never creates one: :func:`location_from`
@@ -19,13 +28,16 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from timeshard.cli.spec import DEFAULT_DIR
 from timeshard.errors import InvalidUsage
@@ -49,6 +61,105 @@ ConsensusOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 DEFAULT_LOCATION = Path(DEFAULT_DIR)
+
+
+class Times(StrEnum):
+    """How tables show wall-clock times."""
+
+    utc = "utc"  # readable UTC above the epoch ms
+    ms = "ms"  # the epoch ms alone
+
+
+TimesOpt = Annotated[
+    Times,
+    typer.Option(
+        "--times",
+        case_sensitive=False,
+        help="Show wall-clock times as readable UTC beside their epoch ms (utc), or as "
+        "epoch ms alone (ms).",
+    ),
+]
+#: Times from 2001-09-09 01:46:40 UTC on are wall-clock epoch milliseconds; a
+#: smaller time is a logical one (a counter, a test's 0, 1, 2, ...).
+WALL_CLOCK_MS = 10**12
+#: 10000-01-01: beyond what ``datetime`` shows.
+_LAST_READABLE_MS = 253_402_300_800_000
+
+
+def readable_utc(t: int) -> str | None:
+    """``2026-11-27 18:20:51.644`` for a wall-clock time, None for a logical one."""
+    if not WALL_CLOCK_MS <= t < _LAST_READABLE_MS:
+        return None
+    return f"{datetime.fromtimestamp(t // 1000, tz=UTC):%Y-%m-%d %H:%M:%S}.{t % 1000:03d}"
+
+
+def time_cell(t: int | None, times: Times = Times.utc, *, none: str = "") -> str:
+    """A time for a table cell: readable UTC above the epoch ms, or the integer alone."""
+    if t is None:
+        return none
+    readable = readable_utc(t) if times is Times.utc else None
+    return str(t) if readable is None else f"{readable}\n{t}"
+
+
+def time_text(t: int | None, times: Times = Times.utc, *, none: str = "") -> str:
+    """A time in a line of text: ``1795803651644 (2026-11-27 18:20:51.644 UTC)``."""
+    if t is None:
+        return none
+    readable = readable_utc(t) if times is Times.utc else None
+    return str(t) if readable is None else f"{t} ({readable} UTC)"
+
+
+def fit(
+    table: Table,
+    optional: Sequence[str] = (),
+    width: int | None = None,
+    whole: Sequence[str] = (),
+) -> Table:
+    """``table``, made to fit ``width`` (the console's by default) columns.
+
+    The columns headed ``optional`` are dropped, in that order, while the
+    table is wider than ``width``. The columns headed ``whole`` (times, say)
+    keep each line of their cells on one line; every other column wraps its
+    cells (``fold``: an id longer than its column is wrapped, never cut).
+    """
+    width = console.width if width is None else width
+    wide = console.options.update_width(10**6)
+    for column in table.columns:
+        column.overflow = "fold"
+        if str(column.header) in whole:
+            column.min_width = _natural_width(column)
+    for header in optional:
+        if console.measure(table, options=wide).maximum <= width:
+            break
+        table.columns[:] = [c for c in table.columns if str(c.header) != header]
+    # Still too wide: narrow the widest wrapping column by the excess, then the next.
+    for _ in range(len(table.columns)):
+        excess = console.measure(table, options=wide).maximum - width
+        narrowable = [
+            c for c in table.columns if str(c.header) not in whole and _width(c) > _NARROWEST
+        ]
+        if excess <= 0 or not narrowable:
+            break
+        widest = max(narrowable, key=_width)
+        widest.max_width = max(_NARROWEST, _width(widest) - excess)
+    return table
+
+
+#: A wrapping column is never made narrower than this by :func:`fit`.
+_NARROWEST = 8
+
+
+def _natural_width(column: Column) -> int:
+    """The width ``column`` takes without wrapping: its widest line, header included."""
+    return max(len(line) for c in (column.header, *column.cells) for line in str(c).splitlines())
+
+
+def _width(column: Column) -> int:
+    return column.max_width or _natural_width(column)
+
+
+#: The headers of time columns, for :func:`fit`'s ``whole``.
+TIME_COLUMNS = ("since", "upper", "lower", "write frontier", "lag")
 
 
 def location_from(
@@ -91,12 +202,12 @@ def cell(value: object) -> str:
     return "" if value is None else str(value)
 
 
-def table_columns(table: Table) -> list[str]:
-    return [str(c.header) for c in table.columns]
-
-
 __all__ = [
     "DEFAULT_LOCATION",
+    "TIME_COLUMNS",
+    "WALL_CLOCK_MS",
+    "Times",
+    "TimesOpt",
     "BlobOpt",
     "ConsensusOpt",
     "JsonOpt",
@@ -105,8 +216,11 @@ __all__ = [
     "check_location",
     "console",
     "err_console",
+    "fit",
     "location_from",
     "print_errors",
     "print_json",
-    "table_columns",
+    "readable_utc",
+    "time_cell",
+    "time_text",
 ]

@@ -36,15 +36,20 @@ from rich.table import Table
 
 from timeshard.cli.options import (
     DEFAULT_LOCATION,
+    TIME_COLUMNS,
     BlobOpt,
     ConsensusOpt,
     JsonOpt,
     LocationOpt,
+    Times,
+    TimesOpt,
     cell,
     console,
+    fit,
     location_from,
     print_errors,
     print_json,
+    time_cell,
 )
 from timeshard.cli.spec import format_duration
 from timeshard.errors import TimeshardError
@@ -61,9 +66,14 @@ def status(
     blob: BlobOpt = None,
     consensus: ConsensusOpt = None,
     as_json: JsonOpt = False,
+    times: TimesOpt = Times.utc,
 ) -> None:
     """Every shard's frontiers, lag, retained history and health; views show their
     deploy generation and their path (linear, grouped or full).
+
+    Wall-clock times show as readable UTC above their epoch ms (``--times ms``:
+    epoch ms alone). On a narrow terminal the table drops readers, writers,
+    generation, retain and since, in that order, until it fits.
 
     The lag is wall-clock now minus the write frontier, for shards whose
     timestamps are wall-clock milliseconds. A source reported ``running`` or
@@ -80,7 +90,7 @@ def status(
     if as_json:
         print_json(rows)
     else:
-        _print_status(rows)
+        _print_status(rows, times)
     if any(r["kind"] == "unreadable" for r in rows):
         raise typer.Exit(1)
 
@@ -215,7 +225,11 @@ def path_cell(row: dict[str, Any]) -> str:
     return UNKNOWN_PATH if row["kind"] == "view" else ""
 
 
-def _print_status(rows: list[dict[str, Any]]) -> None:
+#: The status table's columns a narrow terminal drops, least useful first.
+STATUS_OPTIONAL = ("readers", "writers", "generation", "retain", "since")
+
+
+def _print_status(rows: list[dict[str, Any]], times: Times) -> None:
     table = Table(
         "object",
         "kind",
@@ -238,8 +252,8 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
             escape(str(r["object"])),
             str(r["kind"]),
             escape(path_cell(r)),
-            str(r["since"]) if known else "",
-            str(r["write_frontier"]) if known else "",
+            time_cell(r["since"], times, none="empty") if known else "",
+            time_cell(r["write_frontier"], times, none="closed") if known else "",
             "" if lag_ms is None else f"{int(lag_ms) / 1000:.1f} s",
             "" if r["retain_ms"] is None else format_duration(r["retain_ms"]),
             str(r["generation"] or ""),
@@ -247,7 +261,7 @@ def _print_status(rows: list[dict[str, Any]]) -> None:
             cell(r["readers"]),
             escape(status_text if known else "(below)"),
         )
-    console.print(table)
+    console.print(fit(table, STATUS_OPTIONAL, whole=TIME_COLUMNS))
     for r in rows:
         if r["path"] == "full":
             why = r["path_reason"] or "no reason recorded"
@@ -280,4 +294,4 @@ def _unreadable_row(shard_id: str, error: TimeshardError) -> dict[str, Any]:
     }
 
 
-__all__ = ["UNKNOWN_PATH", "path_cell", "shard_states", "status", "status_rows"]
+__all__ = ["STATUS_OPTIONAL", "UNKNOWN_PATH", "path_cell", "shard_states", "status", "status_rows"]
