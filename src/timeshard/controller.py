@@ -176,7 +176,11 @@ def build_export(spark: Any, client: PersistClient, spec: ExportSpec) -> ShardEx
         key_columns=spec.key_columns,
         export_id=spec.name,
         version=spec.version,
-        **({"progress_topic": opts["progress_topic"]} if "progress_topic" in opts else {}),
+        **{
+            k: opts[k]
+            for k in ("progress_topic", "format", "key_schema_id", "value_schema_id")
+            if k in opts
+        },
     )
 
 

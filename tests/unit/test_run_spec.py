@@ -242,3 +242,28 @@ def test_a_postgres_export_needs_its_options(tmp_path: Path) -> None:
     bad = export.model_copy(update={"options": {"dsn": "postgresql://x@h/db"}})
     with pytest.raises(InvalidUsage, match=r"postgres export's options need \['dsn', 'table'\]"):
         check_spec(spec.model_copy(update={"export": [bad]}), existing=[])
+
+
+def test_a_declared_kafka_export_takes_its_format_and_schema_ids(tmp_path: Path) -> None:
+    """``format``, ``key_schema_id`` and ``value_schema_id`` reach the KafkaExport (they
+    were checked but dropped, so a declared export wrote JSON)."""
+    import pyarrow as pa
+
+    from timeshard.cli.spec import ExportSpec
+    from timeshard.controller import build_export
+    from timeshard.location import Location
+    from timeshard.persist import PersistClient
+
+    client = PersistClient(Location.embedded(tmp_path))
+    schema = pa.schema([("key", pa.string()), ("value", pa.string())])
+    client.open_writer("kv", schema).expire()
+    options = {"bootstrap_servers": "127.0.0.1:9", "topic": "kv", "progress_topic": "p"}
+    avro = {"format": "avro", "key_schema_id": 3, "value_schema_id": 4}
+    spec = ExportSpec(
+        name="kv-out", kind="kafka", input="kv", key_columns=["key"], options=options | avro
+    )
+    export = build_export(None, client, spec)
+    assert (export.format, export.key_schema_id, export.value_schema_id) == ("avro", 3, 4)
+    assert export.progress_topic == "p"
+    plain = build_export(None, client, spec.model_copy(update={"options": options}))
+    assert (plain.format, plain.key_schema_id, plain.value_schema_id) == ("json", None, None)

@@ -1,126 +1,19 @@
-"""Declaration files for ``timeshard run FILE``: sources and views in TOML.
+"""Declaration files for ``timeshard run FILE``: sources, views and exports in TOML.
 
-    [location]
-    dir = ".timeshard/mine"          # or blob = "...", consensus = "..."
-                                     # e.g. blob = "s3a://bucket/prefix" (AWS_* environment),
-                                     # consensus = "postgresql://user@host/db"
-
-    [spark]                          # optional: where the run's Spark runs
-    master = "spark://10.0.0.5:7077" # default local[2]
-    conf = { "spark.executor.memory" = "2g" }
-
-    [[source]]
-    name = "kv"
-    kind = "key_value"     # key_value | counter | auction | tpch | file | kafka | postgres | mysql
-    envelope = "upsert"              # none | upsert (upsert needs key_columns)
-    key_columns = ["key"]
-    options = { keys = 1000, rate = 200 }
-    retain_history = "1h"            # optional: 500ms | 30s | 15m | 1h | 1d
-
-    [[source]]
-    name = "events"
-    kind = "file"
-    options = { path = "/data/in", format = "json" }
-    columns = { id = "int64", name = "string" }
-
-    [[source]]
-    name = "readings"
-    kind = "file"                    # one base64 Avro binary datum per line
-    options = { path = "/data/avro", format = "avro", avro_schema = '''
-      {"type": "record", "name": "Reading", "fields": [
-        {"name": "id", "type": "long"}, {"name": "v", "type": ["null", "double"]}]}''' }
-
-    [[source]]
-    name = "orders"
-    kind = "kafka"                   # one topic; needs Spark's Kafka connector
-    envelope = "upsert"              # keyed on the Kafka key; a null value deletes
-    key_columns = ["id"]
-    options = { bootstrap_servers = "127.0.0.1:9092", topic = "orders",
-                key_format = "json", key_schema = { id = "int64" },
-                value_format = "json", metadata = ["timestamp"] }
-    columns = { status = "string", total = "float64" }   # the JSON value's columns
-
-    [[source]]
-    name = "payments"
-    kind = "kafka"                   # Avro key and value; needs spark-avro too
-    options = { bootstrap_servers = "127.0.0.1:9092", topic = "payments",
-                key_format = "avro", key_schema_file = "schemas/payment_key.avsc",
-                value_format = "avro", value_schema_file = "schemas/payment.avsc",
-                schema_registry_url = "http://127.0.0.1:8081" }
-                                     # optional: records in the Confluent wire format,
-                                     # writer schemas by id from the registry; or
-                                     # schemas = { 1 = "v1.avsc", 2 = "v2.avsc" }
-
-    [[source]]
-    name = "shop"
-    kind = "postgres"                # logical replication of a publication's tables
-    options = { dsn = "postgresql://repl@db/shop", publication = "shop_pub",
-                tables = ["orders", "sales.items"] }   # optional; slot = "..." too
-                                     # writes shop.orders, shop.sales.items (with _diff)
-
-    [[source]]
-    name = "legacy"
-    kind = "mysql"                   # a MariaDB database's tables, by its GTID binlog
-    options = { url = "mysql://repl:secret@db:3306/legacy", tables = ["users"] }
-                                     # tables optional; writes legacy.users (with _diff)
-
-    [[view]]
-    name = "keys_per_prefix"
-    inputs = { kv = "kv" }
-    sql = "SELECT substr(value, 1, 1) AS p, count(*) AS n FROM kv GROUP BY p"
-    refresh_every_ms = 5000          # optional
-    retain_history = "15m"           # optional
-
-    [[export]]
-    name = "prefixes-out"            # the export's id (its progress record's key)
-    kind = "kafka"                   # exactly once: progress in the target, one transaction
-    input = "keys_per_prefix"        # any source output, view or shard
-    envelope = "upsert"              # upsert | debezium
-    key_columns = ["p"]
-    version = 1                      # a higher version fences the older exports
-    options = { bootstrap_servers = "127.0.0.1:9092", topic = "prefixes" }
-                                     # format = "avro" (default "json"), and optionally
-                                     # key_schema_id / value_schema_id: the wire format
-
-    [[export]]
-    name = "kv-table"
-    kind = "postgres"                # the table is the shard's snapshot; progress row alongside
-    input = "kv"
-    key_columns = ["key"]
-    options = { dsn = "postgresql://app@db/app", table = "kv", schema = "public" }
+The format -- ``[location]``, ``[spark]``, ``[[source]]`` of every kind,
+``[[view]]``, ``[[export]]``, durations, column types, the Maven packages a
+file needs -- is documented in ``docs/run-spec.md``, with a complete example;
+``tests/unit/test_run_spec_doc.py`` loads every example there and checks the
+page names every field, kind, option and type the models below accept.
 
 The file is validated with pydantic: an unknown field, kind, envelope,
 column type or duration is an InvalidUsage that names it, on one line.
 :func:`check_spec` checks, without Spark, that every view reads a shard the
 location holds or the declaration writes (a source ``s`` writes ``s`` or
-``s.<subsource>``; a view writes its name), declared before the view.
-
-An ``[[export]]`` sends a source output, a view or any shard of the
-location to Kafka, a PostgreSQL table or a Delta table, exactly once
-(:class:`~timeshard.storage.kafka_export.KafkaExport`,
-:class:`~timeshard.storage.postgres_export.PostgresExport`,
-:class:`~timeshard.storage.delta_export.DeltaExport`, whose ``envelope`` is
-``upsert`` or ``append`` and whose option is ``table_uri``); its ``name`` is
-its id, under which its progress is recorded in the target.
-
-``retain_history`` keeps that much history of a source's outputs or a view
-readable: ``AS OF`` and ``subscribe --from`` reach back that far. Durations
-are a whole number and a unit, ``ms``, ``s``, ``m``, ``h`` or ``d``.
-
-An ``avro`` FILE source takes its columns from ``avro_schema`` (declare no
-``columns``) and needs the spark-avro jar, a ``kafka`` source Spark's Kafka
-connector: :func:`spark_packages` names the Maven packages the run's
-SparkSession must load, each only when some source uses it. A ``kafka``
-source's ``columns`` are its JSON value's; ``options.key_schema`` declares a
-JSON key's columns (:class:`~timeshard.storage.kafka_source.KafkaSource`).
-A ``kafka`` source's ``avro`` key or value takes its columns from the Avro
-record schema in ``key_schema_file`` / ``value_schema_file`` (the reader
-schema; declare no ``columns``), read when the source is built; paths are
-relative to the working directory. Records are bare Avro datums written
-with that schema, unless ``schema_registry_url`` or ``schemas`` (schema id
-to schema file, for producers whose registry is out of reach) says they are
-in the Confluent wire format; then each is decoded with its own writer
-schema into the reader schema.
+``s.<subsource>``; a view writes its name), declared before the view, and
+builds every source (:func:`build_source`) so that a bad option is reported
+before anything runs. :func:`spark_packages` names the Maven packages the
+run's SparkSession must load, each only when some source uses it.
 """
 
 from __future__ import annotations
