@@ -190,12 +190,12 @@ def test_err_rows_mode_loads_bad_rows_as_err_rows(spark: SparkSession, tmp_path:
 def test_a_large_file_split_over_tasks_loads_as_the_whole_file(
     spark: SparkSession, tmp_path: Path, fmt: str
 ) -> None:
-    """Pieces of about 64 bytes: one job counts their newlines, one loads them; rows, err rows
+    """Pieces of about 512 bytes: one job counts their newlines, one loads them; rows, err rows
     and their line numbers are those of the unsplit file, a line longer than a piece included."""
     rng = random.Random(7)
     lines = ["k,v"] if fmt == "csv" else []
     for i in range(300):
-        key = f"k{i}" + ("x" * 150 if i % 97 == 5 else "")  # a line longer than a piece
+        key = f"k{i}" + ("x" * 600 if i % 97 == 5 else "")  # a line longer than a piece
         value = "bad" if i % 41 == 3 else str(rng.randint(-9, 9))
         if fmt == "csv":
             lines.append(f"{key},{value}" if i % 53 else "")  # blank lines too
@@ -204,7 +204,7 @@ def test_a_large_file_split_over_tasks_loads_as_the_whole_file(
     f = tmp_path / f"in.{fmt}"
     f.write_text("\r\n".join(lines))  # CR LF, and no newline after the last line
     results = []
-    for split in (1 << 30, 64):
+    for split in (1 << 30, 512):
         client = make_collection(tmp_path / f"loc-{split}")
         with JobCounter(spark) as jobs:
             report = copy_files(
@@ -218,7 +218,7 @@ def test_a_large_file_split_over_tasks_loads_as_the_whole_file(
     assert bad_lines[0] == (2 + 3 if fmt == "csv" else 1 + 3)  # i = 3, after the csv header
     with pytest.raises(CopyError) as failed:
         copy_files(
-            spark, make_collection(tmp_path / "fail"), str(f), "orders", format=fmt, split_bytes=64
+            spark, make_collection(tmp_path / "fail"), str(f), "orders", format=fmt, split_bytes=512
         )
     assert [b.line for b in failed.value.rows] == bad_lines[:5]
 
