@@ -267,3 +267,75 @@ def test_a_declared_kafka_export_takes_its_format_and_schema_ids(tmp_path: Path)
     assert export.progress_topic == "p"
     plain = build_export(None, client, spec.model_copy(update={"options": options}))
     assert (plain.format, plain.key_schema_id, plain.value_schema_id) == ("json", None, None)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (
+            {"envelope": "append"},
+            r"export 'kv-out': envelope must be one of \('upsert', 'debezium'\)",
+        ),
+        ({"version": 0}, "export 'kv-out': version must be a positive integer, got 0"),
+        ({"name": "kv out"}, "export 'kv out': export_id must be 1-200"),
+        ({"key_columns": []}, "export 'kv-out': envelope 'upsert' needs key_columns"),
+    ],
+)
+def test_an_exports_envelope_id_version_and_keys_are_checked_before_spark(
+    tmp_path: Path, change: dict[str, object], match: str
+) -> None:
+    """Checked by ``check_spec``, so a bad export writes nothing (it was found only once the
+    export was built, after the sources had run)."""
+    f = tmp_path / "run.toml"
+    f.write_text(EXPORTS)
+    spec = load_spec(f)
+    [export] = spec.export
+    with pytest.raises(InvalidUsage, match=match):
+        check_spec(spec.model_copy(update={"export": [export.model_copy(update=change)]}), [])
+    # A Delta export appends without keys; a PostgreSQL export only upserts.
+    delta = export.model_copy(
+        update={"kind": "delta", "envelope": "append", "key_columns": [], "options": {}}
+    )
+    delta = delta.model_copy(update={"options": {"table_uri": str(tmp_path / "t")}})
+    check_spec(spec.model_copy(update={"export": [delta]}), [])
+    pg = export.model_copy(
+        update={"kind": "postgres", "envelope": "debezium", "options": {"dsn": "x", "table": "t"}}
+    )
+    with pytest.raises(InvalidUsage, match=r"envelope must be one of \('upsert',\)"):
+        check_spec(spec.model_copy(update={"export": [pg]}), [])
+
+
+def test_a_sources_envelope_and_a_views_refresh_are_checked_before_spark(tmp_path: Path) -> None:
+    f = tmp_path / "run.toml"
+    f.write_text(EXPORTS)
+    spec = load_spec(f)
+    [kv] = spec.source
+    keyless = kv.model_copy(update={"key_columns": []})
+    with pytest.raises(InvalidUsage, match="source 'kv': envelope 'upsert' needs key_columns"):
+        check_spec(spec.model_copy(update={"source": [keyless], "export": []}), [])
+    f.write_text(TWO_VIEWS)
+    views = load_spec(f)
+    [auction] = views.source
+    upsert = auction.model_copy(update={"envelope": "upsert", "key_columns": ["id"]})
+    with pytest.raises(InvalidUsage, match="kind 'auction' writes several shards"):
+        check_spec(views.model_copy(update={"source": [upsert], "view": []}), [])
+    totals = views.view[1].model_copy(
+        update={"refresh_every_ms": 0, "inputs": {"b": "auction.bids"}}
+    )
+    with pytest.raises(InvalidUsage, match="view 'totals': refresh_every_ms must be positive"):
+        check_spec(views.model_copy(update={"view": [totals]}), [])
+
+
+def test_an_ingestion_refuses_an_envelope_for_a_source_with_several_outputs(
+    tmp_path: Path,
+) -> None:
+    """The envelope was silently dropped: an AUCTION source writes auction.bids, ... ."""
+    from timeshard.location import Location
+    from timeshard.persist import PersistClient
+    from timeshard.storage.ingest import Ingestion
+    from timeshard.storage.sources import AuctionGenerator
+
+    client = PersistClient(Location.embedded(tmp_path))
+    with pytest.raises(InvalidUsage, match=r"give one per output with envelopes="):
+        Ingestion(None, client, AuctionGenerator(), envelope="upsert", key_columns=["id"])
+    assert client.list_shards() == []  # nothing opened

@@ -120,6 +120,8 @@ class ExportSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+#: The source kinds that write several shards (``<name>.<subsource>``), with no envelope.
+SEVERAL_OUTPUTS = ("auction", "tpch")
 #: An export's options by kind: (needed, optional).
 EXPORT_OPTIONS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "kafka": (
@@ -171,7 +173,40 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
     InvalidUsage names the view, the input and the shards it could read.
     """
     from timeshard.controller import spec_shards
+    from timeshard.storage.delta_export import DeltaExport
+    from timeshard.storage.export import ShardExport
+    from timeshard.storage.kafka_export import KafkaExport
+    from timeshard.storage.postgres_export import PostgresExport
 
+    for source in spec.source:
+        if source.envelope == "upsert" and not source.key_columns:
+            raise InvalidUsage(f"source {source.name!r}: envelope 'upsert' needs key_columns")
+        if source.kind in SEVERAL_OUTPUTS and (source.envelope != "none" or source.key_columns):
+            raise InvalidUsage(
+                f"source {source.name!r}: kind {source.kind!r} writes several shards and "
+                "takes no envelope or key_columns"
+            )
+    for view in spec.view:
+        if view.refresh_every_ms is not None and view.refresh_every_ms <= 0:
+            raise InvalidUsage(
+                f"view {view.name!r}: refresh_every_ms must be positive, "
+                f"got {view.refresh_every_ms}"
+            )
+    exports: dict[str, type[ShardExport]] = {
+        "kafka": KafkaExport,
+        "postgres": PostgresExport,
+        "delta": DeltaExport,
+    }
+    for export in spec.export:
+        try:
+            exports[export.kind].check_declared(
+                envelope=export.envelope,
+                key_columns=export.key_columns,
+                export_id=export.name,
+                version=export.version,
+            )
+        except InvalidUsage as e:
+            raise InvalidUsage(f"export {export.name!r}: {e}") from e
     views = [v.name for v in spec.view]
     sources = spec_shards(spec)[: -len(views) or None]
     readable = set(existing) | set(sources)

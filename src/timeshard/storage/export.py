@@ -72,6 +72,22 @@ class ShardExport(ABC):
     #: The envelopes the target supports.
     envelopes: tuple[str, ...] = ("upsert",)
 
+    @classmethod
+    def check_declared(
+        cls, *, envelope: str, key_columns: Sequence[str], export_id: str, version: int
+    ) -> None:
+        """What can be checked before the shard is opened (``timeshard run`` checks a
+        declaration with it before Spark starts): InvalidUsage names an envelope the
+        target does not support, a bad id or version, or an upsert without keys."""
+        if envelope not in cls.envelopes:
+            raise InvalidUsage(f"envelope must be one of {cls.envelopes}, got {envelope!r}")
+        if not isinstance(export_id, str) or not _ID.fullmatch(export_id):
+            raise InvalidUsage(f"export_id must be 1-200 of [A-Za-z0-9._-], got {export_id!r}")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise InvalidUsage(f"version must be a positive integer, got {version!r}")
+        if envelope == "upsert" and not list(key_columns):
+            raise InvalidUsage("envelope 'upsert' needs key_columns")
+
     def __init__(
         self,
         spark: Any,
@@ -83,12 +99,9 @@ class ShardExport(ABC):
         export_id: str,
         version: int,
     ) -> None:
-        if envelope not in self.envelopes:
-            raise InvalidUsage(f"envelope must be one of {self.envelopes}, got {envelope!r}")
-        if not isinstance(export_id, str) or not _ID.fullmatch(export_id):
-            raise InvalidUsage(f"export_id must be 1-200 of [A-Za-z0-9._-], got {export_id!r}")
-        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
-            raise InvalidUsage(f"version must be a positive integer, got {version!r}")
+        self.check_declared(
+            envelope=envelope, key_columns=key_columns, export_id=export_id, version=version
+        )
         self.reader = client.open_leased_reader(shard)
         names = list(self.reader.schema.names)
         keys = list(key_columns)
@@ -97,9 +110,6 @@ class ShardExport(ABC):
             raise InvalidUsage(
                 f"key_columns must be distinct columns of shard {shard!r} {names}, got {keys}"
             )
-        if envelope == "upsert" and not keys:
-            self.reader.expire()
-            raise InvalidUsage("envelope 'upsert' needs key_columns")
         self.spark = spark
         self.client = client
         self.shard = shard

@@ -171,6 +171,17 @@ class Ingestion:
         outputs = getattr(source, "outputs", None)
         self._payloads = outputs() if outputs is not None else {"": source.payload_schema()}
         self._envelopes = envelopes or {"": (envelope, key_columns)}
+        stray = sorted(
+            sub
+            for sub, (env, keys) in self._envelopes.items()
+            if sub not in self._payloads and (env != "none" or list(keys))
+        )
+        if stray:
+            raise InvalidUsage(
+                f"source {source.name!r} writes the outputs {sorted(self._payloads)}, and "
+                f"an envelope for {stray} names none of them"
+                + (": give one per output with envelopes=" if "" in stray else "")
+            )
         self.exports: dict[str, Export] = {}
         self._open()
         exported = {sub: export.shard for sub, export in self.exports.items()}
