@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from pathlib import Path
 
@@ -16,7 +15,6 @@ from rich.console import Console
 from rich.table import Table
 from typer.testing import CliRunner
 
-from timeshard.cli import options
 from timeshard.cli.demo import DemoBoard
 from timeshard.cli.main import app
 from timeshard.cli.options import (
@@ -153,8 +151,7 @@ def test_jvm_output_of_a_start_that_failed_is_printed(capfd: pytest.CaptureFixtu
     os.write(out.writers[2], b"JAVA_HOME is not set\n")
     out.close_writers()
     out.failed()
-    assert re.search("JAVA_HOME is not set", capfd.readouterr().err)
-    assert options.WALL_CLOCK_MS == WALL_CLOCK_MS
+    assert "JAVA_HOME is not set\n" in capfd.readouterr().err
 
 
 def test_a_spark_log_level_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
