@@ -83,7 +83,7 @@ if TYPE_CHECKING:
     from timeshard.compute.view import ViewDefinition
 
 CATALOG_SHARD = "timeshard_catalog"
-KINDS = ("view", "source", "export")
+KINDS = ("view", "source", "export", "statement")
 CATALOG_SCHEMA = pa.schema(
     [("name", pa.string()), ("kind", pa.string()), ("definition", pa.string())]
 )
@@ -182,15 +182,37 @@ class Catalog:
         # Compare what would be stored: the definitions as they read back from JSON.
         wanted = [CatalogEntry(n, k, json.loads(t)) for (n, k), t in texts.items()]
         keep = same or (lambda old, new: old.definition == new.definition)
+
+        def changes(stored: dict[tuple[str, str], CatalogEntry]) -> dict[Any, tuple[Any, ...]]:
+            return {
+                (e.name, e.kind): (texts[(e.name, e.kind)],)
+                for e in wanted
+                if (e.name, e.kind) not in stored or not keep(stored[(e.name, e.kind)], e)
+            }
+
+        return self._apply(changes, sorted(texts))
+
+    def forget(self, keys: Sequence[tuple[str, str]]) -> int:
+        """Delete the entries of ``keys`` (``(name, kind)``); return how many were stored."""
+        return self._apply(lambda stored: {k: None for k in keys if k in stored}, sorted(keys))
+
+    def record_statement(self, name: str, definition: Mapping[str, Any]) -> int:
+        """Record the statement that created object ``name`` (see ``timeshard serve``)."""
+        return self.record([CatalogEntry(name, "statement", dict(definition))])
+
+    def forget_statement(self, name: str) -> int:
+        return self.forget([(name, "statement")])
+
+    def _apply(
+        self,
+        changes: Callable[[dict[tuple[str, str], CatalogEntry]], dict[Any, Any]],
+        what: Sequence[tuple[str, str]],
+    ) -> int:
+        """Write ``changes(stored)`` (key -> value, None deletes) until the append lands."""
         upsert: FeedbackUpsert | None = None
         try:
             for _ in range(_ATTEMPTS):
-                stored = {(e.name, e.kind): e for e in self._stored()}
-                changed = [
-                    e
-                    for e in wanted
-                    if (e.name, e.kind) not in stored or not keep(stored[(e.name, e.kind)], e)
-                ]
+                changed = changes({(e.name, e.kind): e for e in self._stored()})
                 if not changed:
                     return 0
                 if upsert is None:
@@ -200,16 +222,13 @@ class Catalog:
                 upper = upsert.upper.time
                 assert upper is not None, "the catalog shard is closed"
                 now = max(self._clock(), upper)
-                commands = [
-                    UpsertCommand((e.name, e.kind), (texts[(e.name, e.kind)],), now, (now,))
-                    for e in changed
-                ]
+                commands = [UpsertCommand(k, v, now, (now,)) for k, v in changed.items()]
                 if isinstance(upsert.apply(commands, now + 1), Appended):
                     return len(changed)
         finally:
             if upsert is not None:  # its writer and reader would linger until their leases end
                 upsert.close()
-        raise AssertionError(f"could not record {sorted(texts)} in the catalog")
+        raise AssertionError(f"could not write {list(what)} to the catalog")
 
     def _stored(self) -> list[CatalogEntry]:
         """The stored entries; rows that do not decode count as absent (they get replaced)."""

@@ -60,6 +60,7 @@ from timeshard.cli.options import (
     time_cell,
     time_text,
 )
+from timeshard.cli.serve import serve
 from timeshard.cli.spec import DEFAULT_DIR
 from timeshard.cli.status import shard_states, status, status_rows
 from timeshard.errors import InvalidUsage, SinceError, TimeshardError
@@ -72,6 +73,7 @@ app.add_typer(shard_app, name="shard")
 app.add_typer(dev_app, name="dev")
 app.command("status")(status)
 app.command("explain")(explain)
+app.command("serve")(serve)
 
 
 @shard_app.command("list")

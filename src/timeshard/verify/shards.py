@@ -63,7 +63,8 @@ def read_catalog_index(client: PersistClient, report: VerifyReport) -> CatalogIn
         except TimeshardError as e:
             report.add(Finding(CATALOG_SHARD, "catalog", str(e), rows=(_row(row),), rows_total=1))
             continue
-        by_kind[entry.kind][entry.name] = entry
+        if entry.kind in by_kind:  # a ``statement`` entry (timeshard serve) holds no shard
+            by_kind[entry.kind][entry.name] = entry
     return index
 
 

@@ -1,0 +1,107 @@
+"""``timeshard serve``: one long-running process, every object ticking, SQL over pgwire.
+
+The process starts one SparkSession, restores every object the location's
+catalog records (:mod:`timeshard.server.engine`), and listens for
+PostgreSQL clients (:mod:`timeshard.server.pgwire`) on 127.0.0.1:6875 by
+default. It prints one line when it is ready, with the address to give
+``psql``, and runs until SIGINT or SIGTERM (or ``--seconds``), when it closes
+every object and stops Spark.
+
+A bind address that is not loopback needs a password, taken from the
+environment variable ``TIMESHARD_SERVE_PASSWORD`` (never from the command
+line, where other users could read it); clients then authenticate with
+SCRAM-SHA-256.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from timeshard.cli.options import (
+    DEFAULT_LOCATION,
+    BlobOpt,
+    ConsensusOpt,
+    LocationOpt,
+    location_from,
+)
+from timeshard.errors import InvalidUsage
+from timeshard.persist import PersistClient
+
+console = Console(highlight=False)
+PASSWORD_ENV = "TIMESHARD_SERVE_PASSWORD"
+
+
+def serve(
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="The port to listen on (0: any free one).")] = 6875,
+    master: Annotated[str, typer.Option(help="The Spark master URL.")] = "local[2]",
+    tick: Annotated[float, typer.Option(help="Seconds between two ticks of every object.")] = 1.0,
+    seconds: Annotated[
+        float | None, typer.Option(help="Stop after this long (default: run until stopped).")
+    ] = None,
+) -> None:
+    """Run every source and view of the location and answer SQL over the PostgreSQL protocol.
+
+    Objects are created with SQL (CREATE SOURCE, CREATE MATERIALIZED VIEW) and
+    kept in the location's catalog: a restarted server restores and resumes
+    them. Connect with: psql -h 127.0.0.1 -p 6875 -U timeshard timeshard
+    """
+    from timeshard.server.engine import Engine
+    from timeshard.server.pgwire import PgServer
+    from timeshard.spark import spark_session
+
+    if tick <= 0:
+        raise InvalidUsage(f"--tick must be positive, got {tick}")
+    if not 0 <= port <= 65535:
+        raise InvalidUsage(f"--port must be in [0, 65535], got {port}")
+    password = os.environ.get(PASSWORD_ENV) or None
+    client = PersistClient(location_from(location, blob, consensus, create=True))
+    spark = spark_session(
+        master=master, app_name="timeshard-serve", blob_uri=client.location.blob_uri
+    )
+    engine = Engine(spark, client, tick_s=tick)
+    try:
+        server = PgServer(engine, host, port, password)
+    except OSError as e:
+        spark.stop()
+        raise InvalidUsage(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    failures = engine.start()
+    for failure in failures:
+        console.print(f"[red]not restored:[/red] {escape(failure)}", soft_wrap=True)
+    listener = threading.Thread(target=server.serve_forever, name="pgwire", daemon=True)
+    listener.start()
+    objects = ", ".join(sorted(engine.objects)) or "none yet"
+    console.print(
+        f"timeshard serve: listening on {host}:{server.port}; objects: {escape(objects)}\n"
+        f"  psql -h {host} -p {server.port} -U timeshard timeshard",
+        soft_wrap=True,
+    )
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while not stop.wait(0.2):
+        if deadline is not None and time.monotonic() >= deadline:
+            break
+    server.shutdown()
+    server.server_close()
+    engine.close()
+    spark.stop()
+
+
+__all__ = ["PASSWORD_ENV", "serve"]

@@ -1,0 +1,664 @@
+"""The engine of ``timeshard serve``: one SparkSession, every object ticking, SQL on top.
+
+An :class:`Engine` holds the sources and materialized views created with
+SQL (:mod:`timeshard.server.statements`) and steps each of them on a
+background thread, one tick per ``tick_s``. It answers statements from any
+number of client threads.
+
+Durability: every CREATE is recorded in the catalog shard as an entry of
+kind ``statement`` named after its object, holding the statement's text and
+its sequence number; DROP removes it. A starting engine replays the recorded
+statements in order, so a restart -- after a clean stop or ``kill -9`` --
+restores every object, and each resumes where its shards end (an ingestion
+from its remap, a view's sink from its shard's upper). Two engines on one
+location are replicas of the same objects: both tick them and converge
+through compare-and-append, as two ``timeshard run`` processes do.
+
+Failure isolation: one object's failing tick is caught, kept as that
+object's last error (see ``timeshard_objects``) and reported as its health;
+the others tick on. A statement's error is a :class:`SqlError` with an
+SQLSTATE; nothing a client sends stops the engine.
+
+Reads: ``SELECT ... [AS OF t]`` reads every shard it names at one time (the
+greatest time all are readable at, unless ``AS OF`` says), each registered as
+a temporary view of a Spark session of its own, so concurrent queries never
+see each other's names. A query without ``AS OF`` over a shard that holds no
+readable time yet (a view just created) waits for one, up to ``read_wait_s``.
+``timeshard_objects`` is the introspection relation: one row per shard with
+its frontiers, lag, health, generation, rows and bytes, and its last error.
+
+Invariants:
+
+1. An object is created (its shards exist, its catalog entry is written)
+   before CREATE answers; a failed CREATE leaves no entry and no object.
+2. DROP of an object others read is refused unless CASCADE, which drops the
+   readers first.
+3. The tick thread holds the object lock while it steps; DDL takes the same
+   lock, so an object is never stepped while it is being created or dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
+from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
+from timeshard.persist import PersistClient, Progress, Updates
+from timeshard.server.statements import (
+    CreateSource,
+    CreateView,
+    Drop,
+    Explain,
+    Ignored,
+    Query,
+    Show,
+    ShowCreate,
+    SqlError,
+    Statement,
+    Subscribe,
+    parse,
+)
+from timeshard.storage.health import STATUS_SHARD
+
+log = logging.getLogger(__name__)
+
+#: The introspection relation's name.
+OBJECTS_RELATION = "timeshard_objects"
+_SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
+
+
+@dataclass
+class Result:
+    """Rows and their columns (name, Arrow-or-Spark type name), and the command tag."""
+
+    columns: list[tuple[str, str]]
+    rows: list[tuple[Any, ...]]
+    tag: str
+
+
+@dataclass
+class Stream:
+    """A SUBSCRIBE: its columns, and its rows as they become definite."""
+
+    columns: list[tuple[str, str]]
+    rows: Iterator[tuple[Any, ...]]
+
+
+@dataclass
+class _Object:
+    name: str
+    kind: str  # "source" | "view"
+    sql: str
+    seq: int
+    runner: Any  # Ingestion | MaterializedView
+    shards: list[str]
+    reads: list[str] = field(default_factory=list)
+    last_error: str | None = None
+
+
+class Engine:
+    """The objects of one location, stepped continuously, answering SQL."""
+
+    def __init__(
+        self,
+        spark: Any,
+        client: PersistClient,
+        *,
+        tick_s: float = 1.0,
+        clock: Callable[[], int] | None = None,
+        read_wait_s: float = 60.0,
+    ) -> None:
+        self.spark = spark
+        self.client = client
+        self.tick_s = tick_s
+        self.read_wait_s = read_wait_s
+        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self.objects: dict[str, _Object] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._seq = 0
+        self._catalog = Catalog(client, self.clock)
+
+    # -- life
+
+    def start(self) -> list[str]:
+        """Restore the recorded objects, then start ticking; the restore failures."""
+        failures = []
+        entries = [e for e in read_catalog(self.client) if e.kind == "statement"]
+        for entry in sorted(entries, key=lambda e: int(e.definition.get("seq", 0))):
+            self._seq = max(self._seq, int(entry.definition.get("seq", 0)))
+            try:
+                statement = parse(str(entry.definition["sql"]))
+                if not isinstance(statement, CreateSource | CreateView):
+                    raise CorruptState(f"not a CREATE statement: {entry.definition['sql']!r}")
+                self._create(statement, record=False, seq=int(entry.definition["seq"]))
+            except Exception as e:  # one bad entry must not keep the others down
+                log.error("cannot restore %s: %s", entry.name, e)
+                failures.append(f"{entry.name}: {type(e).__name__}: {e}")
+        self._thread = threading.Thread(target=self._tick_loop, name="timeshard-ticks", daemon=True)
+        self._thread.start()
+        return failures
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            for obj in reversed(list(self.objects.values())):
+                try:
+                    obj.runner.close()
+                except Exception as e:
+                    log.warning("closing %s: %s", obj.name, e)
+            self.objects.clear()
+
+    def _tick_loop(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            self.step()
+            self._stop.wait(max(0.0, self.tick_s - (time.monotonic() - started)))
+
+    def step(self) -> dict[str, str]:
+        """One tick of every object, sources first; the failures, by object."""
+        failures = {}
+        with self._lock:
+            for obj in sorted(self.objects.values(), key=lambda o: (o.kind != "source", o.seq)):
+                try:
+                    obj.runner.step()
+                    error = getattr(getattr(obj.runner, "sink", None), "last_error", None)
+                except Exception as e:  # an ingestion marks itself stalled; tried next tick
+                    error = f"{type(e).__name__}: {str(e)[:300]}"
+                obj.last_error = error
+                if error is not None:
+                    failures[obj.name] = error
+        return failures
+
+    # -- statements
+
+    def execute(self, statement: Statement) -> Result | Stream:
+        """Run one statement; a :class:`SqlError` says why it failed."""
+        try:
+            return self._execute(statement)
+        except SqlError:
+            raise
+        except SinceError as e:
+            raise SqlError(str(e), "22023") from e
+        except InvalidUsage as e:
+            raise SqlError(str(e), "22023") from e
+        except TimeshardError as e:
+            raise SqlError(f"{type(e).__name__}: {e}", "XX000") from e
+
+    def _execute(self, statement: Statement) -> Result | Stream:
+        if isinstance(statement, CreateSource | CreateView):
+            return self._create(statement, record=True)
+        if isinstance(statement, Drop):
+            return self._drop(statement)
+        if isinstance(statement, Show):
+            return self._show(statement)
+        if isinstance(statement, ShowCreate):
+            obj = self._object(statement.name, statement.kind)
+            return Result(
+                [("name", "string"), ("create_sql", "string")], [(obj.name, obj.sql)], "SELECT 1"
+            )
+        if isinstance(statement, Explain):
+            return self._explain(statement.name)
+        if isinstance(statement, Query):
+            return self.query(statement.query, statement.as_of)
+        if isinstance(statement, Subscribe):
+            return self.subscribe(statement)
+        if isinstance(statement, Ignored):
+            return Result([], [], statement.tag)
+        raise SqlError(f"statement {statement!r} is not supported", "0A000")
+
+    def _object(self, name: str, kind: str | None = None) -> _Object:
+        obj = self.objects.get(name)
+        if obj is None or (kind is not None and obj.kind != kind):
+            what = {"source": "source", "view": "materialized view", None: "object"}[kind]
+            raise SqlError(f"unknown {what} {name!r}", "42P01")
+        return obj
+
+    def _create(self, statement: Statement, *, record: bool, seq: int | None = None) -> Result:
+        assert isinstance(statement, CreateSource | CreateView), statement
+        tag = "CREATE SOURCE" if isinstance(statement, CreateSource) else "CREATE MATERIALIZED VIEW"
+        with self._lock:
+            if statement.name in self.objects:
+                if statement.if_not_exists:
+                    return Result([], [], tag)
+                raise SqlError(f"{statement.name!r} already exists", "42710")
+            if seq is None:
+                self._seq += 1
+                seq = self._seq
+            if isinstance(statement, CreateSource):
+                obj = self._create_source(statement, seq)
+            else:
+                obj = self._create_view(statement, seq)
+            if record:
+                try:
+                    self._catalog.record_statement(
+                        obj.name, {"sql": obj.sql, "seq": seq, "object": obj.kind}
+                    )
+                except Exception:
+                    obj.runner.close()
+                    raise
+            self.objects[obj.name] = obj
+        return Result([], [], tag)
+
+    def _create_source(self, statement: CreateSource, seq: int) -> _Object:
+        from timeshard.cli.spec import RunSpec, SourceSpec, build_source, check_spec
+        from timeshard.storage.ingest import Ingestion
+
+        if statement.kind == "file" and statement.options.get("format") == "avro":
+            raise SqlError("FORMAT AVRO sources are declared in a run file for now", "0A000")
+        taken = self._shards_of_objects()
+        try:
+            spec = SourceSpec(
+                name=statement.name,
+                kind=statement.kind,  # type: ignore[arg-type]
+                envelope=statement.envelope,  # type: ignore[arg-type]
+                key_columns=list(statement.key_columns),
+                options=statement.options,
+                columns=statement.columns,
+                retain_history=statement.retain_history,
+            )
+        except ValueError as e:
+            raise SqlError(str(e).splitlines()[0], "22023") from None
+        check_spec(RunSpec(source=[spec]), existing=self.client.list_shards())
+        source = build_source(spec)
+        ingestion = Ingestion(
+            self.spark,
+            self.client,
+            source,
+            envelope=spec.envelope,
+            key_columns=spec.key_columns,
+            clock=self.clock,
+            retain_history_ms=spec.retain_history_ms,
+        )
+        shards = [e.shard for e in ingestion.exports.values()]
+        clash = sorted(set(shards) & taken)
+        if clash:
+            ingestion.close()
+            raise SqlError(f"the shards {clash} belong to another object", "42710")
+        try:
+            ingestion.step()  # its shards then hold a readable time
+        except Exception as e:
+            log.warning("source %s: first tick failed (retried): %s", statement.name, e)
+        return _Object(statement.name, "source", statement.sql, seq, ingestion, shards)
+
+    def _create_view(self, statement: CreateView, seq: int) -> _Object:
+        from timeshard.cli.spec import parse_duration
+        from timeshard.compute import MaterializedView, ViewDefinition
+
+        if statement.name in self._shards_of_objects():
+            raise SqlError(f"{statement.name!r} is a shard of another object", "42710")
+        spark_sql, inputs = self.resolve(statement.query)
+        if not inputs:
+            raise SqlError("a materialized view must read at least one source or view", "22023")
+        for shard in inputs.values():
+            if shard == statement.name:
+                raise SqlError(f"view {statement.name!r} cannot read itself", "42P17")
+        refresh = (
+            None if statement.refresh_every is None else parse_duration(statement.refresh_every)
+        )
+        retain = (
+            None if statement.retain_history is None else parse_duration(statement.retain_history)
+        )
+        view = MaterializedView.install(
+            self.spark,
+            self.client,
+            ViewDefinition(
+                statement.name,
+                inputs,
+                spark_sql,
+                refresh_every_ms=refresh,
+                retain_history_ms=retain,
+            ),
+            tick_interval_s=self.tick_s,
+        )
+        return _Object(
+            statement.name,
+            "view",
+            statement.sql,
+            seq,
+            view,
+            [statement.name],
+            reads=sorted(set(inputs.values())),
+        )
+
+    def _shards_of_objects(self) -> set[str]:
+        return {s for o in self.objects.values() for s in o.shards}
+
+    def _drop(self, statement: Drop) -> Result:
+        tag = "DROP SOURCE" if statement.kind == "source" else "DROP MATERIALIZED VIEW"
+        with self._lock:
+            if statement.name not in self.objects and statement.if_exists:
+                return Result([], [], tag)
+            obj = self._object(statement.name, statement.kind)
+            readers = self._readers_of(obj)
+            if readers and not statement.cascade:
+                raise SqlError(
+                    f"cannot drop {obj.name!r}: it is read by "
+                    f"{', '.join(repr(r.name) for r in readers)} (DROP ... CASCADE drops them too)",
+                    "2BP01",
+                )
+            for dependent in [*readers, obj]:
+                self._catalog.forget_statement(dependent.name)
+                if dependent.kind == "view":
+                    dependent.runner.drop()
+                else:
+                    dependent.runner.close()
+                del self.objects[dependent.name]
+        return Result([], [], tag)
+
+    def _readers_of(self, obj: _Object) -> list[_Object]:
+        """Every object that reads ``obj``'s shards, directly or not, readers last-first."""
+        out: list[_Object] = []
+        frontier = set(obj.shards)
+        for other in sorted(self.objects.values(), key=lambda o: o.seq):
+            if other is not obj and frontier & set(other.reads):
+                out.append(other)
+                frontier |= set(other.shards)
+        return list(reversed(out))
+
+    def _show(self, statement: Show) -> Result:
+        with self._lock:
+            objects = sorted(self.objects.values(), key=lambda o: o.name)
+        if statement.what == "sinks":
+            return Result([("name", "string"), ("type", "string")], [], "SELECT 0")
+        rows: list[tuple[Any, ...]] = []
+        if statement.what == "sources":
+            for o in objects:
+                if o.kind == "source":
+                    rows.append((o.name, _source_type(o), ", ".join(o.shards)))
+            return Result(
+                [("name", "string"), ("type", "string"), ("shards", "string")],
+                rows,
+                f"SELECT {len(rows)}",
+            )
+        if statement.what == "views":
+            for o in objects:
+                if o.kind == "view":
+                    path, _ = _view_path(o)
+                    rows.append((o.name, path, ", ".join(o.reads)))
+            return Result(
+                [("name", "string"), ("path", "string"), ("reads", "string")],
+                rows,
+                f"SELECT {len(rows)}",
+            )
+        rows = [(o.name, "materialized view" if o.kind == "view" else "source") for o in objects]
+        return Result([("name", "string"), ("type", "string")], rows, f"SELECT {len(rows)}")
+
+    def _explain(self, name: str) -> Result:
+        obj = self._object(name, "view")
+        path, reason = _view_path(obj)
+        return Result(
+            [
+                ("view", "string"),
+                ("path", "string"),
+                ("incremental", "boolean"),
+                ("reason", "string"),
+            ],
+            [(obj.name, path, path in ("linear", "grouped"), reason)],
+            "EXPLAIN",
+        )
+
+    # -- reads
+
+    def known_shards(self) -> list[str]:
+        return [s for s in self.client.list_shards() if s not in _SYSTEM_SHARDS]
+
+    def resolve(self, query: str) -> tuple[str, dict[str, str]]:
+        """``query`` (PostgreSQL) in Spark SQL, every shard it reads renamed; alias -> shard.
+
+        A table name is a shard's id: ``kv``, ``auction.bids`` or ``"auction.bids"``.
+        ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).
+        """
+        try:
+            tree = sqlglot.parse_one(query, read="postgres")
+        except SqlglotError as e:
+            raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
+        if tree is None:
+            raise SqlError("expected a query")
+        known = set(self.known_shards())
+        ctes = {c.alias for c in tree.find_all(exp.CTE)}
+        inputs: dict[str, str] = {}
+        aliases: dict[str, str] = {}
+        for table in list(tree.find_all(exp.Table)):
+            parts = [p for p in (table.catalog, table.db, table.name) if p]
+            shard = ".".join(parts)
+            if len(parts) == 1 and shard in ctes:
+                continue
+            if shard == OBJECTS_RELATION:
+                alias = OBJECTS_RELATION
+            elif shard in known:
+                alias = aliases.get(shard) or _alias(shard, set(aliases.values()))
+                aliases[shard] = alias
+                inputs[alias] = shard
+            else:
+                listed = ", ".join(sorted(known | {OBJECTS_RELATION}))
+                raise SqlError(f"unknown relation {shard!r}; the location has: {listed}", "42P01")
+            if not table.alias:
+                table.set("alias", exp.TableAlias(this=exp.to_identifier(shard.split(".")[-1])))
+            table.set("this", exp.to_identifier(alias))
+            table.set("db", None)
+            table.set("catalog", None)
+        return tree.sql("spark"), inputs
+
+    def query(self, query: str, as_of: int | None) -> Result:
+        """Run ``query`` over the shards it names, all read at one time."""
+        from pyspark.errors import PySparkException
+
+        from timeshard.spark import snapshot_df
+
+        spark_sql, inputs = self.resolve(query)
+        readers = {s: self.client.open_leased_reader(s) for s in set(inputs.values())}
+        session = self.spark.newSession()
+        try:
+            as_of = self._readable_time(readers, as_of)
+            for alias, shard in inputs.items():
+                assert as_of is not None
+                snap = snapshot_df(session, readers[shard], as_of)
+                errors = snap.where("_err IS NOT NULL").select("_err").limit(1).collect()
+                if errors:
+                    raise SqlError(f"{shard!r} holds an error at {as_of}: {errors[0][0]}", "XX000")
+                data = [f"`{c}`" for c in snap.columns if c not in ("_ts", "_diff", "_err")]
+                snap.selectExpr(*data, "explode(sequence(1, CAST(_diff AS INT))) AS _n").drop(
+                    "_n"
+                ).createOrReplaceTempView(alias)
+            if OBJECTS_RELATION in spark_sql:
+                self._objects_df(session).createOrReplaceTempView(OBJECTS_RELATION)
+            try:
+                df = session.sql(spark_sql)
+                rows = [tuple(r) for r in df.collect()]
+            except PySparkException as e:
+                message = (e.getMessage() or str(e)).strip().splitlines()[0]
+                raise SqlError(message, e.getSqlState() or "XX000") from e
+            columns = [(f.name, f.dataType.typeName()) for f in df.schema.fields]
+            return Result(columns, rows, f"SELECT {len(rows)}")
+        finally:
+            for reader in readers.values():
+                reader.expire()
+
+    def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
+        """``as_of``, checked; without one, the latest time every reader can read at --
+        waited for up to ``read_wait_s`` when there is none yet (a view just created)."""
+        from timeshard.cli.main import _query_as_of
+
+        deadline = time.monotonic() + self.read_wait_s
+        delay = 0.05
+        while True:
+            try:
+                return _query_as_of(readers, as_of)
+            except InvalidUsage as e:
+                if as_of is not None or time.monotonic() + delay > deadline:
+                    raise SqlError(str(e), "22023") from e
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def object_rows(self) -> list[dict[str, Any]]:
+        """One row per shard of the location: the introspection relation's rows."""
+        from timeshard.cli.status import status_rows
+
+        with self._lock:
+            owner = {s: o for o in self.objects.values() for s in o.shards}
+        out = []
+        for row in status_rows(self.client):
+            shard = row["object"]
+            obj = owner.get(shard)
+            state = None
+            with contextlib.suppress(TimeshardError):  # status_rows has shown why already
+                state = self.client.state(shard)
+            count = state.num_rows() if state is not None else None
+            size = state.size_in_bytes() if state is not None else None
+            out.append(
+                {
+                    "name": shard,
+                    "object": obj.name if obj is not None else None,
+                    "type": _type_of(obj, row["kind"]),
+                    "status": row["status"],
+                    "since": _first_time(row["since"]),
+                    "upper": row["write_frontier"],
+                    "lag_ms": row["lag_ms"],
+                    "generation": row["generation"],
+                    "rows": count,
+                    "bytes": size,
+                    "error": (obj.last_error if obj is not None else None) or row["error"],
+                }
+            )
+        return out
+
+    def _objects_df(self, session: Any) -> Any:
+        from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+        types = {
+            "name": StringType(),
+            "object": StringType(),
+            "type": StringType(),
+            "status": StringType(),
+            "since": LongType(),
+            "upper": LongType(),
+            "lag_ms": LongType(),
+            "generation": LongType(),
+            "rows": LongType(),
+            "bytes": LongType(),
+            "error": StringType(),
+        }
+        schema = StructType([StructField(n, t) for n, t in types.items()])
+        rows = [tuple(r[n] for n in types) for r in self.object_rows()]
+        return session.createDataFrame(rows, schema)
+
+    def subscribe(self, statement: Subscribe) -> Stream:
+        """Every row of a shard at AS OF (default: its latest readable time), then
+        every update after it as it becomes definite, up to UP TO if given."""
+        shard = statement.name
+        if shard not in self.known_shards():
+            raise SqlError(f"unknown relation {shard!r}", "42P01")
+        reader = self.client.open_leased_reader(shard)
+        try:
+            as_of = statement.as_of
+            if as_of is None:
+                as_of = max((reader.fetch_recent_upper().time or 1) - 1, 0)
+            if not reader.since.less_equal(as_of):
+                raise SqlError(
+                    f"{shard!r} is not readable at {as_of}: its since is {reader.since}", "22023"
+                )
+            names = [n for n in reader.schema.names]
+            columns = [("mz_timestamp", "long"), ("mz_diff", "long")] + [
+                (n, _arrow_type(reader.schema.field(n).type)) for n in names
+            ]
+        except Exception:
+            reader.expire()
+            raise
+        return Stream(columns, _subscribe_rows(reader, names, as_of, statement.up_to))
+
+
+def _subscribe_rows(
+    reader: Any, names: list[str], as_of: int, up_to: int | None
+) -> Iterator[tuple[Any, ...]]:
+    try:
+        while reader.fetch_recent_upper().less_equal(as_of):
+            time.sleep(0.05)
+        yield from _rows(reader.snapshot(as_of), names, up_to)
+        listen = reader.listen(as_of)
+        try:
+            while True:
+                for event in listen.next(timeout_s=0.5):
+                    if isinstance(event, Updates):
+                        yield from _rows(event.table, names, up_to)
+                    elif (
+                        isinstance(event, Progress)
+                        and up_to is not None
+                        and not event.frontier.less_equal(up_to)
+                    ):
+                        return
+                yield ()  # a heartbeat: lets the caller notice a cancel between updates
+        finally:
+            listen.expire()
+    finally:
+        reader.expire()
+
+
+def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tuple[Any, ...]]:
+    rows = sorted(table.to_pylist(), key=lambda r: r["_ts"])
+    for row in rows:
+        if up_to is not None and row["_ts"] > up_to:
+            continue
+        if row.get("_err") is not None:
+            raise SqlError(f"the collection holds an error at {row['_ts']}: {row['_err']}", "XX000")
+        yield (row["_ts"], row["_diff"], *(row[n] for n in names))
+
+
+def _alias(shard: str, taken: set[str]) -> str:
+    base = re.sub(r"\W", "_", shard)
+    alias, n = base, 1
+    while alias in taken:
+        n += 1
+        alias = f"{base}_{n}"
+    return alias
+
+
+def _first_time(since: Any) -> int | None:
+    if isinstance(since, list):
+        return since[0] if since else None
+    return since if isinstance(since, int) else None
+
+
+def _type_of(obj: _Object | None, kind: str) -> str:
+    if obj is None:
+        return kind
+    return "materialized view" if obj.kind == "view" else "source"
+
+
+def _source_type(obj: _Object) -> str:
+    return type(obj.runner.source).__name__
+
+
+def _view_path(obj: _Object) -> tuple[str, str]:
+    classification = obj.runner.desired.plan.classification
+    return str(classification.path), str(classification.reason)
+
+
+def _arrow_type(t: pa.DataType) -> str:
+    if pa.types.is_integer(t):
+        return "long" if t.bit_width == 64 else "integer"
+    if pa.types.is_floating(t):
+        return "double"
+    if pa.types.is_boolean(t):
+        return "boolean"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "binary"
+    return "string"
+
+
+__all__ = ["OBJECTS_RELATION", "Engine", "Result", "Stream"]

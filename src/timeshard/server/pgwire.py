@@ -1,0 +1,534 @@
+"""The PostgreSQL wire protocol in front of an :class:`~timeshard.server.engine.Engine`.
+
+``psql``, psycopg and any PostgreSQL driver connect to it. The messages are
+encoded and decoded by pygwire (a sans-I/O codec of protocol 3.0 with its
+state machine); this module does the I/O, one thread per connection, and
+maps statements to messages:
+
+* the simple query protocol (``Query``), several statements per message;
+* the extended protocol (``Parse``/``Bind``/``Describe``/``Execute``/``Sync``)
+  with text parameters, which :func:`~timeshard.server.statements.bind`
+  turns into literals; a portal's rows are produced when it is described or
+  first executed, and ``Execute`` with a row limit suspends it;
+* ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
+  text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
+  row, until its ``UP TO`` passes, the client cancels (``CancelRequest``,
+  psql's Ctrl-C) or the connection closes;
+* errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
+  connection stays usable (in a transaction block, until ROLLBACK);
+* transaction statements only move the status ``ReadyForQuery`` reports:
+  every statement takes effect at once.
+
+Access: the server binds 127.0.0.1 unless told otherwise. With a password,
+every client authenticates with SCRAM-SHA-256 (the ``scramp`` library does
+the exchange); a non-loopback bind without a password is refused before
+anything listens. SSL is declined (``N``); clients fall back to plain text.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import secrets
+import select
+import socket
+import socketserver
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pygwire.connection import BackendConnection
+from pygwire.constants import TransactionStatus
+from pygwire.messages import (
+    AuthenticationOk,
+    AuthenticationSASL,
+    AuthenticationSASLContinue,
+    AuthenticationSASLFinal,
+    BackendKeyData,
+    Bind,
+    BindComplete,
+    CancelRequest,
+    Close,
+    CloseComplete,
+    CommandComplete,
+    CopyData,
+    CopyDone,
+    CopyOutResponse,
+    DataRow,
+    Describe,
+    EmptyQueryResponse,
+    ErrorResponse,
+    Execute,
+    FieldDescription,
+    Flush,
+    GSSEncRequest,
+    GSSResponse,
+    NoData,
+    ParameterDescription,
+    ParameterStatus,
+    Parse,
+    ParseComplete,
+    PGMessage,
+    PortalSuspended,
+    Query,
+    ReadyForQuery,
+    RowDescription,
+    SASLInitialResponse,
+    SASLResponse,
+    SSLRequest,
+    SSLResponse,
+    StartupMessage,
+    Sync,
+    Terminate,
+)
+
+from timeshard.errors import InvalidUsage
+from timeshard.server.engine import Engine, Result, Stream
+from timeshard.server.statements import (
+    Empty,
+    Ignored,
+    Param,
+    SqlError,
+    bind,
+    parse,
+    split,
+)
+
+log = logging.getLogger(__name__)
+
+#: Spark / Arrow type names to PostgreSQL type OIDs (text format); others are text.
+TYPE_OIDS = {
+    "long": 20,
+    "integer": 23,
+    "short": 21,
+    "byte": 21,
+    "double": 701,
+    "float": 700,
+    "boolean": 16,
+    "binary": 17,
+    "string": 25,
+    "date": 1082,
+    "timestamp": 1114,
+    "timestamp_ntz": 1114,
+}
+
+
+def encode_value(value: Any) -> bytes | None:
+    """A value in PostgreSQL's text format."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, bytes | bytearray):
+        return b"\\x" + bytes(value).hex().encode()
+    return str(value).encode("utf-8")
+
+
+def _copy_text(value: Any) -> str:
+    """A value in COPY's text format (backslash escapes, ``\\N`` for NULL)."""
+    if value is None:
+        return "\\N"
+    text = encode_value(value)
+    assert text is not None
+    out = text.decode("utf-8")
+    for raw, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+        out = out.replace(raw, escaped)
+    return out
+
+
+def _fields(columns: list[tuple[str, str]]) -> list[FieldDescription]:
+    return [
+        FieldDescription(name=n, type_oid=TYPE_OIDS.get(t, 25), type_size=-1) for n, t in columns
+    ]
+
+
+def _error(e: SqlError) -> ErrorResponse:
+    message = " ".join(str(e).split()) or type(e).__name__
+    return ErrorResponse(fields={"S": "ERROR", "V": "ERROR", "C": e.sqlstate, "M": message})
+
+
+@dataclass
+class _Portal:
+    sql: str
+    result: Result | Stream | None = None
+    sent: int = 0
+    described: bool = False
+
+
+@dataclass
+class _Session:
+    """What one connection holds between messages."""
+
+    statements: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
+    portals: dict[str, _Portal] = field(default_factory=dict)
+    in_transaction: bool = False
+    failed: bool = False
+    skipping: bool = False  # after an error in the extended protocol, until Sync
+
+    @property
+    def status(self) -> TransactionStatus:
+        if self.failed:
+            return TransactionStatus.ERROR_TRANSACTION
+        if self.in_transaction:
+            return TransactionStatus.IN_TRANSACTION
+        return TransactionStatus.IDLE
+
+
+class PgServer(socketserver.ThreadingTCPServer):
+    """A pgwire listener; ``serve_forever`` on a thread, ``shutdown`` to stop."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self, engine: Engine, host: str = "127.0.0.1", port: int = 6875, password: str | None = None
+    ) -> None:
+        if not _loopback(host) and not password:
+            raise InvalidUsage(
+                f"binding {host!r} (not loopback) needs a password: set TIMESHARD_SERVE_PASSWORD"
+            )
+        self.engine = engine
+        self.auth: tuple[str, Any] | None = None
+        if password:
+            from scramp import ScramMechanism
+
+            mechanism = ScramMechanism("SCRAM-SHA-256")
+            self.auth = ("SCRAM-SHA-256", (mechanism, mechanism.make_auth_info(password)))
+        self.cancels: dict[tuple[int, bytes], threading.Event] = {}
+        self.cancels_lock = threading.Lock()
+        super().__init__((host, port), _Handler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Closed(Exception):
+    """The client went away."""
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: PgServer
+
+    def setup(self) -> None:
+        self.conn = BackendConnection(strict=False)
+        self.sock: socket.socket = self.request
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.session = _Session()
+        self.cancel = threading.Event()
+        self.key = (os.getpid() & 0x7FFFFFFF, secrets.token_bytes(4))
+        self.out = bytearray()
+
+    def handle(self) -> None:
+        try:
+            if not self._startup():
+                return
+            with self.server.cancels_lock:
+                self.server.cancels[self.key] = self.cancel
+            self._send(BackendKeyData(process_id=self.key[0], secret_key=self.key[1]))
+            self._send(ReadyForQuery(status=self.session.status))
+            self._flush()
+            for msg in self._messages():
+                if isinstance(msg, Terminate):
+                    return
+                self._dispatch(msg)
+                self._flush()
+        except (_Closed, ConnectionError, OSError):
+            return
+        except Exception:  # a bug here must not take the server down
+            log.exception("pgwire connection failed")
+        finally:
+            with self.server.cancels_lock:
+                self.server.cancels.pop(self.key, None)
+
+    # -- I/O
+
+    def _send(self, msg: PGMessage) -> None:
+        self.out += self.conn.send(msg)
+        if len(self.out) > 1 << 16:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.out:
+            self.sock.sendall(self.out)
+            self.out.clear()
+
+    def _messages(self) -> Iterator[PGMessage]:
+        while True:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise _Closed
+            yield from self.conn.receive(data)
+
+    def _client_gone(self) -> bool:
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        if not readable:
+            return False
+        try:
+            return self.sock.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
+
+    # -- start-up
+
+    def _startup(self) -> bool:
+        for msg in self._messages():
+            if isinstance(msg, SSLRequest):
+                self.sock.sendall(self.conn.send(SSLResponse(accepted=False)))
+                continue
+            if isinstance(msg, GSSEncRequest):
+                self.sock.sendall(self.conn.send(GSSResponse(accepted=False)))
+                continue
+            if isinstance(msg, CancelRequest):
+                with self.server.cancels_lock:
+                    event = self.server.cancels.get((msg.process_id, msg.secret_key))
+                if event is not None:
+                    event.set()
+                return False
+            if isinstance(msg, StartupMessage):
+                user = msg.params.get("user", "")
+                if self.server.auth is not None and not self._authenticate(user):
+                    return False
+                self._send(AuthenticationOk())
+                for name, value in (
+                    ("server_version", "16.0 (timeshard)"),
+                    ("server_encoding", "UTF8"),
+                    ("client_encoding", "UTF8"),
+                    ("DateStyle", "ISO, MDY"),
+                    ("TimeZone", "UTC"),
+                    ("integer_datetimes", "on"),
+                    ("standard_conforming_strings", "on"),
+                    ("application_name", msg.params.get("application_name", "")),
+                ):
+                    self._send(ParameterStatus(name=name, value=value))
+                return True
+            return False
+        return False
+
+    def _authenticate(self, user: str) -> bool:
+        from scramp import ScramException
+
+        assert self.server.auth is not None
+        name, (mechanism, info) = self.server.auth
+        self._send(AuthenticationSASL(mechanisms=[name]))
+        self._flush()
+        scram = mechanism.make_server(lambda _user: info)
+        messages = self._messages()
+        try:
+            first = next(messages)
+            if not isinstance(first, SASLInitialResponse) or first.mechanism != name:
+                raise ScramException("expected SCRAM-SHA-256")
+            scram.set_client_first(first.data.decode())
+            self._send(AuthenticationSASLContinue(data=scram.get_server_first().encode()))
+            self._flush()
+            final = next(messages)
+            if not isinstance(final, SASLResponse):
+                raise ScramException("expected the client's final SCRAM message")
+            scram.set_client_final(final.data.decode())
+            self._send(AuthenticationSASLFinal(data=scram.get_server_final().encode()))
+            return True
+        except ScramException:
+            self._send(
+                ErrorResponse(
+                    fields={
+                        "S": "FATAL",
+                        "V": "FATAL",
+                        "C": "28P01",
+                        "M": f'password authentication failed for user "{user}"',
+                    }
+                )
+            )
+            self._flush()
+            return False
+
+    # -- statements
+
+    def _dispatch(self, msg: PGMessage) -> None:
+        s = self.session
+        if isinstance(msg, Query):
+            self._simple(msg.query_string)
+            return
+        if isinstance(msg, Sync):
+            s.skipping = False
+            self._send(ReadyForQuery(status=s.status))
+            return
+        if s.skipping or isinstance(msg, Flush):
+            return
+        try:
+            if isinstance(msg, Parse):
+                s.statements[msg.statement] = (msg.query, list(msg.param_types))
+                self._send(ParseComplete())
+            elif isinstance(msg, Bind):
+                self._bind(msg)
+            elif isinstance(msg, Describe):
+                self._describe(msg)
+            elif isinstance(msg, Execute):
+                self._execute_portal(msg)
+            elif isinstance(msg, Close):
+                (s.statements if msg.kind == "S" else s.portals).pop(msg.name, None)
+                self._send(CloseComplete())
+        except SqlError as e:
+            self._fail(e)
+            s.skipping = True
+
+    def _simple(self, text: str) -> None:
+        try:
+            statements = split(text)
+        except SqlError as e:
+            self._fail(e)
+            statements = []
+        else:
+            if not statements:
+                self._send(EmptyQueryResponse())
+            for sql in statements:
+                try:
+                    result = self._run(sql)
+                    self._send_result(result, describe=True)
+                except SqlError as e:
+                    self._fail(e)
+                    break
+        self._send(ReadyForQuery(status=self.session.status))
+
+    def _fail(self, e: SqlError) -> None:
+        self._send(_error(e))
+        if self.session.in_transaction:
+            self.session.failed = True
+
+    def _run(self, sql: str) -> Result | Stream:
+        statement = parse(sql)
+        s = self.session
+        if isinstance(statement, Empty):
+            return Result([], [], "")
+        if isinstance(statement, Ignored):
+            if statement.tag in ("BEGIN", "START TRANSACTION"):
+                s.in_transaction = True
+            elif statement.tag in ("COMMIT", "ROLLBACK"):
+                s.in_transaction = s.failed = False
+            return Result([], [], statement.tag)
+        if s.failed:
+            raise SqlError(
+                "current transaction is aborted, commands ignored until end of transaction block",
+                "25P02",
+            )
+        return self.server.engine.execute(statement)
+
+    def _send_result(self, result: Result | Stream, *, describe: bool, limit: int = 0) -> bool:
+        """Send ``result`` (and its row description if ``describe``); False if suspended."""
+        if isinstance(result, Stream):
+            self._stream(result)
+            return True
+        if not result.tag:
+            self._send(EmptyQueryResponse())
+            return True
+        if describe and result.columns:
+            self._send(RowDescription(fields=_fields(result.columns)))
+        for row in result.rows[:limit] if limit else result.rows:
+            self._send(DataRow(columns=[encode_value(v) for v in row]))
+        if limit and len(result.rows) > limit:
+            return False
+        self._send(CommandComplete(tag=result.tag))
+        return True
+
+    def _stream(self, stream: Stream) -> None:
+        self._send(CopyOutResponse(overall_format=0, col_formats=[0] * len(stream.columns)))
+        self._flush()
+        sent = 0
+        self.cancel.clear()
+        try:
+            for row in stream.rows:
+                if self.cancel.is_set():
+                    raise SqlError("canceling statement due to user request", "57014")
+                if self._client_gone():
+                    raise _Closed
+                if not row:
+                    self._flush()
+                    continue
+                line = "\t".join(_copy_text(v) for v in row) + "\n"
+                self._send(CopyData(data=line.encode("utf-8")))
+                sent += 1
+        finally:
+            close = getattr(stream.rows, "close", None)
+            if close is not None:
+                close()
+        self._send(CopyDone())
+        self._send(CommandComplete(tag=f"COPY {sent}"))
+
+    # -- the extended protocol
+
+    def _bind(self, msg: Bind) -> None:
+        s = self.session
+        if msg.statement not in s.statements:
+            raise SqlError(f"prepared statement {msg.statement!r} does not exist", "26000")
+        sql, types = s.statements[msg.statement]
+        formats = msg.param_formats or [0]
+        if any(f != 0 for f in formats):
+            raise SqlError("binary parameters are not supported; send them as text", "0A000")
+        params = [
+            Param(
+                None if v is None else v.decode("utf-8"),
+                types[i] if i < len(types) else 0,
+            )
+            for i, v in enumerate(msg.param_values)
+        ]
+        if any(f != 0 for f in msg.result_formats):
+            raise SqlError("binary results are not supported; ask for text", "0A000")
+        s.portals[msg.portal] = _Portal(bind(sql, params) if params else sql)
+        self._send(BindComplete())
+
+    def _portal_result(self, portal: _Portal) -> Result | Stream:
+        if portal.result is None:
+            statements = split(portal.sql)
+            if len(statements) > 1:
+                raise SqlError("cannot run several statements in one prepared statement", "42601")
+            portal.result = self._run(statements[0]) if statements else Result([], [], "")
+        return portal.result
+
+    def _describe(self, msg: Describe) -> None:
+        s = self.session
+        if msg.kind == "S":
+            if msg.name not in s.statements:
+                raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
+            sql, types = s.statements[msg.name]
+            count = max(len(types), sql.count("$"))
+            oids = [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
+            self._send(ParameterDescription(type_oids=oids))
+            self._send(NoData())  # the columns are known once the statement is bound
+            return
+        portal = s.portals.get(msg.name)
+        if portal is None:
+            raise SqlError(f"portal {msg.name!r} does not exist", "34000")
+        result = self._portal_result(portal)
+        if isinstance(result, Result) and result.columns:
+            self._send(RowDescription(fields=_fields(result.columns)))
+            portal.described = True
+        else:
+            self._send(NoData())
+
+    def _execute_portal(self, msg: Execute) -> None:
+        portal = self.session.portals.get(msg.portal)
+        if portal is None:
+            raise SqlError(f"portal {msg.portal!r} does not exist", "34000")
+        result = self._portal_result(portal)
+        if isinstance(result, Stream):
+            self._stream(result)
+            return
+        rest = Result(result.columns, result.rows[portal.sent :], result.tag)
+        if not self._send_result(rest, describe=False, limit=msg.max_rows):
+            portal.sent += msg.max_rows
+            self._send(PortalSuspended())
+            return
+        portal.sent = len(result.rows)
+
+
+__all__ = ["TYPE_OIDS", "PgServer", "encode_value"]

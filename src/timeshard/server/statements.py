@@ -1,0 +1,652 @@
+"""The SQL ``timeshard serve`` speaks: statements parsed into plain values.
+
+The forms follow Materialize's where it has one:
+
+* ``CREATE SOURCE [IF NOT EXISTS] name [(column type, ...)]
+  FROM LOAD GENERATOR {COUNTER | AUCTION | KEY VALUE | TPCH} [(option value, ...)]``
+  or ``FROM FILE 'path' [(FORMAT json|csv|text|bytes|avro, option value, ...)]``,
+  then ``[ENVELOPE NONE | ENVELOPE UPSERT (KEY (column, ...))]`` and
+  ``[WITH (RETAIN HISTORY FOR 'duration')]``. An option's name is its words
+  joined by ``_`` (``SCALE FACTOR 0.01`` is ``scale_factor``); the options
+  are the run file's (``docs/run-spec.md``);
+* ``CREATE MATERIALIZED VIEW [IF NOT EXISTS] name
+  [WITH (REFRESH EVERY 'duration', RETAIN HISTORY FOR 'duration')] AS query``;
+* ``DROP {SOURCE | MATERIALIZED VIEW} [IF EXISTS] name [CASCADE | RESTRICT]``;
+* ``SHOW {SOURCES | MATERIALIZED VIEWS | SINKS | OBJECTS}``,
+  ``SHOW CREATE {SOURCE | MATERIALIZED VIEW} name``;
+* ``EXPLAIN [MATERIALIZED VIEW] name``: the view's maintenance path, and why;
+* a query (``SELECT``, ``WITH``, ``VALUES``, ``TABLE``) with an optional
+  trailing ``AS OF t``;
+* ``SUBSCRIBE [TO] name [AS OF t] [UP TO t]``, bare or as
+  ``COPY (SUBSCRIBE ...) TO STDOUT``;
+* ``BEGIN``, ``START TRANSACTION``, ``COMMIT``, ``ROLLBACK``, ``SET`` and
+  ``DISCARD``, accepted and ignored (drivers send them; every statement takes
+  effect at once).
+
+Names are PostgreSQL identifiers: bare ones fold to lower case, double-quoted
+ones keep their case and may hold dots (``"auction.bids"``); a dotted bare
+name (``auction.bids``) names the same shard. Parameters ``$1``, ``$2``, ...
+may stand for any literal; :func:`bind` replaces them with literal tokens
+before parsing, typed by what the client sent, so a value never becomes SQL
+text by concatenation.
+
+The tokens come from sqlglot's PostgreSQL tokenizer (strings, quoted
+identifiers and comments are its business); the DDL grammar above is parsed
+here, by hand, because no parser knows it; queries are left to sqlglot.
+Pure Python, no Spark.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import sqlglot
+from sqlglot import Token, TokenType
+from sqlglot.errors import SqlglotError
+
+from timeshard.errors import InvalidUsage
+
+_POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
+
+
+class _Tokenizer(_POSTGRES.tokenizer_class):  # type: ignore[name-defined,misc]
+    COMMANDS: ClassVar[set[TokenType]] = set()  # SHOW, EXPLAIN, ...: words, not one opaque string
+
+
+#: A LOAD GENERATOR's name to the run file's source kind.
+GENERATORS = {"counter": "counter", "auction": "auction", "key value": "key_value", "tpch": "tpch"}
+#: PostgreSQL type names a FILE source's columns may use, to the run file's types.
+COLUMN_TYPES = {
+    "bigint": "int64",
+    "int8": "int64",
+    "int64": "int64",
+    "integer": "int32",
+    "int": "int32",
+    "int4": "int32",
+    "int32": "int32",
+    "double precision": "float64",
+    "double": "float64",
+    "float8": "float64",
+    "float64": "float64",
+    "text": "string",
+    "varchar": "string",
+    "string": "string",
+    "boolean": "bool",
+    "bool": "bool",
+    "bytea": "binary",
+    "binary": "binary",
+}
+
+
+class SqlError(InvalidUsage):
+    """A statement the server refuses, with its SQLSTATE (PostgreSQL's error codes)."""
+
+    def __init__(self, message: str, sqlstate: str = "42601") -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+@dataclass(frozen=True)
+class CreateSource:
+    name: str
+    kind: str
+    options: dict[str, Any]
+    columns: dict[str, str] = field(default_factory=dict)
+    envelope: str = "none"
+    key_columns: tuple[str, ...] = ()
+    retain_history: str | None = None
+    if_not_exists: bool = False
+    sql: str = ""
+
+
+@dataclass(frozen=True)
+class CreateView:
+    name: str
+    query: str  # PostgreSQL text of the query
+    refresh_every: str | None = None
+    retain_history: str | None = None
+    if_not_exists: bool = False
+    sql: str = ""
+
+
+@dataclass(frozen=True)
+class Drop:
+    kind: str  # "source" | "view"
+    name: str
+    if_exists: bool = False
+    cascade: bool = False
+
+
+@dataclass(frozen=True)
+class Show:
+    what: str  # "sources" | "views" | "sinks" | "objects"
+
+
+@dataclass(frozen=True)
+class ShowCreate:
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Explain:
+    name: str
+
+
+@dataclass(frozen=True)
+class Query:
+    query: str  # PostgreSQL text of the query, without its AS OF
+    as_of: int | None = None
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    name: str
+    as_of: int | None = None
+    up_to: int | None = None
+
+
+@dataclass(frozen=True)
+class Ignored:
+    tag: str  # the command tag to answer with
+
+
+@dataclass(frozen=True)
+class Empty:
+    pass
+
+
+Statement = (
+    CreateSource | CreateView | Drop | Show | ShowCreate | Explain | Query | Subscribe | Ignored
+)
+
+
+# -- tokens ----------------------------------------------------------------------------------
+
+
+def tokenize(sql: str) -> list[Token]:
+    try:
+        return list(_Tokenizer(dialect=_POSTGRES).tokenize(sql))
+    except SqlglotError as e:
+        raise SqlError(f"cannot read the statement: {str(e).splitlines()[0]}") from None
+
+
+def split(sql: str) -> list[str]:
+    """The statements of ``sql``, split at its top-level semicolons; empty ones dropped."""
+    tokens = tokenize(sql)
+    out: list[str] = []
+    start = 0
+    for t in tokens:
+        if t.token_type == TokenType.SEMICOLON:
+            out.append(sql[start : t.start])
+            start = t.end + 1
+    out.append(sql[start:])
+    return [s.strip() for s in out if tokenize(s)]
+
+
+@dataclass(frozen=True)
+class Param:
+    """A bound parameter's value, as the client sent it in text, and its type's OID."""
+
+    text: str | None
+    oid: int = 0
+
+
+_NUMERIC_OIDS = {20, 21, 23, 26, 700, 701, 1700}
+
+
+def bind(sql: str, params: list[Param]) -> str:
+    """``sql`` with ``$n`` replaced by the n-th parameter as a literal.
+
+    A numeric parameter (by its type OID, or an untyped one that reads as a
+    number) becomes a number, NULL stays NULL, anything else becomes a
+    string literal written by sqlglot (quotes doubled), so no value becomes
+    SQL syntax.
+    """
+    tokens = tokenize(sql)
+    out: list[str] = []
+    pos = 0
+    i = 0
+    while i < len(tokens):
+        t = tokens[i]
+        nxt = tokens[i + 1] if i + 1 < len(tokens) else None
+        if t.token_type == TokenType.PARAMETER and nxt and nxt.token_type == TokenType.NUMBER:
+            n = int(nxt.text)
+            if not 1 <= n <= len(params):
+                raise SqlError(f"there is no parameter ${n} ({len(params)} given)", "08P01")
+            out.append(sql[pos : t.start])
+            out.append(_literal(params[n - 1]))
+            pos = nxt.end + 1
+            i += 2
+            continue
+        i += 1
+    out.append(sql[pos:])
+    return "".join(out)
+
+
+def _literal(param: Param) -> str:
+    if param.text is None:
+        return "NULL"
+    if param.oid in _NUMERIC_OIDS or (param.oid == 0 and _is_number(param.text)):
+        if not _is_number(param.text):
+            raise SqlError(f"parameter {param.text!r} is not a number", "22P02")
+        return sqlglot.exp.Literal.number(param.text).sql("postgres")
+    if param.oid == 16:
+        return "TRUE" if param.text.lower() in ("t", "true", "1", "on", "yes") else "FALSE"
+    return sqlglot.exp.Literal.string(param.text).sql("postgres")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return text.strip().lower() not in ("nan", "inf", "-inf", "infinity", "-infinity")
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+
+def parse(sql: str) -> Statement | Empty:
+    """One statement (see the module doc); a :class:`SqlError` says what is wrong."""
+    tokens = tokenize(sql)
+    if not tokens:
+        return Empty()
+    p = _Parser(sql, tokens)
+    return p.statement()
+
+
+class _Parser:
+    def __init__(self, sql: str, tokens: list[Token]) -> None:
+        self.sql = sql
+        self.tokens = tokens
+        self.i = 0
+
+    # -- token helpers
+
+    def peek(self, ahead: int = 0) -> Token | None:
+        j = self.i + ahead
+        return self.tokens[j] if j < len(self.tokens) else None
+
+    def word(self, ahead: int = 0) -> str | None:
+        """The upper-cased text of a bare word ahead (keyword or name), or None."""
+        t = self.peek(ahead)
+        if t is None or t.token_type in (TokenType.STRING, TokenType.IDENTIFIER):
+            return None
+        if not (t.text[:1].isalpha() or t.text[:1] == "_"):
+            return None
+        return t.text.upper()
+
+    def accept(self, *words: str) -> bool:
+        if all(self.word(k) == w for k, w in enumerate(words)):
+            self.i += len(words)
+            return True
+        return False
+
+    def expect(self, *words: str) -> None:
+        if not self.accept(*words):
+            raise self.error(f"expected {' '.join(words)}")
+
+    def error(self, message: str) -> SqlError:
+        t = self.peek()
+        where = f"at {t.text!r}" if t is not None else "at the end of the statement"
+        return SqlError(f"syntax error {where}: {message}")
+
+    def at_end(self) -> bool:
+        return self.i >= len(self.tokens)
+
+    def end(self) -> None:
+        if not self.at_end():
+            raise self.error("unexpected text after the statement")
+
+    def rest(self) -> str:
+        t = self.peek()
+        return "" if t is None else self.sql[t.start :].strip()
+
+    def name(self) -> str:
+        """An object name: identifiers joined by dots; bare parts fold to lower case."""
+        parts = [self.ident()]
+        while (t := self.peek()) is not None and t.token_type == TokenType.DOT:
+            self.i += 1
+            parts.append(self.ident())
+        return ".".join(parts)
+
+    def ident(self) -> str:
+        t = self.peek()
+        if t is None:
+            raise self.error("expected a name")
+        if t.token_type == TokenType.IDENTIFIER:
+            self.i += 1
+            return t.text
+        bare = t.token_type not in (TokenType.STRING, TokenType.NUMBER)
+        if not (bare and (t.text[:1].isalpha() or t.text[:1] == "_")):
+            raise self.error("expected a name")
+        self.i += 1
+        return t.text.lower()
+
+    def value(self) -> Any:
+        t = self.peek()
+        if t is None:
+            raise self.error("expected a value")
+        self.i += 1
+        if t.token_type == TokenType.STRING:
+            return t.text
+        if t.token_type == TokenType.DASH:
+            v = self.value()
+            if not isinstance(v, int | float) or isinstance(v, bool):
+                raise self.error("expected a number after '-'")
+            return -v
+        if t.token_type == TokenType.NUMBER:
+            return int(t.text) if t.text.isdigit() else float(t.text)
+        if t.text.upper() in ("TRUE", "FALSE"):
+            return t.text.upper() == "TRUE"
+        if t.token_type == TokenType.IDENTIFIER:
+            return t.text
+        return t.text.lower()
+
+    def time(self) -> int:
+        t = self.peek()
+        if t is None or t.token_type != TokenType.NUMBER or not t.text.isdigit():
+            raise self.error("expected a time: a whole number of milliseconds")
+        self.i += 1
+        return int(t.text)
+
+    def punct(self, kind: TokenType) -> bool:
+        t = self.peek()
+        if t is not None and t.token_type == kind:
+            self.i += 1
+            return True
+        return False
+
+    def expect_punct(self, kind: TokenType, text: str) -> None:
+        if not self.punct(kind):
+            raise self.error(f"expected {text!r}")
+
+    def options(self) -> dict[str, Any]:
+        """``(name words [=] value, ...)``: names lower-cased, words joined by ``_``."""
+        out: dict[str, Any] = {}
+        self.expect_punct(TokenType.L_PAREN, "(")
+        while True:
+            words = []
+            while (w := self.word()) is not None and self.peek(1) is not None:
+                nxt = self.peek(1)
+                assert nxt is not None
+                if nxt.token_type in (TokenType.COMMA, TokenType.R_PAREN):
+                    break  # w is the value of a word-valued option
+                words.append(w.lower())
+                self.i += 1
+                if nxt.token_type in (TokenType.STRING, TokenType.NUMBER, TokenType.EQ):
+                    break
+                if nxt.token_type == TokenType.DASH:
+                    break
+            if not words:
+                raise self.error("expected an option name")
+            self.punct(TokenType.EQ)
+            key = "_".join(words)
+            if key in out:
+                raise SqlError(f"option {key.upper()} is given twice")
+            out[key] = self.value()
+            if self.punct(TokenType.R_PAREN):
+                return out
+            self.expect_punct(TokenType.COMMA, ",")
+
+    def name_list(self) -> list[str]:
+        self.expect_punct(TokenType.L_PAREN, "(")
+        names = [self.ident()]
+        while self.punct(TokenType.COMMA):
+            names.append(self.ident())
+        self.expect_punct(TokenType.R_PAREN, ")")
+        return names
+
+    # -- statements
+
+    def statement(self) -> Statement:
+        first = self.word()
+        if first == "CREATE":
+            self.i += 1
+            if self.accept("SOURCE"):
+                return self.create_source()
+            if self.accept("MATERIALIZED", "VIEW"):
+                return self.create_view()
+            raise SqlError(
+                "only CREATE SOURCE and CREATE MATERIALIZED VIEW are supported "
+                "(a sink is declared in a run file: see docs/run-spec.md)",
+                "0A000",
+            )
+        if first == "DROP":
+            self.i += 1
+            return self.drop()
+        if first == "SHOW":
+            self.i += 1
+            return self.show()
+        if first == "EXPLAIN":
+            self.i += 1
+            self.accept("MATERIALIZED", "VIEW") or self.accept("VIEW")
+            name = self.name()
+            self.end()
+            return Explain(name)
+        if first == "SUBSCRIBE":
+            self.i += 1
+            return self.subscribe()
+        if first == "COPY":
+            self.i += 1
+            self.expect_punct(TokenType.L_PAREN, "(")
+            if not self.accept("SUBSCRIBE"):
+                raise SqlError("COPY supports only (SUBSCRIBE ...) TO STDOUT", "0A000")
+            sub = self.subscribe(inner=True)
+            self.expect_punct(TokenType.R_PAREN, ")")
+            self.expect("TO", "STDOUT")
+            self.end()
+            return sub
+        if first in ("SELECT", "WITH", "VALUES", "TABLE"):
+            return self.query()
+        if first in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SET", "DISCARD"):
+            tags = {"START": "START TRANSACTION", "END": "COMMIT", "ABORT": "ROLLBACK"}
+            return Ignored(tags.get(first, first))
+        raise SqlError(f"statement {first or self.tokens[0].text!r} is not supported", "0A000")
+
+    def create_source(self) -> CreateSource:
+        if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        name = self.name()
+        columns: dict[str, str] = {}
+        if (t := self.peek()) is not None and t.token_type == TokenType.L_PAREN:
+            columns = self.column_list()
+        self.expect("FROM")
+        options: dict[str, Any]
+        if self.accept("LOAD", "GENERATOR"):
+            words = []
+            while (w := self.word()) is not None and w not in ("ENVELOPE", "WITH"):
+                words.append(w.lower())
+                self.i += 1
+            generator = " ".join(words)
+            if generator not in GENERATORS:
+                raise SqlError(
+                    f"unknown load generator {generator.upper()!r}; use one of "
+                    f"{', '.join(g.upper() for g in GENERATORS)}",
+                    "22023",
+                )
+            kind = GENERATORS[generator]
+            options = {}
+            if (t := self.peek()) is not None and t.token_type == TokenType.L_PAREN:
+                options = self.options()
+        elif self.accept("FILE"):
+            t = self.peek()
+            if t is None or t.token_type != TokenType.STRING:
+                raise self.error("expected the file's path as a string")
+            self.i += 1
+            kind = "file"
+            options = {"path": t.text}
+            if (t := self.peek()) is not None and t.token_type == TokenType.L_PAREN:
+                options |= self.options()
+            if "format" not in options:
+                raise SqlError("a FILE source needs (FORMAT json|csv|text|bytes|avro)", "22023")
+            options["format"] = str(options["format"]).lower()
+        else:
+            raise self.error("expected LOAD GENERATOR or FILE")
+        envelope, keys = "none", tuple[str, ...]()
+        if self.accept("ENVELOPE"):
+            if self.accept("UPSERT"):
+                envelope = "upsert"
+                if (t := self.peek()) is not None and t.token_type == TokenType.L_PAREN:
+                    self.i += 1
+                    self.expect("KEY")
+                    keys = tuple(self.name_list())
+                    self.expect_punct(TokenType.R_PAREN, ")")
+            else:
+                self.expect("NONE")
+        retain = None
+        if self.accept("WITH"):
+            with_options = self.options()
+            retain = _duration_option(with_options, "retain_history_for")
+            if with_options:
+                raise SqlError(f"unknown WITH options {sorted(with_options)}", "22023")
+        self.end()
+        return CreateSource(
+            name, kind, options, columns, envelope, keys, retain, if_not_exists, self.sql.strip()
+        )
+
+    def column_list(self) -> dict[str, str]:
+        self.expect_punct(TokenType.L_PAREN, "(")
+        columns: dict[str, str] = {}
+        while True:
+            column = self.ident()
+            words = []
+            while (w := self.word()) is not None:
+                words.append(w.lower())
+                self.i += 1
+            type_name = " ".join(words)
+            if type_name not in COLUMN_TYPES:
+                raise SqlError(
+                    f"column {column!r}: unknown type {type_name!r}; use one of "
+                    f"{', '.join(sorted(COLUMN_TYPES))}",
+                    "42704",
+                )
+            columns[column] = COLUMN_TYPES[type_name]
+            if self.punct(TokenType.R_PAREN):
+                return columns
+            self.expect_punct(TokenType.COMMA, ",")
+
+    def create_view(self) -> CreateView:
+        if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        name = self.name()
+        refresh = retain = None
+        if self.accept("WITH"):
+            options = self.options()
+            refresh = _duration_option(options, "refresh_every")
+            retain = _duration_option(options, "retain_history_for")
+            if options:
+                raise SqlError(f"unknown WITH options {sorted(options)}", "22023")
+        self.expect("AS")
+        query = self.rest()
+        if self.word() not in ("SELECT", "WITH", "VALUES", "TABLE"):
+            raise self.error("expected a query (SELECT ...)")
+        return CreateView(name, query, refresh, retain, if_not_exists, self.sql.strip())
+
+    def drop(self) -> Drop:
+        if self.accept("SOURCE"):
+            kind = "source"
+        elif self.accept("MATERIALIZED", "VIEW") or self.accept("VIEW"):
+            kind = "view"
+        else:
+            raise self.error("expected SOURCE or MATERIALIZED VIEW")
+        if_exists = self.accept("IF", "EXISTS")
+        name = self.name()
+        cascade = self.accept("CASCADE")
+        if not cascade:
+            self.accept("RESTRICT")
+        self.end()
+        return Drop(kind, name, if_exists, cascade)
+
+    def show(self) -> Show | ShowCreate:
+        if self.accept("CREATE"):
+            if self.accept("SOURCE"):
+                kind = "source"
+            elif self.accept("MATERIALIZED", "VIEW") or self.accept("VIEW"):
+                kind = "view"
+            else:
+                raise self.error("expected SOURCE or MATERIALIZED VIEW")
+            name = self.name()
+            self.end()
+            return ShowCreate(kind, name)
+        for words, what in (
+            (("SOURCES",), "sources"),
+            (("MATERIALIZED", "VIEWS"), "views"),
+            (("VIEWS",), "views"),
+            (("SINKS",), "sinks"),
+            (("OBJECTS",), "objects"),
+        ):
+            if self.accept(*words):
+                self.end()
+                return Show(what)
+        raise SqlError(
+            "SHOW supports SOURCES, MATERIALIZED VIEWS, SINKS, OBJECTS and CREATE ...", "0A000"
+        )
+
+    def subscribe(self, inner: bool = False) -> Subscribe:
+        self.accept("TO")
+        name = self.name()
+        as_of = up_to = None
+        if self.accept("AS", "OF"):
+            as_of = self.time()
+        if self.accept("UP", "TO"):
+            up_to = self.time()
+        if not inner:
+            self.end()
+        return Subscribe(name, as_of, up_to)
+
+    def query(self) -> Query:
+        """A query, and its trailing top-level ``AS OF t`` if it has one."""
+        depth = 0
+        cut = None
+        for k, t in enumerate(self.tokens):
+            if t.token_type == TokenType.L_PAREN:
+                depth += 1
+            elif t.token_type == TokenType.R_PAREN:
+                depth -= 1
+            elif depth == 0 and t.text.upper() == "AS" and t.token_type != TokenType.IDENTIFIER:
+                nxt = self.tokens[k + 1] if k + 1 < len(self.tokens) else None
+                if nxt is not None and nxt.text.upper() == "OF" and k + 2 < len(self.tokens):
+                    cut = k
+        if cut is None:
+            return Query(self.sql.strip())
+        self.i = cut + 2
+        as_of = self.time()
+        self.end()
+        return Query(self.sql[: self.tokens[cut].start].strip(), as_of)
+
+
+def _duration_option(options: dict[str, Any], key: str) -> str | None:
+    from timeshard.cli.spec import parse_duration
+
+    value = options.pop(key, None)
+    if value is None:
+        return None
+    text = str(value).replace(" ", "")
+    try:
+        parse_duration(text)
+    except InvalidUsage as e:
+        raise SqlError(f"{key.replace('_', ' ').upper()}: {e}", "22023") from None
+    return text
+
+
+__all__ = [
+    "COLUMN_TYPES",
+    "GENERATORS",
+    "CreateSource",
+    "CreateView",
+    "Drop",
+    "Empty",
+    "Explain",
+    "Ignored",
+    "Param",
+    "Query",
+    "Show",
+    "ShowCreate",
+    "SqlError",
+    "Statement",
+    "Subscribe",
+    "bind",
+    "parse",
+    "split",
+]
