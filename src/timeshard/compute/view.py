@@ -180,9 +180,18 @@ class SparkViewDesired:
     def change_times(self, lower: Timestamp, upper: Timestamp) -> list[Timestamp]:
         """Times in ``[lower, upper)`` at which desired may differ from just before."""
         every = self.definition.refresh_every_ms
-        if every is not None:
-            first = lower + (-lower) % every
-            return list(range(first, upper, every))
+        if every is None:
+            return self._input_change_times(lower, upper)
+        # Desired at a refresh time r shows the inputs at r, and just before r it shows
+        # them at r - every: it changes at r only if an input changed in (r - every, r].
+        # Every refresh time of the interval would be ~1e9 of them over wall-clock ms.
+        first = lower + (-lower) % every
+        if first >= upper:
+            return []
+        changed = self._input_change_times(max(first - every + 1, 0), upper)
+        return sorted({r for t in changed if lower <= (r := t + (-t) % every) < upper})
+
+    def _input_change_times(self, lower: Timestamp, upper: Timestamp) -> list[Timestamp]:
         times: set[int] = set()
         for reader in self.readers.values():
             times |= set(reader.change_times(lower, upper))
