@@ -3,9 +3,11 @@
 The process starts one SparkSession, restores every object the location's
 catalog records (:mod:`timeshard.server.engine`), and listens for
 PostgreSQL clients (:mod:`timeshard.server.pgwire`) on 127.0.0.1:6875 by
-default. It prints one line when it is ready, with the address to give
-``psql``, and runs until SIGINT or SIGTERM (or ``--seconds``), when it closes
-every object and stops Spark.
+default. It serves a dashboard (:mod:`timeshard.server.dashboard`) on
+http://127.0.0.1:6876, always on loopback: it has no authentication. It
+prints when it is ready, with the command line for ``psql`` and the
+dashboard's address, and runs until SIGINT or SIGTERM (or ``--seconds``),
+when it closes every object and stops Spark.
 
 A bind address that is not loopback needs a password, taken from the
 environment variable ``TIMESHARD_SERVE_PASSWORD`` (never from the command
@@ -45,6 +47,9 @@ def serve(
     consensus: ConsensusOpt = None,
     host: Annotated[str, typer.Option(help="The address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="The port to listen on (0: any free one).")] = 6875,
+    dashboard_port: Annotated[
+        int, typer.Option(help="The dashboard's HTTP port, on 127.0.0.1 (0: any free one).")
+    ] = 6876,
     master: Annotated[str, typer.Option(help="The Spark master URL.")] = "local[2]",
     tick: Annotated[float, typer.Option(help="Seconds between two ticks of every object.")] = 1.0,
     seconds: Annotated[
@@ -57,6 +62,7 @@ def serve(
     kept in the location's catalog: a restarted server restores and resumes
     them. Connect with: psql -h 127.0.0.1 -p 6875 -U timeshard timeshard
     """
+    from timeshard.server.dashboard import Dashboard
     from timeshard.server.engine import Engine
     from timeshard.server.pgwire import PgServer
     from timeshard.spark import spark_session
@@ -65,6 +71,8 @@ def serve(
         raise InvalidUsage(f"--tick must be positive, got {tick}")
     if not 0 <= port <= 65535:
         raise InvalidUsage(f"--port must be in [0, 65535], got {port}")
+    if not 0 <= dashboard_port <= 65535:
+        raise InvalidUsage(f"--dashboard-port must be in [0, 65535], got {dashboard_port}")
     password = os.environ.get(PASSWORD_ENV) or None
     client = PersistClient(location_from(location, blob, consensus, create=True))
     spark = spark_session(
@@ -76,6 +84,12 @@ def serve(
     except OSError as e:
         spark.stop()
         raise InvalidUsage(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
+    try:
+        dashboard = Dashboard(engine, "127.0.0.1", dashboard_port)
+    except OSError as e:
+        server.server_close()
+        spark.stop()
+        raise InvalidUsage(f"cannot listen on 127.0.0.1:{dashboard_port}: {e.strerror or e}") from e
     stop = threading.Event()
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -88,10 +102,12 @@ def serve(
         console.print(f"[red]not restored:[/red] {escape(failure)}", soft_wrap=True)
     listener = threading.Thread(target=server.serve_forever, name="pgwire", daemon=True)
     listener.start()
+    dashboard.start()
     objects = ", ".join(sorted(engine.objects)) or "none yet"
     console.print(
         f"timeshard serve: listening on {host}:{server.port}; objects: {escape(objects)}\n"
-        f"  psql -h {host} -p {server.port} -U timeshard timeshard",
+        f"  psql -h {host} -p {server.port} -U timeshard timeshard\n"
+        f"  dashboard: {dashboard.url}",
         soft_wrap=True,
     )
     deadline = None if seconds is None else time.monotonic() + seconds
@@ -100,6 +116,7 @@ def serve(
             break
     server.shutdown()
     server.server_close()
+    dashboard.close()
     engine.close()
     spark.stop()
 

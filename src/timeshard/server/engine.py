@@ -2,7 +2,7 @@
 
 An :class:`Engine` holds the sources and materialized views created with
 SQL (:mod:`timeshard.server.statements`) and steps each of them on a
-background thread, one tick per ``tick_s``. It answers statements from any
+thread of its own, one tick per ``tick_s``. It answers statements from any
 number of client threads.
 
 Durability: every CREATE is recorded in the catalog shard as an entry of
@@ -29,12 +29,15 @@ its frontiers, lag, health, generation, rows and bytes, and its last error.
 
 Invariants:
 
-1. An object is created (its shards exist, its catalog entry is written)
-   before CREATE answers; a failed CREATE leaves no entry and no object.
+1. An object is created (its shards exist, its catalog entry is written,
+   and a source's first tick is committed) before CREATE answers; a failed
+   CREATE leaves no entry and no running object.
 2. DROP of an object others read is refused unless CASCADE, which drops the
    readers first.
-3. The tick thread holds the object lock while it steps; DDL takes the same
-   lock, so an object is never stepped while it is being created or dropped.
+3. Every object ticks on a thread of its own, so a slow or failing object
+   delays no other, and no statement waits for a tick: the engine's lock
+   guards only the table of objects. An object is halted (its tick under way
+   finished) before it is closed or dropped.
 """
 
 from __future__ import annotations
@@ -106,10 +109,43 @@ class _Object:
     shards: list[str]
     reads: list[str] = field(default_factory=list)
     last_error: str | None = None
+    ticks: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+    def step(self) -> None:
+        """One tick; a failure is kept as ``last_error`` (and retried on the next tick)."""
+        try:
+            self.runner.step()
+            error = getattr(getattr(self.runner, "sink", None), "last_error", None)
+        except Exception as e:  # an ingestion marks itself stalled
+            log.warning("%s %s: tick failed: %s", self.kind, self.name, e)
+            error = f"{type(e).__name__}: {str(e)[:300]}"
+        self.last_error = error
+        self.ticks += 1
+
+    def run(self, tick_s: float) -> None:
+        """Tick every ``tick_s`` until stopped."""
+        while not self.stop.is_set():
+            started = time.monotonic()
+            self.step()
+            self.stop.wait(max(0.0, tick_s - (time.monotonic() - started)))
+
+    def start(self, tick_s: float) -> None:
+        self.thread = threading.Thread(
+            target=self.run, args=(tick_s,), name=f"timeshard-{self.name}", daemon=True
+        )
+        self.thread.start()
+
+    def halt(self) -> None:
+        """Stop ticking: wait for the tick under way to end."""
+        self.stop.set()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join()
 
 
 class Engine:
-    """The objects of one location, stepped continuously, answering SQL."""
+    """The objects of one location, each ticking on its own thread, answering SQL."""
 
     def __init__(
         self,
@@ -126,16 +162,16 @@ class Engine:
         self.read_wait_s = read_wait_s
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.objects: dict[str, _Object] = {}
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # guards objects, _creating and _seq; held briefly
+        self._creating: set[str] = set()
         self._seq = 0
+        self._started = False
         self._catalog = Catalog(client, self.clock)
 
     # -- life
 
     def start(self) -> list[str]:
-        """Restore the recorded objects, then start ticking; the restore failures."""
+        """Restore the recorded objects and start each ticking; the restore failures."""
         failures = []
         entries = [e for e in read_catalog(self.client) if e.kind == "statement"]
         for entry in sorted(entries, key=lambda e: int(e.definition.get("seq", 0))):
@@ -148,42 +184,26 @@ class Engine:
             except Exception as e:  # one bad entry must not keep the others down
                 log.error("cannot restore %s: %s", entry.name, e)
                 failures.append(f"{entry.name}: {type(e).__name__}: {e}")
-        self._thread = threading.Thread(target=self._tick_loop, name="timeshard-ticks", daemon=True)
-        self._thread.start()
+        with self._lock:
+            self._started = True
+            for obj in self.objects.values():
+                obj.start(self.tick_s)
         return failures
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        """Stop every object's ticks, then close them (views keep their durable holds)."""
         with self._lock:
-            for obj in reversed(list(self.objects.values())):
-                try:
-                    obj.runner.close()
-                except Exception as e:
-                    log.warning("closing %s: %s", obj.name, e)
+            objects = sorted(self.objects.values(), key=lambda o: -o.seq)
             self.objects.clear()
-
-    def _tick_loop(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            self.step()
-            self._stop.wait(max(0.0, self.tick_s - (time.monotonic() - started)))
-
-    def step(self) -> dict[str, str]:
-        """One tick of every object, sources first; the failures, by object."""
-        failures = {}
-        with self._lock:
-            for obj in sorted(self.objects.values(), key=lambda o: (o.kind != "source", o.seq)):
-                try:
-                    obj.runner.step()
-                    error = getattr(getattr(obj.runner, "sink", None), "last_error", None)
-                except Exception as e:  # an ingestion marks itself stalled; tried next tick
-                    error = f"{type(e).__name__}: {str(e)[:300]}"
-                obj.last_error = error
-                if error is not None:
-                    failures[obj.name] = error
-        return failures
+            self._started = False
+        for obj in objects:
+            obj.stop.set()
+        for obj in objects:
+            obj.halt()
+            try:
+                obj.runner.close()
+            except Exception as e:
+                log.warning("closing %s: %s", obj.name, e)
 
     # -- statements
 
@@ -229,17 +249,20 @@ class Engine:
             raise SqlError(f"unknown {what} {name!r}", "42P01")
         return obj
 
-    def _create(self, statement: Statement, *, record: bool, seq: int | None = None) -> Result:
-        assert isinstance(statement, CreateSource | CreateView), statement
+    def _create(
+        self, statement: CreateSource | CreateView, *, record: bool, seq: int | None = None
+    ) -> Result:
         tag = "CREATE SOURCE" if isinstance(statement, CreateSource) else "CREATE MATERIALIZED VIEW"
         with self._lock:
-            if statement.name in self.objects:
+            if statement.name in self.objects or statement.name in self._creating:
                 if statement.if_not_exists:
                     return Result([], [], tag)
                 raise SqlError(f"{statement.name!r} already exists", "42710")
             if seq is None:
                 self._seq += 1
                 seq = self._seq
+            self._creating.add(statement.name)
+        try:
             if isinstance(statement, CreateSource):
                 obj = self._create_source(statement, seq)
             else:
@@ -252,7 +275,13 @@ class Engine:
                 except Exception:
                     obj.runner.close()
                     raise
-            self.objects[obj.name] = obj
+            with self._lock:
+                self.objects[obj.name] = obj
+                if self._started:
+                    obj.start(self.tick_s)
+        finally:
+            with self._lock:
+                self._creating.discard(statement.name)
         return Result([], [], tag)
 
     def _create_source(self, statement: CreateSource, seq: int) -> _Object:
@@ -290,10 +319,11 @@ class Engine:
         if clash:
             ingestion.close()
             raise SqlError(f"the shards {clash} belong to another object", "42710")
-        try:
-            ingestion.step()  # its shards then hold a readable time
+        try:  # its first tick, here: what it has read is readable once CREATE answers
+            ingestion.step()
         except Exception as e:
-            log.warning("source %s: first tick failed (retried): %s", statement.name, e)
+            ingestion.close()
+            raise SqlError(f"source {statement.name!r}: its first read failed: {e}", "58000") from e
         return _Object(statement.name, "source", statement.sql, seq, ingestion, shards)
 
     def _create_view(self, statement: CreateView, seq: int) -> _Object:
@@ -352,13 +382,16 @@ class Engine:
                     f"{', '.join(repr(r.name) for r in readers)} (DROP ... CASCADE drops them too)",
                     "2BP01",
                 )
-            for dependent in [*readers, obj]:
-                self._catalog.forget_statement(dependent.name)
-                if dependent.kind == "view":
-                    dependent.runner.drop()
-                else:
-                    dependent.runner.close()
-                del self.objects[dependent.name]
+            victims = [*readers, obj]
+            for victim in victims:
+                del self.objects[victim.name]
+        for victim in victims:  # readers first
+            victim.halt()
+            self._catalog.forget_statement(victim.name)
+            if victim.kind == "view":
+                victim.runner.drop()
+            else:
+                victim.runner.close()
         return Result([], [], tag)
 
     def _readers_of(self, obj: _Object) -> list[_Object]:
@@ -372,8 +405,7 @@ class Engine:
         return list(reversed(out))
 
     def _show(self, statement: Show) -> Result:
-        with self._lock:
-            objects = sorted(self.objects.values(), key=lambda o: o.name)
+        objects = sorted(list(self.objects.values()), key=lambda o: o.name)
         if statement.what == "sinks":
             return Result([("name", "string"), ("type", "string")], [], "SELECT 0")
         rows: list[tuple[Any, ...]] = []
@@ -510,8 +542,7 @@ class Engine:
         """One row per shard of the location: the introspection relation's rows."""
         from timeshard.cli.status import status_rows
 
-        with self._lock:
-            owner = {s: o for o in self.objects.values() for s in o.shards}
+        owner = {s: o for o in list(self.objects.values()) for s in o.shards}
         out = []
         for row in status_rows(self.client):
             shard = row["object"]

@@ -7,7 +7,8 @@ maps statements to messages:
 
 * the simple query protocol (``Query``), several statements per message;
 * the extended protocol (``Parse``/``Bind``/``Describe``/``Execute``/``Sync``)
-  with text parameters, which :func:`~timeshard.server.statements.bind`
+  with parameters in text, or in binary for the integer, float, boolean,
+  numeric and text types drivers send that way, which :func:`~timeshard.server.statements.bind`
   turns into literals; a portal's rows are produced when it is described or
   first executed, and ``Execute`` with a row limit suspends it;
 * ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
@@ -27,6 +28,7 @@ anything listens. SSL is declined (``N``); clients fall back to plain text.
 
 from __future__ import annotations
 
+import decimal
 import ipaddress
 import logging
 import os
@@ -34,6 +36,7 @@ import secrets
 import select
 import socket
 import socketserver
+import struct
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -144,6 +147,18 @@ def _fields(columns: list[tuple[str, str]]) -> list[FieldDescription]:
     ]
 
 
+def _sql_error(e: Exception) -> SqlError:
+    """``e`` as the client sees it: a SqlError as it is; anything else is an internal
+    error (XX000) naming its type, logged with its traceback -- the connection and the
+    server go on. The client going away is not an error to report: it is re-raised."""
+    if isinstance(e, SqlError):
+        return e
+    if isinstance(e, _Closed | ConnectionError):
+        raise e
+    log.error("statement failed", exc_info=e)
+    return SqlError(f"internal error: {type(e).__name__}: {e}", "XX000")
+
+
 def _error(e: SqlError) -> ErrorResponse:
     message = " ".join(str(e).split()) or type(e).__name__
     return ErrorResponse(fields={"S": "ERROR", "V": "ERROR", "C": e.sqlstate, "M": message})
@@ -174,6 +189,39 @@ class _Session:
         if self.in_transaction:
             return TransactionStatus.IN_TRANSACTION
         return TransactionStatus.IDLE
+
+
+_BINARY = {21: "!h", 23: "!i", 20: "!q", 26: "!I", 700: "!f", 701: "!d"}
+
+
+def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
+    """A parameter's value as text: as sent, or decoded from PostgreSQL's binary format
+    for the types drivers send that way (integers, floats, booleans, numeric, text)."""
+    if value is None:
+        return None
+    if not binary or oid in (0, 25, 1043, 19):
+        return value.decode("utf-8")
+    if oid in _BINARY:
+        (number,) = struct.unpack(_BINARY[oid], value)
+        return repr(number)
+    if oid == 16:
+        return "t" if value == b"\x01" else "f"
+    if oid == 1700:
+        return _numeric_text(value)
+    raise SqlError(f"binary parameters of type OID {oid} are not supported; send text", "0A000")
+
+
+def _numeric_text(value: bytes) -> str:
+    """PostgreSQL's binary numeric: base-10000 digits, a weight, a sign and a scale."""
+    ndigits, weight, sign, dscale = struct.unpack("!hhHH", value[:8])
+    if sign == 0xC000:
+        raise SqlError("NaN is not a number parameter", "22P02")
+    digits = struct.unpack(f"!{ndigits}H", value[8 : 8 + 2 * ndigits])
+    number = decimal.Decimal(0)
+    for k, d in enumerate(digits):
+        number += decimal.Decimal(d).scaleb(4 * (weight - k))
+    text = f"{number:.{dscale}f}"
+    return "-" + text if sign == 0x4000 else text
 
 
 class PgServer(socketserver.ThreadingTCPServer):
@@ -378,8 +426,8 @@ class _Handler(socketserver.BaseRequestHandler):
             elif isinstance(msg, Close):
                 (s.statements if msg.kind == "S" else s.portals).pop(msg.name, None)
                 self._send(CloseComplete())
-        except SqlError as e:
-            self._fail(e)
+        except Exception as e:
+            self._fail(_sql_error(e))
             s.skipping = True
 
     def _simple(self, text: str) -> None:
@@ -395,8 +443,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 try:
                     result = self._run(sql)
                     self._send_result(result, describe=True)
-                except SqlError as e:
-                    self._fail(e)
+                except Exception as e:
+                    self._fail(_sql_error(e))
                     break
         self._send(ReadyForQuery(status=self.session.status))
 
@@ -472,15 +520,11 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SqlError(f"prepared statement {msg.statement!r} does not exist", "26000")
         sql, types = s.statements[msg.statement]
         formats = msg.param_formats or [0]
-        if any(f != 0 for f in formats):
-            raise SqlError("binary parameters are not supported; send them as text", "0A000")
-        params = [
-            Param(
-                None if v is None else v.decode("utf-8"),
-                types[i] if i < len(types) else 0,
-            )
-            for i, v in enumerate(msg.param_values)
-        ]
+        params = []
+        for i, value in enumerate(msg.param_values):
+            oid = types[i] if i < len(types) else 0
+            binary = (formats[i] if len(formats) > 1 else formats[0]) == 1
+            params.append(Param(_param_text(value, oid, binary), oid))
         if any(f != 0 for f in msg.result_formats):
             raise SqlError("binary results are not supported; ask for text", "0A000")
         s.portals[msg.portal] = _Portal(bind(sql, params) if params else sql)

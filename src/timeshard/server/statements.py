@@ -16,7 +16,8 @@ The forms follow Materialize's where it has one:
   ``SHOW CREATE {SOURCE | MATERIALIZED VIEW} name``;
 * ``EXPLAIN [MATERIALIZED VIEW] name``: the view's maintenance path, and why;
 * a query (``SELECT``, ``WITH``, ``VALUES``, ``TABLE``) with an optional
-  trailing ``AS OF t``;
+  ``AS OF t`` at its top level: at its end (Materialize's place) or before
+  its ORDER BY or LIMIT;
 * ``SUBSCRIBE [TO] name [AS OF t] [UP TO t]``, bare or as
   ``COPY (SUBSCRIBE ...) TO STDOUT``;
 * ``BEGIN``, ``START TRANSACTION``, ``COMMIT``, ``ROLLBACK``, ``SET`` and
@@ -38,6 +39,7 @@ Pure Python, no Spark.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -225,24 +227,25 @@ def bind(sql: str, params: list[Param]) -> str:
     return "".join(out)
 
 
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_TRUE, _FALSE = ("t", "true", "1", "on", "yes", "y"), ("f", "false", "0", "off", "no", "n")
+
+
 def _literal(param: Param) -> str:
+    """A parameter as one SQL literal (a negative number in parentheses: ``1-$1`` with
+    ``-5`` must not become the comment ``1--5``)."""
     if param.text is None:
         return "NULL"
-    if param.oid in _NUMERIC_OIDS or (param.oid == 0 and _is_number(param.text)):
-        if not _is_number(param.text):
+    text = param.text.strip()
+    if param.oid in _NUMERIC_OIDS or (param.oid == 0 and _NUMBER.fullmatch(text)):
+        if not _NUMBER.fullmatch(text):
             raise SqlError(f"parameter {param.text!r} is not a number", "22P02")
-        return sqlglot.exp.Literal.number(param.text).sql("postgres")
+        return f"({text})" if text.startswith("-") else text.lstrip("+")
     if param.oid == 16:
-        return "TRUE" if param.text.lower() in ("t", "true", "1", "on", "yes") else "FALSE"
+        if text.lower() not in (*_TRUE, *_FALSE):
+            raise SqlError(f"parameter {param.text!r} is not a boolean", "22P02")
+        return "TRUE" if text.lower() in _TRUE else "FALSE"
     return sqlglot.exp.Literal.string(param.text).sql("postgres")
-
-
-def _is_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return text.strip().lower() not in ("nan", "inf", "-inf", "infinity", "-infinity")
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -409,9 +412,10 @@ class _Parser:
                 return self.create_source()
             if self.accept("MATERIALIZED", "VIEW"):
                 return self.create_view()
+            what = self.word() or (self.peek().text if self.peek() else "")  # type: ignore[union-attr]
             raise SqlError(
-                "only CREATE SOURCE and CREATE MATERIALIZED VIEW are supported "
-                "(a sink is declared in a run file: see docs/run-spec.md)",
+                f"CREATE {what} is not supported: only CREATE SOURCE and CREATE MATERIALIZED "
+                "VIEW are (a sink is declared in a run file: see docs/run-spec.md)",
                 "0A000",
             )
         if first == "DROP":
@@ -579,8 +583,11 @@ class _Parser:
             if self.accept(*words):
                 self.end()
                 return Show(what)
+        what = self.word() or ""
         raise SqlError(
-            "SHOW supports SOURCES, MATERIALIZED VIEWS, SINKS, OBJECTS and CREATE ...", "0A000"
+            f"SHOW {what} is not supported: SHOW supports SOURCES, MATERIALIZED VIEWS, SINKS, "
+            "OBJECTS and CREATE ...",
+            "0A000",
         )
 
     def subscribe(self, inner: bool = False) -> Subscribe:
@@ -596,7 +603,8 @@ class _Parser:
         return Subscribe(name, as_of, up_to)
 
     def query(self) -> Query:
-        """A query, and its trailing top-level ``AS OF t`` if it has one."""
+        """A query, and its top-level ``AS OF t`` if it has one: at its end, as
+        Materialize has it, or just before its ORDER BY, LIMIT or OFFSET."""
         depth = 0
         cut = None
         for k, t in enumerate(self.tokens):
@@ -604,16 +612,32 @@ class _Parser:
                 depth += 1
             elif t.token_type == TokenType.R_PAREN:
                 depth -= 1
-            elif depth == 0 and t.text.upper() == "AS" and t.token_type != TokenType.IDENTIFIER:
-                nxt = self.tokens[k + 1] if k + 1 < len(self.tokens) else None
-                if nxt is not None and nxt.text.upper() == "OF" and k + 2 < len(self.tokens):
+            elif depth == 0 and t.token_type != TokenType.IDENTIFIER and t.text.upper() == "AS":
+                following = self.tokens[k + 1 : k + 3]
+                if (
+                    len(following) == 2
+                    and following[0].token_type != TokenType.IDENTIFIER
+                    and following[0].text.upper() == "OF"
+                    and following[1].token_type == TokenType.NUMBER  # else ``AS of``: an alias
+                ):
+                    if cut is not None:
+                        raise SqlError("AS OF is given twice")
                     cut = k
         if cut is None:
             return Query(self.sql.strip())
         self.i = cut + 2
         as_of = self.time()
-        self.end()
-        return Query(self.sql[: self.tokens[cut].start].strip(), as_of)
+        if not self.at_end() and (self.word() or "").split()[0:1] not in (
+            ["ORDER"],
+            ["LIMIT"],
+            ["OFFSET"],
+            ["FETCH"],
+        ):
+            raise self.error("AS OF goes at the end of the query, or before ORDER BY or LIMIT")
+        before = self.sql[: self.tokens[cut].start]
+        after = self.sql[self.tokens[self.i - 1].end + 1 :]
+        # A newline, not a space: a line comment before AS OF must not swallow ORDER BY.
+        return Query(f"{before.rstrip()}\n{after.lstrip()}".strip(), as_of)
 
 
 def _duration_option(options: dict[str, Any], key: str) -> str | None:

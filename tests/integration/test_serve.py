@@ -1,0 +1,319 @@
+"""``timeshard serve`` end to end: a real server process, real clients.
+
+* ``psql`` (PostgreSQL's own client, from Debian's packages) runs
+  ``sql/serve_session.sql``: it creates a source and two views, reads AS OF,
+  SUBSCRIBEs for a bounded time, meets errors and drops everything; its
+  output, times masked, must equal ``sql/serve_session.out`` and its errors
+  ``sql/serve_session.err``;
+* psycopg runs statements with parameters (the extended protocol), a COPY
+  SUBSCRIBE whose updates must add up to the collection, and a failed
+  transaction;
+* ``kill -9`` of the server mid-SUBSCRIBE: the client gets an error (not a
+  hang), a restarted server restores the objects from the catalog and
+  resumes them, and ``verify`` finds no difference.
+
+Each test starts its own server (``--port 0``); a start is waited for as long
+as the process lives, so a slow machine makes it slow, never failed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+
+pytestmark = [pytest.mark.spark]
+
+SQL = Path(__file__).parent / "sql"
+_LISTENING = re.compile(r"listening on 127\.0\.0\.1:(\d+)")
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[bytes]
+    port: int
+    log: Path
+
+    def stop(self) -> int:
+        """SIGTERM, and the exit code once the server has closed every object."""
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=300)
+
+    def kill(self) -> None:
+        self.proc.kill()  # SIGKILL: nothing is closed
+        self.proc.wait(timeout=60)
+
+
+def start_serve(location: Path, log: Path) -> Served:
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    start = log.stat().st_size if log.exists() else 0  # an earlier server's lines come before
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "from timeshard.cli.main import main; main()",
+                "serve",
+                "--location",
+                str(location),
+                "--port",
+                "0",
+                "--dashboard-port",
+                "0",
+                "--tick",
+                "0.5",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+    while True:  # as long as the process lives: slow is not stuck
+        text = log.read_bytes()[start:].decode(errors="replace")
+        found = _LISTENING.findall(text)
+        if found and proc.poll() is None:
+            return Served(proc, int(found[-1]), log)
+        if proc.poll() is not None:
+            pytest.fail(f"timeshard serve exited with {proc.returncode}:\n{text}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Served]:
+    server = start_serve(tmp_path / "loc", tmp_path / "serve.log")
+    yield server
+    if server.proc.poll() is None:
+        server.kill()
+
+
+def psql_binary() -> str:
+    found = shutil.which("psql")
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("psql is missing: scripts/bootstrap.sh installs postgresql")
+        pytest.skip("psql is not installed (Debian's postgresql-client)")
+    return found
+
+
+def mask_times(text: str) -> str:
+    """Wall-clock times (13 digits: epoch milliseconds) become ``<time>``."""
+    return re.sub(r"\b\d{13}\b", "<time>", text)
+
+
+# -- psql ---------------------------------------------------------------------------------------
+
+
+def test_a_psql_session_creates_reads_subscribes_and_drops(served: Served) -> None:
+    done = subprocess.run(
+        [
+            psql_binary(),
+            "-X",
+            "-a",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(served.port),
+            "-U",
+            "timeshard",
+            "-d",
+            "timeshard",
+            "-f",
+            "serve_session.sql",
+        ],
+        cwd=SQL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PGCONNECT_TIMEOUT": "60"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert mask_times(done.stdout) == (SQL / "serve_session.out").read_text()
+    assert done.stderr == (SQL / "serve_session.err").read_text()
+    assert served.stop() == 0, served.log.read_text()
+
+
+# -- psycopg ------------------------------------------------------------------------------------
+
+
+def connect(server: Served, **kwargs: Any) -> Any:
+    import psycopg
+
+    return psycopg.connect(
+        host="127.0.0.1",
+        port=server.port,
+        user="timeshard",
+        dbname="timeshard",
+        connect_timeout=60,
+        **kwargs,
+    )
+
+
+def test_psycopg_runs_statements_with_parameters(served: Served) -> None:
+    import psycopg
+    from psycopg import errors
+
+    with connect(served, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(
+            "CREATE SOURCE kvp FROM LOAD GENERATOR KEY VALUE (KEYS %s, RATE %s, SEED %s) "
+            "ENVELOPE UPSERT (KEY (key))",
+            (40, 20, 7),  # 20 keys per partition: every key in the first tick
+        )
+        cur.execute(
+            "CREATE MATERIALIZED VIEW kvp_long WITH (REFRESH EVERY %s) AS "
+            "SELECT key, value FROM kvp WHERE length(value) >= %s",
+            ("1s", 16),
+        )
+        cur.execute("SHOW CREATE MATERIALIZED VIEW kvp_long")
+        assert cur.fetchone() == (
+            "kvp_long",
+            "CREATE MATERIALIZED VIEW kvp_long WITH (REFRESH EVERY '1s') AS "
+            "SELECT key, value FROM kvp WHERE length(value) >= 16",
+        )
+        # The view shows kvp as of its last refresh, a whole second: it shows the 40 keys
+        # from the first refresh after kvp's first tick on.
+        while True:
+            cur.execute("SELECT count(*) FROM kvp_long")  # waits for a first readable time
+            (count,) = cur.fetchone()  # type: ignore[misc]
+            if count == 40:
+                break
+            assert count == 0, count
+            assert served.proc.poll() is None, served.log.read_text()
+            time.sleep(0.2)
+        cur.execute("SELECT key, value FROM kvp WHERE key = %s", (3,))
+        rows = cur.fetchall()
+        assert [r[0] for r in rows] == [3]
+        assert isinstance(rows[0][1], str) and len(rows[0][1]) == 16
+
+        text = "it's; -- $1 \\ ünï"
+        cur.execute("SELECT %s AS s, %s AS n, %s AS z", (text, -5, None))
+        assert cur.fetchone() == (text, -5, None)
+
+        cur.execute("SELECT upper - 1 FROM timeshard_objects WHERE name = %s", ("kvp",))
+        (t0,) = cur.fetchone()  # type: ignore[misc]
+        cur.execute("SELECT count(*) FROM kvp AS OF %s", (t0,))
+        assert cur.fetchone() == (40,)
+
+        # A bounded SUBSCRIBE from t0 to 3 s later: the snapshot at t0, then updates.
+        t1 = t0 + 3000
+        with cur.copy("COPY (SUBSCRIBE kvp AS OF %s UP TO %s) TO STDOUT", (t0, t1)) as copy:
+            streamed = [tuple(row) for row in copy.rows()]
+        times = [int(r[0]) for r in streamed]
+        assert times == sorted(times) and times[0] == t0 and times[-1] <= t1, times
+        assert sum(1 for t in times if t == t0) == 40  # the snapshot: one row per key
+        content: Counter[tuple[str, str]] = Counter()
+        for _, diff, key, value in streamed:
+            content[(key, value)] += int(diff)
+        cur.execute("SELECT key, value FROM kvp AS OF %s", (t1,))
+        assert +content == Counter((str(k), v) for k, v in cur.fetchall())
+        assert len(set(times)) > 1, "3 s of a source ticking every 0.5 s changed nothing"
+
+        with pytest.raises(errors.UndefinedTable, match="nowhere"):
+            cur.execute("SELECT * FROM nowhere WHERE x = %s", (1,))
+        with pytest.raises(errors.InvalidParameterValue, match="many"):
+            cur.execute("CREATE SOURCE bad FROM LOAD GENERATOR KEY VALUE (KEYS %s)", ("many",))
+        with pytest.raises(errors.FeatureNotSupported):
+            cur.execute("CREATE TABLE t (a int)")
+        cur.execute("SHOW OBJECTS")
+        assert cur.fetchall() == [("kvp", "source"), ("kvp_long", "materialized view")]
+
+    with connect(served) as conn:  # not autocommit: psycopg sends BEGIN first
+        with conn.cursor() as cur:
+            cur.execute("SELECT count(*) FROM kvp_long")
+            assert cur.fetchone() == (40,)
+            with pytest.raises(psycopg.Error):
+                cur.execute("SELECT 1 / 0")
+            with pytest.raises(errors.InFailedSqlTransaction):
+                cur.execute("SELECT 1")
+        conn.rollback()
+        with conn.cursor() as cur:
+            cur.execute("SELECT %s", (2,))
+            assert cur.fetchone() == (2,)
+    assert served.stop() == 0, served.log.read_text()
+
+
+# -- kill -9 ------------------------------------------------------------------------------------
+
+
+def test_kill_9_mid_subscribe_then_restart_restores_and_resumes(tmp_path: Path, spark: Any) -> None:
+    import psycopg
+
+    from timeshard.verify import verify_location
+
+    location, log = tmp_path / "loc", tmp_path / "serve.log"
+    first = start_serve(location, log)
+    try:
+        with connect(first, autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute(
+                "CREATE SOURCE kvk FROM LOAD GENERATOR KEY VALUE (KEYS 30, RATE 15) "
+                "ENVELOPE UPSERT (KEY (key))"
+            )
+            cur.execute(
+                "CREATE MATERIALIZED VIEW kvk_groups AS "
+                "SELECT key % 3 AS g, count(*) AS n FROM kvk GROUP BY key % 3"
+            )
+            cur.execute("SELECT sum(n) FROM kvk_groups")
+            assert cur.fetchone() == (30,)
+
+        streamed: list[tuple[str, ...]] = []
+        outcome: list[BaseException | None] = []
+
+        def subscribe() -> None:
+            try:
+                with (
+                    connect(first, autocommit=True) as conn,
+                    conn.cursor() as cur,
+                    cur.copy("COPY (SUBSCRIBE kvk) TO STDOUT") as copy,
+                ):
+                    for row in copy.rows():
+                        streamed.append(tuple(row))
+                outcome.append(None)
+            except BaseException as e:
+                outcome.append(e)
+
+        client = threading.Thread(target=subscribe, daemon=True)
+        client.start()
+        while len(streamed) <= 30 and client.is_alive():  # the snapshot, then updates
+            time.sleep(0.1)
+        assert len(streamed) > 30, outcome
+        before = PersistClient(Location.embedded(location)).state("kvk_groups").upper.time
+        assert before is not None
+    finally:
+        first.kill()
+    client.join(timeout=120)
+    assert not client.is_alive(), "the SUBSCRIBE client hangs after its server died"
+    assert outcome and isinstance(outcome[0], psycopg.OperationalError), outcome
+
+    second = start_serve(location, log)
+    try:
+        with connect(second, autocommit=True) as conn, conn.cursor() as cur:
+            cur.execute("SHOW OBJECTS")
+            assert cur.fetchall() == [("kvk", "source"), ("kvk_groups", "materialized view")]
+            while True:  # resumed: the view moves past where it was killed
+                cur.execute("SELECT upper FROM timeshard_objects WHERE name = 'kvk_groups'")
+                (upper,) = cur.fetchone()  # type: ignore[misc]
+                if upper > before:
+                    break
+                assert second.proc.poll() is None, log.read_text()
+                time.sleep(0.5)
+            cur.execute("SELECT sum(n) FROM kvk_groups")
+            assert cur.fetchone() == (30,)
+    finally:
+        assert second.stop() == 0, log.read_text()
+    report = verify_location(
+        PersistClient(Location.embedded(location)), spark=lambda _packages: spark, seed=1
+    )
+    assert report.ok, report.to_json()

@@ -1,0 +1,881 @@
+"""The SQL of ``timeshard serve``: statements parsed, split and bound.
+
+Each documented form parses to its dataclass with the right fields; each
+refusal is a :class:`SqlError` whose SQLSTATE and message say what is wrong;
+:func:`split` cuts only at top-level semicolons; :func:`bind` turns every
+parameter into one literal, never into SQL text. Pure Python, no Spark.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlglot import exp
+
+from timeshard.server.statements import (
+    CreateSource,
+    CreateView,
+    Drop,
+    Empty,
+    Explain,
+    Ignored,
+    Param,
+    Query,
+    Show,
+    ShowCreate,
+    SqlError,
+    Subscribe,
+    bind,
+    parse,
+    split,
+)
+
+
+def refused(sql: str, sqlstate: str, *in_message: str) -> SqlError:
+    """The error ``parse(sql)`` raises, checked for its SQLSTATE and message parts."""
+    with pytest.raises(SqlError) as info:
+        parse(sql)
+    assert info.value.sqlstate == sqlstate, str(info.value)
+    for part in in_message:
+        assert part in str(info.value)
+    return info.value
+
+
+def postgres(sql: str) -> exp.Expression:
+    tree = sqlglot.parse_one(sql, read="postgres")
+    assert tree is not None
+    return tree
+
+
+def literals(sql: str) -> list[exp.Literal]:
+    return list(postgres(sql).find_all(exp.Literal))
+
+
+# -- CREATE SOURCE ... FROM LOAD GENERATOR -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "kind", "options"),
+    [
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER", "counter", {}),
+        (
+            "CREATE SOURCE s FROM LOAD GENERATOR COUNTER (RATE 100, MAX CARDINALITY 1000)",
+            "counter",
+            {"rate": 100, "max_cardinality": 1000},
+        ),
+        (
+            "CREATE SOURCE s FROM LOAD GENERATOR AUCTION (RATE 50, USERS 500, ORGANIZATIONS 5)",
+            "auction",
+            {"rate": 50, "users": 500, "organizations": 5},
+        ),
+        (
+            "CREATE SOURCE s FROM LOAD GENERATOR KEY VALUE "
+            "(KEYS 1000, VALUE SIZE 32, PARTITIONS 2, DELETES 0.05)",
+            "key_value",
+            {"keys": 1000, "value_size": 32, "partitions": 2, "deletes": 0.05},
+        ),
+        (
+            "CREATE SOURCE s FROM LOAD GENERATOR TPCH (SCALE FACTOR 0.01, TICK ORDERS 100)",
+            "tpch",
+            {"scale_factor": 0.01, "tick_orders": 100},
+        ),
+        ("create source s from load generator key value (keys 7)", "key_value", {"keys": 7}),
+    ],
+)
+def test_load_generator_kinds_and_options(sql: str, kind: str, options: dict[str, object]) -> None:
+    s = parse(sql)
+    assert s == CreateSource("s", kind, options, sql=sql)
+
+
+@pytest.mark.parametrize(
+    ("option_text", "want"),
+    [
+        ("SEED 7", 7),
+        ("SEED = 7", 7),
+        ("SEED -3", -3),
+        ("SEED = -3", -3),
+        ("SEED - 3", -3),
+        ("SEED -0.5", -0.5),
+        ("SEED 1e3", 1000.0),
+        ("SEED 'it''s'", "it's"),
+        ("SEED TRUE", True),
+        ("SEED = false", False),
+        ('SEED "Quoted"', "Quoted"),
+        ("SEED word", "word"),
+    ],
+)
+def test_option_values(option_text: str, want: object) -> None:
+    s = parse(f"CREATE SOURCE s FROM LOAD GENERATOR COUNTER ({option_text})")
+    assert isinstance(s, CreateSource)
+    assert s.options == {"seed": want}
+    assert type(s.options["seed"]) is type(want)
+
+
+def test_multi_word_option_names_join_with_underscores() -> None:
+    s = parse(
+        "CREATE SOURCE s FROM LOAD GENERATOR TPCH "
+        "(SCALE FACTOR 0.01, TICK ORDERS = 5, SEED -3, SOME LONG NAME 'x', FLAG TRUE)"
+    )
+    assert isinstance(s, CreateSource)
+    assert s.options == {
+        "scale_factor": 0.01,
+        "tick_orders": 5,
+        "seed": -3,
+        "some_long_name": "x",
+        "flag": True,
+    }
+
+
+def test_the_statement_text_is_kept_without_surrounding_space() -> None:
+    s = parse("  CREATE SOURCE s FROM LOAD GENERATOR COUNTER\n")
+    assert isinstance(s, CreateSource)
+    assert s.sql == "CREATE SOURCE s FROM LOAD GENERATOR COUNTER"
+
+
+# -- CREATE SOURCE ... FROM FILE ---------------------------------------------------------------
+
+
+def test_file_source_with_format_options_and_columns() -> None:
+    s = parse(
+        "CREATE SOURCE f (id bigint, x double precision, n text, ok boolean, raw bytea, i int) "
+        "FROM FILE '/data/in.csv' (FORMAT CSV, HEADER TRUE, DELIMITER ';')"
+    )
+    assert isinstance(s, CreateSource)
+    assert s.kind == "file"
+    assert s.options == {"path": "/data/in.csv", "format": "csv", "header": True, "delimiter": ";"}
+    assert list(s.columns.items()) == [
+        ("id", "int64"),
+        ("x", "float64"),
+        ("n", "string"),
+        ("ok", "bool"),
+        ("raw", "binary"),
+        ("i", "int32"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("type_name", "want"),
+    [
+        ("bigint", "int64"),
+        ("int8", "int64"),
+        ("BIGINT", "int64"),
+        ("integer", "int32"),
+        ("int", "int32"),
+        ("int4", "int32"),
+        ("double precision", "float64"),
+        ("DOUBLE PRECISION", "float64"),
+        ("float8", "float64"),
+        ("text", "string"),
+        ("varchar", "string"),
+        ("boolean", "bool"),
+        ("bool", "bool"),
+        ("bytea", "binary"),
+    ],
+)
+def test_postgres_column_types(type_name: str, want: str) -> None:
+    s = parse(f"CREATE SOURCE f (c {type_name}) FROM FILE '/x' (FORMAT json)")
+    assert isinstance(s, CreateSource)
+    assert s.columns == {"c": want}
+
+
+@pytest.mark.parametrize(
+    ("format_text", "want"),
+    [("FORMAT json", "json"), ("FORMAT JSON", "json"), ("FORMAT = 'Avro'", "avro")],
+)
+def test_file_format_is_lower_cased(format_text: str, want: str) -> None:
+    s = parse(f"CREATE SOURCE f FROM FILE '/x' ({format_text})")
+    assert isinstance(s, CreateSource)
+    assert s.options == {"path": "/x", "format": want}
+
+
+def test_column_names_fold_unless_quoted() -> None:
+    s = parse("CREATE SOURCE f (\"Id\" BIGINT, Name TEXT) FROM FILE '/x' (FORMAT csv)")
+    assert isinstance(s, CreateSource)
+    assert s.columns == {"Id": "int64", "name": "string"}
+
+
+# -- CREATE SOURCE: envelope, retention, IF NOT EXISTS ------------------------------------------
+
+
+def test_everything_at_once() -> None:
+    sql = (
+        'CREATE SOURCE IF NOT EXISTS "Kv" FROM LOAD GENERATOR KEY VALUE (KEYS 10) '
+        "ENVELOPE UPSERT (KEY (Key, \"Other\")) WITH (RETAIN HISTORY FOR '1h')"
+    )
+    assert parse(sql) == CreateSource(
+        name="Kv",
+        kind="key_value",
+        options={"keys": 10},
+        envelope="upsert",
+        key_columns=("key", "Other"),
+        retain_history="1h",
+        if_not_exists=True,
+        sql=sql,
+    )
+
+
+@pytest.mark.parametrize(
+    ("tail", "envelope", "keys"),
+    [
+        ("", "none", ()),
+        ("ENVELOPE NONE", "none", ()),
+        ("ENVELOPE UPSERT", "upsert", ()),
+        ("ENVELOPE UPSERT (KEY (k))", "upsert", ("k",)),
+        ("envelope upsert (key (a, b))", "upsert", ("a", "b")),
+    ],
+)
+def test_envelopes(tail: str, envelope: str, keys: tuple[str, ...]) -> None:
+    s = parse(f"CREATE SOURCE s FROM LOAD GENERATOR COUNTER {tail}")
+    assert isinstance(s, CreateSource)
+    assert (s.envelope, s.key_columns) == (envelope, keys)
+
+
+@pytest.mark.parametrize(
+    ("duration", "want"), [("'1h'", "1h"), ("'30 s'", "30s"), ("'500ms'", "500ms")]
+)
+def test_retain_history(duration: str, want: str) -> None:
+    s = parse(f"CREATE SOURCE s FROM LOAD GENERATOR COUNTER WITH (RETAIN HISTORY FOR {duration})")
+    assert isinstance(s, CreateSource)
+    assert s.retain_history == want
+    assert s.options == {}
+
+
+def test_if_not_exists_defaults_to_false() -> None:
+    s = parse("CREATE SOURCE s FROM LOAD GENERATOR COUNTER")
+    assert isinstance(s, CreateSource)
+    assert s.if_not_exists is False
+    t = parse("CREATE SOURCE IF NOT EXISTS s FROM LOAD GENERATOR COUNTER")
+    assert isinstance(t, CreateSource)
+    assert (t.name, t.if_not_exists) == ("s", True)
+
+
+# -- CREATE SOURCE: refusals -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "in_message"),
+    [
+        ("CREATE SOURCE s FROM LOAD GENERATOR MQTT", "22023", ["'MQTT'", "KEY VALUE"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER extra", "22023", ["'COUNTER EXTRA'"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR", "22023", ["unknown load generator"]),
+        (
+            "CREATE SOURCE s FROM LOAD GENERATOR COUNTER WITH (RETAIN HISTORY FOR 'soon')",
+            "22023",
+            ["RETAIN HISTORY FOR", "'soon'"],
+        ),
+        (
+            "CREATE SOURCE s FROM LOAD GENERATOR COUNTER WITH (RETAIN HISTORY FOR '1h', FOO 1)",
+            "22023",
+            ["'foo'"],
+        ),
+        ("CREATE SOURCE s FROM FILE '/x'", "22023", ["FORMAT"]),
+        ("CREATE SOURCE s FROM FILE '/x' (HEADER TRUE)", "22023", ["FORMAT"]),
+        ("CREATE SOURCE f (id foo) FROM FILE '/x' (FORMAT csv)", "42704", ["'id'", "'foo'"]),
+        (
+            "CREATE SOURCE f (a double precision extra) FROM FILE '/x' (FORMAT csv)",
+            "42704",
+            ["'double precision extra'"],
+        ),
+        ("CREATE SOURCE f (x varchar(10)) FROM FILE '/x' (FORMAT csv)", "42601", ["'('"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER (RATE 1, RATE 2)", "42601", ["RATE"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER (RATE -'a')", "42601", ["'-'"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER (RATE -TRUE)", "42601", ["'-'"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER ()", "42601", ["option name"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER (RATE)", "42601", ["'RATE'"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER (RATE 1 SEED 2)", "42601", ["'SEED'"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER (RATE 1", "42601", ["end of the statement"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER (RATE 1) extra", "42601", ["'extra'"]),
+        ("CREATE SOURCE s FROM LOAD GENERATOR COUNTER ENVELOPE DEBEZIUM", "42601", ["'DEBEZIUM'"]),
+        (
+            "CREATE SOURCE s FROM LOAD GENERATOR COUNTER ENVELOPE UPSERT (KEYS (a))",
+            "42601",
+            ["'KEYS'"],
+        ),
+        ("CREATE SOURCE s FROM FILE path (FORMAT csv)", "42601", ["'path'", "string"]),
+        ("CREATE SOURCE s FROM KAFKA", "42601", ["'KAFKA'", "LOAD GENERATOR or FILE"]),
+        ("CREATE SOURCE FROM LOAD GENERATOR COUNTER", "42601", ["'LOAD'"]),
+    ],
+)
+def test_create_source_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
+    refused(sql, sqlstate, *in_message)
+
+
+# -- CREATE MATERIALIZED VIEW ------------------------------------------------------------------
+
+
+def test_create_view_with_options() -> None:
+    sql = (
+        "CREATE MATERIALIZED VIEW IF NOT EXISTS v "
+        "WITH (REFRESH EVERY '10s', RETAIN HISTORY FOR '1 h') "
+        "AS SELECT k, count(*) FROM t GROUP BY k"
+    )
+    assert parse(sql) == CreateView(
+        name="v",
+        query="SELECT k, count(*) FROM t GROUP BY k",
+        refresh_every="10s",
+        retain_history="1h",
+        if_not_exists=True,
+        sql=sql,
+    )
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["SELECT 1", "WITH x AS (SELECT 1) SELECT * FROM x", "VALUES (1), (2)", "TABLE t"],
+)
+def test_create_view_keeps_the_query_text(query: str) -> None:
+    assert parse(f"CREATE MATERIALIZED VIEW v AS {query}") == CreateView(
+        "v", query, sql=f"CREATE MATERIALIZED VIEW v AS {query}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "in_message"),
+    [
+        ("CREATE MATERIALIZED VIEW v SELECT 1", "42601", ["'SELECT'", "AS"]),
+        ("CREATE MATERIALIZED VIEW v AS", "42601", ["end of the statement", "query"]),
+        ("CREATE MATERIALIZED VIEW v AS INSERT INTO t VALUES (1)", "42601", ["'INSERT'"]),
+        (
+            "CREATE MATERIALIZED VIEW v WITH (REFRESH EVERY 'often') AS SELECT 1",
+            "22023",
+            ["REFRESH EVERY", "'often'"],
+        ),
+        (
+            "CREATE MATERIALIZED VIEW v WITH (RETAIN HISTORY FOR 5) AS SELECT 1",
+            "22023",
+            ["RETAIN HISTORY FOR", "'5'"],
+        ),
+        (
+            "CREATE MATERIALIZED VIEW v WITH (REFRESH EVERY '1m', FOO 2) AS SELECT 1",
+            "22023",
+            ["'foo'"],
+        ),
+    ],
+)
+def test_create_view_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
+    refused(sql, sqlstate, *in_message)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE VIEW v AS SELECT 1",
+        "CREATE TABLE t (a int)",
+        "CREATE INDEX i ON t (a)",
+        "CREATE SINK k FROM v INTO KAFKA",
+    ],
+)
+def test_other_creates_are_unsupported(sql: str) -> None:
+    refused(sql, "0A000", "CREATE SOURCE", "CREATE MATERIALIZED VIEW")
+
+
+def test_a_sink_refusal_points_at_the_run_file() -> None:
+    refused("CREATE SINK k FROM v", "0A000", "run file")
+
+
+# -- DROP --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("DROP SOURCE s", Drop("source", "s")),
+        ("DROP SOURCE IF EXISTS a.b CASCADE", Drop("source", "a.b", True, True)),
+        ("DROP SOURCE s RESTRICT", Drop("source", "s")),
+        ("DROP MATERIALIZED VIEW v", Drop("view", "v")),
+        ('DROP MATERIALIZED VIEW IF EXISTS "V" CASCADE', Drop("view", "V", True, True)),
+        ("drop view v cascade", Drop("view", "v", False, True)),
+    ],
+)
+def test_drop(sql: str, want: Drop) -> None:
+    assert parse(sql) == want
+
+
+@pytest.mark.parametrize(
+    ("sql", "in_message"),
+    [
+        ("DROP TABLE t", ["'TABLE'", "SOURCE or MATERIALIZED VIEW"]),
+        ("DROP SOURCE", ["end of the statement", "name"]),
+        ("DROP SOURCE a b", ["'b'"]),
+        ("DROP SOURCE a CASCADE RESTRICT", ["'RESTRICT'"]),
+    ],
+)
+def test_drop_refusals(sql: str, in_message: list[str]) -> None:
+    refused(sql, "42601", *in_message)
+
+
+# -- SHOW, SHOW CREATE, EXPLAIN ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("SHOW SOURCES", Show("sources")),
+        ("SHOW MATERIALIZED VIEWS", Show("views")),
+        ("SHOW VIEWS", Show("views")),
+        ("SHOW SINKS", Show("sinks")),
+        ("show objects", Show("objects")),
+        ("SHOW CREATE SOURCE s", ShowCreate("source", "s")),
+        ("SHOW CREATE MATERIALIZED VIEW a.b", ShowCreate("view", "a.b")),
+        ('SHOW CREATE VIEW "My View"', ShowCreate("view", "My View")),
+    ],
+)
+def test_show(sql: str, want: Show | ShowCreate) -> None:
+    assert parse(sql) == want
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "in_message"),
+    [
+        ("SHOW TABLES", "0A000", ["SOURCES"]),
+        ("SHOW SOURCES FROM x", "42601", ["'FROM'"]),
+        ("SHOW CREATE SINK k", "42601", ["'SINK'"]),
+        ("SHOW CREATE SOURCE", "42601", ["end of the statement"]),
+    ],
+)
+def test_show_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
+    refused(sql, sqlstate, *in_message)
+
+
+@pytest.mark.parametrize(
+    ("sql", "name"),
+    [
+        ("EXPLAIN v", "v"),
+        ("EXPLAIN MATERIALIZED VIEW v", "v"),
+        ("EXPLAIN VIEW Auction.Bids", "auction.bids"),
+        ('explain materialized view "V"', "V"),
+    ],
+)
+def test_explain(sql: str, name: str) -> None:
+    assert parse(sql) == Explain(name)
+
+
+@pytest.mark.parametrize(
+    ("sql", "in_message"), [("EXPLAIN", ["end of the statement"]), ("EXPLAIN v w", ["'w'"])]
+)
+def test_explain_refusals(sql: str, in_message: list[str]) -> None:
+    refused(sql, "42601", *in_message)
+
+
+# -- queries and AS OF -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("SELECT 1", Query("SELECT 1")),
+        ("  SELECT 1  ", Query("SELECT 1")),
+        ("SELECT * FROM t AS OF 5", Query("SELECT * FROM t", 5)),
+        ("SELECT * FROM t as of 42", Query("SELECT * FROM t", 42)),
+        ("SELECT *\nFROM t\nAS OF 42", Query("SELECT *\nFROM t", 42)),
+        ("TABLE t AS OF 3", Query("TABLE t", 3)),
+        ("VALUES (1), (2)", Query("VALUES (1), (2)")),
+        (
+            "WITH x AS (SELECT 1) SELECT * FROM x AS OF 7",
+            Query("WITH x AS (SELECT 1) SELECT * FROM x", 7),
+        ),
+        # before ORDER BY or LIMIT
+        ("SELECT * FROM t AS OF 5 LIMIT 3", Query("SELECT * FROM t\nLIMIT 3", 5)),
+        (
+            "SELECT * FROM t AS OF 5\nORDER BY a LIMIT 3",
+            Query("SELECT * FROM t\nORDER BY a LIMIT 3", 5),
+        ),
+        # not taken: inside parentheses, an alias named of, an incomplete AS OF
+        ("SELECT * FROM (SELECT 1 AS of) s", Query("SELECT * FROM (SELECT 1 AS of) s")),
+        (
+            "SELECT * FROM (SELECT * FROM t AS OF 5) s",
+            Query("SELECT * FROM (SELECT * FROM t AS OF 5) s"),
+        ),
+        ("SELECT 1 AS of", Query("SELECT 1 AS of")),
+        ('SELECT 1 AS "of"', Query('SELECT 1 AS "of"')),
+        ('SELECT a AS "of" FROM t', Query('SELECT a AS "of" FROM t')),
+        ('SELECT 1 AS "of", 2', Query('SELECT 1 AS "of", 2')),
+        ("SELECT a AS of FROM t", Query("SELECT a AS of FROM t")),
+        ("SELECT a AS of FROM t AS OF 5", Query("SELECT a AS of FROM t", 5)),
+        ("SELECT * FROM t AS OF", Query("SELECT * FROM t AS OF")),
+        ("SELECT 'x AS OF 5'", Query("SELECT 'x AS OF 5'")),
+    ],
+)
+def test_queries_and_as_of(sql: str, want: Query) -> None:
+    assert parse(sql) == want
+
+
+@pytest.mark.parametrize(
+    ("sql", "in_message"),
+    [
+        ("SELECT * FROM t AS OF 1.5", ["'1.5'", "time"]),
+        ("SELECT * FROM t AS OF 1e3", ["'1e3'", "time"]),
+        ("SELECT * FROM t AS OF 1 AS OF 2", ["twice"]),
+        ("SELECT * FROM t AS OF 1 LIMIT 2 AS OF 3", ["twice"]),
+    ],
+)
+def test_bad_as_of(sql: str, in_message: list[str]) -> None:
+    refused(sql, "42601", *in_message)
+
+
+def test_a_line_comment_before_as_of_keeps_what_follows() -> None:
+    q = parse("SELECT * FROM t -- newest first\nAS OF 5\nORDER BY a LIMIT 3")
+    assert isinstance(q, Query)
+    assert q.as_of == 5
+    tree = postgres(q.query)
+    assert tree.args.get("order") is not None
+    assert tree.args.get("limit") is not None
+
+
+@pytest.mark.parametrize(
+    "sql", ["SELECT * FROM t AS OF 5 x", "SELECT * FROM t AS OF 5 WHERE a = 1"]
+)
+def test_as_of_elsewhere_is_refused(sql: str) -> None:
+    refused(sql, "42601", "AS")
+
+
+# -- SUBSCRIBE and COPY (SUBSCRIBE ...) TO STDOUT ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("SUBSCRIBE v", Subscribe("v")),
+        ("SUBSCRIBE TO v", Subscribe("v")),
+        ("SUBSCRIBE v AS OF 3", Subscribe("v", 3)),
+        ("SUBSCRIBE v UP TO 9", Subscribe("v", None, 9)),
+        ("SUBSCRIBE TO v AS OF 3 UP TO 9", Subscribe("v", 3, 9)),
+        ('SUBSCRIBE "Auction.Bids" AS OF 0', Subscribe("Auction.Bids", 0)),
+        ("COPY (SUBSCRIBE v) TO STDOUT", Subscribe("v")),
+        ("COPY (SUBSCRIBE TO v AS OF 3 UP TO 9) TO STDOUT", Subscribe("v", 3, 9)),
+        ("copy (subscribe to A.B up to 1) to stdout", Subscribe("a.b", None, 1)),
+    ],
+)
+def test_subscribe(sql: str, want: Subscribe) -> None:
+    assert parse(sql) == want
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "in_message"),
+    [
+        ("SUBSCRIBE v AS OF -1", "42601", ["'-'", "time"]),
+        ("SUBSCRIBE v AS OF 'x'", "42601", ["'x'", "time"]),
+        ("SUBSCRIBE v UP TO 1.5", "42601", ["'1.5'", "time"]),
+        ("SUBSCRIBE v UP TO 9 AS OF 3", "42601", ["'AS'"]),
+        ("SUBSCRIBE", "42601", ["end of the statement"]),
+        ("COPY (SELECT 1) TO STDOUT", "0A000", ["SUBSCRIBE"]),
+        ("COPY t TO STDOUT", "42601", ["'t'", "'('"]),
+        ("COPY (SUBSCRIBE v) TO 'out.txt'", "42601", ["TO STDOUT"]),
+        ("COPY (SUBSCRIBE v TO STDOUT", "42601", ["')'"]),
+        ("COPY (SUBSCRIBE v) TO STDOUT extra", "42601", ["'extra'"]),
+    ],
+)
+def test_subscribe_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
+    refused(sql, sqlstate, *in_message)
+
+
+# -- statements accepted and ignored; empty and unsupported ones --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "tag"),
+    [
+        ("BEGIN", "BEGIN"),
+        ("begin isolation level serializable", "BEGIN"),
+        ("START TRANSACTION", "START TRANSACTION"),
+        ("COMMIT", "COMMIT"),
+        ("END", "COMMIT"),
+        ("ROLLBACK", "ROLLBACK"),
+        ("ABORT", "ROLLBACK"),
+        ("SET extra_float_digits = 3", "SET"),
+        ("SET application_name TO 'psql'", "SET"),
+        ("DISCARD ALL", "DISCARD"),
+    ],
+)
+def test_ignored_statements_answer_with_their_tag(sql: str, tag: str) -> None:
+    assert parse(sql) == Ignored(tag)
+
+
+@pytest.mark.parametrize("sql", ["", "   \n", "-- a comment", "/* a comment */"])
+def test_empty_statement(sql: str) -> None:
+    assert parse(sql) == Empty()
+
+
+@pytest.mark.parametrize(
+    ("sql", "word"),
+    [
+        ("INSERT INTO t VALUES (1)", "'INSERT'"),
+        ("update t set a = 1", "'UPDATE'"),
+        ("DELETE FROM t", "'DELETE'"),
+        ("ALTER SOURCE s RENAME TO t", "'ALTER'"),
+        ('"quoted"', "'quoted'"),
+    ],
+)
+def test_unsupported_statements(sql: str, word: str) -> None:
+    refused(sql, "0A000", word)
+
+
+def test_unreadable_text_is_a_syntax_error() -> None:
+    refused("SELECT 'unterminated", "42601", "cannot read")
+
+
+# -- names -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [
+        ("bids", "bids"),
+        ("Bids", "bids"),
+        ("BIDS", "bids"),
+        ('"Bids"', "Bids"),
+        ('"auction.bids"', "auction.bids"),
+        ("auction.bids", "auction.bids"),
+        ("Auction . Bids", "auction.bids"),
+        ('"Auction".Bids', "Auction.bids"),
+        ('"a""b"', 'a"b'),
+        ('"select"', "select"),
+        ("_x1", "_x1"),
+    ],
+)
+def test_names(name: str, want: str) -> None:
+    assert parse(f"DROP SOURCE {name}") == Drop("source", want)
+    s = parse(f"CREATE SOURCE {name} FROM LOAD GENERATOR COUNTER")
+    assert isinstance(s, CreateSource)
+    assert s.name == want
+
+
+@pytest.mark.parametrize("name", ["'s'", "1", "a.", "a.'b'"])
+def test_bad_names(name: str) -> None:
+    refused(f"DROP SOURCE {name}", "42601", "name")
+
+
+# -- split -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("SELECT 1", ["SELECT 1"]),
+        ("SELECT 1; SELECT 2;", ["SELECT 1", "SELECT 2"]),
+        ("SELECT ';'; SELECT 2", ["SELECT ';'", "SELECT 2"]),
+        ("SELECT 'a'';b'; SELECT 2", ["SELECT 'a'';b'", "SELECT 2"]),
+        ('SELECT "a;b"; SELECT 2', ['SELECT "a;b"', "SELECT 2"]),
+        ("SELECT 1 -- x;y\n; SELECT 2", ["SELECT 1 -- x;y", "SELECT 2"]),
+        ("SELECT 1 /* x;y */; SELECT 2", ["SELECT 1 /* x;y */", "SELECT 2"]),
+        ("SELECT 1 /* a /* b */ ; */; SELECT 2", ["SELECT 1 /* a /* b */ ; */", "SELECT 2"]),
+        ("SELECT $$a;b$$; SELECT 2", ["SELECT $$a;b$$", "SELECT 2"]),
+        ("SELECT $t$a;b$t$; SELECT 2", ["SELECT $t$a;b$t$", "SELECT 2"]),
+        ("SELECT E'a\\';b'; SELECT 2", ["SELECT E'a\\';b'", "SELECT 2"]),
+        ("SELECT 'é'; SELECT 'ü;'", ["SELECT 'é'", "SELECT 'ü;'"]),
+        (";;  ; \n", []),
+        ("", []),
+        ("-- only a comment\n;", []),
+        ("SELECT 1;;; SELECT 2; -- done", ["SELECT 1", "SELECT 2"]),
+        ("SELECT 1;\n-- c\nSELECT 2;", ["SELECT 1", "-- c\nSELECT 2"]),
+    ],
+)
+def test_split(sql: str, want: list[str]) -> None:
+    assert split(sql) == want
+
+
+def test_split_pieces_parse() -> None:
+    pieces = split(
+        "BEGIN; CREATE SOURCE s FROM FILE 'a;b' (FORMAT csv); SELECT ';' AS OF 3; COMMIT"
+    )
+    assert [type(parse(p)) for p in pieces] == [Ignored, CreateSource, Query, Ignored]
+    assert parse(pieces[2]) == Query("SELECT ';'", 3)
+
+
+def test_split_refuses_unreadable_text() -> None:
+    with pytest.raises(SqlError) as info:
+        split("SELECT 1; SELECT 'unterminated")
+    assert info.value.sqlstate == "42601"
+
+
+# -- bind --------------------------------------------------------------------------------------
+
+
+def test_bind_replaces_each_parameter() -> None:
+    bound = bind("SELECT $2, $1, $2", [Param("a", 25), Param("7", 23)])
+    assert bound == "SELECT 7, 'a', 7"
+
+
+def test_bind_reaches_beyond_nine() -> None:
+    params = [Param(str(i), 23) for i in range(1, 12)]
+    assert bind("SELECT $11, $10, $1", params) == "SELECT 11, 10, 1"
+
+
+def test_bind_without_parameters_leaves_the_text() -> None:
+    sql = "SELECT '$1' -- $2\n"
+    assert bind(sql, []) == sql
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "it's",
+        "''",
+        "'; DROP SOURCE s; --",
+        "a -- b",
+        "x /* y",
+        "$1",
+        "$2 and $1",
+        "semi;colon",
+        'say "hi"',
+        "back\\slash'",
+        "$$",
+        "line\nbreak",
+        "",
+    ],
+)
+def test_a_string_parameter_stays_one_literal(value: str) -> None:
+    bound = bind("SELECT * FROM t WHERE name = $1 AS OF 5", [Param(value, 25)])
+    assert split(bound) == [bound]
+    q = parse(bound)
+    assert isinstance(q, Query)
+    assert q.as_of == 5
+    found = literals(q.query)
+    assert [(lit.this, lit.is_string) for lit in found] == [(value, True)]
+
+
+def test_a_parameter_holding_placeholders_is_not_bound_again() -> None:
+    bound = bind("SELECT $1, $2", [Param("$2", 25), Param("x", 25)])
+    assert [lit.this for lit in literals(bound)] == ["$2", "x"]
+
+
+def test_a_string_parameter_in_ddl() -> None:
+    path = "/tmp/it's; -- here"
+    s = parse(bind("CREATE SOURCE s FROM FILE $1 (FORMAT $2)", [Param(path, 25), Param("csv", 25)]))
+    assert isinstance(s, CreateSource)
+    assert s.options == {"path": path, "format": "csv"}
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("SELECT '$1', $1", "SELECT '$1', 'v'"),
+        ('SELECT "$1", $1', "SELECT \"$1\", 'v'"),
+        ("SELECT $1 -- $1\n", "SELECT 'v' -- $1\n"),
+        ("SELECT /* $1 */ $1", "SELECT /* $1 */ 'v'"),
+        ("SELECT $$ $1 $$, $1", "SELECT $$ $1 $$, 'v'"),
+        ("SELECT $q$ $1 $q$, $1", "SELECT $q$ $1 $q$, 'v'"),
+        ("SELECT E'it\\'s $1', $1", "SELECT E'it\\'s $1', 'v'"),
+    ],
+)
+def test_placeholders_in_strings_names_and_comments_stay(sql: str, want: str) -> None:
+    assert bind(sql, [Param("v", 25)]) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "oid", "want"),
+    [
+        ("42", 20, 42),
+        ("-7", 23, -7),
+        ("1.5", 701, 1.5),
+        ("-2.25", 1700, -2.25),
+        ("1e3", 701, 1000.0),
+        ("3", 21, 3),
+        ("12", 0, 12),  # untyped, but reads as a number
+    ],
+)
+def test_numeric_parameters_become_numbers(text: str, oid: int, want: float) -> None:
+    tree = postgres(bind("SELECT $1", [Param(text, oid)]))
+    assert isinstance(tree, exp.Select)
+    (value,) = tree.expressions
+    assert not value.find(exp.Literal).is_string  # type: ignore[union-attr]
+    assert value.unnest().to_py() == want  # a negative number comes in parentheses
+
+
+@pytest.mark.parametrize("oid", [20, 23, 701, 1700])
+@pytest.mark.parametrize("text", ["abc", "", "1; DROP SOURCE s", "0x10", "NaN", "1 2"])
+def test_numeric_parameters_refuse_non_numbers(text: str, oid: int) -> None:
+    with pytest.raises(SqlError) as info:
+        bind("SELECT $1", [Param(text, oid)])
+    assert info.value.sqlstate == "22P02"
+    assert repr(text) in str(info.value)
+
+
+@pytest.mark.parametrize("oid", [0, 16, 20, 25, 701])
+def test_null_parameters(oid: int) -> None:
+    bound = bind("SELECT $1", [Param(None, oid)])
+    assert bound == "SELECT NULL"
+    assert isinstance(postgres(bound).expressions[0], exp.Null)
+
+
+@pytest.mark.parametrize(("text", "want"), [("t", "TRUE"), ("true", "TRUE"), ("f", "FALSE")])
+def test_boolean_parameters(text: str, want: str) -> None:
+    assert bind("SELECT $1", [Param(text, 16)]) == f"SELECT {want}"
+
+
+def test_untyped_text_that_is_not_a_number_is_a_string() -> None:
+    assert bind("SELECT $1", [Param("abc")]) == "SELECT 'abc'"
+
+
+@pytest.mark.parametrize(
+    ("sql", "count", "in_message"),
+    [
+        ("SELECT $3", 2, "$3"),
+        ("SELECT $0", 1, "$0"),
+        ("SELECT $1", 0, "$1"),
+        ("SELECT '$1', $2", 1, "$2"),
+    ],
+)
+def test_a_parameter_beyond_those_given(sql: str, count: int, in_message: str) -> None:
+    with pytest.raises(SqlError) as info:
+        bind(sql, [Param("x", 25)] * count)
+    assert info.value.sqlstate == "08P01"
+    assert in_message in str(info.value)
+
+
+def test_a_negative_number_after_a_minus_stays_a_number() -> None:
+    bound = bind("SELECT 1-$1, 2", [Param("-5", 23)])
+    tree = postgres(bound)
+    assert isinstance(tree, exp.Select)
+    assert len(tree.expressions) == 2
+    sub = tree.expressions[0]
+    assert isinstance(sub, exp.Sub)
+    assert sub.expression.unnest().to_py() == -5
+
+
+@pytest.mark.parametrize(
+    ("text", "oid"),
+    [("+inf", 701), ("-nan", 701), ("+Infinity", 0), ("1_000", 20), ("1_0", 0), ("١٢", 0)],
+)
+def test_a_number_parameter_never_becomes_a_name(text: str, oid: int) -> None:
+    try:
+        bound = bind("SELECT $1", [Param(text, oid)])
+    except SqlError as e:
+        assert e.sqlstate == "22P02"
+        return
+    tree = postgres(bound)
+    assert isinstance(tree, exp.Select)
+    assert len(tree.expressions) == 1
+    assert tree.find(exp.Identifier) is None, repr(tree)
+
+
+# -- properties --------------------------------------------------------------------------------
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_any_text_parameter_is_exactly_one_string_literal(value: str) -> None:
+    tree = postgres(bind("SELECT $1", [Param(value, 25)]))
+    assert isinstance(tree, exp.Select)
+    assert len(tree.expressions) == 1
+    found = list(tree.find_all(exp.Literal))
+    assert len(found) == 1
+    assert found[0].is_string
+    assert found[0].this == value
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.text(), max_size=5))
+def test_bound_statements_split_back_apart(values: list[str]) -> None:
+    statements = [bind("SELECT $1", [Param(v, 25)]) for v in values]
+    assert split(";\n".join(statements)) == statements
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=-(2**63), max_value=2**63 - 1), st.sampled_from([20, 23, 1700]))
+def test_any_integer_parameter_is_that_number(n: int, oid: int) -> None:
+    tree = postgres(bind("SELECT $1", [Param(str(n), oid)]))
+    assert isinstance(tree, exp.Select)
+    assert tree.expressions[0].unnest().to_py() == n
