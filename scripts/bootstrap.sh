@@ -21,6 +21,12 @@ if [ "${TIMESHARD_NEED_MAVEN:-0}" = "1" ] && ! command -v mvn >/dev/null 2>&1; t
     echo "bootstrap: installing Maven from Debian's packages (it fetches the Kafka broker's jars)" >&2
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven
 fi
+if [ "${TIMESHARD_NEED_CHROMIUM:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1 \
+    && ! command -v chromium-browser >/dev/null 2>&1 \
+    && ! command -v chromium-headless-shell >/dev/null 2>&1; then
+    echo "bootstrap: installing Chromium from Debian's packages (the dashboard's browser test)" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q --upgrade pip

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Set up timeshard (first run only, PostgreSQL, MariaDB and Maven included) and run every test tier.
+# Set up timeshard (first run only; PostgreSQL, MariaDB, Maven, Chromium) and run every test tier.
 export TIMESHARD_NEED_POSTGRES=1
 export TIMESHARD_NEED_MARIADB=1
 export TIMESHARD_NEED_MAVEN=1
+export TIMESHARD_NEED_CHROMIUM=1
 source "$(dirname "$0")/bootstrap.sh"
 cd "$ROOT"
 set +e
