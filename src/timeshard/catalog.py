@@ -11,7 +11,7 @@ shard ``timeshard_catalog`` as an upsert collection keyed by ``(name, kind)``
 column     meaning
 ========== ==========================================================================
 name       the object: a view's shard, a source's output name, an export's shard
-kind       ``view`` | ``source`` | ``export``
+kind       ``view`` | ``source`` | ``export`` | ``statement``
 definition a JSON object, as text (never pickle); see below
 ========== ==========================================================================
 
@@ -43,7 +43,12 @@ Definitions:
   ``envelope``, ``key_columns``). The options are what ``timeshard verify``
   rebuilds a source from to read its records again;
 * ``export``: ``source`` (the source's name), ``subsource``, ``envelope``
-  (``none`` | ``upsert``) and ``key_columns``.
+  (``none`` | ``upsert``) and ``key_columns``;
+* ``statement``: the SQL that created an object of ``timeshard serve``
+  (:mod:`timeshard.server.engine`): ``sql`` (its CREATE statement),
+  ``seq`` (the order of creation, in which a restarted server replays them)
+  and ``object`` (``source`` | ``view``). DROP deletes the row. The object
+  itself is also recorded under its own kind, as any view or source is.
 
 Invariants:
 

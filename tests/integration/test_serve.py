@@ -317,3 +317,9 @@ def test_kill_9_mid_subscribe_then_restart_restores_and_resumes(tmp_path: Path, 
         PersistClient(Location.embedded(location)), spark=lambda _packages: spark, seed=1
     )
     assert report.ok, report.to_json()
+
+
+def test_the_readme_shows_the_session_the_test_runs() -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    for name in ("serve_session.out", "serve_session.err"):
+        assert f"```text\n{(SQL / name).read_text()}```" in readme, name

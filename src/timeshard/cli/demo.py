@@ -54,6 +54,10 @@ VIEWS = {
 }
 
 
+#: The query the demo's last line gives to paste into psql (against ``timeshard serve``).
+SQL_HINT = "SELECT buyer, bids, total FROM bids_per_user ORDER BY total DESC LIMIT 5"
+
+
 def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
     from timeshard.spark import snapshot_df, spark_session
     from timeshard.storage.ingest import Ingestion
@@ -145,6 +149,8 @@ def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
     where = "" if location_dir == Path(DEFAULT_DIR) else f" --location {location_dir}"
     console.print(f"look around: timeshard status{where}")
     console.print(f'             timeshard query "SELECT * FROM bids_per_user"{where}')
+    console.print(f"with SQL:    timeshard serve{where}    (then, in another terminal)")
+    console.print(f"             psql -h 127.0.0.1 -p 6875 -U timeshard -c {SQL_HINT!r}")
     for v in views.values():
         v.close()
     auction.close()

@@ -21,8 +21,8 @@ maps statements to messages:
   every statement takes effect at once.
 
 Access: the server binds 127.0.0.1 unless told otherwise. With a password,
-every client authenticates with SCRAM-SHA-256 (the ``scramp`` library does
-the exchange); a non-loopback bind without a password is refused before
+every client authenticates with SCRAM-SHA-256
+(:mod:`timeshard.server.scram`); a non-loopback bind without a password is refused before
 anything listens. SSL is declined (``N``); clients fall back to plain text.
 """
 
@@ -38,6 +38,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -89,6 +90,7 @@ from pygwire.messages import (
 
 from timeshard.errors import InvalidUsage
 from timeshard.server.engine import Engine, Result, Stream
+from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     Empty,
     Ignored,
@@ -238,12 +240,7 @@ class PgServer(socketserver.ThreadingTCPServer):
                 f"binding {host!r} (not loopback) needs a password: set TIMESHARD_SERVE_PASSWORD"
             )
         self.engine = engine
-        self.auth: tuple[str, Any] | None = None
-        if password:
-            from scramp import ScramMechanism
-
-            mechanism = ScramMechanism("SCRAM-SHA-256")
-            self.auth = ("SCRAM-SHA-256", (mechanism, mechanism.make_auth_info(password)))
+        self.auth = ScramKeys.from_password(password) if password else None
         self.cancels: dict[tuple[int, bytes], threading.Event] = {}
         self.cancels_lock = threading.Lock()
         super().__init__((host, port), _Handler)
@@ -365,28 +362,26 @@ class _Handler(socketserver.BaseRequestHandler):
         return False
 
     def _authenticate(self, user: str) -> bool:
-        from scramp import ScramException
-
         assert self.server.auth is not None
-        name, (mechanism, info) = self.server.auth
-        self._send(AuthenticationSASL(mechanisms=[name]))
+        self._send(AuthenticationSASL(mechanisms=[MECHANISM]))
         self._flush()
-        scram = mechanism.make_server(lambda _user: info)
+        scram = ScramExchange(self.server.auth)
         messages = self._messages()
         try:
             first = next(messages)
-            if not isinstance(first, SASLInitialResponse) or first.mechanism != name:
-                raise ScramException("expected SCRAM-SHA-256")
-            scram.set_client_first(first.data.decode())
-            self._send(AuthenticationSASLContinue(data=scram.get_server_first().encode()))
+            if not isinstance(first, SASLInitialResponse) or first.mechanism != MECHANISM:
+                raise ScramFailure(f"expected {MECHANISM}")
+            server_first = scram.first(first.data.decode("utf-8", "replace"))
+            self._send(AuthenticationSASLContinue(data=server_first.encode()))
             self._flush()
             final = next(messages)
             if not isinstance(final, SASLResponse):
-                raise ScramException("expected the client's final SCRAM message")
-            scram.set_client_final(final.data.decode())
-            self._send(AuthenticationSASLFinal(data=scram.get_server_final().encode()))
+                raise ScramFailure("expected the client's final SCRAM message")
+            server_final = scram.final(final.data.decode("utf-8", "replace"))
+            self._send(AuthenticationSASLFinal(data=server_final.encode()))
             return True
-        except ScramException:
+        except ScramFailure as e:
+            log.info("authentication of %r failed: %s", user, e)
             self._send(
                 ErrorResponse(
                     fields={
@@ -493,6 +488,7 @@ class _Handler(socketserver.BaseRequestHandler):
         self._flush()
         sent = 0
         self.cancel.clear()
+        flushed = time.monotonic()
         try:
             for row in stream.rows:
                 if self.cancel.is_set():
@@ -505,6 +501,9 @@ class _Handler(socketserver.BaseRequestHandler):
                 line = "\t".join(_copy_text(v) for v in row) + "\n"
                 self._send(CopyData(data=line.encode("utf-8")))
                 sent += 1
+                if time.monotonic() - flushed > 0.05:  # rows reach the client within 50 ms
+                    self._flush()
+                    flushed = time.monotonic()
         finally:
             close = getattr(stream.rows, "close", None)
             if close is not None:
