@@ -7,10 +7,12 @@ output in ``bench/results/serve_server.log``) on a new embedded location runs a
 KEY VALUE source ``kv`` with ``--keys`` keys over ``--partitions`` partitions,
 ENVELOPE UPSERT; RATE (``--rate``) is commands per partition per tick, so the
 source keeps writing ``partitions x rate`` upserts per tick while everything
-below is measured: the realistic case, a server whose source is live. With
-``--rate`` below ``keys / partitions`` the snapshot (every key once) takes
-several ticks; measuring starts once ``SELECT count(*) FROM kv`` gives
-``--keys``.
+below is measured: the realistic case, a server whose source is live. The
+default, RATE 500 over 2 partitions, rewrites a tenth of the 10,000 keys per
+tick (2,000 upserts/s if ticks keep up); a RATE of at least ``keys /
+partitions`` would rewrite every key every tick. With ``--rate`` below ``keys /
+partitions`` the snapshot (every key once) takes several ticks; measuring
+starts once ``SELECT count(*) FROM kv`` gives ``--keys``.
 
 1. *SELECT AS OF*, a point lookup (``SELECT * FROM kv WHERE key = 1234 AS OF
    t``) and a scan of every key (``SELECT * FROM kv AS OF t``, fetched whole by
@@ -35,9 +37,11 @@ several ticks; measuring starts once ``SELECT count(*) FROM kv`` gives
    without AS OF waits for the view's first readable time), and, polled from
    the location every 20 ms, when the view's shard first held a readable time.
 
-The source's lag (wall clock - ``kv``'s upper) is sampled whenever a time is
-read. Prints the machine's load average at start, one table per part and the
-ERROR/WARN lines of the server's log; writes ``bench/results/serve.json``.
+The machine may be shared: every part notes the 1-minute load average before
+and after it, and the source's lag (wall clock - ``kv``'s upper, about the
+duration of its last tick) whenever a time is read. Prints the load average
+at start, the tables and the ERROR/WARN lines of the server's log; writes
+``bench/results/serve.json``.
 """
 
 from __future__ import annotations
@@ -90,8 +94,15 @@ class Server:
     log: Path
 
     def connect(self) -> psycopg.Connection[Any]:
+        """A connection that never prepares: after a DROP, psycopg would send DEALLOCATE ALL
+        for its prepared statements, which the server rejects (0A000)."""
         return psycopg.connect(
-            host="127.0.0.1", port=self.port, user="timeshard", dbname="timeshard", autocommit=True
+            host="127.0.0.1",
+            port=self.port,
+            user="timeshard",
+            dbname="timeshard",
+            autocommit=True,
+            prepare_threshold=None,
         )
 
     def stop(self) -> tuple[int | None, float]:
@@ -307,7 +318,7 @@ def select_table(doc: dict[str, Any]) -> Table:
         "server median s",
         "server p95 s",
         "server min-max s",
-        "retries",
+        "retries server / CLI",
         "CLI median s",
         "CLI runs s",
         "CLI / server (medians)",
@@ -361,11 +372,43 @@ def view_table(views: list[dict[str, Any]]) -> Table:
     return table
 
 
+PARTS = {
+    "server_select": "server SELECT AS OF",
+    "cli_select": "timeshard query",
+    "views": "views",
+}
+
+
+def measured_part(doc: dict[str, Any], part: str, times: Times, fn: Callable[[], Any]) -> Any:
+    """``fn()``; notes in ``doc["parts"]`` the 1-minute load before and after and kv's lags."""
+    times.lags_ms = []
+    load1 = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    result = fn()
+    doc["parts"][part] = {
+        "seconds": time.perf_counter() - t0,
+        "load1_before": load1,
+        "load1_after": os.getloadavg()[0],
+        "source_lag_ms": times.lags_ms,
+    }
+    return result
+
+
+def measure_views(conn: psycopg.Connection[Any], times: Times, views: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(1, views + 1):
+        for kind in VIEW_SQL:
+            times.fresh()  # kv's lag, before each view
+            out.append(measure_view(conn, times, f"bench_{kind}_{i}", kind))
+    times.fresh()
+    return out
+
+
 def run(args: argparse.Namespace, console: Console, scratch: Path) -> dict[str, Any]:
     """Start the server, measure every part, stop it; the results document."""
     location, log = scratch / "loc", RESULTS / "serve_server.log"
     server, start_s = start_server(location, log, args.tick)
-    doc: dict[str, Any] = {"server_start_s": start_s, "server_log": str(log)}
+    doc: dict[str, Any] = {"server_start_s": start_s, "server_log": str(log), "parts": {}}
     try:
         conn = server.connect()
         t0 = time.perf_counter()
@@ -380,18 +423,11 @@ def run(args: argparse.Namespace, console: Console, scratch: Path) -> dict[str, 
             f"every key readable {doc['snapshot_wait_s']:.1f} s later"
         )
         times = Times(location)
-        selects = measure_selects(conn, times, args)
-        doc["source_lag_ms_server_select"] = times.lags_ms
-        times.lags_ms = []
-        console.print("server SELECTs done")
-        cli = measure_cli(location, times, args)
-        doc["source_lag_ms_cli"] = times.lags_ms
-        console.print("timeshard query runs done")
-        views = [
-            measure_view(conn, times, f"bench_{kind}_{i}", kind)
-            for i in range(1, args.views + 1)
-            for kind in VIEW_SQL
-        ]
+        selects = measured_part(
+            doc, "server_select", times, lambda: measure_selects(conn, times, args)
+        )
+        cli = measured_part(doc, "cli_select", times, lambda: measure_cli(location, times, args))
+        views = measured_part(doc, "views", times, lambda: measure_views(conn, times, args.views))
         doc["objects_at_end"] = [
             list(r)
             for r in conn.execute(
@@ -408,6 +444,28 @@ def run(args: argparse.Namespace, console: Console, scratch: Path) -> dict[str, 
     doc["views"] = views
     doc["log_findings"] = log_findings(log)
     return doc
+
+
+def part_table(parts: dict[str, dict[str, Any]]) -> Table:
+    table = Table(
+        "part",
+        "seconds",
+        "load1 before -> after",
+        "kv lag median s",
+        "kv lag max s",
+        title="Conditions: the machine's 1-minute load and kv's lag (wall clock - upper)",
+    )
+    for part, label in PARTS.items():
+        p = parts[part]
+        lags = p["source_lag_ms"]
+        table.add_row(
+            label,
+            f"{p['seconds']:.0f}",
+            f"{p['load1_before']:.2f} -> {p['load1_after']:.2f}",
+            f"{statistics.median(lags) / 1000:.2f}",
+            f"{max(lags) / 1000:.2f}",
+        )
+    return table
 
 
 def main() -> None:
@@ -448,13 +506,8 @@ def main() -> None:
         "if ticks keep up), live throughout"
     )
     console.print(select_table(doc))
-    for part in ("server_select", "cli"):
-        lags = doc[f"source_lag_ms_{part}"]
-        console.print(
-            f"source lag during {part.replace('_', ' ')}: median "
-            f"{statistics.median(lags) / 1000:.2f} s, max {max(lags) / 1000:.2f} s"
-        )
     console.print(view_table(doc["views"]))
+    console.print(part_table(doc["parts"]))
     console.print(
         f"load average at end: {', '.join(f'{x:.2f}' for x in doc['load_avg_end'])}; "
         f"server: start {doc['server_start_s']:.1f} s, stop {doc['server_stop_s']:.1f} s, "

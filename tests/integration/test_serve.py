@@ -5,9 +5,9 @@
   SUBSCRIBEs for a bounded time, meets errors and drops everything; its
   output, times masked, must equal ``sql/serve_session.out`` and its errors
   ``sql/serve_session.err``;
-* psycopg runs statements with parameters (the extended protocol), a COPY
-  SUBSCRIBE whose updates must add up to the collection, and a failed
-  transaction;
+* psycopg runs statements with parameters (the extended protocol), a Delta
+  sink, a COPY SUBSCRIBE whose updates must add up to the collection, and a
+  failed transaction;
 * ``kill -9`` of the server mid-SUBSCRIBE: the client gets an error (not a
   hang), a restarted server restores the objects from the catalog and
   resumes them, and ``verify`` finds no difference.
@@ -162,15 +162,16 @@ def connect(server: Served, **kwargs: Any) -> Any:
     )
 
 
-def test_psycopg_runs_statements_with_parameters(served: Served) -> None:
+def test_psycopg_runs_statements_with_parameters(served: Served, tmp_path: Path) -> None:
     import psycopg
+    from deltalake import DeltaTable
     from psycopg import errors
 
     with connect(served, autocommit=True) as conn, conn.cursor() as cur:
         cur.execute(
             "CREATE SOURCE kvp FROM LOAD GENERATOR KEY VALUE (KEYS %s, RATE %s, SEED %s) "
-            "ENVELOPE UPSERT (KEY (key))",
-            (40, 20, 7),  # 20 keys per partition: every key in the first tick
+            "ENVELOPE UPSERT (KEY (key)) WITH (RETAIN HISTORY FOR %s)",
+            (40, 20, 7, "1h"),  # 20 keys per partition: every key in the first tick
         )
         cur.execute(
             "CREATE MATERIALIZED VIEW kvp_long WITH (REFRESH EVERY %s) AS "
@@ -193,6 +194,24 @@ def test_psycopg_runs_statements_with_parameters(served: Served) -> None:
             assert count == 0, count
             assert served.proc.poll() is None, served.log.read_text()
             time.sleep(0.2)
+        # A sink: the view, upserted by key into a Delta table.
+        delta = tmp_path / "kvp_long.delta"
+        cur.execute(
+            "CREATE SINK kvp_out FROM kvp_long INTO DELTA (URI %s) KEY (key)", (str(delta),)
+        )
+        cur.execute("SHOW SINKS")
+        assert cur.fetchall() == [("kvp_out", "DeltaExport", "kvp_long")]
+        with pytest.raises(errors.DependentObjectsStillExist, match="kvp_out"):
+            cur.execute("DROP MATERIALIZED VIEW kvp_long")
+        while not delta.exists() or DeltaTable(str(delta)).to_pyarrow_table().num_rows < 40:
+            assert served.proc.poll() is None, served.log.read_text()
+            time.sleep(0.5)
+        table = DeltaTable(str(delta)).to_pyarrow_table()
+        cur.execute("SELECT key, value FROM kvp_long")
+        written = {(r["key"], r["value"]) for r in table.select(["key", "value"]).to_pylist()}
+        assert len(written) == table.num_rows == 40
+        assert {k for k, _ in written} == set(range(40))
+
         cur.execute("SELECT key, value FROM kvp WHERE key = %s", (3,))
         rows = cur.fetchall()
         assert [r[0] for r in rows] == [3]
@@ -207,8 +226,15 @@ def test_psycopg_runs_statements_with_parameters(served: Served) -> None:
         cur.execute("SELECT count(*) FROM kvp AS OF %s", (t0,))
         assert cur.fetchone() == (40,)
 
-        # A bounded SUBSCRIBE from t0 to 3 s later: the snapshot at t0, then updates.
-        t1 = t0 + 3000
+        # A bounded SUBSCRIBE from t0 to a later time kvp has reached (a tick after t0:
+        # its updates are there): the snapshot at t0, then those updates.
+        while True:
+            cur.execute("SELECT upper - 1 FROM timeshard_objects WHERE name = %s", ("kvp",))
+            (t1,) = cur.fetchone()  # type: ignore[misc]
+            if t1 > t0:
+                break
+            assert served.proc.poll() is None, served.log.read_text()
+            time.sleep(0.2)
         with cur.copy("COPY (SUBSCRIBE kvp AS OF %s UP TO %s) TO STDOUT", (t0, t1)) as copy:
             streamed = [tuple(row) for row in copy.rows()]
         times = [int(r[0]) for r in streamed]
@@ -219,7 +245,7 @@ def test_psycopg_runs_statements_with_parameters(served: Served) -> None:
             content[(key, value)] += int(diff)
         cur.execute("SELECT key, value FROM kvp AS OF %s", (t1,))
         assert +content == Counter((str(k), v) for k, v in cur.fetchall())
-        assert len(set(times)) > 1, "3 s of a source ticking every 0.5 s changed nothing"
+        assert len(set(times)) > 1, "a tick of kvp after t0 changed nothing"
 
         with pytest.raises(errors.UndefinedTable, match="nowhere"):
             cur.execute("SELECT * FROM nowhere WHERE x = %s", (1,))
@@ -228,7 +254,14 @@ def test_psycopg_runs_statements_with_parameters(served: Served) -> None:
         with pytest.raises(errors.FeatureNotSupported):
             cur.execute("CREATE TABLE t (a int)")
         cur.execute("SHOW OBJECTS")
-        assert cur.fetchall() == [("kvp", "source"), ("kvp_long", "materialized view")]
+        assert cur.fetchall() == [
+            ("kvp", "source"),
+            ("kvp_long", "materialized view"),
+            ("kvp_out", "sink"),
+        ]
+        cur.execute("DROP SINK kvp_out")
+        cur.execute("SHOW SINKS")
+        assert cur.fetchall() == []
 
     with connect(served) as conn:  # not autocommit: psycopg sends BEGIN first
         with conn.cursor() as cur:

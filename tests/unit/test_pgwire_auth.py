@@ -129,3 +129,16 @@ def test_a_cancel_ends_a_subscribe_and_frees_its_stream(
         assert failure and isinstance(failure[0], errors.QueryCanceled), failure
         assert engine.streams_closed == 1
         assert conn.execute("SELECT 1").fetchone() == ("SELECT 1", 1)  # still usable
+
+
+def test_prepared_statements_are_reused_and_deallocated(
+    open_server: tuple[PgServer, StandIn],
+) -> None:
+    server, _ = open_server
+    with connect(server, autocommit=True, prepare_threshold=0) as conn:
+        for n in range(3):  # prepared once (named), then executed again
+            assert conn.execute("SELECT %s", (n,)).fetchone() == (f"SELECT {n}", 1)
+        conn.execute("DEALLOCATE ALL")
+        assert conn.execute("SELECT %s", (9,)).fetchone() == ("SELECT 9", 1)
+        with pytest.raises(errors.InvalidSqlStatementName, match="nope"):
+            conn.execute("DEALLOCATE nope")

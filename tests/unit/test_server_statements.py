@@ -8,6 +8,8 @@ parameter into one literal, never into SQL text. Pure Python, no Spark.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import sqlglot
 from hypothesis import given, settings
@@ -15,6 +17,7 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from timeshard.server.statements import (
+    CreateSink,
     CreateSource,
     CreateView,
     Drop,
@@ -364,15 +367,71 @@ def test_create_view_refusals(sql: str, sqlstate: str, in_message: list[str]) ->
         "CREATE VIEW v AS SELECT 1",
         "CREATE TABLE t (a int)",
         "CREATE INDEX i ON t (a)",
-        "CREATE SINK k FROM v INTO KAFKA",
     ],
 )
 def test_other_creates_are_unsupported(sql: str) -> None:
-    refused(sql, "0A000", "CREATE SOURCE", "CREATE MATERIALIZED VIEW")
+    refused(sql, "0A000", "CREATE SOURCE", "CREATE MATERIALIZED VIEW", "CREATE SINK")
 
 
-def test_a_sink_refusal_points_at_the_run_file() -> None:
-    refused("CREATE SINK k FROM v", "0A000", "run file")
+# -- CREATE SINK -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        (
+            "CREATE SINK s FROM v INTO DELTA (URI '/tmp/d') KEY (k)",
+            CreateSink("s", "v", "delta", {"table_uri": "/tmp/d"}, ("k",)),
+        ),
+        (
+            "CREATE SINK IF NOT EXISTS s FROM shop.bids INTO KAFKA (BROKER 'h:9092', "
+            "TOPIC 't', PROGRESS TOPIC 'p', KEY SCHEMA ID 3) KEY (id) FORMAT AVRO "
+            "ENVELOPE DEBEZIUM WITH (VERSION 2)",
+            CreateSink(
+                "s",
+                "shop.bids",
+                "kafka",
+                {
+                    "bootstrap_servers": "h:9092",
+                    "topic": "t",
+                    "progress_topic": "p",
+                    "key_schema_id": 3,
+                    "format": "avro",
+                },
+                ("id",),
+                "debezium",
+                2,
+                True,
+            ),
+        ),
+        (
+            "CREATE SINK s FROM v INTO POSTGRES (DSN 'host=h', TABLE 't', SCHEMA 'x') "
+            "ENVELOPE APPEND",
+            CreateSink(
+                "s", "v", "postgres", {"dsn": "host=h", "table": "t", "schema": "x"}, (), "append"
+            ),
+        ),
+    ],
+)
+def test_create_sink(sql: str, want: CreateSink) -> None:
+    got = parse(sql)
+    assert isinstance(got, CreateSink)
+    assert dataclasses.replace(got, sql="") == want
+    assert got.sql == sql
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "in_message"),
+    [
+        ("CREATE SINK s FROM v INTO S3 (URI 'x')", "22023", ["'S3'", "DELTA"]),
+        ("CREATE SINK s FROM v INTO DELTA (TOPIC 'x')", "22023", ["'TOPIC'", "URI"]),
+        ("CREATE SINK s FROM v INTO DELTA (URI 'x') ENVELOPE MERGE", "42601", ["'MERGE'"]),
+        ("CREATE SINK s FROM v INTO DELTA (URI 'x') WITH (VERSION 'two')", "22023", ["'two'"]),
+        ("CREATE SINK s INTO DELTA (URI 'x')", "42601", ["FROM"]),
+    ],
+)
+def test_create_sink_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
+    refused(sql, sqlstate, *in_message)
 
 
 # -- DROP --------------------------------------------------------------------------------------
@@ -396,7 +455,7 @@ def test_drop(sql: str, want: Drop) -> None:
 @pytest.mark.parametrize(
     ("sql", "in_message"),
     [
-        ("DROP TABLE t", ["'TABLE'", "SOURCE or MATERIALIZED VIEW"]),
+        ("DROP TABLE t", ["'TABLE'", "SOURCE, SINK or MATERIALIZED VIEW"]),
         ("DROP SOURCE", ["end of the statement", "name"]),
         ("DROP SOURCE a b", ["'b'"]),
         ("DROP SOURCE a CASCADE RESTRICT", ["'RESTRICT'"]),
@@ -431,7 +490,7 @@ def test_show(sql: str, want: Show | ShowCreate) -> None:
     [
         ("SHOW TABLES", "0A000", ["SOURCES"]),
         ("SHOW SOURCES FROM x", "42601", ["'FROM'"]),
-        ("SHOW CREATE SINK k", "42601", ["'SINK'"]),
+        ("SHOW CREATE TABLE k", "42601", ["'TABLE'"]),
         ("SHOW CREATE SOURCE", "42601", ["end of the statement"]),
     ],
 )

@@ -60,6 +60,7 @@ from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
 from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient, Progress, Updates
 from timeshard.server.statements import (
+    CreateSink,
     CreateSource,
     CreateView,
     Drop,
@@ -77,8 +78,21 @@ from timeshard.storage.health import STATUS_SHARD
 
 log = logging.getLogger(__name__)
 
-#: The introspection relation's name.
+#: The introspection relation's name, and its columns.
 OBJECTS_RELATION = "timeshard_objects"
+_OBJECT_COLUMNS = {
+    "name": "string",
+    "object": "string",
+    "type": "string",
+    "status": "string",
+    "since": "long",
+    "upper": "long",
+    "lag_ms": "long",
+    "generation": "long",
+    "rows": "long",
+    "bytes": "long",
+    "error": "string",
+}
 _SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
 
 
@@ -110,6 +124,7 @@ class _Object:
     reads: list[str] = field(default_factory=list)
     last_error: str | None = None
     ticks: int = 0
+    health: Any = None  # a sink's Health: an export reports no health of its own
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
 
@@ -121,8 +136,19 @@ class _Object:
         except Exception as e:  # an ingestion marks itself stalled
             log.warning("%s %s: tick failed: %s", self.kind, self.name, e)
             error = f"{type(e).__name__}: {str(e)[:300]}"
+        if self.health is not None and (self.ticks == 0 or error != self.last_error):
+            self.report("running" if error is None else "stalled", error)
         self.last_error = error
         self.ticks += 1
+
+    def report(self, status: str, error: str | None = None) -> None:
+        """A sink's health (sources and views report their own)."""
+        if self.health is None:
+            return
+        try:
+            self.health.report(self.name, status, error)
+        except Exception as e:  # best effort: the next change tries again
+            log.warning("sink %s: cannot record health %s: %s", self.name, status, e)
 
     def run(self, tick_s: float) -> None:
         """Tick every ``tick_s`` until stopped."""
@@ -178,7 +204,7 @@ class Engine:
             self._seq = max(self._seq, int(entry.definition.get("seq", 0)))
             try:
                 statement = parse(str(entry.definition["sql"]))
-                if not isinstance(statement, CreateSource | CreateView):
+                if not isinstance(statement, CreateSource | CreateView | CreateSink):
                     raise CorruptState(f"not a CREATE statement: {entry.definition['sql']!r}")
                 self._create(statement, record=False, seq=int(entry.definition["seq"]))
             except Exception as e:  # one bad entry must not keep the others down
@@ -202,6 +228,8 @@ class Engine:
             obj.halt()
             try:
                 obj.runner.close()
+                if obj.health is not None:
+                    obj.health.close()
             except Exception as e:
                 log.warning("closing %s: %s", obj.name, e)
 
@@ -221,7 +249,7 @@ class Engine:
             raise SqlError(f"{type(e).__name__}: {e}", "XX000") from e
 
     def _execute(self, statement: Statement) -> Result | Stream:
-        if isinstance(statement, CreateSource | CreateView):
+        if isinstance(statement, CreateSource | CreateView | CreateSink):
             return self._create(statement, record=True)
         if isinstance(statement, Drop):
             return self._drop(statement)
@@ -245,14 +273,24 @@ class Engine:
     def _object(self, name: str, kind: str | None = None) -> _Object:
         obj = self.objects.get(name)
         if obj is None or (kind is not None and obj.kind != kind):
-            what = {"source": "source", "view": "materialized view", None: "object"}[kind]
+            what = {"source": "source", "view": "materialized view", "sink": "sink"}.get(
+                kind or "", "object"
+            )
             raise SqlError(f"unknown {what} {name!r}", "42P01")
         return obj
 
     def _create(
-        self, statement: CreateSource | CreateView, *, record: bool, seq: int | None = None
+        self,
+        statement: CreateSource | CreateView | CreateSink,
+        *,
+        record: bool,
+        seq: int | None = None,
     ) -> Result:
-        tag = "CREATE SOURCE" if isinstance(statement, CreateSource) else "CREATE MATERIALIZED VIEW"
+        tag = {
+            CreateSource: "CREATE SOURCE",
+            CreateView: "CREATE MATERIALIZED VIEW",
+            CreateSink: "CREATE SINK",
+        }[type(statement)]
         with self._lock:
             if statement.name in self.objects or statement.name in self._creating:
                 if statement.if_not_exists:
@@ -265,8 +303,10 @@ class Engine:
         try:
             if isinstance(statement, CreateSource):
                 obj = self._create_source(statement, seq)
-            else:
+            elif isinstance(statement, CreateView):
                 obj = self._create_view(statement, seq)
+            else:
+                obj = self._create_sink(statement, seq)
             if record:
                 try:
                     self._catalog.record_statement(
@@ -366,11 +406,54 @@ class Engine:
             reads=sorted(set(inputs.values())),
         )
 
+    def _create_sink(self, statement: CreateSink, seq: int) -> _Object:
+        from timeshard.catalog import _without_password
+        from timeshard.cli.spec import ExportSpec, RunSpec, check_spec
+        from timeshard.controller import build_export
+        from timeshard.storage.health import Health
+
+        if statement.input not in self.known_shards():
+            raise SqlError(f"unknown relation {statement.input!r}", "42P01")
+        dsn = statement.options.get("dsn")
+        if isinstance(dsn, str) and _without_password(dsn) != dsn:
+            raise SqlError(
+                "a sink's DSN must not hold a password (the statement is kept in the "
+                "catalog, which anyone reading the location reads): give it in PGPASSWORD "
+                "or ~/.pgpass",
+                "28P01",
+            )
+        try:
+            spec = ExportSpec(
+                name=statement.name,
+                kind=statement.kind,  # type: ignore[arg-type]
+                input=statement.input,
+                envelope=statement.envelope,  # type: ignore[arg-type]
+                key_columns=list(statement.key_columns),
+                version=statement.version,
+                options=statement.options,
+            )
+        except ValueError as e:
+            raise SqlError(str(e).splitlines()[0], "22023") from None
+        check_spec(RunSpec(export=[spec]), existing=self.client.list_shards())
+        export = build_export(self.spark, self.client, spec)
+        return _Object(
+            statement.name,
+            "sink",
+            statement.sql,
+            seq,
+            export,
+            [],
+            reads=[statement.input],
+            health=Health(self.client, self.clock),
+        )
+
     def _shards_of_objects(self) -> set[str]:
         return {s for o in self.objects.values() for s in o.shards}
 
     def _drop(self, statement: Drop) -> Result:
-        tag = "DROP SOURCE" if statement.kind == "source" else "DROP MATERIALIZED VIEW"
+        tag = {"source": "DROP SOURCE", "view": "DROP MATERIALIZED VIEW", "sink": "DROP SINK"}[
+            statement.kind
+        ]
         with self._lock:
             if statement.name not in self.objects and statement.if_exists:
                 return Result([], [], tag)
@@ -392,6 +475,9 @@ class Engine:
                 victim.runner.drop()
             else:
                 victim.runner.close()
+            victim.report("dropped")
+            if victim.health is not None:
+                victim.health.close()
         return Result([], [], tag)
 
     def _readers_of(self, obj: _Object) -> list[_Object]:
@@ -406,9 +492,16 @@ class Engine:
 
     def _show(self, statement: Show) -> Result:
         objects = sorted(list(self.objects.values()), key=lambda o: o.name)
-        if statement.what == "sinks":
-            return Result([("name", "string"), ("type", "string")], [], "SELECT 0")
         rows: list[tuple[Any, ...]] = []
+        if statement.what == "sinks":
+            for o in objects:
+                if o.kind == "sink":
+                    rows.append((o.name, o.runner.__class__.__name__, ", ".join(o.reads)))
+            return Result(
+                [("name", "string"), ("type", "string"), ("from", "string")],
+                rows,
+                f"SELECT {len(rows)}",
+            )
         if statement.what == "sources":
             for o in objects:
                 if o.kind == "source":
@@ -428,7 +521,7 @@ class Engine:
                 rows,
                 f"SELECT {len(rows)}",
             )
-        rows = [(o.name, "materialized view" if o.kind == "view" else "source") for o in objects]
+        rows = [(o.name, _KIND_NAMES[o.kind]) for o in objects]
         return Result([("name", "string"), ("type", "string")], rows, f"SELECT {len(rows)}")
 
     def _explain(self, name: str) -> Result:
@@ -567,23 +660,25 @@ class Engine:
                     "error": (obj.last_error if obj is not None else None) or row["error"],
                 }
             )
+        for obj in list(self.objects.values()):  # a sink owns no shard: a row of its own
+            if obj.kind == "sink":
+                out.append(
+                    {
+                        **dict.fromkeys(_OBJECT_COLUMNS),
+                        "name": obj.name,
+                        "object": obj.name,
+                        "type": "sink",
+                        "status": "stalled" if obj.last_error else "running",
+                        "error": obj.last_error,
+                    }
+                )
         return out
 
     def _objects_df(self, session: Any) -> Any:
         from pyspark.sql.types import LongType, StringType, StructField, StructType
 
         types = {
-            "name": StringType(),
-            "object": StringType(),
-            "type": StringType(),
-            "status": StringType(),
-            "since": LongType(),
-            "upper": LongType(),
-            "lag_ms": LongType(),
-            "generation": LongType(),
-            "rows": LongType(),
-            "bytes": LongType(),
-            "error": StringType(),
+            n: LongType() if kind == "long" else StringType() for n, kind in _OBJECT_COLUMNS.items()
         }
         schema = StructType([StructField(n, t) for n, t in types.items()])
         rows = [tuple(r[n] for n in types) for r in self.object_rows()]
@@ -665,10 +760,11 @@ def _first_time(since: Any) -> int | None:
     return since if isinstance(since, int) else None
 
 
+_KIND_NAMES = {"source": "source", "view": "materialized view", "sink": "sink"}
+
+
 def _type_of(obj: _Object | None, kind: str) -> str:
-    if obj is None:
-        return kind
-    return "materialized view" if obj.kind == "view" else "source"
+    return kind if obj is None else _KIND_NAMES[obj.kind]
 
 
 def _source_type(obj: _Object) -> str:

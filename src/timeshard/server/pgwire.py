@@ -92,6 +92,7 @@ from timeshard.errors import InvalidUsage
 from timeshard.server.engine import Engine, Result, Stream
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
+    Deallocate,
     Empty,
     Ignored,
     Param,
@@ -453,6 +454,12 @@ class _Handler(socketserver.BaseRequestHandler):
         s = self.session
         if isinstance(statement, Empty):
             return Result([], [], "")
+        if isinstance(statement, Deallocate):
+            if statement.name is None:
+                s.statements.clear()
+            elif s.statements.pop(statement.name, None) is None:
+                raise SqlError(f"prepared statement {statement.name!r} does not exist", "26000")
+            return Result([], [], "DEALLOCATE" if statement.name else "DEALLOCATE ALL")
         if isinstance(statement, Ignored):
             if statement.tag in ("BEGIN", "START TRANSACTION"):
                 s.in_transaction = True

@@ -11,15 +11,23 @@ The forms follow Materialize's where it has one:
   are the run file's (``docs/run-spec.md``);
 * ``CREATE MATERIALIZED VIEW [IF NOT EXISTS] name
   [WITH (REFRESH EVERY 'duration', RETAIN HISTORY FOR 'duration')] AS query``;
-* ``DROP {SOURCE | MATERIALIZED VIEW} [IF EXISTS] name [CASCADE | RESTRICT]``;
+* ``CREATE SINK [IF NOT EXISTS] name FROM relation INTO {KAFKA | POSTGRES |
+  DELTA} (option value, ...) [KEY (column, ...)] [FORMAT JSON | AVRO]
+  [ENVELOPE UPSERT | DEBEZIUM | APPEND] [WITH (VERSION n)]``: KAFKA takes
+  ``BROKER``, ``TOPIC``, ``PROGRESS TOPIC``, ``KEY SCHEMA ID`` and
+  ``VALUE SCHEMA ID``; POSTGRES ``DSN``, ``TABLE`` and ``SCHEMA``; DELTA
+  ``URI`` -- the run file's export options (``docs/run-spec.md``);
+* ``DROP {SOURCE | MATERIALIZED VIEW | SINK} [IF EXISTS] name [CASCADE | RESTRICT]``;
 * ``SHOW {SOURCES | MATERIALIZED VIEWS | SINKS | OBJECTS}``,
-  ``SHOW CREATE {SOURCE | MATERIALIZED VIEW} name``;
+  ``SHOW CREATE {SOURCE | MATERIALIZED VIEW | SINK} name``;
 * ``EXPLAIN [MATERIALIZED VIEW] name``: the view's maintenance path, and why;
 * a query (``SELECT``, ``WITH``, ``VALUES``, ``TABLE``) with an optional
   ``AS OF t`` at its top level: at its end (Materialize's place) or before
   its ORDER BY or LIMIT;
 * ``SUBSCRIBE [TO] name [AS OF t] [UP TO t]``, bare or as
   ``COPY (SUBSCRIBE ...) TO STDOUT``;
+* ``DEALLOCATE [PREPARE] {name | ALL}`` (drivers send it for the statements
+  they prepared);
 * ``BEGIN``, ``START TRANSACTION``, ``COMMIT``, ``ROLLBACK``, ``SET`` and
   ``DISCARD``, accepted and ignored (drivers send them; every statement takes
   effect at once).
@@ -113,6 +121,35 @@ class CreateView:
 
 
 @dataclass(frozen=True)
+class CreateSink:
+    name: str
+    input: str  # the shard it exports
+    kind: str  # "kafka" | "postgres" | "delta"
+    options: dict[str, Any]
+    key_columns: tuple[str, ...] = ()
+    envelope: str = "upsert"
+    version: int = 1
+    if_not_exists: bool = False
+    sql: str = ""
+
+
+#: A sink's option names in SQL to the run file's (docs/run-spec.md, ``[[export]]``).
+SINK_OPTIONS = {
+    "kafka": {
+        "broker": "bootstrap_servers",
+        "brokers": "bootstrap_servers",
+        "bootstrap_servers": "bootstrap_servers",
+        "topic": "topic",
+        "progress_topic": "progress_topic",
+        "key_schema_id": "key_schema_id",
+        "value_schema_id": "value_schema_id",
+    },
+    "postgres": {"dsn": "dsn", "table": "table", "schema": "schema"},
+    "delta": {"uri": "table_uri", "path": "table_uri", "table_uri": "table_uri"},
+}
+
+
+@dataclass(frozen=True)
 class Drop:
     kind: str  # "source" | "view"
     name: str
@@ -155,12 +192,29 @@ class Ignored:
 
 
 @dataclass(frozen=True)
+class Deallocate:
+    """``DEALLOCATE [PREPARE] {name | ALL}``: forget prepared statements (None: all)."""
+
+    name: str | None
+
+
+@dataclass(frozen=True)
 class Empty:
     pass
 
 
 Statement = (
-    CreateSource | CreateView | Drop | Show | ShowCreate | Explain | Query | Subscribe | Ignored
+    CreateSource
+    | CreateView
+    | CreateSink
+    | Drop
+    | Show
+    | ShowCreate
+    | Explain
+    | Query
+    | Subscribe
+    | Ignored
+    | Deallocate
 )
 
 
@@ -412,10 +466,12 @@ class _Parser:
                 return self.create_source()
             if self.accept("MATERIALIZED", "VIEW"):
                 return self.create_view()
+            if self.accept("SINK"):
+                return self.create_sink()
             what = self.word() or (self.peek().text if self.peek() else "")  # type: ignore[union-attr]
             raise SqlError(
-                f"CREATE {what} is not supported: only CREATE SOURCE and CREATE MATERIALIZED "
-                "VIEW are (a sink is declared in a run file: see docs/run-spec.md)",
+                f"CREATE {what} is not supported: only CREATE SOURCE, CREATE MATERIALIZED "
+                "VIEW and CREATE SINK are",
                 "0A000",
             )
         if first == "DROP":
@@ -445,6 +501,12 @@ class _Parser:
             return sub
         if first in ("SELECT", "WITH", "VALUES", "TABLE"):
             return self.query()
+        if first == "DEALLOCATE":
+            self.i += 1
+            self.accept("PREPARE")
+            which = None if self.accept("ALL") else self.ident()
+            self.end()
+            return Deallocate(which)
         if first in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SET", "DISCARD"):
             tags = {"START": "START TRANSACTION", "END": "COMMIT", "ABORT": "ROLLBACK"}
             return Ignored(tags.get(first, first))
@@ -547,13 +609,63 @@ class _Parser:
             raise self.error("expected a query (SELECT ...)")
         return CreateView(name, query, refresh, retain, if_not_exists, self.sql.strip())
 
+    def create_sink(self) -> CreateSink:
+        if_not_exists = self.accept("IF", "NOT", "EXISTS")
+        name = self.name()
+        self.expect("FROM")
+        source = self.name()
+        self.expect("INTO")
+        kind = (self.word() or "").lower()
+        if kind not in SINK_OPTIONS:
+            raise SqlError(
+                f"unknown sink kind {kind.upper() or self.rest()!r}; use KAFKA, POSTGRES or DELTA",
+                "22023",
+            )
+        self.i += 1
+        options = {}
+        if (t := self.peek()) is not None and t.token_type == TokenType.L_PAREN:
+            for key, value in self.options().items():
+                if key not in SINK_OPTIONS[kind]:
+                    raise SqlError(
+                        f"a {kind.upper()} sink has no option {key.upper()!r}; it takes "
+                        f"{', '.join(sorted(k.upper() for k in SINK_OPTIONS[kind]))}",
+                        "22023",
+                    )
+                options[SINK_OPTIONS[kind][key]] = value
+        keys: tuple[str, ...] = ()
+        if self.accept("KEY"):
+            keys = tuple(self.name_list())
+        if self.accept("FORMAT"):
+            options["format"] = (self.word() or "").lower()
+            self.i += 1
+        envelope = "upsert"
+        if self.accept("ENVELOPE"):
+            envelope = (self.word() or "").lower()
+            if envelope not in ("upsert", "debezium", "append"):
+                raise self.error("expected ENVELOPE UPSERT, DEBEZIUM or APPEND")
+            self.i += 1
+        version = 1
+        if self.accept("WITH"):
+            with_options = self.options()
+            version = with_options.pop("version", 1)
+            if with_options:
+                raise SqlError(f"unknown WITH options {sorted(with_options)}", "22023")
+            if not isinstance(version, int) or isinstance(version, bool):
+                raise SqlError(f"VERSION must be a whole number, got {version!r}", "22023")
+        self.end()
+        return CreateSink(
+            name, source, kind, options, keys, envelope, version, if_not_exists, self.sql.strip()
+        )
+
     def drop(self) -> Drop:
         if self.accept("SOURCE"):
             kind = "source"
+        elif self.accept("SINK"):
+            kind = "sink"
         elif self.accept("MATERIALIZED", "VIEW") or self.accept("VIEW"):
             kind = "view"
         else:
-            raise self.error("expected SOURCE or MATERIALIZED VIEW")
+            raise self.error("expected SOURCE, SINK or MATERIALIZED VIEW")
         if_exists = self.accept("IF", "EXISTS")
         name = self.name()
         cascade = self.accept("CASCADE")
@@ -566,10 +678,12 @@ class _Parser:
         if self.accept("CREATE"):
             if self.accept("SOURCE"):
                 kind = "source"
+            elif self.accept("SINK"):
+                kind = "sink"
             elif self.accept("MATERIALIZED", "VIEW") or self.accept("VIEW"):
                 kind = "view"
             else:
-                raise self.error("expected SOURCE or MATERIALIZED VIEW")
+                raise self.error("expected SOURCE, SINK or MATERIALIZED VIEW")
             name = self.name()
             self.end()
             return ShowCreate(kind, name)
@@ -657,8 +771,11 @@ def _duration_option(options: dict[str, Any], key: str) -> str | None:
 __all__ = [
     "COLUMN_TYPES",
     "GENERATORS",
+    "SINK_OPTIONS",
+    "CreateSink",
     "CreateSource",
     "CreateView",
+    "Deallocate",
     "Drop",
     "Empty",
     "Explain",
