@@ -18,6 +18,7 @@ as the process lives, so a slow machine makes it slow, never failed.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -344,8 +345,28 @@ def test_kill_9_mid_subscribe_then_restart_restores_and_resumes(tmp_path: Path, 
                 time.sleep(0.5)
             cur.execute("SELECT sum(n) FROM kvk_groups")
             assert cur.fetchone() == (30,)
+        # `timeshard query` on the location runs on the server (no Spark of its own).
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "from timeshard.cli.main import main; main()",
+                "query",
+                "SELECT sum(n) AS s FROM kvk_groups WHERE g % 3 >= 0",
+                "--location",
+                str(location),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        assert f"ran on timeshard serve at 127.0.0.1:{second.port}" in done.stderr
+        assert json.loads(done.stdout)["rows"] == [{"s": 30}]
     finally:
         assert second.stop() == 0, log.read_text()
+    assert not (location / "serve.json").exists()  # a clean stop withdraws it
     report = verify_location(
         PersistClient(Location.embedded(location)), spark=lambda _packages: spark, seed=1
     )

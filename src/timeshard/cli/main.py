@@ -66,6 +66,7 @@ from timeshard.cli.status import shard_states, status, status_rows
 from timeshard.errors import InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient, ReadHandle
 from timeshard.progress import Frontier
+from timeshard.server.discovery import running_server
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 shard_app = typer.Typer(help="Inspect and read shards.", no_args_is_help=True)
@@ -296,17 +297,24 @@ def query(
     A shard is named by its id in the SQL text, bare or in backticks. Which
     shards are named, and the time to read them at, are settled before Spark
     starts: a time some named shard cannot be read at is an error naming
-    every such shard's readable times.
+    every such shard's readable times. When `timeshard serve` runs on the
+    location, the query runs there (translated to PostgreSQL's dialect) and
+    no Spark starts here.
     """
     from timeshard.spark import spark_session
 
     client = PersistClient(location_from(location, blob, consensus))
     known = client.list_shards()
     readers = {s: client.open_leased_reader(s) for s in shards_named_in(sql, known)}
+    server = running_server(location) if blob is None and consensus is None else None
     try:
         as_of = _query_as_of(readers, as_of)
-        spark = spark_session(app_name="timeshard-query", blob_uri=client.location.blob_uri)
-        rows = _run_sql(spark, readers, sql, as_of, limit, known)
+        if server is not None:
+            rows = _run_on_server(server, sql, as_of, limit)
+            err_console.print(f"(ran on timeshard serve at {server[0]}:{server[1]})")
+        else:
+            spark = spark_session(app_name="timeshard-query", blob_uri=client.location.blob_uri)
+            rows = _run_sql(spark, readers, sql, as_of, limit, known)
     finally:
         for handle in readers.values():
             handle.expire()
@@ -360,6 +368,37 @@ def _query_as_of(readers: dict[str, ReadHandle], as_of: int | None) -> int | Non
             return high
     described = "; ".join(f"{s!r} is {readable_times(*r)}" for s, r in ranges.items())
     raise InvalidUsage(f"no time is readable in every shard the query names: {described}")
+
+
+def _run_on_server(
+    server: tuple[str, int], sql: str, as_of: int | None, limit: int
+) -> list[dict[str, Any]]:
+    """Run Spark SQL ``sql`` AS OF ``as_of`` on a running ``timeshard serve``."""
+    import psycopg
+    import sqlglot
+    from sqlglot.errors import SqlglotError
+
+    try:
+        statement = sqlglot.transpile(sql, read="spark", write="postgres")[0]
+    except SqlglotError as e:
+        raise InvalidUsage(f"cannot read the query: {str(e).splitlines()[0]}") from e
+    params: tuple[int, ...] = ()
+    if as_of is not None:  # the query's own % are not placeholders
+        statement, params = statement.replace("%", "%%") + " AS OF %s", (as_of,)
+    host, port = server
+    try:
+        with (
+            psycopg.connect(
+                host=host, port=port, user="timeshard", dbname="timeshard", autocommit=True
+            ) as conn,
+            conn.cursor() as cur,
+        ):
+            cur.execute(statement.encode(), params or None)
+            names = [c.name for c in cur.description or []]
+            return [dict(zip(names, row, strict=True)) for row in cur.fetchmany(limit)]
+    except psycopg.Error as e:
+        detail = e.diag.message_primary or str(e)
+        raise InvalidUsage(f"timeshard serve at {host}:{port}: {detail}") from e
 
 
 def _run_sql(

@@ -9,6 +9,10 @@ prints when it is ready, with the command line for ``psql`` and the
 dashboard's address, and runs until SIGINT or SIGTERM (or ``--seconds``),
 when it closes every object and stops Spark.
 
+On an embedded location (a directory) it writes ``serve.json`` there
+(:mod:`timeshard.server.discovery`): ``timeshard query`` on that location
+then runs its query on the server and starts no Spark of its own.
+
 A bind address that is not loopback needs a password, taken from the
 environment variable ``TIMESHARD_SERVE_PASSWORD`` (never from the command
 line, where other users could read it); clients then authenticate with
@@ -63,6 +67,7 @@ def serve(
     them. Connect with: psql -h 127.0.0.1 -p 6875 -U timeshard timeshard
     """
     from timeshard.server.dashboard import Dashboard
+    from timeshard.server.discovery import announce, withdraw
     from timeshard.server.engine import Engine
     from timeshard.server.pgwire import PgServer
     from timeshard.spark import spark_session
@@ -103,6 +108,9 @@ def serve(
     listener = threading.Thread(target=server.serve_forever, name="pgwire", daemon=True)
     listener.start()
     dashboard.start()
+    embedded = blob is None and consensus is None
+    if embedded:  # `timeshard query` on this location then runs on this server
+        announce(location, host, server.port)
     objects = ", ".join(sorted(engine.objects)) or "none yet"
     console.print(
         f"timeshard serve: listening on {host}:{server.port}; objects: {escape(objects)}\n"
@@ -114,6 +122,8 @@ def serve(
     while not stop.wait(0.2):
         if deadline is not None and time.monotonic() >= deadline:
             break
+    if embedded:
+        withdraw(location)
     server.shutdown()
     server.server_close()
     dashboard.close()
