@@ -39,7 +39,6 @@ from __future__ import annotations
 import functools
 import graphlib
 import html
-import ipaddress
 import json
 import logging
 import socket
@@ -54,6 +53,7 @@ from typing import Any
 
 from timeshard.cli.options import readable_utc
 from timeshard.errors import InvalidUsage
+from timeshard.server.discovery import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class Dashboard:
         errors: int = DEFAULT_ERRORS,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        if not _loopback(host):
+        if not is_loopback(host):
             raise InvalidUsage(
                 f"the dashboard has no authentication: it listens on loopback only, not {host!r}"
             )
@@ -268,7 +268,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         host = self.headers.get("Host")  # a browser always sends one
-        if host is not None and not _loopback(_hostname(host)):  # a page of another site
+        if host is not None and not is_loopback(_hostname(host)):  # a page of another site
             self._send(403, "text/plain; charset=utf-8", f"not a loopback Host: {host!r}")
         elif path == "/":
             self._send(200, "text/html; charset=utf-8", self.server.dashboard.page())
@@ -297,15 +297,6 @@ def _hostname(host: str) -> str:
     if host.startswith("["):
         return host[1:].split("]", 1)[0]
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 # -- the page

@@ -11,12 +11,23 @@ temporary file renamed over it) and removed on a clean stop.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import socket
 from pathlib import Path
 
 SERVER_FILE = "serve.json"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def announce(directory: Path, host: str, port: int) -> Path:
@@ -57,4 +68,4 @@ def running_server(directory: Path) -> tuple[str, int] | None:
         return None
 
 
-__all__ = ["SERVER_FILE", "announce", "running_server", "withdraw"]
+__all__ = ["SERVER_FILE", "announce", "is_loopback", "running_server", "withdraw"]

@@ -29,7 +29,6 @@ anything listens. SSL is declined (``N``); clients fall back to plain text.
 from __future__ import annotations
 
 import decimal
-import ipaddress
 import logging
 import os
 import secrets
@@ -89,6 +88,7 @@ from pygwire.messages import (
 )
 
 from timeshard.errors import InvalidUsage
+from timeshard.server.discovery import is_loopback
 from timeshard.server.engine import Engine, Result, Stream
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
@@ -236,7 +236,7 @@ class PgServer(socketserver.ThreadingTCPServer):
     def __init__(
         self, engine: Engine, host: str = "127.0.0.1", port: int = 6875, password: str | None = None
     ) -> None:
-        if not _loopback(host) and not password:
+        if not is_loopback(host) and not password:
             raise InvalidUsage(
                 f"binding {host!r} (not loopback) needs a password: set TIMESHARD_SERVE_PASSWORD"
             )
@@ -249,15 +249,6 @@ class PgServer(socketserver.ThreadingTCPServer):
     @property
     def port(self) -> int:
         return int(self.server_address[1])
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _Closed(Exception):
