@@ -257,9 +257,7 @@ class Engine:
             return self._show(statement)
         if isinstance(statement, ShowCreate):
             obj = self._object(statement.name, statement.kind)
-            return Result(
-                [("name", "string"), ("create_sql", "string")], [(obj.name, obj.sql)], "SELECT 1"
-            )
+            return _select(["name", "create_sql"], [(obj.name, obj.sql)])
         if isinstance(statement, Explain):
             return self._explain(statement.name)
         if isinstance(statement, Query):
@@ -492,37 +490,10 @@ class Engine:
 
     def _show(self, statement: Show) -> Result:
         objects = sorted(list(self.objects.values()), key=lambda o: o.name)
-        rows: list[tuple[Any, ...]] = []
-        if statement.what == "sinks":
-            for o in objects:
-                if o.kind == "sink":
-                    rows.append((o.name, o.runner.__class__.__name__, ", ".join(o.reads)))
-            return Result(
-                [("name", "string"), ("type", "string"), ("from", "string")],
-                rows,
-                f"SELECT {len(rows)}",
-            )
-        if statement.what == "sources":
-            for o in objects:
-                if o.kind == "source":
-                    rows.append((o.name, _source_type(o), ", ".join(o.shards)))
-            return Result(
-                [("name", "string"), ("type", "string"), ("shards", "string")],
-                rows,
-                f"SELECT {len(rows)}",
-            )
-        if statement.what == "views":
-            for o in objects:
-                if o.kind == "view":
-                    path, _ = _view_path(o)
-                    rows.append((o.name, path, ", ".join(o.reads)))
-            return Result(
-                [("name", "string"), ("path", "string"), ("reads", "string")],
-                rows,
-                f"SELECT {len(rows)}",
-            )
-        rows = [(o.name, _KIND_NAMES[o.kind]) for o in objects]
-        return Result([("name", "string"), ("type", "string")], rows, f"SELECT {len(rows)}")
+        if statement.what == "objects":
+            return _select(["name", "type"], [(o.name, _KIND_NAMES[o.kind]) for o in objects])
+        kind, columns, row = _SHOWN[statement.what]
+        return _select(columns, [row(o) for o in objects if o.kind == kind])
 
     def _explain(self, name: str) -> Result:
         obj = self._object(name, "view")
@@ -761,6 +732,31 @@ def _first_time(since: Any) -> int | None:
 
 
 _KIND_NAMES = {"source": "source", "view": "materialized view", "sink": "sink"}
+
+
+def _select(names: list[str], rows: list[tuple[Any, ...]]) -> Result:
+    """Rows of text columns, as SHOW answers them."""
+    return Result([(n, "string") for n in names], rows, f"SELECT {len(rows)}")
+
+
+#: SHOW SINKS | SOURCES | MATERIALIZED VIEWS: the kind listed, its columns, a row of each.
+_SHOWN: dict[str, tuple[str, list[str], Callable[[_Object], tuple[Any, ...]]]] = {
+    "sinks": (
+        "sink",
+        ["name", "type", "from"],
+        lambda o: (o.name, type(o.runner).__name__, ", ".join(o.reads)),
+    ),
+    "sources": (
+        "source",
+        ["name", "type", "shards"],
+        lambda o: (o.name, _source_type(o), ", ".join(o.shards)),
+    ),
+    "views": (
+        "view",
+        ["name", "path", "reads"],
+        lambda o: (o.name, _view_path(o)[0], ", ".join(o.reads)),
+    ),
+}
 
 
 def _type_of(obj: _Object | None, kind: str) -> str:
