@@ -707,7 +707,12 @@ def _subscribe_rows(
 
 
 def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tuple[Any, ...]]:
-    rows = sorted(table.to_pylist(), key=lambda r: r["_ts"])
+    # Within one time the order is fixed (diff, then the row's values), so a
+    # bounded SUBSCRIBE prints the same lines whatever order the parts came in.
+    rows = sorted(
+        table.to_pylist(),
+        key=lambda r: (r["_ts"], r["_diff"], tuple((r[n] is None, r[n]) for n in names)),
+    )
     for row in rows:
         if up_to is not None and row["_ts"] > up_to:
             continue
