@@ -177,3 +177,53 @@ def commands(spark: SparkSession, t: int, n: int) -> Any:
         F.lit(False).alias("_delete"),
         F.lit(None).cast("string").alias("_err"),
     )
+
+
+LONG_MAX = 2**63 - 1
+
+
+def estimated_size(df: Any) -> int:
+    """Spark's size estimate of ``df`` in bytes; one of over 4,300 digits counts as 10**4300."""
+    try:
+        return int(df._jdf.queryExecution().optimizedPlan().stats().sizeInBytes())
+    except ValueError:  # py4j refuses to convert an integer of that many digits
+        return 10**4300
+
+
+def test_a_checkpoint_keeps_no_size_estimate_of_the_plan_it_came_from(
+    spark: SparkSession,
+) -> None:
+    from timeshard.spark.checkpoint import local_checkpoint
+
+    # A join's estimate is the product of its inputs': a layer joined with itself
+    # and checkpointed, six times over, had an estimate of over 500 digits.
+    layer = local_checkpoint(spark.range(0, 100).repartition(4, "id"), eager=True)
+    for _ in range(6):
+        joined = layer.join(layer.withColumnRenamed("id", "other"), F.col("id") == F.col("other"))
+        layer = local_checkpoint(joined.select("id").repartition(4, "id"), eager=True)
+        assert estimated_size(layer) <= LONG_MAX
+    assert layer.count() == 100
+    # The partitioning stays: a join of two such layers on their key moves no rows.
+    plan = layer.join(layer.withColumnRenamed("id", "other"), F.col("id") == F.col("other"))
+    physical = plan._jdf.queryExecution().executedPlan().toString()
+    assert physical.count("Exchange") == 0, physical
+
+
+def test_layers_size_estimates_stay_bounded_over_many_ticks(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # Each layer is computed from a join with the layers before it, and merges
+    # join two layers: estimates kept from those plans grew without bound, and a
+    # long-running source spent ever longer planning its ticks (BigInteger.multiply).
+    ing, source, _ = ingestion(spark, tmp_path, rate=200)
+    upsert = ing.exports[""].upsert
+    assert upsert is not None
+    for _ in range(12):
+        source.rounds = 1
+        ing.step()
+    upsert.state.wait_for_merges()
+    with upsert.state.pinned() as layers:
+        assert layers
+        sizes = [estimated_size(layer.df) for layer in layers]
+    assert max(sizes) <= LONG_MAX, [len(str(s)) for s in sizes]
+    ing.close()

@@ -372,6 +372,7 @@ class SparkAggregates:
 
     def _tick(self, changes: Any) -> Any:
         """Per touched group and change time: the running state and the one before (lazy)."""
+        from timeshard.spark.checkpoint import local_checkpoint
         from timeshard.spark.sqltext import sql_over
         from timeshard.storage.upsert_state import GONE, HASH, KEY, value_columns
 
@@ -400,7 +401,7 @@ class SparkAggregates:
                     f"WINDOW running AS ({group} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
                 ),
             )
-            return ticked.localCheckpoint(eager=False)
+            return local_checkpoint(ticked, eager=False)
 
     def _layer(self, ticked: Any) -> Any:
         """Each touched group's last state, as a layer of the arrangement."""

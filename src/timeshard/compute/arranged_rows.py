@@ -141,7 +141,9 @@ class ArrangedRows(Arrangement):
         """``updates`` (data columns, ``_ts``, ``_diff``: the input's ok updates in
         ``[lower, upper)``) as a layer to :meth:`push` once the tick is planned: partitioned
         like the layers, checkpointed by the first job that reads it (the tick's write)."""
-        df = self.partitioned(updates).localCheckpoint(eager=False)
+        from timeshard.spark.checkpoint import local_checkpoint
+
+        df = local_checkpoint(self.partitioned(updates), eager=False)
         return Layer(df, 0, pending=True, lower=lower, upper=upper, exact_from=lower)
 
     # -- readers at different times ----------------------------------------------------------

@@ -801,6 +801,7 @@ class SparkDelta:
         """``df``, computed once by the write that reads it twice (the query's rows and the
         negative multiplicities; Spark reuses no exchange between the two): a lazy local
         checkpoint, its blocks freed once the write is done (:meth:`written`)."""
+        from timeshard.spark.checkpoint import local_checkpoint
         from timeshard.storage.upsert_state import Layer
 
         # The checkpoint also fills the lazy checkpoints it reads (the arrangements' new
@@ -810,7 +811,7 @@ class SparkDelta:
         before = context.getLocalProperty(_ALL_MARKED_ANCESTORS)
         context.setLocalProperty(_ALL_MARKED_ANCESTORS, "true")
         try:
-            once = df.localCheckpoint(eager=False)
+            once = local_checkpoint(df, eager=False)
         finally:
             context.setLocalProperty(_ALL_MARKED_ANCESTORS, before)  # type: ignore[arg-type]
         self._held.callback(Layer(once, 0).release)

@@ -151,7 +151,9 @@ class SparkEngine:
         return consolidate_df(df, list(reader.schema.names)).drop(TS)
 
     def materialize(self, collection: Any) -> Any:
-        return collection.localCheckpoint(eager=True)
+        from timeshard.spark.checkpoint import local_checkpoint
+
+        return local_checkpoint(collection, eager=True)
 
     def release(self, collection: Any) -> None:
         collection.unpersist(blocking=False)

@@ -258,6 +258,7 @@ class SparkFeedbackUpsert:
 
     def _stage(self, commands: Any, lower: int, upper: int) -> tuple[Batch, Layer]:
         """The tick's parts, staged as a batch, and its new layer: one Spark job."""
+        from timeshard.spark.checkpoint import local_checkpoint
         from timeshard.spark.parts import await_tasks, current_task_faults, typed_errors
 
         blob = self.client.location.blob
@@ -282,7 +283,7 @@ class SparkFeedbackUpsert:
             layer_df = self.state.partitioned(rows.mapInArrow(step, self._layer_type()))
             try:
                 with typed_errors():
-                    cached = layer_df.localCheckpoint(eager=True)
+                    cached = local_checkpoint(layer_df, eager=True)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await_tasks(self.spark)

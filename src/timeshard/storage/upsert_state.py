@@ -160,7 +160,9 @@ def checkpointed(df: Any) -> Layer:
     of later layers do not nest every earlier tick's query; it keeps the
     plan's output partitioning.
     """
-    cached = df.localCheckpoint(eager=True)
+    from timeshard.spark.checkpoint import local_checkpoint
+
+    cached = local_checkpoint(df, eager=True)
     return Layer(cached, stored_bytes(cached))
 
 
