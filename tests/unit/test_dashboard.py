@@ -18,7 +18,13 @@ from typing import Any
 import pytest
 
 from timeshard.errors import InvalidUsage
-from timeshard.server.dashboard import Dashboard, History, dependency_graph, layers
+from timeshard.server.dashboard import (
+    Dashboard,
+    History,
+    dependency_graph,
+    layers,
+    plotly_js_path,
+)
 
 #: 2023-11-14 22:13:20 UTC.
 T0 = 1_700_000_000_000
@@ -135,7 +141,9 @@ def test_page_shows_every_object_its_health_and_readable_frontiers() -> None:
     escaped = "ValueError: bad row &lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt; &amp; more"
     assert page.count(escaped) == 2
     assert "<script>alert(" not in page
-    assert page.count("plotly.js v") == 1  # inlined once
+    # plotly.js is fetched once, from the dashboard (the page needs no network), and cached
+    assert page.count(f'<script src="{plotly_js_path()}"></script>') == 1
+    assert len(page) < 100_000, len(page)
     assert page.count("Plotly.newPlot(") == 3  # lag, rows/s, dependencies
     assert '<meta http-equiv="refresh" content="5">' in page
     assert "retractions" in page
@@ -228,6 +236,12 @@ def test_the_endpoints() -> None:
         status, kind, body = get("/")
         assert (status, kind) == (200, "text/html; charset=utf-8")
         assert all(name in body for name in DEMO_NAMES)
+        request = urllib.request.Request(f"http://127.0.0.1:{d.port}{plotly_js_path()}")
+        with urllib.request.urlopen(request, timeout=10) as r:
+            script = r.read().decode()
+            assert r.headers["Content-Type"] == "text/javascript; charset=utf-8"
+            assert r.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+        assert "plotly.js v" in script[:1000] and len(script) > 1_000_000
         with pytest.raises(urllib.error.HTTPError) as e:
             get("/nothing")
         assert e.value.code == 404
