@@ -60,7 +60,8 @@ class Served:
         self.proc.wait(timeout=60)
 
 
-def start_serve(location: Path, log: Path) -> Served:
+def start_serve(location: Path, log: Path, *args: str) -> Served:
+    """A ``timeshard serve`` on ``location`` (``args``: more options), once it listens."""
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     start = log.stat().st_size if log.exists() else 0  # an earlier server's lines come before
     with log.open("ab") as out:
@@ -78,6 +79,7 @@ def start_serve(location: Path, log: Path) -> Served:
                 "0",
                 "--tick",
                 "0.5",
+                *args,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -297,7 +297,7 @@ def test_if_not_exists_defaults_to_false() -> None:
             ["'KEYS'"],
         ),
         ("CREATE SOURCE s FROM FILE path (FORMAT csv)", "42601", ["'path'", "string"]),
-        ("CREATE SOURCE s FROM KAFKA", "42601", ["'KAFKA'", "LOAD GENERATOR or FILE"]),
+        ("CREATE SOURCE s FROM MQTT", "42601", ["'MQTT'", "LOAD GENERATOR, FILE, KAFKA"]),
         ("CREATE SOURCE FROM LOAD GENERATOR COUNTER", "42601", ["'LOAD'"]),
     ],
 )
@@ -938,3 +938,273 @@ def test_any_integer_parameter_is_that_number(n: int, oid: int) -> None:
     tree = postgres(bind("SELECT $1", [Param(str(n), oid)]))
     assert isinstance(tree, exp.Select)
     assert tree.expressions[0].unnest().to_py() == n
+
+
+# -- CREATE SOURCE ... FROM KAFKA | POSTGRES | MYSQL -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "options"),
+    [
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:9092', TOPIC 'orders')",
+            {"bootstrap_servers": "h:9092", "topic": "orders"},
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKERS 'a:1,b:2', TOPIC 't') FORMAT TEXT",
+            {"bootstrap_servers": "a:1,b:2", "topic": "t", "value_format": "text"},
+        ),
+        (
+            "create source k from kafka (bootstrap servers = 'h:1', topic = 't') format bytes",
+            {"bootstrap_servers": "h:1", "topic": "t", "value_format": "bytes"},
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't', GROUP ID 'g', TIMEOUT S 2.5, "
+            "SCHEMA REGISTRY URL 'http://r:8081', VALUE SCHEMA FILE 'v.avsc', "
+            "KEY SCHEMA FILE 'k.avsc') KEY FORMAT AVRO VALUE FORMAT AVRO",
+            {
+                "bootstrap_servers": "h:1",
+                "topic": "t",
+                "group_id": "g",
+                "timeout_s": 2.5,
+                "schema_registry_url": "http://r:8081",
+                "value_schema_file": "v.avsc",
+                "key_schema_file": "k.avsc",
+                "key_format": "avro",
+                "value_format": "avro",
+            },
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't', VALUE AVRO SCHEMA '{}') "
+            "VALUE FORMAT AVRO INCLUDE PARTITION, OFFSET, TIMESTAMP, HEADERS",
+            {
+                "bootstrap_servers": "h:1",
+                "topic": "t",
+                "value_avro_schema": "{}",
+                "value_format": "avro",
+                "metadata": ["partition", "offset", "timestamp", "headers"],
+            },
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') KEY FORMAT TEXT "
+            "VALUE FORMAT BYTES",
+            {
+                "bootstrap_servers": "h:1",
+                "topic": "t",
+                "key_format": "text",
+                "value_format": "bytes",
+            },
+        ),
+    ],
+)
+def test_kafka_source_options(sql: str, options: dict[str, object]) -> None:
+    assert parse(sql) == CreateSource("k", "kafka", options, sql=sql)
+
+
+def test_kafka_source_with_json_key_value_columns_and_upsert() -> None:
+    sql = (
+        "CREATE SOURCE IF NOT EXISTS orders (status text, total double precision) "
+        "FROM KAFKA (BROKER '127.0.0.1:9092', TOPIC 'orders') "
+        'KEY FORMAT JSON (id bigint, "Region" text) VALUE FORMAT JSON INCLUDE OFFSET '
+        "ENVELOPE UPSERT (KEY (id, \"Region\")) WITH (RETAIN HISTORY FOR '1h')"
+    )
+    assert parse(sql) == CreateSource(
+        name="orders",
+        kind="kafka",
+        options={
+            "bootstrap_servers": "127.0.0.1:9092",
+            "topic": "orders",
+            "key_format": "json",
+            "key_schema": {"id": "int64", "Region": "string"},
+            "value_format": "json",
+            "metadata": ["offset"],
+        },
+        columns={"status": "string", "total": "float64"},
+        envelope="upsert",
+        key_columns=("id", "Region"),
+        retain_history="1h",
+        if_not_exists=True,
+        sql=sql,
+    )
+
+
+@pytest.mark.parametrize(
+    ("tables_sql", "tables"),
+    [
+        ("FOR TABLES (orders)", ["orders"]),
+        (
+            'FOR TABLES (orders, sales.items, "Mixed", "odd.name")',
+            ["orders", "sales.items", "Mixed", "odd.name"],
+        ),
+        ("for tables (Orders)", ["orders"]),
+        ("FOR ALL TABLES", None),
+    ],
+)
+def test_postgres_source(tables_sql: str, tables: list[str] | None) -> None:
+    sql = (
+        "CREATE SOURCE shop FROM POSTGRES (DSN 'host=db user=repl dbname=shop', "
+        f"PUBLICATION 'shop_pub', SLOT 'shop_slot', CONNECT TIMEOUT S 5) {tables_sql}"
+    )
+    options: dict[str, object] = {
+        "dsn": "host=db user=repl dbname=shop",
+        "publication": "shop_pub",
+        "slot": "shop_slot",
+        "connect_timeout_s": 5,
+    }
+    if tables is not None:  # FOR ALL TABLES: no ``tables``, every table of the publication
+        options["tables"] = tables
+    assert parse(sql) == CreateSource("shop", "postgres", options, sql=sql)
+
+
+@pytest.mark.parametrize(
+    ("tables_sql", "tables"),
+    [("FOR TABLES (users, orders)", ["users", "orders"]), ("FOR ALL TABLES", None)],
+)
+def test_mysql_source(tables_sql: str, tables: list[str] | None) -> None:
+    sql = (
+        "CREATE SOURCE legacy FROM MYSQL (URL 'mysql://repl@db:3306/legacy', "
+        f"CONNECT TIMEOUT S 3) {tables_sql} WITH (RETAIN HISTORY FOR '15m')"
+    )
+    options: dict[str, object] = {"url": "mysql://repl@db:3306/legacy", "connect_timeout_s": 3}
+    if tables is not None:
+        options["tables"] = tables
+    assert parse(sql) == CreateSource("legacy", "mysql", options, retain_history="15m", sql=sql)
+
+
+def test_a_postgres_dsn_is_kept_as_given() -> None:
+    """A password is the engine's to refuse (it needs libpq's reading of the DSN)."""
+    s = parse(
+        "CREATE SOURCE p FROM POSTGRES (DSN 'postgresql://u:pw@h/db', PUBLICATION 'p') "
+        "FOR ALL TABLES"
+    )
+    assert isinstance(s, CreateSource)
+    assert s.options["dsn"] == "postgresql://u:pw@h/db"
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "in_message"),
+    [
+        ("CREATE SOURCE k FROM KAFKA", "42601", ["end of the statement", "'('"]),
+        ("CREATE SOURCE k FROM KAFKA (BROKER 'h:1')", "22023", ["KAFKA", "needs TOPIC"]),
+        ("CREATE SOURCE k FROM KAFKA (TOPIC 't')", "22023", ["needs BROKER"]),
+        ("CREATE SOURCE k FROM KAFKA (GROUP ID 'g')", "22023", ["needs BROKER and TOPIC"]),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't', START OFFSET 5)",
+            "22023",
+            ["no option 'START_OFFSET'", "GROUP ID", "SCHEMA REGISTRY URL"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't', VALUE FORMAT 'json')",
+            "22023",
+            ["'VALUE_FORMAT'", "FORMAT f"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't', METADATA 'offset')",
+            "22023",
+            ["'METADATA'", "INCLUDE"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', BOOTSTRAP SERVERS 'h:2', TOPIC 't')",
+            "42601",
+            ["BOOTSTRAP_SERVERS", "twice"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't', TOPIC 'u')",
+            "42601",
+            ["TOPIC", "twice"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') FORMAT CSV",
+            "22023",
+            ["JSON, TEXT, BYTES, AVRO", "'CSV'"],
+        ),
+        ("CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') FORMAT", "22023", ["format"]),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') KEY FORMAT JSON",
+            "42601",
+            ["KEY FORMAT JSON (id bigint)"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') KEY FORMAT TEXT (k text)",
+            "42601",
+            ["only a JSON key"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') KEY FORMAT JSON (id foo)",
+            "42704",
+            ["'foo'"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') INCLUDE PARTITION, KEY",
+            "22023",
+            ["INCLUDE", "KEY"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') INCLUDE OFFSET, OFFSET",
+            "22023",
+            ["distinct"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') FORMAT JSON VALUE FORMAT JSON",
+            "42601",
+            ["'VALUE'"],
+        ),
+        (
+            "CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't') FOR ALL TABLES",
+            "42601",
+            ["'FOR'"],
+        ),
+        ("CREATE SOURCE p FROM POSTGRES (DSN 'x')", "22023", ["POSTGRES", "needs PUBLICATION"]),
+        ("CREATE SOURCE p FROM POSTGRES (PUBLICATION 'p')", "22023", ["needs DSN"]),
+        (
+            "CREATE SOURCE p FROM POSTGRES (DSN 'x', PUBLICATION 'p')",
+            "42601",
+            ["end of the statement", "FOR TABLES (table, ...) or FOR ALL TABLES"],
+        ),
+        (
+            "CREATE SOURCE p FROM POSTGRES (DSN 'x', PUBLICATION 'p') FOR TABLES ()",
+            "42601",
+            ["at least one table"],
+        ),
+        (
+            "CREATE SOURCE p FROM POSTGRES (DSN 'x', PUBLICATION 'p') FOR TABLES",
+            "42601",
+            ["'('"],
+        ),
+        (
+            "CREATE SOURCE p FROM POSTGRES (DSN 'x', PUBLICATION 'p') FOR TABLES (a, a)",
+            "22023",
+            ["twice"],
+        ),
+        (
+            "CREATE SOURCE p FROM POSTGRES (DSN 'x', PUBLICATION 'p') FOR TABLES ('a')",
+            "42601",
+            ["name"],
+        ),
+        (
+            "CREATE SOURCE p FROM POSTGRES (DSN 'x', PUBLICATION 'p') FOR ALL TABLES extra",
+            "42601",
+            ["'extra'"],
+        ),
+        (
+            "CREATE SOURCE p FROM POSTGRES (DSN 'x', PUBLICATION 'p', TABLES 'a') FOR ALL TABLES",
+            "22023",
+            ["no option 'TABLES'", "FOR TABLES", "SLOT"],
+        ),
+        (
+            "CREATE SOURCE p FROM POSTGRES (DSN 'x', PUBLICATION 'p', TOPIC 't') FOR ALL TABLES",
+            "22023",
+            ["no option 'TOPIC'"],
+        ),
+        ("CREATE SOURCE m FROM MYSQL (CONNECT TIMEOUT S 1) FOR ALL TABLES", "22023", ["URL"]),
+        (
+            "CREATE SOURCE m FROM MYSQL (URL 'mysql://h/db', DSN 'x') FOR ALL TABLES",
+            "22023",
+            ["no option 'DSN'", "CONNECT TIMEOUT S, URL"],
+        ),
+        ("CREATE SOURCE m FROM MYSQL (URL 'mysql://h/db') FOR TABLES ()", "42601", ["one table"]),
+        ("CREATE SOURCE m FROM MYSQL (URL 'mysql://h/db') FOR SOME TABLES", "42601", ["'FOR'"]),
+    ],
+)
+def test_connector_source_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
+    refused(sql, sqlstate, *in_message)

@@ -59,6 +59,13 @@ def serve(
     seconds: Annotated[
         float | None, typer.Option(help="Stop after this long (default: run until stopped).")
     ] = None,
+    packages: Annotated[
+        str | None,
+        typer.Option(
+            help="Spark packages to load, comma-separated: kafka (KAFKA sources), avro (Avro "
+            "formats). Those the location's recorded sources need load by themselves."
+        ),
+    ] = None,
 ) -> None:
     """Run every source and view of the location and answer SQL over the PostgreSQL protocol.
 
@@ -69,6 +76,7 @@ def serve(
     from timeshard.server.dashboard import Dashboard
     from timeshard.server.discovery import announce, withdraw
     from timeshard.server.engine import Engine
+    from timeshard.server.packages import session_packages
     from timeshard.server.pgwire import PgServer
     from timeshard.spark import spark_session
 
@@ -81,7 +89,10 @@ def serve(
     password = os.environ.get(PASSWORD_ENV) or None
     client = PersistClient(location_from(location, blob, consensus, create=True))
     spark = spark_session(
-        master=master, app_name="timeshard-serve", blob_uri=client.location.blob_uri
+        master=master,
+        app_name="timeshard-serve",
+        packages=session_packages(client, packages),
+        blob_uri=client.location.blob_uri,
     )
     engine = Engine(spark, client, tick_s=tick)
     try:

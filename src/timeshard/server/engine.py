@@ -326,8 +326,8 @@ class Engine:
         from timeshard.cli.spec import RunSpec, SourceSpec, build_source, check_spec
         from timeshard.storage.ingest import Ingestion
 
-        if statement.kind == "file" and statement.options.get("format") == "avro":
-            raise SqlError("FORMAT AVRO sources are declared in a run file for now", "0A000")
+        self._refuse_passwords(statement)
+        self._refuse_lacking_packages(statement)
         taken = self._shards_of_objects()
         try:
             spec = SourceSpec(
@@ -363,6 +363,53 @@ class Engine:
             ingestion.close()
             raise SqlError(f"source {statement.name!r}: its first read failed: {e}", "58000") from e
         return _Object(statement.name, "source", statement.sql, seq, ingestion, shards)
+
+    @staticmethod
+    def _refuse_passwords(statement: CreateSource) -> None:
+        """A source's DSN or URLs hold no password: the statement is kept in the catalog,
+        which anyone reading the location reads."""
+        from urllib.parse import urlsplit
+
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict
+
+        options = statement.options
+        if statement.kind == "postgres" and isinstance(options.get("dsn"), str):
+            try:
+                has_password = "password" in conninfo_to_dict(options["dsn"])
+            except psycopg.Error as e:
+                raise SqlError(f"DSN is not a libpq connection string: {e}", "22023") from None
+            if has_password:
+                raise SqlError(
+                    "a POSTGRES source's DSN must not hold a password (the statement is kept "
+                    "in the catalog, which anyone reading the location reads): give it in "
+                    "PGPASSWORD or ~/.pgpass",
+                    "28P01",
+                )
+        for key, where in (("url", "URL"), ("schema_registry_url", "SCHEMA REGISTRY URL")):
+            url = options.get(key)
+            if isinstance(url, str) and urlsplit(url).password:
+                raise SqlError(
+                    f"a {statement.kind.upper()} source's {where} must not hold a password "
+                    "(the statement is kept in the catalog, which anyone reading the location "
+                    "reads), and the source reads it from nowhere else: use an account without "
+                    "one, or declare the source in a run file (timeshard run)",
+                    "28P01",
+                )
+
+    def _refuse_lacking_packages(self, statement: CreateSource) -> None:
+        """A source whose Maven packages the session did not load is refused, naming the
+        ``--packages`` to restart ``timeshard serve`` with (jars load only at its start)."""
+        from timeshard.server.packages import lacking
+
+        names = lacking(self.spark, statement)
+        if names:
+            raise SqlError(
+                f"source {statement.name!r} needs the Spark packages {', '.join(names)}, which "
+                "this server's SparkSession did not load (Spark loads jars only when it "
+                f"starts): restart timeshard serve with --packages {','.join(names)}",
+                "0A000",
+            )
 
     def _create_view(self, statement: CreateView, seq: int) -> _Object:
         from timeshard.cli.spec import parse_duration

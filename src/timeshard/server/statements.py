@@ -2,13 +2,30 @@
 
 The forms follow Materialize's where it has one:
 
-* ``CREATE SOURCE [IF NOT EXISTS] name [(column type, ...)]
-  FROM LOAD GENERATOR {COUNTER | AUCTION | KEY VALUE | TPCH} [(option value, ...)]``
-  or ``FROM FILE 'path' [(FORMAT json|csv|text|bytes|avro, option value, ...)]``,
+* ``CREATE SOURCE [IF NOT EXISTS] name [(column type, ...)] FROM`` one of
+
+  - ``LOAD GENERATOR {COUNTER | AUCTION | KEY VALUE | TPCH} [(option value, ...)]``;
+  - ``FILE 'path' [(FORMAT json|csv|text|bytes|avro, option value, ...)]``;
+  - ``KAFKA (BROKER 'host:port', TOPIC 'topic', option value, ...)
+    [FORMAT f | KEY FORMAT f [(column type, ...)] VALUE FORMAT f]
+    [INCLUDE {PARTITION | OFFSET | TIMESTAMP | HEADERS}, ...]``: ``f`` is
+    JSON, TEXT, BYTES or AVRO; a JSON key's columns follow its KEY FORMAT,
+    the JSON value's are the source's columns. The other options are the
+    run file's (``GROUP ID``, ``TIMEOUT S``, ``SCHEMA REGISTRY URL``,
+    ``VALUE SCHEMA FILE``, ...), but for its ``schemas`` map;
+  - ``POSTGRES (DSN '...', PUBLICATION 'p' [, SLOT 's'] [, CONNECT TIMEOUT S n])``
+    or ``MYSQL (URL 'mysql://...' [, CONNECT TIMEOUT S n])``, then
+    ``FOR TABLES (table, ...)`` (``schema.table`` outside ``public``) or
+    ``FOR ALL TABLES`` (every table of the publication, or of the database).
+    The engine refuses a DSN or URL that holds a password: the statement is
+    kept in the catalog;
+
   then ``[ENVELOPE NONE | ENVELOPE UPSERT (KEY (column, ...))]`` and
   ``[WITH (RETAIN HISTORY FOR 'duration')]``. An option's name is its words
-  joined by ``_`` (``SCALE FACTOR 0.01`` is ``scale_factor``); the options
-  are the run file's (``docs/run-spec.md``);
+  joined by ``_`` (``SCALE FACTOR 0.01`` is ``scale_factor``, ``BROKER`` is
+  ``bootstrap_servers``); the options are the run file's
+  (``docs/run-spec.md``). KAFKA, POSTGRES and MYSQL refuse options they do
+  not take, and name the ones they need;
 * ``CREATE MATERIALIZED VIEW [IF NOT EXISTS] name
   [WITH (REFRESH EVERY 'duration', RETAIN HISTORY FOR 'duration')] AS query``;
 * ``CREATE SINK [IF NOT EXISTS] name FROM relation INTO {KAFKA | POSTGRES |
@@ -147,6 +164,41 @@ SINK_OPTIONS = {
     "postgres": {"dsn": "dsn", "table": "table", "schema": "schema"},
     "delta": {"uri": "table_uri", "path": "table_uri", "table_uri": "table_uri"},
 }
+
+
+#: A connector source's option names in SQL to the run file's (docs/run-spec.md,
+#: ``[[source]]``); the formats, ``metadata`` and ``tables`` are clauses of their own.
+SOURCE_OPTIONS: dict[str, dict[str, str]] = {
+    "kafka": {
+        "broker": "bootstrap_servers",
+        "brokers": "bootstrap_servers",
+        "bootstrap_servers": "bootstrap_servers",
+        "topic": "topic",
+        "group_id": "group_id",
+        "timeout_s": "timeout_s",
+        "schema_registry_url": "schema_registry_url",
+        "key_schema_file": "key_schema_file",
+        "value_schema_file": "value_schema_file",
+        "key_avro_schema": "key_avro_schema",
+        "value_avro_schema": "value_avro_schema",
+    },
+    "postgres": {k: k for k in ("dsn", "publication", "slot", "connect_timeout_s", "create_slot")},
+    "mysql": {"url": "url", "connect_timeout_s": "connect_timeout_s"},
+}
+#: The options a connector source cannot do without, as the run file names them.
+SOURCE_NEEDS = {
+    "kafka": ("bootstrap_servers", "topic"),
+    "postgres": ("dsn", "publication"),
+    "mysql": ("url",),
+}
+#: Where a connector source's other run-file options go in SQL.
+_SOURCE_CLAUSES = {
+    "kafka": "formats go in FORMAT f or KEY FORMAT f VALUE FORMAT f, metadata in INCLUDE",
+    "postgres": "tables go in FOR TABLES (...)",
+    "mysql": "tables go in FOR TABLES (...)",
+}
+KAFKA_FORMATS = ("json", "text", "bytes", "avro")
+KAFKA_METADATA = ("partition", "offset", "timestamp", "headers")
 
 
 @dataclass(frozen=True)
@@ -548,8 +600,12 @@ class _Parser:
             if "format" not in options:
                 raise SqlError("a FILE source needs (FORMAT json|csv|text|bytes|avro)", "22023")
             options["format"] = str(options["format"]).lower()
+        elif (kind := (self.word() or "").lower()) in SOURCE_OPTIONS:
+            self.i += 1
+            options = self.source_options(kind)
+            options |= self.kafka_formats() if kind == "kafka" else self.tables()
         else:
-            raise self.error("expected LOAD GENERATOR or FILE")
+            raise self.error("expected LOAD GENERATOR, FILE, KAFKA, POSTGRES or MYSQL")
         envelope, keys = "none", tuple[str, ...]()
         if self.accept("ENVELOPE"):
             if self.accept("UPSERT"):
@@ -571,6 +627,89 @@ class _Parser:
         return CreateSource(
             name, kind, options, columns, envelope, keys, retain, if_not_exists, self.sql.strip()
         )
+
+    def source_options(self, kind: str) -> dict[str, Any]:
+        """A KAFKA, POSTGRES or MYSQL source's ``(option value, ...)``, in the run file's names."""
+        names = SOURCE_OPTIONS[kind]
+        options = {}
+        for key, value in self.options().items():
+            if key not in names:
+                raise SqlError(
+                    f"a {kind.upper()} source has no option {key.upper()!r}; it takes "
+                    f"{', '.join(sorted(k.upper().replace('_', ' ') for k in names))} "
+                    f"({_SOURCE_CLAUSES[kind]})",
+                    "22023",
+                )
+            if names[key] in options:
+                raise SqlError(f"option {key.upper()} is given twice")
+            options[names[key]] = value
+        missing = [k for k in SOURCE_NEEDS[kind] if k not in options]
+        if missing:
+            wanted = {v: k for k, v in reversed(names.items())}  # its first SQL name
+            raise SqlError(
+                f"a {kind.upper()} source needs "
+                f"{' and '.join(wanted[k].upper().replace('_', ' ') for k in missing)}",
+                "22023",
+            )
+        return options
+
+    def kafka_formats(self) -> dict[str, Any]:
+        """``[FORMAT f | KEY FORMAT f [(column type, ...)] VALUE FORMAT f] [INCLUDE m, ...]``."""
+        out: dict[str, Any] = {}
+        if self.accept("FORMAT"):
+            out["value_format"] = self.kafka_format()
+        else:
+            if self.accept("KEY", "FORMAT"):
+                out["key_format"] = self.kafka_format()
+                if (t := self.peek()) is not None and t.token_type == TokenType.L_PAREN:
+                    if out["key_format"] != "json":
+                        raise self.error("only a JSON key declares its columns")
+                    out["key_schema"] = self.column_list()
+                elif out["key_format"] == "json":
+                    raise SqlError("KEY FORMAT JSON needs its columns: KEY FORMAT JSON (id bigint)")
+            if self.accept("VALUE", "FORMAT"):
+                out["value_format"] = self.kafka_format()
+        if self.accept("INCLUDE"):
+            metadata = [self.ident()]
+            while self.punct(TokenType.COMMA):
+                metadata.append(self.ident())
+            unknown = [m for m in metadata if m not in KAFKA_METADATA]
+            if unknown or len(set(metadata)) < len(metadata):
+                raise SqlError(
+                    f"INCLUDE takes distinct ones of {', '.join(m.upper() for m in KAFKA_METADATA)}"
+                    f", got {', '.join(m.upper() for m in metadata)}",
+                    "22023",
+                )
+            out["metadata"] = metadata
+        return out
+
+    def kafka_format(self) -> str:
+        fmt = (self.word() or "").lower()
+        if fmt not in KAFKA_FORMATS:
+            raise SqlError(
+                f"a KAFKA source's format is one of "
+                f"{', '.join(f.upper() for f in KAFKA_FORMATS)}, got {self.rest()[:20]!r}",
+                "22023",
+            )
+        self.i += 1
+        return fmt
+
+    def tables(self) -> dict[str, Any]:
+        """``FOR TABLES (name, ...)`` (``schema.name`` outside ``public``) or ``FOR ALL TABLES``."""
+        if self.accept("FOR", "ALL", "TABLES"):
+            return {}  # no ``tables``: every table of the publication or database
+        if not self.accept("FOR", "TABLES"):
+            raise self.error("expected FOR TABLES (table, ...) or FOR ALL TABLES")
+        self.expect_punct(TokenType.L_PAREN, "(")
+        if (t := self.peek()) is not None and t.token_type == TokenType.R_PAREN:
+            raise self.error("FOR TABLES names at least one table (or say FOR ALL TABLES)")
+        tables = [self.name()]
+        while self.punct(TokenType.COMMA):
+            tables.append(self.name())
+        self.expect_punct(TokenType.R_PAREN, ")")
+        if len(set(tables)) < len(tables):
+            raise SqlError(f"FOR TABLES names a table twice: {tables}", "22023")
+        return {"tables": tables}
 
     def column_list(self) -> dict[str, str]:
         self.expect_punct(TokenType.L_PAREN, "(")
@@ -771,7 +910,11 @@ def _duration_option(options: dict[str, Any], key: str) -> str | None:
 __all__ = [
     "COLUMN_TYPES",
     "GENERATORS",
+    "KAFKA_FORMATS",
+    "KAFKA_METADATA",
     "SINK_OPTIONS",
+    "SOURCE_NEEDS",
+    "SOURCE_OPTIONS",
     "CreateSink",
     "CreateSource",
     "CreateView",
