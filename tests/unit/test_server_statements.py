@@ -17,14 +17,18 @@ from hypothesis import strategies as st
 from sqlglot import exp
 
 from timeshard.server.statements import (
+    CloseCursor,
     CreateSink,
     CreateSource,
     CreateView,
+    Declare,
     Drop,
     Empty,
     Explain,
+    Fetch,
     Ignored,
     Param,
+    Promote,
     Query,
     Show,
     ShowCreate,
@@ -663,7 +667,7 @@ def test_empty_statement(sql: str) -> None:
         ("INSERT INTO t VALUES (1)", "'INSERT'"),
         ("update t set a = 1", "'UPDATE'"),
         ("DELETE FROM t", "'DELETE'"),
-        ("ALTER SOURCE s RENAME TO t", "'ALTER'"),
+        ("ALTER SOURCE s RENAME TO t", "ALTER SOURCE is not supported"),
         ('"quoted"', "'quoted'"),
     ],
 )
@@ -1207,4 +1211,118 @@ def test_a_postgres_dsn_is_kept_as_given() -> None:
     ],
 )
 def test_connector_source_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
+    refused(sql, sqlstate, *in_message)
+
+
+# -- cursors: DECLARE, FETCH and CLOSE ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("DECLARE c CURSOR FOR SUBSCRIBE v", Declare("c", Subscribe("v"))),
+        (
+            "declare C cursor without hold for subscribe to v as of 3 up to 9",
+            Declare("c", Subscribe("v", 3, 9)),
+        ),
+        ('DECLARE "Cur" NO SCROLL CURSOR FOR SELECT 1', Declare("Cur", Query("SELECT 1"))),
+        (
+            "DECLARE q CURSOR FOR SELECT a FROM v AS OF 7 ORDER BY a",
+            Declare("q", Query("SELECT a FROM v\nORDER BY a", 7)),
+        ),
+        ("DECLARE q CURSOR FOR VALUES (1), (2)", Declare("q", Query("VALUES (1), (2)"))),
+    ],
+)
+def test_declare(sql: str, want: Declare) -> None:
+    assert parse(sql) == want
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("FETCH c", Fetch("c", 1)),
+        ("FETCH NEXT FROM c", Fetch("c", 1)),
+        ("FETCH ALL c", Fetch("c", None)),
+        ("fetch forward all from c", Fetch("c", None)),
+        ("FETCH 100 IN c", Fetch("c", 100)),
+        ("FETCH FORWARD 0 c", Fetch("c", 0)),
+        ('FETCH 2 "Cur"', Fetch("Cur", 2)),
+        ("FETCH ALL c WITH (TIMEOUT = '1s')", Fetch("c", None, 1.0)),
+        ("FETCH ALL c WITH (TIMEOUT = '500ms')", Fetch("c", None, 0.5)),
+        ("FETCH ALL c WITH (TIMEOUT = '0s')", Fetch("c", None, 0.0)),
+        ("FETCH c WITH (timeout '2 m')", Fetch("c", 1, 120.0)),
+        ("FETCH c WITH (TIMEOUT = 0.25)", Fetch("c", 1, 0.25)),
+        ("FETCH c WITH (TIMEOUT 3)", Fetch("c", 1, 3.0)),
+    ],
+)
+def test_fetch(sql: str, want: Fetch) -> None:
+    assert parse(sql) == want
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [("CLOSE c", CloseCursor("c")), ('close "C"', CloseCursor("C")), ("CLOSE ALL", None)],
+)
+def test_close(sql: str, want: CloseCursor | None) -> None:
+    assert parse(sql) == (want or CloseCursor(None))
+
+
+def test_a_timeout_bound_as_a_parameter_is_a_duration() -> None:
+    sql = bind("FETCH ALL c WITH (TIMEOUT = $1)", [Param("'0s'; CLOSE c", 25)])
+    refused(sql, "22023", "TIMEOUT", "CLOSE c")
+    assert parse(bind("FETCH ALL c WITH (TIMEOUT = $1)", [Param("10s", 25)])) == Fetch(
+        "c", None, 10.0
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "in_message"),
+    [
+        ("DECLARE c CURSOR WITH HOLD FOR SELECT 1", "0A000", ["WITH HOLD"]),
+        ("DECLARE c SCROLL CURSOR FOR SELECT 1", "42601", ["'SCROLL'", "CURSOR"]),
+        ("DECLARE c CURSOR SELECT 1", "42601", ["'SELECT'", "FOR"]),
+        ("DECLARE c CURSOR FOR", "42601", ["end of the statement", "SUBSCRIBE"]),
+        ("DECLARE c CURSOR FOR SHOW SOURCES", "42601", ["'SHOW'", "query"]),
+        ("DECLARE c CURSOR FOR COPY (SUBSCRIBE v) TO STDOUT", "42601", ["'COPY'"]),
+        ("DECLARE c CURSOR FOR SUBSCRIBE v extra", "42601", ["'extra'"]),
+        ("DECLARE a.b CURSOR FOR SELECT 1", "42601", ["'.'", "CURSOR"]),
+        ("FETCH", "42601", ["end of the statement", "name"]),
+        ("FETCH ALL", "42601", ["end of the statement", "name"]),
+        ("FETCH 1.5 c", "42601", ["'1.5'", "whole number"]),
+        ("FETCH -1 c", "42601", ["'-'"]),
+        ("FETCH c extra", "42601", ["'extra'"]),
+        ("FETCH c WITH (TIMEOUT = 'soon')", "22023", ["TIMEOUT", "'soon'"]),
+        ("FETCH c WITH (TIMEOUT = -1)", "22023", ["TIMEOUT", "negative"]),
+        ("FETCH c WITH (TIMEOUT = true)", "22023", ["TIMEOUT", "True"]),
+        ("FETCH c WITH (LIMIT 3)", "22023", ["'limit'", "TIMEOUT"]),
+        ("CLOSE", "42601", ["end of the statement"]),
+        ("CLOSE a b", "42601", ["'b'"]),
+    ],
+)
+def test_cursor_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
+    refused(sql, sqlstate, *in_message)
+
+
+# -- ALTER SYSTEM PROMOTE ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "sql", ["ALTER SYSTEM PROMOTE", "alter system promote", " Alter System Promote\n"]
+)
+def test_promote(sql: str) -> None:
+    assert parse(sql) == Promote()
+
+
+@pytest.mark.parametrize(
+    ("sql", "sqlstate", "in_message"),
+    [
+        ("ALTER SYSTEM", "42601", ["end of the statement", "PROMOTE"]),
+        ("ALTER SYSTEM SET x = 1", "42601", ["'SET'", "PROMOTE"]),
+        ("ALTER SYSTEM PROMOTE now", "42601", ["'now'"]),
+        ("ALTER SYSTEM RESET ALL", "42601", ["'RESET'"]),
+        ("ALTER", "0A000", ["ALTER SYSTEM PROMOTE"]),
+        ("ALTER SINK s SET (x = 1)", "0A000", ["ALTER SINK", "ALTER SYSTEM PROMOTE"]),
+    ],
+)
+def test_promote_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
     refused(sql, sqlstate, *in_message)

@@ -15,6 +15,17 @@ maps statements to messages:
   text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
   row, until its ``UP TO`` passes, the client cancels (``CancelRequest``,
   psql's Ctrl-C) or the connection closes;
+* cursors, as Materialize has them: ``DECLARE c CURSOR FOR {SUBSCRIBE ... |
+  query}`` in a transaction block (or a message of several statements, an
+  implicit one) runs the statement and keeps its rows in the session;
+  ``FETCH [n | ALL] c [WITH (TIMEOUT = t)]`` answers them as a query's rows.
+  A SUBSCRIBE cursor's FETCH waits for a first row (at most ``t``, checked
+  at each heartbeat of the SUBSCRIBE, about every 0.5 s), then takes the
+  rows that are ready, up to ``n``: those before its next heartbeat.
+  ``CLOSE``, COMMIT, ROLLBACK and the connection's end close cursors; a
+  closed SUBSCRIBE expires its reader (one no FETCH started lets its lease
+  run out). A ``Describe`` of a portal named as a cursor describes the
+  cursor (psycopg's named cursors);
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
   connection stays usable (in a transaction block, until ROLLBACK);
 * transaction statements only move the status ``ReadyForQuery`` reports:
@@ -29,6 +40,7 @@ anything listens. SSL is declined (``N``); clients fall back to plain text.
 from __future__ import annotations
 
 import decimal
+import itertools
 import logging
 import os
 import secrets
@@ -38,7 +50,7 @@ import socketserver
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,8 +104,11 @@ from timeshard.server.discovery import is_loopback
 from timeshard.server.engine import Engine, Result, Stream
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
+    CloseCursor,
     Deallocate,
+    Declare,
     Empty,
+    Fetch,
     Ignored,
     Param,
     SqlError,
@@ -176,12 +191,52 @@ class _Portal:
 
 
 @dataclass
+class _Cursor:
+    """A DECLAREd cursor: its columns and the rows no FETCH has taken yet.
+
+    A SUBSCRIBE's rows come with heartbeats (empty tuples) while nothing
+    arrives, about every 0.5 s: they end a FETCH's ready rows and let it
+    notice its deadline, a cancel or the client's going.
+    """
+
+    columns: list[tuple[str, str]]
+    rows: Iterator[tuple[Any, ...]]
+    waits: bool  # a SUBSCRIBE's: FETCH waits for rows; a query's are all there
+
+    def fetch(
+        self, count: int | None, timeout_s: float | None, interrupted: Callable[[], None]
+    ) -> list[tuple[Any, ...]]:
+        """Up to ``count`` rows (None: no limit); ``interrupted`` raises to stop a wait."""
+        if not self.waits:
+            return list(itertools.islice(self.rows, count))
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        out: list[tuple[Any, ...]] = []
+        while count is None or len(out) < count:
+            interrupted()
+            row = next(self.rows, None)
+            if row is None:  # an UP TO passed: no more rows, ever
+                break
+            if row:
+                out.append(row)
+            elif out or (deadline is not None and time.monotonic() >= deadline):
+                break
+        return out
+
+    def close(self) -> None:
+        close = getattr(self.rows, "close", None)
+        if close is not None:
+            close()
+
+
+@dataclass
 class _Session:
     """What one connection holds between messages."""
 
     statements: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
     portals: dict[str, _Portal] = field(default_factory=dict)
+    cursors: dict[str, _Cursor] = field(default_factory=dict)
     in_transaction: bool = False
+    implicit: bool = False  # running a simple query of several statements
     failed: bool = False
     skipping: bool = False  # after an error in the extended protocol, until Sync
 
@@ -288,6 +343,7 @@ class _Handler(socketserver.BaseRequestHandler):
         finally:
             with self.server.cancels_lock:
                 self.server.cancels.pop(self.key, None)
+            self._close_cursors(None)
 
     # -- I/O
 
@@ -426,13 +482,19 @@ class _Handler(socketserver.BaseRequestHandler):
         else:
             if not statements:
                 self._send(EmptyQueryResponse())
-            for sql in statements:
-                try:
-                    result = self._run(sql)
-                    self._send_result(result, describe=True)
-                except Exception as e:
-                    self._fail(_sql_error(e))
-                    break
+            self.session.implicit = len(statements) > 1
+            try:
+                for sql in statements:
+                    try:
+                        result = self._run(sql)
+                        self._send_result(result, describe=True)
+                    except Exception as e:
+                        self._fail(_sql_error(e))
+                        break
+            finally:
+                self.session.implicit = False
+                if not self.session.in_transaction:  # an implicit transaction ends
+                    self._close_cursors(None)
         self._send(ReadyForQuery(status=self.session.status))
 
     def _fail(self, e: SqlError) -> None:
@@ -456,13 +518,65 @@ class _Handler(socketserver.BaseRequestHandler):
                 s.in_transaction = True
             elif statement.tag in ("COMMIT", "ROLLBACK"):
                 s.in_transaction = s.failed = False
+                self._close_cursors(None)
             return Result([], [], statement.tag)
         if s.failed:
             raise SqlError(
                 "current transaction is aborted, commands ignored until end of transaction block",
                 "25P02",
             )
+        if isinstance(statement, Declare):
+            return self._declare(statement)
+        if isinstance(statement, Fetch):
+            return self._fetch(statement)
+        if isinstance(statement, CloseCursor):
+            if statement.name is not None and statement.name not in s.cursors:
+                raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
+            self._close_cursors(statement.name)
+            return Result([], [], "CLOSE CURSOR" if statement.name else "CLOSE CURSOR ALL")
         return self.server.engine.execute(statement)
+
+    # -- cursors
+
+    def _declare(self, statement: Declare) -> Result:
+        s = self.session
+        if not (s.in_transaction or s.implicit):
+            raise SqlError("DECLARE CURSOR can only be used in transaction blocks", "25P01")
+        if statement.name in s.cursors:
+            raise SqlError(f"cursor {statement.name!r} already exists", "42P03")
+        result = self.server.engine.execute(statement.statement)
+        if isinstance(result, Stream):
+            s.cursors[statement.name] = _Cursor(result.columns, result.rows, waits=True)
+        else:
+            s.cursors[statement.name] = _Cursor(result.columns, iter(result.rows), waits=False)
+        return Result([], [], "DECLARE CURSOR")
+
+    def _fetch(self, statement: Fetch) -> Result:
+        cursor = self.session.cursors.get(statement.name)
+        if cursor is None:
+            raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
+        self.cancel.clear()
+        rows = cursor.fetch(statement.count, statement.timeout_s, self._interrupted)
+        return Result(cursor.columns, rows, f"FETCH {len(rows)}")
+
+    def _interrupted(self) -> None:
+        """Raise if the client canceled the statement or went away."""
+        if self.cancel.is_set():
+            raise SqlError("canceling statement due to user request", "57014")
+        if self._client_gone():
+            raise _Closed
+
+    def _close_cursors(self, name: str | None) -> None:
+        """Close the cursor ``name``, or every cursor of the session (None)."""
+        cursors = self.session.cursors
+        for key in [name] if name is not None else list(cursors):
+            cursor = cursors.pop(key, None)
+            if cursor is None:
+                continue
+            try:
+                cursor.close()
+            except Exception as e:  # a reader that cannot expire must not end the session
+                log.warning("closing cursor %r: %s", key, e)
 
     def _send_result(self, result: Result | Stream, *, describe: bool, limit: int = 0) -> bool:
         """Send ``result`` (and its row description if ``describe``); False if suspended."""
@@ -547,6 +661,9 @@ class _Handler(socketserver.BaseRequestHandler):
             self._send(NoData())  # the columns are known once the statement is bound
             return
         portal = s.portals.get(msg.name)
+        if portal is None and msg.name in s.cursors:  # a cursor is a portal too
+            self._send(RowDescription(fields=_fields(s.cursors[msg.name].columns)))
+            return
         if portal is None:
             raise SqlError(f"portal {msg.name!r} does not exist", "34000")
         result = self._portal_result(portal)

@@ -43,6 +43,13 @@ The forms follow Materialize's where it has one:
   its ORDER BY or LIMIT;
 * ``SUBSCRIBE [TO] name [AS OF t] [UP TO t]``, bare or as
   ``COPY (SUBSCRIBE ...) TO STDOUT``;
+* ``DECLARE name [NO SCROLL] CURSOR [WITHOUT HOLD] FOR {query | SUBSCRIBE ...}``,
+  ``FETCH [FORWARD] [count | ALL | NEXT] [FROM | IN] name [WITH (TIMEOUT [=] t)]``
+  (``t`` a duration such as ``'1s'``, ``'500ms'`` or ``'0s'``, or a number of
+  seconds; no count is a count of 1) and ``CLOSE {name | ALL}``: cursors, as
+  Materialize has them; the server's session keeps them, the engine never
+  sees these three;
+* ``ALTER SYSTEM PROMOTE``: a read-only server becomes a writer;
 * ``DEALLOCATE [PREPARE] {name | ALL}`` (drivers send it for the statements
   they prepared);
 * ``BEGIN``, ``START TRANSACTION``, ``COMMIT``, ``ROLLBACK``, ``SET`` and
@@ -251,6 +258,39 @@ class Deallocate:
 
 
 @dataclass(frozen=True)
+class Declare:
+    """``DECLARE name CURSOR FOR statement``: ``statement``'s rows, to FETCH a few at a time."""
+
+    name: str
+    statement: Query | Subscribe
+
+
+@dataclass(frozen=True)
+class Fetch:
+    """``FETCH [count | ALL] name [WITH (TIMEOUT = t)]``.
+
+    ``count`` None is ALL; ``timeout_s`` None waits for a SUBSCRIBE cursor's
+    first row as long as it takes, 0 takes only the rows that are ready.
+    """
+
+    name: str
+    count: int | None = 1
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CloseCursor:
+    """``CLOSE {name | ALL}`` (None: every cursor of the session)."""
+
+    name: str | None
+
+
+@dataclass(frozen=True)
+class Promote:
+    """``ALTER SYSTEM PROMOTE``: a read-only server takes over as the writer."""
+
+
+@dataclass(frozen=True)
 class Empty:
     pass
 
@@ -267,6 +307,10 @@ Statement = (
     | Subscribe
     | Ignored
     | Deallocate
+    | Declare
+    | Fetch
+    | CloseCursor
+    | Promote
 )
 
 
@@ -553,6 +597,27 @@ class _Parser:
             return sub
         if first in ("SELECT", "WITH", "VALUES", "TABLE"):
             return self.query()
+        if first == "DECLARE":
+            self.i += 1
+            return self.declare()
+        if first == "FETCH":
+            self.i += 1
+            return self.fetch()
+        if first == "CLOSE":
+            self.i += 1
+            which = None if self.accept("ALL") else self.ident()
+            self.end()
+            return CloseCursor(which)
+        if first == "ALTER":
+            self.i += 1
+            if not self.accept("SYSTEM"):
+                what = self.word() or self.rest()[:20]
+                raise SqlError(
+                    f"ALTER {what} is not supported: only ALTER SYSTEM PROMOTE is", "0A000"
+                )
+            self.expect("PROMOTE")
+            self.end()
+            return Promote()
         if first == "DEALLOCATE":
             self.i += 1
             self.accept("PREPARE")
@@ -843,6 +908,48 @@ class _Parser:
             "0A000",
         )
 
+    def declare(self) -> Declare:
+        name = self.ident()
+        self.accept("NO", "SCROLL")
+        self.expect("CURSOR")
+        if self.accept("WITH", "HOLD"):
+            raise SqlError(
+                "WITH HOLD cursors are not supported: a cursor ends with its transaction", "0A000"
+            )
+        self.accept("WITHOUT", "HOLD")
+        self.expect("FOR")
+        if self.word() not in ("SUBSCRIBE", "SELECT", "WITH", "VALUES", "TABLE"):
+            raise self.error("a cursor is FOR a query (SELECT ...) or a SUBSCRIBE")
+        inner = parse(self.rest())
+        assert isinstance(inner, Query | Subscribe), inner
+        return Declare(name, inner)
+
+    def fetch(self) -> Fetch:
+        self.accept("FORWARD")
+        count: int | None = 1
+        if self.accept("ALL"):
+            count = None
+        elif self.accept("NEXT"):
+            count = 1
+        elif (t := self.peek()) is not None and t.token_type == TokenType.NUMBER:
+            if not t.text.isdigit():
+                raise self.error("a FETCH count is a whole number")
+            count = int(t.text)
+            self.i += 1
+        if not self.accept("FROM"):
+            self.accept("IN")
+        name = self.ident()
+        timeout_s = None
+        if self.accept("WITH"):
+            options = self.options()
+            timeout_s = _seconds(options.pop("timeout", None))
+            if options:
+                raise SqlError(
+                    f"unknown FETCH options {sorted(options)}: it takes TIMEOUT", "22023"
+                )
+        self.end()
+        return Fetch(name, count, timeout_s)
+
     def subscribe(self, inner: bool = False) -> Subscribe:
         self.accept("TO")
         name = self.name()
@@ -893,6 +1000,28 @@ class _Parser:
         return Query(f"{before.rstrip()}\n{after.lstrip()}".strip(), as_of)
 
 
+def _seconds(value: Any) -> float | None:
+    """A FETCH TIMEOUT in seconds: a duration (``'1s'``, ``'500ms'``) or a number of seconds."""
+    from timeshard.cli.spec import parse_duration
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise SqlError(f"TIMEOUT is a duration such as '1s', got {value!r}", "22023")
+    if isinstance(value, str):
+        try:
+            seconds = parse_duration(value.replace(" ", "")) / 1000
+        except InvalidUsage:
+            raise SqlError(
+                f"TIMEOUT is a duration such as '1s' or '500ms', got {value!r}", "22023"
+            ) from None
+    else:
+        seconds = float(value)
+    if seconds < 0:
+        raise SqlError(f"TIMEOUT must not be negative, got {value!r}", "22023")
+    return seconds
+
+
 def _duration_option(options: dict[str, Any], key: str) -> str | None:
     from timeshard.cli.spec import parse_duration
 
@@ -915,15 +1044,19 @@ __all__ = [
     "SINK_OPTIONS",
     "SOURCE_NEEDS",
     "SOURCE_OPTIONS",
+    "CloseCursor",
     "CreateSink",
     "CreateSource",
     "CreateView",
     "Deallocate",
+    "Declare",
     "Drop",
     "Empty",
     "Explain",
+    "Fetch",
     "Ignored",
     "Param",
+    "Promote",
     "Query",
     "Show",
     "ShowCreate",
