@@ -65,7 +65,7 @@ from timeshard.cli.spec import DEFAULT_DIR
 from timeshard.cli.status import shard_states, status, status_rows
 from timeshard.errors import InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient, ReadHandle
-from timeshard.progress import Frontier
+from timeshard.persist.as_of import common_as_of, not_readable
 from timeshard.server.discovery import running_server
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
@@ -198,11 +198,11 @@ def shard_snapshot(
         if as_of is None:
             as_of = (upper.time - 1) if upper.time else 0
         if upper.less_equal(as_of):
-            raise _not_readable(reader, as_of)
+            raise not_readable(reader, as_of)
         try:
             rows = reader.snapshot(as_of).to_pylist()
         except SinceError as e:
-            raise _not_readable(reader, as_of) from e
+            raise not_readable(reader, as_of) from e
     finally:
         reader.expire()
     if as_json:
@@ -216,25 +216,6 @@ def shard_snapshot(
     for r in rows[:limit]:
         table.add_row(*(escape(str(v)) for v in r.values()))
     console.print(fit(table))
-
-
-def readable_times(since: Frontier, upper: Frontier) -> str:
-    """What a shard with these frontiers can be read at: ``readable at [since, upper - 1]``."""
-    if upper.time == 0:
-        return "empty, so nothing is readable yet"
-    if since.time is None or (upper.time is not None and upper.time <= since.time):
-        return f"not readable at any time (since {since}, upper {upper})"
-    if upper.time is None:
-        return f"readable from {since.time} on"
-    return f"readable at [{since.time}, {upper.time - 1}]"
-
-
-def _not_readable(reader: ReadHandle, as_of: int) -> InvalidUsage:
-    """The error for reading ``reader``'s shard at ``as_of``, naming what is readable."""
-    ranges = readable_times(reader.since, reader.fetch_recent_upper())
-    return InvalidUsage(
-        f"as_of {as_of} is not readable in shard {reader.shard_id!r}: it is {ranges}"
-    )
 
 
 @shard_app.command("compact")
@@ -308,7 +289,7 @@ def query(
     readers = {s: client.open_leased_reader(s) for s in shards_named_in(sql, known)}
     server = running_server(location) if blob is None and consensus is None else None
     try:
-        as_of = _query_as_of(readers, as_of)
+        as_of = common_as_of(readers, as_of)
         if server is not None:
             rows = _run_on_server(server, sql, as_of, limit)
             err_console.print(f"(ran on timeshard serve at {server[0]}:{server[1]})")
@@ -346,28 +327,6 @@ def shards_named_in(sql: str, known: Iterable[str]) -> list[str]:
         names.add(name)
         names.update(name.split(".") if bare else ())
     return [s for s in known if s in names]
-
-
-def _query_as_of(readers: dict[str, ReadHandle], as_of: int | None) -> int | None:
-    """``as_of`` if every reader can read at it, else the greatest time all can read at."""
-    if as_of is not None:
-        for reader in readers.values():
-            upper = reader.fetch_recent_upper()
-            if not reader.since.less_equal(as_of) or upper.less_equal(as_of):
-                raise _not_readable(reader, as_of)
-        return as_of
-    ranges = {s: (r.since, r.fetch_recent_upper()) for s, r in readers.items()}
-    if not ranges:
-        return None
-    lows = [since.time for since, _ in ranges.values()]
-    highs = [upper.time - 1 for _, upper in ranges.values() if upper.time is not None]
-    if None not in lows:
-        low = max(t for t in lows if t is not None)
-        high = min(highs, default=low)
-        if low <= high:
-            return high
-    described = "; ".join(f"{s!r} is {readable_times(*r)}" for s, r in ranges.items())
-    raise InvalidUsage(f"no time is readable in every shard the query names: {described}")
 
 
 def _run_on_server(
@@ -426,7 +385,7 @@ def _run_sql(
         try:
             snap = snapshot_df(spark, reader, as_of)
         except SinceError as e:
-            raise _not_readable(reader, as_of) from e
+            raise not_readable(reader, as_of) from e
         data = [c for c in snap.columns if c not in ("_ts", "_diff", "_err")]
         quoted = [f"`{c}`" for c in data]
         snap.where("_err IS NULL").selectExpr(
@@ -534,14 +493,14 @@ def subscribe(
         if from_ is None:
             from_ = (reader.fetch_recent_upper().time or 1) - 1
         if not reader.since.less_equal(from_):
-            raise _not_readable(reader, from_)
+            raise not_readable(reader, from_)
         if not _wait_for_upper_past(reader, from_, deadline):
             return
         try:
             rows = reader.snapshot(from_).to_pylist()
             listen = reader.listen(from_)
         except SinceError as e:
-            raise _not_readable(reader, from_) from e
+            raise not_readable(reader, from_) from e
         for r in rows:
             sys.stdout.write(json.dumps(r, default=str) + "\n")
         while time.monotonic() < deadline:

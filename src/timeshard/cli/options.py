@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -42,6 +41,7 @@ from rich.table import Column, Table
 from timeshard.cli.spec import DEFAULT_DIR
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location, open_location
+from timeshard.progress.wallclock import WALL_CLOCK_MS, readable_utc
 
 console = Console()
 err_console = Console(stderr=True)
@@ -79,18 +79,6 @@ TimesOpt = Annotated[
         "epoch ms alone (ms).",
     ),
 ]
-#: Times from 2001-09-09 01:46:40 UTC on are wall-clock epoch milliseconds; a
-#: smaller time is a logical one (a counter, a test's 0, 1, 2, ...).
-WALL_CLOCK_MS = 10**12
-#: 10000-01-01: beyond what ``datetime`` shows.
-_LAST_READABLE_MS = 253_402_300_800_000
-
-
-def readable_utc(t: int) -> str | None:
-    """``2026-11-27 18:20:51.644`` for a wall-clock time, None for a logical one."""
-    if not WALL_CLOCK_MS <= t < _LAST_READABLE_MS:
-        return None
-    return f"{datetime.fromtimestamp(t // 1000, tz=UTC):%Y-%m-%d %H:%M:%S}.{t % 1000:03d}"
 
 
 def time_cell(t: int | None, times: Times = Times.utc, *, none: str = "") -> str:

@@ -10,8 +10,16 @@ dashboard's address, and runs until SIGINT or SIGTERM (or ``--seconds``),
 when it closes every object and stops Spark.
 
 On an embedded location (a directory) it writes ``serve.json`` there
-(:mod:`timeshard.server.discovery`): ``timeshard query`` on that location
-then runs its query on the server and starts no Spark of its own.
+(:mod:`timeshard.server.discovery`), unless a live server announced itself
+first (it takes over, within seconds, when that one stops): ``timeshard
+query`` on that location then runs its query on the server and starts no
+Spark of its own.
+
+``--read-only`` starts a replica that runs no object and writes nothing: it
+lists the objects the catalog records, follows the CREATEs and DROPs of the
+servers that write, and answers queries and SUBSCRIBEs from the shards.
+``ALTER SYSTEM PROMOTE`` makes it a writer, as if it had started without
+``--read-only``.
 
 A bind address that is not loopback needs a password, taken from the
 environment variable ``TIMESHARD_SERVE_PASSWORD`` (never from the command
@@ -59,6 +67,14 @@ def serve(
     seconds: Annotated[
         float | None, typer.Option(help="Stop after this long (default: run until stopped).")
     ] = None,
+    read_only: Annotated[
+        bool,
+        typer.Option(
+            "--read-only",
+            help="Run no object and write nothing: answer reads, follow the catalog; "
+            "ALTER SYSTEM PROMOTE makes it a writer.",
+        ),
+    ] = False,
     packages: Annotated[
         str | None,
         typer.Option(
@@ -74,7 +90,7 @@ def serve(
     them. Connect with: psql -h 127.0.0.1 -p 6875 -U timeshard timeshard
     """
     from timeshard.server.dashboard import Dashboard
-    from timeshard.server.discovery import announce, withdraw
+    from timeshard.server.discovery import announce, running_server, withdraw
     from timeshard.server.engine import Engine
     from timeshard.server.packages import session_packages
     from timeshard.server.pgwire import PgServer
@@ -94,7 +110,7 @@ def serve(
         packages=session_packages(client, packages),
         blob_uri=client.location.blob_uri,
     )
-    engine = Engine(spark, client, tick_s=tick)
+    engine = Engine(spark, client, tick_s=tick, read_only=read_only)
     try:
         server = PgServer(engine, host, port, password)
     except OSError as e:
@@ -120,19 +136,28 @@ def serve(
     listener.start()
     dashboard.start()
     embedded = blob is None and consensus is None
-    if embedded:  # `timeshard query` on this location then runs on this server
-        announce(location, host, server.port)
+
+    def take_over_announcement() -> None:
+        if embedded and running_server(location) is None:  # `timeshard query` then runs here
+            announce(location, host, server.port)
+
+    take_over_announcement()
     objects = ", ".join(sorted(engine.objects)) or "none yet"
+    mode = " (read-only: ALTER SYSTEM PROMOTE makes it a writer)" if read_only else ""
     console.print(
-        f"timeshard serve: listening on {host}:{server.port}; objects: {escape(objects)}\n"
+        f"timeshard serve{mode}: listening on {host}:{server.port}; objects: {escape(objects)}\n"
         f"  psql -h {host} -p {server.port} -U timeshard timeshard\n"
         f"  dashboard: {dashboard.url}",
         soft_wrap=True,
     )
     deadline = None if seconds is None else time.monotonic() + seconds
+    checked = time.monotonic()
     while not stop.wait(0.2):
         if deadline is not None and time.monotonic() >= deadline:
             break
+        if time.monotonic() - checked >= 5:  # the announced server may have stopped
+            take_over_announcement()
+            checked = time.monotonic()
     if embedded:
         withdraw(location)
     server.shutdown()

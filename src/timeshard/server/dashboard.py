@@ -53,8 +53,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from timeshard.cli.options import readable_utc
 from timeshard.errors import InvalidUsage
+from timeshard.progress.wallclock import readable_utc
 from timeshard.server.discovery import is_loopback
 
 log = logging.getLogger(__name__)

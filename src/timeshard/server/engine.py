@@ -14,6 +14,13 @@ from its remap, a view's sink from its shard's upper). Two engines on one
 location are replicas of the same objects: both tick them and converge
 through compare-and-append, as two ``timeshard run`` processes do.
 
+Read-only replicas: an engine started ``read_only`` builds and ticks no
+object and writes nothing of its own; it follows the catalog (every
+``follow_s``), so it lists the objects a writing server creates and drops,
+and answers queries and SUBSCRIBEs from their shards. CREATE and DROP are
+refused (25006). :meth:`Engine.promote` (``ALTER SYSTEM PROMOTE``) makes it a
+writer: it restores every recorded object, as a restart does, and ticks it.
+
 Failure isolation: one object's failing tick is caught, kept as that
 object's last error (see ``timeshard_objects``) and reported as its health;
 the others tick on. A statement's error is a :class:`SqlError` with an
@@ -43,11 +50,12 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +67,7 @@ from sqlglot.errors import SqlglotError
 from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
 from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient, Progress, Updates
+from timeshard.persist.as_of import common_as_of
 from timeshard.server.statements import (
     CreateSink,
     CreateSource,
@@ -66,6 +75,7 @@ from timeshard.server.statements import (
     Drop,
     Explain,
     Ignored,
+    Promote,
     Query,
     Show,
     ShowCreate,
@@ -124,6 +134,8 @@ class _Object:
     reads: list[str] = field(default_factory=list)
     last_error: str | None = None
     ticks: int = 0
+    #: On a read-only engine, every object is a standby: no runner, no ticks, no writes.
+    standby: bool = False
     health: Any = None  # a sink's Health: an export reports no health of its own
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
@@ -181,6 +193,8 @@ class Engine:
         tick_s: float = 1.0,
         clock: Callable[[], int] | None = None,
         read_wait_s: float = 60.0,
+        read_only: bool = False,
+        follow_s: float = 1.0,
     ) -> None:
         self.spark = spark
         self.client = client
@@ -193,11 +207,97 @@ class Engine:
         self._seq = 0
         self._started = False
         self._catalog = Catalog(client, self.clock)
+        self.read_only = read_only
+        self.follow_s = follow_s
+        self._promoting = threading.Lock()  # one promotion at a time
+        self._following = threading.Event()  # set: the follower stops
+        self._follower: threading.Thread | None = None
 
     # -- life
 
     def start(self) -> list[str]:
-        """Restore the recorded objects and start each ticking; the restore failures."""
+        """Restore the recorded objects and start each ticking; the restore failures.
+
+        A read-only engine restores none: it lists them, and follows the catalog.
+        """
+        if self.read_only:
+            self._follow_once()
+            self._follower = threading.Thread(
+                target=self._follow, name="timeshard-follower", daemon=True
+            )
+            self._follower.start()
+            return []
+        return self._restore()
+
+    def promote(self) -> Result:
+        """Make a read-only engine a writer: restore and tick every recorded object.
+
+        The failures to restore are the objects' own: each is reported, as at a
+        start, and the others run.
+        """
+        with self._promoting:
+            if not self.read_only:
+                return Result([], [], "ALTER SYSTEM")
+            self._following.set()
+            if self._follower is not None:
+                self._follower.join()
+            with self._lock:
+                self.objects = {n: o for n, o in self.objects.items() if not o.standby}
+                self.read_only = False
+            failures = self._restore()
+        for failure in failures:
+            log.error("promoted, but not restored: %s", failure)
+        return Result([], [], "ALTER SYSTEM")
+
+    def _follow(self) -> None:
+        """List the objects the catalog records, every ``follow_s``, until promoted."""
+        while not self._following.wait(self.follow_s):
+            try:
+                self._follow_once()
+            except Exception as e:  # the catalog unreadable for now: the list stays as it was
+                log.warning("read-only: cannot read the catalog: %s", e)
+
+    def _follow_once(self) -> None:
+        catalog = read_catalog(self.client)
+        entries = {e.name: e for e in catalog if e.kind == "statement"}
+        with self._lock:
+            listed = {n for n, o in self.objects.items() if o.standby}
+        fresh = {}
+        for name in set(entries) - listed:
+            definition = entries[name].definition
+            try:
+                fresh[name] = self._standby(str(definition["sql"]), int(definition["seq"]), catalog)
+            except Exception as e:
+                log.warning("read-only: cannot list %s: %s", name, e)
+        with self._lock:
+            if not self.read_only:
+                return
+            for name in listed - set(entries):
+                del self.objects[name]
+            self.objects.update(fresh)
+
+    def _standby(self, sql: str, seq: int, catalog: list[Any]) -> _Object:
+        """The object a recorded CREATE makes, as a read-only engine lists it (no runner)."""
+        statement = parse(sql)
+        if isinstance(statement, CreateSource):
+            shards = sorted(
+                e.name
+                for e in catalog
+                if e.kind == "export" and e.definition.get("source") == statement.name
+            )
+            return _Object(statement.name, "source", sql, seq, None, shards, standby=True)
+        if isinstance(statement, CreateView):
+            reads = sorted(set(self.resolve(statement.query)[1].values()))
+            obj = _Object(statement.name, "view", sql, seq, None, [statement.name], reads)
+            obj.standby = True
+            return obj
+        if isinstance(statement, CreateSink):
+            obj = _Object(statement.name, "sink", sql, seq, None, [], [statement.input])
+            obj.standby = True
+            return obj
+        raise CorruptState(f"not a CREATE statement: {sql!r}")
+
+    def _restore(self) -> list[str]:
         failures = []
         entries = [e for e in read_catalog(self.client) if e.kind == "statement"]
         for entry in sorted(entries, key=lambda e: int(e.definition.get("seq", 0))):
@@ -218,6 +318,7 @@ class Engine:
 
     def close(self) -> None:
         """Stop every object's ticks, then close them (views keep their durable holds)."""
+        self._following.set()
         with self._lock:
             objects = sorted(self.objects.values(), key=lambda o: -o.seq)
             self.objects.clear()
@@ -226,6 +327,8 @@ class Engine:
             obj.stop.set()
         for obj in objects:
             obj.halt()
+            if obj.standby:
+                continue
             try:
                 obj.runner.close()
                 if obj.health is not None:
@@ -249,6 +352,15 @@ class Engine:
             raise SqlError(f"{type(e).__name__}: {e}", "XX000") from e
 
     def _execute(self, statement: Statement) -> Result | Stream:
+        if isinstance(statement, Promote):
+            return self.promote()
+        if isinstance(statement, CreateSource | CreateView | CreateSink | Drop) and self.read_only:
+            verb = "DROP" if isinstance(statement, Drop) else "CREATE"
+            raise SqlError(
+                f"cannot execute {verb} in a read-only server: ALTER SYSTEM PROMOTE makes it "
+                "a writer",
+                "25006",
+            )
         if isinstance(statement, CreateSource | CreateView | CreateSink):
             return self._create(statement, record=True)
         if isinstance(statement, Drop):
@@ -370,22 +482,9 @@ class Engine:
         which anyone reading the location reads."""
         from urllib.parse import urlsplit
 
-        import psycopg
-        from psycopg.conninfo import conninfo_to_dict
-
         options = statement.options
-        if statement.kind == "postgres" and isinstance(options.get("dsn"), str):
-            try:
-                has_password = "password" in conninfo_to_dict(options["dsn"])
-            except psycopg.Error as e:
-                raise SqlError(f"DSN is not a libpq connection string: {e}", "22023") from None
-            if has_password:
-                raise SqlError(
-                    "a POSTGRES source's DSN must not hold a password (the statement is kept "
-                    "in the catalog, which anyone reading the location reads): give it in "
-                    "PGPASSWORD or ~/.pgpass",
-                    "28P01",
-                )
+        if statement.kind == "postgres":
+            _refuse_dsn_password("a POSTGRES source", options.get("dsn"))
         for key, where in (("url", "URL"), ("schema_registry_url", "SCHEMA REGISTRY URL")):
             url = options.get(key)
             if isinstance(url, str) and urlsplit(url).password:
@@ -452,21 +551,13 @@ class Engine:
         )
 
     def _create_sink(self, statement: CreateSink, seq: int) -> _Object:
-        from timeshard.catalog import _without_password
         from timeshard.cli.spec import ExportSpec, RunSpec, check_spec
         from timeshard.controller import build_export
         from timeshard.storage.health import Health
 
         if statement.input not in self.known_shards():
             raise SqlError(f"unknown relation {statement.input!r}", "42P01")
-        dsn = statement.options.get("dsn")
-        if isinstance(dsn, str) and _without_password(dsn) != dsn:
-            raise SqlError(
-                "a sink's DSN must not hold a password (the statement is kept in the "
-                "catalog, which anyone reading the location reads): give it in PGPASSWORD "
-                "or ~/.pgpass",
-                "28P01",
-            )
+        _refuse_dsn_password("a sink", statement.options.get("dsn"))
         try:
             spec = ExportSpec(
                 name=statement.name,
@@ -520,6 +611,8 @@ class Engine:
                 victim.runner.drop()
             else:
                 victim.runner.close()
+            if victim.kind == "source":
+                _drop_upstream(victim)
             victim.report("dropped")
             if victim.health is not None:
                 victim.health.close()
@@ -544,6 +637,12 @@ class Engine:
 
     def _explain(self, name: str) -> Result:
         obj = self._object(name, "view")
+        if obj.standby:
+            raise SqlError(
+                f"a read-only server plans no view: EXPLAIN {name!r} where it runs, or "
+                "ALTER SYSTEM PROMOTE",
+                "25006",
+            )
         path, reason = _view_path(obj)
         return Result(
             [
@@ -636,13 +735,11 @@ class Engine:
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --
         waited for up to ``read_wait_s`` when there is none yet (a view just created)."""
-        from timeshard.cli.main import _query_as_of
-
         deadline = time.monotonic() + self.read_wait_s
         delay = 0.05
         while True:
             try:
-                return _query_as_of(readers, as_of)
+                return common_as_of(readers, as_of)
             except InvalidUsage as e:
                 if as_of is not None or time.monotonic() + delay > deadline:
                     raise SqlError(str(e), "22023") from e
@@ -686,7 +783,7 @@ class Engine:
                         "name": obj.name,
                         "object": obj.name,
                         "type": "sink",
-                        "status": "stalled" if obj.last_error else "running",
+                        "status": _sink_status(obj),
                         "error": obj.last_error,
                     }
                 )
@@ -724,12 +821,33 @@ class Engine:
         except Exception:
             reader.expire()
             raise
-        return Stream(columns, _subscribe_rows(reader, names, as_of, statement.up_to))
+        rows = _subscribe_rows(reader, names, as_of, statement.up_to)
+        return Stream(columns, _Subscription(rows, reader))
+
+
+class _Subscription:
+    """A SUBSCRIBE's rows; :meth:`close` lets go of its reader even if none was read."""
+
+    def __init__(self, rows: Generator[tuple[Any, ...], None, None], reader: Any) -> None:
+        self._rows = rows
+        self._reader = reader
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return self
+
+    def __next__(self) -> tuple[Any, ...]:
+        return next(self._rows)
+
+    def close(self) -> None:
+        if inspect.getgeneratorstate(self._rows) == inspect.GEN_CREATED:
+            # Never started: its own cleanup (expiring the reader) would never run.
+            self._reader.expire()
+        self._rows.close()
 
 
 def _subscribe_rows(
     reader: Any, names: list[str], as_of: int, up_to: int | None
-) -> Iterator[tuple[Any, ...]]:
+) -> Generator[tuple[Any, ...], None, None]:
     try:
         while reader.fetch_recent_upper().less_equal(as_of):
             time.sleep(0.05)
@@ -815,11 +933,54 @@ def _type_of(obj: _Object | None, kind: str) -> str:
     return kind if obj is None else _KIND_NAMES[obj.kind]
 
 
+def _drop_upstream(source: _Object) -> None:
+    """Drop what a dropped source made upstream (a PostgreSQL replication slot, which
+    keeps WAL for as long as it exists); a failure is logged, and the DROP stands."""
+    drop = getattr(source.runner.source, "drop", None)
+    if drop is None:
+        return
+    try:
+        drop()
+    except Exception as e:
+        log.warning("source %s: dropped, but not what it made upstream: %s", source.name, e)
+
+
+def _refuse_dsn_password(what: str, dsn: Any) -> None:
+    """Refuse a libpq DSN that holds a password: the statement is kept in the catalog."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    if not isinstance(dsn, str):
+        return
+    try:
+        has_password = "password" in conninfo_to_dict(dsn)
+    except psycopg.Error as e:
+        raise SqlError(f"DSN is not a libpq connection string: {e}", "22023") from None
+    if has_password:
+        raise SqlError(
+            f"{what}'s DSN must not hold a password (the statement is kept in the catalog, "
+            "which anyone reading the location reads): give it in PGPASSWORD or ~/.pgpass",
+            "28P01",
+        )
+
+
+def _sink_status(obj: _Object) -> str:
+    if obj.standby:
+        return "standby"
+    return "stalled" if obj.last_error else "running"
+
+
 def _source_type(obj: _Object) -> str:
+    if obj.standby:
+        statement = parse(obj.sql)
+        assert isinstance(statement, CreateSource)
+        return statement.kind
     return type(obj.runner.source).__name__
 
 
 def _view_path(obj: _Object) -> tuple[str, str]:
+    if obj.standby:
+        return "standby", "a read-only server plans no view"
     classification = obj.runner.desired.plan.classification
     return str(classification.path), str(classification.reason)
 

@@ -1,0 +1,114 @@
+"""A read-only ``timeshard serve`` replica, and its promotion, with real server processes.
+
+A writing server creates a source and a view; a ``--read-only`` server on
+the same location lists them, answers a query and a SUBSCRIBE, refuses a
+CREATE (25006), and follows a view the writer creates later. The writer is
+killed (``kill -9``); ``ALTER SYSTEM PROMOTE`` on the replica restores every
+object and ticks it (the view moves past where the writer left it), CREATE
+works there, and ``verify`` finds no difference.
+
+Starts are waited for as long as the process lives; every wait polls with a
+deadline of minutes, so a loaded machine makes the test slow, never failed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.integration.test_serve import Served, connect, start_serve
+
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+
+pytestmark = [pytest.mark.spark]
+
+
+def eventually(server: Served, check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 600
+    while not check():
+        assert server.proc.poll() is None, server.log.read_text()
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.5)
+
+
+def test_a_read_only_replica_reads_follows_and_is_promoted(tmp_path: Path, spark: Any) -> None:
+    import psycopg
+
+    from timeshard.verify import verify_location
+
+    location = tmp_path / "loc"
+    writer = start_serve(location, tmp_path / "writer.log")
+    replica: Served | None = None
+    try:
+        with connect(writer, autocommit=True) as w:
+            w.execute(
+                "CREATE SOURCE kvr FROM LOAD GENERATOR KEY VALUE (KEYS 20, RATE 10) "
+                "ENVELOPE UPSERT (KEY (key))"
+            )
+            w.execute(
+                "CREATE MATERIALIZED VIEW kvr_groups WITH (RETAIN HISTORY FOR '1h') AS "
+                "SELECT key % 2 AS g, count(*) AS n FROM kvr GROUP BY key % 2"
+            )
+            assert w.execute("SELECT sum(n) FROM kvr_groups").fetchone() == (20,)
+            replica = start_serve(location, tmp_path / "replica.log", "--read-only")
+            assert "read-only" in replica.log.read_text()
+            with connect(replica, autocommit=True) as r:
+                assert r.execute("SHOW OBJECTS").fetchall() == [
+                    ("kvr", "source"),
+                    ("kvr_groups", "materialized view"),
+                ]
+                assert r.execute("SELECT sum(n) FROM kvr_groups").fetchone() == (20,)
+                row = r.execute(
+                    "SELECT upper - 1 FROM timeshard_objects WHERE name = 'kvr_groups'"
+                ).fetchone()
+                assert row is not None
+                bounded = f"COPY (SUBSCRIBE kvr_groups AS OF {row[0]} UP TO {row[0]}) TO STDOUT"
+                with r.cursor().copy(bounded) as copy:
+                    snapshot = list(copy.rows())  # mz_timestamp, mz_diff, g, n
+                assert sum(int(d) * int(n) for _, d, _, n in snapshot) == 20, snapshot
+                with pytest.raises(psycopg.Error) as refused:
+                    r.execute("CREATE MATERIALIZED VIEW nope AS SELECT key FROM kvr")
+                assert refused.value.sqlstate == "25006"
+                # the writer creates a view: the replica lists it and reads it
+                w.execute("CREATE MATERIALIZED VIEW kvr_keys AS SELECT count(*) AS c FROM kvr")
+
+                def listed() -> bool:
+                    rows = r.execute("SHOW MATERIALIZED VIEWS").fetchall()
+                    return "kvr_keys" in [row[0] for row in rows]
+
+                eventually(replica, listed, "the replica lists the writer's new view")
+                assert r.execute("SELECT c FROM kvr_keys").fetchone() == (20,)
+        left = PersistClient(Location.embedded(location)).state("kvr_groups").upper.time
+        assert left is not None
+        writer.kill()  # kill -9: the replica is the only server left
+
+        with connect(replica, autocommit=True) as r:
+            r.execute("ALTER SYSTEM PROMOTE")
+
+            def resumed() -> bool:
+                row = r.execute(
+                    "SELECT upper FROM timeshard_objects WHERE name = 'kvr_groups'"
+                ).fetchone()
+                return row is not None and row[0] is not None and row[0] > left
+
+            eventually(replica, resumed, "the promoted replica ticks the view")
+            assert r.execute("SELECT sum(n) FROM kvr_groups").fetchone() == (20,)
+            r.execute("CREATE MATERIALIZED VIEW kvr_odd AS SELECT n FROM kvr_groups WHERE g = 1")
+            assert r.execute("SELECT n FROM kvr_odd").fetchone() == (10,)
+            statuses = dict(
+                r.execute("SELECT name, status FROM timeshard_objects WHERE object IS NOT NULL")
+            )
+            assert statuses["kvr_groups"] != "standby", statuses
+    finally:
+        if writer.proc.poll() is None:
+            writer.kill()
+        if replica is not None:
+            assert replica.stop() == 0, replica.log.read_text()
+    report = verify_location(
+        PersistClient(Location.embedded(location)), spark=lambda _packages: spark, seed=1
+    )
+    assert report.ok, report.to_json()
