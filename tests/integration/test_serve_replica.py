@@ -4,8 +4,10 @@ A writing server creates a source and a view; a ``--read-only`` server on
 the same location lists them, answers a query and a SUBSCRIBE, refuses a
 CREATE (25006), and follows a view the writer creates later. The writer is
 killed (``kill -9``); ``ALTER SYSTEM PROMOTE`` on the replica restores every
-object and ticks it (the view moves past where the writer left it), CREATE
-works there, and ``verify`` finds no difference.
+object and ticks it (the view moves past where the writer left it), and
+CREATE works there. The old writer then comes back: two writers run the same
+objects, each runs the view the other creates and stops the one the other
+drops, and ``verify`` finds no difference.
 
 Starts are waited for as long as the process lives; every wait polls with a
 deadline of minutes, so a loaded machine makes the test slow, never failed.
@@ -33,6 +35,10 @@ def eventually(server: Served, check: Callable[[], bool], what: str) -> None:
         assert server.proc.poll() is None, server.log.read_text()
         assert time.monotonic() < deadline, f"never: {what}"
         time.sleep(0.5)
+
+
+def runs(name: str, conn: Any) -> bool:
+    return name in [row[0] for row in conn.execute("SHOW OBJECTS").fetchall()]
 
 
 def test_a_read_only_replica_reads_follows_and_is_promoted(tmp_path: Path, spark: Any) -> None:
@@ -103,9 +109,26 @@ def test_a_read_only_replica_reads_follows_and_is_promoted(tmp_path: Path, spark
                 r.execute("SELECT name, status FROM timeshard_objects WHERE object IS NOT NULL")
             )
             assert statuses["kvr_groups"] != "standby", statuses
+
+        # The old writer comes back: two writers, replicas of the same objects.
+        writer = start_serve(location, tmp_path / "writer.log")
+        with connect(writer, autocommit=True) as w, connect(replica, autocommit=True) as r:
+            objects = [row[0] for row in w.execute("SHOW OBJECTS").fetchall()]
+            assert objects == ["kvr", "kvr_groups", "kvr_keys", "kvr_odd"], objects
+            # one creates a view: the other runs it too; one drops it: the other stops it
+            r.execute("CREATE MATERIALIZED VIEW kvr_even AS SELECT n FROM kvr_groups WHERE g = 0")
+
+            def runs_it() -> bool:
+                rows = w.execute("SHOW MATERIALIZED VIEWS").fetchall()
+                return "kvr_even" in [row[0] for row in rows]
+
+            eventually(writer, runs_it, "the other writer runs the new view")
+            assert w.execute("SELECT n FROM kvr_even").fetchone() == (10,)
+            r.execute("DROP MATERIALIZED VIEW kvr_odd")
+            eventually(writer, lambda: not runs("kvr_odd", w), "the other writer stops kvr_odd")
     finally:
         if writer.proc.poll() is None:
-            writer.kill()
+            assert writer.stop() == 0, writer.log.read_text()
         if replica is not None:
             assert replica.stop() == 0, replica.log.read_text()
     report = verify_location(

@@ -12,7 +12,9 @@ statements in order, so a restart -- after a clean stop or ``kill -9`` --
 restores every object, and each resumes where its shards end (an ingestion
 from its remap, a view's sink from its shard's upper). Two engines on one
 location are replicas of the same objects: both tick them and converge
-through compare-and-append, as two ``timeshard run`` processes do.
+through compare-and-append, as two ``timeshard run`` processes do. Each
+follows the catalog (every ``follow_s``): it runs the objects another server
+creates, and stops (closes, without dropping) those another server drops.
 
 Read-only replicas: an engine started ``read_only`` builds and ticks no
 object and writes nothing of its own; it follows the catalog (every
@@ -209,25 +211,31 @@ class Engine:
         self._catalog = Catalog(client, self.clock)
         self.read_only = read_only
         self.follow_s = follow_s
-        self._promoting = threading.Lock()  # one promotion at a time
+        #: Held by a promotion and by each pass of the follower: one at a time.
+        self._promoting = threading.Lock()
         self._following = threading.Event()  # set: the follower stops
         self._follower: threading.Thread | None = None
+        #: The recorded objects that failed to restore or replicate, by name: their seq.
+        #: The follower does not retry them every pass (a restart or promotion does).
+        self._failed: dict[str, int] = {}
 
     # -- life
 
     def start(self) -> list[str]:
         """Restore the recorded objects and start each ticking; the restore failures.
 
-        A read-only engine restores none: it lists them, and follows the catalog.
+        A read-only engine restores none: it lists them. Either follows the catalog.
         """
+        failures = []
         if self.read_only:
             self._follow_once()
-            self._follower = threading.Thread(
-                target=self._follow, name="timeshard-follower", daemon=True
-            )
-            self._follower.start()
-            return []
-        return self._restore()
+        else:
+            failures = self._restore()
+        self._follower = threading.Thread(
+            target=self._follow, name="timeshard-follower", daemon=True
+        )
+        self._follower.start()
+        return failures
 
     def promote(self) -> Result:
         """Make a read-only engine a writer: restore and tick every recorded object.
@@ -238,9 +246,6 @@ class Engine:
         with self._promoting:
             if not self.read_only:
                 return Result([], [], "ALTER SYSTEM")
-            self._following.set()
-            if self._follower is not None:
-                self._follower.join()
             with self._lock:
                 self.objects = {n: o for n, o in self.objects.items() if not o.standby}
                 self.read_only = False
@@ -250,16 +255,73 @@ class Engine:
         return Result([], [], "ALTER SYSTEM")
 
     def _follow(self) -> None:
-        """List the objects the catalog records, every ``follow_s``, until promoted."""
+        """Follow the catalog every ``follow_s`` until closed."""
         while not self._following.wait(self.follow_s):
             try:
-                self._follow_once()
-            except Exception as e:  # the catalog unreadable for now: the list stays as it was
-                log.warning("read-only: cannot read the catalog: %s", e)
+                with self._promoting:
+                    self._follow_once()
+            except Exception as e:  # the catalog unreadable for now: the objects stay as they are
+                log.warning("cannot follow the catalog: %s", e)
 
     def _follow_once(self) -> None:
+        with self._lock:
+            before = dict(self.objects)  # each recorded before it was added: see _replicate
         catalog = read_catalog(self.client)
         entries = {e.name: e for e in catalog if e.kind == "statement"}
+        if self.read_only:
+            self._list(entries, catalog)
+        else:
+            self._replicate(entries, before)
+
+    def _replicate(self, entries: dict[str, Any], before: dict[str, _Object]) -> None:
+        """Run the objects another server created; stop those another server dropped.
+
+        ``before`` are the objects this engine ran before ``entries`` were read:
+        every one was recorded before it was added, so one whose entry is gone
+        was dropped. (An object added since may be missing from ``entries``.)
+        """
+        with self._lock:
+            known = set(self.objects) | self._creating
+        new = [
+            e
+            for n, e in entries.items()
+            if n not in known and self._failed.get(n) != int(e.definition.get("seq", 0))
+        ]
+        for entry in sorted(new, key=lambda e: int(e.definition.get("seq", 0))):
+            seq = int(entry.definition.get("seq", 0))
+            with self._lock:
+                self._seq = max(self._seq, seq)
+            try:
+                statement = parse(str(entry.definition["sql"]))
+                if not isinstance(statement, CreateSource | CreateView | CreateSink):
+                    raise CorruptState(f"not a CREATE statement: {entry.definition['sql']!r}")
+                self._create(statement, record=False, seq=seq)
+                log.info("running %s, which another server created", entry.name)
+            except SqlError as e:
+                if e.sqlstate != "42710":  # created here meanwhile: nothing to do
+                    self._failed[entry.name] = seq
+                    log.error("cannot run %s, which another server created: %s", entry.name, e)
+            except Exception as e:
+                self._failed[entry.name] = seq
+                log.error("cannot run %s, which another server created: %s", entry.name, e)
+        for name, obj in before.items():
+            if name in entries or obj.standby:
+                continue
+            with self._lock:
+                if self.objects.get(name) is not obj:
+                    continue  # dropped here
+                del self.objects[name]
+            log.info("stopping %s, which another server dropped", name)
+            obj.halt()
+            try:
+                obj.runner.close()
+                if obj.health is not None:
+                    obj.health.close()
+            except Exception as e:
+                log.warning("closing %s: %s", name, e)
+
+    def _list(self, entries: dict[str, Any], catalog: list[Any]) -> None:
+        """A read-only engine's objects: a standby of each recorded CREATE."""
         with self._lock:
             listed = {n for n, o in self.objects.items() if o.standby}
         fresh = {}
@@ -310,6 +372,7 @@ class Engine:
             except Exception as e:  # one bad entry must not keep the others down
                 log.error("cannot restore %s: %s", entry.name, e)
                 failures.append(f"{entry.name}: {type(e).__name__}: {e}")
+                self._failed[entry.name] = int(entry.definition.get("seq", 0))
         with self._lock:
             self._started = True
             for obj in self.objects.values():
@@ -319,6 +382,8 @@ class Engine:
     def close(self) -> None:
         """Stop every object's ticks, then close them (views keep their durable holds)."""
         self._following.set()
+        if self._follower is not None and self._follower is not threading.current_thread():
+            self._follower.join()  # a pass under way may be creating an object
         with self._lock:
             objects = sorted(self.objects.values(), key=lambda o: -o.seq)
             self.objects.clear()
