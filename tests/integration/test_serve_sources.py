@@ -1,13 +1,22 @@
-"""KAFKA, POSTGRES, MYSQL and Avro FILE sources made with SQL on a running ``timeshard serve``.
+"""KAFKA, POSTGRES, MYSQL and Avro FILE sources, and KAFKA and POSTGRES sinks, made with SQL
+on a running ``timeshard serve``.
 
 One server (``--packages kafka,avro``) serves the module; each test drives a
 real upstream the tests start -- the Kafka broker, PostgreSQL, MariaDB, a
 directory of Avro lines -- with its own client: it writes a few rows,
 creates the source through psycopg, waits until SELECT shows them, changes
 them upstream (new records; an update and a delete), waits until SELECT
-shows the change, and drops the source. A wait polls with a generous
-deadline while the server lives, so a slow machine is slow, never failed; a
-server that died fails at once, with its log.
+shows the change, and drops the source. DROP of a POSTGRES source drops its
+replication slot.
+
+A sink test sinks a changing KEY VALUE source into a PostgreSQL table or a
+Kafka topic, and reads the target back with its own client: the target
+records the sink's progress ``F`` with the data, so it must hold exactly the
+source's rows AS OF ``F - 1``, checked twice, a few ticks apart.
+
+A wait polls with a generous deadline while the server lives, so a slow
+machine is slow, never failed; a server that died fails at once, with its
+log.
 """
 
 from __future__ import annotations
@@ -15,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -137,48 +146,60 @@ def test_a_kafka_source_upserts_the_topic_s_records(served: Served, kafka_broker
 def pg(postgres_server: Any) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(postgres_server.dsn, autocommit=True) as conn:
         yield conn
-        # DROP SOURCE leaves the slot (the source's shards stay, and could resume from it).
-        conn.execute(
-            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE NOT active AND slot_name LIKE 'timeshard_pg_%%'"
-        )
+
+
+def slots(pg: psycopg.Connection[Any], slot: str) -> list[str]:
+    """``[slot]`` while the replication slot ``slot`` exists, else ``[]``."""
+    query = "SELECT slot_name FROM pg_replication_slots WHERE slot_name = %s"
+    return [r[0] for r in pg.execute(query, (slot,)).fetchall()]
 
 
 @pytest.mark.postgres
-def test_a_postgres_source_follows_its_tables(
+def test_a_postgres_source_follows_its_tables_and_its_drop_drops_the_slot(
     served: Served, postgres_server: Any, pg: psycopg.Connection[Any]
 ) -> None:
     table, publication, name = unique("orders"), unique("pub"), unique("pg")
+    slot = f"timeshard_{name}"  # the source's default slot
     other = unique("other")  # in the publication, not in FOR TABLES
     for t in (table, other):
         pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, status text)")
         pg.execute(f"ALTER TABLE {t} REPLICA IDENTITY FULL")
     pg.execute(f"INSERT INTO {table} VALUES (1, 'open'), (2, 'open'), (3, 'paid')")
     pg.execute(f"CREATE PUBLICATION {publication} FOR TABLE {table}, {other}")
-    dsn = postgres_server.dsn  # trust authentication: no password
-    with_password = dsn.replace("postgres@", "postgres:secret@")
-    message = refused(
-        served,
-        f"CREATE SOURCE {name} FROM POSTGRES (DSN '{with_password}', "
-        f"PUBLICATION '{publication}') FOR ALL TABLES",
-        "28P01",
-    )
-    assert "PGPASSWORD" in message and "secret" not in message
-    execute(
-        served,
-        f"CREATE SOURCE {name} FROM POSTGRES (DSN '{dsn}', PUBLICATION '{publication}') "
-        f"FOR TABLES ({table})",
-    )
-    assert shown(served, name) == ("PostgresSource", f"{name}.{table}")
-    query = f"SELECT id, status FROM {name}.{table} ORDER BY id"
-    wait_for(served, query, [(1, "open"), (2, "open"), (3, "paid")])
-    with pg.transaction():
-        pg.execute(f"UPDATE {table} SET status = 'paid' WHERE id = 1")
-        pg.execute(f"DELETE FROM {table} WHERE id = 2")
-        pg.execute(f"INSERT INTO {table} VALUES (4, 'open')")
-    wait_for(served, query, [(1, "paid"), (3, "paid"), (4, "open")])
-    dropped(served, name)
-    pg.execute(f"DROP PUBLICATION {publication}")
+    try:
+        dsn = postgres_server.dsn  # trust authentication: no password
+        with_password = dsn.replace("postgres@", "postgres:secret@")
+        message = refused(
+            served,
+            f"CREATE SOURCE {name} FROM POSTGRES (DSN '{with_password}', "
+            f"PUBLICATION '{publication}') FOR ALL TABLES",
+            "28P01",
+        )
+        assert "PGPASSWORD" in message and "secret" not in message
+        assert slots(pg, slot) == []  # a refused CREATE made nothing upstream
+        execute(
+            served,
+            f"CREATE SOURCE {name} FROM POSTGRES (DSN '{dsn}', PUBLICATION '{publication}') "
+            f"FOR TABLES ({table})",
+        )
+        assert shown(served, name) == ("PostgresSource", f"{name}.{table}")
+        assert slots(pg, slot) == [slot]
+        query = f"SELECT id, status FROM {name}.{table} ORDER BY id"
+        wait_for(served, query, [(1, "open"), (2, "open"), (3, "paid")])
+        with pg.transaction():
+            pg.execute(f"UPDATE {table} SET status = 'paid' WHERE id = 1")
+            pg.execute(f"DELETE FROM {table} WHERE id = 2")
+            pg.execute(f"INSERT INTO {table} VALUES (4, 'open')")
+        wait_for(served, query, [(1, "paid"), (3, "paid"), (4, "open")])
+        dropped(served, name)
+        assert slots(pg, slot) == [], "DROP SOURCE left the replication slot, which keeps WAL"
+    finally:  # after a failure only: a passing test has dropped the slot already
+        pg.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s AND NOT active",
+            (slot,),
+        )
+        pg.execute(f"DROP PUBLICATION IF EXISTS {publication}")
 
 
 # -- MYSQL --------------------------------------------------------------------------------------
@@ -272,3 +293,145 @@ def test_an_avro_file_source_reads_with_spark_avro(served: Served, tmp_path: Pat
         f.write(avro_lines({"id": 3, "v": 1.5}))
     wait_for(served, query, [(1, 0.5), (2, None), (3, 1.5)])
     dropped(served, name)
+
+
+# -- SINKS --------------------------------------------------------------------------------------
+#
+# A sink lags its relation, which a KEY VALUE generator changes at every tick (updates and
+# deletes). The target records the sink's progress F in the transaction that writes the
+# data, so a snapshot of the target holds exactly the relation's rows AS OF F - 1.
+
+#: What the relation of a sink test is made FROM: 20 keys, updated and deleted at every tick.
+KEY_VALUE = (
+    "LOAD GENERATOR KEY VALUE (KEYS 20, RATE 5, DELETES 0.2) ENVELOPE UPSERT (KEY (key)) "
+    "WITH (RETAIN HISTORY FOR '1h')"
+)
+#: A target's content: the sink's progress F and its (key, value) rows at F - 1.
+Snapshot = tuple[int, set[tuple[Any, ...]]]
+
+
+def upper(served: Served, shard: str) -> int:
+    [(value,)] = execute(served, f"SELECT upper FROM timeshard_objects WHERE name = '{shard}'")
+    return int(value)
+
+
+def sink_error(served: Served, sink: str) -> list[tuple[Any, ...]]:
+    return execute(served, f"SELECT status, error FROM timeshard_objects WHERE name = '{sink}'")
+
+
+def follows(
+    served: Served, source: str, sink: str, snapshot: Callable[[], Snapshot | None]
+) -> None:
+    """Twice: wait until the target's progress passes a time ``source`` has reached, then
+    compare the target with ``source`` AS OF that progress - 1."""
+    for _ in range(2):
+        reached = upper(served, source)
+        deadline = time.monotonic() + DEADLINE_S
+        while (got := snapshot()) is None or got[0] <= reached:
+            assert served.proc.poll() is None, served.log.read_text()[-4000:]
+            assert time.monotonic() < deadline, (
+                f"after {DEADLINE_S}s the progress of {sink} is {got and got[0]}, not past "
+                f"{reached}; the sink: {sink_error(served, sink)}"
+            )
+            time.sleep(0.5)
+        frontier, rows = got
+        want = set(execute(served, f"SELECT key, value FROM {source} AS OF {frontier - 1}"))
+        assert want, f"{source} has no row at {frontier - 1}"
+        assert rows == want, (frontier, sorted(rows - want), sorted(want - rows))
+
+
+def sink_dropped(served: Served, sink: str, source: str) -> None:
+    execute(served, f"DROP SINK {sink}")
+    assert sink not in [r[0] for r in execute(served, "SHOW SINKS")]
+    dropped(served, source)
+
+
+def table_snapshot(dsn: str, sink: str, table: str) -> Snapshot | None:
+    """The progress of ``sink`` and the rows of ``table``, in one REPEATABLE READ transaction."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        with conn.transaction():
+            progress = conn.execute(
+                "SELECT frontier FROM _timeshard_progress WHERE export_id = %s", (sink,)
+            ).fetchone()
+            rows = {tuple(r) for r in conn.execute(f"SELECT key, value FROM {table}")}
+    return None if progress is None else (int(progress[0]), rows)
+
+
+@pytest.mark.postgres
+def test_a_postgres_sink_keeps_a_table_as_its_relation_was(
+    served: Served, postgres_server: Any, pg: psycopg.Connection[Any]
+) -> None:
+    source, sink, table = unique("kv"), unique("to_pg"), unique("kv_table")
+    execute(served, f"CREATE SOURCE {source} FROM {KEY_VALUE}")
+    dsn = postgres_server.dsn  # trust authentication: no password
+    with_password = dsn.replace("postgres@", "postgres:secret@")
+    message = refused(
+        served,
+        f"CREATE SINK {sink} FROM {source} INTO POSTGRES (DSN '{with_password}', "
+        f"TABLE '{table}') KEY (key)",
+        "28P01",
+    )
+    assert "PGPASSWORD" in message and "secret" not in message
+    execute(
+        served,
+        f"CREATE SINK {sink} FROM {source} INTO POSTGRES (DSN '{dsn}', TABLE '{table}') KEY (key)",
+    )
+    assert (sink, "PostgresExport", source) in execute(served, "SHOW SINKS")
+    try:
+        follows(served, source, sink, lambda: table_snapshot(dsn, sink, table))
+        sink_dropped(served, sink, source)
+    finally:
+        pg.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def topic_snapshot(bootstrap: str, sink: str, topic: str, progress_topic: str) -> Snapshot | None:
+    """The newest committed progress of ``sink``, and the upserts of ``topic`` before it."""
+    from confluent_kafka import KafkaException
+    from tests.integration.test_kafka_export import read_records
+
+    from timeshard.storage.kafka_export import read_progress
+
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"check-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+    }
+    try:
+        progress = read_progress(conf, progress_topic, sink, 10.0)
+    except KafkaException:  # the sink has not created its progress topic yet
+        return None
+    if progress is None:
+        return None
+    latest: dict[Any, dict[str, Any] | None] = {}
+    # The records are in time order, and every one before the progress is committed with
+    # it or earlier: read_records reads them all.
+    for t, key, value in read_records(bootstrap, topic):
+        if t >= progress.frontier:
+            break
+        k = json.loads(key or b"null")["key"]
+        row = None if value is None else json.loads(value)
+        assert row is None or row["key"] == k, (key, value)
+        latest[k] = row
+    rows = {(r["key"], r["value"]) for r in latest.values() if r is not None}
+    return progress.frontier, rows
+
+
+@pytest.mark.kafka
+def test_a_kafka_sink_upserts_its_relation_into_a_topic(served: Served, kafka_broker: Any) -> None:
+    from timeshard.dev.kafka import create_topic
+
+    bootstrap = kafka_broker.bootstrap
+    source, sink = unique("kv"), unique("to_kafka")
+    topic, progress_topic = unique("kv-topic"), unique("kv-progress")
+    create_topic(bootstrap, topic, partitions=1)
+    execute(served, f"CREATE SOURCE {source} FROM {KEY_VALUE}")
+    execute(
+        served,
+        f"CREATE SINK {sink} FROM {source} INTO KAFKA (BROKER '{bootstrap}', TOPIC '{topic}', "
+        f"PROGRESS TOPIC '{progress_topic}') KEY (key) FORMAT JSON ENVELOPE UPSERT",
+    )
+    assert (sink, "KafkaExport", source) in execute(served, "SHOW SINKS")
+    follows(served, source, sink, lambda: topic_snapshot(bootstrap, sink, topic, progress_topic))
+    sink_dropped(served, sink, source)
