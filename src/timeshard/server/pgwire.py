@@ -23,8 +23,8 @@ maps statements to messages:
   at each heartbeat of the SUBSCRIBE, about every 0.5 s), then takes the
   rows that are ready, up to ``n``: those before its next heartbeat.
   ``CLOSE``, COMMIT, ROLLBACK and the connection's end close cursors; a
-  closed SUBSCRIBE expires its reader (one no FETCH started lets its lease
-  run out). A ``Describe`` of a portal named as a cursor describes the
+  closed SUBSCRIBE expires its reader, whether a FETCH started it or not.
+  A ``Describe`` of a portal named as a cursor describes the
   cursor (psycopg's named cursors);
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
   connection stays usable (in a transaction block, until ROLLBACK);
