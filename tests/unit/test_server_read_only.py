@@ -126,3 +126,32 @@ def test_a_dsn_is_refused_only_for_a_password(dsn: str, refused: bool) -> None:
         assert info.value.sqlstate == "28P01"
     else:
         _refuse_dsn_password("a sink", dsn)
+
+
+def test_a_writers_follower_does_not_run_again_what_a_drop_is_dropping(
+    client: PersistClient,
+) -> None:
+    # A DROP takes the object out, halts it (its tick under way ends: here, slowly), then
+    # forgets its entry. A follower pass in between saw the entry and no object, and ran
+    # the object again: the DROP was undone (CI caught it with a sink).
+    import threading
+
+    from timeshard.server.engine import _Object
+
+    sql = "CREATE MATERIALIZED VIEW evens AS SELECT n FROM counter"
+    record(client, "evens", sql, 2)
+    engine = Engine(no_spark(), client, follow_s=0.01)
+    created: list[str] = []
+    engine._create = lambda statement, **_: created.append(statement.name)  # type: ignore[assignment,method-assign,misc,return-value]
+    runner = SimpleNamespace(drop=lambda: None, close=lambda: None)
+    view = _Object("evens", "view", sql, 2, runner, ["evens"])
+    view.halt = lambda: time.sleep(0.5)  # type: ignore[method-assign]
+    engine.objects["evens"] = view
+    engine._follower = threading.Thread(target=engine._follow, daemon=True)
+    engine._follower.start()
+    try:
+        engine.execute(parse("DROP MATERIALIZED VIEW evens"))
+        time.sleep(0.2)  # more passes, after the entry is gone
+    finally:
+        engine.close()
+    assert created == [] and engine.objects == {}

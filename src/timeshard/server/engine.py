@@ -211,8 +211,9 @@ class Engine:
         self._catalog = Catalog(client, self.clock)
         self.read_only = read_only
         self.follow_s = follow_s
-        #: Held by a promotion and by each pass of the follower: one at a time.
-        self._promoting = threading.Lock()
+        #: Held by a promotion, a DROP and each pass of the follower: one at a time. A pass
+        #: that read the catalog before a DROP forgot the object's entry would run it again.
+        self._serial = threading.Lock()
         self._following = threading.Event()  # set: the follower stops
         self._follower: threading.Thread | None = None
         #: The recorded objects that failed to restore or replicate, by name: their seq.
@@ -243,7 +244,7 @@ class Engine:
         The failures to restore are the objects' own: each is reported, as at a
         start, and the others run.
         """
-        with self._promoting:
+        with self._serial:
             if not self.read_only:
                 return Result([], [], "ALTER SYSTEM")
             with self._lock:
@@ -258,7 +259,7 @@ class Engine:
         """Follow the catalog every ``follow_s`` until closed."""
         while not self._following.wait(self.follow_s):
             try:
-                with self._promoting:
+                with self._serial:
                     self._follow_once()
             except Exception as e:  # the catalog unreadable for now: the objects stay as they are
                 log.warning("cannot follow the catalog: %s", e)
@@ -652,6 +653,10 @@ class Engine:
         return {s for o in self.objects.values() for s in o.shards}
 
     def _drop(self, statement: Drop) -> Result:
+        with self._serial:  # no follower pass reads the entry between halt and forget
+            return self._drop_now(statement)
+
+    def _drop_now(self, statement: Drop) -> Result:
         tag = {"source": "DROP SOURCE", "view": "DROP MATERIALIZED VIEW", "sink": "DROP SINK"}[
             statement.kind
         ]
