@@ -293,9 +293,7 @@ class Engine:
             with self._lock:
                 self._seq = max(self._seq, seq)
             try:
-                statement = parse(str(entry.definition["sql"]))
-                if not isinstance(statement, CreateSource | CreateView | CreateSink):
-                    raise CorruptState(f"not a CREATE statement: {entry.definition['sql']!r}")
+                statement = _recorded(str(entry.definition["sql"]))
                 self._create(statement, record=False, seq=seq)
                 log.info("running %s, which another server created", entry.name)
             except SqlError as e:
@@ -341,7 +339,7 @@ class Engine:
 
     def _standby(self, sql: str, seq: int, catalog: list[Any]) -> _Object:
         """The object a recorded CREATE makes, as a read-only engine lists it (no runner)."""
-        statement = parse(sql)
+        statement = _recorded(sql)
         if isinstance(statement, CreateSource):
             shards = sorted(
                 e.name
@@ -351,14 +349,10 @@ class Engine:
             return _Object(statement.name, "source", sql, seq, None, shards, standby=True)
         if isinstance(statement, CreateView):
             reads = sorted(set(self.resolve(statement.query)[1].values()))
-            obj = _Object(statement.name, "view", sql, seq, None, [statement.name], reads)
-            obj.standby = True
-            return obj
-        if isinstance(statement, CreateSink):
-            obj = _Object(statement.name, "sink", sql, seq, None, [], [statement.input])
-            obj.standby = True
-            return obj
-        raise CorruptState(f"not a CREATE statement: {sql!r}")
+            return _Object(
+                statement.name, "view", sql, seq, None, [statement.name], reads, standby=True
+            )
+        return _Object(statement.name, "sink", sql, seq, None, [], [statement.input], standby=True)
 
     def _restore(self) -> list[str]:
         failures = []
@@ -366,9 +360,7 @@ class Engine:
         for entry in sorted(entries, key=lambda e: int(e.definition.get("seq", 0))):
             self._seq = max(self._seq, int(entry.definition.get("seq", 0)))
             try:
-                statement = parse(str(entry.definition["sql"]))
-                if not isinstance(statement, CreateSource | CreateView | CreateSink):
-                    raise CorruptState(f"not a CREATE statement: {entry.definition['sql']!r}")
+                statement = _recorded(str(entry.definition["sql"]))
                 self._create(statement, record=False, seq=int(entry.definition["seq"]))
             except Exception as e:  # one bad entry must not keep the others down
                 log.error("cannot restore %s: %s", entry.name, e)
@@ -1001,6 +993,14 @@ _SHOWN: dict[str, tuple[str, list[str], Callable[[_Object], tuple[Any, ...]]]] =
 
 def _type_of(obj: _Object | None, kind: str) -> str:
     return kind if obj is None else _KIND_NAMES[obj.kind]
+
+
+def _recorded(sql: str) -> CreateSource | CreateView | CreateSink:
+    """The CREATE statement a catalog entry of kind ``statement`` records."""
+    statement = parse(sql)
+    if not isinstance(statement, CreateSource | CreateView | CreateSink):
+        raise CorruptState(f"not a CREATE statement: {sql!r}")
+    return statement
 
 
 def _drop_upstream(source: _Object) -> None:
