@@ -144,9 +144,14 @@ class SparkDelta:
                 self._skip_rows(lower, upper)
                 ok = None
         errs = [self._err_updates(a, lower, upper) for a in sorted(changed)]
-        out = self._consolidated(ok, errs)
         rows = sum(self._rows_in(a, lower, upper) for a in changed)
-        return out.coalesce(1) if rows <= self.one_part_rows else out
+        if rows > self.one_part_rows:
+            return self._consolidated(ok, errs)
+        if self.plan.arranged or self._keyed or self._aggregates is not None:
+            # It reads cached layers, partitioned, in the stage that ends in the sum: one
+            # task for every partition would give up the cores. The sum shuffles.
+            return self._consolidated(ok, errs).coalesce(1)
+        return self._consolidated(ok, errs, one_task=True)
 
     def prepare(self, lower: Timestamp) -> None:
         """The next delta starts at ``lower``: build the arrangements it reads now."""
@@ -866,8 +871,13 @@ class SparkDelta:
 
     # -- output ------------------------------------------------------------------------------
 
-    def _consolidated(self, ok: Any | None, errs: list[Any]) -> Any:
-        """The ok and err updates unioned, cast to the view's types, summed per row and time."""
+    def _consolidated(self, ok: Any | None, errs: list[Any], one_task: bool = False) -> Any:
+        """The ok and err updates unioned, cast to the view's types, summed per row and time.
+
+        ``one_task``: the union is coalesced into one partition before it is summed, so
+        the sum needs no shuffle: the whole delta is one stage of one task (for a small
+        delta read from its inputs' updates alone, a stage and a shuffle less per tick).
+        """
         from timeshard.spark.session import arrow_to_spark_schema
         from timeshard.spark.sqltext import quoted, sql_over, type_sql
 
@@ -896,7 +906,9 @@ class SparkDelta:
 
         def query(views: Mapping[str, str]) -> str:
             union = " UNION ALL ".join(f"SELECT {cols} FROM {views[r]}" for r in frames)
-            summed = f"SELECT {keys}, sum({DIFF}) AS {DIFF} FROM (SELECT {typed} FROM ({union}))"
+            hint = "/*+ COALESCE(1) */ " if one_task else ""
+            typed_rows = f"SELECT {hint}{typed} FROM ({union})"
+            summed = f"SELECT {keys}, sum({DIFF}) AS {DIFF} FROM ({typed_rows})"
             return f"SELECT {out} FROM ({summed} GROUP BY {keys}) WHERE {DIFF} != 0"
 
         return sql_over(frames, query)

@@ -539,10 +539,15 @@ class MvSink:
                 )
             if self.step() is None and self._inflight is None:
                 time.sleep(0.05)
+            appending = self._inflight is not None
             try:
                 self._collect_inflight()
+                self._observe_upper()  # an append just done ends the loop now, not a step later
             except Exception as e:
                 self._recover(e)
+            else:
+                if appending:  # as a step after it would have
+                    self.last_error = None
 
     def _recover(self, error: BaseException) -> None:
         """After a failure: forget what may be stale, reopen lost handles, go on next tick."""

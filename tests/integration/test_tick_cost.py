@@ -1,0 +1,112 @@
+"""What a small tick of a view read from its inputs' updates alone costs: one stage, no shuffle.
+
+A linear view over one input (no join, so nothing arranged) computes its
+delta from the input's updates in the interval. A small delta is summed in
+the one partition it is written from, so the tick is one Spark job of one
+stage that shuffles nothing, and writes one part. The view still equals its
+query at every time: updates that cancel within the tick (a retraction and
+an insertion of the same output row) are summed away, and err rows pass. A
+catch-up is one step: it ends when the append is done, with no idle step
+(and its pause) after it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from timeshard.compute import MaterializedView, ViewDefinition
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.spark.jobs import JobCounter
+from timeshard.spark.snapshot import snapshot_df
+
+pytestmark = pytest.mark.spark
+
+DATA = pa.schema([("k", pa.int64()), ("v", pa.int64())])
+UPDATES = pa.schema([*DATA, ("_ts", pa.int64()), ("_diff", pa.int64()), ("_err", pa.string())])
+SQL = "SELECT k % 3 AS g, v * 2 AS w FROM a WHERE v >= 0"
+
+
+def _expected(live: Counter[tuple[int, int]]) -> Counter[tuple[Any, ...]]:
+    """The view's rows over the input's live rows (the SQL above, in Python)."""
+    out: Counter[tuple[Any, ...]] = Counter()
+    for (k, v), n in live.items():
+        if v >= 0:
+            out[(k % 3, v * 2)] += n
+    return +out
+
+
+def _view_at(spark: SparkSession, client: PersistClient, t: int) -> Counter[tuple[Any, ...]]:
+    reader = client.open_leased_reader("v")
+    try:
+        rows = snapshot_df(spark, reader, t).collect()
+    finally:
+        reader.expire()
+    out: Counter[tuple[Any, ...]] = Counter()
+    for r in rows:
+        key = ("err", r["_err"]) if r["_err"] is not None else (r["g"], r["w"])
+        out[key] += r["_diff"]
+    return +out
+
+
+def test_a_small_linear_tick_is_one_stage_that_shuffles_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    client = PersistClient(Location.embedded(tmp_path))
+    writer = client.open_writer("in_a", DATA)
+    live: Counter[tuple[int, int]] = Counter()
+    errs: Counter[tuple[Any, ...]] = Counter()
+    upper = 0
+
+    def append(rows: list[tuple[int | None, int | None, int, str | None]]) -> None:
+        nonlocal upper
+        table = pa.Table.from_pylist(
+            [{"k": k, "v": v, "_ts": upper, "_diff": d, "_err": e} for k, v, d, e in rows],
+            schema=UPDATES,
+        )
+        writer.append(table, upper, upper + 1)
+        for k, v, d, e in rows:
+            if e is not None:
+                errs[("err", e)] += d
+            else:
+                assert k is not None and v is not None
+                live[(k, v)] += d
+        upper += 1
+
+    append([(k, k - 5, 1, None) for k in range(40)])
+    view = MaterializedView.install(
+        spark,
+        client,
+        ViewDefinition("v", {"a": "in_a"}, SQL),
+        background_io=False,
+        check_every_s=None,  # the full check's jobs would count
+    )
+    assert view.desired.plan.classification.path == "linear"
+    view.catch_up()
+    view.catch_up()  # the first batch checks desired against the shard
+    ticks: list[list[tuple[int | None, int | None, int, str | None]]] = [
+        [(1, 7, 1, None), (2, -3, 1, None)],
+        # k 4 -> 7 maps (1, 18) to (1, 18): a retraction and an insertion that cancel
+        [(4, 9, -1, None), (7, 9, 1, None), (0, -5, -1, None), (0, 6, 1, None)],
+        [(None, None, 1, "bad record 1"), (9, 12, 1, None)],
+        [(9, 12, -1, None), (10, 5, -1, None), (11, 6, -1, None)],
+    ]
+    for rows in ticks:
+        append(rows)
+        steps = view.stats.ticks
+        with JobCounter(spark) as jobs:
+            view.catch_up()
+        assert view.stats.ticks - steps == 1  # the append ends the catch-up: no idle step after
+        assert jobs.count == 1, (rows, jobs.count)
+        assert jobs.shuffled_records() == 0, (rows, jobs.shuffled_records())
+        assert view.stats.history[-1]["parts"] <= 1, view.stats.history
+        assert _view_at(spark, client, upper - 1) == _expected(live) + errs
+    # The tick whose changes cancel wrote only what did not cancel.
+    assert view.stats.history[-3]["rows"] == 1, view.stats.history
+    view.close()
