@@ -34,6 +34,9 @@ from timeshard.cli.main import app
 pytestmark = [pytest.mark.spark, pytest.mark.standalone, pytest.mark.s3, pytest.mark.postgres]
 
 KEYS = 40
+#: How long each ``timeshard run`` ticks (its first tick runs whatever this is; the first
+#: run's Spark start and executor launch on the cluster come before it).
+RUN_SECONDS = "10"
 
 
 def declaration(blob: str, consensus: str, master: str) -> str:
@@ -93,7 +96,7 @@ def test_a_pipeline_on_s3_postgres_and_a_standalone_cluster(
     env = cluster_env(tmp_path)  # the AWS environment of s3_server included
     uppers = []
     for _ in range(2):
-        timeshard(["run", str(spec), "--seconds", "25"], env, timeout=900)
+        timeshard(["run", str(spec), "--seconds", RUN_SECONDS], env, timeout=900)
         shards = {
             s["shard"]: s
             for s in cli_json("shard", "list", "--blob", blob, "--consensus", consensus)
