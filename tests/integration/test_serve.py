@@ -52,7 +52,15 @@ class Served:
 
     def stop(self) -> int:
         """SIGTERM, and the exit code once the server has closed every object."""
+        self.terminate()
+        return self.exit_code()
+
+    def terminate(self) -> None:
+        """SIGTERM: the server closes every object, then exits."""
         self.proc.send_signal(signal.SIGTERM)
+
+    def exit_code(self) -> int:
+        """The exit code, once the server has exited (closing its objects takes a while)."""
         return self.proc.wait(timeout=300)
 
     def kill(self) -> None:

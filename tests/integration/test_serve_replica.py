@@ -15,7 +15,6 @@ deadline of minutes, so a loaded machine makes the test slow, never failed.
 
 from __future__ import annotations
 
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,9 +41,9 @@ def stop_together(servers: list[Served]) -> None:
     """SIGTERM every server at once, then each must exit 0 once it has closed its objects
     (they close side by side, not one after the other)."""
     for server in servers:
-        server.proc.send_signal(signal.SIGTERM)
+        server.terminate()
     for server in servers:
-        assert server.proc.wait(timeout=300) == 0, server.log.read_text()
+        assert server.exit_code() == 0, server.log.read_text()
 
 
 def runs(name: str, conn: Any) -> bool:
