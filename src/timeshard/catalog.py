@@ -61,6 +61,10 @@ Invariants:
 3. At every time the collection holds at most one row per ``(name, kind)``.
 4. A read-only view replica records nothing (it writes nothing to consensus);
    it records its definition when promoted.
+5. Every write is decided on what is stored at the catalog's upper and lands
+   only at that upper (a compare-and-set): a write decided on a stale read is
+   decided again. So :meth:`Catalog.claim_statement` gives one name to one
+   statement, whoever else claims it at the same moment.
 
 Runs on the driver (pyarrow path, no Spark).
 """
@@ -147,14 +151,21 @@ class CatalogEntry:
 
 def catalog_rows(client: PersistClient) -> list[dict[str, Any]]:
     """The catalog's rows (with ``_diff`` and ``_err``) at its latest readable time."""
+    return _catalog_read(client)[0]
+
+
+def _catalog_read(client: PersistClient) -> tuple[list[dict[str, Any]], int]:
+    """The catalog's rows at its latest readable time, and the upper they were read below
+    (0 for a catalog not yet written)."""
     if CATALOG_SHARD not in client.list_shards():
-        return []
+        return [], 0
     reader = client.open_unleased_reader(CATALOG_SHARD)
     upper = reader.upper().time
-    if upper is None or upper == 0 or not reader.since().less_equal(upper - 1):
-        return []
+    assert upper is not None, "the catalog shard is closed"
+    if upper == 0 or not reader.since().less_equal(upper - 1):
+        return [], upper
     rows: list[dict[str, Any]] = reader.snapshot(upper - 1).to_pylist()
-    return rows
+    return rows, upper
 
 
 def read_catalog(client: PersistClient) -> list[CatalogEntry]:
@@ -205,45 +216,89 @@ class Catalog:
         """Record the statement that created object ``name`` (see ``timeshard serve``)."""
         return self.record([CatalogEntry(name, "statement", dict(definition))])
 
-    def forget_statement(self, name: str) -> int:
-        return self.forget([(name, "statement")])
+    def claim_statement(self, name: str, definition: Mapping[str, Any]) -> CatalogEntry | None:
+        """Record the statement that creates ``name`` unless another one holds the name.
+
+        None if the name is now this statement's (recorded here, or already
+        recorded with this very definition); else the stored statement that
+        holds it, and nothing is written. The check and the write are one
+        compare-and-set on the catalog's upper: of two servers claiming one
+        name at once, exactly one gets it (invariant 5).
+        """
+        wanted = CatalogEntry(name, "statement", json.loads(self._text(name, definition)))
+        holder: list[CatalogEntry] = []
+
+        def changes(stored: dict[tuple[str, str], CatalogEntry]) -> dict[Any, tuple[Any, ...]]:
+            holder.clear()
+            held = stored.get((name, "statement"))
+            if held is None:
+                return {(name, "statement"): (wanted.definition_text(),)}
+            if held.definition != wanted.definition:
+                holder.append(held)
+            return {}
+
+        self._apply(changes, [(name, "statement")])
+        return holder[0] if holder else None
+
+    def forget_statement(self, name: str, definition: Mapping[str, Any] | None = None) -> int:
+        """Delete the statement of ``name``; with ``definition``, only if it is that one
+        (a claim given back: a statement another server recorded since stays)."""
+        if definition is None:
+            return self.forget([(name, "statement")])
+        mine = json.loads(self._text(name, definition))
+
+        def changes(stored: dict[tuple[str, str], CatalogEntry]) -> dict[Any, Any]:
+            held = stored.get((name, "statement"))
+            return {} if held is None or held.definition != mine else {(name, "statement"): None}
+
+        return self._apply(changes, [(name, "statement")])
+
+    @staticmethod
+    def _text(name: str, definition: Mapping[str, Any]) -> str:
+        return CatalogEntry(name, "statement", dict(definition)).definition_text()
 
     def _apply(
         self,
         changes: Callable[[dict[tuple[str, str], CatalogEntry]], dict[Any, Any]],
         what: Sequence[tuple[str, str]],
     ) -> int:
-        """Write ``changes(stored)`` (key -> value, None deletes) until the append lands."""
+        """Write ``changes(stored)`` (key -> value, None deletes) until the append lands.
+
+        The append is a compare-and-set on the upper ``stored`` was read below:
+        if anyone wrote the catalog since, nothing is written and ``changes``
+        is asked again, of what is stored now.
+        """
         upsert: FeedbackUpsert | None = None
         try:
             for _ in range(_ATTEMPTS):
-                changed = changes({(e.name, e.kind): e for e in self._stored()})
+                stored, upper = self._stored()
+                changed = changes({(e.name, e.kind): e for e in stored})
                 if not changed:
                     return 0
                 if upsert is None:
                     upsert = FeedbackUpsert(
                         self._client, CATALOG_SHARD, CATALOG_SCHEMA, list(CATALOG_KEYS)
                     )
-                upper = upsert.upper.time
-                assert upper is not None, "the catalog shard is closed"
                 now = max(self._clock(), upper)
                 commands = [UpsertCommand(k, v, now, (now,)) for k, v in changed.items()]
-                if isinstance(upsert.apply(commands, now + 1), Appended):
+                if isinstance(upsert.apply(commands, now + 1, expected_lower=upper), Appended):
                     return len(changed)
         finally:
             if upsert is not None:  # its writer and reader would linger until their leases end
                 upsert.close()
         raise AssertionError(f"could not write {list(what)} to the catalog")
 
-    def _stored(self) -> list[CatalogEntry]:
-        """The stored entries; rows that do not decode count as absent (they get replaced)."""
+    def _stored(self) -> tuple[list[CatalogEntry], int]:
+        """The stored entries, and the upper they were read below; rows that do not decode
+        count as absent (they get replaced)."""
+        rows, upper = _catalog_read(self._client)
         out = []
-        for row in catalog_rows(self._client):
+        for row in rows:
             try:
                 out.append(CatalogEntry.from_row(row))
             except CorruptState:
                 continue
-        return out
+        return out, upper
 
 
 # -- views ---------------------------------------------------------------------------------

@@ -40,7 +40,14 @@ Invariants:
 
 1. An object is created (its shards exist, its catalog entry is written,
    and a source's first tick is committed) before CREATE answers; a failed
-   CREATE leaves no entry and no running object.
+   CREATE leaves no entry and no running object. CREATE claims its name in
+   the catalog before it builds anything (a compare-and-set,
+   :meth:`~timeshard.catalog.Catalog.claim_statement`): of two servers
+   creating one name at once, one creates it and the other answers 42710,
+   having written nothing; the loser's server then runs the winner's object
+   as a replica, as it runs any object another server creates. A server
+   killed in the middle of a CREATE (its client got no answer) may leave the
+   claim behind: its restart then runs the statement, as any recorded one.
 2. DROP of an object others read is refused unless CASCADE, which drops the
    readers first.
 3. Every object ticks on a thread of its own, so a slow or failing object
@@ -469,20 +476,29 @@ class Engine:
                 seq = self._seq
             self._creating.add(statement.name)
         try:
-            if isinstance(statement, CreateSource):
-                obj = self._create_source(statement, seq)
-            elif isinstance(statement, CreateView):
-                obj = self._create_view(statement, seq)
-            else:
-                obj = self._create_sink(statement, seq)
+            # The name is claimed in the catalog first: of two servers creating one name at
+            # once, one gets it, and the other builds nothing (no write to its shards).
+            claim = None
             if record:
-                try:
-                    self._catalog.record_statement(
-                        obj.name, {"sql": obj.sql, "seq": seq, "object": obj.kind}
+                kind = {CreateSource: "source", CreateView: "view", CreateSink: "sink"}
+                claim = {"sql": statement.sql, "seq": seq, "object": kind[type(statement)]}
+                if self._catalog.claim_statement(statement.name, claim) is not None:
+                    if statement.if_not_exists:
+                        return Result([], [], tag)
+                    raise SqlError(
+                        f"{statement.name!r} already exists (created by another server)", "42710"
                     )
-                except Exception:
-                    obj.runner.close()
-                    raise
+            try:
+                if isinstance(statement, CreateSource):
+                    obj = self._create_source(statement, seq)
+                elif isinstance(statement, CreateView):
+                    obj = self._create_view(statement, seq)
+                else:
+                    obj = self._create_sink(statement, seq)
+            except BaseException:
+                if claim is not None:
+                    self._give_back(statement.name, claim)
+                raise
             with self._lock:
                 self.objects[obj.name] = obj
                 if self._started:
@@ -491,6 +507,13 @@ class Engine:
             with self._lock:
                 self._creating.discard(statement.name)
         return Result([], [], tag)
+
+    def _give_back(self, name: str, claim: dict[str, Any]) -> None:
+        """Forget the statement a failed CREATE claimed (another server's stays)."""
+        try:
+            self._catalog.forget_statement(name, claim)
+        except Exception as e:  # the catalog unwritable: a restart replays it, and it fails again
+            log.error("cannot forget the statement of %s, whose CREATE failed: %s", name, e)
 
     def _create_source(self, statement: CreateSource, seq: int) -> _Object:
         from timeshard.cli.spec import RunSpec, SourceSpec, build_source, check_spec

@@ -94,10 +94,22 @@ class FeedbackUpsert:
         expire_all([self._reader, self._writer])
 
     def apply(
-        self, commands: Sequence[UpsertCommand], input_upper: Timestamp
+        self,
+        commands: Sequence[UpsertCommand],
+        input_upper: Timestamp,
+        expected_lower: Timestamp | None = None,
     ) -> Appended | UpperMismatch | None:
-        """Apply the eligible commands; None if there is nothing to do yet."""
-        lower = self.upper.time
+        """Apply the eligible commands; None if there is nothing to do yet.
+
+        With ``expected_lower`` the append lands only if the output's upper is
+        still that time: a caller that decided its commands on a read at
+        ``expected_lower - 1`` gets UpperMismatch, and nothing is written, if
+        anyone appended since (the append is compare-and-set on it).
+        """
+        current = self.upper
+        if expected_lower is not None and current.time != expected_lower:
+            return UpperMismatch(Frontier(expected_lower), current)
+        lower = current.time
         if lower is None or input_upper <= lower:
             return None
         winners: dict[tuple[Timestamp, tuple[Any, ...]], UpsertCommand] = {}
