@@ -108,7 +108,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    server.stop()
+    server.kill()  # its data goes with the session; a SIGTERM'd weed takes about 25 s to exit
 
 
 @pytest.fixture(scope="session")

@@ -138,7 +138,7 @@ def test_a_read_only_replica_reads_follows_and_is_promoted(tmp_path: Path, spark
     finally:
         alive = [writer] if writer.proc.poll() is None else []  # not the one killed
         stop_together(alive + ([replica] if replica is not None else []))
-    report = verify_location(
-        PersistClient(Location.embedded(location)), spark=lambda _packages: spark, seed=1
+    report = verify_location(  # 2 sampled times per object: this test is about replicas
+        PersistClient(Location.embedded(location)), spark=lambda _packages: spark, samples=2, seed=1
     )
     assert report.ok, report.to_json()
