@@ -113,6 +113,12 @@ _OBJECT_COLUMNS = {
     "error": "string",
 }
 _SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
+#: Per CREATE statement type: its command tag, and the kind of object it records.
+_CREATES: dict[type, tuple[str, str]] = {
+    CreateSource: ("CREATE SOURCE", "source"),
+    CreateView: ("CREATE MATERIALIZED VIEW", "view"),
+    CreateSink: ("CREATE SINK", "sink"),
+}
 
 
 @dataclass
@@ -461,11 +467,7 @@ class Engine:
         record: bool,
         seq: int | None = None,
     ) -> Result:
-        tag = {
-            CreateSource: "CREATE SOURCE",
-            CreateView: "CREATE MATERIALIZED VIEW",
-            CreateSink: "CREATE SINK",
-        }[type(statement)]
+        tag, kind = _CREATES[type(statement)]
         with self._lock:
             if statement.name in self.objects or statement.name in self._creating:
                 if statement.if_not_exists:
@@ -480,8 +482,7 @@ class Engine:
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
             if record:
-                kind = {CreateSource: "source", CreateView: "view", CreateSink: "sink"}
-                claim = {"sql": statement.sql, "seq": seq, "object": kind[type(statement)]}
+                claim = {"sql": statement.sql, "seq": seq, "object": kind}
                 if self._catalog.claim_statement(statement.name, claim) is not None:
                     if statement.if_not_exists:
                         return Result([], [], tag)
