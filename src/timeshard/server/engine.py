@@ -797,9 +797,7 @@ class Engine:
             for alias, shard in inputs.items():
                 assert as_of is not None
                 snap = snapshot_df(session, readers[shard], as_of)
-                errors = snap.where("_err IS NOT NULL").select("_err").limit(1).collect()
-                if errors:
-                    raise SqlError(f"{shard!r} holds an error at {as_of}: {errors[0][0]}", "XX000")
+                self._check_no_error(shard, readers[shard], snap, as_of)
                 data = [f"`{c}`" for c in snap.columns if c not in ("_ts", "_diff", "_err")]
                 snap.selectExpr(*data, "explode(sequence(1, CAST(_diff AS INT))) AS _n").drop(
                     "_n"
@@ -817,6 +815,21 @@ class Engine:
         finally:
             for reader in readers.values():
                 reader.expire()
+
+    @staticmethod
+    def _check_no_error(shard: str, reader: Any, snap: Any, as_of: int) -> None:
+        """SqlError XX000 if ``shard``'s snapshot ``snap`` at ``as_of`` holds an err row.
+
+        Reads nothing (no Spark job) when every part of the snapshot recorded no
+        err row; else one job, which names the least error.
+        """
+        from pyspark.sql import functions as F
+
+        if not any(p.may_hold_errors for p in reader.snapshot_parts(as_of)):
+            return
+        (error,) = snap.where("_err IS NOT NULL").agg(F.min("_err")).first()
+        if error is not None:
+            raise SqlError(f"{shard!r} holds an error at {as_of}: {error}", "XX000")
 
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --

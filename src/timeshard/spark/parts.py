@@ -10,12 +10,12 @@ Every task casts its rows to the part schema with pyarrow
 (:func:`timeshard.persist._internal.parts.conform`), streams them into one
 Parquet file at ``<key_prefix>/part-<partition:05d>-<id>.parquet`` under the
 blob root, and returns one ``PART_META_DDL`` row: key, size in bytes, rows,
-least and greatest ``_ts``, and the distinct ``_ts`` when there are at most
-``MAX_PART_TIMES`` (else null). No data passes through the driver. A task
-whose partition is empty writes nothing and returns no row. A task that
-writes parts in another plan yields :func:`part_meta_batch` of what
-:func:`write_part_file` returned, and the driver turns the collected rows back
-into parts with :func:`part_from_row`.
+least and greatest ``_ts``, the distinct ``_ts`` when there are at most
+``MAX_PART_TIMES`` (else null), and how many rows are err rows. No data
+passes through the driver. A task whose partition is empty writes nothing
+and returns no row. A task that writes parts in another plan yields
+:func:`part_meta_batch` of what :func:`write_part_file` returned, and the
+driver turns the collected rows back into parts with :func:`part_from_row`.
 
 Reading (``read_parts``)::
 
@@ -117,13 +117,16 @@ from timeshard.persist._internal.parts import (
     PartMeta,
     conform,
     distinct_times,
+    err_row_count,
     updates_schema,
 )
 from timeshard.persist.config import PersistConfig
 from timeshard.spark.session import arrow_to_spark_schema
 from timeshard.spark.sqltext import java_strings, quoted, select_exprs, type_sql
 
-PART_META_DDL = "key string, size long, rows long, ts_min long, ts_max long, times array<long>"
+PART_META_DDL = (
+    "key string, size long, rows long, ts_min long, ts_max long, times array<long>, err_rows long"
+)
 _PART_META_SCHEMA = pa.schema(
     [
         ("key", pa.string()),
@@ -132,6 +135,7 @@ _PART_META_SCHEMA = pa.schema(
         ("ts_min", pa.int64()),
         ("ts_max", pa.int64()),
         ("times", pa.list_(pa.int64())),
+        ("err_rows", pa.int64()),
     ]
 )
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
@@ -276,6 +280,7 @@ def part_meta_batch(parts: list[PartMeta]) -> pa.RecordBatch:
             "ts_min": p.ts_min,
             "ts_max": p.ts_max,
             "times": None if p.times is None else list(p.times),
+            "err_rows": p.err_rows,
         }
         for p in parts
     ]
@@ -295,6 +300,7 @@ def part_from_row(row: Any) -> PartMeta:
         row["ts_min"],
         row["ts_max"],
         times=None if times is None else tuple(times),
+        err_rows=row["err_rows"],
     )
 
 
@@ -397,7 +403,7 @@ def write_part_file(
     tmp = f"{path.rpartition('/')[0]}/{_TMP_PREFIX}{uuid.uuid4().hex}"
     sink: pa.NativeFile | None = None
     writer: pq.ParquetWriter | None = None
-    rows, lo, hi = 0, None, None
+    rows, errs, lo, hi = 0, 0, None, None
     times: tuple[int, ...] | None = ()
     try:
         for table in tables:
@@ -415,6 +421,7 @@ def write_part_file(
             hi = t_hi if hi is None else max(hi, t_hi)
             times = distinct_times(table.column(TS), times)
             rows += table.num_rows
+            errs += err_row_count(table)
         if writer is None or sink is None:
             return None
         writer.close()
@@ -437,7 +444,7 @@ def write_part_file(
                     sink.close()
                 os.unlink(tmp)
         raise
-    return PartMeta(key, size, rows, lo, hi, times=times)
+    return PartMeta(key, size, rows, lo, hi, times=times, err_rows=errs)
 
 
 def _commit_local(tmp: str, path: str, base: str) -> int:

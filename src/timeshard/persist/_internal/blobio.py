@@ -32,6 +32,7 @@ from timeshard.persist._internal.parts import (
     decode_part,
     distinct_times,
     encode_part,
+    err_row_count,
     part_digest,
     ts_bounds,
 )
@@ -60,7 +61,8 @@ def write_part(blob: Blob, key: str, table: pa.Table, config: PersistConfig) -> 
     retry_external(config, f"writing part {key!r}", lambda: blob.set(key, data))
     lo, hi = ts_bounds(table)
     times = distinct_times(table.column(TS))
-    return PartMeta(key, len(data), table.num_rows, lo, hi, part_digest(data), times)
+    errs = err_row_count(table)
+    return PartMeta(key, len(data), table.num_rows, lo, hi, part_digest(data), times, errs)
 
 
 def read_part(

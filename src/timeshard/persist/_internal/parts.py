@@ -27,6 +27,10 @@ distinct times, all of them (``times``). Readers answer "which times in
 ``_ts`` column only when the metadata cannot tell: a part from a state written
 before ``times`` existed, or with more distinct times than the bound.
 
+Errors. Every part written now also records how many of its rows are err rows
+(``err_rows``), so a reader knows a snapshot has no error without reading it
+(a point SELECT of ``timeshard serve``).
+
 Invariants:
 
 1. A part's schema is exactly :func:`updates_schema` of the shard's schema.
@@ -37,6 +41,8 @@ Invariants:
    PartError naming its key; it is never skipped and never decoded leniently.
 4. A part's recorded ``times``, when present, are exactly the distinct ``_ts``
    of its rows, ascending; each lies in ``[ts_min, ts_max]``.
+5. A part's recorded ``err_rows``, when present, is exactly the number of its
+   rows whose ``_err`` is set.
 """
 
 from __future__ import annotations
@@ -84,6 +90,11 @@ class PartMeta:
     when they are not recorded (more than :data:`MAX_PART_TIMES`, or a part
     from a state written before they existed); stored only when recorded.
     ``ts_min``/``ts_max`` are None only for parts of such older states.
+
+    ``err_rows`` is how many of the part's rows are err rows (``_err`` set),
+    or None when not recorded (a part from a state written before it
+    existed); stored only when recorded. A reader that finds 0 in every part
+    of a snapshot knows the snapshot holds no error without reading it.
     """
 
     key: str
@@ -93,6 +104,13 @@ class PartMeta:
     ts_max: int | None = None
     sha256: str | None = None
     times: tuple[int, ...] | None = None
+    err_rows: int | None = None
+
+    @property
+    def may_hold_errors(self) -> bool:
+        """Whether the part may have an err row (reads nothing): False only when it has
+        no row or its recorded ``err_rows`` is 0."""
+        return self.num_rows > 0 and self.err_rows != 0
 
     def times_in(self, lower: int, upper: int) -> tuple[int, ...] | None:
         """The part's distinct times in ``[lower, upper)``, or None if its metadata cannot tell.
@@ -136,6 +154,8 @@ class PartMeta:
             doc["sha256"] = self.sha256
         if self.times is not None:
             doc["times"] = list(self.times)
+        if self.err_rows is not None:
+            doc["err_rows"] = self.err_rows
         return doc
 
     @staticmethod
@@ -155,11 +175,22 @@ class PartMeta:
             _optional_int(value.get("ts_min"), "ts_min", key),
             _optional_int(value.get("ts_max"), "ts_max", key),
             sha256,
+            err_rows=_err_rows(value.get("err_rows"), value["rows"], key),
         )
         times = value.get("times")
         if times is None:
             return part
         return replace(part, times=_times(times, part))
+
+
+def _err_rows(value: Any, rows: int, key: str) -> int | None:
+    """A recorded err row count (at most the part's rows), else ValueError naming the part."""
+    if value is None:
+        return None
+    count = _count(value, "err_rows", key)
+    if count > rows:
+        raise ValueError(f"part {key!r}: err_rows {count} is more than its {rows} rows")
+    return count
 
 
 def _times(value: Any, part: PartMeta) -> tuple[int, ...]:
@@ -185,6 +216,13 @@ def _times(value: Any, part: PartMeta) -> tuple[int, ...]:
             f"[ts_min, ts_max] = [{part.ts_min}, {part.ts_max}]"
         )
     return times
+
+
+def err_row_count(table: pa.Table) -> int:
+    """How many rows of ``table`` (with an ``_err`` column) are err rows, as
+    :attr:`PartMeta.err_rows` records it."""
+    column = table.column(ERR)
+    return int(len(column) - column.null_count)
 
 
 def distinct_times(
@@ -369,6 +407,7 @@ def _consolidate_python(table: pa.Table) -> pa.Table:
 
 
 __all__ = [
+    "err_row_count",
     "DIFF",
     "ERR",
     "MAX_PART_TIMES",
