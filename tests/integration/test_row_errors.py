@@ -89,7 +89,9 @@ def collection(rows: list[dict[str, Any]], names: list[str]) -> Counter[tuple[An
     return Counter({k: v for k, v in out.items() if v})
 
 
-@pytest.mark.parametrize(("sql", "value", "path"), CASES, ids=lambda c: str(c)[:40])
+@pytest.mark.parametrize(
+    ("sql", "value", "path"), CASES, ids=lambda c: getattr(c, "__name__", str(c))[:40]
+)
 def test_a_failing_row_is_an_err_row_of_that_row(
     spark: SparkSession, tmp_path: Path, sql: str, value: Callable[[int, int], Any], path: str
 ) -> None:
