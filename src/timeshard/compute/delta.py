@@ -149,9 +149,13 @@ class SparkDelta:
             return self._consolidated(ok, errs)
         if self.plan.arranged or self._keyed or self._aggregates is not None:
             # It reads cached layers, partitioned, in the stage that ends in the sum: one
-            # task for every partition would give up the cores. The sum shuffles.
-            return self._consolidated(ok, errs).coalesce(1)
-        return self._consolidated(ok, errs, one_task=True)
+            # task would give up the cores, and one task per partition of the union (each
+            # layer's, for every branch that reads it: 20 for a GROUP BY at 4 partitions)
+            # costs more to schedule than its few rows to sum. A task per core; the sum
+            # shuffles.
+            cores = max(int(self.spark.sparkContext.defaultParallelism), 1)
+            return self._consolidated(ok, errs, tasks=cores).coalesce(1)
+        return self._consolidated(ok, errs, tasks=1)
 
     def prepare(self, lower: Timestamp) -> None:
         """The next delta starts at ``lower``: build the arrangements it reads now."""
@@ -871,12 +875,13 @@ class SparkDelta:
 
     # -- output ------------------------------------------------------------------------------
 
-    def _consolidated(self, ok: Any | None, errs: list[Any], one_task: bool = False) -> Any:
+    def _consolidated(self, ok: Any | None, errs: list[Any], tasks: int | None = None) -> Any:
         """The ok and err updates unioned, cast to the view's types, summed per row and time.
 
-        ``one_task``: the union is coalesced into one partition before it is summed, so
-        the sum needs no shuffle: the whole delta is one stage of one task (for a small
-        delta read from its inputs' updates alone, a stage and a shuffle less per tick).
+        ``tasks``: the union is coalesced into at most that many partitions before it is
+        summed (no shuffle). At 1 the sum needs no shuffle either: the whole delta is one
+        stage of one task (for a small delta read from its inputs' updates alone, a stage
+        and a shuffle less per tick).
         """
         from timeshard.spark.session import arrow_to_spark_schema
         from timeshard.spark.sqltext import quoted, sql_over, type_sql
@@ -906,7 +911,7 @@ class SparkDelta:
 
         def query(views: Mapping[str, str]) -> str:
             union = " UNION ALL ".join(f"SELECT {cols} FROM {views[r]}" for r in frames)
-            hint = "/*+ COALESCE(1) */ " if one_task else ""
+            hint = f"/*+ COALESCE({tasks}) */ " if tasks is not None else ""
             typed_rows = f"SELECT {hint}{typed} FROM ({union})"
             summed = f"SELECT {keys}, sum({DIFF}) AS {DIFF} FROM ({typed_rows})"
             return f"SELECT {out} FROM ({summed} GROUP BY {keys}) WHERE {DIFF} != 0"
