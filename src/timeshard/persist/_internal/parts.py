@@ -407,7 +407,6 @@ def _consolidate_python(table: pa.Table) -> pa.Table:
 
 
 __all__ = [
-    "err_row_count",
     "DIFF",
     "ERR",
     "MAX_PART_TIMES",
@@ -423,6 +422,7 @@ __all__ = [
     "decode_part",
     "distinct_times",
     "encode_part",
+    "err_row_count",
     "part_digest",
     "ts_bounds",
     "updates_schema",
