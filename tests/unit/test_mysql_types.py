@@ -214,6 +214,15 @@ def test_the_password_is_in_no_repr_or_message() -> None:
         assert "hunter2" not in str(e.value) and "repl:***@db.example" in str(e.value)
 
 
+def test_a_url_without_a_password_takes_mysql_pwd(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MYSQL_PWD", "from-env")
+    assert Server.from_url("mysql://repl@db.example/shop").password == "from-env"
+    assert Server.from_url("mysql://repl:@db.example/shop").password == ""  # given: empty
+    assert Server.from_url("mysql://repl:s%40cret@db.example/shop").password == "s@cret"
+    monkeypatch.delenv("MYSQL_PWD")
+    assert Server.from_url("mysql://repl@db.example/shop").password == ""
+
+
 def test_binlog_positions_compare_by_the_file_number() -> None:
     assert binlog_order(("binlog.999999", 9000)) < binlog_order(("binlog.1000000", 4))
     assert binlog_order(("binlog.000002", 4)) < binlog_order(("binlog.000002", 5))

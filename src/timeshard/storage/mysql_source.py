@@ -78,6 +78,7 @@ in Spark tasks: :class:`ReadTask` (snapshot and stream) and
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -168,6 +169,11 @@ def binlog_order(position: tuple[str, int]) -> tuple[int, str, int]:
     return (int(suffix) if suffix.isdigit() else -1, name, offset)
 
 
+def _env_password() -> str:
+    """The password of ``MYSQL_PWD`` (read on the driver; tasks get the Server's), or ""."""
+    return os.environ.get("MYSQL_PWD", "")
+
+
 @dataclass(frozen=True)
 class Server:
     """Where the server is: plain values a Spark task can connect with."""
@@ -181,7 +187,12 @@ class Server:
 
     @classmethod
     def from_url(cls, url: str, connect_timeout_s: int = 10) -> Server:
-        """``mysql://user:password@host:port/database``."""
+        """``mysql://user[:password]@host:port/database``.
+
+        A URL without a password takes it from ``MYSQL_PWD``, as MySQL's own
+        clients do (a catalog keeps the URL, so an SQL statement's URL should
+        hold none); with neither, the account is one without a password.
+        """
         parts = urlsplit(url) if isinstance(url, str) else None
         if parts is None or parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
             raise InvalidUsage(
@@ -195,7 +206,7 @@ class Server:
             parts.hostname,
             parts.port or 3306,
             unquote(parts.username or "root"),
-            unquote(parts.password or ""),
+            unquote(parts.password) if parts.password is not None else _env_password(),
             database,
             connect_timeout_s,
         )

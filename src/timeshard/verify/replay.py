@@ -59,7 +59,6 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
-from urllib.parse import quote
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -181,17 +180,13 @@ def postgres_source(options: Mapping[str, Any]) -> Any:
 def mysql_source(options: Mapping[str, Any]) -> Any:
     """The MySqlSource a MYSQL source's catalog options declare.
 
-    The catalog keeps no password: it is taken from ``MYSQL_PWD`` (as MySQL's
-    own clients take it) when set.
+    The catalog keeps no password: the source takes it from ``MYSQL_PWD`` (as
+    MySQL's own clients do) when set.
     """
     from timeshard.storage.mysql_source import MySqlSource
 
     try:
         url = str(options["url"])
-        password = os.environ.get("MYSQL_PWD")
-        if password and "@" in url:
-            head, at = url.split("@", 1)
-            url = f"{head}:{quote(password, safe='')}@{at}"
         return MySqlSource(str(options["name"]), url, tables=[str(t) for t in options["tables"]])
     except (KeyError, TypeError, ValueError) as e:
         raise InvalidUsage(f"cannot rebuild the MYSQL source from {dict(options)!r}: {e}") from e
