@@ -18,6 +18,8 @@ from tests.integration.spark_checks import SCHEMA, random_updates, updates_df, u
 
 from timeshard.location import Location
 from timeshard.persist import PersistClient, PersistConfig
+from timeshard.persist._internal.parts import PartMeta
+from timeshard.persist.read import ReadHandle
 from timeshard.server.engine import Engine
 from timeshard.server.sql_tokens import SqlError
 from timeshard.spark.jobs import JobCounter
@@ -44,16 +46,27 @@ def test_spark_tasks_record_their_err_rows(spark: SparkSession, tmp_path: Path) 
         assert part.err_rows == len(errs) - errs.null_count
 
 
-def test_a_select_reads_err_counts_from_part_metadata(spark: SparkSession, tmp_path: Path) -> None:
+def test_a_select_reads_err_counts_from_part_metadata(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     client = make_client(tmp_path)
     writer = client.open_writer("s", SCHEMA)
     writer.append(spark.sql(updates_sql(0, 50, 0)), 0, 1)
     engine = Engine(spark, client, read_wait_s=5.0)
     query = "SELECT count(*) FROM s"
+    fetched: list[int] = []
+    snapshot_parts = ReadHandle.snapshot_parts
+
+    def counted(self: ReadHandle, as_of: int, **kwargs: bool) -> list[PartMeta]:
+        fetched.append(as_of)
+        return snapshot_parts(self, as_of, **kwargs)
+
+    monkeypatch.setattr(ReadHandle, "snapshot_parts", counted)
     with JobCounter(spark) as jobs:
         result = engine.query(query, None)
     assert result.rows == [(50,)]
     assert jobs.count == 1  # no err-check job: every part recorded 0 err rows
+    assert fetched == [0]  # the parts' metadata is read once, for the check and the read
 
     bad = [((None, None, None, "cannot decode record 3"), 1, 1)]
     writer.append(updates_df(spark, bad, 1), 1, 2)

@@ -787,7 +787,7 @@ class Engine:
         """Run ``query`` over the shards it names, all read at one time."""
         from pyspark.errors import PySparkException
 
-        from timeshard.spark import snapshot_df
+        from timeshard.spark.snapshot import parts_snapshot_df
 
         spark_sql, inputs = self.resolve(query)
         readers = {s: self.client.open_leased_reader(s) for s in set(inputs.values())}
@@ -796,8 +796,9 @@ class Engine:
             as_of = self._readable_time(readers, as_of)
             for alias, shard in inputs.items():
                 assert as_of is not None
-                snap = snapshot_df(session, readers[shard], as_of)
-                self._check_no_error(shard, readers[shard], snap, as_of)
+                parts = readers[shard].snapshot_parts(as_of)
+                snap = parts_snapshot_df(session, readers[shard], parts, as_of)
+                self._check_no_error(shard, parts, snap, as_of)
                 data = [f"`{c}`" for c in snap.columns if c not in ("_ts", "_diff", "_err")]
                 snap.selectExpr(*data, "explode(sequence(1, CAST(_diff AS INT))) AS _n").drop(
                     "_n"
@@ -817,15 +818,16 @@ class Engine:
                 reader.expire()
 
     @staticmethod
-    def _check_no_error(shard: str, reader: Any, snap: Any, as_of: int) -> None:
-        """SqlError XX000 if ``shard``'s snapshot ``snap`` at ``as_of`` holds an err row.
+    def _check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
+        """SqlError XX000 if ``shard``'s snapshot ``snap`` at ``as_of``, of ``parts``, holds
+        an err row.
 
         Reads nothing (no Spark job) when every part of the snapshot recorded no
         err row; else one job, which names the least error.
         """
         from pyspark.sql import functions as F
 
-        if not any(p.may_hold_errors for p in reader.snapshot_parts(as_of)):
+        if not any(p.may_hold_errors for p in parts):
             return
         (error,) = snap.where("_err IS NOT NULL").agg(F.min("_err")).first()
         if error is not None:

@@ -38,7 +38,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import pyarrow as pa
@@ -114,9 +114,16 @@ def snapshot_df(spark: SparkSession, reader: PartsReader, as_of: Timestamp) -> D
     Raises SinceError or InvalidUsage as ``reader.snapshot_parts`` does, and
     PartError for a missing part.
     """
+    return parts_snapshot_df(spark, reader, reader.snapshot_parts(as_of), as_of)
+
+
+def parts_snapshot_df(
+    spark: SparkSession, reader: PartsReader, parts: Sequence[PartMeta], as_of: Timestamp
+) -> DataFrame:
+    """:func:`snapshot_df` of ``parts``, which ``reader.snapshot_parts(as_of)`` gave (for a
+    caller that reads their metadata too: one fetch of the shard's state, not two)."""
     check_groupable(arrow_to_spark_schema(reader.schema))
-    parts = reader.snapshot_parts(as_of)
-    df = read_parts(spark, reader.blob, parts, reader.schema)
+    df = read_parts(spark, reader.blob, list(parts), reader.schema)
     names = list(reader.schema.names)
     at = int(as_of)
     df = select_exprs(
@@ -148,4 +155,11 @@ def updates_df(
     return df.where(f"{TS} >= {int(lower)} AND {TS} < {int(upper)}")
 
 
-__all__ = ["PartsReader", "check_groupable", "consolidate_df", "snapshot_df", "updates_df"]
+__all__ = [
+    "PartsReader",
+    "check_groupable",
+    "consolidate_df",
+    "parts_snapshot_df",
+    "snapshot_df",
+    "updates_df",
+]
