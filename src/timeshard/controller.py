@@ -1,6 +1,6 @@
 """The controller: a declared pipeline of sources and views, stepped together.
 
-A :class:`Pipeline` is built from a :class:`~timeshard.cli.spec.RunSpec`: one
+A :class:`Pipeline` is built from a :class:`~timeshard.spec.RunSpec`: one
 :class:`~timeshard.storage.ingest.Ingestion` per source, one
 :class:`~timeshard.compute.MaterializedView` per view and one
 :class:`~timeshard.storage.export.ShardExport` per export, over one
@@ -29,10 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from timeshard.cli.spec import ExportSpec, RunSpec, build_source
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.persist import PersistClient
 from timeshard.progress import Frontier
+from timeshard.spec import ExportSpec, RunSpec, build_source
 from timeshard.storage.delta_export import DeltaExport
 from timeshard.storage.export import ShardExport
 from timeshard.storage.health import Health

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pytest
 from tests.integration.avro_main import AVRO, NO_JAR
 
-from timeshard.cli.spec import build_source, load_spec, spark_packages
 from timeshard.errors import InvalidUsage
 from timeshard.spark.session import SPARK_AVRO_PACKAGE_ENV, spark_avro_package
+from timeshard.spec import build_source, load_spec, spark_packages
 from timeshard.storage.file_source import FileSource, avro_payload_schema
 
 MAIN = Path(__file__).with_name("avro_main.py")

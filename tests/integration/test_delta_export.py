@@ -104,8 +104,8 @@ def test_errors_commit_nothing(spark: SparkSession, tmp_path: Path) -> None:
 
 
 def test_a_declared_delta_export_runs_in_the_pipeline(spark: SparkSession, tmp_path: Path) -> None:
-    from timeshard.cli.spec import ExportSpec, RunSpec, SourceSpec, check_spec
     from timeshard.controller import Pipeline
+    from timeshard.spec import ExportSpec, RunSpec, SourceSpec, check_spec
 
     client = PersistClient(Location.embedded(tmp_path / "loc"))
     uri = tmp_path / "delta"

@@ -238,8 +238,8 @@ def test_bad_arguments(spark: SparkSession, shard: tuple[PersistClient, Any]) ->
 def test_a_declared_export_runs_in_the_pipeline_with_health(
     spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
 ) -> None:
-    from timeshard.cli.spec import ExportSpec, RunSpec, SourceSpec
     from timeshard.controller import Pipeline
+    from timeshard.spec import ExportSpec, RunSpec, SourceSpec
     from timeshard.storage.health import STATUS_SHARD
 
     bootstrap = kafka_broker.bootstrap

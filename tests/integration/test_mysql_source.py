@@ -316,8 +316,8 @@ def test_a_schema_change_errors_one_subsource_and_bad_values_are_err_rows(
 def test_a_declared_mysql_source_feeds_a_view(
     spark: SparkSession, upstream: Upstream, tmp_path: Path
 ) -> None:
-    from timeshard.cli.spec import check_spec, load_spec
     from timeshard.controller import Pipeline
+    from timeshard.spec import check_spec, load_spec
 
     upstream.sql("CREATE TABLE items (id int, price decimal(8,2))")
     upstream.txn(("INSERT INTO items VALUES (1, 2.50), (2, 4.00)", None))

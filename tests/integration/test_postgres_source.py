@@ -264,8 +264,8 @@ def test_a_dropped_slot_is_a_definite_error(
 def test_a_declared_postgres_source_feeds_a_view(
     spark: SparkSession, upstream: Upstream, tmp_path: Path
 ) -> None:
-    from timeshard.cli.spec import check_spec, load_spec
     from timeshard.controller import Pipeline
+    from timeshard.spec import check_spec, load_spec
 
     upstream.create("items", "id int, price numeric(8,2)")
     upstream.publish("items")

@@ -11,9 +11,10 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from timeshard.cli.main import DEFAULT_LOCATION, app, main, status_rows
+from timeshard.cli.main import DEFAULT_LOCATION, app, main
 from timeshard.location import Location
 from timeshard.persist import PersistClient, PersistConfig
+from timeshard.status import status_rows
 from timeshard.storage.health import Health
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])

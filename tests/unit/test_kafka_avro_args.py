@@ -15,9 +15,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from timeshard.cli.spec import build_source, load_spec, spark_packages
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.spark.session import spark_avro_package, spark_kafka_package
+from timeshard.spec import build_source, load_spec, spark_packages
 from timeshard.storage.kafka_source import KafkaSource
 from timeshard.storage.schema_registry import SchemaFiles, SchemaRegistry
 

@@ -7,8 +7,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from timeshard.cli.spec import SourceSpec, build_source
 from timeshard.errors import InvalidUsage
+from timeshard.spec import SourceSpec, build_source
 from timeshard.storage.kafka_source import KafkaSource, decode_record
 
 VALUE = pa.schema([("id", pa.int64()), ("name", pa.string())])

@@ -367,8 +367,8 @@ def test_input_lines_are_seeded_and_hold_deletes_and_bad_lines() -> None:
 
 
 def test_pipeline_spec_is_a_valid_declaration(tmp_path: Path) -> None:
-    from timeshard.cli.spec import RunSpec
     from timeshard.controller import spec_shards
+    from timeshard.spec import RunSpec
 
     spec = pipeline_spec("file:///tmp/b", "sqlite:///tmp/c.db", tmp_path)
     again = RunSpec.model_validate_json(spec.model_dump_json())

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from timeshard import InvalidUsage
 from timeshard.cli.main import app
-from timeshard.cli.spec import build_source, check_spec, format_duration, load_spec, parse_duration
+from timeshard.spec import build_source, check_spec, format_duration, load_spec, parse_duration
 from timeshard.storage.file_source import FileSource
 from timeshard.storage.sources import KeyValueGenerator
 
@@ -249,10 +249,10 @@ def test_a_declared_kafka_export_takes_its_format_and_schema_ids(tmp_path: Path)
     were checked but dropped, so a declared export wrote JSON)."""
     import pyarrow as pa
 
-    from timeshard.cli.spec import ExportSpec
     from timeshard.controller import build_export
     from timeshard.location import Location
     from timeshard.persist import PersistClient
+    from timeshard.spec import ExportSpec
 
     client = PersistClient(Location.embedded(tmp_path))
     schema = pa.schema([("key", pa.string()), ("value", pa.string())])

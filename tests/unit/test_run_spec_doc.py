@@ -23,7 +23,7 @@ import pyarrow as pa
 import pytest
 from pydantic import BaseModel
 
-from timeshard.cli.spec import (
+from timeshard.spec import (
     EXPORT_OPTIONS,
     TYPES,
     UNITS_MS,

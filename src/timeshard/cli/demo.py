@@ -31,11 +31,11 @@ from rich.live import Live
 from rich.table import Table
 
 from timeshard.cli.options import TIME_COLUMNS, fit, time_cell, time_text
-from timeshard.cli.spec import DEFAULT_DIR
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient, ReadHandle
+from timeshard.spec import DEFAULT_DIR
 
 WINNING_BIDS = """
 SELECT auction_id, item, buyer, amount FROM (

@@ -61,12 +61,13 @@ from timeshard.cli.options import (
     time_text,
 )
 from timeshard.cli.serve import serve
-from timeshard.cli.spec import DEFAULT_DIR
-from timeshard.cli.status import shard_states, status, status_rows
+from timeshard.cli.status import status
 from timeshard.errors import InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient, ReadHandle
 from timeshard.persist.as_of import common_as_of, not_readable
 from timeshard.server.discovery import running_server
+from timeshard.spec import DEFAULT_DIR
+from timeshard.status import shard_states
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 shard_app = typer.Typer(help="Inspect and read shards.", no_args_is_help=True)
@@ -577,14 +578,14 @@ def run(
     file: Annotated[Path, typer.Argument(help="A TOML file declaring sources and views.")],
     seconds: Annotated[float, typer.Option(help="How long to run.")] = 30.0,
 ) -> None:
-    """Run the sources and views a declaration file declares (see timeshard.cli.spec).
+    """Run the sources and views a declaration file declares (see timeshard.spec).
 
     The file is checked in full (sources' options, views' inputs) before Spark
     starts, and a bad one writes nothing.
     """
-    from timeshard.cli.spec import check_spec, load_spec, spark_packages
     from timeshard.controller import Pipeline
     from timeshard.spark import spark_session
+    from timeshard.spec import check_spec, load_spec, spark_packages
 
     spec = load_spec(file)
     loc = spec.location
@@ -693,4 +694,4 @@ def main() -> None:
         raise SystemExit(2) from e
 
 
-__all__ = ["DEFAULT_LOCATION", "app", "main", "shards_named_in", "status_rows"]
+__all__ = ["DEFAULT_LOCATION", "app", "main", "shards_named_in"]

@@ -38,10 +38,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
 
-from timeshard.cli.spec import DEFAULT_DIR
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location, open_location
 from timeshard.progress.wallclock import WALL_CLOCK_MS, readable_utc
+from timeshard.spec import DEFAULT_DIR
 
 console = Console()
 err_console = Console(stderr=True)

@@ -5,7 +5,7 @@ Usage::
     python -m timeshard.nemesis.replica RUN_DIR REPLICA INCARNATION SEED
 
 It runs the pipeline declared in ``RUN_DIR/pipeline.json`` (a
-:class:`~timeshard.cli.spec.RunSpec`, as JSON; :class:`~timeshard.controller.Pipeline`)
+:class:`~timeshard.spec.RunSpec`, as JSON; :class:`~timeshard.controller.Pipeline`)
 on a ``local[1]`` SparkSession, over the declared location wrapped in a
 :class:`~timeshard.nemesis.control.FaultyLocation`, one tick a second, until
 its control file ``RUN_DIR/control-<REPLICA>.json`` says stop. A thread
@@ -55,7 +55,6 @@ def _event(kind: str, **fields: Any) -> None:
 
 def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> None:
     started = time.monotonic()
-    from timeshard.cli.spec import RunSpec
     from timeshard.controller import Pipeline
     from timeshard.location import open_location
     from timeshard.location.unreliable import FaultJournal
@@ -64,6 +63,7 @@ def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> Non
     from timeshard.persist import PersistClient
     from timeshard.spark import spark_session
     from timeshard.spark.parts import inject_task_faults
+    from timeshard.spec import RunSpec
 
     spec = RunSpec.model_validate_json((run_dir / "pipeline.json").read_text())
     assert spec.location.blob and spec.location.consensus, spec.location

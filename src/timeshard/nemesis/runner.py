@@ -81,7 +81,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from timeshard.cli.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
 from timeshard.errors import ExternalError, InvalidUsage
 from timeshard.location import open_location
 from timeshard.location.unreliable import FaultJournal
@@ -90,6 +89,7 @@ from timeshard.nemesis.disk import BlobDisk
 from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
 from timeshard.nemesis.plan import KINDS, Fault, plan_faults
 from timeshard.persist import PersistClient
+from timeshard.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
 from timeshard.storage.health import STATUS_SHARD
 
 INPUT_EVERY_S = 1.5

@@ -412,7 +412,7 @@ def create_sink(r: TokenReader) -> CreateSink:
 
 
 def _duration_option(options: dict[str, Any], key: str) -> str | None:
-    from timeshard.cli.spec import parse_duration
+    from timeshard.spec import parse_duration
 
     value = options.pop(key, None)
     if value is None:

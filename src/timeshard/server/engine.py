@@ -517,7 +517,7 @@ class Engine:
             log.error("cannot forget the statement of %s, whose CREATE failed: %s", name, e)
 
     def _create_source(self, statement: CreateSource, seq: int) -> _Object:
-        from timeshard.cli.spec import RunSpec, SourceSpec, build_source, check_spec
+        from timeshard.spec import RunSpec, SourceSpec, build_source, check_spec
         from timeshard.storage.ingest import Ingestion
 
         self._refuse_passwords(statement)
@@ -593,8 +593,8 @@ class Engine:
             )
 
     def _create_view(self, statement: CreateView, seq: int) -> _Object:
-        from timeshard.cli.spec import parse_duration
         from timeshard.compute import MaterializedView, ViewDefinition
+        from timeshard.spec import parse_duration
 
         if statement.name in self._shards_of_objects():
             raise SqlError(f"{statement.name!r} is a shard of another object", "42710")
@@ -633,8 +633,8 @@ class Engine:
         )
 
     def _create_sink(self, statement: CreateSink, seq: int) -> _Object:
-        from timeshard.cli.spec import ExportSpec, RunSpec, check_spec
         from timeshard.controller import build_export
+        from timeshard.spec import ExportSpec, RunSpec, check_spec
         from timeshard.storage.health import Health
 
         if statement.input not in self.known_shards():
@@ -849,7 +849,7 @@ class Engine:
 
     def object_rows(self) -> list[dict[str, Any]]:
         """One row per shard of the location: the introspection relation's rows."""
-        from timeshard.cli.status import status_rows
+        from timeshard.status import status_rows
 
         owner = {s: o for o in list(self.objects.values()) for s in o.shards}
         out = []

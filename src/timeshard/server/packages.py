@@ -14,7 +14,7 @@ Without either, the session loads none: the server starts with no network
 access, as pip alone installs it. A CREATE SOURCE that needs a package the
 running session lacks (:func:`lacking`) is refused, naming the
 ``--packages`` to restart with. Which packages a source needs is
-:func:`timeshard.cli.spec.spark_packages`'s answer for its run-file form.
+:func:`timeshard.spec.spark_packages`'s answer for its run-file form.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def named(names: str | None) -> list[str]:
 
 def needed(source: CreateSource) -> list[str]:
     """The short names of the packages ``source`` needs."""
-    from timeshard.cli.spec import RunSpec, SourceSpec, spark_packages
+    from timeshard.spec import RunSpec, SourceSpec, spark_packages
 
     # Not validated: only the kind and the formats matter here, and the engine
     # reports a statement that does not hold up when it creates the source.

@@ -481,7 +481,7 @@ class _Parser(TokenReader):
 
 def _seconds(value: Any) -> float | None:
     """A FETCH TIMEOUT in seconds: a duration (``'1s'``, ``'500ms'``) or a number of seconds."""
-    from timeshard.cli.spec import parse_duration
+    from timeshard.spec import parse_duration
 
     if value is None:
         return None

@@ -1,0 +1,182 @@
+"""The rows of ``timeshard status``: every object of a location, its frontiers, health and path.
+
+One row per shard (a dict, as ``timeshard status --json`` prints it and the
+server's introspection relation returns it). A shard is a ``view`` when a
+view deploy generation holds it (the sink's ``deploy`` critical reader). The
+columns:
+* ``since`` / ``write_frontier``: the shard's frontiers; ``lag_ms`` is
+  wall-clock now minus the write frontier, for shards whose timestamps are
+  wall-clock milliseconds;
+* ``retain_ms``: RETAIN HISTORY; ``generation``: a view's deploy generation;
+* ``status`` / ``error``: the latest health the object reported (shard
+  ``timeshard_status``), corrected by liveness: a source or view reported
+  ``running`` or ``starting`` shows ``stopped`` once its shard has no writer,
+  and ``unresponsive`` once no writer renewed its lease for three heartbeat
+  intervals;
+* ``path`` / ``path_reason``: how a view is maintained -- ``linear``,
+  ``grouped`` or ``full`` (from snapshots) and why -- as its catalog entry
+  recorded it when the view was installed (:mod:`timeshard.catalog`). A view
+  whose entry predates the recording has no path (``-`` in the table).
+
+Invariants:
+
+1. The rows start no Spark: everything comes from shard states, the status
+   shard and the catalog, read on the pyarrow path.
+2. An object whose state (or, for the status and catalog shards, whose
+   content) cannot be read is a row of kind ``unreadable`` holding the error;
+   the others are shown all the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timeshard.errors import TimeshardError
+from timeshard.persist import PersistClient
+from timeshard.persist._internal.state import ShardState
+from timeshard.persist.holds import RETAIN_READER
+
+
+def shard_states(client: PersistClient) -> dict[str, ShardState | TimeshardError]:
+    """Every shard's state, or the error that reading it raised (CorruptState, ...)."""
+    out: dict[str, ShardState | TimeshardError] = {}
+    for shard_id in client.list_shards():
+        try:
+            out[shard_id] = client.state(shard_id)
+        except TimeshardError as e:
+            out[shard_id] = e
+    return out
+
+
+def status_rows(client: PersistClient) -> list[dict[str, Any]]:
+    """The ``status`` row of every shard, at ``client.config``'s clock."""
+    states = shard_states(client)
+    health = _health(client, states)
+    paths = _view_paths(client, states)
+    now = client.config.now_ms()
+    return [
+        _unreadable_row(shard_id, s)
+        if isinstance(s, TimeshardError)
+        else _status_row(client, shard_id, s, health.get(shard_id, {}), paths, now)
+        for shard_id, s in states.items()
+    ]
+
+
+def _health(
+    client: PersistClient, states: dict[str, ShardState | TimeshardError]
+) -> dict[str, dict[str, Any]]:
+    """The latest health row of every object; a damaged status shard joins ``states``."""
+    from timeshard.storage.health import STATUS_SHARD
+
+    if not isinstance(states.get(STATUS_SHARD), ShardState):
+        return {}
+    try:
+        reader = client.open_unleased_reader(STATUS_SHARD)
+        upper = reader.upper().time
+        if not upper:
+            return {}
+        return {r["object"]: r for r in reader.snapshot(upper - 1).to_pylist()}
+    except TimeshardError as e:  # a damaged part: shown in the status shard's row
+        states[STATUS_SHARD] = e
+        return {}
+
+
+def _view_paths(
+    client: PersistClient, states: dict[str, ShardState | TimeshardError]
+) -> dict[str, tuple[str | None, str | None]]:
+    """Each cataloged view's recorded ``(path, reason)``, ``(None, None)`` if it has none.
+
+    A catalog row that does not decode is skipped (``verify`` reports it); a
+    catalog shard whose content cannot be read joins ``states``.
+    """
+    from timeshard.catalog import CATALOG_SHARD, CatalogEntry, catalog_rows
+
+    if not isinstance(states.get(CATALOG_SHARD), ShardState):
+        return {}
+    try:
+        rows = catalog_rows(client)
+    except TimeshardError as e:  # a damaged part: shown in the catalog shard's row
+        states[CATALOG_SHARD] = e
+        return {}
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for row in rows:
+        try:
+            entry = CatalogEntry.from_row(row)
+        except TimeshardError:
+            continue
+        if entry.kind == "view":
+            path, reason = entry.definition.get("path"), entry.definition.get("path_reason")
+            out[entry.name] = (
+                path if isinstance(path, str) else None,
+                reason if isinstance(reason, str) else None,
+            )
+    return out
+
+
+def _status_row(
+    client: PersistClient,
+    shard_id: str,
+    s: ShardState,
+    health: dict[str, Any],
+    paths: dict[str, tuple[str | None, str | None]],
+    now: int,
+) -> dict[str, Any]:
+    from timeshard.compute.mv_sink import DEPLOY_READER
+
+    deploy = s.critical_readers.get(DEPLOY_READER)
+    retain = s.critical_readers.get(RETAIN_READER)
+    upper = s.upper.time
+    interval = client.config.heartbeat_interval_ms
+    path, reason = paths.get(shard_id, (None, None))
+    return {
+        "object": shard_id,
+        "kind": "view" if deploy else "shard",
+        "since": s.since.to_json(),
+        "write_frontier": upper,
+        "lag_ms": now - upper if upper is not None and upper > 10**12 else None,
+        "retain_ms": int(retain.opaque) if retain and retain.opaque.isdigit() else None,
+        "generation": int(deploy.opaque) if deploy and deploy.opaque.isdigit() else None,
+        "writers": len(s.writers),
+        "readers": len(s.leased_readers),
+        "status": _liveness(s, health.get("status"), now, interval),
+        "error": health.get("error"),
+        "path": path,
+        "path_reason": reason,
+    }
+
+
+def _liveness(state: ShardState, status: str | None, now: int, interval_ms: int) -> str | None:
+    """The reported health, unless the process that reported it is gone.
+
+    A live process renews its writers' leases at least every ``interval_ms``.
+    """
+    if status not in ("running", "starting"):
+        return status
+    if not state.writers:
+        return "stopped"
+    silent_ms = now - max(w.last_heartbeat_ms for w in state.writers.values())
+    if interval_ms > 0 and silent_ms > 3 * interval_ms:
+        return f"unresponsive (no heartbeat for {silent_ms // 1000} s)"
+    return status
+
+
+def _unreadable_row(shard_id: str, error: TimeshardError) -> dict[str, Any]:
+    """The ``status`` row of a shard whose state (or content) cannot be read."""
+    return {
+        "object": shard_id,
+        "kind": "unreadable",
+        "since": None,
+        "write_frontier": None,
+        "lag_ms": None,
+        "retain_ms": None,
+        "generation": None,
+        "writers": None,
+        "readers": None,
+        "status": type(error).__name__,
+        "error": str(error),
+        "path": None,
+        "path_reason": None,
+    }
+
+
+__all__ = ["shard_states", "status_rows"]
