@@ -20,6 +20,7 @@ from collections import Counter
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import pymysql
@@ -227,6 +228,22 @@ def test_the_server_settings_are_checked(upstream: Upstream) -> None:
     upstream.sql("CREATE TABLE m (id int) ENGINE=MyISAM")  # no consistent snapshot of it
     with pytest.raises(InvalidUsage, match="table 'm' uses engine 'MyISAM'"):
         MySqlSource(f"my_{uuid.uuid4().hex[:8]}", upstream.url, tables=["m"])
+
+
+def test_a_url_without_a_password_connects_with_mysql_pwd(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The URL a catalog keeps (no password) reaches the server with ``MYSQL_PWD``."""
+    upstream.sql("CREATE TABLE t (id int PRIMARY KEY)")
+    parts = urlsplit(upstream.url)
+    bare = parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}").geturl()
+    assert parts.password and urlsplit(bare).password is None
+    monkeypatch.delenv("MYSQL_PWD", raising=False)
+    with pytest.raises(SourceUnavailable, match="Access denied"):
+        MySqlSource(f"my_{uuid.uuid4().hex[:8]}", bare, connect_timeout_s=5)
+    monkeypatch.setenv("MYSQL_PWD", parts.password)
+    source = MySqlSource(f"my_{uuid.uuid4().hex[:8]}", bare, connect_timeout_s=5)
+    assert [t.name for t in source.tables] == ["t"]
 
 
 def test_changes_between_the_origin_and_the_snapshot_are_rewound(

@@ -212,8 +212,8 @@ def test_a_mysql_source_follows_its_database(served: Served, mariadb_server: Any
     database, user, name = unique("d"), unique("nopw"), unique("my")
     root = pymysql.connect(unix_socket=str(mariadb_server.socket), user="root", autocommit=True)
     with root.cursor() as cur:
-        # A MYSQL source reads its password only from its URL, which SQL refuses: an
-        # account without one, on loopback.
+        # SQL refuses a URL with a password, and this module's server has no MYSQL_PWD
+        # (a source's other way to one): an account without one, on loopback.
         cur.execute("CREATE USER %s@'127.0.0.1'", (user,))
         cur.execute("GRANT ALL PRIVILEGES ON *.* TO %s@'127.0.0.1'", (user,))
         cur.execute(f"CREATE DATABASE {database}")

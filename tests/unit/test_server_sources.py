@@ -147,7 +147,7 @@ def test_a_postgres_dsn_with_a_password_is_refused(client: PersistClient, dsn: s
 def test_a_mysql_url_with_a_password_is_refused(client: PersistClient) -> None:
     engine = Engine(session(), client)
     sql = "CREATE SOURCE m FROM MYSQL (URL 'mysql://repl:secret@db:3306/d') FOR ALL TABLES"
-    refused(engine, sql, "28P01", "URL", "run file")
+    refused(engine, sql, "28P01", "URL", "MYSQL_PWD", "run file")
 
 
 def test_a_schema_registry_url_with_a_password_is_refused(client: PersistClient) -> None:

@@ -570,11 +570,15 @@ class Engine:
         for key, where in (("url", "URL"), ("schema_registry_url", "SCHEMA REGISTRY URL")):
             url = options.get(key)
             if isinstance(url, str) and urlsplit(url).password:
+                elsewhere = (
+                    "give it in MYSQL_PWD, in the server's environment"
+                    if statement.kind == "mysql" and key == "url"
+                    else "the source reads it from nowhere else: use an account without one"
+                )
                 raise SqlError(
                     f"a {statement.kind.upper()} source's {where} must not hold a password "
                     "(the statement is kept in the catalog, which anyone reading the location "
-                    "reads), and the source reads it from nowhere else: use an account without "
-                    "one, or declare the source in a run file (timeshard run)",
+                    f"reads); {elsewhere}, or declare the source in a run file (timeshard run)",
                     "28P01",
                 )
 
