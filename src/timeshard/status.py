@@ -4,6 +4,7 @@ One row per shard (a dict, as ``timeshard status --json`` prints it and the
 server's introspection relation returns it). A shard is a ``view`` when a
 view deploy generation holds it (the sink's ``deploy`` critical reader). The
 columns:
+
 * ``since`` / ``write_frontier``: the shard's frontiers; ``lag_ms`` is
   wall-clock now minus the write frontier, for shards whose timestamps are
   wall-clock milliseconds;
