@@ -28,6 +28,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tests import spark_jvm
 from tests.integration.kafka_broker import kafka_broker  # noqa: F401 (a fixture of every tier)
 from tests.pg_server import PostgresServer
 from tests.unavailable import skip_or_fail
@@ -37,6 +38,12 @@ if TYPE_CHECKING:
 
     from timeshard.dev.mariadb import MariaDBServer
     from timeshard.dev.seaweedfs import SeaweedS3
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """A run of Spark tests starts its Spark drivers with :mod:`tests.spark_jvm`'s options."""
+    if any(item.get_closest_marker("spark") for item in session.items):
+        spark_jvm.configure()
 
 
 @pytest.fixture(scope="session")
@@ -67,11 +74,14 @@ def spark() -> Iterator[SparkSession]:
     from timeshard.spark.session import spark_avro_package, spark_kafka_package
 
     packages = [spark_kafka_package(), spark_avro_package()]
-    try:
-        session = spark_session(master="local[2]", app_name="timeshard-tests", packages=packages)
-    except Exception as e:  # Ivy could not fetch them (no Maven Central): the rest still runs
-        _NO_KAFKA_CONNECTOR.append(f"the SparkSession cannot load {packages}: {e}")
-        session = spark_session(master="local[2]", app_name="timeshard-tests")
+    with spark_jvm.own_submit_opts():
+        try:
+            session = spark_session(
+                master="local[2]", app_name="timeshard-tests", packages=packages
+            )
+        except Exception as e:  # Ivy could not fetch them (no Maven Central): the rest runs
+            _NO_KAFKA_CONNECTOR.append(f"the SparkSession cannot load {packages}: {e}")
+            session = spark_session(master="local[2]", app_name="timeshard-tests")
     register(session)
     yield session
     session.stop()
