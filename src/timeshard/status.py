@@ -67,16 +67,12 @@ def _health(
     client: PersistClient, states: dict[str, ShardState | TimeshardError]
 ) -> dict[str, dict[str, Any]]:
     """The latest health row of every object; a damaged status shard joins ``states``."""
-    from timeshard.storage.health import STATUS_SHARD
+    from timeshard.storage.health import STATUS_SHARD, latest_health
 
     if not isinstance(states.get(STATUS_SHARD), ShardState):
         return {}
     try:
-        reader = client.open_unleased_reader(STATUS_SHARD)
-        upper = reader.upper().time
-        if not upper:
-            return {}
-        return {r["object"]: r for r in reader.snapshot(upper - 1).to_pylist()}
+        return latest_health(client)
     except TimeshardError as e:  # a damaged part: shown in the status shard's row
         states[STATUS_SHARD] = e
         return {}

@@ -161,3 +161,31 @@ def test_explain_refuses_a_missing_location(
         main()
     err = capsys.readouterr().err
     assert e.value.code == 2 and str(missing) in err and not missing.exists()
+
+
+def test_a_damaged_status_shard_is_its_own_rows_error_and_the_others_still_show(
+    tmp_path: Path,
+) -> None:
+    """Each object's health comes from the latest row of the status shard; once a part of
+    that shard is gone, its row holds the error and every other shard still has a row."""
+    from timeshard.status import status_rows
+    from timeshard.storage.health import STATUS_SHARD, Health, latest_health
+
+    client = make_location(tmp_path)
+    assert latest_health(client) == {}  # nothing recorded yet
+    health = Health(client)
+    health.report("orders", "stalled", "disk full")
+    health.close()
+    assert latest_health(client)["orders"]["error"] == "disk full"
+    rows = {r["object"]: r for r in status_rows(client)}
+    assert (rows["orders"]["status"], rows["orders"]["error"]) == ("stalled", "disk full")
+
+    parts = sorted((tmp_path / "blob" / STATUS_SHARD).rglob("*.parquet"))
+    assert parts
+    for part in parts:
+        part.unlink()
+    rows = {r["object"]: r for r in status_rows(client)}
+    assert rows[STATUS_SHARD]["kind"] == "unreadable", rows[STATUS_SHARD]
+    assert rows[STATUS_SHARD]["error"], rows[STATUS_SHARD]
+    assert rows["orders"]["kind"] != "unreadable" and rows["orders"]["status"] is None
+    assert set(rows) >= {"orders", *VIEWS}

@@ -90,7 +90,7 @@ from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
 from timeshard.nemesis.plan import KINDS, Fault, plan_faults
 from timeshard.persist import PersistClient
 from timeshard.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
-from timeshard.storage.health import STATUS_SHARD
+from timeshard.storage.health import latest_health
 
 INPUT_EVERY_S = 1.5
 INPUT_LINES = 12
@@ -828,11 +828,7 @@ def _upper_or_none(client: PersistClient, shard: str) -> int | None:
 def _health(client: PersistClient) -> dict[str, dict[str, Any]]:
     """The latest health row of every object (empty if the status shard cannot be read)."""
     try:
-        reader = client.open_unleased_reader(STATUS_SHARD)
-        upper = reader.upper().time
-        if not upper:
-            return {}
-        return {row["object"]: row for row in reader.snapshot(upper - 1).to_pylist()}
+        return latest_health(client)
     except Exception:  # no status yet, or storage down: the replicas' errors still say
         return {}
 

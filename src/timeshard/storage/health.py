@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -58,4 +59,18 @@ class Health:
         raise AssertionError(f"could not record the status of {obj!r}")
 
 
-__all__ = ["STATUSES", "STATUS_SCHEMA", "STATUS_SHARD", "Health"]
+def latest_health(client: PersistClient) -> dict[str, dict[str, Any]]:
+    """The latest health row of every object, by object (empty while nothing is recorded).
+
+    Raises what reading the status shard raises (a missing or corrupt part, storage down).
+    """
+    if STATUS_SHARD not in client.list_shards():
+        return {}
+    reader = client.open_unleased_reader(STATUS_SHARD)
+    upper = reader.upper().time
+    if not upper:
+        return {}
+    return {row["object"]: row for row in reader.snapshot(upper - 1).to_pylist()}
+
+
+__all__ = ["STATUSES", "STATUS_SCHEMA", "STATUS_SHARD", "Health", "latest_health"]
