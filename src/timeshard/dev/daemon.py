@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,6 +22,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Self
+
+#: A log line that reports a failure (MariaDB, PostgreSQL, Java and Go servers alike).
+_ERROR_LINE = re.compile(r"ERROR|FATAL|PANIC|Assertion|assertion|[Ee]xception|got signal|panic:")
 
 
 def free_port() -> int:
@@ -114,11 +118,16 @@ class Daemon:
         return self._proc is not None and self._proc.poll() is None
 
     def log_tail(self, lines: int = 6) -> str:
+        """The log's last ``lines`` lines, after the errors logged in the last 200 lines (a
+        crash report ends with pages of limits and versions, far below its cause)."""
         try:
             text = self.log_path.read_text(errors="replace").strip().splitlines()
         except OSError:
             return "(no log)"
-        return " | ".join(line[:200] for line in text[-lines:])
+        recent = text[-200:-lines] if len(text) > lines else []
+        errors = [line for line in recent if _ERROR_LINE.search(line)][-lines:]
+        shown = [*errors, *(["..."] if errors else []), *text[-lines:]]
+        return " | ".join(line[:200] for line in shown)
 
 
 class DevServer:
