@@ -56,6 +56,10 @@ sys.exit(jvm.wait(timeout=300))
 """
 
 
+#: This process's own options, set by :func:`configure` (absent: the caller's are used).
+_OWN = "TIMESHARD_TESTS_OWN_SUBMIT_OPTS"
+
+
 def configure() -> None:
     """Set ``SPARK_SUBMIT_OPTS`` for this run's subprocesses (unless the caller set it)."""
     if SUBMIT_OPTS in os.environ:
@@ -64,10 +68,6 @@ def configure() -> None:
     shared = [f"-XX:SharedArchiveFile={archive}"] if archive is not None else []
     os.environ[_OWN] = " ".join(shared)
     os.environ[SUBMIT_OPTS] = " ".join([*shared, SUBPROCESS_ONLY])
-
-
-#: This process's own options, set by :func:`configure` (absent: the caller's are used).
-_OWN = "TIMESHARD_TESTS_OWN_SUBMIT_OPTS"
 
 
 @contextlib.contextmanager

@@ -64,9 +64,10 @@ def latest_health(client: PersistClient) -> dict[str, dict[str, Any]]:
 
     Raises what reading the status shard raises (a missing or corrupt part, storage down).
     """
-    if STATUS_SHARD not in client.list_shards():
+    try:
+        reader = client.open_unleased_reader(STATUS_SHARD)
+    except InvalidUsage:  # (the id is valid: the shard does not exist yet)
         return {}
-    reader = client.open_unleased_reader(STATUS_SHARD)
     upper = reader.upper().time
     if not upper:
         return {}
