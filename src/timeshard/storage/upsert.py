@@ -139,7 +139,9 @@ class FeedbackUpsert:
                 rows.append({**new, TS: t, DIFF: 1})
             state[key] = new
         result = self._writer.compare_and_append(self._table(rows), lower, input_upper)
-        self._reader.downgrade_since(max(input_upper - 1, 0))
+        if isinstance(result, Appended):  # a lost race leaves the upper where the winner put it:
+            # a hold past it would leave the shard no readable time once the others' go
+            self._reader.downgrade_since(max(input_upper - 1, 0))
         return result
 
     def _row(self, cmd: UpsertCommand) -> dict[str, Any] | None:
