@@ -207,6 +207,16 @@ def test_critical_since_fencing(client: PersistClient) -> None:
     assert gen2.since == Frontier(4)
 
 
+def test_a_dropped_critical_reader_fences_its_handles(client: PersistClient) -> None:
+    """Another server's DROP removes the reader: a handle of it is fenced, not a KeyError."""
+    client.open_writer("s", SCHEMA).append([], 0, 10)
+    held = client.open_critical_since("s", "deploy", "gen-1")
+    client.drop_critical_since("s", "deploy")
+    for read in (lambda: held.since, held.current_opaque, lambda: held.downgrade_since(5)):
+        with pytest.raises(Fenced, match="critical reader 'deploy' of shard 's' is gone"):
+            read()
+
+
 def test_listen_sees_updates_then_progress(client: PersistClient) -> None:
     w, r = client.open("s", SCHEMA)
     w.append([(("a", 1), 0, 1)], 0, 2)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from timeshard.errors import Fenced
 from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.machine import Machine
+from timeshard.persist._internal.state import CriticalReaderState
 from timeshard.persist._internal.transitions import OpaqueMismatch
 from timeshard.progress import Frontier, Timestamp, frontier
 
@@ -30,10 +31,17 @@ class SinceHandle:
 
     @property
     def since(self) -> Frontier:
-        return self._machine.fetch().critical_readers[self.reader_id].since
+        return self._reader().since
 
     def current_opaque(self) -> str:
-        return self._machine.fetch().critical_readers[self.reader_id].opaque
+        return self._reader().opaque
+
+    def _reader(self) -> CriticalReaderState:
+        """This reader's state; Fenced if it was dropped (a DROP by another server)."""
+        reader = self._machine.fetch().critical_readers.get(self.reader_id)
+        if reader is None:
+            raise Fenced(f"critical reader {self.reader_id!r} of shard {self.shard_id!r} is gone")
+        return reader
 
     def compare_and_downgrade_since(
         self, expected: str, new_opaque: str, new_since: Frontier | Timestamp | None
