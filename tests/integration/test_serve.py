@@ -10,7 +10,9 @@
   failed transaction;
 * ``kill -9`` of the server mid-SUBSCRIBE: the client gets an error (not a
   hang), a restarted server restores the objects from the catalog and
-  resumes them, and ``verify`` finds no difference.
+  resumes them, and ``verify`` finds no difference;
+* the server's Spark JVM killed under it: the server stops (exit 3) and
+  says why, instead of answering while every object stalls.
 
 Each test starts its own server (``--port 0``); a start is waited for as long
 as the process lives, so a slow machine makes it slow, never failed.
@@ -381,6 +383,20 @@ def test_kill_9_mid_subscribe_then_restart_restores_and_resumes(tmp_path: Path, 
         PersistClient(Location.embedded(location)), spark=lambda _packages: spark, seed=1
     )
     assert report.ok, report.to_json()
+
+
+def test_a_server_whose_spark_jvm_is_killed_stops_and_says_why(served: Served) -> None:
+    import psutil
+
+    from timeshard.cli.serve import JVM_EXITED
+
+    with connect(served, autocommit=True) as conn:  # a server with an object ticking
+        conn.execute("CREATE SOURCE c FROM LOAD GENERATOR COUNTER (RATE 10)")
+    (jvm,) = [p for p in psutil.Process(served.proc.pid).children() if p.name() == "java"]
+    jvm.kill()
+    assert served.exit_code() == JVM_EXITED, served.log.read_text()
+    text = served.log.read_text()
+    assert f"timeshard serve stops: the Spark JVM (pid {jvm.pid}) was killed by SIGKILL" in text
 
 
 def test_the_readme_shows_the_session_the_test_runs() -> None:

@@ -7,7 +7,11 @@ default. It serves a dashboard (:mod:`timeshard.server.dashboard`) on
 http://127.0.0.1:6876, always on loopback: it has no authentication. It
 prints when it is ready, with the command line for ``psql`` and the
 dashboard's address, and runs until SIGINT or SIGTERM (or ``--seconds``),
-when it closes every object and stops Spark.
+when it closes every object and stops Spark. If its Spark JVM exits (killed,
+crashed, out of memory) it stops at once with exit code 3 and says why:
+no Spark call can succeed any more, and a server that answered while its
+objects stalled would hide that. Restarted, every object resumes where its
+shards end, as after ``kill -9``.
 
 On an embedded location (a directory) it writes ``serve.json`` there
 (:mod:`timeshard.server.discovery`), unless a live server announced itself
@@ -44,6 +48,7 @@ from timeshard.cli.options import (
     BlobOpt,
     ConsensusOpt,
     LocationOpt,
+    err_console,
     location_from,
 )
 from timeshard.errors import InvalidUsage
@@ -51,6 +56,8 @@ from timeshard.persist import PersistClient
 
 console = Console(highlight=False)
 PASSWORD_ENV = "TIMESHARD_SERVE_PASSWORD"
+#: The exit code of a server whose Spark JVM exited under it.
+JVM_EXITED = 3
 
 
 def serve(
@@ -95,6 +102,7 @@ def serve(
     from timeshard.server.packages import session_packages
     from timeshard.server.pgwire import PgServer
     from timeshard.spark import spark_session
+    from timeshard.spark.session import jvm_exit
 
     if tick <= 0:
         raise InvalidUsage(f"--tick must be positive, got {tick}")
@@ -152,8 +160,17 @@ def serve(
     )
     deadline = None if seconds is None else time.monotonic() + seconds
     checked = time.monotonic()
+    gone = None
     while not stop.wait(0.2):
         if deadline is not None and time.monotonic() >= deadline:
+            break
+        gone = jvm_exit()
+        if gone is not None:
+            err_console.print(
+                f"[red]timeshard serve stops:[/red] {escape(gone)}; every Spark call would fail. "
+                "Start it again: every object resumes where its shards end.",
+                soft_wrap=True,
+            )
             break
         if time.monotonic() - checked >= 5:  # the announced server may have stopped
             take_over_announcement()
@@ -163,8 +180,10 @@ def serve(
     server.shutdown()
     server.server_close()
     dashboard.close()
+    if gone is not None:  # closing would call Spark: the objects stay as a kill -9 leaves them
+        raise typer.Exit(JVM_EXITED)
     engine.close()
     spark.stop()
 
 
-__all__ = ["PASSWORD_ENV", "serve"]
+__all__ = ["JVM_EXITED", "PASSWORD_ENV", "serve"]

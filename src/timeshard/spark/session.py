@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -147,6 +148,28 @@ def spark_session(
     spark.sparkContext.setLogLevel(level)
     quiet_python_loggers()
     return spark
+
+
+def jvm_exit() -> str | None:
+    """Why this process's Spark JVM has exited; None while it runs.
+
+    None as well when this process did not start one (none yet, or a gateway
+    given by ``PYSPARK_GATEWAY_PORT``). A driver whose JVM is gone cannot
+    recover: every Spark call fails, so a long-running command stops and says
+    so (a supervisor restarts it; every object resumes where its shards end).
+    """
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return None
+    code = proc.poll()
+    if code is None:
+        return None
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"the Spark JVM (pid {proc.pid}) was killed by {signal.Signals(-code).name}"
+    return f"the Spark JVM (pid {proc.pid}) exited with code {code}"
 
 
 SPARK_AVRO_PACKAGE_ENV = "TIMESHARD_SPARK_AVRO_PACKAGE"
@@ -286,6 +309,7 @@ __all__ = [
     "SPARK_AVRO_PACKAGE_ENV",
     "arrow_to_spark_schema",
     "hadoop_aws_package",
+    "jvm_exit",
     "requires_spark_avro",
     "s3a_settings",
     "spark_avro_package",
