@@ -35,8 +35,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 SUBMIT_OPTS = "SPARK_SUBMIT_OPTS"
-#: Only for the drivers started in subprocesses.
-SUBPROCESS_ONLY = "-XX:TieredStopAtLevel=1"
+#: Only for the drivers started in subprocesses. C1 alone is the JVM's "client emulation"
+#: mode, whose code cache is 48 MB: a server filled it in two minutes, and a full code
+#: cache turns the compiler off (every method then interpreted, ten times slower), so the
+#: code cache is the tiered default again.
+SUBPROCESS_ONLY = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 #: What the dumping driver runs: a start, SQL with a shuffle, Parquet out and in, and a
 #: mapInArrow (the classes of a tick's jobs).
