@@ -174,9 +174,12 @@ class PostgresServer:
         raise RuntimeError(f"PostgreSQL did not listen on port {self.port}: {self.log()}")
 
     def _kill_postmaster(self) -> None:
+        """SIGKILL the postmaster its pid file names -- if that process is still a postgres
+        (a stale file's pid may be another process's by now)."""
         with contextlib.suppress(OSError, ValueError, IndexError):
             pid = int((self.data / "postmaster.pid").read_text().split()[0])
-            os.kill(pid, signal.SIGKILL)
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "postgres":
+                os.kill(pid, signal.SIGKILL)
 
 
 def _sh_quote(arg: str) -> str:
