@@ -96,6 +96,15 @@ def test_a_read_only_replica_reads_follows_and_is_promoted(tmp_path: Path, spark
                     return "kvr_keys" in [row[0] for row in rows]
 
                 eventually(replica, listed, "the replica lists the writer's new view")
+
+                def ticked() -> bool:  # the writer's first tick of it may take a while
+                    assert writer.proc.poll() is None, writer.log.read_text()
+                    row = r.execute(
+                        "SELECT upper FROM timeshard_objects WHERE name = 'kvr_keys'"
+                    ).fetchone()
+                    return row is not None and row[0] is not None and row[0] > 0
+
+                eventually(replica, ticked, "the writer ticks its new view")
                 assert r.execute("SELECT c FROM kvr_keys").fetchone() == (20,)
         left = PersistClient(Location.embedded(location)).state("kvr_groups").upper.time
         assert left is not None
