@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -150,8 +151,8 @@ def spark_session(
     return spark
 
 
-def jvm_exit() -> str | None:
-    """Why this process's Spark JVM has exited; None while it runs.
+def jvm_exit(proc: subprocess.Popen[bytes] | None = None) -> str | None:
+    """Why this process's Spark JVM (``proc``: PySpark's) has exited; None while it runs.
 
     None as well when this process did not start one (none yet, or a gateway
     given by ``PYSPARK_GATEWAY_PORT``). A driver whose JVM is gone cannot
@@ -160,7 +161,8 @@ def jvm_exit() -> str | None:
     """
     from pyspark import SparkContext
 
-    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        proc = getattr(SparkContext._gateway, "proc", None)
     if proc is None:
         return None
     code = proc.poll()
