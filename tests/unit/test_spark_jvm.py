@@ -14,10 +14,8 @@ from tests import spark_jvm
 def test_c1_only_drivers_keep_the_tiered_code_cache() -> None:
     """C1 alone shrinks the code cache to 48 MB, which a ``timeshard serve`` filled in two
     minutes; the JVM then stops compiling and runs everything interpreted."""
-    java = (
-        os.path.join(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else None
-    )
-    java = java if java and os.path.exists(java) else shutil.which("java")
+    home = os.environ.get("JAVA_HOME")  # the java Spark starts, as spark-class finds it
+    java = shutil.which("java", path=f"{home}/bin" if home else None)
     if java is None:
         pytest.fail("no java: scripts/bootstrap.sh installs one")
     flags = subprocess.run(
