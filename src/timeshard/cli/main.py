@@ -583,10 +583,9 @@ def run(
     The file is checked in full (sources' options, views' inputs) before Spark
     starts, and a bad one writes nothing.
     """
-    from timeshard.cli.serve import JVM_EXITED
+    from timeshard.cli.serve import JVM_EXITED, jvm_gone
     from timeshard.controller import Pipeline
     from timeshard.spark import spark_session
-    from timeshard.spark.session import jvm_exit
     from timeshard.spec import check_spec, load_spec, spark_packages
 
     spec = load_spec(file)
@@ -604,13 +603,7 @@ def run(
     pipeline = Pipeline(spark, client, spec)
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        gone = jvm_exit()
-        if gone is not None:  # every Spark call would fail: stop, as serve does
-            err_console.print(
-                f"[red]timeshard run stops:[/red] {escape(gone)}. Run it again: every object "
-                "resumes where its shards end.",
-                soft_wrap=True,
-            )
+        if jvm_gone("run"):
             raise typer.Exit(JVM_EXITED)
         tick = time.monotonic()
         failures = pipeline.step()

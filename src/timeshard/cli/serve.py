@@ -102,7 +102,6 @@ def serve(
     from timeshard.server.packages import session_packages
     from timeshard.server.pgwire import PgServer
     from timeshard.spark import spark_session
-    from timeshard.spark.session import jvm_exit
 
     if tick <= 0:
         raise InvalidUsage(f"--tick must be positive, got {tick}")
@@ -160,17 +159,12 @@ def serve(
     )
     deadline = None if seconds is None else time.monotonic() + seconds
     checked = time.monotonic()
-    gone = None
+    gone = False
     while not stop.wait(0.2):
         if deadline is not None and time.monotonic() >= deadline:
             break
-        gone = jvm_exit()
-        if gone is not None:
-            err_console.print(
-                f"[red]timeshard serve stops:[/red] {escape(gone)}; every Spark call would fail. "
-                "Start it again: every object resumes where its shards end.",
-                soft_wrap=True,
-            )
+        gone = jvm_gone("serve")
+        if gone:
             break
         if time.monotonic() - checked >= 5:  # the announced server may have stopped
             take_over_announcement()
@@ -180,10 +174,26 @@ def serve(
     server.shutdown()
     server.server_close()
     dashboard.close()
-    if gone is not None:  # closing would call Spark: the objects stay as a kill -9 leaves them
+    if gone:  # closing would call Spark: the objects stay as a kill -9 leaves them
         raise typer.Exit(JVM_EXITED)
     engine.close()
     spark.stop()
 
 
-__all__ = ["JVM_EXITED", "PASSWORD_ENV", "serve"]
+def jvm_gone(command: str) -> bool:
+    """Whether this process's Spark JVM has exited -- said on stderr, as why ``command``
+    stops (every Spark call would fail; started again, every object resumes where its
+    shards end). The command then exits with :data:`JVM_EXITED`."""
+    from timeshard.spark.session import jvm_exit
+
+    gone = jvm_exit()
+    if gone is not None:
+        err_console.print(
+            f"[red]timeshard {command} stops:[/red] {escape(gone)}; every Spark call would "
+            "fail. Start it again: every object resumes where its shards end.",
+            soft_wrap=True,
+        )
+    return gone is not None
+
+
+__all__ = ["JVM_EXITED", "PASSWORD_ENV", "jvm_gone", "serve"]
