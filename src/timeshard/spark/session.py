@@ -38,11 +38,13 @@ import os
 import signal
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyspark
+from pyspark import SparkContext
 from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
@@ -82,6 +84,9 @@ DEFAULT_CONF: dict[str, str] = {
     # stack walk per call. A tick builds its plans from hundreds of such calls,
     # so this was a third of an UPSERT tick's driver time at 1M keys.
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # The Python workers' daemon: PySpark's, without the archives Spark puts first on
+    # their path, which cost 300-400 ms per Python task (see timeshard.pyspark_daemon).
+    "spark.python.daemon.module": "timeshard.pyspark_daemon",
 }
 
 
@@ -147,8 +152,48 @@ def spark_session(
     if output is not None:
         output.started()
     spark.sparkContext.setLogLevel(level)
+    drop_jars_without_python(spark.sparkContext)
     quiet_python_loggers()
     return spark
+
+
+def drop_jars_without_python(sc: SparkContext) -> list[str]:
+    """Take the jars that hold no Python module off the Python path of ``sc``'s tasks.
+
+    spark-submit lists every jar of ``spark.jars.packages`` (Kafka's, Avro's,
+    hadoop-aws's and their dependencies) in ``spark.submit.pyFiles``, since a
+    jar may carry Python code, and PySpark then puts each on the path of the
+    driver and of every Python task. A worker re-reads the directory of each
+    archive on its path at every task start (:mod:`timeshard.pyspark_daemon`),
+    for nothing when the jar holds no ``.py`` file. Those are dropped; a jar
+    that holds Python, or cannot be read here, stays. Returns the names dropped.
+    """
+    from pyspark import SparkFiles
+
+    includes = sc._python_includes
+    if not includes:
+        return []
+    root = SparkFiles.getRootDirectory()
+    dropped = [
+        name
+        for name in includes
+        if name.lower().endswith(".jar") and not _holds_python(os.path.join(root, name))
+    ]
+    for name in dropped:
+        includes.remove(name)
+        path = os.path.join(root, name)
+        with contextlib.suppress(ValueError):
+            sys.path.remove(path)
+        sys.path_importer_cache.pop(path, None)
+    return dropped
+
+
+def _holds_python(jar: str) -> bool:
+    try:
+        with zipfile.ZipFile(jar) as archive:
+            return any(n.endswith((".py", ".pyc")) for n in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return True  # unknown: PySpark's choice stands
 
 
 def jvm_exit(proc: subprocess.Popen[bytes] | None = None) -> str | None:
@@ -159,8 +204,6 @@ def jvm_exit(proc: subprocess.Popen[bytes] | None = None) -> str | None:
     recover: every Spark call fails, so a long-running command stops and says
     so (a supervisor restarts it; every object resumes where its shards end).
     """
-    from pyspark import SparkContext
-
     if proc is None:
         proc = getattr(SparkContext._gateway, "proc", None)
     if proc is None:
