@@ -15,6 +15,7 @@ must equal the query over the inputs' snapshots (the full path,
 from __future__ import annotations
 
 import contextlib
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -134,6 +135,21 @@ SLOW = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
+#: The factor by which a deeper run multiplies the examples of these model tests.
+EXAMPLES_FACTOR = "TIMESHARD_TEST_EXAMPLES"
+
+
+def examples(n: int) -> int:
+    """``n`` examples, times ``TIMESHARD_TEST_EXAMPLES`` if set (a run of every tier holds
+    these tests to a few each; ``TIMESHARD_TEST_EXAMPLES=5`` checks five times as many)."""
+    raw = os.environ.get(EXAMPLES_FACTOR, "1")
+    try:
+        factor = float(raw)
+    except ValueError:
+        factor = -1.0
+    if not factor > 0:
+        raise ValueError(f"{EXAMPLES_FACTOR}={raw!r}: a factor above 0, such as 3")
+    return max(1, round(n * factor))
 
 
 @st.composite
@@ -219,7 +235,7 @@ def install(spark: SparkSession, client: PersistClient, sql: str) -> Materialize
     )
 
 
-@settings(SLOW, max_examples=15)
+@settings(SLOW, max_examples=examples(10))
 @given(history=histories())
 def test_incremental_view_equals_the_query_at_every_time(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]
@@ -227,7 +243,7 @@ def test_incremental_view_equals_the_query_at_every_time(
     check_history(spark, tmp_path_factory, history)
 
 
-@settings(SLOW, max_examples=6)
+@settings(SLOW, max_examples=examples(4))
 @given(history=histories(ROW_ERRORS))
 def test_a_view_with_rows_the_query_fails_on_equals_the_query_at_every_time(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]
@@ -237,7 +253,7 @@ def test_a_view_with_rows_the_query_fails_on_equals_the_query_at_every_time(
     check_history(spark, tmp_path_factory, history)
 
 
-@settings(SLOW, max_examples=8)
+@settings(SLOW, max_examples=examples(5))
 @given(history=histories(ARRANGED_JOINS))
 def test_a_join_of_arranged_inputs_equals_the_query_at_every_time(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]
@@ -247,7 +263,7 @@ def test_a_join_of_arranged_inputs_equals_the_query_at_every_time(
     check_history(spark, tmp_path_factory, history, arranged=True)
 
 
-@settings(SLOW, max_examples=8)
+@settings(SLOW, max_examples=examples(5))
 @given(history=histories(ARRANGED_KEYS))
 def test_a_grouped_view_over_inputs_arranged_by_key_equals_the_query_at_every_time(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]

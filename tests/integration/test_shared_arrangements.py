@@ -22,6 +22,7 @@ from tests.integration.test_incremental_views import (
     SLOW,
     Inputs,
     assert_the_query,
+    examples,
     input_ticks,
     merges_paused,
     run_ticks,
@@ -76,7 +77,7 @@ def histories(draw: Any) -> dict[str, Any]:
     return {"sqls": [first.format(n=n), second.format(n=n)], "ticks": draw(input_ticks(steps))}
 
 
-@settings(SLOW, max_examples=8)
+@settings(SLOW, max_examples=examples(5))
 @given(history=histories())
 def test_views_sharing_arrangements_each_equal_their_query_at_every_time(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory, history: dict[str, Any]
