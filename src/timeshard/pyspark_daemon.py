@@ -4,13 +4,12 @@ Spark starts its Python workers with a ``PYTHONPATH`` that begins with
 ``$SPARK_HOME/python/lib/pyspark.zip``, the py4j source zip and the
 ``spark-core`` jar (15 MB). Python puts a ``zipimporter`` in
 ``sys.path_importer_cache`` for each, and PySpark's worker calls
-``importlib.invalidate_caches()`` at the start of every task. On Python 3.10
-and 3.11 that re-reads the directory of every cached zip archive, in Python:
-about 300-400 ms per task here, where the task's own work on a tick's rows
-took 1 ms. A write job of four tasks cost a second on ``local[2]``, most of a
-view tick. Python 3.12 made the re-read lazy, but PySpark still imports itself
-from the zip, compiling it from source in every new daemon, since a zip holds
-no bytecode cache.
+``importlib.invalidate_caches()`` at the start of every task. On Python 3.11
+that re-reads the directory of every cached zip archive, in Python: about
+300-400 ms per task here, where the task's own work on a tick's rows took
+1 ms. A write job of four tasks cost a second on ``local[2]``, most of a view
+tick. PySpark also imported itself from the zip, compiling it from source in
+every new daemon, since a zip holds no bytecode cache.
 
 When PySpark and py4j are installed as packages (``pip install pyspark``),
 the archives only shadow them with the same files. This module, named by
