@@ -21,10 +21,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from timeshard.compute import MaterializedView, ViewDefinition
+from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.spark.jobs import JobCounter
 from timeshard.spark.snapshot import snapshot_df
+from timeshard.spark.sqltext import bigint_where
 
 pytestmark = pytest.mark.spark
 
@@ -109,4 +111,58 @@ def test_a_small_linear_tick_is_one_stage_that_shuffles_nothing(
         assert _view_at(spark, client, upper - 1) == _expected(live) + errs
     # The tick whose changes cancel wrote only what did not cancel.
     assert view.stats.history[-3]["rows"] == 1, view.stats.history
+    view.close()
+
+
+def _classes_compiled(spark: SparkSession) -> int:
+    """How many classes Spark's code generator has compiled in this JVM so far."""
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
+@pytest.mark.parametrize("op", ["<", "<=", ">", ">=", "="])
+def test_bigint_where_keeps_the_rows_the_plain_comparison_keeps(
+    spark: SparkSession, op: str
+) -> None:
+    df = spark.createDataFrame([(None,), (-3,), (4,), (5,), (6,), (2**62,)], "_ts BIGINT")
+    for value in (-3, 5, 2**62):
+        plain = sorted(r[0] for r in df.where(f"_ts {op} {value}").collect())
+        kept = sorted(r[0] for r in df.where(bigint_where("_ts", op, value)).collect())
+        assert kept == plain, (op, value, kept, plain)
+    with pytest.raises(InvalidUsage, match="'<>'"):
+        bigint_where("_ts", "<>", 1)
+
+
+def test_ticks_after_the_first_compile_no_new_class(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark compiles a stage's generated Java once per distinct source text. A tick's time
+    bounds reach that code as references (sqltext.bigint_where), not as literals, so a tick
+    of the same shape as an earlier one compiles nothing (each compiled 4 classes before)."""
+    client = PersistClient(Location.embedded(tmp_path))
+    writer = client.open_writer("in_a", DATA)
+    upper = 0
+
+    def append(k: int) -> None:
+        nonlocal upper
+        rows = [{"k": k, "v": k, "_ts": upper, "_diff": 1, "_err": None}]
+        writer.append(pa.Table.from_pylist(rows, schema=UPDATES), upper, upper + 1)
+        upper += 1
+
+    append(0)
+    view = MaterializedView.install(
+        spark,
+        client,
+        ViewDefinition("v", {"a": "in_a"}, SQL),
+        background_io=False,
+        check_every_s=None,
+    )
+    view.catch_up()
+    view.catch_up()
+    append(1)
+    view.catch_up()  # the first tick of this shape compiles its stages
+    for k in range(2, 5):
+        append(k)
+        before = _classes_compiled(spark)
+        view.catch_up()
+        assert _classes_compiled(spark) == before, f"tick {k} compiled new classes"
+    assert _view_at(spark, client, upper - 1) == _expected(Counter({(k, k): 1 for k in range(5)}))
     view.close()

@@ -185,12 +185,14 @@ class ArrangedRows(Arrangement):
     def _upto(self, layers: Sequence[Layer], at: int) -> Any:
         """The rows of ``layers`` at times before ``at``, positional (a union of layers, some
         filtered: every part keeps its partitioning)."""
+        from timeshard.spark.sqltext import bigint_where
+
         assert layers and all(_splits(x, at) for x in layers), (at, layers)
         picked = [x for x in layers if x.lower < at]
         if not picked:  # nothing before `at`: the first layer, with no row left
-            return layers[0].df.where(f"{TS} < {int(at)}")
+            return layers[0].df.where(bigint_where(TS, "<", at))
         parts = [
-            x.df if x.upper is not None and x.upper <= at else x.df.where(f"{TS} < {int(at)}")
+            x.df if x.upper is not None and x.upper <= at else x.df.where(bigint_where(TS, "<", at))
             for x in picked
         ]
         return functools.reduce(lambda a, b: a.union(b), parts)

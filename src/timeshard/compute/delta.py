@@ -651,7 +651,7 @@ class SparkDelta:
     # -- linear ------------------------------------------------------------------------------
 
     def _linear(self, lower: Timestamp, upper: Timestamp, changed: set[str]) -> Any | None:
-        from timeshard.spark.sqltext import quoted, renamed, select_exprs
+        from timeshard.spark.sqltext import bigint_where, quoted, renamed, select_exprs
 
         fills = []
         if self.plan.arranged:
@@ -664,7 +664,7 @@ class SparkDelta:
             out = self._terms(self.plan.terms, lower, upper, changed)
         if out is None:
             return None
-        out = renamed(out, [*self.data_schema.names, TS, DIFF]).where(f"{TS} >= {int(lower)}")
+        out = renamed(out, [*self.data_schema.names, TS, DIFF]).where(bigint_where(TS, ">=", lower))
         names = [quoted(n) for n in self.data_schema.names]
         out = select_exprs(out, [*names, TS, DIFF, f"CAST(NULL AS STRING) AS {ERR}"])
         return self._summed([out, *fills])
@@ -722,7 +722,7 @@ class SparkDelta:
         changes: Sequence[Timestamp],
         changed: set[str],
     ) -> Any:
-        from timeshard.spark.sqltext import quoted, renamed, sql_over
+        from timeshard.spark.sqltext import bigint_where, quoted, renamed, sql_over
 
         evaluated = [int(t) for t in ([lower - 1] if lower > 0 else []) + list(changes)]
         sources = self.plan.keyed
@@ -779,7 +779,7 @@ class SparkDelta:
             )
             return (
                 f"SELECT {data}, {TS}, {DIFF}, {ERR} FROM ({stacked}) "
-                f"WHERE {TS} IS NOT NULL AND {TS} >= {int(lower)}"
+                f"WHERE {bigint_where(TS, '>=', lower)}"
             )
 
         return sql_over(content, moved)

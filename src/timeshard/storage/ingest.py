@@ -116,9 +116,11 @@ class Export:
         """Apply the envelope to reclocked ``records`` and append ``[lower, upper)``."""
         from pyspark.sql import functions as F
 
+        from timeshard.spark.sqltext import bigint_where
+
         data = list(self.schema.names)
         err = F.col(ERR) if ERR in records.columns else F.lit(None).cast("string")
-        records = records.where(F.col(TS) >= lower)
+        records = records.where(bigint_where(TS, ">=", lower))
         if self.upsert is not None:
             deleted = F.lit(True)
             for c in [c for c in data if c not in self.upsert.keys]:

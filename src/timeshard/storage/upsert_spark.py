@@ -320,9 +320,10 @@ class SparkFeedbackUpsert:
 
     def _keyed(self, commands: Any, lower: int, upper: int) -> Any:
         """The tick's commands, keyed by ``_key`` and ``_h``, hash-partitioned like the layers."""
-        from pyspark.sql import functions as F
 
-        cmds = commands.where((F.col(TS) >= lower) & (F.col(TS) < upper))
+        from timeshard.spark.sqltext import bigint_where
+
+        cmds = commands.where(f"{bigint_where(TS, '>=', lower)} AND {bigint_where(TS, '<', upper)}")
         keyed = cmds.select(
             self.state.key_of(cmds),
             *self.state.value_cols(cmds),
