@@ -150,6 +150,7 @@ def test_errors_are_data(spark: SparkSession, tmp_path: Path) -> None:
         2,
     )
     writer.append([(("b", 0), 2, -1), (("b", 5), 2, 1)], 2, 3)
+    ansi = spark.conf.get("spark.sql.ansi.enabled")
     spark.conf.set("spark.sql.ansi.enabled", "true")
     try:
         # A division the view's rewrite guards (an err row of the row it fails on), and one
@@ -172,8 +173,8 @@ def test_errors_are_data(spark: SparkSession, tmp_path: Path) -> None:
         client.open_leased_reader("summed")
         view.catch_up()
         summed.catch_up()
-    finally:
-        spark.conf.set("spark.sql.ansi.enabled", "false")
+    finally:  # as it was: a later test of this session may need ANSI on (Spark's default)
+        spark.conf.set("spark.sql.ansi.enabled", ansi)
     undecodable = (None, None, "undecodable record at offset 9")
     failed = (None, None, "division by zero in 10 / v")
     out = client.open_leased_reader("ratio")
