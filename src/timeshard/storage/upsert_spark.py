@@ -320,7 +320,6 @@ class SparkFeedbackUpsert:
 
     def _keyed(self, commands: Any, lower: int, upper: int) -> Any:
         """The tick's commands, keyed by ``_key`` and ``_h``, hash-partitioned like the layers."""
-
         from timeshard.spark.sqltext import bigint_where
 
         cmds = commands.where(f"{bigint_where(TS, '>=', lower)} AND {bigint_where(TS, '<', upper)}")
