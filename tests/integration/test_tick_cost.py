@@ -136,7 +136,7 @@ def test_bigint_where_keeps_the_rows_the_plain_comparison_keeps(
 def test_ticks_after_the_first_compile_no_new_class(spark: SparkSession, tmp_path: Path) -> None:
     """Spark compiles a stage's generated Java once per distinct source text. A tick's time
     bounds reach that code as references (sqltext.bigint_where), not as literals, so a tick
-    of the same shape as an earlier one compiles nothing (each compiled 4 classes before)."""
+    of the same shape as an earlier one compiles nothing (with literals, each compiled anew)."""
     client = PersistClient(Location.embedded(tmp_path))
     writer = client.open_writer("in_a", DATA)
     upper = 0
