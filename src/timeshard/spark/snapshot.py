@@ -51,7 +51,7 @@ from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta
 from timeshard.progress import Timestamp, check_timestamp
 from timeshard.spark.parts import read_parts
 from timeshard.spark.session import arrow_to_spark_schema
-from timeshard.spark.sqltext import bigint_where, quoted, select_exprs, sql_over
+from timeshard.spark.sqltext import bigint_within, quoted, select_exprs, sql_over
 
 
 class PartsReader(Protocol):
@@ -152,7 +152,7 @@ def updates_df(
         p for p in reader.snapshot_parts(upper - 1) if p.has_update_in(lower, upper) is not False
     ]
     df = read_parts(spark, reader.blob, parts, reader.schema)
-    return df.where(f"{bigint_where(TS, '>=', lower)} AND {bigint_where(TS, '<', upper)}")
+    return df.where(bigint_within(TS, lower, upper))
 
 
 __all__ = [

@@ -17,9 +17,10 @@ instead:
 * :func:`type_sql`: a Spark type as SQL text that parses back to it (struct
   field names backquoted);
 * :func:`quoted`: a name as an identifier in that text;
-* :func:`bigint_where`: a condition on a BIGINT column against a value that
-  changes from tick to tick (a time), written so that the classes Spark
-  generates for the plan stay the same from tick to tick.
+* :func:`bigint_where` (and :func:`bigint_within`, an interval): a condition
+  on a BIGINT column against a value that changes from tick to tick (a time),
+  written so that the classes Spark generates for the plan stay the same from
+  tick to tick.
 
 Only generated text goes into the queries: internal column names, names
 quoted with :func:`quoted`, types from :func:`type_sql` and integers. No
@@ -69,8 +70,8 @@ def bigint_where(column: str, op: str, value: int) -> str:
     stage that evaluates it, and keys its cache of compiled classes by that
     source: ``_ts >= 6`` and ``_ts >= 7`` compile twice. A tick's time bounds
     made every tick compile its stages anew (a linear view's tick: 4 classes,
-    every tick). A struct literal reaches the generated code
-    as a reference instead, so the condition compares one-field structs:
+    every tick). A struct literal reaches the generated code as a reference
+    instead, so the condition compares one-field structs:
     ``_ts IS NOT NULL AND struct(_ts) >= struct(CAST(6 AS BIGINT))``, the
     same source whatever the value. A null ``column`` gives false, where the
     plain comparison gives null: the same rows pass a WHERE.
@@ -78,6 +79,11 @@ def bigint_where(column: str, op: str, value: int) -> str:
     if op not in _COMPARISONS:
         raise InvalidUsage(f"bigint_where: unknown comparison {op!r}")
     return f"({column} IS NOT NULL AND struct({column}) {op} struct(CAST({int(value)} AS BIGINT)))"
+
+
+def bigint_within(column: str, lower: int, upper: int) -> str:
+    """A WHERE condition: ``lower <= column < upper`` (:func:`bigint_where`'s form)."""
+    return f"{bigint_where(column, '>=', lower)} AND {bigint_where(column, '<', upper)}"
 
 
 def _splitter(spark: SparkSession) -> Any:
@@ -157,6 +163,7 @@ def type_sql(data_type: DataType) -> str:
 
 __all__ = [
     "bigint_where",
+    "bigint_within",
     "java_strings",
     "quoted",
     "renamed",

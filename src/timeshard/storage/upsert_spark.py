@@ -320,9 +320,9 @@ class SparkFeedbackUpsert:
 
     def _keyed(self, commands: Any, lower: int, upper: int) -> Any:
         """The tick's commands, keyed by ``_key`` and ``_h``, hash-partitioned like the layers."""
-        from timeshard.spark.sqltext import bigint_where
+        from timeshard.spark.sqltext import bigint_within
 
-        cmds = commands.where(f"{bigint_where(TS, '>=', lower)} AND {bigint_where(TS, '<', upper)}")
+        cmds = commands.where(bigint_within(TS, lower, upper))
         keyed = cmds.select(
             self.state.key_of(cmds),
             *self.state.value_cols(cmds),
