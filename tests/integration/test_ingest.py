@@ -170,3 +170,32 @@ def test_reclocking_is_an_expression_no_job_of_its_own(spark: SparkSession) -> N
     clipped = reclock_df(spark, above, bindings, start=start)
     got = {(r["_partition"], r["_offset"]): r["_ts"] for r in clipped.collect()}
     assert got == {(p, o): t for (p, o), t in want.items() if o >= start.get(p, 0)}
+
+
+def test_reclocking_by_bindings_of_an_earlier_shape_compiles_nothing(spark: SparkSession) -> None:
+    """A tick's offsets and times reach Spark's generated code as constants it refers to, not
+    as literals it spells out: bindings shaped like an earlier tick's (as many intervals)
+    compile no new class, and still time every record right (an INT offset too)."""
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+
+    records = spark.sql(  # one plan for every tick: only the bindings change
+        "SELECT IF(id % 2 = 0, 'a', 'b') AS _partition, CAST(id DIV 2 AS INT) AS _offset "
+        "FROM range(0, 800)"
+    )
+
+    def timed(tick: int) -> dict[tuple[str, int], int]:
+        lo = 100 * tick
+        bindings = [(10 * tick, {"a": lo + 40, "b": lo + 10}), (10 * tick + 5, {"a": lo + 90})]
+        rows = reclock_df(spark, records, bindings, start={"a": lo, "b": lo}).collect()
+        return {(r["_partition"], r["_offset"]): r["_ts"] for r in rows}
+
+    def want(tick: int) -> dict[tuple[str, int], int]:
+        lo = 100 * tick
+        a = {("a", o): 10 * tick if o < lo + 40 else 10 * tick + 5 for o in range(lo + 90)}
+        return a | {("b", o): 10 * tick for o in range(lo + 10)}
+
+    assert timed(1) == want(1)  # compiles the stage of this shape
+    before = metrics.METRIC_COMPILATION_TIME().getCount()
+    for tick in (2, 3):
+        assert timed(tick) == want(tick)
+    assert metrics.METRIC_COMPILATION_TIME().getCount() == before

@@ -279,19 +279,45 @@ def binding_intervals(
 
 
 def _interval_tree(intervals: Sequence[tuple[str, int, int, int]]) -> Any:
-    """The time of the interval holding ``(_partition, _offset)``, or null (a Column)."""
+    """The time of the interval holding ``(_partition, _offset)``, or null (a Column).
+
+    The tree of ``CASE`` expressions picks the interval's position, and the
+    time is that element of an array constant. Spark's code generator spells
+    a BIGINT literal out in a stage's Java source but refers to an array or a
+    struct constant, and compiles each distinct source once: so the offsets
+    are compared as one-field structs (:func:`~timeshard.spark.sqltext.bigint_where`)
+    and the times read from the array, and a tick whose bindings have the
+    shape of an earlier tick's compiles nothing new.
+    """
     from pyspark.sql import functions as F
 
     if not intervals:
         return F.lit(None).cast("long")
+    times = F.array(*[F.lit(int(t)).cast("long") for _p, _lo, _hi, t in intervals])
+    return F.try_element_at(times, _position(intervals, 1))
+
+
+#: A record's offset, compared as BIGINT whatever integral type the source gives it.
+_OFFSET = "CAST(_offset AS BIGINT)"
+
+
+def _position(intervals: Sequence[tuple[str, int, int, int]], first: int) -> Any:
+    """The position (from ``first``) of the interval holding the record, or null (a Column)."""
+    from pyspark.sql import functions as F
+
+    from timeshard.spark.sqltext import bigint_where, bigint_within
+
     if len(intervals) == 1:
-        [(p, lo, hi, t)] = intervals
-        inside = (F.col("_partition") == p) & (F.col("_offset") >= lo) & (F.col("_offset") < hi)
-        return F.when(inside, F.lit(t).cast("long"))
+        [(p, lo, hi, _t)] = intervals
+        inside = (F.col("_partition") == p) & F.expr(bigint_within(_OFFSET, lo, hi))
+        return F.when(inside, F.lit(first))
     mid = len(intervals) // 2
     p, lo = intervals[mid][0], intervals[mid][1]
-    below = (F.col("_partition") < p) | ((F.col("_partition") == p) & (F.col("_offset") < lo))
-    return F.when(below, _interval_tree(intervals[:mid])).otherwise(_interval_tree(intervals[mid:]))
+    before = F.expr(bigint_where(_OFFSET, "<", lo))
+    below = (F.col("_partition") < p) | ((F.col("_partition") == p) & before)
+    return F.when(below, _position(intervals[:mid], first)).otherwise(
+        _position(intervals[mid:], first + mid)
+    )
 
 
 __all__ = [
