@@ -21,12 +21,13 @@ import pytest
 from pyspark.sql import SparkSession
 
 from timeshard.compute import MaterializedView, ViewDefinition
+from timeshard.compute.arranged_rows import SharedArrangements
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.spark.jobs import JobCounter
 from timeshard.spark.snapshot import snapshot_df
-from timeshard.spark.sqltext import bigint_where
+from timeshard.spark.sqltext import bigint_at_least, bigint_where
 
 pytestmark = pytest.mark.spark
 
@@ -133,36 +134,101 @@ def test_bigint_where_keeps_the_rows_the_plain_comparison_keeps(
         bigint_where("_ts", "<>", 1)
 
 
-def test_ticks_after_the_first_compile_no_new_class(spark: SparkSession, tmp_path: Path) -> None:
-    """Spark compiles a stage's generated Java once per distinct source text. A tick's time
-    bounds reach that code as references (sqltext.bigint_where), not as literals, so a tick
-    of the same shape as an earlier one compiles nothing (with literals, each compiled anew)."""
+def test_bigint_at_least_is_greatest(spark: SparkSession) -> None:
+    df = spark.createDataFrame([(None,), (-3,), (4,), (5,), (6,), (2**62,)], "_ts BIGINT")
+    for value in (-5, 5, 2**62):
+        plain = sorted(r[0] for r in df.selectExpr(f"greatest(_ts, {value})").collect())
+        raised = sorted(r[0] for r in df.selectExpr(bigint_at_least("_ts", value)).collect())
+        assert raised == plain, (value, raised, plain)
+
+
+#: One view per incremental path: linear over one input; a join of two arranged inputs (its old
+#: rows read from the arrangements); a join on a theta condition (its old rows read from the
+#: shards); min and max by group (touched groups, evaluated at two times a tick).
+COMPILED = {
+    "linear": (SQL, "linear"),
+    "join": ("SELECT a.k, a.v, b.v AS w FROM a JOIN b ON a.k = b.k", "linear"),
+    "theta_join": ("SELECT a.k, a.v, b.v AS w FROM a JOIN b ON a.k < b.k", "linear"),
+    "minmax": ("SELECT k % 3 AS g, min(v) AS lo, max(v) AS hi FROM a GROUP BY k % 3", "grouped"),
+}
+
+
+@pytest.mark.parametrize("name", list(COMPILED))
+def test_ticks_after_the_first_compile_no_new_class(
+    spark: SparkSession, tmp_path: Path, name: str
+) -> None:
+    """Spark compiles a stage's generated Java once per distinct source text. A tick's times
+    reach that code as references, never as literals: its bounds (sqltext.bigint_where), the
+    old rows' times (their own, not ``lower - 1``), the grouped path's evaluation times (a map
+    constant). So a tick of the same shape as an earlier one compiles nothing (with
+    literals, each compiled anew)."""
+    sql, path = COMPILED[name]
     client = PersistClient(Location.embedded(tmp_path))
-    writer = client.open_writer("in_a", DATA)
+    writers = {"a": client.open_writer("in_a", DATA), "b": client.open_writer("in_b", DATA)}
+    live: dict[str, Counter[tuple[int, int]]] = {"a": Counter(), "b": Counter()}
     upper = 0
 
     def append(k: int) -> None:
+        """Tick ``k``: ``a`` gets ``(k, k)``, loses ``(k - 3, k - 3)``; ``b`` gets ``(k, 10 k)``."""
         nonlocal upper
-        rows = [{"k": k, "v": k, "_ts": upper, "_diff": 1, "_err": None}]
-        writer.append(pa.Table.from_pylist(rows, schema=UPDATES), upper, upper + 1)
+        rows = {"a": [(k, k, 1)] + ([(k - 3, k - 3, -1)] if k >= 3 else []), "b": [(k, 10 * k, 1)]}
+        for input_, changes in rows.items():
+            table = [
+                {"k": key, "v": v, "_ts": upper, "_diff": d, "_err": None} for key, v, d in changes
+            ]
+            writers[input_].append(pa.Table.from_pylist(table, schema=UPDATES), upper, upper + 1)
+            for key, v, d in changes:
+                live[input_][(key, v)] += d
         upper += 1
 
     append(0)
     view = MaterializedView.install(
         spark,
         client,
-        ViewDefinition("v", {"a": "in_a"}, SQL),
+        ViewDefinition("v", {"a": "in_a", "b": "in_b"} if "join" in name else {"a": "in_a"}, sql),
         background_io=False,
         check_every_s=None,
     )
-    view.catch_up()
-    view.catch_up()
-    append(1)
-    view.catch_up()  # the first tick of this shape compiles its stages
-    for k in range(2, 5):
-        append(k)
-        before = _classes_compiled(spark)
+    try:
+        assert view.desired.plan.classification.path == path
+        assert bool(view.desired.plan.arranged) == (name == "join")
+        pool = SharedArrangements.of(spark)
         view.catch_up()
-        assert _classes_compiled(spark) == before, f"tick {k} compiled new classes"
-    assert _view_at(spark, client, upper - 1) == _expected(Counter({(k, k): 1 for k in range(5)}))
-    view.close()
+        view.catch_up()
+        for k in range(1, 4):  # ticks of this shape compile its stages, and merges' stages
+            append(k)
+            view.catch_up()
+            pool.wait_for_merges()
+        for k in range(4, 7):
+            append(k)
+            before = _classes_compiled(spark)
+            view.catch_up()
+            pool.wait_for_merges()  # the merges a tick starts compile nothing either
+            assert _classes_compiled(spark) == before, f"tick {k} compiled new classes"
+        assert _rows_at(spark, client, upper - 1) == _evaluated(spark, sql, live)
+    finally:
+        view.close()
+
+
+def _rows_at(spark: SparkSession, client: PersistClient, t: int) -> Counter[tuple[Any, ...]]:
+    """The view's data rows at ``t``, with their counts."""
+    reader = client.open_leased_reader("v")
+    try:
+        rows = snapshot_df(spark, reader, t).collect()
+    finally:
+        reader.expire()
+    out: Counter[tuple[Any, ...]] = Counter()
+    for r in rows:
+        assert r["_err"] is None, r
+        out[tuple(r)[:-3]] += r["_diff"]
+    return +out
+
+
+def _evaluated(
+    spark: SparkSession, sql: str, live: dict[str, Counter[tuple[int, int]]]
+) -> Counter[tuple[Any, ...]]:
+    """``sql`` evaluated from scratch by Spark over the inputs' live rows."""
+    for input_, rows in live.items():
+        expanded = [row for row, n in rows.items() for _ in range(n)]
+        spark.createDataFrame(expanded, "k BIGINT, v BIGINT").createOrReplaceTempView(input_)
+    return Counter(tuple(r) for r in spark.sql(sql).collect())

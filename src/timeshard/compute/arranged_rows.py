@@ -50,8 +50,9 @@ Invariants:
    partitioned the same way shuffles no layer; a filter on ``_ts`` keeps it.
 3. Every ``_ts`` in a layer is in ``[Layer.lower, Layer.upper)``; below
    ``Layer.exact_from`` a row's ``_ts`` may be any time of it below
-   ``exact_from`` (folded). A reader sets ``_ts`` to ``lower - 1`` for the
-   rows as the delta rule's ``old``.
+   ``exact_from`` (folded). The delta rule's ``old`` rows keep their own
+   ``_ts`` (every one below ``lower``): a term's row takes the greatest
+   ``_ts`` of its rows, which is its delta row's, at ``lower`` or later.
 4. No layer folds a time at which a reader holds its frontier: every layer
    that holds times on both sides of a frontier keeps them apart from it.
 
@@ -124,13 +125,13 @@ class ArrangedRows(Arrangement):
         """The key columns' positional names in a layer."""
         return [f"_c{self.columns.index(k)}" for k in self.keys]
 
-    def named(self, layer: Any, ts: str = TS) -> Any:
-        """A layer's rows with the data columns' names, ``ts`` (SQL) as ``_ts``, and ``_diff``
-        (a projection: the partitioning stays, on the named key)."""
+    def named(self, layer: Any) -> Any:
+        """A layer's rows with the data columns' names, ``_ts`` and ``_diff`` (a projection:
+        the partitioning stays, on the named key)."""
         from timeshard.spark.sqltext import quoted, select_exprs
 
         names = [f"_c{i} AS {quoted(c)}" for i, c in enumerate(self.columns)]
-        return select_exprs(layer, [*names, f"{ts} AS {TS}", DIFF])
+        return select_exprs(layer, [*names, TS, DIFF])
 
     def rebuild(self, rows: Any, time: int) -> None:
         """Hold ``rows`` (the data columns, ``_ts``, ``_diff``: the input's ok rows at
@@ -171,16 +172,21 @@ class ArrangedRows(Arrangement):
             return False
         return all(_splits(layer, at) for layer in layers)
 
-    def as_of(self, layers: Sequence[Layer], at: int, ts: str | None = None) -> Any:
+    def as_of(self, layers: Sequence[Layer], at: int) -> Any:
         """The content as of ``at`` (:meth:`readable`) from ``layers``, by name: the union of
         the layers before ``at``, the one that holds ``at`` filtered by ``_ts``, partitioned
-        like each; ``ts`` (SQL) replaces ``_ts`` if given."""
-        return self.named(self._upto(layers, at), TS if ts is None else ts)
+        like each."""
+        return self.named(self._upto(layers, at))
 
     def old(self, layers: Sequence[Layer], lower: int) -> Any:
-        """The delta rule's old rows from ``layers``: the content as of ``lower``, with
-        ``_ts = lower - 1``."""
-        return self.as_of(layers, lower, f"CAST({int(lower) - 1} AS BIGINT)")
+        """The delta rule's old rows from ``layers``: the content as of ``lower``, each row
+        with its own ``_ts`` (below ``lower``; see the module's invariant 3).
+
+        Not ``lower - 1`` projected: a projected literal is compiled into the
+        code Spark generates for the term's stages, so every tick would
+        compile them anew.
+        """
+        return self.as_of(layers, lower)
 
     def _upto(self, layers: Sequence[Layer], at: int) -> Any:
         """The rows of ``layers`` at times before ``at``, positional (a union of layers, some
@@ -218,8 +224,12 @@ class ArrangedRows(Arrangement):
         aggregate passes through)."""
         from pyspark.sql import functions as F
 
+        from timeshard.spark.sqltext import bigint_at_least
+
         data = [f"_c{i}" for i in range(len(self.columns))] + self.carried
-        folded = F.when(F.col(TS) < fold, F.lit(fold - 1)).otherwise(F.col(TS)).alias(TS)
+        # fold - 1 for every time below fold, as a reference in the generated code, so
+        # that merges do not compile their stages anew for each fold
+        folded = F.expr(bigint_at_least(TS, fold - 1)).alias(TS)
         summed = layer.groupBy(*data, folded).agg(F.sum(DIFF).alias(DIFF))
         return summed.where(F.col(DIFF) != 0)
 
@@ -302,14 +312,14 @@ class KeyedRows(ArrangedRows):
     def touched(self, layers: Sequence[Layer], keys: Any, lower: int) -> Any:
         """The rows of the content as of ``lower`` (:meth:`ArrangedRows.as_of`) whose key is
         in ``keys`` (a DataFrame of ``_k``, as :meth:`partitioned` computes it) with their
-        names, ``_ts = lower - 1`` and ``_diff``.
+        names, their own ``_ts`` (below ``lower``, as :meth:`old`) and ``_diff``.
 
         ``keys`` is the build side of a hash join that the layers stream
         through where they lie: partitioned like them, it is not shuffled either.
         """
         union = self._upto(layers, lower)
         rows = union.join(keys.hint("shuffle_hash"), KEY, "left_semi")
-        return self.named(rows, f"CAST({int(lower) - 1} AS BIGINT)")
+        return self.named(rows)
 
     def _keyed(self, df: Any) -> Any:
         """``df`` with the key struct as ``__timeshard_key``.
@@ -406,6 +416,13 @@ class SharedArrangements:
         with self._lock:
             entry = self._entries.get(key)
             return 0 if entry is None else len(entry[1])
+
+    def wait_for_merges(self) -> None:
+        """Block until no merge of any of the pool's arrangements runs."""
+        with self._lock:
+            every = [rows for rows, _users in self._entries.values()]
+        for rows in every:
+            rows.wait_for_merges()
 
     def release(self, key: tuple[Any, ...], user: object) -> None:
         """``user`` reads the arrangement ``key`` no more; the last user frees its layers."""

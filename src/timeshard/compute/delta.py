@@ -4,7 +4,7 @@
  input updates in [lower, upper) ──> ok updates (weighted: _ts, _diff) ──┐
         │                                                                ├─> terms ──> Δ view
         └──> err updates ──────────────────────────────> err rows of the view ─┘
- input snapshot at lower - 1 (joins, touched groups) ──> old rows (_ts = lower - 1)
+ input snapshot at lower - 1 (joins, touched groups) ──> old rows (_ts < lower)
 ```
 
 :meth:`SparkDelta.delta` returns the view's updates at times in
@@ -277,23 +277,28 @@ class SparkDelta:
         return [typed_null(f.name, f.dataType) for f in target.fields]
 
     def _old(self, alias: str, lower: Timestamp) -> Any:
-        """The input's ok rows at ``lower - 1``, weighted, with ``_ts = lower - 1``.
+        """The input's ok rows at ``lower - 1``, weighted, each with its own ``_ts`` (below
+        ``lower``).
 
         Not consolidated: the rows as stored, so reading them is a scan and no
         shuffle. Every use is linear in them (a join's product, or the sum per
         row and time the grouped path takes anyway), so rows that cancel still
-        cancel there.
+        cancel there. A term's row takes the greatest ``_ts`` of its rows, its
+        delta row's (at ``lower`` or later); the grouped path counts a row at
+        every evaluation time at or after its ``_ts``, all at ``lower - 1`` or
+        later. So the rows keep their times rather than ``lower - 1`` as a
+        projected literal, which Spark would compile into the code of every
+        stage reading them, anew every tick.
         """
         from timeshard.spark.parts import read_parts
-        from timeshard.spark.sqltext import quoted, select_exprs
+        from timeshard.spark.sqltext import bigint_where, quoted, select_exprs
 
         reader = self._reader_of(alias)
         names = [quoted(n) for n in self._names(alias)]
         parts = reader.snapshot_parts(lower - 1) if lower > 0 else []
         rows = read_parts(self.spark, reader.blob, parts, reader.schema)
-        old = int(lower) - 1
-        rows = rows.where(f"{TS} <= {old} AND {ERR} IS NULL")
-        return select_exprs(rows, [*names, f"CAST({old} AS BIGINT) AS {TS}", DIFF])
+        rows = rows.where(f"{bigint_where(TS, '<', lower)} AND {ERR} IS NULL")
+        return select_exprs(rows, [*names, TS, DIFF])
 
     def _snapshot(self, alias: str, lower: Timestamp) -> Any:
         """The input's ok rows at ``lower - 1``, consolidated: each row once, with its count.
@@ -305,7 +310,12 @@ class SparkDelta:
 
         from timeshard.spark.snapshot import consolidate_df
 
-        old = self._old(alias, lower).withColumn(ERR, F.lit(None).cast("string"))
+        old = self._old(alias, lower).select(
+            *self._names(alias),
+            F.lit(int(lower) - 1).cast("long").alias(TS),  # one time, so each row sums once
+            DIFF,
+            F.lit(None).cast("string").alias(ERR),
+        )
         return consolidate_df(old, self._names(alias)).drop(ERR)
 
     # -- arranged join inputs ----------------------------------------------------------------
@@ -771,8 +781,10 @@ class SparkDelta:
                 else f"SELECT {data}, {AT}, {ERR}, {DIFF} FROM {v[r]}"
                 for r in content
             )
-            after = " ".join(f"WHEN {b} THEN {a}L" for b, a in itertools.pairwise(evaluated))
-            following = f"CASE {AT} {after} END" if after else "CAST(NULL AS BIGINT)"
+            # A map literal, not CASE WHEN: Spark's generated code refers to a map constant
+            # but spells out each literal of a CASE, so each tick's times would compile anew.
+            after = ", ".join(f"{b}L, {a}L" for b, a in itertools.pairwise(evaluated))
+            following = f"try_element_at(map({after}), {AT})" if after else "CAST(NULL AS BIGINT)"
             stacked = (
                 f"SELECT {data}, {ERR}, stack(2, {AT}, {DIFF}, {following}, -{DIFF}) "
                 f"AS ({TS}, {DIFF}) FROM ({every})"

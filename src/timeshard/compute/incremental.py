@@ -17,7 +17,7 @@ row carries ``_ts`` and ``_diff``; an output row gets the greatest ``_ts`` and
 the product of the ``_diff`` of the rows it comes from), and the delta rule
 splits it into one term per table occurrence ``i``::
 
-    term i = occurrences before i: old   (the input at lower - 1, _ts = lower - 1)
+    term i = occurrences before i: old   (the input at lower - 1, _ts < lower)
              occurrence i:          delta (the input's updates in [lower, upper))
              occurrences after i:   new   (old + delta)
 

@@ -20,7 +20,8 @@ instead:
 * :func:`bigint_where` (and :func:`bigint_within`, an interval): a condition
   on a BIGINT column against a value that changes from tick to tick (a time),
   written so that the classes Spark generates for the plan stay the same from
-  tick to tick.
+  tick to tick; :func:`bigint_at_least`, a column raised to such a value, the
+  same way.
 
 Only generated text goes into the queries: internal column names, names
 quoted with :func:`quoted`, types from :func:`type_sql` and integers. No
@@ -84,6 +85,20 @@ def bigint_where(column: str, op: str, value: int) -> str:
 def bigint_within(column: str, lower: int, upper: int) -> str:
     """A WHERE condition: ``lower <= column < upper`` (:func:`bigint_where`'s form)."""
     return f"{bigint_where(column, '>=', lower)} AND {bigint_where(column, '<', upper)}"
+
+
+def bigint_at_least(column: str, value: int) -> str:
+    """An expression: ``greatest(column, value)``, for a BIGINT ``column`` and a ``value`` that
+    changes from tick to tick (a time that earlier times fold to).
+
+    A projected literal is spelled out in the stage's generated Java (and
+    constant folding makes any expression of literals one), so it is compared
+    inside one-field structs, as :func:`bigint_where` does:
+    ``greatest(named_struct('t', _ts), named_struct('t', CAST(6 AS BIGINT))).t``.
+    A null ``column`` gives ``value``, as ``greatest`` does.
+    """
+    bound = f"named_struct('t', CAST({int(value)} AS BIGINT))"
+    return f"greatest(named_struct('t', {column}), {bound}).t"
 
 
 def _splitter(spark: SparkSession) -> Any:
