@@ -87,6 +87,14 @@ DEFAULT_CONF: dict[str, str] = {
     # The Python workers' daemon: PySpark's, without the archives Spark puts first on
     # their path, which cost 300-400 ms per Python task (see timeshard.pyspark_daemon).
     "spark.python.daemon.module": "timeshard.pyspark_daemon",
+    # Spark compiles the Java it generates for a stage once per distinct source,
+    # and names the class after the stage's number in its plan. A tick's plan
+    # numbers its stages by how many layers its arrangements hold at the time,
+    # so the same stage got a new name, and was compiled anew, whenever a merge
+    # changed that count (a join view: 8-28 classes a tick). One name for every
+    # stage lets the cache find it: a join view's ticks compiled none after the
+    # first (1M rows, 1% change a tick, 10 ticks).
+    "spark.sql.codegen.useIdInClassName": "false",
 }
 
 
