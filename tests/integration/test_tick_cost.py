@@ -46,6 +46,7 @@ def _expected(live: Counter[tuple[int, int]]) -> Counter[tuple[Any, ...]]:
 
 
 def _view_at(spark: SparkSession, client: PersistClient, t: int) -> Counter[tuple[Any, ...]]:
+    """The view's rows at ``t`` with their counts: its data columns, or ``("err", message)``."""
     reader = client.open_leased_reader("v")
     try:
         rows = snapshot_df(spark, reader, t).collect()
@@ -53,7 +54,7 @@ def _view_at(spark: SparkSession, client: PersistClient, t: int) -> Counter[tupl
         reader.expire()
     out: Counter[tuple[Any, ...]] = Counter()
     for r in rows:
-        key = ("err", r["_err"]) if r["_err"] is not None else (r["g"], r["w"])
+        key = ("err", r["_err"]) if r["_err"] is not None else tuple(r)[:-3]
         out[key] += r["_diff"]
     return +out
 
@@ -205,23 +206,9 @@ def test_ticks_after_the_first_compile_no_new_class(
             view.catch_up()
             pool.wait_for_merges()  # the merges a tick starts compile nothing either
             assert _classes_compiled(spark) == before, f"tick {k} compiled new classes"
-        assert _rows_at(spark, client, upper - 1) == _evaluated(spark, sql, live)
+        assert _view_at(spark, client, upper - 1) == _evaluated(spark, sql, live)
     finally:
         view.close()
-
-
-def _rows_at(spark: SparkSession, client: PersistClient, t: int) -> Counter[tuple[Any, ...]]:
-    """The view's data rows at ``t``, with their counts."""
-    reader = client.open_leased_reader("v")
-    try:
-        rows = snapshot_df(spark, reader, t).collect()
-    finally:
-        reader.expire()
-    out: Counter[tuple[Any, ...]] = Counter()
-    for r in rows:
-        assert r["_err"] is None, r
-        out[tuple(r)[:-3]] += r["_diff"]
-    return +out
 
 
 def _evaluated(
