@@ -177,6 +177,7 @@ def type_sql(data_type: DataType) -> str:
 
 
 __all__ = [
+    "bigint_at_least",
     "bigint_where",
     "bigint_within",
     "java_strings",
