@@ -95,6 +95,12 @@ DEFAULT_CONF: dict[str, str] = {
     # stage lets the cache find it: a join view's ticks compiled none after the
     # first (1M rows, 1% change a tick, 10 ticks).
     "spark.sql.codegen.useIdInClassName": "false",
+    # That cache holds 100 classes by default, in 4 segments that evict on their own
+    # (Guava's), so about 25 per segment: a min/max view's tick generates about 55
+    # distinct classes, and each tick compiled most of them again (54-78 a tick, in 9
+    # ticks of test_tick_cost's min/max view); with 2,000, none from the 4th tick on.
+    # A class takes a few KB to a few hundred KB of the driver's metaspace.
+    "spark.sql.codegen.cache.maxEntries": "2000",
 }
 
 
