@@ -25,7 +25,8 @@ CUSTOMERS = pa.schema([("k", pa.string()), ("name", pa.string())])
 INPUTS = {"o": "orders", "c": "customers"}
 VIEWS = {
     "v_join": "SELECT o.k, o.v, c.name FROM o JOIN c ON o.k = c.k WHERE o.v > 0",
-    "v_grouped": "SELECT k, count(*) AS n, max(v) AS top FROM o GROUP BY k",
+    "v_grouped": "SELECT k, count(*) AS n, count(DISTINCT v) AS d FROM o GROUP BY k",
+    "v_minmax": "SELECT k, count(*) AS n, max(v) AS top FROM o GROUP BY k",
     "v_state": "SELECT k, count(*) AS n, sum(v) AS total FROM o GROUP BY k",
     "v_limit": "SELECT k, v FROM o ORDER BY v DESC LIMIT 2",
     "v_left": "SELECT o.k, c.name FROM o LEFT JOIN c ON o.k = c.k",
@@ -106,7 +107,7 @@ def test_a_group_by_is_grouped(location: tuple[Path, dict[str, MaterializedView]
     [term] = doc["terms"]
     assert [(t["input"], t["mode"], t["shard"]) for t in term["tables"]] == [("o", "at", "orders")]
     assert "__t" in term["sql"] and "__t" in term["tables"][0]["stands_for"]
-    assert "max() keeps no per-group state" in doc["reason"]
+    assert "DISTINCT aggregates keep no per-group state" in doc["reason"]
     [arranged] = doc["arrangements"]
     assert arranged.startswith("input o arranged by") and term["join_order"] is None
 
@@ -137,6 +138,22 @@ def test_count_and_sum_keep_per_group_state(
     assert "state" in doc["how"]
 
 
+def test_min_and_max_keep_state_and_recompute_the_groups_they_may_leave(
+    location: tuple[Path, dict[str, MaterializedView]],
+) -> None:
+    root, _ = location
+    doc = explain_json(root, "v_minmax")
+    assert doc["path"] == "grouped" and "(count/sum/avg/min/max)" in doc["reason"]
+    delta, state, touched = doc["terms"]
+    assert [t["mode"] for t in delta["tables"]] == ["delta"]
+    assert [t["mode"] for t in state["tables"]] == ["state"] and "__hi0" in state["sql"]
+    assert [t["mode"] for t in touched["tables"]] == ["at"] and "__t" in touched["sql"]
+    assert "min or max" in doc["how"]
+    state_line, keyed = doc["arrangements"]
+    assert state_line.startswith("per-group aggregate state")
+    assert keyed.startswith("input o arranged by") and "min/max may move" in keyed
+
+
 @pytest.mark.parametrize(
     ("view", "said"),
     [("v_limit", "ORDER BY"), ("v_fn", "Python function")],
@@ -160,9 +177,15 @@ def test_explain_and_status_agree_with_the_running_view(
     doc = explain_json(root, view)
     assert (doc["path"], doc["reason"]) == (plan.classification.path, plan.classification.reason)
     modes = [sorted(t["mode"] for t in term["tables"]) for term in doc["terms"]]
-    if plan.aggregate is not None:  # the contributions' terms and the state's query
+    if plan.aggregate is not None:  # the contributions' terms and the state's query (and
+        # with min/max, the touched groups' term)
         terms = plan.aggregate.terms
-        assert modes == [*[sorted(m for _, m in t.tables.values()) for t in terms], ["state"]]
+        touched = [["at"]] if plan.aggregate.extremes else []
+        assert modes == [
+            *[sorted(m for _, m in t.tables.values()) for t in terms],
+            ["state"],
+            *touched,
+        ]
     else:
         assert [sorted(m for _, m in t.tables.values()) for t in plan.terms] == modes
     out = runner.invoke(app, ["status", "-l", str(root), "--json"])

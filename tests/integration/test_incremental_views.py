@@ -57,7 +57,7 @@ QUERIES = [
         "WHERE k <> {n} GROUP BY v % 3 HAVING sum(v) > {n}",
         "state",
     ),
-    ("SELECT k, sum(v) AS s, max(v) AS hi FROM a GROUP BY k", "grouped"),
+    ("SELECT k, sum(v) AS s, max(v) AS hi FROM a GROUP BY k", "state"),
     ("SELECT a.k, count(*) AS n, sum(b.w) AS s FROM a JOIN b ON a.k = b.k GROUP BY a.k", "state"),
     (
         "SELECT x.v % 2 AS p, count(y.w) AS c, avg(z.w) AS m FROM a AS x "
@@ -67,10 +67,15 @@ QUERIES = [
     ),
     (
         "SELECT k, min(v) AS lo, max(v) AS hi FROM a WHERE v <> {n} GROUP BY k HAVING count(*) > 1",
-        "grouped",
+        "state",
     ),
     ("SELECT DISTINCT v % 3 AS r FROM a", "grouped"),
     ("SELECT k, count(DISTINCT v) AS d FROM a GROUP BY k", "grouped"),
+    (
+        "SELECT v % 3 AS r, min(k) AS lo, max(k + v) AS hi, min(k) + count(*) AS m FROM a "
+        "WHERE k <> {n} GROUP BY v % 3 HAVING max(k) > {n}",
+        "state",
+    ),
     ("SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.k = b.k", "grouped"),
     ("SELECT a.k, b.w FROM a FULL OUTER JOIN b ON a.k = b.k AND a.v > b.w", "grouped"),
     ("SELECT b.k, a.v FROM a RIGHT JOIN b ON a.k + {n} = b.k", "grouped"),
@@ -90,7 +95,7 @@ ROW_ERRORS = [
     ("SELECT k, CASE WHEN v = {n} THEN 0 ELSE 12 / (v - {n}) END AS r FROM a", "linear"),
     ("SELECT a.k, CAST(a.v * 60 AS TINYINT) AS t, b.w FROM a JOIN b ON a.k = b.k", "linear"),
     ("SELECT k, sum(v) / (count(*) - {n} - 1) AS q FROM a GROUP BY k", "state"),
-    ("SELECT k, max(v) AS hi FROM a GROUP BY k HAVING 12 / (max(v) - {n}) > 1", "grouped"),
+    ("SELECT k, max(v) AS hi FROM a GROUP BY k HAVING 12 / (max(v) - {n}) > 1", "state"),
     ("SELECT k, v, 12 / (sum(v) OVER (PARTITION BY k) - {n}) AS f FROM a", "grouped"),
 ]
 
@@ -117,8 +122,8 @@ ARRANGED_JOINS = [
 #: layers), with null keys, keys computed by expressions and two keyed inputs.
 ARRANGED_KEYS = [
     (
-        "SELECT CASE WHEN v > {n} THEN k END AS g, min(v) AS lo, max(v) AS hi FROM a "
-        "GROUP BY CASE WHEN v > {n} THEN k END",
+        "SELECT CASE WHEN v > {n} THEN k END AS g, min(v) AS lo, max(v) AS hi, "
+        "count(DISTINCT v) AS d FROM a GROUP BY CASE WHEN v > {n} THEN k END",
         "grouped",
     ),
     ("SELECT DISTINCT CAST(v % 3 AS STRING) AS r, k > {n} AS big FROM a", "grouped"),
@@ -386,6 +391,72 @@ def merges_paused(view: MaterializedView) -> Iterator[None]:
         for state in view.desired.arrangements():
             paused.enter_context(state.merges_paused())
         yield
+
+
+def append_exactly(inputs: Inputs, width: int, rows: list[tuple[int, int, int, int]]) -> None:
+    """Append ``(k, v, diff, dt)`` rows to input ``a`` at ``upper + dt`` (``b``: no row)."""
+    table = pa.Table.from_pylist(
+        [
+            {"k": k, "v": v, "_ts": inputs.upper + dt, "_diff": diff, "_err": None}
+            for k, v, diff, dt in rows
+        ],
+        schema=_updates_schema(A),
+    )
+    inputs.writers["a"].append(table, inputs.upper, inputs.upper + width)
+    empty = pa.Table.from_pylist([], schema=_updates_schema(B))
+    inputs.writers["b"].append(empty, inputs.upper, inputs.upper + width)
+    inputs.upper += width
+
+
+def test_min_max_state_recomputes_only_the_groups_an_extreme_may_have_left(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """min/max kept in the state: a tick that retracts no group's extreme moves every group by
+    its state (it shuffles the changes alone); a retraction of an extreme, or of a value
+    inserted earlier in the tick as the new extreme, makes that group alone read its rows
+    (shuffling them at each evaluation time). At every time the view is the query, across a
+    restart (which rebuilds the state)."""
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs = Inputs(client)
+    sql = "SELECT k, min(v) AS lo, max(v) AS hi, count(*) AS n FROM a GROUP BY k"
+    holds = [client.open_leased_reader(s) for s in INPUTS.values()]
+    view = install(spark, client, sql)
+    holds.append(client.open_leased_reader("v"))
+    as_of = view.sink.as_of
+    plan = view.desired.plan
+    assert plan.aggregate is not None and plan.aggregate.extremes, plan.classification
+    append_exactly(inputs, 1, [(k, v, 1, 0) for k in range(4) for v in range(300)])
+    view.catch_up()
+    view.catch_up()  # the first batch checks desired against the shard
+
+    def tick(width: int, rows: list[tuple[int, int, int, int]], *, rebuilt: bool = False) -> int:
+        """The tick's shuffled records; one job (``rebuilt``: and the rebuilds' jobs)."""
+        append_exactly(inputs, width, rows)
+        with merges_paused(view), JobCounter(spark) as jobs:
+            view.catch_up()
+        assert jobs.count == 1 or rebuilt, jobs.count
+        return jobs.shuffled_records()
+
+    try:
+        # Middle values out, new extremes in, over two times: no group is recomputed.
+        safe = tick(2, [(0, 150, -1, 0), (0, 1000, 1, 0), (1, -5, 1, 1), (2, 7, -1, 1)])
+        assert safe < 100, safe
+        # Group 0's min (0) out; group 1's new min (-5) in at 1 and out at 2: both read their
+        # 300 rows at the 3 evaluation times; groups 2 and 3 (a middle value) do not.
+        moved = tick(3, [(0, 0, -1, 0), (1, -6, 1, 1), (1, -6, -1, 2), (3, 5, -1, 2)])
+        assert moved >= 2 * 300, moved
+        view.close()
+        view = install(spark, client, sql)  # restarts: the state is rebuilt at its first tick
+        tick(1, [(0, 999, 1, 0), (3, 6, -1, 0)], rebuilt=True)
+        safe = tick(1, [(0, 999, -1, 0), (3, 4, -1, 0)])
+        assert safe < 100, safe
+        tick(1, [(0, 1000, -1, 0), (2, 299, -1, 0), (2, 300, 1, 0)])
+        assert view.stats.failures == 0
+        assert_the_query(spark, client, "v", sql, range(max(as_of, 0), inputs.upper))
+    finally:
+        view.close()
+        for hold in holds:
+            hold.expire()
 
 
 def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:

@@ -178,11 +178,18 @@ def highest_kept(k: int, vs: list[int]) -> Any:
 
 GROUPED = [
     ("SELECT k, sum(v) / (count(*) - 1) AS q FROM a GROUP BY k", mean_over_others, "state"),
-    ("SELECT k, max(v) AS hi FROM a GROUP BY k HAVING 12 / max(v) > 1", highest_kept, "grouped"),
+    ("SELECT k, max(v) AS hi FROM a GROUP BY k HAVING 12 / max(v) > 1", highest_kept, "state"),
+    (  # count(DISTINCT) keeps no state: the touched groups are recomputed
+        "SELECT k, max(v) AS hi FROM a GROUP BY k HAVING 12 / max(v) > count(DISTINCT k)",
+        highest_kept,
+        "grouped",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("sql", "value", "path"), GROUPED, ids=["state", "having"])
+@pytest.mark.parametrize(
+    ("sql", "value", "path"), GROUPED, ids=["state", "having", "having_touched"]
+)
 def test_a_failing_group_is_an_err_row_of_that_group(
     spark: SparkSession,
     tmp_path: Path,

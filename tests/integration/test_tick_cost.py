@@ -145,7 +145,8 @@ def test_bigint_at_least_is_greatest(spark: SparkSession) -> None:
 
 #: One view per incremental path: linear over one input; a join of two arranged inputs (its old
 #: rows read from the arrangements); a join on a theta condition (its old rows read from the
-#: shards); min and max by group (touched groups, evaluated at two times a tick).
+#: shards); min and max by group (per-group state, and the touched-groups term for the groups
+#: whose extreme a retraction may move, evaluated at two times a tick).
 COMPILED = {
     "linear": (SQL, "linear"),
     "join": ("SELECT a.k, a.v, b.v AS w FROM a JOIN b ON a.k = b.k", "linear"),

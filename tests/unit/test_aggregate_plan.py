@@ -56,6 +56,29 @@ def test_repeated_arguments_share_one_state_column() -> None:
     assert plan.aggregate.summed_arguments == ["__a0"]
 
 
+def test_min_and_max_over_one_input_keep_their_extremes_in_the_state() -> None:
+    plan = classify(
+        "SELECT k, min(v) AS lo, max(v) AS hi, max(s) AS top, sum(v) AS t FROM a "
+        "WHERE v > 0 GROUP BY k HAVING min(v) < 9",
+        SCHEMAS,
+    )
+    assert plan.aggregate is not None, plan.classification.reason
+    assert "(count/sum/avg/min/max)" in plan.classification.reason
+    assert (plan.aggregate.lows, plan.aggregate.highs) == ((True, False), (True, True))
+    assert plan.aggregate.sums == ["__n", "__c0", "__c1", "__s0"]
+    assert plan.aggregate.extremes == ["__lo0", "__hi0", "__hi1"]
+    # Between them: how many rows have a negative multiplicity (such a group is recomputed).
+    assert plan.aggregate.values == [*plan.aggregate.sums, "__neg", *plan.aggregate.extremes]
+    assert plan.aggregate.extreme_arguments == ["__a0", "__a1"]
+    assert plan.aggregate.summed_arguments == ["__a0"]
+    output = plan.aggregate.output
+    assert "`__lo0` < 9" in output and "`__hi1` AS `top`" in output, output
+    # The touched groups' term and the input's key stay: the groups a retraction may move
+    # are recomputed by them.
+    [source] = plan.keyed
+    assert plan.terms and source.keys == ("`a`.`k`",)
+
+
 def test_where_filters_the_contributions_and_having_the_output() -> None:
     plan = classify(
         "SELECT k, sum(v) AS s FROM a WHERE v > 1 GROUP BY k HAVING sum(v) < 10", SCHEMAS
@@ -69,9 +92,8 @@ def test_where_filters_the_contributions_and_having_the_output() -> None:
 @pytest.mark.parametrize(
     ("sql", "said"),
     [
-        ("SELECT k, min(v) FROM a GROUP BY k", "min() keeps no per-group state"),
-        ("SELECT k, max(v), sum(v) FROM a GROUP BY k", "max() keeps no per-group state"),
         ("SELECT k, count(DISTINCT v) FROM a GROUP BY k", "DISTINCT aggregates"),
+        ("SELECT k, min(DISTINCT v) FROM a GROUP BY k", "DISTINCT aggregates"),
         ("SELECT k, sum(DISTINCT v) FROM a GROUP BY k", "DISTINCT aggregates"),
         ("SELECT k, sum(v) FILTER (WHERE v > 1) FROM a GROUP BY k", "FILTER"),
         ("SELECT k, collect_list(v) FROM a GROUP BY k", "collect_list() keeps no per-group state"),

@@ -56,7 +56,7 @@ from timeshard.persist import PersistClient
 
 if TYPE_CHECKING:
     from timeshard.catalog import CatalogEntry
-    from timeshard.compute.incremental import Term
+    from timeshard.compute.incremental import Plan, Term
     from timeshard.compute.view import ViewDefinition, ViewFunction
 #: What a placeholder table of each mode stands for, given ``{input}`` (alias and shard).
 MODES: Mapping[str, str] = {
@@ -68,8 +68,8 @@ MODES: Mapping[str, str] = {
     "update in [lower, upper) touched, at lower - 1 and at every change time of the "
     "interval, each copy tagged with that time in __t",
     "state": "per touched group and change time: the group's state (__n rows, __c<j> "
-    "non-null and __s<j> sum of argument j) at _ts with _diff = 1, and the state just "
-    "before with _diff = -1",
+    "non-null and __s<j> sum of argument j, __lo<j> and __hi<j> its min and max) at _ts "
+    "with _diff = 1, and the state just before with _diff = -1",
 }
 #: How a GROUP BY view kept by per-group state makes its delta.
 STATE_HOW = (
@@ -78,6 +78,12 @@ STATE_HOW = (
     "group's cached state (an arrangement), they give its state at each change time. "
     "The last query turns the new and the old states into the view's rows, inserted "
     "and retracted at that time."
+)
+#: ... and for one whose state keeps min and max.
+EXTREMES_HOW = (
+    " A group where a retraction may have removed its min or max (a value not strictly "
+    "inside it) is recomputed instead, by the last term, from its rows at every "
+    "evaluation time."
 )
 #: How the terms of each incremental path make the view's delta.
 COMBINE: Mapping[str, str] = {
@@ -186,7 +192,8 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
 
         # the contributions' terms, then the state's output query
         output = Term(plan.aggregate.output, {plan.aggregate.state: ("", "state")}, None)
-        terms = [*plan.aggregate.terms, output]
+        # with extremes, the touched groups' term recomputes the groups they may leave
+        terms = [*plan.aggregate.terms, output, *(plan.terms if plan.aggregate.extremes else [])]
     return {
         "view": entry.name,
         "sql": definition.sql,
@@ -196,11 +203,18 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
         "path": plan.classification.path,
         "reason": plan.classification.reason,
         "recorded_path": recorded if isinstance(recorded, str) else None,
-        "how": STATE_HOW if plan.aggregate is not None else COMBINE[plan.classification.path],
+        "how": _how(plan),
         "arrangements": arrangements,
         "errors": ROW_ERRORS if row_errors else TIME_ERRORS,
         "terms": [_term(term, inputs) for term in terms],
     }
+
+
+def _how(plan: Plan) -> str:
+    """How the plan's terms make the view's delta."""
+    if plan.aggregate is None:
+        return COMBINE[plan.classification.path]
+    return STATE_HOW + (EXTREMES_HOW if plan.aggregate.extremes else "")
 
 
 def _term(term: Term, inputs: Mapping[str, str]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Per-group aggregate arrangements: GROUP BY views with count, sum and avg, kept as state.
+"""Per-group aggregate arrangements: GROUP BY views kept as state (count, sum, avg, min, max).
 
 A GROUP BY view, over one input or inner joins of several, whose aggregates
 are all ``count(*)``, ``count(x)``, ``sum(x)`` and ``avg(x)`` of integral ``x``
@@ -41,6 +41,33 @@ decimal arguments are not taken here (a float sum depends on the order of
 its terms; decimal sums change precision): such views recompute their touched
 groups instead (:mod:`timeshard.compute.delta`). ``avg`` of an integral
 column matches Spark's (a double sum) while the sum stays below 2**53.
+
+Extremes. Over one input, ``min(x)`` and ``max(x)`` of an exactly ordered
+type (not floating point, whose -0.0 and 0.0 tie) are kept too, as state
+columns ``__lo<j>`` and ``__hi<j>``. Insertions move them like sums do: the
+min at ``t`` is the least of the state's and of the values inserted up to
+``t``. A retraction moves them only if it removes the extreme, which the
+state cannot tell from the value alone; so a group is *unsafe* in a tick if
+some retraction at ``t`` has a value not strictly inside the running extreme
+at ``t`` (``x <= min``), or its row count goes negative, or its state counts
+a row of negative multiplicity (``__neg``: that row's value is not known to
+be absent). A retracted value strictly above the running min at its time is
+never the min, at that time or after (the running min only falls), so a safe
+group's extremes are exact. The unsafe groups are recomputed in the same
+job by the view's touched-groups term (:mod:`timeshard.compute.delta`), from
+the input arranged by the group key: their rows of the view at each change
+time, and their extremes and ``__neg`` at the tick's last time, which
+replace the state's in the new layer. A tick that retracts values inside
+the extremes -- most of them, when groups hold many rows -- reads no stored
+row::
+
+  running state per (group, _ts), __unsafe ──> unsafe groups' keys ──> touched-groups term
+        │                                                              │            │
+        │ <──── extremes at the last time (left join on the key) ──────┘            │
+        v                                                                           │
+  corrected state (a lazy local checkpoint) ──> safe groups' rows ──┐               │
+        └─> last state per group: the new layer                     ├─ the write <──┘
+                                                      unsafe groups' rows
 
 Frontiers: the arrangement holds the states at ``time - 1``. A delta over
 ``[lower, upper)`` needs ``time == lower`` and leaves ``time == upper``; at any
@@ -90,6 +117,15 @@ _STATE = "__state"
 _ROWS = "__n"
 #: Column of the checkpoint: whether the row is its group's last time in the tick.
 _LAST = "__last"
+#: State column of a plan with extremes: how many of the group's rows have a negative
+#: multiplicity (BIGINT; their values are not known to be absent, so the group is recomputed).
+NEGATIVE = "__neg"
+#: Column of the checkpoint: whether the group's extremes are recomputed in this tick.
+_UNSAFE = "__unsafe"
+#: Recomputes the unsafe groups (a DataFrame of their ``_key``): their rows of the view in
+#: the interval (data columns, ``_ts``, ``_diff``, ``_err``), and the contributions query's
+#: rows of those groups at the interval's last change time (its columns, ``_ts``, ``_diff``).
+Recompute = Callable[[Any], tuple[Any, Any]]
 _INTEGRAL = ("byte", "short", "int", "long", "tinyint", "smallint", "bigint")
 
 
@@ -103,31 +139,51 @@ class StateQueries:
     delta terms). ``output`` reads state rows (placeholder ``state``:
     ``__g<i>``, the state columns, ``_ts``, ``_diff``) and gives the view's
     columns, ``_ts`` and ``_diff``. ``summed[j]``: whether argument ``j`` has a
-    sum in the state.
+    sum in the state; ``lows[j]``, ``highs[j]``: a min, a max.
     """
 
     contributions: Any
     output: str
     keys: int
     summed: tuple[bool, ...]
+    lows: tuple[bool, ...] = ()
+    highs: tuple[bool, ...] = ()
 
 
-def state_values(summed: tuple[bool, ...]) -> list[str]:
-    """The state columns, in the arrangement's order."""
+def state_sums(summed: tuple[bool, ...]) -> list[str]:
+    """The state columns that are sums (BIGINT), in the arrangement's order."""
     counts = [f"__c{j}" for j in range(len(summed))]
     sums = [f"__s{j}" for j, s in enumerate(summed) if s]
     return [_ROWS, *counts, *sums]
+
+
+def state_extremes(lows: tuple[bool, ...], highs: tuple[bool, ...]) -> list[str]:
+    """The state columns that are extremes (typed as their argument), after the sums."""
+    return [f"__lo{j}" for j, x in enumerate(lows) if x] + [
+        f"__hi{j}" for j, x in enumerate(highs) if x
+    ]
+
+
+def state_values(
+    summed: tuple[bool, ...], lows: tuple[bool, ...] = (), highs: tuple[bool, ...] = ()
+) -> list[str]:
+    """The state columns, in the arrangement's order: the sums, then with extremes the
+    count of rows of negative multiplicity, then the extremes."""
+    extremes = state_extremes(lows, highs)
+    return [*state_sums(summed), *([NEGATIVE] if extremes else []), *extremes]
 
 
 class _NotTaken(Exception):
     """Why a GROUP BY query is not kept by per-group state."""
 
 
-def state_queries(select: Any, state: str) -> StateQueries | str:
+def state_queries(select: Any, state: str, *, extremes: bool = False) -> StateQueries | str:
     """The state queries of a qualified GROUP BY ``select``, or why it keeps no state.
 
-    ``state`` names the placeholder of the state rows. Types are not known
-    here: :func:`type_problem` checks them against Spark's analysis.
+    ``state`` names the placeholder of the state rows. ``extremes``: whether
+    min and max are kept too (over one input, whose touched groups can be
+    recomputed: see "Extremes" in the module doc). Types are not known here:
+    :func:`type_problem` checks them against Spark's analysis.
     """
     from sqlglot import exp
 
@@ -136,6 +192,8 @@ def state_queries(select: Any, state: str) -> StateQueries | str:
     arguments: dict[str, int] = {}
     argument_nodes: list[Any] = []
     summed: list[bool] = []
+    lows: list[bool] = []
+    highs: list[bool] = []
 
     def state_column(name: str) -> Any:
         return exp.column(name, table=_STATE, quoted=True)
@@ -148,6 +206,8 @@ def state_queries(select: Any, state: str) -> StateQueries | str:
             arguments[text] = len(argument_nodes)
             argument_nodes.append(node)
             summed.append(False)
+            lows.append(False)
+            highs.append(False)
         j = arguments[text]
         summed[j] = summed[j] or summed_
         return j
@@ -167,6 +227,13 @@ def state_queries(select: Any, state: str) -> StateQueries | str:
             )
             positive = exp.GT(this=count.copy(), expression=exp.Literal.number(0))
             return exp.Case(ifs=[exp.If(this=positive, true=value)])
+        if extremes and isinstance(node, exp.Min | exp.Max) and not node.expressions:
+            j = argument(node.this, summed_=False)
+            if isinstance(node, exp.Min):
+                lows[j] = True
+                return state_column(f"__lo{j}")
+            highs[j] = True
+            return state_column(f"__hi{j}")
         name = node.sql(dialect="spark").split("(")[0].lower()  # as Spark spells it
         raise _NotTaken(f"{name}() keeps no per-group state")
 
@@ -216,7 +283,14 @@ def state_queries(select: Any, state: str) -> StateQueries | str:
         )
     )
     output = output.where(present if condition is None else exp.and_(present, condition))
-    return StateQueries(contributions, output.sql(dialect="spark"), len(group), tuple(summed))
+    return StateQueries(
+        contributions,
+        output.sql(dialect="spark"),
+        len(group),
+        tuple(summed),
+        tuple(lows),
+        tuple(highs),
+    )
 
 
 def empty_contributions(spark: Any, plan: AggregatePlan, schema_of: SchemaOf) -> Any:
@@ -249,6 +323,10 @@ def type_problem(
             kind = contributions.schema[name].dataType.simpleString()
             if kind not in _INTEGRAL:
                 return f"sum/avg of {kind} keeps no state (integral sums only)"
+        for name in plan.extreme_arguments:
+            kind = contributions.schema[name].dataType
+            if not _exactly_ordered(kind):
+                return f"min/max of {kind.simpleString()} keeps no state"
         state = _state_schema(plan, contributions.schema)
         spark.createDataFrame([], state).createOrReplaceTempView(plan.state)
         got = spark.sql(plan.output).schema.fields
@@ -259,12 +337,50 @@ def type_problem(
     return None
 
 
+def _exactly_ordered(data_type: Any) -> bool:
+    """Whether min and max of ``data_type`` are one value whatever the order of the rows.
+
+    Not so for floating point (-0.0 and 0.0 compare equal, and which one a
+    min returns depends on the order) nor for a string of a collation that
+    makes distinct values equal; nor for types Spark does not order.
+    """
+    from pyspark.sql import types as T
+
+    exact = (
+        T.ByteType,
+        T.ShortType,
+        T.IntegerType,
+        T.LongType,
+        T.DecimalType,
+        T.BooleanType,
+        T.DateType,
+        T.TimestampType,
+        T.TimestampNTZType,
+        T.BinaryType,
+    )
+    if isinstance(data_type, T.StringType):
+        return bool(data_type.collation == "UTF8_BINARY")
+    return isinstance(data_type, exact)
+
+
+def _state_types(plan: AggregatePlan, contributions: Any) -> dict[str, Any]:
+    """The Spark type of each state column: sums are BIGINT, an extreme its argument's type."""
+    from pyspark.sql.types import LongType
+
+    types = {v: LongType() for v in [*plan.sums, *([NEGATIVE] if plan.extremes else [])]}
+    for v in plan.extremes:
+        types[v] = contributions[f"__a{v[4:]}"].dataType  # __lo<j>, __hi<j>: argument j
+    return types
+
+
 def _state_schema(plan: AggregatePlan, contributions: Any) -> Any:
     from pyspark.sql.types import LongType, StructField, StructType
 
     keys = [contributions[f"__g{i}"] for i in range(plan.keys)]
-    longs = [StructField(v, LongType()) for v in [*plan.values, TS, DIFF]]
-    return StructType([*keys, *longs])
+    types = _state_types(plan, contributions)
+    values = [StructField(v, types[v]) for v in plan.values]
+    times = [StructField(v, LongType()) for v in (TS, DIFF)]
+    return StructType([*keys, *values, *times])
 
 
 class SparkAggregates:
@@ -272,35 +388,57 @@ class SparkAggregates:
 
     def __init__(self, spark: Any, plan: AggregatePlan, contributions: Any) -> None:
         """``contributions``: the Spark schema of the contributions query."""
-        from pyspark.sql.types import LongType
-
         from timeshard.storage.upsert_state import ArrangedState
 
         self.spark = spark
         self.plan = plan
         types = {f"__g{i}": contributions[f"__g{i}"].dataType for i in range(plan.keys)}
-        types.update({v: LongType() for v in plan.values})
+        types.update(_state_types(plan, contributions))
         self.keys = [f"__g{i}" for i in range(plan.keys)]
         self.state = ArrangedState(spark, self.keys, plan.values, types)
         self._held = contextlib.ExitStack()
 
-    def delta(self, changes: Any, old: Callable[[], Any], lower: int, upper: int) -> Any:
+    def delta(
+        self,
+        changes: Any,
+        old: Callable[[], Any],
+        lower: int,
+        upper: int,
+        recompute: Recompute | None = None,
+    ) -> Any:
         """The view's ok updates in ``[lower, upper)`` from the contributions' ``changes``.
 
         ``changes``: the contributions query's updates in the interval
         (``__g<i>``, ``__a<j>``, ``_ts``, ``_diff``); ``old()``: its rows at
-        ``lower - 1``, read only if the arrangement is not at ``lower``. Runs
-        no Spark job (one for a rebuild) and returns the view's rows as a
-        lazy DataFrame (data columns, ``_ts``, ``_diff``, ``_err``: null, or
-        the message of a negative count) whose write fills the new layer.
+        ``lower - 1``, read only if the arrangement is not at ``lower``.
+        ``recompute``: for a plan with extremes (required then), the groups
+        whose extremes a retraction may move, recomputed (see "Extremes" in
+        the module doc). Runs no Spark job (one for a rebuild) and returns the
+        view's rows as a lazy DataFrame (data columns, ``_ts``, ``_diff``,
+        ``_err``: null, or the message of a negative count) whose write fills
+        the new layer.
         """
         self.prepare(lower, old)
         # Pinned before the tick reads the layers: a merge that retires them from now on
         # frees them only after the lazy checkpoint that reads them is filled (settle).
         self._held.enter_context(self.state.pinned())
         ticked = self._tick(changes)
-        self.state.push(self._layer(ticked), upper)
-        return self._rows(ticked)
+        if not self.plan.extremes:
+            self.state.push(self._layer(ticked), upper)
+            return self._rows(ticked)
+        assert recompute is not None, "a plan with extremes recomputes the groups they leave"
+        from timeshard.spark.sqltext import select_exprs
+        from timeshard.storage.upsert_state import KEY, Layer
+
+        unsafe = select_exprs(ticked.where(f"{_UNSAFE} AND {_LAST}"), [KEY])
+        recomputed, last = recompute(unsafe)
+        corrected = self._corrected(ticked, self._extremes_of(last))
+        self._held.callback(Layer(ticked, 0).release)  # once the layer is filled (settle)
+        self.state.push(self._layer(corrected), upper)
+        from timeshard.spark.sqltext import renamed
+
+        ok = self._rows(corrected.where(f"NOT {_UNSAFE}"))
+        return ok.union(renamed(recomputed, ok.columns))
 
     def settle(self) -> None:
         """The last tick's write is done: settle its layer, then unpin what it read.
@@ -328,7 +466,9 @@ class SparkAggregates:
         layers: list[Layer] = []
         if lower > 0:
             weighted = self._weighted(old())
-            sums = ", ".join(f"sum({v}) AS {v}" for v in self.plan.values)
+            sums = ", ".join(
+                [*(f"sum({v}) AS {v}" for v in self.plan.sums), *self._extreme_folds()]
+            )
             values = ", ".join(self._named_values())
             flags = f"CAST(NULL AS STRING) AS {ERR}, false AS {GONE}"
             empty = self._all_zero()
@@ -366,42 +506,130 @@ class SparkAggregates:
             if summed:
                 weight = f"CAST(__a{j} AS BIGINT) * {DIFF}"
                 sums.append(f"CASE WHEN {present} THEN {weight} ELSE 0L END AS __s{j}")
-        columns = [f"{DIFF} AS {_ROWS}", *counts, *sums]  # the order of plan.values
+        columns = [f"{DIFF} AS {_ROWS}", *counts, *sums]  # the order of plan.sums
+        for v in self.plan.extremes:  # an extreme's argument, inserted and retracted
+            argument = f"__a{v[4:]}"
+            columns.append(f"CASE WHEN {DIFF} > 0 THEN {argument} END AS {_inserted(v)}")
+            columns.append(f"CASE WHEN {DIFF} < 0 THEN {argument} END AS {_retracted(v)}")
         keyed = select_exprs(contributions, [self.state.key_sql(), TS, *columns])
         return self.state.hashed(keyed)
 
     def _tick(self, changes: Any) -> Any:
-        """Per touched group and change time: the running state and the one before (lazy)."""
+        """Per touched group and change time: the running state and the one before (lazy).
+
+        With extremes, also whether the group is *unsafe* (``__unsafe``, on
+        every row of the group): a retraction at some time may have removed
+        an extreme, or its row count went negative.
+        """
         from timeshard.spark.checkpoint import local_checkpoint
         from timeshard.spark.sqltext import sql_over
         from timeshard.storage.upsert_state import GONE, HASH, KEY, value_columns
 
-        values = self.plan.values
+        values, extremes = self.plan.values, self.plan.extremes
         weighted = self.state.partitioned(self._weighted(changes))
-        sums = ", ".join(f"sum({v}) AS {v}" for v in values)
+        folds = [f"sum({v}) AS {v}" for v in self.plan.sums]
+        for v in extremes:
+            fold = _extreme(v)[0]
+            folds += [f"{fold}({c}) AS {c}" for c in (_inserted(v), _retracted(v))]
         per_time = sql_over(
             {"w": weighted},
             lambda v: (
-                f"SELECT {HASH}, {KEY}, {TS}, {sums} FROM {v['w']} GROUP BY {HASH}, {KEY}, {TS}"
+                f"SELECT {HASH}, {KEY}, {TS}, {', '.join(folds)} FROM {v['w']} "
+                f"GROUP BY {HASH}, {KEY}, {TS}"
             ),
         )
+        named = dict(zip(values, value_columns(len(values)), strict=True))
         with self.state.pinned() as layers:
             joined = self.state.with_newest(per_time, layers, "_state")
             live = f"_state IS NOT NULL AND NOT _state.{GONE}"
             group = f"PARTITION BY {HASH}, {KEY} ORDER BY {TS}"
-            columns = []
-            for n, v in zip(value_columns(len(values)), values, strict=True):
-                total = f"(CASE WHEN {live} THEN _state.{n} ELSE 0L END + sum({v}) OVER running)"
+            columns, bad = [], []
+            for v in self.plan.sums:
+                total = (
+                    f"(CASE WHEN {live} THEN _state.{named[v]} ELSE 0L END + sum({v}) OVER running)"
+                )
                 columns += [f"{total} AS {v}", f"{total} - {v} AS __p{v}"]
+                if v == _ROWS:
+                    bad.append(f"{total} < 0")
+            if extremes:  # a group with a row of negative multiplicity is recomputed
+                negative = f"CASE WHEN {live} THEN _state.{named[NEGATIVE]} ELSE 0L END"
+                columns += [f"{negative} AS {NEGATIVE}", f"{negative} AS __p{NEGATIVE}"]
+                bad.append(f"{negative} > 0")
+            for v in extremes:
+                fold, pick, beyond = _extreme(v)
+                kept = f"CASE WHEN {live} THEN _state.{named[v]} END"
+                now = f"{pick}({kept}, {fold}({_inserted(v)}) OVER running)"
+                before = f"{pick}({kept}, {fold}({_inserted(v)}) OVER before)"
+                columns += [f"{now} AS {v}", f"{before} AS __p{v}"]
+                gone = _retracted(v)  # a retraction not strictly inside the extreme may move it
+                bad.append(f"({gone} IS NOT NULL AND NOT coalesce({gone} {beyond} {now}, false))")
             last = f"lead({TS}) OVER ({group}) IS NULL AS {_LAST}"
-            ticked = sql_over(
-                {"j": joined},
-                lambda v: (
+            frames = f"running AS ({group} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+            if extremes:
+                frames += f", before AS ({group} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
+                columns.append(f"{' OR '.join(bad)} AS __bad")
+
+            def query(v: Mapping[str, str]) -> str:
+                rows = (
                     f"SELECT {HASH}, {KEY}, {TS}, {', '.join(columns)}, {last} FROM {v['j']} "
-                    f"WINDOW running AS ({group} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
-                ),
-            )
-            return local_checkpoint(ticked, eager=False)
+                    f"WINDOW {frames}"
+                )
+                if not extremes:
+                    return rows
+                every = [HASH, KEY, TS, *values, *(f"__p{x}" for x in values), _LAST]
+                unsafe = f"max(CAST(__bad AS INT)) OVER (PARTITION BY {HASH}, {KEY}) = 1"
+                return f"SELECT {', '.join(every)}, {unsafe} AS {_UNSAFE} FROM ({rows})"
+
+            return local_checkpoint(sql_over({"j": joined}, query), eager=False)
+
+    def _extremes_of(self, contributions: Any) -> Any:
+        """Per group of ``contributions`` (its rows at one time): its extremes, keyed and
+        partitioned like the layers (``_h``, ``_key``, the extreme columns)."""
+        from timeshard.spark.sqltext import sql_over
+        from timeshard.storage.upsert_state import HASH, KEY
+
+        weighted = self.state.partitioned(self._weighted(contributions))
+        folds = ", ".join(self._extreme_folds())
+        return sql_over(
+            {"w": weighted},
+            lambda v: f"SELECT {HASH}, {KEY}, {folds} FROM {v['w']} GROUP BY {HASH}, {KEY}",
+        )
+
+    def _extreme_folds(self) -> list[str]:
+        """SQL: per group of weighted rows at one time (each row consolidated), the count of
+        rows of negative multiplicity and each extreme over the rows present."""
+        negative = f"sum(CASE WHEN {_ROWS} < 0 THEN 1L ELSE 0L END) AS {NEGATIVE}"
+        extremes = (f"{_extreme(v)[0]}({_inserted(v)}) AS {v}" for v in self.plan.extremes)
+        return [negative, *extremes] if self.plan.extremes else []
+
+    def _corrected(self, ticked: Any, extremes: Any) -> Any:
+        """``ticked`` with each unsafe group's extremes from ``extremes`` (recomputed at its
+        last time): a lazy local checkpoint, partitioned like the layers, which the write
+        fills (it reads the safe groups' rows from it)."""
+        from timeshard.spark.checkpoint import local_checkpoint
+        from timeshard.spark.sqltext import select_exprs
+        from timeshard.storage.upsert_state import HASH, KEY, same_key
+
+        recomputed = [NEGATIVE, *self.plan.extremes]
+        theirs = select_exprs(
+            extremes, [f"{HASH} AS _rh", f"{KEY} AS _rk", *(f"{v} AS _r{v}" for v in recomputed)]
+        )
+        joined = ticked.join(theirs, same_key("_rh", "_rk"), "left")
+        fixed = {v: f"CASE WHEN {_UNSAFE} THEN _r{v} ELSE {v} END AS {v}" for v in recomputed}
+        fixed[NEGATIVE] = (
+            f"CASE WHEN {_UNSAFE} THEN coalesce(_r{NEGATIVE}, 0L) ELSE {NEGATIVE} END AS {NEGATIVE}"
+        )
+        values = self.plan.values
+        columns = [
+            HASH,
+            KEY,
+            TS,
+            *(fixed.get(v, v) for v in values),
+            *(f"__p{v}" for v in values),
+            _LAST,
+            _UNSAFE,
+        ]
+        return local_checkpoint(select_exprs(joined, columns), eager=False)
 
     def _layer(self, ticked: Any) -> Any:
         """Each touched group's last state, as a layer of the arrangement."""
@@ -462,8 +690,26 @@ class SparkAggregates:
         return [f"{v} AS {n}" for v, n in zip(self.plan.values, names, strict=True)]
 
     def _all_zero(self) -> str:
-        """Whether every state column is 0: the group has no rows (SQL text)."""
-        return " AND ".join(f"{v} = 0" for v in self.plan.values)
+        """Whether every sum of the state is 0 (and no row has a negative multiplicity): the
+        group has no rows (SQL text)."""
+        counts = [*self.plan.sums, *([NEGATIVE] if self.plan.extremes else [])]
+        return " AND ".join(f"{v} = 0" for v in counts)
+
+
+def _extreme(column: str) -> tuple[str, str, str]:
+    """An extreme state column's aggregate, its two-value pick (which skips nulls) and the
+    comparison a retracted value must pass to leave it: ``min, least, >`` for ``__lo<j>``."""
+    return ("min", "least", ">") if column.startswith("__lo") else ("max", "greatest", "<")
+
+
+def _inserted(column: str) -> str:
+    """The column of an extreme's argument in rows inserted (``_diff > 0``), else null."""
+    return f"__i{column[2:]}"
+
+
+def _retracted(column: str) -> str:
+    """The column of an extreme's argument in rows retracted (``_diff < 0``), else null."""
+    return f"__r{column[2:]}"
 
 
 __all__ = [

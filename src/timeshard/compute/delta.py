@@ -131,7 +131,12 @@ class SparkDelta:
             changes = self._terms(aggregate.terms, lower, upper, changed)
             if changes is None:  # none of the inputs the query reads changed
                 self._aggregated().skip(lower, upper)
+                self._skip_rows(lower, upper)
                 ok = None
+            elif aggregate.extremes:
+                keyed = {s.input for s in self.plan.keyed}
+                at = sorted({t for a in keyed for t in times[a]})
+                ok = self._with_extremes(lower, upper, at, changed, changes)
             else:
                 snapshot = lambda: self._aggregate_snapshot(lower)  # noqa: E731
                 ok = self._aggregated().delta(changes, snapshot, lower, upper)
@@ -164,7 +169,7 @@ class SparkDelta:
         if self.plan.arranged:
             with self._arranged(lower):
                 pass
-        if self.plan.keyed and self.plan.aggregate is None:
+        if self.plan.keyed and (self.plan.aggregate is None or self.plan.aggregate.extremes):
             with self._keyed_rows(lower):
                 pass
 
@@ -183,7 +188,11 @@ class SparkDelta:
         """What the deltas keep cached in Spark, one line each (Spark analysis only, no job):
         for ``timeshard explain``."""
         if self.plan.aggregate is not None:
-            return ["per-group aggregate state, by the GROUP BY key"]
+            state = ["per-group aggregate state, by the GROUP BY key"]
+            if not self.plan.aggregate.extremes:
+                return state
+            keyed = [f"input {s.input} arranged by ({', '.join(s.keys)})" for s in self.plan.keyed]
+            return [*state, *(f"{k}: the groups whose min/max may move" for k in keyed)]
         if self.plan.arranged:
             return [f"input {a} arranged by {', '.join(key)}" for a, key in self.plan.arranged]
         if not self.plan.keyed:
@@ -205,6 +214,41 @@ class SparkDelta:
         for rows in self._unique(self._every_rows()):
             self._let_go(rows)
         self._rows = self._keyed = None
+
+    def _with_extremes(
+        self,
+        lower: Timestamp,
+        upper: Timestamp,
+        changes: Sequence[Timestamp],
+        changed: set[str],
+        contributions: Any,
+    ) -> Any:
+        """The delta of a GROUP BY whose state keeps min and max (one input): the state
+        moves the groups no retraction may have moved an extreme of; the others (the
+        state's ``recompute``) are recomputed as touched groups, their rows read from the
+        input arranged by the group key."""
+        from timeshard.spark.sqltext import bigint_where, quoted, select_exprs
+
+        aggregate = self.plan.aggregate
+        assert aggregate is not None
+        evaluated = [int(t) for t in ([lower - 1] if lower > 0 else []) + list(changes)]
+        snapshot = lambda: self._aggregate_snapshot(lower)  # noqa: E731
+        with self._keyed_rows(lower) as arranged:
+            # The view checked that the input can be arranged by the group key.
+            assert arranged is not None, self._keyed_not
+
+            def recompute(unsafe: Any) -> tuple[Any, Any]:
+                frames = self._keyed_frames(lower, upper, changed, arranged, only=unsafe)
+                rows, [counted] = self._recomputed(frames, evaluated, lower)
+                [source] = self.plan.keyed
+                names = [quoted(n) for n in self._names(source.input)]
+                last = counted.where(bigint_where(AT, "=", evaluated[-1]))
+                last = select_exprs(last, [*names, f"{AT} AS {TS}", DIFF])
+                for name in aggregate.snapshot.tables:
+                    last.createOrReplaceTempView(name)
+                return rows, self.spark.sql(aggregate.snapshot.sql)
+
+            return self._aggregated().delta(contributions, snapshot, lower, upper, recompute)
 
     def _aggregated(self) -> SparkAggregates:
         """The per-group states of a GROUP BY plan kept by state."""
@@ -618,12 +662,19 @@ class SparkDelta:
         return None
 
     def _keyed_frames(
-        self, lower: Timestamp, upper: Timestamp, changed: set[str], arranged: Sequence[KeyedRows]
+        self,
+        lower: Timestamp,
+        upper: Timestamp,
+        changed: set[str],
+        arranged: Sequence[KeyedRows],
+        only: Any | None = None,
     ) -> dict[str, Any]:
         """Per source ``i`` of the grouped plan: ``d<i>`` its ok updates, ``t<i>`` its rows at
         ``lower - 1`` of the keys any source's update touched, read from its layers.
 
-        A changed input's updates are each of its sources' next layer, pushed
+        ``only``: the keys to read instead (a DataFrame of one column, the key
+        struct by position), and then ``d<i>`` holds their updates alone. A
+        changed input's updates are each of its sources' next layer, pushed
         now and filled by the write (which reads them as ``d<i>`` and as the
         touched keys); the layers read stay pinned until :meth:`written`.
         """
@@ -636,16 +687,21 @@ class SparkDelta:
         pushed = self._next_layers(zip(inputs, arranged, strict=True), lower, upper, changed)
         frames: dict[str, Any] = {}
         keys = []
+        keyed: dict[int, Any] = {}  # source -> its updates as a layer (with the key)
         for i, (alias, rows) in enumerate(zip(inputs, arranged, strict=True)):
             layer = pushed.get(id(rows))
             if alias in changed and at[id(rows)] == lower:
                 assert layer is not None
                 frames[f"d{i}"] = rows.named(layer.df)
-                keys.append(layer.df.select(KEY))
+                keyed[i] = layer.df
             else:  # unchanged, or some of its updates are in the layers (another view's)
                 frames[f"d{i}"] = self._ok_updates(alias, lower, upper)
                 if alias in changed:
-                    keys.append(rows.partitioned(frames[f"d{i}"]).select(KEY))
+                    keyed[i] = rows.partitioned(frames[f"d{i}"])
+            if i in keyed:
+                keys.append(keyed[i].select(KEY))
+        if only is not None:
+            keys = [only.select(F.col(only.columns[0]).alias(KEY))]
         for i, rows in enumerate(arranged):
             layers = self._held.enter_context(rows.pinned())
             key_type = layers[0].df.schema[KEY].dataType
@@ -655,6 +711,10 @@ class SparkDelta:
             ]  # another source's key, as this one's type (the query's join compares them so)
             touched = functools.reduce(lambda a, b: a.union(b), typed)
             frames[f"t{i}"] = rows.touched(layers, touched, int(lower))
+            if only is not None and i in keyed:
+                frames[f"d{i}"] = rows.named(
+                    keyed[i].join(touched.hint("shuffle_hash"), KEY, "left_semi")
+                )
         self._moved_on(arranged, pushed, upper)
         return frames
 
@@ -732,8 +792,6 @@ class SparkDelta:
         changes: Sequence[Timestamp],
         changed: set[str],
     ) -> Any:
-        from timeshard.spark.sqltext import bigint_where, quoted, renamed, sql_over
-
         evaluated = [int(t) for t in ([lower - 1] if lower > 0 else []) + list(changes)]
         sources = self.plan.keyed
         with self._keyed_rows(lower) as arranged:
@@ -744,8 +802,20 @@ class SparkDelta:
                 frames.update({f"o{i}": self._old(s.input, lower) for i, s in enumerate(sources)})
             else:
                 frames = self._keyed_frames(lower, upper, changed, arranged)
+        rows, _counted = self._recomputed(frames, evaluated, lower)
+        return rows
+
+    def _recomputed(
+        self, frames: Mapping[str, Any], evaluated: Sequence[int], lower: Timestamp
+    ) -> tuple[Any, list[Any]]:
+        """The grouped plan's rows of the touched keys of ``frames`` (:meth:`_counted`), each
+        evaluation's inserted at its time and retracted at the next one's; and per source,
+        its rows per evaluation time ``__t`` with their multiplicity there."""
+        from timeshard.spark.sqltext import bigint_where, quoted, renamed, sql_over
+
+        sources = self.plan.keyed
         expanded = f"explode(sequence(1, CAST({DIFF} AS INT))) AS __n"  # a row per multiple
-        negatives = []
+        negatives, every_counted = [], []
         for i, s in enumerate(sources):
             counted = self._once(
                 sql_over(frames, lambda v, i=i: self._counted(v, i, evaluated))  # type: ignore[misc]
@@ -763,6 +833,7 @@ class SparkDelta:
             hinted = present.hint("merge") if len(sources) > 1 else present
             hinted.createOrReplaceTempView(s.placeholder)
             negatives.append(self._negative(counted, s.input, self._names(s.input)))
+            every_counted.append(counted)
         (term,) = self.plan.terms
         result = renamed(self.spark.sql(term.sql), [*self.data_schema.names, AT])
         data = ", ".join(quoted(n) for n in self.data_schema.names)
@@ -794,7 +865,7 @@ class SparkDelta:
                 f"WHERE {bigint_where(TS, '>=', lower)}"
             )
 
-        return sql_over(content, moved)
+        return sql_over(content, moved), every_counted
 
     def _counted(self, views: Mapping[str, str], i: int, evaluated: Sequence[int]) -> str:
         """SQL: source ``i``'s rows of the touched keys, per row and evaluation time ``__t``,

@@ -53,7 +53,9 @@ keeps per-group state instead (:mod:`timeshard.compute.aggregate`,
 :attr:`Plan.aggregate`), over one input or inner joins of several: its tick
 runs the delta terms of its FROM, joins and WHERE (over one input: its
 updates alone, no stored rows) and adds them to the touched groups' cached
-state.
+state. Over one input, min and max (of exactly ordered types) are kept in
+the state too; a group whose extreme a retraction may remove is recomputed
+in that tick by the touched-groups term, the others move by the state.
 
 **full** -- everything else (subqueries, ORDER BY or LIMIT, global
 aggregates without GROUP BY, GROUP BY over joins with other aggregates or
@@ -98,7 +100,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from timeshard.compute.aggregate import state_queries, state_values
+from timeshard.compute.aggregate import state_extremes, state_queries, state_sums, state_values
 from timeshard.persist._internal.parts import DIFF, TS
 
 Path = Literal["linear", "grouped", "full"]
@@ -215,16 +217,36 @@ class AggregatePlan:
     output: str
     keys: int
     summed: tuple[bool, ...]
+    #: Per argument: whether its min, its max is kept (one input only: see
+    #: "Extremes" in :mod:`timeshard.compute.aggregate`).
+    lows: tuple[bool, ...] = ()
+    highs: tuple[bool, ...] = ()
 
     @property
     def values(self) -> list[str]:
         """The state columns, in the arrangement's order."""
-        return state_values(self.summed)
+        return state_values(self.summed, self.lows, self.highs)
+
+    @property
+    def sums(self) -> list[str]:
+        """The state columns that are sums (BIGINT)."""
+        return state_sums(self.summed)
+
+    @property
+    def extremes(self) -> list[str]:
+        """The state columns that are a min (``__lo<j>``) or a max (``__hi<j>``)."""
+        return state_extremes(self.lows, self.highs)
 
     @property
     def summed_arguments(self) -> list[str]:
         """The argument columns whose type must be integral."""
         return [f"__a{j}" for j, s in enumerate(self.summed) if s]
+
+    @property
+    def extreme_arguments(self) -> list[str]:
+        """The argument columns whose min or max is kept."""
+        kept = zip(self.lows, self.highs, strict=True)
+        return [f"__a{j}" for j, (lo, hi) in enumerate(kept) if lo or hi]
 
     @property
     def inputs(self) -> list[str]:
@@ -649,7 +671,7 @@ def _keyed_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
     plan = Plan(Classification("grouped", what), (term,), keyed=tuple(sources))
     if select.args.get("group") is None:
         return plan
-    aggregate = _aggregate_plan(select, view_id)
+    aggregate = _aggregate_plan(select, view_id, extremes=True)  # one input: GROUP BY one table
     if isinstance(aggregate, str):
         return without_aggregate(plan, aggregate)
     return with_aggregate(plan, aggregate)
@@ -669,10 +691,14 @@ def _joined_aggregate_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Pla
     return plan
 
 
-def _aggregate_plan(select: Any, view_id: int) -> Plan | str:
-    """A GROUP BY's plan by per-group state (no touched-groups fallback), or why not."""
+def _aggregate_plan(select: Any, view_id: int, *, extremes: bool = False) -> Plan | str:
+    """A GROUP BY's plan by per-group state, or why not.
+
+    ``extremes``: min and max are kept too, their groups recomputed by the
+    plan's touched-groups term where a retraction may move them (one input).
+    """
     state = _placeholder(view_id, "state", "state")
-    queries = state_queries(select, state)
+    queries = state_queries(select, state, extremes=extremes)
     if isinstance(queries, str):
         return queries
     contributions = queries.contributions
@@ -684,9 +710,12 @@ def _aggregate_plan(select: Any, view_id: int) -> Plan | str:
         queries.output,
         queries.keys,
         queries.summed,
+        queries.lows,
+        queries.highs,
     )
     joins = f" over {n} inputs joined" if n > 1 else ""
-    reason = f"GROUP BY {queries.keys} key(s){joins}: per-group aggregate state (count/sum/avg)"
+    kept = "count/sum/avg/min/max" if any(queries.lows + queries.highs) else "count/sum/avg"
+    reason = f"GROUP BY {queries.keys} key(s){joins}: per-group aggregate state ({kept})"
     return Plan(Classification("grouped", reason), aggregate=aggregate)
 
 

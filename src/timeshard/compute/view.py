@@ -284,7 +284,18 @@ class SparkViewDesired:
         def schema_of(alias: str) -> Any:
             return arrow_to_spark_schema(self.readers[alias].schema)
 
-        return type_problem(self.spark, plan.aggregate, schema_of, want)
+        why = type_problem(self.spark, plan.aggregate, schema_of, want)
+        if why is None and plan.aggregate.extremes:
+            # The groups whose min or max may move are recomputed from the input arranged
+            # by the group key: it must be one.
+            from timeshard.compute.arranged_rows import KeyedRows
+
+            for s in plan.keyed:
+                keyed = KeyedRows(self.spark, s.keys, s.alias, schema_of(s.input).names)
+                why = keyed.why_not(schema_of(s.input))
+                if why is not None:
+                    return f"min/max keep no state: input {s.input!r} is not arranged by key: {why}"
+        return why
 
     def _check_terms(self, plan: Plan) -> str | None:
         """Why the rewritten queries do not give the view's columns and types (no job)."""
