@@ -17,7 +17,11 @@ issue 13:
 
 Each data tick changes ``--change`` of the rows of both inputs (a
 retraction and a re-insertion with ``v + 1``, ``x + 1``; tick ``i`` changes
-the keys ``[(i - 1) c, i c)``, so no key changes twice), appends both at
+the keys ``f + [(i - 1) c, i c)``, so no key changes twice; ``f`` is
+``--change-from`` times the rows, 0 by default: the first ``--groups`` keys
+are the rows of every group's min, whose retraction makes ``group_minmax``
+recompute the group from its rows; at 0.5 no change retracts an extreme),
+appends both at
 one time, and then, view after view, times the view's sink from that point
 until the view's shard reaches the new time (``MaterializedView.catch_up``),
 counting the Spark jobs it submits (:class:`timeshard.spark.jobs.JobCounter`,
@@ -105,8 +109,10 @@ MAX_SCALING = 3.0
 class Inputs:
     """The two input shards, their writers and readers, and the ticks that change them."""
 
-    def __init__(self, spark: Any, client: PersistClient, rows: int, groups: int) -> None:
-        self.spark, self.rows, self.groups = spark, rows, groups
+    def __init__(
+        self, spark: Any, client: PersistClient, rows: int, groups: int, first: int = 0
+    ) -> None:
+        self.spark, self.rows, self.groups, self.first = spark, rows, groups, first
         self.handles = {"inp": client.open("inp", INP), "side": client.open("side", SIDE)}
         self.time = 0
         parts = max(2, min(64, rows // 250_000))
@@ -129,8 +135,9 @@ class Inputs:
         ]
 
     def change(self, tick: int, change: int) -> None:
-        """Tick ``tick`` (from 1): keys ``[(tick - 1) change, tick change)`` get new values."""
-        lo, hi = (tick - 1) * change, tick * change
+        """Tick ``tick`` (from 1): keys ``first + [(tick - 1) change, tick change)`` get new
+        values."""
+        lo, hi = self.first + (tick - 1) * change, self.first + tick * change
         assert hi <= self.rows, f"tick {tick} of {change} rows passes the {self.rows} rows"
         t = self.time
         for name, old, new in self._rows():
@@ -218,7 +225,7 @@ def run_size(
     try:
         client = PersistClient(Location.embedded(tmp / "loc"))
         t0 = time.perf_counter()
-        inputs = Inputs(spark, client, rows, args.groups)
+        inputs = Inputs(spark, client, rows, args.groups, round(rows * args.change_from))
         load_s = time.perf_counter() - t0
         views: dict[str, MaterializedView] = {}
         hydrate: dict[str, float] = {}
@@ -453,6 +460,13 @@ def main() -> None:
         "--scaling", default=None, help="comma-separated input sizes, e.g. 100000,10000000"
     )
     parser.add_argument("--change-rows", type=int, default=1_000, help="rows changed (scaling)")
+    parser.add_argument(
+        "--change-from",
+        type=float,
+        default=0.0,
+        help="where the changed keys start, a fraction of the rows (0: key 0, whose rows hold "
+        "every group's min; 0.5: keys inside every group's range)",
+    )
     parser.add_argument("--driver-memory", default="12g")
     parser.add_argument(
         "--adaptive", action="store_true", help="adaptive execution on (off by default)"

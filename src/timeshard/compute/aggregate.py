@@ -427,7 +427,7 @@ class SparkAggregates:
             self.state.push(self._layer(ticked), upper)
             return self._rows(ticked)
         assert recompute is not None, "a plan with extremes recomputes the groups they leave"
-        from timeshard.spark.sqltext import select_exprs
+        from timeshard.spark.sqltext import renamed, select_exprs
         from timeshard.storage.upsert_state import KEY, Layer
 
         unsafe = select_exprs(ticked.where(f"{_UNSAFE} AND {_LAST}"), [KEY])
@@ -435,8 +435,6 @@ class SparkAggregates:
         corrected = self._corrected(ticked, self._extremes_of(last))
         self._held.callback(Layer(ticked, 0).release)  # once the layer is filled (settle)
         self.state.push(self._layer(corrected), upper)
-        from timeshard.spark.sqltext import renamed
-
         ok = self._rows(corrected.where(f"NOT {_UNSAFE}"))
         return ok.union(renamed(recomputed, ok.columns))
 
