@@ -72,8 +72,9 @@ QUERIES = [
     ("SELECT DISTINCT v % 3 AS r FROM a", "grouped"),
     ("SELECT k, count(DISTINCT v) AS d FROM a GROUP BY k", "grouped"),
     (
-        "SELECT v % 3 AS r, min(k) AS lo, max(k + v) AS hi, min(k) + count(*) AS m FROM a "
-        "WHERE k <> {n} GROUP BY v % 3 HAVING max(k) > {n}",
+        "SELECT CASE WHEN v > {n} THEN k END AS g, min(k) AS lo, max(k + v) AS hi, "
+        "min(v) + count(*) AS m FROM a WHERE k <> {n} GROUP BY CASE WHEN v > {n} THEN k END "
+        "HAVING max(k) > {n}",
         "state",
     ),
     ("SELECT a.k, a.v, b.w FROM a LEFT JOIN b ON a.k = b.k", "grouped"),
