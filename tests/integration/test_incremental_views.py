@@ -431,11 +431,11 @@ def test_min_max_state_recomputes_only_the_groups_an_extreme_may_have_left(
     view.catch_up()  # the first batch checks desired against the shard
 
     def tick(width: int, rows: list[tuple[int, int, int, int]], *, rebuilt: bool = False) -> int:
-        """The tick's shuffled records; one job (``rebuilt``: and the rebuilds' jobs)."""
+        """The tick's shuffled records; two jobs (``rebuilt``: and the rebuilds' jobs)."""
         append_exactly(inputs, width, rows)
         with merges_paused(view), JobCounter(spark) as jobs:
             view.catch_up()
-        assert jobs.count == 1 or rebuilt, jobs.count
+        assert jobs.count == 2 or rebuilt, jobs.count  # the state's tick, then the write
         return jobs.shuffled_records()
 
     try:
@@ -463,7 +463,9 @@ def test_min_max_state_recomputes_only_the_groups_an_extreme_may_have_left(
 def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
     """An idle tick runs no job; a delta tick one, the write, whichever inputs changed: it also
     fills the new layers of a GROUP BY's state and of the inputs arranged by key (a join's, a
-    min/max's, an outer join's, a three-way join's: two per input, one no term reads)."""
+    min/max's, an outer join's, a three-way join's: two per input, one no term reads). A
+    GROUP BY whose state keeps min and max runs one more, first: the state's tick, which
+    counts the groups to recompute."""
     client = PersistClient(Location.embedded(tmp_path))
     inputs = Inputs(client)
     inputs.append(1, [(t, "insert", k % 500, k, 0) for k in range(1000) for t in ("a", "b")])
@@ -493,12 +495,12 @@ def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
         inputs.append(1, [("a", "insert", 1, 9, 0)])
         with merges_paused(view), JobCounter(spark) as jobs:
             view.catch_up()
-        assert jobs.count == 1, (sql, jobs.count)
+        assert jobs.count == (2 if "min(v)" in sql else 1), (sql, jobs.count)
         assert view.stats.history[-1]["parts"] <= 1, view.stats.history  # a small delta: one part
         inputs.append(1, [("a", "insert", 2, 9, 0), ("b", "insert", 2, 5, 0)])
         with merges_paused(view), JobCounter(spark) as jobs:
             view.catch_up()
-        assert jobs.count == 1, (sql, jobs.count)
+        assert jobs.count == (2 if "min(v)" in sql else 1), (sql, jobs.count)
         # It shuffles the changes (and a grouped plan the touched keys' rows, 2 per key at 2
         # evaluation times), never the inputs' 2,000 arranged rows.
         assert jobs.shuffled_records() < 100, (sql, jobs.shuffled_records())

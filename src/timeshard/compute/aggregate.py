@@ -54,12 +54,13 @@ a row of negative multiplicity (``__neg``: that row's value is not known to
 be absent). A retracted value strictly above the running min at its time is
 never the min, at that time or after (the running min only falls), so a safe
 group's extremes are exact. The unsafe groups are recomputed in the same
-job by the view's touched-groups term (:mod:`timeshard.compute.delta`), from
-the input arranged by the group key: their rows of the view at each change
-time, and their extremes and ``__neg`` at the tick's last time, which
-replace the state's in the new layer. A tick that retracts values inside
-the extremes -- most of them, when groups hold many rows -- reads no stored
-row::
+write by the view's touched-groups term (:mod:`timeshard.compute.delta`),
+from the input arranged by the group key: their rows of the view at each
+change time, and their extremes and ``__neg`` at the tick's last time, which
+replace the state's in the new layer. The running states are computed first,
+in a job of their own that also counts the unsafe groups; a tick with none
+-- most of them, when groups hold many rows -- writes from the state alone
+and reads no stored row (two jobs a tick, both short)::
 
   running state per (group, _ts), __unsafe ──> unsafe groups' keys ──> touched-groups term
         │                                                              │            │
@@ -91,7 +92,7 @@ Invariants:
    view, not a row.
 
 Runs on the driver (planning, the arrangement's bookkeeping); the write is
-the tick's one Spark job (a rebuild is one more).
+the tick's one Spark job (with extremes, two; a rebuild is one more).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ _UNSAFE = "__unsafe"
 #: Recomputes the unsafe groups (a DataFrame of their ``_key``): their rows of the view in
 #: the interval (data columns, ``_ts``, ``_diff``, ``_err``), and the contributions query's
 #: rows of those groups at the interval's last change time (its columns, ``_ts``, ``_diff``).
-Recompute = Callable[[Any], tuple[Any, Any]]
+#: Given None (no group is unsafe): rows the write must read all the same (none), and None.
+Recompute = Callable[[Any | None], tuple[Any, Any | None]]
 _INTEGRAL = ("byte", "short", "int", "long", "tinyint", "smallint", "bigint")
 
 
@@ -431,7 +433,16 @@ class SparkAggregates:
         from timeshard.storage.upsert_state import KEY, Layer
 
         unsafe = select_exprs(ticked.where(f"{_UNSAFE} AND {_LAST}"), [KEY])
+        # A job of its own: it fills the tick's checkpoint and counts the unsafe groups. A
+        # tick without any (most, when groups hold many rows) then writes from the state
+        # alone, and its write plans none of the recomputation's stages.
+        if unsafe.count() == 0:
+            filled, _ = recompute(None)
+            self.state.push(self._layer(ticked), upper)
+            ok = self._rows(ticked)
+            return ok.union(renamed(filled, ok.columns))
         recomputed, last = recompute(unsafe)
+        assert last is not None
         corrected = self._corrected(ticked, self._extremes_of(last))
         self._held.callback(Layer(ticked, 0).release)  # once the layer is filled (settle)
         self.state.push(self._layer(corrected), upper)

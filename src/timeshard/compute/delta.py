@@ -237,7 +237,9 @@ class SparkDelta:
             # The view checked that the input can be arranged by the group key.
             assert arranged is not None, self._keyed_not
 
-            def recompute(unsafe: Any) -> tuple[Any, Any]:
+            def recompute(unsafe: Any | None) -> tuple[Any, Any | None]:
+                if unsafe is None:  # the input's next layer, which the write must fill
+                    return self._keyed_fills(lower, upper, changed, arranged), None
                 frames = self._keyed_frames(lower, upper, changed, arranged, only=unsafe)
                 rows, [counted] = self._recomputed(frames, evaluated, lower)
                 [source] = self.plan.keyed
@@ -660,6 +662,20 @@ class SparkDelta:
             if why is not None:
                 return f"input {s.input!r} is not arranged by key: {why}"
         return None
+
+    def _keyed_fills(
+        self, lower: Timestamp, upper: Timestamp, changed: set[str], arranged: Sequence[KeyedRows]
+    ) -> Any:
+        """Push the grouped plan's sources' next layers without reading them: the rows
+        (none) the write reads so that it fills them (:meth:`_fill`)."""
+        inputs = [s.input for s in self.plan.keyed]
+        pushed = self._next_layers(zip(inputs, arranged, strict=True), lower, upper, changed)
+        fills = [self._fill(layer.df) for layer in pushed.values() if layer is not None]
+        self._moved_on(arranged, pushed, upper)
+        if not fills:  # another view's delta pushed them: no row at all
+            columns = [*self._null_data(), f"0L AS {TS}", f"0L AS {DIFF}"]
+            fills = [self.spark.sql(f"SELECT {', '.join(columns)}, NULL AS {ERR} WHERE false")]
+        return self._summed(fills)
 
     def _keyed_frames(
         self,
