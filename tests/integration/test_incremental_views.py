@@ -394,6 +394,17 @@ def merges_paused(view: MaterializedView) -> Iterator[None]:
         yield
 
 
+def held_install(
+    spark: SparkSession, client: PersistClient, sql: str
+) -> tuple[MaterializedView, list[Any], int]:
+    """View ``v`` of ``sql`` installed, leased readers holding both inputs and the view (the
+    view's last), and the view's ``as_of``."""
+    holds = [client.open_leased_reader(s) for s in INPUTS.values()]
+    view = install(spark, client, sql)
+    holds.append(client.open_leased_reader("v"))
+    return view, holds, view.sink.as_of
+
+
 def append_exactly(inputs: Inputs, width: int, rows: list[tuple[int, int, int, int]]) -> None:
     """Append ``(k, v, diff, dt)`` rows to input ``a`` at ``upper + dt`` (``b``: no row)."""
     table = pa.Table.from_pylist(
@@ -420,10 +431,7 @@ def test_min_max_state_recomputes_only_the_groups_an_extreme_may_have_left(
     client = PersistClient(Location.embedded(tmp_path))
     inputs = Inputs(client)
     sql = "SELECT k, min(v) AS lo, max(v) AS hi, count(*) AS n FROM a GROUP BY k"
-    holds = [client.open_leased_reader(s) for s in INPUTS.values()]
-    view = install(spark, client, sql)
-    holds.append(client.open_leased_reader("v"))
-    as_of = view.sink.as_of
+    view, holds, as_of = held_install(spark, client, sql)
     plan = view.desired.plan
     assert plan.aggregate is not None and plan.aggregate.extremes, plan.classification
     append_exactly(inputs, 1, [(k, v, 1, 0) for k in range(4) for v in range(300)])
@@ -660,23 +668,11 @@ def test_a_negative_multiplicity_is_an_err_row_of_a_grouped_view_over_arranged_i
     client = PersistClient(Location.embedded(tmp_path))
     inputs = Inputs(client)
     sql = "SELECT k, max(v) AS hi FROM a GROUP BY k"
-    holds = [client.open_leased_reader(s) for s in INPUTS.values()]
-    view = install(spark, client, sql)
-    holds.append(client.open_leased_reader("v"))
-    as_of = view.sink.as_of
+    view, holds, as_of = held_install(spark, client, sql)
     inputs.append(1, [("a", "insert", k, v, 0) for k in range(3) for v in range(2)])
     view.catch_up()
-    writer = inputs.writers["a"]
     for diff in (-1, 1):  # (1, 9) retracted, never inserted; then inserted: 0 again
-        table = pa.Table.from_pylist(
-            [{"k": 1, "v": 9, "_ts": inputs.upper, "_diff": diff, "_err": None}],
-            schema=_updates_schema(writer.schema),
-        )
-        writer.append(table, inputs.upper, inputs.upper + 1)
-        inputs.writers["b"].append(
-            pa.Table.from_pylist([], schema=_updates_schema(B)), inputs.upper, inputs.upper + 1
-        )
-        inputs.upper += 1
+        append_exactly(inputs, 1, [(1, 9, diff, 0)])
         view.catch_up()
     try:
         assert any(isinstance(a, KeyedRows) for a in view.desired.arrangements())

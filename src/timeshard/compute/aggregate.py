@@ -624,7 +624,9 @@ class SparkAggregates:
             extremes, [f"{HASH} AS _rh", f"{KEY} AS _rk", *(f"{v} AS _r{v}" for v in recomputed)]
         )
         joined = ticked.join(theirs, same_key("_rh", "_rk"), "left")
-        fixed = {v: f"CASE WHEN {_UNSAFE} THEN _r{v} ELSE {v} END AS {v}" for v in recomputed}
+        fixed = {
+            v: f"CASE WHEN {_UNSAFE} THEN _r{v} ELSE {v} END AS {v}" for v in self.plan.extremes
+        }
         fixed[NEGATIVE] = (
             f"CASE WHEN {_UNSAFE} THEN coalesce(_r{NEGATIVE}, 0L) ELSE {NEGATIVE} END AS {NEGATIVE}"
         )

@@ -134,15 +134,12 @@ class SparkDelta:
                 self._skip_rows(lower, upper)
                 ok = None
             elif aggregate.extremes:
-                keyed = {s.input for s in self.plan.keyed}
-                at = sorted({t for a in keyed for t in times[a]})
-                ok = self._with_extremes(lower, upper, at, changed, changes)
+                ok = self._with_extremes(lower, upper, self._keyed_times(times), changed, changes)
             else:
                 snapshot = lambda: self._aggregate_snapshot(lower)  # noqa: E731
                 ok = self._aggregated().delta(changes, snapshot, lower, upper)
         else:
-            keyed = {s.input for s in self.plan.keyed}
-            changes = sorted({t for a in keyed for t in times[a]})
+            changes = self._keyed_times(times)
             if changes:
                 ok = self._grouped(lower, upper, changes, changed)
             else:
@@ -214,6 +211,11 @@ class SparkDelta:
         for rows in self._unique(self._every_rows()):
             self._let_go(rows)
         self._rows = self._keyed = None
+
+    def _keyed_times(self, times: Mapping[str, list[Timestamp]]) -> list[Timestamp]:
+        """The change times of the grouped plan's sources, from every input's (``times``)."""
+        keyed = {s.input for s in self.plan.keyed}
+        return sorted({t for a in keyed for t in times[a]})
 
     def _with_extremes(
         self,
