@@ -9,6 +9,7 @@ import multiprocessing
 import pickle
 import random
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -437,13 +438,46 @@ def test_a_clock_jump_stays_on_until_its_replica_has_read_it(tmp_path: Path) -> 
         Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 0))
         jump = Fault(1.0, "clock_jump", 0, 5.0, clock_jump_ms=-4000)
         assert runner._start_window(jump, 1.0, replicas)
-        runner._hold_clock_windows(3.0, replicas)
+        runner._hold_windows(3.0, replicas)
         assert replicas[0].clock_until == 6.0  # still inside its planned window
-        runner._hold_clock_windows(6.5, replicas)  # a long tick never read the clock
+        runner._hold_windows(6.5, replicas)  # a long tick never read the clock
         assert replicas[0].clock_until == 7.5
         FaultJournal(str(tmp_path / JOURNAL)).record("clock_jump", "-4000 ms")
-        runner._hold_clock_windows(8.0, replicas)  # read: the window may close now
+        runner._hold_windows(8.0, replicas)  # read: the window may close now
         assert replicas[0].clock_until == 7.5 and replicas[0].clock_jumps_before == -1
+    finally:
+        assert replicas[0].proc is not None
+        replicas[0].proc.kill()
+        replicas[0].proc.wait()
+
+
+def test_an_unreliable_window_stays_on_until_it_has_failed_a_call(tmp_path: Path) -> None:
+    """A slow replica may make no failing call in the planned window (one CI run
+    planned ``unreliable`` and never injected it): the window holds until one fails."""
+    from timeshard.nemesis.control import JOURNAL
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _Replica
+
+    replicas = [_Replica(0, tmp_path)]
+    runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
+    replicas[0].incarnation = 0
+    replicas[0].proc = subprocess.Popen(["sleep", "60"])
+    journal = FaultJournal(str(tmp_path / JOURNAL))
+    try:
+        Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 0))
+        journal.record("unreliable", "blob.get")  # an earlier window's
+        window = Fault(1.0, "unreliable", 0, 5.0, rate=0.1)
+        assert runner._start_window(window, 1.0, replicas)
+        assert replicas[0].unreliable_before == 1
+        runner._hold_windows(3.0, replicas)
+        assert replicas[0].unreliable_until == 6.0
+        before_ms = time.time_ns() // 1_000_000
+        runner._hold_windows(6.5, replicas)  # nothing failed yet: one more second
+        assert replicas[0].unreliable_until == 7.5
+        assert replicas[0].unreliable_until_ms >= before_ms + 1000
+        journal.record("unreliable", "consensus.compare_and_set")
+        runner._hold_windows(8.0, replicas)  # a call failed: the window may close now
+        assert replicas[0].unreliable_until == 7.5 and replicas[0].unreliable_before == -1
     finally:
         assert replicas[0].proc is not None
         replicas[0].proc.kill()

@@ -312,6 +312,8 @@ class _Replica:
         self.clock_offset_ms = 0
         #: Clock jumps in the journal when this slot's window opened (-1: none open).
         self.clock_jumps_before = -1
+        #: Failed calls and tasks in the journal when its unreliable window opened (-1: none).
+        self.unreliable_before = -1
         self.control = Control()
 
     def start(self, seed: int, env: dict[str, str]) -> None:
@@ -578,7 +580,7 @@ class NemesisRunner:
         disk_until = 0.0
         while True:
             now = time.monotonic() - start
-            self._hold_clock_windows(now, replicas)
+            self._hold_windows(now, replicas)
             is_open = any(now < max(r.unreliable_until, r.clock_until) for r in replicas)
             if now >= config.fault_seconds and not pending and not waiting and not is_open:
                 break
@@ -682,25 +684,34 @@ class NemesisRunner:
         if fault.kind == "unreliable":
             r.rate, r.unreliable_until = fault.rate, now + fault.duration_s
             r.unreliable_until_ms = time.time_ns() // 1_000_000 + int(fault.duration_s * 1000)
+            r.unreliable_before = _journaled(r.run_dir, "unreliable")
         else:
             r.clock_offset_ms, r.clock_until = fault.clock_jump_ms, now + fault.duration_s
-            r.clock_jumps_before = _clock_jumps(r.run_dir)
+            r.clock_jumps_before = _journaled(r.run_dir, "clock_jump")
         return True
 
-    def _hold_clock_windows(self, now: float, replicas: list[_Replica]) -> None:
-        """Keep a clock jump on until its replica's tick source has read it.
+    def _hold_windows(self, now: float, replicas: list[_Replica]) -> None:
+        """Keep a window on until its replica has acted on it.
 
         A replica reads its clock once per tick, and a tick under load can
-        outlast the window: then the jump would never act. The window stays
-        open (second by second) until the journal shows the jump.
+        outlast a clock jump's window: then the jump would never act. Likewise
+        a replica that ticks slowly makes few storage calls in an unreliable
+        window, and at a rate of 0.1 none of them may fail. Either window stays
+        open (second by second) until the journal shows the jump, or a call or
+        task it failed.
         """
         for r in replicas:
-            if r.clock_jumps_before < 0 or now < r.clock_until:
-                continue
-            if _clock_jumps(r.run_dir) > r.clock_jumps_before:
-                r.clock_jumps_before = -1
-            else:
-                r.clock_until = now + 1.0
+            if r.clock_jumps_before >= 0 and now >= r.clock_until:
+                if _journaled(r.run_dir, "clock_jump") > r.clock_jumps_before:
+                    r.clock_jumps_before = -1
+                else:
+                    r.clock_until = now + 1.0
+            if r.unreliable_before >= 0 and now >= r.unreliable_until:
+                if _journaled(r.run_dir, "unreliable") > r.unreliable_before:
+                    r.unreliable_before = -1
+                else:
+                    r.unreliable_until = now + 1.0
+                    r.unreliable_until_ms = time.time_ns() // 1_000_000 + 1000
 
     def _heal(self, client: PersistClient, replicas: list[_Replica], disk: BlobDisk) -> int:
         """Stop every fault; the time every shard's upper must pass to count as recovered."""
@@ -800,10 +811,10 @@ def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
     return None
 
 
-def _clock_jumps(run_dir: Path) -> int:
-    """How many clock jumps the run's journal records so far."""
+def _journaled(run_dir: Path, kind: str) -> int:
+    """How many faults of ``kind`` the run's journal records so far."""
     path = run_dir / JOURNAL
-    return FaultJournal.counts(path)["clock_jump"] if path.exists() else 0
+    return FaultJournal.counts(path)[kind] if path.exists() else 0
 
 
 def _upper(client: PersistClient, shard: str) -> int:
