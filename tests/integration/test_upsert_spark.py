@@ -69,10 +69,37 @@ def history(
     return cmds, cmds[-1]["_ts"] + 1, client, hold, df
 
 
-@pytest.mark.parametrize("seed,files", [(0, False), (1, False), (2, True), (3, True)])
+def as_if_large(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every tick as over a large state: a task per partition, the new layer left where
+    the pass computed it, its partitioning stated (not shuffled again)."""
+    monkeypatch.setattr("timeshard.storage.upsert_spark.SMALL_STATE_BYTES", 0)
+
+
+def assert_hash_partitioned(instance: SparkFeedbackUpsert) -> None:
+    """Every row of every layer is in the partition Spark's ``repartition(n, _h)`` puts it in,
+    whatever the plan states."""
+    n = instance.state.partitions
+    with instance.state.pinned() as layers:
+        for layer in layers:
+            misplaced = layer.df.where(f"spark_partition_id() != pmod(hash(_h), {n})")
+            assert misplaced.count() == 0
+            assert layer.df.rdd.getNumPartitions() == n
+
+
+@pytest.mark.parametrize(
+    "seed,files,large",
+    [(0, False, False), (1, False, False), (2, True, False), (3, True, False), (4, False, True)],
+)
 def test_spark_upsert_matches_model(
-    spark: SparkSession, tmp_path: Path, seed: int, files: bool
+    spark: SparkSession,
+    tmp_path: Path,
+    seed: int,
+    files: bool,
+    large: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    if large:
+        as_if_large(monkeypatch)
     rng = random.Random(seed)
     cmds, final_upper, client, hold, df = history(spark, tmp_path, rng, files)
     instances = [SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"]) for _ in range(2)]
@@ -99,8 +126,14 @@ def arranged(instance: SparkFeedbackUpsert) -> dict[str, tuple[Any, Any]]:
     return {r["k"]: (r["v"], r["_err"]) for r in rows}
 
 
-def test_arranged_state_follows_the_shard(spark: SparkSession, tmp_path: Path) -> None:
-    """After every apply (own append, another writer's, a lost lease) the layers equal the shard."""
+@pytest.mark.parametrize("large", [False, True])
+def test_arranged_state_follows_the_shard(
+    spark: SparkSession, tmp_path: Path, large: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After every apply (own append, another writer's, a lost lease) the layers equal the shard,
+    and every layer is partitioned as stated."""
+    if large:
+        as_if_large(monkeypatch)
     rng = random.Random(7)
     cmds, final_upper, client, hold, df = history(spark, tmp_path, rng)
     mine, other = (SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"]) for _ in range(2))
@@ -114,6 +147,7 @@ def test_arranged_state_follows_the_shard(spark: SparkSession, tmp_path: Path) -
         mine.apply(df, upper)  # a no-op (and no sync) if other already reached upper
         if mine.state.time is not None:
             assert arranged(mine) == model(cmds, mine.state.time - 1), mine.state.time
+            assert_hash_partitioned(mine)
         rows = hold.snapshot(upper - 1).to_pylist()
         assert {r["k"]: (r["v"], r["_err"]) for r in rows} == model(cmds, upper - 1)
         layer_counts.add(len(mine.state.layers))

@@ -17,6 +17,15 @@ inherited estimate: a layer is estimated as Spark estimates any relation it
 knows nothing of (``spark.sql.defaultSizeInBytes``), as the first tick's was.
 The plan, its partitioning and its cached blocks are unchanged.
 
+``hashed_by=(column, n)`` also states the partitioning of rows that a
+per-partition step computed from rows hash-partitioned by ``column`` into
+``n`` partitions, without moving them again: a step that keeps each row's
+``column`` and its partition (``mapInArrow`` over such rows, no coalesce)
+leaves them where ``repartition(n, column)`` would put them, but Spark knows
+no such thing of a Python step and would shuffle them once more to join
+them with other rows partitioned so. The caller vouches for it; the
+checkpoint checks the number of partitions.
+
 Runs on the driver only (py4j calls, no job beyond the checkpoint's own).
 """
 
@@ -25,24 +34,28 @@ from __future__ import annotations
 from typing import Any
 
 
-def local_checkpoint(df: Any, *, eager: bool) -> Any:
-    """``df.localCheckpoint(eager)``, with the origin plan's size estimate dropped."""
+def local_checkpoint(df: Any, *, eager: bool, hashed_by: tuple[str, int] | None = None) -> Any:
+    """``df.localCheckpoint(eager)``, with the origin plan's size estimate dropped (and
+    ``hashed_by``'s partitioning stated: module doc)."""
     from pyspark.sql import DataFrame
 
     checkpointed = df.localCheckpoint(eager=eager)
-    return DataFrame(forget_statistics(checkpointed), checkpointed.sparkSession)
+    return DataFrame(forget_statistics(checkpointed, hashed_by), checkpointed.sparkSession)
 
 
-def forget_statistics(checkpointed: Any) -> Any:
+def forget_statistics(checkpointed: Any, hashed_by: tuple[str, int] | None = None) -> Any:
     """The JVM Dataset of ``checkpointed`` (a local checkpoint), with no origin statistics."""
     spark = checkpointed.sparkSession
     jvm = spark._jvm
     plan = checkpointed._jdf.queryExecution().logical()
     none = jvm.scala.Option.empty()
+    partitioning = plan.outputPartitioning()
+    if hashed_by is not None:
+        partitioning = _hash_partitioning(jvm, plan, *hashed_by)
     fresh = plan.copy(
         plan.output(),
         plan.rdd(),
-        plan.outputPartitioning(),
+        partitioning,
         plan.outputOrdering(),
         plan.isStreaming(),
         plan.stream(),
@@ -51,3 +64,17 @@ def forget_statistics(checkpointed: Any) -> Any:
         none,  # originConstraints: none are needed (the plan is a leaf of cached rows)
     )
     return jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, fresh)
+
+
+def _hash_partitioning(jvm: Any, plan: Any, column: str, n: int) -> Any:
+    """Spark's ``HashPartitioning`` of ``plan``'s rows by its output ``column`` into ``n``."""
+    partitions = plan.rdd().getNumPartitions()
+    if partitions != n:
+        raise AssertionError(f"{n} partitions by {column} stated, the rows have {partitions}")
+    output = plan.output()
+    attributes = [output.apply(i) for i in range(output.size())]
+    [attribute] = [a for a in attributes if a.name() == column]
+    exprs = jvm.java.util.ArrayList()
+    exprs.add(attribute)
+    seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq(exprs)
+    return jvm.org.apache.spark.sql.catalyst.plans.physical.HashPartitioning(seq, n)

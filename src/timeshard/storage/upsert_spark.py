@@ -8,7 +8,8 @@
                                                 v
                  dedupe per (_key, _ts) ─> lag chain per _key ─> (coalesce(1) if the state is small)
                        ─> mapInArrow (UpsertPass): part ─> blob, its PartMeta ─> accumulator
-                                                   layer rows ─> repartition(N, _h) ─> checkpoint
+                                                   layer rows ─> checkpoint (N by _h: stated,
+                                                      or repartition(N, _h) after a coalesce)
  driver: Batch(parts) ─> compare_and_append ─> Appended: push the layer (merges in background)
                                              └> Mismatch: delete the parts, free the layer
 ```
@@ -48,6 +49,10 @@ partitions); a tick writes one part per non-empty partition. While the
 layers are small (:data:`SMALL_STATE_BYTES`), steps 2-5 of every partition run
 in one task (``coalesce(1)``, no shuffle), so the tick writes one part; the
 probe of a large state needs its ``N`` tasks, and then ``N`` parts it is.
+Those tasks leave each key's new layer row in its key's partition (the pass
+keeps ``_h``), so the checkpoint states the layer's partitioning rather than
+shuffling it once more (:func:`timeshard.spark.checkpoint.local_checkpoint`,
+``hashed_by``): the job is two stages, not three.
 
 Invariants:
 
@@ -278,12 +283,16 @@ class SparkFeedbackUpsert:
             rows = self._outputs(
                 self._chain(self._winners(self._keyed(commands, lower, upper), layers))
             )
+            hashed_by: tuple[str, int] | None = (HASH, self.state.partitions)
             if sum(layer.size for layer in layers) < SMALL_STATE_BYTES:
                 rows = rows.coalesce(1)  # one task probes every partition: one part
-            layer_df = self.state.partitioned(rows.mapInArrow(step, self._layer_type()))
+                hashed_by = None
+            layer_df = rows.mapInArrow(step, self._layer_type())
+            if hashed_by is None:
+                layer_df = self.state.partitioned(layer_df)
             try:
                 with typed_errors():
-                    cached = local_checkpoint(layer_df, eager=True)
+                    cached = local_checkpoint(layer_df, eager=True, hashed_by=hashed_by)
             except BaseException:
                 with contextlib.suppress(Exception):
                     await_tasks(self.spark)
