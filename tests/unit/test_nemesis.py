@@ -3,6 +3,7 @@ the fault journal, the task-side fault injector and the stuck-or-slow classifier
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import multiprocessing
@@ -11,8 +12,9 @@ import random
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -425,17 +427,27 @@ def test_a_window_goes_to_a_ticking_replica_or_waits_for_one(tmp_path: Path) -> 
             r.proc.wait()
 
 
+@contextlib.contextmanager
+def one_ticking_replica(tmp_path: Path) -> Iterator[tuple[NemesisRunner, list[Any]]]:
+    """A runner and one replica slot whose process lives and has ticked (a heartbeat)."""
+    from timeshard.nemesis.runner import _Replica
+
+    replica = _Replica(0, tmp_path)
+    replica.incarnation = 0
+    replica.proc = subprocess.Popen(["sleep", "60"])
+    try:
+        Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 0))
+        yield NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None), [replica]
+    finally:
+        replica.proc.kill()
+        replica.proc.wait()
+
+
 def test_a_clock_jump_stays_on_until_its_replica_has_read_it(tmp_path: Path) -> None:
     from timeshard.nemesis.control import JOURNAL
     from timeshard.nemesis.plan import Fault
-    from timeshard.nemesis.runner import _Replica
 
-    replicas = [_Replica(0, tmp_path)]
-    runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
-    replicas[0].incarnation = 0
-    replicas[0].proc = subprocess.Popen(["sleep", "60"])
-    try:
-        Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 0))
+    with one_ticking_replica(tmp_path) as (runner, replicas):
         jump = Fault(1.0, "clock_jump", 0, 5.0, clock_jump_ms=-4000)
         assert runner._start_window(jump, 1.0, replicas)
         runner._hold_windows(3.0, replicas)
@@ -445,10 +457,6 @@ def test_a_clock_jump_stays_on_until_its_replica_has_read_it(tmp_path: Path) -> 
         FaultJournal(str(tmp_path / JOURNAL)).record("clock_jump", "-4000 ms")
         runner._hold_windows(8.0, replicas)  # read: the window may close now
         assert replicas[0].clock_until == 7.5 and replicas[0].clock_jumps_before == -1
-    finally:
-        assert replicas[0].proc is not None
-        replicas[0].proc.kill()
-        replicas[0].proc.wait()
 
 
 def test_an_unreliable_window_stays_on_until_it_has_failed_a_call(tmp_path: Path) -> None:
@@ -456,15 +464,9 @@ def test_an_unreliable_window_stays_on_until_it_has_failed_a_call(tmp_path: Path
     planned ``unreliable`` and never injected it): the window holds until one fails."""
     from timeshard.nemesis.control import JOURNAL
     from timeshard.nemesis.plan import Fault
-    from timeshard.nemesis.runner import _Replica
 
-    replicas = [_Replica(0, tmp_path)]
-    runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
-    replicas[0].incarnation = 0
-    replicas[0].proc = subprocess.Popen(["sleep", "60"])
     journal = FaultJournal(str(tmp_path / JOURNAL))
-    try:
-        Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 0))
+    with one_ticking_replica(tmp_path) as (runner, replicas):
         journal.record("unreliable", "blob.get")  # an earlier window's
         window = Fault(1.0, "unreliable", 0, 5.0, rate=0.1)
         assert runner._start_window(window, 1.0, replicas)
@@ -478,7 +480,3 @@ def test_an_unreliable_window_stays_on_until_it_has_failed_a_call(tmp_path: Path
         journal.record("unreliable", "consensus.compare_and_set")
         runner._hold_windows(8.0, replicas)  # a call failed: the window may close now
         assert replicas[0].unreliable_until == 7.5 and replicas[0].unreliable_before == -1
-    finally:
-        assert replicas[0].proc is not None
-        replicas[0].proc.kill()
-        replicas[0].proc.wait()
