@@ -118,7 +118,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-    server.kill()  # its data goes with the session; a SIGTERM'd weed takes about 25 s to exit
+    server.kill()  # its data goes with the session; a SIGTERM'd weed takes about 15 s to exit
 
 
 @pytest.fixture(scope="session")

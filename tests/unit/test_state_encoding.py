@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import hypothesis.strategies as st
@@ -97,6 +98,20 @@ def test_round_trip(state: ShardState) -> None:
 def test_garbage_raises_corrupt_state(garbage: bytes) -> None:
     with pytest.raises(CorruptState, match="shard 's' at seqno 3"):
         decode_state("s", 3, garbage)
+
+
+def test_the_same_bytes_decode_once_and_other_bytes_afresh() -> None:
+    state = ShardState(shard_id="s", schema=encode_schema(SCHEMA), seqno=3)
+    data = encode_state(state)
+    first = decode_state("s", 3, data)
+    assert decode_state("s", 3, bytearray(data)) is first  # equal bytes, another object
+    moved = replace(state, walltime_ms=state.walltime_ms + 1)
+    other = decode_state("s", 3, encode_state(moved))  # same seqno, other bytes
+    assert other == moved and other is not first
+    corrupt = data.replace(b'"seqno":3', b'"seqno":"3"')
+    for _ in range(2):  # an error is raised again, never kept as a state
+        with pytest.raises(CorruptState, match="shard 's' at seqno 3"):
+            decode_state("s", 3, corrupt)
 
 
 def test_state_of_another_shard_is_corrupt() -> None:

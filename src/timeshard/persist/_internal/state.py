@@ -307,8 +307,17 @@ def decode_state(shard_id: str, seqno: int, data: bytes) -> ShardState:
     """Decode a stored version; garbage raises CorruptState naming shard and seqno.
 
     The message names the first problem found (at most 300 characters of it),
-    never the stored bytes themselves.
+    never the stored bytes themselves. A state is a function of its bytes and
+    immutable, so the states decoded last are kept and returned again for the
+    same shard, seqno and bytes: a tick fetches the head of a shard several
+    times (a view's input through each of its handles), and it has mostly not
+    moved in between. Errors are not kept.
     """
+    return _decoded(shard_id, seqno, bytes(data))
+
+
+@lru_cache(maxsize=32)  # a few shards' heads: a view's inputs and output, a tick's sources
+def _decoded(shard_id: str, seqno: int, data: bytes) -> ShardState:
     try:
         state = ShardState.from_json(json.loads(data.decode("utf-8")))
     except CorruptState as e:
