@@ -470,8 +470,8 @@ def main() -> None:
         type=int,
         default=0,
         help="data ticks run first and left out of the medians (each view and its scratch "
-        "evaluation alike): the JVM's JIT compiles Spark's planner over the first hundreds "
-        "of ticks of a long-running process",
+        "evaluation alike): the JVM's JIT compiles Spark's planner over a process's first "
+        "ticks (tick times settled after about 30 here)",
     )
     parser.add_argument("--views", default=",".join(VIEWS), help="comma-separated")
     parser.add_argument(
