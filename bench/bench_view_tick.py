@@ -245,17 +245,19 @@ def run_size(
         warm: dict[str, list[dict[str, Any]]] = {name: [] for name in views}
         for tick in range(1, args.warmup + args.ticks + 1):
             inputs.change(tick, change)
+            warming = tick <= args.warmup
+            into = warm if warming else ticks
             for name, view in views.items():
                 t = timed_catch_up(spark, view)
                 t["scratch_s"] = inputs.from_scratch(name, tmp / "scratch" / name)
                 t["tick"] = tick
-                (warm if tick <= args.warmup else ticks)[name].append(t)
+                into[name].append(t)
             console.print(
-                f"rows {rows:,} {'warm-up ' if tick <= args.warmup else ''}tick {tick}: "
+                f"rows {rows:,} {'warm-up ' if warming else ''}tick {tick}: "
                 + ", ".join(
                     f"{n} {ts[-1]['sink_s']:.2f} s / {ts[-1]['jobs']} jobs "
                     f"(scratch {ts[-1]['scratch_s']:.2f} s)"
-                    for n, ts in (warm if tick <= args.warmup else ticks).items()
+                    for n, ts in into.items()
                 )
             )
         last = inputs.time - 1
