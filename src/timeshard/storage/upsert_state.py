@@ -28,9 +28,14 @@ Joins on the hash. Every layer is partitioned by ``_h``, and a lookup joins
 on ``_h = _h`` with the keys compared only where the hashes match
 (:func:`same_key`). A tick's lookup streams every row of every layer through
 the join: with the struct ``_key`` as the join key Spark builds an unsafe
-key row for each streamed row and looks it up in a generic hash map; with a
-long it reads the hash and probes a long map. At 1M keys and 20k commands
-that made the lookup about 2.5x cheaper (bench/bench_upsert_tick.py).
+key row of the whole struct for each streamed row, then hashes and compares
+its bytes; with the long ``_h`` the key row is 8 bytes. At 1M keys
+and 20k commands that made the lookup about 2.5x cheaper
+(bench/bench_upsert_tick.py). The map is still Spark's generic one, not its
+map of longs: an outer join built on its left side keeps null keys, which
+only the generic map holds (an inner join of the same sides gets the long
+map, and was 10-20% faster over a 1M-row layer; the lookup needs the outer
+join).
 
 Frontiers: the arrangement is the shard's content at ``time - 1``, where
 ``time`` is the shard upper it was built or advanced to. It advances in two
