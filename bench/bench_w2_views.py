@@ -159,6 +159,8 @@ def child(args: argparse.Namespace) -> None:
             reader.expire()
         result["totals"]["checks"] = view_checks(contents)
         for v in views:
+            plan = v.desired.plan.classification
+            result["notes"].append(f"view {v.name}: the {plan.path} path ({plan.reason})")
             v.close()
         merges = {s: client.compact(s) for s in client.list_shards()}
         for s in client.list_shards():

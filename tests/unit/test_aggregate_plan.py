@@ -134,9 +134,35 @@ def test_group_by_over_inner_joins_keeps_state_by_the_delta_rule() -> None:
 @pytest.mark.parametrize(
     ("sql", "said"),
     [
-        ("SELECT a.k, max(b.w) FROM a JOIN b ON a.k = b.k GROUP BY a.k", "max()"),
-        ("SELECT a.k, count(*) FROM a LEFT JOIN b ON a.k = b.k GROUP BY a.k", "LEFT JOIN"),
+        ("SELECT a.k, max(b.w) FROM a JOIN b ON a.k = b.k GROUP BY a.k", "INNER JOIN"),
+        ("SELECT b.k, max(a.v) FROM a JOIN b ON a.k = b.k GROUP BY b.k, a.v", "INNER JOIN"),
+        ("SELECT a.k, count(*) FROM a LEFT JOIN b ON a.k = b.k GROUP BY a.k", "LEFT OUTER"),
+        ("SELECT b.k, min(a.v) FROM a RIGHT JOIN b ON a.k = b.k GROUP BY b.k", "RIGHT OUTER"),
+    ],
+)
+def test_other_group_bys_over_a_join_by_a_join_key_recompute_the_touched_keys(
+    sql: str, said: str
+) -> None:
+    plan = classify(sql, SCHEMAS)
+    assert plan.classification.path == "grouped" and plan.aggregate is None, plan
+    assert "recompute the touched join keys" in plan.classification.reason
+    assert said in plan.classification.reason
+    assert [s.input for s in plan.keyed] == ["a", "b"]
+    assert [s.keys for s in plan.keyed] == [("`a`.`k`",), ("`b`.`k`",)]
+    [term] = plan.terms
+    rewritten = sqlglot.parse_one(term.sql, dialect="spark")
+    grouped = [g.sql(dialect="spark") for g in rewritten.args["group"].expressions]
+    assert grouped[-1] in ("`a`.`__t`", "`b`.`__t`"), grouped  # each time its own groups
+
+
+@pytest.mark.parametrize(
+    ("sql", "said"),
+    [
         ("SELECT DISTINCT count(*) FROM a JOIN b ON a.k = b.k GROUP BY a.k", "DISTINCT"),
+        ("SELECT a.v, max(b.w) FROM a JOIN b ON a.k = b.k GROUP BY a.v", "a side's join key"),
+        ("SELECT b.k, count(*) FROM a LEFT JOIN b ON a.k = b.k GROUP BY b.k", "keeps whole"),
+        ("SELECT a.k, max(b.w) FROM a FULL JOIN b ON a.k = b.k GROUP BY a.k", "keeps whole"),
+        ("SELECT a.k, max(c.w) FROM a JOIN b ON a.k = b.k JOIN b c ON c.k = a.k GROUP BY a.k", ""),
     ],
 )
 def test_other_group_bys_over_joins_take_the_full_path(sql: str, said: str) -> None:

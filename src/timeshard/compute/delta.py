@@ -53,7 +53,7 @@ import pyarrow as pa
 
 from timeshard.compute.aggregate import SparkAggregates, empty_contributions
 from timeshard.compute.arranged_rows import ArrangedRows, KeyedRows, SharedArrangements
-from timeshard.compute.incremental import AT, JoinPath, KeyedSource, Plan, Term
+from timeshard.compute.incremental import AT, PAIRS, JoinPath, KeyedSource, Plan, Term
 from timeshard.compute.row_errors import ERRORS
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import Timestamp
@@ -196,8 +196,14 @@ class SparkDelta:
             return []
         why = self._why_not_keyed(self._new_keyed())
         if why is not None:
-            return [f"nothing: {why}; the touched keys' rows are read from the parts"]
-        return [f"input {s.input} arranged by ({', '.join(s.keys)})" for s in self.plan.keyed]
+            lines = [f"nothing: {why}; the touched keys' rows are read from the parts"]
+        else:
+            lines = [f"input {s.input} arranged by ({', '.join(s.keys)})" for s in self.plan.keyed]
+        if self.plan.parameters is not None:
+            # Every row of a subquery's input is read at every tick an input changed.
+            inputs = ", ".join(self.plan.parameters.inputs)
+            lines.append(f"nothing for the scalar subqueries: they read all of {inputs} per tick")
+        return lines
 
     def close(self) -> None:
         """Free the arrangements."""
@@ -215,6 +221,8 @@ class SparkDelta:
     def _keyed_times(self, times: Mapping[str, list[Timestamp]]) -> list[Timestamp]:
         """The change times of the grouped plan's sources, from every input's (``times``)."""
         keyed = {s.input for s in self.plan.keyed}
+        if self.plan.parameters is not None:
+            keyed.update(self.plan.parameters.inputs)
         return sorted({t for a in keyed for t in times[a]})
 
     def _with_extremes(
@@ -686,12 +694,15 @@ class SparkDelta:
         changed: set[str],
         arranged: Sequence[KeyedRows],
         only: Any | None = None,
+        evaluated: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Per source ``i`` of the grouped plan: ``d<i>`` its ok updates, ``t<i>`` its rows at
         ``lower - 1`` of the keys any source's update touched, read from its layers.
 
         ``only``: the keys to read instead (a DataFrame of one column, the key
-        struct by position), and then ``d<i>`` holds their updates alone. A
+        struct by position), and then ``d<i>`` holds their updates alone.
+        With parameters (``evaluated``: the evaluation times), the keys whose
+        rows their change may move are touched too (:meth:`_parameters`). A
         changed input's updates are each of its sources' next layer, pushed
         now and filled by the write (which reads them as ``d<i>`` and as the
         touched keys); the layers read stay pinned until :meth:`written`.
@@ -720,8 +731,15 @@ class SparkDelta:
                 keys.append(keyed[i].select(KEY))
         if only is not None:
             keys = [only.select(F.col(only.columns[0]).alias(KEY))]
-        for i, rows in enumerate(arranged):
-            layers = self._held.enter_context(rows.pinned())
+        pinned = [self._held.enter_context(rows.pinned()) for rows in arranged]
+        if self.plan.parameters is not None:
+            olds = [r.as_of(layers, int(lower)) for r, layers in zip(arranged, pinned, strict=True)]
+            parameters = self._parameters(frames, olds, lower, upper, evaluated)
+            frames.update(parameters)
+            for i, rows in enumerate(arranged):
+                if f"m{i}" in parameters:
+                    keys.append(rows.partitioned(parameters[f"m{i}"]).select(KEY))
+        for i, (rows, layers) in enumerate(zip(arranged, pinned, strict=True)):
             key_type = layers[0].df.schema[KEY].dataType
             typed = [
                 k if k.schema[KEY].dataType == key_type else k.select(F.col(KEY).cast(key_type))
@@ -818,8 +836,11 @@ class SparkDelta:
                     f"d{i}": self._ok_updates(s.input, lower, upper) for i, s in enumerate(sources)
                 }
                 frames.update({f"o{i}": self._old(s.input, lower) for i, s in enumerate(sources)})
+                if self.plan.parameters is not None:
+                    olds = [frames[f"o{i}"] for i in range(len(sources))]
+                    frames.update(self._parameters(frames, olds, lower, upper, evaluated))
             else:
-                frames = self._keyed_frames(lower, upper, changed, arranged)
+                frames = self._keyed_frames(lower, upper, changed, arranged, evaluated=evaluated)
         rows, _counted = self._recomputed(frames, evaluated, lower)
         return rows
 
@@ -852,6 +873,8 @@ class SparkDelta:
             hinted.createOrReplaceTempView(s.placeholder)
             negatives.append(self._negative(counted, s.input, self._names(s.input)))
             every_counted.append(counted)
+        if self.plan.parameters is not None:
+            frames["pv"].createOrReplaceTempView(self.plan.parameters.table)
         (term,) = self.plan.terms
         result = renamed(self.spark.sql(term.sql), [*self.data_schema.names, AT])
         data = ", ".join(quoted(n) for n in self.data_schema.names)
@@ -936,8 +959,10 @@ class SparkDelta:
         old_names = ", ".join(f"o.{quoted(n)}" for n in self._names(source.input))
         touched_keys = ", ".join(self._key_names(source, "t"))
         touched = " UNION ALL ".join(
-            f"SELECT {touched_keys} FROM ({self._keyed_sql(s, views[f'd{j}'], 't')})"
+            f"SELECT {touched_keys} FROM ({self._keyed_sql(s, views[f'{r}{j}'], 't')})"
             for j, s in enumerate(sources)
+            for r in ("d", "m")
+            if f"{r}{j}" in views
         )
         match = " AND ".join(f"o.{n} <=> t.{n}t" for n in self._key_names(source))
         return (
@@ -945,6 +970,82 @@ class SparkDelta:
             f"FROM ({self._keyed_sql(source, views[f'o{i}'])}) o "
             f"LEFT SEMI JOIN (SELECT DISTINCT {touched_keys} FROM ({touched})) t ON {match}"
         )
+
+    def _parameters(
+        self,
+        frames: Mapping[str, Any],
+        olds: Sequence[Any],
+        lower: Timestamp,
+        upper: Timestamp,
+        evaluated: Sequence[int],
+    ) -> dict[str, Any]:
+        """The plan's parameters (:class:`~timeshard.compute.incremental.Parameters`): ``pv``
+        their values at each of ``evaluated``, and ``m<i>`` the rows of source ``i`` that a
+        change of a value may move across the WHERE (their keys are touched).
+
+        ``frames``: ``d<i>`` each source's ok updates; ``olds``: each source's rows at
+        ``lower - 1`` (all of them). A subquery's input rows at each evaluation time are
+        its rows at ``lower - 1`` and updates up to then, counted, one row per multiple;
+        their values are computed once (a lazy checkpoint the write fills), so the
+        moved rows and the query read them without computing them twice.
+        """
+        from timeshard.spark.sqltext import quoted, sql_over
+
+        parameters = self.plan.parameters
+        assert parameters is not None
+        sources = self.plan.keyed
+
+        def rows(alias: str) -> Any:
+            """The input's ok rows at lower - 1 and its ok updates in the interval."""
+            for i, s in enumerate(sources):
+                if s.input == alias:
+                    return olds[i].union(frames[f"d{i}"])
+            return self._old(alias, lower).union(self._ok_updates(alias, lower, upper))
+
+        at = f"array({', '.join(f'{t}L' for t in evaluated)})"
+        expanded = f"explode(sequence(1, CAST({DIFF} AS INT))) AS __n"
+        for name, alias in parameters.rows.items():
+            # Counted on the columns the subquery reads alone: the same multiset of them.
+            names = "".join(f"{quoted(n)}, " for n in parameters.columns[name])
+            present = sql_over(
+                {"r": rows(alias)},
+                lambda v, names=names: (  # type: ignore[misc]
+                    f"SELECT {names}{AT} FROM (SELECT *, {expanded} FROM ("
+                    f"SELECT {names}{AT}, sum({DIFF}) AS {DIFF} FROM "
+                    f"(SELECT *, explode({at}) AS {AT} FROM {v['r']}) "
+                    f"WHERE {TS} <= {AT} GROUP BY {names}{AT}) WHERE {DIFF} > 0)"
+                ),
+            )
+            present.createOrReplaceTempView(name)
+        self.spark.sql(f"SELECT explode({at}) AS {AT}").createOrReplaceTempView(parameters.times)
+        values = self._once(self.spark.sql(parameters.sql))
+        out: dict[str, Any] = {"pv": values}
+        count = len(values.columns) - 1
+        following = ", ".join(f"{b}L, {a}L" for b, a in itertools.pairwise(evaluated))
+        if not following:  # one evaluation: no value moved
+            return out
+        pairs = sql_over(
+            {"pv": values},
+            lambda v: (
+                "SELECT "
+                + ", ".join(f"b.__p{j} AS __b{j}, a.__p{j} AS __a{j}" for j in range(count))
+                + f" FROM {v['pv']} b JOIN {v['pv']} a "
+                f"ON a.{AT} = try_element_at(map({following}), b.{AT})"
+            ),
+        )
+        for i, condition in parameters.moved:
+            source = sources[i]
+            alias = quoted(source.alias)
+            names = ", ".join(f"{alias}.{quoted(n)}" for n in self._names(source.input))
+            out[f"m{i}"] = sql_over(
+                {"r": rows(source.input), "p": pairs},
+                lambda v, names=names, source=source, condition=condition: (  # type: ignore[misc]
+                    f"SELECT {names}, {quoted(source.alias)}.{TS}, {quoted(source.alias)}.{DIFF} "
+                    f"FROM {v['r']} AS {quoted(source.alias)} CROSS JOIN {v['p']} AS {PAIRS} "
+                    f"WHERE {condition}"
+                ),
+            )
+        return out
 
     def _keyed_sql(self, source: KeyedSource, view: str, suffix: str = "") -> str:
         """SQL: the rows of ``view`` (``source``'s input) with its keys as ``__k<i><suffix>``."""

@@ -255,6 +255,35 @@ class AggregatePlan:
 
 
 @dataclass(frozen=True)
+class Parameters:
+    """The uncorrelated scalar subqueries of a grouped plan's WHERE, each a global
+    aggregate over one input: *parameters* of the query, evaluated at every evaluation time.
+
+    The rewritten query joins their values (``table``, aliased ``__pv``: ``__t`` and
+    ``__p<j>`` per subquery ``j``) on its evaluation time. ``sql`` computes them from
+    ``times`` (one column ``__t``) and, per subquery, its input's rows at each ``__t``
+    (``rows``: placeholder -> input). A key is touched where a parameter's change may
+    move a row of it across the WHERE: ``moved`` pairs a keyed source (index) with SQL
+    over that source's alias and ``__pairs`` (``__b<j>``, ``__a<j>``: a parameter's value
+    at one evaluation time and at the next) that holds for such a row.
+    """
+
+    table: str
+    times: str
+    rows: Mapping[str, str]
+    sql: str
+    moved: tuple[tuple[int, str], ...]
+    #: Per ``rows`` placeholder: the input's columns its subquery reads (the rows are
+    #: counted on those alone).
+    columns: Mapping[str, tuple[str, ...]]
+
+    @property
+    def inputs(self) -> list[str]:
+        """The inputs the subqueries read."""
+        return sorted(set(self.rows.values()))
+
+
+@dataclass(frozen=True)
 class Plan:
     """A view's incremental plan: the class, and the rewritten queries it runs."""
 
@@ -267,6 +296,8 @@ class Plan:
     #: linear, a join whose every term has a :class:`JoinPath`: each (input, key columns) it
     #: is kept arranged by (an input joined on different columns has one per key).
     arranged: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    #: grouped: the scalar subqueries of its WHERE, if any.
+    parameters: Parameters | None = None
 
 
 def full(reason: str) -> Plan:
@@ -303,9 +334,19 @@ def classify(sql: str, schemas: Mapping[str, pa.Schema]) -> Plan:
     why = _not_deterministic(tree)
     if why is not None:
         return full(why)
+    if isinstance(tree, exp.Select) and any(
+        isinstance(n, exp.Subquery) for n in tree.walk() if n is not tree
+    ):
+        return _keyed_plan(tree, schemas, subqueries=True)
     if isinstance(tree, exp.Select) and _keyed(tree):
         if tree.args.get("group") is not None and tree.args.get("joins"):
-            return _joined_aggregate_plan(tree, schemas)
+            plan = _joined_aggregate_plan(tree, schemas)
+            if plan.classification.incremental:
+                return plan
+            by_keys = _keyed_plan(tree, schemas)
+            if by_keys.classification.incremental:
+                return by_keys
+            return full(f"{plan.classification.reason}; {by_keys.classification.reason}")
         return _keyed_plan(tree, schemas)
     leaves = _union_all_leaves(tree)
     if leaves is None:
@@ -632,34 +673,54 @@ def _rename(table: Any, name: str) -> None:
     table.set("alias", exp.TableAlias(this=exp.to_identifier(alias, quoted=True)))
 
 
-def _keyed_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
-    """GROUP BY, DISTINCT, windows with PARTITION BY over one input, or an outer equi-join.
+def _keyed_plan(select: Any, schemas: Mapping[str, pa.Schema], subqueries: bool = False) -> Plan:
+    """GROUP BY, DISTINCT, windows with PARTITION BY over one input, an outer equi-join of
+    two, or a GROUP BY over an equi-join of two by a join key.
 
     Every output row then belongs to one key (a group, a row, a window
     partition, a join key), whose input rows alone decide it: only the keys an
-    update touched are recomputed.
+    update touched are recomputed. ``subqueries``: the WHERE compares with
+    scalar subqueries (:class:`Parameters`); a SELECT over one input or an
+    inner equi-join of two is then keyed too (by the row, by the join key).
     """
     from sqlglot import exp
 
-    why = _common_blockers(select, windows=True)
+    view_id = next(_id_counter)
+    rewritten = select.copy()
+    taken: list[tuple[Any, str]] = []
+    if subqueries:
+        found = _take_subqueries(rewritten, schemas)
+        if isinstance(found, str):
+            return full(found)
+        taken = found
+    why = _common_blockers(rewritten, windows=True)
     if why is not None:
         return full(why)
     tables, why = _sources(select, schemas, outer=True)
     if why is not None:
         return full(why)
-    rewritten = select.copy()
     occurrences = [rewritten.args["from_"].this] + [
         j.this for j in rewritten.args.get("joins") or []
     ]
     aliases = [t.alias_or_name for t in tables]
     ats = [exp.column(AT, table=a, quoted=True) for a in aliases]
-    keyed = _keys_and_rewrite(select, rewritten, aliases, ats)
+    if taken and not _keyed(select) and len(tables) == 1:
+        keyed = _row_keys(rewritten, tables[0], schemas)
+    else:
+        keyed = _keys_and_rewrite(select, rewritten, aliases, ats)
     if isinstance(keyed, str):
         return full(keyed)
     keys, what = keyed
-    at: exp.Expression = ats[0] if len(ats) == 1 else exp.Coalesce(this=ats[0], expressions=ats[1:])
+    group = rewritten.args.get("group")
+    grouped_at = [e for e in (group.expressions if group else []) if e.name == AT]
+    at: exp.Expression = (
+        grouped_at[0].copy()
+        if grouped_at
+        else ats[0]
+        if len(ats) == 1
+        else exp.Coalesce(this=ats[0], expressions=ats[1:])
+    )
     rewritten.select(exp.alias_(at, AT, quoted=True), copy=False)
-    view_id = next(_id_counter)
     names: dict[str, tuple[str, str]] = {}
     sources = []
     for table, occurrence, key in zip(tables, occurrences, keys, strict=True):
@@ -667,14 +728,177 @@ def _keyed_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
         names[name] = (table.name, "at")
         sources.append(KeyedSource(name, table.name, table.alias_or_name, key))
         _rename(occurrence, name)
+    parameters = None
+    if taken:
+        made = _parameters(rewritten, taken, aliases, at, view_id)
+        if isinstance(made, str):
+            return full(made)
+        parameters = made
+        n = len(taken)
+        what += f"; {n} scalar subquer{'y' if n == 1 else 'ies'} evaluated at each change time"
     term = Term(rewritten.sql(dialect="spark"), names, None)
-    plan = Plan(Classification("grouped", what), (term,), keyed=tuple(sources))
-    if select.args.get("group") is None:
+    plan = Plan(
+        Classification("grouped", what), (term,), keyed=tuple(sources), parameters=parameters
+    )
+    if select.args.get("group") is None or len(tables) > 1:
         return plan
+    if taken:
+        return without_aggregate(plan, "the scalar subqueries keep no per-group state")
     aggregate = _aggregate_plan(select, view_id, extremes=True)  # one input: GROUP BY one table
     if isinstance(aggregate, str):
         return without_aggregate(plan, aggregate)
     return with_aggregate(plan, aggregate)
+
+
+#: The alias of a grouped plan's parameter values in its rewritten query.
+_VALUES = "__pv"
+#: The alias of the evaluation times in the parameters' query.
+_TIMES = "__timeshard_times"
+#: The alias of a parameter's values at consecutive evaluation times (Parameters.moved).
+PAIRS = "__pairs"
+
+
+def _take_subqueries(select: Any, schemas: Mapping[str, pa.Schema]) -> list[tuple[Any, str]] | str:
+    """Replace each scalar subquery of ``select``'s WHERE by its value's column
+    (``__pv.__p<j>``): the subqueries (each a SELECT of one global aggregate over one input,
+    not correlated) and the inputs they read; or why the query's subqueries need the full
+    path. The WHERE's conjuncts keep their order; a subquery elsewhere stays (and
+    :func:`_common_blockers` says so)."""
+    from sqlglot import exp
+
+    where = select.args.get("where")
+    if where is None:
+        return "subqueries outside WHERE need the full path"
+    conjuncts = list(where.this.flatten()) if isinstance(where.this, exp.And) else [where.this]
+    taken: list[tuple[Any, str]] = []
+    for conjunct in conjuncts:
+        for sub in list(conjunct.find_all(exp.Subquery)):
+            if sub.find_ancestor(exp.Subquery) is not None:
+                continue  # nested in another subquery: that one is refused
+            if isinstance(sub.parent, exp.In | exp.Exists | exp.Any | exp.All):
+                return "IN, EXISTS, ANY and ALL subqueries need the full path"
+            why = _not_scalar_aggregate(sub.this, schemas)
+            if why is not None:
+                return f"a subquery needs the full path unless it is {why}"
+            value = exp.column(f"__p{len(taken)}", table=_VALUES, quoted=True)
+            taken.append((sub.this.copy(), sub.this.args["from_"].this.name))
+            sub.replace(value)
+    return taken or "subqueries outside WHERE need the full path"
+
+
+def _not_scalar_aggregate(query: Any, schemas: Mapping[str, pa.Schema]) -> str | None:
+    """What a scalar subquery must be, if ``query`` is not: one aggregate (exactly one row)
+    over one input, its columns the input's own (not correlated)."""
+    from sqlglot import exp
+
+    what = "one aggregate over one input, without GROUP BY, not correlated"
+    if not isinstance(query, exp.Select) or len(query.expressions) != 1:
+        return what
+    for arg in ("joins", "group", "having", "order", "limit", "offset", "distinct", "with"):
+        if query.args.get(arg):
+            return what
+    if query.args.get("laterals") or query.args.get("qualify"):
+        return what
+    if any(n is not query and isinstance(n, exp.Select | exp.Subquery) for n in query.walk()):
+        return what
+    if any(isinstance(n, exp.Window) for n in query.walk()):
+        return what
+    from_ = query.args.get("from_")
+    table = from_.this if from_ is not None else None
+    if not isinstance(table, exp.Table) or table.args.get("db") or table.name not in schemas:
+        return what
+    (value,) = query.expressions
+    if not any(isinstance(n, exp.AggFunc) for n in value.walk()):
+        return what
+    for column in value.find_all(exp.Column):
+        if column.find_ancestor(exp.AggFunc) is None:
+            return what
+    where = query.args.get("where")
+    if where is not None and any(isinstance(n, exp.AggFunc) for n in where.walk()):
+        return what
+    alias = table.alias_or_name
+    if any(c.table != alias for c in query.find_all(exp.Column)):
+        return what
+    return None
+
+
+def _row_keys(
+    rewritten: Any, table: Any, schemas: Mapping[str, pa.Schema]
+) -> tuple[list[tuple[str, ...]], str] | str:
+    """A SELECT over one input without GROUP BY: keyed by the whole row (its columns)."""
+    from sqlglot import exp
+
+    if any(isinstance(n, exp.AggFunc) for n in rewritten.walk()):
+        return "aggregates without GROUP BY (a global aggregate) need the full path"
+    alias = table.alias_or_name
+    keys = tuple(
+        exp.column(n, table=alias, quoted=True).sql(dialect="spark")
+        for n in schemas[table.name].names
+    )
+    return [keys], "select/project/filter: recompute the touched rows"
+
+
+def _parameters(
+    rewritten: Any, taken: Sequence[tuple[Any, str]], aliases: list[str], at: Any, view_id: int
+) -> Parameters | str:
+    """The plan's parameters (:class:`Parameters`): ``rewritten`` (the keyed term, its
+    subqueries replaced) joins their values on ``at``; or why not."""
+    from sqlglot import exp
+
+    table = _placeholder(view_id, "parameters", "at")
+    times = _placeholder(view_id, "times", "at")
+    rows: dict[str, str] = {}
+    columns: dict[str, tuple[str, ...]] = {}
+    values = [exp.alias_(exp.column(AT, table=_TIMES, quoted=True), AT, quoted=True)]
+    for j, (query, source) in enumerate(taken):
+        query = query.copy()
+        occurrence = query.args["from_"].this
+        name = _placeholder(view_id, f"{source}.__p{j}", "at")
+        rows[name] = source
+        columns[name] = tuple(sorted({c.name for c in query.find_all(exp.Column)}))
+        alias = occurrence.alias_or_name
+        _rename(occurrence, name)
+        same_time = exp.EQ(
+            this=exp.column(AT, table=alias, quoted=True),
+            expression=exp.column(AT, table=_TIMES, quoted=True),
+        )
+        query.where(same_time, copy=False)
+        values.append(exp.alias_(exp.Subquery(this=query), f"__p{j}", quoted=True))
+    source_times = exp.Table(
+        this=exp.to_identifier(times, quoted=True),
+        alias=exp.TableAlias(this=exp.to_identifier(_TIMES, quoted=True)),
+    )
+    sql = exp.select(*values).from_(source_times).sql(dialect="spark")
+    moved: dict[int, list[str]] = {}
+    where = rewritten.args["where"].this
+    conjuncts = list(where.flatten()) if isinstance(where, exp.And) else [where]
+    for conjunct in conjuncts:
+        refs = list(conjunct.find_all(exp.Column))
+        if not any(c.table == _VALUES for c in refs):
+            continue
+        used = {c.table for c in refs if c.table != _VALUES}
+        if len(used) != 1:
+            what = "no column of" if not used else "columns of more than one of"
+            return f"a scalar subquery compared with {what} the query's inputs needs the full path"
+        before, after = conjunct.copy(), conjunct.copy()
+        for copy, prefix in ((before, "__b"), (after, "__a")):
+            for c in list(copy.find_all(exp.Column)):
+                if c.table == _VALUES:
+                    j = c.name[len("__p") :]
+                    c.replace(exp.column(f"{prefix}{j}", table=PAIRS, quoted=True))
+        same = exp.NullSafeEQ(this=exp.paren(before), expression=exp.paren(after))
+        changed = exp.Not(this=exp.paren(same))
+        moved.setdefault(aliases.index(used.pop()), []).append(changed.sql(dialect="spark"))
+    join = exp.Join(
+        this=exp.Table(
+            this=exp.to_identifier(table, quoted=True),
+            alias=exp.TableAlias(this=exp.to_identifier(_VALUES, quoted=True)),
+        ),
+        on=exp.EQ(this=exp.column(AT, table=_VALUES, quoted=True), expression=at.copy()),
+    )
+    rewritten.append("joins", join)
+    conditions = tuple((i, " OR ".join(f"({c})" for c in cs)) for i, cs in sorted(moved.items()))
+    return Parameters(table, times, rows, sql, conditions, columns)
 
 
 def _joined_aggregate_plan(select: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
@@ -751,9 +975,12 @@ def _keys_and_rewrite(
     group = select.args.get("group")
     windows = [n for n in rewritten.walk() if isinstance(n, exp.Window)]
     if len(aliases) > 1:
-        if group is not None or select.args.get("distinct") or windows:
-            return "GROUP BY, DISTINCT or windows over a join need the full path"
-        return _join_keys(rewritten, aliases, ats)
+        if select.args.get("distinct") or windows:
+            return "DISTINCT or windows over a join need the full path"
+        joined = _join_keys(rewritten, aliases, ats)
+        if isinstance(joined, str) or group is None:
+            return joined
+        return _grouped_join_keys(rewritten, joined, ats)
     if group is not None:
         if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
             return "ROLLUP, CUBE and GROUPING SETS need the full path"
@@ -811,7 +1038,29 @@ def _join_keys(
     join.set("on", exp.and_(on, exp.EQ(this=ats[0].copy(), expression=ats[1].copy())))
     side = (join.args.get("side") or "").upper()
     keys = [tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)]
-    return keys, f"{side} OUTER JOIN on {len(pairs)} key(s): recompute the touched join keys"
+    kind = f"{side} OUTER" if side else "INNER"
+    return keys, f"{kind} JOIN on {len(pairs)} key(s): recompute the touched join keys"
+
+
+def _grouped_join_keys(
+    rewritten: Any, joined: tuple[list[tuple[str, ...]], str], ats: list[Any]
+) -> tuple[list[tuple[str, ...]], str] | str:
+    """A GROUP BY over an equi-join of two inputs (``joined``: :func:`_join_keys`) whose
+    keys hold one side's join key: every group then comes from the rows of one join key
+    (a side an outer join null-extends cannot be that side). ``__t`` joins the GROUP BY."""
+    group = rewritten.args["group"]
+    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+        return "ROLLUP, CUBE and GROUPING SETS need the full path"
+    keys, what = joined
+    side = (rewritten.args["joins"][0].args.get("side") or "").upper()
+    sides = {"": [0, 1], "LEFT": [0], "RIGHT": [1]}.get(side, [])
+    grouped = {e.sql(dialect="spark") for e in group.expressions}
+    for i in sides:
+        if set(keys[i]) <= grouped:
+            group.append("expressions", ats[i].copy())
+            return keys, f"GROUP BY {len(grouped)} key(s) over {what}"
+    kept = "the join key of a side it keeps whole" if side else "a side's join key"
+    return f"a GROUP BY over a join needs {kept} among its keys for the incremental path"
 
 
 def _only_table(node: Any) -> str | None:

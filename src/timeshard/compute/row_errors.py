@@ -185,6 +185,13 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
         return node.copy()
     if isinstance(node, exp.Literal | exp.Null | exp.Boolean | exp.Star):
         return node.copy()
+    if node.find(exp.Subquery) is not None and all(
+        c.find_ancestor(exp.Subquery) is not None for c in node.find_all(exp.Column)
+    ):
+        # Of no row (`(SELECT max(v) FROM a) - 2`): its failure fails the query, as it does
+        # in Spark, and the subquery stays where it was (the incremental path needs it
+        # there, not copied into the errors column).
+        return node.copy()
     if (isinstance(node, exp.Anonymous) and node.name.lower() in _LAZY_FUNCTIONS) or any(
         isinstance(node, t) for t in _lazy_types()
     ):

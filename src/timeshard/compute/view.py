@@ -303,20 +303,31 @@ class SparkViewDesired:
         from pyspark.sql import functions as F
 
         from timeshard.compute.incremental import AT
+        from timeshard.spark.parts import column
         from timeshard.spark.session import arrow_to_spark_schema
+
+        def empty(alias: str) -> Any:
+            schema = arrow_to_spark_schema(self.readers[alias].schema)
+            return self.spark.createDataFrame([], schema)
 
         want = [f.dataType for f in arrow_to_spark_schema(self.query()[1]).fields]
         for term in plan.terms:
             for name, (alias, mode) in term.tables.items():
-                reader = self.readers[alias]
-                empty = self.spark.createDataFrame([], arrow_to_spark_schema(reader.schema))
                 extra = (
                     [F.lit(0).cast("long").alias(AT)]
                     if mode == "at"
                     else [F.lit(0).cast("long").alias(TS), F.lit(0).cast("long").alias(DIFF)]
                 )
-                empty.select("*", *extra).createOrReplaceTempView(name)
+                empty(alias).select("*", *extra).createOrReplaceTempView(name)
             try:
+                if plan.parameters is not None:
+                    parameters = plan.parameters
+                    for name, alias in parameters.rows.items():
+                        at = F.lit(0).cast("long").alias(AT)
+                        read = [column(c) for c in parameters.columns[name]]
+                        empty(alias).select(*read, at).createOrReplaceTempView(name)
+                    self.spark.sql(f"SELECT 0L AS {AT}").createOrReplaceTempView(parameters.times)
+                    self.spark.sql(parameters.sql).createOrReplaceTempView(parameters.table)
                 got = self.spark.sql(term.sql).schema.fields[: len(want)]
             except PySparkException as e:
                 return f"the rewritten query did not analyse ({str(e).splitlines()[0][:200]})"
