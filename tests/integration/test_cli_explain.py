@@ -32,6 +32,8 @@ VIEWS = {
     "v_left": "SELECT o.k, c.name FROM o LEFT JOIN c ON o.k = c.k",
     "v_float": "SELECT CAST(v AS DOUBLE) AS d, max(k) AS top FROM o GROUP BY CAST(v AS DOUBLE)",
     "v_ratio": "SELECT k, 12 / (v - 1) AS r FROM o",
+    "v_latest": "SELECT o.k, max(c.name) AS top FROM o JOIN c ON o.k = c.k "
+    "WHERE o.v >= (SELECT max(v) FROM o) - 1 GROUP BY o.k",
 }
 runner = CliRunner()
 
@@ -154,6 +156,26 @@ def test_min_and_max_keep_state_and_recompute_the_groups_they_may_leave(
     assert keyed.startswith("input o arranged by") and "min/max may move" in keyed
 
 
+def test_a_scalar_subquery_is_a_parameter_of_a_grouped_join(
+    location: tuple[Path, dict[str, MaterializedView]],
+) -> None:
+    root, _ = location
+    doc = explain_json(root, "v_latest")
+    assert doc["path"] == "grouped", doc["reason"]
+    assert "over INNER JOIN" in doc["reason"] and "1 scalar subquery" in doc["reason"]
+    touched, values = doc["terms"]
+    modes = [(t["input"], t["mode"]) for t in touched["tables"]]
+    assert modes == [("o", "at"), ("c", "at"), (None, "parameters")]
+    assert [(t["input"], t["mode"]) for t in values["tables"]] == [
+        (None, "times"),
+        ("o", "subquery"),
+    ]
+    assert "MAX(" in values["sql"].upper() and "__p0" in touched["sql"]
+    *arranged, subqueries = doc["arrangements"]
+    assert [a.split(" arranged")[0] for a in arranged] == ["input o", "input c"]
+    assert subqueries == "nothing for the scalar subqueries: they read all of o per tick"
+
+
 @pytest.mark.parametrize(
     ("view", "said"),
     [("v_limit", "ORDER BY"), ("v_fn", "Python function")],
@@ -186,6 +208,11 @@ def test_explain_and_status_agree_with_the_running_view(
             ["state"],
             *touched,
         ]
+    elif plan.parameters is not None:  # the term joins the values, their query is last
+        assert [sorted(m for _, m in t.tables.values()) for t in plan.terms] == [
+            sorted(m for m in ms if m != "parameters") for ms in modes[:-1]
+        ]
+        assert modes[-1] == ["subquery", "times"]
     else:
         assert [sorted(m for _, m in t.tables.values()) for t in plan.terms] == modes
     out = runner.invoke(app, ["status", "-l", str(root), "--json"])

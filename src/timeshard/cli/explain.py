@@ -67,6 +67,11 @@ MODES: Mapping[str, str] = {
     "at": "the rows of {input} whose key (group, row, window partition or join key) an "
     "update in [lower, upper) touched, at lower - 1 and at every change time of the "
     "interval, each copy tagged with that time in __t",
+    "parameters": "the values of the view's scalar subqueries (__p0, __p1 ..) at lower - 1 "
+    "and at every change time of the interval (__t)",
+    "times": "lower - 1 and every change time of the interval, as __t",
+    "subquery": "the rows of {input} (the columns its subquery reads) at lower - 1 and at "
+    "every change time of the interval, tagged __t, one row per multiple",
     "state": "per touched group and change time: the group's state (__n rows, __c<j> "
     "non-null and __s<j> sum of argument j, __lo<j> and __hi<j> its min and max) at _ts "
     "with _diff = 1, and the state just before with _diff = -1",
@@ -194,6 +199,16 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
         output = Term(plan.aggregate.output, {plan.aggregate.state: ("", "state")}, None)
         # with extremes, the touched groups' term recomputes the groups they may leave
         terms = [*plan.aggregate.terms, output, *(plan.terms if plan.aggregate.extremes else [])]
+    if plan.parameters is not None:
+        from dataclasses import replace
+
+        from timeshard.compute.incremental import Term
+
+        # the term joins the subqueries' values, which their own query computes
+        p = plan.parameters
+        terms = [replace(t, tables={**t.tables, p.table: ("", "parameters")}) for t in terms]
+        subqueries = {p.times: ("", "times"), **{n: (a, "subquery") for n, a in p.rows.items()}}
+        terms.append(Term(p.sql, subqueries, None))
     return {
         "view": entry.name,
         "sql": definition.sql,

@@ -34,6 +34,10 @@ parts. The input rows of those keys are taken at every evaluation time --
 expanded by multiplicity (a negative multiplicity becomes an err row, as in
 the full path). The rewritten query runs over them once; each group's rows at
 ``__t`` are inserted at ``__t`` and retracted at the next evaluation time.
+A plan's scalar subqueries (its parameters) read their inputs' rows at
+``lower - 1`` whole (the arrangement's layers, or the parts) with the
+updates, counted at every evaluation time; the keys whose rows their values'
+changes move across the WHERE join the touched keys.
 
 Runs on the driver (planning); the work runs in Spark tasks when the delta is
 written. Reading: the sink's leased readers when it writes (their since holds
@@ -738,7 +742,8 @@ class SparkDelta:
             frames.update(parameters)
             for i, rows in enumerate(arranged):
                 if f"m{i}" in parameters:
-                    keys.append(rows.partitioned(parameters[f"m{i}"]).select(KEY))
+                    # Once: every source's touched rows read them (a scan of all its rows).
+                    keys.append(self._once(rows.partitioned(parameters[f"m{i}"]).select(KEY)))
         for i, (rows, layers) in enumerate(zip(arranged, pinned, strict=True)):
             key_type = layers[0].df.schema[KEY].dataType
             typed = [
@@ -987,7 +992,9 @@ class SparkDelta:
         ``lower - 1`` (all of them). A subquery's input rows at each evaluation time are
         its rows at ``lower - 1`` and updates up to then, counted, one row per multiple;
         their values are computed once (a lazy checkpoint the write fills), so the
-        moved rows and the query read them without computing them twice.
+        moved rows and the query read them without computing them twice. A row with
+        a negative multiplicity counts as absent from a subquery (an err row only
+        where a source of the query reads it, for the keys it touches).
         """
         from timeshard.spark.sqltext import quoted, sql_over
 

@@ -56,13 +56,26 @@ updates alone, no stored rows) and adds them to the touched groups' cached
 state. Over one input, min and max (of exactly ordered types) are kept in
 the state too; a group whose extreme a retraction may remove is recomputed
 in that tick by the touched-groups term, the others move by the state.
+A GROUP BY over an equi-join of two inputs whose keys hold one side's join
+key (a side the join keeps whole, for an outer join) is keyed by the join
+key where no state fits (min, max, DISTINCT aggregates): each group comes
+from the rows of one join key.
 
-**full** -- everything else (subqueries, ORDER BY or LIMIT, global
-aggregates without GROUP BY, GROUP BY over joins with other aggregates or
-over outer joins, windows over joins, outer joins of
-three inputs, non-deterministic functions, Python function views, REFRESH
-EVERY): the sink evaluates those from snapshots. :attr:`Classification.reason`
-says why.
+*Scalar subqueries* in the WHERE (:class:`Parameters`): each uncorrelated
+subquery of one aggregate over one input is a parameter of the query, its
+value computed at every evaluation time from its input's rows, which the
+rewritten query joins on ``__t``. A parameter's change may move rows of keys
+no update touched across the WHERE: the keys of every row whose comparison
+with it (its conjunct: the columns of one input) differs between two
+consecutive evaluation times are touched too. Such a query is keyed as above,
+or, with no key of its own, by the join key of an inner join of two or by the
+whole row of one input.
+
+**full** -- everything else (other subqueries, ORDER BY or LIMIT, global
+aggregates without GROUP BY, other GROUP BY over joins, windows over joins,
+outer joins of three inputs, non-deterministic functions, Python function
+views, REFRESH EVERY): the sink evaluates those from snapshots.
+:attr:`Classification.reason` says why.
 
 Errors. Err rows of an input are err rows of the view (as in the full path):
 their updates pass into the delta unchanged. The view's SQL is classified as

@@ -30,7 +30,8 @@ v = 0 THEN 0 ELSE 12 / v END`` is then never an error.
 
 Not rewritten (an error there still fails the query, and the sink falls back
 to the coarse err row of the time, :func:`timeshard.compute.view.is_data_error`):
-subqueries, lambda bodies, window specifications, ``IN`` lists, simple
+subqueries (and an expression of no row, such as a subquery minus 2), lambda
+bodies, window specifications, ``IN`` lists, simple
 ``CASE x WHEN``, ``NVL2`` and ``DECODE``, functions that fail on their own
 (``element_at``, date parsing), ``DIV`` and unary minus; and in a query that
 aggregates, every operator over the group's rows rather than over aggregates
