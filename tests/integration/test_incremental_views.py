@@ -98,6 +98,8 @@ ROW_ERRORS = [
     ("SELECT k, sum(v) / (count(*) - {n} - 1) AS q FROM a GROUP BY k", "state"),
     ("SELECT k, max(v) AS hi FROM a GROUP BY k HAVING 12 / (max(v) - {n}) > 1", "state"),
     ("SELECT k, v, 12 / (sum(v) OVER (PARTITION BY k) - {n}) AS f FROM a", "grouped"),
+    # a subquery failing on its input's rows fails the query at that time (err, as in Spark)
+    ("SELECT k, v FROM a WHERE v > (SELECT max(12 / (w - {n})) FROM b) - 3", "grouped"),
 ]
 
 
@@ -353,6 +355,25 @@ def test_a_subquerys_new_value_moves_groups_no_update_touched(
     ]
     history = {"sql": sql, "path": "grouped", "ticks": ticks}
     check_history(spark, tmp_path_factory, history, keyed=True)
+
+
+def test_a_subquery_failing_on_its_input_is_the_views_error_at_those_times(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``12 / (w - n)`` fails while ``b`` holds ``w = n``: Spark raises it while it plans the
+    delta (a broadcast of the subquery's values, wrapped in an "awaitResult" error with no
+    SQLSTATE of its own), which must count as the data's error, not as a fault retried for
+    ever; the view is the query's err at those times and the rows again after."""
+    sql = "SELECT k, v FROM a WHERE v > (SELECT max(12 / (w - {n})) FROM b) - 3"
+    ticks = [
+        (1, [("a", "insert", 1, 4, 0), ("a", "insert", 2, 1, 0), ("b", "insert", 0, 3, 0)], ["r0"]),
+        (2, [("b", "insert", 1, 1, 0), ("a", "insert", 3, 2, 1)], ["r0", "r1"]),
+        (1, [("b", "retract", 1, 1, 0)], ["r1", "restart0", "r0"]),  # (1, 1) leaves b
+        (1, [("b", "insert", 2, 4, 0), ("a", "insert", 0, 3, 0)], ["r0"]),
+    ]
+    for n in (0, 1, 3):  # never fails; fails while (1, 1) is in b; fails from the start
+        history = {"sql": sql.format(n=n), "path": "grouped", "ticks": ticks}
+        check_history(spark, tmp_path_factory, history)
 
 
 def test_a_float_key_is_not_arranged_and_the_view_stays_the_query(

@@ -111,12 +111,44 @@ def is_data_error(error: BaseException) -> bool:
     query over the same input gets the same error. Anything else -- Py4J and
     JVM errors, I/O, analysis errors of the definition -- is not.
     """
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
-    if not isinstance(error, PySparkException):
+    if isinstance(error, PySparkException):
+        state = error.getSqlState()
+        if state is not None:
+            return state.startswith(DATA_EXCEPTION_CLASS)
+        origin = getattr(error, "_origin", None)
+    elif isinstance(error, Py4JJavaError):
+        origin = error.java_exception
+    else:
         return False
-    state = error.getSqlState()
-    return state is not None and state.startswith(DATA_EXCEPTION_CLASS)
+    # Without a state of its own: a wrapper, such as the "Exception thrown in awaitResult"
+    # of a broadcast or subquery Spark ran while it planned (lazy checkpoints do), whose
+    # cause is the query's failure.
+    return origin is not None and _data_error_cause(origin)
+
+
+def _data_error_cause(origin: Any) -> bool:
+    """Whether a JVM exception's first cause with a SQLSTATE has one of class 22."""
+    from py4j.java_gateway import is_instance_of
+    from pyspark import SparkContext
+
+    gateway, jvm = SparkContext._gateway, SparkContext._jvm
+    if gateway is None or jvm is None:
+        return False
+    try:
+        for _ in range(16):  # a cause chain is short; a cycle is not followed forever
+            if is_instance_of(gateway, origin, "org.apache.spark.SparkThrowable"):
+                state = jvm.PythonErrorUtils.getSqlState(origin)
+                if state is not None:
+                    return bool(state.startswith(DATA_EXCEPTION_CLASS))
+            origin = origin.getCause()
+            if origin is None:
+                return False
+    except Exception:  # the JVM is gone: not a data error
+        return False
+    return False
 
 
 class SparkViewDesired:
