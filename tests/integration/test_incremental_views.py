@@ -613,6 +613,42 @@ def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
         view.close()
 
 
+def test_a_view_with_a_scalar_subquery_runs_one_job_per_tick(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """W2's max_bid shape: an idle tick runs no job; a delta tick one, the write, which also
+    computes the subquery's values and the keys their change moves (lazy checkpoints it
+    fills), whichever inputs changed."""
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs = Inputs(client)
+    inputs.append(1, [(t, "insert", k % 500, k, 0) for k in range(1000) for t in ("a", "b")])
+    sql = (
+        "SELECT a.k, max(b.w) AS hi FROM a JOIN b ON b.k = a.k "
+        "WHERE a.v > (SELECT max(k) FROM a) + 490 GROUP BY a.k"
+    )
+    view = MaterializedView.install(  # no full check: its jobs would count
+        spark, client, ViewDefinition("v", INPUTS, sql), background_io=False, check_every_s=None
+    )
+    assert view.desired.plan.parameters is not None, view.desired.plan.classification
+    view.catch_up()
+    view.catch_up()  # the first batch checks desired against the shard
+    inputs.append(1, [])
+    with merges_paused(view), JobCounter(spark) as jobs:
+        view.catch_up()
+    assert jobs.count == 0
+    for ops in (
+        [("b", "insert", 3, 9, 0)],  # a bid: its auction is touched
+        [("a", "insert", 507, 9, 0)],  # max(k) moves: auctions close, none of them touched
+        [("a", "insert", 2, 990, 0), ("b", "insert", 2, 5, 0)],
+    ):
+        inputs.append(1, ops)
+        with merges_paused(view), JobCounter(spark) as jobs:
+            view.catch_up()
+        assert jobs.count == 1, (ops, jobs.count)
+    assert_the_query(spark, client, "v", sql, [inputs.upper - 1])  # (the inputs compact)
+    view.close()
+
+
 @pytest.mark.parametrize(
     ("sql", "arrangements"),
     [

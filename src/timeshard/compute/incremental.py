@@ -1028,11 +1028,14 @@ def _keys_and_rewrite(
 def _join_keys(
     rewritten: Any, aliases: list[str], ats: list[Any]
 ) -> tuple[list[tuple[str, ...]], str] | str:
-    """An outer join of two inputs on equalities: each side's key columns, ``__t`` joined."""
+    """A join of two inputs on equalities (outer; inner where a GROUP BY or a scalar subquery
+    keeps it off the linear path): each side's key columns, ``__t`` joined."""
     from sqlglot import exp
 
     if len(aliases) != 2:
-        return "outer joins of more than two inputs need the full path"
+        outer = any(j.args.get("side") for j in rewritten.args["joins"])
+        what = "outer joins" if outer else "joins"
+        return f"{what} of more than two inputs need the full path here"
     (join,) = rewritten.args["joins"]
     on = join.args.get("on")
     if on is None:
