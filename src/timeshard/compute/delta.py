@@ -70,6 +70,8 @@ log = logging.getLogger(__name__)
 
 #: The RDD local property by which a checkpoint fills the checkpoints it reads as well.
 _ALL_MARKED_ANCESTORS = "spark.checkpoint.checkpointAllMarkedAncestors"
+#: SQL select item: one row per multiple of a row with a positive ``_diff``.
+_EXPANDED = f"explode(sequence(1, CAST({DIFF} AS INT))) AS __n"
 #: How long a delta waits for an arrangement another view's delta has checked out.
 _CHECK_OUT_S = 600.0
 #: Input alias -> the reader its parts are read through right now.
@@ -858,7 +860,6 @@ class SparkDelta:
         from timeshard.spark.sqltext import bigint_where, quoted, renamed, sql_over
 
         sources = self.plan.keyed
-        expanded = f"explode(sequence(1, CAST({DIFF} AS INT))) AS __n"  # a row per multiple
         negatives, every_counted = [], []
         for i, s in enumerate(sources):
             counted = self._once(
@@ -869,7 +870,7 @@ class SparkDelta:
                 {"c": counted},
                 lambda v, names=names: (  # type: ignore[misc]
                     f"SELECT {names}, {AT} FROM "
-                    f"(SELECT *, {expanded} FROM {v['c']} WHERE {DIFF} > 0)"
+                    f"(SELECT *, {_EXPANDED} FROM {v['c']} WHERE {DIFF} > 0)"
                 ),
             )
             # A join of the touched keys' rows is a sort-merge join, in the write's job, not
@@ -922,18 +923,14 @@ class SparkDelta:
         from timeshard.spark.sqltext import quoted
 
         source = self.plan.keyed[i]
-        names = ", ".join(quoted(n) for n in self._names(source.input))
+        quoted_names = [quoted(n) for n in self._names(source.input)]
+        names = ", ".join(quoted_names)
         if f"t{i}" in views:  # arranged: the touched keys' rows at lower - 1, read already
             old = f"SELECT {names}, {TS}, {DIFF} FROM {views[f't{i}']}"
         else:
             old = self._touched_old(views, i)
         rows = f"{old} UNION ALL SELECT {names}, {TS}, {DIFF} FROM {views[f'd{i}']}"
-        at = f"array({', '.join(f'{t}L' for t in evaluated)})"
-        timed = f"SELECT *, explode({at}) AS {AT} FROM ({rows})"
-        return (
-            f"SELECT {names}, {AT}, sum({DIFF}) AS {DIFF} FROM ({timed}) "
-            f"WHERE {TS} <= {AT} GROUP BY {names}, {AT}"
-        )
+        return _at_times(rows, quoted_names, evaluated)
 
     def _once(self, df: Any) -> Any:
         """``df``, computed once by the write that reads it twice (the query's rows and the
@@ -1009,21 +1006,19 @@ class SparkDelta:
                     return olds[i].union(frames[f"d{i}"])
             return self._old(alias, lower).union(self._ok_updates(alias, lower, upper))
 
-        at = f"array({', '.join(f'{t}L' for t in evaluated)})"
-        expanded = f"explode(sequence(1, CAST({DIFF} AS INT))) AS __n"
         for name, alias in parameters.rows.items():
             # Counted on the columns the subquery reads alone: the same multiset of them.
-            names = "".join(f"{quoted(n)}, " for n in parameters.columns[name])
+            read = [quoted(n) for n in parameters.columns[name]]
+            kept = ", ".join([*read, AT])
             present = sql_over(
                 {"r": rows(alias)},
-                lambda v, names=names: (  # type: ignore[misc]
-                    f"SELECT {names}{AT} FROM (SELECT *, {expanded} FROM ("
-                    f"SELECT {names}{AT}, sum({DIFF}) AS {DIFF} FROM "
-                    f"(SELECT *, explode({at}) AS {AT} FROM {v['r']}) "
-                    f"WHERE {TS} <= {AT} GROUP BY {names}{AT}) WHERE {DIFF} > 0)"
+                lambda v, read=read, kept=kept: (  # type: ignore[misc]
+                    f"SELECT {kept} FROM (SELECT *, {_EXPANDED} FROM "
+                    f"({_at_times('SELECT * FROM ' + v['r'], read, evaluated)}) WHERE {DIFF} > 0)"
                 ),
             )
             present.createOrReplaceTempView(name)
+        at = f"array({', '.join(f'{t}L' for t in evaluated)})"
         self.spark.sql(f"SELECT explode({at}) AS {AT}").createOrReplaceTempView(parameters.times)
         values = self._once(self.spark.sql(parameters.sql))
         out: dict[str, Any] = {"pv": values}
@@ -1126,6 +1121,19 @@ class SparkDelta:
             return f"SELECT {out} FROM ({summed} GROUP BY {keys}) WHERE {DIFF} != 0"
 
         return sql_over(frames, query)
+
+
+def _at_times(rows: str, names: Sequence[str], evaluated: Sequence[int]) -> str:
+    """SQL: the rows of ``rows`` (SQL with ``names``, ``_ts``, ``_diff``) per distinct
+    ``names`` and evaluation time ``__t`` of ``evaluated``, with their multiplicity there
+    (every row at or before ``__t``); ``names`` (quoted) may be empty."""
+    at = f"array({', '.join(f'{t}L' for t in evaluated)})"
+    timed = f"SELECT *, explode({at}) AS {AT} FROM ({rows})"
+    grouped = ", ".join([*names, AT])
+    return (
+        f"SELECT {grouped}, sum({DIFF}) AS {DIFF} FROM ({timed}) "
+        f"WHERE {TS} <= {AT} GROUP BY {grouped}"
+    )
 
 
 __all__ = ["SparkDelta"]
