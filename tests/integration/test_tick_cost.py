@@ -157,7 +157,7 @@ COMPILED = {
 
 @pytest.mark.parametrize("name", list(COMPILED))
 def test_ticks_after_the_first_compile_no_new_class(
-    spark: SparkSession, tmp_path: Path, name: str
+    spark: SparkSession, tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Spark compiles a stage's generated Java once per distinct source text. A tick's times
     reach that code as references, never as literals: its bounds (sqltext.bigint_where), the
@@ -165,6 +165,10 @@ def test_ticks_after_the_first_compile_no_new_class(
     constant). So a tick of the same shape as an earlier one compiles nothing (with
     literals, each compiled anew)."""
     sql, path = COMPILED[name]
+    # A plan of n layers has its own stages (their ids are in the generated code), so the per-group
+    # state's shapes repeat every MAX_DELTAS + 1 ticks, and merges into the base or not differ:
+    # with 8 (the default), a few dozen ticks to see them all. Short cycles here.
+    monkeypatch.setattr("timeshard.storage.upsert_state.MAX_DELTAS", 2)
     client = PersistClient(Location.embedded(tmp_path))
     writers = {"a": client.open_writer("in_a", DATA), "b": client.open_writer("in_b", DATA)}
     live: dict[str, Counter[tuple[int, int]]] = {"a": Counter(), "b": Counter()}

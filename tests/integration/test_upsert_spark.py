@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 from timeshard.location import Location
 from timeshard.persist import PersistClient, ReadHandle
 from timeshard.storage.upsert_spark import SparkFeedbackUpsert
+from timeshard.storage.upsert_state import ArrangedState, Layer
 
 pytestmark = pytest.mark.spark
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
@@ -126,14 +127,40 @@ def arranged(instance: SparkFeedbackUpsert) -> dict[str, tuple[Any, Any]]:
     return {r["k"]: (r["v"], r["_err"]) for r in rows}
 
 
-@pytest.mark.parametrize("large", [False, True])
+def merging(monkeypatch: pytest.MonkeyPatch, policy: str) -> None:
+    """Merges of these few-key layers, which by default wait for MAX_DELTAS of them:
+    ``into_base`` every two deltas; ``deltas`` every two deltas into one over the base."""
+    if policy == "default":
+        return
+    monkeypatch.setattr("timeshard.storage.upsert_state.MAX_DELTAS", 2)
+    if policy == "deltas":  # the deltas never hold a share of the base (unless it is empty)
+        monkeypatch.setattr("timeshard.storage.upsert_state.BASE_SHARE", 0)
+
+
+@pytest.mark.parametrize(
+    "large,policy",
+    [(False, "default"), (True, "default"), (False, "into_base"), (True, "deltas")],
+)
 def test_arranged_state_follows_the_shard(
-    spark: SparkSession, tmp_path: Path, large: bool, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession,
+    tmp_path: Path,
+    large: bool,
+    policy: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """After every apply (own append, another writer's, a lost lease) the layers equal the shard,
-    and every layer is partitioned as stated."""
+    """After every apply (own append, another writer's, a lost lease) and the merges it starts,
+    the layers equal the shard, and every layer is partitioned as stated."""
     if large:
         as_if_large(monkeypatch)
+    merging(monkeypatch, policy)
+    merges: list[tuple[int, bool]] = []  # (layers merged into one, into the base)
+    merge = ArrangedState._merge
+
+    def counted(self: ArrangedState, layers: list[Layer], *, into_base: bool) -> Layer:
+        merges.append((len(layers), into_base))
+        return merge(self, layers, into_base=into_base)
+
+    monkeypatch.setattr(ArrangedState, "_merge", counted)
     rng = random.Random(7)
     cmds, final_upper, client, hold, df = history(spark, tmp_path, rng)
     mine, other = (SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"]) for _ in range(2))
@@ -152,3 +179,7 @@ def test_arranged_state_follows_the_shard(
         assert {r["k"]: (r["v"], r["_err"]) for r in rows} == model(cmds, upper - 1)
         layer_counts.add(len(mine.state.layers))
     assert max(layer_counts) >= 2, layer_counts  # deltas were kept apart from the base
+    if policy == "into_base":  # the base and two deltas, at once
+        assert (3, True) in merges, merges
+    if policy == "deltas":
+        assert (2, False) in merges, merges

@@ -150,20 +150,22 @@ def test_the_layers_hash_join_matches_keys_null_safely_and_floats_by_value(
 
 
 def test_layers_are_not_shuffled_by_a_tick(spark: SparkSession, tmp_path: Path) -> None:
-    """The tick's plan exchanges the commands only (the layers are partitioned like them)."""
+    """The tick's plan exchanges the commands only (the layers are partitioned like them), and
+    joins them once with every layer (one hash map of the commands, however many layers)."""
     schema = KeyValueGenerator().payload_schema()
     client = PersistClient(Location.embedded(tmp_path))
     upsert = SparkFeedbackUpsert(spark, client, "out", schema, ["key"])
-    for t in range(3):
-        upsert.apply(commands(spark, t, 1000), t + 1)
-    upsert.state.wait_for_merges()
-    with upsert.state.merges_paused(), upsert.state.pinned() as layers:
-        assert len(layers) >= 1
-        winners = upsert._winners(upsert._keyed(commands(spark, 3, 10), 3, 4), layers)
-        plan = winners._jdf.queryExecution().executedPlan().toString()
+    with upsert.state.merges_paused():
+        for t in range(3):
+            upsert.apply(commands(spark, t, 1000), t + 1)
+        with upsert.state.pinned() as layers:
+            assert len(layers) == 3
+            winners = upsert._winners(upsert._keyed(commands(spark, 3, 10), 3, 4), layers)
+            plan = winners._jdf.queryExecution().executedPlan().toString()
     exchanges = [line for line in plan.splitlines() if "Exchange" in line]
     assert len(exchanges) == 1 and "REPARTITION_BY_NUM" in exchanges[0], plan
-    assert plan.count("ShuffledHashJoin") == len(layers) and "BuildLeft" in plan, plan
+    assert plan.count("ShuffledHashJoin") == 1 and "BuildLeft" in plan, plan
+    assert plan.count("Scan ExistingRDD") == len(layers), plan
     assert f"hashpartitioning({HASH}" in exchanges[0], plan
     upsert.close()
 

@@ -532,7 +532,7 @@ class SparkAggregates:
         """
         from timeshard.spark.checkpoint import local_checkpoint
         from timeshard.spark.sqltext import sql_over
-        from timeshard.storage.upsert_state import GONE, HASH, KEY, value_columns
+        from timeshard.storage.upsert_state import GONE, HASH, KEY, LAYER, value_columns
 
         values, extremes = self.plan.values, self.plan.extremes
         weighted = self.state.partitioned(self._weighted(changes))
@@ -549,7 +549,12 @@ class SparkAggregates:
         )
         named = dict(zip(values, value_columns(len(values)), strict=True))
         with self.state.pinned() as layers:
-            joined = self.state.with_newest(per_time, layers, "_state")
+            # One row per group and time: the newest layer's (its sort serves the windows below).
+            newest = f"PARTITION BY {HASH}, {KEY}, {TS} ORDER BY {LAYER} DESC"
+            ranked = self.state.with_layer_rows(per_time, layers, "_state").selectExpr(
+                "*", f"row_number() OVER ({newest}) AS __newest"
+            )
+            joined = ranked.where("__newest = 1")
             live = f"_state IS NOT NULL AND NOT _state.{GONE}"
             group = f"PARTITION BY {HASH}, {KEY} ORDER BY {TS}"
             columns, bad = [], []

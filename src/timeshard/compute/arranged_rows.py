@@ -203,14 +203,15 @@ class ArrangedRows(Arrangement):
         ]
         return functools.reduce(lambda a, b: a.union(b), parts)
 
-    def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
+    def _merge(self, layers: list[Layer], *, into_base: bool) -> Layer:
         # Shuffled again, off the tick path, rather than trusting the union's partitioning.
-        assert newer.upper is not None, newer
+        newest = layers[-1]
+        assert newest.upper is not None, newest
         with self._lock:
-            fold = min([newer.upper, *self._frontiers.values()])
-        union = older.df.union(newer.df).repartition(self.partitions, *self._keys())
-        merged = checkpointed(self._summed(union, fold))
-        merged.exact_from = max(fold, older.exact_from or 0, newer.exact_from or 0)
+            fold = min([newest.upper, *self._frontiers.values()])
+        union = functools.reduce(lambda a, b: a.union(b), [x.df for x in layers])
+        merged = checkpointed(self._summed(union.repartition(self.partitions, *self._keys()), fold))
+        merged.exact_from = max([fold, *(x.exact_from or 0 for x in layers)])
         return merged
 
     def _keeps(self, merged: Layer) -> bool:

@@ -100,6 +100,7 @@ from timeshard.storage.upsert_state import (
     GONE,
     HASH,
     KEY,
+    LAYER,
     ArrangedState,
     Layer,
     stored_bytes,
@@ -356,9 +357,11 @@ class SparkFeedbackUpsert:
         part in ranking the null key's commands.
         """
         values = value_columns(len(self.values))
-        joined = self.state.with_newest(keyed, layers, STATE)
-        # _h first: the rows are partitioned by it, so the window needs no exchange.
-        per_time = f"PARTITION BY {HASH}, {KEY}, {UNKEYED}, {TS} ORDER BY {ORDER} DESC"
+        joined = self.state.with_layer_rows(keyed, layers, STATE, skip=UNKEYED)
+        # _h first: the rows are partitioned by it, so the window needs no exchange. The
+        # top command comes once per layer with its key: the newest layer's row ranks first.
+        per_time = f"PARTITION BY {HASH}, {KEY}, {UNKEYED}, {TS}"
+        per_time += f" ORDER BY {ORDER} DESC, {LAYER} DESC"
         ranked = joined.selectExpr("*", f"row_number() OVER ({per_time}) AS _rank")
         top = ranked.where(f"_rank = 1 OR {UNKEYED}")
         # The new row of each winner: null values and no row at all for a delete.

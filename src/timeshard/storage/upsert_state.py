@@ -27,9 +27,10 @@ front is ``_h``, the ``xxhash64`` of the key's fields (a float field's
 Joins on the hash. Every layer is partitioned by ``_h``, and a lookup joins
 on ``_h = _h`` with the keys compared only where the hashes match
 (:func:`same_key`). A tick's lookup streams every row of every layer through
-the join: with the struct ``_key`` as the join key Spark builds an unsafe
-key row of the whole struct for each streamed row, then hashes and compares
-its bytes; with the long ``_h`` the key row is 8 bytes. At 1M keys
+one join (the layers stacked in a union, which keeps their partitioning):
+with the struct ``_key`` as the join key Spark builds an unsafe key row of
+the whole struct for each streamed row, then hashes and compares its bytes;
+with the long ``_h`` the key row is 8 bytes. At 1M keys
 and 20k commands that made the lookup about 2.5x cheaper
 (bench/bench_upsert_tick.py). The map is still Spark's generic one, not its
 map of longs: an outer join built on its left side keeps null keys, which
@@ -46,12 +47,18 @@ read back from the shard, consolidated, and become a layer). Reading those
 updates needs their times unadvanced, so the reader must hold the shard's
 since at or below ``time - 1``.
 
-Layers merge geometrically, off the tick path: after a push, a background
-thread (Spark FAIR pool ``timeshard-merge``) merges the two newest layers
-whenever the newer holds at least half the bytes of the older (newest wins
-per key; merging into the base drops deleted keys), and swaps the merged
-layer in under a lock. So there are O(log(state / change)) layers, and a row
-is rewritten O(log(state / change)) times over its life.
+Layers merge off the tick path: after a push, a background thread (Spark
+FAIR pool ``timeshard-merge``) merges a run of layers into one (newest wins
+per key; merging into the base drops deleted keys) in one job, and swaps the
+merged layer in under a lock. Which run is the subclass's choice
+(:meth:`Arrangement._next_merge`): by default the two newest, whenever the
+newer holds at least half the bytes of the older, so O(log(state / change))
+layers; :class:`ArrangedState` lets up to :data:`MAX_DELTAS` layers
+accumulate over its base, and folds them all into the base once they hold a
+quarter of its bytes (:data:`BASE_SHARE`), since a tick joins all its layers
+at once (:meth:`ArrangedState.with_layer_rows`). A row is then rewritten
+about once per merge into the base, and a merge job runs about once every
+``base / (BASE_SHARE * change)`` ticks.
 
 Invariants:
 
@@ -81,6 +88,7 @@ one (rehydrate, catch-up, merge) is a Spark job.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -96,6 +104,16 @@ log = logging.getLogger(__name__)
 KEY = "_key"
 HASH = "_h"
 GONE = "_gone"
+#: :class:`ArrangedState` merges every layer into its base once the layers over the base hold
+#: 1 / BASE_SHARE of the base's bytes and at least MIN_MERGE_BYTES, and the layers over the
+#: base into one once there are MAX_DELTAS of them (small ones are not worth a job sooner).
+BASE_SHARE = 4
+MAX_DELTAS = 8
+MIN_MERGE_BYTES = 4 << 20
+#: The index of the layer a row of :meth:`ArrangedState.with_layer_rows` came from (a
+#: one-field struct: ordered as its field).
+LAYER = "_li"
+_LAYER_TYPE = "STRUCT<i: INT>"
 MERGE_POOL = "timeshard-merge"
 
 
@@ -175,10 +193,10 @@ class Arrangement:
     """Cached Spark layers (oldest first) that together hold a collection at ``time - 1``.
 
     The bookkeeping every arrangement shares: the layer list and its frontier,
-    pins (a layer a tick or merge reads is freed only after), and the geometric
-    merges of the two newest layers in a background thread (FAIR pool
-    ``timeshard-merge``). What a layer holds and how two merge is the
-    subclass's (:meth:`_merge`): a key's newest row here
+    pins (a layer a tick or merge reads is freed only after), and merges of a
+    run of layers into one in a background thread (FAIR pool
+    ``timeshard-merge``). What a layer holds, how layers merge and when is
+    the subclass's (:meth:`_merge`, :meth:`_next_merge`): a key's newest row here
     (:class:`ArrangedState`), a multiset of rows in
     :class:`timeshard.compute.arranged_rows.ArrangedRows`.
     """
@@ -295,12 +313,16 @@ class Arrangement:
             self._merger = InheritableThread(target=self._merge_loop, daemon=True)
             self._merger.start()
 
-    def _next_merge(self) -> int | None:
-        """The index of the older of the two newest layers, if they are due to merge."""
+    def _next_merge(self) -> tuple[int, int] | None:
+        """The layers due to merge into one, ``layers[i:j]`` (``j - i >= 2``), or None.
+
+        By default the two newest, whenever the newer holds at least half the
+        bytes of the older (geometric: O(log(state / change)) layers).
+        """
         if len(self.layers) < 2 or any(layer.pending for layer in self.layers[-2:]):
             return None
         if 2 * self.layers[-1].size >= self.layers[-2].size:
-            return len(self.layers) - 2
+            return len(self.layers) - 2, len(self.layers)
         return None
 
     def _merge_loop(self) -> None:
@@ -313,35 +335,36 @@ class Arrangement:
             log.exception("a background merge of arrangement layers failed")
 
     def _merge_once(self) -> bool:
-        """Merge the two newest layers if they are due; swap the result in if still current."""
+        """Merge the layers due to merge; swap the result in if they are still current."""
         with self._lock:
-            i = None if self._paused else self._next_merge()
-            if i is None:
+            due = None if self._paused else self._next_merge()
+            if due is None:
                 return False
-            older, newer = self.layers[i], self.layers[i + 1]
+            i, j = due
+            run = self.layers[i:j]
             generation = self._generation
             self._pins += 1
         try:
-            merged = self._merge(older, newer, into_base=i == 0)
+            merged = self._merge(run, into_base=i == 0)
         finally:
             self._unpin()
-        assert older.upper is not None and newer.upper is not None, (older, newer)
-        merged.lower, merged.upper = older.lower, newer.upper
+        assert all(layer.upper is not None for layer in run), run
+        merged.lower, merged.upper = run[0].lower, run[-1].upper
         if merged.exact_from is None:  # the subclass folded every time
             merged.exact_from = merged.upper
         with self._lock:
-            pair = self.layers[i : i + 2]
-            current = self._generation == generation and pair == [older, newer]
+            current = self._generation == generation and self.layers[i:j] == run
             current = current and self._keeps(merged)
             if current:
-                self.layers = [*self.layers[:i], merged, *self.layers[i + 2 :]]
-                self._retire([older, newer])
+                self.layers = [*self.layers[:i], merged, *self.layers[j:]]
+                self._retire(run)
         if not current:
             merged.release()
         return True
 
-    def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
-        """One layer with the content of ``older`` then ``newer`` (``into_base``: the oldest)."""
+    def _merge(self, layers: list[Layer], *, into_base: bool) -> Layer:
+        """One layer with the content of ``layers``, oldest first (``into_base``: from the
+        oldest of the arrangement on)."""
         raise NotImplementedError
 
     def _keeps(self, merged: Layer) -> bool:
@@ -467,44 +490,70 @@ class ArrangedState(Arrangement):
                 ERR,
             )
 
-    def match(self, left: Any, right: Any, how: str) -> Any:
+    def match(self, left: Any, right: Any, how: str, *, build_right: bool = False) -> Any:
         """``left`` joined with the keys of ``right`` on ``_h`` and ``_key`` (:func:`same_key`).
 
         The right side's key is renamed first, so the two sides may come from
-        one lineage (no ambiguous self-join).
+        one lineage (no ambiguous self-join). ``build_right``: a hash join
+        built on ``right`` (no sort of ``left``, where Spark would pick a
+        sort-merge join between relations it knows no size of).
         """
         from timeshard.spark.sqltext import quoted, select_exprs
 
         probe = right.selectExpr(f"{HASH} AS _rh", f"{KEY} AS _rk")
+        if build_right:
+            probe = probe.hint("shuffle_hash")
         joined = left.join(probe, same_key("_rh", "_rk"), how)
         return select_exprs(joined, [quoted(c) for c in left.columns])
 
-    def with_newest(self, keyed: Any, layers: list[Layer], name: str) -> Any:
-        """``keyed`` (``_h``, ``_key``, partitioned like the layers) with column ``name``:
-        its key's row in the newest of ``layers`` that has it (a struct of the
-        value columns, ``_err`` and ``_gone``), or null if none has it.
+    def with_layer_rows(
+        self, keyed: Any, layers: list[Layer], name: str, *, skip: str | None = None
+    ) -> Any:
+        """``keyed`` (``_h``, ``_key``, partitioned like the layers) with column ``name``, its
+        key's row in a layer (a struct of the value columns, ``_err`` and ``_gone``), and
+        :data:`LAYER`, that layer's index in ``layers`` (the newest is the highest).
 
-        One join per layer on the hash (:func:`same_key`), built on ``keyed``: the layers
-        stream through unshuffled.
+        A keyed row comes once per layer that has its key, or once with both
+        null if none has it (or if its boolean column ``skip`` is true). Its
+        key's row is the one of the highest :data:`LAYER`: the caller keeps
+        that one (in a window it runs anyway, as the upsert's ranking does).
+
+        One join on the hash (:func:`same_key`), built on ``keyed``, with the
+        layers stacked (their union keeps their partitioning): they stream
+        through unshuffled, and a layer more costs a tick its rows only. A
+        join per layer, chained, built each one more hash map of the keyed
+        rows, wider each time: a tick cost about 0.2 s more per layer at 100k
+        commands (bench/bench_upsert_tick.py).
         """
+        from pyspark.sql import functions as F
+
         from timeshard.spark.sqltext import quoted, select_exprs, typed_null
 
         row = [*value_columns(len(self.values)), ERR, GONE]
         columns = [quoted(c) for c in keyed.columns]
         if not layers:
-            return select_exprs(keyed, [*columns, typed_null(name, self.row_type())])
-        joined, found = keyed, []
-        for i, layer in enumerate(layers):
-            # The row's columns are renamed, not packed in a struct here: this side streams
-            # every row of the layer, and only the few that match become a struct below.
-            renamed = [f"{c} AS _l{i}{c}" for c in row]
-            side = select_exprs(layer.df, [f"{HASH} AS _lh{i}", f"{KEY} AS _lk{i}", *renamed])
-            on = same_key(f"_lh{i}", f"_lk{i}")
-            joined = joined.hint("shuffle_hash").join(side, on, "left")
-            fields = ", ".join(f"_l{i}{c} AS {c}" for c in row)
-            found.append(f"CASE WHEN _lh{i} IS NOT NULL THEN struct({fields}) END")
-        newest = f"coalesce({', '.join(reversed(found))}) AS {quoted(name)}"
-        return select_exprs(joined, [*columns, newest])
+            missing = [typed_null(name, self.row_type()), f"CAST(NULL AS {_LAYER_TYPE}) AS {LAYER}"]
+            return select_exprs(keyed, [*columns, *missing])
+        # Renamed, not packed in a struct here: the layers stream every row through the
+        # join, and only the few that match become a struct below. The index is a struct
+        # literal, which reaches the generated code as a reference: every layer's stage
+        # has the same Java source, compiled once (an int literal is spelled out in it).
+        renamed = [f"{c} AS _l{c}" for c in row]
+        sides = [
+            select_exprs(
+                layer.df,
+                [f"{HASH} AS _lh", f"{KEY} AS _lk", *renamed, f"named_struct('i', {i}) AS {LAYER}"],
+            )
+            for i, layer in enumerate(layers)
+        ]
+        stacked = functools.reduce(lambda a, b: a.union(b), sides)
+        on = same_key("_lh", "_lk")
+        if skip is not None:
+            on = on & ~F.col(skip)
+        joined = keyed.hint("shuffle_hash").join(stacked, on, "left")
+        fields = ", ".join(f"_l{c} AS {c}" for c in row)
+        found = f"CASE WHEN _lh IS NOT NULL THEN struct({fields}) END AS {quoted(name)}"
+        return select_exprs(joined, [*columns, found, LAYER])
 
     def row_type(self) -> Any:
         """The Spark type of a key's row in a layer: the value columns, ``_err``, ``_gone``."""
@@ -575,14 +624,55 @@ class ArrangedState(Arrangement):
             net.unpersist()
         self.push(layer, upper)
 
-    def _merge(self, older: Layer, newer: Layer, *, into_base: bool) -> Layer:
+    def _next_merge(self) -> tuple[int, int] | None:
+        """Every layer into the base once those over it hold a :data:`BASE_SHARE` of its
+        bytes (and :data:`MIN_MERGE_BYTES`); else the layers over the base into one once
+        there are :data:`MAX_DELTAS` (into the base too, if they hold that share).
+
+        Not the geometric default: a tick streams every layer's rows through
+        one join (:meth:`with_layer_rows`), so a layer more costs it only its
+        rows, while a merge costs a Spark job sharing the cores with the
+        ticks. At 1M keys and 100k-command ticks, the pairwise merges of the
+        default ran about one job per tick.
+        """
+        layers = self.layers
+        if len(layers) < 2 or any(layer.pending for layer in layers):
+            return None
+        over = sum(layer.size for layer in layers[1:])
+        into_base = over * BASE_SHARE >= layers[0].size
+        if into_base and over >= MIN_MERGE_BYTES:
+            return 0, len(layers)
+        if len(layers) - 1 >= MAX_DELTAS:
+            return (0 if into_base else 1), len(layers)
+        return None
+
+    def _merge(self, layers: list[Layer], *, into_base: bool) -> Layer:
+        """Each key's row in the newest of ``layers`` that has it: per layer, the rows of keys
+        no newer layer has (an anti join with the newer layers stacked), in one job."""
         from pyspark.sql import functions as F
 
-        kept = self.match(older.df, newer.df, "left_anti")
-        merged = kept.unionByName(newer.df)
+        kept = []
+        for i, layer in enumerate(layers[:-1]):
+            newer = functools.reduce(lambda a, b: a.union(b), [x.df for x in layers[i + 1 :]])
+            kept.append(self.match(layer.df, newer, "left_anti", build_right=True))
+        merged = functools.reduce(lambda a, b: a.union(b), [*kept, layers[-1].df])
         if into_base:
             merged = merged.where(~F.col(GONE))
-        return checkpointed(self.partitioned(merged))
+        return checkpointed(self._partitioned_once(merged))
+
+    def _partitioned_once(self, df: Any) -> Any:
+        """``df`` (layer rows) partitioned like the layers: as it is if its plan says it
+        already is (anti joins and unions of layers keep their partitioning), else shuffled."""
+        partitioning = df._jdf.queryExecution().executedPlan().outputPartitioning()
+        if (
+            partitioning.getClass().getSimpleName() == "HashPartitioning"
+            and partitioning.numPartitions() == self.partitions
+            and partitioning.expressions().size() == 1
+        ):
+            by = partitioning.expressions().apply(0)
+            if by.getClass().getSimpleName() == "AttributeReference" and by.name() == HASH:
+                return df
+        return self.partitioned(df)
 
     def _named_values(self) -> list[tuple[str, str]]:
         return list(zip(self.values, value_columns(len(self.values)), strict=True))
@@ -631,6 +721,7 @@ __all__ = [
     "GONE",
     "HASH",
     "KEY",
+    "LAYER",
     "MERGE_POOL",
     "ArrangedState",
     "Arrangement",
