@@ -62,7 +62,6 @@ are Spark jobs, a delta layer is filled by the tick's write.
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -191,7 +190,7 @@ class ArrangedRows(Arrangement):
     def _upto(self, layers: Sequence[Layer], at: int) -> Any:
         """The rows of ``layers`` at times before ``at``, positional (a union of layers, some
         filtered: every part keeps its partitioning)."""
-        from timeshard.spark.sqltext import bigint_where
+        from timeshard.spark.sqltext import bigint_where, union_all
 
         assert layers and all(_splits(x, at) for x in layers), (at, layers)
         picked = [x for x in layers if x.lower < at]
@@ -201,15 +200,17 @@ class ArrangedRows(Arrangement):
             x.df if x.upper is not None and x.upper <= at else x.df.where(bigint_where(TS, "<", at))
             for x in picked
         ]
-        return functools.reduce(lambda a, b: a.union(b), parts)
+        return union_all(parts)
 
     def _merge(self, layers: list[Layer], *, into_base: bool) -> Layer:
+        from timeshard.spark.sqltext import union_all
+
         # Shuffled again, off the tick path, rather than trusting the union's partitioning.
         newest = layers[-1]
         assert newest.upper is not None, newest
         with self._lock:
             fold = min([newest.upper, *self._frontiers.values()])
-        union = functools.reduce(lambda a, b: a.union(b), [x.df for x in layers])
+        union = union_all([x.df for x in layers])
         merged = checkpointed(self._summed(union.repartition(self.partitions, *self._keys()), fold))
         merged.exact_from = max([fold, *(x.exact_from or 0 for x in layers)])
         return merged

@@ -716,6 +716,7 @@ class SparkDelta:
         from pyspark.sql import functions as F
 
         from timeshard.compute.arranged_rows import KEY
+        from timeshard.spark.sqltext import union_all
 
         at = {id(rows): rows.time for rows in arranged}
         inputs = [s.input for s in self.plan.keyed]
@@ -752,7 +753,7 @@ class SparkDelta:
                 k if k.schema[KEY].dataType == key_type else k.select(F.col(KEY).cast(key_type))
                 for k in keys
             ]  # another source's key, as this one's type (the query's join compares them so)
-            touched = functools.reduce(lambda a, b: a.union(b), typed)
+            touched = union_all(typed)
             frames[f"t{i}"] = rows.touched(layers, touched, int(lower))
             if only is not None and i in keyed:
                 frames[f"d{i}"] = rows.named(
@@ -824,7 +825,9 @@ class SparkDelta:
     @staticmethod
     def _summed(results: Sequence[Any]) -> Any | None:
         """The union of terms by position (every term has the same columns, _ts, _diff)."""
-        return functools.reduce(lambda a, b: a.union(b), results) if results else None
+        from timeshard.spark.sqltext import union_all
+
+        return union_all(results) if results else None
 
     # -- grouped -----------------------------------------------------------------------------
 

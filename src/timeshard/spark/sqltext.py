@@ -37,6 +37,7 @@ Runs on the driver; no Spark job.
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 import weakref
@@ -127,6 +128,12 @@ def select_exprs(df: DataFrame, exprs: Sequence[str]) -> DataFrame:
     return DataFrame(df._jdf.selectExpr(strings), df.sparkSession)
 
 
+def union_all(frames: Sequence[DataFrame]) -> DataFrame:
+    """The rows of ``frames`` (at least one), by position: ``UNION ALL``. Spark keeps their
+    partitioning when they all share it (``spark.sql.unionOutputPartitioning``)."""
+    return functools.reduce(lambda a, b: a.union(b), frames)
+
+
 def renamed(df: DataFrame, names: Sequence[str]) -> DataFrame:
     """``df.toDF(*names)`` (renamed by position) in two py4j calls."""
     strings = java_strings(df.sparkSession, names)
@@ -177,6 +184,7 @@ def type_sql(data_type: DataType) -> str:
 
 
 __all__ = [
+    "union_all",
     "bigint_at_least",
     "bigint_where",
     "bigint_within",

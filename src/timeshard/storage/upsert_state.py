@@ -88,7 +88,6 @@ one (rehydrate, catch-up, merge) is a Spark job.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -527,7 +526,7 @@ class ArrangedState(Arrangement):
         """
         from pyspark.sql import functions as F
 
-        from timeshard.spark.sqltext import quoted, select_exprs, typed_null
+        from timeshard.spark.sqltext import quoted, select_exprs, typed_null, union_all
 
         row = [*value_columns(len(self.values)), ERR, GONE]
         columns = [quoted(c) for c in keyed.columns]
@@ -546,7 +545,7 @@ class ArrangedState(Arrangement):
             )
             for i, layer in enumerate(layers)
         ]
-        stacked = functools.reduce(lambda a, b: a.union(b), sides)
+        stacked = union_all(sides)
         on = same_key("_lh", "_lk")
         if skip is not None:
             on = on & ~F.col(skip)
@@ -651,11 +650,13 @@ class ArrangedState(Arrangement):
         no newer layer has (an anti join with the newer layers stacked), in one job."""
         from pyspark.sql import functions as F
 
+        from timeshard.spark.sqltext import union_all
+
         kept = []
         for i, layer in enumerate(layers[:-1]):
-            newer = functools.reduce(lambda a, b: a.union(b), [x.df for x in layers[i + 1 :]])
+            newer = union_all([x.df for x in layers[i + 1 :]])
             kept.append(self.match(layer.df, newer, "left_anti", build_right=True))
-        merged = functools.reduce(lambda a, b: a.union(b), [*kept, layers[-1].df])
+        merged = union_all([*kept, layers[-1].df])
         if into_base:
             merged = merged.where(~F.col(GONE))
         return checkpointed(self._partitioned_once(merged))
