@@ -8,6 +8,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from timeshard.spark.jobs import JobCounter
+from timeshard.storage.upsert_state import MERGE_POOL
 
 pytestmark = pytest.mark.spark
 
@@ -41,3 +42,42 @@ def test_shuffled_records_are_the_rows_the_jobs_moved(spark: SparkSession) -> No
     with JobCounter(spark) as local:
         spark.range(0, 100, 1, 2).where("id > 10").collect()
     assert local.shuffled_records() == 0
+
+
+def test_a_ticks_tasks_take_the_cores_before_background_pools(spark: SparkSession) -> None:
+    """Once a job of the default pool (a tick) has tasks waiting, every core that frees up
+    goes to them, not to the tasks of a background pool (fair-pools.xml).
+
+    The order of task starts is the scheduler's decision, not a race of
+    timings: the assertion holds however slow the machine is.
+    """
+    import time
+
+    def timed(i: int) -> tuple[int, float]:
+        start = time.time()
+        time.sleep(0.4)
+        return i, start
+
+    cores = spark.sparkContext.defaultParallelism
+    background_starts: list[float] = []
+
+    def background() -> None:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", MERGE_POOL)
+        try:
+            rdd = spark.sparkContext.parallelize(range(4 * cores), 4 * cores)
+            background_starts.extend(start for _i, start in rdd.map(timed).collect())
+        finally:
+            spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not spark.sparkContext.statusTracker().getActiveStageIds():
+        assert time.monotonic() < deadline, "the background job never started"
+        time.sleep(0.05)
+    tick = spark.sparkContext.parallelize(range(2 * cores), 2 * cores).map(timed).collect()
+    thread.join()
+    first, last = min(s for _i, s in tick), max(s for _i, s in tick)
+    # Between the tick's first task start and its last, no background task started.
+    assert not [s for s in background_starts if first < s < last]
+    assert len(background_starts) == 4 * cores

@@ -58,6 +58,9 @@ from timeshard.spark.quiet import (
     quiet_python_loggers,
 )
 
+#: The FAIR scheduler's pools: ticks before background merges and checks (the file's comment).
+FAIR_POOLS = Path(__file__).with_name("fair-pools.xml")
+
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.shuffle.partitions": "4",
     "spark.default.parallelism": "4",
@@ -74,8 +77,10 @@ DEFAULT_CONF: dict[str, str] = {
     # jobs and 4.1 s without). Turn it back on with extra_conf for big batches.
     "spark.sql.adaptive.enabled": "false",
     # Background work (the upsert's layer merges) runs in a pool of its own and
-    # shares the cores with the tick's job instead of queueing before it.
+    # shares the cores with the tick's job instead of queueing before it; the
+    # pools' weights (fair-pools.xml) give a free core to a tick's task first.
     "spark.scheduler.mode": "FAIR",
+    "spark.scheduler.allocation.file": FAIR_POOLS.as_uri(),
     # Reading more than 32 part files listed them in a Spark job of its own; the
     # driver already knows every part (from the shard state), so list on the driver.
     "spark.sql.sources.parallelPartitionDiscovery.threshold": "1000000",

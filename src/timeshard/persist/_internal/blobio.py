@@ -66,11 +66,19 @@ def write_part(blob: Blob, key: str, table: pa.Table, config: PersistConfig) -> 
 
 
 def read_part(
-    blob: Blob, part: PartMeta, data_schema: pa.Schema, config: PersistConfig
+    blob: Blob,
+    part: PartMeta,
+    data_schema: pa.Schema,
+    config: PersistConfig,
+    *,
+    use_threads: bool = True,
 ) -> pa.Table:
-    """Fetch and decode one part; PartError if it is missing or corrupt."""
+    """Fetch and decode one part; PartError if it is missing or corrupt.
+
+    ``use_threads=False`` decodes it on the calling thread alone (no pyarrow thread pool).
+    """
     data = retry_external(config, f"reading part {part.key!r}", lambda: blob.get(part.key))
-    return decode_part(part.key, check_part_bytes(part, data), data_schema)
+    return decode_part(part.key, check_part_bytes(part, data), data_schema, use_threads)
 
 
 def read_part_times(blob: Blob, part: PartMeta, config: PersistConfig) -> pa.ChunkedArray:
