@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,7 +27,6 @@ from timeshard.persist import (
     Updates,
     expire_all,
 )
-from timeshard.persist._internal.threads import BACKGROUND_NICENESS
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 
@@ -338,20 +335,3 @@ def test_background_compaction_keeps_up_with_a_fast_writer(client: PersistClient
     assert not w.compactor.errors
     assert len(client.state("s").batches) <= 12
     assert client.open_leased_reader("s").snapshot(399).num_rows == 400
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="no per-thread nice values here")
-def test_the_compactor_runs_below_the_priority_of_the_writer(client: PersistClient) -> None:
-    """Its thread alone is reniced: the process and the thread that appends keep theirs."""
-    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    w = client.open_writer("s", SCHEMA, background_compaction=True)
-    for t in range(40):
-        w.append([((f"k{t}", t), t, 1)], t, t + 1)
-    assert w.compactor.wait_idle(60)
-    assert not w.compactor.errors and w.compactor.merges > 0
-    tid = w.compactor._thread.native_id
-    assert tid is not None
-    assert os.getpriority(os.PRIO_PROCESS, tid) == min(19, own + BACKGROUND_NICENESS)
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own
-    assert os.getpriority(os.PRIO_PROCESS, os.getpid()) == own  # the main thread's
-    w.expire()

@@ -11,11 +11,7 @@ for compaction: appends never look at it.
 Runs on the driver (pyarrow); a background :class:`Compactor` thread runs it
 after appends, and collects garbage every ``gc_interval_versions`` versions of
 the shard's state, so that neither the state document, the blob nor the
-consensus log grows with the number of appends. That thread runs at a lower
-CPU priority (:func:`~timeshard.persist._internal.threads.lower_priority`),
-and a merge decodes its parts on it alone (no pyarrow thread pool, whose
-threads would run at the normal priority): the ticks that share the cores
-with it come first.
+consensus log grows with the number of appends.
 
 Invariants:
 
@@ -47,7 +43,7 @@ from timeshard.persist._internal.blobio import delete_keys, read_part, write_par
 from timeshard.persist._internal.machine import Machine
 from timeshard.persist._internal.parts import advance_since, consolidate
 from timeshard.persist._internal.state import HollowBatch, ShardState
-from timeshard.persist._internal.threads import lower_priority, stop_at_exit
+from timeshard.persist._internal.threads import stop_at_exit
 from timeshard.persist.config import PersistConfig
 from timeshard.persist.gc import collect_garbage
 from timeshard.progress import Description
@@ -81,8 +77,7 @@ def merge(
 ) -> HollowBatch:
     """Read, advance to since, consolidate and write the merged batch (staged)."""
     schema = state.data_schema
-    inputs = [p for b in request.inputs for p in b.parts]
-    tables = [read_part(blob, p, schema, config, use_threads=False) for p in inputs]
+    tables = [read_part(blob, p, schema, config) for b in request.inputs for p in b.parts]
     desc = Description(request.inputs[0].desc.lower, request.inputs[-1].desc.upper, state.since)
     if not tables:
         return HollowBatch(desc)
@@ -191,7 +186,6 @@ class Compactor:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
-        lower_priority()
         while True:
             self._wake.wait()
             self._wake.clear()

@@ -66,19 +66,11 @@ def write_part(blob: Blob, key: str, table: pa.Table, config: PersistConfig) -> 
 
 
 def read_part(
-    blob: Blob,
-    part: PartMeta,
-    data_schema: pa.Schema,
-    config: PersistConfig,
-    *,
-    use_threads: bool = True,
+    blob: Blob, part: PartMeta, data_schema: pa.Schema, config: PersistConfig
 ) -> pa.Table:
-    """Fetch and decode one part; PartError if it is missing or corrupt.
-
-    ``use_threads=False`` decodes it on the calling thread alone (no pyarrow thread pool).
-    """
+    """Fetch and decode one part; PartError if it is missing or corrupt."""
     data = retry_external(config, f"reading part {part.key!r}", lambda: blob.get(part.key))
-    return decode_part(part.key, check_part_bytes(part, data), data_schema, use_threads)
+    return decode_part(part.key, check_part_bytes(part, data), data_schema)
 
 
 def read_part_times(blob: Blob, part: PartMeta, config: PersistConfig) -> pa.ChunkedArray:

@@ -327,12 +327,8 @@ def check_part_bytes(part: PartMeta, data: bytes | None) -> bytes:
     return data
 
 
-def decode_part(
-    key: str, data: bytes | None, data_schema: pa.Schema, use_threads: bool = True
-) -> pa.Table:
+def decode_part(key: str, data: bytes | None, data_schema: pa.Schema) -> pa.Table:
     """Parse a part's bytes; a missing or corrupt part raises PartError.
-
-    ``use_threads``: decode the columns in pyarrow's thread pool (else on this thread).
 
     Page checksums are verified where the part has them, and the decoded
     arrays are fully validated (offsets, UTF-8), so garbage never leaves here.
@@ -341,9 +337,7 @@ def decode_part(
         raise PartError(key, "missing")
     target = updates_schema(data_schema)
     try:
-        table = pq.read_table(
-            pa.BufferReader(data), page_checksum_verification=True, use_threads=use_threads
-        )
+        table = pq.read_table(pa.BufferReader(data), page_checksum_verification=True)
         names = table.schema.names
         if names != target.names:
             raise PartError(key, f"corrupt: columns {names}, expected {target.names}")
