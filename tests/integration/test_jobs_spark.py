@@ -58,13 +58,13 @@ def test_a_ticks_tasks_take_the_cores_before_background_pools(spark: SparkSessio
         time.sleep(0.4)
         return i, start
 
-    cores = spark.sparkContext.defaultParallelism
+    n = spark.sparkContext.defaultParallelism  # more tasks than cores, on local[2]
     background_starts: list[float] = []
 
     def background() -> None:
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", MERGE_POOL)
         try:
-            rdd = spark.sparkContext.parallelize(range(4 * cores), 4 * cores)
+            rdd = spark.sparkContext.parallelize(range(4 * n), 4 * n)
             background_starts.extend(start for _i, start in rdd.map(timed).collect())
         finally:
             spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
@@ -75,9 +75,9 @@ def test_a_ticks_tasks_take_the_cores_before_background_pools(spark: SparkSessio
     while not spark.sparkContext.statusTracker().getActiveStageIds():
         assert time.monotonic() < deadline, "the background job never started"
         time.sleep(0.05)
-    tick = spark.sparkContext.parallelize(range(2 * cores), 2 * cores).map(timed).collect()
+    tick = spark.sparkContext.parallelize(range(2 * n), 2 * n).map(timed).collect()
     thread.join()
     first, last = min(s for _i, s in tick), max(s for _i, s in tick)
     # Between the tick's first task start and its last, no background task started.
     assert not [s for s in background_starts if first < s < last]
-    assert len(background_starts) == 4 * cores
+    assert len(background_starts) == 4 * n

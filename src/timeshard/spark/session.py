@@ -78,7 +78,7 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.adaptive.enabled": "false",
     # Background work (the upsert's layer merges) runs in a pool of its own and
     # shares the cores with the tick's job instead of queueing before it; the
-    # pools' weights (fair-pools.xml) give a free core to a tick's task first.
+    # pools' shares (fair-pools.xml) give a free core to a tick's task first.
     "spark.scheduler.mode": "FAIR",
     "spark.scheduler.allocation.file": FAIR_POOLS.as_uri(),
     # Reading more than 32 part files listed them in a Spark job of its own; the
