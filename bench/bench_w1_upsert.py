@@ -61,7 +61,8 @@ from inputs import Manifest, ParquetBatchSource, default_dir, ensure_inputs
 
 WORKLOAD = "w1"
 PEERS = ("delta", "deltars", "tws", "parquet", "bytewax", "pathway")
-KEYS = ["rows_per_s", "freshness_p50_s", "freshness_p99_s", "step_p50_s", "load_s"]
+KEYS = ["rows_per_s", "freshness_p50_s", "freshness_steady_p50_s", "freshness_p99_s"]
+KEYS += ["step_p50_s", "load_s"]
 KEYS += ["peak_rss_bytes", "disk_bytes"]
 
 
@@ -228,6 +229,17 @@ def goals(
             report.goal(
                 f"freshness p50 at {args.offered_rate:,} commands/s offered",
                 ts.get("freshness_p50_s"),
+                1.5,
+                at_most=True,
+                unit=" s",
+                spec_size=base and args.offered_rate == 20_000,
+            )
+        )
+        out.append(
+            report.goal(
+                f"freshness p50 at {args.offered_rate:,} commands/s offered, "
+                f"batches after the first {report.WARMUP_S:.0f} s",
+                ts.get("freshness_steady_p50_s"),
                 1.5,
                 at_most=True,
                 unit=" s",

@@ -24,6 +24,10 @@ apart as ``load_s``):
 * ``rows_per_s``: input rows / busy seconds (the sum of the durations of the
   distinct steps that processed them) -- what the system sustains;
 * ``freshness_p50_s`` / ``p99``: ``visible - available`` per batch;
+* ``freshness_steady_p50_s``: the p50 of the batches made available
+  :data:`WARMUP_S` or more after the first: the steady state, without the
+  first minute after the load (the JVM's warm-up, the load's compaction), which
+  dominates the p50 of a run of a minute or two (None for a shorter run);
 * ``step_p50_s``: the median step duration (the per-tick latency);
 * ``peak_rss_bytes``, ``disk_bytes``.
 
@@ -56,6 +60,7 @@ RESULTS = ROOT / "bench" / "results"
 METRICS: dict[str, tuple[str, bool, str]] = {
     "rows_per_s": ("rows/s", True, "{:,.0f}"),
     "freshness_p50_s": ("freshness p50 s", False, "{:.2f}"),
+    "freshness_steady_p50_s": ("freshness p50 after 60 s", False, "{:.2f}"),
     "freshness_p99_s": ("freshness p99 s", False, "{:.2f}"),
     "step_p50_s": ("step p50 s", False, "{:.2f}"),
     "load_s": ("load s", False, "{:.1f}"),
@@ -63,6 +68,9 @@ METRICS: dict[str, tuple[str, bool, str]] = {
     "disk_bytes": ("disk MiB", False, "{:,.1f}"),
 }
 _MIB = ("peak_rss_bytes", "disk_bytes")
+#: Batches made available this long after the first are the steady state
+#: (``freshness_steady_p50_s``).
+WARMUP_S = 60.0
 
 
 def new_result(system: str, workload: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -244,6 +252,9 @@ def metrics(result: dict[str, Any]) -> dict[str, float | None]:
         out["rows_per_s"] = sum(b["rows"] for b in timed) / busy
         out["freshness_p50_s"] = statistics.median(fresh)
         out["freshness_p99_s"] = _quantile(fresh, 0.99)
+        warm = min(b["available"] for b in timed) + WARMUP_S
+        steady = [b["visible"] - b["available"] for b in timed if b["available"] >= warm]
+        out["freshness_steady_p50_s"] = statistics.median(steady) if steady else None
         out["step_p50_s"] = statistics.median(list(steps.values()))
     if snapshot:
         out["load_s"] = snapshot[0]["end"] - snapshot[0]["start"]

@@ -219,3 +219,25 @@ def test_deltars_merge_keeps_the_last_value_per_key(seed: int, tmp_path: Path) -
     got = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
     assert {r["key"]: r["value"] for r in got} == expected
     assert peer_deltars.live_keys(table) == len(expected)
+
+
+def test_steady_freshness_leaves_out_the_first_minute() -> None:
+    """``freshness_steady_p50_s`` is the p50 of the batches available 60 s or more after the
+    first; the all-batches p50 keeps them; a run shorter than that has none."""
+    import report
+
+    def result(freshness: list[float], every_s: float) -> dict[str, Any]:
+        batches = [{"index": 0, "rows": 10, "step": 0, "available": 0.0, "start": 0.0}]
+        batches[0] |= {"end": 1.0, "visible": 1.0}
+        for i, f in enumerate(freshness, start=1):
+            t = 100.0 + (i - 1) * every_s
+            step = {"index": i, "rows": 10, "step": i, "available": t, "start": t}
+            batches.append(step | {"end": t + f, "visible": t + f})
+        return {"batches": batches}
+
+    # Available at 100, 130, 160, 190, 220 s: the last three are the steady state.
+    m = report.metrics(result([9.0, 8.0, 1.0, 3.0, 2.0], every_s=30.0))
+    assert m["freshness_steady_p50_s"] == 2.0
+    assert m["freshness_p50_s"] == 3.0
+    short = report.metrics(result([9.0, 8.0, 1.0], every_s=10.0))
+    assert short["freshness_steady_p50_s"] is None and short["freshness_p50_s"] == 8.0
