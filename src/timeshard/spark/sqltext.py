@@ -184,7 +184,6 @@ def type_sql(data_type: DataType) -> str:
 
 
 __all__ = [
-    "union_all",
     "bigint_at_least",
     "bigint_where",
     "bigint_within",
@@ -195,4 +194,5 @@ __all__ = [
     "sql_over",
     "type_sql",
     "typed_null",
+    "union_all",
 ]
