@@ -44,7 +44,7 @@ def test_count_sum_and_avg_keep_state(sql: str) -> None:
     assert {t.name for t in output.find_all(sqlglot.exp.Table)} == {plan.aggregate.state}
     assert plan.terms, "the touched groups' term stays, should the types not fit the state"
     original = sqlglot.parse_one(sql, dialect="spark")
-    assert len(output.expressions) == len(original.expressions) + 2  # and _ts, _diff
+    assert len(output.expressions) == len(original.expressions) + 3  # and _ts, _diff, _err
     assert not list(output.find_all(sqlglot.exp.AggFunc))
 
 
@@ -72,7 +72,9 @@ def test_min_and_max_over_one_input_keep_their_extremes_in_the_state() -> None:
     assert plan.aggregate.extreme_arguments == ["__a0", "__a1"]
     assert plan.aggregate.summed_arguments == ["__a0"]
     output = plan.aggregate.output
-    assert "`__lo0` < 9" in output and "`__hi1` AS `top`" in output, output
+    assert "`__lo0` < 9" in output and "`__hi1` END AS `top`" in output, output
+    # A group of negative row count is an err row of null data, from the same state row.
+    assert "WHEN `__state`.`__n` < 0 THEN `__state`.`__message` END AS `_err`" in output
     # The touched groups' term and the input's key stay: the groups a retraction may move
     # are recomputed by them.
     [source] = plan.keyed

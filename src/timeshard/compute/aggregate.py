@@ -116,6 +116,9 @@ SchemaOf = Callable[[str], Any]
 #: The state table's alias in the rewritten output query.
 _STATE = "__state"
 _ROWS = "__n"
+#: Column of the state rows the output query reads: the err message of a group whose row
+#: count is negative (its input names are user text: a literal, never SQL text).
+_MESSAGE = "__message"
 #: Column of the checkpoint: whether the row is its group's last time in the tick.
 _LAST = "__last"
 #: State column of a plan with extremes: how many of the group's rows have a negative
@@ -273,18 +276,38 @@ def state_queries(select: Any, state: str, *, extremes: bool = False) -> StateQu
     )
     for clause in ("group", "having", "distinct"):
         contributions.set(clause, None)
+    # A group of negative row count is an err row (its data null, its message the state's
+    # __message column): one read of the states gives both. The CASEs keep the SELECT list
+    # and HAVING from such a group's values (a division by them could fail).
+    negative = exp.LT(this=state_column(_ROWS), expression=exp.Literal.number(0))
     present = exp.GT(this=state_column(_ROWS), expression=exp.Literal.number(0))
+    kept = present if condition is None else exp.and_(present, condition)
+    unless_negative = [
+        exp.alias_(
+            exp.Case(
+                ifs=[exp.If(this=negative.copy(), true=exp.Null())],
+                default=o.this if isinstance(o, exp.Alias) else o,
+            ),
+            o.alias_or_name,
+            quoted=True,
+        )
+        for o in outputs
+    ]
+    message = exp.Case(ifs=[exp.If(this=negative.copy(), true=state_column(_MESSAGE))])
     output = exp.select(
-        *outputs,
+        *unless_negative,
         exp.alias_(state_column(TS), TS, quoted=True),
         exp.alias_(state_column(DIFF), DIFF, quoted=True),
+        exp.alias_(message, ERR, quoted=True),
     ).from_(
         exp.Table(
             this=exp.to_identifier(state, quoted=True),
             alias=exp.TableAlias(this=exp.to_identifier(_STATE, quoted=True)),
         )
     )
-    output = output.where(present if condition is None else exp.and_(present, condition))
+    output = output.where(
+        exp.Case(ifs=[exp.If(this=negative.copy(), true=exp.true())], default=kept)
+    )
     return StateQueries(
         contributions,
         output.sql(dialect="spark"),
@@ -376,13 +399,13 @@ def _state_types(plan: AggregatePlan, contributions: Any) -> dict[str, Any]:
 
 
 def _state_schema(plan: AggregatePlan, contributions: Any) -> Any:
-    from pyspark.sql.types import LongType, StructField, StructType
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     keys = [contributions[f"__g{i}"] for i in range(plan.keys)]
     types = _state_types(plan, contributions)
     values = [StructField(v, types[v]) for v in plan.values]
     times = [StructField(v, LongType()) for v in (TS, DIFF)]
-    return StructType([*keys, *values, *times])
+    return StructType([*keys, *values, *times, StructField(_MESSAGE, StringType())])
 
 
 class SparkAggregates:
@@ -665,38 +688,36 @@ class SparkAggregates:
         return Layer(df, 0, blocks=ticked, pending=True)
 
     def _rows(self, ticked: Any) -> Any:
-        """The view's rows of each new state (+1) and of the state before it (-1)."""
+        """The view's rows of each new state (+1) and of the state before it (-1), and an err
+        row for each such state of negative row count.
+
+        One read of ``ticked``: a lazy checkpoint read by several branches of the write
+        is computed by the task of the first to reach each partition, and the write's
+        coalesce gives a task consecutive partitions of one branch (four branches:
+        one task computed the whole checkpoint while the others waited for it).
+        """
         from pyspark.sql import functions as F
 
-        from timeshard.spark.sqltext import quoted, renamed, select_exprs, sql_over, typed_null
+        from timeshard.spark.sqltext import sql_over
         from timeshard.storage.upsert_state import KEY, key_fields
 
         fields = zip(key_fields(self.plan.keys), self.keys, strict=True)
         keys = ", ".join(f"{KEY}.{f} AS {k}" for f, k in fields)
         values = self.plan.values
-        new = f"SELECT {keys}, {', '.join(values)}, {TS}, 1L AS {DIFF}"
-        previous = ", ".join(f"__p{v} AS {v}" for v in values)
-        old = f"SELECT {keys}, {previous}, {TS}, -1L AS {DIFF}"
+        new = ", ".join([*values, TS, "1L"])
+        old = ", ".join([*(f"__p{v}" for v in values), TS, "-1L"])
+        both = f"stack(2, {new}, {old}) AS ({', '.join([*values, TS, DIFF])})"
         states = sql_over(
             {"t": ticked},
-            lambda v: (
-                f"{new} FROM {v['t']} WHERE {_ROWS} != 0 "
-                f"UNION ALL {old} FROM {v['t']} WHERE __p{_ROWS} != 0"
-            ),
+            lambda v: f"SELECT * FROM (SELECT {keys}, {both} FROM {v['t']}) WHERE {_ROWS} != 0",
         )
-        states.createOrReplaceTempView(self.plan.state)
-        ok = self.spark.sql(self.plan.output)
-        names = ok.columns[:-2]
-        ok = select_exprs(ok, [*[quoted(c) for c in ok.columns], f"CAST(NULL AS STRING) AS {ERR}"])
         inputs = ", ".join(repr(i) for i in self.plan.inputs)
         message = F.concat(  # the input names are user text: a literal, never SQL text
             F.lit(f"input {inputs} has a negative multiplicity in the group "),
             F.expr(f"to_json(struct({', '.join(self.keys)}))"),
         )
-        nulls = [typed_null(f.name, f.dataType) for f in ok.schema.fields[: len(names)]]
-        negative = states.where(f"{_ROWS} < 0").withColumn("__message", message)
-        negative = select_exprs(negative, [*nulls, TS, DIFF, f"__message AS {ERR}"])
-        return ok.unionByName(renamed(negative, ok.columns))
+        states.withColumn(_MESSAGE, message).createOrReplaceTempView(self.plan.state)
+        return self.spark.sql(self.plan.output)
 
     def _named_values(self) -> list[str]:
         """The state columns as the arrangement's value columns (SQL text)."""
