@@ -11,6 +11,7 @@ instead:
   travel as one string, split in the JVM into the ``String[]`` of
   ``Dataset.selectExpr``'s varargs overload), and :func:`renamed`, ``toDF``
   likewise (:func:`java_strings` for any other varargs method);
+* :func:`summed`: a GROUP BY with one ``sum``, without a temporary view;
 * :func:`sql_over`: a whole query (GROUP BY, HAVING, joins) over DataFrames,
   registered as temporary views under fresh names for the analysis and
   dropped right after it (the analyzed plan no longer needs them);
@@ -45,6 +46,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, DecimalType, MapType, StructType
 
 from timeshard.errors import InvalidUsage
@@ -52,6 +54,7 @@ from timeshard.errors import InvalidUsage
 #: Separates the expressions of one select_exprs call on their way to the JVM.
 _SEP = "\x00"
 _splitters: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+_empty_columns: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
@@ -128,6 +131,32 @@ def select_exprs(df: DataFrame, exprs: Sequence[str]) -> DataFrame:
     return DataFrame(df._jdf.selectExpr(strings), df.sparkSession)
 
 
+def summed(df: DataFrame, keys: Sequence[str], column: str) -> DataFrame:
+    """``SELECT keys, sum(column) AS column FROM df GROUP BY keys``: the Dataset API in
+    four py4j calls, no temporary view (``keys``, ``column``: names as :func:`quoted` gives
+    them; at least one key)."""
+    strings = java_strings(df.sparkSession, keys[1:])
+    jvm = df.sparkSession._jvm
+    assert jvm is not None, "a classic SparkSession has a py4j gateway"
+    if strings is None:  # one key (or a NUL in a quoted name): the plain API
+        return df.groupBy(*keys).agg(F.expr(f"sum({column}) AS {column}"))
+    total = jvm.org.apache.spark.sql.functions.expr(f"sum({column}) AS {column}")
+    grouped = df._jdf.groupBy(keys[0], strings).agg(total, _no_columns(df.sparkSession))
+    return DataFrame(grouped, df.sparkSession)
+
+
+def _no_columns(spark: SparkSession) -> Any:
+    """An empty JVM ``Column[]`` (the varargs tail of ``agg``), one per py4j gateway."""
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None, "a classic SparkSession has a py4j gateway"
+    with _lock:
+        empty = _empty_columns.get(gateway)
+        if empty is None:
+            column = gateway.jvm.org.apache.spark.sql.Column
+            empty = _empty_columns[gateway] = gateway.new_array(column, 0)
+        return empty
+
+
 def union_all(frames: Sequence[DataFrame]) -> DataFrame:
     """The rows of ``frames`` (at least one), by position: ``UNION ALL``. Spark keeps their
     partitioning when they all share it (``spark.sql.unionOutputPartitioning``)."""
@@ -192,6 +221,7 @@ __all__ = [
     "renamed",
     "select_exprs",
     "sql_over",
+    "summed",
     "type_sql",
     "typed_null",
     "union_all",
