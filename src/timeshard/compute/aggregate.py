@@ -33,7 +33,8 @@ The view's rows come from the rewritten query (``output``): the SELECT list
 and HAVING with each aggregate replaced by a function of the state (``sum(x)``
 by ``CASE WHEN __c > 0 THEN __s END``, ``avg(x)`` by ``__s / __c`` in double)
 and each GROUP BY expression by its key column, over the states with
-``__n > 0``. Identical old and new rows cancel when the sink consolidates.
+``__n > 0``; a state with ``__n < 0`` is an err row of null data, from the
+same query. Identical old and new rows cancel when the sink consolidates.
 
 Exactness. Integral sums in long arithmetic are exact, so a retraction undoes
 its insertion and the state equals a from-scratch sum. Floating-point and

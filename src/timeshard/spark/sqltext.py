@@ -133,8 +133,8 @@ def select_exprs(df: DataFrame, exprs: Sequence[str]) -> DataFrame:
 
 def summed(df: DataFrame, keys: Sequence[str], column: str) -> DataFrame:
     """``SELECT keys, sum(column) AS column FROM df GROUP BY keys``: the Dataset API in
-    four py4j calls, no temporary view (``keys``, ``column``: names as :func:`quoted` gives
-    them; at least one key)."""
+    a few py4j calls, no temporary view (``keys``, ``column``: names as :func:`quoted`
+    gives them; at least one key)."""
     strings = java_strings(df.sparkSession, keys[1:])
     jvm = df.sparkSession._jvm
     assert jvm is not None, "a classic SparkSession has a py4j gateway"
