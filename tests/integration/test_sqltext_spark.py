@@ -21,7 +21,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from timeshard.spark.sqltext import quoted, renamed, select_exprs, sql_over, type_sql
+from timeshard.spark.sqltext import quoted, renamed, select_exprs, sql_over, summed, type_sql
 
 pytestmark = pytest.mark.spark
 
@@ -85,6 +85,27 @@ def test_sql_over_registers_fresh_views_and_drops_them(spark: SparkSession) -> N
     )
     assert [tuple(r) for r in out.collect()] == [(2, "y", 20)]
     assert {t.name for t in spark.catalog.listTables()} == before
+
+
+def test_summed_is_the_group_by_and_takes_no_view(spark: SparkSession, calls: list[int]) -> None:
+    rows = [(1, None, 5), (1, None, -2), (1, "a", 7), (2, "a", 1), (2, "a", -1)]
+    df = spark.createDataFrame(rows, ["a.b", "with space", "back`tick"])
+    keys = [quoted("a.b"), quoted("with space")]
+    before = {t.name for t in spark.catalog.listTables()}
+    summed(df, keys, quoted("back`tick"))  # the empty Column[] is made once per gateway
+    calls[0] = 0
+    out = summed(df, keys, quoted("back`tick"))
+    assert calls[0] <= 10, calls[0]
+    wide = spark.range(1).selectExpr(*[f"id + {i} AS c{i}" for i in range(40)], "1L AS n")
+    calls[0] = 0
+    summed(wide, [f"c{i}" for i in range(40)], "n")  # as many calls whatever the width
+    assert calls[0] <= 10, calls[0]
+    assert out.columns == ["a.b", "with space", "back`tick"]
+    got = sorted((tuple(r) for r in out.collect()), key=repr)
+    assert got == sorted([(1, None, 3), (1, "a", 7), (2, "a", 0)], key=repr)  # a null key too
+    assert {t.name for t in spark.catalog.listTables()} == before
+    one = summed(df, [quoted("a.b")], quoted("back`tick"))  # one key: the plain API
+    assert sorted(tuple(r) for r in one.collect()) == [(1, 10), (2, 0)]
 
 
 def test_type_sql_parses_back_to_the_same_type(spark: SparkSession) -> None:
