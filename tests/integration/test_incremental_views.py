@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -802,12 +802,7 @@ def test_a_negative_multiplicity_is_an_err_row_of_a_grouped_view_over_arranged_i
     client = PersistClient(Location.embedded(tmp_path))
     inputs = Inputs(client)
     sql = "SELECT k, max(v) AS hi FROM a GROUP BY k"
-    view, holds, as_of = held_install(spark, client, sql)
-    inputs.append(1, [("a", "insert", k, v, 0) for k in range(3) for v in range(2)])
-    view.catch_up()
-    for diff in (-1, 1):  # (1, 9) retracted, never inserted; then inserted: 0 again
-        append_exactly(inputs, 1, [(1, 9, diff, 0)])
-        view.catch_up()
+    view, holds, as_of = retracted_then_inserted(spark, client, inputs, sql, [(1, 9)])
     try:
         assert any(isinstance(a, KeyedRows) for a in view.desired.arrangements())
         assert view.stats.failures == 0
@@ -836,12 +831,7 @@ def test_a_group_state_of_negative_row_count_is_an_err_row_of_null_data(
     client = PersistClient(Location.embedded(tmp_path))
     inputs = Inputs(client)
     sql = "SELECT k, count(*) AS n, sum(v) AS s FROM a GROUP BY k HAVING sum(v) > 0"
-    view, holds, _as_of = held_install(spark, client, sql)
-    inputs.append(1, [("a", "insert", k, v, 0) for k in range(3) for v in range(2)])
-    view.catch_up()
-    for diff in (-1, 1):  # (5, 9) retracted, never inserted; then inserted: 0 again
-        append_exactly(inputs, 1, [(5, 9, diff, 0), (1, 3, 1, 0)])
-        view.catch_up()
+    view, holds, _ = retracted_then_inserted(spark, client, inputs, sql, [(5, 9)], [(1, 3)])
     try:
         assert "per-group aggregate state" in view.desired.plan.classification.reason
         assert view.stats.failures == 0 and view.stats.deltas >= 2, view.stats
@@ -872,3 +862,24 @@ def test_a_group_state_of_negative_row_count_is_an_err_row_of_null_data(
 def view_rows_at(reader: Any, t: int) -> list[dict[str, Any]]:
     """The view's rows at ``t``, consolidated, as dicts (``_diff`` their multiplicity)."""
     return [r for r in reader.snapshot(t).to_pylist() if r["_diff"] != 0]
+
+
+def retracted_then_inserted(
+    spark: SparkSession,
+    client: PersistClient,
+    inputs: Inputs,
+    sql: str,
+    rows: list[tuple[int, int]],
+    also: Sequence[tuple[int, int]] = (),
+) -> tuple[MaterializedView, list[Any], int]:
+    """View ``v`` of ``sql`` (:func:`held_install`) over 2 rows for each of keys 0-2, then
+    ``rows`` of ``a`` retracted, never inserted, at one time and inserted at the next (0
+    again), with ``also`` inserted at each of those times; a catch-up after each append."""
+    view, holds, as_of = held_install(spark, client, sql)
+    inputs.append(1, [("a", "insert", k, v, 0) for k in range(3) for v in range(2)])
+    view.catch_up()
+    for diff in (-1, 1):
+        added = [(k, v, 1, 0) for k, v in also]
+        append_exactly(inputs, 1, [*((k, v, diff, 0) for k, v in rows), *added])
+        view.catch_up()
+    return view, holds, as_of

@@ -105,15 +105,22 @@ def bigint_at_least(column: str, value: int) -> str:
     return f"greatest(named_struct('t', {column}), {bound}).t"
 
 
-def _splitter(spark: SparkSession) -> Any:
-    """The JVM's ``Pattern`` splitting on :data:`_SEP`, one per py4j gateway."""
+def _per_gateway(
+    spark: SparkSession, cache: weakref.WeakKeyDictionary[Any, Any], make: Callable[[Any], Any]
+) -> Any:
+    """``make(gateway)`` for the session's py4j gateway, made once and kept in ``cache``."""
     gateway = spark.sparkContext._gateway
     assert gateway is not None, "a classic SparkSession has a py4j gateway"
     with _lock:
-        pattern = _splitters.get(gateway)
-        if pattern is None:
-            pattern = _splitters[gateway] = gateway.jvm.java.util.regex.Pattern.compile(_SEP)
-        return pattern
+        made = cache.get(gateway)
+        if made is None:
+            made = cache[gateway] = make(gateway)
+        return made
+
+
+def _splitter(spark: SparkSession) -> Any:
+    """The JVM's ``Pattern`` splitting on :data:`_SEP`, one per py4j gateway."""
+    return _per_gateway(spark, _splitters, lambda g: g.jvm.java.util.regex.Pattern.compile(_SEP))
 
 
 def java_strings(spark: SparkSession, items: Sequence[str]) -> Any | None:
@@ -147,14 +154,9 @@ def summed(df: DataFrame, keys: Sequence[str], column: str) -> DataFrame:
 
 def _no_columns(spark: SparkSession) -> Any:
     """An empty JVM ``Column[]`` (the varargs tail of ``agg``), one per py4j gateway."""
-    gateway = spark.sparkContext._gateway
-    assert gateway is not None, "a classic SparkSession has a py4j gateway"
-    with _lock:
-        empty = _empty_columns.get(gateway)
-        if empty is None:
-            column = gateway.jvm.org.apache.spark.sql.Column
-            empty = _empty_columns[gateway] = gateway.new_array(column, 0)
-        return empty
+    return _per_gateway(
+        spark, _empty_columns, lambda g: g.new_array(g.jvm.org.apache.spark.sql.Column, 0)
+    )
 
 
 def union_all(frames: Sequence[DataFrame]) -> DataFrame:
