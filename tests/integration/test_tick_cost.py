@@ -228,3 +228,67 @@ def _evaluated(
         expanded = [row for row, n in rows.items() for _ in range(n)]
         spark.createDataFrame(expanded, "k BIGINT, v BIGINT").createOrReplaceTempView(input_)
     return Counter(tuple(r) for r in spark.sql(sql).collect())
+
+
+def test_a_group_by_state_tick_reads_its_checkpoint_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A GROUP BY kept by state: its write reads the tick's lazy checkpoint in one branch
+    (new rows, old rows and negative groups' err rows from one scan). Read by several, the
+    first task to reach a partition computed it and the write's coalesce gave one task
+    every partition of a branch, so one task computed the whole checkpoint."""
+    client = PersistClient(Location.embedded(tmp_path))
+    writer = client.open_writer("in_a", DATA)
+    upper = 0
+
+    def append(rows: list[tuple[int, int, int]]) -> None:
+        nonlocal upper
+        table = pa.Table.from_pylist(
+            [{"k": k, "v": v, "_ts": upper, "_diff": d, "_err": None} for k, v, d in rows],
+            schema=UPDATES,
+        )
+        writer.append(table, upper, upper + 1)
+        upper += 1
+
+    append([(k, k, 1) for k in range(40)])
+    sql = "SELECT k % 5 AS g, count(*) AS n, sum(v) AS s FROM a GROUP BY k % 5"
+    view = MaterializedView.install(
+        spark,
+        client,
+        ViewDefinition("v", {"a": "in_a"}, sql),
+        background_io=False,
+        check_every_s=None,
+    )
+    try:
+        assert "per-group aggregate state" in view.desired.plan.classification.reason
+        view.catch_up()
+        view.catch_up()
+        for rows in ([(1, 1, -1), (41, 2, 1)], [(2, 2, -1), (3, 9, 1)]):
+            append(rows)
+            with JobCounter(spark) as jobs:
+                view.catch_up()
+            assert jobs.count == 1, jobs.count
+            plan = _last_write_plan(spark)
+            assert plan.count("ExistingRDD") == 1, plan
+        live = Counter({(k, k): 1 for k in range(40)})
+        live.update({(41, 2): 1, (3, 9): 1})
+        live.subtract({(1, 1): 1, (2, 2): 1})
+        want: Counter[tuple[Any, ...]] = Counter()
+        for g in range(5):
+            members = [v for (k, v), n in live.items() if n and k % 5 == g]
+            want[(g, len(members), sum(members))] += 1
+        assert _view_at(spark, client, upper - 1) == want
+    finally:
+        view.close()
+
+
+def _last_write_plan(spark: SparkSession) -> str:
+    """The physical plan of the newest SQL execution that wrote a part (``MapInArrow``), from
+    Spark's status store once its listener has seen it."""
+    context = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
+    context.listenerBus().waitUntilEmpty()
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    plans = [str(executions.apply(i).physicalPlanDescription()) for i in range(executions.size())]
+    writes = [p for p in plans if "MapInArrow" in p]
+    assert writes, "no execution wrote a part"
+    return writes[-1]
