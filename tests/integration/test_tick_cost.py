@@ -269,7 +269,7 @@ def test_a_group_by_state_tick_reads_its_checkpoint_once(
                 view.catch_up()
             assert jobs.count == 1, jobs.count
             plan = _last_write_plan(spark)
-            assert plan.count("ExistingRDD") == 1, plan
+            assert plan.count("Scan ExistingRDD") == 1, plan  # the checkpoint
         live = Counter({(k, k): 1 for k in range(40)})
         live.update({(41, 2): 1, (3, 9): 1})
         live.subtract({(1, 1): 1, (2, 2): 1})

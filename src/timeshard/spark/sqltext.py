@@ -143,10 +143,10 @@ def summed(df: DataFrame, keys: Sequence[str], column: str) -> DataFrame:
     a few py4j calls, no temporary view (``keys``, ``column``: names as :func:`quoted`
     gives them; at least one key)."""
     strings = java_strings(df.sparkSession, keys[1:])
-    jvm = df.sparkSession._jvm
-    assert jvm is not None, "a classic SparkSession has a py4j gateway"
     if strings is None:  # one key (or a NUL in a quoted name): the plain API
         return df.groupBy(*keys).agg(F.expr(f"sum({column}) AS {column}"))
+    jvm = df.sparkSession._jvm
+    assert jvm is not None, "a classic SparkSession has a py4j gateway"
     total = jvm.org.apache.spark.sql.functions.expr(f"sum({column}) AS {column}")
     grouped = df._jdf.groupBy(keys[0], strings).agg(total, _no_columns(df.sparkSession))
     return DataFrame(grouped, df.sparkSession)
