@@ -121,6 +121,21 @@ def test_seaweedfs_restarts_with_its_data_and_keys(tmp_path: Path) -> None:
         assert server.env() == env  # the same keys after a restart
         with fs.open_input_stream("kept-bucket/kept/x") as f:
             assert f.read() == b"durable"
+        # stop() kills a server still stopping after STOP_GRACE_S: what it acknowledged stays
+        with fs.open_output_stream("kept-bucket/kept/y") as out:
+            out.write(b"also durable")
+        logged = server.log_path.stat().st_size
+        server.stop()
+        assert not server.running
+        with server.log_path.open("rb") as log:
+            log.seek(logged)
+            stopping = log.read()
+        # it was stopped (killed) before the filer's 15 s wait ran out, which logs this
+        assert b"graceful stop timed out" not in stopping, stopping[-2000:]
+        server.start()
+        for key, data in (("x", b"durable"), ("y", b"also durable")):
+            with fs.open_input_stream(f"kept-bucket/kept/{key}") as f:
+                assert f.read() == data
     finally:
         server.stop()
 

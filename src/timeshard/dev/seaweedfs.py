@@ -30,6 +30,8 @@ from timeshard.dev.daemon import Daemon, DevServer, free_port
 from timeshard.errors import InvalidUsage
 
 START_TIMEOUT_S = 60.0
+#: How long ``stop`` lets the server stop on its own before it kills it (see ``stop``).
+STOP_GRACE_S = 3.0
 #: How many times ``start`` tries, each on new internal ports, while one it chose was taken.
 PORT_ATTEMPTS = 3
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
@@ -108,6 +110,20 @@ class SeaweedS3(DevServer):
                         self._ports[flag] = free_port()
         raise AssertionError("unreachable")
 
+    def stop(self, timeout_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM the server; SIGKILL it if it has not stopped after ``timeout_s``.
+
+        SeaweedFS 4.48's filer waits 15 s, then gives up, for its gRPC streams
+        to end before it stops, and the S3 gateway in the same process holds
+        one open (its subscription to the filer's metadata) until then: every
+        stop took 15 s. Nothing waits on that stream: what the gateway
+        acknowledged is in the data directory's files already (the volume
+        server's and the filer store's), which a killed process leaves
+        behind as a stopped one does (the restart test kills it, then reads
+        its objects back).
+        """
+        super().stop(timeout_s)
+
     def _lost_a_port(self, since: int) -> bool:
         """Whether the server's log from byte ``since`` says a port it chose was taken."""
         with self.log_path.open("rb") as log:
@@ -141,6 +157,9 @@ class SeaweedS3(DevServer):
                 "-master.volumeSizeLimitMB=64",
                 "-volume.max=50",
                 "-master.telemetry=false",
+                # One master: a restart waited the 10 s default before it elected itself
+                # leader, and the volume server, turned away meanwhile, 5 s more.
+                "-master.electionTimeout=1s",
                 # One volume server: no master needs 10 s of notice to route writes
                 # elsewhere before it stops (a stop took 25 s; the filer's 15 s remain).
                 "-volume.preStopSeconds=0",
