@@ -161,7 +161,7 @@ class SeaweedS3(DevServer):
                 # leader, and the volume server, turned away meanwhile, 5 s more.
                 "-master.electionTimeout=1s",
                 # One volume server: no master needs 10 s of notice to route writes
-                # elsewhere before it stops (a stop took 25 s; the filer's 15 s remain).
+                # elsewhere before it stops (a stop took 25 s; see `stop` for the rest).
                 "-volume.preStopSeconds=0",
                 *ports,
             ]
