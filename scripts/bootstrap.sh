@@ -4,38 +4,59 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${TIMESHARD_VENV:-$ROOT/.venv}"
 
+# Debian's packages the run needs and lacks, installed with one `apt-get update` and one
+# install, while pip installs the Python side (a fresh CI machine waits for both).
+packages=()
+reasons=()
 if ! command -v java >/dev/null 2>&1; then
-    echo "bootstrap: installing a Java runtime for Spark" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless
+    packages+=(openjdk-17-jre-headless) reasons+=("a Java runtime for Spark")
 fi
 if [ "${TIMESHARD_NEED_POSTGRES:-0}" = "1" ] && ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
-    echo "bootstrap: installing PostgreSQL from Debian's packages" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql
+    packages+=(postgresql) reasons+=("PostgreSQL")
 fi
 if [ "${TIMESHARD_NEED_MARIADB:-0}" = "1" ] && ! command -v mariadbd >/dev/null 2>&1 \
     && ! command -v mysqld >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
-    echo "bootstrap: installing MariaDB from Debian's packages (the MYSQL source's tests)" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mariadb-server
+    packages+=(mariadb-server) reasons+=("MariaDB (the MYSQL source's tests)")
 fi
 if [ "${TIMESHARD_NEED_MAVEN:-0}" = "1" ] && ! command -v mvn >/dev/null 2>&1; then
-    echo "bootstrap: installing Maven from Debian's packages (it fetches the Kafka broker's jars)" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven
+    packages+=(maven) reasons+=("Maven (it fetches the Kafka broker's jars)")
 fi
 if [ "${TIMESHARD_NEED_CHROMIUM:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1 \
     && ! command -v chromium-browser >/dev/null 2>&1 \
     && ! command -v chromium-headless-shell >/dev/null 2>&1; then
-    echo "bootstrap: installing Chromium from Debian's packages (the dashboard's browser test)" >&2
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+    packages+=(chromium) reasons+=("Chromium (the dashboard's browser test)")
 fi
-if [ ! -x "$VENV/bin/python" ]; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q --upgrade pip
+apt_pid=""
+if [ "${#packages[@]}" -gt 0 ]; then
+    for reason in "${reasons[@]}"; do
+        echo "bootstrap: installing $reason from Debian's packages" >&2
+    done
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}") &
+    apt_pid=$!
 fi
-STAMP="$VENV/.timeshard-installed"
-if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
-    "$VENV/bin/pip" install -q -e "$ROOT[dev]"
-    touch "$STAMP"
+apt_done() {  # waits for the packages (never leaves apt-get running behind a failure)
+    if [ -n "$apt_pid" ] && ! wait "$apt_pid"; then
+        echo "bootstrap: apt-get could not install: ${packages[*]}" >&2
+        return 1
+    fi
+    apt_pid=""
+}
+python_done() {
+    if [ ! -x "$VENV/bin/python" ]; then
+        python3 -m venv "$VENV" && "$VENV/bin/pip" install -q --upgrade pip || return 1
+    fi
+    local stamp="$VENV/.timeshard-installed"
+    if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
+        "$VENV/bin/pip" install -q -e "$ROOT[dev]" && touch "$stamp" || return 1
+    fi
+}
+if ! python_done; then
+    apt_done || true
+    echo "bootstrap: pip could not install timeshard into $VENV" >&2
+    exit 1
 fi
+apt_done
+unset -f apt_done python_done
 
 export PATH="$VENV/bin:$PATH"
 export SPARK_LOCAL_IP=127.0.0.1
