@@ -363,7 +363,8 @@ def test_a_subquery_failing_on_its_input_is_the_views_error_at_those_times(
     """``12 / (w - n)`` fails while ``b`` holds ``w = n``: Spark raises it while it plans the
     delta (a broadcast of the subquery's values, wrapped in an "awaitResult" error with no
     SQLSTATE of its own), which must count as the data's error, not as a fault retried for
-    ever; the view is the query's err at those times and the rows again after."""
+    ever; the view is the query's err at those times and the rows again after. The same
+    holds for a view on the full path, whose snapshot at each time fails the same way."""
     sql = "SELECT k, v FROM a WHERE v > (SELECT max(12 / (w - {n})) FROM b) - 3"
     ticks = [
         (1, [("a", "insert", 1, 4, 0), ("a", "insert", 2, 1, 0), ("b", "insert", 0, 3, 0)], ["r0"]),
@@ -374,6 +375,10 @@ def test_a_subquery_failing_on_its_input_is_the_views_error_at_those_times(
     for n in (0, 1, 3):  # never fails; fails while (1, 1) is in b; fails from the start
         history = {"sql": sql.format(n=n), "path": "grouped", "ticks": ticks}
         check_history(spark, tmp_path_factory, history)
+    # The same failure on the full path (ORDER BY keeps it there), evaluated time by time:
+    # the ticks until (1, 1) has left b again.
+    history = {"sql": sql.format(n=1) + " ORDER BY k", "path": "full", "ticks": ticks[:3]}
+    check_history(spark, tmp_path_factory, history)
 
 
 def test_a_float_key_is_not_arranged_and_the_view_stays_the_query(
