@@ -324,11 +324,13 @@ class SparkDelta:
         return select_exprs(updates.where(f"{ERR} IS NULL"), [*names, TS, DIFF])
 
     def _err_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:
-        """The input's err updates as the view's err updates (data columns null)."""
+        """The input's err updates as the view's err updates (data columns null), in the
+        columns :meth:`_consolidated` sums: no column of failed rows, which is null here."""
         from timeshard.spark.sqltext import select_exprs
 
         updates = self._updates(alias, lower, upper).where(f"{ERR} IS NOT NULL")
-        return select_exprs(updates, [*self._null_data(), TS, DIFF, ERR])
+        nulls = self._null_data()[: -1 if self._failed() else None]
+        return select_exprs(updates, [*nulls, TS, DIFF, ERR])
 
     def _null_data(self) -> list[str]:
         """The view's data columns, each a typed null (SQL text)."""
@@ -337,6 +339,11 @@ class SparkDelta:
 
         target = arrow_to_spark_schema(self.data_schema)
         return [typed_null(f.name, f.dataType) for f in target.fields]
+
+    def _failed(self) -> bool:
+        """Whether the view's last data column holds the message of a row the query failed
+        on (:data:`~timeshard.compute.row_errors.ERRORS`): such a row is an err row."""
+        return bool(self.data_schema.names[-1:] == [ERRORS])
 
     def _old(self, alias: str, lower: Timestamp) -> Any:
         """The input's ok rows at ``lower - 1``, weighted, each with its own ``_ts`` (below
@@ -1083,7 +1090,9 @@ class SparkDelta:
     # -- output ------------------------------------------------------------------------------
 
     def _consolidated(self, ok: Any | None, errs: list[Any], tasks: int | None = None) -> Any:
-        """The ok and err updates unioned, cast to the view's types, summed per row and time.
+        """The ok updates cast to the view's types and unioned with the err updates (from
+        :meth:`_err_updates`, already in those columns), summed per row and time (data
+        columns, ``_ts``, ``_err``, ``_diff``: their users take them by name).
 
         ``tasks``: the union is coalesced into at most that many partitions before it is
         summed (no shuffle). At 1 the sum needs no shuffle either: the whole delta is one
@@ -1101,7 +1110,7 @@ class SparkDelta:
         names = [quoted(f.name) for f in target.fields]
         # A row the query failed on (the rewritten query's last column, row_errors.ERRORS,
         # set) is an err row of that row: its data null, its message the err.
-        failed = quoted(ERRORS) if self.data_schema.names[-1:] == [ERRORS] else None
+        failed = quoted(ERRORS) if self._failed() else None
         data = list(zip(names, target.fields, strict=True))[: -1 if failed else None]
         casts = [f"CAST({n} AS {type_sql(f.dataType)})" for n, f in data]
         typed = [
@@ -1113,13 +1122,11 @@ class SparkDelta:
             f"CAST({DIFF} AS BIGINT) AS {DIFF}",
             ERR if failed is None else f"coalesce({ERR}, {failed}) AS {ERR}",
         ]
-        frames = ([] if ok is None else [ok]) + errs
-        rows = union_all([select_exprs(f, typed) for f in frames])
+        rows = union_all(([] if ok is None else [select_exprs(ok, typed)]) + errs)
         if tasks is not None:
             rows = rows.coalesce(tasks)
         keys = [*(n for n, _f in data), TS, ERR]
-        out = [*(n for n, _f in data), TS, DIFF, ERR]
-        return select_exprs(summed(rows, keys, DIFF).where(f"{DIFF} != 0"), out)
+        return summed(rows, keys, DIFF).where(f"{DIFF} != 0")
 
 
 def _at_times(rows: str, names: Sequence[str], evaluated: Sequence[int]) -> str:
