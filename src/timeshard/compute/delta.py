@@ -1009,12 +1009,17 @@ class SparkDelta:
         assert parameters is not None
         sources = self.plan.keyed
 
+        cores = max(int(self.spark.sparkContext.defaultParallelism), 1)
+
         def rows(alias: str) -> Any:
-            """The input's ok rows at lower - 1 and its ok updates in the interval."""
+            """The input's ok rows at lower - 1 and its ok updates in the interval, in a
+            task per core (no shuffle): every row is read, from many small partitions
+            (the partitions of each of an arrangement's layers, or the parts)."""
             for i, s in enumerate(sources):
                 if s.input == alias:
-                    return olds[i].union(frames[f"d{i}"])
-            return self._old(alias, lower).union(self._ok_updates(alias, lower, upper))
+                    return olds[i].union(frames[f"d{i}"]).coalesce(cores)
+            old = self._old(alias, lower)
+            return old.union(self._ok_updates(alias, lower, upper)).coalesce(cores)
 
         for name, alias in parameters.rows.items():
             # Counted on the columns the subquery reads alone: the same multiset of them.
@@ -1036,6 +1041,9 @@ class SparkDelta:
         following = ", ".join(f"{b}L, {a}L" for b, a in itertools.pairwise(evaluated))
         if not following:  # one evaluation: no value moved
             return out
+        # One partition: every row of the input meets the pairs in a cartesian product,
+        # whose tasks are the partitions of one side times the other's (each of the
+        # input's partitions was read once per partition of the pairs).
         pairs = sql_over(
             {"pv": values},
             lambda v: (
@@ -1044,7 +1052,7 @@ class SparkDelta:
                 + f" FROM {v['pv']} b JOIN {v['pv']} a "
                 f"ON a.{AT} = try_element_at(map({following}), b.{AT})"
             ),
-        )
+        ).coalesce(1)
         for i, condition in parameters.moved:
             source = sources[i]
             alias = quoted(source.alias)
