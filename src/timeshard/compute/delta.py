@@ -161,9 +161,13 @@ class SparkDelta:
             # layer's, for every branch that reads it: 20 for a GROUP BY at 4 partitions)
             # costs more to schedule than its few rows to sum. A task per core; the sum
             # shuffles.
-            cores = max(int(self.spark.sparkContext.defaultParallelism), 1)
-            return self._consolidated(ok, errs, tasks=cores).coalesce(1)
+            return self._consolidated(ok, errs, tasks=self._cores).coalesce(1)
         return self._consolidated(ok, errs, tasks=1)
+
+    @property
+    def _cores(self) -> int:
+        """The application's cores (Spark's default parallelism): a task for each."""
+        return max(int(self.spark.sparkContext.defaultParallelism), 1)
 
     def prepare(self, lower: Timestamp) -> None:
         """The next delta starts at ``lower``: build the arrangements it reads now."""
@@ -1009,7 +1013,7 @@ class SparkDelta:
         assert parameters is not None
         sources = self.plan.keyed
 
-        cores = max(int(self.spark.sparkContext.defaultParallelism), 1)
+        cores = self._cores
 
         def rows(alias: str) -> Any:
             """The input's ok rows at lower - 1 and its ok updates in the interval, in a
