@@ -1143,14 +1143,31 @@ class SparkDelta:
 
 def _at_times(rows: str, names: Sequence[str], evaluated: Sequence[int]) -> str:
     """SQL: the rows of ``rows`` (SQL with ``names``, ``_ts``, ``_diff``) per distinct
-    ``names`` and evaluation time ``__t`` of ``evaluated``, with their multiplicity there
-    (every row at or before ``__t``); ``names`` (quoted) may be empty."""
+    ``names`` and evaluation time ``__t`` of ``evaluated``, with their nonzero multiplicity
+    there (every row at or before ``__t``); ``names`` (quoted) may be empty.
+
+    Each row is aggregated once, whatever the number of times, into one sum per
+    time. (A row repeated at every time made the aggregation the times' multiple of
+    the rows.) The times reach Spark's generated code as references, never as
+    literals (:func:`~timeshard.spark.sqltext.bigint_where`, an array constant), so a
+    tick of the same shape compiles no code anew.
+    """
+    from timeshard.spark.sqltext import bigint_where
+
+    sums = ", ".join(
+        f"sum(IF({bigint_where(TS, '<=', t)}, {DIFF}, 0L)) AS __at{i}"
+        for i, t in enumerate(evaluated)
+    )
+    kept = "".join(f"{n}, " for n in names)
+    grouped = f"SELECT {kept}{sums} FROM ({rows})"
+    if names:
+        grouped += f" GROUP BY {', '.join(names)}"
+    every = ", ".join(f"__at{i}" for i in range(len(evaluated)))
+    timed = f"SELECT {kept}posexplode(array({every})) AS (__i, __d) FROM ({grouped})"
     at = f"array({', '.join(f'{t}L' for t in evaluated)})"
-    timed = f"SELECT *, explode({at}) AS {AT} FROM ({rows})"
-    grouped = ", ".join([*names, AT])
     return (
-        f"SELECT {grouped}, sum({DIFF}) AS {DIFF} FROM ({timed}) "
-        f"WHERE {TS} <= {AT} GROUP BY {grouped}"
+        f"SELECT {kept}element_at({at}, __i + 1) AS {AT}, __d AS {DIFF} FROM ({timed}) "
+        "WHERE __d != 0"
     )
 
 
