@@ -34,3 +34,16 @@ def test_a_complete_cache_is_used_without_maven(
     (tmp_path / "kafka" / "9.9.8").mkdir()
     with pytest.raises(KafkaUnavailable, match="Maven"):
         kafka_jars("9.9.8", cache=tmp_path)
+
+
+def test_a_cluster_id_never_reads_as_an_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An id starting with ``-`` made ``kafka-storage format -t ID`` fail (one start in 64)."""
+    import uuid
+
+    dash = uuid.UUID(bytes=b"\xfb" + bytes(15))  # base64url "-w..."
+    plain = uuid.UUID(bytes=bytes(16))
+    draws = iter([dash, dash, plain])
+    monkeypatch.setattr(kafka.uuid, "uuid4", lambda: next(draws))
+    cluster_id = kafka._cluster_id()
+    assert cluster_id == "A" * 22
+    assert next(draws, None) is None  # both dashed ids were drawn and refused

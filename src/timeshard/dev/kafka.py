@@ -170,8 +170,7 @@ class KafkaBroker(DevServer):
                     classpath,
                     "kafka.tools.StorageTool",
                     "format",
-                    "-t",
-                    _cluster_id(),
+                    f"--cluster-id={_cluster_id()}",
                     "-c",
                     str(config),
                     "--standalone",
@@ -243,10 +242,18 @@ def _java() -> str:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters)."""
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 characters).
+
+    Never one that starts with ``-``: the storage tool's argument parser reads
+    such an id as an option (one start in 64 failed so), and Kafka's own
+    ``Uuid.randomUuid`` draws again for the same reason.
+    """
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _quiet() -> Any:
