@@ -34,8 +34,14 @@ def test_a_python_task_has_no_zip_archive_to_reread(spark: SparkSession) -> None
 
 
 def test_the_session_s_package_jars_are_not_on_the_python_path(spark: SparkSession) -> None:
-    """The Kafka and Avro packages' jars (spark-submit lists them as Python files) hold no
-    Python: they are on the JVM's class path only."""
-    packages = spark.sparkContext.getConf().get("spark.submit.pyFiles", "")
-    assert ".jar" in packages  # the tier's session loads Maven packages
+    """The Kafka and Avro packages' jars hold no Python: they are on the JVM's class path
+    only, whether spark-submit resolved them (and listed them as Python files too) or the
+    session loaded them as the jars an earlier resolution left (:mod:`timeshard.spark.jars`)."""
+    conf = spark.sparkContext.getConf()
+    assert "kafka-clients" in conf.get("spark.jars", "")  # the tier's session loads packages
     assert not [f for f in spark.sparkContext._python_includes if f.endswith(".jar")]
+    assert "kafka-clients" not in ",".join(spark.sparkContext._python_includes)
+    assert spark.sparkContext._jvm is not None
+    jvm = spark.sparkContext._jvm
+    loader = jvm.Thread.currentThread().getContextClassLoader()
+    jvm.java.lang.Class.forName("org.apache.kafka.clients.consumer.KafkaConsumer", True, loader)

@@ -75,10 +75,10 @@ def test_only_jars_without_python_leave_the_python_includes(
     assert context._python_includes == ["graphframes.jar", "deps.zip", "broken.jar"]
 
 
-def test_whether_a_jar_holds_python_is_told_from_its_directory(tmp_path: Path) -> None:
+def test_whether_a_jarholds_python_is_told_from_its_directory(tmp_path: Path) -> None:
     """The central directory's bytes decide a jar without ``.py`` in it (no zipfile read); one
     that mentions ``.py`` anywhere is read in full, and its entries' names decide."""
-    from timeshard.spark.session import _holds_python, _names_mention_py
+    from timeshard.spark.session import _names_mention_py, holds_python
 
     cases = {
         "plain.jar": (["org/A.class", "META-INF/MANIFEST.MF"], b"", False, False),
@@ -93,8 +93,8 @@ def test_whether_a_jar_holds_python_is_told_from_its_directory(tmp_path: Path) -
                 archive.writestr(member, b"x" * 100)
             archive.comment = comment
         assert _names_mention_py(str(tmp_path / name)) is mentions, name
-        assert _holds_python(str(tmp_path / name)) is holds, name
+        assert holds_python(str(tmp_path / name)) is holds, name
     # No end record: not known, so PySpark's choice (keep it) stands.
     (tmp_path / "cut.jar").write_bytes((tmp_path / "plain.jar").read_bytes()[:-30])
     assert _names_mention_py(str(tmp_path / "cut.jar")) is True
-    assert _holds_python(str(tmp_path / "cut.jar")) is True
+    assert holds_python(str(tmp_path / "cut.jar")) is True

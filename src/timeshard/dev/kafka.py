@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from timeshard.cache import cache_dir
 from timeshard.dev.daemon import Daemon, DevServer, free_port
 
 KAFKA_VERSION = "4.1.1"
@@ -57,10 +58,6 @@ _POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 
 class KafkaUnavailable(Exception):
     """The broker cannot be fetched or started; the message says why, on one line or two."""
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("TIMESHARD_CACHE") or Path.home() / ".cache" / "timeshard")
 
 
 def kafka_jars(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path:

@@ -77,8 +77,9 @@ def session_packages(client: PersistClient, names: str | None) -> list[str]:
 
 def lacking(spark: Any, source: CreateSource) -> list[str]:
     """The short names of the packages ``source`` needs that ``spark``'s context did not load."""
-    conf = spark.sparkContext.getConf().get("spark.jars.packages", "") or ""
-    loaded = {p.strip() for p in conf.split(",")}
+    from timeshard.spark.jars import loaded_packages
+
+    loaded = loaded_packages(spark.sparkContext)
     return [n for n in needed(source) if PACKAGES[n]() not in loaded]
 
 

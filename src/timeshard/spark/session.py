@@ -52,6 +52,7 @@ from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from timeshard.errors import InvalidUsage
+from timeshard.spark.jars import loaded_packages, package_conf, remember
 from timeshard.spark.quiet import (
     launch_quiet_gateway,
     log_level,
@@ -124,7 +125,8 @@ def spark_session(
     """Get or create the process's SparkSession with timeshard's settings.
 
     ``extra_conf`` overrides :data:`DEFAULT_CONF`; ``packages`` (Maven
-    coordinates) becomes ``spark.jars.packages``. ``blob_uri`` is the
+    coordinates) become ``spark.jars.packages`` the first time, and the jars
+    that resolution left after (:mod:`timeshard.spark.jars`). ``blob_uri`` is the
     location's blob: an ``s3a://``/``s3://`` one adds :func:`s3a_settings`
     (hadoop-aws and the endpoint of the AWS environment). A process holds one
     SparkContext: if a session is already running, it is returned with its
@@ -134,9 +136,7 @@ def spark_session(
     """
     running = SparkSession.getActiveSession()
     if running is not None and packages:
-        loaded = set(
-            filter(None, running.sparkContext.getConf().get("spark.jars.packages", "").split(","))
-        )
+        loaded = loaded_packages(running.sparkContext)
         missing = [p for p in packages if p not in loaded]
         if missing:
             raise InvalidUsage(
@@ -157,14 +157,18 @@ def spark_session(
         "spark.driver.bindAddress": os.environ["SPARK_LOCAL_IP"],
         "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
     }
-    if packages:
-        conf["spark.jars.packages"] = ",".join(packages)
     conf.update(extra_conf or {})
+    if packages:
+        # Packages named in ``extra_conf`` too load with these (they replaced them before).
+        named = [p.strip() for p in conf.pop("spark.jars.packages", "").split(",") if p.strip()]
+        packages = [*named, *(p for p in packages if p not in named)]
+        conf.update(package_conf(packages, conf))
     conf = quiet_java_options(conf)
     level = log_level()  # checked before the JVM starts
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, value)
+    starts = SparkContext._active_spark_context is None
     # The JVM starts here when none runs yet: quiet, unless TIMESHARD_SPARK_LOG_LEVEL is set.
     output = launch_quiet_gateway({"spark.master": master, "spark.app.name": app_name, **conf})
     try:
@@ -175,6 +179,8 @@ def spark_session(
         raise
     if output is not None:
         output.started()
+    if starts and packages:
+        remember(spark.sparkContext, packages, conf)
     spark.sparkContext.setLogLevel(level)
     drop_jars_without_python(spark.sparkContext)
     quiet_python_loggers()
@@ -201,7 +207,7 @@ def drop_jars_without_python(sc: SparkContext) -> list[str]:
     dropped = [
         name
         for name in includes
-        if name.lower().endswith(".jar") and not _holds_python(os.path.join(root, name))
+        if name.lower().endswith(".jar") and not holds_python(os.path.join(root, name))
     ]
     for name in dropped:
         includes.remove(name)
@@ -212,7 +218,7 @@ def drop_jars_without_python(sc: SparkContext) -> list[str]:
     return dropped
 
 
-def _holds_python(jar: str) -> bool:
+def holds_python(jar: str) -> bool:
     try:
         if not _names_mention_py(jar):
             return False
