@@ -78,7 +78,7 @@ def test_only_jars_without_python_leave_the_python_includes(
 def test_whether_a_jarholds_python_is_told_from_its_directory(tmp_path: Path) -> None:
     """The central directory's bytes decide a jar without ``.py`` in it (no zipfile read); one
     that mentions ``.py`` anywhere is read in full, and its entries' names decide."""
-    from timeshard.spark.session import _names_mention_py, holds_python
+    from timeshard.spark.jars import _names_mention_py, holds_python
 
     cases = {
         "plain.jar": (["org/A.class", "META-INF/MANIFEST.MF"], b"", False, False),

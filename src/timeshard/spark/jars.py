@@ -27,6 +27,8 @@ import contextlib
 import hashlib
 import json
 import os
+import struct
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
@@ -66,8 +68,6 @@ def package_conf(packages: list[str], conf: dict[str, str]) -> dict[str, str]:
 def remember(sc: SparkContext, packages: list[str], conf: dict[str, str]) -> None:
     """Write what spark-submit resolved for ``packages`` (``sc`` started with ``conf``, which
     named them in ``spark.jars.packages``). A cache that cannot be written is left alone."""
-    from timeshard.spark.session import holds_python
-
     started = sc.getConf()
     if started.get("spark.jars.packages", "") != ",".join(packages):
         return
@@ -88,6 +88,46 @@ def remember(sc: SparkContext, packages: list[str], conf: dict[str, str]) -> Non
         partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
         partial.write_text(json.dumps(record, indent=1))
         os.replace(partial, target)
+
+
+def holds_python(jar: str) -> bool:
+    try:
+        if not _names_mention_py(jar):
+            return False
+        with zipfile.ZipFile(jar) as archive:
+            return any(n.endswith((".py", ".pyc")) for n in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return True  # unknown: PySpark's choice stands
+
+
+#: The end of a zip's central directory: its signature, and the record's size without a comment.
+_END_SIGNATURE = b"PK\x05\x06"
+_END_SIZE = 22
+
+
+def _names_mention_py(jar: str) -> bool:
+    """Whether ``.py`` appears anywhere in the archive's central directory (its entries'
+    names); True when that cannot be told (no end record found, or a zip64 archive).
+
+    zipfile builds an object per entry, which took 3.5-6 s for the AWS SDK's bundle
+    (hadoop-aws's, about 600 MB) at every start of a session on S3. A name that ends in
+    ``.py`` or ``.pyc`` holds those bytes in the directory, so an archive whose directory
+    lacks them holds no Python; one that has them is read in full by zipfile.
+    """
+    with open(jar, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        tail_at = max(0, size - (_END_SIZE + 0xFFFF))  # the record, and a comment at most
+        f.seek(tail_at)
+        tail = f.read()
+        end = tail.rfind(_END_SIGNATURE)
+        if end < 0 or end + _END_SIZE > len(tail):
+            return True
+        directory_size, directory_at = struct.unpack_from("<II", tail, end + 12)
+        if directory_at == 0xFFFFFFFF or directory_at + directory_size > size:
+            return True  # zip64, or not what it seems: zipfile decides
+        f.seek(directory_at)
+        return b".py" in f.read(directory_size)
 
 
 def loaded_packages(sc: SparkContext) -> set[str]:
@@ -141,4 +181,4 @@ def _joined(existing: str | None, more: list[str]) -> str:
     return ",".join([*items, *(p for p in more if p not in items)])
 
 
-__all__ = ["PACKAGES_CONF", "loaded_packages", "package_conf", "remember"]
+__all__ = ["PACKAGES_CONF", "holds_python", "loaded_packages", "package_conf", "remember"]

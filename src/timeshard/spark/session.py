@@ -36,10 +36,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import struct
 import subprocess
 import sys
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,7 +50,7 @@ from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from timeshard.errors import InvalidUsage
-from timeshard.spark.jars import loaded_packages, package_conf, remember
+from timeshard.spark.jars import holds_python, loaded_packages, package_conf, remember
 from timeshard.spark.quiet import (
     launch_quiet_gateway,
     log_level,
@@ -216,46 +214,6 @@ def drop_jars_without_python(sc: SparkContext) -> list[str]:
             sys.path.remove(path)
         sys.path_importer_cache.pop(path, None)
     return dropped
-
-
-def holds_python(jar: str) -> bool:
-    try:
-        if not _names_mention_py(jar):
-            return False
-        with zipfile.ZipFile(jar) as archive:
-            return any(n.endswith((".py", ".pyc")) for n in archive.namelist())
-    except (OSError, zipfile.BadZipFile):
-        return True  # unknown: PySpark's choice stands
-
-
-#: The end of a zip's central directory: its signature, and the record's size without a comment.
-_END_SIGNATURE = b"PK\x05\x06"
-_END_SIZE = 22
-
-
-def _names_mention_py(jar: str) -> bool:
-    """Whether ``.py`` appears anywhere in the archive's central directory (its entries'
-    names); True when that cannot be told (no end record found, or a zip64 archive).
-
-    zipfile builds an object per entry, which took 3.5-6 s for the AWS SDK's bundle
-    (hadoop-aws's, about 600 MB) at every start of a session on S3. A name that ends in
-    ``.py`` or ``.pyc`` holds those bytes in the directory, so an archive whose directory
-    lacks them holds no Python; one that has them is read in full by zipfile.
-    """
-    with open(jar, "rb") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        tail_at = max(0, size - (_END_SIZE + 0xFFFF))  # the record, and a comment at most
-        f.seek(tail_at)
-        tail = f.read()
-        end = tail.rfind(_END_SIGNATURE)
-        if end < 0 or end + _END_SIZE > len(tail):
-            return True
-        directory_size, directory_at = struct.unpack_from("<II", tail, end + 12)
-        if directory_at == 0xFFFFFFFF or directory_at + directory_size > size:
-            return True  # zip64, or not what it seems: zipfile decides
-        f.seek(directory_at)
-        return b".py" in f.read(directory_size)
 
 
 def jvm_exit(proc: subprocess.Popen[bytes] | None = None) -> str | None:
