@@ -44,6 +44,25 @@ def test_shuffled_records_are_the_rows_the_jobs_moved(spark: SparkSession) -> No
     assert local.shuffled_records() == 0
 
 
+def test_spans_are_each_jobs_submission_and_completion(spark: SparkSession) -> None:
+    import time
+
+    with JobCounter(spark) as none:
+        pass
+    assert none.spans() == []
+    start = time.time()
+    with JobCounter(spark) as jobs:
+        spark.range(10).count()
+        spark.range(10).count()
+    end = time.time()
+    spans = jobs.spans()
+    assert len(spans) == 2
+    (s1, c1), (s2, c2) = spans
+    # Spark stamps in whole milliseconds: allow that much either side.
+    assert start - 0.001 <= s1 <= c1 <= s2 <= c2 <= end + 0.001
+    assert jobs.spans("default") == spans and jobs.spans("elsewhere") == []
+
+
 def test_a_ticks_tasks_take_the_cores_before_background_pools(spark: SparkSession) -> None:
     """Once a job of the default pool (a tick) has tasks waiting, every core that frees up
     goes to them, not to the tasks of a background pool (fair-pools.xml).

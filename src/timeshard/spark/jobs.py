@@ -11,7 +11,10 @@ the fair-scheduler pool they ran in: a tick's own jobs run in the
 ``default`` pool, the upsert's background layer merges in ``timeshard-merge``.
 :meth:`JobCounter.shuffled_records` sums the records they wrote to shuffles,
 as deterministic as the count: a test asserts with it that a tick moves its
-changes and never an arranged input.
+changes and never an arranged input. :meth:`JobCounter.spans` gives each
+job's submission and completion times, so that a benchmark can split a
+tick's wall time into the driver's planning before its first job, the jobs,
+and the bookkeeping after them (timings: for benchmarks, never for tests).
 
 Runs on the driver only.
 """
@@ -68,7 +71,7 @@ class JobCounter:
         """The jobs counted, by scheduler pool (read once Spark's listener has seen them)."""
         pools: dict[str, int] = {}
         for stages in self._stages().values():
-            pool = str(stages[0].schedulingPool()) if stages else "default"
+            pool = _pool_of(stages)
             pools[pool] = pools.get(pool, 0) + 1
         return pools
 
@@ -76,6 +79,22 @@ class JobCounter:
         """Records the counted jobs wrote to shuffles: how many rows they moved between
         partitions (deterministic, as the plan is)."""
         return sum(int(s.shuffleWriteRecords()) for ss in self._stages().values() for s in ss)
+
+    def spans(self, pool: str | None = None) -> list[tuple[float, float]]:
+        """Per counted job (of scheduler pool ``pool`` only, if given), in submission order:
+        when it was submitted and when it completed, in seconds since the epoch
+        (``time.time()``'s clock; Spark's listener stamps them in milliseconds). Read after
+        the jobs are done: a job not yet completed is left out."""
+        store = self.spark.sparkContext._jsc.sc().statusStore()
+        out = []
+        for job, stages in self._stages().items():
+            if pool is not None and _pool_of(stages) != pool:
+                continue
+            data = store.job(job)
+            submitted, completed = data.submissionTime(), data.completionTime()
+            if submitted.isDefined() and completed.isDefined():
+                out.append((submitted.get().getTime() / 1000, completed.get().getTime() / 1000))
+        return sorted(out)
 
     def _stages(self) -> dict[int, list[Any]]:
         """Per counted job, the stages it ran (not skipped), from Spark's status store once
@@ -89,6 +108,11 @@ class JobCounter:
             attempts = [store.lastStageAttempt(ids.apply(i)) for i in range(ids.size())]
             out[job] = [s for s in attempts if str(s.status()) != "SKIPPED"]
         return out
+
+
+def _pool_of(stages: list[Any]) -> str:
+    """The scheduler pool a job ran in, from its stages (``default`` if it ran none)."""
+    return str(stages[0].schedulingPool()) if stages else "default"
 
 
 __all__ = ["JobCounter", "jobs_submitted"]
