@@ -767,6 +767,58 @@ def test_the_full_check_heals_a_wrong_delta_off_the_tick_path(
     view.close()
 
 
+def test_a_full_check_slower_than_the_ticks_keeps_its_time_readable(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The holds stay at a full check's time while it runs: ticks that move the holds on
+    (here at every append) do not compact the view shard or the inputs past it, so a check
+    slower than the ticks completes (it failed every time, "not readable", in a fast-ticking
+    benchmark). The check is held back by an event, not by a timing."""
+    import threading
+
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs = Inputs(client)
+    inputs.append(1, [("a", "insert", k, k, 0) for k in range(4)])
+    sql = "SELECT k, v FROM a WHERE v >= 0"
+    view = MaterializedView.install(
+        spark, client, ViewDefinition("v", INPUTS, sql), background_io=False, check_every_s=0.0
+    )
+    sink = view.sink
+    sink.hold_interval_s = 0.0  # the holds move at every append
+    view.catch_up()
+    started, go = threading.Event(), threading.Event()
+    real = sink._full_check
+    times: list[int] = []
+
+    def held_back(t: int) -> object:
+        times.append(t)
+        started.set()
+        assert go.wait(300), "the test never let the check go"
+        return real(t)
+
+    sink._full_check = held_back  # type: ignore[method-assign]
+    inputs.append(1, [("a", "insert", 10, 10, 0)])
+    view.catch_up()  # the check starts
+    assert sink._check is not None and started.wait(300)
+    [checked] = times
+    for k in range(11, 14):  # ticks while the check waits: the holds stay at its time
+        inputs.append(1, [("a", "insert", k, k, 0)])
+        view.catch_up()
+    for shard in ("v", *INPUTS.values()):
+        assert client.state(shard).since.less_equal(checked), shard
+    go.set()
+    sink._check[0].result()
+    inputs.append(1, [])
+    view.catch_up()  # takes the check's outcome
+    assert sink.stats.checks == 1 and sink.stats.check_failures == 0, sink.stats
+    assert sink.stats.heals == 0, sink.stats
+    for _ in range(2):  # the holds move on once it is done
+        inputs.append(1, [])
+        view.catch_up()
+    assert not client.state("v").since.less_equal(checked)
+    view.close()
+
+
 def test_a_state_sum_that_overflows_is_the_views_error_until_it_fits_again(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -306,7 +306,8 @@ class MvSink:
         #: Bumped whenever a chain of deltas starts anew: a check's heal applies to its own.
         self._epoch = 0
         self._last_check = time.monotonic()
-        self._check: tuple[Future[Any], int] | None = None
+        #: The full check in flight: its future, the chain's epoch, and the time it reads.
+        self._check: tuple[Future[Any], int, Timestamp] | None = None
         self._checker: IoWorker | None = None
         #: A delta failed on the data: the next batch is evaluated time by time.
         self._per_time = False
@@ -460,7 +461,9 @@ class MvSink:
         """Every ``check_every_s``, compare desired with the shard at upper - 1 in the background.
 
         The check runs on its own thread (Spark pool ``check``) while ticks go
-        on. If desired and the shard differ there, the difference (the *heal*)
+        on; the holds stay at its time until it is done (:meth:`_move_holds`),
+        else the shard and the inputs could compact it away under a fast tick
+        and every check fail. If desired and the shard differ there, the difference (the *heal*)
         joins the next delta batch, if that batch continues the same chain of
         deltas: every delta since the check time left the difference as it
         was, so adding it at the batch's time makes the shard desired.
@@ -483,7 +486,7 @@ class MvSink:
         self._last_check = time.monotonic()
         if self._checker is None:
             self._checker = IoWorker(f"mv-sink-check-{self.shard_id}")
-        self._check = (self._checker.submit(lambda: self._full_check(t)), self._epoch)
+        self._check = (self._checker.submit(lambda: self._full_check(t)), self._epoch, t)
 
     def _full_check(self, t: Timestamp) -> Any | None:
         """Desired minus the shard at ``t`` (checker thread), or None if they are equal.
@@ -511,7 +514,7 @@ class MvSink:
         """A finished check's heal for the current chain of deltas, if it found one."""
         if self._check is None or not self._check[0].done():
             return None
-        (future, epoch), self._check = self._check, None
+        (future, epoch, _t), self._check = self._check, None
         try:
             heal = future.result()
         except Exception as e:
@@ -867,15 +870,17 @@ class MvSink:
         if upper is None or upper.time is None or self.read_only:
             return
         self._hold_target = None
+        still_reads = upper.time - 1  # >= as_of: every append ends beyond as_of
+        if self._check is not None and not self._check[0].done():  # the check reads there
+            still_reads = min(still_reads, self._check[2])
         if self._deploy is not None:
             try:
-                self._deploy.downgrade_since(max(upper.time - 1, 0))
+                self._deploy.downgrade_since(max(still_reads, 0))
             except Fenced:
                 self.read_only = True
                 return
         if self._retain is not None:
             self._retain.advance(upper)
-        still_reads = upper.time - 1  # >= as_of: every append ends beyond as_of
         for hold in self._input_holds:
             hold.hold_at(still_reads)
         hold_reads = getattr(self.desired, "hold_reads_at", None)  # leased Spark reads
