@@ -727,9 +727,11 @@ def test_a_view_reads_every_layer_of_its_arranged_inputs(
     view.close()
 
 
-def test_the_full_check_heals_a_wrong_delta_off_the_tick_path(
+def _checked_filter(
     spark: SparkSession, tmp_path: Path
-) -> None:
+) -> tuple[PersistClient, Inputs, str, MaterializedView]:
+    """A linear view over four rows of ``a``, with a full check after every batch (the
+    client, the inputs, the view's SQL and the view; synchronous I/O)."""
     client = PersistClient(Location.embedded(tmp_path))
     inputs = Inputs(client)
     inputs.append(1, [("a", "insert", k, k, 0) for k in range(4)])
@@ -737,6 +739,13 @@ def test_the_full_check_heals_a_wrong_delta_off_the_tick_path(
     view = MaterializedView.install(
         spark, client, ViewDefinition("v", INPUTS, sql), background_io=False, check_every_s=0.0
     )
+    return client, inputs, sql, view
+
+
+def test_the_full_check_heals_a_wrong_delta_off_the_tick_path(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    client, inputs, sql, view = _checked_filter(spark, tmp_path)
     view.catch_up()
     # A delta that loses its rows (a bug): the shard now differs from desired.
     desired = view.desired
@@ -776,13 +785,7 @@ def test_a_full_check_slower_than_the_ticks_keeps_its_time_readable(
     benchmark). The check is held back by an event, not by a timing."""
     import threading
 
-    client = PersistClient(Location.embedded(tmp_path))
-    inputs = Inputs(client)
-    inputs.append(1, [("a", "insert", k, k, 0) for k in range(4)])
-    sql = "SELECT k, v FROM a WHERE v >= 0"
-    view = MaterializedView.install(
-        spark, client, ViewDefinition("v", INPUTS, sql), background_io=False, check_every_s=0.0
-    )
+    client, inputs, _sql, view = _checked_filter(spark, tmp_path)
     sink = view.sink
     sink.hold_interval_s = 0.0  # the holds move at every append
     view.catch_up()
