@@ -95,3 +95,39 @@ def test_an_ingestion_whose_lease_ran_out_reopens_and_goes_on(
     ingestion.step()  # ... then it goes on with new handles
     assert before < client.state("c").upper
     ingestion.close()
+
+
+def test_a_view_whose_leases_ran_out_reopens_them_and_goes_on(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The view's writer and the leases it reads its inputs through all ran out (a paused
+    process, then GC): the failure is health, then the sink opens new ones and goes on.
+    It reopened only its writer before, and read through the dead input leases forever."""
+    clock = Clock()
+    config = PersistConfig(
+        clock=clock, reader_lease_ms=1000, writer_lease_ms=1000, heartbeat_interval_ms=0
+    )
+    client = PersistClient(Location.embedded(tmp_path), config)
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    writer = client.open_writer("inp", schema)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    definition = ViewDefinition("v", {"inp": "inp"}, sql="SELECT k, v * 10 AS w FROM inp")
+    view = MaterializedView.install(spark, client, definition, background_io=False)
+    view.catch_up()
+    clock.now += 60_000  # paused far longer than a lease, then someone collects
+    client.gc("inp")
+    client.gc("v")
+    assert not client.state("inp").leased_readers, "the view's input leases ran out"
+    writer = client.open_writer("inp", schema)
+    writer.append([(("b", 2), 1, 1)], 1, 2)
+    for _ in range(4):  # a failed step is retried at the next one
+        clock.now += 10
+        view.step()
+        if (client.state("v").upper.time or 0) >= 2:
+            break
+    assert client.state("v").upper.time == 2, view.sink.last_error
+    out = client.open_unleased_reader("v")
+    at1 = sorted((r["k"], r["w"], r["_err"]) for r in out.snapshot(1).to_pylist())
+    assert at1 == [("a", 10, None), ("b", 20, None)]
+    view.close()
+    writer.expire()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -216,6 +217,8 @@ def test_read_only_writes_nothing_then_promotes(spark: SparkSession, tmp_path: P
     )
     client.open_leased_reader("ro")
     gen1.catch_up()
+    leases = {lease.reader_id for lease in gen1.desired._leases.values()}
+    assert leases and leases <= set(client.state("inp").leased_readers), "it reads leased"
     counting = CountingConsensus(base.consensus)
     ro_client = PersistClient(Location(base.blob, counting))
     gen2 = MaterializedView.install(
@@ -232,6 +235,8 @@ def test_read_only_writes_nothing_then_promotes(spark: SparkSession, tmp_path: P
     check_every_time(client, "ro", 0, upper)
     gen1.step()
     assert gen1.frontiers().read_only, "generation 1 must be fenced by generation 2"
+    # Fenced, it holds the input's history no more (it had, for as long as it lived).
+    assert not leases & set(client.state("inp").leased_readers)
     gen1.close()
     gen2.close()
 
@@ -266,3 +271,80 @@ def test_a_view_restarted_after_its_inputs_compacted_resumes_at_their_since(
     view.close()
     hold.expire()
     hold_view.expire()
+
+
+class _WatchedLock:
+    """A lock that records when a second thread has to wait for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.contended = threading.Event()
+
+    def __enter__(self) -> _WatchedLock:
+        if not self._lock.acquire(blocking=False):
+            self.contended.set()
+            self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_two_views_evaluated_at_once_each_read_their_own_inputs(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two views name different shards by one alias, ``a``, and are evaluated at the same
+    time on one session (two server objects, or a full check beside a tick). The second
+    registers its ``a`` while the first's query is about to be analysed: the first must
+    still read its own shard, not the frame the second put under that name."""
+    from timeshard.compute import view as view_module
+    from timeshard.compute.view import SparkViewDesired
+
+    client = PersistClient(Location.embedded(tmp_path))
+    for shard, key in (("s1", "one"), ("s2", "two")):
+        writer = client.open_writer(shard, INPUT)
+        writer.append([((key, 1), 0, 1)], 0, 1)
+        writer.expire()
+    views = {
+        s: SparkViewDesired(spark, client, ViewDefinition(f"v_{s}", {"a": s}, "SELECT k FROM a"))
+        for s in ("s1", "s2")
+    }
+    for v in views.values():  # the query and its columns, known before the race
+        assert v.query()
+
+    def keys(df: Any) -> list[str]:
+        return sorted(r["k"] for r in df.collect() for _ in range(r["_diff"]))
+
+    watched = _WatchedLock()
+    monkeypatch.setattr(view_module, "_EVALUATING", watched, raising=False)
+    first = threading.current_thread()
+    second: dict[str, Any] = {}
+    either = threading.Event()
+
+    def evaluate_second() -> None:
+        try:
+            second["rows"] = keys(views["s2"].snapshot(0))
+        finally:
+            either.set()
+
+    real_sql = SparkSession.sql
+
+    def sql(self: SparkSession, query: str, *args: Any, **kwargs: Any) -> Any:
+        own = query == views["s1"].query()[0]  # the view's query, its frames registered
+        if own and threading.current_thread() is first and "thread" not in second:
+            second["thread"] = threading.Thread(target=evaluate_second, daemon=True)
+            second["thread"].start()
+            waiting = lambda: (watched.contended.wait(), either.set())  # noqa: E731
+            threading.Thread(target=waiting, daemon=True).start()
+            # The second evaluation either ran to its end or waits for this one's lock.
+            assert either.wait(300), "the second evaluation neither finished nor waited"
+        return real_sql(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(SparkSession, "sql", sql)
+    assert keys(views["s1"].snapshot(0)) == ["one"]
+    second["thread"].join(300)
+    assert not second["thread"].is_alive(), "the second evaluation is stuck"
+    assert second["rows"] == ["two"]
+    watched.contended.set()  # ends the watcher thread if the lock was never contended
+    for v in views.values():
+        v.close()

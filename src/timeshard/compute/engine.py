@@ -46,10 +46,6 @@ class Engine(Protocol):
         """Whether ``collection`` has no row (a Spark job for a DataFrame)."""
         ...
 
-    def retime(self, updates: Any, t: Timestamp) -> Any:
-        """``updates`` with every ``_ts`` set to ``t``."""
-        ...
-
 
 def snapshot_schema(data_schema: pa.Schema) -> pa.Schema:
     full = updates_schema(data_schema)
@@ -95,11 +91,6 @@ class ArrowEngine:
 
     def is_empty(self, collection: pa.Table) -> bool:
         return bool(collection.num_rows == 0)
-
-    def retime(self, updates: pa.Table, t: Timestamp) -> pa.Table:
-        i = updates.schema.get_field_index(TS)
-        times = pa.repeat(pa.scalar(t, pa.int64()), updates.num_rows)
-        return updates.set_column(i, updates.schema.field(TS), times)
 
 
 class SparkEngine:
@@ -160,11 +151,6 @@ class SparkEngine:
 
     def is_empty(self, collection: Any) -> bool:
         return bool(collection.isEmpty())
-
-    def retime(self, updates: Any, t: Timestamp) -> Any:
-        from pyspark.sql import functions as F
-
-        return updates.withColumn(TS, F.lit(t).cast("long"))
 
 
 __all__ = ["ArrowEngine", "Engine", "SparkEngine", "snapshot_schema"]

@@ -303,7 +303,7 @@ class MvSink:
         #: The shard upper after this sink's own append, when the shard's content just
         #: below it is known to be desired there: the next batch may be a delta.
         self._chain: Frontier | None = None
-        #: Bumped whenever a chain of deltas starts anew: a check's heal applies to its own.
+        #: Bumped whenever a chain of deltas starts anew: a check's finding is about its own.
         self._epoch = 0
         self._last_check = time.monotonic()
         #: The full check in flight: its future, the chain's epoch, and the time it reads.
@@ -381,7 +381,7 @@ class MvSink:
         if self._checker is not None:
             self._checker.close()
             self._checker = None
-            self._take_heal()
+            self._diverged()
         self._forget()
         if self._writer is not None:
             expire_all([self._writer])
@@ -427,6 +427,8 @@ class MvSink:
         if self._inflight is not None and self._inflight[0].done():
             self._collect_inflight()
         self._observe_upper()
+        if self._inflight is None and self._diverged():
+            self._resync()
         self._maybe_start_check()
         desired_upper = self.desired.frontier()
         if not self._delta_ready(self._persist_upper):
@@ -463,10 +465,8 @@ class MvSink:
         The check runs on its own thread (Spark pool ``check``) while ticks go
         on; the holds stay at its time until it is done (:meth:`_move_holds`),
         else the shard and the inputs could compact it away under a fast tick
-        and every check fail. If desired and the shard differ there, the difference (the *heal*)
-        joins the next delta batch, if that batch continues the same chain of
-        deltas: every delta since the check time left the difference as it
-        was, so adding it at the batch's time makes the shard desired.
+        and every check fail. If desired and the shard differ there, the deltas
+        are not to be trusted from then on (:meth:`_resync`).
         """
         if (
             self.check_every_s is None
@@ -510,26 +510,44 @@ class MvSink:
             return None
         return heal
 
-    def _take_heal(self) -> Any | None:
-        """A finished check's heal for the current chain of deltas, if it found one."""
+    def _diverged(self) -> bool:
+        """Whether a finished check found the shard differing from desired on the current
+        chain of deltas (its difference is dropped: :meth:`_resync` writes the heal)."""
         if self._check is None or not self._check[0].done():
-            return None
+            return False
         (future, epoch, _t), self._check = self._check, None
         try:
-            heal = future.result()
+            difference = future.result()
         except Exception as e:
             self.stats.check_failures += 1
             log.warning("sink %s: the full check failed (retried later): %s", self.shard_id, e)
-            return None
+            return False
         self.stats.checks += 1
-        if heal is None:
-            return None
-        if epoch != self._epoch:  # the chain broke: the batch after it healed anyway
-            self.engine.release(heal)
-            return None
+        if difference is None:
+            return False
+        self.engine.release(difference)
+        if epoch != self._epoch:  # the chain broke: the batch after it was written from snapshots
+            return False
         self.stats.heals += 1
         log.warning("sink %s: the full check found the shard differing from desired", self.shard_id)
-        return heal
+        return True
+
+    def _resync(self) -> None:
+        """The shard differs from desired: end the chain of deltas, and drop what they keep.
+
+        The difference cannot simply be added to the next delta: it most
+        likely comes from what the deltas keep (a GROUP BY's per-group state,
+        an arrangement), and every delta after the check's time, computed from
+        that, moved the shard further from desired in ways the difference at
+        the check's time does not show. So the next batch is written as a
+        restart's is: desired at its first time, from the inputs' snapshots,
+        against the shard's own content there (the *heal*), and the deltas after
+        it start from what is rebuilt from the inputs.
+        """
+        self._forget()
+        forget = getattr(self.desired, "forget_arrangements", None)
+        if forget is not None:
+            forget()
 
     def run_until(self, frontier: Frontier, timeout_s: float = 300.0) -> None:
         """Step until the shard upper is at least ``frontier`` (or time runs out)."""
@@ -565,12 +583,16 @@ class MvSink:
         self._mint.failed()
         self._forget()
         if isinstance(error, Fenced):
-            self.read_only = True
+            self._fenced()
         elif not self.read_only and (isinstance(error, LeaseExpired) or self._lease_lost()):
             with contextlib.suppress(Exception):
                 expire_all([self._writer])
             with contextlib.suppress(Exception):
                 self._open_handles()
+            reopen = getattr(self.desired, "reopen_leases", None)  # its reads' leases
+            if reopen is not None:
+                with contextlib.suppress(Exception):
+                    reopen()
 
     def _lease_lost(self) -> bool:
         return self._writer is not None and self._writer.lease_lost
@@ -617,7 +639,17 @@ class MvSink:
                 self.generation,
                 current,
             )
-            self.read_only = True
+            self._fenced()
+
+    def _fenced(self) -> None:
+        """A newer generation took the shard over: read-only from now on. Its reads of the
+        inputs no longer hold their history (it reads them unleased, like a replica that
+        never wrote); the durable holds are the new generation's to move."""
+        self.read_only = True
+        release = getattr(self.desired, "release_leases", None)
+        if release is not None:
+            with contextlib.suppress(Exception):
+                release()
 
     def _fill_buffer(self, desired_upper: Frontier) -> None:
         """Evaluate desired at the change times in [persist upper, desired upper).
@@ -672,12 +704,7 @@ class MvSink:
         first = max(lower, self.as_of)
         end = upper if upper is not None else first + 1
         if self._delta_ready(desc.lower):
-            delta = self._planned(lambda: self._incremental.delta(first, end))
-            heal = self._take_heal()
-            if heal is not None:
-                healed = [self.engine.retime(heal, first), *([] if delta is None else [delta])]
-                delta = self.engine.union(healed, self.data_schema)
-            return delta, None, True
+            return self._planned(lambda: self._incremental.delta(first, end)), None, True
         if self._written is not None and self._written[0] == desc.lower:
             previous = self._written[1]  # what this sink's own last append left there
         elif lower > 0:
@@ -877,7 +904,7 @@ class MvSink:
             try:
                 self._deploy.downgrade_since(max(still_reads, 0))
             except Fenced:
-                self.read_only = True
+                self._fenced()
                 return
         if self._retain is not None:
             self._retain.advance(upper)

@@ -33,12 +33,22 @@ Reads. A writing sink reads its inputs' parts through leased readers
 Spark read needs; a read-only replica reads without leases (it writes nothing
 to consensus) and retries a read whose part was collected meanwhile.
 
+Temporary views. The view's SQL names its inputs by their aliases, so it is
+analysed against temporary views of those names, in the session's catalog:
+two evaluations at once on one session (the full check's thread and a tick,
+or two views of one server with an input alias in common) would resolve each
+other's frames. Registering the frames and analysing the query is therefore
+one step under a lock held by every evaluation in the process
+(:data:`_EVALUATING`); the analysed plan no longer reads the catalog.
+
 Everything here runs on the driver and submits Spark jobs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +67,10 @@ from timeshard.persist.fetch import UnleasedReader
 from timeshard.progress import Frontier, Timestamp
 
 log = logging.getLogger(__name__)
+
+#: Held while an evaluation registers its inputs' frames under their aliases and Spark
+#: analyses the view's SQL against them (module doc, "Temporary views").
+_EVALUATING = threading.Lock()
 
 ViewFunction = Callable[[Mapping[str, Any]], Any]
 
@@ -181,6 +195,27 @@ class SparkViewDesired:
                 for alias, shard in self.definition.inputs.items()
             }
 
+    def reopen_leases(self) -> None:
+        """A lease ran out (the process was paused, consensus was away): read through new
+        leased readers from now on. The sink's durable input holds kept the inputs readable
+        where it reads. If opening one fails, the old leases stay, to be replaced at the
+        next failure (they raise LeaseExpired again)."""
+        if not self._leases:
+            return
+        fresh = {
+            alias: self.client.open_leased_reader(shard)
+            for alias, shard in self.definition.inputs.items()
+        }
+        old, self._leases = list(self._leases.values()), fresh
+        with contextlib.suppress(Exception):
+            expire_all(old)
+
+    def release_leases(self) -> None:
+        """Read without leases from now on (a sink fenced by a newer generation, which
+        writes nothing more): the inputs' history is no longer held for it."""
+        old, self._leases = list(self._leases.values()), {}
+        expire_all(old)
+
     def hold_reads_at(self, t: Timestamp) -> None:
         """The sink reads nothing before ``t`` any more: its leases may let go of it."""
         for alias, lease in list(self._leases.items()):
@@ -192,11 +227,15 @@ class SparkViewDesired:
 
     def close(self) -> None:
         """Free the arrangements, release the leases (the sink's durable holds are separate)."""
+        self.forget_arrangements()
+        self.release_leases()
+
+    def forget_arrangements(self) -> None:
+        """Free what the deltas keep (arrangements, per-group state): the next delta rebuilds
+        it from the inputs' snapshots."""
         if self._delta is not None:
             self._delta.close()
             self._delta = None
-        leases, self._leases = list(self._leases.values()), {}
-        expire_all(leases)
 
     def frontier(self) -> Frontier:
         """Desired is known at every time before this frontier."""
@@ -510,11 +549,12 @@ class SparkViewDesired:
     def _evaluate(self, frames: Mapping[str, Any], sql: str | None = None) -> Any:
         if self.definition.function is not None:
             return self.definition.function(frames)
-        for alias, frame in frames.items():
-            frame.createOrReplaceTempView(alias)
         sql = sql or self.definition.sql
         assert sql is not None
-        return self.spark.sql(sql)
+        with _EVALUATING:  # the aliases are session-wide names (module doc)
+            for alias, frame in frames.items():
+                frame.createOrReplaceTempView(alias)
+            return self.spark.sql(sql)
 
 
 __all__ = ["SparkViewDesired", "ViewDefinition", "ViewFunction", "is_data_error"]
