@@ -822,10 +822,11 @@ def test_a_check_that_finds_the_state_wrong_rebuilds_it(
 def test_a_full_check_slower_than_the_ticks_keeps_its_time_readable(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    """The holds stay at a full check's time while it runs: ticks that move the holds on
-    (here at every append) do not compact the view shard or the inputs past it, so a check
-    slower than the ticks completes (it failed every time, "not readable", in a fast-ticking
-    benchmark). The check is held back by an event, not by a timing."""
+    """A full check holds its time readable while it runs (its own leases): ticks that move
+    the sink's holds on (here at every append) do not compact the view shard or the inputs
+    past it, so a check slower than the ticks completes (it failed every time, "not
+    readable", in a fast-ticking benchmark). The check is held back by an event, not by a
+    timing."""
     import threading
 
     client, inputs, _sql, view = _checked_filter(spark, tmp_path)
@@ -836,11 +837,11 @@ def test_a_full_check_slower_than_the_ticks_keeps_its_time_readable(
     real = sink._full_check
     times: list[int] = []
 
-    def held_back(t: int) -> object:
+    def held_back(t: int, *reads: Any) -> object:
         times.append(t)
         started.set()
         assert go.wait(300), "the test never let the check go"
-        return real(t)
+        return real(t, *reads)
 
     sink._full_check = held_back  # type: ignore[method-assign]
     inputs.append(1, [("a", "insert", 10, 10, 0)])
@@ -862,6 +863,66 @@ def test_a_full_check_slower_than_the_ticks_keeps_its_time_readable(
         inputs.append(1, [])
         view.catch_up()
     assert not client.state("v").since.less_equal(checked)
+    view.close()
+
+
+def test_a_full_check_reads_parts_that_compaction_and_gc_would_collect_under_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The check plans its reads, then ticks go on while its job has not read them yet:
+    every tick's read moves the view's input leases on, compaction merges the batches the
+    check listed and GC collects what no reader holds. The check's own leases keep its
+    parts; it failed ("missing part") when it read through the ticks' handles. Held back
+    by an event between its planning and its job, not by a timing."""
+    import threading
+
+    client, inputs, _sql, view = _checked_filter(spark, tmp_path)
+    sink = view.sink
+    sink.hold_interval_s = 0.0  # the holds move at every append
+    sink.check_every_s = None  # no check until the one below
+    for k in range(4, 8):  # batches for compaction to merge
+        inputs.append(1, [("a", "insert", k, k, 0)])
+        view.catch_up()
+    if sink._check is not None:  # one started before: its outcome is taken at a tick
+        sink._check[0].exception()
+        inputs.append(1, [])
+        view.catch_up()
+    assert sink._check is None and sink.stats.check_failures == 0, sink.stats
+    checks = sink.stats.checks
+    planned, go = threading.Event(), threading.Event()
+    real = sink.engine.materialize
+
+    def held_back(collection: Any) -> Any:
+        if threading.current_thread().name.startswith("mv-sink-check"):
+            planned.set()
+            assert go.wait(300), "the test never let the check go"
+        return real(collection)
+
+    sink.engine.materialize = held_back  # type: ignore[method-assign]
+    sink.check_every_s = 0.0
+    for _ in range(3):  # a check starts at a tick that continues the chain of deltas
+        inputs.append(1, [])
+        view.catch_up()
+        if sink._check is not None:
+            assert planned.wait(300), "the check never planned its reads"
+            break
+    assert planned.is_set()
+    sink.check_every_s = None  # no other check
+    merges = 0
+    for k in range(8, 12):  # ticks, compaction and GC while the check's job waits
+        inputs.append(1, [("a", "retract", k - 8, k - 8, 0), ("a", "insert", k, k, 0)])
+        view.catch_up()
+        for shard in ("v", *INPUTS.values()):
+            merges += client.compact(shard)
+            client.gc(shard)
+    assert merges > 0
+    go.set()
+    assert sink._check is not None
+    failure = sink._check[0].exception()  # waits for the check's job
+    inputs.append(1, [])
+    view.catch_up()  # takes the check's outcome
+    assert failure is None and sink.stats.check_failures == 0, failure
+    assert sink.stats.checks == checks + 1 and sink.stats.heals == 0, sink.stats
     view.close()
 
 

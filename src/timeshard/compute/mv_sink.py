@@ -87,7 +87,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -100,6 +100,7 @@ from timeshard.persist import (
     Appended,
     OpaqueMismatch,
     PersistClient,
+    ReadHandle,
     SinceHandle,
     WriteHandle,
     expire_all,
@@ -144,6 +145,17 @@ class IncrementalDesired(Desired, Protocol):
     def prepare(self, lower: Timestamp) -> None: ...
 
     def written(self) -> None: ...
+
+
+@runtime_checkable
+class LeasedDesired(Desired, Protocol):
+    """A desired collection that reads its inputs through leases: ``lease_inputs()`` opens
+    new ones (by input), for a reader on another thread than the ticks' (which the caller
+    expires), and ``snapshot_through(t, leases)`` is ``snapshot(t)`` read through them."""
+
+    def lease_inputs(self) -> dict[str, ReadHandle]: ...
+
+    def snapshot_through(self, t: Timestamp, leases: Mapping[str, ReadHandle]) -> Any: ...
 
 
 @dataclass
@@ -306,8 +318,8 @@ class MvSink:
         #: Bumped whenever a chain of deltas starts anew: a check's finding is about its own.
         self._epoch = 0
         self._last_check = time.monotonic()
-        #: The full check in flight: its future, the chain's epoch, and the time it reads.
-        self._check: tuple[Future[Any], int, Timestamp] | None = None
+        #: The full check in flight: its future, and the chain's epoch.
+        self._check: tuple[Future[Any], int] | None = None
         self._checker: IoWorker | None = None
         #: A delta failed on the data: the next batch is evaluated time by time.
         self._per_time = False
@@ -463,10 +475,14 @@ class MvSink:
         """Every ``check_every_s``, compare desired with the shard at upper - 1 in the background.
 
         The check runs on its own thread (Spark pool ``check``) while ticks go
-        on; the holds stay at its time until it is done (:meth:`_move_holds`),
-        else the shard and the inputs could compact it away under a fast tick
-        and every check fail. If desired and the shard differ there, the deltas
-        are not to be trusted from then on (:meth:`_resync`).
+        on. It reads the shard and the inputs through leased readers of its
+        own, opened here, where the holds are still at or before its time:
+        the ticks move their holds on (and other replicas theirs), and every
+        read the ticks make releases the parts their handles' last read listed,
+        so through those the shard and the inputs would compact and collect
+        what the check is reading, under any tick faster than the check. If
+        desired and the shard differ there, the deltas are not to be trusted
+        from then on (:meth:`_resync`).
         """
         if (
             self.check_every_s is None
@@ -484,12 +500,24 @@ class MvSink:
         if t < self.as_of:
             return
         self._last_check = time.monotonic()
+        inputs = self.desired.lease_inputs() if isinstance(self.desired, LeasedDesired) else None
+        try:
+            shard = self.client.open_leased_reader(self.shard_id)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                expire_all((inputs or {}).values())
+            raise
         if self._checker is None:
             self._checker = IoWorker(f"mv-sink-check-{self.shard_id}")
-        self._check = (self._checker.submit(lambda: self._full_check(t)), self._epoch, t)
+        check = lambda: self._full_check(t, shard, inputs)  # noqa: E731
+        self._check = (self._checker.submit(check), self._epoch)
 
-    def _full_check(self, t: Timestamp) -> Any | None:
-        """Desired minus the shard at ``t`` (checker thread), or None if they are equal.
+    def _full_check(
+        self, t: Timestamp, shard: ReadHandle, inputs: dict[str, ReadHandle] | None
+    ) -> Any | None:
+        """Desired minus the shard at ``t`` (checker thread), or None if they are equal:
+        read through ``shard`` and ``inputs`` (the view's own leases if None), which it
+        expires once it is done.
 
         A query failing on the data at ``t`` skips the check: the error
         snapshot is compared by the tick path, time by time.
@@ -498,13 +526,21 @@ class MvSink:
         if spark is not None:
             spark.sparkContext.setLocalProperty("spark.scheduler.pool", "check")
         try:
-            desired = self.desired.snapshot(t)
-            shard = self.engine.snapshot(self._readback, t)
-            heal = self.engine.materialize(self.engine.diff_at(desired, shard, t, self.data_schema))
+            if inputs is not None and isinstance(self.desired, LeasedDesired):
+                desired = self.desired.snapshot_through(t, inputs)
+            else:
+                desired = self.desired.snapshot(t)
+            content = self.engine.snapshot(shard, t)
+            heal = self.engine.materialize(
+                self.engine.diff_at(desired, content, t, self.data_schema)
+            )
         except Exception as e:
             if is_data_error(e):
                 return None
             raise
+        finally:
+            with contextlib.suppress(Exception):
+                expire_all([shard, *(inputs or {}).values()])
         if self.engine.is_empty(heal):
             self.engine.release(heal)
             return None
@@ -515,7 +551,7 @@ class MvSink:
         chain of deltas (its difference is dropped: :meth:`_resync` writes the heal)."""
         if self._check is None or not self._check[0].done():
             return False
-        (future, epoch, _t), self._check = self._check, None
+        (future, epoch), self._check = self._check, None
         try:
             difference = future.result()
         except Exception as e:
@@ -898,8 +934,6 @@ class MvSink:
             return
         self._hold_target = None
         still_reads = upper.time - 1  # >= as_of: every append ends beyond as_of
-        if self._check is not None and not self._check[0].done():  # the check reads there
-            still_reads = min(still_reads, self._check[2])
         if self._deploy is not None:
             try:
                 self._deploy.downgrade_since(max(still_reads, 0))

@@ -210,6 +210,20 @@ class SparkViewDesired:
         with contextlib.suppress(Exception):
             expire_all(old)
 
+    def lease_inputs(self) -> dict[str, ReadHandle]:
+        """New leased readers of the inputs, by alias, their since at the inputs' since now:
+        what a reader on another thread (the full check) holds while it reads, apart from
+        the ones the ticks move on (:meth:`snapshot_through`). The caller expires them."""
+        leases: dict[str, ReadHandle] = {}
+        try:
+            for alias, shard in self.definition.inputs.items():
+                leases[alias] = self.client.open_leased_reader(shard)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                expire_all(leases.values())
+            raise
+        return leases
+
     def release_leases(self) -> None:
         """Read without leases from now on (a sink fenced by a newer generation, which
         writes nothing more): the inputs' history is no longer held for it."""
@@ -419,6 +433,11 @@ class SparkViewDesired:
 
     def snapshot(self, t: Timestamp) -> Any:
         """Desired at ``t`` as a snapshot DataFrame (data columns, ``_diff``, ``_err``)."""
+        return self.snapshot_through(t, self._leases)
+
+    def snapshot_through(self, t: Timestamp, leases: Mapping[str, ReadHandle]) -> Any:
+        """:meth:`snapshot`, the inputs' parts listed through ``leases`` (by alias; an input
+        without one, unleased): the view's own, or those of :meth:`lease_inputs`."""
         from pyspark.sql import functions as F
 
         from timeshard.spark.parts import column
@@ -428,7 +447,7 @@ class SparkViewDesired:
         data = list(schema.names)
         oks, errs = {}, []
         for alias in self.readers:
-            ok, err = self._input_frames(alias, at)
+            ok, err = self._input_frames(alias, at, leases)
             oks[alias] = ok
             errs.append(err)
         sql, columns = self.query()
@@ -463,8 +482,11 @@ class SparkViewDesired:
         target = arrow_to_spark_schema(self.data_schema())
         return row.select(*[F.col(f.name).cast(f.dataType) for f in target.fields], DIFF, ERR)
 
-    def _input_frames(self, alias: str, at: Timestamp | None) -> tuple[Any, Any]:
-        """(ok rows expanded by multiplicity, err rows) of input ``alias`` at ``at``."""
+    def _input_frames(
+        self, alias: str, at: Timestamp | None, leases: Mapping[str, ReadHandle] | None = None
+    ) -> tuple[Any, Any]:
+        """(ok rows expanded by multiplicity, err rows) of input ``alias`` at ``at``, its
+        parts listed through ``leases[alias]`` if there is one (else unleased)."""
         from pyspark.sql import functions as F
 
         from timeshard.spark.parts import read_parts
@@ -472,7 +494,7 @@ class SparkViewDesired:
 
         reader = self.readers[alias]
         names = list(reader.schema.names)
-        lease = self._leases.get(alias)
+        lease = (leases or {}).get(alias)
         if at is None:
             parts = []
         elif lease is not None:
