@@ -475,14 +475,14 @@ class MvSink:
         """Every ``check_every_s``, compare desired with the shard at upper - 1 in the background.
 
         The check runs on its own thread (Spark pool ``check``) while ticks go
-        on. It reads the shard and the inputs through leased readers of its
-        own, opened here, where the holds are still at or before its time:
-        the ticks move their holds on (and other replicas theirs), and every
-        read the ticks make releases the parts their handles' last read listed,
-        so through those the shard and the inputs would compact and collect
-        what the check is reading, under any tick faster than the check. If
-        desired and the shard differ there, the deltas are not to be trusted
-        from then on (:meth:`_resync`).
+        on, and reads the shard and the inputs at its time through leased
+        readers of its own, opened here while the holds are still at or before
+        that time. The ticks' handles would not do: the ticks move their holds
+        on (and other replicas theirs), and each read through a handle releases
+        the parts its previous read listed, so the shard and the inputs would be
+        compacted and collected under a check slower than the ticks. If desired
+        and the shard differ there, the deltas are not to be trusted from then
+        on (:meth:`_resync`).
         """
         if (
             self.check_every_s is None

@@ -190,10 +190,7 @@ class SparkViewDesired:
     def use_leases(self) -> None:
         """Read parts through leased readers from now on (a writing sink)."""
         if not self._leases:
-            self._leases = {
-                alias: self.client.open_leased_reader(shard)
-                for alias, shard in self.definition.inputs.items()
-            }
+            self._leases = self.lease_inputs()
 
     def reopen_leases(self) -> None:
         """A lease ran out (the process was paused, consensus was away): read through new
@@ -202,18 +199,14 @@ class SparkViewDesired:
         next failure (they raise LeaseExpired again)."""
         if not self._leases:
             return
-        fresh = {
-            alias: self.client.open_leased_reader(shard)
-            for alias, shard in self.definition.inputs.items()
-        }
-        old, self._leases = list(self._leases.values()), fresh
+        old, self._leases = list(self._leases.values()), self.lease_inputs()
         with contextlib.suppress(Exception):
             expire_all(old)
 
     def lease_inputs(self) -> dict[str, ReadHandle]:
-        """New leased readers of the inputs, by alias, their since at the inputs' since now:
-        what a reader on another thread (the full check) holds while it reads, apart from
-        the ones the ticks move on (:meth:`snapshot_through`). The caller expires them."""
+        """New leased readers of the inputs, by alias, their since at the inputs' since now
+        (the view's own, or a reader's on another thread: the full check's, read with
+        :meth:`snapshot_through`). The caller expires them; none is left open on failure."""
         leases: dict[str, ReadHandle] = {}
         try:
             for alias, shard in self.definition.inputs.items():
