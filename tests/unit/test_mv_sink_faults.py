@@ -104,6 +104,19 @@ def test_drop_releases_the_holds() -> None:
     assert RETAIN_READER not in client.state("v").critical_readers
 
 
+def test_dropping_a_view_from_a_sink_that_never_wrote_releases_its_holds() -> None:
+    """The view's durable holds are the view's, not the one sink's that opened them."""
+    client, writer = setup()
+    write(writer, 0, 3)
+    s = sink(client, Identity(client, "inp"), background_io=False, retain_history_ms=10)
+    s.run_until(Frontier(3))
+    s.close()  # the writing process stops; its holds stay for the view
+    standby = sink(client, Identity(client, "inp"), background_io=False, read_only=True)
+    standby.drop()
+    assert set(client.state("inp").critical_readers) == {"test"}
+    assert set(client.state("v").critical_readers) == {"test"}
+
+
 @pytest.mark.parametrize("background_io", [False, True])
 @pytest.mark.parametrize(
     "fault",

@@ -106,7 +106,12 @@ from timeshard.persist import (
     expire_all,
 )
 from timeshard.persist.fetch import UnleasedReader
-from timeshard.persist.holds import DurableHold, RetainedHistory, view_hold_id
+from timeshard.persist.holds import (
+    DurableHold,
+    RetainedHistory,
+    release_view_holds,
+    view_hold_id,
+)
 from timeshard.progress import Description, Frontier, Timestamp
 
 log = logging.getLogger(__name__)
@@ -400,10 +405,13 @@ class MvSink:
             self._writer = None
 
     def drop(self) -> None:
-        """Close, then release every durable hold this view has (inputs, history)."""
+        """Close, then release every durable hold this view has (inputs, history).
+
+        The holds are the view's, whichever sink opened them: a sink that never
+        wrote (read-only, or started after the writer stopped) releases them too.
+        """
         self.close()
-        for hold in self._input_holds:
-            hold.release()
+        release_view_holds(self.client, self.shard_id, self.input_shards)
         self._input_holds = []
         RetainedHistory.configure(self.client, self.shard_id, None)
         self.client.drop_critical_since(self.shard_id, DEPLOY_READER)

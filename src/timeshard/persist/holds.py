@@ -14,14 +14,16 @@ Invariants:
 
 1. A hold only moves forward, and never past the last time its holder still
    reads (the caller says which; :meth:`DurableHold.hold_at` never regresses).
-2. A hold exists until it is released (:meth:`DurableHold.release`, when the
-   object is dropped or stops keeping history); closing a process keeps it.
+2. A hold exists until it is released (:func:`release_view_holds` when the
+   view is dropped, by whichever process drops it; :meth:`RetainedHistory.configure`
+   when the object stops keeping history); closing a process keeps it.
 
 Runs on the driver; no Spark.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from timeshard.errors import InvalidUsage
@@ -37,6 +39,12 @@ RETAIN_READER = "retain"
 def view_hold_id(view: str) -> str:
     """The critical reader a view holds each of its inputs with."""
     return f"view.{view}"
+
+
+def release_view_holds(client: PersistClient, view: str, inputs: Iterable[str]) -> None:
+    """Remove ``view``'s holds on its inputs: they may compact as if it never was."""
+    for shard in inputs:
+        client.drop_critical_since(shard, view_hold_id(view))
 
 
 class DurableHold:
@@ -67,10 +75,6 @@ class DurableHold:
             return
         self._handle.downgrade_since(t)
         self._held = t
-
-    def release(self) -> None:
-        """Remove the hold: the shard may compact as if it never was."""
-        self.client.drop_critical_since(self.shard_id, self.reader_id)
 
 
 class RetainedHistory:
@@ -108,4 +112,11 @@ def retained_ms(client: PersistClient, shard_id: str) -> int | None:
     return int(reader.opaque)
 
 
-__all__ = ["RETAIN_READER", "DurableHold", "RetainedHistory", "retained_ms", "view_hold_id"]
+__all__ = [
+    "RETAIN_READER",
+    "DurableHold",
+    "RetainedHistory",
+    "release_view_holds",
+    "retained_ms",
+    "view_hold_id",
+]
