@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -30,9 +31,11 @@ from pyspark.sql import SparkSession
 
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.compute.arranged_rows import KeyedRows
+from timeshard.compute.mv_sink import DEPLOY_READER
 from timeshard.compute.view import SparkViewDesired, is_data_error
 from timeshard.location import Location
 from timeshard.persist import PersistClient
+from timeshard.persist.holds import view_hold_id
 from timeshard.spark.jobs import JobCounter
 
 pytestmark = pytest.mark.spark
@@ -827,8 +830,6 @@ def test_a_full_check_slower_than_the_ticks_keeps_its_time_readable(
     past it, so a check slower than the ticks completes (it failed every time, "not
     readable", in a fast-ticking benchmark). The check is held back by an event, not by a
     timing."""
-    import threading
-
     client, inputs, _sql, view = _checked_filter(spark, tmp_path)
     sink = view.sink
     sink.hold_interval_s = 0.0  # the holds move at every append
@@ -866,29 +867,10 @@ def test_a_full_check_slower_than_the_ticks_keeps_its_time_readable(
     view.close()
 
 
-def test_a_full_check_reads_parts_that_compaction_and_gc_would_collect_under_it(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    """The check plans its reads, then ticks go on while its job has not read them yet:
-    every tick's read moves the view's input leases on, compaction merges the batches the
-    check listed and GC collects what no reader holds. The check's own leases keep its
-    parts; it failed ("missing part") when it read through the ticks' handles. Held back
-    by an event between its planning and its job, not by a timing."""
-    import threading
-
-    client, inputs, _sql, view = _checked_filter(spark, tmp_path)
+def _start_a_held_check(view: MaterializedView, inputs: Inputs) -> threading.Event:
+    """Start one full check of ``view`` and hold it between its planning and its job until
+    the returned event is set (an event, not a timing); no other check starts."""
     sink = view.sink
-    sink.hold_interval_s = 0.0  # the holds move at every append
-    sink.check_every_s = None  # no check until the one below
-    for k in range(4, 8):  # batches for compaction to merge
-        inputs.append(1, [("a", "insert", k, k, 0)])
-        view.catch_up()
-    if sink._check is not None:  # one started before: its outcome is taken at a tick
-        sink._check[0].exception()
-        inputs.append(1, [])
-        view.catch_up()
-    assert sink._check is None and sink.stats.check_failures == 0, sink.stats
-    checks = sink.stats.checks
     planned, go = threading.Event(), threading.Event()
     real = sink.engine.materialize
 
@@ -908,6 +890,31 @@ def test_a_full_check_reads_parts_that_compaction_and_gc_would_collect_under_it(
             break
     assert planned.is_set()
     sink.check_every_s = None  # no other check
+    return go
+
+
+def test_a_full_check_reads_parts_that_compaction_and_gc_would_collect_under_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The check plans its reads, then ticks go on while its job has not read them yet:
+    every tick's read moves the view's input leases on, compaction merges the batches the
+    check listed and GC collects what no reader holds. The check's own leases keep its
+    parts; it failed ("missing part") when it read through the ticks' handles. Held back
+    by an event between its planning and its job, not by a timing."""
+    client, inputs, _sql, view = _checked_filter(spark, tmp_path)
+    sink = view.sink
+    sink.hold_interval_s = 0.0  # the holds move at every append
+    sink.check_every_s = None  # no check until the one below
+    for k in range(4, 8):  # batches for compaction to merge
+        inputs.append(1, [("a", "insert", k, k, 0)])
+        view.catch_up()
+    if sink._check is not None:  # one started before: its outcome is taken at a tick
+        sink._check[0].exception()
+        inputs.append(1, [])
+        view.catch_up()
+    assert sink._check is None and sink.stats.check_failures == 0, sink.stats
+    checks = sink.stats.checks
+    go = _start_a_held_check(view, inputs)
     merges = 0
     for k in range(8, 12):  # ticks, compaction and GC while the check's job waits
         inputs.append(1, [("a", "retract", k - 8, k - 8, 0), ("a", "insert", k, k, 0)])
@@ -923,6 +930,50 @@ def test_a_full_check_reads_parts_that_compaction_and_gc_would_collect_under_it(
     view.catch_up()  # takes the check's outcome
     assert failure is None and sink.stats.check_failures == 0, failure
     assert sink.stats.checks == checks + 1 and sink.stats.heals == 0, sink.stats
+    view.close()
+
+
+def test_a_full_check_reads_its_time_while_another_replica_moves_the_shared_holds_on(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Replicas of one generation share the view's durable holds (the deploy since on the
+    view shard, ``view.<name>`` on the inputs). A replica ticking on moves them past the
+    other's check, and compaction and GC then collect what that check reads, unless the
+    check holds its time with leases of its own."""
+    client, inputs, sql, view = _checked_filter(spark, tmp_path)
+    for k in range(4, 8):  # batches for compaction to merge
+        inputs.append(1, [("a", "insert", k, k, 0)])
+        view.catch_up()
+    if view.sink._check is not None:  # one started before: wait for it, then take it
+        view.sink._check[0].exception()
+        inputs.append(1, [])
+        view.catch_up()
+    go = _start_a_held_check(view, inputs)
+    checked_at = inputs.upper - 1  # the check's time: the sink's upper - 1 when it started
+    other = MaterializedView.install(
+        spark, client, ViewDefinition("v", INPUTS, sql), background_io=False, check_every_s=None
+    )
+    other.sink.hold_interval_s = 0.0  # its holds move at every append
+    merges = 0
+    for k in range(8, 12):  # the other replica ticks on; this one waits for its check
+        inputs.append(1, [("a", "retract", k - 8, k - 8, 0), ("a", "insert", k, k, 0)])
+        other.catch_up()
+        for shard in ("v", *INPUTS.values()):
+            merges += client.compact(shard)
+            client.gc(shard)
+    assert merges > 0
+    shared = [client.state("v").critical_readers[DEPLOY_READER]]
+    shared += [client.state(s).critical_readers[view_hold_id("v")] for s in INPUTS.values()]
+    assert not any(hold.since.less_equal(checked_at) for hold in shared), shared  # moved on
+    assert view.sink._check is not None
+    checked = view.sink._check
+    go.set()
+    failure = checked[0].exception()  # waits for the check's job
+    assert failure is None, failure
+    inputs.append(1, [])
+    view.catch_up()
+    assert view.sink.stats.check_failures == 0, view.sink.stats
+    other.close()
     view.close()
 
 
