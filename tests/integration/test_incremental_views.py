@@ -867,6 +867,33 @@ def test_a_full_check_slower_than_the_ticks_keeps_its_time_readable(
     view.close()
 
 
+def _batches_to_merge(view: MaterializedView, inputs: Inputs) -> None:
+    """Four batches of ``a`` for compaction to merge, with no full check left in flight."""
+    sink = view.sink
+    sink.check_every_s = None
+    for k in range(4, 8):
+        inputs.append(1, [("a", "insert", k, k, 0)])
+        view.catch_up()
+    if sink._check is not None:  # one started before: its outcome is taken at a tick
+        sink._check[0].exception()
+        inputs.append(1, [])
+        view.catch_up()
+    assert sink._check is None and sink.stats.check_failures == 0, sink.stats
+
+
+def _ticks_compaction_and_gc(client: PersistClient, inputs: Inputs, view: MaterializedView) -> int:
+    """Four ticks of ``view`` that replace rows of ``a``, each followed by compaction and GC
+    of the view shard and the inputs; the merges compaction made."""
+    merges = 0
+    for k in range(8, 12):
+        inputs.append(1, [("a", "retract", k - 8, k - 8, 0), ("a", "insert", k, k, 0)])
+        view.catch_up()
+        for shard in ("v", *INPUTS.values()):
+            merges += client.compact(shard)
+            client.gc(shard)
+    return merges
+
+
 def _start_a_held_check(view: MaterializedView, inputs: Inputs) -> threading.Event:
     """Start one full check of ``view`` and hold it between its planning and its job until
     the returned event is set (an event, not a timing); no other check starts."""
@@ -904,25 +931,10 @@ def test_a_full_check_reads_parts_that_compaction_and_gc_would_collect_under_it(
     client, inputs, _sql, view = _checked_filter(spark, tmp_path)
     sink = view.sink
     sink.hold_interval_s = 0.0  # the holds move at every append
-    sink.check_every_s = None  # no check until the one below
-    for k in range(4, 8):  # batches for compaction to merge
-        inputs.append(1, [("a", "insert", k, k, 0)])
-        view.catch_up()
-    if sink._check is not None:  # one started before: its outcome is taken at a tick
-        sink._check[0].exception()
-        inputs.append(1, [])
-        view.catch_up()
-    assert sink._check is None and sink.stats.check_failures == 0, sink.stats
+    _batches_to_merge(view, inputs)
     checks = sink.stats.checks
     go = _start_a_held_check(view, inputs)
-    merges = 0
-    for k in range(8, 12):  # ticks, compaction and GC while the check's job waits
-        inputs.append(1, [("a", "retract", k - 8, k - 8, 0), ("a", "insert", k, k, 0)])
-        view.catch_up()
-        for shard in ("v", *INPUTS.values()):
-            merges += client.compact(shard)
-            client.gc(shard)
-    assert merges > 0
+    assert _ticks_compaction_and_gc(client, inputs, view) > 0  # while the check's job waits
     go.set()
     assert sink._check is not None
     failure = sink._check[0].exception()  # waits for the check's job
@@ -941,27 +953,14 @@ def test_a_full_check_reads_its_time_while_another_replica_moves_the_shared_hold
     other's check, and compaction and GC then collect what that check reads, unless the
     check holds its time with leases of its own."""
     client, inputs, sql, view = _checked_filter(spark, tmp_path)
-    for k in range(4, 8):  # batches for compaction to merge
-        inputs.append(1, [("a", "insert", k, k, 0)])
-        view.catch_up()
-    if view.sink._check is not None:  # one started before: wait for it, then take it
-        view.sink._check[0].exception()
-        inputs.append(1, [])
-        view.catch_up()
+    _batches_to_merge(view, inputs)
     go = _start_a_held_check(view, inputs)
     checked_at = inputs.upper - 1  # the check's time: the sink's upper - 1 when it started
     other = MaterializedView.install(
         spark, client, ViewDefinition("v", INPUTS, sql), background_io=False, check_every_s=None
     )
     other.sink.hold_interval_s = 0.0  # its holds move at every append
-    merges = 0
-    for k in range(8, 12):  # the other replica ticks on; this one waits for its check
-        inputs.append(1, [("a", "retract", k - 8, k - 8, 0), ("a", "insert", k, k, 0)])
-        other.catch_up()
-        for shard in ("v", *INPUTS.values()):
-            merges += client.compact(shard)
-            client.gc(shard)
-    assert merges > 0
+    assert _ticks_compaction_and_gc(client, inputs, other) > 0  # this one waits for its check
     shared = [client.state("v").critical_readers[DEPLOY_READER]]
     shared += [client.state(s).critical_readers[view_hold_id("v")] for s in INPUTS.values()]
     assert not any(hold.since.less_equal(checked_at) for hold in shared), shared  # moved on
