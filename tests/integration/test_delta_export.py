@@ -10,6 +10,7 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
+from timeshard import Frontier
 from timeshard.errors import Fenced, InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
@@ -84,6 +85,32 @@ def test_append_keeps_every_change_once(spark: SparkSession, tmp_path: Path) -> 
     got = sorted((r["k"], r["v"], r["_ts"], r["_diff"]) for r in rows)
     want = sorted([(k, v, t, d) for (k, v), t, d in changes] + [("b", 5, 2, -1)])
     assert got == want
+
+
+def test_compaction_between_ticks_exports_no_change_twice(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The export holds its input one below its progress: compaction at a since of the
+    progress itself would move the changes it already exported up to that time, where the
+    next tick reads them again. Here a view's hold at its upper - 1 lets the since reach
+    the export's hold once the shard's upper has moved past it."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    view = client.open_leased_reader("s")  # another reader of the input
+    uri = tmp_path / "delta"
+    export = DeltaExport(spark, client, "s", str(uri), envelope="append")
+    changes = [(("a", 1), 0, 1), (("b", 2), 1, 1)]
+    writer.append(changes[:1], 0, 1)
+    export.step()
+    writer.append(changes[1:], 1, 2)
+    view.downgrade_since(Frontier(1))  # the view's hold: its upper - 1
+    assert client.compact("s") > 0  # the two batches merge at the shard's since
+    export.step()
+    rows = DeltaTable(str(uri)).to_pyarrow_table().to_pylist()
+    got = sorted((r["k"], r["v"], r["_ts"], r["_diff"]) for r in rows)
+    assert got == sorted((k, v, t, d) for (k, v), t, d in changes)
+    export.close()
+    view.expire()
 
 
 def test_errors_commit_nothing(spark: SparkSession, tmp_path: Path) -> None:

@@ -141,7 +141,8 @@ def updates_df(
     Needs ``lower < upper`` and ``upper - 1`` readable (else SinceError or
     InvalidUsage, as ``reader.snapshot_parts`` raises them). Times below the
     shard's since may have been advanced to it by compaction, so the result is
-    exact only for ``lower`` at or beyond since. Reads only the parts whose
+    exact only for a since below ``lower`` (or both 0): a reader that reads on
+    from ``lower`` holds the shard at ``lower - 1``. Reads only the parts whose
     metadata does not rule out an update in the interval (module doc).
     """
     check_timestamp(lower, "lower")

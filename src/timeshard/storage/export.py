@@ -13,9 +13,10 @@ still the one the driver planned from (else another instance went first and
 the task writes nothing) and that no newer ``version`` owns the target (else
 this export is fenced). A tick with nothing new runs no Spark job.
 
-The export holds its input's since at its progress with a critical since
-handle (``export.<id>``), so the changes it has not written stay readable
-while it is stopped; if they are gone anyway (the hold was dropped), it says
+The export holds its input's since one below its progress with a critical
+since handle (``export.<id>``), so the changes it has not written stay
+readable, and apart from those it has (compaction moves times below since up
+to it), while it is stopped; if they are gone anyway (the hold was dropped), it says
 in one line that it cannot resume and why. The shard's err rows cannot be
 exported: the task stops before committing and the tick raises
 :class:`ExportError`.
@@ -163,11 +164,12 @@ class ShardExport(ABC):
         if lower >= upper:
             return ExportStep(lower, upper, 0, "idle")
         since = self.client.state(self.shard).since.time
-        if progress is not None and since is not None and since > lower:
+        if progress is not None and since is not None and since > _held(lower):
             raise TimeshardError(
                 f"export {self.export_id!r} cannot resume: shard {self.shard!r} was compacted "
-                f"to since {since}, past the export's progress {lower} in {self.target}; "
-                f"its changes at [{lower}, {since}) are gone"
+                f"to since {since}, but reading on from the export's progress {lower} in "
+                f"{self.target} needs a since of at most {_held(lower)}: the changes before "
+                f"{since} are merged into it, and the exported ones cannot be told apart"
             )
         data = list(self.reader.schema.names)
         changes = consolidate_df(updates_df(self.spark, self.reader, lower, upper), data)
@@ -195,16 +197,20 @@ class ShardExport(ABC):
         self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
 
     def _hold_at(self, frontier: int) -> None:
-        """Keep the input readable from ``frontier`` on, and no further back.
+        """Keep the changes from ``frontier`` on readable apart from the earlier ones: hold
+        the input at ``frontier - 1``.
 
-        The critical hold keeps it while the export is stopped; the leased
-        reader, which reads the changes, moves along with it (sinces only
-        move forward).
+        A since of ``frontier`` itself would let compaction move the changes
+        before it, which the target has, up to ``frontier``, where the next tick
+        reads them again. The critical hold keeps it while the export is
+        stopped; the leased reader, which reads the changes, moves along with
+        it (sinces only move forward).
         """
-        if self.reader.since.less_than(frontier):
-            self.reader.downgrade_since(frontier)
+        held = _held(frontier)
+        if self.reader.since.less_than(held):
+            self.reader.downgrade_since(held)
         since = self.hold.since.time
-        if since is None or since >= frontier:
+        if since is None or since >= held:
             return
         opaque = self.hold.current_opaque()
         if int(opaque) > self.version:
@@ -212,7 +218,12 @@ class ShardExport(ABC):
                 f"export {self.export_id!r}: version {opaque} holds shard {self.shard!r}, "
                 f"this is version {self.version}"
             )
-        self.hold.compare_and_downgrade_since(opaque, str(self.version), frontier)
+        self.hold.compare_and_downgrade_since(opaque, str(self.version), held)
+
+
+def _held(frontier: int) -> int:
+    """The since that keeps the changes at ``frontier`` and later apart from the earlier."""
+    return max(frontier - 1, 0)
 
 
 class DataError(Exception):
