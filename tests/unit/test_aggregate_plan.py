@@ -108,6 +108,22 @@ def test_other_aggregates_recompute_their_touched_groups(sql: str, said: str) ->
     assert said in plan.classification.reason, plan.classification.reason
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k, count(*) AS n FROM a GROUP BY k WITH ROLLUP",
+        "SELECT k, v, sum(v) FROM a GROUP BY CUBE(k, v)",
+        "SELECT k, v, count(*) FROM a GROUP BY k, v GROUPING SETS ((k, v), (k))",
+        "SELECT k, count(*) FROM a GROUP BY GROUPING SETS ((k), ())",
+        "SELECT k, v, count(*) FROM a GROUP BY k, ROLLUP(v)",
+    ],
+)
+def test_subtotals_over_one_input_take_the_full_path(sql: str) -> None:
+    plan = classify(sql, SCHEMAS)
+    assert plan.classification.path == "full", plan.classification
+    assert "ROLLUP, CUBE and GROUPING SETS" in plan.classification.reason
+
+
 def test_distinct_and_windows_keep_no_state() -> None:
     assert classify("SELECT DISTINCT k FROM a", SCHEMAS).aggregate is None
     window = "SELECT k, sum(v) OVER (PARTITION BY k) AS t FROM a"
@@ -165,6 +181,15 @@ def test_other_group_bys_over_a_join_by_a_join_key_recompute_the_touched_keys(
         ("SELECT b.k, count(*) FROM a LEFT JOIN b ON a.k = b.k GROUP BY b.k", "keeps whole"),
         ("SELECT a.k, max(b.w) FROM a FULL JOIN b ON a.k = b.k GROUP BY a.k", "keeps whole"),
         ("SELECT a.k, max(c.w) FROM a JOIN b ON a.k = b.k JOIN b c ON c.k = a.k GROUP BY a.k", ""),
+        # Subtotal rows depend on every group: no per-group state or key keeps them.
+        ("SELECT a.k, count(*) AS n FROM a JOIN b ON a.k = b.k GROUP BY a.k WITH ROLLUP", "ROLLUP"),
+        ("SELECT a.k, sum(b.w) AS s FROM a JOIN b ON a.k = b.k GROUP BY a.k WITH CUBE", "CUBE"),
+        (
+            "SELECT a.k, a.v, count(*) AS n FROM a JOIN b ON a.k = b.k "
+            "GROUP BY a.k, a.v GROUPING SETS ((a.k, a.v), (a.k))",
+            "GROUPING SETS",
+        ),
+        ("SELECT a.k, max(b.w) FROM a JOIN b ON a.k = b.k GROUP BY ROLLUP(a.k)", "ROLLUP"),
     ],
 )
 def test_other_group_bys_over_joins_take_the_full_path(sql: str, said: str) -> None:

@@ -576,6 +576,12 @@ def _common_blockers(select: Any, *, windows: bool = False) -> str | None:
             return f"{what} needs the full path"
     if select.args.get("with"):
         return "WITH (common table expressions) needs the full path"
+    group = select.args.get("group")
+    if group is not None and (
+        any(group.args.get(a) for a in ("rollup", "cube", "grouping_sets"))
+        or any(isinstance(e, exp.Rollup | exp.Cube | exp.GroupingSets) for e in group.expressions)
+    ):
+        return "ROLLUP, CUBE and GROUPING SETS need the full path"
     for node in select.walk():
         if node is not select and isinstance(node, exp.Select | exp.Subquery):
             return "subqueries need the full path"
@@ -995,8 +1001,6 @@ def _keys_and_rewrite(
             return joined
         return _grouped_join_keys(rewritten, joined, ats)
     if group is not None:
-        if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
-            return "ROLLUP, CUBE and GROUPING SETS need the full path"
         if windows:
             return "windows over GROUP BY need the full path"
         keys = tuple(k.sql(dialect="spark") for k in group.expressions)
@@ -1065,8 +1069,6 @@ def _grouped_join_keys(
     keys hold one side's join key: every group then comes from the rows of one join key
     (a side an outer join null-extends cannot be that side). ``__t`` joins the GROUP BY."""
     group = rewritten.args["group"]
-    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
-        return "ROLLUP, CUBE and GROUPING SETS need the full path"
     keys, what = joined
     side = (rewritten.args["joins"][0].args.get("side") or "").upper()
     sides = {"": [0, 1], "LEFT": [0], "RIGHT": [1]}.get(side, [])
