@@ -1081,6 +1081,100 @@ def _grouped_join_keys(
     return f"a GROUP BY over a join needs {kept} among its keys for the incremental path"
 
 
+#: Aggregates whose result is a function of the multiset of their input rows (Spark's
+#: class names): a touched group recomputed gives the row that was written.
+_ORDERLESS_AGGREGATES = frozenset(
+    {
+        "Count",
+        "CountIf",
+        "HyperLogLogPlusPlus",
+        "Sum",
+        "TrySum",
+        "Average",
+        "TryAverage",
+        "Min",
+        "Max",
+        "Median",
+        "BitAndAgg",
+        "BitOrAgg",
+        "BitXorAgg",
+        "BoolAnd",
+        "BoolOr",
+    }
+)
+#: ... and of those, the ones whose result is one of their values or a count: no rounding
+#: (the rest, over floating point values, round in the order of their terms).
+_EXACT = frozenset({"Count", "CountIf", "HyperLogLogPlusPlus", "Min", "Max"})
+#: Window functions that give tied rows the same value.
+_TIE_FREE_WINDOWS = frozenset({"Rank", "DenseRank", "PercentRank", "CumeDist"})
+
+
+def order_dependent(analysed: str) -> str | None:
+    """Why a query's result may depend on the order of its input rows, or None: from
+    Spark's analysed plan as JSON (``LogicalPlan.toJSON``), subqueries included.
+
+    The grouped class recomputes a touched key's rows at ``lower - 1`` and
+    retracts them: that is the row written earlier only if the query gives the
+    same rows for the same multiset in any order. Not so for aggregates that
+    keep an order (collect_list, first, max_by with ties, ...), for floating
+    point sums, averages and moments (their rounding follows the order of the
+    terms), and for window functions that tell tied rows apart (row_number,
+    lag, a ROWS frame).
+    """
+    import json
+
+    found: list[str] = []
+
+    def end(nodes: list[Any], i: int) -> int:
+        j = i + 1
+        for _ in range(int(nodes[i].get("num-children", 0))):
+            j = end(nodes, j)
+        return j
+
+    def name(node: Any) -> str:
+        return str(node.get("class", "")).rsplit(".", 1)[-1]
+
+    def floats(nodes: list[Any]) -> bool:
+        return any(n.get("dataType") in ("double", "float") for n in nodes)
+
+    def check(nodes: list[Any]) -> None:
+        for i, node in enumerate(nodes):
+            kind = name(node)
+            if kind == "AggregateExpression" and i + 1 < len(nodes):
+                function = name(nodes[i + 1])
+                if function not in _ORDERLESS_AGGREGATES:
+                    found.append(f"the aggregate {function} depends on the order of its rows")
+                elif function not in _EXACT and floats(nodes[i + 1 : end(nodes, i + 1)]):
+                    found.append(f"{function} of floating point values depends on their order")
+            elif kind == "WindowExpression" and i + 1 < len(nodes):
+                function = name(nodes[i + 1])
+                if function != "AggregateExpression":
+                    if function not in _TIE_FREE_WINDOWS:
+                        found.append(f"the window function {function} tells tied rows apart")
+                    continue
+                window = nodes[i : end(nodes, i)]
+                for j, frame in enumerate(window):  # an aggregate over a ROWS frame
+                    if name(frame) == "SpecifiedWindowFrame" and "RowFrame" in json.dumps(
+                        frame.get("frameType")
+                    ):
+                        bounds = [name(n) for n in window[j + 1 : end(window, j)]]
+                        if bounds != ["UnboundedPreceding$", "UnboundedFollowing$"]:
+                            found.append("a ROWS window frame tells tied rows apart")
+
+    def visit(value: Any) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                visit(v)
+        elif isinstance(value, list):
+            if value and all(isinstance(v, dict) and "num-children" in v for v in value):
+                check(value)
+            for v in value:
+                visit(v)
+
+    visit(json.loads(analysed))
+    return "; ".join(dict.fromkeys(found)) or None
+
+
 def _only_table(node: Any) -> str | None:
     """The one table every column of ``node`` names, or None."""
     from sqlglot import exp
@@ -1096,4 +1190,5 @@ __all__ = [
     "Plan",
     "Term",
     "classify",
+    "order_dependent",
 ]

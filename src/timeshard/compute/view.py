@@ -57,7 +57,7 @@ import pyarrow as pa
 
 from timeshard.compute.aggregate import type_problem
 from timeshard.compute.delta import SparkDelta
-from timeshard.compute.incremental import Plan, classify, without_aggregate
+from timeshard.compute.incremental import Plan, classify, order_dependent, without_aggregate
 from timeshard.compute.incremental import full as full_plan
 from timeshard.compute.row_errors import ERRORS, with_row_errors
 from timeshard.errors import InvalidUsage, LeaseExpired
@@ -343,9 +343,16 @@ class SparkViewDesired:
         plan = classify(sql, schemas)
         if not plan.classification.incremental:
             return plan
-        why = self._check_terms(plan)
+        why = self._check_terms(plan) or self._check_keys(plan)
         if why is not None:
             return full_plan(why)
+        if plan.classification.path == "grouped":
+            why = self._order_dependent()
+            if why is not None:
+                return full_plan(
+                    f"{why}: a touched key recomputed could retract other rows than those "
+                    "written, so the full path"
+                )
         if plan.aggregate is not None:
             why = self._check_aggregate(plan)
             if why is not None:
@@ -374,6 +381,31 @@ class SparkViewDesired:
                 if why is not None:
                     return f"min/max keep no state: input {s.input!r} is not arranged by key: {why}"
         return why
+
+    def _order_dependent(self) -> str | None:
+        """Why the view's query may give other rows for the same inputs in another order
+        (:func:`~timeshard.compute.incremental.order_dependent`), or None (no job)."""
+        frames = {alias: self._input_frames(alias, None)[0] for alias in self.readers}
+        analysed = self._evaluate(frames)._jdf.queryExecution().analyzed()
+        return order_dependent(analysed.toJSON())
+
+    def _check_keys(self, plan: Plan) -> str | None:
+        """Why the keys of a grouped plan's inputs cannot be matched with each other: the
+        touched keys of one input are cast to another's key types, which is the query's
+        comparison only for equal types (Spark compares the string '01' equal to the
+        number 1, which casts to '1'). No job."""
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        types = {}
+        for source in plan.keyed:
+            schema = arrow_to_spark_schema(self.readers[source.input].schema)
+            empty = self.spark.createDataFrame([], schema).alias(source.alias)
+            got = [f.dataType.simpleString() for f in empty.selectExpr(*source.keys).schema]
+            types[f"{source.alias}: {', '.join(source.keys)}"] = got
+        if len({tuple(t) for t in types.values()}) > 1:
+            said = "; ".join(f"{k} ({', '.join(t)})" for k, t in types.items())
+            return f"the inputs' keys have different types ({said}): the full path"
+        return None
 
     def _check_terms(self, plan: Plan) -> str | None:
         """Why the rewritten queries do not give the view's columns and types (no job)."""
