@@ -15,13 +15,14 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from pyspark.sql import SparkSession
 
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.errors import LeaseExpired
 from timeshard.location import Location
 from timeshard.persist import PersistClient, PersistConfig
-from timeshard.storage.health import STATUS_SHARD
+from timeshard.storage.health import STATUS_SHARD, latest_health
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.sources import CounterGenerator
 
@@ -69,9 +70,17 @@ class Clock:
         return self.now
 
 
+@pytest.mark.parametrize(
+    "collected",
+    [("c", "c.remap"), ("c", "c.remap", STATUS_SHARD)],
+    ids=["outputs", "and-the-health-shard"],
+)
 def test_an_ingestion_whose_lease_ran_out_reopens_and_goes_on(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, collected: tuple[str, ...]
 ) -> None:
+    """The leases of its handles ran out and were collected: one failed step (health),
+    then new handles. With the status shard's lease collected too, reporting that step
+    raised in its stead, before the handles were reopened: stalled for good."""
     clock = Clock()
     config = PersistConfig(
         clock=clock, reader_lease_ms=1000, writer_lease_ms=1000, heartbeat_interval_ms=0
@@ -83,8 +92,8 @@ def test_an_ingestion_whose_lease_ran_out_reopens_and_goes_on(
     ingestion.step()
     before = client.state("c").upper
     clock.now += 60_000  # paused far longer than a lease, then someone collects
-    client.gc("c")
-    client.gc("c.remap")
+    for shard in collected:
+        client.gc(shard)
     raised = None
     try:
         ingestion.step()
@@ -94,6 +103,7 @@ def test_an_ingestion_whose_lease_ran_out_reopens_and_goes_on(
     clock.now += 10
     ingestion.step()  # ... then it goes on with new handles
     assert before < client.state("c").upper
+    assert latest_health(client)["c"]["status"] == "running"
     ingestion.close()
 
 

@@ -9,13 +9,14 @@ latest status, written by the feedback upsert (so a status history can be read
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage
+from timeshard.errors import InvalidUsage, LeaseExpired
 from timeshard.persist import Appended, PersistClient
 from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
 
@@ -35,6 +36,7 @@ class Health:
     """Reports statuses of objects into the status collection."""
 
     def __init__(self, client: PersistClient, clock: Callable[[], int] | None = None) -> None:
+        self._client = client
         self._upsert = FeedbackUpsert(client, STATUS_SHARD, STATUS_SCHEMA, ["object"])
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._last: dict[str, tuple[str, str | None]] = {}
@@ -48,6 +50,15 @@ class Health:
             raise InvalidUsage(f"status must be one of {STATUSES}, got {status!r}")
         if self._last.get(obj) == (status, error):
             return
+        try:
+            self._record(obj, status, error)
+        except LeaseExpired:  # the process was paused past the leases: new handles, once
+            with contextlib.suppress(Exception):
+                self._upsert.close()
+            self._upsert = FeedbackUpsert(self._client, STATUS_SHARD, STATUS_SCHEMA, ["object"])
+            self._record(obj, status, error)
+
+    def _record(self, obj: str, status: str, error: str | None) -> None:
         for _ in range(10):
             upper = self._upsert.upper.time
             assert upper is not None

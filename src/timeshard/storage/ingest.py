@@ -37,6 +37,7 @@ Runs on the driver; reading, reclocking and the envelopes run in Spark tasks.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ from timeshard.storage.reclock import Remap, SourceFrontier, reclock_df
 from timeshard.storage.since_holds import LaggingHold, SinceHolds
 from timeshard.storage.sources import Source
 from timeshard.storage.upsert_spark import DELETE, ORDER, SparkFeedbackUpsert
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -265,7 +268,10 @@ class Ingestion:
                 raise LeaseExpired(f"source {self.output!r}: a handle's lease ran out")
             report = self._step()
         except Exception as e:
-            self._report("stalled", f"{type(e).__name__}: {str(e)[:500]}")
+            try:  # health is best effort: the failure to raise is the step's
+                self._report("stalled", f"{type(e).__name__}: {str(e)[:500]}")
+            except Exception as failed:
+                log.warning("source %s: cannot record health: %s", self.output, failed)
             if isinstance(e, LeaseExpired) or self._lease_lost():
                 self._reopen()
             raise
