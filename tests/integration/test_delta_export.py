@@ -11,9 +11,9 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from timeshard import Frontier
-from timeshard.errors import Fenced, InvalidUsage
+from timeshard.errors import Fenced, InvalidUsage, LeaseExpired
 from timeshard.location import Location
-from timeshard.persist import PersistClient
+from timeshard.persist import PersistClient, PersistConfig
 from timeshard.spark.jobs import JobCounter
 from timeshard.storage.delta_export import DeltaExport
 from timeshard.storage.export import ExportError
@@ -111,6 +111,35 @@ def test_compaction_between_ticks_exports_no_change_twice(
     assert got == sorted((k, v, t, d) for (k, v), t, d in changes)
     export.close()
     view.expire()
+
+
+def test_an_export_whose_lease_ran_out_reopens_it_and_goes_on(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The process was paused past the reader's lease and GC removed it: one step fails
+    (LeaseExpired), the next reads on through a new reader, the critical hold having
+    kept the changes. It failed at every step before, until a restart."""
+    now = [1_000_000]
+    config = PersistConfig(
+        clock=lambda: now[0], reader_lease_ms=1000, writer_lease_ms=1000, heartbeat_interval_ms=0
+    )
+    client = PersistClient(Location.embedded(tmp_path / "loc"), config)
+    writer = client.open_writer("s", SCHEMA)
+    uri = tmp_path / "delta"
+    export = DeltaExport(spark, client, "s", str(uri), key_columns=["k"])
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    export.step()
+    now[0] += 60_000
+    writer = client.open_writer("s")  # the writer's lease ran out too
+    client.gc("s")
+    assert export.reader.reader_id not in client.state("s").leased_readers
+    writer.append([(("b", 2), 1, 1)], 1, 2)
+    with pytest.raises(LeaseExpired):
+        export.step()
+    step = export.step()
+    assert (step.lower, step.upper, step.status) == (1, 2, "committed")
+    assert _table(uri) == _snapshot(client, 1) == {"a": 1, "b": 2}
+    export.close()
 
 
 def test_errors_commit_nothing(spark: SparkSession, tmp_path: Path) -> None:

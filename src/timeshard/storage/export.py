@@ -25,6 +25,7 @@ exported: the task stops before committing and the tick raises
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import decimal
 import json
@@ -36,7 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import Fenced, InvalidUsage, TimeshardError
+from timeshard.errors import Fenced, InvalidUsage, LeaseExpired, TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 
@@ -146,8 +147,25 @@ class ShardExport(ABC):
 
         Raises Fenced if a newer version owns the target, ExportError if the
         changes cannot be exported, and TimeshardError naming why the export
-        cannot resume if its input no longer holds its progress.
+        cannot resume if its input no longer holds its progress. A reader whose
+        lease ran out (the process was paused past it) raises LeaseExpired once
+        and is replaced: the critical hold kept the changes, the next step reads
+        them through a new one.
         """
+        if self.reader.lease_lost:
+            self._reopen()
+        try:
+            return self._step()
+        except LeaseExpired:
+            self._reopen()
+            raise
+
+    def _reopen(self) -> None:
+        with contextlib.suppress(Exception):
+            self.reader.expire()
+        self.reader = self.client.open_leased_reader(self.shard)
+
+    def _step(self) -> ExportStep:
         from timeshard.spark.snapshot import consolidate_df, updates_df
 
         progress = self.progress()
