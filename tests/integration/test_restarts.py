@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -105,6 +106,39 @@ def test_an_ingestion_whose_lease_ran_out_reopens_and_goes_on(
     assert before < client.state("c").upper
     assert latest_health(client)["c"]["status"] == "running"
     ingestion.close()
+
+
+def test_an_instance_behind_another_keeps_the_bindings_it_reads_back(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two instances of one source. While A is in a step (after its mint), B mints newer
+    bindings and writes the outputs past them; A's hold on the remap shard followed the
+    outputs' upper, past A's own remap upper, and A's next sync could not read back from
+    there (SinceError at every step after)."""
+    clock = Clock()
+    client = PersistClient(Location.embedded(tmp_path), PersistConfig(clock=clock))
+    a = Ingestion(spark, client, CounterGenerator(name="c"), clock=clock)
+    b = Ingestion(spark, client, CounterGenerator(name="c"), clock=clock)
+    a.step()
+    real = a._read
+
+    def b_goes_first(start: Any, end: Any) -> Any:
+        for _ in range(2):
+            clock.now += 10
+            b.step()
+        return real(start, end)
+
+    clock.now += 10
+    a._read = b_goes_first  # type: ignore[method-assign]
+    a.step()
+    a._read = real  # type: ignore[method-assign]
+    a.holds.flush()  # the holds move now (they lag a few steps otherwise)
+    before = client.state("c").upper
+    clock.now += 10
+    a.step()
+    assert before < client.state("c").upper
+    a.close()
+    b.close()
 
 
 def test_a_view_whose_leases_ran_out_reopens_them_and_goes_on(

@@ -347,8 +347,11 @@ class Ingestion:
             else:
                 result = export.write(self._reclock(frame, start), lower, bound.time)
             appended += isinstance(result, Appended)
-        # Resuming needs the binding at (least output upper - 1) and later ones only.
-        self._remap_hold.want(max((self.resume_upper().time or 1) - 1, 0))
+        # Resuming needs the binding at (least output upper - 1) and later ones only, and
+        # the next sync reads back from this instance's remap upper - 1: another instance
+        # may have written the outputs past that meanwhile.
+        known = min(self.resume_upper().time or 1, self.remap.upper.time or 1)
+        self._remap_hold.want(max(known - 1, 0))
         for hold, upper in self._retained:
             hold.want(upper().time or 0)
         self.holds.step()
