@@ -141,6 +141,47 @@ def test_an_instance_behind_another_keeps_the_bindings_it_reads_back(
     b.close()
 
 
+def test_a_view_whose_cached_state_is_lost_rebuilds_it(spark: SparkSession, tmp_path: Path) -> None:
+    """A GROUP BY's per-group state is kept in local checkpoints, which go with the
+    executor that computed them. Here their blocks are removed (the RDDs the view cached,
+    unpersisted): one tick fails on them, and the sink, which then writes the next batch from
+    snapshots, rebuilds the state from the inputs (as the upsert now does too)."""
+    client = PersistClient(Location.embedded(tmp_path))
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    writer = client.open_writer("inp", schema)
+    writer.append([(("a", 1), 0, 1), (("b", 2), 0, 1)], 0, 1)
+    sql = "SELECT k, sum(v) AS s, count(*) AS n FROM inp GROUP BY k"
+    definition = ViewDefinition("v", {"inp": "inp"}, sql=sql)
+    jsc = spark.sparkContext._jsc  # type: ignore[union-attr]
+    others = set(jsc.getPersistentRDDs().keys())
+    view = MaterializedView.install(
+        spark, client, definition, background_io=False, check_every_s=None
+    )
+    assert view.desired.plan.aggregate is not None, view.desired.plan.classification
+    view.catch_up()
+    writer.append([(("a", 3), 1, 1)], 1, 2)
+    view.catch_up()  # a delta: the state is cached now
+    lost = [rdd for i, rdd in jsc.getPersistentRDDs().items() if i not in others]
+    assert lost
+    for rdd in lost:
+        rdd.unpersist(True)
+    writer.append([(("b", 5), 2, 1)], 2, 3)
+    view.step()
+    assert view.sink.stats.failures == 1, view.sink.stats
+    for t in range(3, 5):
+        writer.append([(("a", 10 * t), t, 1)], t, t + 1)
+        view.catch_up()
+    assert view.sink.stats.failures == 1, view.sink.stats
+    reader = client.open_leased_reader("v")
+    rows = reader.snapshot(4).to_pylist()
+    assert sorted((r["k"], r["s"], r["n"], r["_diff"]) for r in rows) == [
+        ("a", 74, 4, 1),
+        ("b", 7, 2, 1),
+    ]
+    reader.expire()
+    view.close()
+
+
 def test_a_view_whose_leases_ran_out_reopens_them_and_goes_on(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -183,3 +183,32 @@ def test_arranged_state_follows_the_shard(
         assert (3, True) in merges, merges
     if policy == "deltas":
         assert (2, False) in merges, merges
+
+
+def test_an_arrangement_whose_cached_blocks_are_lost_is_rebuilt(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A layer is a local checkpoint, which an executor lost takes with it: every later tick
+    failed on the missing blocks until a restart. Here its blocks are removed (the RDDs the
+    upsert cached, unpersisted): the next apply fails, the one after rebuilds the state from
+    the shard and goes on."""
+    rng = random.Random(5)
+    cmds, final_upper, client, hold, df = history(spark, tmp_path, rng)
+    jsc = spark.sparkContext._jsc  # type: ignore[union-attr]
+    others = set(jsc.getPersistentRDDs().keys())
+    mine = SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"])
+    middle = final_upper // 2
+    mine.apply(df, middle)
+    mine.state.wait_for_merges()
+    lost = [rdd for i, rdd in jsc.getPersistentRDDs().items() if i not in others]
+    assert lost
+    for rdd in lost:
+        rdd.unpersist(True)
+    with pytest.raises(Exception, match="CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND"):
+        mine.apply(df, middle + 1)
+    mine.apply(df, final_upper)
+    rows = hold.snapshot(final_upper - 1).to_pylist()
+    assert {r["k"]: (r["v"], r["_err"]) for r in rows} == model(cmds, final_upper - 1)
+    assert arranged(mine) == model(cmds, final_upper - 1)
+    mine.close()
+    hold.expire()

@@ -34,6 +34,25 @@ from __future__ import annotations
 from typing import Any
 
 
+def lost_checkpoint_blocks(error: BaseException) -> bool:
+    """Whether a job failed because blocks of a local checkpoint are gone: they live on the
+    executor that computed them, and go with it (an executor lost, decommissioned). Only
+    rebuilding what was checkpointed mends that; retrying the same plan fails again."""
+    seen: BaseException | None = error
+    while seen is not None:
+        texts = [str(seen)]
+        java = getattr(seen, "java_exception", None)  # a Py4JJavaError: Spark's message
+        for _ in range(8):
+            if java is None:
+                break
+            texts.append(str(java.toString()))
+            java = java.getCause()
+        if any("CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND" in text for text in texts):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def local_checkpoint(df: Any, *, eager: bool, hashed_by: tuple[str, int] | None = None) -> Any:
     """``df.localCheckpoint(eager)``, with the origin plan's size estimate dropped (and
     ``hashed_by``'s partitioning stated: module doc)."""

@@ -87,6 +87,7 @@ from timeshard.persist import Appended, Batch, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.persist._internal.state import encode_schema
 from timeshard.progress import Description, frontier
+from timeshard.spark.checkpoint import lost_checkpoint_blocks
 from timeshard.storage.since_holds import SinceHolds
 from timeshard.storage.upsert_pass import (
     LAST,
@@ -167,7 +168,13 @@ class SparkFeedbackUpsert:
             return None
         self._check_schema(commands)
         self._sync(lower)
-        batch, layer = self._stage(commands, lower, input_upper)
+        try:
+            batch, layer = self._stage(commands, lower, input_upper)
+        except Exception as e:
+            if lost_checkpoint_blocks(e):  # the next apply rehydrates from the shard
+                self.state.wait_for_merges()
+                self.state.clear()
+            raise
         try:
             result = self._writer.compare_and_append_batch([batch], lower, input_upper)
         except Indeterminate:
