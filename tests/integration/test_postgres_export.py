@@ -150,6 +150,38 @@ def test_errors_commit_nothing_and_versions_fence(
     assert _table(postgres_dsn, pg_schema, "t3") == {"a": (1, None)}
 
 
+@pytest.mark.parametrize(
+    ("row", "said"),
+    [((None, 1, "x"), "null value"), (("a", 1, "nul\x00byte"), "NUL")],
+    ids=["null-key", "nul-byte"],
+)
+def test_a_row_the_table_refuses_is_an_export_error(
+    spark: SparkSession,
+    postgres_dsn: str,
+    pg_schema: str,
+    tmp_path: Path,
+    row: tuple[Any, ...],
+    said: str,
+) -> None:
+    """A NULL in the key (the table's primary key) or a NUL byte in a text value follows
+    from the data: the tick commits nothing and says so (ExportError), as for other rows it
+    cannot write. The task failed with psycopg's error before, which the job retried as a
+    fault at every tick."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    writer.append([(("b", 2, None), 0, 1)], 0, 1)
+    export = PostgresExport(
+        spark, client, "s", postgres_dsn, "t", key_columns=["k"], schema=pg_schema
+    )
+    export.step()
+    writer.append([(row, 1, 1)], 1, 2)
+    with pytest.raises(ExportError, match=said):
+        export.step()
+    assert _table(postgres_dsn, pg_schema, "t") == {"b": (2, None)}
+    assert export.progress().frontier == 1  # type: ignore[union-attr]
+    export.close()
+
+
 def test_bad_arguments_and_tables(
     spark: SparkSession, postgres_dsn: str, pg_schema: str, tmp_path: Path
 ) -> None:

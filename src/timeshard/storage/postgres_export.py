@@ -209,6 +209,12 @@ class _ApplyTask:
             except DataError as e:
                 yield result("error", 0, str(e))
                 return
+            except (psycopg.DataError, psycopg.IntegrityError) as e:
+                # SQLSTATE classes 22 and 23 (and psycopg's refusal of a NUL byte): the
+                # table cannot hold these rows, which follows from the data, not a fault.
+                first = (str(e).splitlines() or [""])[0]
+                yield result("error", 0, f"table {self.schema}.{self.table} refused a row: {first}")
+                return
         yield result("committed", count, None)
 
     def _apply(self, conn: Any, batches: Iterable[pa.RecordBatch]) -> tuple[str, int, str | None]:
