@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import pytest
 
-from timeshard.compute.arranged_rows import ArrangedRows, SharedArrangements, _splits
+from timeshard.compute.arranged_rows import (
+    ArrangedRows,
+    SharedArrangements,
+    _merged_exact_from,
+    _splits,
+)
 from timeshard.storage.upsert_state import Layer
 
 
@@ -51,6 +56,18 @@ def test_a_merge_is_kept_only_if_no_reader_frontier_falls_where_it_folded() -> N
     assert rows._keeps(layer(5, 9, 6))
     rows.let_go("w")
     assert rows._keeps(layer(5, 9, 9))
+
+
+def test_a_merge_keeps_times_apart_from_its_fold_unless_a_layer_had_folded_later() -> None:
+    # [10, 20) and [20, 40), each exact from its lower, merged while a view reads at 10:
+    # exact from 10, so that view's delta over [10, 15) can still read it at 15. It was
+    # exact from 20 (the second layer's lower), and that view's tick failed.
+    assert _merged_exact_from([layer(10, 20, 10), layer(20, 40, 20)], 10) == 10
+    rows = arranged(layer(0, 10, 10), layer(10, 40, 10), time=40)
+    assert rows.readable(rows.layers, 15)
+    # a layer that had folded its times below 15 keeps the merge from telling them apart
+    assert _merged_exact_from([layer(10, 20, 15), layer(20, 40, 20)], 10) == 15
+    assert _merged_exact_from([layer(10, 20, 10), layer(20, 40, 20)], 30) == 30
 
 
 def test_the_pool_gives_one_arrangement_per_key_and_frees_it_with_its_last_user() -> None:

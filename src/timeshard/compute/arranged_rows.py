@@ -212,7 +212,7 @@ class ArrangedRows(Arrangement):
             fold = min([newest.upper, *self._frontiers.values()])
         union = union_all([x.df for x in layers])
         merged = checkpointed(self._summed(union.repartition(self.partitions, *self._keys()), fold))
-        merged.exact_from = max([fold, *(x.exact_from or 0 for x in layers)])
+        merged.exact_from = _merged_exact_from(layers, fold)
         return merged
 
     def _keeps(self, merged: Layer) -> bool:
@@ -234,6 +234,14 @@ class ArrangedRows(Arrangement):
         folded = F.expr(bigint_at_least(TS, fold - 1)).alias(TS)
         summed = layer.groupBy(*data, folded).agg(F.sum(DIFF).alias(DIFF))
         return summed.where(F.col(DIFF) != 0)
+
+
+def _merged_exact_from(layers: Sequence[Layer], fold: int) -> int:
+    """Where the merge of ``layers`` that folds the times below ``fold`` keeps each row's
+    own time from: ``fold``, or later where a layer had folded times of its own. A layer
+    exact from its lower on folded none (its ``exact_from`` says nothing of the others')."""
+    folded = [x.exact_from for x in layers if x.exact_from is not None and x.exact_from > x.lower]
+    return max([fold, *folded])
 
 
 def _splits(layer: Layer, at: int) -> bool:
