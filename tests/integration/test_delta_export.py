@@ -11,7 +11,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from timeshard import Frontier
-from timeshard.errors import Fenced, InvalidUsage, LeaseExpired
+from timeshard.errors import Fenced, InvalidUsage, LeaseExpired, TimeshardError
 from timeshard.location import Location
 from timeshard.persist import PersistClient, PersistConfig
 from timeshard.spark.jobs import JobCounter
@@ -109,6 +109,39 @@ def test_compaction_between_ticks_exports_no_change_twice(
     rows = DeltaTable(str(uri)).to_pyarrow_table().to_pylist()
     got = sorted((r["k"], r["v"], r["_ts"], r["_diff"]) for r in rows)
     assert got == sorted((k, v, t, d) for (k, v), t, d in changes)
+    export.close()
+    view.expire()
+
+
+def test_an_export_held_at_its_progress_resumes_unless_compaction_merged_across_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Exports held their input at their progress before (since == progress). Such an export
+    resumes if no batch was merged across its progress, and says it cannot otherwise (the
+    changes it exported would be read again)."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    view = client.open_leased_reader("s")  # another reader, at its upper - 1
+    uri = tmp_path / "delta"
+    export = DeltaExport(spark, client, "s", str(uri), envelope="append")
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    export.step()
+    writer.append([(("b", 2), 1, 1)], 1, 2)
+    version = str(export.version)
+    export.hold.compare_and_downgrade_since(version, version, Frontier(1))  # as it held
+    export.reader.downgrade_since(Frontier(1))
+    view.downgrade_since(Frontier(1))
+    assert client.state("s").since.time == 1
+    assert export.step().status == "committed"  # nothing merged across 1: it reads on
+    writer.append([(("c", 3), 2, 1)], 2, 3)
+    export.hold.compare_and_downgrade_since(version, version, Frontier(2))
+    export.reader.downgrade_since(Frontier(2))
+    view.downgrade_since(Frontier(2))
+    assert client.compact("s") > 0  # a batch from before 2 merged at since 2
+    with pytest.raises(TimeshardError, match=r"cannot resume.*merged its changes"):
+        export.step()
+    rows = DeltaTable(str(uri)).to_pyarrow_table().to_pylist()
+    assert sorted((r["k"], r["_ts"], r["_diff"]) for r in rows) == [("a", 0, 1), ("b", 1, 1)]
     export.close()
     view.expire()
 

@@ -216,7 +216,7 @@ def test_a_newer_version_fences_the_older_and_a_compacted_input_cannot_resume(
     assert client.state("s").since.time == 3
     resumed = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"], version=2)
     with pytest.raises(
-        TimeshardError, match=r"cannot resume.*since 3, but reading on from the export's progress 2"
+        TimeshardError, match=r"cannot resume.*since 3, past the export's progress 2"
     ):
         resumed.step()
     resumed.drop()

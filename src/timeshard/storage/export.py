@@ -181,14 +181,8 @@ class ShardExport(ABC):
         self._hold_at(lower)
         if lower >= upper:
             return ExportStep(lower, upper, 0, "idle")
-        since = self.client.state(self.shard).since.time
-        if progress is not None and since is not None and since > _held(lower):
-            raise TimeshardError(
-                f"export {self.export_id!r} cannot resume: shard {self.shard!r} was compacted "
-                f"to since {since}, but reading on from the export's progress {lower} in "
-                f"{self.target} needs a since of at most {_held(lower)}: the changes before "
-                f"{since} are merged into it, and the exported ones cannot be told apart"
-            )
+        if progress is not None:
+            self._check_resumable(lower)
         data = list(self.reader.schema.names)
         changes = consolidate_df(updates_df(self.spark, self.reader, lower, upper), data)
         [result] = (
@@ -213,6 +207,29 @@ class ShardExport(ABC):
         """Forget the export: its critical since hold goes, so the shard may compact."""
         self.close()
         self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
+
+    def _check_resumable(self, lower: int) -> None:
+        """Raise TimeshardError unless the changes from ``lower`` on are readable apart from
+        the exported ones: no time at or after ``lower`` was compacted away (since at most
+        ``lower``), and no batch merged times before ``lower`` up to ``lower`` or later
+        (a since of ``lower`` allows that; the hold at ``lower - 1`` does not)."""
+        state = self.client.state(self.shard)
+        since = state.since.time
+        if since is not None and since > lower:
+            raise TimeshardError(
+                f"export {self.export_id!r} cannot resume: shard {self.shard!r} was compacted "
+                f"to since {since}, past the export's progress {lower} in {self.target}; "
+                f"its changes at [{lower}, {since}) are gone"
+            )
+        for batch in state.batches:
+            first, merged_at = batch.desc.lower.time, batch.desc.since.time
+            if first is not None and merged_at is not None and first < lower <= merged_at:
+                raise TimeshardError(
+                    f"export {self.export_id!r} cannot resume: shard {self.shard!r} merged its "
+                    f"changes from {first} on at since {merged_at}, so those before the "
+                    f"export's progress {lower} in {self.target} cannot be told apart from "
+                    "the later ones"
+                )
 
     def _hold_at(self, frontier: int) -> None:
         """Keep the changes from ``frontier`` on readable apart from the earlier ones: hold
