@@ -844,6 +844,31 @@ def test_a_query_whose_rows_do_not_depend_on_the_order_stays_incremental(
     desired.close()
 
 
+def test_distinct_over_a_generator_takes_the_full_path(spark: SparkSession, tmp_path: Path) -> None:
+    """``DISTINCT explode(arr)`` was keyed by the generator, which Spark refuses inside the
+    key's struct (an analysis error, so a fault): every tick failed and the view never
+    advanced."""
+    client = PersistClient(Location.embedded(tmp_path))
+    schema = pa.schema([("k", pa.int64()), ("arr", pa.list_(pa.int64()))])
+    writer = client.open_writer("inp", schema)
+    writer.append([((1, [1, 2]), 0, 1)], 0, 1)
+    definition = ViewDefinition("v", {"a": "inp"}, "SELECT DISTINCT explode(arr) AS x FROM a")
+    view = MaterializedView.install(spark, client, definition, background_io=False)
+    assert not view.desired.incremental and "generator" in view.desired.plan.classification.reason
+    view.catch_up()
+    writer.append([((2, [2, 3]), 1, 1)], 1, 2)
+    view.catch_up()
+    assert view.sink.stats.failures == 0, view.sink.last_error
+    reader = client.open_leased_reader("v")
+    assert sorted((r["x"], r["_diff"]) for r in reader.snapshot(1).to_pylist()) == [
+        (1, 1),
+        (2, 1),
+        (3, 1),
+    ]
+    reader.expire()
+    view.close()
+
+
 def _checked_filter(
     spark: SparkSession, tmp_path: Path
 ) -> tuple[PersistClient, Inputs, str, MaterializedView]:

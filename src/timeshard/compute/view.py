@@ -390,17 +390,26 @@ class SparkViewDesired:
         return order_dependent(analysed.toJSON())
 
     def _check_keys(self, plan: Plan) -> str | None:
-        """Why the keys of a grouped plan's inputs cannot be matched with each other: the
-        touched keys of one input are cast to another's key types, which is the query's
-        comparison only for equal types (Spark compares the string '01' equal to the
-        number 1, which casts to '1'). No job."""
+        """Why the keys of a grouped plan's inputs cannot be kept or matched: a key that is
+        no value of one row (a generator, ``DISTINCT explode(arr)``), or keys of different
+        types (the touched keys of one input are cast to another's key types, which is the
+        query's comparison only for equal types: Spark compares the string '01' equal to
+        the number 1, which casts to '1'). No job."""
+        from pyspark.errors import PySparkException
+
         from timeshard.spark.session import arrow_to_spark_schema
 
         types = {}
         for source in plan.keyed:
             schema = arrow_to_spark_schema(self.readers[source.input].schema)
             empty = self.spark.createDataFrame([], schema).alias(source.alias)
-            got = [f.dataType.simpleString() for f in empty.selectExpr(*source.keys).schema]
+            fields = ", ".join(f"'k{i}', {key}" for i, key in enumerate(source.keys))
+            try:  # one struct column, as the arrangements compute the key
+                [key] = empty.selectExpr(f"named_struct({fields})").schema
+            except PySparkException as e:
+                first = str(e).splitlines()[0][:200]
+                return f"the keys {list(source.keys)} are not one row's values ({first})"
+            got = [f.dataType.simpleString() for f in key.dataType.fields]
             types[f"{source.alias}: {', '.join(source.keys)}"] = got
         if len({tuple(t) for t in types.values()}) > 1:
             said = "; ".join(f"{k} ({', '.join(t)})" for k, t in types.items())
