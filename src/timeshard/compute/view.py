@@ -397,12 +397,9 @@ class SparkViewDesired:
         the number 1, which casts to '1'). No job."""
         from pyspark.errors import PySparkException
 
-        from timeshard.spark.session import arrow_to_spark_schema
-
         types = {}
         for source in plan.keyed:
-            schema = arrow_to_spark_schema(self.readers[source.input].schema)
-            empty = self.spark.createDataFrame([], schema).alias(source.alias)
+            empty = self._empty_input(source.input).alias(source.alias)
             fields = ", ".join(f"'k{i}', {key}" for i, key in enumerate(source.keys))
             try:  # one struct column, as the arrangements compute the key
                 [key] = empty.selectExpr(f"named_struct({fields})").schema
@@ -416,6 +413,13 @@ class SparkViewDesired:
             return f"the inputs' keys have different types ({said}): the full path"
         return None
 
+    def _empty_input(self, alias: str) -> Any:
+        """Input ``alias`` with no rows, as Spark types it (for analysis only: no job)."""
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        schema = arrow_to_spark_schema(self.readers[alias].schema)
+        return self.spark.createDataFrame([], schema)
+
     def _check_terms(self, plan: Plan) -> str | None:
         """Why the rewritten queries do not give the view's columns and types (no job)."""
         from pyspark.errors import PySparkException
@@ -425,10 +429,7 @@ class SparkViewDesired:
         from timeshard.spark.parts import column
         from timeshard.spark.session import arrow_to_spark_schema
 
-        def empty(alias: str) -> Any:
-            schema = arrow_to_spark_schema(self.readers[alias].schema)
-            return self.spark.createDataFrame([], schema)
-
+        empty = self._empty_input
         want = [f.dataType for f in arrow_to_spark_schema(self.query()[1]).fields]
         for term in plan.terms:
             for name, (alias, mode) in term.tables.items():
