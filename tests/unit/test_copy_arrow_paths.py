@@ -181,6 +181,7 @@ def json_files(draw: st.DrawFn) -> bytes:
                             *(b"", b"  ", b"[1]", b"null", b"{", b'{"v": 1} {"v": 2}'),
                             *(b"\xff{}", b'{"v": 1}\r', b'\xef\xbb\xbf{"v": 1}'),
                             *(b'{"v": 1, "v": 2}', b" null", b'{"v": 1} null', b"true"),
+                            *(b'{"k": "caf\xe9"}', b'{"v": 1, "other": "\xff"}'),
                         ]
                     )
                 )
@@ -236,3 +237,12 @@ def test_clean_json_lines_are_decoded_by_arrow(monkeypatch: pytest.MonkeyPatch) 
     rows, tally = decode_json(("\n".join(lines) + "\n").encode(), True, ("v",), False)
     assert len(rows) == 3000 and tally.bad == 0
     assert rows[5] == {"k": "k5", "v": 5, "x": "2.5", "ok": None, "_err": None}
+
+
+def test_a_line_that_is_not_utf8_is_a_bad_row_whatever_its_neighbours() -> None:
+    """Arrow's JSON reader keeps invalid UTF-8 in a string: it must not decide the row."""
+    latin1 = b'{"k": "caf\xe9", "v": 1}'
+    for data in (latin1, latin1 + b'\n{"k": "ok", "v": 2}', b'{"v": 3, "other": "\xff"}'):
+        rows, tally = decode_json(data, True, (), False)
+        assert tally.bad == 1
+        assert [r["_err"] is not None for r in rows][:1] == [True]

@@ -52,6 +52,8 @@ def values(draw: st.DrawFn) -> bytes | None:
                     *(b"", b"[1]", b"1", b"{", b'{"n": 1} x', b'{"n": 1} {"n": 2}', b"\xff{}"),
                     *(b'\xef\xbb\xbf{"n": 1}', b'{"n":\n1}', b'{"n": 1}\r', b' {"n": 1} '),
                     *(b"null", b" null", b'{"n": 1} null', b"true", b"{}"),
+                    # invalid UTF-8 in a string, declared or not: an err row either way
+                    *(b'{"s": "caf\xe9"}', b'{"n": 1, "other": "\xff"}'),
                 ]
             )
         )

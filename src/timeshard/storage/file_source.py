@@ -481,9 +481,10 @@ def arrow_json(text: bytes, rows: int, schema: pa.Schema, *, unknown: str) -> pa
     exactly (:func:`arrow_json_exact`), a carriage return, a byte order mark,
     a blank line, a line that does not start with ``{`` (pyarrow 26 reads a
     top-level ``null`` as a row of nulls, and segfaults when it comes
-    first), a line that is not exactly one JSON document, a duplicate key,
-    or anything Arrow refuses: the caller then decodes line by line,
-    which finds the bad rows. Pure: tasks call it.
+    first), bytes that are not UTF-8 (Arrow does not check them), a line
+    that is not exactly one JSON document, a duplicate key, or anything
+    Arrow refuses: the caller then decodes line by line, which finds the
+    bad rows. Pure: tasks call it.
     """
     import pyarrow.json as pa_json
 
@@ -493,6 +494,8 @@ def arrow_json(text: bytes, rows: int, schema: pa.Schema, *, unknown: str) -> pa
         return None
     if _BLANK_LINE.search(text) or _NOT_AN_OBJECT.search(text):
         return None  # Arrow reads a line ``null`` as a row of nulls (and crashes on a first one)
+    if not _utf8(text):
+        return None  # Arrow keeps invalid UTF-8 in a string, and ignores it in an unknown key
     try:
         table = pa_json.read_json(
             pa.py_buffer(text),
@@ -508,6 +511,17 @@ def arrow_json(text: bytes, rows: int, schema: pa.Schema, *, unknown: str) -> pa
     if table.num_rows != rows:
         return None  # a line that held several JSON documents
     return table.select(schema.names).combine_chunks()
+
+
+def _utf8(text: bytes) -> bool:
+    """Whether ``text`` is valid UTF-8 (ASCII is checked without decoding)."""
+    if text.isascii():
+        return True
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def decode_payload(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
