@@ -764,17 +764,18 @@ class Engine:
             raise SqlError("expected a query")
         known = set(self.known_shards())
         ctes = {c.alias for c in tree.find_all(exp.CTE)}
+        cte_references = _cte_references(tree, ctes)
         inputs: dict[str, str] = {}
         aliases: dict[str, str] = {}
         for table in list(tree.find_all(exp.Table)):
             parts = [p for p in (table.catalog, table.db, table.name) if p]
             shard = ".".join(parts)
-            if len(parts) == 1 and shard in ctes:
+            if id(table) in cte_references:
                 continue
             if shard == OBJECTS_RELATION:
                 alias = OBJECTS_RELATION
-            elif shard in known:
-                alias = aliases.get(shard) or _alias(shard, set(aliases.values()))
+            elif shard in known:  # an alias no CTE has: Spark resolves a CTE's name first
+                alias = aliases.get(shard) or _alias(shard, set(aliases.values()) | ctes)
                 aliases[shard] = alias
                 inputs[alias] = shard
             else:
@@ -989,6 +990,35 @@ def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tupl
         if row.get("_err") is not None:
             raise SqlError(f"the collection holds an error at {row['_ts']}: {row['_err']}", "XX000")
         yield (row["_ts"], row["_diff"], *(row[n] for n in names))
+
+
+def _cte_references(tree: exp.Expression, ctes: set[str]) -> set[int]:
+    """The ids of the tables in ``tree`` that name a CTE where they stand (its scope).
+
+    A CTE shadows a relation of its name only inside its own query: ``kv`` in
+    ``SELECT * FROM kv WHERE k IN (WITH kv AS (...) SELECT k FROM kv)`` is
+    the shard outside the subquery and the CTE inside it.
+    """
+    from sqlglot.errors import OptimizeError
+    from sqlglot.optimizer.scope import traverse_scope
+
+    if not ctes:
+        return set()
+    try:
+        scopes = traverse_scope(tree)
+    except OptimizeError as e:
+        raise SqlError(f"cannot tell which names are CTEs: {str(e).splitlines()[0]}") from None
+    found = {
+        id(table)
+        for scope in scopes
+        for table in scope.tables
+        if not table.db and table.name in scope.cte_sources
+    }
+    seen = {id(t) for scope in scopes for t in scope.tables}
+    for table in tree.find_all(exp.Table):
+        if id(table) not in seen and not table.db and table.name in ctes:
+            raise SqlError(f"cannot tell whether {table.name!r} names the CTE or a relation")
+    return found
 
 
 def _alias(shard: str, taken: set[str]) -> str:

@@ -1,0 +1,66 @@
+"""``Engine.resolve``: which names of a query are shards, and what Spark reads for them.
+
+A CTE shadows a relation of its name only in its own query, and a shard's
+alias is a name no CTE of the query has: Spark resolves a CTE's name before
+a temp view's, and sqlglot's Spark SQL hoists nested CTEs to the top. No
+Spark: resolution is sqlglot's.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from timeshard.location import Location
+from timeshard.location.memory import MemoryBlob, MemoryConsensus
+from timeshard.persist import PersistClient
+from timeshard.server.engine import Engine
+
+
+@pytest.fixture
+def engine() -> Engine:
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    for shard in ("auction.bids", "kv"):
+        client.open_writer(shard, pa.schema([("k", pa.string())])).expire()
+    return Engine(SimpleNamespace(), client, follow_s=3600)  # no follower pass in a test
+
+
+def read_names(spark_sql: str) -> set[str]:
+    """The relation names Spark resolves in ``spark_sql`` that are not its CTEs."""
+    tree = sqlglot.parse_one(spark_sql, read="spark")
+    ctes = {c.alias for c in tree.find_all(exp.CTE)}
+    return {t.name for t in tree.find_all(exp.Table)} - ctes
+
+
+@pytest.mark.parametrize(
+    ("query", "inputs"),
+    [
+        # a CTE named like the alias a shard would get
+        (
+            "WITH auction_bids AS (SELECT 'cte' AS k) "
+            "SELECT b.k FROM auction.bids AS b, auction_bids",
+            {"auction.bids"},
+        ),
+        # a CTE in a subquery shadows the shard only there
+        ("SELECT * FROM kv WHERE k IN (WITH kv AS (SELECT 'x' AS k) SELECT k FROM kv)", {"kv"}),
+        (
+            "SELECT * FROM (WITH kv AS (SELECT 'x' AS k) SELECT * FROM kv) s "
+            "UNION ALL SELECT * FROM kv",
+            {"kv"},
+        ),
+        # a CTE of the whole query shadows the shard everywhere in it
+        ("WITH kv AS (SELECT 'x' AS k) SELECT * FROM kv WHERE k IN (SELECT k FROM kv)", set()),
+        ("WITH a AS (SELECT k FROM kv), b AS (SELECT * FROM a) SELECT * FROM b", {"kv"}),
+    ],
+)
+def test_a_shard_is_read_where_no_cte_shadows_it(
+    engine: Engine, query: str, inputs: set[str]
+) -> None:
+    spark_sql, aliases = engine.resolve(query)
+    assert set(aliases.values()) == inputs
+    assert not set(aliases) & {c.alias for c in sqlglot.parse_one(query).find_all(exp.CTE)}
+    assert set(aliases) == read_names(spark_sql) - {"timeshard_objects"}
