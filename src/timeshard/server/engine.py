@@ -992,7 +992,7 @@ def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tupl
         yield (row["_ts"], row["_diff"], *(row[n] for n in names))
 
 
-def _cte_references(tree: exp.Expression, ctes: set[str]) -> set[int]:
+def _cte_references(tree: exp.Expr, ctes: set[str]) -> set[int]:
     """The ids of the tables in ``tree`` that name a CTE where they stand (its scope).
 
     A CTE shadows a relation of its name only inside its own query: ``kv`` in
