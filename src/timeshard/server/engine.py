@@ -914,9 +914,7 @@ class Engine:
         reader = self.client.open_leased_reader(shard)
         try:
             as_of = statement.as_of
-            if as_of is None:
-                as_of = max((reader.fetch_recent_upper().time or 1) - 1, 0)
-            if not reader.since.less_equal(as_of):
+            if as_of is not None and not reader.since.less_equal(as_of):
                 raise SqlError(
                     f"{shard!r} is not readable at {as_of}: its since is {reader.since}", "22023"
                 )
@@ -952,13 +950,18 @@ class _Subscription:
 
 
 def _subscribe_rows(
-    reader: Any, names: list[str], as_of: int, up_to: int | None
+    reader: Any, names: list[str], as_of: int | None, up_to: int | None
 ) -> Generator[tuple[Any, ...], None, None]:
     try:
-        while reader.fetch_recent_upper().less_equal(as_of):
+        while (at := _subscribe_time(reader, as_of)) is None:
             time.sleep(0.05)
-        yield from _rows(reader.snapshot(as_of), names, up_to)
-        listen = reader.listen(as_of)
+            yield ()  # a heartbeat while nothing is readable: a cancel or a timeout ends it
+        try:
+            snapshot = reader.snapshot(at)
+        except SinceError as e:  # a view's first write starts its history after ``at``
+            raise SqlError(f"{reader.shard_id!r} is not readable at {at}: {e}", "22023") from None
+        yield from _rows(snapshot, names, up_to)
+        listen = reader.listen(at)
         try:
             while True:
                 for event in listen.next(timeout_s=0.5):
@@ -975,6 +978,18 @@ def _subscribe_rows(
             listen.expire()
     finally:
         reader.expire()
+
+
+def _subscribe_time(reader: Any, as_of: int | None) -> int | None:
+    """The time a SUBSCRIBE reads its snapshot at once ``reader`` can: ``as_of``, or
+    without one the latest readable time; None while there is none yet (a view just
+    created has written nothing, and its first write may start its history later)."""
+    if as_of is not None:
+        return None if reader.fetch_recent_upper().less_equal(as_of) else as_of
+    try:
+        return common_as_of({reader.shard_id: reader}, None)
+    except InvalidUsage:
+        return None
 
 
 def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tuple[Any, ...]]:

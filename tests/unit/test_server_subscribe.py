@@ -1,0 +1,94 @@
+"""``Engine.subscribe`` over a real (in-memory) location: when it reads, and how it waits.
+
+A SUBSCRIBE without AS OF reads at the latest readable time once there is
+one: a view just created has written nothing, and its first write may start
+its history later (``since_floor``). While it waits it yields heartbeats,
+so a cursor's FETCH timeout, a cancel or a client gone ends the wait. No
+Spark.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+
+from timeshard.location import Location
+from timeshard.location.memory import MemoryBlob, MemoryConsensus
+from timeshard.persist import PersistClient
+from timeshard.server.engine import Engine
+from timeshard.server.pgwire import _Cursor
+from timeshard.server.statements import SqlError, parse
+
+SCHEMA = pa.schema([("k", pa.string())])
+
+
+@pytest.fixture
+def client() -> PersistClient:
+    return PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+
+
+def engine(client: PersistClient) -> Engine:
+    return Engine(SimpleNamespace(), client, follow_s=3600)  # no follower pass in a test
+
+
+def next_within(rows: object, within_s: float = 60.0) -> object:
+    """``next(rows)``, failing if it blocks: a minute tells a wait that never ends from a
+    slow machine."""
+    out: list[object] = []
+    step = threading.Thread(target=lambda: out.append(next(rows)), daemon=True)  # type: ignore[call-overload]
+    step.start()
+    step.join(within_s)
+    assert out, "the SUBSCRIBE blocked instead of yielding a heartbeat"
+    return out[0]
+
+
+def first_row(rows: object, within_s: float = 30.0) -> tuple[object, ...]:
+    deadline = time.monotonic() + within_s
+    for row in rows:  # type: ignore[attr-defined]
+        if row:
+            return tuple(row)
+        assert time.monotonic() < deadline, "no row came"
+    raise AssertionError("the SUBSCRIBE ended")
+
+
+def test_a_subscribe_to_a_view_before_its_first_write_reads_where_its_history_starts(
+    client: PersistClient,
+) -> None:
+    writer = client.open_writer("v", SCHEMA)  # a view's shard, just created: upper 0
+    stream = engine(client).execute(parse("SUBSCRIBE v"))
+    rows = iter(stream.rows)
+    assert next_within(rows) == ()  # nothing readable yet: a heartbeat, not a failure
+    batch = writer.batch([(("a",), 100, 1)], 0, 101)
+    writer.compare_and_append_batch([batch], 0, 101, since_floor=100)
+    assert first_row(rows) == (100, 1, "a")
+    stream.rows.close()  # type: ignore[attr-defined]
+
+
+def test_a_subscribe_whose_as_of_the_first_write_passes_says_so(client: PersistClient) -> None:
+    writer = client.open_writer("v", SCHEMA)
+    stream = engine(client).execute(parse("SUBSCRIBE v AS OF 5"))
+    rows = iter(stream.rows)
+    assert next_within(rows) == ()
+    batch = writer.batch([(("a",), 100, 1)], 0, 101)
+    writer.compare_and_append_batch([batch], 0, 101, since_floor=100)
+    with pytest.raises(SqlError, match="not readable at 5") as raised:
+        first_row(rows)
+    assert raised.value.sqlstate == "22023"
+
+
+def test_a_fetch_waiting_for_a_future_as_of_ends_at_its_timeout(client: PersistClient) -> None:
+    writer = client.open_writer("v", SCHEMA)
+    writer.append([(("a",), 1, 1)], 0, 10)
+    stream = engine(client).execute(parse("SUBSCRIBE v AS OF 1000000"))
+    cursor = _Cursor(stream.columns, stream.rows, waits=True)
+    out: list[list[tuple[object, ...]]] = []
+    fetch = threading.Thread(target=lambda: out.append(cursor.fetch(None, 0.0, lambda: None)))
+    fetch.start()
+    fetch.join(60)  # returns at once; a minute tells a wait that never ends from a slow one
+    assert not fetch.is_alive(), "FETCH ... WITH (TIMEOUT '0s') waited for the AS OF"
+    assert out == [[]]
+    cursor.close()
