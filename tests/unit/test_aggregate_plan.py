@@ -124,6 +124,26 @@ def test_subtotals_over_one_input_take_the_full_path(sql: str) -> None:
     assert "ROLLUP, CUBE and GROUPING SETS" in plan.classification.reason
 
 
+@pytest.mark.parametrize(
+    ("sql", "said"),
+    [
+        ("SELECT k, v FROM a TABLESAMPLE (2 ROWS)", "TABLESAMPLE"),
+        ("SELECT k, v FROM a TABLESAMPLE (50 PERCENT)", "TABLESAMPLE"),
+        ("SELECT k, count(*) AS n FROM a TABLESAMPLE (50 PERCENT) GROUP BY k", "TABLESAMPLE"),
+        ("SELECT a.k, b.w FROM a TABLESAMPLE (50 PERCENT) JOIN b ON a.k = b.k", "TABLESAMPLE"),
+        ("SELECT k, reflect('java.util.UUID', 'randomUUID') AS u FROM a", "reflect"),
+        ("SELECT k, java_method('java.util.UUID', 'randomUUID') AS u FROM a", "java_method"),
+        ("SELECT k, try_reflect('java.util.UUID', 'randomUUID') AS u FROM a", "try_reflect"),
+    ],
+)
+def test_samples_and_reflection_take_the_full_path(sql: str, said: str) -> None:
+    """A sample (or a LIMIT, as Spark reads ``n ROWS``) applied to each tick's updates, or
+    a value drawn at each evaluation, is not the query's result at any time."""
+    plan = classify(sql, SCHEMAS)
+    assert plan.classification.path == "full", plan.classification
+    assert said in plan.classification.reason, plan.classification.reason
+
+
 def test_distinct_and_windows_keep_no_state() -> None:
     assert classify("SELECT DISTINCT k FROM a", SCHEMAS).aggregate is None
     window = "SELECT k, sum(v) OVER (PARTITION BY k) AS t FROM a"

@@ -142,6 +142,9 @@ _NON_DETERMINISTIC = frozenset(
         "input_file_name",
         "input_file_block_start",
         "input_file_block_length",
+        "reflect",  # a Java method's result: Spark marks these non-deterministic
+        "java_method",
+        "try_reflect",
     }
 )
 _id_counter = itertools.count()
@@ -535,6 +538,8 @@ def _not_deterministic(tree: Any) -> str | None:
     from sqlglot import exp
 
     for node in tree.walk():
+        if isinstance(node, exp.TableSample):  # a sample of each tick's rows, or a LIMIT
+            return f"{node.sql(dialect='spark')} is not the same rows at each tick"
         if isinstance(node, exp.Rand | exp.Randn | exp.CurrentTimestamp | exp.CurrentDate):
             return f"{node.sql(dialect='spark')} is not deterministic"
         if isinstance(node, exp.Func):
