@@ -10,6 +10,7 @@ compared with verify's model on random files and bindings.
 from __future__ import annotations
 
 import io
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,22 @@ def test_directory_listing_is_in_file_order(tmp_path: Path) -> None:
         (tmp_path / name).write_bytes(b"x\n")
     source = FileSource("f", tmp_path, "text")
     assert list(source.upper()) == ["a-b.jsonl", "a.jsonl", "a/b.jsonl"]
+
+
+def test_hidden_names_are_not_read_and_a_name_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    for name in ["x.jsonl", ".part.jsonl", "_SUCCESS", "_temporary/0/part-0.jsonl", ".d/y"]:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"x\n")
+    source = FileSource("f", tmp_path, "text")
+    assert list(source.upper()) == ["x.jsonl"]
+    (tmp_path / os.fsdecode(b"bad-\xff.txt")).write_bytes(b"x\n")
+    with pytest.raises(InvalidUsage, match=r"bad-.*is not UTF-8"):
+        source.upper()
+
+
+def test_a_path_that_does_not_exist_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidUsage, match="nonexistent"):
+        FileSource("f", tmp_path / "nonexistent", "text")
 
 
 def client() -> PersistClient:

@@ -146,6 +146,7 @@ from timeshard.storage.copy_task import (
     count_newlines,
     file_system,
 )
+from timeshard.storage.file_source import hidden
 
 FORMATS = ("csv", "json", "parquet")
 ON_ERROR = ("fail", "err_rows")
@@ -366,12 +367,8 @@ def _walk(fs: pafs.FileSystem, directory: str) -> list[str]:
     return [
         i.path
         for i in infos
-        if i.type == pafs.FileType.File and not _hidden(i.path.split("/")[depth:])
+        if i.type == pafs.FileType.File and not hidden(i.path.split("/")[depth:])
     ]
-
-
-def _hidden(names: Iterable[str]) -> bool:
-    return any(n.startswith((".", "_")) for n in names)
 
 
 def _files_matching(fs: pafs.FileSystem, base: str, pattern: list[str]) -> list[str]:

@@ -4,7 +4,10 @@ Each file is a partition, named by its path relative to the source root; its
 FromTime is a byte offset. ``upper()`` is, per file, the offset just past its
 last complete line, so a line being written is not read until its newline
 arrives; lines appended later are picked up by the next read, and new files
-in the directory become new partitions.
+in the directory become new partitions. A name below the root that starts
+with ``.`` or ``_`` is hidden (a Spark writer's ``_temporary``, ``_SUCCESS``),
+as COPY FROM hides it. The path must exist when the source is made, and a
+file name that is not UTF-8 stalls the source with an error naming it.
 
 Order. A record's *position* is ``(file, offset)``: its file's name (the path
 relative to the source root, ``/``-separated), then the byte offset of its
@@ -110,7 +113,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -135,6 +138,13 @@ DEFAULT_MAX_LINE_BYTES = 64 << 20
 _READ_CHUNK = 1 << 20
 _BATCH_ROWS = 4096
 _BATCH_BYTES = 16 << 20
+
+
+def hidden(names: Iterable[str]) -> bool:
+    """Whether a file with these path components (below a directory read) is hidden."""
+    return any(n.startswith((".", "_")) for n in names)
+
+
 _BOM = b"\xef\xbb\xbf"
 _INT_RANGES = {
     (bits, signed): (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
@@ -174,6 +184,8 @@ class FileSource:
             or max_line_bytes <= 0
         ):
             raise InvalidUsage(f"max_line_bytes must be a positive integer, got {max_line_bytes!r}")
+        if not Path(path).exists():
+            raise InvalidUsage(f"FILE source {name!r}: path {str(path)!r} does not exist")
         self.name = name
         self.path = Path(path).resolve()
         self.format = fmt
@@ -202,13 +214,27 @@ class FileSource:
         return pa.schema([(_DATUM, pa.binary())])
 
     def _files(self) -> list[Path]:
-        """The files of the source, in file order (their names as UTF-8 bytes)."""
+        """The files of the source, in file order (their names as UTF-8 bytes); none whose
+        name below the directory is hidden (``.`` or ``_``: a Spark writer's ``_temporary``).
+        """
         if self.path.is_file():
             return [self.path]
         if not self.path.is_dir():
             return []
-        files = [p for p in self.path.rglob("*") if p.is_file() and not p.name.startswith(".")]
-        return sorted(files, key=lambda f: self._partition(f).encode("utf-8"))
+        files = [
+            p
+            for p in self.path.rglob("*")
+            if p.is_file() and not hidden(p.relative_to(self.path).parts)
+        ]
+        return sorted(files, key=self._order)
+
+    def _order(self, file: Path) -> bytes:
+        try:
+            return self._partition(file).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidUsage(
+                f"FILE source {self.name!r}: the name of {str(file)!r} is not UTF-8"
+            ) from None
 
     def _partition(self, file: Path) -> str:
         if self.path.is_file():
