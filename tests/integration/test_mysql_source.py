@@ -289,6 +289,40 @@ def test_changes_between_the_origin_and_the_snapshot_are_rewound(
         source.read(spark, {}, end)
 
 
+def test_the_snapshot_is_one_read_view_whatever_the_sessions_isolation_level(
+    upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under READ COMMITTED InnoDB takes no snapshot at START TRANSACTION WITH CONSISTENT
+    SNAPSHOT: each SELECT would see commits after the snapshot's GTID position, which
+    the stream then replays (counted twice)."""
+    from timeshard.storage import mysql_source
+
+    upstream.sql("CREATE TABLE t (id int, v varchar(5))")
+    upstream.txn(("INSERT INTO t VALUES (1, 'a')", None))
+    source = MySqlSource(f"my_{uuid.uuid4().hex[:8]}", upstream.url)
+    origin = source.upper()
+    columns = mysql_source.table_columns
+
+    def a_commit_first(conn: Any, database: str, table: str) -> Any:
+        upstream.txn(("INSERT INTO t VALUES (2, 'b')", None))  # after the snapshot began
+        return columns(conn, database, table)
+
+    monkeypatch.setattr(mysql_source, "table_columns", a_commit_first)
+    conn = source.server.connect(text_only=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            until = binlog_end(cur)
+        plan = ReadPlan(
+            source.server, tuple(source.tables), origin, origin, until, until, snapshot=True
+        )
+        seen: dict[str, int] = {}
+        rows = [r[5] for r in mysql_source._snapshot(conn, plan, seen)]
+    finally:
+        conn.close()
+    assert rows == [["1", "a"]]
+
+
 def test_a_schema_change_errors_one_subsource_and_bad_values_are_err_rows(
     spark: SparkSession, upstream: Upstream, tmp_path: Path
 ) -> None:

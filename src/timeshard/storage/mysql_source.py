@@ -27,7 +27,8 @@ source's remap shard, which the ingestion passes to :meth:`MySqlSource.read`
 every retry. The tables' contents at ``C`` are the records at partition
 ``"0"``, offset ``C["0"] - 1``, which the first binding covers and no
 earlier one does. A read from the empty frontier takes them, in one Spark
-task: it opens ``START TRANSACTION WITH CONSISTENT SNAPSHOT``, whose binlog
+task: it opens ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` (in REPEATABLE
+READ, whatever the server's default: only that level takes one read view), whose binlog
 position (``binlog_snapshot_file``/``_position``, mapped to GTIDs with
 ``BINLOG_GTID_POS``) is the snapshot's GTID position ``S >= C``, reads every
 table in that transaction, then streams the binlog from ``C`` and emits, at
@@ -569,6 +570,9 @@ def _snapshot(conn: Any, plan: ReadPlan, seen: dict[str, int]) -> Iterator[RawRo
 
     offset = plan.lo[SNAPSHOT_PARTITION] - 1
     with conn.cursor() as cur:
+        # Only REPEATABLE READ takes the read view at START TRANSACTION: under the
+        # server's or the session's READ COMMITTED each SELECT would see later commits.
+        cur.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         try:
             cur.execute(
