@@ -242,6 +242,33 @@ def test_a_schema_change_errors_one_subsource_and_bad_values_are_err_rows(
     ing.close()
 
 
+def test_a_replica_identity_no_longer_full_is_an_err_row_not_a_stale_row(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """An update then comes without its old row: applied, it would leave the old row."""
+    upstream.create("t", "id int PRIMARY KEY, v text")
+    upstream.publish("t")
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1, 'a')", None))
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    name = f"pg_{uuid.uuid4().hex[:8]}"
+    ing = Ingestion(
+        spark, client, PostgresSource(name, upstream.dsn, upstream.pub), clock=lambda: next(clock)
+    )
+    ing.step()
+    upstream.sql(sql.SQL("ALTER TABLE {} REPLICA IDENTITY DEFAULT").format(upstream.name("t")))
+    upstream.txn(("t", "UPDATE {t} SET v = 'b' WHERE id = 1", None))
+    ing.step()
+    shard = f"{name}.{upstream.schema}.t"
+    upper = client.state(shard).upper.time
+    assert upper is not None
+    rows = output_rows(client, shard, upper - 1, ["id", "v"])
+    assert (1, "b") not in rows and len(rows) == 2, rows
+    [err] = [r for r in rows if r[0] == "ERR"]
+    assert "REPLICA IDENTITY is no longer FULL" in err[1], rows
+    ing.close()
+
+
 def test_a_dropped_slot_is_a_definite_error(
     spark: SparkSession, upstream: Upstream, tmp_path: Path
 ) -> None:

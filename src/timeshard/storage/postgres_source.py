@@ -566,6 +566,9 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                 if index is not None:
                     declared = plan.tables[index].columns
                     why = incompatibility(declared, parsed.columns)
+                    if why is None and parsed.replica_identity != "f":
+                        # Updates would come without their old row, deletes with the key only.
+                        why = "its REPLICA IDENTITY is no longer FULL"
                     positions = [c.name for c in parsed.columns]
                     by_oid[parsed.oid] = (
                         index,
