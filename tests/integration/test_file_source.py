@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from timeshard.errors import SourceUnavailable
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.storage.file_source import FileSource
@@ -62,6 +63,26 @@ def test_json_directory_with_bad_lines(spark: SparkSession, tmp_path: Path) -> N
     final = hold.snapshot(upper - 1).to_pylist()
     assert sorted(r["id"] for r in final if r["_err"] is None) == [1, 2, 3, 9, 10]
     assert len(final) == 8
+
+
+def test_a_file_rewritten_shorter_stalls_the_source_and_loses_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(b'{"id": 1, "name": "one"}\n{"id": 2, "name": "two"}\n')
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    ing = Ingestion(
+        spark, client, FileSource("files", src, "json", SCHEMA), clock=lambda: next(clock)
+    )
+    ing.step()
+    upper = client.state("files").upper
+    (src / "a.jsonl").write_bytes(b'{"id": 9, "name": "nine"}\n')  # shorter than bound
+    for _ in range(2):  # stalled, not skipped past: every step says so
+        with pytest.raises(SourceUnavailable, match=r"'a\.jsonl' ends at 26 below the bound 50"):
+            ing.step()
+    assert client.state("files").upper == upper  # nothing written past the rewrite
 
 
 def test_csv_and_bad_arguments(spark: SparkSession, tmp_path: Path) -> None:

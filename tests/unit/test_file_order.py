@@ -127,6 +127,16 @@ def test_directory_listing_is_in_file_order(tmp_path: Path) -> None:
     assert list(source.upper()) == ["a-b.jsonl", "a.jsonl", "a/b.jsonl"]
 
 
+def test_a_range_that_does_not_start_after_a_line_end_is_refused() -> None:
+    """The bytes bound earlier ended at a line's end: a file rewritten under them is
+    told, not read from inside a line (here 20 bytes were bound before the rewrite)."""
+    rewritten = b'{"id": 9}\n{"id": 10, "x": 1}\n{"id": 11}\n'
+    with pytest.raises(InvalidUsage, match="no line end at byte 19"):
+        list(_split_lines(io.BytesIO(rewritten), "a.json", 20, len(rewritten), 1 << 20))
+    appended = b'{"id": 1}\n{"id": 2}\n{"id": 3}\n'
+    assert [o for o, _, _ in _split_lines(io.BytesIO(appended), "a.json", 20, 30, 99)] == [20]
+
+
 def test_hidden_names_are_not_read_and_a_name_that_is_not_utf8_is_named(tmp_path: Path) -> None:
     for name in ["x.jsonl", ".part.jsonl", "_SUCCESS", "_temporary/0/part-0.jsonl", ".d/y"]:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -431,8 +431,17 @@ def _split_lines(
     then it is read whole if it is at most ``max_line_bytes`` long, and
     otherwise reported with ``line`` None. So memory is one block plus one
     line of at most ``max_line_bytes``. Raises InvalidUsage if the range does
-    not end with a newline (the file was truncated or rewritten).
+    not start after a newline or end with one (the file was truncated or
+    rewritten: a range bound earlier ended at a line's end).
     """
+    if lo > 0:
+        f.seek(lo - 1)
+        if f.read(1) != b"\n":
+            raise InvalidUsage(
+                f"FILE source: {partition!r} has no line end at byte {lo - 1}, where the "
+                "bytes bound earlier ended; it was truncated or rewritten, and files must "
+                "only be appended to"
+            )
     pos, block, start = lo, b"", 0  # block holds the bytes from file offset pos
     while pos + start < hi:
         newline = block.find(b"\n", start)

@@ -46,7 +46,7 @@ from typing import Any
 import pyarrow as pa
 
 from timeshard.catalog import record_source
-from timeshard.errors import InvalidUsage, LeaseExpired, UpperMismatch
+from timeshard.errors import InvalidUsage, LeaseExpired, SourceUnavailable, UpperMismatch
 from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.persist.holds import RetainedHistory
@@ -321,7 +321,9 @@ class Ingestion:
         out_upper = self.resume_upper()
         assert out_upper.time is not None, "the outputs are closed"
         into = max(self.clock(), self.remap.upper.time or 0, out_upper.time)
-        self.remap.mint(into, self.source.upper())
+        observed = self.source.upper()
+        self.remap.mint(into, observed)
+        self._check_not_behind(observed)
         # After the mint, which catches up with every binding: another instance's
         # bindings up to the output upper are known, so the read starts where the
         # outputs end (not earlier, which a source with a release point refuses).
@@ -357,6 +359,28 @@ class Ingestion:
         self.holds.step()
         return StepReport(out_upper, bound, appended)
 
+    def _check_not_behind(self, observed: SourceFrontier) -> None:
+        """Raise if a partition of the source ends before offsets already bound.
+
+        A binding never moves back (it is joined with the previous one), so a
+        file truncated or rewritten, or a Kafka topic deleted and made again,
+        would otherwise be read on from the old offset: the records below it
+        lost, and a range starting inside a line. Another instance's binding may
+        be later than this instance's look at the source, so the source is asked
+        again before it is called behind (a source's upper never moves back).
+        """
+        if not self.remap.upper.time:
+            return
+        bound = self.remap.frontier_at(self.remap.upper.time - 1)
+        behind = _behind(observed, bound) and _behind(self.source.upper(), bound)
+        if behind:
+            said = ", ".join(f"{p!r} ends at {o} below the bound {bound[p]}" for p, o in behind)
+            raise SourceUnavailable(
+                f"source {self.output!r}: {said}: it was truncated, rewritten or made "
+                "again; offsets already bound are never read again, so nothing is read",
+                definite=True,
+            )
+
     def _read(self, start: SourceFrontier, end: SourceFrontier) -> Any:
         """The source's records in ``[start, end)``.
 
@@ -369,6 +393,11 @@ class Ingestion:
 
     def _reclock(self, records: Any, start: SourceFrontier) -> Any:
         return reclock_df(self.spark, records, self.remap.bindings(), start=start)
+
+
+def _behind(upper: SourceFrontier, bound: SourceFrontier) -> list[tuple[str, int]]:
+    """The partitions of ``upper`` below their offset in ``bound``, with their offsets."""
+    return [(p, o) for p, o in sorted(upper.items()) if p in bound and o < bound[p]]
 
 
 def _retain_up_to(retained: RetainedHistory) -> Callable[[int], None]:
