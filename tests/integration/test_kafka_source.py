@@ -242,6 +242,41 @@ def test_upsert_on_the_kafka_key_with_tombstones_restarts_and_new_partitions(
     ing.close()
 
 
+def test_a_tombstone_deletes_its_key_when_the_source_adds_metadata_columns(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """Metadata is about the record, never null: a null value is still a delete."""
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap, 1)
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    source = KafkaSource(
+        "kv",
+        bootstrap,
+        topic,
+        key_format="text",
+        value_format="text",
+        metadata=["offset", "timestamp"],
+    )
+    clock = itertools.count(1)
+    ing = Ingestion(
+        spark_kafka,
+        client,
+        source,
+        envelope="upsert",
+        key_columns=source.key_columns,
+        clock=lambda: next(clock),
+    )
+    _produce(bootstrap, topic, [(0, b"k1", b"v1"), (0, b"k2", b"v2")])
+    ing.step()
+    _produce(bootstrap, topic, [(0, b"k1", None)])
+    ing.step()
+    upper = client.state("kv").upper.time
+    assert upper is not None
+    rows = _rows(client, "kv", upper - 1)
+    assert [(r["key"], r["value"], r["offset"], r["_diff"]) for r in rows] == [("k2", "v2", 1, 1)]
+    ing.close()
+
+
 def test_a_missing_topic_stalls_and_lost_offsets_are_a_definite_error(
     spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
 ) -> None:

@@ -95,6 +95,13 @@ def test_at_the_collapsed_time_each_files_last_record_competes() -> None:
     assert last_values(agree, ["v"], [5], collapsed=5) == [(5, (3, None))]
 
 
+def test_a_null_value_deletes_whatever_the_metadata_columns_hold() -> None:
+    put = {**rec("p", 0, 1, v=5), "offset": 0}
+    tombstone = {**rec("p", 1, 2), "offset": 1}
+    states = last_values([put, tombstone], ["v", "offset"], [1, 2], None, metadata=["offset"])
+    assert states == [(1, (5, 0, None)), (2, None)]
+
+
 def test_bound_time_is_the_first_binding_beyond_the_record() -> None:
     bindings = [(5, {"a": 10}), (7, {"a": 10, "b": 4}), (9, {"a": 30, "b": 4})]
     spans = binding_intervals(bindings)

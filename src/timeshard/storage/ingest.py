@@ -54,7 +54,7 @@ from timeshard.progress import Frontier, frontier
 from timeshard.storage.health import Health
 from timeshard.storage.reclock import Remap, SourceFrontier, reclock_df
 from timeshard.storage.since_holds import LaggingHold, SinceHolds
-from timeshard.storage.sources import Source
+from timeshard.storage.sources import Source, metadata_columns
 from timeshard.storage.upsert_spark import DELETE, ORDER, SparkFeedbackUpsert
 
 log = logging.getLogger(__name__)
@@ -81,11 +81,13 @@ class Export:
         envelope: str,
         key_columns: Sequence[str],
         holds: SinceHolds | None = None,
+        metadata: Sequence[str] = (),
     ) -> None:
         if envelope not in ("none", "upsert"):
             raise InvalidUsage(f"envelope must be 'none' or 'upsert', got {envelope!r}")
         self.shard = shard
         self.schema = pa.schema([f for f in payload if f.name != DIFF])
+        self.metadata = tuple(metadata)  # never null: no part of what makes a delete
         # An UPSERT output's own writer compacts it; this one only appends empty batches.
         self.writer = client.open_writer(
             shard, self.schema, background_compaction=envelope == "none"
@@ -126,7 +128,7 @@ class Export:
         records = records.where(bigint_where(TS, ">=", lower))
         if self.upsert is not None:
             deleted = F.lit(True)
-            for c in [c for c in data if c not in self.upsert.keys]:
+            for c in [c for c in data if c not in (*self.upsert.keys, *self.metadata)]:
                 deleted = deleted & F.col(c).isNull()
             commands = records.select(
                 *data,
@@ -203,7 +205,14 @@ class Ingestion:
             shard = f"{self.output}.{sub}" if sub else self.output
             env, keys = self._envelopes.get(sub, ("none", ()))
             self.exports[sub] = Export(
-                self.spark, self.client, shard, payload, env, keys, self.holds
+                self.spark,
+                self.client,
+                shard,
+                payload,
+                env,
+                keys,
+                self.holds,
+                metadata_columns(self.source),
             )
         self.remap = Remap(self.client, f"{self.output}.remap")
         self._remap_hold = self.holds.add(self.remap.downgrade_since)

@@ -54,6 +54,12 @@ class Source(Protocol):
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any: ...
 
 
+def metadata_columns(source: object) -> tuple[str, ...]:
+    """The columns ``source`` adds about a record, not from its value (a KAFKA source's
+    ``metadata``): never null, so never part of what makes an UPSERT command a delete."""
+    return tuple(getattr(source, "metadata", ()))
+
+
 def _ranges_sql(
     partitions: list[str], start: SourceFrontier, end: SourceFrontier, select: str
 ) -> str:
@@ -289,4 +295,11 @@ class AuctionGenerator:
         return out
 
 
-__all__ = ["AUCTION_ITEMS", "AuctionGenerator", "CounterGenerator", "KeyValueGenerator", "Source"]
+__all__ = [
+    "AUCTION_ITEMS",
+    "AuctionGenerator",
+    "CounterGenerator",
+    "KeyValueGenerator",
+    "Source",
+    "metadata_columns",
+]

@@ -70,6 +70,7 @@ from timeshard.persist._internal.parts import DIFF, ERR, TS, advance_since, deco
 from timeshard.persist.fetch import parts_at
 from timeshard.progress import MAX_TIMESTAMP, Timestamp
 from timeshard.storage.reclock import SourceFrontier
+from timeshard.storage.sources import metadata_columns
 from timeshard.verify.report import VerifyReport
 from timeshard.verify.shards import _rng, readable_range, sample_times
 from timeshard.verify.views import AT, _report_differences, _union, differences
@@ -462,11 +463,14 @@ def command_order(record: Mapping[str, Any]) -> tuple[Timestamp, bytes, int]:
     return record[BOUND], record["_partition"].encode("utf-8"), record["_offset"]
 
 
-def _state(record: Mapping[str, Any], values: Sequence[str]) -> tuple[Any, ...] | None:
-    """The key's row after ``record``: values then ``_err``; None if it deletes the key."""
+def _state(
+    record: Mapping[str, Any], values: Sequence[str], metadata: Sequence[str] = ()
+) -> tuple[Any, ...] | None:
+    """The key's row after ``record``: values then ``_err``; None if it deletes the key
+    (every value but the ``metadata`` columns is null)."""
     if record[ERR] is not None:
         return (*(None for _ in values), record[ERR])
-    if all(record[v] is None for v in values):
+    if all(record[v] is None for v in values if v not in metadata):
         return None
     return (*(record[v] for v in values), None)
 
@@ -476,11 +480,13 @@ def last_values(
     values: Sequence[str],
     times: Sequence[Timestamp],
     collapsed: Timestamp | None,
+    metadata: Sequence[str] = (),
 ) -> list[tuple[Timestamp, KeyState]]:
     """The state of one key at each of ``times``, after its ``records`` bound by then.
 
     ``records`` are the key's commands (``_partition``, ``_offset``, ``_bt``,
-    the value columns, ``_err``), in any order; the last by
+    the value columns, ``_err``; ``metadata`` among the values never makes a
+    command a delete), in any order; the last by
     :func:`command_order` decides. Records bound at ``collapsed`` (the remap
     shard's since, into which compaction merged earlier bindings) were bound
     at times no longer known: there the last record of each file competes,
@@ -491,15 +497,15 @@ def last_values(
     last_per_file = {r["_partition"]: r for r in ordered if r[BOUND] == collapsed}
     candidates: list[tuple[Any, ...] | None] = []
     for r in last_per_file.values():
-        if _state(r, values) not in candidates:
-            candidates.append(_state(r, values))
+        if _state(r, values, metadata) not in candidates:
+            candidates.append(_state(r, values, metadata))
     out: list[tuple[Timestamp, KeyState]] = []
     for at in times:
         n = bisect.bisect_right(bound, at)
         if n and ordered[n - 1][BOUND] == collapsed and len(candidates) > 1:
             out.append((at, AMBIGUOUS))
         else:
-            out.append((at, _state(ordered[n - 1], values) if n else None))
+            out.append((at, _state(ordered[n - 1], values, metadata) if n else None))
     return out
 
 
@@ -510,6 +516,7 @@ def upsert_model(
     keys: Sequence[str],
     times: Sequence[Timestamp],
     collapsed: Timestamp | None,
+    metadata: Sequence[str] = (),
 ) -> tuple[Any, Any]:
     """The upsert over bound ``records`` at each of ``times`` (rows tagged ``_at``).
 
@@ -541,6 +548,7 @@ def upsert_model(
         sorted(times),
         collapsed,
         spark_to_arrow_schema(out_schema).serialize().to_pybytes(),
+        tuple(metadata),
     )
     by_key = [column(k) for k in keys]
     rows = records.repartition(*by_key).sortWithinPartitions(*by_key).mapInArrow(task, out_schema)
@@ -555,6 +563,7 @@ def _model_task(
     times: list[Timestamp],
     collapsed: Timestamp | None,
     out_ipc: bytes,
+    metadata: tuple[str, ...],
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """The task function of :func:`upsert_model` (executors): rows sorted by key, in runs."""
 
@@ -568,7 +577,7 @@ def _model_task(
             else:
                 commands.append(r)
         key = {k: run[0][k] for k in keys}
-        for at, state in last_values(commands, values, times, collapsed):
+        for at, state in last_values(commands, values, times, collapsed, metadata):
             if state is AMBIGUOUS:
                 yield {AT: at, **key, DIFF: 0, _AMBIGUOUS_COLUMN: True}
             elif state is not None:
@@ -694,7 +703,17 @@ def check_replayed_export(
         return
     data = list(out.schema.names)
     if upsert:
-        found = _upsert_differences(spark, records, out.schema, keys, times, remap_state, got, obj)
+        found = _upsert_differences(
+            spark,
+            records,
+            out.schema,
+            keys,
+            times,
+            remap_state,
+            got,
+            obj,
+            metadata_columns(upstream),
+        )
         what = "the export differs from the last value per key of its source's records"
     else:
         found = differences(_every_record(records, data, times), _union(got), data)
@@ -729,10 +748,11 @@ def _upsert_differences(
     remap_state: Any,
     got: Sequence[Any],
     obj: Any,
+    metadata: Sequence[str],
 ) -> Any:
     """The differences of an UPSERT export's snapshots ``got`` from :func:`upsert_model`."""
     collapsed = remap_state.since.time or None  # at since 0 no binding was merged
-    expected, ambiguous = upsert_model(spark, records, schema, keys, times, collapsed)
+    expected, ambiguous = upsert_model(spark, records, schema, keys, times, collapsed, metadata)
     ambiguous = ambiguous.persist()
     try:
         for r in ambiguous.groupBy(AT).count().collect():
