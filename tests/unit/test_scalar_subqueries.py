@@ -111,6 +111,22 @@ def test_a_group_by_with_a_subquery_keeps_no_per_group_state() -> None:
         ("SELECT count(*) FROM a WHERE v > (SELECT min(w) FROM b)", "global aggregate"),
         ("SELECT k FROM a WHERE v > (SELECT min(w) FROM b) ORDER BY k", "ORDER BY"),
         ("SELECT a.k FROM a, b WHERE a.k = b.k AND a.v > (SELECT min(w) FROM b)", "ON"),
+        # a key with no row of b has a NULL-filled row that no row of b touches
+        (
+            "SELECT a.k, b.w FROM a LEFT JOIN b ON a.k = b.k "
+            "WHERE coalesce(b.w, 0) >= (SELECT count(*) FROM b)",
+            "fills with NULL",
+        ),
+        (
+            "SELECT a.k, b.w FROM a RIGHT JOIN b ON a.k = b.k "
+            "WHERE coalesce(a.v, 0) >= (SELECT count(*) FROM b)",
+            "fills with NULL",
+        ),
+        (
+            "SELECT a.k, b.w FROM a FULL JOIN b ON a.k = b.k "
+            "WHERE coalesce(a.v, 0) >= (SELECT count(*) FROM b)",
+            "fills with NULL",
+        ),
     ],
 )
 def test_other_subqueries_take_the_full_path(sql: str, said: str) -> None:

@@ -862,6 +862,18 @@ def _row_keys(
     return [keys], "select/project/filter: recompute the touched rows"
 
 
+def _null_supplying(select: Any, aliases: Sequence[str]) -> set[str]:
+    """The aliases (FROM, then each join's) whose columns an outer join fills with NULL."""
+    out: set[str] = set()
+    for i, join in enumerate(select.args.get("joins") or [], start=1):
+        side = (join.args.get("side") or "").upper()
+        if side in ("LEFT", "FULL"):
+            out.add(aliases[i])
+        if side in ("RIGHT", "FULL"):
+            out.update(aliases[:i])
+    return out
+
+
 def _parameters(
     rewritten: Any, taken: Sequence[tuple[Any, str]], aliases: list[str], at: Any, view_id: int
 ) -> Parameters | str:
@@ -894,6 +906,7 @@ def _parameters(
     )
     sql = exp.select(*values).from_(source_times).sql(dialect="spark")
     moved: dict[int, list[str]] = {}
+    nullable = _null_supplying(rewritten, aliases)
     where = rewritten.args["where"].this
     conjuncts = list(where.flatten()) if isinstance(where, exp.And) else [where]
     for conjunct in conjuncts:
@@ -904,6 +917,12 @@ def _parameters(
         if len(used) != 1:
             what = "no column of" if not used else "columns of more than one of"
             return f"a scalar subquery compared with {what} the query's inputs needs the full path"
+        alias = used.pop()
+        if alias in nullable:  # its NULL-filled rows flip too, and no row of it touches them
+            return (
+                f"a scalar subquery compared with columns of {alias!r}, which an outer join "
+                "fills with NULL, needs the full path"
+            )
         before, after = conjunct.copy(), conjunct.copy()
         for copy, prefix in ((before, "__b"), (after, "__a")):
             for c in list(copy.find_all(exp.Column)):
@@ -912,7 +931,7 @@ def _parameters(
                     c.replace(exp.column(f"{prefix}{j}", table=PAIRS, quoted=True))
         same = exp.NullSafeEQ(this=exp.paren(before), expression=exp.paren(after))
         changed = exp.Not(this=exp.paren(same))
-        moved.setdefault(aliases.index(used.pop()), []).append(changed.sql(dialect="spark"))
+        moved.setdefault(aliases.index(alias), []).append(changed.sql(dialect="spark"))
     join = exp.Join(
         this=exp.Table(
             this=exp.to_identifier(table, quoted=True),
