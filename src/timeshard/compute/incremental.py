@@ -314,6 +314,9 @@ class Plan:
     arranged: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: grouped: the scalar subqueries of its WHERE, if any.
     parameters: Parameters | None = None
+    #: incremental: the query as sqlglot writes it in Spark SQL, as the rewritten queries
+    #: are written (:func:`rewritten_expressions` tells where it means something else).
+    qualified: str = ""
 
 
 def full(reason: str) -> Plan:
@@ -323,7 +326,6 @@ def full(reason: str) -> Plan:
 def classify(sql: str, schemas: Mapping[str, pa.Schema]) -> Plan:
     """The plan of a view ``sql`` over inputs named as in ``schemas`` (driver, no job)."""
     import sqlglot
-    from sqlglot import exp
     from sqlglot.errors import SqlglotError
     from sqlglot.optimizer.qualify import qualify
 
@@ -350,6 +352,17 @@ def classify(sql: str, schemas: Mapping[str, pa.Schema]) -> Plan:
     why = _not_deterministic(tree)
     if why is not None:
         return full(why)
+    qualified = tree.sql(dialect="spark")  # before the plan's rewrites change the tree
+    plan = _plan_of(tree, schemas)
+    if not plan.classification.incremental:
+        return plan
+    return replace(plan, qualified=qualified)
+
+
+def _plan_of(tree: Any, schemas: Mapping[str, pa.Schema]) -> Plan:
+    """The plan of a qualified query (:func:`classify`)."""
+    from sqlglot import exp
+
     if isinstance(tree, exp.Select) and any(
         isinstance(n, exp.Subquery) for n in tree.walk() if n is not tree
     ):
@@ -1199,6 +1212,50 @@ def order_dependent(analysed: str) -> str | None:
     return "; ".join(dict.fromkeys(found)) or None
 
 
+#: Plan nodes and expressions sqlglot's qualified SQL adds or renames without changing what
+#: the query computes (table aliases, column aliases and qualifiers).
+_NAMING = frozenset({"AttributeReference", "Alias", "SubqueryAlias", "Project"})
+
+
+def rewritten_expressions(analysed: str, qualified: str) -> str | None:
+    """What Spark's analysed plan of sqlglot's SQL of a query (``qualified``) holds that
+    its plan of the query itself (``analysed``) does not, or the other way round; None if
+    nothing but names. Both are ``LogicalPlan.toJSON``.
+
+    The incremental terms are written by sqlglot, the full path runs the query: where
+    sqlglot writes a function as another (``log10(x)`` as ``LOG(10, x)``, which rounds
+    otherwise) or drops an argument (``to_char``'s format), the two paths disagree.
+    """
+    import json
+    from collections import Counter
+
+    def classes(plan: str) -> Counter[str]:
+        out: Counter[str] = Counter()
+
+        def visit(value: Any) -> None:
+            if isinstance(value, dict):
+                kind = str(value.get("class", "")).rsplit(".", 1)[-1]
+                if kind and kind not in _NAMING:
+                    out[kind] += 1
+                for v in value.values():
+                    visit(v)
+            elif isinstance(value, list):
+                for v in value:
+                    visit(v)
+
+        visit(json.loads(plan))
+        return out
+
+    mine, theirs = classes(analysed), classes(qualified)
+    lost, gained = sorted(mine - theirs), sorted(theirs - mine)
+    if not lost and not gained:
+        return None
+    return (
+        "sqlglot writes the query with other expressions "
+        f"({', '.join(lost) or 'nothing'} became {', '.join(gained) or 'nothing'})"
+    )
+
+
 def _only_table(node: Any) -> str | None:
     """The one table every column of ``node`` names, or None."""
     from sqlglot import exp
@@ -1215,4 +1272,5 @@ __all__ = [
     "Term",
     "classify",
     "order_dependent",
+    "rewritten_expressions",
 ]

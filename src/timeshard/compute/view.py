@@ -57,7 +57,13 @@ import pyarrow as pa
 
 from timeshard.compute.aggregate import type_problem
 from timeshard.compute.delta import SparkDelta
-from timeshard.compute.incremental import Plan, classify, order_dependent, without_aggregate
+from timeshard.compute.incremental import (
+    Plan,
+    classify,
+    order_dependent,
+    rewritten_expressions,
+    without_aggregate,
+)
 from timeshard.compute.incremental import full as full_plan
 from timeshard.compute.row_errors import ERRORS, with_row_errors
 from timeshard.errors import InvalidUsage, LeaseExpired
@@ -343,7 +349,7 @@ class SparkViewDesired:
         plan = classify(sql, schemas)
         if not plan.classification.incremental:
             return plan
-        why = self._check_terms(plan) or self._check_keys(plan)
+        why = self._check_rewrite(sql, plan) or self._check_terms(plan) or self._check_keys(plan)
         if why is not None:
             return full_plan(why)
         if plan.classification.path == "grouped":
@@ -381,6 +387,23 @@ class SparkViewDesired:
                 if why is not None:
                     return f"min/max keep no state: input {s.input!r} is not arranged by key: {why}"
         return why
+
+    def _check_rewrite(self, sql: str, plan: Plan) -> str | None:
+        """Why the incremental terms, written by sqlglot, may compute other values than
+        ``sql`` (:func:`~timeshard.compute.incremental.rewritten_expressions`), or None (no
+        job: two analyses)."""
+        from pyspark.errors import PySparkException
+
+        frames = {alias: self._input_frames(alias, None)[0] for alias in self.readers}
+        try:
+            plans = [
+                self._evaluate(frames, text)._jdf.queryExecution().analyzed().toJSON()
+                for text in (sql, plan.qualified)
+            ]
+        except PySparkException as e:
+            return f"sqlglot's Spark SQL of the query does not analyse: {str(e).splitlines()[0]}"
+        why = rewritten_expressions(*plans)
+        return None if why is None else f"{why}: the full path"
 
     def _order_dependent(self) -> str | None:
         """Why the view's query may give other rows for the same inputs in another order
