@@ -269,6 +269,47 @@ def test_a_replica_identity_no_longer_full_is_an_err_row_not_a_stale_row(
     ing.close()
 
 
+def test_generated_columns_and_column_lists_are_read_as_published_and_row_filters_refused(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """pgoutput sends neither generated columns nor those a column list leaves out: reading
+    them in the snapshot made every later change an err row ("column was dropped"). A row
+    filter would leave in the snapshot rows whose changes the stream never sends."""
+    upstream.create("g", "id int PRIMARY KEY, v int, twice int GENERATED ALWAYS AS (v * 2) STORED")
+    upstream.create("c", "id int PRIMARY KEY, v text, secret text")
+    upstream.sql(
+        sql.SQL("CREATE PUBLICATION {} FOR TABLE {}, {} (id, v)").format(
+            sql.Identifier(upstream.pub), upstream.name("g"), upstream.name("c")
+        )
+    )
+    upstream.txn(("g", "INSERT INTO {t} (id, v) VALUES (1, 10)", None))
+    upstream.txn(("c", "INSERT INTO {t} VALUES (1, 'a', 'x')", None))
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    name = f"pg_{uuid.uuid4().hex[:8]}"
+    source = PostgresSource(name, upstream.dsn, upstream.pub)
+    assert [[c.name for c in t.columns] for t in source.tables] == [["id", "v"], ["id", "v"]]
+    ing = Ingestion(spark, client, source, clock=lambda: next(clock))
+    ing.step()
+    upstream.txn(("g", "UPDATE {t} SET v = 20 WHERE id = 1", None))
+    upstream.txn(("c", "INSERT INTO {t} VALUES (2, 'b', 'y')", None))
+    ing.step()
+    for table, want in (("g", [(1, 20)]), ("c", [(1, "a"), (2, "b")])):
+        shard = f"{name}.{upstream.schema}.{table}"
+        upper = client.state(shard).upper.time
+        assert upper is not None
+        assert output_rows(client, shard, upper - 1, ["id", "v"]) == want
+    ing.close()
+    filtered = f"{upstream.pub}_f"
+    upstream.sql(
+        sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WHERE (id > 10)").format(
+            sql.Identifier(filtered), upstream.name("g")
+        )
+    )
+    with pytest.raises(InvalidUsage, match=r"filters the rows of .*\(id > 10\)"):
+        PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, filtered)
+
+
 def test_a_dropped_slot_is_a_definite_error(
     spark: SparkSession, upstream: Upstream, tmp_path: Path
 ) -> None:

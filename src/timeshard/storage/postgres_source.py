@@ -347,11 +347,20 @@ class PostgresSource:
                 listed = [k for k in listed if names[k] in wanted]
             if not listed:
                 raise InvalidUsage(f"publication {self.publication!r} has no tables")
+            published = _published(conn, self.publication)
             tables = []
             for schema, table in listed:
-                tables.append(
-                    Table(schema, table, names[(schema, table)], _columns(conn, schema, table))
-                )
+                columns, row_filter = published.get((schema, table), (None, None))
+                if row_filter is not None:
+                    raise InvalidUsage(
+                        f"POSTGRES source {self.name!r}: publication {self.publication!r} "
+                        f"filters the rows of {schema}.{table} (WHERE {row_filter}); a row that "
+                        "leaves the filter is not replicated as deleted, so it is not supported"
+                    )
+                read = _columns(conn, schema, table)
+                if columns is not None:  # a column list: only those are replicated
+                    read = tuple(c for c in read if c.name in columns)
+                tables.append(Table(schema, table, names[(schema, table)], read))
                 identity = conn.execute(
                     "SELECT c.relreplident FROM pg_class c JOIN pg_namespace n "
                     "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
@@ -411,12 +420,32 @@ class PostgresSource:
             conn.close()
 
 
+def _published(
+    conn: Any, publication: str
+) -> dict[tuple[str, str], tuple[frozenset[str] | None, str | None]]:
+    """Per table of ``publication``: its column list and its row filter, where it has them
+    (PostgreSQL 15 on; before, neither exists)."""
+    (version,) = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()
+    if version < 150000:
+        return {}
+    rows = conn.execute(
+        "SELECT schemaname, tablename, attnames, rowfilter FROM pg_publication_tables "
+        "WHERE pubname = %s",
+        (publication,),
+    ).fetchall()
+    return {
+        (schema, table): (None if names is None else frozenset(names), row_filter)
+        for schema, table, names, row_filter in rows
+    }
+
+
 def _columns(conn: Any, schema: str, table: str) -> tuple[Column, ...]:
+    """The columns pgoutput sends of a table: not dropped, not generated."""
     rows = conn.execute(
         "SELECT a.attname, a.atttypid::int, a.atttypmod FROM pg_attribute a "
         "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
-        "ORDER BY a.attnum",
+        "AND a.attgenerated = '' ORDER BY a.attnum",
         (schema, table),
     ).fetchall()
     reserved = [r[0] for r in rows if r[0].startswith("_")]
