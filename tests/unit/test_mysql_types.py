@@ -57,6 +57,8 @@ def test_arrow_types() -> None:
 def test_column_from_information_schema() -> None:
     c = column_from_schema("n", "BIGINT", "bigint(20) unsigned", 20, 0, None)
     assert c == Column("n", "bigint", unsigned=True, precision=20, scale=0, fsp=0)
+    assert column_from_schema("b", "binary", "binary(16)", None, None, None).length == 16
+    assert column_from_schema("b", "varbinary", "varbinary(16)", None, None, None).length is None
 
 
 @pytest.mark.parametrize(
@@ -74,6 +76,9 @@ def test_column_from_information_schema() -> None:
         (col("double"), "0.1", 0.1, None, 0.1),
         (col("varchar"), "héllo", "héllo", None, "héllo"),
         (col("varbinary"), b"\x00\xff", b"\x00\xff", None, b"\x00\xff"),
+        # binary(4): the binlog drops the trailing zero bytes the server pads it with
+        (col("binary", length=4), b"a\x00\x00\x00", b"a", None, b"a\x00\x00\x00"),
+        (col("binary", length=2), b"\x00\x00", b"", None, b"\x00\x00"),
         (col("date"), "2024-02-29", dt.date(2024, 2, 29), None, dt.date(2024, 2, 29)),
         (
             col("datetime", fsp=3),

@@ -90,6 +90,8 @@ class Column:
     precision: int | None = None
     scale: int | None = None
     fsp: int = 0
+    #: ``binary(n)``: n, the bytes every value has (the binlog drops trailing zero bytes).
+    length: int | None = None
 
     def __post_init__(self) -> None:
         if self.data_type not in _BINLOG_TYPES:
@@ -137,6 +139,7 @@ def column_from_schema(
     fsp: int | None,
 ) -> Column:
     """A :class:`Column` from one row of ``information_schema.COLUMNS``."""
+    fixed = re.fullmatch(r"binary\((\d+)\)", column_type.strip().lower())
     return Column(
         name,
         data_type.lower(),
@@ -144,6 +147,7 @@ def column_from_schema(
         precision=None if precision is None else int(precision),
         scale=None if scale is None else int(scale),
         fsp=int(fsp or 0),
+        length=int(fixed.group(1)) if fixed else None,
     )
 
 
@@ -210,6 +214,9 @@ def binlog_text(
     t = column.data_type
     if t == "timestamp" and value == dt.datetime(1970, 1, 1):
         return INVALID  # the zero timestamp: stored as 0, which no real timestamp is
+    if column.length is not None and isinstance(value, bytes | str):
+        raw = value.encode("utf-8") if isinstance(value, str) else value
+        return raw.ljust(column.length, b"\x00").hex()  # the server pads binary(n) with zeros
     if isinstance(value, bytes):
         return value.hex() if column.is_binary else value.decode("utf-8")
     if isinstance(value, str):
