@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
@@ -80,3 +81,17 @@ def test_a_select_reads_err_counts_from_part_metadata(
         result = engine.query(query, 2)
     assert result.rows == [(50,)]
     assert jobs.count == 2  # its parts may hold an err row: checked, and none is left
+
+
+def test_a_select_reads_a_column_whose_name_holds_a_backtick(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Column names come from upstream tables: quoted as Spark quotes them, not pasted."""
+    client = make_client(tmp_path)
+    writer = client.open_writer("q", pa.schema([("a`b", pa.int64()), ("c", pa.string())]))
+    writer.append([((1, "x"), 0, 1)], 0, 1)
+    engine = Engine(spark, client, read_wait_s=5.0)
+    result = engine.query("SELECT * FROM q", None)
+    assert [name for name, _ in result.columns] == ["a`b", "c"]
+    assert result.rows == [(1, "x")]
+    writer.expire()

@@ -793,6 +793,7 @@ class Engine:
         from pyspark.errors import PySparkException
 
         from timeshard.spark.snapshot import parts_snapshot_df
+        from timeshard.spark.sqltext import quoted
 
         spark_sql, inputs = self.resolve(query)
         readers = {s: self.client.open_leased_reader(s) for s in set(inputs.values())}
@@ -804,7 +805,7 @@ class Engine:
                 parts = readers[shard].snapshot_parts(as_of)
                 snap = parts_snapshot_df(session, readers[shard], parts, as_of)
                 self._check_no_error(shard, parts, snap, as_of)
-                data = [f"`{c}`" for c in snap.columns if c not in ("_ts", "_diff", "_err")]
+                data = [quoted(c) for c in snap.columns if c not in ("_ts", "_diff", "_err")]
                 snap.selectExpr(*data, "explode(sequence(1, CAST(_diff AS INT))) AS _n").drop(
                     "_n"
                 ).createOrReplaceTempView(alias)
