@@ -246,3 +246,11 @@ def test_several_statements_in_one_message_are_an_implicit_transaction(
         assert cur.nextset() and cur.fetchall() == [(3, "row 3"), (4, "row 4")]
         with pytest.raises(errors.InvalidCursorName):  # the message's end closed it
             conn.execute("FETCH ALL q")
+
+
+def test_float_specials_are_written_as_postgresql_writes_them() -> None:
+    """JDBC and node-postgres parse ``NaN``, ``Infinity`` and ``-Infinity``, not Python's."""
+    from timeshard.server.pgwire import encode_value
+
+    specials = [float("nan"), float("inf"), float("-inf"), 1.5]
+    assert [encode_value(v) for v in specials] == [b"NaN", b"Infinity", b"-Infinity", b"1.5"]

@@ -42,6 +42,7 @@ from __future__ import annotations
 import decimal
 import itertools
 import logging
+import math
 import os
 import secrets
 import select
@@ -144,6 +145,8 @@ def encode_value(value: Any) -> bytes | None:
         return b"t" if value else b"f"
     if isinstance(value, bytes | bytearray):
         return b"\\x" + bytes(value).hex().encode()
+    if isinstance(value, float) and not math.isfinite(value):  # as PostgreSQL writes them
+        return b"NaN" if math.isnan(value) else b"Infinity" if value > 0 else b"-Infinity"
     return str(value).encode("utf-8")
 
 
