@@ -155,9 +155,14 @@ def test_hidden_names_are_not_read_and_a_name_that_is_not_utf8_is_named(tmp_path
         source.upper()
 
 
-def test_a_path_that_does_not_exist_is_refused(tmp_path: Path) -> None:
+def test_a_path_that_does_not_exist_is_an_error_not_a_source_without_data(
+    tmp_path: Path,
+) -> None:
+    source = FileSource("f", tmp_path / "nonexistent", "text")  # a spec is checked before
     with pytest.raises(InvalidUsage, match="nonexistent"):
-        FileSource("f", tmp_path / "nonexistent", "text")
+        source.upper()
+    (tmp_path / "nonexistent").mkdir()
+    assert source.upper() == {}
 
 
 def client() -> PersistClient:

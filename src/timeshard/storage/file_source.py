@@ -6,8 +6,8 @@ last complete line, so a line being written is not read until its newline
 arrives; lines appended later are picked up by the next read, and new files
 in the directory become new partitions. A name below the root that starts
 with ``.`` or ``_`` is hidden (a Spark writer's ``_temporary``, ``_SUCCESS``),
-as COPY FROM hides it. The path must exist when the source is made, and a
-file name that is not UTF-8 stalls the source with an error naming it.
+as COPY FROM hides it. A path that does not exist, or a file name that is not
+UTF-8, stalls the source with an error naming it.
 
 Order. A record's *position* is ``(file, offset)``: its file's name (the path
 relative to the source root, ``/``-separated), then the byte offset of its
@@ -184,8 +184,6 @@ class FileSource:
             or max_line_bytes <= 0
         ):
             raise InvalidUsage(f"max_line_bytes must be a positive integer, got {max_line_bytes!r}")
-        if not Path(path).exists():
-            raise InvalidUsage(f"FILE source {name!r}: path {str(path)!r} does not exist")
         self.name = name
         self.path = Path(path).resolve()
         self.format = fmt
@@ -219,8 +217,8 @@ class FileSource:
         """
         if self.path.is_file():
             return [self.path]
-        if not self.path.is_dir():
-            return []
+        if not self.path.is_dir():  # a typo must not read as a source with no data yet
+            raise InvalidUsage(f"FILE source {self.name!r}: path {str(self.path)!r} does not exist")
         files = [
             p
             for p in self.path.rglob("*")
