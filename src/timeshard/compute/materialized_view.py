@@ -84,7 +84,13 @@ class MaterializedView:
                     "replica cannot create it"
                 )
             client.open_writer(definition.name, schema).expire()
-        stored = client.state(definition.name).data_schema
+        state = client.state(definition.name)
+        if state.upper.is_empty():
+            raise InvalidUsage(
+                f"view {definition.name!r}: its shard is closed (the view was dropped), and a "
+                "dropped name is not used again"
+            )
+        stored = state.data_schema
         if not stored.equals(schema):
             raise InvalidUsage(
                 f"view {definition.name!r} exists with schema {stored}; the "

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage, LeaseExpired
+from timeshard.errors import InvalidUsage, LeaseExpired, UpperMismatch
 from timeshard.location import Location
 from timeshard.location.consensus import check_consensus_key
 from timeshard.persist._internal import transitions as tr
@@ -34,6 +34,7 @@ from timeshard.persist.gc import GcReport, collect_garbage
 from timeshard.persist.heartbeat import Heartbeats
 from timeshard.persist.read import ReadHandle
 from timeshard.persist.write import WriteHandle
+from timeshard.progress import Frontier
 
 
 def check_shard_id(shard_id: object) -> str:
@@ -173,6 +174,20 @@ class PersistClient:
         """Remove the critical since hold ``reader_id``; True if there was one."""
         machine = self._machine(shard_id, None)
         return bool(machine.apply(lambda s: tr.expire_critical_reader(s, reader_id)))
+
+    def close_shard(self, shard_id: str) -> None:
+        """Close ``shard_id`` for good: its upper becomes the empty frontier, after which no
+        writer appends to it (a dropped object's shard, whose name is not used again).
+        What it holds stays readable by id. Idempotent; a writer racing the close either
+        lands first (the close then ends after it) or finds the shard closed."""
+        writer = self.open_writer(shard_id)
+        try:
+            upper = writer.fetch_recent_upper()
+            while not upper.is_empty():
+                result = writer.compare_and_append_batch([], upper, None)
+                upper = result.current if isinstance(result, UpperMismatch) else Frontier.empty()
+        finally:
+            writer.expire()
 
     def list_shards(self) -> list[str]:
         """Every shard id of the location (storage failures retried like any read)."""

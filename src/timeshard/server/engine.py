@@ -478,6 +478,12 @@ class Engine:
                 seq = self._seq
             self._creating.add(statement.name)
         try:
+            if statement.name in self.client.list_shards() and self._dropped(statement.name):
+                raise SqlError(
+                    f"{statement.name!r} was dropped, and its shard keeps the name: a name is "
+                    "not used twice (choose another)",
+                    "42710",
+                )
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
@@ -641,7 +647,7 @@ class Engine:
         from timeshard.spec import ExportSpec, RunSpec, check_spec
         from timeshard.storage.health import Health
 
-        if statement.input not in self.known_shards():
+        if statement.input not in self.known_shards() or self._dropped(statement.input):
             raise SqlError(f"unknown relation {statement.input!r}", "42P01")
         _refuse_dsn_password("a sink", statement.options.get("dsn"))
         try:
@@ -703,6 +709,8 @@ class Engine:
                 victim.runner.close()
             if victim.kind == "source":
                 _drop_upstream(victim)
+            for shard in victim.shards:  # no writer appends again; the name is not reused
+                self.client.close_shard(shard)
             victim.report("dropped")
             if victim.health is not None:
                 victim.health.close()
@@ -747,6 +755,10 @@ class Engine:
 
     # -- reads
 
+    def _dropped(self, shard: str) -> bool:
+        """Whether ``shard`` belonged to a dropped object: DROP closes its shards."""
+        return self.client.state(shard).upper.is_empty()
+
     def known_shards(self) -> list[str]:
         return [s for s in self.client.list_shards() if s not in _SYSTEM_SHARDS]
 
@@ -774,6 +786,8 @@ class Engine:
                 continue
             if shard == OBJECTS_RELATION:
                 alias = OBJECTS_RELATION
+            elif shard in known and self._dropped(shard):
+                raise SqlError(f"relation {shard!r} was dropped", "42P01")
             elif shard in known:  # an alias no CTE has: Spark resolves a CTE's name first
                 alias = aliases.get(shard) or _alias(shard, set(aliases.values()) | ctes)
                 aliases[shard] = alias
@@ -912,6 +926,8 @@ class Engine:
         shard = statement.name
         if shard not in self.known_shards():
             raise SqlError(f"unknown relation {shard!r}", "42P01")
+        if self._dropped(shard):
+            raise SqlError(f"relation {shard!r} was dropped", "42P01")
         reader = self.client.open_leased_reader(shard)
         try:
             as_of = statement.as_of

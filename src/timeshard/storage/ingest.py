@@ -92,6 +92,12 @@ class Export:
         self.writer = client.open_writer(
             shard, self.schema, background_compaction=envelope == "none"
         )
+        if self.writer.fetch_recent_upper().is_empty():
+            self.writer.expire()
+            raise InvalidUsage(
+                f"output shard {shard!r} is closed (its source was dropped), and a dropped "
+                "name is not used again"
+            )
         self.upsert = (
             SparkFeedbackUpsert(spark, client, shard, self.schema, key_columns, holds)
             if envelope == "upsert"
