@@ -156,6 +156,10 @@ _INT_RANGES = {
 class FileSource:
     """A directory (or one file) of newline-delimited records."""
 
+    #: One upstream every instance sees, whose upper never moves back: an upper below the
+    #: offsets already bound means the upstream lost them (``Ingestion`` stalls on it).
+    shared_upper = True
+
     def __init__(
         self,
         name: str,

@@ -382,9 +382,11 @@ class Ingestion:
         would otherwise be read on from the old offset: the records below it
         lost, and a range starting inside a line. Another instance's binding may
         be later than this instance's look at the source, so the source is asked
-        again before it is called behind (a source's upper never moves back).
+        again before it is called behind. Only for a source with one upstream
+        whose upper never moves back (``shared_upper``): a load generator's upper
+        is its own instance's progress, which another instance may be ahead of.
         """
-        if not self.remap.upper.time:
+        if not getattr(self.source, "shared_upper", False) or not self.remap.upper.time:
             return
         bound = self.remap.frontier_at(self.remap.upper.time - 1)
         behind = _behind(observed, bound) and _behind(self.source.upper(), bound)

@@ -118,6 +118,10 @@ DEFAULT_TIMEOUT_S = 10.0
 class KafkaSource:
     """One Kafka topic (module doc)."""
 
+    #: One upstream every instance sees, whose upper never moves back: an upper below the
+    #: offsets already bound means the upstream lost them (``Ingestion`` stalls on it).
+    shared_upper = True
+
     def __init__(
         self,
         name: str,

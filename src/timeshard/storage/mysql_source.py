@@ -274,6 +274,10 @@ def frame_schema(table: Table) -> pa.Schema:
 class MySqlSource:
     """The tables of a MariaDB database, by its GTID binlog (module doc)."""
 
+    #: One upstream every instance sees, whose upper never moves back: an upper below the
+    #: offsets already bound means the upstream lost them (``Ingestion`` stalls on it).
+    shared_upper = True
+
     #: The ingestion passes the first binding as ``origin`` (the snapshot's point).
     reads_from_origin = True
 

@@ -160,6 +160,10 @@ class PostgresSource:
     the slot is never created: a read finds it, or fails as for a dropped slot.
     """
 
+    #: One upstream every instance sees, whose upper never moves back: an upper below the
+    #: offsets already bound means the upstream lost them (``Ingestion`` stalls on it).
+    shared_upper = True
+
     def __init__(
         self,
         name: str,
