@@ -28,7 +28,16 @@ from timeshard.storage.mysql_ddl import ddl_tables
         ),
         ("DROP TABLE `t` WAIT 3", [("dropped", "d", "t")]),
         ("DROP TEMPORARY TABLE t", []),
-        ("DROP DATABASE t", []),
+        ("DROP DATABASE t", [("dropped", "t", "")]),  # every table of database t
+        ("DROP SCHEMA IF EXISTS `x y`", [("dropped", "x y", "")]),
+        ("ALTER TABLE t TRUNCATE PARTITION p0, p1", [("partly emptied", "d", "t")]),
+        ("ALTER TABLE x.t DROP PARTITION p0", [("partly emptied", "x", "t")]),
+        (
+            "ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE `o`",
+            [("replaced", "d", "t"), ("replaced", "d", "o")],
+        ),
+        ("ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION p1 VALUES LESS THAN (5))", []),
+        ("ALTER TABLE t DROP COLUMN c, ADD PARTITION (PARTITION p9 VALUES LESS THAN (9))", []),
         (
             "RENAME TABLE a TO b, x.c WAIT 3 TO a",
             [

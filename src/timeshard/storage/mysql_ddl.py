@@ -1,8 +1,9 @@
 """Which tables a MySQL DDL statement of the binlog replaces, empties or takes away.
 
 A MYSQL source reads rows from row events, but ``TRUNCATE``, ``DROP TABLE``,
-``RENAME TABLE``, ``ALTER TABLE ... RENAME`` and ``CREATE OR REPLACE TABLE``
-change a table's contents (or its name) with a query event and no rows.
+``DROP DATABASE``, ``RENAME TABLE``, ``ALTER TABLE ... RENAME``, ``ALTER TABLE
+... TRUNCATE|DROP|EXCHANGE PARTITION`` and ``CREATE OR REPLACE TABLE`` change a
+table's contents (or its name) with a query event and no rows.
 :func:`ddl_tables` names the tables such a statement touches, so that the
 source can emit an err row for each of its own. (A change of columns needs
 no parsing: the table map of the next row event shows it.)
@@ -38,6 +39,10 @@ _TOKEN = re.compile(
 
 #: What a statement does to the tables it names, by its leading keywords.
 TRUNCATED, DROPPED, RENAMED, REPLACED = "truncated", "dropped", "renamed", "replaced"
+#: ``ALTER TABLE ... TRUNCATE PARTITION`` and ``DROP PARTITION``: rows gone, no row events.
+PARTLY_EMPTIED = "partly emptied"
+#: The table name of ``DROP DATABASE``: every table of the database (no table is named "").
+EVERY_TABLE = ""
 
 
 class _Name(str):
@@ -139,6 +144,11 @@ def ddl_tables(sql: str, database: str) -> list[tuple[str, str, str]]:
             if c.accept("IF"):
                 c.accept("EXISTS")
             out += [(DROPPED, *n) for n in _name_list(c)]
+        elif c.accept("DATABASE", "SCHEMA"):
+            if c.accept("IF"):
+                c.accept("EXISTS")
+            if _is_name(c.peek()):
+                out.append((DROPPED, str(c.peek()), EVERY_TABLE))
     elif c.accept("RENAME"):
         if c.accept("TABLE", "TABLES"):
             while True:
@@ -159,8 +169,8 @@ def ddl_tables(sql: str, database: str) -> list[tuple[str, str, str]]:
             if c.accept("IF"):
                 c.accept("EXISTS")
             n = c.name()
-            if n is not None and _alter_renames(c):
-                out.append((RENAMED, *n))
+            if n is not None:
+                out += [(change, *(other or n)) for change, other in _alter_changes(c)]
     elif c.accept("CREATE") and c.accept("OR") and c.accept("REPLACE") and c.accept("TABLE"):
         out += [(REPLACED, *n) for n in [c.name()] if n is not None]
     return out
@@ -175,19 +185,39 @@ def _name_list(c: _Cursor) -> list[tuple[str, str]]:
     return names
 
 
-def _alter_renames(c: _Cursor) -> bool:
-    """Whether one of the ALTER's specifications is ``RENAME [TO|AS] name`` (not of a column)."""
+def _alter_changes(c: _Cursor) -> list[tuple[str, tuple[str, str] | None]]:
+    """What the ALTER's specifications do to the table's contents (or name): ``RENAME
+    [TO|AS] name`` (not of a column), ``TRUNCATE``/``DROP PARTITION``, ``EXCHANGE
+    PARTITION p WITH TABLE other`` (which also replaces ``other``, named beside it)."""
     if c.accept("WAIT"):
         c.i += 1  # its seconds
     c.accept("NOWAIT")
+    out: list[tuple[str, tuple[str, str] | None]] = []
     while (t := c.peek()) is not None:
-        if _kw(t, "RENAME") and not _kw(c.peek(1), "COLUMN", "INDEX", "KEY", "CONSTRAINT"):
-            return True
+        after = c.peek(1)
+        if _kw(t, "RENAME") and not _kw(after, "COLUMN", "INDEX", "KEY", "CONSTRAINT"):
+            out.append((RENAMED, None))
+        elif _kw(t, "TRUNCATE", "DROP") and _kw(after, "PARTITION"):
+            out.append((PARTLY_EMPTIED, None))
+        elif _kw(t, "EXCHANGE") and _kw(after, "PARTITION"):
+            c.i += 3  # EXCHANGE PARTITION p
+            out.append((REPLACED, None))
+            if c.accept("WITH") and c.accept("TABLE") and (other := c.name()) is not None:
+                out.append((REPLACED, other))
         c.skip_to_comma()
         if c.peek() != ",":
-            return False
+            return out
         c.i += 1
-    return False
+    return out
 
 
-__all__ = ["DROPPED", "RENAMED", "REPLACED", "TRUNCATED", "ddl_tables", "tokens"]
+__all__ = [
+    "DROPPED",
+    "EVERY_TABLE",
+    "PARTLY_EMPTIED",
+    "RENAMED",
+    "REPLACED",
+    "TRUNCATED",
+    "ddl_tables",
+    "tokens",
+]

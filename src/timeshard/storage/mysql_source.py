@@ -92,7 +92,7 @@ import pyarrow as pa
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
 from timeshard.storage.cdc import DecodeTask, raw_batches
-from timeshard.storage.mysql_ddl import ddl_tables
+from timeshard.storage.mysql_ddl import EVERY_TABLE, ddl_tables
 from timeshard.storage.mysql_types import (
     Column,
     Undecodable,
@@ -762,9 +762,12 @@ def _apply_query(txn: _Txn, event: Any, plan: ReadPlan, tables: Mapping[str, int
     if not txn.wanted or query.upper() in ("COMMIT", "BEGIN"):
         return
     for change, database, name in ddl_tables(query, _text(event.schema)):
-        index = tables.get(name)
-        if database == plan.server.database and index is not None:
-            txn.errors.add((index, f"{plan.tables[index].name}: {change} upstream"))
+        if database != plan.server.database:
+            continue
+        touched = tables.values() if name == EVERY_TABLE else [tables.get(name)]
+        for index in touched:
+            if index is not None:
+                txn.errors.add((index, f"{plan.tables[index].name}: {change} upstream"))
 
 
 def _apply_rows(txn: _Txn, event: Any, plan: ReadPlan, index: int) -> None:
