@@ -116,6 +116,16 @@ def upstream(postgres_server: Any) -> Any:
     u.close()
 
 
+def started(spark: SparkSession, upstream: Upstream, tmp_path: Path) -> tuple[Any, str, Ingestion]:
+    """A new location, and an ingestion of the upstream's publication into it: (client,
+    source name, ingestion)."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    name = f"pg_{uuid.uuid4().hex[:8]}"
+    source = PostgresSource(name, upstream.dsn, upstream.pub)
+    return client, name, Ingestion(spark, client, source, clock=lambda: next(clock))
+
+
 ORDER_COLUMNS = ["id", "amount", "note", "tags", "at", "doc", "big"]
 
 
@@ -212,12 +222,7 @@ def test_a_schema_change_errors_one_subsource_and_bad_values_are_err_rows(
     upstream.create("b", "id int, at timestamp")
     upstream.publish("a", "b")
     upstream.txn(("a", "INSERT INTO {t} VALUES (1, 'one')", None))
-    client = PersistClient(Location.embedded(tmp_path / "loc"))
-    clock = itertools.count(1)
-    name = f"pg_{uuid.uuid4().hex[:8]}"
-    ing = Ingestion(
-        spark, client, PostgresSource(name, upstream.dsn, upstream.pub), clock=lambda: next(clock)
-    )
+    client, name, ing = started(spark, upstream, tmp_path)
     ing.step()
     upstream.txn(
         ("b", "INSERT INTO {t} VALUES (1, 'infinity')", None),  # no Arrow timestamp holds it
@@ -249,12 +254,7 @@ def test_a_replica_identity_no_longer_full_is_an_err_row_not_a_stale_row(
     upstream.create("t", "id int PRIMARY KEY, v text")
     upstream.publish("t")
     upstream.txn(("t", "INSERT INTO {t} VALUES (1, 'a')", None))
-    client = PersistClient(Location.embedded(tmp_path / "loc"))
-    clock = itertools.count(1)
-    name = f"pg_{uuid.uuid4().hex[:8]}"
-    ing = Ingestion(
-        spark, client, PostgresSource(name, upstream.dsn, upstream.pub), clock=lambda: next(clock)
-    )
+    client, name, ing = started(spark, upstream, tmp_path)
     ing.step()
     upstream.sql(sql.SQL("ALTER TABLE {} REPLICA IDENTITY DEFAULT").format(upstream.name("t")))
     upstream.txn(("t", "UPDATE {t} SET v = 'b' WHERE id = 1", None))
@@ -284,12 +284,9 @@ def test_generated_columns_and_column_lists_are_read_as_published_and_row_filter
     )
     upstream.txn(("g", "INSERT INTO {t} (id, v) VALUES (1, 10)", None))
     upstream.txn(("c", "INSERT INTO {t} VALUES (1, 'a', 'x')", None))
-    client = PersistClient(Location.embedded(tmp_path / "loc"))
-    clock = itertools.count(1)
-    name = f"pg_{uuid.uuid4().hex[:8]}"
-    source = PostgresSource(name, upstream.dsn, upstream.pub)
-    assert [[c.name for c in t.columns] for t in source.tables] == [["id", "v"], ["id", "v"]]
-    ing = Ingestion(spark, client, source, clock=lambda: next(clock))
+    client, name, ing = started(spark, upstream, tmp_path)
+    tables = ing.source.tables  # type: ignore[attr-defined]
+    assert [[c.name for c in t.columns] for t in tables] == [["id", "v"], ["id", "v"]]
     ing.step()
     upstream.txn(("g", "UPDATE {t} SET v = 20 WHERE id = 1", None))
     upstream.txn(("c", "INSERT INTO {t} VALUES (2, 'b', 'y')", None))
