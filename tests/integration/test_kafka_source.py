@@ -312,6 +312,31 @@ def test_a_missing_topic_stalls_and_lost_offsets_are_a_definite_error(
     ing.close()
 
 
+def test_a_topic_whose_log_starts_past_offset_0_is_read_from_its_earliest_offset(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """Retention deleted records before the source existed: they were never the source's.
+    (Read from offset 0, every step failed as "data is lost", for ever.)"""
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap, 1)
+    _produce(bootstrap, topic, [(0, None, b"a"), (0, None, b"b"), (0, None, b"c")])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # referenced until the results
+    for f in admin.delete_records([TopicPartition(topic, 0, 2)]).values():
+        f.result(30)
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    source = KafkaSource("late", bootstrap, topic, value_format="text", metadata=["offset"])
+    ing = Ingestion(spark_kafka, client, source, clock=lambda: next(clock))
+    ing.step()
+    _produce(bootstrap, topic, [(0, None, b"d")])
+    ing.step()
+    upper = client.state("late").upper.time
+    assert upper is not None
+    rows = _rows(client, "late", upper - 1)
+    assert sorted((r["offset"], r["value"]) for r in rows) == [(2, "c"), (3, "d")]
+    ing.close()
+
+
 def test_an_unreachable_broker_stalls_with_one_line(spark: SparkSession, tmp_path: Path) -> None:
     import socket
 

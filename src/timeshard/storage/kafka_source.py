@@ -61,7 +61,11 @@ Faults are not data: an unreachable broker, a topic that does not exist (or
 was deleted), or offsets that retention deleted before they were read raise
 :class:`~timeshard.errors.SourceUnavailable`, so the ingestion's health reads
 ``stalled`` with that one line and nothing is written. Lost offsets are a
-*definite* error: they are never skipped, and the source stays stalled.
+*definite* error: they are never skipped, and the source stays stalled. A
+partition's first range (no binding covered it yet) starts at the earliest
+offset the topic retains when it is read: what retention deleted before the
+source first read the partition was never the source's (``from_earliest``;
+``timeshard verify`` reads from offset 0 and says when it cannot).
 
 After each durable tick, :meth:`KafkaSource.commit` commits the resumption
 frontier to the consumer group ``group_id`` (default ``timeshard-<name>``),
@@ -139,6 +143,7 @@ class KafkaSource:
         key_avro_schema: str | None = None,
         schema_registry_url: str | None = None,
         avro_schemas: Mapping[int, str] | None = None,
+        from_earliest: bool = True,
     ) -> None:
         if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
             raise InvalidUsage(
@@ -186,6 +191,7 @@ class KafkaSource:
         self.schema_registry_url = schema_registry_url
         self.avro_schemas = dict(avro_schemas) if avro_schemas is not None else None
         self.writer_schemas: WriterSchemas | None = writers
+        self.from_earliest = from_earliest
         self._client: Any = None
 
     # -- the Source protocol ---------------------------------------------------------------
@@ -208,13 +214,19 @@ class KafkaSource:
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
         """The records of ``[start, end)``: a plan whose tasks fetch and decode them.
 
-        Raises SourceUnavailable (definite) if retention already deleted
-        offsets of the range, and InvalidUsage if ``spark`` lacks the
-        Kafka connector.
+        A partition no binding covered yet starts at the earliest offset the
+        topic retains (with ``from_earliest``; else at 0). Raises
+        SourceUnavailable (definite) if retention already deleted offsets of
+        the range, and InvalidUsage if ``spark`` lacks the Kafka connector.
         """
         from timeshard.spark.session import arrow_to_spark_schema
 
         ranges = {int(p): (start.get(p, 0), hi) for p, hi in end.items() if hi > start.get(p, 0)}
+        first = sorted(p for p in ranges if str(p) not in start)
+        if self.from_earliest and first:  # what retention deleted before was never the source's
+            earliest = {p: low for p, (low, _) in self._watermarks(first).items()}
+            ranges = {p: (max(lo, earliest.get(p, lo)), hi) for p, (lo, hi) in ranges.items()}
+            ranges = {p: (lo, hi) for p, (lo, hi) in ranges.items() if hi > lo}
         out_schema = self._row_schema()
         spark_schema = arrow_to_spark_schema(out_schema)
         if not ranges:

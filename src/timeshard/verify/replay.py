@@ -144,6 +144,7 @@ def kafka_source(options: Mapping[str, Any]) -> Any:
             key_schema=schema("key"),
             metadata=tuple(options.get("metadata", ())),
             group_id=f"{options['group_id']}-verify",  # verify commits nothing anyway
+            from_earliest=False,  # the records the shard holds from offset 0, or a note
             value_avro_schema=options.get("value_avro_schema"),
             key_avro_schema=options.get("key_avro_schema"),
             schema_registry_url=options.get("schema_registry_url"),
