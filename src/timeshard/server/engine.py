@@ -786,7 +786,7 @@ class Engine:
                 continue
             if shard == OBJECTS_RELATION:
                 alias = OBJECTS_RELATION
-            elif shard in known and self._dropped(shard):
+            elif shard in known and shard not in aliases and self._dropped(shard):
                 raise SqlError(f"relation {shard!r} was dropped", "42P01")
             elif shard in known:  # an alias no CTE has: Spark resolves a CTE's name first
                 alias = aliases.get(shard) or _alias(shard, set(aliases.values()) | ctes)
