@@ -36,6 +36,7 @@ VALUE = pa.schema([("id", pa.int64()), ("name", pa.string())])
         ({"value_schema": pa.schema([("_ts", pa.int64())])}, "reserved"),
         ({"bootstrap_servers": " "}, "bootstrap_servers"),
         ({"timeout_s": 0}, "timeout_s"),
+        ({"from_earliest": "no"}, "from_earliest must be true or false, got 'no'"),
     ],
 )
 def test_bad_arguments_name_the_value(kwargs: dict[str, Any], match: str) -> None:

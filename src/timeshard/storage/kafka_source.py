@@ -172,6 +172,8 @@ class KafkaSource:
             raise InvalidUsage(f"KAFKA source {name!r}: columns {reserved} are reserved")
         if not isinstance(timeout_s, int | float) or timeout_s <= 0:
             raise InvalidUsage(f"timeout_s must be a positive number, got {timeout_s!r}")
+        if not isinstance(from_earliest, bool):
+            raise InvalidUsage(f"from_earliest must be true or false, got {from_earliest!r}")
         writers = _writer_schemas(
             "avro" in (key_format, value_format), schema_registry_url, avro_schemas, timeout_s
         )
