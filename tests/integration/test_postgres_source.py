@@ -269,6 +269,41 @@ def test_a_replica_identity_no_longer_full_is_an_err_row_not_a_stale_row(
     ing.close()
 
 
+def test_a_table_renamed_upstream_is_still_read_and_one_created_again_is_an_err_row(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """The stream names a table by its OID. Matched by name, a renamed table's changes were
+    dropped with no error, and a table created again under the name was read as the old."""
+    upstream.create("t", "id int PRIMARY KEY, v text")
+    upstream.create("u", "id int PRIMARY KEY")
+    upstream.sql(
+        sql.SQL("CREATE PUBLICATION {} FOR TABLES IN SCHEMA {}").format(
+            sql.Identifier(upstream.pub), sql.Identifier(upstream.schema)
+        )
+    )
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1, 'a')", None))
+    upstream.txn(("u", "INSERT INTO {t} VALUES (1)", None))
+    client, name, ing = started(spark, upstream, tmp_path)
+    ing.step()
+    upstream.sql(sql.SQL("ALTER TABLE {} RENAME TO t_renamed").format(upstream.name("t")))
+    upstream.txn(("t_renamed", "UPDATE {t} SET v = 'b' WHERE id = 1", None))
+    upstream.txn(("t_renamed", "INSERT INTO {t} VALUES (2, 'c')", None))
+    upstream.sql(sql.SQL("DROP TABLE {}").format(upstream.name("u")))
+    upstream.create("u", "id int PRIMARY KEY")
+    upstream.txn(("u", "INSERT INTO {t} VALUES (5)", None))
+    ing.step()
+    shard = f"{name}.{upstream.schema}.t"
+    upper = client.state(shard).upper.time
+    assert upper is not None
+    assert output_rows(client, shard, upper - 1, ["id", "v"]) == [(1, "b"), (2, "c")]
+    shard = f"{name}.{upstream.schema}.u"
+    rows = output_rows(client, shard, upper - 1, ["id"])
+    assert (5,) not in rows, rows
+    [err] = [r[1] for r in rows if r[0] == "ERR"]
+    assert err.startswith(f"{upstream.schema}.u: upstream table was dropped and created again"), err
+    ing.close()
+
+
 def test_generated_columns_and_column_lists_are_read_as_published_and_row_filters_refused(
     spark: SparkSession, upstream: Upstream, tmp_path: Path
 ) -> None:

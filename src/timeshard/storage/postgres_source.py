@@ -56,7 +56,11 @@ Errors. A value that does not decode makes its row an err row (for that
 table only). An incompatible change of a table's schema upstream (a dropped
 or retyped column) and a ``TRUNCATE`` are *definite* errors of that
 subsource: every transaction touching it from then on is an err row naming
-the change, while the other tables go on. Faults are not data: an
+the change, while the other tables go on. The stream names a table by its
+OID, so a table renamed upstream is still read, and a table created again
+under the name of one dropped is such an error too. (A ``DROP TABLE``
+itself sends no change: the dropped table's rows stay until another table
+of its name sends one.) Faults are not data: an
 unreachable server raises :class:`~timeshard.errors.SourceUnavailable`; a
 slot that is gone or has moved past the resumption frontier (its WAL was
 released) raises it as definite, and nothing is skipped.
@@ -116,12 +120,17 @@ BATCH_ROWS = 10_000
 
 @dataclass(frozen=True)
 class Table:
-    """A table of the publication: where it is, its subsource name and its columns."""
+    """A table of the publication: where it is, its subsource name, its columns and its OID.
+
+    The stream names a table by its OID: a table renamed upstream is still
+    this table, and one dropped and created again under its name is not.
+    """
 
     schema: str
     name: str
     sub: str
     columns: tuple[Column, ...]
+    oid: int
 
     @property
     def qualified(self) -> str:
@@ -364,12 +373,13 @@ class PostgresSource:
                 read = _columns(conn, schema, table)
                 if columns is not None:  # a column list: only those are replicated
                     read = tuple(c for c in read if c.name in columns)
-                tables.append(Table(schema, table, names[(schema, table)], read))
                 identity = conn.execute(
-                    "SELECT c.relreplident FROM pg_class c JOIN pg_namespace n "
+                    "SELECT c.relreplident, c.oid::int FROM pg_class c JOIN pg_namespace n "
                     "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
                     (schema, table),
                 ).fetchone()
+                if identity is not None:
+                    tables.append(Table(schema, table, names[(schema, table)], read, identity[1]))
                 if identity is None or identity[0] != "f":
                     raise InvalidUsage(
                         f"POSTGRES source {self.name!r}: table {schema}.{table} needs "
@@ -571,7 +581,8 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
     if target <= plan.lo:
         return
     by_oid: dict[int, tuple[int, list[int] | str]] = {}
-    tables = {(t.schema, t.name): i for i, t in enumerate(plan.tables)}
+    tables = {t.oid: i for i, t in enumerate(plan.tables)}
+    named = {(t.schema, t.name): i for i, t in enumerate(plan.tables)}
     conn, cursor = _start_replication(plan)
     try:
         txn: _Txn | None = None
@@ -595,8 +606,16 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                     return
                 txn = _Txn(parsed)
             elif isinstance(parsed, Relation):
-                index = tables.get((parsed.namespace, parsed.name))
-                if index is not None:
+                index = tables.get(parsed.oid)  # renamed upstream: still the table
+                if index is None and (parsed.namespace, parsed.name) in named:
+                    # Another table under the name: the one read was dropped (its rows are
+                    # deleted with no change sent) and this one was created after.
+                    index = named[(parsed.namespace, parsed.name)]
+                    by_oid[parsed.oid] = (
+                        index,
+                        "upstream table was dropped and created again (its OID changed)",
+                    )
+                elif index is not None:
                     declared = plan.tables[index].columns
                     why = incompatibility(declared, parsed.columns)
                     if why is None and parsed.replica_identity != "f":
