@@ -88,6 +88,13 @@ class Export:
         self.shard = shard
         self.schema = pa.schema([f for f in payload if f.name != DIFF])
         self.metadata = tuple(metadata)  # never null: no part of what makes a delete
+        if envelope == "upsert" and set(self.schema.names) <= {*key_columns, *self.metadata}:
+            # A command is a delete when its value columns are all null: with none, all were.
+            raise InvalidUsage(
+                f"UPSERT output {shard!r} has no value columns besides its key columns "
+                f"{list(key_columns)} (and metadata): every command would read as a delete; "
+                "use the NONE envelope"
+            )
         # An UPSERT output's own writer compacts it; this one only appends empty batches.
         self.writer = client.open_writer(
             shard, self.schema, background_compaction=envelope == "none"
