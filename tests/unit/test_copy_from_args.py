@@ -94,19 +94,21 @@ def test_collections_copy_cannot_write(client: PersistClient, data: Path) -> Non
         plan_copy(client, str(data), "nope", format="csv")
     with pytest.raises(InvalidUsage, match=r"invalid shard id '\.\./x'"):
         plan_copy(client, str(data), "../x", format="csv")
-    for shard in ("view1", "kv", "kv.remap", STATUS_SHARD):
+    for shard in ("view1", "kv", "kv.remap", "log", STATUS_SHARD):
         client.open_writer(shard, SCHEMA).expire()
     Catalog(client).record(
         [
             CatalogEntry("view1", "view", {"inputs": {}, "sql": "SELECT 1"}),
             CatalogEntry("kv", "source", {"remap": "kv.remap", "exports": {}}),
             CatalogEntry("kv", "export", {"source": "kv", "envelope": "upsert"}),
+            CatalogEntry("log", "export", {"source": "log", "envelope": "none"}),
         ]
     )
     for shard, reason in [
         ("view1", "materialized view's shard"),
         ("kv", "UPSERT collection"),
         ("kv.remap", "remap shard of source 'kv'"),
+        ("log", "output of source 'log', which its ingestion keeps equal"),
         (STATUS_SHARD, "catalog or status collection"),
         ("timeshard_catalog", "catalog or status collection"),
     ]:

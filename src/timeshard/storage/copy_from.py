@@ -79,7 +79,7 @@ Running a COPY again loads the files again.
 Usage errors (InvalidUsage, before any Spark job): an unknown format or
 on_error, ``header`` with a format other than csv, a path that does not exist
 or matches no file, an unknown collection or one COPY must not write (a
-view's shard, an UPSERT collection, a remap, catalog or status shard: their
+view's shard, a source's output, a remap, catalog or status shard: their
 writers keep them equal to something else), ``not_null`` naming a column the
 collection lacks, ``at`` below the upper, a blob without a filesystem root.
 During the job (nothing is written): a CSV header or Parquet columns that do
@@ -301,14 +301,15 @@ def _not_writable(client: PersistClient, into: str) -> str | None:
     for entry in read_catalog(client):
         if entry.kind == "view" and entry.name == into:
             return "it is a materialized view's shard, which its sink keeps equal to the query"
-        if (
-            entry.kind == "export"
-            and entry.name == into
-            and entry.definition.get("envelope") == "upsert"
-        ):
+        if entry.kind == "export" and entry.name == into:
+            if entry.definition.get("envelope") == "upsert":
+                return (
+                    "it is an UPSERT collection (one row per key, kept by its source); COPY "
+                    "appends inserts"
+                )
             return (
-                "it is an UPSERT collection (one row per key, kept by its source); COPY "
-                "appends inserts"
+                f"it is an output of source {entry.definition.get('source')!r}, which its "
+                "ingestion keeps equal to the source's records at each time"
             )
         if entry.kind == "source" and entry.definition.get("remap") == into:
             return f"it is the remap shard of source {entry.name!r}"
