@@ -254,3 +254,24 @@ def test_float_specials_are_written_as_postgresql_writes_them() -> None:
 
     specials = [float("nan"), float("inf"), float("-inf"), 1.5]
     assert [encode_value(v) for v in specials] == [b"NaN", b"Infinity", b"-Infinity", b"1.5"]
+
+
+def test_decimals_are_sent_as_numeric() -> None:
+    """Sent as text (OID 25), a decimal column read back as a str in psycopg and JDBC."""
+    from decimal import Decimal
+
+    class Decimals:
+        def execute(self, statement: Statement) -> Result:
+            rows = [(Decimal("1.50"),), (Decimal("1E+2"),), (None,)]
+            return Result([("d", "decimal")], rows, "SELECT 3")
+
+    server = PgServer(Decimals(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with connect(server, autocommit=True) as conn:
+            cur = conn.execute("SELECT d FROM t")
+            assert [d.type_code for d in cur.description or []] == [1700]
+            assert cur.fetchall() == [(Decimal("1.50"),), (Decimal("100"),), (None,)]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -1169,6 +1169,8 @@ def _arrow_type(t: pa.DataType) -> str:
         return "boolean"
     if pa.types.is_binary(t) or pa.types.is_large_binary(t):
         return "binary"
+    if pa.types.is_decimal(t):
+        return "decimal"
     return "string"
 
 

@@ -131,6 +131,7 @@ TYPE_OIDS = {
     "boolean": 16,
     "binary": 17,
     "string": 25,
+    "decimal": 1700,
     "date": 1082,
     "timestamp": 1114,
     "timestamp_ntz": 1114,
@@ -147,6 +148,8 @@ def encode_value(value: Any) -> bytes | None:
         return b"\\x" + bytes(value).hex().encode()
     if isinstance(value, float) and not math.isfinite(value):  # as PostgreSQL writes them
         return b"NaN" if math.isnan(value) else b"Infinity" if value > 0 else b"-Infinity"
+    if isinstance(value, decimal.Decimal):  # numeric's text has no exponent: 100, not 1E+2
+        return format(value, "f").encode("ascii")
     return str(value).encode("utf-8")
 
 
