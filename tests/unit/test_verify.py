@@ -31,7 +31,7 @@ from timeshard.progress import Description, Frontier
 from timeshard.storage.file_source import DEFAULT_MAX_LINE_BYTES, FileSource
 from timeshard.storage.health import Health
 from timeshard.storage.reclock import Remap
-from timeshard.storage.sources import KeyValueGenerator
+from timeshard.storage.sources import CounterGenerator, KeyValueGenerator
 from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
 from timeshard.verify import Finding, VerifyReport, check_batches, sample_times, verify_location
 
@@ -90,6 +90,24 @@ def test_clean_location_verifies(client: PersistClient) -> None:
     assert sorted(report.objects["orders"].times["multiplicity"]) == [0, 1, 2, 4]
     assert sorted(report.objects["src.remap"].times["multiplicity"]) == [0, 3, 6]
     assert report.objects["v"].notes == ["not recomputed: needs Spark"]
+
+
+def test_what_verify_cannot_recompute_is_noted_not_passed_in_silence(
+    client: PersistClient,
+) -> None:
+    """A counter source's export, and every shard of a location with no catalog, passed
+    with no note: verify was ok though it compared no data with anything."""
+    write_orders(client, "n")
+    report = verify_location(client, samples=5, seed=1)
+    assert report.ok and report.objects[CATALOG_SHARD].notes == [
+        "the location has no catalog: no view or export is recomputed"
+    ]
+    record_source(client, "n", CounterGenerator("n"), {}, {"": "n"})
+    report = verify_location(client, samples=5, seed=1)
+    assert report.ok and report.objects["n"].notes == [
+        "not recomputed: a counter source cannot be read again from its start"
+    ]
+    assert report.objects[CATALOG_SHARD].notes == []
 
 
 def test_a_closed_shard_is_read_up_to_its_last_change(client: PersistClient) -> None:
@@ -218,6 +236,29 @@ def test_parts_must_match_their_meta_and_description(client: PersistClient) -> N
     ]
     outside = next(f for f in report.findings if "outside" in f.message)
     assert [(r["k"], r["_ts"]) for r in outside.rows] == [("b", 1)]
+
+
+def test_updates_below_a_batchs_lower_are_outside_it_whatever_its_since(
+    client: PersistClient,
+) -> None:
+    """An uncompacted batch's since is [0]: updates at 0 in batch [3, 5) passed as "at the
+    since", though compaction only moves times up to its since, never below its lower."""
+    write_orders(client)
+    writer = client.open_writer("donor", SCHEMA)
+    writer.append([(("z", 9), 0, 1)], 0, 1)
+    writer.expire()
+    donor = client.state("donor").batches[0].parts[0]
+
+    def add(state: ShardState) -> ShardState:
+        b0, b1, b2 = state.batches
+        assert b2.desc.since == Frontier(0) and b2.desc.lower == Frontier(3)
+        return replace(state, batches=(b0, b1, replace(b2, parts=(*b2.parts, donor))))
+
+    tamper(client, "orders", add)
+    report = verify_location(client, samples=50, seed=1)
+    [finding] = [f for f in report.findings if f.object == "orders"]
+    assert "batch 2 [[3], [5]) holds 1 updates at times outside" in finding.message
+    assert [(r["k"], r["_ts"]) for r in finding.rows] == [("z", 0)]
 
 
 def test_corrupt_state_is_a_finding_not_a_crash(client: PersistClient) -> None:

@@ -72,6 +72,7 @@ from typing import Any
 from timeshard.catalog import CATALOG_SHARD, CatalogEntry
 from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
+from timeshard.storage.health import STATUS_SHARD
 from timeshard.verify.replay import REPLAYABLE, check_replayed_export, upsert_model
 from timeshard.verify.report import (
     ROW_LIMIT,
@@ -135,6 +136,10 @@ def verify_location(
     for shard_id in shards:
         _guarded(report, shard_id, "state", partial(check_shard, client, shard_id, catalog, report))
     present = set(shards)
+    if CATALOG_SHARD not in present and present - {STATUS_SHARD}:
+        report.object(CATALOG_SHARD, "catalog").notes.append(
+            "the location has no catalog: no view or export is recomputed"
+        )
     for name, kind in [
         *((n, "view") for n in catalog.views),
         *((n, "export") for n in catalog.exports),
@@ -180,9 +185,18 @@ def _spark_checks(
         checks.append((name, partial(_run_view_check, client, view, report)))
     for name, export in sorted(catalog.exports.items()):
         source = catalog.sources.get(str(export.definition.get("source")))
-        if name not in present or source is None:
+        if name not in present:
             continue
-        if source.definition.get("source_kind") not in REPLAYABLE:
+        if source is None:
+            report.object(name, "export").notes.append(
+                f"not recomputed: the catalog has no source {export.definition.get('source')!r}"
+            )
+            continue
+        kind = source.definition.get("source_kind")
+        if kind not in REPLAYABLE:
+            report.object(name, "export").notes.append(
+                f"not recomputed: a {kind} source cannot be read again from its start"
+            )
             continue
         checks.append((name, partial(_run_replay_check, client, source, export, report)))
     return checks

@@ -192,8 +192,9 @@ def _check_part(
     inside = pc.greater_equal(ts, desc.lower.time or 0)
     if desc.upper.time is not None:
         inside = pc.and_(inside, pc.less(ts, desc.upper.time))
-    if desc.since.time is not None:
-        inside = pc.or_(inside, pc.equal(ts, desc.since.time))  # compaction advanced them
+    if desc.since.time is not None and desc.since.time >= (desc.lower.time or 0):
+        # Compaction advanced them (to the since, never below the batch's lower).
+        inside = pc.or_(inside, pc.equal(ts, desc.since.time))
     outside = table.filter(pc.invert(inside))
     if outside.num_rows:
         rows = outside.slice(0, ROW_LIMIT).to_pylist()

@@ -145,11 +145,13 @@ def check_view(
     expected, got, checked = [], [], []
     for t in times:
         try:
-            expected.append(desired.snapshot(t).withColumn(AT, F.lit(t)))
-            got.append(snapshot_df(spark, view, t).drop(TS).withColumn(AT, F.lit(t)))
+            want = desired.snapshot(t).withColumn(AT, F.lit(t))
+            have = snapshot_df(spark, view, t).drop(TS).withColumn(AT, F.lit(t))
         except SinceError:
             obj.notes.append(f"time {t} was compacted away during the check")
             continue
+        expected.append(want)
+        got.append(have)
         checked.append(t)
     if not checked:
         return
