@@ -29,6 +29,7 @@ import contextlib
 import datetime
 import decimal
 import json
+import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -291,8 +292,9 @@ def net_per_key(
     """The net change per key of consolidated changes sorted by key (tasks).
 
     A row's diffs summed over the tick: a key's one row with a positive sum is
-    its row after the tick; none means it has no row left. More than one is a
-    DataError: a keyed target holds one row per key.
+    its row after the tick; none, with one negative, means it has no row left;
+    every sum zero (it changed and changed back) means no change. More than one
+    positive is a DataError: a keyed target holds one row per key.
     """
     out: list[KeyChange] = []
     key: tuple[Any, ...] | None = None
@@ -307,7 +309,8 @@ def net_per_key(
                 f"key {key!r} has {len(live)} rows after the tick's changes; a target keyed by "
                 f"{list(key_columns)} holds one row per key"
             )
-        out.append(KeyChange(key, live[0] if live else None))
+        if live or any(n < 0 for n in net.values()):
+            out.append(KeyChange(key, live[0] if live else None))
 
     for row in rows:
         this = tuple(row[k] for k in key_columns)
@@ -332,7 +335,20 @@ def result(status: str, records: int, detail: str | None) -> pa.RecordBatch:
     )
 
 
+class _Nan:
+    """What every NaN hashes as: Spark groups NaNs together, while ``nan != nan`` in Python."""
+
+    def __repr__(self) -> str:
+        return "NaN"
+
+
+_NAN = _Nan()
+
+
 def hashable(value: Any) -> Any:
+    """``value`` as a dict key that is equal where Spark finds values equal."""
+    if isinstance(value, float) and math.isnan(value):
+        return _NAN
     if isinstance(value, list):
         return tuple(hashable(v) for v in value)
     if isinstance(value, dict):
@@ -341,7 +357,23 @@ def hashable(value: Any) -> Any:
 
 
 def to_json(value: Any) -> bytes:
-    return json.dumps(value, default=_json_default, separators=(",", ":")).encode()
+    """``value`` as strict JSON: a NaN or an infinity is the string ``"NaN"``,
+    ``"Infinity"`` or ``"-Infinity"`` (as proto3's JSON mapping writes them)."""
+    try:
+        text = json.dumps(value, default=_json_default, separators=(",", ":"), allow_nan=False)
+    except ValueError:  # rare: walk the value only then
+        text = json.dumps(_finite(value), default=_json_default, separators=(",", ":"))
+    return text.encode()
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _json_default(value: Any) -> Any:
