@@ -95,3 +95,23 @@ def test_json_records_are_strict_json() -> None:
     text = to_json(record)
     assert text == b'{"v":"NaN","w":["Infinity","-Infinity",1.5],"s":{"x":null}}'
     assert to_json({"v": 1.5}) == b'{"v":1.5}'
+
+
+def test_a_refused_export_declaration_leaves_no_hold_on_its_input(tmp_path: Any) -> None:
+    """The critical hold was registered before the subclass's checks: a refused declaration
+    kept the input shard from compacting for ever, and no DROP could remove it."""
+    import pyarrow as pa
+    import pytest
+
+    from timeshard.errors import InvalidUsage
+    from timeshard.location import Location
+    from timeshard.persist import PersistClient
+    from timeshard.storage.postgres_export import PostgresExport
+
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("orders", pa.schema([("k", pa.int64()), ("d", pa.float16())]))
+    writer.expire()
+    with pytest.raises(InvalidUsage, match=r"columns \['d'\] of shard 'orders' have no"):
+        PostgresExport(None, client, "orders", "host=127.0.0.1 port=9", "t", key_columns=["k"])
+    state = client.state("orders")
+    assert state.critical_readers == {} and state.leased_readers == {}

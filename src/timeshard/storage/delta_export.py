@@ -83,16 +83,16 @@ class DeltaExport(ShardExport):
             export_id=export_id or f"{shard}-to-delta",
             version=version,
         )
-        bad = [n for n in self.reader.schema.names if not _COLUMN.fullmatch(n)]
-        if bad:
-            self.reader.expire()
-            raise InvalidUsage(
-                f"export {self.export_id!r}: columns {bad} are not plain identifiers "
-                "([A-Za-z_][A-Za-z0-9_]*), which a Delta MERGE predicate can name"
-            )
         self.table_uri = table_uri
         self.storage_options = dict(storage_options or {})
-        self._create()
+        with self._declaring():
+            bad = [n for n in self.reader.schema.names if not _COLUMN.fullmatch(n)]
+            if bad:
+                raise InvalidUsage(
+                    f"export {self.export_id!r}: columns {bad} are not plain identifiers "
+                    "([A-Za-z_][A-Za-z0-9_]*), which a Delta MERGE predicate can name"
+                )
+            self._create()
 
     @property
     def target(self) -> str:

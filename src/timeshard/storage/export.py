@@ -39,7 +39,7 @@ from typing import Any
 import pyarrow as pa
 
 from timeshard.errors import Fenced, InvalidUsage, LeaseExpired, TimeshardError
-from timeshard.persist import PersistClient
+from timeshard.persist import PersistClient, SinceHandle
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 
 _ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -120,7 +120,31 @@ class ShardExport(ABC):
         self.key_columns = keys
         self.export_id = export_id
         self.version = version
-        self.hold = client.open_critical_since(shard, f"export.{export_id}", str(version))
+        self._hold: SinceHandle | None = None
+
+    @property
+    def hold(self) -> SinceHandle:
+        """The critical since hold that keeps the input's changes from the progress on.
+
+        Registered at the first step, not when the export is declared: a
+        declaration the subclass refuses after this constructor (a column
+        type the target lacks, a target out of reach) must leave no hold,
+        which would keep the input from compacting for ever.
+        """
+        if self._hold is None:
+            self._hold = self.client.open_critical_since(
+                self.shard, f"export.{self.export_id}", str(self.version)
+            )
+        return self._hold
+
+    @contextlib.contextmanager
+    def _declaring(self) -> Iterator[None]:
+        """A subclass's checks of its declaration: a refusal lets go of the reader."""
+        try:
+            yield
+        except BaseException:
+            self.reader.expire()
+            raise
 
     # -- the target's part --------------------------------------------------------------------
 

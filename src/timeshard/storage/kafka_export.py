@@ -141,7 +141,8 @@ class KafkaExport(ShardExport):
         self.timeout_s = float(timeout_s)
         self.format = format
         self.key_schema_id, self.value_schema_id = key_schema_id, value_schema_id
-        self._avro = self.avro_schemas() if format == "avro" else {}
+        with self._declaring():
+            self._avro = self.avro_schemas() if format == "avro" else {}
 
     def avro_schemas(self) -> dict[str, dict[str, Any]]:
         """The Avro schemas of the records' ``key`` (with ``key_columns``) and ``value``."""

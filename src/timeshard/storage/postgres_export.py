@@ -104,7 +104,8 @@ class PostgresExport(ShardExport):
         self.dsn = dsn
         self.table = table
         self.schema = schema
-        self._prepare()
+        with self._declaring():
+            self._prepare()
 
     @property
     def target(self) -> str:
