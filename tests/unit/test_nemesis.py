@@ -25,7 +25,13 @@ from timeshard.location.unreliable import FaultJournal, KeyedFaults
 from timeshard.nemesis import KINDS, Control, FaultyLocation, NemesisConfig, plan_faults
 from timeshard.nemesis.disk import BlobDisk
 from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
-from timeshard.nemesis.runner import NemesisRunner, RunResult, input_lines, pipeline_spec
+from timeshard.nemesis.runner import (
+    NemesisRunner,
+    RunResult,
+    input_lines,
+    pipeline_spec,
+    unread_input,
+)
 
 
 def test_the_same_seed_gives_the_same_plan_and_another_seed_another() -> None:
@@ -377,6 +383,27 @@ def test_pipeline_spec_is_a_valid_declaration(tmp_path: Path) -> None:
     again = RunSpec.model_validate_json(spec.model_dump_json())
     assert again == spec
     assert spec_shards(spec) == ["kv", "events", "kv_by_prefix", "events_by_grp"]
+
+
+def test_unread_input_names_the_files_the_last_binding_does_not_cover(tmp_path: Path) -> None:
+    """Verify reads the input only up to the bindings: a source that stopped short of its
+    files, or never listed one, passed it. The runner checks the last binding itself."""
+    from timeshard.persist import PersistClient
+    from timeshard.storage.reclock import Remap
+
+    events = tmp_path / "events"
+    events.mkdir()
+    for name, text in [("part-00000.jsonl", "a\nb\n"), ("part-00001.jsonl", "c\n")]:
+        (events / name).write_text(text)
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    remap = Remap(client, "events.remap")
+    remap.mint(3, {"part-00000.jsonl": 2})
+    assert unread_input(client, "events", events) == {
+        "part-00000.jsonl": "2/4",
+        "part-00001.jsonl": "0/2",
+    }
+    remap.mint(5, {"part-00000.jsonl": 4, "part-00001.jsonl": 2})
+    assert unread_input(client, "events", events) == {}
 
 
 def test_a_full_tmpfs_refuses_writes_until_drained(tmp_path: Path) -> None:
