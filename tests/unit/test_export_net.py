@@ -115,3 +115,56 @@ def test_a_refused_export_declaration_leaves_no_hold_on_its_input(tmp_path: Any)
         PostgresExport(None, client, "orders", "host=127.0.0.1 port=9", "t", key_columns=["k"])
     state = client.state("orders")
     assert state.critical_readers == {} and state.leased_readers == {}
+
+
+def test_an_export_refuses_a_progress_that_is_another_shards(tmp_path: Any) -> None:
+    """The target names its progress by export id only: an export whose input was changed
+    under the same name went on from the old shard's frontier, skipping the new one's
+    changes below it."""
+    from collections.abc import Callable, Iterable
+
+    import pyarrow as pa
+    import pytest
+
+    from timeshard.errors import InvalidUsage
+    from timeshard.location import Location
+    from timeshard.persist import PersistClient
+    from timeshard.storage.export import Progress, ShardExport
+
+    recorded: dict[str, Progress] = {}
+
+    class Recorded(ShardExport):
+        """A target that only records progress (the steps here need no Spark job)."""
+
+        target = "a test target"
+
+        def progress(self) -> Progress | None:
+            return recorded.get(self.export_id)
+
+        def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
+            raise AssertionError("no tick here has changes")
+
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    schema = pa.schema([("k", pa.int64())])
+    writers = {shard: client.open_writer(shard, schema) for shard in ("old", "new")}
+    writers["new"].append([], 0, 6)
+
+    def export(shard: str) -> Recorded:
+        return Recorded(
+            None, client, shard, envelope="upsert", key_columns=["k"], export_id="x", version=1
+        )
+
+    first = export("old")
+    assert first.step().status == "idle"  # nothing to export yet; its hold is registered
+    first.close()
+    writers["old"].append([], 0, 6)
+    recorded["x"] = Progress(6, 1)  # as if its next ticks exported [0, 6)
+    again = export("old")  # a restart: its own progress
+    assert again.step().status == "idle"
+    again.close()
+    moved = export("new")
+    with pytest.raises(InvalidUsage, match="shard 'new' holds no hold of that export"):
+        moved.step()
+    moved.close()
+    for writer in writers.values():
+        writer.expire()

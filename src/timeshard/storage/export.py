@@ -203,6 +203,8 @@ class ShardExport(ABC):
         upper = self.reader.fetch_recent_upper().time
         if upper is None:
             raise InvalidUsage(f"shard {self.shard!r} is closed (its upper is empty)")
+        if progress is not None and self._hold is None:
+            self._check_own_progress(progress)
         self._hold_at(lower)
         if lower >= upper:
             return ExportStep(lower, upper, 0, "idle")
@@ -232,6 +234,26 @@ class ShardExport(ABC):
         """Forget the export: its critical since hold goes, so the shard may compact."""
         self.close()
         self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
+
+    def _check_own_progress(self, progress: Progress) -> None:
+        """Raise InvalidUsage unless ``progress`` is this export's of this shard.
+
+        The target names its progress by export id only. An export whose
+        input was changed under the same id, or another location's export of
+        that id, would go on from a frontier of another shard, and skip this
+        one's changes below it. This export's first step registers a hold on
+        its shard that stays until :meth:`drop`: a progress with no such hold
+        on the shard is another input's, or a dropped export's (which nothing
+        kept readable since).
+        """
+        if f"export.{self.export_id}" not in self.client.state(self.shard).critical_readers:
+            raise InvalidUsage(
+                f"export {self.export_id!r}: {self.target} records the progress "
+                f"{progress.frontier} of an export {self.export_id!r}, and shard {self.shard!r} "
+                "holds no hold of that export: that progress is another input's (or another "
+                "location's), or that export was dropped, and the shard may have compacted past "
+                "it. Give this export another name, or delete that progress from the target"
+            )
 
     def _check_resumable(self, lower: int) -> None:
         """Raise TimeshardError unless the changes from ``lower`` on are readable apart from
