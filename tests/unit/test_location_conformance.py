@@ -465,6 +465,21 @@ def test_consensus_race_across_processes(
         assert mine == [f"{i}-{j}".encode() for j in range(n)]
 
 
+def test_sqlite_rolls_back_a_transaction_an_interrupt_left_open(tmp_path: Path) -> None:
+    """An interrupt right after ``BEGIN IMMEDIATE`` returned left the connection inside a
+    transaction: its writes failed for ever, and it held every other writer's lock."""
+    path = tmp_path / "consensus.sqlite"
+    c = SqliteConsensus(path, busy_timeout_s=1.0)
+    assert c.compare_and_set("k", None, VersionedData(0, b"a")) is CaSResult.COMMITTED
+    c._conn().execute("BEGIN IMMEDIATE")  # what an interrupt after BEGIN left behind
+    assert c.compare_and_set("k", 0, VersionedData(1, b"b")) is CaSResult.COMMITTED
+    other = SqliteConsensus(path, busy_timeout_s=1.0)  # another writer: the lock is free
+    assert other.compare_and_set("j", None, VersionedData(0, b"c")) is CaSResult.COMMITTED
+    assert [x.data for x in other.scan("k", 0, 10)] == [b"a", b"b"]
+    other.close()
+    c.close()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_sqlite_reconnects_after_fork(tmp_path: Path) -> None:
     c = SqliteConsensus(tmp_path / "consensus.sqlite")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -155,6 +156,37 @@ def test_batch_lifecycle(client: PersistClient) -> None:
     b2.delete()
     with pytest.raises(InvalidUsage, match="it is deleted"):
         w.compare_and_append_batch([b2], 1, 2)
+
+
+class InterruptedAfterCommit(MemoryConsensus):
+    """Commits, then raises what an interrupt (Ctrl-C) raises as the write returns."""
+
+    armed = False
+
+    def compare_and_set(self, key: str, expected: int | None, new: VersionedData) -> Any:
+        result = super().compare_and_set(key, expected, new)
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+        return result
+
+
+def test_an_interrupt_after_the_commit_leaves_the_appended_parts(clock: Clock) -> None:
+    """Any error but Indeterminate deleted the staged parts: a Ctrl-C as the commit returned
+    left the shard naming parts that were gone, unreadable at every later time."""
+    consensus = InterruptedAfterCommit()
+    config = PersistConfig(clock=clock, backoff_ms=0.0)
+    client = PersistClient(Location(MemoryBlob(), consensus), config)
+    writer = client.open_writer("s", SCHEMA)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    consensus.armed = True
+    with pytest.raises(KeyboardInterrupt):
+        writer.compare_and_append([(("b", 2), 1, 1)], 1, 2)
+    assert client.state("s").upper.time == 2
+    reader = client.open_leased_reader("s")
+    assert rows(reader.snapshot(1)) == [("a", 1, 1), ("b", 2, 1)]
+    reader.expire()
+    writer.expire()
 
 
 def test_since_error(client: PersistClient) -> None:

@@ -95,7 +95,7 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 
 from timeshard.compute.view import is_data_error
-from timeshard.errors import Fenced, Indeterminate, InvalidUsage, LeaseExpired, UpperMismatch
+from timeshard.errors import Fenced, InvalidUsage, LeaseExpired, UpperMismatch
 from timeshard.persist import (
     Appended,
     OpaqueMismatch,
@@ -112,6 +112,7 @@ from timeshard.persist.holds import (
     release_view_holds,
     view_hold_id,
 )
+from timeshard.persist.write import not_appended
 from timeshard.progress import Description, Frontier, Timestamp
 
 log = logging.getLogger(__name__)
@@ -834,11 +835,10 @@ class MvSink:
                 result = writer.compare_and_append_batch(
                     batches, desc.lower, desc.upper, since_floor=floor
                 )
-            except Indeterminate:
-                raise  # the batch may be in the shard: its parts stay
-            except BaseException:
-                for batch in batches:
-                    batch.delete()
+            except BaseException as e:
+                if not_appended(e):  # else the batch may be in the shard: its parts stay
+                    for batch in batches:
+                        batch.delete()
                 raise
             if isinstance(result, UpperMismatch):
                 for batch in batches:

@@ -144,11 +144,10 @@ class SqliteConsensus:
         ``COMMIT`` is then skipped. Whatever ``body`` raises rolls back.
         """
         conn = self._conn()
+        _rollback(conn)  # one an interrupt left open (it holds the database's write lock)
         try:
+            # One try from BEGIN on: an interrupt right after BEGIN returns rolls back too.
             conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            raise Determinate(f"{what}: {_explain(e, self.busy_timeout_s)}") from e
-        try:
             result = body(conn)
         except sqlite3.Error as e:
             _rollback(conn)

@@ -37,7 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeshard.errors import Indeterminate, InvalidUsage, UpperMismatch
+from timeshard.errors import Determinate, Fenced, InvalidUsage, LeaseExpired, UpperMismatch
 from timeshard.location.blob import Blob
 from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.blobio import delete_keys, write_part
@@ -296,10 +296,8 @@ class WriteHandle:
         batch = self.batch(updates, expected_upper, new_upper)
         try:
             result = self.compare_and_append_batch([batch], expected_upper, new_upper)
-        except Indeterminate:
-            raise  # the batch may be part of the shard now: its parts must stay
-        except BaseException:
-            if batch.status == "staged":
+        except BaseException as e:
+            if not_appended(e) and batch.status == "staged":
                 batch.delete()
             raise
         if isinstance(result, UpperMismatch):
@@ -436,4 +434,16 @@ def _check_bounds(lo: int, hi: int, desc: Description) -> None:
         raise InvalidUsage(f"update at time {hi} is beyond upper {desc.upper}")
 
 
-__all__ = ["Appended", "Batch", "WriteHandle", "encode_schema"]
+def not_appended(error: BaseException) -> bool:
+    """Whether ``error``, raised by a compare-and-append, proves nothing was appended: then
+    its staged batches may be deleted.
+
+    Any other error may have come after the commit (an ``Indeterminate``
+    write, a Ctrl-C as the write returns, a state that does not decode on the
+    read that follows): the batches' parts must stay, for the shard may hold
+    them. Left unreferenced, they are garbage collected with their writer.
+    """
+    return isinstance(error, InvalidUsage | Determinate | LeaseExpired | Fenced)
+
+
+__all__ = ["Appended", "Batch", "WriteHandle", "encode_schema", "not_appended"]

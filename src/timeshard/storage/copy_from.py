@@ -123,7 +123,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from timeshard.errors import Indeterminate, InvalidUsage, TimeshardError, UpperMismatch
+from timeshard.errors import InvalidUsage, TimeshardError, UpperMismatch
 from timeshard.persist import (
     Appended,
     Batch,
@@ -135,6 +135,7 @@ from timeshard.persist import (
 from timeshard.persist._internal.parts import PartMeta
 from timeshard.persist._internal.state import encode_schema
 from timeshard.persist.client import check_shard_id
+from timeshard.persist.write import not_appended
 from timeshard.progress import Description, frontier
 from timeshard.storage.copy_task import (
     PIECE_DDL,
@@ -606,10 +607,9 @@ def _append(
         lower = batch.desc.lower
         try:
             result = writer.compare_and_append_batch([batch], lower, t + 1)
-        except Indeterminate:
-            raise  # the batch may be in the collection: its parts stay
-        except BaseException:
-            batch.delete()
+        except BaseException as e:
+            if not_appended(e):  # else the batch may be in the collection: its parts stay
+                batch.delete()
             raise
         if isinstance(result, Appended):
             return result
