@@ -189,6 +189,51 @@ def test_an_interrupt_after_the_commit_leaves_the_appended_parts(clock: Clock) -
     writer.expire()
 
 
+def test_a_closed_shard_stays_readable_at_its_last_time(client: PersistClient) -> None:
+    """A reader that moved its since to the empty frontier (a listen past the close) made
+    the shard's since empty: no reader could read what the shard held, at any time."""
+    writer = client.open_writer("s", SCHEMA)
+    writer.append([(("a", 1), 0, 1), (("b", 2), 3, 1)], 0, 5)
+    writer.expire()
+    client.close_shard("s")
+    reader = client.open_leased_reader("s")
+    reader.downgrade_since(None)
+    assert client.state("s").since.time == 4
+    later = client.open_leased_reader("s")
+    assert rows(later.snapshot(4)) == [("a", 1, 1), ("b", 2, 1)]
+    for r in (reader, later):
+        r.expire()
+
+
+@pytest.mark.parametrize("name", ["_diff_sum", "__diff", "__diff_sum"])
+def test_a_column_named_like_the_diffs_sum_is_consolidated(
+    client: PersistClient, name: str
+) -> None:
+    """Arrow names the sum of ``_diff`` ``_diff_sum``: a data column of that name made every
+    snapshot of the shard fail with a KeyError."""
+    schema = pa.schema([(name, pa.int64())])
+    writer = client.open_writer("s", schema)
+    writer.append([((1,), 0, 1), ((1,), 0, 1), ((2,), 1, 1), ((2,), 1, -1)], 0, 2)
+    reader = client.open_leased_reader("s")
+    assert reader.snapshot(1).select([name, "_diff"]).to_pylist() == [{name: 1, "_diff": 2}]
+    reader.expire()
+    writer.expire()
+
+
+def test_minus_zero_and_zero_are_one_row(client: PersistClient) -> None:
+    """Spark's consolidation takes -0.0 for 0.0 (an upsert's retraction can come back so):
+    Arrow's kept them apart, so a snapshot showed a row at -1 beside one at +1."""
+    schema = pa.schema([("k", pa.string()), ("x", pa.float64())])
+    writer = client.open_writer("s", schema)
+    writer.append([(("a", -0.0), 0, 1), (("a", 0.0), 1, -1), (("a", 2.0), 1, 1)], 0, 2)
+    reader = client.open_leased_reader("s")
+    assert reader.snapshot(1).select(["k", "x", "_diff"]).to_pylist() == [
+        {"k": "a", "x": 2.0, "_diff": 1}
+    ]
+    reader.expire()
+    writer.expire()
+
+
 def test_since_error(client: PersistClient) -> None:
     w, r = client.open("s", SCHEMA)
     w.append([(("a", 1), 0, 1)], 0, 10)

@@ -379,11 +379,20 @@ def consolidate(table: pa.Table) -> pa.Table:
     keys = [n for n in table.column_names if n != DIFF]
     if table.num_rows == 0:
         return table
+    for i, field in enumerate(table.schema):
+        if pa.types.is_floating(field.type):  # -0.0 is 0.0, as Spark's consolidation has it
+            column = table.column(i)
+            zero = pa.scalar(0.0, field.type)
+            table = table.set_column(i, field, pc.if_else(pc.equal(column, zero), zero, column))
+    summed = DIFF  # the sum is named ``<column>_sum``: no data column may have that name
+    while summed in keys or f"{summed}_sum" in keys:
+        summed = f"_{summed}"
+    renamed_diff = table.rename_columns([summed if n == DIFF else n for n in table.column_names])
     try:
-        grouped = table.group_by(keys, use_threads=False).aggregate([(DIFF, "sum")])
+        grouped = renamed_diff.group_by(keys, use_threads=False).aggregate([(summed, "sum")])
     except (pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return _consolidate_python(table)
-    renamed = [DIFF if n == f"{DIFF}_sum" else n for n in grouped.column_names]
+    renamed = [DIFF if n == f"{summed}_sum" else n for n in grouped.column_names]
     grouped = grouped.rename_columns(renamed).select(table.column_names).cast(table.schema)
     grouped = grouped.filter(pc.not_equal(grouped.column(DIFF), 0))
     return grouped.sort_by([(TS, "ascending")])

@@ -209,8 +209,9 @@ class ShardState:
     def with_since_recomputed(self) -> ShardState:
         """Set ``since`` to the meet of all reader sinces, never regressing it.
 
-        The result is at most ``upper - 1`` (invariant 1): whoever holds what,
-        the last written time stays readable.
+        The result is at most ``upper - 1`` (invariant 1), and for a closed
+        shard (an empty upper) at most its last time: whoever holds what, the
+        last written time stays readable.
         """
         holds = [r.since for r in self.leased_readers.values()]
         holds += [r.since for r in self.critical_readers.values()]
@@ -221,7 +222,15 @@ class ShardState:
             meet = meet.meet(h)
         if self.upper.time is not None:
             meet = meet.meet(Frontier(max(self.upper.time - 1, 0)))
+        elif self.batches:  # closed: the time of its last update stays readable
+            meet = meet.meet(Frontier(self._last_time()))
         return replace(self, since=self.since.join(meet))
+
+    def _last_time(self) -> int:
+        """A closed shard's last time: its last batch's lower - 1, or its last update's."""
+        last = self.batches[-1]
+        times = [p.ts_max for p in last.parts if p.ts_max is not None]
+        return max([(last.desc.lower.time or 0) - 1, *times, 0])
 
     def check_contiguous(self) -> None:
         """Raise CorruptState unless the batches cover ``[0, upper)`` contiguously."""
