@@ -234,6 +234,33 @@ def test_minus_zero_and_zero_are_one_row(client: PersistClient) -> None:
     writer.expire()
 
 
+def test_gc_scans_every_retained_version(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GC scanned the first 100,000 retained versions only: a part named only by a later
+    one, which a reader still held, read as never referenced and was deleted."""
+    import timeshard.persist.gc as gc
+    from timeshard.persist._internal.blobio import read_part
+
+    monkeypatch.setattr(gc, "_SCAN_LIMIT", 5)  # the real limit, made small
+    writer = client.open_writer("s", SCHEMA)
+    idle = client.open_leased_reader("s")  # holds an old version
+    for t in range(8):
+        writer.append([((str(t), t), t, 1)], t, t + 1)
+    other = client.open_writer("s")
+    other.append([((f"x{j}", j), 8, 1) for j in range(10)], 8, 9)
+    reader = client.open_leased_reader("s")
+    parts = reader.snapshot_parts(8)  # this state's parts are the reader's to read
+    other.expire()
+    client.compact("s")  # the head names other's batch no more
+    idle.renew_lease()
+    client.gc("s")
+    read = [read_part(client.location.blob, p, SCHEMA, client.config) for p in parts]
+    assert sum(t.num_rows for t in read) == 18
+    for handle in (idle, reader, writer):
+        handle.expire()
+
+
 def test_since_error(client: PersistClient) -> None:
     w, r = client.open("s", SCHEMA)
     w.append([(("a", 1), 0, 1)], 0, 10)

@@ -18,6 +18,7 @@ below the least held seqno are truncated only after their garbage is deleted.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from timeshard.location.blob import Blob
 from timeshard.location.consensus import Consensus
@@ -55,18 +56,25 @@ def collect_garbage(
     head = machine.fetch()
     held = [r.seqno for r in head.leased_readers.values()]
     min_live = min([*held, head.seqno])
-    versions = retry_external(
-        config, f"scanning consensus of {shard!r}", lambda: consensus.scan(shard, 0, _SCAN_LIMIT)
-    )
     ever: set[str] = set()
     live: set[str] = set(head.referenced_keys())
     earliest = head.seqno
-    for v in versions:
-        earliest = min(earliest, v.seqno)
-        keys = decode_state(shard, v.seqno, v.data).referenced_keys()
-        ever |= keys
-        if v.seqno >= min_live:
-            live |= keys
+    start = 0
+    while True:  # every retained version, a page at a time: a part only a later one names
+        page = retry_external(
+            config,
+            f"scanning consensus of {shard!r}",
+            partial(consensus.scan, shard, start, _SCAN_LIMIT),
+        )
+        for v in page:
+            earliest = min(earliest, v.seqno)
+            keys = decode_state(shard, v.seqno, v.data).referenced_keys()
+            ever |= keys
+            if v.seqno >= min_live:
+                live |= keys
+        if len(page) < _SCAN_LIMIT or page[-1].seqno >= head.seqno:
+            break
+        start = page[-1].seqno + 1
     garbage, unrecognized = [], []
     for key in listed:
         parts = key.split("/")
