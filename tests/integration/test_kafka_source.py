@@ -277,6 +277,44 @@ def test_a_tombstone_deletes_its_key_when_the_source_adds_metadata_columns(
     ing.close()
 
 
+def test_a_value_that_does_not_decode_is_its_keys_error_until_the_next_value(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """Materialize's UPSERT: a value that does not decode is its key's error, and the key's
+    next good value replaces it. With the key dropped, the error was no key's: the key kept
+    its old value beside an err row that nothing ever retracted."""
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap, 1)
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    source = KafkaSource(
+        "kv", bootstrap, topic, key_format="text", value_schema=pa.schema([("v", pa.int64())])
+    )
+    clock = itertools.count(1)
+    ing = Ingestion(
+        spark_kafka,
+        client,
+        source,
+        envelope="upsert",
+        key_columns=source.key_columns,
+        clock=lambda: next(clock),
+    )
+
+    def now() -> list[tuple[Any, ...]]:
+        ing.step()
+        upper = client.state("kv").upper.time
+        assert upper is not None
+        rows = _rows(client, "kv", upper - 1)
+        return sorted((r["key"], r["v"], r["_err"] is not None, r["_diff"]) for r in rows)
+
+    _produce(bootstrap, topic, [(0, b"a", b'{"v": 1}'), (0, b"b", b'{"v": 5}')])
+    assert now() == [("a", 1, False, 1), ("b", 5, False, 1)]
+    _produce(bootstrap, topic, [(0, b"a", b'{"v": oops')])
+    assert now() == [("a", None, True, 1), ("b", 5, False, 1)]
+    _produce(bootstrap, topic, [(0, b"a", b'{"v": 2}')])
+    assert now() == [("a", 2, False, 1), ("b", 5, False, 1)]
+    ing.close()
+
+
 def test_a_missing_topic_stalls_and_lost_offsets_are_a_definite_error(
     spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
 ) -> None:

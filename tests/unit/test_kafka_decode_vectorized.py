@@ -160,3 +160,11 @@ def test_a_clean_batch_is_decoded_by_arrow(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_lone_surrogate_is_an_err_row_not_a_failed_task() -> None:
     [row] = decode([(None, b'{"s": "\\ud800"}')], None)
     assert row["s"] is None and "lone surrogate" in row["_err"]
+
+
+def test_a_value_that_does_not_decode_keeps_its_key() -> None:
+    """Every data column was nulled: the UPSERT envelope then took the error for no key's,
+    so the key kept its old value beside an err row that no later value retracted."""
+    bad_value, bad_key = decode([(b'{"id": 7}', b'{"n": oops'), (b'{"id": ', b'{"n": 1}')], "json")
+    assert bad_value["id"] == 7 and bad_value["n"] is None and "@0: " in bad_value["_err"]
+    assert bad_key["id"] is None and bad_key["n"] is None and "@1: " in bad_key["_err"]

@@ -50,9 +50,12 @@ ingestion retries.
 ``metadata`` adds the record's ``partition``, ``offset``, ``timestamp`` and
 ``headers`` (a list of ``key``/``value`` structs) as columns of those names.
 
-A record whose key or value does not decode becomes an err row, data columns
-null and ``_err`` reading ``<topic>/<partition>@<offset>: <error>``; the
-source goes on with the next record. A null value (a tombstone) decodes to
+A record whose key or value does not decode becomes an err row, ``_err``
+reading ``<topic>/<partition>@<offset>: <error>``; the source goes on with
+the next record. Its value columns are null, and so are its key columns if
+the key is what did not decode: a value that does not decode keeps its key,
+so that the UPSERT envelope makes it that key's error, which the key's next
+good value replaces (as Materialize does). A null value (a tombstone) decodes to
 null value columns: the UPSERT envelope, keyed on the key's columns, reads
 it as a delete. (So does a JSON value whose declared fields are all null or
 absent: UPSERT cannot tell it from a tombstone.)
@@ -286,7 +289,8 @@ class KafkaSource:
 
         Other sides are decoded in Python first (or, if none needs it, the
         raw columns are selected as they are). The first error of a record
-        wins; an err row has every data column null.
+        wins; an err row has its value columns null, and its key columns if
+        the key did not decode (module doc).
         """
         from pyspark.sql import functions as F
 
@@ -331,11 +335,14 @@ class KafkaSource:
 
         columns = []
         for side, schema in (("key", self.key_schema), ("value", self.value_schema)):
+            # A key that decoded is kept whatever else failed: the Python stage nulled the
+            # key it could not decode, and an avro key is kept only if it decoded.
+            kept = F.lit(True) if side == "key" else err.isNull()
             if side in data:
                 struct, ok, cols = data[side]
-                columns += record_columns(struct, ok & err.isNull(), cols)
+                columns += record_columns(struct, ok & kept, cols)
             else:
-                columns += [F.when(err.isNull(), F.col(c)).alias(c) for c in schema.names]
+                columns += [F.when(kept, F.col(c)).alias(c) for c in schema.names]
         return staged.select(
             "_partition",
             "_offset",
@@ -692,7 +699,6 @@ def _decoder(
         key_schema = pa.ipc.read_schema(pa.py_buffer(key_ipc))
         value_schema = pa.ipc.read_schema(pa.py_buffer(value_ipc))
         out_schema = pa.ipc.read_schema(pa.py_buffer(out_ipc))
-        data = [*key_schema.names, *value_schema.names]
         for batch in batches:
             fast = arrow_decoded(batch, key_format, value_format, key_schema, value_schema)
             if fast is not None:
@@ -705,13 +711,18 @@ def _decoder(
                     "_offset": rec["offset"],
                     ERR: None,
                 }
+                null = dict.fromkeys(value_schema.names)
                 try:
                     row.update(decode_record(rec["key"], key_format, "key", key_schema))
-                    row.update(decode_record(rec["value"], value_format, "value", value_schema))
                 except Exception as e:  # every decode failure becomes an err row
-                    row.update(dict.fromkeys(data))
-                    where = f"{topic}/{rec['partition']}@{rec['offset']}"
-                    row[ERR] = f"{where}: {type(e).__name__}: {str(e)[:300]}"
+                    row.update(dict.fromkeys(key_schema.names), **null)
+                    row[ERR] = _error(topic, rec, e)
+                else:  # a value that does not decode keeps its key: the key's error
+                    try:
+                        row.update(decode_record(rec["value"], value_format, "value", value_schema))
+                    except Exception as e:
+                        row.update(null)
+                        row[ERR] = _error(topic, rec, e)
                 for m in metadata:
                     row[m] = rec[m]
                 rows.append(row)
@@ -722,6 +733,12 @@ def _decoder(
                 yield pa.RecordBatch.from_pylist(rows, schema=out_schema)
 
     return run
+
+
+def _error(topic: str, record: dict[str, Any], error: Exception) -> str:
+    """An err row's ``_err``: where the record is, and why it does not decode."""
+    where = f"{topic}/{record['partition']}@{record['offset']}"
+    return f"{where}: {type(error).__name__}: {str(error)[:300]}"
 
 
 def arrow_decoded(
