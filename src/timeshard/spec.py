@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, Literal
 
@@ -197,6 +197,11 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
         "postgres": PostgresExport,
         "delta": DeltaExport,
     }
+    check_options: dict[str, Callable[..., None]] = {
+        "kafka": KafkaExport.check_options,
+        "postgres": PostgresExport.check_options,
+        "delta": DeltaExport.check_options,
+    }
     for export in spec.export:
         try:
             exports[export.kind].check_declared(
@@ -241,6 +246,25 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
                 f"export {export.name!r}: a {export.kind} export's options need {list(needed)} "
                 f"and may have {list(optional)}; missing {missing}, unknown {unknown}"
             )
+        try:  # each target's values (each constructor checks its own with it first)
+            check_options[export.kind](**export.options)
+        except InvalidUsage as e:
+            raise InvalidUsage(f"export {export.name!r}: {e}") from e
+    targets: dict[tuple[Any, ...], str] = {}
+    for export in spec.export:  # two exports' progress and rows in one table overwrite
+        opts = export.options
+        target: tuple[Any, ...] | None = None
+        if export.kind == "postgres":
+            target = ("postgres", opts["dsn"], opts.get("schema", "public"), opts["table"])
+        elif export.kind == "delta":
+            target = ("delta", opts["table_uri"])
+        if target is not None and target in targets:
+            raise InvalidUsage(
+                f"exports {targets[target]!r} and {export.name!r} write the same table: "
+                "each would overwrite the other's rows"
+            )
+        if target is not None:
+            targets[target] = export.name
 
 
 def spark_packages(spec: RunSpec) -> list[str]:

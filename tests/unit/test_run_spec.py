@@ -305,6 +305,47 @@ def test_an_exports_envelope_id_version_and_keys_are_checked_before_spark(
         check_spec(spec.model_copy(update={"export": [pg]}), [])
 
 
+@pytest.mark.parametrize(
+    ("kind", "options", "match"),
+    [
+        ("kafka", {"format": "xml"}, "format must be one of"),
+        ("kafka", {"topic": "bad topic/"}, "topic must be 1-249"),
+        ("kafka", {"key_schema_id": 3}, "key_schema_id goes with format 'avro'"),
+        ("postgres", {"dsn": "x", "table": "my-table"}, "table must be a PostgreSQL name"),
+        ("delta", {"table_uri": 5}, "table_uri must be a path or URI, got 5"),
+    ],
+)
+def test_an_exports_option_values_are_checked_before_spark(
+    tmp_path: Path, kind: str, options: dict[str, object], match: str
+) -> None:
+    """They were checked only when the export was built, after the sources had written."""
+    f = tmp_path / "run.toml"
+    f.write_text(EXPORTS)
+    spec = load_spec(f)
+    [export] = spec.export
+    if kind == "kafka":
+        options = {**export.options, **options}
+    bad = export.model_copy(update={"kind": kind, "options": options})
+    with pytest.raises(InvalidUsage, match=f"export 'kv-out': {match}"):
+        check_spec(spec.model_copy(update={"export": [bad]}), [])
+
+
+def test_two_exports_to_one_table_are_refused(tmp_path: Path) -> None:
+    f = tmp_path / "run.toml"
+    f.write_text(EXPORTS)
+    spec = load_spec(f)
+    [export] = spec.export
+    pg = {"kind": "postgres", "options": {"dsn": "host=h", "table": "t"}}
+    first = export.model_copy(update={**pg, "name": "a"})
+    second = export.model_copy(update={**pg, "name": "b"})
+    with pytest.raises(InvalidUsage, match="exports 'a' and 'b' write the same table"):
+        check_spec(spec.model_copy(update={"export": [first, second]}), [])
+    other = export.model_copy(
+        update={**pg, "name": "b", "options": {"dsn": "host=h", "table": "u"}}
+    )
+    check_spec(spec.model_copy(update={"export": [first, other]}), [])
+
+
 def test_a_sources_envelope_and_a_views_refresh_are_checked_before_spark(tmp_path: Path) -> None:
     f = tmp_path / "run.toml"
     f.write_text(EXPORTS)

@@ -72,8 +72,7 @@ class DeltaExport(ShardExport):
         version: int = 1,
         storage_options: dict[str, str] | None = None,
     ) -> None:
-        if not isinstance(table_uri, str) or not table_uri:
-            raise InvalidUsage(f"table_uri must be a path or URI, got {table_uri!r}")
+        self.check_options(table_uri=table_uri)
         super().__init__(
             spark,
             client,
@@ -93,6 +92,11 @@ class DeltaExport(ShardExport):
                     "([A-Za-z_][A-Za-z0-9_]*), which a Delta MERGE predicate can name"
                 )
             self._create()
+
+    @classmethod
+    def check_options(cls, *, table_uri: Any = None) -> None:
+        if not isinstance(table_uri, str) or not table_uri:
+            raise InvalidUsage(f"table_uri must be a path or URI, got {table_uri!r}")
 
     @property
     def target(self) -> str:

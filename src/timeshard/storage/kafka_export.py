@@ -109,23 +109,15 @@ class KafkaExport(ShardExport):
         key_schema_id: int | None = None,
         value_schema_id: int | None = None,
     ) -> None:
-        if format not in FORMATS:
-            raise InvalidUsage(f"format must be one of {FORMATS}, got {format!r}")
-        for what, schema_id in (
-            ("key_schema_id", key_schema_id),
-            ("value_schema_id", value_schema_id),
-        ):
-            if schema_id is None:
-                continue
-            if format != "avro" or isinstance(schema_id, bool) or not isinstance(schema_id, int):
-                raise InvalidUsage(
-                    f"{what} goes with format 'avro' and is an int, got {schema_id!r}"
-                )
-            if not 0 <= schema_id < 2**31:
-                raise InvalidUsage(f"{what} must be in [0, 2**31), got {schema_id}")
-        for what, value in (("topic", topic), ("progress_topic", progress_topic)):
-            if not isinstance(value, str) or not _TOPIC.fullmatch(value) or value in (".", ".."):
-                raise InvalidUsage(f"{what} must be 1-249 of [A-Za-z0-9._-], got {value!r}")
+        self.check_options(
+            bootstrap_servers=bootstrap_servers,
+            topic=topic,
+            progress_topic=progress_topic,
+            timeout_s=timeout_s,
+            format=format,
+            key_schema_id=key_schema_id,
+            value_schema_id=value_schema_id,
+        )
         super().__init__(
             spark,
             client,
@@ -143,6 +135,42 @@ class KafkaExport(ShardExport):
         self.key_schema_id, self.value_schema_id = key_schema_id, value_schema_id
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
+
+    @classmethod
+    def check_options(
+        cls,
+        *,
+        bootstrap_servers: Any = None,
+        topic: Any = None,
+        progress_topic: Any = PROGRESS_TOPIC,
+        timeout_s: Any = DEFAULT_TIMEOUT_S,
+        format: Any = "json",
+        key_schema_id: Any = None,
+        value_schema_id: Any = None,
+    ) -> None:
+        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+            raise InvalidUsage(
+                f"bootstrap_servers must be host:port[,...], got {bootstrap_servers!r}"
+            )
+        if format not in FORMATS:
+            raise InvalidUsage(f"format must be one of {FORMATS}, got {format!r}")
+        for what, schema_id in (
+            ("key_schema_id", key_schema_id),
+            ("value_schema_id", value_schema_id),
+        ):
+            if schema_id is None:
+                continue
+            if format != "avro" or isinstance(schema_id, bool) or not isinstance(schema_id, int):
+                raise InvalidUsage(
+                    f"{what} goes with format 'avro' and is an int, got {schema_id!r}"
+                )
+            if not 0 <= schema_id < 2**31:
+                raise InvalidUsage(f"{what} must be in [0, 2**31), got {schema_id}")
+        for what, value in (("topic", topic), ("progress_topic", progress_topic)):
+            if not isinstance(value, str) or not _TOPIC.fullmatch(value) or value in (".", ".."):
+                raise InvalidUsage(f"{what} must be 1-249 of [A-Za-z0-9._-], got {value!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
+            raise InvalidUsage(f"timeout_s must be a positive number, got {timeout_s!r}")
 
     def avro_schemas(self) -> dict[str, dict[str, Any]]:
         """The Avro schemas of the records' ``key`` (with ``key_columns``) and ``value``."""

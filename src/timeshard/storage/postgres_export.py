@@ -86,12 +86,7 @@ class PostgresExport(ShardExport):
         version: int = 1,
         schema: str = "public",
     ) -> None:
-        for what, value in (("table", table), ("schema", schema)):
-            if not isinstance(value, str) or not _NAME.fullmatch(value):
-                raise InvalidUsage(
-                    f"{what} must be a PostgreSQL name ([A-Za-z_][A-Za-z0-9_]*, at most 63), "
-                    f"got {value!r}"
-                )
+        self.check_options(dsn=dsn, table=table, schema=schema)
         super().__init__(
             spark,
             client,
@@ -106,6 +101,17 @@ class PostgresExport(ShardExport):
         self.schema = schema
         with self._declaring():
             self._prepare()
+
+    @classmethod
+    def check_options(cls, *, dsn: Any = None, table: Any = None, schema: Any = "public") -> None:
+        if not isinstance(dsn, str) or not dsn:
+            raise InvalidUsage(f"dsn must be a PostgreSQL connection string, got {dsn!r}")
+        for what, value in (("table", table), ("schema", schema)):
+            if not isinstance(value, str) or not _NAME.fullmatch(value):
+                raise InvalidUsage(
+                    f"{what} must be a PostgreSQL name ([A-Za-z_][A-Za-z0-9_]*, at most 63), "
+                    f"got {value!r}"
+                )
 
     @property
     def target(self) -> str:
