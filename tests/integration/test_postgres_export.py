@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,32 @@ def test_the_table_is_the_snapshot_at_the_progress(
         }
     )
     assert export.progress() is not None and export.progress().frontier == 6  # type: ignore[union-attr]
+    export.drop()
+
+
+def test_decimals_are_exported_as_numeric_and_a_key_changed_back_stays(
+    spark: SparkSession, postgres_dsn: str, pg_schema: str, tmp_path: Path
+) -> None:
+    """A decimal column was refused (no PostgreSQL type); a key changed and changed back
+    within one tick was deleted from the table."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    schema = pa.schema([("k", pa.string()), ("amount", pa.decimal128(10, 2))])
+    writer = client.open_writer("s", schema)
+    writer.append([(("a", Decimal("1.50")), 0, 1), (("b", Decimal("-2.25")), 0, 1)], 0, 1)
+    export = PostgresExport(
+        spark, client, "s", postgres_dsn, "d", key_columns=["k"], schema=pg_schema
+    )
+    export.step()
+    one, two = Decimal("1.50"), Decimal("9.99")
+    writer.append(
+        [(("a", one), 1, -1), (("a", two), 1, 1), (("a", two), 2, -1), (("a", one), 2, 1)], 1, 3
+    )
+    assert export.step().status == "committed"
+    query = psycopg.sql.SQL("SELECT k, amount FROM {} ORDER BY k").format(
+        psycopg.sql.Identifier(pg_schema, "d")
+    )
+    with psycopg.connect(postgres_dsn) as conn:
+        assert conn.execute(query).fetchall() == [("a", Decimal("1.50")), ("b", Decimal("-2.25"))]
     export.drop()
 
 
@@ -201,3 +228,17 @@ def test_bad_arguments_and_tables(
         PostgresExport(
             spark, client, "s", postgres_dsn, "narrow", key_columns=["k"], schema=pg_schema
         )
+    # ON CONFLICT (k) needs a unique index on exactly k: every tick failed in its task.
+    with psycopg.connect(postgres_dsn) as conn:
+        for table, key in (("nokey", ""), ("wide", ", PRIMARY KEY (k, v)")):
+            conn.execute(
+                psycopg.sql.SQL("CREATE TABLE {} (k text, v bigint, note text" + key + ")").format(
+                    psycopg.sql.Identifier(pg_schema, table)
+                )
+            )
+    for table in ("nokey", "wide"):
+        with pytest.raises(InvalidUsage, match=r"no primary key or unique index on .*\['k'\]"):
+            PostgresExport(
+                spark, client, "s", postgres_dsn, table, key_columns=["k"], schema=pg_schema
+            )
+    assert client.state("s").critical_readers == {}  # a refused export holds nothing

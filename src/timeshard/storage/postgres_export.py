@@ -2,7 +2,9 @@
 
 The target is a table keyed by ``key_columns`` (its primary key); the export
 creates it if it does not exist, with the shard's columns (types in
-:data:`PG_TYPES`), and checks an existing one has them. The progress is a row
+:data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
+has them and a primary key or unique index on exactly ``key_columns`` (which
+``ON CONFLICT`` needs). The progress is a row
 of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``) in the
 same database. A tick's single Spark task, in **one PostgreSQL
 transaction**:
@@ -68,6 +70,13 @@ PG_TYPES: dict[pa.DataType, str] = {
     pa.timestamp("us"): "timestamp",
     pa.timestamp("us", tz="UTC"): "timestamptz",
 }
+
+
+def pg_type(arrow: pa.DataType) -> str | None:
+    """The PostgreSQL column type of a table the export creates (None: none here)."""
+    if pa.types.is_decimal(arrow):
+        return f"numeric({arrow.precision}, {arrow.scale})"
+    return PG_TYPES.get(arrow)
 
 
 class PostgresExport(ShardExport):
@@ -150,11 +159,11 @@ class PostgresExport(ShardExport):
         from psycopg import sql
 
         columns = list(self.reader.schema)
-        untyped = [f.name for f in columns if f.type not in PG_TYPES]
+        untyped = [f.name for f in columns if pg_type(f.type) is None]
         if untyped:
             raise InvalidUsage(
                 f"export {self.export_id!r}: columns {untyped} of shard {self.shard!r} have no "
-                f"PostgreSQL type here; supported are {sorted(map(str, PG_TYPES))}"
+                f"PostgreSQL type here; supported are {sorted(map(str, PG_TYPES))} and decimals"
             )
         progress = sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (export_id text PRIMARY KEY, "
@@ -163,7 +172,7 @@ class PostgresExport(ShardExport):
         target = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}))").format(
             sql.Identifier(self.schema, self.table),
             sql.SQL(", ").join(
-                sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(PG_TYPES[f.type]))
+                sql.SQL("{} {}").format(sql.Identifier(f.name), sql.SQL(str(pg_type(f.type))))
                 for f in columns
             ),
             sql.SQL(", ").join(map(sql.Identifier, self.key_columns)),
@@ -179,11 +188,27 @@ class PostgresExport(ShardExport):
                     (self.schema, self.table),
                 )
             }
+            unique = [
+                set(r[0])
+                for r in conn.execute(
+                    "SELECT array_agg(a.attname::text) FROM pg_index i "
+                    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                    "WHERE i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) "
+                    "AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL "
+                    "GROUP BY i.indexrelid",
+                    (self.schema, self.table),
+                )
+            ]
         missing = [f.name for f in columns if f.name not in have]
         if missing:
             raise InvalidUsage(
                 f"export {self.export_id!r}: table {self.schema}.{self.table} lacks the "
                 f"columns {missing} of shard {self.shard!r}"
+            )
+        if set(self.key_columns) not in unique:  # what ON CONFLICT (keys) needs
+            raise InvalidUsage(
+                f"export {self.export_id!r}: table {self.schema}.{self.table} has no primary "
+                f"key or unique index on exactly the key columns {self.key_columns}"
             )
 
 
@@ -296,4 +321,4 @@ class _Rollback(Exception):
         self.detail = detail
 
 
-__all__ = ["PG_TYPES", "PROGRESS_TABLE", "PostgresExport"]
+__all__ = ["PG_TYPES", "PROGRESS_TABLE", "PostgresExport", "pg_type"]
