@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import pickle
 import random
+import signal
 import subprocess
 import time
 from collections import Counter
@@ -452,6 +453,39 @@ def test_a_window_goes_to_a_ticking_replica_or_waits_for_one(tmp_path: Path) -> 
             assert r.proc is not None
             r.proc.kill()
             r.proc.wait()
+
+
+def test_a_kill_or_pause_hits_a_ticking_replica_or_waits_for_one(tmp_path: Path) -> None:
+    """A kill of a replica still starting (no lease held, nothing written) counted as the
+    run's kill: a run could pass "kill injected" without interrupting a single write."""
+    from timeshard.nemesis.control import JOURNAL
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _Replica
+
+    replicas = [_Replica(i, tmp_path) for i in range(2)]
+    runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
+    kill, pause = Fault(1.0, "kill", 0, 5.0), Fault(1.0, "pause", 0, 5.0)
+    try:
+        for r in replicas:
+            r.incarnation = 0
+            r.proc = subprocess.Popen(["sleep", "60"])
+        assert runner._inject(kill, 1.0, replicas, BlobDisk(tmp_path)) == "waiting"
+        assert all(r.alive() for r in replicas)
+        Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 1))  # replica 1 ticks; 0 starts
+        assert runner._start_window(kill, 2.0, replicas)
+        assert replicas[0].alive() and not replicas[1].alive()
+        assert replicas[1].restart_at == 7.0
+        assert not runner._start_window(pause, 2.0, replicas)  # none ticks now
+        Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 0))
+        assert runner._start_window(pause, 3.0, replicas)
+        assert replicas[0].paused_until == 8.0
+        assert FaultJournal.counts(tmp_path / JOURNAL) == Counter({"kill": 1, "pause": 1})
+    finally:
+        for r in replicas:
+            if r.proc is not None:
+                r.signal(signal.SIGCONT)
+                r.proc.kill()
+                r.proc.wait()
 
 
 @contextlib.contextmanager

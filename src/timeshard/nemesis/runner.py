@@ -38,10 +38,11 @@ the kills, pauses, PostgreSQL restarts and the filling of the tmpfs; each
 replica records the storage calls and the Spark task part reads and writes
 it failed, the writes its ENOSPC wrapper refused and the first tick read of
 each clock offset. A killed incarnation's lines survive it. A kind of the
-plan with no line fails the run. So that a window acts, an unreliable window
-or a clock jump planned for a replica that does not tick -- killed, paused
-or still starting -- goes to the next replica that does, or waits for one;
-and the fault phase lasts until every window has started and ended.
+plan with no line fails the run. So that a fault acts, a kill, a pause, an
+unreliable window or a clock jump planned for a replica that does not tick --
+killed, paused or still starting, which holds no lease and writes nothing --
+goes to the next replica that does, or waits for one; and the fault phase
+lasts until every fault has started and every window ended.
 
 The pipeline (:func:`pipeline_spec`): a KEY VALUE source and a FILE source of
 JSON lines, both with the UPSERT envelope, and a view over each. (It is
@@ -163,7 +164,7 @@ class RunResult:
     """What one run did and found.
 
     ``faults``: injected faults by kind, from the journal; ``skipped``: faults
-    of the plan that could not apply (their replica was down);
+    of the plan that found no replica ticking until the phase's bound;
     ``injected_calls``: the ``unreliable`` faults by what failed
     (``blob.determinate``, ``task_write.indeterminate``, ...).
     """
@@ -587,10 +588,10 @@ class NemesisRunner:
     ) -> None:
         """Inject ``plan``; last ``fault_seconds``, and on until every window started and ended.
 
-        A window (unreliable, clock jump) that no replica could take when it
-        was due waits for one that ticks; the phase goes on while one waits or
-        is open, up to ``advancing_bound_s`` more (then what still waits is
-        skipped).
+        A fault of a replica (kill, pause, unreliable, clock jump) that no
+        replica could take when it was due waits for one that ticks; the phase
+        goes on while one waits or a window is open, up to
+        ``advancing_bound_s`` more (then what still waits is skipped).
         """
         config = self.config
         start = time.monotonic()
@@ -617,8 +618,6 @@ class NemesisRunner:
                 if outcome == "waiting":
                     self.log("    (no replica ticks now: it waits for one)")
                     waiting.append(fault)
-                elif outcome == "skipped":
-                    result.skipped[fault.kind] += 1
                 elif fault.kind == "disk_full":
                     disk_until = max(disk_until, now + fault.duration_s)
             if disk_until and now >= disk_until:
@@ -646,11 +645,13 @@ class NemesisRunner:
             time.sleep(POLL_S)
 
     def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> str:
-        """Start ``fault``: ``"injected"``, ``"skipped"`` (a kill or pause of a replica
-        that is down) or ``"waiting"`` (a window no replica can take now).
+        """Start ``fault``: ``"injected"``, or ``"waiting"`` (a kill, pause or window that
+        no replica can take now).
 
         Records in the journal what the runner itself injects (module doc). A
-        kill or pause hits its replica even while it starts.
+        kill or pause, like a window, hits a replica that ticks: one still
+        starting holds no lease and writes nothing, so killing it would count
+        as a kill and interrupt no write.
         """
         self.log(f"  fault {fault.describe()}")
         run_journal = FaultJournal(str(replicas[0].run_dir / JOURNAL))
@@ -664,43 +665,35 @@ class NemesisRunner:
                 taken = disk.fill()
                 run_journal.record("disk_full", f"tmpfs ballast of {taken} bytes")
             return "injected"
-        assert fault.replica is not None
-        r = replicas[fault.replica]
+        return "injected" if self._start_window(fault, now, replicas) else "waiting"
+
+    def _start_window(self, fault: Fault, now: float, replicas: list[_Replica]) -> bool:
+        """Kill or pause a replica, or open an unreliable window or a clock jump for
+        ``duration_s`` from ``now``; False if no replica ticks now.
+
+        Where the fault's replica does not tick (killed, paused, still
+        starting), it goes to the next one that does: a window acts only on a
+        replica that ticks (the replica records it when it does), and a kill
+        or pause interrupts one's writes.
+        """
+        assert fault.replica is not None, fault
+        r = _ticking(replicas, fault.replica)
+        if r is None:
+            return False
+        if r.index != fault.replica or now > fault.at_s + 1.0:
+            self.log(f"    ({fault.kind} starts at {now:.1f} s on replica {r.index})")
         if fault.kind == "kill":
-            if not r.alive():
-                return "skipped"
             assert r.proc is not None
             r.signal(signal.SIGKILL)
             r.proc.wait()
             r.journal().record("kill", "sigkill")
             r.proc, r.paused_until = None, 0.0
             r.restart_at = now + fault.duration_s
-            return "injected"
-        if fault.kind == "pause":
-            if not r.alive():
-                return "skipped"
-            if not r.paused_until:
-                r.signal(signal.SIGSTOP)
+        elif fault.kind == "pause":
+            r.signal(signal.SIGSTOP)
             r.journal().record("pause", "sigstop")
-            r.paused_until = max(r.paused_until, now + fault.duration_s)
-            return "injected"
-        return "injected" if self._start_window(fault, now, replicas) else "waiting"
-
-    def _start_window(self, fault: Fault, now: float, replicas: list[_Replica]) -> bool:
-        """Open an unreliable window or a clock jump for ``duration_s`` from ``now``;
-        False if no replica ticks now.
-
-        A window acts only on a replica that ticks (the replica records it when
-        it does): where the fault's replica does not tick (killed, paused,
-        still starting), it goes to the next one that does.
-        """
-        assert fault.replica is not None and fault.kind in ("unreliable", "clock_jump"), fault
-        r = _ticking(replicas, fault.replica)
-        if r is None:
-            return False
-        if r.index != fault.replica or now > fault.at_s + 1.0:
-            self.log(f"    ({fault.kind} starts at {now:.1f} s on replica {r.index})")
-        if fault.kind == "unreliable":
+            r.paused_until = now + fault.duration_s
+        elif fault.kind == "unreliable":
             r.rate, r.unreliable_until = fault.rate, now + fault.duration_s
             r.unreliable_until_ms = time.time_ns() // 1_000_000 + int(fault.duration_s * 1000)
             r.unreliable_before = _journaled(r.run_dir, "unreliable")
