@@ -168,3 +168,27 @@ def test_an_export_refuses_a_progress_that_is_another_shards(tmp_path: Any) -> N
     moved.close()
     for writer in writers.values():
         writer.expire()
+
+
+def test_a_broker_fault_in_init_transactions_fails_the_task_not_the_data(
+    monkeypatch: Any,
+) -> None:
+    """It was reported as status "error", which the driver raises as an ExportError: "the
+    export cannot go on from the data it has", for a coordinator that was not up yet."""
+    import confluent_kafka
+    import pytest
+    from confluent_kafka import KafkaError, KafkaException
+
+    from timeshard.storage.kafka_export import _ProduceTask
+
+    class Unreachable:
+        def __init__(self, conf: dict[str, Any]) -> None:
+            pass
+
+        def init_transactions(self, timeout: float) -> None:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no coordinator"))
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Unreachable)
+    task = _ProduceTask("b:9", "t", "p", "x", 1, "upsert", ("k",), ("k",), 0, 5, 1.0)
+    with pytest.raises(KafkaException, match="no coordinator"):
+        list(task(iter([])))

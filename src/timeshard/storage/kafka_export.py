@@ -359,8 +359,10 @@ class _ProduceTask:
         try:
             producer.init_transactions(self.timeout_s)
         except KafkaException as e:
-            yield result("fenced" if _fenced(e) else "error", 0, str(e))
-            return
+            if _fenced(e):
+                yield result("fenced", 0, str(e))
+                return
+            raise  # a fault (no coordinator, a timeout), not the data's: the next tick retries
         conf = _consumer_conf(self.bootstrap, self.timeout_s)
         progress = read_progress(conf, self.progress_topic, self.export_id, self.timeout_s)
         if progress is not None and progress.version > self.version:
