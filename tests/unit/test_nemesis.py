@@ -541,3 +541,15 @@ def test_an_unreliable_window_stays_on_until_it_has_failed_a_call(tmp_path: Path
         journal.record("unreliable", "consensus.compare_and_set")
         runner._hold_windows(8.0, replicas)  # a call failed: the window may close now
         assert replicas[0].unreliable_until == 7.5 and replicas[0].unreliable_before == -1
+
+
+def test_replicas_that_exit_by_themselves_are_reported() -> None:
+    """They were restarted with no trace in the result: a JVM crashing on its own under the
+    faults passed unseen."""
+    from timeshard.nemesis.runner import NemesisReport
+
+    runs = [RunResult(0, "sqlite", "tmpfs", self_exits=2, replica_errors=1)]
+    runs.append(RunResult(1, "sqlite", "tmpfs", self_exits=1))
+    summary = NemesisReport(7, runs).to_json()
+    assert (summary["self_exits"], summary["replica_errors"]) == (3, 1)
+    assert summary["per_run"][0]["self_exits"] == 2

@@ -166,7 +166,10 @@ class RunResult:
     ``faults``: injected faults by kind, from the journal; ``skipped``: faults
     of the plan that found no replica ticking until the phase's bound;
     ``injected_calls``: the ``unreliable`` faults by what failed
-    (``blob.determinate``, ``task_write.indeterminate``, ...).
+    (``blob.determinate``, ``task_write.indeterminate``, ...);
+    ``self_exits``: replica processes that ended with no fault killing them
+    (a JVM crash, say), restarted and reported, not a failure by themselves;
+    ``replica_errors``: ticks that raised (retried; also reported).
     """
 
     run: int
@@ -179,6 +182,7 @@ class RunResult:
     stuck: list[str] = field(default_factory=list)
     replica_ready_s: list[float] = field(default_factory=list)
     replica_errors: int = 0
+    self_exits: int = 0
     recovery_s: float | None = None
     differences: int = 0
     verify_ok: bool = False
@@ -208,6 +212,7 @@ class RunResult:
             "stuck": self.stuck,
             "replica_ready_s": self.replica_ready_s,
             "replica_errors": self.replica_errors,
+            "self_exits": self.self_exits,
             "recovery_s": self.recovery_s,
             "differences": self.differences,
             "verify_ok": self.verify_ok,
@@ -246,6 +251,8 @@ class NemesisReport:
             "faults": dict(self.faults()),
             "unreliable_injected": dict(sum((r.injected_calls for r in self.runs), Counter())),
             "differences": sum(r.differences for r in self.runs),
+            "self_exits": sum(r.self_exits for r in self.runs),
+            "replica_errors": sum(r.replica_errors for r in self.runs),
             "failed_runs": sum(not r.ok for r in self.runs),
             "recovery_p50_s": statistics.median(rec) if rec else None,
             "recovery_max_s": max(rec) if rec else None,
@@ -547,6 +554,7 @@ class NemesisRunner:
             for r in replicas:
                 if r.proc is not None and not r.alive():
                     r.exits += 1
+                    result.self_exits += 1
                     if r.exits - exits[r.index] > MAX_EXITS:
                         result.error = (
                             f"{phase}: replica {r.index} exited {MAX_EXITS + 1} times by "
@@ -629,6 +637,7 @@ class NemesisRunner:
                     r.signal(signal.SIGCONT)
                 if r.proc is not None and not r.alive():
                     self.log(f"  replica {r.index} exited by itself; restarting it")
+                    result.self_exits += 1  # no fault kills it: a crash, reported
                     r.proc, r.restart_at = None, now
                 if r.proc is None and now >= r.restart_at:
                     r.start(config.seed, self.env)
