@@ -515,19 +515,22 @@ def test_a_clock_jump_stays_on_until_its_replica_has_read_it(tmp_path: Path) -> 
         assert replicas[0].clock_until == 6.0  # still inside its planned window
         runner._hold_windows(6.5, replicas)  # a long tick never read the clock
         assert replicas[0].clock_until == 7.5
-        FaultJournal(str(tmp_path / JOURNAL)).record("clock_jump", "-4000 ms")
-        runner._hold_windows(8.0, replicas)  # read: the window may close now
-        assert replicas[0].clock_until == 7.5 and replicas[0].clock_jumps_before == -1
+        other = FaultJournal(str(tmp_path / JOURNAL), (("replica", 1), ("incarnation", 0)))
+        other.record("clock_jump", "-4000 ms")  # another replica's jump says nothing of this
+        runner._hold_windows(7.6, replicas)
+        assert replicas[0].clock_until == 8.6
+        replicas[0].journal().record("clock_jump", "-4000 ms")
+        runner._hold_windows(8.7, replicas)  # read: the window may close now
+        assert replicas[0].clock_until == 8.6 and replicas[0].clock_jumps_before == -1
 
 
 def test_an_unreliable_window_stays_on_until_it_has_failed_a_call(tmp_path: Path) -> None:
     """A slow replica may make no failing call in the planned window (one CI run
     planned ``unreliable`` and never injected it): the window holds until one fails."""
-    from timeshard.nemesis.control import JOURNAL
     from timeshard.nemesis.plan import Fault
 
-    journal = FaultJournal(str(tmp_path / JOURNAL))
     with one_ticking_replica(tmp_path) as (runner, replicas):
+        journal = replicas[0].journal()
         journal.record("unreliable", "blob.get")  # an earlier window's
         window = Fault(1.0, "unreliable", 0, 5.0, rate=0.1)
         assert runner._start_window(window, 1.0, replicas)

@@ -705,10 +705,10 @@ class NemesisRunner:
         elif fault.kind == "unreliable":
             r.rate, r.unreliable_until = fault.rate, now + fault.duration_s
             r.unreliable_until_ms = time.time_ns() // 1_000_000 + int(fault.duration_s * 1000)
-            r.unreliable_before = _journaled(r.run_dir, "unreliable")
+            r.unreliable_before = _journaled(r.run_dir, "unreliable", r.index)
         else:
             r.clock_offset_ms, r.clock_until = fault.clock_jump_ms, now + fault.duration_s
-            r.clock_jumps_before = _journaled(r.run_dir, "clock_jump")
+            r.clock_jumps_before = _journaled(r.run_dir, "clock_jump", r.index)
         return True
 
     def _hold_windows(self, now: float, replicas: list[_Replica]) -> None:
@@ -723,12 +723,12 @@ class NemesisRunner:
         """
         for r in replicas:
             if r.clock_jumps_before >= 0 and now >= r.clock_until:
-                if _journaled(r.run_dir, "clock_jump") > r.clock_jumps_before:
+                if _journaled(r.run_dir, "clock_jump", r.index) > r.clock_jumps_before:
                     r.clock_jumps_before = -1
                 else:
                     r.clock_until = now + 1.0
             if r.unreliable_before >= 0 and now >= r.unreliable_until:
-                if _journaled(r.run_dir, "unreliable") > r.unreliable_before:
+                if _journaled(r.run_dir, "unreliable", r.index) > r.unreliable_before:
                     r.unreliable_before = -1
                 else:
                     r.unreliable_until = now + 1.0
@@ -832,10 +832,13 @@ def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
     return None
 
 
-def _journaled(run_dir: Path, kind: str) -> int:
-    """How many faults of ``kind`` the run's journal records so far."""
+def _journaled(run_dir: Path, kind: str, replica: int) -> int:
+    """How many faults of ``kind`` the run's journal records so far on ``replica`` (another
+    replica's line says nothing of whether this one's window acted)."""
     path = run_dir / JOURNAL
-    return FaultJournal.counts(path)[kind] if path.exists() else 0
+    if not path.exists():
+        return 0
+    return sum(e["kind"] == kind and e.get("replica") == replica for e in FaultJournal.read(path))
 
 
 def unread_input(client: PersistClient, source: str, directory: Path) -> dict[str, str]:
