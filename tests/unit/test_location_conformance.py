@@ -799,3 +799,26 @@ def test_memory_consensus_matches_a_list_model(ops: list[tuple[str, int | None, 
             assert seqnos_of(c.scan("k", a, b)) == [s for s in model if s >= a][:b]
         assert c.head("k") == (v(model[-1]) if model else None)
         assert seqnos(c) == model
+
+
+def test_an_arrow_blob_write_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """A failed move left its ``.tmp-`` file behind for good: nothing lists or deletes it."""
+    from timeshard.errors import Indeterminate
+    from timeshard.location.arrowfs import ArrowFsBlob
+
+    blob = ArrowFsBlob(f"file://{tmp_path}")
+
+    class NoMove:
+        def __init__(self, fs: Any) -> None:
+            self.fs = fs
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.fs, name)
+
+        def move(self, src: str, dest: str) -> None:
+            raise OSError("the disk went away")
+
+    blob.fs = NoMove(blob.fs)  # type: ignore[assignment]
+    with pytest.raises(Indeterminate, match="the disk went away"):
+        blob.set("s/w/b/part", b"data")
+    assert [p.name for p in (tmp_path / "s" / "w" / "b").iterdir()] == []

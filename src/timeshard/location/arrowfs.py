@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Iterator
 
@@ -72,7 +73,11 @@ class ArrowFsBlob:
             raise InvalidUsage(
                 f"blob key {key!r} already holds {len(existing)} other bytes; keys are written once"
             )
-        if self.fs.get_file_info(path).type == pafs.FileType.Directory:
+        try:
+            kind = self.fs.get_file_info(path).type
+        except Exception as e:  # nothing written yet
+            raise Determinate(f"writing blob {key!r}: {e}") from e
+        if kind == pafs.FileType.Directory:
             raise InvalidUsage(f"blob key {key!r} is a directory of other keys")
         parent = path.rsplit("/", 1)[0]
         target = path if self._object_store else f"{parent}/.tmp-{uuid.uuid4().hex}"
@@ -83,6 +88,9 @@ class ArrowFsBlob:
             if target != path:
                 self.fs.move(target, path)
         except Exception as e:
+            if target != path:  # a temporary file left by a failed write or move
+                with contextlib.suppress(Exception):
+                    self.fs.delete_file(target)
             raise Indeterminate(f"writing blob {key!r}: {e}") from e
 
     def delete(self, key: str) -> int | None:
