@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,12 @@ def test_batch_from_another_shard(client: PersistClient) -> None:
         w2.batch_from_transmittable(b.into_transmittable())
     with pytest.raises(InvalidUsage, match="not a transmittable batch"):
         w2.batch_from_transmittable(b"garbage")
+    # Parts named under another shard or writer: GC would take them for another's.
+    other = w2.batch([(("b", 2), 0, 1)], 0, 1)
+    forged = json.loads(other.into_transmittable())
+    forged["owner"] = "someone"
+    with pytest.raises(InvalidUsage, match="are not under s2/someone/"):
+        w2.batch_from_transmittable(json.dumps(forged).encode())
 
 
 def test_batch_lifecycle(client: PersistClient) -> None:

@@ -225,6 +225,9 @@ class WriteHandle:
             raise InvalidUsage(
                 f"schema mismatch: batch has {decode_schema(schema)}, shard has {self.schema}"
             )
+        stray = [p.key for p in parts if not p.key.startswith(f"{shard_id}/{owner}/")]
+        if not isinstance(owner, str) or "/" in owner or stray:  # GC reads the owner from keys
+            raise InvalidUsage(f"batch parts {stray[:3]} are not under {shard_id}/{owner!s}/")
         return Batch(self._blob, shard_id, owner, desc, parts, schema, self._config)
 
     def compare_and_append_batch(
