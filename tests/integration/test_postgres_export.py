@@ -242,3 +242,12 @@ def test_bad_arguments_and_tables(
                 spark, client, "s", postgres_dsn, table, key_columns=["k"], schema=pg_schema
             )
     assert client.state("s").critical_readers == {}  # a refused export holds nothing
+    with psycopg.connect(postgres_dsn) as conn:  # an INCLUDE column is no part of the key
+        conn.execute(
+            psycopg.sql.SQL(
+                "CREATE TABLE {} (k text, v bigint, note text, PRIMARY KEY (k) INCLUDE (v))"
+            ).format(psycopg.sql.Identifier(pg_schema, "incl"))
+        )
+    PostgresExport(
+        spark, client, "s", postgres_dsn, "incl", key_columns=["k"], schema=pg_schema
+    ).close()

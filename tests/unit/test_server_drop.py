@@ -49,3 +49,21 @@ def test_a_dropped_view_is_unknown_to_reads_and_its_name_is_not_used_again(
     finally:
         writer.expire()
         served.close()
+
+
+def test_a_dropped_sink_lets_go_of_its_input_and_its_name_cannot_resume_elsewhere(
+    client: PersistClient, tmp_path: Path
+) -> None:
+    """DROP SINK only closed the export: its hold kept the input from compacting for ever,
+    and a sink created again under the name went on from the old target's progress."""
+    writer = client.open_writer("v", pa.schema([("one", pa.int64())]))  # upper 0: no Spark
+    served = engine(client)
+    try:
+        run(served, f"CREATE SINK s FROM v INTO DELTA (URI '{tmp_path / 'd'}') KEY (one)")
+        assert served.objects["s"].runner.step().status == "idle"
+        assert "export.s" in client.state("v").critical_readers
+        run(served, "DROP SINK s")
+        assert "export.s" not in client.state("v").critical_readers
+    finally:
+        writer.expire()
+        served.close()

@@ -703,7 +703,7 @@ class Engine:
         for victim in victims:  # readers first
             victim.halt()
             self._catalog.forget_statement(victim.name)
-            if victim.kind == "view":
+            if victim.kind in ("view", "sink"):  # their holds go: the inputs may compact
                 victim.runner.drop()
             else:
                 victim.runner.close()

@@ -192,10 +192,11 @@ class PostgresExport(ShardExport):
                 set(r[0])
                 for r in conn.execute(
                     "SELECT array_agg(a.attname::text) FROM pg_index i "
-                    "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+                    "JOIN pg_attribute a ON a.attrelid = i.indrelid "
+                    "AND a.attnum = ANY((i.indkey::int2[])[0:i.indnkeyatts - 1]) "  # no INCLUDE
                     "WHERE i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) "
-                    "AND i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL "
-                    "GROUP BY i.indexrelid",
+                    "AND i.indisunique AND i.indisvalid AND i.indimmediate "
+                    "AND i.indpred IS NULL AND i.indexprs IS NULL GROUP BY i.indexrelid",
                     (self.schema, self.table),
                 )
             ]

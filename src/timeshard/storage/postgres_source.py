@@ -374,7 +374,7 @@ class PostgresSource:
                 if columns is not None:  # a column list: only those are replicated
                     read = tuple(c for c in read if c.name in columns)
                 identity = conn.execute(
-                    "SELECT c.relreplident, c.oid::int FROM pg_class c JOIN pg_namespace n "
+                    "SELECT c.relreplident, c.oid::bigint FROM pg_class c JOIN pg_namespace n "
                     "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
                     (schema, table),
                 ).fetchone()

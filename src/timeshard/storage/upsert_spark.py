@@ -82,10 +82,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import Indeterminate, InvalidUsage, LeaseExpired, SinceError, UpperMismatch
+from timeshard.errors import InvalidUsage, LeaseExpired, SinceError, UpperMismatch
 from timeshard.persist import Appended, Batch, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.persist._internal.state import encode_schema
+from timeshard.persist.write import not_appended
 from timeshard.progress import Description, frontier
 from timeshard.spark.checkpoint import lost_checkpoint_blocks
 from timeshard.storage.since_holds import SinceHolds
@@ -177,12 +178,10 @@ class SparkFeedbackUpsert:
             raise
         try:
             result = self._writer.compare_and_append_batch([batch], lower, input_upper)
-        except Indeterminate:
-            layer.release()  # the batch may be in the shard: its parts stay
-            raise
-        except BaseException:
+        except BaseException as e:
             layer.release()
-            batch.delete()
+            if not_appended(e):  # else the batch may be in the shard: its parts stay
+                batch.delete()
             raise
         if isinstance(result, UpperMismatch):
             batch.delete()

@@ -380,7 +380,7 @@ def consolidate(table: pa.Table) -> pa.Table:
     if table.num_rows == 0:
         return table
     for i, field in enumerate(table.schema):
-        if pa.types.is_floating(field.type):  # -0.0 is 0.0, as Spark's consolidation has it
+        if field.type in (pa.float32(), pa.float64()):  # -0.0 is 0.0, as Spark has it
             column = table.column(i)
             zero = pa.scalar(0.0, field.type)
             table = table.set_column(i, field, pc.if_else(pc.equal(column, zero), zero, column))
