@@ -29,6 +29,7 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
+from tests.integration.test_kafka_source import upsert_ingestion
 
 from timeshard.errors import SourceUnavailable
 from timeshard.location import Location
@@ -303,14 +304,7 @@ def test_upsert_with_an_avro_key_and_tombstones(
             value_avro_schema=json.dumps(READER),
             avro_schemas={1: json.dumps(V1), 2: json.dumps(V2), 5: json.dumps(KEY)},
         )
-        return Ingestion(
-            spark_kafka,
-            client,
-            source,
-            envelope="upsert",
-            key_columns=source.key_columns,
-            clock=lambda: next(clock),
-        )
+        return upsert_ingestion(spark_kafka, client, source, clock)
 
     model: dict[int, tuple[str, int, str | None]] = {}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,22 @@ def _transaction(
     elif commit is False:
         producer.abort_transaction(30)
     return producer
+
+
+def upsert_ingestion(
+    spark: SparkSession, client: PersistClient, source: Any, clock: Iterator[int] | None = None
+) -> Ingestion:
+    """An UPSERT ingestion of ``source`` keyed on its key columns, at times counting from 1
+    (or from ``clock``, which restarts share)."""
+    ticks = clock if clock is not None else itertools.count(1)
+    return Ingestion(
+        spark,
+        client,
+        source,
+        envelope="upsert",
+        key_columns=source.key_columns,
+        clock=lambda: next(ticks),
+    )
 
 
 def _rows(client: PersistClient, shard: str, t: int) -> list[dict[str, Any]]:
@@ -187,14 +204,7 @@ def test_upsert_on_the_kafka_key_with_tombstones_restarts_and_new_partitions(
     def ingestion() -> Ingestion:
         source = KafkaSource("kv", bootstrap, topic, key_format="text", value_format="text")
         assert source.key_columns == ["key"]
-        return Ingestion(
-            spark_kafka,
-            client,
-            source,
-            envelope="upsert",
-            key_columns=source.key_columns,
-            clock=lambda: next(clock),
-        )
+        return upsert_ingestion(spark_kafka, client, source, clock)
 
     model: dict[str, str] = {}
 
@@ -257,15 +267,7 @@ def test_a_tombstone_deletes_its_key_when_the_source_adds_metadata_columns(
         value_format="text",
         metadata=["offset", "timestamp"],
     )
-    clock = itertools.count(1)
-    ing = Ingestion(
-        spark_kafka,
-        client,
-        source,
-        envelope="upsert",
-        key_columns=source.key_columns,
-        clock=lambda: next(clock),
-    )
+    ing = upsert_ingestion(spark_kafka, client, source)
     _produce(bootstrap, topic, [(0, b"k1", b"v1"), (0, b"k2", b"v2")])
     ing.step()
     _produce(bootstrap, topic, [(0, b"k1", None)])
@@ -289,15 +291,7 @@ def test_a_value_that_does_not_decode_is_its_keys_error_until_the_next_value(
     source = KafkaSource(
         "kv", bootstrap, topic, key_format="text", value_schema=pa.schema([("v", pa.int64())])
     )
-    clock = itertools.count(1)
-    ing = Ingestion(
-        spark_kafka,
-        client,
-        source,
-        envelope="upsert",
-        key_columns=source.key_columns,
-        clock=lambda: next(clock),
-    )
+    ing = upsert_ingestion(spark_kafka, client, source)
 
     def now() -> list[tuple[Any, ...]]:
         ing.step()
