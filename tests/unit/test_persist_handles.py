@@ -11,8 +11,10 @@ import pytest
 
 from timeshard import (
     CorruptState,
+    Determinate,
     Fenced,
     Frontier,
+    Indeterminate,
     InvalidUsage,
     LeaseExpired,
     PartError,
@@ -277,6 +279,49 @@ def test_gc_scans_every_retained_version(
     assert sum(t.num_rows for t in read) == 18
     for handle in (idle, reader, writer):
         handle.expire()
+
+
+class LateCommitThenDown(MemoryConsensus):
+    """A compare-and-set reported Indeterminate lands just before the retry; then consensus
+    cannot be read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.late: tuple[str, int | None, VersionedData] | None = None
+        self.landed = False
+        self.armed = False
+
+    def compare_and_set(self, key: str, expected: int | None, new: VersionedData) -> Any:
+        if self.armed:
+            self.armed = False
+            self.late = (key, expected, new)
+            raise Indeterminate("the commit may have been sent")
+        if self.late is not None and not self.landed:
+            self.landed = True
+            super().compare_and_set(*self.late)  # the retry now mismatches
+        return super().compare_and_set(key, expected, new)
+
+    def head(self, key: str) -> Any:
+        if self.landed:
+            raise Determinate("consensus is down")
+        return super().head(key)
+
+
+def test_an_append_that_may_have_committed_is_never_determinate(clock: Clock) -> None:
+    """After an Indeterminate attempt, a later read that failed raised Determinate, which
+    says nothing was appended: the appended batch's parts were deleted."""
+    consensus = LateCommitThenDown()
+    config = PersistConfig(clock=clock, backoff_ms=0.0, max_attempts=3)
+    client = PersistClient(Location(MemoryBlob(), consensus), config)
+    writer = client.open_writer("s", SCHEMA)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    consensus.armed = True
+    with pytest.raises(Indeterminate):
+        writer.compare_and_append([(("b", 2), 1, 1)], 1, 2)
+    consensus.landed, consensus.late = False, None  # consensus is back
+    reader = client.open_leased_reader("s")
+    assert rows(reader.snapshot(1)) == [("a", 1, 1), ("b", 2, 1)]
+    reader.expire()
 
 
 def test_since_error(client: PersistClient) -> None:

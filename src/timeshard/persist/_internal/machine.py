@@ -119,14 +119,14 @@ class Machine:
                     ) from e
                 if fresh:
                     raise
-                state, fresh = self.fetch(), True
+                state, fresh = self._fetch_after(maybe_applied), True
                 continue
             if new is None:
                 if fresh:
                     return result
                 # A no-op decided on a cached state may be stale (an upper
                 # mismatch, say): decide again on the head.
-                state, fresh = self.fetch(), True
+                state, fresh = self._fetch_after(maybe_applied), True
                 continue
             new = replace(new, seqno=state.seqno + 1, walltime_ms=self.config.now_ms())
             data = encode_state(new)
@@ -149,7 +149,20 @@ class Machine:
                 if self._state is None or new.seqno > self._state.seqno:
                     self._state = new  # a concurrent apply may have seen a newer one
                 return result
-            state, fresh = self.fetch(), True
+            state, fresh = self._fetch_after(maybe_applied), True
+
+    def _fetch_after(self, maybe_applied: bool) -> ShardState:
+        """The head; if an earlier attempt may have committed, a head that cannot be read
+        leaves the outcome unknown: Indeterminate, never Determinate."""
+        try:
+            return self.fetch()
+        except Determinate as e:
+            if not maybe_applied:
+                raise
+            raise Indeterminate(
+                f"shard {self.shard_id!r}: an attempt may have committed, and the head "
+                f"cannot be read to tell: {e}"
+            ) from e
 
     def _out_of_attempts(self, failures: int, deadline: float | None) -> bool:
         if deadline is None:
