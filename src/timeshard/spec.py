@@ -252,12 +252,7 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
             raise InvalidUsage(f"export {export.name!r}: {e}") from e
     targets: dict[tuple[Any, ...], str] = {}
     for export in spec.export:  # two exports' progress and rows in one table overwrite
-        opts = export.options
-        target: tuple[Any, ...] | None = None
-        if export.kind == "postgres":
-            target = ("postgres", opts["dsn"], opts.get("schema", "public"), opts["table"])
-        elif export.kind == "delta":
-            target = ("delta", opts["table_uri"])
+        target = export_target(export.kind, export.options)
         if target is not None and target in targets:
             raise InvalidUsage(
                 f"exports {targets[target]!r} and {export.name!r} write the same table: "
@@ -265,6 +260,16 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
             )
         if target is not None:
             targets[target] = export.name
+
+
+def export_target(kind: str, options: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The table an export of ``kind`` writes, to tell two exports of one table (None for a
+    Kafka topic, which several exports may share)."""
+    if kind == "postgres":
+        return ("postgres", options["dsn"], options.get("schema", "public"), options["table"])
+    if kind == "delta":
+        return ("delta", options["table_uri"])
+    return None
 
 
 def spark_packages(spec: RunSpec) -> list[str]:

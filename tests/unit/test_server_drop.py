@@ -67,3 +67,19 @@ def test_a_dropped_sink_lets_go_of_its_input_and_its_name_cannot_resume_elsewher
     finally:
         writer.expire()
         served.close()
+
+
+def test_a_second_sink_into_one_table_is_refused(client: PersistClient, tmp_path: Path) -> None:
+    """Two sinks' rows and progress in one table overwrite each other (the run file refused
+    it; serve did not)."""
+    writer = client.open_writer("v", pa.schema([("one", pa.int64())]))
+    served = engine(client)
+    try:
+        run(served, f"CREATE SINK a FROM v INTO DELTA (URI '{tmp_path / 'd'}') KEY (one)")
+        with pytest.raises(SqlError, match="sink 'a' writes that table") as taken:
+            run(served, f"CREATE SINK b FROM v INTO DELTA (URI '{tmp_path / 'd'}') KEY (one)")
+        assert taken.value.sqlstate == "42710"
+        run(served, f"CREATE SINK c FROM v INTO DELTA (URI '{tmp_path / 'e'}') KEY (one)")
+    finally:
+        writer.expire()
+        served.close()

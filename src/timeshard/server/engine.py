@@ -644,7 +644,7 @@ class Engine:
 
     def _create_sink(self, statement: CreateSink, seq: int) -> _Object:
         from timeshard.controller import build_export
-        from timeshard.spec import ExportSpec, RunSpec, check_spec
+        from timeshard.spec import ExportSpec, RunSpec, check_spec, export_target
         from timeshard.storage.health import Health
 
         if statement.input not in self.known_shards() or self._dropped(statement.input):
@@ -663,6 +663,19 @@ class Engine:
         except ValueError as e:
             raise SqlError(str(e).splitlines()[0], "22023") from None
         check_spec(RunSpec(export=[spec]), existing=self.client.list_shards())
+        target = export_target(spec.kind, spec.options)
+        for other in list(self.objects.values()):
+            sink = _recorded(other.sql) if other.kind == "sink" else None
+            if (
+                target is not None
+                and isinstance(sink, CreateSink)
+                and export_target(sink.kind, sink.options) == target
+            ):
+                raise SqlError(
+                    f"sink {other.name!r} writes that table: two sinks would overwrite each "
+                    "other's rows",
+                    "42710",
+                )
         export = build_export(self.spark, self.client, spec)
         return _Object(
             statement.name,
