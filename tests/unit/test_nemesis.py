@@ -439,14 +439,14 @@ def test_a_window_goes_to_a_ticking_replica_or_waits_for_one(tmp_path: Path) -> 
         assert runner._inject(jump, 1.0, replicas, BlobDisk(tmp_path)) == "waiting"  # no ticks
         Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 1))
         Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 2))
-        assert runner._start_window(jump, 2.0, replicas)
+        assert runner._start_fault(jump, 2.0, replicas)
         assert [r.clock_offset_ms for r in replicas] == [0, 3000, 0]
         assert replicas[1].clock_until == 7.0
         assert runner._inject(window, 2.0, replicas, BlobDisk(tmp_path)) == "injected"
         assert [r.rate for r in replicas] == [0.0, 0.0, 0.1]  # its own replica ticks
         Heartbeat(1, 0).write(Heartbeat.path(tmp_path, 2))  # restarted, not ticking yet
         replicas[2].incarnation = 1
-        assert runner._start_window(window, 3.0, replicas)
+        assert runner._start_fault(window, 3.0, replicas)
         assert replicas[0].rate == 0.0 and replicas[1].rate == 0.1  # the next one that ticks
     finally:
         for r in replicas:
@@ -472,12 +472,12 @@ def test_a_kill_or_pause_hits_a_ticking_replica_or_waits_for_one(tmp_path: Path)
         assert runner._inject(kill, 1.0, replicas, BlobDisk(tmp_path)) == "waiting"
         assert all(r.alive() for r in replicas)
         Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 1))  # replica 1 ticks; 0 starts
-        assert runner._start_window(kill, 2.0, replicas)
+        assert runner._start_fault(kill, 2.0, replicas)
         assert replicas[0].alive() and not replicas[1].alive()
         assert replicas[1].restart_at == 7.0
-        assert not runner._start_window(pause, 2.0, replicas)  # none ticks now
+        assert not runner._start_fault(pause, 2.0, replicas)  # none ticks now
         Heartbeat(0, 1).write(Heartbeat.path(tmp_path, 0))
-        assert runner._start_window(pause, 3.0, replicas)
+        assert runner._start_fault(pause, 3.0, replicas)
         assert replicas[0].paused_until == 8.0
         assert FaultJournal.counts(tmp_path / JOURNAL) == Counter({"kill": 1, "pause": 1})
     finally:
@@ -510,7 +510,7 @@ def test_a_clock_jump_stays_on_until_its_replica_has_read_it(tmp_path: Path) -> 
 
     with one_ticking_replica(tmp_path) as (runner, replicas):
         jump = Fault(1.0, "clock_jump", 0, 5.0, clock_jump_ms=-4000)
-        assert runner._start_window(jump, 1.0, replicas)
+        assert runner._start_fault(jump, 1.0, replicas)
         runner._hold_windows(3.0, replicas)
         assert replicas[0].clock_until == 6.0  # still inside its planned window
         runner._hold_windows(6.5, replicas)  # a long tick never read the clock
@@ -533,7 +533,7 @@ def test_an_unreliable_window_stays_on_until_it_has_failed_a_call(tmp_path: Path
         journal = replicas[0].journal()
         journal.record("unreliable", "blob.get")  # an earlier window's
         window = Fault(1.0, "unreliable", 0, 5.0, rate=0.1)
-        assert runner._start_window(window, 1.0, replicas)
+        assert runner._start_fault(window, 1.0, replicas)
         assert replicas[0].unreliable_before == 1
         runner._hold_windows(3.0, replicas)
         assert replicas[0].unreliable_until == 6.0

@@ -622,7 +622,7 @@ class NemesisRunner:
                 break
             still_waiting = []
             for fault in waiting:
-                if not self._start_window(fault, now, replicas):
+                if not self._start_fault(fault, now, replicas):
                     still_waiting.append(fault)
             waiting = still_waiting
             while pending and pending[0].at_s <= now:
@@ -679,9 +679,9 @@ class NemesisRunner:
                 taken = disk.fill()
                 run_journal.record("disk_full", f"tmpfs ballast of {taken} bytes")
             return "injected"
-        return "injected" if self._start_window(fault, now, replicas) else "waiting"
+        return "injected" if self._start_fault(fault, now, replicas) else "waiting"
 
-    def _start_window(self, fault: Fault, now: float, replicas: list[_Replica]) -> bool:
+    def _start_fault(self, fault: Fault, now: float, replicas: list[_Replica]) -> bool:
         """Kill or pause a replica, or open an unreliable window or a clock jump for
         ``duration_s`` from ``now``; False if no replica ticks now.
 
