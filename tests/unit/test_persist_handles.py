@@ -181,22 +181,34 @@ class InterruptedAfterCommit(MemoryConsensus):
         return result
 
 
-def test_an_interrupt_after_the_commit_leaves_the_appended_parts(clock: Clock) -> None:
-    """Any error but Indeterminate deleted the staged parts: a Ctrl-C as the commit returned
-    left the shard naming parts that were gone, unreadable at every later time."""
-    consensus = InterruptedAfterCommit()
-    config = PersistConfig(clock=clock, backoff_ms=0.0)
-    client = PersistClient(Location(MemoryBlob(), consensus), config)
+def second_append_raises(
+    consensus: Any, clock: Clock, error: type[BaseException], **config: Any
+) -> PersistClient:
+    """Shard ``s`` with ``("a", 1)`` at 0, then an append of ``("b", 2)`` at 1 that raises
+    ``error`` (``consensus`` armed for it)."""
+    settings = PersistConfig(clock=clock, backoff_ms=0.0, **config)
+    client = PersistClient(Location(MemoryBlob(), consensus), settings)
     writer = client.open_writer("s", SCHEMA)
     writer.append([(("a", 1), 0, 1)], 0, 1)
     consensus.armed = True
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(error):
         writer.compare_and_append([(("b", 2), 1, 1)], 1, 2)
-    assert client.state("s").upper.time == 2
+    return client
+
+
+def assert_both_appended(client: PersistClient) -> None:
+    """Both appends are in ``s``, and their parts are readable."""
     reader = client.open_leased_reader("s")
     assert rows(reader.snapshot(1)) == [("a", 1, 1), ("b", 2, 1)]
     reader.expire()
-    writer.expire()
+
+
+def test_an_interrupt_after_the_commit_leaves_the_appended_parts(clock: Clock) -> None:
+    """Any error but Indeterminate deleted the staged parts: a Ctrl-C as the commit returned
+    left the shard naming parts that were gone, unreadable at every later time."""
+    client = second_append_raises(InterruptedAfterCommit(), clock, KeyboardInterrupt)
+    assert client.state("s").upper.time == 2
+    assert_both_appended(client)
 
 
 def test_a_closed_shard_stays_readable_at_its_last_time(client: PersistClient) -> None:
@@ -311,17 +323,9 @@ def test_an_append_that_may_have_committed_is_never_determinate(clock: Clock) ->
     """After an Indeterminate attempt, a later read that failed raised Determinate, which
     says nothing was appended: the appended batch's parts were deleted."""
     consensus = LateCommitThenDown()
-    config = PersistConfig(clock=clock, backoff_ms=0.0, max_attempts=3)
-    client = PersistClient(Location(MemoryBlob(), consensus), config)
-    writer = client.open_writer("s", SCHEMA)
-    writer.append([(("a", 1), 0, 1)], 0, 1)
-    consensus.armed = True
-    with pytest.raises(Indeterminate):
-        writer.compare_and_append([(("b", 2), 1, 1)], 1, 2)
+    client = second_append_raises(consensus, clock, Indeterminate, max_attempts=3)
     consensus.landed, consensus.late = False, None  # consensus is back
-    reader = client.open_leased_reader("s")
-    assert rows(reader.snapshot(1)) == [("a", 1, 1), ("b", 2, 1)]
-    reader.expire()
+    assert_both_appended(client)
 
 
 def test_since_error(client: PersistClient) -> None:
