@@ -77,13 +77,13 @@ from timeshard.storage.export import (
     result,
     to_json,
 )
+from timeshard.storage.kafka_source import check_kafka_names
 
 PROGRESS_TOPIC = "_timeshard-progress"
 ENVELOPES = ("upsert", "debezium")
 FORMATS = ("json", "avro")
 TIME_HEADER = "timeshard-time"
 DEFAULT_TIMEOUT_S = 30.0
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 
 class KafkaExport(ShardExport):
@@ -148,10 +148,7 @@ class KafkaExport(ShardExport):
         key_schema_id: Any = None,
         value_schema_id: Any = None,
     ) -> None:
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
-            raise InvalidUsage(
-                f"bootstrap_servers must be host:port[,...], got {bootstrap_servers!r}"
-            )
+        check_kafka_names(bootstrap_servers, topic=topic, progress_topic=progress_topic)
         if format not in FORMATS:
             raise InvalidUsage(f"format must be one of {FORMATS}, got {format!r}")
         for what, schema_id in (
@@ -166,9 +163,6 @@ class KafkaExport(ShardExport):
                 )
             if not 0 <= schema_id < 2**31:
                 raise InvalidUsage(f"{what} must be in [0, 2**31), got {schema_id}")
-        for what, value in (("topic", topic), ("progress_topic", progress_topic)):
-            if not isinstance(value, str) or not _TOPIC.fullmatch(value) or value in (".", ".."):
-                raise InvalidUsage(f"{what} must be 1-249 of [A-Za-z0-9._-], got {value!r}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
             raise InvalidUsage(f"timeout_s must be a positive number, got {timeout_s!r}")
 

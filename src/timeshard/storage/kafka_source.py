@@ -117,6 +117,19 @@ METADATA: dict[str, pa.DataType] = {
     "headers": pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
 }
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def check_kafka_names(bootstrap_servers: Any, **topics: Any) -> None:
+    """InvalidUsage naming a bad broker list, or a bad topic name (by its option's name)."""
+    if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
+        raise InvalidUsage(f"bootstrap_servers must be host:port[,...], got {bootstrap_servers!r}")
+    for what, value in topics.items():
+        if not isinstance(value, str) or not _TOPIC.fullmatch(value) or value in (".", ".."):
+            raise InvalidUsage(
+                f"{what} must be 1-249 of [A-Za-z0-9._-] and not '.' or '..', got {value!r}"
+            )
+
+
 _RESERVED = ("_partition", "_offset", "_ts", "_diff", ERR)
 _BATCH_ROWS = 4096
 DEFAULT_TIMEOUT_S = 10.0
@@ -148,14 +161,7 @@ class KafkaSource:
         avro_schemas: Mapping[int, str] | None = None,
         from_earliest: bool = True,
     ) -> None:
-        if not isinstance(bootstrap_servers, str) or not bootstrap_servers.strip():
-            raise InvalidUsage(
-                f"bootstrap_servers must be host:port[,...], got {bootstrap_servers!r}"
-            )
-        if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
-            raise InvalidUsage(
-                f"topic must be 1-249 of [A-Za-z0-9._-] and not '.' or '..', got {topic!r}"
-            )
+        check_kafka_names(bootstrap_servers, topic=topic)
         key = _side("key", key_format, key_schema, key_avro_schema, optional=True)
         value = _side("value", value_format, value_schema, value_avro_schema, optional=False)
         unknown = [m for m in metadata if m not in METADATA]
@@ -699,6 +705,7 @@ def _decoder(
         key_schema = pa.ipc.read_schema(pa.py_buffer(key_ipc))
         value_schema = pa.ipc.read_schema(pa.py_buffer(value_ipc))
         out_schema = pa.ipc.read_schema(pa.py_buffer(out_ipc))
+        null = dict.fromkeys(value_schema.names)  # the value of an err row
         for batch in batches:
             fast = arrow_decoded(batch, key_format, value_format, key_schema, value_schema)
             if fast is not None:
@@ -711,7 +718,6 @@ def _decoder(
                     "_offset": rec["offset"],
                     ERR: None,
                 }
-                null = dict.fromkeys(value_schema.names)
                 try:
                     row.update(decode_record(rec["key"], key_format, "key", key_schema))
                 except Exception as e:  # every decode failure becomes an err row

@@ -608,8 +608,8 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
             elif isinstance(parsed, Relation):
                 index = tables.get(parsed.oid)  # renamed upstream: still the table
                 if index is None and (parsed.namespace, parsed.name) in named:
-                    # Another table under the name: the one read was dropped (its rows are
-                    # deleted with no change sent) and this one was created after.
+                    # Another table under the name: the one read was dropped (which sends
+                    # no change: its rows stay in the shard) and this one was created after.
                     index = named[(parsed.namespace, parsed.name)]
                     by_oid[parsed.oid] = (
                         index,
