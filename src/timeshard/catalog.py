@@ -36,7 +36,10 @@ Definitions:
   ``columns`` as ``[name, type name]`` pairs and ``avro_schema``; a KAFKA
   source's constructor arguments, its key and value columns as such pairs; a
   POSTGRES source's ``name``, ``dsn`` *without its password*,
-  ``publication``, ``slot`` and ``tables``; a MYSQL source's ``name``,
+  ``publication``, ``slot``, ``tables`` and ``table_oids`` (subsource ->
+  the OID of its table when the source was first built, which a later build
+  keeps: see :meth:`~timeshard.storage.postgres_source.PostgresSource.pin_recorded`);
+  a MYSQL source's ``name``,
   ``url`` without its password and ``tables``; a load generator's
   dataclass fields but its ``ticks``, which is progress, not declaration),
   ``remap`` (the remap shard) and ``exports`` (shard -> ``subsource``,
@@ -349,10 +352,10 @@ def _same_view(old: CatalogEntry, new: CatalogEntry) -> bool:
     return _without(old.definition, ("as_of",)) == _without(new.definition, ("as_of",))
 
 
-def _stored_view(client: PersistClient, name: str) -> CatalogEntry | None:
-    """The stored entry of view ``name``, None if absent or if it does not decode."""
+def stored_entry(client: PersistClient, name: str, kind: str) -> CatalogEntry | None:
+    """The stored entry of ``(name, kind)``, None if absent or if it does not decode."""
     for row in catalog_rows(client):
-        if row.get("name") == name and row.get("kind") == "view":
+        if row.get("name") == name and row.get("kind") == kind:
             try:
                 return CatalogEntry.from_row(row)
             except CorruptState:
@@ -372,7 +375,7 @@ def record_view(
     ``as_of`` (invariant 1).
     """
     entry = view_entry(definition, as_of, classification)
-    stored = _stored_view(client, definition.name)
+    stored = stored_entry(client, definition.name, "view")
     if (
         stored is not None
         and isinstance(stored.definition.get("as_of"), int)
@@ -434,6 +437,7 @@ def source_options(source: Any) -> dict[str, Any]:
             "publication": source.publication,
             "slot": source.slot,
             "tables": [t.sub for t in source.tables],
+            "table_oids": {t.sub: t.oid for t in source.tables},
         }
     if isinstance(source, KafkaSource):
         return {
@@ -546,5 +550,6 @@ __all__ = [
     "source_entries",
     "source_kind",
     "source_options",
+    "stored_entry",
     "view_entry",
 ]

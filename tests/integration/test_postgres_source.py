@@ -304,6 +304,45 @@ def test_a_table_renamed_upstream_is_still_read_and_one_created_again_is_an_err_
     ing.close()
 
 
+@pytest.mark.parametrize("after_snapshot", [True, False])
+def test_a_table_created_again_while_no_process_ran_is_an_err_row_not_the_old_table(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path, after_snapshot: bool
+) -> None:
+    """The OIDs were taken from upstream at every build: a table dropped and created again
+    under its name between two runs was read, by the next run, as the table it replaced
+    (its snapshot too, when the first run had not taken it). The catalog keeps them."""
+    upstream.create("u", "id int PRIMARY KEY")
+    upstream.sql(
+        sql.SQL("CREATE PUBLICATION {} FOR TABLES IN SCHEMA {}").format(
+            sql.Identifier(upstream.pub), sql.Identifier(upstream.schema)
+        )
+    )
+    upstream.txn(("u", "INSERT INTO {t} VALUES (1)", None))
+    client, name, ing = started(spark, upstream, tmp_path)
+    if after_snapshot:
+        ing.step()
+    ing.close()
+    upstream.sql(sql.SQL("DROP TABLE {}").format(upstream.name("u")))
+    upstream.create("u", "id int PRIMARY KEY")
+    upstream.txn(("u", "INSERT INTO {t} VALUES (5)", None))
+    clock = itertools.count(100)
+    again = Ingestion(
+        spark, client, PostgresSource(name, upstream.dsn, upstream.pub), clock=lambda: next(clock)
+    )
+    again.step()
+    shard = f"{name}.{upstream.schema}.u"
+    upper = client.state(shard).upper.time
+    assert upper is not None
+    rows = output_rows(client, shard, upper - 1, ["id"])
+    assert (5,) not in rows, rows
+    assert [r for r in rows if r[0] != "ERR"] == ([(1,)] if after_snapshot else []), rows
+    errors = [r[1] for r in rows if r[0] == "ERR"]
+    assert errors and all(
+        e.startswith(f"{upstream.schema}.u: upstream table was dropped") for e in errors
+    ), errors
+    again.close()
+
+
 def test_generated_columns_and_column_lists_are_read_as_published_and_row_filters_refused(
     spark: SparkSession, upstream: Upstream, tmp_path: Path
 ) -> None:

@@ -45,7 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.catalog import record_source
+from timeshard.catalog import record_source, stored_entry
 from timeshard.errors import InvalidUsage, LeaseExpired, SourceUnavailable, UpperMismatch
 from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
@@ -205,6 +205,11 @@ class Ingestion:
         self.exports: dict[str, Export] = {}
         self._open()
         exported = {sub: export.shard for sub, export in self.exports.items()}
+        pin = getattr(source, "pin_recorded", None)
+        if pin is not None:  # what the first build saw upstream, which a restart must keep
+            stored = stored_entry(client, self.output, "source")
+            if stored is not None and isinstance(stored.definition.get("options"), dict):
+                pin(stored.definition["options"])
         record_source(client, self.output, source, self._envelopes, exported)
         self.health = Health(client, self.clock)
         self.paused = False

@@ -58,7 +58,10 @@ or retyped column) and a ``TRUNCATE`` are *definite* errors of that
 subsource: every transaction touching it from then on is an err row naming
 the change, while the other tables go on. The stream names a table by its
 OID, so a table renamed upstream is still read, and a table created again
-under the name of one dropped is such an error too. (A ``DROP TABLE``
+under the name of one dropped is such an error too, also when that happened
+while no process ran: the OIDs are recorded in the catalog when the source is
+first built, and a later build keeps them (:meth:`PostgresSource.pin_recorded`).
+(A ``DROP TABLE``
 itself sends no change: the dropped table's rows stay until another table
 of its name sends one.) Faults are not data: an
 unreachable server raises :class:`~timeshard.errors.SourceUnavailable`; a
@@ -73,8 +76,8 @@ import re
 import select
 import time
 import uuid
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pyarrow as pa
@@ -306,6 +309,27 @@ class PostgresSource:
 
     def close(self) -> None:
         return None
+
+    def pin_recorded(self, options: Mapping[str, Any]) -> None:
+        """Hold each table to the OID the catalog recorded for it (``options["table_oids"]``,
+        by subsource), not the one its name has upstream now.
+
+        Built again after a table was dropped and created again under its name while no
+        process ran, the source would otherwise read the new table as the old: the old
+        one's rows would stay in the output (a ``DROP TABLE`` sends no change) beside the
+        new one's. Pinned, the new table's changes are err rows, as they are when the
+        stream sees the new OID. A table the record does not name keeps its OID.
+        """
+        recorded = options.get("table_oids")
+        if not isinstance(recorded, Mapping):
+            return
+        pinned = []
+        for table in self.tables:
+            oid = recorded.get(table.sub)
+            if isinstance(oid, int) and not isinstance(oid, bool) and oid != table.oid:
+                table = replace(table, oid=oid)
+            pinned.append(table)
+        self.tables = pinned
 
     def drop(self) -> None:
         """Drop the replication slot (the source is gone: the server keeps no WAL for it)."""
@@ -541,7 +565,19 @@ def snapshot_rows(plan: ReadPlan, index: int) -> Iterator[RawRow]:
         conn.execute(
             sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(plan.snapshot.exported))
         )
-        why = incompatibility(table.columns, _columns(conn, table.schema, table.name))
+        # By OID, as the stream names it: renamed, the table is still read; a table that
+        # has the name now but another OID is not this one.
+        located = conn.execute(
+            "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE c.oid::bigint = %s",
+            (table.oid,),
+        ).fetchone()
+        if located is None:
+            gone = "upstream table was dropped (no table has its OID; one created again is another)"
+            yield (index, offset, 1, f"{table.qualified}: {gone}", None)
+            return
+        schema, name = located
+        why = incompatibility(table.columns, _columns(conn, schema, name))
         if why is not None:
             yield (index, offset, 1, f"{table.qualified}: upstream schema changed: {why}", None)
             return
@@ -549,8 +585,8 @@ def snapshot_rows(plan: ReadPlan, index: int) -> Iterator[RawRow]:
             sql.SQL(", ").join(
                 sql.SQL("{}::text").format(sql.Identifier(c.name)) for c in table.columns
             ),
-            sql.Identifier(table.schema),
-            sql.Identifier(table.name),
+            sql.Identifier(schema),
+            sql.Identifier(name),
         )
         with conn.cursor(name="timeshard_snapshot") as cursor:
             cursor.itersize = BATCH_ROWS

@@ -167,7 +167,7 @@ def postgres_source(options: Mapping[str, Any]) -> Any:
     from timeshard.storage.postgres_source import PostgresSource
 
     try:
-        return PostgresSource(
+        source = PostgresSource(
             str(options["name"]),
             str(options["dsn"]),
             str(options["publication"]),
@@ -175,6 +175,8 @@ def postgres_source(options: Mapping[str, Any]) -> Any:
             tables=[str(t) for t in options["tables"]],
             create_slot=False,
         )
+        source.pin_recorded(options)
+        return source
     except (KeyError, TypeError, ValueError) as e:
         raise InvalidUsage(f"cannot rebuild the POSTGRES source from {dict(options)!r}: {e}") from e
 
