@@ -74,6 +74,26 @@ def _ranges_sql(
     return f"SELECT {select} FROM ({' UNION ALL '.join(parts)})"
 
 
+def check_int_options(
+    kind: str, source: object, positive: tuple[str, ...], any_int: tuple[str, ...] = ("seed",)
+) -> None:
+    """Refuse, naming the option and its value, a load generator option that is not an int
+    (positive for those in ``positive``, in int64 for seeds) or a ``ticks`` below 0.
+
+    The generators format their options into the SQL they hand Spark: an option that is
+    not an int would be SQL text (or a late ``TypeError`` in a tick)."""
+    for what in (*positive, *any_int, "ticks"):
+        value = getattr(source, what)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidUsage(f"{kind} {what} must be an int, got {value!r}")
+        if what in positive and value <= 0:
+            raise InvalidUsage(f"{kind} {what} must be a positive int, got {value!r}")
+        if what in any_int and not -(2**63) <= value < 2**63:
+            raise InvalidUsage(f"{kind} {what} must be an int in [-2**63, 2**63), got {value!r}")
+        if what == "ticks" and value < 0:
+            raise InvalidUsage(f"{kind} ticks must be a non-negative int, got {value!r}")
+
+
 DELETE_SCALE = 1 << 30
 """The resolution of :attr:`KeyValueGenerator.deletes`: a record is a delete when a
 seeded hash of it, reduced modulo this, is below ``round(deletes * DELETE_SCALE)``."""
@@ -93,10 +113,7 @@ class KeyValueGenerator:
     deletes: float = 0.0
 
     def __post_init__(self) -> None:
-        for what in ("keys", "value_size", "partitions", "rate"):
-            value = getattr(self, what)
-            if not isinstance(value, int) or value <= 0:
-                raise InvalidUsage(f"KEY VALUE {what} must be a positive int, got {value!r}")
+        check_int_options("KEY VALUE", self, ("keys", "value_size", "partitions", "rate"))
         d = self.deletes
         if isinstance(d, bool) or not isinstance(d, int | float) or not 0.0 <= d <= 1.0:
             # ``not 0.0 <= d <= 1.0`` also rejects NaN.
@@ -157,10 +174,10 @@ class CounterGenerator:
     ticks: int = field(default=0)
 
     def __post_init__(self) -> None:
-        if self.max_cardinality is not None and self.max_cardinality <= 0:
-            raise InvalidUsage(
-                f"COUNTER max_cardinality must be positive, got {self.max_cardinality!r}"
-            )
+        check_int_options("COUNTER", self, ("rate",), any_int=())
+        m = self.max_cardinality
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m <= 0):
+            raise InvalidUsage(f"COUNTER max_cardinality must be a positive int, got {m!r}")
 
     def payload_schema(self) -> pa.Schema:
         return pa.schema([("counter", pa.int64())])
@@ -216,6 +233,9 @@ class AuctionGenerator:
     organizations: int = 5
     seed: int = 0
     ticks: int = field(default=0)
+
+    def __post_init__(self) -> None:
+        check_int_options("AUCTION", self, ("rate", "users", "organizations"))
 
     def outputs(self) -> dict[str, pa.Schema]:
         return {
