@@ -185,14 +185,20 @@ def build_export(spark: Any, client: PersistClient, spec: ExportSpec) -> ShardEx
 
 
 def spec_shards(spec: RunSpec) -> list[str]:
-    """The shards a declaration's pipeline writes, without building it."""
-    shards: list[str] = []
+    """The shards a declaration's pipeline writes, without building it: the sources'
+    outputs, then the views."""
+    return [shard for shard, _ in spec_shard_writers(spec)]
+
+
+def spec_shard_writers(spec: RunSpec) -> list[tuple[str, str]]:
+    """:func:`spec_shards`, each with what writes it (``source 'a'``, ``view 'v'``)."""
+    shards: list[tuple[str, str]] = []
     for s in spec.source:
         source = build_source(s)
         outputs = getattr(source, "outputs", None)
         subs = list(outputs()) if outputs is not None else [""]
-        shards += [f"{s.name}.{sub}" if sub else s.name for sub in subs]
-    return [*shards, *(v.name for v in spec.view)]
+        shards += [(f"{s.name}.{sub}" if sub else s.name, f"source {s.name!r}") for sub in subs]
+    return [*shards, *((v.name, f"view {v.name!r}") for v in spec.view)]
 
 
-__all__ = ["Pipeline", "spec_shards"]
+__all__ = ["Pipeline", "spec_shard_writers", "spec_shards"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -172,7 +172,7 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
     writes before the view: a source's outputs, or an earlier view.
     InvalidUsage names the view, the input and the shards it could read.
     """
-    from timeshard.controller import spec_shards
+    from timeshard.controller import spec_shard_writers
     from timeshard.storage.delta_export import DeltaExport
     from timeshard.storage.export import ShardExport
     from timeshard.storage.kafka_export import KafkaExport
@@ -213,10 +213,14 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
         except InvalidUsage as e:
             raise InvalidUsage(f"export {export.name!r}: {e}") from e
     views = [v.name for v in spec.view]
-    sources = spec_shards(spec)[: -len(views) or None]
+    writers = spec_shard_writers(spec)
+    _check_written(spec, writers)
+    sources = [shard for shard, _ in writers][: -len(views) or None]
     readable = set(existing) | set(sources)
     for i, view in enumerate(spec.view):
         for shard in view.inputs.values():
+            if shard == view.name:
+                raise InvalidUsage(f"view {view.name!r} reads its own shard")
             if shard in readable:
                 continue
             if shard in views[i:]:
@@ -260,6 +264,25 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
             )
         if target is not None:
             targets[target] = export.name
+
+
+def _check_written(spec: RunSpec, writers: Sequence[tuple[str, str]]) -> None:
+    """Every shard the declaration writes (``writers``: shard, what writes it; and each
+    source's remap) is a valid shard id, no two objects write one, and none is the
+    location's own (the catalog, the status collection)."""
+    from timeshard.catalog import CATALOG_SHARD
+    from timeshard.persist.client import check_shard_id
+    from timeshard.storage.health import STATUS_SHARD
+
+    remaps = [(f"{s.name}.remap", f"source {s.name!r} (its remap)") for s in spec.source]
+    owners: dict[str, str] = {}
+    for shard, writer in [*writers, *remaps]:
+        check_shard_id(shard)
+        if shard in (CATALOG_SHARD, STATUS_SHARD):
+            raise InvalidUsage(f"{writer} would write {shard!r}, the location's own shard")
+        if shard in owners:
+            raise InvalidUsage(f"{owners[shard]} and {writer} would both write the shard {shard!r}")
+        owners[shard] = writer
 
 
 def export_target(kind: str, options: dict[str, Any]) -> tuple[Any, ...] | None:

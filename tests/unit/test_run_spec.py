@@ -9,7 +9,14 @@ from typer.testing import CliRunner
 
 from timeshard import InvalidUsage
 from timeshard.cli.main import app
-from timeshard.spec import build_source, check_spec, format_duration, load_spec, parse_duration
+from timeshard.spec import (
+    RunSpec,
+    build_source,
+    check_spec,
+    format_duration,
+    load_spec,
+    parse_duration,
+)
 from timeshard.storage.file_source import FileSource
 from timeshard.storage.sources import KeyValueGenerator
 
@@ -174,6 +181,34 @@ def test_view_inputs_must_be_declared_or_exist(tmp_path: Path) -> None:
         check_spec(ok, existing=[])
     assert "auction.bids" in str(e.value)  # the shards it could read are named
     check_spec(ok, existing=["elsewhere"])
+
+
+@pytest.mark.parametrize(
+    ("sources", "views", "match"),
+    [
+        ([("a", "auction"), ("a.bids", "counter")], [], r"source 'a' and source 'a.bids'"),
+        ([("s", "counter"), ("s.remap", "counter")], [], r"source 's.remap' and source 's'"),
+        ([("timeshard_status", "counter")], [], r"the location's own shard"),
+        ([("c", "counter")], [("timeshard_catalog", "c")], r"the location's own shard"),
+        ([("c", "counter")], [("c", "c")], r"source 'c' and view 'c'"),
+        ([("c", "counter")], [("v", "v")], r"view 'v' reads its own shard"),
+        ([("c", "counter")], [("../x", "c")], r"invalid shard id '../x'"),
+        ([("ключ", "counter")], [], r"invalid shard id 'ключ'"),
+    ],
+)
+def test_every_shard_the_declaration_writes_is_valid_and_written_once(
+    sources: list[tuple[str, str]], views: list[tuple[str, str]], match: str
+) -> None:
+    """Distinct names could still write one shard (a source ``a.bids`` beside an AUCTION
+    source ``a``; a source ``s.remap``) or the location's own; found only once Spark ran."""
+    spec = RunSpec.model_validate(
+        {
+            "source": [{"name": n, "kind": k} for n, k in sources],
+            "view": [{"name": n, "inputs": {"i": i}, "sql": "SELECT * FROM i"} for n, i in views],
+        }
+    )
+    with pytest.raises(InvalidUsage, match=match):
+        check_spec(spec, existing=["v"])
 
 
 def test_run_validates_before_spark_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
