@@ -144,8 +144,8 @@ class RunSpec(_Strict):
 def load_spec(path: Path) -> RunSpec:
     """Parse and validate a declaration file; InvalidUsage names what is wrong."""
     try:
-        raw = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:  # TOML is UTF-8
         raise InvalidUsage(f"cannot read {str(path)!r}: {e}") from e
     try:
         return RunSpec.model_validate(raw)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from timeshard import InvalidUsage
-from timeshard.cli.main import app
+from timeshard.cli.main import app, main
 from timeshard.spec import build_source, check_spec, format_duration, load_spec, parse_duration
 from timeshard.storage.file_source import FileSource
 from timeshard.storage.sources import KeyValueGenerator
@@ -62,6 +63,19 @@ def test_bad_files(tmp_path: Path, text: str, match: str) -> None:
     f.write_text(text)
     with pytest.raises(InvalidUsage, match=match):
         load_spec(f)
+
+
+def test_a_file_not_in_utf8_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "run.toml"
+    f.write_bytes(b'[[source]]\nname = "k\xff"\nkind = "counter"\n')
+    monkeypatch.setattr(sys, "argv", ["timeshard", "run", str(f), "--seconds", "0"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert f"cannot read {str(f)!r}" in err and "utf-8" in err, err
 
 
 def test_bad_source_options(tmp_path: Path) -> None:
