@@ -225,3 +225,30 @@ def test_user_errors_are_one_line(
     ):
         code, _, err = run_main([*args, "-l", str(tmp_path)], capsys, monkeypatch)
         assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
+
+
+MARKUP_SCHEMA = pa.schema([("[/]", pa.string()), ("price[usd]", pa.int64())])
+
+
+def test_column_names_are_printed_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column name is text, not rich markup: ``[/]`` does not crash, ``[usd]`` shows."""
+    import timeshard.cli.main
+    import timeshard.spark
+
+    writer = PersistClient(Location.embedded(tmp_path)).open_writer("prices", MARKUP_SCHEMA)
+    writer.append([(("x", 1), 0, 1)], 0, 1)
+    writer.expire()
+    wide = {"COLUMNS": "200"}
+    for args in (["shard", "inspect", "prices"], ["shard", "snapshot", "prices"]):
+        out = runner.invoke(app, [*args, "-l", str(tmp_path)], env=wide)
+        assert out.exit_code == 0, (args, out.output, out.exception)
+        assert "[/]" in out.output and "price[usd]" in out.output, (args, out.output)
+    monkeypatch.setattr(timeshard.spark, "spark_session", lambda **kwargs: None)
+    monkeypatch.setattr(
+        timeshard.cli.main, "_run_sql", lambda *args: [{"[/]": "x", "price[usd]": 1}]
+    )
+    out = runner.invoke(app, ["query", "SELECT * FROM prices", "-l", str(tmp_path)], env=wide)
+    assert out.exit_code == 0, (out.output, out.exception)
+    assert "[/]" in out.output and "price[usd]" in out.output, out.output

@@ -152,7 +152,7 @@ def shard_inspect(
         f"upper {time_text(state.upper.time, times, none='closed')}",
         soft_wrap=True,
     )
-    console.print(f"schema: {', '.join(f'{f.name} {f.type}' for f in state.data_schema)}")
+    console.print(escape(f"schema: {', '.join(f'{f.name} {f.type}' for f in state.data_schema)}"))
     batches = Table("lower", "upper", "since", "parts", "rows", "bytes", title="batches")
     for b in state.batches:
         batches.add_row(
@@ -213,7 +213,7 @@ def shard_snapshot(
         console.print(f"{escape(shard)} is empty at {time_text(as_of, times)}")
         return
     title = f"{shard} AS OF {time_text(as_of, times)} ({len(rows)} rows)"
-    table = Table(*rows[0].keys(), title=escape(title))
+    table = Table(*(escape(c) for c in rows[0]), title=escape(title))
     for r in rows[:limit]:
         table.add_row(*(escape(str(v)) for v in r.values()))
     console.print(fit(table))
@@ -304,7 +304,7 @@ def query(
         print_json({"as_of": as_of, "rows": rows})
         return
     title = f"AS OF {time_text(as_of, times)}"
-    table = Table(*(rows[0].keys() if rows else ["(no rows)"]), title=title)
+    table = Table(*(escape(c) for c in (rows[0] if rows else ["(no rows)"])), title=title)
     for row in rows:
         table.add_row(*(escape(str(v)) for v in row.values()))
     console.print(fit(table))
