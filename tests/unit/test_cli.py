@@ -252,3 +252,27 @@ def test_column_names_are_printed_as_they_are(
     out = runner.invoke(app, ["query", "SELECT * FROM prices", "-l", str(tmp_path)], env=wide)
     assert out.exit_code == 0, (out.output, out.exception)
     assert "[/]" in out.output and "price[usd]" in out.output, out.output
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+@pytest.mark.parametrize("command", [["shard", "snapshot", "orders"], ["query", "SELECT 1"]])
+def test_a_limit_below_one_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    limit: str,
+) -> None:
+    """``--limit -1`` dropped the last row; ``--limit 0`` printed one row on a server."""
+    import timeshard.spark
+
+    def no_spark(**kwargs: object) -> None:
+        raise AssertionError("Spark started although --limit is wrong")
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", no_spark)
+    make_shard(tmp_path)
+    code, out, err = run_main(
+        [*command, "--limit", limit, "-l", str(tmp_path)], capsys, monkeypatch
+    )
+    assert code == 2 and err.count("\n") == 1, (out, err)
+    assert err == f"error: --limit must be at least 1, got {limit}\n", err

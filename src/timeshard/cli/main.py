@@ -192,6 +192,7 @@ def shard_snapshot(
     times: TimesOpt = Times.utc,
 ) -> None:
     """Print a shard's contents at a time (pyarrow path, no Spark)."""
+    check_limit(limit)
     client = PersistClient(location_from(location, blob, consensus))
     reader = client.open_leased_reader(shard)
     try:
@@ -217,6 +218,12 @@ def shard_snapshot(
     for r in rows[:limit]:
         table.add_row(*(escape(str(v)) for v in r.values()))
     console.print(fit(table))
+
+
+def check_limit(limit: int) -> None:
+    """InvalidUsage naming ``limit`` unless it is a number of rows to print (1 or more)."""
+    if limit < 1:
+        raise InvalidUsage(f"--limit must be at least 1, got {limit}")
 
 
 @shard_app.command("compact")
@@ -285,6 +292,7 @@ def query(
     """
     from timeshard.spark import spark_session
 
+    check_limit(limit)
     client = PersistClient(location_from(location, blob, consensus))
     known = client.list_shards()
     readers = {s: client.open_leased_reader(s) for s in shards_named_in(sql, known)}
