@@ -94,3 +94,22 @@ def test_as_of_outside_a_shards_range_is_one_line(
         assert code == 2 and err.count("\n") == 1, err
         assert f"as_of {as_of}" in err and "'late'" in err and "readable at [5, 7]" in err, err
     hold.expire()
+
+
+def test_shards_that_differ_only_in_case_are_refused(
+    tmp_path: Path,
+    no_spark: None,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Spark's temp views fold case: ``KV`` and ``kv`` in one query read one shard for both."""
+    client = PersistClient(Location.embedded(tmp_path))
+    for shard, value in (("KV", 1), ("kv", 2)):
+        writer = client.open_writer(shard, SCHEMA)
+        writer.append([(("a", value), 0, 1)], 0, 1)
+        writer.expire()
+    code, err = run_query(
+        ["SELECT * FROM KV JOIN kv USING (k)", "-l", str(tmp_path)], capsys, monkeypatch
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert "'KV' and 'kv'" in err and "differ only in case" in err, err

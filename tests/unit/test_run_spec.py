@@ -190,6 +190,17 @@ def test_view_inputs_must_be_declared_or_exist(tmp_path: Path) -> None:
     check_spec(ok, existing=["elsewhere"])
 
 
+def test_view_inputs_that_differ_only_in_case_are_refused(tmp_path: Path) -> None:
+    """Each input is a temp view, and Spark folds their case: ``A`` would read ``a``'s shard."""
+    f = tmp_path / "run.toml"
+    f.write_text(
+        '[[source]]\nname = "x"\nkind = "counter"\n[[source]]\nname = "y"\nkind = "counter"\n'
+        '[[view]]\nname = "v"\ninputs = { A = "x", a = "y" }\nsql = "SELECT * FROM A, a"\n'
+    )
+    with pytest.raises(InvalidUsage, match="view 'v': inputs 'A' and 'a' differ only in case"):
+        check_spec(load_spec(f), existing=[])
+
+
 def test_run_validates_before_spark_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import timeshard.spark
 

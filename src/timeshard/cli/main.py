@@ -295,7 +295,9 @@ def query(
     check_limit(limit)
     client = PersistClient(location_from(location, blob, consensus))
     known = client.list_shards()
-    readers = {s: client.open_leased_reader(s) for s in shards_named_in(sql, known)}
+    named = shards_named_in(sql, known)
+    refuse_names_alike(named)
+    readers = {s: client.open_leased_reader(s) for s in named}
     server = running_server(location) if blob is None and consensus is None else None
     try:
         as_of = common_as_of(readers, as_of)
@@ -336,6 +338,22 @@ def shards_named_in(sql: str, known: Iterable[str]) -> list[str]:
         names.add(name)
         names.update(name.split(".") if bare else ())
     return [s for s in known if s in names]
+
+
+def refuse_names_alike(shards: list[str]) -> None:
+    """InvalidUsage naming two of ``shards`` that differ only in case, if there are two.
+
+    Each shard a query names is a temp view of that name, and Spark SQL does not
+    tell names apart by case: the query would read one of the two shards for both.
+    """
+    seen: dict[str, str] = {}
+    for shard in shards:
+        other = seen.setdefault(shard.lower(), shard)
+        if other != shard:
+            raise InvalidUsage(
+                f"the query names shards {other!r} and {shard!r}, which differ only in case: "
+                "Spark SQL does not tell them apart, so one query cannot read both"
+            )
 
 
 def _run_on_server(
@@ -705,4 +723,4 @@ def main() -> None:
         raise SystemExit(2) from e
 
 
-__all__ = ["DEFAULT_LOCATION", "app", "main", "shards_named_in"]
+__all__ = ["DEFAULT_LOCATION", "app", "main", "refuse_names_alike", "shards_named_in"]
