@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import sys
 import time
@@ -60,7 +61,7 @@ from timeshard.cli.options import (
     time_cell,
     time_text,
 )
-from timeshard.cli.serve import serve
+from timeshard.cli.serve import PASSWORD_ENV, serve
 from timeshard.cli.status import status
 from timeshard.errors import InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient, ReadHandle
@@ -288,7 +289,8 @@ def query(
     starts: a time some named shard cannot be read at is an error naming
     every such shard's readable times. When `timeshard serve` runs on the
     location, the query runs there (translated to PostgreSQL's dialect) and
-    no Spark starts here.
+    no Spark starts here; a server with a password is given the one in
+    TIMESHARD_SERVE_PASSWORD (else PGPASSWORD or ~/.pgpass, as libpq reads them).
     """
     from timeshard.spark import spark_session
 
@@ -372,13 +374,27 @@ def _run_on_server(
     if as_of is not None:  # the query's own % are not placeholders
         statement, params = statement.replace("%", "%%") + " AS OF %s", (as_of,)
     host, port = server
+    password = os.environ.get(PASSWORD_ENV) or None  # else libpq's: PGPASSWORD, ~/.pgpass
     try:
-        with (
-            psycopg.connect(
-                host=host, port=port, user="timeshard", dbname="timeshard", autocommit=True
-            ) as conn,
-            conn.cursor() as cur,
-        ):
+        conn = psycopg.connect(
+            host=host,
+            port=port,
+            user="timeshard",
+            dbname="timeshard",
+            password=password,
+            autocommit=True,
+        )
+    except psycopg.OperationalError as e:
+        if e.sqlstate == "28P01" or "password" in str(e):
+            given = password or os.environ.get("PGPASSWORD")
+            refused = "refused the password given" if given else "needs a password"
+            raise InvalidUsage(
+                f"timeshard serve at {host}:{port} {refused}: "
+                f"set {PASSWORD_ENV} to the server's password"
+            ) from e
+        raise InvalidUsage(f"timeshard serve at {host}:{port}: {str(e).strip()}") from e
+    try:
+        with conn, conn.cursor() as cur:
             cur.execute(statement.encode(), params or None)
             names = [c.name for c in cur.description or []]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchmany(limit)]
