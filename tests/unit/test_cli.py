@@ -276,3 +276,33 @@ def test_a_limit_below_one_is_refused(
     )
     assert code == 2 and err.count("\n") == 1, (out, err)
     assert err == f"error: --limit must be at least 1, got {limit}\n", err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--read-only"], "does not exist"),
+        (["--packages", "kafak"], "--packages takes kafka, avro, got kafak"),
+        (["--host", "0.0.0.0"], "needs a password"),
+    ],
+)
+def test_serve_checks_its_arguments_before_creating_a_location(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    """A read-only server never creates a location; a writer, only once all is checked."""
+    import timeshard.spark
+
+    def no_spark(**kwargs: object) -> None:
+        raise AssertionError("Spark started although serve cannot run")
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", no_spark)
+    monkeypatch.delenv("TIMESHARD_SERVE_PASSWORD", raising=False)
+    missing = tmp_path / "nowhere"
+    code, _, err = run_main(["serve", *args, "-l", str(missing)], capsys, monkeypatch)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert message in err, err
+    assert not missing.exists()

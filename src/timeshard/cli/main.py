@@ -11,10 +11,11 @@ by ``--blob URI --consensus URI`` (for example ``file:///shared/blob`` and
 ``postgresql://user@host/db``). Tables are rendered with rich; ``--json``
 prints machine-readable output instead.
 
-Every command but ``demo`` and ``run`` reads an existing location: a
-``--location`` directory that does not exist, or holds no
-``consensus.sqlite``, is an error (nothing is created). The default location,
-``.timeshard``, is the one ``demo`` and ``run`` write.
+Every command but ``demo``, ``run``, ``nemesis`` and ``serve`` without
+``--read-only`` reads an existing location: a ``--location`` directory that
+does not exist, or holds no ``consensus.sqlite``, is an error (nothing is
+created). The default location, ``.timeshard``, is the one ``demo`` and
+``run`` write.
 
 Errors. A timeshard error (a bad argument, an unknown or invalid shard id, a
 time a shard cannot be read at, a query Spark rejects, a state that does not
