@@ -144,8 +144,8 @@ class RunSpec(_Strict):
 def load_spec(path: Path) -> RunSpec:
     """Parse and validate a declaration file; InvalidUsage names what is wrong."""
     try:
-        raw = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:  # TOML is UTF-8
         raise InvalidUsage(f"cannot read {str(path)!r}: {e}") from e
     try:
         return RunSpec.model_validate(raw)
@@ -172,6 +172,7 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
     writes before the view: a source's outputs, or an earlier view.
     InvalidUsage names the view, the input and the shards it could read.
     """
+    from timeshard.compute import ViewDefinition
     from timeshard.controller import spec_shard_writers
     from timeshard.storage.delta_export import DeltaExport
     from timeshard.storage.export import ShardExport
@@ -192,6 +193,7 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
                 f"view {view.name!r}: refresh_every_ms must be positive, "
                 f"got {view.refresh_every_ms}"
             )
+        ViewDefinition(view.name, view.inputs, view.sql)  # its aliases, say
     exports: dict[str, type[ShardExport]] = {
         "kafka": KafkaExport,
         "postgres": PostgresExport,

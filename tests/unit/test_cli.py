@@ -225,3 +225,84 @@ def test_user_errors_are_one_line(
     ):
         code, _, err = run_main([*args, "-l", str(tmp_path)], capsys, monkeypatch)
         assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, (args, err)
+
+
+MARKUP_SCHEMA = pa.schema([("[/]", pa.string()), ("price[usd]", pa.int64())])
+
+
+def test_column_names_are_printed_as_they_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A column name is text, not rich markup: ``[/]`` does not crash, ``[usd]`` shows."""
+    import timeshard.cli.main
+    import timeshard.spark
+
+    writer = PersistClient(Location.embedded(tmp_path)).open_writer("prices", MARKUP_SCHEMA)
+    writer.append([(("x", 1), 0, 1)], 0, 1)
+    writer.expire()
+    wide = {"COLUMNS": "200"}
+    for args in (["shard", "inspect", "prices"], ["shard", "snapshot", "prices"]):
+        out = runner.invoke(app, [*args, "-l", str(tmp_path)], env=wide)
+        assert out.exit_code == 0, (args, out.output, out.exception)
+        assert "[/]" in out.output and "price[usd]" in out.output, (args, out.output)
+    monkeypatch.setattr(timeshard.spark, "spark_session", lambda **kwargs: None)
+    monkeypatch.setattr(
+        timeshard.cli.main, "_run_sql", lambda *args: [{"[/]": "x", "price[usd]": 1}]
+    )
+    out = runner.invoke(app, ["query", "SELECT * FROM prices", "-l", str(tmp_path)], env=wide)
+    assert out.exit_code == 0, (out.output, out.exception)
+    assert "[/]" in out.output and "price[usd]" in out.output, out.output
+
+
+@pytest.mark.parametrize("limit", ["0", "-1"])
+@pytest.mark.parametrize("command", [["shard", "snapshot", "orders"], ["query", "SELECT 1"]])
+def test_a_limit_below_one_is_refused(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    limit: str,
+) -> None:
+    """``--limit -1`` dropped the last row; ``--limit 0`` printed one row on a server."""
+    import timeshard.spark
+
+    def no_spark(**kwargs: object) -> None:
+        raise AssertionError("Spark started although --limit is wrong")
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", no_spark)
+    make_shard(tmp_path)
+    code, out, err = run_main(
+        [*command, "--limit", limit, "-l", str(tmp_path)], capsys, monkeypatch
+    )
+    assert code == 2 and err.count("\n") == 1, (out, err)
+    assert err == f"error: --limit must be at least 1, got {limit}\n", err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--read-only"], "does not exist"),
+        (["--packages", "kafak"], "--packages takes kafka, avro, got kafak"),
+        (["--host", "0.0.0.0"], "needs a password"),
+    ],
+)
+def test_serve_checks_its_arguments_before_creating_a_location(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    args: list[str],
+    message: str,
+) -> None:
+    """A read-only server never creates a location; a writer, only once all is checked."""
+    import timeshard.spark
+
+    def no_spark(**kwargs: object) -> None:
+        raise AssertionError("Spark started although serve cannot run")
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", no_spark)
+    monkeypatch.delenv("TIMESHARD_SERVE_PASSWORD", raising=False)
+    missing = tmp_path / "nowhere"
+    code, _, err = run_main(["serve", *args, "-l", str(missing)], capsys, monkeypatch)
+    assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert message in err, err
+    assert not missing.exists()

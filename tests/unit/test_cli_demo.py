@@ -3,6 +3,7 @@ a location it did not create."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,6 +13,7 @@ from timeshard import InvalidUsage
 from timeshard.cli.demo import fresh_location
 from timeshard.location import Location
 from timeshard.persist import PersistClient
+from timeshard.server.discovery import announce, withdraw
 
 SCHEMA = pa.schema([("k", pa.string())])
 
@@ -36,3 +38,16 @@ def test_a_location_the_demo_did_not_create_is_refused(tmp_path: Path) -> None:
         fresh_location(tmp_path)
     assert str(tmp_path) in str(e.value)
     assert PersistClient(Location.embedded(tmp_path)).list_shards() == ["mine"]
+
+
+def test_a_demo_location_a_server_runs_on_is_refused(tmp_path: Path) -> None:
+    """A second demo deleted the blobs and consensus under a running `timeshard serve`."""
+    PersistClient(fresh_location(tmp_path)).open_writer("kv", SCHEMA).expire()
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        announce(tmp_path, "127.0.0.1", port)
+        with pytest.raises(InvalidUsage, match=f"timeshard serve runs on .* 127.0.0.1:{port}"):
+            fresh_location(tmp_path)
+    assert PersistClient(Location.embedded(tmp_path)).list_shards() == ["kv"]
+    withdraw(tmp_path)
+    assert PersistClient(fresh_location(tmp_path)).list_shards() == []

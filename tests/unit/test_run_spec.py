@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from timeshard import InvalidUsage
-from timeshard.cli.main import app
+from timeshard.cli.main import app, main
 from timeshard.spec import (
     RunSpec,
     build_source,
@@ -69,6 +70,19 @@ def test_bad_files(tmp_path: Path, text: str, match: str) -> None:
     f.write_text(text)
     with pytest.raises(InvalidUsage, match=match):
         load_spec(f)
+
+
+def test_a_file_not_in_utf8_is_one_error_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "run.toml"
+    f.write_bytes(b'[[source]]\nname = "k\xff"\nkind = "counter"\n')
+    monkeypatch.setattr(sys, "argv", ["timeshard", "run", str(f), "--seconds", "0"])
+    with pytest.raises(SystemExit) as e:
+        main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert f"cannot read {str(f)!r}" in err and "utf-8" in err, err
 
 
 def test_bad_source_options(tmp_path: Path) -> None:
@@ -209,6 +223,17 @@ def test_every_shard_the_declaration_writes_is_valid_and_written_once(
     )
     with pytest.raises(InvalidUsage, match=match):
         check_spec(spec, existing=["v"])
+
+
+def test_view_inputs_that_differ_only_in_case_are_refused(tmp_path: Path) -> None:
+    """Each input is a temp view, and Spark folds their case: ``A`` would read ``a``'s shard."""
+    f = tmp_path / "run.toml"
+    f.write_text(
+        '[[source]]\nname = "x"\nkind = "counter"\n[[source]]\nname = "y"\nkind = "counter"\n'
+        '[[view]]\nname = "v"\ninputs = { A = "x", a = "y" }\nsql = "SELECT * FROM A, a"\n'
+    )
+    with pytest.raises(InvalidUsage, match="view 'v': inputs 'A' and 'a' differ only in case"):
+        check_spec(load_spec(f), existing=[])
 
 
 def test_run_validates_before_spark_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -64,3 +64,17 @@ def test_a_shard_is_read_where_no_cte_shadows_it(
     assert set(aliases.values()) == inputs
     assert not set(aliases) & {c.alias for c in sqlglot.parse_one(query).find_all(exp.CTE)}
     assert set(aliases) == read_names(spark_sql) - {"timeshard_objects"}
+
+
+def test_aliases_differ_ignoring_case() -> None:
+    """Spark SQL folds the case of temp views: shards ``KV`` and ``kv`` get two aliases
+    that differ in more than case, and a CTE ``KV`` shadows no alias of ``kv``."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    for shard in ("KV", "kv"):
+        client.open_writer(shard, pa.schema([("k", pa.string())])).expire()
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)
+    _, aliases = engine.resolve('SELECT * FROM "KV" JOIN kv USING (k)')
+    assert sorted(aliases.values()) == ["KV", "kv"]
+    assert len({a.lower() for a in aliases}) == 2, aliases
+    _, aliases = engine.resolve('WITH "KV" AS (SELECT k FROM kv) SELECT * FROM "KV"')
+    assert list(aliases.values()) == ["kv"] and "kv" not in {a.lower() for a in aliases}, aliases

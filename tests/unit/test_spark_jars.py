@@ -107,3 +107,57 @@ def test_loaded_packages_reads_both_ways_a_session_loads_them() -> None:
     assert loaded_packages(context({"spark.jars.packages": "a:b:1, c:d:2"})) == {"a:b:1", "c:d:2"}
     assert loaded_packages(context({PACKAGES_CONF: "a:b:1"})) == {"a:b:1"}
     assert loaded_packages(context({})) == set()
+
+
+class _NotStarted(Exception):
+    pass
+
+
+def session_conf(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> dict[str, str]:
+    """The settings ``spark_session(**kwargs)`` gives Spark's builder (no JVM starts)."""
+    import timeshard.spark.session as session
+
+    given: dict[str, str] = {}
+
+    class Builder:
+        def master(self, master: str) -> Builder:
+            return self
+
+        def appName(self, name: str) -> Builder:
+            return self
+
+        def config(self, key: str, value: str) -> Builder:
+            given[key] = value
+            return self
+
+        def getOrCreate(self) -> None:
+            raise _NotStarted
+
+    builder = Builder()
+    monkeypatch.setattr(
+        session, "SparkSession", SimpleNamespace(builder=builder, getActiveSession=lambda: None)
+    )
+    monkeypatch.setattr(session, "launch_quiet_gateway", lambda conf: None)
+    with pytest.raises(_NotStarted):
+        session.spark_session(**kwargs)
+    return given
+
+
+def test_spark_jars_packages_in_the_conf_replaces_the_packages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run file's ``[spark] conf`` naming a mirror's connector loads it alone: Maven
+    Central's beside it would fail without network, or load the classes twice."""
+    from timeshard.spark.session import spark_kafka_package
+
+    monkeypatch.setenv("TIMESHARD_CACHE", str(tmp_path / "cache"))  # nothing remembered
+    mirror = "com.mirror:spark-sql-kafka_2.13:4.1.1"
+    kafka = [spark_kafka_package()]
+    conf = session_conf(monkeypatch, packages=kafka)
+    assert conf["spark.jars.packages"] == kafka[0]
+    conf = session_conf(
+        monkeypatch, packages=kafka, extra_conf={"spark.jars.packages": f" {mirror} ,"}
+    )
+    assert conf["spark.jars.packages"] == mirror
+    conf = session_conf(monkeypatch, extra_conf={"spark.jars.packages": mirror})
+    assert conf["spark.jars.packages"] == mirror

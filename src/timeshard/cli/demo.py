@@ -14,7 +14,7 @@ is 0 only if every check passed.
 
 The demo starts afresh (:func:`fresh_location`): it marks the locations it
 creates, deletes what an earlier demo left, and refuses a location it did
-not create rather than delete it.
+not create, or one a ``timeshard serve`` runs on, rather than delete it.
 
 Runs on the driver; reading sources, reclocking, envelopes and views run in
 Spark tasks.
@@ -35,6 +35,7 @@ from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient, ReadHandle
+from timeshard.server.discovery import running_server
 from timeshard.spec import DEFAULT_DIR
 
 WINNING_BIDS = """
@@ -173,13 +174,21 @@ def fresh_location(directory: Path) -> Location:
 
     An earlier demo's location there is deleted (its ``blob/`` and consensus
     files; anything else in the directory stays). A location without the mark
-    is refused with InvalidUsage and left as it is.
+    is refused with InvalidUsage and left as it is, and so is one a live
+    ``timeshard serve`` announces it serves (its objects would lose their shards).
     """
     held = [p for p in (directory / "blob", directory / "consensus.sqlite") if p.exists()]
     if held and not (directory / DEMO_MARKER).exists():
         raise InvalidUsage(
             f"{str(directory)!r} holds a timeshard location the demo did not create, and "
             "the demo starts afresh: give the demo another --location"
+        )
+    server = running_server(directory) if held else None
+    if server is not None:
+        raise InvalidUsage(
+            f"timeshard serve runs on {str(directory)!r} (at {server[0]}:{server[1]}), and "
+            "the demo starts afresh by deleting it: stop the server, or give the demo "
+            "another --location"
         )
     shutil.rmtree(directory / "blob", ignore_errors=True)
     for f in directory.glob("consensus.sqlite*"):

@@ -11,10 +11,11 @@ by ``--blob URI --consensus URI`` (for example ``file:///shared/blob`` and
 ``postgresql://user@host/db``). Tables are rendered with rich; ``--json``
 prints machine-readable output instead.
 
-Every command but ``demo`` and ``run`` reads an existing location: a
-``--location`` directory that does not exist, or holds no
-``consensus.sqlite``, is an error (nothing is created). The default location,
-``.timeshard``, is the one ``demo`` and ``run`` write.
+Every command but ``demo``, ``run``, ``nemesis`` and ``serve`` without
+``--read-only`` reads an existing location: a ``--location`` directory that
+does not exist, or holds no ``consensus.sqlite``, is an error (nothing is
+created). The default location, ``.timeshard``, is the one ``demo`` and
+``run`` write.
 
 Errors. A timeshard error (a bad argument, an unknown or invalid shard id, a
 time a shard cannot be read at, a query Spark rejects, a state that does not
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import sys
 import time
@@ -60,7 +62,7 @@ from timeshard.cli.options import (
     time_cell,
     time_text,
 )
-from timeshard.cli.serve import serve
+from timeshard.cli.serve import PASSWORD_ENV, serve
 from timeshard.cli.status import status
 from timeshard.errors import InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient, ReadHandle
@@ -152,7 +154,7 @@ def shard_inspect(
         f"upper {time_text(state.upper.time, times, none='closed')}",
         soft_wrap=True,
     )
-    console.print(f"schema: {', '.join(f'{f.name} {f.type}' for f in state.data_schema)}")
+    console.print(escape(f"schema: {', '.join(f'{f.name} {f.type}' for f in state.data_schema)}"))
     batches = Table("lower", "upper", "since", "parts", "rows", "bytes", title="batches")
     for b in state.batches:
         batches.add_row(
@@ -192,6 +194,7 @@ def shard_snapshot(
     times: TimesOpt = Times.utc,
 ) -> None:
     """Print a shard's contents at a time (pyarrow path, no Spark)."""
+    check_limit(limit)
     client = PersistClient(location_from(location, blob, consensus))
     reader = client.open_leased_reader(shard)
     try:
@@ -213,10 +216,16 @@ def shard_snapshot(
         console.print(f"{escape(shard)} is empty at {time_text(as_of, times)}")
         return
     title = f"{shard} AS OF {time_text(as_of, times)} ({len(rows)} rows)"
-    table = Table(*rows[0].keys(), title=escape(title))
+    table = Table(*(escape(c) for c in rows[0]), title=escape(title))
     for r in rows[:limit]:
         table.add_row(*(escape(str(v)) for v in r.values()))
     console.print(fit(table))
+
+
+def check_limit(limit: int) -> None:
+    """InvalidUsage naming ``limit`` unless it is a number of rows to print (1 or more)."""
+    if limit < 1:
+        raise InvalidUsage(f"--limit must be at least 1, got {limit}")
 
 
 @shard_app.command("compact")
@@ -281,13 +290,17 @@ def query(
     starts: a time some named shard cannot be read at is an error naming
     every such shard's readable times. When `timeshard serve` runs on the
     location, the query runs there (translated to PostgreSQL's dialect) and
-    no Spark starts here.
+    no Spark starts here; a server with a password is given the one in
+    TIMESHARD_SERVE_PASSWORD (else PGPASSWORD or ~/.pgpass, as libpq reads them).
     """
     from timeshard.spark import spark_session
 
+    check_limit(limit)
     client = PersistClient(location_from(location, blob, consensus))
     known = client.list_shards()
-    readers = {s: client.open_leased_reader(s) for s in shards_named_in(sql, known)}
+    named = shards_named_in(sql, known)
+    refuse_names_alike(named)
+    readers = {s: client.open_leased_reader(s) for s in named}
     server = running_server(location) if blob is None and consensus is None else None
     try:
         as_of = common_as_of(readers, as_of)
@@ -304,7 +317,7 @@ def query(
         print_json({"as_of": as_of, "rows": rows})
         return
     title = f"AS OF {time_text(as_of, times)}"
-    table = Table(*(rows[0].keys() if rows else ["(no rows)"]), title=title)
+    table = Table(*(escape(c) for c in (rows[0] if rows else ["(no rows)"])), title=title)
     for row in rows:
         table.add_row(*(escape(str(v)) for v in row.values()))
     console.print(fit(table))
@@ -330,6 +343,22 @@ def shards_named_in(sql: str, known: Iterable[str]) -> list[str]:
     return [s for s in known if s in names]
 
 
+def refuse_names_alike(shards: list[str]) -> None:
+    """InvalidUsage naming two of ``shards`` that differ only in case, if there are two.
+
+    Each shard a query names is a temp view of that name, and Spark SQL does not
+    tell names apart by case: the query would read one of the two shards for both.
+    """
+    seen: dict[str, str] = {}
+    for shard in shards:
+        other = seen.setdefault(shard.lower(), shard)
+        if other != shard:
+            raise InvalidUsage(
+                f"the query names shards {other!r} and {shard!r}, which differ only in case: "
+                "Spark SQL does not tell them apart, so one query cannot read both"
+            )
+
+
 def _run_on_server(
     server: tuple[str, int], sql: str, as_of: int | None, limit: int
 ) -> list[dict[str, Any]]:
@@ -346,13 +375,27 @@ def _run_on_server(
     if as_of is not None:  # the query's own % are not placeholders
         statement, params = statement.replace("%", "%%") + " AS OF %s", (as_of,)
     host, port = server
+    password = os.environ.get(PASSWORD_ENV) or None  # else libpq's: PGPASSWORD, ~/.pgpass
     try:
-        with (
-            psycopg.connect(
-                host=host, port=port, user="timeshard", dbname="timeshard", autocommit=True
-            ) as conn,
-            conn.cursor() as cur,
-        ):
+        conn = psycopg.connect(
+            host=host,
+            port=port,
+            user="timeshard",
+            dbname="timeshard",
+            password=password,
+            autocommit=True,
+        )
+    except psycopg.OperationalError as e:
+        if e.sqlstate == "28P01" or "password" in str(e):
+            given = password or os.environ.get("PGPASSWORD")
+            refused = "refused the password given" if given else "needs a password"
+            raise InvalidUsage(
+                f"timeshard serve at {host}:{port} {refused}: "
+                f"set {PASSWORD_ENV} to the server's password"
+            ) from e
+        raise InvalidUsage(f"timeshard serve at {host}:{port}: {str(e).strip()}") from e
+    try:
+        with conn, conn.cursor() as cur:
             cur.execute(statement.encode(), params or None)
             names = [c.name for c in cur.description or []]
             return [dict(zip(names, row, strict=True)) for row in cur.fetchmany(limit)]
@@ -697,4 +740,4 @@ def main() -> None:
         raise SystemExit(2) from e
 
 
-__all__ = ["DEFAULT_LOCATION", "app", "main", "shards_named_in"]
+__all__ = ["DEFAULT_LOCATION", "app", "main", "refuse_names_alike", "shards_named_in"]

@@ -19,7 +19,10 @@ first (it takes over, within seconds, when that one stops): ``timeshard
 query`` on that location then runs its query on the server and starts no
 Spark of its own.
 
-``--read-only`` starts a replica that runs no object and writes nothing: it
+Without ``--read-only`` it creates an embedded location that does not exist
+yet (objects are then created with SQL), once its arguments are checked.
+``--read-only`` starts a replica that runs no object and writes nothing (a
+location that does not exist is an error, as for ``status``): it
 lists the objects the catalog records, follows the CREATEs and DROPs of the
 servers that write, and answers queries and SUBSCRIBEs from the shards.
 ``ALTER SYSTEM PROMOTE`` makes it a writer, as if it had started without
@@ -99,8 +102,8 @@ def serve(
     from timeshard.server.dashboard import Dashboard
     from timeshard.server.discovery import announce, running_server, withdraw
     from timeshard.server.engine import Engine
-    from timeshard.server.packages import session_packages
-    from timeshard.server.pgwire import PgServer
+    from timeshard.server.packages import named, session_packages
+    from timeshard.server.pgwire import PgServer, check_access
     from timeshard.spark import spark_session
 
     if tick <= 0:
@@ -110,7 +113,10 @@ def serve(
     if not 0 <= dashboard_port <= 65535:
         raise InvalidUsage(f"--dashboard-port must be in [0, 65535], got {dashboard_port}")
     password = os.environ.get(PASSWORD_ENV) or None
-    client = PersistClient(location_from(location, blob, consensus, create=True))
+    check_access(host, password)
+    named(packages)
+    # Everything checked: a writer creates a location that does not exist, a replica never.
+    client = PersistClient(location_from(location, blob, consensus, create=not read_only))
     spark = spark_session(
         master=master,
         app_name="timeshard-serve",

@@ -86,7 +86,9 @@ class ViewDefinition:
     """What a materialized view computes.
 
     ``inputs`` maps the names the query uses to input shard ids. Exactly one
-    of ``sql`` and ``function`` is given.
+    of ``sql`` and ``function`` is given. It is an error for two aliases of a
+    ``sql`` view to differ only in case: each is a temp view, and Spark SQL does
+    not tell those names apart (the query would read one input for both).
     """
 
     name: str
@@ -103,6 +105,14 @@ class ViewDefinition:
             raise InvalidUsage(f"view {self.name!r} needs exactly one of sql and function")
         if not self.inputs:
             raise InvalidUsage(f"view {self.name!r} has no inputs")
+        folded: dict[str, str] = {}
+        for alias in self.inputs if self.sql is not None else ():  # temp views: case folds
+            other = folded.setdefault(alias.lower(), alias)
+            if other != alias:
+                raise InvalidUsage(
+                    f"view {self.name!r}: inputs {other!r} and {alias!r} differ only in case, "
+                    "and Spark SQL does not tell them apart: rename one"
+                )
         if self.refresh_every_ms is not None and self.refresh_every_ms <= 0:
             raise InvalidUsage(
                 f"REFRESH EVERY must be a positive interval, got {self.refresh_every_ms!r} ms"

@@ -1067,9 +1067,12 @@ def _cte_references(tree: exp.Expr, ctes: set[str]) -> set[int]:
 
 
 def _alias(shard: str, taken: set[str]) -> str:
+    """A temp view name for ``shard`` unlike every name in ``taken``, ignoring case (Spark
+    SQL does: the aliases of ``KV`` and ``kv`` were one view, read for both)."""
     base = re.sub(r"\W", "_", shard)
     alias, n = base, 1
-    while alias in taken:
+    folded = {t.lower() for t in taken}
+    while alias.lower() in folded:
         n += 1
         alias = f"{base}_{n}"
     return alias

@@ -288,6 +288,14 @@ def _numeric_text(value: bytes) -> str:
     return "-" + text if sign == 0x4000 else text
 
 
+def check_access(host: str, password: str | None) -> None:
+    """InvalidUsage naming ``host`` if it is not loopback and there is no password."""
+    if not is_loopback(host) and not password:
+        raise InvalidUsage(
+            f"binding {host!r} (not loopback) needs a password: set TIMESHARD_SERVE_PASSWORD"
+        )
+
+
 class PgServer(socketserver.ThreadingTCPServer):
     """A pgwire listener; ``serve_forever`` on a thread, ``shutdown`` to stop."""
 
@@ -297,10 +305,7 @@ class PgServer(socketserver.ThreadingTCPServer):
     def __init__(
         self, engine: Engine, host: str = "127.0.0.1", port: int = 6875, password: str | None = None
     ) -> None:
-        if not is_loopback(host) and not password:
-            raise InvalidUsage(
-                f"binding {host!r} (not loopback) needs a password: set TIMESHARD_SERVE_PASSWORD"
-            )
+        check_access(host, password)
         self.engine = engine
         self.auth = ScramKeys.from_password(password) if password else None
         self.cancels: dict[tuple[int, bytes], threading.Event] = {}
@@ -695,4 +700,4 @@ class _Handler(socketserver.BaseRequestHandler):
         portal.sent = len(result.rows)
 
 
-__all__ = ["TYPE_OIDS", "PgServer", "encode_value"]
+__all__ = ["TYPE_OIDS", "PgServer", "check_access", "encode_value"]

@@ -126,12 +126,17 @@ def spark_session(
     coordinates) become ``spark.jars.packages`` the first time, and the jars
     that resolution left after (:mod:`timeshard.spark.jars`). ``blob_uri`` is the
     location's blob: an ``s3a://``/``s3://`` one adds :func:`s3a_settings`
-    (hadoop-aws and the endpoint of the AWS environment). A process holds one
-    SparkContext: if a session is already running, it is returned with its
+    (hadoop-aws and the endpoint of the AWS environment). A
+    ``spark.jars.packages`` in ``extra_conf`` replaces ``packages`` and
+    hadoop-aws: the caller names every package then (a mirror's, say).
+    A process holds one SparkContext: if a session is already running, it is returned with its
     master unchanged and only runtime settings applied -- unless it lacks one
     of ``packages``, which raises InvalidUsage naming them (jars load only
     when the context starts, so the caller would get a session without them).
     """
+    own = (extra_conf or {}).get("spark.jars.packages")
+    if own is not None:  # the caller's list replaces timeshard's (a mirror's coordinates, say)
+        packages = [p.strip() for p in own.split(",") if p.strip()]
     running = SparkSession.getActiveSession()
     if running is not None and packages:
         loaded = loaded_packages(running.sparkContext)
@@ -144,7 +149,8 @@ def spark_session(
             )
     if blob_uri is not None and blob_uri.split("://", 1)[0] in ("s3", "s3a"):
         s3_packages, s3_conf = s3a_settings()
-        packages = [*(packages or []), *(p for p in s3_packages if p not in (packages or []))]
+        if own is None:
+            packages = [*(packages or []), *(p for p in s3_packages if p not in (packages or []))]
         extra_conf = {**s3_conf, **(extra_conf or {})}
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -157,9 +163,7 @@ def spark_session(
     }
     conf.update(extra_conf or {})
     if packages:
-        # Packages named in ``extra_conf`` too load with these (they replaced them before).
-        named = [p.strip() for p in conf.pop("spark.jars.packages", "").split(",") if p.strip()]
-        packages = [*named, *(p for p in packages if p not in named)]
+        conf.pop("spark.jars.packages", None)  # set again, or the jars resolved before
         conf.update(package_conf(packages, conf))
     conf = quiet_java_options(conf)
     level = log_level()  # checked before the JVM starts
