@@ -237,14 +237,14 @@ def input_ticks(draw: Any, steps: st.SearchStrategy[str]) -> list[Any]:
 
 def normalized(rows: list[dict[str, Any]], names: list[str]) -> Counter[tuple[Any, ...]]:
     """A collection as a Counter; an err row counts as ``("err", message)``, or as
-    ``("err",)`` if it is a query's failure at a time (whose message names the time)."""
+    ``("err",)`` if it is a query's failure (whose message the path it failed on words)."""
     out: Counter[tuple[Any, ...]] = Counter()
     for r in rows:
         err = r["_err"]
         if err is None:
             key = tuple(r[n] for n in names)
         else:
-            key = ("err",) if " failed at " in err else ("err", err)
+            key = ("err",) if " failed on its inputs: " in err else ("err", err)
         out[key] += r["_diff"]
     return Counter({k: v for k, v in out.items() if v})
 

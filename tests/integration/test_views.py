@@ -132,6 +132,81 @@ def test_function_view_and_refresh(spark: SparkSession, tmp_path: Path) -> None:
     view.close()
 
 
+def test_a_refresh_view_over_an_input_compacted_past_a_refresh_time_starts_at_the_next(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The default as_of was the inputs' since, 13. At 13 a REFRESH EVERY 10 view shows its
+    inputs at 10, below their since: every tick failed (SinceError) and it never wrote."""
+    client = PersistClient(Location.embedded(tmp_path))
+    writer = client.open_writer("inp", INPUT)
+    hold = client.open_leased_reader("inp")
+    for t in range(16):
+        writer.append([((f"k{t % 3}", t), t, 1)], t, t + 1)
+    hold.downgrade_since(13)
+    view = MaterializedView.install(
+        spark,
+        client,
+        ViewDefinition("refresh10", {"inp": "inp"}, SQL, refresh_every_ms=10),
+        background_io=False,
+        check_every_s=None,
+    )
+    inp = client.open_leased_reader("inp")  # read at 20 once the view has moved on
+    out = client.open_leased_reader("refresh10")
+    hold.expire()
+    assert view.sink.as_of == 20
+    for t in range(16, 25):
+        writer.append([((f"k{t % 3}", t), t, 1)], t, t + 1)
+    assert view.catch_up(timeout_s=120) == Frontier(30), view.sink.last_error
+    want = per_key(inp.snapshot(20).to_pylist())
+    for t in (20, 29):
+        assert view_rows(out.snapshot(t).to_pylist()) == want, t
+    view.close()
+
+
+def test_a_query_failing_over_many_times_is_one_err_row_whatever_the_batches(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The err row of a query that fails on its inputs named the time it was evaluated at:
+    a view stepped once per time wrote ``failed at 2``, then ``failed at 3`` (a retraction
+    and an insertion per tick), and one that caught up in one batch ``failed at 1``."""
+    client = PersistClient(Location.embedded(tmp_path))
+    writer = client.open_writer("inp", INPUT)
+    client.open_leased_reader("inp")
+    sql = "SELECT k, element_at(array(10, 20), CAST(v AS INT)) AS e FROM inp"
+    views = [
+        MaterializedView.install(
+            spark,
+            client,
+            ViewDefinition(name, {"inp": "inp"}, sql),
+            as_of=0,
+            background_io=False,
+            check_every_s=None,
+        )
+        for name in ("each", "once")
+    ]
+    readers = {v.name: client.open_leased_reader(v.name) for v in views}
+    for t, ups in enumerate([[(("a", 1), 0, 1)], [(("b", 5), 1, 1)], [], []]):
+        writer.append(ups, t, t + 1)
+        views[0].catch_up()
+    views[1].catch_up()
+
+    def rows(name: str, t: int) -> Counter[tuple[Any, ...]]:
+        out: Counter[tuple[Any, ...]] = Counter()
+        for r in readers[name].snapshot(t).to_pylist():
+            err = None if r["_err"] is None else r["_err"].replace(repr(name), "V")
+            out[(r["k"], r["e"], err)] += r["_diff"]
+        return Counter({k: d for k, d in out.items() if d})
+
+    assert rows("each", 0) == Counter({("a", 10, None): 1})
+    [(failed, count)] = rows("each", 1).items()
+    assert failed[2].startswith("view V failed on its inputs: ") and count == 1, failed
+    for t in range(4):
+        assert rows("each", t) == rows("once", t), t
+    assert rows("each", 3) == rows("each", 1)
+    for v in views:
+        v.close()
+
+
 def test_errors_are_data(spark: SparkSession, tmp_path: Path) -> None:
     client = PersistClient(Location.embedded(tmp_path))
     client.open_leased_reader("inp", INPUT)

@@ -116,8 +116,8 @@ class MaterializedView:
         if defaulted and not read_only:
             # The inputs' since may have moved on between choosing as_of and holding it.
             held = sink.inputs_since()
-            if held.time is not None and held.time > sink.as_of:
-                sink.as_of = held.time
+            if held.time is not None and definition.refresh_time(sink.as_of) < held.time:
+                sink.as_of = definition.first_shown_from(held.time)
         if not read_only:  # a read-only replica records its definition when promoted
             desired.use_leases()
             record_view(client, definition, sink.as_of, desired.plan.classification)
@@ -128,15 +128,20 @@ class MaterializedView:
         """Resume where the view's shard ends -- or later, where its inputs are readable.
 
         A view whose inputs compacted past its shard's upper while no replica
-        held them can only be correct again from the inputs' since on.
+        held them can only be correct again from the inputs' since on: with
+        REFRESH EVERY, from the first refresh time at or after it (a time before
+        shows inputs below their since).
         """
         since = Frontier.minimum()
         for shard in definition.inputs.values():
             since = since.join(client.state(shard).since)
+        readable = since.time or 0
         view_upper = client.state(definition.name).upper
         if view_upper.time is not None and view_upper.time > 0:
-            return max(view_upper.time - 1, since.time or 0)
-        return since.time or 0
+            resume = view_upper.time - 1
+            if definition.refresh_time(resume) >= readable:
+                return resume
+        return definition.first_shown_from(readable)
 
     @property
     def name(self) -> str:

@@ -130,6 +130,13 @@ class ViewDefinition:
             return t
         return t - t % self.refresh_every_ms
 
+    def first_shown_from(self, t: Timestamp) -> Timestamp:
+        """The first time at or after ``t`` that shows inputs at ``t`` or later: ``t``, or
+        the next refresh time. A view's as_of is one, or it would read its inputs below
+        ``t`` -- below their since, when ``t`` is it."""
+        every = self.refresh_every_ms
+        return t if every is None or t % every == 0 else t + every - t % every
+
 
 DATA_EXCEPTION_CLASS = "22"
 
@@ -538,7 +545,8 @@ class SparkViewDesired:
         from pyspark.sql import functions as F
 
         data = list(self.data_schema().names)
-        message = f"view {self.definition.name!r} failed at {t}: {type(error).__name__}: "
+        # No time in it: one failure spanning many times is one row whatever the batches.
+        message = f"view {self.definition.name!r} failed on its inputs: {type(error).__name__}: "
         message += str(error).splitlines()[0][:500] if str(error) else ""
         row = self.spark.range(1).select(
             *[F.lit(None).alias(c) for c in data],
