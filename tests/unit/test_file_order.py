@@ -155,6 +155,33 @@ def test_hidden_names_are_not_read_and_a_name_that_is_not_utf8_is_named(tmp_path
         source.upper()
 
 
+def test_a_directory_that_cannot_be_listed_fails_the_listing_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a source without that directory's files (``Path.rglob`` swallowed the error).
+
+    The tests run as root, whom chmod does not stop: ``os.scandir`` is made to
+    refuse the directory as it refuses another user.
+    """
+    for name in ["sub_ok/a.json", "sub_locked/b.json", "_hidden_locked/c.json"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"{}\n")
+    scandir = os.scandir
+
+    def refusing(path: Any) -> Any:
+        if os.path.basename(path).endswith("_locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    source = FileSource("f", tmp_path, "text")
+    with pytest.raises(PermissionError, match=r"sub_locked"):
+        source.upper()
+    (tmp_path / "sub_locked" / "b.json").unlink()
+    (tmp_path / "sub_locked").rmdir()
+    assert source.upper() == {"sub_ok/a.json": 3}  # a hidden directory is not listed
+
+
 def test_a_path_that_does_not_exist_is_an_error_not_a_source_without_data(
     tmp_path: Path,
 ) -> None:

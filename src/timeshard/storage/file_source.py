@@ -6,8 +6,9 @@ last complete line, so a line being written is not read until its newline
 arrives; lines appended later are picked up by the next read, and new files
 in the directory become new partitions. A name below the root that starts
 with ``.`` or ``_`` is hidden (a Spark writer's ``_temporary``, ``_SUCCESS``),
-as COPY FROM hides it. A path that does not exist, or a file name that is not
-UTF-8, stalls the source with an error naming it.
+as COPY FROM hides it. A path that does not exist, a file name that is not
+UTF-8, or a directory or file that cannot be read (a PermissionError) stalls
+the source with an error naming it; its files are never left out silently.
 
 Order. A record's *position* is ``(file, offset)``: its file's name (the path
 relative to the source root, ``/``-separated), then the byte offset of its
@@ -108,6 +109,7 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import errno
 import io
 import json
 import math
@@ -218,17 +220,15 @@ class FileSource:
     def _files(self) -> list[Path]:
         """The files of the source, in file order (their names as UTF-8 bytes); none whose
         name below the directory is hidden (``.`` or ``_``: a Spark writer's ``_temporary``).
+
+        Raises the OSError of a directory that cannot be listed (PermissionError
+        naming it): its files are never silently left out.
         """
         if self.path.is_file():
             return [self.path]
         if not self.path.is_dir():  # a typo must not read as a source with no data yet
             raise InvalidUsage(f"FILE source {self.name!r}: path {str(self.path)!r} does not exist")
-        files = [
-            p
-            for p in self.path.rglob("*")
-            if p.is_file() and not hidden(p.relative_to(self.path).parts)
-        ]
-        return sorted(files, key=self._order)
+        return sorted(_walk(self.path), key=self._order)
 
     def _order(self, file: Path) -> bytes:
         try:
@@ -318,6 +318,35 @@ def _from_avro(lines: Any, avro_schema: str, payload: pa.Schema) -> Any:
     err = F.when(F.col(ERR).isNull() & ~ok, message).otherwise(F.col(ERR))
     columns = record_columns(F.col(_VALUE), ok, payload)
     return decoded.select("_partition", "_offset", *columns, err.alias(ERR))
+
+
+def _walk(directory: Path) -> Iterator[Path]:
+    """The files below ``directory`` whose names are not hidden, in no order.
+
+    Hidden directories are not entered. A symbolic link to a file is a file;
+    one to a directory is not followed, and a dangling or looping one is no
+    file. An error listing a directory raises (``Path.rglob`` ignores a
+    PermissionError, and would leave its files out).
+    """
+    with os.scandir(directory) as listing:
+        entries = list(listing)
+    for entry in entries:
+        if hidden([entry.name]):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk(directory / entry.name)
+        elif _is_file(entry):
+            yield directory / entry.name
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a file or a link to one (as ``Path.is_file`` says)."""
+    try:
+        return entry.is_file()
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return False
+        raise
 
 
 def _complete_prefix(file: Path) -> int:
