@@ -244,9 +244,18 @@ class FileSource:
         return file.relative_to(self.path).as_posix()
 
     def upper(self) -> SourceFrontier:
+        """Per file, the offset just past its last complete line.
+
+        A file removed after the listing is left out, as a listing after its
+        removal leaves it out; bytes of it already bound but not read yet fail
+        the read (:func:`_decode_range`).
+        """
         out: SourceFrontier = {}
         for f in self._files():
-            out[self._partition(f)] = _complete_prefix(f)
+            try:
+                out[self._partition(f)] = _complete_prefix(f)
+            except FileNotFoundError:
+                continue
         return out
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
@@ -320,21 +329,27 @@ def _from_avro(lines: Any, avro_schema: str, payload: pa.Schema) -> Any:
     return decoded.select("_partition", "_offset", *columns, err.alias(ERR))
 
 
-def _walk(directory: Path) -> Iterator[Path]:
+def _walk(directory: Path, top: bool = True) -> Iterator[Path]:
     """The files below ``directory`` whose names are not hidden, in no order.
 
     Hidden directories are not entered. A symbolic link to a file is a file;
     one to a directory is not followed, and a dangling or looping one is no
     file. An error listing a directory raises (``Path.rglob`` ignores a
-    PermissionError, and would leave its files out).
+    PermissionError, and would leave its files out); a subdirectory removed
+    since its parent was listed holds no file.
     """
-    with os.scandir(directory) as listing:
-        entries = list(listing)
+    try:
+        with os.scandir(directory) as listing:
+            entries = list(listing)
+    except FileNotFoundError:
+        if top:
+            raise
+        return
     for entry in entries:
         if hidden([entry.name]):
             continue
         if entry.is_dir(follow_symlinks=False):
-            yield from _walk(directory / entry.name)
+            yield from _walk(directory / entry.name, top=False)
         elif _is_file(entry):
             yield directory / entry.name
 
