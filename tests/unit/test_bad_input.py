@@ -655,6 +655,26 @@ def test_text_and_bytes_lines_with_invalid_utf8(tmp_path: Path) -> None:
     assert [r["data"] for r in raw] == [b"good", b"\xff\xfe bad", b""]
 
 
+def test_a_fault_while_decoding_fails_the_task_and_is_never_an_err_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad bytes are err rows (JSON nested past the recursion limit too); a MemoryError
+    is no property of the line, and a permanent err row for it would lose the line."""
+    deep = b'{"id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    rows = decode(tmp_path, {"a.jsonl": deep + b'\n{"id": 1}\n'})
+    assert "a.jsonl@0: RecursionError: " in rows[0]["_err"] and rows[1]["id"] == 1
+    decoded = file_source.decode_payload
+
+    def exhausted(line: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
+        if line == b'{"id": 2}':
+            raise MemoryError
+        return decoded(line, fmt, schema)
+
+    monkeypatch.setattr(file_source, "decode_payload", exhausted)
+    with pytest.raises(MemoryError):
+        decode(tmp_path, {"b.jsonl": b'{"id": 1}\nnot json\n{"id": 2}\n'})
+
+
 def test_byte_order_mark_at_the_start_of_a_file_is_skipped(tmp_path: Path) -> None:
     bom = b"\xef\xbb\xbf"
     rows = decode(tmp_path, {"b.jsonl": bom + b'{"id": 1}\n' + bom + b'{"id": 2}\n'})

@@ -22,6 +22,7 @@ from timeshard.cli.main import main
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient
+from timeshard.storage import copy_task
 from timeshard.storage.copy_from import list_files, plan_copy, run_copy
 from timeshard.storage.copy_task import REPORTED_ROWS, CopyTask, fits
 from timeshard.storage.health import STATUS_SHARD
@@ -256,6 +257,27 @@ def test_json_keys_must_be_columns_and_values_are_not_coerced(tmp_path: Path) ->
     assert [e.split(": ")[0] for e in errs] == [f"{f}:{n}" for n in (3, 4, 5)]
     assert "unknown columns ['w']" in errs[1] and "expected a JSON object" in errs[2]
     assert result["bad"] == 3
+
+
+def test_a_fault_while_decoding_fails_the_task_and_is_never_a_bad_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "in.json"
+    deep = "[" * 100_000 + "]" * 100_000
+    f.write_text('{"k": "a", "v": 1}\n{"k": "b", "v": ' + deep + '}\n{"k": "c", "v": 3}\n')
+    result, rows = run_task(tmp_path, [f], "json")
+    assert [r["k"] for r in rows] == ["a", None, "c"] and result["bad"] == 1
+    assert f"{f}:2: RecursionError: " in rows[1]["_err"]
+    decoded = copy_task.decode_payload
+
+    def exhausted(line: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
+        if b'"c"' in line:
+            raise MemoryError
+        return decoded(line, fmt, schema)
+
+    monkeypatch.setattr(copy_task, "decode_payload", exhausted)
+    with pytest.raises(MemoryError):
+        run_task(tmp_path, [f], "json")
 
 
 def test_failing_tasks_write_nothing_after_a_bad_row_and_stop_early(tmp_path: Path) -> None:

@@ -57,6 +57,8 @@ not decode with the declared schema, a line longer than ``max_line_bytes``)
 becomes an err row: data columns null, ``_err`` reading
 ``<file>@<offset>: <error type>: <message>`` (the message names the column
 where there is one). It is kept, and the source goes on with the next line.
+Any other failure while decoding (a MemoryError) is a fault, never a row: it
+fails the task, and the read is tried again.
 
 The declared schema is the contract, checked per line; files may drift from
 it, line by line:
@@ -140,6 +142,18 @@ DEFAULT_MAX_LINE_BYTES = 64 << 20
 _READ_CHUNK = 1 << 20
 _BATCH_ROWS = 4096
 _BATCH_BYTES = 16 << 20
+
+
+#: What decoding raises for bytes that do not decode: such a line is an err row. Anything
+#: else (a MemoryError, a bug) is a fault and propagates: it fails the task, never a row.
+DECODE_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,  # UnicodeDecodeError, JSONDecodeError, binascii.Error, pa.ArrowInvalid
+    csv.Error,
+    OverflowError,
+    RecursionError,  # JSON nested deeper than the interpreter's recursion limit
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+)
 
 
 def hidden(names: Iterable[str]) -> bool:
@@ -448,8 +462,9 @@ def decode_line(
 
     ``line`` is None for a line of ``length`` bytes, more than
     ``max_line_bytes``, which is not decoded. ``schema`` is the source's
-    :attr:`~FileSource.line_schema`. A line that does not decode is an err
-    row: data columns null, ``_err`` reading ``<file>@<offset>: <error>``.
+    :attr:`~FileSource.line_schema`. A line that does not decode
+    (:data:`DECODE_ERRORS`) is an err row: data columns null, ``_err``
+    reading ``<file>@<offset>: <error>``; any other exception propagates.
     Pure: the source's tasks and ``timeshard verify`` decode with it.
     """
     row: dict[str, Any] = {"_partition": partition, "_offset": offset, ERR: None}
@@ -461,7 +476,7 @@ def decode_line(
         if offset == 0 and fmt in ("json", "csv"):
             line = line.removeprefix(_BOM)
         row.update(decode_payload(line, fmt, schema))
-    except Exception as e:  # every decode failure becomes an err row
+    except DECODE_ERRORS as e:
         row.update(dict.fromkeys(schema.names))
         row[ERR] = f"{partition}@{offset}: {type(e).__name__}: {str(e)[:300]}"
     return row
@@ -608,8 +623,8 @@ def _utf8(text: bytes) -> bool:
 def decode_payload(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
     """The columns of one record's bytes in ``fmt`` (json, csv, text, bytes, avro framing).
 
-    Raises ValueError (or a decoding error) for bytes that do not decode;
-    the caller turns that into an err row. Pure: tasks call it.
+    Raises one of :data:`DECODE_ERRORS` for bytes that do not decode; the
+    caller turns that into an err row. Pure: tasks call it.
     """
     if fmt == "bytes":
         return {"data": raw}
@@ -730,6 +745,7 @@ def _json_text(v: Any) -> str:
 __all__ = [
     "AVRO_DECODE_ERROR",
     "AVRO_TYPES",
+    "DECODE_ERRORS",
     "DEFAULT_MAX_LINE_BYTES",
     "FORMATS",
     "FileSource",
