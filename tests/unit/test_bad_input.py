@@ -16,6 +16,7 @@ source end to end through Spark is in ``tests/integration/test_bad_input_spark.p
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -640,6 +641,19 @@ def test_csv_lines_decode_to_rows_or_err_rows(tmp_path: Path) -> None:
         else:
             assert row["_err"] is not None and want in row["_err"], (line, row)
             assert got == (None, None, None), row
+
+
+def test_a_csv_field_longer_than_pythons_csv_field_limit_decodes(tmp_path: Path) -> None:
+    """Python's csv reader refuses a field longer than its process-wide limit (131072
+    characters by default): the line decodes whatever that limit is."""
+    limit = csv.field_size_limit(131072)
+    try:
+        long = "x" * 200_000
+        rows = decode(tmp_path, {"a.csv": f"1,{long},true\n".encode()}, "csv", CSV_SCHEMA)
+    finally:
+        csv.field_size_limit(limit)
+    assert [r["_err"] for r in rows] == [None]
+    assert [(r["id"], r["name"]) for r in rows] == [(1, long)]
 
 
 def test_text_and_bytes_lines_with_invalid_utf8(tmp_path: Path) -> None:

@@ -449,8 +449,7 @@ class _LineSpec:
         return inside a line, NUL or blank line, quotes only around whole
         fields (:func:`plainly_quoted`, where Arrow's reader and Python's
         strict one agree); every line with the
-        collection's number of fields, valid UTF-8 and fields no longer than
-        Python's CSV reader takes; every value cast
+        collection's number of fields and valid UTF-8; every value cast
         (Arrow's cast, the very one ``decode_payload`` applies per value). Any
         doubt returns None, and the line-by-line path finds the bad rows.
         """
@@ -482,9 +481,6 @@ class _LineSpec:
         for name in names:
             typ = self.schema.field(name).type
             values = strings.column(name)
-            longest = pc.max(pc.binary_length(values)).as_py() or 0
-            if longest > csv.field_size_limit():  # Python's reader refuses such a field
-                return None
             values = pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
             if not pa.types.is_string(typ):
                 try:

@@ -645,6 +645,8 @@ def decode_payload(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
             name: _json_value(name, typ, value.get(name))
             for name, typ in zip(schema.names, schema.types, strict=True)
         }
+    if len(text) > csv.field_size_limit():  # the process-wide limit must not decide
+        csv.field_size_limit(len(text))  # no field is longer than its line
     try:
         rows = list(csv.reader(io.StringIO(text), strict=True))
     except csv.Error as e:
