@@ -53,6 +53,7 @@ def test_a_plan_lists_the_files_and_takes_the_schema(client: PersistClient, data
     assert plan.schema.equals(SCHEMA) and plan.header and plan.on_error == "fail"
     assert plan_copy(client, str(data), "orders", format="json").header is False
     assert plan_copy(client, str(data), "orders", format="csv", at=3).at == 3
+    assert plan_copy(client, str(data), "orders", format="csv", at=2**63 - 2).at == 2**63 - 2
 
 
 @pytest.mark.parametrize(
@@ -65,6 +66,8 @@ def test_a_plan_lists_the_files_and_takes_the_schema(client: PersistClient, data
         ({"format": "csv", "at": 2}, "at 2 is below the upper 3 of collection 'orders'"),
         ({"format": "csv", "at": -1}, "at must be a timestamp (an int >= 0), got -1"),
         ({"format": "csv", "at": True}, "got True"),
+        ({"format": "csv", "at": 2**63 - 1}, "at must be below 9223372036854775807: the COPY's"),
+        ({"format": "csv", "at": 2**63}, "a timestamp; got at 9223372036854775808"),
     ],
 )
 def test_bad_arguments_name_the_value(

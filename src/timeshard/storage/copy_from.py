@@ -81,7 +81,8 @@ on_error, ``header`` with a format other than csv, a path that does not exist
 or matches no file, an unknown collection or one COPY must not write (a
 view's shard, a source's output, a remap, catalog or status shard: their
 writers keep them equal to something else), ``not_null`` naming a column the
-collection lacks, ``at`` below the upper, a blob without a filesystem root.
+collection lacks, ``at`` below the upper or not below ``MAX_TIMESTAMP`` (the
+batch ends at ``at + 1``), a blob without a filesystem root.
 During the job (nothing is written): a CSV header or Parquet columns that do
 not match the collection, naming the file.
 
@@ -136,7 +137,7 @@ from timeshard.persist._internal.parts import PartMeta
 from timeshard.persist._internal.state import encode_schema
 from timeshard.persist.client import check_shard_id
 from timeshard.persist.write import not_appended
-from timeshard.progress import Description, frontier
+from timeshard.progress import MAX_TIMESTAMP, Description, frontier
 from timeshard.storage.copy_task import (
     PIECE_DDL,
     REPORTED_ROWS,
@@ -238,6 +239,11 @@ def plan_copy(
         raise InvalidUsage(f"header={header!r} goes with format 'csv' only, not {fmt!r}")
     if at is not None and (not isinstance(at, int) or isinstance(at, bool) or at < 0):
         raise InvalidUsage(f"at must be a timestamp (an int >= 0), got {at!r}")
+    if at is not None and at >= MAX_TIMESTAMP:
+        raise InvalidUsage(
+            f"at must be below {MAX_TIMESTAMP}: the COPY's batch ends at at + 1, which must be "
+            f"a timestamp; got at {at}"
+        )
     state = _collection(client, into)
     schema = state.data_schema
     not_null = tuple(not_null)
