@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -149,6 +151,22 @@ def test_listing_directories_and_globs(tmp_path: Path) -> None:
     assert list_files(str(root / "s?b" / "*.csv")) == (names[2],)
     assert list_files(str(root / "[s]*")) == tuple(names[2:])  # a matched directory, whole
     assert list_files("file://" + str(root / "*.csv")) == tuple("file://" + n for n in names[:2])
+
+
+def test_a_file_name_that_is_not_utf8_names_the_directory_listed(tmp_path: Path) -> None:
+    """pyarrow lists UTF-8 names only (a glob lists the directory before its first
+    wildcard, whole): the directory listed is named, not a raw UnicodeDecodeError."""
+    root = tmp_path / "d"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.csv").write_text("x\n")
+    (root / "sub" / os.fsdecode(b"caf\xe9.csv")).write_text("x\n")
+    for path in (str(root), str(root / "*.csv"), "file://" + str(root)):
+        with pytest.raises(InvalidUsage, match=r"COPY: the name of a file under "):
+            list_files(path)
+    with pytest.raises(InvalidUsage, match=rf"under '{re.escape(str(root / 'sub'))}' is not UTF-8"):
+        list_files(str(root / "sub"))
+    with pytest.raises(InvalidUsage, match=r"path '.*caf\\udce9.csv' is not UTF-8"):
+        list_files(str(root / "sub" / os.fsdecode(b"caf\xe9.csv")))
 
 
 @pytest.mark.parametrize(

@@ -327,11 +327,15 @@ def list_files(path: str) -> tuple[str, ...]:
     """The files ``path`` names (a file, a directory or a glob), sorted (driver).
 
     Local files are named by their absolute paths, others by URIs with the
-    scheme of ``path``. Raises InvalidUsage if ``path`` does not exist or
-    matches no file.
+    scheme of ``path``. Raises InvalidUsage if ``path`` does not exist,
+    matches no file, or it or a name under a directory it lists is not UTF-8.
     """
     if not isinstance(path, str) or not path.strip():
         raise InvalidUsage(f"path must be a non-empty str, got {path!r}")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidUsage(f"path {path!r} is not UTF-8") from None
     components = path.split("/")
     glob_at = next((i for i, c in enumerate(components) if _GLOB.search(c)), None)
     fixed = path if glob_at is None else "/".join(components[:glob_at])
@@ -369,14 +373,18 @@ def _files_at(fs: pafs.FileSystem, base: str, path: str) -> list[str]:
 
 
 def _walk(fs: pafs.FileSystem, directory: str) -> list[str]:
-    """The files under ``directory``, none of whose names below it is hidden."""
+    """The files under ``directory``, none of whose names below it is hidden.
+
+    Raises InvalidUsage naming ``directory`` if a name under it is not UTF-8
+    (pyarrow lists only UTF-8 names).
+    """
     infos = fs.get_file_info(pafs.FileSelector(directory, recursive=True))
+    try:
+        files = [i.path for i in infos if i.type == pafs.FileType.File]
+    except UnicodeDecodeError:  # from a FileInfo's path
+        raise InvalidUsage(f"COPY: the name of a file under {directory!r} is not UTF-8") from None
     depth = len(directory.rstrip("/").split("/"))
-    return [
-        i.path
-        for i in infos
-        if i.type == pafs.FileType.File and not hidden(i.path.split("/")[depth:])
-    ]
+    return [f for f in files if not hidden(f.split("/")[depth:])]
 
 
 def _files_matching(fs: pafs.FileSystem, base: str, pattern: list[str]) -> list[str]:
