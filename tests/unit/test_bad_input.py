@@ -16,6 +16,7 @@ source end to end through Spark is in ``tests/integration/test_bad_input_spark.p
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import random
@@ -642,6 +643,19 @@ def test_csv_lines_decode_to_rows_or_err_rows(tmp_path: Path) -> None:
             assert got == (None, None, None), row
 
 
+def test_a_csv_field_longer_than_pythons_csv_field_limit_decodes(tmp_path: Path) -> None:
+    """Python's csv reader refuses a field longer than its process-wide limit (131072
+    characters by default): the line decodes whatever that limit is."""
+    limit = csv.field_size_limit(131072)
+    try:
+        long = "x" * 200_000
+        rows = decode(tmp_path, {"a.csv": f"1,{long},true\n".encode()}, "csv", CSV_SCHEMA)
+    finally:
+        csv.field_size_limit(limit)
+    assert [r["_err"] for r in rows] == [None]
+    assert [(r["id"], r["name"]) for r in rows] == [(1, long)]
+
+
 def test_text_and_bytes_lines_with_invalid_utf8(tmp_path: Path) -> None:
     data = b"good\n\xff\xfe bad\n\n"
     text = decode(tmp_path, {"t.txt": data}, fmt="text", schema=pa.schema([("text", pa.string())]))
@@ -653,6 +667,26 @@ def test_text_and_bytes_lines_with_invalid_utf8(tmp_path: Path) -> None:
     assert "t.txt@5: UnicodeDecodeError" in text[1]["_err"]
     raw = decode(tmp_path, {"b.bin": data}, fmt="bytes", schema=pa.schema([("data", pa.binary())]))
     assert [r["data"] for r in raw] == [b"good", b"\xff\xfe bad", b""]
+
+
+def test_a_fault_while_decoding_fails_the_task_and_is_never_an_err_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bad bytes are err rows (JSON nested past the recursion limit too); a MemoryError
+    is no property of the line, and a permanent err row for it would lose the line."""
+    deep = b'{"id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    rows = decode(tmp_path, {"a.jsonl": deep + b'\n{"id": 1}\n'})
+    assert "a.jsonl@0: RecursionError: " in rows[0]["_err"] and rows[1]["id"] == 1
+    decoded = file_source.decode_payload
+
+    def exhausted(line: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
+        if line == b'{"id": 2}':
+            raise MemoryError
+        return decoded(line, fmt, schema)
+
+    monkeypatch.setattr(file_source, "decode_payload", exhausted)
+    with pytest.raises(MemoryError):
+        decode(tmp_path, {"b.jsonl": b'{"id": 1}\nnot json\n{"id": 2}\n'})
 
 
 def test_byte_order_mark_at_the_start_of_a_file_is_skipped(tmp_path: Path) -> None:

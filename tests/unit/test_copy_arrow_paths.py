@@ -12,6 +12,7 @@ reads them in small chunks so that chunk boundaries fall everywhere.
 
 from __future__ import annotations
 
+import csv
 import io
 from typing import Any
 
@@ -140,6 +141,21 @@ def test_quoted_fields_are_decoded_by_arrow(monkeypatch: pytest.MonkeyPatch) -> 
     rows, tally = decode("\n".join(lines).encode(), True, (), False, False)
     assert len(rows) == 1000 and tally.bad == 0
     assert rows[7] == {"k": 'k7, "7"', "v": 7, "ok": True, "d": None, "_err": None}
+
+
+def test_a_field_longer_than_pythons_csv_field_limit_decodes() -> None:
+    """Python's csv reader refuses a field longer than its process-wide limit (131072
+    characters by default): by Arrow or line by line, the row decodes whatever it is."""
+    long = "x" * 200_000
+    data = f"{long},1,true,2026-11-26\nshort,2,,\n".encode()
+    limit = csv.field_size_limit(131072)
+    try:
+        for fast in (True, False):
+            rows, tally = decode(data, fast, (), False, False)
+            assert [r["_err"] for r in rows] == [None, None] and tally.bad == 0
+            assert [(r["k"], r["v"]) for r in rows] == [(long, 1), ("short", 2)]
+    finally:
+        csv.field_size_limit(limit)
 
 
 @pytest.mark.parametrize(

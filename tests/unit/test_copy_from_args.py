@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ from timeshard.cli.main import main
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient
+from timeshard.storage import copy_task
 from timeshard.storage.copy_from import list_files, plan_copy, run_copy
 from timeshard.storage.copy_task import REPORTED_ROWS, CopyTask, fits
 from timeshard.storage.health import STATUS_SHARD
@@ -52,6 +55,7 @@ def test_a_plan_lists_the_files_and_takes_the_schema(client: PersistClient, data
     assert plan.schema.equals(SCHEMA) and plan.header and plan.on_error == "fail"
     assert plan_copy(client, str(data), "orders", format="json").header is False
     assert plan_copy(client, str(data), "orders", format="csv", at=3).at == 3
+    assert plan_copy(client, str(data), "orders", format="csv", at=2**63 - 2).at == 2**63 - 2
 
 
 @pytest.mark.parametrize(
@@ -64,6 +68,8 @@ def test_a_plan_lists_the_files_and_takes_the_schema(client: PersistClient, data
         ({"format": "csv", "at": 2}, "at 2 is below the upper 3 of collection 'orders'"),
         ({"format": "csv", "at": -1}, "at must be a timestamp (an int >= 0), got -1"),
         ({"format": "csv", "at": True}, "got True"),
+        ({"format": "csv", "at": 2**63 - 1}, "at must be below 9223372036854775807: the COPY's"),
+        ({"format": "csv", "at": 2**63}, "a timestamp; got at 9223372036854775808"),
     ],
 )
 def test_bad_arguments_name_the_value(
@@ -145,6 +151,22 @@ def test_listing_directories_and_globs(tmp_path: Path) -> None:
     assert list_files(str(root / "s?b" / "*.csv")) == (names[2],)
     assert list_files(str(root / "[s]*")) == tuple(names[2:])  # a matched directory, whole
     assert list_files("file://" + str(root / "*.csv")) == tuple("file://" + n for n in names[:2])
+
+
+def test_a_file_name_that_is_not_utf8_names_the_directory_listed(tmp_path: Path) -> None:
+    """pyarrow lists UTF-8 names only (a glob lists the directory before its first
+    wildcard, whole): the directory listed is named, not a raw UnicodeDecodeError."""
+    root = tmp_path / "d"
+    (root / "sub").mkdir(parents=True)
+    (root / "a.csv").write_text("x\n")
+    (root / "sub" / os.fsdecode(b"caf\xe9.csv")).write_text("x\n")
+    for path in (str(root), str(root / "*.csv"), "file://" + str(root)):
+        with pytest.raises(InvalidUsage, match=r"COPY: the name of a file under "):
+            list_files(path)
+    with pytest.raises(InvalidUsage, match=rf"under '{re.escape(str(root / 'sub'))}' is not UTF-8"):
+        list_files(str(root / "sub"))
+    with pytest.raises(InvalidUsage, match=r"path '.*caf\\udce9.csv' is not UTF-8"):
+        list_files(str(root / "sub" / os.fsdecode(b"caf\xe9.csv")))
 
 
 @pytest.mark.parametrize(
@@ -256,6 +278,27 @@ def test_json_keys_must_be_columns_and_values_are_not_coerced(tmp_path: Path) ->
     assert [e.split(": ")[0] for e in errs] == [f"{f}:{n}" for n in (3, 4, 5)]
     assert "unknown columns ['w']" in errs[1] and "expected a JSON object" in errs[2]
     assert result["bad"] == 3
+
+
+def test_a_fault_while_decoding_fails_the_task_and_is_never_a_bad_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "in.json"
+    deep = "[" * 100_000 + "]" * 100_000
+    f.write_text('{"k": "a", "v": 1}\n{"k": "b", "v": ' + deep + '}\n{"k": "c", "v": 3}\n')
+    result, rows = run_task(tmp_path, [f], "json")
+    assert [r["k"] for r in rows] == ["a", None, "c"] and result["bad"] == 1
+    assert f"{f}:2: RecursionError: " in rows[1]["_err"]
+    decoded = copy_task.decode_payload
+
+    def exhausted(line: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
+        if b'"c"' in line:
+            raise MemoryError
+        return decoded(line, fmt, schema)
+
+    monkeypatch.setattr(copy_task, "decode_payload", exhausted)
+    with pytest.raises(MemoryError):
+        run_task(tmp_path, [f], "json")
 
 
 def test_failing_tasks_write_nothing_after_a_bad_row_and_stop_early(tmp_path: Path) -> None:

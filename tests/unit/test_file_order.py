@@ -9,6 +9,7 @@ compared with verify's model on random files and bindings.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import random
@@ -153,6 +154,66 @@ def test_hidden_names_are_not_read_and_a_name_that_is_not_utf8_is_named(tmp_path
     (tmp_path / os.fsdecode(b"bad-\xff.txt")).write_bytes(b"x\n")
     with pytest.raises(InvalidUsage, match=r"bad-.*is not UTF-8"):
         source.upper()
+
+
+def test_a_directory_that_cannot_be_listed_fails_the_listing_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a source without that directory's files (``Path.rglob`` swallowed the error).
+
+    The tests run as root, whom chmod does not stop: ``os.scandir`` is made to
+    refuse the directory as it refuses another user.
+    """
+    for name in ["sub_ok/a.json", "sub_locked/b.json", "_hidden_locked/c.json"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"{}\n")
+    scandir = os.scandir
+
+    def refusing(path: Any) -> Any:
+        if os.path.basename(path).endswith("_locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    source = FileSource("f", tmp_path, "text")
+    with pytest.raises(PermissionError, match=r"sub_locked"):
+        source.upper()
+    (tmp_path / "sub_locked" / "b.json").unlink()
+    (tmp_path / "sub_locked").rmdir()
+    assert source.upper() == {"sub_ok/a.json": 3}  # a hidden directory is not listed
+
+
+def test_a_file_or_directory_removed_after_the_listing_is_not_listed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Removed between the listing and its stat (a cleanup job): the upper is the one
+    a listing after the removal gives, and the tick does not fail."""
+    for name in ["a.json", "b.json", "d/c.json", "e/f.json"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(b"{}\n")
+    source = FileSource("f", tmp_path, "text")
+    listed = FileSource._files
+
+    def removing(self: FileSource) -> list[Path]:
+        files = listed(self)
+        (tmp_path / "a.json").unlink()
+        return files
+
+    monkeypatch.setattr(FileSource, "_files", removing)
+    assert source.upper() == {"b.json": 3, "d/c.json": 3, "e/f.json": 3}
+    monkeypatch.undo()
+    scandir = os.scandir
+
+    def removing_d(path: Any) -> Any:
+        with scandir(path) as listing:
+            entries = list(listing)
+        if Path(path) == tmp_path:
+            (tmp_path / "d" / "c.json").unlink()
+            (tmp_path / "d").rmdir()
+        return contextlib.nullcontext(entries)
+
+    monkeypatch.setattr(os, "scandir", removing_d)
+    assert source.upper() == {"b.json": 3, "e/f.json": 3}
 
 
 def test_a_path_that_does_not_exist_is_an_error_not_a_source_without_data(

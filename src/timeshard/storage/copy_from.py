@@ -81,7 +81,8 @@ on_error, ``header`` with a format other than csv, a path that does not exist
 or matches no file, an unknown collection or one COPY must not write (a
 view's shard, a source's output, a remap, catalog or status shard: their
 writers keep them equal to something else), ``not_null`` naming a column the
-collection lacks, ``at`` below the upper, a blob without a filesystem root.
+collection lacks, ``at`` below the upper or not below ``MAX_TIMESTAMP`` (the
+batch ends at ``at + 1``), a blob without a filesystem root.
 During the job (nothing is written): a CSV header or Parquet columns that do
 not match the collection, naming the file.
 
@@ -136,7 +137,7 @@ from timeshard.persist._internal.parts import PartMeta
 from timeshard.persist._internal.state import encode_schema
 from timeshard.persist.client import check_shard_id
 from timeshard.persist.write import not_appended
-from timeshard.progress import Description, frontier
+from timeshard.progress import MAX_TIMESTAMP, Description, frontier
 from timeshard.storage.copy_task import (
     PIECE_DDL,
     REPORTED_ROWS,
@@ -238,6 +239,11 @@ def plan_copy(
         raise InvalidUsage(f"header={header!r} goes with format 'csv' only, not {fmt!r}")
     if at is not None and (not isinstance(at, int) or isinstance(at, bool) or at < 0):
         raise InvalidUsage(f"at must be a timestamp (an int >= 0), got {at!r}")
+    if at is not None and at >= MAX_TIMESTAMP:
+        raise InvalidUsage(
+            f"at must be below {MAX_TIMESTAMP}: the COPY's batch ends at at + 1, which must be "
+            f"a timestamp; got at {at}"
+        )
     state = _collection(client, into)
     schema = state.data_schema
     not_null = tuple(not_null)
@@ -321,11 +327,15 @@ def list_files(path: str) -> tuple[str, ...]:
     """The files ``path`` names (a file, a directory or a glob), sorted (driver).
 
     Local files are named by their absolute paths, others by URIs with the
-    scheme of ``path``. Raises InvalidUsage if ``path`` does not exist or
-    matches no file.
+    scheme of ``path``. Raises InvalidUsage if ``path`` does not exist,
+    matches no file, or it or a name under a directory it lists is not UTF-8.
     """
     if not isinstance(path, str) or not path.strip():
         raise InvalidUsage(f"path must be a non-empty str, got {path!r}")
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidUsage(f"path {path!r} is not UTF-8") from None
     components = path.split("/")
     glob_at = next((i for i, c in enumerate(components) if _GLOB.search(c)), None)
     fixed = path if glob_at is None else "/".join(components[:glob_at])
@@ -363,14 +373,18 @@ def _files_at(fs: pafs.FileSystem, base: str, path: str) -> list[str]:
 
 
 def _walk(fs: pafs.FileSystem, directory: str) -> list[str]:
-    """The files under ``directory``, none of whose names below it is hidden."""
+    """The files under ``directory``, none of whose names below it is hidden.
+
+    Raises InvalidUsage naming ``directory`` if a name under it is not UTF-8
+    (pyarrow lists only UTF-8 names).
+    """
     infos = fs.get_file_info(pafs.FileSelector(directory, recursive=True))
+    try:
+        files = [i.path for i in infos if i.type == pafs.FileType.File]
+    except UnicodeDecodeError:  # from a FileInfo's path
+        raise InvalidUsage(f"COPY: the name of a file under {directory!r} is not UTF-8") from None
     depth = len(directory.rstrip("/").split("/"))
-    return [
-        i.path
-        for i in infos
-        if i.type == pafs.FileType.File and not hidden(i.path.split("/")[depth:])
-    ]
+    return [f for f in files if not hidden(f.split("/")[depth:])]
 
 
 def _files_matching(fs: pafs.FileSystem, base: str, pattern: list[str]) -> list[str]:

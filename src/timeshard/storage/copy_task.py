@@ -24,7 +24,8 @@ what a bad row is are written there. Here is how a task reads.
   decompressed by extension.
 * A line or row that does not decode is a bad row: counted, the first
   :data:`REPORTED_ROWS` kept as :class:`BadRow`, and written as an err row
-  (data null, ``_err`` ``<file>:<n>: <error type>: <message>``).
+  (data null, ``_err`` ``<file>:<n>: <error type>: <message>``). Any other
+  failure while decoding (a MemoryError) fails the task, never a row.
 * With ``on_error="fail"`` nothing after the first bad row is written (the
   driver deletes the part anyway) and the task stops reading at its
   :data:`REPORTED_ROWS`-th bad row (``stopped``).
@@ -63,7 +64,7 @@ import pyarrow.parquet as pq
 from timeshard.errors import InvalidUsage
 from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.parts import DIFF, ERR, TS, conform, updates_schema
-from timeshard.storage.file_source import arrow_json, decode_payload
+from timeshard.storage.file_source import DECODE_ERRORS, arrow_json, decode_payload
 
 #: Bad rows a failed COPY names (and at which a task of one stops reading).
 REPORTED_ROWS = 5
@@ -448,8 +449,7 @@ class _LineSpec:
         return inside a line, NUL or blank line, quotes only around whole
         fields (:func:`plainly_quoted`, where Arrow's reader and Python's
         strict one agree); every line with the
-        collection's number of fields, valid UTF-8 and fields no longer than
-        Python's CSV reader takes; every value cast
+        collection's number of fields and valid UTF-8; every value cast
         (Arrow's cast, the very one ``decode_payload`` applies per value). Any
         doubt returns None, and the line-by-line path finds the bad rows.
         """
@@ -481,9 +481,6 @@ class _LineSpec:
         for name in names:
             typ = self.schema.field(name).type
             values = strings.column(name)
-            longest = pc.max(pc.binary_length(values)).as_py() or 0
-            if longest > csv.field_size_limit():  # Python's reader refuses such a field
-                return None
             values = pc.if_else(pc.equal(values, ""), pa.scalar(None, pa.string()), values)
             if not pa.types.is_string(typ):
                 try:
@@ -515,7 +512,7 @@ class _LineSpec:
             if self.format == "json":
                 _check_json_keys(line, columns)
             _check_not_null(row, self.not_null)
-        except Exception as e:  # every decoding failure is a bad row
+        except DECODE_ERRORS as e:  # a fault (MemoryError) fails the task, never a row
             reason = _reason(e)
             tally.add_bad(BadRow(file, n, reason))
             return {**dict.fromkeys(columns.names), ERR: f"{file}:{n}: {reason}"}

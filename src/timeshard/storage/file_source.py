@@ -6,8 +6,9 @@ last complete line, so a line being written is not read until its newline
 arrives; lines appended later are picked up by the next read, and new files
 in the directory become new partitions. A name below the root that starts
 with ``.`` or ``_`` is hidden (a Spark writer's ``_temporary``, ``_SUCCESS``),
-as COPY FROM hides it. A path that does not exist, or a file name that is not
-UTF-8, stalls the source with an error naming it.
+as COPY FROM hides it. A path that does not exist, a file name that is not
+UTF-8, or a directory or file that cannot be read (a PermissionError) stalls
+the source with an error naming it; its files are never left out silently.
 
 Order. A record's *position* is ``(file, offset)``: its file's name (the path
 relative to the source root, ``/``-separated), then the byte offset of its
@@ -56,6 +57,8 @@ not decode with the declared schema, a line longer than ``max_line_bytes``)
 becomes an err row: data columns null, ``_err`` reading
 ``<file>@<offset>: <error type>: <message>`` (the message names the column
 where there is one). It is kept, and the source goes on with the next line.
+Any other failure while decoding (a MemoryError) is a fault, never a row: it
+fails the task, and the read is tried again.
 
 The declared schema is the contract, checked per line; files may drift from
 it, line by line:
@@ -108,6 +111,7 @@ from __future__ import annotations
 import base64
 import binascii
 import csv
+import errno
 import io
 import json
 import math
@@ -138,6 +142,18 @@ DEFAULT_MAX_LINE_BYTES = 64 << 20
 _READ_CHUNK = 1 << 20
 _BATCH_ROWS = 4096
 _BATCH_BYTES = 16 << 20
+
+
+#: What decoding raises for bytes that do not decode: such a line is an err row. Anything
+#: else (a MemoryError, a bug) is a fault and propagates: it fails the task, never a row.
+DECODE_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,  # UnicodeDecodeError, JSONDecodeError, binascii.Error, pa.ArrowInvalid
+    csv.Error,
+    OverflowError,
+    RecursionError,  # JSON nested deeper than the interpreter's recursion limit
+    pa.ArrowTypeError,
+    pa.ArrowNotImplementedError,
+)
 
 
 def hidden(names: Iterable[str]) -> bool:
@@ -218,17 +234,15 @@ class FileSource:
     def _files(self) -> list[Path]:
         """The files of the source, in file order (their names as UTF-8 bytes); none whose
         name below the directory is hidden (``.`` or ``_``: a Spark writer's ``_temporary``).
+
+        Raises the OSError of a directory that cannot be listed (PermissionError
+        naming it): its files are never silently left out.
         """
         if self.path.is_file():
             return [self.path]
         if not self.path.is_dir():  # a typo must not read as a source with no data yet
             raise InvalidUsage(f"FILE source {self.name!r}: path {str(self.path)!r} does not exist")
-        files = [
-            p
-            for p in self.path.rglob("*")
-            if p.is_file() and not hidden(p.relative_to(self.path).parts)
-        ]
-        return sorted(files, key=self._order)
+        return sorted(_walk(self.path), key=self._order)
 
     def _order(self, file: Path) -> bytes:
         try:
@@ -244,9 +258,18 @@ class FileSource:
         return file.relative_to(self.path).as_posix()
 
     def upper(self) -> SourceFrontier:
+        """Per file, the offset just past its last complete line.
+
+        A file removed after the listing is left out, as a listing after its
+        removal leaves it out; bytes of it already bound but not read yet fail
+        the read (:func:`_decode_range`).
+        """
         out: SourceFrontier = {}
         for f in self._files():
-            out[self._partition(f)] = _complete_prefix(f)
+            try:
+                out[self._partition(f)] = _complete_prefix(f)
+            except FileNotFoundError:
+                continue
         return out
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
@@ -318,6 +341,41 @@ def _from_avro(lines: Any, avro_schema: str, payload: pa.Schema) -> Any:
     err = F.when(F.col(ERR).isNull() & ~ok, message).otherwise(F.col(ERR))
     columns = record_columns(F.col(_VALUE), ok, payload)
     return decoded.select("_partition", "_offset", *columns, err.alias(ERR))
+
+
+def _walk(directory: Path, top: bool = True) -> Iterator[Path]:
+    """The files below ``directory`` whose names are not hidden, in no order.
+
+    Hidden directories are not entered. A symbolic link to a file is a file;
+    one to a directory is not followed, and a dangling or looping one is no
+    file. An error listing a directory raises (``Path.rglob`` ignores a
+    PermissionError, and would leave its files out); a subdirectory removed
+    since its parent was listed holds no file.
+    """
+    try:
+        with os.scandir(directory) as listing:
+            entries = list(listing)
+    except FileNotFoundError:
+        if top:
+            raise
+        return
+    for entry in entries:
+        if hidden([entry.name]):
+            continue
+        if entry.is_dir(follow_symlinks=False):
+            yield from _walk(directory / entry.name, top=False)
+        elif _is_file(entry):
+            yield directory / entry.name
+
+
+def _is_file(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a file or a link to one (as ``Path.is_file`` says)."""
+    try:
+        return entry.is_file()
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return False
+        raise
 
 
 def _complete_prefix(file: Path) -> int:
@@ -404,8 +462,9 @@ def decode_line(
 
     ``line`` is None for a line of ``length`` bytes, more than
     ``max_line_bytes``, which is not decoded. ``schema`` is the source's
-    :attr:`~FileSource.line_schema`. A line that does not decode is an err
-    row: data columns null, ``_err`` reading ``<file>@<offset>: <error>``.
+    :attr:`~FileSource.line_schema`. A line that does not decode
+    (:data:`DECODE_ERRORS`) is an err row: data columns null, ``_err``
+    reading ``<file>@<offset>: <error>``; any other exception propagates.
     Pure: the source's tasks and ``timeshard verify`` decode with it.
     """
     row: dict[str, Any] = {"_partition": partition, "_offset": offset, ERR: None}
@@ -417,7 +476,7 @@ def decode_line(
         if offset == 0 and fmt in ("json", "csv"):
             line = line.removeprefix(_BOM)
         row.update(decode_payload(line, fmt, schema))
-    except Exception as e:  # every decode failure becomes an err row
+    except DECODE_ERRORS as e:
         row.update(dict.fromkeys(schema.names))
         row[ERR] = f"{partition}@{offset}: {type(e).__name__}: {str(e)[:300]}"
     return row
@@ -564,8 +623,8 @@ def _utf8(text: bytes) -> bool:
 def decode_payload(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
     """The columns of one record's bytes in ``fmt`` (json, csv, text, bytes, avro framing).
 
-    Raises ValueError (or a decoding error) for bytes that do not decode;
-    the caller turns that into an err row. Pure: tasks call it.
+    Raises one of :data:`DECODE_ERRORS` for bytes that do not decode; the
+    caller turns that into an err row. Pure: tasks call it.
     """
     if fmt == "bytes":
         return {"data": raw}
@@ -586,6 +645,8 @@ def decode_payload(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
             name: _json_value(name, typ, value.get(name))
             for name, typ in zip(schema.names, schema.types, strict=True)
         }
+    if len(text) > csv.field_size_limit():  # the process-wide limit must not decide
+        csv.field_size_limit(len(text))  # no field is longer than its line
     try:
         rows = list(csv.reader(io.StringIO(text), strict=True))
     except csv.Error as e:
@@ -686,6 +747,7 @@ def _json_text(v: Any) -> str:
 __all__ = [
     "AVRO_DECODE_ERROR",
     "AVRO_TYPES",
+    "DECODE_ERRORS",
     "DEFAULT_MAX_LINE_BYTES",
     "FORMATS",
     "FileSource",
