@@ -16,8 +16,10 @@ Invariants:
 
 1. Sources are built (and their options checked) before anything touches the
    location; a bad declaration fails with InvalidUsage and writes nothing.
-2. A view is installed after one step of every source, so its inputs exist.
+2. A view is installed after one step of every source, so its inputs exist. A
+   first step that fails is a failure as a later one's is (``first_failures``).
 3. ``close`` stops every view's background I/O; a step after it is an error.
+   A pipeline whose building fails closes what it had built.
 4. A step ticks every object even when some fail (faults are retried on the
    next step and shown as health), and returns the failures.
 
@@ -55,40 +57,55 @@ class Pipeline:
     ) -> None:
         sources = [build_source(s) for s in spec.source]
         self.client = client
-        self.ingestions = [
-            Ingestion(
-                spark,
-                client,
-                source,
-                envelope=s.envelope,
-                key_columns=s.key_columns,
-                clock=clock,
-                retain_history_ms=s.retain_history_ms,
-            )
-            for s, source in zip(spec.source, sources, strict=True)
-        ]
-        for ingestion in self.ingestions:
-            ingestion.step()
-        self.views = [
-            MaterializedView.install(
-                spark,
-                client,
-                ViewDefinition(
+        self.ingestions: list[Ingestion] = []
+        self.views: list[MaterializedView] = []
+        self.exports: list[ShardExport] = []
+        self.health: Health | None = None
+        self._closed = False
+        #: The objects whose first tick failed (as :meth:`step` returns them).
+        self.first_failures: dict[str, str] = {}
+        try:
+            for s, source in zip(spec.source, sources, strict=True):
+                self.ingestions.append(
+                    Ingestion(
+                        spark,
+                        client,
+                        source,
+                        envelope=s.envelope,
+                        key_columns=s.key_columns,
+                        clock=clock,
+                        retain_history_ms=s.retain_history_ms,
+                    )
+                )
+            self.first_failures = self._step_ingestions()
+            for v in spec.view:
+                definition = ViewDefinition(
                     v.name,
                     v.inputs,
                     v.sql,
                     refresh_every_ms=v.refresh_every_ms,
                     retain_history_ms=v.retain_history_ms,
-                ),
-                tick_interval_s=view_tick_s,
-            )
-            for v in spec.view
-        ]
-        self.exports = [build_export(spark, client, e) for e in spec.export]
-        self.health = Health(client, clock)
-        for export in self.exports:
-            self.health.report(export.export_id, "starting")
-        self._closed = False
+                )
+                self.views.append(
+                    MaterializedView.install(spark, client, definition, tick_interval_s=view_tick_s)
+                )
+            for e in spec.export:
+                self.exports.append(build_export(spark, client, e))
+            self.health = Health(client, clock)
+            for export in self.exports:
+                self.health.report(export.export_id, "starting")
+        except BaseException:
+            self.close()  # the leases of what was built would linger until they expire
+            raise
+
+    def _step_ingestions(self) -> dict[str, str]:
+        failures = {}
+        for ingestion in self.ingestions:
+            try:
+                ingestion.step()
+            except Exception as e:  # marked stalled by the ingestion; tried again next step
+                failures[ingestion.output] = f"{type(e).__name__}: {str(e)[:300]}"
+        return failures
 
     def step(self) -> dict[str, str]:
         """One tick of every source, then of every view; the failures, by object.
@@ -99,12 +116,8 @@ class Pipeline:
         health. The returned dict names each object whose tick failed.
         """
         assert not self._closed, "step after close"
-        failures: dict[str, str] = {}
-        for ingestion in self.ingestions:
-            try:
-                ingestion.step()
-            except Exception as e:
-                failures[ingestion.output] = f"{type(e).__name__}: {str(e)[:300]}"
+        assert self.health is not None
+        failures = self._step_ingestions()
         for view in self.views:
             view.step()
             if view.sink.last_error is not None:
@@ -133,7 +146,8 @@ class Pipeline:
             self._closed = True
             for export in self.exports:
                 export.close()
-            self.health.close()
+            if self.health is not None:
+                self.health.close()
             for view in self.views:
                 view.close()
             for ingestion in self.ingestions:

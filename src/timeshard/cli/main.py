@@ -643,20 +643,29 @@ def run(
         packages=spark_packages(spec),
         blob_uri=client.location.blob_uri,
     )
-    pipeline = Pipeline(spark, client, spec)
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if jvm_gone("run"):
-            raise typer.Exit(JVM_EXITED)
-        tick = time.monotonic()
-        failures = pipeline.step()
-        uppers = ", ".join(f"{shard}@{upper}" for shard, upper in pipeline.uppers().items())
-        console.print(f"tick {time.monotonic() - tick:.2f} s: {escape(uppers)}")
-        for obj, error in failures.items():  # retried on the next tick
+    pipeline = None
+    jvm = True
+    try:  # a failure (a Ctrl-C too) closes what was built: its leases would linger
+        pipeline = Pipeline(spark, client, spec)
+        for obj, error in pipeline.first_failures.items():  # retried on the next tick
             err_console.print(f"stalled: {escape(obj)}: {escape(error)}", soft_wrap=True)
-        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
-    pipeline.close()
-    spark.stop()
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if jvm_gone("run"):
+                jvm = False
+                raise typer.Exit(JVM_EXITED)
+            tick = time.monotonic()
+            failures = pipeline.step()
+            uppers = ", ".join(f"{s}@{upper}" for s, upper in pipeline.uppers().items())
+            console.print(f"tick {time.monotonic() - tick:.2f} s: {escape(uppers)}")
+            for obj, error in failures.items():  # retried on the next tick
+                err_console.print(f"stalled: {escape(obj)}: {escape(error)}", soft_wrap=True)
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+    finally:
+        if jvm:  # with the JVM gone, closing through it would fail or hang
+            if pipeline is not None:
+                pipeline.close()
+            spark.stop()
 
 
 def _shards_if_any(directory: Path, blob: str | None, consensus: str | None) -> list[str]:
