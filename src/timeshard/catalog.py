@@ -66,8 +66,10 @@ Invariants:
    it records its definition when promoted.
 5. Every write is decided on what is stored at the catalog's upper and lands
    only at that upper (a compare-and-set): a write decided on a stale read is
-   decided again. So :meth:`Catalog.claim_statement` gives one name to one
-   statement, whoever else claims it at the same moment.
+   decided again (after a random pause that doubles, up to 1 s, for up to
+   ``RETRY_FOR_S``; then :class:`~timeshard.errors.Determinate`, a fault). So
+   :meth:`Catalog.claim_statement` gives one name to one statement, whoever
+   else claims it at the same moment.
 
 Runs on the driver (pyarrow path, no Spark).
 """
@@ -76,6 +78,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -84,7 +87,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
-from timeshard.errors import CorruptState, InvalidUsage
+from timeshard.errors import CorruptState, Determinate, InvalidUsage
 from timeshard.persist import Appended, PersistClient
 from timeshard.persist._internal.parts import ERR
 from timeshard.persist.holds import view_hold_id
@@ -101,7 +104,8 @@ CATALOG_SCHEMA = pa.schema(
 )
 CATALOG_KEYS = ("name", "kind")
 
-_ATTEMPTS = 10
+#: How long a write goes on deciding again while other writers' appends land first.
+RETRY_FOR_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,8 +276,11 @@ class Catalog:
         is asked again, of what is stored now.
         """
         upsert: FeedbackUpsert | None = None
+        deadline = time.monotonic() + RETRY_FOR_S
+        backoff = 0.01
+        lost = 0
         try:
-            for _ in range(_ATTEMPTS):
+            while True:
                 stored, upper = self._stored()
                 changed = changes({(e.name, e.kind): e for e in stored})
                 if not changed:
@@ -286,10 +293,17 @@ class Catalog:
                 commands = [UpsertCommand(k, v, now, (now,)) for k, v in changed.items()]
                 if isinstance(upsert.apply(commands, now + 1, expected_lower=upper), Appended):
                     return len(changed)
+                lost += 1
+                if time.monotonic() > deadline:
+                    raise Determinate(
+                        f"could not write {list(what)} to the catalog: other writers' appends "
+                        f"landed first {lost} times in {RETRY_FOR_S:.0f} s; nothing was written"
+                    )
+                time.sleep(random.uniform(0, backoff))  # apart from the writers that won
+                backoff = min(backoff * 2, 1.0)
         finally:
             if upsert is not None:  # its writer and reader would linger until their leases end
                 upsert.close()
-        raise AssertionError(f"could not write {list(what)} to the catalog")
 
     def _stored(self) -> tuple[list[CatalogEntry], int]:
         """The stored entries, and the upper they were read below; rows that do not decode

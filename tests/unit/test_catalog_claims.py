@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from timeshard.catalog import CATALOG_KEYS, CATALOG_SCHEMA, CATALOG_SHARD, Catalog, read_catalog
-from timeshard.errors import UpperMismatch
+from timeshard.errors import Determinate, UpperMismatch
 from timeshard.location import Location
 from timeshard.persist import Appended, PersistClient
 from timeshard.server.engine import Engine, _Object
@@ -74,6 +74,49 @@ def test_of_two_claims_decided_on_one_read_only_the_first_append_lands(
     assert held is not None and dict(held.definition) == B
     assert len(reads) == 2 and reads[0] < reads[1], reads
     assert statements(client) == {"other": {"sql": "x", "seq": 0, "object": "view"}, "v": B}
+
+
+def overtaken_times(client: PersistClient, catalog: Catalog, times: int | None) -> list[int]:
+    """Make ``times`` (None: every) reads of ``catalog`` be overtaken by another writer's
+    record before its append; the list of reads grows as they happen."""
+    reads: list[int] = []
+    stored = catalog._stored
+    other = Catalog(client, lambda: 1)
+
+    def overtaken() -> Any:
+        out = stored()
+        reads.append(out[1])
+        if times is None or len(reads) <= times:
+            other.record_statement(f"o{len(reads)}", {"sql": "x", "seq": 0, "object": "view"})
+        return out
+
+    catalog._stored = overtaken  # type: ignore[method-assign]
+    return reads
+
+
+def test_a_write_overtaken_many_times_is_decided_again_until_it_lands(
+    client: PersistClient,
+) -> None:
+    """It gave up after 10 reads with an AssertionError: 8 processes starting at once on
+    one location lost entries that way."""
+    catalog = Catalog(client, lambda: 10)
+    reads = overtaken_times(client, catalog, 15)
+    assert catalog.claim_statement("v", A) is None
+    assert len(reads) == 16
+    assert statements(client)["v"] == A
+
+
+def test_a_write_always_overtaken_is_a_determinate_fault_in_the_end(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import timeshard.catalog as catalog_module
+
+    monkeypatch.setattr(catalog_module, "RETRY_FOR_S", 0.5)
+    catalog = Catalog(client, lambda: 10)
+    reads = overtaken_times(client, catalog, None)
+    with pytest.raises(Determinate, match=r"could not write \[\('v', 'statement'\)\]"):
+        catalog.claim_statement("v", A)
+    assert len(reads) > 1 and "v" not in statements(client)
 
 
 def test_a_claim_given_back_forgets_only_its_own_statement(client: PersistClient) -> None:
