@@ -31,7 +31,7 @@ class ModelDesired:
 
     def __init__(self) -> None:
         self.snapshots: dict[int, Counter[tuple[str, int]]] = {0: Counter()}
-        self.upper = 1
+        self.upper: int | None = 1  # None: the inputs are closed
 
     def at(self, t: int) -> Counter[tuple[str, int]]:
         return self.snapshots[max(x for x in self.snapshots if x <= t)]
@@ -43,7 +43,7 @@ class ModelDesired:
         return sorted(t for t in self.snapshots if lower <= t < upper)
 
     def snapshot(self, t: int) -> pa.Table:
-        assert t < self.upper, (t, self.upper)
+        assert self.upper is None or t < self.upper, (t, self.upper)
         rows = [{"k": k, "v": v, "_diff": d, "_err": None} for (k, v), d in self.at(t).items()]
         return pa.Table.from_pylist(
             rows, schema=pa.schema([*SCHEMA, ("_diff", pa.int64()), ("_err", pa.string())])
@@ -89,6 +89,7 @@ def test_sink_converges_to_desired(actions: list[tuple[str, Any, Any]], as_of: i
     junk_writer = client.open_writer("view")
     junk: list[tuple[int, int]] = []
     for kind, n, payload in actions:
+        assert desired.upper is not None
         if kind == "advance":
             desired.snapshots[desired.upper + n - 1] = Counter(payload)
             desired.upper += n
@@ -104,6 +105,7 @@ def test_sink_converges_to_desired(actions: list[tuple[str, Any, Any]], as_of: i
                 junk.append((upper, upper + n))
         else:
             junk_writer.compact()
+    assert desired.upper is not None
     desired.upper += 1
     final = Frontier(max(desired.upper, as_of + 1))
     desired.upper = final.time or 0
@@ -119,3 +121,27 @@ def test_sink_converges_to_desired(actions: list[tuple[str, Any, Any]], as_of: i
             got[(r["k"], r["v"])] += r["_diff"]
         want = Counter({k: v for k, v in desired.at(t).items() if v})
         assert Counter({k: v for k, v in got.items() if v}) == want, (t, junk)
+
+
+def test_inputs_closed_with_changes_ahead_are_all_written_before_the_shard_closes() -> None:
+    """With desired's upper empty, the batch was ``[lower, empty)`` but only the first time
+    of it was computed: the changes after it were never written, and the shard closed."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()), PersistConfig(backoff_ms=0.0))
+    client.open_writer("view", SCHEMA).expire()
+    reader = client.open_leased_reader("view")
+    desired = ModelDesired()
+    desired.snapshots[0] = Counter({("a", 1): 1})
+    desired.upper = 5
+    sink = MvSink(client, "view", SCHEMA, desired, ArrowEngine(), 0, background_io=False)
+    sink.run_until(Frontier(5))
+    desired.snapshots[5] = Counter({("b", 1): 1})
+    desired.snapshots[7] = Counter({("c", 1): 1})
+    desired.upper = None
+    for _ in range(3):
+        sink.step()
+    assert client.state("view").upper.is_empty(), sink.last_error
+    for t in (4, 5, 6, 7, 100):
+        got: Counter[tuple[str, int]] = Counter()
+        for r in reader.snapshot(t).to_pylist():
+            got[(r["k"], r["v"])] += r["_diff"]
+        assert Counter({k: v for k, v in got.items() if v}) == desired.at(t), t

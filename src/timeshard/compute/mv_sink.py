@@ -113,7 +113,7 @@ from timeshard.persist.holds import (
     view_hold_id,
 )
 from timeshard.persist.write import not_appended
-from timeshard.progress import Description, Frontier, Timestamp
+from timeshard.progress import MAX_TIMESTAMP, Description, Frontier, Timestamp
 
 log = logging.getLogger(__name__)
 
@@ -705,13 +705,21 @@ class MvSink:
         lower = max(self._persist_upper.time or 0, self.as_of)
         if self._persist_upper.is_empty() or not Frontier(lower) < desired_upper:
             return
-        upper = desired_upper.time if desired_upper.time is not None else lower + 1
+        upper = self._end(lower, desired_upper.time)
         times = [lower]
         if not self.incremental or self._per_time:
             times += [t for t in self.desired.change_times(lower, upper) if t > lower]
         for t in times:
             if t not in self._buffer and len(self._buffer) < self.max_buffered_times:
                 self._buffer[t] = self._evaluate(t)
+
+    def _end(self, first: Timestamp, upper: Timestamp | None) -> Timestamp:
+        """Where the updates of a batch from ``first`` to ``upper`` end: ``upper``, or with
+        closed inputs (``None``) just past their last change time, after which desired
+        stays as it is for ever."""
+        if upper is not None:
+            return upper
+        return max(self.desired.change_times(first, MAX_TIMESTAMP), default=first) + 1
 
     def _evaluate(self, t: Timestamp) -> Any:
         """Desired at ``t``, evaluated now.
@@ -747,7 +755,7 @@ class MvSink:
         lower, upper = desc.lower.time, desc.upper.time
         assert lower is not None
         first = max(lower, self.as_of)
-        end = upper if upper is not None else first + 1
+        end = self._end(first, upper)
         if self._delta_ready(desc.lower):
             return self._planned(lambda: self._incremental.delta(first, end)), None, True
         if self._written is not None and self._written[0] == desc.lower:
