@@ -255,6 +255,9 @@ class _Outcome:
     parts: int = 0
     #: The delta's Spark job failed on the data (the message): nothing was appended.
     delta_failed: str | None = None
+    #: A newer generation took the shard over: nothing was appended (the tick thread
+    #: turns the sink read-only: the worker touches only the writer and the batch).
+    fenced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -674,17 +677,23 @@ class MvSink:
         self._check_fenced()
 
     def _check_fenced(self) -> None:
-        if self._deploy is None or self.read_only:
-            return
-        current = self._deploy.current_opaque()
-        if current != self._deploy.opaque:
-            log.warning(
-                "sink %s: generation %s fenced by %s; now read-only",
-                self.shard_id,
-                self.generation,
-                current,
-            )
+        if self._superseded():
             self._fenced()
+
+    def _superseded(self) -> bool:
+        """Whether a newer generation took the shard over (a read of consensus; no change)."""
+        if self._deploy is None or self.read_only:
+            return False
+        current = self._deploy.current_opaque()
+        if current == self._deploy.opaque:
+            return False
+        log.warning(
+            "sink %s: generation %s fenced by %s; now read-only",
+            self.shard_id,
+            self.generation,
+            current,
+        )
+        return True
 
     def _fenced(self) -> None:
         """A newer generation took the shard over: read-only from now on. Its reads of the
@@ -834,11 +843,11 @@ class MvSink:
                     raise
                 if has_delta:  # between ticks, not at the start of the next one
                     self._incremental.written()
-            self._check_fenced()
-            if self.read_only:
+            fenced = self._superseded()
+            if fenced or self.read_only:
                 for batch in batches:
                     batch.delete()
-                return _Outcome(None, writer.fetch_recent_upper())
+                return _Outcome(None, writer.fetch_recent_upper(), fenced=fenced)
             try:
                 result = writer.compare_and_append_batch(
                     batches, desc.lower, desc.upper, since_floor=floor
@@ -880,6 +889,8 @@ class MvSink:
         if outcome.delta_failed is not None:
             self._go_time_by_time(outcome.delta_failed)
         elif outcome.result is None:  # fenced while staging
+            if outcome.fenced:
+                self._fenced()
             self._mint.failed()
             self._chain = None
             self._epoch += 1
