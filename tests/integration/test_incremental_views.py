@@ -33,6 +33,7 @@ from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.compute.arranged_rows import KeyedRows
 from timeshard.compute.mv_sink import DEPLOY_READER
 from timeshard.compute.view import SparkViewDesired, is_data_error
+from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.persist.holds import view_hold_id
@@ -1194,6 +1195,33 @@ def test_a_state_sum_that_overflows_is_the_views_error_until_it_fits_again(
         view.close()
         for hold in holds:
             hold.expire()
+
+
+@pytest.mark.parametrize(
+    ("sql", "column", "where"),
+    [
+        ("SELECT k, __n FROM a", "__n", "input 'a'"),  # the full path's multiples of a row
+        ("SELECT k, max(__n) AS m FROM a GROUP BY k", "__n", "input 'a'"),
+        ("SELECT k, CAST(v AS STRING) AS __err FROM a", "__err", "its output"),  # row errors
+        ("SELECT k, CAST(max(v) AS STRING) AS __err FROM a GROUP BY k", "__err", "its output"),
+        ("SELECT DISTINCT k AS __t, v FROM a", "__t", "its output"),  # the evaluation time
+    ],
+)
+def test_a_column_named_like_the_views_own_is_refused_at_install(
+    spark: SparkSession, tmp_path: Path, sql: str, column: str, where: str
+) -> None:
+    """Columns starting with ``__`` are the view's own: an input's ``__n`` was replaced by
+    the multiple of its row (wrong rows), an output ``__err`` made every row an err row, an
+    output ``__t`` made the keyed query ambiguous (every tick failed: the view stalled)."""
+    client = PersistClient(Location.embedded(tmp_path))
+    other = "__n" if "__n" in sql else "v"
+    writer = client.open_writer("in_a", pa.schema([("k", pa.int64()), (other, pa.int64())]))
+    writer.append([((1, 7), 0, 2), ((2, 8), 0, 1)], 0, 1)
+    definition = ViewDefinition("v", {"a": "in_a"}, sql)
+    with pytest.raises(InvalidUsage) as refused:
+        MaterializedView.install(spark, client, definition, background_io=False)
+    assert f"column {column!r} of {where}" in str(refused.value), refused.value
+    assert "'v'" in str(refused.value) and "v" not in client.list_shards()
 
 
 def test_an_avg_of_bigint_past_2_53_equals_the_query_at_every_time(
