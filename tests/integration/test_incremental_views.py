@@ -33,6 +33,7 @@ from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.compute.arranged_rows import KeyedRows
 from timeshard.compute.mv_sink import DEPLOY_READER
 from timeshard.compute.view import SparkViewDesired, is_data_error
+from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.persist.holds import view_hold_id
@@ -55,16 +56,16 @@ QUERIES = [
         "linear",
     ),
     ("SELECT k, v FROM a WHERE v > {n} UNION ALL SELECT k, w FROM b", "linear"),
-    ("SELECT k, count(*) AS n, sum(v) AS s, avg(v) AS m FROM a GROUP BY k", "state"),
+    ("SELECT k, count(*) AS n, sum(v) AS s, avg(CAST(v AS INT)) AS m FROM a GROUP BY k", "state"),
     (
-        "SELECT v % 3 AS r, count(v) AS c, sum(k) + {n} AS s, avg(k) AS m FROM a "
+        "SELECT v % 3 AS r, count(v) AS c, sum(k) + {n} AS s, avg(CAST(k AS INT)) AS m FROM a "
         "WHERE k <> {n} GROUP BY v % 3 HAVING sum(v) > {n}",
         "state",
     ),
     ("SELECT k, sum(v) AS s, max(v) AS hi FROM a GROUP BY k", "state"),
     ("SELECT a.k, count(*) AS n, sum(b.w) AS s FROM a JOIN b ON a.k = b.k GROUP BY a.k", "state"),
     (
-        "SELECT x.v % 2 AS p, count(y.w) AS c, avg(z.w) AS m FROM a AS x "
+        "SELECT x.v % 2 AS p, count(y.w) AS c, avg(CAST(z.w AS INT)) AS m FROM a AS x "
         "JOIN b AS y ON x.k = y.k JOIN b AS z ON z.k = x.v % 4 WHERE y.w >= {n} "
         "GROUP BY x.v % 2 HAVING count(*) > {n}",
         "state",
@@ -153,7 +154,7 @@ PARAMETERS = [
         "grouped",
     ),
     (
-        "SELECT k, sum(v) AS s FROM a WHERE v >= (SELECT avg(w) FROM b WHERE w > {n}) "
+        "SELECT k, sum(v) AS s FROM a WHERE v >= (SELECT avg(CAST(w AS INT)) FROM b WHERE w > {n}) "
         "OR k = {n} GROUP BY k",
         "grouped",
     ),
@@ -779,6 +780,8 @@ def test_join_keys_of_different_types_are_matched_as_the_query_compares_them(
             "WHERE a.v > (SELECT avg(w / 3) FROM b)",
             "Average of floating point",
         ),
+        ("SELECT k, avg(v) AS m FROM a GROUP BY k", "Average of a type wider than INT"),
+        ("SELECT k, avg(v + 1) AS m FROM a GROUP BY k", "Average of a type wider than INT"),
     ],
 )
 def test_a_query_whose_rows_depend_on_the_order_of_its_input_takes_the_full_path(
@@ -861,7 +864,8 @@ def test_tied_rows_numbered_in_another_order_leave_no_negative_row(
 @pytest.mark.parametrize(
     "sql",
     [
-        "SELECT k, count(CAST(v AS DOUBLE)) AS n, sum(v) AS s, avg(v) AS m FROM a GROUP BY k",
+        "SELECT k, count(CAST(v AS DOUBLE)) AS n, sum(v) AS s, avg(CAST(v AS INT)) AS m "
+        "FROM a GROUP BY k",
         "SELECT k, count(DISTINCT v) AS d, median(v) AS m FROM a GROUP BY k",
         "SELECT k, max(CAST(v AS DOUBLE)) AS m, min(v / 2) AS n FROM a GROUP BY k",
         "SELECT k, v, rank() OVER (PARTITION BY k ORDER BY v) AS r, "
@@ -1187,6 +1191,66 @@ def test_a_state_sum_that_overflows_is_the_views_error_until_it_fits_again(
         for t in (1, 2):
             assert normalized(reader.snapshot(t).to_pylist(), names) == Counter({("err",): 1})
         reader.expire()
+    finally:
+        view.close()
+        for hold in holds:
+            hold.expire()
+
+
+@pytest.mark.parametrize(
+    ("sql", "column", "where"),
+    [
+        ("SELECT k, __n FROM a", "__n", "input 'a'"),  # the full path's multiples of a row
+        ("SELECT k, max(__n) AS m FROM a GROUP BY k", "__n", "input 'a'"),
+        ("SELECT k, CAST(v AS STRING) AS __err FROM a", "__err", "its output"),  # row errors
+        ("SELECT k, CAST(max(v) AS STRING) AS __err FROM a GROUP BY k", "__err", "its output"),
+        ("SELECT DISTINCT k AS __t, v FROM a", "__t", "its output"),  # the evaluation time
+    ],
+)
+def test_a_column_named_like_the_views_own_is_refused_at_install(
+    spark: SparkSession, tmp_path: Path, sql: str, column: str, where: str
+) -> None:
+    """Columns starting with ``__`` are the view's own: an input's ``__n`` was replaced by
+    the multiple of its row (wrong rows), an output ``__err`` made every row an err row, an
+    output ``__t`` made the keyed query ambiguous (every tick failed: the view stalled)."""
+    client = PersistClient(Location.embedded(tmp_path))
+    other = "__n" if "__n" in sql else "v"
+    writer = client.open_writer("in_a", pa.schema([("k", pa.int64()), (other, pa.int64())]))
+    writer.append([((1, 7), 0, 2), ((2, 8), 0, 1)], 0, 1)
+    definition = ViewDefinition("v", {"a": "in_a"}, sql)
+    with pytest.raises(InvalidUsage) as refused:
+        MaterializedView.install(spark, client, definition, background_io=False)
+    assert f"column {column!r} of {where}" in str(refused.value), refused.value
+    assert "'v'" in str(refused.value) and "v" not in client.list_shards()
+
+
+def test_an_avg_of_bigint_past_2_53_equals_the_query_at_every_time(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark sums avg's argument in double: 2**53 + 1 and 1 sum to 2**53 there, not to the
+    state's exact 2**53 + 2. The state retracted an average never written (a row of
+    multiplicity -1 beside the one written, for good); Spark's double sum also rounds in
+    the order of its rows, so such an avg takes the full path."""
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs = Inputs(client)
+    sql = "SELECT k, avg(v) AS m, count(*) AS n FROM a GROUP BY k"
+    holds = [client.open_leased_reader(s) for s in INPUTS.values()]  # every time stays readable
+    inputs.append(1, [("a", "insert", 1, 2**53 + 1, 0), ("a", "insert", 1, 1, 0)])
+    view = install(spark, client, sql)
+    holds.append(client.open_leased_reader("v"))
+    try:
+        view.catch_up()
+        inputs.append(1, [("a", "insert", 1, 3, 0)])
+        view.catch_up()
+        assert view.stats.failures == 0, view.sink.last_error
+        reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
+        names = list(reference.data_schema().names)
+        reader = client.open_leased_reader("v")
+        for t in range(view.sink.as_of, inputs.upper):
+            want = normalized(from_scratch(reference, t), names)
+            assert normalized(reader.snapshot(t).to_pylist(), names) == want, t
+        reader.expire()
+        reference.close()
     finally:
         view.close()
         for hold in holds:

@@ -7,11 +7,13 @@ the output's column types are checked against Spark's analysis elsewhere
 
 from __future__ import annotations
 
+import json
+
 import pyarrow as pa
 import pytest
 import sqlglot
 
-from timeshard.compute.incremental import classify
+from timeshard.compute.incremental import classify, order_dependent
 
 SCHEMAS = {
     "a": pa.schema([("k", pa.int64()), ("v", pa.int64()), ("s", pa.string())]),
@@ -54,6 +56,74 @@ def test_repeated_arguments_share_one_state_column() -> None:
     assert plan.aggregate.summed == (True, False)  # v: summed; s: only counted
     assert plan.aggregate.values == ["__n", "__c0", "__c1", "__s0"]
     assert plan.aggregate.summed_arguments == ["__a0"]
+
+
+def test_avg_arguments_are_marked_for_their_type_check() -> None:
+    """An avg keeps state only of INT or narrower (the type check is Spark's analysis)."""
+    plan = classify("SELECT k, sum(k), avg(v), avg(k) FROM a GROUP BY k", SCHEMAS)
+    assert plan.aggregate is not None
+    assert plan.aggregate.summed_arguments == ["__a0", "__a1"]
+    assert plan.aggregate.averaged_arguments == ["__a0", "__a1"]
+    plan = classify("SELECT k, sum(v), count(k) FROM a GROUP BY k", SCHEMAS)
+    assert plan.aggregate is not None and plan.aggregate.averaged_arguments == []
+
+
+def _average(*argument: tuple[str, int, str | None]) -> str:
+    """Spark's analysed plan (``LogicalPlan.toJSON``) of ``SELECT avg(<argument>) FROM a``:
+    ``argument`` in pre-order, each node (class, number of children, its dataType)."""
+    spark = "org.apache.spark.sql.catalyst"
+    nodes = [
+        {"class": f"{spark}.expressions.Alias", "num-children": 1},
+        {"class": f"{spark}.expressions.aggregate.AggregateExpression", "num-children": 1},
+        {"class": f"{spark}.expressions.aggregate.Average", "num-children": 1},
+    ]
+    for kind, children, data_type in argument:
+        node = {"class": f"{spark}.expressions.{kind}", "num-children": children}
+        nodes.append(node if data_type is None else {**node, "dataType": data_type})
+    aggregate = {
+        "class": f"{spark}.plans.logical.Aggregate",
+        "num-children": 1,
+        "aggregateExpressions": [nodes],
+    }
+    relation = {"class": f"{spark}.plans.logical.LocalRelation", "num-children": 0}
+    return json.dumps([aggregate, relation])
+
+
+@pytest.mark.parametrize(
+    "argument",
+    [
+        [("AttributeReference", 0, "long")],  # avg(v): Spark shows no cast to double
+        [  # avg(v + i)
+            ("Add", 2, None),
+            ("AttributeReference", 0, "long"),
+            ("Cast", 1, "long"),
+            ("AttributeReference", 0, "integer"),
+        ],
+        [("Length", 1, None), ("AttributeReference", 0, "string")],  # not known to be exact
+    ],
+)
+def test_an_avg_wider_than_int_depends_on_the_order_of_its_rows(
+    argument: list[tuple[str, int, str | None]],
+) -> None:
+    """Spark sums avg's argument in double: 2**53 + 1 and 1 sum to 2**53, and a recomputed
+    group's average follows the order of its rows."""
+    why = order_dependent(_average(*argument))
+    assert why is not None and "Average of a type wider than INT" in why, why
+
+
+@pytest.mark.parametrize(
+    "argument",
+    [
+        [("AttributeReference", 0, "integer")],
+        [("Cast", 1, "integer"), ("AttributeReference", 0, "long")],  # avg(CAST(v AS INT))
+        [("Add", 2, None), ("AttributeReference", 0, "short"), ("Literal", 0, "short")],
+        [("AttributeReference", 0, "decimal(10,2)")],
+    ],
+)
+def test_an_avg_exact_in_double_does_not_depend_on_the_order(
+    argument: list[tuple[str, int, str | None]],
+) -> None:
+    assert order_dependent(_average(*argument)) is None
 
 
 def test_min_and_max_over_one_input_keep_their_extremes_in_the_state() -> None:

@@ -40,8 +40,13 @@ Exactness. Integral sums in long arithmetic are exact, so a retraction undoes
 its insertion and the state equals a from-scratch sum. Floating-point and
 decimal arguments are not taken here (a float sum depends on the order of
 its terms; decimal sums change precision): such views recompute their touched
-groups instead (:mod:`timeshard.compute.delta`). ``avg`` of an integral
-column matches Spark's (a double sum) while the sum stays below 2**53.
+groups instead (:mod:`timeshard.compute.delta`). Spark sums ``avg``'s
+argument in double: the state's exact sum gives the same average only while
+every partial sum is below 2**53, so ``avg`` is kept only of TINYINT,
+SMALLINT and INT (a group of fewer than 2**22 rows cannot reach it). A
+BIGINT reaches it with a few epoch-microsecond values, and Spark's double sum
+then depends on the order of its terms: such views take the full path
+(:func:`timeshard.compute.incremental.order_dependent`).
 
 Extremes. Over one input, ``min(x)`` and ``max(x)`` of an exactly ordered
 type (not floating point, whose -0.0 and 0.0 tie) are kept too, as state
@@ -133,6 +138,8 @@ _UNSAFE = "__unsafe"
 #: Given None (no group is unsafe): rows the write must read all the same (none), and None.
 Recompute = Callable[[Any | None], tuple[Any, Any | None]]
 _INTEGRAL = ("byte", "short", "int", "long", "tinyint", "smallint", "bigint")
+#: The argument types of avg whose double sum in Spark is exact (below 2**22 rows a group).
+_AVERAGED = ("byte", "short", "int", "tinyint", "smallint")
 
 
 @dataclass(frozen=True)
@@ -145,7 +152,8 @@ class StateQueries:
     delta terms). ``output`` reads state rows (placeholder ``state``:
     ``__g<i>``, the state columns, ``_ts``, ``_diff``) and gives the view's
     columns, ``_ts`` and ``_diff``. ``summed[j]``: whether argument ``j`` has a
-    sum in the state; ``lows[j]``, ``highs[j]``: a min, a max.
+    sum in the state; ``averaged[j]``: whether that sum gives an avg;
+    ``lows[j]``, ``highs[j]``: a min, a max.
     """
 
     contributions: Any
@@ -154,6 +162,7 @@ class StateQueries:
     summed: tuple[bool, ...]
     lows: tuple[bool, ...] = ()
     highs: tuple[bool, ...] = ()
+    averaged: tuple[bool, ...] = ()
 
 
 def state_sums(summed: tuple[bool, ...]) -> list[str]:
@@ -198,6 +207,7 @@ def state_queries(select: Any, state: str, *, extremes: bool = False) -> StateQu
     arguments: dict[str, int] = {}
     argument_nodes: list[Any] = []
     summed: list[bool] = []
+    averaged: list[bool] = []
     lows: list[bool] = []
     highs: list[bool] = []
 
@@ -212,6 +222,7 @@ def state_queries(select: Any, state: str, *, extremes: bool = False) -> StateQu
             arguments[text] = len(argument_nodes)
             argument_nodes.append(node)
             summed.append(False)
+            averaged.append(False)
             lows.append(False)
             highs.append(False)
         j = arguments[text]
@@ -225,6 +236,7 @@ def state_queries(select: Any, state: str, *, extremes: bool = False) -> StateQu
             return state_column(f"__c{argument(node.this, summed_=False)}")
         if isinstance(node, exp.Sum | exp.Avg) and not node.expressions:
             j = argument(node.this, summed_=True)
+            averaged[j] = averaged[j] or isinstance(node, exp.Avg)
             count, total = state_column(f"__c{j}"), state_column(f"__s{j}")
             value = (
                 total
@@ -316,6 +328,7 @@ def state_queries(select: Any, state: str, *, extremes: bool = False) -> StateQu
         tuple(summed),
         tuple(lows),
         tuple(highs),
+        tuple(averaged),
     )
 
 
@@ -338,8 +351,9 @@ def type_problem(
 ) -> str | None:
     """Why ``plan`` does not fit the view's types (``want``: its Spark data types), or None.
 
-    Analysis only, no job: the arguments of sum and avg must be integral, and
-    the output query must give the view's column types.
+    Analysis only, no job: the arguments of sum and avg must be integral (of
+    avg, no BIGINT: see "Exactness" in the module doc), and the output query
+    must give the view's column types.
     """
     from pyspark.errors import PySparkException
 
@@ -349,6 +363,10 @@ def type_problem(
             kind = contributions.schema[name].dataType.simpleString()
             if kind not in _INTEGRAL:
                 return f"sum/avg of {kind} keeps no state (integral sums only)"
+        for name in plan.averaged_arguments:
+            kind = contributions.schema[name].dataType.simpleString()
+            if kind not in _AVERAGED:
+                return f"avg of {kind} keeps no state (Spark sums it in double)"
         for name in plan.extreme_arguments:
             kind = contributions.schema[name].dataType
             if not _exactly_ordered(kind):

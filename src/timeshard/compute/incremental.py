@@ -48,8 +48,8 @@ input rows are taken at every change time ``t`` of the interval (and at
 ``lower - 1``), tagged ``__t``; the query runs once over all of them with
 ``__t`` added to its grouping, window partitions or join condition; the delta
 at ``t`` is the keys' rows at ``t`` minus their rows at the change time before.
-A GROUP BY whose aggregates are all count, sum and avg of integral columns
-keeps per-group state instead (:mod:`timeshard.compute.aggregate`,
+A GROUP BY whose aggregates are all count and sum of integral columns and
+avg of INT or narrower keeps per-group state instead (:mod:`timeshard.compute.aggregate`,
 :attr:`Plan.aggregate`), over one input or inner joins of several: its tick
 runs the delta terms of its FROM, joins and WHERE (over one input: its
 updates alone, no stored rows) and adds them to the touched groups' cached
@@ -237,6 +237,8 @@ class AggregatePlan:
     #: "Extremes" in :mod:`timeshard.compute.aggregate`).
     lows: tuple[bool, ...] = ()
     highs: tuple[bool, ...] = ()
+    #: Per argument: whether its sum gives an avg (whose type must be exact in double).
+    averaged: tuple[bool, ...] = ()
 
     @property
     def values(self) -> list[str]:
@@ -257,6 +259,11 @@ class AggregatePlan:
     def summed_arguments(self) -> list[str]:
         """The argument columns whose type must be integral."""
         return [f"__a{j}" for j, s in enumerate(self.summed) if s]
+
+    @property
+    def averaged_arguments(self) -> list[str]:
+        """The argument columns of avg, whose double sum in Spark must be exact."""
+        return [f"__a{j}" for j, a in enumerate(self.averaged) if a]
 
     @property
     def extreme_arguments(self) -> list[str]:
@@ -992,6 +999,7 @@ def _aggregate_plan(select: Any, view_id: int, *, extremes: bool = False) -> Pla
         queries.summed,
         queries.lows,
         queries.highs,
+        queries.averaged,
     )
     joins = f" over {n} inputs joined" if n > 1 else ""
     kept = "count/sum/avg/min/max" if any(queries.lows + queries.highs) else "count/sum/avg"
@@ -1142,6 +1150,11 @@ _ORDERLESS_AGGREGATES = frozenset(
 #: ... and of those, the ones whose result is one of their values or a count: no rounding
 #: (the rest, over floating point values, round in the order of their terms).
 _EXACT = frozenset({"Count", "CountIf", "HyperLogLogPlusPlus", "Min", "Max"})
+#: ... and of those, the ones that sum in double whatever their argument's type (Spark's
+#: Average): exact, so as a function of the multiset, only for the argument types below
+#: (INT and narrower, below 2**22 rows a group; decimals and intervals sum exactly).
+_DOUBLE_SUMS = frozenset({"Average", "TryAverage"})
+_EXACT_IN_DOUBLE = ("integer", "short", "byte", "decimal", "interval")
 #: Window functions that give tied rows the same value.
 _TIE_FREE_WINDOWS = frozenset({"Rank", "DenseRank", "PercentRank", "CumeDist"})
 
@@ -1155,8 +1168,9 @@ def order_dependent(analysed: str) -> str | None:
     same rows for the same multiset in any order. Not so for aggregates that
     keep an order (collect_list, first, max_by with ties, ...), for floating
     point sums, averages and moments (their rounding follows the order of the
-    terms), and for window functions that tell tied rows apart (row_number,
-    lag, a ROWS frame).
+    terms), for averages of BIGINT (Spark sums them in double, which rounds
+    past 2**53), and for window functions that tell tied rows apart
+    (row_number, lag, a ROWS frame).
     """
     import json
 
@@ -1174,6 +1188,14 @@ def order_dependent(analysed: str) -> str | None:
     def floats(nodes: list[Any]) -> bool:
         return any(n.get("dataType") in ("double", "float") for n in nodes)
 
+    def exact_in_double(argument: list[Any]) -> bool:
+        """Whether an argument's values sum exactly in double: its type if its root
+        names one, else (an operator) every type in it."""
+        types = [n["dataType"] for n in argument[:1] if "dataType" in n] or [
+            n["dataType"] for n in argument if "dataType" in n
+        ]
+        return all(str(t).startswith(_EXACT_IN_DOUBLE) for t in types)
+
     def check(nodes: list[Any]) -> None:
         for i, node in enumerate(nodes):
             kind = name(node)
@@ -1183,6 +1205,13 @@ def order_dependent(analysed: str) -> str | None:
                     found.append(f"the aggregate {function} depends on the order of its rows")
                 elif function not in _EXACT and floats(nodes[i + 1 : end(nodes, i + 1)]):
                     found.append(f"{function} of floating point values depends on their order")
+                elif function in _DOUBLE_SUMS and not exact_in_double(
+                    nodes[i + 2 : end(nodes, i + 1)]
+                ):
+                    found.append(
+                        f"{function} of a type wider than INT sums in double, whose rounding "
+                        "past 2**53 depends on the order of the rows (sum(x) / count(x) does not)"
+                    )
             elif kind == "WindowExpression" and i + 1 < len(nodes):
                 function = name(nodes[i + 1])
                 if function != "AggregateExpression":

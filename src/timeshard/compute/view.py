@@ -41,6 +41,13 @@ other's frames. Registering the frames and analysing the query is therefore
 one step under a lock held by every evaluation in the process
 (:data:`_EVALUATING`); the analysed plan no longer reads the catalog.
 
+Names. Columns whose names start with ``__`` (:data:`INTERNAL_PREFIX`) are
+the view's own: the multiplicity of an input row, the per-row err column,
+evaluation times and group states of the incremental terms. It is an error
+(InvalidUsage, when the view's columns are first analysed) for an input or
+the view to have such a column: the view would read or write ours in its
+place.
+
 Everything here runs on the driver and submits Spark jobs.
 """
 
@@ -139,6 +146,19 @@ class ViewDefinition:
 
 
 DATA_EXCEPTION_CLASS = "22"
+#: The prefix of the columns a view computes for itself: no input or view column has it.
+INTERNAL_PREFIX = "__"
+
+
+def check_column_names(view: str, names: list[str], where: str) -> None:
+    """Raise InvalidUsage if a column of ``names`` (those of ``where``: an input, or the
+    view's output) starts with :data:`INTERNAL_PREFIX`."""
+    internal = [n for n in names if n.startswith(INTERNAL_PREFIX)]
+    if internal:
+        raise InvalidUsage(
+            f"view {view!r}: column {internal[0]!r} of {where} starts with "
+            f"{INTERNAL_PREFIX!r}, which names the view's internal columns: rename it"
+        )
 
 
 def is_data_error(error: BaseException) -> bool:
@@ -496,13 +516,22 @@ class SparkViewDesired:
         return None
 
     def data_schema(self) -> pa.Schema:
-        """The view's data columns, from Spark's analysis of the query (no job)."""
+        """The view's data columns, from Spark's analysis of the query (no job).
+
+        Raises InvalidUsage if an input or the view has a column whose name
+        starts with :data:`INTERNAL_PREFIX`.
+        """
         if self._schema is None:
             from timeshard.spark.session import spark_to_arrow_schema
 
+            name = self.definition.name
+            for alias, reader in self.readers.items():
+                shard = self.definition.inputs[alias]
+                check_column_names(name, reader.schema.names, f"input {alias!r} ({shard!r})")
             frames = {alias: self._input_frames(alias, None)[0] for alias in self.readers}
             result = self._evaluate(frames)
             schema = spark_to_arrow_schema(result.schema)
+            check_column_names(name, schema.names, "its output")
             self._schema = pa.schema([f.with_nullable(True) for f in schema])
         return self._schema
 
@@ -655,4 +684,11 @@ class SparkViewDesired:
             return self.spark.sql(sql)
 
 
-__all__ = ["SparkViewDesired", "ViewDefinition", "ViewFunction", "is_data_error"]
+__all__ = [
+    "INTERNAL_PREFIX",
+    "SparkViewDesired",
+    "ViewDefinition",
+    "ViewFunction",
+    "check_column_names",
+    "is_data_error",
+]
