@@ -389,3 +389,74 @@ def test_a_fault_while_reading_row_events_fails_the_task() -> None:
 
     with pytest.raises(MemoryError):
         _apply_rows(_Txn("0", 5, False, True), _RowEvent(MemoryError()), _plan(), 0)
+
+
+def _time2_bytes(negative: bool, h: int, m: int, s: int, us: int, fsp: int) -> bytes:
+    """MySQL's ``my_time_packed_to_binary`` of a time (C division and remainder)."""
+    packed = ((h << 12 | m << 6 | s) << 24) + us
+    packed = -packed if negative else packed
+    head = (0x800000 + (packed >> 24)).to_bytes(3, "big")
+    fraction = -(abs(packed) % (1 << 24)) if packed < 0 else packed % (1 << 24)
+    if fsp in (1, 2):
+        return head + int(fraction / 10_000).to_bytes(1, "big", signed=True)
+    if fsp in (3, 4):
+        return head + int(fraction / 100).to_bytes(2, "big", signed=True)
+    if fsp:
+        return (packed + 0x800000000000).to_bytes(6, "big")
+    return head
+
+
+class _Packet:
+    """A row event's bytes, read with the library's own readers."""
+
+    from pymysqlreplication.packet import BinLogPacketWrapper
+
+    read_int_be_by_size = BinLogPacketWrapper.read_int_be_by_size
+    read_int24_be = BinLogPacketWrapper.read_int24_be
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def read(self, n: int) -> bytes:
+        self.at += n
+        return self.data[self.at - n : self.at]
+
+
+@pytest.mark.parametrize(
+    ("negative", "h", "m", "s", "us", "fsp"),
+    [
+        (True, 0, 0, 0, 500000, 1),
+        (True, 1, 2, 3, 450000, 2),
+        (True, 0, 0, 1, 500000, 1),
+        (True, 0, 0, 0, 1000, 3),
+        (True, 838, 59, 58, 999999, 6),
+        (True, 0, 0, 0, 1, 6),
+        (False, 12, 0, 0, 123456, 6),
+        (True, 0, 0, 0, 100, 4),
+        (True, 0, 0, 0, 10, 5),
+        (True, 838, 59, 59, 0, 0),
+        (False, 0, 0, 0, 0, 3),
+    ],
+)
+def test_time2_reads_as_the_server_prints_it(
+    negative: bool, h: int, m: int, s: int, us: int, fsp: int
+) -> None:
+    """mysql-replication read -01:02:03.45 as -01:02:03.55 and -00:00:00.001 as
+    -00:00:00.999: a negative time's fraction borrows from its integer part."""
+    from pymysqlreplication.constants import FIELD_TYPE
+    from pymysqlreplication.row_event import RowsEvent
+
+    from timeshard.storage.mysql_source import read_exactly
+
+    raw = _time2_bytes(negative, h, m, s, us, fsp)
+    want = f"{'-' if negative else ''}{h:02d}:{m:02d}:{s:02d}"
+    want += "." + f"{us:06d}"[:fsp] if fsp else ""
+    event: Any = object.__new__(RowsEvent)  # the library's reader, on the bytes alone
+    event.packet = _Packet(raw)
+    column = SimpleNamespace(name="t", type=FIELD_TYPE.TIME2, fsp=fsp)
+    event.table_map, event.table_id = {1: SimpleNamespace(columns=[column])}, 1
+    event._RowsEvent__none_sources = {}
+    read_exactly(event)
+    value = event._RowsEvent__read_values_name(column, b"\x00", 0, False, b"\x01", False, 0)
+    assert time_text(value, fsp) == want and event.packet.at == len(raw)
+    assert binlog_text(value, Column("t", "time", fsp=fsp), None, None) == want

@@ -110,6 +110,8 @@ from timeshard.storage.mysql_types import (
     gtid_frontier,
     incompatibility,
     snapshot_text,
+    time2_size,
+    time2_value,
 )
 from timeshard.storage.reclock import SourceFrontier, join_frontiers
 
@@ -815,6 +817,21 @@ def _charset(column: Any, declared: str | None) -> str | None:
     return "binary" if collation == "binary" else str(collation).split("_")[0].lower()
 
 
+def read_exactly(event: Any) -> None:
+    """Makes the row event (not read yet: the library reads its rows when first asked) hand
+    over text as its bytes and read TIME2 as MySQL does.
+
+    The library would decode text with Python's codec of the charset pymysql names, which
+    is not MySQL's for several (latin1, utf16, swe7, ...), and its TIME2 reader gets a
+    negative time's fraction wrong (``-00:00:00.001`` as ``-00:00:00.999``). Both are
+    replaced on this event only.
+    """
+    event.charset_to_encoding = _undecoded
+    event._RowsEvent__read_time2 = lambda column: time2_value(
+        event.packet.read(time2_size(column.fsp)), column.fsp
+    )
+
+
 def _row_changes(
     event: Any, table: Table, index: int
 ) -> list[tuple[int, int, str | None, list[str | None] | None]]:
@@ -825,9 +842,7 @@ def _row_changes(
     sets = {c.name: getattr(c, "set_values", None) for c in event.columns}
     declared = {c.name: c.charset for c in table.columns}
     charsets = {c.name: _charset(c, declared.get(c.name)) for c in event.columns}
-    # The library would decode with Python's codec of the charset pymysql names, which is
-    # not MySQL's for several (latin1, utf16, swe7, ...): it reads the row values only now.
-    event.charset_to_encoding = _undecoded
+    read_exactly(event)
 
     def texts(values: Mapping[str, Any], nones: Mapping[str, str]) -> list[str | None]:
         return [
