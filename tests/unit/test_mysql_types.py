@@ -460,3 +460,11 @@ def test_time2_reads_as_the_server_prints_it(
     value = event._RowsEvent__read_values_name(column, b"\x00", 0, False, b"\x01", False, 0)
     assert time_text(value, fsp) == want and event.packet.at == len(raw)
     assert binlog_text(value, Column("t", "time", fsp=fsp), None, None) == want
+
+
+def test_year_0000_reads_the_same_from_the_binlog_as_from_the_snapshot() -> None:
+    """The library adds 1900 to the stored byte: YEAR 0000 (byte 0) read as 1900."""
+    year = col("year")
+    assert decode_text(binlog_text(1900, year, None, None) or "", year) == 0
+    assert decode_text(snapshot_text("0000", year) or "", year) == 0
+    assert decode_text(binlog_text(2155, year, None, None) or "", year) == 2155

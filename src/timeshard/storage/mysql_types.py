@@ -336,6 +336,8 @@ def binlog_text(
         return repr(value)
     if isinstance(value, Decimal):
         return format(value, "f")  # as the server prints it: never exponent form
+    if t == "year" and value == 1900:
+        return "0"  # the library adds 1900 to the stored byte; 1900 is no YEAR, 0000 is
     return str(value)  # int
 
 
