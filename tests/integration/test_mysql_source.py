@@ -456,6 +456,39 @@ def test_fixed_binary_values_read_the_same_from_the_snapshot_and_the_binlog(
     ing.close()
 
 
+def test_text_in_other_charsets_and_invalid_dates_from_the_binlog(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """pymysql read latin1 as Python's cp1252 (byte 0x81 failed), the library read utf16
+    little-endian and ucs2/utf32 as UTF-8, and a date such as 2024-02-30 raised: the read
+    task failed on every retry, or an UPDATE retracted a row the snapshot never inserted."""
+    upstream.sql(
+        "CREATE TABLE t (id int, l varchar(8) CHARACTER SET latin1, "
+        "u16 varchar(8) CHARACTER SET utf16, u2 varchar(8) CHARACTER SET ucs2, "
+        "u32 varchar(8) CHARACTER SET utf32, d date)"
+    )
+    insert = "INSERT INTO t VALUES (%s, %s, %s, %s, %s, %s)"
+    texts = ("\x81\x8d\x8f\x90\x9d€é", "é😀", "é", "é😀", dt.date(2024, 2, 1))
+    upstream.txn((insert, (1, *texts)))
+    client, name, ing = started(spark, upstream, tmp_path)
+    ing.step()  # the snapshot
+    upstream.txn(("UPDATE t SET id = 2 WHERE id = 1", None), (insert, (3, *texts)))
+    upstream.sql("SET SESSION sql_mode = 'ALLOW_INVALID_DATES'")
+    upstream.txn(("INSERT INTO t (id, d) VALUES (4, '2024-02-30')", None))
+    upstream.sql("SET SESSION sql_mode = DEFAULT")
+    ing.step()  # the binlog
+    upper = client.state(f"{name}.t").upper.time
+    assert upper is not None
+    rows = output_rows(client, f"{name}.t", upper - 1, ["id", "l", "u16", "u2", "u32", "d"])
+    [err] = [r for r in rows if r[0] == "ERR"]
+    assert [r for r in rows if r != err] == [(2, *texts), (3, *texts)], rows
+    assert err[1].startswith("t: a row event does not decode: "), rows
+    ing.close()
+    upstream.sql("CREATE TABLE s (v varchar(4) CHARACTER SET swe7)")
+    with pytest.raises(InvalidUsage, match="table 's' column 'v' has character set 'swe7'"):
+        MySqlSource("m", upstream.url)
+
+
 def test_an_unreachable_server_is_a_fault_not_data(
     spark: SparkSession, mariadb_server: Any, upstream: Upstream, tmp_path: Path
 ) -> None:

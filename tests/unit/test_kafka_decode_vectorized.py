@@ -168,3 +168,27 @@ def test_a_value_that_does_not_decode_keeps_its_key() -> None:
     bad_value, bad_key = decode([(b'{"id": 7}', b'{"n": oops'), (b'{"id": ', b'{"n": 1}')], "json")
     assert bad_value["id"] == 7 and bad_value["n"] is None and "@0: " in bad_value["_err"]
     assert bad_key["id"] is None and bad_key["n"] is None and "@1: " in bad_key["_err"]
+
+
+@pytest.mark.parametrize("side", ["key", "value"])
+@pytest.mark.parametrize("fault", [MemoryError, TypeError])
+def test_a_fault_while_decoding_fails_the_task_not_a_row(
+    monkeypatch: pytest.MonkeyPatch, side: str, fault: type[Exception]
+) -> None:
+    """A MemoryError (or a bug's TypeError) decoding one record was a durable err row."""
+    from timeshard.storage import file_source
+
+    real = json.loads
+
+    def failing(text: str, **kwargs: Any) -> Any:
+        if '"boom"' in text:
+            raise fault("while decoding")
+        return real(text, **kwargs)
+
+    monkeypatch.setattr(file_source.json, "loads", failing)
+    record = (b'{"id": 1, "boom": 1}', b'{"n": 1}')
+    if side == "value":
+        record = (b'{"id": 1}', b'{"n": 1, "boom": 1}')
+    # the duplicate key sends the batch record by record
+    with pytest.raises(fault, match="while decoding"):
+        decode([(b'{"id": 2, "id": 3}', b'{"n": 2}'), record], "json")

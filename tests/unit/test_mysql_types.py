@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import Decimal
 from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -271,3 +272,199 @@ def test_a_null_gtid_position_of_a_file_is_unknown_not_empty() -> None:
     with pytest.raises(SourceUnavailable, match="was purged") as e:
         start_position(cur, {"0": 3})
     assert e.value.definite
+
+
+@pytest.mark.parametrize(
+    ("charset", "raw", "text"),
+    [
+        ("latin1", b"\x80\x81\x8d\x8f\x90\x9d\x9f\xe9", "€\x81\x8d\x8f\x90\x9dŸé"),
+        ("latin1", bytes(range(256)), None),
+        ("utf16", "é😀".encode("utf-16-be"), "é😀"),
+        ("utf16le", "é😀".encode("utf-16-le"), "é😀"),
+        ("ucs2", b"\x00\xe9", "é"),
+        ("utf32", "é😀".encode("utf-32-be"), "é😀"),
+        ("utf8mb4", "é😀".encode(), "é😀"),
+        ("utf8mb3", "é".encode(), "é"),
+        ("koi8r", b"\xc1", "\u0430"),  # Cyrillic a
+        (None, "é".encode(), "é"),
+    ],
+)
+def test_binlog_text_decodes_each_charset_as_mysql_does(
+    charset: str | None, raw: bytes, text: str | None
+) -> None:
+    """pymysql reads latin1 as Python's cp1252, which fails on 5 bytes; the library read
+    utf16 little-endian (é as U+E900) and handed ucs2/utf32 over as bytes read as UTF-8."""
+    c = col("varchar")
+    if text is None:  # every byte: latin1 has no byte MySQL fails on
+        assert len(binlog_text(raw, c, None, None, charset) or "") == 256
+        return
+    assert binlog_text(raw, c, None, None, charset) == text
+    assert decode_text(text, c) == decode_text(snapshot_text(text, c) or "", c)
+
+
+@pytest.mark.parametrize(
+    ("charset", "raw", "why"),
+    [
+        ("swe7", b"[", "character set 'swe7', which the MySQL source cannot decode"),
+        ("sjis", b"\x5c", "character set 'sjis', which the MySQL source cannot decode"),
+        ("ucs2", "😀".encode("utf-16-be"), "no text in character set 'ucs2'"),
+        ("utf16", b"\xd8\x00", "no text in character set 'utf16'"),
+        ("utf8mb4", b"\xff", "no text in character set 'utf8mb4'"),
+        ("cp1250", b"\x81", "no text in character set 'cp1250'"),
+    ],
+)
+def test_text_that_does_not_decode_is_undecodable(charset: str, raw: bytes, why: str) -> None:
+    """Never a wrong text (swe7 '[' is 'Ä'), never an error other than Undecodable."""
+    with pytest.raises(Undecodable, match=why):
+        binlog_text(raw, col("text"), None, None, charset)
+
+
+def test_a_column_keeps_its_charset_but_compares_without_it() -> None:
+    c = column_from_schema("c", "varchar", "varchar(10)", None, None, None, "LATIN1")
+    assert c.charset == "latin1" and c == Column("c", "varchar")
+
+
+class _RowEvent:
+    """A row event of table ``t (id int, d date, s varchar)`` as ``mysql-replication`` gives
+    it: ``rows`` decodes the values (with ``charset_to_encoding``) when first read."""
+
+    def __init__(
+        self, fault: BaseException | None = None, s: bytes = b"\x81", collation: str = "latin1_bin"
+    ) -> None:
+        self.fault, self.s = fault, s
+        self.columns = [
+            SimpleNamespace(name="id", type=3, unsigned=False, collation_name=None),
+            SimpleNamespace(name="d", type=10, unsigned=False, collation_name=None),
+            SimpleNamespace(name="s", type=15, unsigned=False, collation_name=collation),
+        ]
+
+    @staticmethod
+    def charset_to_encoding(name: str) -> str:
+        return "cp1252"  # pymysql's codec of latin1
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        if self.fault is not None:
+            raise self.fault
+        try:  # the library's __read_string: a codec Python lacks hands the bytes over
+            s: str | bytes = self.s.decode(self.charset_to_encoding("latin1"))
+        except LookupError:
+            s = self.s
+        return [{"values": {"id": 1, "d": dt.date(2024, 2, 1), "s": s}, "none_sources": {}}]
+
+
+def _plan() -> Any:
+    from timeshard.storage.mysql_source import ReadPlan, Table
+
+    columns = (Column("id", "int"), Column("d", "date"), Column("s", "varchar", charset="latin1"))
+    server = Server("h", 1, "u", "p", "db")
+    return ReadPlan(server, (Table("t", columns),), {"0": 1}, {"0": 9}, ("b.1", 4), ("b.1", 4))
+
+
+def test_a_binlog_value_that_does_not_decode_is_an_err_row_not_a_failed_task() -> None:
+    """A date such as 2024-02-30 (ALLOW_INVALID_DATES) raised ValueError out of the read task
+    on every retry; a latin1 byte 0x81 raised UnicodeDecodeError."""
+    from timeshard.storage.mysql_source import _apply_rows, _emit, _Txn
+
+    plan = _plan()
+    undecodable = [
+        _RowEvent(ValueError("day is out of range for month")),
+        _RowEvent(s=b"\xff", collation="utf8mb4_general_ci"),
+    ]
+    for event in undecodable:
+        txn = _Txn("0", 5, False, True)
+        _apply_rows(txn, event, plan, 0)
+        rows = list(_emit(txn, plan, {}))
+        assert rows == [(0, "0", 5, 1, rows[0][4], None)], rows
+        assert (
+            rows[0][4].startswith("t: a row event does not decode: ") and "GTID 0-5" in rows[0][4]
+        )
+    txn = _Txn("0", 6, False, True)
+    _apply_rows(txn, _RowEvent(s=b"\x81\xe9"), plan, 0)
+    assert list(_emit(txn, plan, {})) == [(0, "0", 6, 1, None, ["1", "2024-02-01", "\x81é"])]
+
+
+def test_a_fault_while_reading_row_events_fails_the_task() -> None:
+    from timeshard.storage.mysql_source import _apply_rows, _Txn
+
+    with pytest.raises(MemoryError):
+        _apply_rows(_Txn("0", 5, False, True), _RowEvent(MemoryError()), _plan(), 0)
+
+
+def _time2_bytes(negative: bool, h: int, m: int, s: int, us: int, fsp: int) -> bytes:
+    """MySQL's ``my_time_packed_to_binary`` of a time (C division and remainder)."""
+    packed = ((h << 12 | m << 6 | s) << 24) + us
+    packed = -packed if negative else packed
+    head = (0x800000 + (packed >> 24)).to_bytes(3, "big")
+    fraction = -(abs(packed) % (1 << 24)) if packed < 0 else packed % (1 << 24)
+    if fsp in (1, 2):
+        return head + int(fraction / 10_000).to_bytes(1, "big", signed=True)
+    if fsp in (3, 4):
+        return head + int(fraction / 100).to_bytes(2, "big", signed=True)
+    if fsp:
+        return (packed + 0x800000000000).to_bytes(6, "big")
+    return head
+
+
+class _Packet:
+    """A row event's bytes, read with the library's own readers."""
+
+    from pymysqlreplication.packet import BinLogPacketWrapper
+
+    read_int_be_by_size = BinLogPacketWrapper.read_int_be_by_size
+    read_int24_be = BinLogPacketWrapper.read_int24_be
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def read(self, n: int) -> bytes:
+        self.at += n
+        return self.data[self.at - n : self.at]
+
+
+@pytest.mark.parametrize(
+    ("negative", "h", "m", "s", "us", "fsp"),
+    [
+        (True, 0, 0, 0, 500000, 1),
+        (True, 1, 2, 3, 450000, 2),
+        (True, 0, 0, 1, 500000, 1),
+        (True, 0, 0, 0, 1000, 3),
+        (True, 838, 59, 58, 999999, 6),
+        (True, 0, 0, 0, 1, 6),
+        (False, 12, 0, 0, 123456, 6),
+        (True, 0, 0, 0, 100, 4),
+        (True, 0, 0, 0, 10, 5),
+        (True, 838, 59, 59, 0, 0),
+        (False, 0, 0, 0, 0, 3),
+    ],
+)
+def test_time2_reads_as_the_server_prints_it(
+    negative: bool, h: int, m: int, s: int, us: int, fsp: int
+) -> None:
+    """mysql-replication read -01:02:03.45 as -01:02:03.55 and -00:00:00.001 as
+    -00:00:00.999: a negative time's fraction borrows from its integer part."""
+    from pymysqlreplication.constants import FIELD_TYPE
+    from pymysqlreplication.row_event import RowsEvent
+
+    from timeshard.storage.mysql_source import read_exactly
+
+    raw = _time2_bytes(negative, h, m, s, us, fsp)
+    want = f"{'-' if negative else ''}{h:02d}:{m:02d}:{s:02d}"
+    want += "." + f"{us:06d}"[:fsp] if fsp else ""
+    event: Any = object.__new__(RowsEvent)  # the library's reader, on the bytes alone
+    event.packet = _Packet(raw)
+    column = SimpleNamespace(name="t", type=FIELD_TYPE.TIME2, fsp=fsp)
+    event.table_map, event.table_id = {1: SimpleNamespace(columns=[column])}, 1
+    event._RowsEvent__none_sources = {}
+    read_exactly(event)
+    value = event._RowsEvent__read_values_name(column, b"\x00", 0, False, b"\x01", False, 0)
+    assert time_text(value, fsp) == want and event.packet.at == len(raw)
+    assert binlog_text(value, Column("t", "time", fsp=fsp), None, None) == want
+
+
+def test_year_0000_reads_the_same_from_the_binlog_as_from_the_snapshot() -> None:
+    """The library adds 1900 to the stored byte: YEAR 0000 (byte 0) read as 1900."""
+    year = col("year")
+    assert decode_text(binlog_text(1900, year, None, None) or "", year) == 0
+    assert decode_text(snapshot_text("0000", year) or "", year) == 0
+    assert decode_text(binlog_text(2155, year, None, None) or "", year) == 2155

@@ -100,6 +100,7 @@ import pyarrow.compute as pc
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import ERR
 from timeshard.storage.avro import avro_payload_schema
+from timeshard.storage.file_source import DECODE_ERRORS
 from timeshard.storage.reclock import SourceFrontier
 from timeshard.storage.schema_registry import (
     HEADER_BYTES,
@@ -720,13 +721,13 @@ def _decoder(
                 }
                 try:
                     row.update(decode_record(rec["key"], key_format, "key", key_schema))
-                except Exception as e:  # every decode failure becomes an err row
+                except DECODE_ERRORS as e:  # a fault (MemoryError) fails the task, never a row
                     row.update(dict.fromkeys(key_schema.names), **null)
                     row[ERR] = _error(topic, rec, e)
                 else:  # a value that does not decode keeps its key: the key's error
                     try:
                         row.update(decode_record(rec["value"], value_format, "value", value_schema))
-                    except Exception as e:
+                    except DECODE_ERRORS as e:
                         row.update(null)
                         row[ERR] = _error(topic, rec, e)
                 for m in metadata:

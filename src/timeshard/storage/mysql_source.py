@@ -60,7 +60,13 @@ raises :class:`~timeshard.errors.SourceUnavailable` as definite: nothing is
 skipped.
 
 Errors. A value the stored type cannot hold (a zero date) makes its row an
-err row, for that table only. Changes of a table upstream are definite
+err row, for that table only. A binlog value that does not decode at all (a
+date such as ``2024-02-30`` under ``ALLOW_INVALID_DATES``, bytes that are no
+text in their charset) makes the table's changes in its transaction one err
+row. Text is decoded from its bytes as MySQL does
+(:func:`~timeshard.storage.mysql_types.charset_text`); the constructor
+refuses a column whose character set is not one it decodes exactly, naming
+table, column and charset. Changes of a table upstream are definite
 errors of that subsource, while the other tables go on: a dropped or
 retyped column makes each later transaction touching the table an err row
 (its row events' table maps show the change), and a statement that
@@ -94,6 +100,7 @@ from timeshard.persist._internal.parts import DIFF, ERR
 from timeshard.storage.cdc import DecodeTask, raw_batches
 from timeshard.storage.mysql_ddl import EVERY_TABLE, ddl_tables
 from timeshard.storage.mysql_types import (
+    CHARSETS,
     Column,
     Undecodable,
     binlog_text,
@@ -103,6 +110,8 @@ from timeshard.storage.mysql_types import (
     gtid_frontier,
     incompatibility,
     snapshot_text,
+    time2_size,
+    time2_value,
 )
 from timeshard.storage.reclock import SourceFrontier, join_frontiers
 
@@ -451,6 +460,13 @@ class MySqlSource:
             reserved = [c.name for c in columns if c.name.startswith("_")]
             if reserved:
                 raise InvalidUsage(f"table {name}: columns {reserved} start with '_' (reserved)")
+            for c in columns:
+                if c.charset is not None and c.charset not in CHARSETS:
+                    raise InvalidUsage(
+                        f"MYSQL source {self.name!r}: table {name!r} column {c.name!r} has "
+                        f"character set {c.charset!r}, which the source cannot decode from the "
+                        f"binlog exactly (it decodes {sorted(CHARSETS)})"
+                    )
             tables.append(Table(name, columns))
         return tables
 
@@ -459,14 +475,14 @@ def table_columns(conn: Any, database: str, table: str) -> tuple[Column, ...]:
     with conn.cursor() as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, "
-            "DATETIME_PRECISION FROM information_schema.COLUMNS "
+            "DATETIME_PRECISION, CHARACTER_SET_NAME FROM information_schema.COLUMNS "
             "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
             (database, table),
         )
         rows = cur.fetchall()
     out = []
     for row in rows:
-        name, data_type, column_type, precision, scale, fsp = (
+        name, data_type, column_type, precision, scale, fsp, charset = (
             None if v is None else _text(v) for v in row
         )
         assert name is not None and data_type is not None and column_type is not None, row
@@ -478,6 +494,7 @@ def table_columns(conn: Any, database: str, table: str) -> tuple[Column, ...]:
                 None if precision is None else int(precision),
                 None if scale is None else int(scale),
                 None if fsp is None else int(fsp),
+                charset,
             )
         )
     return tuple(out)
@@ -771,31 +788,80 @@ def _apply_query(txn: _Txn, event: Any, plan: ReadPlan, tables: Mapping[str, int
 
 
 def _apply_rows(txn: _Txn, event: Any, plan: ReadPlan, index: int) -> None:
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
-
+    """A row event's changes of table ``index``; a value that does not decode makes the
+    table's changes in the transaction one err row (:func:`_emit`), never a failed task."""
     table = plan.tables[index]
     why = incompatibility(table.columns, event.columns)
     if why is not None:
         txn.errors.add((index, f"{table.name}: upstream schema changed: {why}"))
         return
+    try:
+        txn.rows += _row_changes(event, table, index)
+    except ValueError as e:  # Undecodable, UnicodeDecodeError, a date such as 2024-02-30
+        detail = e if isinstance(e, Undecodable) else f"{type(e).__name__}: {e}"
+        txn.errors.add((index, f"{table.name}: a row event does not decode: {detail}"))
+
+
+def _undecoded(charset: str) -> str:
+    """A codec name no codec has: ``mysql-replication`` then hands a text value's bytes over
+    as they are (its ``LookupError`` path), for :func:`charset_text` to decode."""
+    return "timeshard-undecoded"
+
+
+def _charset(column: Any, declared: str | None) -> str | None:
+    """The MySQL charset of a table map's column: its collation's (the library's
+    ``character_set_name`` is a Python codec it guesses), else the declared one."""
+    collation = getattr(column, "collation_name", None)
+    if not collation:  # a collation id the library does not know
+        return declared
+    return "binary" if collation == "binary" else str(collation).split("_")[0].lower()
+
+
+def read_exactly(event: Any) -> None:
+    """Makes the row event (not read yet: the library reads its rows when first asked) hand
+    over text as its bytes and read TIME2 as MySQL does.
+
+    The library would decode text with Python's codec of the charset pymysql names, which
+    is not MySQL's for several (latin1, utf16, swe7, ...), and its TIME2 reader gets a
+    negative time's fraction wrong (``-00:00:00.001`` as ``-00:00:00.999``). Both are
+    replaced on this event only.
+    """
+    event.charset_to_encoding = _undecoded
+    event._RowsEvent__read_time2 = lambda column: time2_value(
+        event.packet.read(time2_size(column.fsp)), column.fsp
+    )
+
+
+def _row_changes(
+    event: Any, table: Table, index: int
+) -> list[tuple[int, int, str | None, list[str | None] | None]]:
+    """``(table, diff, None, texts)`` of each row of ``event``; raises ``ValueError`` for a
+    value that does not decode."""
+    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent
+
     sets = {c.name: getattr(c, "set_values", None) for c in event.columns}
+    declared = {c.name: c.charset for c in table.columns}
+    charsets = {c.name: _charset(c, declared.get(c.name)) for c in event.columns}
+    read_exactly(event)
 
     def texts(values: Mapping[str, Any], nones: Mapping[str, str]) -> list[str | None]:
         return [
-            binlog_text(values.get(c.name), c, nones.get(c.name), sets.get(c.name))
+            binlog_text(
+                values.get(c.name), c, nones.get(c.name), sets.get(c.name), charsets.get(c.name)
+            )
             for c in table.columns
         ]
 
+    out: list[tuple[int, int, str | None, list[str | None] | None]] = []
     for row in event.rows:
         if isinstance(event, UpdateRowsEvent):
-            txn.rows.append(
-                (index, -1, None, texts(row["before_values"], row["before_none_sources"]))
-            )
-            txn.rows.append((index, 1, None, texts(row["after_values"], row["after_none_sources"])))
+            out.append((index, -1, None, texts(row["before_values"], row["before_none_sources"])))
+            out.append((index, 1, None, texts(row["after_values"], row["after_none_sources"])))
         elif isinstance(event, DeleteRowsEvent):
-            txn.rows.append((index, -1, None, texts(row["values"], row["none_sources"])))
+            out.append((index, -1, None, texts(row["values"], row["none_sources"])))
         else:
-            txn.rows.append((index, 1, None, texts(row["values"], row["none_sources"])))
+            out.append((index, 1, None, texts(row["values"], row["none_sources"])))
+    return out
 
 
 def _emit(txn: _Txn, plan: ReadPlan, seen: Mapping[str, int]) -> Iterator[RawRow]:

@@ -41,7 +41,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -92,6 +92,9 @@ class Column:
     fsp: int = 0
     #: ``binary(n)``: n, the bytes every value has (the binlog drops trailing zero bytes).
     length: int | None = None
+    #: The character set of a text column (None: not text). Not compared: a column whose
+    #: charset changes holds the same text (the binlog carries each value's charset).
+    charset: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.data_type not in _BINLOG_TYPES:
@@ -137,6 +140,7 @@ def column_from_schema(
     precision: int | None,
     scale: int | None,
     fsp: int | None,
+    charset: str | None = None,
 ) -> Column:
     """A :class:`Column` from one row of ``information_schema.COLUMNS``."""
     fixed = re.fullmatch(r"binary\((\d+)\)", column_type.strip().lower())
@@ -148,6 +152,7 @@ def column_from_schema(
         scale=None if scale is None else int(scale),
         fsp=int(fsp or 0),
         length=int(fixed.group(1)) if fixed else None,
+        charset=None if charset is None else charset.lower(),
     )
 
 
@@ -172,6 +177,59 @@ def incompatibility(declared: Sequence[Column], binlog: Sequence[Any]) -> str | 
         ) != (column.precision, column.scale):
             return f"column {column.name!r} changed precision or scale"
     return None
+
+
+# -- character sets ------------------------------------------------------------------------
+
+#: Python's codec of each MySQL character set it decodes exactly as MariaDB does (checked
+#: byte by byte for the single-byte ones: where they differ, MariaDB's conversion has ``?``
+#: and Python's codec nothing, so such a byte is :class:`Undecodable`, never another text).
+_CODECS = {
+    **dict.fromkeys(("utf8mb4", "utf8mb3", "utf8"), "utf-8"),
+    "ascii": "ascii",
+    "ucs2": "utf-16-be",  # without surrogates (checked below)
+    "utf16": "utf-16-be",
+    "utf16le": "utf-16-le",
+    "utf32": "utf-32-be",
+    **{cp: cp for cp in ("cp1250", "cp1251", "cp1257", "cp850", "cp852")},
+    **{"latin2": "iso8859_2", "latin5": "iso8859_9", "latin7": "iso8859_13"},
+    **{"koi8r": "koi8_r", "macroman": "mac_roman", "macce": "mac_latin2", "tis620": "tis_620"},
+}
+#: MySQL's latin1 is cp1252 with the five bytes cp1252 leaves undefined mapped to the C1
+#: controls of the same number (Python's cp1252, which pymysql uses, fails on them).
+_LATIN1 = {
+    b: bytes([b]).decode("cp1252")
+    for b in range(0x80, 0xA0)
+    if b not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)
+}
+#: The character sets of the columns the MySQL source reads (others are refused).
+CHARSETS = frozenset({*_CODECS, "latin1", "binary"})
+
+
+def charset_text(raw: bytes, charset: str | None, column: Column) -> str:
+    """The text of a text column's bytes in ``charset`` (None: utf8mb4), as MySQL reads them.
+
+    Raises :class:`Undecodable`, naming the column and charset, for bytes that are no text in
+    that charset and for a charset not in :data:`CHARSETS`.
+    """
+    name = (charset or "utf8mb4").lower()
+    try:
+        if name == "latin1":
+            return raw.decode("latin-1").translate(_LATIN1)
+        text = raw.decode(_CODECS[name])
+        if name == "ucs2" and any(ord(ch) > 0xFFFF for ch in text):
+            raise ValueError("a surrogate pair in ucs2")
+        return text
+    except KeyError:
+        raise Undecodable(
+            f"column {column.name!r} ({column.data_type}) has character set {name!r}, which "
+            f"the MySQL source cannot decode (it decodes {sorted(CHARSETS)})"
+        ) from None
+    except ValueError as e:
+        raise Undecodable(
+            f"column {column.name!r} ({column.data_type}) holds bytes that are no text in "
+            f"character set {name!r}"
+        ) from e
 
 
 # -- one text form -------------------------------------------------------------------------
@@ -199,13 +257,58 @@ def time_text(value: dt.timedelta, fsp: int) -> str:
     return text
 
 
+#: The bytes of a TIME2 value of each fsp: 3 of integer part, then the fraction's.
+_TIME2_BYTES = (3, 4, 4, 5, 5, 6, 6)
+
+
+def time2_size(fsp: int) -> int:
+    """How many bytes a TIME2 (``time(fsp)``) value takes in a row event."""
+    return _TIME2_BYTES[fsp]
+
+
+def time2_value(raw: bytes, fsp: int) -> dt.timedelta:
+    """A TIME2 value from its bytes in a row event, as MySQL's ``my_time_packed_from_binary``
+    and ``TIME_from_longlong_time_packed`` read it.
+
+    The packed value is ``(hour << 36 | minute << 30 | second << 24) + microseconds``,
+    negated for a negative time, stored as one two's-complement number (biased by
+    ``0x800000...``): a negative time's fraction borrows from its integer part, which
+    ``mysql-replication`` misses (``-01:02:03.45`` read as ``-01:02:03.55``).
+
+    >>> time2_value(bytes.fromhex("7fef7cd3"), 2)  # -01:02:03.45
+    datetime.timedelta(days=-1, seconds=82676, microseconds=550000)
+    """
+    assert len(raw) == time2_size(fsp), (raw, fsp)
+    head = int.from_bytes(raw[:3], "big") - 0x800000
+    if fsp in (1, 2, 3, 4):
+        width = len(raw) - 3
+        fraction = int.from_bytes(raw[3:], "big")
+        if head < 0 and fraction:  # the fraction is signed: it borrows from the integer part
+            head, fraction = head + 1, fraction - (1 << (8 * width))
+        packed = (head << 24) + fraction * (10_000 if width == 1 else 100)
+    elif fsp:
+        packed = int.from_bytes(raw, "big") - 0x800000000000
+    else:
+        packed = head << 24
+    hms, micros = divmod(abs(packed), 1 << 24)
+    hour, minute, second = (hms >> 12) & 0x3FF, (hms >> 6) & 0x3F, hms & 0x3F
+    value = dt.timedelta(hours=hour, minutes=minute, seconds=second, microseconds=micros)
+    return -value if packed < 0 else value
+
+
 def binlog_text(
-    value: Any, column: Column, none_source: str | None, set_values: Iterable[str] | None
+    value: Any,
+    column: Column,
+    none_source: str | None,
+    set_values: Iterable[str] | None,
+    charset: str | None = None,
 ) -> str | None:
     """The text form of a value ``mysql-replication`` decoded from a row event.
 
     ``none_source`` is why the decoder gave None (``"null"``, ``"empty set"``,
-    or a value out of range); ``set_values`` the declared members of a set.
+    or a value out of range); ``set_values`` the declared members of a set;
+    ``charset`` the table map's character set of a text column, whose value is
+    its bytes (:func:`charset_text`: raises :class:`Undecodable`).
     """
     if value is None:
         if none_source == "empty set":
@@ -218,7 +321,7 @@ def binlog_text(
         raw = value.encode("utf-8") if isinstance(value, str) else value
         return raw.ljust(column.length, b"\x00").hex()  # the server pads binary(n) with zeros
     if isinstance(value, bytes):
-        return value.hex() if column.is_binary else value.decode("utf-8")
+        return value.hex() if column.is_binary else charset_text(value, charset, column)
     if isinstance(value, str):
         return value.encode("utf-8").hex() if column.is_binary else value
     if isinstance(value, set | frozenset):
@@ -233,6 +336,8 @@ def binlog_text(
         return repr(value)
     if isinstance(value, Decimal):
         return format(value, "f")  # as the server prints it: never exponent form
+    if t == "year" and value == 1900:
+        return "0"  # the library adds 1900 to the stored byte; 1900 is no YEAR, 0000 is
     return str(value)  # int
 
 
@@ -297,15 +402,19 @@ def covers(start: Mapping[str, int], lo: Mapping[str, int]) -> bool:
 
 
 __all__ = [
+    "CHARSETS",
     "INVALID",
     "Column",
     "Undecodable",
     "binlog_text",
+    "charset_text",
     "column_from_schema",
     "covers",
     "decode_text",
     "gtid_frontier",
     "incompatibility",
     "snapshot_text",
+    "time2_size",
+    "time2_value",
     "time_text",
 ]
