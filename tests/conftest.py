@@ -46,6 +46,17 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         spark_jvm.configure()
 
 
+@pytest.fixture
+def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starting Spark fails the test: the command must refuse its arguments before."""
+    import timeshard.spark
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark started although the command cannot run")
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", refuse)
+
+
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PostgresServer]:
     server = PostgresServer()

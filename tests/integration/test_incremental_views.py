@@ -1182,14 +1182,10 @@ def test_a_state_sum_that_overflows_is_the_views_error_until_it_fits_again(
             view.catch_up()
         assert view.stats.failures == 0 and view.stats.query_errors >= 1, view.stats
         assert view.stats.deltas >= 1, view.stats  # the last batches are deltas again
-        reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
-        names = list(reference.data_schema().names)
+        assert_the_query(spark, client, "v", sql, range(view.sink.as_of, inputs.upper))
         reader = client.open_leased_reader("v")
-        for t in range(view.sink.as_of, inputs.upper):
-            want = normalized(from_scratch(reference, t), names)
-            assert normalized(reader.snapshot(t).to_pylist(), names) == want, t
-        for t in (1, 2):
-            assert normalized(reader.snapshot(t).to_pylist(), names) == Counter({("err",): 1})
+        for t in (1, 2):  # an ok row would count as ()
+            assert normalized(reader.snapshot(t).to_pylist(), []) == Counter({("err",): 1})
         reader.expire()
     finally:
         view.close()
@@ -1243,14 +1239,7 @@ def test_an_avg_of_bigint_past_2_53_equals_the_query_at_every_time(
         inputs.append(1, [("a", "insert", 1, 3, 0)])
         view.catch_up()
         assert view.stats.failures == 0, view.sink.last_error
-        reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
-        names = list(reference.data_schema().names)
-        reader = client.open_leased_reader("v")
-        for t in range(view.sink.as_of, inputs.upper):
-            want = normalized(from_scratch(reference, t), names)
-            assert normalized(reader.snapshot(t).to_pylist(), names) == want, t
-        reader.expire()
-        reference.close()
+        assert_the_query(spark, client, "v", sql, range(view.sink.as_of, inputs.upper))
     finally:
         view.close()
         for hold in holds:

@@ -262,14 +262,9 @@ def test_a_limit_below_one_is_refused(
     monkeypatch: pytest.MonkeyPatch,
     command: list[str],
     limit: str,
+    no_spark: None,
 ) -> None:
     """``--limit -1`` dropped the last row; ``--limit 0`` printed one row on a server."""
-    import timeshard.spark
-
-    def no_spark(**kwargs: object) -> None:
-        raise AssertionError("Spark started although --limit is wrong")
-
-    monkeypatch.setattr(timeshard.spark, "spark_session", no_spark)
     make_shard(tmp_path)
     code, out, err = run_main(
         [*command, "--limit", limit, "-l", str(tmp_path)], capsys, monkeypatch
@@ -292,14 +287,9 @@ def test_serve_checks_its_arguments_before_creating_a_location(
     monkeypatch: pytest.MonkeyPatch,
     args: list[str],
     message: str,
+    no_spark: None,
 ) -> None:
     """A read-only server never creates a location; a writer, only once all is checked."""
-    import timeshard.spark
-
-    def no_spark(**kwargs: object) -> None:
-        raise AssertionError("Spark started although serve cannot run")
-
-    monkeypatch.setattr(timeshard.spark, "spark_session", no_spark)
     monkeypatch.delenv("TIMESHARD_SERVE_PASSWORD", raising=False)
     missing = tmp_path / "nowhere"
     code, _, err = run_main(["serve", *args, "-l", str(missing)], capsys, monkeypatch)

@@ -37,16 +37,6 @@ def test_shards_named_in(sql: str, named: list[str]) -> None:
     assert shards_named_in(sql, KNOWN) == named
 
 
-@pytest.fixture
-def no_spark(monkeypatch: pytest.MonkeyPatch) -> None:
-    import timeshard.spark
-
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("Spark started although the query cannot run")
-
-    monkeypatch.setattr(timeshard.spark, "spark_session", refuse)
-
-
 def two_shards(root: Path) -> ReadHandle:
     """``early`` readable at [0, 2]; ``late`` readable at [5, 7] (its since is held at 5)."""
     client = PersistClient(Location.embedded(root))
