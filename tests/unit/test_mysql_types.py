@@ -183,6 +183,26 @@ def test_incompatibility_of_table_maps() -> None:
     ) == ("column 'd' changed precision or scale")
 
 
+@pytest.mark.parametrize(
+    ("declared", "now", "why"),
+    [
+        (Column("t", "time", fsp=0), {"type": 19, "fsp": 3}, "changed its fractional digits"),
+        (Column("t", "datetime", fsp=6), {"type": 18, "fsp": 0}, "changed its fractional digits"),
+        (Column("t", "timestamp", fsp=2), {"type": 17, "fsp": 2}, None),
+        (Column("t", "binary", length=4), {"type": 254, "max_length": 8}, "changed its length"),
+        (Column("t", "binary", length=4), {"type": 254, "max_length": 4}, None),
+        (Column("t", "char"), {"type": 254, "max_length": 40}, None),
+    ],
+)
+def test_a_table_map_with_other_fractional_digits_or_binary_length_is_incompatible(
+    declared: Column, now: dict[str, int], why: str | None
+) -> None:
+    """``TIME(0)`` altered to ``TIME(3)`` was read cut to whole seconds, ``binary(4)`` altered
+    to ``binary(8)`` padded to 4 bytes: the table map said so, and nothing compared it."""
+    got = incompatibility([declared], [SimpleNamespace(name="t", **now)])
+    assert got == (None if why is None else f"column 't' {why}")
+
+
 def test_identifiers_are_quoted_and_urls_parsed() -> None:
     assert quote("orders") == "`orders`"
     for bad in ("a`b", "a\x00b", "", "x" * 65):

@@ -160,7 +160,9 @@ def incompatibility(declared: Sequence[Column], binlog: Sequence[Any]) -> str | 
     """Why a binlog table map's columns cannot be read as ``declared`` (None: they can).
 
     ``binlog`` are ``mysql-replication`` columns (``name``, ``type``,
-    ``unsigned``, ``precision``, ``decimals``); new columns are fine.
+    ``unsigned``, ``precision``, ``decimals``, ``fsp``, ``max_length``); new columns are
+    fine. A changed number of fractional digits, or length of a ``binary(n)``, is not:
+    its values would be cut or padded to the declared one.
     """
     by_name = {c.name: c for c in binlog}
     for column in declared:
@@ -176,6 +178,12 @@ def incompatibility(declared: Sequence[Column], binlog: Sequence[Any]) -> str | 
             getattr(now, "decimals", None),
         ) != (column.precision, column.scale):
             return f"column {column.name!r} changed precision or scale"
+        fsp = getattr(now, "fsp", None)  # TIME2, DATETIME2 and TIMESTAMP2 carry it
+        if column.data_type in ("time", "datetime", "timestamp") and fsp not in (None, column.fsp):
+            return f"column {column.name!r} changed its fractional digits"
+        length = getattr(now, "max_length", None)  # binary(n) is padded to n bytes
+        if column.length is not None and length not in (None, column.length):
+            return f"column {column.name!r} changed its length"
     return None
 
 
