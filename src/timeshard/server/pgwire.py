@@ -14,7 +14,9 @@ maps statements to messages:
 * ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
   text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
   row, until its ``UP TO`` passes, the client cancels (``CancelRequest``,
-  psql's Ctrl-C) or the connection closes;
+  psql's Ctrl-C), sends ``CopyFail``, or ``Terminate`` or closes the
+  connection (looked for at every row and heartbeat); messages pipelined
+  behind it (a ``Sync``) are answered after it, as PostgreSQL does;
 * cursors, as Materialize has them: ``DECLARE c CURSOR FOR {SUBSCRIBE ... |
   query}`` in a transaction block (or a message of several statements, an
   implicit one) runs the statement and keeps its rows in the session;
@@ -332,6 +334,7 @@ class _Handler(socketserver.BaseRequestHandler):
         self.cancel = threading.Event()
         self.key = (os.getpid() & 0x7FFFFFFF, secrets.token_bytes(4))
         self.out = bytearray()
+        self.unread = bytearray()  # bytes read while a statement ran, not yet decoded
 
     def handle(self) -> None:
         try:
@@ -370,19 +373,47 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _messages(self) -> Iterator[PGMessage]:
         while True:
-            data = self.sock.recv(1 << 16)
+            if self.unread:  # what came while a COPY OUT or a FETCH ran, in order
+                data = bytes(self.unread)
+                self.unread.clear()
+            else:
+                data = self.sock.recv(1 << 16)
             if not data:
                 raise _Closed
             yield from self.conn.receive(data)
 
-    def _client_gone(self) -> bool:
-        readable, _, _ = select.select([self.sock], [], [], 0)
-        if not readable:
-            return False
-        try:
-            return self.sock.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            return True
+    def _client_input(self, copying: bool) -> None:
+        """Read what the client sent while a COPY OUT (``copying``) or a waiting FETCH
+        runs, without blocking: Terminate, or the connection's end, raise _Closed
+        (libpq's close sends Terminate, then closes); a CopyFail during COPY OUT
+        ends the COPY with an error. Any other message (a pipelined ``Sync``) waits
+        in ``unread`` for :meth:`_messages`, as PostgreSQL reads it after the COPY.
+        """
+        while select.select([self.sock], [], [], 0)[0]:
+            try:
+                data = self.sock.recv(1 << 16)
+            except OSError:
+                raise _Closed from None
+            if not data:
+                raise _Closed
+            self.unread += data
+        pos = 0
+        while len(self.unread) - pos >= 5:
+            kind = self.unread[pos : pos + 1]
+            (length,) = struct.unpack("!i", self.unread[pos + 1 : pos + 5])
+            if length < 4:  # no message is that short: the stream is garbled
+                raise _Closed
+            end = pos + 1 + length
+            if len(self.unread) < end:
+                break
+            if kind == b"X":
+                raise _Closed
+            if kind == b"f" and copying:
+                reason = bytes(self.unread[pos + 5 : end]).rstrip(b"\0")
+                del self.unread[pos:end]
+                message = reason.decode("utf-8", "replace")
+                raise SqlError(f"COPY terminated by the client: {message}", "57014")
+            pos = end
 
     # -- start-up
 
@@ -574,8 +605,7 @@ class _Handler(socketserver.BaseRequestHandler):
         """Raise if the client canceled the statement or went away."""
         if self.cancel.is_set():
             raise SqlError("canceling statement due to user request", "57014")
-        if self._client_gone():
-            raise _Closed
+        self._client_input(copying=False)
 
     def _close_cursors(self, name: str | None) -> None:
         """Close the cursor ``name``, or every cursor of the session (None)."""
@@ -616,8 +646,7 @@ class _Handler(socketserver.BaseRequestHandler):
             for row in stream.rows:
                 if self.cancel.is_set():
                     raise SqlError("canceling statement due to user request", "57014")
-                if self._client_gone():
-                    raise _Closed
+                self._client_input(copying=True)
                 if not row:
                     self._flush()
                     continue
