@@ -23,12 +23,50 @@ import psycopg
 import pytest
 from tests.unit.test_pgwire_cursor import StandIn
 
+from timeshard.server.engine import Result, Stream
 from timeshard.server.pgwire import PgServer
+from timeshard.server.statements import Statement
+
+
+class Leasing(StandIn):
+    """A SUBSCRIBE's rows count their close in ``released``, read or not, as the
+    engine's expire their reader (the stand-in's count only rows that started)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.released = 0
+
+    def execute(self, statement: Statement) -> Result | Stream:
+        result = super().execute(statement)
+        if isinstance(result, Stream):
+            return Stream(result.columns, _Leased(result.rows, self))
+        return result
+
+
+class _Leased:
+    def __init__(self, rows: Iterator[tuple[Any, ...]], engine: Leasing) -> None:
+        self.rows = rows
+        self.engine = engine
+        self.closed = False
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return self
+
+    def __next__(self) -> tuple[Any, ...]:
+        return next(self.rows)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.engine.released += 1
+            close = getattr(self.rows, "close", None)
+            if close is not None:
+                close()
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[PgServer, StandIn]]:
-    engine = StandIn()
+def served() -> Iterator[tuple[PgServer, Leasing]]:
+    engine = Leasing()
     server = PgServer(engine, "127.0.0.1", 0)  # type: ignore[arg-type]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server, engine
@@ -101,7 +139,7 @@ class Client:
 
 @pytest.mark.parametrize("terminate", [True, False], ids=["terminate", "close"])
 def test_a_client_leaving_a_copy_out_ends_its_subscribe(
-    served: tuple[PgServer, StandIn], terminate: bool
+    served: tuple[PgServer, Leasing], terminate: bool
 ) -> None:
     server, engine = served
     client = Client(server)
@@ -116,7 +154,7 @@ def test_a_client_leaving_a_copy_out_ends_its_subscribe(
 
 
 def test_psycopg_closing_after_a_copy_ends_its_subscribe(
-    served: tuple[PgServer, StandIn],
+    served: tuple[PgServer, Leasing],
 ) -> None:
     server, engine = served
     engine.feed((1, 1, "a"))
@@ -134,7 +172,7 @@ def test_psycopg_closing_after_a_copy_ends_its_subscribe(
 
 
 def test_a_client_leaving_a_waiting_fetch_ends_its_subscribe(
-    served: tuple[PgServer, StandIn],
+    served: tuple[PgServer, Leasing],
 ) -> None:
     server, engine = served
     client = Client(server)
@@ -147,7 +185,7 @@ def test_a_client_leaving_a_waiting_fetch_ends_its_subscribe(
     until(lambda: engine.closed == 1, "the cursor's SUBSCRIBE outlived its client")
 
 
-def test_copy_fail_ends_a_copy_out_with_an_error(served: tuple[PgServer, StandIn]) -> None:
+def test_copy_fail_ends_a_copy_out_with_an_error(served: tuple[PgServer, Leasing]) -> None:
     server, engine = served
     client = Client(server)
     client.sock.sendall(query("SUBSCRIBE v"))
@@ -162,7 +200,7 @@ def test_copy_fail_ends_a_copy_out_with_an_error(served: tuple[PgServer, StandIn
 
 
 def test_a_query_sent_during_a_copy_out_is_answered_after_it(
-    served: tuple[PgServer, StandIn],
+    served: tuple[PgServer, Leasing],
 ) -> None:
     server, engine = served
     client = Client(server)
@@ -174,3 +212,81 @@ def test_a_query_sent_during_a_copy_out_is_answered_after_it(
     assert [kind for kind, _ in client.until(b"Z")] == [b"d", b"c", b"C", b"Z"]
     assert engine.closed == 1
     assert [kind for kind, _ in client.until(b"Z")] == [b"T", *[b"D"] * 5, b"C", b"Z"]
+
+
+def describe_subscribe(client: Client, portal: bytes) -> None:
+    """Bind ``portal`` to a SUBSCRIBE and describe it (which runs it), not executed."""
+    client.sock.sendall(parse("SUBSCRIBE v") + bind(portal) + describe(portal) + message(b"H"))
+    client.until(b"n")  # NoData; Flush, not Sync: the portal lives on
+
+
+@pytest.mark.parametrize(
+    "drop",
+    ["close", "bind again", "sync", "simple query", "connection end"],
+)
+def test_dropping_a_subscribe_portal_closes_it(served: tuple[PgServer, Leasing], drop: str) -> None:
+    server, engine = served
+    client = Client(server)
+    describe_subscribe(client, b"" if drop in ("sync", "simple query") else b"p")
+    assert (engine.opened, engine.released) == (1, 0)
+    if drop == "close":
+        client.sock.sendall(close(b"p") + SYNC)
+    elif drop == "bind again":
+        client.sock.sendall(parse("SELECT 1") + bind(b"p") + SYNC)
+    elif drop == "sync":
+        client.sock.sendall(SYNC)
+    elif drop == "simple query":
+        client.sock.sendall(query("SELECT 1"))
+    if drop == "connection end":
+        client.sock.sendall(TERMINATE)
+        client.sock.close()
+    else:
+        client.until(b"Z")
+    until(lambda: engine.released == 1, f"the SUBSCRIBE outlived its portal ({drop})")
+
+
+def test_a_portal_in_a_transaction_block_lives_until_its_end(
+    served: tuple[PgServer, Leasing],
+) -> None:
+    server, engine = served
+    client = Client(server)
+    client.sock.sendall(query("BEGIN"))
+    client.until(b"Z")
+    describe_subscribe(client, b"p")
+    client.sock.sendall(SYNC)
+    client.until(b"Z")
+    assert engine.released == 0  # a Sync in a transaction block ends nothing
+    client.sock.sendall(query("COMMIT"))
+    client.until(b"Z")
+    client.sock.sendall(SYNC)
+    client.until(b"Z")
+    assert engine.released == 1
+
+
+def test_a_described_subscribe_portal_releases_its_readers_lease() -> None:
+    """r2b: the engine's SUBSCRIBE of a portal only described, then closed, leaves no
+    leased reader on its shard."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from timeshard.location import Location
+    from timeshard.location.memory import MemoryBlob, MemoryConsensus
+    from timeshard.persist import PersistClient
+    from timeshard.server.engine import Engine
+
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    writer = client.open_writer("v", pa.schema([("k", pa.string())]))
+    writer.compare_and_append_batch([writer.batch([(("a",), 0, 1)], 0, 1)], 0, 1)
+    server = PgServer(Engine(SimpleNamespace(), client, follow_s=3600), "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wire = Client(server)
+        describe_subscribe(wire, b"p")
+        assert len(client._machine("v", None).fetch().leased_readers) == 1
+        wire.sock.sendall(close(b"p") + SYNC)
+        wire.until(b"Z")
+        assert client._machine("v", None).fetch().leased_readers == {}
+    finally:
+        server.shutdown()
+        server.server_close()

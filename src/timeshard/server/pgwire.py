@@ -10,7 +10,10 @@ maps statements to messages:
   with parameters in text, or in binary for the integer, float, boolean,
   numeric and text types drivers send that way, which :func:`~timeshard.server.statements.bind`
   turns into literals; a portal's rows are produced when it is described or
-  first executed, and ``Execute`` with a row limit suspends it;
+  first executed, and ``Execute`` with a row limit suspends it; a portal is
+  closed by ``Close``, a ``Bind`` of its name, the ``Sync`` that ends its
+  implicit transaction (outside a transaction block), a simple query (the
+  unnamed portal) and the connection's end -- a SUBSCRIBE's with its reader;
 * ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
   text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
   row, until its ``UP TO`` passes, the client cancels (``CancelRequest``,
@@ -358,6 +361,7 @@ class _Handler(socketserver.BaseRequestHandler):
             with self.server.cancels_lock:
                 self.server.cancels.pop(self.key, None)
             self._close_cursors(None)
+            self._close_portals(None)
 
     # -- I/O
 
@@ -494,6 +498,8 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         if isinstance(msg, Sync):
             s.skipping = False
+            if not s.in_transaction:  # the implicit transaction ends, and its portals
+                self._close_portals(None)
             self._send(ReadyForQuery(status=s.status))
             return
         if s.skipping or isinstance(msg, Flush):
@@ -509,13 +515,17 @@ class _Handler(socketserver.BaseRequestHandler):
             elif isinstance(msg, Execute):
                 self._execute_portal(msg)
             elif isinstance(msg, Close):
-                (s.statements if msg.kind == "S" else s.portals).pop(msg.name, None)
+                if msg.kind == "S":
+                    s.statements.pop(msg.name, None)
+                else:
+                    self._close_portals(msg.name)
                 self._send(CloseComplete())
         except Exception as e:
             self._fail(_sql_error(e))
             s.skipping = True
 
     def _simple(self, text: str) -> None:
+        self._close_portals("")  # a simple query replaces the unnamed portal
         try:
             statements = split(text)
         except SqlError as e:
@@ -619,6 +629,21 @@ class _Handler(socketserver.BaseRequestHandler):
             except Exception as e:  # a reader that cannot expire must not end the session
                 log.warning("closing cursor %r: %s", key, e)
 
+    def _close_portals(self, name: str | None) -> None:
+        """Close the portal ``name``, or every portal of the session (None): a
+        SUBSCRIBE's stream lets go of its reader, even if it was only described."""
+        portals = self.session.portals
+        for key in [name] if name is not None else list(portals):
+            portal = portals.pop(key, None)
+            if portal is None or not isinstance(portal.result, Stream):
+                continue
+            close = getattr(portal.result.rows, "close", None)
+            try:
+                if close is not None:
+                    close()
+            except Exception as e:  # a reader that cannot expire must not end the session
+                log.warning("closing portal %r: %s", key, e)
+
     def _send_result(self, result: Result | Stream, *, describe: bool, limit: int = 0) -> bool:
         """Send ``result`` (and its row description if ``describe``); False if suspended."""
         if isinstance(result, Stream):
@@ -678,7 +703,9 @@ class _Handler(socketserver.BaseRequestHandler):
             params.append(Param(_param_text(value, oid, binary), oid))
         if any(f != 0 for f in msg.result_formats):
             raise SqlError("binary results are not supported; ask for text", "0A000")
-        s.portals[msg.portal] = _Portal(bind(sql, params) if params else sql)
+        bound = bind(sql, params) if params else sql
+        self._close_portals(msg.portal)  # a Bind replaces a portal of its name
+        s.portals[msg.portal] = _Portal(bound)
         self._send(BindComplete())
 
     def _portal_result(self, portal: _Portal) -> Result | Stream:
