@@ -7,7 +7,9 @@ record the statements they get and answer fixed rows.
 
 from __future__ import annotations
 
+import datetime
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -60,3 +62,44 @@ def test_a_str_parameter_stays_a_string(answering: tuple[PgServer, Answers]) -> 
     with connect(server) as conn:
         conn.execute("SELECT * FROM kv WHERE k = %s AND j = %s AND n = %s", ("007", "1e3", 7))
     assert engine.statements == [Query("SELECT * FROM kv WHERE k = '007' AND j = '1e3' AND n = 7")]
+
+
+@pytest.fixture
+def new_york(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The process's local time zone is New York's (PySpark's collect gives local time)."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def serve_rows(columns: list[tuple[str, str]], rows: list[tuple[Any, ...]]) -> PgServer:
+    server = PgServer(Answers(columns, rows), "127.0.0.1", 0)  # type: ignore[arg-type]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_timestamp_is_an_instant_and_a_timestamp_ntz_a_wall_clock(new_york: None) -> None:
+    """On a host outside UTC, epoch 0 collected from a TIMESTAMP column (a naive local
+    datetime, 1969-12-31 19:00 in New York) is sent as timestamptz ``1970-01-01
+    00:00:00+00``; a TIMESTAMP_NTZ's value (1970-01-01 00:00) as timestamp, as it is."""
+    from pyspark.sql.types import TimestampNTZType, TimestampType
+
+    micros = 1_500_000  # 1.5 s after the epoch
+    row = (TimestampType().fromInternal(micros), TimestampNTZType().fromInternal(micros), None)
+    assert row[0] == datetime.datetime(1969, 12, 31, 19, 0, 1, 500_000)  # naive, local
+    columns = [("at", "timestamp"), ("wall", "timestamp_ntz"), ("none", "timestamp")]
+    server = serve_rows(columns, [row])
+    try:
+        with connect(server) as conn:
+            cur = conn.execute("SELECT at, wall, none FROM t")
+            assert [d.type_code for d in cur.description or []] == [1184, 1114, 1184]
+            ((at, wall, none),) = cur.fetchall()
+        utc = datetime.UTC
+        assert at.tzinfo is not None and at == datetime.datetime(1970, 1, 1, 0, 0, 1, 500_000, utc)
+        assert wall == datetime.datetime(1970, 1, 1, 0, 0, 1, 500_000) and wall.tzinfo is None
+        assert none is None
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -44,6 +44,7 @@ anything listens. SSL is declined (``N``); clients fall back to plain text.
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import itertools
 import logging
@@ -126,6 +127,8 @@ from timeshard.server.statements import (
 log = logging.getLogger(__name__)
 
 #: Spark / Arrow type names to PostgreSQL type OIDs (text format); others are text.
+#: Spark's TIMESTAMP is an instant (timestamptz, sent in UTC); TIMESTAMP_NTZ is a
+#: wall-clock time without a zone (timestamp, sent as it is).
 TYPE_OIDS = {
     "long": 20,
     "integer": 23,
@@ -138,15 +141,25 @@ TYPE_OIDS = {
     "string": 25,
     "decimal": 1700,
     "date": 1082,
-    "timestamp": 1114,
+    "timestamp": 1184,
     "timestamp_ntz": 1114,
 }
 
 
-def encode_value(value: Any) -> bytes | None:
-    """A value in PostgreSQL's text format."""
+def encode_value(value: Any, type_name: str = "") -> bytes | None:
+    """A value in PostgreSQL's text format, of a column of Spark type ``type_name``.
+
+    A TIMESTAMP is an instant: PySpark's ``collect`` gives it as a naive
+    datetime in the Python process's local time zone, which ``astimezone``
+    reads as local time; it is sent in UTC with ``+00``, as timestamptz. A
+    TIMESTAMP_NTZ's naive datetime is its value, sent unconverted. The two
+    cannot be told apart by the value: the column's type says which.
+    """
     if value is None:
         return None
+    if type_name == "timestamp" and isinstance(value, datetime.datetime):
+        utc = value.astimezone(datetime.UTC).replace(tzinfo=None)
+        return f"{utc}+00".encode("ascii")
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, bytes | bytearray):
@@ -158,16 +171,21 @@ def encode_value(value: Any) -> bytes | None:
     return str(value).encode("utf-8")
 
 
-def _copy_text(value: Any) -> str:
+def _copy_text(value: Any, type_name: str = "") -> str:
     """A value in COPY's text format (backslash escapes, ``\\N`` for NULL)."""
     if value is None:
         return "\\N"
-    text = encode_value(value)
+    text = encode_value(value, type_name)
     assert text is not None
     out = text.decode("utf-8")
     for raw, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
         out = out.replace(raw, escaped)
     return out
+
+
+def _types(columns: list[tuple[str, str]], width: int) -> list[str]:
+    """The type names of a row of ``width`` values: a value past the columns has none."""
+    return ([t for _, t in columns] + [""] * width)[:width]
 
 
 def _fields(columns: list[tuple[str, str]]) -> list[FieldDescription]:
@@ -655,7 +673,9 @@ class _Handler(socketserver.BaseRequestHandler):
         if describe and result.columns:
             self._send(RowDescription(fields=_fields(result.columns)))
         for row in result.rows[:limit] if limit else result.rows:
-            self._send(DataRow(columns=[encode_value(v) for v in row]))
+            types = _types(result.columns, len(row))
+            values = [encode_value(v, t) for v, t in zip(row, types, strict=True)]
+            self._send(DataRow(columns=values))
         if limit and len(result.rows) > limit:
             return False
         self._send(CommandComplete(tag=result.tag))
@@ -675,7 +695,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 if not row:
                     self._flush()
                     continue
-                line = "\t".join(_copy_text(v) for v in row) + "\n"
+                types = _types(stream.columns, len(row))
+                line = "\t".join(_copy_text(v, t) for v, t in zip(row, types, strict=True)) + "\n"
                 self._send(CopyData(data=line.encode("utf-8")))
                 sent += 1
                 if time.monotonic() - flushed > 0.05:  # rows reach the client within 50 ms
