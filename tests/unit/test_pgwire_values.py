@@ -11,6 +11,7 @@ import datetime
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import psycopg
@@ -103,3 +104,28 @@ def test_a_timestamp_is_an_instant_and_a_timestamp_ntz_a_wall_clock(new_york: No
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize(
+    "number",
+    [
+        "1234567890123456789012345678901234.5678",  # 38 digits: Decimal's context keeps 28
+        "-98765432109876543210987654321098765432109876543210",
+        "0.00000000000000000000000000000000012345678901234567890123",
+        "-0.000001",
+        "100",
+        "0",
+        "0.50",
+    ],
+)
+def test_a_binary_numeric_parameter_is_exact(
+    answering: tuple[PgServer, Answers], number: str
+) -> None:
+    """``%b`` makes psycopg send a Decimal in PostgreSQL's binary numeric."""
+    server, engine = answering
+    with connect(server) as conn:
+        conn.execute("SELECT * FROM t WHERE d = %b", (Decimal(number),))
+    (statement,) = engine.statements
+    assert isinstance(statement, Query)
+    bound = statement.query.removeprefix("SELECT * FROM t WHERE d = ").strip("()")
+    assert bound == number

@@ -304,9 +304,9 @@ def _numeric_text(value: bytes) -> str:
     if sign == 0xC000:
         raise SqlError("NaN is not a number parameter", "22P02")
     digits = struct.unpack(f"!{ndigits}H", value[8 : 8 + 2 * ndigits])
-    number = decimal.Decimal(0)
-    for k, d in enumerate(digits):
-        number += decimal.Decimal(d).scaleb(4 * (weight - k))
+    # Exact, whatever its length: a Decimal of these digits, not a sum under a context.
+    places = "".join(f"{d:04d}" for d in digits) or "0"
+    number = decimal.Decimal((0, tuple(map(int, places)), 4 * (weight + 1 - len(digits))))
     text = f"{number:.{dscale}f}"
     return "-" + text if sign == 0x4000 else text
 
