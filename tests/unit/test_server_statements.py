@@ -836,7 +836,6 @@ def test_placeholders_in_strings_names_and_comments_stay(sql: str, want: str) ->
         ("-2.25", 1700, -2.25),
         ("1e3", 701, 1000.0),
         ("3", 21, 3),
-        ("12", 0, 12),  # untyped, but reads as a number
     ],
 )
 def test_numeric_parameters_become_numbers(text: str, oid: int, want: float) -> None:
@@ -870,6 +869,17 @@ def test_boolean_parameters(text: str, want: str) -> None:
 
 def test_untyped_text_that_is_not_a_number_is_a_string() -> None:
     assert bind("SELECT $1", [Param("abc")]) == "SELECT 'abc'"
+
+
+@pytest.mark.parametrize("text", ["007", "12", "1e3", "-5", ".5", " 3 "])
+def test_untyped_parameters_are_strings_even_when_they_read_as_numbers(text: str) -> None:
+    """OID 0 is PostgreSQL's ``unknown``, what psycopg sends for a ``str``: a string
+    literal (``k = '007'`` must not compare with 7, nor ``SELECT '123'`` answer an int)."""
+    tree = postgres(bind("SELECT $1", [Param(text)]))
+    assert isinstance(tree, exp.Select)
+    (value,) = tree.expressions
+    assert isinstance(value, exp.Literal) and value.is_string, repr(value)
+    assert value.this == text
 
 
 @pytest.mark.parametrize(

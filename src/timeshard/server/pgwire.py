@@ -10,11 +10,16 @@ maps statements to messages:
   with parameters in text, or in binary for the integer, float, boolean,
   numeric and text types drivers send that way, which :func:`~timeshard.server.statements.bind`
   turns into literals; a portal's rows are produced when it is described or
-  first executed, and ``Execute`` with a row limit suspends it;
+  first executed, and ``Execute`` with a row limit suspends it; a portal is
+  closed by ``Close``, a ``Bind`` of its name, the ``Sync`` that ends its
+  implicit transaction (outside a transaction block), a simple query (the
+  unnamed portal) and the connection's end -- a SUBSCRIBE's with its reader;
 * ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
   text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
   row, until its ``UP TO`` passes, the client cancels (``CancelRequest``,
-  psql's Ctrl-C) or the connection closes;
+  psql's Ctrl-C), sends ``CopyFail``, or ``Terminate`` or closes the
+  connection (looked for at every row and heartbeat); messages pipelined
+  behind it (a ``Sync``) are answered after it, as PostgreSQL does;
 * cursors, as Materialize has them: ``DECLARE c CURSOR FOR {SUBSCRIBE ... |
   query}`` in a transaction block (or a message of several statements, an
   implicit one) runs the statement and keeps its rows in the session;
@@ -39,6 +44,7 @@ anything listens. SSL is declined (``N``); clients fall back to plain text.
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import itertools
 import logging
@@ -121,6 +127,8 @@ from timeshard.server.statements import (
 log = logging.getLogger(__name__)
 
 #: Spark / Arrow type names to PostgreSQL type OIDs (text format); others are text.
+#: Spark's TIMESTAMP is an instant (timestamptz, sent in UTC); TIMESTAMP_NTZ is a
+#: wall-clock time without a zone (timestamp, sent as it is).
 TYPE_OIDS = {
     "long": 20,
     "integer": 23,
@@ -133,15 +141,25 @@ TYPE_OIDS = {
     "string": 25,
     "decimal": 1700,
     "date": 1082,
-    "timestamp": 1114,
+    "timestamp": 1184,
     "timestamp_ntz": 1114,
 }
 
 
-def encode_value(value: Any) -> bytes | None:
-    """A value in PostgreSQL's text format."""
+def encode_value(value: Any, type_name: str = "") -> bytes | None:
+    """A value in PostgreSQL's text format, of a column of Spark type ``type_name``.
+
+    A TIMESTAMP is an instant: PySpark's ``collect`` gives it as a naive
+    datetime in the Python process's local time zone, which ``astimezone``
+    reads as local time; it is sent in UTC with ``+00``, as timestamptz. A
+    TIMESTAMP_NTZ's naive datetime is its value, sent unconverted. The two
+    cannot be told apart by the value: the column's type says which.
+    """
     if value is None:
         return None
+    if type_name == "timestamp" and isinstance(value, datetime.datetime):
+        utc = value.astimezone(datetime.UTC).replace(tzinfo=None)
+        return f"{utc}+00".encode("ascii")
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, bytes | bytearray):
@@ -153,16 +171,21 @@ def encode_value(value: Any) -> bytes | None:
     return str(value).encode("utf-8")
 
 
-def _copy_text(value: Any) -> str:
+def _copy_text(value: Any, type_name: str = "") -> str:
     """A value in COPY's text format (backslash escapes, ``\\N`` for NULL)."""
     if value is None:
         return "\\N"
-    text = encode_value(value)
+    text = encode_value(value, type_name)
     assert text is not None
     out = text.decode("utf-8")
     for raw, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
         out = out.replace(raw, escaped)
     return out
+
+
+def _types(columns: list[tuple[str, str]], width: int) -> list[str]:
+    """The type names of a row of ``width`` values: a value past the columns has none."""
+    return ([t for _, t in columns] + [""] * width)[:width]
 
 
 def _fields(columns: list[tuple[str, str]]) -> list[FieldDescription]:
@@ -281,9 +304,9 @@ def _numeric_text(value: bytes) -> str:
     if sign == 0xC000:
         raise SqlError("NaN is not a number parameter", "22P02")
     digits = struct.unpack(f"!{ndigits}H", value[8 : 8 + 2 * ndigits])
-    number = decimal.Decimal(0)
-    for k, d in enumerate(digits):
-        number += decimal.Decimal(d).scaleb(4 * (weight - k))
+    # Exact, whatever its length: a Decimal of these digits, not a sum under a context.
+    places = "".join(f"{d:04d}" for d in digits) or "0"
+    number = decimal.Decimal((0, tuple(map(int, places)), 4 * (weight + 1 - len(digits))))
     text = f"{number:.{dscale}f}"
     return "-" + text if sign == 0x4000 else text
 
@@ -332,6 +355,7 @@ class _Handler(socketserver.BaseRequestHandler):
         self.cancel = threading.Event()
         self.key = (os.getpid() & 0x7FFFFFFF, secrets.token_bytes(4))
         self.out = bytearray()
+        self.unread = bytearray()  # bytes read while a statement ran, not yet decoded
 
     def handle(self) -> None:
         try:
@@ -355,6 +379,7 @@ class _Handler(socketserver.BaseRequestHandler):
             with self.server.cancels_lock:
                 self.server.cancels.pop(self.key, None)
             self._close_cursors(None)
+            self._close_portals(None)
 
     # -- I/O
 
@@ -370,19 +395,47 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _messages(self) -> Iterator[PGMessage]:
         while True:
-            data = self.sock.recv(1 << 16)
+            if self.unread:  # what came while a COPY OUT or a FETCH ran, in order
+                data = bytes(self.unread)
+                self.unread.clear()
+            else:
+                data = self.sock.recv(1 << 16)
             if not data:
                 raise _Closed
             yield from self.conn.receive(data)
 
-    def _client_gone(self) -> bool:
-        readable, _, _ = select.select([self.sock], [], [], 0)
-        if not readable:
-            return False
-        try:
-            return self.sock.recv(1, socket.MSG_PEEK) == b""
-        except OSError:
-            return True
+    def _client_input(self, copying: bool) -> None:
+        """Read what the client sent while a COPY OUT (``copying``) or a waiting FETCH
+        runs, without blocking: Terminate, or the connection's end, raise _Closed
+        (libpq's close sends Terminate, then closes); a CopyFail during COPY OUT
+        ends the COPY with an error. Any other message (a pipelined ``Sync``) waits
+        in ``unread`` for :meth:`_messages`, as PostgreSQL reads it after the COPY.
+        """
+        while select.select([self.sock], [], [], 0)[0]:
+            try:
+                data = self.sock.recv(1 << 16)
+            except OSError:
+                raise _Closed from None
+            if not data:
+                raise _Closed
+            self.unread += data
+        pos = 0
+        while len(self.unread) - pos >= 5:
+            kind = self.unread[pos : pos + 1]
+            (length,) = struct.unpack("!i", self.unread[pos + 1 : pos + 5])
+            if length < 4:  # no message is that short: the stream is garbled
+                raise _Closed
+            end = pos + 1 + length
+            if len(self.unread) < end:
+                break
+            if kind == b"X":
+                raise _Closed
+            if kind == b"f" and copying:
+                reason = bytes(self.unread[pos + 5 : end]).rstrip(b"\0")
+                del self.unread[pos:end]
+                message = reason.decode("utf-8", "replace")
+                raise SqlError(f"COPY terminated by the client: {message}", "57014")
+            pos = end
 
     # -- start-up
 
@@ -463,6 +516,8 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         if isinstance(msg, Sync):
             s.skipping = False
+            if not s.in_transaction:  # the implicit transaction ends, and its portals
+                self._close_portals(None)
             self._send(ReadyForQuery(status=s.status))
             return
         if s.skipping or isinstance(msg, Flush):
@@ -478,13 +533,17 @@ class _Handler(socketserver.BaseRequestHandler):
             elif isinstance(msg, Execute):
                 self._execute_portal(msg)
             elif isinstance(msg, Close):
-                (s.statements if msg.kind == "S" else s.portals).pop(msg.name, None)
+                if msg.kind == "S":
+                    s.statements.pop(msg.name, None)
+                else:
+                    self._close_portals(msg.name)
                 self._send(CloseComplete())
         except Exception as e:
             self._fail(_sql_error(e))
             s.skipping = True
 
     def _simple(self, text: str) -> None:
+        self._close_portals("")  # a simple query replaces the unnamed portal
         try:
             statements = split(text)
         except SqlError as e:
@@ -574,8 +633,7 @@ class _Handler(socketserver.BaseRequestHandler):
         """Raise if the client canceled the statement or went away."""
         if self.cancel.is_set():
             raise SqlError("canceling statement due to user request", "57014")
-        if self._client_gone():
-            raise _Closed
+        self._client_input(copying=False)
 
     def _close_cursors(self, name: str | None) -> None:
         """Close the cursor ``name``, or every cursor of the session (None)."""
@@ -589,6 +647,21 @@ class _Handler(socketserver.BaseRequestHandler):
             except Exception as e:  # a reader that cannot expire must not end the session
                 log.warning("closing cursor %r: %s", key, e)
 
+    def _close_portals(self, name: str | None) -> None:
+        """Close the portal ``name``, or every portal of the session (None): a
+        SUBSCRIBE's stream lets go of its reader, even if it was only described."""
+        portals = self.session.portals
+        for key in [name] if name is not None else list(portals):
+            portal = portals.pop(key, None)
+            if portal is None or not isinstance(portal.result, Stream):
+                continue
+            close = getattr(portal.result.rows, "close", None)
+            try:
+                if close is not None:
+                    close()
+            except Exception as e:  # a reader that cannot expire must not end the session
+                log.warning("closing portal %r: %s", key, e)
+
     def _send_result(self, result: Result | Stream, *, describe: bool, limit: int = 0) -> bool:
         """Send ``result`` (and its row description if ``describe``); False if suspended."""
         if isinstance(result, Stream):
@@ -600,7 +673,9 @@ class _Handler(socketserver.BaseRequestHandler):
         if describe and result.columns:
             self._send(RowDescription(fields=_fields(result.columns)))
         for row in result.rows[:limit] if limit else result.rows:
-            self._send(DataRow(columns=[encode_value(v) for v in row]))
+            types = _types(result.columns, len(row))
+            values = [encode_value(v, t) for v, t in zip(row, types, strict=True)]
+            self._send(DataRow(columns=values))
         if limit and len(result.rows) > limit:
             return False
         self._send(CommandComplete(tag=result.tag))
@@ -616,12 +691,12 @@ class _Handler(socketserver.BaseRequestHandler):
             for row in stream.rows:
                 if self.cancel.is_set():
                     raise SqlError("canceling statement due to user request", "57014")
-                if self._client_gone():
-                    raise _Closed
+                self._client_input(copying=True)
                 if not row:
                     self._flush()
                     continue
-                line = "\t".join(_copy_text(v) for v in row) + "\n"
+                types = _types(stream.columns, len(row))
+                line = "\t".join(_copy_text(v, t) for v, t in zip(row, types, strict=True)) + "\n"
                 self._send(CopyData(data=line.encode("utf-8")))
                 sent += 1
                 if time.monotonic() - flushed > 0.05:  # rows reach the client within 50 ms
@@ -649,7 +724,9 @@ class _Handler(socketserver.BaseRequestHandler):
             params.append(Param(_param_text(value, oid, binary), oid))
         if any(f != 0 for f in msg.result_formats):
             raise SqlError("binary results are not supported; ask for text", "0A000")
-        s.portals[msg.portal] = _Portal(bind(sql, params) if params else sql)
+        bound = bind(sql, params) if params else sql
+        self._close_portals(msg.portal)  # a Bind replaces a portal of its name
+        s.portals[msg.portal] = _Portal(bound)
         self._send(BindComplete())
 
     def _portal_result(self, portal: _Portal) -> Result | Stream:

@@ -203,10 +203,12 @@ _NUMERIC_OIDS = {20, 21, 23, 26, 700, 701, 1700}
 def bind(sql: str, params: list[Param]) -> str:
     """``sql`` with ``$n`` replaced by the n-th parameter as a literal.
 
-    A numeric parameter (by its type OID, or an untyped one that reads as a
-    number) becomes a number, NULL stays NULL, anything else becomes a
-    string literal written by sqlglot (quotes doubled), so no value becomes
-    SQL syntax.
+    A parameter of a numeric type OID becomes a number, NULL stays NULL,
+    anything else becomes a string literal written by sqlglot (quotes
+    doubled), so no value becomes SQL syntax. An untyped parameter (OID 0,
+    PostgreSQL's ``unknown``, what psycopg sends for a ``str``) is a string
+    literal however it reads: ``'007'`` stays ``'007'``, as PostgreSQL keeps
+    it.
     """
     tokens = tokenize(sql)
     out: list[str] = []
@@ -239,7 +241,7 @@ def _literal(param: Param) -> str:
     if param.text is None:
         return "NULL"
     text = param.text.strip()
-    if param.oid in _NUMERIC_OIDS or (param.oid == 0 and _NUMBER.fullmatch(text)):
+    if param.oid in _NUMERIC_OIDS:
         if not _NUMBER.fullmatch(text):
             raise SqlError(f"parameter {param.text!r} is not a number", "22P02")
         return f"({text})" if text.startswith("-") else text.lstrip("+")
