@@ -19,6 +19,7 @@ from timeshard.location import Location
 from timeshard.location.memory import MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient
 from timeshard.server.engine import Engine
+from timeshard.server.statements import SqlError, parse
 
 
 @pytest.fixture
@@ -78,3 +79,30 @@ def test_aliases_differ_ignoring_case() -> None:
     assert len({a.lower() for a in aliases}) == 2, aliases
     _, aliases = engine.resolve('WITH "KV" AS (SELECT k FROM kv) SELECT * FROM "KV"')
     assert list(aliases.values()) == ["kv"] and "kv" not in {a.lower() for a in aliases}, aliases
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT reflect('java.lang.System', 'exit', 7) AS v",
+        "SELECT REFLECT('java.lang.System', 'exit', 7) AS v",
+        """SELECT "reflect"('java.lang.System', 'exit', 7) AS v""",
+        "SELECT builtin.reflect('java.lang.System', 'exit', 7) AS v",
+        "SELECT java_method('java.lang.System', 'setProperty', 'a', 'b') AS v",
+        "SELECT Try_Reflect('java.lang.System', 'exit', 7) AS v",
+        "SELECT * FROM kv WHERE k IN (SELECT reflect('java.lang.System', 'exit', 7))",
+        "WITH a AS (SELECT java_method('java.lang.System', 'exit', 7) AS k) SELECT * FROM a",
+        "SELECT aggregate(array(1), 0, (a, x) -> reflect('java.lang.System', 'exit', 7)) AS v",
+        "SELECT * FROM reflect('java.lang.System', 'exit', 7)",
+        "VALUES (reflect('java.lang.System', 'exit', 7))",
+        "CREATE MATERIALIZED VIEW m AS SELECT k, reflect('java.lang.System', 'exit', 7) FROM kv",
+    ],
+)
+def test_a_function_calling_java_is_refused_before_anything_runs(engine: Engine, sql: str) -> None:
+    """``reflect``, ``java_method`` and ``try_reflect`` call any static Java method in
+    the server's JVM: ``System.exit`` stopped the server for every session. Spark is a
+    stand-in here: a statement that reached it fails otherwise."""
+    with pytest.raises(SqlError, match=r"not allowed: it calls Java methods") as refused:
+        engine.execute(parse(sql))
+    assert refused.value.sqlstate == "42501"
+    assert engine.objects == {} and "m" not in engine.client.list_shards()

@@ -35,6 +35,9 @@ see each other's names. A query without ``AS OF`` over a shard that holds no
 readable time yet (a view just created) waits for one, up to ``read_wait_s``.
 ``timeshard_objects`` is the introspection relation: one row per shard with
 its frontiers, lag, health, generation, rows and bytes, and its last error.
+A client's SQL (a query, a view's) runs in the server's JVM: the functions
+that call Java methods by name (``reflect``, ``java_method``, ``try_reflect``)
+are refused (42501) before anything runs.
 
 Invariants:
 
@@ -787,6 +790,7 @@ class Engine:
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
             raise SqlError("expected a query")
+        _refuse_java_calls(tree)
         known = set(self.known_shards())
         ctes = {c.alias for c in tree.find_all(exp.CTE)}
         cte_references = _cte_references(tree, ctes)
@@ -1035,6 +1039,32 @@ def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tupl
         if row.get("_err") is not None:
             raise SqlError(f"the collection holds an error at {row['_ts']}: {row['_err']}", "XX000")
         yield (row["_ts"], row["_diff"], *(row[n] for n in names))
+
+
+#: Spark SQL functions that call a static Java method by name in the server's JVM
+#: (``reflect('java.lang.System', 'exit', 7)`` stops the server).
+_JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
+
+
+def _refuse_java_calls(tree: exp.Expr) -> None:
+    """SqlError 42501 if ``tree`` calls a function of :data:`_JAVA_CALLS` anywhere.
+
+    A client's SQL runs in the server's JVM: such a call could stop the server or
+    change what every other session sees. Case is ignored, as Spark ignores it, and
+    so is a qualifier (``builtin.reflect``). A run file's views are the operator's
+    own SQL and are not checked.
+    """
+    for func in tree.find_all(exp.Func):
+        if isinstance(func, exp.Anonymous | exp.AnonymousAggFunc):
+            name = func.name
+        else:
+            name = func.sql_name()
+        if name.lower() in _JAVA_CALLS:
+            raise SqlError(
+                f"function {name.lower()}() is not allowed: it calls Java methods in the "
+                "server's JVM",
+                "42501",
+            )
 
 
 def _cte_references(tree: exp.Expr, ctes: set[str]) -> set[int]:
