@@ -52,7 +52,10 @@ Invariants:
    killed in the middle of a CREATE (its client got no answer) may leave the
    claim behind: its restart then runs the statement, as any recorded one.
 2. DROP of an object others read is refused unless CASCADE, which drops the
-   readers first.
+   readers first. DROP of an object that an object being created reads is
+   refused (2BP01), CASCADE or not: a CREATE records the shards it reads
+   before it builds anything, and refuses one being dropped. A name being
+   dropped is not created (42710) until its shards are closed.
 3. Every object ticks on a thread of its own, so a slow or failing object
    delays no other, and no statement waits for a tick: the engine's lock
    guards only the table of objects. An object is halted (its tick under way
@@ -220,8 +223,12 @@ class Engine:
         self.read_wait_s = read_wait_s
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.objects: dict[str, _Object] = {}
-        self._lock = threading.Lock()  # guards objects, _creating and _seq; held briefly
-        self._creating: set[str] = set()
+        #: Guards objects, _creating, _dropping and _seq; held briefly.
+        self._lock = threading.Lock()
+        #: The objects being created, by name: the shards each reads, once it knows them.
+        self._creating: dict[str, set[str]] = {}
+        #: The names and shards of the objects being dropped, until their shards are closed.
+        self._dropping: set[str] = set()
         self._seq = 0
         self._started = False
         self._catalog = Catalog(client, self.clock)
@@ -298,7 +305,7 @@ class Engine:
         was dropped. (An object added since may be missing from ``entries``.)
         """
         with self._lock:
-            known = set(self.objects) | self._creating
+            known = set(self.objects) | set(self._creating)
         new = [
             e
             for n, e in entries.items()
@@ -472,6 +479,10 @@ class Engine:
     ) -> Result:
         tag, kind = _CREATES[type(statement)]
         with self._lock:
+            if statement.name in self._dropping:
+                raise SqlError(
+                    f"{statement.name!r} is being dropped: a name is not used twice", "42710"
+                )
             if statement.name in self.objects or statement.name in self._creating:
                 if statement.if_not_exists:
                     return Result([], [], tag)
@@ -479,7 +490,7 @@ class Engine:
             if seq is None:
                 self._seq += 1
                 seq = self._seq
-            self._creating.add(statement.name)
+            self._creating[statement.name] = set()
         try:
             if statement.name in self.client.list_shards() and self._dropped(statement.name):
                 raise SqlError(
@@ -505,6 +516,7 @@ class Engine:
                     obj = self._create_view(statement, seq)
                 else:
                     obj = self._create_sink(statement, seq)
+                self._refuse_dropped_inputs(obj)
             except BaseException:
                 if claim is not None:
                     self._give_back(statement.name, claim)
@@ -515,8 +527,30 @@ class Engine:
                     obj.start(self.tick_s)
         finally:
             with self._lock:
-                self._creating.discard(statement.name)
+                self._creating.pop(statement.name, None)
         return Result([], [], tag)
+
+    def _claim_inputs(self, name: str, shards: set[str]) -> None:
+        """Record that ``name``, being created, reads ``shards``: from now on a DROP of any
+        of them is refused (2BP01) until the CREATE ends. SqlError 42P01 if one is being
+        dropped."""
+        with self._lock:
+            dropping = sorted(shards & self._dropping)
+            if not dropping:
+                self._creating[name] = set(shards)
+        if dropping:
+            raise SqlError(f"relation {dropping[0]!r} is being dropped", "42P01")
+
+    def _refuse_dropped_inputs(self, obj: _Object) -> None:
+        """SqlError 42P01, ``obj`` closed, if an input of ``obj`` was dropped while it was
+        built (before :meth:`_claim_inputs`, or by another server)."""
+        dropped = [s for s in obj.reads if self._dropped(s)]
+        if dropped:
+            try:
+                obj.runner.close()
+            except Exception as e:
+                log.warning("closing %s, whose input was dropped: %s", obj.name, e)
+            raise SqlError(f"relation {dropped[0]!r} was dropped", "42P01")
 
     def _give_back(self, name: str, claim: dict[str, Any]) -> None:
         """Forget the statement a failed CREATE claimed (another server's stays)."""
@@ -617,6 +651,7 @@ class Engine:
         for shard in inputs.values():
             if shard == statement.name:
                 raise SqlError(f"view {statement.name!r} cannot read itself", "42P17")
+        self._claim_inputs(statement.name, set(inputs.values()))
         refresh = (
             None if statement.refresh_every is None else parse_duration(statement.refresh_every)
         )
@@ -652,6 +687,7 @@ class Engine:
 
         if statement.input not in self.known_shards() or self._dropped(statement.input):
             raise SqlError(f"unknown relation {statement.input!r}", "42P01")
+        self._claim_inputs(statement.name, {statement.input})
         _refuse_dsn_password("a sink", statement.options.get("dsn"))
         try:
             spec = ExportSpec(
@@ -692,7 +728,9 @@ class Engine:
         )
 
     def _shards_of_objects(self) -> set[str]:
-        return {s for o in self.objects.values() for s in o.shards}
+        """The shards of every object, and of every object being dropped."""
+        with self._lock:
+            return {s for o in self.objects.values() for s in o.shards} | self._dropping
 
     def _drop(self, statement: Drop) -> Result:
         with self._serial:  # no follower pass reads the entry between halt and forget
@@ -714,23 +752,39 @@ class Engine:
                     "2BP01",
                 )
             victims = [*readers, obj]
+            dropping = {v.name for v in victims} | {s for v in victims for s in v.shards}
+            building = sorted(n for n, reads in self._creating.items() if reads & dropping)
+            if building:
+                raise SqlError(
+                    f"cannot drop {obj.name!r}: {', '.join(map(repr, building))}, being "
+                    "created, reads it (DROP once that CREATE has answered)",
+                    "2BP01",
+                )
             for victim in victims:
                 del self.objects[victim.name]
-        for victim in victims:  # readers first
-            victim.halt()
-            self._catalog.forget_statement(victim.name)
-            if victim.kind in ("view", "sink"):  # their holds go: the inputs may compact
-                victim.runner.drop()
-            else:
-                victim.runner.close()
-            if victim.kind == "source":
-                _drop_upstream(victim)
-            for shard in victim.shards:  # no writer appends again; the name is not reused
-                self.client.close_shard(shard)
-            victim.report("dropped")
-            if victim.health is not None:
-                victim.health.close()
+            self._dropping |= dropping
+        try:
+            for victim in victims:  # readers first
+                self._drop_victim(victim)
+        finally:
+            with self._lock:
+                self._dropping -= dropping
         return Result([], [], tag)
+
+    def _drop_victim(self, victim: _Object) -> None:
+        victim.halt()
+        self._catalog.forget_statement(victim.name)
+        if victim.kind in ("view", "sink"):  # their holds go: the inputs may compact
+            victim.runner.drop()
+        else:
+            victim.runner.close()
+        if victim.kind == "source":
+            _drop_upstream(victim)
+        for shard in victim.shards:  # no writer appends again; the name is not reused
+            self.client.close_shard(shard)
+        victim.report("dropped")
+        if victim.health is not None:
+            victim.health.close()
 
     def _readers_of(self, obj: _Object) -> list[_Object]:
         """Every object that reads ``obj``'s shards, directly or not, readers last-first."""
