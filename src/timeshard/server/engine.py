@@ -993,7 +993,11 @@ class Engine:
 
     def subscribe(self, statement: Subscribe) -> Stream:
         """Every row of a shard at AS OF (default: its latest readable time), then
-        every update after it as it becomes definite, up to UP TO if given."""
+        every update after it as it becomes definite, up to UP TO if given.
+
+        A SUBSCRIBE whose relation is dropped (its shard closed) before UP TO ends with
+        SqlError 42P01 naming it, and lets go of its readers.
+        """
         shard = statement.name
         if shard not in self.known_shards():
             raise SqlError(f"unknown relation {shard!r}", "42P01")
@@ -1055,6 +1059,14 @@ def _subscribe_rows(
                 for event in listen.next(timeout_s=0.5):
                     if isinstance(event, Updates):
                         yield from _rows(event.table, names, up_to)
+                    elif isinstance(event, Progress) and event.frontier.is_empty():
+                        # Only DROP closes a shard: no update comes again, as Materialize
+                        # ends a SUBSCRIBE whose relation is dropped.
+                        raise SqlError(
+                            "subscribe has been terminated because underlying relation "
+                            f"{reader.shard_id!r} was dropped",
+                            "42P01",
+                        )
                     elif (
                         isinstance(event, Progress)
                         and up_to is not None
