@@ -1055,6 +1055,9 @@ def _subscribe_rows(
         yield from _rows(snapshot, names, up_to)
         listen = reader.listen(at)
         try:
+            # The listen holds its own lease and downgrades it as it goes: the reader
+            # held the since at ``at`` for as long as the SUBSCRIBE ran.
+            reader.expire()
             while True:
                 for event in listen.next(timeout_s=0.5):
                     if isinstance(event, Updates):
