@@ -15,6 +15,7 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from timeshard.errors import Determinate
 from timeshard.location import Location
 from timeshard.location.memory import MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient
@@ -106,3 +107,24 @@ def test_a_function_calling_java_is_refused_before_anything_runs(engine: Engine,
         engine.execute(parse(sql))
     assert refused.value.sqlstate == "42501"
     assert engine.objects == {} and "m" not in engine.client.list_shards()
+
+
+def test_a_query_whose_second_reader_fails_to_open_expires_the_first(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readers were opened in one expression: the first stayed leased (holding the
+    shard's since back until its lease ran out) when the second failed to open."""
+    client = engine.client
+    opened: list[str] = []
+    open_reader = client.open_leased_reader
+
+    def open_one(shard: str) -> object:
+        if opened:
+            raise Determinate("consensus unreachable")
+        opened.append(shard)
+        return open_reader(shard)
+
+    monkeypatch.setattr(client, "open_leased_reader", open_one)
+    with pytest.raises(SqlError, match="consensus unreachable"):
+        engine.execute(parse('SELECT * FROM "auction.bids" JOIN kv USING (k)'))
+    assert len(opened) == 1 and client.state(opened[0]).leased_readers == {}

@@ -881,9 +881,11 @@ class Engine:
         from timeshard.spark.sqltext import quoted
 
         spark_sql, inputs = self.resolve(query)
-        readers = {s: self.client.open_leased_reader(s) for s in set(inputs.values())}
-        session = self.spark.newSession()
+        readers: dict[str, Any] = {}
         try:
+            for shard in sorted(set(inputs.values())):  # a failure expires those opened
+                readers[shard] = self.client.open_leased_reader(shard)
+            session = self.spark.newSession()
             as_of = self._readable_time(readers, as_of)
             for alias, shard in inputs.items():
                 assert as_of is not None
