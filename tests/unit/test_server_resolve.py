@@ -128,3 +128,21 @@ def test_a_query_whose_second_reader_fails_to_open_expires_the_first(
     with pytest.raises(SqlError, match="consensus unreachable"):
         engine.execute(parse('SELECT * FROM "auction.bids" JOIN kv USING (k)'))
     assert len(opened) == 1 and client.state(opened[0]).leased_readers == {}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k INTO kv FROM kv",
+        "WITH a AS (SELECT k FROM kv) INSERT INTO kv SELECT * FROM a",
+        "WITH a AS (DELETE FROM kv RETURNING *) SELECT * FROM a",
+        "CREATE MATERIALIZED VIEW m AS SELECT k INTO kv FROM kv",
+    ],
+)
+def test_a_query_that_writes_is_refused_before_anything_runs(engine: Engine, sql: str) -> None:
+    """sqlglot passes a write on to Spark: ``SELECT ... INTO t`` is ``CREATE TABLE t AS``,
+    which wrote a table into the server's warehouse."""
+    with pytest.raises(SqlError, match="only a query that writes nothing") as refused:
+        engine.execute(parse(sql))
+    assert refused.value.sqlstate == "0A000"
+    assert engine.objects == {} and "m" not in engine.client.list_shards()

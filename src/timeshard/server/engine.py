@@ -844,6 +844,7 @@ class Engine:
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
             raise SqlError("expected a query")
+        _refuse_writes(tree)
         _refuse_java_calls(tree)
         known = set(self.known_shards())
         ctes = {c.alias for c in tree.find_all(exp.CTE)}
@@ -1136,6 +1137,16 @@ def _refuse_java_calls(tree: exp.Expr) -> None:
                 "server's JVM",
                 "42501",
             )
+
+
+def _refuse_writes(tree: exp.Expr) -> None:
+    """SqlError 0A000 unless ``tree`` is a query that writes nothing: Spark would run
+    ``SELECT ... INTO t`` (a table created in the server's warehouse), an INSERT, or a
+    data-modifying CTE."""
+    write = tree.find(exp.Into, exp.DML)
+    if not isinstance(tree, exp.Query | exp.Values) or write is not None:
+        what = type(write or tree).__name__.upper()
+        raise SqlError(f"only a query that writes nothing is read here, not {what}", "0A000")
 
 
 def _cte_references(tree: exp.Expr, ctes: set[str]) -> set[int]:
