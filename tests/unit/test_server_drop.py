@@ -10,12 +10,19 @@ byte offsets. No Spark: the engine's view builder is stubbed, as in
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from tests.unit.test_catalog_claims import Built, engine, run
 
+import timeshard.compute as compute
+import timeshard.controller as controller
+from timeshard.catalog import read_catalog
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.server.statements import SqlError, parse
@@ -82,4 +89,137 @@ def test_a_second_sink_into_one_table_is_refused(client: PersistClient, tmp_path
         run(served, f"CREATE SINK c FROM v INTO DELTA (URI '{tmp_path / 'e'}') KEY (one)")
     finally:
         writer.expire()
+        served.close()
+
+
+class SlowViews:
+    """A stub of ``MaterializedView.install``: it creates the view's shard, and a view
+    named in ``held`` waits once, in install or in drop, until ``go`` is set (a sink, in
+    ``build_export`` if the test makes it wait)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.held: set[str] = set()
+        self.waiting = threading.Event()
+        self.go = threading.Event()
+        monkeypatch.setattr(compute.MaterializedView, "install", self.install)
+
+    def wait(self, name: str) -> None:
+        if name in self.held:  # once
+            self.held.discard(name)
+            self.waiting.set()
+            assert self.go.wait(60), "never let go"
+
+    def install(self, spark: Any, client: PersistClient, definition: Any, **_: Any) -> Any:
+        self.wait(definition.name)
+        client.open_writer(definition.name, pa.schema([("one", pa.int64())])).expire()
+        name = definition.name
+        return SimpleNamespace(close=lambda: None, drop=lambda: self.wait(name), step=lambda: None)
+
+
+def in_thread(action: Callable[[], Any]) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def run_it() -> None:
+        try:
+            action()
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=run_it, daemon=True)
+    thread.start()
+    return thread, errors
+
+
+@pytest.mark.parametrize(
+    "reader",
+    [
+        "CREATE MATERIALIZED VIEW w AS SELECT one FROM v",
+        "CREATE SINK w FROM v INTO DELTA (URI '{tmp}') KEY (one)",
+    ],
+)
+def test_an_object_read_by_one_being_created_is_not_dropped(
+    client: PersistClient, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, reader: str
+) -> None:
+    """While ``w``, reading ``v``, was being built (not yet one of the objects), DROP of
+    ``v`` without CASCADE succeeded: ``w`` was installed reading a closed shard, and its
+    recorded statement failed on a restart."""
+    client.open_writer("t", pa.schema([("one", pa.int64())])).append([((1,), 0, 1)], 0, 5)
+    views = SlowViews(monkeypatch)
+    served = engine(client)
+    build_export = controller.build_export
+
+    def slow_export(spark: Any, client: PersistClient, spec: Any) -> Any:
+        views.wait(spec.name)
+        return build_export(spark, client, spec)
+
+    monkeypatch.setattr(controller, "build_export", slow_export)
+    try:
+        run(served, "CREATE MATERIALIZED VIEW v AS SELECT one FROM t")
+        views.held.add("w")
+        creating, failed = in_thread(lambda: run(served, reader.format(tmp=tmp_path / "d")))
+        assert views.waiting.wait(60)
+        for drop in ("DROP MATERIALIZED VIEW v", "DROP MATERIALIZED VIEW v CASCADE"):
+            with pytest.raises(SqlError, match="'w', being created, reads it") as refused:
+                run(served, drop)
+            assert refused.value.sqlstate == "2BP01"
+        views.go.set()
+        creating.join(60)
+        assert not failed and set(served.objects) == {"v", "w"}
+        assert not client.state("v").upper.is_empty()
+    finally:
+        views.go.set()
+        served.close()
+
+
+def test_a_name_being_dropped_is_not_created_again(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CREATE of ``v`` while DROP of ``v`` was between forgetting its statement and closing
+    its shard succeeded on the old shard, which the DROP then closed under the new ``v``."""
+    client.open_writer("t", pa.schema([("one", pa.int64())])).append([((1,), 0, 1)], 0, 5)
+    views = SlowViews(monkeypatch)
+    served = engine(client)
+    try:
+        run(served, "CREATE MATERIALIZED VIEW v AS SELECT one FROM t")
+        views.held.add("v")
+        dropping, failed = in_thread(lambda: run(served, "DROP MATERIALIZED VIEW v"))
+        assert views.waiting.wait(60)
+        with pytest.raises(SqlError, match="'v' is being dropped") as refused:
+            run(served, "CREATE MATERIALIZED VIEW v AS SELECT one + 1 AS one FROM t")
+        assert refused.value.sqlstate == "42710"
+        with pytest.raises(SqlError, match="'v' is being dropped") as refused:
+            run(served, "CREATE MATERIALIZED VIEW w AS SELECT one FROM v")
+        assert refused.value.sqlstate == "42P01"
+        views.go.set()
+        dropping.join(60)
+        assert not failed and served.objects == {}
+        assert not [e for e in read_catalog(client) if e.kind == "statement"]
+    finally:
+        views.go.set()
+        served.close()
+
+
+def test_a_view_whose_input_another_server_drops_while_it_is_built_is_not_created(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another server's DROP closes the input while this one installs ``w``: the CREATE
+    fails and records nothing (``w`` ran on a closed input, and failed on a restart)."""
+    client.open_writer("v", pa.schema([("one", pa.int64())])).append([((1,), 0, 1)], 0, 5)
+    views = SlowViews(monkeypatch)
+    served = engine(client)
+    try:
+        views.held.add("w")
+        creating, failed = in_thread(
+            lambda: run(served, "CREATE MATERIALIZED VIEW w AS SELECT one FROM v")
+        )
+        assert views.waiting.wait(60)
+        client.close_shard("v")
+        views.go.set()
+        creating.join(60)
+        assert [str(e) for e in failed] == ["relation 'v' was dropped"]
+        assert isinstance(failed[0], SqlError) and failed[0].sqlstate == "42P01"
+        assert served.objects == {}
+        assert not [e for e in read_catalog(client) if e.kind == "statement"]
+    finally:
+        views.go.set()
         served.close()

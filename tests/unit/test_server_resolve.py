@@ -15,10 +15,12 @@ import pytest
 import sqlglot
 from sqlglot import exp
 
+from timeshard.errors import Determinate
 from timeshard.location import Location
 from timeshard.location.memory import MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient
 from timeshard.server.engine import Engine
+from timeshard.server.statements import SqlError, parse
 
 
 @pytest.fixture
@@ -78,3 +80,69 @@ def test_aliases_differ_ignoring_case() -> None:
     assert len({a.lower() for a in aliases}) == 2, aliases
     _, aliases = engine.resolve('WITH "KV" AS (SELECT k FROM kv) SELECT * FROM "KV"')
     assert list(aliases.values()) == ["kv"] and "kv" not in {a.lower() for a in aliases}, aliases
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT reflect('java.lang.System', 'exit', 7) AS v",
+        "SELECT REFLECT('java.lang.System', 'exit', 7) AS v",
+        """SELECT "reflect"('java.lang.System', 'exit', 7) AS v""",
+        "SELECT builtin.reflect('java.lang.System', 'exit', 7) AS v",
+        "SELECT java_method('java.lang.System', 'setProperty', 'a', 'b') AS v",
+        "SELECT Try_Reflect('java.lang.System', 'exit', 7) AS v",
+        "SELECT * FROM kv WHERE k IN (SELECT reflect('java.lang.System', 'exit', 7))",
+        "WITH a AS (SELECT java_method('java.lang.System', 'exit', 7) AS k) SELECT * FROM a",
+        "SELECT aggregate(array(1), 0, (a, x) -> reflect('java.lang.System', 'exit', 7)) AS v",
+        "SELECT * FROM reflect('java.lang.System', 'exit', 7)",
+        "VALUES (reflect('java.lang.System', 'exit', 7))",
+        "CREATE MATERIALIZED VIEW m AS SELECT k, reflect('java.lang.System', 'exit', 7) FROM kv",
+    ],
+)
+def test_a_function_calling_java_is_refused_before_anything_runs(engine: Engine, sql: str) -> None:
+    """``reflect``, ``java_method`` and ``try_reflect`` call any static Java method in
+    the server's JVM: ``System.exit`` stopped the server for every session. Spark is a
+    stand-in here: a statement that reached it fails otherwise."""
+    with pytest.raises(SqlError, match=r"not allowed: it calls Java methods") as refused:
+        engine.execute(parse(sql))
+    assert refused.value.sqlstate == "42501"
+    assert engine.objects == {} and "m" not in engine.client.list_shards()
+
+
+def test_a_query_whose_second_reader_fails_to_open_expires_the_first(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readers were opened in one expression: the first stayed leased (holding the
+    shard's since back until its lease ran out) when the second failed to open."""
+    client = engine.client
+    opened: list[str] = []
+    open_reader = client.open_leased_reader
+
+    def open_one(shard: str) -> object:
+        if opened:
+            raise Determinate("consensus unreachable")
+        opened.append(shard)
+        return open_reader(shard)
+
+    monkeypatch.setattr(client, "open_leased_reader", open_one)
+    with pytest.raises(SqlError, match="consensus unreachable"):
+        engine.execute(parse('SELECT * FROM "auction.bids" JOIN kv USING (k)'))
+    assert len(opened) == 1 and client.state(opened[0]).leased_readers == {}
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT k INTO kv FROM kv",
+        "WITH a AS (SELECT k FROM kv) INSERT INTO kv SELECT * FROM a",
+        "WITH a AS (DELETE FROM kv RETURNING *) SELECT * FROM a",
+        "CREATE MATERIALIZED VIEW m AS SELECT k INTO kv FROM kv",
+    ],
+)
+def test_a_query_that_writes_is_refused_before_anything_runs(engine: Engine, sql: str) -> None:
+    """sqlglot passes a write on to Spark: ``SELECT ... INTO t`` is ``CREATE TABLE t AS``,
+    which wrote a table into the server's warehouse."""
+    with pytest.raises(SqlError, match="only a query that writes nothing") as refused:
+        engine.execute(parse(sql))
+    assert refused.value.sqlstate == "0A000"
+    assert engine.objects == {} and "m" not in engine.client.list_shards()

@@ -19,6 +19,7 @@ import pytest
 from timeshard.location import Location
 from timeshard.location.memory import MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient
+from timeshard.progress import Frontier
 from timeshard.server.engine import Engine
 from timeshard.server.pgwire import _Cursor
 from timeshard.server.statements import SqlError, parse
@@ -92,3 +93,47 @@ def test_a_fetch_waiting_for_a_future_as_of_ends_at_its_timeout(client: PersistC
     assert not fetch.is_alive(), "FETCH ... WITH (TIMEOUT '0s') waited for the AS OF"
     assert out == [[]]
     cursor.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "written"),
+    [("SUBSCRIBE v", True), ("SUBSCRIBE v", False), ("SUBSCRIBE v UP TO 1000", True)],
+)
+def test_a_subscribe_whose_relation_is_dropped_ends_naming_it(
+    client: PersistClient, sql: str, written: bool
+) -> None:
+    """DROP closes the relation's shard: the SUBSCRIBE went on yielding heartbeats for
+    ever, holding its readers."""
+    writer = client.open_writer("v", SCHEMA)
+    if written:
+        writer.append([(("a",), 0, 1)], 0, 1)
+    rows = iter(engine(client).execute(parse(sql)).rows)
+    if written:
+        assert first_row(rows) == (0, 1, "a")
+    else:
+        assert next_within(rows) == ()
+    client.close_shard("v")  # what DROP does to it
+    deadline = time.monotonic() + 30
+    with pytest.raises(SqlError, match="underlying relation 'v' was dropped") as ended:
+        for _ in rows:
+            assert time.monotonic() < deadline, "the SUBSCRIBE went on after its relation closed"
+    assert ended.value.sqlstate == "42P01"
+    assert client.state("v").leased_readers == {}
+    writer.expire()
+
+
+def test_the_since_advances_behind_a_running_subscribe(client: PersistClient) -> None:
+    """The SUBSCRIBE's first reader held the shard's since at its start time for as long
+    as it ran: with 50 times read, the since stayed at 0."""
+    writer = client.open_writer("v", SCHEMA)
+    writer.append([(("a",), 0, 1)], 0, 1)
+    rows = iter(engine(client).execute(parse("SUBSCRIBE v")).rows)
+    assert first_row(rows) == (0, 1, "a")
+    for t in range(1, 50):
+        writer.append([((f"x{t}",), t, 1)], t, t + 1)
+    assert [first_row(rows) for _ in range(1, 50)][-1] == (49, 1, "x49")
+    next_within(rows)  # the listen's progress past 49
+    assert len(client.state("v").leased_readers) == 1  # the listen's
+    assert client.state("v").since == Frontier(49)
+    rows.close()  # type: ignore[attr-defined]
+    writer.expire()

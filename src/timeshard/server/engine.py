@@ -35,6 +35,9 @@ see each other's names. A query without ``AS OF`` over a shard that holds no
 readable time yet (a view just created) waits for one, up to ``read_wait_s``.
 ``timeshard_objects`` is the introspection relation: one row per shard with
 its frontiers, lag, health, generation, rows and bytes, and its last error.
+A client's SQL (a query, a view's) runs in the server's JVM: the functions
+that call Java methods by name (``reflect``, ``java_method``, ``try_reflect``)
+are refused (42501) before anything runs.
 
 Invariants:
 
@@ -49,7 +52,10 @@ Invariants:
    killed in the middle of a CREATE (its client got no answer) may leave the
    claim behind: its restart then runs the statement, as any recorded one.
 2. DROP of an object others read is refused unless CASCADE, which drops the
-   readers first.
+   readers first. DROP of an object that an object being created reads is
+   refused (2BP01), CASCADE or not: a CREATE records the shards it reads
+   before it builds anything, and refuses one being dropped. A name being
+   dropped is not created (42710) until its shards are closed.
 3. Every object ticks on a thread of its own, so a slow or failing object
    delays no other, and no statement waits for a tick: the engine's lock
    guards only the table of objects. An object is halted (its tick under way
@@ -217,8 +223,12 @@ class Engine:
         self.read_wait_s = read_wait_s
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.objects: dict[str, _Object] = {}
-        self._lock = threading.Lock()  # guards objects, _creating and _seq; held briefly
-        self._creating: set[str] = set()
+        #: Guards objects, _creating, _dropping and _seq; held briefly.
+        self._lock = threading.Lock()
+        #: The objects being created, by name: the shards each reads, once it knows them.
+        self._creating: dict[str, set[str]] = {}
+        #: The names and shards of the objects being dropped, until their shards are closed.
+        self._dropping: set[str] = set()
         self._seq = 0
         self._started = False
         self._catalog = Catalog(client, self.clock)
@@ -295,7 +305,7 @@ class Engine:
         was dropped. (An object added since may be missing from ``entries``.)
         """
         with self._lock:
-            known = set(self.objects) | self._creating
+            known = set(self.objects) | set(self._creating)
         new = [
             e
             for n, e in entries.items()
@@ -469,6 +479,10 @@ class Engine:
     ) -> Result:
         tag, kind = _CREATES[type(statement)]
         with self._lock:
+            if statement.name in self._dropping:
+                raise SqlError(
+                    f"{statement.name!r} is being dropped: a name is not used twice", "42710"
+                )
             if statement.name in self.objects or statement.name in self._creating:
                 if statement.if_not_exists:
                     return Result([], [], tag)
@@ -476,7 +490,7 @@ class Engine:
             if seq is None:
                 self._seq += 1
                 seq = self._seq
-            self._creating.add(statement.name)
+            self._creating[statement.name] = set()
         try:
             if statement.name in self.client.list_shards() and self._dropped(statement.name):
                 raise SqlError(
@@ -502,6 +516,7 @@ class Engine:
                     obj = self._create_view(statement, seq)
                 else:
                     obj = self._create_sink(statement, seq)
+                self._refuse_dropped_inputs(obj)
             except BaseException:
                 if claim is not None:
                     self._give_back(statement.name, claim)
@@ -512,8 +527,30 @@ class Engine:
                     obj.start(self.tick_s)
         finally:
             with self._lock:
-                self._creating.discard(statement.name)
+                self._creating.pop(statement.name, None)
         return Result([], [], tag)
+
+    def _claim_inputs(self, name: str, shards: set[str]) -> None:
+        """Record that ``name``, being created, reads ``shards``: from now on a DROP of any
+        of them is refused (2BP01) until the CREATE ends. SqlError 42P01 if one is being
+        dropped."""
+        with self._lock:
+            dropping = sorted(shards & self._dropping)
+            if not dropping:
+                self._creating[name] = set(shards)
+        if dropping:
+            raise SqlError(f"relation {dropping[0]!r} is being dropped", "42P01")
+
+    def _refuse_dropped_inputs(self, obj: _Object) -> None:
+        """SqlError 42P01, ``obj`` closed, if an input of ``obj`` was dropped while it was
+        built (before :meth:`_claim_inputs`, or by another server)."""
+        dropped = [s for s in obj.reads if self._dropped(s)]
+        if dropped:
+            try:
+                obj.runner.close()
+            except Exception as e:
+                log.warning("closing %s, whose input was dropped: %s", obj.name, e)
+            raise SqlError(f"relation {dropped[0]!r} was dropped", "42P01")
 
     def _give_back(self, name: str, claim: dict[str, Any]) -> None:
         """Forget the statement a failed CREATE claimed (another server's stays)."""
@@ -614,6 +651,7 @@ class Engine:
         for shard in inputs.values():
             if shard == statement.name:
                 raise SqlError(f"view {statement.name!r} cannot read itself", "42P17")
+        self._claim_inputs(statement.name, set(inputs.values()))
         refresh = (
             None if statement.refresh_every is None else parse_duration(statement.refresh_every)
         )
@@ -649,6 +687,7 @@ class Engine:
 
         if statement.input not in self.known_shards() or self._dropped(statement.input):
             raise SqlError(f"unknown relation {statement.input!r}", "42P01")
+        self._claim_inputs(statement.name, {statement.input})
         _refuse_dsn_password("a sink", statement.options.get("dsn"))
         try:
             spec = ExportSpec(
@@ -689,7 +728,9 @@ class Engine:
         )
 
     def _shards_of_objects(self) -> set[str]:
-        return {s for o in self.objects.values() for s in o.shards}
+        """The shards of every object, and of every object being dropped."""
+        with self._lock:
+            return {s for o in self.objects.values() for s in o.shards} | self._dropping
 
     def _drop(self, statement: Drop) -> Result:
         with self._serial:  # no follower pass reads the entry between halt and forget
@@ -711,23 +752,39 @@ class Engine:
                     "2BP01",
                 )
             victims = [*readers, obj]
+            dropping = {v.name for v in victims} | {s for v in victims for s in v.shards}
+            building = sorted(n for n, reads in self._creating.items() if reads & dropping)
+            if building:
+                raise SqlError(
+                    f"cannot drop {obj.name!r}: {', '.join(map(repr, building))}, being "
+                    "created, reads it (DROP once that CREATE has answered)",
+                    "2BP01",
+                )
             for victim in victims:
                 del self.objects[victim.name]
-        for victim in victims:  # readers first
-            victim.halt()
-            self._catalog.forget_statement(victim.name)
-            if victim.kind in ("view", "sink"):  # their holds go: the inputs may compact
-                victim.runner.drop()
-            else:
-                victim.runner.close()
-            if victim.kind == "source":
-                _drop_upstream(victim)
-            for shard in victim.shards:  # no writer appends again; the name is not reused
-                self.client.close_shard(shard)
-            victim.report("dropped")
-            if victim.health is not None:
-                victim.health.close()
+            self._dropping |= dropping
+        try:
+            for victim in victims:  # readers first
+                self._drop_victim(victim)
+        finally:
+            with self._lock:
+                self._dropping -= dropping
         return Result([], [], tag)
+
+    def _drop_victim(self, victim: _Object) -> None:
+        victim.halt()
+        self._catalog.forget_statement(victim.name)
+        if victim.kind in ("view", "sink"):  # their holds go: the inputs may compact
+            victim.runner.drop()
+        else:
+            victim.runner.close()
+        if victim.kind == "source":
+            _drop_upstream(victim)
+        for shard in victim.shards:  # no writer appends again; the name is not reused
+            self.client.close_shard(shard)
+        victim.report("dropped")
+        if victim.health is not None:
+            victim.health.close()
 
     def _readers_of(self, obj: _Object) -> list[_Object]:
         """Every object that reads ``obj``'s shards, directly or not, readers last-first."""
@@ -787,6 +844,8 @@ class Engine:
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
             raise SqlError("expected a query")
+        _refuse_writes(tree)
+        _refuse_java_calls(tree)
         known = set(self.known_shards())
         ctes = {c.alias for c in tree.find_all(exp.CTE)}
         cte_references = _cte_references(tree, ctes)
@@ -823,9 +882,11 @@ class Engine:
         from timeshard.spark.sqltext import quoted
 
         spark_sql, inputs = self.resolve(query)
-        readers = {s: self.client.open_leased_reader(s) for s in set(inputs.values())}
-        session = self.spark.newSession()
+        readers: dict[str, Any] = {}
         try:
+            for shard in sorted(set(inputs.values())):  # a failure expires those opened
+                readers[shard] = self.client.open_leased_reader(shard)
+            session = self.spark.newSession()
             as_of = self._readable_time(readers, as_of)
             for alias, shard in inputs.items():
                 assert as_of is not None
@@ -935,7 +996,11 @@ class Engine:
 
     def subscribe(self, statement: Subscribe) -> Stream:
         """Every row of a shard at AS OF (default: its latest readable time), then
-        every update after it as it becomes definite, up to UP TO if given."""
+        every update after it as it becomes definite, up to UP TO if given.
+
+        A SUBSCRIBE whose relation is dropped (its shard closed) before UP TO ends with
+        SqlError 42P01 naming it, and lets go of its readers.
+        """
         shard = statement.name
         if shard not in self.known_shards():
             raise SqlError(f"unknown relation {shard!r}", "42P01")
@@ -993,10 +1058,21 @@ def _subscribe_rows(
         yield from _rows(snapshot, names, up_to)
         listen = reader.listen(at)
         try:
+            # The listen holds its own lease and downgrades it as it goes: the reader
+            # held the since at ``at`` for as long as the SUBSCRIBE ran.
+            reader.expire()
             while True:
                 for event in listen.next(timeout_s=0.5):
                     if isinstance(event, Updates):
                         yield from _rows(event.table, names, up_to)
+                    elif isinstance(event, Progress) and event.frontier.is_empty():
+                        # Only DROP closes a shard: no update comes again, as Materialize
+                        # ends a SUBSCRIBE whose relation is dropped.
+                        raise SqlError(
+                            "subscribe has been terminated because underlying relation "
+                            f"{reader.shard_id!r} was dropped",
+                            "42P01",
+                        )
                     elif (
                         isinstance(event, Progress)
                         and up_to is not None
@@ -1035,6 +1111,42 @@ def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tupl
         if row.get("_err") is not None:
             raise SqlError(f"the collection holds an error at {row['_ts']}: {row['_err']}", "XX000")
         yield (row["_ts"], row["_diff"], *(row[n] for n in names))
+
+
+#: Spark SQL functions that call a static Java method by name in the server's JVM
+#: (``reflect('java.lang.System', 'exit', 7)`` stops the server).
+_JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
+
+
+def _refuse_java_calls(tree: exp.Expr) -> None:
+    """SqlError 42501 if ``tree`` calls a function of :data:`_JAVA_CALLS` anywhere.
+
+    A client's SQL runs in the server's JVM: such a call could stop the server or
+    change what every other session sees. Case is ignored, as Spark ignores it, and
+    so is a qualifier (``builtin.reflect``). A run file's views are the operator's
+    own SQL and are not checked.
+    """
+    for func in tree.find_all(exp.Func):
+        if isinstance(func, exp.Anonymous | exp.AnonymousAggFunc):
+            name = func.name
+        else:
+            name = func.sql_name()
+        if name.lower() in _JAVA_CALLS:
+            raise SqlError(
+                f"function {name.lower()}() is not allowed: it calls Java methods in the "
+                "server's JVM",
+                "42501",
+            )
+
+
+def _refuse_writes(tree: exp.Expr) -> None:
+    """SqlError 0A000 unless ``tree`` is a query that writes nothing: Spark would run
+    ``SELECT ... INTO t`` (a table created in the server's warehouse), an INSERT, or a
+    data-modifying CTE."""
+    write = tree.find(exp.Into, exp.DML)
+    if not isinstance(tree, exp.Query | exp.Values) or write is not None:
+        what = type(write or tree).__name__.upper()
+        raise SqlError(f"only a query that writes nothing is read here, not {what}", "0A000")
 
 
 def _cte_references(tree: exp.Expr, ctes: set[str]) -> set[int]:
