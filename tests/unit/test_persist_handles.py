@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -264,6 +265,57 @@ def test_minus_zero_and_zero_are_one_row(client: PersistClient) -> None:
         }
     ).cast(updates_schema(pa.schema([("h", pa.float16())])))
     assert consolidate(halves).column("_diff").to_pylist() == [2]
+
+
+NAN_OF_0_DIV_0 = struct.unpack(">d", bytes.fromhex("fff8000000000000"))[0]
+
+
+@pytest.mark.parametrize(
+    ("rows", "type_"),
+    [
+        ([float("nan"), NAN_OF_0_DIV_0], pa.float64()),
+        ([{"a": -0.0}, {"a": 0.0}], pa.struct([("a", pa.float64())])),
+        ([[-0.0, None], [0.0, None]], pa.list_(pa.float64())),
+        (
+            [{"b": [NAN_OF_0_DIV_0]}, {"b": [float("nan")]}],
+            pa.struct([("b", pa.list_(pa.float32()))]),
+        ),
+    ],
+)
+def test_every_nan_and_both_zeros_are_one_value_at_any_depth(rows: list[Any], type_: Any) -> None:
+    """Spark groups every NaN as one and -0.0 as 0.0, inside structs and lists too. Arrow
+    kept a NaN that 0/0 made (sign bit set) apart from float('nan'), and a nested -0.0
+    apart from 0.0: a row at +1 and its retraction at -1 both stayed."""
+    table = pa.table(
+        {
+            "x": pa.array(rows, type_),
+            "_ts": [1, 1],
+            "_diff": [1, -1],
+            "_err": pa.nulls(2, pa.string()),
+        }
+    ).cast(updates_schema(pa.schema([("x", type_)])))
+    assert consolidate(table).num_rows == 0
+    assert consolidate(table.slice(1)).column("_diff").to_pylist() == [-1]
+
+
+@pytest.mark.parametrize(
+    ("schema", "match"),
+    [
+        (pa.schema([("at", pa.timestamp("ns"))]), "no nanosecond timestamps"),
+        (pa.schema([("at", pa.timestamp("ns", tz="UTC"))]), "no nanosecond timestamps"),
+        (pa.schema([("at", pa.list_(pa.timestamp("ns")))]), "no nanosecond timestamps"),
+        (pa.schema([("t", pa.time64("us"))]), "no time of day"),
+        (pa.schema([("a", pa.int64()), ("A", pa.int64())]), "differ only in case"),
+    ],
+)
+def test_a_new_shard_takes_only_what_spark_reads_back(
+    client: PersistClient, schema: pa.Schema, match: str
+) -> None:
+    """Such shards were created, and every Spark read of them failed as a corrupt part
+    (or COLUMN_ALREADY_EXISTS)."""
+    with pytest.raises(InvalidUsage, match=match):
+        client.open_writer("s", schema)
+    assert "s" not in client.list_shards()
 
 
 def test_gc_scans_every_retained_version(

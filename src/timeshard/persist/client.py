@@ -24,7 +24,7 @@ from timeshard.location.consensus import check_consensus_key
 from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.blobio import retry_external
 from timeshard.persist._internal.machine import Machine
-from timeshard.persist._internal.parts import check_data_schema
+from timeshard.persist._internal.parts import check_data_schema, check_spark_readable
 from timeshard.persist._internal.state import ShardState, decode_schema, encode_schema
 from timeshard.persist.compaction import Compactor, compact_shard
 from timeshard.persist.config import PersistConfig
@@ -98,7 +98,7 @@ class PersistClient:
             machine.fetch()
             return machine
         schema = _arrow_schema(schema)
-        check_data_schema(schema)
+        check_spark_readable(check_data_schema(schema))
         state = machine.create(ShardState(shard_id=shard_id, schema=encode_schema(schema)))
         stored = decode_schema(state.schema)
         if not stored.equals(schema):

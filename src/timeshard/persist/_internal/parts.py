@@ -265,6 +265,44 @@ def check_data_schema(schema: pa.Schema) -> pa.Schema:
     return schema
 
 
+def check_spark_readable(schema: pa.Schema) -> pa.Schema:
+    """Return ``schema`` if Spark reads its parts back as written, else raise InvalidUsage.
+
+    For a new shard's schema (a stored one is only :func:`check_data_schema`'s): Spark
+    reads no nanosecond timestamps and no times of day (they failed as corrupt parts),
+    and tells no column names apart by case.
+    """
+    folded: dict[str, str] = {}
+    for name in schema.names:
+        other = folded.setdefault(name.lower(), name)
+        if other != name:
+            raise InvalidUsage(
+                f"schema columns {other!r} and {name!r} differ only in case, and Spark "
+                "does not tell them apart: rename one"
+            )
+    for field in schema:
+        for inner in _types_in(field.type):
+            if pa.types.is_timestamp(inner) and inner.unit == "ns":
+                raise InvalidUsage(
+                    f"column {field.name!r} is {field.type}: Spark reads no nanosecond "
+                    "timestamps; use microseconds (pa.timestamp('us'))"
+                )
+            if pa.types.is_time(inner):
+                raise InvalidUsage(
+                    f"column {field.name!r} is {field.type}: Spark reads no time of day; "
+                    "store it as a string or a duration"
+                )
+    return schema
+
+
+def _types_in(t: pa.DataType) -> list[pa.DataType]:
+    """``t`` and every type nested in it."""
+    out = [t]
+    for i in range(t.num_fields):
+        out += _types_in(t.field(i).type)
+    return out
+
+
 def updates_schema(data_schema: pa.Schema) -> pa.Schema:
     """The schema of a part: data columns (nullable) plus ``_ts``, ``_diff``, ``_err``."""
     fields = [f.with_nullable(True) for f in data_schema]
@@ -380,10 +418,11 @@ def consolidate(table: pa.Table) -> pa.Table:
     if table.num_rows == 0:
         return table
     for i, field in enumerate(table.schema):
-        if field.type in (pa.float32(), pa.float64()):  # -0.0 is 0.0, as Spark has it
-            column = table.column(i)
-            zero = pa.scalar(0.0, field.type)
-            table = table.set_column(i, field, pc.if_else(pc.equal(column, zero), zero, column))
+        if any(t in _FLOATS for t in _types_in(field.type)):
+            column = pa.chunked_array(
+                [_normalized_floats(chunk) for chunk in table.column(i).chunks], field.type
+            )
+            table = table.set_column(i, field, column)
     summed = DIFF  # the sum is named ``<column>_sum``: no data column may have that name
     while summed in keys or f"{summed}_sum" in keys:
         summed = f"_{summed}"
@@ -396,6 +435,32 @@ def consolidate(table: pa.Table) -> pa.Table:
     grouped = grouped.rename_columns(renamed).select(table.column_names).cast(table.schema)
     grouped = grouped.filter(pc.not_equal(grouped.column(DIFF), 0))
     return grouped.sort_by([(TS, "ascending")])
+
+
+_FLOATS = (pa.float32(), pa.float64())
+
+
+def _normalized_floats(array: pa.Array) -> pa.Array:
+    """``array`` with every -0.0 made 0.0 and every NaN the one NaN, at any depth of
+    structs and lists, as Spark groups floats (Arrow keeps them apart: a NaN that ``0/0``
+    made has another sign bit than ``float('nan')``). float16 is left as it is: Arrow
+    compares none."""
+    t = array.type
+    if t in _FLOATS:
+        zero, nan = pa.scalar(0.0, t), pa.scalar(float("nan"), t)
+        array = pc.if_else(pc.equal(array, zero), zero, array)
+        return pc.if_else(pc.is_nan(array), nan, array)
+    if pa.types.is_struct(t):
+        children = [_normalized_floats(child) for child in array.flatten()]
+        return pa.StructArray.from_arrays(children, fields=list(t), mask=array.is_null())
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        cls = pa.ListArray if pa.types.is_list(t) else pa.LargeListArray
+        offsets = array.offsets  # of a slice: into all the values, from offsets[0]
+        first = offsets[0].as_py()
+        values = _normalized_floats(array.values.slice(first, offsets[-1].as_py() - first))
+        offsets = pc.subtract(offsets, pa.scalar(first, offsets.type))
+        return cls.from_arrays(offsets, values, type=t, mask=array.is_null())
+    return array
 
 
 def _consolidate_python(table: pa.Table) -> pa.Table:
@@ -425,6 +490,7 @@ __all__ = [
     "advance_since",
     "advance_times",
     "check_data_schema",
+    "check_spark_readable",
     "check_part_bytes",
     "conform",
     "consolidate",
