@@ -41,7 +41,8 @@ What runs where (as in ``pyspark.sql.datasource``):
   resolves ``as_of``, takes the parts of the snapshot -- which holds them
   against GC until the lease runs out -- and makes one partition per part;
 * executors: ``read()`` reopens the blob from its URI, fetches its part with
-  ``blob.get``, decodes it (PartError if it is missing or corrupt), advances
+  ``blob.get``, checks its size and recorded digest and decodes it (PartError
+  if it is missing or corrupt), advances
   its times to ``as_of``, consolidates it and yields Arrow record batches.
   :class:`TimeshardReader` and :class:`PartPartition` hold plain strings,
   numbers and bytes only, so they pickle; executors need ``pyarrow`` and
@@ -144,18 +145,23 @@ def _as_of(raw: str | None) -> int | None:
 
 @dataclass(frozen=True)
 class PartPartition(InputPartition):  # type: ignore[misc]
-    """One part to read at ``as_of``, as plain values."""
+    """One part to read at ``as_of``, as plain values.
+
+    ``sha256`` is the digest the state recorded for the part (None if none), which
+    the read checks before decoding.
+    """
 
     key: str
     size: int
     rows: int
     ts_min: int | None
     ts_max: int | None
+    sha256: str | None
     as_of: int
     schema_ipc: bytes
 
     def part(self) -> PartMeta:
-        return PartMeta(self.key, self.size, self.rows, self.ts_min, self.ts_max)
+        return PartMeta(self.key, self.size, self.rows, self.ts_min, self.ts_max, self.sha256)
 
 
 class TimeshardDataSource(DataSource):  # type: ignore[misc]
@@ -196,7 +202,9 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
             as_of = upper - 1
         schema_ipc = reader.schema.serialize().to_pybytes()
         return [
-            PartPartition(p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, as_of, schema_ipc)
+            PartPartition(
+                p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, p.sha256, as_of, schema_ipc
+            )
             for p in reader.snapshot_parts(as_of)
         ]
 
