@@ -87,6 +87,7 @@ import contextlib
 import hashlib
 import os
 import re
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -186,6 +187,19 @@ def task_attempt() -> tuple[int, int]:
 def column(name: str) -> Column:
     """The column ``name``, quoted so that dots and spaces in it are not parsed."""
     return F.col(quoted(name))
+
+
+def spark_path(root_uri: str, key: str) -> str:
+    """The path Spark's readers take for ``key`` under the blob root ``root_uri``.
+
+    Hadoop's ``Path`` does not decode percent-escapes, so a ``file:`` root (a
+    URI, escaped: ``file:///data/a%20b``) is given by its decoded path
+    (``file:///data/a b``); other roots are taken as they are.
+    """
+    parsed = urllib.parse.urlsplit(root_uri)
+    if parsed.scheme == "file":
+        root_uri = "file://" + urllib.parse.unquote(parsed.path)
+    return f"{root_uri.rstrip('/')}/{key}"
 
 
 def filesystem_of(root_uri: str) -> tuple[pafs.FileSystem, str]:
@@ -535,7 +549,8 @@ def read_parts(
 ) -> DataFrame:
     """The raw updates of ``parts`` as a DataFrame with the part schema.
 
-    Runs on the driver and checks the parts first (:func:`check_parts`); Spark
+    Runs on the driver and checks the parts first (:func:`check_parts`; a part
+    deleted after that check, before Spark lists it, is PartError too); Spark
     tasks read them at the action, where a part corrupted in place raises a
     Spark exception (PartError inside :func:`typed_errors`). No parts give an
     empty local relation, on which actions run no Spark job.
@@ -549,7 +564,7 @@ def read_parts(
         table = pa.concat_tables([read_part(blob, p, data_schema, config) for p in parts])
         return spark.createDataFrame(table, schema)
     check_parts(blob, parts)
-    uris = [f"{root.rstrip('/')}/{p.key}" for p in parts]
+    uris = [spark_path(root, p.key) for p in parts]
     reader = (
         spark.read.schema(schema)
         .option("ignoreCorruptFiles", "false")
@@ -557,9 +572,12 @@ def read_parts(
         .option(VERIFY_PAGE_CHECKSUMS, "true")
     )
     paths = java_strings(spark, uris)  # one py4j call, not one per part
-    df = (
-        reader.parquet(*uris) if paths is None else DataFrame(reader._jreader.parquet(paths), spark)
-    )
+    with typed_errors():  # a part deleted since check_parts fails Spark's listing
+        df = (
+            reader.parquet(*uris)
+            if paths is None
+            else DataFrame(reader._jreader.parquet(paths), spark)
+        )
     faults = current_task_faults()
     return df if faults is None else df.mapInArrow(PartReadFaults(faults), df.schema)
 
@@ -586,8 +604,12 @@ class PartReadFaults:
 
 _PYTHON_ERROR = re.compile(r"timeshard\.errors\.(PartError|InvalidUsage): ([^\n]*)")
 _PART_ERROR = re.compile(r"part '([^']+)' is (.*)")
-_FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file (\S+?\.parquet)")
-_NOT_FOUND = re.compile(r"FileNotFoundException: \S* ?(\S+?\.parquet)")
+# File paths in Spark's messages are decoded: they may hold spaces.
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file ([^\n]+?\.parquet)")
+_NOT_FOUND = re.compile(
+    r"FileNotFoundException: \S* ?([^\n]+?\.parquet)"
+    r"|\[PATH_NOT_FOUND\] Path does not exist: ([^\n]+?\.parquet)"
+)
 _CAUSE = re.compile(r"^Caused by: ([^\n]*)", re.MULTILINE)
 
 
@@ -636,7 +658,7 @@ def typed_error(error: BaseException) -> TimeshardError | None:
         causes = _CAUSE.findall(text)
         return PartError(key, f"corrupt: {causes[-1] if causes else failed.group(0)}")
     if not_found is not None:
-        return PartError(_key_of(not_found.group(1)), "missing")
+        return PartError(_key_of(not_found.group(1) or not_found.group(2)), "missing")
     return None
 
 
@@ -659,6 +681,7 @@ __all__ = [
     "part_meta_batch",
     "quoted",
     "read_parts",
+    "spark_path",
     "typed_error",
     "typed_errors",
     "write_part_file",
