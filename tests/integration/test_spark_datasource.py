@@ -44,6 +44,17 @@ def test_rows_are_consolidated_within_parts_only(spark: SparkSession, tmp_path: 
     )
 
 
+def test_a_read_leaves_no_reader_registered(spark: SparkSession, tmp_path: Path) -> None:
+    """Planning registers no leased reader, so a query holds neither since nor GC back."""
+    client = PersistClient(Location.embedded(tmp_path))
+    client.open_writer("s", SCHEMA).append(spark.sql(updates_sql(0, 10, 0)), 0, 1)
+    assert client.state("s").leased_readers == {}
+    assert as_counter(read_source(spark, tmp_path, "s", None).collect()) == model_at(
+        sql_model(0, 10, 0), 0
+    )
+    assert client.state("s").leased_readers == {}
+
+
 def test_default_as_of_is_the_latest_readable_time(spark: SparkSession, tmp_path: Path) -> None:
     writer = PersistClient(Location.embedded(tmp_path)).open_writer("s", SCHEMA)
     writer.append(spark.sql(updates_sql(0, 10, 2)), 0, 4)
