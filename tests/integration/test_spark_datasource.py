@@ -6,6 +6,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 from tests.integration.spark_checks import (
@@ -13,6 +14,7 @@ from tests.integration.spark_checks import (
     SCHEMA,
     as_counter,
     consolidated,
+    expect_part_error,
     model_at,
     read_source,
     sql_model,
@@ -40,6 +42,17 @@ def test_rows_are_consolidated_within_parts_only(spark: SparkSession, tmp_path: 
     assert as_counter(read_source(spark, tmp_path, "s", 0).collect()) == model_at(
         sql_model(0, 20, 0), 0
     )
+
+
+def test_a_read_leaves_no_reader_registered(spark: SparkSession, tmp_path: Path) -> None:
+    """Planning registers no leased reader, so a query holds neither since nor GC back."""
+    client = PersistClient(Location.embedded(tmp_path))
+    client.open_writer("s", SCHEMA).append(spark.sql(updates_sql(0, 10, 0)), 0, 1)
+    assert client.state("s").leased_readers == {}
+    assert as_counter(read_source(spark, tmp_path, "s", None).collect()) == model_at(
+        sql_model(0, 10, 0), 0
+    )
+    assert client.state("s").leased_readers == {}
 
 
 def test_default_as_of_is_the_latest_readable_time(spark: SparkSession, tmp_path: Path) -> None:
@@ -98,3 +111,20 @@ def test_invalid_options_name_the_value(spark: SparkSession, tmp_path: Path) -> 
         with pytest.raises(InvalidUsage, match=match):
             load(spark, options)
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_part_whose_digest_differs_is_a_part_error(spark: SparkSession, tmp_path: Path) -> None:
+    """A byte flipped outside the pages (the footer's statistics) decodes as before, but
+    the part is not the one the state recorded: the source checks the recorded digest."""
+    writer, reader = PersistClient(Location.embedded(tmp_path)).open(
+        "s", pa.schema([("s", pa.string())])
+    )
+    writer.append([(("UNIQUEVALUE-A-12345",), 0, 1)], 0, 1)
+    [part] = reader.snapshot_parts(0)
+    path = tmp_path / "blob" / part.key
+    data = bytearray(path.read_bytes())
+    data[data.rindex(b"UNIQUEVALUE-A-12345") + 12] ^= 0x03
+    path.write_bytes(bytes(data))
+    expect_part_error(
+        part.key, "corrupt: its SHA-256 differs", read_source(spark, tmp_path, "s", 0).collect
+    )

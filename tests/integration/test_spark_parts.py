@@ -20,7 +20,9 @@ from tests.integration.spark_checks import (
     check_err_rows,
     check_missing_and_corrupt_parts,
     check_write_and_snapshot,
+    expect_part_error,
     model_at,
+    read_source,
     sql_model,
     updates_sql,
 )
@@ -28,6 +30,7 @@ from tests.integration.spark_checks import (
 from timeshard.errors import InvalidUsage, PartError
 from timeshard.location import Location, open_location
 from timeshard.persist import Appended, PersistClient, updates_schema
+from timeshard.spark import parts as spark_parts
 from timeshard.spark import snapshot_df, typed_errors, updates_df
 
 pytestmark = pytest.mark.spark
@@ -50,6 +53,62 @@ def test_err_rows(spark: SparkSession, tmp_path: Path) -> None:
 
 def test_missing_and_corrupt_parts(spark: SparkSession, tmp_path: Path) -> None:
     check_missing_and_corrupt_parts(spark, tmp_path)
+
+
+def test_a_flipped_data_byte_is_a_part_error(spark: SparkSession, tmp_path: Path) -> None:
+    """One byte of a value flipped in place (same size, still valid Parquet) is never read
+    as another value: a part written by a Spark task and one written by the driver both
+    carry page checksums, which Spark verifies, and a digest, which pyarrow verifies."""
+    schema = pa.schema([("s", pa.string())])
+    writer, reader = PersistClient(Location.embedded(tmp_path)).open("s", schema)
+    spark_value, driver_value = b"UNIQUEVALUE-A-12345", b"UNIQUEVALUE-C-12345"
+    writer.append(spark.sql(f"SELECT '{spark_value.decode()}' AS s, 0L AS _ts, 1L AS _diff"), 0, 1)
+    writer.append([((driver_value.decode(),), 1, 1)], 1, 2)
+    [spark_part] = reader.snapshot_parts(0)
+    [driver_part] = [p for p in reader.snapshot_parts(1) if p != spark_part]
+    assert spark_part.sha256 is not None and driver_part.sha256 is not None
+    for part, value in [(spark_part, spark_value), (driver_part, driver_value)]:
+        path = tmp_path / "blob" / part.key
+        original = path.read_bytes()
+        flipped = bytearray(original)
+        flipped[original.index(value) + 12] ^= 0x03  # 'A' -> 'B', 'C' -> '@'
+        path.write_bytes(bytes(flipped))
+        expect_part_error(part.key, "corrupt", lambda: reader.snapshot(1))
+        expect_part_error(part.key, "corrupt", snapshot_df(spark, reader, 1).collect)
+        expect_part_error(part.key, "corrupt", read_source(spark, tmp_path, "s", 1).collect)
+        path.write_bytes(original)
+    rows = snapshot_df(spark, reader, 1).collect()
+    assert sorted(r["s"] for r in rows) == [spark_value.decode(), driver_value.decode()]
+
+
+def test_a_location_whose_path_is_escaped_in_its_uri(spark: SparkSession, tmp_path: Path) -> None:
+    """A blob root with a space, a '%' and a non-ASCII letter: its URI is percent-encoded,
+    and Spark reads the parts written there; a part gone is PartError naming it."""
+    location = tmp_path / "a dir é 100%"
+    writer, reader = PersistClient(Location.embedded(location)).open("s", SCHEMA)
+    assert "%20" in str(reader.blob.root_uri)
+    writer.append(spark.sql(updates_sql(0, 100, 0)), 0, 1)
+    want = model_at(sql_model(0, 100, 0), 0)
+    assert as_counter(snapshot_df(spark, reader, 0).collect()) == want
+    assert as_counter(read_source(spark, location, "s", 0).collect()) == want
+    part = reader.snapshot_parts(0)[0]
+    df = snapshot_df(spark, reader, 0)
+    (location / "blob" / part.key).unlink()
+    expect_part_error(part.key, "missing", df.count)
+    expect_part_error(part.key, "missing", lambda: snapshot_df(spark, reader, 0))
+
+
+def test_a_part_deleted_before_spark_lists_it_is_a_part_error(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """GC deleting a part between check_parts and Spark's listing of the files."""
+    writer, reader = PersistClient(Location.embedded(tmp_path)).open("s", SCHEMA)
+    writer.append(spark.sql(updates_sql(0, 100, 0)), 0, 1)
+    part = reader.snapshot_parts(0)[1]
+    (tmp_path / "blob" / part.key).unlink()
+    monkeypatch.setattr(spark_parts, "check_parts", lambda blob, parts: None)
+    with pytest.raises(PartError, match=f"part '{re.escape(part.key)}' is missing"):
+        snapshot_df(spark, reader, 0)
 
 
 def test_one_part_per_partition_in_the_gc_layout(spark: SparkSession, tmp_path: Path) -> None:

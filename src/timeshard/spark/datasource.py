@@ -37,15 +37,23 @@ What runs where (as in ``pyspark.sql.datasource``):
 * planning, in a Python worker process beside the driver JVM (not in the
   process that called ``load``): ``schema()`` opens the location and reads
   the shard's stored schema; ``reader()`` checks the options, and
-  ``partitions()`` opens a leased reader (lease :data:`DATASOURCE_LEASE_MS`),
-  resolves ``as_of``, takes the parts of the snapshot -- which holds them
-  against GC until the lease runs out -- and makes one partition per part;
+  ``partitions()`` opens an unleased reader (it writes nothing to consensus),
+  resolves ``as_of``, takes the parts of the snapshot from the shard's head
+  state and makes one partition per part;
 * executors: ``read()`` reopens the blob from its URI, fetches its part with
-  ``blob.get``, decodes it (PartError if it is missing or corrupt), advances
-  its times to ``as_of``, consolidates it and yields Arrow record batches.
+  ``blob.get``, checks its size and recorded digest and decodes it (PartError
+  if it is missing or corrupt), advances its times to ``as_of``, consolidates
+  it and yields Arrow record batches.
   :class:`TimeshardReader` and :class:`PartPartition` hold plain strings,
   numbers and bytes only, so they pickle; executors need ``pyarrow`` and
   ``timeshard`` and must reach the blob under its URI (so not ``memory://``).
+
+Nothing holds the parts between planning and the tasks' reads (Spark tells a
+data source neither when a query ends nor when it is dropped, so a reader
+registered for it could only be left to its lease, holding the shard's since
+and GC back after every query). A part that compaction replaced and GC
+deleted in between raises PartError ``missing``; planning the query again
+reads the new parts.
 
 Errors raised in those processes reach the caller as Spark exceptions that
 carry the message; inside :func:`timeshard.spark.parts.typed_errors` they are
@@ -72,7 +80,6 @@ from timeshard.persist._internal.blobio import read_part
 from timeshard.persist._internal.parts import PartMeta, advance_times, consolidate, updates_schema
 from timeshard.spark.session import arrow_to_spark_schema
 
-DATASOURCE_LEASE_MS = 5 * 60 * 1000
 EMBEDDED_CONSENSUS = "consensus.sqlite"
 
 
@@ -144,18 +151,23 @@ def _as_of(raw: str | None) -> int | None:
 
 @dataclass(frozen=True)
 class PartPartition(InputPartition):  # type: ignore[misc]
-    """One part to read at ``as_of``, as plain values."""
+    """One part to read at ``as_of``, as plain values.
+
+    ``sha256`` is the digest the state recorded for the part (None if none), which
+    the read checks before decoding.
+    """
 
     key: str
     size: int
     rows: int
     ts_min: int | None
     ts_max: int | None
+    sha256: str | None
     as_of: int
     schema_ipc: bytes
 
     def part(self) -> PartMeta:
-        return PartMeta(self.key, self.size, self.rows, self.ts_min, self.ts_max)
+        return PartMeta(self.key, self.size, self.rows, self.ts_min, self.ts_max, self.sha256)
 
 
 class TimeshardDataSource(DataSource):  # type: ignore[misc]
@@ -183,12 +195,10 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> list[InputPartition]:
         """One partition per part of the snapshot (planning worker)."""
         opts = self.options
-        reader = opts.client(PersistConfig(reader_lease_ms=DATASOURCE_LEASE_MS)).open_leased_reader(
-            opts.shard
-        )
+        reader = opts.client().open_unleased_reader(opts.shard)
         as_of = opts.as_of
         if as_of is None:
-            upper = reader.fetch_recent_upper().time
+            upper = reader.upper().time
             if upper is None:
                 raise InvalidUsage(f"shard {opts.shard!r} is closed; pass option 'as_of'")
             if upper == 0:
@@ -196,7 +206,9 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
             as_of = upper - 1
         schema_ipc = reader.schema.serialize().to_pybytes()
         return [
-            PartPartition(p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, as_of, schema_ipc)
+            PartPartition(
+                p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, p.sha256, as_of, schema_ipc
+            )
             for p in reader.snapshot_parts(as_of)
         ]
 
@@ -223,7 +235,6 @@ def register(spark: SparkSession) -> None:
 
 
 __all__ = [
-    "DATASOURCE_LEASE_MS",
     "PartPartition",
     "SourceOptions",
     "TimeshardDataSource",

@@ -11,7 +11,8 @@ Every task casts its rows to the part schema with pyarrow
 Parquet file at ``<key_prefix>/part-<partition:05d>-<id>.parquet`` under the
 blob root, and returns one ``PART_META_DDL`` row: key, size in bytes, rows,
 least and greatest ``_ts``, the distinct ``_ts`` when there are at most
-``MAX_PART_TIMES`` (else null), and how many rows are err rows. No data
+``MAX_PART_TIMES`` (else null), how many rows are err rows, and the
+SHA-256 of the part's bytes. Parts carry Parquet page checksums. No data
 passes through the driver. A task whose partition is empty writes nothing
 and returns no row. A task that writes parts in another plan yields
 :func:`part_meta_batch` of what :func:`write_part_file` returned, and the
@@ -60,8 +61,10 @@ Spark job runs. A part that is missing, or whose size differs from the one the
 state recorded (truncated, overwritten), raises PartError when ``read_parts``
 is called. A part corrupted in place surfaces only when Spark reads it, at
 the action (``collect``, ``count``, a write), as a Spark exception naming the
-file; run the action inside :func:`typed_errors` to get PartError naming the
-part instead.
+file: Spark's reader verifies the page checksums (``VERIFY_PAGE_CHECKSUMS``),
+not the digest, which only the pyarrow path reads whole parts to check. Run
+the action inside :func:`typed_errors` to get PartError naming the part
+instead.
 
 Invariants:
 
@@ -74,14 +77,17 @@ Invariants:
 3. If the Spark job of a write fails, every part it wrote under ``key_prefix``
    is deleted before the error is raised.
 4. A missing or corrupt part raises PartError; it is never skipped
-   (``ignoreCorruptFiles``/``ignoreMissingFiles`` are off for every read).
+   (``ignoreCorruptFiles``/``ignoreMissingFiles`` are off for every read) and
+   never read as other data (every read verifies page checksums).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -125,7 +131,8 @@ from timeshard.spark.session import arrow_to_spark_schema
 from timeshard.spark.sqltext import java_strings, quoted, select_exprs, type_sql
 
 PART_META_DDL = (
-    "key string, size long, rows long, ts_min long, ts_max long, times array<long>, err_rows long"
+    "key string, size long, rows long, ts_min long, ts_max long, times array<long>, "
+    "err_rows long, sha256 string"
 )
 _PART_META_SCHEMA = pa.schema(
     [
@@ -136,8 +143,12 @@ _PART_META_SCHEMA = pa.schema(
         ("ts_max", pa.int64()),
         ("times", pa.list_(pa.int64())),
         ("err_rows", pa.int64()),
+        ("sha256", pa.string()),
     ]
 )
+#: The Parquet reader option that verifies page checksums (Spark's reader skips them by
+#: default); a session's Hadoop conf sets it only when the session starts with it.
+VERIFY_PAGE_CHECKSUMS = "parquet.page.verify-checksum.enabled"
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _INTEGRAL_DIGITS: dict[type[DataType], int] = {
     ByteType: 3,
@@ -176,6 +187,19 @@ def task_attempt() -> tuple[int, int]:
 def column(name: str) -> Column:
     """The column ``name``, quoted so that dots and spaces in it are not parsed."""
     return F.col(quoted(name))
+
+
+def spark_path(root_uri: str, key: str) -> str:
+    """The path Spark's readers take for ``key`` under the blob root ``root_uri``.
+
+    Hadoop's ``Path`` does not decode percent-escapes, so a ``file:`` root (a
+    URI, escaped: ``file:///data/a%20b``) is given by its decoded path
+    (``file:///data/a b``); other roots are taken as they are.
+    """
+    parsed = urllib.parse.urlsplit(root_uri)
+    if parsed.scheme == "file":
+        root_uri = "file://" + urllib.parse.unquote(parsed.path)
+    return f"{root_uri.rstrip('/')}/{key}"
 
 
 def filesystem_of(root_uri: str) -> tuple[pafs.FileSystem, str]:
@@ -281,6 +305,7 @@ def part_meta_batch(parts: list[PartMeta]) -> pa.RecordBatch:
             "ts_max": p.ts_max,
             "times": None if p.times is None else list(p.times),
             "err_rows": p.err_rows,
+            "sha256": p.sha256,
         }
         for p in parts
     ]
@@ -299,6 +324,7 @@ def part_from_row(row: Any) -> PartMeta:
         row["rows"],
         row["ts_min"],
         row["ts_max"],
+        row["sha256"],
         times=None if times is None else tuple(times),
         err_rows=row["err_rows"],
     )
@@ -392,10 +418,10 @@ def write_part_file(
     """Stream ``tables`` (conformed to ``schema``) into one part at ``key``.
 
     Returns None and writes nothing if ``tables`` holds no rows; else the
-    part with its time bounds and, when they are at most ``MAX_PART_TIMES``,
-    its distinct times. On failure no file is left at ``key`` under a local
-    root (a partial object may be left under a remote one; it is never
-    referenced, and GC deletes it).
+    part with its time bounds, its SHA-256 and, when they are at most
+    ``MAX_PART_TIMES``, its distinct times. The part carries page checksums.
+    On failure no file is left at ``key`` under a local root (a partial object
+    may be left under a remote one; it is never referenced, and GC deletes it).
     """
     fs, base = filesystem_of(root_uri)
     path = f"{base}/{key}"
@@ -413,7 +439,9 @@ def write_part_file(
                     sink = pa.OSFile(tmp, "wb")
                 else:
                     sink = pa.BufferOutputStream()
-                writer = pq.ParquetWriter(sink, schema, compression="zstd")
+                writer = pq.ParquetWriter(
+                    sink, schema, compression="zstd", write_page_checksum=True
+                )
             writer.write_table(table)
             bounds = pc.min_max(table.column(TS))
             t_lo, t_hi = bounds["min"].as_py(), bounds["max"].as_py()
@@ -427,13 +455,13 @@ def write_part_file(
         writer.close()
         if local:
             sink.close()
-            size = _commit_local(tmp, path, base)
+            size, digest = _commit_local(tmp, path, base)
         else:
             assert isinstance(sink, pa.BufferOutputStream), sink
             data = sink.getvalue()
             with fs.open_output_stream(path) as out:
                 out.write(data)
-            size = data.size
+            size, digest = data.size, hashlib.sha256(data).hexdigest()
     except BaseException:
         if writer is not None:
             with contextlib.suppress(Exception):
@@ -444,17 +472,20 @@ def write_part_file(
                     sink.close()
                 os.unlink(tmp)
         raise
-    return PartMeta(key, size, rows, lo, hi, times=times, err_rows=errs)
+    return PartMeta(key, size, rows, lo, hi, digest, times, errs)
 
 
-def _commit_local(tmp: str, path: str, base: str) -> int:
-    """Fsync ``tmp``, rename it to ``path``, fsync the directories up to ``base``."""
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        size = os.fstat(fd).st_size
-    finally:
-        os.close(fd)
+def _commit_local(tmp: str, path: str, base: str) -> tuple[int, str]:
+    """Fsync ``tmp``, rename it to ``path``, fsync the directories up to ``base``.
+
+    Returns the part's size and SHA-256, read back from ``tmp`` before the rename.
+    """
+    digest = hashlib.sha256()
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+        size = os.fstat(f.fileno()).st_size
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
     os.replace(tmp, path)
     directory = os.path.dirname(path)
     while True:
@@ -464,7 +495,7 @@ def _commit_local(tmp: str, path: str, base: str) -> int:
         finally:
             os.close(fd)
         if len(directory) <= len(base) or directory == os.path.dirname(directory):
-            return size
+            return size, digest.hexdigest()
         directory = os.path.dirname(directory)
 
 
@@ -518,7 +549,8 @@ def read_parts(
 ) -> DataFrame:
     """The raw updates of ``parts`` as a DataFrame with the part schema.
 
-    Runs on the driver and checks the parts first (:func:`check_parts`); Spark
+    Runs on the driver and checks the parts first (:func:`check_parts`; a part
+    deleted after that check, before Spark lists it, is PartError too); Spark
     tasks read them at the action, where a part corrupted in place raises a
     Spark exception (PartError inside :func:`typed_errors`). No parts give an
     empty local relation, on which actions run no Spark job.
@@ -532,16 +564,20 @@ def read_parts(
         table = pa.concat_tables([read_part(blob, p, data_schema, config) for p in parts])
         return spark.createDataFrame(table, schema)
     check_parts(blob, parts)
-    uris = [f"{root.rstrip('/')}/{p.key}" for p in parts]
+    uris = [spark_path(root, p.key) for p in parts]
     reader = (
         spark.read.schema(schema)
         .option("ignoreCorruptFiles", "false")
         .option("ignoreMissingFiles", "false")
+        .option(VERIFY_PAGE_CHECKSUMS, "true")
     )
     paths = java_strings(spark, uris)  # one py4j call, not one per part
-    df = (
-        reader.parquet(*uris) if paths is None else DataFrame(reader._jreader.parquet(paths), spark)
-    )
+    with typed_errors():  # a part deleted since check_parts fails Spark's listing
+        df = (
+            reader.parquet(*uris)
+            if paths is None
+            else DataFrame(reader._jreader.parquet(paths), spark)
+        )
     faults = current_task_faults()
     return df if faults is None else df.mapInArrow(PartReadFaults(faults), df.schema)
 
@@ -568,8 +604,12 @@ class PartReadFaults:
 
 _PYTHON_ERROR = re.compile(r"timeshard\.errors\.(PartError|InvalidUsage): ([^\n]*)")
 _PART_ERROR = re.compile(r"part '([^']+)' is (.*)")
-_FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file (\S+?\.parquet)")
-_NOT_FOUND = re.compile(r"FileNotFoundException: \S* ?(\S+?\.parquet)")
+# File paths in Spark's messages are decoded: they may hold spaces.
+_FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file ([^\n]+?\.parquet)")
+_NOT_FOUND = re.compile(
+    r"FileNotFoundException: \S* ?([^\n]+?\.parquet)"
+    r"|\[PATH_NOT_FOUND\] Path does not exist: ([^\n]+?\.parquet)"
+)
 _CAUSE = re.compile(r"^Caused by: ([^\n]*)", re.MULTILINE)
 
 
@@ -618,7 +658,7 @@ def typed_error(error: BaseException) -> TimeshardError | None:
         causes = _CAUSE.findall(text)
         return PartError(key, f"corrupt: {causes[-1] if causes else failed.group(0)}")
     if not_found is not None:
-        return PartError(_key_of(not_found.group(1)), "missing")
+        return PartError(_key_of(not_found.group(1) or not_found.group(2)), "missing")
     return None
 
 
@@ -629,6 +669,7 @@ def _key_of(uri: str) -> str:
 
 __all__ = [
     "PART_META_DDL",
+    "VERIFY_PAGE_CHECKSUMS",
     "PartReadFaults",
     "PartWriter",
     "check_parts",
@@ -640,6 +681,7 @@ __all__ = [
     "part_meta_batch",
     "quoted",
     "read_parts",
+    "spark_path",
     "typed_error",
     "typed_errors",
     "write_part_file",

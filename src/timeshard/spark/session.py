@@ -11,6 +11,8 @@ needs on a small machine and what timeshard relies on:
 * few shuffle partitions (4), no adaptive execution (see ``DEFAULT_CONF``), no UI;
 * ``ignoreCorruptFiles``/``ignoreMissingFiles`` off: a part that cannot be read
   is an error, never an empty result;
+* Parquet page checksums verified (``parquet.page.verify-checksum.enabled``): a
+  part whose page was altered is an error, never other data;
 * no start-up noise, and errors only in the log (:mod:`timeshard.spark.quiet`;
   ``TIMESHARD_SPARK_LOG_LEVEL=warn`` brings Spark's logging back).
 
@@ -70,6 +72,9 @@ DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
     "spark.sql.files.ignoreCorruptFiles": "false",
     "spark.sql.files.ignoreMissingFiles": "false",
+    # Parts carry Parquet page checksums (CRC32), which Spark's Parquet reader skips
+    # unless told: a byte flipped in a part's page was read as another value.
+    "spark.hadoop.parquet.page.verify-checksum.enabled": "true",
     "spark.sql.session.timeZone": "UTC",
     # A tick's queries are small and many-staged; adaptive execution runs each
     # stage as a job of its own and re-plans between them, which on local[2]
