@@ -9,15 +9,15 @@ This module is the pyarrow path: it encodes and decodes parts and consolidates
 updates without Spark. It runs wherever it is called: on the driver for small
 data, inside Spark tasks (executors) for the parallel path.
 
-Integrity. The state records each part's size and, for parts written through
-this module (:func:`encode_part`, then ``blobio.write_part``), the SHA-256 of
-its bytes; such parts also carry Parquet page checksums. Before decoding,
-:func:`check_part_bytes` compares the bytes with what the state recorded, so a
-part that was truncated, extended or had any byte flipped raises PartError
-naming it instead of decoding into other data. Parts written by Spark tasks
-record no digest: for them the size, the page checksums they carry, Parquet's
-own structure and a full validation of the decoded arrays (UTF-8 included)
-are what is checked.
+Integrity. The state records each part's size and the SHA-256 of its bytes,
+whether it was written through this module (:func:`encode_part`, then
+``blobio.write_part``) or by a Spark task; every part carries Parquet page
+checksums. Before decoding, :func:`check_part_bytes` compares the bytes with
+what the state recorded, so a part that was truncated, extended or had any
+byte flipped raises PartError naming it instead of decoding into other data;
+Spark's reader verifies the page checksums. Parts that Spark tasks wrote
+before they recorded a digest are checked by their size, Parquet's own
+structure and a full validation of the decoded arrays (UTF-8 included) only.
 
 Times. Every part records the least and greatest ``_ts`` of its rows
 (``ts_min``/``ts_max``) and, when it has at most :data:`MAX_PART_TIMES`
