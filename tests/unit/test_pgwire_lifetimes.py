@@ -74,7 +74,8 @@ def served() -> Iterator[tuple[PgServer, Leasing]]:
     server.server_close()
 
 
-def until(condition: Any, what: str, within_s: float = 5.0) -> None:
+def until(condition: Any, what: str, within_s: float = 30.0) -> None:
+    """Wait for ``condition``; a stuck server never meets it, a slow one within 30 s."""
     deadline = time.monotonic() + within_s
     while not condition():
         assert time.monotonic() < deadline, what
