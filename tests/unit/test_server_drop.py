@@ -223,3 +223,26 @@ def test_a_view_whose_input_another_server_drops_while_it_is_built_is_not_create
     finally:
         views.go.set()
         served.close()
+
+
+def test_a_drop_that_fails_part_way_leaves_no_victim_ticking(client: PersistClient) -> None:
+    """Each victim was halted only when its turn came: a failure dropping the first left
+    the others out of ``objects`` but ticking, and a follower pass would run a second
+    runner of each beside it."""
+    served = engine(client)
+    Built(served)
+    try:
+        run(served, "CREATE MATERIALIZED VIEW v AS SELECT 1 AS one FROM t")
+        run(served, "CREATE MATERIALIZED VIEW w AS SELECT one FROM v")
+        v, w = served.objects["v"], served.objects["w"]
+        w.reads = ["v"]  # the stub builder records no inputs
+
+        def unreachable() -> None:
+            raise OSError("consensus unreachable")
+
+        w.runner.drop = unreachable  # w, the reader, is dropped first
+        with pytest.raises(OSError, match="consensus unreachable"):
+            run(served, "DROP MATERIALIZED VIEW v CASCADE")
+        assert w.stop.is_set() and v.stop.is_set()
+    finally:
+        served.close()

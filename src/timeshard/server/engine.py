@@ -764,6 +764,11 @@ class Engine:
                 del self.objects[victim.name]
             self._dropping |= dropping
         try:
+            # Every victim stops ticking before any is dropped: out of ``objects``, one that
+            # a failure below left undropped keeps its statement, and a follower pass runs
+            # it again (the DROP answered an error) -- it must not tick on beside that.
+            for victim in victims:
+                victim.halt()
             for victim in victims:  # readers first
                 self._drop_victim(victim)
         finally:
@@ -772,7 +777,6 @@ class Engine:
         return Result([], [], tag)
 
     def _drop_victim(self, victim: _Object) -> None:
-        victim.halt()
         self._catalog.forget_statement(victim.name)
         if victim.kind in ("view", "sink"):  # their holds go: the inputs may compact
             victim.runner.drop()
