@@ -229,6 +229,13 @@ def test_psycopg_runs_statements_with_parameters(served: Served, tmp_path: Path)
         rows = cur.fetchall()
         assert [r[0] for r in rows] == [3]
         assert isinstance(rows[0][1], str) and len(rows[0][1]) == 16
+        # Arrays of a scalar type arrive as lists, structs and maps as JSON objects.
+        cur.execute(
+            "SELECT ARRAY[key, key + 1] AS a, named_struct('k', key, 'v', value) AS s, "
+            "str_to_map('k:v') AS m FROM kvp WHERE key = %s",
+            (3,),
+        )
+        assert cur.fetchone() == ([3, 4], {"k": 3, "v": rows[0][1]}, {"k": "v"})
 
         text = "it's; -- $1 \\ ünï"
         cur.execute("SELECT %s AS s, %s AS n, %s AS z", (text, -5, None))

@@ -129,3 +129,80 @@ def test_a_binary_numeric_parameter_is_exact(
     assert isinstance(statement, Query)
     bound = statement.query.removeprefix("SELECT * FROM t WHERE d = ").strip("()")
     assert bound == number
+
+
+def test_arrays_structs_and_maps_are_postgresql_arrays_and_json() -> None:
+    """An array of a scalar type is PostgreSQL's array of it (psycopg reads a list, text
+    elements quoted as PostgreSQL quotes them); a struct, a map and an array of structs
+    or of arrays are ``json`` (an object, keys in order; an exact decimal), not Python's
+    repr of the collected value."""
+    from pyspark.sql import Row
+    from pyspark.sql.types import (
+        ArrayType,
+        DecimalType,
+        LongType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampType,
+    )
+
+    from timeshard.server.pgtypes import column_type
+
+    point = StructType(
+        [
+            StructField("x", LongType()),
+            StructField("tag", StringType()),
+            StructField("price", DecimalType(38, 2)),
+        ]
+    )
+    types = {
+        "longs": ArrayType(LongType()),
+        "texts": ArrayType(StringType()),
+        "at": ArrayType(TimestampType()),
+        "point": point,
+        "points": ArrayType(point),
+        "grid": ArrayType(ArrayType(LongType())),
+        "attrs": MapType(StringType(), LongType()),
+    }
+    row = (
+        [1, None, -3],
+        ["a b", 'say "hi"', "NULL", "", "back\\slash", "{x,y}", None],
+        [datetime.datetime(1970, 1, 1, 0, 0, 1)],
+        Row(x=1, tag="t", price=Decimal("12345678901234567890.25")),
+        [Row(x=2, tag=None, price=None)],
+        [[1, 2], [3]],
+        {"k": 7, "j": None},
+    )
+    server = serve_rows([(n, column_type(t)) for n, t in types.items()], [row])
+    try:
+        with connect(server) as conn:
+            cur = conn.execute("SELECT * FROM t")
+            codes = [d.type_code for d in cur.description or []]
+            assert codes == [1016, 1009, 1185, 114, 114, 114, 114]
+            ((longs, texts, at, point_, points, grid, attrs),) = cur.fetchall()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert longs == [1, None, -3]
+    assert texts == ["a b", 'say "hi"', "NULL", "", "back\\slash", "{x,y}", None]
+    local = datetime.datetime(1970, 1, 1, 0, 0, 1).astimezone(datetime.UTC)
+    assert at == [local]
+    assert point_ == {"x": 1, "tag": "t", "price": 12345678901234567890.25}
+    assert list(point_) == ["x", "tag", "price"]
+    assert points == [{"x": 2, "tag": None, "price": None}]
+    assert grid == [[1, 2], [3]]
+    assert attrs == {"k": 7, "j": None}
+
+
+def test_a_json_value_keeps_a_decimal_exact() -> None:
+    """The JSON text itself: a decimal's digits as they are (no float rounding)."""
+    from pyspark.sql import Row
+    from pyspark.sql.types import DecimalType, StructField, StructType
+
+    from timeshard.server.pgtypes import column_type, encode_value
+
+    kind = column_type(StructType([StructField("d", DecimalType(38, 18))]))
+    value = Row(d=Decimal("12345678901234567890.123456789012345678"))
+    assert encode_value(value, kind) == b'{"d":12345678901234567890.123456789012345678}'

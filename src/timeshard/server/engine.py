@@ -83,6 +83,7 @@ from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
 from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient, Progress, Updates
 from timeshard.persist.as_of import common_as_of
+from timeshard.server.pgtypes import column_type
 from timeshard.server.statements import (
     CreateSink,
     CreateSource,
@@ -909,7 +910,7 @@ class Engine:
             except PySparkException as e:
                 message = (e.getMessage() or str(e)).strip().splitlines()[0]
                 raise SqlError(message, e.getSqlState() or "XX000") from e
-            columns = [(f.name, f.dataType.typeName()) for f in df.schema.fields]
+            columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
             return Result(columns, rows, f"SELECT {len(rows)}")
         finally:
             for reader in readers.values():
@@ -1293,6 +1294,16 @@ def _view_path(obj: _Object) -> tuple[str, str]:
 
 
 def _arrow_type(t: pa.DataType) -> str:
+    """How a column of Arrow type ``t`` is described to pgwire's ``encode_value``."""
+    if (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_struct(t)
+        or pa.types.is_map(t)
+    ):
+        from pyspark.sql.pandas.types import from_arrow_type
+
+        return column_type(from_arrow_type(t, prefer_timestamp_ntz=True))
     if pa.types.is_integer(t):
         return "long" if t.bit_width == 64 else "integer"
     if pa.types.is_floating(t):

@@ -44,11 +44,9 @@ anything listens. SSL is declined (``N``); clients fall back to plain text.
 
 from __future__ import annotations
 
-import datetime
 import decimal
 import itertools
 import logging
-import math
 import os
 import secrets
 import select
@@ -109,6 +107,7 @@ from pygwire.messages import (
 from timeshard.errors import InvalidUsage
 from timeshard.server.discovery import is_loopback
 from timeshard.server.engine import Engine, Result, Stream
+from timeshard.server.pgtypes import TYPE_OIDS, encode_value, type_oid
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     CloseCursor,
@@ -125,50 +124,6 @@ from timeshard.server.statements import (
 )
 
 log = logging.getLogger(__name__)
-
-#: Spark / Arrow type names to PostgreSQL type OIDs (text format); others are text.
-#: Spark's TIMESTAMP is an instant (timestamptz, sent in UTC); TIMESTAMP_NTZ is a
-#: wall-clock time without a zone (timestamp, sent as it is).
-TYPE_OIDS = {
-    "long": 20,
-    "integer": 23,
-    "short": 21,
-    "byte": 21,
-    "double": 701,
-    "float": 700,
-    "boolean": 16,
-    "binary": 17,
-    "string": 25,
-    "decimal": 1700,
-    "date": 1082,
-    "timestamp": 1184,
-    "timestamp_ntz": 1114,
-}
-
-
-def encode_value(value: Any, type_name: str = "") -> bytes | None:
-    """A value in PostgreSQL's text format, of a column of Spark type ``type_name``.
-
-    A TIMESTAMP is an instant: PySpark's ``collect`` gives it as a naive
-    datetime in the Python process's local time zone, which ``astimezone``
-    reads as local time; it is sent in UTC with ``+00``, as timestamptz. A
-    TIMESTAMP_NTZ's naive datetime is its value, sent unconverted. The two
-    cannot be told apart by the value: the column's type says which.
-    """
-    if value is None:
-        return None
-    if type_name == "timestamp" and isinstance(value, datetime.datetime):
-        utc = value.astimezone(datetime.UTC).replace(tzinfo=None)
-        return f"{utc}+00".encode("ascii")
-    if isinstance(value, bool):
-        return b"t" if value else b"f"
-    if isinstance(value, bytes | bytearray):
-        return b"\\x" + bytes(value).hex().encode()
-    if isinstance(value, float) and not math.isfinite(value):  # as PostgreSQL writes them
-        return b"NaN" if math.isnan(value) else b"Infinity" if value > 0 else b"-Infinity"
-    if isinstance(value, decimal.Decimal):  # numeric's text has no exponent: 100, not 1E+2
-        return format(value, "f").encode("ascii")
-    return str(value).encode("utf-8")
 
 
 def _copy_text(value: Any, type_name: str = "") -> str:
@@ -189,9 +144,7 @@ def _types(columns: list[tuple[str, str]], width: int) -> list[str]:
 
 
 def _fields(columns: list[tuple[str, str]]) -> list[FieldDescription]:
-    return [
-        FieldDescription(name=n, type_oid=TYPE_OIDS.get(t, 25), type_size=-1) for n, t in columns
-    ]
+    return [FieldDescription(name=n, type_oid=type_oid(t), type_size=-1) for n, t in columns]
 
 
 def _sql_error(e: Exception) -> SqlError:

@@ -1,0 +1,217 @@
+"""Values in PostgreSQL's text format, and the types they are described as, for
+``timeshard serve``'s wire protocol (:mod:`timeshard.server.pgwire`).
+
+A column is described by a type name (:func:`column_type`): a scalar Spark
+type by its name, an array, map or struct by its JSON. A one-dimensional
+array of a scalar type is sent as PostgreSQL's array of that type, a
+struct, a map and any other array as ``json``, so drivers read lists and
+objects, not Python's repr of them.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import functools
+import json
+import math
+from typing import Any
+
+#: Spark / Arrow type names to PostgreSQL type OIDs (text format); others are text.
+#: Spark's TIMESTAMP is an instant (timestamptz, sent in UTC); TIMESTAMP_NTZ is a
+#: wall-clock time without a zone (timestamp, sent as it is).
+TYPE_OIDS = {
+    "long": 20,
+    "integer": 23,
+    "short": 21,
+    "byte": 21,
+    "double": 701,
+    "float": 700,
+    "boolean": 16,
+    "binary": 17,
+    "string": 25,
+    "decimal": 1700,
+    "date": 1082,
+    "timestamp": 1184,
+    "timestamp_ntz": 1114,
+}
+
+#: The OIDs of PostgreSQL's one-dimensional arrays of the types of :data:`TYPE_OIDS`.
+ARRAY_OIDS = {
+    "long": 1016,
+    "integer": 1007,
+    "short": 1005,
+    "byte": 1005,
+    "double": 1022,
+    "float": 1021,
+    "boolean": 1000,
+    "binary": 1001,
+    "string": 1009,
+    "decimal": 1231,
+    "date": 1182,
+    "timestamp": 1185,
+    "timestamp_ntz": 1115,
+}
+
+#: PostgreSQL's ``json``: a struct, a map, and an array of anything but the types above.
+JSON_OID = 114
+
+
+def column_type(data_type: Any) -> str:
+    """How a Spark column of ``data_type`` is described to :func:`encode_value`: a scalar
+    type by its name (``long``), an array, map or struct by its JSON (the types inside
+    it decide how its values are written)."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(data_type, ArrayType | MapType | StructType):
+        return str(data_type.json())
+    return str(data_type.typeName())
+
+
+@functools.lru_cache(maxsize=256)
+def _nested(type_name: str) -> Any:
+    """The Spark array, map or struct type :func:`column_type` described as ``type_name``."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    described = json.loads(type_name)
+    kinds: dict[str, Any] = {"array": ArrayType, "map": MapType, "struct": StructType}
+    return kinds[described["type"]].fromJson(described)
+
+
+def _array_of(type_name: str) -> str | None:
+    """The element type's name if ``type_name`` is an array PostgreSQL has an array type
+    of (one dimension, elements of a scalar type of :data:`ARRAY_OIDS`), else None."""
+    from pyspark.sql.types import ArrayType
+
+    if not type_name.startswith("{"):
+        return None
+    data_type = _nested(type_name)
+    if not isinstance(data_type, ArrayType):
+        return None
+    element = str(data_type.elementType.typeName())
+    return element if element in ARRAY_OIDS else None
+
+
+def type_oid(type_name: str) -> int:
+    """The OID of the PostgreSQL type a column described as ``type_name`` is sent as."""
+    if type_name.startswith("{"):
+        element = _array_of(type_name)
+        return JSON_OID if element is None else ARRAY_OIDS[element]
+    return TYPE_OIDS.get(type_name, 25)
+
+
+def encode_value(value: Any, type_name: str = "") -> bytes | None:
+    """A value in PostgreSQL's text format, of a column of Spark type ``type_name``.
+
+    A TIMESTAMP is an instant: PySpark's ``collect`` gives it as a naive
+    datetime in the Python process's local time zone, which ``astimezone``
+    reads as local time; it is sent in UTC with ``+00``, as timestamptz. A
+    TIMESTAMP_NTZ's naive datetime is its value, sent unconverted. The two
+    cannot be told apart by the value: the column's type says which.
+
+    An array of a scalar type is a PostgreSQL array (``{1,2,NULL}``); a
+    struct, a map and any other array are JSON (:func:`column_type`).
+    """
+    if value is None:
+        return None
+    if type_name.startswith("{"):
+        element = _array_of(type_name)
+        if element is None:
+            return _json(value, _nested(type_name)).encode("utf-8")
+        return _pg_array(value, element).encode("utf-8")
+    if type_name == "timestamp" and isinstance(value, datetime.datetime):
+        utc = value.astimezone(datetime.UTC).replace(tzinfo=None)
+        return f"{utc}+00".encode("ascii")
+    if isinstance(value, bool):
+        return b"t" if value else b"f"
+    if isinstance(value, bytes | bytearray):
+        return b"\\x" + bytes(value).hex().encode()
+    if isinstance(value, float) and not math.isfinite(value):  # as PostgreSQL writes them
+        return b"NaN" if math.isnan(value) else b"Infinity" if value > 0 else b"-Infinity"
+    if isinstance(value, decimal.Decimal):  # numeric's text has no exponent: 100, not 1E+2
+        return format(value, "f").encode("ascii")
+    return str(value).encode("utf-8")
+
+
+def _pg_array(values: Any, element: str) -> str:
+    """``values`` in PostgreSQL's array text format, elements of type ``element``: an
+    element is double-quoted (with ``\\`` before ``"`` and ``\\``) when it is empty, is
+    ``NULL`` spelled out, or holds a delimiter, a brace, a quote, a backslash or a space."""
+    texts = []
+    for value in values:
+        encoded = encode_value(value, element)
+        if encoded is None:
+            texts.append("NULL")
+            continue
+        text = encoded.decode("utf-8")
+        if (
+            not text
+            or text.upper() == "NULL"
+            or any(c in _ARRAY_SPECIAL or c.isspace() for c in text)
+        ):
+            text = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        texts.append(text)
+    return "{" + ",".join(texts) + "}"
+
+
+_ARRAY_SPECIAL = frozenset('{},"\\')
+
+
+def _json(value: Any, data_type: Any) -> str:
+    """``value``, of Spark type ``data_type``, as JSON text, as PostgreSQL's ``to_json``
+    writes it: a struct an object of its fields in order, a map an object (its keys as
+    text), numbers exact (a decimal's digits), a float that is not finite, a binary
+    (``\\x`` and hex), a date and a timestamp (ISO 8601; an instant in UTC) strings.
+
+    A struct's value is a Row (``collect``) or a dict (Arrow's ``as_py``); a map's a
+    dict or a list of pairs.
+    """
+    from pyspark.sql.types import ArrayType, MapType, StructType, TimestampType
+
+    if value is None:
+        return "null"
+    if isinstance(data_type, StructType):
+        fields = data_type.fields
+        values = [value[f.name] for f in fields] if isinstance(value, dict) else list(value)
+        pairs = (
+            f"{json.dumps(f.name)}:{_json(v, f.dataType)}"
+            for f, v in zip(fields, values, strict=True)
+        )
+        return "{" + ",".join(pairs) + "}"
+    if isinstance(data_type, MapType):
+        items = value.items() if isinstance(value, dict) else value
+        pairs = (
+            f"{json.dumps(_key_text(k, data_type.keyType))}:{_json(v, data_type.valueType)}"
+            for k, v in items
+        )
+        return "{" + ",".join(pairs) + "}"
+    if isinstance(data_type, ArrayType):
+        return "[" + ",".join(_json(v, data_type.elementType) for v in value) + "]"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
+        return repr(value)
+    if isinstance(value, decimal.Decimal) and value.is_finite():
+        return format(value, "f")
+    if isinstance(value, datetime.datetime):
+        if isinstance(data_type, TimestampType):
+            return json.dumps(value.astimezone(datetime.UTC).isoformat())
+        return json.dumps(value.isoformat())
+    if isinstance(value, datetime.date):
+        return json.dumps(value.isoformat())
+    encoded = encode_value(value, str(data_type.typeName()))
+    assert encoded is not None
+    return json.dumps(encoded.decode("utf-8"))
+
+
+def _key_text(key: Any, data_type: Any) -> str:
+    """A map key as the text of a JSON object's key."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(data_type, ArrayType | MapType | StructType):
+        return _json(key, data_type)
+    encoded = encode_value(key, str(data_type.typeName()))
+    return "null" if encoded is None else encoded.decode("utf-8")
+
+
+__all__ = ["ARRAY_OIDS", "JSON_OID", "TYPE_OIDS", "column_type", "encode_value", "type_oid"]
