@@ -728,10 +728,38 @@ def _json_value(name: str, typ: pa.DataType, v: Any) -> Any:
         except UnicodeEncodeError as e:  # JSON's \ud800 escapes: no UTF-8 text has them
             raise ValueError(f"column {name!r} ({typ}): a lone surrogate: {e.reason}") from None
         return v
+    if _null_map_entry(typ, v):  # pyarrow aborts the process on one (pyarrow 26)
+        raise ValueError(f"column {name!r} ({typ}): a map entry is null")
     try:
         return pa.array([v], typ)[0].as_py()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError) as e:
         raise ValueError(f"column {name!r} ({typ}): {e}") from None
+
+
+def _null_map_entry(typ: pa.DataType, v: Any) -> bool:
+    """Whether ``v``, a value for ``typ``, holds a map given as a list of entries with a
+    null entry at any depth (``[null]`` for a map column). Arrow's conversion builds
+    such a map and then fails a check that aborts the process, not an exception."""
+    t = pa.types
+    if v is None:
+        return False
+    if t.is_map(typ):
+        if isinstance(v, dict):
+            return any(_null_map_entry(typ.item_type, x) for x in v.values())
+        if isinstance(v, list):
+            if any(entry is None for entry in v):
+                return True
+            return any(
+                _null_map_entry(typ.item_type, entry.get("value"))
+                for entry in v
+                if isinstance(entry, dict)
+            )
+        return False
+    if t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ):
+        return isinstance(v, list) and any(_null_map_entry(typ.value_type, x) for x in v)
+    if t.is_struct(typ) and isinstance(v, dict):
+        return any(_null_map_entry(f.type, v.get(f.name)) for f in typ)
+    return False
 
 
 def _mismatch(name: str, typ: pa.DataType, expected: str, v: Any) -> ValueError:
