@@ -215,6 +215,31 @@ def test_a_query_sent_during_a_copy_out_is_answered_after_it(
     assert [kind for kind, _ in client.until(b"Z")] == [b"T", *[b"D"] * 5, b"C", b"Z"]
 
 
+@pytest.mark.parametrize("ending", ["up to", "copy fail"])
+def test_a_subscribe_through_the_extended_protocol_leaves_the_connection_usable(
+    served: tuple[PgServer, Leasing], ending: str
+) -> None:
+    """Parse, Bind, Describe, Execute and Sync in one write (psycopg's, libpq's way): the
+    COPY OUT, then the Sync's ReadyForQuery, then the next statement's answer (the codec
+    took the Sync after the COPY for a simple query's and closed the connection)."""
+    server, engine = served
+    client = Client(server)
+    client.sock.sendall(parse("SUBSCRIBE v") + bind() + describe() + execute() + SYNC)
+    client.until(b"H")
+    if ending == "up to":
+        engine.feed((1, 1, "a"), None)
+        kinds = [b"d", b"c", b"C", b"Z"]
+    else:
+        client.sock.sendall(message(b"f", b"enough\0"))
+        kinds = [b"E", b"Z"]
+    assert [kind for kind, _ in client.until(b"Z")] == kinds
+    assert engine.released == 1
+    client.sock.sendall(parse("SELECT 1") + bind() + execute() + SYNC)
+    assert [kind for kind, _ in client.until(b"Z")] == [b"1", b"2", *[b"D"] * 5, b"C", b"Z"]
+    client.sock.sendall(query("SELECT 1"))
+    assert [kind for kind, _ in client.until(b"Z")] == [b"T", *[b"D"] * 5, b"C", b"Z"]
+
+
 def describe_subscribe(client: Client, portal: bytes) -> None:
     """Bind ``portal`` to a SUBSCRIBE and describe it (which runs it), not executed."""
     client.sock.sendall(parse("SUBSCRIBE v") + bind(portal) + describe(portal) + message(b"H"))

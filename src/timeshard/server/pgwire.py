@@ -635,6 +635,7 @@ class _Handler(socketserver.BaseRequestHandler):
         return True
 
     def _stream(self, stream: Stream) -> None:
+        before = self._phase()
         self._send(CopyOutResponse(overall_format=0, col_formats=[0] * len(stream.columns)))
         self._flush()
         sent = 0
@@ -655,12 +656,26 @@ class _Handler(socketserver.BaseRequestHandler):
                 if time.monotonic() - flushed > 0.05:  # rows reach the client within 50 ms
                     self._flush()
                     flushed = time.monotonic()
+        except BaseException:
+            self._restore_phase(before)  # the ErrorResponse the caller sends ends the COPY
+            raise
         finally:
             close = getattr(stream.rows, "close", None)
             if close is not None:
                 close()
         self._send(CopyDone())
+        self._restore_phase(before)
         self._send(CommandComplete(tag=f"COPY {sent}"))
+
+    def _phase(self) -> Any:
+        """The protocol state of the connection's codec (pygwire's), to restore after a
+        COPY OUT: its CopyDone returns to the simple query protocol whatever the COPY
+        started in, and then refused the ``Sync`` of an extended-protocol SUBSCRIBE."""
+        return self.conn._state_machine._state
+
+    def _restore_phase(self, state: Any) -> None:
+        self.conn._state_machine._state = state
+        self.conn._decoder.phase = state.phase
 
     # -- the extended protocol
 
