@@ -23,6 +23,7 @@ import psycopg
 import pytest
 from tests.unit.test_pgwire_cursor import StandIn
 
+from timeshard.errors import InvalidUsage
 from timeshard.server.engine import Result, Stream
 from timeshard.server.pgwire import PgServer
 from timeshard.server.statements import Statement
@@ -316,3 +317,28 @@ def test_a_described_subscribe_portal_releases_its_readers_lease() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("sent", [b"", struct.pack("!i", 40) + b"\0\3"], ids=["nothing", "half"])
+def test_a_client_that_does_not_start_up_in_time_is_disconnected(sent: bytes) -> None:
+    """A connection that sends no startup message, or stops inside one, is closed after
+    the startup timeout (it held its thread for ever); a session that started idles
+    past it and is answered."""
+    server = PgServer(StandIn(), "127.0.0.1", 0, startup_timeout_s=0.5)  # type: ignore[arg-type]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        started = Client(server)
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
+        sock.sendall(sent)
+        assert sock.recv(1) == b"", "the server should close a client that never started"
+        time.sleep(1.0)
+        started.sock.sendall(query("SELECT 1"))
+        assert [kind for kind, _ in started.until(b"Z")] == [b"T", *[b"D"] * 5, b"C", b"Z"]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_startup_timeout_must_be_positive() -> None:
+    with pytest.raises(InvalidUsage, match="startup_timeout_s"):
+        PgServer(StandIn(), "127.0.0.1", 0, startup_timeout_s=0)  # type: ignore[arg-type]

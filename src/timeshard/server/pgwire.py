@@ -272,6 +272,12 @@ def check_access(host: str, password: str | None) -> None:
         )
 
 
+#: How long a client has to start up and authenticate (PostgreSQL's
+#: ``authentication_timeout``): a connection that sends nothing, or stops halfway through
+#: SCRAM, is closed then, not left holding its thread.
+STARTUP_TIMEOUT_S = 60.0
+
+
 class PgServer(socketserver.ThreadingTCPServer):
     """A pgwire listener; ``serve_forever`` on a thread, ``shutdown`` to stop."""
 
@@ -279,9 +285,18 @@ class PgServer(socketserver.ThreadingTCPServer):
     allow_reuse_address = True
 
     def __init__(
-        self, engine: Engine, host: str = "127.0.0.1", port: int = 6875, password: str | None = None
+        self,
+        engine: Engine,
+        host: str = "127.0.0.1",
+        port: int = 6875,
+        password: str | None = None,
+        *,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
     ) -> None:
         check_access(host, password)
+        if not startup_timeout_s > 0:
+            raise InvalidUsage(f"startup_timeout_s must be positive, got {startup_timeout_s!r}")
+        self.startup_timeout_s = startup_timeout_s
         self.engine = engine
         self.auth = ScramKeys.from_password(password) if password else None
         self.cancels: dict[tuple[int, bytes], threading.Event] = {}
@@ -312,8 +327,10 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         try:
+            self.sock.settimeout(self.server.startup_timeout_s)
             if not self._startup():
                 return
+            self.sock.settimeout(None)  # a session may idle for as long as it likes
             with self.server.cancels_lock:
                 self.server.cancels[self.key] = self.cancel
             self._send(BackendKeyData(process_id=self.key[0], secret_key=self.key[1]))
