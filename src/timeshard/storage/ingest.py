@@ -278,6 +278,19 @@ class Ingestion:
         if close_source is not None:
             close_source()
 
+    def drop(self) -> None:
+        """Record the source and its outputs as ``dropped``, then close.
+
+        The caller closes the output shards (no writer appends again). The
+        record is best effort: a failure to write it is logged, and the drop
+        goes on.
+        """
+        try:
+            self._report("dropped")
+        except Exception as e:
+            log.warning("source %s: cannot record health dropped: %s", self.output, e)
+        self.close()
+
     def _lease_lost(self) -> bool:
         return self.remap.lease_lost or any(e.lease_lost for e in self.exports.values())
 
