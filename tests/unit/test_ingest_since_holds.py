@@ -113,6 +113,7 @@ def test_another_instance_declaring_another_retention_fails_no_step(
     for _ in range(40):
         a.step()  # raised Fenced
     assert a.holds.errors == []
+    assert latest_health(client)["c"]["status"] == "running"  # after b's starting
     assert a._remap_hold.held is not None and a._remap_hold.held > (remap_held or 0)
     state = client.state("c")
     if other_retain_ms is None:  # b declared none: a gives its hold up
