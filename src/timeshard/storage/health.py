@@ -13,21 +13,34 @@ wrote: the status shard's upper has not moved since, or the row read at the
 new upper is still that one. So the status another reporter wrote meanwhile
 (``stalled``, then it exited) is overwritten by this one's next report.
 
+A report is appended at the status shard's upper (a compare-and-set): one
+that other reporters' appends overtook is tried again, after a random pause
+that doubles up to 1 s, for up to ``RETRY_FOR_S``; then it is a
+:class:`~timeshard.errors.Determinate` fault (nothing was written), as the
+catalog's writes are.
+
 Runs on the driver (pyarrow path, no Spark).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import random
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage, LeaseExpired, SinceError
+from timeshard.errors import Determinate, InvalidUsage, LeaseExpired, SinceError
 from timeshard.persist import Appended, PersistClient, UnleasedReader
 from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
+
+log = logging.getLogger(__name__)
+
+#: How long a report goes on deciding again while other reporters' appends land first.
+RETRY_FOR_S = 60.0
 
 STATUS_SHARD = "timeshard_status"
 STATUSES = ("starting", "running", "stalled", "paused", "dropped")
@@ -70,6 +83,17 @@ class Health:
             self._upsert = FeedbackUpsert(self._client, STATUS_SHARD, STATUS_SCHEMA, ["object"])
             self._record(obj, status, error)
 
+    def report_or_log(self, obj: str, status: str, error: str | None = None) -> None:
+        """:meth:`report`, a failure logged and not raised: for a caller whose work is done
+        whatever its health says (a step whose data is appended). The next report tries
+        again."""
+        try:
+            self.report(obj, status, error)
+        except InvalidUsage:
+            raise
+        except Exception as e:
+            log.warning("%s: cannot record health %s: %s: %s", obj, status, type(e).__name__, e)
+
     def _stored(self, obj: str, status: str, error: str | None) -> bool:
         """Whether the latest row of ``obj`` is still the one this reporter wrote last,
         with ``status`` and ``error``.
@@ -103,15 +127,27 @@ class Health:
         return True
 
     def _record(self, obj: str, status: str, error: str | None) -> None:
-        for _ in range(10):
+        """Append the row at the status shard's upper, again until it lands there."""
+        deadline = time.monotonic() + RETRY_FOR_S
+        backoff = 0.01
+        lost = 0
+        while True:
             upper = self._upsert.upper.time
-            assert upper is not None
+            assert upper is not None, "the status shard is closed"
             now = max(self._clock(), upper)
             cmd = UpsertCommand((obj,), (status, error, now), now, (now,))
             if isinstance(self._upsert.apply([cmd], now + 1), Appended):
                 self._written[obj] = ((status, error, now), now + 1)
                 return
-        raise AssertionError(f"could not record the status of {obj!r}")
+            lost += 1
+            if time.monotonic() > deadline:
+                raise Determinate(
+                    f"could not record the status {status!r} of {obj!r}: other reporters' "
+                    f"appends landed first {lost} times in {RETRY_FOR_S:.0f} s; nothing was "
+                    "written"
+                )
+            time.sleep(random.uniform(0, backoff))  # apart from the reporters that won
+            backoff = min(backoff * 2, 1.0)
 
 
 def latest_health(client: PersistClient) -> dict[str, dict[str, Any]]:

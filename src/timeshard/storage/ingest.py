@@ -225,7 +225,7 @@ class Ingestion:
         record_source(client, self.output, source, self._envelopes, exported)
         self.health = Health(client, self.clock)
         self.paused = False
-        self._report("starting")
+        self._report_or_log("starting")
         self._resume_source()
 
     def _open(self) -> None:
@@ -285,21 +285,25 @@ class Ingestion:
         record is best effort: a failure to write it is logged, and the drop
         goes on.
         """
-        try:
-            self._report("dropped")
-        except Exception as e:
-            log.warning("source %s: cannot record health dropped: %s", self.output, e)
+        self._report_or_log("dropped")
         self.close()
 
     def _lease_lost(self) -> bool:
         return self.remap.lease_lost or any(e.lease_lost for e in self.exports.values())
 
+    def _objects(self) -> list[str]:
+        """The names the source's health is reported under: its own and its outputs'."""
+        return [self.output, *(e.shard for e in self.exports.values() if e.shard != self.output)]
+
     def _report(self, status: str, error: str | None = None) -> None:
-        for obj in [
-            self.output,
-            *(e.shard for e in self.exports.values() if e.shard != self.output),
-        ]:
+        for obj in self._objects():
             self.health.report(obj, status, error)
+
+    def _report_or_log(self, status: str, error: str | None = None) -> None:
+        """:meth:`_report`, best effort: for work done whatever the health says (a step
+        whose data is appended, a failure being raised, a start, a drop)."""
+        for obj in self._objects():
+            self.health.report_or_log(obj, status, error)
 
     def pause(self) -> None:
         """Stop reading; the outputs keep what they have."""
@@ -320,14 +324,13 @@ class Ingestion:
                 raise LeaseExpired(f"source {self.output!r}: a handle's lease ran out")
             report = self._step()
         except Exception as e:
-            try:  # health is best effort: the failure to raise is the step's
-                self._report("stalled", f"{type(e).__name__}: {str(e)[:500]}")
-            except Exception as failed:
-                log.warning("source %s: cannot record health: %s", self.output, failed)
+            # health is best effort: the failure to raise is the step's
+            self._report_or_log("stalled", f"{type(e).__name__}: {str(e)[:500]}")
             if isinstance(e, LeaseExpired) or self._lease_lost():
                 self._reopen()
             raise
-        self._report("running", self._commit_progress() or self._holds_error())
+        # The data is appended: a failure to record the health does not fail the step.
+        self._report_or_log("running", self._commit_progress() or self._holds_error())
         return report
 
     def _holds_error(self) -> str | None:
