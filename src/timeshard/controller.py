@@ -93,7 +93,7 @@ class Pipeline:
                 self.exports.append(build_export(spark, client, e))
             self.health = Health(client, clock)
             for export in self.exports:
-                self.health.report(export.export_id, "starting")
+                self.health.report_or_log(export.export_id, "starting")
         except BaseException:
             self.close()  # the leases of what was built would linger until they expire
             raise
@@ -127,9 +127,9 @@ class Pipeline:
                 export.step()
             except Exception as e:
                 failures[export.export_id] = f"{type(e).__name__}: {str(e)[:300]}"
-                self.health.report(export.export_id, "stalled", failures[export.export_id])
-            else:
-                self.health.report(export.export_id, "running")
+                self.health.report_or_log(export.export_id, "stalled", failures[export.export_id])
+            else:  # its step is done: a health that cannot be recorded now is tried next step
+                self.health.report_or_log(export.export_id, "running")
         return failures
 
     def shards(self) -> list[str]:

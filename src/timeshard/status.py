@@ -1,9 +1,13 @@
 """The rows of ``timeshard status``: every object of a location, its frontiers, health and path.
 
 One row per shard (a dict, as ``timeshard status --json`` prints it and the
-server's introspection relation returns it). A shard is a ``view`` when a
-view deploy generation holds it (the sink's ``deploy`` critical reader). The
-columns:
+server's introspection relation returns it), then one per object that reports
+health and has no shard of its own. A shard is a ``view`` when a view deploy
+generation holds it (the sink's ``deploy`` critical reader). An object without
+a shard is a ``source`` whose outputs are subsources (``auction`` writes
+``auction.bids``, ...), when the catalog records it as one, or else an
+``export`` (an export of a shard to another system, a sink of ``timeshard
+serve``); its frontier columns are None. The columns:
 
 * ``since`` / ``write_frontier``: the shard's frontiers; ``lag_ms`` is
   wall-clock now minus the write frontier, for shards whose timestamps are
@@ -13,7 +17,8 @@ columns:
   ``timeshard_status``), corrected by liveness: a source or view reported
   ``running`` or ``starting`` shows ``stopped`` once its shard has no writer,
   and ``unresponsive`` once no writer renewed its lease for three heartbeat
-  intervals;
+  intervals (for a source without a shard of its own, its remap shard's
+  writers);
 * ``path`` / ``path_reason``: how a view is maintained -- ``linear``,
   ``grouped`` or ``full`` (from snapshots) and why -- as its catalog entry
   recorded it when the view was installed (:mod:`timeshard.catalog`). A view
@@ -30,12 +35,15 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from timeshard.errors import TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist._internal.state import ShardState
 from timeshard.persist.holds import RETAIN_READER
+
+if TYPE_CHECKING:
+    from timeshard.catalog import CatalogEntry
 
 
 def shard_states(client: PersistClient) -> dict[str, ShardState | TimeshardError]:
@@ -50,17 +58,33 @@ def shard_states(client: PersistClient) -> dict[str, ShardState | TimeshardError
 
 
 def status_rows(client: PersistClient) -> list[dict[str, Any]]:
-    """The ``status`` row of every shard, at ``client.config``'s clock."""
+    """The ``status`` row of every shard, then of every object with health and no shard,
+    at ``client.config``'s clock."""
     states = shard_states(client)
     health = _health(client, states)
-    paths = _view_paths(client, states)
+    entries = _catalog_entries(client, states)
+    paths = _view_paths(entries)
     now = client.config.now_ms()
-    return [
+    rows = [
         _unreadable_row(shard_id, s)
         if isinstance(s, TimeshardError)
         else _status_row(client, shard_id, s, health.get(shard_id, {}), paths, now)
         for shard_id, s in states.items()
     ]
+    sources = {e.name for e in entries if e.kind == "source"}
+    for obj in sorted(set(health) - set(states)):
+        remap = states.get(f"{obj}.remap") if obj in sources else None
+        rows.append(
+            _shardless_row(
+                client,
+                obj,
+                "source" if obj in sources else "export",
+                health[obj],
+                remap if isinstance(remap, ShardState) else None,
+                now,
+            )
+        )
+    return rows
 
 
 def _health(
@@ -78,10 +102,10 @@ def _health(
         return {}
 
 
-def _view_paths(
+def _catalog_entries(
     client: PersistClient, states: dict[str, ShardState | TimeshardError]
-) -> dict[str, tuple[str | None, str | None]]:
-    """Each cataloged view's recorded ``(path, reason)``, ``(None, None)`` if it has none.
+) -> list[CatalogEntry]:
+    """The catalog's entries.
 
     A catalog row that does not decode is skipped (``verify`` reports it); a
     catalog shard whose content cannot be read joins ``states``.
@@ -89,18 +113,25 @@ def _view_paths(
     from timeshard.catalog import CATALOG_SHARD, CatalogEntry, catalog_rows
 
     if not isinstance(states.get(CATALOG_SHARD), ShardState):
-        return {}
+        return []
     try:
         rows = catalog_rows(client)
     except TimeshardError as e:  # a damaged part: shown in the catalog shard's row
         states[CATALOG_SHARD] = e
-        return {}
-    out: dict[str, tuple[str | None, str | None]] = {}
+        return []
+    out = []
     for row in rows:
         try:
-            entry = CatalogEntry.from_row(row)
+            out.append(CatalogEntry.from_row(row))
         except TimeshardError:
             continue
+    return out
+
+
+def _view_paths(entries: list[CatalogEntry]) -> dict[str, tuple[str | None, str | None]]:
+    """Each cataloged view's recorded ``(path, reason)``, ``(None, None)`` if it has none."""
+    out: dict[str, tuple[str | None, str | None]] = {}
+    for entry in entries:
         if entry.kind == "view":
             path, reason = entry.definition.get("path"), entry.definition.get("path_reason")
             out[entry.name] = (
@@ -155,6 +186,36 @@ def _liveness(state: ShardState, status: str | None, now: int, interval_ms: int)
     if interval_ms > 0 and silent_ms > 3 * interval_ms:
         return f"unresponsive (no heartbeat for {silent_ms // 1000} s)"
     return status
+
+
+def _shardless_row(
+    client: PersistClient,
+    obj: str,
+    kind: str,
+    health: dict[str, Any],
+    remap: ShardState | None,
+    now: int,
+) -> dict[str, Any]:
+    """The ``status`` row of an object with health and no shard: a source whose outputs
+    are subsources (alive while its ``remap`` shard has live writers), or an export."""
+    status = health.get("status")
+    if remap is not None:
+        status = _liveness(remap, status, now, client.config.heartbeat_interval_ms)
+    return {
+        "object": obj,
+        "kind": kind,
+        "since": None,
+        "write_frontier": None,
+        "lag_ms": None,
+        "retain_ms": None,
+        "generation": None,
+        "writers": None,
+        "readers": None,
+        "status": status,
+        "error": health.get("error"),
+        "path": None,
+        "path_reason": None,
+    }
 
 
 def _unreadable_row(shard_id: str, error: TimeshardError) -> dict[str, Any]:

@@ -189,3 +189,37 @@ def test_a_damaged_status_shard_is_its_own_rows_error_and_the_others_still_show(
     assert rows[STATUS_SHARD]["error"], rows[STATUS_SHARD]
     assert rows["orders"]["kind"] != "unreadable" and rows["orders"]["status"] is None
     assert set(rows) >= {"orders", *VIEWS}
+
+
+def test_status_shows_the_health_of_objects_without_a_shard(tmp_path: Path) -> None:
+    """An export reports under its export id, and a source with subsources under its name:
+    neither is a shard, and status showed rows per shard only (their health was recorded
+    and never shown)."""
+    from timeshard.status import status_rows
+    from timeshard.storage.health import Health
+    from timeshard.storage.ingest import Ingestion
+    from timeshard.storage.sources import AuctionGenerator
+
+    client = make_location(tmp_path)
+    health = Health(client)
+    health.report("orders_to_pg", "stalled", "ExportError: connection refused")
+    health.close()
+    auction = Ingestion(None, client, AuctionGenerator(name="auction"))
+    auction.resume()  # running, as its ticks report
+    rows = {r["object"]: r for r in status_rows(client)}
+    export = rows["orders_to_pg"]
+    assert (export["kind"], export["status"], export["error"]) == (
+        "export",
+        "stalled",
+        "ExportError: connection refused",
+    )
+    assert export["write_frontier"] is None and export["since"] is None
+    assert (rows["auction"]["kind"], rows["auction"]["status"]) == ("source", "running")
+    auction.close()  # its remap shard has no writer left: the process is gone
+    assert {r["object"]: r for r in status_rows(client)}["auction"]["status"] == "stopped"
+
+    out = runner.invoke(app, ["status", "-l", str(tmp_path)], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    [line] = [ln for ln in out.output.splitlines() if "orders_to_pg" in ln]
+    assert "export" in line and "connection refused" in line
+    assert "closed" not in line and "empty" not in line, line

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from timeshard import Frontier
+from timeshard.errors import InvalidUsage
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient, PersistConfig
 from timeshard.storage import Remap, join_frontiers
@@ -116,3 +118,13 @@ def test_downgrade_since_forgets_bindings_below_it(tmp_path: Path) -> None:
     again = Remap(client, "src.remap")  # a new instance reads the compacted shard
     assert again.frontier_at(6) == {"0": 6} and again.frontier_at(9) == {"0": 7}
     assert again.mint(10, {"0": 9}) and again.frontier_at(10) == {"0": 9}
+
+
+@pytest.mark.parametrize("into_time", [-1, 2**63, 1.5, True, "3"])
+def test_mint_refuses_a_time_that_is_no_timestamp(into_time: object) -> None:
+    """mint(-1, ...) returned False, as if another instance had bound the time first."""
+    remap = Remap(PersistClient(Location(MemoryBlob(), MemoryConsensus())), "remap")
+    assert remap.mint(3, {"p0": 1})
+    with pytest.raises(InvalidUsage, match=rf"into_time must be an int .*got {into_time!r}"):
+        remap.mint(into_time, {"p0": 2})  # type: ignore[arg-type]
+    assert remap.upper == Frontier(4) and remap.frontier_at(3) == {"p0": 1}

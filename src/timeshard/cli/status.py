@@ -47,7 +47,8 @@ def status(
     times: TimesOpt = Times.utc,
 ) -> None:
     """Every shard's frontiers, lag, retained history and health; views show their
-    deploy generation and their path (linear, grouped or full).
+    deploy generation and their path (linear, grouped or full). Then the health of
+    every object without a shard: exports, and sources whose outputs are subsources.
 
     Wall-clock times show as readable UTC above their epoch ms (``--times ms``:
     epoch ms alone). On a narrow terminal the table drops readers, writers,
@@ -102,13 +103,14 @@ def _print_status(rows: list[dict[str, Any]], times: Times) -> None:
     for r in rows:
         lag_ms = r["lag_ms"]
         known = r["kind"] != "unreadable"
+        shard = r["kind"] in ("shard", "view")  # the others have no frontiers to show
         status_text = (r["status"] or "") + (f": {r['error']}" if r["error"] else "")
         table.add_row(
             escape(str(r["object"])),
             str(r["kind"]),
             escape(path_cell(r)),
-            time_cell(r["since"], times, none="empty") if known else "",
-            time_cell(r["write_frontier"], times, none="closed") if known else "",
+            time_cell(r["since"], times, none="empty") if shard else "",
+            time_cell(r["write_frontier"], times, none="closed") if shard else "",
             "" if lag_ms is None else f"{int(lag_ms) / 1000:.1f} s",
             "" if r["retain_ms"] is None else format_duration(r["retain_ms"]),
             str(r["generation"] or ""),

@@ -56,7 +56,6 @@ class MaterializedView:
         self.desired = desired
         self.tick_interval_s = tick_interval_s
         self._health: Health | None = None
-        self._status: tuple[str, str | None] | None = None
 
     @staticmethod
     def install(
@@ -161,13 +160,10 @@ class MaterializedView:
             return  # a read-only replica writes nothing
         error = self.sink.last_error
         status = ("running", None) if error is None else ("stalled", error)
-        if status == self._status:
-            return
-        try:
+        try:  # unchanged: Health writes nothing, unless another replica wrote meanwhile
             if self._health is None:
                 self._health = Health(self.sink.client)
             self._health.report(self.name, *status)
-            self._status = status
         except Exception as e:  # health is best effort: the next step tries again
             log.warning("view %s: cannot record health %s: %s", self.name, status, e)
 

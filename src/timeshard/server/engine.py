@@ -779,10 +779,9 @@ class Engine:
 
     def _drop_victim(self, victim: _Object) -> None:
         self._catalog.forget_statement(victim.name)
-        if victim.kind in ("view", "sink"):  # their holds go: the inputs may compact
-            victim.runner.drop()
-        else:
-            victim.runner.close()
+        # A view's and a sink's holds go (the inputs may compact); a source and a view
+        # record their health as dropped (a sink's is reported below).
+        victim.runner.drop()
         if victim.kind == "source":
             _drop_upstream(victim)
         for shard in victim.shards:  # no writer appends again; the name is not reused

@@ -20,7 +20,13 @@ One ``step``:
    feedback upsert, and either appends with compare-and-append at ``U``;
 5. the since holds (the upsert's reader, the remap reader, retained
    history) follow, lagging: at most one of them moves per step
-   (:mod:`timeshard.storage.since_holds`).
+   (:mod:`timeshard.storage.since_holds`). A hold that cannot move does not
+   fail the step (its data is appended): its error is the health's error
+   line while the source keeps running, and the hold is tried again later.
+   A retained history follows the retention declared last: another instance
+   of the source (a redeploy, a replica) that declares another one fences
+   this instance's ``retain`` reader, which then takes the stored retention,
+   or none if it was dropped.
 
 Cost of a step: a data step of an UPSERT output is one Spark job, a step with
 no records in range none (an empty batch is appended). Compare-and-sets: the
@@ -46,10 +52,16 @@ from typing import Any
 import pyarrow as pa
 
 from timeshard.catalog import record_source, stored_entry
-from timeshard.errors import InvalidUsage, LeaseExpired, SourceUnavailable, UpperMismatch
+from timeshard.errors import (
+    Fenced,
+    InvalidUsage,
+    LeaseExpired,
+    SourceUnavailable,
+    UpperMismatch,
+)
 from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
-from timeshard.persist.holds import RetainedHistory
+from timeshard.persist.holds import RetainedHistory, retained_ms
 from timeshard.progress import Frontier, frontier
 from timeshard.storage.health import Health
 from timeshard.storage.reclock import Remap, SourceFrontier, reclock_df
@@ -213,7 +225,7 @@ class Ingestion:
         record_source(client, self.output, source, self._envelopes, exported)
         self.health = Health(client, self.clock)
         self.paused = False
-        self._report("starting")
+        self._report_or_log("starting")
         self._resume_source()
 
     def _open(self) -> None:
@@ -234,16 +246,16 @@ class Ingestion:
             )
         self.remap = Remap(self.client, f"{self.output}.remap")
         self._remap_hold = self.holds.add(self.remap.downgrade_since)
-        self._retained: list[tuple[LaggingHold, Callable[[], Frontier]]] = []
+        self._retained: list[tuple[LaggingHold, _Retention, Callable[[], Frontier]]] = []
         outputs: list[tuple[str, Callable[[], Frontier]]] = [
             (e.shard, e.upper) for e in self.exports.values()
         ]
         outputs.append((self.remap.shard_id, lambda: self.remap.upper))
         for shard, upper in outputs:
-            retained = RetainedHistory.configure(self.client, shard, self.retain_history_ms)
-            if retained is not None:
-                hold = self.holds.add(_retain_up_to(retained))
-                self._retained.append((hold, upper))
+            retention = _Retention(self.client, shard, self.retain_history_ms)
+            if retention.history is not None:
+                hold = self.holds.add(retention.advance)
+                self._retained.append((hold, retention, upper))
 
     def _release(self) -> None:
         for export in self.exports.values():
@@ -266,15 +278,32 @@ class Ingestion:
         if close_source is not None:
             close_source()
 
+    def drop(self) -> None:
+        """Record the source and its outputs as ``dropped``, then close.
+
+        The caller closes the output shards (no writer appends again). The
+        record is best effort: a failure to write it is logged, and the drop
+        goes on.
+        """
+        self._report_or_log("dropped")
+        self.close()
+
     def _lease_lost(self) -> bool:
         return self.remap.lease_lost or any(e.lease_lost for e in self.exports.values())
 
+    def _objects(self) -> list[str]:
+        """The names the source's health is reported under: its own and its outputs'."""
+        return [self.output, *(e.shard for e in self.exports.values() if e.shard != self.output)]
+
     def _report(self, status: str, error: str | None = None) -> None:
-        for obj in [
-            self.output,
-            *(e.shard for e in self.exports.values() if e.shard != self.output),
-        ]:
+        for obj in self._objects():
             self.health.report(obj, status, error)
+
+    def _report_or_log(self, status: str, error: str | None = None) -> None:
+        """:meth:`_report`, best effort: for work done whatever the health says (a step
+        whose data is appended, a failure being raised, a start, a drop)."""
+        for obj in self._objects():
+            self.health.report_or_log(obj, status, error)
 
     def pause(self) -> None:
         """Stop reading; the outputs keep what they have."""
@@ -295,15 +324,22 @@ class Ingestion:
                 raise LeaseExpired(f"source {self.output!r}: a handle's lease ran out")
             report = self._step()
         except Exception as e:
-            try:  # health is best effort: the failure to raise is the step's
-                self._report("stalled", f"{type(e).__name__}: {str(e)[:500]}")
-            except Exception as failed:
-                log.warning("source %s: cannot record health: %s", self.output, failed)
+            # health is best effort: the failure to raise is the step's
+            self._report_or_log("stalled", f"{type(e).__name__}: {str(e)[:500]}")
             if isinstance(e, LeaseExpired) or self._lease_lost():
                 self._reopen()
             raise
-        self._report("running", self._commit_progress())
+        # The data is appended: a failure to record the health does not fail the step.
+        self._report_or_log("running", self._commit_progress() or self._holds_error())
         return report
+
+    def _holds_error(self) -> str | None:
+        """The failures of the since holds that could not move (tried again later)."""
+        errors = self.holds.errors
+        if not errors:
+            return None
+        said = "; ".join(f"{type(e).__name__}: {str(e)[:300]}" for e in errors)
+        return f"since hold not moved (history kept longer): {said}"
 
     def _commit_progress(self) -> str | None:
         """Tell the source how far its outputs are durable, if it reports that upstream.
@@ -381,9 +417,13 @@ class Ingestion:
         # may have written the outputs past that meanwhile.
         known = min(self.resume_upper().time or 1, self.remap.upper.time or 1)
         self._remap_hold.want(max(known - 1, 0))
-        for hold, upper in self._retained:
+        for hold, _, upper in self._retained:
             hold.want(upper().time or 0)
         self.holds.step()
+        for hold, retention, upper in list(self._retained):
+            if retention.history is None:  # another instance declared none
+                self.holds.remove(hold)
+                self._retained.remove((hold, retention, upper))
         return StepReport(out_upper, bound, appended)
 
     def _check_not_behind(self, observed: SourceFrontier) -> None:
@@ -429,9 +469,41 @@ def _behind(upper: SourceFrontier, bound: SourceFrontier) -> list[tuple[str, int
     return [(p, o) for p, o in sorted(upper.items()) if p in bound and o < bound[p]]
 
 
-def _retain_up_to(retained: RetainedHistory) -> Callable[[int], None]:
-    """The downgrade of a retained history: its shard's upper reached ``t``."""
-    return lambda t: retained.advance(frontier(t))
+class _Retention:
+    """The retained history of one output shard, as declared last.
+
+    This instance declares ``retain_ms`` when it opens the shard. Another
+    instance that declares another retention later swaps the ``retain``
+    reader's token (or drops the reader, for none), which fences this
+    instance's downgrades: it then follows the retention stored now, or gives
+    the hold up (``history`` None) if there is none.
+    """
+
+    def __init__(self, client: PersistClient, shard: str, retain_ms: int | None) -> None:
+        self.client = client
+        self.shard = shard
+        self.history = RetainedHistory.configure(client, shard, retain_ms)
+
+    def advance(self, t: int) -> None:
+        """The shard's upper reached ``t``: forget history older than the retention."""
+        if self.history is None:
+            return
+        try:
+            self.history.advance(frontier(t))
+        except Fenced:
+            declared = retained_ms(self.client, self.shard)
+            log.info(
+                "shard %s: another instance declared RETAIN HISTORY %s ms (this one %s ms): "
+                "following it",
+                self.shard,
+                declared,
+                self.history.retain_ms,
+            )
+            self.history = (
+                None if declared is None else RetainedHistory(self.client, self.shard, declared)
+            )
+            if self.history is not None:  # fenced again: the hold's error, tried again later
+                self.history.advance(frontier(t))
 
 
 __all__ = ["Export", "Ingestion", "StepReport"]

@@ -43,7 +43,7 @@ import pyarrow as pa
 from timeshard.errors import InvalidUsage, LeaseExpired
 from timeshard.persist import Appended, PersistClient, Updates, expire_all
 from timeshard.persist._internal.parts import TS
-from timeshard.progress import Frontier, Timestamp
+from timeshard.progress import Frontier, Timestamp, check_timestamp
 
 SourceFrontier = dict[str, int]
 
@@ -184,7 +184,9 @@ class Remap:
 
         A time below the remap shard's upper is already bound (False). The
         binding is joined with the previous one, so it never moves back.
+        InvalidUsage if ``into_time`` is not a timestamp.
         """
+        check_timestamp(into_time, "into_time")
         self.sync()
         lower = self.upper.time
         if lower is None:
