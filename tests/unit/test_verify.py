@@ -530,3 +530,64 @@ def test_recording_leaves_no_handle_on_the_catalog(client: PersistClient) -> Non
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT 1 AS x"), as_of=0)
     state = client.state(CATALOG_SHARD)
     assert not state.writers and not state.leased_readers
+
+
+# -- parts that readers reject ------------------------------------------------------------
+
+
+def flip_created_by(data: bytes) -> bytes:
+    """``data`` with one byte of the Parquet footer's ``created_by`` changed: the same size,
+    still decodes, but its SHA-256 is another."""
+    i = data.rfind(b"parquet-cpp-arrow")
+    assert i > 0
+    return data[:i] + b"P" + data[i + 1 :]
+
+
+def test_a_part_whose_digest_differs_is_reported(client: PersistClient) -> None:
+    """A part of the recorded size whose SHA-256 differs decoded, so verify passed it,
+    though every reader raises PartError on it (the shard is unreadable)."""
+    write_orders(client)
+    part = client.state("orders").batches[0].parts[0]
+    assert part.sha256 is not None
+    bad = flip_created_by(client.location.blob.get(part.key) or b"")
+    client.location.blob.delete(part.key)
+    client.location.blob.set(part.key, bad)
+    report = verify_location(client, samples=50, seed=1)
+    f = only(report)
+    assert (f.object, f.check) == ("orders", "part")
+    assert f.message == (
+        f"part {part.key!r} of batch 0 [[0], [2]) is corrupt: its SHA-256 differs from the "
+        "one the state recorded"
+    )
+    assert report.objects["orders"].notes  # every time reads it: noted, reported above
+
+
+class SpoilingBlob(MemoryBlob):
+    """A memory blob whose ``key`` reads as other bytes after its first read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.key = ""
+        self.reads = 0
+
+    def get(self, key: str) -> bytes | None:
+        data = super().get(key)
+        if key != self.key or data is None:
+            return data
+        self.reads += 1
+        return data if self.reads == 1 else flip_created_by(data)
+
+
+def test_a_part_unreadable_after_its_check_is_a_finding() -> None:
+    """A PartError at every sampled time was a note: verify said ok of a shard no reader
+    could read."""
+    blob = SpoilingBlob()
+    client = PersistClient(Location(blob, MemoryConsensus()))
+    write_orders(client)
+    blob.key = client.state("orders").batches[0].parts[0].key
+    report = verify_location(client, samples=50, seed=1)
+    assert not report.ok
+    assert {(f.object, f.check) for f in report.findings} == {("orders", "multiplicity")}
+    f = report.findings[0]
+    assert f.message.startswith("the shard cannot be read at 4 of 4 sampled times [0, 1, 2, 4]: ")
+    assert f"part {blob.key!r} is corrupt: its SHA-256 differs" in f.message

@@ -8,12 +8,14 @@ A location is verified object by object, against the semantics of DESIGN.md
    never written to (upper ``[0]``) has no readable time, which is a note;
 2. the batch descriptions start at ``[0]``, are contiguous and
    non-overlapping, and end at the shard upper;
-3. every part a batch references exists, decodes (pyarrow path), and has the
-   row count, size and ``_ts`` bounds its :class:`PartMeta` claims, with
-   every ``_ts`` inside its batch's description (or at the batch's since, to
-   which compaction advances times);
-4. at sampled times ``t`` in ``[since, upper)`` no row has a negative
-   multiplicity; collections that must be *sets* (upsert exports, remap,
+3. every part a batch references exists, has the size and SHA-256 the state
+   recorded (as every reader checks), decodes (pyarrow path), and has the
+   row count and ``_ts`` bounds its :class:`PartMeta` claims, with every
+   ``_ts`` inside its batch's description (or at the batch's since, to which
+   compaction advances times);
+4. at sampled times ``t`` in ``[since, upper)`` the shard can be read (a part
+   that fails there, though check 3 passed it, is a finding), no row has a
+   negative multiplicity; collections that must be *sets* (upsert exports, remap,
    status and catalog shards) have no multiplicity above 1 and at most one row
    per key. Views are multisets (SQL keeps duplicates, and a view counts its
    query's rows into multiplicities), and so are NONE-envelope exports.
