@@ -591,3 +591,34 @@ def test_a_part_unreadable_after_its_check_is_a_finding() -> None:
     f = report.findings[0]
     assert f.message.startswith("the shard cannot be read at 4 of 4 sampled times [0, 1, 2, 4]: ")
     assert f"part {blob.key!r} is corrupt: its SHA-256 differs" in f.message
+
+
+def test_recorded_err_rows_and_times_must_match_the_part(client: PersistClient) -> None:
+    """Readers trust a part's recorded err_rows (a 0 skips its errors) and times (an
+    incremental read skips a part without the time), yet verify compared neither."""
+    writer = client.open_writer("s", SCHEMA)
+    rows = {"k": ["a", None, "b"], "v": [1, None, 2], "_ts": [0, 0, 3]}
+    writer.append(pa.table({**rows, "_diff": [1, 1, 1], "_err": [None, "bad json", None]}), 0, 5)
+    writer.expire()
+    part = client.state("s").batches[0].parts[0]
+    assert (part.err_rows, part.times) == (1, (0, 3))
+    assert verify_location(client, samples=50, seed=1).ok
+
+    def meta(**wrong: Any) -> None:
+        tamper(
+            client,
+            "s",
+            lambda st: replace(
+                st, batches=(replace(st.batches[0], parts=(replace(part, **wrong),)),)
+            ),
+        )
+
+    meta(err_rows=0, times=(0, 2, 3))
+    f = only(verify_location(client, samples=50, seed=1))
+    assert (f.object, f.check) == ("s", "part")
+    assert f.message == (
+        f"part {part.key!r} of batch 0 [[0], [5]) has 1 err rows, the state says 0; "
+        "_ts values [0, 3], the state says [0, 2, 3]"
+    )
+    meta(err_rows=None, times=None)  # not recorded (older states): nothing to compare
+    assert verify_location(client, samples=50, seed=1).ok

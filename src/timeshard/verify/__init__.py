@@ -10,7 +10,8 @@ A location is verified object by object, against the semantics of DESIGN.md
    non-overlapping, and end at the shard upper;
 3. every part a batch references exists, has the size and SHA-256 the state
    recorded (as every reader checks), decodes (pyarrow path), and has the
-   row count and ``_ts`` bounds its :class:`PartMeta` claims, with every
+   row count, ``_ts`` bounds, distinct ``_ts`` and err row count its
+   :class:`PartMeta` claims (readers trust them unread), with every
    ``_ts`` inside its batch's description (or at the batch's since, to which
    compaction advances times);
 4. at sampled times ``t`` in ``[since, upper)`` the shard can be read (a part

@@ -193,6 +193,16 @@ def _check_part(
     lo, hi = ts_bounds(table)
     if (part.ts_min, part.ts_max) != (None, None) and (lo, hi) != (part.ts_min, part.ts_max):
         problems.append(f"_ts in [{lo}, {hi}], the state says [{part.ts_min}, {part.ts_max}]")
+    # Readers trust these without reading the part: err_rows 0 skips its errors, and
+    # times decide which parts a read of an interval (and verify's sampling) looks at.
+    errs = table.num_rows - table.column(ERR).null_count
+    if part.err_rows is not None and errs != part.err_rows:
+        problems.append(f"{errs} err rows, the state says {part.err_rows}")
+    if part.times is not None:
+        times = sorted(pc.unique(table.column(TS)).to_pylist())
+        if tuple(times) != part.times:
+            shown = times if len(times) <= 2 * ROW_LIMIT else [*times[:ROW_LIMIT], "..."]
+            problems.append(f"_ts values {shown}, the state says {list(part.times)}")
     if problems:
         out.append(
             Finding(shard_id, "part", f"part {part.key!r} {where} has " + "; ".join(problems))
