@@ -30,7 +30,7 @@ from timeshard.persist._internal.state import decode_state, encode_state
 from timeshard.progress import Description, Frontier
 from timeshard.storage.file_source import DEFAULT_MAX_LINE_BYTES, FileSource
 from timeshard.storage.health import Health
-from timeshard.storage.reclock import Remap
+from timeshard.storage.reclock import REMAP_SCHEMA, Remap
 from timeshard.storage.sources import CounterGenerator, KeyValueGenerator
 from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
 from timeshard.verify import Finding, VerifyReport, check_batches, sample_times, verify_location
@@ -622,3 +622,26 @@ def test_recorded_err_rows_and_times_must_match_the_part(client: PersistClient) 
     )
     meta(err_rows=None, times=None)  # not recorded (older states): nothing to compare
     assert verify_location(client, samples=50, seed=1).ok
+
+
+# -- remap shards ----------------------------------------------------------------------------
+
+
+def test_a_remap_whose_frontier_moves_back_is_reported(client: PersistClient) -> None:
+    """Bindings are monotone in t (DESIGN), but a remap shard got only the set check: one
+    whose partition went from offset 9 back to 2 passed, and reclocking ignored it."""
+    writer = client.open_writer("src.remap", REMAP_SCHEMA)
+    writer.append([(("0", 5), 1, 1), (("1", 4), 1, 1)], 0, 2)
+    writer.append([(("0", 5), 3, -1), (("0", 9), 3, 1)], 2, 4)
+    writer.append([(("0", 9), 5, -1), (("0", 2), 5, 1), (("1", 4), 5, -1)], 4, 6)
+    writer.append([(("0", 2), 6, -1), (("0", 12), 6, 1), (("1", 4), 6, 1)], 6, 7)
+    writer.expire()
+    report = verify_location(client, samples=50, seed=1)
+    f = only(report)
+    assert (f.object, f.check, f.time) == ("src.remap", "bindings", 5)
+    assert f.message == (
+        "the bound frontier moves back at 5 (bindings are monotone in time): partition '0' "
+        "from offset 9 (bound at 3) to 2, partition '1' from offset 4 (bound at 1) to 0"
+    )
+    assert report.objects["src.remap"].kind == "remap"
+    assert "bindings" in report.objects["src.remap"].checks

@@ -19,7 +19,9 @@ A location is verified object by object, against the semantics of DESIGN.md
    negative multiplicity; collections that must be *sets* (upsert exports, remap,
    status and catalog shards) have no multiplicity above 1 and at most one row
    per key. Views are multisets (SQL keeps duplicates, and a view counts its
-   query's rows into multiplicities), and so are NONE-envelope exports.
+   query's rows into multiplicities), and so are NONE-envelope exports. A
+   remap shard's bindings are monotone in time: at none of them does a
+   partition's offset go below the previous binding's.
 
 The catalog (:mod:`timeshard.catalog`) says what each shard is. Then:
 
@@ -76,7 +78,12 @@ from timeshard.catalog import CATALOG_SHARD, CatalogEntry
 from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
 from timeshard.storage.health import STATUS_SHARD
-from timeshard.verify.replay import REPLAYABLE, check_replayed_export, upsert_model
+from timeshard.verify.replay import (
+    REPLAYABLE,
+    check_remap_bindings,
+    check_replayed_export,
+    upsert_model,
+)
 from timeshard.verify.report import (
     ROW_LIMIT,
     Finding,
@@ -138,6 +145,10 @@ def verify_location(
     shards = sorted(client.list_shards())
     for shard_id in shards:
         _guarded(report, shard_id, "state", partial(check_shard, client, shard_id, catalog, report))
+    for shard_id in shards:
+        if shard_id in report.objects and report.objects[shard_id].kind == "remap":
+            bindings = partial(check_remap_bindings, client, shard_id, report)
+            _guarded(report, shard_id, "bindings", bindings)
     present = set(shards)
     if CATALOG_SHARD not in present and present - {STATUS_SHARD}:
         report.object(CATALOG_SHARD, "catalog").notes.append(
