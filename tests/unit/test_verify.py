@@ -645,3 +645,21 @@ def test_a_remap_whose_frontier_moves_back_is_reported(client: PersistClient) ->
     )
     assert report.objects["src.remap"].kind == "remap"
     assert "bindings" in report.objects["src.remap"].checks
+
+
+def test_an_upsert_export_keyed_by_no_column_of_its_own_is_reported(
+    client: PersistClient,
+) -> None:
+    """The duplicate-key check ran only if the catalog's key columns were in the shard:
+    an upsert export whose key it does not hold (or without a key) was never checked."""
+    kv = client.open_writer("kv", KeyValueGenerator().payload_schema())
+    kv.append([((1, "x"), 0, 1), ((1, "y"), 0, 1)], 0, 1)
+    kv.expire()
+    record_source(client, "kv", KeyValueGenerator(), {"": ("upsert", ["id"])}, {"": "kv"})
+    report = verify_location(client, samples=5, seed=1)
+    f = only(report)
+    assert (f.object, f.check) == ("kv", "key")
+    assert f.message == (
+        "the catalog keys this upsert export by ['id'], which are not all columns of its "
+        "shard (key, value): one row per key is not checked"
+    )

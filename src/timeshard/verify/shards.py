@@ -323,6 +323,15 @@ def check_shard(
     obj.checks += ["frontiers", "batches", "parts", "multiplicity"]
     for f in findings:
         report.add(f)
+    names = state.data_schema.names
+    if rule.kind == "upsert export" and (not rule.keys or any(k not in names for k in rule.keys)):
+        keyed = (
+            f"keys this upsert export by {list(rule.keys)}, which are not all columns of its "
+            f"shard ({', '.join(names)})"
+            if rule.keys
+            else "gives this upsert export no key columns"
+        )
+        report.add(Finding(shard_id, "key", f"the catalog {keyed}: one row per key is not checked"))
     span = readable_range(state)
     if span is None:
         if state.upper.time:  # written to, yet upper - 1 is not readable
