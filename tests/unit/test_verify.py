@@ -102,6 +102,7 @@ def test_what_verify_cannot_recompute_is_noted_not_passed_in_silence(
     assert report.ok and report.objects[CATALOG_SHARD].notes == [
         "the location has no catalog: no view or export is recomputed"
     ]
+    Remap(client, "n.remap").mint(4, {})
     record_source(client, "n", CounterGenerator("n"), {}, {"": "n"})
     report = verify_location(client, samples=5, seed=1)
     assert report.ok and report.objects["n"].notes == [
@@ -174,6 +175,7 @@ def test_views_may_hold_duplicates_but_sets_may_not(client: PersistClient) -> No
     writer = client.open_writer("v", SCHEMA)
     writer.append([(("a", 1), 0, 2)], 0, 1)
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT k, v FROM o"), as_of=0)
+    Remap(client, "kv.remap").mint(1, {})
     record_source(client, "kv", KeyValueGenerator(), {"": ("upsert", ["key"])}, {"": "kv"})
     kv = client.open_writer("kv", KeyValueGenerator().payload_schema())
     kv.append([((1, "x"), 0, 1), ((2, "y"), 0, 2)], 0, 1)
@@ -655,6 +657,7 @@ def test_an_upsert_export_keyed_by_no_column_of_its_own_is_reported(
     kv = client.open_writer("kv", KeyValueGenerator().payload_schema())
     kv.append([((1, "x"), 0, 1), ((1, "y"), 0, 1)], 0, 1)
     kv.expire()
+    Remap(client, "kv.remap").mint(0, {})
     record_source(client, "kv", KeyValueGenerator(), {"": ("upsert", ["id"])}, {"": "kv"})
     report = verify_location(client, samples=5, seed=1)
     f = only(report)
@@ -662,4 +665,27 @@ def test_an_upsert_export_keyed_by_no_column_of_its_own_is_reported(
     assert f.message == (
         "the catalog keys this upsert export by ['id'], which are not all columns of its "
         "shard (key, value): one row per key is not checked"
+    )
+
+
+# -- frontiers that run ahead of what determines them ----------------------------------------
+
+
+def test_an_export_ahead_of_its_remap_is_reported(client: PersistClient, tmp_path: Path) -> None:
+    """An export is definite only where its bindings are: its times at or beyond the
+    remap shard's upper were compared with nothing, and nothing said so."""
+    files = FileSource("events", tmp_path, "json", pa.schema([("id", pa.int64())]))
+    record_source(client, "events", files, {"": ("upsert", ["id"])}, {"": "events"})
+    remap = client.open_writer("events.remap", REMAP_SCHEMA)
+    remap.append([(("a.jsonl", 7), 1, 1)], 0, 5)
+    remap.expire()
+    export = client.open_writer("events", files.payload_schema())
+    export.append([((1,), 1, 1)], 0, 5)
+    assert verify_location(client, samples=5, seed=1).ok
+    export.append([((99,), 6, 1)], 5, 10)
+    f = only(verify_location(client, samples=5, seed=1))
+    assert (f.object, f.check, f.time) == ("events", "frontiers", 5)
+    assert f.message == (
+        "the export's upper [10] is beyond the upper [5] of its remap shard 'events.remap': "
+        "its content from 5 on is bound to no source record"
     )

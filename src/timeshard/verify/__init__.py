@@ -48,6 +48,8 @@ The catalog (:mod:`timeshard.catalog`) says what each shard is. Then:
    only times bound at or beyond it are checked (the others are counted in a
    note); a KAFKA topic whose retention deleted records, or a FILE source's
    rewritten file, leaves the object unchecked, with a note saying why.
+   Every export's upper is at most its remap shard's upper (checked without
+   Spark, whatever its source): beyond it no binding says what it holds.
 
 Sampled times: for each object, the first and last readable time and up to
 ``samples`` other change times in between, drawn with a generator seeded by
@@ -62,9 +64,10 @@ it reads with unleased readers, so it holds back neither since nor GC -- a
 time compacted away meanwhile is skipped and noted, and a part collected
 meanwhile is re-checked against the newer state.
 
-What runs where: checks 1-4 run on the driver with pyarrow (no Spark); 5 and
-6 submit Spark jobs (reads of parts and input files, the query, and the
-difference as a ``groupBy``), started only if the catalog has such objects.
+What runs where: checks 1-4 and the exports' frontiers run on the driver
+with pyarrow (no Spark); 5 and the rest of 6 submit Spark jobs (reads of parts
+and input files, the query, and the difference as a ``groupBy``), started
+only if the catalog has such objects.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ from timeshard.persist import PersistClient
 from timeshard.storage.health import STATUS_SHARD
 from timeshard.verify.replay import (
     REPLAYABLE,
+    check_export_frontier,
     check_remap_bindings,
     check_replayed_export,
     upsert_model,
@@ -154,6 +158,11 @@ def verify_location(
         report.object(CATALOG_SHARD, "catalog").notes.append(
             "the location has no catalog: no view or export is recomputed"
         )
+    for name, export in sorted(catalog.exports.items()):
+        source = catalog.sources.get(str(export.definition.get("source")))
+        if name in present and source is not None:
+            ahead = partial(check_export_frontier, client, source, export, report)
+            _guarded(report, name, "frontiers", ahead)
     for name, kind in [
         *((n, "view") for n in catalog.views),
         *((n, "export") for n in catalog.exports),

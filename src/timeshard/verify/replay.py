@@ -40,7 +40,9 @@ module's own.
   set, every key null) is an err row of its own from its time on.
 
 The export's snapshot at each sampled time must equal that last value per
-key (UPSERT), or every record bound by then at its ``_diff`` (NONE).
+key (UPSERT), or every record bound by then at its ``_diff`` (NONE). Its
+upper must not be beyond the remap shard's (:func:`check_export_frontier`,
+without Spark): beyond it no binding says which records it holds.
 Bindings that compaction merged into the remap shard's since have lost their
 times, hence the order between files there: a key whose files' last records
 there differ is ambiguous, left out and counted in a note.
@@ -260,6 +262,37 @@ def remap_bindings(
                 frontier[p] = max(frontier.get(p, 0), o)
         out.append((t, dict(sorted(frontier.items()))))
     return out
+
+
+def check_export_frontier(
+    client: PersistClient, source: CatalogEntry, export: CatalogEntry, report: VerifyReport
+) -> None:
+    """The export's upper is not beyond its remap shard's upper (without Spark).
+
+    Ingestion mints the bindings of a time before it writes the outputs up to
+    it: at times at or beyond the remap's upper no binding says which records
+    the export holds. The export's state is read first (the remap only
+    advances).
+    """
+    upper = client.state(export.name).upper
+    remap = str(source.definition.get("remap"))
+    if remap not in set(client.list_shards()):
+        if upper.time != 0:
+            message = f"its remap shard {remap!r} does not exist, yet its upper is {upper}"
+            report.add(Finding(export.name, "frontiers", message))
+        return
+    bound = client.state(remap).upper
+    if bound < upper:
+        assert bound.time is not None
+        report.add(
+            Finding(
+                export.name,
+                "frontiers",
+                f"the export's upper {upper} is beyond the upper {bound} of its remap shard "
+                f"{remap!r}: its content from {bound.time} on is bound to no source record",
+                time=bound.time,
+            )
+        )
 
 
 def check_remap_bindings(client: PersistClient, shard_id: str, report: VerifyReport) -> None:
@@ -709,6 +742,7 @@ def check_replayed_export(
     if out_span is None or remap_span is None:
         obj.notes.append(f"{check} not checked: the export or its remap shard has no readable time")
         return
+    # An export beyond its remap's upper is check_export_frontier's finding.
     first, end = max(out_span[0], remap_span[0]), min(out_span[1], remap_span[1])
     if end <= first:
         obj.notes.append(f"{check} not checked: no time readable in both the export and its remap")
