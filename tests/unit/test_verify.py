@@ -154,6 +154,8 @@ def test_a_corrupt_part_is_reported(client: PersistClient) -> None:
 
 
 def test_a_negative_multiplicity_in_a_view_is_reported(client: PersistClient) -> None:
+    write_orders(client)
+    client.open_writer("orders").append([], 5, 6)
     write_orders(client, "v")
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
     writer = client.open_writer("v")
@@ -174,6 +176,7 @@ def test_a_negative_multiplicity_in_a_view_is_reported(client: PersistClient) ->
 def test_views_may_hold_duplicates_but_sets_may_not(client: PersistClient) -> None:
     writer = client.open_writer("v", SCHEMA)
     writer.append([(("a", 1), 0, 2)], 0, 1)
+    write_orders(client)
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT k, v FROM o"), as_of=0)
     Remap(client, "kv.remap").mint(1, {})
     record_source(client, "kv", KeyValueGenerator(), {"": ("upsert", ["key"])}, {"": "kv"})
@@ -305,6 +308,7 @@ def test_since_beyond_upper_minus_one_is_a_finding(client: PersistClient) -> Non
 def test_rows_are_truncated_with_a_count(client: PersistClient) -> None:
     writer = client.open_writer("v", SCHEMA)
     writer.append([((f"k{i:02}", i), 0, -1) for i in range(15)], 0, 1)
+    write_orders(client)
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
     f = only(verify_location(client, samples=3, seed=1))
     assert f.rows_total == 15 and len(f.rows) == 10
@@ -316,6 +320,7 @@ def test_an_undecodable_catalog_row_is_a_finding(client: PersistClient) -> None:
     from timeshard.catalog import CATALOG_KEYS, CATALOG_SCHEMA
 
     write_orders(client, "v")
+    write_orders(client, "o")
     upsert = FeedbackUpsert(client, CATALOG_SHARD, CATALOG_SCHEMA, list(CATALOG_KEYS))
     upsert.apply([UpsertCommand(("v", "view"), ("{not json",), 3, (0,))], 4)
     report = verify_location(client, samples=3, seed=1)
@@ -370,6 +375,7 @@ def by_name(df: object) -> object:
 
 
 def test_a_function_view_is_recorded_without_sql(client: PersistClient) -> None:
+    write_orders(client)
     write_orders(client, "fv")
     record_view(client, ViewDefinition("fv", {"o": "orders"}, function=by_name), as_of=0)
     [entry] = read_catalog(client)
@@ -688,4 +694,60 @@ def test_an_export_ahead_of_its_remap_is_reported(client: PersistClient, tmp_pat
     assert f.message == (
         "the export's upper [10] is beyond the upper [5] of its remap shard 'events.remap': "
         "its content from 5 on is bound to no source record"
+    )
+
+
+def test_a_view_ahead_of_its_inputs_is_reported(client: PersistClient) -> None:
+    """A view's upper never passes the frontier its inputs determine; one that did got a
+    note ("inputs not readable"), and the times beyond were compared with nothing."""
+    write_orders(client)  # upper [5]
+    write_orders(client, "v")
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
+    assert verify_location(client, samples=5, seed=1).ok
+    client.open_writer("v").append([(("zz", 9), 6, 1)], 5, 9)
+    f = only(verify_location(client, samples=5, seed=1))
+    assert (f.object, f.check, f.time) == ("v", "frontiers", 5)
+    assert f.message == (
+        "the view's upper [9] is beyond [5], the frontier up to which its inputs determine "
+        "it: its content from 5 on follows from no query"
+    )
+    # Refreshed every 4 ms, it shows the inputs at 4 until 8: [8] is its frontier.
+    refreshed = ViewDefinition("r", {"o": "orders"}, function=by_name, refresh_every_ms=4)
+    record_view(client, refreshed, as_of=0)
+    writer = client.open_writer("r", SCHEMA)
+    writer.append([], 0, 8)
+    assert {f.object for f in verify_location(client, samples=5, seed=1).findings} == {"v"}
+    writer.append([], 8, 9)
+    found = {f.object: f for f in verify_location(client, samples=5, seed=1).findings}
+    assert found["r"].message.startswith("the view's upper [9] is beyond [8], the frontier")
+
+
+def test_a_view_whose_input_is_missing_is_reported(client: PersistClient) -> None:
+    write_orders(client, "v")
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
+    f = only(verify_location(client, samples=5, seed=1))
+    assert (f.object, f.check) == ("v", "frontiers")
+    assert f.message == "its input 'o' is shard 'orders', which does not exist"
+
+
+@pytest.mark.parametrize("every", [None, 1, 4, 5, 7])
+@pytest.mark.parametrize("uppers", [(0,), (5,), (8, 3), (None, 6), (None,), (9, 12)])
+def test_the_view_frontier_is_desireds(
+    client: PersistClient, every: int | None, uppers: tuple[int | None, ...]
+) -> None:
+    """verify's frontier of a view (without Spark) is SparkViewDesired.frontier()."""
+    from timeshard.compute.view import SparkViewDesired
+    from timeshard.verify.views import desired_frontier
+
+    inputs = {}
+    for i, upper in enumerate(uppers):
+        writer = client.open_writer(f"in{i}", SCHEMA)
+        if upper != 0:
+            writer.append([], 0, upper)
+        inputs[f"i{i}"] = f"in{i}"
+    definition = ViewDefinition("v", inputs, "SELECT 1", refresh_every_ms=every)
+    expected = SparkViewDesired(None, client, definition).frontier()
+    assert (
+        desired_frontier([Frontier.empty() if u is None else Frontier(u) for u in uppers], every)
+        == expected
     )

@@ -25,10 +25,15 @@ A location is verified object by object, against the semantics of DESIGN.md
 
 The catalog (:mod:`timeshard.catalog`) says what each shard is. Then:
 
-5. every SQL view's snapshot at sampled times equals its query evaluated from
-   scratch over its inputs' snapshots at that time (the very code path the
-   sink evaluates a view with, :class:`~timeshard.compute.view.SparkViewDesired`),
-   at times at or beyond the view's ``as_of`` where every input is readable;
+5. every view's upper is at most the frontier its inputs determine (the meet
+   of their uppers; for a REFRESH EVERY view, the next refresh time at or
+   beyond it), and every export's upper at most its remap shard's upper:
+   beyond those no query and no binding says what the shard holds. Every SQL
+   view's snapshot at sampled times below that frontier equals its query
+   evaluated from scratch over its inputs' snapshots at that time (the very
+   code path the sink evaluates a view with,
+   :class:`~timeshard.compute.view.SparkViewDesired`), at times at or beyond
+   the view's ``as_of`` where no input has compacted that time away (noted);
    a view defined by a Python function is reported as not recomputable;
 6. every output of a source whose records can be read again from upstream
    (:data:`~timeshard.verify.replay.REPLAYABLE`: a FILE source's retained
@@ -48,8 +53,6 @@ The catalog (:mod:`timeshard.catalog`) says what each shard is. Then:
    only times bound at or beyond it are checked (the others are counted in a
    note); a KAFKA topic whose retention deleted records, or a FILE source's
    rewritten file, leaves the object unchecked, with a note saying why.
-   Every export's upper is at most its remap shard's upper (checked without
-   Spark, whatever its source): beyond it no binding says what it holds.
 
 Sampled times: for each object, the first and last readable time and up to
 ``samples`` other change times in between, drawn with a generator seeded by
@@ -64,8 +67,8 @@ it reads with unleased readers, so it holds back neither since nor GC -- a
 time compacted away meanwhile is skipped and noted, and a part collected
 meanwhile is re-checked against the newer state.
 
-What runs where: checks 1-4 and the exports' frontiers run on the driver
-with pyarrow (no Spark); 5 and the rest of 6 submit Spark jobs (reads of parts
+What runs where: checks 1-4 and the frontiers of 5 run on the driver with
+pyarrow (no Spark); the rest of 5 and 6 submit Spark jobs (reads of parts
 and input files, the query, and the difference as a ``groupBy``), started
 only if the catalog has such objects.
 """
@@ -102,7 +105,7 @@ from timeshard.verify.shards import (
     read_catalog_index,
     sample_times,
 )
-from timeshard.verify.views import check_view, differences
+from timeshard.verify.views import check_view, check_view_frontier, differences
 
 DEFAULT_SAMPLES = 8
 
@@ -158,6 +161,10 @@ def verify_location(
         report.object(CATALOG_SHARD, "catalog").notes.append(
             "the location has no catalog: no view or export is recomputed"
         )
+    for name, view in sorted(catalog.views.items()):
+        if name in present:
+            ahead = partial(check_view_frontier, client, view, report)
+            _guarded(report, name, "frontiers", ahead)
     for name, export in sorted(catalog.exports.items()):
         source = catalog.sources.get(str(export.definition.get("source")))
         if name in present and source is not None:
