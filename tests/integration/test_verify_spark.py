@@ -225,3 +225,26 @@ def test_verify_a_key_value_upsert_against_the_generator(
     assert wrong.extra == ({"key": 0, "value": "WRONG", "_err": None, "_diff": 1},)
     for h in holds:
         h.expire()
+
+
+def test_a_view_ahead_of_its_input_is_found_not_noted(spark: SparkSession, tmp_path: Path) -> None:
+    """A view whose upper passed its input's, with a wrong row there, only got the note
+    "inputs not readable": ok. Only an input compacted away at a time is a note."""
+    from timeshard.catalog import record_view
+
+    rows = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    for name in ("o", "v"):
+        writer = client.open_writer(name, rows)
+        writer.append([(("a", 1), 0, 1), (("b", 2), 1, 1)], 0, 3)
+    client.open_writer("v").append([(("WRONG", 666), 5, 1)], 3, 10)
+    record_view(client, ViewDefinition("v", {"o": "o"}, "SELECT k, v FROM o"), as_of=0)
+    hold = client.open_leased_reader("o")
+    hold.downgrade_since(1)  # time 0 of the input is compacted away
+
+    report = verify_location(client, spark=lambda packages: spark, samples=50, seed=1)
+    assert list(findings(report)) == [("v", "frontiers", 3)]
+    v = report.objects["v"]
+    assert sorted(v.times["query"]) == [1, 2]  # below the input's upper only
+    assert v.notes == ["inputs compacted away at 1 sampled times [0]: not recomputed there"]
+    hold.expire()

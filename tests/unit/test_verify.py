@@ -30,7 +30,7 @@ from timeshard.persist._internal.state import decode_state, encode_state
 from timeshard.progress import Description, Frontier
 from timeshard.storage.file_source import DEFAULT_MAX_LINE_BYTES, FileSource
 from timeshard.storage.health import Health
-from timeshard.storage.reclock import Remap
+from timeshard.storage.reclock import REMAP_SCHEMA, Remap
 from timeshard.storage.sources import CounterGenerator, KeyValueGenerator
 from timeshard.storage.upsert import FeedbackUpsert, UpsertCommand
 from timeshard.verify import Finding, VerifyReport, check_batches, sample_times, verify_location
@@ -102,6 +102,7 @@ def test_what_verify_cannot_recompute_is_noted_not_passed_in_silence(
     assert report.ok and report.objects[CATALOG_SHARD].notes == [
         "the location has no catalog: no view or export is recomputed"
     ]
+    Remap(client, "n.remap").mint(4, {})
     record_source(client, "n", CounterGenerator("n"), {}, {"": "n"})
     report = verify_location(client, samples=5, seed=1)
     assert report.ok and report.objects["n"].notes == [
@@ -153,6 +154,8 @@ def test_a_corrupt_part_is_reported(client: PersistClient) -> None:
 
 
 def test_a_negative_multiplicity_in_a_view_is_reported(client: PersistClient) -> None:
+    write_orders(client)
+    client.open_writer("orders").append([], 5, 6)
     write_orders(client, "v")
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
     writer = client.open_writer("v")
@@ -173,7 +176,9 @@ def test_a_negative_multiplicity_in_a_view_is_reported(client: PersistClient) ->
 def test_views_may_hold_duplicates_but_sets_may_not(client: PersistClient) -> None:
     writer = client.open_writer("v", SCHEMA)
     writer.append([(("a", 1), 0, 2)], 0, 1)
+    write_orders(client)
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT k, v FROM o"), as_of=0)
+    Remap(client, "kv.remap").mint(1, {})
     record_source(client, "kv", KeyValueGenerator(), {"": ("upsert", ["key"])}, {"": "kv"})
     kv = client.open_writer("kv", KeyValueGenerator().payload_schema())
     kv.append([((1, "x"), 0, 1), ((2, "y"), 0, 2)], 0, 1)
@@ -303,6 +308,7 @@ def test_since_beyond_upper_minus_one_is_a_finding(client: PersistClient) -> Non
 def test_rows_are_truncated_with_a_count(client: PersistClient) -> None:
     writer = client.open_writer("v", SCHEMA)
     writer.append([((f"k{i:02}", i), 0, -1) for i in range(15)], 0, 1)
+    write_orders(client)
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
     f = only(verify_location(client, samples=3, seed=1))
     assert f.rows_total == 15 and len(f.rows) == 10
@@ -314,6 +320,7 @@ def test_an_undecodable_catalog_row_is_a_finding(client: PersistClient) -> None:
     from timeshard.catalog import CATALOG_KEYS, CATALOG_SCHEMA
 
     write_orders(client, "v")
+    write_orders(client, "o")
     upsert = FeedbackUpsert(client, CATALOG_SHARD, CATALOG_SCHEMA, list(CATALOG_KEYS))
     upsert.apply([UpsertCommand(("v", "view"), ("{not json",), 3, (0,))], 4)
     report = verify_location(client, samples=3, seed=1)
@@ -368,6 +375,7 @@ def by_name(df: object) -> object:
 
 
 def test_a_function_view_is_recorded_without_sql(client: PersistClient) -> None:
+    write_orders(client)
     write_orders(client, "fv")
     record_view(client, ViewDefinition("fv", {"o": "orders"}, function=by_name), as_of=0)
     [entry] = read_catalog(client)
@@ -530,3 +538,216 @@ def test_recording_leaves_no_handle_on_the_catalog(client: PersistClient) -> Non
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT 1 AS x"), as_of=0)
     state = client.state(CATALOG_SHARD)
     assert not state.writers and not state.leased_readers
+
+
+# -- parts that readers reject ------------------------------------------------------------
+
+
+def flip_created_by(data: bytes) -> bytes:
+    """``data`` with one byte of the Parquet footer's ``created_by`` changed: the same size,
+    still decodes, but its SHA-256 is another."""
+    i = data.rfind(b"parquet-cpp-arrow")
+    assert i > 0
+    return data[:i] + b"P" + data[i + 1 :]
+
+
+def test_a_part_whose_digest_differs_is_reported(client: PersistClient) -> None:
+    """A part of the recorded size whose SHA-256 differs decoded, so verify passed it,
+    though every reader raises PartError on it (the shard is unreadable)."""
+    write_orders(client)
+    part = client.state("orders").batches[0].parts[0]
+    assert part.sha256 is not None
+    bad = flip_created_by(client.location.blob.get(part.key) or b"")
+    client.location.blob.delete(part.key)
+    client.location.blob.set(part.key, bad)
+    report = verify_location(client, samples=50, seed=1)
+    f = only(report)
+    assert (f.object, f.check) == ("orders", "part")
+    assert f.message == (
+        f"part {part.key!r} of batch 0 [[0], [2]) is corrupt: its SHA-256 differs from the "
+        "one the state recorded"
+    )
+    assert report.objects["orders"].notes  # every time reads it: noted, reported above
+
+
+class SpoilingBlob(MemoryBlob):
+    """A memory blob whose ``key`` reads as other bytes after its first read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.key = ""
+        self.reads = 0
+
+    def get(self, key: str) -> bytes | None:
+        data = super().get(key)
+        if key != self.key or data is None:
+            return data
+        self.reads += 1
+        return data if self.reads == 1 else flip_created_by(data)
+
+
+def test_a_part_unreadable_after_its_check_is_a_finding() -> None:
+    """A PartError at every sampled time was a note: verify said ok of a shard no reader
+    could read."""
+    blob = SpoilingBlob()
+    client = PersistClient(Location(blob, MemoryConsensus()))
+    write_orders(client)
+    blob.key = client.state("orders").batches[0].parts[0].key
+    report = verify_location(client, samples=50, seed=1)
+    assert not report.ok
+    assert {(f.object, f.check) for f in report.findings} == {("orders", "multiplicity")}
+    f = report.findings[0]
+    assert f.message.startswith("the shard cannot be read at 4 of 4 sampled times [0, 1, 2, 4]: ")
+    assert f"part {blob.key!r} is corrupt: its SHA-256 differs" in f.message
+
+
+def test_recorded_err_rows_and_times_must_match_the_part(client: PersistClient) -> None:
+    """Readers trust a part's recorded err_rows (a 0 skips its errors) and times (an
+    incremental read skips a part without the time), yet verify compared neither."""
+    writer = client.open_writer("s", SCHEMA)
+    rows = {"k": ["a", None, "b"], "v": [1, None, 2], "_ts": [0, 0, 3]}
+    writer.append(pa.table({**rows, "_diff": [1, 1, 1], "_err": [None, "bad json", None]}), 0, 5)
+    writer.expire()
+    part = client.state("s").batches[0].parts[0]
+    assert (part.err_rows, part.times) == (1, (0, 3))
+    assert verify_location(client, samples=50, seed=1).ok
+
+    def meta(**wrong: Any) -> None:
+        tamper(
+            client,
+            "s",
+            lambda st: replace(
+                st, batches=(replace(st.batches[0], parts=(replace(part, **wrong),)),)
+            ),
+        )
+
+    meta(err_rows=0, times=(0, 2, 3))
+    f = only(verify_location(client, samples=50, seed=1))
+    assert (f.object, f.check) == ("s", "part")
+    assert f.message == (
+        f"part {part.key!r} of batch 0 [[0], [5]) has 1 err rows, the state says 0; "
+        "_ts values [0, 3], the state says [0, 2, 3]"
+    )
+    meta(err_rows=None, times=None)  # not recorded (older states): nothing to compare
+    assert verify_location(client, samples=50, seed=1).ok
+
+
+# -- remap shards ----------------------------------------------------------------------------
+
+
+def test_a_remap_whose_frontier_moves_back_is_reported(client: PersistClient) -> None:
+    """Bindings are monotone in t (DESIGN), but a remap shard got only the set check: one
+    whose partition went from offset 9 back to 2 passed, and reclocking ignored it."""
+    writer = client.open_writer("src.remap", REMAP_SCHEMA)
+    writer.append([(("0", 5), 1, 1), (("1", 4), 1, 1)], 0, 2)
+    writer.append([(("0", 5), 3, -1), (("0", 9), 3, 1)], 2, 4)
+    writer.append([(("0", 9), 5, -1), (("0", 2), 5, 1), (("1", 4), 5, -1)], 4, 6)
+    writer.append([(("0", 2), 6, -1), (("0", 12), 6, 1), (("1", 4), 6, 1)], 6, 7)
+    writer.expire()
+    report = verify_location(client, samples=50, seed=1)
+    f = only(report)
+    assert (f.object, f.check, f.time) == ("src.remap", "bindings", 5)
+    assert f.message == (
+        "the bound frontier moves back at 5 (bindings are monotone in time): partition '0' "
+        "from offset 9 (bound at 3) to 2, partition '1' from offset 4 (bound at 1) to 0"
+    )
+    assert report.objects["src.remap"].kind == "remap"
+    assert "bindings" in report.objects["src.remap"].checks
+
+
+def test_an_upsert_export_keyed_by_no_column_of_its_own_is_reported(
+    client: PersistClient,
+) -> None:
+    """The duplicate-key check ran only if the catalog's key columns were in the shard:
+    an upsert export whose key it does not hold (or without a key) was never checked."""
+    kv = client.open_writer("kv", KeyValueGenerator().payload_schema())
+    kv.append([((1, "x"), 0, 1), ((1, "y"), 0, 1)], 0, 1)
+    kv.expire()
+    Remap(client, "kv.remap").mint(0, {})
+    record_source(client, "kv", KeyValueGenerator(), {"": ("upsert", ["id"])}, {"": "kv"})
+    report = verify_location(client, samples=5, seed=1)
+    f = only(report)
+    assert (f.object, f.check) == ("kv", "key")
+    assert f.message == (
+        "the catalog keys this upsert export by ['id'], which are not all columns of its "
+        "shard (key, value): one row per key is not checked"
+    )
+
+
+# -- frontiers that run ahead of what determines them ----------------------------------------
+
+
+def test_an_export_ahead_of_its_remap_is_reported(client: PersistClient, tmp_path: Path) -> None:
+    """An export is definite only where its bindings are: its times at or beyond the
+    remap shard's upper were compared with nothing, and nothing said so."""
+    files = FileSource("events", tmp_path, "json", pa.schema([("id", pa.int64())]))
+    record_source(client, "events", files, {"": ("upsert", ["id"])}, {"": "events"})
+    remap = client.open_writer("events.remap", REMAP_SCHEMA)
+    remap.append([(("a.jsonl", 7), 1, 1)], 0, 5)
+    remap.expire()
+    export = client.open_writer("events", files.payload_schema())
+    export.append([((1,), 1, 1)], 0, 5)
+    assert verify_location(client, samples=5, seed=1).ok
+    export.append([((99,), 6, 1)], 5, 10)
+    f = only(verify_location(client, samples=5, seed=1))
+    assert (f.object, f.check, f.time) == ("events", "frontiers", 5)
+    assert f.message == (
+        "the export's upper [10] is beyond the upper [5] of its remap shard 'events.remap': "
+        "its content from 5 on is bound to no source record"
+    )
+
+
+def test_a_view_ahead_of_its_inputs_is_reported(client: PersistClient) -> None:
+    """A view's upper never passes the frontier its inputs determine; one that did got a
+    note ("inputs not readable"), and the times beyond were compared with nothing."""
+    write_orders(client)  # upper [5]
+    write_orders(client, "v")
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
+    assert verify_location(client, samples=5, seed=1).ok
+    client.open_writer("v").append([(("zz", 9), 6, 1)], 5, 9)
+    f = only(verify_location(client, samples=5, seed=1))
+    assert (f.object, f.check, f.time) == ("v", "frontiers", 5)
+    assert f.message == (
+        "the view's upper [9] is beyond [5], the frontier up to which its inputs determine "
+        "it: its content from 5 on follows from no query"
+    )
+    # Refreshed every 4 ms, it shows the inputs at 4 until 8: [8] is its frontier.
+    refreshed = ViewDefinition("r", {"o": "orders"}, function=by_name, refresh_every_ms=4)
+    record_view(client, refreshed, as_of=0)
+    writer = client.open_writer("r", SCHEMA)
+    writer.append([], 0, 8)
+    assert {f.object for f in verify_location(client, samples=5, seed=1).findings} == {"v"}
+    writer.append([], 8, 9)
+    found = {f.object: f for f in verify_location(client, samples=5, seed=1).findings}
+    assert found["r"].message.startswith("the view's upper [9] is beyond [8], the frontier")
+
+
+def test_a_view_whose_input_is_missing_is_reported(client: PersistClient) -> None:
+    write_orders(client, "v")
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
+    f = only(verify_location(client, samples=5, seed=1))
+    assert (f.object, f.check) == ("v", "frontiers")
+    assert f.message == "its input 'o' is shard 'orders', which does not exist"
+
+
+@pytest.mark.parametrize("every", [None, 1, 4, 5, 7])
+@pytest.mark.parametrize("uppers", [(0,), (5,), (8, 3), (None, 6), (None,), (9, 12)])
+def test_the_view_frontier_is_desireds(
+    client: PersistClient, every: int | None, uppers: tuple[int | None, ...]
+) -> None:
+    """verify's frontier of a view (without Spark) is SparkViewDesired.frontier()."""
+    from timeshard.compute.view import SparkViewDesired
+    from timeshard.verify.views import desired_frontier
+
+    inputs = {}
+    for i, upper in enumerate(uppers):
+        writer = client.open_writer(f"in{i}", SCHEMA)
+        if upper != 0:
+            writer.append([], 0, upper)
+        inputs[f"i{i}"] = f"in{i}"
+    definition = ViewDefinition("v", inputs, "SELECT 1", refresh_every_ms=every)
+    expected = SparkViewDesired(None, client, definition).frontier()
+    assert (
+        desired_frontier([Frontier.empty() if u is None else Frontier(u) for u in uppers], every)
+        == expected
+    )

@@ -8,22 +8,32 @@ A location is verified object by object, against the semantics of DESIGN.md
    never written to (upper ``[0]``) has no readable time, which is a note;
 2. the batch descriptions start at ``[0]``, are contiguous and
    non-overlapping, and end at the shard upper;
-3. every part a batch references exists, decodes (pyarrow path), and has the
-   row count, size and ``_ts`` bounds its :class:`PartMeta` claims, with
-   every ``_ts`` inside its batch's description (or at the batch's since, to
-   which compaction advances times);
-4. at sampled times ``t`` in ``[since, upper)`` no row has a negative
-   multiplicity; collections that must be *sets* (upsert exports, remap,
+3. every part a batch references exists, has the size and SHA-256 the state
+   recorded (as every reader checks), decodes (pyarrow path), and has the
+   row count, ``_ts`` bounds, distinct ``_ts`` and err row count its
+   :class:`PartMeta` claims (readers trust them unread), with every
+   ``_ts`` inside its batch's description (or at the batch's since, to which
+   compaction advances times);
+4. at sampled times ``t`` in ``[since, upper)`` the shard can be read (a part
+   that fails there, though check 3 passed it, is a finding), no row has a
+   negative multiplicity; collections that must be *sets* (upsert exports, remap,
    status and catalog shards) have no multiplicity above 1 and at most one row
    per key. Views are multisets (SQL keeps duplicates, and a view counts its
-   query's rows into multiplicities), and so are NONE-envelope exports.
+   query's rows into multiplicities), and so are NONE-envelope exports. A
+   remap shard's bindings are monotone in time: at none of them does a
+   partition's offset go below the previous binding's.
 
 The catalog (:mod:`timeshard.catalog`) says what each shard is. Then:
 
-5. every SQL view's snapshot at sampled times equals its query evaluated from
-   scratch over its inputs' snapshots at that time (the very code path the
-   sink evaluates a view with, :class:`~timeshard.compute.view.SparkViewDesired`),
-   at times at or beyond the view's ``as_of`` where every input is readable;
+5. every view's upper is at most the frontier its inputs determine (the meet
+   of their uppers; for a REFRESH EVERY view, the next refresh time at or
+   beyond it), and every export's upper at most its remap shard's upper:
+   beyond those no query and no binding says what the shard holds. Every SQL
+   view's snapshot at sampled times below that frontier equals its query
+   evaluated from scratch over its inputs' snapshots at that time (the very
+   code path the sink evaluates a view with,
+   :class:`~timeshard.compute.view.SparkViewDesired`), at times at or beyond
+   the view's ``as_of`` where no input has compacted that time away (noted);
    a view defined by a Python function is reported as not recomputable;
 6. every output of a source whose records can be read again from upstream
    (:data:`~timeshard.verify.replay.REPLAYABLE`: a FILE source's retained
@@ -57,9 +67,10 @@ it reads with unleased readers, so it holds back neither since nor GC -- a
 time compacted away meanwhile is skipped and noted, and a part collected
 meanwhile is re-checked against the newer state.
 
-What runs where: checks 1-4 run on the driver with pyarrow (no Spark); 5 and
-6 submit Spark jobs (reads of parts and input files, the query, and the
-difference as a ``groupBy``), started only if the catalog has such objects.
+What runs where: checks 1-4 and the frontiers of 5 run on the driver with
+pyarrow (no Spark); the rest of 5 and 6 submit Spark jobs (reads of parts
+and input files, the query, and the difference as a ``groupBy``), started
+only if the catalog has such objects.
 """
 
 from __future__ import annotations
@@ -73,7 +84,13 @@ from timeshard.catalog import CATALOG_SHARD, CatalogEntry
 from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
 from timeshard.storage.health import STATUS_SHARD
-from timeshard.verify.replay import REPLAYABLE, check_replayed_export, upsert_model
+from timeshard.verify.replay import (
+    REPLAYABLE,
+    check_export_frontier,
+    check_remap_bindings,
+    check_replayed_export,
+    upsert_model,
+)
 from timeshard.verify.report import (
     ROW_LIMIT,
     Finding,
@@ -88,7 +105,7 @@ from timeshard.verify.shards import (
     read_catalog_index,
     sample_times,
 )
-from timeshard.verify.views import check_view, differences
+from timeshard.verify.views import check_view, check_view_frontier, differences
 
 DEFAULT_SAMPLES = 8
 
@@ -135,11 +152,24 @@ def verify_location(
     shards = sorted(client.list_shards())
     for shard_id in shards:
         _guarded(report, shard_id, "state", partial(check_shard, client, shard_id, catalog, report))
+    for shard_id in shards:
+        if shard_id in report.objects and report.objects[shard_id].kind == "remap":
+            bindings = partial(check_remap_bindings, client, shard_id, report)
+            _guarded(report, shard_id, "bindings", bindings)
     present = set(shards)
     if CATALOG_SHARD not in present and present - {STATUS_SHARD}:
         report.object(CATALOG_SHARD, "catalog").notes.append(
             "the location has no catalog: no view or export is recomputed"
         )
+    for name, view in sorted(catalog.views.items()):
+        if name in present:
+            ahead = partial(check_view_frontier, client, view, report)
+            _guarded(report, name, "frontiers", ahead)
+    for name, export in sorted(catalog.exports.items()):
+        source = catalog.sources.get(str(export.definition.get("source")))
+        if name in present and source is not None:
+            ahead = partial(check_export_frontier, client, source, export, report)
+            _guarded(report, name, "frontiers", ahead)
     for name, kind in [
         *((n, "view") for n in catalog.views),
         *((n, "export") for n in catalog.exports),

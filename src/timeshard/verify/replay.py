@@ -27,7 +27,10 @@ module's own.
   move an idle server's WAL on; nothing else is written upstream.)
 * **Bound times.** Each record is bound at the first time of the remap
   shard's bindings (:func:`remap_bindings`) whose frontier is beyond it
-  (:func:`bound_time`, a bisection per file).
+  (:func:`bound_time`, a bisection per file). That first time is well
+  defined only if the bindings are monotone in time, which
+  :func:`check_remap_bindings` checks of every remap shard (check 4, on the
+  driver, without Spark).
 * **Order.** Per key, the documented order of a FILE source
   (:mod:`timeshard.storage.file_source`, "Order") decides: the latest bound
   time, then the file whose name is greatest as UTF-8 bytes, then the
@@ -37,7 +40,9 @@ module's own.
   set, every key null) is an err row of its own from its time on.
 
 The export's snapshot at each sampled time must equal that last value per
-key (UPSERT), or every record bound by then at its ``_diff`` (NONE).
+key (UPSERT), or every record bound by then at its ``_diff`` (NONE). Its
+upper must not be beyond the remap shard's (:func:`check_export_frontier`,
+without Spark): beyond it no binding says which records it holds.
 Bindings that compaction merged into the remap shard's since have lost their
 times, hence the order between files there: a key whose files' last records
 there differ is ambiguous, left out and counted in a note.
@@ -64,14 +69,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from timeshard.catalog import CatalogEntry
-from timeshard.errors import InvalidUsage, SinceError, SourceUnavailable
+from timeshard.errors import InvalidUsage, PartError, SinceError, SourceUnavailable
 from timeshard.persist import PersistClient, UnleasedReader
-from timeshard.persist._internal.parts import DIFF, ERR, TS, advance_since, decode_part
+from timeshard.persist._internal.blobio import read_part
+from timeshard.persist._internal.parts import DIFF, ERR, TS, advance_since
 from timeshard.persist.fetch import parts_at
 from timeshard.progress import MAX_TIMESTAMP, Timestamp
 from timeshard.storage.reclock import SourceFrontier
 from timeshard.storage.sources import metadata_columns
-from timeshard.verify.report import VerifyReport
+from timeshard.verify.report import Finding, VerifyReport
 from timeshard.verify.shards import _rng, readable_range, sample_times
 from timeshard.verify.views import AT, _report_differences, _union, differences
 
@@ -232,10 +238,10 @@ def remap_bindings(
 ) -> list[tuple[Timestamp, SourceFrontier]]:
     """The bindings of a remap shard at times ``<= upto`` (times below since read as since)."""
     state = reader.state()
-    tables = []
-    for part in parts_at(state, upto):
-        data = client.location.blob.get(part.key)
-        tables.append(decode_part(part.key, data, reader.schema))
+    tables = [
+        read_part(client.location.blob, part, reader.schema, client.config)
+        for part in parts_at(state, upto)
+    ]
     if not tables:
         return []
     table = pa.concat_tables(tables)
@@ -256,6 +262,85 @@ def remap_bindings(
                 frontier[p] = max(frontier.get(p, 0), o)
         out.append((t, dict(sorted(frontier.items()))))
     return out
+
+
+def check_export_frontier(
+    client: PersistClient, source: CatalogEntry, export: CatalogEntry, report: VerifyReport
+) -> None:
+    """The export's upper is not beyond its remap shard's upper (without Spark).
+
+    Ingestion mints the bindings of a time before it writes the outputs up to
+    it: at times at or beyond the remap's upper no binding says which records
+    the export holds. The export's state is read first (the remap only
+    advances).
+    """
+    upper = client.state(export.name).upper
+    remap = str(source.definition.get("remap"))
+    if remap not in set(client.list_shards()):
+        if upper.time != 0:
+            message = f"its remap shard {remap!r} does not exist, yet its upper is {upper}"
+            report.add(Finding(export.name, "frontiers", message))
+        return
+    bound = client.state(remap).upper
+    if bound < upper:
+        assert bound.time is not None
+        report.add(
+            Finding(
+                export.name,
+                "frontiers",
+                f"the export's upper {upper} is beyond the upper {bound} of its remap shard "
+                f"{remap!r}: its content from {bound.time} on is bound to no source record",
+                time=bound.time,
+            )
+        )
+
+
+def check_remap_bindings(client: PersistClient, shard_id: str, report: VerifyReport) -> None:
+    """The bindings of remap shard ``shard_id`` are monotone in time: no partition's
+    offset goes down from one binding to the next (bindings merged into the since
+    are read as one, at the since). A part that cannot be read is noted: check 3
+    reports it."""
+    obj = report.object(shard_id, "remap")
+    obj.checks.append("bindings")
+    reader = client.open_unleased_reader(shard_id)
+    for _ in range(3):
+        state = reader.state()
+        span = readable_range(state)
+        if span is None:
+            return
+        try:
+            bindings = remap_bindings(client, reader, span[1] - 1)
+            break
+        except PartError as e:  # collected meanwhile: the new state's parts, again
+            if client.state(shard_id).seqno == state.seqno:
+                obj.notes.append(f"bindings not checked: {e}")
+                return
+    else:
+        obj.notes.append("bindings not checked: the state kept moving")
+        return
+    bound_at: dict[str, Timestamp] = {}
+    previous: SourceFrontier = {}
+    for t, frontier in bindings:
+        back = [
+            f"partition {p!r} from offset {o} (bound at {bound_at[p]}) to {frontier.get(p, 0)}"
+            for p, o in sorted(previous.items())
+            if frontier.get(p, 0) < o
+        ]
+        if back:
+            report.add(
+                Finding(
+                    shard_id,
+                    "bindings",
+                    f"the bound frontier moves back at {t} (bindings are monotone in time): "
+                    + ", ".join(back),
+                    time=t,
+                )
+            )
+        for p, o in frontier.items():
+            if o != previous.get(p):
+                bound_at[p] = t
+        previous = frontier
+        obj.checked("bindings", t)
 
 
 def frontier_at(
@@ -657,6 +742,7 @@ def check_replayed_export(
     if out_span is None or remap_span is None:
         obj.notes.append(f"{check} not checked: the export or its remap shard has no readable time")
         return
+    # An export beyond its remap's upper is check_export_frontier's finding.
     first, end = max(out_span[0], remap_span[0]), min(out_span[1], remap_span[1])
     if end <= first:
         obj.notes.append(f"{check} not checked: no time readable in both the export and its remap")

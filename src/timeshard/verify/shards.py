@@ -26,7 +26,15 @@ from timeshard.catalog import CATALOG_KEYS, CATALOG_SHARD, CatalogEntry, catalog
 from timeshard.errors import CorruptState, PartError, SinceError, TimeshardError
 from timeshard.persist import PersistClient, ShardState, UnleasedReader
 from timeshard.persist._internal.blobio import retry_external
-from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, decode_part, ts_bounds
+from timeshard.persist._internal.parts import (
+    DIFF,
+    ERR,
+    TS,
+    PartMeta,
+    check_part_bytes,
+    decode_part,
+    ts_bounds,
+)
 from timeshard.progress import MAX_TIMESTAMP, Description, Frontier, Timestamp
 from timeshard.storage.health import STATUS_SHARD
 from timeshard.storage.reclock import REMAP_SCHEMA
@@ -150,14 +158,17 @@ def check_batches(state: ShardState) -> list[Finding]:
     return out
 
 
-def check_parts(client: PersistClient, state: ShardState) -> list[Finding]:
-    """Invariant 3: every part exists, decodes and matches its PartMeta and description."""
-    out = []
+def check_parts(client: PersistClient, state: ShardState) -> dict[str, list[Finding]]:
+    """Invariant 3: every part exists, decodes and matches its PartMeta and description.
+
+    The findings by part key (a part that passes has none).
+    """
+    out = {}
     schema = state.data_schema
     for i, b in enumerate(state.batches):
         where = f"of batch {i} [{b.desc.lower}, {b.desc.upper})"
         for part in b.parts:
-            out += _check_part(client, state.shard_id, schema, part, b.desc, where)
+            out[part.key] = _check_part(client, state.shard_id, schema, part, b.desc, where)
     return out
 
 
@@ -171,19 +182,27 @@ def _check_part(
 ) -> list[Finding]:
     blob = client.location.blob
     data = retry_external(client.config, f"reading part {part.key!r}", lambda: blob.get(part.key))
-    try:
-        table = decode_part(part.key, data, schema)
+    try:  # as every reader does: the recorded size and digest first
+        table = decode_part(part.key, check_part_bytes(part, data), schema)
     except PartError as e:
         return [Finding(shard_id, "part", f"part {part.key!r} {where} is {e.reason}")]
     out = []
     problems = []
-    if data is not None and len(data) != part.size_in_bytes:
-        problems.append(f"{len(data)} bytes, the state says {part.size_in_bytes}")
     if table.num_rows != part.num_rows:
         problems.append(f"{table.num_rows} rows, the state says {part.num_rows}")
     lo, hi = ts_bounds(table)
     if (part.ts_min, part.ts_max) != (None, None) and (lo, hi) != (part.ts_min, part.ts_max):
         problems.append(f"_ts in [{lo}, {hi}], the state says [{part.ts_min}, {part.ts_max}]")
+    # Readers trust these without reading the part: err_rows 0 skips its errors, and
+    # times decide which parts a read of an interval (and verify's sampling) looks at.
+    errs = table.num_rows - table.column(ERR).null_count
+    if part.err_rows is not None and errs != part.err_rows:
+        problems.append(f"{errs} err rows, the state says {part.err_rows}")
+    if part.times is not None:
+        times = sorted(pc.unique(table.column(TS)).to_pylist())
+        if tuple(times) != part.times:
+            shown = times if len(times) <= 2 * ROW_LIMIT else [*times[:ROW_LIMIT], "..."]
+            problems.append(f"_ts values {shown}, the state says {list(part.times)}")
     if problems:
         out.append(
             Finding(shard_id, "part", f"part {part.key!r} {where} has " + "; ".join(problems))
@@ -211,18 +230,22 @@ def _check_part(
     return out
 
 
-def check_structure(client: PersistClient, shard_id: str) -> tuple[ShardState, list[Finding]]:
+def check_structure(
+    client: PersistClient, shard_id: str
+) -> tuple[ShardState, list[Finding], set[str]]:
     """Invariants 2 and 3 on the head state, re-checked if the state moved meanwhile.
 
     A part compacted away and collected while it was being read is missing in
     an old state but no longer referenced by the new one: not a finding.
+    Returns the state, the findings and the keys of the parts found at fault.
     """
     for _ in range(3):
         state = client.state(shard_id)
-        findings = check_batches(state) + check_parts(client, state)
+        by_part = check_parts(client, state)
+        findings = check_batches(state) + [f for found in by_part.values() for f in found]
         if not findings or client.state(shard_id).seqno == state.seqno:
             break
-    return state, findings
+    return state, findings, {key for key, found in by_part.items() if found}
 
 
 def check_multiplicities(reader: UnleasedReader, rule: ShardRule, t: Timestamp) -> list[Finding]:
@@ -289,7 +312,7 @@ def check_shard(
 ) -> None:
     """Checks 1-4 of one shard, into ``report``."""
     try:
-        state, findings = check_structure(client, shard_id)
+        state, findings, broken = check_structure(client, shard_id)
     except CorruptState as e:
         report.object(shard_id, "shard").checks.append("state")
         report.add(Finding(shard_id, "state", str(e)))
@@ -300,6 +323,15 @@ def check_shard(
     obj.checks += ["frontiers", "batches", "parts", "multiplicity"]
     for f in findings:
         report.add(f)
+    names = state.data_schema.names
+    if rule.kind == "upsert export" and (not rule.keys or any(k not in names for k in rule.keys)):
+        keyed = (
+            f"keys this upsert export by {list(rule.keys)}, which are not all columns of its "
+            f"shard ({', '.join(names)})"
+            if rule.keys
+            else "gives this upsert export no key columns"
+        )
+        report.add(Finding(shard_id, "key", f"the catalog {keyed}: one row per key is not checked"))
     span = readable_range(state)
     if span is None:
         if state.upper.time:  # written to, yet upper - 1 is not readable
@@ -323,15 +355,36 @@ def check_shard(
         changes = sorted(t for t in bounds if t is not None and first <= t < end)
     last = _last(state, changes, first)
     rng = _rng(report.seed, shard_id, "multiplicity")
-    for t in sample_times(rng, changes, first, last, report.samples):
+    times = sample_times(rng, changes, first, last, report.samples)
+    unreadable: dict[str, list[Timestamp]] = {}
+    for t in times:
         try:
             found = check_multiplicities(reader, rule, t)
         except SinceError:
             obj.notes.append(f"time {t} was compacted away during the check")
             continue
         except PartError as e:
-            obj.notes.append(f"multiplicities at {t} not checked: {e}")
+            # The reader already read the new head if the state moved meanwhile: a part
+            # the head still references is unreadable, and so is the shard at ``t``.
+            if e.key in broken or not _references(client.state(shard_id), e.key):
+                obj.notes.append(f"multiplicities at {t} not checked: {e}")
+            else:
+                unreadable.setdefault(str(e), []).append(t)
             continue
         obj.checked("multiplicity", t)
         for f in found:
             report.add(f)
+    for error, at in unreadable.items():
+        report.add(
+            Finding(
+                shard_id,
+                "multiplicity",
+                f"the shard cannot be read at {len(at)} of {len(times)} sampled times "
+                f"{at[:5]}: {error}",
+                time=at[0],
+            )
+        )
+
+
+def _references(state: ShardState, key: str) -> bool:
+    return any(p.key == key for b in state.batches for p in b.parts)

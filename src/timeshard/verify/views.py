@@ -1,7 +1,10 @@
 """Check 5 of ``timeshard verify``: a SQL view against its query, recomputed from scratch.
 
-At sampled times where the view and all its inputs are readable, the view's
-snapshot is compared with its query evaluated over the inputs' snapshots by
+The view's upper must not be beyond the frontier its inputs determine
+(:func:`check_view_frontier`, without Spark: the sink never appends past
+desired's frontier). At sampled times below it where the view and all its
+inputs are readable, the view's snapshot is compared with its query evaluated
+over the inputs' snapshots by
 :class:`~timeshard.compute.view.SparkViewDesired`, the code path the sink
 evaluates a view with. :func:`differences` compares two collections at many
 times in one job, as multisets, their rows tagged with the time (:data:`AT`);
@@ -16,7 +19,7 @@ per time are collected back to the driver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from timeshard.catalog import CatalogEntry
@@ -25,7 +28,7 @@ from timeshard.persist import PersistClient, UnleasedReader
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import MAX_TIMESTAMP, Frontier, Timestamp
 from timeshard.verify.report import ROW_LIMIT, Finding, ObjectReport, VerifyReport
-from timeshard.verify.shards import _last, _rng, readable_range, sample_times
+from timeshard.verify.shards import _rng, readable_range, sample_times
 
 AT = "_at"
 """The column that tags each row of a fused comparison with its time."""
@@ -111,6 +114,51 @@ def _union(frames: Sequence[Any]) -> Any:
     return out
 
 
+def desired_frontier(uppers: Iterable[Frontier], refresh_every_ms: int | None) -> Frontier:
+    """The frontier before which a view's content is determined by its inputs, whose
+    uppers are ``uppers``: their meet, or for a view refreshed every
+    ``refresh_every_ms`` the first refresh time at or beyond it (the view shows
+    the inputs at the last refresh time until the next).
+    :meth:`~timeshard.compute.view.SparkViewDesired.frontier`, without Spark."""
+    upper = Frontier.empty()
+    for u in uppers:
+        upper = upper.meet(u)
+    every = refresh_every_ms
+    if every is None or upper.time is None or upper.time % every == 0:
+        return upper
+    return Frontier(upper.time + every - upper.time % every)
+
+
+def check_view_frontier(client: PersistClient, entry: CatalogEntry, report: VerifyReport) -> None:
+    """The view's upper is not beyond the frontier its inputs determine (without Spark).
+
+    The sink appends only up to desired's frontier, and inputs' uppers only
+    advance: the view's state is read first, its inputs' after it.
+    """
+    upper = client.state(entry.name).upper
+    inputs = dict(entry.definition["inputs"])
+    present = set(client.list_shards())
+    uppers = []
+    for alias, shard in sorted(inputs.items()):
+        if shard not in present:
+            message = f"its input {alias!r} is shard {shard!r}, which does not exist"
+            report.add(Finding(entry.name, "frontiers", message))
+            return
+        uppers.append(client.state(shard).upper)
+    frontier = desired_frontier(uppers, entry.definition.get("refresh_every_ms"))
+    if frontier < upper:
+        assert frontier.time is not None
+        report.add(
+            Finding(
+                entry.name,
+                "frontiers",
+                f"the view's upper {upper} is beyond {frontier}, the frontier up to which its "
+                f"inputs determine it: its content from {frontier.time} on follows from no query",
+                time=frontier.time,
+            )
+        )
+
+
 def check_view(
     spark: Any, client: PersistClient, entry: CatalogEntry, report: VerifyReport
 ) -> None:
@@ -173,13 +221,22 @@ def check_view(
 def _view_times(
     report: VerifyReport, obj: ObjectReport, desired: Any, view: UnleasedReader, as_of: Timestamp
 ) -> list[Timestamp]:
-    """The sampled times at which the view and all its inputs are readable."""
+    """The sampled times at which the view and all its inputs are readable.
+
+    Times at or beyond desired's frontier are not: a view there is ahead of its
+    inputs, which :func:`check_view_frontier` reports.
+    """
     view_state = view.state()
+    frontier = desired.frontier()  # after the view's state: the inputs only advance
     span = readable_range(view_state)
     if span is None or span[1] <= as_of:
         obj.notes.append(f"no readable time at or beyond as_of {as_of}")
         return []
     first, end = max(span[0], as_of), span[1]
+    if frontier.time is not None:
+        end = min(end, frontier.time)
+    if end <= first:
+        return []
     inputs = [r.state() for r in desired.readers.values()]
     input_upper = Frontier.empty()
     for s in inputs:
@@ -188,18 +245,20 @@ def _view_times(
     desired_end = min(end, MAX_TIMESTAMP if input_upper.time is None else input_upper.time)
     if first < desired_end:
         candidates |= set(desired.change_times(first, desired_end))
-    last = _last(view_state, sorted(candidates), first)
+    last = end - 1 if end < MAX_TIMESTAMP else max([first, *candidates])
     rng = _rng(report.seed, obj.object, "query")
     times = sample_times(rng, candidates, first, last, report.samples)
 
-    def readable(t: Timestamp) -> bool:
+    def compacted(t: Timestamp) -> bool:
         at = desired.definition.refresh_time(t)
-        return all(s.since.less_equal(at) and not s.upper.less_equal(at) for s in inputs)
+        return not all(s.since.less_equal(at) for s in inputs)
 
-    unreadable = [t for t in times if not readable(t)]
-    if unreadable:
-        obj.notes.append(f"inputs not readable at {len(unreadable)} sampled times {unreadable[:5]}")
-    return [t for t in times if readable(t)]
+    gone = [t for t in times if compacted(t)]
+    if gone:
+        obj.notes.append(
+            f"inputs compacted away at {len(gone)} sampled times {gone[:5]}: not recomputed there"
+        )
+    return [t for t in times if not compacted(t)]
 
 
 def _desired_at(spark: Any, desired: Any, t: Timestamp) -> Any:
