@@ -170,8 +170,9 @@ class _Object:
         except Exception as e:  # an ingestion marks itself stalled
             log.warning("%s %s: tick failed: %s", self.kind, self.name, e)
             error = f"{type(e).__name__}: {str(e)[:300]}"
-        if self.health is not None and (self.ticks == 0 or error != self.last_error):
-            self.report("running" if error is None else "stalled", error)
+        # Every tick: Health writes only if the stored row is not this one already, which
+        # another replica's report may have replaced (an unchanged error is no reason to skip).
+        self.report("running" if error is None else "stalled", error)
         self.last_error = error
         self.ticks += 1
 
@@ -949,10 +950,14 @@ class Engine:
         """One row per shard of the location: the introspection relation's rows."""
         from timeshard.status import status_rows
 
-        owner = {s: o for o in list(self.objects.values()) for s in o.shards}
+        objects = list(self.objects.values())
+        owner = {s: o for o in objects for s in o.shards}
+        sinks = {o.name for o in objects if o.kind == "sink"}
         out = []
         for row in status_rows(self.client):
             shard = row["object"]
+            if shard in sinks and row["kind"] == "export":
+                continue  # its health, with no shard: the sink's own row below
             obj = owner.get(shard)
             state = None
             with contextlib.suppress(TimeshardError):  # status_rows has shown why already
