@@ -530,20 +530,24 @@ class FailingCommit:
         return getattr(self.conn, name)
 
 
-def test_sqlite_failed_commit_is_indeterminate(tmp_path: Path) -> None:
+def test_sqlite_failed_commit_is_indeterminate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     c = SqliteConsensus(tmp_path / "consensus.sqlite")
     append(c, "k", 0)
     real = c._conn()
-    c._local.conn = FailingCommit(real, lambda: None, sqlite3.OperationalError)
-    with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
-        c.compare_and_set("k", 0, v(1))
+    with monkeypatch.context() as m:
+        m.setattr(c, "_conn", lambda: FailingCommit(real, lambda: None, sqlite3.OperationalError))
+        with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
+            c.compare_and_set("k", 0, v(1))
     assert not real.in_transaction
-    c._local.conn = real
     assert c.head("k") == v(0)
 
 
 @pytest.mark.postgres
-def test_postgres_lost_commit_is_indeterminate(postgres_server: PostgresServer) -> None:
+def test_postgres_lost_commit_is_indeterminate(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dsn = postgres_server.isolated_dsn()
     c = PostgresConsensus(dsn)
     append(c, "k", 0)
@@ -555,9 +559,10 @@ def test_postgres_lost_commit_is_indeterminate(postgres_server: PostgresServer) 
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
         real.execute("COMMIT")  # fails: the session is gone
 
-    c._local.conn = FailingCommit(real, terminate, psycopg.OperationalError)
-    with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
-        c.compare_and_set("k", 0, v(1))
+    with monkeypatch.context() as m:
+        m.setattr(c, "_conn", lambda: FailingCommit(real, terminate, psycopg.OperationalError))
+        with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
+            c.compare_and_set("k", 0, v(1))
     assert c.head("k") == v(0)  # a new connection; the transaction died with the session
     assert c.compare_and_set("k", 0, v(1)) is CaSResult.COMMITTED
     c.close()

@@ -18,9 +18,10 @@ Two keys whose hashes collide merely share a lock. Reads (``head``, ``scan``)
 are single statements and see the last committed state.
 
 Each thread uses its own connection (psycopg, autocommit, explicit
-``BEGIN``/``COMMIT``); a connection that failed is closed and a new one is
-opened by the next call, so a server restart is survived by retrying. After
-``fork`` the child opens its own connection and never touches the parent's.
+``BEGIN``/``COMMIT``), closed when the thread ends (a server runs a thread per
+client); a connection that failed is closed and a new one is opened by the
+next call, so a server restart is survived by retrying. After ``fork`` the
+child opens its own connection and never touches the parent's.
 
 Invariants:
 
@@ -37,14 +38,13 @@ Invariants:
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
     SeqNo,
@@ -91,9 +91,7 @@ class PostgresConsensus:
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s
         self.idle_in_transaction_s = idle_in_transaction_s
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._opened: list[tuple[int, Conn]] = []
+        self._connections: ThreadConnections[Conn] = ThreadConnections(psycopg.Connection.close)
 
         def create(conn: Conn) -> None:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
@@ -106,9 +104,8 @@ class PostgresConsensus:
         return self.dsn
 
     def _conn(self) -> Conn:
-        conn: Conn | None = getattr(self._local, "conn", None)
-        pid = os.getpid()
-        if conn is not None and not conn.closed and self._local.pid == pid:
+        conn = self._connections.get()
+        if conn is not None and not conn.closed:
             return conn
         try:
             conn = psycopg.connect(
@@ -131,30 +128,16 @@ class PostgresConsensus:
         except psycopg.Error as e:
             conn.close()
             raise Determinate(f"configuring a PostgreSQL consensus session: {e}") from e
-        self._local.conn = conn
-        self._local.pid = pid
-        with self._lock:
-            self._opened.append((pid, conn))
+        self._connections.put(conn)
         return conn
 
     def _drop(self) -> None:
         """Close this thread's connection; the next call opens a new one."""
-        conn: Conn | None = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None and self._local.pid == os.getpid():
-            with self._lock:
-                self._opened = [(p, c) for p, c in self._opened if c is not conn]
-            conn.close()
+        self._connections.drop()
 
     def close(self) -> None:
         """Close every connection this process opened; call when no thread uses this."""
-        pid = os.getpid()
-        with self._lock:
-            mine = [c for p, c in self._opened if p == pid]
-            self._opened = [(p, c) for p, c in self._opened if p != pid]
-        for conn in mine:
-            conn.close()
-        self._local = threading.local()
+        self._connections.close_all()
 
     def _read(self, what: str, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         conn = self._conn()
