@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from tests.pg_server import PostgresServer
 
-from timeshard.location import PostgresConsensus, SqliteConsensus, VersionedData
+from timeshard.location import CaSResult, PostgresConsensus, SqliteConsensus, VersionedData
 
 PROC_FDS = Path("/proc/self/fd")
 
@@ -104,3 +104,34 @@ def test_postgres_ends_the_session_of_an_ended_thread(postgres_server: PostgresS
         p.end()
     assert c.head("k") == VersionedData(0, b"x")  # reopens
     c.close()
+
+
+@pytest.mark.postgres
+def test_postgres_opens_a_created_table_with_data_privileges_only(
+    postgres_server: PostgresServer,
+) -> None:
+    """An application role may read and write the table an administrator created, and
+    nothing more: opening ran ``CREATE TABLE IF NOT EXISTS`` anyway, which PostgreSQL
+    refuses without CREATE on the schema (Determinate, so retried for ever)."""
+    dsn = postgres_server.isolated_dsn()
+    PostgresConsensus(dsn).close()  # the administrator creates the table
+    schema = psycopg.conninfo.conninfo_to_dict(dsn)["options"]
+    assert isinstance(schema, str)
+    schema = schema.rpartition("=")[2]
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT SELECT, INSERT, DELETE ON {schema}.consensus TO {role}")
+    try:
+        app_dsn = dsn.replace("postgres@", f"{role}@", 1)
+        c = PostgresConsensus(app_dsn)
+        assert c.compare_and_set("k", None, VersionedData(0, b"x")) is CaSResult.COMMITTED
+        assert c.compare_and_set("k", 0, VersionedData(1, b"y")) is CaSResult.COMMITTED
+        assert c.truncate("k", 1) == 1
+        assert c.head("k") == VersionedData(1, b"y")
+        c.close()
+    finally:
+        with psycopg.connect(postgres_server.dsn, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")

@@ -1,7 +1,7 @@
 """PostgreSQL consensus: for deployments on several machines.
 
-One table holds every version of every key, created if it does not exist (in
-the first schema of the connection's ``search_path``)::
+One table holds every version of every key, created if the connection's
+``search_path`` finds none (in its first schema)::
 
     consensus(shard TEXT, seqno BIGINT, data BYTEA, PRIMARY KEY (shard, seqno))
 
@@ -31,7 +31,9 @@ Invariants:
    a failure while committing is Indeterminate.
 3. No connection is ever reused inside a failed or interrupted transaction:
    an exception that leaves a transaction open closes the connection.
-4. A writer waits at most ``lock_timeout_s`` for another writer's lock; a
+4. Opening creates nothing when the table exists: a role with only SELECT,
+   INSERT and DELETE on a table an administrator created can use it.
+5. A writer waits at most ``lock_timeout_s`` for another writer's lock; a
    session idle in a transaction for ``idle_in_transaction_s`` is ended by the
    server, so a paused process cannot block a key forever.
 """
@@ -95,7 +97,9 @@ class PostgresConsensus:
 
         def create(conn: Conn) -> None:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            conn.execute(_SCHEMA)
+            row = conn.execute("SELECT to_regclass('consensus') IS NOT NULL").fetchone()
+            if row is None or not row[0]:
+                conn.execute(_SCHEMA)
 
         self._write("creating the consensus table", create)
 
