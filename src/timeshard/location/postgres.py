@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.location._masking import masked
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
@@ -88,7 +89,7 @@ class PostgresConsensus:
         try:
             psycopg.conninfo.conninfo_to_dict(dsn)
         except psycopg.Error as e:
-            raise InvalidUsage(f"invalid PostgreSQL DSN: {e}") from None
+            raise InvalidUsage(f"invalid PostgreSQL DSN: {masked(str(e))}") from None
         self.dsn = dsn
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s
