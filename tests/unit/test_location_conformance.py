@@ -259,7 +259,7 @@ def test_file_blob_full_disk_is_determinate(
     assert blob.get("a/k") == b"value"
 
 
-def test_file_blob_failed_rename_is_indeterminate(
+def test_file_blob_failed_link_is_indeterminate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     blob = FileBlob(tmp_path)
@@ -267,8 +267,8 @@ def test_file_blob_failed_rename_is_indeterminate(
     def broken(src: object, dst: object) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "replace", broken)
-    with pytest.raises(Indeterminate, match="renaming blob 'k' into place"):
+    monkeypatch.setattr(os, "link", broken)
+    with pytest.raises(Indeterminate, match="linking blob 'k' into place"):
         blob.set("k", b"value")
     monkeypatch.undo()
     assert leftovers(tmp_path) == []
