@@ -1,4 +1,5 @@
-"""Location URIs that cannot be used: InvalidUsage naming the value, never its secrets.
+"""Location URIs and keys that cannot be used: InvalidUsage naming the value, never its
+secrets.
 
 The conformance suite checks the well-formed URIs of every backend; this file
 checks the malformed ones a user types: secrets that must not reach an error
@@ -14,7 +15,16 @@ from pathlib import Path
 import pytest
 
 from timeshard.errors import InvalidUsage
-from timeshard.location import open_blob, open_consensus
+from timeshard.location import (
+    FileBlob,
+    MemoryConsensus,
+    SqliteConsensus,
+    VersionedData,
+    check_blob_key,
+    check_consensus_key,
+    open_blob,
+    open_consensus,
+)
 
 SECRET = "hunter2"
 
@@ -45,4 +55,50 @@ def test_a_refused_uri_hides_its_secrets(
         opener(uri)
     assert SECRET not in str(info.value)
     assert "***" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("key", ["abc\n", "s1\n", "a\tb", "k\r"])
+def test_a_consensus_key_with_a_control_character_is_refused(key: str, tmp_path: Path) -> None:
+    with pytest.raises(InvalidUsage, match="invalid consensus key"):
+        check_consensus_key(key)
+    for c in (MemoryConsensus(), SqliteConsensus(tmp_path / "c.db")):
+        with pytest.raises(InvalidUsage, match="invalid consensus key"):
+            c.compare_and_set(key, None, VersionedData(0, b"x"))
+        assert c.list_keys() == []
+
+
+@pytest.mark.parametrize("key", ["s1/w1/b1/part\n", "s1\n/w/b/p", "a/b\tc", "x\x7f"])
+def test_a_blob_key_with_a_control_character_is_refused(key: str, tmp_path: Path) -> None:
+    with pytest.raises(InvalidUsage, match="invalid blob key"):
+        check_blob_key(key)
+    blob = FileBlob(tmp_path)
+    with pytest.raises(InvalidUsage, match="invalid blob key"):
+        blob.set(key, b"x")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("opener", "uri"),
+    [
+        (open_consensus, "sqlite:x\ny.db"),
+        (open_consensus, "sqlite://{dir}/x\ty.db"),
+        (open_consensus, "sqlite:x%0Ay.db"),
+        (open_consensus, "memory://a\nb"),
+        (open_consensus, "postgresql://app:hunter2@db\n.example/ts"),
+        (open_blob, "file://{dir}/a\nb"),
+        (open_blob, "relative\n/dir"),
+        (open_blob, "file://{dir}/a%09b"),
+        (open_blob, "memory://a\tb"),
+        (open_blob, "s3://bucket/d\nir"),
+    ],
+)
+def test_a_uri_with_a_control_character_is_refused(
+    opener: Callable[[str], object], uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``urlsplit`` drops newlines and tabs: ``sqlite:x\\ny.db`` opened ``xy.db``."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidUsage, match="control character") as info:
+        opener(uri.replace("{dir}", str(tmp_path)))
+    assert SECRET not in str(info.value)
     assert list(tmp_path.iterdir()) == []

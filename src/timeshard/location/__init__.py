@@ -28,8 +28,10 @@ Invariants:
 
 1. A URI that is not understood raises InvalidUsage naming it: an unknown
    scheme, a URI that does not parse, a host in a ``file:`` or ``sqlite:``
-   URI, a path (of any scheme, percent-decoded) with a ``..`` component or a
-   NUL byte, an empty memory name. Nothing is opened or created then.
+   URI, a control character (``urlsplit`` would drop a newline or a tab and
+   open another file), a path (of any scheme, percent-decoded) with a ``..``
+   component or a control character, an empty memory name. Nothing is opened
+   or created then.
 2. Neither :meth:`Location.describe` nor an error message shows a password
    or another secret of a URI, however malformed the URI.
 3. This package never imports PySpark; psycopg is imported only when
@@ -65,7 +67,8 @@ if TYPE_CHECKING:
     from timeshard.location.postgres import PostgresConsensus
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_MEMORY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=/-]*$")
+_MEMORY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=/-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 _ARROW_SCHEMES = ("s3", "s3a", "gs", "hdfs")
 
@@ -113,6 +116,7 @@ def open_blob(uri: str) -> Blob:
         raise InvalidUsage(
             f"invalid blob URI {_shown(uri)}: use file:///dir, a path or memory://name"
         )
+    _check_no_control(uri, "blob")
     if not _SCHEME.match(uri):
         return FileBlob(_checked_path(uri, uri))
     parts = _split(uri, "blob")
@@ -147,6 +151,7 @@ def open_consensus(uri: str) -> Consensus:
             f"invalid consensus URI {_shown(uri)}: use sqlite:///file.db, postgresql://... "
             "or memory://name"
         )
+    _check_no_control(uri, "consensus")
     parts = _split(uri, "consensus")
     scheme = parts.scheme.lower()
     if scheme == "memory":
@@ -178,6 +183,16 @@ def open_consensus(uri: str) -> Consensus:
     )
 
 
+def _check_no_control(uri: str, kind: str) -> None:
+    """InvalidUsage if ``uri`` has a control character (``urlsplit`` drops some silently)."""
+    control = _CONTROL.search(uri)
+    if control is not None:
+        raise InvalidUsage(
+            f"invalid {kind} URI {_shown(uri)}: control character {control.group()!r} "
+            f"at position {control.start()}"
+        )
+
+
 def _split(uri: str, kind: str) -> SplitResult:
     """``urlsplit(uri)``; InvalidUsage naming the (masked) URI if it does not parse."""
     try:
@@ -190,7 +205,7 @@ def _split(uri: str, kind: str) -> SplitResult:
 def _memory_name(uri: str) -> str:
     parts = urlsplit(uri)
     name = parts.netloc + parts.path
-    if not _MEMORY_NAME.match(name) or parts.query or parts.fragment:
+    if not _MEMORY_NAME.fullmatch(name) or parts.query or parts.fragment:
         raise InvalidUsage(
             f"invalid memory URI {_shown(uri)}: use memory://name with [A-Za-z0-9_.=/-] in the name"
         )
@@ -198,8 +213,12 @@ def _memory_name(uri: str) -> str:
 
 
 def _checked_path(path: str, uri: str) -> Path:
-    if "\x00" in path:
-        raise InvalidUsage(f"invalid path in URI {_shown(uri)}: NUL byte")
+    control = _CONTROL.search(path)
+    if control is not None:
+        raise InvalidUsage(
+            f"invalid path in URI {_shown(uri)}: control character {control.group()!r} "
+            "(percent-decoded)"
+        )
     if any(part == ".." for part in Path(path).parts):
         raise InvalidUsage(f"invalid path in URI {_shown(uri)}: '..' components are not allowed")
     return Path(path)
