@@ -167,7 +167,7 @@ def open_consensus(uri: str) -> Consensus:
         path = unquote(parts.path)
         if path.startswith("//"):
             path = "/" + path.lstrip("/")
-        if not path or path.startswith(":"):
+        if not path or path.startswith(":") or path.endswith("/"):
             raise InvalidUsage(f"invalid consensus URI {_shown(uri)}: it names no database file")
         return SqliteConsensus(_checked_path(path, uri))
     if scheme in ("postgres", "postgresql"):

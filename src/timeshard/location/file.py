@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.location._paths import check_creatable
 from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
 
 TMP_PREFIX = ".tmp-"
@@ -52,6 +53,7 @@ class FileBlob:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
+        check_creatable(self.root, "blob root", directory=True)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:

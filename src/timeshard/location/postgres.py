@@ -25,7 +25,10 @@ child opens its own connection and never touches the parent's.
 
 Invariants:
 
-1. User values are always bound parameters; no SQL is built from them.
+1. User values are always bound parameters; no SQL is built from them. A DSN
+   libpq would refuse without connecting (a syntax error, a port that is not
+   a number, an unknown ``sslmode``) and a timeout that is not positive raise
+   InvalidUsage at construction; failing to connect is a fault (Determinate).
 2. A failure to connect, or of any statement before ``COMMIT`` is sent, is
    Determinate (the server rolls the transaction back when the session ends);
    a failure while committing is Indeterminate.
@@ -40,6 +43,7 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -86,10 +90,18 @@ class PostgresConsensus:
         lock_timeout_s: float = 30.0,
         idle_in_transaction_s: float = 60.0,
     ) -> None:
-        try:
-            psycopg.conninfo.conninfo_to_dict(dsn)
-        except psycopg.Error as e:
-            raise InvalidUsage(f"invalid PostgreSQL DSN: {masked(str(e))}") from None
+        _check_dsn(dsn)
+        if not isinstance(connect_timeout_s, int) or connect_timeout_s <= 0:
+            raise InvalidUsage(
+                "connect_timeout_s must be a positive whole number of seconds, "
+                f"got {connect_timeout_s!r}"
+            )
+        for name, seconds in (
+            ("lock_timeout_s", lock_timeout_s),
+            ("idle_in_transaction_s", idle_in_transaction_s),
+        ):
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise InvalidUsage(f"{name} must be a positive number of seconds, got {seconds!r}")
         self.dsn = dsn
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s
@@ -247,7 +259,48 @@ def _head_seqno(conn: Conn, key: str) -> SeqNo | None:
 
 
 def _ms(seconds: float) -> str:
-    return f"{int(seconds * 1000)}ms"
+    """A positive duration for ``set_config``, at least 1 ms (``0ms`` means no timeout)."""
+    return f"{max(1, math.ceil(seconds * 1000))}ms"
+
+
+_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+    "target_session_attrs": (
+        "any",
+        "read-write",
+        "read-only",
+        "primary",
+        "standby",
+        "prefer-standby",
+    ),
+    "load_balance_hosts": ("disable", "random"),
+}
+
+
+def _check_dsn(dsn: str) -> None:
+    """InvalidUsage naming the parameter and value if libpq would refuse ``dsn`` (a syntax
+    error, a port that is not a number in 1..65535, an unknown ``sslmode``, ...) before it
+    connects: that is a mistake to fix, never a fault to retry."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as e:
+        raise InvalidUsage(f"invalid PostgreSQL DSN: {masked(str(e))}") from None
+    for port in str(params.get("port", "")).split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise InvalidUsage(f"invalid PostgreSQL DSN: port {port!r} is not in 1..65535")
+    timeout = str(params.get("connect_timeout", "0")).strip()
+    if not timeout.lstrip("-").isdigit():
+        raise InvalidUsage(
+            f"invalid PostgreSQL DSN: connect_timeout {timeout!r} is not a number of seconds"
+        )
+    for name, choices in _CHOICES.items():
+        value = params.get(name)
+        if value is not None and value not in choices:
+            raise InvalidUsage(
+                f"invalid PostgreSQL DSN: {name} {value!r} is not one of {', '.join(choices)}"
+            )
 
 
 def _versions(rows: list[tuple[Any, ...]]) -> list[VersionedData]:

@@ -33,6 +33,7 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from collections.abc import Callable
@@ -41,6 +42,7 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.location._paths import check_creatable
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
@@ -68,9 +70,10 @@ class SqliteConsensus:
     """Consensus in a SQLite database file, created (with its directory) if missing."""
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 30.0) -> None:
-        if busy_timeout_s < 0:
+        if not (math.isfinite(busy_timeout_s) and busy_timeout_s >= 0):
             raise InvalidUsage(f"busy_timeout_s must be non-negative, got {busy_timeout_s}")
         self.path = Path(path).resolve()
+        check_creatable(self.path, "SQLite consensus file", directory=False)
         self.busy_timeout_s = busy_timeout_s
         self._connections: ThreadConnections[sqlite3.Connection] = ThreadConnections(
             sqlite3.Connection.close
