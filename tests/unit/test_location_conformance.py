@@ -259,7 +259,7 @@ def test_file_blob_full_disk_is_determinate(
     assert blob.get("a/k") == b"value"
 
 
-def test_file_blob_failed_rename_is_indeterminate(
+def test_file_blob_failed_link_is_indeterminate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     blob = FileBlob(tmp_path)
@@ -267,8 +267,8 @@ def test_file_blob_failed_rename_is_indeterminate(
     def broken(src: object, dst: object) -> None:
         raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(os, "replace", broken)
-    with pytest.raises(Indeterminate, match="renaming blob 'k' into place"):
+    monkeypatch.setattr(os, "link", broken)
+    with pytest.raises(Indeterminate, match="linking blob 'k' into place"):
         blob.set("k", b"value")
     monkeypatch.undo()
     assert leftovers(tmp_path) == []
@@ -530,20 +530,24 @@ class FailingCommit:
         return getattr(self.conn, name)
 
 
-def test_sqlite_failed_commit_is_indeterminate(tmp_path: Path) -> None:
+def test_sqlite_failed_commit_is_indeterminate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     c = SqliteConsensus(tmp_path / "consensus.sqlite")
     append(c, "k", 0)
     real = c._conn()
-    c._local.conn = FailingCommit(real, lambda: None, sqlite3.OperationalError)
-    with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
-        c.compare_and_set("k", 0, v(1))
+    with monkeypatch.context() as m:
+        m.setattr(c, "_conn", lambda: FailingCommit(real, lambda: None, sqlite3.OperationalError))
+        with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
+            c.compare_and_set("k", 0, v(1))
     assert not real.in_transaction
-    c._local.conn = real
     assert c.head("k") == v(0)
 
 
 @pytest.mark.postgres
-def test_postgres_lost_commit_is_indeterminate(postgres_server: PostgresServer) -> None:
+def test_postgres_lost_commit_is_indeterminate(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dsn = postgres_server.isolated_dsn()
     c = PostgresConsensus(dsn)
     append(c, "k", 0)
@@ -555,9 +559,10 @@ def test_postgres_lost_commit_is_indeterminate(postgres_server: PostgresServer) 
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
         real.execute("COMMIT")  # fails: the session is gone
 
-    c._local.conn = FailingCommit(real, terminate, psycopg.OperationalError)
-    with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
-        c.compare_and_set("k", 0, v(1))
+    with monkeypatch.context() as m:
+        m.setattr(c, "_conn", lambda: FailingCommit(real, terminate, psycopg.OperationalError))
+        with pytest.raises(Indeterminate, match="committing compare_and_set of 'k'"):
+            c.compare_and_set("k", 0, v(1))
     assert c.head("k") == v(0)  # a new connection; the transaction died with the session
     assert c.compare_and_set("k", 0, v(1)) is CaSResult.COMMITTED
     c.close()

@@ -28,9 +28,12 @@ Invariants:
 
 1. A URI that is not understood raises InvalidUsage naming it: an unknown
    scheme, a URI that does not parse, a host in a ``file:`` or ``sqlite:``
-   URI, a path (of any scheme, percent-decoded) with a ``..`` component or a
-   NUL byte, an empty memory name. Nothing is opened or created then.
-2. :meth:`Location.describe` never shows a password.
+   URI, a control character (``urlsplit`` would drop a newline or a tab and
+   open another file), a path (of any scheme, percent-decoded) with a ``..``
+   component or a control character, an empty memory name. Nothing is opened
+   or created then.
+2. Neither :meth:`Location.describe` nor an error message shows a password
+   or another secret of a URI, however malformed the URI.
 3. This package never imports PySpark; psycopg is imported only when
    :class:`PostgresConsensus` is first used.
 """
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from timeshard.errors import InvalidUsage
+from timeshard.location._masking import masked
 from timeshard.location.blob import Blob, BlobMetadata, check_blob_key, check_blob_prefix
 from timeshard.location.consensus import (
     CaSResult,
@@ -63,8 +67,8 @@ if TYPE_CHECKING:
     from timeshard.location.postgres import PostgresConsensus
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
-_MEMORY_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=/-]*$")
-_PASSWORD_PARAM = re.compile(r"(password\s*=\s*)('[^']*'|[^&\s]*)", re.IGNORECASE)
+_MEMORY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=/-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 _ARROW_SCHEMES = ("s3", "s3a", "gs", "hdfs")
 
@@ -109,7 +113,10 @@ def open_location(blob_uri: str, consensus_uri: str) -> Location:
 def open_blob(uri: str) -> Blob:
     """The blob named by ``uri``; InvalidUsage naming it if it is not understood."""
     if not isinstance(uri, str) or not uri:
-        raise InvalidUsage(f"invalid blob URI {uri!r}: use file:///dir, a path or memory://name")
+        raise InvalidUsage(
+            f"invalid blob URI {_shown(uri)}: use file:///dir, a path or memory://name"
+        )
+    _check_no_control(uri, "blob")
     if not _SCHEME.match(uri):
         return FileBlob(_checked_path(uri, uri))
     parts = _split(uri, "blob")
@@ -120,10 +127,10 @@ def open_blob(uri: str) -> Blob:
             return _NAMED_BLOBS.setdefault(name, MemoryBlob(name))
     if scheme == "file":
         if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
-            raise InvalidUsage(f"invalid blob URI {uri!r}: use file:///absolute/dir")
+            raise InvalidUsage(f"invalid blob URI {_shown(uri)}: use file:///absolute/dir")
         path = unquote(parts.path)
         if not path.startswith("/"):
-            raise InvalidUsage(f"invalid blob URI {uri!r}: a file URI needs an absolute path")
+            raise InvalidUsage(f"invalid blob URI {_shown(uri)}: a file URI needs an absolute path")
         return FileBlob(_checked_path(path, uri))
     if scheme.startswith("arrowfs+") or scheme in _ARROW_SCHEMES:
         from timeshard.location.arrowfs import ArrowFsBlob
@@ -132,7 +139,7 @@ def open_blob(uri: str) -> Blob:
         _checked_path(unquote(_split(inner, "blob").path), uri)
         return ArrowFsBlob(inner)
     raise InvalidUsage(
-        f"unsupported blob URI {uri!r}: use file:///dir, a path, memory://name, "
+        f"unsupported blob URI {_shown(uri)}: use file:///dir, a path, memory://name, "
         "s3a://bucket/dir, gs://bucket/dir, hdfs://host/dir or arrowfs+<pyarrow URI>"
     )
 
@@ -141,9 +148,10 @@ def open_consensus(uri: str) -> Consensus:
     """The consensus named by ``uri``; InvalidUsage naming it if it is not understood."""
     if not isinstance(uri, str) or not _SCHEME.match(uri):
         raise InvalidUsage(
-            f"invalid consensus URI {uri!r}: use sqlite:///file.db, postgresql://... "
+            f"invalid consensus URI {_shown(uri)}: use sqlite:///file.db, postgresql://... "
             "or memory://name"
         )
+    _check_no_control(uri, "consensus")
     parts = _split(uri, "consensus")
     scheme = parts.scheme.lower()
     if scheme == "memory":
@@ -153,13 +161,14 @@ def open_consensus(uri: str) -> Consensus:
     if scheme == "sqlite":
         if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
             raise InvalidUsage(
-                f"invalid consensus URI {uri!r}: use sqlite:///absolute.db or sqlite:relative.db"
+                f"invalid consensus URI {_shown(uri)}: "
+                "use sqlite:///absolute.db or sqlite:relative.db"
             )
         path = unquote(parts.path)
         if path.startswith("//"):
             path = "/" + path.lstrip("/")
-        if not path or path.startswith(":"):
-            raise InvalidUsage(f"invalid consensus URI {uri!r}: it names no database file")
+        if not path or path.startswith(":") or path.endswith("/"):
+            raise InvalidUsage(f"invalid consensus URI {_shown(uri)}: it names no database file")
         return SqliteConsensus(_checked_path(path, uri))
     if scheme in ("postgres", "postgresql"):
         from timeshard.location.postgres import PostgresConsensus
@@ -167,11 +176,21 @@ def open_consensus(uri: str) -> Consensus:
         try:
             return PostgresConsensus(uri)
         except InvalidUsage as e:
-            raise InvalidUsage(f"invalid consensus URI {_masked(uri)!r}: {e}") from None
+            raise InvalidUsage(f"invalid consensus URI {_shown(uri)}: {masked(str(e))}") from None
     raise InvalidUsage(
-        f"unsupported consensus URI {_masked(uri)!r}: use sqlite:///file.db, postgresql://... "
+        f"unsupported consensus URI {_shown(uri)}: use sqlite:///file.db, postgresql://... "
         "or memory://name"
     )
+
+
+def _check_no_control(uri: str, kind: str) -> None:
+    """InvalidUsage if ``uri`` has a control character (``urlsplit`` drops some silently)."""
+    control = _CONTROL.search(uri)
+    if control is not None:
+        raise InvalidUsage(
+            f"invalid {kind} URI {_shown(uri)}: control character {control.group()!r} "
+            f"at position {control.start()}"
+        )
 
 
 def _split(uri: str, kind: str) -> SplitResult:
@@ -179,30 +198,29 @@ def _split(uri: str, kind: str) -> SplitResult:
     try:
         parts = urlsplit(uri)
     except ValueError as e:
-        raise InvalidUsage(f"invalid {kind} URI {_masked_unparsed(uri)!r}: {e}") from None
+        raise InvalidUsage(f"invalid {kind} URI {_shown(uri)}: {masked(str(e))}") from None
     return parts
-
-
-def _masked_unparsed(uri: str) -> str:
-    """``uri`` with anything between ``://`` and ``@`` (user and password) masked."""
-    return _PASSWORD_PARAM.sub(r"\1***", re.sub(r"(://)[^/@]*@", r"\1***@", uri))
 
 
 def _memory_name(uri: str) -> str:
     parts = urlsplit(uri)
     name = parts.netloc + parts.path
-    if not _MEMORY_NAME.match(name) or parts.query or parts.fragment:
+    if not _MEMORY_NAME.fullmatch(name) or parts.query or parts.fragment:
         raise InvalidUsage(
-            f"invalid memory URI {uri!r}: use memory://name with [A-Za-z0-9_.=/-] in the name"
+            f"invalid memory URI {_shown(uri)}: use memory://name with [A-Za-z0-9_.=/-] in the name"
         )
     return name
 
 
 def _checked_path(path: str, uri: str) -> Path:
-    if "\x00" in path:
-        raise InvalidUsage(f"invalid path in URI {uri!r}: NUL byte")
+    control = _CONTROL.search(path)
+    if control is not None:
+        raise InvalidUsage(
+            f"invalid path in URI {_shown(uri)}: control character {control.group()!r} "
+            "(percent-decoded)"
+        )
     if any(part == ".." for part in Path(path).parts):
-        raise InvalidUsage(f"invalid path in URI {uri!r}: '..' components are not allowed")
+        raise InvalidUsage(f"invalid path in URI {_shown(uri)}: '..' components are not allowed")
     return Path(path)
 
 
@@ -217,18 +235,12 @@ def _display(backend: object) -> str:
     if isinstance(backend, UnreliableBlob | UnreliableConsensus):
         return f"unreliable({_display(backend.inner)})"
     uri = _uri(backend)
-    return f"{type(backend).__name__} (anonymous)" if uri is None else _masked(uri)
+    return f"{type(backend).__name__} (anonymous)" if uri is None else masked(uri)
 
 
-def _masked(uri: str) -> str:
-    """``uri`` with any password replaced by ``***``."""
-    if _SCHEME.match(uri):
-        parts = urlsplit(uri)
-        if parts.password is not None:
-            userinfo, _, hostport = parts.netloc.rpartition("@")
-            user = userinfo.partition(":")[0]
-            uri = parts._replace(netloc=f"{user}:***@{hostport}").geturl()
-    return _PASSWORD_PARAM.sub(r"\1***", uri)
+def _shown(uri: object) -> str:
+    """``repr(uri)``, its secrets masked: how a message names a URI."""
+    return repr(masked(uri)) if isinstance(uri, str) else repr(uri)
 
 
 def __getattr__(name: str) -> Any:

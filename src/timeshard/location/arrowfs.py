@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.location._masking import masked
 from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
 
 
@@ -38,9 +39,9 @@ class ArrowFsBlob:
         try:
             self.fs, base = pafs.FileSystem.from_uri(arrow_uri)
         except pa.ArrowInvalid as e:  # pyarrow does not understand the URI
-            raise InvalidUsage(f"invalid blob URI {uri!r}: {e}") from None
+            raise InvalidUsage(masked(f"invalid blob URI {uri!r}: {e}")) from None
         except Exception as e:
-            raise Determinate(f"opening blob {uri!r}: {e}") from e
+            raise Determinate(masked(f"opening blob {uri!r}: {e}")) from e
         self.base = base.rstrip("/")
         self._object_store = isinstance(self.fs, pafs.S3FileSystem | pafs.GcsFileSystem)
 
@@ -110,7 +111,7 @@ class ArrowFsBlob:
         try:
             infos = self.fs.get_file_info(selector)
         except Exception as e:
-            raise Determinate(f"listing blob {self.uri!r}: {e}") from e
+            raise Determinate(masked(f"listing blob {self.uri!r}: {e}")) from e
         found = []
         for info in infos:
             if info.type != pafs.FileType.File:

@@ -25,7 +25,7 @@ from typing import Protocol, runtime_checkable
 
 from timeshard.errors import InvalidUsage
 
-_COMPONENT = re.compile(r"^[A-Za-z0-9_=-][A-Za-z0-9_.=-]*$")
+_COMPONENT = re.compile(r"[A-Za-z0-9_=-][A-Za-z0-9_.=-]*")
 
 
 def check_blob_key(key: object) -> str:
@@ -47,7 +47,7 @@ def check_blob_key(key: object) -> str:
     for component in key.split("/"):
         if component in ("", ".", ".."):
             raise InvalidUsage(f"invalid blob key {key!r}: component {component!r} is not allowed")
-        if not _COMPONENT.match(component):
+        if not _COMPONENT.fullmatch(component):
             raise InvalidUsage(
                 f"invalid blob key {key!r}: component {component!r} has characters "
                 "outside [A-Za-z0-9_.=-]"

@@ -27,7 +27,7 @@ from timeshard.errors import InvalidUsage
 
 SeqNo = int
 
-_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.=-]{0,199}$")
+_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=-]{0,199}")
 
 
 def check_consensus_key(key: object) -> str:
@@ -36,7 +36,7 @@ def check_consensus_key(key: object) -> str:
     >>> check_consensus_key("s-orders")
     's-orders'
     """
-    if not isinstance(key, str) or not _KEY.match(key) or ".." in key:
+    if not isinstance(key, str) or not _KEY.fullmatch(key) or ".." in key:
         raise InvalidUsage(
             f"invalid consensus key {key!r}: use 1-200 characters of [A-Za-z0-9_.=-], "
             "not starting with '.', '=' or '-'"

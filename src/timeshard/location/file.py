@@ -1,11 +1,16 @@
 """A blob in a local (or locally mounted shared) directory.
 
 Key ``a/b/c`` is the file ``root/a/b/c``. ``set`` writes the value to a
-temporary file (``.tmp-<random>``) in the target directory, fsyncs it, renames
-it into place with ``os.replace`` and fsyncs the directory (and any directory
-it had to create), so a reader sees the whole value or none, and a returned
-``set`` survives a crash. Spark tasks write parts under the same root through
-pyarrow, and any Parquet reader can read them there.
+temporary file (``.tmp-<random>``) in the target directory, fsyncs it, gives it
+the key's name with ``os.link`` (which, unlike a rename, fails if the name
+exists, so of two racing writers of other bytes exactly one succeeds), removes
+the temporary name and fsyncs the directory (and any directory it had to
+create), so a reader sees the whole value or none, and a returned ``set``
+survives a crash. On a filesystem without hard links it renames with
+``os.replace`` after checking the key is free; there, two writers racing
+between the check and the rename may both succeed. Spark tasks write parts
+under the same root through pyarrow, and any Parquet reader can read them
+there.
 
 Invariants:
 
@@ -15,11 +20,12 @@ Invariants:
 2. Temporary and hidden files (names starting with ``.``) are never listed; no
    valid key has such a component.
 3. ``set`` of a key holding other bytes raises InvalidUsage and changes
-   nothing; with the same bytes it does nothing (a retry).
+   nothing, also when the other bytes arrive while it writes; with the same
+   bytes it does nothing (a retry).
 4. Failures of reads, of opening or writing the temporary file and any
    ``ENOSPC``/``EDQUOT`` (the disk is full) raise Determinate: the key is
-   unchanged. A failure once ``os.replace`` has started (the rename, the
-   directory fsync) or of ``unlink`` (possibly on a network mount) raises
+   unchanged. A failure once the link (or rename) has started, of the
+   directory fsync or of ``unlink`` (possibly on a network mount) raises
    Indeterminate.
 """
 
@@ -33,10 +39,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.location._paths import check_creatable
 from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
 
 TMP_PREFIX = ".tmp-"
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP)
+_LINK_ATTEMPTS = 10
 
 
 class FileBlob:
@@ -44,6 +53,7 @@ class FileBlob:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root).resolve()
+        check_creatable(self.root, "blob root", directory=True)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -90,17 +100,48 @@ class FileBlob:
             _unlink_quietly(tmp)
             raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
         try:
-            os.replace(tmp, path)
-        except OSError as e:
+            self._link(key, tmp, path, value)
+        finally:
             _unlink_quietly(tmp)
-            if e.errno in _DISK_FULL:
-                raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
-            raise Indeterminate(f"renaming blob {key!r} into place: {e}") from e
         try:
             for directory in [path.parent, *(d.parent for d in created)]:
                 _fsync_dir(directory)
         except OSError as e:
             raise Indeterminate(f"syncing the directory of blob {key!r}: {e}") from e
+
+    def _link(self, key: str, tmp: Path, path: Path, value: bytes) -> None:
+        """Give the written ``tmp`` the name ``path`` unless another writer got there first;
+        then the key must hold ``value`` too, else InvalidUsage."""
+        for _ in range(_LINK_ATTEMPTS):
+            try:
+                os.link(tmp, path)
+                return
+            except FileExistsError:
+                if self._holds(key, path, value):
+                    return
+                continue  # deleted since: link again
+            except OSError as e:
+                if e.errno in _NO_HARD_LINKS:
+                    return self._replace(key, tmp, path, value)
+                if e.errno in _DISK_FULL:
+                    raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
+                raise Indeterminate(f"linking blob {key!r} into place: {e}") from e
+        raise Determinate(
+            f"writing blob {key!r}: it was deleted and written again {_LINK_ATTEMPTS} times "
+            "while this write linked it"
+        )
+
+    def _replace(self, key: str, tmp: Path, path: Path, value: bytes) -> None:
+        """``os.replace`` on a filesystem without hard links: a writer that races another
+        between its check and its rename may overwrite the other's value."""
+        if self._holds(key, path, value):
+            return
+        try:
+            os.replace(tmp, path)
+        except OSError as e:
+            if e.errno in _DISK_FULL:
+                raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
+            raise Indeterminate(f"renaming blob {key!r} into place: {e}") from e
 
     def _holds(self, key: str, path: Path, value: bytes) -> bool:
         """Whether ``key`` already holds ``value``; InvalidUsage if it holds other bytes."""

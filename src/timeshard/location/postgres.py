@@ -1,7 +1,7 @@
 """PostgreSQL consensus: for deployments on several machines.
 
-One table holds every version of every key, created if it does not exist (in
-the first schema of the connection's ``search_path``)::
+One table holds every version of every key, created if the connection's
+``search_path`` finds none (in its first schema)::
 
     consensus(shard TEXT, seqno BIGINT, data BYTEA, PRIMARY KEY (shard, seqno))
 
@@ -18,33 +18,40 @@ Two keys whose hashes collide merely share a lock. Reads (``head``, ``scan``)
 are single statements and see the last committed state.
 
 Each thread uses its own connection (psycopg, autocommit, explicit
-``BEGIN``/``COMMIT``); a connection that failed is closed and a new one is
-opened by the next call, so a server restart is survived by retrying. After
-``fork`` the child opens its own connection and never touches the parent's.
+``BEGIN``/``COMMIT``), closed when the thread ends (a server runs a thread per
+client); a connection that failed is closed and a new one is opened by the
+next call, so a server restart is survived by retrying. After ``fork`` the
+child opens its own connection and never touches the parent's.
 
 Invariants:
 
-1. User values are always bound parameters; no SQL is built from them.
+1. User values are always bound parameters; no SQL is built from them. A DSN
+   libpq would refuse without connecting (a syntax error, a port that is not
+   a number, an unknown ``sslmode``) and a timeout that is not positive raise
+   InvalidUsage at construction; failing to connect is a fault (Determinate).
 2. A failure to connect, or of any statement before ``COMMIT`` is sent, is
    Determinate (the server rolls the transaction back when the session ends);
    a failure while committing is Indeterminate.
 3. No connection is ever reused inside a failed or interrupted transaction:
    an exception that leaves a transaction open closes the connection.
-4. A writer waits at most ``lock_timeout_s`` for another writer's lock; a
+4. Opening creates nothing when the table exists: a role with only SELECT,
+   INSERT and DELETE on a table an administrator created can use it.
+5. A writer waits at most ``lock_timeout_s`` for another writer's lock; a
    session idle in a transaction for ``idle_in_transaction_s`` is ended by the
    server, so a paused process cannot block a key forever.
 """
 
 from __future__ import annotations
 
-import os
-import threading
+import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import psycopg
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.location._masking import masked
+from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
     SeqNo,
@@ -83,21 +90,29 @@ class PostgresConsensus:
         lock_timeout_s: float = 30.0,
         idle_in_transaction_s: float = 60.0,
     ) -> None:
-        try:
-            psycopg.conninfo.conninfo_to_dict(dsn)
-        except psycopg.Error as e:
-            raise InvalidUsage(f"invalid PostgreSQL DSN: {e}") from None
+        _check_dsn(dsn)
+        if not isinstance(connect_timeout_s, int) or connect_timeout_s <= 0:
+            raise InvalidUsage(
+                "connect_timeout_s must be a positive whole number of seconds, "
+                f"got {connect_timeout_s!r}"
+            )
+        for name, seconds in (
+            ("lock_timeout_s", lock_timeout_s),
+            ("idle_in_transaction_s", idle_in_transaction_s),
+        ):
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise InvalidUsage(f"{name} must be a positive number of seconds, got {seconds!r}")
         self.dsn = dsn
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s
         self.idle_in_transaction_s = idle_in_transaction_s
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._opened: list[tuple[int, Conn]] = []
+        self._connections: ThreadConnections[Conn] = ThreadConnections(psycopg.Connection.close)
 
         def create(conn: Conn) -> None:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            conn.execute(_SCHEMA)
+            row = conn.execute("SELECT to_regclass('consensus') IS NOT NULL").fetchone()
+            if row is None or not row[0]:
+                conn.execute(_SCHEMA)
 
         self._write("creating the consensus table", create)
 
@@ -106,9 +121,8 @@ class PostgresConsensus:
         return self.dsn
 
     def _conn(self) -> Conn:
-        conn: Conn | None = getattr(self._local, "conn", None)
-        pid = os.getpid()
-        if conn is not None and not conn.closed and self._local.pid == pid:
+        conn = self._connections.get()
+        if conn is not None and not conn.closed:
             return conn
         try:
             conn = psycopg.connect(
@@ -131,30 +145,16 @@ class PostgresConsensus:
         except psycopg.Error as e:
             conn.close()
             raise Determinate(f"configuring a PostgreSQL consensus session: {e}") from e
-        self._local.conn = conn
-        self._local.pid = pid
-        with self._lock:
-            self._opened.append((pid, conn))
+        self._connections.put(conn)
         return conn
 
     def _drop(self) -> None:
         """Close this thread's connection; the next call opens a new one."""
-        conn: Conn | None = getattr(self._local, "conn", None)
-        self._local.conn = None
-        if conn is not None and self._local.pid == os.getpid():
-            with self._lock:
-                self._opened = [(p, c) for p, c in self._opened if c is not conn]
-            conn.close()
+        self._connections.drop()
 
     def close(self) -> None:
         """Close every connection this process opened; call when no thread uses this."""
-        pid = os.getpid()
-        with self._lock:
-            mine = [c for p, c in self._opened if p == pid]
-            self._opened = [(p, c) for p, c in self._opened if p != pid]
-        for conn in mine:
-            conn.close()
-        self._local = threading.local()
+        self._connections.close_all()
 
     def _read(self, what: str, sql: str, params: Sequence[object]) -> list[tuple[Any, ...]]:
         conn = self._conn()
@@ -259,7 +259,48 @@ def _head_seqno(conn: Conn, key: str) -> SeqNo | None:
 
 
 def _ms(seconds: float) -> str:
-    return f"{int(seconds * 1000)}ms"
+    """A positive duration for ``set_config``, at least 1 ms (``0ms`` means no timeout)."""
+    return f"{max(1, math.ceil(seconds * 1000))}ms"
+
+
+_CHOICES = {
+    "sslmode": ("disable", "allow", "prefer", "require", "verify-ca", "verify-full"),
+    "gssencmode": ("disable", "prefer", "require"),
+    "channel_binding": ("disable", "prefer", "require"),
+    "target_session_attrs": (
+        "any",
+        "read-write",
+        "read-only",
+        "primary",
+        "standby",
+        "prefer-standby",
+    ),
+    "load_balance_hosts": ("disable", "random"),
+}
+
+
+def _check_dsn(dsn: str) -> None:
+    """InvalidUsage naming the parameter and value if libpq would refuse ``dsn`` (a syntax
+    error, a port that is not a number in 1..65535, an unknown ``sslmode``, ...) before it
+    connects: that is a mistake to fix, never a fault to retry."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error as e:
+        raise InvalidUsage(f"invalid PostgreSQL DSN: {masked(str(e))}") from None
+    for port in str(params.get("port", "")).split(","):
+        if port and not (port.isdigit() and 1 <= int(port) <= 65535):
+            raise InvalidUsage(f"invalid PostgreSQL DSN: port {port!r} is not in 1..65535")
+    timeout = str(params.get("connect_timeout", "0")).strip()
+    if not timeout.lstrip("-").isdigit():
+        raise InvalidUsage(
+            f"invalid PostgreSQL DSN: connect_timeout {timeout!r} is not a number of seconds"
+        )
+    for name, choices in _CHOICES.items():
+        value = params.get(name)
+        if value is not None and value not in choices:
+            raise InvalidUsage(
+                f"invalid PostgreSQL DSN: {name} {value!r} is not one of {', '.join(choices)}"
+            )
 
 
 def _versions(rows: list[tuple[Any, ...]]) -> list[VersionedData]:

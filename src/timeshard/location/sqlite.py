@@ -12,9 +12,10 @@ WAL mode (readers never block the writer and see the last committed state) with
 ``synchronous=FULL`` (a returned commit survives a power loss). A writer that
 finds the lock taken waits up to ``busy_timeout_s``.
 
-Each thread uses its own connection, and each process: a connection is never
-used in a process other than the one that opened it. After ``fork`` the child
-notices the pid change and opens a new connection; the inherited one is kept
+Each thread uses its own connection, closed when the thread ends (a server
+runs a thread per client), and each process: a connection is never used in a
+process other than the one that opened it. After ``fork`` the child notices
+the pid change and opens a new connection; the inherited one is kept
 referenced but never touched, because closing it in the child could disturb
 the parent's locks.
 
@@ -32,9 +33,8 @@ Invariants:
 
 from __future__ import annotations
 
-import os
+import math
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +42,8 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.location._paths import check_creatable
+from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
     SeqNo,
@@ -63,21 +65,19 @@ CREATE TABLE IF NOT EXISTS consensus (
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1"
 _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = ?"
 
-_INHERITED: list[sqlite3.Connection] = []
-"""Connections a forked child inherited: kept alive so that they are never closed there."""
-
 
 class SqliteConsensus:
     """Consensus in a SQLite database file, created (with its directory) if missing."""
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 30.0) -> None:
-        if busy_timeout_s < 0:
+        if not (math.isfinite(busy_timeout_s) and busy_timeout_s >= 0):
             raise InvalidUsage(f"busy_timeout_s must be non-negative, got {busy_timeout_s}")
         self.path = Path(path).resolve()
+        check_creatable(self.path, "SQLite consensus file", directory=False)
         self.busy_timeout_s = busy_timeout_s
-        self._local = threading.local()
-        self._lock = threading.Lock()
-        self._opened: list[tuple[int, sqlite3.Connection]] = []
+        self._connections: ThreadConnections[sqlite3.Connection] = ThreadConnections(
+            sqlite3.Connection.close
+        )
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -105,12 +105,9 @@ class SqliteConsensus:
                 raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
 
     def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        pid = os.getpid()
-        if conn is not None and self._local.pid == pid:
-            return conn
+        conn = self._connections.get()
         if conn is not None:
-            _INHERITED.append(conn)
+            return conn
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -118,24 +115,19 @@ class SqliteConsensus:
                 isolation_level=None,
                 check_same_thread=False,
             )
-            conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as e:
             raise Determinate(f"connecting to SQLite consensus {str(self.path)!r}: {e}") from e
-        self._local.conn = conn
-        self._local.pid = pid
-        with self._lock:
-            self._opened.append((pid, conn))
+        try:
+            conn.execute("PRAGMA synchronous=FULL")
+        except sqlite3.Error as e:
+            conn.close()
+            raise Determinate(f"connecting to SQLite consensus {str(self.path)!r}: {e}") from e
+        self._connections.put(conn)
         return conn
 
     def close(self) -> None:
         """Close every connection this process opened; call when no thread uses this."""
-        pid = os.getpid()
-        with self._lock:
-            mine = [c for p, c in self._opened if p == pid]
-            self._opened = [(p, c) for p, c in self._opened if p != pid]
-        for conn in mine:
-            conn.close()
-        self._local = threading.local()
+        self._connections.close_all()
 
     def _write(self, what: str, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``body`` in a ``BEGIN IMMEDIATE`` transaction and commit it.

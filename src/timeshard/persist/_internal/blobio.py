@@ -6,7 +6,8 @@ through ``timeshard.spark.parts``.
 Invariants:
 
 1. A part is written at a fresh key, so retrying a ``set`` whose outcome was
-   indeterminate is safe.
+   indeterminate is safe. Retries that run out raise Determinate only if no
+   attempt may have taken effect, else Indeterminate.
 2. A missing or corrupt part raises :class:`PartError`; it is never skipped.
 3. A part written here records its size and SHA-256 in its :class:`PartMeta`;
    a read checks both before decoding. It records its time bounds, and its
@@ -23,7 +24,7 @@ from typing import TypeVar
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from timeshard.errors import Determinate, ExternalError, PartError
+from timeshard.errors import Determinate, ExternalError, Indeterminate, PartError
 from timeshard.location.blob import Blob
 from timeshard.persist._internal.parts import (
     TS,
@@ -42,15 +43,26 @@ R = TypeVar("R")
 
 
 def retry_external(config: PersistConfig, what: str, call: Callable[[], R]) -> R:
-    """Call ``call`` until it does not raise ExternalError, at most max_attempts times."""
+    """Call ``call`` until it does not raise ExternalError, at most max_attempts times.
+
+    Then it raises Indeterminate if any attempt did (that attempt may have taken
+    effect: a value written, a key deleted), else Determinate.
+    """
     rng = random.Random()
     failures = 0
+    maybe_applied = False
     while True:
         try:
             return call()
         except ExternalError as e:
             failures += 1
+            maybe_applied = maybe_applied or isinstance(e, Indeterminate)
             if failures >= config.max_attempts:
+                if maybe_applied:
+                    raise Indeterminate(
+                        f"{what}: failed {failures} times, an attempt may have taken effect; "
+                        f"last: {e}"
+                    ) from e
                 raise Determinate(f"{what}: failed {failures} times; last: {e}") from e
             config.backoff(failures, rng)
 

@@ -1,0 +1,44 @@
+"""Masking the secrets of location URIs before they reach a message or a log.
+
+A URI a user typed may be malformed in any way (``postgresql//app:pw@h/db``,
+an unencoded ``/`` or ``@`` in the password) and still carry a secret, so
+masking never parses: it rewrites the text.
+
+Invariants:
+
+1. The password of a ``user:password@`` (after ``://`` or not) is replaced by
+   ``***``; when it follows ``scheme://user:``, everything up to the last
+   ``@`` of the URI goes, so an unencoded ``/`` or ``@`` in it hides nothing.
+   The user stays.
+2. The value of a ``key=value`` parameter whose key names a secret (``password``,
+   ``sslpassword``, ``secret_key``, ``session_token``, ...) is replaced by
+   ``***``, quoted values whole.
+3. Masking masked text changes nothing.
+"""
+
+from __future__ import annotations
+
+import re
+
+_AFTER_SCHEME = re.compile(r"(://[^\s/:@]*):[^\s]*@")
+_USERINFO = re.compile(r"([^\s/:@]*):[^\s/]*@")
+_SECRET_PARAM = re.compile(
+    r"(\b\w*(?:password|passwd|secret|token)\w*\s*=\s*)('(?:[^'\\]|\\.)*'?|[^&\s]*)",
+    re.IGNORECASE,
+)
+
+
+def masked(text: str) -> str:
+    """``text`` with every password and secret parameter of a URI in it replaced by ``***``.
+
+    >>> masked("postgresql://app:pw@db/ts?sslpassword=x&sslmode=require")
+    'postgresql://app:***@db/ts?sslpassword=***&sslmode=require'
+    >>> masked("host=db password='a b' dbname=ts")
+    'host=db password=*** dbname=ts'
+    """
+    text = _AFTER_SCHEME.sub(r"\1:***@", text)
+    text = _USERINFO.sub(r"\1:***@", text)
+    return _SECRET_PARAM.sub(r"\1***", text)
+
+
+__all__ = ["masked"]

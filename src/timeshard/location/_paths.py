@@ -1,0 +1,31 @@
+"""Local paths the file backends are given: refusing the ones that cannot work.
+
+A path whose nearest existing ancestor is a file (``/dev/null/x.db``), or a
+database path that is a directory, cannot become a blob root or a SQLite file
+however often it is retried: that is a mistake to fix (InvalidUsage), not a
+fault (Determinate).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from timeshard.errors import InvalidUsage
+
+
+def check_creatable(path: Path, what: str, *, directory: bool) -> None:
+    """InvalidUsage naming ``path`` unless it is (or can become) a directory (``directory``)
+    or a file under directories."""
+    if path.exists():
+        if path.is_dir() != directory:
+            kind = "is not a directory" if directory else "is a directory, not a file"
+            raise InvalidUsage(f"{what} {str(path)!r} {kind}")
+        return
+    for ancestor in path.parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise InvalidUsage(f"{what} {str(path)!r}: {str(ancestor)!r} is not a directory")
+            return
+
+
+__all__ = ["check_creatable"]
