@@ -9,11 +9,12 @@ not written.
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from timeshard.errors import Determinate, Indeterminate
 from timeshard.location import MemoryBlob, UnreliableBlob
-from timeshard.persist._internal.blobio import delete_keys, retry_external
+from timeshard.persist._internal.blobio import delete_keys, read_part, retry_external
 from timeshard.persist.config import PersistConfig
 
 CONFIG = PersistConfig(max_attempts=3, backoff_ms=0.0, max_backoff_ms=0.0)
@@ -47,3 +48,22 @@ def test_failures_that_surely_did_not_happen_are_determinate() -> None:
     with pytest.raises(Determinate, match="failed 3 times"):
         retry_external(CONFIG, "writing part 's/w/b/p'", lambda: failing.set("s/w/b/p", b"x"))
     assert inner.get("s/w/b/p") is None
+
+
+def test_reads_that_time_out_are_determinate() -> None:
+    """A read has no effect to be unsure of: a part read or a consensus read that timed
+    out every time is Determinate, so a compare-and-append that never got to its
+    compare-and-set does not leave its staged parts for GC as if it might have."""
+    from timeshard.location import MemoryConsensus, UnreliableConsensus
+    from timeshard.persist._internal.machine import Machine
+    from timeshard.persist._internal.parts import PartMeta
+
+    inner = MemoryBlob()
+    inner.set("s/w/b/p", b"x")
+    timing_out = UnreliableBlob(inner, seed=1, fail_rate=0.0, timeout_rate=1.0)
+    part = PartMeta("s/w/b/p", 1, 1, 0, 0, None)
+    with pytest.raises(Determinate, match="failed 3 times"):
+        read_part(timing_out, part, pa.schema([("k", pa.int64())]), CONFIG)
+    consensus = UnreliableConsensus(MemoryConsensus(), seed=1, fail_rate=0.0, timeout_rate=1.0)
+    with pytest.raises(Determinate):
+        Machine("s", consensus, CONFIG).fetch()

@@ -192,7 +192,9 @@ class PersistClient:
     def list_shards(self) -> list[str]:
         """Every shard id of the location (storage failures retried like any read)."""
         consensus = self.location.consensus
-        return retry_external(self.config, "listing shards", lambda: list(consensus.list_keys()))
+        return retry_external(
+            self.config, "listing shards", lambda: list(consensus.list_keys()), reads=True
+        )
 
     def state(self, shard_id: str) -> ShardState:
         """The current state of ``shard_id``; InvalidUsage if there is none."""

@@ -48,7 +48,10 @@ def collect_garbage(
     """Expire stale leases, delete garbage blobs, truncate dead versions."""
     shard = machine.shard_id
     listed = retry_external(
-        config, f"listing blobs of {shard!r}", lambda: [m.key for m in blob.list_keys(f"{shard}/")]
+        config,
+        f"listing blobs of {shard!r}",
+        lambda: [m.key for m in blob.list_keys(f"{shard}/")],
+        reads=True,
     )
     now = config.now_ms()
     expired = machine.apply(lambda s: tr.expire_leases(s, now))
@@ -65,6 +68,7 @@ def collect_garbage(
             config,
             f"scanning consensus of {shard!r}",
             partial(consensus.scan, shard, start, _SCAN_LIMIT),
+            reads=True,
         )
         for v in page:
             earliest = min(earliest, v.seqno)

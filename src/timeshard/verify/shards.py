@@ -181,7 +181,9 @@ def _check_part(
     where: str,
 ) -> list[Finding]:
     blob = client.location.blob
-    data = retry_external(client.config, f"reading part {part.key!r}", lambda: blob.get(part.key))
+    data = retry_external(
+        client.config, f"reading part {part.key!r}", lambda: blob.get(part.key), reads=True
+    )
     try:  # as every reader does: the recorded size and digest first
         table = decode_part(part.key, check_part_bytes(part, data), schema)
     except PartError as e:

@@ -42,11 +42,14 @@ from timeshard.persist.config import PersistConfig
 R = TypeVar("R")
 
 
-def retry_external(config: PersistConfig, what: str, call: Callable[[], R]) -> R:
+def retry_external(
+    config: PersistConfig, what: str, call: Callable[[], R], *, reads: bool = False
+) -> R:
     """Call ``call`` until it does not raise ExternalError, at most max_attempts times.
 
     Then it raises Indeterminate if any attempt did (that attempt may have taken
-    effect: a value written, a key deleted), else Determinate.
+    effect: a value written, a key deleted), else Determinate. A call that only
+    ``reads`` has no effect to be unsure of: its failure is Determinate.
     """
     rng = random.Random()
     failures = 0
@@ -56,7 +59,7 @@ def retry_external(config: PersistConfig, what: str, call: Callable[[], R]) -> R
             return call()
         except ExternalError as e:
             failures += 1
-            maybe_applied = maybe_applied or isinstance(e, Indeterminate)
+            maybe_applied = maybe_applied or (isinstance(e, Indeterminate) and not reads)
             if failures >= config.max_attempts:
                 if maybe_applied:
                     raise Indeterminate(
@@ -81,14 +84,18 @@ def read_part(
     blob: Blob, part: PartMeta, data_schema: pa.Schema, config: PersistConfig
 ) -> pa.Table:
     """Fetch and decode one part; PartError if it is missing or corrupt."""
-    data = retry_external(config, f"reading part {part.key!r}", lambda: blob.get(part.key))
+    data = retry_external(
+        config, f"reading part {part.key!r}", lambda: blob.get(part.key), reads=True
+    )
     return decode_part(part.key, check_part_bytes(part, data), data_schema)
 
 
 def read_part_times(blob: Blob, part: PartMeta, config: PersistConfig) -> pa.ChunkedArray:
     """Fetch one part and decode only its ``_ts`` column; PartError if it is missing or
     corrupt (size, digest, page checksums, or a column that does not validate)."""
-    data = retry_external(config, f"reading part {part.key!r}", lambda: blob.get(part.key))
+    data = retry_external(
+        config, f"reading part {part.key!r}", lambda: blob.get(part.key), reads=True
+    )
     data = check_part_bytes(part, data)
     try:
         table = pq.read_table(pa.BufferReader(data), columns=[TS], page_checksum_verification=True)

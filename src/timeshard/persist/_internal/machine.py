@@ -188,7 +188,9 @@ class Machine:
         )
 
     def _retry(self, call: Callable[[], R]) -> R:
-        return retry_external(self.config, f"shard {self.shard_id!r}: reading consensus", call)
+        return retry_external(
+            self.config, f"shard {self.shard_id!r}: reading consensus", call, reads=True
+        )
 
     def _backoff(self, failures: int) -> None:
         self.config.backoff(failures, self._rng)
