@@ -95,21 +95,27 @@ class Export:
                 f"{list(key_columns)} (and metadata): every command would read as a delete; "
                 "use the NONE envelope"
             )
+        if envelope == "upsert":  # refused before any handle is opened
+            SparkFeedbackUpsert.spark_schema(client, shard, self.schema, key_columns)
         # An UPSERT output's own writer compacts it; this one only appends empty batches.
         self.writer = client.open_writer(
             shard, self.schema, background_compaction=envelope == "none"
         )
-        if self.writer.fetch_recent_upper().is_empty():
-            self.writer.expire()
-            raise InvalidUsage(
-                f"output shard {shard!r} is closed (its source was dropped), and a dropped "
-                "name is not used again"
+        try:
+            if self.writer.fetch_recent_upper().is_empty():
+                raise InvalidUsage(
+                    f"output shard {shard!r} is closed (its source was dropped), and a dropped "
+                    "name is not used again"
+                )
+            self.upsert = (
+                SparkFeedbackUpsert(spark, client, shard, self.schema, key_columns, holds)
+                if envelope == "upsert"
+                else None
             )
-        self.upsert = (
-            SparkFeedbackUpsert(spark, client, shard, self.schema, key_columns, holds)
-            if envelope == "upsert"
-            else None
-        )
+        except BaseException:
+            with contextlib.suppress(Exception):  # the constructor's error is the one to see
+                self.writer.expire()
+            raise
 
     def upper(self) -> Frontier:
         return self.writer.fetch_recent_upper()

@@ -135,32 +135,54 @@ class SparkFeedbackUpsert:
         key_columns: Sequence[str],
         holds: SinceHolds | None = None,
     ) -> None:
-        from timeshard.spark.session import arrow_to_spark_schema
-
-        if not key_columns or any(k not in schema.names for k in key_columns):
-            raise InvalidUsage(
-                f"upsert key columns {list(key_columns)} must be non-empty columns of {schema}"
-            )
+        spark_schema = self.spark_schema(client, shard_id, schema, key_columns)
         self.spark = spark
         self.client = client
         self.shard_id = shard_id
         self.schema = schema
         self.keys = list(key_columns)
         self.values = [n for n in schema.names if n not in key_columns]
+        self._checked: str | None = None  # the last commands schema that fit the shard
+        opened: list[Any] = []
+        try:  # whatever fails here, the handles opened so far are expired now
+            self._writer = client.open_writer(shard_id, schema, background_compaction=True)
+            opened.append(self._writer)
+            self._reader = client.open_leased_reader(shard_id, schema)
+            opened.append(self._reader)
+            types = {f.name: f.dataType for f in spark_schema.fields}
+            self.state = ArrangedState(spark, self.keys, self.values, types)
+            self._parts = spark.sparkContext.accumulator([], PartsParam())
+        except BaseException:
+            with contextlib.suppress(Exception):  # the constructor's error is the one to see
+                expire_all(opened)
+            raise
+        self._own_holds = holds is None
+        self.holds = holds if holds is not None else SinceHolds()
+        self.hold = self.holds.add(self._hold_since)
+
+    @staticmethod
+    def spark_schema(
+        client: PersistClient, shard_id: str, schema: pa.Schema, key_columns: Sequence[str]
+    ) -> Any:
+        """The Spark schema of the upsert output ``shard_id`` (``schema``, keyed by
+        ``key_columns``).
+
+        Raises InvalidUsage, and opens nothing, if the upsert cannot keep it: a
+        key column that is not one of ``schema``'s, a blob without a filesystem
+        root, or a type Spark cannot hold.
+        """
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        if not key_columns or any(k not in schema.names for k in key_columns):
+            raise InvalidUsage(
+                f"upsert key columns {list(key_columns)} must be non-empty columns of {schema}"
+            )
         if client.location.blob.root_uri is None:
             raise InvalidUsage(
                 f"the Spark upsert of {shard_id!r} needs a blob with a filesystem root "
                 "(Spark tasks write its parts), not a memory blob"
             )
-        self._writer = client.open_writer(shard_id, schema, background_compaction=True)
-        self._reader = client.open_leased_reader(shard_id, schema)
-        types = {f.name: f.dataType for f in arrow_to_spark_schema(schema).fields}
-        self.state = ArrangedState(spark, self.keys, self.values, types)
-        self._own_holds = holds is None
-        self.holds = holds if holds is not None else SinceHolds()
-        self.hold = self.holds.add(self._hold_since)
-        self._parts = spark.sparkContext.accumulator([], PartsParam())
-        self._checked: str | None = None  # the last commands schema that fit the shard
+        return arrow_to_spark_schema(schema)
 
     def apply(self, commands: Any, input_upper: int) -> Appended | UpperMismatch | None:
         """Apply ``commands`` at ``[shard upper, input_upper)`` (one Spark job; module doc)."""
