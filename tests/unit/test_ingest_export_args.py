@@ -63,13 +63,16 @@ def test_a_spark_upsert_that_cannot_start_leaves_no_handle(tmp_path: Path) -> No
     ("value_type", "refusal"),
     [
         (pa.uint64(), r"column 'v' has Arrow type uint64, which Spark cannot hold"),
+        (pa.map_(pa.string(), pa.int64()), r"column 'v' of type map<string,bigint>"),
+        (pa.struct([("m", pa.map_(pa.string(), pa.int64()))]), r"column 'v' of type struct<m"),
     ],
 )
 def test_a_spark_upsert_refuses_a_column_it_cannot_compare(
     tmp_path: Path, value_type: pa.DataType, refusal: str
 ) -> None:
-    """An unsupported type left the writer and reader behind: it is refused before any
-    shard is opened."""
+    """A map (at any depth) has no equality in Spark: every tick failed with an
+    AnalysisException on ``<=>``. An unsupported type left the writer and reader behind.
+    Both are refused before any shard is opened."""
     client = PersistClient(Location.embedded(tmp_path / "loc"))
     schema = pa.schema([("k", pa.string()), ("v", value_type)])
     with pytest.raises(InvalidUsage, match=refusal):

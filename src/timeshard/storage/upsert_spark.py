@@ -169,9 +169,12 @@ class SparkFeedbackUpsert:
 
         Raises InvalidUsage, and opens nothing, if the upsert cannot keep it: a
         key column that is not one of ``schema``'s, a blob without a filesystem
-        root, or a type Spark cannot hold.
+        root, a type Spark cannot hold, or a map at any depth (the upsert
+        compares rows with ``<=>`` and consolidates the shard's updates, which
+        Spark does for no map).
         """
         from timeshard.spark.session import arrow_to_spark_schema
+        from timeshard.spark.snapshot import check_groupable
 
         if not key_columns or any(k not in schema.names for k in key_columns):
             raise InvalidUsage(
@@ -182,7 +185,12 @@ class SparkFeedbackUpsert:
                 f"the Spark upsert of {shard_id!r} needs a blob with a filesystem root "
                 "(Spark tasks write its parts), not a memory blob"
             )
-        return arrow_to_spark_schema(schema)
+        spark_schema = arrow_to_spark_schema(schema)
+        try:
+            check_groupable(spark_schema)
+        except InvalidUsage as e:
+            raise InvalidUsage(f"the upsert of {shard_id!r} compares rows by value: {e}") from None
+        return spark_schema
 
     def apply(self, commands: Any, input_upper: int) -> Appended | UpperMismatch | None:
         """Apply ``commands`` at ``[shard upper, input_upper)`` (one Spark job; module doc)."""
