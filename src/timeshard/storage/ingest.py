@@ -140,15 +140,17 @@ class Export:
         """Apply the envelope to reclocked ``records`` and append ``[lower, upper)``."""
         from pyspark.sql import functions as F
 
+        from timeshard.spark.parts import column
         from timeshard.spark.sqltext import bigint_where
 
-        data = list(self.schema.names)
+        # Quoted: a column name may hold dots or spaces (``v.x`` is no field of a struct ``v``).
+        data = [column(c) for c in self.schema.names]
         err = F.col(ERR) if ERR in records.columns else F.lit(None).cast("string")
         records = records.where(bigint_where(TS, ">=", lower))
         if self.upsert is not None:
             deleted = F.lit(True)
-            for c in [c for c in data if c not in (*self.upsert.keys, *self.metadata)]:
-                deleted = deleted & F.col(c).isNull()
+            for c in [c for c in self.schema.names if c not in (*self.upsert.keys, *self.metadata)]:
+                deleted = deleted & column(c).isNull()
             commands = records.select(
                 *data,
                 TS,
