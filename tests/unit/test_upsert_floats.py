@@ -13,7 +13,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from timeshard.errors import InvalidUsage
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient
 from timeshard.storage import FeedbackUpsert, UpsertCommand
@@ -78,13 +77,3 @@ def test_one_nan_command_twice_in_an_apply_is_no_conflict(key_type: pa.DataType,
     upsert.apply(twice, 1)
     rows = client.open_leased_reader("out", schema).snapshot(0).to_pylist()
     assert len(rows) == 1 and rows[0]["_diff"] == 1, rows
-
-
-def test_two_different_commands_at_one_position_are_refused_in_any_order() -> None:
-    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
-    a, b = (UpsertCommand(("a",), (v,), 0, (7,)) for v in (1, 2))
-    for commands in ([a, b], [b, a]):
-        client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
-        upsert = FeedbackUpsert(client, "out", schema, ["k"])
-        with pytest.raises(InvalidUsage, match=r"two different upsert commands at one position"):
-            upsert.apply(commands, 1)

@@ -18,8 +18,9 @@ Semantics, for commands reclocked to the same time ``t``:
 1. per key, the command with the highest FromTime order wins. ``order`` is
    the command's position in its source, a tuple compared element by element;
    a source's records have distinct positions, and two different commands at
-   one position, key and time are a caller's mistake (InvalidUsage), so the
-   winner never depends on the order of ``commands``. A source's record is
+   one position, key and time (winning or not) are a caller's mistake
+   (InvalidUsage, whatever the order of ``commands``), so the winner never
+   depends on the order of ``commands``. A source's record is
    at ``(partition, offset)``: for a FILE source ``(file name, byte offset)``,
    the order of :mod:`timeshard.storage.file_source` ("Order"; Python
    compares ``str`` by code point, which is the order of their UTF-8 bytes),
@@ -147,15 +148,17 @@ class FeedbackUpsert:
         if lower is None or input_upper <= lower:
             return None
         winners: dict[tuple[Timestamp, Any], UpsertCommand] = {}  # by (time, canonical key)
+        placed: dict[tuple[Timestamp, Any, Any], UpsertCommand] = {}  # ... and position
         for c in commands:
             if lower <= c.time < input_upper:
                 slot = (c.time, canonical(c.key))
-                best = winners.get(slot)
-                if best is not None and best.order == c.order and not _same(best, c):
+                first = placed.setdefault((*slot, canonical(c.order)), c)
+                if not _same(first, c):
                     raise InvalidUsage(
                         f"two different upsert commands at one position {c.order!r}: "
-                        f"{best!r} and {c!r}"
+                        f"{first!r} and {c!r}"
                     )
+                best = winners.get(slot)
                 if best is None or best.order < c.order:
                     winners[slot] = c
         keys = {k: winners[(t, k)].key for t, k in winners}
