@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -17,6 +18,7 @@ from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.spark.jobs import JobCounter
 from timeshard.storage import REMAP_SCHEMA, Remap
+from timeshard.storage.file_source import FileSource
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.reclock import reclock_df
 from timeshard.storage.sources import CounterGenerator, KeyValueGenerator
@@ -199,3 +201,31 @@ def test_reclocking_by_bindings_of_an_earlier_shape_compiles_nothing(spark: Spar
     for tick in (2, 3):
         assert timed(tick) == want(tick)
     assert metrics.METRIC_COMPILATION_TIME().getCount() == before
+
+
+@pytest.mark.parametrize("envelope", ["upsert", "none"])
+def test_a_column_name_with_a_dot_is_ingested(
+    spark: SparkSession, tmp_path: Path, envelope: str
+) -> None:
+    """``v.x`` is a column, not field ``x`` of a struct ``v``: every data step failed with
+    UNRESOLVED_COLUMN and the source stalled."""
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"k": "a", "v.x": 1}\n{"k": "a", "v.x": 2}\n')
+    schema = pa.schema([("k", pa.string()), ("v.x", pa.int64())])
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    ing = Ingestion(
+        spark,
+        client,
+        FileSource("src", data, "json", schema),
+        envelope=envelope,
+        key_columns=["k"] if envelope == "upsert" else [],
+        clock=lambda: next(clock),
+    )
+    ing.step(), ing.step()
+    reader = client.open_leased_reader("src")
+    rows = reader.snapshot(client.state("src").upper.time - 1).to_pylist()
+    got = sorted((r["k"], r["v.x"], r["_diff"]) for r in rows)
+    assert got == ([("a", 2, 1)] if envelope == "upsert" else [("a", 1, 1), ("a", 2, 1)])
+    ing.close()
+    reader.expire()

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
+from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient, ReadHandle
 from timeshard.storage.upsert_spark import SparkFeedbackUpsert
@@ -211,4 +212,32 @@ def test_an_arrangement_whose_cached_blocks_are_lost_is_rebuilt(
     assert {r["k"]: (r["v"], r["_err"]) for r in rows} == model(cmds, final_upper - 1)
     assert arranged(mine) == model(cmds, final_upper - 1)
     mine.close()
+    hold.expire()
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_two_different_commands_at_one_position_are_refused(
+    spark: SparkSession, tmp_path: Path, large: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in the Python upsert: InvalidUsage and nothing written, whatever the order of the
+    commands (the one that came first won) and whether they win. The same command twice is
+    one command, also where its key's row is in several layers."""
+    if large:
+        as_if_large(monkeypatch)
+    ddl = "k string, v long, _ts long, _order long, _delete boolean, _err string"
+    client = PersistClient(Location.embedded(tmp_path))
+    hold = client.open_leased_reader("out", SCHEMA)
+    upsert = SparkFeedbackUpsert(spark, client, "out", SCHEMA, ["k"])
+    for t in range(2):  # key a in two layers
+        upsert.apply(spark.createDataFrame([("a", t, t, t, False, None)], ddl), t + 1)
+    assert len(upsert.state.layers) == 2
+    a, b = ("a", 10, 2, 7, False, None), ("a", 20, 2, 7, False, None)
+    error, later = ("a", None, 2, 7, False, "bad value"), ("a", 30, 2, 8, False, None)
+    for cmds in ([a, b], [b, a], [error, b], [later, b, a, a]):
+        with pytest.raises(InvalidUsage, match=r"two different upsert commands at one position"):
+            upsert.apply(spark.createDataFrame(cmds, ddl).coalesce(1), 3)
+        assert client.state("out").upper.time == 2, cmds
+    upsert.apply(spark.createDataFrame([a, a, b, b], ddl).where("v = 10"), 3)
+    assert [(r["v"], r["_diff"]) for r in hold.snapshot(2).to_pylist()] == [(10, 1)]
+    upsert.close()
     hold.expire()

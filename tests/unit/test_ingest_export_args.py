@@ -1,4 +1,5 @@
-"""An ingestion output's envelope is checked before any shard is opened."""
+"""An ingestion output's envelope is checked before any shard is opened, and a failed
+construction leaves no handle registered."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.storage.ingest import Export
+from timeshard.storage.upsert_spark import SparkFeedbackUpsert
 
 PAYLOAD = pa.schema([("k", pa.int64()), ("_offset", pa.int64())])
 
@@ -26,4 +28,53 @@ def test_an_upsert_output_with_only_key_and_metadata_columns_is_refused(
     client = PersistClient(Location.embedded(tmp_path / "loc"))
     with pytest.raises(InvalidUsage, match=r"UPSERT output 'out' has no value columns"):
         Export(None, client, "out", PAYLOAD, "upsert", key_columns, metadata=metadata)
+    assert client.list_shards() == []
+
+
+def handles(client: PersistClient, shard: str) -> tuple[list[str], list[str]]:
+    """The writers and leased readers registered on ``shard``."""
+    state = client.state(shard)
+    return list(state.writers), list(state.leased_readers)
+
+
+def test_an_upsert_output_with_an_unknown_key_column_leaves_no_writer(tmp_path: Path) -> None:
+    """The export's writer was opened before the upsert refused the key: it stayed registered
+    (holding the shard's GC back) until its lease ran out. Now no shard is opened."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    payload = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    with pytest.raises(InvalidUsage, match=r"upsert key columns \['nope'\]"):
+        Export(None, client, "out", payload, "upsert", ["nope"])
+    assert client.list_shards() == []
+
+
+def test_a_spark_upsert_that_cannot_start_leaves_no_handle(tmp_path: Path) -> None:
+    """Whatever fails in the constructor (here: no SparkSession), its writer and its
+    reader, which holds the since back, are expired, and so is the export's writer."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    with pytest.raises(AttributeError):
+        SparkFeedbackUpsert(None, client, "out", PAYLOAD, ["k"])
+    assert handles(client, "out") == ([], [])
+    with pytest.raises(AttributeError):
+        Export(None, client, "export", PAYLOAD, "upsert", ["k"])
+    assert handles(client, "export") == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("value_type", "refusal"),
+    [
+        (pa.uint64(), r"column 'v' has Arrow type uint64, which Spark cannot hold"),
+        (pa.map_(pa.string(), pa.int64()), r"column 'v' of type map<string,bigint>"),
+        (pa.struct([("m", pa.map_(pa.string(), pa.int64()))]), r"column 'v' of type struct<m"),
+    ],
+)
+def test_a_spark_upsert_refuses_a_column_it_cannot_compare(
+    tmp_path: Path, value_type: pa.DataType, refusal: str
+) -> None:
+    """A map (at any depth) has no equality in Spark: every tick failed with an
+    AnalysisException on ``<=>``. An unsupported type left the writer and reader behind.
+    Both are refused before any shard is opened."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    schema = pa.schema([("k", pa.string()), ("v", value_type)])
+    with pytest.raises(InvalidUsage, match=refusal):
+        SparkFeedbackUpsert(None, client, "out", schema, ["k"])
     assert client.list_shards() == []

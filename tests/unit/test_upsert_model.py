@@ -14,8 +14,10 @@ from typing import Any
 
 import hypothesis.strategies as st
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 
+from timeshard.errors import InvalidUsage
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient, PersistConfig
 from timeshard.storage import FeedbackUpsert, UpsertCommand
@@ -78,3 +80,15 @@ def test_upsert_is_last_value_per_key(
         assert all(r["_diff"] == 1 for r in rows), rows
         got = {r["k"]: (r["v"], r["_err"]) for r in rows}
         assert got == want, (at, rows)
+
+
+def test_two_different_commands_at_one_position_are_refused_in_any_order() -> None:
+    """Whether they win or not (a tie below the winner was refused only if it came first)."""
+    schema = pa.schema([("k", pa.string()), ("v", pa.int64())])
+    a, b = (UpsertCommand(("a",), (v,), 0, (7,)) for v in (1, 2))
+    later = UpsertCommand(("a",), (3,), 0, (8,))
+    for commands in ([a, b], [b, a], [a, b, later], [later, a, b]):
+        client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+        upsert = FeedbackUpsert(client, "out", schema, ["k"])
+        with pytest.raises(InvalidUsage, match=r"two different upsert commands at one position"):
+            upsert.apply(commands, 1)

@@ -107,21 +107,27 @@ class Export:
                 f"{list(key_columns)} (and metadata): every command would read as a delete; "
                 "use the NONE envelope"
             )
+        if envelope == "upsert":  # refused before any handle is opened
+            SparkFeedbackUpsert.spark_schema(client, shard, self.schema, key_columns)
         # An UPSERT output's own writer compacts it; this one only appends empty batches.
         self.writer = client.open_writer(
             shard, self.schema, background_compaction=envelope == "none"
         )
-        if self.writer.fetch_recent_upper().is_empty():
-            self.writer.expire()
-            raise InvalidUsage(
-                f"output shard {shard!r} is closed (its source was dropped), and a dropped "
-                "name is not used again"
+        try:
+            if self.writer.fetch_recent_upper().is_empty():
+                raise InvalidUsage(
+                    f"output shard {shard!r} is closed (its source was dropped), and a dropped "
+                    "name is not used again"
+                )
+            self.upsert = (
+                SparkFeedbackUpsert(spark, client, shard, self.schema, key_columns, holds)
+                if envelope == "upsert"
+                else None
             )
-        self.upsert = (
-            SparkFeedbackUpsert(spark, client, shard, self.schema, key_columns, holds)
-            if envelope == "upsert"
-            else None
-        )
+        except BaseException:
+            with contextlib.suppress(Exception):  # the constructor's error is the one to see
+                self.writer.expire()
+            raise
 
     def upper(self) -> Frontier:
         return self.writer.fetch_recent_upper()
@@ -146,15 +152,17 @@ class Export:
         """Apply the envelope to reclocked ``records`` and append ``[lower, upper)``."""
         from pyspark.sql import functions as F
 
+        from timeshard.spark.parts import column
         from timeshard.spark.sqltext import bigint_where
 
-        data = list(self.schema.names)
+        # Quoted: a column name may hold dots or spaces (``v.x`` is no field of a struct ``v``).
+        data = [column(c) for c in self.schema.names]
         err = F.col(ERR) if ERR in records.columns else F.lit(None).cast("string")
         records = records.where(bigint_where(TS, ">=", lower))
         if self.upsert is not None:
             deleted = F.lit(True)
-            for c in [c for c in data if c not in (*self.upsert.keys, *self.metadata)]:
-                deleted = deleted & F.col(c).isNull()
+            for c in [c for c in self.schema.names if c not in (*self.upsert.keys, *self.metadata)]:
+                deleted = deleted & column(c).isNull()
             commands = records.select(
                 *data,
                 TS,

@@ -18,8 +18,9 @@ Semantics, for commands reclocked to the same time ``t``:
 1. per key, the command with the highest FromTime order wins. ``order`` is
    the command's position in its source, a tuple compared element by element;
    a source's records have distinct positions, and two different commands at
-   one position, key and time are a caller's mistake (InvalidUsage), so the
-   winner never depends on the order of ``commands``. A source's record is
+   one position, key and time (winning or not) are a caller's mistake
+   (InvalidUsage, whatever the order of ``commands``), so the winner never
+   depends on the order of ``commands``. A source's record is
    at ``(partition, offset)``: for a FILE source ``(file name, byte offset)``,
    the order of :mod:`timeshard.storage.file_source` ("Order"; Python
    compares ``str`` by code point, which is the order of their UTF-8 bytes),
@@ -28,7 +29,10 @@ Semantics, for commands reclocked to the same time ``t``:
    new row inserted, unless they are equal;
 3. a delete leaves the key absent; an error leaves an err row for the key
    (key columns set, value columns null, ``_err`` the message), which a later
-   good value for the same key retracts.
+   good value for the same key retracts;
+4. keys, rows and commands are compared as Spark compares them (and as
+   persist consolidates): every NaN is one value and -0.0 is 0.0, at any depth
+   of structs and lists (:func:`canonical`). Python and Arrow keep them apart.
 
 Eligibility (after seed 003): commands at times in ``[persist upper, input
 upper)`` are applied in one batch with compare-and-append at the persist upper,
@@ -44,7 +48,8 @@ built yet.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +58,7 @@ import pyarrow.compute as pc
 
 from timeshard.errors import InvalidUsage, UpperMismatch
 from timeshard.persist import Appended, PersistClient, expire_all
-from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.persist._internal.parts import DIFF, ERR, TS, _normalized_floats
 from timeshard.progress import Frontier, Timestamp
 
 
@@ -66,6 +71,36 @@ class UpsertCommand:
     time: Timestamp
     order: tuple[Any, ...]
     error: str | None = None
+
+
+class _NaN:
+    """The one NaN of :func:`canonical`: equal to itself only (Python's ``nan != nan``)."""
+
+    def __repr__(self) -> str:
+        return "nan"
+
+
+_NAN = _NaN()
+
+
+def canonical(value: Any) -> Any:
+    """``value`` (a Python value of an Arrow type, or a tuple or dict of them) as a hashable
+    value equal to another exactly when Spark compares them equal: every NaN is one value
+    and -0.0 is 0.0, at any depth; lists and structs become tuples."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return _NAN
+        return 0.0 if value == 0 else value
+    if isinstance(value, dict):
+        return tuple((k, canonical(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(canonical(v) for v in value)
+    return value
+
+
+def _same(a: UpsertCommand, b: UpsertCommand) -> bool:
+    """Whether ``a`` and ``b`` are one command (their order and time aside)."""
+    return bool(canonical((a.key, a.value, a.error)) == canonical((b.key, b.value, b.error)))
 
 
 class FeedbackUpsert:
@@ -112,26 +147,28 @@ class FeedbackUpsert:
         lower = current.time
         if lower is None or input_upper <= lower:
             return None
-        winners: dict[tuple[Timestamp, tuple[Any, ...]], UpsertCommand] = {}
+        winners: dict[tuple[Timestamp, Any], UpsertCommand] = {}  # by (time, canonical key)
+        placed: dict[tuple[Timestamp, Any, Any], UpsertCommand] = {}  # ... and position
         for c in commands:
             if lower <= c.time < input_upper:
-                slot = (c.time, c.key)
-                best = winners.get(slot)
-                if best is not None and best.order == c.order and best != c:
+                slot = (c.time, canonical(c.key))
+                first = placed.setdefault((*slot, canonical(c.order)), c)
+                if not _same(first, c):
                     raise InvalidUsage(
                         f"two different upsert commands at one position {c.order!r}: "
-                        f"{best!r} and {c!r}"
+                        f"{first!r} and {c!r}"
                     )
+                best = winners.get(slot)
                 if best is None or best.order < c.order:
                     winners[slot] = c
-        keys = {k for _, k in winners}
+        keys = {k: winners[(t, k)].key for t, k in winners}
         state = self._state(keys, lower - 1) if lower > 0 and keys else {}
         rows: list[dict[str, Any]] = []
         for t, key in sorted(winners, key=lambda s: s[0]):
             cmd = winners[(t, key)]
             new = self._row(cmd)
             old = state.get(key)
-            if old == new:
+            if canonical(old) == canonical(new):
                 continue
             if old is not None:
                 rows.append({**old, TS: t, DIFF: -1})
@@ -160,15 +197,19 @@ class FeedbackUpsert:
             )
         return {**row, **dict(zip(self.value_columns, cmd.value, strict=True)), ERR: None}
 
-    def _state(self, keys: set[tuple[Any, ...]], as_of: Timestamp) -> dict[Any, Any]:
-        """The current row of each of ``keys`` at ``as_of``, read back from the output."""
+    def _state(self, keys: Mapping[Any, tuple[Any, ...]], as_of: Timestamp) -> dict[Any, Any]:
+        """The current row at ``as_of`` of each key of ``keys`` (canonical key -> a key),
+        read back from the output, by canonical key."""
         snap = self._reader.snapshot(as_of)
-        if len(self.key_columns) == 1:
-            wanted = pa.array([k[0] for k in keys], snap.schema.field(self.key_columns[0]).type)
-            snap = snap.filter(pc.is_in(snap.column(self.key_columns[0]), value_set=wanted))
+        key_type = snap.schema.field(self.key_columns[0]).type
+        if len(self.key_columns) == 1 and not pa.types.is_nested(key_type):
+            # Arrow compares floats by bits: a -0.0 or a NaN of another sign is found normalised.
+            wanted = _normalized_floats(pa.array([k[0] for k in keys.values()], key_type))
+            found = _normalized_floats(snap.column(self.key_columns[0]).combine_chunks())
+            snap = snap.filter(pc.is_in(found, value_set=wanted))
         state: dict[Any, Any] = {}
         for r in snap.to_pylist():
-            key = tuple(r[k] for k in self.key_columns)
+            key = canonical(tuple(r[k] for k in self.key_columns))
             if key in keys:
                 assert r[DIFF] == 1 and key not in state, (
                     f"upsert output holds key {key!r} with multiplicity {r[DIFF]}"

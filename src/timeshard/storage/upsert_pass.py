@@ -2,7 +2,7 @@
 
 ```
  winners of one partition (Arrow batches)            executors
-   _h, _key, _ts, _upd: [update, ..], _last, _v0.., _err, _gone
+   _h, _key, _ts, _upd: [update, ..], _last, _v0.., _err, _gone, _tie
       │
       ├── _upd flattened, keys unwrapped, cast ──> one Parquet part (write_part_file)
       │                                             │ its PartMeta ──> parts accumulator
@@ -16,7 +16,9 @@ causes (``_upd``: its key's retraction and insertion, if any) and whether it
 is its key's last winner of the tick (``_last``: its row is the key's new
 state). The task streams the updates into one part at
 ``<prefix>/part-<partition>-<id>.parquet`` and, once the part is complete,
-yields the layer rows. The part's metadata reaches the driver through a
+yields the layer rows. A winner with ``_tie`` set (two different commands of
+its key and time at one position) fails the task with InvalidUsage naming
+them, and so the job. The part's metadata reaches the driver through a
 Spark accumulator (:class:`PartsParam`), with the partition and attempt that
 wrote it, when the task succeeds.
 
@@ -44,6 +46,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from timeshard.errors import InvalidUsage
 from timeshard.location.blob import Blob
 from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys
@@ -54,6 +57,9 @@ from timeshard.storage.upsert_state import GONE, HASH, KEY, value_columns
 
 UPDATES = "_upd"
 LAST = "_last"
+#: Two different commands of a winner's key and time at one position (or null):
+#: ``struct<_order, a: struct<_v0.., _err, _delete>, b: ...>``.
+TIE = "_tie"
 
 # One accumulator entry: (batch prefix, partition, attempt, PartMeta JSON or None).
 PartEntry = tuple[str, int, int, dict[str, Any] | None]
@@ -91,6 +97,9 @@ class UpsertPass:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
+            tied = batch.column(TIE)
+            if tied.null_count < len(tied):
+                raise self._conflict(batch.filter(tied.is_valid()).slice(0, 1))
             last = batch.filter(batch.column(LAST))
             if last.num_rows:
                 layer.append(
@@ -99,6 +108,22 @@ class UpsertPass:
             table = self._part_table(batch, data_schema)
             if table.num_rows:
                 yield table
+
+    def _conflict(self, tied: pa.RecordBatch) -> InvalidUsage:
+        """The error of the tie of ``tied``'s one row (see :data:`TIE`)."""
+        row = tied.to_pylist()[0]
+        key = dict(zip(self.keys, row[KEY].values(), strict=True))
+        tie = row[TIE]
+
+        def command(c: dict[str, Any]) -> dict[str, Any]:  # _v0 .. _vm by name, then the rest
+            fields = list(c.items())
+            named = zip(self.values, (v for _, v in fields), strict=False)
+            return {**dict(named), **dict(fields[len(self.values) :])}
+
+        return InvalidUsage(
+            f"two different upsert commands at one position {tie['_order']!r}, key {key!r}, "
+            f"time {row[TS]}: {command(tie['a'])!r} and {command(tie['b'])!r}"
+        )
 
     def _part_table(self, batch: pa.RecordBatch, data_schema: pa.Schema) -> pa.Table:
         import pyarrow.compute as pc
@@ -154,6 +179,7 @@ def delete_batch_files(blob: Blob, key_prefix: str, config: PersistConfig) -> No
 
 __all__ = [
     "LAST",
+    "TIE",
     "UPDATES",
     "PartEntry",
     "PartsParam",

@@ -28,7 +28,12 @@ the shard upper ``lower``:
    like every layer, and joins them to each layer on the hash and then the
    key (a hash join built on the commands; the layers are not shuffled):
    each command gets its key's row (the newest layer's);
-3. per ``(key, _ts)`` keeps the command with the highest ``_order``;
+3. per ``(key, _ts)`` keeps the command with the highest ``_order``; two
+   different commands at one ``_order`` (of one key and time; winning or
+   not) are a caller's mistake, as in :mod:`timeshard.storage.upsert`: the
+   ranking marks the winner, the pass raises InvalidUsage naming both, and
+   the job fails with nothing appended (the winner never depends on the
+   order of the commands);
 4. for each key, orders its winners by time and takes each one's previous
    row with ``lag``; the first winner's previous row is the key's row in the
    arranged state (the feedback);
@@ -92,6 +97,7 @@ from timeshard.spark.checkpoint import lost_checkpoint_blocks
 from timeshard.storage.since_holds import SinceHolds
 from timeshard.storage.upsert_pass import (
     LAST,
+    TIE,
     UPDATES,
     PartsParam,
     UpsertPass,
@@ -135,32 +141,62 @@ class SparkFeedbackUpsert:
         key_columns: Sequence[str],
         holds: SinceHolds | None = None,
     ) -> None:
-        from timeshard.spark.session import arrow_to_spark_schema
-
-        if not key_columns or any(k not in schema.names for k in key_columns):
-            raise InvalidUsage(
-                f"upsert key columns {list(key_columns)} must be non-empty columns of {schema}"
-            )
+        spark_schema = self.spark_schema(client, shard_id, schema, key_columns)
         self.spark = spark
         self.client = client
         self.shard_id = shard_id
         self.schema = schema
         self.keys = list(key_columns)
         self.values = [n for n in schema.names if n not in key_columns]
+        self._checked: str | None = None  # the last commands schema that fit the shard
+        opened: list[Any] = []
+        try:  # whatever fails here, the handles opened so far are expired now
+            self._writer = client.open_writer(shard_id, schema, background_compaction=True)
+            opened.append(self._writer)
+            self._reader = client.open_leased_reader(shard_id, schema)
+            opened.append(self._reader)
+            types = {f.name: f.dataType for f in spark_schema.fields}
+            self.state = ArrangedState(spark, self.keys, self.values, types)
+            self._parts = spark.sparkContext.accumulator([], PartsParam())
+        except BaseException:
+            with contextlib.suppress(Exception):  # the constructor's error is the one to see
+                expire_all(opened)
+            raise
+        self._own_holds = holds is None
+        self.holds = holds if holds is not None else SinceHolds()
+        self.hold = self.holds.add(self._hold_since)
+
+    @staticmethod
+    def spark_schema(
+        client: PersistClient, shard_id: str, schema: pa.Schema, key_columns: Sequence[str]
+    ) -> Any:
+        """The Spark schema of the upsert output ``shard_id`` (``schema``, keyed by
+        ``key_columns``).
+
+        Raises InvalidUsage, and opens nothing, if the upsert cannot keep it: a
+        key column that is not one of ``schema``'s, a blob without a filesystem
+        root, a type Spark cannot hold, or a map at any depth (the upsert
+        compares rows with ``<=>`` and consolidates the shard's updates, which
+        Spark does for no map).
+        """
+        from timeshard.spark.session import arrow_to_spark_schema
+        from timeshard.spark.snapshot import check_groupable
+
+        if not key_columns or any(k not in schema.names for k in key_columns):
+            raise InvalidUsage(
+                f"upsert key columns {list(key_columns)} must be non-empty columns of {schema}"
+            )
         if client.location.blob.root_uri is None:
             raise InvalidUsage(
                 f"the Spark upsert of {shard_id!r} needs a blob with a filesystem root "
                 "(Spark tasks write its parts), not a memory blob"
             )
-        self._writer = client.open_writer(shard_id, schema, background_compaction=True)
-        self._reader = client.open_leased_reader(shard_id, schema)
-        types = {f.name: f.dataType for f in arrow_to_spark_schema(schema).fields}
-        self.state = ArrangedState(spark, self.keys, self.values, types)
-        self._own_holds = holds is None
-        self.holds = holds if holds is not None else SinceHolds()
-        self.hold = self.holds.add(self._hold_since)
-        self._parts = spark.sparkContext.accumulator([], PartsParam())
-        self._checked: str | None = None  # the last commands schema that fit the shard
+        spark_schema = arrow_to_spark_schema(schema)
+        try:
+            check_groupable(spark_schema)
+        except InvalidUsage as e:
+            raise InvalidUsage(f"the upsert of {shard_id!r} compares rows by value: {e}") from None
+        return spark_schema
 
     def apply(self, commands: Any, input_upper: int) -> Appended | UpperMismatch | None:
         """Apply ``commands`` at ``[shard upper, input_upper)`` (one Spark job; module doc)."""
@@ -361,15 +397,33 @@ class SparkFeedbackUpsert:
         (:mod:`timeshard.storage.file_source`, "Order"). Unkeyed err commands
         are all kept, marked ``_unkeyed``: they name no key, so they take no
         part in ranking the null key's commands.
+
+        ``_tie`` (:data:`TIE`): null, or two different commands of the key and
+        time that share an ``_order`` (the pass refuses them). In the ranking
+        the rows of one ``_order`` are adjacent: they differ somewhere if and
+        only if two adjacent ones differ (the rows of one command, once per
+        layer with its key, are equal).
         """
         values = value_columns(len(self.values))
         joined = self.state.with_layer_rows(keyed, layers, STATE, skip=UNKEYED)
+        command = f"struct({', '.join([*values, ERR, DELETE])})"
         # _h first: the rows are partitioned by it, so the window needs no exchange. The
         # top command comes once per layer with its key: the newest layer's row ranks first.
         per_time = f"PARTITION BY {HASH}, {KEY}, {UNKEYED}, {TS}"
-        per_time += f" ORDER BY {ORDER} DESC, {LAYER} DESC"
-        ranked = joined.selectExpr("*", f"row_number() OVER ({per_time}) AS _rank")
-        top = ranked.where(f"_rank = 1 OR {UNKEYED}")
+        ranking = f"{per_time} ORDER BY {ORDER} DESC, {LAYER} DESC"
+        ranked = joined.selectExpr(
+            "*",
+            f"row_number() OVER ({ranking}) AS _rank",
+            f"lag(struct({ORDER} AS o, {command} AS c)) OVER ({ranking}) AS _above",
+        )
+        tie = (
+            f"CASE WHEN NOT {UNKEYED} AND _above.o <=> {ORDER} AND NOT (_above.c <=> {command}) "
+            f"THEN struct({ORDER} AS {ORDER}, least(_above.c, {command}) AS a, "
+            f"greatest(_above.c, {command}) AS b) END"
+        )
+        # The same partitioning as the ranking's, and its order suffices: no sort of its own.
+        ties = ranked.selectExpr("*", f"max({tie}) OVER ({per_time}) AS {TIE}")
+        top = ties.where(f"_rank = 1 OR {UNKEYED}")
         # The new row of each winner: null values and no row at all for a delete.
         return top.selectExpr(
             HASH,
@@ -380,6 +434,7 @@ class SparkFeedbackUpsert:
             f"{DELETE} AND {ERR} IS NULL AS {GONE}",
             UNKEYED,
             STATE,
+            TIE,
         )
 
     def _chain(self, winners: Any) -> Any:
@@ -411,7 +466,7 @@ class SparkFeedbackUpsert:
             f"THEN struct({new}, {ERR} AS {ERR}) END"
         )
         updates = f"filter(array({retract}, {insert}), u -> u IS NOT NULL) AS {UPDATES}"
-        return chained.selectExpr(HASH, KEY, TS, updates, LAST, *values, ERR, GONE)
+        return chained.selectExpr(HASH, KEY, TS, updates, LAST, *values, ERR, GONE, TIE)
 
 
 __all__ = ["DELETE", "ORDER", "SparkFeedbackUpsert"]
