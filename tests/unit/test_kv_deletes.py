@@ -54,7 +54,7 @@ def test_deletes_null_the_value_only_after_the_snapshot_by_a_seeded_hash() -> No
     assert "CAST(NULL AS STRING)" in query
     assert f"{DELETE_SCALE}) < {DELETE_SCALE // 4}" in query
     # the condition starts after the snapshot: id >= the keys a partition owns
-    assert "id >= ((50 - pidx + 2 - 1) DIV 2)" in query
+    assert "id >= ((50 - pidx - 1) DIV 2 + 1)" in query
     assert "xxhash64(3, 'delete'" in query
 
 

@@ -57,3 +57,41 @@ def test_the_defaults_and_ints_in_range_are_accepted() -> None:
     AuctionGenerator(users=1, organizations=1, rate=1, seed=-(2**63))
     CounterGenerator(rate=1, max_cardinality=1)
     KeyValueGenerator(seed=2**63 - 1)
+
+
+@pytest.mark.parametrize(
+    ("cls", "options", "named"),
+    [
+        # A partition owning no key divided by zero in every read (REMAINDER_BY_ZERO).
+        (KeyValueGenerator, {"keys": 1}, ("keys 1", "partitions 2")),
+        (KeyValueGenerator, {"keys": 3, "partitions": 4}, ("keys 3", "partitions 4")),
+        # Options the generators' SQL cannot hold: every read overflowed.
+        (KeyValueGenerator, {"keys": 2**64}, ("keys", str(2**64))),
+        (KeyValueGenerator, {"keys": 2**63}, ("keys", str(2**63))),
+        (KeyValueGenerator, {"value_size": 2**31}, ("value_size", str(2**31))),
+        (KeyValueGenerator, {"rate": 2**62}, ("rate", str(2**62))),
+        (CounterGenerator, {"rate": 2**62}, ("rate", str(2**62))),
+        (CounterGenerator, {"max_cardinality": 2**63}, ("max_cardinality", str(2**63))),
+        (AuctionGenerator, {"rate": 2**40}, ("rate", str(2**40))),
+        (AuctionGenerator, {"users": 2**63}, ("users", str(2**63))),
+        (CounterGenerator, {"rate": 2**31 - 1, "ticks": 2**33}, ("ticks", str(2**33))),
+    ],
+)
+def test_options_the_generated_sql_cannot_hold_are_refused_naming_them(
+    cls: Any, options: dict[str, Any], named: tuple[str, ...]
+) -> None:
+    with pytest.raises(InvalidUsage) as e:
+        cls(**options)
+    for text in named:
+        assert text in str(e.value)
+    kind = {AuctionGenerator: "auction", CounterGenerator: "counter"}.get(cls, "key_value")
+    spec = RunSpec.model_validate({"source": [{"name": "g", "kind": kind, "options": options}]})
+    with pytest.raises(InvalidUsage, match=named[0]):
+        check_spec(spec, existing=[])
+
+
+def test_the_largest_options_are_accepted() -> None:
+    KeyValueGenerator(keys=1, partitions=1)
+    KeyValueGenerator(keys=2**63 - 1, partitions=2, value_size=2**30, rate=2**31 - 1)
+    CounterGenerator(rate=2**31 - 1, max_cardinality=2**63 - 1, ticks=(2**63 - 1) // (2**31 - 1))
+    AuctionGenerator(rate=2**31 - 1, users=2**63 - 1, organizations=2**63 - 1)

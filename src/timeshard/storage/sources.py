@@ -14,7 +14,8 @@ function of the seed and the number of ticks.
 * :class:`KeyValueGenerator` (KEY VALUE): ``keys`` keys; the first records
   of each partition are a snapshot (every key once), then updates to keys
   drawn from a seeded hash, values of ``value_size`` hex characters. It is
-  upsert-shaped: key column ``key``, value column ``value``. With
+  upsert-shaped: key column ``key``, value column ``value``. Every partition
+  owns keys: ``keys`` is at least ``partitions``. With
   ``deletes`` (a fraction in ``[0, 1]``), that fraction of the records after
   the snapshot, chosen by another seeded hash, are deletes: value ``NULL``,
   which the UPSERT envelope reads as "remove the key".
@@ -29,7 +30,9 @@ function of the seed and the number of ticks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -74,25 +77,54 @@ def _ranges_sql(
     return f"SELECT {select} FROM ({' UNION ALL '.join(parts)})"
 
 
+INT64_MAX = 2**63 - 1
+MAX_RATE = 2**31 - 1
+"""The most records a generator makes per partition and tick: with it, its offsets
+(``rate * ticks``) stay in int64 for at least 2**30 ticks."""
+
+
 def check_int_options(
-    kind: str, source: object, positive: tuple[str, ...], any_int: tuple[str, ...] = ("seed",)
+    kind: str,
+    source: object,
+    positive: tuple[str, ...],
+    any_int: tuple[str, ...] = ("seed",),
+    at_most: Mapping[str, int] = MappingProxyType({}),
 ) -> None:
     """Refuse, naming the option and its value, a load generator option that is not an int
-    (positive for those in ``positive``, in int64 for seeds) or a ``ticks`` below 0.
+    (positive for those in ``positive``, in int64 for seeds) or a ``ticks`` below 0; a
+    positive one above its bound in ``at_most`` (by default int64's largest, and
+    :data:`MAX_RATE` for ``rate``); and ``ticks`` whose offsets, ``rate * ticks``, pass
+    ``at_most["offset"]`` (by default int64's largest).
 
     The generators format their options into the SQL they hand Spark: an option that is
-    not an int would be SQL text (or a late ``TypeError`` in a tick)."""
-    for what in (*positive, *any_int, "ticks"):
-        value = getattr(source, what)
+    not an int would be SQL text (or a late ``TypeError`` in a tick), and one the SQL
+    cannot hold fails every read (an overflow under ANSI mode)."""
+    bounds = {"rate": MAX_RATE, **at_most}
+    values = {what: getattr(source, what) for what in (*positive, *any_int, "ticks")}
+    for what, value in values.items():
         if isinstance(value, bool) or not isinstance(value, int):
             raise InvalidUsage(f"{kind} {what} must be an int, got {value!r}")
         if what in positive and value <= 0:
             raise InvalidUsage(f"{kind} {what} must be a positive int, got {value!r}")
+        if what in positive and value > bounds.get(what, INT64_MAX):
+            raise InvalidUsage(
+                f"{kind} {what} must be at most {bounds.get(what, INT64_MAX)}, got {value!r}"
+            )
         if what in any_int and not -(2**63) <= value < 2**63:
             raise InvalidUsage(f"{kind} {what} must be an int in [-2**63, 2**63), got {value!r}")
         if what == "ticks" and value < 0:
             raise InvalidUsage(f"{kind} ticks must be a non-negative int, got {value!r}")
+    rate, ticks = values["rate"], values["ticks"]
+    if rate * ticks > bounds.get("offset", INT64_MAX):
+        raise InvalidUsage(
+            f"{kind} ticks {ticks!r} at rate {rate!r} makes offsets beyond "
+            f"{bounds.get('offset', INT64_MAX)}"
+        )
 
+
+MAX_VALUE_SIZE = 1 << 30
+"""The largest KEY VALUE ``value_size``: a value is one Spark string, built from
+repeated 64-character hashes, and a Spark string holds less than 2 GiB."""
 
 DELETE_SCALE = 1 << 30
 """The resolution of :attr:`KeyValueGenerator.deletes`: a record is a delete when a
@@ -113,7 +145,17 @@ class KeyValueGenerator:
     deletes: float = 0.0
 
     def __post_init__(self) -> None:
-        check_int_options("KEY VALUE", self, ("keys", "value_size", "partitions", "rate"))
+        check_int_options(
+            "KEY VALUE",
+            self,
+            ("keys", "value_size", "partitions", "rate"),
+            at_most={"value_size": MAX_VALUE_SIZE},
+        )
+        if self.keys < self.partitions:
+            raise InvalidUsage(
+                f"KEY VALUE keys {self.keys!r} must be at least partitions {self.partitions!r}: "
+                "every partition owns keys"
+            )
         d = self.deletes
         if isinstance(d, bool) or not isinstance(d, int | float) or not 0.0 <= d <= 1.0:
             # ``not 0.0 <= d <= 1.0`` also rejects NaN.
@@ -138,11 +180,12 @@ class KeyValueGenerator:
         self.ticks = max(self.ticks, -(-done // self.rate))
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
-        # Partition i owns the keys k with k % partitions == i. Its first
-        # ceil(owned / 1) records cover them once (the snapshot); later ones
-        # pick owned keys by a seeded hash.
+        # Partition i owns the keys k with k % partitions == i: ceil((keys - i) /
+        # partitions) of them, at least one as keys >= partitions (written so that
+        # nothing overflows up to keys = 2**63 - 1). Its first `owned` records cover
+        # them once (the snapshot); later ones pick owned keys by a seeded hash.
         n, parts, seed = self.keys, self.partitions, int(self.seed)
-        owned = f"(({n} - pidx + {parts} - 1) DIV {parts})"
+        owned = f"(({n} - pidx - 1) DIV {parts} + 1)"
         key = (
             f"CASE WHEN id < {owned} THEN id * {parts} + pidx ELSE "
             f"pmod(xxhash64({seed}, pidx, id), {owned}) * {parts} + pidx END"
@@ -176,8 +219,12 @@ class CounterGenerator:
     def __post_init__(self) -> None:
         check_int_options("COUNTER", self, ("rate",), any_int=())
         m = self.max_cardinality
-        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m <= 0):
-            raise InvalidUsage(f"COUNTER max_cardinality must be a positive int, got {m!r}")
+        if m is not None and (
+            isinstance(m, bool) or not isinstance(m, int) or not 0 < m <= INT64_MAX
+        ):
+            raise InvalidUsage(
+                f"COUNTER max_cardinality must be a positive int, at most {INT64_MAX}, got {m!r}"
+            )
 
     def payload_schema(self) -> pa.Schema:
         return pa.schema([("counter", pa.int64())])
@@ -235,7 +282,10 @@ class AuctionGenerator:
     ticks: int = field(default=0)
 
     def __post_init__(self) -> None:
-        check_int_options("AUCTION", self, ("rate", "users", "organizations"))
+        # Bid ids are offset * 3 + j: offsets stay below a third of int64.
+        check_int_options(
+            "AUCTION", self, ("rate", "users", "organizations"), at_most={"offset": INT64_MAX // 3}
+        )
 
     def outputs(self) -> dict[str, pa.Schema]:
         return {
