@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from typing import Any
 
 import pyarrow as pa
@@ -62,6 +63,7 @@ AVRO_DECODE_ERROR = (
     "the datum does not decode with the declared avro_schema (corrupt, truncated, or too long)"
 )
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+FIELD_ORDERS = ("ascending", "descending", "ignore")
 _RESERVED = ("_partition", "_offset", TS, DIFF, ERR)
 
 
@@ -69,8 +71,12 @@ def avro_payload_schema(avro_schema: str) -> pa.Schema:
     """The Arrow columns of an Avro record schema given as JSON text (driver).
 
     Every column is nullable (err rows have null data). Raises InvalidUsage
-    for text that is not a record schema, and for a field whose type is not
-    a primitive or a union of ``null`` and one primitive, naming the field.
+    for text that is not a record schema, for a field whose type is not a
+    primitive or a union of ``null`` and one primitive, or whose ``default``
+    is not a value of its type (spark-avro fails the whole job when it
+    resolves a writer without the field), naming the field, and for a schema
+    spark-avro cannot parse (:func:`avro_schema_problem`: every read would
+    fail before decoding a datum).
     """
     try:
         record = json.loads(avro_schema)
@@ -93,7 +99,99 @@ def avro_payload_schema(avro_schema: str) -> pa.Schema:
         if fname in [c.name for c in columns]:
             raise InvalidUsage(f"avro_schema: field name {fname!r} is repeated")
         columns.append(pa.field(fname, _avro_field_type(fname, field.get("type"))))
+        if "default" in field and not _default_fits(field["type"], field["default"]):
+            raise InvalidUsage(
+                f"avro_schema: field {fname!r} has default {json.dumps(field['default'])}, "
+                f"which is not a value of its type {json.dumps(field['type'])}"
+            )
+    problem = avro_schema_problem(record)
+    if problem is not None:
+        raise InvalidUsage(f"avro_schema is not a valid Avro schema: {problem}")
     return pa.schema(columns)
+
+
+def avro_schema_problem(schema: Any) -> str | None:
+    """Why Avro's Java parser, which spark-avro runs, would refuse ``schema`` (parsed
+    JSON) as a datum's schema, None if it would not.
+
+    fastavro parses the schema framed as :func:`decode_datum` hands it to spark-avro
+    (so a name that collides with the frame's is refused too), and every named type's
+    name and namespace, and every field's name, is checked against Java Avro's name
+    grammar, which fastavro does not check: a letter or ``_``, then letters, digits or
+    ``_``, in each dotted component of a full name or namespace.
+    """
+    import fastavro
+
+    try:
+        fastavro.parse_schema(json.loads(framed_schema(json.dumps(schema))))
+    except Exception as e:  # fastavro raises several types for a bad schema
+        return f"{type(e).__name__}: {e}"
+    return _names_problem(schema)
+
+
+def _names_problem(schema: Any) -> str | None:
+    if isinstance(schema, list):
+        return next(filter(None, map(_names_problem, schema)), None)
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if kind in ("record", "error", "enum", "fixed"):
+        name, namespace = schema.get("name"), schema.get("namespace")
+        if not isinstance(name, str) or not all(map(_java_name, name.split("."))):
+            return f"{kind} name {name!r} is not an Avro name"
+        dotted = namespace.split(".") if isinstance(namespace, str) else [""]
+        if "." not in name and namespace not in (None, "") and not all(map(_java_name, dotted)):
+            return f"{kind} {name!r} has namespace {namespace!r}, not an Avro namespace"
+    if kind in ("record", "error"):
+        for field in schema.get("fields", ()):
+            fname = field.get("name")
+            if not isinstance(fname, str) or not _java_name(fname):
+                return f"field name {fname!r} of record {schema.get('name')!r} is not an Avro name"
+            if str(field.get("order", "ascending")).lower() not in FIELD_ORDERS:
+                return f"field {fname!r} has order {field['order']!r}, not one of {FIELD_ORDERS}"
+            problem = _names_problem(field.get("type"))
+            if problem is not None:
+                return problem
+        return None
+    if kind in ("array", "map"):
+        return _names_problem(schema.get("items" if kind == "array" else "values"))
+    return _names_problem(kind)
+
+
+def _java_name(name: str) -> bool:
+    """Whether Java Avro takes ``name`` as a name (a letter or ``_``, then letters,
+    digits or ``_``; letters and digits as Java's ``Character`` has them)."""
+    categories = [unicodedata.category(c) for c in name]
+    return (
+        bool(name)
+        and (categories[0].startswith("L") or name[0] == "_")
+        and all(
+            k.startswith("L") or k == "Nd" or c == "_"
+            for c, k in zip(name, categories, strict=True)
+        )
+    )
+
+
+def _default_fits(avro_type: Any, default: Any) -> bool:
+    """Whether Java Avro takes ``default`` for a field of ``avro_type`` (a primitive, or a
+    union of them: a value of any branch)."""
+    branches = avro_type if isinstance(avro_type, list) else [avro_type]
+    return any(_fits(_avro_primitive(b), default) for b in branches)
+
+
+def _fits(primitive: str | None, value: Any) -> bool:
+    integral = isinstance(value, int) and not isinstance(value, bool)
+    if primitive == "null":
+        return value is None
+    if primitive == "boolean":
+        return isinstance(value, bool)
+    if primitive == "int":
+        return integral and -(2**31) <= value < 2**31
+    if primitive == "long":
+        return integral and -(2**63) <= value < 2**63
+    if primitive in ("float", "double"):
+        return integral or isinstance(value, float) or value in ("NaN", "Infinity", "-Infinity")
+    return primitive in ("string", "bytes") and isinstance(value, str)
 
 
 def _avro_field_type(name: str, avro_type: Any) -> pa.DataType:
@@ -173,6 +271,7 @@ __all__ = [
     "AVRO_TYPES",
     "DATUM_END",
     "avro_payload_schema",
+    "avro_schema_problem",
     "datum_ok",
     "decode_datum",
     "framed_schema",

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
+from timeshard.storage.avro import avro_schema_problem
 
 MAGIC = b"\x00"
 #: The registry's error code for an id it has no schema for (with HTTP 404).
@@ -45,14 +46,14 @@ DEFAULT_TIMEOUT_S = 10.0
 
 
 def avro(text: str) -> bool:
-    """Whether ``text`` is a valid, self-contained Avro schema (fastavro parses it)."""
-    import fastavro
-
+    """Whether ``text`` is a valid, self-contained Avro schema that spark-avro can decode
+    a datum with (fastavro parses it, and its names are Avro names:
+    :func:`~timeshard.storage.avro.avro_schema_problem`)."""
     try:
-        fastavro.parse_schema(json.loads(text))
-    except Exception:  # fastavro raises several types for a bad schema
+        schema = json.loads(text)
+    except (TypeError, json.JSONDecodeError):
         return False
-    return True
+    return avro_schema_problem(schema) is None
 
 
 _USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
@@ -159,8 +160,9 @@ class SchemaFiles:
                 json.loads(text)
             except (TypeError, json.JSONDecodeError) as e:
                 raise InvalidUsage(f"schemas: schema id {i} is not JSON text: {e}") from None
-            if not avro(text):
-                raise InvalidUsage(f"schemas: schema id {i} is not a valid Avro schema")
+            problem = avro_schema_problem(json.loads(text))
+            if problem is not None:
+                raise InvalidUsage(f"schemas: schema id {i} is not a valid Avro schema: {problem}")
         self._schemas = dict(schemas)
 
     def schema(self, schema_id: int) -> str | None:

@@ -1,0 +1,99 @@
+"""A reader ``avro_schema`` is checked as Avro when it is declared (no Spark).
+
+spark-avro parses it with Avro's Java parser in every read: a name that parser
+refuses failed every read at planning (a fault, the source stalled for good),
+and a default that is not a value of its field's type failed the whole job at
+the first record whose writer lacked the field. The verdicts below are Java
+Avro 1.12's (tests/integration/test_avro_schema_java.py checks them against it).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from timeshard.errors import InvalidUsage
+from timeshard.storage.avro import avro_payload_schema
+from timeshard.storage.kafka_source import KafkaSource
+from timeshard.storage.schema_registry import SchemaFiles, avro
+
+
+def record(fields: list[dict[str, Any]] | None = None, **attributes: Any) -> dict[str, Any]:
+    return {
+        "type": "record",
+        "name": "R",
+        **attributes,
+        "fields": fields or [{"name": "a", "type": "long"}],
+    }
+
+
+def field(avro_type: Any, **attributes: Any) -> list[dict[str, Any]]:
+    return [{"name": "a", "type": avro_type, **attributes}]
+
+
+REFUSED = [
+    (record(name="my-rec"), "'my-rec' is not an Avro name"),
+    (record(name="a.1b"), "'a.1b' is not an Avro name"),
+    (record(namespace="1bad ns"), "namespace '1bad ns'"),
+    (record(namespace="a..b"), "namespace 'a..b'"),
+    (record(name="TimeshardDatumEnd"), "redefined named type"),
+    (record(field("long", default="x")), 'default "x"'),
+    (record(field({"type": "long"}, default="x")), 'default "x"'),
+    (record(field("int", default=2**40)), f"default {2**40}"),
+    (record(field("int", default=1.0)), "default 1.0"),
+    (record(field("long", default=2**63)), f"default {2**63}"),
+    (record(field("float", default=True)), "default true"),
+    (record(field("double", default=None)), "default null"),
+    (record(field("string", default=1)), "default 1"),
+    (record(field(["null", "long"], default="x")), 'default "x"'),
+    (record(field(["null", "int"], default=2**40)), f"default {2**40}"),
+    (record(field("long", order="bogus")), "order 'bogus'"),
+]
+
+ACCEPTED = [
+    record(field(["null", "long"], default=0)),  # any branch, as Java Avro takes it
+    record(field(["long", "null"], default=None)),
+    record(namespace=""),
+    record(namespace="com.acme"),
+    record(name="com.acme.R"),
+    record(name="Été"),
+    record(name="long"),  # in the frame's namespace: timeshard.avro.long
+    record(field("int", default=-(2**31))),
+    record(field("long", default=2**63 - 1)),
+    record(field("float", default="NaN")),
+    record(field("double", default=1)),
+    record(field("bytes", default="\u00ff")),
+    record(field("long", order="DESCENDING")),
+]
+
+
+@pytest.mark.parametrize(("schema", "match"), REFUSED)
+def test_a_reader_schema_java_avro_refuses_is_invalid_usage_naming_the_problem(
+    schema: dict[str, Any], match: str
+) -> None:
+    text = json.dumps(schema)
+    with pytest.raises(InvalidUsage) as e:
+        avro_payload_schema(text)
+    assert match in str(e.value)
+    with pytest.raises(InvalidUsage, match="avro_schema"):
+        KafkaSource("k", "127.0.0.1:9", "t", value_format="avro", value_avro_schema=text)
+
+
+@pytest.mark.parametrize("schema", ACCEPTED)
+def test_a_reader_schema_java_avro_takes_is_accepted(schema: dict[str, Any]) -> None:
+    assert avro_payload_schema(json.dumps(schema)).names == ["a"]
+
+
+def test_writer_schemas_with_names_java_avro_refuses_are_not_avro() -> None:
+    """A schema file naming a type or field so was refused by no one, and failed every
+    read; a registry's is a data error of the records naming it."""
+    enum = {"type": "enum", "name": "my-enum", "symbols": ["A"]}
+    nested = record([{"name": "a", "type": ["null", enum]}])
+    bad_field = record([{"name": "a-b", "type": "long"}])
+    for schema in (nested, bad_field, record(namespace="1x")):
+        assert not avro(json.dumps(schema))
+        with pytest.raises(InvalidUsage, match="schema id 3 is not a valid Avro schema: "):
+            SchemaFiles({3: json.dumps(schema)})
+    assert avro(json.dumps(record([{"name": "a", "type": ["null", {**enum, "name": "E"}]}])))
