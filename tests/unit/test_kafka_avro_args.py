@@ -280,3 +280,24 @@ def test_a_schema_file_that_is_not_avro_is_refused() -> None:
         SchemaFiles(
             {3: '{"type": "record", "name": "r", "fields": [{"name": "x", "type": "Nope"}]}'}
         )
+
+
+def test_an_id_that_is_no_int32_schema_id_is_unknown_without_asking_the_registry() -> None:
+    """The wire format's id is a signed int32, and a registry's ids are not negative: bytes
+    ff ff ff ff are id -1, which no registry has (read unsigned, they were looked up as
+    4294967295, which a real registry answers with a 404 without code 40403: a fault, and
+    one corrupt record stalled the source for good)."""
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    asked: list[int] = []
+
+    class Answers:
+        def get_schema(self, schema_id: int) -> Any:
+            asked.append(schema_id)
+            raise SchemaRegistryError(404, 404, "HTTP 404 Not Found")
+
+    registry = SchemaRegistry("http://127.0.0.1:9")
+    registry._client = Answers()
+    for schema_id in (-1, -(2**31), 2**31, 2**32 - 1):
+        assert registry.schema(schema_id) is None
+    assert asked == []

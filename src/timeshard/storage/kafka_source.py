@@ -40,8 +40,8 @@ for a non-empty range), fetches each id it has not seen from the registry
 (once per process: an id's schema never changes), then plans one job that
 decodes each record with the schema of its id. A record becomes an err row
 if its bytes are not in the wire format (fewer than five bytes, or a magic
-byte other than 0), if its id is unknown to the registry (HTTP 404 with
-error code 40403) or absent from ``avro_schemas``, or if its datum does not
+byte other than 0), if its id (a signed int32) is negative, unknown to the
+registry (HTTP 404 with error code 40403) or absent from ``avro_schemas``, or if its datum does not
 decode with its writer schema into the reader schema. A registry that cannot
 be reached (or answers anything but the schema or "schema not found") is a
 fault: ``read`` raises SourceUnavailable and nothing is written; the
@@ -587,11 +587,14 @@ def _decoded_column(side: str) -> str:
 
 
 def _schema_id(raw: Any) -> Any:
-    """The schema id of wire-format bytes ``raw``, null if they are not in the wire format."""
+    """The schema id of wire-format bytes ``raw`` (a big-endian signed int32, as a long),
+    null if they are not in the wire format."""
     from pyspark.sql import functions as F
 
     framed = (F.length(raw) >= HEADER_BYTES) & (raw.substr(1, 1) == F.lit(MAGIC))
-    return F.when(framed, F.conv(F.hex(raw.substr(2, 4)), 16, 10).cast("long"))
+    unsigned = F.conv(F.hex(raw.substr(2, 4)), 16, 10).cast("long")
+    signed = F.when(unsigned >= 1 << 31, unsigned - (1 << 32)).otherwise(unsigned)
+    return F.when(framed, signed)
 
 
 class _AvroSide:

@@ -2,7 +2,8 @@
 
 The Confluent wire format frames an Avro binary datum with five bytes: byte
 0 is the magic byte ``0``, bytes 1-4 the id of the writer schema (a
-big-endian int32), and the datum follows. The id names a schema in a schema
+big-endian signed int32; a registry's ids are not negative, so a negative
+one is unknown without asking), and the datum follows. The id names a schema in a schema
 registry; ``GET {url}/schemas/ids/{id}`` answers ``{"schema": "<Avro JSON
 text>"}``. A registry never changes the schema of an id, so a schema once
 fetched is kept for the life of the process.
@@ -100,6 +101,8 @@ class SchemaRegistry:
         self._client: Any = None
 
     def schema(self, schema_id: int) -> str | None:
+        if not 0 <= schema_id < 1 << 31:
+            return None  # no registry has it, and some answer a 404 without code 40403
         found = self._schemas.get(schema_id)
         if found is not None:
             return found
