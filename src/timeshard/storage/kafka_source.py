@@ -108,6 +108,7 @@ from timeshard.storage.schema_registry import (
     SchemaFiles,
     SchemaRegistry,
     WriterSchemas,
+    redacted,
 )
 
 FORMATS = ("json", "text", "bytes", "avro")
@@ -563,13 +564,17 @@ def _writer_schemas(
     """Where wire-format records' writer schemas come from (None: bare Avro datums)."""
     if url is not None and schemas is not None:
         raise InvalidUsage(
-            f"give schema_registry_url or avro_schemas, not both: got {url!r} and ids "
-            f"{sorted(schemas)}"
+            redacted(
+                f"give schema_registry_url or avro_schemas, not both: got {url!r} and ids "
+                f"{sorted(schemas)}"
+            )
         )
     if (url is not None or schemas is not None) and not avro:
         raise InvalidUsage(
-            "schema_registry_url and avro_schemas go with key_format or value_format 'avro'; "
-            f"got {url!r}, {schemas!r}"
+            redacted(
+                "schema_registry_url and avro_schemas go with key_format or value_format "
+                f"'avro'; got {url!r}, {schemas!r}"
+            )
         )
     if url is not None:
         return SchemaRegistry(url, timeout_s)

@@ -19,7 +19,8 @@ Two implementations of :class:`WriterSchemas`:
   registry unreachable, a timeout, an HTTP 5xx, refused credentials, a 404
   without that code, as from a URL that is not a registry's) is a *fault*:
   ``SourceUnavailable``, the ingestion stalls and retries, and nothing is
-  written. The URL's user information never appears in a message.
+  written. The URL's user information never appears in a message (it is
+  masked), nor in an err row (the URL is named without it).
 * :class:`SchemaFiles`: a fixed map of ids to schema texts (a declaration's
   ``schemas = { 1 = "v1.avsc", ... }``), for producers that write the wire
   format without a registry this process can reach. An id outside the map is
@@ -35,6 +36,7 @@ import json
 import re
 from collections.abc import Mapping
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.storage.avro import avro_schema_problem
@@ -57,17 +59,33 @@ def avro(text: str) -> bool:
     return avro_schema_problem(schema) is None
 
 
-_USERINFO = re.compile(r"(?<=://)[^/@\s]+@")
+_USERINFO = re.compile(r"(?<=://)\S*@")
 
 
 def redacted(text: str) -> str:
-    """``text`` with the user information of any URL in it replaced by ``***``."""
+    """``text`` with the user information of any URL in it replaced by ``***``: whatever
+    follows ``://`` up to the last ``@`` before a whitespace (for messages: a password
+    holding ``@`` or ``/`` is masked too, and a path holding ``@`` is masked with it)."""
     return _USERINFO.sub("***@", text)
 
 
 def without_userinfo(url: str) -> str:
-    """``url`` without its ``user:password@`` (for what others can read, as a catalog)."""
-    return _USERINFO.sub("", url)
+    """``url`` without its ``user:password@`` (for what others can read: a catalog, an err
+    row)."""
+    start, end = _userinfo_span(url)
+    return url[:start] + url[end:]
+
+
+def _userinfo_span(url: str) -> tuple[int, int]:
+    """Where the ``user:password@`` of ``url`` is (an empty span if it has none): the
+    network location is delimited as ``urlsplit`` does (from ``://`` up to the first ``/``,
+    ``?`` or ``#``), and its user information runs up to its last ``@``."""
+    start = url.find("://") + 3
+    if start < 3:
+        return 0, 0
+    end = min((i for i in (url.find(c, start) for c in "/?#") if i >= 0), default=len(url))
+    at = url.rfind("@", start, end)
+    return (start, at + 1) if at >= 0 else (0, 0)
 
 
 class WriterSchemas(Protocol):
@@ -93,9 +111,15 @@ class SchemaRegistry:
     """A Confluent-compatible schema registry's REST API at ``url`` (module doc)."""
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise InvalidUsage(f"schema_registry_url must be an http(s) URL, got {url!r}")
-        self.url = url.rstrip("/")
+        if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
+            raise InvalidUsage(redacted(f"schema_registry_url must be an http(s) URL, got {url!r}"))
+        scheme, _, rest = url.partition("://")
+        # confluent-kafka's client takes a lowercase scheme only.
+        self.url = f"{scheme.lower()}://{rest}".rstrip("/")
+        start, end = _userinfo_span(url)
+        userinfo = url[start : end - 1]
+        password = userinfo.partition(":")[2]
+        self._secrets = [t for t in (userinfo, password, unquote(password)) if t]
         self.timeout_s = timeout_s
         self._schemas: dict[int, str] = {}
         self._client: Any = None
@@ -126,7 +150,11 @@ class SchemaRegistry:
         return None
 
     def describe(self) -> str:
-        return f"the schema registry at {redacted(self.url)} as a self-contained Avro schema"
+        # Without the user information: err rows are data, and verify rebuilds the source
+        # from the catalog, which keeps the URL without it.
+        return (
+            f"the schema registry at {without_userinfo(self.url)} as a self-contained Avro schema"
+        )
 
     def _registry(self) -> Any:
         from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -138,9 +166,12 @@ class SchemaRegistry:
         return self._client
 
     def _unavailable(self, schema_id: int, e: Exception) -> SourceUnavailable:
+        cause = redacted(str(e))
+        for secret in self._secrets:  # as an HTTP client may quote them, without a URL
+            cause = cause.replace(secret, "***")
         return SourceUnavailable(
             f"schema registry at {redacted(self.url)}: schema id {schema_id} could not be "
-            f"fetched: {type(e).__name__}: {redacted(str(e))[:300]}"
+            f"fetched: {type(e).__name__}: {cause[:300]}"
         )
 
 
