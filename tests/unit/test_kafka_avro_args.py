@@ -348,3 +348,43 @@ def test_redacted_masks_up_to_the_last_at_sign() -> None:
     assert redacted("at http://a:b@c@h:1/x, then") == "at http://***@h:1/x, then"
     assert without_userinfo("http://a:b@c@h:1/x@y") == "http://h:1/x@y"
     assert without_userinfo("http://h:1/x@y") == "http://h:1/x@y"
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("http://127.0.0.1:notaport", "port"),
+        ("http://127.0.0.1:99999", "port"),
+        ("http://127.0.0.1:0", "port"),
+        ("http://", "host"),
+        ("http://alice:hunter2@:8081", "host"),
+        ("http://alice:hunter2@127.0.0.1:notaport", "port"),
+        ("http://alice:hunt/er2@127.0.0.1:8081", "port"),  # an unquoted '/' in the password
+        ("http://127.0.0.1:1,ftp://x", "one URL"),
+        ("http://127.0.0.1:1,http://127.0.0.1:2", "one URL"),
+        ("http://127.0.0.1:1/x?y=1", "query"),
+        ("http://127.0.0.1:1/#f", "fragment"),
+        ("http://127.0.0.1 :1", "whitespace"),
+        ("http://127.0.0.1:1\n", "whitespace"),
+        ("http://alice:hunter2@[::1:8081", "Invalid IPv6 URL"),
+        ("ftp://alice:hunter2@127.0.0.1", "scheme"),
+        ("HTTP:/127.0.0.1", "scheme"),
+    ],
+)
+def test_a_malformed_registry_url_is_invalid_usage_naming_it_masked(url: str, match: str) -> None:
+    """It was accepted, then every lookup failed in the client, a fault: the source stalled
+    for good on a typo."""
+    with pytest.raises(InvalidUsage, match=match) as e:
+        SchemaRegistry(url)
+    assert "hunter2" not in str(e.value) and "er2" not in str(e.value)
+    assert "schema_registry_url" in str(e.value)
+
+
+def test_registry_urls_that_are_well_formed_are_accepted() -> None:
+    for url in (
+        "http://[::1]:8081",
+        "https://registry.example.com/prefix/",
+        "http://registry",
+        "HTTPS://alice:s%2Fcr%40t@registry:8081",
+    ):
+        SchemaRegistry(url)

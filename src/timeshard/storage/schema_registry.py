@@ -20,7 +20,9 @@ Two implementations of :class:`WriterSchemas`:
   without that code, as from a URL that is not a registry's) is a *fault*:
   ``SourceUnavailable``, the ingestion stalls and retries, and nothing is
   written. The URL's user information never appears in a message (it is
-  masked), nor in an err row (the URL is named without it).
+  masked), nor in an err row (the URL is named without it). A URL the client
+  cannot use (no host, a port that is no port, a list, a query) is
+  InvalidUsage when the source is built, never a fault at each lookup.
 * :class:`SchemaFiles`: a fixed map of ids to schema texts (a declaration's
   ``schemas = { 1 = "v1.avsc", ... }``), for producers that write the wire
   format without a registry this process can reach. An id outside the map is
@@ -34,9 +36,10 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Mapping
 from typing import Any, Protocol
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.storage.avro import avro_schema_problem
@@ -111,8 +114,13 @@ class SchemaRegistry:
     """A Confluent-compatible schema registry's REST API at ``url`` (module doc)."""
 
     def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
-        if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
-            raise InvalidUsage(redacted(f"schema_registry_url must be an http(s) URL, got {url!r}"))
+        problem = _url_problem(url)
+        if problem is not None:
+            shown = _masked(url) if isinstance(url, str) else url
+            raise InvalidUsage(
+                f"schema_registry_url must be an http(s) URL of one registry, got {shown!r}: "
+                f"{problem}"
+            )
         scheme, _, rest = url.partition("://")
         # confluent-kafka's client takes a lowercase scheme only.
         self.url = f"{scheme.lower()}://{rest}".rstrip("/")
@@ -173,6 +181,46 @@ class SchemaRegistry:
             f"schema registry at {redacted(self.url)}: schema id {schema_id} could not be "
             f"fetched: {type(e).__name__}: {cause[:300]}"
         )
+
+
+def _url_problem(url: object) -> str | None:
+    """What makes ``url`` no URL of one registry's REST API, None if nothing does.
+
+    confluent-kafka's client would fail on it at every lookup, a fault: an http(s) URL
+    with a host, a port in 1..65535 if any, no query or fragment (the client appends
+    paths to it), no whitespace or control character, and no comma (the client reads a
+    comma as a list of URLs)."""
+    if not isinstance(url, str):
+        return "it is not a string"
+    if any(c.isspace() or unicodedata.category(c).startswith("C") for c in url):
+        return "it holds whitespace or a control character"
+    if "," in url:
+        return "give one URL, without a comma"
+    scheme, sep, _ = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return "its scheme must be http:// or https://"
+    if "?" in url or "#" in url:
+        return "it must have no query or fragment"
+    try:
+        parts = urlsplit(url)
+    except ValueError as e:  # an unclosed IPv6 address
+        return str(e)
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0 or (port is None and parts.netloc.endswith(":")):
+        return "its port must be a number in 1..65535"
+    if not parts.hostname:
+        return "it names no host"
+    return None
+
+
+def _masked(url: str) -> str:
+    """``url`` with its user information masked, as the network location delimits it and
+    up to the last ``@`` before a whitespace (:func:`redacted`), whichever masks more."""
+    start, end = _userinfo_span(url)
+    return redacted(url if end == 0 else f"{url[:start]}***@{url[end:]}")
 
 
 class SchemaFiles:
