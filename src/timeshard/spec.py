@@ -383,11 +383,16 @@ def _kafka_source(spec: SourceSpec, opts: dict[str, Any], schema: pa.Schema | No
             )
         ids = {}
         for k, path in files.items():
-            if not str(k).isdigit():
+            # One spelling per id: "01" beside "1" would name id 1 twice, the later winning.
+            text = str(k) if isinstance(k, int) and not isinstance(k, bool) else k
+            if not isinstance(text, str) or not re.fullmatch(r"0|[1-9][0-9]*", text):
                 raise InvalidUsage(
-                    f"source {spec.name!r}: schemas keys must be schema ids (0, 1, ...), got {k!r}"
+                    f"source {spec.name!r}: schemas keys must be schema ids written as "
+                    f"decimal numbers without leading zeros (0, 1, ...), got {k!r}"
                 )
-            ids[int(k)] = _schema_file(spec.name, f"schemas.{k}", path)
+            if int(text) in ids:
+                raise InvalidUsage(f"source {spec.name!r}: schemas names schema id {k!r} twice")
+            ids[int(text)] = _schema_file(spec.name, f"schemas.{k}", path)
         opts["avro_schemas"] = ids
     return KafkaSource(
         spec.name,

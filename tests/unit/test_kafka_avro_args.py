@@ -388,3 +388,48 @@ def test_registry_urls_that_are_well_formed_are_accepted() -> None:
         "HTTPS://alice:s%2Fcr%40t@registry:8081",
     ):
         SchemaRegistry(url)
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [
+        ('"01" = "order.avsc"', "'01'"),  # "1" and "01" both were id 1, the later one won
+        ('1 = "order.avsc", "01" = "order.avsc"', "'01'"),
+        ('"²" = "order.avsc"', "'²'"),  # isdigit() but no int: a ValueError
+        ('"-1" = "order.avsc"', "'-1'"),
+        ('" 1" = "order.avsc"', "' 1'"),
+    ],
+)
+def test_schema_ids_of_a_declaration_are_canonical_numbers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ids: str, match: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "order.avsc").write_text(ORDER)
+    spec = load_spec(
+        _spec(
+            tmp_path,
+            f'value_format = "avro", value_schema_file = "order.avsc", schemas = {{ {ids} }}',
+        )
+    )
+    with pytest.raises(InvalidUsage, match=f"schemas keys must be schema ids.*{match}"):
+        build_source(spec.source[0])
+
+
+def test_a_schema_id_given_twice_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A declaration built in Python may key an id by int and by str."""
+    from timeshard.spec import SourceSpec
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "order.avsc").write_text(ORDER)
+    options = {
+        "bootstrap_servers": "127.0.0.1:9",
+        "topic": "orders",
+        "value_format": "avro",
+        "value_schema_file": "order.avsc",
+        "schemas": {1: "order.avsc", "1": "order.avsc"},
+    }
+    spec = SourceSpec.model_validate({"name": "orders", "kind": "kafka", "options": options})
+    with pytest.raises(InvalidUsage, match="schema id '1' twice"):
+        build_source(spec)
