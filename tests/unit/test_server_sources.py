@@ -159,6 +159,23 @@ def test_a_schema_registry_url_with_a_password_is_refused(client: PersistClient)
     refused(engine, sql, "28P01", "SCHEMA REGISTRY URL")
 
 
+@pytest.mark.parametrize(
+    ("option", "url"),
+    [("SCHEMA REGISTRY URL", "http://[::1"), ("SCHEMA REGISTRY URL", "http://u:p@[::1:8081")],
+)
+def test_a_url_that_does_not_parse_is_refused_without_showing_it(
+    client: PersistClient, option: str, url: str
+) -> None:
+    """An unclosed IPv6 address made urlsplit raise ValueError: an internal error (XX000)."""
+    engine = Engine(session(spark_kafka_package()), client)
+    sql = f"CREATE SOURCE k FROM KAFKA (BROKER 'h:1', TOPIC 't', {option} '{url}') FORMAT TEXT"
+    with pytest.raises(SqlError) as info:
+        engine.execute(source(sql))
+    assert info.value.sqlstate == "22023", str(info.value)
+    assert option in str(info.value) and ":p@" not in str(info.value)
+    assert engine.objects == {}
+
+
 def test_a_dsn_libpq_cannot_read_is_refused(client: PersistClient) -> None:
     engine = Engine(session(), client)
     sql = "CREATE SOURCE p FROM POSTGRES (DSN 'host', PUBLICATION 'p') FOR ALL TABLES"

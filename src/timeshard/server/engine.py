@@ -614,7 +614,15 @@ class Engine:
             _refuse_dsn_password("a POSTGRES source", options.get("dsn"))
         for key, where in (("url", "URL"), ("schema_registry_url", "SCHEMA REGISTRY URL")):
             url = options.get(key)
-            if isinstance(url, str) and urlsplit(url).password:
+            if not isinstance(url, str):
+                continue
+            try:
+                password = urlsplit(url).password
+            except ValueError as e:  # an unclosed IPv6 address: the text is not shown
+                raise SqlError(
+                    f"a {statement.kind.upper()} source's {where} does not parse: {e}", "22023"
+                ) from None
+            if password:
                 elsewhere = (
                     "give it in MYSQL_PWD, in the server's environment"
                     if statement.kind == "mysql" and key == "url"
