@@ -510,3 +510,67 @@ def test_a_read_never_moves_the_slot(upstream: Upstream) -> None:
     assert read(source.upper()[PARTITION] + 1) == [["7"]]
     assert source.confirmed_flush() == start
     source.drop()
+
+
+def read_stream(source: PostgresSource, upstream: Upstream) -> list[tuple[int, str | None, Any]]:
+    """The slot's changes from its position to the server's upper: (diff, error, values)."""
+    start = source.confirmed_flush()
+    assert start is not None
+    plan = ReadPlan(
+        upstream.dsn,
+        source.slot,
+        source.publication,
+        source.tables,
+        lo=start,
+        hi=source.upper()[PARTITION] + 1,
+        consistent=start,
+        snapshot=None,
+    )
+    return [(row[2], row[3], row[4]) for row in stream_rows(plan)]
+
+
+def test_a_partitioned_table_via_its_root_needs_every_partition_full(upstream: Upstream) -> None:
+    """Published via its root, a partitioned table's changes log the old row as each
+    partition's own identity has it: the constructor names the partitions that are not FULL,
+    and a partition attached later that is not makes its updates and deletes err rows."""
+    s = upstream.schema
+    upstream.sql(f"CREATE TABLE {s}.p (id int, v text) PARTITION BY RANGE (id)")
+    upstream.sql(
+        f"CREATE TABLE {s}.p1 PARTITION OF {s}.p (PRIMARY KEY (id)) FOR VALUES FROM (0) TO (100)"
+    )
+    upstream.sql(f"ALTER TABLE {s}.p REPLICA IDENTITY FULL")
+    upstream.sql(
+        f"CREATE PUBLICATION {upstream.pub} FOR TABLE {s}.p "
+        "WITH (publish_via_partition_root = true)"
+    )
+    with pytest.raises(InvalidUsage, match=rf"partitions \['{s}.p1'\] of table {s}.p need"):
+        PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub)
+    upstream.sql(f"ALTER TABLE {s}.p1 REPLICA IDENTITY FULL")
+    source = PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub)
+    try:
+        upstream.txn(("p", "INSERT INTO {t} VALUES (1, 'a'), (2, 'b')", None))
+        upstream.txn(("p", "UPDATE {t} SET v = 'z' WHERE id = 1", None))
+        upstream.txn(("p", "DELETE FROM {t} WHERE id = 2", None))
+        assert read_stream(source, upstream) == [
+            (1, None, ["1", "a"]),
+            (1, None, ["2", "b"]),
+            (-1, None, ["1", "a"]),
+            (1, None, ["1", "z"]),
+            (-1, None, ["2", "b"]),
+        ]
+        source.commit(source.upper())
+        # Attached later with its primary key as identity: an update logs no old row, a
+        # delete the key only (in an 'O' tuple, the root's, with the other columns NULL).
+        upstream.sql(
+            f"CREATE TABLE {s}.p2 PARTITION OF {s}.p (PRIMARY KEY (id)) "
+            "FOR VALUES FROM (100) TO (200)"
+        )
+        upstream.txn(("p", "INSERT INTO {t} VALUES (101, 'b')", None))
+        upstream.txn(("p", "UPDATE {t} SET v = 'y' WHERE id = 101", None))
+        upstream.txn(("p", "DELETE FROM {t} WHERE id = 101", None))
+        rows = read_stream(source, upstream)
+    finally:
+        source.drop()
+    assert len(rows) == 3 and all(diff == 1 and values is None for diff, _, values in rows)
+    why = f"{s}.p: upstream schema changed: the partitions ['{s}.p2'] have no REPLICA"
+    assert all(e.startswith(why) for _, e, _ in rows), rows

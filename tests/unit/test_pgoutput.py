@@ -133,3 +133,35 @@ def test_lsns_and_snapshot_visibility() -> None:
     assert (
         incompatibility(declared, (declared[0], Column("v", 20, -1))) == "column 'v' changed type"
     )
+
+
+def test_an_old_row_without_its_other_columns_is_an_err_row_not_a_retraction() -> None:
+    """A partition published via its root logs old rows as its own identity has them (e.g.
+    DEFAULT: the key only, ``K``): an update without its old row or a delete of only the key
+    must not retract a row the shard never had."""
+    from timeshard.storage.postgres_source import ReadPlan, Table, _apply_change, _Txn
+
+    delete = b"D" + struct.pack("!I", 7) + b"K" + tuple_data("2", None)
+    assert parse_message(delete) == Change("D", 7, ("2", None), None, key_only=True)
+    full = b"D" + struct.pack("!I", 7) + b"O" + tuple_data("2", "b")
+    assert parse_message(full) == Change("D", 7, ("2", "b"), None, key_only=False)
+    keyed_update = (
+        b"U" + struct.pack("!I", 7) + b"K" + tuple_data("1", None) + b"N" + tuple_data("1", "z")
+    )
+    parsed = parse_message(keyed_update)
+    assert isinstance(parsed, Change) and parsed.key_only
+    table = Table("s", "p", "s.p", (Column("id", 23, -1), Column("v", 25, -1)), 7)
+    plan = ReadPlan("", "slot", "pub", [table], lo=0, hi=100, consistent=0)
+    for change in [
+        Change("U", 7, None, ("1", "z")),
+        Change("D", 7, ("2", None), None, key_only=True),
+        parsed,
+    ]:
+        txn = _Txn(Begin(50, 1))
+        _apply_change(txn, change, {7: (0, [0, 1])}, plan)
+        assert txn.rows == [], change
+        ((index, why),) = txn.errors
+        assert index == 0 and why.startswith("s.p: ") and "must be FULL" in why, why
+    txn = _Txn(Begin(50, 1))
+    _apply_change(txn, Change("U", 7, ("1", "a"), ("1", "z")), {7: (0, [0, 1])}, plan)
+    assert txn.rows == [(0, -1, None, ["1", "a"]), (0, 1, None, ["1", "z"])] and not txn.errors

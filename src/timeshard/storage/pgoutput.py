@@ -230,13 +230,16 @@ class Change:
     """An insert (``old`` None), update or delete (``new`` None) of one row, as text values.
 
     A value is a string, None (NULL) or :data:`UNCHANGED` (a TOASTed value the
-    update did not touch: the old row has it).
+    update did not touch: the old row has it). ``key_only`` says that ``old``
+    is the replica identity's key columns only (a ``K`` tuple: the other
+    values are NULL), not the whole old row (an ``O`` tuple).
     """
 
     kind: str  # "I", "U" or "D"
     relation: int
     old: tuple[Any, ...] | None
     new: tuple[Any, ...] | None
+    key_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -307,18 +310,19 @@ def parse_message(data: bytes) -> Begin | Commit | Relation | Change | Truncate 
         return Change("I", relation, None, r.tuple_data())
     if tag == b"U":
         relation = r.take("!I")
-        kind, old = r.take("!c"), None
+        kind, old, key_only = r.take("!c"), None, False
         if kind in (b"K", b"O"):
-            old = r.tuple_data()
+            old, key_only = r.tuple_data(), kind == b"K"
             kind = r.take("!c")
         if kind != b"N":
             raise ValueError("update without a new tuple")
-        return Change("U", relation, old, r.tuple_data())
+        return Change("U", relation, old, r.tuple_data(), key_only)
     if tag == b"D":
         relation = r.take("!I")
-        if r.take("!c") not in (b"K", b"O"):
+        kind = r.take("!c")
+        if kind not in (b"K", b"O"):
             raise ValueError("delete without an old tuple")
-        return Change("D", relation, r.tuple_data(), None)
+        return Change("D", relation, r.tuple_data(), None, kind == b"K")
     if tag == b"T":
         count = r.take("!I")
         r.take("!B")  # options

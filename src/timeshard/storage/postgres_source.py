@@ -6,8 +6,11 @@ with its own output shard ``<source>.<table>`` (``<schema>.<table>`` outside
 :mod:`timeshard.storage.pgoutput` decodes them, plus ``_diff``: an insert is
 the new row at +1, a delete the old row at -1, an update both. Every table
 must have ``REPLICA IDENTITY FULL`` (so deletes and updates carry the whole
-old row, TOASTed values included); the constructor refuses one that has not,
-naming the statement that fixes it.
+old row, TOASTed values included), and so must every partition of a
+partitioned one (published via its root, its changes log the old row as the
+partition's identity has it); the constructor refuses one that has not,
+naming the statement that fixes it. Upstream later, a change without its
+whole old row is a definite error of its subsource (below).
 
 FromTime is an LSN: the source has one partition, ``"0"``, and a record's
 offset is the LSN of its transaction's commit record, so all changes of a
@@ -410,6 +413,14 @@ class PostgresSource:
                         f"REPLICA IDENTITY FULL (ALTER TABLE {schema}.{table} REPLICA IDENTITY "
                         "FULL), so that updates and deletes carry the whole old row"
                     )
+                partial = _partitions_not_full(conn, identity[1])
+                if partial:
+                    raise InvalidUsage(
+                        f"POSTGRES source {self.name!r}: the partitions {partial} of table "
+                        f"{schema}.{table} need REPLICA IDENTITY FULL (ALTER TABLE <partition> "
+                        "REPLICA IDENTITY FULL for each), so that updates and deletes carry "
+                        "the whole old row"
+                    )
         return tables
 
     def confirmed_flush(self) -> int | None:
@@ -475,6 +486,23 @@ def _published(
         (schema, table): (None if names is None else frozenset(names), row_filter)
         for schema, table, names, row_filter in rows
     }
+
+
+def _partitions_not_full(conn: Any, oid: int) -> list[str]:
+    """The partitions of table ``oid`` (none if it is not partitioned) whose REPLICA
+    IDENTITY is not FULL, qualified.
+
+    A partitioned table published via its root sends the root's identity in its Relation
+    message, but each change logs its old row as its partition's identity has it.
+    """
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_partition_tree(%s::oid) p "
+        "JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE p.relid <> %s::oid AND c.relkind = 'r' AND c.relreplident <> 'f' "
+        "ORDER BY 1, 2",
+        (oid, oid),
+    ).fetchall()
+    return [f"{schema}.{name}" for schema, name in rows]
 
 
 def _columns(conn: Any, schema: str, table: str) -> tuple[Column, ...]:
@@ -620,6 +648,7 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
     tables = {t.oid: i for i, t in enumerate(plan.tables)}
     named = {(t.schema, t.name): i for i, t in enumerate(plan.tables)}
     conn, cursor = _start_replication(plan)
+    catalog = _Catalog(plan.dsn)
     try:
         txn: _Txn | None = None
         waited_since = time.monotonic()
@@ -657,6 +686,13 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                     if why is None and parsed.replica_identity != "f":
                         # Updates would come without their old row, deletes with the key only.
                         why = "its REPLICA IDENTITY is no longer FULL"
+                    if why is None:
+                        # A partition's identity, which the Relation does not carry (a
+                        # partition attached or altered since): as the server has it now,
+                        # so the error may start before the change that caused it.
+                        partial = _partitions_not_full(catalog(), parsed.oid)
+                        if partial:
+                            why = f"the partitions {partial} have no REPLICA IDENTITY FULL"
                     positions = [c.name for c in parsed.columns]
                     by_oid[parsed.oid] = (
                         index,
@@ -678,6 +714,26 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                 txn = None
     finally:
         conn.close()
+        catalog.close()
+
+
+class _Catalog:
+    """A plain connection to the server's catalog, opened when first called."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn: Any = None
+
+    def __call__(self) -> Any:
+        import psycopg
+
+        if self.conn is None:
+            self.conn = psycopg.connect(self.dsn, autocommit=True, options=_libpq_options())
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
 
 
 def _apply_change(
@@ -691,12 +747,26 @@ def _apply_change(
         txn.errors.add((index, f"{plan.tables[index].qualified}: {positions}"))
         return
     old, new = change.old, change.new
-    if change.kind == "U" and new is not None and UNCHANGED in new:
-        if old is None:
-            txn.errors.add(
-                (index, f"{plan.tables[index].qualified}: an update without its old row")
+    lacking = (
+        "an update without its old row"
+        if change.kind == "U" and old is None
+        else f"{'an update' if change.kind == 'U' else 'a delete'} with only the key of its old row"
+        if change.key_only
+        else None
+    )
+    if lacking is not None:
+        # The row's own REPLICA IDENTITY is not FULL: a partition's, when the table is
+        # published via its partitioned root (the root's identity is what the Relation says).
+        txn.errors.add(
+            (
+                index,
+                f"{plan.tables[index].qualified}: {lacking}: its replica identity (every "
+                "partition's, for a partitioned table) must be FULL",
             )
-            return
+        )
+        return
+    if change.kind == "U" and new is not None and UNCHANGED in new:
+        assert old is not None
         new = tuple(o if n is UNCHANGED else n for o, n in zip(old, new, strict=True))
     if old is not None:
         txn.rows.append((index, -1, None, [old[p] for p in positions]))
