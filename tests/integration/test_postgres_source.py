@@ -574,3 +574,22 @@ def test_a_partitioned_table_via_its_root_needs_every_partition_full(upstream: U
     assert len(rows) == 3 and all(diff == 1 and values is None for diff, _, values in rows)
     why = f"{s}.p: upstream schema changed: the partitions ['{s}.p2'] have no REPLICA"
     assert all(e.startswith(why) for _, e, _ in rows), rows
+
+
+def test_a_publication_that_leaves_out_updates_deletes_or_truncates_is_refused(
+    upstream: Upstream,
+) -> None:
+    upstream.create("t", "id int, v text")
+    upstream.sql(
+        sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, delete')").format(
+            sql.Identifier(upstream.pub), upstream.name("t")
+        )
+    )
+    with pytest.raises(InvalidUsage, match=rf"{upstream.pub}' does not publish update, truncate"):
+        PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub)
+    upstream.sql(
+        sql.SQL("ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate')").format(
+            sql.Identifier(upstream.pub)
+        )
+    )
+    PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub).drop()

@@ -1,5 +1,7 @@
 """POSTGRES sources: the tables of a publication, by logical replication (pgoutput).
 
+The publication must publish inserts, updates, deletes and truncates (the
+constructor refuses one that leaves any out: those changes would be lost).
 Each table of the publication (or of the ``tables`` named) is a subsource
 with its own output shard ``<source>.<table>`` (``<schema>.<table>`` outside
 ``public``). Its columns are the table's, typed as
@@ -367,13 +369,23 @@ class PostgresSource:
                 "ORDER BY schemaname, tablename",
                 (self.publication,),
             ).fetchall()
-            exists = conn.execute(
-                "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)
+            publishes = conn.execute(
+                "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication "
+                "WHERE pubname = %s",
+                (self.publication,),
             ).fetchone()
-            if exists is None:
+            if publishes is None:
                 raise InvalidUsage(
                     f"POSTGRES source {self.name!r}: no publication {self.publication!r} "
                     "(CREATE PUBLICATION ... FOR TABLE ...)"
+                )
+            operations = ("insert", "update", "delete", "truncate")
+            unpublished = [op for op, on in zip(operations, publishes, strict=True) if not on]
+            if unpublished:
+                raise InvalidUsage(
+                    f"POSTGRES source {self.name!r}: publication {self.publication!r} does not "
+                    f"publish {', '.join(unpublished)}, whose changes would be lost (ALTER "
+                    f"PUBLICATION ... SET (publish = 'insert, update, delete, truncate'))"
                 )
             names = {(s, t): t if s == "public" else f"{s}.{t}" for s, t in listed}
             if only is not None:
