@@ -593,3 +593,28 @@ def test_a_publication_that_leaves_out_updates_deletes_or_truncates_is_refused(
         )
     )
     PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub).drop()
+
+
+@pytest.mark.parametrize("shape", ["Pub_{}", "pub {}, x", 'pub"{}'])
+def test_a_publication_name_is_read_as_written_not_folded_or_split(
+    upstream: Upstream, shape: str
+) -> None:
+    """pgoutput parses ``publication_names`` as a list of SQL identifiers: unquoted, 'Pub_x'
+    would read the lowercase 'pub_x' (another publication here) and 'a, b' two of them."""
+    upstream.create("t", "id int")
+    upstream.create("other", "id int")
+    pub = shape.format(uuid.uuid4().hex[:6])
+    for name, table in [(pub, "t"), (pub.lower().split(",")[0].split('"')[0], "other")]:
+        upstream.sql(
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                sql.Identifier(name), upstream.name(table)
+            )
+        )
+    source = PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, pub)
+    upstream.txn(
+        ("t", "INSERT INTO {t} VALUES (1)", None), ("other", "INSERT INTO {t} VALUES (2)", None)
+    )
+    try:
+        assert read_stream(source, upstream) == [(1, None, ["1"])]
+    finally:
+        source.drop()

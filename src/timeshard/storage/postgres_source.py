@@ -828,7 +828,11 @@ def _start_replication(plan: ReadPlan) -> tuple[Any, Any]:
             slot_name=copy,
             decode=False,
             start_lsn=format_lsn(plan.lo),
-            options={"proto_version": "1", "publication_names": plan.publication},
+            # A list of identifiers, which pgoutput parses (and folds to lower case) as SQL does.
+            options={
+                "proto_version": "1",
+                "publication_names": '"' + plan.publication.replace('"', '""') + '"',
+            },
         )
         return conn, cursor
     except Exception:
