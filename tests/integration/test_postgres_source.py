@@ -618,3 +618,46 @@ def test_a_publication_name_is_read_as_written_not_folded_or_split(
         assert read_stream(source, upstream) == [(1, None, ["1"])]
     finally:
         source.drop()
+
+
+def test_source_names_never_share_a_slot_and_an_old_default_slot_is_kept(
+    upstream: Upstream,
+) -> None:
+    """'a.x' and 'a-x' had one slot (one source's commit moved the other's past its frontier,
+    one's drop dropped the other's). A source whose slot was defaulted before (the name with
+    '_' for other characters) and so exists keeps it; the catalog's recorded slot wins."""
+    upstream.create("t", "id int")
+    upstream.publish("t")
+    base = f"pg_{uuid.uuid4().hex[:8]}"
+    a = PostgresSource(base + ".x", upstream.dsn, upstream.pub)
+    b = PostgresSource(base + "-x", upstream.dsn, upstream.pub)
+    assert a.slot != b.slot
+    b_start = b.confirmed_flush()
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1)", None))
+    a.commit(a.upper())
+    assert b.confirmed_flush() == b_start
+    a.drop()
+    assert b.confirmed_flush() == b_start
+    b.drop()
+
+    old = "timeshard_" + base.lower() + "_y"  # the slot an earlier build made for base.y
+    with psycopg.connect(upstream.dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (old,))
+
+        def slot_names() -> set[str]:
+            query = "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE %s"
+            return {r[0] for r in conn.execute(query, (f"timeshard_{base}%",)).fetchall()}
+
+        again = PostgresSource(base + ".y", upstream.dsn, upstream.pub)
+        assert again.slot == old and slot_names() == {old}
+        # Built with no slot of either name, it makes the new one, and drops it again when
+        # its catalog entry records the old one (which a read then finds gone, or not).
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (old,))
+        fresh = PostgresSource(base + ".y", upstream.dsn, upstream.pub)
+        assert fresh.slot != old and slot_names() == {fresh.slot}
+        fresh.pin_recorded({"slot": old})
+        assert fresh.slot == old and slot_names() == set()
+        declared = PostgresSource(base + ".y", upstream.dsn, upstream.pub, slot="mine_" + base)
+        declared.pin_recorded({"slot": old})
+        assert declared.slot == "mine_" + base
+        declared.drop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import struct
 from decimal import Decimal
 
@@ -24,7 +25,7 @@ from timeshard.storage.pgoutput import (
     parse_lsn,
     parse_message,
 )
-from timeshard.storage.postgres_source import SnapshotInfo, incompatibility
+from timeshard.storage.postgres_source import SnapshotInfo, default_slot, incompatibility
 
 
 def tuple_data(*values: str | object | None) -> bytes:
@@ -165,3 +166,11 @@ def test_an_old_row_without_its_other_columns_is_an_err_row_not_a_retraction() -
     txn = _Txn(Begin(50, 1))
     _apply_change(txn, Change("U", 7, ("1", "a"), ("1", "z")), {7: (0, [0, 1])}, plan)
     assert txn.rows == [(0, -1, None, ["1", "a"]), (0, 1, None, ["1", "z"])] and not txn.errors
+
+
+def test_different_source_names_have_different_default_slots() -> None:
+    names = ["a.x", "a-x", "A_x", "a_x", "a=x", "x" * 100, "x" * 99 + "y"]
+    slots = [default_slot(n) for n in names]
+    assert len(set(slots)) == len(names), slots
+    assert all(re.fullmatch(r"timeshard_[a-z0-9_]{1,40}_[0-9a-f]{12}", s) for s in slots), slots
+    assert all(len(s) <= 63 for s in slots) and slots[0].startswith("timeshard_a_x_")

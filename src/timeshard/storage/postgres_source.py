@@ -21,8 +21,13 @@ server's flushed WAL position (``pg_current_wal_flush_lsn``): every
 transaction whose commit record starts below it is durable.
 
 The slot. The constructor creates the logical replication slot ``slot``
-(default ``timeshard_<name>``) unless it exists; its consistent point ``C``
-is where the stream starts. :meth:`PostgresSource.commit` advances the slot
+(default :func:`default_slot`: ``timeshard_<name>_<hash of the name>``)
+unless it exists; its consistent point ``C`` is where the stream starts. A
+source whose slot was defaulted before the hash was added
+(``timeshard_<name>``, which names such as ``a.x`` and ``a-x`` shared) keeps
+that slot while no slot has the new name, and a build whose catalog entry
+records a slot streams that one (:meth:`PostgresSource.pin_recorded`).
+:meth:`PostgresSource.commit` advances the slot
 (``pg_replication_slot_advance``) to the resumption frontier after each
 durable tick, so the server keeps only the WAL a restart still needs;
 :meth:`PostgresSource.drop` drops the slot.
@@ -77,6 +82,7 @@ released) raises it as definite, and nothing is skipped.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import select
 import time
@@ -166,6 +172,21 @@ def frame_schema(table: Table) -> pa.Schema:
     )
 
 
+def default_slot(name: str) -> str:
+    """The replication slot of the source ``name`` unless it is given one: ``timeshard_``,
+    the name in lower case with every character but ``[a-z0-9_]`` as ``_`` (at most 40),
+    ``_`` and the first 12 hex digits of the name's SHA-256, so that different names never
+    share a slot (at most 63 characters)."""
+    readable = re.sub(r"[^a-z0-9_]", "_", name.lower())[:40]
+    return f"timeshard_{readable}_{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+
+
+def _legacy_slot(name: str) -> str | None:
+    """The default slot before :func:`default_slot` (names could share it), if valid."""
+    slot = "timeshard_" + re.sub(r"[^a-z0-9_]", "_", name.lower())
+    return slot if _SLOT.fullmatch(slot) else None
+
+
 def _libpq_options() -> str:
     return " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
 
@@ -198,7 +219,9 @@ class PostgresSource:
             )
         if not isinstance(publication, str) or not _IDENT.fullmatch(publication):
             raise InvalidUsage(f"publication must be a PostgreSQL identifier, got {publication!r}")
-        slot = slot if slot is not None else "timeshard_" + re.sub(r"[^a-z0-9_]", "_", name.lower())
+        self._slot_declared = slot is not None
+        self._slot_created = False
+        slot = slot if slot is not None else default_slot(name)
         if not isinstance(slot, str) or not _SLOT.fullmatch(slot):
             raise InvalidUsage(f"slot must be 1-63 of [a-z0-9_], got {slot!r}")
         if not isinstance(dsn, str) or not dsn:
@@ -209,6 +232,8 @@ class PostgresSource:
         self.slot = slot
         self.connect_timeout_s = connect_timeout_s
         self.tables = self._tables(tables)
+        if not self._slot_declared:
+            self.slot = self._kept_slot(slot, _legacy_slot(name))
         if create_slot:
             self._ensure_slot()
 
@@ -324,7 +349,18 @@ class PostgresSource:
         one's rows would stay in the output (a ``DROP TABLE`` sends no change) beside the
         new one's. Pinned, the new table's changes are err rows, as they are when the
         stream sees the new OID. A table the record does not name keeps its OID.
+
+        The recorded ``options["slot"]`` is the slot, unless one was given: a
+        slot this build created under another name is dropped.
         """
+        slot = options.get("slot")
+        if (
+            not self._slot_declared
+            and isinstance(slot, str)
+            and _SLOT.fullmatch(slot)
+            and slot != self.slot
+        ):
+            self._adopt_slot(slot)
         recorded = options.get("table_oids")
         if not isinstance(recorded, Mapping):
             return
@@ -444,6 +480,27 @@ class PostgresSource:
             ).fetchone()
         return None if row is None or row[0] is None else parse_lsn(row[0])
 
+    def _kept_slot(self, slot: str, legacy: str | None) -> str:
+        """``slot``, or ``legacy`` if only that one exists (a source built before the
+        default slot named the name's hash keeps the slot it made then)."""
+        if legacy is None or legacy == slot:
+            return slot
+        with self._connect() as conn:
+            found = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT slot_name FROM pg_replication_slots WHERE slot_name IN (%s, %s)",
+                    (slot, legacy),
+                ).fetchall()
+            }
+        return legacy if legacy in found and slot not in found else slot
+
+    def _adopt_slot(self, slot: str) -> None:
+        if self._slot_created:
+            self.drop()
+            self._slot_created = False
+        self.slot = slot
+
     def _ensure_slot(self) -> None:
         import psycopg
 
@@ -452,6 +509,7 @@ class PostgresSource:
         # Another instance may create it first.
         with self._connect() as conn, contextlib.suppress(psycopg.errors.DuplicateObject):
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+            self._slot_created = True
 
     @contextlib.contextmanager
     def _snapshot(self, wanted: bool) -> Iterator[SnapshotInfo | None]:
@@ -854,4 +912,11 @@ def _decode(text: str, column: Column) -> Any:
     return decode_text(text, column.type_oid, column.typmod)
 
 
-__all__ = ["PostgresSource", "ReadPlan", "SnapshotInfo", "Table", "incompatibility"]
+__all__ = [
+    "PostgresSource",
+    "ReadPlan",
+    "SnapshotInfo",
+    "Table",
+    "default_slot",
+    "incompatibility",
+]
