@@ -525,6 +525,7 @@ def read_stream(source: PostgresSource, upstream: Upstream) -> list[tuple[int, s
         hi=source.upper()[PARTITION] + 1,
         consistent=start,
         snapshot=None,
+        encoding=source.encoding,
     )
     return [(row[2], row[3], row[4]) for row in stream_rows(plan)]
 
@@ -661,3 +662,35 @@ def test_source_names_never_share_a_slot_and_an_old_default_slot_is_kept(
         declared.pin_recorded({"slot": old})
         assert declared.slot == "mine_" + base
         declared.drop()
+
+
+def test_a_database_not_in_utf8_is_read_in_its_encoding(upstream: Upstream) -> None:
+    """pgoutput sends names and values in the database's encoding, not the client's: read
+    as UTF-8, a LATIN1 'é' failed the read task on every retry."""
+    database = f"l1_{uuid.uuid4().hex[:8]}"
+    upstream.sql(
+        f"CREATE DATABASE {database} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' "
+        "TEMPLATE template0"
+    )
+    latin1 = Upstream(upstream.dsn.rsplit("/", 1)[0] + "/" + database)
+    try:
+        latin1.create("café", "id int, v text")
+        latin1.publish("café")
+        source = PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", latin1.dsn, latin1.pub)
+        assert source.encoding == "iso8859-1"
+        assert [t.name for t in source.tables] == ["café"]
+        latin1.txn(("café", "INSERT INTO {t} VALUES (1, 'crème brûlée')", None))
+        try:
+            assert read_stream(source, latin1) == [(1, None, ["1", "crème brûlée"])]
+        finally:
+            source.drop()
+        ascii_db = f"a_{uuid.uuid4().hex[:8]}"
+        upstream.sql(f"CREATE DATABASE {ascii_db} ENCODING 'SQL_ASCII' TEMPLATE template0")
+        undeclared = Upstream(upstream.dsn.rsplit("/", 1)[0] + "/" + ascii_db)
+        undeclared.create("t", "id int")
+        undeclared.publish("t")
+        with pytest.raises(InvalidUsage, match="encoding SQL_ASCII cannot be read"):
+            PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", undeclared.dsn, undeclared.pub)
+        undeclared.close()
+    finally:
+        latin1.close()

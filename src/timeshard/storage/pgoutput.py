@@ -251,8 +251,8 @@ UNCHANGED = object()
 
 
 class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
+    def __init__(self, data: bytes, encoding: str) -> None:
+        self.data, self.pos, self.encoding = data, 0, encoding
 
     def take(self, fmt: str) -> Any:
         (value,) = struct.unpack_from(fmt, self.data, self.pos)
@@ -261,7 +261,7 @@ class _Reader:
 
     def string(self) -> str:
         end = self.data.index(b"\0", self.pos)
-        value = self.data[self.pos : end].decode("utf-8")
+        value = self.data[self.pos : end].decode(self.encoding)
         self.pos = end + 1
         return value
 
@@ -275,16 +275,22 @@ class _Reader:
                 values.append(UNCHANGED)
             elif kind == b"t":
                 length = self.take("!i")
-                values.append(self.data[self.pos : self.pos + length].decode("utf-8"))
+                values.append(self.data[self.pos : self.pos + length].decode(self.encoding))
                 self.pos += length
             else:
                 raise ValueError(f"unexpected tuple value kind {kind!r}")
         return tuple(values)
 
 
-def parse_message(data: bytes) -> Begin | Commit | Relation | Change | Truncate | None:
-    """One pgoutput message (protocol version 1), or None for one timeshard ignores."""
-    r = _Reader(data)
+def parse_message(
+    data: bytes, encoding: str = "utf-8"
+) -> Begin | Commit | Relation | Change | Truncate | None:
+    """One pgoutput message (protocol version 1), or None for one timeshard ignores.
+
+    Names and text values are in the database's encoding (pgoutput does not convert them
+    to the client's): ``encoding`` is its Python codec.
+    """
+    r = _Reader(data, encoding)
     tag = r.take("!c")
     if tag == b"B":
         final_lsn = r.take("!Q")

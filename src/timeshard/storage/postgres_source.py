@@ -14,6 +14,10 @@ partition's identity has it); the constructor refuses one that has not,
 naming the statement that fixes it. Upstream later, a change without its
 whole old row is a definite error of its subsource (below).
 
+Text (names and values) is decoded from the database's encoding
+(``server_encoding``); a database in ``SQL_ASCII``, which declares none, or
+in one Python has no codec for is refused.
+
 FromTime is an LSN: the source has one partition, ``"0"``, and a record's
 offset is the LSN of its transaction's commit record, so all changes of a
 transaction share one offset and reclock to one time. ``upper()`` is the
@@ -231,6 +235,7 @@ class PostgresSource:
         self.publication = publication
         self.slot = slot
         self.connect_timeout_s = connect_timeout_s
+        self.encoding = self._encoding()
         self.tables = self._tables(tables)
         if not self._slot_declared:
             self.slot = self._kept_slot(slot, _legacy_slot(name))
@@ -298,6 +303,7 @@ class PostgresSource:
                 hi=hi,
                 consistent=confirmed,
                 snapshot=snapshot,
+                encoding=self.encoding,
             )
             items = 1 + (len(self.tables) if snapshot is not None else 0)
             raw = (
@@ -480,6 +486,27 @@ class PostgresSource:
             ).fetchone()
         return None if row is None or row[0] is None else parse_lsn(row[0])
 
+    def _encoding(self) -> str:
+        """The Python codec of the database's encoding (InvalidUsage if it has none)."""
+        import psycopg
+
+        with self._connect() as conn:
+            row = conn.execute("SELECT current_setting('server_encoding')").fetchone()
+            assert row is not None
+            # In SQL_ASCII, psycopg reads text as bytes (and sends str as bytea).
+            server = row[0].decode() if isinstance(row[0], bytes) else str(row[0])
+            why = "it declares no encoding of its bytes" if server == "SQL_ASCII" else None
+            if why is None:
+                try:
+                    conn.execute("SELECT set_config('client_encoding', %s, false)", (server,))
+                    return str(conn.info.encoding)
+                except psycopg.NotSupportedError:
+                    why = "Python has no codec for it"
+        raise InvalidUsage(
+            f"POSTGRES source {self.name!r}: the database's encoding {server} cannot be "
+            f"read ({why}): use a database of another encoding, such as UTF8"
+        )
+
     def _kept_slot(self, slot: str, legacy: str | None) -> str:
         """``slot``, or ``legacy`` if only that one exists (a source built before the
         default slot named the name's hash keeps the slot it made then)."""
@@ -635,6 +662,8 @@ class ReadPlan:
     hi: int
     consistent: int
     snapshot: SnapshotInfo | None = field(default=None)
+    #: The Python codec of the database's encoding, which the stream's text is in.
+    encoding: str = "utf-8"
 
 
 @dataclass(frozen=True)
@@ -735,7 +764,7 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                 select.select([conn], [], [], 0.5)
                 continue
             waited_since = time.monotonic()
-            parsed = parse_message(bytes(message.payload))
+            parsed = parse_message(bytes(message.payload), plan.encoding)
             if isinstance(parsed, Begin):
                 if parsed.final_lsn >= target:
                     return
