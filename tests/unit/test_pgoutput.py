@@ -174,3 +174,17 @@ def test_different_source_names_have_different_default_slots() -> None:
     assert len(set(slots)) == len(names), slots
     assert all(re.fullmatch(r"timeshard_[a-z0-9_]{1,40}_[0-9a-f]{12}", s) for s in slots), slots
     assert all(len(s) <= 63 for s in slots) and slots[0].startswith("timeshard_a_x_")
+
+
+def test_time_and_time_arrays_are_stored_as_their_text() -> None:
+    """Spark has no time type: ``time`` is its text, and so is each element of ``time[]``
+    (stored as time64, a table with a time[] column failed the whole source's construction)."""
+    from timeshard.persist._internal.parts import check_spark_readable
+    from timeshard.storage.postgres_source import Table, _decode, stored_type
+
+    scalar, array = Column("t", 1083, -1), Column("ts", 1183, -1)
+    assert stored_type(scalar) == pa.string()
+    assert stored_type(array) == pa.list_(pa.string())
+    check_spark_readable(Table("public", "x", "x", (scalar, array), 1).arrow_schema())
+    assert _decode("12:00:01.5", scalar) == "12:00:01.5"
+    assert _decode("{12:00:01.5,NULL,24:00:00}", array) == ["12:00:01.5", None, "24:00:00"]

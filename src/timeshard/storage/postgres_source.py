@@ -101,6 +101,7 @@ from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
 from timeshard.storage.cdc import DecodeTask, raw_batches
 from timeshard.storage.pgoutput import (
+    ARRAYS,
     SESSION_SETTINGS,
     TIME,
     UNCHANGED,
@@ -113,6 +114,7 @@ from timeshard.storage.pgoutput import (
     arrow_type,
     decode_text,
     format_lsn,
+    parse_array,
     parse_lsn,
     parse_message,
 )
@@ -159,8 +161,13 @@ class Table:
 
 
 def stored_type(column: Column) -> pa.DataType:
-    """The Arrow type a column is stored as (``time`` as its text: Spark has no time type)."""
-    return pa.string() if column.type_oid == TIME else arrow_type(column.type_oid, column.typmod)
+    """The Arrow type a column is stored as (``time`` as its text, ``time[]`` as a list of
+    them: Spark has no time type)."""
+    if column.type_oid == TIME:
+        return pa.string()
+    if ARRAYS.get(column.type_oid) == TIME:
+        return pa.list_(pa.string())
+    return arrow_type(column.type_oid, column.typmod)
 
 
 def frame_schema(table: Table) -> pa.Schema:
@@ -938,6 +945,8 @@ def _nudge_wal(dsn: str) -> None:
 def _decode(text: str, column: Column) -> Any:
     if column.type_oid == TIME:
         return text
+    if ARRAYS.get(column.type_oid) == TIME:
+        return parse_array(text)
     return decode_text(text, column.type_oid, column.typmod)
 
 
