@@ -694,3 +694,26 @@ def test_a_database_not_in_utf8_is_read_in_its_encoding(upstream: Upstream) -> N
         undeclared.close()
     finally:
         latin1.close()
+
+
+def test_a_column_dropped_and_added_again_under_its_name_is_an_err_row(upstream: Upstream) -> None:
+    """Same name and type, but the old values are gone: read on, the shard would keep them
+    and the next update would retract a row the shard never had."""
+    upstream.create("t", "id int, v text")
+    upstream.publish("t")
+    source = PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub)
+    try:
+        upstream.txn(("t", "INSERT INTO {t} VALUES (1, 'a')", None))
+        assert read_stream(source, upstream) == [(1, None, ["1", "a"])]
+        source.commit(source.upper())
+        upstream.sql(
+            sql.SQL("ALTER TABLE {} DROP COLUMN v, ADD COLUMN v text").format(upstream.name("t"))
+        )
+        upstream.txn(("t", "UPDATE {t} SET v = 'b' WHERE id = 1", None))
+        ((diff, error, values),) = read_stream(source, upstream)
+    finally:
+        source.drop()
+    assert diff == 1 and values is None, (diff, values)
+    assert error is not None and error.startswith(
+        f"{upstream.schema}.t: upstream schema changed: column 'v' was dropped and added again"
+    ), error

@@ -134,6 +134,11 @@ def test_lsns_and_snapshot_visibility() -> None:
     assert (
         incompatibility(declared, (declared[0], Column("v", 20, -1))) == "column 'v' changed type"
     )
+    numbered = (Column("id", 23, -1, 1), Column("v", 25, -1, 2))
+    assert incompatibility(numbered, declared) is None  # a Relation message has no numbers
+    assert incompatibility(numbered, (numbered[0], Column("v", 25, -1, 3))) == (
+        "column 'v' was dropped and added again"
+    )
 
 
 def test_an_old_row_without_its_other_columns_is_an_err_row_not_a_retraction() -> None:

@@ -88,11 +88,14 @@ _SCALAR_TYPES: dict[int, pa.DataType] = {
 
 @dataclass(frozen=True)
 class Column:
-    """A column as the catalog declares it."""
+    """A column as the catalog declares it; ``attnum`` is its number in the table, which
+    a column dropped and added again under its name does not keep (0: not known, as in a
+    Relation message)."""
 
     name: str
     type_oid: int
     typmod: int
+    attnum: int = 0
 
     @property
     def arrow(self) -> pa.DataType:

@@ -68,7 +68,8 @@ raises :class:`~timeshard.errors.SourceUnavailable` rather than skip.
 
 Errors. A value that does not decode makes its row an err row (for that
 table only). An incompatible change of a table's schema upstream (a dropped
-or retyped column) and a ``TRUNCATE`` are *definite* errors of that
+or retyped column, or one dropped and added again under its name: its
+``attnum`` changed) and a ``TRUNCATE`` are *definite* errors of that
 subsource: every transaction touching it from then on is an err row naming
 the change, while the other tables go on. The stream names a table by its
 OID, so a table renamed upstream is still read, and a table created again
@@ -612,7 +613,7 @@ def _partitions_not_full(conn: Any, oid: int) -> list[str]:
 def _columns(conn: Any, schema: str, table: str) -> tuple[Column, ...]:
     """The columns pgoutput sends of a table: not dropped, not generated."""
     rows = conn.execute(
-        "SELECT a.attname, a.atttypid::int, a.atttypmod FROM pg_attribute a "
+        "SELECT a.attname, a.atttypid::int, a.atttypmod, a.attnum::int FROM pg_attribute a "
         "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
         "AND a.attgenerated = '' ORDER BY a.attnum",
@@ -621,7 +622,7 @@ def _columns(conn: Any, schema: str, table: str) -> tuple[Column, ...]:
     reserved = [r[0] for r in rows if r[0].startswith("_")]
     if reserved:
         raise InvalidUsage(f"table {schema}.{table}: columns {reserved} start with '_' (reserved)")
-    return tuple(Column(name, oid, typmod) for name, oid, typmod in rows)
+    return tuple(Column(*row) for row in rows)
 
 
 def incompatibility(declared: Sequence[Column], actual: Sequence[Column]) -> str | None:
@@ -633,7 +634,24 @@ def incompatibility(declared: Sequence[Column], actual: Sequence[Column]) -> str
             return f"column {column.name!r} was dropped"
         if (now.type_oid, now.typmod) != (column.type_oid, column.typmod):
             return f"column {column.name!r} changed type"
+        if column.attnum and now.attnum and now.attnum != column.attnum:
+            return f"column {column.name!r} was dropped and added again"
     return None
+
+
+def _catalog_change(conn: Any, oid: int, declared: Sequence[Column]) -> str | None:
+    """Why table ``oid`` as the server's catalog has it now cannot be read as ``declared``,
+    where a Relation message cannot tell (a column dropped and added again under its name
+    and type, a partition whose REPLICA IDENTITY is not FULL); None if it can or is gone."""
+    partial = _partitions_not_full(conn, oid)
+    if partial:
+        return f"the partitions {partial} have no REPLICA IDENTITY FULL"
+    rows = conn.execute(
+        "SELECT attname, atttypid::int, atttypmod, attnum::int FROM pg_attribute "
+        "WHERE attrelid = %s::oid AND attnum > 0 AND NOT attisdropped",
+        (oid,),
+    ).fetchall()
+    return incompatibility(declared, [Column(*row) for row in rows]) if rows else None
 
 
 # -- what the tasks run --------------------------------------------------------------------
@@ -793,12 +811,10 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                         # Updates would come without their old row, deletes with the key only.
                         why = "its REPLICA IDENTITY is no longer FULL"
                     if why is None:
-                        # A partition's identity, which the Relation does not carry (a
-                        # partition attached or altered since): as the server has it now,
-                        # so the error may start before the change that caused it.
-                        partial = _partitions_not_full(catalog(), parsed.oid)
-                        if partial:
-                            why = f"the partitions {partial} have no REPLICA IDENTITY FULL"
+                        # What the Relation does not carry (a partition's identity, a
+                        # column's number), as the server has it now: the error may start
+                        # before the change that caused it, never after.
+                        why = _catalog_change(catalog(), parsed.oid, declared)
                     positions = [c.name for c in parsed.columns]
                     by_oid[parsed.oid] = (
                         index,
