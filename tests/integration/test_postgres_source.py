@@ -717,3 +717,46 @@ def test_a_column_dropped_and_added_again_under_its_name_is_an_err_row(upstream:
     assert error is not None and error.startswith(
         f"{upstream.schema}.t: upstream schema changed: column 'v' was dropped and added again"
     ), error
+
+
+def test_a_table_that_leaves_the_publication_is_an_err_row_not_a_stale_shard(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """Its changes are no longer sent: its shard's upper went on advancing over rows that
+    were no longer true. One err row (written once), and its later changes are errors."""
+    upstream.create("t", "id int, v text")
+    upstream.create("u", "id int")
+    upstream.publish("t", "u")
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1, 'a')", None))
+    client, name, ing = started(spark, upstream, tmp_path)
+    ing.step()
+    upstream.sql(
+        sql.SQL("ALTER PUBLICATION {} DROP TABLE {}").format(
+            sql.Identifier(upstream.pub), upstream.name("t")
+        )
+    )
+    upstream.txn(
+        ("t", "UPDATE {t} SET v = 'b' WHERE id = 1", None),
+        ("u", "INSERT INTO {t} VALUES (1)", None),
+    )
+    ing.step()
+    upstream.sql(
+        sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+            sql.Identifier(upstream.pub), upstream.name("t")
+        )
+    )
+    upstream.txn(("t", "UPDATE {t} SET v = 'c' WHERE id = 1", None))
+    ing.step()
+    ing.step()
+    t, u = f"{name}.{upstream.schema}.t", f"{name}.{upstream.schema}.u"
+    upper = client.state(t).upper.time
+    assert upper is not None
+    rows = output_rows(client, t, upper - 1, ["id", "v"])
+    ing.close()
+    why = f"{upstream.schema}.t: left the publication '{upstream.pub}'"
+    errors = sorted(r[1] for r in rows if r[0] == "ERR")
+    assert len(rows) == 3 and (1, "a") in rows and len(errors) == 2, rows
+    found, later = why + " (its changes are no longer sent): found at", why + " (its changes are"
+    assert any(e.startswith(found) for e in errors), errors  # written once
+    assert any(e.startswith(later) and not e.startswith(found) for e in errors), errors
+    assert output_rows(client, u, upper - 1, ["id"]) == [(1,)]

@@ -71,7 +71,11 @@ table only). An incompatible change of a table's schema upstream (a dropped
 or retyped column, or one dropped and added again under its name: its
 ``attnum`` changed) and a ``TRUNCATE`` are *definite* errors of that
 subsource: every transaction touching it from then on is an err row naming
-the change, while the other tables go on. The stream names a table by its
+the change, while the other tables go on. So is a table that left the
+publication (checked by OID at the start of every read): one err row when a
+read first finds it gone (written again only if no commit made it durable,
+or by a process started after), and its changes if it is published again,
+since those in between were not sent. The stream names a table by its
 OID, so a table renamed upstream is still read, and a table created again
 under the name of one dropped is such an error too, also when that happened
 while no process ran: the OIDs are recorded in the catalog when the source is
@@ -245,6 +249,10 @@ class PostgresSource:
         self.connect_timeout_s = connect_timeout_s
         self.encoding = self._encoding()
         self.tables = self._tables(tables)
+        #: Tables that left the publication (by index): why, and whose err row is durable.
+        self._left: dict[int, str] = {}
+        self._reported: set[int] = set()
+        self._announced: dict[int, int] = {}
         if not self._slot_declared:
             self.slot = self._kept_slot(slot, _legacy_slot(name))
         if create_slot:
@@ -301,6 +309,7 @@ class PostgresSource:
                     t.sub: spark.createDataFrame([], self._frame_schema(t)) for t in self.tables
                 }
             lo = confirmed
+        announce = self._check_membership(lo)
         with self._snapshot(lo == confirmed and start.get(PARTITION, 0) == 0) as snapshot:
             plan = ReadPlan(
                 self.dsn,
@@ -312,6 +321,8 @@ class PostgresSource:
                 consistent=confirmed,
                 snapshot=snapshot,
                 encoding=self.encoding,
+                left=tuple(sorted(self._left.items())),
+                announce=announce,
             )
             items = 1 + (len(self.tables) if snapshot is not None else 0)
             raw = (
@@ -343,6 +354,10 @@ class PostgresSource:
     def commit(self, frontier: SourceFrontier) -> None:
         """Advance the slot to the resumption frontier, so the server releases older WAL."""
         lsn = frontier.get(PARTITION, 0)
+        for index, offset in list(self._announced.items()):
+            if offset < lsn:  # its err row is durable: not written again
+                self._reported.add(index)
+                del self._announced[index]
         confirmed = self.confirmed_flush()
         if confirmed is None or lsn <= confirmed:
             return
@@ -514,6 +529,31 @@ class PostgresSource:
             f"POSTGRES source {self.name!r}: the database's encoding {server} cannot be "
             f"read ({why}): use a database of another encoding, such as UTF8"
         )
+
+    def _check_membership(self, offset: int) -> tuple[int, ...]:
+        """Note the tables (by OID) no longer in the publication; the indexes of those whose
+        err row this read writes, at ``offset`` (until a commit past it makes it durable).
+
+        A table that was dropped is not one (its rows stay, as the module doc says).
+        """
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT c.oid::bigint, EXISTS (SELECT 1 FROM pg_publication_tables p "
+                "JOIN pg_namespace n ON n.nspname = p.schemaname WHERE p.pubname = %s "
+                "AND n.oid = c.relnamespace AND p.tablename = c.relname) "
+                "FROM pg_class c WHERE c.oid::bigint = ANY(%s)",
+                (self.publication, [t.oid for t in self.tables]),
+            ).fetchall()
+        published = dict(rows)
+        for index, table in enumerate(self.tables):
+            if published.get(table.oid, True) is False and index not in self._left:
+                self._left[index] = (
+                    f"left the publication {self.publication!r} (its changes are no longer sent)"
+                )
+        announce = tuple(i for i in sorted(self._left) if i not in self._reported)
+        for index in announce:
+            self._announced[index] = min(offset, self._announced.get(index, offset))
+        return announce
 
     def _kept_slot(self, slot: str, legacy: str | None) -> str:
         """``slot``, or ``legacy`` if only that one exists (a source built before the
@@ -689,6 +729,10 @@ class ReadPlan:
     snapshot: SnapshotInfo | None = field(default=None)
     #: The Python codec of the database's encoding, which the stream's text is in.
     encoding: str = "utf-8"
+    #: Tables that left the publication (index, why): their changes, if any come, are errors.
+    left: tuple[tuple[int, str], ...] = ()
+    #: Of those, the ones whose err row the stream writes at ``lo``.
+    announce: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -765,10 +809,17 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
     sees, at offset ``consistent - 1``.
     """
     snapshot = plan.snapshot
+    left = dict(plan.left)
+    if plan.lo < plan.hi:
+        for i in plan.announce:
+            found = f"{plan.tables[i].qualified}: {left[i]}: found at LSN {format_lsn(plan.lo)}"
+            yield (i, plan.lo, 1, found, None)
     target = max(plan.hi, snapshot.wal_after if snapshot is not None else 0)
     if target <= plan.lo:
         return
-    by_oid: dict[int, tuple[int, list[int] | str]] = {}
+    by_oid: dict[int, tuple[int, list[int] | str]] = {
+        plan.tables[index].oid: (index, why) for index, why in plan.left
+    }
     tables = {t.oid: i for i, t in enumerate(plan.tables)}
     named = {(t.schema, t.name): i for i, t in enumerate(plan.tables)}
     conn, cursor = _start_replication(plan)
@@ -804,7 +855,7 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                         index,
                         "upstream table was dropped and created again (its OID changed)",
                     )
-                elif index is not None:
+                elif index is not None and index not in left:
                     declared = plan.tables[index].columns
                     why = incompatibility(declared, parsed.columns)
                     if why is None and parsed.replica_identity != "f":
