@@ -760,3 +760,35 @@ def test_a_table_that_leaves_the_publication_is_an_err_row_not_a_stale_shard(
     assert any(e.startswith(found) for e in errors), errors  # written once
     assert any(e.startswith(later) and not e.startswith(found) for e in errors), errors
     assert output_rows(client, u, upper - 1, ["id"]) == [(1,)]
+
+
+def test_the_recorded_columns_win_over_upstream_on_a_later_build(upstream: Upstream) -> None:
+    """After a tolerated ADD COLUMN upstream, a build that took the columns from upstream
+    had another output schema than the shard's (the restart failed); and a column dropped
+    and added again while no process ran was read as the same one."""
+    upstream.create("t", "id int, v text")
+    upstream.publish("t")
+    name = f"pg_{uuid.uuid4().hex[:8]}"
+    first = PostgresSource(name, upstream.dsn, upstream.pub)
+    recorded = {"table_columns": first.recorded_columns()}
+    assert recorded["table_columns"] == {
+        f"{upstream.schema}.t": [["id", 23, -1, 1], ["v", 25, -1, 2]]
+    }
+    upstream.sql(sql.SQL("ALTER TABLE {} ADD COLUMN w int").format(upstream.name("t")))
+    again = PostgresSource(name, upstream.dsn, upstream.pub)
+    assert again.outputs() != first.outputs()
+    again.pin_recorded(recorded)
+    assert again.outputs() == first.outputs()
+    upstream.sql(
+        sql.SQL("ALTER TABLE {} DROP COLUMN v, ADD COLUMN v text").format(upstream.name("t"))
+    )
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1, 5, 'a')", None))
+    third = PostgresSource(name, upstream.dsn, upstream.pub)
+    third.pin_recorded(recorded)
+    try:
+        ((_, error, _),) = read_stream(third, upstream)
+    finally:
+        third.drop()
+    assert error is not None and "column 'v' was dropped and added again" in error, error
+    with pytest.raises(InvalidUsage, match=r"recorded columns of .* are not"):
+        third.pin_recorded({"table_columns": {f"{upstream.schema}.t": [["id", "23", -1, 1]]}})

@@ -380,7 +380,11 @@ class PostgresSource:
         stream sees the new OID. A table the record does not name keeps its OID.
 
         The recorded ``options["slot"]`` is the slot, unless one was given: a
-        slot this build created under another name is dropped.
+        slot this build created under another name is dropped. The recorded
+        ``options["table_columns"]`` (:meth:`recorded_columns`) are each table's
+        columns, so that its output keeps its schema after a column was added
+        upstream, and a column dropped and added again under its name since is
+        an error; a table the record does not name takes its columns from upstream.
         """
         slot = options.get("slot")
         if (
@@ -390,6 +394,9 @@ class PostgresSource:
             and slot != self.slot
         ):
             self._adopt_slot(slot)
+        columns = options.get("table_columns")
+        if isinstance(columns, Mapping):
+            self.tables = [_with_recorded_columns(t, columns.get(t.sub)) for t in self.tables]
         recorded = options.get("table_oids")
         if not isinstance(recorded, Mapping):
             return
@@ -400,6 +407,14 @@ class PostgresSource:
                 table = replace(table, oid=oid)
             pinned.append(table)
         self.tables = pinned
+
+    def recorded_columns(self) -> dict[str, list[list[Any]]]:
+        """Per subsource, its columns as ``[name, type oid, typmod, attnum]`` lists: what
+        the catalog records for :meth:`pin_recorded`."""
+        return {
+            t.sub: [[c.name, c.type_oid, c.typmod, c.attnum] for c in t.columns]
+            for t in self.tables
+        }
 
     def drop(self) -> None:
         """Drop the replication slot (the source is gone: the server keeps no WAL for it)."""
@@ -631,6 +646,24 @@ def _published(
         (schema, table): (None if names is None else frozenset(names), row_filter)
         for schema, table, names, row_filter in rows
     }
+
+
+def _with_recorded_columns(table: Table, recorded: Any) -> Table:
+    """``table`` with the columns a catalog entry recorded for it (None: as it is)."""
+    if recorded is None:
+        return table
+    shape = (str, int, int, int)
+    if not isinstance(recorded, list) or not all(
+        isinstance(c, list)
+        and len(c) == 4
+        and all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(c, shape, strict=True))
+        for c in recorded
+    ):
+        raise InvalidUsage(
+            f"the recorded columns of {table.sub!r} are not [name, type oid, typmod, attnum] "
+            f"lists: {recorded!r}"
+        )
+    return replace(table, columns=tuple(Column(*c) for c in recorded))
 
 
 def _partitions_not_full(conn: Any, oid: int) -> list[str]:
