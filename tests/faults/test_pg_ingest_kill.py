@@ -32,6 +32,7 @@ from timeshard.location import open_location
 from timeshard.persist import PersistClient
 from timeshard.storage import Remap
 from timeshard.storage.pgoutput import Begin, Change, Commit, parse_message
+from timeshard.storage.postgres_source import default_slot
 
 WORKER = Path(__file__).with_name("pg_ingest_worker.py")
 
@@ -149,5 +150,5 @@ def test_postgres_ingestion_killed_and_concurrent(tmp_path: Path, postgres_serve
         conn.execute(
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
             "WHERE slot_name = %s AND NOT active",
-            (f"timeshard_{name}",),
+            (default_slot(name),),
         )

@@ -510,3 +510,285 @@ def test_a_read_never_moves_the_slot(upstream: Upstream) -> None:
     assert read(source.upper()[PARTITION] + 1) == [["7"]]
     assert source.confirmed_flush() == start
     source.drop()
+
+
+def read_stream(source: PostgresSource, upstream: Upstream) -> list[tuple[int, str | None, Any]]:
+    """The slot's changes from its position to the server's upper: (diff, error, values)."""
+    start = source.confirmed_flush()
+    assert start is not None
+    plan = ReadPlan(
+        upstream.dsn,
+        source.slot,
+        source.publication,
+        source.tables,
+        lo=start,
+        hi=source.upper()[PARTITION] + 1,
+        consistent=start,
+        snapshot=None,
+        encoding=source.encoding,
+    )
+    return [(row[2], row[3], row[4]) for row in stream_rows(plan)]
+
+
+def test_a_partitioned_table_via_its_root_needs_every_partition_full(upstream: Upstream) -> None:
+    """Published via its root, a partitioned table's changes log the old row as each
+    partition's own identity has it: the constructor names the partitions that are not FULL,
+    and a partition attached later that is not makes its updates and deletes err rows."""
+    s = upstream.schema
+    upstream.sql(f"CREATE TABLE {s}.p (id int, v text) PARTITION BY RANGE (id)")
+    upstream.sql(
+        f"CREATE TABLE {s}.p1 PARTITION OF {s}.p (PRIMARY KEY (id)) FOR VALUES FROM (0) TO (100)"
+    )
+    upstream.sql(f"ALTER TABLE {s}.p REPLICA IDENTITY FULL")
+    upstream.sql(
+        f"CREATE PUBLICATION {upstream.pub} FOR TABLE {s}.p "
+        "WITH (publish_via_partition_root = true)"
+    )
+    with pytest.raises(InvalidUsage, match=rf"partitions \['{s}.p1'\] of table {s}.p need"):
+        PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub)
+    upstream.sql(f"ALTER TABLE {s}.p1 REPLICA IDENTITY FULL")
+    source = PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub)
+    try:
+        upstream.txn(("p", "INSERT INTO {t} VALUES (1, 'a'), (2, 'b')", None))
+        upstream.txn(("p", "UPDATE {t} SET v = 'z' WHERE id = 1", None))
+        upstream.txn(("p", "DELETE FROM {t} WHERE id = 2", None))
+        assert read_stream(source, upstream) == [
+            (1, None, ["1", "a"]),
+            (1, None, ["2", "b"]),
+            (-1, None, ["1", "a"]),
+            (1, None, ["1", "z"]),
+            (-1, None, ["2", "b"]),
+        ]
+        source.commit(source.upper())
+        # Attached later with its primary key as identity: an update logs no old row, a
+        # delete the key only (in an 'O' tuple, the root's, with the other columns NULL).
+        upstream.sql(
+            f"CREATE TABLE {s}.p2 PARTITION OF {s}.p (PRIMARY KEY (id)) "
+            "FOR VALUES FROM (100) TO (200)"
+        )
+        upstream.txn(("p", "INSERT INTO {t} VALUES (101, 'b')", None))
+        upstream.txn(("p", "UPDATE {t} SET v = 'y' WHERE id = 101", None))
+        upstream.txn(("p", "DELETE FROM {t} WHERE id = 101", None))
+        rows = read_stream(source, upstream)
+    finally:
+        source.drop()
+    assert len(rows) == 3 and all(diff == 1 and values is None for diff, _, values in rows)
+    why = f"{s}.p: upstream schema changed: the partitions ['{s}.p2'] have no REPLICA"
+    assert all(e.startswith(why) for _, e, _ in rows), rows
+
+
+def test_a_publication_that_leaves_out_updates_deletes_or_truncates_is_refused(
+    upstream: Upstream,
+) -> None:
+    upstream.create("t", "id int, v text")
+    upstream.sql(
+        sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, delete')").format(
+            sql.Identifier(upstream.pub), upstream.name("t")
+        )
+    )
+    with pytest.raises(InvalidUsage, match=rf"{upstream.pub}' does not publish update, truncate"):
+        PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub)
+    upstream.sql(
+        sql.SQL("ALTER PUBLICATION {} SET (publish = 'insert, update, delete, truncate')").format(
+            sql.Identifier(upstream.pub)
+        )
+    )
+    PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub).drop()
+
+
+@pytest.mark.parametrize("shape", ["Pub_{}", "pub {}, x", 'pub"{}'])
+def test_a_publication_name_is_read_as_written_not_folded_or_split(
+    upstream: Upstream, shape: str
+) -> None:
+    """pgoutput parses ``publication_names`` as a list of SQL identifiers: unquoted, 'Pub_x'
+    would read the lowercase 'pub_x' (another publication here) and 'a, b' two of them."""
+    upstream.create("t", "id int")
+    upstream.create("other", "id int")
+    pub = shape.format(uuid.uuid4().hex[:6])
+    for name, table in [(pub, "t"), (pub.lower().split(",")[0].split('"')[0], "other")]:
+        upstream.sql(
+            sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
+                sql.Identifier(name), upstream.name(table)
+            )
+        )
+    source = PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, pub)
+    upstream.txn(
+        ("t", "INSERT INTO {t} VALUES (1)", None), ("other", "INSERT INTO {t} VALUES (2)", None)
+    )
+    try:
+        assert read_stream(source, upstream) == [(1, None, ["1"])]
+    finally:
+        source.drop()
+
+
+def test_source_names_never_share_a_slot_and_an_old_default_slot_is_kept(
+    upstream: Upstream,
+) -> None:
+    """'a.x' and 'a-x' had one slot (one source's commit moved the other's past its frontier,
+    one's drop dropped the other's). A source whose slot was defaulted before (the name with
+    '_' for other characters) and so exists keeps it; the catalog's recorded slot wins."""
+    upstream.create("t", "id int")
+    upstream.publish("t")
+    base = f"pg_{uuid.uuid4().hex[:8]}"
+    a = PostgresSource(base + ".x", upstream.dsn, upstream.pub)
+    b = PostgresSource(base + "-x", upstream.dsn, upstream.pub)
+    assert a.slot != b.slot
+    b_start = b.confirmed_flush()
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1)", None))
+    a.commit(a.upper())
+    assert b.confirmed_flush() == b_start
+    a.drop()
+    assert b.confirmed_flush() == b_start
+    b.drop()
+
+    old = "timeshard_" + base.lower() + "_y"  # the slot an earlier build made for base.y
+    with psycopg.connect(upstream.dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (old,))
+
+        def slot_names() -> set[str]:
+            query = "SELECT slot_name FROM pg_replication_slots WHERE slot_name LIKE %s"
+            return {r[0] for r in conn.execute(query, (f"timeshard_{base}%",)).fetchall()}
+
+        again = PostgresSource(base + ".y", upstream.dsn, upstream.pub)
+        assert again.slot == old and slot_names() == {old}
+        # Built with no slot of either name, it makes the new one, and drops it again when
+        # its catalog entry records the old one (which a read then finds gone, or not).
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (old,))
+        fresh = PostgresSource(base + ".y", upstream.dsn, upstream.pub)
+        assert fresh.slot != old and slot_names() == {fresh.slot}
+        fresh.pin_recorded({"slot": old})
+        assert fresh.slot == old and slot_names() == set()
+        declared = PostgresSource(base + ".y", upstream.dsn, upstream.pub, slot="mine_" + base)
+        declared.pin_recorded({"slot": old})
+        assert declared.slot == "mine_" + base
+        declared.drop()
+
+
+def test_a_database_not_in_utf8_is_read_in_its_encoding(upstream: Upstream) -> None:
+    """pgoutput sends names and values in the database's encoding, not the client's: read
+    as UTF-8, a LATIN1 'é' failed the read task on every retry."""
+    database = f"l1_{uuid.uuid4().hex[:8]}"
+    upstream.sql(
+        f"CREATE DATABASE {database} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' "
+        "TEMPLATE template0"
+    )
+    latin1 = Upstream(upstream.dsn.rsplit("/", 1)[0] + "/" + database)
+    try:
+        latin1.create("café", "id int, v text")
+        latin1.publish("café")
+        source = PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", latin1.dsn, latin1.pub)
+        assert source.encoding == "iso8859-1"
+        assert [t.name for t in source.tables] == ["café"]
+        latin1.txn(("café", "INSERT INTO {t} VALUES (1, 'crème brûlée')", None))
+        try:
+            assert read_stream(source, latin1) == [(1, None, ["1", "crème brûlée"])]
+        finally:
+            source.drop()
+        ascii_db = f"a_{uuid.uuid4().hex[:8]}"
+        upstream.sql(f"CREATE DATABASE {ascii_db} ENCODING 'SQL_ASCII' TEMPLATE template0")
+        undeclared = Upstream(upstream.dsn.rsplit("/", 1)[0] + "/" + ascii_db)
+        undeclared.create("t", "id int")
+        undeclared.publish("t")
+        with pytest.raises(InvalidUsage, match="encoding SQL_ASCII cannot be read"):
+            PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", undeclared.dsn, undeclared.pub)
+        undeclared.close()
+    finally:
+        latin1.close()
+
+
+def test_a_column_dropped_and_added_again_under_its_name_is_an_err_row(upstream: Upstream) -> None:
+    """Same name and type, but the old values are gone: read on, the shard would keep them
+    and the next update would retract a row the shard never had."""
+    upstream.create("t", "id int, v text")
+    upstream.publish("t")
+    source = PostgresSource(f"pg_{uuid.uuid4().hex[:8]}", upstream.dsn, upstream.pub)
+    try:
+        upstream.txn(("t", "INSERT INTO {t} VALUES (1, 'a')", None))
+        assert read_stream(source, upstream) == [(1, None, ["1", "a"])]
+        source.commit(source.upper())
+        upstream.sql(
+            sql.SQL("ALTER TABLE {} DROP COLUMN v, ADD COLUMN v text").format(upstream.name("t"))
+        )
+        upstream.txn(("t", "UPDATE {t} SET v = 'b' WHERE id = 1", None))
+        ((diff, error, values),) = read_stream(source, upstream)
+    finally:
+        source.drop()
+    assert diff == 1 and values is None, (diff, values)
+    assert error is not None and error.startswith(
+        f"{upstream.schema}.t: upstream schema changed: column 'v' was dropped and added again"
+    ), error
+
+
+def test_a_table_that_leaves_the_publication_is_an_err_row_not_a_stale_shard(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """Its changes are no longer sent: its shard's upper went on advancing over rows that
+    were no longer true. One err row (written once), and its later changes are errors."""
+    upstream.create("t", "id int, v text")
+    upstream.create("u", "id int")
+    upstream.publish("t", "u")
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1, 'a')", None))
+    client, name, ing = started(spark, upstream, tmp_path)
+    ing.step()
+    upstream.sql(
+        sql.SQL("ALTER PUBLICATION {} DROP TABLE {}").format(
+            sql.Identifier(upstream.pub), upstream.name("t")
+        )
+    )
+    upstream.txn(
+        ("t", "UPDATE {t} SET v = 'b' WHERE id = 1", None),
+        ("u", "INSERT INTO {t} VALUES (1)", None),
+    )
+    ing.step()
+    upstream.sql(
+        sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(
+            sql.Identifier(upstream.pub), upstream.name("t")
+        )
+    )
+    upstream.txn(("t", "UPDATE {t} SET v = 'c' WHERE id = 1", None))
+    ing.step()
+    ing.step()
+    t, u = f"{name}.{upstream.schema}.t", f"{name}.{upstream.schema}.u"
+    upper = client.state(t).upper.time
+    assert upper is not None
+    rows = output_rows(client, t, upper - 1, ["id", "v"])
+    ing.close()
+    why = f"{upstream.schema}.t: left the publication '{upstream.pub}'"
+    errors = sorted(r[1] for r in rows if r[0] == "ERR")
+    assert len(rows) == 3 and (1, "a") in rows and len(errors) == 2, rows
+    found, later = why + " (its changes are no longer sent): found at", why + " (its changes are"
+    assert any(e.startswith(found) for e in errors), errors  # written once
+    assert any(e.startswith(later) and not e.startswith(found) for e in errors), errors
+    assert output_rows(client, u, upper - 1, ["id"]) == [(1,)]
+
+
+def test_the_recorded_columns_win_over_upstream_on_a_later_build(upstream: Upstream) -> None:
+    """After a tolerated ADD COLUMN upstream, a build that took the columns from upstream
+    had another output schema than the shard's (the restart failed); and a column dropped
+    and added again while no process ran was read as the same one."""
+    upstream.create("t", "id int, v text")
+    upstream.publish("t")
+    name = f"pg_{uuid.uuid4().hex[:8]}"
+    first = PostgresSource(name, upstream.dsn, upstream.pub)
+    recorded = {"table_columns": first.recorded_columns()}
+    assert recorded["table_columns"] == {
+        f"{upstream.schema}.t": [["id", 23, -1, 1], ["v", 25, -1, 2]]
+    }
+    upstream.sql(sql.SQL("ALTER TABLE {} ADD COLUMN w int").format(upstream.name("t")))
+    again = PostgresSource(name, upstream.dsn, upstream.pub)
+    assert again.outputs() != first.outputs()
+    again.pin_recorded(recorded)
+    assert again.outputs() == first.outputs()
+    upstream.sql(
+        sql.SQL("ALTER TABLE {} DROP COLUMN v, ADD COLUMN v text").format(upstream.name("t"))
+    )
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1, 5, 'a')", None))
+    third = PostgresSource(name, upstream.dsn, upstream.pub)
+    third.pin_recorded(recorded)
+    try:
+        ((_, error, _),) = read_stream(third, upstream)
+    finally:
+        third.drop()
+    assert error is not None and "column 'v' was dropped and added again" in error, error
+    with pytest.raises(InvalidUsage, match=r"recorded columns of .* are not"):
+        third.pin_recorded({"table_columns": {f"{upstream.schema}.t": [["id", "23", -1, 1]]}})

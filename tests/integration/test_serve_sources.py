@@ -33,6 +33,8 @@ import pytest
 from tests.integration.test_serve import Served, connect, start_serve
 from tests.unavailable import skip_or_fail
 
+from timeshard.storage.postgres_source import default_slot
+
 pytestmark = [pytest.mark.spark]
 
 #: How long a change may take to show: a stuck server never shows it, a slow one does.
@@ -159,7 +161,7 @@ def test_a_postgres_source_follows_its_tables_and_its_drop_drops_the_slot(
     served: Served, postgres_server: Any, pg: psycopg.Connection[Any]
 ) -> None:
     table, publication, name = unique("orders"), unique("pub"), unique("pg")
-    slot = f"timeshard_{name}"  # the source's default slot
+    slot = default_slot(name)  # the source's default slot
     other = unique("other")  # in the publication, not in FOR TABLES
     for t in (table, other):
         pg.execute(f"CREATE TABLE {t} (id int PRIMARY KEY, status text)")

@@ -88,11 +88,14 @@ _SCALAR_TYPES: dict[int, pa.DataType] = {
 
 @dataclass(frozen=True)
 class Column:
-    """A column as the catalog declares it."""
+    """A column as the catalog declares it; ``attnum`` is its number in the table, which
+    a column dropped and added again under its name does not keep (0: not known, as in a
+    Relation message)."""
 
     name: str
     type_oid: int
     typmod: int
+    attnum: int = 0
 
     @property
     def arrow(self) -> pa.DataType:
@@ -230,13 +233,16 @@ class Change:
     """An insert (``old`` None), update or delete (``new`` None) of one row, as text values.
 
     A value is a string, None (NULL) or :data:`UNCHANGED` (a TOASTed value the
-    update did not touch: the old row has it).
+    update did not touch: the old row has it). ``key_only`` says that ``old``
+    is the replica identity's key columns only (a ``K`` tuple: the other
+    values are NULL), not the whole old row (an ``O`` tuple).
     """
 
     kind: str  # "I", "U" or "D"
     relation: int
     old: tuple[Any, ...] | None
     new: tuple[Any, ...] | None
+    key_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -248,8 +254,8 @@ UNCHANGED = object()
 
 
 class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.pos = data, 0
+    def __init__(self, data: bytes, encoding: str) -> None:
+        self.data, self.pos, self.encoding = data, 0, encoding
 
     def take(self, fmt: str) -> Any:
         (value,) = struct.unpack_from(fmt, self.data, self.pos)
@@ -258,7 +264,7 @@ class _Reader:
 
     def string(self) -> str:
         end = self.data.index(b"\0", self.pos)
-        value = self.data[self.pos : end].decode("utf-8")
+        value = self.data[self.pos : end].decode(self.encoding)
         self.pos = end + 1
         return value
 
@@ -272,16 +278,22 @@ class _Reader:
                 values.append(UNCHANGED)
             elif kind == b"t":
                 length = self.take("!i")
-                values.append(self.data[self.pos : self.pos + length].decode("utf-8"))
+                values.append(self.data[self.pos : self.pos + length].decode(self.encoding))
                 self.pos += length
             else:
                 raise ValueError(f"unexpected tuple value kind {kind!r}")
         return tuple(values)
 
 
-def parse_message(data: bytes) -> Begin | Commit | Relation | Change | Truncate | None:
-    """One pgoutput message (protocol version 1), or None for one timeshard ignores."""
-    r = _Reader(data)
+def parse_message(
+    data: bytes, encoding: str = "utf-8"
+) -> Begin | Commit | Relation | Change | Truncate | None:
+    """One pgoutput message (protocol version 1), or None for one timeshard ignores.
+
+    Names and text values are in the database's encoding (pgoutput does not convert them
+    to the client's): ``encoding`` is its Python codec.
+    """
+    r = _Reader(data, encoding)
     tag = r.take("!c")
     if tag == b"B":
         final_lsn = r.take("!Q")
@@ -307,18 +319,19 @@ def parse_message(data: bytes) -> Begin | Commit | Relation | Change | Truncate 
         return Change("I", relation, None, r.tuple_data())
     if tag == b"U":
         relation = r.take("!I")
-        kind, old = r.take("!c"), None
+        kind, old, key_only = r.take("!c"), None, False
         if kind in (b"K", b"O"):
-            old = r.tuple_data()
+            old, key_only = r.tuple_data(), kind == b"K"
             kind = r.take("!c")
         if kind != b"N":
             raise ValueError("update without a new tuple")
-        return Change("U", relation, old, r.tuple_data())
+        return Change("U", relation, old, r.tuple_data(), key_only)
     if tag == b"D":
         relation = r.take("!I")
-        if r.take("!c") not in (b"K", b"O"):
+        kind = r.take("!c")
+        if kind not in (b"K", b"O"):
             raise ValueError("delete without an old tuple")
-        return Change("D", relation, r.tuple_data(), None)
+        return Change("D", relation, r.tuple_data(), None, kind == b"K")
     if tag == b"T":
         count = r.take("!I")
         r.take("!B")  # options

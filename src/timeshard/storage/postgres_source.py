@@ -1,13 +1,22 @@
 """POSTGRES sources: the tables of a publication, by logical replication (pgoutput).
 
+The publication must publish inserts, updates, deletes and truncates (the
+constructor refuses one that leaves any out: those changes would be lost).
 Each table of the publication (or of the ``tables`` named) is a subsource
 with its own output shard ``<source>.<table>`` (``<schema>.<table>`` outside
 ``public``). Its columns are the table's, typed as
 :mod:`timeshard.storage.pgoutput` decodes them, plus ``_diff``: an insert is
 the new row at +1, a delete the old row at -1, an update both. Every table
 must have ``REPLICA IDENTITY FULL`` (so deletes and updates carry the whole
-old row, TOASTed values included); the constructor refuses one that has not,
-naming the statement that fixes it.
+old row, TOASTed values included), and so must every partition of a
+partitioned one (published via its root, its changes log the old row as the
+partition's identity has it); the constructor refuses one that has not,
+naming the statement that fixes it. Upstream later, a change without its
+whole old row is a definite error of its subsource (below).
+
+Text (names and values) is decoded from the database's encoding
+(``server_encoding``); a database in ``SQL_ASCII``, which declares none, or
+in one Python has no codec for is refused.
 
 FromTime is an LSN: the source has one partition, ``"0"``, and a record's
 offset is the LSN of its transaction's commit record, so all changes of a
@@ -16,8 +25,13 @@ server's flushed WAL position (``pg_current_wal_flush_lsn``): every
 transaction whose commit record starts below it is durable.
 
 The slot. The constructor creates the logical replication slot ``slot``
-(default ``timeshard_<name>``) unless it exists; its consistent point ``C``
-is where the stream starts. :meth:`PostgresSource.commit` advances the slot
+(default :func:`default_slot`: ``timeshard_<name>_<hash of the name>``)
+unless it exists; its consistent point ``C`` is where the stream starts. A
+source whose slot was defaulted before the hash was added
+(``timeshard_<name>``, which names such as ``a.x`` and ``a-x`` shared) keeps
+that slot while no slot has the new name, and a build whose catalog entry
+records a slot streams that one (:meth:`PostgresSource.pin_recorded`).
+:meth:`PostgresSource.commit` advances the slot
 (``pg_replication_slot_advance``) to the resumption frontier after each
 durable tick, so the server keeps only the WAL a restart still needs;
 :meth:`PostgresSource.drop` drops the slot.
@@ -54,9 +68,14 @@ raises :class:`~timeshard.errors.SourceUnavailable` rather than skip.
 
 Errors. A value that does not decode makes its row an err row (for that
 table only). An incompatible change of a table's schema upstream (a dropped
-or retyped column) and a ``TRUNCATE`` are *definite* errors of that
+or retyped column, or one dropped and added again under its name: its
+``attnum`` changed) and a ``TRUNCATE`` are *definite* errors of that
 subsource: every transaction touching it from then on is an err row naming
-the change, while the other tables go on. The stream names a table by its
+the change, while the other tables go on. So is a table that left the
+publication (checked by OID at the start of every read): one err row when a
+read first finds it gone (written again only if no commit made it durable,
+or by a process started after), and its changes if it is published again,
+since those in between were not sent. The stream names a table by its
 OID, so a table renamed upstream is still read, and a table created again
 under the name of one dropped is such an error too, also when that happened
 while no process ran: the OIDs are recorded in the catalog when the source is
@@ -72,6 +91,7 @@ released) raises it as definite, and nothing is skipped.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import select
 import time
@@ -86,6 +106,7 @@ from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
 from timeshard.storage.cdc import DecodeTask, raw_batches
 from timeshard.storage.pgoutput import (
+    ARRAYS,
     SESSION_SETTINGS,
     TIME,
     UNCHANGED,
@@ -98,6 +119,7 @@ from timeshard.storage.pgoutput import (
     arrow_type,
     decode_text,
     format_lsn,
+    parse_array,
     parse_lsn,
     parse_message,
 )
@@ -144,8 +166,13 @@ class Table:
 
 
 def stored_type(column: Column) -> pa.DataType:
-    """The Arrow type a column is stored as (``time`` as its text: Spark has no time type)."""
-    return pa.string() if column.type_oid == TIME else arrow_type(column.type_oid, column.typmod)
+    """The Arrow type a column is stored as (``time`` as its text, ``time[]`` as a list of
+    them: Spark has no time type)."""
+    if column.type_oid == TIME:
+        return pa.string()
+    if ARRAYS.get(column.type_oid) == TIME:
+        return pa.list_(pa.string())
+    return arrow_type(column.type_oid, column.typmod)
 
 
 def frame_schema(table: Table) -> pa.Schema:
@@ -159,6 +186,21 @@ def frame_schema(table: Table) -> pa.Schema:
             pa.field(ERR, pa.string()),
         ]
     )
+
+
+def default_slot(name: str) -> str:
+    """The replication slot of the source ``name`` unless it is given one: ``timeshard_``,
+    the name in lower case with every character but ``[a-z0-9_]`` as ``_`` (at most 40),
+    ``_`` and the first 12 hex digits of the name's SHA-256, so that different names never
+    share a slot (at most 63 characters)."""
+    readable = re.sub(r"[^a-z0-9_]", "_", name.lower())[:40]
+    return f"timeshard_{readable}_{hashlib.sha256(name.encode()).hexdigest()[:12]}"
+
+
+def _legacy_slot(name: str) -> str | None:
+    """The default slot before :func:`default_slot` (names could share it), if valid."""
+    slot = "timeshard_" + re.sub(r"[^a-z0-9_]", "_", name.lower())
+    return slot if _SLOT.fullmatch(slot) else None
 
 
 def _libpq_options() -> str:
@@ -193,7 +235,9 @@ class PostgresSource:
             )
         if not isinstance(publication, str) or not _IDENT.fullmatch(publication):
             raise InvalidUsage(f"publication must be a PostgreSQL identifier, got {publication!r}")
-        slot = slot if slot is not None else "timeshard_" + re.sub(r"[^a-z0-9_]", "_", name.lower())
+        self._slot_declared = slot is not None
+        self._slot_created = False
+        slot = slot if slot is not None else default_slot(name)
         if not isinstance(slot, str) or not _SLOT.fullmatch(slot):
             raise InvalidUsage(f"slot must be 1-63 of [a-z0-9_], got {slot!r}")
         if not isinstance(dsn, str) or not dsn:
@@ -203,7 +247,14 @@ class PostgresSource:
         self.publication = publication
         self.slot = slot
         self.connect_timeout_s = connect_timeout_s
+        self.encoding = self._encoding()
         self.tables = self._tables(tables)
+        #: Tables that left the publication (by index): why, and whose err row is durable.
+        self._left: dict[int, str] = {}
+        self._reported: set[int] = set()
+        self._announced: dict[int, int] = {}
+        if not self._slot_declared:
+            self.slot = self._kept_slot(slot, _legacy_slot(name))
         if create_slot:
             self._ensure_slot()
 
@@ -258,6 +309,7 @@ class PostgresSource:
                     t.sub: spark.createDataFrame([], self._frame_schema(t)) for t in self.tables
                 }
             lo = confirmed
+        announce = self._check_membership(lo)
         with self._snapshot(lo == confirmed and start.get(PARTITION, 0) == 0) as snapshot:
             plan = ReadPlan(
                 self.dsn,
@@ -268,6 +320,9 @@ class PostgresSource:
                 hi=hi,
                 consistent=confirmed,
                 snapshot=snapshot,
+                encoding=self.encoding,
+                left=tuple(sorted(self._left.items())),
+                announce=announce,
             )
             items = 1 + (len(self.tables) if snapshot is not None else 0)
             raw = (
@@ -299,6 +354,10 @@ class PostgresSource:
     def commit(self, frontier: SourceFrontier) -> None:
         """Advance the slot to the resumption frontier, so the server releases older WAL."""
         lsn = frontier.get(PARTITION, 0)
+        for index, offset in list(self._announced.items()):
+            if offset < lsn:  # its err row is durable: not written again
+                self._reported.add(index)
+                del self._announced[index]
         confirmed = self.confirmed_flush()
         if confirmed is None or lsn <= confirmed:
             return
@@ -319,7 +378,25 @@ class PostgresSource:
         one's rows would stay in the output (a ``DROP TABLE`` sends no change) beside the
         new one's. Pinned, the new table's changes are err rows, as they are when the
         stream sees the new OID. A table the record does not name keeps its OID.
+
+        The recorded ``options["slot"]`` is the slot, unless one was given: a
+        slot this build created under another name is dropped. The recorded
+        ``options["table_columns"]`` (:meth:`recorded_columns`) are each table's
+        columns, so that its output keeps its schema after a column was added
+        upstream, and a column dropped and added again under its name since is
+        an error; a table the record does not name takes its columns from upstream.
         """
+        slot = options.get("slot")
+        if (
+            not self._slot_declared
+            and isinstance(slot, str)
+            and _SLOT.fullmatch(slot)
+            and slot != self.slot
+        ):
+            self._adopt_slot(slot)
+        columns = options.get("table_columns")
+        if isinstance(columns, Mapping):
+            self.tables = [_with_recorded_columns(t, columns.get(t.sub)) for t in self.tables]
         recorded = options.get("table_oids")
         if not isinstance(recorded, Mapping):
             return
@@ -330,6 +407,14 @@ class PostgresSource:
                 table = replace(table, oid=oid)
             pinned.append(table)
         self.tables = pinned
+
+    def recorded_columns(self) -> dict[str, list[list[Any]]]:
+        """Per subsource, its columns as ``[name, type oid, typmod, attnum]`` lists: what
+        the catalog records for :meth:`pin_recorded`."""
+        return {
+            t.sub: [[c.name, c.type_oid, c.typmod, c.attnum] for c in t.columns]
+            for t in self.tables
+        }
 
     def drop(self) -> None:
         """Drop the replication slot (the source is gone: the server keeps no WAL for it)."""
@@ -364,13 +449,23 @@ class PostgresSource:
                 "ORDER BY schemaname, tablename",
                 (self.publication,),
             ).fetchall()
-            exists = conn.execute(
-                "SELECT 1 FROM pg_publication WHERE pubname = %s", (self.publication,)
+            publishes = conn.execute(
+                "SELECT pubinsert, pubupdate, pubdelete, pubtruncate FROM pg_publication "
+                "WHERE pubname = %s",
+                (self.publication,),
             ).fetchone()
-            if exists is None:
+            if publishes is None:
                 raise InvalidUsage(
                     f"POSTGRES source {self.name!r}: no publication {self.publication!r} "
                     "(CREATE PUBLICATION ... FOR TABLE ...)"
+                )
+            operations = ("insert", "update", "delete", "truncate")
+            unpublished = [op for op, on in zip(operations, publishes, strict=True) if not on]
+            if unpublished:
+                raise InvalidUsage(
+                    f"POSTGRES source {self.name!r}: publication {self.publication!r} does not "
+                    f"publish {', '.join(unpublished)}, whose changes would be lost (ALTER "
+                    f"PUBLICATION ... SET (publish = 'insert, update, delete, truncate'))"
                 )
             names = {(s, t): t if s == "public" else f"{s}.{t}" for s, t in listed}
             if only is not None:
@@ -410,6 +505,14 @@ class PostgresSource:
                         f"REPLICA IDENTITY FULL (ALTER TABLE {schema}.{table} REPLICA IDENTITY "
                         "FULL), so that updates and deletes carry the whole old row"
                     )
+                partial = _partitions_not_full(conn, identity[1])
+                if partial:
+                    raise InvalidUsage(
+                        f"POSTGRES source {self.name!r}: the partitions {partial} of table "
+                        f"{schema}.{table} need REPLICA IDENTITY FULL (ALTER TABLE <partition> "
+                        "REPLICA IDENTITY FULL for each), so that updates and deletes carry "
+                        "the whole old row"
+                    )
         return tables
 
     def confirmed_flush(self) -> int | None:
@@ -421,6 +524,73 @@ class PostgresSource:
             ).fetchone()
         return None if row is None or row[0] is None else parse_lsn(row[0])
 
+    def _encoding(self) -> str:
+        """The Python codec of the database's encoding (InvalidUsage if it has none)."""
+        import psycopg
+
+        with self._connect() as conn:
+            row = conn.execute("SELECT current_setting('server_encoding')").fetchone()
+            assert row is not None
+            # In SQL_ASCII, psycopg reads text as bytes (and sends str as bytea).
+            server = row[0].decode() if isinstance(row[0], bytes) else str(row[0])
+            why = "it declares no encoding of its bytes" if server == "SQL_ASCII" else None
+            if why is None:
+                try:
+                    conn.execute("SELECT set_config('client_encoding', %s, false)", (server,))
+                    return str(conn.info.encoding)
+                except psycopg.NotSupportedError:
+                    why = "Python has no codec for it"
+        raise InvalidUsage(
+            f"POSTGRES source {self.name!r}: the database's encoding {server} cannot be "
+            f"read ({why}): use a database of another encoding, such as UTF8"
+        )
+
+    def _check_membership(self, offset: int) -> tuple[int, ...]:
+        """Note the tables (by OID) no longer in the publication; the indexes of those whose
+        err row this read writes, at ``offset`` (until a commit past it makes it durable).
+
+        A table that was dropped is not one (its rows stay, as the module doc says).
+        """
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT c.oid::bigint, EXISTS (SELECT 1 FROM pg_publication_tables p "
+                "JOIN pg_namespace n ON n.nspname = p.schemaname WHERE p.pubname = %s "
+                "AND n.oid = c.relnamespace AND p.tablename = c.relname) "
+                "FROM pg_class c WHERE c.oid::bigint = ANY(%s)",
+                (self.publication, [t.oid for t in self.tables]),
+            ).fetchall()
+        published = dict(rows)
+        for index, table in enumerate(self.tables):
+            if published.get(table.oid, True) is False and index not in self._left:
+                self._left[index] = (
+                    f"left the publication {self.publication!r} (its changes are no longer sent)"
+                )
+        announce = tuple(i for i in sorted(self._left) if i not in self._reported)
+        for index in announce:
+            self._announced[index] = min(offset, self._announced.get(index, offset))
+        return announce
+
+    def _kept_slot(self, slot: str, legacy: str | None) -> str:
+        """``slot``, or ``legacy`` if only that one exists (a source built before the
+        default slot named the name's hash keeps the slot it made then)."""
+        if legacy is None or legacy == slot:
+            return slot
+        with self._connect() as conn:
+            found = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT slot_name FROM pg_replication_slots WHERE slot_name IN (%s, %s)",
+                    (slot, legacy),
+                ).fetchall()
+            }
+        return legacy if legacy in found and slot not in found else slot
+
+    def _adopt_slot(self, slot: str) -> None:
+        if self._slot_created:
+            self.drop()
+            self._slot_created = False
+        self.slot = slot
+
     def _ensure_slot(self) -> None:
         import psycopg
 
@@ -429,6 +599,7 @@ class PostgresSource:
         # Another instance may create it first.
         with self._connect() as conn, contextlib.suppress(psycopg.errors.DuplicateObject):
             conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+            self._slot_created = True
 
     @contextlib.contextmanager
     def _snapshot(self, wanted: bool) -> Iterator[SnapshotInfo | None]:
@@ -477,10 +648,45 @@ def _published(
     }
 
 
+def _with_recorded_columns(table: Table, recorded: Any) -> Table:
+    """``table`` with the columns a catalog entry recorded for it (None: as it is)."""
+    if recorded is None:
+        return table
+    shape = (str, int, int, int)
+    if not isinstance(recorded, list) or not all(
+        isinstance(c, list)
+        and len(c) == 4
+        and all(isinstance(v, t) and not isinstance(v, bool) for v, t in zip(c, shape, strict=True))
+        for c in recorded
+    ):
+        raise InvalidUsage(
+            f"the recorded columns of {table.sub!r} are not [name, type oid, typmod, attnum] "
+            f"lists: {recorded!r}"
+        )
+    return replace(table, columns=tuple(Column(*c) for c in recorded))
+
+
+def _partitions_not_full(conn: Any, oid: int) -> list[str]:
+    """The partitions of table ``oid`` (none if it is not partitioned) whose REPLICA
+    IDENTITY is not FULL, qualified.
+
+    A partitioned table published via its root sends the root's identity in its Relation
+    message, but each change logs its old row as its partition's identity has it.
+    """
+    rows = conn.execute(
+        "SELECT n.nspname, c.relname FROM pg_partition_tree(%s::oid) p "
+        "JOIN pg_class c ON c.oid = p.relid JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE p.relid <> %s::oid AND c.relkind = 'r' AND c.relreplident <> 'f' "
+        "ORDER BY 1, 2",
+        (oid, oid),
+    ).fetchall()
+    return [f"{schema}.{name}" for schema, name in rows]
+
+
 def _columns(conn: Any, schema: str, table: str) -> tuple[Column, ...]:
     """The columns pgoutput sends of a table: not dropped, not generated."""
     rows = conn.execute(
-        "SELECT a.attname, a.atttypid::int, a.atttypmod FROM pg_attribute a "
+        "SELECT a.attname, a.atttypid::int, a.atttypmod, a.attnum::int FROM pg_attribute a "
         "JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped "
         "AND a.attgenerated = '' ORDER BY a.attnum",
@@ -489,7 +695,7 @@ def _columns(conn: Any, schema: str, table: str) -> tuple[Column, ...]:
     reserved = [r[0] for r in rows if r[0].startswith("_")]
     if reserved:
         raise InvalidUsage(f"table {schema}.{table}: columns {reserved} start with '_' (reserved)")
-    return tuple(Column(name, oid, typmod) for name, oid, typmod in rows)
+    return tuple(Column(*row) for row in rows)
 
 
 def incompatibility(declared: Sequence[Column], actual: Sequence[Column]) -> str | None:
@@ -501,7 +707,24 @@ def incompatibility(declared: Sequence[Column], actual: Sequence[Column]) -> str
             return f"column {column.name!r} was dropped"
         if (now.type_oid, now.typmod) != (column.type_oid, column.typmod):
             return f"column {column.name!r} changed type"
+        if column.attnum and now.attnum and now.attnum != column.attnum:
+            return f"column {column.name!r} was dropped and added again"
     return None
+
+
+def _catalog_change(conn: Any, oid: int, declared: Sequence[Column]) -> str | None:
+    """Why table ``oid`` as the server's catalog has it now cannot be read as ``declared``,
+    where a Relation message cannot tell (a column dropped and added again under its name
+    and type, a partition whose REPLICA IDENTITY is not FULL); None if it can or is gone."""
+    partial = _partitions_not_full(conn, oid)
+    if partial:
+        return f"the partitions {partial} have no REPLICA IDENTITY FULL"
+    rows = conn.execute(
+        "SELECT attname, atttypid::int, atttypmod, attnum::int FROM pg_attribute "
+        "WHERE attrelid = %s::oid AND attnum > 0 AND NOT attisdropped",
+        (oid,),
+    ).fetchall()
+    return incompatibility(declared, [Column(*row) for row in rows]) if rows else None
 
 
 # -- what the tasks run --------------------------------------------------------------------
@@ -537,6 +760,12 @@ class ReadPlan:
     hi: int
     consistent: int
     snapshot: SnapshotInfo | None = field(default=None)
+    #: The Python codec of the database's encoding, which the stream's text is in.
+    encoding: str = "utf-8"
+    #: Tables that left the publication (index, why): their changes, if any come, are errors.
+    left: tuple[tuple[int, str], ...] = ()
+    #: Of those, the ones whose err row the stream writes at ``lo``.
+    announce: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -613,13 +842,21 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
     sees, at offset ``consistent - 1``.
     """
     snapshot = plan.snapshot
+    left = dict(plan.left)
+    if plan.lo < plan.hi:
+        for i in plan.announce:
+            found = f"{plan.tables[i].qualified}: {left[i]}: found at LSN {format_lsn(plan.lo)}"
+            yield (i, plan.lo, 1, found, None)
     target = max(plan.hi, snapshot.wal_after if snapshot is not None else 0)
     if target <= plan.lo:
         return
-    by_oid: dict[int, tuple[int, list[int] | str]] = {}
+    by_oid: dict[int, tuple[int, list[int] | str]] = {
+        plan.tables[index].oid: (index, why) for index, why in plan.left
+    }
     tables = {t.oid: i for i, t in enumerate(plan.tables)}
     named = {(t.schema, t.name): i for i, t in enumerate(plan.tables)}
     conn, cursor = _start_replication(plan)
+    catalog = _Catalog(plan.dsn)
     try:
         txn: _Txn | None = None
         waited_since = time.monotonic()
@@ -636,7 +873,7 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                 select.select([conn], [], [], 0.5)
                 continue
             waited_since = time.monotonic()
-            parsed = parse_message(bytes(message.payload))
+            parsed = parse_message(bytes(message.payload), plan.encoding)
             if isinstance(parsed, Begin):
                 if parsed.final_lsn >= target:
                     return
@@ -651,12 +888,17 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                         index,
                         "upstream table was dropped and created again (its OID changed)",
                     )
-                elif index is not None:
+                elif index is not None and index not in left:
                     declared = plan.tables[index].columns
                     why = incompatibility(declared, parsed.columns)
                     if why is None and parsed.replica_identity != "f":
                         # Updates would come without their old row, deletes with the key only.
                         why = "its REPLICA IDENTITY is no longer FULL"
+                    if why is None:
+                        # What the Relation does not carry (a partition's identity, a
+                        # column's number), as the server has it now: the error may start
+                        # before the change that caused it, never after.
+                        why = _catalog_change(catalog(), parsed.oid, declared)
                     positions = [c.name for c in parsed.columns]
                     by_oid[parsed.oid] = (
                         index,
@@ -678,6 +920,26 @@ def stream_rows(plan: ReadPlan) -> Iterator[RawRow]:
                 txn = None
     finally:
         conn.close()
+        catalog.close()
+
+
+class _Catalog:
+    """A plain connection to the server's catalog, opened when first called."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn: Any = None
+
+    def __call__(self) -> Any:
+        import psycopg
+
+        if self.conn is None:
+            self.conn = psycopg.connect(self.dsn, autocommit=True, options=_libpq_options())
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
 
 
 def _apply_change(
@@ -691,12 +953,26 @@ def _apply_change(
         txn.errors.add((index, f"{plan.tables[index].qualified}: {positions}"))
         return
     old, new = change.old, change.new
-    if change.kind == "U" and new is not None and UNCHANGED in new:
-        if old is None:
-            txn.errors.add(
-                (index, f"{plan.tables[index].qualified}: an update without its old row")
+    lacking = (
+        "an update without its old row"
+        if change.kind == "U" and old is None
+        else f"{'an update' if change.kind == 'U' else 'a delete'} with only the key of its old row"
+        if change.key_only
+        else None
+    )
+    if lacking is not None:
+        # The row's own REPLICA IDENTITY is not FULL: a partition's, when the table is
+        # published via its partitioned root (the root's identity is what the Relation says).
+        txn.errors.add(
+            (
+                index,
+                f"{plan.tables[index].qualified}: {lacking}: its replica identity (every "
+                "partition's, for a partitioned table) must be FULL",
             )
-            return
+        )
+        return
+    if change.kind == "U" and new is not None and UNCHANGED in new:
+        assert old is not None
         new = tuple(o if n is UNCHANGED else n for o, n in zip(old, new, strict=True))
     if old is not None:
         txn.rows.append((index, -1, None, [old[p] for p in positions]))
@@ -746,7 +1022,11 @@ def _start_replication(plan: ReadPlan) -> tuple[Any, Any]:
             slot_name=copy,
             decode=False,
             start_lsn=format_lsn(plan.lo),
-            options={"proto_version": "1", "publication_names": plan.publication},
+            # A list of identifiers, which pgoutput parses (and folds to lower case) as SQL does.
+            options={
+                "proto_version": "1",
+                "publication_names": '"' + plan.publication.replace('"', '""') + '"',
+            },
         )
         return conn, cursor
     except Exception:
@@ -765,7 +1045,16 @@ def _nudge_wal(dsn: str) -> None:
 def _decode(text: str, column: Column) -> Any:
     if column.type_oid == TIME:
         return text
+    if ARRAYS.get(column.type_oid) == TIME:
+        return parse_array(text)
     return decode_text(text, column.type_oid, column.typmod)
 
 
-__all__ = ["PostgresSource", "ReadPlan", "SnapshotInfo", "Table", "incompatibility"]
+__all__ = [
+    "PostgresSource",
+    "ReadPlan",
+    "SnapshotInfo",
+    "Table",
+    "default_slot",
+    "incompatibility",
+]
