@@ -36,9 +36,10 @@ Definitions:
   ``columns`` as ``[name, type name]`` pairs and ``avro_schema``; a KAFKA
   source's constructor arguments, its key and value columns as such pairs; a
   POSTGRES source's ``name``, ``dsn`` *without its password*,
-  ``publication``, ``slot``, ``tables`` and ``table_oids`` (subsource ->
-  the OID of its table when the source was first built, which a later build
-  keeps: see :meth:`~timeshard.storage.postgres_source.PostgresSource.pin_recorded`);
+  ``publication``, ``slot``, ``tables``, ``table_oids`` (subsource ->
+  the OID of its table when the source was first built) and ``table_columns``
+  (subsource -> its columns then), which a later build keeps: see
+  :meth:`~timeshard.storage.postgres_source.PostgresSource.pin_recorded`);
   a MYSQL source's ``name``,
   ``url`` without its password and ``tables``; a load generator's
   dataclass fields but its ``ticks``, which is progress, not declaration),
@@ -452,6 +453,7 @@ def source_options(source: Any) -> dict[str, Any]:
             "slot": source.slot,
             "tables": [t.sub for t in source.tables],
             "table_oids": {t.sub: t.oid for t in source.tables},
+            "table_columns": source.recorded_columns(),
         }
     if isinstance(source, KafkaSource):
         return {

@@ -343,6 +343,38 @@ def test_a_table_created_again_while_no_process_ran_is_an_err_row_not_the_old_ta
     again.close()
 
 
+def test_a_source_restarts_after_a_column_was_added_upstream(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """The next build took each table's columns from upstream: after an ADD COLUMN (which
+    the stream tolerates) its writer was opened with the new columns and refused the
+    output shard's schema, at every restart, for good. The catalog keeps the columns."""
+    upstream.create("t", "id int, v text")
+    upstream.publish("t")
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1, 'a')", None))
+    client, name, ing = started(spark, upstream, tmp_path)
+    ing.step()
+    upstream.sql(sql.SQL("ALTER TABLE {} ADD COLUMN w int").format(upstream.name("t")))
+    upstream.txn(("t", "INSERT INTO {t} VALUES (2, 'b', 5)", None))
+    ing.step()
+    ing.close()
+    clock = itertools.count(100)
+    again = Ingestion(
+        spark, client, PostgresSource(name, upstream.dsn, upstream.pub), clock=lambda: next(clock)
+    )
+    upstream.txn(("t", "INSERT INTO {t} VALUES (3, 'c', 6)", None))
+    again.step()
+    shard = f"{name}.{upstream.schema}.t"
+    upper = client.state(shard).upper.time
+    assert upper is not None
+    assert sorted(output_rows(client, shard, upper - 1, ["id", "v"])) == [
+        (1, "a"),
+        (2, "b"),
+        (3, "c"),
+    ]
+    again.close()
+
+
 def test_generated_columns_and_column_lists_are_read_as_published_and_row_filters_refused(
     spark: SparkSession, upstream: Upstream, tmp_path: Path
 ) -> None:

@@ -208,6 +208,11 @@ class Ingestion:
         self.output = output or source.name
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.retain_history_ms = retain_history_ms
+        pin = getattr(source, "pin_recorded", None)
+        if pin is not None:  # what the first build saw upstream, which a restart must keep:
+            stored = stored_entry(client, self.output, "source")  # before outputs() is read
+            if stored is not None and isinstance(stored.definition.get("options"), dict):
+                pin(stored.definition["options"])
         outputs = getattr(source, "outputs", None)
         self._payloads = outputs() if outputs is not None else {"": source.payload_schema()}
         self._envelopes = envelopes or {"": (envelope, key_columns)}
@@ -225,11 +230,6 @@ class Ingestion:
         self.exports: dict[str, Export] = {}
         self._open()
         exported = {sub: export.shard for sub, export in self.exports.items()}
-        pin = getattr(source, "pin_recorded", None)
-        if pin is not None:  # what the first build saw upstream, which a restart must keep
-            stored = stored_entry(client, self.output, "source")
-            if stored is not None and isinstance(stored.definition.get("options"), dict):
-                pin(stored.definition["options"])
         record_source(client, self.output, source, self._envelopes, exported)
         self.health = Health(client, self.clock)
         self.paused = False
