@@ -137,7 +137,7 @@ def session_conf(monkeypatch: pytest.MonkeyPatch, **kwargs: Any) -> dict[str, st
     monkeypatch.setattr(
         session, "SparkSession", SimpleNamespace(builder=builder, getActiveSession=lambda: None)
     )
-    monkeypatch.setattr(session, "launch_quiet_gateway", lambda conf: None)
+    monkeypatch.setattr(session, "start_jvm", lambda conf: None)
     with pytest.raises(_NotStarted):
         session.spark_session(**kwargs)
     return given

@@ -4,8 +4,8 @@ A JVM that PySpark starts prints a dozen lines before the first job: the
 incubator-module warning, "Using Spark's default log4j profile", "Setting
 default log level", the native-hadoop warning and, with ``packages``, Ivy's
 resolution report. None of them helps a user, and they bury the command's own
-output. :func:`launch_quiet_gateway` starts the JVM (PySpark's gateway) with
-its output on pipes:
+output. :func:`start_jvm` starts the JVM (PySpark's gateway) with its output
+on pipes:
 
 * until :meth:`JvmOutput.started` is called (once the session is up), every
   line is held; if the start fails, :meth:`JvmOutput.failed` prints them, so
@@ -23,6 +23,15 @@ turns them off.
 ``TIMESHARD_SPARK_LOG_LEVEL`` (``warn``, ``info``, ...) turns all of this off:
 the JVM inherits the terminal and logs at that level.
 
+PySpark starts the JVM with ``spark-submit --conf key=value`` for every
+setting, and a process's command line is readable by every local user
+(``ps``, ``/proc/<pid>/cmdline``). So :func:`start_jvm` starts it, quiet or
+not, without the settings whose key names a secret (:data:`SECRET_KEY`, Spark's
+own redaction pattern plus ``ACCESS_KEY``: ``spark.executorEnv.AWS_SECRET_ACCESS_KEY``,
+``fs.s3a.secret.key``, ...); the session's builder sets them over Py4J
+before the SparkContext is created, which is all spark-submit would have done
+with them.
+
 Invariants:
 
 1. The pipes are always drained (a JVM blocked on a full pipe would hang the
@@ -30,6 +39,7 @@ Invariants:
    writing fails with.
 2. Forwarding writes to file descriptors 1 and 2, not to ``sys.stdout`` or
    ``sys.stderr``, which test runners and ``rich`` replace.
+3. No setting whose key matches :data:`SECRET_KEY` is on the JVM's command line.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -48,6 +59,9 @@ LOG_LEVEL_ENV = "TIMESHARD_SPARK_LOG_LEVEL"
 #: The log4j2 configuration of a quiet JVM: errors only, on stderr.
 LOG4J2_CONFIG = Path(__file__).with_name("log4j2.properties")
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+#: The keys of settings kept off the JVM's command line: Spark's ``spark.redaction.regex``
+#: (``secret|password|token|access[.]?key``), and ``access_key`` (``AWS_ACCESS_KEY_ID``).
+SECRET_KEY = re.compile(r"(?i)secret|password|token|access[._]?key")
 
 log = logging.getLogger(__name__)
 
@@ -165,18 +179,27 @@ def _write(fd: int, data: bytes) -> None:
         os.write(fd, data)
 
 
-def launch_quiet_gateway(conf: dict[str, str]) -> JvmOutput | None:
-    """Start PySpark's JVM with ``conf`` and its output on pipes, unless one runs already.
+def start_jvm(conf: dict[str, str]) -> JvmOutput | None:
+    """Start PySpark's JVM with ``conf`` but its secrets, unless one runs already.
 
-    None if nothing was started: a JVM already runs in this process (or was
-    given by ``PYSPARK_GATEWAY_PORT``), or Spark is not quiet.
+    The settings whose key matches :data:`SECRET_KEY` are left out of the
+    command line; the caller's builder sets them before the SparkContext
+    starts. When quiet, the JVM's output is on pipes and the :class:`JvmOutput`
+    is returned; otherwise it inherits this process's, and None is returned.
+    None as well if nothing was started: a JVM already runs in this process (or
+    was given by ``PYSPARK_GATEWAY_PORT``).
     """
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
 
-    if not quiet() or SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
+    if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return None
-    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    public = [(k, v) for k, v in conf.items() if not SECRET_KEY.search(k)]
+    spark_conf = SparkConf(loadDefaults=False).setAll(public)
+    if not quiet():
+        gateway = launch_gateway(spark_conf)  # type: ignore[no-untyped-call]
+        SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
+        return None
     output = JvmOutput()
     try:
         gateway = launch_gateway(  # type: ignore[no-untyped-call]
@@ -196,10 +219,11 @@ __all__ = [
     "LOG_LEVELS",
     "QUERY_ERROR_LOGGERS",
     "LOG_LEVEL_ENV",
+    "SECRET_KEY",
     "JvmOutput",
-    "launch_quiet_gateway",
     "log_level",
     "quiet",
     "quiet_java_options",
     "quiet_python_loggers",
+    "start_jvm",
 ]

@@ -54,10 +54,10 @@ from pyspark.sql.types import StructField, StructType
 from timeshard.errors import InvalidUsage
 from timeshard.spark.jars import holds_python, loaded_packages, package_conf, remember
 from timeshard.spark.quiet import (
-    launch_quiet_gateway,
     log_level,
     quiet_java_options,
     quiet_python_loggers,
+    start_jvm,
 )
 
 #: The FAIR scheduler's pools: ticks before background merges and checks (the file's comment).
@@ -176,8 +176,9 @@ def spark_session(
     for key, value in conf.items():
         builder = builder.config(key, value)
     starts = SparkContext._active_spark_context is None
-    # The JVM starts here when none runs yet: quiet, unless TIMESHARD_SPARK_LOG_LEVEL is set.
-    output = launch_quiet_gateway({"spark.master": master, "spark.app.name": app_name, **conf})
+    # The JVM starts here when none runs yet, without the secrets (the builder sets them):
+    # quiet, unless TIMESHARD_SPARK_LOG_LEVEL is set.
+    output = start_jvm({"spark.master": master, "spark.app.name": app_name, **conf})
     try:
         spark = builder.getOrCreate()
     except BaseException:
@@ -269,8 +270,9 @@ def spark_kafka_package() -> str:
 
 HADOOP_AWS_PACKAGE_ENV = "TIMESHARD_HADOOP_AWS_PACKAGE"
 #: The AWS environment passed on to executors (a standalone worker's executors
-#: do not inherit the driver's). Spark's UI redacts the secret (its default
-#: ``spark.redaction.regex`` matches ``secret``).
+#: do not inherit the driver's). The secret is never on the JVM's command line
+#: (:func:`timeshard.spark.quiet.start_jvm`), and Spark's UI redacts it (its
+#: default ``spark.redaction.regex`` matches ``secret``).
 AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION")
 
 
