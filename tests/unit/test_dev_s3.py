@@ -81,6 +81,24 @@ def test_s3a_settings_follow_the_aws_environment() -> None:
     assert aws == {}
 
 
+def test_executors_get_the_endpoint_and_session_token_the_driver_uses() -> None:
+    """pyarrow and the driver take ``AWS_ENDPOINT_URL_S3`` before ``AWS_ENDPOINT_URL``, and STS
+    credentials carry a session token: a standalone worker's executors need both."""
+    env = {
+        "AWS_ENDPOINT_URL_S3": "http://s3.internal:9000",
+        "AWS_ENDPOINT_URL": "http://other.internal:4566",
+        "AWS_ACCESS_KEY_ID": "ASIAID",
+        "AWS_SECRET_ACCESS_KEY": "secret",
+        "AWS_SESSION_TOKEN": "token",
+    }
+    _, conf = s3a_settings(env)
+    assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://s3.internal:9000"
+    for name, value in env.items():
+        assert conf[f"spark.executorEnv.{name}"] == value, name
+    # s3a's default chain reads AWS_SESSION_TOKEN from the environment (no secret in its conf)
+    assert not any("token" in key.lower() for key in conf if key.startswith("spark.hadoop."))
+
+
 @pytest.mark.parametrize("bucket", ["b1", "Upper", "-dash", "a..b", "x" * 64, "a_b"])
 def test_an_invalid_bucket_name_is_refused_before_anything_starts(
     tmp_path: Path, bucket: str

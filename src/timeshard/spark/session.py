@@ -273,7 +273,14 @@ HADOOP_AWS_PACKAGE_ENV = "TIMESHARD_HADOOP_AWS_PACKAGE"
 #: do not inherit the driver's). The secret is never on the JVM's command line
 #: (:func:`timeshard.spark.quiet.start_jvm`), and Spark's UI redacts it (its
 #: default ``spark.redaction.regex`` matches ``secret``).
-AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_REGION")
+AWS_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL",
+    "AWS_REGION",
+)
 
 
 def hadoop_aws_package() -> str:
@@ -296,12 +303,14 @@ def hadoop_aws_package() -> str:
 def s3a_settings(env: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
     """The packages and settings that let Spark read ``s3a://`` parts, from the AWS environment.
 
-    hadoop-aws (:func:`hadoop_aws_package`); with ``AWS_ENDPOINT_URL`` (an S3
-    other than AWS: SeaweedFS, MinIO, ...) its endpoint, path-style access,
-    and TLS only for ``https``; ``AWS_REGION`` as the endpoint's region; and
-    the AWS variables as executor environment, for the tasks' pyarrow and for
-    s3a's environment credentials. Credentials themselves are left to s3a's
-    default chain (environment variables, then the instance's role).
+    hadoop-aws (:func:`hadoop_aws_package`); with ``AWS_ENDPOINT_URL_S3`` or
+    else ``AWS_ENDPOINT_URL`` (an S3 other than AWS: SeaweedFS, MinIO, ...),
+    as pyarrow and the AWS SDKs choose, its endpoint, path-style access, and
+    TLS only for ``https``; ``AWS_REGION`` as the endpoint's region; and the
+    AWS variables (:data:`AWS_ENV`) as executor environment, for the tasks'
+    pyarrow and for s3a's environment credentials. Credentials themselves are
+    left to s3a's default chain, which reads the environment's key, secret and
+    session token (STS's temporary credentials), then the instance's role.
     """
     env = dict(os.environ if env is None else env)
     conf: dict[str, str] = {}
