@@ -136,27 +136,27 @@ def spark_session(
     hadoop-aws: the caller names every package then (a mirror's, say).
     A process holds one SparkContext: if a session is already running, it is returned with its
     master unchanged and only runtime settings applied -- unless it lacks one
-    of ``packages``, which raises InvalidUsage naming them (jars load only
-    when the context starts, so the caller would get a session without them).
+    of ``packages`` (hadoop-aws included, for an S3 blob), which raises
+    InvalidUsage naming them (jars load only when the context starts, so the
+    caller would get a session without them). For an S3 blob, the running
+    context's Hadoop configuration gets the s3a settings, and a context whose
+    executors started with another AWS environment (:data:`AWS_ENV`) raises
+    InvalidUsage naming the variables.
     """
     own = (extra_conf or {}).get("spark.jars.packages")
     if own is not None:  # the caller's list replaces timeshard's (a mirror's coordinates, say)
         packages = [p.strip() for p in own.split(",") if p.strip()]
-    running = SparkSession.getActiveSession()
-    if running is not None and packages:
-        loaded = loaded_packages(running.sparkContext)
-        missing = [p for p in packages if p not in loaded]
-        if missing:
-            raise InvalidUsage(
-                f"a SparkSession already runs in this process without the packages {missing}: "
-                "a process holds one SparkContext, and packages load only when it starts; "
-                "stop it first, or start the first session with them"
-            )
-    if blob_uri is not None and blob_uri.split("://", 1)[0] in ("s3", "s3a"):
+    on_s3 = blob_uri is not None and blob_uri.split("://", 1)[0] in ("s3", "s3a")
+    if on_s3:
         s3_packages, s3_conf = s3a_settings()
         if own is None:
             packages = [*(packages or []), *(p for p in s3_packages if p not in (packages or []))]
         extra_conf = {**s3_conf, **(extra_conf or {})}
+    running = SparkSession.getActiveSession()
+    if running is not None:
+        _check_packages(running.sparkContext, packages or [])
+        if on_s3:
+            _use_s3a(running.sparkContext, extra_conf or {})
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -193,6 +193,46 @@ def spark_session(
     drop_jars_without_python(spark.sparkContext)
     quiet_python_loggers()
     return spark
+
+
+def _check_packages(sc: SparkContext, packages: list[str]) -> None:
+    """InvalidUsage naming the ``packages`` the running context ``sc`` did not load."""
+    loaded = loaded_packages(sc)
+    missing = [p for p in packages if p not in loaded]
+    if missing:
+        raise InvalidUsage(
+            f"a SparkSession already runs in this process without the packages {missing}: "
+            "a process holds one SparkContext, and packages load only when it starts; "
+            "stop it first, or start the first session with them"
+        )
+
+
+def _use_s3a(sc: SparkContext, conf: dict[str, str]) -> None:
+    """Set the s3a settings of ``conf`` on the running context ``sc``, whose JVM and executors
+    must have this process's AWS environment (they keep the one they started with).
+
+    Local executors are the driver's JVM, which inherited its environment; a cluster's got
+    ``spark.executorEnv``. InvalidUsage names the variables that differ, never their values.
+    """
+    jvm_env = sc._jvm.java.lang.System.getenv  # type: ignore[union-attr]
+    started = sc.getConf()
+    local = (sc.master or "").startswith("local")
+    differ = [
+        name
+        for name in AWS_ENV
+        if jvm_env(name) != os.environ.get(name)
+        or (not local and started.get(f"spark.executorEnv.{name}") != os.environ.get(name))
+    ]
+    if differ:
+        raise InvalidUsage(
+            f"a SparkSession already runs in this process with other values of {differ} "
+            "than this process's environment: its JVM and executors keep the AWS environment "
+            "they started with; stop it first, or set these before the first session starts"
+        )
+    hadoop = sc._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    for key, value in conf.items():
+        if key.startswith("spark.hadoop.fs.s3a."):
+            hadoop.set(key.removeprefix("spark.hadoop."), value)
 
 
 def drop_jars_without_python(sc: SparkContext) -> list[str]:
