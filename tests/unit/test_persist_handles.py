@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -558,3 +559,69 @@ def test_background_compaction_keeps_up_with_a_fast_writer(client: PersistClient
     assert not w.compactor.errors
     assert len(client.state("s").batches) <= 12
     assert client.open_leased_reader("s").snapshot(399).num_rows == 400
+
+
+def test_tokens_and_opaques_of_the_wrong_type_are_refused_not_written(
+    client: PersistClient,
+) -> None:
+    """A non-string token or opaque raises InvalidUsage naming it, and the shard stays
+    readable (it was written into the state, after which no handle could decode it)."""
+    w = client.open_writer("s", SCHEMA)
+    with pytest.raises(InvalidUsage, match="token 123"):
+        w.compare_and_append_batch([], 0, 1, token=123)  # type: ignore[arg-type]
+    with pytest.raises(InvalidUsage, match="opaque 7"):
+        client.open_critical_since("s", "crit", 7)  # type: ignore[arg-type]
+    held = client.open_critical_since("s", "crit", "a")
+    with pytest.raises(InvalidUsage, match="opaque None"):
+        held.compare_and_downgrade_since("a", None, 0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidUsage, match="opaque b'a'"):
+        held.compare_and_downgrade_since(b"a", "b", 0)  # type: ignore[arg-type]
+    assert client.state("s").upper == Frontier(0)
+    assert held.current_opaque() == "a"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("writer_lease_ms", 6e5),
+        ("reader_lease_ms", "900000"),
+        ("max_attempts", 0),
+        ("heartbeat_interval_ms", -1),
+        ("blob_target_part_rows", True),
+        ("backoff_ms", "2"),
+        ("compaction_enabled", 1),
+        ("clock", 5),
+    ],
+)
+def test_a_config_of_the_wrong_type_is_refused(field: str, value: object) -> None:
+    with pytest.raises(InvalidUsage, match=re.escape(f"{field} {value!r}")):
+        PersistConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_clock_of_float_milliseconds_is_refused_and_leaves_the_shard_readable() -> None:
+    location = Location(MemoryBlob(), MemoryConsensus())
+    floats = PersistConfig(clock=lambda: 1_000_000.5, heartbeat_interval_ms=0)
+    with pytest.raises(InvalidUsage, match=r"clock returned 1000000\.5"):
+        PersistClient(location, floats).open_writer("s", SCHEMA)
+    state = PersistClient(location, PersistConfig(heartbeat_interval_ms=0)).state("s")
+    assert state.writers == {}
+
+
+def test_a_state_that_would_not_decode_is_never_written(client: PersistClient) -> None:
+    """The machine's last line of defence: whatever a transition built, a state that
+    does not decode is refused (InvalidUsage) before the compare-and-set."""
+    from dataclasses import replace
+
+    from timeshard.persist._internal.machine import Machine
+
+    w = client.open_writer("s", SCHEMA)
+    machine = Machine("s", client.location.consensus, client.config)
+
+    def bad(s: Any) -> Any:
+        writer = replace(s.writers[w.writer_id], most_recent_token=123)
+        return replace(s, writers={**s.writers, w.writer_id: writer}), None
+
+    with pytest.raises(InvalidUsage, match="does not decode"):
+        machine.apply(bad)
+    assert client.state("s").seqno == machine.fetch().seqno
+    client.open_leased_reader("s")

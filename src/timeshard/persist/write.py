@@ -245,6 +245,8 @@ class WriteHandle:
         and every reader's, to it in the same step: the times before it are
         declared unreadable (see ``transitions.compare_and_append``).
         """
+        if token is not None and not isinstance(token, str):
+            raise InvalidUsage(f"the idempotency token {token!r} is not a string")
         expected, new = frontier(expected_upper), frontier(new_upper)
         if not expected <= new:
             raise InvalidUsage(

@@ -268,9 +268,12 @@ class ShardState:
         }
 
     @staticmethod
-    def from_json(value: Any) -> ShardState:
+    def from_json(value: Any, *, contiguous: bool = True) -> ShardState:
         """Decode a stored document; CorruptState, or a ValueError, KeyError or
-        TypeError naming the field, if it is malformed (see the module doc)."""
+        TypeError naming the field, if it is malformed (see the module doc).
+
+        ``contiguous=False`` skips invariant 2 (for :func:`check_decodes`, which
+        decodes a document holding only some of the batches)."""
         value = _dict(value, "a state")
         if value.get("version") != STATE_VERSION:
             raise CorruptState(f"unknown state version {value.get('version')!r}")
@@ -304,12 +307,47 @@ class ShardState:
             check_data_schema(state.data_schema)
         except Exception as e:
             raise ValueError(f"the schema is not a shard schema: {type(e).__name__}: {e}") from e
-        state.check_contiguous()
+        if contiguous:
+            state.check_contiguous()
         return state
 
 
 def encode_state(state: ShardState) -> bytes:
     return json.dumps(state.to_json(), sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+
+def check_decodes(new: ShardState, previous: ShardState | None) -> None:
+    """Raise CorruptState, naming the problem, if ``new`` once encoded would not decode.
+
+    The decoder runs on a document of ``new``'s own fields and of the batches,
+    writers and readers it does not share (as objects) with ``previous``, a
+    state that decoded: a transition rebuilds only what it changes, so this
+    costs in proportion to the change, not to the state (a full decode of a
+    2000-batch state takes about 45 ms, three times its encoding). Invariant 2
+    is checked on all of ``new``.
+    """
+    if previous is None or previous.schema != new.schema:
+        delta = new
+    else:
+        old_batches = {id(b) for b in previous.batches}
+
+        def changed(items: dict[str, Any], before: dict[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in items.items() if before.get(k) is not v}
+
+        delta = replace(
+            new,
+            batches=tuple(b for b in new.batches if id(b) not in old_batches),
+            writers=changed(new.writers, previous.writers),
+            leased_readers=changed(new.leased_readers, previous.leased_readers),
+            critical_readers=changed(new.critical_readers, previous.critical_readers),
+        )
+    try:
+        ShardState.from_json(json.loads(encode_state(delta)), contiguous=False)
+    except CorruptState:
+        raise
+    except Exception as e:
+        raise CorruptState(f"{type(e).__name__}: {str(e)[:300]}") from e
+    new.check_contiguous()
 
 
 def decode_state(shard_id: str, seqno: int, data: bytes) -> ShardState:
@@ -351,6 +389,7 @@ __all__ = [
     "LeasedReaderState",
     "ShardState",
     "WriterState",
+    "check_decodes",
     "decode_schema",
     "decode_state",
     "encode_schema",
