@@ -625,3 +625,16 @@ def test_a_state_that_would_not_decode_is_never_written(client: PersistClient) -
         machine.apply(bad)
     assert client.state("s").seqno == machine.fetch().seqno
     client.open_leased_reader("s")
+
+
+def test_the_same_batch_twice_in_one_append_is_refused(client: PersistClient) -> None:
+    """Its parts would be referenced twice and its updates counted twice."""
+    w, r = client.open("s", SCHEMA)
+    b = w.batch([(("a", 1), 0, 1)], 0, 1)
+    copy = w.batch_from_transmittable(b.into_transmittable())
+    for batches in ([b, b], [b, copy]):
+        with pytest.raises(InvalidUsage, match=r"part .*part-00000.parquet.* more than once"):
+            w.compare_and_append_batch(batches, 0, 1)
+    assert b.status == "staged"
+    w.compare_and_append_batch([b], 0, 1)
+    assert rows(r.snapshot(0)) == [("a", 1, 1)]
