@@ -638,3 +638,46 @@ def test_the_same_batch_twice_in_one_append_is_refused(client: PersistClient) ->
     assert b.status == "staged"
     w.compare_and_append_batch([b], 0, 1)
     assert rows(r.snapshot(0)) == [("a", 1, 1)]
+
+
+@pytest.mark.parametrize("diffs", [[2**62, 2**62], [-(2**62), -(2**62), -1], [2**63 - 1, 1]])
+def test_diffs_that_overflow_int64_are_an_error_not_wrapped(
+    client: PersistClient, diffs: list[int]
+) -> None:
+    """Consolidation sums diffs exactly: a sum beyond int64 raises DiffOverflow (it wrapped
+    to a diff of the other sign, and compaction wrote that back)."""
+    from timeshard.persist import DiffOverflow
+
+    n = len(diffs)
+    table = pa.table(
+        {
+            "k": ["a"] * n,
+            "v": pa.array([1] * n, pa.int64()),
+            "_ts": pa.array([0] * n, pa.int64()),
+            "_diff": pa.array(diffs, pa.int64()),
+            "_err": pa.nulls(n, pa.string()),
+        }
+    )
+    with pytest.raises(DiffOverflow, match=r"\('a', 1\).* at time 0 .*int64"):
+        consolidate(table)
+    w = client.open_writer("s", SCHEMA)
+    for i, d in enumerate(diffs):
+        w.append([(("a", 1), i, d)], i, i + 1)
+    client.open_critical_since("s", "hold", "x").downgrade_since(n - 1)
+    with pytest.raises(DiffOverflow):
+        client.compact("s")
+    with pytest.raises(DiffOverflow):  # nothing wrapped was written back
+        client.open_leased_reader("s").snapshot(n - 1)
+
+
+def test_large_diffs_that_do_not_overflow_consolidate() -> None:
+    table = pa.table(
+        {
+            "k": ["a", "a", "b"],
+            "_ts": pa.array([0, 0, 0], pa.int64()),
+            "_diff": pa.array([2**62, -(2**62) + 5, 2**63 - 1], pa.int64()),
+            "_err": pa.nulls(3, pa.string()),
+        }
+    )
+    out = consolidate(table).sort_by("k")
+    assert out.column("_diff").to_pylist() == [5, 2**63 - 1]
