@@ -681,3 +681,21 @@ def test_large_diffs_that_do_not_overflow_consolidate() -> None:
     )
     out = consolidate(table).sort_by("k")
     assert out.column("_diff").to_pylist() == [5, 2**63 - 1]
+
+
+@pytest.mark.parametrize("column", ["_ts", "_diff"])
+def test_a_null_time_or_diff_is_invalid_usage_naming_the_column(
+    client: PersistClient, column: str
+) -> None:
+    w = client.open_writer("s", SCHEMA)
+    update: list[Any] = [("a", 1), 0, 1]
+    update[1 if column == "_ts" else 2] = None
+    with pytest.raises(InvalidUsage, match=f"{column} is null in 1 of 1 rows"):
+        w.compare_and_append([tuple(update)], 0, 1)
+    table = pa.table({"k": ["a", "b"], "v": [1, 2], "_ts": [0, 0], "_diff": [1, 1]})
+    index = table.schema.get_field_index(column)
+    table = table.set_column(index, column, pa.array([0, None], pa.int64()))
+    with pytest.raises(InvalidUsage, match=f"{column} is null in 1 of 2 rows"):
+        w.compare_and_append(table, 0, 1)
+    assert client.state("s").upper == Frontier(0)
+    assert list(client.location.blob.list_keys()) == []

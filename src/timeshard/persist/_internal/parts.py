@@ -331,7 +331,8 @@ def updates_schema(data_schema: pa.Schema) -> pa.Schema:
 def conform(table: pa.Table, data_schema: pa.Schema) -> pa.Table:
     """Cast ``table`` to the part schema, adding a null ``_err`` if it lacks one.
 
-    Raises InvalidUsage naming the columns when the table does not match.
+    Raises InvalidUsage naming the columns when the table does not match, or
+    ``_ts`` or ``_diff`` holds a null.
     """
     target = updates_schema(data_schema)
     if ERR not in table.column_names:
@@ -342,6 +343,13 @@ def conform(table: pa.Table, data_schema: pa.Schema) -> pa.Table:
             f"the shard expects {target.names}"
         )
     table = table.select(target.names)
+    for name in (TS, DIFF):
+        nulls = table.column(name).null_count
+        if nulls:
+            raise InvalidUsage(
+                f"column {name} is null in {nulls} of {table.num_rows} rows: every update "
+                "needs a time and a diff"
+            )
     try:
         return table.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
