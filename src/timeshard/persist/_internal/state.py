@@ -22,9 +22,11 @@ Invariants:
 Decoding (:func:`decode_state`) trusts nothing it reads: bytes that are not
 UTF-8 JSON, a document of another version, shard or seqno, a field of the
 wrong type, a schema that does not decode, a part key that is not a safe blob
-key, or batches that break invariant 2 raise :class:`CorruptState` naming the
-shard and the seqno. Nothing past decoding ever sees such a state, so a
-corrupt version is never built upon or garbage-collected against.
+key or not under ``<shard_id>/``, an open shard's since past ``max(upper - 1,
+0)`` (invariant 1), or batches that break invariant 2 raise
+:class:`CorruptState` naming the shard and the seqno. Nothing past decoding
+ever sees such a state, so a corrupt version is never built upon or
+garbage-collected against.
 """
 
 from __future__ import annotations
@@ -244,6 +246,26 @@ class ShardState:
         if lower != self.upper:
             raise CorruptState(f"the batches end at {lower}, not at the shard upper {self.upper}")
 
+    def check_since(self) -> None:
+        """Raise CorruptState unless an open shard is readable at ``upper - 1``
+        (invariant 1): its since is at most ``max(upper - 1, 0)``."""
+        if self.upper.time is None:
+            return
+        last = max(self.upper.time - 1, 0)
+        if not self.since.less_equal(last):
+            raise CorruptState(
+                f"since {self.since} is beyond {last}, the last time of upper {self.upper}: "
+                "the shard would not be readable at upper - 1"
+            )
+
+    def check_part_keys(self) -> None:
+        """Raise CorruptState unless every part key is under ``<shard_id>/``."""
+        prefix = f"{self.shard_id}/"
+        for b in self.batches:
+            for p in b.parts:
+                if not p.key.startswith(prefix):
+                    raise CorruptState(f"part {p.key!r} is not under {prefix!r}")
+
     def check_invariants(self) -> None:
         """Assert the structural invariants (used by tests and ``verify``)."""
         lower = Frontier.minimum()
@@ -307,6 +329,8 @@ class ShardState:
             check_data_schema(state.data_schema)
         except Exception as e:
             raise ValueError(f"the schema is not a shard schema: {type(e).__name__}: {e}") from e
+        state.check_since()
+        state.check_part_keys()
         if contiguous:
             state.check_contiguous()
         return state
