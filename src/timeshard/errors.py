@@ -35,7 +35,8 @@ class SinceError(TimeshardError):
     """``as_of`` is not readable: it is not beyond the shard's ``since``.
 
     With ``shard_id`` and ``upper`` the message names the times that are
-    readable, ``[since, upper - 1]``.
+    readable: ``[since, upper - 1]``, every time from ``since`` on for a closed
+    shard, or none (an empty shard, or a since past ``upper - 1``).
     """
 
     def __init__(
@@ -48,11 +49,19 @@ class SinceError(TimeshardError):
     ) -> None:
         message = f"as_of {as_of} is not readable: since is {since}"
         if shard_id is not None and upper is not None:
-            last = "none" if upper.time is None else upper.time - 1
-            readable = f"[{since.time}, {last}]" if since.time is not None else "none"
+            if since.time is None:
+                readable = "keeps no readable time"
+            elif upper.time is None:
+                readable = f"keeps the times from {since.time} on"
+            elif upper.time == 0 and since.time == 0:
+                readable = "is empty: nothing is readable yet"
+            elif since.time > upper.time - 1:
+                readable = "keeps no readable time"
+            else:
+                readable = f"keeps the times [{since.time}, {upper.time - 1}]"
             message = (
-                f"as_of {as_of} is not readable in shard {shard_id!r}: it keeps the "
-                f"times {readable} (since {since}, upper {upper})"
+                f"as_of {as_of} is not readable in shard {shard_id!r}: it {readable} "
+                f"(since {since}, upper {upper})"
             )
         super().__init__(message)
         self.as_of = as_of

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -558,3 +559,143 @@ def test_background_compaction_keeps_up_with_a_fast_writer(client: PersistClient
     assert not w.compactor.errors
     assert len(client.state("s").batches) <= 12
     assert client.open_leased_reader("s").snapshot(399).num_rows == 400
+
+
+def test_tokens_and_opaques_of_the_wrong_type_are_refused_not_written(
+    client: PersistClient,
+) -> None:
+    """A non-string token or opaque raises InvalidUsage naming it, and the shard stays
+    readable (it was written into the state, after which no handle could decode it)."""
+    w = client.open_writer("s", SCHEMA)
+    with pytest.raises(InvalidUsage, match="token 123"):
+        w.compare_and_append_batch([], 0, 1, token=123)  # type: ignore[arg-type]
+    with pytest.raises(InvalidUsage, match="opaque 7"):
+        client.open_critical_since("s", "crit", 7)  # type: ignore[arg-type]
+    held = client.open_critical_since("s", "crit", "a")
+    with pytest.raises(InvalidUsage, match="opaque None"):
+        held.compare_and_downgrade_since("a", None, 0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidUsage, match="opaque b'a'"):
+        held.compare_and_downgrade_since(b"a", "b", 0)  # type: ignore[arg-type]
+    assert client.state("s").upper == Frontier(0)
+    assert held.current_opaque() == "a"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("writer_lease_ms", 6e5),
+        ("reader_lease_ms", "900000"),
+        ("max_attempts", 0),
+        ("heartbeat_interval_ms", -1),
+        ("blob_target_part_rows", True),
+        ("backoff_ms", "2"),
+        ("compaction_enabled", 1),
+        ("clock", 5),
+    ],
+)
+def test_a_config_of_the_wrong_type_is_refused(field: str, value: object) -> None:
+    with pytest.raises(InvalidUsage, match=re.escape(f"{field} {value!r}")):
+        PersistConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_a_clock_of_float_milliseconds_is_refused_and_leaves_the_shard_readable() -> None:
+    location = Location(MemoryBlob(), MemoryConsensus())
+    floats = PersistConfig(clock=lambda: 1_000_000.5, heartbeat_interval_ms=0)
+    with pytest.raises(InvalidUsage, match=r"clock returned 1000000\.5"):
+        PersistClient(location, floats).open_writer("s", SCHEMA)
+    state = PersistClient(location, PersistConfig(heartbeat_interval_ms=0)).state("s")
+    assert state.writers == {}
+
+
+def test_a_state_that_would_not_decode_is_never_written(client: PersistClient) -> None:
+    """The machine's last line of defence: whatever a transition built, a state that
+    does not decode is refused (InvalidUsage) before the compare-and-set."""
+    from dataclasses import replace
+
+    from timeshard.persist._internal.machine import Machine
+
+    w = client.open_writer("s", SCHEMA)
+    machine = Machine("s", client.location.consensus, client.config)
+
+    def bad(s: Any) -> Any:
+        writer = replace(s.writers[w.writer_id], most_recent_token=123)
+        return replace(s, writers={**s.writers, w.writer_id: writer}), None
+
+    with pytest.raises(InvalidUsage, match="does not decode"):
+        machine.apply(bad)
+    assert client.state("s").seqno == machine.fetch().seqno
+    client.open_leased_reader("s")
+
+
+def test_the_same_batch_twice_in_one_append_is_refused(client: PersistClient) -> None:
+    """Its parts would be referenced twice and its updates counted twice."""
+    w, r = client.open("s", SCHEMA)
+    b = w.batch([(("a", 1), 0, 1)], 0, 1)
+    copy = w.batch_from_transmittable(b.into_transmittable())
+    for batches in ([b, b], [b, copy]):
+        with pytest.raises(InvalidUsage, match=r"part .*part-00000.parquet.* more than once"):
+            w.compare_and_append_batch(batches, 0, 1)
+    assert b.status == "staged"
+    w.compare_and_append_batch([b], 0, 1)
+    assert rows(r.snapshot(0)) == [("a", 1, 1)]
+
+
+@pytest.mark.parametrize("diffs", [[2**62, 2**62], [-(2**62), -(2**62), -1], [2**63 - 1, 1]])
+def test_diffs_that_overflow_int64_are_an_error_not_wrapped(
+    client: PersistClient, diffs: list[int]
+) -> None:
+    """Consolidation sums diffs exactly: a sum beyond int64 raises DiffOverflow (it wrapped
+    to a diff of the other sign, and compaction wrote that back)."""
+    from timeshard.persist import DiffOverflow
+
+    n = len(diffs)
+    table = pa.table(
+        {
+            "k": ["a"] * n,
+            "v": pa.array([1] * n, pa.int64()),
+            "_ts": pa.array([0] * n, pa.int64()),
+            "_diff": pa.array(diffs, pa.int64()),
+            "_err": pa.nulls(n, pa.string()),
+        }
+    )
+    with pytest.raises(DiffOverflow, match=r"\('a', 1\).* at time 0 .*int64"):
+        consolidate(table)
+    w = client.open_writer("s", SCHEMA)
+    for i, d in enumerate(diffs):
+        w.append([(("a", 1), i, d)], i, i + 1)
+    client.open_critical_since("s", "hold", "x").downgrade_since(n - 1)
+    with pytest.raises(DiffOverflow):
+        client.compact("s")
+    with pytest.raises(DiffOverflow):  # nothing wrapped was written back
+        client.open_leased_reader("s").snapshot(n - 1)
+
+
+def test_large_diffs_that_do_not_overflow_consolidate() -> None:
+    table = pa.table(
+        {
+            "k": ["a", "a", "b"],
+            "_ts": pa.array([0, 0, 0], pa.int64()),
+            "_diff": pa.array([2**62, -(2**62) + 5, 2**63 - 1], pa.int64()),
+            "_err": pa.nulls(3, pa.string()),
+        }
+    )
+    out = consolidate(table).sort_by("k")
+    assert out.column("_diff").to_pylist() == [5, 2**63 - 1]
+
+
+@pytest.mark.parametrize("column", ["_ts", "_diff"])
+def test_a_null_time_or_diff_is_invalid_usage_naming_the_column(
+    client: PersistClient, column: str
+) -> None:
+    w = client.open_writer("s", SCHEMA)
+    update: list[Any] = [("a", 1), 0, 1]
+    update[1 if column == "_ts" else 2] = None
+    with pytest.raises(InvalidUsage, match=f"{column} is null in 1 of 1 rows"):
+        w.compare_and_append([tuple(update)], 0, 1)
+    table = pa.table({"k": ["a", "b"], "v": [1, 2], "_ts": [0, 0], "_diff": [1, 1]})
+    index = table.schema.get_field_index(column)
+    table = table.set_column(index, column, pa.array([0, None], pa.int64()))
+    with pytest.raises(InvalidUsage, match=f"{column} is null in 1 of 2 rows"):
+        w.compare_and_append(table, 0, 1)
+    assert client.state("s").upper == Frontier(0)
+    assert list(client.location.blob.list_keys()) == []

@@ -204,3 +204,25 @@ def test_a_listen_whose_times_were_declared_unreadable_stops_with_a_since_error(
     w.compare_and_append_batch([w.batch([(("b", 2), 5, 1)], 2, 6)], 2, 6, since_floor=5)
     with pytest.raises(SinceError):
         listen.poll()
+
+
+def test_the_readable_range_of_a_since_error_is_never_backwards() -> None:
+    """A reader's since may pass the shard's upper (a since_floor), and a closed shard
+    has no last time: the message says what is readable, not [1, -1] or [6, none]."""
+    from timeshard.progress import Frontier
+
+    def message(since: Frontier, upper: Frontier) -> str:
+        return str(SinceError(0, since, shard_id="s", upper=upper))
+
+    assert "it keeps the times [6, 9] (since [6], upper [10])" in message(Frontier(6), Frontier(10))
+    assert "it keeps no readable time (since [1], upper [0])" in message(Frontier(1), Frontier(0))
+    assert "it keeps no readable time (since [10], upper [10])" in message(
+        Frontier(10), Frontier(10)
+    )
+    assert "it is empty: nothing is readable yet" in message(Frontier(0), Frontier(0))
+    assert "it keeps the times from 6 on (since [6], upper [])" in message(
+        Frontier(6), Frontier.empty()
+    )
+    assert "it keeps no readable time (since [], upper [])" in message(
+        Frontier.empty(), Frontier.empty()
+    )

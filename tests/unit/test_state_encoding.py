@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -59,11 +60,15 @@ def states(draw: st.DrawFn) -> ShardState:
             )
         )
         lower = upper
+    # An open shard stays readable at upper - 1: its since is at most that (at most 0
+    # when it is empty); a closed shard's since is any.
+    last = None if lower.time is None else max(lower.time - 1, 0)
+    since = draw(fronts if last is None else st.integers(0, last).map(Frontier))
     return ShardState(
         shard_id="s",
         schema=encode_schema(SCHEMA),
         seqno=draw(st.integers(0, 1000)),
-        since=draw(fronts),
+        since=since,
         upper=lower,
         batches=tuple(batches),
         writers=draw(
@@ -175,3 +180,31 @@ def test_bad_part_times_are_corrupt(times: Any, problem: str) -> None:
 def test_part_times_need_bounds() -> None:
     with pytest.raises(CorruptState, match="not within"):
         decode_state("s", 3, _one_part_state({**PART, "ts_min": None, "times": [2, 7]}))
+
+
+@pytest.mark.parametrize(
+    ("since", "upper"),
+    [(Frontier(0), Frontier(0)), (Frontier(9), Frontier(10)), (Frontier(9), Frontier.empty())],
+)
+def test_a_since_at_most_upper_minus_one_decodes(since: Frontier, upper: Frontier) -> None:
+    batches = () if upper == Frontier(0) else (HollowBatch(Description(Frontier(0), upper)),)
+    state = ShardState("s", encode_schema(SCHEMA), 3, since, upper, batches)
+    assert decode_state("s", 3, encode_state(state)) == state
+
+
+@pytest.mark.parametrize(
+    ("since", "upper"),
+    [(Frontier(1), Frontier(0)), (Frontier(10), Frontier(10)), (Frontier.empty(), Frontier(10))],
+)
+def test_a_since_beyond_upper_minus_one_is_corrupt(since: Frontier, upper: Frontier) -> None:
+    """An open shard is readable at upper - 1 (state invariant 1)."""
+    batches = () if upper == Frontier(0) else (HollowBatch(Description(Frontier(0), upper)),)
+    state = ShardState("s", encode_schema(SCHEMA), 3, since, upper, batches)
+    with pytest.raises(CorruptState, match=f"shard 's' at seqno 3.*since {re.escape(str(since))}"):
+        decode_state("s", 3, encode_state(state))
+
+
+def test_a_part_of_another_shard_is_corrupt() -> None:
+    """GC deletes by the shard's prefix: a part key elsewhere is not this shard's."""
+    with pytest.raises(CorruptState, match=r"'t/w/b/part-0\.parquet' is not under 's/'"):
+        decode_state("s", 3, _one_part_state({**PART, "key": "t/w/b/part-0.parquet"}))

@@ -6,7 +6,14 @@ PySpark: a Spark DataFrame handed to ``WriteHandle.batch`` is written by
 ``timeshard.spark.parts``, imported only then.
 """
 
-from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, updates_schema
+from timeshard.persist._internal.parts import (
+    DIFF,
+    ERR,
+    TS,
+    DiffOverflow,
+    PartMeta,
+    updates_schema,
+)
 from timeshard.persist._internal.state import HollowBatch, ShardState
 from timeshard.persist._internal.transitions import Appended, OpaqueMismatch
 from timeshard.persist.client import PersistClient, check_shard_id, expire_all
@@ -25,6 +32,7 @@ __all__ = [
     "Appended",
     "Batch",
     "Compactor",
+    "DiffOverflow",
     "GcReport",
     "HollowBatch",
     "Listen",

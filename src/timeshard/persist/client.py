@@ -28,7 +28,7 @@ from timeshard.persist._internal.parts import check_data_schema, check_spark_rea
 from timeshard.persist._internal.state import ShardState, decode_schema, encode_schema
 from timeshard.persist.compaction import Compactor, compact_shard
 from timeshard.persist.config import PersistConfig
-from timeshard.persist.critical import SinceHandle
+from timeshard.persist.critical import SinceHandle, check_opaque
 from timeshard.persist.fetch import UnleasedReader
 from timeshard.persist.gc import GcReport, collect_garbage
 from timeshard.persist.heartbeat import Heartbeats
@@ -166,6 +166,7 @@ class PersistClient:
     ) -> SinceHandle:
         """The critical since handle ``reader_id``, registered with ``initial_opaque``."""
         check_consensus_key(reader_id)
+        check_opaque(initial_opaque)
         machine = self._machine(shard_id, schema)
         reader = machine.apply(lambda s: tr.register_critical_reader(s, reader_id, initial_opaque))
         return SinceHandle(machine, reader_id, reader.opaque)

@@ -9,12 +9,19 @@ swaps the token, after which the older generation's downgrades fail with
 
 from __future__ import annotations
 
-from timeshard.errors import Fenced
+from timeshard.errors import Fenced, InvalidUsage
 from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.machine import Machine
 from timeshard.persist._internal.state import CriticalReaderState
 from timeshard.persist._internal.transitions import OpaqueMismatch
 from timeshard.progress import Frontier, Timestamp, frontier
+
+
+def check_opaque(opaque: object) -> str:
+    """``opaque`` if it is a string (a token is stored in the state), else InvalidUsage."""
+    if not isinstance(opaque, str):
+        raise InvalidUsage(f"the opaque {opaque!r} of a critical since handle is not a string")
+    return opaque
 
 
 class SinceHandle:
@@ -47,6 +54,8 @@ class SinceHandle:
         self, expected: str, new_opaque: str, new_since: Frontier | Timestamp | None
     ) -> Frontier | OpaqueMismatch:
         """If the token is ``expected``, set it to ``new_opaque`` and advance the since."""
+        check_opaque(expected)
+        check_opaque(new_opaque)
         target = frontier(new_since)
         result = self._machine.apply(
             lambda s: tr.compare_and_downgrade_since(
@@ -70,4 +79,4 @@ class SinceHandle:
         return result
 
 
-__all__ = ["OpaqueMismatch", "SinceHandle"]
+__all__ = ["OpaqueMismatch", "SinceHandle", "check_opaque"]

@@ -15,7 +15,8 @@ Invariants:
 1. A staged batch's updates are all at times in ``[lower, upper)``; it is an
    error to stage one that is not.
 2. ``compare_and_append_batch`` commits only if the shard upper is exactly
-   ``expected_upper``; then the upper becomes ``new_upper``.
+   ``expected_upper``; then the upper becomes ``new_upper``. It is an error to
+   pass one batch (or copies of it) twice.
 3. A retry after an indeterminate failure never appends twice: every append
    carries an idempotency token that the writer's state remembers.
 4. Parts of a staged batch are either appended, deleted by ``Batch.delete``,
@@ -245,6 +246,8 @@ class WriteHandle:
         and every reader's, to it in the same step: the times before it are
         declared unreadable (see ``transitions.compare_and_append``).
         """
+        if token is not None and not isinstance(token, str):
+            raise InvalidUsage(f"the idempotency token {token!r} is not a string")
         expected, new = frontier(expected_upper), frontier(new_upper)
         if not expected <= new:
             raise InvalidUsage(
@@ -268,6 +271,7 @@ class WriteHandle:
                     f"batch {b.desc} does not match the append bounds [{expected}, {new})"
                 )
         parts = tuple(p for b in batches for p in b.parts)
+        _check_distinct(parts)
         owners = tuple(sorted({b.owner for b in batches}))
         token_ = token or uuid.uuid4().hex
         result = self._machine.apply(
@@ -435,6 +439,18 @@ def _check_bounds(lo: int, hi: int, desc: Description) -> None:
         raise InvalidUsage(f"update at time {lo} is not beyond lower {desc.lower}")
     if desc.upper.less_equal(hi):
         raise InvalidUsage(f"update at time {hi} is beyond upper {desc.upper}")
+
+
+def _check_distinct(parts: tuple[PartMeta, ...]) -> None:
+    """InvalidUsage if a part is appended twice (a batch passed twice, or with a copy)."""
+    seen: set[str] = set()
+    for p in parts:
+        if p.key in seen:
+            raise InvalidUsage(
+                f"part {p.key!r} is appended more than once: the same batch (or a copy of "
+                "it) is passed twice, and its updates would be counted twice"
+            )
+        seen.add(p.key)
 
 
 def not_appended(error: BaseException) -> bool:

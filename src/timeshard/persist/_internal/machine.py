@@ -28,6 +28,11 @@ Invariants:
 5. A transition that finds its handle gone (LeaseExpired) after an attempt
    that may have committed raises :class:`Indeterminate`: the effect may be
    there even though the handle is not.
+6. Nothing is written that does not decode: a new state is checked by the
+   decoder (``state.check_decodes``, on what the transition changed) before
+   its compare-and-set, and one that fails raises :class:`InvalidUsage` (an
+   argument of the wrong type reached the state). A state no handle could
+   read is never built upon.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from timeshard.errors import (
+    CorruptState,
     Determinate,
     ExternalError,
     Fenced,
@@ -49,7 +55,12 @@ from timeshard.errors import (
 )
 from timeshard.location.consensus import CaSResult, Consensus, VersionedData
 from timeshard.persist._internal.blobio import retry_external
-from timeshard.persist._internal.state import ShardState, decode_state, encode_state
+from timeshard.persist._internal.state import (
+    ShardState,
+    check_decodes,
+    decode_state,
+    encode_state,
+)
 from timeshard.persist.config import PersistConfig
 
 log = logging.getLogger(__name__)
@@ -89,7 +100,7 @@ class Machine:
         """Write the initial state if the shard does not exist yet; return the head."""
         head = self._retry(lambda: self.consensus.head(self.shard_id))
         while head is None:
-            data = encode_state(initial)
+            data = self._encode(initial, None)
             try:
                 self.cas_calls += 1
                 self.consensus.compare_and_set(self.shard_id, None, VersionedData(0, data))
@@ -129,7 +140,7 @@ class Machine:
                 state, fresh = self._fetch_after(maybe_applied), True
                 continue
             new = replace(new, seqno=state.seqno + 1, walltime_ms=self.config.now_ms())
-            data = encode_state(new)
+            data = self._encode(new, state)
             try:
                 self.cas_calls += 1
                 outcome = self.consensus.compare_and_set(
@@ -150,6 +161,17 @@ class Machine:
                     self._state = new  # a concurrent apply may have seen a newer one
                 return result
             state, fresh = self._fetch_after(maybe_applied), True
+
+    def _encode(self, new: ShardState, previous: ShardState | None) -> bytes:
+        """``new``'s bytes; InvalidUsage if they would not decode (invariant 6)."""
+        try:
+            check_decodes(new, previous)
+            return encode_state(new)
+        except (CorruptState, TypeError, ValueError) as e:
+            raise InvalidUsage(
+                f"shard {self.shard_id!r}: the state at seqno {new.seqno} does not decode, "
+                f"so it is not written (an argument of the wrong type?): {e}"
+            ) from e
 
     def _fetch_after(self, maybe_applied: bool) -> ShardState:
         """The head; if an earlier attempt may have committed, a head that cannot be read

@@ -34,8 +34,10 @@ Errors. Every part written now also records how many of its rows are err rows
 Invariants:
 
 1. A part's schema is exactly :func:`updates_schema` of the shard's schema.
-2. Consolidation sums ``_diff`` per distinct ``(data, _ts, _err)`` and drops
-   zero sums.
+2. Consolidation sums ``_diff`` per distinct ``(data, _ts, _err)`` exactly
+   and drops zero sums; a sum beyond int64 raises :class:`DiffOverflow`
+   naming the update, it never wraps (Arrow's grouped sum wraps, so it is used
+   only where ``rows * max |diff|`` bounds every sum inside int64).
 3. A part that is missing, or whose bytes do not match its recorded size and
    digest, or that does not decode to valid arrays of the part schema, raises
    PartError naming its key; it is never skipped and never decoded leniently.
@@ -58,7 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from timeshard.errors import InvalidUsage, PartError
+from timeshard.errors import InvalidUsage, PartError, TimeshardError
 from timeshard.location.blob import check_blob_key
 
 TS = "_ts"
@@ -66,6 +68,18 @@ DIFF = "_diff"
 ERR = "_err"
 SYSTEM_COLUMNS = (TS, DIFF, ERR)
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+_INT64 = 2**63
+
+
+class DiffOverflow(TimeshardError, OverflowError):
+    """The diffs of one update sum beyond int64, the type ``_diff`` is stored as.
+
+    A data error, not a fault: retrying cannot help, and a wrapped sum (a diff
+    of the other sign) must never be read or written back by compaction. The
+    writers of the shard appended multiplicities that do not fit.
+    """
 
 
 MAX_PART_TIMES = 64
@@ -317,7 +331,8 @@ def updates_schema(data_schema: pa.Schema) -> pa.Schema:
 def conform(table: pa.Table, data_schema: pa.Schema) -> pa.Table:
     """Cast ``table`` to the part schema, adding a null ``_err`` if it lacks one.
 
-    Raises InvalidUsage naming the columns when the table does not match.
+    Raises InvalidUsage naming the columns when the table does not match, or
+    ``_ts`` or ``_diff`` holds a null.
     """
     target = updates_schema(data_schema)
     if ERR not in table.column_names:
@@ -328,6 +343,13 @@ def conform(table: pa.Table, data_schema: pa.Schema) -> pa.Table:
             f"the shard expects {target.names}"
         )
     table = table.select(target.names)
+    for name in (TS, DIFF):
+        nulls = table.column(name).null_count
+        if nulls:
+            raise InvalidUsage(
+                f"column {name} is null in {nulls} of {table.num_rows} rows: every update "
+                "needs a time and a diff"
+            )
     try:
         return table.cast(target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
@@ -426,6 +448,8 @@ def consolidate(table: pa.Table) -> pa.Table:
     summed = DIFF  # the sum is named ``<column>_sum``: no data column may have that name
     while summed in keys or f"{summed}_sum" in keys:
         summed = f"_{summed}"
+    if not _sums_fit_int64(table.column(DIFF)):
+        return _consolidate_python(table)
     renamed_diff = table.rename_columns([summed if n == DIFF else n for n in table.column_names])
     try:
         grouped = renamed_diff.group_by(keys, use_threads=False).aggregate([(summed, "sum")])
@@ -463,8 +487,17 @@ def _normalized_floats(array: pa.Array) -> pa.Array:
     return array
 
 
+def _sums_fit_int64(diffs: pa.ChunkedArray) -> bool:
+    """Whether no sum of ``diffs`` can leave int64 (``len * max |diff|`` is inside it):
+    then Arrow's grouped sum, which wraps, is exact."""
+    mm = pc.min_max(diffs)
+    low, high = mm["min"].as_py() or 0, mm["max"].as_py() or 0
+    return len(diffs) * max(-low, high) < _INT64
+
+
 def _consolidate_python(table: pa.Table) -> pa.Table:
-    """Consolidation for column types Arrow cannot group by (lists, maps, ...)."""
+    """Consolidation for column types Arrow cannot group by (lists, maps, ...), and
+    for diffs whose sums may leave int64 (summed as Python ints, and checked)."""
     keys = [n for n in table.column_names if n != DIFF]
     sums: dict[Any, int] = {}
     rows: dict[Any, dict[str, Any]] = {}
@@ -474,6 +507,14 @@ def _consolidate_python(table: pa.Table) -> pa.Table:
         rows.setdefault(k, row)
     out = []
     for k, total in sums.items():
+        if not -_INT64 <= total < _INT64:
+            row = rows[k]
+            data = tuple(row[n] for n in keys if n not in SYSTEM_COLUMNS)
+            what = data if row[ERR] is None else f"the error {row[ERR]!r}"
+            raise DiffOverflow(
+                f"the diffs of {what} at time {row[TS]} sum to {total}, beyond int64: "
+                "the shard's writers appended multiplicities that do not fit"
+            )
         if total != 0:
             out.append({**rows[k], DIFF: total})
     out.sort(key=lambda r: r[TS])
@@ -483,6 +524,7 @@ def _consolidate_python(table: pa.Table) -> pa.Table:
 __all__ = [
     "DIFF",
     "ERR",
+    "DiffOverflow",
     "MAX_PART_TIMES",
     "SYSTEM_COLUMNS",
     "TS",
