@@ -192,3 +192,23 @@ def test_a_broker_fault_in_init_transactions_fails_the_task_not_the_data(
     task = _ProduceTask("b:9", "t", "p", "x", 1, "upsert", ("k",), ("k",), 0, 5, 1.0)
     with pytest.raises(KafkaException, match="no coordinator"):
         list(task(iter([])))
+
+
+def test_a_nan_key_groups_as_one_key() -> None:
+    """``hashable`` returned a tuple of keys unchanged and ``nan != nan``: a NaN key inserted
+    and deleted in one tick became a delete and an upsert (the row stayed), and an update of
+    one sent two source rows to a Delta MERGE."""
+    inserted_and_deleted = [
+        {"k": float("nan"), "v": 5, DIFF: 1},
+        {"k": float("nan"), "v": 5, DIFF: -1},
+    ]
+    assert net_per_key(inserted_and_deleted, ["k"], ["k", "v"]) == []
+    updated = [
+        {"k": float("nan"), "v": 1, DIFF: -1},
+        {"k": float("nan"), "v": 2, DIFF: 1},
+        {"k": -0.0, "v": 3, DIFF: -1},
+        {"k": 0.0, "v": 4, DIFF: 1},
+    ]
+    [nan, zero] = net_per_key(updated, ["k"], ["v"])
+    assert math.isnan(nan.key[0]) and nan.row == (2,)
+    assert zero.row == (4,)

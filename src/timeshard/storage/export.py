@@ -392,10 +392,14 @@ _NAN = _Nan()
 
 
 def hashable(value: Any) -> Any:
-    """``value`` as a dict key that is equal where Spark finds values equal."""
-    if isinstance(value, float) and math.isnan(value):
-        return _NAN
-    if isinstance(value, list):
+    """``value`` (a Python value of an Arrow type, or a tuple of them) as a dict key that is
+    equal where Spark finds values equal: every NaN is one value and -0.0 is 0.0, at any
+    depth (as persist's consolidation normalises them)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return _NAN
+        return 0.0 if value == 0 else value
+    if isinstance(value, list | tuple):
         return tuple(hashable(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((k, hashable(v)) for k, v in value.items()))
