@@ -84,7 +84,7 @@ def test_a_key_changed_and_changed_back_is_no_change() -> None:
         {"k": 1, "v": "A", DIFF: 1},
         {"k": 2, "v": "C", DIFF: -1},
     ]
-    assert net_per_key(rows, ["k"], ["v"]) == [KeyChange((2,), None)]
+    assert net_per_key(rows, ["k"], ["v"]) == [KeyChange((2,), None, had_row=True)]
 
 
 def test_json_records_are_strict_json() -> None:
@@ -212,3 +212,21 @@ def test_a_nan_key_groups_as_one_key() -> None:
     [nan, zero] = net_per_key(updated, ["k"], ["v"])
     assert math.isnan(nan.key[0]) and nan.row == (2,)
     assert zero.row == (4,)
+
+
+def test_a_row_twice_is_two_rows_of_its_key() -> None:
+    """A row of multiplicity 2 counted as one (distinct rows were counted, not their
+    multiplicities): it was exported once, then deleted when one copy was retracted."""
+    import pytest
+
+    from timeshard.storage.export import DataError
+
+    twice = [{"k": "a", "v": 1, DIFF: 2}]
+    with pytest.raises(DataError, match=r"key \('a',\) has 2 rows .*\('a', 1\) 2 times"):
+        net_per_key(twice, ["k"], ["k", "v"])
+    replaced_by_two = [{"k": "a", "v": 1, DIFF: -1}, {"k": "a", "v": 2, DIFF: 2}]
+    with pytest.raises(DataError, match="has 2 rows"):
+        net_per_key(replaced_by_two, ["k"], ["k", "v"])
+    assert net_per_key([{"k": "a", "v": 1, DIFF: 1}], ["k"], ["k", "v"]) == [
+        KeyChange(("a",), ("a", 1), had_row=False)
+    ]

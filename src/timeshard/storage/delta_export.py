@@ -15,8 +15,14 @@ Envelopes:
 * ``upsert``: a MERGE on ``key_columns`` (compared null-safely) of the net
   change per key: the key's row at ``upper - 1`` is updated or inserted, a
   key with no row left is deleted. So the table is the shard's snapshot at
-  ``frontier - 1``. Two live rows of one key among a tick's changes are an
-  error, as are the shard's err rows; nothing is committed then.
+  ``frontier - 1``. A key with more than one row at ``upper - 1`` among a
+  tick's changes (two rows, or one row twice) is an error, as are the shard's
+  err rows; nothing is committed then. The MERGE sees the tick's changes
+  only: a key's second row that comes in a later tick than its first (with
+  no retraction of it) *replaces* the first in the table, and a later
+  retraction of either deletes the key, though the shard keeps the other.
+  A shard whose keys are unique at every time (an UPSERT source's, a view
+  grouped by them) never has that.
 * ``append``: the changes themselves, with their ``_ts`` and ``_diff``,
   appended: the table is the shard's history from the export's start.
 

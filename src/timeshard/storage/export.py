@@ -326,10 +326,12 @@ def checked_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class KeyChange:
-    """A key's net change over a tick: its row after it (data columns in order), or None."""
+    """A key's net change over a tick: its row after it (data columns in order), or None;
+    ``had_row``: the tick retracted a row of it, so the key had one before the tick."""
 
     key: tuple[Any, ...]
     row: tuple[Any, ...] | None
+    had_row: bool
 
 
 def net_per_key(
@@ -337,10 +339,11 @@ def net_per_key(
 ) -> list[KeyChange]:
     """The net change per key of consolidated changes sorted by key (tasks).
 
-    A row's diffs summed over the tick: a key's one row with a positive sum is
-    its row after the tick; none, with one negative, means it has no row left;
-    every sum zero (it changed and changed back) means no change. More than one
-    positive is a DataError: a keyed target holds one row per key.
+    A row's diffs summed over the tick: a key's one row with a sum of 1 is its
+    row after the tick; none, with one negative, means it has no row left;
+    every sum zero (it changed and changed back) means no change. Positive sums
+    adding up past 1 (two rows, or one row twice) are a DataError: a keyed
+    target holds one row per key, once.
     """
     out: list[KeyChange] = []
     key: tuple[Any, ...] | None = None
@@ -349,14 +352,17 @@ def net_per_key(
 
     def flush() -> None:
         assert key is not None
-        live = [kept[h] for h, n in net.items() if n > 0]
-        if len(live) > 1:
+        live = [(kept[h], n) for h, n in net.items() if n > 0]
+        count = sum(n for _, n in live)
+        if count > 1:
+            how = f"{len(live)} rows" if len(live) > 1 else f"the row {live[0][0]!r} {count} times"
             raise DataError(
-                f"key {key!r} has {len(live)} rows after the tick's changes; a target keyed by "
-                f"{list(key_columns)} holds one row per key"
+                f"key {key!r} has {count} rows after the tick's changes ({how}); a target "
+                f"keyed by {list(key_columns)} holds one row per key"
             )
-        if live or any(n < 0 for n in net.values()):
-            out.append(KeyChange(key, live[0] if live else None))
+        retracted = any(n < 0 for n in net.values())
+        if live or retracted:
+            out.append(KeyChange(key, live[0][0] if live else None, retracted))
 
     for row in rows:
         this = tuple(row[k] for k in key_columns)

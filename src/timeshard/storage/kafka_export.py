@@ -31,7 +31,11 @@ columns by name):
 * ``upsert``: keyed by ``key_columns`` (the key is a JSON object of them);
   per key and time, the value is the row the key has after that time, or a
   tombstone (null value) if it has none. Two rows of one key at one time
-  are an error: an UPSERT target has one row per key.
+  (or one row twice) are an error: an UPSERT target has one row per key.
+  Each time is encoded from its own changes: a key's second row at a later
+  time than its first (with no retraction of it) is written as the key's
+  value, and a later retraction of either as a tombstone, though the shard
+  keeps the other. A shard whose keys are unique at every time never has that.
 * ``debezium``: the value is ``{"before": row|null, "after": row|null}``.
   With ``key_columns``, a key's retraction and insertion at one time are one
   record (an update); without, every change is a record of its own, once
