@@ -67,3 +67,17 @@ def test_a_second_row_of_a_key_in_a_later_tick_is_an_error(export: PostgresExpor
     assert table(export) == {"a": 3}
     gone = tick(export, 2, 3, [("b", 1, 2, -1)])
     assert gone["status"] == "error" and "has no row of it" in gone["detail"]
+
+
+def test_an_error_retracted_within_the_tick_is_passed(export: PostgresExport) -> None:
+    """An error at 1 retracted at 2 failed every tick from [1, ...) on: the +1 and the -1
+    were two rows (consolidated per time), and the first raised."""
+    assert tick(export, 0, 1, [("a", 1, 0, 1)])["status"] == "committed"
+    present = tick(export, 1, 2, [(None, None, 1, 1, "bad cast")])
+    assert present["status"] == "error"
+    assert present["detail"] == (
+        "the shard has an error at time 1, which an export cannot write: bad cast"
+    )
+    retracted = [(None, None, 1, 1, "bad cast"), (None, None, 2, -1, "bad cast"), ("b", 2, 3, 1)]
+    assert tick(export, 1, 4, retracted)["status"] == "committed"
+    assert table(export) == {"a": 1, "b": 2}

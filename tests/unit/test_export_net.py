@@ -230,3 +230,34 @@ def test_a_row_twice_is_two_rows_of_its_key() -> None:
     assert net_per_key([{"k": "a", "v": 1, DIFF: 1}], ["k"], ["k", "v"]) == [
         KeyChange(("a",), ("a", 1), had_row=False)
     ]
+
+
+def _err(message: str, time: int, diff: int) -> dict[str, Any]:
+    from timeshard.persist._internal.parts import ERR, TS
+
+    return {"k": None, "v": None, TS: time, DIFF: diff, ERR: message}
+
+
+def test_an_error_blocks_a_per_time_target_from_where_it_stays() -> None:
+    """An error's insertion and retraction are two rows (consolidated per time): the first
+    err row failed every tick, so an error once retracted blocked the export for ever."""
+    import pyarrow as pa
+
+    from timeshard.storage.export import ErrorNet, blocked_at
+
+    def batch(*rows: dict[str, Any]) -> list[pa.RecordBatch]:
+        return [pa.RecordBatch.from_pylist(list(rows))]
+
+    passed = batch(_err("bad", 3, 1), _err("bad", 5, -1))
+    assert blocked_at(passed) is None
+    stays = batch(_err("bad", 3, 1), _err("bad", 5, -1), _err("worse", 6, 1), _err("bad", 7, 1))
+    assert blocked_at(stays) == (
+        6,
+        "the shard has an error at time 6, which an export cannot write: worse",
+    )
+    errors = ErrorNet()
+    assert list(errors.ok_rows(passed)) == [] and errors.left() is None
+    errors.check_none_left()
+    errors = ErrorNet()
+    list(errors.ok_rows(stays))
+    assert errors.left() == (3, "bad")  # bad is back at 7: it was first seen at 3

@@ -17,9 +17,26 @@ The export holds its input's since one below its progress with a critical
 since handle (``export.<id>``), so the changes it has not written stay
 readable, and apart from those it has (compaction moves times below since up
 to it), while it is stopped; if they are gone anyway (the hold was dropped), it says
-in one line that it cannot resume and why. The shard's err rows cannot be
-exported: the task stops before committing and the tick raises
-:class:`ExportError`.
+in one line that it cannot resume and why.
+
+The shard's err rows cannot be exported. As a Materialize sink does, an
+export stalls at an error while the shard has it, and goes on once it is
+retracted; the tick raises :class:`ExportError` naming it:
+
+* a target that holds the shard's snapshot (PostgreSQL, Delta ``upsert``)
+  sums a tick's err rows per error, and commits nothing if one is left at
+  ``upper - 1``; an error inserted and retracted within the tick is passed;
+* a target written per time (Kafka, Delta ``append``) commits the changes
+  before the first time from which an error stays through ``upper - 1``,
+  with that time as the progress (status ``blocked``), and nothing after it.
+  The next ticks start there and stop again until the error is retracted;
+  then they write the ok changes at the times it was present, and the
+  target's history lacks what the error stood for at those times.
+
+Either way an error retracted before the progress reached it never blocks:
+the changes are read from the progress on, where the shard had no error
+(which is why the export may stop there), so an error's insertion and its
+retraction are always read together.
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ import base64
 import contextlib
 import datetime
 import decimal
+import itertools
 import json
 import math
 import re
@@ -43,8 +61,15 @@ from timeshard.persist import PersistClient, SinceHandle
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 
 _ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
-RESULT = pa.schema([("status", pa.string()), ("records", pa.int64()), ("detail", pa.string())])
-RESULT_DDL = "status string, records long, detail string"
+RESULT = pa.schema(
+    [
+        ("status", pa.string()),
+        ("records", pa.int64()),
+        ("detail", pa.string()),
+        ("frontier", pa.int64()),
+    ]
+)
+RESULT_DDL = "status string, records long, detail string, frontier long"
 
 
 class ExportError(TimeshardError):
@@ -222,6 +247,12 @@ class ShardExport(ABC):
             raise Fenced(f"export {self.export_id!r}: {result['detail']}")
         if result["status"] == "error":
             raise ExportError(f"export {self.export_id!r}: {result['detail']}")
+        if result["status"] == "blocked":
+            self._hold_at(int(result["frontier"]))
+            raise ExportError(
+                f"export {self.export_id!r}: exported up to {result['frontier']}, then "
+                f"stopped: {result['detail']}"
+            )
         if result["status"] == "committed":
             self._hold_at(upper)
         return ExportStep(lower, upper, int(result["records"]), str(result["status"]))
@@ -312,16 +343,88 @@ class DataError(Exception):
     """The changes cannot be exported (a task reports it; nothing is committed)."""
 
 
-def checked_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
-    """The rows of ``batches``; DataError at the first err row (tasks)."""
+class ErrorNet:
+    """The err rows among a tick's changes, summed per error (its message and data) (tasks).
+
+    The changes come consolidated per time, so an error's insertion at one time
+    and its retraction at a later one are two rows: only their sum says whether
+    the shard still has it.
+    """
+
+    def __init__(self) -> None:
+        self._net: dict[Any, int] = {}
+        self._first: dict[Any, tuple[int, str]] = {}
+
+    def ok_rows(
+        self, batches: Iterable[pa.RecordBatch], before: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The ok rows of ``batches`` (at times below ``before``, if given); the err rows
+        are summed."""
+        for batch in batches:
+            for row in batch.to_pylist():
+                if before is not None and row[TS] >= before:
+                    continue
+                if row[ERR] is None:
+                    yield row
+                else:
+                    self.add(row)
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Count the err row ``row``."""
+        error = _error_of(row)
+        self._net[error] = self._net.get(error, 0) + row[DIFF]
+        if self._net[error] == 0:
+            del self._net[error]
+        first = self._first.get(error)
+        if first is None or row[TS] < first[0]:
+            self._first[error] = (row[TS], row[ERR])
+
+    def left(self) -> tuple[int, str] | None:
+        """An error the shard still has after the rows counted: the first time it was
+        seen, and its message (None: none)."""
+        return min((self._first[e] for e in self._net), default=None)
+
+    def check_none_left(self) -> None:
+        """DataError naming an error the shard still has after the rows counted."""
+        left = self.left()
+        if left is not None:
+            raise DataError(_error_message(*left))
+
+
+def blocked_at(batches: Sequence[pa.RecordBatch]) -> tuple[int, str] | None:
+    """The first time from which the shard has an error at every time to the tick's end,
+    and the message saying so (None: no error is left at the end); for targets written
+    per time (tasks)."""
+    import pyarrow.compute as pc
+
+    rows: list[dict[str, Any]] = []
     for batch in batches:
-        for row in batch.to_pylist():
-            if row[ERR] is not None:
-                raise DataError(
-                    f"the shard has an error at time {row[TS]}, which an export cannot "
-                    f"write: {row[ERR][:300]}"
-                )
-            yield row
+        mask = pc.is_valid(batch.column(ERR))
+        if pc.any(mask).as_py():
+            rows.extend(batch.filter(mask).to_pylist())
+    rows.sort(key=lambda row: row[TS])
+    since: tuple[int, str] | None = None  # the time, and an error it has
+    errors = ErrorNet()
+    for time, at in itertools.groupby(rows, key=lambda row: row[TS]):
+        for row in at:
+            errors.add(row)
+        left = errors.left()
+        if left is None:
+            since = None
+        elif since is None:
+            since = (time, left[1])
+    return None if since is None else (since[0], _error_message(*since))
+
+
+def _error_of(row: dict[str, Any]) -> Any:
+    return hashable((row[ERR], *(v for k, v in row.items() if k not in _META)))
+
+
+_META = (TS, DIFF, ERR)
+
+
+def _error_message(time: int, message: str) -> str:
+    return f"the shard has an error at time {time}, which an export cannot write: {message[:300]}"
 
 
 @dataclass(frozen=True)
@@ -380,11 +483,13 @@ def net_per_key(
     return out
 
 
-def result(status: str, records: int, detail: str | None) -> pa.RecordBatch:
-    """The one row a task returns: how it ended."""
-    return pa.RecordBatch.from_pylist(
-        [{"status": status, "records": records, "detail": detail}], schema=RESULT
-    )
+def result(
+    status: str, records: int, detail: str | None, frontier: int | None = None
+) -> pa.RecordBatch:
+    """The one row a task returns: how it ended (``blocked``: it committed the changes
+    below ``frontier`` and stopped there at an error, which ``detail`` names)."""
+    row = {"status": status, "records": records, "detail": detail, "frontier": frontier}
+    return pa.RecordBatch.from_pylist([row], schema=RESULT)
 
 
 class _Nan:
@@ -450,7 +555,8 @@ __all__ = [
     "KeyChange",
     "Progress",
     "ShardExport",
-    "checked_rows",
+    "ErrorNet",
+    "blocked_at",
     "hashable",
     "net_per_key",
     "result",

@@ -72,11 +72,12 @@ from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import DIFF, TS
 from timeshard.storage.export import (
     DataError,
+    ErrorNet,
     ExportError,
     ExportStep,
     Progress,
     ShardExport,
-    checked_rows,
+    blocked_at,
     hashable,
     result,
     to_json,
@@ -369,14 +370,20 @@ class _ProduceTask:
         if (progress.frontier if progress is not None else 0) != self.lower:
             yield result("stale", 0, f"the target's progress is {progress}, not {self.lower}")
             return
+        held = list(batches)  # read twice: for the errors, then the records
+        blocked = blocked_at(held)
+        upper = self.upper if blocked is None else blocked[0]
+        if blocked is not None and upper == self.lower:
+            yield result("error", 0, blocked[1])
+            return
         producer.begin_transaction()
         try:
             count = 0
-            for t, key, value in self._records(batches):
+            for t, key, value in self._records(held, upper):
                 headers = [(TIME_HEADER, str(t).encode())]
                 self._produce(producer, key, value, headers)
                 count += 1
-            marker = json.dumps({"frontier": self.upper, "version": self.version}).encode()
+            marker = json.dumps({"frontier": upper, "version": self.version}).encode()
             producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
             producer.commit_transaction(self.timeout_s)
         except DataError as e:
@@ -389,7 +396,10 @@ class _ProduceTask:
                 return
             producer.abort_transaction(self.timeout_s)
             raise
-        yield result("committed", count, None)
+        if blocked is not None:
+            yield result("blocked", count, blocked[1], upper)
+            return
+        yield result("committed", count, None, upper)
 
     def _produce(self, producer: Any, key: bytes | None, value: bytes | None, headers: Any) -> None:
         while True:
@@ -401,11 +411,12 @@ class _ProduceTask:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain
 
     def _records(
-        self, batches: Iterable[pa.RecordBatch]
+        self, batches: Iterable[pa.RecordBatch], upper: int
     ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        """``(time, key, value)`` of each record, in time order, from the sorted changes."""
+        """``(time, key, value)`` of each record at a time below ``upper``, in time order,
+        from the sorted changes (err rows are not records: :func:`blocked_at` decided)."""
         group: list[dict[str, Any]] = []
-        for row in checked_rows(batches):
+        for row in ErrorNet().ok_rows(batches, before=upper):
             if not self.key_columns:  # every change is a record of its own
                 yield from self._encode([row])
                 continue

@@ -49,10 +49,10 @@ from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import TS
 from timeshard.storage.export import (
     DataError,
+    ErrorNet,
     KeyChange,
     Progress,
     ShardExport,
-    checked_rows,
     net_per_key,
     result,
 )
@@ -275,7 +275,9 @@ class _ApplyTask:
             return "fenced", 0, f"version {version} owns the table"
         if frontier != self.lower:
             return "stale", 0, f"the table's progress is {frontier}, not {self.lower}"
-        changes = net_per_key(checked_rows(batches), self.key_columns, self.data_columns)
+        errors = ErrorNet()
+        changes = net_per_key(errors.ok_rows(batches), self.key_columns, self.data_columns)
+        errors.check_none_left()
         with conn.cursor() as cur:
             for kind, query in self._statements().items():
                 _apply_each(
