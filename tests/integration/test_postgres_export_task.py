@@ -81,3 +81,47 @@ def test_an_error_retracted_within_the_tick_is_passed(export: PostgresExport) ->
     retracted = [(None, None, 1, 1, "bad cast"), (None, None, 2, -1, "bad cast"), ("b", 2, 3, 1)]
     assert tick(export, 1, 4, retracted)["status"] == "committed"
     assert table(export) == {"a": 1, "b": 2}
+
+
+def test_an_export_refuses_a_progress_written_to_another_table(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """The progress row was keyed by the export's id alone: an export whose table was changed
+    under the same id started the new table at the old one's progress, which never got the
+    changes below it."""
+    from timeshard.errors import InvalidUsage
+
+    schema = f"s_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    client.open_writer("s", SCHEMA).expire()
+
+    def export(table: str) -> PostgresExport:
+        return PostgresExport(
+            None,
+            client,
+            "s",
+            postgres_dsn,
+            table,
+            key_columns=["k"],
+            schema=schema,
+            export_id="sink",
+        )
+
+    old = export("t_old")
+    assert old.step().status == "idle"  # registers its hold
+    assert tick(old, 0, 1, [("a", 1, 0, 1)])["status"] == "committed"
+    old.close()
+    moved = export("t_new")
+    with pytest.raises(InvalidUsage, match=f"written to table {schema}.t_old, not to table"):
+        moved.step()
+    # A progress row from before the target was recorded is taken as this export's.
+    with psycopg.connect(postgres_dsn) as conn:
+        conn.execute(
+            psycopg.sql.SQL("UPDATE {} SET target = NULL").format(
+                psycopg.sql.Identifier(schema, "_timeshard_progress")
+            )
+        )
+    assert moved.step().status == "idle"
+    moved.close()

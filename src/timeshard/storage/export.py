@@ -78,10 +78,13 @@ class ExportError(TimeshardError):
 
 @dataclass(frozen=True)
 class Progress:
-    """What the target holds: every change below ``frontier``, written by ``version``."""
+    """What the target holds: every change below ``frontier``, written by ``version`` to
+    ``target`` (the target's identity, :attr:`ShardExport.identity`; None in a progress
+    recorded before it was)."""
 
     frontier: int
     version: int
+    target: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,13 @@ class ShardExport(ABC):
     def target(self) -> str:
         """The target, for messages (``topic 'x'``, ``table 'public.t'``)."""
 
+    @property
+    def identity(self) -> str | None:
+        """What the progress records of the target it was written to, where the progress
+        is kept apart from the target (a table, a topic) and may outlive a change of it
+        (None: the progress lives in the target itself)."""
+        return None
+
     @abstractmethod
     def progress(self) -> Progress | None:
         """The progress the target records (None: nothing exported yet)."""
@@ -228,6 +238,8 @@ class ShardExport(ABC):
         upper = self.reader.fetch_recent_upper().time
         if upper is None:
             raise InvalidUsage(f"shard {self.shard!r} is closed (its upper is empty)")
+        if progress is not None:
+            self._check_target(progress)
         if progress is not None and self._hold is None:
             self._check_own_progress(progress)
         self._hold_at(lower)
@@ -265,6 +277,22 @@ class ShardExport(ABC):
         """Forget the export: its critical since hold goes, so the shard may compact."""
         self.close()
         self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
+
+    def _check_target(self, progress: Progress) -> None:
+        """Raise InvalidUsage unless ``progress`` was written to this export's target.
+
+        An export whose target was changed under the same id would start the new target
+        at the old one's progress, and never write it the changes below. A progress
+        recorded before the identity was is accepted (and gets it at the next commit):
+        refusing it would stop every export at an upgrade, and nothing tells its target.
+        """
+        if progress.target is not None and progress.target != self.identity:
+            raise InvalidUsage(
+                f"export {self.export_id!r}: its progress {progress.frontier} was written to "
+                f"{progress.target}, not to {self.identity}, which would get none of the "
+                "changes below it. Give this export another name for the new target, or "
+                "declare the old target again"
+            )
 
     def _check_own_progress(self, progress: Progress) -> None:
         """Raise InvalidUsage unless ``progress`` is this export's of this shard.

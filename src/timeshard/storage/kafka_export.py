@@ -2,8 +2,10 @@
 
 The export's progress lives **in the target**: a progress topic (default
 ``_timeshard-progress``, one partition) holds records keyed by the export's
-id whose value is ``{"frontier": F, "version": V}``: every change of the
-shard at a time below ``F`` is in the topic, once. A tick appends the
+id whose value is ``{"frontier": F, "version": V, "target": T}``: every
+change of the shard at a time below ``F`` is in the topic ``T``, once (an
+export declared with another topic under the same id is refused; a record
+without ``T``, from before it was recorded, is accepted). A tick appends the
 changes at ``[F, upper)`` and the record ``{"frontier": upper}`` **in one
 Kafka transaction**, so the two are visible together or not at all.
 
@@ -198,6 +200,10 @@ class KafkaExport(ShardExport):
     def target(self) -> str:
         return f"topic {self.topic!r} (progress in {self.progress_topic!r})"
 
+    @property
+    def identity(self) -> str:
+        return _identity(self.topic)
+
     def progress(self) -> Progress | None:
         """The export's progress as the target records it (None: nothing exported yet)."""
         ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
@@ -225,6 +231,11 @@ class KafkaExport(ShardExport):
             if self.format == "avro"
             else None,
         )
+
+
+def _identity(topic: str) -> str:
+    """What a progress record says of the topic it was written to."""
+    return f"topic {topic!r}"
 
 
 def _consumer_conf(bootstrap: str, timeout_s: float) -> dict[str, Any]:
@@ -302,7 +313,9 @@ def read_progress(
                 position = offset + 1
                 if msg.key() == key and offset < end:
                     value = json.loads(msg.value() or b"{}")
-                    found = Progress(int(value["frontier"]), int(value["version"]))
+                    found = Progress(
+                        int(value["frontier"]), int(value["version"]), value.get("target")
+                    )
             if found is not None:
                 return found
             end, window = start, window * 4
@@ -383,7 +396,8 @@ class _ProduceTask:
                 headers = [(TIME_HEADER, str(t).encode())]
                 self._produce(producer, key, value, headers)
                 count += 1
-            marker = json.dumps({"frontier": upper, "version": self.version}).encode()
+            recorded = {"frontier": upper, "version": self.version, "target": _identity(self.topic)}
+            marker = json.dumps(recorded).encode()
             producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
             producer.commit_transaction(self.timeout_s)
         except DataError as e:

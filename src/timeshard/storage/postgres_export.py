@@ -5,7 +5,8 @@ creates it if it does not exist, with the shard's columns (types in
 :data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
 has them and a primary key or unique index on exactly ``key_columns`` (which
 ``ON CONFLICT`` needs). The progress is a row
-of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``) in the
+of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``, and
+``target``: the table it was written to, which must be the export's) in the
 same database. A tick's single Spark task, in **one PostgreSQL
 transaction**:
 
@@ -134,12 +135,16 @@ class PostgresExport(ShardExport):
         import psycopg
         from psycopg import sql
 
-        query = sql.SQL("SELECT frontier, version FROM {} WHERE export_id = %s").format(
+        query = sql.SQL("SELECT frontier, version, target FROM {} WHERE export_id = %s").format(
             sql.Identifier(self.schema, PROGRESS_TABLE)
         )
         with psycopg.connect(self.dsn) as conn:
             row = conn.execute(query, (self.export_id,)).fetchone()
-        return None if row is None else Progress(int(row[0]), int(row[1]))
+        return None if row is None else Progress(int(row[0]), int(row[1]), row[2])
+
+    @property
+    def identity(self) -> str:
+        return f"table {self.schema}.{self.table}"
 
     def _order(self) -> list[str]:
         return [*self.key_columns, TS]
@@ -151,6 +156,7 @@ class PostgresExport(ShardExport):
             table=self.table,
             export_id=self.export_id,
             version=self.version,
+            identity=self.identity,
             key_columns=tuple(self.key_columns),
             data_columns=tuple(self.reader.schema.names),
             lower=lower,
@@ -173,6 +179,9 @@ class PostgresExport(ShardExport):
             "CREATE TABLE IF NOT EXISTS {} (export_id text PRIMARY KEY, "
             "frontier bigint NOT NULL, version bigint NOT NULL)"
         ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
+        identified = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS target text").format(
+            sql.Identifier(self.schema, PROGRESS_TABLE)
+        )
         target = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}))").format(
             sql.Identifier(self.schema, self.table),
             sql.SQL(", ").join(
@@ -183,6 +192,7 @@ class PostgresExport(ShardExport):
         )
         with psycopg.connect(self.dsn) as conn:
             conn.execute(progress)
+            conn.execute(identified)  # a progress table from before the target was recorded
             conn.execute(target)
             have = {
                 r[0]
@@ -226,6 +236,7 @@ class _ApplyTask:
     table: str
     export_id: str
     version: int
+    identity: str
     key_columns: tuple[str, ...]
     data_columns: tuple[str, ...]
     lower: int
@@ -284,10 +295,10 @@ class _ApplyTask:
                     cur, kind, query, self._params(kind, changes), f"{self.schema}.{self.table}"
                 )
         conn.execute(
-            sql.SQL("UPDATE {} SET frontier = %s, version = %s WHERE export_id = %s").format(
-                progress
-            ),
-            (self.upper, self.version, self.export_id),
+            sql.SQL(
+                "UPDATE {} SET frontier = %s, version = %s, target = %s WHERE export_id = %s"
+            ).format(progress),
+            (self.upper, self.version, self.identity, self.export_id),
         )
         return "committed", len(changes), None
 
