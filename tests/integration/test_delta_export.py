@@ -231,3 +231,44 @@ def test_a_declared_delta_export_runs_in_the_pipeline(spark: SparkSession, tmp_p
     got = {r["key"]: r["value"] for r in DeltaTable(str(uri)).to_pyarrow_table().to_pylist()}
     assert got == want and want
     pipeline.close()
+
+
+def _error(diff: int, time: int) -> pa.Table:
+    return pa.table(
+        {
+            "k": pa.array([None], pa.string()),
+            "v": pa.array([None], pa.int64()),
+            "_ts": pa.array([time], pa.int64()),
+            "_diff": pa.array([diff], pa.int64()),
+            "_err": pa.array(["bad cast"]),
+        }
+    )
+
+
+@pytest.mark.parametrize("envelope", ["upsert", "append"])
+def test_an_error_stalls_the_export_until_it_is_retracted(
+    spark: SparkSession, tmp_path: Path, envelope: str
+) -> None:
+    """Each tick raised on the error's insertion at 1 though a later time retracted it: the
+    +1 and the -1 were two rows of the tick's changes (consolidated per time), and the
+    export never went past 1."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    uri = tmp_path / "delta"
+    keys = ["k"] if envelope == "upsert" else []
+    export = DeltaExport(spark, client, "s", str(uri), envelope=envelope, key_columns=keys)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    writer.append(_error(1, 1), 1, 2)
+    writer.append([(("c", 3), 2, 1)], 2, 3)
+    with pytest.raises(ExportError, match="error at time 1, which an export cannot write: bad"):
+        export.step()
+    # A target written per time has the changes before the error; a snapshot, none.
+    progress = export.progress()
+    assert (progress and progress.frontier) == (1 if envelope == "append" else None)
+    assert _table(uri) == ({"a": 1} if envelope == "append" else {})
+    writer.append(_error(-1, 3), 3, 4)
+    writer.append([(("b", 2), 4, 1)], 4, 5)
+    step = export.step()
+    assert (step.status, step.upper) == ("committed", 5)
+    assert _table(uri) == _snapshot(client, 4) == {"a": 1, "b": 2, "c": 3}
+    export.drop()

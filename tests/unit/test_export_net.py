@@ -84,7 +84,7 @@ def test_a_key_changed_and_changed_back_is_no_change() -> None:
         {"k": 1, "v": "A", DIFF: 1},
         {"k": 2, "v": "C", DIFF: -1},
     ]
-    assert net_per_key(rows, ["k"], ["v"]) == [KeyChange((2,), None)]
+    assert net_per_key(rows, ["k"], ["v"]) == [KeyChange((2,), None, had_row=True)]
 
 
 def test_json_records_are_strict_json() -> None:
@@ -192,3 +192,72 @@ def test_a_broker_fault_in_init_transactions_fails_the_task_not_the_data(
     task = _ProduceTask("b:9", "t", "p", "x", 1, "upsert", ("k",), ("k",), 0, 5, 1.0)
     with pytest.raises(KafkaException, match="no coordinator"):
         list(task(iter([])))
+
+
+def test_a_nan_key_groups_as_one_key() -> None:
+    """``hashable`` returned a tuple of keys unchanged and ``nan != nan``: a NaN key inserted
+    and deleted in one tick became a delete and an upsert (the row stayed), and an update of
+    one sent two source rows to a Delta MERGE."""
+    inserted_and_deleted = [
+        {"k": float("nan"), "v": 5, DIFF: 1},
+        {"k": float("nan"), "v": 5, DIFF: -1},
+    ]
+    assert net_per_key(inserted_and_deleted, ["k"], ["k", "v"]) == []
+    updated = [
+        {"k": float("nan"), "v": 1, DIFF: -1},
+        {"k": float("nan"), "v": 2, DIFF: 1},
+        {"k": -0.0, "v": 3, DIFF: -1},
+        {"k": 0.0, "v": 4, DIFF: 1},
+    ]
+    [nan, zero] = net_per_key(updated, ["k"], ["v"])
+    assert math.isnan(nan.key[0]) and nan.row == (2,)
+    assert zero.row == (4,)
+
+
+def test_a_row_twice_is_two_rows_of_its_key() -> None:
+    """A row of multiplicity 2 counted as one (distinct rows were counted, not their
+    multiplicities): it was exported once, then deleted when one copy was retracted."""
+    import pytest
+
+    from timeshard.storage.export import DataError
+
+    twice = [{"k": "a", "v": 1, DIFF: 2}]
+    with pytest.raises(DataError, match=r"key \('a',\) has 2 rows .*\('a', 1\) 2 times"):
+        net_per_key(twice, ["k"], ["k", "v"])
+    replaced_by_two = [{"k": "a", "v": 1, DIFF: -1}, {"k": "a", "v": 2, DIFF: 2}]
+    with pytest.raises(DataError, match="has 2 rows"):
+        net_per_key(replaced_by_two, ["k"], ["k", "v"])
+    assert net_per_key([{"k": "a", "v": 1, DIFF: 1}], ["k"], ["k", "v"]) == [
+        KeyChange(("a",), ("a", 1), had_row=False)
+    ]
+
+
+def _err(message: str, time: int, diff: int) -> dict[str, Any]:
+    from timeshard.persist._internal.parts import ERR, TS
+
+    return {"k": None, "v": None, TS: time, DIFF: diff, ERR: message}
+
+
+def test_an_error_blocks_a_per_time_target_from_where_it_stays() -> None:
+    """An error's insertion and retraction are two rows (consolidated per time): the first
+    err row failed every tick, so an error once retracted blocked the export for ever."""
+    import pyarrow as pa
+
+    from timeshard.storage.export import ErrorNet, blocked_at
+
+    def batch(*rows: dict[str, Any]) -> list[pa.RecordBatch]:
+        return [pa.RecordBatch.from_pylist(list(rows))]
+
+    passed = batch(_err("bad", 3, 1), _err("bad", 5, -1))
+    assert blocked_at(passed) is None
+    stays = batch(_err("bad", 3, 1), _err("bad", 5, -1), _err("worse", 6, 1), _err("bad", 7, 1))
+    assert blocked_at(stays) == (
+        6,
+        "the shard has an error at time 6, which an export cannot write: worse",
+    )
+    errors = ErrorNet()
+    assert list(errors.ok_rows(passed)) == [] and errors.left() is None
+    errors.check_none_left()
+    errors = ErrorNet()
+    list(errors.ok_rows(stays))
+    assert errors.left() == (3, "bad")  # bad is back at 7: it was first seen at 3

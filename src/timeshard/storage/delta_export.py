@@ -15,8 +15,14 @@ Envelopes:
 * ``upsert``: a MERGE on ``key_columns`` (compared null-safely) of the net
   change per key: the key's row at ``upper - 1`` is updated or inserted, a
   key with no row left is deleted. So the table is the shard's snapshot at
-  ``frontier - 1``. Two live rows of one key among a tick's changes are an
-  error, as are the shard's err rows; nothing is committed then.
+  ``frontier - 1``. A key with more than one row at ``upper - 1`` among a
+  tick's changes (two rows, or one row twice) is an error, as are the shard's
+  err rows; nothing is committed then. The MERGE sees the tick's changes
+  only: a key's second row that comes in a later tick than its first (with
+  no retraction of it) *replaces* the first in the table, and a later
+  retraction of either deletes the key, though the shard keeps the other.
+  A shard whose keys are unique at every time (an UPSERT source's, a view
+  grouped by them) never has that.
 * ``append``: the changes themselves, with their ``_ts`` and ``_diff``,
   appended: the table is the shard's history from the export's start.
 
@@ -41,10 +47,11 @@ from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import DIFF, TS
 from timeshard.storage.export import (
     DataError,
+    ErrorNet,
     KeyChange,
     Progress,
     ShardExport,
-    checked_rows,
+    blocked_at,
     net_per_key,
     result,
 )
@@ -173,7 +180,7 @@ class _DeltaTask:
     upper: int
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from deltalake import CommitProperties, DeltaTable, Transaction
+        from deltalake import DeltaTable
 
         options = dict(self.storage_options) or None
         table = DeltaTable(self.uri, storage_options=options)
@@ -184,29 +191,48 @@ class _DeltaTask:
         if (progress.frontier if progress is not None else 0) != self.lower:
             yield result("stale", 0, f"the table's progress is {progress}, not {self.lower}")
             return
-        commit = CommitProperties(
-            app_transactions=[
-                Transaction(app_id=self.export_id, version=self.upper),
-                Transaction(app_id=f"{self.export_id}.version", version=self.version),
-            ]
-        )
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
         try:
             if self.envelope == "append":
-                count = self._append(table, batches, schema, commit)
+                held = list(batches)  # read twice: for the errors, then the rows
+                blocked = blocked_at(held)
+                upper = self.upper if blocked is None else blocked[0]
+                if blocked is not None and upper == self.lower:
+                    raise DataError(blocked[1])
+                count = self._append(table, held, schema, self._commit(upper), upper)
+                if blocked is not None:
+                    yield result("blocked", count, blocked[1], upper)
+                    return
             else:
-                count = self._merge(table, batches, schema, commit)
+                count = self._merge(table, batches, schema, self._commit(self.upper))
         except DataError as e:
             yield result("error", 0, str(e))
             return
-        yield result("committed", count, None)
+        yield result("committed", count, None, self.upper)
+
+    def _commit(self, upper: int) -> Any:
+        """The commit's properties: the progress ``upper`` and this export's version."""
+        from deltalake import CommitProperties, Transaction
+
+        return CommitProperties(
+            app_transactions=[
+                Transaction(app_id=self.export_id, version=upper),
+                Transaction(app_id=f"{self.export_id}.version", version=self.version),
+            ]
+        )
 
     def _append(
-        self, table: Any, batches: Iterable[pa.RecordBatch], schema: pa.Schema, commit: Any
+        self,
+        table: Any,
+        batches: Iterable[pa.RecordBatch],
+        schema: pa.Schema,
+        commit: Any,
+        upper: int,
     ) -> int:
         from deltalake import write_deltalake
 
-        rows = [{c: row[c] for c in schema.names} for row in checked_rows(batches)]
+        ok = ErrorNet().ok_rows(batches, before=upper)
+        rows = [{c: row[c] for c in schema.names} for row in ok]
         data = pa.Table.from_pylist(rows, schema=schema)
         write_deltalake(table, data, mode="append", commit_properties=commit)
         return int(data.num_rows)
@@ -216,7 +242,9 @@ class _DeltaTask:
     ) -> int:
         from deltalake import write_deltalake
 
-        changes = net_per_key(checked_rows(batches), self.key_columns, self.data_columns)
+        errors = ErrorNet()
+        changes = net_per_key(errors.ok_rows(batches), self.key_columns, self.data_columns)
+        errors.check_none_left()
         if not changes:  # nothing to merge: the commit still records the progress
             write_deltalake(table, schema.empty_table(), mode="append", commit_properties=commit)
             return 0

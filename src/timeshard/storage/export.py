@@ -17,9 +17,26 @@ The export holds its input's since one below its progress with a critical
 since handle (``export.<id>``), so the changes it has not written stay
 readable, and apart from those it has (compaction moves times below since up
 to it), while it is stopped; if they are gone anyway (the hold was dropped), it says
-in one line that it cannot resume and why. The shard's err rows cannot be
-exported: the task stops before committing and the tick raises
-:class:`ExportError`.
+in one line that it cannot resume and why.
+
+The shard's err rows cannot be exported. As a Materialize sink does, an
+export stalls at an error while the shard has it, and goes on once it is
+retracted; the tick raises :class:`ExportError` naming it:
+
+* a target that holds the shard's snapshot (PostgreSQL, Delta ``upsert``)
+  sums a tick's err rows per error, and commits nothing if one is left at
+  ``upper - 1``; an error inserted and retracted within the tick is passed;
+* a target written per time (Kafka, Delta ``append``) commits the changes
+  before the first time from which an error stays through ``upper - 1``,
+  with that time as the progress (status ``blocked``), and nothing after it.
+  The next ticks start there and stop again until the error is retracted;
+  then they write the ok changes at the times it was present, and the
+  target's history lacks what the error stood for at those times.
+
+Either way an error retracted before the progress reached it never blocks:
+the changes are read from the progress on, where the shard had no error
+(which is why the export may stop there), so an error's insertion and its
+retraction are always read together.
 """
 
 from __future__ import annotations
@@ -28,6 +45,7 @@ import base64
 import contextlib
 import datetime
 import decimal
+import itertools
 import json
 import math
 import re
@@ -43,8 +61,15 @@ from timeshard.persist import PersistClient, SinceHandle
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 
 _ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
-RESULT = pa.schema([("status", pa.string()), ("records", pa.int64()), ("detail", pa.string())])
-RESULT_DDL = "status string, records long, detail string"
+RESULT = pa.schema(
+    [
+        ("status", pa.string()),
+        ("records", pa.int64()),
+        ("detail", pa.string()),
+        ("frontier", pa.int64()),
+    ]
+)
+RESULT_DDL = "status string, records long, detail string, frontier long"
 
 
 class ExportError(TimeshardError):
@@ -53,10 +78,13 @@ class ExportError(TimeshardError):
 
 @dataclass(frozen=True)
 class Progress:
-    """What the target holds: every change below ``frontier``, written by ``version``."""
+    """What the target holds: every change below ``frontier``, written by ``version`` to
+    ``target`` (the target's identity, :attr:`ShardExport.identity`; None in a progress
+    recorded before it was)."""
 
     frontier: int
     version: int
+    target: str | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +181,13 @@ class ShardExport(ABC):
     def target(self) -> str:
         """The target, for messages (``topic 'x'``, ``table 'public.t'``)."""
 
+    @property
+    def identity(self) -> str | None:
+        """What the progress records of the target it was written to, where the progress
+        is kept apart from the target (a table, a topic) and may outlive a change of it
+        (None: the progress lives in the target itself)."""
+        return None
+
     @abstractmethod
     def progress(self) -> Progress | None:
         """The progress the target records (None: nothing exported yet)."""
@@ -203,6 +238,8 @@ class ShardExport(ABC):
         upper = self.reader.fetch_recent_upper().time
         if upper is None:
             raise InvalidUsage(f"shard {self.shard!r} is closed (its upper is empty)")
+        if progress is not None:
+            self._check_target(progress)
         if progress is not None and self._hold is None:
             self._check_own_progress(progress)
         self._hold_at(lower)
@@ -222,6 +259,12 @@ class ShardExport(ABC):
             raise Fenced(f"export {self.export_id!r}: {result['detail']}")
         if result["status"] == "error":
             raise ExportError(f"export {self.export_id!r}: {result['detail']}")
+        if result["status"] == "blocked":
+            self._hold_at(int(result["frontier"]))
+            raise ExportError(
+                f"export {self.export_id!r}: exported up to {result['frontier']}, then "
+                f"stopped: {result['detail']}"
+            )
         if result["status"] == "committed":
             self._hold_at(upper)
         return ExportStep(lower, upper, int(result["records"]), str(result["status"]))
@@ -234,6 +277,22 @@ class ShardExport(ABC):
         """Forget the export: its critical since hold goes, so the shard may compact."""
         self.close()
         self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
+
+    def _check_target(self, progress: Progress) -> None:
+        """Raise InvalidUsage unless ``progress`` was written to this export's target.
+
+        An export whose target was changed under the same id would start the new target
+        at the old one's progress, and never write it the changes below. A progress
+        recorded before the identity was is accepted (and gets it at the next commit):
+        refusing it would stop every export at an upgrade, and nothing tells its target.
+        """
+        if progress.target is not None and progress.target != self.identity:
+            raise InvalidUsage(
+                f"export {self.export_id!r}: its progress {progress.frontier} was written to "
+                f"{progress.target}, not to {self.identity}, which would get none of the "
+                "changes below it. Give this export another name for the new target, or "
+                "declare the old target again"
+            )
 
     def _check_own_progress(self, progress: Progress) -> None:
         """Raise InvalidUsage unless ``progress`` is this export's of this shard.
@@ -312,24 +371,98 @@ class DataError(Exception):
     """The changes cannot be exported (a task reports it; nothing is committed)."""
 
 
-def checked_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
-    """The rows of ``batches``; DataError at the first err row (tasks)."""
+class ErrorNet:
+    """The err rows among a tick's changes, summed per error (its message and data) (tasks).
+
+    The changes come consolidated per time, so an error's insertion at one time
+    and its retraction at a later one are two rows: only their sum says whether
+    the shard still has it.
+    """
+
+    def __init__(self) -> None:
+        self._net: dict[Any, int] = {}
+        self._first: dict[Any, tuple[int, str]] = {}
+
+    def ok_rows(
+        self, batches: Iterable[pa.RecordBatch], before: int | None = None
+    ) -> Iterator[dict[str, Any]]:
+        """The ok rows of ``batches`` (at times below ``before``, if given); the err rows
+        are summed."""
+        for batch in batches:
+            for row in batch.to_pylist():
+                if before is not None and row[TS] >= before:
+                    continue
+                if row[ERR] is None:
+                    yield row
+                else:
+                    self.add(row)
+
+    def add(self, row: dict[str, Any]) -> None:
+        """Count the err row ``row``."""
+        error = _error_of(row)
+        self._net[error] = self._net.get(error, 0) + row[DIFF]
+        if self._net[error] == 0:
+            del self._net[error]
+        first = self._first.get(error)
+        if first is None or row[TS] < first[0]:
+            self._first[error] = (row[TS], row[ERR])
+
+    def left(self) -> tuple[int, str] | None:
+        """An error the shard still has after the rows counted: the first time it was
+        seen, and its message (None: none)."""
+        return min((self._first[e] for e in self._net), default=None)
+
+    def check_none_left(self) -> None:
+        """DataError naming an error the shard still has after the rows counted."""
+        left = self.left()
+        if left is not None:
+            raise DataError(_error_message(*left))
+
+
+def blocked_at(batches: Sequence[pa.RecordBatch]) -> tuple[int, str] | None:
+    """The first time from which the shard has an error at every time to the tick's end,
+    and the message saying so (None: no error is left at the end); for targets written
+    per time (tasks)."""
+    import pyarrow.compute as pc
+
+    rows: list[dict[str, Any]] = []
     for batch in batches:
-        for row in batch.to_pylist():
-            if row[ERR] is not None:
-                raise DataError(
-                    f"the shard has an error at time {row[TS]}, which an export cannot "
-                    f"write: {row[ERR][:300]}"
-                )
-            yield row
+        mask = pc.is_valid(batch.column(ERR))
+        if pc.any(mask).as_py():
+            rows.extend(batch.filter(mask).to_pylist())
+    rows.sort(key=lambda row: row[TS])
+    since: tuple[int, str] | None = None  # the time, and an error it has
+    errors = ErrorNet()
+    for time, at in itertools.groupby(rows, key=lambda row: row[TS]):
+        for row in at:
+            errors.add(row)
+        left = errors.left()
+        if left is None:
+            since = None
+        elif since is None:
+            since = (time, left[1])
+    return None if since is None else (since[0], _error_message(*since))
+
+
+def _error_of(row: dict[str, Any]) -> Any:
+    return hashable((row[ERR], *(v for k, v in row.items() if k not in _META)))
+
+
+_META = (TS, DIFF, ERR)
+
+
+def _error_message(time: int, message: str) -> str:
+    return f"the shard has an error at time {time}, which an export cannot write: {message[:300]}"
 
 
 @dataclass(frozen=True)
 class KeyChange:
-    """A key's net change over a tick: its row after it (data columns in order), or None."""
+    """A key's net change over a tick: its row after it (data columns in order), or None;
+    ``had_row``: the tick retracted a row of it, so the key had one before the tick."""
 
     key: tuple[Any, ...]
     row: tuple[Any, ...] | None
+    had_row: bool
 
 
 def net_per_key(
@@ -337,10 +470,11 @@ def net_per_key(
 ) -> list[KeyChange]:
     """The net change per key of consolidated changes sorted by key (tasks).
 
-    A row's diffs summed over the tick: a key's one row with a positive sum is
-    its row after the tick; none, with one negative, means it has no row left;
-    every sum zero (it changed and changed back) means no change. More than one
-    positive is a DataError: a keyed target holds one row per key.
+    A row's diffs summed over the tick: a key's one row with a sum of 1 is its
+    row after the tick; none, with one negative, means it has no row left;
+    every sum zero (it changed and changed back) means no change. Positive sums
+    adding up past 1 (two rows, or one row twice) are a DataError: a keyed
+    target holds one row per key, once.
     """
     out: list[KeyChange] = []
     key: tuple[Any, ...] | None = None
@@ -349,14 +483,17 @@ def net_per_key(
 
     def flush() -> None:
         assert key is not None
-        live = [kept[h] for h, n in net.items() if n > 0]
-        if len(live) > 1:
+        live = [(kept[h], n) for h, n in net.items() if n > 0]
+        count = sum(n for _, n in live)
+        if count > 1:
+            how = f"{len(live)} rows" if len(live) > 1 else f"the row {live[0][0]!r} {count} times"
             raise DataError(
-                f"key {key!r} has {len(live)} rows after the tick's changes; a target keyed by "
-                f"{list(key_columns)} holds one row per key"
+                f"key {key!r} has {count} rows after the tick's changes ({how}); a target "
+                f"keyed by {list(key_columns)} holds one row per key"
             )
-        if live or any(n < 0 for n in net.values()):
-            out.append(KeyChange(key, live[0] if live else None))
+        retracted = any(n < 0 for n in net.values())
+        if live or retracted:
+            out.append(KeyChange(key, live[0][0] if live else None, retracted))
 
     for row in rows:
         this = tuple(row[k] for k in key_columns)
@@ -374,11 +511,13 @@ def net_per_key(
     return out
 
 
-def result(status: str, records: int, detail: str | None) -> pa.RecordBatch:
-    """The one row a task returns: how it ended."""
-    return pa.RecordBatch.from_pylist(
-        [{"status": status, "records": records, "detail": detail}], schema=RESULT
-    )
+def result(
+    status: str, records: int, detail: str | None, frontier: int | None = None
+) -> pa.RecordBatch:
+    """The one row a task returns: how it ended (``blocked``: it committed the changes
+    below ``frontier`` and stopped there at an error, which ``detail`` names)."""
+    row = {"status": status, "records": records, "detail": detail, "frontier": frontier}
+    return pa.RecordBatch.from_pylist([row], schema=RESULT)
 
 
 class _Nan:
@@ -392,10 +531,14 @@ _NAN = _Nan()
 
 
 def hashable(value: Any) -> Any:
-    """``value`` as a dict key that is equal where Spark finds values equal."""
-    if isinstance(value, float) and math.isnan(value):
-        return _NAN
-    if isinstance(value, list):
+    """``value`` (a Python value of an Arrow type, or a tuple of them) as a dict key that is
+    equal where Spark finds values equal: every NaN is one value and -0.0 is 0.0, at any
+    depth (as persist's consolidation normalises them)."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return _NAN
+        return 0.0 if value == 0 else value
+    if isinstance(value, list | tuple):
         return tuple(hashable(v) for v in value)
     if isinstance(value, dict):
         return tuple(sorted((k, hashable(v)) for k, v in value.items()))
@@ -440,7 +583,8 @@ __all__ = [
     "KeyChange",
     "Progress",
     "ShardExport",
-    "checked_rows",
+    "ErrorNet",
+    "blocked_at",
     "hashable",
     "net_per_key",
     "result",

@@ -2,8 +2,10 @@
 
 The export's progress lives **in the target**: a progress topic (default
 ``_timeshard-progress``, one partition) holds records keyed by the export's
-id whose value is ``{"frontier": F, "version": V}``: every change of the
-shard at a time below ``F`` is in the topic, once. A tick appends the
+id whose value is ``{"frontier": F, "version": V, "target": T}``: every
+change of the shard at a time below ``F`` is in the topic ``T``, once (an
+export declared with another topic under the same id is refused; a record
+without ``T``, from before it was recorded, is accepted). A tick appends the
 changes at ``[F, upper)`` and the record ``{"frontier": upper}`` **in one
 Kafka transaction**, so the two are visible together or not at all.
 
@@ -31,7 +33,11 @@ columns by name):
 * ``upsert``: keyed by ``key_columns`` (the key is a JSON object of them);
   per key and time, the value is the row the key has after that time, or a
   tombstone (null value) if it has none. Two rows of one key at one time
-  are an error: an UPSERT target has one row per key.
+  (or one row twice) are an error: an UPSERT target has one row per key.
+  Each time is encoded from its own changes: a key's second row at a later
+  time than its first (with no retraction of it) is written as the key's
+  value, and a later retraction of either as a tombstone, though the shard
+  keeps the other. A shard whose keys are unique at every time never has that.
 * ``debezium``: the value is ``{"before": row|null, "after": row|null}``.
   With ``key_columns``, a key's retraction and insertion at one time are one
   record (an update); without, every change is a record of its own, once
@@ -68,11 +74,12 @@ from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import DIFF, TS
 from timeshard.storage.export import (
     DataError,
+    ErrorNet,
     ExportError,
     ExportStep,
     Progress,
     ShardExport,
-    checked_rows,
+    blocked_at,
     hashable,
     result,
     to_json,
@@ -193,6 +200,10 @@ class KafkaExport(ShardExport):
     def target(self) -> str:
         return f"topic {self.topic!r} (progress in {self.progress_topic!r})"
 
+    @property
+    def identity(self) -> str:
+        return _identity(self.topic)
+
     def progress(self) -> Progress | None:
         """The export's progress as the target records it (None: nothing exported yet)."""
         ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
@@ -220,6 +231,11 @@ class KafkaExport(ShardExport):
             if self.format == "avro"
             else None,
         )
+
+
+def _identity(topic: str) -> str:
+    """What a progress record says of the topic it was written to."""
+    return f"topic {topic!r}"
 
 
 def _consumer_conf(bootstrap: str, timeout_s: float) -> dict[str, Any]:
@@ -297,7 +313,9 @@ def read_progress(
                 position = offset + 1
                 if msg.key() == key and offset < end:
                     value = json.loads(msg.value() or b"{}")
-                    found = Progress(int(value["frontier"]), int(value["version"]))
+                    found = Progress(
+                        int(value["frontier"]), int(value["version"]), value.get("target")
+                    )
             if found is not None:
                 return found
             end, window = start, window * 4
@@ -365,14 +383,21 @@ class _ProduceTask:
         if (progress.frontier if progress is not None else 0) != self.lower:
             yield result("stale", 0, f"the target's progress is {progress}, not {self.lower}")
             return
+        held = list(batches)  # read twice: for the errors, then the records
+        blocked = blocked_at(held)
+        upper = self.upper if blocked is None else blocked[0]
+        if blocked is not None and upper == self.lower:
+            yield result("error", 0, blocked[1])
+            return
         producer.begin_transaction()
         try:
             count = 0
-            for t, key, value in self._records(batches):
+            for t, key, value in self._records(held, upper):
                 headers = [(TIME_HEADER, str(t).encode())]
                 self._produce(producer, key, value, headers)
                 count += 1
-            marker = json.dumps({"frontier": self.upper, "version": self.version}).encode()
+            recorded = {"frontier": upper, "version": self.version, "target": _identity(self.topic)}
+            marker = json.dumps(recorded).encode()
             producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
             producer.commit_transaction(self.timeout_s)
         except DataError as e:
@@ -385,7 +410,10 @@ class _ProduceTask:
                 return
             producer.abort_transaction(self.timeout_s)
             raise
-        yield result("committed", count, None)
+        if blocked is not None:
+            yield result("blocked", count, blocked[1], upper)
+            return
+        yield result("committed", count, None, upper)
 
     def _produce(self, producer: Any, key: bytes | None, value: bytes | None, headers: Any) -> None:
         while True:
@@ -397,11 +425,12 @@ class _ProduceTask:
                 producer.poll(0.1)  # the local queue is full: let deliveries drain
 
     def _records(
-        self, batches: Iterable[pa.RecordBatch]
+        self, batches: Iterable[pa.RecordBatch], upper: int
     ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        """``(time, key, value)`` of each record, in time order, from the sorted changes."""
+        """``(time, key, value)`` of each record at a time below ``upper``, in time order,
+        from the sorted changes (err rows are not records: :func:`blocked_at` decided)."""
         group: list[dict[str, Any]] = []
-        for row in checked_rows(batches):
+        for row in ErrorNet().ok_rows(batches, before=upper):
             if not self.key_columns:  # every change is a record of its own
                 yield from self._encode([row])
                 continue

@@ -5,7 +5,8 @@ creates it if it does not exist, with the shard's columns (types in
 :data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
 has them and a primary key or unique index on exactly ``key_columns`` (which
 ``ON CONFLICT`` needs). The progress is a row
-of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``) in the
+of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``, and
+``target``: the table it was written to, which must be the export's) in the
 same database. A tick's single Spark task, in **one PostgreSQL
 transaction**:
 
@@ -14,17 +15,20 @@ transaction**:
    from, another instance went first and the task writes nothing; if its
    version is newer than this export's, this export is fenced;
 2. applies the changes at ``[frontier, upper)`` as their net effect per key:
-   ``INSERT ... ON CONFLICT (key) DO UPDATE`` for a key that has a row at
-   ``upper - 1``, ``DELETE`` for one that has none;
+   ``UPDATE`` for a key that had a row (the tick retracts one) and has one
+   at ``upper - 1``, ``DELETE`` for one that has none left, ``INSERT`` for
+   one that had none;
 3. sets the progress row to ``upper`` and commits.
 
 So the table is the shard's snapshot at ``frontier - 1``, and a change is
 applied once: a task that dies before the commit leaves nothing, one retried
-after it finds the new frontier. Two live rows of one key among a tick's
-changes are an error (:class:`~timeshard.storage.export.ExportError`), as
-are the shard's err rows; nothing is committed then. (A key whose second row
-arrives in a later tick than its first overwrites it: the task sees only the
-tick's changes, not the table's rows.)
+after it finds the new frontier. A key with more than one row at ``upper - 1``
+among a tick's changes (two rows, or one row twice) is an error
+(:class:`~timeshard.storage.export.ExportError`), as are the shard's err rows;
+nothing is committed then. So is a statement that finds the table other than
+the shard at ``frontier - 1``: an ``INSERT`` of a key the table has a row of
+(the key's second row came in a later tick than its first), an ``UPDATE`` or
+``DELETE`` of a key it has no row of (the table was changed outside the export).
 
 SQL is composed with :mod:`psycopg.sql` (identifiers quoted by psycopg,
 values always bound as parameters), never by concatenating names or values.
@@ -46,9 +50,10 @@ from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import TS
 from timeshard.storage.export import (
     DataError,
+    ErrorNet,
+    KeyChange,
     Progress,
     ShardExport,
-    checked_rows,
     net_per_key,
     result,
 )
@@ -130,12 +135,16 @@ class PostgresExport(ShardExport):
         import psycopg
         from psycopg import sql
 
-        query = sql.SQL("SELECT frontier, version FROM {} WHERE export_id = %s").format(
+        query = sql.SQL("SELECT frontier, version, target FROM {} WHERE export_id = %s").format(
             sql.Identifier(self.schema, PROGRESS_TABLE)
         )
         with psycopg.connect(self.dsn) as conn:
             row = conn.execute(query, (self.export_id,)).fetchone()
-        return None if row is None else Progress(int(row[0]), int(row[1]))
+        return None if row is None else Progress(int(row[0]), int(row[1]), row[2])
+
+    @property
+    def identity(self) -> str:
+        return f"table {self.schema}.{self.table}"
 
     def _order(self) -> list[str]:
         return [*self.key_columns, TS]
@@ -147,6 +156,7 @@ class PostgresExport(ShardExport):
             table=self.table,
             export_id=self.export_id,
             version=self.version,
+            identity=self.identity,
             key_columns=tuple(self.key_columns),
             data_columns=tuple(self.reader.schema.names),
             lower=lower,
@@ -169,6 +179,9 @@ class PostgresExport(ShardExport):
             "CREATE TABLE IF NOT EXISTS {} (export_id text PRIMARY KEY, "
             "frontier bigint NOT NULL, version bigint NOT NULL)"
         ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
+        identified = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS target text").format(
+            sql.Identifier(self.schema, PROGRESS_TABLE)
+        )
         target = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}))").format(
             sql.Identifier(self.schema, self.table),
             sql.SQL(", ").join(
@@ -179,6 +192,7 @@ class PostgresExport(ShardExport):
         )
         with psycopg.connect(self.dsn) as conn:
             conn.execute(progress)
+            conn.execute(identified)  # a progress table from before the target was recorded
             conn.execute(target)
             have = {
                 r[0]
@@ -222,6 +236,7 @@ class _ApplyTask:
     table: str
     export_id: str
     version: int
+    identity: str
     key_columns: tuple[str, ...]
     data_columns: tuple[str, ...]
     lower: int
@@ -271,48 +286,96 @@ class _ApplyTask:
             return "fenced", 0, f"version {version} owns the table"
         if frontier != self.lower:
             return "stale", 0, f"the table's progress is {frontier}, not {self.lower}"
-        changes = net_per_key(checked_rows(batches), self.key_columns, self.data_columns)
-        upserts = [c.row for c in changes if c.row is not None]
-        deletes = [c.key for c in changes if c.row is None]
+        errors = ErrorNet()
+        changes = net_per_key(errors.ok_rows(batches), self.key_columns, self.data_columns)
+        errors.check_none_left()
+        with conn.cursor() as cur:
+            for kind, query in self._statements().items():
+                _apply_each(
+                    cur, kind, query, self._params(kind, changes), f"{self.schema}.{self.table}"
+                )
+        conn.execute(
+            sql.SQL(
+                "UPDATE {} SET frontier = %s, version = %s, target = %s WHERE export_id = %s"
+            ).format(progress),
+            (self.upper, self.version, self.identity, self.export_id),
+        )
+        return "committed", len(changes), None
+
+    def _statements(self) -> dict[str, Any]:
+        """A key's change as one statement, each returning the row it hit: ``insert`` for a
+        key the tick gave a row and retracted none (the table must have no row of it),
+        ``update`` for one that had a row and has another, ``delete`` for one with none left
+        (the table must have its row)."""
+        from psycopg import sql
+
         table = sql.Identifier(self.schema, self.table)
-        names = sql.SQL(", ").join(map(sql.Identifier, self.data_columns))
         keys = sql.SQL(", ").join(map(sql.Identifier, self.key_columns))
+        where = sql.SQL(" AND ").join(
+            sql.SQL("{} = %s").format(sql.Identifier(k)) for k in self.key_columns
+        )
         values = [c for c in self.data_columns if c not in self.key_columns]
-        on_conflict = (
-            sql.SQL("DO UPDATE SET {}").format(
-                sql.SQL(", ").join(
-                    sql.SQL("{} = EXCLUDED.{}").format(sql.Identifier(c), sql.Identifier(c))
-                    for c in values
+        statements = {
+            "delete": sql.SQL("DELETE FROM {} WHERE {} RETURNING 1").format(table, where),
+            "insert": sql.SQL(
+                "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO NOTHING RETURNING 1"
+            ).format(
+                table,
+                sql.SQL(", ").join(map(sql.Identifier, self.data_columns)),
+                sql.SQL(", ").join(sql.Placeholder() * len(self.data_columns)),
+                keys,
+            ),
+        }
+        if values:  # a key of only key columns changes by insert and delete alone
+            statements["update"] = sql.SQL("UPDATE {} SET {} WHERE {} RETURNING 1").format(
+                table,
+                sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in values),
+                where,
+            )
+        return statements
+
+    def _params(
+        self, kind: str, changes: list[KeyChange]
+    ) -> list[tuple[tuple[Any, ...], tuple[Any, ...]]]:
+        """``(key, parameters)`` of the changes that ``kind`` of statement applies."""
+        if kind == "delete":
+            return [(c.key, c.key) for c in changes if c.row is None]
+        if kind == "insert":
+            return [(c.key, c.row) for c in changes if c.row is not None and not c.had_row]
+        values = [i for i, c in enumerate(self.data_columns) if c not in self.key_columns]
+        return [
+            (c.key, tuple(c.row[i] for i in values) + c.key)
+            for c in changes
+            if c.row is not None and c.had_row
+        ]
+
+
+def _apply_each(
+    cur: Any,
+    kind: str,
+    query: Any,
+    params: list[tuple[tuple[Any, ...], tuple[Any, ...]]],
+    table: str,
+) -> None:
+    """Run ``query`` once per parameters; DataError naming the first key whose statement
+    hit no row (an insert that found a row of its key, an update or delete that found none):
+    the table does not hold the shard's rows at the progress."""
+    if not params:
+        return
+    cur.executemany(query, [p for _, p in params], returning=True)
+    for key, _ in params:
+        if not cur.fetchall():
+            found = "already has a row" if kind == "insert" else "has no row"
+            raise DataError(
+                f"key {key!r}: table {table} {found} of it, which the {kind} of the tick's "
+                "change needs otherwise; "
+                + (
+                    "the shard has two rows of that key (one from an earlier tick)"
+                    if kind == "insert"
+                    else "the table was changed outside the export"
                 )
             )
-            if values
-            else sql.SQL("DO NOTHING")
-        )
-        insert = sql.SQL("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) {}").format(
-            table,
-            names,
-            sql.SQL(", ").join(sql.Placeholder() * len(self.data_columns)),
-            keys,
-            on_conflict,
-        )
-        delete = sql.SQL("DELETE FROM {} WHERE {}").format(
-            table,
-            sql.SQL(" AND ").join(
-                sql.SQL("{} = %s").format(sql.Identifier(k)) for k in self.key_columns
-            ),
-        )
-        with conn.cursor() as cur:
-            if deletes:
-                cur.executemany(delete, deletes)
-            if upserts:
-                cur.executemany(insert, upserts)
-        conn.execute(
-            sql.SQL("UPDATE {} SET frontier = %s, version = %s WHERE export_id = %s").format(
-                progress
-            ),
-            (self.upper, self.version, self.export_id),
-        )
-        return "committed", len(upserts) + len(deletes), None
+        cur.nextset()
 
 
 class _Rollback(Exception):
