@@ -18,6 +18,7 @@ run's SparkSession must load, each only when some source uses it.
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Callable, Collection, Sequence
@@ -289,12 +290,46 @@ def _check_written(spec: RunSpec, writers: Sequence[tuple[str, str]]) -> None:
 
 def export_target(kind: str, options: dict[str, Any]) -> tuple[Any, ...] | None:
     """The table an export of ``kind`` writes, to tell two exports of one table (None for a
-    Kafka topic, which several exports may share)."""
+    Kafka topic, which several exports may share).
+
+    Spelled one way whatever the declaration's spelling: a DSN as the server and
+    database it names (host, port, dbname; the user and options do not change
+    the table), a Delta table as its absolute URI without a trailing ``/`` (a
+    local path and its ``file://`` URI alike).
+    """
     if kind == "postgres":
-        return ("postgres", options["dsn"], options.get("schema", "public"), options["table"])
+        server = _dsn_server(str(options["dsn"]))
+        return ("postgres", server, options.get("schema", "public"), options["table"])
     if kind == "delta":
-        return ("delta", options["table_uri"])
+        return ("delta", _table_uri(str(options["table_uri"])))
     return None
+
+
+def _dsn_server(dsn: str) -> tuple[str, ...]:
+    """The hosts, ports and database of a libpq DSN (libpq's defaults where it names none)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.Error:
+        return (dsn,)  # the export refuses it when it is built
+    host = str(params.get("host") or params.get("hostaddr") or "")
+    port = str(params.get("port") or "5432")
+    user = str(params.get("user") or "")
+    return (host, port, str(params.get("dbname") or user))
+
+
+def _table_uri(uri: str) -> str:
+    """A Delta table URI or path as one spelling: an absolute local path for ``file:``
+    URIs and paths, the URI otherwise; no trailing ``/``."""
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(uri)
+    if parts.scheme in ("", "file"):
+        path = unquote(parts.path) if parts.scheme == "file" else uri
+        return os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+    return uri.rstrip("/")
 
 
 def spark_packages(spec: RunSpec) -> list[str]:

@@ -406,6 +406,43 @@ def test_two_exports_to_one_table_are_refused(tmp_path: Path) -> None:
     check_spec(spec.model_copy(update={"export": [first, other]}), [])
 
 
+@pytest.mark.parametrize(
+    ("kind", "one", "other"),
+    [
+        (
+            "postgres",
+            {"dsn": "host=h dbname=d", "table": "t"},
+            {"dsn": "postgresql://h/d", "table": "t"},
+        ),
+        (
+            "postgres",
+            {"dsn": "host=h port=5432 dbname=d", "table": "t"},
+            {"dsn": "host=h dbname=d application_name=x user=u", "table": "t"},
+        ),
+        ("delta", {"table_uri": "{tmp}/x"}, {"table_uri": "{tmp}/x/"}),
+        ("delta", {"table_uri": "{tmp}/x"}, {"table_uri": "file://{tmp}/x"}),
+        ("delta", {"table_uri": "{tmp}/x"}, {"table_uri": "{tmp}/y/../x"}),
+    ],
+)
+def test_two_exports_to_one_table_spelled_two_ways_are_refused(
+    tmp_path: Path, kind: str, one: dict[str, str], other: dict[str, str]
+) -> None:
+    """The check compared the options' text: one table spelled two ways passed, and each
+    export overwrote the other's rows."""
+    f = tmp_path / "run.toml"
+    f.write_text(EXPORTS)
+    spec = load_spec(f)
+    [export] = spec.export
+
+    def spelled(options: dict[str, str]) -> dict[str, str]:
+        return {k: v.replace("{tmp}", str(tmp_path)) for k, v in options.items()}
+
+    first = export.model_copy(update={"kind": kind, "name": "a", "options": spelled(one)})
+    second = export.model_copy(update={"kind": kind, "name": "b", "options": spelled(other)})
+    with pytest.raises(InvalidUsage, match="exports 'a' and 'b' write the same table"):
+        check_spec(spec.model_copy(update={"export": [first, second]}), [])
+
+
 def test_a_sources_envelope_and_a_views_refresh_are_checked_before_spark(tmp_path: Path) -> None:
     f = tmp_path / "run.toml"
     f.write_text(EXPORTS)
