@@ -141,6 +141,19 @@ class ShardExport(ABC):
             raise InvalidUsage(
                 f"key_columns must be distinct columns of shard {shard!r} {names}, got {keys}"
             )
+        from timeshard.spark.session import arrow_to_spark_schema
+        from timeshard.spark.snapshot import check_groupable
+
+        try:  # a type Spark cannot hold: the target's own check names it (a subclass's)
+            spark_schema = arrow_to_spark_schema(self.reader.schema)
+        except InvalidUsage:
+            spark_schema = None
+        try:  # an export consolidates the shard's changes: every tick would refuse a map
+            if spark_schema is not None:
+                check_groupable(spark_schema)
+        except InvalidUsage as e:
+            self.reader.expire()
+            raise InvalidUsage(f"shard {shard!r} cannot be exported: {e}") from None
         self.spark = spark
         self.client = client
         self.shard = shard
