@@ -1335,3 +1335,35 @@ def retracted_then_inserted(
         append_exactly(inputs, 1, [*((k, v, diff, 0) for k, v in rows), *added])
         view.catch_up()
     return view, holds, as_of
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT CASE WHEN v > 1 THEN 'hi' ELSE 'lo' END AS g, min(k) AS lo FROM a GROUP BY 1",
+        "SELECT coalesce(k, 0) AS g, max(v) AS hi FROM a GROUP BY coalesce(k, 0)",
+    ],
+)
+def test_a_group_key_that_is_never_null_recomputes_a_group_whose_extreme_left(
+    spark: SparkSession, tmp_path: Path, sql: str
+) -> None:
+    """The keys of the groups to recompute were cast to the arrangement's key type, whose
+    field is NOT NULL for such a key: Spark refused the cast at every tick, and the view
+    never moved past the retraction of an extreme."""
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs = Inputs(client)
+    view, holds, as_of = held_install(spark, client, sql)
+    try:
+        append_exactly(inputs, 1, [(1, 3, 1, 0)])
+        append_exactly(inputs, 1, [(1, 3, -1, 0)])
+        for _ in range(10):  # each step moves on or fails the same way again: stuck, not slow
+            view.step()
+            if (client.state("v").upper.time or 0) >= inputs.upper:
+                break
+        assert view.sink.last_error is None, view.sink.last_error
+        assert client.state("v").upper.time == inputs.upper
+        assert_the_query(spark, client, "v", sql, range(max(as_of, 0), inputs.upper))
+    finally:
+        view.close()
+        for hold in holds:
+            hold.expire()

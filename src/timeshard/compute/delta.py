@@ -727,7 +727,7 @@ class SparkDelta:
         from pyspark.sql import functions as F
 
         from timeshard.compute.arranged_rows import KEY
-        from timeshard.spark.sqltext import union_all
+        from timeshard.spark.sqltext import nullable, union_all
 
         at = {id(rows): rows.time for rows in arranged}
         inputs = [s.input for s in self.plan.keyed]
@@ -759,11 +759,17 @@ class SparkDelta:
                     # Once: every source's touched rows read them (a scan of all its rows).
                     keys.append(self._once(rows.partitioned(parameters[f"m{i}"]).select(KEY)))
         for i, (rows, layers) in enumerate(zip(arranged, pinned, strict=True)):
-            key_type = layers[0].df.schema[KEY].dataType
+            # Another source's key (or the state's), as this one's type: the query's join
+            # compares them so. As a nullable type: Spark casts no nullable field to one
+            # that is NOT NULL (a key expression that is never null), and nullability
+            # changes no comparison.
+            key_type = nullable(layers[0].df.schema[KEY].dataType)
             typed = [
-                k if k.schema[KEY].dataType == key_type else k.select(F.col(KEY).cast(key_type))
+                k
+                if nullable(k.schema[KEY].dataType) == key_type
+                else k.select(F.col(KEY).cast(key_type).alias(KEY))
                 for k in keys
-            ]  # another source's key, as this one's type (the query's join compares them so)
+            ]
             touched = union_all(typed)
             frames[f"t{i}"] = rows.touched(layers, touched, int(lower))
             if only is not None and i in keyed:

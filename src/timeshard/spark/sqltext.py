@@ -47,7 +47,14 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, DecimalType, MapType, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DataType,
+    DecimalType,
+    MapType,
+    StructField,
+    StructType,
+)
 
 from timeshard.errors import InvalidUsage
 
@@ -200,6 +207,19 @@ def typed_null(name: str, data_type: DataType) -> str:
     return f"CAST(NULL AS {type_sql(data_type)}) AS {quoted(name)}"
 
 
+def nullable(data_type: DataType) -> DataType:
+    """``data_type`` with every struct field, array element and map value nullable (the
+    type a cast may go to from any type of its shape)."""
+    if isinstance(data_type, StructType):
+        fields = [StructField(f.name, nullable(f.dataType), True, f.metadata) for f in data_type]
+        return StructType(fields)
+    if isinstance(data_type, ArrayType):
+        return ArrayType(nullable(data_type.elementType), True)
+    if isinstance(data_type, MapType):
+        return MapType(nullable(data_type.keyType), nullable(data_type.valueType), True)
+    return data_type
+
+
 def type_sql(data_type: DataType) -> str:
     """``data_type`` as Spark SQL type text (``CAST(x AS <it>)`` gives that type back)."""
     if isinstance(data_type, StructType):
@@ -219,6 +239,7 @@ __all__ = [
     "bigint_where",
     "bigint_within",
     "java_strings",
+    "nullable",
     "quoted",
     "renamed",
     "select_exprs",
