@@ -201,6 +201,16 @@ def _shardless_row(
     status = health.get("status")
     if remap is not None:
         status = _liveness(remap, status, now, client.config.heartbeat_interval_ms)
+    return _row_without_state(obj, kind, status, health.get("error"))
+
+
+def _unreadable_row(shard_id: str, error: TimeshardError) -> dict[str, Any]:
+    """The ``status`` row of a shard whose state (or content) cannot be read."""
+    return _row_without_state(shard_id, "unreadable", type(error).__name__, str(error))
+
+
+def _row_without_state(obj: str, kind: str, status: Any, error: Any) -> dict[str, Any]:
+    """A ``status`` row with no shard state to show: no frontiers, handles or path."""
     return {
         "object": obj,
         "kind": kind,
@@ -212,26 +222,7 @@ def _shardless_row(
         "writers": None,
         "readers": None,
         "status": status,
-        "error": health.get("error"),
-        "path": None,
-        "path_reason": None,
-    }
-
-
-def _unreadable_row(shard_id: str, error: TimeshardError) -> dict[str, Any]:
-    """The ``status`` row of a shard whose state (or content) cannot be read."""
-    return {
-        "object": shard_id,
-        "kind": "unreadable",
-        "since": None,
-        "write_frontier": None,
-        "lag_ms": None,
-        "retain_ms": None,
-        "generation": None,
-        "writers": None,
-        "readers": None,
-        "status": type(error).__name__,
-        "error": str(error),
+        "error": error,
         "path": None,
         "path_reason": None,
     }
