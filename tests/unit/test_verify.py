@@ -719,6 +719,19 @@ def test_a_view_ahead_of_its_inputs_is_reported(client: PersistClient) -> None:
     assert found["r"].message.startswith("the view's upper [9] is beyond [8], the frontier")
 
 
+def test_a_dropped_view_closed_ahead_of_its_inputs_is_no_finding(client: PersistClient) -> None:
+    """A dropped view's shard is closed (its upper empty) while its inputs go on: its
+    content from its last time on is the drop's, not the query's. The frontier check
+    found it "ahead" (serve's replica test: a view dropped on one writer)."""
+    write_orders(client)  # upper [5]
+    write_orders(client, "v")
+    record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)
+    client.close_shard("v")
+    report = verify_location(client, samples=5, seed=1)
+    assert report.ok, report.findings
+    assert any("closed" in n for n in report.objects["v"].notes), report.objects["v"].notes
+
+
 def test_a_view_whose_input_is_missing_is_reported(client: PersistClient) -> None:
     write_orders(client, "v")
     record_view(client, ViewDefinition("v", {"o": "orders"}, "SELECT * FROM o"), as_of=0)

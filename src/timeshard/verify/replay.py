@@ -274,7 +274,14 @@ def check_export_frontier(
     the export holds. The export's state is read first (the remap only
     advances).
     """
-    upper = client.state(export.name).upper
+    state = client.state(export.name)
+    upper = state.upper
+    closed_at = state.closed_at()
+    if closed_at is not None:  # dropped: from its last time on, its content is the drop's
+        report.object(export.name, "export").notes.append(
+            f"closed (dropped): its frontier checked at {closed_at}, its upper when it closed"
+        )
+        upper = closed_at
     remap = str(source.definition.get("remap"))
     if remap not in set(client.list_shards()):
         if upper.time != 0:

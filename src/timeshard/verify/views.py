@@ -135,7 +135,14 @@ def check_view_frontier(client: PersistClient, entry: CatalogEntry, report: Veri
     The sink appends only up to desired's frontier, and inputs' uppers only
     advance: the view's state is read first, its inputs' after it.
     """
-    upper = client.state(entry.name).upper
+    state = client.state(entry.name)
+    upper = state.upper
+    closed_at = state.closed_at()
+    if closed_at is not None:  # dropped: from its last time on, its content is the drop's
+        report.object(entry.name, "view").notes.append(
+            f"closed (dropped): its frontier checked at {closed_at}, its upper when it closed"
+        )
+        upper = closed_at
     inputs = dict(entry.definition["inputs"])
     present = set(client.list_shards())
     uppers = []

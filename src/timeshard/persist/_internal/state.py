@@ -234,6 +234,14 @@ class ShardState:
         times = [p.ts_max for p in last.parts if p.ts_max is not None]
         return max([(last.desc.lower.time or 0) - 1, *times, 0])
 
+    def closed_at(self) -> Frontier | None:
+        """For a closed shard (an empty upper), its upper when it was closed, or an earlier
+        frontier after compaction merged its last batches (never a later one); None for
+        an open shard."""
+        if not self.upper.is_empty():
+            return None
+        return Frontier(self._last_time() + 1) if self.batches else Frontier.minimum()
+
     def check_contiguous(self) -> None:
         """Raise CorruptState unless the batches cover ``[0, upper)`` contiguously."""
         lower = Frontier.minimum()
