@@ -78,7 +78,7 @@ from timeshard.progress import MAX_TIMESTAMP, Timestamp
 from timeshard.storage.reclock import SourceFrontier
 from timeshard.storage.sources import metadata_columns
 from timeshard.verify.report import Finding, VerifyReport
-from timeshard.verify.shards import _rng, readable_range, sample_times
+from timeshard.verify.shards import _rng, checked_upper, readable_range, sample_times
 from timeshard.verify.views import AT, _report_differences, _union, differences
 
 REPLAYABLE = ("file", "key_value", "kafka", "postgres", "mysql")
@@ -274,14 +274,7 @@ def check_export_frontier(
     the export holds. The export's state is read first (the remap only
     advances).
     """
-    state = client.state(export.name)
-    upper = state.upper
-    closed_at = state.closed_at()
-    if closed_at is not None:  # dropped: from its last time on, its content is the drop's
-        report.object(export.name, "export").notes.append(
-            f"closed (dropped): its frontier checked at {closed_at}, its upper when it closed"
-        )
-        upper = closed_at
+    upper = checked_upper(client, export.name, "export", report)
     remap = str(source.definition.get("remap"))
     if remap not in set(client.list_shards()):
         if upper.time != 0:

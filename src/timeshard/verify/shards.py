@@ -99,6 +99,20 @@ def shard_rule(shard_id: str, schema: pa.Schema, catalog: CatalogIndex) -> Shard
 # -- sampling ------------------------------------------------------------------------------
 
 
+def checked_upper(client: PersistClient, name: str, kind: str, report: VerifyReport) -> Frontier:
+    """The upper that shard ``name``'s frontier is checked at: its upper, or for a closed
+    shard (dropped: from its last time on, its content is the drop's) its upper when it
+    closed, with a note saying so."""
+    state = client.state(name)
+    closed_at = state.closed_at()
+    if closed_at is None:
+        return state.upper
+    report.object(name, kind).notes.append(
+        f"closed (dropped): its frontier checked at {closed_at}, its upper when it closed"
+    )
+    return closed_at
+
+
 def sample_times(
     rng: random.Random, candidates: Iterable[Timestamp], first: Timestamp, last: Timestamp, n: int
 ) -> list[Timestamp]:

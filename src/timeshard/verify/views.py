@@ -28,7 +28,7 @@ from timeshard.persist import PersistClient, UnleasedReader
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import MAX_TIMESTAMP, Frontier, Timestamp
 from timeshard.verify.report import ROW_LIMIT, Finding, ObjectReport, VerifyReport
-from timeshard.verify.shards import _rng, readable_range, sample_times
+from timeshard.verify.shards import _rng, checked_upper, readable_range, sample_times
 
 AT = "_at"
 """The column that tags each row of a fused comparison with its time."""
@@ -135,14 +135,7 @@ def check_view_frontier(client: PersistClient, entry: CatalogEntry, report: Veri
     The sink appends only up to desired's frontier, and inputs' uppers only
     advance: the view's state is read first, its inputs' after it.
     """
-    state = client.state(entry.name)
-    upper = state.upper
-    closed_at = state.closed_at()
-    if closed_at is not None:  # dropped: from its last time on, its content is the drop's
-        report.object(entry.name, "view").notes.append(
-            f"closed (dropped): its frontier checked at {closed_at}, its upper when it closed"
-        )
-        upper = closed_at
+    upper = checked_upper(client, entry.name, "view", report)
     inputs = dict(entry.definition["inputs"])
     present = set(client.list_shards())
     uppers = []
