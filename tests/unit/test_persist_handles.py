@@ -699,3 +699,30 @@ def test_a_null_time_or_diff_is_invalid_usage_naming_the_column(
         w.compare_and_append(table, 0, 1)
     assert client.state("s").upper == Frontier(0)
     assert list(client.location.blob.list_keys()) == []
+
+
+def test_a_writer_named_again_after_its_lease_ran_out_does_not_revive_the_old_one(
+    client: PersistClient, clock: Clock
+) -> None:
+    # A writer opened with a name stages a batch, stalls past its lease and is expired;
+    # GC then deletes its staged parts. A new writer opened with the same name must not
+    # let the stalled one append the batch whose parts are gone.
+    stalled = client.open_writer("s", SCHEMA, writer_id="ingest")
+    batch = stalled.batch([(("a", 1), 0, 1)], 0, 1)
+    clock.now += 10_000
+    assert client.gc("s").deleted_blobs == 1  # GC expires the lease, then deletes the part
+    assert stalled.writer_id not in client.state("s").writers
+    again = client.open_writer("s", SCHEMA, writer_id="ingest")
+    assert again.writer_id != stalled.writer_id and again.writer_id.startswith("ingest")
+    with pytest.raises(LeaseExpired):
+        stalled.compare_and_append_batch([batch], 0, 1)
+    assert client.state("s").upper == Frontier(0)
+    assert again.append([(("b", 1), 0, 1)], 0, 1).upper == Frontier(1)
+    assert rows(client.open_unleased_reader("s").snapshot(0)) == [("b", 1, 1)]
+
+
+def test_a_writer_name_too_long_for_its_registration_is_refused_naming_it(
+    client: PersistClient,
+) -> None:
+    with pytest.raises(InvalidUsage, match=re.escape(repr("n" * 200))):
+        client.open_writer("s", SCHEMA, writer_id="n" * 200)

@@ -36,6 +36,9 @@ from timeshard.persist.read import ReadHandle
 from timeshard.persist.write import WriteHandle
 from timeshard.progress import Frontier
 
+#: A writer name leaves room in its id (200 characters) for ``.`` and 32 hex digits.
+_WRITER_NAME_MAX = 200 - 33
+
 
 def check_shard_id(shard_id: object) -> str:
     """Return ``shard_id`` if valid, else raise InvalidUsage naming it."""
@@ -115,10 +118,22 @@ class PersistClient:
         writer_id: str | None = None,
         background_compaction: bool = False,
     ) -> WriteHandle:
-        """Register a new writer on ``shard_id`` (creating the shard if ``schema``)."""
+        """Register a new writer on ``shard_id`` (creating the shard if ``schema``).
+
+        ``writer_id`` names the writer (in its id and its parts' keys); the id
+        is always new, ``<writer_id>.<random>``. A writer whose lease ran out
+        may still be running, with batches staged under its id whose parts GC
+        deleted: a later writer of the same name must not make that id
+        registered again, or the stalled one would append the missing parts.
+        """
+        if writer_id is not None:
+            check_consensus_key(writer_id)
+            if len(writer_id) > _WRITER_NAME_MAX:
+                raise InvalidUsage(
+                    f"writer name {writer_id!r} is longer than {_WRITER_NAME_MAX} characters"
+                )
         machine = self._machine(shard_id, schema)
-        wid = writer_id or f"w{uuid.uuid4().hex}"
-        check_consensus_key(wid)
+        wid = f"{writer_id}.{uuid.uuid4().hex}" if writer_id is not None else f"w{uuid.uuid4().hex}"
         now = self.config.now_ms()
         machine.apply(lambda s: tr.register_writer(s, wid, now, self.config.writer_lease_ms))
         compactor = None
