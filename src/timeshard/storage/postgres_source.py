@@ -203,8 +203,15 @@ def _legacy_slot(name: str) -> str | None:
     return slot if _SLOT.fullmatch(slot) else None
 
 
-def _libpq_options() -> str:
-    return " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+def _libpq_options(dsn: str) -> str:
+    """The ``options`` of a connection to ``dsn``: the DSN's own, then the session
+    settings the decoder needs (later ``-c`` settings win). Passing ``options`` to
+    connect replaces the DSN's, so they are joined here."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    own = conninfo_to_dict(dsn).get("options") or ""
+    ours = " ".join(f"-c {k}={v.replace(' ', '')}" for k, v in SESSION_SETTINGS.items())
+    return f"{own} {ours}" if own else ours
 
 
 class PostgresSource:
@@ -242,6 +249,10 @@ class PostgresSource:
             raise InvalidUsage(f"slot must be 1-63 of [a-z0-9_], got {slot!r}")
         if not isinstance(dsn, str) or not dsn:
             raise InvalidUsage(f"dsn must be a PostgreSQL connection string, got {dsn!r}")
+        try:
+            _libpq_options(dsn)
+        except Exception:  # psycopg quotes the text, which may hold a password
+            raise InvalidUsage(f"POSTGRES source {name!r}: its dsn does not parse") from None
         self.name = name
         self.dsn = dsn
         self.publication = publication
@@ -435,7 +446,7 @@ class PostgresSource:
                 self.dsn,
                 autocommit=autocommit,
                 connect_timeout=self.connect_timeout_s,
-                options=_libpq_options(),
+                options=_libpq_options(self.dsn),
             )
         except psycopg.OperationalError as e:
             raise SourceUnavailable(
@@ -789,7 +800,7 @@ def snapshot_rows(plan: ReadPlan, index: int) -> Iterator[RawRow]:
     assert plan.snapshot is not None
     table = plan.tables[index]
     offset = plan.consistent - 1
-    with psycopg.connect(plan.dsn, options=_libpq_options()) as conn:
+    with psycopg.connect(plan.dsn, options=_libpq_options(plan.dsn)) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         conn.execute(
             sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(plan.snapshot.exported))
@@ -934,7 +945,7 @@ class _Catalog:
         import psycopg
 
         if self.conn is None:
-            self.conn = psycopg.connect(self.dsn, autocommit=True, options=_libpq_options())
+            self.conn = psycopg.connect(self.dsn, autocommit=True, options=_libpq_options(self.dsn))
         return self.conn
 
     def close(self) -> None:
@@ -1002,7 +1013,9 @@ def _start_replication(plan: ReadPlan) -> tuple[Any, Any]:
 
     copy = f"timeshard_read_{uuid.uuid4().hex[:16]}"
     conn = psycopg2.connect(
-        plan.dsn, connection_factory=LogicalReplicationConnection, options=_libpq_options()
+        plan.dsn,
+        connection_factory=LogicalReplicationConnection,
+        options=_libpq_options(plan.dsn),
     )
     try:
         cursor = conn.cursor()
