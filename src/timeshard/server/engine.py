@@ -120,6 +120,8 @@ _OBJECT_COLUMNS = {
     "error": "string",
 }
 _SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
+#: A source's remap shard is named ``<source>.remap``: its reclocking bindings, internal to it.
+_REMAP_SUFFIX = ".remap"
 #: Per CREATE statement type: its command tag, and the kind of object it records.
 _CREATES: dict[type, tuple[str, str]] = {
     CreateSource: ("CREATE SOURCE", "source"),
@@ -500,6 +502,10 @@ class Engine:
                     "not used twice (choose another)",
                     "42710",
                 )
+            if not isinstance(statement, CreateSink):  # a sink writes no shard of its own
+                _refuse_reserved(statement.name)
+            if isinstance(statement, CreateView):
+                self._refuse_foreign_shard(statement.name, record=record)
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
@@ -531,6 +537,26 @@ class Engine:
             with self._lock:
                 self._creating.pop(statement.name, None)
         return Result([], [], tag)
+
+    def _refuse_foreign_shard(self, name: str, *, record: bool) -> None:
+        """SqlError 42710 if the location has a shard ``name`` that is not a view's own: the
+        view would write into it (a source's output, or a shard another program wrote).
+
+        A view's shard is its own when the catalog records a view of its name. Restoring
+        a recorded CREATE (``record`` false), a shard that is no source's output is its
+        own too: the statement claimed the name before the shard was made, and a crash
+        may have come before the view was recorded.
+        """
+        if name not in self.client.list_shards():
+            return
+        recorded = {(e.name, e.kind) for e in read_catalog(self.client)}
+        if (name, "view") in recorded or (not record and (name, "export") not in recorded):
+            return
+        raise SqlError(
+            f"the location has a shard {name!r} that is no view's: a view {name!r} would "
+            "write into it (choose another name)",
+            "42710",
+        )
 
     def _claim_inputs(self, name: str, shards: set[str]) -> None:
         """Record that ``name``, being created, reads ``shards``: from now on a DROP of any
@@ -1205,6 +1231,24 @@ def _alias(shard: str, taken: set[str]) -> str:
         n += 1
         alias = f"{base}_{n}"
     return alias
+
+
+def _refuse_reserved(name: str) -> None:
+    """SqlError 42939 if an object named ``name`` would write a shard that the location,
+    the server or a source keeps for itself: the catalog and the status collection (whose
+    rows a view's would make unreadable: the server could not start again), the
+    introspection relation (which hides a shard of its name from every query), and a
+    source's remap shard (a view's DROP closed it under the source, which stalled for good;
+    a source created later under the prefix would take the view's shard for its remap)."""
+    if name in _SYSTEM_SHARDS:
+        why = "the location's own shard (its catalog or status collection)"
+    elif name == OBJECTS_RELATION:
+        why = "the introspection relation"
+    elif name.endswith(_REMAP_SUFFIX):
+        why = f"the remap shard of a source {name.removesuffix(_REMAP_SUFFIX)!r}"
+    else:
+        return
+    raise SqlError(f"the name {name!r} is reserved: it is {why}", "42939")
 
 
 def _first_time(since: Any) -> int | None:

@@ -1,0 +1,108 @@
+"""The names ``timeshard serve`` gives to and reads from shards.
+
+A view's name is its shard's: a view named after the catalog, the status
+collection, the introspection relation or a source's remap shard -- or after
+any shard no view owns -- is refused before anything is built, and a
+source's remap shard (its reclocking bindings, internal to its ingestion) is
+read by no query, view or sink. No Spark: the view builder is stubbed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from tests.unit.test_catalog_claims import engine, run
+
+import timeshard.compute as compute
+from timeshard.catalog import CATALOG_SHARD, read_catalog
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.server.engine import Engine
+from timeshard.server.statements import SqlError
+from timeshard.storage.health import STATUS_SHARD
+
+ONE = pa.schema([("one", pa.int64())])
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> PersistClient:
+    return PersistClient(Location.embedded(tmp_path / "loc"))
+
+
+class Installs:
+    """A stub of ``MaterializedView.install``: the names installed; it creates the shard."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.names: list[str] = []
+        monkeypatch.setattr(compute.MaterializedView, "install", self.install)
+
+    def install(self, spark: Any, client: PersistClient, definition: Any, **_: Any) -> Any:
+        self.names.append(definition.name)
+        if definition.name not in client.list_shards():
+            client.open_writer(definition.name, ONE).expire()
+        return SimpleNamespace(close=lambda: None, drop=lambda: None, step=lambda: None)
+
+
+def served_with_input(client: PersistClient) -> Engine:
+    client.open_writer("t", ONE).append([((1,), 0, 1)], 0, 5)
+    return engine(client)
+
+
+@pytest.mark.parametrize(
+    ("name", "sqlstate"),
+    [
+        (CATALOG_SHARD, "42939"),
+        (STATUS_SHARD, "42939"),
+        ("timeshard_objects", "42939"),
+        ("s.remap", "42939"),  # the remap shard of a source s, existing or not
+        ("later.remap", "42939"),  # a source named later would take it for its remap
+        ("foreign", "42710"),  # a shard of the location no view owns
+    ],
+)
+def test_a_view_takes_over_no_shard_it_does_not_own(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch, name: str, sqlstate: str
+) -> None:
+    """A view named so was installed into that shard: a view ``timeshard_catalog`` wrote
+    rows the catalog could not decode (the server never started again), and DROP of a view
+    ``s.remap`` closed the source's remap shard (the source stalled for good)."""
+    installs = Installs(monkeypatch)
+    served = served_with_input(client)
+    client.open_writer("s.remap", pa.schema([("partition", pa.string()), ("offset", pa.int64())]))
+    client.open_writer("foreign", ONE).append([((7,), 0, 1)], 0, 3)
+    before = {s: client.state(s).upper for s in client.list_shards()}
+    try:
+        with pytest.raises(SqlError) as refused:
+            run(served, f'CREATE MATERIALIZED VIEW "{name}" AS SELECT one FROM t')
+        assert refused.value.sqlstate == sqlstate, refused.value
+        assert name in str(refused.value)
+        assert installs.names == [] and served.objects == {}
+        assert not [e for e in read_catalog(client) if e.kind == "statement"]
+        assert {s: client.state(s).upper for s in before} == before
+    finally:
+        served.close()
+
+
+def test_a_view_s_own_shard_is_taken_again_when_its_statement_is_restored(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refusal of a shard no view owns leaves a view's own shard to it on a restart."""
+    installs = Installs(monkeypatch)
+    served = served_with_input(client)
+    try:
+        run(served, "CREATE MATERIALIZED VIEW v AS SELECT one FROM t")
+    finally:
+        served.close()
+    from timeshard.catalog import record_view
+    from timeshard.compute import ViewDefinition
+
+    record_view(client, ViewDefinition("v", {"t": "t"}, "SELECT one FROM t"), 0)
+    restarted = engine(client)
+    try:
+        assert restarted.start() == []
+        assert set(restarted.objects) == {"v"} and installs.names == ["v", "v"]
+    finally:
+        restarted.close()
