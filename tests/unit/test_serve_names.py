@@ -106,3 +106,42 @@ def test_a_view_s_own_shard_is_taken_again_when_its_statement_is_restored(
         assert set(restarted.objects) == {"v"} and installs.names == ["v", "v"]
     finally:
         restarted.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'SELECT * FROM "s.remap"',
+        "SELECT * FROM s.remap",
+        'CREATE MATERIALIZED VIEW r AS SELECT count(*) AS n FROM "s.remap"',
+        'SUBSCRIBE "s.remap"',
+        "CREATE SINK r FROM \"s.remap\" INTO DELTA (URI '/nowhere') KEY (partition)",
+    ],
+)
+def test_a_source_s_remap_shard_is_read_by_nothing(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch, sql: str
+) -> None:
+    """A view reading ``s.remap`` was not one of the source's readers: DROP SOURCE s without
+    CASCADE closed the remap under it, and the view was stuck at its upper for good."""
+    installs = Installs(monkeypatch)
+    served = served_with_input(client)
+    remap = pa.schema([("partition", pa.string()), ("offset", pa.int64())])
+    client.open_writer("s.remap", remap).append([(("0", 3), 0, 1)], 0, 5)
+    try:
+        with pytest.raises(SqlError) as refused:
+            run(served, sql)
+        assert refused.value.sqlstate == "42501", refused.value
+        assert "'s.remap'" in str(refused.value) and "remap shard" in str(refused.value)
+        assert installs.names == [] and served.objects == {}
+    finally:
+        served.close()
+
+
+def test_the_relations_listed_are_those_a_query_reads(client: PersistClient) -> None:
+    served = served_with_input(client)
+    client.open_writer("s.remap", pa.schema([("partition", pa.string()), ("offset", pa.int64())]))
+    try:
+        with pytest.raises(SqlError, match=r"the location has: t, timeshard_objects$"):
+            served.resolve("SELECT * FROM nowhere")
+    finally:
+        served.close()

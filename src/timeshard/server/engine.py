@@ -722,6 +722,7 @@ class Engine:
         from timeshard.storage.health import Health
 
         if statement.input not in self.known_shards() or self._dropped(statement.input):
+            _refuse_remap(statement.input)
             raise SqlError(f"unknown relation {statement.input!r}", "42P01")
         self._claim_inputs(statement.name, {statement.input})
         _refuse_dsn_password("a sink", statement.options.get("dsn"))
@@ -869,7 +870,12 @@ class Engine:
         return self.client.state(shard).upper.is_empty()
 
     def known_shards(self) -> list[str]:
-        return [s for s in self.client.list_shards() if s not in _SYSTEM_SHARDS]
+        """The shards SQL reads: all but the location's own and the sources' remap shards."""
+        return [
+            s
+            for s in self.client.list_shards()
+            if s not in _SYSTEM_SHARDS and not s.endswith(_REMAP_SUFFIX)
+        ]
 
     def resolve(self, query: str) -> tuple[str, dict[str, str]]:
         """``query`` (PostgreSQL) in Spark SQL, every shard it reads renamed; alias -> shard.
@@ -904,6 +910,7 @@ class Engine:
                 aliases[shard] = alias
                 inputs[alias] = shard
             else:
+                _refuse_remap(shard)
                 listed = ", ".join(sorted(known | {OBJECTS_RELATION}))
                 raise SqlError(f"unknown relation {shard!r}; the location has: {listed}", "42P01")
             if not table.alias:
@@ -1046,6 +1053,7 @@ class Engine:
         """
         shard = statement.name
         if shard not in self.known_shards():
+            _refuse_remap(shard)
             raise SqlError(f"unknown relation {shard!r}", "42P01")
         if self._dropped(shard):
             raise SqlError(f"relation {shard!r} was dropped", "42P01")
@@ -1249,6 +1257,19 @@ def _refuse_reserved(name: str) -> None:
     else:
         return
     raise SqlError(f"the name {name!r} is reserved: it is {why}", "42939")
+
+
+def _refuse_remap(shard: str) -> None:
+    """SqlError 42501 if ``shard`` names a source's remap shard: its reclocking bindings are
+    internal to the source (compacted, rewritten and closed with it), and an object reading
+    them would not be one of the source's readers, which DROP SOURCE refuses to strand."""
+    if shard.endswith(_REMAP_SUFFIX):
+        raise SqlError(
+            f"relation {shard!r} is the remap shard of source "
+            f"{shard.removesuffix(_REMAP_SUFFIX)!r}, internal to it: read the source's "
+            "outputs, or timeshard_objects for its frontiers",
+            "42501",
+        )
 
 
 def _first_time(since: Any) -> int | None:
