@@ -9,6 +9,7 @@ read by no query, view or sink. No Spark: the view builder is stubbed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -143,5 +144,23 @@ def test_the_relations_listed_are_those_a_query_reads(client: PersistClient) -> 
     try:
         with pytest.raises(SqlError, match=r"the location has: t, timeshard_objects$"):
             served.resolve("SELECT * FROM nowhere")
+    finally:
+        served.close()
+
+
+@pytest.mark.parametrize("shard", ["123", "1e5", "12L", "7.days", "2d"])
+def test_every_alias_is_a_name_spark_takes_for_a_temp_view(
+    client: PersistClient, shard: str
+) -> None:
+    """A source named ``"123"`` (a valid shard id) could not be read: its alias ``123`` is a
+    number to Spark's parser ("Invalid view name: 123"), as views' aliases are too."""
+    client.open_writer(shard, ONE).expire()
+    served = engine(client)
+    try:
+        spark_sql, aliases = served.resolve(f'SELECT count(*) FROM "{shard}"')
+        assert list(aliases.values()) == [shard]
+        (alias,) = aliases
+        assert re.fullmatch(r"[A-Za-z_]\w*", alias, re.ASCII), alias
+        assert f"FROM {alias} AS" in spark_sql, spark_sql
     finally:
         served.close()

@@ -1231,8 +1231,15 @@ def _cte_references(tree: exp.Expr, ctes: set[str]) -> set[int]:
 
 def _alias(shard: str, taken: set[str]) -> str:
     """A temp view name for ``shard`` unlike every name in ``taken``, ignoring case (Spark
-    SQL does: the aliases of ``KV`` and ``kv`` were one view, read for both)."""
-    base = re.sub(r"\W", "_", shard)
+    SQL does: the aliases of ``KV`` and ``kv`` were one view, read for both).
+
+    It is an identifier Spark's parser takes bare, as a temp view's name is parsed:
+    letters, digits and ``_``, not starting with a digit (``123``, ``1e5`` and ``12L``
+    are numbers to it; a shard ``123`` has the alias ``r_123``).
+    """
+    base = re.sub(r"\W", "_", shard, flags=re.ASCII)
+    if not re.match(r"[A-Za-z_]", base):
+        base = f"r_{base}"
     alias, n = base, 1
     folded = {t.lower() for t in taken}
     while alias.lower() in folded:
