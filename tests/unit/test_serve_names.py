@@ -164,3 +164,35 @@ def test_every_alias_is_a_name_spark_takes_for_a_temp_view(
         assert f"FROM {alias} AS" in spark_sql, spark_sql
     finally:
         served.close()
+
+
+def test_unquoted_names_fold_to_lower_case_and_quoted_ones_stay(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``CREATE SOURCE Ev`` creates ``ev`` (the DDL folds), but ``SELECT ... FROM Ev``
+    answered 42P01 'unknown relation Ev': a query's names did not fold as PostgreSQL's do."""
+    installs = Installs(monkeypatch)
+    for shard in ("ev", "KV"):
+        client.open_writer(shard, ONE).append([((1,), 0, 1)], 0, 5)
+    served = engine(client)
+    seen: list[Any] = []
+    monkeypatch.setattr(
+        compute.MaterializedView,
+        "install",
+        lambda spark, client, definition, **kw: (
+            seen.append(definition) or installs.install(spark, client, definition, **kw)
+        ),
+    )
+    try:
+        spark_sql, aliases = served.resolve('SELECT One AS N FROM Ev JOIN "KV" USING (One)')
+        assert sorted(aliases.values()) == ["KV", "ev"]
+        assert "AS n" in spark_sql and "one" in spark_sql and "One" not in spark_sql, spark_sql
+        for quoted in ('SELECT * FROM "Ev"', "SELECT * FROM kv"):
+            with pytest.raises(SqlError, match="unknown relation") as unknown:
+                served.resolve(quoted)
+            assert unknown.value.sqlstate == "42P01"
+        run(served, "CREATE MATERIALIZED VIEW V AS SELECT One FROM EV")
+        (definition,) = seen
+        assert definition.name == "v" and list(definition.inputs.values()) == ["ev"]
+    finally:
+        served.close()

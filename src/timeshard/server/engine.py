@@ -882,13 +882,18 @@ class Engine:
 
         A table name is a shard's id: ``kv``, ``auction.bids`` or ``"auction.bids"``.
         ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).
+        Unquoted names fold to lower case, as PostgreSQL folds them (``FROM Ev`` reads
+        ``ev``, and ``AS N`` names a column ``n``); quoted ones stay as written.
         """
+        from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
         try:
             tree = sqlglot.parse_one(query, read="postgres")
         except SqlglotError as e:
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
             raise SqlError("expected a query")
+        tree = normalize_identifiers(tree, dialect="postgres")
         _refuse_writes(tree)
         _refuse_java_calls(tree)
         known = set(self.known_shards())
