@@ -321,10 +321,17 @@ def _tables(r: TokenReader) -> dict[str, Any]:
 
 
 def _column_list(r: TokenReader) -> dict[str, str]:
+    """``(column type, ...)``: SqlError 42701 for a column named twice, or two whose names
+    differ only in case (Spark resolves columns ignoring case: one column to it)."""
     r.expect_punct(TokenType.L_PAREN, "(")
     columns: dict[str, str] = {}
     while True:
         column = r.ident()
+        if column.lower() in {c.lower() for c in columns}:
+            raise SqlError(
+                f"column {column!r} is named twice (Spark does not tell names apart by case)",
+                "42701",
+            )
         words = []
         while (w := r.word()) is not None:
             words.append(w.lower())
