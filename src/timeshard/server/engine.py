@@ -943,7 +943,7 @@ class Engine:
                 assert as_of is not None
                 parts = readers[shard].snapshot_parts(as_of)
                 snap = parts_snapshot_df(session, readers[shard], parts, as_of)
-                self._check_no_error(shard, parts, snap, as_of)
+                check_no_error(shard, parts, snap, as_of)
                 data = [quoted(c) for c in snap.columns if c not in ("_ts", "_diff", "_err")]
                 snap.selectExpr(*data, "explode(sequence(1, CAST(_diff AS INT))) AS _n").drop(
                     "_n"
@@ -961,22 +961,6 @@ class Engine:
         finally:
             for reader in readers.values():
                 reader.expire()
-
-    @staticmethod
-    def _check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
-        """SqlError XX000 if ``shard``'s snapshot ``snap`` at ``as_of``, of ``parts``, holds
-        an err row.
-
-        Reads nothing (no Spark job) when every part of the snapshot recorded no
-        err row; else one job, which names the least error.
-        """
-        from pyspark.sql import functions as F
-
-        if not any(p.may_hold_errors for p in parts):
-            return
-        (error,) = snap.where("_err IS NOT NULL").agg(F.min("_err")).first()
-        if error is not None:
-            raise SqlError(f"{shard!r} holds an error at {as_of}: {error}", "XX000")
 
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --
@@ -1078,6 +1062,23 @@ class Engine:
             raise
         rows = _subscribe_rows(reader, names, as_of, statement.up_to)
         return Stream(columns, _Subscription(rows, reader))
+
+
+def check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
+    """SqlError XX000 if ``shard``'s snapshot ``snap`` at ``as_of``, of ``parts``, holds an
+    err row: a query over it answers the error, never the ok rows alone (serve's SELECT
+    and ``timeshard query``'s local path alike).
+
+    Reads nothing (no Spark job) when every part of the snapshot recorded no
+    err row; else one job, which names the least error.
+    """
+    from pyspark.sql import functions as F
+
+    if not any(p.may_hold_errors for p in parts):
+        return
+    (error,) = snap.where("_err IS NOT NULL").agg(F.min("_err")).first()
+    if error is not None:
+        raise SqlError(f"{shard!r} holds an error at {as_of}: {error}", "XX000")
 
 
 class _Subscription:
@@ -1406,4 +1407,4 @@ def _arrow_type(t: pa.DataType) -> str:
     return "string"
 
 
-__all__ = ["OBJECTS_RELATION", "Engine", "Result", "Stream"]
+__all__ = ["OBJECTS_RELATION", "Engine", "Result", "Stream", "check_no_error"]
