@@ -4,8 +4,10 @@ does. Pure parsing: no Spark, no location."""
 from __future__ import annotations
 
 import pytest
+import sqlglot
+from sqlglot import exp
 
-from timeshard.server.statements import SqlError, parse
+from timeshard.server.statements import Param, SqlError, bind, parse
 
 FILE = "CREATE SOURCE s {columns} FROM FILE '/in' (FORMAT json)"
 
@@ -58,3 +60,35 @@ def test_a_sink_format_is_a_word_or_a_string(fmt: str) -> None:
 def test_a_sink_format_that_is_neither_is_refused() -> None:
     with pytest.raises(SqlError, match="FORMAT"):
         parse("CREATE SINK k FROM v INTO KAFKA (BROKER 'a:1', TOPIC 't') FORMAT 1")
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("NaN", "NaN"),
+        ("nan", "NaN"),
+        ("Infinity", "Infinity"),
+        ("-Infinity", "-Infinity"),
+        ("+infinity", "Infinity"),
+        ("inf", "Infinity"),
+        ("-INF", "-Infinity"),
+    ],
+)
+@pytest.mark.parametrize(("oid", "type_sql"), [(700, "REAL"), (701, "DOUBLE PRECISION")])
+def test_a_float_parameter_may_be_nan_or_infinite(
+    text: str, want: str, oid: int, type_sql: str
+) -> None:
+    """PostgreSQL takes them for float4 and float8; they were refused with 22P02."""
+    bound = bind("SELECT $1 AS x", [Param(text, oid)])
+    assert bound == f"SELECT CAST('{want}' AS {type_sql}) AS x"
+    tree = sqlglot.parse_one(bound, read="postgres")
+    assert tree.find(exp.Cast) is not None and tree.find(exp.Identifier).name == "x"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("oid", [20, 23, 1700])
+@pytest.mark.parametrize("text", ["NaN", "Infinity", "-inf"])
+def test_an_integer_or_numeric_parameter_is_never_nan_or_infinite(text: str, oid: int) -> None:
+    """Spark's integers and decimals have no such value."""
+    with pytest.raises(SqlError) as refused:
+        bind("SELECT $1", [Param(text, oid)])
+    assert refused.value.sqlstate == "22P02" and repr(text) in str(refused.value)
