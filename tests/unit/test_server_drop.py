@@ -22,7 +22,7 @@ from tests.unit.test_catalog_claims import Built, engine, run
 
 import timeshard.compute as compute
 import timeshard.controller as controller
-from timeshard.catalog import read_catalog
+from timeshard.catalog import read_catalog, record_view
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.server.statements import SqlError, parse
@@ -38,6 +38,7 @@ def test_a_dropped_view_is_unknown_to_reads_and_its_name_is_not_used_again(
 ) -> None:
     writer = client.open_writer("v", pa.schema([("one", pa.int64())]))  # the view's shard
     writer.append([((1,), 0, 1)], 0, 5)
+    record_view(client, compute.ViewDefinition("v", {"t": "t"}, "SELECT 1 AS one FROM t"), 0)
     served = engine(client)
     built = Built(served)
     try:

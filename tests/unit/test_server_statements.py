@@ -847,7 +847,7 @@ def test_numeric_parameters_become_numbers(text: str, oid: int, want: float) -> 
 
 
 @pytest.mark.parametrize("oid", [20, 23, 701, 1700])
-@pytest.mark.parametrize("text", ["abc", "", "1; DROP SOURCE s", "0x10", "NaN", "1 2"])
+@pytest.mark.parametrize("text", ["abc", "", "1; DROP SOURCE s", "0x10", "1 2"])
 def test_numeric_parameters_refuse_non_numbers(text: str, oid: int) -> None:
     with pytest.raises(SqlError) as info:
         bind("SELECT $1", [Param(text, oid)])

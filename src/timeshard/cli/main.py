@@ -414,27 +414,32 @@ def _run_sql(
 ) -> list[dict[str, Any]]:
     """Register each shard as a temp view of its snapshot at ``as_of``; run ``sql``.
 
-    An error Spark raises for the query (syntax, an unknown table or column, a
-    failing cast) is an InvalidUsage holding the first line of its message.
+    A shard whose snapshot holds an err row fails the query, naming the least
+    error, as ``timeshard serve`` answers it. An error Spark raises for the
+    query (syntax, an unknown table or column, a failing cast) is an
+    InvalidUsage holding the first line of its message.
     """
     from pyspark.errors import PySparkException
     from pyspark.logger import PySparkLogger
 
-    from timeshard.spark import snapshot_df
+    from timeshard.server.engine import check_no_error
+    from timeshard.spark.snapshot import parts_snapshot_df
 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).disabled = True  # the error is printed once, below
     for shard, reader in readers.items():
         assert as_of is not None, readers
         try:
-            snap = snapshot_df(spark, reader, as_of)
+            parts = reader.snapshot_parts(as_of)
         except SinceError as e:
             raise not_readable(reader, as_of) from e
+        snap = parts_snapshot_df(spark, reader, parts, as_of)
+        check_no_error(shard, parts, snap, as_of)
         data = [c for c in snap.columns if c not in ("_ts", "_diff", "_err")]
         quoted = [f"`{c}`" for c in data]
-        snap.where("_err IS NULL").selectExpr(
-            *quoted, "explode(sequence(1, CAST(_diff AS INT))) AS _n"
-        ).drop("_n").createOrReplaceTempView(f"`{shard}`")
+        snap.selectExpr(*quoted, "explode(sequence(1, CAST(_diff AS INT))) AS _n").drop(
+            "_n"
+        ).createOrReplaceTempView(f"`{shard}`")
     try:
         return [r.asDict() for r in spark.sql(sql).limit(limit).collect()]
     except PySparkException as e:

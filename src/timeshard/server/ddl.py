@@ -200,7 +200,8 @@ def create_source(r: TokenReader) -> CreateSource:
         kind = "file"
         options = {"path": t.text}
         if (t := r.peek()) is not None and t.token_type == TokenType.L_PAREN:
-            options |= r.options()
+            for key, value in r.options().items():
+                _put(options, key, key, value)
         if "format" not in options:
             raise SqlError("a FILE source needs (FORMAT json|csv|text|bytes|avro)", "22023")
         options["format"] = str(options["format"]).lower()
@@ -236,7 +237,7 @@ def create_source(r: TokenReader) -> CreateSource:
 def _source_options(r: TokenReader, kind: str) -> dict[str, Any]:
     """A KAFKA, POSTGRES or MYSQL source's ``(option value, ...)``, in the run file's names."""
     names = SOURCE_OPTIONS[kind]
-    options = {}
+    options: dict[str, Any] = {}
     for key, value in r.options().items():
         if key not in names:
             raise SqlError(
@@ -245,9 +246,7 @@ def _source_options(r: TokenReader, kind: str) -> dict[str, Any]:
                 f"({_SOURCE_CLAUSES[kind]})",
                 "22023",
             )
-        if names[key] in options:
-            raise SqlError(f"option {key.upper()} is given twice")
-        options[names[key]] = value
+        _put(options, names[key], key, value)
     missing = [k for k in SOURCE_NEEDS[kind] if k not in options]
     if missing:
         wanted = {v: k for k, v in reversed(names.items())}  # its first SQL name
@@ -257,6 +256,15 @@ def _source_options(r: TokenReader, kind: str) -> dict[str, Any]:
             "22023",
         )
     return options
+
+
+def _put(options: dict[str, Any], name: str, key: str, value: Any) -> None:
+    """Set the run file's option ``name`` to ``value``, given in SQL as ``key``; SqlError if
+    it is set already, under this or another of its SQL names (``BROKER`` and ``BROKERS``,
+    ``URI`` and ``PATH``): the last would silently win."""
+    if name in options:
+        raise SqlError(f"option {key.upper()} is given twice")
+    options[name] = value
 
 
 def _kafka_formats(r: TokenReader) -> dict[str, Any]:
@@ -321,10 +329,17 @@ def _tables(r: TokenReader) -> dict[str, Any]:
 
 
 def _column_list(r: TokenReader) -> dict[str, str]:
+    """``(column type, ...)``: SqlError 42701 for a column named twice, or two whose names
+    differ only in case (Spark resolves columns ignoring case: one column to it)."""
     r.expect_punct(TokenType.L_PAREN, "(")
     columns: dict[str, str] = {}
     while True:
         column = r.ident()
+        if column.lower() in {c.lower() for c in columns}:
+            raise SqlError(
+                f"column {column!r} is named twice (Spark does not tell names apart by case)",
+                "42701",
+            )
         words = []
         while (w := r.word()) is not None:
             words.append(w.lower())
@@ -375,7 +390,7 @@ def create_sink(r: TokenReader) -> CreateSink:
             "22023",
         )
     r.i += 1
-    options = {}
+    options: dict[str, Any] = {}
     if (t := r.peek()) is not None and t.token_type == TokenType.L_PAREN:
         for key, value in r.options().items():
             if key not in SINK_OPTIONS[kind]:
@@ -384,12 +399,16 @@ def create_sink(r: TokenReader) -> CreateSink:
                     f"{', '.join(sorted(k.upper() for k in SINK_OPTIONS[kind]))}",
                     "22023",
                 )
-            options[SINK_OPTIONS[kind][key]] = value
+            _put(options, SINK_OPTIONS[kind][key], key, value)
     keys: tuple[str, ...] = ()
     if r.accept("KEY"):
         keys = tuple(r.name_list())
     if r.accept("FORMAT"):
-        options["format"] = (r.word() or "").lower()
+        t = r.peek()
+        fmt = t.text if t is not None and t.token_type == TokenType.STRING else r.word()
+        if fmt is None:
+            raise r.error("expected the format after FORMAT (JSON or AVRO)")
+        options["format"] = fmt.lower()
         r.i += 1
     envelope = "upsert"
     if r.accept("ENVELOPE"):

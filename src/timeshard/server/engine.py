@@ -120,6 +120,8 @@ _OBJECT_COLUMNS = {
     "error": "string",
 }
 _SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
+#: A source's remap shard is named ``<source>.remap``: its reclocking bindings, internal to it.
+_REMAP_SUFFIX = ".remap"
 #: Per CREATE statement type: its command tag, and the kind of object it records.
 _CREATES: dict[type, tuple[str, str]] = {
     CreateSource: ("CREATE SOURCE", "source"),
@@ -500,6 +502,10 @@ class Engine:
                     "not used twice (choose another)",
                     "42710",
                 )
+            if not isinstance(statement, CreateSink):  # a sink writes no shard of its own
+                _refuse_reserved(statement.name)
+            if isinstance(statement, CreateView):
+                self._refuse_foreign_shard(statement.name, record=record)
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
@@ -531,6 +537,26 @@ class Engine:
             with self._lock:
                 self._creating.pop(statement.name, None)
         return Result([], [], tag)
+
+    def _refuse_foreign_shard(self, name: str, *, record: bool) -> None:
+        """SqlError 42710 if the location has a shard ``name`` that is not a view's own: the
+        view would write into it (a source's output, or a shard another program wrote).
+
+        A view's shard is its own when the catalog records a view of its name. Restoring
+        a recorded CREATE (``record`` false), a shard that is no source's output is its
+        own too: the statement claimed the name before the shard was made, and a crash
+        may have come before the view was recorded.
+        """
+        if name not in self.client.list_shards():
+            return
+        recorded = {(e.name, e.kind) for e in read_catalog(self.client)}
+        if (name, "view") in recorded or (not record and (name, "export") not in recorded):
+            return
+        raise SqlError(
+            f"the location has a shard {name!r} that is no view's: a view {name!r} would "
+            "write into it (choose another name)",
+            "42710",
+        )
 
     def _claim_inputs(self, name: str, shards: set[str]) -> None:
         """Record that ``name``, being created, reads ``shards``: from now on a DROP of any
@@ -696,6 +722,7 @@ class Engine:
         from timeshard.storage.health import Health
 
         if statement.input not in self.known_shards() or self._dropped(statement.input):
+            _refuse_remap(statement.input)
             raise SqlError(f"unknown relation {statement.input!r}", "42P01")
         self._claim_inputs(statement.name, {statement.input})
         _refuse_dsn_password("a sink", statement.options.get("dsn"))
@@ -843,20 +870,30 @@ class Engine:
         return self.client.state(shard).upper.is_empty()
 
     def known_shards(self) -> list[str]:
-        return [s for s in self.client.list_shards() if s not in _SYSTEM_SHARDS]
+        """The shards SQL reads: all but the location's own and the sources' remap shards."""
+        return [
+            s
+            for s in self.client.list_shards()
+            if s not in _SYSTEM_SHARDS and not s.endswith(_REMAP_SUFFIX)
+        ]
 
     def resolve(self, query: str) -> tuple[str, dict[str, str]]:
         """``query`` (PostgreSQL) in Spark SQL, every shard it reads renamed; alias -> shard.
 
         A table name is a shard's id: ``kv``, ``auction.bids`` or ``"auction.bids"``.
         ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).
+        Unquoted names fold to lower case, as PostgreSQL folds them (``FROM Ev`` reads
+        ``ev``, and ``AS N`` names a column ``n``); quoted ones stay as written.
         """
+        from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
         try:
             tree = sqlglot.parse_one(query, read="postgres")
         except SqlglotError as e:
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
             raise SqlError("expected a query")
+        tree = normalize_identifiers(tree, dialect="postgres")
         _refuse_writes(tree)
         _refuse_java_calls(tree)
         known = set(self.known_shards())
@@ -878,6 +915,7 @@ class Engine:
                 aliases[shard] = alias
                 inputs[alias] = shard
             else:
+                _refuse_remap(shard)
                 listed = ", ".join(sorted(known | {OBJECTS_RELATION}))
                 raise SqlError(f"unknown relation {shard!r}; the location has: {listed}", "42P01")
             if not table.alias:
@@ -905,7 +943,7 @@ class Engine:
                 assert as_of is not None
                 parts = readers[shard].snapshot_parts(as_of)
                 snap = parts_snapshot_df(session, readers[shard], parts, as_of)
-                self._check_no_error(shard, parts, snap, as_of)
+                check_no_error(shard, parts, snap, as_of)
                 data = [quoted(c) for c in snap.columns if c not in ("_ts", "_diff", "_err")]
                 snap.selectExpr(*data, "explode(sequence(1, CAST(_diff AS INT))) AS _n").drop(
                     "_n"
@@ -923,22 +961,6 @@ class Engine:
         finally:
             for reader in readers.values():
                 reader.expire()
-
-    @staticmethod
-    def _check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
-        """SqlError XX000 if ``shard``'s snapshot ``snap`` at ``as_of``, of ``parts``, holds
-        an err row.
-
-        Reads nothing (no Spark job) when every part of the snapshot recorded no
-        err row; else one job, which names the least error.
-        """
-        from pyspark.sql import functions as F
-
-        if not any(p.may_hold_errors for p in parts):
-            return
-        (error,) = snap.where("_err IS NOT NULL").agg(F.min("_err")).first()
-        if error is not None:
-            raise SqlError(f"{shard!r} holds an error at {as_of}: {error}", "XX000")
 
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --
@@ -1020,6 +1042,7 @@ class Engine:
         """
         shard = statement.name
         if shard not in self.known_shards():
+            _refuse_remap(shard)
             raise SqlError(f"unknown relation {shard!r}", "42P01")
         if self._dropped(shard):
             raise SqlError(f"relation {shard!r} was dropped", "42P01")
@@ -1039,6 +1062,23 @@ class Engine:
             raise
         rows = _subscribe_rows(reader, names, as_of, statement.up_to)
         return Stream(columns, _Subscription(rows, reader))
+
+
+def check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
+    """SqlError XX000 if ``shard``'s snapshot ``snap`` at ``as_of``, of ``parts``, holds an
+    err row: a query over it answers the error, never the ok rows alone (serve's SELECT
+    and ``timeshard query``'s local path alike).
+
+    Reads nothing (no Spark job) when every part of the snapshot recorded no
+    err row; else one job, which names the least error.
+    """
+    from pyspark.sql import functions as F
+
+    if not any(p.may_hold_errors for p in parts):
+        return
+    (error,) = snap.where("_err IS NOT NULL").agg(F.min("_err")).first()
+    if error is not None:
+        raise SqlError(f"{shard!r} holds an error at {as_of}: {error}", "XX000")
 
 
 class _Subscription:
@@ -1197,14 +1237,52 @@ def _cte_references(tree: exp.Expr, ctes: set[str]) -> set[int]:
 
 def _alias(shard: str, taken: set[str]) -> str:
     """A temp view name for ``shard`` unlike every name in ``taken``, ignoring case (Spark
-    SQL does: the aliases of ``KV`` and ``kv`` were one view, read for both)."""
-    base = re.sub(r"\W", "_", shard)
+    SQL does: the aliases of ``KV`` and ``kv`` were one view, read for both).
+
+    It is an identifier Spark's parser takes bare, as a temp view's name is parsed:
+    letters, digits and ``_``, not starting with a digit (``123``, ``1e5`` and ``12L``
+    are numbers to it; a shard ``123`` has the alias ``r_123``).
+    """
+    base = re.sub(r"\W", "_", shard, flags=re.ASCII)
+    if not re.match(r"[A-Za-z_]", base):
+        base = f"r_{base}"
     alias, n = base, 1
     folded = {t.lower() for t in taken}
     while alias.lower() in folded:
         n += 1
         alias = f"{base}_{n}"
     return alias
+
+
+def _refuse_reserved(name: str) -> None:
+    """SqlError 42939 if an object named ``name`` would write a shard that the location,
+    the server or a source keeps for itself: the catalog and the status collection (whose
+    rows a view's would make unreadable: the server could not start again), the
+    introspection relation (which hides a shard of its name from every query), and a
+    source's remap shard (a view's DROP closed it under the source, which stalled for good;
+    a source created later under the prefix would take the view's shard for its remap)."""
+    if name in _SYSTEM_SHARDS:
+        why = "the location's own shard (its catalog or status collection)"
+    elif name == OBJECTS_RELATION:
+        why = "the introspection relation"
+    elif name.endswith(_REMAP_SUFFIX):
+        why = f"the remap shard of a source {name.removesuffix(_REMAP_SUFFIX)!r}"
+    else:
+        return
+    raise SqlError(f"the name {name!r} is reserved: it is {why}", "42939")
+
+
+def _refuse_remap(shard: str) -> None:
+    """SqlError 42501 if ``shard`` names a source's remap shard: its reclocking bindings are
+    internal to the source (compacted, rewritten and closed with it), and an object reading
+    them would not be one of the source's readers, which DROP SOURCE refuses to strand."""
+    if shard.endswith(_REMAP_SUFFIX):
+        raise SqlError(
+            f"relation {shard!r} is the remap shard of source "
+            f"{shard.removesuffix(_REMAP_SUFFIX)!r}, internal to it: read the source's "
+            "outputs, or timeshard_objects for its frontiers",
+            "42501",
+        )
 
 
 def _first_time(since: Any) -> int | None:
@@ -1329,4 +1407,4 @@ def _arrow_type(t: pa.DataType) -> str:
     return "string"
 
 
-__all__ = ["OBJECTS_RELATION", "Engine", "Result", "Stream"]
+__all__ = ["OBJECTS_RELATION", "Engine", "Result", "Stream", "check_no_error"]

@@ -198,6 +198,18 @@ class Param:
 
 
 _NUMERIC_OIDS = {20, 21, 23, 26, 700, 701, 1700}
+#: float4 and float8, with the type each is cast to; their text may also be NaN or infinite.
+_FLOAT_OIDS = {700: "REAL", 701: "DOUBLE PRECISION"}
+#: The special values PostgreSQL's float input takes (case ignored), as Spark casts them.
+_FLOAT_SPECIALS = {
+    "nan": "NaN",
+    "infinity": "Infinity",
+    "+infinity": "Infinity",
+    "inf": "Infinity",
+    "+inf": "Infinity",
+    "-infinity": "-Infinity",
+    "-inf": "-Infinity",
+}
 
 
 def bind(sql: str, params: list[Param]) -> str:
@@ -237,10 +249,15 @@ _TRUE, _FALSE = ("t", "true", "1", "on", "yes", "y"), ("f", "false", "0", "off",
 
 def _literal(param: Param) -> str:
     """A parameter as one SQL literal (a negative number in parentheses: ``1-$1`` with
-    ``-5`` must not become the comment ``1--5``)."""
+    ``-5`` must not become the comment ``1--5``). A float4 or float8 may be ``NaN`` or
+    infinite, as PostgreSQL takes them; an integer or numeric may not (Spark's have no
+    such value)."""
     if param.text is None:
         return "NULL"
     text = param.text.strip()
+    special = _FLOAT_SPECIALS.get(text.lower())
+    if param.oid in _FLOAT_OIDS and special is not None:  # no literal spells them: a cast
+        return f"CAST('{special}' AS {_FLOAT_OIDS[param.oid]})"
     if param.oid in _NUMERIC_OIDS:
         if not _NUMBER.fullmatch(text):
             raise SqlError(f"parameter {param.text!r} is not a number", "22P02")
