@@ -541,6 +541,74 @@ def source_entries(
     return [CatalogEntry(output, "source", definition), *entries]
 
 
+#: The options that decide what a source's offsets mean, by source kind: the record a
+#: bound offset stands for. Another value under bindings already minted would resume at
+#: offsets that mean other records (lost, or read twice); :func:`check_redeclared`
+#: refuses it. The other options (a generator's ``rate`` or ``tick_orders``, timeouts,
+#: consumer groups, addresses of one server) may change between runs, and a change of
+#: the columns is refused by the output shard's schema.
+OFFSET_OPTIONS: dict[str, tuple[str, ...]] = {
+    "key_value": ("keys", "value_size", "partitions", "seed", "deletes"),
+    "counter": ("max_cardinality",),
+    "auction": ("users", "organizations", "seed"),
+    "tpch": ("scale_factor", "seed"),
+    "file": ("path", "format", "avro_schema"),
+    "kafka": ("topic",),
+    "postgres": ("publication", "slot"),
+    "mysql": ("database",),
+}
+
+
+def check_redeclared(client: PersistClient, output: str, source: Any) -> None:
+    """Refuse ``source`` if it declares ``output`` again with offsets that mean other records.
+
+    Only once the recorded source has bindings (its remap shard's upper is
+    past 0): they bind offsets of the recorded options. InvalidUsage names
+    the option (or the kind, or the class of an ``other`` source), the
+    recorded value and the new one. Like a Postgres source's recorded OIDs,
+    what was recorded holds; a recorded entry without an option (recorded
+    before it was) does not pin it.
+    """
+    stored = stored_entry(client, output, "source")
+    if stored is None:
+        return
+    remap = stored.definition.get("remap", f"{output}.remap")
+    if not isinstance(remap, str) or remap not in client.list_shards():
+        return
+    if client.state(remap).upper.time == 0:
+        return
+    old_kind, kind = stored.definition.get("source_kind"), source_kind(source)
+    changed: tuple[str, Any, Any] | None = None
+    if old_kind != kind:
+        changed = ("kind", old_kind, kind)
+    elif kind == "other" and stored.definition.get("class") is not None:
+        cls = f"{type(source).__module__}:{type(source).__qualname__}"
+        if stored.definition["class"] != cls:
+            changed = ("class", stored.definition["class"], cls)
+    else:
+        recorded = stored.definition.get("options")
+        old = _offset_options(kind, recorded if isinstance(recorded, Mapping) else {})
+        new = _offset_options(kind, json.loads(json.dumps(source_options(source))))
+        changed = next(((k, old[k], new.get(k)) for k in old if old[k] != new.get(k)), None)
+    if changed is not None:
+        option, was, now = changed
+        raise InvalidUsage(
+            f"source {output!r} was declared with {option} {was!r}, and its offsets are bound "
+            f"(in {remap!r}) as offsets of that; declared again with {option} {now!r}, it would "
+            "resume at offsets that mean other records (lost or read twice): keep "
+            f"{option} {was!r}, or declare a source of another name"
+        )
+
+
+def _offset_options(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of :data:`OFFSET_OPTIONS` that ``options`` (as recorded) holds."""
+    if kind == "mysql" and isinstance(options.get("url"), str):
+        from urllib.parse import unquote, urlsplit
+
+        options = {"database": unquote(urlsplit(options["url"]).path.lstrip("/"))}
+    return {k: options[k] for k in OFFSET_OPTIONS.get(kind, ()) if k in options}
+
+
 def record_source(
     client: PersistClient,
     output: str,
@@ -559,7 +627,9 @@ __all__ = [
     "KINDS",
     "Catalog",
     "CatalogEntry",
+    "OFFSET_OPTIONS",
     "catalog_rows",
+    "check_redeclared",
     "read_catalog",
     "record_source",
     "record_view",

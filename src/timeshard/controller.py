@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from timeshard.catalog import check_redeclared
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.persist import PersistClient
 from timeshard.progress import Frontier
@@ -65,6 +66,8 @@ class Pipeline:
         #: The objects whose first tick failed (as :meth:`step` returns them).
         self.first_failures: dict[str, str] = {}
         try:
+            for s, source in zip(spec.source, sources, strict=True):
+                check_redeclared(client, s.name, source)  # all before any source writes
             for s, source in zip(spec.source, sources, strict=True):
                 self.ingestions.append(
                     Ingestion(

@@ -51,7 +51,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.catalog import record_source, stored_entry
+from timeshard.catalog import check_redeclared, record_source, stored_entry
 from timeshard.errors import (
     Fenced,
     InvalidUsage,
@@ -213,6 +213,7 @@ class Ingestion:
             stored = stored_entry(client, self.output, "source")  # before outputs() is read
             if stored is not None and isinstance(stored.definition.get("options"), dict):
                 pin(stored.definition["options"])
+        check_redeclared(client, self.output, source)  # before anything is written
         outputs = getattr(source, "outputs", None)
         self._payloads = outputs() if outputs is not None else {"": source.payload_schema()}
         self._envelopes = envelopes or {"": (envelope, key_columns)}
