@@ -51,7 +51,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.catalog import check_redeclared, record_source, stored_entry
+from timeshard.catalog import check_redeclared, read_catalog, record_source, stored_entry
 from timeshard.errors import (
     Fenced,
     InvalidUsage,
@@ -228,6 +228,7 @@ class Ingestion:
                 f"an envelope for {stray} names none of them"
                 + (": give one per output with envelopes=" if "" in stray else "")
             )
+        self._check_owners()
         self.exports: dict[str, Export] = {}
         self._open()
         exported = {sub: export.shard for sub, export in self.exports.items()}
@@ -236,6 +237,17 @@ class Ingestion:
         self.paused = False
         self._report_or_log("starting")
         self._resume_source()
+
+    def _check_owners(self) -> None:
+        """InvalidUsage if an output or the remap is a shard another object of the catalog
+        writes (:func:`~timeshard.spec.check_new_shard_owner`)."""
+        from timeshard.spec import check_new_shard_owner, shard_owners, shard_writer
+
+        owners = shard_owners(read_catalog(self.client))
+        for sub in self._payloads:
+            shard = f"{self.output}.{sub}" if sub else self.output
+            check_new_shard_owner(shard, shard_writer("source", self.output), owners)
+        check_new_shard_owner(f"{self.output}.remap", shard_writer("remap", self.output), owners)
 
     def _open(self) -> None:
         """Open every output's handles, the remap and the retained history."""
