@@ -387,10 +387,17 @@ def record_view(
     """Record a view and, if given, its path (idempotent); return 1 if the catalog changed.
 
     A view whose stored entry differs only in its path keeps its stored
-    ``as_of`` (invariant 1).
+    ``as_of`` (invariant 1). A view redefined to read other inputs first
+    releases its holds (:func:`~timeshard.persist.holds.view_hold_id`) on the
+    inputs the stored definition holds and the new one does not read: they
+    may compact as if the view never read them. (Released before the record:
+    a record that fails is made again by the next install, which releases
+    again, idempotently.)
     """
     entry = view_entry(definition, as_of, classification)
     stored = stored_entry(client, definition.name, "view")
+    if stored is not None:
+        _release_unread(client, stored, entry)
     if (
         stored is not None
         and isinstance(stored.definition.get("as_of"), int)
@@ -399,6 +406,21 @@ def record_view(
         kept = {**entry.definition, "as_of": stored.definition["as_of"]}
         entry = CatalogEntry(entry.name, entry.kind, kept)
     return Catalog(client).record([entry], same=_same_view)
+
+
+def _release_unread(client: PersistClient, stored: CatalogEntry, entry: CatalogEntry) -> None:
+    """Drop the holds ``stored`` records on the shards ``entry`` holds none of."""
+    holds = stored.definition.get("holds")
+    if not isinstance(holds, Mapping):
+        return
+    kept = entry.definition["holds"]
+    gone = [(s, h) for s, h in holds.items() if s not in kept and isinstance(h, str)]
+    if not gone:
+        return
+    shards = set(client.list_shards())
+    for shard, hold in gone:
+        if shard in shards:
+            client.drop_critical_since(shard, hold)
 
 
 # -- sources -------------------------------------------------------------------------------
