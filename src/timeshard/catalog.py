@@ -387,9 +387,12 @@ def record_view(
     """Record a view and, if given, its path (idempotent); return 1 if the catalog changed.
 
     A view whose stored entry differs only in its path keeps its stored
-    ``as_of`` (invariant 1). A view redefined to read other inputs first
-    releases its holds (:func:`~timeshard.persist.holds.view_hold_id`) on the
-    inputs the stored definition holds and the new one does not read: they
+    ``as_of`` (invariant 1). A view whose stored definition differs is correct
+    from its shard's upper on, not before (where the shard holds the stored
+    definition's result): its ``as_of`` is at least that upper. A view
+    redefined to read other inputs first releases its holds
+    (:func:`~timeshard.persist.holds.view_hold_id`) on the inputs the stored
+    definition holds and the new one does not read: they
     may compact as if the view never read them. (Released before the record:
     a record that fails is made again by the next install, which releases
     again, idempotently.)
@@ -398,13 +401,18 @@ def record_view(
     stored = stored_entry(client, definition.name, "view")
     if stored is not None:
         _release_unread(client, stored, entry)
-    if (
-        stored is not None
-        and isinstance(stored.definition.get("as_of"), int)
-        and _without(stored.definition, _DERIVED) == _without(entry.definition, _DERIVED)
-    ):
+    same = stored is not None and (
+        _without(stored.definition, _DERIVED) == _without(entry.definition, _DERIVED)
+    )
+    if stored is not None and same and isinstance(stored.definition.get("as_of"), int):
         kept = {**entry.definition, "as_of": stored.definition["as_of"]}
         entry = CatalogEntry(entry.name, entry.kind, kept)
+    elif stored is not None and not same and definition.name in client.list_shards():
+        # Below its upper, the shard holds the stored definition's result: the new one's
+        # corrections land at the upper, so the view is the new query from there on.
+        upper = client.state(definition.name).upper.time
+        if upper is not None and upper > as_of:
+            entry = view_entry(definition, upper, classification)
     return Catalog(client).record([entry], same=_same_view)
 
 

@@ -59,3 +59,14 @@ def test_a_view_recorded_again_unchanged_keeps_its_holds(client: PersistClient) 
     record_view(client, view("a"), 0)
     record_view(client, view("a"), 0)
     assert held(client, "a")
+
+
+def test_a_redefined_view_is_correct_from_its_shard_upper(client: PersistClient) -> None:
+    writer = client.open_writer("v", SCHEMA)
+    writer.compare_and_append_batch([], 0, 10)  # the old query's result, below 10
+    writer.expire()
+    record_view(client, view("a"), 0)
+    record_view(client, view("a", sql="SELECT 2 AS n"), 9)  # installed at upper - 1
+    assert stored_entry(client, "v", "view").definition["as_of"] == 10  # type: ignore[union-attr]
+    record_view(client, view("a", sql="SELECT 2 AS n"), 9)  # unchanged: keeps its as_of
+    assert stored_entry(client, "v", "view").definition["as_of"] == 10  # type: ignore[union-attr]
