@@ -222,6 +222,9 @@ def check_spec(
             )
         except InvalidUsage as e:
             raise InvalidUsage(f"export {export.name!r}: {e}") from e
+    for source in spec.source:
+        if source.envelope == "upsert":
+            _check_keys(source)
     views = [v.name for v in spec.view]
     writers = spec_shard_writers(spec)
     _check_written(spec, writers, shard_owners(catalog))
@@ -274,6 +277,32 @@ def check_spec(
             )
         if target is not None:
             targets[target] = export.name
+
+
+def _check_keys(source: SourceSpec) -> None:
+    """The ``key_columns`` of an UPSERT source are distinct columns of its output, which
+    has a value column besides them (and its metadata): InvalidUsage names them."""
+    from timeshard.persist._internal.parts import DIFF
+    from timeshard.storage.sources import metadata_columns
+
+    built = build_source(source)
+    names = [f.name for f in built.payload_schema() if f.name != DIFF]
+    keys = source.key_columns
+    unknown = [k for k in keys if k not in names]
+    if unknown:
+        raise InvalidUsage(
+            f"source {source.name!r}: key_columns {unknown} are not columns of its output, "
+            f"which has {names}"
+        )
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise InvalidUsage(f"source {source.name!r}: key_columns name {repeated} twice")
+    if set(names) <= {*keys, *metadata_columns(built)}:
+        raise InvalidUsage(
+            f"source {source.name!r}: its output {names} has no value column besides its "
+            f"key_columns {keys} (and metadata): every command would read as a delete; "
+            "use the envelope 'none'"
+        )
 
 
 #: Names a location keeps for itself: the catalog, the status collection, and the
