@@ -124,6 +124,8 @@ class ExportSpec(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+#: The load generators' kinds: their columns are their own.
+GENERATORS = ("key_value", "counter", "auction", "tpch")
 #: The source kinds that write several shards (``<name>.<subsource>``), with no envelope.
 SEVERAL_OUTPUTS = ("auction", "tpch")
 #: An export's options by kind: (needed, optional).
@@ -194,6 +196,16 @@ def check_spec(
             raise InvalidUsage(
                 f"source {source.name!r}: kind {source.kind!r} writes several shards and "
                 "takes no envelope or key_columns"
+            )
+        if source.key_columns and source.envelope != "upsert":
+            raise InvalidUsage(
+                f"source {source.name!r}: key_columns {source.key_columns} go with envelope "
+                f"'upsert' only, and the envelope is {source.envelope!r}"
+            )
+        if source.kind in GENERATORS and source.columns:
+            raise InvalidUsage(
+                f"source {source.name!r}: a {source.kind} generator makes its own columns; "
+                f"declare no columns (got {source.columns})"
             )
     for view in spec.view:
         if view.refresh_every_ms is not None and view.refresh_every_ms <= 0:

@@ -51,3 +51,18 @@ def test_good_upsert_keys_pass(tmp_path: Path) -> None:
             columns={"id": "int64", "v": "string"},
         ),
     )
+
+
+@pytest.mark.parametrize("envelope", ["none", None])
+def test_key_columns_without_the_upsert_envelope_are_refused(envelope: str | None) -> None:
+    spec = {"name": "kv", "kind": "key_value", "key_columns": ["nope"]}
+    if envelope is not None:
+        spec["envelope"] = envelope
+    with pytest.raises(InvalidUsage, match=r"'kv': key_columns \['nope'\] go with envelope"):
+        check(SourceSpec.model_validate(spec))
+
+
+@pytest.mark.parametrize("kind", ["key_value", "counter", "tpch"])
+def test_columns_of_a_generator_are_refused(kind: str) -> None:
+    with pytest.raises(InvalidUsage, match=rf"'g': a {kind} generator .* no columns"):
+        check(SourceSpec(name="g", kind=kind, columns={"key": "nosuchtype"}))  # type: ignore[arg-type]
