@@ -259,9 +259,18 @@ def check_spec(
             )
         readable.add(view.name)
     names = [e.name for e in spec.export]
+    # Health is kept by object name: an export named like another object overwrites its.
+    objects = {shard: f"the shard {shard!r} of the location" for shard in existing}
+    objects |= {shard: writer for shard, writer in writers}
+    objects |= {s.name: f"source {s.name!r}" for s in spec.source}
     for export in spec.export:
         if names.count(export.name) > 1:
             raise InvalidUsage(f"export name {export.name!r} is declared twice")
+        if export.name in objects:
+            raise InvalidUsage(
+                f"export {export.name!r} is named like {objects[export.name]}: health and "
+                "status are kept by name, and one would overwrite the other's; rename the export"
+            )
         if export.input not in readable:
             raise InvalidUsage(
                 f"export {export.name!r} reads {export.input!r}, which neither the location "
