@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 
 from timeshard.errors import InvalidUsage
 
@@ -92,6 +99,13 @@ class LocationSpec(_Strict):
     blob: str | None = None
     consensus: str | None = None
 
+    @field_validator("dir", "blob", "consensus")
+    @classmethod
+    def _not_empty(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError(f"must name a location, got {value!r} (leave it out for the default)")
+        return value
+
 
 class SparkSpec(_Strict):
     master: str = "local[2]"
@@ -111,7 +125,7 @@ class ViewSpec(_Retains):
     name: str
     inputs: dict[str, str]
     sql: str
-    refresh_every_ms: int | None = None
+    refresh_every_ms: StrictInt | None = None
 
 
 class ExportSpec(_Strict):
@@ -120,7 +134,7 @@ class ExportSpec(_Strict):
     input: str
     envelope: Literal["upsert", "debezium", "append"] = "upsert"
     key_columns: list[str] = Field(default_factory=list)
-    version: int = 1
+    version: StrictInt = 1
     options: dict[str, Any] = Field(default_factory=dict)
 
 
