@@ -387,18 +387,48 @@ def record_view(
     """Record a view and, if given, its path (idempotent); return 1 if the catalog changed.
 
     A view whose stored entry differs only in its path keeps its stored
-    ``as_of`` (invariant 1).
+    ``as_of`` (invariant 1). A view whose stored definition differs is correct
+    from its shard's upper on, not before (where the shard holds the stored
+    definition's result): its ``as_of`` is at least that upper. A view
+    redefined to read other inputs first releases its holds
+    (:func:`~timeshard.persist.holds.view_hold_id`) on the inputs the stored
+    definition holds and the new one does not read: they
+    may compact as if the view never read them. (Released before the record:
+    a record that fails is made again by the next install, which releases
+    again, idempotently.)
     """
     entry = view_entry(definition, as_of, classification)
     stored = stored_entry(client, definition.name, "view")
-    if (
-        stored is not None
-        and isinstance(stored.definition.get("as_of"), int)
-        and _without(stored.definition, _DERIVED) == _without(entry.definition, _DERIVED)
-    ):
+    if stored is not None:
+        _release_unread(client, stored, entry)
+    same = stored is not None and (
+        _without(stored.definition, _DERIVED) == _without(entry.definition, _DERIVED)
+    )
+    if stored is not None and same and isinstance(stored.definition.get("as_of"), int):
         kept = {**entry.definition, "as_of": stored.definition["as_of"]}
         entry = CatalogEntry(entry.name, entry.kind, kept)
+    elif stored is not None and not same and definition.name in client.list_shards():
+        # Below its upper, the shard holds the stored definition's result: the new one's
+        # corrections land at the upper, so the view is the new query from there on.
+        upper = client.state(definition.name).upper.time
+        if upper is not None and upper > as_of:
+            entry = view_entry(definition, upper, classification)
     return Catalog(client).record([entry], same=_same_view)
+
+
+def _release_unread(client: PersistClient, stored: CatalogEntry, entry: CatalogEntry) -> None:
+    """Drop the holds ``stored`` records on the shards ``entry`` holds none of."""
+    holds = stored.definition.get("holds")
+    if not isinstance(holds, Mapping):
+        return
+    kept = entry.definition["holds"]
+    gone = [(s, h) for s, h in holds.items() if s not in kept and isinstance(h, str)]
+    if not gone:
+        return
+    shards = set(client.list_shards())
+    for shard, hold in gone:
+        if shard in shards:
+            client.drop_critical_since(shard, hold)
 
 
 # -- sources -------------------------------------------------------------------------------
@@ -541,6 +571,74 @@ def source_entries(
     return [CatalogEntry(output, "source", definition), *entries]
 
 
+#: The options that decide what a source's offsets mean, by source kind: the record a
+#: bound offset stands for. Another value under bindings already minted would resume at
+#: offsets that mean other records (lost, or read twice); :func:`check_redeclared`
+#: refuses it. The other options (a generator's ``rate`` or ``tick_orders``, timeouts,
+#: consumer groups, addresses of one server) may change between runs, and a change of
+#: the columns is refused by the output shard's schema.
+OFFSET_OPTIONS: dict[str, tuple[str, ...]] = {
+    "key_value": ("keys", "value_size", "partitions", "seed", "deletes"),
+    "counter": ("max_cardinality",),
+    "auction": ("users", "organizations", "seed"),
+    "tpch": ("scale_factor", "seed"),
+    "file": ("path", "format", "avro_schema"),
+    "kafka": ("topic",),
+    "postgres": ("publication", "slot"),
+    "mysql": ("database",),
+}
+
+
+def check_redeclared(client: PersistClient, output: str, source: Any) -> None:
+    """Refuse ``source`` if it declares ``output`` again with offsets that mean other records.
+
+    Only once the recorded source has bindings (its remap shard's upper is
+    past 0): they bind offsets of the recorded options. InvalidUsage names
+    the option (or the kind, or the class of an ``other`` source), the
+    recorded value and the new one. Like a Postgres source's recorded OIDs,
+    what was recorded holds; a recorded entry without an option (recorded
+    before it was) does not pin it.
+    """
+    stored = stored_entry(client, output, "source")
+    if stored is None:
+        return
+    remap = stored.definition.get("remap", f"{output}.remap")
+    if not isinstance(remap, str) or remap not in client.list_shards():
+        return
+    if client.state(remap).upper.time == 0:
+        return
+    old_kind, kind = stored.definition.get("source_kind"), source_kind(source)
+    changed: tuple[str, Any, Any] | None = None
+    if old_kind != kind:
+        changed = ("kind", old_kind, kind)
+    elif kind == "other" and stored.definition.get("class") is not None:
+        cls = f"{type(source).__module__}:{type(source).__qualname__}"
+        if stored.definition["class"] != cls:
+            changed = ("class", stored.definition["class"], cls)
+    else:
+        recorded = stored.definition.get("options")
+        old = _offset_options(kind, recorded if isinstance(recorded, Mapping) else {})
+        new = _offset_options(kind, json.loads(json.dumps(source_options(source))))
+        changed = next(((k, old[k], new.get(k)) for k in old if old[k] != new.get(k)), None)
+    if changed is not None:
+        option, was, now = changed
+        raise InvalidUsage(
+            f"source {output!r} was declared with {option} {was!r}, and its offsets are bound "
+            f"(in {remap!r}) as offsets of that; declared again with {option} {now!r}, it would "
+            "resume at offsets that mean other records (lost or read twice): keep "
+            f"{option} {was!r}, or declare a source of another name"
+        )
+
+
+def _offset_options(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options of :data:`OFFSET_OPTIONS` that ``options`` (as recorded) holds."""
+    if kind == "mysql" and isinstance(options.get("url"), str):
+        from urllib.parse import unquote, urlsplit
+
+        options = {"database": unquote(urlsplit(options["url"]).path.lstrip("/"))}
+    return {k: options[k] for k in OFFSET_OPTIONS.get(kind, ()) if k in options}
+
+
 def record_source(
     client: PersistClient,
     output: str,
@@ -559,7 +657,9 @@ __all__ = [
     "KINDS",
     "Catalog",
     "CatalogEntry",
+    "OFFSET_OPTIONS",
     "catalog_rows",
+    "check_redeclared",
     "read_catalog",
     "record_source",
     "record_view",

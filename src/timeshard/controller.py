@@ -31,10 +31,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from timeshard.catalog import check_redeclared, read_catalog
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.persist import PersistClient
 from timeshard.progress import Frontier
-from timeshard.spec import ExportSpec, RunSpec, build_source
+from timeshard.spec import (
+    ExportSpec,
+    RunSpec,
+    build_source,
+    check_new_shard_owner,
+    shard_owners,
+    shard_writer,
+)
 from timeshard.storage.delta_export import DeltaExport
 from timeshard.storage.export import ShardExport
 from timeshard.storage.health import Health
@@ -65,6 +73,13 @@ class Pipeline:
         #: The objects whose first tick failed (as :meth:`step` returns them).
         self.first_failures: dict[str, str] = {}
         try:
+            # Before any object writes: no shard of another object, no source redeclared.
+            owners = shard_owners(read_catalog(client))
+            remaps = [(f"{s.name}.remap", shard_writer("remap", s.name)) for s in spec.source]
+            for shard, writer in [*_shard_writers(spec, sources), *remaps]:
+                check_new_shard_owner(shard, writer, owners)
+            for s, source in zip(spec.source, sources, strict=True):
+                check_redeclared(client, s.name, source)
             for s, source in zip(spec.source, sources, strict=True):
                 self.ingestions.append(
                     Ingestion(
@@ -206,13 +221,20 @@ def spec_shards(spec: RunSpec) -> list[str]:
 
 def spec_shard_writers(spec: RunSpec) -> list[tuple[str, str]]:
     """:func:`spec_shards`, each with what writes it (``source 'a'``, ``view 'v'``)."""
+    sources = [build_source(s) for s in spec.source]
+    return _shard_writers(spec, sources)
+
+
+def _shard_writers(spec: RunSpec, sources: list[Any]) -> list[tuple[str, str]]:
+    """:func:`spec_shard_writers` of the built ``sources`` (each writer as
+    :func:`~timeshard.spec.shard_writer` names it)."""
     shards: list[tuple[str, str]] = []
-    for s in spec.source:
-        source = build_source(s)
+    for s, source in zip(spec.source, sources, strict=True):
         outputs = getattr(source, "outputs", None)
         subs = list(outputs()) if outputs is not None else [""]
-        shards += [(f"{s.name}.{sub}" if sub else s.name, f"source {s.name!r}") for sub in subs]
-    return [*shards, *((v.name, f"view {v.name!r}") for v in spec.view)]
+        writer = shard_writer("source", s.name)
+        shards += [(f"{s.name}.{sub}" if sub else s.name, writer) for sub in subs]
+    return [*shards, *((v.name, shard_writer("view", v.name)) for v in spec.view)]
 
 
 __all__ = ["Pipeline", "spec_shard_writers", "spec_shards"]

@@ -21,14 +21,24 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+)
 
 from timeshard.errors import InvalidUsage
+
+if TYPE_CHECKING:
+    from timeshard.catalog import CatalogEntry
 
 TYPES = {
     "int64": pa.int64(),
@@ -89,6 +99,13 @@ class LocationSpec(_Strict):
     blob: str | None = None
     consensus: str | None = None
 
+    @field_validator("dir", "blob", "consensus")
+    @classmethod
+    def _not_empty(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError(f"must name a location, got {value!r} (leave it out for the default)")
+        return value
+
 
 class SparkSpec(_Strict):
     master: str = "local[2]"
@@ -108,7 +125,7 @@ class ViewSpec(_Retains):
     name: str
     inputs: dict[str, str]
     sql: str
-    refresh_every_ms: int | None = None
+    refresh_every_ms: StrictInt | None = None
 
 
 class ExportSpec(_Strict):
@@ -117,10 +134,12 @@ class ExportSpec(_Strict):
     input: str
     envelope: Literal["upsert", "debezium", "append"] = "upsert"
     key_columns: list[str] = Field(default_factory=list)
-    version: int = 1
+    version: StrictInt = 1
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+#: The load generators' kinds: their columns are their own.
+GENERATORS = ("key_value", "counter", "auction", "tpch")
 #: The source kinds that write several shards (``<name>.<subsource>``), with no envelope.
 SEVERAL_OUTPUTS = ("auction", "tpch")
 #: An export's options by kind: (needed, optional).
@@ -165,13 +184,17 @@ def _one_line(error: ValidationError) -> str:
     return "; ".join(problems)
 
 
-def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
+def check_spec(
+    spec: RunSpec, existing: Collection[str], catalog: Sequence[CatalogEntry] = ()
+) -> None:
     """Check, without Spark, what :func:`load_spec` cannot see alone.
 
     Every source's options are checked (by building it), and every view input
     must be a shard in ``existing`` (the location's) or one the declaration
     writes before the view: a source's outputs, or an earlier view.
     InvalidUsage names the view, the input and the shards it could read.
+    Every shard the declaration writes must be one no other object of
+    ``catalog`` (the location's entries) writes (:func:`check_new_shard_owner`).
     """
     from timeshard.compute import ViewDefinition
     from timeshard.controller import spec_shard_writers
@@ -187,6 +210,16 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
             raise InvalidUsage(
                 f"source {source.name!r}: kind {source.kind!r} writes several shards and "
                 "takes no envelope or key_columns"
+            )
+        if source.key_columns and source.envelope != "upsert":
+            raise InvalidUsage(
+                f"source {source.name!r}: key_columns {source.key_columns} go with envelope "
+                f"'upsert' only, and the envelope is {source.envelope!r}"
+            )
+        if source.kind in GENERATORS and source.columns:
+            raise InvalidUsage(
+                f"source {source.name!r}: a {source.kind} generator makes its own columns; "
+                f"declare no columns (got {source.columns})"
             )
     for view in spec.view:
         if view.refresh_every_ms is not None and view.refresh_every_ms <= 0:
@@ -215,9 +248,12 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
             )
         except InvalidUsage as e:
             raise InvalidUsage(f"export {export.name!r}: {e}") from e
+    for source in spec.source:
+        if source.envelope == "upsert":
+            _check_keys(source)
     views = [v.name for v in spec.view]
     writers = spec_shard_writers(spec)
-    _check_written(spec, writers)
+    _check_written(spec, writers, shard_owners(catalog))
     sources = [shard for shard, _ in writers][: -len(views) or None]
     readable = set(existing) | set(sources)
     for i, view in enumerate(spec.view):
@@ -237,9 +273,18 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
             )
         readable.add(view.name)
     names = [e.name for e in spec.export]
+    # Health is kept by object name: an export named like another object overwrites its.
+    objects = {shard: f"the shard {shard!r} of the location" for shard in existing}
+    objects |= {shard: writer for shard, writer in writers}
+    objects |= {s.name: f"source {s.name!r}" for s in spec.source}
     for export in spec.export:
         if names.count(export.name) > 1:
             raise InvalidUsage(f"export name {export.name!r} is declared twice")
+        if export.name in objects:
+            raise InvalidUsage(
+                f"export {export.name!r} is named like {objects[export.name]}: health and "
+                "status are kept by name, and one would overwrite the other's; rename the export"
+            )
         if export.input not in readable:
             raise InvalidUsage(
                 f"export {export.name!r} reads {export.input!r}, which neither the location "
@@ -269,20 +314,103 @@ def check_spec(spec: RunSpec, existing: Collection[str]) -> None:
             targets[target] = export.name
 
 
-def _check_written(spec: RunSpec, writers: Sequence[tuple[str, str]]) -> None:
-    """Every shard the declaration writes (``writers``: shard, what writes it; and each
-    source's remap) is a valid shard id, no two objects write one, and none is the
-    location's own (the catalog, the status collection)."""
-    from timeshard.catalog import CATALOG_SHARD
-    from timeshard.persist.client import check_shard_id
-    from timeshard.storage.health import STATUS_SHARD
+def _check_keys(source: SourceSpec) -> None:
+    """The ``key_columns`` of an UPSERT source are distinct columns of its output, which
+    has a value column besides them (and its metadata): InvalidUsage names them."""
+    from timeshard.persist._internal.parts import DIFF
+    from timeshard.storage.sources import metadata_columns
 
-    remaps = [(f"{s.name}.remap", f"source {s.name!r} (its remap)") for s in spec.source]
+    built = build_source(source)
+    names = [f.name for f in built.payload_schema() if f.name != DIFF]
+    keys = source.key_columns
+    unknown = [k for k in keys if k not in names]
+    if unknown:
+        raise InvalidUsage(
+            f"source {source.name!r}: key_columns {unknown} are not columns of its output, "
+            f"which has {names}"
+        )
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        raise InvalidUsage(f"source {source.name!r}: key_columns name {repeated} twice")
+    if set(names) <= {*keys, *metadata_columns(built)}:
+        raise InvalidUsage(
+            f"source {source.name!r}: its output {names} has no value column besides its "
+            f"key_columns {keys} (and metadata): every command would read as a delete; "
+            "use the envelope 'none'"
+        )
+
+
+#: Names a location keeps for itself: the catalog, the status collection, and the
+#: introspection relation of ``timeshard serve``. No source or view is called one.
+SYSTEM_NAMES = ("timeshard_catalog", "timeshard_status", "timeshard_objects")
+
+
+def shard_writer(kind: str, name: str) -> str:
+    """How the object that writes a shard is named in messages and in :func:`shard_owners`:
+    ``source 'a'`` (kind ``source``, its outputs), ``source 'a' (its remap)`` (kind
+    ``remap``) or ``view 'v'`` (kind ``view``)."""
+    if kind == "remap":
+        return f"source {name!r} (its remap)"
+    if kind not in ("source", "view"):
+        raise InvalidUsage(f"a shard writer is a 'source', 'remap' or 'view', got {kind!r}")
+    return f"{kind} {name!r}"
+
+
+def shard_owners(catalog: Sequence[CatalogEntry]) -> dict[str, str]:
+    """Every shard the objects of ``catalog`` write, to its writer (:func:`shard_writer`):
+    a view its shard, a source its outputs (its ``export`` entries) and its remap."""
+    owners: dict[str, str] = {}
+    for entry in catalog:
+        if entry.kind == "view":
+            owners[entry.name] = shard_writer("view", entry.name)
+        elif entry.kind == "export" and isinstance(entry.definition.get("source"), str):
+            owners[entry.name] = shard_writer("source", entry.definition["source"])
+        elif entry.kind == "source" and isinstance(entry.definition.get("remap"), str):
+            owners[entry.definition["remap"]] = shard_writer("remap", entry.name)
+    return owners
+
+
+def check_new_shard_owner(shard: str, writer: str, owners: Mapping[str, str]) -> None:
+    """Refuse ``writer`` (:func:`shard_writer`) the shard ``shard`` unless it may write it.
+
+    ``shard`` must be a valid shard id and none of :data:`SYSTEM_NAMES`; a view's
+    shard must not be named like a source's remap (``<name>.remap``); and no other
+    object of ``owners`` (:func:`shard_owners` of the location's catalog) writes it:
+    a view over a source's shard would rewrite the source's rows with its own, a
+    source writing a view's shard would mix its records into the view's.
+    InvalidUsage names the shard and its owner.
+    """
+    from timeshard.persist.client import check_shard_id
+
+    check_shard_id(shard)
+    if shard in SYSTEM_NAMES:
+        raise InvalidUsage(
+            f"{writer} would write {shard!r}, the location's own shard or relation "
+            f"(one of {list(SYSTEM_NAMES)}): choose another name"
+        )
+    if writer.startswith("view ") and shard.endswith(".remap"):
+        raise InvalidUsage(
+            f"{writer} would write {shard!r}, the name of the remap shard of a source "
+            f"{shard.removesuffix('.remap')!r}: choose another name"
+        )
+    owner = owners.get(shard)
+    if owner is not None and owner != writer:
+        raise InvalidUsage(
+            f"{writer} would write the shard {shard!r}, which {owner} writes (so the "
+            "location's catalog records): choose another name, or drop that object first"
+        )
+
+
+def _check_written(
+    spec: RunSpec, writers: Sequence[tuple[str, str]], recorded: Mapping[str, str]
+) -> None:
+    """Every shard the declaration writes (``writers``: shard, what writes it; and each
+    source's remap) passes :func:`check_new_shard_owner` against the objects
+    ``recorded`` (the catalog's), and no two objects of the declaration write one."""
+    remaps = [(f"{s.name}.remap", shard_writer("remap", s.name)) for s in spec.source]
     owners: dict[str, str] = {}
     for shard, writer in [*writers, *remaps]:
-        check_shard_id(shard)
-        if shard in (CATALOG_SHARD, STATUS_SHARD):
-            raise InvalidUsage(f"{writer} would write {shard!r}, the location's own shard")
+        check_new_shard_owner(shard, writer, recorded)
         if shard in owners:
             raise InvalidUsage(f"{owners[shard]} and {writer} would both write the shard {shard!r}")
         owners[shard] = writer
@@ -451,15 +579,19 @@ def _schema_file(source: str, option: str, path: Any) -> str:
 
 __all__ = [
     "DEFAULT_DIR",
+    "SYSTEM_NAMES",
     "ExportSpec",
     "RunSpec",
     "SourceSpec",
     "SparkSpec",
     "ViewSpec",
     "build_source",
+    "check_new_shard_owner",
     "check_spec",
     "format_duration",
     "load_spec",
     "parse_duration",
+    "shard_owners",
+    "shard_writer",
     "spark_packages",
 ]

@@ -202,16 +202,20 @@ class _Offline:
 
 
 def _write_schema_files(spec: RunSpec, root: Path) -> None:
-    """Avro record schemas at the paths the KAFKA sources of ``spec`` name."""
+    """Avro record schemas at the paths the KAFKA sources of ``spec`` name (a key schema's
+    fields are the source's ``key_columns``, as the page says they must be)."""
     for source in spec.source:
         opts = source.options
         named = [opts.get("key_schema_file"), opts.get("value_schema_file")]
         named += list((opts.get("schemas") or {}).values())
         for i, path in enumerate(p for p in named if p is not None):
-            field = {"name": f"f{i}", "type": ["null", "string"]}  # distinct: no column repeats
+            names = [f"f{i}"]  # distinct: no column repeats
+            if path == opts.get("key_schema_file") and source.key_columns:
+                names = list(source.key_columns)
+            fields = [{"name": n, "type": ["null", "string"]} for n in names]
             target = root / path
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(json.dumps({"type": "record", "name": f"R{i}", "fields": [field]}))
+            target.write_text(json.dumps({"type": "record", "name": f"R{i}", "fields": fields}))
 
 
 def test_the_page_has_toml_blocks_for_every_kind(tmp_path: Path) -> None:

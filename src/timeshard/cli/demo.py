@@ -175,7 +175,10 @@ def fresh_location(directory: Path) -> Location:
     An earlier demo's location there is deleted (its ``blob/`` and consensus
     files; anything else in the directory stays). A location without the mark
     is refused with InvalidUsage and left as it is, and so is one a live
-    ``timeshard serve`` announces it serves (its objects would lose their shards).
+    ``timeshard serve`` announces it serves (its objects would lose their shards),
+    and one that holds shards besides the demo's own (:func:`demo_shards`: another
+    command wrote its objects there since, ``timeshard run`` using the same
+    default directory, say).
     """
     held = [p for p in (directory / "blob", directory / "consensus.sqlite") if p.exists()]
     if held and not (directory / DEMO_MARKER).exists():
@@ -190,6 +193,14 @@ def fresh_location(directory: Path) -> Location:
             "the demo starts afresh by deleting it: stop the server, or give the demo "
             "another --location"
         )
+    foreign = _foreign_shards(directory) if held else []
+    if foreign:
+        raise InvalidUsage(
+            f"{str(directory)!r} is a location an earlier demo created, and it now also holds "
+            f"objects the demo does not write ({len(foreign)} shards, such as "
+            f"{foreign[0]!r}; written by timeshard run or serve, say), which the demo would "
+            "delete to start afresh: give the demo another --location"
+        )
     shutil.rmtree(directory / "blob", ignore_errors=True)
     for f in directory.glob("consensus.sqlite*"):
         f.unlink()
@@ -198,6 +209,27 @@ def fresh_location(directory: Path) -> Location:
         "Made by `timeshard demo`, which deletes this location when it runs here again.\n"
     )
     return Location.embedded(directory)
+
+
+def demo_shards() -> set[str]:
+    """Every shard a demo writes: its sources' outputs and remaps, its views, and the
+    location's catalog and status collection."""
+    from timeshard.catalog import CATALOG_SHARD
+    from timeshard.storage.health import STATUS_SHARD
+    from timeshard.storage.sources import AuctionGenerator, KeyValueGenerator
+
+    auction, kv = AuctionGenerator(), KeyValueGenerator()
+    outputs = {f"{auction.name}.{sub}" for sub in auction.outputs()}
+    remaps = {f"{auction.name}.remap", f"{kv.name}.remap"}
+    return {*outputs, *remaps, kv.name, *VIEWS, CATALOG_SHARD, STATUS_SHARD}
+
+
+def _foreign_shards(directory: Path) -> list[str]:
+    """The shards of the location at ``directory`` that no demo writes, sorted."""
+    if not (directory / "consensus.sqlite").is_file():
+        return []  # blobs alone: no shard to keep
+    shards = PersistClient(Location.embedded(directory)).list_shards()
+    return sorted(set(shards) - demo_shards())
 
 
 class DemoBoard:

@@ -35,7 +35,7 @@ Runs on the driver.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -51,7 +51,7 @@ from timeshard.cli.options import (
     location_from,
     print_json,
 )
-from timeshard.errors import InvalidUsage
+from timeshard.errors import CorruptState, InvalidUsage
 from timeshard.persist import PersistClient
 
 if TYPE_CHECKING:
@@ -118,6 +118,7 @@ def explain(
 
     client = PersistClient(location_from(location, blob, consensus))
     entry = view_entry_named(client, view)
+    definition_of(entry)  # a malformed entry is reported before Spark starts
     spark = spark_session(app_name="timeshard-explain", blob_uri=client.location.blob_uri)
     doc = explain_view(spark, client, entry)
     if as_json:
@@ -145,20 +146,44 @@ def definition_of(entry: CatalogEntry) -> ViewDefinition:
     """The view definition a catalog entry records.
 
     A Python function view records only the function's name; it gets a
-    stand-in that fails if called (classifying never calls it).
+    stand-in that fails if called (classifying never calls it). CorruptState
+    names the entry if it is no view definition (a field missing or of
+    another type).
     """
     from timeshard.compute.view import ViewDefinition
 
     d = entry.definition
-    function = None if d.get("sql") is not None else _stand_in(entry.name, d.get("function"))
-    return ViewDefinition(
-        entry.name,
-        dict(d["inputs"]),
-        d.get("sql"),
-        function=function,
-        refresh_every_ms=d.get("refresh_every_ms"),
-        retain_history_ms=d.get("retain_history_ms"),
-    )
+    inputs = d.get("inputs")
+    if not isinstance(inputs, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in inputs.items()
+    ):
+        _malformed(entry, f"its inputs must map names to shards, got {inputs!r}")
+    sql, function_name = d.get("sql"), d.get("function")
+    if sql is None and function_name is None:
+        _malformed(entry, "it records neither sql nor function")
+    for field, value in (("sql", sql), ("function", function_name)):
+        if value is not None and not isinstance(value, str):
+            _malformed(entry, f"its {field} must be text, got {value!r}")
+    for field in ("refresh_every_ms", "retain_history_ms"):
+        value = d.get(field)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            _malformed(entry, f"its {field} must be an integer, got {value!r}")
+    function = None if sql is not None else _stand_in(entry.name, function_name)
+    try:
+        return ViewDefinition(
+            entry.name,
+            dict(inputs),
+            sql,
+            function=function,
+            refresh_every_ms=d.get("refresh_every_ms"),
+            retain_history_ms=d.get("retain_history_ms"),
+        )
+    except InvalidUsage as e:
+        _malformed(entry, str(e))
+
+
+def _malformed(entry: CatalogEntry, why: str) -> NoReturn:
+    raise CorruptState(f"catalog entry (view {entry.name!r}) is no view definition: {why}")
 
 
 #: How a view's query failing on the data shows (:mod:`timeshard.compute.row_errors`).

@@ -164,15 +164,25 @@ def location_from(
 
 
 def check_location(directory: Path) -> None:
-    """InvalidUsage naming ``directory`` unless it holds an embedded location."""
+    """InvalidUsage naming ``directory`` unless it holds an embedded location.
+
+    An empty ``consensus.sqlite`` is none: opening it would create the location's
+    tables and blob directory, which a command that only reads must not do.
+    """
     if not directory.is_dir():
         raise InvalidUsage(
             f"location {str(directory)!r} does not exist: give --location DIR, or create "
             "one with `timeshard demo` or `timeshard run`"
         )
-    if not (directory / "consensus.sqlite").is_file():
+    consensus = directory / "consensus.sqlite"
+    if not consensus.is_file():
         raise InvalidUsage(
             f"{str(directory)!r} is not a timeshard location: it holds no consensus.sqlite"
+        )
+    if consensus.stat().st_size == 0:
+        raise InvalidUsage(
+            f"{str(directory)!r} is not a timeshard location: its consensus.sqlite is an "
+            "empty file (no location was ever made there)"
         )
 
 

@@ -51,7 +51,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.catalog import record_source, stored_entry
+from timeshard.catalog import check_redeclared, read_catalog, record_source, stored_entry
 from timeshard.errors import (
     Fenced,
     InvalidUsage,
@@ -213,6 +213,7 @@ class Ingestion:
             stored = stored_entry(client, self.output, "source")  # before outputs() is read
             if stored is not None and isinstance(stored.definition.get("options"), dict):
                 pin(stored.definition["options"])
+        check_redeclared(client, self.output, source)  # before anything is written
         outputs = getattr(source, "outputs", None)
         self._payloads = outputs() if outputs is not None else {"": source.payload_schema()}
         self._envelopes = envelopes or {"": (envelope, key_columns)}
@@ -227,6 +228,7 @@ class Ingestion:
                 f"an envelope for {stray} names none of them"
                 + (": give one per output with envelopes=" if "" in stray else "")
             )
+        self._check_owners()
         self.exports: dict[str, Export] = {}
         self._open()
         exported = {sub: export.shard for sub, export in self.exports.items()}
@@ -235,6 +237,17 @@ class Ingestion:
         self.paused = False
         self._report_or_log("starting")
         self._resume_source()
+
+    def _check_owners(self) -> None:
+        """InvalidUsage if an output or the remap is a shard another object of the catalog
+        writes (:func:`~timeshard.spec.check_new_shard_owner`)."""
+        from timeshard.spec import check_new_shard_owner, shard_owners, shard_writer
+
+        owners = shard_owners(read_catalog(self.client))
+        for sub in self._payloads:
+            shard = f"{self.output}.{sub}" if sub else self.output
+            check_new_shard_owner(shard, shard_writer("source", self.output), owners)
+        check_new_shard_owner(f"{self.output}.remap", shard_writer("remap", self.output), owners)
 
     def _open(self) -> None:
         """Open every output's handles, the remap and the retained history."""
