@@ -60,7 +60,8 @@ Read-only mode mints nothing and writes nothing to consensus (not even a
 registration); it keeps the buffer pruned to times beyond the shard upper and
 capped in size. ``promote`` registers the handles, fences older deploy
 generations through the critical since handle ``deploy`` (opaque token = the
-generation) and starts writing.
+generation) and starts writing; it is refused once the view's shard is closed
+(the view was dropped), also when the close lands while it registers.
 
 I/O runs on an :class:`IoWorker`: one thread fed by one FIFO queue. Ordering
 invariants, after seed 002's "channel ordering requirements":
@@ -352,6 +353,7 @@ class MvSink:
         """Leave read-only mode: register handles, fence older generations, start writing."""
         if not self.read_only:
             return
+        self._refuse_if_closed()
         gen = str(self.generation).zfill(12)
         deploy = self.client.open_critical_since(self.shard_id, DEPLOY_READER, gen)
         current = deploy.current_opaque()
@@ -371,7 +373,35 @@ class MvSink:
         deploy.opaque = gen
         self._deploy = deploy
         self._open_handles()
+        try:
+            self._refuse_if_closed()  # a drop that raced the promotion
+        except InvalidUsage:
+            self._release_handles()
+            raise
         self.read_only = False
+
+    def _refuse_if_closed(self) -> None:
+        """InvalidUsage if the view's shard is closed: no sink writes it again, and holds
+        registered for one would never move (the view's inputs could not compact)."""
+        if self._readback.upper().is_empty():
+            raise InvalidUsage(
+                f"view shard {self.shard_id!r} is closed (the view was dropped, or every "
+                f"input closed and it is complete): generation {self.generation} cannot "
+                "take it over"
+            )
+
+    def _release_handles(self) -> None:
+        """Undo :meth:`promote` on a closed shard: what it registered is released as
+        :meth:`drop` would (no one else does once the view's drop has released its own)."""
+        self._deploy = None
+        with contextlib.suppress(Exception):
+            expire_all([self._writer])
+        self._writer = None
+        self._input_holds = []
+        self._retain = None
+        release_view_holds(self.client, self.shard_id, self.input_shards)
+        RetainedHistory.configure(self.client, self.shard_id, None)
+        self.client.drop_critical_since(self.shard_id, DEPLOY_READER)
 
     def _open_handles(self) -> None:
         """The writer, the durable input holds and the retained history."""
