@@ -86,8 +86,8 @@ class MaterializedView:
         state = client.state(definition.name)
         if state.upper.is_empty():
             raise InvalidUsage(
-                f"view {definition.name!r}: its shard is closed (the view was dropped), and a "
-                "dropped name is not used again"
+                f"view {definition.name!r}: its shard is closed (the view was dropped, or every "
+                "input closed and it is complete), and a closed view is not installed again"
             )
         stored = state.data_schema
         if not stored.equals(schema):
