@@ -86,8 +86,8 @@ class MaterializedView:
         state = client.state(definition.name)
         if state.upper.is_empty():
             raise InvalidUsage(
-                f"view {definition.name!r}: its shard is closed (the view was dropped), and a "
-                "dropped name is not used again"
+                f"view {definition.name!r}: its shard is closed (the view was dropped, or every "
+                "input closed and it is complete), and a closed view is not installed again"
             )
         stored = state.data_schema
         if not stored.equals(schema):
@@ -98,6 +98,8 @@ class MaterializedView:
         defaulted = as_of is None
         if as_of is None:
             as_of = MaterializedView._default_as_of(client, definition)
+        else:
+            MaterializedView._check_as_of(definition, as_of, _inputs_since(client, definition))
         sink = MvSink(
             client,
             definition.name,
@@ -112,15 +114,41 @@ class MaterializedView:
             retain_history_ms=definition.retain_history_ms,
             check_every_s=check_every_s,
         )
-        if defaulted and not read_only:
+        if not read_only:
             # The inputs' since may have moved on between choosing as_of and holding it.
             held = sink.inputs_since()
             if held.time is not None and definition.refresh_time(sink.as_of) < held.time:
-                sink.as_of = definition.first_shown_from(held.time)
+                if defaulted:
+                    sink.as_of = definition.first_shown_from(held.time)
+                else:
+                    MaterializedView._abandon(sink, desired, created=not exists)
+                    MaterializedView._check_as_of(definition, as_of, held)
         if not read_only:  # a read-only replica records its definition when promoted
             desired.use_leases()
             record_view(client, definition, sink.as_of, desired.plan.classification)
         return MaterializedView(definition, sink, desired, tick_interval_s)
+
+    @staticmethod
+    def _check_as_of(definition: ViewDefinition, as_of: Timestamp, since: Frontier) -> None:
+        """InvalidUsage if the view at ``as_of`` reads its inputs before ``since``, the join
+        of their sinces (no query can produce it there: its sink would stall for ever)."""
+        if since.time is None or definition.refresh_time(as_of) >= since.time:
+            return
+        raise InvalidUsage(
+            f"view {definition.name!r}: as_of {as_of} reads its inputs at "
+            f"{definition.refresh_time(as_of)}, before their since {since.time} (they are "
+            f"readable from it on: an as_of at or after {definition.first_shown_from(since.time)})"
+        )
+
+    @staticmethod
+    def _abandon(sink: MvSink, desired: SparkViewDesired, *, created: bool) -> None:
+        """Undo an install that cannot go on: a view this install created loses the holds
+        its sink registered, as if it never was; an existing view keeps its own."""
+        if created:
+            sink.drop()
+        else:
+            sink.close()
+        desired.close()
 
     @staticmethod
     def _default_as_of(client: PersistClient, definition: ViewDefinition) -> Timestamp:
@@ -131,10 +159,7 @@ class MaterializedView:
         REFRESH EVERY, from the first refresh time at or after it (a time before
         shows inputs below their since).
         """
-        since = Frontier.minimum()
-        for shard in definition.inputs.values():
-            since = since.join(client.state(shard).since)
-        readable = since.time or 0
+        readable = _inputs_since(client, definition).time or 0
         view_upper = client.state(definition.name).upper
         if view_upper.time is not None and view_upper.time > 0:
             resume = view_upper.time - 1
@@ -207,6 +232,14 @@ class MaterializedView:
         health.report(self.name, "dropped")
         health.close()
         self._health = None
+
+
+def _inputs_since(client: PersistClient, definition: ViewDefinition) -> Frontier:
+    """The join of the sinces of the view's inputs: the first time all are readable at."""
+    since = Frontier.minimum()
+    for shard in definition.inputs.values():
+        since = since.join(client.state(shard).since)
+    return since
 
 
 __all__ = ["MaterializedView"]

@@ -60,7 +60,11 @@ Read-only mode mints nothing and writes nothing to consensus (not even a
 registration); it keeps the buffer pruned to times beyond the shard upper and
 capped in size. ``promote`` registers the handles, fences older deploy
 generations through the critical since handle ``deploy`` (opaque token = the
-generation) and starts writing.
+generation) and starts writing. Every append is conditional on that token in
+its own compare-and-set (``fence``): a generation cannot append once a newer
+one took over, even if the takeover lands just before its append. Promoting
+is refused once the view's shard is closed (the view was dropped), also when
+the close lands while it registers.
 
 I/O runs on an :class:`IoWorker`: one thread fed by one FIFO queue. Ordering
 invariants, after seed 002's "channel ordering requirements":
@@ -352,6 +356,7 @@ class MvSink:
         """Leave read-only mode: register handles, fence older generations, start writing."""
         if not self.read_only:
             return
+        self._refuse_if_closed()
         gen = str(self.generation).zfill(12)
         deploy = self.client.open_critical_since(self.shard_id, DEPLOY_READER, gen)
         current = deploy.current_opaque()
@@ -371,7 +376,35 @@ class MvSink:
         deploy.opaque = gen
         self._deploy = deploy
         self._open_handles()
+        try:
+            self._refuse_if_closed()  # a drop that raced the promotion
+        except InvalidUsage:
+            self._release_handles()
+            raise
         self.read_only = False
+
+    def _refuse_if_closed(self) -> None:
+        """InvalidUsage if the view's shard is closed: no sink writes it again, and holds
+        registered for one would never move (the view's inputs could not compact)."""
+        if self._readback.upper().is_empty():
+            raise InvalidUsage(
+                f"view shard {self.shard_id!r} is closed (the view was dropped, or every "
+                f"input closed and it is complete): generation {self.generation} cannot "
+                "take it over"
+            )
+
+    def _release_handles(self) -> None:
+        """Undo :meth:`promote` on a closed shard: what it registered is released as
+        :meth:`drop` would (no one else does once the view's drop has released its own)."""
+        self._deploy = None
+        with contextlib.suppress(Exception):
+            expire_all([self._writer])
+        self._writer = None
+        self._input_holds = []
+        self._retain = None
+        release_view_holds(self.client, self.shard_id, self.input_shards)
+        RetainedHistory.configure(self.client, self.shard_id, None)
+        self.client.drop_critical_since(self.shard_id, DEPLOY_READER)
 
     def _open_handles(self) -> None:
         """The writer, the durable input holds and the retained history."""
@@ -827,9 +860,10 @@ class MvSink:
             return
         has_delta = last is None  # part of the batch is desired's delta
         writer = self._writer
-        assert writer is not None
+        assert writer is not None and self._deploy is not None
         assert desc.lower.time is not None
         floor = self.as_of if desc.lower.time < self.as_of else None
+        fence = (DEPLOY_READER, self._deploy.opaque)  # this generation's token
 
         def command() -> _Outcome:
             if corrections is None:  # the view did not change: no part, no Spark job
@@ -843,19 +877,23 @@ class MvSink:
                     raise
                 if has_delta:  # between ticks, not at the start of the next one
                     self._incremental.written()
-            fenced = self._superseded()
-            if fenced or self.read_only:
+            if self.read_only:
                 for batch in batches:
                     batch.delete()
-                return _Outcome(None, writer.fetch_recent_upper(), fenced=fenced)
-            try:
+                return _Outcome(None, writer.fetch_recent_upper())
+            try:  # appends only while the deploy token is this generation's, atomically
                 result = writer.compare_and_append_batch(
-                    batches, desc.lower, desc.upper, since_floor=floor
+                    batches, desc.lower, desc.upper, since_floor=floor, fence=fence
                 )
             except BaseException as e:
                 if not_appended(e):  # else the batch may be in the shard: its parts stay
                     for batch in batches:
                         batch.delete()
+                if isinstance(e, Fenced):
+                    log.warning(
+                        "sink %s: generation %s fenced: %s", self.shard_id, self.generation, e
+                    )
+                    return _Outcome(None, writer.fetch_recent_upper(), fenced=True)
                 raise
             if isinstance(result, UpperMismatch):
                 for batch in batches:
@@ -888,7 +926,7 @@ class MvSink:
             raise
         if outcome.delta_failed is not None:
             self._go_time_by_time(outcome.delta_failed)
-        elif outcome.result is None:  # fenced while staging
+        elif outcome.result is None:  # fenced, or turned read-only while staging
             if outcome.fenced:
                 self._fenced()
             self._mint.failed()

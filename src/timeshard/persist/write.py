@@ -19,9 +19,13 @@ Invariants:
    pass one batch (or copies of it) twice.
 3. A retry after an indeterminate failure never appends twice: every append
    carries an idempotency token that the writer's state remembers.
-4. Parts of a staged batch are either appended, deleted by ``Batch.delete``,
+4. An append with a ``fence`` commits only while the fencing critical reader
+   holds the expected token, decided in the same compare-and-set as the upper
+   (a writer of an older deploy generation cannot append after a newer one
+   took over); otherwise it raises :class:`Fenced` and appends nothing.
+5. Parts of a staged batch are either appended, deleted by ``Batch.delete``,
    or collected by GC once their writer is expired.
-5. Every part staged here records its time bounds and, up to
+6. Every part staged here records its time bounds and, up to
    ``MAX_PART_TIMES``, its distinct times (``write_part`` on the driver,
    ``write_parts`` in Spark tasks); a transmitted batch carries them.
 """
@@ -239,15 +243,26 @@ class WriteHandle:
         *,
         token: str | None = None,
         since_floor: int | None = None,
+        fence: tuple[str, str] | None = None,
     ) -> Appended | UpperMismatch:
         """Append ``batches`` as ``[expected_upper, new_upper)`` if the upper is expected.
 
         ``since_floor`` (a time before ``new_upper``) raises the shard's since,
         and every reader's, to it in the same step: the times before it are
         declared unreadable (see ``transitions.compare_and_append``).
+
+        ``fence`` ``(critical_reader_id, opaque)``: append only while that
+        critical reader's token is ``opaque``, else raise :class:`Fenced` having
+        appended nothing (its batches may be deleted).
         """
         if token is not None and not isinstance(token, str):
             raise InvalidUsage(f"the idempotency token {token!r} is not a string")
+        if fence is not None and (
+            not isinstance(fence, tuple)
+            or len(fence) != 2
+            or not all(isinstance(f, str) for f in fence)
+        ):
+            raise InvalidUsage(f"fence {fence!r} is not a (critical reader id, opaque) pair")
         expected, new = frontier(expected_upper), frontier(new_upper)
         if not expected <= new:
             raise InvalidUsage(
@@ -285,6 +300,7 @@ class WriteHandle:
                 token=token_,
                 now_ms=self._config.now_ms(),
                 since_floor=floor,
+                fence=fence,
             )
         )
         assert isinstance(result, Appended | UpperMismatch), result

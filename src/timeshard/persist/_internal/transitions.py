@@ -14,7 +14,9 @@ Invariants:
    transition again. ``compare_and_append`` is made so by the writer's
    idempotency token, ``apply_merge`` by looking for its own output.
 3. Transitions raise only :class:`LeaseExpired` (the handle is gone from the
-   state) and never leave a state that breaks ``ShardState.check_invariants``.
+   state) and :class:`Fenced` (a critical reader's token is not the expected
+   one, or the reader is gone), and never leave a state that breaks
+   ``ShardState.check_invariants``.
 """
 
 from __future__ import annotations
@@ -101,11 +103,18 @@ def compare_and_append(
     token: str,
     now_ms: int,
     since_floor: Frontier | None = None,
+    fence: tuple[str, str] | None = None,
 ) -> Transition:
     """Append ``parts`` as the batch ``[expected_upper, new_upper)``.
 
     ``owners`` are the writers that staged the parts; each must still be
     registered, or GC may already have deleted their staged parts.
+
+    ``fence`` ``(reader_id, opaque)`` makes the append conditional on the
+    critical reader ``reader_id`` holding the token ``opaque``: if it holds
+    another (a newer deploy generation took the shard over) or is gone, nothing
+    is appended and :class:`Fenced` is raised. An append that already landed
+    is still ``Appended`` (re-applied after an indeterminate attempt).
 
     ``since_floor`` (before ``new_upper``) raises the shard's since and every
     reader's to at least it in the same step: the writer declares that the
@@ -122,6 +131,8 @@ def compare_and_append(
     writer = _writer(state, writer_id)
     for owner in owners:
         _writer(state, owner)
+    if fence is not None:
+        _check_fence(state, *fence)
     if state.upper != expected_upper:
         return None, UpperMismatch(expected_upper, state.upper)
     batches = list(state.batches)
@@ -138,6 +149,17 @@ def compare_and_append(
     if since_floor is not None:
         new = _raise_since(new, since_floor)
     return new, Appended(new_upper, state.seqno + 1)
+
+
+def _check_fence(state: ShardState, reader_id: str, opaque: str) -> None:
+    reader = state.critical_readers.get(reader_id)
+    if reader is None:
+        raise Fenced(f"critical reader {reader_id!r} of shard {state.shard_id!r} is gone")
+    if reader.opaque != opaque:
+        raise Fenced(
+            f"shard {state.shard_id!r} is fenced: critical reader {reader_id!r} has token "
+            f"{reader.opaque!r}, the append expected {opaque!r}"
+        )
 
 
 def _landed(state: ShardState, parts: tuple[PartMeta, ...]) -> Appended | None:
