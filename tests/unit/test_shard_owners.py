@@ -85,3 +85,26 @@ def test_system_names_are_the_location_s_own() -> None:
     assert CATALOG_SHARD in SYSTEM_NAMES and STATUS_SHARD in SYSTEM_NAMES
     with pytest.raises(InvalidUsage, match="timeshard_objects"):
         check_spec(RunSpec(source=[SourceSpec(name="timeshard_objects", kind="counter")]), [])
+
+
+def test_timeshard_run_refuses_another_objects_shard_before_spark_starts(
+    tmp_path: Path, client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    import timeshard.spark
+    from timeshard.cli.main import app
+
+    def no_spark(**_: object) -> None:
+        raise AssertionError("Spark started")
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", no_spark)
+    spec = tmp_path / "run.toml"
+    spec.write_text(
+        f'[location]\ndir = "{tmp_path / "loc"}"\n\n'
+        '[[source]]\nname = "kv"\nkind = "key_value"\n\n'
+        '[[view]]\nname = "c"\ninputs = { x = "kv" }\nsql = "SELECT count(*) AS n FROM x"\n'
+    )
+    result = CliRunner().invoke(app, ["run", str(spec), "--seconds", "1"])
+    assert isinstance(result.exception, InvalidUsage), result.exception  # not "Spark started"
+    assert "view 'c' would write the shard 'c'" in str(result.exception)

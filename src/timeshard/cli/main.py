@@ -631,6 +631,7 @@ def run(
     The file is checked in full (sources' options, views' inputs) before Spark
     starts, and a bad one writes nothing.
     """
+    from timeshard.catalog import read_catalog
     from timeshard.cli.serve import JVM_EXITED, jvm_gone
     from timeshard.controller import Pipeline
     from timeshard.spark import spark_session
@@ -639,7 +640,12 @@ def run(
     spec = load_spec(file)
     loc = spec.location
     directory = Path(loc.dir or DEFAULT_DIR)
-    check_spec(spec, existing=_shards_if_any(directory, loc.blob, loc.consensus))
+    existing = _existing_client(directory, loc.blob, loc.consensus)
+    check_spec(
+        spec,
+        existing=existing.list_shards() if existing is not None else [],
+        catalog=read_catalog(existing) if existing is not None else [],
+    )
     client = PersistClient(location_from(directory, loc.blob, loc.consensus, create=True))
     spark = spark_session(
         master=spec.spark.master,
@@ -673,11 +679,14 @@ def run(
             spark.stop()
 
 
-def _shards_if_any(directory: Path, blob: str | None, consensus: str | None) -> list[str]:
-    """The shards of a location, without creating an embedded one that does not exist."""
+def _existing_client(
+    directory: Path, blob: str | None, consensus: str | None
+) -> PersistClient | None:
+    """A client of the location, or None for an embedded one that does not exist (it is
+    not created: a declaration that fails its checks writes nothing)."""
     if blob is None and consensus is None and not (directory / "consensus.sqlite").is_file():
-        return []
-    return PersistClient(location_from(directory, blob, consensus, create=True)).list_shards()
+        return None
+    return PersistClient(location_from(directory, blob, consensus, create=True))
 
 
 @app.command("nemesis")
