@@ -225,7 +225,16 @@ class MaterializedView:
             self._health = None
 
     def drop(self) -> None:
-        """Close, release the view's durable holds, and record it as dropped."""
+        """Close, close the view's shard, release its durable holds, and record it as
+        dropped.
+
+        The shard closes first: a standby promoted from then on finds the view
+        dropped and holds nothing, and one promoted before loses the holds it
+        registered with the rest (they are released by name). A dropped name is
+        not used again.
+        """
+        self.sink.close()
+        self.sink.client.close_shard(self.name)
         self.sink.drop()
         self.desired.close()
         health = self._health or Health(self.sink.client)
