@@ -514,7 +514,18 @@ def main() -> None:
     parser.add_argument(
         "--adaptive", action="store_true", help="adaptive execution on (off by default)"
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting over timeshard's (repeatable), to compare settings",
+    )
     args = parser.parse_args()
+    bad = [c for c in args.conf if "=" not in c]
+    if bad:
+        parser.error(f"--conf takes KEY=VALUE, got {bad[0]!r}")
+    conf = dict(c.split("=", 1) for c in args.conf)
     args.views = [v for v in args.views.split(",") if v]
     unknown = sorted(set(args.views) - set(VIEWS))
     if unknown:
@@ -524,6 +535,7 @@ def main() -> None:
         extra_conf={
             "spark.sql.adaptive.enabled": str(args.adaptive).lower(),
             "spark.driver.memory": args.driver_memory,
+            **conf,
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
