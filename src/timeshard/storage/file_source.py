@@ -122,6 +122,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeshard.errors import InvalidUsage
 from timeshard.persist._internal.parts import ERR
@@ -562,7 +563,9 @@ def arrow_json_exact(typ: pa.DataType) -> bool:
     """Whether Arrow's JSON reader reads a column of ``typ`` as :func:`decode_payload` does.
 
     Integers, doubles, booleans and strings: Arrow is then as strict (no
-    coercion, integers in range, a number too large for a double refused).
+    coercion, integers in range), but for a number too large for a double
+    (``2e308``), which it reads as infinity where :func:`decode_payload`
+    refuses it; :func:`arrow_json` gives way on any infinity for that.
     """
     t = pa.types
     return bool(t.is_integer(typ) or t.is_float64(typ) or t.is_boolean(typ) or t.is_string(typ))
@@ -574,7 +577,9 @@ def arrow_json(text: bytes, rows: int, schema: pa.Schema, *, unknown: str) -> pa
 
     ``unknown`` is what a key that is not a column does: ``"ignore"`` it, or
     ``"error"`` (then None). None also for a column type Arrow does not read
-    exactly (:func:`arrow_json_exact`), a carriage return, a byte order mark,
+    exactly (:func:`arrow_json_exact`), an infinite double (Arrow reads a
+    number too large for a double as one; ``Infinity`` is rare enough to be
+    left to the caller too), a carriage return, a byte order mark,
     a blank line, a line that does not start with ``{`` (pyarrow 26 reads a
     top-level ``null`` as a row of nulls, and segfaults when it comes
     first), bytes that are not UTF-8 (Arrow does not check them), a line
@@ -606,7 +611,13 @@ def arrow_json(text: bytes, rows: int, schema: pa.Schema, *, unknown: str) -> pa
         return None
     if table.num_rows != rows:
         return None  # a line that held several JSON documents
+    if any(_has_infinity(table.column(f.name)) for f in schema if pa.types.is_floating(f.type)):
+        return None  # ``2e308`` read as infinity, which decode_payload refuses
     return table.select(schema.names).combine_chunks()
+
+
+def _has_infinity(column: pa.ChunkedArray) -> bool:
+    return bool(pc.any(pc.is_inf(column)).as_py())
 
 
 def _utf8(text: bytes) -> bool:
