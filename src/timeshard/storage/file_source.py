@@ -51,6 +51,10 @@ task reads its bytes, splits lines, and decodes them:
   ``double``, ``string`` or ``bytes``, or a union of ``null`` and one of
   those; the columns are its fields, in order (:func:`avro_payload_schema`).
 
+No column name may start with ``_`` (InvalidUsage when the source is built):
+``_partition``, ``_offset``, ``_ts``, ``_diff`` and ``_err`` are the
+columns ingestion adds, and a data column of that name would be taken for one.
+
 A line that cannot be decoded (malformed JSON, a wrong field type, a wrong
 number of CSV fields, invalid UTF-8, invalid base64, an Avro datum that does
 not decode with the declared schema, a line longer than ``max_line_bytes``)
@@ -217,6 +221,11 @@ class FileSource:
         elif avro_schema is not None:
             schema = avro_payload_schema(avro_schema)
         assert schema is not None
+        reserved = [n for n in schema.names if n.startswith("_")]
+        if reserved:  # _partition, _offset, _ts, _diff and _err are ingestion's own
+            raise InvalidUsage(
+                f"FILE source {name!r}: columns {reserved} start with '_' (reserved)"
+            )
         self.schema = schema
 
     def payload_schema(self) -> pa.Schema:
