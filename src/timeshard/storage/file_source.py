@@ -54,6 +54,8 @@ task reads its bytes, splits lines, and decodes them:
 No column name may start with ``_`` (InvalidUsage when the source is built):
 ``_partition``, ``_offset``, ``_ts``, ``_diff`` and ``_err`` are the
 columns ingestion adds, and a data column of that name would be taken for one.
+Every column is nullable, and so is every field inside one (InvalidUsage
+for ``nullable=False``): a missing field and an err row are null there.
 
 A line that cannot be decoded (malformed JSON, a wrong field type, a wrong
 number of CSV fields, invalid UTF-8, invalid base64, an Avro datum that does
@@ -226,6 +228,12 @@ class FileSource:
             raise InvalidUsage(
                 f"FILE source {name!r}: columns {reserved} start with '_' (reserved)"
             )
+        not_null = [path for f in schema for path in _not_null(f, f.name)]
+        if not_null:
+            raise InvalidUsage(
+                f"FILE source {name!r}: columns {not_null} are NOT NULL (nullable=False), but a "
+                "missing field or an err row is null there; declare them nullable"
+            )
         self.schema = schema
 
     def payload_schema(self) -> pa.Schema:
@@ -327,6 +335,21 @@ class FileSource:
             ),
             spark_schema,
         )
+
+
+def _not_null(field: pa.Field, path: str) -> Iterator[str]:
+    """The paths (``column.field``) of the fields declared NOT NULL in ``field``, itself
+    included; a map's keys, never null in Arrow, are not among them."""
+    if not field.nullable:
+        yield path
+    typ = field.type
+    if pa.types.is_struct(typ):
+        for child in typ:
+            yield from _not_null(child, f"{path}.{child.name}")
+    elif pa.types.is_map(typ):
+        yield from _not_null(typ.item_field, f"{path}.value")
+    elif pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        yield from _not_null(typ.value_field, f"{path}.element")
 
 
 def _from_avro(lines: Any, avro_schema: str, payload: pa.Schema) -> Any:
