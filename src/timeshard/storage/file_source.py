@@ -87,9 +87,24 @@ not decoded: the task measures it in 1 MiB reads without keeping them, skips
 it, and emits an err row for it. The limit is part of the source's definition:
 changing it changes what the same bytes decode to. A task holds one line and
 one output batch (at most 4096 rows or about 16 MiB of lines) at a time.
-Files must only be appended to: a range already bound whose file has been
-truncated, rewritten or removed fails the read with InvalidUsage (the
-ingestion stalls); it is never silently skipped.
+Files must only be appended to. What is checked (each check stalls the
+ingestion, nothing is skipped):
+
+* a file shorter than the offset bound for it (truncated, or removed with
+  bytes bound but not read) is refused by the ingestion, and a range that
+  does not start just after a newline, or runs past the end of its file,
+  fails the read with InvalidUsage;
+* ``upper`` remembers, per file, the furthest offset it found and a digest
+  of the 4 KiB before it, and raises InvalidUsage when a file at least that
+  long no longer holds those bytes: a file rewritten, or truncated and
+  written again (``copytruncate`` log rotation), even with newlines at the
+  old offsets.
+
+The remembering lasts as long as the source object: bindings hold offsets
+only, so a file rewritten while no instance ran, as long as before and with
+a newline just before each bound offset, is read on from the bound offset
+(its lines before it are lost); so is a rewrite that leaves the 4 KiB before
+the offset as they were.
 
 Avro datums are decoded by spark-avro on the JVM, not in Python: the tasks
 only split lines and base64-decode them into a binary column (invalid base64
@@ -118,6 +133,7 @@ import base64
 import binascii
 import csv
 import errno
+import hashlib
 import io
 import json
 import math
@@ -149,6 +165,8 @@ DEFAULT_MAX_LINE_BYTES = 64 << 20
 _READ_CHUNK = 1 << 20
 _BATCH_ROWS = 4096
 _BATCH_BYTES = 16 << 20
+#: How many bytes before an offset :meth:`FileSource.upper` checks are unchanged.
+_TAIL = 4096
 
 
 #: What decoding raises for bytes that do not decode: such a line is an err row. Anything
@@ -223,6 +241,9 @@ class FileSource:
         elif avro_schema is not None:
             schema = avro_payload_schema(avro_schema)
         assert schema is not None
+        #: Per file, the furthest offset :meth:`upper` found, and a digest of the
+        #: :data:`_TAIL` bytes before it (:func:`_tail`).
+        self._seen: dict[str, tuple[int, bytes]] = {}
         reserved = [n for n in schema.names if n.startswith("_")]
         if reserved:  # _partition, _offset, _ts, _diff and _err are ingestion's own
             raise InvalidUsage(
@@ -280,15 +301,40 @@ class FileSource:
 
         A file removed after the listing is left out, as a listing after its
         removal leaves it out; bytes of it already bound but not read yet fail
-        the read (:func:`_decode_range`).
+        the read (:func:`_decode_range`). Raises InvalidUsage for a file whose
+        bytes before an offset found earlier changed (:meth:`_look`).
         """
         out: SourceFrontier = {}
         for f in self._files():
+            partition = self._partition(f)
             try:
-                out[self._partition(f)] = _complete_prefix(f)
+                out[partition] = self._look(f, partition)
             except FileNotFoundError:
                 continue
         return out
+
+    def _look(self, file: Path, partition: str) -> int:
+        """The offset just past the last complete line of ``file``, after checking that
+        the bytes before the furthest offset seen in it are still there.
+
+        Raises InvalidUsage if they changed (the file was rewritten, or truncated
+        and written again). A file now shorter than that offset is not checked:
+        its upper is below what may be bound, which the ingestion refuses; the
+        offset is kept, to check the file if it grows again.
+        """
+        with open(file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            seen = self._seen.get(partition)
+            if seen is not None and size >= seen[0] and _tail(f, seen[0]) != seen[1]:
+                raise InvalidUsage(
+                    f"FILE source {self.name!r}: {partition!r} no longer holds the bytes "
+                    f"before byte {seen[0]} that were read from it; it was rewritten, and "
+                    "files must only be appended to"
+                )
+            offset = _complete_prefix(f, size)
+            if seen is None or offset >= seen[0]:
+                self._seen[partition] = (offset, _tail(f, offset))
+        return offset
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
         """The records in ``[start, end)`` (driver: plans; executors: decode).
@@ -411,23 +457,26 @@ def _is_file(entry: os.DirEntry[str]) -> bool:
         raise
 
 
-def _complete_prefix(file: Path) -> int:
-    """Bytes up to and including the last newline of ``file``."""
-    size = file.stat().st_size
-    if size == 0:
-        return 0
-    with open(file, "rb") as f:
-        block = 1 << 16
-        pos = size
-        while pos > 0:
-            step = min(block, pos)
-            f.seek(pos - step)
-            chunk = f.read(step)
-            i = chunk.rfind(b"\n")
-            if i >= 0:
-                return pos - step + i + 1
-            pos -= step
+def _complete_prefix(f: BinaryIO, size: int) -> int:
+    """Bytes up to and including the last newline of the ``size`` first bytes of ``f``."""
+    block = 1 << 16
+    pos = size
+    while pos > 0:
+        step = min(block, pos)
+        f.seek(pos - step)
+        chunk = f.read(step)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return pos - step + i + 1
+        pos -= step
     return 0
+
+
+def _tail(f: BinaryIO, offset: int) -> bytes:
+    """A digest of the (at most :data:`_TAIL`) bytes of ``f`` before ``offset``."""
+    start = max(0, offset - _TAIL)
+    f.seek(start)
+    return hashlib.blake2b(f.read(offset - start), digest_size=16).digest()
 
 
 def _decoder(base: str, fmt: str, schema_ipc: bytes, max_line_bytes: int) -> Any:
