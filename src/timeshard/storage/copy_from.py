@@ -42,8 +42,9 @@ Formats, checked against the collection's schema (its data columns):
   integer to a wider integer, a decimal with room for it or, up to 32 bits,
   a double; float to double; string and binary to their large forms).
 
-In CSV and JSON files, empty lines are skipped, a UTF-8 byte order mark at
-the start of a file is ignored, and a trailing carriage return is dropped.
+In CSV and JSON files, empty lines are skipped (a line of spaces or tabs is
+not empty: a CSV value, or a bad row), a UTF-8 byte order mark at the start
+of a file is ignored, and a trailing carriage return is dropped.
 
 Bad rows: a line that does not parse, a value of the wrong type or out of
 range, a wrong number of CSV fields, an unknown JSON key, a null in a column
