@@ -178,7 +178,20 @@ def test_plainly_quoted(text: bytes, plain: bool) -> None:
 JSON = pa.schema([("k", pa.string()), ("v", pa.int64()), ("x", pa.float64()), ("ok", pa.bool_())])
 JSON_VALUES = st.sampled_from(
     [
-        *("1", "-3", "99999999999999999999", "1.0", "2.5", "1e400", "NaN", "true", "null"),
+        *(
+            "1",
+            "-3",
+            "99999999999999999999",
+            "1.0",
+            "2.5",
+            "1e400",
+            "2e308",
+            "-2e308",
+            "NaN",
+            "Infinity",
+            "true",
+            "null",
+        ),
         *('"1"', '"é"', '"\\ud800"', "[1]", '{"a": 1}'),
     ]
 )

@@ -42,8 +42,9 @@ Formats, checked against the collection's schema (its data columns):
   integer to a wider integer, a decimal with room for it or, up to 32 bits,
   a double; float to double; string and binary to their large forms).
 
-In CSV and JSON files, empty lines are skipped, a UTF-8 byte order mark at
-the start of a file is ignored, and a trailing carriage return is dropped.
+In CSV and JSON files, empty lines are skipped (a line of spaces or tabs is
+not empty: a CSV value, or a bad row), a UTF-8 byte order mark at the start
+of a file is ignored, and a trailing carriage return is dropped.
 
 Bad rows: a line that does not parse, a value of the wrong type or out of
 range, a wrong number of CSV fields, an unknown JSON key, a null in a column
@@ -235,6 +236,8 @@ def plan_copy(
     """
     fmt = _choice("format", format, FORMATS)
     on_error = _choice("on_error", on_error, ON_ERROR)
+    if header is not None and not isinstance(header, bool):  # "false" would read as true
+        raise InvalidUsage(f"header must be True or False, got {header!r}")
     if header is not None and fmt != "csv":
         raise InvalidUsage(f"header={header!r} goes with format 'csv' only, not {fmt!r}")
     if at is not None and (not isinstance(at, int) or isinstance(at, bool) or at < 0):
@@ -246,7 +249,7 @@ def plan_copy(
         )
     state = _collection(client, into)
     schema = state.data_schema
-    not_null = tuple(not_null)
+    not_null = _column_names("not_null", not_null)
     unknown = [c for c in not_null if c not in schema.names]
     if unknown:
         raise InvalidUsage(
@@ -279,6 +282,17 @@ def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in allowed:
         raise InvalidUsage(f"{name} must be one of {list(allowed)}, got {value!r}")
     return value
+
+
+def _column_names(name: str, value: object) -> tuple[str, ...]:
+    """``value``, an iterable of column names, as a tuple; InvalidUsage naming it if it is
+    not one (a str, whose letters would be taken for names, is not)."""
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidUsage(f"{name} must be a list of column names, got {value!r}")
+    names = tuple(value)
+    if not all(isinstance(n, str) for n in names):
+        raise InvalidUsage(f"{name} must be a list of column names, got {list(names)!r}")
+    return names
 
 
 def _collection(client: PersistClient, into: str) -> ShardState:

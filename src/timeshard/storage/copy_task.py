@@ -88,7 +88,8 @@ _BOM = b"\xef\xbb\xbf"
 #: Bytes that send a CSV chunk line by line: what Python's csv reader or the
 #: line splitting treat specially (a line break inside a line, NUL).
 _LINE_BY_LINE = (b"\r", b"\x00")
-#: A blank line (skipped, so lines and rows no longer match one to one).
+#: A blank line: an empty one is skipped (lines and rows no longer match one to one), and
+#: Arrow's reader and Python's may read one of spaces apart: either goes line by line.
 _BLANK_LINE = re.compile(rb"(?m)^[ \t\x0b\x0c]*$")
 _BATCH_ROWS = 4096
 _READ_CHUNK = 1 << 20
@@ -381,7 +382,7 @@ class _LineSpec:
         rows: list[dict[str, Any]] = []
         for n, raw in lines:
             line = raw.removeprefix(_BOM) if n == 1 else raw
-            if not line.strip():
+            if not line:  # an empty line; one of spaces is a record (a value, or a bad row)
                 continue
             rows.append(self._row(line, columns, file, n, tally))
             if len(rows) >= _BATCH_ROWS:

@@ -51,6 +51,12 @@ task reads its bytes, splits lines, and decodes them:
   ``double``, ``string`` or ``bytes``, or a union of ``null`` and one of
   those; the columns are its fields, in order (:func:`avro_payload_schema`).
 
+No column name may start with ``_`` (InvalidUsage when the source is built):
+``_partition``, ``_offset``, ``_ts``, ``_diff`` and ``_err`` are the
+columns ingestion adds, and a data column of that name would be taken for one.
+Every column is nullable, and so is every field inside one (InvalidUsage
+for ``nullable=False``): a missing field and an err row are null there.
+
 A line that cannot be decoded (malformed JSON, a wrong field type, a wrong
 number of CSV fields, invalid UTF-8, invalid base64, an Avro datum that does
 not decode with the declared schema, a line longer than ``max_line_bytes``)
@@ -81,9 +87,24 @@ not decoded: the task measures it in 1 MiB reads without keeping them, skips
 it, and emits an err row for it. The limit is part of the source's definition:
 changing it changes what the same bytes decode to. A task holds one line and
 one output batch (at most 4096 rows or about 16 MiB of lines) at a time.
-Files must only be appended to: a range already bound whose file has been
-truncated, rewritten or removed fails the read with InvalidUsage (the
-ingestion stalls); it is never silently skipped.
+Files must only be appended to. What is checked (each check stalls the
+ingestion, nothing is skipped):
+
+* a file shorter than the offset bound for it (truncated, or removed with
+  bytes bound but not read) is refused by the ingestion, and a range that
+  does not start just after a newline, or runs past the end of its file,
+  fails the read with InvalidUsage;
+* ``upper`` remembers, per file, the furthest offset it found and a digest
+  of the 4 KiB before it, and raises InvalidUsage when a file at least that
+  long no longer holds those bytes: a file rewritten, or truncated and
+  written again (``copytruncate`` log rotation), even with newlines at the
+  old offsets.
+
+The remembering lasts as long as the source object: bindings hold offsets
+only, so a file rewritten while no instance ran, as long as before and with
+a newline just before each bound offset, is read on from the bound offset
+(its lines before it are lost); so is a rewrite that leaves the 4 KiB before
+the offset as they were.
 
 Avro datums are decoded by spark-avro on the JVM, not in Python: the tasks
 only split lines and base64-decode them into a binary column (invalid base64
@@ -112,6 +133,7 @@ import base64
 import binascii
 import csv
 import errno
+import hashlib
 import io
 import json
 import math
@@ -122,6 +144,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from timeshard.errors import InvalidUsage
 from timeshard.persist._internal.parts import ERR
@@ -142,6 +165,8 @@ DEFAULT_MAX_LINE_BYTES = 64 << 20
 _READ_CHUNK = 1 << 20
 _BATCH_ROWS = 4096
 _BATCH_BYTES = 16 << 20
+#: How many bytes before an offset :meth:`FileSource.upper` checks are unchanged.
+_TAIL = 4096
 
 
 #: What decoding raises for bytes that do not decode: such a line is an err row. Anything
@@ -216,6 +241,20 @@ class FileSource:
         elif avro_schema is not None:
             schema = avro_payload_schema(avro_schema)
         assert schema is not None
+        #: Per file, the furthest offset :meth:`upper` found, and a digest of the
+        #: :data:`_TAIL` bytes before it (:func:`_tail`).
+        self._seen: dict[str, tuple[int, bytes]] = {}
+        reserved = [n for n in schema.names if n.startswith("_")]
+        if reserved:  # _partition, _offset, _ts, _diff and _err are ingestion's own
+            raise InvalidUsage(
+                f"FILE source {name!r}: columns {reserved} start with '_' (reserved)"
+            )
+        not_null = [path for f in schema for path in _not_null(f, f.name)]
+        if not_null:
+            raise InvalidUsage(
+                f"FILE source {name!r}: columns {not_null} are NOT NULL (nullable=False), but a "
+                "missing field or an err row is null there; declare them nullable"
+            )
         self.schema = schema
 
     def payload_schema(self) -> pa.Schema:
@@ -262,15 +301,40 @@ class FileSource:
 
         A file removed after the listing is left out, as a listing after its
         removal leaves it out; bytes of it already bound but not read yet fail
-        the read (:func:`_decode_range`).
+        the read (:func:`_decode_range`). Raises InvalidUsage for a file whose
+        bytes before an offset found earlier changed (:meth:`_look`).
         """
         out: SourceFrontier = {}
         for f in self._files():
+            partition = self._partition(f)
             try:
-                out[self._partition(f)] = _complete_prefix(f)
+                out[partition] = self._look(f, partition)
             except FileNotFoundError:
                 continue
         return out
+
+    def _look(self, file: Path, partition: str) -> int:
+        """The offset just past the last complete line of ``file``, after checking that
+        the bytes before the furthest offset seen in it are still there.
+
+        Raises InvalidUsage if they changed (the file was rewritten, or truncated
+        and written again). A file now shorter than that offset is not checked:
+        its upper is below what may be bound, which the ingestion refuses; the
+        offset is kept, to check the file if it grows again.
+        """
+        with open(file, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            seen = self._seen.get(partition)
+            if seen is not None and size >= seen[0] and _tail(f, seen[0]) != seen[1]:
+                raise InvalidUsage(
+                    f"FILE source {self.name!r}: {partition!r} no longer holds the bytes "
+                    f"before byte {seen[0]} that were read from it; it was rewritten, and "
+                    "files must only be appended to"
+                )
+            offset = _complete_prefix(f, size)
+            if seen is None or offset >= seen[0]:
+                self._seen[partition] = (offset, _tail(f, offset))
+        return offset
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
         """The records in ``[start, end)`` (driver: plans; executors: decode).
@@ -317,6 +381,21 @@ class FileSource:
             ),
             spark_schema,
         )
+
+
+def _not_null(field: pa.Field, path: str) -> Iterator[str]:
+    """The paths (``column.field``) of the fields declared NOT NULL in ``field``, itself
+    included; a map's keys, never null in Arrow, are not among them."""
+    if not field.nullable:
+        yield path
+    typ = field.type
+    if pa.types.is_struct(typ):
+        for child in typ:
+            yield from _not_null(child, f"{path}.{child.name}")
+    elif pa.types.is_map(typ):
+        yield from _not_null(typ.item_field, f"{path}.value")
+    elif pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_fixed_size_list(typ):
+        yield from _not_null(typ.value_field, f"{path}.element")
 
 
 def _from_avro(lines: Any, avro_schema: str, payload: pa.Schema) -> Any:
@@ -378,23 +457,26 @@ def _is_file(entry: os.DirEntry[str]) -> bool:
         raise
 
 
-def _complete_prefix(file: Path) -> int:
-    """Bytes up to and including the last newline of ``file``."""
-    size = file.stat().st_size
-    if size == 0:
-        return 0
-    with open(file, "rb") as f:
-        block = 1 << 16
-        pos = size
-        while pos > 0:
-            step = min(block, pos)
-            f.seek(pos - step)
-            chunk = f.read(step)
-            i = chunk.rfind(b"\n")
-            if i >= 0:
-                return pos - step + i + 1
-            pos -= step
+def _complete_prefix(f: BinaryIO, size: int) -> int:
+    """Bytes up to and including the last newline of the ``size`` first bytes of ``f``."""
+    block = 1 << 16
+    pos = size
+    while pos > 0:
+        step = min(block, pos)
+        f.seek(pos - step)
+        chunk = f.read(step)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return pos - step + i + 1
+        pos -= step
     return 0
+
+
+def _tail(f: BinaryIO, offset: int) -> bytes:
+    """A digest of the (at most :data:`_TAIL`) bytes of ``f`` before ``offset``."""
+    start = max(0, offset - _TAIL)
+    f.seek(start)
+    return hashlib.blake2b(f.read(offset - start), digest_size=16).digest()
 
 
 def _decoder(base: str, fmt: str, schema_ipc: bytes, max_line_bytes: int) -> Any:
@@ -562,7 +644,9 @@ def arrow_json_exact(typ: pa.DataType) -> bool:
     """Whether Arrow's JSON reader reads a column of ``typ`` as :func:`decode_payload` does.
 
     Integers, doubles, booleans and strings: Arrow is then as strict (no
-    coercion, integers in range, a number too large for a double refused).
+    coercion, integers in range), but for a number too large for a double
+    (``2e308``), which it reads as infinity where :func:`decode_payload`
+    refuses it; :func:`arrow_json` gives way on any infinity for that.
     """
     t = pa.types
     return bool(t.is_integer(typ) or t.is_float64(typ) or t.is_boolean(typ) or t.is_string(typ))
@@ -574,7 +658,9 @@ def arrow_json(text: bytes, rows: int, schema: pa.Schema, *, unknown: str) -> pa
 
     ``unknown`` is what a key that is not a column does: ``"ignore"`` it, or
     ``"error"`` (then None). None also for a column type Arrow does not read
-    exactly (:func:`arrow_json_exact`), a carriage return, a byte order mark,
+    exactly (:func:`arrow_json_exact`), an infinite double (Arrow reads a
+    number too large for a double as one; ``Infinity`` is rare enough to be
+    left to the caller too), a carriage return, a byte order mark,
     a blank line, a line that does not start with ``{`` (pyarrow 26 reads a
     top-level ``null`` as a row of nulls, and segfaults when it comes
     first), bytes that are not UTF-8 (Arrow does not check them), a line
@@ -606,7 +692,13 @@ def arrow_json(text: bytes, rows: int, schema: pa.Schema, *, unknown: str) -> pa
         return None
     if table.num_rows != rows:
         return None  # a line that held several JSON documents
+    if any(_has_infinity(table.column(f.name)) for f in schema if pa.types.is_floating(f.type)):
+        return None  # ``2e308`` read as infinity, which decode_payload refuses
     return table.select(schema.names).combine_chunks()
+
+
+def _has_infinity(column: pa.ChunkedArray) -> bool:
+    return bool(pc.any(pc.is_inf(column)).as_py())
 
 
 def _utf8(text: bytes) -> bool:
