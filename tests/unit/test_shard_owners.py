@@ -108,3 +108,18 @@ def test_timeshard_run_refuses_another_objects_shard_before_spark_starts(
     result = CliRunner().invoke(app, ["run", str(spec), "--seconds", "1"])
     assert isinstance(result.exception, InvalidUsage), result.exception  # not "Spark started"
     assert "view 'c' would write the shard 'c'" in str(result.exception)
+
+
+def test_an_output_named_like_the_source_s_own_remap_is_refused(tmp_path: Path) -> None:
+    """A source of several outputs writes ``<name>.<table>``: a table named ``remap`` (a
+    PostgreSQL ``FOR TABLE remap``) would write the source's remap shard."""
+    import pyarrow as pa
+
+    class TwoTables(CounterGenerator):
+        def outputs(self) -> dict[str, pa.Schema]:
+            return {"remap": pa.schema([("x", pa.int64())]), "a": pa.schema([("x", pa.int64())])}
+
+    client = PersistClient(Location.embedded(tmp_path / "loc2"))
+    with pytest.raises(InvalidUsage, match=r"'pg.remap', which source 'pg' \(its remap\)"):
+        Ingestion(None, client, TwoTables(name="pg"))
+    assert client.list_shards() == []

@@ -240,14 +240,17 @@ class Ingestion:
 
     def _check_owners(self) -> None:
         """InvalidUsage if an output or the remap is a shard another object of the catalog
-        writes (:func:`~timeshard.spec.check_new_shard_owner`)."""
+        writes (:func:`~timeshard.spec.check_new_shard_owner`), or an output is the
+        source's own remap shard (a table named ``remap`` of a source of several)."""
         from timeshard.spec import check_new_shard_owner, shard_owners, shard_writer
 
+        remap = f"{self.output}.remap"
         owners = shard_owners(read_catalog(self.client))
+        check_new_shard_owner(remap, shard_writer("remap", self.output), owners)
+        owners[remap] = shard_writer("remap", self.output)
         for sub in self._payloads:
             shard = f"{self.output}.{sub}" if sub else self.output
             check_new_shard_owner(shard, shard_writer("source", self.output), owners)
-        check_new_shard_owner(f"{self.output}.remap", shard_writer("remap", self.output), owners)
 
     def _open(self) -> None:
         """Open every output's handles, the remap and the retained history."""
