@@ -54,7 +54,8 @@ a lost lease) is recorded in ``last_error``, everything in memory that may
 be stale is dropped (buffer, the last written snapshot, the minted lower),
 handles whose lease ran out are opened anew, and the next step starts again
 from persist. Only query errors that follow from the data (SQLSTATE class
-22, see :func:`timeshard.compute.view.is_data_error`) become err rows.
+22 and a few others, see :func:`timeshard.compute.view.is_data_error`)
+become err rows.
 
 Read-only mode mints nothing and writes nothing to consensus (not even a
 registration); it keeps the buffer pruned to times beyond the shard upper and

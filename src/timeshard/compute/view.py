@@ -146,6 +146,18 @@ class ViewDefinition:
 
 
 DATA_EXCEPTION_CLASS = "22"
+#: Spark's error conditions outside SQLSTATE class 22 that the data alone decides, so every
+#: replica and every retry gets them: a scalar subquery of more than one row (21000), a
+#: map built with a key twice (23505), ``raise_error``/``assert_true`` on a row (P0001), an
+#: array or map grown past Spark's limit (54000).
+DATA_ERROR_CONDITIONS = frozenset(
+    {
+        "SCALAR_SUBQUERY_TOO_MANY_ROWS",
+        "DUPLICATED_MAP_KEY",
+        "USER_RAISED_EXCEPTION",
+        "COLLECTION_SIZE_LIMIT_EXCEEDED",
+    }
+)
 #: The prefix of the columns a view computes for itself: no input or view column has it.
 INTERNAL_PREFIX = "__"
 
@@ -162,50 +174,76 @@ def check_column_names(view: str, names: list[str], where: str) -> None:
 
 
 def is_data_error(error: BaseException) -> bool:
-    """Whether ``error`` is a query failing on the data (SQLSTATE class 22).
+    """Whether ``error`` is a query failing on the data: SQLSTATE class 22, or one of
+    :data:`DATA_ERROR_CONDITIONS`.
 
     Those are deterministic: every replica and every retry evaluating the
     query over the same input gets the same error. Anything else -- Py4J and
     JVM errors, I/O, analysis errors of the definition -- is not.
     """
+    return _data_error_cause(error) is not None
+
+
+def data_error_message(error: BaseException) -> str:
+    """The first line of the message of the data error ``error`` carries (its own, or its
+    first cause's with a SQLSTATE: a wrapper's names a Py4J object, another at every
+    evaluation), with the error's type."""
+    cause = _data_error_cause(error)
+    if cause is None or cause is error:
+        text, kind = str(error), type(error).__name__
+    else:
+        text, kind = str(cause.getMessage() or ""), str(cause.getClass().getSimpleName())
+    return f"{kind}: {text.splitlines()[0][:500] if text else ''}"
+
+
+def _is_data_state(state: str | None, condition: str | None) -> bool:
+    return (state is not None and state.startswith(DATA_EXCEPTION_CLASS)) or (
+        condition in DATA_ERROR_CONDITIONS
+    )
+
+
+def _data_error_cause(error: BaseException) -> Any:
+    """``error`` itself if it is a data error, else the JVM cause that makes it one (the
+    first in its chain with a SQLSTATE), else None."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
     if isinstance(error, PySparkException):
         state = error.getSqlState()
         if state is not None:
-            return state.startswith(DATA_EXCEPTION_CLASS)
+            return error if _is_data_state(state, error.getCondition()) else None
         origin = getattr(error, "_origin", None)
     elif isinstance(error, Py4JJavaError):
         origin = error.java_exception
     else:
-        return False
+        return None
     # Without a state of its own: a wrapper, such as the "Exception thrown in awaitResult"
     # of a broadcast or subquery Spark ran while it planned (lazy checkpoints do), whose
     # cause is the query's failure.
-    return origin is not None and _data_error_cause(origin)
+    return None if origin is None else _jvm_data_cause(origin)
 
 
-def _data_error_cause(origin: Any) -> bool:
-    """Whether a JVM exception's first cause with a SQLSTATE has one of class 22."""
+def _jvm_data_cause(origin: Any) -> Any:
+    """A JVM exception's first cause with a SQLSTATE, if that is a data error, else None."""
     from py4j.java_gateway import is_instance_of
     from pyspark import SparkContext
 
     gateway, jvm = SparkContext._gateway, SparkContext._jvm
     if gateway is None or jvm is None:
-        return False
+        return None
     try:
         for _ in range(16):  # a cause chain is short; a cycle is not followed forever
             if is_instance_of(gateway, origin, "org.apache.spark.SparkThrowable"):
                 state = jvm.PythonErrorUtils.getSqlState(origin)
                 if state is not None:
-                    return bool(state.startswith(DATA_EXCEPTION_CLASS))
+                    condition = jvm.PythonErrorUtils.getCondition(origin)
+                    return origin if _is_data_state(state, condition) else None
             origin = origin.getCause()
             if origin is None:
-                return False
+                return None
     except Exception:  # the JVM is gone: not a data error
-        return False
-    return False
+        return None
+    return None
 
 
 class SparkViewDesired:
@@ -575,8 +613,8 @@ class SparkViewDesired:
 
         data = list(self.data_schema().names)
         # No time in it: one failure spanning many times is one row whatever the batches.
-        message = f"view {self.definition.name!r} failed on its inputs: {type(error).__name__}: "
-        message += str(error).splitlines()[0][:500] if str(error) else ""
+        message = f"view {self.definition.name!r} failed on its inputs: "
+        message += data_error_message(error)
         row = self.spark.range(1).select(
             *[F.lit(None).alias(c) for c in data],
             F.lit(1).cast("long").alias(DIFF),
