@@ -70,3 +70,23 @@ def test_an_input_since_moving_past_as_of_while_the_install_holds_it_is_refused(
     assert view_hold_id("v") not in client.state("inp").critical_readers  # the view is new
     assert "deploy" not in client.state("v").critical_readers
     assert not client.state("v").writers
+
+
+def test_a_view_resumed_with_its_explicit_as_of_past_the_inputs_since_is_installed(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A view keeps its as_of for good; resumed, it reads its inputs from its shard's last
+    time on, not from as_of: an explicit as_of the inputs compacted past is no reason to
+    refuse it (replicas restarted with ``as_of=0`` were refused, and all of them died)."""
+    client = PersistClient(Location.embedded(tmp_path))
+    hold = inputs_held_from(client, since=0, upper=5)
+    definition = ViewDefinition("v", {"inp": "inp"}, SQL)
+    view = MaterializedView.install(spark, client, definition, as_of=0, background_io=False)
+    view.catch_up()
+    view.close()
+    hold.downgrade_since(4)  # the view's own hold is at its last time, 4
+    assert client.state("inp").since.time == 4
+    again = MaterializedView.install(spark, client, definition, as_of=0, background_io=False)
+    again.catch_up()
+    assert again.sink.last_error is None
+    again.close()

@@ -99,7 +99,10 @@ class MaterializedView:
         if as_of is None:
             as_of = MaterializedView._default_as_of(client, definition)
         else:
-            MaterializedView._check_as_of(definition, as_of, _inputs_since(client, definition))
+            # The sink resumes where the shard ends: its first read of the inputs is at
+            # the later of as_of and the shard's last time (as _default_as_of has it).
+            resume = max(as_of, (state.upper.time or 0) - 1)
+            MaterializedView._check_as_of(definition, resume, _inputs_since(client, definition))
         sink = MvSink(
             client,
             definition.name,
@@ -120,9 +123,9 @@ class MaterializedView:
             if held.time is not None and definition.refresh_time(sink.as_of) < held.time:
                 if defaulted:
                     sink.as_of = definition.first_shown_from(held.time)
-                else:
+                elif definition.refresh_time(resume) < held.time:
                     MaterializedView._abandon(sink, desired, created=not exists)
-                    MaterializedView._check_as_of(definition, as_of, held)
+                    MaterializedView._check_as_of(definition, resume, held)
         if not read_only:  # a read-only replica records its definition when promoted
             desired.use_leases()
             record_view(client, definition, sink.as_of, desired.plan.classification)
@@ -130,8 +133,10 @@ class MaterializedView:
 
     @staticmethod
     def _check_as_of(definition: ViewDefinition, as_of: Timestamp, since: Frontier) -> None:
-        """InvalidUsage if the view at ``as_of`` reads its inputs before ``since``, the join
-        of their sinces (no query can produce it there: its sink would stall for ever)."""
+        """InvalidUsage if the view at ``as_of`` (its first time to compute: the as_of of a
+        new view, the last time of a resumed one's shard) reads its inputs before ``since``,
+        the join of their sinces (no query can produce it there: its sink would stall for
+        ever)."""
         if since.time is None or definition.refresh_time(as_of) >= since.time:
             return
         raise InvalidUsage(
