@@ -2,8 +2,10 @@
 
 A MYSQL source reads rows from row events, but ``TRUNCATE``, ``DROP TABLE``,
 ``DROP DATABASE``, ``RENAME TABLE``, ``ALTER TABLE ... RENAME``, ``ALTER TABLE
-... TRUNCATE|DROP|EXCHANGE PARTITION`` and ``CREATE OR REPLACE TABLE`` change a
-table's contents (or its name) with a query event and no rows.
+... TRUNCATE|DROP|EXCHANGE|CONVERT PARTITION``, ``ALTER TABLE ... CONVERT TABLE``
+and ``CREATE OR REPLACE TABLE`` change a table's contents (or its name) with a
+query event and no rows; so may each of them behind MariaDB's ``SET STATEMENT
+... FOR`` (binlogged as typed), which is skipped.
 :func:`ddl_tables` names the tables such a statement touches, so that the
 source can emit an err row for each of its own. (A change of columns needs
 no parsing: the table map of the next row event shows it.)
@@ -135,6 +137,7 @@ def ddl_tables(sql: str, database: str) -> list[tuple[str, str, str]]:
     """
     c = _Cursor(tokens(sql), database)
     out: list[tuple[str, str, str]] = []
+    _skip_set_statement(c)
     if c.accept("TRUNCATE"):
         c.accept("TABLE")
         if (n := c.name()) is not None:
@@ -176,6 +179,20 @@ def ddl_tables(sql: str, database: str) -> list[tuple[str, str, str]]:
     return out
 
 
+def _skip_set_statement(c: _Cursor) -> None:
+    """Past MariaDB's ``SET STATEMENT var = value [, ...] FOR`` (binlogged as typed)."""
+    if not (_kw(c.peek(), "SET") and _kw(c.peek(1), "STATEMENT")):
+        return
+    depth = 0
+    for j in range(c.i + 2, len(c.toks)):
+        t = c.toks[j]
+        if not isinstance(t, _Name):
+            depth += (t == "(") - (t == ")")
+            if depth == 0 and _kw(t, "FOR"):
+                c.i = j + 1
+                return
+
+
 def _name_list(c: _Cursor) -> list[tuple[str, str]]:
     names = []
     while (n := c.name()) is not None:
@@ -188,7 +205,9 @@ def _name_list(c: _Cursor) -> list[tuple[str, str]]:
 def _alter_changes(c: _Cursor) -> list[tuple[str, tuple[str, str] | None]]:
     """What the ALTER's specifications do to the table's contents (or name): ``RENAME
     [TO|AS] name`` (not of a column), ``TRUNCATE``/``DROP PARTITION``, ``EXCHANGE
-    PARTITION p WITH TABLE other`` (which also replaces ``other``, named beside it)."""
+    PARTITION p WITH TABLE other`` (which also replaces ``other``, named beside it),
+    ``CONVERT PARTITION p TO TABLE other`` (rows moved out to ``other``) and ``CONVERT
+    TABLE other TO PARTITION p`` (rows moved in from ``other``, which is dropped)."""
     if c.accept("WAIT"):
         c.i += 1  # its seconds
     c.accept("NOWAIT")
@@ -203,6 +222,16 @@ def _alter_changes(c: _Cursor) -> list[tuple[str, tuple[str, str] | None]]:
             c.i += 3  # EXCHANGE PARTITION p
             out.append((REPLACED, None))
             if c.accept("WITH") and c.accept("TABLE") and (other := c.name()) is not None:
+                out.append((REPLACED, other))
+        elif _kw(t, "CONVERT") and _kw(after, "PARTITION"):
+            c.i += 3  # CONVERT PARTITION p
+            out.append((PARTLY_EMPTIED, None))
+            if c.accept("TO") and c.accept("TABLE") and (other := c.name()) is not None:
+                out.append((REPLACED, other))
+        elif _kw(t, "CONVERT") and _kw(after, "TABLE"):
+            c.i += 2  # CONVERT TABLE
+            out.append((REPLACED, None))
+            if (other := c.name()) is not None:
                 out.append((REPLACED, other))
         c.skip_to_comma()
         if c.peek() != ",":
