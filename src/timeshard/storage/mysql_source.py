@@ -67,11 +67,14 @@ row. Text is decoded from its bytes as MySQL does
 (:func:`~timeshard.storage.mysql_types.charset_text`); the constructor
 refuses a column whose character set is not one it decodes exactly, naming
 table, column and charset. Changes of a table upstream are definite
-errors of that subsource, while the other tables go on: a dropped or
-retyped column makes each later transaction touching the table an err row
-(its row events' table maps show the change), and a statement that
-truncates, drops, renames or replaces it (parsed by
-:mod:`timeshard.storage.mysql_ddl`) is one err row at its transaction,
+errors of that subsource, while the other tables go on: a dropped,
+retyped or moved column makes each later transaction touching the table an
+err row (its row events' table maps show the change), and a statement that
+truncates, drops, renames or replaces it, or an ``ALTER TABLE`` that does
+more than add columns at the end or change indexes, keys, constraints or
+partitioning (it may change existing values with no row event: a column
+dropped and added again, columns swapped, ``varchar`` made ``char``), parsed
+by :mod:`timeshard.storage.mysql_ddl`, is one err row at its transaction,
 naming the change; the err row is never retracted, so the subsource stays
 errored. Only InnoDB tables are read (the consistent snapshot covers no
 other engine): the constructor refuses others, naming them. Faults are not
@@ -98,7 +101,7 @@ import pyarrow as pa
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
 from timeshard.storage.cdc import DecodeTask, raw_batches
-from timeshard.storage.mysql_ddl import EVERY_TABLE, ddl_tables
+from timeshard.storage.mysql_ddl import ALTERED, EVERY_TABLE, ddl_tables
 from timeshard.storage.mysql_types import (
     CHARSETS,
     Column,
@@ -645,6 +648,9 @@ def _schema_change(declared: Sequence[Column], actual: Sequence[Column]) -> str 
             return f"upstream schema changed: column {column.name!r} was dropped"
         if now != column:
             return f"upstream schema changed: column {column.name!r} changed type"
+    names = [c.name for c in declared]
+    if [c.name for c in actual][: len(names)] != names:
+        return f"upstream schema changed: its columns are no longer in the order {names}"
     return None
 
 
@@ -782,9 +788,12 @@ def _apply_query(txn: _Txn, event: Any, plan: ReadPlan, tables: Mapping[str, int
         if database != plan.server.database:
             continue
         touched = tables.values() if name == EVERY_TABLE else [tables.get(name)]
+        what = f"{change} upstream"
+        if change == ALTERED:
+            what += f" by a statement that may change existing values: {query[:200]}"
         for index in touched:
             if index is not None:
-                txn.errors.add((index, f"{plan.tables[index].name}: {change} upstream"))
+                txn.errors.add((index, f"{plan.tables[index].name}: {what}"))
 
 
 def _apply_rows(txn: _Txn, event: Any, plan: ReadPlan, index: int) -> None:

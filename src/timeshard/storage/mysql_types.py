@@ -161,8 +161,10 @@ def incompatibility(declared: Sequence[Column], binlog: Sequence[Any]) -> str | 
 
     ``binlog`` are ``mysql-replication`` columns (``name``, ``type``,
     ``unsigned``, ``precision``, ``decimals``, ``fsp``, ``max_length``); new columns are
-    fine. A changed number of fractional digits, or length of a ``binary(n)``, is not:
-    its values would be cut or padded to the declared one.
+    fine after the declared ones, which must come first and in their order (a column
+    added elsewhere, or columns reordered, is an ALTER that is not known to keep values).
+    A changed number of fractional digits, or length of a ``binary(n)``, is not: its
+    values would be cut or padded to the declared one.
     """
     by_name = {c.name: c for c in binlog}
     for column in declared:
@@ -184,6 +186,9 @@ def incompatibility(declared: Sequence[Column], binlog: Sequence[Any]) -> str | 
         length = getattr(now, "max_length", None)  # binary(n) is padded to n bytes
         if column.length is not None and length not in (None, column.length):
             return f"column {column.name!r} changed its length"
+    names = [c.name for c in declared]
+    if [c.name for c in binlog][: len(names)] != names:
+        return f"its columns are no longer in the declared order {names}"
     return None
 
 
