@@ -11,6 +11,7 @@ from typing import Any
 import pymysql
 import pytest
 
+from timeshard.errors import InvalidUsage
 from timeshard.storage.mysql_source import (
     MySqlSource,
     RawRow,
@@ -120,3 +121,21 @@ def _alter_of(table: str) -> str:
         "c": "ALTER TABLE c MODIFY x char(10)",
         "d": "ALTER TABLE d MODIFY y varchar(3)",
     }[table]
+
+
+def test_a_child_of_a_cascading_foreign_key_is_refused(upstream: Upstream) -> None:
+    """InnoDB applies ON DELETE/UPDATE CASCADE, SET NULL and SET DEFAULT itself: the binlog
+    has no row events of the child's changes."""
+    upstream.sql("CREATE TABLE p (id int PRIMARY KEY)")
+    upstream.sql(
+        "CREATE TABLE f (id int PRIMARY KEY, pid int, CONSTRAINT `fk p` FOREIGN KEY (pid) "
+        "REFERENCES p (id) ON UPDATE SET NULL)"
+    )
+    upstream.sql(
+        "CREATE TABLE g (id int PRIMARY KEY, pid int, FOREIGN KEY (pid) REFERENCES p (id))"
+    )
+    with pytest.raises(InvalidUsage, match=r"table 'f'.*constraint 'fk p'.*ON UPDATE SET NULL"):
+        MySqlSource(f"my_{uuid.uuid4().hex[:8]}", upstream.url)
+    source = MySqlSource(f"my_{uuid.uuid4().hex[:8]}", upstream.url, tables=["p", "g"])
+    assert [t.name for t in source.tables] == ["g", "p"]
+

@@ -57,6 +57,9 @@ def test_statements_that_change_rows_without_row_events(
         "ALTER TABLE t ADD INDEX (v), DROP v",
         "SET STATEMENT sql_mode='' FOR ALTER TABLE t MODIFY v varchar(3)",
         "ALTER TABLE t SOMETHING NEW",
+        "ALTER TABLE t ADD FOREIGN KEY (p) REFERENCES o (id) ON DELETE CASCADE",
+        "ALTER TABLE t ADD CONSTRAINT k FOREIGN KEY (p) REFERENCES o (id) ON UPDATE SET NULL",
+        "ALTER TABLE t ADD p int REFERENCES o (id) ON DELETE SET DEFAULT",
     ],
 )
 def test_an_alter_that_may_change_existing_values_is_an_error(sql: str) -> None:

@@ -265,6 +265,16 @@ def _spec_changes(s: _Cursor) -> list[tuple[str, tuple[str, str] | None]]:
     return [] if _keeps_values(s.toks) else [(ALTERED, None)]
 
 
+def _cascades(spec: list[str]) -> bool:
+    """Whether the tokens hold ``ON DELETE|UPDATE CASCADE|SET NULL|SET DEFAULT``."""
+    return any(
+        _kw(spec[j], "ON")
+        and _kw(spec[j + 1], "DELETE", "UPDATE")
+        and _kw(spec[j + 2], "CASCADE", "SET")
+        for j in range(len(spec) - 2)
+    )
+
+
 #: ``ADD``, ``DROP`` of these: an index or a constraint (``ADD PARTITION``: rows stay).
 _KEYS = ("INDEX", "KEY", "UNIQUE", "PRIMARY", "FULLTEXT", "SPATIAL", "FOREIGN", "CONSTRAINT")
 #: Partition maintenance that moves no row out of the table.
@@ -275,11 +285,14 @@ def _keeps_values(spec: list[str]) -> bool:
     """Whether an ALTER specification surely keeps every existing row and value: a column
     added at the end, an index, key or constraint added, dropped, renamed or ignored, a
     column's default set or dropped, partition maintenance, a rebuild in InnoDB, a comment.
-    Anything else (``MODIFY``, ``CHANGE``, ``DROP [COLUMN]``, ``RENAME COLUMN``, ``FIRST``,
-    ``AFTER``, ``CONVERT TO``, another engine, what this parser does not know) may change
-    values without row events: conservatively, it does not."""
+    Anything else (a foreign key that cascades, ``MODIFY``, ``CHANGE``, ``DROP [COLUMN]``,
+    ``RENAME COLUMN``, ``FIRST``, ``AFTER``, ``CONVERT TO``, another engine, what this
+    parser does not know) may change values without row events: conservatively, it does
+    not."""
     if not spec:
         return True
+    if _cascades(spec):
+        return False  # a foreign key whose actions on the child are not binlogged
     first, second = spec[0], spec[1] if len(spec) > 1 else None
     if _kw(first, "ADD"):
         if _kw(second, *_KEYS, "CHECK", "PARTITION"):

@@ -77,7 +77,10 @@ dropped and added again, columns swapped, ``varchar`` made ``char``), parsed
 by :mod:`timeshard.storage.mysql_ddl`, is one err row at its transaction,
 naming the change; the err row is never retracted, so the subsource stays
 errored. Only InnoDB tables are read (the consistent snapshot covers no
-other engine): the constructor refuses others, naming them. Faults are not
+other engine): the constructor refuses others, naming them, and refuses the
+child table of a foreign key that cascades (``ON DELETE|UPDATE CASCADE``,
+``SET NULL``, ``SET DEFAULT``: InnoDB logs no row events of what it does to
+the child), naming the constraint. Faults are not
 data: an unreachable server raises ``SourceUnavailable``.
 
 Runs on the driver: the constructor, ``upper`` and ``read``'s planning;
@@ -451,6 +454,7 @@ class MySqlSource:
             names = [n for n in names if n in only]
         if not names:
             raise InvalidUsage(f"MYSQL source {self.name!r}: database {database!r} has no tables")
+        _refuse_cascades(self.name, conn, database, names)
         tables = []
         for name in names:
             quote(name)
@@ -472,6 +476,33 @@ class MySqlSource:
                     )
             tables.append(Table(name, columns))
         return tables
+
+
+def _refuse_cascades(source: str, conn: Any, database: str, names: Sequence[str]) -> None:
+    """Raises ``InvalidUsage`` for a table that is the child of a foreign key with ``ON
+    DELETE|UPDATE CASCADE|SET NULL|SET DEFAULT``: InnoDB applies those itself, and the
+    binlog has no row events of the child's changes."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_NAME, CONSTRAINT_NAME, DELETE_RULE, UPDATE_RULE "
+            "FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = %s "
+            "ORDER BY TABLE_NAME, CONSTRAINT_NAME",
+            (database,),
+        )
+        rows = [tuple(_text(v) for v in r) for r in cur.fetchall()]
+    for table, constraint, on_delete, on_update in rows:
+        actions = [
+            f"ON {event} {rule}"
+            for event, rule in (("DELETE", on_delete), ("UPDATE", on_update))
+            if rule.upper() in ("CASCADE", "SET NULL", "SET DEFAULT")
+        ]
+        if table in names and actions:
+            raise InvalidUsage(
+                f"MYSQL source {source!r}: table {table!r} is the child of foreign key "
+                f"constraint {constraint!r} with {' and '.join(actions)}, whose changes of "
+                "its rows are not in the binlog: leave the table out of tables, or make the "
+                "constraint RESTRICT or NO ACTION"
+            )
 
 
 def table_columns(conn: Any, database: str, table: str) -> tuple[Column, ...]:
