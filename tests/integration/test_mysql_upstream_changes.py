@@ -139,3 +139,16 @@ def test_a_child_of_a_cascading_foreign_key_is_refused(upstream: Upstream) -> No
     source = MySqlSource(f"my_{uuid.uuid4().hex[:8]}", upstream.url, tables=["p", "g"])
     assert [t.name for t in source.tables] == ["g", "p"]
 
+
+def test_a_row_image_without_every_column_is_an_err_row_not_a_lost_update(
+    upstream: Upstream,
+) -> None:
+    upstream.sql("CREATE TABLE t (id int PRIMARY KEY, n int, b text)")
+    upstream.sql("INSERT INTO t VALUES (1, 10, 'blob')")
+    source, origin, first = started(upstream)
+    upstream.sql("SET SESSION binlog_row_image = 'NOBLOB'")
+    upstream.sql("UPDATE t SET n = 11 WHERE id = 1")
+    got = shard(source, first + read_raw(source, origin, dict(source.upper())))["t"]
+    [err] = errors(got)
+    assert "column 'b' (text) is not in the row image" in err and "binlog_row_image" in err, got
+    assert got[("1", "10", "blob")] == 1, got

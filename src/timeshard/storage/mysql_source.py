@@ -7,7 +7,9 @@ insert is the new row at +1, a delete the old row at -1, an update both. The
 server must log whole rows with their column names (``binlog_format=ROW``,
 ``binlog_row_image=FULL``, ``binlog_row_metadata=FULL``) and keep sequence
 numbers in order per domain (``gtid_strict_mode=ON``); the constructor
-refuses a server that does not, naming the setting.
+refuses a server that does not, naming the setting. A session may still set
+its own ``binlog_row_image``: a row event without every column makes the
+table's changes in its transaction one err row naming it.
 
 FromTime is the GTID position. Each replication domain is a partition (its
 id as a string) and a transaction's offset is its GTID's sequence number,

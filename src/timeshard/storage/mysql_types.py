@@ -309,6 +309,11 @@ def time2_value(raw: bytes, fsp: int) -> dt.timedelta:
     return -value if packed < 0 else value
 
 
+#: The ``none_source`` of a column the row event does not carry (its columns bitmap, or a
+#: partial JSON update): the session logged with ``binlog_row_image`` other than FULL.
+_NOT_IN_IMAGE = frozenset({"cols bitmap", "same with before values"})
+
+
 def binlog_text(
     value: Any,
     column: Column,
@@ -319,10 +324,19 @@ def binlog_text(
     """The text form of a value ``mysql-replication`` decoded from a row event.
 
     ``none_source`` is why the decoder gave None (``"null"``, ``"empty set"``,
-    or a value out of range); ``set_values`` the declared members of a set;
+    a value out of range, or a column not in the row image: :class:`Undecodable`,
+    so that the table's changes in the transaction are one err row, never an
+    update whose before and after images cancel as the same err row);
+    ``set_values`` the declared members of a set;
     ``charset`` the table map's character set of a text column, whose value is
     its bytes (:func:`charset_text`: raises :class:`Undecodable`).
     """
+    if none_source in _NOT_IN_IMAGE:
+        raise Undecodable(
+            f"column {column.name!r} ({column.data_type}) is not in the row image: the row "
+            "was logged with binlog_row_image other than FULL (set by the session?), so "
+            "its old or new value is not known"
+        )
     if value is None:
         if none_source == "empty set":
             return ""
