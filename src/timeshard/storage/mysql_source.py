@@ -7,7 +7,8 @@ insert is the new row at +1, a delete the old row at -1, an update both. The
 server must log whole rows with their column names (``binlog_format=ROW``,
 ``binlog_row_image=FULL``, ``binlog_row_metadata=FULL``) and keep sequence
 numbers in order per domain (``gtid_strict_mode=ON``); the constructor
-refuses a server that does not, naming the setting. A session may still set
+refuses a server that does not, naming the setting, and one whose binlog
+filters (``binlog-do-db``, ``binlog-ignore-db``) leave the database out. A session may still set
 its own ``binlog_row_image``: a row event without every column makes the
 table's changes in its transaction one err row naming it.
 
@@ -428,6 +429,8 @@ class MySqlSource:
             names = list(REQUIRED_SETTINGS)
             cur.execute("SELECT " + ", ".join(f"@@GLOBAL.{n}" for n in names))
             values = cur.fetchone()
+            cur.execute("SHOW MASTER STATUS")  # File, Position, Binlog_Do_DB, Binlog_Ignore_DB
+            status = cur.fetchone()
         for setting, value in zip(names, values, strict=True):
             want = REQUIRED_SETTINGS[setting]
             if str(value).upper() not in (want, "ON" if want == "1" else want):
@@ -435,6 +438,25 @@ class MySqlSource:
                     f"MYSQL source {self.name!r}: the server needs {setting}={want} "
                     f"(it has {value!r}): set it in the server's configuration"
                 )
+        if status is not None:
+            self._check_binlog_filters(_text(status[2] or ""), _text(status[3] or ""))
+
+    def _check_binlog_filters(self, do_db: str, ignore_db: str) -> None:
+        """Refuses a server whose ``binlog-do-db``/``binlog-ignore-db`` leave the source's
+        database out: its changes would never be in the binlog."""
+        database = self.server.database
+        if database in ignore_db.split(","):
+            raise InvalidUsage(
+                f"MYSQL source {self.name!r}: the server's binlog leaves database "
+                f"{database!r} out (Binlog_Ignore_DB is {ignore_db!r}): its changes are "
+                "never logged; remove it from the server's binlog-ignore-db"
+            )
+        if do_db and database not in do_db.split(","):
+            raise InvalidUsage(
+                f"MYSQL source {self.name!r}: the server's binlog logs only databases "
+                f"{do_db!r} (Binlog_Do_DB), not {database!r}: its changes are never logged; "
+                "add it to the server's binlog-do-db"
+            )
 
     def _tables(self, conn: Any, only: Sequence[str] | None) -> list[Table]:
         database = self.server.database
