@@ -205,7 +205,7 @@ def test_a_table_map_with_other_fractional_digits_or_binary_length_is_incompatib
 
 def test_identifiers_are_quoted_and_urls_parsed() -> None:
     assert quote("orders") == "`orders`"
-    for bad in ("a`b", "a\x00b", "", "x" * 65):
+    for bad in ("a\x00b", "", "x" * 65):
         with pytest.raises(InvalidUsage):
             quote(bad)
     server = Server.from_url("mysql://repl:s%40cret@db.example:3307/shop")

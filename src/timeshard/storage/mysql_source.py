@@ -126,7 +126,7 @@ from timeshard.storage.reclock import SourceFrontier, join_frontiers
 
 #: The partition of the snapshot's records (every frontier has it, at least at 1).
 SNAPSHOT_PARTITION = "0"
-_IDENT = re.compile(r"[^\x00`]{1,64}")
+_IDENT = re.compile(r"[^\x00]{1,64}")
 #: The rows a read task emits: table, partition, offset, diff, error, text values.
 RAW_SCHEMA = pa.schema(
     [
@@ -155,10 +155,11 @@ REQUIRED_SETTINGS = {
 
 
 def quote(identifier: str) -> str:
-    """A table or column name in backticks (names holding a backtick or NUL are refused)."""
-    if not _IDENT.fullmatch(identifier):
+    """A table or column name in backticks, a backtick in it doubled (an empty name, one
+    longer than 64 characters or holding NUL, which no MySQL name is, is refused)."""
+    if not isinstance(identifier, str) or not _IDENT.fullmatch(identifier):
         raise InvalidUsage(f"not a MySQL identifier this source reads: {identifier!r}")
-    return f"`{identifier}`"
+    return "`" + identifier.replace("`", "``") + "`"
 
 
 def redact(url: object) -> object:
@@ -488,6 +489,8 @@ class MySqlSource:
                     "only InnoDB tables can be read (the consistent snapshot covers no other)"
                 )
             columns = table_columns(conn, database, name)
+            for c in columns:
+                quote(c.name)  # every read names it: refused here, never in a read task
             reserved = [c.name for c in columns if c.name.startswith("_")]
             if reserved:
                 raise InvalidUsage(f"table {name}: columns {reserved} start with '_' (reserved)")
