@@ -142,6 +142,8 @@ RawRow = tuple[int, str, int, int, str | None, list[str | None] | None]
 BATCH_ROWS = 10_000
 #: How many binlog positions of its earlier reads a source remembers (to start near).
 CHECKPOINTS = 8
+#: The longest ``connect_timeout_s`` (pymysql's bound: a year).
+MAX_CONNECT_TIMEOUT_S = 31_536_000
 #: Settings every session of the source uses (timestamps print in UTC).
 SESSION_INIT = "SET time_zone = '+00:00'"
 #: What the server must be configured with, and the value.
@@ -213,10 +215,30 @@ class Server:
         clients do (a catalog keeps the URL, so an SQL statement's URL should
         hold none); with neither, the account is one without a password.
         """
-        parts = urlsplit(url) if isinstance(url, str) else None
+        if (
+            isinstance(connect_timeout_s, bool)
+            or not isinstance(connect_timeout_s, int)
+            or not 0 < connect_timeout_s <= MAX_CONNECT_TIMEOUT_S
+        ):
+            raise InvalidUsage(
+                "MYSQL connect_timeout_s must be a whole number of seconds in "
+                f"[1, {MAX_CONNECT_TIMEOUT_S}], got {connect_timeout_s!r}"
+            )
+        try:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            port = None if parts is None else parts.port
+        except ValueError as e:  # a port that is no number or above 65535, a bad IPv6 host
+            raise InvalidUsage(f"url {redact(url)!r} is not a MySQL URL: {e}") from None
         if parts is None or parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
             raise InvalidUsage(
                 f"url must be mysql://user:password@host:port/database, got {redact(url)!r}"
+            )
+        if port == 0:
+            raise InvalidUsage(f"url {redact(url)!r} has port 0, which no server listens on")
+        if parts.query or parts.fragment or url.endswith(("?", "#")):
+            raise InvalidUsage(
+                f"url {redact(url)!r} has a query string or fragment, which the MYSQL source "
+                "does not read (nothing after the database is an option)"
             )
         database = unquote(parts.path.lstrip("/"))
         if not database:
@@ -224,7 +246,7 @@ class Server:
         quote(database)
         return cls(
             parts.hostname,
-            parts.port or 3306,
+            port or 3306,
             unquote(parts.username or "root"),
             unquote(parts.password) if parts.password is not None else _env_password(),
             database,
@@ -310,6 +332,15 @@ class MySqlSource:
     ) -> None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.=-]{1,100}", name):
             raise InvalidUsage(f"MYSQL source name must be 1-100 of [A-Za-z0-9_.=-], got {name!r}")
+        if tables is not None and (
+            not isinstance(tables, list | tuple)
+            or not tables
+            or not all(isinstance(t, str) for t in tables)
+        ):
+            raise InvalidUsage(
+                f"MYSQL source {name!r}: tables must be a non-empty list of table names, "
+                f"got {tables!r}"
+            )
         self.name = name
         self.server = Server.from_url(url, connect_timeout_s)
         #: Binlog positions this instance read up to, with their GTID frontiers.
