@@ -37,7 +37,11 @@ position (``binlog_snapshot_file``/``_position``, mapped to GTIDs with
 table in that transaction, then streams the binlog from ``C`` and emits, at
 the snapshot's offset, the inverse of every transaction below ``S``
 (*rewinds*). Snapshot plus rewinds is the state at ``C`` whatever ``S`` was,
-so a retried first read yields the same updates. Afterwards the resumption
+so a retried first read yields the same updates. A transaction below ``S``
+that cannot be rewound -- a statement that truncates, drops, renames,
+replaces or alters a table, rows that do not decode -- puts its err rows at
+the snapshot's offset too (and again at its own), so the table is in error
+from ``C`` on. Afterwards the resumption
 frontier is past ``C`` and no snapshot is taken again.
 
 The stream. One Spark task reads the binlog (``mysql-replication``, by file
@@ -975,6 +979,10 @@ def _emit(txn: _Txn, plan: ReadPlan, seen: Mapping[str, int]) -> Iterator[RawRow
             yield (index, d, seq, diff, err, values)
     if plan.snapshot and seq < seen.get(d, 0):
         offset = plan.lo[SNAPSHOT_PARTITION] - 1
+        # What cannot be rewound (a truncate, a drop, an undecodable row the snapshot has
+        # the effect of) makes the table's state at lo an error too.
+        for index, why in sorted(txn.errors):
+            yield (index, SNAPSHOT_PARTITION, offset, 1, f"{why} at GTID {d}-{seq}", None)
         for index, diff, err, values in rows:  # the snapshot has these: take them back to lo
             yield (index, SNAPSHOT_PARTITION, offset, -diff, err, values)
 
