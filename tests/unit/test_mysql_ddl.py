@@ -37,7 +37,10 @@ from timeshard.storage.mysql_ddl import ddl_tables
             [("replaced", "d", "t"), ("replaced", "d", "o")],
         ),
         ("ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION p1 VALUES LESS THAN (5))", []),
-        ("ALTER TABLE t DROP COLUMN c, ADD PARTITION (PARTITION p9 VALUES LESS THAN (9))", []),
+        (
+            "ALTER TABLE t DROP COLUMN c, ADD PARTITION (PARTITION p9 VALUES LESS THAN (9))",
+            [("altered", "d", "t")],
+        ),
         (
             "RENAME TABLE a TO b, x.c WAIT 3 TO a",
             [
@@ -50,7 +53,9 @@ from timeshard.storage.mysql_ddl import ddl_tables
         ("ALTER TABLE t RENAME TO u", [("renamed", "d", "t")]),
         ("ALTER ONLINE TABLE IF EXISTS x.t WAIT 2 RENAME u", [("renamed", "x", "t")]),
         ("ALTER TABLE `t` ADD KEY k (a, b), RENAME AS z", [("renamed", "d", "t")]),
-        ("ALTER TABLE t ADD c int, RENAME COLUMN c TO e", []),
+        ("ALTER TABLE t ADD c int, RENAME COLUMN c TO e", [("altered", "d", "t")]),
+        ("ALTER TABLE t REORGANIZE PARTITION p0, p1 INTO (PARTITION p2 VALUES LESS THAN (5))", []),
+        ("ALTER TABLE t OPTIMIZE PARTITION p0, p1", []),
         ("ALTER TABLE t RENAME INDEX i TO j", []),
         ("ALTER TABLE t ADD c int DEFAULT 'RENAME'", []),
         ("CREATE OR REPLACE TABLE t (a int)", [("replaced", "d", "t")]),

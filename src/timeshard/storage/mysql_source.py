@@ -7,7 +7,10 @@ insert is the new row at +1, a delete the old row at -1, an update both. The
 server must log whole rows with their column names (``binlog_format=ROW``,
 ``binlog_row_image=FULL``, ``binlog_row_metadata=FULL``) and keep sequence
 numbers in order per domain (``gtid_strict_mode=ON``); the constructor
-refuses a server that does not, naming the setting.
+refuses a server that does not, naming the setting, and one whose binlog
+filters (``binlog-do-db``, ``binlog-ignore-db``) leave the database out. A session may still set
+its own ``binlog_row_image``: a row event without every column makes the
+table's changes in its transaction one err row naming it.
 
 FromTime is the GTID position. Each replication domain is a partition (its
 id as a string) and a transaction's offset is its GTID's sequence number,
@@ -34,7 +37,11 @@ position (``binlog_snapshot_file``/``_position``, mapped to GTIDs with
 table in that transaction, then streams the binlog from ``C`` and emits, at
 the snapshot's offset, the inverse of every transaction below ``S``
 (*rewinds*). Snapshot plus rewinds is the state at ``C`` whatever ``S`` was,
-so a retried first read yields the same updates. Afterwards the resumption
+so a retried first read yields the same updates. A transaction below ``S``
+that cannot be rewound -- a statement that truncates, drops, renames,
+replaces or alters a table, rows that do not decode -- puts its err rows at
+the snapshot's offset too (and again at its own), so the table is in error
+from ``C`` on. Afterwards the resumption
 frontier is past ``C`` and no snapshot is taken again.
 
 The stream. One Spark task reads the binlog (``mysql-replication``, by file
@@ -67,14 +74,20 @@ row. Text is decoded from its bytes as MySQL does
 (:func:`~timeshard.storage.mysql_types.charset_text`); the constructor
 refuses a column whose character set is not one it decodes exactly, naming
 table, column and charset. Changes of a table upstream are definite
-errors of that subsource, while the other tables go on: a dropped or
-retyped column makes each later transaction touching the table an err row
-(its row events' table maps show the change), and a statement that
-truncates, drops, renames or replaces it (parsed by
-:mod:`timeshard.storage.mysql_ddl`) is one err row at its transaction,
+errors of that subsource, while the other tables go on: a dropped,
+retyped or moved column makes each later transaction touching the table an
+err row (its row events' table maps show the change), and a statement that
+truncates, drops, renames or replaces it, or an ``ALTER TABLE`` that does
+more than add columns at the end or change indexes, keys, constraints or
+partitioning (it may change existing values with no row event: a column
+dropped and added again, columns swapped, ``varchar`` made ``char``), parsed
+by :mod:`timeshard.storage.mysql_ddl`, is one err row at its transaction,
 naming the change; the err row is never retracted, so the subsource stays
 errored. Only InnoDB tables are read (the consistent snapshot covers no
-other engine): the constructor refuses others, naming them. Faults are not
+other engine): the constructor refuses others, naming them, and refuses the
+child table of a foreign key that cascades (``ON DELETE|UPDATE CASCADE``,
+``SET NULL``, ``SET DEFAULT``: InnoDB logs no row events of what it does to
+the child), naming the constraint. Faults are not
 data: an unreachable server raises ``SourceUnavailable``.
 
 Runs on the driver: the constructor, ``upper`` and ``read``'s planning;
@@ -98,7 +111,7 @@ import pyarrow as pa
 from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.persist._internal.parts import DIFF, ERR
 from timeshard.storage.cdc import DecodeTask, raw_batches
-from timeshard.storage.mysql_ddl import EVERY_TABLE, ddl_tables
+from timeshard.storage.mysql_ddl import ALTERED, EVERY_TABLE, ddl_tables
 from timeshard.storage.mysql_types import (
     CHARSETS,
     Column,
@@ -117,7 +130,7 @@ from timeshard.storage.reclock import SourceFrontier, join_frontiers
 
 #: The partition of the snapshot's records (every frontier has it, at least at 1).
 SNAPSHOT_PARTITION = "0"
-_IDENT = re.compile(r"[^\x00`]{1,64}")
+_IDENT = re.compile(r"[^\x00]{1,64}")
 #: The rows a read task emits: table, partition, offset, diff, error, text values.
 RAW_SCHEMA = pa.schema(
     [
@@ -133,6 +146,8 @@ RawRow = tuple[int, str, int, int, str | None, list[str | None] | None]
 BATCH_ROWS = 10_000
 #: How many binlog positions of its earlier reads a source remembers (to start near).
 CHECKPOINTS = 8
+#: The longest ``connect_timeout_s`` (pymysql's bound: a year).
+MAX_CONNECT_TIMEOUT_S = 31_536_000
 #: Settings every session of the source uses (timestamps print in UTC).
 SESSION_INIT = "SET time_zone = '+00:00'"
 #: What the server must be configured with, and the value.
@@ -146,10 +161,11 @@ REQUIRED_SETTINGS = {
 
 
 def quote(identifier: str) -> str:
-    """A table or column name in backticks (names holding a backtick or NUL are refused)."""
-    if not _IDENT.fullmatch(identifier):
+    """A table or column name in backticks, a backtick in it doubled (an empty name, one
+    longer than 64 characters or holding NUL, which no MySQL name is, is refused)."""
+    if not isinstance(identifier, str) or not _IDENT.fullmatch(identifier):
         raise InvalidUsage(f"not a MySQL identifier this source reads: {identifier!r}")
-    return f"`{identifier}`"
+    return "`" + identifier.replace("`", "``") + "`"
 
 
 def redact(url: object) -> object:
@@ -203,10 +219,30 @@ class Server:
         clients do (a catalog keeps the URL, so an SQL statement's URL should
         hold none); with neither, the account is one without a password.
         """
-        parts = urlsplit(url) if isinstance(url, str) else None
+        if (
+            isinstance(connect_timeout_s, bool)
+            or not isinstance(connect_timeout_s, int)
+            or not 0 < connect_timeout_s <= MAX_CONNECT_TIMEOUT_S
+        ):
+            raise InvalidUsage(
+                "MYSQL connect_timeout_s must be a whole number of seconds in "
+                f"[1, {MAX_CONNECT_TIMEOUT_S}], got {connect_timeout_s!r}"
+            )
+        try:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            port = None if parts is None else parts.port
+        except ValueError as e:  # a port that is no number or above 65535, a bad IPv6 host
+            raise InvalidUsage(f"url {redact(url)!r} is not a MySQL URL: {e}") from None
         if parts is None or parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
             raise InvalidUsage(
                 f"url must be mysql://user:password@host:port/database, got {redact(url)!r}"
+            )
+        if port == 0:
+            raise InvalidUsage(f"url {redact(url)!r} has port 0, which no server listens on")
+        if parts.query or parts.fragment or url.endswith(("?", "#")):
+            raise InvalidUsage(
+                f"url {redact(url)!r} has a query string or fragment, which the MYSQL source "
+                "does not read (nothing after the database is an option)"
             )
         database = unquote(parts.path.lstrip("/"))
         if not database:
@@ -214,7 +250,7 @@ class Server:
         quote(database)
         return cls(
             parts.hostname,
-            parts.port or 3306,
+            port or 3306,
             unquote(parts.username or "root"),
             unquote(parts.password) if parts.password is not None else _env_password(),
             database,
@@ -300,6 +336,15 @@ class MySqlSource:
     ) -> None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.=-]{1,100}", name):
             raise InvalidUsage(f"MYSQL source name must be 1-100 of [A-Za-z0-9_.=-], got {name!r}")
+        if tables is not None and (
+            not isinstance(tables, list | tuple)
+            or not tables
+            or not all(isinstance(t, str) for t in tables)
+        ):
+            raise InvalidUsage(
+                f"MYSQL source {name!r}: tables must be a non-empty list of table names, "
+                f"got {tables!r}"
+            )
         self.name = name
         self.server = Server.from_url(url, connect_timeout_s)
         #: Binlog positions this instance read up to, with their GTID frontiers.
@@ -420,6 +465,8 @@ class MySqlSource:
             names = list(REQUIRED_SETTINGS)
             cur.execute("SELECT " + ", ".join(f"@@GLOBAL.{n}" for n in names))
             values = cur.fetchone()
+            cur.execute("SHOW MASTER STATUS")  # File, Position, Binlog_Do_DB, Binlog_Ignore_DB
+            status = cur.fetchone()
         for setting, value in zip(names, values, strict=True):
             want = REQUIRED_SETTINGS[setting]
             if str(value).upper() not in (want, "ON" if want == "1" else want):
@@ -427,6 +474,25 @@ class MySqlSource:
                     f"MYSQL source {self.name!r}: the server needs {setting}={want} "
                     f"(it has {value!r}): set it in the server's configuration"
                 )
+        if status is not None:
+            self._check_binlog_filters(_text(status[2] or ""), _text(status[3] or ""))
+
+    def _check_binlog_filters(self, do_db: str, ignore_db: str) -> None:
+        """Refuses a server whose ``binlog-do-db``/``binlog-ignore-db`` leave the source's
+        database out: its changes would never be in the binlog."""
+        database = self.server.database
+        if database in ignore_db.split(","):
+            raise InvalidUsage(
+                f"MYSQL source {self.name!r}: the server's binlog leaves database "
+                f"{database!r} out (Binlog_Ignore_DB is {ignore_db!r}): its changes are "
+                "never logged; remove it from the server's binlog-ignore-db"
+            )
+        if do_db and database not in do_db.split(","):
+            raise InvalidUsage(
+                f"MYSQL source {self.name!r}: the server's binlog logs only databases "
+                f"{do_db!r} (Binlog_Do_DB), not {database!r}: its changes are never logged; "
+                "add it to the server's binlog-do-db"
+            )
 
     def _tables(self, conn: Any, only: Sequence[str] | None) -> list[Table]:
         database = self.server.database
@@ -448,6 +514,7 @@ class MySqlSource:
             names = [n for n in names if n in only]
         if not names:
             raise InvalidUsage(f"MYSQL source {self.name!r}: database {database!r} has no tables")
+        _refuse_cascades(self.name, conn, database, names)
         tables = []
         for name in names:
             quote(name)
@@ -457,6 +524,8 @@ class MySqlSource:
                     "only InnoDB tables can be read (the consistent snapshot covers no other)"
                 )
             columns = table_columns(conn, database, name)
+            for c in columns:
+                quote(c.name)  # every read names it: refused here, never in a read task
             reserved = [c.name for c in columns if c.name.startswith("_")]
             if reserved:
                 raise InvalidUsage(f"table {name}: columns {reserved} start with '_' (reserved)")
@@ -469,6 +538,33 @@ class MySqlSource:
                     )
             tables.append(Table(name, columns))
         return tables
+
+
+def _refuse_cascades(source: str, conn: Any, database: str, names: Sequence[str]) -> None:
+    """Raises ``InvalidUsage`` for a table that is the child of a foreign key with ``ON
+    DELETE|UPDATE CASCADE|SET NULL|SET DEFAULT``: InnoDB applies those itself, and the
+    binlog has no row events of the child's changes."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_NAME, CONSTRAINT_NAME, DELETE_RULE, UPDATE_RULE "
+            "FROM information_schema.REFERENTIAL_CONSTRAINTS WHERE CONSTRAINT_SCHEMA = %s "
+            "ORDER BY TABLE_NAME, CONSTRAINT_NAME",
+            (database,),
+        )
+        rows = [tuple(_text(v) for v in r) for r in cur.fetchall()]
+    for table, constraint, on_delete, on_update in rows:
+        actions = [
+            f"ON {event} {rule}"
+            for event, rule in (("DELETE", on_delete), ("UPDATE", on_update))
+            if rule.upper() in ("CASCADE", "SET NULL", "SET DEFAULT")
+        ]
+        if table in names and actions:
+            raise InvalidUsage(
+                f"MYSQL source {source!r}: table {table!r} is the child of foreign key "
+                f"constraint {constraint!r} with {' and '.join(actions)}, whose changes of "
+                "its rows are not in the binlog: leave the table out of tables, or make the "
+                "constraint RESTRICT or NO ACTION"
+            )
 
 
 def table_columns(conn: Any, database: str, table: str) -> tuple[Column, ...]:
@@ -645,6 +741,9 @@ def _schema_change(declared: Sequence[Column], actual: Sequence[Column]) -> str 
             return f"upstream schema changed: column {column.name!r} was dropped"
         if now != column:
             return f"upstream schema changed: column {column.name!r} changed type"
+    names = [c.name for c in declared]
+    if [c.name for c in actual][: len(names)] != names:
+        return f"upstream schema changed: its columns are no longer in the order {names}"
     return None
 
 
@@ -782,9 +881,12 @@ def _apply_query(txn: _Txn, event: Any, plan: ReadPlan, tables: Mapping[str, int
         if database != plan.server.database:
             continue
         touched = tables.values() if name == EVERY_TABLE else [tables.get(name)]
+        what = f"{change} upstream"
+        if change == ALTERED:
+            what += f" by a statement that may change existing values: {query[:200]}"
         for index in touched:
             if index is not None:
-                txn.errors.add((index, f"{plan.tables[index].name}: {change} upstream"))
+                txn.errors.add((index, f"{plan.tables[index].name}: {what}"))
 
 
 def _apply_rows(txn: _Txn, event: Any, plan: ReadPlan, index: int) -> None:
@@ -877,6 +979,10 @@ def _emit(txn: _Txn, plan: ReadPlan, seen: Mapping[str, int]) -> Iterator[RawRow
             yield (index, d, seq, diff, err, values)
     if plan.snapshot and seq < seen.get(d, 0):
         offset = plan.lo[SNAPSHOT_PARTITION] - 1
+        # What cannot be rewound (a truncate, a drop, an undecodable row the snapshot has
+        # the effect of) makes the table's state at lo an error too.
+        for index, why in sorted(txn.errors):
+            yield (index, SNAPSHOT_PARTITION, offset, 1, f"{why} at GTID {d}-{seq}", None)
         for index, diff, err, values in rows:  # the snapshot has these: take them back to lo
             yield (index, SNAPSHOT_PARTITION, offset, -diff, err, values)
 

@@ -161,8 +161,10 @@ def incompatibility(declared: Sequence[Column], binlog: Sequence[Any]) -> str | 
 
     ``binlog`` are ``mysql-replication`` columns (``name``, ``type``,
     ``unsigned``, ``precision``, ``decimals``, ``fsp``, ``max_length``); new columns are
-    fine. A changed number of fractional digits, or length of a ``binary(n)``, is not:
-    its values would be cut or padded to the declared one.
+    fine after the declared ones, which must come first and in their order (a column
+    added elsewhere, or columns reordered, is an ALTER that is not known to keep values).
+    A changed number of fractional digits, or length of a ``binary(n)``, is not: its
+    values would be cut or padded to the declared one.
     """
     by_name = {c.name: c for c in binlog}
     for column in declared:
@@ -184,6 +186,9 @@ def incompatibility(declared: Sequence[Column], binlog: Sequence[Any]) -> str | 
         length = getattr(now, "max_length", None)  # binary(n) is padded to n bytes
         if column.length is not None and length not in (None, column.length):
             return f"column {column.name!r} changed its length"
+    names = [c.name for c in declared]
+    if [c.name for c in binlog][: len(names)] != names:
+        return f"its columns are no longer in the declared order {names}"
     return None
 
 
@@ -304,6 +309,11 @@ def time2_value(raw: bytes, fsp: int) -> dt.timedelta:
     return -value if packed < 0 else value
 
 
+#: The ``none_source`` of a column the row event does not carry (its columns bitmap, or a
+#: partial JSON update): the session logged with ``binlog_row_image`` other than FULL.
+_NOT_IN_IMAGE = frozenset({"cols bitmap", "same with before values"})
+
+
 def binlog_text(
     value: Any,
     column: Column,
@@ -314,10 +324,19 @@ def binlog_text(
     """The text form of a value ``mysql-replication`` decoded from a row event.
 
     ``none_source`` is why the decoder gave None (``"null"``, ``"empty set"``,
-    or a value out of range); ``set_values`` the declared members of a set;
+    a value out of range, or a column not in the row image: :class:`Undecodable`,
+    so that the table's changes in the transaction are one err row, never an
+    update whose before and after images cancel as the same err row);
+    ``set_values`` the declared members of a set;
     ``charset`` the table map's character set of a text column, whose value is
     its bytes (:func:`charset_text`: raises :class:`Undecodable`).
     """
+    if none_source in _NOT_IN_IMAGE:
+        raise Undecodable(
+            f"column {column.name!r} ({column.data_type}) is not in the row image: the row "
+            "was logged with binlog_row_image other than FULL (set by the session?), so "
+            "its old or new value is not known"
+        )
     if value is None:
         if none_source == "empty set":
             return ""
