@@ -18,6 +18,7 @@ reason printed -- except when ``CI`` is set: then they fail.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from tests.integration.standalone_cluster import StandaloneCluster
@@ -34,3 +35,14 @@ def spark_standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         skip_or_fail(f"Spark standalone cluster cannot start: {e}", "standalone")
     yield cluster.url
     cluster.stop()
+
+
+@pytest.fixture
+def upstream(mariadb_server: Any) -> Iterator[Any]:
+    """A connection to the MariaDB server's test database (``Upstream`` of the MySQL
+    upstream-change tests), closed after the test."""
+    from tests.integration.test_mysql_upstream_changes import Upstream
+
+    u = Upstream(mariadb_server)
+    yield u
+    u.conn.close()

@@ -14,13 +14,6 @@ from timeshard.storage.mysql_source import SNAPSHOT_PARTITION, MySqlSource
 pytestmark = [pytest.mark.mysql]
 
 
-@pytest.fixture
-def upstream(mariadb_server: Any) -> Any:
-    u = Upstream(mariadb_server)
-    yield u
-    u.conn.close()
-
-
 def test_ddl_between_the_origin_and_the_snapshot_errors_the_state_at_the_origin(
     upstream: Upstream,
 ) -> None:

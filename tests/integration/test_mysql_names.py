@@ -14,13 +14,6 @@ from timeshard.storage.mysql_source import quote
 pytestmark = [pytest.mark.mysql]
 
 
-@pytest.fixture
-def upstream(mariadb_server: Any) -> Any:
-    u = Upstream(mariadb_server)
-    yield u
-    u.conn.close()
-
-
 def test_quote_doubles_backticks_and_refuses_what_no_name_holds() -> None:
     assert quote("a`b") == "`a``b`"
     assert quote("a.b c") == "`a.b c`"

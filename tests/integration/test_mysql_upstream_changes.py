@@ -49,13 +49,6 @@ class Upstream:
             return cur.fetchall()
 
 
-@pytest.fixture
-def upstream(mariadb_server: Any) -> Any:
-    u = Upstream(mariadb_server)
-    yield u
-    u.conn.close()
-
-
 def read_raw(source: MySqlSource, start: dict[str, int], end: dict[str, int]) -> list[RawRow]:
     """The read task's rows of ``[start, end)`` (from the empty frontier: the snapshot at end)."""
     snapshot = not any(start.values())
