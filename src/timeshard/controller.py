@@ -76,7 +76,7 @@ class Pipeline:
             # Before any object writes: no shard of another object, no source redeclared.
             owners = shard_owners(read_catalog(client))
             remaps = [(f"{s.name}.remap", shard_writer("remap", s.name)) for s in spec.source]
-            for shard, writer in [*_shard_writers(spec, sources), *remaps]:
+            for shard, writer in [*spec_shard_writers(spec, sources), *remaps]:
                 check_new_shard_owner(shard, writer, owners)
             for s, source in zip(spec.source, sources, strict=True):
                 check_redeclared(client, s.name, source)
@@ -219,15 +219,12 @@ def spec_shards(spec: RunSpec) -> list[str]:
     return [shard for shard, _ in spec_shard_writers(spec)]
 
 
-def spec_shard_writers(spec: RunSpec) -> list[tuple[str, str]]:
-    """:func:`spec_shards`, each with what writes it (``source 'a'``, ``view 'v'``)."""
-    sources = [build_source(s) for s in spec.source]
-    return _shard_writers(spec, sources)
-
-
-def _shard_writers(spec: RunSpec, sources: list[Any]) -> list[tuple[str, str]]:
-    """:func:`spec_shard_writers` of the built ``sources`` (each writer as
-    :func:`~timeshard.spec.shard_writer` names it)."""
+def spec_shard_writers(spec: RunSpec, sources: list[Any] | None = None) -> list[tuple[str, str]]:
+    """:func:`spec_shards`, each with what writes it (``source 'a'``, ``view 'v'``, as
+    :func:`~timeshard.spec.shard_writer` names it); ``sources``: the spec's sources built
+    already (else built here)."""
+    if sources is None:
+        sources = [build_source(s) for s in spec.source]
     shards: list[tuple[str, str]] = []
     for s, source in zip(spec.source, sources, strict=True):
         outputs = getattr(source, "outputs", None)

@@ -248,11 +248,12 @@ def check_spec(
             )
         except InvalidUsage as e:
             raise InvalidUsage(f"export {export.name!r}: {e}") from e
-    for source in spec.source:
+    built = [build_source(s) for s in spec.source]  # checks each source's options
+    for source, made in zip(spec.source, built, strict=True):
         if source.envelope == "upsert":
-            _check_keys(source)
+            _check_keys(source, made)
     views = [v.name for v in spec.view]
-    writers = spec_shard_writers(spec)
+    writers = spec_shard_writers(spec, built)
     _check_written(spec, writers, shard_owners(catalog))
     sources = [shard for shard, _ in writers][: -len(views) or None]
     readable = set(existing) | set(sources)
@@ -314,13 +315,13 @@ def check_spec(
             targets[target] = export.name
 
 
-def _check_keys(source: SourceSpec) -> None:
-    """The ``key_columns`` of an UPSERT source are distinct columns of its output, which
-    has a value column besides them (and its metadata): InvalidUsage names them."""
+def _check_keys(source: SourceSpec, built: Any) -> None:
+    """The ``key_columns`` of an UPSERT source (``built``) are distinct columns of its
+    output, which has a value column besides them (and its metadata): InvalidUsage names
+    them."""
     from timeshard.persist._internal.parts import DIFF
     from timeshard.storage.sources import metadata_columns
 
-    built = build_source(source)
     names = [f.name for f in built.payload_schema() if f.name != DIFF]
     keys = source.key_columns
     unknown = [k for k in keys if k not in names]
