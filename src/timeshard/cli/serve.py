@@ -21,8 +21,9 @@ Spark of its own.
 
 Without ``--read-only`` it creates an embedded location that does not exist
 yet (objects are then created with SQL), once its arguments are checked.
-``--read-only`` starts a replica that runs no object and writes nothing (a
-location that does not exist is an error, as for ``status``): it
+``--read-only`` starts a replica that runs no object and writes nothing to the
+location's shards or consensus (it announces itself in ``serve.json`` as a writer
+does; a location that does not exist is an error, as for ``status``): it
 lists the objects the catalog records, follows the CREATEs and DROPs of the
 servers that write, and answers queries and SUBSCRIBEs from the shards.
 ``ALTER SYSTEM PROMOTE`` makes it a writer, as if it had started without
