@@ -102,3 +102,17 @@ def test_a_running_session_with_another_aws_environment_is_refused(
     running(monkeypatch, {**loaded, **env}, ENV, master="spark://127.0.0.1:7077")
     with pytest.raises(InvalidUsage, match=r"\['AWS_REGION'\]"):
         session.spark_session(blob_uri="s3a://bucket/root")
+
+
+@pytest.mark.parametrize("name", ["AWS_REGION", "AWS_DEFAULT_REGION"])
+def test_the_region_is_taken_from_either_aws_variable(name: str) -> None:
+    # The AWS CLI and many setups give AWS_DEFAULT_REGION only: s3a then guessed the region
+    # and the executors' pyarrow had none.
+    _, conf = session.s3a_settings({name: "eu-west-3"})
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "eu-west-3"
+    assert conf[f"spark.executorEnv.{name}"] == "eu-west-3"
+
+
+def test_aws_region_wins_over_the_default_region() -> None:
+    _, conf = session.s3a_settings({"AWS_REGION": "a-1", "AWS_DEFAULT_REGION": "b-2"})
+    assert conf["spark.hadoop.fs.s3a.endpoint.region"] == "a-1"

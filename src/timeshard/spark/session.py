@@ -320,6 +320,7 @@ AWS_ENV = (
     "AWS_ENDPOINT_URL_S3",
     "AWS_ENDPOINT_URL",
     "AWS_REGION",
+    "AWS_DEFAULT_REGION",
 )
 
 
@@ -346,7 +347,8 @@ def s3a_settings(env: dict[str, str] | None = None) -> tuple[list[str], dict[str
     hadoop-aws (:func:`hadoop_aws_package`); with ``AWS_ENDPOINT_URL_S3`` or
     else ``AWS_ENDPOINT_URL`` (an S3 other than AWS: SeaweedFS, MinIO, ...),
     as pyarrow and the AWS SDKs choose, its endpoint, path-style access, and
-    TLS only for ``https``; ``AWS_REGION`` as the endpoint's region; and the
+    TLS only for ``https``; ``AWS_REGION`` (else ``AWS_DEFAULT_REGION``) as the
+    endpoint's region; and the
     AWS variables (:data:`AWS_ENV`) as executor environment, for the tasks'
     pyarrow and for s3a's environment credentials. Credentials themselves are
     left to s3a's default chain, which reads the environment's key, secret and
@@ -361,8 +363,9 @@ def s3a_settings(env: dict[str, str] | None = None) -> tuple[list[str], dict[str
         conf["spark.hadoop.fs.s3a.connection.ssl.enabled"] = str(
             endpoint.startswith("https://")
         ).lower()
-    if env.get("AWS_REGION"):
-        conf["spark.hadoop.fs.s3a.endpoint.region"] = env["AWS_REGION"]
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")  # as the AWS SDKs take it
+    if region:
+        conf["spark.hadoop.fs.s3a.endpoint.region"] = region
     for name in AWS_ENV:
         if env.get(name):
             conf[f"spark.executorEnv.{name}"] = env[name]
