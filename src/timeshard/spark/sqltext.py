@@ -43,6 +43,7 @@ import threading
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from numbers import Integral
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -90,7 +91,17 @@ def bigint_where(column: str, op: str, value: int) -> str:
     """
     if op not in _COMPARISONS:
         raise InvalidUsage(f"bigint_where: unknown comparison {op!r}")
-    return f"({column} IS NOT NULL AND struct({column}) {op} struct(CAST({int(value)} AS BIGINT)))"
+    return f"({column} IS NOT NULL AND struct({column}) {op} struct({_bigint(value)}))"
+
+
+def _bigint(value: int) -> str:
+    """SQL: ``value`` as a BIGINT literal; InvalidUsage naming it if it is no int64 (the
+    cast would give null, or fail, instead of the bound)."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise InvalidUsage(f"{value!r} is no BIGINT (a 64-bit integer)")
+    if not -(2**63) <= int(value) < 2**63:
+        raise InvalidUsage(f"{value!r} is no BIGINT (a 64-bit integer)")
+    return f"CAST({int(value)} AS BIGINT)"
 
 
 def bigint_within(column: str, lower: int, upper: int) -> str:
@@ -108,7 +119,7 @@ def bigint_at_least(column: str, value: int) -> str:
     ``greatest(named_struct('t', _ts), named_struct('t', CAST(6 AS BIGINT))).t``.
     A null ``column`` gives ``value``, as ``greatest`` does.
     """
-    bound = f"named_struct('t', CAST({int(value)} AS BIGINT))"
+    bound = f"named_struct('t', {_bigint(value)})"
     return f"greatest(named_struct('t', {column}), {bound}).t"
 
 
