@@ -147,6 +147,24 @@ def test_a_step_whose_data_is_appended_does_not_fail_for_its_health(
     ingestion.close()
 
 
+def test_pause_and_resume_take_effect_whether_or_not_their_health_is_recorded(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pause() set the source paused, then raised the health's failure: the caller took
+    the pause for failed."""
+    ingestion = Ingestion(None, client, _Idle(name="c"), clock=lambda: 10**12)
+
+    def down(*args: Any) -> None:
+        raise Determinate("status shard unreachable")
+
+    monkeypatch.setattr(Health, "_record", down)
+    ingestion.pause()
+    assert ingestion.paused
+    ingestion.resume()
+    assert not ingestion.paused
+    ingestion.close()
+
+
 def test_an_exports_health_that_cannot_be_recorded_fails_no_step(
     client: PersistClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -330,13 +330,15 @@ class Ingestion:
             self.health.report_or_log(obj, status, error)
 
     def pause(self) -> None:
-        """Stop reading; the outputs keep what they have."""
+        """Stop reading; the outputs keep what they have. Done whatever the health says
+        (its failure is logged)."""
         self.paused = True
-        self._report("paused")
+        self._report_or_log("paused")
 
     def resume(self) -> None:
+        """Read again; done whatever the health says (its failure is logged)."""
         self.paused = False
-        self._report("running")
+        self._report_or_log("running")
 
     def step(self) -> StepReport:
         """One tick; a failure marks the source stalled (with the error) and is raised."""
