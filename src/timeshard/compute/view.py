@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -88,6 +89,11 @@ _EVALUATING = threading.Lock()
 ViewFunction = Callable[[Mapping[str, Any]], Any]
 
 
+#: An input alias of a SQL view: each is registered as a temp view, whose name Spark parses
+#: as an identifier (``123`` or ``a.b`` is refused there, after the view was built).
+_TEMP_VIEW_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 @dataclass(frozen=True)
 class ViewDefinition:
     """What a materialized view computes.
@@ -114,6 +120,11 @@ class ViewDefinition:
             raise InvalidUsage(f"view {self.name!r} has no inputs")
         folded: dict[str, str] = {}
         for alias in self.inputs if self.sql is not None else ():  # temp views: case folds
+            if not isinstance(alias, str) or not _TEMP_VIEW_NAME.fullmatch(alias):
+                raise InvalidUsage(
+                    f"view {self.name!r}: input alias {alias!r} is no name Spark SQL takes for "
+                    "a table: use letters, digits and '_', not starting with a digit"
+                )
             other = folded.setdefault(alias.lower(), alias)
             if other != alias:
                 raise InvalidUsage(
