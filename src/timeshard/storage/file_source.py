@@ -332,7 +332,7 @@ class FileSource:
                     "files must only be appended to"
                 )
             offset = _complete_prefix(f, size)
-            if seen is None or offset >= seen[0]:
+            if seen is None or offset > seen[0]:  # at seen[0]: its digest was just checked
                 self._seen[partition] = (offset, _tail(f, offset))
         return offset
 
