@@ -79,7 +79,7 @@ class Pipeline:
             for shard, writer in [*spec_shard_writers(spec, sources), *remaps]:
                 check_new_shard_owner(shard, writer, owners)
             for s, source in zip(spec.source, sources, strict=True):
-                check_redeclared(client, s.name, source)
+                check_redeclared(client, s.name, source, {"": (s.envelope, s.key_columns)})
             for s, source in zip(spec.source, sources, strict=True):
                 self.ingestions.append(
                     Ingestion(

@@ -213,10 +213,10 @@ class Ingestion:
             stored = stored_entry(client, self.output, "source")  # before outputs() is read
             if stored is not None and isinstance(stored.definition.get("options"), dict):
                 pin(stored.definition["options"])
-        check_redeclared(client, self.output, source)  # before anything is written
+        self._envelopes = envelopes or {"": (envelope, key_columns)}
+        check_redeclared(client, self.output, source, self._envelopes)  # before any write
         outputs = getattr(source, "outputs", None)
         self._payloads = outputs() if outputs is not None else {"": source.payload_schema()}
-        self._envelopes = envelopes or {"": (envelope, key_columns)}
         stray = sorted(
             sub
             for sub, (env, keys) in self._envelopes.items()
