@@ -367,8 +367,19 @@ def _same_view(old: CatalogEntry, new: CatalogEntry) -> bool:
     return _without(old.definition, ("as_of",)) == _without(new.definition, ("as_of",))
 
 
-def stored_entry(client: PersistClient, name: str, kind: str) -> CatalogEntry | None:
-    """The stored entry of ``(name, kind)``, None if absent or if it does not decode."""
+def stored_entry(
+    client: PersistClient,
+    name: str,
+    kind: str,
+    catalog: Sequence[CatalogEntry] | None = None,
+) -> CatalogEntry | None:
+    """The stored entry of ``(name, kind)``, None if absent or if it does not decode.
+
+    With ``catalog`` (the entries :func:`read_catalog` read), it is looked up there, and
+    the catalog is not read again.
+    """
+    if catalog is not None:
+        return next((e for e in catalog if e.name == name and e.kind == kind), None)
     for row in catalog_rows(client):
         if row.get("name") == name and row.get("kind") == kind:
             try:
@@ -594,9 +605,12 @@ def check_redeclared(
     output: str,
     source: Any,
     envelopes: Mapping[str, tuple[str, Sequence[str]]] | None = None,
+    *,
+    catalog: Sequence[CatalogEntry] | None = None,
 ) -> None:
     """Refuse ``source`` if it declares ``output`` again with offsets that mean other records,
-    or with another envelope over an output it wrote.
+    or with another envelope over an output it wrote. With ``catalog`` (the entries
+    :func:`read_catalog` read), the recorded source is looked up there.
 
     Offsets: only once the recorded source has bindings (its remap shard's
     upper is past 0): they bind offsets of the recorded options. InvalidUsage
@@ -612,7 +626,7 @@ def check_redeclared(
     rows are of that envelope, and the other would mix rows of two in one
     shard (the feedback upsert derives its state from the shard).
     """
-    stored = stored_entry(client, output, "source")
+    stored = stored_entry(client, output, "source", catalog)
     if stored is None:
         return
     _check_envelopes(client, output, stored, envelopes or {})

@@ -39,7 +39,7 @@ from timeshard.spec import (
     ExportSpec,
     RunSpec,
     build_source,
-    check_new_shard_owner,
+    check_spec_writers,
     shard_owners,
     shard_writer,
 )
@@ -73,13 +73,15 @@ class Pipeline:
         #: The objects whose first tick failed (as :meth:`step` returns them).
         self.first_failures: dict[str, str] = {}
         try:
-            # Before any object writes: no shard of another object, no source redeclared.
-            owners = shard_owners(read_catalog(client))
-            remaps = [(f"{s.name}.remap", shard_writer("remap", s.name)) for s in spec.source]
-            for shard, writer in [*spec_shard_writers(spec, sources), *remaps]:
-                check_new_shard_owner(shard, writer, owners)
+            # Before any object writes: no shard of another object (of the location, or of
+            # the declaration), no source redeclared. One read of the catalog for all: each
+            # ingestion checks itself against it too, and the checks above keep the
+            # declaration's objects apart, which an ingestion built later would see recorded.
+            catalog = read_catalog(client)
+            check_spec_writers(spec, spec_shard_writers(spec, sources), shard_owners(catalog))
             for s, source in zip(spec.source, sources, strict=True):
-                check_redeclared(client, s.name, source, {"": (s.envelope, s.key_columns)})
+                envelopes = {"": (s.envelope, s.key_columns)}
+                check_redeclared(client, s.name, source, envelopes, catalog=catalog)
             for s, source in zip(spec.source, sources, strict=True):
                 self.ingestions.append(
                     Ingestion(
@@ -90,6 +92,7 @@ class Pipeline:
                         key_columns=s.key_columns,
                         clock=clock,
                         retain_history_ms=s.retain_history_ms,
+                        catalog=catalog,
                     )
                 )
             self.first_failures = self._step_ingestions()
