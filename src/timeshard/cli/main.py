@@ -658,6 +658,8 @@ def run(
     jvm = True
     try:  # a failure (a Ctrl-C too) closes what was built: its leases would linger
         pipeline = Pipeline(spark, client, spec)
+        for held in pipeline.undeclared:  # its inputs compact no further until it is dropped
+            err_console.print(f"undeclared: {escape(held.line())}", soft_wrap=True)
         for obj, error in pipeline.first_failures.items():  # retried on the next tick
             err_console.print(f"stalled: {escape(obj)}: {escape(error)}", soft_wrap=True)
         deadline = time.monotonic() + seconds
@@ -677,6 +679,38 @@ def run(
             if pipeline is not None:
                 pipeline.close()
             spark.stop()
+
+
+@app.command("drop")
+def drop(
+    name: Annotated[str, typer.Argument(help="The view or export to drop.")],
+    cascade: Annotated[
+        bool, typer.Option("--cascade", help="Drop the views and exports that hold it too.")
+    ] = False,
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drop a view or an export that no running declaration declares any more.
+
+    Its holds on its inputs go, so they compact again (``timeshard run`` names
+    such objects on its ``undeclared:`` lines, and ``status`` shows them
+    ``stalled``); a view's shard is closed, and its name is not used again. As
+    ``DROP`` in ``timeshard serve``: an object others hold is refused unless
+    ``--cascade``; an object ``timeshard serve`` created is dropped there; a
+    view a process still runs is refused. Nothing is dropped if any is refused.
+    """
+    from timeshard.controller import drop_object
+
+    client = PersistClient(location_from(location, blob, consensus))
+    dropped = drop_object(client, name, cascade=cascade)
+    if as_json:
+        print_json([{"name": d.name, "kind": d.kind, "released": sorted(d.holds)} for d in dropped])
+        return
+    for d in dropped:
+        released = ", ".join(map(repr, sorted(d.holds))) or "nothing"
+        console.print(f"dropped {d.kind} {escape(repr(d.name))} (released {escape(released)})")
 
 
 def _existing_client(
