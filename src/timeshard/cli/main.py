@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -449,6 +450,12 @@ def _run_sql(
         raise InvalidUsage(message) from e
 
 
+def check_seconds(seconds: float) -> None:
+    """InvalidUsage naming ``seconds`` unless it is a finite duration of 0 s or more."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidUsage(f"--seconds must be a finite number, 0 or more, got {seconds}")
+
+
 @app.command("copy")
 def copy(
     path: Annotated[
@@ -536,6 +543,7 @@ def subscribe(
     """
     from timeshard.persist import Progress, Updates
 
+    check_seconds(seconds)
     deadline = time.monotonic() + seconds
     reader = PersistClient(location_from(location, blob, consensus)).open_leased_reader(obj)
     try:
@@ -637,6 +645,7 @@ def run(
     from timeshard.spark import spark_session
     from timeshard.spec import check_spec, load_spec, spark_packages
 
+    check_seconds(seconds)
     spec = load_spec(file)
     loc = spec.location
     directory = Path(loc.dir or DEFAULT_DIR)
