@@ -31,8 +31,9 @@ Invariants:
    location; a bad declaration fails with InvalidUsage and writes nothing.
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
-3. ``close`` stops every view's background I/O; a step after it is an error.
-   A pipeline whose building fails closes what it had built.
+3. ``close`` stops every view's background I/O, and closes every object even
+   if some close fails; a step after it is an error. A pipeline whose
+   building fails closes what it had built.
 4. A step ticks every object even when some fail (faults are retried on the
    next step and shown as health), and returns the failures.
 
@@ -41,6 +42,7 @@ Runs on the driver; the ingestions and views submit Spark jobs.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -136,7 +138,10 @@ class Pipeline:
             for held in self.undeclared:
                 self.health.report_or_log(held.name, "stalled", held.line())
         except BaseException:
-            self.close()  # the leases of what was built would linger until they expire
+            # The leases of what was built would linger until they expire; the error to
+            # see is the build's.
+            with contextlib.suppress(Exception):
+                self.close()
             raise
 
     def _step_ingestions(self) -> dict[str, str]:
@@ -183,16 +188,24 @@ class Pipeline:
         return {shard: self.client.state(shard).upper for shard in self.shards()}
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            for export in self.exports:
-                export.close()
-            if self.health is not None:
-                self.health.close()
-            for view in self.views:
-                view.close()
-            for ingestion in self.ingestions:
-                ingestion.close()
+        """Close every object; one whose close fails does not keep the others open (their
+        leases would linger until they expire): the first failure is raised after all."""
+        if self._closed:
+            return
+        self._closed = True
+        closes: list[Callable[[], None]] = [e.close for e in self.exports]
+        if self.health is not None:
+            closes.append(self.health.close)
+        closes += [v.close for v in self.views]
+        closes += [i.close for i in self.ingestions]
+        failure: BaseException | None = None
+        for close in closes:
+            try:
+                close()
+            except Exception as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
 
 def build_export(spark: Any, client: PersistClient, spec: ExportSpec) -> ShardExport:

@@ -685,9 +685,11 @@ def run(
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     finally:
         if jvm:  # with the JVM gone, closing through it would fail or hang
-            if pipeline is not None:
-                pipeline.close()
-            spark.stop()
+            try:
+                if pipeline is not None:
+                    pipeline.close()
+            finally:
+                spark.stop()
 
 
 @app.command("drop")
