@@ -367,8 +367,19 @@ def _same_view(old: CatalogEntry, new: CatalogEntry) -> bool:
     return _without(old.definition, ("as_of",)) == _without(new.definition, ("as_of",))
 
 
-def stored_entry(client: PersistClient, name: str, kind: str) -> CatalogEntry | None:
-    """The stored entry of ``(name, kind)``, None if absent or if it does not decode."""
+def stored_entry(
+    client: PersistClient,
+    name: str,
+    kind: str,
+    catalog: Sequence[CatalogEntry] | None = None,
+) -> CatalogEntry | None:
+    """The stored entry of ``(name, kind)``, None if absent or if it does not decode.
+
+    With ``catalog`` (the entries :func:`read_catalog` read), it is looked up there, and
+    the catalog is not read again.
+    """
+    if catalog is not None:
+        return next((e for e in catalog if e.name == name and e.kind == kind), None)
     for row in catalog_rows(client):
         if row.get("name") == name and row.get("kind") == kind:
             try:
@@ -589,19 +600,36 @@ OFFSET_OPTIONS: dict[str, tuple[str, ...]] = {
 }
 
 
-def check_redeclared(client: PersistClient, output: str, source: Any) -> None:
-    """Refuse ``source`` if it declares ``output`` again with offsets that mean other records.
+def check_redeclared(
+    client: PersistClient,
+    output: str,
+    source: Any,
+    envelopes: Mapping[str, tuple[str, Sequence[str]]] | None = None,
+    *,
+    catalog: Sequence[CatalogEntry] | None = None,
+) -> None:
+    """Refuse ``source`` if it declares ``output`` again with offsets that mean other records,
+    or with another envelope over an output it wrote. With ``catalog`` (the entries
+    :func:`read_catalog` read), the recorded source is looked up there.
 
-    Only once the recorded source has bindings (its remap shard's upper is
-    past 0): they bind offsets of the recorded options. InvalidUsage names
-    the option (or the kind, or the class of an ``other`` source), the
+    Offsets: only once the recorded source has bindings (its remap shard's
+    upper is past 0): they bind offsets of the recorded options. InvalidUsage
+    names the option (or the kind, or the class of an ``other`` source), the
     recorded value and the new one. Like a Postgres source's recorded OIDs,
     what was recorded holds; a recorded entry without an option (recorded
     before it was) does not pin it.
+
+    Envelopes: ``envelopes`` maps a subsource to ``(envelope, key_columns)``
+    (NONE where absent, as :class:`~timeshard.storage.ingest.Ingestion` takes
+    them). An output shard written already (its upper past 0) keeps its
+    recorded envelope, and an UPSERT one its key columns (in any order): its
+    rows are of that envelope, and the other would mix rows of two in one
+    shard (the feedback upsert derives its state from the shard).
     """
-    stored = stored_entry(client, output, "source")
+    stored = stored_entry(client, output, "source", catalog)
     if stored is None:
         return
+    _check_envelopes(client, output, stored, envelopes or {})
     remap = stored.definition.get("remap", f"{output}.remap")
     if not isinstance(remap, str) or remap not in client.list_shards():
         return
@@ -628,6 +656,46 @@ def check_redeclared(client: PersistClient, output: str, source: Any) -> None:
             "resume at offsets that mean other records (lost or read twice): keep "
             f"{option} {was!r}, or declare a source of another name"
         )
+
+
+def _check_envelopes(
+    client: PersistClient,
+    output: str,
+    stored: CatalogEntry,
+    envelopes: Mapping[str, tuple[str, Sequence[str]]],
+) -> None:
+    """:func:`check_redeclared`'s envelopes: InvalidUsage names the output, the recorded
+    envelope and key columns and the new ones."""
+    exports = stored.definition.get("exports")
+    if not isinstance(exports, Mapping):
+        return
+    shards: list[str] | None = None
+    for shard, export in sorted(exports.items()):
+        if not isinstance(export, Mapping) or not isinstance(export.get("envelope"), str):
+            continue  # recorded before envelopes were: nothing pins it
+        sub = export.get("subsource", "")
+        was = (export["envelope"], sorted(export.get("key_columns") or []))
+        envelope, keys = envelopes.get(sub if isinstance(sub, str) else "", ("none", ()))
+        now = (envelope, sorted(keys))
+        if now == was:
+            continue
+        if shards is None:
+            shards = client.list_shards()
+        if shard not in shards:
+            continue
+        upper = client.state(shard).upper.time
+        if upper is None or upper == 0:  # unwritten (nothing to mix), or closed (refused later)
+            continue
+        raise InvalidUsage(
+            f"source {output!r}: its output {shard!r} holds rows of {_envelope_text(*was)}; "
+            f"declared again with {_envelope_text(envelope, list(keys))}, it would mix rows "
+            f"of two envelopes in one shard: keep {_envelope_text(*was)}, or declare a "
+            "source of another name"
+        )
+
+
+def _envelope_text(envelope: str, keys: Sequence[str]) -> str:
+    return f"envelope {envelope!r}" + (f" key_columns {list(keys)}" if keys else "")
 
 
 def _offset_options(kind: str, options: Mapping[str, Any]) -> dict[str, Any]:

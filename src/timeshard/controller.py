@@ -12,14 +12,28 @@ object converges through compare-and-append, so they are replicas of it.
 Frontiers: :meth:`Pipeline.uppers` is the write frontier of every shard the
 pipeline writes (each source's exports and each view), read from consensus.
 
+Undeclared objects: a view or an export the location still has but the
+declaration no longer declares keeps its durable holds on its inputs (its
+``view.<name>`` or ``export.<name>`` critical since handle), so they never
+compact past it. :func:`undeclared_holders` finds them: the catalog's views,
+and the ``export.<name>`` holds of every shard, that the declaration does not
+name, that no ``timeshard serve`` statement created (serve keeps its own), and
+that still hold a shard; a view whose shard has a live writer (another
+process runs it) is left out. A pipeline reports each as ``stalled`` with
+what it holds (:attr:`Pipeline.undeclared`), and :func:`drop_object`
+(``timeshard drop NAME [--cascade]``) releases it as ``DROP`` in ``timeshard
+serve`` does: a view's shard is closed and its holds, retained history and
+deploy reader go; an export's holds go; both report ``dropped``.
+
 Invariants:
 
 1. Sources are built (and their options checked) before anything touches the
    location; a bad declaration fails with InvalidUsage and writes nothing.
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
-3. ``close`` stops every view's background I/O; a step after it is an error.
-   A pipeline whose building fails closes what it had built.
+3. ``close`` stops every view's background I/O, and closes every object even
+   if some close fails; a step after it is an error. A pipeline whose
+   building fails closes what it had built.
 4. A step ticks every object even when some fail (faults are retried on the
    next step and shown as health), and returns the failures.
 
@@ -28,18 +42,23 @@ Runs on the driver; the ingestions and views submit Spark jobs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from timeshard.catalog import check_redeclared, read_catalog
+from timeshard.catalog import CatalogEntry, check_redeclared, read_catalog
 from timeshard.compute import MaterializedView, ViewDefinition
+from timeshard.errors import InvalidUsage, TimeshardError
 from timeshard.persist import PersistClient
+from timeshard.persist.holds import RetainedHistory, release_view_holds, view_hold_id
 from timeshard.progress import Frontier
 from timeshard.spec import (
     ExportSpec,
     RunSpec,
     build_source,
-    check_new_shard_owner,
+    check_spec_writers,
     shard_owners,
     shard_writer,
 )
@@ -49,6 +68,8 @@ from timeshard.storage.health import Health
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.kafka_export import KafkaExport
 from timeshard.storage.postgres_export import PostgresExport
+
+log = logging.getLogger(__name__)
 
 
 class Pipeline:
@@ -73,13 +94,15 @@ class Pipeline:
         #: The objects whose first tick failed (as :meth:`step` returns them).
         self.first_failures: dict[str, str] = {}
         try:
-            # Before any object writes: no shard of another object, no source redeclared.
-            owners = shard_owners(read_catalog(client))
-            remaps = [(f"{s.name}.remap", shard_writer("remap", s.name)) for s in spec.source]
-            for shard, writer in [*spec_shard_writers(spec, sources), *remaps]:
-                check_new_shard_owner(shard, writer, owners)
+            # Before any object writes: no shard of another object (of the location, or of
+            # the declaration), no source redeclared. One read of the catalog for all: each
+            # ingestion checks itself against it too, and the checks above keep the
+            # declaration's objects apart, which an ingestion built later would see recorded.
+            catalog = read_catalog(client)
+            check_spec_writers(spec, spec_shard_writers(spec, sources), shard_owners(catalog))
             for s, source in zip(spec.source, sources, strict=True):
-                check_redeclared(client, s.name, source)
+                envelopes = {"": (s.envelope, s.key_columns)}
+                check_redeclared(client, s.name, source, envelopes, catalog=catalog)
             for s, source in zip(spec.source, sources, strict=True):
                 self.ingestions.append(
                     Ingestion(
@@ -90,6 +113,7 @@ class Pipeline:
                         key_columns=s.key_columns,
                         clock=clock,
                         retain_history_ms=s.retain_history_ms,
+                        catalog=catalog,
                     )
                 )
             self.first_failures = self._step_ingestions()
@@ -109,8 +133,15 @@ class Pipeline:
             self.health = Health(client, clock)
             for export in self.exports:
                 self.health.report_or_log(export.export_id, "starting")
+            #: The objects the location has, the declaration does not, that hold shards.
+            self.undeclared = undeclared_holders(client, spec, catalog)
+            for held in self.undeclared:
+                self.health.report_or_log(held.name, "stalled", held.line())
         except BaseException:
-            self.close()  # the leases of what was built would linger until they expire
+            # The leases of what was built would linger until they expire; the error to
+            # see is the build's.
+            with contextlib.suppress(Exception):
+                self.close()
             raise
 
     def _step_ingestions(self) -> dict[str, str]:
@@ -157,16 +188,24 @@ class Pipeline:
         return {shard: self.client.state(shard).upper for shard in self.shards()}
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            for export in self.exports:
-                export.close()
-            if self.health is not None:
-                self.health.close()
-            for view in self.views:
-                view.close()
-            for ingestion in self.ingestions:
-                ingestion.close()
+        """Close every object; one whose close fails does not keep the others open (their
+        leases would linger until they expire): the first failure is raised after all."""
+        if self._closed:
+            return
+        self._closed = True
+        closes: list[Callable[[], None]] = [e.close for e in self.exports]
+        if self.health is not None:
+            closes.append(self.health.close)
+        closes += [v.close for v in self.views]
+        closes += [i.close for i in self.ingestions]
+        failure: BaseException | None = None
+        for close in closes:
+            try:
+                close()
+            except Exception as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
 
 def build_export(spark: Any, client: PersistClient, spec: ExportSpec) -> ShardExport:
@@ -234,4 +273,171 @@ def spec_shard_writers(spec: RunSpec, sources: list[Any] | None = None) -> list[
     return [*shards, *((v.name, shard_writer("view", v.name)) for v in spec.view)]
 
 
-__all__ = ["Pipeline", "spec_shard_writers", "spec_shards"]
+@dataclass(frozen=True)
+class Holder:
+    """A view or an export, and the shards it holds (shard -> the since it holds it at)."""
+
+    name: str
+    kind: str  # "view" | "export"
+    holds: dict[str, Frontier]
+
+    def line(self) -> str:
+        """What it holds and how to release it, on one line."""
+        held = ", ".join(f"{s!r} at since {f.to_json()}" for s, f in sorted(self.holds.items()))
+        return (
+            f"{self.kind} {self.name!r} is not declared, and holds {held} (compacted no "
+            f"further): `timeshard drop {self.name}` releases it"
+        )
+
+
+_VIEW_HOLD, _EXPORT_HOLD = view_hold_id(""), "export."
+
+
+def undeclared_holders(
+    client: PersistClient, spec: RunSpec, catalog: Sequence[CatalogEntry]
+) -> list[Holder]:
+    """The views of ``catalog`` and the exports of the location that ``spec`` does not
+    declare and that hold shards (module doc), by name."""
+    declared = {v.name for v in spec.view} | {e.name for e in spec.export}
+    held = _holders(client)
+    statements = {e.name for e in catalog if e.kind == "statement"}
+    views = {e.name for e in catalog if e.kind == "view"}
+    out = []
+    for (kind, name), holds in sorted(held.items(), key=lambda kv: kv[0][1]):
+        if name in declared or name in statements or (kind == "view" and name not in views):
+            continue
+        if kind == "view" and _running(client, name):
+            continue
+        out.append(Holder(name, kind, holds))
+    return out
+
+
+def drop_object(client: PersistClient, name: str, *, cascade: bool = False) -> list[Holder]:
+    """Drop the view or export ``name`` of the location, as ``DROP`` in ``timeshard serve``
+    does (module doc); with ``cascade``, first the views and exports that hold its shard.
+
+    Returns what was dropped, readers first. InvalidUsage, before anything is dropped,
+    names an object that is none of these, one ``timeshard serve`` created (DROP it
+    there), a view some process runs (its shard has a live writer: stop it first), and,
+    without ``cascade``, the objects that hold the shard of ``name``.
+    """
+    catalog = read_catalog(client)
+    held = _holders(client)
+    victims: list[Holder] = []
+    _plan_drop(client, name, cascade, catalog, held, victims, [])
+    health = Health(client)
+    try:
+        for victim in victims:
+            _drop(client, victim)
+            health.report_or_log(victim.name, "dropped")
+    finally:
+        health.close()
+    return victims
+
+
+def _plan_drop(
+    client: PersistClient,
+    name: str,
+    cascade: bool,
+    catalog: Sequence[CatalogEntry],
+    held: dict[tuple[str, str], dict[str, Frontier]],
+    victims: list[Holder],
+    path: list[str],
+) -> None:
+    """Append ``name`` to ``victims``, after what holds its shard (with ``cascade``)."""
+    if any(v.name == name for v in victims):
+        return
+    kinds = {e.kind for e in catalog if e.name == name}
+    if "statement" in kinds:
+        raise InvalidUsage(
+            f"{name!r} was created by timeshard serve: DROP it there (its server keeps it)"
+        )
+    is_view = "view" in kinds
+    is_export = ("export", name) in held
+    if is_view and is_export:
+        raise InvalidUsage(f"{name!r} names both a view and an export: drop it in Python")
+    if not is_view and not is_export:
+        what = "a source (it holds no input)" if "source" in kinds else "no view or export"
+        views = sorted(e.name for e in catalog if e.kind == "view")
+        exports = sorted(n for kind, n in held if kind == "export")
+        raise InvalidUsage(
+            f"{name!r} is {what}: timeshard drop drops a view of the catalog or an export "
+            f"that holds a shard; the location's views: {views}, exports: {exports}"
+        )
+    if not is_view:
+        victims.append(Holder(name, "export", held[("export", name)]))
+        return
+    if _running(client, name):
+        raise InvalidUsage(
+            f"view {name!r} is running (its shard has a writer that renewed its lease in the "
+            "last three heartbeat intervals): stop the process that runs it, then drop it"
+        )
+    readers = sorted(
+        n for (kind, n), holds in held.items() if name in holds and (kind, n) != ("view", name)
+    )
+    if readers and not cascade:
+        raise InvalidUsage(
+            f"cannot drop {name!r}: {', '.join(map(repr, readers))} hold its shard "
+            "(--cascade drops them too)"
+        )
+    for reader in readers:
+        if reader in path:
+            continue
+        _plan_drop(client, reader, cascade, catalog, held, victims, [*path, name])
+    victims.append(Holder(name, "view", held.get(("view", name), {})))
+
+
+def _drop(client: PersistClient, victim: Holder) -> None:
+    """Release what ``victim`` holds; a view's shard closes first (no replica writes again,
+    as in :meth:`~timeshard.compute.MaterializedView.drop`). Idempotent."""
+    from timeshard.compute.mv_sink import DEPLOY_READER
+
+    if victim.kind == "export":
+        for shard in victim.holds:
+            client.drop_critical_since(shard, f"{_EXPORT_HOLD}{victim.name}")
+        return
+    if victim.name in client.list_shards():
+        client.close_shard(victim.name)
+        RetainedHistory.configure(client, victim.name, None)
+        client.drop_critical_since(victim.name, DEPLOY_READER)
+    release_view_holds(client, victim.name, victim.holds)
+
+
+def _holders(client: PersistClient) -> dict[tuple[str, str], dict[str, Frontier]]:
+    """Every view and export that holds a shard of the location: ``(kind, name)`` -> the
+    shards it holds, each with the since it holds it at. A shard whose state cannot be
+    read is left out (logged)."""
+    out: dict[tuple[str, str], dict[str, Frontier]] = {}
+    for shard in client.list_shards():
+        try:
+            readers = client.state(shard).critical_readers
+        except TimeshardError as e:  # ``timeshard status`` shows the shard unreadable
+            log.warning("shard %s: its holders are unknown: %s", shard, e)
+            continue
+        for reader, state in readers.items():
+            for kind, prefix in (("view", _VIEW_HOLD), ("export", _EXPORT_HOLD)):
+                if reader.startswith(prefix) and len(reader) > len(prefix):
+                    out.setdefault((kind, reader[len(prefix) :]), {})[shard] = state.since
+    return out
+
+
+def _running(client: PersistClient, view: str) -> bool:
+    """Whether a process runs ``view``: its open shard has a writer that renewed its lease
+    in the last three heartbeat intervals (as ``timeshard status`` tells liveness)."""
+    if view not in client.list_shards():
+        return False
+    state = client.state(view)
+    if state.upper.is_empty():
+        return False
+    now, interval = client.config.now_ms(), client.config.heartbeat_interval_ms
+    return any(now - w.last_heartbeat_ms <= 3 * interval for w in state.writers.values())
+
+
+__all__ = [
+    "Pipeline",
+    "Holder",
+    "drop_object",
+    "spec_shard_writers",
+    "spec_shards",
+    "undeclared_holders",
+]

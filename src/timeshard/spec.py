@@ -254,7 +254,7 @@ def check_spec(
             _check_keys(source, made)
     views = [v.name for v in spec.view]
     writers = spec_shard_writers(spec, built)
-    _check_written(spec, writers, shard_owners(catalog))
+    check_spec_writers(spec, writers, shard_owners(catalog))
     sources = [shard for shard, _ in writers][: -len(views) or None]
     readable = set(existing) | set(sources)
     for i, view in enumerate(spec.view):
@@ -402,7 +402,7 @@ def check_new_shard_owner(shard: str, writer: str, owners: Mapping[str, str]) ->
         )
 
 
-def _check_written(
+def check_spec_writers(
     spec: RunSpec, writers: Sequence[tuple[str, str]], recorded: Mapping[str, str]
 ) -> None:
     """Every shard the declaration writes (``writers``: shard, what writes it; and each
@@ -589,6 +589,7 @@ __all__ = [
     "build_source",
     "check_new_shard_owner",
     "check_spec",
+    "check_spec_writers",
     "format_duration",
     "load_spec",
     "parse_duration",

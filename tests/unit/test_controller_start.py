@@ -65,3 +65,21 @@ def test_a_pipeline_that_fails_to_build_closes_what_it_built(client: PersistClie
     with pytest.raises(OSError, match="consensus unreachable"):
         controller.Pipeline(None, client, SPEC)
     assert StandIn.closed == ["a", "b"]
+
+
+def test_a_close_that_fails_still_closes_the_others(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first failure ended the close: the later ingestions' leases lingered."""
+    pipeline = controller.Pipeline(None, client, SPEC)
+    closed = StandIn.close
+
+    def failing(self: StandIn) -> None:
+        closed(self)
+        if self.output == "a":
+            raise OSError("consensus unreachable")
+
+    monkeypatch.setattr(StandIn, "close", failing)
+    with pytest.raises(OSError, match="consensus unreachable"):
+        pipeline.close()
+    assert StandIn.closed == ["a", "b", "c"]

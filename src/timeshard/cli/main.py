@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -449,6 +450,12 @@ def _run_sql(
         raise InvalidUsage(message) from e
 
 
+def check_seconds(seconds: float) -> None:
+    """InvalidUsage naming ``seconds`` unless it is a finite duration of 0 s or more."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidUsage(f"--seconds must be a finite number, 0 or more, got {seconds}")
+
+
 @app.command("copy")
 def copy(
     path: Annotated[
@@ -536,6 +543,7 @@ def subscribe(
     """
     from timeshard.persist import Progress, Updates
 
+    check_seconds(seconds)
     deadline = time.monotonic() + seconds
     reader = PersistClient(location_from(location, blob, consensus)).open_leased_reader(obj)
     try:
@@ -637,6 +645,7 @@ def run(
     from timeshard.spark import spark_session
     from timeshard.spec import check_spec, load_spec, spark_packages
 
+    check_seconds(seconds)
     spec = load_spec(file)
     loc = spec.location
     directory = Path(loc.dir or DEFAULT_DIR)
@@ -658,6 +667,8 @@ def run(
     jvm = True
     try:  # a failure (a Ctrl-C too) closes what was built: its leases would linger
         pipeline = Pipeline(spark, client, spec)
+        for held in pipeline.undeclared:  # its inputs compact no further until it is dropped
+            err_console.print(f"undeclared: {escape(held.line())}", soft_wrap=True)
         for obj, error in pipeline.first_failures.items():  # retried on the next tick
             err_console.print(f"stalled: {escape(obj)}: {escape(error)}", soft_wrap=True)
         deadline = time.monotonic() + seconds
@@ -674,9 +685,43 @@ def run(
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     finally:
         if jvm:  # with the JVM gone, closing through it would fail or hang
-            if pipeline is not None:
-                pipeline.close()
-            spark.stop()
+            try:
+                if pipeline is not None:
+                    pipeline.close()
+            finally:
+                spark.stop()
+
+
+@app.command("drop")
+def drop(
+    name: Annotated[str, typer.Argument(help="The view or export to drop.")],
+    cascade: Annotated[
+        bool, typer.Option("--cascade", help="Drop the views and exports that hold it too.")
+    ] = False,
+    location: LocationOpt = DEFAULT_LOCATION,
+    blob: BlobOpt = None,
+    consensus: ConsensusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drop a view or an export that no running declaration declares any more.
+
+    Its holds on its inputs go, so they compact again (``timeshard run`` names
+    such objects on its ``undeclared:`` lines, and ``status`` shows them
+    ``stalled``); a view's shard is closed, and its name is not used again. As
+    ``DROP`` in ``timeshard serve``: an object others hold is refused unless
+    ``--cascade``; an object ``timeshard serve`` created is dropped there; a
+    view a process still runs is refused. Nothing is dropped if any is refused.
+    """
+    from timeshard.controller import drop_object
+
+    client = PersistClient(location_from(location, blob, consensus))
+    dropped = drop_object(client, name, cascade=cascade)
+    if as_json:
+        print_json([{"name": d.name, "kind": d.kind, "released": sorted(d.holds)} for d in dropped])
+        return
+    for d in dropped:
+        released = ", ".join(map(repr, sorted(d.holds))) or "nothing"
+        console.print(f"dropped {d.kind} {escape(repr(d.name))} (released {escape(released)})")
 
 
 def _existing_client(

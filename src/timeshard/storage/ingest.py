@@ -51,7 +51,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.catalog import check_redeclared, read_catalog, record_source, stored_entry
+from timeshard.catalog import (
+    CatalogEntry,
+    check_redeclared,
+    read_catalog,
+    record_source,
+    stored_entry,
+)
 from timeshard.errors import (
     Fenced,
     InvalidUsage,
@@ -186,7 +192,10 @@ class Ingestion:
     A source with a single output writes the shard ``output`` (default: the
     source's name); one with subsources (``source.outputs()``) writes
     ``<output>.<subsource>`` for each. ``envelopes`` maps an output to
-    ``("upsert", key_columns)``; the others use NONE.
+    ``("upsert", key_columns)``; the others use NONE. ``catalog``: the
+    location's entries as :func:`~timeshard.catalog.read_catalog` read them
+    (a pipeline reads them once for all its sources), else read here, once,
+    for every check.
     """
 
     def __init__(
@@ -201,6 +210,7 @@ class Ingestion:
         envelopes: dict[str, tuple[str, Sequence[str]]] | None = None,
         clock: Callable[[], int] | None = None,
         retain_history_ms: int | None = None,
+        catalog: Sequence[CatalogEntry] | None = None,
     ) -> None:
         self.spark = spark
         self.client = client
@@ -208,15 +218,19 @@ class Ingestion:
         self.output = output or source.name
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
         self.retain_history_ms = retain_history_ms
+        if catalog is None:  # every check below looks at this one read
+            catalog = read_catalog(client)
         pin = getattr(source, "pin_recorded", None)
         if pin is not None:  # what the first build saw upstream, which a restart must keep:
-            stored = stored_entry(client, self.output, "source")  # before outputs() is read
+            stored = stored_entry(client, self.output, "source", catalog)  # before outputs()
             if stored is not None and isinstance(stored.definition.get("options"), dict):
                 pin(stored.definition["options"])
-        check_redeclared(client, self.output, source)  # before anything is written
+        self._envelopes = envelopes or {"": (envelope, key_columns)}
+        check_redeclared(  # before anything is written
+            client, self.output, source, self._envelopes, catalog=catalog
+        )
         outputs = getattr(source, "outputs", None)
         self._payloads = outputs() if outputs is not None else {"": source.payload_schema()}
-        self._envelopes = envelopes or {"": (envelope, key_columns)}
         stray = sorted(
             sub
             for sub, (env, keys) in self._envelopes.items()
@@ -228,7 +242,7 @@ class Ingestion:
                 f"an envelope for {stray} names none of them"
                 + (": give one per output with envelopes=" if "" in stray else "")
             )
-        self._check_owners()
+        self._check_owners(catalog)
         self.exports: dict[str, Export] = {}
         self._open()
         exported = {sub: export.shard for sub, export in self.exports.items()}
@@ -238,14 +252,14 @@ class Ingestion:
         self._report_or_log("starting")
         self._resume_source()
 
-    def _check_owners(self) -> None:
-        """InvalidUsage if an output or the remap is a shard another object of the catalog
+    def _check_owners(self, catalog: Sequence[CatalogEntry]) -> None:
+        """InvalidUsage if an output or the remap is a shard another object of ``catalog``
         writes (:func:`~timeshard.spec.check_new_shard_owner`), or an output is the
         source's own remap shard (a table named ``remap`` of a source of several)."""
         from timeshard.spec import check_new_shard_owner, shard_owners, shard_writer
 
         remap = f"{self.output}.remap"
-        owners = shard_owners(read_catalog(self.client))
+        owners = shard_owners(catalog)
         check_new_shard_owner(remap, shard_writer("remap", self.output), owners)
         owners[remap] = shard_writer("remap", self.output)
         for sub in self._payloads:
