@@ -253,7 +253,7 @@ class _DeltaTask:
             [_source_row(c, self.key_columns, self.data_columns) for c in changes],
             schema=source_schema,
         )
-        on = " AND ".join(f't."{k}" IS NOT DISTINCT FROM s."{k}"' for k in self.key_columns)
+        on = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in self.key_columns)
         columns = {f'"{c}"': f's."{c}"' for c in self.data_columns}
         (
             table.merge(
