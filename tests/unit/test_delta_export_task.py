@@ -65,3 +65,64 @@ def test_a_key_of_several_columns_merges(tmp_path: Path) -> None:
         {"k": None, "j": None, "v": 5},
         {"k": "a", "j": 1, "v": 11},
     ]
+
+
+def test_a_second_row_of_a_key_in_a_later_tick_is_an_error(tmp_path: Path) -> None:
+    """The MERGE saw only the tick's changes: a key's second row in a later tick replaced the
+    first in the table (the shard holds both), and retracting either deleted the key."""
+    e = export(tmp_path)
+    assert tick(e, 1, [("a", 1, 0, 1), ("b", 1, 0, 1), (None, 3, 0, 1)])["status"] == "committed"
+    for rows in ([("a", 2, 1, 1)], [(None, 4, 1, 1)]):
+        second = tick(e, 2, rows)
+        assert second["status"] == "error", second
+        assert "already has a row" in second["detail"]
+        assert "two rows of that key" in second["detail"]
+    assert e.progress().frontier == 1  # type: ignore[union-attr]
+    assert table(e) == [{"k": None, "v": 3}, {"k": "a", "v": 1}, {"k": "b", "v": 1}]
+    # The shard retracts the second row: the tick goes on.
+    assert tick(e, 3, [("a", 2, 1, 1), ("a", 2, 2, -1), ("c", 1, 2, 1)])["status"] == "committed"
+    assert table(e) == [
+        {"k": None, "v": 3},
+        {"k": "a", "v": 1},
+        {"k": "b", "v": 1},
+        {"k": "c", "v": 1},
+    ]
+
+
+def test_a_change_of_a_row_the_table_lacks_is_an_error(tmp_path: Path) -> None:
+    """A key deleted from the table outside the export: its update or delete hit nothing."""
+    e = export(tmp_path)
+    assert tick(e, 1, [("a", 1, 0, 1), ("b", 1, 0, 1)])["status"] == "committed"
+    DeltaTable(e.table_uri).delete("k = 'a'")
+    for rows in ([("a", 1, 1, -1)], [("a", 1, 1, -1), ("a", 2, 1, 1)]):
+        out = tick(e, 2, rows)
+        assert out["status"] == "error" and "has 0 rows of it" in out["detail"], out
+    assert tick(e, 2, [("b", 1, 1, -1)])["status"] == "committed"
+    assert table(e) == []
+
+
+def test_keys_of_many_types_are_found_in_the_table(tmp_path: Path) -> None:
+    """The table's rows of the changed keys are looked up by a filter where the key's type
+    allows one, and compared as Spark compares them (a NaN is one key)."""
+    import datetime
+    import decimal
+
+    schema = pa.schema(
+        [
+            ("f", pa.float64()),
+            ("d", pa.decimal128(10, 2)),
+            ("t", pa.timestamp("us", tz="UTC")),
+            ("v", pa.int64()),
+        ]
+    )
+    e = export(tmp_path, schema, key_columns=("f", "d", "t"))
+    at = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+    one = decimal.Decimal("1.50")
+    first = [(float("nan"), one, at, 1), (0.0, None, None, 2), (2.5, one, at, 3)]
+    assert tick(e, 1, [(*r, 0, 1) for r in first])["status"] == "committed"
+    again = tick(e, 2, [(float("nan"), one, at, 9, 1, 1)])
+    assert again["status"] == "error" and "already has a row" in again["detail"]
+    update = [(float("nan"), one, at, 1, 1, -1), (float("nan"), one, at, 4, 1, 1)]
+    delete = [(-0.0, None, None, 2, 1, -1)]
+    assert tick(e, 2, update + delete)["status"] == "committed"
+    assert sorted(r["v"] for r in table(e)) == [3, 4]

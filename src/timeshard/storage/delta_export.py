@@ -17,12 +17,13 @@ Envelopes:
   key with no row left is deleted. So the table is the shard's snapshot at
   ``frontier - 1``. A key with more than one row at ``upper - 1`` among a
   tick's changes (two rows, or one row twice) is an error, as are the shard's
-  err rows; nothing is committed then. The MERGE sees the tick's changes
-  only: a key's second row that comes in a later tick than its first (with
-  no retraction of it) *replaces* the first in the table, and a later
-  retraction of either deletes the key, though the shard keeps the other.
-  A shard whose keys are unique at every time (an UPSERT source's, a view
-  grouped by them) never has that.
+  err rows; nothing is committed then. So is a change that finds the table
+  other than the shard at ``frontier - 1`` (the task reads the table's rows
+  of the changed keys first, from the version the MERGE is made against): a
+  key the tick gives a row without retracting one, which the table already
+  has a row of (the key's second row came in a later tick than its first),
+  or a key whose row the tick retracts or replaces, which the table has no
+  row of, or several (the table was changed outside the export).
 * ``append``: the changes themselves, with their ``_ts`` and ``_diff``,
   appended: the table is the shard's history from the export's start.
 
@@ -52,6 +53,7 @@ from timeshard.storage.export import (
     Progress,
     ShardExport,
     blocked_at,
+    hashable,
     net_per_key,
     result,
 )
@@ -245,6 +247,7 @@ class _DeltaTask:
         errors = ErrorNet()
         changes = net_per_key(errors.ok_rows(batches), self.key_columns, self.data_columns)
         errors.check_none_left()
+        _check_rows(table, changes, self.key_columns, schema)
         if not changes:  # nothing to merge: the commit still records the progress
             write_deltalake(table, schema.empty_table(), mode="append", commit_properties=commit)
             return 0
@@ -269,6 +272,47 @@ class _DeltaTask:
             .execute()
         )
         return len(changes)
+
+
+def _check_rows(
+    table: Any, changes: list[KeyChange], key_columns: tuple[str, ...], schema: pa.Schema
+) -> None:
+    """DataError naming the first change the table's rows do not allow (module doc): an
+    insert of a key the table has a row of, or a change of a key it has not exactly one
+    row of. Reads the table's key columns, in the files whose statistics may hold a changed
+    key (an integer or string key column without nulls prunes by them; the rows read are
+    compared as Spark compares values, a NaN being one value)."""
+    if not changes:
+        return
+    prune: list[tuple[str, str, Any]] = []
+    for i, name in enumerate(key_columns):
+        kind = schema.field(name).type
+        values = sorted({c.key[i] for c in changes}, key=lambda v: (v is None, v))
+        exact = pa.types.is_integer(kind) or pa.types.is_string(kind)
+        if exact and values[-1] is not None:
+            prune.append((name, "in", values))
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=prune or None)
+    wanted = {hashable(c.key) for c in changes}
+    rows: dict[Any, int] = {}
+    found = dataset.to_table(columns=list(key_columns))
+    for row in found.to_pylist():
+        key = hashable(tuple(row[k] for k in key_columns))
+        if key in wanted:
+            rows[key] = rows.get(key, 0) + 1
+    uri = table.table_uri
+    for change in changes:
+        has = rows.get(hashable(change.key), 0)
+        if change.had_row and has != 1:
+            raise DataError(
+                f"key {change.key!r}: Delta table {uri!r} has {has} rows of it, not the one "
+                "the tick's change retracts; the table was changed outside the export"
+            )
+        if not change.had_row and change.row is not None and has:
+            raise DataError(
+                f"key {change.key!r}: Delta table {uri!r} already has a row of it, which the "
+                "insert of the tick's change needs otherwise; the shard has two rows of that "
+                "key (one from an earlier tick)"
+            )
 
 
 def _source_row(
