@@ -126,3 +126,28 @@ def test_keys_of_many_types_are_found_in_the_table(tmp_path: Path) -> None:
     delete = [(-0.0, None, None, 2, 1, -1)]
     assert tick(e, 2, update + delete)["status"] == "committed"
     assert sorted(r["v"] for r in table(e)) == [3, 4]
+
+
+def test_a_table_with_not_null_columns_deletes_and_refuses_a_null(tmp_path: Path) -> None:
+    """A delete's MERGE source row has nulls in the columns it does not compare, which a
+    NOT NULL table takes (they are never written). A null the table cannot hold follows from
+    the data: it raised delta-rs' DeltaError, retried as a fault for ever."""
+    strict = pa.schema([pa.field(f.name, f.type, nullable=False) for f in SCHEMA])
+    DeltaTable.create(str(tmp_path / "delta"), schema=strict)
+    e = export(tmp_path)
+    assert tick(e, 1, [("a", 1, 0, 1), ("b", 2, 0, 1)])["status"] == "committed"
+    assert tick(e, 2, [("a", 1, 1, -1), ("b", 2, 1, -1), ("b", 3, 1, 1)])["status"] == "committed"
+    assert table(e) == [{"k": "b", "v": 3}]
+    out = tick(e, 3, [("c", None, 2, 1)])
+    assert out["status"] == "error", out
+    assert "refused a row" in out["detail"] and "Invalid data found" in out["detail"]
+    assert e.progress().frontier == 2  # type: ignore[union-attr]
+    DeltaTable.create(
+        str(tmp_path / "log"),
+        schema=pa.schema([*strict, pa.field(TS, pa.int64(), False), pa.field(DIFF, pa.int64())]),
+    )
+    appended = DeltaExport(
+        None, e.client, "s", str(tmp_path / "log"), envelope="append", export_id="history"
+    )
+    out = tick(appended, 1, [(None, 1, 0, 1)])
+    assert out["status"] == "error" and "refused a row" in out["detail"], out

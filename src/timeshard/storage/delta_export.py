@@ -27,6 +27,10 @@ Envelopes:
 * ``append``: the changes themselves, with their ``_ts`` and ``_diff``,
   appended: the table is the shard's history from the export's start.
 
+Either way a row the table refuses for its values (a null in a NOT NULL
+column, a CHECK constraint it breaks) is an error, and nothing is committed:
+it follows from the data, as the shard's err rows do.
+
 The table is created with the shard's columns (and ``_ts``, ``_diff`` for
 ``append``) if it does not exist. Column names must be plain identifiers
 (``[A-Za-z_][A-Za-z0-9_]*``): the MERGE's predicate names them, quoted, and
@@ -36,6 +40,7 @@ holds no value. The driver side (the since hold, resuming) is
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -201,12 +206,14 @@ class _DeltaTask:
                 upper = self.upper if blocked is None else blocked[0]
                 if blocked is not None and upper == self.lower:
                     raise DataError(blocked[1])
-                count = self._append(table, held, schema, self._commit(upper), upper)
+                with _refusal(self.uri):
+                    count = self._append(table, held, schema, self._commit(upper), upper)
                 if blocked is not None:
                     yield result("blocked", count, blocked[1], upper)
                     return
             else:
-                count = self._merge(table, batches, schema, self._commit(self.upper))
+                with _refusal(self.uri):
+                    count = self._merge(table, batches, schema, self._commit(self.upper))
         except DataError as e:
             yield result("error", 0, str(e))
             return
@@ -272,6 +279,26 @@ class _DeltaTask:
             .execute()
         )
         return len(changes)
+
+
+@contextlib.contextmanager
+def _refusal(uri: str) -> Iterator[None]:
+    """A write the table refuses for the rows' values (a null in a NOT NULL column, a CHECK
+    constraint or invariant that a row breaks) as a DataError: it follows from the data,
+    and every retry would meet it again. delta-rs raises it as a DeltaError that only its
+    text tells from a fault."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        yield
+    except DeltaError as e:
+        if _INVALID not in str(e):
+            raise
+        first = (str(e).splitlines() or [""])[0]
+        raise DataError(f"Delta table {uri!r} refused a row: {first}") from None
+
+
+_INVALID = "Invalid data found"
 
 
 def _check_rows(
