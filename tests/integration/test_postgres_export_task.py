@@ -125,3 +125,37 @@ def test_an_export_refuses_a_progress_written_to_another_table(
         )
     assert moved.step().status == "idle"
     moved.close()
+
+
+def test_an_export_declared_with_other_key_columns_does_not_go_on(
+    export: PostgresExport,
+) -> None:
+    """The progress row did not say which key columns it was written with: an export of the
+    same id declared with others went on from it."""
+    from timeshard.errors import InvalidUsage
+
+    assert export.step().status == "idle"  # registers its hold
+    assert tick(export, 0, 1, [("a", 1, 0, 1)])["status"] == "committed"
+    assert export.progress().declared == "envelope 'upsert', key columns ['k']"  # type: ignore[union-attr]
+    with psycopg.connect(export.dsn) as conn:
+        conn.execute(
+            psycopg.sql.SQL("CREATE UNIQUE INDEX ON {} (k, v)").format(
+                psycopg.sql.Identifier(export.schema, export.table)
+            )
+        )
+    other = PostgresExport(
+        None,
+        export.client,
+        "s",
+        export.dsn,
+        export.table,
+        key_columns=["k", "v"],
+        schema=export.schema,
+        export_id=export.export_id,
+    )
+    with pytest.raises(InvalidUsage) as refused:
+        other.step()
+    assert "written with envelope 'upsert', key columns ['k'], not with" in str(refused.value)
+    assert "key columns ['k', 'v']" in str(refused.value)
+    other.close()
+    assert export.step().status == "idle"  # declared as before: it goes on

@@ -7,12 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from deltalake import DeltaTable
 
+from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.storage.delta_export import DeltaExport
+from timeshard.storage.export import Progress
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 
@@ -151,3 +154,31 @@ def test_a_table_with_not_null_columns_deletes_and_refuses_a_null(tmp_path: Path
     )
     out = tick(appended, 1, [(None, 1, 0, 1)])
     assert out["status"] == "error" and "refused a row" in out["detail"], out
+
+
+def test_an_export_declared_again_otherwise_does_not_go_on_from_its_progress(
+    tmp_path: Path,
+) -> None:
+    """The table's progress said only how far, not how the rows were written: an upsert
+    declared over an append's table (or with other key columns) went on from its progress,
+    MERGEing into a history of changes."""
+    history = export(tmp_path, envelope="append", key_columns=(), export_id="x")
+    history.hold  # noqa: B018 (registers the export's hold, as its first step does)
+    assert tick(history, 1, [("a", 1, 0, 1)])["status"] == "committed"
+    with pytest.raises(InvalidUsage) as refused:
+        DeltaExport(
+            None, history.client, "s", history.table_uri, key_columns=["k"], export_id="x"
+        ).step()
+    assert "written with envelope 'append', key columns []" in str(refused.value)
+    assert "not with envelope 'upsert', key columns ['k']" in str(refused.value)
+    assert history.progress() == Progress(1, 1, None, "envelope 'append', key columns []")
+    assert history.step().status == "idle"  # declared as before: it goes on
+
+
+def test_an_upsert_declared_with_other_keys_does_not_go_on(tmp_path: Path) -> None:
+    e = export(tmp_path, export_id="x")
+    e.hold  # noqa: B018
+    assert tick(e, 1, [("a", 1, 0, 1)])["status"] == "committed"
+    other = DeltaExport(None, e.client, "s", e.table_uri, key_columns=["k", "v"], export_id="x")
+    with pytest.raises(InvalidUsage, match=r"key columns \['k'\], not with .* \['k', 'v'\]"):
+        other.step()

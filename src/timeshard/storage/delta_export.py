@@ -3,7 +3,11 @@
 The progress lives in the table's own log, as Delta *application
 transactions*: the app id ``<export id>`` carries the export's frontier and
 ``<export id>.version`` the deployment's version, both set by the commit
-that writes the changes. A tick's single Spark task reads them from the
+that writes the changes. The table property
+``timeshard.export.<export id>.declared`` says how they were written (the
+envelope and key columns, :attr:`~timeshard.storage.export.ShardExport.declaration`):
+the first tick sets it, before its commit, and an export declared otherwise
+does not go on from that progress. A tick's single Spark task reads them from the
 table, goes on only if the frontier is still the one the driver planned from
 and no newer version owns the table, and commits the changes at
 ``[frontier, upper)`` with the new frontier in **one Delta commit**. A task
@@ -154,6 +158,7 @@ class DeltaExport(ShardExport):
             storage_options=tuple(sorted(self.storage_options.items())),
             export_id=self.export_id,
             version=self.version,
+            declared=self.declaration,
             envelope=self.envelope,
             key_columns=tuple(self.key_columns),
             schema_ipc=self._table_schema().serialize().to_pybytes(),
@@ -168,7 +173,17 @@ def _progress(table: Any, export_id: str) -> Progress | None:
     if frontier is None:
         return None
     version = table.transaction_version(f"{export_id}.version")
-    return Progress(int(frontier), int(version or 1))
+    return Progress(int(frontier), int(version or 1), declared=_declared(table, export_id))
+
+
+def _declared(table: Any, export_id: str) -> str | None:
+    """How the export's progress was written (module doc; None: not recorded)."""
+    declared = table.metadata().configuration.get(_declared_property(export_id))
+    return None if declared is None else str(declared)
+
+
+def _declared_property(export_id: str) -> str:
+    return f"timeshard.export.{export_id}.declared"
 
 
 @dataclass(frozen=True)
@@ -179,6 +194,7 @@ class _DeltaTask:
     storage_options: tuple[tuple[str, str], ...]
     export_id: str
     version: int
+    declared: str
     envelope: str
     key_columns: tuple[str, ...]
     schema_ipc: bytes
@@ -198,6 +214,14 @@ class _DeltaTask:
         if (progress.frontier if progress is not None else 0) != self.lower:
             yield result("stale", 0, f"the table's progress is {progress}, not {self.lower}")
             return
+        declared = _declared(table, self.export_id)
+        if declared != self.declared:
+            if progress is not None and declared is not None:  # declared again meanwhile
+                yield result("error", 0, f"the table's progress was written with {declared}")
+                return
+            table.alter.set_table_properties(
+                {_declared_property(self.export_id): self.declared}, raise_if_not_exists=False
+            )
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
         try:
             if self.envelope == "append":

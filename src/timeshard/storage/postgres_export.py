@@ -5,9 +5,10 @@ creates it if it does not exist, with the shard's columns (types in
 :data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
 has them and a primary key or unique index on exactly ``key_columns`` (which
 ``ON CONFLICT`` needs). The progress is a row
-of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``, and
-``target``: the table it was written to, which must be the export's) in the
-same database. A tick's single Spark task, in **one PostgreSQL
+of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``,
+``target``: the table it was written to, which must be the export's, and
+``declared``: the key columns it was written with, which must be the
+export's too) in the same database. A tick's single Spark task, in **one PostgreSQL
 transaction**:
 
 1. locks the export's progress row (``SELECT ... FOR UPDATE``), so two
@@ -135,12 +136,12 @@ class PostgresExport(ShardExport):
         import psycopg
         from psycopg import sql
 
-        query = sql.SQL("SELECT frontier, version, target FROM {} WHERE export_id = %s").format(
-            sql.Identifier(self.schema, PROGRESS_TABLE)
-        )
+        query = sql.SQL(
+            "SELECT frontier, version, target, declared FROM {} WHERE export_id = %s"
+        ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
         with psycopg.connect(self.dsn) as conn:
             row = conn.execute(query, (self.export_id,)).fetchone()
-        return None if row is None else Progress(int(row[0]), int(row[1]), row[2])
+        return None if row is None else Progress(int(row[0]), int(row[1]), row[2], row[3])
 
     @property
     def identity(self) -> str:
@@ -157,6 +158,7 @@ class PostgresExport(ShardExport):
             export_id=self.export_id,
             version=self.version,
             identity=self.identity,
+            declared=self.declaration,
             key_columns=tuple(self.key_columns),
             data_columns=tuple(self.reader.schema.names),
             lower=lower,
@@ -179,9 +181,10 @@ class PostgresExport(ShardExport):
             "CREATE TABLE IF NOT EXISTS {} (export_id text PRIMARY KEY, "
             "frontier bigint NOT NULL, version bigint NOT NULL)"
         ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
-        identified = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS target text").format(
-            sql.Identifier(self.schema, PROGRESS_TABLE)
-        )
+        identified = sql.SQL(
+            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS target text, "
+            "ADD COLUMN IF NOT EXISTS declared text"
+        ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
         target = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}))").format(
             sql.Identifier(self.schema, self.table),
             sql.SQL(", ").join(
@@ -192,7 +195,7 @@ class PostgresExport(ShardExport):
         )
         with psycopg.connect(self.dsn) as conn:
             conn.execute(progress)
-            conn.execute(identified)  # a progress table from before the target was recorded
+            conn.execute(identified)  # a progress table from before these were recorded
             conn.execute(target)
             have = {
                 r[0]
@@ -237,6 +240,7 @@ class _ApplyTask:
     export_id: str
     version: int
     identity: str
+    declared: str
     key_columns: tuple[str, ...]
     data_columns: tuple[str, ...]
     lower: int
@@ -296,9 +300,10 @@ class _ApplyTask:
                 )
         conn.execute(
             sql.SQL(
-                "UPDATE {} SET frontier = %s, version = %s, target = %s WHERE export_id = %s"
+                "UPDATE {} SET frontier = %s, version = %s, target = %s, declared = %s "
+                "WHERE export_id = %s"
             ).format(progress),
-            (self.upper, self.version, self.identity, self.export_id),
+            (self.upper, self.version, self.identity, self.declared, self.export_id),
         )
         return "committed", len(changes), None
 
