@@ -4,7 +4,8 @@ The target is a table keyed by ``key_columns`` (its primary key); the export
 creates it if it does not exist, with the shard's columns (types in
 :data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
 has them and a primary key or unique index on exactly ``key_columns`` (which
-``ON CONFLICT`` needs). The progress is a row
+``ON CONFLICT`` needs). A table that was dropped after the export wrote to it
+is not created again: the progress says it holds the changes below it. The progress is a row
 of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``,
 ``target``: the table it was written to, which must be the export's, and
 ``declared``: the key columns it was written with, which must be the
@@ -193,9 +194,24 @@ class PostgresExport(ShardExport):
             ),
             sql.SQL(", ").join(map(sql.Identifier, self.key_columns)),
         )
+        dropped = sql.SQL(
+            "SELECT frontier FROM {} WHERE export_id = %s AND (target IS NULL OR target = %s) "
+            "AND frontier > 0 AND to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NULL"
+        ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
         with psycopg.connect(self.dsn) as conn:
             conn.execute(progress)
             conn.execute(identified)  # a progress table from before these were recorded
+            gone = conn.execute(
+                dropped, (self.export_id, self.identity, self.schema, self.table)
+            ).fetchone()
+            if gone is not None:
+                raise InvalidUsage(
+                    f"export {self.export_id!r}: table {self.schema}.{self.table} does not "
+                    f"exist, though {self.schema}.{PROGRESS_TABLE} records that the export "
+                    f"wrote the changes below {gone[0]} to it (it was dropped): a table "
+                    "created now would lack them. Delete the export's progress row to export "
+                    "the shard into a new table, or restore the table"
+                )
             conn.execute(target)
             have = {
                 r[0]
