@@ -182,3 +182,17 @@ def test_an_upsert_declared_with_other_keys_does_not_go_on(tmp_path: Path) -> No
     other = DeltaExport(None, e.client, "s", e.table_uri, key_columns=["k", "v"], export_id="x")
     with pytest.raises(InvalidUsage, match=r"key columns \['k'\], not with .* \['k', 'v'\]"):
         other.step()
+
+
+def test_a_table_whose_column_types_differ_is_refused(tmp_path: Path) -> None:
+    """The MERGE cast the shard's values to the table's types: an int64 column written into
+    a string one became text, silently."""
+    DeltaTable.create(
+        str(tmp_path / "delta"), schema=pa.schema([("k", pa.string()), ("v", pa.string())])
+    )
+    with pytest.raises(InvalidUsage, match=r"other types .*'v': \('PrimitiveType\(\"string\"\)'"):
+        export(tmp_path)
+    strict = pa.schema([pa.field(f.name, f.type, nullable=False) for f in SCHEMA])
+    DeltaTable.create(str(tmp_path / "same"), schema=strict)
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    DeltaExport(None, client, "s", str(tmp_path / "same"), key_columns=["k"]).close()

@@ -36,7 +36,8 @@ column, a CHECK constraint it breaks) is an error, and nothing is committed:
 it follows from the data, as the shard's err rows do.
 
 The table is created with the shard's columns (and ``_ts``, ``_diff`` for
-``append``) if it does not exist. Column names must be plain identifiers
+``append``) if it does not exist; an existing one must have them, of the same
+Delta types. Column names must be plain identifiers
 (``[A-Za-z_][A-Za-z0-9_]*``): the MERGE's predicate names them, quoted, and
 holds no value. The driver side (the since hold, resuming) is
 :class:`~timeshard.storage.export.ShardExport`.
@@ -136,17 +137,25 @@ class DeltaExport(ShardExport):
         return pa.schema(fields)
 
     def _create(self) -> None:
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import DeltaTable, Schema, write_deltalake
 
         options = self.storage_options or None
         if DeltaTable.is_deltatable(self.table_uri, storage_options=options):
             table = DeltaTable(self.table_uri, storage_options=options)
-            have = set(table.schema().to_arrow().names)
+            have = {f.name: str(f.type) for f in table.schema().fields}
             missing = [n for n in self._table_schema().names if n not in have]
             if missing:
                 raise InvalidUsage(
                     f"export {self.export_id!r}: Delta table {self.table_uri!r} lacks the "
                     f"columns {missing}"
+                )
+            want = {f.name: str(f.type) for f in Schema.from_arrow(self._table_schema()).fields}
+            other = {n: (have[n], t) for n, t in want.items() if have[n] != t}
+            if other:  # the MERGE and the append would cast the values, or fail every tick
+                raise InvalidUsage(
+                    f"export {self.export_id!r}: Delta table {self.table_uri!r} has columns "
+                    "of other types than the shard's (column: (table's, shard's)): "
+                    f"{other}"
                 )
             return
         empty = self._table_schema().empty_table()
