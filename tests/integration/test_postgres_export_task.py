@@ -125,3 +125,78 @@ def test_an_export_refuses_a_progress_written_to_another_table(
         )
     assert moved.step().status == "idle"
     moved.close()
+
+
+def test_an_export_declared_with_other_key_columns_does_not_go_on(
+    export: PostgresExport,
+) -> None:
+    """The progress row did not say which key columns it was written with: an export of the
+    same id declared with others went on from it."""
+    from timeshard.errors import InvalidUsage
+
+    assert export.step().status == "idle"  # registers its hold
+    assert tick(export, 0, 1, [("a", 1, 0, 1)])["status"] == "committed"
+    assert export.progress().declared == "envelope 'upsert', key columns ['k']"  # type: ignore[union-attr]
+    with psycopg.connect(export.dsn) as conn:
+        conn.execute(
+            psycopg.sql.SQL("CREATE UNIQUE INDEX ON {} (k, v)").format(
+                psycopg.sql.Identifier(export.schema, export.table)
+            )
+        )
+    other = PostgresExport(
+        None,
+        export.client,
+        "s",
+        export.dsn,
+        export.table,
+        key_columns=["k", "v"],
+        schema=export.schema,
+        export_id=export.export_id,
+    )
+    with pytest.raises(InvalidUsage) as refused:
+        other.step()
+    assert "written with envelope 'upsert', key columns ['k'], not with" in str(refused.value)
+    assert "key columns ['k', 'v']" in str(refused.value)
+    other.close()
+    assert export.step().status == "idle"  # declared as before: it goes on
+
+
+def test_a_table_dropped_while_the_export_was_stopped_is_not_created_again(
+    export: PostgresExport,
+) -> None:
+    """The export created the table again, empty, and went on from its progress: the rows
+    below it were lost, silently unless a later change updated or deleted one of them."""
+    from timeshard.errors import InvalidUsage
+
+    assert tick(export, 0, 1, [("a", 1, 0, 1)])["status"] == "committed"
+    export.close()
+    with psycopg.connect(export.dsn) as conn:
+        conn.execute(
+            psycopg.sql.SQL("DROP TABLE {}").format(
+                psycopg.sql.Identifier(export.schema, export.table)
+            )
+        )
+
+    def again() -> PostgresExport:
+        return PostgresExport(
+            None,
+            export.client,
+            "s",
+            export.dsn,
+            export.table,
+            key_columns=["k"],
+            schema=export.schema,
+            export_id=export.export_id,
+        )
+
+    with pytest.raises(InvalidUsage, match=r"does not exist, though .* below 1 to it"):
+        again()
+    with psycopg.connect(export.dsn) as conn:
+        conn.execute(
+            psycopg.sql.SQL("DELETE FROM {}").format(
+                psycopg.sql.Identifier(export.schema, "_timeshard_progress")
+            )
+        )
+    restarted = again()  # from the start, into a new table
+    assert restarted.progress() is None and table(restarted) == {}
+    restarted.close()

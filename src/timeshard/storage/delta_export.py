@@ -3,7 +3,11 @@
 The progress lives in the table's own log, as Delta *application
 transactions*: the app id ``<export id>`` carries the export's frontier and
 ``<export id>.version`` the deployment's version, both set by the commit
-that writes the changes. A tick's single Spark task reads them from the
+that writes the changes. The table property
+``timeshard.export.<export id>.declared`` says how they were written (the
+envelope and key columns, :attr:`~timeshard.storage.export.ShardExport.declaration`):
+the first tick sets it, before its commit, and an export declared otherwise
+does not go on from that progress. A tick's single Spark task reads them from the
 table, goes on only if the frontier is still the one the driver planned from
 and no newer version owns the table, and commits the changes at
 ``[frontier, upper)`` with the new frontier in **one Delta commit**. A task
@@ -17,17 +21,23 @@ Envelopes:
   key with no row left is deleted. So the table is the shard's snapshot at
   ``frontier - 1``. A key with more than one row at ``upper - 1`` among a
   tick's changes (two rows, or one row twice) is an error, as are the shard's
-  err rows; nothing is committed then. The MERGE sees the tick's changes
-  only: a key's second row that comes in a later tick than its first (with
-  no retraction of it) *replaces* the first in the table, and a later
-  retraction of either deletes the key, though the shard keeps the other.
-  A shard whose keys are unique at every time (an UPSERT source's, a view
-  grouped by them) never has that.
+  err rows; nothing is committed then. So is a change that finds the table
+  other than the shard at ``frontier - 1`` (the task reads the table's rows
+  of the changed keys first, from the version the MERGE is made against): a
+  key the tick gives a row without retracting one, which the table already
+  has a row of (the key's second row came in a later tick than its first),
+  or a key whose row the tick retracts or replaces, which the table has no
+  row of, or several (the table was changed outside the export).
 * ``append``: the changes themselves, with their ``_ts`` and ``_diff``,
   appended: the table is the shard's history from the export's start.
 
+Either way a row the table refuses for its values (a null in a NOT NULL
+column, a CHECK constraint it breaks) is an error, and nothing is committed:
+it follows from the data, as the shard's err rows do.
+
 The table is created with the shard's columns (and ``_ts``, ``_diff`` for
-``append``) if it does not exist. Column names must be plain identifiers
+``append``) if it does not exist; an existing one must have them, of the same
+Delta types. Column names must be plain identifiers
 (``[A-Za-z_][A-Za-z0-9_]*``): the MERGE's predicate names them, quoted, and
 holds no value. The driver side (the since hold, resuming) is
 :class:`~timeshard.storage.export.ShardExport`.
@@ -35,6 +45,7 @@ holds no value. The driver side (the since hold, resuming) is
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -52,6 +63,7 @@ from timeshard.storage.export import (
     Progress,
     ShardExport,
     blocked_at,
+    hashable,
     net_per_key,
     result,
 )
@@ -125,17 +137,25 @@ class DeltaExport(ShardExport):
         return pa.schema(fields)
 
     def _create(self) -> None:
-        from deltalake import DeltaTable, write_deltalake
+        from deltalake import DeltaTable, Schema, write_deltalake
 
         options = self.storage_options or None
         if DeltaTable.is_deltatable(self.table_uri, storage_options=options):
             table = DeltaTable(self.table_uri, storage_options=options)
-            have = set(table.schema().to_arrow().names)
+            have = {f.name: str(f.type) for f in table.schema().fields}
             missing = [n for n in self._table_schema().names if n not in have]
             if missing:
                 raise InvalidUsage(
                     f"export {self.export_id!r}: Delta table {self.table_uri!r} lacks the "
                     f"columns {missing}"
+                )
+            want = {f.name: str(f.type) for f in Schema.from_arrow(self._table_schema()).fields}
+            other = {n: (have[n], t) for n, t in want.items() if have[n] != t}
+            if other:  # the MERGE and the append would cast the values, or fail every tick
+                raise InvalidUsage(
+                    f"export {self.export_id!r}: Delta table {self.table_uri!r} has columns "
+                    "of other types than the shard's (column: (table's, shard's)): "
+                    f"{other}"
                 )
             return
         empty = self._table_schema().empty_table()
@@ -147,6 +167,7 @@ class DeltaExport(ShardExport):
             storage_options=tuple(sorted(self.storage_options.items())),
             export_id=self.export_id,
             version=self.version,
+            declared=self.declaration,
             envelope=self.envelope,
             key_columns=tuple(self.key_columns),
             schema_ipc=self._table_schema().serialize().to_pybytes(),
@@ -161,7 +182,17 @@ def _progress(table: Any, export_id: str) -> Progress | None:
     if frontier is None:
         return None
     version = table.transaction_version(f"{export_id}.version")
-    return Progress(int(frontier), int(version or 1))
+    return Progress(int(frontier), int(version or 1), declared=_declared(table, export_id))
+
+
+def _declared(table: Any, export_id: str) -> str | None:
+    """How the export's progress was written (module doc; None: not recorded)."""
+    declared = table.metadata().configuration.get(_declared_property(export_id))
+    return None if declared is None else str(declared)
+
+
+def _declared_property(export_id: str) -> str:
+    return f"timeshard.export.{export_id}.declared"
 
 
 @dataclass(frozen=True)
@@ -172,6 +203,7 @@ class _DeltaTask:
     storage_options: tuple[tuple[str, str], ...]
     export_id: str
     version: int
+    declared: str
     envelope: str
     key_columns: tuple[str, ...]
     schema_ipc: bytes
@@ -191,6 +223,14 @@ class _DeltaTask:
         if (progress.frontier if progress is not None else 0) != self.lower:
             yield result("stale", 0, f"the table's progress is {progress}, not {self.lower}")
             return
+        declared = _declared(table, self.export_id)
+        if declared != self.declared:
+            if progress is not None and declared is not None:  # declared again meanwhile
+                yield result("error", 0, f"the table's progress was written with {declared}")
+                return
+            table.alter.set_table_properties(
+                {_declared_property(self.export_id): self.declared}, raise_if_not_exists=False
+            )
         schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
         try:
             if self.envelope == "append":
@@ -199,12 +239,14 @@ class _DeltaTask:
                 upper = self.upper if blocked is None else blocked[0]
                 if blocked is not None and upper == self.lower:
                     raise DataError(blocked[1])
-                count = self._append(table, held, schema, self._commit(upper), upper)
+                with _refusal(self.uri):
+                    count = self._append(table, held, schema, self._commit(upper), upper)
                 if blocked is not None:
                     yield result("blocked", count, blocked[1], upper)
                     return
             else:
-                count = self._merge(table, batches, schema, self._commit(self.upper))
+                with _refusal(self.uri):
+                    count = self._merge(table, batches, schema, self._commit(self.upper))
         except DataError as e:
             yield result("error", 0, str(e))
             return
@@ -245,6 +287,7 @@ class _DeltaTask:
         errors = ErrorNet()
         changes = net_per_key(errors.ok_rows(batches), self.key_columns, self.data_columns)
         errors.check_none_left()
+        _check_rows(table, changes, self.key_columns, schema)
         if not changes:  # nothing to merge: the commit still records the progress
             write_deltalake(table, schema.empty_table(), mode="append", commit_properties=commit)
             return 0
@@ -253,7 +296,7 @@ class _DeltaTask:
             [_source_row(c, self.key_columns, self.data_columns) for c in changes],
             schema=source_schema,
         )
-        on = " AND ".join(f't."{k}" IS NOT DISTINCT FROM s."{k}"' for k in self.key_columns)
+        on = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in self.key_columns)
         columns = {f'"{c}"': f's."{c}"' for c in self.data_columns}
         (
             table.merge(
@@ -269,6 +312,67 @@ class _DeltaTask:
             .execute()
         )
         return len(changes)
+
+
+@contextlib.contextmanager
+def _refusal(uri: str) -> Iterator[None]:
+    """A write the table refuses for the rows' values (a null in a NOT NULL column, a CHECK
+    constraint or invariant that a row breaks) as a DataError: it follows from the data,
+    and every retry would meet it again. delta-rs raises it as a DeltaError that only its
+    text tells from a fault."""
+    from deltalake.exceptions import DeltaError
+
+    try:
+        yield
+    except DeltaError as e:
+        if _INVALID not in str(e):
+            raise
+        first = (str(e).splitlines() or [""])[0]
+        raise DataError(f"Delta table {uri!r} refused a row: {first}") from None
+
+
+_INVALID = "Invalid data found"
+
+
+def _check_rows(
+    table: Any, changes: list[KeyChange], key_columns: tuple[str, ...], schema: pa.Schema
+) -> None:
+    """DataError naming the first change the table's rows do not allow (module doc): an
+    insert of a key the table has a row of, or a change of a key it has not exactly one
+    row of. Reads the table's key columns, in the files whose statistics may hold a changed
+    key (an integer or string key column without nulls prunes by them; the rows read are
+    compared as Spark compares values, a NaN being one value)."""
+    if not changes:
+        return
+    prune: list[tuple[str, str, Any]] = []
+    for i, name in enumerate(key_columns):
+        kind = schema.field(name).type
+        values = sorted({c.key[i] for c in changes}, key=lambda v: (v is None, v))
+        exact = pa.types.is_integer(kind) or pa.types.is_string(kind)
+        if exact and values[-1] is not None:
+            prune.append((name, "in", values))
+    dataset = table.to_pyarrow_dataset(file_pruning_predicate=prune or None)
+    wanted = {hashable(c.key) for c in changes}
+    rows: dict[Any, int] = {}
+    found = dataset.to_table(columns=list(key_columns))
+    for row in found.to_pylist():
+        key = hashable(tuple(row[k] for k in key_columns))
+        if key in wanted:
+            rows[key] = rows.get(key, 0) + 1
+    uri = table.table_uri
+    for change in changes:
+        has = rows.get(hashable(change.key), 0)
+        if change.had_row and has != 1:
+            raise DataError(
+                f"key {change.key!r}: Delta table {uri!r} has {has} rows of it, not the one "
+                "the tick's change retracts; the table was changed outside the export"
+            )
+        if not change.had_row and change.row is not None and has:
+            raise DataError(
+                f"key {change.key!r}: Delta table {uri!r} already has a row of it, which the "
+                "insert of the tick's change needs otherwise; the shard has two rows of that "
+                "key (one from an earlier tick)"
+            )
 
 
 def _source_row(

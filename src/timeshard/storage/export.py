@@ -79,12 +79,14 @@ class ExportError(TimeshardError):
 @dataclass(frozen=True)
 class Progress:
     """What the target holds: every change below ``frontier``, written by ``version`` to
-    ``target`` (the target's identity, :attr:`ShardExport.identity`; None in a progress
-    recorded before it was)."""
+    ``target`` (the target's identity, :attr:`ShardExport.identity`) as ``declared``
+    (:attr:`ShardExport.declaration`); either is None in a progress recorded before it
+    was, or by a target that does not record it."""
 
     frontier: int
     version: int
     target: str | None = None
+    declared: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +203,13 @@ class ShardExport(ABC):
         (None: the progress lives in the target itself)."""
         return None
 
+    @property
+    def declaration(self) -> str:
+        """How the export writes the shard's rows, which the target's rows below the
+        progress depend on: the envelope and the key columns (a subclass adds its own, a
+        format). The progress records it where the target can hold it."""
+        return f"envelope {self.envelope!r}, key columns {self.key_columns}"
+
     @abstractmethod
     def progress(self) -> Progress | None:
         """The progress the target records (None: nothing exported yet)."""
@@ -253,6 +262,7 @@ class ShardExport(ABC):
             raise InvalidUsage(f"shard {self.shard!r} is closed (its upper is empty)")
         if progress is not None:
             self._check_target(progress)
+            self._check_declaration(progress)
         if progress is not None and self._hold is None:
             self._check_own_progress(progress)
         self._hold_at(lower)
@@ -305,6 +315,24 @@ class ShardExport(ABC):
                 f"{progress.target}, not to {self.identity}, which would get none of the "
                 "changes below it. Give this export another name for the new target, or "
                 "declare the old target again"
+            )
+
+    def _check_declaration(self, progress: Progress) -> None:
+        """Raise InvalidUsage unless ``progress`` was written as this export writes.
+
+        An export declared again under the same id with another envelope or key
+        columns would go on from the old declaration's progress in a target whose
+        rows below it are the old declaration's (a history where a snapshot is
+        expected, rows keyed otherwise). A progress recorded before the declaration
+        was is accepted, as :meth:`_check_target` accepts one without a target.
+        """
+        if progress.declared is not None and progress.declared != self.declaration:
+            raise InvalidUsage(
+                f"export {self.export_id!r}: {self.target} holds its progress "
+                f"{progress.frontier} written with {progress.declared}, not with "
+                f"{self.declaration}: the rows below it are not what this declaration "
+                "writes. Declare the export as before, or give this one another name and "
+                "a target of its own"
             )
 
     def _check_own_progress(self, progress: Progress) -> None:

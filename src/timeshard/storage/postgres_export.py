@@ -4,10 +4,12 @@ The target is a table keyed by ``key_columns`` (its primary key); the export
 creates it if it does not exist, with the shard's columns (types in
 :data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
 has them and a primary key or unique index on exactly ``key_columns`` (which
-``ON CONFLICT`` needs). The progress is a row
-of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``, and
-``target``: the table it was written to, which must be the export's) in the
-same database. A tick's single Spark task, in **one PostgreSQL
+``ON CONFLICT`` needs). A table that was dropped after the export wrote to it
+is not created again: the progress says it holds the changes below it. The progress is a row
+of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``,
+``target``: the table it was written to, which must be the export's, and
+``declared``: the key columns it was written with, which must be the
+export's too) in the same database. A tick's single Spark task, in **one PostgreSQL
 transaction**:
 
 1. locks the export's progress row (``SELECT ... FOR UPDATE``), so two
@@ -135,12 +137,12 @@ class PostgresExport(ShardExport):
         import psycopg
         from psycopg import sql
 
-        query = sql.SQL("SELECT frontier, version, target FROM {} WHERE export_id = %s").format(
-            sql.Identifier(self.schema, PROGRESS_TABLE)
-        )
+        query = sql.SQL(
+            "SELECT frontier, version, target, declared FROM {} WHERE export_id = %s"
+        ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
         with psycopg.connect(self.dsn) as conn:
             row = conn.execute(query, (self.export_id,)).fetchone()
-        return None if row is None else Progress(int(row[0]), int(row[1]), row[2])
+        return None if row is None else Progress(int(row[0]), int(row[1]), row[2], row[3])
 
     @property
     def identity(self) -> str:
@@ -157,6 +159,7 @@ class PostgresExport(ShardExport):
             export_id=self.export_id,
             version=self.version,
             identity=self.identity,
+            declared=self.declaration,
             key_columns=tuple(self.key_columns),
             data_columns=tuple(self.reader.schema.names),
             lower=lower,
@@ -179,9 +182,10 @@ class PostgresExport(ShardExport):
             "CREATE TABLE IF NOT EXISTS {} (export_id text PRIMARY KEY, "
             "frontier bigint NOT NULL, version bigint NOT NULL)"
         ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
-        identified = sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS target text").format(
-            sql.Identifier(self.schema, PROGRESS_TABLE)
-        )
+        identified = sql.SQL(
+            "ALTER TABLE {} ADD COLUMN IF NOT EXISTS target text, "
+            "ADD COLUMN IF NOT EXISTS declared text"
+        ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
         target = sql.SQL("CREATE TABLE IF NOT EXISTS {} ({}, PRIMARY KEY ({}))").format(
             sql.Identifier(self.schema, self.table),
             sql.SQL(", ").join(
@@ -190,9 +194,24 @@ class PostgresExport(ShardExport):
             ),
             sql.SQL(", ").join(map(sql.Identifier, self.key_columns)),
         )
+        dropped = sql.SQL(
+            "SELECT frontier FROM {} WHERE export_id = %s AND (target IS NULL OR target = %s) "
+            "AND frontier > 0 AND to_regclass(format('%%I.%%I', %s::text, %s::text)) IS NULL"
+        ).format(sql.Identifier(self.schema, PROGRESS_TABLE))
         with psycopg.connect(self.dsn) as conn:
             conn.execute(progress)
-            conn.execute(identified)  # a progress table from before the target was recorded
+            conn.execute(identified)  # a progress table from before these were recorded
+            gone = conn.execute(
+                dropped, (self.export_id, self.identity, self.schema, self.table)
+            ).fetchone()
+            if gone is not None:
+                raise InvalidUsage(
+                    f"export {self.export_id!r}: table {self.schema}.{self.table} does not "
+                    f"exist, though {self.schema}.{PROGRESS_TABLE} records that the export "
+                    f"wrote the changes below {gone[0]} to it (it was dropped): a table "
+                    "created now would lack them. Delete the export's progress row to export "
+                    "the shard into a new table, or restore the table"
+                )
             conn.execute(target)
             have = {
                 r[0]
@@ -237,6 +256,7 @@ class _ApplyTask:
     export_id: str
     version: int
     identity: str
+    declared: str
     key_columns: tuple[str, ...]
     data_columns: tuple[str, ...]
     lower: int
@@ -296,9 +316,10 @@ class _ApplyTask:
                 )
         conn.execute(
             sql.SQL(
-                "UPDATE {} SET frontier = %s, version = %s, target = %s WHERE export_id = %s"
+                "UPDATE {} SET frontier = %s, version = %s, target = %s, declared = %s "
+                "WHERE export_id = %s"
             ).format(progress),
-            (self.upper, self.version, self.identity, self.export_id),
+            (self.upper, self.version, self.identity, self.declared, self.export_id),
         )
         return "committed", len(changes), None
 
