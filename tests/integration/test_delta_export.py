@@ -272,3 +272,24 @@ def test_an_error_stalls_the_export_until_it_is_retracted(
     assert (step.status, step.upper) == ("committed", 5)
     assert _table(uri) == _snapshot(client, 4) == {"a": 1, "b": 2, "c": 3}
     export.drop()
+
+
+def test_a_drop_whose_reader_cannot_expire_still_releases_the_hold(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """drop() expired the reader first: when that raised (its lease was lost already, the
+    location out of reach), the critical hold stayed and the shard never compacted."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    export = DeltaExport(spark, client, "s", str(tmp_path / "delta"), envelope="append")
+    assert export.step().status == "committed"
+    assert any(r.startswith("export.") for r in client.state("s").critical_readers)
+
+    def expire() -> None:
+        raise LeaseExpired("the reader's lease is gone")
+
+    monkeypatch.setattr(export.reader, "expire", expire)
+    with pytest.raises(LeaseExpired):
+        export.drop()
+    assert not any(r.startswith("export.") for r in client.state("s").critical_readers)

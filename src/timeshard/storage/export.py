@@ -297,9 +297,12 @@ class ShardExport(ABC):
         self.reader.expire()
 
     def drop(self) -> None:
-        """Forget the export: its critical since hold goes, so the shard may compact."""
-        self.close()
-        self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
+        """Forget the export: its critical since hold goes, so the shard may compact (also
+        when the reader cannot be expired: its lease runs out by itself)."""
+        try:
+            self.close()
+        finally:
+            self.client.drop_critical_since(self.shard, f"export.{self.export_id}")
 
     def _check_target(self, progress: Progress) -> None:
         """Raise InvalidUsage unless ``progress`` was written to this export's target.
