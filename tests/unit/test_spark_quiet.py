@@ -48,3 +48,58 @@ def test_settings_naming_a_secret_stay_off_the_command_line(
             "spark.jars.packages": "org.apache.hadoop:hadoop-aws:3.4.2",
         }
     ]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("spark.sql.catalog.pg.url", "jdbc:postgresql://db/app?user=app&password=hunter2"),
+        ("spark.hadoop.fs.s3a.endpoint", "http://alice:hunter2@127.0.0.1:8333"),
+        ("spark.executorEnv.DATABASE_URL", "postgresql://app:hunter2@db/app"),
+        ("spark.myapp.option", "token=hunter2"),
+    ],
+)
+def test_settings_whose_value_holds_a_secret_stay_off_the_command_line(
+    monkeypatch: pytest.MonkeyPatch, key: str, value: str
+) -> None:
+    """Only the keys were checked: a password in a URL's user info or a ``password=`` in a
+    value went onto the JVM's command line, which every local user can read."""
+    launched = _launched(monkeypatch, {"spark.master": "local[1]", key: value})
+    assert launched == [{"spark.master": "local[1]"}]
+
+
+def test_settings_the_launch_needs_stay_on_it_whatever_their_value(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The driver JVM's options take effect only on its command line: kept, with a warning
+    naming the setting (never its value)."""
+    options = "-Djavax.net.ssl.trustStorePassword=hunter2"
+    conf = {"spark.master": "local[1]", "spark.driver.extraJavaOptions": options}
+    with caplog.at_level("WARNING", logger="timeshard.spark.quiet"):
+        launched = _launched(monkeypatch, conf)
+    assert launched == [conf]
+    assert "spark.driver.extraJavaOptions" in caplog.text
+    assert "hunter2" not in caplog.text
+
+
+def _launched(monkeypatch: pytest.MonkeyPatch, conf: dict[str, str]) -> list[dict[str, str]]:
+    """The settings ``start_jvm(conf)`` launches the JVM with (none is launched)."""
+    import pyspark.java_gateway
+    from pyspark import SparkContext
+
+    monkeypatch.setenv("TIMESHARD_SPARK_LOG_LEVEL", "warn")
+    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
+    launched: list[dict[str, str]] = []
+
+    class Stop(Exception):
+        pass
+
+    def launch(spark_conf: Any, popen_kwargs: Any = None) -> None:
+        launched.append(dict(spark_conf.getAll()))
+        raise Stop
+
+    monkeypatch.setattr(pyspark.java_gateway, "launch_gateway", launch)
+    monkeypatch.setattr(SparkContext, "_gateway", None)
+    with pytest.raises(Stop):
+        start_jvm(conf)
+    return launched

@@ -26,7 +26,7 @@ the JVM inherits the terminal and logs at that level.
 PySpark starts the JVM with ``spark-submit --conf key=value`` for every
 setting, and a process's command line is readable by every local user
 (``ps``, ``/proc/<pid>/cmdline``). So :func:`start_jvm` starts it, quiet or
-not, without the settings whose key names a secret (:data:`SECRET_KEY`, Spark's
+not, without the settings whose key or value names a secret (:data:`SECRET_KEY`, Spark's
 own redaction pattern plus ``ACCESS_KEY``: ``spark.executorEnv.AWS_SECRET_ACCESS_KEY``,
 ``fs.s3a.secret.key``, ...); the session's builder sets them over Py4J
 before the SparkContext is created, which is all spark-submit would have done
@@ -39,7 +39,10 @@ Invariants:
    writing fails with.
 2. Forwarding writes to file descriptors 1 and 2, not to ``sys.stdout`` or
    ``sys.stderr``, which test runners and ``rich`` replace.
-3. No setting whose key matches :data:`SECRET_KEY` is on the JVM's command line.
+3. No setting whose key matches :data:`SECRET_KEY` is on the JVM's command line, nor one
+   whose value does (or holds a URL's password), unless spark-submit needs it to
+   launch the JVM (:data:`LAUNCH_KEYS`: its memory, Java options, class path, jars),
+   which a warning then names.
 """
 
 from __future__ import annotations
@@ -62,6 +65,14 @@ JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 #: The keys of settings kept off the JVM's command line: Spark's ``spark.redaction.regex``
 #: (``secret|password|token|access[.]?key``), and ``access_key`` (``AWS_ACCESS_KEY_ID``).
 SECRET_KEY = re.compile(r"(?i)secret|password|token|access[._]?key")
+#: A URL's user info with a password (``scheme://user:password@host``).
+USER_INFO = re.compile(r"://[^/@\s:]*:[^/@\s]*@")
+#: The settings spark-submit acts on when it launches the JVM (its memory, options, class
+#: path, the jars it resolves): they stay on its command line whatever their value.
+LAUNCH_KEYS = re.compile(
+    r"spark[.](master|app[.]name|submit[.].*|driver[.](memory|cores|extra\w+)|jars(|[.].*)"
+    r"|files|archives|pyFiles|repl[.].*)"
+)
 
 log = logging.getLogger(__name__)
 
@@ -179,13 +190,32 @@ def _write(fd: int, data: bytes) -> None:
         os.write(fd, data)
 
 
+def _secret(key: str, value: str) -> bool:
+    """Whether the setting is kept off the JVM's command line: its key names a secret, or
+    its value holds one (as Spark's redaction reads values too, or a URL's password),
+    unless the launch itself needs it (:data:`LAUNCH_KEYS`: kept, with a warning)."""
+    if SECRET_KEY.search(key):
+        return True
+    if not (SECRET_KEY.search(value) or USER_INFO.search(value)):
+        return False
+    if LAUNCH_KEYS.fullmatch(key):
+        log.warning(
+            "setting %s seems to hold a secret; it takes effect only on the JVM's command "
+            "line, which local users can read",
+            key,
+        )
+        return False
+    return True
+
+
 def start_jvm(conf: dict[str, str]) -> JvmOutput | None:
     """Start PySpark's JVM with ``conf`` but its secrets, unless one runs already.
 
-    The settings whose key matches :data:`SECRET_KEY` are left out of the
-    command line; the caller's builder sets them before the SparkContext
-    starts. When quiet, the JVM's output is on pipes and the :class:`JvmOutput`
-    is returned; otherwise it inherits this process's, and None is returned.
+    The settings whose key or value holds a secret are left out of the
+    command line (but those the launch needs); the caller's builder sets them
+    before the SparkContext starts. When quiet, the JVM's output is on pipes and
+    the :class:`JvmOutput` is returned; otherwise it inherits this process's, and
+    None is returned.
     None as well if nothing was started: a JVM already runs in this process (or
     was given by ``PYSPARK_GATEWAY_PORT``).
     """
@@ -194,7 +224,7 @@ def start_jvm(conf: dict[str, str]) -> JvmOutput | None:
 
     if SparkContext._gateway is not None or "PYSPARK_GATEWAY_PORT" in os.environ:
         return None
-    public = [(k, v) for k, v in conf.items() if not SECRET_KEY.search(k)]
+    public = [(k, v) for k, v in conf.items() if not _secret(k, v)]
     spark_conf = SparkConf(loadDefaults=False).setAll(public)
     if not quiet():
         gateway = launch_gateway(spark_conf)  # type: ignore[no-untyped-call]
