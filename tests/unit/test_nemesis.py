@@ -556,3 +556,29 @@ def test_replicas_that_exit_by_themselves_are_reported() -> None:
     summary = NemesisReport(7, runs).to_json()
     assert (summary["self_exits"], summary["replica_errors"]) == (3, 1)
     assert summary["per_run"][0]["self_exits"] == 2
+
+
+def test_the_recovery_target_waits_for_an_upper_it_cannot_read_yet(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard's upper that could not be read (consensus restarting) counted as 0: the
+    recovery target could fall below that shard's upper, and its recovery passed unmet."""
+    from timeshard.errors import ExternalError
+    from timeshard.nemesis import runner
+    from timeshard.persist import PersistClient
+
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    writer = client.open_writer("s", pa.schema([("v", pa.int64())]))
+    ahead = time.time_ns() // 1_000_000 + 3_600_000  # an upper an hour ahead of the clock
+    writer.append([], 0, ahead)
+    state = client.state
+    failures = [ExternalError("consensus is restarting")] * 2
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+
+    def flaky(shard: str) -> Any:
+        if failures:
+            raise failures.pop()
+        return state(shard)
+
+    monkeypatch.setattr(client, "state", flaky)
+    assert runner._upper(client, "s") == ahead

@@ -868,12 +868,21 @@ def unread_input(client: PersistClient, source: str, directory: Path) -> dict[st
     return out
 
 
-def _upper(client: PersistClient, shard: str) -> int:
-    try:
-        upper = client.state(shard).upper.time
-    except Exception:  # not created yet, or consensus down for a moment
-        return 0
-    return upper if upper is not None else 2**63 - 1
+def _upper(client: PersistClient, shard: str, attempts: int = 20) -> int:
+    """The upper of ``shard`` (0 if it does not exist yet); storage failures (a restarted
+    server) are retried: an upper taken as 0 would let a recovery pass below it."""
+    for attempt in range(attempts):
+        try:
+            upper = client.state(shard).upper.time
+        except InvalidUsage:  # not created yet
+            return 0
+        except Exception:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.5)
+            continue
+        return upper if upper is not None else 2**63 - 1
+    raise AssertionError("unreachable")
 
 
 def _upper_or_none(client: PersistClient, shard: str) -> int | None:
