@@ -293,3 +293,62 @@ def _rows_at(client: PersistClient, shard: str, t: int) -> list[dict[str, Any]]:
         return reader.snapshot(t).to_pylist()
     finally:
         reader.expire()
+
+
+def test_a_record_larger_than_the_topic_takes_stops_the_export_naming_it(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """A record past the topic's ``max.message.bytes`` is the data's, not a fault: the export
+    commits the times before it and stops there with an ExportError naming the key, the
+    size and the limit, every tick, until the limit is raised; nothing is skipped. Small
+    records are not batched past the limit."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    from timeshard.dev.kafka import create_topic
+
+    bootstrap = kafka_broker.bootstrap
+    topic = f"x-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, topic, config={"max.message.bytes": "2000"})
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", pa.schema([("k", pa.string()), ("v", pa.string())]))
+    small = [((f"a{i:03}", "x" * 40), 0, 1) for i in range(200)]
+    writer.append([*small, (("b", "y" * 5000), 1, 1), (("c", "z"), 2, 1)], 0, 3)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    for _ in range(2):
+        with pytest.raises(ExportError, match=r"key .*'b'.* time 1.* 5\d\d\d bytes.* 2000"):
+            export.step()
+        assert export.progress().frontier == 1  # type: ignore[union-attr]
+        assert [(t, k["k"]) for t, k, _ in _read_all(bootstrap, topic)] == [
+            (0, f"a{i:03}") for i in range(200)
+        ]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry("max.message.bytes", "10000", incremental_operation=AlterConfigOpType.SET)
+    raised = ConfigResource("topic", topic, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([raised]).values():
+        future.result(30)
+    assert export.step().status == "committed"
+    assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)][-3:] == ["a199", "b", "c"]
+    export.drop()
+
+
+def test_a_record_larger_than_a_megabyte_is_an_export_error(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """The producer's own limit is the topic's: a record past the broker's default
+    (1048588 bytes) is refused naming it, not retried as a fault."""
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", pa.schema([("k", pa.string()), ("v", pa.string())]))
+    writer.append([(("big", "y" * 1_100_000), 0, 1)], 0, 1)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    with pytest.raises(ExportError, match=r"key .*'big'.* 1100\d\d\d bytes.* 1048588"):
+        export.step()
+    assert export.progress() is None
+    assert _read_all(bootstrap, topic) == []
+    export.drop()

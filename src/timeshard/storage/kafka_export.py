@@ -27,6 +27,19 @@ A Spark task retried after a commit it could not report finds the new
 frontier in step 2 and produces nothing. Every record carries the header
 ``timeshard-time`` (the time of its change, in decimal).
 
+A record the topic cannot take is the data's, not a fault: before the job,
+the driver reads the topic's ``max.message.bytes`` (a topic that does not
+exist is a fault, retried at the next tick), and the task checks each
+record's size as a batch of its own (the record, its key, value and headers,
+and the batch's framing) before producing it. At the first record past the
+limit it aborts, commits the changes at the times before that record's
+(with that time as the progress, status ``blocked``, as at an err row) and
+stops there: the tick raises :class:`ExportError` naming the record's key,
+time and size and the limit. Every later tick stops there too until the
+topic's limit is raised; the record is never skipped. The producer's own
+limits follow the topic's, so a record the topic takes is never refused by
+the client, and no batch of small records grows past the topic's limit.
+
 Envelopes (in ``format="json"`` the key and the value are JSON objects,
 columns by name):
 
@@ -69,7 +82,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage
+from timeshard.errors import InvalidUsage, TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import DIFF, TS
 from timeshard.storage.export import (
@@ -215,6 +228,7 @@ class KafkaExport(ShardExport):
         )
 
     def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
+        max_bytes = topic_max_bytes(self.bootstrap_servers, self.topic, self.timeout_s)
         return _ProduceTask(
             bootstrap=self.bootstrap_servers,
             topic=self.topic,
@@ -227,6 +241,7 @@ class KafkaExport(ShardExport):
             lower=lower,
             upper=upper,
             timeout_s=self.timeout_s,
+            max_bytes=max_bytes,
             avro=_AvroEncoding.of(self._avro, self.key_schema_id, self.value_schema_id)
             if self.format == "avro"
             else None,
@@ -274,6 +289,66 @@ def ensure_topic(bootstrap: str, topic: str, timeout_s: float) -> None:
                 f"topic {topic!r} was created but has no partition after {timeout_s} s"
             )
         time.sleep(0.1)
+
+
+def topic_max_bytes(bootstrap: str, topic: str, timeout_s: float) -> int:
+    """The largest record batch ``topic`` takes: its ``max.message.bytes`` (driver).
+
+    Raises TimeshardError (a fault: the next tick asks again) if the topic does
+    not exist or the broker does not answer.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+    from timeshard.storage.kafka_source import _quiet_logger
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet_logger()})
+    resource = ConfigResource("topic", topic)
+    try:
+        futures = admin.describe_configs([resource], request_timeout=timeout_s)
+        entries = futures[resource].result(timeout_s)
+    except KafkaException as e:
+        error = e.args[0] if e.args else e
+        if getattr(error, "code", lambda: None)() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise TimeshardError(
+                f"Kafka topic {topic!r} does not exist on {bootstrap}: create it (the export "
+                "writes to it, and tries again at the next tick)"
+            ) from None
+        raise TimeshardError(
+            f"Kafka at {bootstrap}: the configuration of topic {topic!r} cannot be read: {error}"
+        ) from None
+    except Exception as e:  # a timeout of the future
+        raise TimeshardError(
+            f"Kafka at {bootstrap}: the configuration of topic {topic!r} cannot be read: "
+            f"{type(e).__name__}: {e}"
+        ) from None
+    entry = entries.get("max.message.bytes")
+    if entry is None or entry.value is None:
+        raise TimeshardError(f"Kafka topic {topic!r} reports no max.message.bytes")
+    return int(entry.value)
+
+
+def record_bytes(key: bytes | None, value: bytes | None, headers: Sequence[Any]) -> int:
+    """The size of a record batch of one record (format v2, uncompressed): what the broker
+    compares with ``max.message.bytes``."""
+    body = 3  # attributes, timestamp delta 0, offset delta 0
+    for data in (key, value):
+        body += _varint_bytes(-1) if data is None else _varint_bytes(len(data)) + len(data)
+    body += _varint_bytes(len(headers))
+    for name, data in headers:
+        raw = name.encode() if isinstance(name, str) else name
+        body += _varint_bytes(len(raw)) + len(raw)
+        body += _varint_bytes(-1) if data is None else _varint_bytes(len(data)) + len(data)
+    return _BATCH_HEADER_BYTES + _varint_bytes(body) + body
+
+
+_BATCH_HEADER_BYTES = 61
+
+
+def _varint_bytes(n: int) -> int:
+    """The length of ``n`` as a zigzag varint."""
+    zigzag = (n << 1) ^ (n >> 63)
+    return max(1, (zigzag.bit_length() + 6) // 7)
 
 
 def read_progress(
@@ -356,6 +431,7 @@ class _ProduceTask:
     lower: int
     upper: int
     timeout_s: float
+    max_bytes: int = 1_048_588
     avro: _AvroEncoding | None = None
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -366,6 +442,10 @@ class _ProduceTask:
                 "bootstrap.servers": self.bootstrap,
                 "transactional.id": f"timeshard-export-{self.export_id}",
                 "transaction.timeout.ms": 120_000,
+                # The client refuses no record the topic takes (its own bound adds slack
+                # for framing), and batches no small records past the topic's limit.
+                "message.max.bytes": min(max(self.max_bytes + 512, 1000), 100_000_000),
+                "batch.size": max(1, min(self.max_bytes, 1_000_000)),
             }
         )
         try:
@@ -384,36 +464,63 @@ class _ProduceTask:
             yield result("stale", 0, f"the target's progress is {progress}, not {self.lower}")
             return
         held = list(batches)  # read twice: for the errors, then the records
-        blocked = blocked_at(held)
-        upper = self.upper if blocked is None else blocked[0]
-        if blocked is not None and upper == self.lower:
-            yield result("error", 0, blocked[1])
-            return
-        producer.begin_transaction()
-        try:
-            count = 0
-            for t, key, value in self._records(held, upper):
-                headers = [(TIME_HEADER, str(t).encode())]
-                self._produce(producer, key, value, headers)
-                count += 1
-            recorded = {"frontier": upper, "version": self.version, "target": _identity(self.topic)}
-            marker = json.dumps(recorded).encode()
-            producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
-            producer.commit_transaction(self.timeout_s)
-        except DataError as e:
-            producer.abort_transaction(self.timeout_s)
-            yield result("error", 0, str(e))
-            return
-        except KafkaException as e:
-            if _fenced(e):
-                yield result("fenced", 0, str(e))
+        stop = blocked_at(held)  # the time the tick stops at, and why (None: its upper)
+        while True:
+            upper = self.upper if stop is None else stop[0]
+            if stop is not None and upper == self.lower:
+                yield result("error", 0, stop[1])
                 return
-            producer.abort_transaction(self.timeout_s)
-            raise
-        if blocked is not None:
-            yield result("blocked", count, blocked[1], upper)
+            try:
+                count = self._transaction(producer, held, upper)
+            except _TooLarge as e:
+                producer.abort_transaction(self.timeout_s)
+                stop = (e.time, e.message)
+                continue
+            except DataError as e:
+                producer.abort_transaction(self.timeout_s)
+                yield result("error", 0, str(e))
+                return
+            except KafkaException as e:
+                if _fenced(e):
+                    yield result("fenced", 0, str(e))
+                    return
+                producer.abort_transaction(self.timeout_s)
+                if _too_large(e):  # the broker's: a batch it refused (the client's check passed)
+                    yield result("error", 0, f"topic {self.topic!r} refused records: {e}")
+                    return
+                raise
+            break
+        if stop is not None:
+            yield result("blocked", count, stop[1], upper)
             return
         yield result("committed", count, None, upper)
+
+    def _transaction(self, producer: Any, held: list[pa.RecordBatch], upper: int) -> int:
+        """Produce the records below ``upper`` and the progress ``upper``, and commit: the
+        number of records. Raises _TooLarge (before producing it) at a record the topic
+        cannot take."""
+        producer.begin_transaction()
+        count = 0
+        for t, keyed, key, value in self._records(held, upper):
+            headers = [(TIME_HEADER, str(t).encode())]
+            size = record_bytes(key, value, headers)
+            if size > self.max_bytes:
+                raise _TooLarge(t, self._too_large(t, keyed, size))
+            self._produce(producer, key, value, headers)
+            count += 1
+        recorded = {"frontier": upper, "version": self.version, "target": _identity(self.topic)}
+        marker = json.dumps(recorded).encode()
+        producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
+        producer.commit_transaction(self.timeout_s)
+        return count
+
+    def _too_large(self, t: int, keyed: dict[str, Any] | None, size: int) -> str:
+        which = "a record" if keyed is None else f"the record of key {keyed!r}"
+        return (
+            f"{which} at time {t} is {size} bytes, past the {self.max_bytes} bytes topic "
+            f"{self.topic!r} takes (its max.message.bytes): the export stops before it "
+            "until that limit is raised"
+        )
 
     def _produce(self, producer: Any, key: bytes | None, value: bytes | None, headers: Any) -> None:
         while True:
@@ -426,9 +533,10 @@ class _ProduceTask:
 
     def _records(
         self, batches: Iterable[pa.RecordBatch], upper: int
-    ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        """``(time, key, value)`` of each record at a time below ``upper``, in time order,
-        from the sorted changes (err rows are not records: :func:`blocked_at` decided)."""
+    ) -> Iterator[tuple[int, dict[str, Any] | None, bytes | None, bytes | None]]:
+        """``(time, key columns, key, value)`` of each record at a time below ``upper``, in
+        time order, from the sorted changes (err rows are not records: :func:`blocked_at`
+        decided)."""
         group: list[dict[str, Any]] = []
         for row in ErrorNet().ok_rows(batches, before=upper):
             if not self.key_columns:  # every change is a record of its own
@@ -446,8 +554,9 @@ class _ProduceTask:
 
     def _encode(
         self, rows: list[dict[str, Any]]
-    ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    ) -> Iterator[tuple[int, dict[str, Any] | None, bytes | None, bytes | None]]:
         t = rows[0][TS]
+        keyed = {k: rows[0][k] for k in self.key_columns} if self.key_columns else None
         key = self._key(rows[0])
         data = [(self._row(r), r[DIFF]) for r in rows]
         before = [row for row, diff in data for _ in range(max(-diff, 0))]
@@ -458,16 +567,16 @@ class _ProduceTask:
                     f"key {key!r} has {len(after)} rows at time {t}; an UPSERT export "
                     f"needs one row per key of {list(self.key_columns)}"
                 )
-            yield t, key, self._value(after[0]) if after else None
+            yield t, keyed, key, self._value(after[0]) if after else None
             return
         if self.key_columns and len(before) <= 1 and len(after) <= 1:
             change = {"before": before[0] if before else None, "after": after[0] if after else None}
-            yield t, key, self._value(change)
+            yield t, keyed, key, self._value(change)
             return
         for row in before:
-            yield t, key, self._value({"before": row, "after": None})
+            yield t, keyed, key, self._value({"before": row, "after": None})
         for row in after:
-            yield t, key, self._value({"before": None, "after": row})
+            yield t, keyed, key, self._value({"before": None, "after": row})
 
     def _key(self, row: dict[str, Any]) -> bytes | None:
         if not self.key_columns:
@@ -518,6 +627,21 @@ class _AvroEncoding:
 _PARSED: dict[_AvroEncoding, dict[str, Any]] = {}
 
 
+class _TooLarge(Exception):
+    """A record the topic cannot take, at ``time`` (a task's; not produced)."""
+
+    def __init__(self, time: int, message: str) -> None:
+        super().__init__(message)
+        self.time, self.message = time, message
+
+
+def _too_large(error: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    code = error.args[0].code() if error.args and hasattr(error.args[0], "code") else None
+    return code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
+
+
 def _fenced(error: Any) -> bool:
     from confluent_kafka import KafkaError
 
@@ -540,4 +664,6 @@ __all__ = [
     "Progress",
     "ensure_topic",
     "read_progress",
+    "record_bytes",
+    "topic_max_bytes",
 ]
