@@ -352,3 +352,39 @@ def test_a_record_larger_than_a_megabyte_is_an_export_error(
     assert export.progress() is None
     assert _read_all(bootstrap, topic) == []
     export.drop()
+
+
+def test_an_export_declared_again_with_another_form_is_refused(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """The progress records the envelope, format and key columns it was written with: an
+    export of that id declared with others over the topic would go on from the old
+    progress, in another form, so it is refused naming both; declared as before, it goes on."""
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    first = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    assert first.step().status == "committed"
+    first.close()
+    writer.append([(("b", 2), 1, 1)], 1, 2)
+    changes: list[dict[str, Any]] = [
+        {"envelope": "debezium", "key_columns": ["k"]},
+        {"key_columns": ["k", "v"]},
+        {"key_columns": ["k"], "format": "avro"},
+    ]
+    for change in changes:
+        other = KafkaExport(spark_kafka, client, "s", bootstrap, topic, **change)
+        with pytest.raises(InvalidUsage, match=r"envelope 'upsert', format 'json'.*\['k'\]"):
+            other.step()
+        other.close()
+    assert export_progress(first) == 1
+    again = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    assert again.step().status == "committed"
+    assert [t for t, _, _ in _read_all(bootstrap, topic)] == [0, 1]
+    again.drop()
+
+
+def export_progress(export: KafkaExport) -> int | None:
+    progress = export.progress()
+    return None if progress is None else progress.frontier

@@ -2,10 +2,13 @@
 
 The export's progress lives **in the target**: a progress topic (default
 ``_timeshard-progress``, one partition) holds records keyed by the export's
-id whose value is ``{"frontier": F, "version": V, "target": T}``: every
-change of the shard at a time below ``F`` is in the topic ``T``, once (an
-export declared with another topic under the same id is refused; a record
-without ``T``, from before it was recorded, is accepted). A tick appends the
+id whose value is ``{"frontier": F, "version": V, "target": T, "declared":
+D}``: every change of the shard at a time below ``F`` is in the topic ``T``,
+once, in the form ``D`` (the envelope, format and key columns). An export
+declared with another topic, or another form, under the same id is refused
+with InvalidUsage naming both: it would go on from a progress the old
+declaration wrote, and the topic would hold records of two forms. (A record
+without ``T`` or ``D``, from before they were recorded, is accepted.) A tick appends the
 changes at ``[F, upper)`` and the record ``{"frontier": upper}`` **in one
 Kafka transaction**, so the two are visible together or not at all.
 
@@ -77,7 +80,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -217,6 +220,24 @@ class KafkaExport(ShardExport):
     def identity(self) -> str:
         return _identity(self.topic)
 
+    @property
+    def declared(self) -> dict[str, Any]:
+        """The form of the records, which the progress records (module doc)."""
+        return _declared(self.envelope, self.format, self.key_columns)
+
+    def _check_target(self, progress: Progress) -> None:
+        """Raise InvalidUsage unless ``progress`` was written to this topic in this form."""
+        super()._check_target(progress)
+        if not isinstance(progress, KafkaProgress) or progress.declared is None:
+            return
+        if progress.declared != self.declared:
+            raise InvalidUsage(
+                f"export {self.export_id!r}: its progress {progress.frontier} in {self.target} "
+                f"was written with {_describe(progress.declared)}, and this export is declared "
+                f"with {_describe(self.declared)}: it would go on from there in another form. "
+                "Give this export another name and topic, or declare it as before"
+            )
+
     def progress(self) -> Progress | None:
         """The export's progress as the target records it (None: nothing exported yet)."""
         ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
@@ -242,10 +263,28 @@ class KafkaExport(ShardExport):
             upper=upper,
             timeout_s=self.timeout_s,
             max_bytes=max_bytes,
+            declared=json.dumps(self.declared),
             avro=_AvroEncoding.of(self._avro, self.key_schema_id, self.value_schema_id)
             if self.format == "avro"
             else None,
         )
+
+
+@dataclass(frozen=True)
+class KafkaProgress(Progress):
+    """A Kafka export's progress, with the form its records were written in (None: a
+    record from before it was recorded)."""
+
+    declared: dict[str, Any] | None = field(default=None, hash=False)
+
+
+def _declared(envelope: str, format: str, key_columns: Sequence[str]) -> dict[str, Any]:
+    return {"envelope": envelope, "format": format, "key_columns": list(key_columns)}
+
+
+def _describe(declared: dict[str, Any]) -> str:
+    parts = [f"{k} {declared.get(k)!r}" for k in ("envelope", "format", "key_columns")]
+    return ", ".join(parts)
 
 
 def _identity(topic: str) -> str:
@@ -388,8 +427,11 @@ def read_progress(
                 position = offset + 1
                 if msg.key() == key and offset < end:
                     value = json.loads(msg.value() or b"{}")
-                    found = Progress(
-                        int(value["frontier"]), int(value["version"]), value.get("target")
+                    found = KafkaProgress(
+                        int(value["frontier"]),
+                        int(value["version"]),
+                        value.get("target"),
+                        value.get("declared"),
                     )
             if found is not None:
                 return found
@@ -432,6 +474,7 @@ class _ProduceTask:
     upper: int
     timeout_s: float
     max_bytes: int = 1_048_588
+    declared: str = "null"
     avro: _AvroEncoding | None = None
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -462,6 +505,11 @@ class _ProduceTask:
             return
         if (progress.frontier if progress is not None else 0) != self.lower:
             yield result("stale", 0, f"the target's progress is {progress}, not {self.lower}")
+            return
+        form = progress.declared if isinstance(progress, KafkaProgress) else None
+        if form is not None and form != json.loads(self.declared):
+            # Another declaration went first: the next tick's driver refuses this one.
+            yield result("stale", 0, f"the target's progress was written with {form}")
             return
         held = list(batches)  # read twice: for the errors, then the records
         stop = blocked_at(held)  # the time the tick stops at, and why (None: its upper)
@@ -508,7 +556,12 @@ class _ProduceTask:
                 raise _TooLarge(t, self._too_large(t, keyed, size))
             self._produce(producer, key, value, headers)
             count += 1
-        recorded = {"frontier": upper, "version": self.version, "target": _identity(self.topic)}
+        recorded = {
+            "frontier": upper,
+            "version": self.version,
+            "target": _identity(self.topic),
+            "declared": json.loads(self.declared),
+        }
         marker = json.dumps(recorded).encode()
         producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
         producer.commit_transaction(self.timeout_s)
@@ -661,6 +714,7 @@ __all__ = [
     "ExportError",
     "ExportStep",
     "KafkaExport",
+    "KafkaProgress",
     "Progress",
     "ensure_topic",
     "read_progress",
