@@ -388,3 +388,52 @@ def test_an_export_declared_again_with_another_form_is_refused(
 def export_progress(export: KafkaExport) -> int | None:
     progress = export.progress()
     return None if progress is None else progress.frontier
+
+
+def test_a_transaction_left_open_in_the_progress_topic_makes_no_duplicate(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """Another export's transaction left open in the shared progress topic (its process
+    died after producing its progress) hides the progress committed after it from
+    read_committed readers: an export must not take its older progress for the current
+    one and write its changes again. It waits for that transaction to end (or reports a
+    fault), and goes on once it has."""
+    from confluent_kafka import Producer
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+    export = KafkaExport(
+        spark_kafka,
+        client,
+        "s",
+        bootstrap,
+        topic,
+        key_columns=["k"],
+        progress_topic=progress_topic,
+        timeout_s=3,
+    )
+    client.open_critical_since("s", "a-view", "x")  # another reader keeps the since at 0
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    assert export.step().status == "committed"
+    other = Producer({"bootstrap.servers": bootstrap, "transactional.id": "a-dead-export"})
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(progress_topic, key=b"a-dead-export", value=b'{"frontier": 9, "version": 1}')
+    assert other.flush(30) == 0
+    faults = []
+    for t, key in enumerate("bc", start=1):
+        writer.append([((key, t), t, 1)], t, t + 1)
+        try:
+            export.step()
+        except TimeoutError as e:  # a fault while the transaction is open: nothing written
+            faults.append(str(e))
+    other.abort_transaction(30)
+    writer.append([(("d", 4), 3, 1)], 3, 4)
+    for _ in range(2):
+        export.step()
+    assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)] == ["a", "b", "c", "d"]
+    assert export_progress(export) == 4
+    assert len(faults) == 2 and all("a transaction open from offset" in f for f in faults)
+    export.drop()

@@ -393,12 +393,22 @@ def _varint_bytes(n: int) -> int:
 def read_progress(
     conf: dict[str, Any], progress_topic: str, export_id: str, timeout_s: float
 ) -> Progress | None:
-    """The newest committed progress record of ``export_id`` (scanning back from the end)."""
+    """The newest committed progress record of ``export_id`` (scanning back from the end).
+
+    A ``read_committed`` reader sees nothing past the first offset of a
+    transaction still open (the *last stable offset*), and the topic is shared:
+    another export's transaction left open (its process died between its
+    progress record and its commit) would hide this export's progress committed
+    after it, and the export would go on from an older one and write its
+    changes again. So the read waits until every transaction open when it
+    began has ended (the last stable offset reaches the high watermark seen
+    then), and raises TimeoutError (a fault, retried) after ``timeout_s``.
+    """
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(conf)
     try:
-        low, high = _watermarks(consumer, progress_topic, timeout_s)
+        low, high = _settled_watermarks(consumer, conf, progress_topic, timeout_s)
         key = export_id.encode()
         window = 64
         end = high
@@ -439,6 +449,33 @@ def read_progress(
         return None
     finally:
         consumer.close()
+
+
+def _settled_watermarks(
+    consumer: Any, conf: dict[str, Any], topic: str, timeout_s: float
+) -> tuple[int, int]:
+    """Partition 0's low offset and last stable offset, once the latter is at least the
+    high watermark as it was when called (module doc of :func:`read_progress`)."""
+    from confluent_kafka import Consumer
+
+    uncommitted = Consumer({**conf, "isolation.level": "read_uncommitted"})
+    try:
+        _, high = _watermarks(uncommitted, topic, timeout_s)
+    finally:
+        uncommitted.close()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        low, stable = _watermarks(consumer, topic, timeout_s)
+        if stable >= high:
+            return low, stable
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"progress topic {topic!r}: a transaction open from offset {stable} (another "
+                f"export's, whose process may have died before its commit) hides the progress "
+                f"committed after it, up to offset {high}; it did not end within {timeout_s} s "
+                "(it ends when its producer starts again, or after its transaction.timeout.ms)"
+            )
+        time.sleep(0.1)
 
 
 def _watermarks(consumer: Any, topic: str, timeout_s: float) -> tuple[int, int]:
