@@ -437,3 +437,37 @@ def test_a_transaction_left_open_in_the_progress_topic_makes_no_duplicate(
     assert export_progress(export) == 4
     assert len(faults) == 2 and all("a transaction open from offset" in f for f in faults)
     export.drop()
+
+
+def test_a_progress_topic_of_several_partitions_is_read_where_it_is_written(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """A progress topic that exists with several partitions: the progress is written to
+    partition 0, where it is read (written by key, it went elsewhere, the export found no
+    progress and wrote every change again at every tick)."""
+    import zlib
+
+    from timeshard.dev.kafka import create_topic
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, progress_topic, partitions=3)
+    export_id = next(f"e{i}" for i in range(100) if zlib.crc32(f"e{i}".encode()) % 3 != 0)
+    export = KafkaExport(
+        spark_kafka,
+        client,
+        "s",
+        bootstrap,
+        topic,
+        key_columns=["k"],
+        export_id=export_id,
+        progress_topic=progress_topic,
+    )
+    for t, key in enumerate("abc"):
+        writer.append([((key, t), t, 1)], t, t + 1)
+        export.step()
+    assert export_progress(export) == 3
+    assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)] == ["a", "b", "c"]
+    export.drop()

@@ -1,7 +1,8 @@
 """KAFKA exports: a shard's changes to a Kafka topic, exactly once.
 
 The export's progress lives **in the target**: a progress topic (default
-``_timeshard-progress``, one partition) holds records keyed by the export's
+``_timeshard-progress``, created with one partition; only partition 0 is
+used) holds records keyed by the export's
 id whose value is ``{"frontier": F, "version": V, "target": T, "declared":
 D}``: every change of the shard at a time below ``F`` is in the topic ``T``,
 once, in the form ``D`` (the envelope, format and key columns). An export
@@ -600,7 +601,10 @@ class _ProduceTask:
             "declared": json.loads(self.declared),
         }
         marker = json.dumps(recorded).encode()
-        producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
+        # Partition 0, where it is read, whatever partitions the topic has.
+        producer.produce(
+            self.progress_topic, key=self.export_id.encode(), value=marker, partition=0
+        )
         producer.commit_transaction(self.timeout_s)
         return count
 
