@@ -471,3 +471,34 @@ def test_a_progress_topic_of_several_partitions_is_read_where_it_is_written(
     assert export_progress(export) == 3
     assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)] == ["a", "b", "c"]
     export.drop()
+
+
+def test_a_deleted_progress_is_none_and_a_corrupt_one_is_named(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """The progress is deleted from the target (as a refusal of another input's progress
+    says to) with a tombstone of the export's key: then there is none. A record that is
+    no progress is reported naming the topic and offset, never taken for one."""
+    from confluent_kafka import Producer
+
+    from timeshard.errors import TimeshardError
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+    export = KafkaExport(
+        spark_kafka, client, "s", bootstrap, topic, key_columns=["k"], progress_topic=progress_topic
+    )
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    export.step()
+    assert export_progress(export) == 1
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(progress_topic, key=export.export_id.encode(), value=None, partition=0)
+    assert producer.flush(30) == 0
+    assert export.progress() is None
+    producer.produce(progress_topic, key=export.export_id.encode(), value=b"{oops", partition=0)
+    assert producer.flush(30) == 0
+    with pytest.raises(TimeshardError, match=rf"{progress_topic}.* offset \d+ is not a progress"):
+        export.progress()
+    export.drop()

@@ -415,7 +415,7 @@ def read_progress(
         end = high
         while end > low:
             start = max(low, end - window)
-            found = None
+            found: tuple[int, bytes | None] | None = None
             consumer.assign([TopicPartition(progress_topic, 0, start)])
             position = start
             deadline = time.monotonic() + timeout_s
@@ -437,19 +437,39 @@ def read_progress(
                 offset = msg.offset() or 0
                 position = offset + 1
                 if msg.key() == key and offset < end:
-                    value = json.loads(msg.value() or b"{}")
-                    found = KafkaProgress(
-                        int(value["frontier"]),
-                        int(value["version"]),
-                        value.get("target"),
-                        value.get("declared"),
-                    )
+                    found = (offset, msg.value())
             if found is not None:
-                return found
+                return _progress_of(progress_topic, export_id, *found)
             end, window = start, window * 4
         return None
     finally:
         consumer.close()
+
+
+def _progress_of(
+    topic: str, export_id: str, offset: int, value: bytes | None
+) -> KafkaProgress | None:
+    """The progress a record holds; None for a tombstone (the progress was deleted).
+
+    Raises TimeshardError naming the record if it is no progress record.
+    """
+    if value is None:
+        return None
+    try:
+        fields = json.loads(value)
+        frontier, version = fields["frontier"], fields["version"]
+        target, declared = fields.get("target"), fields.get("declared")
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (frontier, version)):
+            raise ValueError(f"frontier {frontier!r} and version {version!r} are no integers")
+        if not isinstance(target, str | None) or not isinstance(declared, dict | None):
+            raise ValueError(f"target {target!r} or declared {declared!r} has the wrong type")
+    except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError is a ValueError
+        raise TimeshardError(
+            f"progress topic {topic!r}: the record of export {export_id!r} at offset {offset} "
+            f"is not a progress record ({type(e).__name__}: {e}): {value[:200]!r}. Delete it "
+            "with a tombstone of that key if the export is to start again"
+        ) from None
+    return KafkaProgress(frontier, version, target, declared)
 
 
 def _settled_watermarks(
