@@ -502,3 +502,26 @@ def test_a_deleted_progress_is_none_and_a_corrupt_one_is_named(
     with pytest.raises(TimeshardError, match=rf"{progress_topic}.* offset \d+ is not a progress"):
         export.progress()
     export.drop()
+
+
+def test_a_topic_that_does_not_exist_is_a_fault_naming_it(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """The export's topic missing is a fault (it may be created): the tick raises naming
+    the topic, before any Spark job, and goes on once it exists."""
+    from timeshard.dev.kafka import create_topic
+    from timeshard.errors import TimeshardError
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = f"x-{uuid.uuid4().hex[:10]}"
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"], timeout_s=5)
+    with JobCounter(spark_kafka) as jobs, pytest.raises(TimeshardError, match="does not exist"):
+        export.step()
+    assert jobs.count == 0
+    assert export.progress() is None
+    create_topic(bootstrap, topic)
+    assert export.step().status == "committed"
+    assert _read_all(bootstrap, topic) == [(0, {"k": "a"}, {"k": "a", "v": 1})]
+    export.drop()
