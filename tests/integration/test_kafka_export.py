@@ -453,7 +453,7 @@ def test_a_progress_topic_of_several_partitions_is_read_where_it_is_written(
     bootstrap = kafka_broker.bootstrap
     topic = _topic(bootstrap)
     progress_topic = f"p-{uuid.uuid4().hex[:10]}"
-    create_topic(bootstrap, progress_topic, partitions=3)
+    create_topic(bootstrap, progress_topic, partitions=3, config={"cleanup.policy": "compact"})
     export_id = next(f"e{i}" for i in range(100) if zlib.crc32(f"e{i}".encode()) % 3 != 0)
     export = KafkaExport(
         spark_kafka,
@@ -525,3 +525,33 @@ def test_a_topic_that_does_not_exist_is_a_fault_naming_it(
     assert export.step().status == "committed"
     assert _read_all(bootstrap, topic) == [(0, {"k": "a"}, {"k": "a", "v": 1})]
     export.drop()
+
+
+def test_a_progress_topic_that_is_not_compacted_is_refused(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """Retention deletes a progress record once it is old enough (an idle export's), and
+    the export would start again from nothing: a progress topic whose cleanup.policy is
+    not ``compact`` alone is refused, naming it, before anything is written."""
+    from timeshard.dev.kafka import create_topic
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    for policy in ("delete", "compact,delete"):
+        progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+        create_topic(bootstrap, progress_topic, config={"cleanup.policy": policy})
+        export = KafkaExport(
+            spark_kafka,
+            client,
+            "s",
+            bootstrap,
+            topic,
+            key_columns=["k"],
+            progress_topic=progress_topic,
+        )
+        with pytest.raises(InvalidUsage, match=rf"{progress_topic}.*cleanup.policy '{policy}'"):
+            export.step()
+        export.drop()
+    assert _read_all(bootstrap, topic) == []

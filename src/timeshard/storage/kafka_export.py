@@ -1,16 +1,19 @@
 """KAFKA exports: a shard's changes to a Kafka topic, exactly once.
 
 The export's progress lives **in the target**: a progress topic (default
-``_timeshard-progress``, created with one partition; only partition 0 is
-used) holds records keyed by the export's
-id whose value is ``{"frontier": F, "version": V, "target": T, "declared":
-D}``: every change of the shard at a time below ``F`` is in the topic ``T``,
-once, in the form ``D`` (the envelope, format and key columns). An export
-declared with another topic, or another form, under the same id is refused
-with InvalidUsage naming both: it would go on from a progress the old
+``_timeshard-progress``, created with one partition, compacted; only
+partition 0 is used) holds records keyed by the export's id whose value is
+``{"frontier": F, "version": V, "target": T, "declared": D}``: every change
+of the shard at a time below ``F`` is in the topic ``T``, once, in the form
+``D`` (the envelope, format and key columns). An export declared with
+another topic, or another form, under the same id is refused with
+InvalidUsage naming both: it would go on from a progress the old
 declaration wrote, and the topic would hold records of two forms. (A record
-without ``T`` or ``D``, from before they were recorded, is accepted.) A tick appends the
-changes at ``[F, upper)`` and the record ``{"frontier": upper}`` **in one
+without ``T`` or ``D``, from before they were recorded, is accepted.) A
+progress topic that exists with a ``cleanup.policy`` other than ``compact``
+is refused too: retention would delete an idle export's progress, and the
+export would start again from nothing. A tick appends the changes at ``[F,
+upper)`` and the record ``{"frontier": upper}`` **in one
 Kafka transaction**, so the two are visible together or not at all.
 
 One tick is one Spark job, whose single task:
@@ -157,6 +160,7 @@ class KafkaExport(ShardExport):
         self.timeout_s = float(timeout_s)
         self.format = format
         self.key_schema_id, self.value_schema_id = key_schema_id, value_schema_id
+        self._progress_topic_checked = False
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -242,6 +246,17 @@ class KafkaExport(ShardExport):
     def progress(self) -> Progress | None:
         """The export's progress as the target records it (None: nothing exported yet)."""
         ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
+        if not self._progress_topic_checked:
+            config = topic_config(self.bootstrap_servers, self.progress_topic, self.timeout_s)
+            policy = config.get("cleanup.policy")
+            if policy != "compact":
+                raise InvalidUsage(
+                    f"export {self.export_id!r}: progress topic {self.progress_topic!r} has "
+                    f"cleanup.policy {policy!r}: retention would delete a progress record "
+                    "once old enough, and the export would start again from nothing. Give it "
+                    "cleanup.policy 'compact', or name another progress topic"
+                )
+            self._progress_topic_checked = True
         return read_progress(
             _consumer_conf(self.bootstrap_servers, self.timeout_s),
             self.progress_topic,
@@ -337,6 +352,18 @@ def topic_max_bytes(bootstrap: str, topic: str, timeout_s: float) -> int:
     Raises TimeshardError (a fault: the next tick asks again) if the topic does
     not exist or the broker does not answer.
     """
+    value = topic_config(bootstrap, topic, timeout_s).get("max.message.bytes")
+    if value is None:
+        raise TimeshardError(f"Kafka topic {topic!r} reports no max.message.bytes")
+    return int(value)
+
+
+def topic_config(bootstrap: str, topic: str, timeout_s: float) -> dict[str, str]:
+    """The configuration of ``topic``, defaults included (driver).
+
+    Raises TimeshardError (a fault) if the topic does not exist or the broker
+    does not answer.
+    """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
 
@@ -362,10 +389,7 @@ def topic_max_bytes(bootstrap: str, topic: str, timeout_s: float) -> int:
             f"Kafka at {bootstrap}: the configuration of topic {topic!r} cannot be read: "
             f"{type(e).__name__}: {e}"
         ) from None
-    entry = entries.get("max.message.bytes")
-    if entry is None or entry.value is None:
-        raise TimeshardError(f"Kafka topic {topic!r} reports no max.message.bytes")
-    return int(entry.value)
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
 def record_bytes(key: bytes | None, value: bytes | None, headers: Sequence[Any]) -> int:
@@ -780,5 +804,6 @@ __all__ = [
     "ensure_topic",
     "read_progress",
     "record_bytes",
+    "topic_config",
     "topic_max_bytes",
 ]
