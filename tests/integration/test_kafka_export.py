@@ -293,3 +293,265 @@ def _rows_at(client: PersistClient, shard: str, t: int) -> list[dict[str, Any]]:
         return reader.snapshot(t).to_pylist()
     finally:
         reader.expire()
+
+
+def test_a_record_larger_than_the_topic_takes_stops_the_export_naming_it(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """A record past the topic's ``max.message.bytes`` is the data's, not a fault: the export
+    commits the times before it and stops there with an ExportError naming the key, the
+    size and the limit, every tick, until the limit is raised; nothing is skipped. Small
+    records are not batched past the limit."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    from timeshard.dev.kafka import create_topic
+
+    bootstrap = kafka_broker.bootstrap
+    topic = f"x-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, topic, config={"max.message.bytes": "2000"})
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", pa.schema([("k", pa.string()), ("v", pa.string())]))
+    small = [((f"a{i:03}", "x" * 40), 0, 1) for i in range(200)]
+    writer.append([*small, (("b", "y" * 5000), 1, 1), (("c", "z"), 2, 1)], 0, 3)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    for _ in range(2):
+        with pytest.raises(ExportError, match=r"key .*'b'.* time 1.* 5\d\d\d bytes.* 2000"):
+            export.step()
+        assert export.progress().frontier == 1  # type: ignore[union-attr]
+        assert [(t, k["k"]) for t, k, _ in _read_all(bootstrap, topic)] == [
+            (0, f"a{i:03}") for i in range(200)
+        ]
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    entry = ConfigEntry("max.message.bytes", "10000", incremental_operation=AlterConfigOpType.SET)
+    raised = ConfigResource("topic", topic, incremental_configs=[entry])
+    for future in admin.incremental_alter_configs([raised]).values():
+        future.result(30)
+    assert export.step().status == "committed"
+    assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)][-3:] == ["a199", "b", "c"]
+    export.drop()
+
+
+def test_a_record_larger_than_a_megabyte_is_an_export_error(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """The producer's own limit is the topic's: a record past the broker's default
+    (1048588 bytes) is refused naming it, not retried as a fault."""
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", pa.schema([("k", pa.string()), ("v", pa.string())]))
+    writer.append([(("big", "y" * 1_100_000), 0, 1)], 0, 1)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    with pytest.raises(ExportError, match=r"key .*'big'.* 1100\d\d\d bytes.* 1048588"):
+        export.step()
+    assert export.progress() is None
+    assert _read_all(bootstrap, topic) == []
+    export.drop()
+
+
+def test_an_export_declared_again_with_another_form_is_refused(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """The progress records the envelope, format and key columns it was written with: an
+    export of that id declared with others over the topic would go on from the old
+    progress, in another form, so it is refused naming both; declared as before, it goes on."""
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    first = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    assert first.step().status == "committed"
+    first.close()
+    writer.append([(("b", 2), 1, 1)], 1, 2)
+    changes: list[dict[str, Any]] = [
+        {"envelope": "debezium", "key_columns": ["k"]},
+        {"key_columns": ["k", "v"]},
+        {"key_columns": ["k"], "format": "avro"},
+    ]
+    for change in changes:
+        other = KafkaExport(spark_kafka, client, "s", bootstrap, topic, **change)
+        with pytest.raises(InvalidUsage, match=r"envelope 'upsert', format 'json'.*\['k'\]"):
+            other.step()
+        other.close()
+    assert export_progress(first) == 1
+    again = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    assert again.step().status == "committed"
+    assert [t for t, _, _ in _read_all(bootstrap, topic)] == [0, 1]
+    again.drop()
+
+
+def export_progress(export: KafkaExport) -> int | None:
+    progress = export.progress()
+    return None if progress is None else progress.frontier
+
+
+def test_a_transaction_left_open_in_the_progress_topic_makes_no_duplicate(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """Another export's transaction left open in the shared progress topic (its process
+    died after producing its progress) hides the progress committed after it from
+    read_committed readers: an export must not take its older progress for the current
+    one and write its changes again. It waits for that transaction to end (or reports a
+    fault), and goes on once it has."""
+    from confluent_kafka import Producer
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+    export = KafkaExport(
+        spark_kafka,
+        client,
+        "s",
+        bootstrap,
+        topic,
+        key_columns=["k"],
+        progress_topic=progress_topic,
+        timeout_s=3,
+    )
+    client.open_critical_since("s", "a-view", "x")  # another reader keeps the since at 0
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    assert export.step().status == "committed"
+    other = Producer({"bootstrap.servers": bootstrap, "transactional.id": "a-dead-export"})
+    other.init_transactions(30)
+    other.begin_transaction()
+    other.produce(progress_topic, key=b"a-dead-export", value=b'{"frontier": 9, "version": 1}')
+    assert other.flush(30) == 0
+    faults = []
+    for t, key in enumerate("bc", start=1):
+        writer.append([((key, t), t, 1)], t, t + 1)
+        try:
+            export.step()
+        except TimeoutError as e:  # a fault while the transaction is open: nothing written
+            faults.append(str(e))
+    other.abort_transaction(30)
+    writer.append([(("d", 4), 3, 1)], 3, 4)
+    for _ in range(2):
+        export.step()
+    assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)] == ["a", "b", "c", "d"]
+    assert export_progress(export) == 4
+    assert len(faults) == 2 and all("a transaction open from offset" in f for f in faults)
+    export.drop()
+
+
+def test_a_progress_topic_of_several_partitions_is_read_where_it_is_written(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """A progress topic that exists with several partitions: the progress is written to
+    partition 0, where it is read (written by key, it went elsewhere, the export found no
+    progress and wrote every change again at every tick)."""
+    import zlib
+
+    from timeshard.dev.kafka import create_topic
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, progress_topic, partitions=3, config={"cleanup.policy": "compact"})
+    export_id = next(f"e{i}" for i in range(100) if zlib.crc32(f"e{i}".encode()) % 3 != 0)
+    export = KafkaExport(
+        spark_kafka,
+        client,
+        "s",
+        bootstrap,
+        topic,
+        key_columns=["k"],
+        export_id=export_id,
+        progress_topic=progress_topic,
+    )
+    for t, key in enumerate("abc"):
+        writer.append([((key, t), t, 1)], t, t + 1)
+        export.step()
+    assert export_progress(export) == 3
+    assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)] == ["a", "b", "c"]
+    export.drop()
+
+
+def test_a_deleted_progress_is_none_and_a_corrupt_one_is_named(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """The progress is deleted from the target (as a refusal of another input's progress
+    says to) with a tombstone of the export's key: then there is none. A record that is
+    no progress is reported naming the topic and offset, never taken for one."""
+    from confluent_kafka import Producer
+
+    from timeshard.errors import TimeshardError
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+    export = KafkaExport(
+        spark_kafka, client, "s", bootstrap, topic, key_columns=["k"], progress_topic=progress_topic
+    )
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    export.step()
+    assert export_progress(export) == 1
+    producer = Producer({"bootstrap.servers": bootstrap})
+    producer.produce(progress_topic, key=export.export_id.encode(), value=None, partition=0)
+    assert producer.flush(30) == 0
+    assert export.progress() is None
+    producer.produce(progress_topic, key=export.export_id.encode(), value=b"{oops", partition=0)
+    assert producer.flush(30) == 0
+    with pytest.raises(TimeshardError, match=rf"{progress_topic}.* offset \d+ is not a progress"):
+        export.progress()
+    export.drop()
+
+
+def test_a_topic_that_does_not_exist_is_a_fault_naming_it(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """The export's topic missing is a fault (it may be created): the tick raises naming
+    the topic, before any Spark job, and goes on once it exists."""
+    from timeshard.dev.kafka import create_topic
+    from timeshard.errors import TimeshardError
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = f"x-{uuid.uuid4().hex[:10]}"
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"], timeout_s=5)
+    with JobCounter(spark_kafka) as jobs, pytest.raises(TimeshardError, match="does not exist"):
+        export.step()
+    assert jobs.count == 0
+    assert export.progress() is None
+    create_topic(bootstrap, topic)
+    assert export.step().status == "committed"
+    assert _read_all(bootstrap, topic) == [(0, {"k": "a"}, {"k": "a", "v": 1})]
+    export.drop()
+
+
+def test_a_progress_topic_that_is_not_compacted_is_refused(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """Retention deletes a progress record once it is old enough (an idle export's), and
+    the export would start again from nothing: a progress topic whose cleanup.policy is
+    not ``compact`` alone is refused, naming it, before anything is written."""
+    from timeshard.dev.kafka import create_topic
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    for policy in ("delete", "compact,delete"):
+        progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+        create_topic(bootstrap, progress_topic, config={"cleanup.policy": policy})
+        export = KafkaExport(
+            spark_kafka,
+            client,
+            "s",
+            bootstrap,
+            topic,
+            key_columns=["k"],
+            progress_topic=progress_topic,
+        )
+        with pytest.raises(InvalidUsage, match=rf"{progress_topic}.*cleanup.policy '{policy}'"):
+            export.step()
+        export.drop()
+    assert _read_all(bootstrap, topic) == []

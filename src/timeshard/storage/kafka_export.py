@@ -1,12 +1,19 @@
 """KAFKA exports: a shard's changes to a Kafka topic, exactly once.
 
 The export's progress lives **in the target**: a progress topic (default
-``_timeshard-progress``, one partition) holds records keyed by the export's
-id whose value is ``{"frontier": F, "version": V, "target": T}``: every
-change of the shard at a time below ``F`` is in the topic ``T``, once (an
-export declared with another topic under the same id is refused; a record
-without ``T``, from before it was recorded, is accepted). A tick appends the
-changes at ``[F, upper)`` and the record ``{"frontier": upper}`` **in one
+``_timeshard-progress``, created with one partition, compacted; only
+partition 0 is used) holds records keyed by the export's id whose value is
+``{"frontier": F, "version": V, "target": T, "declared": D}``: every change
+of the shard at a time below ``F`` is in the topic ``T``, once, in the form
+``D`` (the envelope, format and key columns). An export declared with
+another topic, or another form, under the same id is refused with
+InvalidUsage naming both: it would go on from a progress the old
+declaration wrote, and the topic would hold records of two forms. (A record
+without ``T`` or ``D``, from before they were recorded, is accepted.) A
+progress topic that exists with a ``cleanup.policy`` other than ``compact``
+is refused too: retention would delete an idle export's progress, and the
+export would start again from nothing. A tick appends the changes at ``[F,
+upper)`` and the record ``{"frontier": upper}`` **in one
 Kafka transaction**, so the two are visible together or not at all.
 
 One tick is one Spark job, whose single task:
@@ -26,6 +33,19 @@ One tick is one Spark job, whose single task:
 A Spark task retried after a commit it could not report finds the new
 frontier in step 2 and produces nothing. Every record carries the header
 ``timeshard-time`` (the time of its change, in decimal).
+
+A record the topic cannot take is the data's, not a fault: before the job,
+the driver reads the topic's ``max.message.bytes`` (a topic that does not
+exist is a fault, retried at the next tick), and the task checks each
+record's size as a batch of its own (the record, its key, value and headers,
+and the batch's framing) before producing it. At the first record past the
+limit it aborts, commits the changes at the times before that record's
+(with that time as the progress, status ``blocked``, as at an err row) and
+stops there: the tick raises :class:`ExportError` naming the record's key,
+time and size and the limit. Every later tick stops there too until the
+topic's limit is raised; the record is never skipped. The producer's own
+limits follow the topic's, so a record the topic takes is never refused by
+the client, and no batch of small records grows past the topic's limit.
 
 Envelopes (in ``format="json"`` the key and the value are JSON objects,
 columns by name):
@@ -64,12 +84,12 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from timeshard.errors import InvalidUsage
+from timeshard.errors import InvalidUsage, TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import DIFF, TS
 from timeshard.storage.export import (
@@ -140,6 +160,7 @@ class KafkaExport(ShardExport):
         self.timeout_s = float(timeout_s)
         self.format = format
         self.key_schema_id, self.value_schema_id = key_schema_id, value_schema_id
+        self._progress_topic_checked = False
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -204,9 +225,38 @@ class KafkaExport(ShardExport):
     def identity(self) -> str:
         return _identity(self.topic)
 
+    @property
+    def declared(self) -> dict[str, Any]:
+        """The form of the records, which the progress records (module doc)."""
+        return _declared(self.envelope, self.format, self.key_columns)
+
+    def _check_target(self, progress: Progress) -> None:
+        """Raise InvalidUsage unless ``progress`` was written to this topic in this form."""
+        super()._check_target(progress)
+        if not isinstance(progress, KafkaProgress) or progress.declared is None:
+            return
+        if progress.declared != self.declared:
+            raise InvalidUsage(
+                f"export {self.export_id!r}: its progress {progress.frontier} in {self.target} "
+                f"was written with {_describe(progress.declared)}, and this export is declared "
+                f"with {_describe(self.declared)}: it would go on from there in another form. "
+                "Give this export another name and topic, or declare it as before"
+            )
+
     def progress(self) -> Progress | None:
         """The export's progress as the target records it (None: nothing exported yet)."""
         ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
+        if not self._progress_topic_checked:
+            config = topic_config(self.bootstrap_servers, self.progress_topic, self.timeout_s)
+            policy = config.get("cleanup.policy")
+            if policy != "compact":
+                raise InvalidUsage(
+                    f"export {self.export_id!r}: progress topic {self.progress_topic!r} has "
+                    f"cleanup.policy {policy!r}: retention would delete a progress record "
+                    "once old enough, and the export would start again from nothing. Give it "
+                    "cleanup.policy 'compact', or name another progress topic"
+                )
+            self._progress_topic_checked = True
         return read_progress(
             _consumer_conf(self.bootstrap_servers, self.timeout_s),
             self.progress_topic,
@@ -215,6 +265,7 @@ class KafkaExport(ShardExport):
         )
 
     def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
+        max_bytes = topic_max_bytes(self.bootstrap_servers, self.topic, self.timeout_s)
         return _ProduceTask(
             bootstrap=self.bootstrap_servers,
             topic=self.topic,
@@ -227,10 +278,29 @@ class KafkaExport(ShardExport):
             lower=lower,
             upper=upper,
             timeout_s=self.timeout_s,
+            max_bytes=max_bytes,
+            declared=json.dumps(self.declared),
             avro=_AvroEncoding.of(self._avro, self.key_schema_id, self.value_schema_id)
             if self.format == "avro"
             else None,
         )
+
+
+@dataclass(frozen=True)
+class KafkaProgress(Progress):
+    """A Kafka export's progress, with the form its records were written in (None: a
+    record from before it was recorded)."""
+
+    declared: dict[str, Any] | None = field(default=None, hash=False)
+
+
+def _declared(envelope: str, format: str, key_columns: Sequence[str]) -> dict[str, Any]:
+    return {"envelope": envelope, "format": format, "key_columns": list(key_columns)}
+
+
+def _describe(declared: dict[str, Any]) -> str:
+    parts = [f"{k} {declared.get(k)!r}" for k in ("envelope", "format", "key_columns")]
+    return ", ".join(parts)
 
 
 def _identity(topic: str) -> str:
@@ -276,21 +346,100 @@ def ensure_topic(bootstrap: str, topic: str, timeout_s: float) -> None:
         time.sleep(0.1)
 
 
+def topic_max_bytes(bootstrap: str, topic: str, timeout_s: float) -> int:
+    """The largest record batch ``topic`` takes: its ``max.message.bytes`` (driver).
+
+    Raises TimeshardError (a fault: the next tick asks again) if the topic does
+    not exist or the broker does not answer.
+    """
+    value = topic_config(bootstrap, topic, timeout_s).get("max.message.bytes")
+    if value is None:
+        raise TimeshardError(f"Kafka topic {topic!r} reports no max.message.bytes")
+    return int(value)
+
+
+def topic_config(bootstrap: str, topic: str, timeout_s: float) -> dict[str, str]:
+    """The configuration of ``topic``, defaults included (driver).
+
+    Raises TimeshardError (a fault) if the topic does not exist or the broker
+    does not answer.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+    from timeshard.storage.kafka_source import _quiet_logger
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet_logger()})
+    resource = ConfigResource("topic", topic)
+    try:
+        futures = admin.describe_configs([resource], request_timeout=timeout_s)
+        entries = futures[resource].result(timeout_s)
+    except KafkaException as e:
+        error = e.args[0] if e.args else e
+        if getattr(error, "code", lambda: None)() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+            raise TimeshardError(
+                f"Kafka topic {topic!r} does not exist on {bootstrap}: create it (the export "
+                "writes to it, and tries again at the next tick)"
+            ) from None
+        raise TimeshardError(
+            f"Kafka at {bootstrap}: the configuration of topic {topic!r} cannot be read: {error}"
+        ) from None
+    except Exception as e:  # a timeout of the future
+        raise TimeshardError(
+            f"Kafka at {bootstrap}: the configuration of topic {topic!r} cannot be read: "
+            f"{type(e).__name__}: {e}"
+        ) from None
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
+
+
+def record_bytes(key: bytes | None, value: bytes | None, headers: Sequence[Any]) -> int:
+    """The size of a record batch of one record (format v2, uncompressed): what the broker
+    compares with ``max.message.bytes``."""
+    body = 3  # attributes, timestamp delta 0, offset delta 0
+    for data in (key, value):
+        body += _varint_bytes(-1) if data is None else _varint_bytes(len(data)) + len(data)
+    body += _varint_bytes(len(headers))
+    for name, data in headers:
+        raw = name.encode() if isinstance(name, str) else name
+        body += _varint_bytes(len(raw)) + len(raw)
+        body += _varint_bytes(-1) if data is None else _varint_bytes(len(data)) + len(data)
+    return _BATCH_HEADER_BYTES + _varint_bytes(body) + body
+
+
+_BATCH_HEADER_BYTES = 61
+
+
+def _varint_bytes(n: int) -> int:
+    """The length of ``n`` as a zigzag varint."""
+    zigzag = (n << 1) ^ (n >> 63)
+    return max(1, (zigzag.bit_length() + 6) // 7)
+
+
 def read_progress(
     conf: dict[str, Any], progress_topic: str, export_id: str, timeout_s: float
 ) -> Progress | None:
-    """The newest committed progress record of ``export_id`` (scanning back from the end)."""
+    """The newest committed progress record of ``export_id`` (scanning back from the end).
+
+    A ``read_committed`` reader sees nothing past the first offset of a
+    transaction still open (the *last stable offset*), and the topic is shared:
+    another export's transaction left open (its process died between its
+    progress record and its commit) would hide this export's progress committed
+    after it, and the export would go on from an older one and write its
+    changes again. So the read waits until every transaction open when it
+    began has ended (the last stable offset reaches the high watermark seen
+    then), and raises TimeoutError (a fault, retried) after ``timeout_s``.
+    """
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer(conf)
     try:
-        low, high = _watermarks(consumer, progress_topic, timeout_s)
+        low, high = _settled_watermarks(consumer, conf, progress_topic, timeout_s)
         key = export_id.encode()
         window = 64
         end = high
         while end > low:
             start = max(low, end - window)
-            found = None
+            found: tuple[int, bytes | None] | None = None
             consumer.assign([TopicPartition(progress_topic, 0, start)])
             position = start
             deadline = time.monotonic() + timeout_s
@@ -312,16 +461,66 @@ def read_progress(
                 offset = msg.offset() or 0
                 position = offset + 1
                 if msg.key() == key and offset < end:
-                    value = json.loads(msg.value() or b"{}")
-                    found = Progress(
-                        int(value["frontier"]), int(value["version"]), value.get("target")
-                    )
+                    found = (offset, msg.value())
             if found is not None:
-                return found
+                return _progress_of(progress_topic, export_id, *found)
             end, window = start, window * 4
         return None
     finally:
         consumer.close()
+
+
+def _progress_of(
+    topic: str, export_id: str, offset: int, value: bytes | None
+) -> KafkaProgress | None:
+    """The progress a record holds; None for a tombstone (the progress was deleted).
+
+    Raises TimeshardError naming the record if it is no progress record.
+    """
+    if value is None:
+        return None
+    try:
+        fields = json.loads(value)
+        frontier, version = fields["frontier"], fields["version"]
+        target, declared = fields.get("target"), fields.get("declared")
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in (frontier, version)):
+            raise ValueError(f"frontier {frontier!r} and version {version!r} are no integers")
+        if not isinstance(target, str | None) or not isinstance(declared, dict | None):
+            raise ValueError(f"target {target!r} or declared {declared!r} has the wrong type")
+    except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError is a ValueError
+        raise TimeshardError(
+            f"progress topic {topic!r}: the record of export {export_id!r} at offset {offset} "
+            f"is not a progress record ({type(e).__name__}: {e}): {value[:200]!r}. Delete it "
+            "with a tombstone of that key if the export is to start again"
+        ) from None
+    return KafkaProgress(frontier, version, target, declared)
+
+
+def _settled_watermarks(
+    consumer: Any, conf: dict[str, Any], topic: str, timeout_s: float
+) -> tuple[int, int]:
+    """Partition 0's low offset and last stable offset, once the latter is at least the
+    high watermark as it was when called (module doc of :func:`read_progress`)."""
+    from confluent_kafka import Consumer
+
+    uncommitted = Consumer({**conf, "isolation.level": "read_uncommitted"})
+    try:
+        _, high = _watermarks(uncommitted, topic, timeout_s)
+    finally:
+        uncommitted.close()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        low, stable = _watermarks(consumer, topic, timeout_s)
+        if stable >= high:
+            return low, stable
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"progress topic {topic!r}: a transaction open from offset {stable} (another "
+                f"export's, whose process may have died before its commit) hides the progress "
+                f"committed after it, up to offset {high}; it did not end within {timeout_s} s "
+                "(it ends when its producer starts again, or after its transaction.timeout.ms)"
+            )
+        time.sleep(0.1)
 
 
 def _watermarks(consumer: Any, topic: str, timeout_s: float) -> tuple[int, int]:
@@ -356,6 +555,8 @@ class _ProduceTask:
     lower: int
     upper: int
     timeout_s: float
+    max_bytes: int = 1_048_588
+    declared: str = "null"
     avro: _AvroEncoding | None = None
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -366,6 +567,10 @@ class _ProduceTask:
                 "bootstrap.servers": self.bootstrap,
                 "transactional.id": f"timeshard-export-{self.export_id}",
                 "transaction.timeout.ms": 120_000,
+                # The client refuses no record the topic takes (its own bound adds slack
+                # for framing), and batches no small records past the topic's limit.
+                "message.max.bytes": min(max(self.max_bytes + 512, 1000), 100_000_000),
+                "batch.size": max(1, min(self.max_bytes, 1_000_000)),
             }
         )
         try:
@@ -383,37 +588,77 @@ class _ProduceTask:
         if (progress.frontier if progress is not None else 0) != self.lower:
             yield result("stale", 0, f"the target's progress is {progress}, not {self.lower}")
             return
+        form = progress.declared if isinstance(progress, KafkaProgress) else None
+        if form is not None and form != json.loads(self.declared):
+            # Another declaration went first: the next tick's driver refuses this one.
+            yield result("stale", 0, f"the target's progress was written with {form}")
+            return
         held = list(batches)  # read twice: for the errors, then the records
-        blocked = blocked_at(held)
-        upper = self.upper if blocked is None else blocked[0]
-        if blocked is not None and upper == self.lower:
-            yield result("error", 0, blocked[1])
-            return
-        producer.begin_transaction()
-        try:
-            count = 0
-            for t, key, value in self._records(held, upper):
-                headers = [(TIME_HEADER, str(t).encode())]
-                self._produce(producer, key, value, headers)
-                count += 1
-            recorded = {"frontier": upper, "version": self.version, "target": _identity(self.topic)}
-            marker = json.dumps(recorded).encode()
-            producer.produce(self.progress_topic, key=self.export_id.encode(), value=marker)
-            producer.commit_transaction(self.timeout_s)
-        except DataError as e:
-            producer.abort_transaction(self.timeout_s)
-            yield result("error", 0, str(e))
-            return
-        except KafkaException as e:
-            if _fenced(e):
-                yield result("fenced", 0, str(e))
+        stop = blocked_at(held)  # the time the tick stops at, and why (None: its upper)
+        while True:
+            upper = self.upper if stop is None else stop[0]
+            if stop is not None and upper == self.lower:
+                yield result("error", 0, stop[1])
                 return
-            producer.abort_transaction(self.timeout_s)
-            raise
-        if blocked is not None:
-            yield result("blocked", count, blocked[1], upper)
+            try:
+                count = self._transaction(producer, held, upper)
+            except _TooLarge as e:
+                producer.abort_transaction(self.timeout_s)
+                stop = (e.time, e.message)
+                continue
+            except DataError as e:
+                producer.abort_transaction(self.timeout_s)
+                yield result("error", 0, str(e))
+                return
+            except KafkaException as e:
+                if _fenced(e):
+                    yield result("fenced", 0, str(e))
+                    return
+                producer.abort_transaction(self.timeout_s)
+                if _too_large(e):  # the broker's: a batch it refused (the client's check passed)
+                    yield result("error", 0, f"topic {self.topic!r} refused records: {e}")
+                    return
+                raise
+            break
+        if stop is not None:
+            yield result("blocked", count, stop[1], upper)
             return
         yield result("committed", count, None, upper)
+
+    def _transaction(self, producer: Any, held: list[pa.RecordBatch], upper: int) -> int:
+        """Produce the records below ``upper`` and the progress ``upper``, and commit: the
+        number of records. Raises _TooLarge (before producing it) at a record the topic
+        cannot take."""
+        producer.begin_transaction()
+        count = 0
+        for t, keyed, key, value in self._records(held, upper):
+            headers = [(TIME_HEADER, str(t).encode())]
+            size = record_bytes(key, value, headers)
+            if size > self.max_bytes:
+                raise _TooLarge(t, self._too_large(t, keyed, size))
+            self._produce(producer, key, value, headers)
+            count += 1
+        recorded = {
+            "frontier": upper,
+            "version": self.version,
+            "target": _identity(self.topic),
+            "declared": json.loads(self.declared),
+        }
+        marker = json.dumps(recorded).encode()
+        # Partition 0, where it is read, whatever partitions the topic has.
+        producer.produce(
+            self.progress_topic, key=self.export_id.encode(), value=marker, partition=0
+        )
+        producer.commit_transaction(self.timeout_s)
+        return count
+
+    def _too_large(self, t: int, keyed: dict[str, Any] | None, size: int) -> str:
+        which = "a record" if keyed is None else f"the record of key {keyed!r}"
+        return (
+            f"{which} at time {t} is {size} bytes, past the {self.max_bytes} bytes topic "
+            f"{self.topic!r} takes (its max.message.bytes): the export stops before it "
+            "until that limit is raised"
+        )
 
     def _produce(self, producer: Any, key: bytes | None, value: bytes | None, headers: Any) -> None:
         while True:
@@ -426,9 +671,10 @@ class _ProduceTask:
 
     def _records(
         self, batches: Iterable[pa.RecordBatch], upper: int
-    ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
-        """``(time, key, value)`` of each record at a time below ``upper``, in time order,
-        from the sorted changes (err rows are not records: :func:`blocked_at` decided)."""
+    ) -> Iterator[tuple[int, dict[str, Any] | None, bytes | None, bytes | None]]:
+        """``(time, key columns, key, value)`` of each record at a time below ``upper``, in
+        time order, from the sorted changes (err rows are not records: :func:`blocked_at`
+        decided)."""
         group: list[dict[str, Any]] = []
         for row in ErrorNet().ok_rows(batches, before=upper):
             if not self.key_columns:  # every change is a record of its own
@@ -446,8 +692,9 @@ class _ProduceTask:
 
     def _encode(
         self, rows: list[dict[str, Any]]
-    ) -> Iterator[tuple[int, bytes | None, bytes | None]]:
+    ) -> Iterator[tuple[int, dict[str, Any] | None, bytes | None, bytes | None]]:
         t = rows[0][TS]
+        keyed = {k: rows[0][k] for k in self.key_columns} if self.key_columns else None
         key = self._key(rows[0])
         data = [(self._row(r), r[DIFF]) for r in rows]
         before = [row for row, diff in data for _ in range(max(-diff, 0))]
@@ -458,16 +705,16 @@ class _ProduceTask:
                     f"key {key!r} has {len(after)} rows at time {t}; an UPSERT export "
                     f"needs one row per key of {list(self.key_columns)}"
                 )
-            yield t, key, self._value(after[0]) if after else None
+            yield t, keyed, key, self._value(after[0]) if after else None
             return
         if self.key_columns and len(before) <= 1 and len(after) <= 1:
             change = {"before": before[0] if before else None, "after": after[0] if after else None}
-            yield t, key, self._value(change)
+            yield t, keyed, key, self._value(change)
             return
         for row in before:
-            yield t, key, self._value({"before": row, "after": None})
+            yield t, keyed, key, self._value({"before": row, "after": None})
         for row in after:
-            yield t, key, self._value({"before": None, "after": row})
+            yield t, keyed, key, self._value({"before": None, "after": row})
 
     def _key(self, row: dict[str, Any]) -> bytes | None:
         if not self.key_columns:
@@ -518,6 +765,21 @@ class _AvroEncoding:
 _PARSED: dict[_AvroEncoding, dict[str, Any]] = {}
 
 
+class _TooLarge(Exception):
+    """A record the topic cannot take, at ``time`` (a task's; not produced)."""
+
+    def __init__(self, time: int, message: str) -> None:
+        super().__init__(message)
+        self.time, self.message = time, message
+
+
+def _too_large(error: Any) -> bool:
+    from confluent_kafka import KafkaError
+
+    code = error.args[0].code() if error.args and hasattr(error.args[0], "code") else None
+    return code in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE)
+
+
 def _fenced(error: Any) -> bool:
     from confluent_kafka import KafkaError
 
@@ -537,7 +799,11 @@ __all__ = [
     "ExportError",
     "ExportStep",
     "KafkaExport",
+    "KafkaProgress",
     "Progress",
     "ensure_topic",
     "read_progress",
+    "record_bytes",
+    "topic_config",
+    "topic_max_bytes",
 ]
