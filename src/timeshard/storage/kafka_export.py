@@ -84,7 +84,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -226,22 +226,12 @@ class KafkaExport(ShardExport):
         return _identity(self.topic)
 
     @property
-    def declared(self) -> dict[str, Any]:
+    def declaration(self) -> str:
         """The form of the records, which the progress records (module doc)."""
-        return _declared(self.envelope, self.format, self.key_columns)
-
-    def _check_target(self, progress: Progress) -> None:
-        """Raise InvalidUsage unless ``progress`` was written to this topic in this form."""
-        super()._check_target(progress)
-        if not isinstance(progress, KafkaProgress) or progress.declared is None:
-            return
-        if progress.declared != self.declared:
-            raise InvalidUsage(
-                f"export {self.export_id!r}: its progress {progress.frontier} in {self.target} "
-                f"was written with {_describe(progress.declared)}, and this export is declared "
-                f"with {_describe(self.declared)}: it would go on from there in another form. "
-                "Give this export another name and topic, or declare it as before"
-            )
+        return (
+            f"envelope {self.envelope!r}, format {self.format!r}, "
+            f"key columns {list(self.key_columns)}"
+        )
 
     def progress(self) -> Progress | None:
         """The export's progress as the target records it (None: nothing exported yet)."""
@@ -279,28 +269,11 @@ class KafkaExport(ShardExport):
             upper=upper,
             timeout_s=self.timeout_s,
             max_bytes=max_bytes,
-            declared=json.dumps(self.declared),
+            declared=self.declaration,
             avro=_AvroEncoding.of(self._avro, self.key_schema_id, self.value_schema_id)
             if self.format == "avro"
             else None,
         )
-
-
-@dataclass(frozen=True)
-class KafkaProgress(Progress):
-    """A Kafka export's progress, with the form its records were written in (None: a
-    record from before it was recorded)."""
-
-    declared: dict[str, Any] | None = field(default=None, hash=False)
-
-
-def _declared(envelope: str, format: str, key_columns: Sequence[str]) -> dict[str, Any]:
-    return {"envelope": envelope, "format": format, "key_columns": list(key_columns)}
-
-
-def _describe(declared: dict[str, Any]) -> str:
-    parts = [f"{k} {declared.get(k)!r}" for k in ("envelope", "format", "key_columns")]
-    return ", ".join(parts)
 
 
 def _identity(topic: str) -> str:
@@ -470,9 +443,7 @@ def read_progress(
         consumer.close()
 
 
-def _progress_of(
-    topic: str, export_id: str, offset: int, value: bytes | None
-) -> KafkaProgress | None:
+def _progress_of(topic: str, export_id: str, offset: int, value: bytes | None) -> Progress | None:
     """The progress a record holds; None for a tombstone (the progress was deleted).
 
     Raises TimeshardError naming the record if it is no progress record.
@@ -485,7 +456,7 @@ def _progress_of(
         target, declared = fields.get("target"), fields.get("declared")
         if not all(isinstance(n, int) and not isinstance(n, bool) for n in (frontier, version)):
             raise ValueError(f"frontier {frontier!r} and version {version!r} are no integers")
-        if not isinstance(target, str | None) or not isinstance(declared, dict | None):
+        if not isinstance(target, str | None) or not isinstance(declared, str | None):
             raise ValueError(f"target {target!r} or declared {declared!r} has the wrong type")
     except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError is a ValueError
         raise TimeshardError(
@@ -493,7 +464,7 @@ def _progress_of(
             f"is not a progress record ({type(e).__name__}: {e}): {value[:200]!r}. Delete it "
             "with a tombstone of that key if the export is to start again"
         ) from None
-    return KafkaProgress(frontier, version, target, declared)
+    return Progress(frontier, version, target, declared)
 
 
 def _settled_watermarks(
@@ -556,7 +527,8 @@ class _ProduceTask:
     upper: int
     timeout_s: float
     max_bytes: int = 1_048_588
-    declared: str = "null"
+    #: The export's declaration (:attr:`KafkaExport.declaration`), as the progress records it.
+    declared: str = ""
     avro: _AvroEncoding | None = None
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -588,8 +560,8 @@ class _ProduceTask:
         if (progress.frontier if progress is not None else 0) != self.lower:
             yield result("stale", 0, f"the target's progress is {progress}, not {self.lower}")
             return
-        form = progress.declared if isinstance(progress, KafkaProgress) else None
-        if form is not None and form != json.loads(self.declared):
+        form = None if progress is None else progress.declared
+        if form is not None and form != self.declared:
             # Another declaration went first: the next tick's driver refuses this one.
             yield result("stale", 0, f"the target's progress was written with {form}")
             return
@@ -642,7 +614,7 @@ class _ProduceTask:
             "frontier": upper,
             "version": self.version,
             "target": _identity(self.topic),
-            "declared": json.loads(self.declared),
+            "declared": self.declared,
         }
         marker = json.dumps(recorded).encode()
         # Partition 0, where it is read, whatever partitions the topic has.
@@ -799,7 +771,6 @@ __all__ = [
     "ExportError",
     "ExportStep",
     "KafkaExport",
-    "KafkaProgress",
     "Progress",
     "ensure_topic",
     "read_progress",
