@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from timeshard.errors import SourceUnavailable
+from timeshard.errors import InvalidUsage, SourceUnavailable
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.storage.file_source import FileSource
@@ -83,6 +83,36 @@ def test_a_file_rewritten_shorter_stalls_the_source_and_loses_nothing(
         with pytest.raises(SourceUnavailable, match=r"'a\.jsonl' ends at 26 below the bound 50"):
             ing.step()
     assert client.state("files").upper == upper  # nothing written past the rewrite
+
+
+def test_a_file_rewritten_while_no_process_ran_stalls_the_restarted_source(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    src = tmp_path / "in"
+    src.mkdir()
+    (src / "a.jsonl").write_bytes(b'{"id": 1, "name": "one"}\n{"id": 2, "name": "two"}\n')
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+
+    def ingestion() -> Ingestion:
+        return Ingestion(
+            spark, client, FileSource("files", src, "json", SCHEMA), clock=lambda: next(clock)
+        )
+
+    ing = ingestion()
+    ing.step()
+    ing.close()
+    upper = client.state("files").upper
+    # Rewritten while stopped: longer, with a line end just before the bound offset 50.
+    (src / "a.jsonl").write_bytes(
+        b'{"id": 7, "name": "sev"}\n{"id": 8, "name": "eig"}\n{"id": 9, "name": "nin"}\n'
+    )
+    ing = ingestion()
+    for _ in range(2):  # stalled, as a running source is, not read on from byte 50
+        with pytest.raises(InvalidUsage, match=r"'a\.jsonl' no longer holds .*rewritten"):
+            ing.step()
+    assert client.state("files").upper == upper  # id 9 alone was not written
+    ing.close()
 
 
 def test_csv_and_bad_arguments(spark: SparkSession, tmp_path: Path) -> None:

@@ -2,13 +2,14 @@
 
 Each file is a partition, named by its path relative to the source root; its
 FromTime is a byte offset. ``upper()`` is, per file, the offset just past its
-last complete line, so a line being written is not read until its newline
-arrives; lines appended later are picked up by the next read, and new files
-in the directory become new partitions. A name below the root that starts
-with ``.`` or ``_`` is hidden (a Spark writer's ``_temporary``, ``_SUCCESS``),
-as COPY FROM hides it. A path that does not exist, a file name that is not
-UTF-8, or a directory or file that cannot be read (a PermissionError) stalls
-the source with an error naming it; its files are never left out silently.
+last complete line (with a fingerprint of the bytes before it, below), so a
+line being written is not read until its newline arrives; lines appended
+later are picked up by the next read, and new files in the directory become
+new partitions. A name below the root that starts with ``.`` or ``_`` is
+hidden (a Spark writer's ``_temporary``, ``_SUCCESS``), as COPY FROM hides it.
+A path that does not exist, a file name that is not UTF-8, or a directory or
+file that cannot be read (a PermissionError) stalls the source with an error
+naming it; its files are never left out silently.
 
 Order. A record's *position* is ``(file, offset)``: its file's name (the path
 relative to the source root, ``/``-separated), then the byte offset of its
@@ -94,17 +95,29 @@ ingestion, nothing is skipped):
   bytes bound but not read) is refused by the ingestion, and a range that
   does not start just after a newline, or runs past the end of its file,
   fails the read with InvalidUsage;
-* ``upper`` remembers, per file, the furthest offset it found and a digest
-  of the 4 KiB before it, and raises InvalidUsage when a file at least that
-  long no longer holds those bytes: a file rewritten, or truncated and
-  written again (``copytruncate`` log rotation), even with newlines at the
-  old offsets.
+* ``upper`` remembers, per file, the furthest offset it found and a
+  *fingerprint* of the bytes before it: a digest of the file's first 4 KiB
+  and of the 4 KiB before the offset. It raises InvalidUsage naming the file
+  when a file at least that long no longer holds those bytes: a file
+  rewritten, or truncated and written again (``copytruncate`` log rotation),
+  even with newlines at the old offsets.
 
-The remembering lasts as long as the source object: bindings hold offsets
-only, so a file rewritten while no instance ran, as long as before and with
-a newline just before each bound offset, is read on from the bound offset
-(its lines before it are lost); so is a rewrite that leaves the 4 KiB before
-the offset as they were.
+The fingerprints are bound with the offsets, so they outlive the process: the
+frontier ``upper`` returns holds, besides each file's offset, an entry
+``/fingerprint/<file>`` (no file's name starts with ``/``) whose value is
+``offset << 24`` plus the digest's first 24 bits (:func:`fingerprint_entry`),
+for files shorter than 2**39 bytes. The entry grows with the offset, so the
+bindings stay monotone and the remap joins it as it joins offsets; it is in
+the same binding as the offset, written in the same compare-and-append.
+After a restart ``resume`` takes the fingerprints of the latest binding, and
+``upper`` checks each file against its own, as a running source does: a file
+rewritten while no process ran is refused (InvalidUsage naming it), not read
+on from its old offset. Bindings made before fingerprints were bound have
+none, and resume as before (the first new binding adds them). Not caught: a
+rewrite that leaves a file's first 4 KiB and the 4 KiB before the offset as
+they were, and, after a restart, one whose digest agrees in its first 24 bits
+(one in 16 million). :func:`file_offsets` is a frontier without its
+fingerprints: the offsets of files only.
 
 Avro datums are decoded by spark-avro on the JVM, not in Python: the tasks
 only split lines and base64-decode them into a binary column (invalid base64
@@ -140,6 +153,7 @@ import math
 import os
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -165,8 +179,14 @@ DEFAULT_MAX_LINE_BYTES = 64 << 20
 _READ_CHUNK = 1 << 20
 _BATCH_ROWS = 4096
 _BATCH_BYTES = 16 << 20
-#: How many bytes before an offset :meth:`FileSource.upper` checks are unchanged.
+#: How many bytes at the start of a file, and before an offset, a fingerprint covers.
 _TAIL = 4096
+#: The first entry name of a fingerprint in a frontier; no file's (relative) name has it.
+FINGERPRINT = "/fingerprint/"
+#: How many bits of a fingerprint's digest a binding holds (the offset takes the others).
+_BOUND_BITS = 24
+#: Files at least this long bind no new fingerprint (its entry would pass int64).
+_FINGERPRINTED_BELOW = 1 << (63 - _BOUND_BITS)
 
 
 #: What decoding raises for bytes that do not decode: such a line is an err row. Anything
@@ -241,9 +261,9 @@ class FileSource:
         elif avro_schema is not None:
             schema = avro_payload_schema(avro_schema)
         assert schema is not None
-        #: Per file, the furthest offset :meth:`upper` found, and a digest of the
-        #: :data:`_TAIL` bytes before it (:func:`_tail`).
-        self._seen: dict[str, tuple[int, bytes]] = {}
+        #: Per file, the fingerprint of the furthest offset :meth:`upper` found, or
+        #: that :meth:`resume` took from the bindings.
+        self._seen: dict[str, Fingerprint] = {}
         reserved = [n for n in schema.names if n.startswith("_")]
         if reserved:  # _partition, _offset, _ts, _diff and _err are ingestion's own
             raise InvalidUsage(
@@ -296,22 +316,38 @@ class FileSource:
             return file.name
         return file.relative_to(self.path).as_posix()
 
+    def resume(self, bound: SourceFrontier) -> None:
+        """The durable bindings reached ``bound``: check each file against the fingerprint
+        bound for it (at the next :meth:`upper`), unless this source found a later one."""
+        for partition, fingerprint in fingerprints(bound).items():
+            seen = self._seen.get(partition)
+            if seen is None or seen.offset < fingerprint.offset:
+                self._seen[partition] = fingerprint
+
     def upper(self) -> SourceFrontier:
-        """Per file, the offset just past its last complete line.
+        """Per file, the offset just past its last complete line, and the entry of its
+        fingerprint there (:func:`fingerprint_entry`).
 
         A file removed after the listing is left out, as a listing after its
         removal leaves it out; bytes of it already bound but not read yet fail
         the read (:func:`_decode_range`). Raises InvalidUsage for a file whose
-        bytes before an offset found earlier changed (:meth:`_look`).
+        bytes before an offset found earlier, or bound, changed (:meth:`_look`).
+        A file shorter than that offset has no fingerprint entry: only its
+        offset is below the bound one, which the ingestion refuses.
         """
         out: SourceFrontier = {}
         for f in self._files():
             partition = self._partition(f)
             try:
-                out[partition] = self._look(f, partition)
+                out[partition] = offset = self._look(f, partition)
             except FileNotFoundError:
                 continue
-        return out
+            seen = self._seen.get(partition)
+            if seen is not None and seen.offset == offset:
+                entry = fingerprint_entry(seen)
+                if entry is not None:
+                    out[FINGERPRINT + partition] = entry
+        return dict(sorted(out.items()))
 
     def _look(self, file: Path, partition: str) -> int:
         """The offset just past the last complete line of ``file``, after checking that
@@ -325,15 +361,16 @@ class FileSource:
         with open(file, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             seen = self._seen.get(partition)
-            if seen is not None and size >= seen[0] and _tail(f, seen[0]) != seen[1]:
+            if seen is not None and size >= seen.offset and not seen.holds(f):
                 raise InvalidUsage(
                     f"FILE source {self.name!r}: {partition!r} no longer holds the bytes "
-                    f"before byte {seen[0]} that were read from it; it was rewritten, and "
+                    f"before byte {seen.offset} that were read from it (its first "
+                    f"{_TAIL} bytes or the {_TAIL} before that one); it was rewritten, and "
                     "files must only be appended to"
                 )
             offset = _complete_prefix(f, size)
-            if seen is None or offset > seen[0]:  # at seen[0]: its digest was just checked
-                self._seen[partition] = (offset, _tail(f, offset))
+            if seen is None or offset > seen.offset:  # at seen.offset: it was just checked
+                self._seen[partition] = Fingerprint(offset, _digest(f, offset), _DIGEST_BITS)
         return offset
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
@@ -358,6 +395,7 @@ class FileSource:
         """The lines of ``[start, end)`` decoded by the tasks into :attr:`line_schema`."""
         line_schema = self.line_schema
         base = self.path if self.path.is_dir() else self.path.parent
+        end = file_offsets(end)
         ranges = [(p, start.get(p, 0), hi) for p, hi in sorted(end.items()) if hi > start.get(p, 0)]
         fields = [
             ("_partition", pa.string()),
@@ -472,11 +510,65 @@ def _complete_prefix(f: BinaryIO, size: int) -> int:
     return 0
 
 
-def _tail(f: BinaryIO, offset: int) -> bytes:
-    """A digest of the (at most :data:`_TAIL`) bytes of ``f`` before ``offset``."""
+#: How many bits :func:`_digest` has.
+_DIGEST_BITS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Fingerprint:
+    """What was read of a file up to ``offset``: the first ``bits`` bits of the
+    :func:`_digest` of its bytes there (all of them, or those a binding holds)."""
+
+    offset: int
+    digest: int
+    bits: int
+
+    def holds(self, f: BinaryIO) -> bool:
+        """Whether ``f``, at least ``offset`` bytes long, still has those bytes."""
+        return _digest(f, self.offset) >> (_DIGEST_BITS - self.bits) == self.digest
+
+
+def _digest(f: BinaryIO, offset: int) -> int:
+    """A 64-bit digest of the first :data:`_TAIL` bytes of ``f`` and the :data:`_TAIL`
+    bytes before ``offset`` (both cut at ``offset``)."""
+    h = hashlib.blake2b(digest_size=_DIGEST_BITS // 8)
+    f.seek(0)
+    h.update(f.read(min(offset, _TAIL)))
     start = max(0, offset - _TAIL)
     f.seek(start)
-    return hashlib.blake2b(f.read(offset - start), digest_size=16).digest()
+    h.update(f.read(offset - start))
+    return int.from_bytes(h.digest(), "big")
+
+
+def fingerprint_entry(fingerprint: Fingerprint) -> int | None:
+    """The value a frontier holds for ``fingerprint``: ``offset << 24`` plus the first
+    24 bits of its digest. It grows with the offset, as bindings must. None at offset 0
+    (nothing read) or at 2**39 and beyond (it would pass int64)."""
+    if not 0 < fingerprint.offset < _FINGERPRINTED_BELOW:
+        return None
+    assert fingerprint.bits >= _BOUND_BITS, fingerprint
+    digest = fingerprint.digest >> (fingerprint.bits - _BOUND_BITS)
+    return fingerprint.offset << _BOUND_BITS | digest
+
+
+def fingerprints(frontier: SourceFrontier) -> dict[str, Fingerprint]:
+    """The fingerprints ``frontier`` binds, per file."""
+    return {
+        p.removeprefix(FINGERPRINT): Fingerprint(
+            value >> _BOUND_BITS, value & ((1 << _BOUND_BITS) - 1), _BOUND_BITS
+        )
+        for p, value in frontier.items()
+        if p.startswith(FINGERPRINT) and value > 0
+    }
+
+
+def file_offsets(frontier: SourceFrontier) -> SourceFrontier:
+    """``frontier`` without its fingerprints: the offset of each file.
+
+    What a reader of a FILE source's bindings reads files up to (the
+    fingerprints are not files).
+    """
+    return {p: o for p, o in frontier.items() if not p.startswith(FINGERPRINT)}
 
 
 def _decoder(base: str, fmt: str, schema_ipc: bytes, max_line_bytes: int) -> Any:
@@ -869,9 +961,14 @@ __all__ = [
     "AVRO_TYPES",
     "DECODE_ERRORS",
     "DEFAULT_MAX_LINE_BYTES",
+    "FINGERPRINT",
     "FORMATS",
     "FileSource",
+    "Fingerprint",
     "avro_payload_schema",
     "decode_line",
     "decode_payload",
+    "file_offsets",
+    "fingerprint_entry",
+    "fingerprints",
 ]
