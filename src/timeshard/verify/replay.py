@@ -372,8 +372,10 @@ def _retained(source: Any, end: SourceFrontier) -> str | None:
         return None
     if not hasattr(source, "path"):
         return None
+    from timeshard.storage.file_source import file_offsets
+
     base = Path(source.path) if Path(source.path).is_dir() else Path(source.path).parent
-    for partition, offset in sorted(end.items()):
+    for partition, offset in sorted(file_offsets(end).items()):
         path = base / partition
         if not path.is_file():
             return f"input file {str(path)!r} is gone"
@@ -417,9 +419,10 @@ def read_input_files(spark: Any, source: Any, end: SourceFrontier) -> Any:
     source's avro stage if it has one (a plan; driver).
     """
     from timeshard.spark.session import arrow_to_spark_schema
+    from timeshard.storage.file_source import file_offsets
 
     base = source.path if Path(source.path).is_dir() else Path(source.path).parent
-    seeds = [(p, hi) for p, hi in sorted(end.items()) if hi > 0]
+    seeds = [(p, hi) for p, hi in sorted(file_offsets(end).items()) if hi > 0]
     fields = [
         pa.field("_partition", pa.string()),
         pa.field("_offset", pa.int64()),
