@@ -68,17 +68,26 @@ def test_settings_whose_value_holds_a_secret_stay_off_the_command_line(
     assert launched == [{"spark.master": "local[1]"}]
 
 
+@pytest.mark.parametrize(
+    "key",
+    [
+        "spark.driver.extraJavaOptions",
+        "spark.driver.defaultJavaOptions",
+        "spark.driver.extraClassPath",
+        "spark.jars.repositories",
+    ],
+)
 def test_settings_the_launch_needs_stay_on_it_whatever_their_value(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, key: str
 ) -> None:
     """The driver JVM's options take effect only on its command line: kept, with a warning
     naming the setting (never its value)."""
     options = "-Djavax.net.ssl.trustStorePassword=hunter2"
-    conf = {"spark.master": "local[1]", "spark.driver.extraJavaOptions": options}
+    conf = {"spark.master": "local[1]", key: options}
     with caplog.at_level("WARNING", logger="timeshard.spark.quiet"):
         launched = _launched(monkeypatch, conf)
     assert launched == [conf]
-    assert "spark.driver.extraJavaOptions" in caplog.text
+    assert key in caplog.text
     assert "hunter2" not in caplog.text
 
 

@@ -70,8 +70,8 @@ USER_INFO = re.compile(r"://[^/@\s:]*:[^/@\s]*@")
 #: The settings spark-submit acts on when it launches the JVM (its memory, options, class
 #: path, the jars it resolves): they stay on its command line whatever their value.
 LAUNCH_KEYS = re.compile(
-    r"spark[.](master|app[.]name|submit[.].*|driver[.](memory|cores|extra\w+)|jars(|[.].*)"
-    r"|files|archives|pyFiles|repl[.].*)"
+    r"spark[.](master|app[.]name|submit[.].*|driver[.](memory|cores|\w+JavaOptions|extra\w+)"
+    r"|jars(|[.].*)|files|archives|pyFiles|repl[.].*|yarn[.].*|kubernetes[.].*)"
 )
 
 log = logging.getLogger(__name__)
