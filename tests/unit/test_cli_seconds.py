@@ -33,3 +33,36 @@ def test_a_bad_seconds_is_invalid_usage_naming_it(
         assert isinstance(out.exception, InvalidUsage), (args, out.exception)
         assert "--seconds must be" in str(out.exception) and bad in str(out.exception)
     assert not (tmp_path / "loc").exists()
+
+
+def test_a_run_that_fails_raises_its_own_failure_not_the_close_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run closes its pipeline on the way out; a close that failed too replaced the run's
+    own failure, the one to see (and Spark stopped all the same)."""
+    import timeshard.controller
+
+    stopped = []
+
+    class Spark:
+        def stop(self) -> None:
+            stopped.append(True)
+
+    class Failing:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.undeclared: list[object] = []
+            self.first_failures: dict[str, str] = {}
+
+        def step(self) -> dict[str, str]:
+            raise RuntimeError("the run's own failure")
+
+        def close(self) -> None:
+            raise RuntimeError("a close that failed too")
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", lambda **kw: Spark())
+    monkeypatch.setattr(timeshard.controller, "Pipeline", Failing)
+    f = tmp_path / "run.toml"
+    f.write_text(f'[location]\ndir = "{tmp_path / "loc"}"\n')
+    out = runner.invoke(app, ["run", str(f), "--seconds", "5"])
+    assert "the run's own failure" in str(out.exception), out.exception
+    assert stopped == [True]

@@ -665,6 +665,7 @@ def run(
     )
     pipeline = None
     jvm = True
+    ran = False
     try:  # a failure (a Ctrl-C too) closes what was built: its leases would linger
         pipeline = Pipeline(spark, client, spec)
         for held in pipeline.undeclared:  # its inputs compact no further until it is dropped
@@ -683,13 +684,25 @@ def run(
             for obj, error in failures.items():  # retried on the next tick
                 err_console.print(f"stalled: {escape(obj)}: {escape(error)}", soft_wrap=True)
             time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+        ran = True
     finally:
         if jvm:  # with the JVM gone, closing through it would fail or hang
             try:
                 if pipeline is not None:
-                    pipeline.close()
+                    _close_after(pipeline, ran)
             finally:
                 spark.stop()
+
+
+def _close_after(pipeline: Any, ran: bool) -> None:
+    """Close ``pipeline``; after a failed run, a failing close is printed, not raised (the
+    run's own failure is the one to see)."""
+    try:
+        pipeline.close()
+    except Exception as e:
+        if ran:
+            raise
+        err_console.print(f"closing after the failure failed too: {escape(repr(e))}")
 
 
 @app.command("drop")
