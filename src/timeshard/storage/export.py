@@ -368,25 +368,21 @@ class ShardExport(ABC):
         if progress is not None:
             return progress
         raise InvalidUsage(
-            f"export {self.export_id!r}: {self.target} has no progress of it, though its "
-            f"hold {hold_id!r} on shard {self.shard!r} (at since {hold.since.to_json()}) "
-            "records that it committed one: that progress was deleted, or lost with the "
-            "target. Going on from time 0 would write again every change the target already "
-            f"has. {self._start_over()}"
+            f"export {self.export_id!r}: its hold {hold_id!r} on shard {self.shard!r} (since "
+            f"{hold.since.to_json()}) records a committed progress that {self.target} no "
+            "longer has (deleted, or lost with the target); going on from time 0 would write "
+            f"every change again. {self._start_over()}"
         )
 
     def _start_over(self, *, held: bool = True) -> str:
-        """How to export the shard anew, from its since (for messages); ``held``: this
-        shard holds the export (else another may, or none)."""
-        drop = (
-            f"drop the export (`timeshard drop {self.export_id}`, or DROP SINK in timeshard "
-            "serve), which releases its hold"
-        )
-        if not held:
-            drop = f"if a shard still holds the export, {drop}"
+        """How to export the shard anew, from its since, for messages (the drop first: a
+        status line keeps only the start of a message); ``held``: this shard holds the
+        export (else another may, or none)."""
+        where = "" if held else " if a shard still holds it"
         return (
-            f"To export the shard anew, from its since: stop the export, {self.fresh_target}; "
-            f"{drop}; then declare it again"
+            f"To start over from the shard's since: stop the export, drop it{where} "
+            f"(`timeshard drop {self.export_id}`, or DROP SINK in timeshard serve: it releases "
+            f"the hold), {self.fresh_target}, and declare it again"
         )
 
     @property
@@ -413,8 +409,8 @@ class ShardExport(ABC):
                 f"{progress.frontier} of an export {self.export_id!r}, and shard {self.shard!r} "
                 "holds no hold of that export: that progress is another input's (or another "
                 "location's), or that export was dropped, and the shard may have compacted past "
-                "it. Give this export another name, or, if that progress is not another "
-                f"export's, start over. {self._start_over(held=False)}"
+                f"it. Give this export another name. {self._start_over(held=False)} (if that "
+                "progress is no other export's)"
             )
 
     def _check_resumable(self, lower: int) -> None:

@@ -471,11 +471,11 @@ def _progress_of(topic: str, export_id: str, offset: int, value: bytes | None) -
     except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError is a ValueError
         raise TimeshardError(
             f"progress topic {topic!r}: the record of export {export_id!r} at offset {offset} "
-            f"is not a progress record ({type(e).__name__}: {e}): {value[:200]!r}. To export "
-            "the shard anew, from its since: stop the export, delete that record with a "
-            "tombstone (a null value) of its key in partition 0; drop the export (`timeshard "
-            f"drop {export_id}`, or DROP SINK in timeshard serve), which releases its hold; "
-            "then declare it again"
+            f"is not a progress record ({type(e).__name__}: {e}): {value[:200]!r}. To start "
+            "over from the shard's since: stop the export, drop it (`timeshard drop "
+            f"{export_id}`, or DROP SINK in timeshard serve: it releases the hold), delete that "
+            "record with a tombstone (a null value) of its key in partition 0, and declare it "
+            "again"
         ) from None
     return Progress(frontier, version, target, declared)
 
