@@ -127,7 +127,7 @@ def test_an_export_held_at_its_progress_resumes_unless_compaction_merged_across_
     writer.append([(("a", 1), 0, 1)], 0, 1)
     export.step()
     writer.append([(("b", 2), 1, 1)], 1, 2)
-    version = str(export.version)
+    version = export.hold.current_opaque()  # "1+": the export committed
     export.hold.compare_and_downgrade_since(version, version, Frontier(1))  # as it held
     export.reader.downgrade_since(Frontier(1))
     view.downgrade_since(Frontier(1))

@@ -121,6 +121,13 @@ class DeltaExport(ShardExport):
     def target(self) -> str:
         return f"Delta table {self.table_uri!r}"
 
+    @property
+    def fresh_target(self) -> str:
+        return (
+            f"delete Delta table {self.table_uri!r}, whose log holds its progress (the export "
+            "creates it again)"
+        )
+
     def progress(self) -> Progress | None:
         from deltalake import DeltaTable
 

@@ -19,6 +19,21 @@ readable, and apart from those it has (compaction moves times below since up
 to it), while it is stopped; if they are gone anyway (the hold was dropped), it says
 in one line that it cannot resume and why.
 
+The hold's opaque token is the export's version (a newer version fences the
+older ones), followed by ``+`` once the export has committed a progress to
+the target (a step committed, or found a progress there): ``"2"``, ``"2+"``.
+A target with no progress of the export while its hold says it committed one
+lost that progress (deleted by hand, lost with the target): exporting from
+time 0 again would write again every change the target has, over an input
+whose changes below its since are merged. The step refuses it with
+InvalidUsage, saying how to start over: delete what is left of the progress
+from the target and drop the export (``timeshard drop NAME``, which releases
+its hold), then declare it again. A hold without ``+`` (a first step that
+committed nothing, or a hold written before the token recorded commits) says
+nothing of a commit, and is never refused. (A process that dies between its
+commit and marking the hold leaves it unmarked until a step finds the
+progress.)
+
 The shard's err rows cannot be exported. As a Materialize sink does, an
 export stalls at an error while the shard has it, and goes on once it is
 retracted; the tick raises :class:`ExportError` naming it:
@@ -251,6 +266,8 @@ class ShardExport(ABC):
         from timeshard.spark.snapshot import consolidate_df, updates_df
 
         progress = self.progress()
+        if progress is None:
+            progress = self._check_never_committed()
         if progress is not None and progress.version > self.version:
             raise Fenced(
                 f"export {self.export_id!r}: version {progress.version} owns {self.target}, "
@@ -265,7 +282,7 @@ class ShardExport(ABC):
             self._check_declaration(progress)
         if progress is not None and self._hold is None:
             self._check_own_progress(progress)
-        self._hold_at(lower)
+        self._hold_at(lower, committed=progress is not None)
         if lower >= upper:
             return ExportStep(lower, upper, 0, "idle")
         if progress is not None:
@@ -283,13 +300,13 @@ class ShardExport(ABC):
         if result["status"] == "error":
             raise ExportError(f"export {self.export_id!r}: {result['detail']}")
         if result["status"] == "blocked":
-            self._hold_at(int(result["frontier"]))
+            self._hold_at(int(result["frontier"]), committed=True)
             raise ExportError(
                 f"export {self.export_id!r}: exported up to {result['frontier']}, then "
                 f"stopped: {result['detail']}"
             )
         if result["status"] == "committed":
-            self._hold_at(upper)
+            self._hold_at(upper, committed=True)
         return ExportStep(lower, upper, int(result["records"]), str(result["status"]))
 
     def close(self) -> None:
@@ -338,6 +355,43 @@ class ShardExport(ABC):
                 "a target of its own"
             )
 
+    def _check_never_committed(self) -> Progress | None:
+        """Raise InvalidUsage if this export's hold says it committed a progress, which the
+        target no longer has (module doc); else None, or the progress another instance of
+        the export committed after this step read none (it marks the hold after its
+        commit: a progress read again now has it)."""
+        hold_id = f"export.{self.export_id}"
+        hold = self.client.state(self.shard).critical_readers.get(hold_id)
+        if hold is None or not _parse_hold(hold_id, hold.opaque)[1]:
+            return None
+        progress = self.progress()
+        if progress is not None:
+            return progress
+        raise InvalidUsage(
+            f"export {self.export_id!r}: its hold {hold_id!r} on shard {self.shard!r} (since "
+            f"{hold.since.to_json()}) records a committed progress that {self.target} no "
+            "longer has (deleted, or lost with the target); going on from time 0 would write "
+            f"every change again. {self._start_over()}"
+        )
+
+    def _start_over(self, *, held: bool = True) -> str:
+        """How to export the shard anew, from its since, for messages (the drop first: a
+        status line keeps only the start of a message); ``held``: this shard holds the
+        export (else another may, or none)."""
+        where = "" if held else " if a shard still holds it"
+        return (
+            f"To start over from the shard's since: stop the export, drop it{where} "
+            f"(`timeshard drop {self.export_id}`, or DROP SINK in timeshard serve: it releases "
+            f"the hold), {self.fresh_target}, and declare it again"
+        )
+
+    @property
+    def fresh_target(self) -> str:
+        """How to take the export's progress out of the target (and what to do with its
+        rows) for the export to start over, for messages (a subclass names its target's
+        way)."""
+        return f"delete its progress from {self.target}"
+
     def _check_own_progress(self, progress: Progress) -> None:
         """Raise InvalidUsage unless ``progress`` is this export's of this shard.
 
@@ -355,7 +409,8 @@ class ShardExport(ABC):
                 f"{progress.frontier} of an export {self.export_id!r}, and shard {self.shard!r} "
                 "holds no hold of that export: that progress is another input's (or another "
                 "location's), or that export was dropped, and the shard may have compacted past "
-                "it. Give this export another name, or delete that progress from the target"
+                f"it. Give this export another name. {self._start_over(held=False)} (if that "
+                "progress is no other export's)"
             )
 
     def _check_resumable(self, lower: int) -> None:
@@ -381,9 +436,10 @@ class ShardExport(ABC):
                     "the later ones"
                 )
 
-    def _hold_at(self, frontier: int) -> None:
+    def _hold_at(self, frontier: int, *, committed: bool = False) -> None:
         """Keep the changes from ``frontier`` on readable apart from the earlier ones: hold
-        the input at ``frontier - 1``.
+        the input at ``frontier - 1``; ``committed``: the target has a progress of the
+        export, which the hold then records (module doc).
 
         A since of ``frontier`` itself would let compaction move the changes
         before it, which the target has, up to ``frontier``, where the next tick
@@ -394,16 +450,44 @@ class ShardExport(ABC):
         held = _held(frontier)
         if self.reader.since.less_than(held):
             self.reader.downgrade_since(held)
-        since = self.hold.since.time
-        if since is None or since >= held:
+        hold = self.hold
+        mark = committed and not _parse_hold(hold.reader_id, hold.opaque)[1]
+        since = hold.since.time
+        if since is None or (since >= held and not mark):
             return
-        opaque = self.hold.current_opaque()
-        if int(opaque) > self.version:
+        opaque = hold.current_opaque()
+        version, marked = _parse_hold(hold.reader_id, opaque)
+        if version > self.version:
             raise Fenced(
-                f"export {self.export_id!r}: version {opaque} holds shard {self.shard!r}, "
+                f"export {self.export_id!r}: version {version} holds shard {self.shard!r}, "
                 f"this is version {self.version}"
             )
-        self.hold.compare_and_downgrade_since(opaque, str(self.version), held)
+        new = _hold_opaque(self.version, committed=marked or committed)
+        if new == opaque and since >= held:
+            hold.opaque = opaque  # marked by another instance: nothing to write
+            return
+        hold.compare_and_downgrade_since(opaque, new, held)
+
+
+_HOLD_OPAQUE = re.compile(r"([1-9][0-9]*)(\+?)")
+
+
+def _hold_opaque(version: int, *, committed: bool) -> str:
+    """The opaque token of an export's hold (module doc)."""
+    return f"{version}+" if committed else str(version)
+
+
+def _parse_hold(hold_id: str, opaque: str) -> tuple[int, bool]:
+    """The version an export's hold token names, and whether it records a commit (a token
+    of older code, the version alone, records none). TimeshardError names a token that is
+    neither, which no export wrote."""
+    match = _HOLD_OPAQUE.fullmatch(opaque)
+    if match is None:
+        raise TimeshardError(
+            f"hold {hold_id!r}: its opaque token {opaque!r} is no export's (a version, "
+            "and '+' once the export committed)"
+        )
+    return int(match.group(1)), match.group(2) == "+"
 
 
 def _held(frontier: int) -> int:

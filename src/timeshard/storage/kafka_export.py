@@ -11,8 +11,10 @@ InvalidUsage naming both: it would go on from a progress the old
 declaration wrote, and the topic would hold records of two forms. (A record
 without ``T`` or ``D``, from before they were recorded, is accepted.) A
 progress topic that exists with a ``cleanup.policy`` other than ``compact``
-is refused too: retention would delete an idle export's progress, and the
-export would start again from nothing. A tick appends the changes at ``[F,
+is refused too: retention would delete an idle export's progress. (A
+progress deleted anyway, by a tombstone of the export's key or with the
+topic, is refused while the export's hold records a commit: see
+:class:`~timeshard.storage.export.ShardExport`.) A tick appends the changes at ``[F,
 upper)`` and the record ``{"frontier": upper}`` **in one
 Kafka transaction**, so the two are visible together or not at all.
 
@@ -224,6 +226,14 @@ class KafkaExport(ShardExport):
     @property
     def identity(self) -> str:
         return _identity(self.topic)
+
+    @property
+    def fresh_target(self) -> str:
+        return (
+            f"delete its progress with a tombstone (a null value) of key {self.export_id!r} "
+            f"in partition 0 of topic {self.progress_topic!r} (topic {self.topic!r} keeps the "
+            "records written, and gets the shard's changes from its since after them)"
+        )
 
     @property
     def declaration(self) -> str:
@@ -461,8 +471,11 @@ def _progress_of(topic: str, export_id: str, offset: int, value: bytes | None) -
     except (ValueError, TypeError, KeyError) as e:  # JSONDecodeError is a ValueError
         raise TimeshardError(
             f"progress topic {topic!r}: the record of export {export_id!r} at offset {offset} "
-            f"is not a progress record ({type(e).__name__}: {e}): {value[:200]!r}. Delete it "
-            "with a tombstone of that key if the export is to start again"
+            f"is not a progress record ({type(e).__name__}: {e}): {value[:200]!r}. To start "
+            "over from the shard's since: stop the export, drop it (`timeshard drop "
+            f"{export_id}`, or DROP SINK in timeshard serve: it releases the hold), delete that "
+            "record with a tombstone (a null value) of its key in partition 0, and declare it "
+            "again"
         ) from None
     return Progress(frontier, version, target, declared)
 

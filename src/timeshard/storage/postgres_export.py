@@ -5,7 +5,8 @@ creates it if it does not exist, with the shard's columns (types in
 :data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
 has them and a primary key or unique index on exactly ``key_columns`` (which
 ``ON CONFLICT`` needs). A table that was dropped after the export wrote to it
-is not created again: the progress says it holds the changes below it. The progress is a row
+is not created again: the progress says it holds the changes below it (the
+refusal says how to start over). The progress is a row
 of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``,
 ``target``: the table it was written to, which must be the export's, and
 ``declared``: the key columns it was written with, which must be the
@@ -148,6 +149,14 @@ class PostgresExport(ShardExport):
     def identity(self) -> str:
         return f"table {self.schema}.{self.table}"
 
+    @property
+    def fresh_target(self) -> str:
+        return (
+            f"delete its progress row (DELETE FROM {self.schema}.{PROGRESS_TABLE} WHERE "
+            f"export_id = '{self.export_id}') and empty or drop table {self.schema}.{self.table}, "
+            "which gets the shard's rows again"
+        )
+
     def _order(self) -> list[str]:
         return [*self.key_columns, TS]
 
@@ -209,8 +218,8 @@ class PostgresExport(ShardExport):
                     f"export {self.export_id!r}: table {self.schema}.{self.table} does not "
                     f"exist, though {self.schema}.{PROGRESS_TABLE} records that the export "
                     f"wrote the changes below {gone[0]} to it (it was dropped): a table "
-                    "created now would lack them. Delete the export's progress row to export "
-                    "the shard into a new table, or restore the table"
+                    f"created now would lack them. Restore the table, or start over. "
+                    f"{self._start_over()}"
                 )
             conn.execute(target)
             have = {
