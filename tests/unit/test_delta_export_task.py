@@ -196,3 +196,38 @@ def test_a_table_whose_column_types_differ_is_refused(tmp_path: Path) -> None:
     DeltaTable.create(str(tmp_path / "same"), schema=strict)
     client = PersistClient(Location.embedded(tmp_path / "loc"))
     DeltaExport(None, client, "s", str(tmp_path / "same"), key_columns=["k"]).close()
+
+
+@pytest.mark.parametrize(
+    ("kind", "keys"),
+    [
+        (pa.struct([("a", pa.int64()), ("b", pa.string())]), [{"a": 1, "b": "x"}, None]),
+        (pa.list_(pa.int64()), [[1, 2], [3]]),
+    ],
+    ids=["struct", "list"],
+)
+def test_a_key_of_a_nested_type_is_looked_up(tmp_path: Path, kind: pa.DataType, keys: Any) -> None:
+    """The lookup of the changed keys' rows put every key column's values in a set to prune
+    the table's files: a struct or list key raised TypeError (unhashable) in every tick, a
+    fault retried for ever."""
+    e = export(tmp_path, pa.schema([("k", kind), ("v", pa.int64())]))
+
+    def tick_unsorted(upper: int, rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+        progress = e.progress()
+        lower = 0 if progress is None else progress.frontier
+        names = ["k", "v", TS, DIFF, ERR]
+        schema = pa.schema(
+            [*e.reader.schema, (TS, pa.int64()), (DIFF, pa.int64()), (ERR, pa.string())]
+        )
+        batch = pa.RecordBatch.from_pylist(
+            [dict(zip(names, (*r, None), strict=True)) for r in rows], schema=schema
+        )
+        [out] = [b.to_pylist()[0] for b in e._task(lower, upper)([batch])]
+        return out
+
+    first, second = keys
+    assert tick_unsorted(1, [(first, 1, 0, 1), (second, 2, 0, 1)])["status"] == "committed"
+    assert tick_unsorted(2, [(first, 1, 1, -1), (first, 10, 1, 1)])["status"] == "committed"
+    again = tick_unsorted(3, [(first, 11, 2, 1)])
+    assert again["status"] == "error" and "already has a row" in again["detail"], again
+    assert sorted(r["v"] for r in table(e)) == [2, 10]

@@ -354,10 +354,11 @@ def _check_rows(
     prune: list[tuple[str, str, Any]] = []
     for i, name in enumerate(key_columns):
         kind = schema.field(name).type
-        values = sorted({c.key[i] for c in changes}, key=lambda v: (v is None, v))
-        exact = pa.types.is_integer(kind) or pa.types.is_string(kind)
-        if exact and values[-1] is not None:
-            prune.append((name, "in", values))
+        if not (pa.types.is_integer(kind) or pa.types.is_string(kind)):
+            continue  # (a struct's or list's values are not even hashable)
+        values = {c.key[i] for c in changes}
+        if None not in values:
+            prune.append((name, "in", sorted(values)))
     dataset = table.to_pyarrow_dataset(file_pruning_predicate=prune or None)
     wanted = {hashable(c.key) for c in changes}
     rows: dict[Any, int] = {}
