@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -306,7 +306,7 @@ def undeclared_holders(
     for (kind, name), holds in sorted(held.items(), key=lambda kv: kv[0][1]):
         if name in declared or name in statements or (kind == "view" and name not in views):
             continue
-        if kind == "view" and _running(client, name):
+        if _running(client, name) if kind == "view" else _export_running(client, name, holds):
             continue
         out.append(Holder(name, kind, holds))
     return out
@@ -365,7 +365,13 @@ def _plan_drop(
             f"that holds a shard; the location's views: {views}, exports: {exports}"
         )
     if not is_view:
-        victims.append(Holder(name, "export", held[("export", name)]))
+        holds = held[("export", name)]
+        if _export_running(client, name, holds):
+            raise InvalidUsage(
+                f"export {name!r} is running (its reader renewed its lease in the last three "
+                "heartbeat intervals): stop the process that runs it, then drop it"
+            )
+        victims.append(Holder(name, "export", holds))
         return
     if _running(client, name):
         raise InvalidUsage(
@@ -419,6 +425,22 @@ def _holders(client: PersistClient) -> dict[tuple[str, str], dict[str, Frontier]
                 if reader.startswith(prefix) and len(reader) > len(prefix):
                     out.setdefault((kind, reader[len(prefix) :]), {})[shard] = state.since
     return out
+
+
+def _export_running(client: PersistClient, export: str, holds: Mapping[str, Frontier]) -> bool:
+    """Whether a process runs ``export``: a shard it holds has its leased reader
+    (:func:`~timeshard.storage.export.reader_name`) that renewed its lease in the last
+    three heartbeat intervals."""
+    from timeshard.storage.export import reader_name
+
+    name = reader_name(export)
+    now, interval = client.config.now_ms(), client.config.heartbeat_interval_ms
+    for shard in holds:
+        readers = client.state(shard).leased_readers
+        for rid, reader in readers.items():
+            if rid.rpartition(".")[0] == name and now - reader.last_heartbeat_ms <= 3 * interval:
+                return True
+    return False
 
 
 def _running(client: PersistClient, view: str) -> bool:

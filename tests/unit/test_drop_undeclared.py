@@ -137,3 +137,35 @@ def test_what_drop_refuses_is_named(root: Path, name: str, said: str) -> None:
         assert [h.name for h in undeclared(client)] == ["e1", "v"]  # not served, running
     finally:
         writer.expire()
+
+
+def test_an_export_a_process_runs_is_not_undeclared_and_not_dropped(tmp_path: Path) -> None:
+    """An export only another declaration (a process) runs was named undeclared, and
+    `timeshard drop` dropped its hold under it: the running export was fenced for good.
+    Its leased reader's heartbeats say it runs: left out, and its drop is refused."""
+    import pyarrow as pa
+
+    from timeshard.catalog import read_catalog
+    from timeshard.controller import drop_object, undeclared_holders
+    from timeshard.errors import InvalidUsage
+    from timeshard.location import Location
+    from timeshard.persist import PersistClient
+    from timeshard.spec import RunSpec
+    from timeshard.storage.delta_export import DeltaExport
+
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", pa.schema([("k", pa.string()), ("v", pa.int64())]))
+    writer.append([(("a", 1), 0, 1)], 0, 5)
+    writer.expire()
+    running = DeltaExport(
+        None, client, "s", str(tmp_path / "delta"), key_columns=["k"], export_id="e1"
+    )
+    running._hold_at(3)
+    assert undeclared_holders(client, RunSpec(), read_catalog(client)) == []
+    with pytest.raises(InvalidUsage, match="export 'e1' is running"):
+        drop_object(client, "e1")
+    assert "export.e1" in client.state("s").critical_readers
+    running.close()  # stopped: now it is undeclared, and dropped
+    assert [h.name for h in undeclared_holders(client, RunSpec(), read_catalog(client))] == ["e1"]
+    assert [d.name for d in drop_object(client, "e1")] == ["e1"]
+    assert "export.e1" not in client.state("s").critical_readers

@@ -154,10 +154,18 @@ class PersistClient:
             heartbeats=self.heartbeats,
         )
 
-    def open_leased_reader(self, shard_id: str, schema: pa.Schema | None = None) -> ReadHandle:
-        """Register a leased reader; its since starts at the shard's since."""
+    def open_leased_reader(
+        self, shard_id: str, schema: pa.Schema | None = None, *, name: str | None = None
+    ) -> ReadHandle:
+        """Register a leased reader; its since starts at the shard's since. ``name`` names
+        it (its id is ``<name>.<random>``, as a named writer's), so that others can tell
+        whose it is and whether it is alive (its heartbeats)."""
+        if name is not None:
+            check_consensus_key(name)
+            if len(name) > _WRITER_NAME_MAX:
+                raise InvalidUsage(f"reader name {name!r} is longer than {_WRITER_NAME_MAX}")
         machine = self._machine(shard_id, schema)
-        rid = f"r{uuid.uuid4().hex}"
+        rid = f"{name}.{uuid.uuid4().hex}" if name is not None else f"r{uuid.uuid4().hex}"
         now = self.config.now_ms()
         machine.apply(lambda s: tr.register_leased_reader(s, rid, now, self.config.reader_lease_ms))
         return ReadHandle(machine, self.location.blob, rid, self.config, self.heartbeats)

@@ -150,7 +150,7 @@ class ShardExport(ABC):
         self.check_declared(
             envelope=envelope, key_columns=key_columns, export_id=export_id, version=version
         )
-        self.reader = client.open_leased_reader(shard)
+        self.reader = client.open_leased_reader(shard, name=reader_name(export_id))
         names = list(self.reader.schema.names)
         keys = list(key_columns)
         if [k for k in keys if k not in names] or len(set(keys)) != len(keys):
@@ -260,7 +260,7 @@ class ShardExport(ABC):
     def _reopen(self) -> None:
         with contextlib.suppress(Exception):
             self.reader.expire()
-        self.reader = self.client.open_leased_reader(self.shard)
+        self.reader = self.client.open_leased_reader(self.shard, name=reader_name(self.export_id))
 
     def _step(self) -> ExportStep:
         from timeshard.spark.snapshot import consolidate_df, updates_df
@@ -490,6 +490,14 @@ def _parse_hold(hold_id: str, opaque: str) -> tuple[int, bool]:
     return int(match.group(1)), match.group(2) == "+"
 
 
+def reader_name(export_id: str) -> str:
+    """The name of the export's leased reader (its id is ``<name>.<random>``): by its
+    heartbeats, others tell that the export runs (``timeshard drop`` refuses it then).
+    Cut to the length a reader's name may have (two ids alike in their first 160
+    characters share it)."""
+    return f"export.{export_id}"[:160]
+
+
 def _held(frontier: int) -> int:
     """The since that keeps the changes at ``frontier`` and later apart from the earlier."""
     return max(frontier - 1, 0)
@@ -704,6 +712,7 @@ def _json_default(value: Any) -> Any:
 
 
 __all__ = [
+    "reader_name",
     "RESULT",
     "DataError",
     "ExportError",
