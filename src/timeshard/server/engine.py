@@ -43,7 +43,8 @@ Invariants:
 
 1. An object is created (its shards exist, its catalog entry is written,
    and a source's first tick is committed) before CREATE answers; a failed
-   CREATE leaves no entry and no running object. CREATE claims its name in
+   CREATE leaves no entry, no running object and no hold on an input (a view's
+   shard, made first, stays holding nothing, and its retry takes it). CREATE claims its name in
    the catalog before it builds anything (a compare-and-set,
    :meth:`~timeshard.catalog.Catalog.claim_statement`): of two servers
    creating one name at once, one creates it and the other answers 42710,
@@ -517,6 +518,9 @@ class Engine:
                     raise SqlError(
                         f"{statement.name!r} already exists (created by another server)", "42710"
                     )
+            # A view recorded before (a run file's, taken over) keeps its entry and holds
+            # if this CREATE fails; one this CREATE records is undone.
+            view_before = isinstance(statement, CreateView) and self._view_recorded(statement.name)
             try:
                 if isinstance(statement, CreateSource):
                     obj = self._create_source(statement, seq)
@@ -527,6 +531,8 @@ class Engine:
                 self._refuse_dropped_inputs(obj)
             except BaseException:
                 if claim is not None:
+                    if isinstance(statement, CreateView) and not view_before:
+                        self._undo_view(statement.name)
                     self._give_back(statement.name, claim)
                 raise
             with self._lock:
@@ -545,12 +551,16 @@ class Engine:
         A view's shard is its own when the catalog records a view of its name. Restoring
         a recorded CREATE (``record`` false), a shard that is no source's output is its
         own too: the statement claimed the name before the shard was made, and a crash
-        may have come before the view was recorded.
+        may have come before the view was recorded. So is a shard no source writes that
+        holds nothing (its upper the least): a failed CREATE made it, and nothing was
+        written to it.
         """
         if name not in self.client.list_shards():
             return
         recorded = {(e.name, e.kind) for e in read_catalog(self.client)}
         if (name, "view") in recorded or (not record and (name, "export") not in recorded):
+            return
+        if (name, "export") not in recorded and _holds_nothing(self.client.state(name)):
             return
         raise SqlError(
             f"the location has a shard {name!r} that is no view's: a view {name!r} would "
@@ -579,6 +589,27 @@ class Engine:
             except Exception as e:
                 log.warning("closing %s, whose input was dropped: %s", obj.name, e)
             raise SqlError(f"relation {dropped[0]!r} was dropped", "42P01")
+
+    def _view_recorded(self, name: str) -> bool:
+        return any(e.name == name and e.kind == "view" for e in read_catalog(self.client))
+
+    def _undo_view(self, name: str) -> None:
+        """Undo what a failed CREATE of the view ``name`` did to the location, as far as
+        it got: its holds on its inputs go (they would keep them from compacting for
+        good) and so does its catalog entry. Its shard stays, holding nothing: the
+        CREATE's retry takes it (:meth:`_refuse_foreign_shard`)."""
+        from timeshard.compute.mv_sink import DEPLOY_READER
+        from timeshard.persist.holds import release_view_holds
+
+        with self._lock:
+            inputs = sorted(self._creating.get(name, set()))
+        try:
+            release_view_holds(self.client, name, inputs)
+            if name in self.client.list_shards():
+                self.client.drop_critical_since(name, DEPLOY_READER)
+            self._catalog.forget([(name, "view")])
+        except Exception as e:  # the location unwritable: the retry or a DROP releases them
+            log.error("cannot undo the failed CREATE of %s: %s", name, e)
 
     def _give_back(self, name: str, claim: dict[str, Any]) -> None:
         """Forget the statement a failed CREATE claimed (another server's stays)."""
@@ -1283,6 +1314,11 @@ def _refuse_remap(shard: str) -> None:
             "outputs, or timeshard_objects for its frontiers",
             "42501",
         )
+
+
+def _holds_nothing(state: Any) -> bool:
+    """Whether a shard was never written: no update, its upper still the least."""
+    return not state.batches and state.upper.time == 0
 
 
 def _first_time(since: Any) -> int | None:
