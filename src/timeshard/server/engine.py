@@ -466,6 +466,44 @@ class Engine:
             return Result([], [], statement.tag)
         raise SqlError(f"statement {statement!r} is not supported", "0A000")
 
+    def describe(self, statement: Statement) -> list[tuple[str, str]] | None:
+        """The columns of the rows ``statement`` answers, without running it (no Spark job,
+        no reader): what the extended protocol's Describe of a statement answers. None for
+        a statement that answers no rows, or answers COPY data (a SUBSCRIBE).
+
+        A query's columns come from Spark's analysis of it over empty relations of its
+        shards' schemas; a :class:`SqlError` says why a query does not resolve.
+        """
+        if isinstance(statement, Query):
+            return self._query_columns(statement.query)
+        if isinstance(statement, Show):
+            names = ["name", "type"] if statement.what == "objects" else _SHOWN[statement.what][1]
+            return [(n, "string") for n in names]
+        if isinstance(statement, ShowCreate):
+            return [("name", "string"), ("create_sql", "string")]
+        if isinstance(statement, Explain):
+            return list(_EXPLAIN_COLUMNS)
+        return None
+
+    def _query_columns(self, query: str) -> list[tuple[str, str]]:
+        from pyspark.errors import PySparkException
+
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        spark_sql, inputs = self.resolve(query)
+        session = self.spark.newSession()
+        for alias, shard in inputs.items():
+            schema = arrow_to_spark_schema(self.client.state(shard).data_schema)
+            session.createDataFrame([], schema).createOrReplaceTempView(alias)
+        if OBJECTS_RELATION in spark_sql:
+            session.createDataFrame([], _objects_schema()).createOrReplaceTempView(OBJECTS_RELATION)
+        try:
+            fields = session.sql(spark_sql).schema.fields
+        except PySparkException as e:
+            message = (e.getMessage() or str(e)).strip().splitlines()[0]
+            raise SqlError(message, e.getSqlState() or "XX000") from e
+        return [(f.name, column_type(f.dataType)) for f in fields]
+
     def _object(self, name: str, kind: str | None = None) -> _Object:
         obj = self.objects.get(name)
         if obj is None or (kind is not None and obj.kind != kind):
@@ -884,12 +922,7 @@ class Engine:
             )
         path, reason = _view_path(obj)
         return Result(
-            [
-                ("view", "string"),
-                ("path", "string"),
-                ("incremental", "boolean"),
-                ("reason", "string"),
-            ],
+            list(_EXPLAIN_COLUMNS),
             [(obj.name, path, path in ("linear", "grouped"), reason)],
             "EXPLAIN",
         )
@@ -1055,14 +1088,8 @@ class Engine:
         return out
 
     def _objects_df(self, session: Any) -> Any:
-        from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-        types = {
-            n: LongType() if kind == "long" else StringType() for n, kind in _OBJECT_COLUMNS.items()
-        }
-        schema = StructType([StructField(n, t) for n, t in types.items()])
-        rows = [tuple(r[n] for n in types) for r in self.object_rows()]
-        return session.createDataFrame(rows, schema)
+        rows = [tuple(r[n] for n in _OBJECT_COLUMNS) for r in self.object_rows()]
+        return session.createDataFrame(rows, _objects_schema())
 
     def subscribe(self, statement: Subscribe) -> Stream:
         """Every row of a shard at AS OF (default: its latest readable time), then
@@ -1328,6 +1355,25 @@ def _first_time(since: Any) -> int | None:
 
 
 _KIND_NAMES = {"source": "source", "view": "materialized view", "sink": "sink"}
+#: The columns EXPLAIN answers.
+_EXPLAIN_COLUMNS = (
+    ("view", "string"),
+    ("path", "string"),
+    ("incremental", "boolean"),
+    ("reason", "string"),
+)
+
+
+def _objects_schema() -> Any:
+    """The introspection relation's Spark schema."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    return StructType(
+        [
+            StructField(n, LongType() if kind == "long" else StringType())
+            for n, kind in _OBJECT_COLUMNS.items()
+        ]
+    )
 
 
 def _select(names: list[str], rows: list[tuple[Any, ...]]) -> Result:

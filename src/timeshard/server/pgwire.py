@@ -9,11 +9,13 @@ maps statements to messages:
 * the extended protocol (``Parse``/``Bind``/``Describe``/``Execute``/``Sync``)
   with parameters in text, or in binary for the integer, float, boolean,
   numeric and text types drivers send that way, which :func:`~timeshard.server.statements.bind`
-  turns into literals; a portal's rows are produced when it is described or
-  first executed, and ``Execute`` with a row limit suspends it; a portal is
-  closed by ``Close``, a ``Bind`` of its name, the ``Sync`` that ends its
-  implicit transaction (outside a transaction block), a simple query (the
-  unnamed portal) and the connection's end -- a SUBSCRIBE's with its reader;
+  turns into literals; a statement's ``Describe`` answers the columns of its
+  rows (``RowDescription``) without running it, as PostgreSQL does; a
+  portal's rows are produced when it is described or first executed, and
+  ``Execute`` with a row limit suspends it; a portal is closed by ``Close``,
+  a ``Bind`` of its name, the ``Sync`` that ends its implicit transaction
+  (outside a transaction block), a simple query (the unnamed portal) and
+  the connection's end -- a SUBSCRIBE's with its reader;
 * ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
   text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
   row, until its ``UP TO`` passes, the client cancels (``CancelRequest``,
@@ -730,8 +732,9 @@ class _Handler(socketserver.BaseRequestHandler):
             sql, types = s.statements[msg.name]
             count = max(len(types), sql.count("$"))
             oids = [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
+            columns = self._statement_columns(sql, oids)
             self._send(ParameterDescription(type_oids=oids))
-            self._send(NoData())  # the columns are known once the statement is bound
+            self._send(RowDescription(fields=_fields(columns)) if columns else NoData())
             return
         portal = s.portals.get(msg.name)
         if portal is None and msg.name in s.cursors:  # a cursor is a portal too
@@ -745,6 +748,33 @@ class _Handler(socketserver.BaseRequestHandler):
             portal.described = True
         else:
             self._send(NoData())
+
+    def _statement_columns(self, sql: str, oids: list[int]) -> list[tuple[str, str]] | None:
+        """The columns a prepared statement answers, found without running it: a client
+        that describes before it executes (JDBC, a driver's prepared statements) reads
+        its rows with them. None if it answers no rows (or COPY data).
+
+        Its parameters stand as NULLs of their types. A statement that does not
+        resolve with NULLs there (``LIMIT $1``) is described once bound, by its portal;
+        one without parameters that does not resolve is an error, as PostgreSQL
+        answers it at once.
+        """
+        statements = split(sql)
+        if len(statements) != 1:
+            return None
+        text = bind(statements[0], [Param(None, oid) for oid in oids]) if oids else statements[0]
+        try:
+            statement = parse(text)
+            if isinstance(statement, Fetch):
+                cursor = self.session.cursors.get(statement.name)
+                return cursor.columns if cursor is not None else None
+            if isinstance(statement, Empty | Deallocate | Declare | CloseCursor):
+                return None
+            return self.server.engine.describe(statement)
+        except SqlError:
+            if oids:
+                return None
+            raise
 
     def _execute_portal(self, msg: Execute) -> None:
         portal = self.session.portals.get(msg.portal)
