@@ -56,7 +56,11 @@ Invariants:
    readers first. DROP of an object that an object being created reads is
    refused (2BP01), CASCADE or not: a CREATE records the shards it reads
    before it builds anything, and refuses one being dropped. A name being
-   dropped is not created (42710) until its shards are closed.
+   dropped is not created (42710) until its shards are closed. Each object's
+   statement is forgotten last, once the rest of it is dropped: a DROP that fails part
+   way leaves the objects not dropped yet as objects (halted, recorded, their error
+   saying so), and its retry completes it; a restart finishes the DROP of a view whose
+   shard a crash left closed.
 3. Every object ticks on a thread of its own, so a slow or failing object
    delays no other, and no statement waits for a tick: the engine's lock
    guards only the table of objects. An object is halted (its tick under way
@@ -536,6 +540,9 @@ class Engine:
             self._creating[statement.name] = set()
         try:
             if statement.name in self.client.list_shards() and self._dropped(statement.name):
+                if not record and isinstance(statement, CreateView):
+                    self._finish_drop(statement.name)
+                    return Result([], [], tag)
                 raise SqlError(
                     f"{statement.name!r} was dropped, and its shard keeps the name: a name is "
                     "not used twice (choose another)",
@@ -869,21 +876,33 @@ class Engine:
             for victim in victims:
                 del self.objects[victim.name]
             self._dropping |= dropping
+        dropped = 0
         try:
-            # Every victim stops ticking before any is dropped: out of ``objects``, one that
-            # a failure below left undropped keeps its statement, and a follower pass runs
-            # it again (the DROP answered an error) -- it must not tick on beside that.
+            # Every victim stops ticking before any is dropped: none ticks beside a DROP.
             for victim in victims:
                 victim.halt()
             for victim in victims:  # readers first
                 self._drop_victim(victim)
+                dropped += 1
+        except BaseException as e:
+            # The victims not dropped yet (the one that failed part way too) are objects
+            # again, halted, each still recorded: the DROP's retry finds them and completes
+            # what this one began (every step is idempotent), as a restart would run them.
+            why = f"DROP failed part way ({type(e).__name__}: {e}): DROP it again"
+            with self._lock:
+                for victim in victims[dropped:]:
+                    victim.last_error = why
+                    self.objects[victim.name] = victim
+            raise
         finally:
             with self._lock:
                 self._dropping -= dropping
         return Result([], [], tag)
 
     def _drop_victim(self, victim: _Object) -> None:
-        self._catalog.forget_statement(victim.name)
+        """Drop one halted object. Its statement is forgotten last, once nothing of it is
+        left to drop: until then the catalog records it, and a DROP (or a restart) finds
+        it. Idempotent."""
         # A view's and a sink's holds go (the inputs may compact); a source and a view
         # record their health as dropped (a sink's is reported below).
         victim.runner.drop()
@@ -894,6 +913,22 @@ class Engine:
         victim.report("dropped")
         if victim.health is not None:
             victim.health.close()
+        self._catalog.forget_statement(victim.name)
+
+    def _finish_drop(self, name: str) -> None:
+        """Finish the DROP of the view ``name`` that a crash cut short: its shard is closed,
+        and its statement still recorded (forgotten last). Its holds on its inputs go, as
+        its catalog entry lists them, then its statement."""
+        log.info("finishing the DROP of view %s, which its shard says was dropped", name)
+        entry = next(
+            (e for e in read_catalog(self.client) if (e.name, e.kind) == (name, "view")), None
+        )
+        holds = entry.definition.get("holds") if entry is not None else None
+        shards = set(self.client.list_shards())
+        for shard, hold in (holds or {}).items():
+            if shard in shards and isinstance(hold, str):
+                self.client.drop_critical_since(shard, hold)
+        self._catalog.forget_statement(name)
 
     def _readers_of(self, obj: _Object) -> list[_Object]:
         """Every object that reads ``obj``'s shards, directly or not, readers last-first."""
