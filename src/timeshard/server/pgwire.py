@@ -274,6 +274,12 @@ def check_access(host: str, password: str | None) -> None:
         )
 
 
+#: The most bytes a connection holds for its client: a message not yet whole (PostgreSQL
+#: refuses one past 1 GiB), or what the client sent while a COPY OUT or a waiting FETCH ran
+#: (read to notice a cancel or its going). Past it the client gets FATAL 54000, and the
+#: connection ends: no client makes the server hold more.
+MAX_MESSAGE_BYTES = 64 << 20
+
 #: How long a client has to start up and authenticate (PostgreSQL's
 #: ``authentication_timeout``): a connection that sends nothing, or stops halfway through
 #: SCRAM, is closed then, not left holding its thread.
@@ -294,11 +300,17 @@ class PgServer(socketserver.ThreadingTCPServer):
         password: str | None = None,
         *,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         check_access(host, password)
         if not startup_timeout_s > 0:
             raise InvalidUsage(f"startup_timeout_s must be positive, got {startup_timeout_s!r}")
+        if isinstance(max_message_bytes, bool) or not (
+            isinstance(max_message_bytes, int) and max_message_bytes > 0
+        ):
+            raise InvalidUsage(f"max_message_bytes must be positive, got {max_message_bytes!r}")
         self.startup_timeout_s = startup_timeout_s
+        self.max_message_bytes = max_message_bytes
         self.engine = engine
         self.auth = ScramKeys.from_password(password) if password else None
         self.cancels: dict[tuple[int, bytes], threading.Event] = {}
@@ -375,6 +387,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if not data:
                 raise _Closed
             yield from self.conn.receive(data)
+            self._check_held(self.conn._decoder.buffered, "a message")
 
     def _client_input(self, copying: bool) -> None:
         """Read what the client sent while a COPY OUT (``copying``) or a waiting FETCH
@@ -391,6 +404,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if not data:
                 raise _Closed
             self.unread += data
+            self._check_held(len(self.unread), "what was sent while a statement ran")
         pos = 0
         while len(self.unread) - pos >= 5:
             kind = self.unread[pos : pos + 1]
@@ -408,6 +422,18 @@ class _Handler(socketserver.BaseRequestHandler):
                 message = reason.decode("utf-8", "replace")
                 raise SqlError(f"COPY terminated by the client: {message}", "57014")
             pos = end
+
+    def _check_held(self, held: int, what: str) -> None:
+        """End the connection (FATAL 54000) if ``held`` bytes of the client's are more than
+        the server's limit."""
+        limit = self.server.max_message_bytes
+        if held <= limit:
+            return
+        message = f"{what} is over {limit} bytes, the most the server holds for a client"
+        self.out.clear()  # the COPY data or rows not sent yet: the error is the last word
+        self._send(ErrorResponse(fields={"S": "FATAL", "V": "FATAL", "C": "54000", "M": message}))
+        self._flush()
+        raise _Closed
 
     # -- start-up
 
