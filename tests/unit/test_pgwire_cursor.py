@@ -52,6 +52,9 @@ class StandIn:
             return Result([("n", "long"), ("s", "string")], rows, "SELECT 5")
         return Result([], [], "OK")
 
+    def describe(self, statement: Statement) -> list[tuple[str, str]] | None:
+        return [("n", "long"), ("s", "string")] if isinstance(statement, Query) else None
+
     def _rows(self) -> Iterator[tuple[Any, ...]]:
         try:
             while True:

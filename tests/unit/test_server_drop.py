@@ -247,3 +247,64 @@ def test_a_drop_that_fails_part_way_leaves_no_victim_ticking(client: PersistClie
         assert w.stop.is_set() and v.stop.is_set()
     finally:
         served.close()
+
+
+def test_a_cascade_that_fails_part_way_is_completed_by_its_retry(client: PersistClient) -> None:
+    """A failure dropping ``w`` (the reader, dropped first) had already forgotten its
+    statement: ``w`` was neither an object nor recorded, its holds and shard stayed for
+    good, and ``v`` -- recorded, but no longer an object -- could not be dropped again
+    (42P01) until a follower pass ran it once more."""
+    for shard in ("v", "w"):  # the stub builder makes no shard
+        client.open_writer(shard, pa.schema([("one", pa.int64())])).expire()
+    served = engine(client)
+    Built(served)
+    try:
+        run(served, "CREATE MATERIALIZED VIEW v AS SELECT 1 AS one FROM t")
+        run(served, "CREATE MATERIALIZED VIEW w AS SELECT one FROM v")
+        w = served.objects["w"]
+        w.reads = ["v"]  # the stub builder records no inputs
+        drops: list[str] = []
+
+        def unreachable_once() -> None:
+            drops.append("w")
+            if len(drops) == 1:
+                raise OSError("consensus unreachable")
+
+        w.runner.drop = unreachable_once
+        with pytest.raises(OSError, match="consensus unreachable"):
+            run(served, "DROP MATERIALIZED VIEW v CASCADE")
+        recorded = {e.name for e in read_catalog(client) if e.kind == "statement"}
+        assert recorded == {"v", "w"} and set(served.objects) == {"v", "w"}
+        assert "DROP" in (served.objects["w"].last_error or "")
+        assert not client.state("v").upper.is_empty()  # its reader is not dropped yet
+        run(served, "DROP MATERIALIZED VIEW v CASCADE")
+        assert drops == ["w", "w"] and served.objects == {}
+        assert not [e for e in read_catalog(client) if e.kind == "statement"]
+        assert client.state("v").upper.is_empty() and client.state("w").upper.is_empty()
+    finally:
+        served.close()
+
+
+def test_a_restart_finishes_a_view_drop_that_a_crash_cut_short(client: PersistClient) -> None:
+    """A crash after the view's shard was closed, before its statement was forgotten: the
+    restart failed to restore it ("was dropped"), every time, and nothing could DROP it
+    or release its hold on its input."""
+    from timeshard.catalog import Catalog
+    from timeshard.persist.holds import view_hold_id
+
+    schema = pa.schema([("one", pa.int64())])
+    client.open_writer("v", schema).append([((1,), 0, 1)], 0, 5)
+    client.open_writer("w", schema).expire()
+    sql = "CREATE MATERIALIZED VIEW w AS SELECT one FROM v"
+    Catalog(client, lambda: 1).record_statement("w", {"sql": sql, "seq": 1, "object": "view"})
+    record_view(client, compute.ViewDefinition("w", {"v": "v"}, "SELECT one FROM v"), 0)
+    client.open_critical_since("v", view_hold_id("w"), "")
+    client.close_shard("w")  # where the crash came
+    served = engine(client)
+    try:
+        assert served.start() == []
+        assert served.objects == {}
+        assert not [e for e in read_catalog(client) if e.kind == "statement"]
+        assert view_hold_id("w") not in client.state("v").critical_readers
+    finally:
+        served.close()

@@ -43,7 +43,8 @@ Invariants:
 
 1. An object is created (its shards exist, its catalog entry is written,
    and a source's first tick is committed) before CREATE answers; a failed
-   CREATE leaves no entry and no running object. CREATE claims its name in
+   CREATE leaves no entry, no running object and no hold on an input (a view's
+   shard, made first, stays holding nothing, and its retry takes it). CREATE claims its name in
    the catalog before it builds anything (a compare-and-set,
    :meth:`~timeshard.catalog.Catalog.claim_statement`): of two servers
    creating one name at once, one creates it and the other answers 42710,
@@ -55,7 +56,11 @@ Invariants:
    readers first. DROP of an object that an object being created reads is
    refused (2BP01), CASCADE or not: a CREATE records the shards it reads
    before it builds anything, and refuses one being dropped. A name being
-   dropped is not created (42710) until its shards are closed.
+   dropped is not created (42710) until its shards are closed. Each object's
+   statement is forgotten last, once the rest of it is dropped: a DROP that fails part
+   way leaves the objects not dropped yet as objects (halted, recorded, their error
+   saying so), and its retry completes it; a restart finishes the DROP of a view whose
+   shard a crash left closed.
 3. Every object ticks on a thread of its own, so a slow or failing object
    delays no other, and no statement waits for a tick: the engine's lock
    guards only the table of objects. An object is halted (its tick under way
@@ -465,6 +470,44 @@ class Engine:
             return Result([], [], statement.tag)
         raise SqlError(f"statement {statement!r} is not supported", "0A000")
 
+    def describe(self, statement: Statement) -> list[tuple[str, str]] | None:
+        """The columns of the rows ``statement`` answers, without running it (no Spark job,
+        no reader): what the extended protocol's Describe of a statement answers. None for
+        a statement that answers no rows, or answers COPY data (a SUBSCRIBE).
+
+        A query's columns come from Spark's analysis of it over empty relations of its
+        shards' schemas; a :class:`SqlError` says why a query does not resolve.
+        """
+        if isinstance(statement, Query):
+            return self._query_columns(statement.query)
+        if isinstance(statement, Show):
+            names = ["name", "type"] if statement.what == "objects" else _SHOWN[statement.what][1]
+            return [(n, "string") for n in names]
+        if isinstance(statement, ShowCreate):
+            return [("name", "string"), ("create_sql", "string")]
+        if isinstance(statement, Explain):
+            return list(_EXPLAIN_COLUMNS)
+        return None
+
+    def _query_columns(self, query: str) -> list[tuple[str, str]]:
+        from pyspark.errors import PySparkException
+
+        from timeshard.spark.session import arrow_to_spark_schema
+
+        spark_sql, inputs = self.resolve(query)
+        session = self.spark.newSession()
+        for alias, shard in inputs.items():
+            schema = arrow_to_spark_schema(self.client.state(shard).data_schema)
+            session.createDataFrame([], schema).createOrReplaceTempView(alias)
+        if OBJECTS_RELATION in spark_sql:
+            session.createDataFrame([], _objects_schema()).createOrReplaceTempView(OBJECTS_RELATION)
+        try:
+            fields = session.sql(spark_sql).schema.fields
+        except PySparkException as e:
+            message = (e.getMessage() or str(e)).strip().splitlines()[0]
+            raise SqlError(message, e.getSqlState() or "XX000") from e
+        return [(f.name, column_type(f.dataType)) for f in fields]
+
     def _object(self, name: str, kind: str | None = None) -> _Object:
         obj = self.objects.get(name)
         if obj is None or (kind is not None and obj.kind != kind):
@@ -497,6 +540,9 @@ class Engine:
             self._creating[statement.name] = set()
         try:
             if statement.name in self.client.list_shards() and self._dropped(statement.name):
+                if not record and isinstance(statement, CreateView):
+                    self._finish_drop(statement.name)
+                    return Result([], [], tag)
                 raise SqlError(
                     f"{statement.name!r} was dropped, and its shard keeps the name: a name is "
                     "not used twice (choose another)",
@@ -517,6 +563,9 @@ class Engine:
                     raise SqlError(
                         f"{statement.name!r} already exists (created by another server)", "42710"
                     )
+            # A view recorded before (a run file's, taken over) keeps its entry and holds
+            # if this CREATE fails; one this CREATE records is undone.
+            view_before = isinstance(statement, CreateView) and self._view_recorded(statement.name)
             try:
                 if isinstance(statement, CreateSource):
                     obj = self._create_source(statement, seq)
@@ -527,6 +576,8 @@ class Engine:
                 self._refuse_dropped_inputs(obj)
             except BaseException:
                 if claim is not None:
+                    if isinstance(statement, CreateView) and not view_before:
+                        self._undo_view(statement.name)
                     self._give_back(statement.name, claim)
                 raise
             with self._lock:
@@ -545,12 +596,16 @@ class Engine:
         A view's shard is its own when the catalog records a view of its name. Restoring
         a recorded CREATE (``record`` false), a shard that is no source's output is its
         own too: the statement claimed the name before the shard was made, and a crash
-        may have come before the view was recorded.
+        may have come before the view was recorded. So is a shard no source writes that
+        holds nothing (its upper the least): a failed CREATE made it, and nothing was
+        written to it.
         """
         if name not in self.client.list_shards():
             return
         recorded = {(e.name, e.kind) for e in read_catalog(self.client)}
         if (name, "view") in recorded or (not record and (name, "export") not in recorded):
+            return
+        if (name, "export") not in recorded and _holds_nothing(self.client.state(name)):
             return
         raise SqlError(
             f"the location has a shard {name!r} that is no view's: a view {name!r} would "
@@ -579,6 +634,27 @@ class Engine:
             except Exception as e:
                 log.warning("closing %s, whose input was dropped: %s", obj.name, e)
             raise SqlError(f"relation {dropped[0]!r} was dropped", "42P01")
+
+    def _view_recorded(self, name: str) -> bool:
+        return any(e.name == name and e.kind == "view" for e in read_catalog(self.client))
+
+    def _undo_view(self, name: str) -> None:
+        """Undo what a failed CREATE of the view ``name`` did to the location, as far as
+        it got: its holds on its inputs go (they would keep them from compacting for
+        good) and so does its catalog entry. Its shard stays, holding nothing: the
+        CREATE's retry takes it (:meth:`_refuse_foreign_shard`)."""
+        from timeshard.compute.mv_sink import DEPLOY_READER
+        from timeshard.persist.holds import release_view_holds
+
+        with self._lock:
+            inputs = sorted(self._creating.get(name, set()))
+        try:
+            release_view_holds(self.client, name, inputs)
+            if name in self.client.list_shards():
+                self.client.drop_critical_since(name, DEPLOY_READER)
+            self._catalog.forget([(name, "view")])
+        except Exception as e:  # the location unwritable: the retry or a DROP releases them
+            log.error("cannot undo the failed CREATE of %s: %s", name, e)
 
     def _give_back(self, name: str, claim: dict[str, Any]) -> None:
         """Forget the statement a failed CREATE claimed (another server's stays)."""
@@ -800,21 +876,33 @@ class Engine:
             for victim in victims:
                 del self.objects[victim.name]
             self._dropping |= dropping
+        dropped = 0
         try:
-            # Every victim stops ticking before any is dropped: out of ``objects``, one that
-            # a failure below left undropped keeps its statement, and a follower pass runs
-            # it again (the DROP answered an error) -- it must not tick on beside that.
+            # Every victim stops ticking before any is dropped: none ticks beside a DROP.
             for victim in victims:
                 victim.halt()
             for victim in victims:  # readers first
                 self._drop_victim(victim)
+                dropped += 1
+        except BaseException as e:
+            # The victims not dropped yet (the one that failed part way too) are objects
+            # again, halted, each still recorded: the DROP's retry finds them and completes
+            # what this one began (every step is idempotent), as a restart would run them.
+            why = f"DROP failed part way ({type(e).__name__}: {e}): DROP it again"
+            with self._lock:
+                for victim in victims[dropped:]:
+                    victim.last_error = why
+                    self.objects[victim.name] = victim
+            raise
         finally:
             with self._lock:
                 self._dropping -= dropping
         return Result([], [], tag)
 
     def _drop_victim(self, victim: _Object) -> None:
-        self._catalog.forget_statement(victim.name)
+        """Drop one halted object. Its statement is forgotten last, once nothing of it is
+        left to drop: until then the catalog records it, and a DROP (or a restart) finds
+        it. Idempotent."""
         # A view's and a sink's holds go (the inputs may compact); a source and a view
         # record their health as dropped (a sink's is reported below).
         victim.runner.drop()
@@ -825,6 +913,22 @@ class Engine:
         victim.report("dropped")
         if victim.health is not None:
             victim.health.close()
+        self._catalog.forget_statement(victim.name)
+
+    def _finish_drop(self, name: str) -> None:
+        """Finish the DROP of the view ``name`` that a crash cut short: its shard is closed,
+        and its statement still recorded (forgotten last). Its holds on its inputs go, as
+        its catalog entry lists them, then its statement."""
+        log.info("finishing the DROP of view %s, which its shard says was dropped", name)
+        entry = next(
+            (e for e in read_catalog(self.client) if (e.name, e.kind) == (name, "view")), None
+        )
+        holds = entry.definition.get("holds") if entry is not None else None
+        shards = set(self.client.list_shards())
+        for shard, hold in (holds or {}).items():
+            if shard in shards and isinstance(hold, str):
+                self.client.drop_critical_since(shard, hold)
+        self._catalog.forget_statement(name)
 
     def _readers_of(self, obj: _Object) -> list[_Object]:
         """Every object that reads ``obj``'s shards, directly or not, readers last-first."""
@@ -853,12 +957,7 @@ class Engine:
             )
         path, reason = _view_path(obj)
         return Result(
-            [
-                ("view", "string"),
-                ("path", "string"),
-                ("incremental", "boolean"),
-                ("reason", "string"),
-            ],
+            list(_EXPLAIN_COLUMNS),
             [(obj.name, path, path in ("linear", "grouped"), reason)],
             "EXPLAIN",
         )
@@ -1024,14 +1123,8 @@ class Engine:
         return out
 
     def _objects_df(self, session: Any) -> Any:
-        from pyspark.sql.types import LongType, StringType, StructField, StructType
-
-        types = {
-            n: LongType() if kind == "long" else StringType() for n, kind in _OBJECT_COLUMNS.items()
-        }
-        schema = StructType([StructField(n, t) for n, t in types.items()])
-        rows = [tuple(r[n] for n in types) for r in self.object_rows()]
-        return session.createDataFrame(rows, schema)
+        rows = [tuple(r[n] for n in _OBJECT_COLUMNS) for r in self.object_rows()]
+        return session.createDataFrame(rows, _objects_schema())
 
     def subscribe(self, statement: Subscribe) -> Stream:
         """Every row of a shard at AS OF (default: its latest readable time), then
@@ -1285,6 +1378,11 @@ def _refuse_remap(shard: str) -> None:
         )
 
 
+def _holds_nothing(state: Any) -> bool:
+    """Whether a shard was never written: no update, its upper still the least."""
+    return not state.batches and state.upper.time == 0
+
+
 def _first_time(since: Any) -> int | None:
     if isinstance(since, list):
         return since[0] if since else None
@@ -1292,6 +1390,25 @@ def _first_time(since: Any) -> int | None:
 
 
 _KIND_NAMES = {"source": "source", "view": "materialized view", "sink": "sink"}
+#: The columns EXPLAIN answers.
+_EXPLAIN_COLUMNS = (
+    ("view", "string"),
+    ("path", "string"),
+    ("incremental", "boolean"),
+    ("reason", "string"),
+)
+
+
+def _objects_schema() -> Any:
+    """The introspection relation's Spark schema."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    return StructType(
+        [
+            StructField(n, LongType() if kind == "long" else StringType())
+            for n, kind in _OBJECT_COLUMNS.items()
+        ]
+    )
 
 
 def _select(names: list[str], rows: list[tuple[Any, ...]]) -> Result:

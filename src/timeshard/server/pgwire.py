@@ -9,11 +9,13 @@ maps statements to messages:
 * the extended protocol (``Parse``/``Bind``/``Describe``/``Execute``/``Sync``)
   with parameters in text, or in binary for the integer, float, boolean,
   numeric and text types drivers send that way, which :func:`~timeshard.server.statements.bind`
-  turns into literals; a portal's rows are produced when it is described or
-  first executed, and ``Execute`` with a row limit suspends it; a portal is
-  closed by ``Close``, a ``Bind`` of its name, the ``Sync`` that ends its
-  implicit transaction (outside a transaction block), a simple query (the
-  unnamed portal) and the connection's end -- a SUBSCRIBE's with its reader;
+  turns into literals; a statement's ``Describe`` answers the columns of its
+  rows (``RowDescription``) without running it, as PostgreSQL does; a
+  portal's rows are produced when it is described or first executed, and
+  ``Execute`` with a row limit suspends it; a portal is closed by ``Close``,
+  a ``Bind`` of its name, the ``Sync`` that ends its implicit transaction
+  (outside a transaction block), a simple query (the unnamed portal) and
+  the connection's end -- a SUBSCRIBE's with its reader;
 * ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
   text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
   row, until its ``UP TO`` passes, the client cancels (``CancelRequest``,
@@ -272,6 +274,12 @@ def check_access(host: str, password: str | None) -> None:
         )
 
 
+#: The most bytes a connection holds for its client: a message not yet whole (PostgreSQL
+#: refuses one past 1 GiB), or what the client sent while a COPY OUT or a waiting FETCH ran
+#: (read to notice a cancel or its going). Past it the client gets FATAL 54000, and the
+#: connection ends: no client makes the server hold more.
+MAX_MESSAGE_BYTES = 64 << 20
+
 #: How long a client has to start up and authenticate (PostgreSQL's
 #: ``authentication_timeout``): a connection that sends nothing, or stops halfway through
 #: SCRAM, is closed then, not left holding its thread.
@@ -292,11 +300,17 @@ class PgServer(socketserver.ThreadingTCPServer):
         password: str | None = None,
         *,
         startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         check_access(host, password)
         if not startup_timeout_s > 0:
             raise InvalidUsage(f"startup_timeout_s must be positive, got {startup_timeout_s!r}")
+        if isinstance(max_message_bytes, bool) or not (
+            isinstance(max_message_bytes, int) and max_message_bytes > 0
+        ):
+            raise InvalidUsage(f"max_message_bytes must be positive, got {max_message_bytes!r}")
         self.startup_timeout_s = startup_timeout_s
+        self.max_message_bytes = max_message_bytes
         self.engine = engine
         self.auth = ScramKeys.from_password(password) if password else None
         self.cancels: dict[tuple[int, bytes], threading.Event] = {}
@@ -373,6 +387,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if not data:
                 raise _Closed
             yield from self.conn.receive(data)
+            self._check_held(self.conn._decoder.buffered, "a message")
 
     def _client_input(self, copying: bool) -> None:
         """Read what the client sent while a COPY OUT (``copying``) or a waiting FETCH
@@ -389,6 +404,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if not data:
                 raise _Closed
             self.unread += data
+            self._check_held(len(self.unread), "what was sent while a statement ran")
         pos = 0
         while len(self.unread) - pos >= 5:
             kind = self.unread[pos : pos + 1]
@@ -406,6 +422,18 @@ class _Handler(socketserver.BaseRequestHandler):
                 message = reason.decode("utf-8", "replace")
                 raise SqlError(f"COPY terminated by the client: {message}", "57014")
             pos = end
+
+    def _check_held(self, held: int, what: str) -> None:
+        """End the connection (FATAL 54000) if ``held`` bytes of the client's are more than
+        the server's limit."""
+        limit = self.server.max_message_bytes
+        if held <= limit:
+            return
+        message = f"{what} is over {limit} bytes, the most the server holds for a client"
+        self.out.clear()  # the COPY data or rows not sent yet: the error is the last word
+        self._send(ErrorResponse(fields={"S": "FATAL", "V": "FATAL", "C": "54000", "M": message}))
+        self._flush()
+        raise _Closed
 
     # -- start-up
 
@@ -730,8 +758,9 @@ class _Handler(socketserver.BaseRequestHandler):
             sql, types = s.statements[msg.name]
             count = max(len(types), sql.count("$"))
             oids = [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
+            columns = self._statement_columns(sql, oids)
             self._send(ParameterDescription(type_oids=oids))
-            self._send(NoData())  # the columns are known once the statement is bound
+            self._send(RowDescription(fields=_fields(columns)) if columns else NoData())
             return
         portal = s.portals.get(msg.name)
         if portal is None and msg.name in s.cursors:  # a cursor is a portal too
@@ -745,6 +774,33 @@ class _Handler(socketserver.BaseRequestHandler):
             portal.described = True
         else:
             self._send(NoData())
+
+    def _statement_columns(self, sql: str, oids: list[int]) -> list[tuple[str, str]] | None:
+        """The columns a prepared statement answers, found without running it: a client
+        that describes before it executes (JDBC, a driver's prepared statements) reads
+        its rows with them. None if it answers no rows (or COPY data).
+
+        Its parameters stand as NULLs of their types. A statement that does not
+        resolve with NULLs there (``LIMIT $1``) is described once bound, by its portal;
+        one without parameters that does not resolve is an error, as PostgreSQL
+        answers it at once.
+        """
+        statements = split(sql)
+        if len(statements) != 1:
+            return None
+        text = bind(statements[0], [Param(None, oid) for oid in oids]) if oids else statements[0]
+        try:
+            statement = parse(text)
+            if isinstance(statement, Fetch):
+                cursor = self.session.cursors.get(statement.name)
+                return cursor.columns if cursor is not None else None
+            if isinstance(statement, Empty | Deallocate | Declare | CloseCursor):
+                return None
+            return self.server.engine.describe(statement)
+        except SqlError:
+            if oids:
+                return None
+            raise
 
     def _execute_portal(self, msg: Execute) -> None:
         portal = self.session.portals.get(msg.portal)

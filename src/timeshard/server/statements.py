@@ -317,6 +317,13 @@ class _Parser(TokenReader):
             return self.subscribe()
         if first == "COPY":
             self.i += 1
+            nxt = self.peek()
+            if nxt is None or nxt.token_type != TokenType.L_PAREN:
+                raise SqlError(
+                    "COPY supports only (SUBSCRIBE ...) TO STDOUT: a table's COPY (FROM STDIN "
+                    "among them) is not supported; `timeshard copy` loads files into a shard",
+                    "0A000",
+                )
             self.expect_punct(TokenType.L_PAREN, "(")
             if not self.accept("SUBSCRIBE"):
                 raise SqlError("COPY supports only (SUBSCRIBE ...) TO STDOUT", "0A000")

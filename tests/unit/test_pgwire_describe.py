@@ -1,0 +1,69 @@
+"""The extended protocol's Describe of a prepared statement, without Spark.
+
+A client that describes a statement before it executes it (JDBC once it
+prepares, a driver's prepared statements) reads the rows with the columns
+Describe gave: it answered NoData for a SELECT, and such a client then read
+no columns. PostgreSQL answers a RowDescription for a statement that returns
+rows, and NoData for one that does not.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from collections.abc import Iterator
+
+import pytest
+from tests.unit.test_pgwire_cursor import StandIn
+from tests.unit.test_pgwire_lifetimes import SYNC, Client, message
+
+from timeshard.server.pgwire import PgServer
+
+
+@pytest.fixture
+def server() -> Iterator[PgServer]:
+    served = PgServer(StandIn(), "127.0.0.1", 0)  # type: ignore[arg-type]
+    threading.Thread(target=served.serve_forever, daemon=True).start()
+    yield served
+    served.shutdown()
+    served.server_close()
+
+
+def parse(name: bytes, sql: str) -> bytes:
+    return message(b"P", name + b"\0" + sql.encode() + b"\0" + struct.pack("!h", 0))
+
+
+def describe_statement(name: bytes) -> bytes:
+    return message(b"D", b"S" + name + b"\0")
+
+
+def field_names(body: bytes) -> list[bytes]:
+    (count,) = struct.unpack("!h", body[:2])
+    names, rest = [], body[2:]
+    for _ in range(count):
+        name, rest = rest.split(b"\0", 1)
+        names.append(name)
+        rest = rest[18:]  # table oid, column, type oid, size, modifier, format
+    return names
+
+
+@pytest.mark.parametrize(
+    ("sql", "want"),
+    [
+        ("SELECT n, s FROM t WHERE n > $1", [b"n", b"s"]),
+        ("SELECT n, s FROM t", [b"n", b"s"]),
+        ("CREATE MATERIALIZED VIEW v AS SELECT n FROM t", None),
+        ("SUBSCRIBE t", None),
+        ("BEGIN", None),
+    ],
+)
+def test_describe_of_a_statement_answers_its_columns(
+    server: PgServer, sql: str, want: list[bytes] | None
+) -> None:
+    client = Client(server)
+    client.sock.sendall(parse(b"s1", sql) + describe_statement(b"s1") + SYNC)
+    got = client.until(b"Z")
+    kinds = [kind for kind, _ in got]
+    assert kinds == [b"1", b"t", b"T" if want else b"n", b"Z"], got
+    if want:
+        assert field_names(got[2][1]) == want
