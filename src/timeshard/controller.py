@@ -150,7 +150,7 @@ class Pipeline:
             try:
                 ingestion.step()
             except Exception as e:  # marked stalled by the ingestion; tried again next step
-                failures[ingestion.output] = f"{type(e).__name__}: {str(e)[:300]}"
+                failures[ingestion.output] = _failure(e)
         return failures
 
     def step(self) -> dict[str, str]:
@@ -172,7 +172,7 @@ class Pipeline:
             try:
                 export.step()
             except Exception as e:
-                failures[export.export_id] = f"{type(e).__name__}: {str(e)[:300]}"
+                failures[export.export_id] = _failure(e)
                 self.health.report_or_log(export.export_id, "stalled", failures[export.export_id])
             else:  # its step is done: a health that cannot be recorded now is tried next step
                 self.health.report_or_log(export.export_id, "running")
@@ -206,6 +206,14 @@ class Pipeline:
                 failure = failure or e
         if failure is not None:
             raise failure
+
+
+def _failure(error: Exception) -> str:
+    """An object's failure, for its ``stalled`` line and health: timeshard's own messages
+    (a refusal saying how to go on) up to 1,000 characters, others' (a JVM's stack
+    trace) up to 300."""
+    limit = 1000 if isinstance(error, TimeshardError) else 300
+    return f"{type(error).__name__}: {str(error)[:limit]}"
 
 
 def build_export(spark: Any, client: PersistClient, spec: ExportSpec) -> ShardExport:

@@ -83,3 +83,26 @@ def test_a_close_that_fails_still_closes_the_others(
     with pytest.raises(OSError, match="consensus unreachable"):
         pipeline.close()
     assert StandIn.closed == ["a", "b", "c"]
+
+
+def test_a_refusal_keeps_its_end_and_a_jvm_trace_is_cut(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failure was cut to 300 characters: a refusal that ends with how to go on (an
+    export whose progress is lost: drop it, then ...) lost that end in its stalled line."""
+    from timeshard.errors import InvalidUsage
+
+    refusal = "export 'e' lost its progress. " + "x" * 400 + " and declare it again"
+    trace = "java.lang.IllegalStateException: " + "at org.apache.spark.X\n" * 100
+    failing = {"a": InvalidUsage(refusal), "c": RuntimeError(trace)}
+    step = StandIn.step
+
+    def fail(self: StandIn) -> None:
+        step(self)
+        if self.output in failing:
+            raise failing[self.output]
+
+    monkeypatch.setattr(StandIn, "step", fail)
+    failures = controller.Pipeline(None, client, SPEC).first_failures
+    assert failures["a"].endswith("and declare it again")
+    assert len(failures["c"]) < 350
