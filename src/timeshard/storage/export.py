@@ -424,7 +424,7 @@ class ShardExport(ABC):
             raise TimeshardError(
                 f"export {self.export_id!r} cannot resume: shard {self.shard!r} was compacted "
                 f"to since {since}, past the export's progress {lower} in {self.target}; "
-                f"its changes at [{lower}, {since}) are gone"
+                f"its changes at [{lower}, {since}) are gone. {self._start_over()}"
             )
         for batch in state.batches:
             first, merged_at = batch.desc.lower.time, batch.desc.since.time
@@ -433,7 +433,7 @@ class ShardExport(ABC):
                     f"export {self.export_id!r} cannot resume: shard {self.shard!r} merged its "
                     f"changes from {first} on at since {merged_at}, so those before the "
                     f"export's progress {lower} in {self.target} cannot be told apart from "
-                    "the later ones"
+                    f"the later ones. {self._start_over()}"
                 )
 
     def _hold_at(self, frontier: int, *, committed: bool = False) -> None:
