@@ -174,6 +174,15 @@ DATA_ERROR_CONDITIONS = frozenset(
 )
 #: The prefix of the columns a view computes for itself: no input or view column has it.
 INTERNAL_PREFIX = "__"
+#: The session settings a view's query and plan depend on (ANSI mode decides the row
+#: errors' rewrite, so the terms the delta runs and which failures are err rows of a row):
+#: a view records its session's, and ``timeshard explain`` classifies it with them.
+QUERY_SETTINGS = ("spark.sql.ansi.enabled",)
+
+
+def query_settings(spark: Any) -> dict[str, str]:
+    """The :data:`QUERY_SETTINGS` of the session ``spark``, as it evaluates them (no job)."""
+    return {name: str(spark.conf.get(name)).lower() for name in QUERY_SETTINGS}
 
 
 def check_column_names(view: str, names: list[str], where: str) -> None:
@@ -836,10 +845,12 @@ class SparkViewDesired:
 
 __all__ = [
     "INTERNAL_PREFIX",
+    "QUERY_SETTINGS",
     "SparkViewDesired",
     "ViewDefinition",
     "ViewFunction",
     "check_column_names",
     "is_data_error",
     "python_row_error",
+    "query_settings",
 ]
