@@ -253,3 +253,32 @@ def test_an_unknown_view_is_one_line(
     assert e.value.code == 2 and out.out == "", out
     assert out.err.startswith("error: ") and out.err.count("\n") == 1, out.err
     assert "no view 'v_nope'" in out.err and "'v_join'" in out.err
+
+
+@pytest.mark.parametrize("ansi", ["true", "false"])
+def test_explain_classifies_with_the_session_settings_the_view_recorded(
+    spark: SparkSession, tmp_path: Path, ansi: str
+) -> None:
+    """A view run with ANSI off (a run file's ``[spark] conf``) evaluates its SQL as it is: no
+    per-row errors, other terms. Explain, in a session of its own settings, classified it
+    with those (per-row errors, the rewritten terms), not with the view's. The session it
+    explains in is left as it was."""
+    from timeshard.catalog import CatalogEntry
+    from timeshard.cli.explain import ROW_ERRORS, TIME_ERRORS, explain_view
+
+    client = PersistClient(Location.embedded(tmp_path))
+    client.open_writer("orders", ORDERS).append([(("a", 1), 0, 1)], 0, 1)
+    definition = {"inputs": {"o": "orders"}, "sql": "SELECT k, 12 / (v - 1) AS r FROM o"}
+    settings = {"spark.sql.ansi.enabled": ansi}
+    entry = CatalogEntry("v_ratio", "view", {**definition, "session": settings})
+    own = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "false" if ansi == "true" else "true")
+    try:
+        doc = explain_view(spark, client, entry)
+        after = spark.conf.get("spark.sql.ansi.enabled")
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", own)
+    assert after == ("false" if ansi == "true" else "true")
+    assert doc["session"] == settings, doc
+    assert doc["errors"] == (ROW_ERRORS if ansi == "true" else TIME_ERRORS), doc
+    assert ("__err" in doc["terms"][0]["sql"]) == (ansi == "true"), doc["terms"]

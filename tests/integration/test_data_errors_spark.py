@@ -88,3 +88,74 @@ def test_a_coarse_err_row_names_the_failure_not_a_py4j_object(
     assert "DIVIDE_BY_ZERO" in err and "An error occurred while calling" not in err, err
     a.expire()
     b.expire()
+
+
+def _raises_on_3(v: int) -> int:
+    if v == 3:
+        raise ValueError(f"bad value {v}")
+    return v
+
+
+def _out_of_memory_on_3(v: int) -> int:
+    if v == 3:
+        raise MemoryError()
+    return v
+
+
+def _connection_lost_on_3(v: int) -> int:
+    if v == 3:
+        raise ConnectionResetError("peer went away")
+    return v
+
+
+def _crashes_on_3(v: int) -> int:
+    if v == 3:
+        import os
+
+        os._exit(3)  # the Python worker dies: a lost worker, not the function's error
+    return v
+
+
+def _register(spark: SparkSession) -> None:
+    from pyspark.sql.types import LongType
+
+    for name, function in [
+        ("ts_raises", _raises_on_3),
+        ("ts_out_of_memory", _out_of_memory_on_3),
+        ("ts_connection_lost", _connection_lost_on_3),
+        ("ts_crashes", _crashes_on_3),
+    ]:
+        spark.udf.register(name, function, LongType())
+
+
+def test_a_python_udf_raising_on_a_row_is_a_data_error(spark: SparkSession) -> None:
+    """The user's function raising on a row fails the query the same way on every replica and
+    every retry: data, its message the exception (it was a fault, retried for ever)."""
+    _register(spark)
+    with pytest.raises(Exception) as caught:
+        spark.sql("SELECT ts_raises(v) FROM VALUES (1), (3) AS t(v)").collect()
+    assert is_data_error(caught.value), caught.value
+    message = data_error_message(caught.value)
+    assert message == "PythonException: ValueError: bad value 3", message
+
+
+@pytest.mark.parametrize("udf", ["ts_out_of_memory", "ts_connection_lost", "ts_crashes"])
+def test_a_python_worker_out_of_memory_io_or_crash_is_a_fault(
+    spark: SparkSession, udf: str
+) -> None:
+    _register(spark)
+    with pytest.raises(Exception) as caught:
+        spark.sql(f"SELECT {udf}(v) FROM VALUES (1), (3) AS t(v)").collect()
+    assert not is_data_error(caught.value), caught.value
+
+
+def test_a_view_whose_python_udf_raises_on_a_row_has_an_err_row_not_a_fault(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    _register(spark)
+    client = PersistClient(Location.embedded(tmp_path))
+    writer = client.open_writer("a", A)
+    writer.append([((1, 3), 0, 1)], 0, 1)
+    err = _view_at(client, spark, "SELECT k, ts_raises(v) AS w FROM a", {"a": "a"})
+    assert err.endswith("PythonException: ValueError: bad value 3"), err
+    writer.expire()

@@ -73,15 +73,34 @@ def test_in_a_query_that_aggregates_only_expressions_of_aggregates_are_rewritten
     select = rewritten(sql)
     assert [e.this.sql("spark") for e in select.expressions[:3]] == [
         "k + 1",  # a group key: as it is (GROUP BY names it)
-        "SUM(v / w)",  # inside an aggregate: an error there is the group's, not a row's
-        "TRY_DIVIDE(SUM(v), COUNT(w))",
+        "TRY_SUM(v / w)",  # inside an aggregate: an error there is the group's, not a row's
+        "TRY_DIVIDE(TRY_SUM(v), COUNT(w))",
     ]
     assert select.args["group"].sql("spark") == "GROUP BY k + 1"
     mixed = rewritten("SELECT k + 1 + sum(v) / count(*) AS x FROM a GROUP BY k + 1")
-    assert mixed.expressions[0].this.sql("spark") == "k + 1 + TRY_DIVIDE(SUM(v), COUNT(*))"
+    assert mixed.expressions[0].this.sql("spark") == "k + 1 + TRY_DIVIDE(TRY_SUM(v), COUNT(*))"
     having = rewritten("SELECT k FROM a GROUP BY k HAVING 10 / max(v) > 1").args["having"]
     assert isinstance(having.this, exp.Or)
-    assert with_row_errors("SELECT k, sum(v / w) FROM a GROUP BY k") is None
+    assert with_row_errors("SELECT k, max(v / w) FROM a GROUP BY k") is None
+
+
+def test_a_sum_that_overflows_is_an_err_row_of_its_group() -> None:
+    """A group's sum is try_sum, flagged where it is null over non-null arguments (whatever
+    CASE branch reads it: Spark computes every aggregate); a window's, a DISTINCT and a
+    FILTERed sum are left as they are."""
+    select = rewritten("SELECT k, CASE WHEN k > 1 THEN sum(v) END AS s FROM a GROUP BY k")
+    assert select.expressions[1].this.sql("spark") == "CASE WHEN k > 1 THEN TRY_SUM(v) END"
+    assert select.expressions[-1].this.sql("spark") == (
+        "CASE WHEN TRY_SUM(v) IS NULL AND COUNT(v) > 0 THEN 'arithmetic overflow in SUM(v)' END"
+    )
+    having = rewritten("SELECT k FROM a GROUP BY k HAVING sum(v) > 2").args["having"]
+    assert having.this.sql("spark") == ("(TRY_SUM(v) > 2) OR (TRY_SUM(v) IS NULL AND COUNT(v) > 0)")
+    for sql in [
+        "SELECT k, sum(DISTINCT v) AS s FROM a GROUP BY k",
+        "SELECT k, sum(v) FILTER (WHERE v > 0) AS s FROM a GROUP BY k",
+        "SELECT k, sum(v) OVER (PARTITION BY k) AS s FROM a",
+    ]:
+        assert with_row_errors(sql) is None, sql
 
 
 def test_every_branch_of_a_union_has_the_errors_column() -> None:

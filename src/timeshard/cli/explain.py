@@ -25,7 +25,11 @@ Invariants:
 1. Explain classifies exactly as the running view does: it builds the view's
    :class:`~timeshard.compute.view.SparkViewDesired` from its catalog entry
    and reads its ``plan`` (parsing plus Spark's analysis of the rewritten
-   queries, which needs a SparkSession but runs no Spark job).
+   queries, which needs a SparkSession but runs no Spark job), in a session
+   of its own with the settings the view's query depends on
+   (:data:`~timeshard.compute.view.QUERY_SETTINGS`: ANSI mode) as the entry
+   records them from the view's session (``session``). An entry that records
+   none is explained with the settings of explain's session, and says so.
 2. The view is looked up in the catalog before Spark starts: an unknown name
    is an InvalidUsage naming it and the location's views.
 
@@ -164,6 +168,7 @@ def definition_of(entry: CatalogEntry) -> ViewDefinition:
     for field, value in (("sql", sql), ("function", function_name)):
         if value is not None and not isinstance(value, str):
             _malformed(entry, f"its {field} must be text, got {value!r}")
+    recorded_settings(entry)  # a malformed one is reported before Spark starts
     for field in ("refresh_every_ms", "retain_history_ms"):
         value = d.get(field)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
@@ -180,6 +185,24 @@ def definition_of(entry: CatalogEntry) -> ViewDefinition:
         )
     except InvalidUsage as e:
         _malformed(entry, str(e))
+
+
+def recorded_settings(entry: CatalogEntry) -> dict[str, str] | None:
+    """The session settings the view ran with, as its entry records them (``session``), or
+    None if it records none. CorruptState names the entry if they are not
+    :data:`~timeshard.compute.view.QUERY_SETTINGS` names mapped to text."""
+    from timeshard.compute.view import QUERY_SETTINGS
+
+    settings = entry.definition.get("session")
+    if settings is None:
+        return None
+    if not isinstance(settings, Mapping) or not all(
+        k in QUERY_SETTINGS and isinstance(v, str) for k, v in settings.items()
+    ):
+        _malformed(
+            entry, f"its session must map some of {list(QUERY_SETTINGS)} to text, got {settings!r}"
+        )
+    return dict(settings)
 
 
 def _malformed(entry: CatalogEntry, why: str) -> NoReturn:
@@ -203,11 +226,20 @@ def _stand_in(view: str, name: object) -> ViewFunction:
 
 
 def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict[str, Any]:
-    """What ``explain`` shows of a cataloged view, as JSON (see the module doc)."""
-    from timeshard.compute.view import SparkViewDesired
+    """What ``explain`` shows of a cataloged view, as JSON (see the module doc): classified in
+    a session of its own (``spark``'s SQL settings, then those the entry records), so that
+    ``spark`` is left as it was."""
+    from timeshard.compute.view import SparkViewDesired, query_settings
 
     definition = definition_of(entry)
-    desired = SparkViewDesired(spark, client, definition)
+    recorded_session = recorded_settings(entry)
+    session = spark.newSession()
+    for name, value in spark.conf.getAll.items():  # newSession starts from the context's
+        if name.startswith("spark.sql.") and session.conf.isModifiable(name):
+            session.conf.set(name, value)
+    for name, value in (recorded_session or {}).items():
+        session.conf.set(name, value)
+    desired = SparkViewDesired(session, client, definition)
     try:
         plan = desired.plan
         arrangements = desired.describe_arrangements()
@@ -243,6 +275,8 @@ def explain_view(spark: Any, client: PersistClient, entry: CatalogEntry) -> dict
         "path": plan.classification.path,
         "reason": plan.classification.reason,
         "recorded_path": recorded if isinstance(recorded, str) else None,
+        "session": query_settings(session),
+        "session_recorded": recorded_session is not None,
         "how": _how(plan),
         "arrangements": arrangements,
         "errors": ROW_ERRORS if row_errors else TIME_ERRORS,
@@ -311,6 +345,9 @@ def render_explain(doc: Mapping[str, Any]) -> None:
             highlight=False,
         )
     console.print(escape(doc["how"]), soft_wrap=True, highlight=False)
+    settings = ", ".join(f"{k}={v}" for k, v in doc["session"].items())
+    whose = "as the view ran" if doc["session_recorded"] else "explain's: the catalog records none"
+    console.print(f"session: {escape(settings)} ({whose})", soft_wrap=True, highlight=False)
     console.print("errors: " + escape(doc["errors"]), soft_wrap=True, highlight=False)
     cached = doc["arrangements"] or ["nothing (each tick reads what it needs from the parts)"]
     console.print(
@@ -369,6 +406,7 @@ __all__ = [
     "definition_of",
     "explain",
     "explain_view",
+    "recorded_settings",
     "render_explain",
     "view_entry_named",
 ]

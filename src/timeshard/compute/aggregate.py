@@ -8,7 +8,7 @@ is a function of a few numbers per group, each a sum over the group's rows
 * ``__n``: the group's row count;
 * ``__c<j>``: how many of its rows have a non-null ``j``-th argument;
 * ``__s<j>``: the sum of the ``j``-th argument over those rows (kept only for
-  arguments of sum and avg).
+  arguments of sum and avg), in DECIMAL(38, 0).
 
 Because these are sums, a group's state at time ``t`` is its state at
 ``lower - 1`` plus the sums of the *contributions* of the updates up to
@@ -31,12 +31,13 @@ not to the input::
 
 The view's rows come from the rewritten query (``output``): the SELECT list
 and HAVING with each aggregate replaced by a function of the state (``sum(x)``
-by ``CASE WHEN __c > 0 THEN __s END``, ``avg(x)`` by ``__s / __c`` in double)
+by ``CASE WHEN __c > 0 THEN CAST(__s AS BIGINT) END``, ``avg(x)`` by ``__s / __c``
+in double)
 and each GROUP BY expression by its key column, over the states with
 ``__n > 0``; a state with ``__n < 0`` is an err row of null data, from the
 same query. Identical old and new rows cancel when the sink consolidates.
 
-Exactness. Integral sums in long arithmetic are exact, so a retraction undoes
+Exactness. Integral sums in decimal arithmetic are exact, so a retraction undoes
 its insertion and the state equals a from-scratch sum. Floating-point and
 decimal arguments are not taken here (a float sum depends on the order of
 its terms; decimal sums change precision): such views recompute their touched
@@ -47,6 +48,23 @@ SMALLINT and INT (a group of fewer than 2**22 rows cannot reach it). A
 BIGINT reaches it with a few epoch-microsecond values, and Spark's double sum
 then depends on the order of its terms: such views take the full path
 (:func:`timeshard.compute.incremental.order_dependent`).
+
+Overflow. The sums are kept in DECIMAL(38, 0), exact far past BIGINT (a group
+would need 2**64 rows of 2**63 to reach its bound), so a group's state stays
+exact while its sum does not fit a BIGINT, and a retraction brings it back.
+The view's ``sum(x)`` is a BIGINT: under ANSI the row errors' rewrite made it
+``try_sum(x)`` (:mod:`timeshard.compute.row_errors`), which the output query
+reads as ``TRY_CAST(__s AS BIGINT)``, null where the sum does not fit, and
+the rewrite's flag (that null while ``count(x) > 0``) makes that group's
+output row an err row, "arithmetic overflow in SUM(x)", at the times its sum
+does not fit: every other group keeps its row, and the view its deltas. A
+``sum(x)`` not rewritten reads ``CAST(__s AS BIGINT)``: without ANSI it wraps
+as Spark's long sum does; with ANSI it fails the query (the view's coarse err
+row of the time). One difference with the full path stays: Spark adds a
+group's rows in its order and fails (try_sum: is null) when a *partial* sum
+passes BIGINT, even if the total fits (``2**63 - 1``, ``1``, ``-5``); the
+state sums exactly, and the group's row is then its total. The sink's full
+check may then find that group differing from the query at such times.
 
 Extremes. Over one input, ``min(x)`` and ``max(x)`` of an exactly ordered
 type (not floating point, whose -0.0 and 0.0 tie) are kept too, as state
@@ -137,6 +155,8 @@ _UNSAFE = "__unsafe"
 #: rows of those groups at the interval's last change time (its columns, ``_ts``, ``_diff``).
 #: Given None (no group is unsafe): rows the write must read all the same (none), and None.
 Recompute = Callable[[Any | None], tuple[Any, Any | None]]
+#: The SQL type of a state's sums (``__s<j>``): exact far past BIGINT (module doc, "Overflow").
+_SUM = "DECIMAL(38, 0)"
 _INTEGRAL = ("byte", "short", "int", "long", "tinyint", "smallint", "bigint")
 #: The argument types of avg whose double sum in Spark is exact (below 2**22 rows a group).
 _AVERAGED = ("byte", "short", "int", "tinyint", "smallint")
@@ -166,7 +186,8 @@ class StateQueries:
 
 
 def state_sums(summed: tuple[bool, ...]) -> list[str]:
-    """The state columns that are sums (BIGINT), in the arrangement's order."""
+    """The state columns that are sums (counts BIGINT, sums DECIMAL(38, 0)), in the
+    arrangement's order."""
     counts = [f"__c{j}" for j in range(len(summed))]
     sums = [f"__s{j}" for j, s in enumerate(summed) if s]
     return [_ROWS, *counts, *sums]
@@ -234,14 +255,20 @@ def state_queries(select: Any, state: str, *, extremes: bool = False) -> StateQu
             if isinstance(node.this, exp.Star):
                 return state_column(_ROWS)
             return state_column(f"__c{argument(node.this, summed_=False)}")
-        if isinstance(node, exp.Sum | exp.Avg) and not node.expressions:
-            j = argument(node.this, summed_=True)
+        checked = _is_try_sum(node)
+        if checked or (isinstance(node, exp.Sum | exp.Avg) and not node.expressions):
+            j = argument(node.expressions[0] if checked else node.this, summed_=True)
             averaged[j] = averaged[j] or isinstance(node, exp.Avg)
             count, total = state_column(f"__c{j}"), state_column(f"__s{j}")
+            # The state's exact sum as Spark's BIGINT: try_sum() is null where it does not
+            # fit; sum() fails there under ANSI, else wraps (as Spark's long sum does).
+            bigint = exp.DataType.build("bigint")
             value = (
-                total
-                if isinstance(node, exp.Sum)
-                else exp.Div(this=exp.cast(total, "double"), expression=count)
+                exp.Div(this=exp.cast(total, "double"), expression=count)
+                if isinstance(node, exp.Avg)
+                else exp.TryCast(this=total, to=bigint, safe=True)
+                if checked
+                else exp.Cast(this=total, to=bigint)
             )
             positive = exp.GT(this=count.copy(), expression=exp.Literal.number(0))
             return exp.Case(ifs=[exp.If(this=positive, true=value)])
@@ -260,7 +287,7 @@ def state_queries(select: Any, state: str, *, extremes: bool = False) -> StateQu
             text = node.sql(dialect="spark")
             if text in keys:
                 return state_column(f"__g{keys[text]}")
-        if isinstance(node, exp.AggFunc):
+        if isinstance(node, exp.AggFunc) or _is_try_sum(node):
             return aggregate(node)
         return node
 
@@ -408,10 +435,14 @@ def _exactly_ordered(data_type: Any) -> bool:
 
 
 def _state_types(plan: AggregatePlan, contributions: Any) -> dict[str, Any]:
-    """The Spark type of each state column: sums are BIGINT, an extreme its argument's type."""
-    from pyspark.sql.types import LongType
+    """The Spark type of each state column: counts are BIGINT, sums DECIMAL(38, 0) (exact
+    past BIGINT: see "Overflow" in the module doc), an extreme its argument's type."""
+    from pyspark.sql.types import DecimalType, LongType
 
-    types = {v: LongType() for v in [*plan.sums, *([NEGATIVE] if plan.extremes else [])]}
+    types: dict[str, Any] = {
+        v: LongType() for v in [*plan.sums, *([NEGATIVE] if plan.extremes else [])]
+    }
+    types.update({v: DecimalType(38, 0) for v in plan.sums if v.startswith("__s")})
     for v in plan.extremes:
         types[v] = contributions[f"__a{v[4:]}"].dataType  # __lo<j>, __hi<j>: argument j
     return types
@@ -555,8 +586,9 @@ class SparkAggregates:
             present = f"__a{j} IS NOT NULL"
             counts.append(f"CASE WHEN {present} THEN {DIFF} ELSE 0L END AS __c{j}")
             if summed:
-                weight = f"CAST(__a{j} AS BIGINT) * {DIFF}"
-                sums.append(f"CASE WHEN {present} THEN {weight} ELSE 0L END AS __s{j}")
+                weight = f"CAST(CAST(__a{j} AS {_SUM}) * {DIFF} AS {_SUM})"
+                zero = f"CAST(0 AS {_SUM})"
+                sums.append(f"CASE WHEN {present} THEN {weight} ELSE {zero} END AS __s{j}")
         columns = [f"{DIFF} AS {_ROWS}", *counts, *sums]  # the order of plan.sums
         for v in self.plan.extremes:  # an extreme's argument, inserted and retracted
             argument = f"__a{v[4:]}"
@@ -750,6 +782,19 @@ class SparkAggregates:
         group has no rows (SQL text)."""
         counts = [*self.plan.sums, *([NEGATIVE] if self.plan.extremes else [])]
         return " AND ".join(f"{v} = 0" for v in counts)
+
+
+def _is_try_sum(node: Any) -> bool:
+    """Whether ``node`` is ``try_sum(x)`` (sqlglot leaves it anonymous): the row errors'
+    rewrite of a group's ``sum(x)`` (:mod:`timeshard.compute.row_errors`), or the view's."""
+    from sqlglot import exp
+
+    return (
+        isinstance(node, exp.Anonymous)
+        and node.name.lower() == "try_sum"
+        and len(node.expressions) == 1
+        and not isinstance(node.expressions[0], exp.Distinct)
+    )
 
 
 def _extreme(column: str) -> tuple[str, str, str]:

@@ -248,7 +248,7 @@ class AggregatePlan:
 
     @property
     def sums(self) -> list[str]:
-        """The state columns that are sums (BIGINT)."""
+        """The state columns that are sums (counts BIGINT, sums DECIMAL(38, 0))."""
         return state_sums(self.summed)
 
     @property

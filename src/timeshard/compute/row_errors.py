@@ -28,6 +28,11 @@ What Spark evaluates lazily stays lazy: an operator in a branch of ``CASE``,
 that branch is evaluated (its guard). A guarded division such as ``CASE WHEN
 v = 0 THEN 0 ELSE 12 / v END`` is then never an error.
 
+In a query that aggregates, a group's ``sum(x)`` is evaluated as ``try_sum(x)``
+and flagged where that is null while ``count(x) > 0``: a sum that overflows
+is an err row of its group's output row (every other group stays), not a
+failure of the whole query.
+
 Not rewritten (an error there still fails the query, and the sink falls back
 to the coarse err row of the time, :func:`timeshard.compute.view.is_data_error`):
 subqueries (and an expression of no row, such as a subquery minus 2), lambda
@@ -179,6 +184,8 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
     def again(child: Any, more: list[Any] | None = None) -> Any:
         return _rewrite(child, guard + (more or []), flags, grouped)
 
+    if flags.arithmetic and _checked_sum(node):
+        return _try_sum(node, flags)
     # Left as it is (a copy: the rewritten tree shares no node with the view's).
     if isinstance(
         node, (exp.Subquery, exp.Select, exp.Lambda, exp.Window, exp.AggFunc, exp.Column)
@@ -277,6 +284,39 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
         elif isinstance(value, list):
             new.set(key, [again(v) if isinstance(v, exp.Expression) else v for v in value])
     return new
+
+
+def _checked_sum(node: Any) -> bool:
+    """Whether ``node`` is a group's ``sum(x)`` whose overflow :func:`_try_sum` flags: not
+    DISTINCT, not FILTERed, not a window's (a window is left as it is before its sum)."""
+    from sqlglot import exp
+
+    return (
+        isinstance(node, exp.Sum)
+        and not node.expressions
+        and not isinstance(node.this, exp.Distinct)
+        and not isinstance(node.parent, exp.Filter)
+    )
+
+
+def _try_sum(node: Any, flags: _Flags) -> Any:
+    """``sum(x)`` as ``try_sum(x)``, flagged where it is null while the group has a non-null
+    ``x`` (where ``sum`` would have overflowed): an err row of the group's output row.
+
+    Not guarded: Spark computes every aggregate of every group, whichever branch of a
+    ``CASE`` reads it. Spark's sum (and try_sum) adds the rows in its order, so a group
+    whose total fits but some partial sum does not may fail too; the per-group state of
+    the incremental path sums exactly (:mod:`timeshard.compute.aggregate`).
+    """
+    from sqlglot import exp
+
+    argument = node.this
+    tried = exp.func("try_sum", argument.copy())
+    counted = exp.GT(this=exp.Count(this=argument.copy()), expression=exp.Literal.number(0))
+    failed = exp.and_(exp.Is(this=tried.copy(), expression=exp.null()), counted)
+    message = exp.Literal.string(f"arithmetic overflow in {node.sql(dialect='spark')}")
+    flags.found.append((failed, message))
+    return tried
 
 
 def _lazy_types() -> list[type]:

@@ -21,12 +21,14 @@ Errors that follow from the data are data:
   (:mod:`timeshard.compute.row_errors`); every other row stays;
 * a query that still fails at time ``t`` on the data (an error of SQLSTATE
   class 22, "data exception", :func:`is_data_error`, raised where the rewrite
-  does not reach) makes the view's content at ``t`` a single err row holding
-  the message; the view recovers at the first time the query succeeds again.
+  does not reach, or an exception a Python UDF raised on a row) makes the
+  view's content at ``t`` a single err row holding the message; the view
+  recovers at the first time the query succeeds again.
 
 Every other failure (I/O, a missing part, a lost lease, a Py4J or JVM error,
-out of memory, a killed executor) is a fault: it is raised, retried by the
-sink, and never written.
+out of memory, a killed executor, a Python worker that crashed, or whose
+function ran out of memory or failed on I/O) is a fault: it is raised,
+retried by the sink, and never written.
 
 Reads. A writing sink reads its inputs' parts through leased readers
 (:meth:`SparkViewDesired.use_leases`), so that GC keeps every part a planned
@@ -55,6 +57,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable, Mapping
@@ -171,6 +174,15 @@ DATA_ERROR_CONDITIONS = frozenset(
 )
 #: The prefix of the columns a view computes for itself: no input or view column has it.
 INTERNAL_PREFIX = "__"
+#: The session settings a view's query and plan depend on (ANSI mode decides the row
+#: errors' rewrite, so the terms the delta runs and which failures are err rows of a row):
+#: a view records its session's, and ``timeshard explain`` classifies it with them.
+QUERY_SETTINGS = ("spark.sql.ansi.enabled",)
+
+
+def query_settings(spark: Any) -> dict[str, str]:
+    """The :data:`QUERY_SETTINGS` of the session ``spark``, as it evaluates them (no job)."""
+    return {name: str(spark.conf.get(name)).lower() for name in QUERY_SETTINGS}
 
 
 def check_column_names(view: str, names: list[str], where: str) -> None:
@@ -184,22 +196,120 @@ def check_column_names(view: str, names: list[str], where: str) -> None:
         )
 
 
+#: Python exceptions that are faults of the worker or its environment, not of a row, though
+#: the user's function raised them: out of memory, I/O and the network, an import or an
+#: unpickling that failed, an interpreter error. (Names as a traceback's last line has them.)
+PYTHON_FAULTS: tuple[type[BaseException], ...] = (
+    MemoryError,
+    OSError,
+    EOFError,
+    ImportError,
+    SystemError,
+    SystemExit,
+    KeyboardInterrupt,
+)
+PYTHON_FAULT_NAMES = frozenset(
+    {"pickle.UnpicklingError", "_pickle.UnpicklingError", "pickle.PicklingError"}
+    | {"_pickle.PicklingError", "pyspark.errors.exceptions.base.PySparkRuntimeError"}
+)
+#: The JVM class of an exception raised in a Python worker, its message the traceback.
+_JVM_PYTHON_EXCEPTION = "org.apache.spark.api.python.PythonException"
+
+
 def is_data_error(error: BaseException) -> bool:
-    """Whether ``error`` is a query failing on the data: SQLSTATE class 22, or one of
-    :data:`DATA_ERROR_CONDITIONS`.
+    """Whether ``error`` is a query failing on the data: SQLSTATE class 22, one of
+    :data:`DATA_ERROR_CONDITIONS`, or an exception the user's Python function (a UDF)
+    raised on a row (:func:`python_row_error`).
 
     Those are deterministic: every replica and every retry evaluating the
     query over the same input gets the same error. Anything else -- Py4J and
-    JVM errors, I/O, analysis errors of the definition -- is not.
+    JVM errors, I/O, analysis errors of the definition, a Python worker that
+    crashed, ran out of memory or was killed -- is not.
     """
-    return _data_error_cause(error) is not None
+    return _data_error_cause(error) is not None or python_row_error(error) is not None
+
+
+def python_row_error(error: BaseException) -> str | None:
+    """The exception line (``ValueError: bad value 3``) of the exception the user's Python
+    function raised on a row, if ``error`` is (or wraps) one, else None.
+
+    It is the user's function's if its traceback has a frame outside PySpark's
+    and Py4J's own files (the function was running), and the exception is no
+    fault of the worker (:data:`PYTHON_FAULTS`, :data:`PYTHON_FAULT_NAMES`, or
+    a subclass of one, for a class of a module the driver has imported). A
+    worker that crashed or was killed raises no Python exception at all: a
+    SparkException, a fault.
+    """
+    traceback = _python_traceback(error)
+    if traceback is None:
+        return None
+    lines = traceback.splitlines()
+    frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
+    if not frames or all(_in_spark(lines[i]) for i in frames):
+        return None
+    raised = next(
+        (line for line in lines[frames[-1] + 1 :] if line and not line[0].isspace()), None
+    )
+    if raised is None or _is_python_fault(raised.split(":", 1)[0].strip()):
+        return None
+    return raised
+
+
+def _in_spark(frame: str) -> bool:
+    """Whether a traceback's frame line (``  File "path", line n, in f``) is PySpark's or
+    Py4J's own code."""
+    path = frame.split('"')[1] if frame.count('"') >= 2 else frame
+    return any(f"{os.sep}{package}{os.sep}" in path for package in ("pyspark", "py4j"))
+
+
+def _is_python_fault(name: str) -> bool:
+    """Whether the Python exception class ``name`` (as a traceback names it) is a fault."""
+    import builtins
+    import sys
+
+    if name in PYTHON_FAULT_NAMES:
+        return True
+    module, _, attribute = name.rpartition(".")
+    # Only modules already imported: the driver imports nothing to classify an error.
+    owner = sys.modules.get(module) if module else builtins
+    cls = getattr(owner, attribute, None) if owner is not None else None
+    return isinstance(cls, type) and issubclass(cls, PYTHON_FAULTS)
+
+
+def _python_traceback(error: BaseException) -> str | None:
+    """The Python traceback of the worker exception ``error`` is or wraps, else None."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+    from pyspark.errors.exceptions.base import PythonException
+
+    if isinstance(error, PythonException):
+        return str(getattr(error, "_desc", None) or error)
+    if isinstance(error, PySparkException):
+        origin = getattr(error, "_origin", None)
+    elif isinstance(error, Py4JJavaError):
+        origin = error.java_exception
+    else:
+        return None
+    try:
+        for _ in range(16):  # a cause chain is short; a cycle is not followed forever
+            if origin is None:
+                return None
+            if str(origin.getClass().getName()) == _JVM_PYTHON_EXCEPTION:
+                return str(origin.getMessage() or "")
+            origin = origin.getCause()
+    except Exception:  # the JVM is gone: no traceback to read
+        return None
+    return None
 
 
 def data_error_message(error: BaseException) -> str:
     """The first line of the message of the data error ``error`` carries (its own, or its
     first cause's with a SQLSTATE: a wrapper's names a Py4J object, another at every
-    evaluation), with the error's type."""
+    evaluation), with the error's type; for a Python function's, its exception line."""
     cause = _data_error_cause(error)
+    raised = python_row_error(error) if cause is None else None
+    if raised is not None:
+        return f"PythonException: {raised[:500]}"
     if cause is None or cause is error:
         text, kind = str(error), type(error).__name__
     else:
@@ -735,9 +845,12 @@ class SparkViewDesired:
 
 __all__ = [
     "INTERNAL_PREFIX",
+    "QUERY_SETTINGS",
     "SparkViewDesired",
     "ViewDefinition",
     "ViewFunction",
     "check_column_names",
     "is_data_error",
+    "python_row_error",
+    "query_settings",
 ]
