@@ -324,14 +324,21 @@ class Catalog:
 
 #: View definition fields derived from the definition: a change to them alone is no new view.
 _DERIVED = ("as_of", "path", "path_reason")
+#: What an entry recorded before a view's session settings were recorded lacks.
+_UNRECORDED = (*_DERIVED, "session")
 
 
 def view_entry(
-    definition: ViewDefinition, as_of: int, classification: Classification | None = None
+    definition: ViewDefinition,
+    as_of: int,
+    classification: Classification | None = None,
+    session: Mapping[str, str] | None = None,
 ) -> CatalogEntry:
-    """The catalog entry of a view installed at ``as_of``, on ``classification``'s path.
+    """The catalog entry of a view installed at ``as_of``, on ``classification``'s path,
+    evaluated with the ``session`` settings that decide its content (``view.QUERY_SETTINGS``:
+    ``timeshard explain`` classifies it with them).
 
-    Without a classification the entry records no path.
+    Without a classification the entry records no path; without a session, none.
     """
     function = definition.function
     name = None
@@ -354,6 +361,7 @@ def view_entry(
             "holds": {shard: view_hold_id(definition.name) for shard in inputs},
             "as_of": as_of,
             **path,
+            **({} if session is None else {"session": dict(sorted(session.items()))}),
         },
     )
 
@@ -394,8 +402,10 @@ def record_view(
     definition: ViewDefinition,
     as_of: int,
     classification: Classification | None = None,
+    session: Mapping[str, str] | None = None,
 ) -> int:
-    """Record a view and, if given, its path (idempotent); return 1 if the catalog changed.
+    """Record a view and, if given, its path and session settings (idempotent); return 1
+    if the catalog changed.
 
     A view whose stored entry differs only in its path keeps its stored
     ``as_of`` (invariant 1). A view whose stored definition differs is correct
@@ -408,12 +418,15 @@ def record_view(
     a record that fails is made again by the next install, which releases
     again, idempotently.)
     """
-    entry = view_entry(definition, as_of, classification)
+    entry = view_entry(definition, as_of, classification, session)
     stored = stored_entry(client, definition.name, "view")
     if stored is not None:
         _release_unread(client, stored, entry)
+    # A session is part of the definition (another ANSI setting, other content), but an
+    # entry recorded before sessions were is not taken for another definition.
+    derived = _DERIVED if stored is None or "session" in stored.definition else _UNRECORDED
     same = stored is not None and (
-        _without(stored.definition, _DERIVED) == _without(entry.definition, _DERIVED)
+        _without(stored.definition, derived) == _without(entry.definition, derived)
     )
     if stored is not None and same and isinstance(stored.definition.get("as_of"), int):
         kept = {**entry.definition, "as_of": stored.definition["as_of"]}
@@ -423,7 +436,7 @@ def record_view(
         # corrections land at the upper, so the view is the new query from there on.
         upper = client.state(definition.name).upper.time
         if upper is not None and upper > as_of:
-            entry = view_entry(definition, upper, classification)
+            entry = view_entry(definition, upper, classification, session)
     return Catalog(client).record([entry], same=_same_view)
 
 

@@ -79,6 +79,8 @@ def test_a_join_is_linear_with_one_term_per_input(
     # Each term runs from its delta, joining the other input's arrangement by k.
     assert doc["arrangements"] == ["input c arranged by k", "input o arranged by k"]
     assert doc["errors"].startswith("per time")  # nothing in it can fail on a row
+    # The install recorded the settings the view runs with: explain took them.
+    assert doc["session_recorded"] is True, doc["session"]
     orders = [[(s["alias"], s["mode"], s["by"]) for s in t["join_order"]] for t in doc["terms"]]
     assert orders == [
         [("o", "delta", []), ("c", "new", ["k"])],

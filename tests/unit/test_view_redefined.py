@@ -70,3 +70,23 @@ def test_a_redefined_view_is_correct_from_its_shard_upper(client: PersistClient)
     assert stored_entry(client, "v", "view").definition["as_of"] == 10  # type: ignore[union-attr]
     record_view(client, view("a", sql="SELECT 2 AS n"), 9)  # unchanged: keeps its as_of
     assert stored_entry(client, "v", "view").definition["as_of"] == 10  # type: ignore[union-attr]
+
+
+def test_a_view_records_its_session_and_another_one_is_a_new_definition(
+    client: PersistClient,
+) -> None:
+    """Nothing recorded the settings a view's content depends on (ANSI): explain classified
+    it with its own. Recorded now; an entry from before keeps its as_of, another setting
+    is a redefinition (the shard holds the old setting's content below its upper)."""
+    writer = client.open_writer("v", SCHEMA)
+    writer.compare_and_append_batch([], 0, 10)
+    writer.expire()
+    record_view(client, view("a"), 0)  # recorded before sessions were
+    on = {"spark.sql.ansi.enabled": "true"}
+    record_view(client, view("a"), 9, session=on)
+    entry = stored_entry(client, "v", "view")
+    assert entry is not None and entry.definition["session"] == on
+    assert entry.definition["as_of"] == 0  # the same view: correct since it was
+    record_view(client, view("a"), 9, session={"spark.sql.ansi.enabled": "false"})
+    entry = stored_entry(client, "v", "view")
+    assert entry is not None and entry.definition["as_of"] == 10

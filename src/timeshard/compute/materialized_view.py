@@ -31,7 +31,7 @@ from typing import Any
 from timeshard.catalog import record_view
 from timeshard.compute.engine import SparkEngine
 from timeshard.compute.mv_sink import MvSink, SinkFrontiers, SinkStats
-from timeshard.compute.view import SparkViewDesired, ViewDefinition
+from timeshard.compute.view import SparkViewDesired, ViewDefinition, query_settings
 from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
 from timeshard.persist.client import check_shard_id
@@ -128,7 +128,13 @@ class MaterializedView:
                     MaterializedView._check_as_of(definition, resume, held)
         if not read_only:  # a read-only replica records its definition when promoted
             desired.use_leases()
-            record_view(client, definition, sink.as_of, desired.plan.classification)
+            record_view(
+                client,
+                definition,
+                sink.as_of,
+                desired.plan.classification,
+                query_settings(desired.spark),
+            )
         return MaterializedView(definition, sink, desired, tick_interval_s)
 
     @staticmethod
@@ -215,7 +221,11 @@ class MaterializedView:
         self.sink.promote()
         self.desired.use_leases()
         record_view(
-            self.sink.client, self.definition, self.sink.as_of, self.desired.plan.classification
+            self.sink.client,
+            self.definition,
+            self.sink.as_of,
+            self.desired.plan.classification,
+            query_settings(self.desired.spark),
         )
 
     def frontiers(self) -> SinkFrontiers:
