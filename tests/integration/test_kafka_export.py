@@ -555,3 +555,48 @@ def test_a_progress_topic_that_is_not_compacted_is_refused(
             export.step()
         export.drop()
     assert _read_all(bootstrap, topic) == []
+
+
+def test_the_exports_own_transaction_left_open_is_aborted_not_waited_for(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """A task of the export that died after its progress record, before its commit, left
+    its transaction open in the progress topic: the next tick aborts it (as the task's
+    init_transactions did) and commits, instead of waiting for it until its
+    transaction.timeout.ms (every tick a TimeoutError blaming another export)."""
+    from confluent_kafka import Producer
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+    export = KafkaExport(
+        spark_kafka,
+        client,
+        "s",
+        bootstrap,
+        topic,
+        key_columns=["k"],
+        progress_topic=progress_topic,
+        timeout_s=3,
+    )
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    assert export.step().status == "committed"
+    dead = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"timeshard-export-{export.export_id}",
+            "transaction.timeout.ms": 120_000,
+        }
+    )
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    dead.produce(topic, key=b'{"k":"never"}', value=b"{}", headers=[(TIME_HEADER, b"1")])
+    marker = json.dumps({"frontier": 2, "version": 1}).encode()
+    dead.produce(progress_topic, key=export.export_id.encode(), value=marker, partition=0)
+    assert dead.flush(30) == 0  # (its process dies: never committed nor aborted)
+    writer.append([(("b", 2), 1, 1)], 1, 2)
+    assert export.step().status == "committed"
+    assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)] == ["a", "b"]
+    assert export_progress(export) == 2
+    export.drop()
