@@ -40,9 +40,11 @@ commit) as step 1 would, and waits for the others (:func:`read_progress`).
 Every record carries the header ``timeshard-time`` (the time of its change, in
 decimal).
 
-A record the topic cannot take is the data's, not a fault: before the job,
-the driver reads the topic's ``max.message.bytes`` (a topic that does not
-exist is a fault, retried at the next tick), and the task checks each
+A record the topic cannot take is the data's, not a fault: before its first
+job, and again after a tick that failed (one blocked at a record past the
+limit, or whose records the broker refused: the limit was lowered), the driver
+reads the topic's ``max.message.bytes`` (a topic that does not exist is a
+fault, retried at the next tick), and the task checks each
 record's size as a batch of its own (the record, its key, value and headers,
 and the batch's framing) before producing it. At the first record past the
 limit it aborts, commits the changes at the times before that record's
@@ -167,6 +169,8 @@ class KafkaExport(ShardExport):
         self.format = format
         self.key_schema_id, self.value_schema_id = key_schema_id, value_schema_id
         self._progress_topic_checked = False
+        #: The topic's max.message.bytes, read again after a tick that failed (module doc).
+        self._max_bytes: int | None = None
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -287,8 +291,20 @@ class KafkaExport(ShardExport):
         finally:
             producer.close()
 
+    def step(self) -> ExportStep:
+        try:
+            return super().step()
+        except BaseException:
+            # The topic's limit is read again at the next tick: a tick blocked at a record
+            # past it waits for it to be raised, and one whose records the broker refused
+            # had it lowered since it was read.
+            self._max_bytes = None
+            raise
+
     def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
-        max_bytes = topic_max_bytes(self.bootstrap_servers, self.topic, self.timeout_s)
+        if self._max_bytes is None:
+            self._max_bytes = topic_max_bytes(self.bootstrap_servers, self.topic, self.timeout_s)
+        max_bytes = self._max_bytes
         return _ProduceTask(
             bootstrap=self.bootstrap_servers,
             topic=self.topic,
@@ -442,7 +458,7 @@ def read_progress(
     progress record and its commit) would hide this export's progress committed
     after it, and the export would go on from an older one and write its
     changes again. So a read that finds the last stable offset below the high
-    watermark waits until every transaction
+    watermark (which the scan's fetches report) waits until every transaction
     open then has ended (the last stable offset reaches that high watermark),
     and raises TimeoutError (a fault, retried) after ``timeout_s``. ``end_own``
     is called before that wait: it ends a transaction the export itself left
@@ -533,10 +549,14 @@ def _progress_of(topic: str, export_id: str, offset: int, value: bytes | None) -
 
 
 def _high_watermark(consumer: Any, conf: dict[str, Any], topic: str, timeout_s: float) -> int:
-    """Partition 0's high watermark, open transactions included, as a ``read_uncommitted``
-    reader reads it (after ``consumer`` read the last stable offset)."""
-    from confluent_kafka import Consumer
+    """Partition 0's high watermark, open transactions included: as the last fetch of
+    ``consumer`` (a scan's, after its last stable offset was read) reported it, else (it
+    fetched nothing) as a ``read_uncommitted`` reader reads it."""
+    from confluent_kafka import Consumer, TopicPartition
 
+    _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=True)
+    if high >= 0:
+        return int(high)
     uncommitted = Consumer({**conf, "isolation.level": "read_uncommitted"})
     try:
         return _watermarks(uncommitted, topic, timeout_s)[1]
