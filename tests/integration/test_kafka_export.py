@@ -555,3 +555,189 @@ def test_a_progress_topic_that_is_not_compacted_is_refused(
             export.step()
         export.drop()
     assert _read_all(bootstrap, topic) == []
+
+
+def test_the_exports_own_transaction_left_open_is_aborted_not_waited_for(
+    spark_kafka: SparkSession, kafka_broker: Any, shard: tuple[PersistClient, Any]
+) -> None:
+    """A task of the export that died after its progress record, before its commit, left
+    its transaction open in the progress topic: the next tick aborts it (as the task's
+    init_transactions did) and commits, instead of waiting for it until its
+    transaction.timeout.ms (every tick a TimeoutError blaming another export)."""
+    from confluent_kafka import Producer
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+    export = KafkaExport(
+        spark_kafka,
+        client,
+        "s",
+        bootstrap,
+        topic,
+        key_columns=["k"],
+        progress_topic=progress_topic,
+        timeout_s=3,
+    )
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    assert export.step().status == "committed"
+    dead = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"timeshard-export-{export.export_id}",
+            "transaction.timeout.ms": 120_000,
+        }
+    )
+    dead.init_transactions(30)
+    dead.begin_transaction()
+    dead.produce(topic, key=b'{"k":"never"}', value=b"{}", headers=[(TIME_HEADER, b"1")])
+    marker = json.dumps({"frontier": 2, "version": 1}).encode()
+    dead.produce(progress_topic, key=export.export_id.encode(), value=marker, partition=0)
+    assert dead.flush(30) == 0  # (its process dies: never committed nor aborted)
+    writer.append([(("b", 2), 1, 1)], 1, 2)
+    assert export.step().status == "committed"
+    assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)] == ["a", "b"]
+    assert export_progress(export) == 2
+    export.drop()
+
+
+def test_a_tick_creates_one_consumer_and_reads_the_topic_limit_once(
+    spark_kafka: SparkSession,
+    kafka_broker: Any,
+    shard: tuple[PersistClient, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The driver reads the progress with one consumer (the high watermark its scan's
+    fetches report, no second reader for it) and the topic's max.message.bytes at its
+    first tick only (each cost a client, tens of ms, at every tick)."""
+    import confluent_kafka
+    import confluent_kafka.admin
+
+    client, writer = shard
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    writer.append([(("a", 1), 0, 1)], 0, 1)
+    assert export.step().status == "committed"
+    made: list[str] = []
+    consumer, admin_init = confluent_kafka.Consumer, confluent_kafka.admin.AdminClient.__init__
+
+    def counted_consumer(*args: Any, **kwargs: Any) -> Any:
+        made.append("Consumer")
+        return consumer(*args, **kwargs)
+
+    def counted_admin(self: Any, *args: Any, **kwargs: Any) -> None:
+        made.append("AdminClient")
+        admin_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", counted_consumer)
+    monkeypatch.setattr(confluent_kafka.admin.AdminClient, "__init__", counted_admin)
+    for t in (1, 2):
+        made.clear()
+        writer.append([((f"k{t}", t), t, 1)], t, t + 1)
+        assert export.step().status == "committed"
+        # One AdminClient: the progress topic's existence (ensure_topic).
+        assert sorted(made) == ["AdminClient", "Consumer"], made
+    monkeypatch.undo()
+    export.drop()
+
+
+def test_a_lowered_topic_limit_is_read_again_after_the_refused_tick(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """The topic's limit is read once, and again after a tick that failed: a limit lowered
+    under a record makes the broker refuse it (an ExportError), and the next tick stops
+    before it naming the new limit; raised again, the tick after commits it."""
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
+
+    from timeshard.dev.kafka import create_topic
+
+    def set_limit(limit: int) -> None:
+        entry = ConfigEntry(
+            "max.message.bytes", str(limit), incremental_operation=AlterConfigOpType.SET
+        )
+        resource = ConfigResource("topic", topic, incremental_configs=[entry])
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.incremental_alter_configs([resource]).values():
+            future.result(30)
+
+    bootstrap = kafka_broker.bootstrap
+    topic = f"x-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, topic, config={"max.message.bytes": "10000"})
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", pa.schema([("k", pa.string()), ("v", pa.string())]))
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    writer.append([(("a", "x"), 0, 1)], 0, 1)
+    assert export.step().status == "committed"
+    set_limit(2000)
+    writer.append([(("b", "y" * 5000), 1, 1)], 1, 2)
+    with pytest.raises(ExportError, match=r"refused"):
+        export.step()
+    with pytest.raises(ExportError, match=r"key .*'b'.* time 1.* 5\d\d\d bytes.* 2000"):
+        export.step()
+    assert export_progress(export) == 1
+    set_limit(10000)
+    assert export.step().status == "committed"
+    assert [k["k"] for _, k, _ in _read_all(bootstrap, topic)] == ["a", "b"]
+    export.drop()
+
+
+def test_a_tasks_progress_read_creates_one_consumer(
+    kafka_broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task reads the progress with one consumer too (it made a second, read_uncommitted,
+    for the high watermark at every tick). The task is called here, without Spark."""
+    import confluent_kafka
+
+    from timeshard.persist._internal.parts import DIFF, ERR, TS
+    from timeshard.storage.kafka_export import _ProduceTask
+
+    bootstrap = kafka_broker.bootstrap
+    topic = _topic(bootstrap)
+    progress_topic = f"p-{uuid.uuid4().hex[:10]}"
+    _topic_named(bootstrap, progress_topic)
+    schema = pa.schema(
+        [("k", pa.string()), ("v", pa.int64()), (TS, pa.int64()), (DIFF, pa.int64())]
+    )
+
+    def task(lower: int, upper: int) -> list[Any]:
+        produce = _ProduceTask(
+            bootstrap=bootstrap,
+            topic=topic,
+            progress_topic=progress_topic,
+            export_id="e",
+            version=1,
+            envelope="upsert",
+            key_columns=("k",),
+            data_columns=("k", "v"),
+            lower=lower,
+            upper=upper,
+            timeout_s=10.0,
+        )
+        rows = [{"k": "a", "v": lower, TS: lower, DIFF: 1, ERR: None}]
+        batch = pa.RecordBatch.from_pylist(rows, schema=schema.append(pa.field(ERR, pa.string())))
+        return [b.to_pylist()[0]["status"] for b in produce([batch])]
+
+    assert task(0, 1) == ["committed"]
+    made: list[str] = []
+    consumer = confluent_kafka.Consumer
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append("Consumer")
+        return consumer(*args, **kwargs)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", counted)
+    assert task(1, 2) == ["committed"]
+    assert made == ["Consumer"]
+
+
+def _topic_named(bootstrap: str, name: str) -> None:
+    from timeshard.dev.kafka import create_topic
+
+    create_topic(bootstrap, name, partitions=1, config={"cleanup.policy": "compact"})

@@ -33,12 +33,18 @@ One tick is one Spark job, whose single task:
    visible, and the next tick redoes it.
 
 A Spark task retried after a commit it could not report finds the new
-frontier in step 2 and produces nothing. Every record carries the header
-``timeshard-time`` (the time of its change, in decimal).
+frontier in step 2 and produces nothing. The driver reads the progress before
+the job; if a transaction is open in the progress topic then, it first aborts
+the export's own (one of its tasks died after its progress record, before its
+commit) as step 1 would, and waits for the others (:func:`read_progress`).
+Every record carries the header ``timeshard-time`` (the time of its change, in
+decimal).
 
-A record the topic cannot take is the data's, not a fault: before the job,
-the driver reads the topic's ``max.message.bytes`` (a topic that does not
-exist is a fault, retried at the next tick), and the task checks each
+A record the topic cannot take is the data's, not a fault: before its first
+job, and again after a tick that failed (one blocked at a record past the
+limit, or whose records the broker refused: the limit was lowered), the driver
+reads the topic's ``max.message.bytes`` (a topic that does not exist is a
+fault, retried at the next tick), and the task checks each
 record's size as a batch of its own (the record, its key, value and headers,
 and the batch's framing) before producing it. At the first record past the
 limit it aborts, commits the changes at the times before that record's
@@ -163,6 +169,8 @@ class KafkaExport(ShardExport):
         self.format = format
         self.key_schema_id, self.value_schema_id = key_schema_id, value_schema_id
         self._progress_topic_checked = False
+        #: The topic's max.message.bytes, read again after a tick that failed (module doc).
+        self._max_bytes: int | None = None
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -262,10 +270,41 @@ class KafkaExport(ShardExport):
             self.progress_topic,
             self.export_id,
             self.timeout_s,
+            end_own=self._end_own_transaction,
         )
 
+    def _end_own_transaction(self) -> None:
+        """Abort a transaction this export left open (its task died between its progress
+        record and its commit), as its next task's ``init_transactions`` would: else
+        nothing ends it before its ``transaction.timeout.ms``, and every progress read
+        waits for it (:func:`read_progress`). It fences that task's producer too."""
+        from confluent_kafka import Producer
+
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap_servers,
+                "transactional.id": _transactional_id(self.export_id),
+            }
+        )
+        try:
+            producer.init_transactions(self.timeout_s)
+        finally:
+            producer.close()
+
+    def step(self) -> ExportStep:
+        try:
+            return super().step()
+        except BaseException:
+            # The topic's limit is read again at the next tick: a tick blocked at a record
+            # past it waits for it to be raised, and one whose records the broker refused
+            # had it lowered since it was read.
+            self._max_bytes = None
+            raise
+
     def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
-        max_bytes = topic_max_bytes(self.bootstrap_servers, self.topic, self.timeout_s)
+        if self._max_bytes is None:
+            self._max_bytes = topic_max_bytes(self.bootstrap_servers, self.topic, self.timeout_s)
+        max_bytes = self._max_bytes
         return _ProduceTask(
             bootstrap=self.bootstrap_servers,
             topic=self.topic,
@@ -284,6 +323,11 @@ class KafkaExport(ShardExport):
             if self.format == "avro"
             else None,
         )
+
+
+def _transactional_id(export_id: str) -> str:
+    """The transactional id of every producer of the export (module doc)."""
+    return f"timeshard-export-{export_id}"
 
 
 def _identity(topic: str) -> str:
@@ -399,7 +443,12 @@ def _varint_bytes(n: int) -> int:
 
 
 def read_progress(
-    conf: dict[str, Any], progress_topic: str, export_id: str, timeout_s: float
+    conf: dict[str, Any],
+    progress_topic: str,
+    export_id: str,
+    timeout_s: float,
+    *,
+    end_own: Callable[[], None] | None = None,
 ) -> Progress | None:
     """The newest committed progress record of ``export_id`` (scanning back from the end).
 
@@ -408,49 +457,68 @@ def read_progress(
     another export's transaction left open (its process died between its
     progress record and its commit) would hide this export's progress committed
     after it, and the export would go on from an older one and write its
-    changes again. So the read waits until every transaction open when it
-    began has ended (the last stable offset reaches the high watermark seen
-    then), and raises TimeoutError (a fault, retried) after ``timeout_s``.
+    changes again. So a read that finds the last stable offset below the high
+    watermark (which the scan's fetches report) waits until every transaction
+    open then has ended (the last stable offset reaches that high watermark),
+    and raises TimeoutError (a fault, retried) after ``timeout_s``. ``end_own``
+    is called before that wait: it ends a transaction the export itself left
+    open (the driver's, before its task's ``init_transactions`` would), which
+    nothing else ends before its ``transaction.timeout.ms``.
     """
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer
 
     consumer = Consumer(conf)
     try:
-        low, high = _settled_watermarks(consumer, conf, progress_topic, timeout_s)
-        key = export_id.encode()
-        window = 64
-        end = high
-        while end > low:
-            start = max(low, end - window)
-            found: tuple[int, bytes | None] | None = None
-            consumer.assign([TopicPartition(progress_topic, 0, start)])
-            position = start
-            deadline = time.monotonic() + timeout_s
-            while position < end:
-                msg = consumer.poll(0.2)
-                if msg is None:
-                    # Transaction markers hold offsets but are never returned: the
-                    # position moves past them.
-                    [tp] = consumer.position([TopicPartition(progress_topic, 0)])
-                    position = max(position, tp.offset)
-                    if position < end and time.monotonic() > deadline:
-                        raise TimeoutError(
-                            f"progress topic {progress_topic!r}: offset {position} not read "
-                            f"within {timeout_s} s"
-                        )
-                    continue
-                if msg.error() is not None:
-                    raise RuntimeError(f"progress topic {progress_topic!r}: {msg.error()}")
-                offset = msg.offset() or 0
-                position = offset + 1
-                if msg.key() == key and offset < end:
-                    found = (offset, msg.value())
-            if found is not None:
-                return _progress_of(progress_topic, export_id, *found)
-            end, window = start, window * 4
-        return None
+        low, stable = _watermarks(consumer, progress_topic, timeout_s)
+        found = _scan(consumer, progress_topic, export_id, low, stable, timeout_s)
+        high = _high_watermark(consumer, conf, progress_topic, timeout_s)
+        if stable < high:
+            if end_own is not None:
+                end_own()
+            low, stable = _settled(consumer, progress_topic, high, timeout_s)
+            found = _scan(consumer, progress_topic, export_id, low, stable, timeout_s)
+        return None if found is None else _progress_of(progress_topic, export_id, *found)
     finally:
         consumer.close()
+
+
+def _scan(
+    consumer: Any, topic: str, export_id: str, low: int, end: int, timeout_s: float
+) -> tuple[int, bytes | None] | None:
+    """The offset and value of ``export_id``'s last record in partition 0 below ``end``
+    (None: it has none), read back from ``end`` in growing windows."""
+    from confluent_kafka import TopicPartition
+
+    key = export_id.encode()
+    window = 64
+    while end > low:
+        start = max(low, end - window)
+        found: tuple[int, bytes | None] | None = None
+        consumer.assign([TopicPartition(topic, 0, start)])
+        position = start
+        deadline = time.monotonic() + timeout_s
+        while position < end:
+            msg = consumer.poll(0.2)
+            if msg is None:
+                # Transaction markers hold offsets but are never returned: the
+                # position moves past them.
+                [tp] = consumer.position([TopicPartition(topic, 0)])
+                position = max(position, tp.offset)
+                if position < end and time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"progress topic {topic!r}: offset {position} not read within {timeout_s} s"
+                    )
+                continue
+            if msg.error() is not None:
+                raise RuntimeError(f"progress topic {topic!r}: {msg.error()}")
+            offset = msg.offset() or 0
+            position = offset + 1
+            if msg.key() == key and offset < end:
+                found = (offset, msg.value())
+        if found is not None:
+            return found
+        end, window = start, window * 4
+    return None
 
 
 def _progress_of(topic: str, export_id: str, offset: int, value: bytes | None) -> Progress | None:
@@ -480,18 +548,25 @@ def _progress_of(topic: str, export_id: str, offset: int, value: bytes | None) -
     return Progress(frontier, version, target, declared)
 
 
-def _settled_watermarks(
-    consumer: Any, conf: dict[str, Any], topic: str, timeout_s: float
-) -> tuple[int, int]:
-    """Partition 0's low offset and last stable offset, once the latter is at least the
-    high watermark as it was when called (module doc of :func:`read_progress`)."""
-    from confluent_kafka import Consumer
+def _high_watermark(consumer: Any, conf: dict[str, Any], topic: str, timeout_s: float) -> int:
+    """Partition 0's high watermark, open transactions included: as the last fetch of
+    ``consumer`` (a scan's, after its last stable offset was read) reported it, else (it
+    fetched nothing) as a ``read_uncommitted`` reader reads it."""
+    from confluent_kafka import Consumer, TopicPartition
 
+    _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), cached=True)
+    if high >= 0:
+        return int(high)
     uncommitted = Consumer({**conf, "isolation.level": "read_uncommitted"})
     try:
-        _, high = _watermarks(uncommitted, topic, timeout_s)
+        return _watermarks(uncommitted, topic, timeout_s)[1]
     finally:
         uncommitted.close()
+
+
+def _settled(consumer: Any, topic: str, high: int, timeout_s: float) -> tuple[int, int]:
+    """Partition 0's low offset and last stable offset, once the latter is at least
+    ``high`` (module doc of :func:`read_progress`)."""
     deadline = time.monotonic() + timeout_s
     while True:
         low, stable = _watermarks(consumer, topic, timeout_s)
@@ -550,7 +625,7 @@ class _ProduceTask:
         producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
-                "transactional.id": f"timeshard-export-{self.export_id}",
+                "transactional.id": _transactional_id(self.export_id),
                 "transaction.timeout.ms": 120_000,
                 # The client refuses no record the topic takes (its own bound adds slack
                 # for framing), and batches no small records past the topic's limit.
