@@ -498,7 +498,9 @@ def _scan(
         position = start
         deadline = time.monotonic() + timeout_s
         while position < end:
-            msg = consumer.poll(0.2)
+            # A short poll: the window ends with a transaction's commit marker, which is
+            # never returned (a long poll waited its whole timeout there, every read).
+            msg = consumer.poll(0.01)
             if msg is None:
                 # Transaction markers hold offsets but are never returned: the
                 # position moves past them.
