@@ -13,22 +13,6 @@ from timeshard.spark.quiet import start_jvm
 def test_settings_naming_a_secret_stay_off_the_command_line(
     monkeypatch: pytest.MonkeyPatch, log_level: str
 ) -> None:
-    import pyspark.java_gateway
-    from pyspark import SparkContext
-
-    monkeypatch.setenv("TIMESHARD_SPARK_LOG_LEVEL", log_level)
-    monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
-    launched: list[dict[str, str]] = []
-
-    class Stop(Exception):
-        pass
-
-    def launch(conf: Any, popen_kwargs: Any = None) -> None:
-        launched.append(dict(conf.getAll()))
-        raise Stop
-
-    monkeypatch.setattr(pyspark.java_gateway, "launch_gateway", launch)
-    monkeypatch.setattr(SparkContext, "_gateway", None)
     conf = {
         "spark.master": "local[1]",
         "spark.executorEnv.AWS_ACCESS_KEY_ID": "id",
@@ -39,8 +23,7 @@ def test_settings_naming_a_secret_stay_off_the_command_line(
         "spark.executorEnv.AWS_ENDPOINT_URL": "http://127.0.0.1:8333",
         "spark.jars.packages": "org.apache.hadoop:hadoop-aws:3.4.2",
     }
-    with pytest.raises(Stop):
-        start_jvm(conf)
+    launched = _launched(monkeypatch, conf, log_level)
     assert launched == [
         {
             "spark.master": "local[1]",
@@ -91,12 +74,14 @@ def test_settings_the_launch_needs_stay_on_it_whatever_their_value(
     assert "hunter2" not in caplog.text
 
 
-def _launched(monkeypatch: pytest.MonkeyPatch, conf: dict[str, str]) -> list[dict[str, str]]:
+def _launched(
+    monkeypatch: pytest.MonkeyPatch, conf: dict[str, str], log_level: str = "warn"
+) -> list[dict[str, str]]:
     """The settings ``start_jvm(conf)`` launches the JVM with (none is launched)."""
     import pyspark.java_gateway
     from pyspark import SparkContext
 
-    monkeypatch.setenv("TIMESHARD_SPARK_LOG_LEVEL", "warn")
+    monkeypatch.setenv("TIMESHARD_SPARK_LOG_LEVEL", log_level)
     monkeypatch.delenv("PYSPARK_GATEWAY_PORT", raising=False)
     launched: list[dict[str, str]] = []
 
