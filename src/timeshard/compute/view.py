@@ -256,10 +256,17 @@ def python_row_error(error: BaseException) -> str | None:
 
 
 def _in_spark(frame: str) -> bool:
-    """Whether a traceback's frame line (``  File "path", line n, in f``) is PySpark's or
-    Py4J's own code."""
+    """Whether a traceback's frame line (``  File "path", line n, in f``) is PySpark's,
+    Py4J's or timeshard's own code (its tasks read and write parts: what they raise is a
+    fault), not the user's function."""
     path = frame.split('"')[1] if frame.count('"') >= 2 else frame
+    if path.startswith(_PACKAGE_DIR) or f"{os.sep}site-packages{os.sep}timeshard{os.sep}" in path:
+        return True
     return any(f"{os.sep}{package}{os.sep}" in path for package in ("pyspark", "py4j"))
+
+
+#: This installation's timeshard package, as a traceback's paths start with it.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _is_python_fault(name: str) -> bool:
