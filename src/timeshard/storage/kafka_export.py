@@ -253,8 +253,8 @@ class KafkaExport(ShardExport):
 
     def progress(self) -> Progress | None:
         """The export's progress as the target records it (None: nothing exported yet)."""
-        ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
-        if not self._progress_topic_checked:
+        if not self._progress_topic_checked:  # once: a client of its own, tens of ms
+            ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
             config = topic_config(self.bootstrap_servers, self.progress_topic, self.timeout_s)
             policy = config.get("cleanup.policy")
             if policy != "compact":
