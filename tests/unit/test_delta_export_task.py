@@ -231,3 +231,24 @@ def test_a_key_of_a_nested_type_is_looked_up(tmp_path: Path, kind: pa.DataType, 
     again = tick_unsorted(3, [(first, 11, 2, 1)])
     assert again["status"] == "error" and "already has a row" in again["detail"], again
     assert sorted(r["v"] for r in table(e)) == [2, 10]
+
+
+def test_the_same_key_columns_in_another_order_are_the_same_declaration(
+    tmp_path: Path,
+) -> None:
+    """A table's rows keyed by (k, j) are keyed by (j, k): declaring them in the other
+    order was refused as another declaration (the text compared them in order)."""
+    schema = pa.schema([("k", pa.string()), ("j", pa.int32()), ("v", pa.int64())])
+    first = export(tmp_path, schema, key_columns=("k", "j"))
+    assert tick(first, 1, [("a", 1, 10, 0, 1)])["status"] == "committed"
+    progress = first.progress()
+    assert progress is not None and progress.declared is not None
+    again = DeltaExport(
+        None, first.client, "s", first.table_uri, key_columns=["j", "k"], export_id=first.export_id
+    )
+    again._check_declaration(progress)  # no InvalidUsage
+    other = DeltaExport(
+        None, first.client, "s", first.table_uri, key_columns=["k"], export_id=first.export_id
+    )
+    with pytest.raises(InvalidUsage, match="key columns"):
+        other._check_declaration(progress)

@@ -221,9 +221,10 @@ class ShardExport(ABC):
     @property
     def declaration(self) -> str:
         """How the export writes the shard's rows, which the target's rows below the
-        progress depend on: the envelope and the key columns (a subclass adds its own, a
-        format). The progress records it where the target can hold it."""
-        return f"envelope {self.envelope!r}, key columns {self.key_columns}"
+        progress depend on: the envelope and the key columns, in any order (a subclass
+        adds its own: a format, the columns' order in its records). The progress records
+        it where the target can hold it."""
+        return f"envelope {self.envelope!r}, key columns {sorted(self.key_columns)}"
 
     @abstractmethod
     def progress(self) -> Progress | None:

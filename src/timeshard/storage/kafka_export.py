@@ -245,7 +245,8 @@ class KafkaExport(ShardExport):
 
     @property
     def declaration(self) -> str:
-        """The form of the records, which the progress records (module doc)."""
+        """The form of the records, which the progress records (module doc); the key
+        columns in their order, which is the order of a record key's fields."""
         return (
             f"envelope {self.envelope!r}, format {self.format!r}, "
             f"key columns {list(self.key_columns)}"
