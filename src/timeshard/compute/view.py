@@ -233,19 +233,21 @@ def python_row_error(error: BaseException) -> str | None:
     """The exception line (``ValueError: bad value 3``) of the exception the user's Python
     function raised on a row, if ``error`` is (or wraps) one, else None.
 
-    It is the user's function's if its traceback has a frame outside PySpark's
-    and Py4J's own files (the function was running), and the exception is no
-    fault of the worker (:data:`PYTHON_FAULTS`, :data:`PYTHON_FAULT_NAMES`, or
-    a subclass of one, for a class of a module the driver has imported). A
-    worker that crashed or was killed raises no Python exception at all: a
-    SparkException, a fault.
+    Whose code raised it is decided by the first frame of the traceback past
+    PySpark's and Py4J's (the worker's own): the user's function, or timeshard's
+    own task (reading or writing parts; what it raises, also from pyarrow or the
+    standard library it calls, is a fault). Then the exception must be no fault
+    of the worker either (:data:`PYTHON_FAULTS` or a subclass, :data:`PYTHON_FAULT_NAMES`,
+    timeshard's own errors). A worker that crashed or was killed raises no Python
+    exception at all: a SparkException, a fault.
     """
     traceback = _python_traceback(error)
     if traceback is None:
         return None
     lines = traceback.splitlines()
     frames = [i for i, line in enumerate(lines) if line.startswith("  File ")]
-    if not frames or all(_in_spark(lines[i]) for i in frames):
+    first = next((lines[i] for i in frames if not _in_spark(lines[i])), None)
+    if first is None or _in_timeshard(first):
         return None
     raised = next(
         (line for line in lines[frames[-1] + 1 :] if line and not line[0].isspace()), None
@@ -255,30 +257,57 @@ def python_row_error(error: BaseException) -> str | None:
     return raised
 
 
+def _frame_path(frame: str) -> str:
+    """The file of a traceback's frame line (``  File "path", line n, in f``)."""
+    return frame.split('"')[1] if frame.count('"') >= 2 else frame
+
+
 def _in_spark(frame: str) -> bool:
-    """Whether a traceback's frame line (``  File "path", line n, in f``) is PySpark's,
-    Py4J's or timeshard's own code (its tasks read and write parts: what they raise is a
-    fault), not the user's function."""
-    path = frame.split('"')[1] if frame.count('"') >= 2 else frame
-    if path.startswith(_PACKAGE_DIR) or f"{os.sep}site-packages{os.sep}timeshard{os.sep}" in path:
-        return True
+    """Whether a traceback's frame is PySpark's or Py4J's own code (the worker's)."""
+    path = _frame_path(frame)
     return any(f"{os.sep}{package}{os.sep}" in path for package in ("pyspark", "py4j"))
 
 
-#: This installation's timeshard package, as a traceback's paths start with it.
+def _in_timeshard(frame: str) -> bool:
+    """Whether a traceback's frame is timeshard's own code: this installation's, or any
+    other's (a worker's, wherever it is installed) by the package's own module names."""
+    path = _frame_path(frame)
+    if path.startswith(_PACKAGE_DIR):
+        return True
+    _, found, rest = path.partition(f"{os.sep}timeshard{os.sep}")
+    return bool(found) and rest.split(os.sep, 1)[0] in _PACKAGE_ENTRIES
+
+
+#: This installation's timeshard package, as a traceback's paths start with it, and the
+#: names in it (subpackages and modules), by which another installation's paths are known.
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_PACKAGE_ENTRIES = frozenset(
+    name for name in os.listdir(_PACKAGE_DIR) if not name.startswith(("_", "."))
+) | {"__init__.py"}
 
 
 def _is_python_fault(name: str) -> bool:
-    """Whether the Python exception class ``name`` (as a traceback names it) is a fault."""
+    """Whether the Python exception class ``name`` (as a traceback names it) is a fault.
+
+    A class of the standard library is looked up in its module, imported if it
+    is not yet (a network error of ``urllib`` or ``http.client`` is an OSError
+    whatever the driver imported); another one's only in a module the driver
+    has imported (the user's function's module, and what it imports), as the
+    driver runs no other code to classify an error.
+    """
     import builtins
+    import importlib
     import sys
 
-    if name in PYTHON_FAULT_NAMES:
+    if name in PYTHON_FAULT_NAMES or name.startswith("timeshard."):
         return True
     module, _, attribute = name.rpartition(".")
-    # Only modules already imported: the driver imports nothing to classify an error.
-    owner = sys.modules.get(module) if module else builtins
+    owner: Any = builtins if not module else sys.modules.get(module)
+    if owner is None and module.split(".")[0] in sys.stdlib_module_names:
+        try:
+            owner = importlib.import_module(module)
+        except Exception:  # (the name as a traceback gives it may be no module's)
+            owner = None
     cls = getattr(owner, attribute, None) if owner is not None else None
     return isinstance(cls, type) and issubclass(cls, PYTHON_FAULTS)
 
