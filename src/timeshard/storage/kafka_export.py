@@ -272,6 +272,7 @@ class KafkaExport(ShardExport):
             self.export_id,
             self.timeout_s,
             end_own=self._end_own_transaction,
+            version=self.version,
         )
 
     def _end_own_transaction(self) -> None:
@@ -450,6 +451,7 @@ def read_progress(
     timeout_s: float,
     *,
     end_own: Callable[[], None] | None = None,
+    version: int | None = None,
 ) -> Progress | None:
     """The newest committed progress record of ``export_id`` (scanning back from the end).
 
@@ -464,7 +466,10 @@ def read_progress(
     and raises TimeoutError (a fault, retried) after ``timeout_s``. ``end_own``
     is called before that wait: it ends a transaction the export itself left
     open (the driver's, before its task's ``init_transactions`` would), which
-    nothing else ends before its ``transaction.timeout.ms``.
+    nothing else ends before its ``transaction.timeout.ms`` -- unless the
+    progress read so far is of a version newer than ``version`` (the caller's):
+    the open transaction may be that newer version's, in flight, which a stale
+    instance must not abort; it waits, and then learns it is fenced.
     """
     from confluent_kafka import Consumer
 
@@ -474,7 +479,8 @@ def read_progress(
         found = _scan(consumer, progress_topic, export_id, low, stable, timeout_s)
         high = _high_watermark(consumer, conf, progress_topic, timeout_s)
         if stable < high:
-            if end_own is not None:
+            newer = found is not None and _version_of(found[1]) > (version or 0)
+            if end_own is not None and not newer:
                 end_own()
             low, stable = _settled(consumer, progress_topic, high, timeout_s)
             found = _scan(consumer, progress_topic, export_id, low, stable, timeout_s)
@@ -522,6 +528,16 @@ def _scan(
             return found
         end, window = start, window * 4
     return None
+
+
+def _version_of(value: bytes | None) -> int:
+    """The version a progress record names (0 for a tombstone or a record it cannot read:
+    :func:`_progress_of` reports that one)."""
+    try:
+        version = json.loads(value or b"{}").get("version", 0)
+    except (ValueError, AttributeError):
+        return 0
+    return version if isinstance(version, int) else 0
 
 
 def _progress_of(topic: str, export_id: str, offset: int, value: bytes | None) -> Progress | None:
