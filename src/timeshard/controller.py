@@ -52,7 +52,7 @@ from timeshard.catalog import CatalogEntry, check_redeclared, read_catalog
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.errors import InvalidUsage, TimeshardError
 from timeshard.persist import PersistClient
-from timeshard.persist.holds import RetainedHistory, release_view_holds, view_hold_id
+from timeshard.persist.holds import release_view_holds, view_hold_id
 from timeshard.progress import Frontier
 from timeshard.spec import (
     ExportSpec,
@@ -404,17 +404,17 @@ def _plan_drop(
 def _drop(client: PersistClient, victim: Holder) -> None:
     """Release what ``victim`` holds; a view's shard closes first (no replica writes again,
     as in :meth:`~timeshard.compute.MaterializedView.drop`). Idempotent."""
-    from timeshard.compute.mv_sink import DEPLOY_READER
+    from timeshard.compute.mv_sink import release_view
 
     if victim.kind == "export":
         for shard in victim.holds:
             client.drop_critical_since(shard, f"{_EXPORT_HOLD}{victim.name}")
         return
-    if victim.name in client.list_shards():
-        client.close_shard(victim.name)
-        RetainedHistory.configure(client, victim.name, None)
-        client.drop_critical_since(victim.name, DEPLOY_READER)
-    release_view_holds(client, victim.name, victim.holds)
+    if victim.name not in client.list_shards():  # no shard: its input holds alone
+        release_view_holds(client, victim.name, victim.holds)
+        return
+    client.close_shard(victim.name)
+    release_view(client, victim.name, victim.holds)
 
 
 def _holders(client: PersistClient) -> dict[tuple[str, str], dict[str, Frontier]]:

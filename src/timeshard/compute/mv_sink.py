@@ -92,7 +92,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -278,6 +278,14 @@ class _Inflight:
     is_delta: bool
 
 
+def release_view(client: PersistClient, view: str, inputs: Iterable[str]) -> None:
+    """Release every durable hold of the view ``view``: its holds on ``inputs``, its
+    retained history and its deploy reader (a dropped view's; idempotent)."""
+    release_view_holds(client, view, inputs)
+    RetainedHistory.configure(client, view, None)
+    client.drop_critical_since(view, DEPLOY_READER)
+
+
 class MvSink:
     """Keeps the shard ``shard_id`` equal to ``desired`` at every time ``>= as_of``."""
 
@@ -449,10 +457,8 @@ class MvSink:
         wrote (read-only, or started after the writer stopped) releases them too.
         """
         self.close()
-        release_view_holds(self.client, self.shard_id, self.input_shards)
+        release_view(self.client, self.shard_id, self.input_shards)
         self._input_holds = []
-        RetainedHistory.configure(self.client, self.shard_id, None)
-        self.client.drop_critical_since(self.shard_id, DEPLOY_READER)
 
     def frontiers(self) -> SinkFrontiers:
         return SinkFrontiers(
