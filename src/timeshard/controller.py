@@ -326,8 +326,9 @@ def drop_object(client: PersistClient, name: str, *, cascade: bool = False) -> l
 
     Returns what was dropped, readers first. InvalidUsage, before anything is dropped,
     names an object that is none of these, one ``timeshard serve`` created (DROP it
-    there), a view some process runs (its shard has a live writer: stop it first), and,
-    without ``cascade``, the objects that hold the shard of ``name``.
+    there), a view some process runs (its shard has a live writer: stop it first) or
+    follows (its shard has a live leased reader: a read-only deployment hydrating it, a
+    subscribe), and, without ``cascade``, the objects that hold the shard of ``name``.
     """
     catalog = read_catalog(client)
     held = _holders(client)
@@ -398,6 +399,13 @@ def _plan_drop(
         if reader in path:
             continue
         _plan_drop(client, reader, cascade, catalog, held, victims, [*path, name])
+    follower = _follower(client, name)
+    if follower is not None:
+        raise InvalidUsage(
+            f"view {name!r} is followed by a live process (its shard's reader {follower!r} "
+            "renewed its lease in the last three heartbeat intervals: a read-only deployment "
+            "hydrating it, a subscribe or a query): stop that process, then drop it"
+        )
     victims.append(Holder(name, "view", held.get(("view", name), {})))
 
 
@@ -449,6 +457,24 @@ def _export_running(client: PersistClient, export: str, holds: Mapping[str, Fron
             if rid.rpartition(".")[0] == name and now - reader.last_heartbeat_ms <= 3 * interval:
                 return True
     return False
+
+
+def _follower(client: PersistClient, view: str) -> str | None:
+    """A leased reader of ``view``'s open shard that renewed its lease in the last three
+    heartbeat intervals (a process that follows the view: a read-only deployment, a
+    subscribe, a query), or None."""
+    if view not in client.list_shards():
+        return None
+    state = client.state(view)
+    if state.upper.is_empty():
+        return None
+    now, interval = client.config.now_ms(), client.config.heartbeat_interval_ms
+    live = (
+        rid
+        for rid, r in sorted(state.leased_readers.items())
+        if now - r.last_heartbeat_ms <= 3 * interval
+    )
+    return next(live, None)
 
 
 def _running(client: PersistClient, view: str) -> bool:

@@ -83,3 +83,45 @@ def test_status_shows_a_catalog_row_that_does_not_decode(tmp_path: Path) -> None
     assert out.exit_code == 1 and any(
         "('v', 'view')" in r["object"] for r in json.loads(out.output)
     ), out.output
+
+
+def test_drop_refuses_a_view_a_live_process_follows(tmp_path: Path) -> None:
+    """A view that no process writes but one follows (a read-only deployment hydrating
+    it, a subscribe) has no writer, and `timeshard drop` closed its shard under the
+    follower. A leased reader of the view's shard that renewed its lease lately is a
+    live follower: the drop is refused, and goes through once the follower is gone
+    (its lease no longer renewed)."""
+    import pyarrow as pa
+
+    from timeshard.catalog import record_view
+    from timeshard.compute.mv_sink import DEPLOY_READER
+    from timeshard.compute.view import ViewDefinition
+    from timeshard.controller import drop_object
+    from timeshard.location import Location
+    from timeshard.persist import PersistClient
+    from timeshard.persist.config import PersistConfig
+    from timeshard.persist.holds import view_hold_id
+
+    now = [1_000_000]
+    config = PersistConfig(heartbeat_interval_ms=0, clock=lambda: now[0])
+    client = PersistClient(Location.embedded(tmp_path), config)
+    schema = pa.schema([("n", pa.int64())])
+    for shard in ("kv", "v"):
+        writer = client.open_writer(shard, schema)
+        writer.append([((1,), 0, 1)], 0, 10)
+        writer.expire()
+    client.open_critical_since("v", DEPLOY_READER, "000000000001")
+    client.open_critical_since("kv", view_hold_id("v"), "")
+    record_view(client, ViewDefinition("v", {"t": "kv"}, "SELECT n FROM t"), 0)
+
+    follower = client.open_leased_reader("v", name="standby.v")
+    with pytest.raises(InvalidUsage, match="view 'v' is followed") as e:
+        drop_object(client, "v")
+    assert "standby.v" in str(e.value), str(e.value)
+    assert not client.state("v").upper.is_empty()
+    assert view_hold_id("v") in client.state("kv").critical_readers
+
+    now[0] += 10 * 60 * 1000  # the follower stopped renewing its lease ten minutes ago
+    assert [d.name for d in drop_object(client, "v")] == ["v"]
+    assert client.state("v").upper.is_empty()
+    del follower

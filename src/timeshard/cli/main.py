@@ -723,7 +723,8 @@ def drop(
     ``stalled``); a view's shard is closed, and its name is not used again. As
     ``DROP`` in ``timeshard serve``: an object others hold is refused unless
     ``--cascade``; an object ``timeshard serve`` created is dropped there; a
-    view a process still runs is refused. Nothing is dropped if any is refused.
+    view a process still runs or follows (a read-only deployment hydrating it, a
+    subscribe) is refused. Nothing is dropped if any is refused.
     """
     from timeshard.controller import drop_object
 
