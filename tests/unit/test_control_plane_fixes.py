@@ -8,6 +8,7 @@ is replaced where it would start Spark.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -125,3 +126,129 @@ def test_drop_refuses_a_view_a_live_process_follows(tmp_path: Path) -> None:
     assert [d.name for d in drop_object(client, "v")] == ["v"]
     assert client.state("v").upper.is_empty()
     del follower
+
+
+class _View:
+    """A stand-in of MaterializedView: ``install`` raises the next of ``faults`` (None:
+    installs), and records each view it installed."""
+
+    faults: ClassVar[list[BaseException | None]] = []
+    installed: ClassVar[list[str]] = []
+    closed: ClassVar[list[str]] = []
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sink = type("Sink", (), {"last_error": None})()
+
+    @classmethod
+    def install(cls, spark: object, client: object, definition: object, **kw: object) -> _View:
+        fault = cls.faults.pop(0) if cls.faults else None
+        if fault is not None:
+            raise fault
+        name = definition.name  # type: ignore[attr-defined]
+        cls.installed.append(name)
+        return cls(name)
+
+    def step(self) -> None:
+        pass
+
+    def close(self) -> None:
+        _View.closed.append(self.name)
+
+
+class _Ingestion:
+    def __init__(self, spark: object, client: object, source: object, **kw: object) -> None:
+        self.output = source.name  # type: ignore[attr-defined]
+        self.exports: dict[str, object] = {}
+
+    def step(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def standins(monkeypatch: pytest.MonkeyPatch) -> type[_View]:
+    import timeshard.controller as controller
+
+    monkeypatch.setattr(controller, "Ingestion", _Ingestion)
+    monkeypatch.setattr(controller, "MaterializedView", _View)
+    _View.faults, _View.installed, _View.closed = [], [], []
+    return _View
+
+
+def test_a_fault_while_a_view_is_installed_is_retried_and_shown_stalled(
+    tmp_path: Path, standins: type[_View]
+) -> None:
+    """It ended the run (raised out of the pipeline's build), unlike a fault of any tick.
+    Now the view is stalled with the fault, a view that reads it waits for it, and the
+    next step installs each once."""
+    import timeshard.controller as controller
+    from timeshard.errors import Determinate
+    from timeshard.location import Location
+    from timeshard.persist import PersistClient
+    from timeshard.spec import RunSpec, SourceSpec, ViewSpec
+    from timeshard.storage.health import latest_health
+
+    client = PersistClient(Location.embedded(tmp_path))
+    spec = RunSpec(
+        source=[SourceSpec(name="a", kind="counter")],
+        view=[
+            ViewSpec(name="v", inputs={"t": "a"}, sql="SELECT * FROM t"),
+            ViewSpec(name="w", inputs={"t": "v"}, sql="SELECT * FROM t"),
+            ViewSpec(name="x", inputs={"t": "a"}, sql="SELECT * FROM t"),
+        ],
+    )
+    standins.faults = [Determinate("consensus unreachable"), None]
+    pipeline = controller.Pipeline(None, client, spec)
+    try:
+        assert "consensus unreachable" in pipeline.first_failures["v"]
+        assert "'v'" in pipeline.first_failures["w"]  # waits for v
+        assert standins.installed == ["x"]
+        health = latest_health(client)
+        assert health["v"]["status"] == "stalled"
+        assert "consensus unreachable" in health["v"]["error"]
+        assert pipeline.step() == {}
+        assert standins.installed == ["x", "v", "w"]
+        assert pipeline.step() == {}
+        assert standins.installed == ["x", "v", "w"]  # each installed once
+        assert sorted(v.name for v in pipeline.views) == ["v", "w", "x"]
+    finally:
+        pipeline.close()
+    assert sorted(standins.closed) == ["v", "w", "x"]
+
+
+@pytest.mark.parametrize(
+    ("refusal", "said"),
+    [
+        (InvalidUsage("view 'v' exists with schema ..."), "exists with schema"),
+        (
+            "analysis",
+            "view 'v': Spark rejects its query: .*UNRESOLVED_COLUMN",
+        ),
+    ],
+)
+def test_a_refused_view_still_ends_the_run(
+    tmp_path: Path, standins: type[_View], refusal: object, said: str
+) -> None:
+    """A refusal is not retried (retrying cannot help); a query Spark's analysis rejects
+    is one too, an InvalidUsage naming the view (it was a traceback)."""
+    from pyspark.errors import AnalysisException
+
+    import timeshard.controller as controller
+    from timeshard.location import Location
+    from timeshard.persist import PersistClient
+    from timeshard.spec import RunSpec, SourceSpec, ViewSpec
+
+    client = PersistClient(Location.embedded(tmp_path))
+    spec = RunSpec(
+        source=[SourceSpec(name="a", kind="counter")],
+        view=[ViewSpec(name="v", inputs={"t": "a"}, sql="SELECT * FROM t")],
+    )
+    if refusal == "analysis":
+        refusal = AnalysisException("[UNRESOLVED_COLUMN] A column `nope` cannot be resolved.")
+    assert isinstance(refusal, Exception)
+    standins.faults = [refusal]
+    with pytest.raises(InvalidUsage, match=said):
+        controller.Pipeline(None, client, spec)
