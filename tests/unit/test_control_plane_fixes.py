@@ -252,3 +252,48 @@ def test_a_refused_view_still_ends_the_run(
     standins.faults = [refusal]
     with pytest.raises(InvalidUsage, match=said):
         controller.Pipeline(None, client, spec)
+
+
+def test_a_fault_reading_the_uppers_a_run_prints_does_not_end_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After each tick run prints every shard's upper, read from consensus: a consensus
+    fault there ended the run (with a traceback), though the tick itself had gone on."""
+    from typer.testing import CliRunner
+
+    import timeshard.controller
+    import timeshard.spark
+    from timeshard.cli.main import app
+    from timeshard.errors import Determinate
+    from timeshard.progress import Frontier
+
+    class Spark:
+        def stop(self) -> None:
+            pass
+
+    class Pipeline:
+        reads = 0
+
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            self.undeclared: list[object] = []
+            self.first_failures: dict[str, str] = {}
+
+        def step(self) -> dict[str, str]:
+            return {}
+
+        def uppers(self) -> dict[str, Frontier]:
+            Pipeline.reads += 1
+            if Pipeline.reads == 1:
+                raise Determinate("consensus unreachable")
+            return {"a": Frontier.minimum()}
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(timeshard.spark, "spark_session", lambda **kw: Spark())
+    monkeypatch.setattr(timeshard.controller, "Pipeline", Pipeline)
+    f = tmp_path / "run.toml"
+    f.write_text(f'[location]\ndir = "{tmp_path / "loc"}"\n')
+    out = CliRunner().invoke(app, ["run", str(f), "--seconds", "1.5"])
+    assert out.exit_code == 0, (out.output, out.exception)
+    assert "consensus unreachable" in out.output and Pipeline.reads >= 2, out.output
