@@ -31,6 +31,10 @@ Invariants:
    location; a bad declaration fails with InvalidUsage and writes nothing.
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
+   So is a fault while a view is installed or an export built: the object is
+   ``stalled`` with it, what reads a view not installed yet waits for it, and
+   each step tries again until each is built, once. A refusal (InvalidUsage,
+   a query Spark rejects) ends the build: retrying cannot help.
 3. ``close`` stops every view's background I/O, and closes every object even
    if some close fails; a step after it is an error. A pipeline whose
    building fails closes what it had built.
@@ -57,6 +61,7 @@ from timeshard.progress import Frontier
 from timeshard.spec import (
     ExportSpec,
     RunSpec,
+    ViewSpec,
     build_source,
     check_spec_writers,
     shard_owners,
@@ -86,6 +91,10 @@ class Pipeline:
     ) -> None:
         sources = [build_source(s) for s in spec.source]
         self.client = client
+        self._spark = spark
+        self._view_tick_s = view_tick_s
+        #: The declared views and exports not built yet, in declaration order.
+        self._unbuilt: list[ViewSpec | ExportSpec] = [*spec.view, *spec.export]
         self.ingestions: list[Ingestion] = []
         self.views: list[MaterializedView] = []
         self.exports: list[ShardExport] = []
@@ -117,22 +126,8 @@ class Pipeline:
                     )
                 )
             self.first_failures = self._step_ingestions()
-            for v in spec.view:
-                definition = ViewDefinition(
-                    v.name,
-                    v.inputs,
-                    v.sql,
-                    refresh_every_ms=v.refresh_every_ms,
-                    retain_history_ms=v.retain_history_ms,
-                )
-                self.views.append(
-                    MaterializedView.install(spark, client, definition, tick_interval_s=view_tick_s)
-                )
-            for e in spec.export:
-                self.exports.append(build_export(spark, client, e))
             self.health = Health(client, clock)
-            for export in self.exports:
-                self.health.report_or_log(export.export_id, "starting")
+            self.first_failures |= self._build()
             #: The objects the location has, the declaration does not, that hold shards.
             self.undeclared = undeclared_holders(client, spec, catalog)
             for held in self.undeclared:
@@ -153,8 +148,59 @@ class Pipeline:
                 failures[ingestion.output] = _failure(e)
         return failures
 
+    def _build(self) -> dict[str, str]:
+        """Install the views and build the exports not built yet, in declaration order; the
+        failures, by object (each reported ``stalled``).
+
+        A fault (I/O, consensus, the JVM) leaves the object to the next step; an object
+        that reads a view not installed yet waits for it. A refusal (InvalidUsage, a query
+        Spark rejects) is raised: the declaration is wrong, and retrying cannot help.
+        """
+        assert self.health is not None
+        failures: dict[str, str] = {}
+        waiting: set[str] = set()
+        for declared in list(self._unbuilt):
+            view = isinstance(declared, ViewSpec)
+            reads = _reads(declared)
+            waits = sorted(reads & waiting)
+            if waits:
+                failures[declared.name] = f"waits for view {waits[0]!r}, not installed yet"
+                waiting.add(declared.name)
+                continue
+            try:
+                if isinstance(declared, ViewSpec):
+                    self.views.append(self._install(declared))
+                else:
+                    self.exports.append(build_export(self._spark, self.client, declared))
+            except Exception as e:
+                refusal = _refusal(declared.name, e, view=view)
+                if refusal is not None:
+                    raise refusal from e
+                failures[declared.name] = _failure(e)
+                waiting.add(declared.name)
+                continue
+            self._unbuilt.remove(declared)
+            if not view:
+                self.health.report_or_log(declared.name, "starting")
+        for name, failure in failures.items():
+            self.health.report_or_log(name, "stalled", failure)
+        return failures
+
+    def _install(self, v: ViewSpec) -> MaterializedView:
+        definition = ViewDefinition(
+            v.name,
+            v.inputs,
+            v.sql,
+            refresh_every_ms=v.refresh_every_ms,
+            retain_history_ms=v.retain_history_ms,
+        )
+        return MaterializedView.install(
+            self._spark, self.client, definition, tick_interval_s=self._view_tick_s
+        )
+
     def step(self) -> dict[str, str]:
-        """One tick of every source, then of every view; the failures, by object.
+        """One tick of every source, then of every view; the failures, by object. A view
+        or export not built yet (a fault) is built first (invariant 2).
 
         One object's failure does not keep the others from their tick: a
         failing source is marked ``stalled`` (with the error) and tried again
@@ -164,6 +210,8 @@ class Pipeline:
         assert not self._closed, "step after close"
         assert self.health is not None
         failures = self._step_ingestions()
+        if self._unbuilt:
+            failures |= self._build()
         for view in self.views:
             view.step()
             if view.sink.last_error is not None:
@@ -206,6 +254,31 @@ class Pipeline:
                 failure = failure or e
         if failure is not None:
             raise failure
+
+
+def _reads(declared: ViewSpec | ExportSpec) -> set[str]:
+    """The shards a declared view or export reads."""
+    if isinstance(declared, ViewSpec):
+        return set(declared.inputs.values())
+    return {declared.input}
+
+
+def _refusal(name: str, error: Exception, *, view: bool) -> InvalidUsage | None:
+    """The refusal ``error`` is, building the object ``name`` (None for a fault, to retry):
+    an InvalidUsage, or the query of a view that Spark's analysis rejects (the analysis
+    reads no part: a fault never reaches it)."""
+    if isinstance(error, InvalidUsage):
+        return error
+    if not view:
+        return None
+    try:
+        from pyspark.errors import AnalysisException
+    except ImportError:  # no Spark: no query was analysed
+        return None
+    if isinstance(error, AnalysisException):
+        first = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+        return InvalidUsage(f"view {name!r}: Spark rejects its query: {first[:1000]}")
+    return None
 
 
 def _failure(error: Exception) -> str:
@@ -326,8 +399,9 @@ def drop_object(client: PersistClient, name: str, *, cascade: bool = False) -> l
 
     Returns what was dropped, readers first. InvalidUsage, before anything is dropped,
     names an object that is none of these, one ``timeshard serve`` created (DROP it
-    there), a view some process runs (its shard has a live writer: stop it first), and,
-    without ``cascade``, the objects that hold the shard of ``name``.
+    there), a view some process runs (its shard has a live writer: stop it first) or
+    follows (its shard has a live leased reader: a read-only deployment hydrating it, a
+    subscribe), and, without ``cascade``, the objects that hold the shard of ``name``.
     """
     catalog = read_catalog(client)
     held = _holders(client)
@@ -398,6 +472,13 @@ def _plan_drop(
         if reader in path:
             continue
         _plan_drop(client, reader, cascade, catalog, held, victims, [*path, name])
+    follower = _follower(client, name)
+    if follower is not None:
+        raise InvalidUsage(
+            f"view {name!r} is followed by a live process (its shard's reader {follower!r} "
+            "renewed its lease in the last three heartbeat intervals: a read-only deployment "
+            "hydrating it, a subscribe or a query): stop that process, then drop it"
+        )
     victims.append(Holder(name, "view", held.get(("view", name), {})))
 
 
@@ -449,6 +530,24 @@ def _export_running(client: PersistClient, export: str, holds: Mapping[str, Fron
             if rid.rpartition(".")[0] == name and now - reader.last_heartbeat_ms <= 3 * interval:
                 return True
     return False
+
+
+def _follower(client: PersistClient, view: str) -> str | None:
+    """A leased reader of ``view``'s open shard that renewed its lease in the last three
+    heartbeat intervals (a process that follows the view: a read-only deployment, a
+    subscribe, a query), or None."""
+    if view not in client.list_shards():
+        return None
+    state = client.state(view)
+    if state.upper.is_empty():
+        return None
+    now, interval = client.config.now_ms(), client.config.heartbeat_interval_ms
+    live = (
+        rid
+        for rid, r in sorted(state.leased_readers.items())
+        if now - r.last_heartbeat_ms <= 3 * interval
+    )
+    return next(live, None)
 
 
 def _running(client: PersistClient, view: str) -> bool:

@@ -33,6 +33,7 @@ from pydantic import (
     StrictInt,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from timeshard.errors import InvalidUsage
@@ -105,6 +106,25 @@ class LocationSpec(_Strict):
         if value is not None and not value.strip():
             raise ValueError(f"must name a location, got {value!r} (leave it out for the default)")
         return value
+
+    @model_validator(mode="after")
+    def _one_location(self) -> LocationSpec:
+        """A directory, or a blob and a consensus URI: one location, named one way."""
+        given = {k: v for k, v in (("blob", self.blob), ("consensus", self.consensus)) if v}
+        if self.dir is not None and given:
+            uris = " and ".join(f"{k} {v!r}" for k, v in given.items())
+            raise ValueError(
+                f"dir {self.dir!r} and {uris} name two locations: give dir, or blob and "
+                "consensus, not both"
+            )
+        if len(given) == 1:
+            [(have, uri)] = given.items()
+            lacking = "consensus" if have == "blob" else "blob"
+            raise ValueError(
+                f"{have} {uri!r} goes with {lacking}: give both, or neither (then dir names "
+                "the location)"
+            )
+        return self
 
 
 class SparkSpec(_Strict):

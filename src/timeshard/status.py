@@ -30,7 +30,9 @@ Invariants:
    shard and the catalog, read on the pyarrow path.
 2. An object whose state (or, for the status and catalog shards, whose
    content) cannot be read is a row of kind ``unreadable`` holding the error;
-   the others are shown all the same.
+   the others are shown all the same. So is each catalog row that does not
+   decode (object ``timeshard_catalog row ('name', 'kind')``): it is never
+   skipped.
 """
 
 from __future__ import annotations
@@ -107,8 +109,9 @@ def _catalog_entries(
 ) -> list[CatalogEntry]:
     """The catalog's entries.
 
-    A catalog row that does not decode is skipped (``verify`` reports it); a
-    catalog shard whose content cannot be read joins ``states``.
+    A catalog row that does not decode joins ``states`` as ``timeshard_catalog row
+    (name, kind)`` with its error (:func:`catalog_row_object`); a catalog shard whose
+    content cannot be read joins ``states`` as itself.
     """
     from timeshard.catalog import CATALOG_SHARD, CatalogEntry, catalog_rows
 
@@ -123,9 +126,16 @@ def _catalog_entries(
     for row in rows:
         try:
             out.append(CatalogEntry.from_row(row))
-        except TimeshardError:
-            continue
+        except TimeshardError as e:  # shown as its own row, as ``verify`` reports it
+            states[catalog_row_object(row)] = e
     return out
+
+
+def catalog_row_object(row: dict[str, Any]) -> str:
+    """The ``object`` of the status row of a catalog row that does not decode."""
+    from timeshard.catalog import CATALOG_SHARD
+
+    return f"{CATALOG_SHARD} row ({row.get('name')!r}, {row.get('kind')!r})"
 
 
 def _view_paths(entries: list[CatalogEntry]) -> dict[str, tuple[str | None, str | None]]:

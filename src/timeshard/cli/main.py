@@ -679,7 +679,10 @@ def run(
                 raise typer.Exit(JVM_EXITED)
             tick = time.monotonic()
             failures = pipeline.step()
-            uppers = ", ".join(f"{s}@{upper}" for s, upper in pipeline.uppers().items())
+            try:  # a fault reading them is shown; the objects go on (their health says)
+                uppers = ", ".join(f"{s}@{upper}" for s, upper in pipeline.uppers().items())
+            except Exception as e:
+                uppers = f"uppers unknown: {type(e).__name__}: {str(e)[:300]}"
             console.print(f"tick {time.monotonic() - tick:.2f} s: {escape(uppers)}")
             for obj, error in failures.items():  # retried on the next tick
                 err_console.print(f"stalled: {escape(obj)}: {escape(error)}", soft_wrap=True)
@@ -723,7 +726,8 @@ def drop(
     ``stalled``); a view's shard is closed, and its name is not used again. As
     ``DROP`` in ``timeshard serve``: an object others hold is refused unless
     ``--cascade``; an object ``timeshard serve`` created is dropped there; a
-    view a process still runs is refused. Nothing is dropped if any is refused.
+    view a process still runs or follows (a read-only deployment hydrating it, a
+    subscribe) is refused. Nothing is dropped if any is refused.
     """
     from timeshard.controller import drop_object
 

@@ -62,8 +62,9 @@ def status(
     if its catalog entry predates that); below the table, each view on the
     full path says why (``timeshard explain VIEW`` shows more). A shard whose
     state (or, for the status and catalog shards, whose content) cannot be
-    read is shown with kind ``unreadable`` and the error; the exit code is
-    then 1.
+    read is shown with kind ``unreadable`` and the error, and so is each
+    catalog row that does not decode (``timeshard_catalog row ('name',
+    'kind')``); the exit code is then 1.
     """
     rows = status_rows(PersistClient(location_from(location, blob, consensus)))
     if as_json:
