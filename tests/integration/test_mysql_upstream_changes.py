@@ -145,3 +145,31 @@ def test_a_row_image_without_every_column_is_an_err_row_not_a_lost_update(
     [err] = errors(got)
     assert "column 'b' (text) is not in the row image" in err and "binlog_row_image" in err, got
     assert got[("1", "10", "blob")] == 1, got
+
+
+def test_a_retried_first_read_after_a_restart_keeps_the_recorded_columns(
+    upstream: Upstream,
+) -> None:
+    """A first read that failed, a table altered, then the retry in a new process: built
+    again, the source took the table's columns from upstream (another output schema than
+    the shard's, or rows of the new shape read as the old); pinned to the columns the
+    catalog recorded, a tolerated change is ignored and an incompatible one is an err row."""
+    upstream.sql("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    upstream.sql("INSERT INTO t VALUES (1, 1)")
+    name = f"my_{uuid.uuid4().hex[:8]}"
+    first = MySqlSource(name, upstream.url)
+    origin = dict(first.upper())  # the first binding; its read fails
+    recorded = {"table_columns": first.recorded_columns()}
+    upstream.sql("ALTER TABLE t ADD COLUMN w int")
+    again = MySqlSource(name, upstream.url)
+    assert again.outputs() != first.outputs()
+    again.pin_recorded(recorded)
+    assert again.outputs() == first.outputs()
+    assert shard(again, read_raw(again, {}, origin)) == {"t": Counter({("1", "1"): 1})}
+    upstream.sql("ALTER TABLE t DROP COLUMN w, DROP COLUMN v, ADD COLUMN v int")
+    third = MySqlSource(name, upstream.url)
+    third.pin_recorded(recorded)
+    (err,) = errors(shard(third, read_raw(third, {}, origin))["t"])
+    assert err.startswith("t: altered upstream"), err
+    with pytest.raises(InvalidUsage, match=r"recorded columns of 't' are not"):
+        third.pin_recorded({"table_columns": {"t": [["id", "int"]]}})

@@ -824,3 +824,40 @@ def test_the_recorded_columns_win_over_upstream_on_a_later_build(upstream: Upstr
     assert error is not None and "column 'v' was dropped and added again" in error, error
     with pytest.raises(InvalidUsage, match=r"recorded columns of .* are not"):
         third.pin_recorded({"table_columns": {f"{upstream.schema}.t": [["id", "23", -1, 1]]}})
+
+
+def test_a_table_rewritten_by_an_alter_type_using_is_an_err_row_not_stale_rows(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """``ALTER COLUMN ... TYPE <same type> USING expr`` rewrites every row and sends no change
+    (its Relation message, if any, is the same as before): read on, the shard kept the old
+    values. A VACUUM FULL (a rewrite of the same values) or a SET NOT NULL alone is none."""
+    upstream.create("t", "id int, v int")
+    upstream.create("u", "id int")
+    upstream.publish("t", "u")
+    upstream.txn(("t", "INSERT INTO {t} VALUES (1, 1)", None))
+    client, name, ing = started(spark, upstream, tmp_path)
+    ing.step()
+    t, u = f"{name}.{upstream.schema}.t", f"{name}.{upstream.schema}.u"
+    upstream.sql(sql.SQL("ALTER TABLE {} ALTER COLUMN v SET NOT NULL").format(upstream.name("t")))
+    ing.step()
+    upstream.sql(sql.SQL("VACUUM FULL {}").format(upstream.name("t")))
+    ing.step()
+    upper = client.state(t).upper.time
+    assert upper is not None
+    assert output_rows(client, t, upper - 1, ["id", "v"]) == [(1, 1)]
+    upstream.sql(
+        sql.SQL("ALTER TABLE {} ALTER COLUMN v TYPE int USING v + 10").format(upstream.name("t"))
+    )
+    upstream.txn(("u", "INSERT INTO {t} VALUES (1)", None))
+    ing.step()
+    ing.step()
+    upper = client.state(t).upper.time
+    assert upper is not None
+    rows = output_rows(client, t, upper - 1, ["id", "v"])
+    assert output_rows(client, u, upper - 1, ["id"]) == [(1,)]
+    ing.close()
+    errors = [r[1] for r in rows if r[0] == "ERR"]
+    assert len(errors) == 1 and errors[0].startswith(f"{upstream.schema}.t: rewritten upstream"), (
+        rows
+    )

@@ -83,7 +83,11 @@ partitioning (it may change existing values with no row event: a column
 dropped and added again, columns swapped, ``varchar`` made ``char``), parsed
 by :mod:`timeshard.storage.mysql_ddl`, is one err row at its transaction,
 naming the change; the err row is never retracted, so the subsource stays
-errored. Only InnoDB tables are read (the consistent snapshot covers no
+errored. A build takes each table's columns from upstream, unless
+:meth:`MySqlSource.pin_recorded` holds it to those the catalog recorded
+when the source was first built (a restart, or a first read retried by
+another process, after the table was altered, keeps its output schema and
+errs the table as above). Only InnoDB tables are read (the consistent snapshot covers no
 other engine): the constructor refuses others, naming them, and refuses the
 child table of a foreign key that cascades (``ON DELETE|UPDATE CASCADE``,
 ``SET NULL``, ``SET DEFAULT``: InnoDB logs no row events of what it does to
@@ -458,6 +462,32 @@ class MySqlSource:
         """Nothing: the source created nothing on the server."""
         return None
 
+    def recorded_columns(self) -> dict[str, list[list[Any]]]:
+        """Per table, its columns as ``[name, data type, unsigned, precision, scale, fsp,
+        length, charset]`` lists: what the catalog records for :meth:`pin_recorded`."""
+        return {
+            t.name: [
+                [c.name, c.data_type, c.unsigned, c.precision, c.scale, c.fsp, c.length, c.charset]
+                for c in t.columns
+            ]
+            for t in self.tables
+        }
+
+    def pin_recorded(self, options: Mapping[str, Any]) -> None:
+        """Hold each table to the columns the catalog recorded for it
+        (``options["table_columns"]``, :meth:`recorded_columns`), not those it has upstream now.
+
+        Built again (a restart, a first read retried by a new process) after a table was
+        altered upstream, the source would otherwise take the new columns: an output
+        schema other than the shard's, or rows of the new shape read as the old. Pinned,
+        columns added at the end are left out, and the change of a recorded one is an err
+        row (the snapshot's or the ALTER's). A table the record does not name takes its
+        columns from upstream.
+        """
+        columns = options.get("table_columns")
+        if isinstance(columns, Mapping):
+            self.tables = [_with_recorded_columns(t, columns.get(t.name)) for t in self.tables]
+
     # -- the server, on the driver ---------------------------------------------------------
 
     def _check_settings(self, conn: Any) -> None:
@@ -538,6 +568,34 @@ class MySqlSource:
                     )
             tables.append(Table(name, columns))
         return tables
+
+
+def _with_recorded_columns(table: Table, recorded: Any) -> Table:
+    """``table`` with the columns a catalog entry recorded for it (None: as it is)."""
+    if recorded is None:
+        return table
+    shape = (str, str, bool, (int, None), (int, None), int, (int, None), (str, None))
+
+    def fits(value: Any, kind: Any) -> bool:
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        return any(
+            value is None
+            if k is None
+            else isinstance(value, k) and (k is bool or not isinstance(value, bool))
+            for k in kinds
+        )
+
+    if not isinstance(recorded, list) or not all(
+        isinstance(c, list)
+        and len(c) == len(shape)
+        and all(fits(v, k) for v, k in zip(c, shape, strict=True))
+        for c in recorded
+    ):
+        raise InvalidUsage(
+            f"the recorded columns of {table.name!r} are not [name, data type, unsigned, "
+            f"precision, scale, fsp, length, charset] lists: {recorded!r}"
+        )
+    return Table(table.name, tuple(Column(*c) for c in recorded))
 
 
 def _refuse_cascades(source: str, conn: Any, database: str, names: Sequence[str]) -> None:

@@ -75,7 +75,12 @@ the change, while the other tables go on. So is a table that left the
 publication (checked by OID at the start of every read): one err row when a
 read first finds it gone (written again only if no commit made it durable,
 or by a process started after), and its changes if it is published again,
-since those in between were not sent. The stream names a table by its
+since those in between were not sent. So is a table rewritten upstream
+with its values changed and no change sent (``ALTER COLUMN ... TYPE`` to
+the same type ``USING`` an expression): found at the start of a read as new
+storage files and a declared column's catalog row written since the last
+check (:class:`StorageMark`; the first check is at the build, so such an
+ALTER while no process ran goes unseen). The stream names a table by its
 OID, so a table renamed upstream is still read, and a table created again
 under the name of one dropped is such an error too, also when that happened
 while no process ran: the OIDs are recorded in the catalog when the source is
@@ -264,6 +269,10 @@ class PostgresSource:
         self._left: dict[int, str] = {}
         self._reported: set[int] = set()
         self._announced: dict[int, int] = {}
+        #: Per table (by index), its storage and its columns' catalog rows when last checked.
+        self._storage: dict[int, StorageMark] = {}
+        with self._connect() as conn:
+            self._storage = storage_marks(conn, self.tables)
         if not self._slot_declared:
             self.slot = self._kept_slot(slot, _legacy_slot(name))
         if create_slot:
@@ -557,7 +566,8 @@ class PostgresSource:
         )
 
     def _check_membership(self, offset: int) -> tuple[int, ...]:
-        """Note the tables (by OID) no longer in the publication; the indexes of those whose
+        """Note the tables (by OID) no longer in the publication, and those rewritten upstream
+        since the last check (:meth:`StorageMark.rewritten_since`); the indexes of those whose
         err row this read writes, at ``offset`` (until a commit past it makes it durable).
 
         A table that was dropped is not one (its rows stay, as the module doc says).
@@ -570,12 +580,20 @@ class PostgresSource:
                 "FROM pg_class c WHERE c.oid::bigint = ANY(%s)",
                 (self.publication, [t.oid for t in self.tables]),
             ).fetchall()
+            marks = storage_marks(conn, self.tables)
         published = dict(rows)
         for index, table in enumerate(self.tables):
             if published.get(table.oid, True) is False and index not in self._left:
                 self._left[index] = (
                     f"left the publication {self.publication!r} (its changes are no longer sent)"
                 )
+            mark, before = marks.get(index), self._storage.get(index)
+            if mark is not None and before is not None and index not in self._left:
+                why = mark.rewritten_since(before)
+                if why is not None:
+                    self._left[index] = why
+            if mark is not None:
+                self._storage[index] = mark
         announce = tuple(i for i in sorted(self._left) if i not in self._reported)
         for index in announce:
             self._announced[index] = min(offset, self._announced.get(index, offset))
@@ -736,6 +754,60 @@ def _catalog_change(conn: Any, oid: int, declared: Sequence[Column]) -> str | No
         (oid,),
     ).fetchall()
     return incompatibility(declared, [Column(*row) for row in rows]) if rows else None
+
+
+@dataclass(frozen=True)
+class StorageMark:
+    """Where a table's rows are stored (the ``relfilenode`` of it and of its partitions) and
+    the transaction that last wrote each of its declared columns' ``pg_attribute`` rows."""
+
+    files: frozenset[int]
+    columns: tuple[tuple[str, int], ...]
+
+    def rewritten_since(self, before: StorageMark) -> str | None:
+        """Why the table's values may have changed with no change sent, since ``before``.
+
+        ``ALTER TABLE ... ALTER COLUMN c TYPE t USING expr`` to the type ``c`` already has
+        rewrites every row (new files) and writes ``c``'s catalog row, and logical
+        replication sends nothing of it: its Relation message, if any, is the one before.
+        A rewrite alone (``VACUUM FULL``, ``CLUSTER``, ``SET TABLESPACE``) keeps every
+        value, and so does a catalog row written alone (``SET NOT NULL``, a type change
+        that needs no rewrite); both at once, between two checks, are taken as such an
+        ALTER (a ``SET NOT NULL`` and a ``VACUUM FULL`` between two reads also are).
+        """
+        if self.files == before.files:
+            return None
+        was = dict(before.columns)
+        written = [name for name, xmin in self.columns if was.get(name, xmin) != xmin]
+        if not written:
+            return None
+        return (
+            f"rewritten upstream with its columns {written} altered (ALTER TABLE ... ALTER "
+            "COLUMN ... TYPE ... USING?): its rows may have changed with no change sent"
+        )
+
+
+def storage_marks(conn: Any, tables: Sequence[Table]) -> dict[int, StorageMark]:
+    """Each table's :class:`StorageMark` now, by index (a table that is gone has none)."""
+    out: dict[int, StorageMark] = {}
+    for index, table in enumerate(tables):
+        files = conn.execute(
+            "SELECT c.relfilenode::bigint FROM pg_class c WHERE c.oid::bigint = %s "
+            "OR c.oid IN (SELECT relid FROM pg_partition_tree(%s::oid))",
+            (table.oid, table.oid),
+        ).fetchall()
+        rows = conn.execute(
+            "SELECT attname, xmin::text::bigint FROM pg_attribute "
+            "WHERE attrelid = %s::oid AND attnum > 0 AND NOT attisdropped",
+            (table.oid,),
+        ).fetchall()
+        if files:
+            declared = {c.name for c in table.columns}
+            out[index] = StorageMark(
+                frozenset(f for (f,) in files),
+                tuple(sorted((n, x) for n, x in rows if n in declared)),
+            )
+    return out
 
 
 # -- what the tasks run --------------------------------------------------------------------
