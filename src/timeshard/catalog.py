@@ -41,7 +41,9 @@ Definitions:
   (subsource -> its columns then), which a later build keeps: see
   :meth:`~timeshard.storage.postgres_source.PostgresSource.pin_recorded`);
   a MYSQL source's ``name``,
-  ``url`` without its password and ``tables``; a load generator's
+  ``url`` without its password, ``tables`` and ``table_columns`` (table ->
+  its columns when the source was first built, which a later build keeps:
+  :meth:`~timeshard.storage.mysql_source.MySqlSource.pin_recorded`); a load generator's
   dataclass fields but its ``ticks``, which is progress, not declaration),
   ``remap`` (the remap shard) and ``exports`` (shard -> ``subsource``,
   ``envelope``, ``key_columns``). The options are what ``timeshard verify``
@@ -498,6 +500,7 @@ def source_options(source: Any) -> dict[str, Any]:
             "name": source.name,
             "url": f"mysql://{user}@{server.host}:{server.port}/{database}",  # no password
             "tables": [t.name for t in source.tables],
+            "table_columns": source.recorded_columns(),
         }
     if isinstance(source, PostgresSource):
         return {

@@ -653,3 +653,31 @@ def test_a_gtid_position_gone_backwards_is_a_definite_error(
         restarted.close()
     finally:
         server.cleanup()
+
+
+def test_a_restart_after_a_column_was_added_upstream_keeps_the_recorded_columns(
+    spark: SparkSession, upstream: Upstream, tmp_path: Path
+) -> None:
+    """The catalog records each table's columns; a restart after ``ADD COLUMN`` keeps them
+    (it built the source from upstream's columns: a schema other than the shard's, and the
+    ingestion refused to start), and the row added since reads in the recorded columns."""
+    upstream.sql("CREATE TABLE t (id int PRIMARY KEY, v int)")
+    upstream.txn(("INSERT INTO t VALUES (1, 1)", None))
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    clock = itertools.count(1)
+    name = f"my_{uuid.uuid4().hex[:8]}"
+
+    def ingestion() -> Ingestion:
+        return Ingestion(spark, client, MySqlSource(name, upstream.url), clock=lambda: next(clock))
+
+    first = ingestion()
+    first.step()
+    first.close()
+    upstream.sql("ALTER TABLE t ADD COLUMN w int")
+    upstream.txn(("INSERT INTO t VALUES (2, 2, 20)", None))
+    again = ingestion()
+    again.step()
+    upper = client.state(f"{name}.t").upper.time
+    assert upper is not None
+    assert output_rows(client, f"{name}.t", upper - 1, ["id", "v"]) == [(1, 1), (2, 2)]
+    again.close()

@@ -197,7 +197,9 @@ def mysql_source(options: Mapping[str, Any]) -> Any:
 
     try:
         url = str(options["url"])
-        return MySqlSource(str(options["name"]), url, tables=[str(t) for t in options["tables"]])
+        source = MySqlSource(str(options["name"]), url, tables=[str(t) for t in options["tables"]])
+        source.pin_recorded(options)
+        return source
     except (KeyError, TypeError, ValueError) as e:
         raise InvalidUsage(f"cannot rebuild the MYSQL source from {dict(options)!r}: {e}") from e
 
