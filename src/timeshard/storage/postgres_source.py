@@ -788,24 +788,34 @@ class StorageMark:
 
 
 def storage_marks(conn: Any, tables: Sequence[Table]) -> dict[int, StorageMark]:
-    """Each table's :class:`StorageMark` now, by index (a table that is gone has none)."""
+    """Each table's :class:`StorageMark` now, by index (a table that is gone has none).
+
+    Two queries whatever the number of tables (it runs at the start of every read).
+    """
+    oids = sorted({t.oid for t in tables})
+    files: dict[int, set[int]] = {}
+    for oid, file in conn.execute(
+        "SELECT t.oid::bigint, c.relfilenode::bigint FROM unnest(%s::oid[]) AS t(oid) "
+        "JOIN pg_class c ON c.oid = t.oid "
+        "OR c.oid IN (SELECT relid FROM pg_partition_tree(t.oid))",
+        (oids,),
+    ).fetchall():
+        files.setdefault(oid, set()).add(file)
+    written: dict[int, dict[str, int]] = {}
+    for oid, name, xmin in conn.execute(
+        "SELECT attrelid::bigint, attname, xmin::text::bigint FROM pg_attribute "
+        "WHERE attrelid = ANY(%s::oid[]) AND attnum > 0 AND NOT attisdropped",
+        (oids,),
+    ).fetchall():
+        written.setdefault(oid, {})[name] = xmin
     out: dict[int, StorageMark] = {}
     for index, table in enumerate(tables):
-        files = conn.execute(
-            "SELECT c.relfilenode::bigint FROM pg_class c WHERE c.oid::bigint = %s "
-            "OR c.oid IN (SELECT relid FROM pg_partition_tree(%s::oid))",
-            (table.oid, table.oid),
-        ).fetchall()
-        rows = conn.execute(
-            "SELECT attname, xmin::text::bigint FROM pg_attribute "
-            "WHERE attrelid = %s::oid AND attnum > 0 AND NOT attisdropped",
-            (table.oid,),
-        ).fetchall()
-        if files:
+        if table.oid in files:
             declared = {c.name for c in table.columns}
+            columns = written.get(table.oid, {})
             out[index] = StorageMark(
-                frozenset(f for (f,) in files),
-                tuple(sorted((n, x) for n, x in rows if n in declared)),
+                frozenset(files[table.oid]),
+                tuple(sorted((n, x) for n, x in columns.items() if n in declared)),
             )
     return out
 
