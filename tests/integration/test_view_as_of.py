@@ -90,3 +90,32 @@ def test_a_view_resumed_with_its_explicit_as_of_past_the_inputs_since_is_install
     again.catch_up()
     assert again.sink.last_error is None
     again.close()
+
+
+def test_a_fault_recording_the_view_leaves_no_sink_behind(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault after the sink was opened (recording the view in the catalog) left the sink
+    open: its writer renewing its lease (so the view read as running), its holds on the
+    inputs. ``timeshard run`` installs again after a fault, so each fault left one more."""
+    import timeshard.compute.materialized_view as materialized_view
+    from timeshard.errors import Determinate
+
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs_held_from(client, since=0, upper=3)
+    definition = ViewDefinition("v", {"inp": "inp"}, SQL)
+    record = materialized_view.record_view
+
+    def unreachable(*args: Any, **kw: Any) -> None:
+        raise Determinate("consensus unreachable")
+
+    monkeypatch.setattr(materialized_view, "record_view", unreachable)
+    with pytest.raises(Determinate, match="consensus unreachable"):
+        MaterializedView.install(spark, client, definition, background_io=False)
+    assert not client.state("v").writers
+    assert view_hold_id("v") not in client.state("inp").critical_readers
+    monkeypatch.setattr(materialized_view, "record_view", record)
+    view = MaterializedView.install(spark, client, definition, background_io=False)
+    view.catch_up()
+    assert view.sink.last_error is None
+    view.close()

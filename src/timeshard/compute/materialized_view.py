@@ -24,6 +24,7 @@ Runs on the driver; Spark does the data work.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from typing import Any
@@ -117,16 +118,16 @@ class MaterializedView:
             retain_history_ms=definition.retain_history_ms,
             check_every_s=check_every_s,
         )
-        if not read_only:
+        if read_only:  # a read-only replica records its definition when promoted
+            return MaterializedView(definition, sink, desired, tick_interval_s)
+        try:
             # The inputs' since may have moved on between choosing as_of and holding it.
             held = sink.inputs_since()
             if held.time is not None and definition.refresh_time(sink.as_of) < held.time:
                 if defaulted:
                     sink.as_of = definition.first_shown_from(held.time)
                 elif definition.refresh_time(resume) < held.time:
-                    MaterializedView._abandon(sink, desired, created=not exists)
                     MaterializedView._check_as_of(definition, resume, held)
-        if not read_only:  # a read-only replica records its definition when promoted
             desired.use_leases()
             record_view(
                 client,
@@ -135,6 +136,10 @@ class MaterializedView:
                 desired.plan.classification,
                 query_settings(desired.spark),
             )
+        except BaseException:  # a refusal, or a fault: no sink is left open (run retries)
+            with contextlib.suppress(Exception):  # the first error is the one to see
+                MaterializedView._abandon(sink, desired, created=not exists)
+            raise
         return MaterializedView(definition, sink, desired, tick_interval_s)
 
     @staticmethod
