@@ -368,3 +368,18 @@ def test_the_command_reports_bad_arguments_in_one_line(
     )
     assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert message in err
+
+
+def test_a_name_with_brackets_is_taken_as_written(tmp_path: Path) -> None:
+    """``[`` made a path a glob: ``data[1].csv`` named ``data1.csv`` (another file), and
+    alone it matched no file."""
+    root = tmp_path / "d"
+    for name in ["data[1].csv", "data1.csv", "run[2]/a.csv", "run2/b.csv", "x/[c].csv"]:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x\n")
+    assert list_files(str(root / "data[1].csv")) == (str(root / "data[1].csv"),)
+    assert list_files(str(root / "run[2]" / "*.csv")) == (str(root / "run[2]" / "a.csv"),)
+    assert list_files(str(root / "*" / "[c].csv")) == (str(root / "x" / "[c].csv"),)
+    assert list_files(str(root / "data[0-9].csv")) == (str(root / "data1.csv"),)  # a glob
+    (root / "data[1].csv").unlink()
+    assert list_files(str(root / "data[1].csv")) == (str(root / "data1.csv"),)  # now a glob

@@ -19,8 +19,10 @@
 Input. ``path`` is a file, a directory (its files, recursively, skipping any
 name below it that starts with ``.`` or ``_``, as Spark does: ``_SUCCESS``,
 ``.crc`` files) or a glob (``*``, ``?`` and ``[...]`` match within one path
-component; a directory that matches is taken whole). A local path, or a URI
-that pyarrow opens (``s3a://`` is read as ``s3://``, ``hdfs://``). Spark tasks
+component; a directory that matches is taken whole; a component that names an
+existing file or directory as written, such as ``data[1].csv``, is that name).
+A local path, or a URI that pyarrow opens (``s3a://`` is read as ``s3://``,
+``hdfs://``). Spark tasks
 open the files through pyarrow's filesystems, as they write parts; not
 through Spark's CSV and JSON readers, which cannot say which line a record
 came from. CSV and JSON files compressed by extension (``.gz``, ``.bz2``,
@@ -352,6 +354,8 @@ def list_files(path: str) -> tuple[str, ...]:
         raise InvalidUsage(f"path {path!r} is not UTF-8") from None
     components = path.split("/")
     glob_at = next((i for i, c in enumerate(components) if _GLOB.search(c)), None)
+    if glob_at is not None and _exists(path):  # a name with [ in it, as written
+        glob_at = None
     fixed = path if glob_at is None else "/".join(components[:glob_at])
     fs, base, scheme = _filesystem(fixed or ("." if glob_at == 0 else "/"))
     if glob_at is None:
@@ -401,19 +405,33 @@ def _walk(fs: pafs.FileSystem, directory: str) -> list[str]:
     return [f for f in files if not hidden(f.split("/")[depth:])]
 
 
+def _exists(path: str) -> bool:
+    """Whether ``path``, as written, names a file or a directory."""
+    fs, base, _ = _filesystem(path)
+    return fs.get_file_info(base).type in (pafs.FileType.File, pafs.FileType.Directory)
+
+
 def _files_matching(fs: pafs.FileSystem, base: str, pattern: list[str]) -> list[str]:
     """The files that ``pattern`` (path components, some globs) matches, or that lie
-    in a directory it matches."""
+    in a directory it matches.
+
+    A component that names an existing file or directory as written matches it
+    alone (``data[1].csv``, not ``data1.csv``); another is a glob of ``*``, ``?``
+    and ``[...]``.
+    """
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
-    found = []
-    for file in _walk(fs, base):
-        names = file.split("/")
-        if len(names) >= len(pattern) and all(
-            fnmatch.fnmatchcase(n, p) for n, p in zip(names, pattern, strict=False)
-        ):
-            found.append(file)
-    return found
+    files = [f.split("/") for f in _walk(fs, base)]
+    present = {tuple(names[: i + 1]) for names in files for i in range(len(names))}
+
+    def matches(names: list[str]) -> bool:
+        for i, (name, glob) in enumerate(zip(names, pattern, strict=False)):
+            literal = (*names[:i], glob) in present
+            if not (name == glob if literal else fnmatch.fnmatchcase(name, glob)):
+                return False
+        return True
+
+    return ["/".join(names) for names in files if len(names) >= len(pattern) and matches(names)]
 
 
 # -- running (driver: one Spark job per attempt) -----------------------------------------------
