@@ -421,3 +421,39 @@ def test_the_copy_command_fails_in_one_line(
     assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
     assert f"{f}:3: ValueError" in err
     assert upper(client) == 3
+
+
+@pytest.mark.parametrize("split_bytes", [1 << 20, 64])
+def test_a_line_longer_than_max_line_bytes_is_an_err_row_measured_not_held(
+    spark: SparkSession, tmp_path: Path, split_bytes: int
+) -> None:
+    """A line past ``max_line_bytes`` is a bad row naming its length, and the lines after it
+    load (a file without newlines was read whole into one line); a header that long is
+    InvalidUsage. Whole files and files split into pieces alike."""
+    client = make_collection(tmp_path / "loc")
+    source = tmp_path / "in.csv"
+    source.write_text("k,v\nx,1\n" + "y" * 300 + ",2\nz,3\n" + "w" * 200)
+    report = copy_files(
+        spark,
+        client,
+        str(source),
+        "orders",
+        format="csv",
+        on_error="err_rows",
+        max_line_bytes=100,
+        split_bytes=split_bytes,
+    )
+    assert (report.rows, report.err_rows) == (4, 2)
+    snap = snapshot(client, 3)
+    assert +Counter({k: n for k, n in snap.items() if k[2] is None}) == rows(
+        ("b", 2), ("x", 1), ("z", 3)
+    )
+    errs = sorted(k[2] for k in snap if k[2] is not None)
+    assert errs == [
+        f"{source}:3: ValueError: the line has 302 bytes, more than max_line_bytes 100",
+        f"{source}:5: ValueError: the line has 200 bytes, more than max_line_bytes 100",
+    ]
+    with pytest.raises(InvalidUsage, match=r"header of .* more than max_line_bytes 2 bytes"):
+        copy_files(spark, client, str(source), "orders", format="csv", max_line_bytes=2)
+    with pytest.raises(InvalidUsage, match=r"max_line_bytes must be an int >= 1, got 0"):
+        copy_files(spark, client, str(source), "orders", format="csv", max_line_bytes=0)

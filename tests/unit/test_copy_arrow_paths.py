@@ -66,7 +66,7 @@ def decode(
     spec = _LineSpec("csv", header, SCHEMA, not_null, "orders")
     tally = _Tally(fail=fail)
     rows = []
-    for table in spec.csv_tables(_chunks(io.BytesIO(data)), "in.csv", tally, fast=fast):
+    for table in spec.csv_tables(_chunks(io.BytesIO(data).read), "in.csv", tally, fast=fast):
         rows += table.to_pylist()
     return rows, tally
 
@@ -231,7 +231,7 @@ def decode_json(
     spec = _LineSpec("json", False, JSON, not_null, "orders")
     tally = _Tally(fail=fail)
     rows = []
-    for table in spec.json_tables(_chunks(io.BytesIO(data)), "in.json", tally, fast=fast):
+    for table in spec.json_tables(_chunks(io.BytesIO(data).read), "in.json", tally, fast=fast):
         rows += table.to_pylist()
     return [{k: repr(v) if isinstance(v, float) else v for k, v in r.items()} for r in rows], tally
 

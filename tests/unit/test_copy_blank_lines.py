@@ -18,7 +18,7 @@ STRING = pa.schema([("s", pa.string())])
 def rows(fmt: str, schema: pa.Schema, data: bytes, fast: bool) -> tuple[list[Any], _Tally]:
     spec = _LineSpec(fmt, False, schema, (), "c")
     tally = _Tally(fail=False)
-    tables = getattr(spec, f"{fmt}_tables")(_chunks(io.BytesIO(data)), "f", tally, fast=fast)
+    tables = getattr(spec, f"{fmt}_tables")(_chunks(io.BytesIO(data).read), "f", tally, fast=fast)
     return [r for t in tables for r in t.to_pylist()], tally
 
 

@@ -48,7 +48,10 @@ In CSV and JSON files, empty lines are skipped (a line of spaces or tabs is
 not empty: a CSV value, or a bad row), a UTF-8 byte order mark at the start
 of a file is ignored, and a trailing carriage return is dropped.
 
-Bad rows: a line that does not parse, a value of the wrong type or out of
+Bad rows: a line that does not parse, a line longer than ``max_line_bytes``
+(64 MiB by default, newline excluded: measured, never held, so a file that is
+not line-framed costs no more memory than a line may; a CSV header that long
+is InvalidUsage), a value of the wrong type or out of
 range, a wrong number of CSV fields, an unknown JSON key, a null in a column
 of ``not_null``. A bad row is located as ``<file>:<n>``: ``n`` is its line in
 the file (CSV, JSON; 1-based, a CSV header is line 1) or its row (Parquet,
@@ -151,7 +154,7 @@ from timeshard.storage.copy_task import (
     count_newlines,
     file_system,
 )
-from timeshard.storage.file_source import hidden
+from timeshard.storage.file_source import DEFAULT_MAX_LINE_BYTES, hidden
 
 FORMATS = ("csv", "json", "parquet")
 ON_ERROR = ("fail", "err_rows")
@@ -196,6 +199,7 @@ class CopyPlan:
     not_null: tuple[str, ...]
     at: int | None
     split_bytes: int = SPLIT_BYTES
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,6 +235,7 @@ def plan_copy(
     not_null: Sequence[str] = (),
     at: int | None = None,
     split_bytes: int = SPLIT_BYTES,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> CopyPlan:
     """Check a COPY's arguments and list its files (driver, no Spark; module doc).
 
@@ -273,11 +278,14 @@ def plan_copy(
             f"at {at} is below the upper {upper.time} of collection {into!r}: the times "
             "before the upper are definite"
         )
-    if isinstance(split_bytes, bool) or not isinstance(split_bytes, int) or split_bytes < 1:
-        raise InvalidUsage(f"split_bytes must be an int >= 1, got {split_bytes!r}")
+    for name, value in (("split_bytes", split_bytes), ("max_line_bytes", max_line_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidUsage(f"{name} must be an int >= 1, got {value!r}")
     header_ = fmt == "csv" if header is None else header
     files = list_files(path)
-    return CopyPlan(into, files, fmt, schema, header_, on_error, not_null, at, split_bytes)
+    return CopyPlan(
+        into, files, fmt, schema, header_, on_error, not_null, at, split_bytes, max_line_bytes
+    )
 
 
 def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
@@ -450,6 +458,7 @@ def copy_files(
     at: int | None = None,
     attempts: int = DEFAULT_ATTEMPTS,
     split_bytes: int = SPLIT_BYTES,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> CopyReport:
     """Load the files of ``path`` into collection ``into`` at one time (module doc)."""
     plan = plan_copy(
@@ -462,6 +471,7 @@ def copy_files(
         not_null=not_null,
         at=at,
         split_bytes=split_bytes,
+        max_line_bytes=max_line_bytes,
     )
     return run_copy(spark, client, plan, attempts=attempts)
 
@@ -557,6 +567,7 @@ def _stage(
         t,
         plan.into,
         current_task_faults(),
+        plan.max_line_bytes,
     )
     cores = max(int(spark.sparkContext.defaultParallelism), 1)
     try:

@@ -50,7 +50,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,7 +64,12 @@ import pyarrow.parquet as pq
 from timeshard.errors import InvalidUsage
 from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.parts import DIFF, ERR, TS, conform, updates_schema
-from timeshard.storage.file_source import DECODE_ERRORS, arrow_json, decode_payload
+from timeshard.storage.file_source import (
+    DECODE_ERRORS,
+    DEFAULT_MAX_LINE_BYTES,
+    arrow_json,
+    decode_payload,
+)
 
 #: Bad rows a failed COPY names (and at which a task of one stops reading).
 REPORTED_ROWS = 5
@@ -159,6 +164,7 @@ class CopyTask:
     time: int
     into: str
     faults: KeyedFaults | None = None
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from timeshard.spark.parts import write_task_part
@@ -204,19 +210,20 @@ class CopyTask:
             with fs.open_input_file(path) as f:
                 yield from _parquet_tables(f, file, self.into, schema, self.not_null, tally)
             return
-        spec = _LineSpec(self.format, self.header, schema, self.not_null, self.into)
+        limit = self.max_line_bytes
+        spec = _LineSpec(self.format, self.header, schema, self.not_null, self.into, limit)
         if piece.whole:
             with fs.open_input_stream(path) as stream:
-                chunks = _chunks(stream)
+                chunks = _chunks(stream.read, 1, limit)
                 if self.format == "csv":
                     yield from spec.csv_tables(chunks, file, tally)
                 else:
                     yield from spec.json_tables(chunks, file, tally)
             return
         with fs.open_input_file(path) as f:
-            chunks = _piece_chunks(f, piece)
+            chunks = _piece_chunks(f, piece, limit)
             if self.format == "csv":
-                header = _first_line(f) if self.header and piece.start > 0 else None
+                header = _first_line(f, file, limit) if self.header and piece.start > 0 else None
                 yield from spec.csv_tables(chunks, file, tally, header=header)
             else:
                 yield from spec.json_tables(chunks, file, tally)
@@ -273,42 +280,47 @@ def _line_start(f: Any, at: int) -> int:
         position += len(block)
 
 
-def _piece_chunks(f: Any, piece: Piece) -> Iterator[tuple[int, bytes]]:
-    """``(number of its first line, whole lines)`` of the lines starting in the piece."""
+def _piece_chunks(
+    f: Any, piece: Piece, limit: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[tuple[int, bytes | int]]:
+    """:func:`_chunks` of the lines starting in the piece (``f`` may be read elsewhere
+    between two chunks: a CSV header)."""
     begin, stop = _line_start(f, piece.start), _line_start(f, piece.end)
     first = piece.line + (1 if begin > piece.start else 0)  # the newline at begin - 1
-    f.seek(begin)
-    at, rest = begin, b""
-    while at < stop:
-        block = f.read(min(_READ_CHUNK, stop - at))
-        if not block:
-            break
+    at = begin
+
+    def read(size: int) -> bytes:
+        nonlocal at
+        if at >= stop:
+            return b""
+        f.seek(at)
+        block: bytes = f.read(min(size, stop - at))
         at += len(block)
-        cut = block.rfind(b"\n")
-        if cut < 0 and at < stop:
-            rest += block
-            continue
-        whole, rest = (
-            (rest + block, b"") if at >= stop else (rest + block[: cut + 1], block[cut + 1 :])
-        )
-        yield first, whole
-        first += whole.count(b"\n")
-    if rest:
-        yield first, rest
+        return block
+
+    yield from _chunks(read, first, limit)
 
 
-def _first_line(f: Any) -> bytes:
-    """Line 1 of a file (a CSV header), without its newline."""
+def _first_line(f: Any, file: str, limit: int) -> bytes:
+    """Line 1 of a file (a CSV header), without its newline; InvalidUsage past ``limit``."""
     f.seek(0)
     line = b""
     while True:
         block: bytes = f.read(64 << 10)
+        cut = block.find(b"\n")
+        if len(line) + (len(block) if cut < 0 else cut) > limit:
+            raise _long_header(file, limit)
         if not block:
             return line
-        cut = block.find(b"\n")
         if cut >= 0:
             return line + block[:cut]
         line += block
+
+
+def _long_header(file: str, limit: int) -> InvalidUsage:
+    return InvalidUsage(
+        f"COPY: the CSV header of {file} (line 1) has more than max_line_bytes {limit} bytes"
+    )
 
 
 def _open_target(file: str) -> tuple[pafs.FileSystem, str]:
@@ -317,28 +329,44 @@ def _open_target(file: str) -> tuple[pafs.FileSystem, str]:
     return file_system(file)
 
 
-def _lines(stream: Any) -> Iterator[tuple[int, bytes]]:
-    """``(line number, line)`` of a byte stream, 1-based, without ``\\n`` or a final ``\\r``."""
-    for first, chunk in _chunks(stream):
-        yield from _chunk_lines(first, chunk)
+def _chunks(
+    read: Callable[[int], bytes], first: int = 1, limit: int = DEFAULT_MAX_LINE_BYTES
+) -> Iterator[tuple[int, bytes | int]]:
+    """``(number of its first line, whole lines)`` of the bytes ``read`` gives, about a
+    read each, lines numbered from ``first``.
 
-
-def _chunks(stream: Any) -> Iterator[tuple[int, bytes]]:
-    """``(number of its first line, whole lines)`` of a byte stream, about a read each."""
-    n, rest = 1, b""
-    while True:
-        chunk = stream.read(_READ_CHUNK)
-        if not chunk:
-            break
-        cut = chunk.rfind(b"\n")
-        if cut < 0:
-            rest += chunk
-            continue
-        whole, rest = rest + chunk[: cut + 1], chunk[cut + 1 :]
-        yield n, whole
-        n += whole.count(b"\n")
-    if rest:
-        yield n, rest
+    A line of more than ``limit`` bytes (newline excluded) is ``(its number, its
+    length)`` instead: it is measured in reads of at most ``limit + 1`` bytes, never
+    held, so a file without newlines costs no more memory than a line may.
+    """
+    n, size = first, 0
+    rest: list[bytes] = []  # the line in progress: its bytes so far, their length
+    skipping = False  # it is longer than limit: counted, not kept
+    while block := read(min(_READ_CHUNK, limit + 1)):
+        while block:
+            cut = block.find(b"\n")
+            if cut < 0:  # the line goes on
+                size += len(block)
+                skipping = skipping or size > limit
+                if skipping:
+                    rest = []
+                else:
+                    rest.append(block)
+                break
+            if skipping or size + cut > limit:  # a read holds no other line this long
+                yield n, size + cut
+                n, rest, size, skipping = n + 1, [], 0, False
+                block = block[cut + 1 :]
+                continue
+            last = block.rfind(b"\n")
+            whole = b"".join([*rest, block[: last + 1]])
+            yield n, whole
+            n, rest, size = n + whole.count(b"\n"), [], 0
+            block = block[last + 1 :]
+    if skipping:
+        yield n, size
+    elif rest:
+        yield n, b"".join(rest)
 
 
 def _chunk_lines(first: int, chunk: bytes) -> Iterator[tuple[int, bytes]]:
@@ -368,6 +396,7 @@ class _LineSpec:
     schema: pa.Schema
     not_null: tuple[str, ...]
     into: str
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES
 
     def tables(
         self,
@@ -395,7 +424,7 @@ class _LineSpec:
 
     def csv_tables(
         self,
-        chunks: Iterable[tuple[int, bytes]],
+        chunks: Iterable[tuple[int, bytes | int]],
         file: str,
         tally: _Tally,
         fast: bool = True,
@@ -408,6 +437,11 @@ class _LineSpec:
         if header is not None:
             columns = self._header(header.removesuffix(b"\r").removeprefix(_BOM), file)
         for first, whole in chunks:
+            if isinstance(whole, int):
+                if first == 1 and self.header:
+                    raise _long_header(file, self.max_line_bytes)
+                yield self._long_line(first, whole, columns, file, tally)
+                continue
             chunk, unmarked = whole, whole
             if first == 1 and self.header:
                 line, newline, chunk = chunk.partition(b"\n")
@@ -424,12 +458,19 @@ class _LineSpec:
                 return
 
     def json_tables(
-        self, chunks: Iterable[tuple[int, bytes]], file: str, tally: _Tally, fast: bool = True
+        self,
+        chunks: Iterable[tuple[int, bytes | int]],
+        file: str,
+        tally: _Tally,
+        fast: bool = True,
     ) -> Iterator[pa.Table]:
         """The rows of a JSON-lines file's chunks: each decoded whole by Arrow where that
         gives what line by line gives (:func:`~timeshard.storage.file_source.arrow_json`,
         unknown keys refused), else line by line."""
         for first, chunk in chunks:
+            if isinstance(chunk, int):
+                yield self._long_line(first, chunk, self.schema, file, tally)
+                continue
             text = chunk.removesuffix(b"\n")
             table = None
             if fast:
@@ -491,6 +532,17 @@ class _LineSpec:
             arrays[name] = values
         table = pa.table([arrays[n] for n in self.schema.names], names=self.schema.names)
         return _with_not_null_errors(table, file, first - 1, self.not_null, tally)
+
+    def _long_line(
+        self, n: int, length: int, columns: pa.Schema, file: str, tally: _Tally
+    ) -> pa.Table:
+        """Line ``n``, of ``length`` bytes, more than ``max_line_bytes``: a bad row, unread."""
+        error = ValueError(
+            f"the line has {length} bytes, more than max_line_bytes {self.max_line_bytes}"
+        )
+        tally.add_bad(BadRow(file, n, _reason(error)))
+        row = {**dict.fromkeys(columns.names), ERR: f"{file}:{n}: {_reason(error)}"}
+        return pa.Table.from_pylist([row], schema=_row_schema(self.schema))
 
     def _header(self, line: bytes, file: str) -> pa.Schema:
         """The file's columns in header order; InvalidUsage unless they are the collection's."""
