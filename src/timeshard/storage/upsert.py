@@ -48,6 +48,7 @@ built yet.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -118,7 +119,12 @@ class FeedbackUpsert:
         self.key_columns = list(key_columns)
         self.value_columns = [n for n in schema.names if n not in key_columns]
         self._writer = client.open_writer(shard_id, schema, background_compaction=True)
-        self._reader = client.open_leased_reader(shard_id, schema)
+        try:
+            self._reader = client.open_leased_reader(shard_id, schema)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the constructor's error is the one to see
+                self._writer.expire()
+            raise
 
     @property
     def upper(self) -> Frontier:
