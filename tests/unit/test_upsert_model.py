@@ -10,6 +10,7 @@ last command (by time, then position: file name, then offset) at or before
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import hypothesis.strategies as st
@@ -92,3 +93,19 @@ def test_two_different_commands_at_one_position_are_refused_in_any_order() -> No
         upsert = FeedbackUpsert(client, "out", schema, ["k"])
         with pytest.raises(InvalidUsage, match=r"two different upsert commands at one position"):
             upsert.apply(commands, 1)
+
+
+@pytest.mark.parametrize(
+    ("time", "input_upper", "named"),
+    [(1.5, 3, "1.5"), (True, 3, "True"), (-1, 3, "-1"), (1, "3", "'3'"), (1, 2.5, "2.5")],
+)
+def test_a_time_that_is_no_timestamp_is_refused(
+    time: object, input_upper: object, named: str
+) -> None:
+    """A command at 1.5 was written at 1 (Arrow truncated it), one at True failed in Arrow,
+    an input upper '3' with a TypeError: InvalidUsage naming the value, nothing written."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    upsert = FeedbackUpsert(client, "out", SCHEMA, ["k"])
+    with pytest.raises(InvalidUsage, match=re.escape(named)):
+        upsert.apply([UpsertCommand(("a",), (1,), time, (0,))], input_upper)  # type: ignore[arg-type]
+    assert client.state("out").upper.time == 0

@@ -45,7 +45,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,9 +144,11 @@ class Export:
         return self.writer.lease_lost or (self.upsert is not None and self.upsert.lease_lost)
 
     def close(self) -> None:
-        expire_all([self.writer])
-        if self.upsert is not None:
-            self.upsert.close()
+        try:
+            expire_all([self.writer])
+        finally:  # the upsert's handles too, whatever the writer's expiry raised
+            if self.upsert is not None:
+                self.upsert.close()
 
     def advance(self, lower: int, upper: int) -> Appended | UpperMismatch:
         """Append an empty batch at ``[lower, upper)`` (no Spark job)."""
@@ -245,9 +247,16 @@ class Ingestion:
         self._check_owners(catalog)
         self.exports: dict[str, Export] = {}
         self._open()
-        exported = {sub: export.shard for sub, export in self.exports.items()}
-        record_source(client, self.output, source, self._envelopes, exported)
-        self.health = Health(client, self.clock)
+        #: The handles were released by a reopen that failed: the next step opens them.
+        self._released = False
+        try:
+            exported = {sub: export.shard for sub, export in self.exports.items()}
+            record_source(client, self.output, source, self._envelopes, exported)
+            self.health = Health(client, self.clock)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the constructor's error is the one to see
+                self._release()
+            raise
         self.paused = False
         self._report_or_log("starting")
         self._resume_source()
@@ -267,38 +276,49 @@ class Ingestion:
             check_new_shard_owner(shard, shard_writer("source", self.output), owners)
 
     def _open(self) -> None:
-        """Open every output's handles, the remap and the retained history."""
-        self.holds = SinceHolds()
-        for sub, payload in self._payloads.items():
-            shard = f"{self.output}.{sub}" if sub else self.output
-            env, keys = self._envelopes.get(sub, ("none", ()))
-            self.exports[sub] = Export(
-                self.spark,
-                self.client,
-                shard,
-                payload,
-                env,
-                keys,
-                self.holds,
-                metadata_columns(self.source),
-            )
-        self.remap = Remap(self.client, f"{self.output}.remap")
-        self._remap_hold = self.holds.add(self.remap.downgrade_since)
-        self._retained: list[tuple[LaggingHold, _Retention, Callable[[], Frontier]]] = []
-        outputs: list[tuple[str, Callable[[], Frontier]]] = [
-            (e.shard, e.upper) for e in self.exports.values()
-        ]
-        outputs.append((self.remap.shard_id, lambda: self.remap.upper))
-        for shard, upper in outputs:
-            retention = _Retention(self.client, shard, self.retain_history_ms)
-            if retention.history is not None:
-                hold = self.holds.add(retention.advance)
-                self._retained.append((hold, retention, upper))
+        """Open every output's handles, the remap and the retained history.
+
+        If any of them fails to open, those opened so far are released before
+        the error is raised: nothing stays registered on a shard.
+        """
+        holds = SinceHolds()
+        exports: dict[str, Export] = {}
+        remap: Remap | None = None
+        try:
+            for sub, payload in self._payloads.items():
+                shard = f"{self.output}.{sub}" if sub else self.output
+                env, keys = self._envelopes.get(sub, ("none", ()))
+                exports[sub] = Export(
+                    self.spark,
+                    self.client,
+                    shard,
+                    payload,
+                    env,
+                    keys,
+                    holds,
+                    metadata_columns(self.source),
+                )
+            remap = opened = Remap(self.client, f"{self.output}.remap")
+            remap_hold = holds.add(remap.downgrade_since)
+            retained: list[tuple[LaggingHold, _Retention, Callable[[], Frontier]]] = []
+            outputs: list[tuple[str, Callable[[], Frontier]]] = [
+                (e.shard, e.upper) for e in exports.values()
+            ]
+            outputs.append((remap.shard_id, lambda: opened.upper))
+            for shard, upper in outputs:
+                retention = _Retention(self.client, shard, self.retain_history_ms)
+                if retention.history is not None:
+                    hold = holds.add(retention.advance)
+                    retained.append((hold, retention, upper))
+        except BaseException:
+            with contextlib.suppress(Exception):  # the error to see is the one raised
+                _release(exports.values(), remap)
+            raise
+        self.holds, self.exports, self.remap = holds, exports, remap
+        self._remap_hold, self._retained = remap_hold, retained
 
     def _release(self) -> None:
-        for export in self.exports.values():
-            export.close()
-        self.remap.close()
+        _release(self.exports.values(), self.remap)
 
     def close(self) -> None:
         """Release every shard handle now (the writers' compactors stop).
@@ -360,7 +380,9 @@ class Ingestion:
             upper = self.resume_upper()
             return StepReport(upper, self.remap.upper, 0)
         try:
-            if self._lease_lost():
+            if self._released:  # the last reopen failed
+                self._reopen()
+            elif self._lease_lost():
                 raise LeaseExpired(f"source {self.output!r}: a handle's lease ran out")
             report = self._step()
         except Exception as e:
@@ -399,11 +421,17 @@ class Ingestion:
         return None
 
     def _reopen(self) -> None:
-        """A lease ran out anyway (the process was stopped too long): start from persist."""
+        """A lease ran out anyway (the process was stopped too long): start from persist.
+
+        If it fails, the handles stay released (none is left registered) and
+        the next step reopens them.
+        """
+        self._released = True
         with contextlib.suppress(Exception):
             self._release()
         self._open()
         self._resume_source()
+        self._released = False
 
     def _resume_source(self) -> None:
         """Tell a load generator how far the durable bindings already took it."""
@@ -502,6 +530,21 @@ class Ingestion:
 
     def _reclock(self, records: Any, start: SourceFrontier) -> Any:
         return reclock_df(self.spark, records, self.remap.bindings(), start=start)
+
+
+def _release(exports: Iterable[Export], remap: Remap | None) -> None:
+    """Release the handles of ``exports`` and ``remap``, all of them even if some fail;
+    the first failure is raised then."""
+    first: Exception | None = None
+    for handles in [*exports, remap]:
+        if handles is None:
+            continue
+        try:
+            handles.close()
+        except Exception as e:
+            first = first or e
+    if first is not None:
+        raise first
 
 
 def _behind(upper: SourceFrontier, bound: SourceFrontier) -> list[tuple[str, int]]:

@@ -72,12 +72,20 @@ class Remap:
 
     def __init__(self, client: PersistClient, shard_id: str) -> None:
         self.shard_id = shard_id
-        self._writer = client.open_writer(shard_id, REMAP_SCHEMA, background_compaction=True)
-        self._reader = client.open_leased_reader(shard_id, REMAP_SCHEMA)
         self._times: list[Timestamp] = []
         self._frontiers: list[SourceFrontier] = []
         self.upper = Frontier.minimum()
-        self.sync()
+        opened: list[Any] = []
+        try:  # whatever fails here, the handles opened so far are expired now
+            self._writer = client.open_writer(shard_id, REMAP_SCHEMA, background_compaction=True)
+            opened.append(self._writer)
+            self._reader = client.open_leased_reader(shard_id, REMAP_SCHEMA)
+            opened.append(self._reader)
+            self.sync()
+        except BaseException:
+            with contextlib.suppress(Exception):  # the constructor's error is the one to see
+                expire_all(opened)
+            raise
 
     @property
     def lease_lost(self) -> bool:

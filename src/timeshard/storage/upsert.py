@@ -48,6 +48,7 @@ built yet.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,7 +60,7 @@ import pyarrow.compute as pc
 from timeshard.errors import InvalidUsage, UpperMismatch
 from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS, _normalized_floats
-from timeshard.progress import Frontier, Timestamp
+from timeshard.progress import Frontier, Timestamp, check_timestamp
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +119,12 @@ class FeedbackUpsert:
         self.key_columns = list(key_columns)
         self.value_columns = [n for n in schema.names if n not in key_columns]
         self._writer = client.open_writer(shard_id, schema, background_compaction=True)
-        self._reader = client.open_leased_reader(shard_id, schema)
+        try:
+            self._reader = client.open_leased_reader(shard_id, schema)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the constructor's error is the one to see
+                self._writer.expire()
+            raise
 
     @property
     def upper(self) -> Frontier:
@@ -140,7 +146,13 @@ class FeedbackUpsert:
         still that time: a caller that decided its commands on a read at
         ``expected_lower - 1`` gets UpperMismatch, and nothing is written, if
         anyone appended since (the append is compare-and-set on it).
+        InvalidUsage, and nothing written, if a time is not a timestamp.
         """
+        check_timestamp(input_upper, "upsert input_upper")
+        if expected_lower is not None:
+            check_timestamp(expected_lower, "upsert expected_lower")
+        for c in commands:
+            check_timestamp(c.time, f"the time of upsert command {c!r}")
         current = self.upper
         if expected_lower is not None and current.time != expected_lower:
             return UpperMismatch(Frontier(expected_lower), current)
