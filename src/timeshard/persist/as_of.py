@@ -7,7 +7,10 @@ use them to choose an ``as_of`` and to say, when one is not readable, what is.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from timeshard.errors import InvalidUsage
+from timeshard.persist._internal.state import ShardState
 from timeshard.persist.read import ReadHandle
 from timeshard.progress import Frontier
 
@@ -32,25 +35,37 @@ def not_readable(reader: ReadHandle, as_of: int) -> InvalidUsage:
 
 
 def common_as_of(readers: dict[str, ReadHandle], as_of: int | None) -> int | None:
-    """``as_of`` if every reader can read at it, else the greatest time all can read at."""
+    """``as_of`` if every reader can read at it, else the greatest time all can read at.
+
+    A closed shard is readable at every time from its since on; when every shard is
+    closed, that is the last time any of them has an update (never earlier than the
+    greatest since), so that each is read with all of its updates."""
     if as_of is not None:
         for reader in readers.values():
             upper = reader.fetch_recent_upper()
             if not reader.since.less_equal(as_of) or upper.less_equal(as_of):
                 raise not_readable(reader, as_of)
         return as_of
-    ranges = {s: (r.since, r.fetch_recent_upper()) for s, r in readers.items()}
+    states = {s: r.fetch_recent_state() for s, r in readers.items()}
+    ranges = {s: (readers[s].since, state.upper) for s, state in states.items()}
     if not ranges:
         return None
     lows = [since.time for since, _ in ranges.values()]
     highs = [upper.time - 1 for _, upper in ranges.values() if upper.time is not None]
     if None not in lows:
         low = max(t for t in lows if t is not None)
-        high = min(highs, default=low)
+        high = min(highs) if highs else max([low, *_last_times(states.values())])
         if low <= high:
             return high
     described = "; ".join(f"{s!r} is {readable_times(*r)}" for s, r in ranges.items())
     raise InvalidUsage(f"no time is readable in every shard the query names: {described}")
+
+
+def _last_times(states: Iterable[ShardState]) -> list[int]:
+    """The last time of each closed shard that holds one: read at it or later, it has
+    every update it will ever have."""
+    closed = [state.closed_at() for state in states]
+    return [c.time - 1 for c in closed if c is not None and c.time]
 
 
 __all__ = ["common_as_of", "not_readable", "readable_times"]

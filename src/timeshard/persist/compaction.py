@@ -17,7 +17,8 @@ Invariants:
 
 1. A merge never changes the snapshot at any time ``>= since``.
 2. A merge whose inputs were replaced meanwhile changes nothing; its output
-   parts are deleted.
+   parts are deleted, as are those of a merge whose swap surely failed
+   (Determinate).
 3. Input parts are not deleted here: readers may hold older states. GC
    deletes them once no held state references them.
 4. Output parts record the times of the updates they hold, after advancing
@@ -35,7 +36,7 @@ from functools import partial
 
 import pyarrow as pa
 
-from timeshard.errors import ExternalError, LeaseExpired, PartError
+from timeshard.errors import Determinate, ExternalError, LeaseExpired, PartError
 from timeshard.location.blob import Blob
 from timeshard.location.consensus import Consensus
 from timeshard.persist._internal import transitions as tr
@@ -112,9 +113,13 @@ def compact_shard(
             if _still_present(machine.fetch(), request):
                 raise
             continue  # inputs were replaced and collected meanwhile
-        ok = machine.apply(
-            partial(_apply_merge, inputs=request.inputs, output=output, writer_id=writer_id)
-        )
+        try:
+            ok = machine.apply(
+                partial(_apply_merge, inputs=request.inputs, output=output, writer_id=writer_id)
+            )
+        except Determinate:  # surely not swapped in: nothing references the output
+            delete_keys(blob, output.keys(), config)
+            raise
         if ok:
             applied += 1
         else:

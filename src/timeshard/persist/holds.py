@@ -81,7 +81,7 @@ class RetainedHistory:
     """Keeps a shard readable ``retain_ms`` back from its upper (RETAIN HISTORY)."""
 
     def __init__(self, client: PersistClient, shard_id: str, retain_ms: int) -> None:
-        if not isinstance(retain_ms, int) or retain_ms < 0:
+        if isinstance(retain_ms, bool) or not isinstance(retain_ms, int) or retain_ms < 0:
             raise InvalidUsage(f"retain_history must be a non-negative duration, got {retain_ms!r}")
         self.retain_ms = retain_ms
         self._hold = DurableHold(client, shard_id, RETAIN_READER, str(retain_ms))

@@ -147,6 +147,10 @@ class ReadHandle(_LeasedReader):
     def fetch_recent_upper(self) -> Frontier:
         return self._machine.fetch().upper
 
+    def fetch_recent_state(self) -> ShardState:
+        """The shard's state as consensus has it now (holds nothing against GC)."""
+        return self._machine.fetch()
+
     def snapshot(self, as_of: Timestamp, *, wait: bool = False) -> pa.Table:
         """The collection at ``as_of`` (pyarrow path), consolidated.
 

@@ -17,8 +17,9 @@ Invariants:
 3. After an indeterminate compare-and-set the machine re-reads the head and
    applies the transition again; transitions are idempotent on re-application
    (see ``transitions``), so an effect is never applied twice.
-4. The machine gives up after ``PersistConfig.max_attempts`` failed storage
-   calls if none of them may have committed, raising :class:`Determinate`.
+4. The machine (``apply`` and ``create`` alike) gives up after
+   ``PersistConfig.max_attempts`` failed storage calls if none of them may
+   have committed, raising :class:`Determinate`.
    Once one may have (an indeterminate compare-and-set), it goes on until the
    outcome is known -- the transition, re-applied to a fetched head, finds its
    own effect or decides on a state it surely is not in -- for up to
@@ -99,15 +100,32 @@ class Machine:
     def create(self, initial: ShardState) -> ShardState:
         """Write the initial state if the shard does not exist yet; return the head."""
         head = self._retry(lambda: self.consensus.head(self.shard_id))
+        failures = 0
+        maybe_applied = False
+        deadline: float | None = None
         while head is None:
             data = self._encode(initial, None)
             try:
                 self.cas_calls += 1
                 self.consensus.compare_and_set(self.shard_id, None, VersionedData(0, data))
             except ExternalError as e:
+                failures += 1
+                maybe_applied = maybe_applied or isinstance(e, Indeterminate)
+                if maybe_applied and deadline is None:
+                    deadline = time.monotonic() + self.config.indeterminate_timeout_ms / 1000
+                if self._out_of_attempts(failures, deadline):
+                    raise self._give_up(e, maybe_applied) from e
                 log.debug("create of %s failed (%s); re-reading", self.shard_id, e)
-                self._backoff(1)
-            head = self._retry(lambda: self.consensus.head(self.shard_id))
+                self._backoff(failures)
+            try:
+                head = self._retry(lambda: self.consensus.head(self.shard_id))
+            except Determinate as e:
+                if not maybe_applied:
+                    raise
+                raise Indeterminate(
+                    f"shard {self.shard_id!r}: its creation may have committed, and the head "
+                    f"cannot be read to tell: {e}"
+                ) from e
         state = decode_state(self.shard_id, head.seqno, head.data)
         self._state = state
         return state
