@@ -1128,7 +1128,8 @@ class Engine:
 
     def subscribe(self, statement: Subscribe) -> Stream:
         """Every row of a shard at AS OF (default: its latest readable time), then
-        every update after it as it becomes definite, up to UP TO if given.
+        every update after it as it becomes definite, before UP TO if given (exclusive,
+        as Materialize's: an UP TO at or before the AS OF answers no row).
 
         A SUBSCRIBE whose relation is dropped (its shard closed) before UP TO ends with
         SqlError 42P01 naming it, and lets go of its readers.
@@ -1197,10 +1198,21 @@ class _Subscription:
 def _subscribe_rows(
     reader: Any, names: list[str], as_of: int | None, up_to: int | None
 ) -> Generator[tuple[Any, ...], None, None]:
+    """The rows of a SUBSCRIBE: the snapshot at its time, then the updates after it.
+
+    ``UP TO`` is exclusive, as Materialize's: the updates at times ``< up_to``,
+    and it ends once the frontier reaches ``up_to`` (every time before it is
+    then known). An ``UP TO`` at or before the ``AS OF`` answers no row and ends
+    at once, without waiting for the ``AS OF`` to be readable.
+    """
     try:
+        if as_of is not None and up_to is not None and up_to <= as_of:
+            return
         while (at := _subscribe_time(reader, as_of)) is None:
             time.sleep(0.05)
             yield ()  # a heartbeat while nothing is readable: a cancel or a timeout ends it
+        if up_to is not None and up_to <= at:
+            return
         try:
             snapshot = reader.snapshot(at)
         except SinceError as e:  # a view's first write starts its history after ``at``
@@ -1226,7 +1238,7 @@ def _subscribe_rows(
                     elif (
                         isinstance(event, Progress)
                         and up_to is not None
-                        and not event.frontier.less_equal(up_to)
+                        and not event.frontier.less_than(up_to)
                     ):
                         return
                 yield ()  # a heartbeat: lets the caller notice a cancel between updates
@@ -1256,7 +1268,7 @@ def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tupl
         key=lambda r: (r["_ts"], r["_diff"], tuple((r[n] is None, r[n]) for n in names)),
     )
     for row in rows:
-        if up_to is not None and row["_ts"] > up_to:
+        if up_to is not None and row["_ts"] >= up_to:
             continue
         if row.get("_err") is not None:
             raise SqlError(f"the collection holds an error at {row['_ts']}: {row['_err']}", "XX000")

@@ -18,9 +18,9 @@ maps statements to messages:
   the connection's end -- a SUBSCRIBE's with its reader;
 * ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
   text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
-  row, until its ``UP TO`` passes, the client cancels (``CancelRequest``,
-  psql's Ctrl-C), sends ``CopyFail``, or ``Terminate`` or closes the
-  connection (looked for at every row and heartbeat); messages pipelined
+  row, until its frontier reaches ``UP TO`` (exclusive), the client cancels
+  (``CancelRequest``, psql's Ctrl-C), sends ``CopyFail``, or ``Terminate`` or
+  closes the connection (looked for at every row and heartbeat); messages pipelined
   behind it (a ``Sync``) are answered after it, as PostgreSQL does;
 * cursors, as Materialize has them: ``DECLARE c CURSOR FOR {SUBSCRIBE ... |
   query}`` in a transaction block (or a message of several statements, an
@@ -198,7 +198,7 @@ class _Cursor:
         while count is None or len(out) < count:
             interrupted()
             row = next(self.rows, None)
-            if row is None:  # an UP TO passed: no more rows, ever
+            if row is None:  # the UP TO reached: no more rows, ever
                 break
             if row:
                 out.append(row)
