@@ -993,6 +993,7 @@ class Engine:
         if tree is None:
             raise SqlError("expected a query")
         tree = normalize_identifiers(tree, dialect="postgres")
+        _int_limits(tree)
         _refuse_writes(tree)
         _refuse_java_calls(tree)
         known = set(self.known_shards())
@@ -1299,6 +1300,24 @@ def _refuse_java_calls(tree: exp.Expr) -> None:
                 "server's JVM",
                 "42501",
             )
+
+
+_INTEGER_TYPES = (
+    exp.DataType.Type.BIGINT,
+    exp.DataType.Type.INT,
+    exp.DataType.Type.SMALLINT,
+    exp.DataType.Type.TINYINT,
+)
+
+
+def _int_limits(tree: exp.Expr) -> None:
+    """A LIMIT or OFFSET that casts to an integer type casts to INT: PostgreSQL takes a
+    bigint there (a bound int8 parameter, ``LIMIT $1``, is ``CAST(5 AS BIGINT)``), Spark
+    only an INT (a value past its range is Spark's cast error)."""
+    for clause in tree.find_all(exp.Limit, exp.Offset):
+        count = clause.expression
+        if isinstance(count, exp.Cast) and count.to.this in _INTEGER_TYPES:
+            count.set("to", exp.DataType.build("INT"))
 
 
 def _refuse_writes(tree: exp.Expr) -> None:

@@ -122,6 +122,7 @@ from timeshard.server.statements import (
     SqlError,
     bind,
     parse,
+    placeholder,
     split,
 )
 
@@ -780,15 +781,17 @@ class _Handler(socketserver.BaseRequestHandler):
         that describes before it executes (JDBC, a driver's prepared statements) reads
         its rows with them. None if it answers no rows (or COPY data).
 
-        Its parameters stand as NULLs of their types. A statement that does not
-        resolve with NULLs there (``LIMIT $1``) is described once bound, by its portal;
-        one without parameters that does not resolve is an error, as PostgreSQL
-        answers it at once.
+        Its parameters stand as values of the types the client declared in Parse
+        (:func:`~timeshard.server.statements.placeholder`; an undeclared one is text,
+        as the client then sends it), bound as Execute binds them: Describe answers
+        the types Execute's rows have. A statement that does not resolve with them
+        there is described once bound, by its portal; one without parameters that
+        does not resolve is an error, as PostgreSQL answers it at once.
         """
         statements = split(sql)
         if len(statements) != 1:
             return None
-        text = bind(statements[0], [Param(None, oid) for oid in oids]) if oids else statements[0]
+        text = bind(statements[0], [placeholder(oid) for oid in oids]) if oids else statements[0]
         try:
             statement = parse(text)
             if isinstance(statement, Fetch):
