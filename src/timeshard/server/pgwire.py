@@ -121,6 +121,7 @@ from timeshard.server.statements import (
     Param,
     SqlError,
     bind,
+    parameter_count,
     parse,
     placeholder,
     split,
@@ -757,7 +758,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if msg.name not in s.statements:
                 raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
             sql, types = s.statements[msg.name]
-            count = max(len(types), sql.count("$"))
+            count = max(len(types), parameter_count(sql))
             oids = [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
             columns = self._statement_columns(sql, oids)
             self._send(ParameterDescription(type_oids=oids))

@@ -42,6 +42,7 @@ knows it; queries are left to sqlglot. Every statement's value, and
 from __future__ import annotations
 
 import decimal
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -270,6 +271,23 @@ def bind(sql: str, params: list[Param]) -> str:
         i += 1
     out.append(sql[pos:])
     return "".join(out)
+
+
+def parameter_count(sql: str) -> int:
+    """The highest ``$n`` of ``sql`` (0 if none), as PostgreSQL counts a statement's
+    parameters: one used twice is one, and a ``$`` in a string, a name or a comment
+    is none."""
+    tokens = tokenize(sql)
+    return max(
+        (
+            int(nxt.text)
+            for t, nxt in itertools.pairwise(tokens)
+            if t.token_type == TokenType.PARAMETER
+            and nxt.token_type == TokenType.NUMBER
+            and nxt.text.isdigit()
+        ),
+        default=0,
+    )
 
 
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
@@ -607,6 +625,7 @@ __all__ = [
     "Statement",
     "Subscribe",
     "bind",
+    "parameter_count",
     "parse",
     "placeholder",
     "split",
