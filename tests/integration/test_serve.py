@@ -192,10 +192,10 @@ def test_psycopg_runs_statements_with_parameters(served: Served, tmp_path: Path)
             ("1s", 16),
         )
         cur.execute("SHOW CREATE MATERIALIZED VIEW kvp_long")
-        assert cur.fetchone() == (
+        assert cur.fetchone() == (  # 16 as the type psycopg declared it, int2
             "kvp_long",
             "CREATE MATERIALIZED VIEW kvp_long WITH (REFRESH EVERY '1s') AS "
-            "SELECT key, value FROM kvp WHERE length(value) >= 16",
+            "SELECT key, value FROM kvp WHERE length(value) >= CAST(16 AS SMALLINT)",
         )
         # The view shows kvp as of its last refresh, a whole second: it shows the 40 keys
         # from the first refresh after kvp's first tick on.
@@ -250,8 +250,9 @@ def test_psycopg_runs_statements_with_parameters(served: Served, tmp_path: Path)
         cur.execute("SELECT count(*) FROM kvp AS OF %s", (t0,))
         assert cur.fetchone() == (40,)
 
-        # A bounded SUBSCRIBE from t0 to a later time kvp has reached (a tick after t0:
-        # its updates are there): the snapshot at t0, then those updates.
+        # A bounded SUBSCRIBE from t0 up to a later time kvp has reached (a tick after t0:
+        # its updates are there): the snapshot at t0, then those updates (UP TO is
+        # exclusive: up to t1 + 1 takes those at t1).
         while True:
             cur.execute("SELECT upper - 1 FROM timeshard_objects WHERE name = %s", ("kvp",))
             (t1,) = cur.fetchone()  # type: ignore[misc]
@@ -259,7 +260,7 @@ def test_psycopg_runs_statements_with_parameters(served: Served, tmp_path: Path)
                 break
             assert served.proc.poll() is None, served.log.read_text()
             time.sleep(0.2)
-        with cur.copy("COPY (SUBSCRIBE kvp AS OF %s UP TO %s) TO STDOUT", (t0, t1)) as copy:
+        with cur.copy("COPY (SUBSCRIBE kvp AS OF %s UP TO %s) TO STDOUT", (t0, t1 + 1)) as copy:
             streamed = [tuple(row) for row in copy.rows()]
         times = [int(r[0]) for r in streamed]
         assert times == sorted(times) and times[0] == t0 and times[-1] <= t1, times

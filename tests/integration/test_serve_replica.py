@@ -81,7 +81,7 @@ def test_a_read_only_replica_reads_follows_and_is_promoted(tmp_path: Path, spark
                     "SELECT upper - 1 FROM timeshard_objects WHERE name = 'kvr_groups'"
                 ).fetchone()
                 assert row is not None
-                bounded = f"COPY (SUBSCRIBE kvr_groups AS OF {row[0]} UP TO {row[0]}) TO STDOUT"
+                bounded = f"COPY (SUBSCRIBE kvr_groups AS OF {row[0]} UP TO {row[0] + 1}) TO STDOUT"
                 with r.cursor().copy(bounded) as copy:
                     snapshot = list(copy.rows())  # mz_timestamp, mz_diff, g, n
                 assert sum(int(d) * int(n) for _, d, _, n in snapshot) == 20, snapshot

@@ -235,7 +235,7 @@ def test_psycopg_named_cursors_declare_describe_and_fetch(
             assert cur.fetchmany(5) in (fed(2), fed(1))
         conn.commit()
     declared = [s for s in engine.statements if isinstance(s, Query)]
-    assert declared == [Query("SELECT n, s FROM t WHERE n < 9")]
+    assert declared == [Query("SELECT n, s FROM t WHERE n < CAST(9 AS SMALLINT)")]
 
 
 def test_several_statements_in_one_message_are_an_implicit_transaction(

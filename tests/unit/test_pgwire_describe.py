@@ -67,3 +67,26 @@ def test_describe_of_a_statement_answers_its_columns(
     assert kinds == [b"1", b"t", b"T" if want else b"n", b"Z"], got
     if want:
         assert field_names(got[2][1]) == want
+
+
+@pytest.mark.parametrize(
+    ("sql", "declared", "want"),
+    [
+        ("SELECT n FROM t WHERE n = $1 OR n > $1", 0, 1),
+        ("SELECT n FROM t WHERE s = '$$' AND n = $2", 0, 2),
+        ("SELECT n FROM t -- $3\nWHERE n = $1", 0, 1),
+        ("SELECT n FROM t", 2, 2),
+    ],
+)
+def test_describe_answers_as_many_parameters_as_the_statement_has(
+    server: PgServer, sql: str, declared: int, want: int
+) -> None:
+    """PostgreSQL answers the highest ``$n`` (or the types declared, if more): every ``$``
+    of the text was counted, so ``$1`` used twice was two parameters, and a client that
+    binds as many as Describe says (JDBC) was refused for the second."""
+    client = Client(server)
+    body = b"s1\0" + sql.encode() + b"\0" + struct.pack(f"!h{declared}i", declared, *[0] * declared)
+    client.sock.sendall(message(b"P", body) + describe_statement(b"s1") + SYNC)
+    got = client.until(b"Z")
+    assert [kind for kind, _ in got][:2] == [b"1", b"t"], got
+    assert struct.unpack("!h", got[1][1][:2])[0] == want

@@ -36,6 +36,7 @@ from timeshard.server.statements import (
     Subscribe,
     bind,
     parse,
+    placeholder,
     split,
 )
 
@@ -759,12 +760,14 @@ def test_split_refuses_unreadable_text() -> None:
 
 def test_bind_replaces_each_parameter() -> None:
     bound = bind("SELECT $2, $1, $2", [Param("a", 25), Param("7", 23)])
-    assert bound == "SELECT 7, 'a', 7"
+    assert bound == "SELECT CAST(7 AS INTEGER), 'a', CAST(7 AS INTEGER)"
 
 
 def test_bind_reaches_beyond_nine() -> None:
     params = [Param(str(i), 23) for i in range(1, 12)]
-    assert bind("SELECT $11, $10, $1", params) == "SELECT 11, 10, 1"
+    assert bind("SELECT $11, $10, $1", params) == (
+        "SELECT CAST(11 AS INTEGER), CAST(10 AS INTEGER), CAST(1 AS INTEGER)"
+    )
 
 
 def test_bind_without_parameters_leaves_the_text() -> None:
@@ -829,22 +832,33 @@ def test_placeholders_in_strings_names_and_comments_stay(sql: str, want: str) ->
 
 
 @pytest.mark.parametrize(
-    ("text", "oid", "want"),
+    ("text", "oid", "want", "spark"),
     [
-        ("42", 20, 42),
-        ("-7", 23, -7),
-        ("1.5", 701, 1.5),
-        ("-2.25", 1700, -2.25),
-        ("1e3", 701, 1000.0),
-        ("3", 21, 3),
+        ("42", 20, 42, "CAST(42 AS BIGINT)"),
+        ("-7", 23, -7, "CAST(-7 AS INT)"),
+        ("1.5", 701, 1.5, "CAST(1.5 AS DOUBLE)"),
+        ("0.25", 700, 0.25, "CAST(0.25 AS FLOAT)"),
+        ("-2.25", 1700, -2.25, "CAST(-2.25 AS DECIMAL(3, 2))"),
+        ("1e3", 1700, 1000, "CAST(1000 AS DECIMAL(4, 0))"),
+        ("1e3", 701, 1000.0, "CAST(1e3 AS DOUBLE)"),
+        ("3", 21, 3, "CAST(3 AS SMALLINT)"),
+        ("5", 26, 5, "CAST(5 AS BIGINT)"),
     ],
 )
-def test_numeric_parameters_become_numbers(text: str, oid: int, want: float) -> None:
-    tree = postgres(bind("SELECT $1", [Param(text, oid)]))
+def test_numeric_parameters_become_numbers_of_their_type(
+    text: str, oid: int, want: float, spark: str
+) -> None:
+    """A float8 bound as a bare literal, which Spark reads as a DECIMAL (``1.5``), and an
+    int8 as whatever Spark made of its digits (an INT): the column's type followed the
+    value, not the type the client declared."""
+    bound = bind("SELECT $1", [Param(text, oid)])
+    tree = postgres(bound)
     assert isinstance(tree, exp.Select)
     (value,) = tree.expressions
+    assert isinstance(value, exp.Cast), bound
     assert not value.find(exp.Literal).is_string  # type: ignore[union-attr]
-    assert value.unnest().to_py() == want  # a negative number comes in parentheses
+    assert value.this.to_py() == want
+    assert sqlglot.transpile(bound, read="postgres", write="spark") == [f"SELECT {spark}"]
 
 
 @pytest.mark.parametrize("oid", [20, 23, 701, 1700])
@@ -856,11 +870,28 @@ def test_numeric_parameters_refuse_non_numbers(text: str, oid: int) -> None:
     assert repr(text) in str(info.value)
 
 
-@pytest.mark.parametrize("oid", [0, 16, 20, 25, 701])
-def test_null_parameters(oid: int) -> None:
-    bound = bind("SELECT $1", [Param(None, oid)])
+def test_an_untyped_null_parameter_is_null() -> None:
+    bound = bind("SELECT $1", [Param(None, 0)])
     assert bound == "SELECT NULL"
     assert isinstance(postgres(bound).expressions[0], exp.Null)
+
+
+@pytest.mark.parametrize(
+    ("oid", "spark"),
+    [
+        (16, "BOOLEAN"),
+        (20, "BIGINT"),
+        (23, "INT"),
+        (25, "STRING"),
+        (701, "DOUBLE"),
+        (1700, "DECIMAL(38, 0)"),
+    ],
+)
+def test_a_typed_null_parameter_is_a_null_of_its_type(oid: int, spark: str) -> None:
+    bound = bind("SELECT $1", [Param(None, oid)])
+    assert sqlglot.transpile(bound, read="postgres", write="spark") == [
+        f"SELECT CAST(NULL AS {spark})"
+    ]
 
 
 @pytest.mark.parametrize(("text", "want"), [("t", "TRUE"), ("true", "TRUE"), ("f", "FALSE")])
@@ -906,7 +937,78 @@ def test_a_negative_number_after_a_minus_stays_a_number() -> None:
     assert len(tree.expressions) == 2
     sub = tree.expressions[0]
     assert isinstance(sub, exp.Sub)
-    assert sub.expression.unnest().to_py() == -5
+    assert isinstance(sub.expression, exp.Cast)
+    assert sub.expression.this.to_py() == -5
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "want"),
+    [
+        (
+            "SUBSCRIBE v AS OF $1 UP TO $2",
+            [Param("3", 20), Param("9", 1700)],
+            Subscribe("v", 3, 9),
+        ),
+        (
+            "SELECT * FROM t AS OF $1 ORDER BY k",
+            [Param("7", 23)],
+            Query("SELECT * FROM t\nORDER BY k", 7),
+        ),
+        ("FETCH $1 c", [Param("4", 21)], Fetch("c", 4)),
+    ],
+)
+def test_typed_whole_number_parameters_are_times_and_counts(
+    sql: str, params: list[Param], want: object
+) -> None:
+    """A typed parameter binds as a cast of its literal: AS OF, UP TO and a FETCH count
+    read it as the number it holds."""
+    assert parse(bind(sql, params)) == want
+
+
+@pytest.mark.parametrize(
+    ("param", "message"),
+    [(Param("1.5", 701), "1.5"), (Param("-3", 20), "-3"), (Param("t", 16), "TRUE")],
+)
+def test_a_time_parameter_that_is_no_whole_number_is_refused(param: Param, message: str) -> None:
+    with pytest.raises(SqlError, match=message) as refused:
+        parse(bind("SUBSCRIBE v AS OF $1", [param]))
+    assert refused.value.sqlstate in ("22023", "42601")
+
+
+def test_typed_parameters_in_options_are_their_values() -> None:
+    sql = "CREATE SOURCE s FROM LOAD GENERATOR COUNTER (RATE $1, KEYS $2, A $3, B $4, C $5)"
+    params = [Param("0.5", 701), Param("-2", 20), Param("nan", 700), Param("2.50", 1700)]
+    statement = parse(bind(sql, [*params, Param("t", 16)]))
+    assert isinstance(statement, CreateSource)
+    options = dict(statement.options)
+    assert options.pop("a") != options.get("a")  # NaN
+    assert options == {"rate": 0.5, "keys": -2, "b": 2.5, "c": True}
+
+
+@pytest.mark.parametrize("oid", [0, 16, 20, 21, 23, 25, 26, 700, 701, 1700, 1082])
+@pytest.mark.parametrize("value", ["0", "12345678901", "-1.5e3", "t", "", None])
+def test_a_placeholder_binds_to_the_type_every_value_does(oid: int, value: str | None) -> None:
+    """Describe binds placeholders, Execute the values: the SQL types must be the same."""
+
+    def spark_type(param: Param) -> str | None:
+        try:
+            bound = bind("SELECT $1", [param])
+        except SqlError:  # not a value of the type: Execute refuses it
+            return None
+        (select,) = sqlglot.transpile(bound, read="postgres", write="spark")
+        cast = sqlglot.parse_one(select, read="spark").find(exp.Cast)
+        if cast is None:
+            literal = sqlglot.parse_one(select, read="spark").expressions[0]
+            if isinstance(literal, exp.Null):
+                return "NULL"
+            return "BOOLEAN" if isinstance(literal, exp.Boolean) else "STRING"
+        to = cast.to
+        return "DECIMAL" if to.this == exp.DataType.Type.DECIMAL else to.sql("spark")
+
+    got = spark_type(Param(value, oid))
+    if got is None or (value is None and oid == 0) or (oid == 1700 and value == "12345678901" * 4):
+        return
+    assert got == spark_type(placeholder(oid)), (oid, value)
 
 
 @pytest.mark.parametrize(
@@ -952,7 +1054,8 @@ def test_bound_statements_split_back_apart(values: list[str]) -> None:
 def test_any_integer_parameter_is_that_number(n: int, oid: int) -> None:
     tree = postgres(bind("SELECT $1", [Param(str(n), oid)]))
     assert isinstance(tree, exp.Select)
-    assert tree.expressions[0].unnest().to_py() == n
+    assert isinstance(tree.expressions[0], exp.Cast)
+    assert tree.expressions[0].this.to_py() == n
 
 
 # -- CREATE SOURCE ... FROM KAFKA | POSTGRES | MYSQL -------------------------------------------

@@ -137,3 +137,47 @@ def test_the_since_advances_behind_a_running_subscribe(client: PersistClient) ->
     assert client.state("v").since == Frontier(49)
     rows.close()  # type: ignore[attr-defined]
     writer.expire()
+
+
+def all_rows(rows: object, within_s: float = 60.0) -> list[tuple[object, ...]]:
+    """Every row until the SUBSCRIBE ends, failing if it does not end: a minute tells a
+    SUBSCRIBE that never ends from a slow machine."""
+    out: list[tuple[object, ...]] = []
+    done: list[bool] = []
+
+    def drain() -> None:
+        out.extend(tuple(r) for r in rows if r)  # type: ignore[attr-defined]
+        done.append(True)
+
+    step = threading.Thread(target=drain, daemon=True)
+    step.start()
+    step.join(within_s)
+    assert done, f"the SUBSCRIBE did not end; it gave {out}"
+    return out
+
+
+@pytest.mark.parametrize(
+    ("upper", "sql", "want"),
+    [
+        # UP TO is exclusive, as Materialize's: the updates at times < 3, and it ends
+        # once the frontier reaches 3 (all times < 3 are then known).
+        (4, "SUBSCRIBE v AS OF 1 UP TO 3", [(1, 1, "a"), (1, 1, "z"), (2, 1, "b")]),
+        (3, "SUBSCRIBE v AS OF 1 UP TO 3", [(1, 1, "a"), (1, 1, "z"), (2, 1, "b")]),
+        (4, "SUBSCRIBE v AS OF 0 UP TO 1", [(0, 1, "z")]),
+        # UP TO <= AS OF: no rows, and it completes (without waiting for the AS OF).
+        (4, "SUBSCRIBE v AS OF 3 UP TO 3", []),
+        (4, "SUBSCRIBE v AS OF 2 UP TO 1", []),
+        (4, "SUBSCRIBE v AS OF 100 UP TO 50", []),
+        (4, "SUBSCRIBE v UP TO 3", []),  # read at 3, the latest readable time
+    ],
+)
+def test_up_to_is_exclusive(
+    client: PersistClient, upper: int, sql: str, want: list[tuple[object, ...]]
+) -> None:
+    writer = client.open_writer("v", SCHEMA)
+    updates = [(("z",), 0, 1), (("a",), 1, 1), (("b",), 2, 1), (("c",), 3, 1)]
+    writer.append([u for u in updates if u[1] < upper], 0, upper)
+    stream = engine(client).execute(parse(sql))
+    assert all_rows(stream.rows) == want
+    assert client.state("v").leased_readers == {}
+    writer.expire()

@@ -43,8 +43,9 @@ Invariants:
 
 1. An object is created (its shards exist, its catalog entry is written,
    and a source's first tick is committed) before CREATE answers; a failed
-   CREATE leaves no entry, no running object and no hold on an input (a view's
-   shard, made first, stays holding nothing, and its retry takes it). CREATE claims its name in
+   CREATE leaves no entry, no running object, no hold on an input and no
+   replication slot it created (a view's shard, made first, stays holding
+   nothing, and a source's shards stay: its retry takes them). CREATE claims its name in
    the catalog before it builds anything (a compare-and-set,
    :meth:`~timeshard.catalog.Catalog.claim_statement`): of two servers
    creating one name at once, one creates it and the other answers 42710,
@@ -568,7 +569,7 @@ class Engine:
             view_before = isinstance(statement, CreateView) and self._view_recorded(statement.name)
             try:
                 if isinstance(statement, CreateSource):
-                    obj = self._create_source(statement, seq)
+                    obj = self._create_source(statement, seq, undo=claim is not None)
                 elif isinstance(statement, CreateView):
                     obj = self._create_view(statement, seq)
                 else:
@@ -663,7 +664,14 @@ class Engine:
         except Exception as e:  # the catalog unwritable: a restart replays it, and it fails again
             log.error("cannot forget the statement of %s, whose CREATE failed: %s", name, e)
 
-    def _create_source(self, statement: CreateSource, seq: int) -> _Object:
+    def _create_source(self, statement: CreateSource, seq: int, *, undo: bool) -> _Object:
+        """Build the source of ``statement`` and run its first tick.
+
+        If it fails part way and ``undo`` (the CREATE recorded its statement), what
+        it made goes (:meth:`_undo_source`): the catalog entries it recorded and the
+        replication slot it created. Its shards stay (persist deletes no shard), and
+        its retry takes them.
+        """
         from timeshard.spec import RunSpec, SourceSpec, build_source, check_spec
         from timeshard.storage.ingest import Ingestion
 
@@ -682,28 +690,85 @@ class Engine:
             )
         except ValueError as e:
             raise SqlError(str(e).splitlines()[0], "22023") from None
-        check_spec(RunSpec(source=[spec]), existing=self.client.list_shards())
+        # The check builds the source too: not its slot, which only the build kept makes
+        # (and so knows it made).
+        checked = spec
+        if spec.kind == "postgres":
+            checked = spec.model_copy(update={"options": {**spec.options, "create_slot": False}})
+        check_spec(RunSpec(source=[checked]), existing=self.client.list_shards())
+        recorded = {(e.name, e.kind) for e in read_catalog(self.client)}
         source = build_source(spec)
-        ingestion = Ingestion(
-            self.spark,
-            self.client,
-            source,
-            envelope=spec.envelope,
-            key_columns=spec.key_columns,
-            clock=self.clock,
-            retain_history_ms=spec.retain_history_ms,
-        )
-        shards = [e.shard for e in ingestion.exports.values()]
-        clash = sorted(set(shards) & taken)
-        if clash:
-            ingestion.close()
-            raise SqlError(f"the shards {clash} belong to another object", "42710")
-        try:  # its first tick, here: what it has read is readable once CREATE answers
-            ingestion.step()
-        except Exception as e:
-            ingestion.close()
-            raise SqlError(f"source {statement.name!r}: its first read failed: {e}", "58000") from e
+        ingestion = None
+        try:
+            ingestion = Ingestion(
+                self.spark,
+                self.client,
+                source,
+                envelope=spec.envelope,
+                key_columns=spec.key_columns,
+                clock=self.clock,
+                retain_history_ms=spec.retain_history_ms,
+            )
+            shards = [e.shard for e in ingestion.exports.values()]
+            clash = sorted(set(shards) & taken)
+            if clash:
+                raise SqlError(f"the shards {clash} belong to another object", "42710")
+            try:  # its first tick, here: what it has read is readable once CREATE answers
+                ingestion.step()
+            except Exception as e:
+                raise SqlError(
+                    f"source {statement.name!r}: its first read failed: {e}", "58000"
+                ) from e
+        except BaseException:
+            self._undo_source(statement.name, source, ingestion, recorded if undo else None)
+            raise
         return _Object(statement.name, "source", statement.sql, seq, ingestion, shards)
+
+    def _undo_source(
+        self, name: str, source: Any, ingestion: Any, recorded: set[tuple[str, str]] | None
+    ) -> None:
+        """Close a source whose CREATE failed; unless ``recorded`` is None, undo what it
+        made: the catalog entries of it that are not among ``recorded`` (those before the
+        CREATE: a run file's source it took over keeps its entries) and the replication
+        slot it created (one it found stays). A failure is logged: the location or the
+        upstream unreachable, the retry or a DROP finds what is left."""
+        try:
+            if ingestion is not None:
+                ingestion.close()  # closes the source too
+            else:
+                close = getattr(source, "close", None)
+                if close is not None:
+                    close()
+        except Exception as e:
+            log.warning("closing the source %s, whose CREATE failed: %s", name, e)
+        if recorded is None:
+            return
+        try:
+            made = [
+                (e.name, e.kind)
+                for e in read_catalog(self.client)
+                if (e.name, e.kind) not in recorded
+                and (
+                    (e.kind == "source" and e.name == name)
+                    or (e.kind == "export" and e.definition.get("source") == name)
+                )
+            ]
+            if made:
+                self._catalog.forget(made)
+        except Exception as e:
+            log.error("cannot forget the entries of %s, whose CREATE failed: %s", name, e)
+        # PostgresSource knows whether it created its slot (not whether another instance
+        # did since: one that shares a slot names it, and it is never dropped here).
+        if getattr(source, "_slot_created", False):
+            try:
+                source.drop()
+            except Exception as e:
+                log.error(
+                    "cannot drop the replication slot of %s, whose CREATE failed (it keeps "
+                    "the server's WAL until dropped): %s",
+                    name,
+                    e,
+                )
 
     @staticmethod
     def _refuse_passwords(statement: CreateSource) -> None:
@@ -993,6 +1058,7 @@ class Engine:
         if tree is None:
             raise SqlError("expected a query")
         tree = normalize_identifiers(tree, dialect="postgres")
+        _int_limits(tree)
         _refuse_writes(tree)
         _refuse_java_calls(tree)
         known = set(self.known_shards())
@@ -1128,7 +1194,8 @@ class Engine:
 
     def subscribe(self, statement: Subscribe) -> Stream:
         """Every row of a shard at AS OF (default: its latest readable time), then
-        every update after it as it becomes definite, up to UP TO if given.
+        every update after it as it becomes definite, before UP TO if given (exclusive,
+        as Materialize's: an UP TO at or before the AS OF answers no row).
 
         A SUBSCRIBE whose relation is dropped (its shard closed) before UP TO ends with
         SqlError 42P01 naming it, and lets go of its readers.
@@ -1197,10 +1264,21 @@ class _Subscription:
 def _subscribe_rows(
     reader: Any, names: list[str], as_of: int | None, up_to: int | None
 ) -> Generator[tuple[Any, ...], None, None]:
+    """The rows of a SUBSCRIBE: the snapshot at its time, then the updates after it.
+
+    ``UP TO`` is exclusive, as Materialize's: the updates at times ``< up_to``,
+    and it ends once the frontier reaches ``up_to`` (every time before it is
+    then known). An ``UP TO`` at or before the ``AS OF`` answers no row and ends
+    at once, without waiting for the ``AS OF`` to be readable.
+    """
     try:
+        if as_of is not None and up_to is not None and up_to <= as_of:
+            return
         while (at := _subscribe_time(reader, as_of)) is None:
             time.sleep(0.05)
             yield ()  # a heartbeat while nothing is readable: a cancel or a timeout ends it
+        if up_to is not None and up_to <= at:
+            return
         try:
             snapshot = reader.snapshot(at)
         except SinceError as e:  # a view's first write starts its history after ``at``
@@ -1226,7 +1304,7 @@ def _subscribe_rows(
                     elif (
                         isinstance(event, Progress)
                         and up_to is not None
-                        and not event.frontier.less_equal(up_to)
+                        and not event.frontier.less_than(up_to)
                     ):
                         return
                 yield ()  # a heartbeat: lets the caller notice a cancel between updates
@@ -1256,7 +1334,7 @@ def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tupl
         key=lambda r: (r["_ts"], r["_diff"], tuple((r[n] is None, r[n]) for n in names)),
     )
     for row in rows:
-        if up_to is not None and row["_ts"] > up_to:
+        if up_to is not None and row["_ts"] >= up_to:
             continue
         if row.get("_err") is not None:
             raise SqlError(f"the collection holds an error at {row['_ts']}: {row['_err']}", "XX000")
@@ -1287,6 +1365,24 @@ def _refuse_java_calls(tree: exp.Expr) -> None:
                 "server's JVM",
                 "42501",
             )
+
+
+_INTEGER_TYPES = (
+    exp.DataType.Type.BIGINT,
+    exp.DataType.Type.INT,
+    exp.DataType.Type.SMALLINT,
+    exp.DataType.Type.TINYINT,
+)
+
+
+def _int_limits(tree: exp.Expr) -> None:
+    """A LIMIT or OFFSET that casts to an integer type casts to INT: PostgreSQL takes a
+    bigint there (a bound int8 parameter, ``LIMIT $1``, is ``CAST(5 AS BIGINT)``), Spark
+    only an INT (a value past its range is Spark's cast error)."""
+    for clause in tree.find_all(exp.Limit, exp.Offset):
+        count = clause.expression
+        if isinstance(count, exp.Cast) and count.to.this in _INTEGER_TYPES:
+            count.set("to", exp.DataType.build("INT"))
 
 
 def _refuse_writes(tree: exp.Expr) -> None:

@@ -18,9 +18,9 @@ maps statements to messages:
   the connection's end -- a SUBSCRIBE's with its reader;
 * ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
   text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
-  row, until its ``UP TO`` passes, the client cancels (``CancelRequest``,
-  psql's Ctrl-C), sends ``CopyFail``, or ``Terminate`` or closes the
-  connection (looked for at every row and heartbeat); messages pipelined
+  row, until its frontier reaches ``UP TO`` (exclusive), the client cancels
+  (``CancelRequest``, psql's Ctrl-C), sends ``CopyFail``, or ``Terminate`` or
+  closes the connection (looked for at every row and heartbeat); messages pipelined
   behind it (a ``Sync``) are answered after it, as PostgreSQL does;
 * cursors, as Materialize has them: ``DECLARE c CURSOR FOR {SUBSCRIBE ... |
   query}`` in a transaction block (or a message of several statements, an
@@ -121,7 +121,9 @@ from timeshard.server.statements import (
     Param,
     SqlError,
     bind,
+    parameter_count,
     parse,
+    placeholder,
     split,
 )
 
@@ -198,7 +200,7 @@ class _Cursor:
         while count is None or len(out) < count:
             interrupted()
             row = next(self.rows, None)
-            if row is None:  # an UP TO passed: no more rows, ever
+            if row is None:  # the UP TO reached: no more rows, ever
                 break
             if row:
                 out.append(row)
@@ -756,7 +758,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if msg.name not in s.statements:
                 raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
             sql, types = s.statements[msg.name]
-            count = max(len(types), sql.count("$"))
+            count = max(len(types), parameter_count(sql))
             oids = [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
             columns = self._statement_columns(sql, oids)
             self._send(ParameterDescription(type_oids=oids))
@@ -780,15 +782,17 @@ class _Handler(socketserver.BaseRequestHandler):
         that describes before it executes (JDBC, a driver's prepared statements) reads
         its rows with them. None if it answers no rows (or COPY data).
 
-        Its parameters stand as NULLs of their types. A statement that does not
-        resolve with NULLs there (``LIMIT $1``) is described once bound, by its portal;
-        one without parameters that does not resolve is an error, as PostgreSQL
-        answers it at once.
+        Its parameters stand as values of the types the client declared in Parse
+        (:func:`~timeshard.server.statements.placeholder`; an undeclared one is text,
+        as the client then sends it), bound as Execute binds them: Describe answers
+        the types Execute's rows have. A statement that does not resolve with them
+        there is described once bound, by its portal; one without parameters that
+        does not resolve is an error, as PostgreSQL answers it at once.
         """
         statements = split(sql)
         if len(statements) != 1:
             return None
-        text = bind(statements[0], [Param(None, oid) for oid in oids]) if oids else statements[0]
+        text = bind(statements[0], [placeholder(oid) for oid in oids]) if oids else statements[0]
         try:
             statement = parse(text)
             if isinstance(statement, Fetch):

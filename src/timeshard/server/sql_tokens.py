@@ -124,6 +124,11 @@ class TokenReader:
         return t.text.lower()
 
     def value(self) -> Any:
+        """A literal: a string, a number (``-`` before it too), TRUE or FALSE, a word, or
+        a cast of a literal that a bound parameter is (``CAST(5 AS BIGINT)``, see
+        :func:`~timeshard.server.statements.bind`), as the value of its type."""
+        if self.at_cast():
+            return self.cast()
         t = self.peek()
         if t is None:
             raise self.error("expected a value")
@@ -144,11 +149,73 @@ class TokenReader:
         return t.text.lower()
 
     def time(self) -> int:
+        return self.whole("a time", "milliseconds")
+
+    def whole(self, what: str, unit: str = "") -> int:
+        """A whole number: digits, or a bound parameter's cast of them."""
         t = self.peek()
-        if t is None or t.token_type != TokenType.NUMBER or not t.text.isdigit():
-            raise self.error("expected a time: a whole number of milliseconds")
+        expected = f"expected {what}: a whole number" + (f" of {unit}" if unit else "")
+        if t is None:
+            raise self.error(expected)
+        if self.at_cast():
+            value = self.cast()
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SqlError(f"{what} must be a whole number, got {value!r}", "22023")
+            return value
+        if t.token_type != TokenType.NUMBER or not t.text.isdigit():
+            raise self.error(expected)
         self.i += 1
         return int(t.text)
+
+    def at_number(self, at: int | None = None) -> bool:
+        """Whether a number, or a bound parameter's cast, starts at token ``at`` (the
+        next one if None)."""
+        j = self.i if at is None else at
+        t = self.tokens[j] if j < len(self.tokens) else None
+        return t is not None and (t.token_type == TokenType.NUMBER or self.at_cast(j))
+
+    def at_cast(self, at: int | None = None) -> bool:
+        """Whether ``CAST (`` starts at token ``at`` (the next one if None)."""
+        j = self.i if at is None else at
+        window = self.tokens[j : j + 2]
+        return (
+            len(window) == 2
+            and window[0].token_type != TokenType.IDENTIFIER
+            and window[0].text.upper() == "CAST"
+            and window[1].token_type == TokenType.L_PAREN
+        )
+
+    def cast(self) -> Any:
+        """``CAST(literal AS type)``, as :func:`~timeshard.server.statements.bind` writes
+        a typed parameter, read as the value of its type: an integer type's an int, a
+        float type's a float (``'NaN'`` too), a DECIMAL's an int or a float as its
+        digits read, a NULL None."""
+        self.i += 2
+        t = self.peek()
+        if t is not None and t.token_type == TokenType.NULL:
+            self.i += 1
+            value: Any = None
+        else:
+            value = self.value()
+        self.expect("AS")
+        words = []
+        depth = 0
+        while (t := self.peek()) is not None and (depth or t.token_type != TokenType.R_PAREN):
+            depth += {TokenType.L_PAREN: 1, TokenType.R_PAREN: -1}.get(t.token_type, 0)
+            words.append(t.text.upper())
+            self.i += 1
+        self.expect_punct(TokenType.R_PAREN, ")")
+        kind = " ".join(words)
+        if value is None or isinstance(value, bool):
+            return value
+        try:
+            if kind in ("BIGINT", "INTEGER", "INT", "SMALLINT"):
+                return int(value)
+            if kind in ("REAL", "DOUBLE PRECISION", "FLOAT"):
+                return float(value)
+        except (TypeError, ValueError):
+            raise SqlError(f"{value!r} is not a value of type {kind}", "22P02") from None
+        return value
 
     def punct(self, kind: TokenType) -> bool:
         t = self.peek()
@@ -176,7 +243,7 @@ class TokenReader:
                 self.i += 1
                 if nxt.token_type in (TokenType.STRING, TokenType.NUMBER, TokenType.EQ):
                     break
-                if nxt.token_type == TokenType.DASH:
+                if nxt.token_type == TokenType.DASH or self.at_cast():
                     break
             if not words:
                 raise self.error("expected an option name")

@@ -41,6 +41,8 @@ knows it; queries are left to sqlglot. Every statement's value, and
 
 from __future__ import annotations
 
+import decimal
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -197,9 +199,25 @@ class Param:
     oid: int = 0
 
 
-_NUMERIC_OIDS = {20, 21, 23, 26, 700, 701, 1700}
-#: float4 and float8, with the type each is cast to; their text may also be NaN or infinite.
-_FLOAT_OIDS = {700: "REAL", 701: "DOUBLE PRECISION"}
+#: The SQL type a parameter of each of these OIDs is cast to: its value has the type the
+#: client declared, whatever its digits (``5`` as int8 is a BIGINT, ``1.5`` as float8 a
+#: DOUBLE, not the INT and DECIMAL Spark makes of the bare literals), and Describe
+#: answers the types Execute does. numeric's is the DECIMAL its digits need.
+_CAST_TYPES = {
+    16: "BOOLEAN",
+    20: "BIGINT",
+    21: "SMALLINT",
+    23: "INTEGER",
+    25: "TEXT",
+    26: "BIGINT",
+    700: "REAL",
+    701: "DOUBLE PRECISION",
+}
+_INTEGER_OIDS = {20, 21, 23, 26}
+_FLOAT_OIDS = {700, 701}
+_NUMERIC_OID = 1700
+#: Spark's DECIMAL holds at most 38 digits.
+_MAX_DECIMAL_DIGITS = 38
 #: The special values PostgreSQL's float input takes (case ignored), as Spark casts them.
 _FLOAT_SPECIALS = {
     "nan": "NaN",
@@ -212,12 +230,24 @@ _FLOAT_SPECIALS = {
 }
 
 
+def placeholder(oid: int) -> Param:
+    """A parameter of type ``oid`` that stands for any value of it where a statement is
+    described before it is bound: it binds to a literal of the type every value binds
+    to (a number's digits do not decide its type, a NULL's neither)."""
+    if oid == 16:
+        return Param("f", oid)
+    if oid in _INTEGER_OIDS or oid in _FLOAT_OIDS or oid == _NUMERIC_OID:
+        return Param("0", oid)
+    return Param("", oid)
+
+
 def bind(sql: str, params: list[Param]) -> str:
     """``sql`` with ``$n`` replaced by the n-th parameter as a literal.
 
-    A parameter of a numeric type OID becomes a number, NULL stays NULL,
-    anything else becomes a string literal written by sqlglot (quotes
-    doubled), so no value becomes SQL syntax. An untyped parameter (OID 0,
+    A parameter of a numeric, boolean or text type OID becomes a value of
+    that type (a cast of its literal: :func:`_literal`), NULL a NULL of it,
+    anything else a string literal written by sqlglot (quotes doubled), so
+    no value becomes SQL syntax. An untyped parameter (OID 0,
     PostgreSQL's ``unknown``, what psycopg sends for a ``str``) is a string
     literal however it reads: ``'007'`` stays ``'007'``, as PostgreSQL keeps
     it.
@@ -243,30 +273,73 @@ def bind(sql: str, params: list[Param]) -> str:
     return "".join(out)
 
 
+def parameter_count(sql: str) -> int:
+    """The highest ``$n`` of ``sql`` (0 if none), as PostgreSQL counts a statement's
+    parameters: one used twice is one, and a ``$`` in a string, a name or a comment
+    is none."""
+    tokens = tokenize(sql)
+    return max(
+        (
+            int(nxt.text)
+            for t, nxt in itertools.pairwise(tokens)
+            if t.token_type == TokenType.PARAMETER
+            and nxt.token_type == TokenType.NUMBER
+            and nxt.text.isdigit()
+        ),
+        default=0,
+    )
+
+
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _TRUE, _FALSE = ("t", "true", "1", "on", "yes", "y"), ("f", "false", "0", "off", "no", "n")
 
 
 def _literal(param: Param) -> str:
-    """A parameter as one SQL literal (a negative number in parentheses: ``1-$1`` with
-    ``-5`` must not become the comment ``1--5``). A float4 or float8 may be ``NaN`` or
-    infinite, as PostgreSQL takes them; an integer or numeric may not (Spark's have no
-    such value)."""
+    """A parameter as one SQL expression of its declared type (:data:`_CAST_TYPES`): a
+    cast of a literal, so no value becomes SQL syntax and ``1-$1`` with ``-5`` never
+    becomes the comment ``1--5``. A float4 or float8 may be ``NaN`` or infinite, as
+    PostgreSQL takes them; an integer or numeric may not (Spark's have no such value).
+    An untyped parameter (OID 0) is a string literal, and its NULL a bare NULL, as
+    PostgreSQL's ``unknown``; a parameter of another type is a string literal (its NULL
+    a text NULL)."""
+    oid = param.oid
     if param.text is None:
-        return "NULL"
+        if oid == _NUMERIC_OID:
+            return f"CAST(NULL AS DECIMAL({_MAX_DECIMAL_DIGITS}, 0))"
+        if oid == 0:
+            return "NULL"
+        return f"CAST(NULL AS {_CAST_TYPES.get(oid, 'TEXT')})"  # another type's value is text
     text = param.text.strip()
-    special = _FLOAT_SPECIALS.get(text.lower())
-    if param.oid in _FLOAT_OIDS and special is not None:  # no literal spells them: a cast
-        return f"CAST('{special}' AS {_FLOAT_OIDS[param.oid]})"
-    if param.oid in _NUMERIC_OIDS:
+    if oid in _FLOAT_OIDS:
+        special = _FLOAT_SPECIALS.get(text.lower())
+        if special is not None:  # no literal spells them: a string, cast
+            return f"CAST('{special}' AS {_CAST_TYPES[oid]})"
+    if oid in _INTEGER_OIDS or oid in _FLOAT_OIDS:
         if not _NUMBER.fullmatch(text):
             raise SqlError(f"parameter {param.text!r} is not a number", "22P02")
-        return f"({text})" if text.startswith("-") else text.lstrip("+")
-    if param.oid == 16:
+        return f"CAST({text.lstrip('+')} AS {_CAST_TYPES[oid]})"
+    if oid == _NUMERIC_OID:
+        return _numeric_literal(param.text, text)
+    if oid == 16:
         if text.lower() not in (*_TRUE, *_FALSE):
             raise SqlError(f"parameter {param.text!r} is not a boolean", "22P02")
         return "TRUE" if text.lower() in _TRUE else "FALSE"
     return sqlglot.exp.Literal.string(param.text).sql("postgres")
+
+
+def _numeric_literal(sent: str, text: str) -> str:
+    """A numeric parameter as the DECIMAL of exactly its digits and scale (``1e3`` is
+    ``1000``, a DECIMAL(4, 0)); past Spark's 38 digits, its digits as a literal."""
+    if not _NUMBER.fullmatch(text):
+        raise SqlError(f"parameter {sent!r} is not a number", "22P02")
+    number = decimal.Decimal(text)
+    _, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int), number  # _NUMBER takes no NaN nor infinity
+    scale = max(0, -exponent)
+    precision = max(1, max(0, len(digits) + exponent) + scale)
+    if precision > _MAX_DECIMAL_DIGITS:  # no DECIMAL holds it: Spark reads its digits
+        return f"({number:f})" if number.is_signed() else f"{number:f}"
+    return f"CAST({number:f} AS DECIMAL({precision}, {scale}))"
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -436,11 +509,8 @@ class _Parser(TokenReader):
             count = None
         elif self.accept("NEXT"):
             count = 1
-        elif (t := self.peek()) is not None and t.token_type == TokenType.NUMBER:
-            if not t.text.isdigit():
-                raise self.error("a FETCH count is a whole number")
-            count = int(t.text)
-            self.i += 1
+        elif self.at_number():
+            count = self.whole("a FETCH count")
         if not self.accept("FROM"):
             self.accept("IN")
         name = self.ident()
@@ -478,12 +548,12 @@ class _Parser(TokenReader):
             elif t.token_type == TokenType.R_PAREN:
                 depth -= 1
             elif depth == 0 and t.token_type != TokenType.IDENTIFIER and t.text.upper() == "AS":
-                following = self.tokens[k + 1 : k + 3]
+                following = self.tokens[k + 1 : k + 2]
                 if (
-                    len(following) == 2
+                    len(following) == 1
                     and following[0].token_type != TokenType.IDENTIFIER
                     and following[0].text.upper() == "OF"
-                    and following[1].token_type == TokenType.NUMBER  # else ``AS of``: an alias
+                    and self.at_number(k + 2)  # else ``AS of``: an alias
                 ):
                     if cut is not None:
                         raise SqlError("AS OF is given twice")
@@ -555,6 +625,8 @@ __all__ = [
     "Statement",
     "Subscribe",
     "bind",
+    "parameter_count",
     "parse",
+    "placeholder",
     "split",
 ]

@@ -10,11 +10,11 @@ EXPLAIN org_users;
 SHOW CREATE MATERIALIZED VIEW org_users;
 -- The first read of a view just created waits for its first readable time.
 SELECT * FROM org_names ORDER BY name;
-SELECT upper - 1 AS t FROM timeshard_objects WHERE name = 'org_names' \gset
+SELECT upper - 1 AS t, upper AS u FROM timeshard_objects WHERE name = 'org_names' \gset
 SELECT * FROM org_names ORDER BY name AS OF :t;
 SELECT name, type, status FROM timeshard_objects WHERE object IS NOT NULL ORDER BY name;
--- A bounded SUBSCRIBE: the snapshot at :t, nothing after it.
-COPY (SUBSCRIBE org_names AS OF :t UP TO :t) TO STDOUT;
+-- A bounded SUBSCRIBE: the snapshot at :t, nothing after it (UP TO is exclusive).
+COPY (SUBSCRIBE org_names AS OF :t UP TO :u) TO STDOUT;
 -- Errors are PostgreSQL errors, and the session goes on.
 SELECT * FROM nowhere;
 SELECT 1 / 0;
