@@ -268,7 +268,7 @@ def check_spec(
             )
         except InvalidUsage as e:
             raise InvalidUsage(f"export {export.name!r}: {e}") from e
-    built = [build_source(s) for s in spec.source]  # checks each source's options
+    built = [build_source(_checked_only(s)) for s in spec.source]  # checks their options
     for source, made in zip(spec.source, built, strict=True):
         if source.envelope == "upsert":
             _check_keys(source, made)
@@ -420,6 +420,15 @@ def check_new_shard_owner(shard: str, writer: str, owners: Mapping[str, str]) ->
             f"{writer} would write the shard {shard!r}, which {owner} writes (so the "
             "location's catalog records): choose another name, or drop that object first"
         )
+
+
+def _checked_only(source: SourceSpec) -> SourceSpec:
+    """``source`` as :func:`check_spec` builds it: a POSTGRES source without creating its
+    replication slot (a declaration refused later must leave nothing upstream holding
+    WAL; the build that runs it creates the slot)."""
+    if source.kind != "postgres" or "create_slot" in source.options:
+        return source
+    return source.model_copy(update={"options": {**source.options, "create_slot": False}})
 
 
 def check_spec_writers(

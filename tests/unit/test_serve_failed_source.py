@@ -154,3 +154,28 @@ def test_a_failed_create_source_keeps_a_slot_it_did_not_create(
         assert "kept_slot" in slots(upstream)
     finally:
         engine.close()
+
+
+def test_a_declaration_refused_by_its_check_creates_no_slot(
+    upstream: psycopg.Connection[Any], postgres_server: Any
+) -> None:
+    """``check_spec`` builds each source to check its options; for a POSTGRES source that
+    build created the replication slot, so a run file refused further on (a view reading a
+    shard that does not exist) left a slot holding the server's WAL."""
+    from timeshard.errors import InvalidUsage
+    from timeshard.spec import RunSpec, SourceSpec, ViewSpec, check_spec
+
+    before = slots(upstream)
+    spec = RunSpec(
+        source=[
+            SourceSpec(
+                name="checked",
+                kind="postgres",
+                options={"dsn": postgres_server.dsn, "publication": "failed_create_pub"},
+            )
+        ],
+        view=[ViewSpec(name="v", inputs={"t": "missing"}, sql="SELECT * FROM t")],
+    )
+    with pytest.raises(InvalidUsage, match="missing"):
+        check_spec(spec, existing=[])
+    assert slots(upstream) == before

@@ -690,12 +690,9 @@ class Engine:
             )
         except ValueError as e:
             raise SqlError(str(e).splitlines()[0], "22023") from None
-        # The check builds the source too: not its slot, which only the build kept makes
-        # (and so knows it made).
-        checked = spec
-        if spec.kind == "postgres":
-            checked = spec.model_copy(update={"options": {**spec.options, "create_slot": False}})
-        check_spec(RunSpec(source=[checked]), existing=self.client.list_shards())
+        # The check builds the source too, not its slot: only the build kept makes it (and
+        # so knows it made it).
+        check_spec(RunSpec(source=[spec]), existing=self.client.list_shards())
         recorded = {(e.name, e.kind) for e in read_catalog(self.client)}
         source = build_source(spec)
         ingestion = None
@@ -759,7 +756,7 @@ class Engine:
             log.error("cannot forget the entries of %s, whose CREATE failed: %s", name, e)
         # PostgresSource knows whether it created its slot (not whether another instance
         # did since: one that shares a slot names it, and it is never dropped here).
-        if getattr(source, "_slot_created", False):
+        if getattr(source, "slot_created", False):
             try:
                 source.drop()
             except Exception as e:

@@ -278,6 +278,12 @@ class PostgresSource:
         if create_slot:
             self._ensure_slot()
 
+    @property
+    def slot_created(self) -> bool:
+        """Whether this instance created its replication slot (a CREATE that fails drops
+        such a slot, never one it found)."""
+        return self._slot_created
+
     # -- the Source protocol ---------------------------------------------------------------
 
     def outputs(self) -> dict[str, pa.Schema]:
