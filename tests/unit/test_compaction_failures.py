@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from timeshard import Determinate
+from timeshard import Determinate, Indeterminate
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient, PersistConfig
 
@@ -40,3 +40,44 @@ def test_a_merge_whose_swap_surely_failed_deletes_its_output() -> None:
         writer.compact()
     consensus.refuse = False
     assert {m.key for m in blob.list_keys("s/")} == before
+
+
+class CommitThenTimeout(MemoryConsensus):
+    """Arm it with a hook: the next compare-and-set commits, runs the hook, then raises
+    Indeterminate (its answer lost)."""
+
+    hook: Any = None
+
+    def compare_and_set(self, key: str, expected: Any, new: Any) -> Any:
+        outcome = super().compare_and_set(key, expected, new)
+        hook, self.hook = self.hook, None
+        if hook is None:
+            return outcome
+        hook()
+        raise Indeterminate("injected: the swap committed, its answer was lost")
+
+
+def test_a_merge_swapped_in_then_merged_away_keeps_its_output_for_gc() -> None:
+    """The swap's compare-and-set committed and reported a timeout; before the retry
+    read the head, another compactor merged the output away. The retry found neither
+    the inputs nor the output and deleted the output's parts, which the state after the
+    swap references: a reader holding that state lost them (PartError)."""
+    consensus = CommitThenTimeout()
+    blob = MemoryBlob()
+    config = PersistConfig(backoff_ms=0.0, max_backoff_ms=0.0, max_attempts=3)
+    client = PersistClient(Location(blob, consensus), config)
+    writer = client.open_writer("s", SCHEMA)
+    for t, k in enumerate("abc"):
+        writer.append([((k,), t, 1)], t, t + 1)
+    other = client.open_writer("s", SCHEMA)
+    swapped: list[str] = []
+
+    def merged_away() -> None:
+        state = client.state("s")
+        swapped.extend(state.batches[0].keys())  # the merge of a and b, swapped in
+        assert other.compact() == 1  # merges it with c
+
+    consensus.hook = merged_away
+    writer.compact()
+    assert swapped
+    assert set(swapped) <= {m.key for m in blob.list_keys("s/")}

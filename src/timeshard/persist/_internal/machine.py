@@ -132,6 +132,14 @@ class Machine:
 
     def apply(self, transition: Callable[[ShardState], tuple[ShardState | None, R]]) -> R:
         """Apply ``transition`` to the latest state; see the module invariants."""
+        return self.apply_telling(transition)[0]
+
+    def apply_telling(
+        self, transition: Callable[[ShardState], tuple[ShardState | None, R]]
+    ) -> tuple[R, bool]:
+        """:meth:`apply`, and whether an attempt before the one that decided may have
+        committed (an indeterminate compare-and-set): then the state the result was
+        decided on may come after that attempt's effect, and after others' changes to it."""
         state = self.state
         failures = 0
         maybe_applied = False
@@ -152,7 +160,7 @@ class Machine:
                 continue
             if new is None:
                 if fresh:
-                    return result
+                    return result, maybe_applied
                 # A no-op decided on a cached state may be stale (an upper
                 # mismatch, say): decide again on the head.
                 state, fresh = self._fetch_after(maybe_applied), True
@@ -177,7 +185,7 @@ class Machine:
             if outcome is CaSResult.COMMITTED:
                 if self._state is None or new.seqno > self._state.seqno:
                     self._state = new  # a concurrent apply may have seen a newer one
-                return result
+                return result, maybe_applied
             state, fresh = self._fetch_after(maybe_applied), True
 
     def _encode(self, new: ShardState, previous: ShardState | None) -> bytes:
