@@ -78,3 +78,14 @@ def test_a_spark_upsert_refuses_a_column_it_cannot_compare(
     with pytest.raises(InvalidUsage, match=refusal):
         SparkFeedbackUpsert(None, client, "out", schema, ["k"])
     assert client.list_shards() == []
+
+
+def test_an_upsert_over_records_that_carry_diff_is_refused(tmp_path: Path) -> None:
+    """A source whose records are changes (TPCH orders, a CDC table) carries ``_diff``;
+    the UPSERT dropped it, so a retraction upserted the row it retracted (a replaced
+    order was never deleted)."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    payload = pa.schema([("k", pa.int64()), ("v", pa.string()), ("_diff", pa.int64())])
+    with pytest.raises(InvalidUsage, match=r"UPSERT output 'out': its source's records carry"):
+        Export(None, client, "out", payload, "upsert", ["k"])
+    assert client.list_shards() == []

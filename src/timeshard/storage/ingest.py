@@ -103,6 +103,13 @@ class Export:
     ) -> None:
         if envelope not in ("none", "upsert"):
             raise InvalidUsage(f"envelope must be 'none' or 'upsert', got {envelope!r}")
+        if envelope == "upsert" and DIFF in payload.names:
+            raise InvalidUsage(
+                f"UPSERT output {shard!r}: its source's records carry {DIFF} (they are "
+                "changes, insertions and retractions), and UPSERT takes commands, the last "
+                "value per key: a retraction would read as an upsert of the row it retracts; "
+                "use the NONE envelope"
+            )
         self.shard = shard
         self.schema = pa.schema([f for f in payload if f.name != DIFF])
         self.metadata = tuple(metadata)  # never null: no part of what makes a delete
