@@ -238,3 +238,18 @@ def test_bad_arguments_raise_invalid_usage(option: str, value: Any) -> None:
 def test_cardinality_of_lineitem_is_unknown() -> None:
     with pytest.raises(InvalidUsage, match="lineitem"):
         tpch().cardinality("lineitem")
+
+
+def test_an_upsert_envelope_over_its_changes_is_refused(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """TPCH's records carry ``_diff`` (a replaced order is retracted): an UPSERT output
+    over them dropped it and upserted the retracted row, so no order was ever deleted."""
+
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    ingestion = Ingestion(spark, client, tpch(), envelopes={"orders": ("upsert", ["o_orderkey"])})
+    try:
+        with pytest.raises(InvalidUsage, match=r"UPSERT output 'tpch.orders': its source"):
+            ingestion.step()
+    finally:
+        ingestion.close()

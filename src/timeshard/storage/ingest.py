@@ -104,12 +104,7 @@ class Export:
         if envelope not in ("none", "upsert"):
             raise InvalidUsage(f"envelope must be 'none' or 'upsert', got {envelope!r}")
         if envelope == "upsert" and DIFF in payload.names:
-            raise InvalidUsage(
-                f"UPSERT output {shard!r}: its source's records carry {DIFF} (they are "
-                "changes, insertions and retractions), and UPSERT takes commands, the last "
-                "value per key: a retraction would read as an upsert of the row it retracts; "
-                "use the NONE envelope"
-            )
+            raise _changes_upserted(shard)
         self.shard = shard
         self.schema = pa.schema([f for f in payload if f.name != DIFF])
         self.metadata = tuple(metadata)  # never null: no part of what makes a delete
@@ -175,6 +170,8 @@ class Export:
         err = F.col(ERR) if ERR in records.columns else F.lit(None).cast("string")
         records = records.where(bigint_where(TS, ">=", lower))
         if self.upsert is not None:
+            if DIFF in records.columns:  # a source whose payload does not say it (TPCH)
+                raise _changes_upserted(self.shard)
             deleted = F.lit(True)
             for c in [c for c in self.schema.names if c not in (*self.upsert.keys, *self.metadata)]:
                 deleted = deleted & column(c).isNull()
@@ -537,6 +534,14 @@ class Ingestion:
 
     def _reclock(self, records: Any, start: SourceFrontier) -> Any:
         return reclock_df(self.spark, records, self.remap.bindings(), start=start)
+
+
+def _changes_upserted(shard: str) -> InvalidUsage:
+    return InvalidUsage(
+        f"UPSERT output {shard!r}: its source's records carry {DIFF} (they are changes, "
+        "insertions and retractions), and UPSERT takes commands, the last value per key: a "
+        "retraction would read as an upsert of the row it retracts; use the NONE envelope"
+    )
 
 
 def _release(exports: Iterable[Export], remap: Remap | None) -> None:
