@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -536,30 +536,32 @@ def _follower(client: PersistClient, view: str) -> str | None:
     """A leased reader of ``view``'s open shard that renewed its lease in the last three
     heartbeat intervals (a process that follows the view: a read-only deployment, a
     subscribe, a query), or None."""
-    if view not in client.list_shards():
+    state = _open_state(client, view)
+    if state is None:
         return None
-    state = client.state(view)
-    if state.upper.is_empty():
-        return None
-    now, interval = client.config.now_ms(), client.config.heartbeat_interval_ms
-    live = (
-        rid
-        for rid, r in sorted(state.leased_readers.items())
-        if now - r.last_heartbeat_ms <= 3 * interval
-    )
-    return next(live, None)
+    return next(_live(client, sorted(state.leased_readers.items())), None)
 
 
 def _running(client: PersistClient, view: str) -> bool:
     """Whether a process runs ``view``: its open shard has a writer that renewed its lease
     in the last three heartbeat intervals (as ``timeshard status`` tells liveness)."""
-    if view not in client.list_shards():
-        return False
-    state = client.state(view)
-    if state.upper.is_empty():
-        return False
+    state = _open_state(client, view)
+    return state is not None and next(_live(client, state.writers.items()), None) is not None
+
+
+def _open_state(client: PersistClient, shard: str) -> Any:
+    """The state of ``shard`` if it exists and is open (not closed: dropped), else None."""
+    if shard not in client.list_shards():
+        return None
+    state = client.state(shard)
+    return None if state.upper.is_empty() else state
+
+
+def _live(client: PersistClient, handles: Iterable[tuple[str, Any]]) -> Iterator[str]:
+    """The ids of ``handles`` (writers or leased readers) that renewed their lease in the
+    last three heartbeat intervals."""
     now, interval = client.config.now_ms(), client.config.heartbeat_interval_ms
-    return any(now - w.last_heartbeat_ms <= 3 * interval for w in state.writers.values())
+    return (i for i, h in handles if now - h.last_heartbeat_ms <= 3 * interval)
 
 
 __all__ = [

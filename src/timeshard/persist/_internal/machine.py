@@ -42,7 +42,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from timeshard.errors import (
@@ -100,32 +100,19 @@ class Machine:
     def create(self, initial: ShardState) -> ShardState:
         """Write the initial state if the shard does not exist yet; return the head."""
         head = self._retry(lambda: self.consensus.head(self.shard_id))
-        failures = 0
-        maybe_applied = False
-        deadline: float | None = None
+        attempts = _Attempts()
         while head is None:
             data = self._encode(initial, None)
             try:
                 self.cas_calls += 1
                 self.consensus.compare_and_set(self.shard_id, None, VersionedData(0, data))
             except ExternalError as e:
-                failures += 1
-                maybe_applied = maybe_applied or isinstance(e, Indeterminate)
-                if maybe_applied and deadline is None:
-                    deadline = time.monotonic() + self.config.indeterminate_timeout_ms / 1000
-                if self._out_of_attempts(failures, deadline):
-                    raise self._give_up(e, maybe_applied) from e
+                self._failed(attempts, e)
                 log.debug("create of %s failed (%s); re-reading", self.shard_id, e)
-                self._backoff(failures)
-            try:
-                head = self._retry(lambda: self.consensus.head(self.shard_id))
-            except Determinate as e:
-                if not maybe_applied:
-                    raise
-                raise Indeterminate(
-                    f"shard {self.shard_id!r}: its creation may have committed, and the head "
-                    f"cannot be read to tell: {e}"
-                ) from e
+            head = self._after(
+                attempts.maybe_applied,
+                lambda: self._retry(lambda: self.consensus.head(self.shard_id)),
+            )
         state = decode_state(self.shard_id, head.seqno, head.data)
         self._state = state
         return state
@@ -141,29 +128,27 @@ class Machine:
         committed (an indeterminate compare-and-set): then the state the result was
         decided on may come after that attempt's effect, and after others' changes to it."""
         state = self.state
-        failures = 0
-        maybe_applied = False
-        deadline: float | None = None
+        attempts = _Attempts()
         fresh = self._state is None
         while True:
             try:
                 new, result = transition(state)
             except (LeaseExpired, Fenced) as e:
-                if fresh and maybe_applied and isinstance(e, LeaseExpired):
+                if fresh and attempts.maybe_applied and isinstance(e, LeaseExpired):
                     raise Indeterminate(
                         f"shard {self.shard_id!r}: an attempt may have committed, and then "
                         f"the handle was gone: {e}"
                     ) from e
                 if fresh:
                     raise
-                state, fresh = self._fetch_after(maybe_applied), True
+                state, fresh = self._fetch_after(attempts.maybe_applied), True
                 continue
             if new is None:
                 if fresh:
-                    return result, maybe_applied
+                    return result, attempts.maybe_applied
                 # A no-op decided on a cached state may be stale (an upper
                 # mismatch, say): decide again on the head.
-                state, fresh = self._fetch_after(maybe_applied), True
+                state, fresh = self._fetch_after(attempts.maybe_applied), True
                 continue
             new = replace(new, seqno=state.seqno + 1, walltime_ms=self.config.now_ms())
             data = self._encode(new, state)
@@ -173,20 +158,14 @@ class Machine:
                     self.shard_id, state.seqno, VersionedData(new.seqno, data)
                 )
             except ExternalError as e:
-                failures += 1
-                maybe_applied = maybe_applied or isinstance(e, Indeterminate)
-                if maybe_applied and deadline is None:
-                    deadline = time.monotonic() + self.config.indeterminate_timeout_ms / 1000
-                if self._out_of_attempts(failures, deadline):
-                    raise self._give_up(e, maybe_applied) from e
-                self._backoff(failures)
-                state, fresh = self._refetch(failures, deadline, maybe_applied), True
+                self._failed(attempts, e)
+                state, fresh = self._refetch(attempts), True
                 continue
             if outcome is CaSResult.COMMITTED:
                 if self._state is None or new.seqno > self._state.seqno:
                     self._state = new  # a concurrent apply may have seen a newer one
-                return result, maybe_applied
-            state, fresh = self._fetch_after(maybe_applied), True
+                return result, attempts.maybe_applied
+            state, fresh = self._fetch_after(attempts.maybe_applied), True
 
     def _encode(self, new: ShardState, previous: ShardState | None) -> bytes:
         """``new``'s bytes; InvalidUsage if they would not decode (invariant 6)."""
@@ -200,10 +179,14 @@ class Machine:
             ) from e
 
     def _fetch_after(self, maybe_applied: bool) -> ShardState:
-        """The head; if an earlier attempt may have committed, a head that cannot be read
-        leaves the outcome unknown: Indeterminate, never Determinate."""
+        """The head state (:meth:`_after`)."""
+        return self._after(maybe_applied, self.fetch)
+
+    def _after(self, maybe_applied: bool, read: Callable[[], R]) -> R:
+        """``read()`` of the head; if an earlier attempt may have committed, a head that
+        cannot be read leaves the outcome unknown: Indeterminate, never Determinate."""
         try:
-            return self.fetch()
+            return read()
         except Determinate as e:
             if not maybe_applied:
                 raise
@@ -217,15 +200,27 @@ class Machine:
             return failures >= self.config.max_attempts
         return time.monotonic() >= deadline
 
-    def _refetch(self, failures: int, deadline: float | None, maybe_applied: bool) -> ShardState:
+    def _failed(self, attempts: _Attempts, error: ExternalError) -> None:
+        """Count a failed compare-and-set in ``attempts``, then back off; give up (raise)
+        past the attempts, or once one may have committed, past the deadline (invariant 4)."""
+        attempts.failures += 1
+        attempts.maybe_applied = attempts.maybe_applied or isinstance(error, Indeterminate)
+        if attempts.maybe_applied and attempts.deadline is None:
+            attempts.deadline = time.monotonic() + self.config.indeterminate_timeout_ms / 1000
+        if self._out_of_attempts(attempts.failures, attempts.deadline):
+            raise self._give_up(error, attempts.maybe_applied) from error
+        self._backoff(attempts.failures)
+
+    def _refetch(self, attempts: _Attempts) -> ShardState:
         """The head, re-read until it can be (an indeterminate outcome must be resolved)."""
+        failures = attempts.failures
         while True:
             try:
                 return self.fetch()
             except ExternalError as e:
                 failures += 1
-                if self._out_of_attempts(failures, deadline):
-                    raise self._give_up(e, maybe_applied) from e
+                if self._out_of_attempts(failures, attempts.deadline):
+                    raise self._give_up(e, attempts.maybe_applied) from e
                 self._backoff(failures)
 
     def _give_up(self, error: ExternalError, maybe_applied: bool) -> ExternalError:
@@ -242,6 +237,17 @@ class Machine:
 
     def _backoff(self, failures: int) -> None:
         self.config.backoff(failures, self._rng)
+
+
+@dataclass
+class _Attempts:
+    """One operation's failed storage calls so far (module invariant 4)."""
+
+    failures: int = 0
+    #: Whether one of them may have committed (an indeterminate compare-and-set).
+    maybe_applied: bool = False
+    #: Once one may have: when to give up (monotonic seconds).
+    deadline: float | None = None
 
 
 __all__ = ["Machine"]
