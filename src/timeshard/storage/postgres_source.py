@@ -764,11 +764,13 @@ def _catalog_change(conn: Any, oid: int, declared: Sequence[Column]) -> str | No
 
 @dataclass(frozen=True)
 class StorageMark:
-    """Where a table's rows are stored (the ``relfilenode`` of it and of its partitions) and
-    the transaction that last wrote each of its declared columns' ``pg_attribute`` rows."""
+    """Where a table's rows are stored (the ``relfilenode`` of it and of its partitions) and,
+    per declared column, the transaction that last wrote its ``pg_attribute`` row and
+    whether that row has a missing value (``atthasmissing``: a column added with a default,
+    whose value older rows do not store)."""
 
     files: frozenset[int]
-    columns: tuple[tuple[str, int], ...]
+    columns: tuple[tuple[str, int, bool], ...]
 
     def rewritten_since(self, before: StorageMark) -> str | None:
         """Why the table's values may have changed with no change sent, since ``before``.
@@ -778,13 +780,22 @@ class StorageMark:
         replication sends nothing of it: its Relation message, if any, is the one before.
         A rewrite alone (``VACUUM FULL``, ``CLUSTER``, ``SET TABLESPACE``) keeps every
         value, and so does a catalog row written alone (``SET NOT NULL``, a type change
-        that needs no rewrite); both at once, between two checks, are taken as such an
-        ALTER (a ``SET NOT NULL`` and a ``VACUUM FULL`` between two reads also are).
+        that needs no rewrite). A rewrite also writes the catalog row of each column with
+        a missing value, to clear it (the rows now store it): that is no change either.
+        Both at once, between two checks, are taken as such an ALTER (a ``SET NOT NULL``
+        and a ``VACUUM FULL`` between two reads also are; a ``USING`` on a column with a
+        missing value is not seen).
         """
         if self.files == before.files:
             return None
-        was = dict(before.columns)
-        written = [name for name, xmin in self.columns if was.get(name, xmin) != xmin]
+        was = {name: (xmin, missing) for name, xmin, missing in before.columns}
+        written = [
+            name
+            for name, xmin, missing in self.columns
+            if name in was
+            and was[name][0] != xmin
+            and not (was[name][1] and not missing)  # a rewrite cleared the missing value
+        ]
         if not written:
             return None
         return (
@@ -807,13 +818,13 @@ def storage_marks(conn: Any, tables: Sequence[Table]) -> dict[int, StorageMark]:
         (oids,),
     ).fetchall():
         files.setdefault(oid, set()).add(file)
-    written: dict[int, dict[str, int]] = {}
-    for oid, name, xmin in conn.execute(
-        "SELECT attrelid::bigint, attname, xmin::text::bigint FROM pg_attribute "
+    written: dict[int, dict[str, tuple[int, bool]]] = {}
+    for oid, name, xmin, missing in conn.execute(
+        "SELECT attrelid::bigint, attname, xmin::text::bigint, atthasmissing FROM pg_attribute "
         "WHERE attrelid = ANY(%s::oid[]) AND attnum > 0 AND NOT attisdropped",
         (oids,),
     ).fetchall():
-        written.setdefault(oid, {})[name] = xmin
+        written.setdefault(oid, {})[name] = (xmin, bool(missing))
     out: dict[int, StorageMark] = {}
     for index, table in enumerate(tables):
         if table.oid in files:
@@ -821,7 +832,7 @@ def storage_marks(conn: Any, tables: Sequence[Table]) -> dict[int, StorageMark]:
             columns = written.get(table.oid, {})
             out[index] = StorageMark(
                 frozenset(files[table.oid]),
-                tuple(sorted((n, x) for n, x in columns.items() if n in declared)),
+                tuple(sorted((n, x, m) for n, (x, m) in columns.items() if n in declared)),
             )
     return out
 
