@@ -112,3 +112,31 @@ def test_a_failed_reopen_leaves_no_handle_and_the_next_step_reopens(
     assert ingestion.resume_upper().time == 13
     ingestion.close()
     assert registered(client, SHARDS) == {}
+
+
+def test_a_reopen_that_fails_again_is_tried_once_a_step(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failed reopen, a step reopens first; if that fails too, the step's failure
+    handler reopened again at once (two attempts, the second's error raised in place of
+    the first's)."""
+    ingestion = Ingestion(None, client, Idle(name="c"), clock=lambda: 10)
+    ingestion.step()
+    ingestion.remap._writer.lease_lost = True
+    calls: list[int] = []
+
+    def failing(*args: object, **kwargs: object) -> None:
+        calls.append(1)
+        fail()
+
+    with monkeypatch.context() as m:
+        m.setattr(reclock_module.Remap, "sync", failing)
+        with pytest.raises(Determinate, match="injected"):
+            ingestion.step()
+        calls.clear()
+        with pytest.raises(Determinate, match="injected"):
+            ingestion.step()
+        assert len(calls) == 1
+    assert ingestion.step().output_upper.time == 11
+    ingestion.close()
+    assert registered(client, SHARDS) == {}

@@ -392,8 +392,8 @@ class Ingestion:
         except Exception as e:
             # health is best effort: the failure to raise is the step's
             self._report_or_log("stalled", f"{type(e).__name__}: {str(e)[:500]}")
-            if isinstance(e, LeaseExpired) or self._lease_lost():
-                self._reopen()
+            if not self._released and (isinstance(e, LeaseExpired) or self._lease_lost()):
+                self._reopen()  # (a reopen that failed is tried again at the next step)
             raise
         # The data is appended: a failure to record the health does not fail the step.
         self._report_or_log("running", self._commit_progress() or self._holds_error())
