@@ -582,3 +582,56 @@ def test_the_recovery_target_waits_for_an_upper_it_cannot_read_yet(
 
     monkeypatch.setattr(client, "state", flaky)
     assert runner._upper(client, "s") == ahead
+
+
+class FakeTime:
+    """The runner's clock: ``sleep`` moves it on and calls ``on_sleep`` with the time."""
+
+    def __init__(self, on_sleep: Any) -> None:
+        self.now = 0.0
+        self.on_sleep = on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.on_sleep(self.now)
+
+    def time_ns(self) -> int:
+        return time.time_ns()
+
+
+def test_a_disk_full_window_of_the_enospc_wrapper_stays_on_until_it_refused_a_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no tmpfs is mounted, only a replica's refused write journals ``disk_full``; its
+    window closed on time and ended with the fault phase, so replicas in long ticks (a
+    loaded machine) wrote nothing in it and the run failed "never injected: disk_full"."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _InputWriter
+
+    events = tmp_path / "events"
+    events.mkdir()
+    inputs = _InputWriter(events, random.Random(0))
+    seen: list[tuple[float, bool]] = []
+
+    with one_ticking_replica(tmp_path) as (runner, replicas):
+        replica = replicas[0]
+
+        def on_sleep(now: float) -> None:
+            seen.append((now, Control.read(replica.control_file).disk_full))
+            if now >= 4.0 and not FaultJournal.read(tmp_path / "injected.jsonl"):
+                replica.journal().record("disk_full", "blob.enospc")  # a tick wrote at last
+            assert now < 60.0, "the fault phase never ended"
+
+        monkeypatch.setattr(runner_module, "time", FakeTime(on_sleep))
+        runner.config = NemesisConfig(directory=tmp_path, fault_seconds=1.0)
+        disk = BlobDisk(tmp_path / "disk")  # not mounted: the ENOSPC wrapper
+        result = RunResult(0, "sqlite", "ENOSPC wrapper")
+        plan = [Fault(0.5, "disk_full", None, 0.2)]
+        runner._fault_phase(plan, replicas, disk, inputs, result)
+    full = [now for now, disk_full in seen if disk_full]
+    assert full and max(full) >= 4.0, f"the disk was full only at {full}"
+    assert seen[-1][0] <= 5.5  # and the phase ended once a write was refused

@@ -603,18 +603,20 @@ class NemesisRunner:
 
         A fault of a replica (kill, pause, unreliable, clock jump) that no
         replica could take when it was due waits for one that ticks; the phase
-        goes on while one waits or a window is open, up to
+        goes on while one waits or a window (the full disk's too) is open, up to
         ``advancing_bound_s`` more (then what still waits is skipped).
         """
         config = self.config
         start = time.monotonic()
         pending = list(plan)
         waiting: list[Fault] = []
-        disk_until = 0.0
+        full = _DiskWindow()
         while True:
             now = time.monotonic() - start
             self._hold_windows(now, replicas)
+            full.hold(now, replicas[0].run_dir, disk)
             is_open = any(now < max(r.unreliable_until, r.clock_until) for r in replicas)
+            is_open = is_open or full.until > 0
             if now >= config.fault_seconds and not pending and not waiting and not is_open:
                 break
             if now >= config.fault_seconds + config.advancing_bound_s:
@@ -632,10 +634,7 @@ class NemesisRunner:
                     self.log("    (no replica ticks now: it waits for one)")
                     waiting.append(fault)
                 elif fault.kind == "disk_full":
-                    disk_until = max(disk_until, now + fault.duration_s)
-            if disk_until and now >= disk_until:
-                disk_until = 0.0
-                disk.drain()
+                    full.open(now, fault.duration_s, replicas[0].run_dir, disk)
             for r in replicas:
                 if r.paused_until and now >= r.paused_until:
                     r.paused_until = 0.0
@@ -651,7 +650,7 @@ class NemesisRunner:
                     Control(
                         unreliable_rate=r.rate if unreliable else 0.0,
                         unreliable_until_ms=r.unreliable_until_ms if unreliable else 0,
-                        disk_full=bool(disk_until) and not disk.mounted,
+                        disk_full=full.until > 0 and not disk.mounted,
                         clock_offset_ms=r.clock_offset_ms if now < r.clock_until else 0,
                     )
                 )
@@ -806,6 +805,38 @@ class NemesisRunner:
             self.log(f"  difference: {json.dumps(finding)[:600]}")
 
 
+@dataclass
+class _DiskWindow:
+    """The full disk's window: open (``until`` > 0) from a ``disk_full`` fault until
+    ``until``, then drained.
+
+    A full tmpfs is journalled by the runner when it fills it. The ENOSPC
+    wrapper is journalled by a replica when it refuses a write, which a replica
+    in a long tick (a loaded machine) may not attempt in the planned window:
+    then the window stays open, second by second, until the journal shows one
+    (as :meth:`NemesisRunner._hold_windows` holds the others).
+    """
+
+    until: float = 0.0
+    #: ``disk_full`` lines in the journal when the wrapper's window opened (-1: none open).
+    before: int = -1
+
+    def open(self, now: float, duration_s: float, run_dir: Path, disk: BlobDisk) -> None:
+        self.until = max(self.until, now + duration_s)
+        if not disk.mounted and self.before < 0:
+            self.before = _journaled(run_dir, "disk_full")
+
+    def hold(self, now: float, run_dir: Path, disk: BlobDisk) -> None:
+        """Close the window if it is over (and acted on), draining the disk."""
+        if not self.until or now < self.until:
+            return
+        if self.before >= 0 and _journaled(run_dir, "disk_full") <= self.before:
+            self.until = now + 1.0
+            return
+        self.until, self.before = 0.0, -1
+        disk.drain()
+
+
 class _InputWriter:
     """New files for the FILE source, every ``INPUT_EVERY_S``, written whole (rename)."""
 
@@ -837,13 +868,17 @@ def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
     return None
 
 
-def _journaled(run_dir: Path, kind: str, replica: int) -> int:
+def _journaled(run_dir: Path, kind: str, replica: int | None = None) -> int:
     """How many faults of ``kind`` the run's journal records so far on ``replica`` (another
-    replica's line says nothing of whether this one's window acted)."""
+    replica's line says nothing of whether this one's window acted), or on any replica
+    for a location-wide kind (``replica`` None)."""
     path = run_dir / JOURNAL
     if not path.exists():
         return 0
-    return sum(e["kind"] == kind and e.get("replica") == replica for e in FaultJournal.read(path))
+    return sum(
+        e["kind"] == kind and (replica is None or e.get("replica") == replica)
+        for e in FaultJournal.read(path)
+    )
 
 
 def unread_input(client: PersistClient, source: str, directory: Path) -> dict[str, str]:
