@@ -635,3 +635,43 @@ def test_a_disk_full_window_of_the_enospc_wrapper_stays_on_until_it_refused_a_wr
     full = [now for now, disk_full in seen if disk_full]
     assert full and max(full) >= 4.0, f"the disk was full only at {full}"
     assert seen[-1][0] <= 5.5  # and the phase ended once a write was refused
+
+
+def test_a_run_whose_verify_recomputed_an_object_at_one_time_fails_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run passed on ``verify`` exiting 0 alone: a view whose history verify could not
+    read (its times compacted away, noted) was recomputed at one time or none, and the
+    run reported ok, checked at nothing but its last time."""
+    from timeshard.nemesis import runner as runner_module
+
+    shards = ["kv", "events", "kv_by_prefix", "events_by_grp"]
+    times = {"kv": ("upsert", 9), "events": ("upsert", 7), "kv_by_prefix": ("query", 10)}
+    objects = [
+        {"object": name, "kind": "?", "times": {check: list(range(n))}, "notes": []}
+        for name, (check, n) in times.items()
+    ]
+    note = "inputs compacted away at 9 sampled times [1, 2, 3, 4, 5]: not recomputed there"
+    objects.append(
+        {"object": "events_by_grp", "kind": "view", "times": {"query": [41]}, "notes": [note]}
+    )
+    found = {"ok": True, "seed": 1, "samples": 8, "objects": objects, "findings": []}
+
+    def verify(args: list[str], **kwargs: Any) -> Any:
+        assert "verify" in args
+        return subprocess.CompletedProcess(args, 0, json.dumps(found), "")
+
+    monkeypatch.setattr(runner_module.subprocess, "run", verify)
+    runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
+    result = RunResult(0, "sqlite", "tmpfs", recovery_s=3.0)
+    runner._verify("file:///b", "sqlite:///c", tmp_path, 0, shards, result)
+    assert result.verify_ok and result.differences == 0
+    assert result.verified_times == {"kv": 9, "events": 7, "kv_by_prefix": 10, "events_by_grp": 1}
+    assert not result.ok
+    assert len(result.few_times) == 1 and "'events_by_grp' at 1 times [41]" in result.few_times[0]
+    assert note in result.few_times[0]
+    assert result.to_json()["few_times"] == result.few_times
+    found["objects"][-1]["times"]["query"] = [41, 50]
+    enough = RunResult(0, "sqlite", "tmpfs", recovery_s=3.0)
+    runner._verify("file:///b", "sqlite:///c", tmp_path, 0, shards, enough)
+    assert enough.ok and enough.few_times == []

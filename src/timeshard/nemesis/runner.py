@@ -53,9 +53,10 @@ undecodable lines (err rows).
 
 A run with a stuck object, or not caught up after ``advancing_bound_s``, or
 with a planned kind never injected, or whose verify finds differences or
-cannot run, fails; the runner keeps its directory (the blob copied out of the
-tmpfs, the journal, the replicas' logs and heartbeats) and goes on with the
-next run.
+cannot run, or recomputes an object of the pipeline at fewer than
+``MIN_VERIFIED_TIMES`` times (its notes say why), fails; the runner keeps
+its directory (the blob copied out of the tmpfs, the journal, the replicas'
+logs and heartbeats) and goes on with the next run.
 
 Everything seeded is a function of ``(seed, run)``: the fault plan
 (:mod:`timeshard.nemesis.plan`), the input files, each replica
@@ -103,6 +104,9 @@ INPUT_KEYS = 40
 POLL_S = 0.1
 WATCH_S = 0.5
 MAX_EXITS = 5
+#: The fewest times verify must recompute each object of the pipeline at (against its
+#: query or its source's records) for a run to pass: at one time, no history is checked.
+MIN_VERIFIED_TIMES = 2
 STOP_TIMEOUT_S = 60.0
 TMPFS_MB = 256
 
@@ -169,7 +173,11 @@ class RunResult:
     (``blob.determinate``, ``task_write.indeterminate``, ...);
     ``self_exits``: replica processes that ended with no fault killing them
     (a JVM crash, say), restarted and reported, not a failure by themselves;
-    ``replica_errors``: ticks that raised (retried; also reported).
+    ``replica_errors``: ticks that raised (retried; also reported);
+    ``verified_times``: the times at which verify recomputed each object of the
+    pipeline; ``few_times``: the objects recomputed at fewer than
+    :data:`MIN_VERIFIED_TIMES`, with verify's notes on them (the run fails: a
+    clean verify of them would say little).
     """
 
     run: int
@@ -186,6 +194,8 @@ class RunResult:
     recovery_s: float | None = None
     differences: int = 0
     verify_ok: bool = False
+    verified_times: dict[str, int] = field(default_factory=dict)
+    few_times: list[str] = field(default_factory=list)
     verify_error: str = ""
     error: str = ""
     seconds: float = 0.0
@@ -198,6 +208,7 @@ class RunResult:
             and self.recovery_s is not None
             and self.verify_ok
             and self.differences == 0
+            and not self.few_times
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -216,6 +227,8 @@ class RunResult:
             "recovery_s": self.recovery_s,
             "differences": self.differences,
             "verify_ok": self.verify_ok,
+            "verified_times": self.verified_times,
+            "few_times": self.few_times,
             "verify_error": self.verify_error,
             "error": self.error,
             "seconds": self.seconds,
@@ -499,7 +512,7 @@ class NemesisRunner:
         if result.error:
             self.log(f"run {run}: {result.error}")
         try:
-            self._verify(blob_uri, consensus_uri, run_dir, run, result)
+            self._verify(blob_uri, consensus_uri, run_dir, run, shards, result)
         finally:
             if disk.mounted:
                 if not result.ok:
@@ -785,8 +798,16 @@ class NemesisRunner:
             result.error = f"{result.error}; {missing}" if result.error else missing
 
     def _verify(
-        self, blob_uri: str, consensus_uri: str, run_dir: Path, run: int, result: RunResult
+        self,
+        blob_uri: str,
+        consensus_uri: str,
+        run_dir: Path,
+        run: int,
+        shards: list[str],
+        result: RunResult,
     ) -> None:
+        """Run ``timeshard verify`` on the location; its findings, and at how many times it
+        recomputed each of the pipeline's ``shards``, into ``result``."""
         seed = self.config.seed * 1000 + run
         args = [sys.executable, "-m", "timeshard", "verify", "--blob", blob_uri]
         args += ["--consensus", consensus_uri, "--json", "--seed", str(seed)]
@@ -801,6 +822,9 @@ class NemesisRunner:
             return
         result.differences = len(found["findings"])
         result.verify_ok = done.returncode == 0 and bool(found["ok"])
+        _count_verified(found, shards, result)
+        for few in result.few_times:
+            self.log(f"run {run}: {few}")
         for finding in found["findings"][:5]:
             self.log(f"  difference: {json.dumps(finding)[:600]}")
 
@@ -856,6 +880,24 @@ class _InputWriter:
     def maybe_write(self) -> None:
         if time.monotonic() - self.last >= INPUT_EVERY_S:
             self.write()
+
+
+def _count_verified(found: dict[str, Any], shards: list[str], result: RunResult) -> None:
+    """The times verify's report ``found`` recomputed each of ``shards`` at (a view against
+    its query, an export against its source's records), into ``result``."""
+    objects = {o["object"]: o for o in found.get("objects", [])}
+    for shard in shards:
+        entry = objects.get(shard, {})
+        times: set[int] = set()
+        for check in ("query", "upsert", "records"):
+            times.update(entry.get("times", {}).get(check, []))
+        result.verified_times[shard] = len(times)
+        if len(times) < MIN_VERIFIED_TIMES:
+            notes = "; ".join(entry.get("notes", [])) or "no note"
+            result.few_times.append(
+                f"verify recomputed {shard!r} at {len(times)} times {sorted(times)}, fewer "
+                f"than {MIN_VERIFIED_TIMES} ({notes})"
+            )
 
 
 def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
