@@ -582,3 +582,96 @@ def test_the_recovery_target_waits_for_an_upper_it_cannot_read_yet(
 
     monkeypatch.setattr(client, "state", flaky)
     assert runner._upper(client, "s") == ahead
+
+
+class FakeTime:
+    """The runner's clock: ``sleep`` moves it on and calls ``on_sleep`` with the time."""
+
+    def __init__(self, on_sleep: Any) -> None:
+        self.now = 0.0
+        self.on_sleep = on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.on_sleep(self.now)
+
+    def time_ns(self) -> int:
+        return time.time_ns()
+
+
+def test_a_disk_full_window_of_the_enospc_wrapper_stays_on_until_it_refused_a_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where no tmpfs is mounted, only a replica's refused write journals ``disk_full``; its
+    window closed on time and ended with the fault phase, so replicas in long ticks (a
+    loaded machine) wrote nothing in it and the run failed "never injected: disk_full"."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _InputWriter
+
+    events = tmp_path / "events"
+    events.mkdir()
+    inputs = _InputWriter(events, random.Random(0))
+    seen: list[tuple[float, bool]] = []
+
+    with one_ticking_replica(tmp_path) as (runner, replicas):
+        replica = replicas[0]
+
+        def on_sleep(now: float) -> None:
+            seen.append((now, Control.read(replica.control_file).disk_full))
+            if now >= 4.0 and not FaultJournal.read(tmp_path / "injected.jsonl"):
+                replica.journal().record("disk_full", "blob.enospc")  # a tick wrote at last
+            assert now < 60.0, "the fault phase never ended"
+
+        monkeypatch.setattr(runner_module, "time", FakeTime(on_sleep))
+        runner.config = NemesisConfig(directory=tmp_path, fault_seconds=1.0)
+        disk = BlobDisk(tmp_path / "disk")  # not mounted: the ENOSPC wrapper
+        result = RunResult(0, "sqlite", "ENOSPC wrapper")
+        plan = [Fault(0.5, "disk_full", None, 0.2)]
+        runner._fault_phase(plan, replicas, disk, inputs, result)
+    full = [now for now, disk_full in seen if disk_full]
+    assert full and max(full) >= 4.0, f"the disk was full only at {full}"
+    assert seen[-1][0] <= 5.5  # and the phase ended once a write was refused
+
+
+def test_a_run_whose_verify_recomputed_an_object_at_one_time_fails_saying_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run passed on ``verify`` exiting 0 alone: a view whose history verify could not
+    read (its times compacted away, noted) was recomputed at one time or none, and the
+    run reported ok, checked at nothing but its last time."""
+    from timeshard.nemesis import runner as runner_module
+
+    shards = ["kv", "events", "kv_by_prefix", "events_by_grp"]
+    times = {"kv": ("upsert", 9), "events": ("upsert", 7), "kv_by_prefix": ("query", 10)}
+    objects = [
+        {"object": name, "kind": "?", "times": {check: list(range(n))}, "notes": []}
+        for name, (check, n) in times.items()
+    ]
+    note = "inputs compacted away at 9 sampled times [1, 2, 3, 4, 5]: not recomputed there"
+    objects.append(
+        {"object": "events_by_grp", "kind": "view", "times": {"query": [41]}, "notes": [note]}
+    )
+    found = {"ok": True, "seed": 1, "samples": 8, "objects": objects, "findings": []}
+
+    def verify(args: list[str], **kwargs: Any) -> Any:
+        assert "verify" in args
+        return subprocess.CompletedProcess(args, 0, json.dumps(found), "")
+
+    monkeypatch.setattr(runner_module.subprocess, "run", verify)
+    runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
+    result = RunResult(0, "sqlite", "tmpfs", recovery_s=3.0)
+    runner._verify("file:///b", "sqlite:///c", tmp_path, 0, shards, result)
+    assert result.verify_ok and result.differences == 0
+    assert result.verified_times == {"kv": 9, "events": 7, "kv_by_prefix": 10, "events_by_grp": 1}
+    assert not result.ok
+    assert len(result.few_times) == 1 and "'events_by_grp' at 1 times [41]" in result.few_times[0]
+    assert note in result.few_times[0]
+    assert result.to_json()["few_times"] == result.few_times
+    found["objects"][-1]["times"]["query"] = [41, 50]
+    enough = RunResult(0, "sqlite", "tmpfs", recovery_s=3.0)
+    runner._verify("file:///b", "sqlite:///c", tmp_path, 0, shards, enough)
+    assert enough.ok and enough.few_times == []

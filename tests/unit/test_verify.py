@@ -761,3 +761,32 @@ def test_the_view_frontier_is_desireds(
         desired_frontier([Frontier.empty() if u is None else Frontier(u) for u in uppers], every)
         == expected
     )
+
+
+def test_parts_collected_while_the_state_kept_moving_are_no_finding(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a live location whose state moved at each of the three reads, the parts of the
+    last state read that compaction had replaced and GC deleted meanwhile were reported
+    missing, though the head no longer referenced them: a false divergence."""
+    write_orders(client)
+    old = client.state("orders")
+    assert client.compact("orders") > 0
+    client.gc("orders")
+    new = client.state("orders")
+    gone = {p.key for b in old.batches for p in b.parts} - {
+        p.key for b in new.batches for p in b.parts
+    }
+    assert gone and all(client.location.blob.get(k) is None for k in gone)
+    moving = [old, new, old, new, old, new]  # every check read an older state than the head
+    state = client.state
+
+    def live(shard_id: str) -> ShardState:
+        if shard_id == "orders" and moving:
+            return moving.pop(0)
+        return state(shard_id)
+
+    monkeypatch.setattr(client, "state", live)
+    report = verify_location(client, samples=50, seed=1)
+    assert report.ok, [f.describe() for f in report.findings]
+    assert any("moved" in n for n in report.objects["orders"].notes)

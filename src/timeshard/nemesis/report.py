@@ -15,7 +15,8 @@ from timeshard.nemesis.runner import NemesisReport
 
 
 def render_nemesis(report: NemesisReport, console: Any) -> None:
-    """Per run: consensus, disk, injected faults by kind, recovery, differences; then totals."""
+    """Per run: consensus, disk, injected faults by kind, recovery, the fewest times verify
+    recomputed an object at, differences; then totals."""
     table = Table(
         "run",
         "consensus",
@@ -23,6 +24,7 @@ def render_nemesis(report: NemesisReport, console: Any) -> None:
         *KINDS,
         "unreliable calls+tasks",
         "recovery s",
+        "times verified",
         "differences",
         "verdict",
     )
@@ -35,6 +37,7 @@ def render_nemesis(report: NemesisReport, console: Any) -> None:
             *(str(r.faults.get(k, 0)) for k in KINDS),
             str(injected),
             "-" if r.recovery_s is None else f"{r.recovery_s:.1f}",
+            str(min(r.verified_times.values())) if r.verified_times else "-",
             str(r.differences) if r.verify_ok or r.differences else "verify failed",
             "[green]ok[/green]" if r.ok else "[red]FAILED[/red]",
         )
@@ -61,6 +64,8 @@ def render_nemesis(report: NemesisReport, console: Any) -> None:
             console.print(f"run {r.run}: planned but never injected: {r.never_injected}")
         for stuck in r.stuck:
             console.print(f"run {r.run}: stuck: {stuck}")
+        for few in r.few_times:
+            console.print(f"run {r.run}: {few}")
     console.print(f"differences found by verify: {summary['differences']}")
     console.print(f"recovery time (heal to every object caught up): {rec}")
     console.print(f"replica start to first tick: {ready}")

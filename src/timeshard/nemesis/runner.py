@@ -53,9 +53,10 @@ undecodable lines (err rows).
 
 A run with a stuck object, or not caught up after ``advancing_bound_s``, or
 with a planned kind never injected, or whose verify finds differences or
-cannot run, fails; the runner keeps its directory (the blob copied out of the
-tmpfs, the journal, the replicas' logs and heartbeats) and goes on with the
-next run.
+cannot run, or recomputes an object of the pipeline at fewer than
+``MIN_VERIFIED_TIMES`` times (its notes say why), fails; the runner keeps
+its directory (the blob copied out of the tmpfs, the journal, the replicas'
+logs and heartbeats) and goes on with the next run.
 
 Everything seeded is a function of ``(seed, run)``: the fault plan
 (:mod:`timeshard.nemesis.plan`), the input files, each replica
@@ -103,6 +104,9 @@ INPUT_KEYS = 40
 POLL_S = 0.1
 WATCH_S = 0.5
 MAX_EXITS = 5
+#: The fewest times verify must recompute each object of the pipeline at (against its
+#: query or its source's records) for a run to pass: at one time, no history is checked.
+MIN_VERIFIED_TIMES = 2
 STOP_TIMEOUT_S = 60.0
 TMPFS_MB = 256
 
@@ -169,7 +173,11 @@ class RunResult:
     (``blob.determinate``, ``task_write.indeterminate``, ...);
     ``self_exits``: replica processes that ended with no fault killing them
     (a JVM crash, say), restarted and reported, not a failure by themselves;
-    ``replica_errors``: ticks that raised (retried; also reported).
+    ``replica_errors``: ticks that raised (retried; also reported);
+    ``verified_times``: the times at which verify recomputed each object of the
+    pipeline; ``few_times``: the objects recomputed at fewer than
+    :data:`MIN_VERIFIED_TIMES`, with verify's notes on them (the run fails: a
+    clean verify of them would say little).
     """
 
     run: int
@@ -186,6 +194,8 @@ class RunResult:
     recovery_s: float | None = None
     differences: int = 0
     verify_ok: bool = False
+    verified_times: dict[str, int] = field(default_factory=dict)
+    few_times: list[str] = field(default_factory=list)
     verify_error: str = ""
     error: str = ""
     seconds: float = 0.0
@@ -198,6 +208,7 @@ class RunResult:
             and self.recovery_s is not None
             and self.verify_ok
             and self.differences == 0
+            and not self.few_times
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -216,6 +227,8 @@ class RunResult:
             "recovery_s": self.recovery_s,
             "differences": self.differences,
             "verify_ok": self.verify_ok,
+            "verified_times": self.verified_times,
+            "few_times": self.few_times,
             "verify_error": self.verify_error,
             "error": self.error,
             "seconds": self.seconds,
@@ -499,7 +512,7 @@ class NemesisRunner:
         if result.error:
             self.log(f"run {run}: {result.error}")
         try:
-            self._verify(blob_uri, consensus_uri, run_dir, run, result)
+            self._verify(blob_uri, consensus_uri, run_dir, run, shards, result)
         finally:
             if disk.mounted:
                 if not result.ok:
@@ -603,18 +616,20 @@ class NemesisRunner:
 
         A fault of a replica (kill, pause, unreliable, clock jump) that no
         replica could take when it was due waits for one that ticks; the phase
-        goes on while one waits or a window is open, up to
+        goes on while one waits or a window (the full disk's too) is open, up to
         ``advancing_bound_s`` more (then what still waits is skipped).
         """
         config = self.config
         start = time.monotonic()
         pending = list(plan)
         waiting: list[Fault] = []
-        disk_until = 0.0
+        full = _DiskWindow()
         while True:
             now = time.monotonic() - start
             self._hold_windows(now, replicas)
+            full.hold(now, replicas[0].run_dir, disk)
             is_open = any(now < max(r.unreliable_until, r.clock_until) for r in replicas)
+            is_open = is_open or full.until > 0
             if now >= config.fault_seconds and not pending and not waiting and not is_open:
                 break
             if now >= config.fault_seconds + config.advancing_bound_s:
@@ -632,10 +647,7 @@ class NemesisRunner:
                     self.log("    (no replica ticks now: it waits for one)")
                     waiting.append(fault)
                 elif fault.kind == "disk_full":
-                    disk_until = max(disk_until, now + fault.duration_s)
-            if disk_until and now >= disk_until:
-                disk_until = 0.0
-                disk.drain()
+                    full.open(now, fault.duration_s, replicas[0].run_dir, disk)
             for r in replicas:
                 if r.paused_until and now >= r.paused_until:
                     r.paused_until = 0.0
@@ -651,7 +663,7 @@ class NemesisRunner:
                     Control(
                         unreliable_rate=r.rate if unreliable else 0.0,
                         unreliable_until_ms=r.unreliable_until_ms if unreliable else 0,
-                        disk_full=bool(disk_until) and not disk.mounted,
+                        disk_full=full.until > 0 and not disk.mounted,
                         clock_offset_ms=r.clock_offset_ms if now < r.clock_until else 0,
                     )
                 )
@@ -786,8 +798,16 @@ class NemesisRunner:
             result.error = f"{result.error}; {missing}" if result.error else missing
 
     def _verify(
-        self, blob_uri: str, consensus_uri: str, run_dir: Path, run: int, result: RunResult
+        self,
+        blob_uri: str,
+        consensus_uri: str,
+        run_dir: Path,
+        run: int,
+        shards: list[str],
+        result: RunResult,
     ) -> None:
+        """Run ``timeshard verify`` on the location; its findings, and at how many times it
+        recomputed each of the pipeline's ``shards``, into ``result``."""
         seed = self.config.seed * 1000 + run
         args = [sys.executable, "-m", "timeshard", "verify", "--blob", blob_uri]
         args += ["--consensus", consensus_uri, "--json", "--seed", str(seed)]
@@ -802,8 +822,43 @@ class NemesisRunner:
             return
         result.differences = len(found["findings"])
         result.verify_ok = done.returncode == 0 and bool(found["ok"])
+        _count_verified(found, shards, result)
+        for few in result.few_times:
+            self.log(f"run {run}: {few}")
         for finding in found["findings"][:5]:
             self.log(f"  difference: {json.dumps(finding)[:600]}")
+
+
+@dataclass
+class _DiskWindow:
+    """The full disk's window: open (``until`` > 0) from a ``disk_full`` fault until
+    ``until``, then drained.
+
+    A full tmpfs is journalled by the runner when it fills it. The ENOSPC
+    wrapper is journalled by a replica when it refuses a write, which a replica
+    in a long tick (a loaded machine) may not attempt in the planned window:
+    then the window stays open, second by second, until the journal shows one
+    (as :meth:`NemesisRunner._hold_windows` holds the others).
+    """
+
+    until: float = 0.0
+    #: ``disk_full`` lines in the journal when the wrapper's window opened (-1: none open).
+    before: int = -1
+
+    def open(self, now: float, duration_s: float, run_dir: Path, disk: BlobDisk) -> None:
+        self.until = max(self.until, now + duration_s)
+        if not disk.mounted and self.before < 0:
+            self.before = _journaled(run_dir, "disk_full")
+
+    def hold(self, now: float, run_dir: Path, disk: BlobDisk) -> None:
+        """Close the window if it is over (and acted on), draining the disk."""
+        if not self.until or now < self.until:
+            return
+        if self.before >= 0 and _journaled(run_dir, "disk_full") <= self.before:
+            self.until = now + 1.0
+            return
+        self.until, self.before = 0.0, -1
+        disk.drain()
 
 
 class _InputWriter:
@@ -827,6 +882,24 @@ class _InputWriter:
             self.write()
 
 
+def _count_verified(found: dict[str, Any], shards: list[str], result: RunResult) -> None:
+    """The times verify's report ``found`` recomputed each of ``shards`` at (a view against
+    its query, an export against its source's records), into ``result``."""
+    objects = {o["object"]: o for o in found.get("objects", [])}
+    for shard in shards:
+        entry = objects.get(shard, {})
+        times: set[int] = set()
+        for check in ("query", "upsert", "records"):
+            times.update(entry.get("times", {}).get(check, []))
+        result.verified_times[shard] = len(times)
+        if len(times) < MIN_VERIFIED_TIMES:
+            notes = "; ".join(entry.get("notes", [])) or "no note"
+            result.few_times.append(
+                f"verify recomputed {shard!r} at {len(times)} times {sorted(times)}, fewer "
+                f"than {MIN_VERIFIED_TIMES} ({notes})"
+            )
+
+
 def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
     """The first replica from index ``first`` on (cyclically) that is alive, not paused
     and has finished a tick in its current incarnation; None if none has."""
@@ -837,13 +910,17 @@ def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
     return None
 
 
-def _journaled(run_dir: Path, kind: str, replica: int) -> int:
+def _journaled(run_dir: Path, kind: str, replica: int | None = None) -> int:
     """How many faults of ``kind`` the run's journal records so far on ``replica`` (another
-    replica's line says nothing of whether this one's window acted)."""
+    replica's line says nothing of whether this one's window acted), or on any replica
+    for a location-wide kind (``replica`` None)."""
     path = run_dir / JOURNAL
     if not path.exists():
         return 0
-    return sum(e["kind"] == kind and e.get("replica") == replica for e in FaultJournal.read(path))
+    return sum(
+        e["kind"] == kind and (replica is None or e.get("replica") == replica)
+        for e in FaultJournal.read(path)
+    )
 
 
 def unread_input(client: PersistClient, source: str, directory: Path) -> dict[str, str]:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from timeshard.catalog import CatalogEntry
-from timeshard.errors import SinceError, TimeshardError
+from timeshard.errors import SinceError
 from timeshard.persist import PersistClient, UnleasedReader
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.progress import MAX_TIMESTAMP, Frontier, Timestamp
@@ -165,7 +165,7 @@ def check_view(
     """Check 5: the view's shard against its query over the inputs, at sampled times."""
     from pyspark.sql import functions as F
 
-    from timeshard.compute.view import SparkViewDesired, ViewDefinition
+    from timeshard.compute.view import SparkViewDesired, ViewDefinition, is_data_error
     from timeshard.spark.snapshot import snapshot_df
 
     obj = report.object(entry.name, "view")
@@ -207,9 +207,10 @@ def check_view(
     data = list(view.schema.names)
     try:
         found = differences(_union(expected), _union(got), data)
-    except TimeshardError:
-        raise
-    except Exception:  # the query fails at some time: evaluate time by time, as the sink does
+    except Exception as e:
+        if not is_data_error(e):  # a fault: the check could not run, no difference
+            raise
+        # The query fails on the data at some time: evaluate time by time, as the sink does.
         found = {}
         for t, g in zip(checked, got, strict=True):
             found.update(differences(_desired_at(spark, desired, t), g, data))
@@ -263,16 +264,18 @@ def _view_times(
 
 def _desired_at(spark: Any, desired: Any, t: Timestamp) -> Any:
     """The view at ``t`` (with ``_at``) as the sink evaluates it (``MvSink._evaluate``):
-    a query that fails at ``t`` gives the error snapshot."""
+    a query that fails on the data at ``t`` gives the error snapshot; a fault (I/O, a
+    Py4J or JVM error, a worker that died) is raised, never compared as content."""
     from pyspark.sql import functions as F
 
     from timeshard.compute.engine import SparkEngine
+    from timeshard.compute.view import is_data_error
 
     engine = SparkEngine(spark)
     try:
         snap = engine.materialize(desired.snapshot(t))
-    except TimeshardError:
-        raise
     except Exception as e:
+        if not is_data_error(e):
+            raise
         snap = engine.materialize(desired.error_snapshot(t, e))
     return snap.withColumn(AT, F.lit(t))
