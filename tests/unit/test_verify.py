@@ -790,3 +790,20 @@ def test_parts_collected_while_the_state_kept_moving_are_no_finding(
     report = verify_location(client, samples=50, seed=1)
     assert report.ok, [f.describe() for f in report.findings]
     assert any("moved" in n for n in report.objects["orders"].notes)
+
+
+def test_an_input_file_rewritten_to_its_length_is_not_retained(tmp_path: Path) -> None:
+    """verify checked an input file's presence and size only: one rewritten with other
+    lines of the same length read as the records bound from it, and the source's shard
+    was reported as differing from them (a false difference); now it is not replayed."""
+    from timeshard.verify.replay import _retained
+
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "a.jsonl").write_text('{"k": 1}\n{"k": 2}\n')
+    source = FileSource("f", root, "text")
+    end = source.upper()  # as bound: each file's offset and fingerprint
+    assert _retained(source, end) is None
+    (root / "a.jsonl").write_text('{"k": 3}\n{"k": 4}\n')
+    reason = _retained(source, end)
+    assert reason is not None and "no longer holds the bytes bound from it" in reason

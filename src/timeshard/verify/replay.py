@@ -374,9 +374,10 @@ def _retained(source: Any, end: SourceFrontier) -> str | None:
         return None
     if not hasattr(source, "path"):
         return None
-    from timeshard.storage.file_source import file_offsets
+    from timeshard.storage.file_source import file_offsets, fingerprints
 
     base = Path(source.path) if Path(source.path).is_dir() else Path(source.path).parent
+    bound = fingerprints(end)
     for partition, offset in sorted(file_offsets(end).items()):
         path = base / partition
         if not path.is_file():
@@ -385,6 +386,14 @@ def _retained(source: Any, end: SourceFrontier) -> str | None:
             return (
                 f"input file {str(path)!r} holds {path.stat().st_size} bytes, fewer than {offset}"
             )
+        fingerprint = bound.get(partition)
+        if fingerprint is not None:
+            with open(path, "rb") as f:
+                if not fingerprint.holds(f):
+                    return (
+                        f"input file {str(path)!r} no longer holds the bytes bound from it "
+                        f"before byte {fingerprint.offset} (it was rewritten)"
+                    )
     return None
 
 
