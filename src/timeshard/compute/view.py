@@ -134,13 +134,13 @@ class ViewDefinition:
                     f"view {self.name!r}: inputs {other!r} and {alias!r} differ only in case, "
                     "and Spark SQL does not tell them apart: rename one"
                 )
-        if self.refresh_every_ms is not None and self.refresh_every_ms <= 0:
+        every = self.refresh_every_ms
+        if every is not None and (not _whole_ms(every) or every <= 0):
             raise InvalidUsage(
-                f"REFRESH EVERY must be a positive interval, got {self.refresh_every_ms!r} ms"
+                f"REFRESH EVERY must be a positive whole number of ms, got {every!r}"
             )
-        if self.retain_history_ms is not None and (
-            not isinstance(self.retain_history_ms, int) or self.retain_history_ms < 0
-        ):
+        retain = self.retain_history_ms
+        if retain is not None and (not _whole_ms(retain) or retain < 0):
             raise InvalidUsage(
                 f"RETAIN HISTORY must be a non-negative duration, got {self.retain_history_ms!r}"
             )
@@ -157,6 +157,12 @@ class ViewDefinition:
         ``t`` -- below their since, when ``t`` is it."""
         every = self.refresh_every_ms
         return t if every is None or t % every == 0 else t + every - t % every
+
+
+def _whole_ms(value: object) -> bool:
+    """Whether ``value`` is a whole number of ms: an int, not a bool (a float interval made
+    float times, at which a view read its inputs)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 DATA_EXCEPTION_CLASS = "22"
