@@ -32,3 +32,10 @@ def test_whole_intervals_are_taken() -> None:
         "v", {"a": "in_a"}, "SELECT * FROM a", refresh_every_ms=10, retain_history_ms=0
     )
     assert (view.refresh_time(17), view.first_shown_from(17)) == (10, 20)
+
+
+@pytest.mark.parametrize("shard", [5, "", "a/b", None])
+def test_an_input_that_is_no_shard_id_is_invalid_usage(shard: object) -> None:
+    """It was accepted, and failed later when the reader opened shard ``5``."""
+    with pytest.raises(InvalidUsage, match=r"view 'v': input invalid shard id"):
+        ViewDefinition("v", {"a": shard}, "SELECT * FROM a")  # type: ignore[dict-item]

@@ -80,6 +80,7 @@ from timeshard.compute.row_errors import ERRORS, with_row_errors
 from timeshard.errors import InvalidUsage, LeaseExpired
 from timeshard.persist import ReadHandle, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.persist.client import check_shard_id
 from timeshard.persist.fetch import UnleasedReader
 from timeshard.progress import Frontier, Timestamp
 
@@ -121,6 +122,11 @@ class ViewDefinition:
             raise InvalidUsage(f"view {self.name!r} needs exactly one of sql and function")
         if not self.inputs:
             raise InvalidUsage(f"view {self.name!r} has no inputs")
+        for shard in self.inputs.values():
+            try:
+                check_shard_id(shard)
+            except InvalidUsage as e:
+                raise InvalidUsage(f"view {self.name!r}: input {e}") from None
         folded: dict[str, str] = {}
         for alias in self.inputs if self.sql is not None else ():  # temp views: case folds
             if not isinstance(alias, str) or not _TEMP_VIEW_NAME.fullmatch(alias):
