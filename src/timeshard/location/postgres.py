@@ -58,6 +58,8 @@ from timeshard.location.consensus import (
     VersionedData,
     check_consensus_key,
     check_new_version,
+    check_scan,
+    check_seqno_bound,
 )
 
 T = TypeVar("T")
@@ -218,8 +220,7 @@ class PostgresConsensus:
 
     def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
         check_consensus_key(key)
-        if limit <= 0:
-            raise InvalidUsage(f"scan limit must be positive, got {limit}")
+        check_scan(from_seqno, limit)
         rows = self._read(
             f"scanning {key!r}",
             "SELECT seqno, data FROM consensus WHERE shard = %s AND seqno >= %s "
@@ -230,6 +231,7 @@ class PostgresConsensus:
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
+        check_seqno_bound(seqno, "truncation seqno")
 
         def body(conn: Conn) -> int:
             conn.execute(_LOCK, (key,))
