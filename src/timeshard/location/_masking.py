@@ -14,14 +14,18 @@ Invariants:
    ``sslpassword``, ``secret_key``, ``session_token``, ...) is replaced by
    ``***``, quoted values whole.
 3. Masking masked text changes nothing.
+4. :func:`secrets` returns exactly the texts :func:`masked` replaces, so that a
+   caller can refuse to show a value parsed out of a URI (a port, a host) that
+   is part of a secret: a malformed URI may make a parser read part of its
+   password as another field.
 """
 
 from __future__ import annotations
 
 import re
 
-_AFTER_SCHEME = re.compile(r"(://[^\s/:@]*):[^\s]*@")
-_USERINFO = re.compile(r"([^\s/:@]*):[^\s/]*@")
+_AFTER_SCHEME = re.compile(r"(://[^\s/:@]*):([^\s]*)@")
+_USERINFO = re.compile(r"([^\s/:@]*):([^\s/]*)@")
 _SECRET_PARAM = re.compile(
     r"(\b\w*(?:password|passwd|secret|token)\w*\s*=\s*)('(?:[^'\\]|\\.)*'?|[^&\s]*)",
     re.IGNORECASE,
@@ -41,4 +45,18 @@ def masked(text: str) -> str:
     return _SECRET_PARAM.sub(r"\1***", text)
 
 
-__all__ = ["masked"]
+def secrets(text: str) -> list[str]:
+    """The non-empty texts :func:`masked` replaces by ``***`` in ``text``.
+
+    >>> secrets("postgresql://app:pa/ss@db/ts?sslpassword=x")
+    ['pa/ss', 'x']
+    """
+    found = [m.group(2) for m in _AFTER_SCHEME.finditer(text)]
+    text = _AFTER_SCHEME.sub(r"\1:***@", text)
+    found += [m.group(2) for m in _USERINFO.finditer(text) if m.group(2) != "***"]
+    text = _USERINFO.sub(r"\1:***@", text)
+    found += [m.group(2) for m in _SECRET_PARAM.finditer(text) if m.group(2) != "***"]
+    return [secret for secret in found if secret]
+
+
+__all__ = ["masked", "secrets"]

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
-from timeshard.location._masking import masked
+from timeshard.location._masking import masked, secrets
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
@@ -284,24 +284,49 @@ _CHOICES = {
 def _check_dsn(dsn: str) -> None:
     """InvalidUsage naming the parameter and value if libpq would refuse ``dsn`` (a syntax
     error, a port that is not a number in 1..65535, an unknown ``sslmode``, ...) before it
-    connects: that is a mistake to fix, never a fault to retry."""
+    connects: that is a mistake to fix, never a fault to retry.
+
+    A password with an unencoded ``@`` or ``/`` makes libpq read part of it as the host
+    (``app:p@ss@db`` connects to host ``ss@db``) or as the port (``app:p/ss@db``): such a
+    DSN is refused without showing the part, which is a secret."""
     try:
         params = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error as e:
         raise InvalidUsage(f"invalid PostgreSQL DSN: {masked(str(e))}") from None
+    hidden = secrets(dsn)
+
+    def shown(name: str, value: object) -> str:
+        text = str(value)
+        if any(text in secret or secret in text for secret in hidden):
+            raise InvalidUsage(
+                f"invalid PostgreSQL DSN: its {name} is part of a secret; percent-encode "
+                "'@', '/' and ':' in a user name or password (%40, %2F, %3A)"
+            )
+        return repr(text)
+
+    hosts = str(params.get("host", "")).split(",")
+    if "://" in dsn and any("@" in host for host in hosts):
+        raise InvalidUsage(
+            "invalid PostgreSQL DSN: a host has an '@'; percent-encode '@', '/' and ':' in a "
+            "user name or password (%40, %2F, %3A)"
+        )
     for port in str(params.get("port", "")).split(","):
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
-            raise InvalidUsage(f"invalid PostgreSQL DSN: port {port!r} is not in 1..65535")
+            raise InvalidUsage(
+                f"invalid PostgreSQL DSN: port {shown('port', port)} is not in 1..65535"
+            )
     timeout = str(params.get("connect_timeout", "0")).strip()
     if not timeout.lstrip("-").isdigit():
         raise InvalidUsage(
-            f"invalid PostgreSQL DSN: connect_timeout {timeout!r} is not a number of seconds"
+            f"invalid PostgreSQL DSN: connect_timeout {shown('connect_timeout', timeout)} is not "
+            "a number of seconds"
         )
     for name, choices in _CHOICES.items():
         value = params.get(name)
         if value is not None and value not in choices:
             raise InvalidUsage(
-                f"invalid PostgreSQL DSN: {name} {value!r} is not one of {', '.join(choices)}"
+                f"invalid PostgreSQL DSN: {name} {shown(name, value)} is not one of "
+                f"{', '.join(choices)}"
             )
 
 
