@@ -218,3 +218,13 @@ def test_a_postgres_dsn_with_an_encoded_or_no_password_is_not_refused(dsn: str) 
     from timeshard.location.postgres import _check_dsn
 
     _check_dsn(dsn)
+
+
+@pytest.mark.parametrize(
+    "uri", ["postgresql://app:hun ter2@127.0.0.1:1/db", "postgresql://app:hunter2 x@h/db"]
+)
+def test_a_postgres_password_with_a_space_is_refused_unshown(uri: str) -> None:
+    """libpq refuses the space and its message quoted the password, as did the URI shown."""
+    with pytest.raises(InvalidUsage, match="spaces") as info:
+        open_consensus(uri)
+    assert "hun" not in str(info.value) and "ter2" not in str(info.value)

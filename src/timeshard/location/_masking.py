@@ -8,8 +8,8 @@ Invariants:
 
 1. The password of a ``user:password@`` (after ``://`` or not) is replaced by
    ``***``; when it follows ``scheme://user:``, everything up to the last
-   ``@`` of the URI goes, so an unencoded ``/`` or ``@`` in it hides nothing.
-   The user stays.
+   ``@`` of the line that no quote precedes goes, so an unencoded ``/``, ``@``
+   or space in it hides nothing. The user stays.
 2. The value of a ``key=value`` parameter whose key names a secret (``password``,
    ``sslpassword``, ``secret_key``, ``session_token``, ...) is replaced by
    ``***``, quoted values whole.
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-_AFTER_SCHEME = re.compile(r"(://[^\s/:@]*):([^\s]*)@")
+_AFTER_SCHEME = re.compile(r"(://[^\s/:@]*):([^\n\r'\"]*)@")
 _USERINFO = re.compile(r"([^\s/:@]*):([^\s/]*)@")
 _SECRET_PARAM = re.compile(
     r"(\b\w*(?:password|passwd|secret|token)\w*\s*=\s*)('(?:[^'\\]|\\.)*'?|[^&\s]*)",
@@ -45,6 +45,14 @@ def masked(text: str) -> str:
     return _SECRET_PARAM.sub(r"\1***", text)
 
 
+def hidden(text: str, source: str) -> str:
+    """``text`` masked, and every secret of ``source`` in it replaced by ``***``: for a
+    parser's message about ``source``, which may quote a secret out of context."""
+    for secret in sorted(secrets(source), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return masked(text)
+
+
 def secrets(text: str) -> list[str]:
     """The non-empty texts :func:`masked` replaces by ``***`` in ``text``.
 
@@ -59,4 +67,4 @@ def secrets(text: str) -> list[str]:
     return [secret for secret in found if secret]
 
 
-__all__ = ["masked", "secrets"]
+__all__ = ["hidden", "masked", "secrets"]

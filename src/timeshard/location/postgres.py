@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
-from timeshard.location._masking import masked, secrets
+from timeshard.location._masking import hidden, secrets
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
@@ -137,7 +137,9 @@ class PostgresConsensus:
                 keepalives_count=3,
             )
         except psycopg.Error as e:
-            raise Determinate(f"connecting to PostgreSQL consensus: {e}") from e
+            raise Determinate(
+                f"connecting to PostgreSQL consensus: {hidden(str(e), self.dsn)}"
+            ) from e
         try:
             conn.execute(
                 "SELECT set_config('lock_timeout', %s, false), "
@@ -292,12 +294,12 @@ def _check_dsn(dsn: str) -> None:
     try:
         params = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error as e:
-        raise InvalidUsage(f"invalid PostgreSQL DSN: {masked(str(e))}") from None
-    hidden = secrets(dsn)
+        raise InvalidUsage(f"invalid PostgreSQL DSN: {hidden(str(e), dsn)}") from None
+    dsn_secrets = secrets(dsn)
 
     def shown(name: str, value: object) -> str:
         text = str(value)
-        if any(text in secret or secret in text for secret in hidden):
+        if any(text in secret or secret in text for secret in dsn_secrets):
             raise InvalidUsage(
                 f"invalid PostgreSQL DSN: its {name} is part of a secret; percent-encode "
                 "'@', '/' and ':' in a user name or password (%40, %2F, %3A)"
