@@ -184,3 +184,47 @@ def test_sqlite_busy_timeout_must_be_finite_and_not_negative(
     with pytest.raises(InvalidUsage, match="busy_timeout_s"):
         SqliteConsensus(tmp_path / "c.db", busy_timeout_s=busy_timeout_s)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "postgresql://app:hun@ter2@127.0.0.1:1/db",
+        "postgresql://app:hun@ter2@127.0.0.1:1,h2/db",
+        "postgresql://app:hun/ter2@127.0.0.1:1/db",
+        "postgres://app:hun:ter2/x@127.0.0.1/db",
+    ],
+)
+def test_a_postgres_password_with_an_unencoded_at_or_slash_is_refused_unshown(uri: str) -> None:
+    """libpq splits such a password: ``hun@ter2@host`` connected to host ``ter2@host``
+    (a Determinate fault naming it, retried for ever), ``hun/ter2@host`` read ``hun`` as
+    the port and the refusal named it."""
+    with pytest.raises(InvalidUsage, match="percent-encode") as info:
+        open_consensus(uri)
+    assert "hun" not in str(info.value) and "ter2" not in str(info.value)
+    assert "app:***@" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://app:hun%40ter2@127.0.0.1:1/db?user=app@tenant",
+        "postgresql://app:hun%2Fter2@127.0.0.1:1/db",
+        "postgresql://app@127.0.0.1:1/db",
+        "host=/run/postgresql port=5432 password=hun@ter2/x",
+    ],
+)
+def test_a_postgres_dsn_with_an_encoded_or_no_password_is_not_refused(dsn: str) -> None:
+    from timeshard.location.postgres import _check_dsn
+
+    _check_dsn(dsn)
+
+
+@pytest.mark.parametrize(
+    "uri", ["postgresql://app:hun ter2@127.0.0.1:1/db", "postgresql://app:hunter2 x@h/db"]
+)
+def test_a_postgres_password_with_a_space_is_refused_unshown(uri: str) -> None:
+    """libpq refuses the space and its message quoted the password, as did the URI shown."""
+    with pytest.raises(InvalidUsage, match="spaces") as info:
+        open_consensus(uri)
+    assert "hun" not in str(info.value) and "ter2" not in str(info.value)

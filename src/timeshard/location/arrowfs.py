@@ -14,6 +14,10 @@ Invariants:
 2. A URI pyarrow does not understand raises InvalidUsage naming it; every
    other pyarrow error is reported as Determinate for reads (and for opening)
    and Indeterminate for writes and deletes.
+3. On an object store a key reads as absent (``get`` None, not listed,
+   ``delete`` None) only if the root's bucket exists; a missing bucket (a
+   typo, deleted, not yet created) raises Determinate naming it, so that no
+   part reads as lost and no listing as empty because of it.
 """
 
 from __future__ import annotations
@@ -55,14 +59,27 @@ class ArrowFsBlob:
     def get(self, key: str) -> bytes | None:
         path = self._path(key)
         try:
-            if self.fs.get_file_info(path).type != pafs.FileType.File:
-                return None
-            with self.fs.open_input_stream(path) as f:
-                return bytes(f.read())
+            if self.fs.get_file_info(path).type == pafs.FileType.File:
+                with self.fs.open_input_stream(path) as f:
+                    return bytes(f.read())
         except FileNotFoundError:
-            return None
+            pass
         except Exception as e:
             raise Determinate(f"reading blob {key!r}: {e}") from e
+        self._check_bucket(f"reading blob {key!r}")
+        return None
+
+    def _check_bucket(self, what: str) -> None:
+        """Determinate unless this is no object store or the root's bucket exists."""
+        if not self._object_store:
+            return
+        bucket = self.base.split("/", 1)[0]
+        try:
+            kind = self.fs.get_file_info(bucket).type
+        except Exception as e:
+            raise Determinate(f"{what}: checking bucket {bucket!r}: {e}") from e
+        if kind == pafs.FileType.NotFound:
+            raise Determinate(f"{what}: bucket {bucket!r} does not exist")
 
     def set(self, key: str, value: bytes) -> None:
         path = self._path(key)
@@ -98,8 +115,12 @@ class ArrowFsBlob:
         path = self._path(key)
         try:
             info = self.fs.get_file_info(path)
-            if info.type != pafs.FileType.File:
-                return None
+        except Exception as e:  # nothing deleted yet
+            raise Determinate(f"deleting blob {key!r}: {e}") from e
+        if info.type != pafs.FileType.File:
+            self._check_bucket(f"deleting blob {key!r}")
+            return None
+        try:
             self.fs.delete_file(path)
         except Exception as e:
             raise Indeterminate(f"deleting blob {key!r}: {e}") from e
@@ -120,6 +141,8 @@ class ArrowFsBlob:
             if key.rsplit("/", 1)[-1].startswith(".") or not key.startswith(prefix):
                 continue
             found.append(BlobMetadata(key, int(info.size or 0)))
+        if not found:
+            self._check_bucket(masked(f"listing blob {self.uri!r}"))
         return iter(found)
 
 

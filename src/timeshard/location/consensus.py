@@ -14,6 +14,11 @@ Invariants:
 3. After ``truncate(key, s)``, ``scan(key, 0, ...)`` starts at ``s``; the
    head is never deleted.
 4. Failures raise Determinate (surely not applied) or Indeterminate (maybe).
+5. A seqno is an ``int`` (not a ``bool``) in ``[0, 2**63 - 1]`` (a PostgreSQL
+   ``BIGINT``, a SQLite ``INTEGER``), data is ``bytes``, a scan limit is a
+   positive ``int``; anything else raises InvalidUsage naming the value in
+   every backend before anything is read or written (``scan`` and
+   ``truncate`` take any ``int`` up to that: one below 0 is below every version).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from typing import Protocol, runtime_checkable
 from timeshard.errors import InvalidUsage
 
 SeqNo = int
+
+MAX_SEQNO = 2**63 - 1
 
 _KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.=-]{0,199}")
 
@@ -82,19 +89,59 @@ class Consensus(Protocol):
         ...
 
 
+def check_seqno(seqno: object, what: str = "seqno") -> SeqNo:
+    """Return ``seqno`` if it is an ``int`` in ``[0, MAX_SEQNO]``, else raise InvalidUsage.
+
+    >>> check_seqno(1.5)
+    Traceback (most recent call last):
+    ...
+    timeshard.errors.InvalidUsage: seqno must be a whole number in [0, 9223372036854775807], got 1.5
+    """
+    if not _is_int(seqno) or not 0 <= seqno <= MAX_SEQNO:  # type: ignore[operator]
+        raise InvalidUsage(f"{what} must be a whole number in [0, {MAX_SEQNO}], got {seqno!r}")
+    return seqno  # type: ignore[return-value]
+
+
+def check_scan(from_seqno: object, limit: object) -> None:
+    """Raise InvalidUsage unless ``from_seqno`` is an ``int`` at most ``MAX_SEQNO`` and
+    ``limit`` an ``int`` in ``[1, MAX_SEQNO]``."""
+    check_seqno_bound(from_seqno, "scan start")
+    if not _is_int(limit) or not 0 < limit <= MAX_SEQNO:  # type: ignore[operator]
+        raise InvalidUsage(f"scan limit must be positive, got {limit!r}")
+
+
+def check_seqno_bound(seqno: object, what: str) -> SeqNo:
+    """Return ``seqno`` if it is an ``int`` at most ``MAX_SEQNO`` (a scan start or a
+    truncation point: one below 0 is below every version), else raise InvalidUsage."""
+    if not _is_int(seqno) or seqno > MAX_SEQNO:  # type: ignore[operator]
+        raise InvalidUsage(f"{what} must be a whole number at most {MAX_SEQNO}, got {seqno!r}")
+    return seqno  # type: ignore[return-value]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_new_version(expected: SeqNo | None, new: VersionedData) -> None:
-    """Raise InvalidUsage unless ``new.seqno`` is beyond ``expected``."""
+    """Raise InvalidUsage unless ``new`` is a valid version beyond ``expected``."""
+    if expected is not None:
+        check_seqno(expected, "expected seqno")
+    check_seqno(new.seqno, "new seqno")
+    if not isinstance(new.data, bytes | bytearray | memoryview):
+        raise InvalidUsage(f"version data must be bytes, got {type(new.data).__name__}")
     if expected is not None and new.seqno <= expected:
         raise InvalidUsage(f"new seqno {new.seqno} must be greater than expected seqno {expected}")
-    if expected is None and new.seqno < 0:
-        raise InvalidUsage(f"seqno must be non-negative, got {new.seqno}")
 
 
 __all__ = [
     "CaSResult",
     "Consensus",
     "SeqNo",
+    "MAX_SEQNO",
     "VersionedData",
     "check_consensus_key",
     "check_new_version",
+    "check_scan",
+    "check_seqno",
+    "check_seqno_bound",
 ]

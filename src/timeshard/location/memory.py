@@ -30,6 +30,8 @@ from timeshard.location.consensus import (
     VersionedData,
     check_consensus_key,
     check_new_version,
+    check_scan,
+    check_seqno_bound,
 )
 
 
@@ -111,13 +113,13 @@ class MemoryConsensus:
 
     def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
         check_consensus_key(key)
-        if limit <= 0:
-            raise InvalidUsage(f"scan limit must be positive, got {limit}")
+        check_scan(from_seqno, limit)
         with self._lock:
             return [v for v in self._data.get(key, []) if v.seqno >= from_seqno][:limit]
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
+        check_seqno_bound(seqno, "truncation seqno")
         with self._lock:
             versions = self._data.get(key, [])
             head = versions[-1].seqno if versions else None

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
-from timeshard.location._masking import masked
+from timeshard.location._masking import hidden, secrets
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
@@ -58,6 +58,8 @@ from timeshard.location.consensus import (
     VersionedData,
     check_consensus_key,
     check_new_version,
+    check_scan,
+    check_seqno_bound,
 )
 
 T = TypeVar("T")
@@ -135,7 +137,9 @@ class PostgresConsensus:
                 keepalives_count=3,
             )
         except psycopg.Error as e:
-            raise Determinate(f"connecting to PostgreSQL consensus: {e}") from e
+            raise Determinate(
+                f"connecting to PostgreSQL consensus: {hidden(str(e), self.dsn)}"
+            ) from e
         try:
             conn.execute(
                 "SELECT set_config('lock_timeout', %s, false), "
@@ -218,8 +222,7 @@ class PostgresConsensus:
 
     def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
         check_consensus_key(key)
-        if limit <= 0:
-            raise InvalidUsage(f"scan limit must be positive, got {limit}")
+        check_scan(from_seqno, limit)
         rows = self._read(
             f"scanning {key!r}",
             "SELECT seqno, data FROM consensus WHERE shard = %s AND seqno >= %s "
@@ -230,6 +233,7 @@ class PostgresConsensus:
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
+        check_seqno_bound(seqno, "truncation seqno")
 
         def body(conn: Conn) -> int:
             conn.execute(_LOCK, (key,))
@@ -282,24 +286,49 @@ _CHOICES = {
 def _check_dsn(dsn: str) -> None:
     """InvalidUsage naming the parameter and value if libpq would refuse ``dsn`` (a syntax
     error, a port that is not a number in 1..65535, an unknown ``sslmode``, ...) before it
-    connects: that is a mistake to fix, never a fault to retry."""
+    connects: that is a mistake to fix, never a fault to retry.
+
+    A password with an unencoded ``@`` or ``/`` makes libpq read part of it as the host
+    (``app:p@ss@db`` connects to host ``ss@db``) or as the port (``app:p/ss@db``): such a
+    DSN is refused without showing the part, which is a secret."""
     try:
         params = psycopg.conninfo.conninfo_to_dict(dsn)
     except psycopg.Error as e:
-        raise InvalidUsage(f"invalid PostgreSQL DSN: {masked(str(e))}") from None
+        raise InvalidUsage(f"invalid PostgreSQL DSN: {hidden(str(e), dsn)}") from None
+    dsn_secrets = secrets(dsn)
+
+    def shown(name: str, value: object) -> str:
+        text = str(value)
+        if any(text in secret or secret in text for secret in dsn_secrets):
+            raise InvalidUsage(
+                f"invalid PostgreSQL DSN: its {name} is part of a secret; percent-encode "
+                "'@', '/' and ':' in a user name or password (%40, %2F, %3A)"
+            )
+        return repr(text)
+
+    hosts = str(params.get("host", "")).split(",")
+    if "://" in dsn and any("@" in host for host in hosts):
+        raise InvalidUsage(
+            "invalid PostgreSQL DSN: a host has an '@'; percent-encode '@', '/' and ':' in a "
+            "user name or password (%40, %2F, %3A)"
+        )
     for port in str(params.get("port", "")).split(","):
         if port and not (port.isdigit() and 1 <= int(port) <= 65535):
-            raise InvalidUsage(f"invalid PostgreSQL DSN: port {port!r} is not in 1..65535")
+            raise InvalidUsage(
+                f"invalid PostgreSQL DSN: port {shown('port', port)} is not in 1..65535"
+            )
     timeout = str(params.get("connect_timeout", "0")).strip()
     if not timeout.lstrip("-").isdigit():
         raise InvalidUsage(
-            f"invalid PostgreSQL DSN: connect_timeout {timeout!r} is not a number of seconds"
+            f"invalid PostgreSQL DSN: connect_timeout {shown('connect_timeout', timeout)} is not "
+            "a number of seconds"
         )
     for name, choices in _CHOICES.items():
         value = params.get(name)
         if value is not None and value not in choices:
             raise InvalidUsage(
-                f"invalid PostgreSQL DSN: {name} {value!r} is not one of {', '.join(choices)}"
+                f"invalid PostgreSQL DSN: {name} {shown(name, value)} is not one of "
+                f"{', '.join(choices)}"
             )
 
 

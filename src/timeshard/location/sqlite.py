@@ -50,6 +50,8 @@ from timeshard.location.consensus import (
     VersionedData,
     check_consensus_key,
     check_new_version,
+    check_scan,
+    check_seqno_bound,
 )
 
 T = TypeVar("T")
@@ -184,8 +186,7 @@ class SqliteConsensus:
 
     def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
         check_consensus_key(key)
-        if limit <= 0:
-            raise InvalidUsage(f"scan limit must be positive, got {limit}")
+        check_scan(from_seqno, limit)
         try:
             rows = (
                 self._conn()
@@ -202,6 +203,7 @@ class SqliteConsensus:
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
+        check_seqno_bound(seqno, "truncation seqno")
 
         def body(conn: sqlite3.Connection) -> int:
             head = _head_seqno(conn, key)
