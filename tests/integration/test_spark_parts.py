@@ -98,6 +98,27 @@ def test_a_location_whose_path_is_escaped_in_its_uri(spark: SparkSession, tmp_pa
     expect_part_error(part.key, "missing", lambda: snapshot_df(spark, reader, 0))
 
 
+def test_a_location_whose_path_holds_glob_characters(spark: SparkSession, tmp_path: Path) -> None:
+    """A blob root whose path holds Hadoop glob characters ('[', '{', '\\'): Spark reads the
+    parts written there as they are named (they were taken as a pattern that matched
+    nothing: PartError 'missing' for parts that exist), and a part gone is still PartError."""
+    location = tmp_path / "run[1]{a,b}\\x"
+    sibling = tmp_path / "run1a\\x"  # what the pattern matches, if it were one
+    writer, reader = PersistClient(Location.embedded(location)).open("s", SCHEMA)
+    PersistClient(Location.embedded(sibling)).open_writer("s", SCHEMA)
+    writer.append(spark.sql(updates_sql(0, 100, 0)), 0, 1)
+    writer.append(spark.sql(updates_sql(100, 10, 1)), 1, 2)
+    want = model_at(sql_model(0, 100, 0), 0)
+    with typed_errors():
+        assert as_counter(snapshot_df(spark, reader, 0).collect()) == want
+        assert updates_df(spark, reader, 1, 2).count() == 10
+    assert as_counter(read_source(spark, location, "s", 0).collect()) == want
+    part = reader.snapshot_parts(0)[0]
+    df = snapshot_df(spark, reader, 0)
+    (location / "blob" / part.key).unlink()
+    expect_part_error(part.key, "missing", df.count)
+
+
 def test_a_part_deleted_before_spark_lists_it_is_a_part_error(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

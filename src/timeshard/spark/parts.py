@@ -157,6 +157,8 @@ _INTEGRAL_DIGITS: dict[type[DataType], int] = {
     LongType: 19,
 }
 _TMP_PREFIX = ".tmp-"
+#: The characters of Hadoop's glob patterns, which Spark expands in the paths it reads.
+_GLOB_CHARACTER = re.compile(r"[{}\[\]*?\\]")
 _task_faults: Callable[[], KeyedFaults | None] | None = None
 
 
@@ -194,12 +196,14 @@ def spark_path(root_uri: str, key: str) -> str:
 
     Hadoop's ``Path`` does not decode percent-escapes, so a ``file:`` root (a
     URI, escaped: ``file:///data/a%20b``) is given by its decoded path
-    (``file:///data/a b``); other roots are taken as they are.
+    (``file:///data/a b``); other roots are taken as they are. Spark takes a
+    path holding a glob character (``{}[]*?\\``) as a pattern, so each is
+    escaped with a backslash: the path names that one file.
     """
     parsed = urllib.parse.urlsplit(root_uri)
     if parsed.scheme == "file":
         root_uri = "file://" + urllib.parse.unquote(parsed.path)
-    return f"{root_uri.rstrip('/')}/{key}"
+    return _GLOB_CHARACTER.sub(r"\\\g<0>", f"{root_uri.rstrip('/')}/{key}")
 
 
 def filesystem_of(root_uri: str) -> tuple[pafs.FileSystem, str]:
