@@ -309,3 +309,28 @@ def test_planning_a_read_of_many_parts_runs_no_job(spark: SparkSession, tmp_path
         df = snapshot_df(spark, reader, 39)
     assert jobs.count == 0
     assert df.count() == 40
+
+
+def test_a_part_left_by_another_attempt_is_deleted_when_the_write_succeeds(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A task attempt that wrote its part and then failed (or lost to a speculative copy)
+    leaves a part no batch names under the batch's prefix; the successful write deletes it
+    (it stayed: GC keeps unnamed parts of a writer that is still registered, so a
+    long-running writer leaked one per retried task)."""
+    location = Location.embedded(tmp_path)
+    writer = PersistClient(location).open_writer("s", SCHEMA)
+    blob = location.blob
+    prefix = f"s/{writer.writer_id}/{uuid.uuid4().hex}"
+    root = tmp_path / "blob" / prefix
+
+    def leave_a_part(k):  # type: ignore[no-untyped-def]
+        if k == 0:  # what an earlier attempt of this partition left behind
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "part-00000-0123456789ab.parquet").write_bytes(b"PAR1 half a part")
+        return k
+
+    df = spark.sql(updates_sql(0, 20, 0)).withColumn("k", F.udf(leave_a_part, "long")("k"))
+    parts = spark_parts.write_parts(df, blob, prefix, SCHEMA)
+    assert sum(p.num_rows for p in parts) == 20
+    assert sorted(m.key for m in blob.list_keys(prefix + "/")) == [p.key for p in parts]
