@@ -156,3 +156,17 @@ def test_a_schema_given_by_the_reader_must_be_the_shards(
             load(ddl)
     [row] = load("a long, b long, _ts long, _diff long, _err string")
     assert (row["a"], row["b"], row["_diff"]) == (1, 2, 1)
+
+
+def test_an_as_of_below_the_since_is_invalid_usage(spark: SparkSession, tmp_path: Path) -> None:
+    """An ``as_of`` the shard no longer keeps is InvalidUsage naming it and the readable
+    times, as one past the upper is (it was a bare Spark exception, with the SinceError's
+    message in its Python traceback)."""
+    writer, reader = PersistClient(Location.embedded(tmp_path)).open("s", SCHEMA)
+    writer.append(spark.sql(updates_sql(0, 10, 0)), 0, 4)
+    reader.downgrade_since(2)
+    for as_of in ("0", "1"):
+        match = rf"as_of {as_of} is not readable.*\[2, 3\]"
+        with pytest.raises(InvalidUsage, match=match), typed_errors():
+            read_source(spark, tmp_path, "s", int(as_of)).collect()
+    assert len(read_source(spark, tmp_path, "s", 2).collect()) == 10

@@ -75,7 +75,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from timeshard.errors import InvalidUsage
+from timeshard.errors import InvalidUsage, SinceError
 from timeshard.location import Location, open_blob, open_location
 from timeshard.persist import PersistClient, PersistConfig, check_shard_id
 from timeshard.persist._internal.blobio import read_part
@@ -203,8 +203,9 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
     def partitions(self) -> list[InputPartition]:
         """One partition per part of the snapshot (planning worker).
 
-        InvalidUsage if the schema read as is not the shard's: the rows are yielded
-        in the shard's columns, which Spark would take by position.
+        InvalidUsage if the schema read as is not the shard's (the rows are yielded
+        in the shard's columns, which Spark would take by position), or if ``as_of``
+        is not readable (below the since: the SinceError's message).
         """
         opts = self.options
         reader = opts.client().open_unleased_reader(opts.shard)
@@ -221,12 +222,16 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
             if upper == 0:
                 raise InvalidUsage(f"shard {opts.shard!r} has no readable time yet (upper 0)")
             as_of = upper - 1
+        try:
+            parts = reader.snapshot_parts(as_of)
+        except SinceError as e:  # an option naming a time the shard no longer keeps
+            raise InvalidUsage(f"option as_of: {e}") from None
         schema_ipc = reader.schema.serialize().to_pybytes()
         return [
             PartPartition(
                 p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, p.sha256, as_of, schema_ipc
             )
-            for p in reader.snapshot_parts(as_of)
+            for p in parts
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
