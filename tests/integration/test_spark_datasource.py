@@ -128,3 +128,45 @@ def test_a_part_whose_digest_differs_is_a_part_error(spark: SparkSession, tmp_pa
     expect_part_error(
         part.key, "corrupt: its SHA-256 differs", read_source(spark, tmp_path, "s", 0).collect
     )
+
+
+def test_a_schema_given_by_the_reader_must_be_the_shards(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``spark.read.format("timeshard").schema(...)`` with other columns (two swapped, of one
+    type; some left out) is InvalidUsage naming both schemas (the rows were read under the
+    given names by position: a's values as b's, or the read failed in the JVM); the shard's
+    own schema, nullable anywhere, reads as without one."""
+    schema = pa.schema([("a", pa.int64()), ("b", pa.int64())])
+    writer = PersistClient(Location.embedded(tmp_path)).open_writer("t", schema)
+    writer.append([((1, 2), 0, 1)], 0, 1)
+
+    def load(ddl: str) -> list[Any]:
+        reader = spark.read.format("timeshard").schema(ddl).option("location", str(tmp_path))
+        with typed_errors():
+            return reader.option("shard", "t").load().collect()
+
+    for ddl in [
+        "b long, a long, _ts long, _diff long, _err string",
+        "a long",
+        "a int, b long, _ts long, _diff long, _err string",
+        "a long not null, b long, _ts long, _diff long, _err string",
+    ]:
+        with pytest.raises(InvalidUsage, match=r"given .* shard 't' has: a bigint, b bigint,"):
+            load(ddl)
+    [row] = load("a long, b long, _ts long, _diff long, _err string")
+    assert (row["a"], row["b"], row["_diff"]) == (1, 2, 1)
+
+
+def test_an_as_of_below_the_since_is_invalid_usage(spark: SparkSession, tmp_path: Path) -> None:
+    """An ``as_of`` the shard no longer keeps is InvalidUsage naming it and the readable
+    times, as one past the upper is (it was a bare Spark exception, with the SinceError's
+    message in its Python traceback)."""
+    writer, reader = PersistClient(Location.embedded(tmp_path)).open("s", SCHEMA)
+    writer.append(spark.sql(updates_sql(0, 10, 0)), 0, 4)
+    reader.downgrade_since(2)
+    for as_of in ("0", "1"):
+        match = rf"as_of {as_of} is not readable.*\[2, 3\]"
+        with pytest.raises(InvalidUsage, match=match), typed_errors():
+            read_source(spark, tmp_path, "s", int(as_of)).collect()
+    assert len(read_source(spark, tmp_path, "s", 2).collect()) == 10

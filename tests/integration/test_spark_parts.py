@@ -98,6 +98,27 @@ def test_a_location_whose_path_is_escaped_in_its_uri(spark: SparkSession, tmp_pa
     expect_part_error(part.key, "missing", lambda: snapshot_df(spark, reader, 0))
 
 
+def test_a_location_whose_path_holds_glob_characters(spark: SparkSession, tmp_path: Path) -> None:
+    """A blob root whose path holds Hadoop glob characters ('[', '{', '\\'): Spark reads the
+    parts written there as they are named (they were taken as a pattern that matched
+    nothing: PartError 'missing' for parts that exist), and a part gone is still PartError."""
+    location = tmp_path / "run[1]{a,b}\\x"
+    sibling = tmp_path / "run1a\\x"  # what the pattern matches, if it were one
+    writer, reader = PersistClient(Location.embedded(location)).open("s", SCHEMA)
+    PersistClient(Location.embedded(sibling)).open_writer("s", SCHEMA)
+    writer.append(spark.sql(updates_sql(0, 100, 0)), 0, 1)
+    writer.append(spark.sql(updates_sql(100, 10, 1)), 1, 2)
+    want = model_at(sql_model(0, 100, 0), 0)
+    with typed_errors():
+        assert as_counter(snapshot_df(spark, reader, 0).collect()) == want
+        assert updates_df(spark, reader, 1, 2).count() == 10
+    assert as_counter(read_source(spark, location, "s", 0).collect()) == want
+    part = reader.snapshot_parts(0)[0]
+    df = snapshot_df(spark, reader, 0)
+    (location / "blob" / part.key).unlink()
+    expect_part_error(part.key, "missing", df.count)
+
+
 def test_a_part_deleted_before_spark_lists_it_is_a_part_error(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -288,3 +309,28 @@ def test_planning_a_read_of_many_parts_runs_no_job(spark: SparkSession, tmp_path
         df = snapshot_df(spark, reader, 39)
     assert jobs.count == 0
     assert df.count() == 40
+
+
+def test_a_part_left_by_another_attempt_is_deleted_when_the_write_succeeds(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A task attempt that wrote its part and then failed (or lost to a speculative copy)
+    leaves a part no batch names under the batch's prefix; the successful write deletes it
+    (it stayed: GC keeps unnamed parts of a writer that is still registered, so a
+    long-running writer leaked one per retried task)."""
+    location = Location.embedded(tmp_path)
+    writer = PersistClient(location).open_writer("s", SCHEMA)
+    blob = location.blob
+    prefix = f"s/{writer.writer_id}/{uuid.uuid4().hex}"
+    root = tmp_path / "blob" / prefix
+
+    def leave_a_part(k):  # type: ignore[no-untyped-def]
+        if k == 0:  # what an earlier attempt of this partition left behind
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "part-00000-0123456789ab.parquet").write_bytes(b"PAR1 half a part")
+        return k
+
+    df = spark.sql(updates_sql(0, 20, 0)).withColumn("k", F.udf(leave_a_part, "long")("k"))
+    parts = spark_parts.write_parts(df, blob, prefix, SCHEMA)
+    assert sum(p.num_rows for p in parts) == 20
+    assert sorted(m.key for m in blob.list_keys(prefix + "/")) == [p.key for p in parts]

@@ -59,11 +59,13 @@ Errors raised in those processes reach the caller as Spark exceptions that
 carry the message; inside :func:`timeshard.spark.parts.typed_errors` they are
 re-raised as InvalidUsage or PartError. Invalid options (none of
 ``location``/``blob``, no ``shard``, an unknown shard, an ``as_of`` that is not
-a readable timestamp) raise InvalidUsage naming the value.
+a readable timestamp) raise InvalidUsage naming the value, and so does a schema
+given to the reader (``spark.read.schema(...)``) that is not the shard's.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +75,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from timeshard.errors import InvalidUsage
+from timeshard.errors import InvalidUsage, SinceError
 from timeshard.location import Location, open_blob, open_location
 from timeshard.persist import PersistClient, PersistConfig, check_shard_id
 from timeshard.persist._internal.blobio import read_part
@@ -183,19 +185,35 @@ class TimeshardDataSource(DataSource):  # type: ignore[misc]
         return arrow_to_spark_schema(updates_schema(state.data_schema))
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TimeshardReader(SourceOptions.parse(dict(self.options)))
+        return TimeshardReader(SourceOptions.parse(dict(self.options)), schema.json())
 
 
 class TimeshardReader(DataSourceReader):  # type: ignore[misc]
-    """Reads one snapshot of one shard, one part per partition."""
+    """Reads one snapshot of one shard, one part per partition.
 
-    def __init__(self, options: SourceOptions) -> None:
+    ``schema_json`` is the schema Spark reads the rows as (JSON): the shard's,
+    unless the caller gave one (``spark.read.schema(...)``), which must then be
+    the shard's too.
+    """
+
+    def __init__(self, options: SourceOptions, schema_json: str) -> None:
         self.options = options
+        self.schema_json = schema_json
 
     def partitions(self) -> list[InputPartition]:
-        """One partition per part of the snapshot (planning worker)."""
+        """One partition per part of the snapshot (planning worker).
+
+        InvalidUsage if the schema read as is not the shard's (the rows are yielded
+        in the shard's columns, which Spark would take by position), or if ``as_of``
+        is not readable (below the since: the SinceError's message).
+        """
         opts = self.options
         reader = opts.client().open_unleased_reader(opts.shard)
+        _check_schema(
+            StructType.fromJson(json.loads(self.schema_json)),
+            arrow_to_spark_schema(updates_schema(reader.schema)),
+            opts.shard,
+        )
         as_of = opts.as_of
         if as_of is None:
             upper = reader.upper().time
@@ -204,12 +222,16 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
             if upper == 0:
                 raise InvalidUsage(f"shard {opts.shard!r} has no readable time yet (upper 0)")
             as_of = upper - 1
+        try:
+            parts = reader.snapshot_parts(as_of)
+        except SinceError as e:  # an option naming a time the shard no longer keeps
+            raise InvalidUsage(f"option as_of: {e}") from None
         schema_ipc = reader.schema.serialize().to_pybytes()
         return [
             PartPartition(
                 p.key, p.size_in_bytes, p.num_rows, p.ts_min, p.ts_max, p.sha256, as_of, schema_ipc
             )
-            for p in reader.snapshot_parts(as_of)
+            for p in parts
         ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -227,6 +249,29 @@ class TimeshardReader(DataSourceReader):  # type: ignore[misc]
             open_blob(self.options.blob_uri), partition.part(), schema, PersistConfig()
         )
         yield from consolidate(advance_times(table, partition.as_of)).to_batches()
+
+
+def _check_schema(given: StructType, shard: StructType, shard_id: str) -> None:
+    """InvalidUsage naming the first column where ``given`` is not the shard's schema: another
+    name or type, or not null where the shard's may be null (nullable where it is not is
+    fine)."""
+    mismatch = len(given.fields) != len(shard.fields) or any(
+        g.name != s.name or g.dataType != s.dataType or (s.nullable and not g.nullable)
+        for g, s in zip(given.fields, shard.fields, strict=True)
+    )
+    if mismatch:
+        raise InvalidUsage(
+            f"the schema given to the timeshard data source, {_ddl(given)}, is not the "
+            f"one shard {shard_id!r} has: {_ddl(shard)}; leave it out (select the columns "
+            "after load)"
+        )
+
+
+def _ddl(schema: StructType) -> str:
+    return ", ".join(
+        f"{f.name} {f.dataType.simpleString()}{'' if f.nullable else ' NOT NULL'}"
+        for f in schema.fields
+    )
 
 
 def register(spark: SparkSession) -> None:

@@ -75,7 +75,11 @@ Invariants:
    neither the shard's nor widened to them (integers to wider integers,
    decimals or doubles; float to double); nothing is written then.
 3. If the Spark job of a write fails, every part it wrote under ``key_prefix``
-   is deleted before the error is raised.
+   is deleted before the error is raised; if it succeeds, every file under
+   ``key_prefix`` but the parts returned (those of task attempts that failed
+   after writing, or lost to a speculative copy) is deleted before they are
+   returned. An attempt still running then (a speculative copy being killed)
+   may leave its part after that: GC deletes it once the writer is gone.
 4. A missing or corrupt part raises PartError; it is never skipped
    (``ignoreCorruptFiles``/``ignoreMissingFiles`` are off for every read) and
    never read as other data (every read verifies page checksums).
@@ -157,6 +161,8 @@ _INTEGRAL_DIGITS: dict[type[DataType], int] = {
     LongType: 19,
 }
 _TMP_PREFIX = ".tmp-"
+#: The characters of Hadoop's glob patterns, which Spark expands in the paths it reads.
+_GLOB_CHARACTER = re.compile(r"[{}\[\]*?\\]")
 _task_faults: Callable[[], KeyedFaults | None] | None = None
 
 
@@ -194,12 +200,14 @@ def spark_path(root_uri: str, key: str) -> str:
 
     Hadoop's ``Path`` does not decode percent-escapes, so a ``file:`` root (a
     URI, escaped: ``file:///data/a%20b``) is given by its decoded path
-    (``file:///data/a b``); other roots are taken as they are.
+    (``file:///data/a b``); other roots are taken as they are. Spark takes a
+    path holding a glob character (``{}[]*?\\``) as a pattern, so each is
+    escaped with a backslash: the path names that one file.
     """
     parsed = urllib.parse.urlsplit(root_uri)
     if parsed.scheme == "file":
         root_uri = "file://" + urllib.parse.unquote(parsed.path)
-    return f"{root_uri.rstrip('/')}/{key}"
+    return _GLOB_CHARACTER.sub(r"\\\g<0>", f"{root_uri.rstrip('/')}/{key}")
 
 
 def filesystem_of(root_uri: str) -> tuple[pafs.FileSystem, str]:
@@ -269,7 +277,8 @@ def write_parts(
     """Write ``df`` as parts under ``key_prefix``, one per non-empty partition.
 
     Runs on the driver; the parts are written by Spark tasks (see the module
-    doc). Returns the parts sorted by key.
+    doc). Returns the parts sorted by key. ``key_prefix`` is this write's own:
+    every other file under it is deleted (invariant 3).
     """
     check_blob_key(key_prefix)
     casts = _conform_casts(df, data_schema)
@@ -291,7 +300,9 @@ def write_parts(
             await_tasks(positional.sparkSession)
             _delete_under(blob, key_prefix)
         raise
-    return sorted((part_from_row(r) for r in rows), key=lambda p: p.key)
+    parts = sorted((part_from_row(r) for r in rows), key=lambda p: p.key)
+    _delete_unnamed(blob, key_prefix, parts)
+    return parts
 
 
 def part_meta_batch(parts: list[PartMeta]) -> pa.RecordBatch:
@@ -513,6 +524,18 @@ def _write_through_driver(
 def _delete_under(blob: Blob, key_prefix: str) -> None:
     keys = [m.key for m in blob.list_keys(key_prefix + "/")]
     delete_keys(blob, keys, PersistConfig())
+
+
+def _delete_unnamed(blob: Blob, key_prefix: str, parts: list[PartMeta]) -> None:
+    """Delete the files under ``key_prefix`` that none of ``parts`` names (invariant 3): the
+    parts of task attempts that failed after writing, or lost to a speculative copy. GC keeps
+    such files while their writer is registered, so they would stay for the writer's life.
+    A failure here leaves them (the write stands)."""
+    named = {p.key for p in parts}
+    with contextlib.suppress(Exception):
+        others = [m.key for m in blob.list_keys(key_prefix + "/") if m.key not in named]
+        if others:
+            delete_keys(blob, others, PersistConfig())
 
 
 # -- reading ---------------------------------------------------------------------------------
