@@ -81,3 +81,36 @@ def test_a_merge_swapped_in_then_merged_away_keeps_its_output_for_gc() -> None:
     writer.compact()
     assert swapped
     assert set(swapped) <= {m.key for m in blob.list_keys("s/")}
+
+
+class LostBeforeCommit(MemoryConsensus):
+    """Arm it with a hook: the next compare-and-set runs the hook, then raises Indeterminate
+    without committing (its request never reached the database)."""
+
+    hook: Any = None
+
+    def compare_and_set(self, key: str, expected: Any, new: Any) -> Any:
+        hook, self.hook = self.hook, None
+        if hook is None:
+            return super().compare_and_set(key, expected, new)
+        hook()
+        raise Indeterminate("injected: a timeout, the request never reached the database")
+
+
+def test_a_merge_whose_indeterminate_swap_never_landed_deletes_its_output() -> None:
+    """The swap timed out without committing while another compactor merged the same
+    inputs: no state ever named the output, and its writer lives on, so GC kept it for
+    the writer's life; it is deleted, as a swap that surely failed deletes it."""
+    consensus = LostBeforeCommit()
+    blob = MemoryBlob()
+    config = PersistConfig(backoff_ms=0.0, max_backoff_ms=0.0, max_attempts=3)
+    client = PersistClient(Location(blob, consensus), config)
+    writer = client.open_writer("s", SCHEMA, background_compaction=False)
+    for t, k in enumerate("ab"):
+        writer.append([((k,), t, 1)], t, t + 1)
+    other = client.open_writer("s", SCHEMA, background_compaction=False)
+    consensus.hook = other.compact
+    assert writer.compact() == 0
+    client.gc("s")  # the inputs, merged away
+    referenced = set(client.state("s").referenced_keys())
+    assert {m.key for m in blob.list_keys("s/")} == referenced

@@ -19,9 +19,10 @@ Invariants:
 2. A merge whose inputs were replaced meanwhile changes nothing; its output
    parts are deleted, as are those of a merge whose swap surely failed
    (Determinate). Not so if an attempt of its swap may have committed (an
-   indeterminate compare-and-set) and the output is gone when the outcome is
-   decided: it was swapped in and merged away by another compactor, and a
-   state a reader may hold references it, so GC deletes it once none does.
+   indeterminate compare-and-set), the output is gone when the outcome is
+   decided, and a retained state version names it: it was swapped in and
+   merged away by another compactor, a reader may hold that state, and GC
+   deletes it once none does.
 3. Input parts are not deleted here: readers may hold older states. GC
    deletes them once no held state references them.
 4. Output parts record the times of the updates they hold, after advancing
@@ -43,16 +44,19 @@ from timeshard.errors import Determinate, ExternalError, LeaseExpired, PartError
 from timeshard.location.blob import Blob
 from timeshard.location.consensus import Consensus
 from timeshard.persist._internal import transitions as tr
-from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
+from timeshard.persist._internal.blobio import delete_keys, read_part, retry_external, write_part
 from timeshard.persist._internal.machine import Machine
 from timeshard.persist._internal.parts import advance_since, consolidate
-from timeshard.persist._internal.state import HollowBatch, ShardState
+from timeshard.persist._internal.state import HollowBatch, ShardState, decode_state
 from timeshard.persist._internal.threads import stop_at_exit
 from timeshard.persist.config import PersistConfig
 from timeshard.persist.gc import collect_garbage
 from timeshard.progress import Description
 
 log = logging.getLogger(__name__)
+
+#: Versions read at a time when looking for a merge output in the retained states.
+_SCAN_PAGE = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +129,32 @@ def compact_shard(
             raise
         if ok:
             applied += 1
-        elif not maybe_swapped:
+        elif not maybe_swapped or not _named_since(machine, state.seqno, output.keys(), config):
             delete_keys(blob, output.keys(), config)
-        else:  # swapped in, then merged away by another: an older state references it
-            log.info("merge output of %s may be referenced: left to GC", machine.shard_id)
+        else:  # swapped in, then merged away by another: a retained state references it
+            log.info("merge output of %s named by a retained state: left to GC", machine.shard_id)
     return applied
+
+
+def _named_since(machine: Machine, seqno: int, keys: list[str], config: PersistConfig) -> bool:
+    """Whether a retained state version after ``seqno`` references any of ``keys`` (a merge
+    output an indeterminate swap may have put in: then a reader may hold that state, and GC,
+    which scans the same versions, deletes the keys once none is held)."""
+    wanted = set(keys)
+    start = seqno + 1
+    while True:
+        page = retry_external(
+            config,
+            f"scanning consensus of {machine.shard_id!r}",
+            partial(machine.consensus.scan, machine.shard_id, start, _SCAN_PAGE),
+            reads=True,
+        )
+        for v in page:
+            if wanted & decode_state(machine.shard_id, v.seqno, v.data).referenced_keys():
+                return True
+        if len(page) < _SCAN_PAGE:
+            return False
+        start = page[-1].seqno + 1
 
 
 def _apply_merge(
