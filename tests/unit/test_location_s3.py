@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
 from timeshard.dev.seaweedfs import SeaweedS3
 from timeshard.errors import Determinate
 from timeshard.location import open_blob
+from timeshard.location.arrowfs import ArrowFsBlob
 
 pytestmark = pytest.mark.s3
 
@@ -43,3 +45,32 @@ def test_absent_keys_of_an_existing_bucket_are_absent(s3_server: SeaweedS3) -> N
     assert blob.delete("s/p") is None
     blob.set("s/p", b"v")
     assert blob.get("s/p") == b"v"
+
+
+class _NoBucketLookups:
+    """The blob's filesystem, for credentials that may use objects but not look at the
+    bucket itself (an S3 policy granting a prefix: HeadBucket is denied)."""
+
+    def __init__(self, fs: Any, bucket: str) -> None:
+        self._fs, self._bucket = fs, bucket
+
+    def get_file_info(self, path: Any) -> Any:
+        if path == self._bucket:
+            raise OSError("AWS Error ACCESS_DENIED during HeadBucket operation")
+        return self._fs.get_file_info(path)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._fs, name)
+
+
+def test_absent_keys_read_absent_when_the_bucket_cannot_be_looked_at(
+    s3_server: SeaweedS3,
+) -> None:
+    """The missing-bucket check took a denied bucket look-up for a fault: with such
+    credentials every absent key, empty listing and delete of a collected part failed."""
+    blob = open_blob(s3_server.uri(f"absent/{uuid.uuid4().hex}"))
+    assert isinstance(blob, ArrowFsBlob)
+    blob.fs = _NoBucketLookups(blob.fs, blob.base.split("/", 1)[0])
+    assert blob.get("s/p") is None
+    assert list(blob.list_keys("s/")) == []
+    assert blob.delete("s/p") is None

@@ -212,6 +212,8 @@ def test_a_postgres_password_with_an_unencoded_at_or_slash_is_refused_unshown(ur
         "postgresql://app:hun%2Fter2@127.0.0.1:1/db",
         "postgresql://app@127.0.0.1:1/db",
         "host=/run/postgresql port=5432 password=hun@ter2/x",
+        "postgresql:///ts?host=@pgsock",  # an abstract Unix socket (libpq 14 and later)
+        "postgresql://app@%40pgsock/ts",
     ],
 )
 def test_a_postgres_dsn_with_an_encoded_or_no_password_is_not_refused(dsn: str) -> None:
@@ -228,3 +230,15 @@ def test_a_postgres_password_with_a_space_is_refused_unshown(uri: str) -> None:
     with pytest.raises(InvalidUsage, match="spaces") as info:
         open_consensus(uri)
     assert "hun" not in str(info.value) and "ter2" not in str(info.value)
+
+
+def test_a_short_password_is_hidden_in_a_message_without_garbling_it() -> None:
+    """Every occurrence of a secret was replaced, inside words too: with password ``a``
+    libpq's message read ``p***ssword ***uthentic***tion f***iled``."""
+    from timeshard.location._masking import hidden
+
+    dsn = "postgresql://app:a@db.example:5432/ts"
+    message = 'password authentication failed for user "app": the password was "a"'
+    assert hidden(message, dsn) == (
+        'password authentication failed for user "app": the password was "***"'
+    )

@@ -49,7 +49,8 @@ def hidden(text: str, source: str) -> str:
     """``text`` masked, and every secret of ``source`` in it replaced by ``***``: for a
     parser's message about ``source``, which may quote a secret out of context."""
     for secret in sorted(secrets(source), key=len, reverse=True):
-        text = text.replace(secret, "***")
+        # Not inside a word: a short secret ("a", "5432") would garble the message.
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", text)
     return masked(text)
 
 

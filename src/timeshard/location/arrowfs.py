@@ -70,14 +70,19 @@ class ArrowFsBlob:
         return None
 
     def _check_bucket(self, what: str) -> None:
-        """Determinate unless this is no object store or the root's bucket exists."""
+        """Determinate if this is an object store whose root's bucket is known not to exist.
+
+        Credentials that may use objects but not look at the bucket itself (an S3
+        policy granting a prefix, GCS's objectAdmin) get an error here, not NotFound:
+        the answer that prompted the check stands then (the bucket answered it).
+        """
         if not self._object_store:
             return
         bucket = self.base.split("/", 1)[0]
         try:
             kind = self.fs.get_file_info(bucket).type
-        except Exception as e:
-            raise Determinate(f"{what}: checking bucket {bucket!r}: {e}") from e
+        except Exception:
+            return
         if kind == pafs.FileType.NotFound:
             raise Determinate(f"{what}: bucket {bucket!r} does not exist")
 

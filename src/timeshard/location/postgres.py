@@ -299,7 +299,7 @@ def _check_dsn(dsn: str) -> None:
 
     def shown(name: str, value: object) -> str:
         text = str(value)
-        if any(text in secret or secret in text for secret in dsn_secrets):
+        if text and any(text in secret or secret in text for secret in dsn_secrets):
             raise InvalidUsage(
                 f"invalid PostgreSQL DSN: its {name} is part of a secret; percent-encode "
                 "'@', '/' and ':' in a user name or password (%40, %2F, %3A)"
@@ -307,7 +307,7 @@ def _check_dsn(dsn: str) -> None:
         return repr(text)
 
     hosts = str(params.get("host", "")).split(",")
-    if "://" in dsn and any("@" in host for host in hosts):
+    if "://" in dsn and any("@" in host[1:] for host in hosts):  # "@name": an abstract socket
         raise InvalidUsage(
             "invalid PostgreSQL DSN: a host has an '@'; percent-encode '@', '/' and ':' in a "
             "user name or password (%40, %2F, %3A)"
