@@ -48,7 +48,7 @@ def test_copy_json_chunk_decodes_an_overflow_as_a_bad_row(neighbour: bytes) -> N
     data = b'{"x": 2e308}\n' + neighbour
     rows = [
         r
-        for t in spec.json_tables(_chunks(io.BytesIO(data)), "f.json", tally)
+        for t in spec.json_tables(_chunks(io.BytesIO(data).read), "f.json", tally)
         for r in t.to_pylist()
     ]
     assert rows[0]["x"] is None and "out of range" in rows[0]["_err"]
