@@ -34,7 +34,9 @@ maps statements to messages:
   A ``Describe`` of a portal named as a cursor describes the
   cursor (psycopg's named cursors);
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
-  connection stays usable (in a transaction block, until ROLLBACK);
+  connection stays usable (in a transaction block, until ROLLBACK); a
+  message that does not decode (a garbled length, a kind no client sends)
+  is a protocol violation: FATAL 08P01 naming it, and the connection ends;
 * transaction statements only move the status ``ReadyForQuery`` reports:
   every statement takes effect at once.
 
@@ -46,6 +48,7 @@ anything listens. SSL is declined (``N``); clients fall back to plain text.
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import itertools
 import logging
@@ -63,6 +66,7 @@ from typing import Any
 
 from pygwire.connection import BackendConnection
 from pygwire.constants import TransactionStatus
+from pygwire.exceptions import ProtocolError
 from pygwire.messages import (
     AuthenticationOk,
     AuthenticationSASL,
@@ -154,10 +158,11 @@ def _fields(columns: list[tuple[str, str]]) -> list[FieldDescription]:
 def _sql_error(e: Exception) -> SqlError:
     """``e`` as the client sees it: a SqlError as it is; anything else is an internal
     error (XX000) naming its type, logged with its traceback -- the connection and the
-    server go on. The client going away is not an error to report: it is re-raised."""
+    server go on. The client going away, or breaking the protocol, is not an error to
+    report as a statement's: it is re-raised."""
     if isinstance(e, SqlError):
         return e
-    if isinstance(e, _Closed | ConnectionError):
+    if isinstance(e, _Closed | _Violation | ConnectionError):
         raise e
     log.error("statement failed", exc_info=e)
     return SqlError(f"internal error: {type(e).__name__}: {e}", "XX000")
@@ -328,6 +333,30 @@ class _Closed(Exception):
     """The client went away."""
 
 
+class _Violation(Exception):
+    """The client broke the protocol (a garbled message): FATAL 08P01, and the
+    connection ends, as PostgreSQL's does."""
+
+
+#: The names of the messages a client sends, by their kind byte.
+_FRONTEND = {
+    b"B": "Bind",
+    b"C": "Close",
+    b"c": "CopyDone",
+    b"d": "CopyData",
+    b"D": "Describe",
+    b"E": "Execute",
+    b"f": "CopyFail",
+    b"F": "FunctionCall",
+    b"H": "Flush",
+    b"P": "Parse",
+    b"p": "authentication",
+    b"Q": "Query",
+    b"S": "Sync",
+    b"X": "Terminate",
+}
+
+
 class _Handler(socketserver.BaseRequestHandler):
     server: PgServer
 
@@ -339,7 +368,8 @@ class _Handler(socketserver.BaseRequestHandler):
         self.cancel = threading.Event()
         self.key = (os.getpid() & 0x7FFFFFFF, secrets.token_bytes(4))
         self.out = bytearray()
-        self.unread = bytearray()  # bytes read while a statement ran, not yet decoded
+        self.unread = bytearray()  # bytes read, not yet decoded: the messages not yet whole
+        self.started = False  # a StartupMessage came: every message now has a kind byte
 
     def handle(self) -> None:
         try:
@@ -359,6 +389,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 self._flush()
         except (_Closed, ConnectionError, OSError):
             return
+        except _Violation as e:
+            self._fatal("08P01", str(e))
         except Exception:  # a bug here must not take the server down
             log.exception("pgwire connection failed")
         finally:
@@ -380,16 +412,48 @@ class _Handler(socketserver.BaseRequestHandler):
             self.out.clear()
 
     def _messages(self) -> Iterator[PGMessage]:
+        """The client's messages, each decoded once it is whole (and its length checked:
+        a garbled one is a :class:`_Violation`)."""
         while True:
-            if self.unread:  # what came while a COPY OUT or a FETCH ran, in order
-                data = bytes(self.unread)
-                self.unread.clear()
-            else:
+            frame = self._frame()
+            if frame is None:
                 data = self.sock.recv(1 << 16)
-            if not data:
-                raise _Closed
-            yield from self.conn.receive(data)
-            self._check_held(self.conn._decoder.buffered, "a message")
+                if not data:
+                    raise _Closed
+                self.unread += data
+                continue
+            try:
+                for msg in self.conn.receive(frame):
+                    if isinstance(msg, StartupMessage):
+                        self.started = True
+                    yield msg
+            except ProtocolError as e:
+                kind = _FRONTEND.get(frame[:1], "startup") if self.started else "startup"
+                raise _Violation(f"invalid {kind} message: {e}") from e
+
+    def _frame(self) -> bytes | None:
+        """The first whole message in ``unread``, taken out of it; None until one is whole.
+
+        Before the StartupMessage a message is its length (four bytes, counting
+        themselves) and its body; after it, a kind byte comes first. A length that
+        cannot be (shorter than itself, or than a start-up message's code) is a
+        :class:`_Violation`; one past ``max_message_bytes`` ends the connection
+        (54000) before the server holds it.
+        """
+        kind = 1 if self.started else 0
+        if len(self.unread) < kind + 4:
+            return None
+        (length,) = struct.unpack("!i", self.unread[kind : kind + 4])
+        if length < (4 if self.started else 8):
+            what = _FRONTEND.get(bytes(self.unread[:1]), "unknown") if kind else "startup"
+            raise _Violation(f"invalid length {length} of a {what} message")
+        self._check_held(length, "a message")
+        end = kind + length
+        if len(self.unread) < end:
+            return None
+        frame = bytes(self.unread[:end])
+        del self.unread[:end]
+        return frame
 
     def _client_input(self, copying: bool) -> None:
         """Read what the client sent while a COPY OUT (``copying``) or a waiting FETCH
@@ -412,7 +476,8 @@ class _Handler(socketserver.BaseRequestHandler):
             kind = self.unread[pos : pos + 1]
             (length,) = struct.unpack("!i", self.unread[pos + 1 : pos + 5])
             if length < 4:  # no message is that short: the stream is garbled
-                raise _Closed
+                kind_name = _FRONTEND.get(bytes(kind), "unknown")
+                raise _Violation(f"invalid length {length} of a {kind_name} message")
             end = pos + 1 + length
             if len(self.unread) < end:
                 break
@@ -433,9 +498,15 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         message = f"{what} is over {limit} bytes, the most the server holds for a client"
         self.out.clear()  # the COPY data or rows not sent yet: the error is the last word
-        self._send(ErrorResponse(fields={"S": "FATAL", "V": "FATAL", "C": "54000", "M": message}))
-        self._flush()
+        self._fatal("54000", message)
         raise _Closed
+
+    def _fatal(self, sqlstate: str, message: str) -> None:
+        """Send FATAL ``sqlstate``: the last thing the connection sends before it ends."""
+        log.info("pgwire connection ended: %s (%s)", message, sqlstate)
+        self._send(ErrorResponse(fields={"S": "FATAL", "V": "FATAL", "C": sqlstate, "M": message}))
+        with contextlib.suppress(OSError):
+            self._flush()
 
     # -- start-up
 
