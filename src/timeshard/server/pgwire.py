@@ -38,7 +38,9 @@ maps statements to messages:
   message that does not decode (a garbled length, a kind no client sends)
   is a protocol violation: FATAL 08P01 naming it, and the connection ends;
 * transaction statements only move the status ``ReadyForQuery`` reports:
-  every statement takes effect at once.
+  every statement takes effect at once. A failed transaction block takes
+  only COMMIT or ROLLBACK (25P02 for anything else); its COMMIT answers
+  ``ROLLBACK``, as PostgreSQL's does.
 
 Access: the server binds 127.0.0.1 unless told otherwise. With a password,
 every client authenticates with SCRAM-SHA-256
@@ -648,6 +650,12 @@ class _Handler(socketserver.BaseRequestHandler):
         s = self.session
         if isinstance(statement, Empty):
             return Result([], [], "")
+        ends = isinstance(statement, Ignored) and statement.tag in ("COMMIT", "ROLLBACK")
+        if s.failed and not ends:  # a failed block takes only its end, as PostgreSQL's does
+            raise SqlError(
+                "current transaction is aborted, commands ignored until end of transaction block",
+                "25P02",
+            )
         if isinstance(statement, Deallocate):
             if statement.name is None:
                 s.statements.clear()
@@ -657,15 +665,12 @@ class _Handler(socketserver.BaseRequestHandler):
         if isinstance(statement, Ignored):
             if statement.tag in ("BEGIN", "START TRANSACTION"):
                 s.in_transaction = True
-            elif statement.tag in ("COMMIT", "ROLLBACK"):
+            elif ends:  # the COMMIT of a failed block rolls it back, and says so
+                tag = "ROLLBACK" if s.failed else statement.tag
                 s.in_transaction = s.failed = False
                 self._close_cursors(None)
+                return Result([], [], tag)
             return Result([], [], statement.tag)
-        if s.failed:
-            raise SqlError(
-                "current transaction is aborted, commands ignored until end of transaction block",
-                "25P02",
-            )
         if isinstance(statement, Declare):
             return self._declare(statement)
         if isinstance(statement, Fetch):
