@@ -33,6 +33,11 @@ maps statements to messages:
   closed SUBSCRIBE expires its reader, whether a FETCH started it or not.
   A ``Describe`` of a portal named as a cursor describes the
   cursor (psycopg's named cursors);
+* a ``CancelRequest`` cancels the statement its connection runs: a query's
+  Spark jobs (each connection's queries run under a job tag of its own, so
+  only its jobs stop), a SUBSCRIBE, a waiting FETCH; the client gets 57014
+  and the connection stays usable. A cancel that comes while the connection
+  is idle does nothing (``SET statement_timeout`` is accepted and ignored);
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
   connection stays usable (in a transaction block, until ROLLBACK); a
   message that does not decode (a garbled length, a kind no client sends)
@@ -126,12 +131,14 @@ from timeshard.server.statements import (
     Ignored,
     Param,
     SqlError,
+    Statement,
     bind,
     parameter_count,
     parse,
     placeholder,
     split,
 )
+from timeshard.server.statements import Query as SelectStatement
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +175,10 @@ def _sql_error(e: Exception) -> SqlError:
         raise e
     log.error("statement failed", exc_info=e)
     return SqlError(f"internal error: {type(e).__name__}: {e}", "XX000")
+
+
+def _canceled() -> SqlError:
+    return SqlError("canceling statement due to user request", "57014")
 
 
 def _error(e: SqlError) -> ErrorResponse:
@@ -322,7 +333,7 @@ class PgServer(socketserver.ThreadingTCPServer):
         self.max_message_bytes = max_message_bytes
         self.engine = engine
         self.auth = ScramKeys.from_password(password) if password else None
-        self.cancels: dict[tuple[int, bytes], threading.Event] = {}
+        self.cancels: dict[tuple[int, bytes], _Handler] = {}
         self.cancels_lock = threading.Lock()
         super().__init__((host, port), _Handler)
 
@@ -368,6 +379,7 @@ class _Handler(socketserver.BaseRequestHandler):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.session = _Session()
         self.cancel = threading.Event()
+        self.jobs = f"timeshard-pgwire-{secrets.token_hex(8)}"  # the job tag of its queries
         self.key = (os.getpid() & 0x7FFFFFFF, secrets.token_bytes(4))
         self.out = bytearray()
         self.unread = bytearray()  # bytes read, not yet decoded: the messages not yet whole
@@ -380,7 +392,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 return
             self.sock.settimeout(None)  # a session may idle for as long as it likes
             with self.server.cancels_lock:
-                self.server.cancels[self.key] = self.cancel
+                self.server.cancels[self.key] = self
             self._send(BackendKeyData(process_id=self.key[0], secret_key=self.key[1]))
             self._send(ReadyForQuery(status=self.session.status))
             self._flush()
@@ -522,9 +534,9 @@ class _Handler(socketserver.BaseRequestHandler):
                 continue
             if isinstance(msg, CancelRequest):
                 with self.server.cancels_lock:
-                    event = self.server.cancels.get((msg.process_id, msg.secret_key))
-                if event is not None:
-                    event.set()
+                    target = self.server.cancels.get((msg.process_id, msg.secret_key))
+                if target is not None:
+                    target.interrupt()
                 return False
             if isinstance(msg, StartupMessage):
                 user = msg.params.get("user", "")
@@ -581,6 +593,35 @@ class _Handler(socketserver.BaseRequestHandler):
             return False
 
     # -- statements
+
+    def interrupt(self) -> None:
+        """Cancel the statement this connection runs (a CancelRequest's, on the thread of
+        the connection that sent it): a waiting FETCH or a COPY OUT notices the event;
+        a query's Spark jobs are canceled. Nothing if the connection is idle."""
+        self.cancel.set()
+        try:
+            self.server.engine.cancel(self.jobs)
+        except Exception as e:  # a cancel that cannot reach Spark leaves the query running
+            log.warning("canceling the Spark jobs of %s: %s", self.jobs, e)
+
+    def _execute(self, statement: Statement) -> Result | Stream:
+        """``statement`` run by the engine. A query is canceled by a CancelRequest that
+        comes while it runs (57014, its Spark jobs stopped): one that came before its
+        jobs started has its rows dropped, as they are the canceled statement's."""
+        engine = self.server.engine
+        if not isinstance(statement, SelectStatement):
+            return engine.execute(statement)
+        self.cancel.clear()
+        try:
+            with engine.cancellable(self.jobs):
+                result = engine.execute(statement)
+        except Exception as e:
+            if self.cancel.is_set():
+                raise _canceled() from e
+            raise
+        if self.cancel.is_set():
+            raise _canceled()
+        return result
 
     def _dispatch(self, msg: PGMessage) -> None:
         s = self.session
@@ -680,7 +721,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
             self._close_cursors(statement.name)
             return Result([], [], "CLOSE CURSOR" if statement.name else "CLOSE CURSOR ALL")
-        return self.server.engine.execute(statement)
+        return self._execute(statement)
 
     # -- cursors
 
@@ -690,7 +731,7 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SqlError("DECLARE CURSOR can only be used in transaction blocks", "25P01")
         if statement.name in s.cursors:
             raise SqlError(f"cursor {statement.name!r} already exists", "42P03")
-        result = self.server.engine.execute(statement.statement)
+        result = self._execute(statement.statement)
         if isinstance(result, Stream):
             s.cursors[statement.name] = _Cursor(result.columns, result.rows, waits=True)
         else:
@@ -708,7 +749,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def _interrupted(self) -> None:
         """Raise if the client canceled the statement or went away."""
         if self.cancel.is_set():
-            raise SqlError("canceling statement due to user request", "57014")
+            raise _canceled()
         self._client_input(copying=False)
 
     def _close_cursors(self, name: str | None) -> None:
@@ -767,7 +808,7 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             for row in stream.rows:
                 if self.cancel.is_set():
-                    raise SqlError("canceling statement due to user request", "57014")
+                    raise _canceled()
                 self._client_input(copying=True)
                 if not row:
                     self._flush()
