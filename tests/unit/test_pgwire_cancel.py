@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from psycopg import errors
 from tests.unit.test_pgwire_cursor import StandIn, connect, until
+from tests.unit.test_pgwire_lifetimes import TERMINATE, Client, query
 
 from timeshard.server.engine import Result, Stream
 from timeshard.server.pgwire import PgServer
@@ -109,3 +110,35 @@ def test_a_cancel_stops_the_running_query_of_its_connection_only(
             thread.join()
         assert isinstance(outs[1]["error"], errors.QueryCanceled), outs[1]
         assert second.execute("SELECT n FROM t").fetchall()
+
+
+@pytest.mark.parametrize("terminate", [True, False], ids=["terminate", "close"])
+def test_a_client_leaving_a_running_query_cancels_it(
+    served: tuple[PgServer, Blocking], terminate: bool
+) -> None:
+    """Its jobs ran on for no one (for ever, a query that never ends), its readers held."""
+    server, engine = served
+    client = Client(server)
+    client.sock.sendall(query("SELECT * FROM slow"))
+    until(lambda: len(engine.running) == 1, "the query never ran")
+    (tag,) = engine.running
+    if terminate:  # what libpq's PQfinish does: Terminate, then close
+        client.sock.sendall(TERMINATE)
+    client.sock.close()
+    until(lambda: not engine.running, "the query outlived its client")
+    assert engine.canceled == [tag]
+
+
+def test_a_query_answers_what_was_pipelined_behind_it(served: tuple[PgServer, Blocking]) -> None:
+    """What the client sent while a query ran is read after it, in order."""
+    server, engine = served
+    client = Client(server)
+    client.sock.sendall(query("SELECT * FROM slow"))
+    until(lambda: len(engine.running) == 1, "the query never ran")
+    client.sock.sendall(query("SELECT 1") + query("SELECT 2"))
+    (tag,) = engine.running
+    engine.cancel(tag)
+    got = client.until(b"Z")
+    assert [kind for kind, _ in got] == [b"E", b"Z"], got
+    for _ in range(2):
+        assert [kind for kind, _ in client.until(b"Z")] == [b"T", *[b"D"] * 5, b"C", b"Z"]

@@ -37,7 +37,8 @@ maps statements to messages:
   Spark jobs (each connection's queries run under a job tag of its own, so
   only its jobs stop), a SUBSCRIBE, a waiting FETCH; the client gets 57014
   and the connection stays usable. A cancel that comes while the connection
-  is idle does nothing (``SET statement_timeout`` is accepted and ignored);
+  is idle does nothing (``SET statement_timeout`` is accepted and ignored).
+  A client that goes away while its query runs cancels it the same way;
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
   connection stays usable (in a transaction block, until ROLLBACK); a
   message that does not decode (a garbled length, a kind no client sends)
@@ -370,6 +371,44 @@ _FRONTEND = {
 }
 
 
+class _ClientWatch:
+    """Reads what a client sends while its query runs, on a thread of its own, to notice
+    its going (the connection's end): then the query is canceled. What it reads waits in
+    the handler's ``unread`` (it holds no more than the server's limit: past it the
+    client waits, as TCP makes it)."""
+
+    def __init__(self, handler: _Handler) -> None:
+        self.handler = handler
+        self.gone = False
+        self.wake, self.waker = socket.socketpair()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> bool:
+        """Stop watching; True if the client went away."""
+        self.waker.send(b"\0")
+        self.thread.join()
+        self.wake.close()
+        self.waker.close()
+        return self.gone
+
+    def _run(self) -> None:
+        handler = self.handler
+        while len(handler.unread) <= handler.server.max_message_bytes:
+            ready = select.select([handler.sock, self.wake], [], [])[0]
+            if self.wake in ready:
+                return
+            try:
+                data = handler.sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                self.gone = True
+                handler.interrupt()
+                return
+            handler.unread += data
+
+
 class _Handler(socketserver.BaseRequestHandler):
     server: PgServer
 
@@ -607,18 +646,25 @@ class _Handler(socketserver.BaseRequestHandler):
     def _execute(self, statement: Statement) -> Result | Stream:
         """``statement`` run by the engine. A query is canceled by a CancelRequest that
         comes while it runs (57014, its Spark jobs stopped): one that came before its
-        jobs started has its rows dropped, as they are the canceled statement's."""
+        jobs started has its rows dropped, as they are the canceled statement's. A
+        client that goes away while its query runs cancels it too (_Closed): its jobs
+        and readers are not kept for no one."""
         engine = self.server.engine
         if not isinstance(statement, SelectStatement):
             return engine.execute(statement)
         self.cancel.clear()
+        watch = _ClientWatch(self)
         try:
             with engine.cancellable(self.jobs):
                 result = engine.execute(statement)
         except Exception as e:
+            if watch.stop():
+                raise _Closed from e
             if self.cancel.is_set():
                 raise _canceled() from e
             raise
+        if watch.stop():
+            raise _Closed
         if self.cancel.is_set():
             raise _canceled()
         return result
