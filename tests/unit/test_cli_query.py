@@ -3,9 +3,11 @@ SQL names, and a time every one of them can be read at."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -116,6 +118,14 @@ class OneRow:
 
     def execute(self, statement: object) -> Result:
         return Result([("n", "long")], [(7,)], "SELECT 1")
+
+    @contextlib.contextmanager
+    def cancellable(self, tag: str) -> Iterator[None]:
+        """Its queries answer at once: no job to tag."""
+        yield
+
+    def cancel(self, tag: str) -> None:
+        """Nothing runs long enough to cancel."""
 
 
 def test_a_query_on_a_server_with_a_password_sends_it(

@@ -8,6 +8,7 @@ the connection usable, and a client's cancel of a running SUBSCRIBE.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +40,14 @@ class StandIn:
         if isinstance(statement, Subscribe):
             return Stream([("mz_timestamp", "long"), ("mz_diff", "long")], self._rows())
         return Result([], [], "OK")
+
+    @contextlib.contextmanager
+    def cancellable(self, tag: str) -> Iterator[None]:
+        """Its queries answer at once: no job to tag."""
+        yield
+
+    def cancel(self, tag: str) -> None:
+        """Nothing runs long enough to cancel."""
 
     def _rows(self) -> Iterator[tuple[Any, ...]]:
         try:

@@ -12,6 +12,7 @@ extended one and through psycopg's named cursors.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
@@ -54,6 +55,14 @@ class StandIn:
 
     def describe(self, statement: Statement) -> list[tuple[str, str]] | None:
         return [("n", "long"), ("s", "string")] if isinstance(statement, Query) else None
+
+    @contextlib.contextmanager
+    def cancellable(self, tag: str) -> Iterator[None]:
+        """Its queries answer at once: no job to tag."""
+        yield
+
+    def cancel(self, tag: str) -> None:
+        """Nothing runs long enough to cancel."""
 
     def _rows(self) -> Iterator[tuple[Any, ...]]:
         try:
@@ -263,7 +272,7 @@ def test_decimals_are_sent_as_numeric() -> None:
     """Sent as text (OID 25), a decimal column read back as a str in psycopg and JDBC."""
     from decimal import Decimal
 
-    class Decimals:
+    class Decimals(StandIn):
         def execute(self, statement: Statement) -> Result:
             rows = [(Decimal("1.50"),), (Decimal("1E+2"),), (None,)]
             return Result([("d", "decimal")], rows, "SELECT 3")

@@ -7,6 +7,7 @@ record the statements they get and answer fixed rows.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import re
 import threading
@@ -34,6 +35,14 @@ class Answers:
     def execute(self, statement: Statement) -> Result:
         self.statements.append(statement)
         return Result(self.columns, self.rows, f"SELECT {len(self.rows)}")
+
+    @contextlib.contextmanager
+    def cancellable(self, tag: str) -> Iterator[None]:
+        """Its queries answer at once: no job to tag."""
+        yield
+
+    def cancel(self, tag: str) -> None:
+        """Nothing runs long enough to cancel."""
 
 
 @pytest.fixture

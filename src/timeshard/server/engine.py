@@ -429,6 +429,32 @@ class Engine:
 
     # -- statements
 
+    @contextlib.contextmanager
+    def cancellable(self, tag: str) -> Iterator[None]:
+        """The Spark jobs the calling thread starts inside carry the job tag ``tag``, and
+        are interrupted when canceled: :meth:`cancel` (from any thread) stops them, and
+        no other's. A client connection's statement runs inside it, tagged its own.
+
+        A SparkContext job tag is a local property of the thread (each Python thread has
+        its own JVM thread, PySpark's pinned threads), so queries running at once on other
+        connections keep theirs. A SparkSession's tags (``addTag``/``interruptTag``) would
+        not do: ``interruptTag`` finds only the tags the calling thread added.
+        """
+        context = self.spark.sparkContext
+        interrupt = context.getLocalProperty("spark.job.interruptOnCancel")
+        context.addJobTag(tag)
+        context.setInterruptOnCancel(True)
+        try:
+            yield
+        finally:
+            context.removeJobTag(tag)
+            context.setLocalProperty("spark.job.interruptOnCancel", interrupt)  # type: ignore[arg-type]
+
+    def cancel(self, tag: str) -> None:
+        """Cancel the Spark jobs running with the job tag ``tag`` (see :meth:`cancellable`);
+        nothing if none is."""
+        self.spark.sparkContext.cancelJobsWithTag(tag)
+
     def execute(self, statement: Statement) -> Result | Stream:
         """Run one statement; a :class:`SqlError` says why it failed."""
         try:

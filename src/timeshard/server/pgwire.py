@@ -33,10 +33,20 @@ maps statements to messages:
   closed SUBSCRIBE expires its reader, whether a FETCH started it or not.
   A ``Describe`` of a portal named as a cursor describes the
   cursor (psycopg's named cursors);
+* a ``CancelRequest`` cancels the statement its connection runs: a query's
+  Spark jobs (each connection's queries run under a job tag of its own, so
+  only its jobs stop), a SUBSCRIBE, a waiting FETCH; the client gets 57014
+  and the connection stays usable. A cancel that comes while the connection
+  is idle does nothing (``SET statement_timeout`` is accepted and ignored).
+  A client that goes away while its query runs cancels it the same way;
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
-  connection stays usable (in a transaction block, until ROLLBACK);
+  connection stays usable (in a transaction block, until ROLLBACK); a
+  message that does not decode (a garbled length, a kind no client sends)
+  is a protocol violation: FATAL 08P01 naming it, and the connection ends;
 * transaction statements only move the status ``ReadyForQuery`` reports:
-  every statement takes effect at once.
+  every statement takes effect at once. A failed transaction block takes
+  only COMMIT or ROLLBACK (25P02 for anything else); its COMMIT answers
+  ``ROLLBACK``, as PostgreSQL's does.
 
 Access: the server binds 127.0.0.1 unless told otherwise. With a password,
 every client authenticates with SCRAM-SHA-256
@@ -46,6 +56,7 @@ anything listens. SSL is declined (``N``); clients fall back to plain text.
 
 from __future__ import annotations
 
+import contextlib
 import decimal
 import itertools
 import logging
@@ -63,6 +74,7 @@ from typing import Any
 
 from pygwire.connection import BackendConnection
 from pygwire.constants import TransactionStatus
+from pygwire.exceptions import ProtocolError
 from pygwire.messages import (
     AuthenticationOk,
     AuthenticationSASL,
@@ -120,12 +132,14 @@ from timeshard.server.statements import (
     Ignored,
     Param,
     SqlError,
+    Statement,
     bind,
     parameter_count,
     parse,
     placeholder,
     split,
 )
+from timeshard.server.statements import Query as SelectStatement
 
 log = logging.getLogger(__name__)
 
@@ -154,13 +168,18 @@ def _fields(columns: list[tuple[str, str]]) -> list[FieldDescription]:
 def _sql_error(e: Exception) -> SqlError:
     """``e`` as the client sees it: a SqlError as it is; anything else is an internal
     error (XX000) naming its type, logged with its traceback -- the connection and the
-    server go on. The client going away is not an error to report: it is re-raised."""
+    server go on. The client going away, or breaking the protocol, is not an error to
+    report as a statement's: it is re-raised."""
     if isinstance(e, SqlError):
         return e
-    if isinstance(e, _Closed | ConnectionError):
+    if isinstance(e, _Closed | _Violation | ConnectionError):
         raise e
     log.error("statement failed", exc_info=e)
     return SqlError(f"internal error: {type(e).__name__}: {e}", "XX000")
+
+
+def _canceled() -> SqlError:
+    return SqlError("canceling statement due to user request", "57014")
 
 
 def _error(e: SqlError) -> ErrorResponse:
@@ -315,7 +334,7 @@ class PgServer(socketserver.ThreadingTCPServer):
         self.max_message_bytes = max_message_bytes
         self.engine = engine
         self.auth = ScramKeys.from_password(password) if password else None
-        self.cancels: dict[tuple[int, bytes], threading.Event] = {}
+        self.cancels: dict[tuple[int, bytes], _Handler] = {}
         self.cancels_lock = threading.Lock()
         super().__init__((host, port), _Handler)
 
@@ -328,6 +347,68 @@ class _Closed(Exception):
     """The client went away."""
 
 
+class _Violation(Exception):
+    """The client broke the protocol (a garbled message): FATAL 08P01, and the
+    connection ends, as PostgreSQL's does."""
+
+
+#: The names of the messages a client sends, by their kind byte.
+_FRONTEND = {
+    b"B": "Bind",
+    b"C": "Close",
+    b"c": "CopyDone",
+    b"d": "CopyData",
+    b"D": "Describe",
+    b"E": "Execute",
+    b"f": "CopyFail",
+    b"F": "FunctionCall",
+    b"H": "Flush",
+    b"P": "Parse",
+    b"p": "authentication",
+    b"Q": "Query",
+    b"S": "Sync",
+    b"X": "Terminate",
+}
+
+
+class _ClientWatch:
+    """Reads what a client sends while its query runs, on a thread of its own, to notice
+    its going (the connection's end): then the query is canceled. What it reads waits in
+    the handler's ``unread`` (it holds no more than the server's limit: past it the
+    client waits, as TCP makes it)."""
+
+    def __init__(self, handler: _Handler) -> None:
+        self.handler = handler
+        self.gone = False
+        self.wake, self.waker = socket.socketpair()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> bool:
+        """Stop watching; True if the client went away."""
+        self.waker.send(b"\0")
+        self.thread.join()
+        self.wake.close()
+        self.waker.close()
+        return self.gone
+
+    def _run(self) -> None:
+        handler = self.handler
+        while len(handler.unread) <= handler.server.max_message_bytes:
+            ready = select.select([handler.sock, self.wake], [], [])[0]
+            if self.wake in ready:
+                return
+            try:
+                data = handler.sock.recv(1 << 16)
+            except OSError:
+                data = b""
+            if not data:
+                self.gone = True
+                handler.interrupt()
+                return
+            handler.unread += data
+
+
 class _Handler(socketserver.BaseRequestHandler):
     server: PgServer
 
@@ -337,9 +418,11 @@ class _Handler(socketserver.BaseRequestHandler):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.session = _Session()
         self.cancel = threading.Event()
+        self.jobs = f"timeshard-pgwire-{secrets.token_hex(8)}"  # the job tag of its queries
         self.key = (os.getpid() & 0x7FFFFFFF, secrets.token_bytes(4))
         self.out = bytearray()
-        self.unread = bytearray()  # bytes read while a statement ran, not yet decoded
+        self.unread = bytearray()  # bytes read, not yet decoded: the messages not yet whole
+        self.started = False  # a StartupMessage came: every message now has a kind byte
 
     def handle(self) -> None:
         try:
@@ -348,7 +431,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 return
             self.sock.settimeout(None)  # a session may idle for as long as it likes
             with self.server.cancels_lock:
-                self.server.cancels[self.key] = self.cancel
+                self.server.cancels[self.key] = self
             self._send(BackendKeyData(process_id=self.key[0], secret_key=self.key[1]))
             self._send(ReadyForQuery(status=self.session.status))
             self._flush()
@@ -359,6 +442,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 self._flush()
         except (_Closed, ConnectionError, OSError):
             return
+        except _Violation as e:
+            self._fatal("08P01", str(e))
         except Exception:  # a bug here must not take the server down
             log.exception("pgwire connection failed")
         finally:
@@ -380,16 +465,48 @@ class _Handler(socketserver.BaseRequestHandler):
             self.out.clear()
 
     def _messages(self) -> Iterator[PGMessage]:
+        """The client's messages, each decoded once it is whole (and its length checked:
+        a garbled one is a :class:`_Violation`)."""
         while True:
-            if self.unread:  # what came while a COPY OUT or a FETCH ran, in order
-                data = bytes(self.unread)
-                self.unread.clear()
-            else:
+            frame = self._frame()
+            if frame is None:
                 data = self.sock.recv(1 << 16)
-            if not data:
-                raise _Closed
-            yield from self.conn.receive(data)
-            self._check_held(self.conn._decoder.buffered, "a message")
+                if not data:
+                    raise _Closed
+                self.unread += data
+                continue
+            try:
+                for msg in self.conn.receive(frame):
+                    if isinstance(msg, StartupMessage):
+                        self.started = True
+                    yield msg
+            except ProtocolError as e:
+                kind = _FRONTEND.get(frame[:1], "startup") if self.started else "startup"
+                raise _Violation(f"invalid {kind} message: {e}") from e
+
+    def _frame(self) -> bytes | None:
+        """The first whole message in ``unread``, taken out of it; None until one is whole.
+
+        Before the StartupMessage a message is its length (four bytes, counting
+        themselves) and its body; after it, a kind byte comes first. A length that
+        cannot be (shorter than itself, or than a start-up message's code) is a
+        :class:`_Violation`; one past ``max_message_bytes`` ends the connection
+        (54000) before the server holds it.
+        """
+        kind = 1 if self.started else 0
+        if len(self.unread) < kind + 4:
+            return None
+        (length,) = struct.unpack("!i", self.unread[kind : kind + 4])
+        if length < (4 if self.started else 8):
+            what = _FRONTEND.get(bytes(self.unread[:1]), "unknown") if kind else "startup"
+            raise _Violation(f"invalid length {length} of a {what} message")
+        self._check_held(length, "a message")
+        end = kind + length
+        if len(self.unread) < end:
+            return None
+        frame = bytes(self.unread[:end])
+        del self.unread[:end]
+        return frame
 
     def _client_input(self, copying: bool) -> None:
         """Read what the client sent while a COPY OUT (``copying``) or a waiting FETCH
@@ -412,7 +529,8 @@ class _Handler(socketserver.BaseRequestHandler):
             kind = self.unread[pos : pos + 1]
             (length,) = struct.unpack("!i", self.unread[pos + 1 : pos + 5])
             if length < 4:  # no message is that short: the stream is garbled
-                raise _Closed
+                kind_name = _FRONTEND.get(bytes(kind), "unknown")
+                raise _Violation(f"invalid length {length} of a {kind_name} message")
             end = pos + 1 + length
             if len(self.unread) < end:
                 break
@@ -433,9 +551,15 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         message = f"{what} is over {limit} bytes, the most the server holds for a client"
         self.out.clear()  # the COPY data or rows not sent yet: the error is the last word
-        self._send(ErrorResponse(fields={"S": "FATAL", "V": "FATAL", "C": "54000", "M": message}))
-        self._flush()
+        self._fatal("54000", message)
         raise _Closed
+
+    def _fatal(self, sqlstate: str, message: str) -> None:
+        """Send FATAL ``sqlstate``: the last thing the connection sends before it ends."""
+        log.info("pgwire connection ended: %s (%s)", message, sqlstate)
+        self._send(ErrorResponse(fields={"S": "FATAL", "V": "FATAL", "C": sqlstate, "M": message}))
+        with contextlib.suppress(OSError):
+            self._flush()
 
     # -- start-up
 
@@ -449,9 +573,9 @@ class _Handler(socketserver.BaseRequestHandler):
                 continue
             if isinstance(msg, CancelRequest):
                 with self.server.cancels_lock:
-                    event = self.server.cancels.get((msg.process_id, msg.secret_key))
-                if event is not None:
-                    event.set()
+                    target = self.server.cancels.get((msg.process_id, msg.secret_key))
+                if target is not None:
+                    target.interrupt()
                 return False
             if isinstance(msg, StartupMessage):
                 user = msg.params.get("user", "")
@@ -508,6 +632,42 @@ class _Handler(socketserver.BaseRequestHandler):
             return False
 
     # -- statements
+
+    def interrupt(self) -> None:
+        """Cancel the statement this connection runs (a CancelRequest's, on the thread of
+        the connection that sent it): a waiting FETCH or a COPY OUT notices the event;
+        a query's Spark jobs are canceled. Nothing if the connection is idle."""
+        self.cancel.set()
+        try:
+            self.server.engine.cancel(self.jobs)
+        except Exception as e:  # a cancel that cannot reach Spark leaves the query running
+            log.warning("canceling the Spark jobs of %s: %s", self.jobs, e)
+
+    def _execute(self, statement: Statement) -> Result | Stream:
+        """``statement`` run by the engine. A query is canceled by a CancelRequest that
+        comes while it runs (57014, its Spark jobs stopped): one that came before its
+        jobs started has its rows dropped, as they are the canceled statement's. A
+        client that goes away while its query runs cancels it too (_Closed): its jobs
+        and readers are not kept for no one."""
+        engine = self.server.engine
+        if not isinstance(statement, SelectStatement):
+            return engine.execute(statement)
+        self.cancel.clear()
+        watch = _ClientWatch(self)
+        try:
+            with engine.cancellable(self.jobs):
+                result = engine.execute(statement)
+        except Exception as e:
+            if watch.stop():
+                raise _Closed from e
+            if self.cancel.is_set():
+                raise _canceled() from e
+            raise
+        if watch.stop():
+            raise _Closed
+        if self.cancel.is_set():
+            raise _canceled()
+        return result
 
     def _dispatch(self, msg: PGMessage) -> None:
         s = self.session
@@ -577,6 +737,12 @@ class _Handler(socketserver.BaseRequestHandler):
         s = self.session
         if isinstance(statement, Empty):
             return Result([], [], "")
+        ends = isinstance(statement, Ignored) and statement.tag in ("COMMIT", "ROLLBACK")
+        if s.failed and not ends:  # a failed block takes only its end, as PostgreSQL's does
+            raise SqlError(
+                "current transaction is aborted, commands ignored until end of transaction block",
+                "25P02",
+            )
         if isinstance(statement, Deallocate):
             if statement.name is None:
                 s.statements.clear()
@@ -586,15 +752,12 @@ class _Handler(socketserver.BaseRequestHandler):
         if isinstance(statement, Ignored):
             if statement.tag in ("BEGIN", "START TRANSACTION"):
                 s.in_transaction = True
-            elif statement.tag in ("COMMIT", "ROLLBACK"):
+            elif ends:  # the COMMIT of a failed block rolls it back, and says so
+                tag = "ROLLBACK" if s.failed else statement.tag
                 s.in_transaction = s.failed = False
                 self._close_cursors(None)
+                return Result([], [], tag)
             return Result([], [], statement.tag)
-        if s.failed:
-            raise SqlError(
-                "current transaction is aborted, commands ignored until end of transaction block",
-                "25P02",
-            )
         if isinstance(statement, Declare):
             return self._declare(statement)
         if isinstance(statement, Fetch):
@@ -604,7 +767,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
             self._close_cursors(statement.name)
             return Result([], [], "CLOSE CURSOR" if statement.name else "CLOSE CURSOR ALL")
-        return self.server.engine.execute(statement)
+        return self._execute(statement)
 
     # -- cursors
 
@@ -614,7 +777,7 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SqlError("DECLARE CURSOR can only be used in transaction blocks", "25P01")
         if statement.name in s.cursors:
             raise SqlError(f"cursor {statement.name!r} already exists", "42P03")
-        result = self.server.engine.execute(statement.statement)
+        result = self._execute(statement.statement)
         if isinstance(result, Stream):
             s.cursors[statement.name] = _Cursor(result.columns, result.rows, waits=True)
         else:
@@ -632,7 +795,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def _interrupted(self) -> None:
         """Raise if the client canceled the statement or went away."""
         if self.cancel.is_set():
-            raise SqlError("canceling statement due to user request", "57014")
+            raise _canceled()
         self._client_input(copying=False)
 
     def _close_cursors(self, name: str | None) -> None:
@@ -691,7 +854,7 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             for row in stream.rows:
                 if self.cancel.is_set():
-                    raise SqlError("canceling statement due to user request", "57014")
+                    raise _canceled()
                 self._client_input(copying=True)
                 if not row:
                     self._flush()

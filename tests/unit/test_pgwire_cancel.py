@@ -1,0 +1,144 @@
+"""A CancelRequest cancels the query its connection runs, without Spark.
+
+The stand-in engine's query blocks until the engine is told to cancel the jobs
+of the tag it ran under (as :meth:`~timeshard.server.engine.Engine.cancel`
+cancels Spark jobs with a job tag). A cancel reached only a SUBSCRIBE and a
+waiting FETCH: a running SELECT ran on, and the client waited for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import errors
+from tests.unit.test_pgwire_cursor import StandIn, connect, until
+from tests.unit.test_pgwire_lifetimes import TERMINATE, Client, query
+
+from timeshard.server.engine import Result, Stream
+from timeshard.server.pgwire import PgServer
+from timeshard.server.statements import Query, Statement
+
+
+class Blocking(StandIn):
+    """A query naming ``slow`` runs until its tag's jobs are canceled, then fails as a
+    canceled Spark job does; any other answers at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.local = threading.local()
+        self.running: dict[str, threading.Event] = {}  # tag -> canceled
+        self.lock = threading.Lock()
+        self.canceled: list[str] = []
+
+    @contextlib.contextmanager
+    def cancellable(self, tag: str) -> Iterator[None]:
+        self.local.tag = tag
+        try:
+            yield
+        finally:
+            del self.local.tag
+
+    def cancel(self, tag: str) -> None:
+        with self.lock:
+            self.canceled.append(tag)
+            event = self.running.get(tag)
+        if event is not None:
+            event.set()
+
+    def execute(self, statement: Statement) -> Result | Stream:
+        if isinstance(statement, Query) and "slow" in statement.query:
+            tag = self.local.tag  # an AttributeError if the query runs untagged
+            event = threading.Event()
+            with self.lock:
+                self.running[tag] = event
+            try:
+                event.wait()
+            finally:
+                with self.lock:
+                    del self.running[tag]
+            raise RuntimeError(f"Job cancelled: part of cancelled job tags {tag}")
+        return super().execute(statement)
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[PgServer, Blocking]]:
+    engine = Blocking()
+    server = PgServer(engine, "127.0.0.1", 0)  # type: ignore[arg-type]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server, engine
+    server.shutdown()
+    server.server_close()
+
+
+def run_slow(conn: psycopg.Connection[Any], out: dict[str, BaseException | None]) -> None:
+    try:
+        conn.execute("SELECT * FROM slow")
+        out["error"] = None
+    except BaseException as e:
+        out["error"] = e
+
+
+def test_a_cancel_stops_the_running_query_of_its_connection_only(
+    served: tuple[PgServer, Blocking],
+) -> None:
+    server, engine = served
+    with connect(server, autocommit=True) as first, connect(server, autocommit=True) as second:
+        outs: list[dict[str, BaseException | None]] = [{}, {}]
+        threads = [
+            threading.Thread(target=run_slow, args=(conn, out))
+            for conn, out in zip((first, second), outs, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        until(lambda: len(engine.running) == 2, "the two queries never ran")
+        tags = set(engine.running)
+        first.cancel_safe()
+        until(lambda: "error" in outs[0], "the canceled query ran on")
+        assert isinstance(outs[0]["error"], errors.QueryCanceled), outs[0]
+        assert "canceling statement due to user request" in str(outs[0]["error"])
+        assert "error" not in outs[1] and len(engine.running) == 1  # the other runs on
+        (other,) = engine.running
+        assert engine.canceled == [next(iter(tags - {other}))]
+        assert first.execute("SELECT n FROM t").fetchall()  # the connection goes on
+        second.cancel_safe()
+        for thread in threads:
+            thread.join()
+        assert isinstance(outs[1]["error"], errors.QueryCanceled), outs[1]
+        assert second.execute("SELECT n FROM t").fetchall()
+
+
+@pytest.mark.parametrize("terminate", [True, False], ids=["terminate", "close"])
+def test_a_client_leaving_a_running_query_cancels_it(
+    served: tuple[PgServer, Blocking], terminate: bool
+) -> None:
+    """Its jobs ran on for no one (for ever, a query that never ends), its readers held."""
+    server, engine = served
+    client = Client(server)
+    client.sock.sendall(query("SELECT * FROM slow"))
+    until(lambda: len(engine.running) == 1, "the query never ran")
+    (tag,) = engine.running
+    if terminate:  # what libpq's PQfinish does: Terminate, then close
+        client.sock.sendall(TERMINATE)
+    client.sock.close()
+    until(lambda: not engine.running, "the query outlived its client")
+    assert engine.canceled == [tag]
+
+
+def test_a_query_answers_what_was_pipelined_behind_it(served: tuple[PgServer, Blocking]) -> None:
+    """What the client sent while a query ran is read after it, in order."""
+    server, engine = served
+    client = Client(server)
+    client.sock.sendall(query("SELECT * FROM slow"))
+    until(lambda: len(engine.running) == 1, "the query never ran")
+    client.sock.sendall(query("SELECT 1") + query("SELECT 2"))
+    (tag,) = engine.running
+    engine.cancel(tag)
+    got = client.until(b"Z")
+    assert [kind for kind, _ in got] == [b"E", b"Z"], got
+    for _ in range(2):
+        assert [kind for kind, _ in client.until(b"Z")] == [b"T", *[b"D"] * 5, b"C", b"Z"]
