@@ -119,6 +119,7 @@ def data_row(body: bytes) -> list[bytes | None]:
         ("SELECT $1::int8 + 1 AS x", [], ["41"], [20], [b"42"]),
         ("SELECT $1 AS x", [], ["abc"], [25], [b"abc"]),
         ("SELECT k FROM kv ORDER BY k LIMIT $1", [20], ["1"], [20], [b"1"]),
+        ("SELECT k FROM kv ORDER BY k LIMIT $1", [1700], ["1"], [20], [b"1"]),  # a whole numeric
     ],
 )
 def test_describe_and_execute_agree_on_parameter_types(

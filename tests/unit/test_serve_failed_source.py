@@ -179,3 +179,31 @@ def test_a_declaration_refused_by_its_check_creates_no_slot(
     with pytest.raises(InvalidUsage, match="missing"):
         check_spec(spec, existing=[])
     assert slots(upstream) == before
+
+
+def test_a_failed_create_source_that_appended_keeps_its_slot(
+    client: PersistClient,
+    upstream: psycopg.Connection[Any],
+    postgres_server: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A first tick that appended before it failed bound offsets that only its slot still
+    holds: dropped, a retry made a new slot past them and stalled for ever."""
+
+    def appends_then_fails(self: Ingestion) -> None:
+        for export in self.exports.values():
+            export.advance(0, 1)  # an empty batch: the output's upper moves
+        raise RuntimeError("the first read failed")
+
+    monkeypatch.setattr(Ingestion, "step", appends_then_fails)
+    engine = Engine(session(), client, follow_s=3600)
+    sql = (
+        f"CREATE SOURCE pa FROM POSTGRES (DSN '{postgres_server.dsn}', "
+        "PUBLICATION 'failed_create_pub') FOR ALL TABLES"
+    )
+    try:
+        with pytest.raises(SqlError, match="first read failed"):
+            create(engine, sql)
+        assert default_slot("pa") in slots(upstream)
+    finally:
+        engine.close()

@@ -1440,3 +1440,38 @@ def test_promote(sql: str) -> None:
 )
 def test_promote_refusals(sql: str, sqlstate: str, in_message: list[str]) -> None:
     refused(sql, sqlstate, *in_message)
+
+
+def test_an_integer_parameter_that_is_no_integer_is_refused() -> None:
+    """``1.5`` as an int8 was cast to BIGINT, silently 1; PostgreSQL answers 22P02."""
+    from timeshard.server.statements import Param, bind
+
+    for text in ("1.5", "1e3", "x"):
+        with pytest.raises(SqlError) as info:
+            bind("SELECT $1", [Param(text, 20)])
+        assert info.value.sqlstate == "22P02"
+    assert bind("SELECT $1", [Param(" +5 ", 20)]) == "SELECT CAST(5 AS BIGINT)"
+
+
+def test_a_numeric_parameter_past_38_digits_is_the_nearest_double() -> None:
+    """It was written out in full, a literal Spark refuses (before, Spark read the text
+    ``1.5E+40`` as a DOUBLE)."""
+    from timeshard.server.statements import Param, bind
+
+    assert bind("SELECT $1", [Param("1.5E+40", 1700)]) == "SELECT CAST('1.5E+40' AS DOUBLE)"
+    assert bind("SELECT $1", [Param("-1.5E+40", 1700)]) == "SELECT CAST('-1.5E+40' AS DOUBLE)"
+
+
+def test_a_whole_numeric_limit_is_an_int() -> None:
+    """``LIMIT $1`` bound with a numeric is ``LIMIT CAST(2 AS DECIMAL(1, 0))``, which Spark
+    refuses (it worked before parameters were cast)."""
+    from timeshard.server.engine import _int_limits
+
+    tree = sqlglot.parse_one(
+        "SELECT 1 LIMIT CAST(2 AS DECIMAL(1, 0)) OFFSET CAST(1 AS BIGINT)", read="spark"
+    )
+    _int_limits(tree)
+    assert tree.sql("spark") == "SELECT 1 LIMIT CAST(2 AS INT) OFFSET CAST(1 AS INT)"
+    fraction = sqlglot.parse_one("SELECT 1 LIMIT CAST(2.5 AS DECIMAL(2, 1))", read="spark")
+    _int_limits(fraction)
+    assert "DECIMAL(2, 1)" in fraction.sql("spark")  # not a whole number: Spark says so

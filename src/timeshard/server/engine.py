@@ -781,8 +781,10 @@ class Engine:
         except Exception as e:
             log.error("cannot forget the entries of %s, whose CREATE failed: %s", name, e)
         # PostgresSource knows whether it created its slot (not whether another instance
-        # did since: one that shares a slot names it, and it is never dropped here).
-        if getattr(source, "slot_created", False):
+        # did since: one that shares a slot names it, and it is never dropped here). A
+        # first tick that appended anything bound offsets the retry resumes from, which
+        # only this slot still has: it stays then.
+        if getattr(source, "slot_created", False) and not self._appended(ingestion):
             try:
                 source.drop()
             except Exception as e:
@@ -792,6 +794,18 @@ class Engine:
                     name,
                     e,
                 )
+
+    def _appended(self, ingestion: Any) -> bool:
+        """Whether ``ingestion`` (None: never built) appended to its outputs or its remap
+        shard; True when that cannot be read (keep what a retry may need)."""
+        if ingestion is None:
+            return False
+        shards = [e.shard for e in ingestion.exports.values()] + [ingestion.remap.shard_id]
+        try:
+            known = set(self.client.list_shards())
+            return any(s in known and self.client.state(s).upper.time != 0 for s in shards)
+        except Exception:
+            return True
 
     @staticmethod
     def _refuse_passwords(statement: CreateSource) -> None:
@@ -1399,12 +1413,17 @@ _INTEGER_TYPES = (
 
 
 def _int_limits(tree: exp.Expr) -> None:
-    """A LIMIT or OFFSET that casts to an integer type casts to INT: PostgreSQL takes a
-    bigint there (a bound int8 parameter, ``LIMIT $1``, is ``CAST(5 AS BIGINT)``), Spark
-    only an INT (a value past its range is Spark's cast error)."""
+    """A LIMIT or OFFSET that casts to an integer type, or to a DECIMAL of scale 0, casts
+    to INT: PostgreSQL takes a bigint or a whole numeric there (a bound parameter, ``LIMIT
+    $1``, is ``CAST(5 AS BIGINT)`` or ``CAST(5 AS DECIMAL(1, 0))``), Spark only an INT (a
+    value past its range is Spark's cast error)."""
     for clause in tree.find_all(exp.Limit, exp.Offset):
         count = clause.expression
-        if isinstance(count, exp.Cast) and count.to.this in _INTEGER_TYPES:
+        if not isinstance(count, exp.Cast):
+            continue
+        scale = count.to.expressions[1:2]  # a bound numeric: CAST(2 AS DECIMAL(1, 0))
+        whole = count.to.this == exp.DataType.Type.DECIMAL and [e.sql() for e in scale] == ["0"]
+        if count.to.this in _INTEGER_TYPES or whole:
             count.set("to", exp.DataType.build("INT"))
 
 

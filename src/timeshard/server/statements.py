@@ -291,6 +291,7 @@ def parameter_count(sql: str) -> int:
 
 
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_INTEGER = re.compile(r"[+-]?\d+", re.ASCII)
 _TRUE, _FALSE = ("t", "true", "1", "on", "yes", "y"), ("f", "false", "0", "off", "no", "n")
 
 
@@ -314,6 +315,8 @@ def _literal(param: Param) -> str:
         special = _FLOAT_SPECIALS.get(text.lower())
         if special is not None:  # no literal spells them: a string, cast
             return f"CAST('{special}' AS {_CAST_TYPES[oid]})"
+    if oid in _INTEGER_OIDS and not _INTEGER.fullmatch(text):  # a cast would truncate 1.5
+        raise SqlError(f"parameter {param.text!r} is not an integer", "22P02")
     if oid in _INTEGER_OIDS or oid in _FLOAT_OIDS:
         if not _NUMBER.fullmatch(text):
             raise SqlError(f"parameter {param.text!r} is not a number", "22P02")
@@ -329,7 +332,7 @@ def _literal(param: Param) -> str:
 
 def _numeric_literal(sent: str, text: str) -> str:
     """A numeric parameter as the DECIMAL of exactly its digits and scale (``1e3`` is
-    ``1000``, a DECIMAL(4, 0)); past Spark's 38 digits, its digits as a literal."""
+    ``1000``, a DECIMAL(4, 0)); past Spark's 38 digits, the nearest DOUBLE."""
     if not _NUMBER.fullmatch(text):
         raise SqlError(f"parameter {sent!r} is not a number", "22P02")
     number = decimal.Decimal(text)
@@ -337,8 +340,8 @@ def _numeric_literal(sent: str, text: str) -> str:
     assert isinstance(exponent, int), number  # _NUMBER takes no NaN nor infinity
     scale = max(0, -exponent)
     precision = max(1, max(0, len(digits) + exponent) + scale)
-    if precision > _MAX_DECIMAL_DIGITS:  # no DECIMAL holds it: Spark reads its digits
-        return f"({number:f})" if number.is_signed() else f"{number:f}"
+    if precision > _MAX_DECIMAL_DIGITS:  # no DECIMAL holds it: the nearest DOUBLE
+        return f"CAST('{number}' AS DOUBLE)"
     return f"CAST({number:f} AS DECIMAL({precision}, {scale}))"
 
 
