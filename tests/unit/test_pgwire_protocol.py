@@ -116,3 +116,38 @@ def test_a_garbled_message_behind_a_subscribe_is_a_fatal_protocol_violation(
     assert (error["S"], error["C"]) == ("FATAL", "08P01"), error
     assert closed(client)
     assert engine.closed == 1  # the SUBSCRIBE let go of its reader
+
+
+def raw_bind(formats: list[int], values: list[bytes | None]) -> bytes:
+    """A Bind of the unnamed statement to the unnamed portal with these parameter
+    formats and values, asking for text results."""
+    body = (
+        b"\0\0" + struct.pack("!h", len(formats)) + b"".join(struct.pack("!h", f) for f in formats)
+    )
+    body += struct.pack("!h", len(values))
+    for v in values:
+        body += struct.pack("!i", -1) if v is None else struct.pack("!i", len(v)) + v
+    return message(b"B", body + struct.pack("!h", 0))
+
+
+@pytest.mark.parametrize(
+    ("bound", "code"),
+    [
+        (raw_bind([0, 0], [b"1", b"2", b"3"]), "08P01"),  # 2 formats for 3 parameters
+        (raw_bind([1], [b"\x00\x01"]), "22P03"),  # an int8 of 2 bytes
+        (raw_bind([0], [b"\xff\xfe"]), "22021"),  # no UTF-8
+    ],
+    ids=["format-count", "short-binary", "not-utf8"],
+)
+def test_a_bad_bind_is_an_error_of_its_statement_not_an_internal_one(
+    served: tuple[PgServer, StandIn], bound: bytes, code: str
+) -> None:
+    """They answered XX000 with a logged traceback (an IndexError, a struct.error, a
+    UnicodeDecodeError); the connection stays usable."""
+    server, _ = served
+    client = Client(server)
+    typed = message(b"P", b"\0SELECT $1, $2, $3\0" + struct.pack("!hiii", 3, 20, 20, 20))
+    client.sock.sendall(typed + bound + SYNC)
+    got = client.until(b"Z")
+    errors = [fields(body) for kind, body in got if kind == b"E"]
+    assert [(e["S"], e["C"]) for e in errors] == [("ERROR", code)], got

@@ -259,18 +259,28 @@ _BINARY = {21: "!h", 23: "!i", 20: "!q", 26: "!I", 700: "!f", 701: "!d"}
 
 def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
     """A parameter's value as text: as sent, or decoded from PostgreSQL's binary format
-    for the types drivers send that way (integers, floats, booleans, numeric, text)."""
+    for the types drivers send that way (integers, floats, booleans, numeric, text).
+
+    Bytes that are not UTF-8 are SqlError 22021, a binary value of the wrong length
+    22P03, as PostgreSQL answers them."""
     if value is None:
         return None
-    if not binary or oid in (0, 25, 1043, 19):
-        return value.decode("utf-8")
-    if oid in _BINARY:
-        (number,) = struct.unpack(_BINARY[oid], value)
-        return repr(number)
-    if oid == 16:
-        return "t" if value == b"\x01" else "f"
-    if oid == 1700:
-        return _numeric_text(value)
+    try:
+        if not binary or oid in (0, 25, 1043, 19):
+            return value.decode("utf-8")
+        if oid in _BINARY:
+            (number,) = struct.unpack(_BINARY[oid], value)
+            return repr(number)
+        if oid == 16:
+            return "t" if value == b"\x01" else "f"
+        if oid == 1700:
+            return _numeric_text(value)
+    except UnicodeDecodeError:
+        raise SqlError("invalid byte sequence for encoding UTF8 in a parameter", "22021") from None
+    except struct.error:
+        raise SqlError(
+            f"incorrect binary data format in a parameter of type OID {oid}", "22P03"
+        ) from None
     raise SqlError(f"binary parameters of type OID {oid} are not supported; send text", "0A000")
 
 
@@ -895,6 +905,12 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SqlError(f"prepared statement {msg.statement!r} does not exist", "26000")
         sql, types = s.statements[msg.statement]
         formats = msg.param_formats or [0]
+        if len(formats) not in (1, len(msg.param_values)):  # PostgreSQL's rule for them
+            raise SqlError(
+                f"bind message has {len(formats)} parameter formats but "
+                f"{len(msg.param_values)} parameters",
+                "08P01",
+            )
         params = []
         for i, value in enumerate(msg.param_values):
             oid = types[i] if i < len(types) else 0
