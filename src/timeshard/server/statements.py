@@ -218,6 +218,8 @@ _FLOAT_OIDS = {700, 701}
 _NUMERIC_OID = 1700
 #: Spark's DECIMAL holds at most 38 digits.
 _MAX_DECIMAL_DIGITS = 38
+#: The significant decimal digits a DOUBLE keeps whatever they are (IEEE 754 binary64).
+_DOUBLE_DIGITS = 15
 #: The special values PostgreSQL's float input takes (case ignored), as Spark casts them.
 _FLOAT_SPECIALS = {
     "nan": "NaN",
@@ -332,7 +334,9 @@ def _literal(param: Param) -> str:
 
 def _numeric_literal(sent: str, text: str) -> str:
     """A numeric parameter as the DECIMAL of exactly its digits and scale (``1e3`` is
-    ``1000``, a DECIMAL(4, 0)); past Spark's 38 digits, the nearest DOUBLE."""
+    ``1000``, a DECIMAL(4, 0)); past Spark's 38 digits, a DOUBLE if its significant
+    digits are few enough that the DOUBLE is the number as written (``1.5E+40``), else
+    SqlError 22003 (no Spark type holds it)."""
     if not _NUMBER.fullmatch(text):
         raise SqlError(f"parameter {sent!r} is not a number", "22P02")
     number = decimal.Decimal(text)
@@ -340,7 +344,15 @@ def _numeric_literal(sent: str, text: str) -> str:
     assert isinstance(exponent, int), number  # _NUMBER takes no NaN nor infinity
     scale = max(0, -exponent)
     precision = max(1, max(0, len(digits) + exponent) + scale)
-    if precision > _MAX_DECIMAL_DIGITS:  # no DECIMAL holds it: the nearest DOUBLE
+    if precision > _MAX_DECIMAL_DIGITS:  # no DECIMAL holds it
+        significant = len("".join(map(str, digits)).strip("0"))
+        if significant > _DOUBLE_DIGITS:  # nor a DOUBLE: refused, never rounded
+            raise SqlError(
+                f"numeric parameter {sent!r} needs {precision} digits and has {significant} "
+                f"significant ones: Spark's DECIMAL holds {_MAX_DECIMAL_DIGITS} digits, its "
+                f"DOUBLE {_DOUBLE_DIGITS} significant ones",
+                "22003",
+            )
         return f"CAST('{number}' AS DOUBLE)"
     return f"CAST({number:f} AS DECIMAL({precision}, {scale}))"
 
