@@ -114,6 +114,7 @@ def slots(conn: psycopg.Connection[Any]) -> list[str]:
     return [r[0] for r in rows]
 
 
+@pytest.mark.postgres
 def test_a_failed_create_source_drops_the_slot_it_created(
     client: PersistClient,
     failing: list[bool],
@@ -136,6 +137,7 @@ def test_a_failed_create_source_drops_the_slot_it_created(
         engine.close()
 
 
+@pytest.mark.postgres
 def test_a_failed_create_source_keeps_a_slot_it_did_not_create(
     client: PersistClient,
     failing: list[bool],
@@ -156,6 +158,7 @@ def test_a_failed_create_source_keeps_a_slot_it_did_not_create(
         engine.close()
 
 
+@pytest.mark.postgres
 def test_a_declaration_refused_by_its_check_creates_no_slot(
     upstream: psycopg.Connection[Any], postgres_server: Any
 ) -> None:
@@ -181,6 +184,7 @@ def test_a_declaration_refused_by_its_check_creates_no_slot(
     assert slots(upstream) == before
 
 
+@pytest.mark.postgres
 def test_a_failed_create_source_that_appended_keeps_its_slot(
     client: PersistClient,
     upstream: psycopg.Connection[Any],
