@@ -74,3 +74,25 @@ def test_absent_keys_read_absent_when_the_bucket_cannot_be_looked_at(
     assert blob.get("s/p") is None
     assert list(blob.list_keys("s/")) == []
     assert blob.delete("s/p") is None
+
+
+def test_a_bucket_seen_to_exist_is_not_asked_for_at_every_absent_key(
+    s3_server: SeaweedS3,
+) -> None:
+    """Every write checks its key is absent, and each absent answer asked for the bucket:
+    one more request per part written."""
+    blob = open_blob(s3_server.uri(f"absent/{uuid.uuid4().hex}"))
+    assert isinstance(blob, ArrowFsBlob)
+    bucket = blob.base.split("/", 1)[0]
+    asked: list[str] = []
+
+    class Counting(_NoBucketLookups):
+        def get_file_info(self, path: Any) -> Any:
+            if path == bucket:
+                asked.append(path)
+            return self._fs.get_file_info(path)
+
+    blob.fs = Counting(blob.fs, bucket)
+    for i in range(3):
+        blob.set(f"s/p{i}", b"v")
+    assert len(asked) == 1

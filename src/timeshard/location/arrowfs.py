@@ -23,6 +23,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -32,6 +33,9 @@ import pyarrow.fs as pafs
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location._masking import masked
 from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
+
+#: How long a bucket seen to exist is taken to (seconds): an absent key then asks again.
+_BUCKET_SEEN_S = 60.0
 
 
 class ArrowFsBlob:
@@ -48,6 +52,9 @@ class ArrowFsBlob:
             raise Determinate(masked(f"opening blob {uri!r}: {e}")) from e
         self.base = base.rstrip("/")
         self._object_store = isinstance(self.fs, pafs.S3FileSystem | pafs.GcsFileSystem)
+        #: When the root's bucket was last seen to exist (monotonic seconds): a write checks
+        #: that its key is absent, and an absent key asks for the bucket at most this often.
+        self._bucket_seen_at: float | None = None
 
     @property
     def root_uri(self) -> str | None:
@@ -70,13 +77,17 @@ class ArrowFsBlob:
         return None
 
     def _check_bucket(self, what: str) -> None:
-        """Determinate if this is an object store whose root's bucket is known not to exist.
+        """Determinate if this is an object store whose root's bucket is known not to exist
+        (asked at most every :data:`_BUCKET_SEEN_S` once it was seen to exist).
 
         Credentials that may use objects but not look at the bucket itself (an S3
         policy granting a prefix, GCS's objectAdmin) get an error here, not NotFound:
         the answer that prompted the check stands then (the bucket answered it).
         """
         if not self._object_store:
+            return
+        seen = self._bucket_seen_at
+        if seen is not None and time.monotonic() - seen < _BUCKET_SEEN_S:
             return
         bucket = self.base.split("/", 1)[0]
         try:
@@ -85,6 +96,7 @@ class ArrowFsBlob:
             return
         if kind == pafs.FileType.NotFound:
             raise Determinate(f"{what}: bucket {bucket!r} does not exist")
+        self._bucket_seen_at = time.monotonic()
 
     def set(self, key: str, value: bytes) -> None:
         path = self._path(key)
