@@ -70,6 +70,15 @@ offset the topic retains when it is read: what retention deleted before the
 source first read the partition was never the source's (``from_earliest``;
 ``timeshard verify`` reads from offset 0 and says when it cannot).
 
+A topic deleted and made again under its name starts its offsets at 0 again.
+``upper`` remembers the topic's id (Kafka's topic UUID, asked with the
+partitions) from its first answer, and raises SourceUnavailable (definite)
+once the topic has another: the offsets bound are the old topic's, and the
+new topic's records are never read from them, whatever their number. The id
+lives in memory only: after a restart, a topic made again while no process
+ran is caught only if one of its partitions ends below the offsets bound
+(``Ingestion`` refuses that).
+
 After each durable tick, :meth:`KafkaSource.commit` commits the resumption
 frontier to the consumer group ``group_id`` (default ``timeshard-<name>``),
 so Kafka's lag tools see how far the source is. The group is only a report:
@@ -206,6 +215,9 @@ class KafkaSource:
         self.writer_schemas: WriterSchemas | None = writers
         self.from_earliest = from_earliest
         self._client: Any = None
+        self._admin: Any = None
+        #: The id of the topic the first :meth:`upper` found (None: not asked yet).
+        self._topic_id: str | None = None
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -221,8 +233,14 @@ class KafkaSource:
         return None
 
     def upper(self) -> SourceFrontier:
-        """Each partition's last stable offset (read_committed), from the broker."""
-        return {str(p): hi for p, (_, hi) in self._watermarks(self._partitions()).items()}
+        """Each partition's last stable offset (read_committed), from the broker.
+
+        Raises SourceUnavailable (definite) if the topic is not the one this
+        source found first (:meth:`_check_same_topic`).
+        """
+        partitions = self._partitions()
+        self._check_same_topic()
+        return {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
         """The records of ``[start, end)``: a plan whose tasks fetch and decode them.
@@ -398,6 +416,7 @@ class KafkaSource:
             ) from None
 
     def close(self) -> None:
+        self._admin = None  # an AdminClient has no close: dropped, it ends its threads
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -439,6 +458,73 @@ class KafkaSource:
                 )
             raise SourceUnavailable(f"Kafka topic {self.topic!r}: {topic.error}")
         return sorted(topic.partitions)
+
+    def _check_same_topic(self) -> None:
+        """Raise (definite) if the topic now has another id than the one found first.
+
+        A topic deleted and made again under its name starts its offsets at
+        0 again: the offsets bound are the old topic's, and reading on from
+        them would skip the new topic's first records (or read them as the
+        old ones, once it holds as many). A broker that has no topic ids
+        (an all-zero id) is not checked.
+        """
+        found = self._current_topic_id()
+        if found is None:
+            return
+        if self._topic_id is None:
+            self._topic_id = found
+        elif found != self._topic_id:
+            raise SourceUnavailable(
+                f"Kafka topic {self.topic!r} was deleted and made again (its id was "
+                f"{self._topic_id}, it is {found}): the offsets already bound are the old "
+                "topic's, so nothing is read; declare a new source for the new topic",
+                definite=True,
+            )
+
+    def _current_topic_id(self) -> str | None:
+        """The topic's id (base64), None if the broker has none for it (driver)."""
+        from concurrent.futures import TimeoutError as FutureTimeout
+
+        from confluent_kafka import KafkaError, KafkaException, TopicCollection
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient(
+                {
+                    "bootstrap.servers": self.bootstrap_servers,
+                    "socket.timeout.ms": int(self.timeout_s * 1000),
+                    "logger": _quiet_logger(),
+                }
+            )
+        try:
+            futures = self._admin.describe_topics(
+                TopicCollection([self.topic]), request_timeout=self.timeout_s
+            )
+            described = futures[self.topic].result(self.timeout_s)
+        except KafkaException as e:
+            error = e.args[0]
+            if isinstance(error, KafkaError) and error.code() in (
+                KafkaError.UNKNOWN_TOPIC_OR_PART,
+                KafkaError.UNKNOWN_TOPIC_ID,
+            ):
+                raise SourceUnavailable(
+                    f"Kafka topic {self.topic!r} does not exist on {self.bootstrap_servers} "
+                    "(deleted, or not created yet)"
+                ) from None
+            raise SourceUnavailable(
+                f"Kafka topic {self.topic!r}: its id is unavailable: {error}"
+            ) from None
+        except FutureTimeout:
+            raise SourceUnavailable(
+                f"Kafka topic {self.topic!r}: no answer from {self.bootstrap_servers} "
+                f"within {self.timeout_s} s"
+            ) from None
+        topic_id = described.topic_id
+        if topic_id is None or (
+            topic_id.get_most_significant_bits() == 0 and topic_id.get_least_significant_bits() == 0
+        ):
+            return None
+        return str(topic_id)
 
     def _watermarks(self, partitions: Sequence[int]) -> dict[int, tuple[int, int]]:
         """``(low, last stable offset)`` of each partition."""
