@@ -118,6 +118,33 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+#: Java Avro's limits on the length one datum may declare for a string, a bytes value
+#: and the items of an array or map (JVM system properties, Avro 1.11.3 on). Avro
+#: allocates the declared length before reading it: seven corrupt bytes declaring a
+#: 2 GiB string threw OutOfMemoryError in the task, which spark-avro's PERMISSIVE mode
+#: does not catch, and the executor died (in local mode, the driver too) at every retry
+#: of the tick that read the record. Past a limit Avro raises SystemLimitException,
+#: and the datum is an err row, as any corrupt one. 64 MiB is COPY's longest line.
+AVRO_LIMITS: dict[str, str] = {
+    "org.apache.avro.limits.string.maxLength": str(64 << 20),
+    "org.apache.avro.limits.bytes.maxLength": str(64 << 20),
+    "org.apache.avro.limits.collectionItems.maxLength": str(16 << 20),
+}
+
+
+def spark_avro_options(conf: dict[str, str]) -> dict[str, str]:
+    """``conf`` with :data:`AVRO_LIMITS` in the driver's and the executors' JVM options;
+    a limit those options name already is left as it is."""
+    out = dict(conf)
+    for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+        options = out.get(key, "")
+        named = {o.split("=", 1)[0] for o in options.split()}
+        added = [f"-D{k}={v}" for k, v in AVRO_LIMITS.items() if f"-D{k}" not in named]
+        if added:
+            out[key] = " ".join([options, *added]).strip()
+    return out
+
+
 def spark_session(
     master: str = "local[2]",
     app_name: str = "timeshard",
@@ -170,7 +197,7 @@ def spark_session(
     if packages:
         conf.pop("spark.jars.packages", None)  # set again, or the jars resolved before
         conf.update(package_conf(packages, conf))
-    conf = quiet_java_options(conf)
+    conf = quiet_java_options(spark_avro_options(conf))
     level = log_level()  # checked before the JVM starts
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in conf.items():
@@ -432,6 +459,7 @@ def spark_to_arrow_schema(schema: StructType) -> pa.Schema:
 __all__ = [
     "AVRO_NOT_LOADED",
     "AWS_ENV",
+    "AVRO_LIMITS",
     "DEFAULT_CONF",
     "HADOOP_AWS_PACKAGE_ENV",
     "SPARK_AVRO_PACKAGE_ENV",
@@ -440,6 +468,7 @@ __all__ = [
     "jvm_exit",
     "requires_spark_avro",
     "s3a_settings",
+    "spark_avro_options",
     "spark_avro_package",
     "spark_kafka_package",
     "spark_package",
