@@ -252,3 +252,23 @@ def test_the_same_key_columns_in_another_order_are_the_same_declaration(
     )
     with pytest.raises(InvalidUsage, match="key columns"):
         other._check_declaration(progress)
+
+
+def test_an_idle_tick_records_the_progress_without_spark(tmp_path: Path) -> None:
+    """An input whose upper moves with no update (an idle source appends empty batches)
+    ran one Spark job a tick to record the new progress: an idle pipeline's export cost a
+    job a second. The tick has no change to write; its task runs on the driver."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    e = DeltaExport(None, client, "s", str(tmp_path / "delta"), key_columns=["k"])
+    writer.append([], 0, 3)
+    step = e.step()  # Spark is None here: a Spark job would fail
+    assert (step.lower, step.upper, step.records, step.status) == (0, 3, 0, "committed")
+    assert e.progress() == Progress(3, 1, declared=e.declaration)
+    writer.append([], 3, 5)
+    assert e.step().status == "committed"
+    assert e.progress().frontier == 5  # type: ignore[union-attr]
+    assert client.state("s").critical_readers[f"export.{e.export_id}"].since.time == 4
+    assert table(e) == []
+    e.close()
+    writer.expire()
