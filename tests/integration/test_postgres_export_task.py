@@ -200,3 +200,33 @@ def test_a_table_dropped_while_the_export_was_stopped_is_not_created_again(
     restarted = again()  # from the start, into a new table
     assert restarted.progress() is None and table(restarted) == {}
     restarted.close()
+
+
+@pytest.mark.parametrize("nulls", ["", " NULLS NOT DISTINCT"], ids=["distinct", "not-distinct"])
+def test_a_key_with_a_null_is_found_in_a_table_keyed_by_a_unique_index(
+    postgres_dsn: str, tmp_path: Path, nulls: str
+) -> None:
+    """A table keyed by a unique index on a nullable column holds a NULL key; the update and
+    delete of its row compared ``k = NULL``, which is never true: the export stalled for
+    good at the retraction of a row it had inserted ("the table was changed outside the
+    export"), and a second NULL-keyed row was inserted beside the first (ON CONFLICT never
+    fires on a NULL where NULLs are distinct)."""
+    schema = f"s_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+        conn.execute(
+            psycopg.sql.SQL("CREATE TABLE {} (k text, v bigint, UNIQUE" + nulls + " (k))").format(
+                psycopg.sql.Identifier(schema, "t")
+            )
+        )
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    client.open_writer("s", SCHEMA).expire()
+    export = PostgresExport(None, client, "s", postgres_dsn, "t", key_columns=["k"], schema=schema)
+    assert tick(export, 0, 1, [(None, 1, 0, 1), ("a", 1, 0, 1)])["status"] == "committed"
+    second = tick(export, 1, 2, [(None, 2, 1, 1)])  # a second row of the NULL key
+    assert second["status"] == "error" and "already has a row" in second["detail"], second
+    assert tick(export, 1, 2, [(None, 1, 1, -1), (None, 5, 1, 1)])["status"] == "committed"
+    assert table(export) == {None: 5, "a": 1}
+    assert tick(export, 2, 3, [(None, 5, 2, -1)])["status"] == "committed"
+    assert table(export) == {"a": 1}
+    export.close()
