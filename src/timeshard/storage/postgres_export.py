@@ -3,10 +3,12 @@
 The target is a table keyed by ``key_columns`` (its primary key); the export
 creates it if it does not exist, with the shard's columns (types in
 :data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
-has them and a primary key or unique index on exactly ``key_columns`` (which
-``ON CONFLICT`` needs). A table that was dropped after the export wrote to it
-is not created again: the progress says it holds the changes below it (the
-refusal says how to start over). The progress is a row
+has them, of those types (else PostgreSQL would cast the values: a number
+stored as text, a decimal rounded to a smaller scale), and a primary key or
+unique index on exactly ``key_columns`` (which ``ON CONFLICT`` needs). A
+table that was dropped after the export wrote to it is not created again: the
+progress says it holds the changes below it (the refusal says how to start
+over). The progress is a row
 of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``,
 ``target``: the table it was written to, which must be the export's, and
 ``declared``: the key columns it was written with, which must be the
@@ -87,6 +89,14 @@ def pg_type(arrow: pa.DataType) -> str | None:
     if pa.types.is_decimal(arrow):
         return f"numeric({arrow.precision}, {arrow.scale})"
     return PG_TYPES.get(arrow)
+
+
+def _pg_column(field: pa.Field) -> tuple[str, str, int]:
+    """A column's name, its type's name and type modifier (as ``pg_attribute`` has them)."""
+    arrow = field.type
+    if pa.types.is_decimal(arrow):
+        return field.name, "numeric", (arrow.precision << 16 | arrow.scale) + 4  # + VARHDRSZ
+    return field.name, str(pg_type(arrow)), -1
 
 
 class PostgresExport(ShardExport):
@@ -224,14 +234,21 @@ class PostgresExport(ShardExport):
                     f"{self._start_over()}"
                 )
             conn.execute(target)
-            have = {
-                r[0]
-                for r in conn.execute(
-                    "SELECT column_name FROM information_schema.columns "
-                    "WHERE table_schema = %s AND table_name = %s",
+            have: dict[str, str] = dict(
+                conn.execute(
+                    "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute "
+                    "WHERE attrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) "
+                    "AND attnum > 0 AND NOT attisdropped",
                     (self.schema, self.table),
-                )
-            }
+                ).fetchall()
+            )
+            want: dict[str, str] = dict(
+                conn.execute(
+                    "SELECT name, format_type(type::regtype, modifier) "
+                    "FROM unnest(%s::text[], %s::text[], %s::int[]) AS c(name, type, modifier)",
+                    [list(c) for c in zip(*map(_pg_column, columns), strict=True)],
+                ).fetchall()
+            )
             unique = [
                 set(r[0])
                 for r in conn.execute(
@@ -249,6 +266,12 @@ class PostgresExport(ShardExport):
             raise InvalidUsage(
                 f"export {self.export_id!r}: table {self.schema}.{self.table} lacks the "
                 f"columns {missing} of shard {self.shard!r}"
+            )
+        other = {n: (have[n], t) for n, t in want.items() if have[n] != t}
+        if other:  # values cast to the table's types (a number as text), or every tick failed
+            raise InvalidUsage(
+                f"export {self.export_id!r}: table {self.schema}.{self.table} has columns of "
+                f"other types than the export writes (column: (table's, shard's)): {other}"
             )
         if set(self.key_columns) not in unique:  # what ON CONFLICT (keys) needs
             raise InvalidUsage(
