@@ -272,3 +272,18 @@ def test_an_idle_tick_records_the_progress_without_spark(tmp_path: Path) -> None
     assert table(e) == []
     e.close()
     writer.expire()
+
+
+def test_a_column_named_as_the_merge_delete_flag_is_exported(tmp_path: Path) -> None:
+    """The MERGE source added its delete flag ``__timeshard_delete`` beside the shard's
+    columns: a shard with a column of that name (a plain identifier, accepted) gave the
+    source two columns of one name, and every tick failed (a fault, retried for ever)."""
+    schema = pa.schema([("k", pa.string()), ("__timeshard_delete", pa.bool_())])
+    e = export(tmp_path, schema)
+    done = tick(e, 1, [("a", True, 0, 1), ("b", False, 0, 1)])
+    assert done["status"] == "committed", done
+    assert (
+        tick(e, 2, [("a", True, 1, -1), ("b", False, 1, -1), ("b", True, 1, 1)])["status"]
+        == "committed"
+    )
+    assert table(e) == [{"k": "b", "__timeshard_delete": True}]
