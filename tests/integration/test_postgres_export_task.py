@@ -200,3 +200,84 @@ def test_a_table_dropped_while_the_export_was_stopped_is_not_created_again(
     restarted = again()  # from the start, into a new table
     assert restarted.progress() is None and table(restarted) == {}
     restarted.close()
+
+
+@pytest.mark.parametrize("nulls", ["", " NULLS NOT DISTINCT"], ids=["distinct", "not-distinct"])
+def test_a_key_with_a_null_is_found_in_a_table_keyed_by_a_unique_index(
+    postgres_dsn: str, tmp_path: Path, nulls: str
+) -> None:
+    """A table keyed by a unique index on a nullable column holds a NULL key; the update and
+    delete of its row compared ``k = NULL``, which is never true: the export stalled for
+    good at the retraction of a row it had inserted ("the table was changed outside the
+    export"), and a second NULL-keyed row was inserted beside the first (ON CONFLICT never
+    fires on a NULL where NULLs are distinct)."""
+    schema = f"s_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+        conn.execute(
+            psycopg.sql.SQL("CREATE TABLE {} (k text, v bigint, UNIQUE" + nulls + " (k))").format(
+                psycopg.sql.Identifier(schema, "t")
+            )
+        )
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    client.open_writer("s", SCHEMA).expire()
+    export = PostgresExport(None, client, "s", postgres_dsn, "t", key_columns=["k"], schema=schema)
+    assert tick(export, 0, 1, [(None, 1, 0, 1), ("a", 1, 0, 1)])["status"] == "committed"
+    second = tick(export, 1, 2, [(None, 2, 1, 1)])  # a second row of the NULL key
+    assert second["status"] == "error" and "already has a row" in second["detail"], second
+    assert tick(export, 1, 2, [(None, 1, 1, -1), (None, 5, 1, 1)])["status"] == "committed"
+    assert table(export) == {None: 5, "a": 1}
+    assert tick(export, 2, 3, [(None, 5, 2, -1)])["status"] == "committed"
+    assert table(export) == {"a": 1}
+    export.close()
+
+
+def test_a_table_whose_column_types_differ_is_refused(postgres_dsn: str, tmp_path: Path) -> None:
+    """An existing table's column types were not checked: a bigint written into a text
+    column was stored as its text, a decimal into a numeric of a smaller scale rounded, and
+    a key compared as ``text = bigint`` failed in every task (a fault, retried for ever)."""
+    from decimal import Decimal
+
+    from timeshard.errors import InvalidUsage
+
+    schema = f"s_{uuid.uuid4().hex[:10]}"
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    shard = pa.schema([("k", pa.int64()), ("v", pa.int64()), ("d", pa.decimal128(10, 3))])
+    client.open_writer("s", shard).expire()
+    tables = {
+        "vtext": "k bigint PRIMARY KEY, v text, d numeric(10, 3)",
+        "ktext": "k text PRIMARY KEY, v bigint, d numeric(10, 3)",
+        "scale": "k bigint PRIMARY KEY, v bigint, d numeric(10, 1)",
+        "same": "k int8 PRIMARY KEY, v int8, d decimal(10, 3)",
+    }
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE SCHEMA {}").format(psycopg.sql.Identifier(schema)))
+        for name, columns in tables.items():
+            conn.execute(
+                psycopg.sql.SQL("CREATE TABLE {} (" + columns + ")").format(
+                    psycopg.sql.Identifier(schema, name)
+                )
+            )
+
+    def declare(table: str) -> PostgresExport:
+        return PostgresExport(
+            None, client, "s", postgres_dsn, table, key_columns=["k"], schema=schema
+        )
+
+    for name, column, theirs in (
+        ("vtext", "v", "text"),
+        ("ktext", "k", "text"),
+        ("scale", "d", "numeric\\(10,1\\)"),
+    ):
+        with pytest.raises(InvalidUsage, match=rf"'{column}': \('{theirs}', '"):
+            declare(name)
+    same = declare("same")  # the same types, spelt otherwise
+    names = ["k", "v", "d", TS, DIFF, ERR]
+    batch = pa.RecordBatch.from_pylist(
+        [dict(zip(names, (1, 2, Decimal("1.234"), 0, 1, None), strict=True))],
+        schema=pa.schema([*shard, (TS, pa.int64()), (DIFF, pa.int64()), (ERR, pa.string())]),
+    )
+    [out] = [b.to_pylist()[0] for b in same._task(0, 1)([batch])]
+    assert out["status"] == "committed", out
+    same.close()
+    assert client.state("s").critical_readers == {}

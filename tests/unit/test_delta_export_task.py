@@ -252,3 +252,38 @@ def test_the_same_key_columns_in_another_order_are_the_same_declaration(
     )
     with pytest.raises(InvalidUsage, match="key columns"):
         other._check_declaration(progress)
+
+
+def test_an_idle_tick_records_the_progress_without_spark(tmp_path: Path) -> None:
+    """An input whose upper moves with no update (an idle source appends empty batches)
+    ran one Spark job a tick to record the new progress: an idle pipeline's export cost a
+    job a second. The tick has no change to write; its task runs on the driver."""
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    writer = client.open_writer("s", SCHEMA)
+    e = DeltaExport(None, client, "s", str(tmp_path / "delta"), key_columns=["k"])
+    writer.append([], 0, 3)
+    step = e.step()  # Spark is None here: a Spark job would fail
+    assert (step.lower, step.upper, step.records, step.status) == (0, 3, 0, "committed")
+    assert e.progress() == Progress(3, 1, declared=e.declaration)
+    writer.append([], 3, 5)
+    assert e.step().status == "committed"
+    assert e.progress().frontier == 5  # type: ignore[union-attr]
+    assert client.state("s").critical_readers[f"export.{e.export_id}"].since.time == 4
+    assert table(e) == []
+    e.close()
+    writer.expire()
+
+
+def test_a_column_named_as_the_merge_delete_flag_is_exported(tmp_path: Path) -> None:
+    """The MERGE source added its delete flag ``__timeshard_delete`` beside the shard's
+    columns: a shard with a column of that name (a plain identifier, accepted) gave the
+    source two columns of one name, and every tick failed (a fault, retried for ever)."""
+    schema = pa.schema([("k", pa.string()), ("__timeshard_delete", pa.bool_())])
+    e = export(tmp_path, schema)
+    done = tick(e, 1, [("a", True, 0, 1), ("b", False, 0, 1)])
+    assert done["status"] == "committed", done
+    assert (
+        tick(e, 2, [("a", True, 1, -1), ("b", False, 1, -1), ("b", True, 1, 1)])["status"]
+        == "committed"
+    )
+    assert table(e) == [{"k": "b", "__timeshard_delete": True}]

@@ -298,9 +298,10 @@ class _DeltaTask:
         if not changes:  # nothing to merge: the commit still records the progress
             write_deltalake(table, schema.empty_table(), mode="append", commit_properties=commit)
             return 0
-        source_schema = schema.append(pa.field(_DELETE, pa.bool_()))
+        flag = _delete_flag(self.data_columns)
+        source_schema = schema.append(pa.field(flag, pa.bool_()))
         source = pa.Table.from_pylist(
-            [_source_row(c, self.key_columns, self.data_columns) for c in changes],
+            [_source_row(c, self.key_columns, self.data_columns, flag) for c in changes],
             schema=source_schema,
         )
         on = " AND ".join(f'(t."{k}" IS NOT DISTINCT FROM s."{k}")' for k in self.key_columns)
@@ -313,9 +314,9 @@ class _DeltaTask:
                 target_alias="t",
                 commit_properties=commit,
             )
-            .when_matched_delete(predicate=f's."{_DELETE}"')
-            .when_matched_update(updates=columns, predicate=f'NOT s."{_DELETE}"')
-            .when_not_matched_insert(updates=columns, predicate=f'NOT s."{_DELETE}"')
+            .when_matched_delete(predicate=f's."{flag}"')
+            .when_matched_update(updates=columns, predicate=f'NOT s."{flag}"')
+            .when_not_matched_insert(updates=columns, predicate=f'NOT s."{flag}"')
             .execute()
         )
         return len(changes)
@@ -383,14 +384,22 @@ def _check_rows(
             )
 
 
+def _delete_flag(data_columns: tuple[str, ...]) -> str:
+    """The name of the MERGE source's delete flag: none of the shard's columns."""
+    flag = _DELETE
+    while flag in data_columns:
+        flag += "_"
+    return flag
+
+
 def _source_row(
-    change: KeyChange, key_columns: tuple[str, ...], data_columns: tuple[str, ...]
+    change: KeyChange, key_columns: tuple[str, ...], data_columns: tuple[str, ...], flag: str
 ) -> dict[str, Any]:
-    """A MERGE source row: the key's new row, or its key and the delete flag."""
+    """A MERGE source row: the key's new row, or its key; and the delete ``flag``."""
     if change.row is not None:
-        return {**dict(zip(data_columns, change.row, strict=True)), _DELETE: False}
+        return {**dict(zip(data_columns, change.row, strict=True)), flag: False}
     keys = dict(zip(key_columns, change.key, strict=True))
-    return {**{c: keys.get(c) for c in data_columns}, _DELETE: True}
+    return {**{c: keys.get(c) for c in data_columns}, flag: True}
 
 
 __all__ = ["ENVELOPES", "DeltaExport"]

@@ -11,7 +11,10 @@ changes at ``[frontier, upper)`` and the new progress in one transaction of
 the target. The task checks, inside that transaction, that the progress is
 still the one the driver planned from (else another instance went first and
 the task writes nothing) and that no newer ``version`` owns the target (else
-this export is fenced). A tick with nothing new runs no Spark job.
+this export is fenced). A tick with nothing new runs no Spark job: one whose
+upper did not move does nothing, and one whose interval has no update (the
+shard's part metadata tells) runs the task on the driver, which records the
+new progress alone.
 
 The export holds its input's since one below its progress with a critical
 since handle (``export.<id>``), so the changes it has not written stay
@@ -288,14 +291,17 @@ class ShardExport(ABC):
             return ExportStep(lower, upper, 0, "idle")
         if progress is not None:
             self._check_resumable(lower)
-        data = list(self.reader.schema.names)
-        changes = consolidate_df(updates_df(self.spark, self.reader, lower, upper), data)
-        [result] = (
-            changes.repartition(1)
-            .sortWithinPartitions(*self._order())
-            .mapInArrow(self._task(lower, upper), RESULT_DDL)
-            .collect()
-        )
+        if self.reader.has_updates(lower, upper):
+            data = list(self.reader.schema.names)
+            changes = consolidate_df(updates_df(self.spark, self.reader, lower, upper), data)
+            [result] = (
+                changes.repartition(1)
+                .sortWithinPartitions(*self._order())
+                .mapInArrow(self._task(lower, upper), RESULT_DDL)
+                .collect()
+            )
+        else:  # only the progress to record (the upper moved, nothing changed): no job
+            [result] = [b.to_pylist()[0] for b in self._task(lower, upper)(iter(()))]
         if result["status"] == "fenced":
             raise Fenced(f"export {self.export_id!r}: {result['detail']}")
         if result["status"] == "error":

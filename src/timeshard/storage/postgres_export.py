@@ -3,10 +3,12 @@
 The target is a table keyed by ``key_columns`` (its primary key); the export
 creates it if it does not exist, with the shard's columns (types in
 :data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
-has them and a primary key or unique index on exactly ``key_columns`` (which
-``ON CONFLICT`` needs). A table that was dropped after the export wrote to it
-is not created again: the progress says it holds the changes below it (the
-refusal says how to start over). The progress is a row
+has them, of those types (else PostgreSQL would cast the values: a number
+stored as text, a decimal rounded to a smaller scale), and a primary key or
+unique index on exactly ``key_columns`` (which ``ON CONFLICT`` needs). A
+table that was dropped after the export wrote to it is not created again: the
+progress says it holds the changes below it (the refusal says how to start
+over). The progress is a row
 of ``_timeshard_progress`` (``export_id``, ``frontier``, ``version``,
 ``target``: the table it was written to, which must be the export's, and
 ``declared``: the key columns it was written with, which must be the
@@ -20,7 +22,9 @@ transaction**:
 2. applies the changes at ``[frontier, upper)`` as their net effect per key:
    ``UPDATE`` for a key that had a row (the tick retracts one) and has one
    at ``upper - 1``, ``DELETE`` for one that has none left, ``INSERT`` for
-   one that had none;
+   one that had none (a key with a NULL, which a table keyed by a unique
+   index may hold, is matched with ``IS NULL``, and looked for before its
+   insert: ``ON CONFLICT`` sees no NULL key);
 3. sets the progress row to ``upper`` and commits.
 
 So the table is the shard's snapshot at ``frontier - 1``, and a change is
@@ -85,6 +89,14 @@ def pg_type(arrow: pa.DataType) -> str | None:
     if pa.types.is_decimal(arrow):
         return f"numeric({arrow.precision}, {arrow.scale})"
     return PG_TYPES.get(arrow)
+
+
+def _pg_column(field: pa.Field) -> tuple[str, str, int]:
+    """A column's name, its type's name and type modifier (as ``pg_attribute`` has them)."""
+    arrow = field.type
+    if pa.types.is_decimal(arrow):
+        return field.name, "numeric", (arrow.precision << 16 | arrow.scale) + 4  # + VARHDRSZ
+    return field.name, str(pg_type(arrow)), -1
 
 
 class PostgresExport(ShardExport):
@@ -222,14 +234,21 @@ class PostgresExport(ShardExport):
                     f"{self._start_over()}"
                 )
             conn.execute(target)
-            have = {
-                r[0]
-                for r in conn.execute(
-                    "SELECT column_name FROM information_schema.columns "
-                    "WHERE table_schema = %s AND table_name = %s",
+            have: dict[str, str] = dict(
+                conn.execute(
+                    "SELECT attname::text, format_type(atttypid, atttypmod) FROM pg_attribute "
+                    "WHERE attrelid = to_regclass(format('%%I.%%I', %s::text, %s::text)) "
+                    "AND attnum > 0 AND NOT attisdropped",
                     (self.schema, self.table),
-                )
-            }
+                ).fetchall()
+            )
+            want: dict[str, str] = dict(
+                conn.execute(
+                    "SELECT name, format_type(type::regtype, modifier) "
+                    "FROM unnest(%s::text[], %s::text[], %s::int[]) AS c(name, type, modifier)",
+                    [list(c) for c in zip(*map(_pg_column, columns), strict=True)],
+                ).fetchall()
+            )
             unique = [
                 set(r[0])
                 for r in conn.execute(
@@ -247,6 +266,12 @@ class PostgresExport(ShardExport):
             raise InvalidUsage(
                 f"export {self.export_id!r}: table {self.schema}.{self.table} lacks the "
                 f"columns {missing} of shard {self.shard!r}"
+            )
+        other = {n: (have[n], t) for n, t in want.items() if have[n] != t}
+        if other:  # values cast to the table's types (a number as text), or every tick failed
+            raise InvalidUsage(
+                f"export {self.export_id!r}: table {self.schema}.{self.table} has columns of "
+                f"other types than the export writes (column: (table's, shard's)): {other}"
             )
         if set(self.key_columns) not in unique:  # what ON CONFLICT (keys) needs
             raise InvalidUsage(
@@ -319,10 +344,7 @@ class _ApplyTask:
         changes = net_per_key(errors.ok_rows(batches), self.key_columns, self.data_columns)
         errors.check_none_left()
         with conn.cursor() as cur:
-            for kind, query in self._statements().items():
-                _apply_each(
-                    cur, kind, query, self._params(kind, changes), f"{self.schema}.{self.table}"
-                )
+            self._apply_changes(cur, changes)
         conn.execute(
             sql.SQL(
                 "UPDATE {} SET frontier = %s, version = %s, target = %s, declared = %s "
@@ -332,52 +354,77 @@ class _ApplyTask:
         )
         return "committed", len(changes), None
 
-    def _statements(self) -> dict[str, Any]:
-        """A key's change as one statement, each returning the row it hit: ``insert`` for a
+    def _apply_changes(self, cur: Any, changes: list[KeyChange]) -> None:
+        """Apply each key's change as one statement (:meth:`_statement`), deletes first;
+        DataError naming the first change the table's rows do not allow."""
+        table = f"{self.schema}.{self.table}"
+        for kind in ("delete", "insert", "update"):
+            by_nulls: dict[tuple[bool, ...], list[tuple[tuple[Any, ...], tuple[Any, ...]]]] = {}
+            for change in self._params(kind, changes):
+                by_nulls.setdefault(tuple(v is None for v in change[0]), []).append(change)
+            for nulls, group in by_nulls.items():
+                if kind == "insert" and any(nulls):  # ON CONFLICT never sees a NULL key
+                    found = [(key, _not_null(key)) for key, _ in group]
+                    _apply_each(cur, kind, self._statement("found", nulls), found, table, hit=False)
+                _apply_each(cur, kind, self._statement(kind, nulls), group, table)
+
+    def _statement(self, kind: str, nulls: tuple[bool, ...]) -> Any:
+        """The statement of one key's change, returning the row it hit: ``insert`` for a
         key the tick gave a row and retracted none (the table must have no row of it),
-        ``update`` for one that had a row and has another, ``delete`` for one with none left
-        (the table must have its row)."""
+        ``update`` for one that had a row and has another, ``delete`` for one with none
+        left (the table must have its row); ``found`` finds a key's row. ``nulls`` says
+        which key columns are NULL in the keys it is run for: those are matched with IS
+        NULL (``k = NULL`` is never true), the others with ``=``, which an index serves."""
         from psycopg import sql
 
         table = sql.Identifier(self.schema, self.table)
-        keys = sql.SQL(", ").join(map(sql.Identifier, self.key_columns))
         where = sql.SQL(" AND ").join(
-            sql.SQL("{} = %s").format(sql.Identifier(k)) for k in self.key_columns
+            sql.SQL("{} IS NULL" if null else "{} = %s").format(sql.Identifier(k))
+            for k, null in zip(self.key_columns, nulls, strict=True)
         )
-        values = [c for c in self.data_columns if c not in self.key_columns]
-        statements = {
-            "delete": sql.SQL("DELETE FROM {} WHERE {} RETURNING 1").format(table, where),
-            "insert": sql.SQL(
+        if kind == "found":
+            return sql.SQL("SELECT 1 FROM {} WHERE {} LIMIT 1").format(table, where)
+        if kind == "delete":
+            return sql.SQL("DELETE FROM {} WHERE {} RETURNING 1").format(table, where)
+        if kind == "insert":
+            return sql.SQL(
                 "INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO NOTHING RETURNING 1"
             ).format(
                 table,
                 sql.SQL(", ").join(map(sql.Identifier, self.data_columns)),
                 sql.SQL(", ").join(sql.Placeholder() * len(self.data_columns)),
-                keys,
-            ),
-        }
-        if values:  # a key of only key columns changes by insert and delete alone
-            statements["update"] = sql.SQL("UPDATE {} SET {} WHERE {} RETURNING 1").format(
-                table,
-                sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in values),
-                where,
+                sql.SQL(", ").join(map(sql.Identifier, self.key_columns)),
             )
-        return statements
+        values = [c for c in self.data_columns if c not in self.key_columns]
+        return sql.SQL("UPDATE {} SET {} WHERE {} RETURNING 1").format(
+            table,
+            sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in values),
+            where,
+        )
 
     def _params(
         self, kind: str, changes: list[KeyChange]
     ) -> list[tuple[tuple[Any, ...], tuple[Any, ...]]]:
-        """``(key, parameters)`` of the changes that ``kind`` of statement applies."""
+        """``(key, parameters)`` of the changes that ``kind`` of statement applies (a key's
+        NULLs are no parameters: :meth:`_statement` matches them with IS NULL). A key of
+        only key columns changes by insert and delete alone."""
         if kind == "delete":
-            return [(c.key, c.key) for c in changes if c.row is None]
+            return [(c.key, _not_null(c.key)) for c in changes if c.row is None]
         if kind == "insert":
             return [(c.key, c.row) for c in changes if c.row is not None and not c.had_row]
         values = [i for i, c in enumerate(self.data_columns) if c not in self.key_columns]
+        if not values:
+            return []
         return [
-            (c.key, tuple(c.row[i] for i in values) + c.key)
+            (c.key, tuple(c.row[i] for i in values) + _not_null(c.key))
             for c in changes
             if c.row is not None and c.had_row
         ]
+
+
+def _not_null(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The values of ``key`` that are parameters of its statements (module doc)."""
+    return tuple(v for v in key if v is not None)
 
 
 def _apply_each(
@@ -386,15 +433,18 @@ def _apply_each(
     query: Any,
     params: list[tuple[tuple[Any, ...], tuple[Any, ...]]],
     table: str,
+    *,
+    hit: bool = True,
 ) -> None:
     """Run ``query`` once per parameters; DataError naming the first key whose statement
-    hit no row (an insert that found a row of its key, an update or delete that found none):
-    the table does not hold the shard's rows at the progress."""
+    hit no row (an insert that found a row of its key, an update or delete that found none),
+    or with ``hit`` False one that found a row (a key the insert needs absent): the table
+    does not hold the shard's rows at the progress."""
     if not params:
         return
     cur.executemany(query, [p for _, p in params], returning=True)
     for key, _ in params:
-        if not cur.fetchall():
+        if bool(cur.fetchall()) != hit:
             found = "already has a row" if kind == "insert" else "has no row"
             raise DataError(
                 f"key {key!r}: table {table} {found} of it, which the {kind} of the tick's "
