@@ -89,3 +89,20 @@ def test_an_upsert_over_records_that_carry_diff_is_refused(tmp_path: Path) -> No
     with pytest.raises(InvalidUsage, match=r"UPSERT output 'out': its source's records carry"):
         Export(None, client, "out", payload, "upsert", ["k"])
     assert client.list_shards() == []
+
+
+@pytest.mark.parametrize("key_columns", ["id", b"id", ["id", 1]])
+def test_an_export_whose_key_columns_are_not_a_list_of_names_is_refused(
+    key_columns: object,
+) -> None:
+    """A string was split into its characters: ``"id"`` became the keys ``i`` and ``d``,
+    taken silently on a shard that has such columns."""
+    from timeshard.storage.delta_export import DeltaExport
+
+    with pytest.raises(InvalidUsage, match=r"key_columns must be a list of column names"):
+        DeltaExport.check_declared(
+            envelope="upsert",
+            key_columns=key_columns,  # type: ignore[arg-type]
+            export_id="x",
+            version=1,
+        )

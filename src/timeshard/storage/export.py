@@ -136,6 +136,10 @@ class ShardExport(ABC):
             raise InvalidUsage(f"export_id must be 1-200 of [A-Za-z0-9._-], got {export_id!r}")
         if not isinstance(version, int) or isinstance(version, bool) or version < 1:
             raise InvalidUsage(f"version must be a positive integer, got {version!r}")
+        if isinstance(key_columns, (str, bytes)) or not all(
+            isinstance(k, str) for k in key_columns
+        ):
+            raise InvalidUsage(f"key_columns must be a list of column names, got {key_columns!r}")
         if envelope == "upsert" and not list(key_columns):
             raise InvalidUsage("envelope 'upsert' needs key_columns")
 
