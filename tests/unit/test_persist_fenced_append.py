@@ -90,3 +90,39 @@ def test_an_append_that_landed_before_the_token_was_replaced_is_appended() -> No
     assert isinstance(result, Appended) and result.upper == Frontier(1)
     assert client.state("s").critical_readers["deploy"].opaque == "g2"
     assert keys(client) == ["a"]
+
+
+def test_fence_since_moves_the_fencing_readers_since_in_the_same_compare_and_set() -> None:
+    client = client_of(MemoryConsensus())
+    writer = client.open_writer("s", SCHEMA)
+    client.open_critical_since("s", "deploy", "g1")
+    for t in range(3):
+        seqno = client.state("s").seqno
+        writer.compare_and_append_batch(
+            [writer.batch([((str(t),), t, 1)], t, t + 1)],
+            t,
+            t + 1,
+            fence=("deploy", "g1"),
+            fence_since=t,
+        )
+        state = client.state("s")
+        assert state.seqno == seqno + 1  # one compare-and-set: the append and the hold
+        assert state.critical_readers["deploy"].since == Frontier(t)
+        assert state.since == Frontier(t)
+    # never back
+    writer.compare_and_append_batch([], 3, 4, fence=("deploy", "g1"), fence_since=0)
+    assert client.state("s").critical_readers["deploy"].since == Frontier(2)
+
+
+@pytest.mark.parametrize(
+    "fence,since", [(None, 0), (("deploy", "g1"), 1)], ids=["no-fence", "at-new-upper"]
+)
+def test_a_fence_since_without_a_fence_or_at_the_new_upper_is_invalid_usage(
+    fence: Any, since: int
+) -> None:
+    client = client_of(MemoryConsensus())
+    writer = client.open_writer("s", SCHEMA)
+    client.open_critical_since("s", "deploy", "g1")
+    with pytest.raises(InvalidUsage, match="fence_since"):
+        writer.compare_and_append_batch([], 0, 1, fence=fence, fence_since=since)
+    assert client.state("s").upper == Frontier(0)

@@ -327,6 +327,8 @@ class MvSink:
         self.hold_interval_s = hold_interval_s
         self._holds_moved_at: float | None = None
         self._hold_target: Frontier | None = None
+        #: Where the last append left the deploy hold (it moves with each append).
+        self._deploy_held: Timestamp | None = None
         self.stats = SinkStats()
         #: The last failure of a step (None once a step went through), for health.
         self.last_error: str | None = None
@@ -384,6 +386,7 @@ class MvSink:
                 )
         deploy.opaque = gen
         self._deploy = deploy
+        self._deploy_held = None
         self._open_handles()
         try:
             self._refuse_if_closed()  # a drop that raced the promotion
@@ -871,6 +874,9 @@ class MvSink:
         assert desc.lower.time is not None
         floor = self.as_of if desc.lower.time < self.as_of else None
         fence = (DEPLOY_READER, self._deploy.opaque)  # this generation's token
+        # The deploy hold follows the append in its compare-and-set: the sink reads its
+        # shard at upper - 1 after a restart (the same target as _move_holds').
+        held = None if desc.upper.time is None else max(desc.upper.time - 1, 0)
 
         def command() -> _Outcome:
             if corrections is None:  # the view did not change: no part, no Spark job
@@ -890,7 +896,12 @@ class MvSink:
                 return _Outcome(None, writer.fetch_recent_upper())
             try:  # appends only while the deploy token is this generation's, atomically
                 result = writer.compare_and_append_batch(
-                    batches, desc.lower, desc.upper, since_floor=floor, fence=fence
+                    batches,
+                    desc.lower,
+                    desc.upper,
+                    since_floor=floor,
+                    fence=fence,
+                    fence_since=held,
                 )
             except BaseException as e:
                 if not_appended(e):  # else the batch may be in the shard: its parts stay
@@ -945,6 +956,8 @@ class MvSink:
             self._epoch += 1
             self._remember_written(None)
         else:
+            if desc.upper.time is not None:
+                self._deploy_held = max(desc.upper.time - 1, 0)
             self._remember_written(None if written.last is None else (desc.upper, written.last))
             if not written.is_delta:
                 self._epoch += 1  # a new chain (or none) starts from a comparison with persist
@@ -986,10 +999,11 @@ class MvSink:
         """Let the view shard and the inputs compact up to what the sink still needs.
 
         After a restart the sink reads its inputs at its upper - 1 (and before
-        its first write at ``as_of``): the holds stay there. Moving them costs a
-        compare-and-set per hold, so they move at most every
-        ``hold_interval_s`` (and on close); in between they lag behind, which
-        only keeps more history readable.
+        its first write at ``as_of``): the holds stay there. The hold on the
+        view's own shard (the deploy token's) moves with each append, in its
+        compare-and-set. Moving the others costs a compare-and-set per hold, so
+        they move at most every ``hold_interval_s`` (and on close); in between
+        they lag behind, which only keeps more history readable.
         """
         if upper.time is None or upper.time == 0 or self.read_only:
             return
@@ -1006,7 +1020,8 @@ class MvSink:
             return
         self._hold_target = None
         still_reads = upper.time - 1  # >= as_of: every append ends beyond as_of
-        if self._deploy is not None:
+        moved = self._deploy_held is not None and self._deploy_held >= still_reads
+        if self._deploy is not None and not moved:  # another replica's append moved upper
             try:
                 self._deploy.downgrade_since(max(still_reads, 0))
             except Fenced:

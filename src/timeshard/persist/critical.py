@@ -60,7 +60,8 @@ class SinceHandle:
         result = self._machine.apply(
             lambda s: tr.compare_and_downgrade_since(
                 s, self.reader_id, expected, new_opaque, target
-            )
+            ),
+            fetch_first=True,  # the shard's writers moved it on since this handle last looked
         )
         if isinstance(result, Frontier):
             self.opaque = new_opaque

@@ -93,7 +93,9 @@ class _LeasedReader:
     def renew_lease(self) -> None:
         """Renew the lease keeping the held state (the background heartbeat)."""
         now = self._config.now_ms()
-        self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, False))
+        self._machine.apply(
+            lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, False), fetch_first=True
+        )
         self._last_heartbeat = now
 
     def last_renewal_ms(self) -> int:
@@ -229,7 +231,9 @@ class ReadHandle(_LeasedReader):
         """Let compaction advance times up to ``new_since``; return the shard since."""
         target = frontier(new_since)
         now = self._config.now_ms()
-        since = self._machine.apply(lambda s: tr.downgrade_since(s, self.reader_id, target, now))
+        since = self._machine.apply(
+            lambda s: tr.downgrade_since(s, self.reader_id, target, now), fetch_first=True
+        )
         self._last_heartbeat = now
         assert isinstance(since, Frontier), since
         return since
@@ -244,12 +248,22 @@ class ReadHandle(_LeasedReader):
         self._last_heartbeat = now
 
     def _hold_state(self) -> ShardState:
-        """Fetch the head and make sure this reader holds its seqno against GC."""
+        """Fetch the head and make sure this reader holds it against GC.
+
+        A reader holding an older state holds this one too (GC keeps every
+        version from the least seqno a reader holds on), so its hold moves up
+        only once it lags ``gc_interval_versions`` behind, or its lease is a
+        quarter gone: not at every read (a compare-and-set each) while the
+        shard's writer appends.
+        """
         state = self._machine.fetch()
         reader = state.leased_readers.get(self.reader_id)
         now = self._config.now_ms()
         stale = now - self._last_heartbeat > self._config.reader_lease_ms // 4
-        if reader is None or reader.seqno < state.seqno or stale:
+        lagging = reader is not None and (
+            state.seqno - reader.seqno >= max(self._config.gc_interval_versions, 1)
+        )
+        if reader is None or lagging or stale:
             self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, True))
             self._last_heartbeat = now
             state = self._machine.state

@@ -244,6 +244,7 @@ class WriteHandle:
         token: str | None = None,
         since_floor: int | None = None,
         fence: tuple[str, str] | None = None,
+        fence_since: int | None = None,
     ) -> Appended | UpperMismatch:
         """Append ``batches`` as ``[expected_upper, new_upper)`` if the upper is expected.
 
@@ -253,7 +254,9 @@ class WriteHandle:
 
         ``fence`` ``(critical_reader_id, opaque)``: append only while that
         critical reader's token is ``opaque``, else raise :class:`Fenced` having
-        appended nothing (its batches may be deleted).
+        appended nothing (its batches may be deleted). ``fence_since`` (a time before
+        ``new_upper``, with ``fence``) advances that reader's since to it, never back,
+        in the same compare-and-set.
         """
         if token is not None and not isinstance(token, str):
             raise InvalidUsage(f"the idempotency token {token!r} is not a string")
@@ -271,6 +274,11 @@ class WriteHandle:
         floor = None if since_floor is None else frontier(since_floor)
         if floor is not None and not floor < new:
             raise InvalidUsage(f"since_floor {since_floor} is not before the new upper {new}")
+        fence_to = None if fence_since is None else frontier(fence_since)
+        if fence_to is not None and (fence is None or not fence_to < new):
+            raise InvalidUsage(
+                f"fence_since {fence_since} needs a fence and a time before the new upper {new}"
+            )
         for b in batches:
             b._check_staged("append")
             if b.shard_id != self.shard_id:
@@ -301,6 +309,7 @@ class WriteHandle:
                 now_ms=self._config.now_ms(),
                 since_floor=floor,
                 fence=fence,
+                fence_since=fence_to,
             )
         )
         assert isinstance(result, Appended | UpperMismatch), result

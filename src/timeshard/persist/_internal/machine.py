@@ -117,19 +117,34 @@ class Machine:
         self._state = state
         return state
 
-    def apply(self, transition: Callable[[ShardState], tuple[ShardState | None, R]]) -> R:
-        """Apply ``transition`` to the latest state; see the module invariants."""
-        return self.apply_telling(transition)[0]
+    def apply(
+        self,
+        transition: Callable[[ShardState], tuple[ShardState | None, R]],
+        *,
+        fetch_first: bool = False,
+    ) -> R:
+        """Apply ``transition`` to the latest state; see the module invariants.
+
+        ``fetch_first``: decide on the head of consensus, read first, rather than on
+        the state this machine saw last. For a handle whose shard others write (a
+        reader's or a hold's, on a shard its writer appends to), the state seen last
+        is stale more often than not, and a compare-and-set on it fails and is tried
+        again: a read is cheaper than that failed write.
+        """
+        return self.apply_telling(transition, fetch_first=fetch_first)[0]
 
     def apply_telling(
-        self, transition: Callable[[ShardState], tuple[ShardState | None, R]]
+        self,
+        transition: Callable[[ShardState], tuple[ShardState | None, R]],
+        *,
+        fetch_first: bool = False,
     ) -> tuple[R, bool]:
         """:meth:`apply`, and whether an attempt before the one that decided may have
         committed (an indeterminate compare-and-set): then the state the result was
         decided on may come after that attempt's effect, and after others' changes to it."""
-        state = self.state
+        fresh = fetch_first or self._state is None
+        state = self.fetch() if fetch_first else self.state
         attempts = _Attempts()
-        fresh = self._state is None
         while True:
             try:
                 new, result = transition(state)

@@ -104,6 +104,7 @@ def compare_and_append(
     now_ms: int,
     since_floor: Frontier | None = None,
     fence: tuple[str, str] | None = None,
+    fence_since: Frontier | None = None,
 ) -> Transition:
     """Append ``parts`` as the batch ``[expected_upper, new_upper)``.
 
@@ -121,6 +122,10 @@ def compare_and_append(
     shard's content before it is not what it should be (a view whose inputs
     compacted past its upper writes its content at the floor; times before it
     must not be read).
+
+    ``fence_since`` (with ``fence``) advances the fencing critical reader's since
+    to it (never back) in the same step: a sink's hold on its own shard follows
+    its appends without a compare-and-set of its own.
     """
     known = state.writers.get(writer_id)
     if known is not None and known.most_recent_token == token:
@@ -148,6 +153,12 @@ def compare_and_append(
     new = replace(state, batches=tuple(batches), upper=new_upper, writers=writers)
     if since_floor is not None:
         new = _raise_since(new, since_floor)
+    if fence is not None and fence_since is not None:
+        reader = new.critical_readers[fence[0]]
+        since = reader.since.join(fence_since)
+        if since != reader.since:
+            readers = {**new.critical_readers, fence[0]: replace(reader, since=since)}
+            new = replace(new, critical_readers=readers).with_since_recomputed()
     return new, Appended(new_upper, state.seqno + 1)
 
 
