@@ -200,14 +200,17 @@ class FeedbackUpsert:
             )
         row: dict[str, Any] = dict(zip(self.key_columns, cmd.key, strict=True))
         if cmd.error is not None:
-            return {**row, **dict.fromkeys(self.value_columns), ERR: cmd.error}
-        if cmd.value is None:
+            row.update(dict.fromkeys(self.value_columns))
+        elif cmd.value is None:
             return None
-        if len(cmd.value) != len(self.value_columns):
+        elif len(cmd.value) != len(self.value_columns):
             raise InvalidUsage(
                 f"upsert value {cmd.value!r} does not match value columns {self.value_columns}"
             )
-        return {**row, **dict(zip(self.value_columns, cmd.value, strict=True)), ERR: None}
+        else:
+            row.update(zip(self.value_columns, cmd.value, strict=True))
+        # In schema order, as :meth:`_state` reads rows back: they compare as tuples.
+        return {**{n: row[n] for n in self.schema.names}, ERR: cmd.error}
 
     def _state(self, keys: Mapping[Any, tuple[Any, ...]], as_of: Timestamp) -> dict[Any, Any]:
         """The current row at ``as_of`` of each key of ``keys`` (canonical key -> a key),
