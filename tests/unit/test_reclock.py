@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -128,3 +129,32 @@ def test_mint_refuses_a_time_that_is_no_timestamp(into_time: object) -> None:
     with pytest.raises(InvalidUsage, match=rf"into_time must be an int .*got {into_time!r}"):
         remap.mint(into_time, {"p0": 2})  # type: ignore[arg-type]
     assert remap.upper == Frontier(4) and remap.frontier_at(3) == {"p0": 1}
+
+
+@pytest.mark.parametrize(
+    ("source_upper", "named"),
+    [
+        ({"p0": 3.7}, "3.7"),  # was bound as offset 3
+        ({"p0": 5.0}, "5.0"),  # was bound as offset 5
+        ({"p0": float("nan")}, "nan"),  # was accepted as no progress
+        ({"p0": True}, "True"),  # was accepted as offset 1
+        ({"p0": -5}, "-5"),  # was accepted as no progress
+        ({"p0": 2**63}, str(2**63)),  # failed as a schema mismatch of the remap shard
+        ({"p0": "7"}, "'7'"),  # TypeError
+        ({"p0": None}, "None"),  # TypeError
+        ({0: 5}, "0"),  # TypeError: a partition is named by a str
+        ({("p", 0): 5}, "('p', 0)"),
+        ([("p0", 5)], "[('p0', 5)]"),  # AttributeError
+        (None, "None"),  # AttributeError
+    ],
+)
+def test_mint_refuses_a_source_upper_that_is_no_frontier(source_upper: object, named: str) -> None:
+    """A source frontier maps partition names (str) to offsets (int, 0 <= offset < 2**63):
+    anything else is InvalidUsage naming it, and the remap shard keeps its bindings."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    remap = Remap(client, "remap")
+    assert remap.mint(3, {"p0": 1})
+    with pytest.raises(InvalidUsage, match=re.escape(named)):
+        remap.mint(5, source_upper)  # type: ignore[arg-type]
+    assert remap.upper == Frontier(4) and remap.frontier_at(5) == {"p0": 1}
+    assert Remap(client, "remap").bindings() == remap.bindings()

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from timeshard.errors import InvalidUsage, SinceError
+from timeshard.errors import InvalidUsage, LeaseExpired, SinceError
 from timeshard.location.blob import Blob
 from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.blobio import read_part
@@ -54,7 +54,7 @@ from timeshard.persist._internal.parts import (
     consolidate,
     updates_schema,
 )
-from timeshard.persist._internal.state import ShardState, decode_schema
+from timeshard.persist._internal.state import LeasedReaderState, ShardState, decode_schema
 from timeshard.persist.config import PersistConfig
 from timeshard.persist.fetch import change_times, has_updates, parts_at
 from timeshard.persist.heartbeat import Heartbeats
@@ -100,6 +100,22 @@ class _LeasedReader:
 
     def last_renewal_ms(self) -> int:
         return self._last_heartbeat
+
+    def _registered(self, state: ShardState) -> LeasedReaderState:
+        """This reader in ``state``; LeaseExpired if it is gone.
+
+        ``state`` is the machine's latest, which another thread's use of the
+        machine (the background heartbeat, a fetch) may have moved past the
+        state this reader's own last change committed: the reader may be
+        gone from it even though that change found it registered.
+        """
+        reader = state.leased_readers.get(self.reader_id)
+        if reader is None:
+            raise LeaseExpired(
+                f"reader {self.reader_id!r} of shard {state.shard_id!r} is not registered: "
+                "its lease expired or it was expired; open a new read handle"
+            )
+        return reader
 
     def expire(self) -> None:
         """Deregister: this reader no longer holds back since or GC."""
@@ -175,7 +191,7 @@ class ReadHandle(_LeasedReader):
         """
         check_timestamp(as_of, "as_of")
         state = self._hold_state()
-        reader = state.leased_readers[self.reader_id]
+        reader = self._registered(state)
         if not reader.since.less_equal(as_of) or not state.since.less_equal(as_of):
             since = reader.since.join(state.since)
             raise SinceError(as_of, since, shard_id=self.shard_id, upper=state.upper)
@@ -209,7 +225,7 @@ class ReadHandle(_LeasedReader):
         """Every update at a time ``> as_of``, as it becomes definite."""
         check_timestamp(as_of, "as_of")
         state = self._hold_state()
-        since = state.leased_readers[self.reader_id].since.join(state.since)
+        since = self._registered(state).since.join(state.since)
         if not since.less_equal(as_of):
             raise SinceError(as_of, since, shard_id=self.shard_id, upper=state.upper)
         child_id = f"r{uuid.uuid4().hex}"
@@ -309,7 +325,7 @@ class Listen(_LeasedReader):
         now = self._config.now_ms()
         self._machine.apply(lambda s: tr.heartbeat_leased_reader(s, self.reader_id, now, True))
         state = self._machine.state
-        held = state.leased_readers[self.reader_id].since
+        held = self._registered(state).since
         assert self.frontier.time is not None
         if not held.less_equal(max(self.frontier.time - 1, 0)):
             # A writer declared the times this listen still has to emit unreadable

@@ -68,6 +68,7 @@ from timeshard.errors import (
 from timeshard.persist import Appended, PersistClient, expire_all
 from timeshard.persist._internal.parts import DIFF, ERR, TS
 from timeshard.persist.holds import RetainedHistory, retained_ms
+from timeshard.persist.write import not_appended
 from timeshard.progress import Frontier, frontier
 from timeshard.storage.health import Health
 from timeshard.storage.reclock import Remap, SourceFrontier, reclock_df
@@ -186,7 +187,12 @@ class Export:
         diff = F.col(DIFF) if DIFF in records.columns else F.lit(1).cast("long")
         updates = records.select(*data, TS, diff.alias(DIFF), err.alias(ERR))
         batch = self.writer.batch(updates, lower, upper)
-        result = self.writer.compare_and_append_batch([batch], lower, upper)
+        try:
+            result = self.writer.compare_and_append_batch([batch], lower, upper)
+        except BaseException as e:
+            if not_appended(e):  # else the batch may be in the shard: its parts stay
+                batch.delete()
+            raise
         if isinstance(result, UpperMismatch):
             batch.delete()
         return result

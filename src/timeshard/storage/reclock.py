@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,6 +49,32 @@ from timeshard.progress import Frontier, Timestamp, check_timestamp
 SourceFrontier = dict[str, int]
 
 REMAP_SCHEMA = pa.schema([("partition", pa.string()), ("offset", pa.int64())])
+
+
+#: The largest offset a remap shard holds (its ``offset`` column is int64).
+MAX_OFFSET = 2**63 - 1
+
+
+def check_source_frontier(value: object, what: str) -> SourceFrontier:
+    """``value`` as a :data:`SourceFrontier`: a mapping of partition names (``str``) to
+    offsets (integers, not bools, in ``[0, 2**63)``); InvalidUsage naming what is not."""
+    if not isinstance(value, Mapping):
+        raise InvalidUsage(f"{what} must map partitions to offsets, got {value!r}")
+    out: SourceFrontier = {}
+    for p, o in value.items():
+        if not isinstance(p, str):
+            raise InvalidUsage(f"{what}: partition {p!r} is not a str (in {value!r})")
+        if (
+            isinstance(o, bool)
+            or not isinstance(o, numbers.Integral)
+            or not 0 <= int(o) <= MAX_OFFSET
+        ):
+            raise InvalidUsage(
+                f"{what}: the offset {o!r} of partition {p!r} is not an int in "
+                f"[0, {MAX_OFFSET}] (in {value!r})"
+            )
+        out[str(p)] = int(o)
+    return out
 
 
 def join_frontiers(a: Mapping[str, int], b: Mapping[str, int]) -> SourceFrontier:
@@ -191,10 +218,14 @@ class Remap:
         """Bind ``source_upper`` at ``into_time``; False if another instance minted first.
 
         A time below the remap shard's upper is already bound (False). The
-        binding is joined with the previous one, so it never moves back.
-        InvalidUsage if ``into_time`` is not a timestamp.
+        binding is joined with the previous one, so it never moves back: a
+        ``source_upper`` behind it (another instance read further, or the
+        source was truncated, which ingestion tells apart) binds nothing new.
+        InvalidUsage, and nothing minted, if ``into_time`` is not a timestamp
+        or ``source_upper`` is not a source frontier (:func:`check_source_frontier`).
         """
         check_timestamp(into_time, "into_time")
+        source_upper = check_source_frontier(source_upper, f"the source upper of {self.shard_id!r}")
         self.sync()
         lower = self.upper.time
         if lower is None:
@@ -335,6 +366,7 @@ __all__ = [
     "Remap",
     "SourceFrontier",
     "binding_intervals",
+    "check_source_frontier",
     "join_frontiers",
     "reclock_df",
 ]

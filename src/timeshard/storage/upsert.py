@@ -29,7 +29,12 @@ Semantics, for commands reclocked to the same time ``t``:
    new row inserted, unless they are equal;
 3. a delete leaves the key absent; an error leaves an err row for the key
    (key columns set, value columns null, ``_err`` the message), which a later
-   good value for the same key retracts;
+   good value for the same key retracts. An *unkeyed* error (every key
+   column null: a record that did not decode far enough to have a key) names
+   no key: it is an err row of its own from its time on, never retracted,
+   and takes no part in ranking the null key's commands -- as in the Spark
+   upsert (its invariant 4) and the verifier (:mod:`timeshard.verify.replay`).
+   A NULL key with a value or a delete is the null key's command;
 4. keys, rows and commands are compared as Spark compares them (and as
    persist consolidates): every NaN is one value and -0.0 is 0.0, at any depth
    of structs and lists (:func:`canonical`). Python and Arrow keep them apart.
@@ -42,8 +47,8 @@ one before a restart, wrote them) and are skipped; commands at or beyond the
 input upper wait. Two instances applying the same commands converge: the
 loser of a compare-and-append reads the winner's output as its new state.
 
-Runs on the driver (pyarrow); the Spark-arranged state of DESIGN.md is not
-built yet.
+Runs on the driver (pyarrow); :mod:`timeshard.storage.upsert_spark` is the
+same operator with its state arranged in Spark.
 """
 
 from __future__ import annotations
@@ -97,6 +102,11 @@ def canonical(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return tuple(canonical(v) for v in value)
     return value
+
+
+def _unkeyed(c: UpsertCommand) -> bool:
+    """Whether ``c`` is an unkeyed error: an error whose key columns are all null."""
+    return c.error is not None and all(k is None for k in c.key)
 
 
 def _same(a: UpsertCommand, b: UpsertCommand) -> bool:
@@ -161,8 +171,11 @@ class FeedbackUpsert:
             return None
         winners: dict[tuple[Timestamp, Any], UpsertCommand] = {}  # by (time, canonical key)
         placed: dict[tuple[Timestamp, Any, Any], UpsertCommand] = {}  # ... and position
+        unkeyed: list[UpsertCommand] = []  # err rows of their own (semantics 3)
         for c in commands:
-            if lower <= c.time < input_upper:
+            if lower <= c.time < input_upper and _unkeyed(c):
+                unkeyed.append(c)
+            elif lower <= c.time < input_upper:
                 slot = (c.time, canonical(c.key))
                 first = placed.setdefault((*slot, canonical(c.order)), c)
                 if not _same(first, c):
@@ -187,6 +200,10 @@ class FeedbackUpsert:
             if new is not None:
                 rows.append({**new, TS: t, DIFF: 1})
             state[key] = new
+        for c in unkeyed:
+            err = self._row(c)
+            assert err is not None, c
+            rows.append({**err, TS: c.time, DIFF: 1})
         result = self._writer.compare_and_append(self._table(rows), lower, input_upper)
         if isinstance(result, Appended):  # a lost race leaves the upper where the winner put it:
             # a hold past it would leave the shard no readable time once the others' go
@@ -200,14 +217,17 @@ class FeedbackUpsert:
             )
         row: dict[str, Any] = dict(zip(self.key_columns, cmd.key, strict=True))
         if cmd.error is not None:
-            return {**row, **dict.fromkeys(self.value_columns), ERR: cmd.error}
-        if cmd.value is None:
+            row.update(dict.fromkeys(self.value_columns))
+        elif cmd.value is None:
             return None
-        if len(cmd.value) != len(self.value_columns):
+        elif len(cmd.value) != len(self.value_columns):
             raise InvalidUsage(
                 f"upsert value {cmd.value!r} does not match value columns {self.value_columns}"
             )
-        return {**row, **dict(zip(self.value_columns, cmd.value, strict=True)), ERR: None}
+        else:
+            row.update(zip(self.value_columns, cmd.value, strict=True))
+        # In schema order, as :meth:`_state` reads rows back: they compare as tuples.
+        return {**{n: row[n] for n in self.schema.names}, ERR: cmd.error}
 
     def _state(self, keys: Mapping[Any, tuple[Any, ...]], as_of: Timestamp) -> dict[Any, Any]:
         """The current row at ``as_of`` of each key of ``keys`` (canonical key -> a key),
@@ -222,6 +242,8 @@ class FeedbackUpsert:
         state: dict[Any, Any] = {}
         for r in snap.to_pylist():
             key = canonical(tuple(r[k] for k in self.key_columns))
+            if r[ERR] is not None and all(r[k] is None for k in self.key_columns):
+                continue  # an unkeyed err row is no key's state
             if key in keys:
                 assert r[DIFF] == 1 and key not in state, (
                     f"upsert output holds key {key!r} with multiplicity {r[DIFF]}"

@@ -135,7 +135,13 @@ def compare_and_append(
         return None, landed
     writer = _writer(state, writer_id)
     for owner in owners:
-        _writer(state, owner)
+        if owner not in state.writers:
+            raise LeaseExpired(
+                f"a batch staged by writer {owner!r} cannot be appended to shard "
+                f"{state.shard_id!r} by writer {writer_id!r}: the staging writer is not "
+                "registered (its lease expired or it was expired), so GC may have deleted "
+                "the batch's parts; stage its updates again with a live write handle"
+            )
     if fence is not None:
         _check_fence(state, *fence)
     if state.upper != expected_upper:
