@@ -510,7 +510,7 @@ def _uses_avro(source: SourceSpec) -> bool:
 
 
 def build_source(spec: SourceSpec) -> Any:
-    """The source object a spec declares."""
+    """The source object a spec declares; InvalidUsage, naming the source, for a bad option."""
     from timeshard.storage.file_source import FileSource
     from timeshard.storage.sources import AuctionGenerator, CounterGenerator, KeyValueGenerator
     from timeshard.storage.tpch import TpchGenerator
@@ -549,6 +549,10 @@ def build_source(spec: SourceSpec) -> Any:
         return FileSource(spec.name, opts.pop("path"), opts.pop("format"), schema, **opts)
     except (TypeError, KeyError) as e:
         raise InvalidUsage(f"source {spec.name!r}: bad options {spec.options}: {e}") from e
+    except InvalidUsage as e:  # a source class's own check: say which source it is
+        if str(e).startswith(f"source {spec.name!r}"):
+            raise
+        raise InvalidUsage(f"source {spec.name!r}: {e}") from e
 
 
 def _kafka_source(spec: SourceSpec, opts: dict[str, Any], schema: pa.Schema | None) -> Any:

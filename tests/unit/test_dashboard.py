@@ -22,6 +22,7 @@ from timeshard.server.dashboard import (
     Dashboard,
     History,
     dependency_graph,
+    graph_figure,
     layers,
     plotly_js_path,
 )
@@ -277,3 +278,14 @@ def test_a_failing_sample_is_a_recent_error_and_the_page_still_renders() -> None
         assert all(f"<td>{name}</td>" in d.page() for name in DEMO_NAMES)
     finally:
         d.close()
+
+
+def test_the_dependency_graph_draws_a_sink_and_every_other_kind_of_object() -> None:
+    engine = DemoEngine()
+    engine.objects["kv_out"] = SimpleNamespace(name="kv_out", kind="sink", shards=[], reads=["kv"])
+    engine.objects["odd"] = SimpleNamespace(name="odd", kind="other", shards=["odd"], reads=[])
+    nodes, edges = dependency_graph(engine.objects.values())
+    assert nodes["kv_out"] == "sink" and ("kv", "kv_out") in edges
+    figure = graph_figure(engine.objects.values())
+    drawn = {name: trace.name for trace in figure.data for name in trace.text}
+    assert drawn == nodes  # every node is a marker of its kind, none an arrow into nothing

@@ -132,17 +132,33 @@ def explain(
 
 
 def view_entry_named(client: PersistClient, name: str) -> CatalogEntry:
-    """The catalog entry of view ``name``; InvalidUsage naming it and the views if absent."""
-    from timeshard.catalog import read_catalog
+    """The catalog entry of view ``name``; InvalidUsage naming it and the views if absent.
 
-    views = [e for e in read_catalog(client) if e.kind == "view"]
-    for entry in views:
-        if entry.name == name:
-            return entry
-    known = ", ".join(repr(e.name) for e in views) or "none"
+    The rows are decoded one by one: CorruptState if the view's own row does not
+    decode; another object's row that does not decode is no matter (``status``
+    shows it), but the InvalidUsage for an absent view names such rows, as a
+    view it lists may be among them.
+    """
+    from timeshard.catalog import CatalogEntry, catalog_rows
+    from timeshard.status import catalog_row_object
+
+    views: list[CatalogEntry] = []
+    undecoded: list[str] = []
+    for row in catalog_rows(client):
+        if row.get("name") == name and row.get("kind") == "view":
+            return CatalogEntry.from_row(row)  # CorruptState names the row
+        try:
+            entry = CatalogEntry.from_row(row)
+        except CorruptState:
+            undecoded.append(catalog_row_object(row))
+            continue
+        if entry.kind == "view":
+            views.append(entry)
+    known = ", ".join(repr(e.name) for e in sorted(views, key=lambda e: e.name)) or "none"
     shard = " (a shard, not a view)" if name in client.list_shards() else ""
+    damaged = f"; rows that do not decode: {', '.join(undecoded)}" if undecoded else ""
     raise InvalidUsage(
-        f"no view {name!r}{shard} in the catalog of this location; its views: {known}"
+        f"no view {name!r}{shard} in the catalog of this location; its views: {known}{damaged}"
     )
 
 

@@ -194,12 +194,15 @@ def shard_snapshot(
     as_json: JsonOpt = False,
     times: TimesOpt = Times.utc,
 ) -> None:
-    """Print a shard's contents at a time (pyarrow path, no Spark)."""
+    """Print a shard's contents at a time (pyarrow path, no Spark); by default a closed
+    shard (a dropped view's) at its last time, where it has all its updates."""
     check_limit(limit)
     client = PersistClient(location_from(location, blob, consensus))
     reader = client.open_leased_reader(shard)
     try:
         upper = reader.fetch_recent_upper()
+        if as_of is None and upper.is_empty():  # closed: at its last time
+            as_of = common_as_of({shard: reader}, None)
         if as_of is None:
             as_of = (upper.time - 1) if upper.time else 0
         if upper.less_equal(as_of):
@@ -539,7 +542,8 @@ def subscribe(
     """Print the snapshot at --from, then every update as it becomes definite (JSON lines).
 
     A shard not yet written up to --from (an empty one, say) is waited for,
-    up to --seconds.
+    up to --seconds. A closed shard (a dropped view's) starts by default at its
+    last time, where it has all its updates.
     """
     from timeshard.persist import Progress, Updates
 
@@ -547,8 +551,11 @@ def subscribe(
     deadline = time.monotonic() + seconds
     reader = PersistClient(location_from(location, blob, consensus)).open_leased_reader(obj)
     try:
+        upper = reader.fetch_recent_upper()
+        if from_ is None and upper.is_empty():  # closed: at its last time, as a snapshot
+            from_ = common_as_of({obj: reader}, None)
         if from_ is None:
-            from_ = (reader.fetch_recent_upper().time or 1) - 1
+            from_ = (upper.time or 1) - 1
         if not reader.since.less_equal(from_):
             raise not_readable(reader, from_)
         if not _wait_for_upper_past(reader, from_, deadline):

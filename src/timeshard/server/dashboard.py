@@ -516,10 +516,11 @@ def _series_figure(series: dict[str, list[tuple[int, float | None]]], unit: str)
 
 
 def dependency_graph(objects: Iterable[Any]) -> tuple[dict[str, str], set[tuple[str, str]]]:
-    """The nodes (name -> ``source``, ``shard`` or ``view``) and edges of ``objects``.
+    """The nodes (name -> ``source``, ``shard``, ``view`` or ``sink``: an object's kind)
+    and edges of ``objects``.
 
-    A source points at each shard it writes, each shard a view reads points at
-    the view. An object that writes one shard named after it is one node.
+    A source points at each shard it writes, each shard a view or a sink reads
+    points at it. An object that writes one shard named after it is one node.
     """
     nodes: dict[str, str] = {}
     edges: set[tuple[str, str]] = set()
@@ -548,11 +549,14 @@ def layers(nodes: Iterable[str], edges: set[tuple[str, str]]) -> dict[str, int]:
     return depth
 
 
-_KINDS = {"source": "#1f77b4", "shard": "#7f7f7f", "view": "#2ca02c"}
+#: The colour of each kind of node; a node of another kind is drawn in :data:`_OTHER`.
+_KINDS = {"source": "#1f77b4", "shard": "#7f7f7f", "view": "#2ca02c", "sink": "#d62728"}
+_OTHER = "#9467bd"
 
 
 def graph_figure(objects: Iterable[Any]) -> Any:
-    """The dependency graph as a plotly figure: a column per depth, an arrow per edge."""
+    """The dependency graph as a plotly figure: a column per depth, an arrow per edge, a
+    marker per node coloured by its kind (every kind drawn, a sink's too)."""
     import plotly.graph_objects as go
 
     nodes, edges = dependency_graph(list(objects))
@@ -562,7 +566,8 @@ def graph_figure(objects: Iterable[Any]) -> Any:
         for rank, name in enumerate(sorted(n for n in nodes if depth[n] == d)):
             position[name] = (d, -rank)
     fig = go.Figure()
-    for kind, colour in _KINDS.items():
+    others = sorted(set(nodes.values()) - set(_KINDS))
+    for kind, colour in [*_KINDS.items(), *((k, _OTHER) for k in others)]:
         names = sorted(n for n in nodes if nodes[n] == kind)
         if not names:
             continue
