@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from timeshard.errors import InvalidUsage
+from timeshard.progress import MAX_TIMESTAMP
 
 if TYPE_CHECKING:
     from timeshard.catalog import CatalogEntry
@@ -64,7 +65,13 @@ def parse_duration(text: str) -> int:
         raise InvalidUsage(
             f"invalid duration {text!r}: use a whole number and a unit, one of {list(UNITS_MS)}"
         )
-    return int(match[1]) * UNITS_MS[match[2]]
+    ms = int(match[1]) * UNITS_MS[match[2]]
+    if ms > MAX_TIMESTAMP:
+        raise InvalidUsage(
+            f"duration {text!r} is {ms} ms, beyond the longest timeshard keeps "
+            f"({MAX_TIMESTAMP} ms, about 292 million years)"
+        )
+    return ms
 
 
 def format_duration(ms: int) -> str:

@@ -132,6 +132,17 @@ def test_retain_history_durations(tmp_path: Path, text: str, ms: int) -> None:
     assert parse_duration(format_duration(ms)) == ms
 
 
+@pytest.mark.parametrize(
+    "text", ["999999999999999999999999d", "106751991168d", "9223372036854775808ms"]
+)
+def test_a_duration_beyond_int64_milliseconds_is_refused(text: str) -> None:
+    """It was taken, and its milliseconds, past what a timestamp or a shard state holds,
+    went into the catalog and the holds' tokens."""
+    with pytest.raises(InvalidUsage, match=f"duration '{text}' is .* beyond the longest"):
+        parse_duration(text)
+    assert parse_duration("9223372036854775807ms") == 2**63 - 1
+
+
 def test_retain_history_absent_is_none(tmp_path: Path) -> None:
     f = tmp_path / "run.toml"
     f.write_text(GOOD)
