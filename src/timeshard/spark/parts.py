@@ -78,8 +78,10 @@ Invariants:
    is deleted before the error is raised; if it succeeds, every file under
    ``key_prefix`` but the parts returned (those of task attempts that failed
    after writing, or lost to a speculative copy) is deleted before they are
-   returned. An attempt still running then (a speculative copy being killed)
-   may leave its part after that: GC deletes it once the writer is gone.
+   returned. Either way, so are the hidden temporaries there (of attempts
+   killed while they wrote). An attempt still running then (a speculative copy
+   being killed) may leave its part or temporary after that: GC deletes it
+   once the writer is gone, or the batch is in the shard.
 4. A missing or corrupt part raises PartError; it is never skipped
    (``ignoreCorruptFiles``/``ignoreMissingFiles`` are off for every read) and
    never read as other data (every read verifies page checksums).
@@ -95,6 +97,7 @@ import urllib.parse
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -118,8 +121,9 @@ from pyspark.sql.types import (
 
 from timeshard.errors import InvalidUsage, PartError, TimeshardError
 from timeshard.location.blob import Blob, check_blob_key
+from timeshard.location.file import Temporaries
 from timeshard.location.unreliable import KeyedFaults
-from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
+from timeshard.persist._internal.blobio import delete_keys, read_part, retry_external, write_part
 from timeshard.persist._internal.parts import (
     DIFF,
     ERR,
@@ -524,18 +528,33 @@ def _write_through_driver(
 def _delete_under(blob: Blob, key_prefix: str) -> None:
     keys = [m.key for m in blob.list_keys(key_prefix + "/")]
     delete_keys(blob, keys, PersistConfig())
+    _delete_temporaries(blob, key_prefix)
 
 
 def _delete_unnamed(blob: Blob, key_prefix: str, parts: list[PartMeta]) -> None:
     """Delete the files under ``key_prefix`` that none of ``parts`` names (invariant 3): the
-    parts of task attempts that failed after writing, or lost to a speculative copy. GC keeps
-    such files while their writer is registered, so they would stay for the writer's life.
-    A failure here leaves them (the write stands)."""
+    parts of task attempts that failed after writing, or lost to a speculative copy, and the
+    temporaries of attempts killed while they wrote. GC keeps such parts while their writer
+    is registered, so they would stay for the writer's life. A failure here leaves them (the
+    write stands)."""
     named = {p.key for p in parts}
     with contextlib.suppress(Exception):
         others = [m.key for m in blob.list_keys(key_prefix + "/") if m.key not in named]
         if others:
             delete_keys(blob, others, PersistConfig())
+        _delete_temporaries(blob, key_prefix)
+
+
+def _delete_temporaries(blob: Blob, key_prefix: str) -> None:
+    """Delete the temporaries under ``key_prefix``, once the job that wrote there ended: the
+    attempt that filled one was killed (or is being killed, its part unwanted)."""
+    if isinstance(blob, Temporaries):
+        for meta in blob.list_temporaries(key_prefix + "/"):
+            retry_external(
+                PersistConfig(),
+                f"deleting temporary {meta.key!r}",
+                partial(blob.delete_temporary, meta.key),
+            )
 
 
 # -- reading ---------------------------------------------------------------------------------
