@@ -81,7 +81,7 @@ def test_a_read_under_task_faults_fails_the_action_and_drops_no_row(
     )
     inject_task_faults(None)
     plain = read_parts(spark, blob, parts, SCHEMA)
-    assert "MapInArrow" not in plain._jdf.queryExecution().executedPlan().toString()
+    assert "PartReadFaults" not in plain._jdf.queryExecution().executedPlan().toString()
     assert sorted(r["k"] for r in plain.collect()) == list(range(40))
 
 

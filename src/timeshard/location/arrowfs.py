@@ -18,6 +18,10 @@ Invariants:
    ``delete`` None) only if the root's bucket exists; a missing bucket (a
    typo, deleted, not yet created) raises Determinate naming it, so that no
    part reads as lost and no listing as empty because of it.
+4. Temporary and hidden files (names starting with ``.``) are never listed as keys.
+   The temporaries a write left behind (``<directory>/.tmp-<hex>``, killed before its
+   move) are listed by :meth:`ArrowFsBlob.list_temporaries` and deleted by
+   :meth:`ArrowFsBlob.delete_temporary` only, which take nothing else.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -33,6 +37,7 @@ import pyarrow.fs as pafs
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location._masking import masked
 from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
+from timeshard.location.file import TMP_NAME, TMP_PREFIX, check_temporary_key
 
 #: How long a bucket seen to exist is taken to (seconds): an absent key then asks again.
 _BUCKET_SEEN_S = 60.0
@@ -115,7 +120,7 @@ class ArrowFsBlob:
         if kind == pafs.FileType.Directory:
             raise InvalidUsage(f"blob key {key!r} is a directory of other keys")
         parent = path.rsplit("/", 1)[0]
-        target = path if self._object_store else f"{parent}/.tmp-{uuid.uuid4().hex}"
+        target = path if self._object_store else f"{parent}/{TMP_PREFIX}{uuid.uuid4().hex}"
         try:
             self.fs.create_dir(parent, recursive=True)
             with self.fs.open_output_stream(target) as f:
@@ -144,6 +149,16 @@ class ArrowFsBlob:
         return int(info.size or 0)
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        found = self._listed(prefix, lambda name: not name.startswith("."))
+        if not found:
+            self._check_bucket(masked(f"listing blob {self.uri!r}"))
+        return iter(found)
+
+    def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        return iter(self._listed(prefix, TMP_NAME.fullmatch))
+
+    def _listed(self, prefix: str, wanted: Callable[[str], object]) -> list[BlobMetadata]:
+        """Every file whose key starts with ``prefix`` and whose name is ``wanted``."""
         check_blob_prefix(prefix)
         selector = pafs.FileSelector(self.base, recursive=True, allow_not_found=True)
         try:
@@ -155,12 +170,27 @@ class ArrowFsBlob:
             if info.type != pafs.FileType.File:
                 continue
             key = info.path[len(self.base) + 1 :]
-            if key.rsplit("/", 1)[-1].startswith(".") or not key.startswith(prefix):
+            if not wanted(key.rsplit("/", 1)[-1]) or not key.startswith(prefix):
                 continue
             found.append(BlobMetadata(key, int(info.size or 0)))
-        if not found:
-            self._check_bucket(masked(f"listing blob {self.uri!r}"))
-        return iter(found)
+        return found
+
+    def delete_temporary(self, key: str) -> int | None:
+        directory, _, name = check_temporary_key(key).rpartition("/")
+        path = f"{self._path(directory)}/{name}"
+        try:
+            info = self.fs.get_file_info(path)
+        except Exception as e:  # nothing deleted yet
+            raise Determinate(f"deleting temporary {key!r}: {e}") from e
+        if info.type != pafs.FileType.File:
+            return None
+        try:
+            self.fs.delete_file(path)
+        except FileNotFoundError:
+            return None
+        except Exception as e:
+            raise Indeterminate(f"deleting temporary {key!r}: {e}") from e
+        return int(info.size or 0)
 
 
 __all__ = ["ArrowFsBlob"]

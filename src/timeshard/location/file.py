@@ -18,7 +18,10 @@ Invariants:
    would escape it raises InvalidUsage naming the key before any file is
    touched.
 2. Temporary and hidden files (names starting with ``.``) are never listed; no
-   valid key has such a component.
+   valid key has such a component. The temporaries a write left behind (a process
+   killed before it moved one into place: ``<directory>/.tmp-<hex>``) are listed by
+   :meth:`FileBlob.list_temporaries` and deleted by :meth:`FileBlob.delete_temporary`
+   only, which take nothing else.
 3. ``set`` of a key holding other bytes raises InvalidUsage and changes
    nothing, also when the other bytes arrive while it writes; with the same
    bytes it does nothing (a retry).
@@ -34,15 +37,20 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location._paths import check_creatable
 from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
 
 TMP_PREFIX = ".tmp-"
+#: The name of a temporary file a write makes beside its key (here, in arrowfs and in
+#: the Spark tasks' part writes).
+TMP_NAME = re.compile(r"\.tmp-[0-9a-f]{1,64}")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 _NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP)
 _LINK_ATTEMPTS = 10
@@ -175,6 +183,14 @@ class FileBlob:
         return size
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        return self._walk(prefix, lambda name: not name.startswith("."))
+
+    def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        return self._walk(prefix, TMP_NAME.fullmatch)
+
+    def _walk(self, prefix: str, wanted: Callable[[str], object]) -> Iterator[BlobMetadata]:
+        """Every file whose key starts with ``prefix`` and whose name is ``wanted``, outside
+        hidden directories."""
         check_blob_prefix(prefix)
         directory = prefix.rpartition("/")[0]
         top = self.root / directory if directory else self.root
@@ -185,15 +201,60 @@ class FileBlob:
                 for name in files:
                     full = Path(dirpath, name)
                     key = full.relative_to(self.root).as_posix()
-                    if name.startswith(".") or not key.startswith(prefix):
+                    if not wanted(name) or not key.startswith(prefix):
                         continue
                     try:
                         found.append(BlobMetadata(key, full.stat().st_size))
                     except FileNotFoundError:
-                        continue  # deleted while we listed
+                        continue  # deleted (or moved into place) while we listed
         except OSError as e:
             raise Determinate(f"listing blob root {str(self.root)!r}: {e}") from e
         return iter(found)
+
+    def delete_temporary(self, key: str) -> int | None:
+        directory, _, name = check_temporary_key(key).rpartition("/")
+        path = self.path(directory) / name
+        try:
+            size = path.stat().st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as e:
+            raise Determinate(f"deleting temporary {key!r}: {e}") from e
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise Indeterminate(f"deleting temporary {key!r}: {e}") from e
+        return size
+
+
+@runtime_checkable
+class Temporaries(Protocol):
+    """A blob whose writes go through temporary files (``<directory>/.tmp-<hex>``) that a
+    write killed before moving one into place leaves behind; GC deletes them."""
+
+    def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        """Every temporary whose key (``<directory>/.tmp-<hex>``) starts with ``prefix``."""
+        ...
+
+    def delete_temporary(self, key: str) -> int | None:
+        """Delete the temporary ``key``; its size, or None if it did not exist."""
+        ...
+
+
+def check_temporary_key(key: object) -> str:
+    """Return ``key`` if it names a temporary (``<blob key>/.tmp-<hex>``), else InvalidUsage."""
+    if not isinstance(key, str):
+        raise InvalidUsage(f"invalid temporary key {key!r}: must be a string")
+    directory, _, name = key.rpartition("/")
+    if not directory or not TMP_NAME.fullmatch(name):
+        raise InvalidUsage(f"invalid temporary key {key!r}: not <directory>/.tmp-<hex>")
+    try:
+        check_blob_key(directory)
+    except InvalidUsage as e:
+        raise InvalidUsage(f"invalid temporary key {key!r}: {e}") from None
+    return key
 
 
 def _make_dirs(directory: Path, root: Path) -> list[Path]:
@@ -239,4 +300,4 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["FileBlob"]
+__all__ = ["TMP_NAME", "FileBlob", "Temporaries", "check_temporary_key"]

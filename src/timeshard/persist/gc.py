@@ -10,9 +10,24 @@ A part key under the shard's prefix is garbage when
   of ``<shard>/<writer>/<batch>/<part>``) is not registered: the writer died
   or was expired before appending.
 
+A write that was killed before it moved its temporary file into place (a Spark
+task killed mid-write, a process killed inside ``FileBlob.set``) leaves a hidden
+``<shard>/<writer>/<batch>/.tmp-<hex>`` that no key listing names. On a blob
+that lists them (:class:`~timeshard.location.file.Temporaries`) such a
+temporary is garbage when it is surely abandoned:
+
+* its writer is not registered (as for parts), or
+* some retained version names a part under its batch prefix: the write that
+  made it returned, and batch prefixes are never written again (a task attempt
+  still running then, one being killed, is no part of any batch).
+
+One under a registered writer's batch that no version names yet may still be
+filling: it stays.
+
 Order matters: blobs are listed *before* the head is read, so a writer that
-staged a listed part had registered before GC looked at the writers. Versions
-below the least held seqno are truncated only after their garbage is deleted.
+staged a listed part (or temporary) had registered before GC looked at the
+writers. Versions below the least held seqno are truncated only after their
+garbage is deleted.
 """
 
 from __future__ import annotations
@@ -22,6 +37,7 @@ from functools import partial
 
 from timeshard.location.blob import Blob
 from timeshard.location.consensus import Consensus
+from timeshard.location.file import Temporaries
 from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.blobio import delete_keys, retry_external
 from timeshard.persist._internal.machine import Machine
@@ -40,6 +56,7 @@ class GcReport:
     truncated_versions: int
     expired: tuple[str, ...]
     unrecognized_keys: tuple[str, ...]
+    deleted_temporaries: int = 0
 
 
 def collect_garbage(
@@ -53,6 +70,14 @@ def collect_garbage(
         lambda: [m.key for m in blob.list_keys(f"{shard}/")],
         reads=True,
     )
+    temporaries: list[str] = []
+    if isinstance(blob, Temporaries):
+        temporaries = retry_external(
+            config,
+            f"listing temporaries of {shard!r}",
+            lambda: [m.key for m in blob.list_temporaries(f"{shard}/")],
+            reads=True,
+        )
     now = config.now_ms()
     expired = machine.apply(lambda s: tr.expire_leases(s, now))
     assert isinstance(expired, list), expired
@@ -90,6 +115,14 @@ def collect_garbage(
         if key in ever or parts[1] not in head.writers:
             garbage.append(key)
     deleted = delete_keys(blob, garbage, config)
+    batches = {key.rpartition("/")[0] for key in ever | live}
+    abandoned = [
+        key
+        for key in temporaries
+        if key.count("/") == 3
+        and (key.split("/")[1] not in head.writers or key.rpartition("/")[0] in batches)
+    ]
+    deleted_temporaries = _delete_temporaries(blob, abandoned, config)
     truncated = 0
     if min_live > earliest:
         truncated = retry_external(
@@ -103,7 +136,22 @@ def collect_garbage(
         truncated,
         tuple(expired),
         tuple(unrecognized),
+        deleted_temporaries,
     )
+
+
+def _delete_temporaries(blob: Blob, keys: list[str], config: PersistConfig) -> int:
+    """Delete the temporaries ``keys`` (of a blob that has them); return how many existed."""
+    if not keys:
+        return 0
+    assert isinstance(blob, Temporaries), blob
+    deleted = 0
+    for key in keys:
+        size = retry_external(
+            config, f"deleting temporary {key!r}", partial(blob.delete_temporary, key)
+        )
+        deleted += size is not None
+    return deleted
 
 
 __all__ = ["GcReport", "collect_garbage"]

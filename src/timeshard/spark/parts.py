@@ -20,17 +20,25 @@ driver turns the collected rows back into parts with :func:`part_from_row`.
 
 Reading (``read_parts``)::
 
-    [PartMeta] --check_parts--> spark.read.schema(part schema).parquet(*uris)
-      driver: every part exists with      executors: Spark's Parquet reader
-      its size, in one listing call
+    [PartMeta] --check_parts--> PartDigests(parts) UNION ALL spark.read.parquet(*uris)
+      driver: every part exists    executors, one job: tasks that read each part whole
+      with its size, in one        and check its SHA-256 (no rows), then Spark's
+      listing call                 Parquet scan (as the part schema)
+
+The digest check costs one more read of every part (a Python task hashes it,
+about 0.5-1 GB/s per core) and a task per core at most, in the same job: no
+Spark job more. It is needed because Parquet's footer (row-group statistics,
+row counts, page offsets) carries no checksum: Spark uses the statistics to
+skip row groups for a pushed filter (``_ts <= as_of``), so one flipped byte
+there dropped rows silently.
 
 What runs where (as in ``pyspark.sql.datasource``):
 
 * driver: :func:`conform_df`, :func:`check_parts`, collecting part rows,
   deleting the parts of a failed write, :func:`typed_errors`,
   :func:`inject_task_faults`;
-* executors: :class:`PartWriter` and :class:`PartReadFaults`. They must
-  pickle, so they hold plain values only (the root URI, the key prefix, the
+* executors: :class:`PartWriter`, :class:`PartDigests` and :class:`PartReadFaults`.
+  They must pickle, so they hold plain values only (the root URI, the key prefix, the
   data schema as Arrow IPC bytes, the injected faults);
   executors need ``pyarrow`` and ``timeshard`` importable by their Python
   (``PYSPARK_PYTHON``) and must reach the blob root under the same URI.
@@ -54,17 +62,19 @@ its part, or after it (the part exists, the task still fails); a read task
 fails before yielding rows (a pass-through ``mapInArrow`` behind the Parquet
 scan, added only then). A failure is ``OSError(EIO)``, recorded in the
 faults' journal by the task that injects it. Without a source (the default)
-nothing changes, not even the plan.
+the plan has no such step and no task injects anything.
 
 Errors. A write that does not fit the shard raises InvalidUsage before any
 Spark job runs. A part that is missing, or whose size differs from the one the
 state recorded (truncated, overwritten), raises PartError when ``read_parts``
 is called. A part corrupted in place surfaces only when Spark reads it, at
 the action (``collect``, ``count``, a write), as a Spark exception naming the
-file: Spark's reader verifies the page checksums (``VERIFY_PAGE_CHECKSUMS``),
-not the digest, which only the pyarrow path reads whole parts to check. Run
-the action inside :func:`typed_errors` to get PartError naming the part
-instead.
+file: its digest check fails (and Spark's reader verifies the page checksums,
+``VERIFY_PAGE_CHECKSUMS``). A part that cannot be read (I/O, a timeout) is a
+fault, not a corrupt part. Run the action inside :func:`typed_errors` to get
+PartError naming the part, or Determinate for the fault, instead: a read that
+Spark's reader failed is told apart by the part's bytes, read again on the
+driver (:func:`typed_error`).
 
 Invariants:
 
@@ -78,11 +88,15 @@ Invariants:
    is deleted before the error is raised; if it succeeds, every file under
    ``key_prefix`` but the parts returned (those of task attempts that failed
    after writing, or lost to a speculative copy) is deleted before they are
-   returned. An attempt still running then (a speculative copy being killed)
-   may leave its part after that: GC deletes it once the writer is gone.
+   returned. Either way, so are the hidden temporaries there (of attempts
+   killed while they wrote). An attempt still running then (a speculative copy
+   being killed) may leave its part or temporary after that: GC deletes it
+   once the writer is gone, or the batch is in the shard.
 4. A missing or corrupt part raises PartError; it is never skipped
    (``ignoreCorruptFiles``/``ignoreMissingFiles`` are off for every read) and
-   never read as other data (every read verifies page checksums).
+   never read as other data or as fewer rows (every read checks the recorded
+   SHA-256 of each part that has one, and page checksums). A part that cannot be
+   read is Determinate, never PartError.
 """
 
 from __future__ import annotations
@@ -91,10 +105,13 @@ import contextlib
 import hashlib
 import os
 import re
+import threading
 import urllib.parse
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -116,10 +133,11 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from timeshard.errors import InvalidUsage, PartError, TimeshardError
+from timeshard.errors import Determinate, InvalidUsage, PartError, TimeshardError
 from timeshard.location.blob import Blob, check_blob_key
+from timeshard.location.file import Temporaries
 from timeshard.location.unreliable import KeyedFaults
-from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
+from timeshard.persist._internal.blobio import delete_keys, read_part, retry_external, write_part
 from timeshard.persist._internal.parts import (
     DIFF,
     ERR,
@@ -524,18 +542,33 @@ def _write_through_driver(
 def _delete_under(blob: Blob, key_prefix: str) -> None:
     keys = [m.key for m in blob.list_keys(key_prefix + "/")]
     delete_keys(blob, keys, PersistConfig())
+    _delete_temporaries(blob, key_prefix)
 
 
 def _delete_unnamed(blob: Blob, key_prefix: str, parts: list[PartMeta]) -> None:
     """Delete the files under ``key_prefix`` that none of ``parts`` names (invariant 3): the
-    parts of task attempts that failed after writing, or lost to a speculative copy. GC keeps
-    such files while their writer is registered, so they would stay for the writer's life.
-    A failure here leaves them (the write stands)."""
+    parts of task attempts that failed after writing, or lost to a speculative copy, and the
+    temporaries of attempts killed while they wrote. GC keeps such parts while their writer
+    is registered, so they would stay for the writer's life. A failure here leaves them (the
+    write stands)."""
     named = {p.key for p in parts}
     with contextlib.suppress(Exception):
         others = [m.key for m in blob.list_keys(key_prefix + "/") if m.key not in named]
         if others:
             delete_keys(blob, others, PersistConfig())
+        _delete_temporaries(blob, key_prefix)
+
+
+def _delete_temporaries(blob: Blob, key_prefix: str) -> None:
+    """Delete the temporaries under ``key_prefix``, once the job that wrote there ended: the
+    attempt that filled one was killed (or is being killed, its part unwanted)."""
+    if isinstance(blob, Temporaries):
+        for meta in blob.list_temporaries(key_prefix + "/"):
+            retry_external(
+                PersistConfig(),
+                f"deleting temporary {meta.key!r}",
+                partial(blob.delete_temporary, meta.key),
+            )
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -574,8 +607,9 @@ def read_parts(
 
     Runs on the driver and checks the parts first (:func:`check_parts`; a part
     deleted after that check, before Spark lists it, is PartError too); Spark
-    tasks read them at the action, where a part corrupted in place raises a
-    Spark exception (PartError inside :func:`typed_errors`). No parts give an
+    tasks read them at the action, where a part corrupted in place (its bytes
+    not the recorded SHA-256) raises a Spark exception (PartError inside
+    :func:`typed_errors`; an unreadable part Determinate). No parts give an
     empty local relation, on which actions run no Spark job.
     """
     schema = arrow_to_spark_schema(updates_schema(data_schema))
@@ -601,8 +635,25 @@ def read_parts(
             if paths is None
             else DataFrame(reader._jreader.parquet(paths), spark)
         )
+    _plan(root, parts)
     faults = current_task_faults()
-    return df if faults is None else df.mapInArrow(PartReadFaults(faults), df.schema)
+    if faults is not None:
+        df = df.mapInArrow(PartReadFaults(faults), df.schema)
+    recorded = [p for p in parts if p.sha256 is not None]
+    if not recorded:
+        return df
+    # The digests are checked by tasks of the same job, ahead of the scan's (a take() runs
+    # partitions in order): a failed check fails the job, so no row of a part whose bytes
+    # are not the recorded ones reaches a result, nor is one silently missing.
+    digests = pa.table(
+        {
+            "key": [p.key for p in recorded],
+            "size": [p.size_in_bytes for p in recorded],
+            "sha256": [p.sha256 for p in recorded],
+        }
+    )
+    checks = spark.createDataFrame(digests).mapInArrow(PartDigests(root), df.schema)
+    return checks.union(df)
 
 
 @dataclass(frozen=True, slots=True)
@@ -623,9 +674,69 @@ class PartReadFaults:
         yield from batches
 
 
+@dataclass(frozen=True, slots=True)
+class PartDigests:
+    """What a digest-check task runs beside the Parquet scan (executors).
+
+    Takes batches of ``(key, size, sha256)`` and reads each part whole once,
+    raising PartError if it is missing or its size or SHA-256 is not the
+    recorded one, and Determinate if reading it fails (a fault). Yields no row.
+    """
+
+    root_uri: str
+
+    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for row in batch.to_pylist():
+                check_part_file(self.root_uri, row["key"], row["size"], row["sha256"])
+        yield from ()
+
+
+def check_part_file(root_uri: str, key: str, size: int, sha256: str | None) -> None:
+    """Read the part ``key`` under ``root_uri`` whole; PartError unless it has ``size`` bytes
+    whose SHA-256 is ``sha256`` (any, if None), Determinate if reading it fails."""
+    fs, base = filesystem_of(root_uri)
+    digest = hashlib.sha256()
+    read = 0
+    try:
+        with fs.open_input_stream(f"{base}/{key}") as f:  # a stream: the stat size may lie
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+                read += len(chunk)
+    except FileNotFoundError:
+        raise PartError(key, "missing") from None
+    except OSError as e:
+        raise Determinate(f"reading part {key!r}: {e}") from e
+    if read != size:
+        raise PartError(key, f"corrupt: it has {read} bytes, the state says {size}")
+    if sha256 is not None and digest.hexdigest() != sha256:
+        raise PartError(key, "corrupt: its SHA-256 differs from the one the state recorded")
+
+
+#: The parts of the latest Spark reads (key -> blob root, part), so that a failed read of
+#: one is told apart by its bytes: not the recorded ones (corrupt), or unreadable (a fault).
+_planned: OrderedDict[str, tuple[str, PartMeta]] = OrderedDict()
+_planned_lock = threading.Lock()
+_PLANNED_MAX = 100_000
+
+
+def _plan(root_uri: str, parts: list[PartMeta]) -> None:
+    with _planned_lock:
+        for part in parts:
+            _planned[part.key] = (root_uri, part)
+            _planned.move_to_end(part.key)
+        while len(_planned) > _PLANNED_MAX:
+            _planned.popitem(last=False)
+
+
+def _planned_part(key: str) -> tuple[str, PartMeta] | None:
+    with _planned_lock:
+        return _planned.get(key)
+
+
 # -- errors ----------------------------------------------------------------------------------
 
-_PYTHON_ERROR = re.compile(r"timeshard\.errors\.(PartError|InvalidUsage): ([^\n]*)")
+_PYTHON_ERROR = re.compile(r"timeshard\.errors\.(PartError|InvalidUsage|Determinate): ([^\n]*)")
 _PART_ERROR = re.compile(r"part '([^']+)' is (.*)")
 # File paths in Spark's messages are decoded: they may hold spaces.
 _FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file ([^\n]+?\.parquet)")
@@ -634,6 +745,15 @@ _NOT_FOUND = re.compile(
     r"|\[PATH_NOT_FOUND\] Path does not exist: ([^\n]+?\.parquet)"
 )
 _CAUSE = re.compile(r"^Caused by: ([^\n]*)", re.MULTILINE)
+#: The exceptions of I/O that failed, not of bytes that did not decode: a plain IOException
+#: (parquet's own for bad bytes have a deeper cause, or are its own types), a timeout, the
+#: network, an object store's client.
+_IO_CAUSE = re.compile(
+    r"(java\.io\.(IOException|InterruptedIOException)|java\.net\.\w+|javax\.net\.ssl\.\w+"
+    r"|java\.util\.concurrent\.TimeoutException|java\.nio\.channels\.\w+"
+    r"|org\.apache\.hadoop\.fs\.s3a\.(?!RemoteFileChanged)\w+|org\.apache\.hadoop\.(ipc|net)\.\w+"
+    r"|software\.amazon\.awssdk\.[\w.]+|com\.amazonaws\.[\w.]+)(:|$)"
+)
 
 
 @contextlib.contextmanager
@@ -669,6 +789,8 @@ def typed_error(error: BaseException) -> TimeshardError | None:
         kind, message = python.groups()
         if kind == "InvalidUsage":
             return InvalidUsage(message)
+        if kind == "Determinate":
+            return Determinate(message)
         part = _PART_ERROR.match(message)
         if part is not None:
             return PartError(part.group(1), part.group(2))
@@ -679,10 +801,34 @@ def typed_error(error: BaseException) -> TimeshardError | None:
         if failed.group(1) == "FILE_NOT_EXIST":
             return PartError(key, "missing")
         causes = _CAUSE.findall(text)
-        return PartError(key, f"corrupt: {causes[-1] if causes else failed.group(0)}")
+        return _failed_read(key, causes[-1] if causes else failed.group(0))
     if not_found is not None:
         return PartError(_key_of(not_found.group(1) or not_found.group(2)), "missing")
     return None
+
+
+def _failed_read(key: str, cause: str) -> TimeshardError:
+    """Why Spark failed to read the part ``key`` (``cause``: its deepest exception).
+
+    The part's bytes decide, read again here: not the recorded ones is PartError
+    (corrupt), unreadable is Determinate (a fault: I/O, a timeout), the recorded ones is
+    Determinate too (the read failed, the part is sound). A part no read of this process
+    planned, or with no recorded digest, is judged by ``cause``: an I/O or network
+    exception is Determinate, anything else PartError.
+    """
+    planned = _planned_part(key)
+    if planned is None or planned[1].sha256 is None:
+        if _IO_CAUSE.match(cause):
+            return Determinate(f"reading part {key!r}: {cause}")
+        return PartError(key, f"corrupt: {cause}")
+    root, part = planned
+    try:
+        check_part_file(root, key, part.size_in_bytes, part.sha256)
+    except (PartError, Determinate) as e:
+        return e
+    return Determinate(
+        f"reading part {key!r} failed, yet its bytes are the ones the state recorded: {cause}"
+    )
 
 
 def _key_of(uri: str) -> str:
@@ -693,8 +839,10 @@ def _key_of(uri: str) -> str:
 __all__ = [
     "PART_META_DDL",
     "VERIFY_PAGE_CHECKSUMS",
+    "PartDigests",
     "PartReadFaults",
     "PartWriter",
+    "check_part_file",
     "check_parts",
     "column",
     "conform_df",

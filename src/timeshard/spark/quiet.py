@@ -42,7 +42,8 @@ Invariants:
 3. No setting whose key matches :data:`SECRET_KEY` is on the JVM's command line, nor one
    whose value does (or holds a URL's password), unless spark-submit needs it to
    launch the JVM (:data:`LAUNCH_KEYS`: its memory, Java options, class path, jars),
-   which a warning then names.
+   which a warning then names if the value holds a password in a URL or a secret's
+   ``name=value`` (:data:`SECRET_ASSIGNMENT`), not for a word in a jar's name.
 """
 
 from __future__ import annotations
@@ -67,6 +68,12 @@ JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 SECRET_KEY = re.compile(r"(?i)secret|password|token|access[._]?key")
 #: A URL's user info with a password (``scheme://user:password@host``).
 USER_INFO = re.compile(r"://[^/@\s:]*:[^/@\s]*@")
+#: A secret given as ``name=value`` (``-Dfs.s3a.access.key=...``, ``?token=...``): what in a
+#: launch setting is a secret, where the word alone may be a file's name
+#: (``spark-token-provider-kafka.jar``).
+SECRET_ASSIGNMENT = re.compile(
+    r"(?i)(secret|password|passwd|token|access[._]?key)[\w.-]*\s*=\s*[^\s&,;]"
+)
 #: The settings spark-submit acts on when it launches the JVM (its memory, options, class
 #: path, the jars it resolves): they stay on its command line whatever their value.
 LAUNCH_KEYS = re.compile(
@@ -199,11 +206,12 @@ def _secret(key: str, value: str) -> bool:
     if not (SECRET_KEY.search(value) or USER_INFO.search(value)):
         return False
     if LAUNCH_KEYS.fullmatch(key):
-        log.warning(
-            "setting %s seems to hold a secret; it takes effect only on the JVM's command "
-            "line, which local users can read",
-            key,
-        )
+        if USER_INFO.search(value) or SECRET_ASSIGNMENT.search(value):
+            log.warning(
+                "setting %s seems to hold a secret; it takes effect only on the JVM's command "
+                "line, which local users can read",
+                key,
+            )
         return False
     return True
 
