@@ -20,25 +20,31 @@ driver turns the collected rows back into parts with :func:`part_from_row`.
 
 Reading (``read_parts``)::
 
-    [PartMeta] --check_parts--> PartDigests(parts) UNION ALL spark.read.parquet(*uris)
-      driver: every part exists    executors, one job: tasks that read each part whole
-      with its size, in one        and check its SHA-256 (no rows), then Spark's
-      listing call                 Parquet scan (as the part schema)
+    [PartMeta] --check_parts--> spark.read.schema(part schema).parquet(*uris)
+      driver: every part exists with      executors: Spark's Parquet reader,
+      its size, in one listing call       no footer filtering (below)
 
-The digest check costs one more read of every part (a Python task hashes it,
-about 0.5-1 GB/s per core) and a task per core at most, in the same job: no
-Spark job more. It is needed because Parquet's footer (row-group statistics,
-row counts, page offsets) carries no checksum: Spark uses the statistics to
-skip row groups for a pushed filter (``_ts <= as_of``), so one flipped byte
-there dropped rows silently.
+Footers. Parquet's footer (row-group statistics, dictionaries, bloom filters,
+column indexes, row counts, page offsets) carries no checksum, and page
+checksums cover only pages. Spark's reader skips row groups and pages by the
+footer for a pushed filter (``_ts <= as_of``), so one flipped byte in a
+statistic dropped rows silently. Every read of parts turns that filtering off
+(:data:`NO_FOOTER_FILTERING`, options of the read alone: other Parquet reads
+of the session keep it); the filter is still applied to every row. A part's
+rows are rarely outside the filter anyway: a part holds the updates of one
+batch, and reads are at or after its times. What this leaves: a flipped row
+count or page offset in a footer. Checking each part's recorded SHA-256 in
+every read's tasks (a Python task reading each part whole, in the same job)
+catches those too, and was measured and not taken: at 1M rows and 1% change
+a tick, it made a linear view's tick 2x and a grouped view's 1.6x.
 
 What runs where (as in ``pyspark.sql.datasource``):
 
 * driver: :func:`conform_df`, :func:`check_parts`, collecting part rows,
   deleting the parts of a failed write, :func:`typed_errors`,
   :func:`inject_task_faults`;
-* executors: :class:`PartWriter`, :class:`PartDigests` and :class:`PartReadFaults`.
-  They must pickle, so they hold plain values only (the root URI, the key prefix, the
+* executors: :class:`PartWriter` and :class:`PartReadFaults`. They must
+  pickle, so they hold plain values only (the root URI, the key prefix, the
   data schema as Arrow IPC bytes, the injected faults);
   executors need ``pyarrow`` and ``timeshard`` importable by their Python
   (``PYSPARK_PYTHON``) and must reach the blob root under the same URI.
@@ -69,8 +75,9 @@ Spark job runs. A part that is missing, or whose size differs from the one the
 state recorded (truncated, overwritten), raises PartError when ``read_parts``
 is called. A part corrupted in place surfaces only when Spark reads it, at
 the action (``collect``, ``count``, a write), as a Spark exception naming the
-file: its digest check fails (and Spark's reader verifies the page checksums,
-``VERIFY_PAGE_CHECKSUMS``). A part that cannot be read (I/O, a timeout) is a
+file: Spark's reader verifies the page checksums (``VERIFY_PAGE_CHECKSUMS``);
+the pyarrow path reads parts whole and checks their SHA-256. A part that cannot
+be read (I/O, a timeout) is a
 fault, not a corrupt part. Run the action inside :func:`typed_errors` to get
 PartError naming the part, or Determinate for the fault, instead: a read that
 Spark's reader failed is told apart by the part's bytes, read again on the
@@ -94,9 +101,9 @@ Invariants:
    once the writer is gone, or the batch is in the shard.
 4. A missing or corrupt part raises PartError; it is never skipped
    (``ignoreCorruptFiles``/``ignoreMissingFiles`` are off for every read) and
-   never read as other data or as fewer rows (every read checks the recorded
-   SHA-256 of each part that has one, and page checksums). A part that cannot be
-   read is Determinate, never PartError.
+   read as other data (every read verifies page checksums) nor as fewer rows
+   through a statistic of its footer (no read filters by them). A part that
+   cannot be read is Determinate, never PartError.
 """
 
 from __future__ import annotations
@@ -171,6 +178,14 @@ _PART_META_SCHEMA = pa.schema(
 #: The Parquet reader option that verifies page checksums (Spark's reader skips them by
 #: default); a session's Hadoop conf sets it only when the session starts with it.
 VERIFY_PAGE_CHECKSUMS = "parquet.page.verify-checksum.enabled"
+#: Parquet's row-group and page filtering by the footer's statistics, dictionaries, bloom
+#: filters and column indexes, turned off for every read of parts (module doc, "Footers").
+NO_FOOTER_FILTERING = (
+    "parquet.filter.stats.enabled",
+    "parquet.filter.dictionary.enabled",
+    "parquet.filter.bloom.enabled",
+    "parquet.filter.columnindex.enabled",
+)
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _INTEGRAL_DIGITS: dict[type[DataType], int] = {
     ByteType: 3,
@@ -628,6 +643,8 @@ def read_parts(
         .option("ignoreMissingFiles", "false")
         .option(VERIFY_PAGE_CHECKSUMS, "true")
     )
+    for option in NO_FOOTER_FILTERING:  # (the module doc, "Footers")
+        reader = reader.option(option, "false")
     paths = java_strings(spark, uris)  # one py4j call, not one per part
     with typed_errors():  # a part deleted since check_parts fails Spark's listing
         df = (
@@ -637,23 +654,7 @@ def read_parts(
         )
     _plan(root, parts)
     faults = current_task_faults()
-    if faults is not None:
-        df = df.mapInArrow(PartReadFaults(faults), df.schema)
-    recorded = [p for p in parts if p.sha256 is not None]
-    if not recorded:
-        return df
-    # The digests are checked by tasks of the same job, ahead of the scan's (a take() runs
-    # partitions in order): a failed check fails the job, so no row of a part whose bytes
-    # are not the recorded ones reaches a result, nor is one silently missing.
-    digests = pa.table(
-        {
-            "key": [p.key for p in recorded],
-            "size": [p.size_in_bytes for p in recorded],
-            "sha256": [p.sha256 for p in recorded],
-        }
-    )
-    checks = spark.createDataFrame(digests).mapInArrow(PartDigests(root), df.schema)
-    return checks.union(df)
+    return df if faults is None else df.mapInArrow(PartReadFaults(faults), df.schema)
 
 
 @dataclass(frozen=True, slots=True)
@@ -672,24 +673,6 @@ class PartReadFaults:
         if fault != "ok":
             self.faults.fail(f"task_read.{fault}", f"a read of parts (partition {partition})")
         yield from batches
-
-
-@dataclass(frozen=True, slots=True)
-class PartDigests:
-    """What a digest-check task runs beside the Parquet scan (executors).
-
-    Takes batches of ``(key, size, sha256)`` and reads each part whole once,
-    raising PartError if it is missing or its size or SHA-256 is not the
-    recorded one, and Determinate if reading it fails (a fault). Yields no row.
-    """
-
-    root_uri: str
-
-    def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            for row in batch.to_pylist():
-                check_part_file(self.root_uri, row["key"], row["size"], row["sha256"])
-        yield from ()
 
 
 def check_part_file(root_uri: str, key: str, size: int, sha256: str | None) -> None:
@@ -839,7 +822,6 @@ def _key_of(uri: str) -> str:
 __all__ = [
     "PART_META_DDL",
     "VERIFY_PAGE_CHECKSUMS",
-    "PartDigests",
     "PartReadFaults",
     "PartWriter",
     "check_part_file",
