@@ -33,6 +33,7 @@ def kafka(
     """Run an Apache Kafka broker (KRaft mode, jars from Maven Central) until Ctrl-C."""
     workdir = directory or Path(tempfile.mkdtemp(prefix="timeshard-kafka-"))
     broker = KafkaBroker(workdir, port=port, version=version)
+    stopped = _stop_on_sigterm()
     try:
         broker.start()
     except KafkaUnavailable as e:
@@ -42,7 +43,7 @@ def kafka(
         f"Kafka {version} on {broker.bootstrap} (bootstrap.servers), data in {workdir}; "
         "Ctrl-C stops it"
     )
-    _serve_until_stopped(lambda: broker.running, broker.stop)
+    _serve_until_stopped(stopped, lambda: broker.running, broker.stop)
 
 
 @dev_app.command("s3")
@@ -59,6 +60,7 @@ def s3(
     """
     workdir = directory or Path(tempfile.mkdtemp(prefix="timeshard-s3-"))
     server = SeaweedS3(workdir, bucket=bucket, port=port)
+    stopped = _stop_on_sigterm()
     try:
         server.start()
     except S3Unavailable as e:
@@ -70,7 +72,7 @@ def s3(
         f"Ctrl-C stops it\n  export {exports}\n"
         f"  timeshard run FILE with: [location] blob = {server.uri('mine')!r}"
     )
-    _serve_until_stopped(lambda: server.running, server.stop)
+    _serve_until_stopped(stopped, lambda: server.running, server.stop)
 
 
 @dev_app.command("mysql")
@@ -86,6 +88,7 @@ def mysql(
     """
     workdir = directory or Path(tempfile.mkdtemp(prefix="timeshard-mariadb-"))
     server = MariaDBServer(workdir, port=port)
+    stopped = _stop_on_sigterm()
     try:
         server.start()
     except MariaDBUnavailable as e:
@@ -95,13 +98,22 @@ def mysql(
         f"MariaDB on 127.0.0.1:{server.port}, data in {workdir}; Ctrl-C stops it\n"
         f'  [[source]] kind = "mysql", options = {{ url = {server.url!r} }}'
     )
-    _serve_until_stopped(lambda: server.running, server.stop)
+    _serve_until_stopped(stopped, lambda: server.running, server.stop)
 
 
-def _serve_until_stopped(running: Callable[[], bool], stop: Callable[[], None]) -> None:
-    """Wait for Ctrl-C or SIGTERM (or the server's exit), then stop the server."""
+def _stop_on_sigterm() -> threading.Event:
+    """An event SIGTERM sets, from now on: installed before the server starts, so a SIGTERM
+    sent once its address is printed (or while it starts) stops it, rather than ending
+    this process with the server left running."""
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())
+    return done
+
+
+def _serve_until_stopped(
+    done: threading.Event, running: Callable[[], bool], stop: Callable[[], None]
+) -> None:
+    """Wait for Ctrl-C or ``done`` (SIGTERM) or the server's exit, then stop the server."""
     try:
         while not done.wait(1.0) and running():
             pass
