@@ -15,6 +15,7 @@ must equal the query over the inputs' snapshots (the full path,
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections import Counter
@@ -28,6 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from timeshard.compute import MaterializedView, ViewDefinition
 from timeshard.compute.arranged_rows import KeyedRows
@@ -487,11 +489,42 @@ def assert_the_query(
     """The view ``name`` equals ``sql`` over the inputs (from scratch) at each of ``times``."""
     reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
     columns = list(reference.data_schema().names)
+    times = list(times)
+    wanted = from_scratch_at(reference, times)
     view = client.open_leased_reader(name)
     for t in times:
-        want = normalized(from_scratch(reference, t), columns)
+        want = normalized(wanted[t], columns)
         assert normalized(view.snapshot(t).to_pylist(), columns) == want, (sql, t)
     view.expire()
+
+
+#: The column that tags each row of :func:`from_scratch_at`'s one job with its time (no
+#: view's column: their names never start with ``INTERNAL_PREFIX``).
+AT = "__at"
+
+
+def from_scratch_at(reference: SparkViewDesired, times: Sequence[int]) -> dict[int, list[Any]]:
+    """:func:`from_scratch` at each of ``times``, in one Spark job: the snapshots at every
+    time, each row tagged with its time, in one union. If the query fails on the data at
+    some of them, each half of ``times`` again, down to one time (its err row)."""
+    if len(times) <= 1:
+        return {t: from_scratch(reference, t) for t in times}
+    snapshots = [reference.snapshot(t).withColumn(AT, F.lit(t)) for t in times]
+    try:
+        rows = functools.reduce(lambda x, y: x.unionByName(y), snapshots).collect()
+    except Exception as e:
+        if not is_data_error(e):
+            raise
+        half = len(times) // 2
+        return {
+            **from_scratch_at(reference, times[:half]),
+            **from_scratch_at(reference, times[half:]),
+        }
+    out: dict[int, list[Any]] = {t: [] for t in times}
+    for r in rows:
+        row = r.asDict()
+        out[row.pop(AT)].append(row)
+    return out
 
 
 def from_scratch(reference: SparkViewDesired, t: int) -> list[dict[str, Any]]:
