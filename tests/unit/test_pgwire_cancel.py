@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -66,13 +66,9 @@ class Blocking(StandIn):
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[PgServer, Blocking]]:
+def served(serve: Callable[..., PgServer]) -> tuple[PgServer, Blocking]:
     engine = Blocking()
-    server = PgServer(engine, "127.0.0.1", 0)  # type: ignore[arg-type]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server, engine
-    server.shutdown()
-    server.server_close()
+    return serve(engine), engine
 
 
 def run_slow(conn: psycopg.Connection[Any], out: dict[str, BaseException | None]) -> None:
