@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -66,13 +66,9 @@ class Blocking(StandIn):
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[PgServer, Blocking]]:
+def served(serve: Callable[..., PgServer]) -> tuple[PgServer, Blocking]:
     engine = Blocking()
-    server = PgServer(engine, "127.0.0.1", 0)  # type: ignore[arg-type]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server, engine
-    server.shutdown()
-    server.server_close()
+    return serve(engine), engine
 
 
 def run_slow(conn: psycopg.Connection[Any], out: dict[str, BaseException | None]) -> None:
@@ -142,3 +138,64 @@ def test_a_query_answers_what_was_pipelined_behind_it(served: tuple[PgServer, Bl
     assert [kind for kind, _ in got] == [b"E", b"Z"], got
     for _ in range(2):
         assert [kind for kind, _ in client.until(b"Z")] == [b"T", *[b"D"] * 5, b"C", b"Z"]
+
+
+def test_a_query_past_its_statement_timeout_is_canceled(served: tuple[PgServer, Blocking]) -> None:
+    """``SET statement_timeout`` was accepted and ignored: the query ran on for ever."""
+    server, engine = served
+    with connect(server, autocommit=True) as conn:
+        conn.execute("SET statement_timeout = 50")
+        assert conn.execute("SHOW statement_timeout").fetchall() == [("50ms",)]
+        with pytest.raises(
+            errors.QueryCanceled, match="canceling statement due to statement timeout"
+        ):
+            conn.execute("SELECT * FROM slow")  # it never ends by itself
+        assert len(engine.canceled) == 1 and not engine.running  # its jobs were canceled
+        assert conn.execute("SELECT n FROM t").fetchall()  # a quick one is not, nor the session
+        conn.execute("SET statement_timeout TO '2min'")
+        assert conn.execute("SHOW statement_timeout").fetchall() == [("2min",)]
+        conn.execute("RESET statement_timeout")
+        assert conn.execute("SHOW statement_timeout").fetchall() == [("0",)]
+
+
+def test_a_prepared_query_past_its_statement_timeout_is_canceled(
+    served: tuple[PgServer, Blocking],
+) -> None:
+    server, _ = served
+    with connect(server, autocommit=True) as conn:
+        conn.execute("SET statement_timeout = '20ms'")
+        with pytest.raises(errors.QueryCanceled, match="statement timeout"):
+            conn.execute("SELECT * FROM slow WHERE n < %s", (3,), prepare=True)
+        assert conn.execute("SELECT n FROM t WHERE n < %s", (3,), prepare=True).fetchall()
+
+
+def test_set_local_statement_timeout_holds_until_the_block_ends(
+    served: tuple[PgServer, Blocking],
+) -> None:
+    server, _ = served
+    with connect(server, autocommit=True) as conn:
+        conn.execute("SET statement_timeout = 1000")
+        conn.execute("BEGIN")
+        conn.execute("SET LOCAL statement_timeout = 20")
+        with pytest.raises(errors.QueryCanceled, match="statement timeout"):
+            conn.execute("SELECT * FROM slow")
+        conn.execute("ROLLBACK")
+        assert conn.execute("SHOW statement_timeout").fetchall() == [("1s",)]
+        conn.execute("SET LOCAL statement_timeout = 20")  # outside a block: no effect
+        assert conn.execute("SHOW statement_timeout").fetchall() == [("1s",)]
+        conn.execute("DISCARD ALL")
+        assert conn.execute("SHOW statement_timeout").fetchall() == [("0",)]
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("-1", "outside the valid range"), ("'soon'", "invalid value"), ("2147483648", "outside")],
+)
+def test_a_statement_timeout_that_is_none_is_refused(
+    served: tuple[PgServer, Blocking], value: str, message: str
+) -> None:
+    server, _ = served
+    with connect(server, autocommit=True) as conn:
+        with pytest.raises(errors.InvalidParameterValue, match=message):
+            conn.execute(f"SET statement_timeout = {value}")
+        assert conn.execute("SHOW statement_timeout").fetchall() == [("0",)]

@@ -79,16 +79,6 @@ class StandIn:
             self.closed += 1
 
 
-@pytest.fixture
-def served() -> Iterator[tuple[PgServer, StandIn]]:
-    engine = StandIn()
-    server = PgServer(engine, "127.0.0.1", 0)  # type: ignore[arg-type]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server, engine
-    server.shutdown()
-    server.server_close()
-
-
 def connect(server: PgServer, **kwargs: Any) -> psycopg.Connection[Any]:
     return psycopg.connect(
         host="127.0.0.1", port=server.port, user="me", dbname="x", connect_timeout=10, **kwargs

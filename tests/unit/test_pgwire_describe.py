@@ -10,8 +10,7 @@ rows, and NoData for one that does not.
 from __future__ import annotations
 
 import struct
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 from tests.unit.test_pgwire_cursor import StandIn
@@ -21,12 +20,8 @@ from timeshard.server.pgwire import PgServer
 
 
 @pytest.fixture
-def server() -> Iterator[PgServer]:
-    served = PgServer(StandIn(), "127.0.0.1", 0)  # type: ignore[arg-type]
-    threading.Thread(target=served.serve_forever, daemon=True).start()
-    yield served
-    served.shutdown()
-    served.server_close()
+def server(serve: Callable[..., PgServer]) -> PgServer:
+    return serve(StandIn())
 
 
 def parse(name: bytes, sql: str) -> bytes:

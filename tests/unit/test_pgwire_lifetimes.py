@@ -16,7 +16,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -66,13 +66,9 @@ class _Leased:
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[PgServer, Leasing]]:
+def served(serve: Callable[..., PgServer]) -> tuple[PgServer, Leasing]:
     engine = Leasing()
-    server = PgServer(engine, "127.0.0.1", 0)  # type: ignore[arg-type]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server, engine
-    server.shutdown()
-    server.server_close()
+    return serve(engine), engine
 
 
 def until(condition: Any, what: str, within_s: float = 30.0) -> None:

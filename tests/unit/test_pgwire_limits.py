@@ -14,8 +14,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import struct
-import threading
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -29,13 +28,9 @@ LIMIT = 1 << 20
 
 
 @pytest.fixture
-def served() -> Iterator[tuple[PgServer, StandIn]]:
+def served(serve: Callable[..., PgServer]) -> tuple[PgServer, StandIn]:
     engine = StandIn()
-    server = PgServer(engine, "127.0.0.1", 0, max_message_bytes=LIMIT)  # type: ignore[arg-type]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server, engine
-    server.shutdown()
-    server.server_close()
+    return serve(engine, max_message_bytes=LIMIT), engine
 
 
 def fatal(client: Client) -> bytes:

@@ -10,24 +10,12 @@ length -1 as a Sync, again and again).
 from __future__ import annotations
 
 import struct
-import threading
-from collections.abc import Iterator
 
 import pytest
 from tests.unit.test_pgwire_cursor import StandIn
 from tests.unit.test_pgwire_lifetimes import SYNC, Client, message, parse
 
 from timeshard.server.pgwire import PgServer
-
-
-@pytest.fixture
-def served() -> Iterator[tuple[PgServer, StandIn]]:
-    engine = StandIn()
-    server = PgServer(engine, "127.0.0.1", 0)  # type: ignore[arg-type]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server, engine
-    server.shutdown()
-    server.server_close()
 
 
 def fields(body: bytes) -> dict[str, str]:

@@ -7,25 +7,12 @@ the block's work is not committed, as PostgreSQL answers it.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-
 import psycopg
 import pytest
 from psycopg import errors
 from tests.unit.test_pgwire_cursor import StandIn, connect
 
 from timeshard.server.pgwire import PgServer
-
-
-@pytest.fixture
-def served() -> Iterator[tuple[PgServer, StandIn]]:
-    engine = StandIn()
-    server = PgServer(engine, "127.0.0.1", 0)  # type: ignore[arg-type]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server, engine
-    server.shutdown()
-    server.server_close()
 
 
 def test_commit_of_a_failed_transaction_block_answers_rollback(

@@ -30,13 +30,16 @@ from timeshard.server.statements import (
     Param,
     Promote,
     Query,
+    Setting,
     Show,
     ShowCreate,
+    ShowSetting,
     SqlError,
     Subscribe,
     bind,
     parse,
     placeholder,
+    show_timeout,
     split,
 )
 
@@ -651,11 +654,41 @@ def test_subscribe_refusals(sql: str, sqlstate: str, in_message: list[str]) -> N
         ("ABORT", "ROLLBACK"),
         ("SET extra_float_digits = 3", "SET"),
         ("SET application_name TO 'psql'", "SET"),
-        ("DISCARD ALL", "DISCARD"),
+        ("DISCARD PLANS", "DISCARD"),
+        ("RESET search_path", "RESET"),
     ],
 )
 def test_ignored_statements_answer_with_their_tag(sql: str, tag: str) -> None:
     assert parse(sql) == Ignored(tag)
+
+
+@pytest.mark.parametrize(
+    ("sql", "setting"),
+    [
+        ("SET statement_timeout = 100", Setting("statement_timeout", 100)),
+        ("set session STATEMENT_TIMEOUT to '1.5s'", Setting("statement_timeout", 1500)),
+        ("SET LOCAL statement_timeout = '2min'", Setting("statement_timeout", 120_000, True)),
+        ("SET statement_timeout TO DEFAULT", Setting("statement_timeout", None)),
+        ("SET statement_timeout = '400us'", Setting("statement_timeout", 1)),
+        ("SET statement_timeout = 0", Setting("statement_timeout", 0)),
+        ("RESET statement_timeout", Setting("statement_timeout", None, tag="RESET")),
+        ("RESET ALL", Setting("all", None, tag="RESET")),
+        ("DISCARD ALL", Setting("all", None, tag="DISCARD ALL")),
+    ],
+)
+def test_statement_timeout_settings(sql: str, setting: Setting) -> None:
+    assert parse(sql) == setting
+
+
+def test_show_statement_timeout() -> None:
+    assert parse("SHOW statement_timeout") == ShowSetting("statement_timeout")
+    assert [show_timeout(ms) for ms in (0, 1500, 5000, 90_000, 3_600_000)] == [
+        "0",
+        "1500ms",
+        "5s",
+        "90s",
+        "1h",
+    ]
 
 
 @pytest.mark.parametrize("sql", ["", "   \n", "-- a comment", "/* a comment */"])

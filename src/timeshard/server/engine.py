@@ -153,6 +153,98 @@ class Stream:
     rows: Iterator[tuple[Any, ...]]
 
 
+class QueryRows:
+    """A SELECT's rows as Spark makes them: its columns, and an iterator of its rows.
+
+    The rows come one partition of the result at a time, each partition's Spark
+    job run when the rows before it have been taken, so the driver never holds
+    more than one partition of the result. The iterator holds the readers of the
+    shards the query reads until its last row is taken, it fails, or
+    :meth:`close` (any thread but one taking rows; twice is once): then no job
+    of it runs again. A Spark failure while rows are taken is a :class:`SqlError`
+    (:func:`spark_error`).
+    """
+
+    def __init__(
+        self,
+        columns: list[tuple[str, str]],
+        rows: Generator[tuple[Any, ...], None, None],
+        readers: dict[str, Any],
+    ) -> None:
+        self.columns = columns
+        self._rows = rows
+        self._readers = readers
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return self
+
+    def __next__(self) -> tuple[Any, ...]:
+        return next(self._rows)
+
+    def close(self) -> None:
+        if inspect.getgeneratorstate(self._rows) == inspect.GEN_CREATED:
+            # Never started: its own cleanup (expiring the readers) would never run.
+            for reader in self._readers.values():
+                reader.expire()
+        self._rows.close()
+
+
+def _query_rows(
+    partitions: Iterator[Any], readers: dict[str, Any]
+) -> Generator[tuple[Any, ...], None, None]:
+    """The rows of ``partitions`` (PySpark's ``toLocalIterator``), then the readers expired.
+
+    Closing PySpark's iterator tells its JVM side to run no other partition's job
+    (it reads the rest of the partition under way, already on the driver)."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    try:
+        for row in partitions:
+            yield tuple(row)
+    except (PySparkException, Py4JJavaError) as e:
+        raise spark_error(e) from e
+    finally:
+        close = getattr(partitions, "close", None)
+        if close is not None:
+            close()
+        del partitions  # PySpark's iterator stops its JVM side once it is collected
+        for reader in readers.values():
+            reader.expire()
+
+
+def spark_error(e: Exception) -> SqlError:
+    """A Spark failure as a client sees it: the first line of the message and the
+    SQLSTATE of the first error in its causes that has one (a query's DIVIDE_BY_ZERO,
+    inside the failed job's error, inside the row iterator's), else of ``e`` with
+    XX000."""
+    from py4j.java_gateway import is_instance_of
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    if isinstance(e, PySparkException) and e.getSqlState():
+        return SqlError(_first_line(e.getMessage() or str(e)), e.getSqlState() or "XX000")
+    if isinstance(e, Py4JJavaError):
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        cause = e.java_exception
+        while cause is not None and gateway is not None:
+            if is_instance_of(gateway, cause, "org.apache.spark.SparkThrowable"):
+                state = cause.getSqlState()
+                if state:
+                    return SqlError(_first_line(str(cause.getMessage())), str(state))
+            cause = cause.getCause()
+        return SqlError(_first_line(str(e.java_exception.getMessage() or e)), "XX000")
+    message = e.getMessage() if isinstance(e, PySparkException) else None
+    return SqlError(_first_line(message or str(e)), "XX000")
+
+
+def _first_line(message: str) -> str:
+    lines = message.strip().splitlines()
+    return lines[0] if lines else message
+
+
 @dataclass
 class _Object:
     name: str
@@ -455,8 +547,9 @@ class Engine:
         nothing if none is."""
         self.spark.sparkContext.cancelJobsWithTag(tag)
 
-    def execute(self, statement: Statement) -> Result | Stream:
-        """Run one statement; a :class:`SqlError` says why it failed."""
+    def execute(self, statement: Statement) -> Result | Stream | QueryRows:
+        """Run one statement; a :class:`SqlError` says why it failed. A query's rows come
+        as Spark makes them (:class:`QueryRows`): the caller closes them."""
         try:
             return self._execute(statement)
         except SqlError:
@@ -468,7 +561,7 @@ class Engine:
         except TimeshardError as e:
             raise SqlError(f"{type(e).__name__}: {e}", "XX000") from e
 
-    def _execute(self, statement: Statement) -> Result | Stream:
+    def _execute(self, statement: Statement) -> Result | Stream | QueryRows:
         if isinstance(statement, Promote):
             return self.promote()
         if isinstance(statement, CreateSource | CreateView | CreateSink | Drop) and self.read_only:
@@ -490,7 +583,7 @@ class Engine:
         if isinstance(statement, Explain):
             return self._explain(statement.name)
         if isinstance(statement, Query):
-            return self.query(statement.query, statement.as_of)
+            return self.query_rows(statement.query, statement.as_of)
         if isinstance(statement, Subscribe):
             return self.subscribe(statement)
         if isinstance(statement, Ignored):
@@ -1128,7 +1221,21 @@ class Engine:
         return tree.sql("spark"), inputs
 
     def query(self, query: str, as_of: int | None) -> Result:
-        """Run ``query`` over the shards it names, all read at one time."""
+        """Run ``query`` over the shards it names, all read at one time: its rows, all of
+        them (:meth:`query_rows` streams them)."""
+        rows = self.query_rows(query, as_of)
+        try:
+            out = list(rows)
+        finally:
+            rows.close()
+        return Result(rows.columns, out, f"SELECT {len(out)}")
+
+    def query_rows(self, query: str, as_of: int | None) -> QueryRows:
+        """Run ``query`` over the shards it names, all read at one time: its rows as Spark
+        makes them (:class:`QueryRows`), which hold the shards' readers until closed.
+
+        What runs here is the query's planning (and the job that looks for err rows in
+        parts that may hold them); its rows' jobs run as they are taken."""
         from pyspark.errors import PySparkException
 
         from timeshard.spark.snapshot import parts_snapshot_df
@@ -1154,15 +1261,16 @@ class Engine:
                 self._objects_df(session).createOrReplaceTempView(OBJECTS_RELATION)
             try:
                 df = session.sql(spark_sql)
-                rows = [tuple(r) for r in df.collect()]
+                columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
+                # One partition at a time, its job run when the rows before it are taken.
+                partitions = df.toLocalIterator(prefetchPartitions=False)
             except PySparkException as e:
-                message = (e.getMessage() or str(e)).strip().splitlines()[0]
-                raise SqlError(message, e.getSqlState() or "XX000") from e
-            columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
-            return Result(columns, rows, f"SELECT {len(rows)}")
-        finally:
+                raise spark_error(e) from e
+        except BaseException:
             for reader in readers.values():
                 reader.expire()
+            raise
+        return QueryRows(columns, _query_rows(partitions, readers), readers)
 
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --

@@ -11,11 +11,17 @@ maps statements to messages:
   numeric and text types drivers send that way, which :func:`~timeshard.server.statements.bind`
   turns into literals; a statement's ``Describe`` answers the columns of its
   rows (``RowDescription``) without running it, as PostgreSQL does; a
-  portal's rows are produced when it is described or first executed, and
-  ``Execute`` with a row limit suspends it; a portal is closed by ``Close``,
+  portal's statement runs when it is described or first executed, and
+  ``Execute`` with a row limit suspends it (the next goes on); a portal is closed by ``Close``,
   a ``Bind`` of its name, the ``Sync`` that ends its implicit transaction
   (outside a transaction block), a simple query (the unnamed portal) and
-  the connection's end -- a SUBSCRIBE's with its reader;
+  the connection's end -- a SUBSCRIBE's with its reader, a query's with its
+  readers (no Spark job of it runs again);
+* a query's rows are sent as Spark makes them, one partition of the result at a
+  time (:class:`~timeshard.server.engine.QueryRows`), never collected whole: a
+  suspended portal or a query cursor takes the rows it sends (and one more, to
+  know whether any is left), and runs the Spark job of a partition when its
+  rows are taken;
 * ``SUBSCRIBE`` (bare, or ``COPY (SUBSCRIBE ...) TO STDOUT``) as COPY OUT in
   text format: ``mz_timestamp``, ``mz_diff`` and the columns, one line per
   row, until its frontier reaches ``UP TO`` (exclusive), the client cancels
@@ -37,8 +43,14 @@ maps statements to messages:
   Spark jobs (each connection's queries run under a job tag of its own, so
   only its jobs stop), a SUBSCRIBE, a waiting FETCH; the client gets 57014
   and the connection stays usable. A cancel that comes while the connection
-  is idle does nothing (``SET statement_timeout`` is accepted and ignored).
-  A client that goes away while its query runs cancels it the same way;
+  is idle does nothing. A client that goes away while its query runs cancels
+  it the same way;
+* ``SET statement_timeout`` (``SET LOCAL`` for a transaction block, ``RESET``,
+  ``DISCARD ALL``, ``SHOW``): a query (a SELECT, its Describe or Execute of a
+  portal, a query cursor's FETCH) still running that long after its Spark work
+  started is canceled as a CancelRequest cancels it, with 57014 ``canceling
+  statement due to statement timeout``. A SUBSCRIBE, and a SUBSCRIBE cursor's
+  FETCH (which has its TIMEOUT), run on, as Materialize's;
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
   connection stays usable (in a transaction block, until ROLLBACK); a
   message that does not decode (a garbled length, a kind no client sends)
@@ -120,7 +132,7 @@ from pygwire.messages import (
 
 from timeshard.errors import InvalidUsage
 from timeshard.server.discovery import is_loopback
-from timeshard.server.engine import Engine, Result, Stream
+from timeshard.server.engine import Engine, QueryRows, Result, Stream
 from timeshard.server.pgtypes import TYPE_OIDS, encode_value, type_oid
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
@@ -131,12 +143,15 @@ from timeshard.server.statements import (
     Fetch,
     Ignored,
     Param,
+    Setting,
+    ShowSetting,
     SqlError,
     Statement,
     bind,
     parameter_count,
     parse,
     placeholder,
+    show_timeout,
     split,
 )
 from timeshard.server.statements import Query as SelectStatement
@@ -178,8 +193,9 @@ def _sql_error(e: Exception) -> SqlError:
     return SqlError(f"internal error: {type(e).__name__}: {e}", "XX000")
 
 
-def _canceled() -> SqlError:
-    return SqlError("canceling statement due to user request", "57014")
+def _canceled(timed_out: bool) -> SqlError:
+    why = "statement timeout" if timed_out else "user request"
+    return SqlError(f"canceling statement due to {why}", "57014")
 
 
 def _error(e: SqlError) -> ErrorResponse:
@@ -187,11 +203,81 @@ def _error(e: SqlError) -> ErrorResponse:
     return ErrorResponse(fields={"S": "ERROR", "V": "ERROR", "C": e.sqlstate, "M": message})
 
 
+#: No row is left (a row is a tuple, never this).
+_END: Any = object()
+
+
+class _Rows:
+    """A statement's rows still to send, taken one at a time, and its command tag once
+    all are sent (``tag(n)``, ``n`` the rows of the last Execute): a Result's, a
+    query's as Spark makes them (``streamed``: taking them runs its Spark jobs) or a
+    query cursor's FETCH.
+    ``close`` lets go of what they hold (a query's readers)."""
+
+    def __init__(
+        self,
+        columns: list[tuple[str, str]],
+        rows: Iterator[tuple[Any, ...]],
+        tag: Callable[[int], str],
+        *,
+        streamed: bool = False,
+        close: Callable[[], None] | None = None,
+    ) -> None:
+        self.columns = columns
+        self.rows = rows
+        self.tag = tag
+        self.streamed = streamed
+        self._close = close
+        self._ahead: list[tuple[Any, ...]] = []  # the row a look ahead took
+
+    @classmethod
+    def of(cls, result: Result | QueryRows | _Rows) -> _Rows:
+        if isinstance(result, _Rows):
+            return result
+        if isinstance(result, QueryRows):
+            return cls(
+                result.columns, result, lambda n: f"SELECT {n}", streamed=True, close=result.close
+            )
+        tag = result.tag
+        return cls(result.columns, iter(result.rows), lambda n: tag)
+
+    def take(self) -> Any:
+        """The next row, or _END."""
+        return self._ahead.pop() if self._ahead else next(self.rows, _END)
+
+    def more(self) -> bool:
+        """Whether a row is left (taken ahead, for the next :meth:`take`)."""
+        if not self._ahead:
+            row = next(self.rows, _END)
+            if row is _END:
+                return False
+            self._ahead.append(row)
+        return True
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+
+#: What running a statement gives the connection to send.
+_Answer = Result | Stream | QueryRows | _Rows
+
+
+def _close_answer(answer: _Answer | None) -> None:
+    """Let go of what ``answer`` holds: a SUBSCRIBE's or a query's readers."""
+    if isinstance(answer, Stream):
+        close = getattr(answer.rows, "close", None)
+        if close is not None:
+            close()
+    elif isinstance(answer, QueryRows | _Rows):
+        answer.close()
+
+
 @dataclass
 class _Portal:
     sql: str
-    result: Result | Stream | None = None
-    sent: int = 0
+    result: _Answer | None = None
+    rows: _Rows | None = None  # its rows not sent yet, once an Execute has sent some
     described: bool = False
 
 
@@ -211,9 +297,9 @@ class _Cursor:
     def fetch(
         self, count: int | None, timeout_s: float | None, interrupted: Callable[[], None]
     ) -> list[tuple[Any, ...]]:
-        """Up to ``count`` rows (None: no limit); ``interrupted`` raises to stop a wait."""
-        if not self.waits:
-            return list(itertools.islice(self.rows, count))
+        """Up to ``count`` rows of a SUBSCRIBE (None: no limit); ``interrupted`` raises to
+        stop a wait. A query cursor's rows are taken as they are sent (:meth:`_Handler._fetch`)."""
+        assert self.waits, "a query cursor's rows are streamed"
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         out: list[tuple[Any, ...]] = []
         while count is None or len(out) < count:
@@ -244,6 +330,12 @@ class _Session:
     implicit: bool = False  # running a simple query of several statements
     failed: bool = False
     skipping: bool = False  # after an error in the extended protocol, until Sync
+    timeout_ms: int = 0  # statement_timeout (0: none)
+    local_timeout_ms: int | None = None  # SET LOCAL's, until the transaction block ends
+
+    @property
+    def statement_timeout_ms(self) -> int:
+        return self.timeout_ms if self.local_timeout_ms is None else self.local_timeout_ms
 
     @property
     def status(self) -> TransactionStatus:
@@ -428,6 +520,11 @@ class _Handler(socketserver.BaseRequestHandler):
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.session = _Session()
         self.cancel = threading.Event()
+        #: The statement_timeout of the statement under way: its timer once a query's Spark
+        #: work started (None: none armed), and whether it went off (its cancel's message).
+        self.deadline: threading.Timer | None = None
+        self.deadline_lock = threading.Lock()
+        self.timed_out = False
         self.jobs = f"timeshard-pgwire-{secrets.token_hex(8)}"  # the job tag of its queries
         self.key = (os.getpid() & 0x7FFFFFFF, secrets.token_bytes(4))
         self.out = bytearray()
@@ -653,31 +750,81 @@ class _Handler(socketserver.BaseRequestHandler):
         except Exception as e:  # a cancel that cannot reach Spark leaves the query running
             log.warning("canceling the Spark jobs of %s: %s", self.jobs, e)
 
-    def _execute(self, statement: Statement) -> Result | Stream:
-        """``statement`` run by the engine. A query is canceled by a CancelRequest that
-        comes while it runs (57014, its Spark jobs stopped): one that came before its
-        jobs started has its rows dropped, as they are the canceled statement's. A
-        client that goes away while its query runs cancels it too (_Closed): its jobs
-        and readers are not kept for no one."""
+    def _execute(self, statement: Statement) -> _Answer:
+        """``statement`` run by the engine; a query's under :meth:`_watched` (its rows
+        come as Spark makes them: the caller sends them, then closes them)."""
         engine = self.server.engine
         if not isinstance(statement, SelectStatement):
             return engine.execute(statement)
-        self.cancel.clear()
+        result = None
+        try:
+            with self._watched():
+                result = engine.execute(statement)
+        except BaseException:
+            _close_answer(result)
+            raise
+        return result
+
+    @contextlib.contextmanager
+    def _watched(self) -> Iterator[None]:
+        """Run Spark work of a query (its planning, or taking its rows): its jobs carry the
+        connection's job tag, and the statement_timeout runs. A CancelRequest that comes
+        meanwhile, or the timeout, cancels them (57014): one that came before they started
+        drops the rows, as they are the canceled statement's. A client that goes away
+        meanwhile (watched on a thread of its own) cancels them too (_Closed): its jobs
+        and readers are not kept for no one."""
+        self._arm_deadline()
         watch = _ClientWatch(self)
         try:
-            with engine.cancellable(self.jobs):
-                result = engine.execute(statement)
+            with self.server.engine.cancellable(self.jobs):
+                yield
         except Exception as e:
             if watch.stop():
                 raise _Closed from e
             if self.cancel.is_set():
-                raise _canceled() from e
+                raise _canceled(self.timed_out) from e
+            raise
+        except BaseException:
+            watch.stop()
             raise
         if watch.stop():
             raise _Closed
         if self.cancel.is_set():
-            raise _canceled()
-        return result
+            raise _canceled(self.timed_out)
+
+    @contextlib.contextmanager
+    def _statement(self) -> Iterator[None]:
+        """One statement (a simple query's, or a Describe or Execute of a portal): a cancel
+        that came before it does nothing to it, and its statement_timeout ends with it."""
+        self.cancel.clear()
+        self.timed_out = False
+        try:
+            yield
+        finally:
+            with self.deadline_lock:
+                if self.deadline is not None:
+                    self.deadline.cancel()
+                    self.deadline = None
+
+    def _arm_deadline(self) -> None:
+        """Start the statement's statement_timeout, unless it runs already or is 0: past
+        it, the statement is canceled as a CancelRequest cancels it."""
+        ms = self.session.statement_timeout_ms
+        with self.deadline_lock:
+            if self.deadline is not None or ms <= 0:
+                return
+            timer = threading.Timer(ms / 1000, self._time_out)
+            timer.daemon = True
+            timer.args = (timer,)
+            self.deadline = timer
+        timer.start()
+
+    def _time_out(self, timer: threading.Timer) -> None:
+        with self.deadline_lock:
+            if self.deadline is not timer:  # its statement ended first
+                return
+            self.timed_out = True
+            self.interrupt()
 
     def _dispatch(self, msg: PGMessage) -> None:
         s = self.session
@@ -699,9 +846,11 @@ class _Handler(socketserver.BaseRequestHandler):
             elif isinstance(msg, Bind):
                 self._bind(msg)
             elif isinstance(msg, Describe):
-                self._describe(msg)
+                with self._statement():
+                    self._describe(msg)
             elif isinstance(msg, Execute):
-                self._execute_portal(msg)
+                with self._statement():
+                    self._execute_portal(msg)
             elif isinstance(msg, Close):
                 if msg.kind == "S":
                     s.statements.pop(msg.name, None)
@@ -726,8 +875,8 @@ class _Handler(socketserver.BaseRequestHandler):
             try:
                 for sql in statements:
                     try:
-                        result = self._run(sql)
-                        self._send_result(result, describe=True)
+                        with self._statement():
+                            self._send_result(self._run(sql))
                     except Exception as e:
                         self._fail(_sql_error(e))
                         break
@@ -735,6 +884,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 self.session.implicit = False
                 if not self.session.in_transaction:  # an implicit transaction ends
                     self._close_cursors(None)
+                    self.session.local_timeout_ms = None
         self._send(ReadyForQuery(status=self.session.status))
 
     def _fail(self, e: SqlError) -> None:
@@ -742,7 +892,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if self.session.in_transaction:
             self.session.failed = True
 
-    def _run(self, sql: str) -> Result | Stream:
+    def _run(self, sql: str) -> _Answer:
         statement = parse(sql)
         s = self.session
         if isinstance(statement, Empty):
@@ -765,9 +915,15 @@ class _Handler(socketserver.BaseRequestHandler):
             elif ends:  # the COMMIT of a failed block rolls it back, and says so
                 tag = "ROLLBACK" if s.failed else statement.tag
                 s.in_transaction = s.failed = False
+                s.local_timeout_ms = None
                 self._close_cursors(None)
                 return Result([], [], tag)
             return Result([], [], statement.tag)
+        if isinstance(statement, Setting):
+            return self._set(statement)
+        if isinstance(statement, ShowSetting):
+            shown = show_timeout(s.statement_timeout_ms)
+            return Result([(statement.name, "string")], [(shown,)], "SHOW")
         if isinstance(statement, Declare):
             return self._declare(statement)
         if isinstance(statement, Fetch):
@@ -778,6 +934,19 @@ class _Handler(socketserver.BaseRequestHandler):
             self._close_cursors(statement.name)
             return Result([], [], "CLOSE CURSOR" if statement.name else "CLOSE CURSOR ALL")
         return self._execute(statement)
+
+    def _set(self, statement: Setting) -> Result:
+        """SET, RESET or DISCARD ALL of the statement_timeout. SET LOCAL holds until the
+        transaction block ends (outside one, the message's statements), as PostgreSQL's."""
+        s = self.session
+        ms = statement.value_ms or 0
+        if statement.local:
+            if s.in_transaction or s.implicit:
+                s.local_timeout_ms = ms
+        else:
+            s.timeout_ms = ms
+            s.local_timeout_ms = None
+        return Result([], [], statement.tag)
 
     # -- cursors
 
@@ -790,22 +959,29 @@ class _Handler(socketserver.BaseRequestHandler):
         result = self._execute(statement.statement)
         if isinstance(result, Stream):
             s.cursors[statement.name] = _Cursor(result.columns, result.rows, waits=True)
+        elif isinstance(result, QueryRows):
+            s.cursors[statement.name] = _Cursor(result.columns, result, waits=False)
         else:
+            assert isinstance(result, Result), result
             s.cursors[statement.name] = _Cursor(result.columns, iter(result.rows), waits=False)
         return Result([], [], "DECLARE CURSOR")
 
-    def _fetch(self, statement: Fetch) -> Result:
+    def _fetch(self, statement: Fetch) -> Result | _Rows:
+        """A FETCH's rows: a SUBSCRIBE cursor's once they are ready; a query cursor's
+        taken as they are sent (as Spark makes them: its jobs run as a query's)."""
         cursor = self.session.cursors.get(statement.name)
         if cursor is None:
             raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
-        self.cancel.clear()
+        if not cursor.waits:
+            taken = itertools.islice(cursor.rows, statement.count)
+            return _Rows(cursor.columns, taken, lambda n: f"FETCH {n}", streamed=True)
         rows = cursor.fetch(statement.count, statement.timeout_s, self._interrupted)
         return Result(cursor.columns, rows, f"FETCH {len(rows)}")
 
     def _interrupted(self) -> None:
         """Raise if the client canceled the statement or went away."""
         if self.cancel.is_set():
-            raise _canceled()
+            raise _canceled(self.timed_out)
         self._client_input(copying=False)
 
     def _close_cursors(self, name: str | None) -> None:
@@ -822,36 +998,52 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _close_portals(self, name: str | None) -> None:
         """Close the portal ``name``, or every portal of the session (None): a
-        SUBSCRIBE's stream lets go of its reader, even if it was only described."""
+        SUBSCRIBE's stream lets go of its reader, even if it was only described, and a
+        query's rows of their readers (no job of theirs runs again)."""
         portals = self.session.portals
         for key in [name] if name is not None else list(portals):
             portal = portals.pop(key, None)
-            if portal is None or not isinstance(portal.result, Stream):
+            if portal is None:
                 continue
-            close = getattr(portal.result.rows, "close", None)
             try:
-                if close is not None:
-                    close()
+                _close_answer(portal.result)
             except Exception as e:  # a reader that cannot expire must not end the session
                 log.warning("closing portal %r: %s", key, e)
 
-    def _send_result(self, result: Result | Stream, *, describe: bool, limit: int = 0) -> bool:
-        """Send ``result`` (and its row description if ``describe``); False if suspended."""
+    def _send_result(self, result: _Answer) -> None:
+        """Send a simple query's ``result``: its row description, then its rows."""
         if isinstance(result, Stream):
             self._stream(result)
-            return True
-        if not result.tag:
+            return
+        if isinstance(result, Result) and not result.tag:
             self._send(EmptyQueryResponse())
-            return True
-        if describe and result.columns:
-            self._send(RowDescription(fields=_fields(result.columns)))
-        for row in result.rows[:limit] if limit else result.rows:
-            types = _types(result.columns, len(row))
-            values = [encode_value(v, t) for v, t in zip(row, types, strict=True)]
-            self._send(DataRow(columns=values))
-        if limit and len(result.rows) > limit:
-            return False
-        self._send(CommandComplete(tag=result.tag))
+            return
+        rows = _Rows.of(result)
+        try:
+            if rows.columns:
+                self._send(RowDescription(fields=_fields(rows.columns)))
+            self._send_rows(rows)
+        finally:
+            rows.close()
+
+    def _send_rows(self, rows: _Rows, limit: int = 0) -> bool:
+        """Send ``rows``, up to ``limit`` (0: all) as they are taken, then their
+        CommandComplete; False, with no CommandComplete, if rows are left after
+        ``limit`` (the portal is suspended). Taking a query's rows runs its Spark
+        jobs: they are :meth:`_watched` as its planning is."""
+        sent = 0
+        with self._watched() if rows.streamed else contextlib.nullcontext():
+            while not limit or sent < limit:
+                row = rows.take()
+                if row is _END:
+                    break
+                types = _types(rows.columns, len(row))
+                values = [encode_value(v, t) for v, t in zip(row, types, strict=True)]
+                self._send(DataRow(columns=values))
+                sent += 1
+            if limit and sent == limit and rows.more():
+                return False
+        self._send(CommandComplete(tag=rows.tag(sent)))  # the rows of this Execute, as PostgreSQL's
         return True
 
     def _stream(self, stream: Stream) -> None:
@@ -864,7 +1056,7 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             for row in stream.rows:
                 if self.cancel.is_set():
-                    raise _canceled()
+                    raise _canceled(self.timed_out)
                 self._client_input(copying=True)
                 if not row:
                     self._flush()
@@ -923,7 +1115,7 @@ class _Handler(socketserver.BaseRequestHandler):
         s.portals[msg.portal] = _Portal(bound)
         self._send(BindComplete())
 
-    def _portal_result(self, portal: _Portal) -> Result | Stream:
+    def _portal_result(self, portal: _Portal) -> _Answer:
         if portal.result is None:
             statements = split(portal.sql)
             if len(statements) > 1:
@@ -950,7 +1142,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if portal is None:
             raise SqlError(f"portal {msg.name!r} does not exist", "34000")
         result = self._portal_result(portal)
-        if isinstance(result, Result) and result.columns:
+        if not isinstance(result, Stream) and result.columns:
             self._send(RowDescription(fields=_fields(result.columns)))
             portal.described = True
         else:
@@ -993,12 +1185,13 @@ class _Handler(socketserver.BaseRequestHandler):
         if isinstance(result, Stream):
             self._stream(result)
             return
-        rest = Result(result.columns, result.rows[portal.sent :], result.tag)
-        if not self._send_result(rest, describe=False, limit=msg.max_rows):
-            portal.sent += msg.max_rows
-            self._send(PortalSuspended())
+        if isinstance(result, Result) and not result.tag:
+            self._send(EmptyQueryResponse())
             return
-        portal.sent = len(result.rows)
+        if portal.rows is None:
+            portal.rows = _Rows.of(result)
+        if not self._send_rows(portal.rows, msg.max_rows):
+            self._send(PortalSuspended())
 
 
 __all__ = ["TYPE_OIDS", "PgServer", "check_access", "encode_value"]

@@ -22,9 +22,12 @@ The forms follow Materialize's where it has one:
 * ``ALTER SYSTEM PROMOTE``: a read-only server becomes a writer;
 * ``DEALLOCATE [PREPARE] {name | ALL}`` (drivers send it for the statements
   they prepared);
-* ``BEGIN``, ``START TRANSACTION``, ``COMMIT``, ``ROLLBACK``, ``SET`` and
-  ``DISCARD``, accepted and ignored (drivers send them; every statement takes
-  effect at once).
+* ``SET [SESSION | LOCAL] statement_timeout {TO | =} {value | DEFAULT}``,
+  ``RESET {statement_timeout | ALL}``, ``SHOW statement_timeout``: the
+  session's statement timeout (:class:`Setting`; ``DISCARD ALL`` resets it);
+* ``BEGIN``, ``START TRANSACTION``, ``COMMIT``, ``ROLLBACK``, any other ``SET``
+  or ``RESET``, and ``DISCARD``, accepted and ignored (drivers send them; every
+  statement takes effect at once).
 
 Names are PostgreSQL identifiers, and options ``(name words [=] value, ...)``,
 as :mod:`timeshard.server.sql_tokens` reads them. Parameters ``$1``, ``$2``, ...
@@ -147,6 +150,26 @@ class CloseCursor:
 
 
 @dataclass(frozen=True)
+class Setting:
+    """``SET [SESSION | LOCAL] statement_timeout {TO | =} {value | DEFAULT}``, ``RESET
+    statement_timeout`` and ``RESET ALL``: the session's statement timeout in
+    milliseconds (0: none; None: the default, none). ``local``: until the
+    transaction block ends."""
+
+    name: str
+    value_ms: int | None
+    local: bool = False
+    tag: str = "SET"
+
+
+@dataclass(frozen=True)
+class ShowSetting:
+    """``SHOW statement_timeout``."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class Promote:
     """``ALTER SYSTEM PROMOTE``: a read-only server takes over as the writer."""
 
@@ -172,7 +195,18 @@ Statement = (
     | Fetch
     | CloseCursor
     | Promote
+    | Setting
+    | ShowSetting
 )
+
+#: The settings a session keeps (``SET``, ``SHOW``, ``RESET``); every other SET is accepted
+#: and ignored, as drivers send them (``extra_float_digits``, ``application_name``, ...).
+STATEMENT_TIMEOUT = "statement_timeout"
+#: The most milliseconds PostgreSQL's statement_timeout takes (an int4).
+_MAX_TIMEOUT_MS = 2_147_483_647
+#: The units of a time setting in milliseconds, as PostgreSQL reads them.
+_TIME_UNITS_MS = {"us": 0.001, "ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+_TIME_SETTING = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.ASCII)
 
 
 # -- splitting and binding --------------------------------------------------------------------
@@ -393,6 +427,9 @@ class _Parser(TokenReader):
             return self.drop()
         if first == "SHOW":
             self.i += 1
+            if self.accept(STATEMENT_TIMEOUT.upper()):
+                self.end()
+                return ShowSetting(STATEMENT_TIMEOUT)
             return self.show()
         if first == "EXPLAIN":
             self.i += 1
@@ -449,10 +486,40 @@ class _Parser(TokenReader):
             which = None if self.accept("ALL") else self.ident()
             self.end()
             return Deallocate(which)
-        if first in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SET", "DISCARD"):
+        if first in ("SET", "RESET"):
+            self.i += 1
+            return self.setting(first)
+        if first == "DISCARD" and self.word(1) == "ALL" and len(self.tokens) == 2:
+            return Setting("all", None, tag="DISCARD ALL")
+        if first in ("BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "DISCARD"):
             tags = {"START": "START TRANSACTION", "END": "COMMIT", "ABORT": "ROLLBACK"}
             return Ignored(tags.get(first, first))
         raise SqlError(f"statement {first or self.tokens[0].text!r} is not supported", "0A000")
+
+    def setting(self, verb: str) -> Setting | Ignored:
+        """The rest of a SET or RESET: a :class:`Setting` of statement_timeout (RESET ALL
+        resets it), else :class:`Ignored`."""
+        if verb == "RESET":
+            which = "all" if self.accept("ALL") else (self.word() or "").lower()
+            if which not in ("all", STATEMENT_TIMEOUT):
+                return Ignored("RESET")
+            self.i += 1 if which == STATEMENT_TIMEOUT else 0
+            self.end()
+            return Setting(which, None, tag="RESET")
+        local = self.accept("LOCAL")
+        if not local:
+            self.accept("SESSION")
+        if (self.word() or "").lower() != STATEMENT_TIMEOUT:
+            return Ignored("SET")
+        self.i += 1
+        if not (self.accept("TO") or self.punct(TokenType.EQ)):
+            raise self.error("expected TO or =")
+        if self.accept("DEFAULT"):
+            self.end()
+            return Setting(STATEMENT_TIMEOUT, None, local)
+        value = self.value()
+        self.end()
+        return Setting(STATEMENT_TIMEOUT, timeout_ms(value), local)
 
     def drop(self) -> Drop:
         if self.accept("SOURCE"):
@@ -590,6 +657,46 @@ class _Parser(TokenReader):
         return Query(f"{before.rstrip()}\n{after.lstrip()}".strip(), as_of)
 
 
+def timeout_ms(value: Any) -> int:
+    """A statement_timeout in milliseconds, as PostgreSQL reads it: a number of
+    milliseconds, or a string of one and a unit (``'5s'``, ``'100ms'``, ``'1min'``,
+    ``'1h'``, ``'1d'``, ``'500us'``), rounded to the millisecond (at least 1 unless 0);
+    SqlError 22023 if it is none or out of 0 .. 2147483647."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise SqlError(f'invalid value for parameter "{STATEMENT_TIMEOUT}": {value!r}', "22023")
+    if isinstance(value, str):
+        match = _TIME_SETTING.fullmatch(value)
+        factor = _TIME_UNITS_MS.get(match[2] or "ms") if match is not None else None
+        if match is None or factor is None:
+            raise SqlError(
+                f'invalid value for parameter "{STATEMENT_TIMEOUT}": {value!r} (a number of '
+                f"milliseconds, or one and a unit of {list(_TIME_UNITS_MS)})",
+                "22023",
+            )
+        number = float(match[1]) * factor
+    else:
+        number = float(value)
+    ms = int(decimal.Decimal(number).quantize(decimal.Decimal(1), decimal.ROUND_HALF_EVEN))
+    if ms == 0 and number > 0:  # a timeout asked for is never none
+        ms = 1
+    if not 0 <= ms <= _MAX_TIMEOUT_MS:
+        raise SqlError(
+            f'{value!r} is outside the valid range for parameter "{STATEMENT_TIMEOUT}" '
+            f"(0 .. {_MAX_TIMEOUT_MS})",
+            "22023",
+        )
+    return ms
+
+
+def show_timeout(ms: int) -> str:
+    """A statement_timeout as PostgreSQL's SHOW writes it: ``0``, or in the largest unit
+    of ms, s, min, h and d that divides it (``1500ms``, ``5s``, ``1min``)."""
+    if ms == 0:
+        return "0"
+    unit = next(u for u in ("d", "h", "min", "s", "ms") if ms % _TIME_UNITS_MS[u] == 0)
+    return f"{ms // int(_TIME_UNITS_MS[unit])}{unit}"
+
+
 def _seconds(value: Any) -> float | None:
     """A FETCH TIMEOUT in seconds: a duration (``'1s'``, ``'500ms'``) or a number of seconds."""
     from timeshard.spec import parse_duration
@@ -634,8 +741,10 @@ __all__ = [
     "Param",
     "Promote",
     "Query",
+    "Setting",
     "Show",
     "ShowCreate",
+    "ShowSetting",
     "SqlError",
     "Statement",
     "Subscribe",
@@ -643,5 +752,7 @@ __all__ = [
     "parameter_count",
     "parse",
     "placeholder",
+    "show_timeout",
     "split",
+    "timeout_ms",
 ]
