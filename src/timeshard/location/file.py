@@ -165,22 +165,7 @@ class FileBlob:
         )
 
     def delete(self, key: str) -> int | None:
-        path = self.path(key)
-        try:
-            if path.is_dir():
-                return None
-            size = path.stat().st_size
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as e:
-            raise Determinate(f"deleting blob {key!r}: {e}") from e
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise Indeterminate(f"deleting blob {key!r}: {e}") from e
-        return size
+        return _unlink(self.path(key), f"blob {key!r}")
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
         return self._walk(prefix, lambda name: not name.startswith("."))
@@ -213,20 +198,7 @@ class FileBlob:
 
     def delete_temporary(self, key: str) -> int | None:
         directory, _, name = check_temporary_key(key).rpartition("/")
-        path = self.path(directory) / name
-        try:
-            size = path.stat().st_size
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as e:
-            raise Determinate(f"deleting temporary {key!r}: {e}") from e
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            return None
-        except OSError as e:
-            raise Indeterminate(f"deleting temporary {key!r}: {e}") from e
-        return size
+        return _unlink(self.path(directory) / name, f"temporary {key!r}")
 
 
 @runtime_checkable
@@ -298,6 +270,26 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _unlink(path: Path, what: str) -> int | None:
+    """Delete the file ``path``; its size, or None if there was none (a directory is none).
+    Determinate if it could not be looked at, Indeterminate if the unlink itself failed."""
+    try:
+        if path.is_dir():
+            return None
+        size = path.stat().st_size
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise Determinate(f"deleting {what}: {e}") from e
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        raise Indeterminate(f"deleting {what}: {e}") from e
+    return size
 
 
 __all__ = ["TMP_NAME", "FileBlob", "Temporaries", "check_temporary_key"]

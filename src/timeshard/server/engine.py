@@ -154,7 +154,8 @@ class Stream:
 
 
 class QueryRows:
-    """A SELECT's rows as Spark makes them: its columns, and an iterator of its rows.
+    """A SELECT's rows as Spark makes them: its columns, and an iterator of its rows
+    (a SUBSCRIBE's too: :meth:`close` lets go of its reader even if no row was read).
 
     The rows come one partition of the result at a time, each partition's Spark
     job run when the rows before it have been taken, so the driver never holds
@@ -1366,7 +1367,7 @@ class Engine:
             reader.expire()
             raise
         rows = _subscribe_rows(reader, names, as_of, statement.up_to)
-        return Stream(columns, _Subscription(rows, reader))
+        return Stream(columns, QueryRows(columns, rows, {"": reader}))
 
 
 def check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
@@ -1384,26 +1385,6 @@ def check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
     (error,) = snap.where("_err IS NOT NULL").agg(F.min("_err")).first()
     if error is not None:
         raise SqlError(f"{shard!r} holds an error at {as_of}: {error}", "XX000")
-
-
-class _Subscription:
-    """A SUBSCRIBE's rows; :meth:`close` lets go of its reader even if none was read."""
-
-    def __init__(self, rows: Generator[tuple[Any, ...], None, None], reader: Any) -> None:
-        self._rows = rows
-        self._reader = reader
-
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        return self
-
-    def __next__(self) -> tuple[Any, ...]:
-        return next(self._rows)
-
-    def close(self) -> None:
-        if inspect.getgeneratorstate(self._rows) == inspect.GEN_CREATED:
-            # Never started: its own cleanup (expiring the reader) would never run.
-            self._reader.expire()
-        self._rows.close()
 
 
 def _subscribe_rows(
