@@ -16,22 +16,12 @@ from typing import Any
 
 import pytest
 from pyspark.sql import functions as F
+from tests.integration.avro_main import _varint as zigzag
 
 from timeshard.spark.session import AVRO_LIMITS, spark_avro_options
 from timeshard.storage.avro import datum_ok, decode_datum
 
 pytestmark = pytest.mark.spark
-
-
-def zigzag(n: int) -> bytes:
-    """Avro's long encoding of ``n``."""
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 @pytest.mark.parametrize(

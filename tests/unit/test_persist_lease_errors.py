@@ -17,24 +17,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-import pyarrow as pa
 import pytest
+from tests.unit.test_persist_handles import SCHEMA, Clock
 
 from timeshard import Frontier, LeaseExpired
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import Appended, PersistClient, PersistConfig
 from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.machine import Machine
-
-SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 10_000
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def new_client(clock: Clock) -> PersistClient:
