@@ -38,7 +38,11 @@ the job; if a transaction is open in the progress topic then, it first aborts
 the export's own (one of its tasks died after its progress record, before its
 commit) as step 1 would, and waits for the others (:func:`read_progress`).
 Every record carries the header ``timeshard-time`` (the time of its change, in
-decimal).
+decimal). A keyed record goes to the partition Java's producer gives its key
+(``murmur2``, librdkafka's ``murmur2_random``; librdkafka's own default,
+CRC32, places most keys elsewhere), so a key's records share a partition with
+those Java producers write to the topic; a record without a key goes to a
+random partition.
 
 A record the topic cannot take is the data's, not a fault: before its first
 job, and again after a tick that failed (one blocked at a record past the
@@ -646,6 +650,9 @@ class _ProduceTask:
                 "bootstrap.servers": self.bootstrap,
                 "transactional.id": _transactional_id(self.export_id),
                 "transaction.timeout.ms": 120_000,
+                # Java's partitioner (murmur2) for keyed records, so a key shares its
+                # partition with Java producers of the topic (module doc).
+                "partitioner": "murmur2_random",
                 # The client refuses no record the topic takes (its own bound adds slack
                 # for framing), and batches no small records past the topic's limit.
                 "message.max.bytes": min(max(self.max_bytes + 512, 1000), 100_000_000),

@@ -2,7 +2,9 @@
 
 The target is a table keyed by ``key_columns`` (its primary key); the export
 creates it if it does not exist, with the shard's columns (types in
-:data:`PG_TYPES`, and decimals as ``numeric``), and checks an existing one
+:data:`PG_TYPES`, decimals as ``numeric``, arrays of those as PostgreSQL
+arrays such as ``bigint[]``, and structs, maps and arrays of nested values as
+``jsonb``: :func:`pg_type`), and checks an existing one
 has them, of those types (else PostgreSQL would cast the values: a number
 stored as text, a decimal rounded to a smaller scale), and a primary key or
 unique index on exactly ``key_columns`` (which ``ON CONFLICT`` needs). A
@@ -37,6 +39,15 @@ the shard at ``frontier - 1``: an ``INSERT`` of a key the table has a row of
 (the key's second row came in a later tick than its first), an ``UPDATE`` or
 ``DELETE`` of a key it has no row of (the table was changed outside the export).
 
+A ``jsonb`` column holds a struct as a JSON object of its fields, a map as a
+JSON object of its entries (a key that is not a string as its JSON text: ``1``
+as ``"1"``), an array as a JSON array; bytes, dates, decimals, NaN and
+infinities as :func:`~timeshard.storage.export.to_json` writes them. A key
+column is of a scalar type: a nested one is refused (InvalidUsage naming it).
+(A shard with a map anywhere is refused before, by every export: its changes
+are consolidated with :func:`~timeshard.spark.snapshot.consolidate_df`, which
+refuses maps.)
+
 SQL is composed with :mod:`psycopg.sql` (identifiers quoted by psycopg,
 values always bound as parameters), never by concatenating names or values.
 The driver side (the since hold, resuming) is
@@ -63,6 +74,7 @@ from timeshard.storage.export import (
     ShardExport,
     net_per_key,
     result,
+    to_json,
 )
 
 PROGRESS_TABLE = "_timeshard_progress"
@@ -70,6 +82,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 #: Arrow type -> PostgreSQL column type of a table the export creates.
 PG_TYPES: dict[pa.DataType, str] = {
     pa.int64(): "bigint",
+    pa.int8(): "smallint",  # PostgreSQL has no one-byte integer
     pa.int32(): "integer",
     pa.int16(): "smallint",
     pa.float64(): "double precision",
@@ -85,18 +98,75 @@ PG_TYPES: dict[pa.DataType, str] = {
 
 
 def pg_type(arrow: pa.DataType) -> str | None:
-    """The PostgreSQL column type of a table the export creates (None: none here)."""
+    """The PostgreSQL column type of a table the export creates (None: none here): the
+    scalars of :data:`PG_TYPES`, decimals as ``numeric``, an array of a scalar as that
+    scalar's array, a struct, a map or an array of nested values (which a PostgreSQL
+    array, rectangular and of scalars, cannot hold) as ``jsonb``."""
     if pa.types.is_decimal(arrow):
         return f"numeric({arrow.precision}, {arrow.scale})"
+    if _is_list(arrow):
+        element = arrow.value_type
+        if _is_nested(element):
+            return "jsonb"
+        scalar = pg_type(element)
+        return None if scalar is None else f"{scalar}[]"
+    if _is_nested(arrow):
+        return "jsonb"
     return PG_TYPES.get(arrow)
+
+
+def _is_list(arrow: pa.DataType) -> bool:
+    return bool(pa.types.is_list(arrow) or pa.types.is_large_list(arrow))
+
+
+def _is_nested(arrow: pa.DataType) -> bool:
+    """An array, a struct or a map: no key column's type (module doc)."""
+    return bool(_is_list(arrow) or pa.types.is_struct(arrow) or pa.types.is_map(arrow))
+
+
+def _is_jsonb(arrow: pa.DataType) -> bool:
+    return pg_type(arrow) == "jsonb"
 
 
 def _pg_column(field: pa.Field) -> tuple[str, str, int]:
     """A column's name, its type's name and type modifier (as ``pg_attribute`` has them)."""
     arrow = field.type
-    if pa.types.is_decimal(arrow):
-        return field.name, "numeric", (arrow.precision << 16 | arrow.scale) + 4  # + VARHDRSZ
+    array = _is_list(arrow) and pa.types.is_decimal(arrow.value_type)
+    decimal = arrow.value_type if array else arrow
+    if pa.types.is_decimal(decimal):
+        modifier = (decimal.precision << 16 | decimal.scale) + 4  # + VARHDRSZ
+        return field.name, "numeric[]" if array else "numeric", modifier
     return field.name, str(pg_type(arrow)), -1
+
+
+def _json_of(value: Any, arrow: pa.DataType) -> Any:
+    """``value`` (a Python value of Arrow type ``arrow``) as a JSON-able value (module doc):
+    a struct a dict of its fields, a map (pairs, in Python) a dict of its entries."""
+    if value is None:
+        return None
+    if pa.types.is_struct(arrow):
+        return {f.name: _json_of(value[f.name], f.type) for f in arrow}
+    if pa.types.is_map(arrow):
+        return {
+            _json_key(_json_of(k, arrow.key_type)): _json_of(v, arrow.item_type) for k, v in value
+        }
+    if _is_list(arrow):
+        return [_json_of(v, arrow.value_type) for v in value]
+    return value
+
+
+def _json_key(key: Any) -> str:
+    """A map's key as a JSON object's key: a string itself, any other its JSON text."""
+    return key if isinstance(key, str) else to_json(key).decode()
+
+
+def _jsonb(value: Any, arrow: pa.DataType) -> Any:
+    """The parameter of a ``jsonb`` column's value (SQL NULL for None)."""
+    from psycopg.types.json import Jsonb
+
+    if value is None:
+        return None
+    return Jsonb(_json_of(value, arrow), dumps=lambda v: to_json(v).decode())
 
 
 class PostgresExport(ShardExport):
@@ -185,6 +255,7 @@ class PostgresExport(ShardExport):
             data_columns=tuple(self.reader.schema.names),
             lower=lower,
             upper=upper,
+            jsonb=tuple(f.type if _is_jsonb(f.type) else None for f in self.reader.schema),
         )
 
     def _prepare(self) -> None:
@@ -197,7 +268,18 @@ class PostgresExport(ShardExport):
         if untyped:
             raise InvalidUsage(
                 f"export {self.export_id!r}: columns {untyped} of shard {self.shard!r} have no "
-                f"PostgreSQL type here; supported are {sorted(map(str, PG_TYPES))} and decimals"
+                f"PostgreSQL type here; supported are {sorted(map(str, PG_TYPES))}, decimals, "
+                "arrays of those, structs and maps"
+            )
+        nested = {
+            k: str(self.reader.schema.field(k).type)
+            for k in self.key_columns
+            if _is_nested(self.reader.schema.field(k).type)
+        }
+        if nested:
+            raise InvalidUsage(
+                f"export {self.export_id!r}: key columns {nested} (column: type) of shard "
+                f"{self.shard!r} are nested; a key column is of a scalar type"
             )
         progress = sql.SQL(
             "CREATE TABLE IF NOT EXISTS {} (export_id text PRIMARY KEY, "
@@ -295,6 +377,8 @@ class _ApplyTask:
     data_columns: tuple[str, ...]
     lower: int
     upper: int
+    #: Per data column, its Arrow type if it is a ``jsonb`` column (else None).
+    jsonb: tuple[pa.DataType | None, ...] = ()
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import psycopg
@@ -411,15 +495,23 @@ class _ApplyTask:
         if kind == "delete":
             return [(c.key, _not_null(c.key)) for c in changes if c.row is None]
         if kind == "insert":
-            return [(c.key, c.row) for c in changes if c.row is not None and not c.had_row]
+            return [
+                (c.key, self._values(c.row)) for c in changes if c.row is not None and not c.had_row
+            ]
         values = [i for i, c in enumerate(self.data_columns) if c not in self.key_columns]
         if not values:
             return []
-        return [
-            (c.key, tuple(c.row[i] for i in values) + _not_null(c.key))
-            for c in changes
-            if c.row is not None and c.had_row
-        ]
+        updates = [(c.key, self._values(c.row)) for c in changes if c.row is not None and c.had_row]
+        return [(key, tuple(row[i] for i in values) + _not_null(key)) for key, row in updates]
+
+    def _values(self, row: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A row's parameters: a ``jsonb`` column's value as JSON (module doc)."""
+        if not any(self.jsonb):
+            return row
+        return tuple(
+            v if arrow is None else _jsonb(v, arrow)
+            for v, arrow in zip(row, self.jsonb, strict=True)
+        )
 
 
 def _not_null(key: tuple[Any, ...]) -> tuple[Any, ...]:
