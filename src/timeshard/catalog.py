@@ -90,7 +90,7 @@ from urllib.parse import quote
 
 import pyarrow as pa
 
-from timeshard.errors import CorruptState, Determinate, InvalidUsage
+from timeshard.errors import CorruptState, Determinate, InvalidUsage, SinceError
 from timeshard.persist import Appended, PersistClient
 from timeshard.persist._internal.parts import ERR
 from timeshard.persist.holds import view_hold_id
@@ -109,6 +109,8 @@ CATALOG_KEYS = ("name", "kind")
 
 #: How long a write goes on deciding again while other writers' appends land first.
 RETRY_FOR_S = 60.0
+#: How many times a read of the catalog reads again as other writers' appends land.
+_READ_ATTEMPTS = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,16 +168,30 @@ def catalog_rows(client: PersistClient) -> list[dict[str, Any]]:
 
 def _catalog_read(client: PersistClient) -> tuple[list[dict[str, Any]], int]:
     """The catalog's rows at its latest readable time, and the upper they were read below
-    (0 for a catalog not yet written)."""
+    (0 for a catalog not yet written).
+
+    A write that lands while it reads may move the since past the upper read: it reads
+    again at the new upper, up to ``_READ_ATTEMPTS`` times, then raises the
+    :class:`~timeshard.errors.SinceError` naming the shard and its frontiers. A written
+    catalog never reads as empty.
+    """
     if CATALOG_SHARD not in client.list_shards():
         return [], 0
     reader = client.open_unleased_reader(CATALOG_SHARD)
-    upper = reader.upper().time
-    assert upper is not None, "the catalog shard is closed"
-    if upper == 0 or not reader.since().less_equal(upper - 1):
-        return [], upper
-    rows: list[dict[str, Any]] = reader.snapshot(upper - 1).to_pylist()
-    return rows, upper
+    attempts = 0
+    while True:
+        upper = reader.upper().time
+        assert upper is not None, "the catalog shard is closed"
+        if upper == 0:
+            return [], 0
+        try:
+            rows: list[dict[str, Any]] = reader.snapshot(upper - 1).to_pylist()
+        except SinceError:
+            attempts += 1
+            if attempts == _READ_ATTEMPTS:
+                raise
+            continue
+        return rows, upper
 
 
 def read_catalog(client: PersistClient) -> list[CatalogEntry]:

@@ -5,11 +5,16 @@ Each call first draws one number from a ``random.Random(seed)`` stream:
 * below ``fail_rate``: raise :class:`Determinate` *without* calling the
   wrapped backend (the request never left);
 * below ``fail_rate + timeout_rate``: for a write (``set``, ``delete``,
-  ``compare_and_set``, ``truncate``) call the backend and then raise
-  :class:`Indeterminate`, as a timeout after the request was sent would; for a
-  read (``get``, ``list_keys``, ``head``, ``scan``) raise Indeterminate
-  without calling it (a read has no effect to lose);
+  ``delete_temporary``, ``compare_and_set``, ``truncate``) call the backend and
+  then raise :class:`Indeterminate`, as a timeout after the request was sent
+  would; for a read (``get``, ``list_keys``, ``list_temporaries``, ``head``,
+  ``scan``) raise Indeterminate without calling it (a read has no effect to
+  lose);
 * otherwise: call the backend and return its answer.
+
+The blob passes on the temporaries of a wrapped blob that has them
+(:class:`~timeshard.location.file.Temporaries`), so GC collects them through it;
+over one that has none it lists none and deletes none, drawing nothing.
 
 A call that the backend itself rejects (InvalidUsage) is passed through
 unchanged, also on the timeout path.
@@ -54,6 +59,7 @@ from typing import Any, NoReturn, TypeVar
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location.blob import Blob, BlobMetadata
 from timeshard.location.consensus import CaSResult, Consensus, SeqNo, VersionedData
+from timeshard.location.file import Temporaries, check_temporary_key
 
 R = TypeVar("R")
 
@@ -134,6 +140,20 @@ class UnreliableBlob(Faults):
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
         return iter(self.read(f"list {prefix!r}", lambda: list(self.inner.list_keys(prefix))))
+
+    def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        inner = self.inner
+        if not isinstance(inner, Temporaries):
+            return iter(())
+        what = f"list temporaries {prefix!r}"
+        return iter(self.read(what, lambda: list(inner.list_temporaries(prefix))))
+
+    def delete_temporary(self, key: str) -> int | None:
+        inner = self.inner
+        if not isinstance(inner, Temporaries):
+            check_temporary_key(key)
+            return None
+        return self.write(f"delete temporary {key!r}", lambda: inner.delete_temporary(key))
 
 
 class UnreliableConsensus(Faults):

@@ -39,7 +39,7 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from typing import Any
 from timeshard.errors import Determinate, InvalidUsage
 from timeshard.location import Location, UnreliableBlob, UnreliableConsensus
 from timeshard.location.blob import Blob, BlobMetadata
+from timeshard.location.file import Temporaries, check_temporary_key
 from timeshard.location.unreliable import NEVER_MS, FaultJournal, KeyedFaults
 
 CONTROL_VERSION = 2
@@ -84,7 +85,8 @@ class Control:
 
 
 class FullDiskBlob:
-    """A blob whose writes fail with ENOSPC while ``full`` is set; reads pass through."""
+    """A blob whose writes fail with ENOSPC while ``full`` is set; reads and deletes (of
+    keys and of the wrapped blob's temporaries) pass through."""
 
     def __init__(self, inner: Blob, journal: FaultJournal | None = None) -> None:
         self.inner = inner
@@ -113,6 +115,19 @@ class FullDiskBlob:
     def list_keys(self, prefix: str = "") -> Any:
         metas: list[BlobMetadata] = list(self.inner.list_keys(prefix))
         return iter(metas)
+
+    def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        """The wrapped blob's temporaries (none if it has none), for GC."""
+        if not isinstance(self.inner, Temporaries):
+            return iter(())
+        return self.inner.list_temporaries(prefix)
+
+    def delete_temporary(self, key: str) -> int | None:
+        """Delete a temporary of the wrapped blob: a delete, so also when the disk is full."""
+        if not isinstance(self.inner, Temporaries):
+            check_temporary_key(key)
+            return None
+        return self.inner.delete_temporary(key)
 
 
 class FaultyLocation:

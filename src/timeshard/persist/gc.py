@@ -22,7 +22,9 @@ temporary is garbage when it is surely abandoned:
   still running then, one being killed, is no part of any batch).
 
 One under a registered writer's batch that no version names yet may still be
-filling: it stays.
+filling: it stays. A write deletes its own batch's temporaries once its job
+ended (:func:`delete_temporaries_under`), whether the job failed or not, so
+those stay only if the process died first.
 
 Order matters: blobs are listed *before* the head is read, so a writer that
 staged a listed part (or temporary) had registered before GC looked at the
@@ -140,6 +142,19 @@ def collect_garbage(
     )
 
 
+def delete_temporaries_under(blob: Blob, key_prefix: str, config: PersistConfig) -> int:
+    """Delete the temporaries under the batch prefix ``key_prefix`` of a write whose job
+    ended (driver): the attempts that filled them were killed. Return how many existed.
+
+    One listing of the prefix (none on a blob without temporaries); each delete is
+    retried as an external call. It is an error to call it while the job may still run.
+    """
+    if not isinstance(blob, Temporaries):
+        return 0
+    keys = [m.key for m in blob.list_temporaries(key_prefix + "/")]
+    return _delete_temporaries(blob, keys, config)
+
+
 def _delete_temporaries(blob: Blob, keys: list[str], config: PersistConfig) -> int:
     """Delete the temporaries ``keys`` (of a blob that has them); return how many existed."""
     if not keys:
@@ -154,4 +169,4 @@ def _delete_temporaries(blob: Blob, keys: list[str], config: PersistConfig) -> i
     return deleted
 
 
-__all__ = ["GcReport", "collect_garbage"]
+__all__ = ["GcReport", "collect_garbage", "delete_temporaries_under"]

@@ -20,7 +20,9 @@ Semantics, for commands reclocked to the same time ``t``:
    a source's records have distinct positions, and two different commands at
    one position, key and time (winning or not) are a caller's mistake
    (InvalidUsage, whatever the order of ``commands``), so the winner never
-   depends on the order of ``commands``. A source's record is
+   depends on the order of ``commands``. So are orders of one key and time that
+   Python cannot compare (an int and a str, a value and None: InvalidUsage
+   naming them). A source's record is
    at ``(partition, offset)``: for a FILE source ``(file name, byte offset)``,
    the order of :mod:`timeshard.storage.file_source` ("Order"; Python
    compares ``str`` by code point, which is the order of their UTF-8 bytes),
@@ -114,6 +116,18 @@ def _same(a: UpsertCommand, b: UpsertCommand) -> bool:
     return bool(canonical((a.key, a.value, a.error)) == canonical((b.key, b.value, b.error)))
 
 
+def _before(a: UpsertCommand, b: UpsertCommand) -> bool:
+    """Whether ``a``'s order is below ``b``'s, for commands of one key and time; InvalidUsage
+    if Python cannot compare them (a source's positions have one type)."""
+    try:
+        return bool(a.order < b.order)
+    except TypeError:
+        raise InvalidUsage(
+            f"upsert commands of key {b.key!r} at time {b.time} have orders that do not "
+            f"compare: {a.order!r} and {b.order!r}"
+        ) from None
+
+
 class FeedbackUpsert:
     """Applies upsert commands to an output shard whose content is its state."""
 
@@ -184,7 +198,7 @@ class FeedbackUpsert:
                         f"{first!r} and {c!r}"
                     )
                 best = winners.get(slot)
-                if best is None or best.order < c.order:
+                if best is None or _before(best, c):
                     winners[slot] = c
         keys = {k: winners[(t, k)].key for t, k in winners}
         state = self._state(keys, lower - 1) if lower > 0 and keys else {}

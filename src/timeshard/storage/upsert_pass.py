@@ -32,7 +32,9 @@ Invariants:
 2. The parts of a batch are one per partition: if a partition's task ran to
    success twice (a stage re-run), :func:`written_parts` keeps one and
    deletes the others, and it deletes every file under the batch prefix that
-   no kept part names (failed attempts).
+   no kept part names (failed attempts) and every temporary there (attempts
+   killed while they wrote), as the Spark part write does. After a failed job
+   :func:`delete_batch_files` deletes both, parts and temporaries.
 3. A layer row is yielded only after the part is written: a task whose write
    fails yields nothing and fails the job.
 """
@@ -52,6 +54,7 @@ from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys
 from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta, conform, updates_schema
 from timeshard.persist.config import PersistConfig
+from timeshard.persist.gc import delete_temporaries_under
 from timeshard.spark.parts import write_task_part
 from timeshard.storage.upsert_state import GONE, HASH, KEY, value_columns
 
@@ -157,7 +160,9 @@ def written_parts(
     """The parts of the batch at ``key_prefix``: one per partition (driver; invariant 2).
 
     ``entries`` are the accumulated entries of the job (of any batch). Files
-    under the prefix that no kept part names are deleted.
+    under the prefix that no kept part names are deleted, and so are the
+    temporaries there (a failure to delete those leaves them to GC: the write
+    stands).
     """
     kept: dict[int, PartMeta | None] = {}
     for prefix, partition, _attempt, part in sorted(entries, key=lambda e: (e[1], e[2])):
@@ -168,13 +173,18 @@ def written_parts(
     extra = [m.key for m in blob.list_keys(key_prefix + "/") if m.key not in named]
     if extra:
         delete_keys(blob, extra, config)
+    with contextlib.suppress(Exception):  # GC deletes them once the batch is in the shard
+        delete_temporaries_under(blob, key_prefix, config)
     return parts
 
 
 def delete_batch_files(blob: Blob, key_prefix: str, config: PersistConfig) -> None:
-    """Delete every file under ``key_prefix`` (a failed job's parts; driver)."""
+    """Delete every file under ``key_prefix`` (a failed job's parts and the temporaries of
+    its killed attempts; driver)."""
     with contextlib.suppress(Exception):  # what stays behind is garbage for GC
         delete_keys(blob, [m.key for m in blob.list_keys(key_prefix + "/")], config)
+    with contextlib.suppress(Exception):
+        delete_temporaries_under(blob, key_prefix, config)
 
 
 __all__ = [
