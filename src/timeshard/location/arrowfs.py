@@ -158,9 +158,13 @@ class ArrowFsBlob:
         return iter(self._listed(prefix, TMP_NAME.fullmatch))
 
     def _listed(self, prefix: str, wanted: Callable[[str], object]) -> list[BlobMetadata]:
-        """Every file whose key starts with ``prefix`` and whose name is ``wanted``."""
+        """Every file whose key starts with ``prefix`` and whose name is ``wanted``: one
+        listing of the deepest directory ``prefix`` names (not of the whole root: on an
+        object store, a write's listing of its own batch costs that batch's keys)."""
         check_blob_prefix(prefix)
-        selector = pafs.FileSelector(self.base, recursive=True, allow_not_found=True)
+        directory = prefix.rpartition("/")[0]
+        root = f"{self.base}/{directory}" if directory else self.base
+        selector = pafs.FileSelector(root, recursive=True, allow_not_found=True)
         try:
             infos = self.fs.get_file_info(selector)
         except Exception as e:
