@@ -208,3 +208,43 @@ def test_a_part_of_another_shard_is_corrupt() -> None:
     """GC deletes by the shard's prefix: a part key elsewhere is not this shard's."""
     with pytest.raises(CorruptState, match=r"'t/w/b/part-0\.parquet' is not under 's/'"):
         decode_state("s", 3, _one_part_state({**PART, "key": "t/w/b/part-0.parquet"}))
+
+
+def _versions(shard: str, parts: list[dict[str, Any]], seqno: int) -> bytes:
+    """A stored document of ``shard`` at ``seqno``: one batch per part, [i, i + 1)."""
+    n = len(parts)
+    state = ShardState(
+        shard_id=shard,
+        schema=encode_schema(SCHEMA),
+        seqno=seqno,
+        upper=Frontier(n),
+        batches=tuple(HollowBatch(Description(Frontier(i), Frontier(i + 1))) for i in range(n)),
+    )
+    doc = state.to_json()
+    for b, part in zip(doc["batches"], parts, strict=True):
+        b["parts"] = [part]
+    return json.dumps(doc, sort_keys=True).encode()
+
+
+def _part(shard: str, i: int, rows: int = 1) -> dict[str, Any]:
+    return {"key": f"{shard}/w/b{i}/part-0.parquet", "size": 10, "rows": rows, "ts_min": i}
+
+
+def test_a_batch_stored_as_before_is_not_decoded_again() -> None:
+    parts = [_part("memo", i) for i in range(3)]
+    first = decode_state("memo", 1, _versions("memo", parts, 1))
+    parts[2] = _part("memo", 2, rows=2)  # the last batch changed, under the same part key
+    second = decode_state("memo", 2, _versions("memo", parts, 2))
+    assert second.batches[0] is first.batches[0] and second.batches[1] is first.batches[1]
+    assert second.batches[2] is not first.batches[2]
+    assert second.batches[2].parts[0].num_rows == 2
+
+
+@pytest.mark.parametrize("bad", [True, 1.0, -1, "1"])
+def test_a_batch_known_but_stored_otherwise_is_decoded_and_checked(bad: Any) -> None:
+    shard = f"memo-{type(bad).__name__}-{bad!r}".replace(".", "_").replace("'", "")
+    parts = [_part(shard, i) for i in range(2)]
+    decode_state(shard, 1, _versions(shard, parts, 1))
+    parts[1] = {**parts[1], "rows": bad}  # equal to 1 as a Python value for True and 1.0
+    with pytest.raises(CorruptState, match=f"shard '{shard}' at seqno 2"):
+        decode_state(shard, 2, _versions(shard, parts, 2))

@@ -32,7 +32,9 @@ garbage-collected against.
 from __future__ import annotations
 
 import base64
+import collections
 import json
+import threading
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
@@ -298,12 +300,16 @@ class ShardState:
         }
 
     @staticmethod
-    def from_json(value: Any, *, contiguous: bool = True) -> ShardState:
+    def from_json(
+        value: Any, *, contiguous: bool = True, known: _KnownBatches | None = None
+    ) -> ShardState:
         """Decode a stored document; CorruptState, or a ValueError, KeyError or
         TypeError naming the field, if it is malformed (see the module doc).
 
         ``contiguous=False`` skips invariant 2 (for :func:`check_decodes`, which
-        decodes a document holding only some of the batches)."""
+        decodes a document holding only some of the batches). ``known``: batches
+        decoded before, by their stored form; a batch stored exactly so is taken from
+        it, not decoded again, and ``known`` is filled with this document's batches."""
         value = _dict(value, "a state")
         if value.get("version") != STATE_VERSION:
             raise CorruptState(f"unknown state version {value.get('version')!r}")
@@ -319,7 +325,7 @@ class ShardState:
             seqno=_int(value["seqno"], "seqno"),
             since=Frontier.from_json(value["since"]),
             upper=Frontier.from_json(value["upper"]),
-            batches=tuple(HollowBatch.from_json(b) for b in batches),
+            batches=_batches_of(batches, known),
             writers={
                 k: WriterState.from_json(v) for k, v in _dict(value["writers"], "writers").items()
             },
@@ -395,10 +401,43 @@ def decode_state(shard_id: str, seqno: int, data: bytes) -> ShardState:
     return _decoded(shard_id, seqno, bytes(data))
 
 
+#: Batches decoded before, by the ``repr`` of their stored form (JSON values as loaded:
+#: it tells ``1`` from ``true`` and ``1.0``, as equality of the values would not; keys
+#: in another order only miss).
+_KnownBatches = dict[str, HollowBatch]
+#: Per shard, the batches of the version decoded last (:func:`_decoded`), for the few
+#: shards decoded last: a shard's next version keeps most of its batches as they were
+#: stored, and decoding each part's metadata again was most of a decode's cost.
+_KNOWN: collections.OrderedDict[str, _KnownBatches] = collections.OrderedDict()
+_KNOWN_SHARDS = 32
+_known_lock = threading.Lock()
+
+
+def _batches_of(stored: list[Any], known: _KnownBatches | None) -> tuple[HollowBatch, ...]:
+    """The batches of ``stored``, each taken from ``known`` if it was stored exactly so
+    (a batch is a function of its stored form), else decoded; ``known`` then holds
+    these."""
+    if known is None:
+        return tuple(HollowBatch.from_json(b) for b in stored)
+    out, seen = [], {}
+    for b in stored:
+        text = repr(b)
+        batch = known.get(text)
+        if batch is None:
+            batch = HollowBatch.from_json(b)
+        seen[text] = batch
+        out.append(batch)
+    known.clear()
+    known.update(seen)
+    return tuple(out)
+
+
 @lru_cache(maxsize=32)  # a few shards' heads: a view's inputs and output, a tick's sources
 def _decoded(shard_id: str, seqno: int, data: bytes) -> ShardState:
+    with _known_lock:
+        known = dict(_KNOWN.get(shard_id, {}))
     try:
-        state = ShardState.from_json(json.loads(data.decode("utf-8")))
+        state = ShardState.from_json(json.loads(data.decode("utf-8")), known=known)
     except CorruptState as e:
         raise CorruptState(f"state of shard {shard_id!r} at seqno {seqno}: {e}") from e
     except Exception as e:
@@ -411,6 +450,11 @@ def _decoded(shard_id: str, seqno: int, data: bytes) -> ShardState:
             f"state stored for shard {shard_id!r} at seqno {seqno} claims to be "
             f"shard {state.shard_id!r} at seqno {state.seqno}"
         )
+    with _known_lock:
+        _KNOWN[shard_id] = known
+        _KNOWN.move_to_end(shard_id)
+        while len(_KNOWN) > _KNOWN_SHARDS:
+            _KNOWN.popitem(last=False)
     return state
 
 
