@@ -46,3 +46,15 @@ def test_orders_of_other_keys_need_not_compare() -> None:
     upsert.apply(cmds, 1)
     assert client.state("s").upper.time == 1
     upsert.close()
+
+
+@pytest.mark.parametrize("command", [{"k": "a", "_ts": 0}, ("a", 1, 0, (1,)), None])
+def test_a_command_that_is_no_upsert_command_is_refused(command: Any) -> None:
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()), PersistConfig())
+    upsert = FeedbackUpsert(client, "s", SCHEMA, ["k"])
+    good = UpsertCommand(("b",), (2,), 0, (1,))
+    with pytest.raises(InvalidUsage, match="must be UpsertCommand, got") as e:
+        upsert.apply([good, command], 1)
+    assert repr(command) in str(e.value)
+    assert client.state("s").upper.time == 0
+    upsert.close()

@@ -170,12 +170,15 @@ class FeedbackUpsert:
         still that time: a caller that decided its commands on a read at
         ``expected_lower - 1`` gets UpperMismatch, and nothing is written, if
         anyone appended since (the append is compare-and-set on it).
-        InvalidUsage, and nothing written, if a time is not a timestamp.
+        InvalidUsage, and nothing written, if a command is no UpsertCommand or a time
+        is not a timestamp.
         """
         check_timestamp(input_upper, "upsert input_upper")
         if expected_lower is not None:
             check_timestamp(expected_lower, "upsert expected_lower")
         for c in commands:
+            if not isinstance(c, UpsertCommand):
+                raise InvalidUsage(f"upsert commands must be UpsertCommand, got {c!r}")
             check_timestamp(c.time, f"the time of upsert command {c!r}")
         current = self.upper
         if expected_lower is not None and current.time != expected_lower:
