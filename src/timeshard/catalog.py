@@ -181,7 +181,11 @@ def _catalog_read(client: PersistClient) -> tuple[list[dict[str, Any]], int]:
     attempts = 0
     while True:
         upper = reader.upper().time
-        assert upper is not None, "the catalog shard is closed"
+        if upper is None:  # no writer closes it: only a shard-level close of it did
+            raise CorruptState(
+                f"the catalog shard {CATALOG_SHARD!r} is closed: the catalog cannot be "
+                "read or written"
+            )
         if upper == 0:
             return [], 0
         try:

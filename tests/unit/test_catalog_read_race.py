@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from timeshard.catalog import CATALOG_SHARD, Catalog, CatalogEntry, read_catalog
-from timeshard.errors import SinceError
+from timeshard.errors import CorruptState, SinceError
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient
 from timeshard.persist._internal.machine import Machine
@@ -69,4 +69,12 @@ def test_a_catalog_whose_upper_keeps_moving_raises_naming_its_frontiers(
     Catalog(client).record([CatalogEntry("v", "view", {"sql": "select 1"})])
     write_after_fetches(monkeypatch, location, set(range(1, 100)))
     with pytest.raises(SinceError, match=rf"shard {CATALOG_SHARD!r}.*since .*upper "):
+        read_catalog(client)
+
+
+def test_a_closed_catalog_shard_is_reported_not_asserted(location: Location) -> None:
+    client = PersistClient(location)
+    Catalog(client).record([CatalogEntry("v", "view", {"sql": "SELECT 1"})])
+    client.close_shard(CATALOG_SHARD)
+    with pytest.raises(CorruptState, match="catalog shard 'timeshard_catalog' is closed"):
         read_catalog(client)
