@@ -118,7 +118,6 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import pyarrow as pa
@@ -142,9 +141,8 @@ from pyspark.sql.types import (
 
 from timeshard.errors import Determinate, InvalidUsage, PartError, TimeshardError
 from timeshard.location.blob import Blob, check_blob_key
-from timeshard.location.file import Temporaries
 from timeshard.location.unreliable import KeyedFaults
-from timeshard.persist._internal.blobio import delete_keys, read_part, retry_external, write_part
+from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
 from timeshard.persist._internal.parts import (
     DIFF,
     ERR,
@@ -156,6 +154,7 @@ from timeshard.persist._internal.parts import (
     updates_schema,
 )
 from timeshard.persist.config import PersistConfig
+from timeshard.persist.gc import delete_temporaries_under
 from timeshard.spark.session import arrow_to_spark_schema
 from timeshard.spark.sqltext import java_strings, quoted, select_exprs, type_sql
 
@@ -557,7 +556,7 @@ def _write_through_driver(
 def _delete_under(blob: Blob, key_prefix: str) -> None:
     keys = [m.key for m in blob.list_keys(key_prefix + "/")]
     delete_keys(blob, keys, PersistConfig())
-    _delete_temporaries(blob, key_prefix)
+    delete_temporaries_under(blob, key_prefix, PersistConfig())
 
 
 def _delete_unnamed(blob: Blob, key_prefix: str, parts: list[PartMeta]) -> None:
@@ -571,19 +570,7 @@ def _delete_unnamed(blob: Blob, key_prefix: str, parts: list[PartMeta]) -> None:
         others = [m.key for m in blob.list_keys(key_prefix + "/") if m.key not in named]
         if others:
             delete_keys(blob, others, PersistConfig())
-        _delete_temporaries(blob, key_prefix)
-
-
-def _delete_temporaries(blob: Blob, key_prefix: str) -> None:
-    """Delete the temporaries under ``key_prefix``, once the job that wrote there ended: the
-    attempt that filled one was killed (or is being killed, its part unwanted)."""
-    if isinstance(blob, Temporaries):
-        for meta in blob.list_temporaries(key_prefix + "/"):
-            retry_external(
-                PersistConfig(),
-                f"deleting temporary {meta.key!r}",
-                partial(blob.delete_temporary, meta.key),
-            )
+        delete_temporaries_under(blob, key_prefix, PersistConfig())
 
 
 # -- reading ---------------------------------------------------------------------------------
