@@ -46,11 +46,14 @@ maps statements to messages:
   is idle does nothing. A client that goes away while its query runs cancels
   it the same way;
 * ``SET statement_timeout`` (``SET LOCAL`` for a transaction block, ``RESET``,
-  ``DISCARD ALL``, ``SHOW``): a query (a SELECT, its Describe or Execute of a
+  ``SHOW``): a query (a SELECT, its Describe or Execute of a
   portal, a query cursor's FETCH) still running that long after its Spark work
   started is canceled as a CancelRequest cancels it, with 57014 ``canceling
   statement due to statement timeout``. A SUBSCRIBE, and a SUBSCRIBE cursor's
   FETCH (which has its TIMEOUT), run on, as Materialize's;
+* ``DISCARD ALL`` (outside a transaction block: 25001 inside one) gives the
+  session back as a new connection has it: its cursors and portals closed, its
+  named prepared statements forgotten, statement_timeout reset;
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
   connection stays usable (in a transaction block, until ROLLBACK); a
   message that does not decode (a garbled length, a kind no client sends)
@@ -332,6 +335,7 @@ class _Session:
     skipping: bool = False  # after an error in the extended protocol, until Sync
     timeout_ms: int = 0  # statement_timeout (0: none)
     local_timeout_ms: int | None = None  # SET LOCAL's, until the transaction block ends
+    running: _Portal | None = None  # the portal whose statement runs (DISCARD ALL keeps it)
 
     @property
     def statement_timeout_ms(self) -> int:
@@ -919,6 +923,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 self._close_cursors(None)
                 return Result([], [], tag)
             return Result([], [], statement.tag)
+        if isinstance(statement, Setting) and statement.tag == "DISCARD ALL":
+            return self._discard_all()
         if isinstance(statement, Setting):
             return self._set(statement)
         if isinstance(statement, ShowSetting):
@@ -936,7 +942,7 @@ class _Handler(socketserver.BaseRequestHandler):
         return self._execute(statement)
 
     def _set(self, statement: Setting) -> Result:
-        """SET, RESET or DISCARD ALL of the statement_timeout. SET LOCAL holds until the
+        """SET or RESET of the statement_timeout (RESET ALL resets it). SET LOCAL holds until the
         transaction block ends (outside one, the message's statements), as PostgreSQL's."""
         s = self.session
         ms = statement.value_ms or 0
@@ -947,6 +953,23 @@ class _Handler(socketserver.BaseRequestHandler):
             s.timeout_ms = ms
             s.local_timeout_ms = None
         return Result([], [], statement.tag)
+
+    def _discard_all(self) -> Result:
+        """DISCARD ALL: the session as a new connection has it, as PostgreSQL's (a pool
+        hands it to another client): every cursor and portal closed (their readers let
+        go) but the portal running it, every named prepared statement forgotten (the
+        unnamed one stays, as PostgreSQL's), statement_timeout reset. Refused in a
+        transaction block (25001), as PostgreSQL refuses it."""
+        s = self.session
+        if s.in_transaction or s.implicit:
+            raise SqlError("DISCARD ALL cannot run inside a transaction block", "25001")
+        self._close_cursors(None)
+        for name in [n for n, p in s.portals.items() if p is not s.running]:
+            self._close_portals(name)
+        s.statements = {"": s.statements[""]} if "" in s.statements else {}
+        s.timeout_ms = 0
+        s.local_timeout_ms = None
+        return Result([], [], "DISCARD ALL")
 
     # -- cursors
 
@@ -1120,7 +1143,11 @@ class _Handler(socketserver.BaseRequestHandler):
             statements = split(portal.sql)
             if len(statements) > 1:
                 raise SqlError("cannot run several statements in one prepared statement", "42601")
-            portal.result = self._run(statements[0]) if statements else Result([], [], "")
+            self.session.running = portal
+            try:
+                portal.result = self._run(statements[0]) if statements else Result([], [], "")
+            finally:
+                self.session.running = None
         return portal.result
 
     def _describe(self, msg: Describe) -> None:
