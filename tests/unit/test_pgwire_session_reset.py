@@ -1,6 +1,7 @@
-"""DISCARD ALL in the pgwire front end, without Spark.
+"""Prepared statements and DISCARD ALL in the pgwire front end, without Spark.
 
-DISCARD ALL gives the
+PostgreSQL refuses a Parse of a named statement that exists (42P05) and keeps
+the one it has; the unnamed statement is replaced. DISCARD ALL gives the
 session back as a new connection has it: no prepared statement, portal or
 cursor, every setting at its default; it is refused in a transaction block.
 """
@@ -47,6 +48,35 @@ def sqlstates(messages: list[tuple[bytes, bytes]]) -> list[str]:
             fields = dict((f[:1], f[1:]) for f in body.split(b"\0") if f)
             out.append(fields[b"C"].decode())
     return out
+
+
+def test_parse_of_an_existing_named_statement_is_refused_and_keeps_it(
+    served: tuple[PgServer, StandIn],
+) -> None:
+    server, _ = served
+    client = Client(server)
+    assert sqlstates(answers(client, parse(b"s1", "SELECT 1"))) == []
+    refused = answers(client, parse(b"s1", "SHOW statement_timeout"))
+    assert sqlstates(refused) == ["42P05"], refused
+    assert b"already exists" in refused[0][1]
+    # the one prepared first stays: a query's rows (n, s), not SHOW's one column
+    executed = answers(client, describe_statement(b"s1") + bind(b"", b"s1") + execute(b""))
+    assert [kind for kind, _ in executed] == [b"t", b"T", b"2", *[b"D"] * 5, b"C", b"Z"]
+    # the unnamed statement is replaced, silently
+    assert sqlstates(answers(client, parse(b"", "SELECT 1"))) == []
+    replaced = answers(client, parse(b"", "SHOW statement_timeout") + bind(b"", b"") + execute(b""))
+    assert sqlstates(replaced) == [] and (b"C", b"SHOW\0") in replaced, replaced
+
+
+def test_a_statement_deallocated_can_be_prepared_again(
+    served: tuple[PgServer, StandIn],
+) -> None:
+    server, _ = served
+    client = Client(server)
+    assert sqlstates(answers(client, parse(b"s1", "SELECT 1"))) == []
+    client.sock.sendall(query("DEALLOCATE s1"))
+    assert sqlstates(client.until(b"Z")) == []
+    assert sqlstates(answers(client, parse(b"s1", "SELECT 2"))) == []
 
 
 def test_discard_all_forgets_prepared_statements_and_settings(

@@ -51,7 +51,9 @@ maps statements to messages:
   started is canceled as a CancelRequest cancels it, with 57014 ``canceling
   statement due to statement timeout``. A SUBSCRIBE, and a SUBSCRIBE cursor's
   FETCH (which has its TIMEOUT), run on, as Materialize's;
-* ``DISCARD ALL`` (outside a transaction block: 25001 inside one) gives the
+* prepared statements: a ``Parse`` of a named statement that exists is refused
+  (42P05) and the statement stays as it was; the unnamed one is replaced.
+  ``DISCARD ALL`` (outside a transaction block: 25001 inside one) gives the
   session back as a new connection has it: its cursors and portals closed, its
   named prepared statements forgotten, statement_timeout reset;
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
@@ -845,8 +847,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         try:
             if isinstance(msg, Parse):
-                s.statements[msg.statement] = (msg.query, list(msg.param_types))
-                self._send(ParseComplete())
+                self._parse(msg)
             elif isinstance(msg, Bind):
                 self._bind(msg)
             elif isinstance(msg, Describe):
@@ -1113,6 +1114,16 @@ class _Handler(socketserver.BaseRequestHandler):
         self.conn._decoder.phase = state.phase
 
     # -- the extended protocol
+
+    def _parse(self, msg: Parse) -> None:
+        """Prepare ``msg``'s statement. A named one that exists is SqlError 42P05 and stays
+        as it was (a driver that lost track of its names learns it, and the statement it
+        binds is the one it prepared); the unnamed one is replaced, as PostgreSQL's."""
+        s = self.session
+        if msg.statement and msg.statement in s.statements:
+            raise SqlError(f"prepared statement {msg.statement!r} already exists", "42P05")
+        s.statements[msg.statement] = (msg.query, list(msg.param_types))
+        self._send(ParseComplete())
 
     def _bind(self, msg: Bind) -> None:
         s = self.session
