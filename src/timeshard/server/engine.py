@@ -32,7 +32,8 @@ Reads: ``SELECT ... [AS OF t]`` reads every shard it names at one time (the
 greatest time all are readable at, unless ``AS OF`` says), each registered as
 a temporary view of a Spark session of its own, so concurrent queries never
 see each other's names. A query without ``AS OF`` over a shard that holds no
-readable time yet (a view just created) waits for one, up to ``read_wait_s``.
+readable time yet (a view just created) waits for one, up to ``read_wait_s``, or
+until the statement is canceled (:meth:`Engine.cancel`: 57014).
 ``timeshard_objects`` is the introspection relation: one row per shard with
 its frontiers, lag, health, generation, rows and bytes, and its last error.
 A client's SQL (a query, a view's) runs in the server's JVM: the functions
@@ -342,6 +343,11 @@ class Engine:
         self._serial = threading.Lock()
         self._following = threading.Event()  # set: the follower stops
         self._follower: threading.Thread | None = None
+        #: Per job tag a statement runs under (:meth:`cancellable`): set once it is canceled.
+        self._cancels: dict[str, threading.Event] = {}
+        self._cancels_lock = threading.Lock()
+        #: The calling thread's statement's cancel event (``canceled``), inside cancellable.
+        self._statement = threading.local()
         #: The recorded objects that failed to restore or replicate, by name: their seq.
         #: The follower does not retry them every pass (a restart or promotion does).
         self._failed: dict[str, int] = {}
@@ -532,9 +538,18 @@ class Engine:
         its own JVM thread, PySpark's pinned threads), so queries running at once on other
         connections keep theirs. A SparkSession's tags (``addTag``/``interruptTag``) would
         not do: ``interruptTag`` finds only the tags the calling thread added.
+
+        A wait of the statement that runs no job (a query waiting for a readable time)
+        ends too when canceled: SqlError 57014.
         """
         context = self.spark.sparkContext
         interrupt = context.getLocalProperty("spark.job.interruptOnCancel")
+        canceled = threading.Event()
+        with self._cancels_lock:
+            before = self._cancels.get(tag)
+            self._cancels[tag] = canceled
+        outer = getattr(self._statement, "canceled", None)
+        self._statement.canceled = canceled
         context.addJobTag(tag)
         context.setInterruptOnCancel(True)
         try:
@@ -542,10 +557,20 @@ class Engine:
         finally:
             context.removeJobTag(tag)
             context.setLocalProperty("spark.job.interruptOnCancel", interrupt)  # type: ignore[arg-type]
+            self._statement.canceled = outer
+            with self._cancels_lock:
+                if before is None:
+                    self._cancels.pop(tag, None)
+                else:
+                    self._cancels[tag] = before
 
     def cancel(self, tag: str) -> None:
-        """Cancel the Spark jobs running with the job tag ``tag`` (see :meth:`cancellable`);
-        nothing if none is."""
+        """Cancel the statement running with the job tag ``tag`` (see :meth:`cancellable`):
+        its Spark jobs, and its wait for a readable time; nothing if none is."""
+        with self._cancels_lock:
+            canceled = self._cancels.get(tag)
+        if canceled is not None:
+            canceled.set()
         self.spark.sparkContext.cancelJobsWithTag(tag)
 
     def execute(self, statement: Statement) -> Result | Stream | QueryRows:
@@ -1275,7 +1300,9 @@ class Engine:
 
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --
-        waited for up to ``read_wait_s`` when there is none yet (a view just created)."""
+        waited for up to ``read_wait_s`` when there is none yet (a view just created).
+        A cancel of the statement (:meth:`cancel`) ends the wait: SqlError 57014."""
+        canceled = getattr(self._statement, "canceled", None) or threading.Event()
         deadline = time.monotonic() + self.read_wait_s
         delay = 0.05
         while True:
@@ -1284,7 +1311,8 @@ class Engine:
             except InvalidUsage as e:
                 if as_of is not None or time.monotonic() + delay > deadline:
                     raise SqlError(str(e), "22023") from e
-            time.sleep(delay)
+            if canceled.wait(delay):
+                raise SqlError("canceling statement due to user request", "57014")
             delay = min(delay * 2, 0.5)
 
     def object_rows(self) -> list[dict[str, Any]]:

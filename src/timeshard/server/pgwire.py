@@ -783,6 +783,8 @@ class _Handler(socketserver.BaseRequestHandler):
         watch = _ClientWatch(self)
         try:
             with self.server.engine.cancellable(self.jobs):
+                if self.cancel.is_set():  # it came before the engine could take it: again
+                    self.server.engine.cancel(self.jobs)
                 yield
         except Exception as e:
             if watch.stop():
