@@ -164,7 +164,10 @@ class QueryRows:
     shards the query reads until its last row is taken, it fails, or
     :meth:`close` (any thread but one taking rows; twice is once): then no job
     of it runs again. A Spark failure while rows are taken is a :class:`SqlError`
-    (:func:`spark_error`).
+    (:func:`spark_error`). The readers' leases are renewed by the client's background
+    heartbeats for as long as the rows are held (a suspended portal, a cursor); if a
+    lease runs out all the same, the next job's failure is SqlError 72000, saying the
+    snapshot expired.
     """
 
     def __init__(
@@ -197,7 +200,9 @@ def _query_rows(
     """The rows of ``partitions`` (PySpark's ``toLocalIterator``), then the readers expired.
 
     Closing PySpark's iterator tells its JVM side to run no other partition's job
-    (it reads the rest of the partition under way, already on the driver)."""
+    (it reads the rest of the partition under way, already on the driver). A job that
+    fails once a reader's lease ran out (its parts may be gone) is SqlError 72000
+    (:func:`_expired_snapshot`), not the blob store's "file does not exist"."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
@@ -205,7 +210,7 @@ def _query_rows(
         for row in partitions:
             yield tuple(row)
     except (PySparkException, Py4JJavaError) as e:
-        raise spark_error(e) from e
+        raise (_expired_snapshot(readers) or spark_error(e)) from e
     finally:
         close = getattr(partitions, "close", None)
         if close is not None:
@@ -213,6 +218,27 @@ def _query_rows(
         del partitions  # PySpark's iterator stops its JVM side once it is collected
         for reader in readers.values():
             reader.expire()
+
+
+def _expired_snapshot(readers: dict[str, Any]) -> SqlError | None:
+    """SqlError 72000 (snapshot_too_old) if a reader of ``readers`` lost its lease (GC may
+    have deleted the parts it planned to read), else None. Asked only once a job failed:
+    one fetch of each shard's state, nothing on the way of rows that are read."""
+    for shard, reader in readers.items():
+        lost = reader.lease_lost
+        if not lost:
+            try:
+                lost = reader.reader_id not in reader.fetch_recent_state().leased_readers
+            except TimeshardError:  # unreadable now: the job's own error says what failed
+                continue
+        if lost:
+            return SqlError(
+                f"the snapshot of {shard!r} this query reads expired: its reader's lease ran "
+                "out before its rows were read, and the parts it planned may be gone; run "
+                "the query again",
+                "72000",
+            )
+    return None
 
 
 def spark_error(e: Exception) -> SqlError:
