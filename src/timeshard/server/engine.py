@@ -724,6 +724,7 @@ class Engine:
                 _refuse_reserved(statement.name)
             if isinstance(statement, CreateView):
                 self._refuse_foreign_shard(statement.name, record=record)
+            self._refuse_canceled()
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
@@ -746,6 +747,8 @@ class Engine:
                 else:
                     obj = self._create_sink(statement, seq)
                 self._refuse_dropped_inputs(obj)
+                if isinstance(statement, CreateView) and claim is not None:
+                    self._refuse_canceled(obj)  # the last moment: from here on, it stands
             except BaseException:
                 if claim is not None:
                     if isinstance(statement, CreateView) and not view_before:
@@ -806,6 +809,20 @@ class Engine:
             except Exception as e:
                 log.warning("closing %s, whose input was dropped: %s", obj.name, e)
             raise SqlError(f"relation {dropped[0]!r} was dropped", "42P01")
+
+    def _refuse_canceled(self, obj: _Object | None = None) -> None:
+        """SqlError 57014, ``obj`` closed, if the statement was canceled (:meth:`cancel`):
+        a CREATE is canceled up to the moment it is added, its failure path undoing what
+        it did; a CREATE added is never reported canceled."""
+        canceled = getattr(self._statement, "canceled", None)
+        if canceled is None or not canceled.is_set():
+            return
+        if obj is not None:
+            try:
+                obj.runner.close()
+            except Exception as e:
+                log.warning("closing %s, whose CREATE was canceled: %s", obj.name, e)
+        raise SqlError("canceling statement due to user request", "57014")
 
     def _view_recorded(self, name: str) -> bool:
         return any(e.name == name and e.kind == "view" for e in read_catalog(self.client))

@@ -41,10 +41,11 @@ maps statements to messages:
   cursor (psycopg's named cursors);
 * a ``CancelRequest`` cancels the statement its connection runs: a query's
   Spark jobs (each connection's queries run under a job tag of its own, so
-  only its jobs stop), a SUBSCRIBE, a waiting FETCH; the client gets 57014
-  and the connection stays usable. A cancel that comes while the connection
-  is idle does nothing. A client that goes away while its query runs cancels
-  it the same way;
+  only its jobs stop), a SUBSCRIBE, a waiting FETCH, a CREATE MATERIALIZED
+  VIEW until the view is added (undone as a failed CREATE is; once added it
+  answers as done); the client gets 57014 and the connection stays usable.
+  A cancel that comes while the connection is idle does nothing. A client
+  that goes away while its query runs cancels it the same way;
 * ``SET statement_timeout`` (``SET LOCAL`` for a transaction block, ``RESET``,
   ``SHOW``): a query (a SELECT, its Describe or Execute of a
   portal, a query cursor's FETCH) still running that long after its Spark work
@@ -142,6 +143,7 @@ from timeshard.server.pgtypes import TYPE_OIDS, encode_value, type_oid
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     CloseCursor,
+    CreateView,
     Deallocate,
     Declare,
     Empty,
@@ -760,6 +762,8 @@ class _Handler(socketserver.BaseRequestHandler):
         """``statement`` run by the engine; a query's under :meth:`_watched` (its rows
         come as Spark makes them: the caller sends them, then closes them)."""
         engine = self.server.engine
+        if isinstance(statement, CreateView):
+            return self._create_view(statement)
         if not isinstance(statement, SelectStatement):
             return engine.execute(statement)
         result = None
@@ -770,6 +774,21 @@ class _Handler(socketserver.BaseRequestHandler):
             _close_answer(result)
             raise
         return result
+
+    def _create_view(self, statement: CreateView) -> _Answer:
+        """A CREATE MATERIALIZED VIEW that a CancelRequest cancels (57014) until the engine
+        adds the view: its Spark jobs are canceled, and the engine undoes what it did, as
+        for a CREATE that failed. One that completed answers as done, canceled or not."""
+        engine = self.server.engine
+        try:
+            with engine.cancellable(self.jobs):
+                if self.cancel.is_set():  # it came before the engine could take it: again
+                    engine.cancel(self.jobs)
+                return engine.execute(statement)
+        except Exception as e:
+            if self.cancel.is_set():
+                raise _canceled(self.timed_out) from e
+            raise
 
     @contextlib.contextmanager
     def _watched(self) -> Iterator[None]:
