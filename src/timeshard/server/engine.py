@@ -32,7 +32,8 @@ Reads: ``SELECT ... [AS OF t]`` reads every shard it names at one time (the
 greatest time all are readable at, unless ``AS OF`` says), each registered as
 a temporary view of a Spark session of its own, so concurrent queries never
 see each other's names. A query without ``AS OF`` over a shard that holds no
-readable time yet (a view just created) waits for one, up to ``read_wait_s``.
+readable time yet (a view just created) waits for one, up to ``read_wait_s``, or
+until the statement is canceled (:meth:`Engine.cancel`: 57014).
 ``timeshard_objects`` is the introspection relation: one row per shard with
 its frontiers, lag, health, generation, rows and bytes, and its last error.
 A client's SQL (a query, a view's) runs in the server's JVM: the functions
@@ -163,7 +164,10 @@ class QueryRows:
     shards the query reads until its last row is taken, it fails, or
     :meth:`close` (any thread but one taking rows; twice is once): then no job
     of it runs again. A Spark failure while rows are taken is a :class:`SqlError`
-    (:func:`spark_error`).
+    (:func:`spark_error`). The readers' leases are renewed by the client's background
+    heartbeats for as long as the rows are held (a suspended portal, a cursor); if a
+    lease runs out all the same, the next job's failure is SqlError 72000, saying the
+    snapshot expired.
     """
 
     def __init__(
@@ -196,7 +200,9 @@ def _query_rows(
     """The rows of ``partitions`` (PySpark's ``toLocalIterator``), then the readers expired.
 
     Closing PySpark's iterator tells its JVM side to run no other partition's job
-    (it reads the rest of the partition under way, already on the driver)."""
+    (it reads the rest of the partition under way, already on the driver). A job that
+    fails once a reader's lease ran out (its parts may be gone) is SqlError 72000
+    (:func:`_expired_snapshot`), not the blob store's "file does not exist"."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
@@ -204,7 +210,7 @@ def _query_rows(
         for row in partitions:
             yield tuple(row)
     except (PySparkException, Py4JJavaError) as e:
-        raise spark_error(e) from e
+        raise (_expired_snapshot(readers) or spark_error(e)) from e
     finally:
         close = getattr(partitions, "close", None)
         if close is not None:
@@ -212,6 +218,27 @@ def _query_rows(
         del partitions  # PySpark's iterator stops its JVM side once it is collected
         for reader in readers.values():
             reader.expire()
+
+
+def _expired_snapshot(readers: dict[str, Any]) -> SqlError | None:
+    """SqlError 72000 (snapshot_too_old) if a reader of ``readers`` lost its lease (GC may
+    have deleted the parts it planned to read), else None. Asked only once a job failed:
+    one fetch of each shard's state, nothing on the way of rows that are read."""
+    for shard, reader in readers.items():
+        lost = reader.lease_lost
+        if not lost:
+            try:
+                lost = reader.reader_id not in reader.fetch_recent_state().leased_readers
+            except TimeshardError:  # unreadable now: the job's own error says what failed
+                continue
+        if lost:
+            return SqlError(
+                f"the snapshot of {shard!r} this query reads expired: its reader's lease ran "
+                "out before its rows were read, and the parts it planned may be gone; run "
+                "the query again",
+                "72000",
+            )
+    return None
 
 
 def spark_error(e: Exception) -> SqlError:
@@ -342,6 +369,11 @@ class Engine:
         self._serial = threading.Lock()
         self._following = threading.Event()  # set: the follower stops
         self._follower: threading.Thread | None = None
+        #: Per job tag a statement runs under (:meth:`cancellable`): set once it is canceled.
+        self._cancels: dict[str, threading.Event] = {}
+        self._cancels_lock = threading.Lock()
+        #: The calling thread's statement's cancel event (``canceled``), inside cancellable.
+        self._statement = threading.local()
         #: The recorded objects that failed to restore or replicate, by name: their seq.
         #: The follower does not retry them every pass (a restart or promotion does).
         self._failed: dict[str, int] = {}
@@ -532,9 +564,18 @@ class Engine:
         its own JVM thread, PySpark's pinned threads), so queries running at once on other
         connections keep theirs. A SparkSession's tags (``addTag``/``interruptTag``) would
         not do: ``interruptTag`` finds only the tags the calling thread added.
+
+        A wait of the statement that runs no job (a query waiting for a readable time)
+        ends too when canceled: SqlError 57014.
         """
         context = self.spark.sparkContext
         interrupt = context.getLocalProperty("spark.job.interruptOnCancel")
+        canceled = threading.Event()
+        with self._cancels_lock:
+            before = self._cancels.get(tag)
+            self._cancels[tag] = canceled
+        outer = getattr(self._statement, "canceled", None)
+        self._statement.canceled = canceled
         context.addJobTag(tag)
         context.setInterruptOnCancel(True)
         try:
@@ -542,10 +583,20 @@ class Engine:
         finally:
             context.removeJobTag(tag)
             context.setLocalProperty("spark.job.interruptOnCancel", interrupt)  # type: ignore[arg-type]
+            self._statement.canceled = outer
+            with self._cancels_lock:
+                if before is None:
+                    self._cancels.pop(tag, None)
+                else:
+                    self._cancels[tag] = before
 
     def cancel(self, tag: str) -> None:
-        """Cancel the Spark jobs running with the job tag ``tag`` (see :meth:`cancellable`);
-        nothing if none is."""
+        """Cancel the statement running with the job tag ``tag`` (see :meth:`cancellable`):
+        its Spark jobs, and its wait for a readable time; nothing if none is."""
+        with self._cancels_lock:
+            canceled = self._cancels.get(tag)
+        if canceled is not None:
+            canceled.set()
         self.spark.sparkContext.cancelJobsWithTag(tag)
 
     def execute(self, statement: Statement) -> Result | Stream | QueryRows:
@@ -673,6 +724,7 @@ class Engine:
                 _refuse_reserved(statement.name)
             if isinstance(statement, CreateView):
                 self._refuse_foreign_shard(statement.name, record=record)
+            self._refuse_canceled()
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
@@ -695,6 +747,8 @@ class Engine:
                 else:
                     obj = self._create_sink(statement, seq)
                 self._refuse_dropped_inputs(obj)
+                if isinstance(statement, CreateView) and claim is not None:
+                    self._refuse_canceled(obj)  # the last moment: from here on, it stands
             except BaseException:
                 if claim is not None:
                     if isinstance(statement, CreateView) and not view_before:
@@ -755,6 +809,20 @@ class Engine:
             except Exception as e:
                 log.warning("closing %s, whose input was dropped: %s", obj.name, e)
             raise SqlError(f"relation {dropped[0]!r} was dropped", "42P01")
+
+    def _refuse_canceled(self, obj: _Object | None = None) -> None:
+        """SqlError 57014, ``obj`` closed, if the statement was canceled (:meth:`cancel`):
+        a CREATE is canceled up to the moment it is added, its failure path undoing what
+        it did; a CREATE added is never reported canceled."""
+        canceled = getattr(self._statement, "canceled", None)
+        if canceled is None or not canceled.is_set():
+            return
+        if obj is not None:
+            try:
+                obj.runner.close()
+            except Exception as e:
+                log.warning("closing %s, whose CREATE was canceled: %s", obj.name, e)
+        raise SqlError("canceling statement due to user request", "57014")
 
     def _view_recorded(self, name: str) -> bool:
         return any(e.name == name and e.kind == "view" for e in read_catalog(self.client))
@@ -1275,7 +1343,9 @@ class Engine:
 
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --
-        waited for up to ``read_wait_s`` when there is none yet (a view just created)."""
+        waited for up to ``read_wait_s`` when there is none yet (a view just created).
+        A cancel of the statement (:meth:`cancel`) ends the wait: SqlError 57014."""
+        canceled = getattr(self._statement, "canceled", None) or threading.Event()
         deadline = time.monotonic() + self.read_wait_s
         delay = 0.05
         while True:
@@ -1284,7 +1354,8 @@ class Engine:
             except InvalidUsage as e:
                 if as_of is not None or time.monotonic() + delay > deadline:
                     raise SqlError(str(e), "22023") from e
-            time.sleep(delay)
+            if canceled.wait(delay):
+                raise SqlError("canceling statement due to user request", "57014")
             delay = min(delay * 2, 0.5)
 
     def object_rows(self) -> list[dict[str, Any]]:

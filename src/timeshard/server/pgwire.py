@@ -41,16 +41,22 @@ maps statements to messages:
   cursor (psycopg's named cursors);
 * a ``CancelRequest`` cancels the statement its connection runs: a query's
   Spark jobs (each connection's queries run under a job tag of its own, so
-  only its jobs stop), a SUBSCRIBE, a waiting FETCH; the client gets 57014
-  and the connection stays usable. A cancel that comes while the connection
-  is idle does nothing. A client that goes away while its query runs cancels
-  it the same way;
+  only its jobs stop), a SUBSCRIBE, a waiting FETCH, a CREATE MATERIALIZED
+  VIEW until the view is added (undone as a failed CREATE is; once added it
+  answers as done); the client gets 57014 and the connection stays usable.
+  A cancel that comes while the connection is idle does nothing. A client
+  that goes away while its query runs cancels it the same way;
 * ``SET statement_timeout`` (``SET LOCAL`` for a transaction block, ``RESET``,
-  ``DISCARD ALL``, ``SHOW``): a query (a SELECT, its Describe or Execute of a
+  ``SHOW``): a query (a SELECT, its Describe or Execute of a
   portal, a query cursor's FETCH) still running that long after its Spark work
   started is canceled as a CancelRequest cancels it, with 57014 ``canceling
   statement due to statement timeout``. A SUBSCRIBE, and a SUBSCRIBE cursor's
   FETCH (which has its TIMEOUT), run on, as Materialize's;
+* prepared statements: a ``Parse`` of a named statement that exists is refused
+  (42P05) and the statement stays as it was; the unnamed one is replaced.
+  ``DISCARD ALL`` (outside a transaction block: 25001 inside one) gives the
+  session back as a new connection has it: its cursors and portals closed, its
+  named prepared statements forgotten, statement_timeout reset;
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
   connection stays usable (in a transaction block, until ROLLBACK); a
   message that does not decode (a garbled length, a kind no client sends)
@@ -137,6 +143,7 @@ from timeshard.server.pgtypes import TYPE_OIDS, encode_value, type_oid
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     CloseCursor,
+    CreateView,
     Deallocate,
     Declare,
     Empty,
@@ -332,6 +339,7 @@ class _Session:
     skipping: bool = False  # after an error in the extended protocol, until Sync
     timeout_ms: int = 0  # statement_timeout (0: none)
     local_timeout_ms: int | None = None  # SET LOCAL's, until the transaction block ends
+    running: _Portal | None = None  # the portal whose statement runs (DISCARD ALL keeps it)
 
     @property
     def statement_timeout_ms(self) -> int:
@@ -754,6 +762,8 @@ class _Handler(socketserver.BaseRequestHandler):
         """``statement`` run by the engine; a query's under :meth:`_watched` (its rows
         come as Spark makes them: the caller sends them, then closes them)."""
         engine = self.server.engine
+        if isinstance(statement, CreateView):
+            return self._create_view(statement)
         if not isinstance(statement, SelectStatement):
             return engine.execute(statement)
         result = None
@@ -764,6 +774,21 @@ class _Handler(socketserver.BaseRequestHandler):
             _close_answer(result)
             raise
         return result
+
+    def _create_view(self, statement: CreateView) -> _Answer:
+        """A CREATE MATERIALIZED VIEW that a CancelRequest cancels (57014) until the engine
+        adds the view: its Spark jobs are canceled, and the engine undoes what it did, as
+        for a CREATE that failed. One that completed answers as done, canceled or not."""
+        engine = self.server.engine
+        try:
+            with engine.cancellable(self.jobs):
+                if self.cancel.is_set():  # it came before the engine could take it: again
+                    engine.cancel(self.jobs)
+                return engine.execute(statement)
+        except Exception as e:
+            if self.cancel.is_set():
+                raise _canceled(self.timed_out) from e
+            raise
 
     @contextlib.contextmanager
     def _watched(self) -> Iterator[None]:
@@ -777,6 +802,8 @@ class _Handler(socketserver.BaseRequestHandler):
         watch = _ClientWatch(self)
         try:
             with self.server.engine.cancellable(self.jobs):
+                if self.cancel.is_set():  # it came before the engine could take it: again
+                    self.server.engine.cancel(self.jobs)
                 yield
         except Exception as e:
             if watch.stop():
@@ -841,8 +868,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return
         try:
             if isinstance(msg, Parse):
-                s.statements[msg.statement] = (msg.query, list(msg.param_types))
-                self._send(ParseComplete())
+                self._parse(msg)
             elif isinstance(msg, Bind):
                 self._bind(msg)
             elif isinstance(msg, Describe):
@@ -919,6 +945,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 self._close_cursors(None)
                 return Result([], [], tag)
             return Result([], [], statement.tag)
+        if isinstance(statement, Setting) and statement.tag == "DISCARD ALL":
+            return self._discard_all()
         if isinstance(statement, Setting):
             return self._set(statement)
         if isinstance(statement, ShowSetting):
@@ -936,7 +964,7 @@ class _Handler(socketserver.BaseRequestHandler):
         return self._execute(statement)
 
     def _set(self, statement: Setting) -> Result:
-        """SET, RESET or DISCARD ALL of the statement_timeout. SET LOCAL holds until the
+        """SET or RESET of the statement_timeout (RESET ALL resets it). SET LOCAL holds until the
         transaction block ends (outside one, the message's statements), as PostgreSQL's."""
         s = self.session
         ms = statement.value_ms or 0
@@ -947,6 +975,23 @@ class _Handler(socketserver.BaseRequestHandler):
             s.timeout_ms = ms
             s.local_timeout_ms = None
         return Result([], [], statement.tag)
+
+    def _discard_all(self) -> Result:
+        """DISCARD ALL: the session as a new connection has it, as PostgreSQL's (a pool
+        hands it to another client): every cursor and portal closed (their readers let
+        go) but the portal running it, every named prepared statement forgotten (the
+        unnamed one stays, as PostgreSQL's), statement_timeout reset. Refused in a
+        transaction block (25001), as PostgreSQL refuses it."""
+        s = self.session
+        if s.in_transaction or s.implicit:
+            raise SqlError("DISCARD ALL cannot run inside a transaction block", "25001")
+        self._close_cursors(None)
+        for name in [n for n, p in s.portals.items() if p is not s.running]:
+            self._close_portals(name)
+        s.statements = {"": s.statements[""]} if "" in s.statements else {}
+        s.timeout_ms = 0
+        s.local_timeout_ms = None
+        return Result([], [], "DISCARD ALL")
 
     # -- cursors
 
@@ -1091,6 +1136,16 @@ class _Handler(socketserver.BaseRequestHandler):
 
     # -- the extended protocol
 
+    def _parse(self, msg: Parse) -> None:
+        """Prepare ``msg``'s statement. A named one that exists is SqlError 42P05 and stays
+        as it was (a driver that lost track of its names learns it, and the statement it
+        binds is the one it prepared); the unnamed one is replaced, as PostgreSQL's."""
+        s = self.session
+        if msg.statement and msg.statement in s.statements:
+            raise SqlError(f"prepared statement {msg.statement!r} already exists", "42P05")
+        s.statements[msg.statement] = (msg.query, list(msg.param_types))
+        self._send(ParseComplete())
+
     def _bind(self, msg: Bind) -> None:
         s = self.session
         if msg.statement not in s.statements:
@@ -1120,7 +1175,11 @@ class _Handler(socketserver.BaseRequestHandler):
             statements = split(portal.sql)
             if len(statements) > 1:
                 raise SqlError("cannot run several statements in one prepared statement", "42601")
-            portal.result = self._run(statements[0]) if statements else Result([], [], "")
+            self.session.running = portal
+            try:
+                portal.result = self._run(statements[0]) if statements else Result([], [], "")
+            finally:
+                self.session.running = None
         return portal.result
 
     def _describe(self, msg: Describe) -> None:
