@@ -366,8 +366,10 @@ def empty_contributions(spark: Any, plan: AggregatePlan, schema_of: SchemaOf) ->
     """
     from pyspark.sql import functions as F
 
+    from timeshard.spark.sqltext import empty_frame
+
     for name, (alias, _mode) in plan.snapshot.tables.items():
-        empty = spark.createDataFrame([], schema_of(alias))
+        empty = empty_frame(spark, schema_of(alias))
         weights = [F.lit(0).cast("long").alias(TS), F.lit(0).cast("long").alias(DIFF)]
         empty.select("*", *weights).createOrReplaceTempView(name)
     return spark.sql(plan.snapshot.sql)
@@ -399,7 +401,9 @@ def type_problem(
             if not _exactly_ordered(kind):
                 return f"min/max of {kind.simpleString()} keeps no state"
         state = _state_schema(plan, contributions.schema)
-        spark.createDataFrame([], state).createOrReplaceTempView(plan.state)
+        from timeshard.spark.sqltext import empty_frame
+
+        empty_frame(spark, state).createOrReplaceTempView(plan.state)
         got = spark.sql(plan.output).schema.fields
     except PySparkException as e:
         return f"the state query did not analyse ({str(e).splitlines()[0][:200]})"

@@ -301,7 +301,9 @@ class KeyedRows(ArrangedRows):
         for field in schema.fields:
             if _has_map(field.dataType):
                 return f"column {field.name!r} is a map (layers group on every column)"
-        empty = self.spark.createDataFrame([], schema)
+        from timeshard.spark.sqltext import empty_frame
+
+        empty = empty_frame(self.spark, schema)
         key = self._keyed(empty).schema[_KEYED].dataType
         why = _unhashable(key)
         return None if why is None else f"the key {key.simpleString()} has {why}"

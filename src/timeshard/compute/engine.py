@@ -101,8 +101,9 @@ class SparkEngine:
 
     def empty(self, data_schema: pa.Schema) -> Any:
         from timeshard.spark.session import arrow_to_spark_schema
+        from timeshard.spark.sqltext import empty_frame
 
-        return self.spark.createDataFrame([], arrow_to_spark_schema(snapshot_schema(data_schema)))
+        return empty_frame(self.spark, arrow_to_spark_schema(snapshot_schema(data_schema)))
 
     def diff_at(self, desired: Any, previous: Any, t: Timestamp, data_schema: pa.Schema) -> Any:
         from pyspark.sql import functions as F

@@ -665,14 +665,15 @@ class Engine:
         from pyspark.errors import PySparkException
 
         from timeshard.spark.session import arrow_to_spark_schema
+        from timeshard.spark.sqltext import empty_frame
 
         spark_sql, inputs = self.resolve(query)
         session = self.spark.newSession()
         for alias, shard in inputs.items():
             schema = arrow_to_spark_schema(self.client.state(shard).data_schema)
-            session.createDataFrame([], schema).createOrReplaceTempView(alias)
+            empty_frame(session, schema).createOrReplaceTempView(alias)
         if OBJECTS_RELATION in spark_sql:
-            session.createDataFrame([], _objects_schema()).createOrReplaceTempView(OBJECTS_RELATION)
+            empty_frame(session, _objects_schema()).createOrReplaceTempView(OBJECTS_RELATION)
         try:
             fields = session.sql(spark_sql).schema.fields
         except PySparkException as e:

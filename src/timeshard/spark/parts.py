@@ -156,7 +156,7 @@ from timeshard.persist._internal.parts import (
 from timeshard.persist.config import PersistConfig
 from timeshard.persist.gc import delete_temporaries_under
 from timeshard.spark.session import arrow_to_spark_schema
-from timeshard.spark.sqltext import java_strings, quoted, select_exprs, type_sql
+from timeshard.spark.sqltext import empty_frame, java_strings, quoted, select_exprs, type_sql
 
 PART_META_DDL = (
     "key string, size long, rows long, ts_min long, ts_max long, times array<long>, "
@@ -615,8 +615,8 @@ def read_parts(
     empty local relation, on which actions run no Spark job.
     """
     schema = arrow_to_spark_schema(updates_schema(data_schema))
-    if not parts:  # a local relation from Arrow: no action on it runs a Spark job
-        return spark.createDataFrame(updates_schema(data_schema).empty_table(), schema)
+    if not parts:  # a local relation: no action on it runs a Spark job
+        return empty_frame(spark, schema)
     root = blob.root_uri
     if root is None:
         config = PersistConfig()

@@ -407,8 +407,10 @@ class FileSource:
         from timeshard.spark.session import arrow_to_spark_schema
 
         spark_schema = arrow_to_spark_schema(out_schema)
+        from timeshard.spark.sqltext import empty_frame
+
         if not ranges:
-            return spark.createDataFrame([], spark_schema)
+            return empty_frame(spark, spark_schema)
         seeds = spark.createDataFrame(ranges, "p string, lo long, hi long").repartition(len(ranges))
         return seeds.mapInArrow(
             _decoder(

@@ -260,8 +260,10 @@ class KafkaSource:
             ranges = {p: (lo, hi) for p, (lo, hi) in ranges.items() if hi > lo}
         out_schema = self._row_schema()
         spark_schema = arrow_to_spark_schema(out_schema)
+        from timeshard.spark.sqltext import empty_frame
+
         if not ranges:
-            return spark.createDataFrame([], spark_schema)
+            return empty_frame(spark, spark_schema)
         self._check_retained(ranges)
         records = self._kafka_df(spark, ranges)
         if self._avro_sides():

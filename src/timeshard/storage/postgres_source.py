@@ -331,9 +331,9 @@ class PostgresSource:
             )
         if lo == 0:  # the snapshot is at offset C - 1, C the slot's consistent point
             if hi <= confirmed - 1:  # bound before the slot existed: nothing to read yet
-                return {
-                    t.sub: spark.createDataFrame([], self._frame_schema(t)) for t in self.tables
-                }
+                from timeshard.spark.sqltext import empty_frame
+
+                return {t.sub: empty_frame(spark, self._frame_schema(t)) for t in self.tables}
             lo = confirmed
         announce = self._check_membership(lo)
         with self._snapshot(lo == confirmed and start.get(PARTITION, 0) == 0) as snapshot:

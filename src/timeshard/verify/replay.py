@@ -441,8 +441,10 @@ def read_input_files(spark: Any, source: Any, end: SourceFrontier) -> Any:
         pa.field(ERR, pa.string()),
     ]
     spark_schema = arrow_to_spark_schema(pa.schema(fields))
+    from timeshard.spark.sqltext import empty_frame
+
     if not seeds:
-        return source.decode_lines(spark.createDataFrame([], spark_schema))
+        return source.decode_lines(empty_frame(spark, spark_schema))
     task = _file_reader(
         str(base),
         source.format,
