@@ -434,6 +434,8 @@ class SparkViewDesired:
         #: The SQL the view runs, and its columns: the view's own, or rewritten with the
         #: per-row err column (row_errors.ERRORS) last.
         self._query: tuple[str, pa.Schema] | None = None
+        #: Each input's ok rows with no parts: what the view's analyses run over (no job).
+        self._empty_frames: dict[str, Any] | None = None
         self._plan: Plan | None = None
         self._delta: SparkDelta | None = None
 
@@ -638,7 +640,7 @@ class SparkViewDesired:
         job: two analyses)."""
         from pyspark.errors import PySparkException
 
-        frames = {alias: self._input_frames(alias, None)[0] for alias in self.readers}
+        frames = self._analysed_frames()
         try:
             plans = [
                 self._evaluate(frames, text)._jdf.queryExecution().analyzed().toJSON()
@@ -652,7 +654,7 @@ class SparkViewDesired:
     def _order_dependent(self) -> str | None:
         """Why the view's query may give other rows for the same inputs in another order
         (:func:`~timeshard.compute.incremental.order_dependent`), or None (no job)."""
-        frames = {alias: self._input_frames(alias, None)[0] for alias in self.readers}
+        frames = self._analysed_frames()
         analysed = self._evaluate(frames)._jdf.queryExecution().analyzed()
         return order_dependent(analysed.toJSON())
 
@@ -685,7 +687,9 @@ class SparkViewDesired:
         from timeshard.spark.session import arrow_to_spark_schema
 
         schema = arrow_to_spark_schema(self.readers[alias].schema)
-        return self.spark.createDataFrame([], schema)
+        from timeshard.spark.sqltext import empty_frame
+
+        return empty_frame(self.spark, schema)
 
     def _check_terms(self, plan: Plan) -> str | None:
         """Why the rewritten queries do not give the view's columns and types (no job)."""
@@ -735,7 +739,7 @@ class SparkViewDesired:
             for alias, reader in self.readers.items():
                 shard = self.definition.inputs[alias]
                 check_column_names(name, reader.schema.names, f"input {alias!r} ({shard!r})")
-            frames = {alias: self._input_frames(alias, None)[0] for alias in self.readers}
+            frames = self._analysed_frames()
             result = self._evaluate(frames)
             schema = spark_to_arrow_schema(result.schema)
             check_column_names(name, schema.names, "its output")
@@ -793,6 +797,24 @@ class SparkViewDesired:
 
         target = arrow_to_spark_schema(self.data_schema())
         return row.select(*[F.col(f.name).cast(f.dataType) for f in target.fields], DIFF, ERR)
+
+    def _analysed_frames(self) -> dict[str, Any]:
+        """Each input's ok rows with none in them, typed as :meth:`_input_frames` gives them
+        (the input's data columns, as consolidated; InvalidUsage for a map, as there): the
+        frames the view's analyses of its query run over. Made once, as local relations,
+        whose analysis is a fraction of the snapshot plan's (no job)."""
+        if self._empty_frames is None:
+            from timeshard.spark.session import arrow_to_spark_schema
+            from timeshard.spark.snapshot import check_groupable
+            from timeshard.spark.sqltext import empty_frame
+
+            frames = {}
+            for alias, reader in self.readers.items():
+                schema = arrow_to_spark_schema(reader.schema)
+                check_groupable(schema)
+                frames[alias] = empty_frame(self.spark, schema)
+            self._empty_frames = frames
+        return dict(self._empty_frames)
 
     def _input_frames(
         self, alias: str, at: Timestamp | None, leases: Mapping[str, ReadHandle] | None = None
@@ -871,7 +893,7 @@ class SparkViewDesired:
 
         from timeshard.spark.session import arrow_to_spark_schema
 
-        frames = {alias: self._input_frames(alias, None)[0] for alias in self.readers}
+        frames = self._analysed_frames()
         try:
             got = [f.dataType for f in self._evaluate(frames, sql).schema.fields]
         except PySparkException as e:
