@@ -779,16 +779,24 @@ class _Handler(socketserver.BaseRequestHandler):
         """A CREATE MATERIALIZED VIEW that a CancelRequest cancels (57014) until the engine
         adds the view: its Spark jobs are canceled, and the engine undoes what it did, as
         for a CREATE that failed. One that completed answers as done, canceled or not."""
-        engine = self.server.engine
         try:
-            with engine.cancellable(self.jobs):
-                if self.cancel.is_set():  # it came before the engine could take it: again
-                    engine.cancel(self.jobs)
-                return engine.execute(statement)
+            with self._cancellable():
+                return self.server.engine.execute(statement)
         except Exception as e:
             if self.cancel.is_set():
                 raise _canceled(self.timed_out) from e
             raise
+
+    @contextlib.contextmanager
+    def _cancellable(self) -> Iterator[None]:
+        """The engine's :meth:`~timeshard.server.engine.Engine.cancellable` under the
+        connection's job tag; a CancelRequest that came before the engine could take it is
+        passed on again once it can."""
+        engine = self.server.engine
+        with engine.cancellable(self.jobs):
+            if self.cancel.is_set():
+                engine.cancel(self.jobs)
+            yield
 
     @contextlib.contextmanager
     def _watched(self) -> Iterator[None]:
@@ -801,9 +809,7 @@ class _Handler(socketserver.BaseRequestHandler):
         self._arm_deadline()
         watch = _ClientWatch(self)
         try:
-            with self.server.engine.cancellable(self.jobs):
-                if self.cancel.is_set():  # it came before the engine could take it: again
-                    self.server.engine.cancel(self.jobs)
+            with self._cancellable():
                 yield
         except Exception as e:
             if watch.stop():
