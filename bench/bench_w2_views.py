@@ -14,8 +14,10 @@ every ``--interval`` seconds. Two views over it:
 Systems, each its own child process, one after another:
 
 * ``timeshard``: an ``Ingestion`` of both subsources (NONE envelope) and two
-  ``MaterializedView``s, stepped at every tick (ingest, then each view
-  catches up: the batch is visible when both views have reached it);
+  ``MaterializedView``s, stepped at every tick as ``timeshard run`` steps
+  them (ingest, then a step of each view, whose write runs in the
+  background), then each view catches up: the batch is visible when both
+  views have reached it;
 * ``delta``: Structured Streaming + foreachBatch MERGE of per-batch
   aggregates into two Delta tables (``bench/compare/peer_delta.py``);
 * ``parquet``: the ceiling, read the batch and write it as Parquet;
@@ -138,6 +140,10 @@ def child(args: argparse.Namespace) -> None:
                 for name, (inputs, sql) in VIEWS.items():
                     definition = ViewDefinition(name, inputs, sql)
                     views.append(MaterializedView.install(spark, client, definition))
+            # As `timeshard run` steps them: each view's step plans its tick and leaves its
+            # write to its I/O thread, so one view plans while the other's job runs.
+            for v in views:
+                v.step()
             for v in views:
                 v.catch_up()
 
