@@ -18,9 +18,9 @@ from pyspark.sql import SparkSession
 from tests.integration.spark_checks import SCHEMA, updates_sql
 
 from timeshard.location import Location, VersionedData
-from timeshard.location.blob import Blob, BlobMetadata
+from timeshard.location.blob import Blob, BlobMetadata, Temporaries
 from timeshard.location.consensus import CaSResult
-from timeshard.location.file import Temporaries, check_temporary_key
+from timeshard.location.file import check_temporary_key
 from timeshard.persist import PersistClient, PersistConfig
 from timeshard.persist._internal.parts import MAX_PART_TIMES, PartMeta
 from timeshard.spark import updates_df

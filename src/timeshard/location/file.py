@@ -41,11 +41,15 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol, runtime_checkable
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location._paths import check_creatable
-from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
+from timeshard.location.blob import (
+    BlobMetadata,
+    Temporaries,  # declared here once; still imported from here
+    check_blob_key,
+    check_blob_prefix,
+)
 
 TMP_PREFIX = ".tmp-"
 #: The name of a temporary file a write makes beside its key (here, in arrowfs and in
@@ -199,20 +203,6 @@ class FileBlob:
     def delete_temporary(self, key: str) -> int | None:
         directory, _, name = check_temporary_key(key).rpartition("/")
         return _unlink(self.path(directory) / name, f"temporary {key!r}")
-
-
-@runtime_checkable
-class Temporaries(Protocol):
-    """A blob whose writes go through temporary files (``<directory>/.tmp-<hex>``) that a
-    write killed before moving one into place leaves behind; GC deletes them."""
-
-    def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
-        """Every temporary whose key (``<directory>/.tmp-<hex>``) starts with ``prefix``."""
-        ...
-
-    def delete_temporary(self, key: str) -> int | None:
-        """Delete the temporary ``key``; its size, or None if it did not exist."""
-        ...
 
 
 def check_temporary_key(key: object) -> str:

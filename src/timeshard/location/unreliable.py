@@ -13,7 +13,7 @@ Each call first draws one number from a ``random.Random(seed)`` stream:
 * otherwise: call the backend and return its answer.
 
 The blob passes on the temporaries of a wrapped blob that has them
-(:class:`~timeshard.location.file.Temporaries`), so GC collects them through it;
+(:class:`~timeshard.location.blob.Temporaries`), so GC collects them through it;
 over one that has none it lists none and deletes none, drawing nothing.
 
 A call that the backend itself rejects (InvalidUsage) is passed through
@@ -57,9 +57,9 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
-from timeshard.location.blob import Blob, BlobMetadata
+from timeshard.location.blob import Blob, BlobMetadata, Temporaries
 from timeshard.location.consensus import CaSResult, Consensus, SeqNo, VersionedData
-from timeshard.location.file import Temporaries, check_temporary_key
+from timeshard.location.file import check_temporary_key
 
 R = TypeVar("R")
 
