@@ -18,8 +18,9 @@ from pyspark.sql import SparkSession
 from tests.integration.spark_checks import SCHEMA, updates_sql
 
 from timeshard.location import Location, VersionedData
-from timeshard.location.blob import Blob, BlobMetadata
+from timeshard.location.blob import Blob, BlobMetadata, Temporaries
 from timeshard.location.consensus import CaSResult
+from timeshard.location.file import check_temporary_key
 from timeshard.persist import PersistClient, PersistConfig
 from timeshard.persist._internal.parts import MAX_PART_TIMES, PartMeta
 from timeshard.spark import updates_df
@@ -30,7 +31,8 @@ pytestmark = pytest.mark.spark
 
 
 class CountingBlob:
-    """A blob that records the key of every ``get`` and passes everything through."""
+    """A blob that records the key of every ``get`` and passes everything through, the
+    temporaries of its blob too (GC collects them through it)."""
 
     def __init__(self, inner: Blob) -> None:
         self.inner = inner
@@ -52,6 +54,19 @@ class CountingBlob:
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
         return self.inner.list_keys(prefix)
+
+    def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        inner = self.inner
+        if not isinstance(inner, Temporaries):
+            return iter(())
+        return inner.list_temporaries(prefix)
+
+    def delete_temporary(self, key: str) -> int | None:
+        inner = self.inner
+        if not isinstance(inner, Temporaries):
+            check_temporary_key(key)
+            return None
+        return inner.delete_temporary(key)
 
 
 def make_client(tmp_path: Path) -> tuple[PersistClient, CountingBlob]:
@@ -151,3 +166,20 @@ def test_updates_df_reads_only_the_parts_of_its_interval(
     assert sorted(f.split("/blob/")[1] for f in df.inputFiles()) == sorted(keys[3])
     assert df.collect() == []
     assert updates_df(spark, reader, 0, 3).count() == 24
+
+
+def test_gc_collects_temporaries_through_the_counting_blob(tmp_path: Path) -> None:
+    client, blob = make_client(tmp_path)
+    writer = client.open_writer("s", SCHEMA)
+    writer.append([((1, "a", 1.5), 0, 1)], 0, 1)
+    [appended] = client.state("s").referenced_keys()
+    tmp = f"{appended.rpartition('/')[0]}/.tmp-0123456789abcdef"  # its write returned
+    left = tmp_path / "blob" / tmp
+    left.write_bytes(b"PAR1 half a part")
+    assert isinstance(blob, Temporaries)
+    assert [m.key for m in blob.list_temporaries("s/")] == [tmp]
+
+    report = client.gc("s")
+
+    assert not left.exists()
+    assert report.deleted_temporaries == 1

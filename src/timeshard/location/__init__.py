@@ -49,7 +49,13 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 from timeshard.errors import InvalidUsage
 from timeshard.location._masking import masked
-from timeshard.location.blob import Blob, BlobMetadata, check_blob_key, check_blob_prefix
+from timeshard.location.blob import (
+    Blob,
+    BlobMetadata,
+    Temporaries,
+    check_blob_key,
+    check_blob_prefix,
+)
 from timeshard.location.consensus import (
     CaSResult,
     Consensus,
@@ -263,6 +269,7 @@ __all__ = [
     "PostgresConsensus",
     "SeqNo",
     "SqliteConsensus",
+    "Temporaries",
     "UnreliableBlob",
     "UnreliableConsensus",
     "VersionedData",

@@ -113,4 +113,18 @@ class Blob(Protocol):
         ...
 
 
-__all__ = ["Blob", "BlobMetadata", "check_blob_key", "check_blob_prefix"]
+@runtime_checkable
+class Temporaries(Protocol):
+    """A blob whose writes go through temporary files (``<directory>/.tmp-<hex>``) that a
+    write killed before moving one into place leaves behind; GC deletes them."""
+
+    def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        """Every temporary whose key (``<directory>/.tmp-<hex>``) starts with ``prefix``."""
+        ...
+
+    def delete_temporary(self, key: str) -> int | None:
+        """Delete the temporary ``key``; its size, or None if it did not exist."""
+        ...
+
+
+__all__ = ["Blob", "BlobMetadata", "Temporaries", "check_blob_key", "check_blob_prefix"]

@@ -25,7 +25,13 @@ Invariants:
 3. ``set`` of a key holding other bytes raises InvalidUsage and changes
    nothing, also when the other bytes arrive while it writes; with the same
    bytes it does nothing (a retry).
-4. Failures of reads, of opening or writing the temporary file and any
+4. A listing follows a symbolic link only to a file inside the root (listed as
+   the link's key); one that reaches a link out of the root (a file or a
+   directory, also one the prefix passes through) raises CorruptState naming
+   its key and target, as ``get`` refuses it: it neither lists data the blob
+   does not hold nor silently hides it. A link to a directory inside the root
+   is not descended.
+5. Failures of reads, of opening or writing the temporary file and any
    ``ENOSPC``/``EDQUOT`` (the disk is full) raise Determinate: the key is
    unchanged. A failure once the link (or rename) has started, of the
    directory fsync or of ``unlink`` (possibly on a network mount) raises
@@ -41,11 +47,16 @@ import re
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from stat import S_ISDIR
 
-from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.errors import CorruptState, Determinate, Indeterminate, InvalidUsage
 from timeshard.location._paths import check_creatable
-from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
+from timeshard.location.blob import (
+    BlobMetadata,
+    Temporaries,  # declared here once; still imported from here
+    check_blob_key,
+    check_blob_prefix,
+)
 
 TMP_PREFIX = ".tmp-"
 #: The name of a temporary file a write makes beside its key (here, in arrowfs and in
@@ -175,44 +186,67 @@ class FileBlob:
 
     def _walk(self, prefix: str, wanted: Callable[[str], object]) -> Iterator[BlobMetadata]:
         """Every file whose key starts with ``prefix`` and whose name is ``wanted``, outside
-        hidden directories."""
+        hidden directories; CorruptState if the listing reaches a link out of the root."""
         check_blob_prefix(prefix)
         directory = prefix.rpartition("/")[0]
-        top = self.root / directory if directory else self.root
         found: list[BlobMetadata] = []
         try:
-            for dirpath, dirs, files in os.walk(top, onerror=_raise_unless_gone):
-                dirs[:] = [d for d in dirs if not d.startswith(".")]
-                for name in files:
-                    full = Path(dirpath, name)
-                    key = full.relative_to(self.root).as_posix()
-                    if not wanted(name) or not key.startswith(prefix):
-                        continue
-                    try:
-                        found.append(BlobMetadata(key, full.stat().st_size))
-                    except FileNotFoundError:
-                        continue  # deleted (or moved into place) while we listed
+            parts = directory.split("/") if directory else []
+            for i in range(len(parts)):  # the prefix may pass through a link
+                key = "/".join(parts[: i + 1])
+                if (self.root / key).is_symlink():
+                    self._check_link(key)
+            pending = [directory]
+            while pending:
+                found.extend(self._scan(pending.pop(), prefix, wanted, pending))
         except OSError as e:
             raise Determinate(f"listing blob root {str(self.root)!r}: {e}") from e
         return iter(found)
 
+    def _scan(
+        self, directory: str, prefix: str, wanted: Callable[[str], object], pending: list[str]
+    ) -> Iterator[BlobMetadata]:
+        """The wanted files of one directory (a key, ``""`` for the root) under ``prefix``;
+        its subdirectories that may hold such files go to ``pending``. A link is followed
+        only to a file inside the root, as its key; a link out of it raises CorruptState."""
+        try:
+            entries = list(os.scandir(self.root / directory if directory else self.root))
+        except (FileNotFoundError, NotADirectoryError):
+            return  # deleted while we listed: it holds no keys
+        for entry in entries:
+            key = f"{directory}/{entry.name}" if directory else entry.name
+            below = (key + "/").startswith(prefix) or prefix.startswith(key + "/")
+            hidden = entry.name.startswith(".")
+            if entry.is_symlink() and below and (not hidden or wanted(entry.name)):
+                self._check_link(key)
+            if entry.is_dir(follow_symlinks=False):
+                if below and not hidden:
+                    pending.append(key)
+            elif wanted(entry.name) and key.startswith(prefix):
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:
+                    continue  # deleted (or moved into place) while we listed
+                if not S_ISDIR(stat.st_mode):  # a link to a directory lists nothing
+                    yield BlobMetadata(key, stat.st_size)
+
+    def _check_link(self, key: str) -> None:
+        """CorruptState unless the link at ``key`` resolves to a path inside the root."""
+        try:
+            target = (self.root / key).resolve()
+        except (OSError, RuntimeError) as e:  # a loop of links
+            raise CorruptState(
+                f"blob key {key!r} is a symbolic link that does not resolve: {e}"
+            ) from e
+        if not target.is_relative_to(self.root):
+            raise CorruptState(
+                f"blob key {key!r} is a symbolic link to {str(target)!r}, outside the blob "
+                f"root {str(self.root)!r}: it holds no data of this blob"
+            )
+
     def delete_temporary(self, key: str) -> int | None:
         directory, _, name = check_temporary_key(key).rpartition("/")
         return _unlink(self.path(directory) / name, f"temporary {key!r}")
-
-
-@runtime_checkable
-class Temporaries(Protocol):
-    """A blob whose writes go through temporary files (``<directory>/.tmp-<hex>``) that a
-    write killed before moving one into place leaves behind; GC deletes them."""
-
-    def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
-        """Every temporary whose key (``<directory>/.tmp-<hex>``) starts with ``prefix``."""
-        ...
-
-    def delete_temporary(self, key: str) -> int | None:
-        """Delete the temporary ``key``; its size, or None if it did not exist."""
-        ...
 
 
 def check_temporary_key(key: object) -> str:
@@ -251,12 +285,6 @@ def _describe(e: OSError, root: Path) -> str:
     if e.errno in _DISK_FULL:
         return f"no space left on the device of {str(root)!r} ({e.strerror})"
     return str(e)
-
-
-def _raise_unless_gone(e: OSError) -> None:
-    """Skip a directory deleted while we walked (it holds no keys); raise other errors."""
-    if not isinstance(e, FileNotFoundError | NotADirectoryError):
-        raise e
 
 
 def _unlink_quietly(path: Path) -> None:

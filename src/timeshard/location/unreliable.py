@@ -1,6 +1,7 @@
 """Seeded fault injection for blob and consensus, for tests and the nemesis.
 
-Each call first draws one number from a ``random.Random(seed)`` stream:
+Each call with valid arguments first draws one number from a
+``random.Random(seed)`` stream:
 
 * below ``fail_rate``: raise :class:`Determinate` *without* calling the
   wrapped backend (the request never left);
@@ -13,10 +14,15 @@ Each call first draws one number from a ``random.Random(seed)`` stream:
 * otherwise: call the backend and return its answer.
 
 The blob passes on the temporaries of a wrapped blob that has them
-(:class:`~timeshard.location.file.Temporaries`), so GC collects them through it;
+(:class:`~timeshard.location.blob.Temporaries`), so GC collects them through it;
 over one that has none it lists none and deletes none, drawing nothing.
 
-A call that the backend itself rejects (InvalidUsage) is passed through
+A call with an argument every backend refuses (a key, prefix or temporary key
+that is not safe, a shard id, seqno, version or scan limit that is not valid)
+raises the backend's InvalidUsage before anything is drawn: it takes no fault
+and no number from the stream, so the valid calls get the faults they would
+get without it. A call that the backend itself rejects otherwise (a key that
+holds other bytes, one that escapes a file blob's root) is passed through
 unchanged, also on the timeout path.
 
 Invariants:
@@ -26,7 +32,7 @@ Invariants:
 2. ``enabled = False`` turns injection off at runtime; draws continue, so
    turning it back on resumes the same stream.
 3. ``injected`` counts injected faults by kind: ``"determinate"`` and
-   ``"indeterminate"``; ``calls`` counts every call. ``on_inject``, if set, is
+   ``"indeterminate"``; ``calls`` counts every call that drew. ``on_inject``, if set, is
    called with the kind of every injected fault, before it takes effect.
 
 Code that runs in many processes at once -- Spark tasks in Python workers --
@@ -57,9 +63,24 @@ from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
-from timeshard.location.blob import Blob, BlobMetadata
-from timeshard.location.consensus import CaSResult, Consensus, SeqNo, VersionedData
-from timeshard.location.file import Temporaries, check_temporary_key
+from timeshard.location.blob import (
+    Blob,
+    BlobMetadata,
+    Temporaries,
+    check_blob_key,
+    check_blob_prefix,
+)
+from timeshard.location.consensus import (
+    CaSResult,
+    Consensus,
+    SeqNo,
+    VersionedData,
+    check_consensus_key,
+    check_new_version,
+    check_scan,
+    check_seqno_bound,
+)
+from timeshard.location.file import check_temporary_key
 
 R = TypeVar("R")
 
@@ -130,18 +151,23 @@ class UnreliableBlob(Faults):
         return self.inner.root_uri
 
     def get(self, key: str) -> bytes | None:
+        check_blob_key(key)
         return self.read(f"get {key!r}", lambda: self.inner.get(key))
 
     def set(self, key: str, value: bytes) -> None:
+        check_blob_key(key)
         self.write(f"set {key!r}", lambda: self.inner.set(key, value))
 
     def delete(self, key: str) -> int | None:
+        check_blob_key(key)
         return self.write(f"delete {key!r}", lambda: self.inner.delete(key))
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        check_blob_prefix(prefix)
         return iter(self.read(f"list {prefix!r}", lambda: list(self.inner.list_keys(prefix))))
 
     def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        check_blob_prefix(prefix)
         inner = self.inner
         if not isinstance(inner, Temporaries):
             return iter(())
@@ -149,9 +175,9 @@ class UnreliableBlob(Faults):
         return iter(self.read(what, lambda: list(inner.list_temporaries(prefix))))
 
     def delete_temporary(self, key: str) -> int | None:
+        check_temporary_key(key)
         inner = self.inner
         if not isinstance(inner, Temporaries):
-            check_temporary_key(key)
             return None
         return self.write(f"delete temporary {key!r}", lambda: inner.delete_temporary(key))
 
@@ -166,17 +192,24 @@ class UnreliableConsensus(Faults):
         self.inner = inner
 
     def head(self, key: str) -> VersionedData | None:
+        check_consensus_key(key)
         return self.read(f"head {key!r}", lambda: self.inner.head(key))
 
     def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
+        check_consensus_key(key)
+        check_new_version(expected, new)
         return self.write(
             f"compare_and_set {key!r}", lambda: self.inner.compare_and_set(key, expected, new)
         )
 
     def scan(self, key: str, from_seqno: SeqNo, limit: int) -> list[VersionedData]:
+        check_consensus_key(key)
+        check_scan(from_seqno, limit)
         return self.read(f"scan {key!r}", lambda: self.inner.scan(key, from_seqno, limit))
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
+        check_consensus_key(key)
+        check_seqno_bound(seqno, "truncation seqno")
         return self.write(f"truncate {key!r}", lambda: self.inner.truncate(key, seqno))
 
     def list_keys(self) -> list[str]:

@@ -46,8 +46,8 @@ from typing import Any
 
 from timeshard.errors import Determinate, InvalidUsage
 from timeshard.location import Location, UnreliableBlob, UnreliableConsensus
-from timeshard.location.blob import Blob, BlobMetadata
-from timeshard.location.file import Temporaries, check_temporary_key
+from timeshard.location.blob import Blob, BlobMetadata, Temporaries
+from timeshard.location.file import check_temporary_key
 from timeshard.location.unreliable import NEVER_MS, FaultJournal, KeyedFaults
 
 CONTROL_VERSION = 2

@@ -13,7 +13,7 @@ A part key under the shard's prefix is garbage when
 A write that was killed before it moved its temporary file into place (a Spark
 task killed mid-write, a process killed inside ``FileBlob.set``) leaves a hidden
 ``<shard>/<writer>/<batch>/.tmp-<hex>`` that no key listing names. On a blob
-that lists them (:class:`~timeshard.location.file.Temporaries`) such a
+that lists them (:class:`~timeshard.location.blob.Temporaries`) such a
 temporary is garbage when it is surely abandoned:
 
 * its writer is not registered (as for parts), or
@@ -37,9 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import partial
 
-from timeshard.location.blob import Blob
+from timeshard.location.blob import Blob, Temporaries
 from timeshard.location.consensus import Consensus
-from timeshard.location.file import Temporaries
 from timeshard.persist._internal import transitions as tr
 from timeshard.persist._internal.blobio import delete_keys, retry_external
 from timeshard.persist._internal.machine import Machine

@@ -21,8 +21,9 @@ Semantics, for commands reclocked to the same time ``t``:
    one position, key and time (winning or not) are a caller's mistake
    (InvalidUsage, whatever the order of ``commands``), so the winner never
    depends on the order of ``commands``. So are orders of one key and time that
-   Python cannot compare (an int and a str, a value and None: InvalidUsage
-   naming them). A source's record is
+   are no tuples of one length and one type per column (an int and a str, an int
+   and a float, a value and None, at any position, also one after the position
+   that decides: InvalidUsage naming them). A source's record is
    at ``(partition, offset)``: for a FILE source ``(file name, byte offset)``,
    the order of :mod:`timeshard.storage.file_source` ("Order"; Python
    compares ``str`` by code point, which is the order of their UTF-8 bytes),
@@ -118,14 +119,19 @@ def _same(a: UpsertCommand, b: UpsertCommand) -> bool:
 
 def _before(a: UpsertCommand, b: UpsertCommand) -> bool:
     """Whether ``a``'s order is below ``b``'s, for commands of one key and time; InvalidUsage
-    if Python cannot compare them (a source's positions have one type)."""
+    if they differ in length or in the type of any element (a source's positions have one
+    type per column), also one that the comparison would not reach."""
     try:
-        return bool(a.order < b.order)
+        if len(a.order) == len(b.order) and all(
+            type(x) is type(y) for x, y in zip(a.order, b.order, strict=True)
+        ):
+            return bool(a.order < b.order)
     except TypeError:
-        raise InvalidUsage(
-            f"upsert commands of key {b.key!r} at time {b.time} have orders that do not "
-            f"compare: {a.order!r} and {b.order!r}"
-        ) from None
+        pass
+    raise InvalidUsage(
+        f"upsert commands of key {b.key!r} at time {b.time} have orders that do not "
+        f"compare (one type per column): {a.order!r} and {b.order!r}"
+    )
 
 
 class FeedbackUpsert:
