@@ -44,9 +44,9 @@ JSON object of its entries (a key that is not a string as its JSON text: ``1``
 as ``"1"``), an array as a JSON array; bytes, dates, decimals, NaN and
 infinities as :func:`~timeshard.storage.export.to_json` writes them. A key
 column is of a scalar type: a nested one is refused (InvalidUsage naming it).
-(A shard with a map anywhere is refused before, by every export: its changes
-are consolidated with :func:`~timeshard.spark.snapshot.consolidate_df`, which
-refuses maps.)
+A map comes consolidated with its entries sorted by key
+(:func:`~timeshard.spark.snapshot.consolidate_df`), so a retraction whose
+entries came in another order deletes the row it retracts.
 
 SQL is composed with :mod:`psycopg.sql` (identifiers quoted by psycopg,
 values always bound as parameters), never by concatenating names or values.
