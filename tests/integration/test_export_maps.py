@@ -7,6 +7,7 @@ export refused such a shard when declared ("Spark cannot group by maps").
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,39 @@ def test_a_postgres_export_writes_map_columns_as_jsonb(
             assert [tuple(r)[:2] for r in conn.execute(query)] == [(2, {"z": 9})]
     finally:
         export.drop()
+
+
+@pytest.mark.kafka
+def test_a_kafka_json_export_writes_map_columns_as_json_objects(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """A map was written as the list of pairs Arrow gives: ``[["a", 1], ["b", 2]]``."""
+    from tests.integration.test_kafka_export import read_records
+
+    from timeshard.dev.kafka import create_topic
+    from timeshard.storage.kafka_export import KafkaExport
+
+    client, writer = _writer(tmp_path)
+    _history(writer)
+    bootstrap = kafka_broker.bootstrap
+    topic = f"x-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, topic, partitions=1)
+    export = KafkaExport(spark_kafka, client, "s", bootstrap, topic, key_columns=["k"])
+    try:
+        assert export.step().status == "committed"
+    finally:
+        export.drop()
+    records = [
+        (t, json.loads(k), v and json.loads(v)) for t, k, v in read_records(bootstrap, topic)
+    ]
+    one = {"k": 1, "m": dict(AB), "s": {"inner": dict(AB)}, "l": [dict(AB)]}
+    two = {"k": 2, "m": {"z": 9}, "s": {"inner": {"z": 9}}, "l": [{"z": 9}]}
+    assert records == [(0, {"k": 1}, one), (1, {"k": 1}, None), (1, {"k": 2}, two)]
+
+
+def test_a_map_with_keys_that_are_not_strings_is_a_json_object_of_their_json_text() -> None:
+    from timeshard.storage.export import json_value
+
+    arrow = pa.list_(pa.map_(pa.int64(), pa.struct([("on", pa.map_(pa.string(), MAP))])))
+    value = [[(1, {"on": [("x", [("y", 2)])]}), (-3, None)], None]
+    assert json_value(value, arrow) == [{"1": {"on": {"x": {"y": 2}}}, "-3": None}, None]

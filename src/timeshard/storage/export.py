@@ -170,7 +170,7 @@ class ShardExport(ABC):
             raise InvalidUsage(
                 f"key_columns must be distinct columns of shard {shard!r} {names}, got {keys}"
             )
-        sorted_by = [f for f in self.reader.schema if f.name in keys and _has_map(f.type)]
+        sorted_by = [f for f in self.reader.schema if f.name in keys and has_map(f.type)]
         if sorted_by:  # a tick sorts by the keys, which Spark does for no map
             self.reader.expire()
             raise InvalidUsage(
@@ -500,19 +500,42 @@ def _parse_hold(hold_id: str, opaque: str) -> tuple[int, bool]:
     return int(match.group(1)), match.group(2) == "+"
 
 
-def _has_map(arrow: pa.DataType) -> bool:
+def json_value(value: Any, arrow: pa.DataType) -> Any:
+    """``value`` (a Python value of Arrow type ``arrow``) as a JSON-able value (tasks): a
+    struct a dict of its fields, a map (pairs, in Python) a dict of its entries (a key
+    that is not a string as its JSON text: ``1`` as ``"1"``), an array a list."""
+    if value is None:
+        return None
+    if pa.types.is_struct(arrow):
+        return {f.name: json_value(value[f.name], f.type) for f in arrow}
+    if pa.types.is_map(arrow):
+        return {
+            _json_key(json_value(k, arrow.key_type)): json_value(v, arrow.item_type)
+            for k, v in value
+        }
+    if _is_list(arrow):
+        return [json_value(v, arrow.value_type) for v in value]
+    return value
+
+
+def _json_key(key: Any) -> str:
+    return key if isinstance(key, str) else to_json(key).decode()
+
+
+def has_map(arrow: pa.DataType) -> bool:
     """Whether ``arrow`` holds a map, at any depth."""
     if pa.types.is_map(arrow):
         return True
-    if (
-        pa.types.is_list(arrow)
-        or pa.types.is_large_list(arrow)
-        or pa.types.is_fixed_size_list(arrow)
-    ):
-        return _has_map(arrow.value_type)
+    if _is_list(arrow):
+        return has_map(arrow.value_type)
     if pa.types.is_struct(arrow):
-        return any(_has_map(field.type) for field in arrow)
+        return any(has_map(field.type) for field in arrow)
     return False
+
+
+def _is_list(arrow: pa.DataType) -> bool:
+    t = pa.types
+    return bool(t.is_list(arrow) or t.is_large_list(arrow) or t.is_fixed_size_list(arrow))
 
 
 def reader_name(export_id: str) -> str:
@@ -747,7 +770,9 @@ __all__ = [
     "ShardExport",
     "ErrorNet",
     "blocked_at",
+    "has_map",
     "hashable",
+    "json_value",
     "net_per_key",
     "result",
     "to_json",
