@@ -32,8 +32,14 @@ Invariants:
 
 1. Consolidation groups by every data column and ``_err``; null values are
    equal to each other there (so err rows with null data consolidate).
-2. It is an error (InvalidUsage) to consolidate a collection with a map
-   column, at any depth: Spark cannot group by maps.
+2. A map, at any depth, is grouped by its entries in any order: Spark (4.0 on)
+   sorts a map's entries by key to group by it, and the consolidated rows hold
+   it sorted so. A retraction of a map row whose entries come in another order
+   cancels its insertion, and two consolidated rows equal as Python values
+   (a map is a list of pairs in Arrow) are one row of the collection.
+3. Spark compares no maps otherwise (``=``, ``<=>``, ORDER BY, DISTINCT, set
+   operations, ``hash``): what does so refuses them with
+   :func:`check_groupable` when it is declared.
 """
 
 from __future__ import annotations
@@ -50,7 +56,6 @@ from timeshard.location.blob import Blob
 from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta
 from timeshard.progress import Timestamp, check_timestamp
 from timeshard.spark.parts import read_parts
-from timeshard.spark.session import arrow_to_spark_schema
 from timeshard.spark.sqltext import bigint_within, quoted, select_exprs, sql_over
 
 
@@ -74,10 +79,9 @@ class PartsReader(Protocol):
 def consolidate_df(df: DataFrame, data_columns: list[str]) -> DataFrame:
     """Sum ``_diff`` per distinct ``(data, _ts, _err)`` and drop zero sums (lazy).
 
-    Raises InvalidUsage if a column holds a map. Output columns: the data
-    columns, ``_ts``, ``_diff``, ``_err``.
+    Maps, at any depth, come out with their entries sorted by key (module doc).
+    Output columns: the data columns, ``_ts``, ``_diff``, ``_err``.
     """
-    check_groupable(df.schema)
     keys = ", ".join(quoted(c) for c in [*data_columns, TS, ERR])
     cols = ", ".join(quoted(c) for c in [*data_columns, TS, DIFF, ERR])
 
@@ -89,12 +93,15 @@ def consolidate_df(df: DataFrame, data_columns: list[str]) -> DataFrame:
 
 
 def check_groupable(schema: StructType) -> None:
-    """Raise InvalidUsage naming the column if ``schema`` has a map anywhere."""
+    """Raise InvalidUsage naming the column if ``schema`` has a map anywhere: for what
+    compares rows beyond GROUP BY (``<=>``, a join, a sort, DISTINCT, a hash), which
+    Spark does for no map (module doc, invariant 3). Consolidation needs no check."""
     for field in schema.fields:
         if _has_map(field.dataType):
             raise InvalidUsage(
-                f"cannot consolidate column {field.name!r} of type "
-                f"{field.dataType.simpleString()}: Spark cannot group by maps"
+                f"cannot compare column {field.name!r} of type "
+                f"{field.dataType.simpleString()}: Spark groups maps, but compares them "
+                "in no other way (=, <=>, ORDER BY, DISTINCT)"
             )
 
 
@@ -122,7 +129,6 @@ def parts_snapshot_df(
 ) -> DataFrame:
     """:func:`snapshot_df` of ``parts``, which ``reader.snapshot_parts(as_of)`` gave (for a
     caller that reads their metadata too: one fetch of the shard's state, not two)."""
-    check_groupable(arrow_to_spark_schema(reader.schema))
     df = read_parts(spark, reader.blob, list(parts), reader.schema)
     names = list(reader.schema.names)
     at = int(as_of)

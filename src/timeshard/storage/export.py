@@ -37,6 +37,11 @@ nothing of a commit, and is never refused. (A process that dies between its
 commit and marking the hold leaves it unmarked until a step finds the
 progress.)
 
+A map column, at any depth, is exported as a value, with its entries sorted by
+key as consolidation gives them (two maps with the same entries are one value);
+no key column may hold one (InvalidUsage when declared): a tick sorts by the
+keys, which Spark does for no map.
+
 The shard's err rows cannot be exported. As a Materialize sink does, an
 export stalls at an error while the shard has it, and goes on once it is
 retracted; the tick raises :class:`ExportError` naming it:
@@ -165,19 +170,13 @@ class ShardExport(ABC):
             raise InvalidUsage(
                 f"key_columns must be distinct columns of shard {shard!r} {names}, got {keys}"
             )
-        from timeshard.spark.session import arrow_to_spark_schema
-        from timeshard.spark.snapshot import check_groupable
-
-        try:  # a type Spark cannot hold: the target's own check names it (a subclass's)
-            spark_schema = arrow_to_spark_schema(self.reader.schema)
-        except InvalidUsage:
-            spark_schema = None
-        try:  # an export consolidates the shard's changes: every tick would refuse a map
-            if spark_schema is not None:
-                check_groupable(spark_schema)
-        except InvalidUsage as e:
+        sorted_by = [f for f in self.reader.schema if f.name in keys and has_map(f.type)]
+        if sorted_by:  # a tick sorts by the keys, which Spark does for no map
             self.reader.expire()
-            raise InvalidUsage(f"shard {shard!r} cannot be exported: {e}") from None
+            raise InvalidUsage(
+                f"shard {shard!r} cannot be exported keyed by {sorted_by[0].name!r} of type "
+                f"{sorted_by[0].type}: Spark orders no maps (a map is exported as a value)"
+            )
         self.spark = spark
         self.client = client
         self.shard = shard
@@ -501,6 +500,44 @@ def _parse_hold(hold_id: str, opaque: str) -> tuple[int, bool]:
     return int(match.group(1)), match.group(2) == "+"
 
 
+def json_value(value: Any, arrow: pa.DataType) -> Any:
+    """``value`` (a Python value of Arrow type ``arrow``) as a JSON-able value (tasks): a
+    struct a dict of its fields, a map (pairs, in Python) a dict of its entries (a key
+    that is not a string as its JSON text: ``1`` as ``"1"``), an array a list."""
+    if value is None:
+        return None
+    if pa.types.is_struct(arrow):
+        return {f.name: json_value(value[f.name], f.type) for f in arrow}
+    if pa.types.is_map(arrow):
+        return {
+            _json_key(json_value(k, arrow.key_type)): json_value(v, arrow.item_type)
+            for k, v in value
+        }
+    if _is_list(arrow):
+        return [json_value(v, arrow.value_type) for v in value]
+    return value
+
+
+def _json_key(key: Any) -> str:
+    return key if isinstance(key, str) else to_json(key).decode()
+
+
+def has_map(arrow: pa.DataType) -> bool:
+    """Whether ``arrow`` holds a map, at any depth."""
+    if pa.types.is_map(arrow):
+        return True
+    if _is_list(arrow):
+        return has_map(arrow.value_type)
+    if pa.types.is_struct(arrow):
+        return any(has_map(field.type) for field in arrow)
+    return False
+
+
+def _is_list(arrow: pa.DataType) -> bool:
+    t = pa.types
+    return bool(t.is_list(arrow) or t.is_large_list(arrow) or t.is_fixed_size_list(arrow))
+
+
 def reader_name(export_id: str) -> str:
     """The name of the export's leased reader (its id is ``<name>.<random>``): by its
     heartbeats, others tell that the export runs (``timeshard drop`` refuses it then).
@@ -733,7 +770,9 @@ __all__ = [
     "ShardExport",
     "ErrorNet",
     "blocked_at",
+    "has_map",
     "hashable",
+    "json_value",
     "net_per_key",
     "result",
     "to_json",

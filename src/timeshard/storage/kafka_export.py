@@ -60,7 +60,9 @@ limits follow the topic's, so a record the topic takes is never refused by
 the client, and no batch of small records grows past the topic's limit.
 
 Envelopes (in ``format="json"`` the key and the value are JSON objects,
-columns by name):
+columns by name; a map, at any depth, is a JSON object of its entries, a key
+that is not a string as its JSON text, as
+:func:`~timeshard.storage.export.json_value` writes it):
 
 * ``upsert``: keyed by ``key_columns`` (the key is a JSON object of them);
   per key and time, the value is the row the key has after that time, or a
@@ -112,7 +114,9 @@ from timeshard.storage.export import (
     Progress,
     ShardExport,
     blocked_at,
+    has_map,
     hashable,
+    json_value,
     result,
     to_json,
 )
@@ -325,6 +329,7 @@ class KafkaExport(ShardExport):
             timeout_s=self.timeout_s,
             max_bytes=max_bytes,
             declared=self.declaration,
+            maps=tuple(f.type if has_map(f.type) else None for f in self.reader.schema),
             avro=_AvroEncoding.of(self._avro, self.key_schema_id, self.value_schema_id)
             if self.format == "avro"
             else None,
@@ -641,6 +646,9 @@ class _ProduceTask:
     #: The export's declaration (:attr:`KafkaExport.declaration`), as the progress records it.
     declared: str = ""
     avro: _AvroEncoding | None = None
+    #: Per data column, its Arrow type if it holds a map (else None): written as JSON
+    #: objects, not as the lists of pairs Arrow gives.
+    maps: tuple[pa.DataType | None, ...] = ()
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import KafkaException, Producer
@@ -812,7 +820,12 @@ class _ProduceTask:
         return to_json(value) if self.avro is None else self.avro.encode("value", value)
 
     def _row(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {c: row[c] for c in self.data_columns}
+        if not any(self.maps):
+            return {c: row[c] for c in self.data_columns}
+        return {
+            c: row[c] if arrow is None else json_value(row[c], arrow)
+            for c, arrow in zip(self.data_columns, self.maps, strict=True)
+        }
 
 
 @dataclass(frozen=True)
