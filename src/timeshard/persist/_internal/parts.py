@@ -466,7 +466,7 @@ _FLOATS = (pa.float32(), pa.float64())
 
 def _normalized_floats(array: pa.Array) -> pa.Array:
     """``array`` with every -0.0 made 0.0 and every NaN the one NaN, at any depth of
-    structs and lists, as Spark groups floats (Arrow keeps them apart: a NaN that ``0/0``
+    structs, lists and maps, as Spark groups floats (Arrow keeps them apart: a NaN that ``0/0``
     made has another sign bit than ``float('nan')``). float16 is left as it is: Arrow
     compares none."""
     t = array.type
@@ -477,6 +477,14 @@ def _normalized_floats(array: pa.Array) -> pa.Array:
     if pa.types.is_struct(t):
         children = [_normalized_floats(child) for child in array.flatten()]
         return pa.StructArray.from_arrays(children, fields=list(t), mask=array.is_null())
+    if pa.types.is_map(t):
+        offsets = array.offsets  # of a slice: into all the entries, from offsets[0]
+        first = offsets[0].as_py()
+        count = offsets[-1].as_py() - first
+        keys = _normalized_floats(array.keys.slice(first, count))
+        items = _normalized_floats(array.items.slice(first, count))
+        offsets = pc.subtract(offsets, pa.scalar(first, offsets.type))
+        return pa.MapArray.from_arrays(offsets, keys, items, type=t, mask=array.is_null())
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         cls = pa.ListArray if pa.types.is_list(t) else pa.LargeListArray
         offsets = array.offsets  # of a slice: into all the values, from offsets[0]
@@ -495,14 +503,37 @@ def _sums_fit_int64(diffs: pa.ChunkedArray) -> bool:
     return len(diffs) * max(-low, high) < _INT64
 
 
+def _unordered_maps(value: Any, t: pa.DataType) -> Any:
+    """``value`` (of Arrow type ``t``, as ``to_pylist`` gives it) with every map's entries,
+    at any depth, in one order: by the ``repr`` of their keys (a map's keys are distinct),
+    so that two maps of the same entries are one grouping key."""
+    if value is None:
+        return None
+    if pa.types.is_map(t):
+        entries = [
+            (_unordered_maps(k, t.key_type), _unordered_maps(v, t.item_type)) for k, v in value
+        ]
+        return sorted(entries, key=lambda entry: repr(entry[0]))
+    if pa.types.is_struct(t):
+        return {f.name: _unordered_maps(value[f.name], f.type) for f in t}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [_unordered_maps(v, t.value_type) for v in value]
+    return value
+
+
 def _consolidate_python(table: pa.Table) -> pa.Table:
     """Consolidation for column types Arrow cannot group by (lists, maps, ...), and
     for diffs whose sums may leave int64 (summed as Python ints, and checked)."""
     keys = [n for n in table.column_names if n != DIFF]
+    types = [table.schema.field(n).type for n in keys]
+    maps = any(pa.types.is_map(t) for n in keys for t in _types_in(table.schema.field(n).type))
     sums: dict[Any, int] = {}
     rows: dict[Any, dict[str, Any]] = {}
     for row in table.to_pylist():
-        k = repr([row[n] for n in keys])
+        if maps:  # a map is one value whatever the order of its entries (as in Spark)
+            k = repr([_unordered_maps(row[n], t) for n, t in zip(keys, types, strict=True)])
+        else:
+            k = repr([row[n] for n in keys])
         sums[k] = sums.get(k, 0) + int(row[DIFF])
         rows.setdefault(k, row)
     out = []
