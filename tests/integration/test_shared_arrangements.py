@@ -97,7 +97,9 @@ def test_views_sharing_arrangements_each_equal_their_query_at_every_time(
         )
         assert failures + sum(v.stats.failures for v in views) == 0
         for name, sql, first in zip(names, sqls, as_of, strict=True):
-            assert_the_query(spark, client, name, sql, range(max(first, 0), inputs.upper))
+            assert_the_query(
+                spark, client, name, sql, range(max(first, 0), inputs.upper), inputs.changed
+            )
     finally:
         for view in views:
             view.close()
@@ -171,6 +173,6 @@ def test_two_views_read_one_arrangement_and_each_tick_is_one_job(
     assert not pool._entries, pool._entries
     for name, sql, first in zip(["v", "w"], sqls, as_of, strict=True):
         last = inputs.upper - 1 if name == "v" else inputs.upper  # v closed before the last
-        assert_the_query(spark, client, name, sql, range(max(first, 0), last))
+        assert_the_query(spark, client, name, sql, range(max(first, 0), last), inputs.changed)
     for hold in holds:
         hold.expire()
