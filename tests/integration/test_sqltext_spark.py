@@ -121,3 +121,46 @@ def test_type_sql_parses_back_to_the_same_type(spark: SparkSession) -> None:
     cast = select_exprs(df, [f"CAST(s AS {type_sql(nested)}) AS s"])
     assert cast.schema == df.schema
     assert cast.collect() == df.collect()
+
+
+def test_jvm_static_and_class_call_in_one_round_trip(spark: SparkSession, calls: list[int]) -> None:
+    from timeshard.spark.sqltext import jvm_class, jvm_static
+
+    calls[0] = 0
+    empty = jvm_static(spark, "scala.Option", "empty")()
+    listed = jvm_class(spark, "java.util.ArrayList")()
+    assert calls[0] == 2
+    assert empty.isEmpty() and listed.size() == 0
+
+
+def test_stored_bytes_is_the_checkpoints_own_in_calls_that_do_not_grow_with_the_cache(
+    spark: SparkSession, calls: list[int]
+) -> None:
+    """The size of one checkpoint's blocks, as Spark's scan of every cached RDD gives it,
+    in the same number of py4j calls however many other RDDs are cached."""
+    from timeshard.spark.checkpoint import local_checkpoint
+    from timeshard.storage.upsert_state import stored_bytes
+
+    def scanned(df: object) -> int:
+        rdd_id = df._jdf.queryExecution().logical().rdd().id()  # type: ignore[attr-defined]
+        jvm_sc = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
+        infos = [i for i in jvm_sc.getRDDStorageInfo() if i.id() == rdd_id]
+        return sum(int(i.memSize()) + int(i.diskSize()) for i in infos)
+
+    made = [local_checkpoint(spark.range(500 * (i + 1)), eager=True) for i in range(3)]
+    counts = []
+    for df in made:
+        calls[0] = 0
+        size = stored_bytes(df)
+        counts.append(calls[0])
+        assert size == scanned(df) > 0
+    more = [local_checkpoint(spark.range(10), eager=True) for _ in range(12)]
+    calls[0] = 0
+    size = stored_bytes(made[0])
+    counts.append(calls[0])
+    assert size == scanned(made[0])
+    assert len(set(counts)) == 1, counts
+    empty = local_checkpoint(spark.range(0), eager=True)
+    assert stored_bytes(empty) == 0
+    for df in [*made, *more, empty]:
+        df._jdf.queryExecution().logical().rdd().unpersist(False)  # type: ignore[attr-defined]

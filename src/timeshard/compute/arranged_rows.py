@@ -62,6 +62,7 @@ are Spark jobs, a delta layer is filled by the tick's write.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -114,10 +115,10 @@ class ArrangedRows(Arrangement):
         that the optimizer unqualified. A renaming alias is a new column, and
         it stays.
         """
-        from timeshard.spark.parts import column
+        from timeshard.spark.sqltext import quoted, select_exprs
 
-        names = [column(c).alias(f"_c{i}") for i, c in enumerate(self.columns)]
-        positional = df.select(*names, column(TS).alias(TS), column(DIFF).alias(DIFF))
+        names = [f"{quoted(c)} AS _c{i}" for i, c in enumerate(self.columns)]
+        positional = select_exprs(df, [*names, f"{TS} AS {TS}", f"{DIFF} AS {DIFF}"])
         return positional.repartition(self.partitions, *self._keys())
 
     def _keys(self) -> list[str]:
@@ -311,11 +312,11 @@ class KeyedRows(ArrangedRows):
     def partitioned(self, df: Any) -> Any:
         """``df`` (the data columns by name, ``_ts``, ``_diff``) as a layer: the data columns
         by position, the key ``_k``, ``_ts``, ``_diff``, hash-partitioned by ``_k``."""
-        from timeshard.spark.parts import column
+        from timeshard.spark.sqltext import quoted, select_exprs
 
-        names = [column(c).alias(f"_c{i}") for i, c in enumerate(self.columns)]
-        key = column(_KEYED).alias(KEY)
-        positional = self._keyed(df).select(*names, key, column(TS).alias(TS), DIFF)
+        names = [f"{quoted(c)} AS _c{i}" for i, c in enumerate(self.columns)]
+        key = f"{self._key_sql()} AS {KEY}"
+        positional = select_exprs(df, [*names, key, f"{TS} AS {TS}", DIFF])
         return positional.repartition(self.partitions, KEY)
 
     def _keys(self) -> list[str]:
@@ -343,12 +344,17 @@ class KeyedRows(ArrangedRows):
         """
         from pyspark.sql import functions as F
 
+        return df.select("*", F.expr(self._key_sql()).alias(_KEYED))
+
+    def _key_sql(self) -> str:
+        """SQL: the key struct of a row (its expressions unqualified: :meth:`_keyed`)."""
         fields = ", ".join(
             f"'k{i}', {_unqualified(e, self.alias)}" for i, e in enumerate(self.expressions)
         )
-        return df.select("*", F.expr(f"named_struct({fields})").alias(_KEYED))
+        return f"named_struct({fields})"
 
 
+@functools.lru_cache(maxsize=1024)
 def _unqualified(expression: str, alias: str) -> str:
     """``expression`` (Spark SQL) with its columns' qualifier ``alias`` dropped."""
     from sqlglot import exp, parse_one

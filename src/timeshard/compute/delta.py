@@ -627,6 +627,8 @@ class SparkDelta:
         ``used`` each frame the term reads."""
         from pyspark.sql import functions as F
 
+        from timeshard.spark.sqltext import select_exprs
+
         first = path.steps[0]
         key = next(k for (a, k, m) in frames if a == first.input and m == "delta")
         used.add((first.input, key, "delta"))
@@ -638,7 +640,7 @@ class SparkDelta:
             out = out.hint("shuffle_hash").join(rows, F.expr(step.on), "inner")
         if path.where is not None:
             out = out.where(F.expr(path.where))
-        return out.selectExpr(*path.columns)
+        return select_exprs(out, path.columns)
 
     # -- a grouped plan's arranged sources ---------------------------------------------------
 
@@ -1093,12 +1095,12 @@ class SparkDelta:
         """Input rows with a negative multiplicity at ``__t``: err rows, as the full path has."""
         from pyspark.sql import functions as F
 
-        from timeshard.spark.parts import column
-        from timeshard.spark.sqltext import select_exprs
+        from timeshard.spark.sqltext import quoted, select_exprs
 
+        row = ", ".join(quoted(n) for n in names)
         message = F.concat(  # the input's name is user text: a literal, never SQL text
             F.lit(f"input {alias!r} has a negative multiplicity: "),
-            F.to_json(F.struct(*[column(n) for n in names])),
+            F.expr(f"to_json(struct({row}))"),
         )
         negative = counted.where(f"{DIFF} < 0").withColumn("__message", message)
         return select_exprs(

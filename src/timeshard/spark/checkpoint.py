@@ -64,13 +64,14 @@ def local_checkpoint(df: Any, *, eager: bool, hashed_by: tuple[str, int] | None 
 
 def forget_statistics(checkpointed: Any, hashed_by: tuple[str, int] | None = None) -> Any:
     """The JVM Dataset of ``checkpointed`` (a local checkpoint), with no origin statistics."""
+    from timeshard.spark.sqltext import jvm_static
+
     spark = checkpointed.sparkSession
-    jvm = spark._jvm
     plan = checkpointed._jdf.queryExecution().logical()
-    none = jvm.scala.Option.empty()
+    none = jvm_static(spark, "scala.Option", "empty")()
     partitioning = plan.outputPartitioning()
     if hashed_by is not None:
-        partitioning = _hash_partitioning(jvm, plan, *hashed_by)
+        partitioning = _hash_partitioning(spark._jvm, plan, *hashed_by)
     fresh = plan.copy(
         plan.output(),
         plan.rdd(),
@@ -82,7 +83,9 @@ def forget_statistics(checkpointed: Any, hashed_by: tuple[str, int] | None = Non
         none,  # originStats: Spark's default estimate for a relation it knows nothing of
         none,  # originConstraints: none are needed (the plan is a leaf of cached rows)
     )
-    return jvm.org.apache.spark.sql.classic.Dataset.ofRows(spark._jsparkSession, fresh)
+    return jvm_static(spark, "org.apache.spark.sql.classic.Dataset", "ofRows")(
+        spark._jsparkSession, fresh
+    )
 
 
 def _hash_partitioning(jvm: Any, plan: Any, column: str, n: int) -> Any:

@@ -21,6 +21,10 @@ instead:
 * :func:`type_sql`: a Spark type as SQL text that parses back to it (struct
   field names backquoted);
 * :func:`quoted`: a name as an identifier in that text;
+* :func:`jvm_static` and :func:`jvm_class`: a JVM class's static method or
+  constructor, called in one round trip (``spark._jvm.a.b.C.m(x)`` asks the
+  JVM about every name on the way: six round trips before the call for a
+  class four packages deep);
 * :func:`bigint_where` (and :func:`bigint_within`, an interval): a condition
   on a BIGINT column against a value that changes from tick to tick (a time),
   written so that the classes Spark generates for the plan stay the same from
@@ -144,6 +148,27 @@ def _splitter(spark: SparkSession) -> Any:
     return _per_gateway(spark, _splitters, lambda g: g.jvm.java.util.regex.Pattern.compile(_SEP))
 
 
+def jvm_class(spark: SparkSession, fqn: str) -> Any:
+    """The JVM class ``fqn`` (its constructor, called, is one py4j round trip), with no
+    round trip to look it up (``fqn``: a class this code names, never user text)."""
+    from py4j.java_gateway import JavaClass
+
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None, "a classic SparkSession has a py4j gateway"
+    return JavaClass(fqn, gateway._gateway_client)
+
+
+def jvm_static(spark: SparkSession, fqn: str, method: str) -> Any:
+    """The static method ``method`` of the JVM class ``fqn`` (a call is one py4j round
+    trip), with no round trip to look it up."""
+    from py4j import protocol
+    from py4j.java_gateway import JavaMember
+
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None, "a classic SparkSession has a py4j gateway"
+    return JavaMember(method, None, protocol.STATIC_PREFIX + fqn, gateway._gateway_client)
+
+
 def java_strings(spark: SparkSession, items: Sequence[str]) -> Any | None:
     """``items`` as a JVM ``String[]`` in one py4j call (None if empty, or one holds a NUL)."""
     if not items or any(_SEP in i for i in items):
@@ -184,7 +209,7 @@ def empty_frame(spark: SparkSession, schema: StructType) -> DataFrame:
     """A DataFrame of no rows of ``schema`` (its types and nullability exactly): a local
     relation, on which actions run no Spark job. Three py4j calls, no Arrow batch."""
     jspark = spark._jsparkSession
-    rows = spark._jvm.java.util.ArrayList()  # type: ignore[union-attr]
+    rows = jvm_class(spark, "java.util.ArrayList")()
     return DataFrame(jspark.createDataFrame(rows, jspark.parseDataType(schema.json())), spark)
 
 
@@ -262,6 +287,8 @@ __all__ = [
     "bigint_within",
     "empty_frame",
     "java_strings",
+    "jvm_class",
+    "jvm_static",
     "nullable",
     "quoted",
     "renamed",

@@ -709,13 +709,33 @@ def unkeyed_error(keys: Sequence[str]) -> Any:
 
 
 def stored_bytes(checkpointed: Any) -> int:
-    """Memory plus disk bytes of a checkpointed DataFrame's blocks (driver only, no job)."""
-    jvm_sc = checkpointed.sparkSession.sparkContext._jsc.sc()
-    rdd_id = checkpointed._jdf.queryExecution().logical().rdd().id()
-    for info in jvm_sc.getRDDStorageInfo():
-        if info.id() == rdd_id:
-            return int(info.memSize()) + int(info.diskSize())
-    return 0  # an empty layer has no blocks
+    """Memory plus disk bytes of a checkpointed DataFrame's blocks (driver only, no job).
+
+    Spark's public ``getRDDStorageInfo()`` describes every cached RDD of the
+    application (every layer of every arrangement), and reading each entry
+    through py4j is two round trips: 100-160 calls a tick for a join view.
+    Its overload taking a filter (a Scala ``Set`` is a predicate: the RDD's
+    own, of one) describes this one alone, in a dozen calls whatever the
+    count; the JVM's method is public, though Scala marks it ``private[spark]``,
+    so the scan stays as the fallback.
+    """
+    from py4j.protocol import Py4JError
+
+    from timeshard.spark.sqltext import jvm_class, jvm_static
+
+    spark = checkpointed.sparkSession
+    jvm_sc = spark.sparkContext._jsc.sc()
+    rdd = checkpointed._jdf.queryExecution().logical().rdd()
+    try:
+        one = jvm_class(spark, "java.util.ArrayList")()
+        one.add(rdd)
+        only = jvm_static(spark, "org.apache.spark.api.python.PythonUtils", "toSeq")(one).toSet()
+        infos = list(jvm_sc.getRDDStorageInfo(only))
+    except Py4JError:  # no such overload in this Spark: scan them all
+        rdd_id = rdd.id()
+        infos = [info for info in jvm_sc.getRDDStorageInfo() if info.id() == rdd_id]
+    # no description for an empty layer: it has no blocks
+    return sum(int(info.memSize()) + int(info.diskSize()) for info in infos[:1])
 
 
 __all__ = [
