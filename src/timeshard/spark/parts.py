@@ -115,6 +115,7 @@ import re
 import threading
 import urllib.parse
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -318,23 +319,76 @@ def write_parts(
     if root is None:
         conformed = select_exprs(df, [f"{e} AS {quoted(n)}" for e, n in casts])
         return _write_through_driver(conformed, blob, key_prefix, data_schema)
-    writer = PartWriter(
-        root, key_prefix, data_schema.serialize().to_pybytes(), current_task_faults()
-    )
     # mapInArrow resolves columns by name, which fails for names with dots: rename by
     # position here, and back in the task.
     positional = select_exprs(df, [f"{e} AS _c{i}" for i, (e, _) in enumerate(casts)])
+    context = df.sparkSession.sparkContext
+    before = context.getLocalProperty(PREFIX_PROPERTY)
     try:
+        context.setLocalProperty(PREFIX_PROPERTY, key_prefix)  # the job's tasks read it
         with typed_errors():
-            rows = positional.mapInArrow(writer, PART_META_DDL).collect()
+            rows = _written(positional, root, data_schema).collect()
     except BaseException:
         with contextlib.suppress(Exception):  # what stays behind is garbage for GC
             await_tasks(positional.sparkSession)
             _delete_under(blob, key_prefix)
         raise
+    finally:
+        context.setLocalProperty(PREFIX_PROPERTY, before)  # type: ignore[arg-type]
     parts = sorted((part_from_row(r) for r in rows), key=lambda p: p.key)
     _delete_unnamed(blob, key_prefix, parts)
     return parts
+
+
+#: The Spark local property that gives a write's tasks its key prefix
+#: (:func:`write_parts`): the driver sets it on the thread that runs the write's job.
+PREFIX_PROPERTY = "timeshard.parts.prefix"
+
+#: Per py4j gateway: the JVM write function of each (root URI, data schema), made once,
+#: and the empty argument list it is applied to.
+_writer_udfs: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
+_writer_udfs_lock = threading.Lock()
+
+
+def _written(positional: DataFrame, root: str, data_schema: pa.Schema) -> DataFrame:
+    """``positional``'s partitions written as parts: ``mapInArrow`` of a :class:`PartWriter`
+    that takes its key prefix from the job (:data:`PREFIX_PROPERTY`).
+
+    The same writer for every write to one root and schema, so its JVM
+    function, whose making is about 40 py4j calls (the pickled function, its
+    return type parsed in the JVM, the JVM's function objects, and one call per
+    column to name them), is made once per gateway, and a write is two calls.
+    It is applied to no column: ``mapInArrow`` hands the function every
+    column of the rows under it, whatever the UDF's arguments. With injected
+    task faults (tests) the writer carries them and is made anew.
+    """
+    from pyspark.sql.functions import pandas_udf  # type: ignore[attr-defined]
+    from pyspark.util import PythonEvalType
+
+    from timeshard.spark.sqltext import jvm_class, jvm_static
+
+    spark = positional.sparkSession
+    schema_ipc = data_schema.serialize().to_pybytes()
+    faults = current_task_faults()
+    if faults is not None:
+        return positional.mapInArrow(PartWriter(root, None, schema_ipc, faults), PART_META_DDL)
+    gateway = spark.sparkContext._gateway
+    with _writer_udfs_lock:
+        made = _writer_udfs.setdefault(gateway, {})
+        if "no columns" not in made:
+            to_seq = jvm_static(spark, "org.apache.spark.api.python.PythonUtils", "toSeq")
+            made["no columns"] = to_seq(jvm_class(spark, "java.util.ArrayList")())
+        judf = made.get((root, schema_ipc))
+        if judf is None:
+            udf = pandas_udf(
+                PartWriter(root, None, schema_ipc),
+                returnType=PART_META_DDL,
+                functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF,
+            )
+            judf = made[root, schema_ipc] = udf._unwrapped._judf
+    applied = judf.apply(made["no columns"])
+    # as DataFrame.mapInArrow calls it: not a barrier stage, no resource profile
+    return DataFrame(positional._jdf.mapInArrow(applied, False, None), spark)
 
 
 def part_meta_batch(parts: list[PartMeta]) -> pa.RecordBatch:
@@ -408,15 +462,25 @@ class PartWriter:
     """
 
     root_uri: str
-    key_prefix: str
+    #: None: the job's (:data:`PREFIX_PROPERTY`, which :func:`write_parts` sets).
+    key_prefix: str | None
     schema_ipc: bytes
     faults: KeyedFaults | None = None
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         data_schema = pa.ipc.read_schema(pa.py_buffer(self.schema_ipc))
         schema = updates_schema(data_schema)
+        prefix = self.key_prefix
+        if prefix is None:
+            from pyspark import TaskContext
+
+            context = TaskContext.get()
+            prefix = None if context is None else context.getLocalProperty(PREFIX_PROPERTY)
+            if not prefix:
+                raise InvalidUsage(f"a part write's job has no {PREFIX_PROPERTY!r}")
+            check_blob_key(prefix)
         tables = (_conformed(b, schema, data_schema) for b in batches if b.num_rows)
-        _, _, part = write_task_part(self.root_uri, self.key_prefix, schema, tables, self.faults)
+        _, _, part = write_task_part(self.root_uri, prefix, schema, tables, self.faults)
         if part is not None:
             yield part_meta_batch([part])
 
