@@ -225,16 +225,13 @@ class ArrangedRows(Arrangement):
         below ``fold`` as ``fold - 1``, zero sums dropped: grouped on every column, a
         superset of the key, so the partitioning stays (on the key columns, which the
         aggregate passes through)."""
-        from pyspark.sql import functions as F
-
-        from timeshard.spark.sqltext import bigint_at_least
+        from timeshard.spark.sqltext import bigint_at_least, select_exprs, summed
 
         data = [f"_c{i}" for i in range(len(self.columns))] + self.carried
         # fold - 1 for every time below fold, as a reference in the generated code, so
         # that merges do not compile their stages anew for each fold
-        folded = F.expr(bigint_at_least(TS, fold - 1)).alias(TS)
-        summed = layer.groupBy(*data, folded).agg(F.sum(DIFF).alias(DIFF))
-        return summed.where(F.col(DIFF) != 0)
+        folded = select_exprs(layer, [*data, f"{bigint_at_least(TS, fold - 1)} AS {TS}", DIFF])
+        return summed(folded, [*data, TS], DIFF).where(f"{DIFF} != 0")
 
 
 def _merged_exact_from(layers: Sequence[Layer], fold: int) -> int:
