@@ -23,8 +23,8 @@ from timeshard.location import (
     SqliteConsensus,
     UnreliableBlob,
 )
-from timeshard.location.blob import Blob
-from timeshard.location.file import FileBlob, Temporaries
+from timeshard.location.blob import Blob, Temporaries
+from timeshard.location.file import FileBlob
 from timeshard.nemesis.control import FaultyLocation, FullDiskBlob
 from timeshard.persist import PersistClient, PersistConfig
 

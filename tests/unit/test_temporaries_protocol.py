@@ -1,4 +1,4 @@
-"""``Temporaries`` is declared beside ``Blob``, and the old import still names it.
+"""``Temporaries`` is declared beside ``Blob``, and only there.
 
 A blob that lists and deletes ``.tmp-`` temporaries is a ``Temporaries``: the file
 blob is one, the memory blob is not.
@@ -18,7 +18,7 @@ def test_temporaries_is_declared_in_the_blob_module() -> None:
     assert blob.Temporaries.__module__ == "timeshard.location.blob"
     assert "Temporaries" in blob.__all__
     assert location.Temporaries is blob.Temporaries
-    assert file.Temporaries is blob.Temporaries  # the old import keeps working
+    assert not hasattr(file, "Temporaries")  # one declaration, imported from blob
 
 
 def test_which_blobs_have_temporaries(tmp_path: Path) -> None:

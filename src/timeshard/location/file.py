@@ -53,7 +53,6 @@ from timeshard.errors import CorruptState, Determinate, Indeterminate, InvalidUs
 from timeshard.location._paths import check_creatable
 from timeshard.location.blob import (
     BlobMetadata,
-    Temporaries,  # declared here once; still imported from here
     check_blob_key,
     check_blob_prefix,
 )
@@ -320,4 +319,4 @@ def _unlink(path: Path, what: str) -> int | None:
     return size
 
 
-__all__ = ["TMP_NAME", "FileBlob", "Temporaries", "check_temporary_key"]
+__all__ = ["TMP_NAME", "FileBlob", "check_temporary_key"]

@@ -46,7 +46,13 @@ from typing import Any
 
 from timeshard.errors import Determinate, InvalidUsage
 from timeshard.location import Location, UnreliableBlob, UnreliableConsensus
-from timeshard.location.blob import Blob, BlobMetadata, Temporaries
+from timeshard.location.blob import (
+    Blob,
+    BlobMetadata,
+    Temporaries,
+    check_blob_key,
+    check_blob_prefix,
+)
 from timeshard.location.file import check_temporary_key
 from timeshard.location.unreliable import NEVER_MS, FaultJournal, KeyedFaults
 
@@ -86,7 +92,8 @@ class Control:
 
 class FullDiskBlob:
     """A blob whose writes fail with ENOSPC while ``full`` is set; reads and deletes (of
-    keys and of the wrapped blob's temporaries) pass through."""
+    keys and of the wrapped blob's temporaries) pass through. A key or prefix no blob
+    takes is InvalidUsage first, as the wrapped blob would raise it."""
 
     def __init__(self, inner: Blob, journal: FaultJournal | None = None) -> None:
         self.inner = inner
@@ -101,6 +108,7 @@ class FullDiskBlob:
         return self.inner.get(key)
 
     def set(self, key: str, value: bytes) -> None:
+        check_blob_key(key)  # a bad key is the caller's mistake, full disk or not
         if self.full:
             if self.journal is not None:
                 self.journal.record("disk_full", "blob.enospc")
@@ -118,14 +126,15 @@ class FullDiskBlob:
 
     def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
         """The wrapped blob's temporaries (none if it has none), for GC."""
+        check_blob_prefix(prefix)
         if not isinstance(self.inner, Temporaries):
             return iter(())
         return self.inner.list_temporaries(prefix)
 
     def delete_temporary(self, key: str) -> int | None:
         """Delete a temporary of the wrapped blob: a delete, so also when the disk is full."""
+        check_temporary_key(key)
         if not isinstance(self.inner, Temporaries):
-            check_temporary_key(key)
             return None
         return self.inner.delete_temporary(key)
 
