@@ -54,6 +54,8 @@ maps statements to messages:
   FETCH (which has its TIMEOUT), run on, as Materialize's;
 * prepared statements: a ``Parse`` of a named statement that exists is refused
   (42P05) and the statement stays as it was; the unnamed one is replaced.
+  ``DEALLOCATE ALL`` forgets the named ones: the unnamed one stays, as PostgreSQL
+  keeps it apart.
   ``DISCARD ALL`` (outside a transaction block: 25001 inside one) gives the
   session back as a new connection has it: its cursors and portals closed, its
   named prepared statements forgotten, statement_timeout reset;
@@ -937,7 +939,7 @@ class _Handler(socketserver.BaseRequestHandler):
             )
         if isinstance(statement, Deallocate):
             if statement.name is None:
-                s.statements.clear()
+                self._forget_named_statements()
             elif s.statements.pop(statement.name, None) is None:
                 raise SqlError(f"prepared statement {statement.name!r} does not exist", "26000")
             return Result([], [], "DEALLOCATE" if statement.name else "DEALLOCATE ALL")
@@ -994,10 +996,16 @@ class _Handler(socketserver.BaseRequestHandler):
         self._close_cursors(None)
         for name in [n for n, p in s.portals.items() if p is not s.running]:
             self._close_portals(name)
-        s.statements = {"": s.statements[""]} if "" in s.statements else {}
+        self._forget_named_statements()
         s.timeout_ms = 0
         s.local_timeout_ms = None
         return Result([], [], "DISCARD ALL")
+
+    def _forget_named_statements(self) -> None:
+        """Forget every named prepared statement (DEALLOCATE ALL, DISCARD ALL): the unnamed
+        one stays, as PostgreSQL keeps it apart from them."""
+        statements = self.session.statements
+        self.session.statements = {"": statements[""]} if "" in statements else {}
 
     # -- cursors
 
