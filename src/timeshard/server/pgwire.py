@@ -56,7 +56,8 @@ maps statements to messages:
   (42P05) and the statement stays as it was; the unnamed one is replaced.
   ``DEALLOCATE ALL`` forgets the named ones: the unnamed one stays, as PostgreSQL
   keeps it apart.
-  ``DISCARD ALL`` (outside a transaction block: 25001 inside one) gives the
+  ``DISCARD ALL`` (outside a transaction block: 25001 inside one, and in a pipeline
+  of the extended protocol once a statement of it was executed) gives the
   session back as a new connection has it: its cursors and portals closed, its
   named prepared statements forgotten, statement_timeout reset;
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
@@ -282,9 +283,25 @@ def _close_answer(answer: _Answer | None) -> None:
         answer.close()
 
 
+def _pipelined(statement: Statement | Empty, before: bool) -> bool:
+    """Whether an extended-protocol pipeline is under way once an Execute completed
+    ``statement`` (``before``: whether one was), as PostgreSQL tells it: then DISCARD
+    ALL is refused until the Sync ends the pipeline's implicit transaction. COMMIT and
+    ROLLBACK end that transaction, and DISCARD ALL commits at once; an empty statement
+    and BEGIN change nothing; any other statement is part of the pipeline."""
+    if isinstance(statement, Empty):
+        return before
+    if isinstance(statement, Ignored) and statement.tag in ("BEGIN", "START TRANSACTION"):
+        return before
+    if isinstance(statement, Ignored) and statement.tag in ("COMMIT", "ROLLBACK"):
+        return False
+    return not (isinstance(statement, Setting) and statement.tag == "DISCARD ALL")
+
+
 @dataclass
 class _Portal:
     sql: str
+    statement: Statement | Empty | None = None  # parsed once it runs
     result: _Answer | None = None
     rows: _Rows | None = None  # its rows not sent yet, once an Execute has sent some
     described: bool = False
@@ -339,6 +356,7 @@ class _Session:
     implicit: bool = False  # running a simple query of several statements
     failed: bool = False
     skipping: bool = False  # after an error in the extended protocol, until Sync
+    pipelined: bool = False  # an Execute completed a statement since the Sync (:func:`_pipelined`)
     timeout_ms: int = 0  # statement_timeout (0: none)
     local_timeout_ms: int | None = None  # SET LOCAL's, until the transaction block ends
     running: _Portal | None = None  # the portal whose statement runs (DISCARD ALL keeps it)
@@ -867,7 +885,7 @@ class _Handler(socketserver.BaseRequestHandler):
             self._simple(msg.query_string)
             return
         if isinstance(msg, Sync):
-            s.skipping = False
+            s.skipping = s.pipelined = False
             if not s.in_transaction:  # the implicit transaction ends, and its portals
                 self._close_portals(None)
             self._send(ReadyForQuery(status=s.status))
@@ -910,7 +928,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 for sql in statements:
                     try:
                         with self._statement():
-                            self._send_result(self._run(sql))
+                            self._send_result(self._run(parse(sql)))
                     except Exception as e:
                         self._fail(_sql_error(e))
                         break
@@ -926,8 +944,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if self.session.in_transaction:
             self.session.failed = True
 
-    def _run(self, sql: str) -> _Answer:
-        statement = parse(sql)
+    def _run(self, statement: Statement | Empty) -> _Answer:
         s = self.session
         if isinstance(statement, Empty):
             return Result([], [], "")
@@ -989,10 +1006,13 @@ class _Handler(socketserver.BaseRequestHandler):
         hands it to another client): every cursor and portal closed (their readers let
         go) but the portal running it, every named prepared statement forgotten (the
         unnamed one stays, as PostgreSQL's), statement_timeout reset. Refused in a
-        transaction block (25001), as PostgreSQL refuses it."""
+        transaction block (25001), as PostgreSQL refuses it, and in an extended-protocol
+        pipeline once a statement of it was executed (25001 too)."""
         s = self.session
         if s.in_transaction or s.implicit:
             raise SqlError("DISCARD ALL cannot run inside a transaction block", "25001")
+        if s.pipelined:
+            raise SqlError("DISCARD ALL cannot be executed within a pipeline", "25001")
         self._close_cursors(None)
         for name in [n for n, p in s.portals.items() if p is not s.running]:
             self._close_portals(name)
@@ -1189,9 +1209,10 @@ class _Handler(socketserver.BaseRequestHandler):
             statements = split(portal.sql)
             if len(statements) > 1:
                 raise SqlError("cannot run several statements in one prepared statement", "42601")
+            portal.statement = parse(statements[0]) if statements else Empty()
             self.session.running = portal
             try:
-                portal.result = self._run(statements[0]) if statements else Result([], [], "")
+                portal.result = self._run(portal.statement)
             finally:
                 self.session.running = None
         return portal.result
@@ -1257,14 +1278,16 @@ class _Handler(socketserver.BaseRequestHandler):
         result = self._portal_result(portal)
         if isinstance(result, Stream):
             self._stream(result)
-            return
-        if isinstance(result, Result) and not result.tag:
+        elif isinstance(result, Result) and not result.tag:
             self._send(EmptyQueryResponse())
-            return
-        if portal.rows is None:
-            portal.rows = _Rows.of(result)
-        if not self._send_rows(portal.rows, msg.max_rows):
-            self._send(PortalSuspended())
+        else:
+            if portal.rows is None:
+                portal.rows = _Rows.of(result)
+            if not self._send_rows(portal.rows, msg.max_rows):
+                self._send(PortalSuspended())
+                return
+        assert portal.statement is not None, portal
+        self.session.pipelined = _pipelined(portal.statement, self.session.pipelined)
 
 
 __all__ = ["TYPE_OIDS", "PgServer", "check_access", "encode_value"]
