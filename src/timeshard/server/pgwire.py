@@ -41,9 +41,9 @@ maps statements to messages:
   cursor (psycopg's named cursors);
 * a ``CancelRequest`` cancels the statement its connection runs: a query's
   Spark jobs (each connection's queries run under a job tag of its own, so
-  only its jobs stop), a SUBSCRIBE, a waiting FETCH, a CREATE MATERIALIZED
-  VIEW until the view is added (undone as a failed CREATE is; once added it
-  answers as done); the client gets 57014 and the connection stays usable.
+  only its jobs stop), a SUBSCRIBE, a waiting FETCH, a CREATE SOURCE, SINK or
+  MATERIALIZED VIEW until its object is added (undone as a failed CREATE is;
+  once added it answers as done); the client gets 57014 and the connection stays usable.
   A cancel that comes while the connection is idle does nothing. A client
   that goes away while its query runs cancels it the same way;
 * ``SET statement_timeout`` (``SET LOCAL`` for a transaction block, ``RESET``,
@@ -146,6 +146,8 @@ from timeshard.server.pgtypes import TYPE_OIDS, encode_value, type_oid
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     CloseCursor,
+    CreateSink,
+    CreateSource,
     CreateView,
     Deallocate,
     Declare,
@@ -782,8 +784,8 @@ class _Handler(socketserver.BaseRequestHandler):
         """``statement`` run by the engine; a query's under :meth:`_watched` (its rows
         come as Spark makes them: the caller sends them, then closes them)."""
         engine = self.server.engine
-        if isinstance(statement, CreateView):
-            return self._create_view(statement)
+        if isinstance(statement, CreateSource | CreateView | CreateSink):
+            return self._create(statement)
         if not isinstance(statement, SelectStatement):
             return engine.execute(statement)
         result = None
@@ -795,10 +797,11 @@ class _Handler(socketserver.BaseRequestHandler):
             raise
         return result
 
-    def _create_view(self, statement: CreateView) -> _Answer:
-        """A CREATE MATERIALIZED VIEW that a CancelRequest cancels (57014) until the engine
-        adds the view: its Spark jobs are canceled, and the engine undoes what it did, as
-        for a CREATE that failed. One that completed answers as done, canceled or not."""
+    def _create(self, statement: CreateSource | CreateView | CreateSink) -> _Answer:
+        """A CREATE (SOURCE, SINK or MATERIALIZED VIEW) that a CancelRequest cancels (57014)
+        until the engine adds its object: its Spark jobs are canceled, and the engine
+        undoes what it did, as for a CREATE that failed. One that completed answers as
+        done, canceled or not."""
         try:
             with self._cancellable():
                 return self.server.engine.execute(statement)
