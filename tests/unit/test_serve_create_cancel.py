@@ -134,3 +134,23 @@ def test_a_cancel_request_undoes_a_create(
         steps.during = lambda: None
         assert conn.execute(sql).statusmessage == " ".join(sql.split()[:2])  # CREATE SOURCE
         assert name in engine.objects
+
+
+@pytest.mark.parametrize(
+    ("sql", "name"), [(SOURCE, "a"), (SINK, "k"), (VIEW, "v")], ids=["source", "sink", "view"]
+)
+def test_the_statement_timeout_cancels_a_create(
+    serve: Callable[..., PgServer], engine: Engine, steps: Steps, sql: str, name: str
+) -> None:
+    server = serve(engine)
+    canceled = engine.spark.sparkContext.canceled
+
+    def until_canceled() -> None:  # a stuck timeout returns after a minute: the CREATE is done
+        canceled.wait(60)
+
+    with connect(server) as conn:
+        conn.execute("SET statement_timeout = '200ms'")
+        steps.during = until_canceled
+        with pytest.raises(errors.QueryCanceled, match="due to statement timeout"):
+            conn.execute(sql)
+        assert canceled.is_set() and name not in engine.objects

@@ -49,9 +49,10 @@ maps statements to messages:
 * ``SET statement_timeout`` (``SET LOCAL`` for a transaction block, ``RESET``,
   ``SHOW``): a query (a SELECT, its Describe or Execute of a
   portal, a query cursor's FETCH) still running that long after its Spark work
-  started is canceled as a CancelRequest cancels it, with 57014 ``canceling
-  statement due to statement timeout``. A SUBSCRIBE, and a SUBSCRIBE cursor's
-  FETCH (which has its TIMEOUT), run on, as Materialize's;
+  started, or a CREATE SOURCE, SINK or MATERIALIZED VIEW that long after it
+  started (until its object is added), is canceled as a CancelRequest cancels
+  it, with 57014 ``canceling statement due to statement timeout``. A SUBSCRIBE,
+  and a SUBSCRIBE cursor's FETCH (which has its TIMEOUT), run on, as Materialize's;
 * prepared statements: a ``Parse`` of a named statement that exists is refused
   (42P05) and the statement stays as it was; the unnamed one is replaced.
   ``DEALLOCATE ALL`` forgets the named ones: the unnamed one stays, as PostgreSQL
@@ -801,7 +802,8 @@ class _Handler(socketserver.BaseRequestHandler):
         """A CREATE (SOURCE, SINK or MATERIALIZED VIEW) that a CancelRequest cancels (57014)
         until the engine adds its object: its Spark jobs are canceled, and the engine
         undoes what it did, as for a CREATE that failed. One that completed answers as
-        done, canceled or not."""
+        done, canceled or not. Its statement_timeout runs from its start."""
+        self._arm_deadline()
         try:
             with self._cancellable():
                 return self.server.engine.execute(statement)
