@@ -748,8 +748,10 @@ class Engine:
                 else:
                     obj = self._create_sink(statement, seq)
                 self._refuse_dropped_inputs(obj)
-                if isinstance(statement, CreateView) and claim is not None:
-                    self._refuse_canceled(obj)  # the last moment: from here on, it stands
+                # The last moment: from here on, it stands. A source's is at the end of its
+                # build, where what it made is undone.
+                if claim is not None and not isinstance(statement, CreateSource):
+                    self._refuse_canceled(obj)
             except BaseException:
                 if claim is not None:
                     if isinstance(statement, CreateView) and not view_before:
@@ -856,10 +858,10 @@ class Engine:
     def _create_source(self, statement: CreateSource, seq: int, *, undo: bool) -> _Object:
         """Build the source of ``statement`` and run its first tick.
 
-        If it fails part way and ``undo`` (the CREATE recorded its statement), what
-        it made goes (:meth:`_undo_source`): the catalog entries it recorded and the
-        replication slot it created. Its shards stay (persist deletes no shard), and
-        its retry takes them.
+        If it fails part way, or its statement was canceled by then, and ``undo`` (the
+        CREATE recorded its statement), what it made goes (:meth:`_undo_source`): the
+        catalog entries it recorded and the replication slot it created. Its shards
+        stay (persist deletes no shard), and its retry takes them.
         """
         from timeshard.spec import RunSpec, SourceSpec, build_source, check_spec
         from timeshard.storage.ingest import Ingestion
@@ -905,6 +907,7 @@ class Engine:
                 raise SqlError(
                     f"source {statement.name!r}: its first read failed: {e}", "58000"
                 ) from e
+            self._refuse_canceled()
         except BaseException:
             self._undo_source(statement.name, source, ingestion, recorded if undo else None)
             raise

@@ -41,20 +41,24 @@ maps statements to messages:
   cursor (psycopg's named cursors);
 * a ``CancelRequest`` cancels the statement its connection runs: a query's
   Spark jobs (each connection's queries run under a job tag of its own, so
-  only its jobs stop), a SUBSCRIBE, a waiting FETCH, a CREATE MATERIALIZED
-  VIEW until the view is added (undone as a failed CREATE is; once added it
-  answers as done); the client gets 57014 and the connection stays usable.
+  only its jobs stop), a SUBSCRIBE, a waiting FETCH, a CREATE SOURCE, SINK or
+  MATERIALIZED VIEW until its object is added (undone as a failed CREATE is;
+  once added it answers as done); the client gets 57014 and the connection stays usable.
   A cancel that comes while the connection is idle does nothing. A client
   that goes away while its query runs cancels it the same way;
 * ``SET statement_timeout`` (``SET LOCAL`` for a transaction block, ``RESET``,
   ``SHOW``): a query (a SELECT, its Describe or Execute of a
   portal, a query cursor's FETCH) still running that long after its Spark work
-  started is canceled as a CancelRequest cancels it, with 57014 ``canceling
-  statement due to statement timeout``. A SUBSCRIBE, and a SUBSCRIBE cursor's
-  FETCH (which has its TIMEOUT), run on, as Materialize's;
+  started, or a CREATE SOURCE, SINK or MATERIALIZED VIEW that long after it
+  started (until its object is added), is canceled as a CancelRequest cancels
+  it, with 57014 ``canceling statement due to statement timeout``. A SUBSCRIBE,
+  and a SUBSCRIBE cursor's FETCH (which has its TIMEOUT), run on, as Materialize's;
 * prepared statements: a ``Parse`` of a named statement that exists is refused
   (42P05) and the statement stays as it was; the unnamed one is replaced.
-  ``DISCARD ALL`` (outside a transaction block: 25001 inside one) gives the
+  ``DEALLOCATE ALL`` forgets the named ones: the unnamed one stays, as PostgreSQL
+  keeps it apart.
+  ``DISCARD ALL`` (outside a transaction block: 25001 inside one, and in a pipeline
+  of the extended protocol once a statement of it was executed) gives the
   session back as a new connection has it: its cursors and portals closed, its
   named prepared statements forgotten, statement_timeout reset;
 * errors as ``ErrorResponse`` with the SQLSTATE and a one-line message; the
@@ -143,6 +147,8 @@ from timeshard.server.pgtypes import TYPE_OIDS, encode_value, type_oid
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     CloseCursor,
+    CreateSink,
+    CreateSource,
     CreateView,
     Deallocate,
     Declare,
@@ -280,9 +286,25 @@ def _close_answer(answer: _Answer | None) -> None:
         answer.close()
 
 
+def _pipelined(statement: Statement | Empty, before: bool) -> bool:
+    """Whether an extended-protocol pipeline is under way once an Execute completed
+    ``statement`` (``before``: whether one was), as PostgreSQL tells it: then DISCARD
+    ALL is refused until the Sync ends the pipeline's implicit transaction. COMMIT and
+    ROLLBACK end that transaction, and DISCARD ALL commits at once; an empty statement
+    and BEGIN change nothing; any other statement is part of the pipeline."""
+    if isinstance(statement, Empty):
+        return before
+    if isinstance(statement, Ignored) and statement.tag in ("BEGIN", "START TRANSACTION"):
+        return before
+    if isinstance(statement, Ignored) and statement.tag in ("COMMIT", "ROLLBACK"):
+        return False
+    return not (isinstance(statement, Setting) and statement.tag == "DISCARD ALL")
+
+
 @dataclass
 class _Portal:
     sql: str
+    statement: Statement | Empty | None = None  # parsed once it runs
     result: _Answer | None = None
     rows: _Rows | None = None  # its rows not sent yet, once an Execute has sent some
     described: bool = False
@@ -337,6 +359,7 @@ class _Session:
     implicit: bool = False  # running a simple query of several statements
     failed: bool = False
     skipping: bool = False  # after an error in the extended protocol, until Sync
+    pipelined: bool = False  # an Execute completed a statement since the Sync (:func:`_pipelined`)
     timeout_ms: int = 0  # statement_timeout (0: none)
     local_timeout_ms: int | None = None  # SET LOCAL's, until the transaction block ends
     running: _Portal | None = None  # the portal whose statement runs (DISCARD ALL keeps it)
@@ -762,8 +785,8 @@ class _Handler(socketserver.BaseRequestHandler):
         """``statement`` run by the engine; a query's under :meth:`_watched` (its rows
         come as Spark makes them: the caller sends them, then closes them)."""
         engine = self.server.engine
-        if isinstance(statement, CreateView):
-            return self._create_view(statement)
+        if isinstance(statement, CreateSource | CreateView | CreateSink):
+            return self._create(statement)
         if not isinstance(statement, SelectStatement):
             return engine.execute(statement)
         result = None
@@ -775,10 +798,12 @@ class _Handler(socketserver.BaseRequestHandler):
             raise
         return result
 
-    def _create_view(self, statement: CreateView) -> _Answer:
-        """A CREATE MATERIALIZED VIEW that a CancelRequest cancels (57014) until the engine
-        adds the view: its Spark jobs are canceled, and the engine undoes what it did, as
-        for a CREATE that failed. One that completed answers as done, canceled or not."""
+    def _create(self, statement: CreateSource | CreateView | CreateSink) -> _Answer:
+        """A CREATE (SOURCE, SINK or MATERIALIZED VIEW) that a CancelRequest cancels (57014)
+        until the engine adds its object: its Spark jobs are canceled, and the engine
+        undoes what it did, as for a CREATE that failed. One that completed answers as
+        done, canceled or not. Its statement_timeout runs from its start."""
+        self._arm_deadline()
         try:
             with self._cancellable():
                 return self.server.engine.execute(statement)
@@ -865,7 +890,7 @@ class _Handler(socketserver.BaseRequestHandler):
             self._simple(msg.query_string)
             return
         if isinstance(msg, Sync):
-            s.skipping = False
+            s.skipping = s.pipelined = False
             if not s.in_transaction:  # the implicit transaction ends, and its portals
                 self._close_portals(None)
             self._send(ReadyForQuery(status=s.status))
@@ -908,7 +933,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 for sql in statements:
                     try:
                         with self._statement():
-                            self._send_result(self._run(sql))
+                            self._send_result(self._run(parse(sql)))
                     except Exception as e:
                         self._fail(_sql_error(e))
                         break
@@ -924,8 +949,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if self.session.in_transaction:
             self.session.failed = True
 
-    def _run(self, sql: str) -> _Answer:
-        statement = parse(sql)
+    def _run(self, statement: Statement | Empty) -> _Answer:
         s = self.session
         if isinstance(statement, Empty):
             return Result([], [], "")
@@ -937,7 +961,7 @@ class _Handler(socketserver.BaseRequestHandler):
             )
         if isinstance(statement, Deallocate):
             if statement.name is None:
-                s.statements.clear()
+                self._forget_named_statements()
             elif s.statements.pop(statement.name, None) is None:
                 raise SqlError(f"prepared statement {statement.name!r} does not exist", "26000")
             return Result([], [], "DEALLOCATE" if statement.name else "DEALLOCATE ALL")
@@ -987,17 +1011,26 @@ class _Handler(socketserver.BaseRequestHandler):
         hands it to another client): every cursor and portal closed (their readers let
         go) but the portal running it, every named prepared statement forgotten (the
         unnamed one stays, as PostgreSQL's), statement_timeout reset. Refused in a
-        transaction block (25001), as PostgreSQL refuses it."""
+        transaction block (25001), as PostgreSQL refuses it, and in an extended-protocol
+        pipeline once a statement of it was executed (25001 too)."""
         s = self.session
         if s.in_transaction or s.implicit:
             raise SqlError("DISCARD ALL cannot run inside a transaction block", "25001")
+        if s.pipelined:
+            raise SqlError("DISCARD ALL cannot be executed within a pipeline", "25001")
         self._close_cursors(None)
         for name in [n for n, p in s.portals.items() if p is not s.running]:
             self._close_portals(name)
-        s.statements = {"": s.statements[""]} if "" in s.statements else {}
+        self._forget_named_statements()
         s.timeout_ms = 0
         s.local_timeout_ms = None
         return Result([], [], "DISCARD ALL")
+
+    def _forget_named_statements(self) -> None:
+        """Forget every named prepared statement (DEALLOCATE ALL, DISCARD ALL): the unnamed
+        one stays, as PostgreSQL keeps it apart from them."""
+        statements = self.session.statements
+        self.session.statements = {"": statements[""]} if "" in statements else {}
 
     # -- cursors
 
@@ -1181,9 +1214,10 @@ class _Handler(socketserver.BaseRequestHandler):
             statements = split(portal.sql)
             if len(statements) > 1:
                 raise SqlError("cannot run several statements in one prepared statement", "42601")
+            portal.statement = parse(statements[0]) if statements else Empty()
             self.session.running = portal
             try:
-                portal.result = self._run(statements[0]) if statements else Result([], [], "")
+                portal.result = self._run(portal.statement)
             finally:
                 self.session.running = None
         return portal.result
@@ -1249,14 +1283,16 @@ class _Handler(socketserver.BaseRequestHandler):
         result = self._portal_result(portal)
         if isinstance(result, Stream):
             self._stream(result)
-            return
-        if isinstance(result, Result) and not result.tag:
+        elif isinstance(result, Result) and not result.tag:
             self._send(EmptyQueryResponse())
-            return
-        if portal.rows is None:
-            portal.rows = _Rows.of(result)
-        if not self._send_rows(portal.rows, msg.max_rows):
-            self._send(PortalSuspended())
+        else:
+            if portal.rows is None:
+                portal.rows = _Rows.of(result)
+            if not self._send_rows(portal.rows, msg.max_rows):
+                self._send(PortalSuspended())
+                return
+        assert portal.statement is not None, portal
+        self.session.pipelined = _pipelined(portal.statement, self.session.pipelined)
 
 
 __all__ = ["TYPE_OIDS", "PgServer", "check_access", "encode_value"]

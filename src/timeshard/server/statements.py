@@ -246,7 +246,12 @@ _CAST_TYPES = {
     26: "BIGINT",
     700: "REAL",
     701: "DOUBLE PRECISION",
+    1082: "DATE",
+    1114: "TIMESTAMP_NTZ",
+    1184: "TIMESTAMP",
 }
+#: date, timestamp and timestamptz: sent as text, bound as a cast of it to Spark's type.
+_TIME_OIDS = {1082, 1114, 1184}
 _INTEGER_OIDS = {20, 21, 23, 26}
 _FLOAT_OIDS = {700, 701}
 _NUMERIC_OID = 1700
@@ -274,6 +279,8 @@ def placeholder(oid: int) -> Param:
         return Param("f", oid)
     if oid in _INTEGER_OIDS or oid in _FLOAT_OIDS or oid == _NUMERIC_OID:
         return Param("0", oid)
+    if oid in _TIME_OIDS:
+        return Param(None, oid)
     return Param("", oid)
 
 
@@ -337,8 +344,9 @@ def _literal(param: Param) -> str:
     becomes the comment ``1--5``. A float4 or float8 may be ``NaN`` or infinite, as
     PostgreSQL takes them; an integer or numeric may not (Spark's have no such value).
     An untyped parameter (OID 0) is a string literal, and its NULL a bare NULL, as
-    PostgreSQL's ``unknown``; a parameter of another type is a string literal (its NULL
-    a text NULL)."""
+    PostgreSQL's ``unknown``; a date, timestamp or timestamptz one a cast of its string
+    literal (its NULL a NULL of its type); a parameter of another type is a string
+    literal (its NULL a text NULL)."""
     oid = param.oid
     if param.text is None:
         if oid == _NUMERIC_OID:
@@ -363,7 +371,8 @@ def _literal(param: Param) -> str:
         if text.lower() not in (*_TRUE, *_FALSE):
             raise SqlError(f"parameter {param.text!r} is not a boolean", "22P02")
         return "TRUE" if text.lower() in _TRUE else "FALSE"
-    return sqlglot.exp.Literal.string(param.text).sql("postgres")
+    literal = sqlglot.exp.Literal.string(param.text).sql("postgres")
+    return f"CAST({literal} AS {_CAST_TYPES[oid]})" if oid in _TIME_OIDS else literal
 
 
 def _numeric_literal(sent: str, text: str) -> str:
