@@ -9,6 +9,7 @@ is a cast of its text to Spark's DATE, TIMESTAMP_NTZ or TIMESTAMP.
 
 from __future__ import annotations
 
+import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,3 +63,20 @@ def test_a_time_parameter_has_its_declared_type(pgconn: Any, oid: int, value: by
     result = pgconn.exec_params(b"SELECT $1 AS x FROM t", [value], [oid])
     assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
     assert (result.ftype(0), result.get_value(0, 0)) == (oid, value)
+
+
+@pytest.mark.parametrize(
+    ("oid", "binary", "text"),
+    [
+        (1082, struct.pack("!i", 7306), b"2020-01-02"),
+        (1114, struct.pack("!q", 631249445000000), b"2020-01-02 03:04:05"),
+        (1184, struct.pack("!q", 631249445000000), b"2020-01-02 03:04:05+00"),
+    ],
+)
+def test_a_binary_time_parameter_is_the_time_it_encodes(
+    pgconn: Any, oid: int, binary: bytes, text: bytes
+) -> None:
+    """psycopg sends dates and datetimes in binary by default; they were refused (0A000)."""
+    result = pgconn.exec_params(b"SELECT $1 AS x FROM t", [binary], [oid], [1])
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+    assert (result.ftype(0), result.get_value(0, 0)) == (oid, text)

@@ -79,6 +79,7 @@ anything listens. SSL is declined (``N``); clients fall back to plain text.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import decimal
 import itertools
 import logging
@@ -382,7 +383,9 @@ _BINARY = {21: "!h", 23: "!i", 20: "!q", 26: "!I", 700: "!f", 701: "!d"}
 
 def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
     """A parameter's value as text: as sent, or decoded from PostgreSQL's binary format
-    for the types drivers send that way (integers, floats, booleans, numeric, text).
+    for the types drivers send that way (integers, floats, booleans, numeric, text,
+    date, timestamp, timestamptz and bytea: psycopg sends its dates, datetimes and
+    bytes so by default).
 
     Bytes that are not UTF-8 are SqlError 22021, a binary value of the wrong length
     22P03, as PostgreSQL answers them."""
@@ -398,6 +401,10 @@ def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
             return "t" if value == b"\x01" else "f"
         if oid == 1700:
             return _numeric_text(value)
+        if oid in _BINARY_TIMES:
+            return _time_text(value, oid)
+        if oid == 17:  # bytea: its text form, as a client sends it in text
+            return "\\x" + value.hex()
     except UnicodeDecodeError:
         raise SqlError("invalid byte sequence for encoding UTF8 in a parameter", "22021") from None
     except struct.error:
@@ -405,6 +412,30 @@ def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
             f"incorrect binary data format in a parameter of type OID {oid}", "22P03"
         ) from None
     raise SqlError(f"binary parameters of type OID {oid} are not supported; send text", "0A000")
+
+
+#: PostgreSQL's epoch of binary dates and timestamps.
+_PG_EPOCH = datetime.datetime(2000, 1, 1)
+#: Binary date (days, int32), timestamp and timestamptz (microseconds, int64, UTC).
+_BINARY_TIMES = {1082: "!i", 1114: "!q", 1184: "!q"}
+
+
+def _time_text(value: bytes, oid: int) -> str:
+    """A binary date, timestamp or timestamptz (UTC) as ISO text; ``infinity`` and values
+    beyond years 1-9999, which Spark has no value for, are SqlError 22008."""
+    (number,) = struct.unpack(_BINARY_TIMES[oid], value)
+    try:
+        if oid == 1082:
+            return (_PG_EPOCH.date() + datetime.timedelta(days=number)).isoformat()
+        moment = _PG_EPOCH + datetime.timedelta(microseconds=number)
+    except OverflowError:
+        raise SqlError(
+            f"a parameter of type OID {oid} is out of range (infinity, or beyond years "
+            "1-9999)",
+            "22008",
+        ) from None
+    text = moment.isoformat(" ")
+    return text + "+00:00" if oid == 1184 else text
 
 
 def _numeric_text(value: bytes) -> str:
