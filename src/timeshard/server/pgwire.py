@@ -430,8 +430,7 @@ def _time_text(value: bytes, oid: int) -> str:
         moment = _PG_EPOCH + datetime.timedelta(microseconds=number)
     except OverflowError:
         raise SqlError(
-            f"a parameter of type OID {oid} is out of range (infinity, or beyond years "
-            "1-9999)",
+            f"a parameter of type OID {oid} is out of range (infinity, or beyond years 1-9999)",
             "22008",
         ) from None
     text = moment.isoformat(" ")
