@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import py4j.clientserver
+import py4j.protocol
 import pytest
 from tests.integration.standalone_cluster import StandaloneCluster
 from tests.unavailable import skip_or_fail
@@ -46,3 +48,23 @@ def upstream(mariadb_server: Any) -> Iterator[Any]:
     u = Upstream(mariadb_server)
     yield u
     u.conn.close()
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many py4j commands the driver sent (one counter, reset by the test).
+
+    py4j's own "forget this object" commands are not counted: Python's garbage
+    collector sends them whenever it runs, for objects of earlier tests.
+    """
+    count = [0]
+    send = py4j.clientserver.ClientServerConnection.send_command
+    forget = py4j.protocol.MEMORY_COMMAND_NAME + py4j.protocol.MEMORY_DEL_SUBCOMMAND_NAME
+
+    def counted(self: object, command: str) -> str:
+        if not command.startswith(forget):
+            count[0] += 1
+        return str(send(self, command))  # type: ignore[arg-type]
+
+    monkeypatch.setattr(py4j.clientserver.ClientServerConnection, "send_command", counted)
+    return count

@@ -6,8 +6,6 @@ from __future__ import annotations
 import datetime
 import decimal
 
-import py4j.clientserver
-import py4j.protocol
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
@@ -27,26 +25,6 @@ pytestmark = pytest.mark.spark
 
 TIMES = StructType([StructField("t", TimestampType())])
 AWKWARD = ["a.b", "with space", "back`tick", "x AS y", "{brace}", "semi;colon"]
-
-
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many py4j commands the driver sent (one counter, reset by the test).
-
-    py4j's own "forget this object" commands are not counted: Python's garbage
-    collector sends them whenever it runs, for objects of earlier tests.
-    """
-    count = [0]
-    send = py4j.clientserver.ClientServerConnection.send_command
-    forget = py4j.protocol.MEMORY_COMMAND_NAME + py4j.protocol.MEMORY_DEL_SUBCOMMAND_NAME
-
-    def counted(self: object, command: str) -> str:
-        if not command.startswith(forget):
-            count[0] += 1
-        return str(send(self, command))  # type: ignore[arg-type]
-
-    monkeypatch.setattr(py4j.clientserver.ClientServerConnection, "send_command", counted)
-    return count
 
 
 def test_select_exprs_matches_select_expr_for_awkward_names(spark: SparkSession) -> None:
