@@ -715,7 +715,7 @@ def stored_bytes(checkpointed: Any) -> int:
     application (every layer of every arrangement), and reading each entry
     through py4j is two round trips: 100-160 calls a tick for a join view.
     Its overload taking a filter (a Scala ``Set`` is a predicate: the RDD's
-    own, of one) describes this one alone, in a dozen calls whatever the
+    own, of one) describes this one alone, in about fifteen calls whatever the
     count; the JVM's method is public, though Scala marks it ``private[spark]``,
     so the scan stays as the fallback.
     """
