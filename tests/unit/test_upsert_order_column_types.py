@@ -4,12 +4,11 @@ An order is a tuple of columns (a source's ``(partition, offset)``); a column
 has one type. Two commands of one key and time whose orders differ in the type
 of some column, or in their number of columns, are a caller's mistake
 (InvalidUsage naming both orders, nothing written), also when an earlier
-column already decides the comparison, whatever the order of the commands.
+column already decides the comparison, whatever the order of the commands (two
+commands: test_upsert_order_types.py).
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -20,32 +19,6 @@ from timeshard.persist import PersistClient, PersistConfig
 from timeshard.storage import FeedbackUpsert, UpsertCommand
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
-
-
-@pytest.mark.parametrize(
-    ("first", "second"),
-    [
-        (("f", 2), ("g", "x")),
-        ((1, "a"), (2, 3)),
-        ((1, 5), (2, None)),
-        ((1,), (2.0,)),
-        ((1,), (2, "x")),
-    ],
-)
-@pytest.mark.parametrize("swapped", [False, True])
-def test_a_column_of_another_type_is_refused_when_an_earlier_one_decides(
-    first: Any, second: Any, swapped: bool
-) -> None:
-    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()), PersistConfig())
-    upsert = FeedbackUpsert(client, "s", SCHEMA, ["k"])
-    cmds = [UpsertCommand(("a",), (1,), 0, first), UpsertCommand(("a",), (2,), 0, second)]
-    if swapped:
-        cmds.reverse()
-    with pytest.raises(InvalidUsage) as e:
-        upsert.apply(cmds, 1)
-    assert repr(first) in str(e.value) and repr(second) in str(e.value)
-    assert client.state("s").upper.time == 0
-    upsert.close()
 
 
 def test_a_third_command_of_another_column_type_is_refused() -> None:

@@ -1,9 +1,10 @@
 """Orders of one key and time that Python cannot compare are a caller's mistake.
 
-A source's positions have one type; two commands of one key and time whose
-orders do not compare (an int and a str, a value and None, a tuple and an int)
-raise InvalidUsage naming both orders, and nothing is written, whatever the
-order of the commands.
+A source's positions have one type per column; two commands of one key and time
+whose orders do not compare (an int and a str, a value and None, a tuple and an
+int), also in a column after the one that decides, or whose orders differ in
+length, raise InvalidUsage naming both orders, and nothing is written, whatever
+the order of the commands.
 """
 
 from __future__ import annotations
@@ -23,7 +24,18 @@ SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 
 @pytest.mark.parametrize(
     ("first", "second"),
-    [((1,), ("x",)), ((1,), (None,)), (("f", 2), ("f", "x")), ((1,), 5)],
+    [
+        ((1,), ("x",)),
+        ((1,), (None,)),
+        (("f", 2), ("f", "x")),
+        ((1,), 5),
+        # another type in a column after the one that decides, or another length
+        (("f", 2), ("g", "x")),
+        ((1, "a"), (2, 3)),
+        ((1, 5), (2, None)),
+        ((1,), (2.0,)),
+        ((1,), (2, "x")),
+    ],
 )
 @pytest.mark.parametrize("swapped", [False, True])
 def test_orders_that_do_not_compare_are_refused(first: Any, second: Any, swapped: bool) -> None:
