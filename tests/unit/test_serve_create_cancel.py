@@ -27,6 +27,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 from psycopg import errors
+from tests.unit.test_serve_read_wait import StandInContext
 
 import timeshard.compute as compute
 import timeshard.controller as controller
@@ -42,33 +43,20 @@ SINK = "CREATE SINK k FROM t INTO DELTA (URI '/nowhere') KEY (one)"
 VIEW = "CREATE MATERIALIZED VIEW v AS SELECT one FROM t"
 
 
-class Context:
-    """A stand-in SparkContext: it loaded no package, and notes the cancel of jobs."""
+class Context(StandInContext):
+    """A stand-in SparkContext that loaded no package and notes the cancel of jobs as an
+    event (a test waits on it)."""
 
     def __init__(self) -> None:
-        self.canceled = threading.Event()
-        self.properties: dict[str, Any] = {}
+        super().__init__()
+        self.cancel_seen = threading.Event()
 
     def getConf(self) -> dict[str, str]:
         return {}
 
-    def getLocalProperty(self, key: str) -> Any:
-        return self.properties.get(key)
-
-    def setLocalProperty(self, key: str, value: Any) -> None:
-        self.properties[key] = value
-
-    def addJobTag(self, tag: str) -> None:
-        pass
-
-    def removeJobTag(self, tag: str) -> None:
-        pass
-
-    def setInterruptOnCancel(self, interrupt: bool) -> None:
-        pass
-
     def cancelJobsWithTag(self, tag: str) -> None:
-        self.canceled.set()
+        super().cancelJobsWithTag(tag)
+        self.cancel_seen.set()
 
 
 @pytest.fixture
@@ -143,7 +131,7 @@ def test_the_statement_timeout_cancels_a_create(
     serve: Callable[..., PgServer], engine: Engine, steps: Steps, sql: str, name: str
 ) -> None:
     server = serve(engine)
-    canceled = engine.spark.sparkContext.canceled
+    canceled = engine.spark.sparkContext.cancel_seen
 
     def until_canceled() -> None:  # a stuck timeout returns after a minute: the CREATE is done
         canceled.wait(60)

@@ -33,7 +33,7 @@ from timeshard.server.pgwire import PgServer
 READ_WAIT_S = 3600.0
 
 
-class _Context:
+class StandInContext:
     """A SparkContext's job tags and cancels (PySpark's names), with no job ever running."""
 
     def __init__(self) -> None:
@@ -61,7 +61,7 @@ class _Context:
 
 class _Spark:
     def __init__(self) -> None:
-        self.sparkContext = _Context()
+        self.sparkContext = StandInContext()
 
     def newSession(self) -> _Spark:
         return self
