@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import psycopg
 from tests.unit.test_pgwire_cursor import StandIn, connect
-from tests.unit.test_pgwire_lifetimes import Client
+from tests.unit.test_pgwire_lifetimes import Client, query
 from tests.unit.test_pgwire_session_reset import answers, bind, execute, parse, sqlstates
 
 from timeshard.server.pgwire import PgServer
@@ -41,3 +41,18 @@ def test_deallocate_all_by_psycopg_keeps_its_unnamed_statement(
         assert pgconn.exec_prepared(b"d", []).status == psycopg.pq.ExecStatus.COMMAND_OK
         kept = pgconn.exec_prepared(b"", [])
         assert kept.status == psycopg.pq.ExecStatus.TUPLES_OK, kept.error_message
+
+
+def test_a_simple_query_drops_the_unnamed_statement(served: tuple[PgServer, StandIn]) -> None:
+    """PostgreSQL runs a simple query as if through the unnamed statement and portal, and
+    drops a prepared unnamed statement first (checked against PostgreSQL 15); the named
+    ones stay."""
+    server, _ = served
+    client = Client(server)
+    prepared = parse(b"", "SELECT 41") + parse(b"named", "SELECT 42")
+    assert sqlstates(answers(client, prepared)) == []
+    client.sock.sendall(query("SELECT 43"))
+    assert sqlstates(client.until(b"Z")) == []
+    assert sqlstates(answers(client, bind(b"", b""))) == ["26000"]
+    kept = answers(client, bind(b"", b"named") + execute(b""))
+    assert sqlstates(kept) == [], kept

@@ -949,7 +949,10 @@ class _Handler(socketserver.BaseRequestHandler):
             s.skipping = True
 
     def _simple(self, text: str) -> None:
-        self._close_portals("")  # a simple query replaces the unnamed portal
+        # A simple query runs as if through the unnamed statement and portal, as
+        # PostgreSQL's does: a prepared unnamed statement is dropped, and the portal closed.
+        self.session.statements.pop("", None)
+        self._close_portals("")
         try:
             statements = split(text)
         except SqlError as e:
