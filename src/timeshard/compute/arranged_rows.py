@@ -372,7 +372,7 @@ def _unhashable(data_type: Any) -> str | None:
 
     Floats: GROUP BY (and a join) makes -0.0 one with 0.0 and every NaN one,
     hashing does not. A string with a collation other than binary groups
-    values that hash apart. Maps and variants cannot be grouped.
+    values that hash apart. Maps and variants cannot be hashed (Spark refuses both).
     """
     from pyspark.sql import types as T
 
