@@ -14,9 +14,14 @@ there.
 
 Invariants:
 
-1. Every key resolves to a path inside the root, symlinks included; a key that
-   would escape it raises InvalidUsage naming the key before any file is
-   touched.
+1. Key ``k`` names the path ``root/k``, unresolved. Only a key's spelling can be
+   a caller mistake (InvalidUsage, see ``check_blob_key``); a symbolic link on
+   its path is state found on disk. A link at the key itself to a file inside
+   the root is the key: ``get`` serves the file, a listing lists it, ``delete``
+   removes the link (never its target). Every other link ``get``, ``set`` and
+   ``delete`` meet (one the path passes through, one out of the root, one that
+   does not resolve, and for ``set`` one to no file) raises CorruptState naming
+   the key, the link and its target, before any file is touched.
 2. Temporary and hidden files (names starting with ``.``) are never listed; no
    valid key has such a component. The temporaries a write left behind (a process
    killed before it moved one into place: ``<directory>/.tmp-<hex>``) are listed by
@@ -30,7 +35,10 @@ Invariants:
    directory, also one the prefix passes through) raises CorruptState naming
    its key and target, as ``get`` refuses it: it neither lists data the blob
    does not hold nor silently hides it. A link to a directory inside the root
-   is not descended.
+   is not descended (each file below it is listed once, under its own path),
+   and a prefix through such a link raises CorruptState, as ``get`` of a key
+   below it does: every listed key is served by ``get``, and every key ``get``
+   serves is listed.
 5. Failures of reads, of opening or writing the temporary file and any
    ``ENOSPC``/``EDQUOT`` (the disk is full) raise Determinate: the key is
    unchanged. A failure once the link (or rename) has started, of the
@@ -86,11 +94,39 @@ class FileBlob:
         return self.root.as_uri()
 
     def path(self, key: str) -> Path:
-        """The file of ``key``; InvalidUsage if ``key`` is unsafe or escapes the root."""
+        """The file of ``key``, ``root/key`` (a link there is followed only by reads);
+        InvalidUsage if ``key`` is unsafe, CorruptState for a link on its path (invariant 1)."""
+        return self._located(key, link_at_key=True)
+
+    def _located(self, key: str, *, link_at_key: bool) -> Path:
+        """``root/key`` once no link on its path is refused (one at ``key`` itself is
+        allowed to a file or directory inside the root if ``link_at_key``).
+
+        The path is resolved, as before any link was looked for: only a path that
+        resolves elsewhere costs one ``lstat`` per component to find its link.
+        """
         check_blob_key(key)
-        path = (self.root / key).resolve()
-        if not path.is_relative_to(self.root) or path == self.root:
-            raise InvalidUsage(f"blob key {key!r} escapes the blob root {str(self.root)!r}")
+        path = self.root / key
+        try:
+            unchanged = path.resolve() == path
+        except (OSError, RuntimeError):  # a loop of links: found below
+            unchanged = False
+        if unchanged:
+            return path
+        parts = key.split("/")
+        for i in range(1, len(parts) + 1):
+            link = "/".join(parts[:i])
+            try:
+                is_link = (self.root / link).is_symlink()
+            except OSError as e:
+                raise Determinate(f"looking at the path of blob key {key!r}: {e}") from e
+            if is_link:
+                target = self._link_target(link, key)
+                if i < len(parts) or not link_at_key:
+                    raise CorruptState(
+                        f"blob key {key!r} passes through the symbolic link {link!r} to "
+                        f"{str(target)!r}: a link is not a directory of this blob's keys"
+                    )
         return path
 
     def get(self, key: str) -> bytes | None:
@@ -165,6 +201,11 @@ class FileBlob:
         """Whether ``key`` already holds ``value``; InvalidUsage if it holds other bytes."""
         existing = self.get(key)
         if existing is None:
+            if path.is_symlink():
+                raise CorruptState(
+                    f"blob key {key!r} is a symbolic link to {str(self._link_target(key))!r}, "
+                    "which holds no value: a write would go to another key"
+                )
             if path.is_dir():
                 raise InvalidUsage(f"blob key {key!r} is a directory of other keys")
             return False
@@ -190,11 +231,8 @@ class FileBlob:
         directory = prefix.rpartition("/")[0]
         found: list[BlobMetadata] = []
         try:
-            parts = directory.split("/") if directory else []
-            for i in range(len(parts)):  # the prefix may pass through a link
-                key = "/".join(parts[: i + 1])
-                if (self.root / key).is_symlink():
-                    self._check_link(key)
+            if directory:  # the prefix may pass through a link
+                self._located(directory, link_at_key=False)
             pending = [directory]
             while pending:
                 found.extend(self._scan(pending.pop(), prefix, wanted, pending))
@@ -217,7 +255,7 @@ class FileBlob:
             below = (key + "/").startswith(prefix) or prefix.startswith(key + "/")
             hidden = entry.name.startswith(".")
             if entry.is_symlink() and below and (not hidden or wanted(entry.name)):
-                self._check_link(key)
+                self._link_target(key)
             if entry.is_dir(follow_symlinks=False):
                 if below and not hidden:
                     pending.append(key)
@@ -229,23 +267,29 @@ class FileBlob:
                 if not S_ISDIR(stat.st_mode):  # a link to a directory lists nothing
                     yield BlobMetadata(key, stat.st_size)
 
-    def _check_link(self, key: str) -> None:
-        """CorruptState unless the link at ``key`` resolves to a path inside the root."""
+    def _link_target(self, link: str, key: str | None = None) -> Path:
+        """Where the link at ``link`` resolves; CorruptState (naming ``key``, the key whose
+        path passes through it, if another) unless inside the root."""
+        named = (
+            f"blob key {link!r} is"
+            if key in (None, link)
+            else (f"blob key {key!r} passes through {link!r}, which is")
+        )
         try:
-            target = (self.root / key).resolve()
-        except (OSError, RuntimeError) as e:  # a loop of links
-            raise CorruptState(
-                f"blob key {key!r} is a symbolic link that does not resolve: {e}"
-            ) from e
+            target = (self.root / link).resolve()
+        except RuntimeError as e:  # a loop of links
+            raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
         if not target.is_relative_to(self.root):
             raise CorruptState(
-                f"blob key {key!r} is a symbolic link to {str(target)!r}, outside the blob "
-                f"root {str(self.root)!r}: it holds no data of this blob"
+                f"{named} a symbolic link to {str(target)!r}, outside the blob root "
+                f"{str(self.root)!r}: it holds no data of this blob"
             )
+        return target
 
     def delete_temporary(self, key: str) -> int | None:
         directory, _, name = check_temporary_key(key).rpartition("/")
-        return _unlink(self.path(directory) / name, f"temporary {key!r}")
+        path = self._located(directory, link_at_key=False) / name
+        return _unlink(path, f"temporary {key!r}")
 
 
 def check_temporary_key(key: object) -> str:
