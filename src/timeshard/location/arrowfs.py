@@ -3,8 +3,17 @@
 Spark tasks and the driver both reach such a blob through ``pyarrow.fs``; Spark
 itself reads the parts under the Hadoop URI (``s3a://`` needs the user to add
 hadoop-aws to ``spark.jars.packages``). Values are written to a temporary key
-and moved into place where the filesystem supports an atomic move (local,
-HDFS); on object stores a single PUT is atomic already.
+and moved into place where the filesystem supports an atomic move (HDFS); on
+object stores a single PUT is atomic already. A local root (``arrowfs+file://``)
+is served by :class:`~timeshard.location.FileBlob` on the same directory:
+pyarrow's ``move`` replaces a file a racing writer moved there first, writes
+nothing to disk before it returns, and follows symbolic links anywhere.
+
+A write checks that its key is free and then moves (or PUTs) its value: on
+HDFS and object stores two writers of *other* bytes racing between the check
+and the move may both return, the later value replacing the earlier (pyarrow
+offers no move or PUT that fails if the key exists). Keys name their writer and
+batch, so only a caller bug writes other bytes to one key.
 
 Invariants:
 
@@ -22,6 +31,9 @@ Invariants:
    The temporaries a write left behind (``<directory>/.tmp-<hex>``, killed before its
    move) are listed by :meth:`ArrowFsBlob.list_temporaries` and deleted by
    :meth:`ArrowFsBlob.delete_temporary` only, which take nothing else.
+5. A local root behaves as a FileBlob on its directory, symbolic links included
+   (CorruptState for a link out of the root, through a directory, or in a loop);
+   HDFS (where links are disabled by default) and object stores have none.
 """
 
 from __future__ import annotations
@@ -37,7 +49,7 @@ import pyarrow.fs as pafs
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location._masking import masked
 from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
-from timeshard.location.file import TMP_NAME, TMP_PREFIX, check_temporary_key
+from timeshard.location.file import TMP_NAME, TMP_PREFIX, FileBlob, check_temporary_key
 
 #: How long a bucket seen to exist is taken to (seconds): an absent key then asks again.
 _BUCKET_SEEN_S = 60.0
@@ -60,6 +72,8 @@ class ArrowFsBlob:
         #: When the root's bucket was last seen to exist (monotonic seconds): a write checks
         #: that its key is absent, and an absent key asks for the bucket at most this often.
         self._bucket_seen_at: float | None = None
+        #: The blob of a local root (see the module doc), which serves every call.
+        self._local = FileBlob(base) if isinstance(self.fs, pafs.LocalFileSystem) else None
 
     @property
     def root_uri(self) -> str | None:
@@ -69,6 +83,8 @@ class ArrowFsBlob:
         return f"{self.base}/{check_blob_key(key)}"
 
     def get(self, key: str) -> bytes | None:
+        if self._local is not None:
+            return self._local.get(key)
         path = self._path(key)
         try:
             if self.fs.get_file_info(path).type == pafs.FileType.File:
@@ -104,6 +120,8 @@ class ArrowFsBlob:
         self._bucket_seen_at = time.monotonic()
 
     def set(self, key: str, value: bytes) -> None:
+        if self._local is not None:
+            return self._local.set(key, value)
         path = self._path(key)
         value = bytes(value)
         existing = self.get(key)
@@ -134,6 +152,8 @@ class ArrowFsBlob:
             raise Indeterminate(f"writing blob {key!r}: {e}") from e
 
     def delete(self, key: str) -> int | None:
+        if self._local is not None:
+            return self._local.delete(key)
         path = self._path(key)
         try:
             info = self.fs.get_file_info(path)
@@ -149,12 +169,16 @@ class ArrowFsBlob:
         return int(info.size or 0)
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        if self._local is not None:
+            return self._local.list_keys(prefix)
         found = self._listed(prefix, lambda name: not name.startswith("."))
         if not found:
             self._check_bucket(masked(f"listing blob {self.uri!r}"))
         return iter(found)
 
     def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
+        if self._local is not None:
+            return self._local.list_temporaries(prefix)
         return iter(self._listed(prefix, TMP_NAME.fullmatch))
 
     def _listed(self, prefix: str, wanted: Callable[[str], object]) -> list[BlobMetadata]:
@@ -180,6 +204,8 @@ class ArrowFsBlob:
         return found
 
     def delete_temporary(self, key: str) -> int | None:
+        if self._local is not None:
+            return self._local.delete_temporary(key)
         directory, _, name = check_temporary_key(key).rpartition("/")
         path = f"{self._path(directory)}/{name}"
         try:
