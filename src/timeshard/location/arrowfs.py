@@ -27,7 +27,8 @@ Invariants:
    ``delete`` None) only if the root's bucket exists; a missing bucket (a
    typo, deleted, not yet created) raises Determinate naming it, so that no
    part reads as lost and no listing as empty because of it.
-4. Temporary and hidden files (names starting with ``.``) are never listed as keys.
+4. A listing names only keys ``get`` and ``delete`` accept: temporary and hidden
+   files, files in hidden directories and paths no valid key spells are never listed.
    The temporaries a write left behind (``<directory>/.tmp-<hex>``, killed before its
    move) are listed by :meth:`ArrowFsBlob.list_temporaries` and deleted by
    :meth:`ArrowFsBlob.delete_temporary` only, which take nothing else.
@@ -49,7 +50,13 @@ import pyarrow.fs as pafs
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location._masking import masked
 from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
-from timeshard.location.file import TMP_NAME, TMP_PREFIX, FileBlob, check_temporary_key
+from timeshard.location.file import (
+    TMP_PREFIX,
+    FileBlob,
+    check_temporary_key,
+    spells_a_key,
+    spells_a_temporary,
+)
 
 #: How long a bucket seen to exist is taken to (seconds): an absent key then asks again.
 _BUCKET_SEEN_S = 60.0
@@ -171,7 +178,7 @@ class ArrowFsBlob:
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
         if self._local is not None:
             return self._local.list_keys(prefix)
-        found = self._listed(prefix, lambda name: not name.startswith("."))
+        found = self._listed(prefix, spells_a_key)
         if not found:
             self._check_bucket(masked(f"listing blob {self.uri!r}"))
         return iter(found)
@@ -179,10 +186,10 @@ class ArrowFsBlob:
     def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
         if self._local is not None:
             return self._local.list_temporaries(prefix)
-        return iter(self._listed(prefix, TMP_NAME.fullmatch))
+        return iter(self._listed(prefix, spells_a_temporary))
 
     def _listed(self, prefix: str, wanted: Callable[[str], object]) -> list[BlobMetadata]:
-        """Every file whose key starts with ``prefix`` and whose name is ``wanted``: one
+        """Every file whose key starts with ``prefix`` and is ``wanted``: one
         listing of the deepest directory ``prefix`` names (not of the whole root: on an
         object store, a write's listing of its own batch costs that batch's keys)."""
         check_blob_prefix(prefix)
@@ -198,7 +205,7 @@ class ArrowFsBlob:
             if info.type != pafs.FileType.File:
                 continue
             key = info.path[len(self.base) + 1 :]
-            if not wanted(key.rsplit("/", 1)[-1]) or not key.startswith(prefix):
+            if not key.startswith(prefix) or not wanted(key):
                 continue
             found.append(BlobMetadata(key, int(info.size or 0)))
         return found

@@ -22,9 +22,12 @@ Invariants:
    ``delete`` meet (one the path passes through, one out of the root, one that
    does not resolve, and for ``set`` one to no file) raises CorruptState naming
    the key, the link and its target, before any file is touched.
-2. Temporary and hidden files (names starting with ``.``) are never listed; no
-   valid key has such a component. The temporaries a write left behind (a process
-   killed before it moved one into place: ``<directory>/.tmp-<hex>``) are listed by
+2. A listing names only keys ``get`` and ``delete`` accept: temporary and hidden
+   files (names starting with ``.``) and files in hidden directories are never
+   listed (no valid key has such a component), nor is a file whose path no valid
+   key spells (``a b``: put there by something else, no state can name it). The
+   temporaries a write left behind (a process killed before it moved one into
+   place: ``<directory>/.tmp-<hex>``) are listed by
    :meth:`FileBlob.list_temporaries` and deleted by :meth:`FileBlob.delete_temporary`
    only, which take nothing else.
 3. ``set`` of a key holding other bytes raises InvalidUsage and changes
@@ -219,14 +222,14 @@ class FileBlob:
         return _unlink(self.path(key), f"blob {key!r}")
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
-        return self._walk(prefix, lambda name: not name.startswith("."))
+        return self._walk(prefix, spells_a_key)
 
     def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
-        return self._walk(prefix, TMP_NAME.fullmatch)
+        return self._walk(prefix, spells_a_temporary)
 
     def _walk(self, prefix: str, wanted: Callable[[str], object]) -> Iterator[BlobMetadata]:
-        """Every file whose key starts with ``prefix`` and whose name is ``wanted``, outside
-        hidden directories; CorruptState if the listing reaches a link out of the root."""
+        """Every file whose key starts with ``prefix`` and is ``wanted``, outside hidden
+        directories; CorruptState if the listing reaches a link out of the root."""
         check_blob_prefix(prefix)
         directory = prefix.rpartition("/")[0]
         found: list[BlobMetadata] = []
@@ -254,12 +257,12 @@ class FileBlob:
             key = f"{directory}/{entry.name}" if directory else entry.name
             below = (key + "/").startswith(prefix) or prefix.startswith(key + "/")
             hidden = entry.name.startswith(".")
-            if entry.is_symlink() and below and (not hidden or wanted(entry.name)):
+            if entry.is_symlink() and below and (not hidden or wanted(key)):
                 self._link_target(key)
             if entry.is_dir(follow_symlinks=False):
                 if below and not hidden:
                     pending.append(key)
-            elif wanted(entry.name) and key.startswith(prefix):
+            elif key.startswith(prefix) and wanted(key):
                 try:
                     stat = entry.stat()
                 except FileNotFoundError:
@@ -290,6 +293,24 @@ class FileBlob:
         directory, _, name = check_temporary_key(key).rpartition("/")
         path = self._located(directory, link_at_key=False) / name
         return _unlink(path, f"temporary {key!r}")
+
+
+def spells_a_key(key: str) -> bool:
+    """Whether ``key`` is a valid blob key (a file a listing may name as a key)."""
+    try:
+        check_blob_key(key)
+    except InvalidUsage:
+        return False
+    return True
+
+
+def spells_a_temporary(key: str) -> bool:
+    """Whether ``key`` names a temporary (a file a listing of temporaries may name)."""
+    try:
+        check_temporary_key(key)
+    except InvalidUsage:
+        return False
+    return True
 
 
 def check_temporary_key(key: object) -> str:
@@ -363,4 +384,4 @@ def _unlink(path: Path, what: str) -> int | None:
     return size
 
 
-__all__ = ["TMP_NAME", "FileBlob", "check_temporary_key"]
+__all__ = ["TMP_NAME", "FileBlob", "check_temporary_key", "spells_a_key", "spells_a_temporary"]
