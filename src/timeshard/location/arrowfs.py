@@ -156,7 +156,24 @@ class ArrowFsBlob:
             if target != path:  # a temporary file left by a failed write or move
                 with contextlib.suppress(Exception):
                     self.fs.delete_file(target)
+                self._check_no_key_above(key)
             raise Indeterminate(f"writing blob {key!r}: {e}") from e
+
+    def _check_no_key_above(self, key: str) -> None:
+        """InvalidUsage if a key above ``key`` holds a value on a filesystem with
+        directories, where no write of ``key`` can succeed (asked after one failed)."""
+        parts = key.split("/")
+        for i in range(1, len(parts)):
+            above = "/".join(parts[:i])
+            try:
+                kind = self.fs.get_file_info(f"{self.base}/{above}").type
+            except Exception:
+                return  # the failure that prompted this stands
+            if kind == pafs.FileType.File:
+                raise InvalidUsage(
+                    f"blob key {key!r} is below the key {above!r}, which holds a value: "
+                    "a filesystem blob cannot hold both"
+                )
 
     def delete(self, key: str) -> int | None:
         if self._local is not None:

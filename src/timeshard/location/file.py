@@ -32,7 +32,9 @@ Invariants:
    only, which take nothing else.
 3. ``set`` of a key holding other bytes raises InvalidUsage and changes
    nothing, also when the other bytes arrive while it writes; with the same
-   bytes it does nothing (a retry).
+   bytes it does nothing (a retry). So does ``set`` of a key that is a
+   directory of other keys (``a`` when ``a/b`` holds a value), or is below a key
+   holding a value (``a/b`` when ``a`` does): a file cannot be both.
 4. A listing follows a symbolic link only to a file inside the root (listed as
    the link's key); one that reaches a link out of the root (a file or a
    directory, also one the prefix passes through) raises CorruptState naming
@@ -155,6 +157,8 @@ class FileBlob:
                 os.fsync(f.fileno())
         except OSError as e:
             _unlink_quietly(tmp)
+            if isinstance(e, FileExistsError | NotADirectoryError):
+                self._check_no_key_above(key)
             raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
         try:
             self._link(key, tmp, path, value)
@@ -199,6 +203,17 @@ class FileBlob:
             if e.errno in _DISK_FULL:
                 raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
             raise Indeterminate(f"renaming blob {key!r} into place: {e}") from e
+
+    def _check_no_key_above(self, key: str) -> None:
+        """InvalidUsage if a key above ``key`` holds a value: its directory cannot exist."""
+        parts = key.split("/")
+        for i in range(1, len(parts)):
+            above = "/".join(parts[:i])
+            if (self.root / above).is_file():
+                raise InvalidUsage(
+                    f"blob key {key!r} is below the key {above!r}, which holds a value: "
+                    "a file blob cannot hold both"
+                )
 
     def _holds(self, key: str, path: Path, value: bytes) -> bool:
         """Whether ``key`` already holds ``value``; InvalidUsage if it holds other bytes."""
