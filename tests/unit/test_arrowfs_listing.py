@@ -27,7 +27,8 @@ class _Recording:
 
 
 def _blob(tmp_path: Path) -> tuple[ArrowFsBlob, _Recording]:
-    blob = ArrowFsBlob(f"file://{tmp_path}/root")
+    """A blob on pyarrow's in-memory filesystem (a local root is served by a FileBlob)."""
+    blob = ArrowFsBlob(f"mock://{tmp_path}/root")
     for key in ("s1/w1/b1/p0", "s1/w1/b1/p1", "s1/w2/b2/p0", "s2/w1/b1/p0", "top"):
         blob.set(key, b"x")
     recording = _Recording(blob.fs)

@@ -1,4 +1,4 @@
-"""A file blob key is written once even when two writers race for it.
+"""A file blob key is written once even when two writers race for it, and never below a key.
 
 ``FileBlob.set`` checks that the key is free and then moves its temporary file
 into place; another writer can finish in between. With ``os.replace`` the
@@ -20,6 +20,7 @@ import pytest
 import timeshard.location.file as file_module
 from timeshard.errors import InvalidUsage
 from timeshard.location import FileBlob
+from timeshard.location.arrowfs import ArrowFsBlob
 
 
 def racing(monkeypatch: pytest.MonkeyPatch, other: Callable[[], None]) -> None:
@@ -99,3 +100,24 @@ def test_without_hard_links_a_blob_renames(tmp_path: Path, monkeypatch: pytest.M
         blob.set("s/w/b/part", b"other")
     assert blob.get("s/w/b/part") == b"value"
     assert [p.name for p in (tmp_path / "s" / "w" / "b").iterdir()] == ["part"]
+
+
+@pytest.mark.parametrize("key", ["s/w/b/part/x", "s/w/b/part/y/z"])
+def test_a_key_below_a_key_holding_a_value_is_invalid_usage(tmp_path: Path, key: str) -> None:
+    """Not a fault to retry: no retry can make ``s/w/b/part`` a directory."""
+    blob = FileBlob(tmp_path)
+    blob.set("s/w/b/part", b"value")
+    with pytest.raises(InvalidUsage, match=f"{key!r} is below the key 's/w/b/part'"):
+        blob.set(key, b"other")
+    assert blob.get("s/w/b/part") == b"value"
+    assert [p.name for p in (tmp_path / "s" / "w" / "b").iterdir()] == ["part"]
+
+
+def test_an_arrow_blob_key_below_a_key_holding_a_value_is_invalid_usage() -> None:
+    """The same on pyarrow's write-and-move path (HDFS), seen on its in-memory filesystem."""
+    blob = ArrowFsBlob("mock:///root")
+    blob.set("s/w/b/part", b"value")
+    with pytest.raises(InvalidUsage, match="'s/w/b/part/x' is below the key 's/w/b/part'"):
+        blob.set("s/w/b/part/x", b"other")
+    assert blob.get("s/w/b/part") == b"value"
+    assert list(blob.list_temporaries("")) == []

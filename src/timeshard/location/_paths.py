@@ -3,7 +3,8 @@
 A path whose nearest existing ancestor is a file (``/dev/null/x.db``), or a
 database path that is a directory, cannot become a blob root or a SQLite file
 however often it is retried: that is a mistake to fix (InvalidUsage), not a
-fault (Determinate).
+fault (Determinate). A path that cannot be looked at is not judged here: the
+backend's own creation of it fails with Determinate.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ from timeshard.errors import InvalidUsage
 
 def check_creatable(path: Path, what: str, *, directory: bool) -> None:
     """InvalidUsage naming ``path`` unless it is (or can become) a directory (``directory``)
-    or a file under directories."""
+    or a file under directories. A path that cannot be looked at (``stat`` fails, as under
+    a directory this user may not search) is left to its creation, which reports why."""
+    try:
+        _check_creatable(path, what, directory=directory)
+    except OSError:
+        return
+
+
+def _check_creatable(path: Path, what: str, *, directory: bool) -> None:
     if path.exists():
         if path.is_dir() != directory:
             kind = "is not a directory" if directory else "is a directory, not a file"

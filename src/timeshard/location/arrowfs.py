@@ -3,8 +3,17 @@
 Spark tasks and the driver both reach such a blob through ``pyarrow.fs``; Spark
 itself reads the parts under the Hadoop URI (``s3a://`` needs the user to add
 hadoop-aws to ``spark.jars.packages``). Values are written to a temporary key
-and moved into place where the filesystem supports an atomic move (local,
-HDFS); on object stores a single PUT is atomic already.
+and moved into place where the filesystem supports an atomic move (HDFS); on
+object stores a single PUT is atomic already. A local root (``arrowfs+file://``)
+is served by :class:`~timeshard.location.FileBlob` on the same directory:
+pyarrow's ``move`` replaces a file a racing writer moved there first, writes
+nothing to disk before it returns, and follows symbolic links anywhere.
+
+A write checks that its key is free and then moves (or PUTs) its value: on
+HDFS and object stores two writers of *other* bytes racing between the check
+and the move may both return, the later value replacing the earlier (pyarrow
+offers no move or PUT that fails if the key exists). Keys name their writer and
+batch, so only a caller bug writes other bytes to one key.
 
 Invariants:
 
@@ -18,10 +27,14 @@ Invariants:
    ``delete`` None) only if the root's bucket exists; a missing bucket (a
    typo, deleted, not yet created) raises Determinate naming it, so that no
    part reads as lost and no listing as empty because of it.
-4. Temporary and hidden files (names starting with ``.``) are never listed as keys.
+4. A listing names only keys ``get`` and ``delete`` accept: temporary and hidden
+   files, files in hidden directories and paths no valid key spells are never listed.
    The temporaries a write left behind (``<directory>/.tmp-<hex>``, killed before its
    move) are listed by :meth:`ArrowFsBlob.list_temporaries` and deleted by
    :meth:`ArrowFsBlob.delete_temporary` only, which take nothing else.
+5. A local root behaves as a FileBlob on its directory, symbolic links included
+   (CorruptState for a link out of the root, through a directory, or in a loop);
+   HDFS (where links are disabled by default) and object stores have none.
 """
 
 from __future__ import annotations
@@ -37,7 +50,13 @@ import pyarrow.fs as pafs
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location._masking import masked
 from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
-from timeshard.location.file import TMP_NAME, TMP_PREFIX, check_temporary_key
+from timeshard.location.file import (
+    TMP_PREFIX,
+    FileBlob,
+    check_temporary_key,
+    spells_a_key,
+    spells_a_temporary,
+)
 
 #: How long a bucket seen to exist is taken to (seconds): an absent key then asks again.
 _BUCKET_SEEN_S = 60.0
@@ -60,6 +79,8 @@ class ArrowFsBlob:
         #: When the root's bucket was last seen to exist (monotonic seconds): a write checks
         #: that its key is absent, and an absent key asks for the bucket at most this often.
         self._bucket_seen_at: float | None = None
+        #: The blob of a local root (see the module doc), which serves every call.
+        self._local = FileBlob(base) if isinstance(self.fs, pafs.LocalFileSystem) else None
 
     @property
     def root_uri(self) -> str | None:
@@ -69,6 +90,8 @@ class ArrowFsBlob:
         return f"{self.base}/{check_blob_key(key)}"
 
     def get(self, key: str) -> bytes | None:
+        if self._local is not None:
+            return self._local.get(key)
         path = self._path(key)
         try:
             if self.fs.get_file_info(path).type == pafs.FileType.File:
@@ -104,6 +127,8 @@ class ArrowFsBlob:
         self._bucket_seen_at = time.monotonic()
 
     def set(self, key: str, value: bytes) -> None:
+        if self._local is not None:
+            return self._local.set(key, value)
         path = self._path(key)
         value = bytes(value)
         existing = self.get(key)
@@ -131,9 +156,28 @@ class ArrowFsBlob:
             if target != path:  # a temporary file left by a failed write or move
                 with contextlib.suppress(Exception):
                     self.fs.delete_file(target)
+                self._check_no_key_above(key)
             raise Indeterminate(f"writing blob {key!r}: {e}") from e
 
+    def _check_no_key_above(self, key: str) -> None:
+        """InvalidUsage if a key above ``key`` holds a value on a filesystem with
+        directories, where no write of ``key`` can succeed (asked after one failed)."""
+        parts = key.split("/")
+        for i in range(1, len(parts)):
+            above = "/".join(parts[:i])
+            try:
+                kind = self.fs.get_file_info(f"{self.base}/{above}").type
+            except Exception:
+                return  # the failure that prompted this stands
+            if kind == pafs.FileType.File:
+                raise InvalidUsage(
+                    f"blob key {key!r} is below the key {above!r}, which holds a value: "
+                    "a filesystem blob cannot hold both"
+                )
+
     def delete(self, key: str) -> int | None:
+        if self._local is not None:
+            return self._local.delete(key)
         path = self._path(key)
         try:
             info = self.fs.get_file_info(path)
@@ -149,16 +193,20 @@ class ArrowFsBlob:
         return int(info.size or 0)
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
-        found = self._listed(prefix, lambda name: not name.startswith("."))
+        if self._local is not None:
+            return self._local.list_keys(prefix)
+        found = self._listed(prefix, spells_a_key)
         if not found:
             self._check_bucket(masked(f"listing blob {self.uri!r}"))
         return iter(found)
 
     def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
-        return iter(self._listed(prefix, TMP_NAME.fullmatch))
+        if self._local is not None:
+            return self._local.list_temporaries(prefix)
+        return iter(self._listed(prefix, spells_a_temporary))
 
     def _listed(self, prefix: str, wanted: Callable[[str], object]) -> list[BlobMetadata]:
-        """Every file whose key starts with ``prefix`` and whose name is ``wanted``: one
+        """Every file whose key starts with ``prefix`` and is ``wanted``: one
         listing of the deepest directory ``prefix`` names (not of the whole root: on an
         object store, a write's listing of its own batch costs that batch's keys)."""
         check_blob_prefix(prefix)
@@ -174,12 +222,14 @@ class ArrowFsBlob:
             if info.type != pafs.FileType.File:
                 continue
             key = info.path[len(self.base) + 1 :]
-            if not wanted(key.rsplit("/", 1)[-1]) or not key.startswith(prefix):
+            if not key.startswith(prefix) or not wanted(key):
                 continue
             found.append(BlobMetadata(key, int(info.size or 0)))
         return found
 
     def delete_temporary(self, key: str) -> int | None:
+        if self._local is not None:
+            return self._local.delete_temporary(key)
         directory, _, name = check_temporary_key(key).rpartition("/")
         path = f"{self._path(directory)}/{name}"
         try:

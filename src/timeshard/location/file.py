@@ -14,23 +14,36 @@ there.
 
 Invariants:
 
-1. Every key resolves to a path inside the root, symlinks included; a key that
-   would escape it raises InvalidUsage naming the key before any file is
-   touched.
-2. Temporary and hidden files (names starting with ``.``) are never listed; no
-   valid key has such a component. The temporaries a write left behind (a process
-   killed before it moved one into place: ``<directory>/.tmp-<hex>``) are listed by
+1. Key ``k`` names the path ``root/k``, unresolved. Only a key's spelling can be
+   a caller mistake (InvalidUsage, see ``check_blob_key``); a symbolic link on
+   its path is state found on disk. A link at the key itself to a file inside
+   the root is the key: ``get`` serves the file, a listing lists it, ``delete``
+   removes the link (never its target). Every other link ``get``, ``set`` and
+   ``delete`` meet (one the path passes through, one out of the root, one that
+   does not resolve, and for ``set`` one to no file) raises CorruptState naming
+   the key, the link and its target, before any file is touched.
+2. A listing names only keys ``get`` and ``delete`` accept: temporary and hidden
+   files (names starting with ``.``) and files in hidden directories are never
+   listed (no valid key has such a component), nor is a file whose path no valid
+   key spells (``a b``: put there by something else, no state can name it). The
+   temporaries a write left behind (a process killed before it moved one into
+   place: ``<directory>/.tmp-<hex>``) are listed by
    :meth:`FileBlob.list_temporaries` and deleted by :meth:`FileBlob.delete_temporary`
    only, which take nothing else.
 3. ``set`` of a key holding other bytes raises InvalidUsage and changes
    nothing, also when the other bytes arrive while it writes; with the same
-   bytes it does nothing (a retry).
+   bytes it does nothing (a retry). So does ``set`` of a key that is a
+   directory of other keys (``a`` when ``a/b`` holds a value), or is below a key
+   holding a value (``a/b`` when ``a`` does): a file cannot be both.
 4. A listing follows a symbolic link only to a file inside the root (listed as
    the link's key); one that reaches a link out of the root (a file or a
    directory, also one the prefix passes through) raises CorruptState naming
    its key and target, as ``get`` refuses it: it neither lists data the blob
    does not hold nor silently hides it. A link to a directory inside the root
-   is not descended.
+   is not descended (each file below it is listed once, under its own path),
+   and a prefix through such a link raises CorruptState, as ``get`` of a key
+   below it does: every listed key is served by ``get``, and every key ``get``
+   serves is listed.
 5. Failures of reads, of opening or writing the temporary file and any
    ``ENOSPC``/``EDQUOT`` (the disk is full) raise Determinate: the key is
    unchanged. A failure once the link (or rename) has started, of the
@@ -86,11 +99,39 @@ class FileBlob:
         return self.root.as_uri()
 
     def path(self, key: str) -> Path:
-        """The file of ``key``; InvalidUsage if ``key`` is unsafe or escapes the root."""
+        """The file of ``key``, ``root/key`` (a link there is followed only by reads);
+        InvalidUsage if ``key`` is unsafe, CorruptState for a link on its path (invariant 1)."""
+        return self._located(key, link_at_key=True)
+
+    def _located(self, key: str, *, link_at_key: bool) -> Path:
+        """``root/key`` once no link on its path is refused (one at ``key`` itself is
+        allowed to a file or directory inside the root if ``link_at_key``).
+
+        The path is resolved, as before any link was looked for: only a path that
+        resolves elsewhere costs one ``lstat`` per component to find its link.
+        """
         check_blob_key(key)
-        path = (self.root / key).resolve()
-        if not path.is_relative_to(self.root) or path == self.root:
-            raise InvalidUsage(f"blob key {key!r} escapes the blob root {str(self.root)!r}")
+        path = self.root / key
+        try:
+            unchanged = path.resolve() == path
+        except (OSError, RuntimeError):  # a loop of links: found below
+            unchanged = False
+        if unchanged:
+            return path
+        parts = key.split("/")
+        for i in range(1, len(parts) + 1):
+            link = "/".join(parts[:i])
+            try:
+                is_link = (self.root / link).is_symlink()
+            except OSError as e:
+                raise Determinate(f"looking at the path of blob key {key!r}: {e}") from e
+            if is_link:
+                target = self._link_target(link, key)
+                if i < len(parts) or not link_at_key:
+                    raise CorruptState(
+                        f"blob key {key!r} passes through the symbolic link {link!r} to "
+                        f"{str(target)!r}: a link is not a directory of this blob's keys"
+                    )
         return path
 
     def get(self, key: str) -> bytes | None:
@@ -116,6 +157,8 @@ class FileBlob:
                 os.fsync(f.fileno())
         except OSError as e:
             _unlink_quietly(tmp)
+            if isinstance(e, FileExistsError | NotADirectoryError):
+                self._check_no_key_above(key)
             raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
         try:
             self._link(key, tmp, path, value)
@@ -161,10 +204,26 @@ class FileBlob:
                 raise Determinate(f"writing blob {key!r}: {_describe(e, self.root)}") from e
             raise Indeterminate(f"renaming blob {key!r} into place: {e}") from e
 
+    def _check_no_key_above(self, key: str) -> None:
+        """InvalidUsage if a key above ``key`` holds a value: its directory cannot exist."""
+        parts = key.split("/")
+        for i in range(1, len(parts)):
+            above = "/".join(parts[:i])
+            if (self.root / above).is_file():
+                raise InvalidUsage(
+                    f"blob key {key!r} is below the key {above!r}, which holds a value: "
+                    "a file blob cannot hold both"
+                )
+
     def _holds(self, key: str, path: Path, value: bytes) -> bool:
         """Whether ``key`` already holds ``value``; InvalidUsage if it holds other bytes."""
         existing = self.get(key)
         if existing is None:
+            if path.is_symlink():
+                raise CorruptState(
+                    f"blob key {key!r} is a symbolic link to {str(self._link_target(key))!r}, "
+                    "which holds no value: a write would go to another key"
+                )
             if path.is_dir():
                 raise InvalidUsage(f"blob key {key!r} is a directory of other keys")
             return False
@@ -178,23 +237,20 @@ class FileBlob:
         return _unlink(self.path(key), f"blob {key!r}")
 
     def list_keys(self, prefix: str = "") -> Iterator[BlobMetadata]:
-        return self._walk(prefix, lambda name: not name.startswith("."))
+        return self._walk(prefix, spells_a_key)
 
     def list_temporaries(self, prefix: str = "") -> Iterator[BlobMetadata]:
-        return self._walk(prefix, TMP_NAME.fullmatch)
+        return self._walk(prefix, spells_a_temporary)
 
     def _walk(self, prefix: str, wanted: Callable[[str], object]) -> Iterator[BlobMetadata]:
-        """Every file whose key starts with ``prefix`` and whose name is ``wanted``, outside
-        hidden directories; CorruptState if the listing reaches a link out of the root."""
+        """Every file whose key starts with ``prefix`` and is ``wanted``, outside hidden
+        directories; CorruptState if the listing reaches a link out of the root."""
         check_blob_prefix(prefix)
         directory = prefix.rpartition("/")[0]
         found: list[BlobMetadata] = []
         try:
-            parts = directory.split("/") if directory else []
-            for i in range(len(parts)):  # the prefix may pass through a link
-                key = "/".join(parts[: i + 1])
-                if (self.root / key).is_symlink():
-                    self._check_link(key)
+            if directory:  # the prefix may pass through a link
+                self._located(directory, link_at_key=False)
             pending = [directory]
             while pending:
                 found.extend(self._scan(pending.pop(), prefix, wanted, pending))
@@ -216,12 +272,12 @@ class FileBlob:
             key = f"{directory}/{entry.name}" if directory else entry.name
             below = (key + "/").startswith(prefix) or prefix.startswith(key + "/")
             hidden = entry.name.startswith(".")
-            if entry.is_symlink() and below and (not hidden or wanted(entry.name)):
-                self._check_link(key)
+            if entry.is_symlink() and below and (not hidden or wanted(key)):
+                self._link_target(key)
             if entry.is_dir(follow_symlinks=False):
                 if below and not hidden:
                     pending.append(key)
-            elif wanted(entry.name) and key.startswith(prefix):
+            elif key.startswith(prefix) and wanted(key):
                 try:
                     stat = entry.stat()
                 except FileNotFoundError:
@@ -229,23 +285,47 @@ class FileBlob:
                 if not S_ISDIR(stat.st_mode):  # a link to a directory lists nothing
                     yield BlobMetadata(key, stat.st_size)
 
-    def _check_link(self, key: str) -> None:
-        """CorruptState unless the link at ``key`` resolves to a path inside the root."""
+    def _link_target(self, link: str, key: str | None = None) -> Path:
+        """Where the link at ``link`` resolves; CorruptState (naming ``key``, the key whose
+        path passes through it, if another) unless inside the root."""
+        named = (
+            f"blob key {link!r} is"
+            if key in (None, link)
+            else (f"blob key {key!r} passes through {link!r}, which is")
+        )
         try:
-            target = (self.root / key).resolve()
-        except (OSError, RuntimeError) as e:  # a loop of links
-            raise CorruptState(
-                f"blob key {key!r} is a symbolic link that does not resolve: {e}"
-            ) from e
+            target = (self.root / link).resolve()
+        except RuntimeError as e:  # a loop of links
+            raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
         if not target.is_relative_to(self.root):
             raise CorruptState(
-                f"blob key {key!r} is a symbolic link to {str(target)!r}, outside the blob "
-                f"root {str(self.root)!r}: it holds no data of this blob"
+                f"{named} a symbolic link to {str(target)!r}, outside the blob root "
+                f"{str(self.root)!r}: it holds no data of this blob"
             )
+        return target
 
     def delete_temporary(self, key: str) -> int | None:
         directory, _, name = check_temporary_key(key).rpartition("/")
-        return _unlink(self.path(directory) / name, f"temporary {key!r}")
+        path = self._located(directory, link_at_key=False) / name
+        return _unlink(path, f"temporary {key!r}")
+
+
+def spells_a_key(key: str) -> bool:
+    """Whether ``key`` is a valid blob key (a file a listing may name as a key)."""
+    try:
+        check_blob_key(key)
+    except InvalidUsage:
+        return False
+    return True
+
+
+def spells_a_temporary(key: str) -> bool:
+    """Whether ``key`` names a temporary (a file a listing of temporaries may name)."""
+    try:
+        check_temporary_key(key)
+    except InvalidUsage:
+        return False
+    return True
 
 
 def check_temporary_key(key: object) -> str:
@@ -319,4 +399,4 @@ def _unlink(path: Path, what: str) -> int | None:
     return size
 
 
-__all__ = ["TMP_NAME", "FileBlob", "check_temporary_key"]
+__all__ = ["TMP_NAME", "FileBlob", "check_temporary_key", "spells_a_key", "spells_a_temporary"]
