@@ -29,6 +29,9 @@ Invariants:
    Indeterminate.
 3. No connection is ever left inside a transaction: any exception, including
    ``KeyboardInterrupt``, rolls it back before it propagates.
+4. A file SQLite finds is not a database, or a damaged one (``SQLITE_NOTADB``,
+   ``SQLITE_CORRUPT``), raises CorruptState naming the path, at opening or at
+   any later call: it is state found on disk, which no retry repairs.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
-from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.errors import CorruptState, Determinate, ExternalError, Indeterminate, InvalidUsage
 from timeshard.location._paths import check_creatable
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
@@ -86,6 +89,18 @@ class SqliteConsensus:
             raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
         self._create()
 
+    def _failure(
+        self, what: str, e: sqlite3.Error, kind: type[ExternalError] = Determinate
+    ) -> CorruptState | ExternalError:
+        """The error to raise for ``e``: CorruptState naming the file if SQLite found it is
+        not a database or is damaged (invariant 4), else ``kind`` (a fault, retried)."""
+        code = getattr(e, "sqlite_errorcode", None)  # None: raised by Python's sqlite3 itself
+        if code is not None and code & 0xFF in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+            return CorruptState(
+                f"{what}: SQLite consensus {str(self.path)!r} is not a database or is damaged: {e}"
+            )
+        return kind(f"{what}: {_explain(e, self.busy_timeout_s)}")
+
     @property
     def uri(self) -> str:
         return f"sqlite://{quote(str(self.path))}"
@@ -99,12 +114,10 @@ class SqliteConsensus:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(_SCHEMA)
                 return
-            except sqlite3.OperationalError as e:
-                if not _is_busy(e) or time.monotonic() > deadline:
-                    raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
-                time.sleep(0.01)
             except sqlite3.Error as e:
-                raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
+                if not _is_busy(e) or time.monotonic() > deadline:
+                    raise self._failure(f"opening SQLite consensus {str(self.path)!r}", e) from e
+                time.sleep(0.01)
 
     def _conn(self) -> sqlite3.Connection:
         conn = self._connections.get()
@@ -118,12 +131,12 @@ class SqliteConsensus:
                 check_same_thread=False,
             )
         except sqlite3.Error as e:
-            raise Determinate(f"connecting to SQLite consensus {str(self.path)!r}: {e}") from e
+            raise self._failure(f"connecting to SQLite consensus {str(self.path)!r}", e) from e
         try:
             conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as e:
             conn.close()
-            raise Determinate(f"connecting to SQLite consensus {str(self.path)!r}: {e}") from e
+            raise self._failure(f"connecting to SQLite consensus {str(self.path)!r}", e) from e
         self._connections.put(conn)
         return conn
 
@@ -145,7 +158,7 @@ class SqliteConsensus:
             result = body(conn)
         except sqlite3.Error as e:
             _rollback(conn)
-            raise Determinate(f"{what}: {_explain(e, self.busy_timeout_s)}") from e
+            raise self._failure(what, e) from e
         except BaseException:
             _rollback(conn)
             raise
@@ -156,7 +169,7 @@ class SqliteConsensus:
         except BaseException as e:
             _rollback(conn)
             if isinstance(e, sqlite3.Error):
-                raise Indeterminate(f"committing {what}: {e}") from e
+                raise self._failure(f"committing {what}", e, Indeterminate) from e
             raise
         return result
 
@@ -165,7 +178,7 @@ class SqliteConsensus:
         try:
             row = self._conn().execute(_HEAD, (key,)).fetchone()
         except sqlite3.Error as e:
-            raise Determinate(f"reading head of {key!r}: {e}") from e
+            raise self._failure(f"reading head of {key!r}", e) from e
         return None if row is None else VersionedData(int(row[0]), bytes(row[1]))
 
     def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
@@ -198,7 +211,7 @@ class SqliteConsensus:
                 .fetchall()
             )
         except sqlite3.Error as e:
-            raise Determinate(f"scanning {key!r}: {e}") from e
+            raise self._failure(f"scanning {key!r}", e) from e
         return [VersionedData(int(s), bytes(d)) for s, d in rows]
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
@@ -224,7 +237,7 @@ class SqliteConsensus:
                 .fetchall()
             )
         except sqlite3.Error as e:
-            raise Determinate(f"listing shards: {e}") from e
+            raise self._failure("listing shards", e) from e
         return [str(r[0]) for r in rows]
 
 
