@@ -55,6 +55,8 @@ from timeshard.location.consensus import (
     check_new_version,
     check_scan,
     check_seqno_bound,
+    stored_seqno,
+    stored_version,
 )
 
 T = TypeVar("T")
@@ -179,7 +181,7 @@ class SqliteConsensus:
             row = self._conn().execute(_HEAD, (key,)).fetchone()
         except sqlite3.Error as e:
             raise self._failure(f"reading head of {key!r}", e) from e
-        return None if row is None else VersionedData(int(row[0]), bytes(row[1]))
+        return None if row is None else stored_version(key, row[0], row[1])
 
     def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
         check_consensus_key(key)
@@ -212,7 +214,7 @@ class SqliteConsensus:
             )
         except sqlite3.Error as e:
             raise self._failure(f"scanning {key!r}", e) from e
-        return [VersionedData(int(s), bytes(d)) for s, d in rows]
+        return [stored_version(key, s, d) for s, d in rows]
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
@@ -243,7 +245,7 @@ class SqliteConsensus:
 
 def _head_seqno(conn: sqlite3.Connection, key: str) -> SeqNo | None:
     row = conn.execute(_HEAD_SEQNO, (key,)).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+    return None if row is None or row[0] is None else stored_seqno(key, row[0])
 
 
 def _is_busy(e: sqlite3.Error) -> bool:
