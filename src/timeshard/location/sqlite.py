@@ -71,6 +71,9 @@ CREATE TABLE IF NOT EXISTS consensus (
 """
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1"
 _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = ?"
+#: The least SQLite INTEGER: a scan start or truncation point below it (which consensus
+#: allows: it is below every version) is bound as this, which is below every version too.
+_MIN_INTEGER = -(2**63)
 
 
 class SqliteConsensus:
@@ -208,7 +211,7 @@ class SqliteConsensus:
                 .execute(
                     "SELECT seqno, data FROM consensus WHERE shard = ? AND seqno >= ? "
                     "ORDER BY seqno LIMIT ?",
-                    (key, from_seqno, limit),
+                    (key, max(from_seqno, _MIN_INTEGER), limit),
                 )
                 .fetchall()
             )
@@ -225,7 +228,8 @@ class SqliteConsensus:
             if head is None or seqno > head:
                 raise InvalidUsage(f"cannot truncate {key!r} at {seqno}: head seqno is {head}")
             cursor = conn.execute(
-                "DELETE FROM consensus WHERE shard = ? AND seqno < ?", (key, seqno)
+                "DELETE FROM consensus WHERE shard = ? AND seqno < ?",
+                (key, max(seqno, _MIN_INTEGER)),
             )
             return int(cursor.rowcount)
 
