@@ -89,6 +89,8 @@ LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisd
 WHERE c.oid = to_regclass('consensus')
 """
 _SCHEMA_LOCK = 7361636
+#: The longest timeout PostgreSQL takes: an int of milliseconds.
+_MAX_TIMEOUT_S = (2**31 - 1) // 1000
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = %s ORDER BY seqno DESC LIMIT 1"
 _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = %s"
@@ -107,8 +109,14 @@ class PostgresConsensus:
         lock_timeout_s: float = 30.0,
         idle_in_transaction_s: float = 60.0,
     ) -> None:
+        if not isinstance(dsn, str):
+            raise InvalidUsage(f"a PostgreSQL DSN must be a str, got {type(dsn).__name__}")
         _check_dsn(dsn)
-        if not isinstance(connect_timeout_s, int) or connect_timeout_s <= 0:
+        if (
+            isinstance(connect_timeout_s, bool)
+            or not isinstance(connect_timeout_s, int)
+            or connect_timeout_s <= 0
+        ):
             raise InvalidUsage(
                 "connect_timeout_s must be a positive whole number of seconds, "
                 f"got {connect_timeout_s!r}"
@@ -117,8 +125,15 @@ class PostgresConsensus:
             ("lock_timeout_s", lock_timeout_s),
             ("idle_in_transaction_s", idle_in_transaction_s),
         ):
-            if not (math.isfinite(seconds) and seconds > 0):
-                raise InvalidUsage(f"{name} must be a positive number of seconds, got {seconds!r}")
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, int | float)
+                or not (math.isfinite(seconds) and 0 < seconds <= _MAX_TIMEOUT_S)
+            ):
+                raise InvalidUsage(
+                    f"{name} must be a positive number of seconds at most {_MAX_TIMEOUT_S}, "
+                    f"got {seconds!r}"
+                )
         self.dsn = dsn
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s

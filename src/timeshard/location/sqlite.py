@@ -37,6 +37,7 @@ Invariants:
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -74,14 +75,25 @@ _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = ?"
 #: The least SQLite INTEGER: a scan start or truncation point below it (which consensus
 #: allows: it is below every version) is bound as this, which is below every version too.
 _MIN_INTEGER = -(2**63)
+#: The longest busy timeout SQLite takes: a C int of milliseconds.
+_MAX_BUSY_TIMEOUT_S = (2**31 - 1) // 1000
 
 
 class SqliteConsensus:
     """Consensus in a SQLite database file, created (with its directory) if missing."""
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 30.0) -> None:
-        if not (math.isfinite(busy_timeout_s) and busy_timeout_s >= 0):
-            raise InvalidUsage(f"busy_timeout_s must be non-negative, got {busy_timeout_s}")
+        if not isinstance(path, str | os.PathLike):
+            raise InvalidUsage(f"SQLite consensus path must be a str or a path, got {path!r}")
+        if (
+            isinstance(busy_timeout_s, bool)
+            or not isinstance(busy_timeout_s, int | float)
+            or not (math.isfinite(busy_timeout_s) and 0 <= busy_timeout_s <= _MAX_BUSY_TIMEOUT_S)
+        ):
+            raise InvalidUsage(
+                f"busy_timeout_s must be a number of seconds in [0, {_MAX_BUSY_TIMEOUT_S}], "
+                f"got {busy_timeout_s!r}"
+            )
         self.path = Path(path).resolve()
         check_creatable(self.path, "SQLite consensus file", directory=False)
         self.busy_timeout_s = busy_timeout_s
