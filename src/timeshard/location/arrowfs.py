@@ -49,7 +49,12 @@ import pyarrow.fs as pafs
 
 from timeshard.errors import Determinate, Indeterminate, InvalidUsage
 from timeshard.location._masking import masked
-from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
+from timeshard.location.blob import (
+    BlobMetadata,
+    check_blob_key,
+    check_blob_prefix,
+    check_blob_value,
+)
 from timeshard.location.file import (
     TMP_PREFIX,
     FileBlob,
@@ -130,7 +135,7 @@ class ArrowFsBlob:
         if self._local is not None:
             return self._local.set(key, value)
         path = self._path(key)
-        value = bytes(value)
+        value = check_blob_value(value)
         existing = self.get(key)
         if existing is not None:
             if existing == value:

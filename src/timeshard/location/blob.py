@@ -14,6 +14,9 @@ Invariants:
 3. ``delete`` of a missing key is not an error.
 4. It is an error to pass a key that is absolute, empty, has an empty, ``.``
    or ``..`` component, or characters outside ``[A-Za-z0-9_.=-]``.
+5. It is an error to ``set`` a value that is not ``bytes``, ``bytearray`` or
+   ``memoryview`` (see :func:`check_blob_value`): an ``int`` is not its count of
+   zero bytes, nor a list of ints its bytes.
 """
 
 from __future__ import annotations
@@ -79,6 +82,26 @@ def check_blob_prefix(prefix: object) -> str:
     return prefix
 
 
+def check_blob_value(value: object) -> bytes:
+    """Return ``value`` as ``bytes`` if it is ``bytes``, ``bytearray`` or ``memoryview``
+    (``bytes`` itself is returned as is, not copied), else raise InvalidUsage.
+
+    >>> check_blob_value(memoryview(b"ab"))
+    b'ab'
+    >>> check_blob_value(3)
+    Traceback (most recent call last):
+    ...
+    timeshard.errors.InvalidUsage: a blob value must be bytes, bytearray or memoryview, got int
+    """
+    if type(value) is bytes:
+        return value
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise InvalidUsage(
+            f"a blob value must be bytes, bytearray or memoryview, got {type(value).__name__}"
+        )
+    return bytes(value)
+
+
 @dataclass(frozen=True, slots=True)
 class BlobMetadata:
     """A key and the size of its value in bytes."""
@@ -127,4 +150,11 @@ class Temporaries(Protocol):
         ...
 
 
-__all__ = ["Blob", "BlobMetadata", "Temporaries", "check_blob_key", "check_blob_prefix"]
+__all__ = [
+    "Blob",
+    "BlobMetadata",
+    "Temporaries",
+    "check_blob_key",
+    "check_blob_prefix",
+    "check_blob_value",
+]

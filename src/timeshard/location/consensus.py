@@ -19,6 +19,9 @@ Invariants:
    positive ``int``; anything else raises InvalidUsage naming the value in
    every backend before anything is read or written (``scan`` and
    ``truncate`` take any ``int`` up to that: one below 0 is below every version).
+6. A stored version read back whose seqno is not such an ``int`` or whose data
+   is not bytes (a row something else wrote, a table of other column types)
+   raises CorruptState naming the key (see :func:`stored_version`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from timeshard.errors import InvalidUsage
+from timeshard.errors import CorruptState, InvalidUsage
 
 SeqNo = int
 
@@ -122,6 +125,35 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def stored_seqno(key: str, seqno: object) -> SeqNo:
+    """Return the seqno ``seqno`` a backend read for ``key`` if it is an ``int`` in
+    ``[0, MAX_SEQNO]``, else raise CorruptState naming the key (invariant 6)."""
+    if not _is_int(seqno) or not 0 <= seqno <= MAX_SEQNO:  # type: ignore[operator]
+        raise CorruptState(
+            f"consensus key {key!r} holds a version whose seqno {seqno!r} "
+            f"({type(seqno).__name__}) is not a whole number in [0, {MAX_SEQNO}]"
+        )
+    return seqno  # type: ignore[return-value]
+
+
+def stored_version(key: str, seqno: object, data: object) -> VersionedData:
+    """The version a backend read for ``key``; CorruptState naming the key unless its
+    seqno is valid and its data bytes (invariant 6).
+
+    >>> stored_version("s1", "abc", b"")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    timeshard.errors.CorruptState: consensus key 's1' holds a version whose seqno 'abc' ...
+    """
+    checked = stored_seqno(key, seqno)
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise CorruptState(
+            f"consensus key {key!r} holds version {checked} whose data is "
+            f"{type(data).__name__}, not bytes"
+        )
+    return VersionedData(checked, bytes(data))
+
+
 def check_new_version(expected: SeqNo | None, new: VersionedData) -> None:
     """Raise InvalidUsage unless ``new`` is a valid version beyond ``expected``."""
     if expected is not None:
@@ -144,4 +176,6 @@ __all__ = [
     "check_scan",
     "check_seqno",
     "check_seqno_bound",
+    "stored_seqno",
+    "stored_version",
 ]

@@ -68,6 +68,7 @@ from timeshard.location.blob import (
     BlobMetadata,
     check_blob_key,
     check_blob_prefix,
+    check_blob_value,
 )
 
 TMP_PREFIX = ".tmp-"
@@ -144,8 +145,9 @@ class FileBlob:
             raise Determinate(f"reading blob {key!r}: {e}") from e
 
     def set(self, key: str, value: bytes) -> None:
+        check_blob_key(key)
+        value = check_blob_value(value)
         path = self.path(key)
-        value = bytes(value)
         if self._holds(key, path, value):
             return
         tmp = path.with_name(f"{TMP_PREFIX}{uuid.uuid4().hex}")

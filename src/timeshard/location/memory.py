@@ -23,7 +23,12 @@ import threading
 from collections.abc import Iterator
 
 from timeshard.errors import InvalidUsage
-from timeshard.location.blob import BlobMetadata, check_blob_key, check_blob_prefix
+from timeshard.location.blob import (
+    BlobMetadata,
+    check_blob_key,
+    check_blob_prefix,
+    check_blob_value,
+)
 from timeshard.location.consensus import (
     CaSResult,
     SeqNo,
@@ -59,7 +64,7 @@ class MemoryBlob:
 
     def set(self, key: str, value: bytes) -> None:
         check_blob_key(key)
-        value = bytes(value)
+        value = check_blob_value(value)
         with self._lock:
             old = self._data.get(key)
             if old is not None and old != value:

@@ -35,7 +35,12 @@ Invariants:
 3. No connection is ever reused inside a failed or interrupted transaction:
    an exception that leaves a transaction open closes the connection.
 4. Opening creates nothing when the table exists: a role with only SELECT,
-   INSERT and DELETE on a table an administrator created can use it.
+   INSERT and DELETE on a table an administrator created can use it. Such a
+   table must have the columns ``shard text``, ``seqno bigint`` and ``data
+   bytea`` (others are left alone); one that lacks any, or has it with another
+   type, raises CorruptState naming the table and the column at opening, as
+   a stored row that is not a valid version does at any call (see
+   :func:`~timeshard.location.consensus.stored_version`).
 5. A writer waits at most ``lock_timeout_s`` for another writer's lock; a
    session idle in a transaction for ``idle_in_transaction_s`` is ended by the
    server, so a paused process cannot block a key forever.
@@ -49,7 +54,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.errors import CorruptState, Determinate, Indeterminate, InvalidUsage
 from timeshard.location._masking import hidden, secrets
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
@@ -60,6 +65,8 @@ from timeshard.location.consensus import (
     check_new_version,
     check_scan,
     check_seqno_bound,
+    stored_seqno,
+    stored_version,
 )
 
 T = TypeVar("T")
@@ -73,7 +80,17 @@ CREATE TABLE IF NOT EXISTS consensus (
     PRIMARY KEY (shard, seqno)
 )
 """
+_COLUMNS = {"shard": "text", "seqno": "bigint", "data": "bytea"}
+_TABLE = """
+SELECT n.nspname, a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+WHERE c.oid = to_regclass('consensus')
+"""
 _SCHEMA_LOCK = 7361636
+#: The longest timeout PostgreSQL takes: an int of milliseconds.
+_MAX_TIMEOUT_S = (2**31 - 1) // 1000
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = %s ORDER BY seqno DESC LIMIT 1"
 _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = %s"
@@ -92,8 +109,14 @@ class PostgresConsensus:
         lock_timeout_s: float = 30.0,
         idle_in_transaction_s: float = 60.0,
     ) -> None:
+        if not isinstance(dsn, str):
+            raise InvalidUsage(f"a PostgreSQL DSN must be a str, got {type(dsn).__name__}")
         _check_dsn(dsn)
-        if not isinstance(connect_timeout_s, int) or connect_timeout_s <= 0:
+        if (
+            isinstance(connect_timeout_s, bool)
+            or not isinstance(connect_timeout_s, int)
+            or connect_timeout_s <= 0
+        ):
             raise InvalidUsage(
                 "connect_timeout_s must be a positive whole number of seconds, "
                 f"got {connect_timeout_s!r}"
@@ -102,8 +125,15 @@ class PostgresConsensus:
             ("lock_timeout_s", lock_timeout_s),
             ("idle_in_transaction_s", idle_in_transaction_s),
         ):
-            if not (math.isfinite(seconds) and seconds > 0):
-                raise InvalidUsage(f"{name} must be a positive number of seconds, got {seconds!r}")
+            if (
+                isinstance(seconds, bool)
+                or not isinstance(seconds, int | float)
+                or not (math.isfinite(seconds) and 0 < seconds <= _MAX_TIMEOUT_S)
+            ):
+                raise InvalidUsage(
+                    f"{name} must be a positive number of seconds at most {_MAX_TIMEOUT_S}, "
+                    f"got {seconds!r}"
+                )
         self.dsn = dsn
         self.connect_timeout_s = connect_timeout_s
         self.lock_timeout_s = lock_timeout_s
@@ -112,9 +142,11 @@ class PostgresConsensus:
 
         def create(conn: Conn) -> None:
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            row = conn.execute("SELECT to_regclass('consensus') IS NOT NULL").fetchone()
-            if row is None or not row[0]:
+            columns = conn.execute(_TABLE).fetchall()
+            if not columns:
                 conn.execute(_SCHEMA)
+            else:
+                _check_table(columns)
 
         self._write("creating the consensus table", create)
 
@@ -201,7 +233,7 @@ class PostgresConsensus:
     def head(self, key: str) -> VersionedData | None:
         check_consensus_key(key)
         rows = self._read(f"reading head of {key!r}", _HEAD, (key,))
-        return _versions(rows)[0] if rows else None
+        return _versions(key, rows)[0] if rows else None
 
     def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
         check_consensus_key(key)
@@ -229,7 +261,7 @@ class PostgresConsensus:
             "ORDER BY seqno LIMIT %s",
             (key, from_seqno, limit),
         )
-        return _versions(rows)
+        return _versions(key, rows)
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
@@ -259,7 +291,21 @@ class PostgresConsensus:
 
 def _head_seqno(conn: Conn, key: str) -> SeqNo | None:
     row = conn.execute(_HEAD_SEQNO, (key,)).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+    return None if row is None or row[0] is None else stored_seqno(key, row[0])
+
+
+def _check_table(columns: list[tuple[Any, ...]]) -> None:
+    """CorruptState naming the table and the column unless ``columns`` (schema, name, type)
+    has every column of :data:`_COLUMNS` with its type (invariant 4)."""
+    schema = columns[0][0]
+    found = {name: kind for _, name, kind in columns if name is not None}
+    for name, kind in _COLUMNS.items():
+        if found.get(name) != kind:
+            has = "has no such column" if name not in found else f"has it as {found[name]}"
+            raise CorruptState(
+                f"the consensus table {schema}.consensus needs column {name} {kind}, but it "
+                f"{has}: it was created otherwise than by timeshard"
+            )
 
 
 def _ms(seconds: float) -> str:
@@ -332,8 +378,8 @@ def _check_dsn(dsn: str) -> None:
             )
 
 
-def _versions(rows: list[tuple[Any, ...]]) -> list[VersionedData]:
-    return [VersionedData(int(seqno), bytes(data)) for seqno, data in rows]
+def _versions(key: str, rows: list[tuple[Any, ...]]) -> list[VersionedData]:
+    return [stored_version(key, seqno, data) for seqno, data in rows]
 
 
 __all__ = ["PostgresConsensus"]

@@ -29,11 +29,15 @@ Invariants:
    Indeterminate.
 3. No connection is ever left inside a transaction: any exception, including
    ``KeyboardInterrupt``, rolls it back before it propagates.
+4. A file SQLite finds is not a database, or a damaged one (``SQLITE_NOTADB``,
+   ``SQLITE_CORRUPT``), raises CorruptState naming the path, at opening or at
+   any later call: it is state found on disk, which no retry repairs.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -41,7 +45,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import quote
 
-from timeshard.errors import Determinate, Indeterminate, InvalidUsage
+from timeshard.errors import CorruptState, Determinate, ExternalError, Indeterminate, InvalidUsage
 from timeshard.location._paths import check_creatable
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
@@ -52,6 +56,8 @@ from timeshard.location.consensus import (
     check_new_version,
     check_scan,
     check_seqno_bound,
+    stored_seqno,
+    stored_version,
 )
 
 T = TypeVar("T")
@@ -66,14 +72,28 @@ CREATE TABLE IF NOT EXISTS consensus (
 """
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1"
 _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = ?"
+#: The least SQLite INTEGER: a scan start or truncation point below it (which consensus
+#: allows: it is below every version) is bound as this, which is below every version too.
+_MIN_INTEGER = -(2**63)
+#: The longest busy timeout SQLite takes: a C int of milliseconds.
+_MAX_BUSY_TIMEOUT_S = (2**31 - 1) // 1000
 
 
 class SqliteConsensus:
     """Consensus in a SQLite database file, created (with its directory) if missing."""
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 30.0) -> None:
-        if not (math.isfinite(busy_timeout_s) and busy_timeout_s >= 0):
-            raise InvalidUsage(f"busy_timeout_s must be non-negative, got {busy_timeout_s}")
+        if not isinstance(path, str | os.PathLike):
+            raise InvalidUsage(f"SQLite consensus path must be a str or a path, got {path!r}")
+        if (
+            isinstance(busy_timeout_s, bool)
+            or not isinstance(busy_timeout_s, int | float)
+            or not (math.isfinite(busy_timeout_s) and 0 <= busy_timeout_s <= _MAX_BUSY_TIMEOUT_S)
+        ):
+            raise InvalidUsage(
+                f"busy_timeout_s must be a number of seconds in [0, {_MAX_BUSY_TIMEOUT_S}], "
+                f"got {busy_timeout_s!r}"
+            )
         self.path = Path(path).resolve()
         check_creatable(self.path, "SQLite consensus file", directory=False)
         self.busy_timeout_s = busy_timeout_s
@@ -85,6 +105,18 @@ class SqliteConsensus:
         except OSError as e:
             raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
         self._create()
+
+    def _failure(
+        self, what: str, e: sqlite3.Error, kind: type[ExternalError] = Determinate
+    ) -> CorruptState | ExternalError:
+        """The error to raise for ``e``: CorruptState naming the file if SQLite found it is
+        not a database or is damaged (invariant 4), else ``kind`` (a fault, retried)."""
+        code = getattr(e, "sqlite_errorcode", None)  # None: raised by Python's sqlite3 itself
+        if code is not None and code & 0xFF in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT):
+            return CorruptState(
+                f"{what}: SQLite consensus {str(self.path)!r} is not a database or is damaged: {e}"
+            )
+        return kind(f"{what}: {_explain(e, self.busy_timeout_s)}")
 
     @property
     def uri(self) -> str:
@@ -99,12 +131,10 @@ class SqliteConsensus:
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(_SCHEMA)
                 return
-            except sqlite3.OperationalError as e:
-                if not _is_busy(e) or time.monotonic() > deadline:
-                    raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
-                time.sleep(0.01)
             except sqlite3.Error as e:
-                raise Determinate(f"opening SQLite consensus {str(self.path)!r}: {e}") from e
+                if not _is_busy(e) or time.monotonic() > deadline:
+                    raise self._failure(f"opening SQLite consensus {str(self.path)!r}", e) from e
+                time.sleep(0.01)
 
     def _conn(self) -> sqlite3.Connection:
         conn = self._connections.get()
@@ -118,12 +148,12 @@ class SqliteConsensus:
                 check_same_thread=False,
             )
         except sqlite3.Error as e:
-            raise Determinate(f"connecting to SQLite consensus {str(self.path)!r}: {e}") from e
+            raise self._failure(f"connecting to SQLite consensus {str(self.path)!r}", e) from e
         try:
             conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as e:
             conn.close()
-            raise Determinate(f"connecting to SQLite consensus {str(self.path)!r}: {e}") from e
+            raise self._failure(f"connecting to SQLite consensus {str(self.path)!r}", e) from e
         self._connections.put(conn)
         return conn
 
@@ -145,7 +175,7 @@ class SqliteConsensus:
             result = body(conn)
         except sqlite3.Error as e:
             _rollback(conn)
-            raise Determinate(f"{what}: {_explain(e, self.busy_timeout_s)}") from e
+            raise self._failure(what, e) from e
         except BaseException:
             _rollback(conn)
             raise
@@ -156,7 +186,7 @@ class SqliteConsensus:
         except BaseException as e:
             _rollback(conn)
             if isinstance(e, sqlite3.Error):
-                raise Indeterminate(f"committing {what}: {e}") from e
+                raise self._failure(f"committing {what}", e, Indeterminate) from e
             raise
         return result
 
@@ -165,8 +195,8 @@ class SqliteConsensus:
         try:
             row = self._conn().execute(_HEAD, (key,)).fetchone()
         except sqlite3.Error as e:
-            raise Determinate(f"reading head of {key!r}: {e}") from e
-        return None if row is None else VersionedData(int(row[0]), bytes(row[1]))
+            raise self._failure(f"reading head of {key!r}", e) from e
+        return None if row is None else stored_version(key, row[0], row[1])
 
     def compare_and_set(self, key: str, expected: SeqNo | None, new: VersionedData) -> CaSResult:
         check_consensus_key(key)
@@ -193,13 +223,13 @@ class SqliteConsensus:
                 .execute(
                     "SELECT seqno, data FROM consensus WHERE shard = ? AND seqno >= ? "
                     "ORDER BY seqno LIMIT ?",
-                    (key, from_seqno, limit),
+                    (key, max(from_seqno, _MIN_INTEGER), limit),
                 )
                 .fetchall()
             )
         except sqlite3.Error as e:
-            raise Determinate(f"scanning {key!r}: {e}") from e
-        return [VersionedData(int(s), bytes(d)) for s, d in rows]
+            raise self._failure(f"scanning {key!r}", e) from e
+        return [stored_version(key, s, d) for s, d in rows]
 
     def truncate(self, key: str, seqno: SeqNo) -> int:
         check_consensus_key(key)
@@ -210,7 +240,8 @@ class SqliteConsensus:
             if head is None or seqno > head:
                 raise InvalidUsage(f"cannot truncate {key!r} at {seqno}: head seqno is {head}")
             cursor = conn.execute(
-                "DELETE FROM consensus WHERE shard = ? AND seqno < ?", (key, seqno)
+                "DELETE FROM consensus WHERE shard = ? AND seqno < ?",
+                (key, max(seqno, _MIN_INTEGER)),
             )
             return int(cursor.rowcount)
 
@@ -224,13 +255,13 @@ class SqliteConsensus:
                 .fetchall()
             )
         except sqlite3.Error as e:
-            raise Determinate(f"listing shards: {e}") from e
+            raise self._failure("listing shards", e) from e
         return [str(r[0]) for r in rows]
 
 
 def _head_seqno(conn: sqlite3.Connection, key: str) -> SeqNo | None:
     row = conn.execute(_HEAD_SEQNO, (key,)).fetchone()
-    return None if row is None or row[0] is None else int(row[0])
+    return None if row is None or row[0] is None else stored_seqno(key, row[0])
 
 
 def _is_busy(e: sqlite3.Error) -> bool:

@@ -18,12 +18,12 @@ The blob passes on the temporaries of a wrapped blob that has them
 over one that has none it lists none and deletes none, drawing nothing.
 
 A call with an argument every backend refuses (a key, prefix or temporary key
-that is not safe, a shard id, seqno, version or scan limit that is not valid)
-raises the backend's InvalidUsage before anything is drawn: it takes no fault
-and no number from the stream, so the valid calls get the faults they would
-get without it. A call that the backend itself rejects otherwise (a key that
-holds other bytes, one that escapes a file blob's root) is passed through
-unchanged, also on the timeout path.
+that is not safe, a blob value that is not bytes, a shard id, seqno, version
+or scan limit that is not valid) raises the backend's InvalidUsage before
+anything is drawn: it takes no fault and no number from the stream, so the
+valid calls get the faults they would get without it. A call that the backend
+itself rejects otherwise (a key that holds other bytes, one that escapes a file
+blob's root) is passed through unchanged, also on the timeout path.
 
 Invariants:
 
@@ -69,6 +69,7 @@ from timeshard.location.blob import (
     Temporaries,
     check_blob_key,
     check_blob_prefix,
+    check_blob_value,
 )
 from timeshard.location.consensus import (
     CaSResult,
@@ -156,6 +157,7 @@ class UnreliableBlob(Faults):
 
     def set(self, key: str, value: bytes) -> None:
         check_blob_key(key)
+        check_blob_value(value)
         self.write(f"set {key!r}", lambda: self.inner.set(key, value))
 
     def delete(self, key: str) -> int | None:
