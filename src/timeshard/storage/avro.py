@@ -291,19 +291,65 @@ def avro_record_schema(name: str, columns: pa.Schema) -> dict[str, Any]:
     ``decimal128(p, s)`` ``bytes`` with logical type ``decimal``, ``date32``
     ``int``/``date``, a timestamp with a time zone ``long``/
     ``timestamp-millis`` or ``-micros``, without one ``local-timestamp-*``.
-    InvalidUsage names a column of any other type, or whose name Avro does
-    not allow.
+
+    Nested types, to any depth, as Materialize writes them: a list is an
+    ``array``, a struct a ``record``, a map with string keys a ``map``; an
+    array's items, a map's values and a record's fields are each a union of
+    ``null`` and their type, as the columns are. A nested record is named
+    after its path from ``name``, which makes its full name unique in the
+    schema and a pure function of the columns: the struct column ``s`` is
+    ``{name}.s``, its struct field ``t`` ``{name}.s.t``, the struct items of
+    a list column ``l`` ``{name}.l.items`` and the struct values of a map
+    column ``m`` ``{name}.m.values``.
+
+    InvalidUsage names a column of any other type (or holding one, or a map
+    whose keys are not strings), or whose name, or a nested field's, Avro
+    does not allow.
     """
     fields = []
     for f in columns:
         if not _AVRO_NAME.fullmatch(f.name):
             raise InvalidUsage(f"column {f.name!r} is not an Avro name ([A-Za-z_][A-Za-z0-9_]*)")
-        fields.append({"name": f.name, "type": ["null", _avro_type_of(f)], "default": None})
+        avro_type = _avro_type_of(f.type, f"{name}.{f.name}", f.name, f.name)
+        fields.append({"name": f.name, "type": ["null", avro_type], "default": None})
     return {"type": "record", "name": name, "fields": fields}
 
 
-def _avro_type_of(field: pa.Field) -> Any:
-    t, typ = pa.types, field.type
+def _avro_type_of(typ: pa.DataType, name: str, column: str, where: str) -> Any:
+    """The Avro type of the values of ``typ`` at ``where`` (the path from ``column`` on,
+    as ``s.t.items``) in ``column``, a record there named ``name``."""
+    t = pa.types
+    if t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ):
+        items = _avro_type_of(typ.value_type, f"{name}.items", column, f"{where}.items")
+        return {"type": "array", "items": ["null", items]}
+    if t.is_map(typ):
+        if not (t.is_string(typ.key_type) or t.is_large_string(typ.key_type)):
+            raise InvalidUsage(
+                f"column {column!r} holds a map with keys of type {typ.key_type} at {where}: "
+                "an Avro map's keys are strings"
+            )
+        values = _avro_type_of(typ.item_type, f"{name}.values", column, f"{where}.values")
+        return {"type": "map", "values": ["null", values]}
+    if t.is_struct(typ):
+        fields: list[dict[str, Any]] = []
+        for f in typ:
+            if not _AVRO_NAME.fullmatch(f.name) or f.name in [g["name"] for g in fields]:
+                raise InvalidUsage(
+                    f"column {column!r} has field {f.name!r} at {where}, which is not an Avro "
+                    "name ([A-Za-z_][A-Za-z0-9_]*) unique in its struct"
+                )
+            avro_type = _avro_type_of(f.type, f"{name}.{f.name}", column, f"{where}.{f.name}")
+            fields.append({"name": f.name, "type": ["null", avro_type], "default": None})
+        return {"type": "record", "name": name, "fields": fields}
+    primitive = _avro_primitive_of(typ)
+    if primitive is None:
+        at = "" if where == column else f" at {where}"
+        raise InvalidUsage(f"column {column!r} of type {typ}{at} has no Avro form here")
+    return primitive
+
+
+def _avro_primitive_of(typ: pa.DataType) -> Any:
+    t = pa.types
     if t.is_boolean(typ):
         return "boolean"
     if t.is_integer(typ) and typ.bit_width <= 32 and not (t.is_uint32(typ)):
@@ -331,4 +377,4 @@ def _avro_type_of(field: pa.Field) -> Any:
         unit = "millis" if typ.unit == "ms" else "micros"
         local = "" if typ.tz is not None else "local-"
         return {"type": "long", "logicalType": f"{local}timestamp-{unit}"}
-    raise InvalidUsage(f"column {field.name!r} of type {typ} has no Avro form here")
+    return None
