@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from timeshard.errors import InvalidUsage
@@ -50,6 +51,15 @@ REFUSED = [
     (record(field(["null", "long"], default="x")), 'default "x"'),
     (record(field(["null", "int"], default=2**40)), f"default {2**40}"),
     (record(field("long", order="bogus")), "order 'bogus'"),
+    (record(field({"type": "array", "items": "long"}, default=[1, "x"])), 'default [1, "x"]'),
+    (record(field({"type": "map", "values": "int"}, default=[])), "default []"),
+    (record(field({"type": "map", "values": "int"}, default={"k": 2**40})), "default {"),
+    (record(field(record(name="S"), default={})), "default {}"),  # field 'a' has none
+    (record(field(record(name="S"), default={"a": "x"})), 'default {"a": "x"}'),
+    (record(field(record(field("long", default="x"), name="S"))), "field a.a has default"),
+    (record(field(record(field("long", name="b-c"), name="S"))), "not a field with an Avro name"),
+    (record(field(record(name="S-1"))), "'S-1' is not an Avro name"),
+    (record(field(record(name="R"))), "redefined named type"),
 ]
 
 ACCEPTED = [
@@ -66,6 +76,11 @@ ACCEPTED = [
     record(field("double", default=1)),
     record(field("bytes", default="\u00ff")),
     record(field("long", order="DESCENDING")),
+    record(field({"type": "array", "items": ["null", "long"]}, default=[1, None])),
+    record(field({"type": "map", "values": {"type": "array", "items": "int"}}, default={})),
+    record(field(["null", record(name="S")], default={"a": 1})),  # any branch
+    record(field(record(field("long", default=3), name="S"), default={})),
+    record(field(record(field({"type": "map", "values": "string"}), name="S"))),
 ]
 
 
@@ -97,3 +112,38 @@ def test_writer_schemas_with_names_java_avro_refuses_are_not_avro() -> None:
         with pytest.raises(InvalidUsage, match="schema id 3 is not a valid Avro schema: "):
             SchemaFiles({3: json.dumps(schema)})
     assert avro(json.dumps(record([{"name": "a", "type": ["null", {**enum, "name": "E"}]}])))
+
+
+def test_nested_reader_types_give_nested_columns() -> None:
+    inner = record(
+        [
+            {"name": "x", "type": ["null", "double"]},
+            {"name": "tags", "type": {"type": "array", "items": "string"}},
+        ],
+        name="S",
+    )
+    schema = record(
+        [
+            {"name": "l", "type": ["null", {"type": "array", "items": ["null", "long"]}]},
+            {"name": "s", "type": inner},
+            {"name": "m", "type": {"type": "map", "values": ["null", {**inner, "name": "T"}]}},
+        ]
+    )
+    point = pa.struct([("x", pa.float64()), ("tags", pa.list_(pa.string()))])
+    assert avro_payload_schema(json.dumps(schema)) == pa.schema(
+        [("l", pa.list_(pa.int64())), ("s", point), ("m", pa.map_(pa.string(), point))]
+    )
+
+
+@pytest.mark.parametrize(
+    "avro_type",
+    [
+        {"type": "array", "items": ["long", "string"]},
+        {"type": "map", "values": {"type": "int", "logicalType": "date"}},
+        {"type": "record", "name": "S", "fields": [{"name": "b", "type": "R"}]},  # by name
+        {"type": "enum", "name": "E", "symbols": ["A"]},
+    ],
+)
+def test_nested_reader_types_without_a_column_form(avro_type: Any) -> None:
+    with pytest.raises(InvalidUsage, match="field 'a' has type"):
+        avro_payload_schema(json.dumps(record(field(avro_type))))

@@ -7,8 +7,10 @@ datum does not decode.
 
 Schemas. A *reader* schema is Avro JSON text: a record whose fields are
 ``boolean``, ``int``, ``long``, ``float``, ``double``, ``string`` or
-``bytes``, or a union of ``null`` and one of those. Its fields, in order, are
-the columns (:func:`avro_payload_schema`), all nullable. A datum is written
+``bytes``, an ``array`` (a list column), a ``map`` (a map with string keys)
+or a ``record`` (a struct) of those written inline, to any depth, or a union
+of ``null`` and one of those. Its fields, in order, are the columns
+(:func:`avro_payload_schema`), all nullable. A datum is written
 with a *writer* schema, which may differ from the reader schema as far as
 Avro's schema resolution allows: a field the reader lacks is skipped, a
 reader field the writer lacks takes its ``default``, ``int`` widens to
@@ -70,9 +72,9 @@ _RESERVED = ("_partition", "_offset", TS, DIFF, ERR)
 def avro_payload_schema(avro_schema: str) -> pa.Schema:
     """The Arrow columns of an Avro record schema given as JSON text (driver).
 
-    Every column is nullable (err rows have null data). Raises InvalidUsage
-    for text that is not a record schema, for a field whose type is not a
-    primitive or a union of ``null`` and one primitive, or whose ``default``
+    Every column is nullable (err rows have null data), and so is every nested
+    value. Raises InvalidUsage for text that is not a record schema, for a
+    field whose type has no column form (module doc), or whose ``default``
     is not a value of its type (spark-avro fails the whole job when it
     resolves a writer without the field), naming the field, and for a schema
     spark-avro cannot parse (:func:`avro_schema_problem`: every read would
@@ -173,10 +175,30 @@ def _java_name(name: str) -> bool:
 
 
 def _default_fits(avro_type: Any, default: Any) -> bool:
-    """Whether Java Avro takes ``default`` for a field of ``avro_type`` (a primitive, or a
-    union of them: a value of any branch)."""
-    branches = avro_type if isinstance(avro_type, list) else [avro_type]
-    return any(_fits(_avro_primitive(b), default) for b in branches)
+    """Whether Java Avro takes ``default`` for a field of ``avro_type``: for a union, a
+    value of any branch; for an array, a list of its items' values; for a map, an object
+    of its values'; for a record, an object with a value of each field's type, or
+    without the field where the field has a default."""
+    if isinstance(avro_type, list):
+        return any(_default_fits(b, default) for b in avro_type)
+    primitive = _avro_primitive(avro_type)
+    if primitive is not None or not isinstance(avro_type, dict):
+        return _fits(primitive, default)
+    kind = avro_type.get("type")
+    if kind == "array":
+        return isinstance(default, list) and all(
+            _default_fits(avro_type.get("items"), v) for v in default
+        )
+    if kind == "map":
+        return isinstance(default, dict) and all(
+            _default_fits(avro_type.get("values"), v) for v in default.values()
+        )
+    if kind == "record":
+        return isinstance(default, dict) and all(
+            _default_fits(f["type"], default[f["name"]]) if f["name"] in default else "default" in f
+            for f in avro_type.get("fields", ())
+        )
+    return False
 
 
 def _fits(primitive: str | None, value: Any) -> bool:
@@ -195,14 +217,62 @@ def _fits(primitive: str | None, value: Any) -> bool:
 
 
 def _avro_field_type(name: str, avro_type: Any) -> pa.DataType:
-    branches = avro_type if isinstance(avro_type, list) else [avro_type]
-    values = [p for p in map(_avro_primitive, branches) if p != "null"]
-    if len(branches) <= 2 and len(values) == 1 and values[0] is not None:
-        return AVRO_TYPES[values[0]]
+    found = _arrow_type_of(name, avro_type)
+    if found is not None:
+        return found
     raise InvalidUsage(
         f"avro_schema: field {name!r} has type {json.dumps(avro_type)}; supported are "
-        f"{sorted(AVRO_TYPES)} and unions of 'null' with one of them"
+        f"{sorted(AVRO_TYPES)}, arrays, maps and records of them (written inline, to any "
+        "depth), and unions of 'null' with one of them"
     )
+
+
+def _arrow_type_of(name: str, avro_type: Any) -> pa.DataType | None:
+    """The Arrow type of the values of ``avro_type`` (of the field or path ``name``), None
+    if it has none here. InvalidUsage for a nested field that is no field, or whose
+    default is not a value of its type."""
+    branches = avro_type if isinstance(avro_type, list) else [avro_type]
+    values = [b for b in branches if _avro_primitive(b) != "null"]
+    if len(branches) > 2 or len(values) != 1:
+        return None
+    (one,) = values
+    primitive = _avro_primitive(one)
+    if primitive is not None:
+        return AVRO_TYPES[primitive]
+    if not isinstance(one, dict) or "logicalType" in one:
+        return None
+    kind = one.get("type")
+    if kind == "array":
+        items = _arrow_type_of(f"{name}.items", one.get("items"))
+        return None if items is None else pa.list_(items)
+    if kind == "map":
+        item = _arrow_type_of(f"{name}.values", one.get("values"))
+        return None if item is None else pa.map_(pa.string(), item)
+    if kind == "record" and isinstance(one.get("fields"), list):
+        return _struct_of(name, one["fields"])
+    return None
+
+
+def _struct_of(name: str, fields: list[Any]) -> pa.DataType | None:
+    children: list[pa.Field] = []
+    for field in fields:
+        fname = field.get("name") if isinstance(field, dict) else None
+        if not isinstance(fname, str) or not _AVRO_NAME.fullmatch(fname):
+            raise InvalidUsage(
+                f"avro_schema: {field!r} in {name!r} is not a field with an Avro name"
+            )
+        if fname in [c.name for c in children]:
+            raise InvalidUsage(f"avro_schema: field name {fname!r} is repeated in {name!r}")
+        child = _arrow_type_of(f"{name}.{fname}", field.get("type"))
+        if child is None:
+            return None
+        if "default" in field and not _default_fits(field["type"], field["default"]):
+            raise InvalidUsage(
+                f"avro_schema: field {name}.{fname} has default {json.dumps(field['default'])}, "
+                f"which is not a value of its type {json.dumps(field['type'])}"
+            )
+        children.append(pa.field(fname, child))
+    return pa.struct(children)
 
 
 def _avro_primitive(avro_type: Any) -> str | None:
