@@ -147,3 +147,11 @@ def test_nested_reader_types_give_nested_columns() -> None:
 def test_nested_reader_types_without_a_column_form(avro_type: Any) -> None:
     with pytest.raises(InvalidUsage, match="field 'a' has type"):
         avro_payload_schema(json.dumps(record(field(avro_type))))
+
+
+def test_a_nested_record_without_fields_is_refused() -> None:
+    """Java Avro takes it, but no Parquet part holds a struct without fields: every write
+    of the source failed."""
+    empty = {"type": "array", "items": {"type": "record", "name": "E", "fields": []}}
+    with pytest.raises(InvalidUsage, match=r"record at 'a\.items' needs a non-empty fields list"):
+        avro_payload_schema(json.dumps(record(field(empty))))

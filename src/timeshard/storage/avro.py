@@ -254,6 +254,8 @@ def _arrow_type_of(name: str, avro_type: Any) -> pa.DataType | None:
 
 
 def _struct_of(name: str, fields: list[Any]) -> pa.DataType | None:
+    if not fields:  # Avro takes it; a Parquet part holds no struct without fields
+        raise InvalidUsage(f"avro_schema: the record at {name!r} needs a non-empty fields list")
     children: list[pa.Field] = []
     for field in fields:
         fname = field.get("name") if isinstance(field, dict) else None
