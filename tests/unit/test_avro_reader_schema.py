@@ -155,3 +155,49 @@ def test_a_nested_record_without_fields_is_refused() -> None:
     empty = {"type": "array", "items": {"type": "record", "name": "E", "fields": []}}
     with pytest.raises(InvalidUsage, match=r"record at 'a\.items' needs a non-empty fields list"):
         avro_payload_schema(json.dumps(record(field(empty))))
+
+
+def writer(avro_type: Any, **attributes: Any) -> dict[str, Any]:
+    return record(field(avro_type, **attributes), name="W")
+
+
+#: Writer schemas fastavro parses and Java Avro refuses (a registry's, or a schema file's):
+#: each failed every read of the source at planning, a fault, for good.
+WRITER_REFUSED = [
+    (writer(["null", "null"]), "two branches of type 'null'"),
+    (writer(["long", {"type": "long", "logicalType": "timestamp-millis"}]), "type 'long'"),
+    (writer([{"type": "map", "values": "long"}, {"type": "map", "values": "string"}]), "'map'"),
+    (writer(["long", ["null", "string"]]), "holds a union"),
+    (writer({"type": "fixed", "name": "F", "size": -1}), "size -1"),
+    (writer({"type": "fixed", "name": "F", "size": "4"}), "size '4'"),
+    (record([{"name": "a", "type": "long"}, {"name": "a", "type": "int"}]), "'a' is repeated"),
+    (writer({"type": "array", "items": "long"}, default=["x"]), 'default ["x"]'),
+    (writer(record(name="S"), default={"a": "x"}), 'default {"a": "x"}'),
+    (
+        writer(record(field({"type": "map", "values": "int"}, default={"k": "x"}), name="S")),
+        'default {"k": "x"}',
+    ),
+    (record(aliases=["1x"]), "alias '1x'"),
+]
+#: ... and writer schemas both take (Java Avro does not check these).
+WRITER_ACCEPTED = [
+    writer(["null", record(name="S"), record(name="T")]),
+    writer({"type": "enum", "name": "E", "symbols": ["A"]}, default="B"),
+    writer({"type": "fixed", "name": "F", "size": 2}, default="abc"),
+    writer("long", aliases=["1x"]),
+    writer({"type": "long", "logicalType": "timestamp-millis"}, default=0),
+    record(doc=5),
+]
+
+
+@pytest.mark.parametrize(("schema", "match"), WRITER_REFUSED)
+def test_a_writer_schema_java_avro_refuses_is_not_avro(schema: dict[str, Any], match: str) -> None:
+    assert not avro(json.dumps(schema))
+    with pytest.raises(InvalidUsage, match="schema id 3 is not a valid Avro schema: ") as e:
+        SchemaFiles({3: json.dumps(schema)})
+    assert match in str(e.value)
+
+
+@pytest.mark.parametrize("schema", WRITER_ACCEPTED)
+def test_a_writer_schema_java_avro_takes_is_avro(schema: dict[str, Any]) -> None:
+    assert avro(json.dumps(schema))

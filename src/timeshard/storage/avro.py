@@ -117,10 +117,15 @@ def avro_schema_problem(schema: Any) -> str | None:
     JSON) as a datum's schema, None if it would not.
 
     fastavro parses the schema framed as :func:`decode_datum` hands it to spark-avro
-    (so a name that collides with the frame's is refused too), and every named type's
-    name and namespace, and every field's name, is checked against Java Avro's name
-    grammar, which fastavro does not check: a letter or ``_``, then letters, digits or
-    ``_``, in each dotted component of a full name or namespace.
+    (so a name that collides with the frame's is refused too). Then what fastavro
+    does not check is checked as Java Avro does: every named type's name, namespace
+    and aliases, and every field's name, against Java Avro's name grammar (a letter
+    or ``_``, then letters, digits or ``_``, in each dotted component of a full name
+    or namespace); no record repeats a field name; a fixed's size is a non-negative
+    int; no union holds a union, or two branches of one unnamed type (two ``long``,
+    two arrays, two maps); and a field's default is a value of its type
+    (:func:`_default_fits`, where the type is made of primitives, arrays, maps and
+    records only).
     """
     import fastavro
 
@@ -128,36 +133,99 @@ def avro_schema_problem(schema: Any) -> str | None:
         fastavro.parse_schema(json.loads(framed_schema(json.dumps(schema))))
     except Exception as e:  # fastavro raises several types for a bad schema
         return f"{type(e).__name__}: {e}"
-    return _names_problem(schema)
+    return _java_problem(schema)
 
 
-def _names_problem(schema: Any) -> str | None:
+def _java_problem(schema: Any) -> str | None:
     if isinstance(schema, list):
-        return next(filter(None, map(_names_problem, schema)), None)
+        return _union_problem(schema) or next(filter(None, map(_java_problem, schema)), None)
     if not isinstance(schema, dict):
         return None
     kind = schema.get("type")
     if kind in ("record", "error", "enum", "fixed"):
-        name, namespace = schema.get("name"), schema.get("namespace")
-        if not isinstance(name, str) or not all(map(_java_name, name.split("."))):
-            return f"{kind} name {name!r} is not an Avro name"
-        dotted = namespace.split(".") if isinstance(namespace, str) else [""]
-        if "." not in name and namespace not in (None, "") and not all(map(_java_name, dotted)):
-            return f"{kind} {name!r} has namespace {namespace!r}, not an Avro namespace"
+        problem = _named_problem(kind, schema)
+        if problem is not None:
+            return problem
     if kind in ("record", "error"):
-        for field in schema.get("fields", ()):
-            fname = field.get("name")
-            if not isinstance(fname, str) or not _java_name(fname):
-                return f"field name {fname!r} of record {schema.get('name')!r} is not an Avro name"
-            if str(field.get("order", "ascending")).lower() not in FIELD_ORDERS:
-                return f"field {fname!r} has order {field['order']!r}, not one of {FIELD_ORDERS}"
-            problem = _names_problem(field.get("type"))
-            if problem is not None:
-                return problem
-        return None
+        return _fields_problem(schema)
     if kind in ("array", "map"):
-        return _names_problem(schema.get("items" if kind == "array" else "values"))
-    return _names_problem(kind)
+        return _java_problem(schema.get("items" if kind == "array" else "values"))
+    return _java_problem(kind)
+
+
+def _named_problem(kind: str, schema: dict[str, Any]) -> str | None:
+    name, namespace = schema.get("name"), schema.get("namespace")
+    if not isinstance(name, str) or not all(map(_java_name, name.split("."))):
+        return f"{kind} name {name!r} is not an Avro name"
+    dotted = namespace.split(".") if isinstance(namespace, str) else [""]
+    if "." not in name and namespace not in (None, "") and not all(map(_java_name, dotted)):
+        return f"{kind} {name!r} has namespace {namespace!r}, not an Avro namespace"
+    aliases = schema.get("aliases")
+    for alias in aliases if isinstance(aliases, list) else ():
+        if not isinstance(alias, str) or not all(map(_java_name, alias.split("."))):
+            return f"{kind} {name!r} has alias {alias!r}, not an Avro name"
+    size = schema.get("size")
+    if kind == "fixed" and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        return f"fixed {name!r} has size {size!r}, not a non-negative int"
+    return None
+
+
+def _fields_problem(record: dict[str, Any]) -> str | None:
+    names: list[str] = []
+    for field in record.get("fields", ()):
+        fname = field.get("name")
+        if not isinstance(fname, str) or not _java_name(fname):
+            return f"field name {fname!r} of record {record.get('name')!r} is not an Avro name"
+        if fname in names:
+            return f"field name {fname!r} is repeated in record {record.get('name')!r}"
+        names.append(fname)
+        if str(field.get("order", "ascending")).lower() not in FIELD_ORDERS:
+            return f"field {fname!r} has order {field['order']!r}, not one of {FIELD_ORDERS}"
+        avro_type = field.get("type")
+        default = field.get("default")
+        if "default" in field and _checkable(avro_type) and not _default_fits(avro_type, default):
+            return (
+                f"field {fname!r} of record {record.get('name')!r} has default "
+                f"{json.dumps(default)}, not a value of its type"
+            )
+        problem = _java_problem(avro_type)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _union_problem(branches: list[Any]) -> str | None:
+    """Why Java Avro refuses the union ``branches`` itself (its branches aside)."""
+    kinds: list[str] = []
+    for branch in branches:
+        if isinstance(branch, list):
+            return f"the union {json.dumps(branches)} holds a union"
+        kind = branch.get("type") if isinstance(branch, dict) else branch
+        if kind in ("array", "map", "null", *AVRO_TYPES):
+            if kind in kinds:
+                return f"the union {json.dumps(branches)} holds two branches of type {kind!r}"
+            kinds.append(kind)
+    return None
+
+
+def _checkable(avro_type: Any) -> bool:
+    """Whether :func:`_default_fits` decides for ``avro_type``: made of primitives (without
+    a logical type), arrays, maps and records written inline, and unions of them."""
+    if isinstance(avro_type, list):
+        return all(map(_checkable, avro_type))
+    if isinstance(avro_type, str):
+        return avro_type in AVRO_TYPES or avro_type == "null"
+    if not isinstance(avro_type, dict) or "logicalType" in avro_type:
+        return False
+    kind = avro_type.get("type")
+    if kind == "array":
+        return _checkable(avro_type.get("items"))
+    if kind == "map":
+        return _checkable(avro_type.get("values"))
+    if kind in ("record", "error"):
+        fields = avro_type.get("fields", ())
+        return all(isinstance(f, dict) and _checkable(f.get("type")) for f in fields)
+    return isinstance(kind, str) and _checkable(kind)
 
 
 def _java_name(name: str) -> bool:
