@@ -178,6 +178,9 @@ WRITER_REFUSED = [
         'default {"k": "x"}',
     ),
     (record(aliases=["1x"]), "alias '1x'"),
+    (writer(["null", record(name="S"), "S"]), "type 'S'"),
+    (record(field(["null", record(name="S"), "x.S"]), namespace="x"), "type 'x.S'"),
+    (record(field([record(name="a.S"), "S"]), name="W", namespace="a"), "type 'a.S'"),
 ]
 #: ... and writer schemas both take (Java Avro does not check these).
 WRITER_ACCEPTED = [
@@ -187,6 +190,8 @@ WRITER_ACCEPTED = [
     writer("long", aliases=["1x"]),
     writer({"type": "long", "logicalType": "timestamp-millis"}, default=0),
     record(doc=5),
+    writer(["null", record(name="S"), record(name="S", namespace="x")]),
+    writer([record(name="S"), record(name="x.S")]),
 ]
 
 

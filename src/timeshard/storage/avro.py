@@ -67,6 +67,7 @@ AVRO_DECODE_ERROR = (
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FIELD_ORDERS = ("ascending", "descending", "ignore")
 _RESERVED = ("_partition", "_offset", TS, DIFF, ERR)
+_NAMED = ("record", "error", "enum", "fixed")
 
 
 def avro_payload_schema(avro_schema: str) -> pa.Schema:
@@ -122,10 +123,10 @@ def avro_schema_problem(schema: Any) -> str | None:
     and aliases, and every field's name, against Java Avro's name grammar (a letter
     or ``_``, then letters, digits or ``_``, in each dotted component of a full name
     or namespace); no record repeats a field name; a fixed's size is a non-negative
-    int; no union holds a union, or two branches of one unnamed type (two ``long``,
-    two arrays, two maps); and a field's default is a value of its type
-    (:func:`_default_fits`, where the type is made of primitives, arrays, maps and
-    records only).
+    int; no union holds a union, or two branches of one type (two ``long``, two
+    arrays, two maps, a named type and a reference to it); and a field's default is
+    a value of its type (:func:`_default_fits`, where the type is made of
+    primitives, arrays, maps and records only).
     """
     import fastavro
 
@@ -133,24 +134,36 @@ def avro_schema_problem(schema: Any) -> str | None:
         fastavro.parse_schema(json.loads(framed_schema(json.dumps(schema))))
     except Exception as e:  # fastavro raises several types for a bad schema
         return f"{type(e).__name__}: {e}"
-    return _java_problem(schema)
+    return _java_problem(schema, "")
 
 
-def _java_problem(schema: Any) -> str | None:
+def _java_problem(schema: Any, space: str) -> str | None:
+    """Why Java Avro refuses ``schema`` that fastavro took, in namespace ``space``."""
     if isinstance(schema, list):
-        return _union_problem(schema) or next(filter(None, map(_java_problem, schema)), None)
+        branches = (_java_problem(branch, space) for branch in schema)
+        return _union_problem(schema, space) or next(filter(None, branches), None)
     if not isinstance(schema, dict):
         return None
     kind = schema.get("type")
-    if kind in ("record", "error", "enum", "fixed"):
+    if kind in _NAMED:
         problem = _named_problem(kind, schema)
         if problem is not None:
             return problem
+        space = _full_name(schema, space).rpartition(".")[0]
     if kind in ("record", "error"):
-        return _fields_problem(schema)
+        return _fields_problem(schema, space)
     if kind in ("array", "map"):
-        return _java_problem(schema.get("items" if kind == "array" else "values"))
-    return _java_problem(kind)
+        return _java_problem(schema.get("items" if kind == "array" else "values"), space)
+    return _java_problem(kind, space)
+
+
+def _full_name(named: dict[str, Any], space: str) -> str:
+    """The full name of a named type defined in namespace ``space``."""
+    name, namespace = named["name"], named.get("namespace")
+    if "." in name:
+        return str(name)
+    space = namespace if isinstance(namespace, str) else space
+    return f"{space}.{name}" if space else str(name)
 
 
 def _named_problem(kind: str, schema: dict[str, Any]) -> str | None:
@@ -170,7 +183,7 @@ def _named_problem(kind: str, schema: dict[str, Any]) -> str | None:
     return None
 
 
-def _fields_problem(record: dict[str, Any]) -> str | None:
+def _fields_problem(record: dict[str, Any], space: str) -> str | None:
     names: list[str] = []
     for field in record.get("fields", ()):
         fname = field.get("name")
@@ -188,23 +201,28 @@ def _fields_problem(record: dict[str, Any]) -> str | None:
                 f"field {fname!r} of record {record.get('name')!r} has default "
                 f"{json.dumps(default)}, not a value of its type"
             )
-        problem = _java_problem(avro_type)
+        problem = _java_problem(avro_type, space)
         if problem is not None:
             return problem
     return None
 
 
-def _union_problem(branches: list[Any]) -> str | None:
-    """Why Java Avro refuses the union ``branches`` itself (its branches aside)."""
+def _union_problem(branches: list[Any], space: str) -> str | None:
+    """Why Java Avro refuses the union ``branches`` itself (its branches aside), in
+    namespace ``space``: a branch that is a union, or two of one type (an unnamed type's
+    kind, a named type's full name; a reference is taken as the name in ``space``)."""
     kinds: list[str] = []
     for branch in branches:
         if isinstance(branch, list):
             return f"the union {json.dumps(branches)} holds a union"
         kind = branch.get("type") if isinstance(branch, dict) else branch
-        if kind in ("array", "map", "null", *AVRO_TYPES):
-            if kind in kinds:
-                return f"the union {json.dumps(branches)} holds two branches of type {kind!r}"
-            kinds.append(kind)
+        if kind in _NAMED:
+            kind = _full_name(branch, space)
+        elif isinstance(kind, str) and kind not in ("array", "map", "null", *AVRO_TYPES):
+            kind = kind if "." in kind or not space else f"{space}.{kind}"  # a reference
+        if isinstance(kind, str) and kind in kinds:
+            return f"the union {json.dumps(branches)} holds two branches of type {kind!r}"
+        kinds.append(str(kind))
     return None
 
 
