@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 import pytest
-from tests.unit.test_avro_reader_schema import ACCEPTED, REFUSED
+from tests.unit.test_avro_reader_schema import ACCEPTED, REFUSED, WRITER_ACCEPTED, WRITER_REFUSED
 
 from timeshard.storage.avro import framed_schema
 
@@ -28,3 +28,8 @@ def java_refuses(spark: Any, schema: dict[str, Any]) -> bool:
 def test_the_checks_agree_with_java_avro(spark: Any) -> None:
     assert [s for s, _ in REFUSED if not java_refuses(spark, s)] == []
     assert [s for s in ACCEPTED if java_refuses(spark, s)] == []
+
+
+def test_the_writer_checks_agree_with_java_avro(spark: Any) -> None:
+    assert [s for s, _ in WRITER_REFUSED if not java_refuses(spark, s)] == []
+    assert [s for s in WRITER_ACCEPTED if java_refuses(spark, s)] == []

@@ -7,8 +7,10 @@ datum does not decode.
 
 Schemas. A *reader* schema is Avro JSON text: a record whose fields are
 ``boolean``, ``int``, ``long``, ``float``, ``double``, ``string`` or
-``bytes``, or a union of ``null`` and one of those. Its fields, in order, are
-the columns (:func:`avro_payload_schema`), all nullable. A datum is written
+``bytes``, an ``array`` (a list column), a ``map`` (a map with string keys)
+or a ``record`` (a struct) of those written inline, to any depth, or a union
+of ``null`` and one of those. Its fields, in order, are the columns
+(:func:`avro_payload_schema`), all nullable. A datum is written
 with a *writer* schema, which may differ from the reader schema as far as
 Avro's schema resolution allows: a field the reader lacks is skipped, a
 reader field the writer lacks takes its ``default``, ``int`` widens to
@@ -65,14 +67,15 @@ AVRO_DECODE_ERROR = (
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FIELD_ORDERS = ("ascending", "descending", "ignore")
 _RESERVED = ("_partition", "_offset", TS, DIFF, ERR)
+_NAMED = ("record", "error", "enum", "fixed")
 
 
 def avro_payload_schema(avro_schema: str) -> pa.Schema:
     """The Arrow columns of an Avro record schema given as JSON text (driver).
 
-    Every column is nullable (err rows have null data). Raises InvalidUsage
-    for text that is not a record schema, for a field whose type is not a
-    primitive or a union of ``null`` and one primitive, or whose ``default``
+    Every column is nullable (err rows have null data), and so is every nested
+    value. Raises InvalidUsage for text that is not a record schema, for a
+    field whose type has no column form (module doc), or whose ``default``
     is not a value of its type (spark-avro fails the whole job when it
     resolves a writer without the field), naming the field, and for a schema
     spark-avro cannot parse (:func:`avro_schema_problem`: every read would
@@ -115,10 +118,15 @@ def avro_schema_problem(schema: Any) -> str | None:
     JSON) as a datum's schema, None if it would not.
 
     fastavro parses the schema framed as :func:`decode_datum` hands it to spark-avro
-    (so a name that collides with the frame's is refused too), and every named type's
-    name and namespace, and every field's name, is checked against Java Avro's name
-    grammar, which fastavro does not check: a letter or ``_``, then letters, digits or
-    ``_``, in each dotted component of a full name or namespace.
+    (so a name that collides with the frame's is refused too). Then what fastavro
+    does not check is checked as Java Avro does: every named type's name, namespace
+    and aliases, and every field's name, against Java Avro's name grammar (a letter
+    or ``_``, then letters, digits or ``_``, in each dotted component of a full name
+    or namespace); no record repeats a field name; a fixed's size is a non-negative
+    int; no union holds a union, or two branches of one type (two ``long``, two
+    arrays, two maps, a named type and a reference to it); and a field's default is
+    a value of its type (:func:`_default_fits`, where the type is made of
+    primitives, arrays, maps and records only).
     """
     import fastavro
 
@@ -126,36 +134,116 @@ def avro_schema_problem(schema: Any) -> str | None:
         fastavro.parse_schema(json.loads(framed_schema(json.dumps(schema))))
     except Exception as e:  # fastavro raises several types for a bad schema
         return f"{type(e).__name__}: {e}"
-    return _names_problem(schema)
+    return _java_problem(schema, "")
 
 
-def _names_problem(schema: Any) -> str | None:
+def _java_problem(schema: Any, space: str) -> str | None:
+    """Why Java Avro refuses ``schema`` that fastavro took, in namespace ``space``."""
     if isinstance(schema, list):
-        return next(filter(None, map(_names_problem, schema)), None)
+        branches = (_java_problem(branch, space) for branch in schema)
+        return _union_problem(schema, space) or next(filter(None, branches), None)
     if not isinstance(schema, dict):
         return None
     kind = schema.get("type")
-    if kind in ("record", "error", "enum", "fixed"):
-        name, namespace = schema.get("name"), schema.get("namespace")
-        if not isinstance(name, str) or not all(map(_java_name, name.split("."))):
-            return f"{kind} name {name!r} is not an Avro name"
-        dotted = namespace.split(".") if isinstance(namespace, str) else [""]
-        if "." not in name and namespace not in (None, "") and not all(map(_java_name, dotted)):
-            return f"{kind} {name!r} has namespace {namespace!r}, not an Avro namespace"
+    if kind in _NAMED:
+        problem = _named_problem(kind, schema)
+        if problem is not None:
+            return problem
+        space = _full_name(schema, space).rpartition(".")[0]
     if kind in ("record", "error"):
-        for field in schema.get("fields", ()):
-            fname = field.get("name")
-            if not isinstance(fname, str) or not _java_name(fname):
-                return f"field name {fname!r} of record {schema.get('name')!r} is not an Avro name"
-            if str(field.get("order", "ascending")).lower() not in FIELD_ORDERS:
-                return f"field {fname!r} has order {field['order']!r}, not one of {FIELD_ORDERS}"
-            problem = _names_problem(field.get("type"))
-            if problem is not None:
-                return problem
-        return None
+        return _fields_problem(schema, space)
     if kind in ("array", "map"):
-        return _names_problem(schema.get("items" if kind == "array" else "values"))
-    return _names_problem(kind)
+        return _java_problem(schema.get("items" if kind == "array" else "values"), space)
+    return _java_problem(kind, space)
+
+
+def _full_name(named: dict[str, Any], space: str) -> str:
+    """The full name of a named type defined in namespace ``space``."""
+    name, namespace = named["name"], named.get("namespace")
+    if "." in name:
+        return str(name)
+    space = namespace if isinstance(namespace, str) else space
+    return f"{space}.{name}" if space else str(name)
+
+
+def _named_problem(kind: str, schema: dict[str, Any]) -> str | None:
+    name, namespace = schema.get("name"), schema.get("namespace")
+    if not isinstance(name, str) or not all(map(_java_name, name.split("."))):
+        return f"{kind} name {name!r} is not an Avro name"
+    dotted = namespace.split(".") if isinstance(namespace, str) else [""]
+    if "." not in name and namespace not in (None, "") and not all(map(_java_name, dotted)):
+        return f"{kind} {name!r} has namespace {namespace!r}, not an Avro namespace"
+    aliases = schema.get("aliases")
+    for alias in aliases if isinstance(aliases, list) else ():
+        if not isinstance(alias, str) or not all(map(_java_name, alias.split("."))):
+            return f"{kind} {name!r} has alias {alias!r}, not an Avro name"
+    size = schema.get("size")
+    if kind == "fixed" and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        return f"fixed {name!r} has size {size!r}, not a non-negative int"
+    return None
+
+
+def _fields_problem(record: dict[str, Any], space: str) -> str | None:
+    names: list[str] = []
+    for field in record.get("fields", ()):
+        fname = field.get("name")
+        if not isinstance(fname, str) or not _java_name(fname):
+            return f"field name {fname!r} of record {record.get('name')!r} is not an Avro name"
+        if fname in names:
+            return f"field name {fname!r} is repeated in record {record.get('name')!r}"
+        names.append(fname)
+        if str(field.get("order", "ascending")).lower() not in FIELD_ORDERS:
+            return f"field {fname!r} has order {field['order']!r}, not one of {FIELD_ORDERS}"
+        avro_type = field.get("type")
+        default = field.get("default")
+        if "default" in field and _checkable(avro_type) and not _default_fits(avro_type, default):
+            return (
+                f"field {fname!r} of record {record.get('name')!r} has default "
+                f"{json.dumps(default)}, not a value of its type"
+            )
+        problem = _java_problem(avro_type, space)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _union_problem(branches: list[Any], space: str) -> str | None:
+    """Why Java Avro refuses the union ``branches`` itself (its branches aside), in
+    namespace ``space``: a branch that is a union, or two of one type (an unnamed type's
+    kind, a named type's full name; a reference is taken as the name in ``space``)."""
+    kinds: list[str] = []
+    for branch in branches:
+        if isinstance(branch, list):
+            return f"the union {json.dumps(branches)} holds a union"
+        kind = branch.get("type") if isinstance(branch, dict) else branch
+        if kind in _NAMED:
+            kind = _full_name(branch, space)
+        elif isinstance(kind, str) and kind not in ("array", "map", "null", *AVRO_TYPES):
+            kind = kind if "." in kind or not space else f"{space}.{kind}"  # a reference
+        if isinstance(kind, str) and kind in kinds:
+            return f"the union {json.dumps(branches)} holds two branches of type {kind!r}"
+        kinds.append(str(kind))
+    return None
+
+
+def _checkable(avro_type: Any) -> bool:
+    """Whether :func:`_default_fits` decides for ``avro_type``: made of primitives (without
+    a logical type), arrays, maps and records written inline, and unions of them."""
+    if isinstance(avro_type, list):
+        return all(map(_checkable, avro_type))
+    if isinstance(avro_type, str):
+        return avro_type in AVRO_TYPES or avro_type == "null"
+    if not isinstance(avro_type, dict) or "logicalType" in avro_type:
+        return False
+    kind = avro_type.get("type")
+    if kind == "array":
+        return _checkable(avro_type.get("items"))
+    if kind == "map":
+        return _checkable(avro_type.get("values"))
+    if kind in ("record", "error"):
+        fields = avro_type.get("fields", ())
+        return all(isinstance(f, dict) and _checkable(f.get("type")) for f in fields)
+    return isinstance(kind, str) and _checkable(kind)
 
 
 def _java_name(name: str) -> bool:
@@ -173,10 +261,30 @@ def _java_name(name: str) -> bool:
 
 
 def _default_fits(avro_type: Any, default: Any) -> bool:
-    """Whether Java Avro takes ``default`` for a field of ``avro_type`` (a primitive, or a
-    union of them: a value of any branch)."""
-    branches = avro_type if isinstance(avro_type, list) else [avro_type]
-    return any(_fits(_avro_primitive(b), default) for b in branches)
+    """Whether Java Avro takes ``default`` for a field of ``avro_type``: for a union, a
+    value of any branch; for an array, a list of its items' values; for a map, an object
+    of its values'; for a record, an object with a value of each field's type, or
+    without the field where the field has a default."""
+    if isinstance(avro_type, list):
+        return any(_default_fits(b, default) for b in avro_type)
+    primitive = _avro_primitive(avro_type)
+    if primitive is not None or not isinstance(avro_type, dict):
+        return _fits(primitive, default)
+    kind = avro_type.get("type")
+    if kind == "array":
+        return isinstance(default, list) and all(
+            _default_fits(avro_type.get("items"), v) for v in default
+        )
+    if kind == "map":
+        return isinstance(default, dict) and all(
+            _default_fits(avro_type.get("values"), v) for v in default.values()
+        )
+    if kind == "record":
+        return isinstance(default, dict) and all(
+            _default_fits(f["type"], default[f["name"]]) if f["name"] in default else "default" in f
+            for f in avro_type.get("fields", ())
+        )
+    return False
 
 
 def _fits(primitive: str | None, value: Any) -> bool:
@@ -195,14 +303,64 @@ def _fits(primitive: str | None, value: Any) -> bool:
 
 
 def _avro_field_type(name: str, avro_type: Any) -> pa.DataType:
-    branches = avro_type if isinstance(avro_type, list) else [avro_type]
-    values = [p for p in map(_avro_primitive, branches) if p != "null"]
-    if len(branches) <= 2 and len(values) == 1 and values[0] is not None:
-        return AVRO_TYPES[values[0]]
+    found = _arrow_type_of(name, avro_type)
+    if found is not None:
+        return found
     raise InvalidUsage(
         f"avro_schema: field {name!r} has type {json.dumps(avro_type)}; supported are "
-        f"{sorted(AVRO_TYPES)} and unions of 'null' with one of them"
+        f"{sorted(AVRO_TYPES)}, arrays, maps and records of them (written inline, to any "
+        "depth), and unions of 'null' with one of them"
     )
+
+
+def _arrow_type_of(name: str, avro_type: Any) -> pa.DataType | None:
+    """The Arrow type of the values of ``avro_type`` (of the field or path ``name``), None
+    if it has none here. InvalidUsage for a nested field that is no field, or whose
+    default is not a value of its type."""
+    branches = avro_type if isinstance(avro_type, list) else [avro_type]
+    values = [b for b in branches if _avro_primitive(b) != "null"]
+    if len(branches) > 2 or len(values) != 1:
+        return None
+    (one,) = values
+    primitive = _avro_primitive(one)
+    if primitive is not None:
+        return AVRO_TYPES[primitive]
+    if not isinstance(one, dict) or "logicalType" in one:
+        return None
+    kind = one.get("type")
+    if kind == "array":
+        items = _arrow_type_of(f"{name}.items", one.get("items"))
+        return None if items is None else pa.list_(items)
+    if kind == "map":
+        item = _arrow_type_of(f"{name}.values", one.get("values"))
+        return None if item is None else pa.map_(pa.string(), item)
+    if kind == "record" and isinstance(one.get("fields"), list):
+        return _struct_of(name, one["fields"])
+    return None
+
+
+def _struct_of(name: str, fields: list[Any]) -> pa.DataType | None:
+    if not fields:  # Avro takes it; a Parquet part holds no struct without fields
+        raise InvalidUsage(f"avro_schema: the record at {name!r} needs a non-empty fields list")
+    children: list[pa.Field] = []
+    for field in fields:
+        fname = field.get("name") if isinstance(field, dict) else None
+        if not isinstance(fname, str) or not _AVRO_NAME.fullmatch(fname):
+            raise InvalidUsage(
+                f"avro_schema: {field!r} in {name!r} is not a field with an Avro name"
+            )
+        if fname in [c.name for c in children]:
+            raise InvalidUsage(f"avro_schema: field name {fname!r} is repeated in {name!r}")
+        child = _arrow_type_of(f"{name}.{fname}", field.get("type"))
+        if child is None:
+            return None
+        if "default" in field and not _default_fits(field["type"], field["default"]):
+            raise InvalidUsage(
+                f"avro_schema: field {name}.{fname} has default {json.dumps(field['default'])}, "
+                f"which is not a value of its type {json.dumps(field['type'])}"
+            )
+        children.append(pa.field(fname, child))
+    return pa.struct(children)
 
 
 def _avro_primitive(avro_type: Any) -> str | None:
@@ -291,19 +449,65 @@ def avro_record_schema(name: str, columns: pa.Schema) -> dict[str, Any]:
     ``decimal128(p, s)`` ``bytes`` with logical type ``decimal``, ``date32``
     ``int``/``date``, a timestamp with a time zone ``long``/
     ``timestamp-millis`` or ``-micros``, without one ``local-timestamp-*``.
-    InvalidUsage names a column of any other type, or whose name Avro does
-    not allow.
+
+    Nested types, to any depth, as Materialize writes them: a list is an
+    ``array``, a struct a ``record``, a map with string keys a ``map``; an
+    array's items, a map's values and a record's fields are each a union of
+    ``null`` and their type, as the columns are. A nested record is named
+    after its path from ``name``, which makes its full name unique in the
+    schema and a pure function of the columns: the struct column ``s`` is
+    ``{name}.s``, its struct field ``t`` ``{name}.s.t``, the struct items of
+    a list column ``l`` ``{name}.l.items`` and the struct values of a map
+    column ``m`` ``{name}.m.values``.
+
+    InvalidUsage names a column of any other type (or holding one, or a map
+    whose keys are not strings), or whose name, or a nested field's, Avro
+    does not allow.
     """
     fields = []
     for f in columns:
         if not _AVRO_NAME.fullmatch(f.name):
             raise InvalidUsage(f"column {f.name!r} is not an Avro name ([A-Za-z_][A-Za-z0-9_]*)")
-        fields.append({"name": f.name, "type": ["null", _avro_type_of(f)], "default": None})
+        avro_type = _avro_type_of(f.type, f"{name}.{f.name}", f.name, f.name)
+        fields.append({"name": f.name, "type": ["null", avro_type], "default": None})
     return {"type": "record", "name": name, "fields": fields}
 
 
-def _avro_type_of(field: pa.Field) -> Any:
-    t, typ = pa.types, field.type
+def _avro_type_of(typ: pa.DataType, name: str, column: str, where: str) -> Any:
+    """The Avro type of the values of ``typ`` at ``where`` (the path from ``column`` on,
+    as ``s.t.items``) in ``column``, a record there named ``name``."""
+    t = pa.types
+    if t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ):
+        items = _avro_type_of(typ.value_type, f"{name}.items", column, f"{where}.items")
+        return {"type": "array", "items": ["null", items]}
+    if t.is_map(typ):
+        if not (t.is_string(typ.key_type) or t.is_large_string(typ.key_type)):
+            raise InvalidUsage(
+                f"column {column!r} holds a map with keys of type {typ.key_type} at {where}: "
+                "an Avro map's keys are strings"
+            )
+        values = _avro_type_of(typ.item_type, f"{name}.values", column, f"{where}.values")
+        return {"type": "map", "values": ["null", values]}
+    if t.is_struct(typ):
+        fields: list[dict[str, Any]] = []
+        for f in typ:
+            if not _AVRO_NAME.fullmatch(f.name) or f.name in [g["name"] for g in fields]:
+                raise InvalidUsage(
+                    f"column {column!r} has field {f.name!r} at {where}, which is not an Avro "
+                    "name ([A-Za-z_][A-Za-z0-9_]*) unique in its struct"
+                )
+            avro_type = _avro_type_of(f.type, f"{name}.{f.name}", column, f"{where}.{f.name}")
+            fields.append({"name": f.name, "type": ["null", avro_type], "default": None})
+        return {"type": "record", "name": name, "fields": fields}
+    primitive = _avro_primitive_of(typ)
+    if primitive is None:
+        at = "" if where == column else f" at {where}"
+        raise InvalidUsage(f"column {column!r} of type {typ}{at} has no Avro form here")
+    return primitive
+
+
+def _avro_primitive_of(typ: pa.DataType) -> Any:
+    t = pa.types
     if t.is_boolean(typ):
         return "boolean"
     if t.is_integer(typ) and typ.bit_width <= 32 and not (t.is_uint32(typ)):
@@ -331,4 +535,4 @@ def _avro_type_of(field: pa.Field) -> Any:
         unit = "millis" if typ.unit == "ms" else "micros"
         local = "" if typ.tz is not None else "local-"
         return {"type": "long", "logicalType": f"{local}timestamp-{unit}"}
-    raise InvalidUsage(f"column {field.name!r} of type {typ} has no Avro form here")
+    return None

@@ -125,7 +125,7 @@ class SchemaRegistry:
         # confluent-kafka's client takes a lowercase scheme only.
         self.url = f"{scheme.lower()}://{rest}".rstrip("/")
         start, end = _userinfo_span(url)
-        userinfo = url[start : end - 1]
+        userinfo = url[start : end - 1] if end > start else ""  # (0, 0): the URL has none
         password = userinfo.partition(":")[2]
         self._secrets = [t for t in (userinfo, password, unquote(password)) if t]
         self.timeout_s = timeout_s
