@@ -1,4 +1,4 @@
-"""The nemesis's full-disk blob refuses a key or prefix no blob takes with InvalidUsage,
+"""The nemesis's full-disk blob refuses a key, prefix or value no blob takes with InvalidUsage,
 as the blob it wraps would, whether or not the disk is full (not an injected ENOSPC)."""
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ def test_a_bad_key_is_invalid_usage_full_or_not(full: bool) -> None:
     blob.full = full
     with pytest.raises(InvalidUsage):
         blob.set("../x", b"v")
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_a_value_that_is_not_bytes_is_invalid_usage_full_or_not(full: bool) -> None:
+    blob = FullDiskBlob(MemoryBlob())
+    blob.full = full
+    with pytest.raises(InvalidUsage, match="got int"):
+        blob.set("k", 3)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("inner", ["memory", "file"])

@@ -52,6 +52,7 @@ from timeshard.location.blob import (
     Temporaries,
     check_blob_key,
     check_blob_prefix,
+    check_blob_value,
 )
 from timeshard.location.file import check_temporary_key
 from timeshard.location.unreliable import NEVER_MS, FaultJournal, KeyedFaults
@@ -108,7 +109,8 @@ class FullDiskBlob:
         return self.inner.get(key)
 
     def set(self, key: str, value: bytes) -> None:
-        check_blob_key(key)  # a bad key is the caller's mistake, full disk or not
+        check_blob_key(key)  # a bad key or value is the caller's mistake, full disk or not
+        check_blob_value(value)
         if self.full:
             if self.journal is not None:
                 self.journal.record("disk_full", "blob.enospc")

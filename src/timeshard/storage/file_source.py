@@ -49,8 +49,9 @@ task reads its bytes, splits lines, and decodes them:
   a datum, and one corrupt datum would lose the framing of all after it.
   The writer's schema is declared as Avro JSON text (``avro_schema``): a
   record whose fields are ``boolean``, ``int``, ``long``, ``float``,
-  ``double``, ``string`` or ``bytes``, or a union of ``null`` and one of
-  those; the columns are its fields, in order (:func:`avro_payload_schema`).
+  ``double``, ``string`` or ``bytes``, inline arrays, maps and records of
+  those (list, map and struct columns), or a union of ``null`` and one of
+  them; the columns are its fields, in order (:func:`avro_payload_schema`).
 
 No column name may start with ``_`` (InvalidUsage when the source is built):
 ``_partition``, ``_offset``, ``_ts``, ``_diff`` and ``_err`` are the
