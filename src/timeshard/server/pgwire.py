@@ -8,8 +8,10 @@ maps statements to messages:
 * the simple query protocol (``Query``), several statements per message;
 * the extended protocol (``Parse``/``Bind``/``Describe``/``Execute``/``Sync``)
   with parameters in text, or in binary for the integer, float, boolean,
-  numeric and text types drivers send that way, which :func:`~timeshard.server.statements.bind`
-  turns into literals; a statement's ``Describe`` answers the columns of its
+  numeric, text, json, time and bytea types drivers send that way, which
+  :func:`~timeshard.server.statements.bind` turns into literals of their
+  declared types (bytea a BINARY; json and jsonb, which Spark has no type of,
+  strings); a statement's ``Describe`` answers the columns of its
   rows (``RowDescription``) without running it, as PostgreSQL does; a
   portal's statement runs when it is described or first executed, and
   ``Execute`` with a row limit suspends it (the next goes on); a portal is closed by ``Close``,
@@ -384,16 +386,20 @@ _BINARY = {21: "!h", 23: "!i", 20: "!q", 26: "!I", 700: "!f", 701: "!d"}
 def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
     """A parameter's value as text: as sent, or decoded from PostgreSQL's binary format
     for the types drivers send that way (integers, floats, booleans, numeric, text,
-    date, timestamp, timestamptz and bytea: psycopg sends its dates, datetimes and
-    bytes so by default).
+    varchar, json, jsonb, date, timestamp, timestamptz and bytea: psycopg sends its
+    dates, datetimes and bytes so by default, and its json with ``%b``).
 
     Bytes that are not UTF-8 are SqlError 22021, a binary value of the wrong length
-    22P03, as PostgreSQL answers them."""
+    22P03, as is a binary jsonb of a version other than 1, as PostgreSQL answers them."""
     if value is None:
         return None
     try:
-        if not binary or oid in (0, 25, 1043, 19):
+        if not binary or oid in (0, 25, 1043, 19, 114):
             return value.decode("utf-8")
+        if oid == 3802:  # jsonb: a version byte, then the text
+            if value[:1] != b"\x01":
+                raise SqlError(f"unsupported jsonb version number {value[:1]!r}", "22P03")
+            return value[1:].decode("utf-8")
         if oid in _BINARY:
             (number,) = struct.unpack(_BINARY[oid], value)
             return repr(number)
