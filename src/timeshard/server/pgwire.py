@@ -70,7 +70,11 @@ maps statements to messages:
 * transaction statements only move the status ``ReadyForQuery`` reports:
   every statement takes effect at once. A failed transaction block takes
   only COMMIT or ROLLBACK (25P02 for anything else); its COMMIT answers
-  ``ROLLBACK``, as PostgreSQL's does.
+  ``ROLLBACK``, as PostgreSQL's does. DDL (CREATE, DROP, ALTER SYSTEM PROMOTE),
+  which nothing undoes, runs only as a statement of its own, as Materialize's:
+  in a transaction block, a message of several statements or a pipeline after
+  an executed statement it is refused (25001 naming it), so no ROLLBACK seems
+  to undo it (psycopg's default mode opens a block: DDL needs autocommit).
 
 Access: the server binds 127.0.0.1 unless told otherwise. With a password,
 every client authenticates with SCRAM-SHA-256
@@ -155,10 +159,12 @@ from timeshard.server.statements import (
     CreateView,
     Deallocate,
     Declare,
+    Drop,
     Empty,
     Fetch,
     Ignored,
     Param,
+    Promote,
     Setting,
     ShowSetting,
     SqlError,
@@ -302,6 +308,28 @@ def _pipelined(statement: Statement | Empty, before: bool) -> bool:
     if isinstance(statement, Ignored) and statement.tag in ("COMMIT", "ROLLBACK"):
         return False
     return not (isinstance(statement, Setting) and statement.tag == "DISCARD ALL")
+
+
+def _ddl_name(statement: Statement | Empty) -> str | None:
+    """The name of ``statement`` if it changes the catalog (DDL), else None. Nothing undoes
+    DDL once it ran, so it runs only as a statement of its own: in a transaction block,
+    a message of several statements or an extended-protocol pipeline it is refused
+    (25001), as Materialize refuses it, never kept by a ROLLBACK that would undo it."""
+    if isinstance(statement, CreateSource):
+        return "CREATE SOURCE"
+    if isinstance(statement, CreateView):
+        return "CREATE MATERIALIZED VIEW"
+    if isinstance(statement, CreateSink):
+        return "CREATE SINK"
+    if isinstance(statement, Drop):
+        return (
+            "DROP MATERIALIZED VIEW"
+            if statement.kind == "view"
+            else f"DROP {statement.kind.upper()}"
+        )
+    if isinstance(statement, Promote):
+        return "ALTER SYSTEM PROMOTE"
+    return None
 
 
 @dataclass
@@ -998,6 +1026,11 @@ class _Handler(socketserver.BaseRequestHandler):
                 "current transaction is aborted, commands ignored until end of transaction block",
                 "25P02",
             )
+        ddl = _ddl_name(statement)
+        if ddl is not None and (s.in_transaction or s.implicit):
+            raise SqlError(f"{ddl} cannot be run inside a transaction block", "25001")
+        if ddl is not None and s.pipelined:
+            raise SqlError(f"{ddl} cannot be executed within a pipeline", "25001")
         if isinstance(statement, Deallocate):
             if statement.name is None:
                 self._forget_named_statements()
