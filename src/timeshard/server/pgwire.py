@@ -1262,6 +1262,16 @@ class _Handler(socketserver.BaseRequestHandler):
         if msg.statement not in s.statements:
             raise SqlError(f"prepared statement {msg.statement!r} does not exist", "26000")
         sql, types = s.statements[msg.statement]
+        # As many parameters as the statement has, as PostgreSQL counts them: no $n is left
+        # in its text, none dropped. A statement without "$" nor declared types has none.
+        counted = bool(types or msg.param_values) or "$" in sql
+        required = max(len(types), parameter_count(sql)) if counted else 0
+        if len(msg.param_values) != required:
+            raise SqlError(
+                f"bind message supplies {len(msg.param_values)} parameters, but prepared "
+                f'statement "{msg.statement}" requires {required}',
+                "08P01",
+            )
         formats = msg.param_formats or [0]
         if len(formats) not in (1, len(msg.param_values)):  # PostgreSQL's rule for them
             raise SqlError(
