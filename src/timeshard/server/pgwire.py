@@ -70,7 +70,8 @@ maps statements to messages:
 * transaction statements only move the status ``ReadyForQuery`` reports:
   every statement takes effect at once. A failed transaction block takes
   only COMMIT or ROLLBACK (25P02 for anything else); its COMMIT answers
-  ``ROLLBACK``, as PostgreSQL's does. DDL (CREATE, DROP, ALTER SYSTEM PROMOTE),
+  ``ROLLBACK``, as PostgreSQL's does. A rolled-back block (or a failed message
+  of several statements) undoes its ``SET``/``RESET`` of statement_timeout. DDL (CREATE, DROP, ALTER SYSTEM PROMOTE),
   which nothing undoes, runs only as a statement of its own, as Materialize's:
   in a transaction block, a message of several statements or a pipeline after
   an executed statement it is refused (25001 naming it), so no ROLLBACK seems
@@ -393,6 +394,9 @@ class _Session:
     pipelined: bool = False  # an Execute completed a statement since the Sync (:func:`_pipelined`)
     timeout_ms: int = 0  # statement_timeout (0: none)
     local_timeout_ms: int | None = None  # SET LOCAL's, until the transaction block ends
+    #: statement_timeout as the transaction under way (a block, or a message of several
+    #: statements) found it: a rollback of it undoes its SETs, as PostgreSQL's (None: none)
+    kept_timeout_ms: int | None = None
     running: _Portal | None = None  # the portal whose statement runs (DISCARD ALL keeps it)
 
     @property
@@ -995,7 +999,10 @@ class _Handler(socketserver.BaseRequestHandler):
         else:
             if not statements:
                 self._send(EmptyQueryResponse())
-            self.session.implicit = len(statements) > 1
+            s = self.session
+            s.implicit = len(statements) > 1
+            if s.implicit and not s.in_transaction:
+                s.kept_timeout_ms = s.timeout_ms
             try:
                 for sql in statements:
                     try:
@@ -1003,12 +1010,15 @@ class _Handler(socketserver.BaseRequestHandler):
                             self._send_result(self._run(parse(sql)))
                     except Exception as e:
                         self._fail(_sql_error(e))
+                        if not s.in_transaction and s.kept_timeout_ms is not None:
+                            s.timeout_ms = s.kept_timeout_ms  # the implicit one rolls back
                         break
             finally:
-                self.session.implicit = False
-                if not self.session.in_transaction:  # an implicit transaction ends
+                s.implicit = False
+                if not s.in_transaction:  # an implicit transaction ends
                     self._close_cursors(None)
-                    self.session.local_timeout_ms = None
+                    s.local_timeout_ms = None
+                    s.kept_timeout_ms = None
         self._send(ReadyForQuery(status=self.session.status))
 
     def _fail(self, e: SqlError) -> None:
@@ -1039,9 +1049,15 @@ class _Handler(socketserver.BaseRequestHandler):
             return Result([], [], "DEALLOCATE" if statement.name else "DEALLOCATE ALL")
         if isinstance(statement, Ignored):
             if statement.tag in ("BEGIN", "START TRANSACTION"):
+                if not s.in_transaction and s.kept_timeout_ms is None:
+                    s.kept_timeout_ms = s.timeout_ms
                 s.in_transaction = True
             elif ends:  # the COMMIT of a failed block rolls it back, and says so
                 tag = "ROLLBACK" if s.failed else statement.tag
+                if tag == "ROLLBACK" and s.kept_timeout_ms is not None:  # its SETs undone
+                    s.timeout_ms = s.kept_timeout_ms
+                # the rest of a message of several statements is a transaction of its own
+                s.kept_timeout_ms = s.timeout_ms if s.implicit else None
                 s.in_transaction = s.failed = False
                 s.local_timeout_ms = None
                 self._close_cursors(None)
