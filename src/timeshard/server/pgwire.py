@@ -71,8 +71,9 @@ maps statements to messages:
   every statement takes effect at once. A failed transaction block takes
   only COMMIT or ROLLBACK (25P02 for anything else); its COMMIT answers
   ``ROLLBACK``, as PostgreSQL's does. A rolled-back block (or a failed message
-  of several statements) undoes its ``SET``/``RESET`` of statement_timeout. DDL (CREATE, DROP, ALTER SYSTEM PROMOTE),
-  which nothing undoes, runs only as a statement of its own, as Materialize's:
+  of several statements) undoes its ``SET``/``RESET`` of statement_timeout.
+  DDL (CREATE, DROP, ALTER SYSTEM PROMOTE), which nothing undoes, runs only as
+  a statement of its own, as Materialize's:
   in a transaction block, a message of several statements or a pipeline after
   an executed statement it is refused (25001 naming it), so no ROLLBACK seems
   to undo it (psycopg's default mode opens a block: DDL needs autocommit).
