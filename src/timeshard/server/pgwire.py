@@ -99,6 +99,7 @@ import socketserver
 import struct
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -419,8 +420,9 @@ _BINARY = {21: "!h", 23: "!i", 20: "!q", 26: "!I", 700: "!f", 701: "!d"}
 def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
     """A parameter's value as text: as sent, or decoded from PostgreSQL's binary format
     for the types drivers send that way (integers, floats, booleans, numeric, text,
-    varchar, json, jsonb, date, timestamp, timestamptz and bytea: psycopg sends its
-    dates, datetimes and bytes so by default, and its json with ``%b``).
+    varchar, json, jsonb, date, time, timestamp, timestamptz, uuid and bytea: psycopg
+    sends its dates, times, datetimes, UUIDs and bytes so by default, and its json
+    with ``%b``).
 
     Bytes that are not UTF-8 are SqlError 22021, a binary value of the wrong length
     22P03, as is a binary jsonb of a version other than 1, as PostgreSQL answers them."""
@@ -444,6 +446,12 @@ def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
             return _time_text(value, oid)
         if oid == 17:  # bytea: its text form, as a client sends it in text
             return "\\x" + value.hex()
+        if oid == 2950:  # uuid: 16 bytes; Spark has no uuid type, so its text form
+            if len(value) != 16:
+                raise struct.error(len(value))
+            return str(uuid.UUID(bytes=value))
+        if oid == 1083:
+            return _time_of_day_text(value)
     except UnicodeDecodeError:
         raise SqlError("invalid byte sequence for encoding UTF8 in a parameter", "22021") from None
     except struct.error:
@@ -474,6 +482,18 @@ def _time_text(value: bytes, oid: int) -> str:
         ) from None
     text = moment.isoformat(" ")
     return text + "+00:00" if oid == 1184 else text
+
+
+def _time_of_day_text(value: bytes) -> str:
+    """A binary time (microseconds since midnight, int64) as its text form, ``HH:MM:SS``
+    and the microseconds if any (as a client sends it in text); past 24:00:00 or before
+    midnight is SqlError 22008."""
+    (micros,) = struct.unpack("!q", value)
+    if not 0 <= micros <= 86_400_000_000:
+        raise SqlError(f"a time parameter of {micros} microseconds is out of range", "22008")
+    seconds, fraction = divmod(micros, 1_000_000)
+    text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return f"{text}.{fraction:06d}" if fraction else text
 
 
 def _numeric_text(value: bytes) -> str:
