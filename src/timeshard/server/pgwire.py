@@ -97,6 +97,7 @@ import select
 import socket
 import socketserver
 import struct
+import sys
 import threading
 import time
 import uuid
@@ -1165,8 +1166,9 @@ class _Handler(socketserver.BaseRequestHandler):
         cursor = self.session.cursors.get(statement.name)
         if cursor is None:
             raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
-        if not cursor.waits:
-            taken = itertools.islice(cursor.rows, statement.count)
+        if not cursor.waits:  # a count past sys.maxsize (islice's most) is every row
+            count = None if statement.count is None else min(statement.count, sys.maxsize)
+            taken = itertools.islice(cursor.rows, count)
             return _Rows(cursor.columns, taken, lambda n: f"FETCH {n}", streamed=True)
         rows = cursor.fetch(statement.count, statement.timeout_s, self._interrupted)
         return Result(cursor.columns, rows, f"FETCH {len(rows)}")
