@@ -594,6 +594,12 @@ _FRONTEND = {
 }
 
 
+#: CopyData, CopyDone and CopyFail: serve has no COPY FROM, so one comes only behind a
+#: COPY it refused (or after a COPY OUT ended), and is ignored, as PostgreSQL ignores
+#: them outside a COPY FROM.
+_STRAY_COPY = (b"d", b"c", b"f")
+
+
 class _ClientWatch:
     """Reads what a client sends while its query runs, on a thread of its own, to notice
     its going (the connection's end): then the query is canceled. What it reads waits in
@@ -694,7 +700,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _messages(self) -> Iterator[PGMessage]:
         """The client's messages, each decoded once it is whole (and its length checked:
-        a garbled one is a :class:`_Violation`)."""
+        a garbled one is a :class:`_Violation`); COPY data is skipped (:data:`_STRAY_COPY`)."""
         while True:
             frame = self._frame()
             if frame is None:
@@ -702,6 +708,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 if not data:
                     raise _Closed
                 self.unread += data
+                continue
+            if self.started and frame[:1] in _STRAY_COPY:
                 continue
             try:
                 for msg in self.conn.receive(frame):
