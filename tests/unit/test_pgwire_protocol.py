@@ -122,8 +122,8 @@ def raw_bind(formats: list[int], values: list[bytes | None]) -> bytes:
     ("bound", "code"),
     [
         (raw_bind([0, 0], [b"1", b"2", b"3"]), "08P01"),  # 2 formats for 3 parameters
-        (raw_bind([1], [b"\x00\x01"]), "22P03"),  # an int8 of 2 bytes
-        (raw_bind([0], [b"\xff\xfe"]), "22021"),  # no UTF-8
+        (raw_bind([1], [b"\x00\x01", bytes(8), bytes(8)]), "22P03"),  # an int8 of 2 bytes
+        (raw_bind([0], [b"\xff\xfe", b"1", b"1"]), "22021"),  # no UTF-8
     ],
     ids=["format-count", "short-binary", "not-utf8"],
 )

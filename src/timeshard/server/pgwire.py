@@ -8,8 +8,10 @@ maps statements to messages:
 * the simple query protocol (``Query``), several statements per message;
 * the extended protocol (``Parse``/``Bind``/``Describe``/``Execute``/``Sync``)
   with parameters in text, or in binary for the integer, float, boolean,
-  numeric and text types drivers send that way, which :func:`~timeshard.server.statements.bind`
-  turns into literals; a statement's ``Describe`` answers the columns of its
+  numeric, text, json, time and bytea types drivers send that way, which
+  :func:`~timeshard.server.statements.bind` turns into literals of their
+  declared types (bytea a BINARY; json and jsonb, which Spark has no type of,
+  strings); a statement's ``Describe`` answers the columns of its
   rows (``RowDescription``) without running it, as PostgreSQL does; a
   portal's statement runs when it is described or first executed, and
   ``Execute`` with a row limit suspends it (the next goes on); a portal is closed by ``Close``,
@@ -68,7 +70,13 @@ maps statements to messages:
 * transaction statements only move the status ``ReadyForQuery`` reports:
   every statement takes effect at once. A failed transaction block takes
   only COMMIT or ROLLBACK (25P02 for anything else); its COMMIT answers
-  ``ROLLBACK``, as PostgreSQL's does.
+  ``ROLLBACK``, as PostgreSQL's does. A rolled-back block (or a failed message
+  of several statements) undoes its ``SET``/``RESET`` of statement_timeout.
+  DDL (CREATE, DROP, ALTER SYSTEM PROMOTE), which nothing undoes, runs only as
+  a statement of its own, as Materialize's:
+  in a transaction block, a message of several statements or a pipeline after
+  an executed statement it is refused (25001 naming it), so no ROLLBACK seems
+  to undo it (psycopg's default mode opens a block: DDL needs autocommit).
 
 Access: the server binds 127.0.0.1 unless told otherwise. With a password,
 every client authenticates with SCRAM-SHA-256
@@ -89,8 +97,10 @@ import select
 import socket
 import socketserver
 import struct
+import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,10 +163,12 @@ from timeshard.server.statements import (
     CreateView,
     Deallocate,
     Declare,
+    Drop,
     Empty,
     Fetch,
     Ignored,
     Param,
+    Promote,
     Setting,
     ShowSetting,
     SqlError,
@@ -302,6 +314,28 @@ def _pipelined(statement: Statement | Empty, before: bool) -> bool:
     return not (isinstance(statement, Setting) and statement.tag == "DISCARD ALL")
 
 
+def _ddl_name(statement: Statement | Empty) -> str | None:
+    """The name of ``statement`` if it changes the catalog (DDL), else None. Nothing undoes
+    DDL once it ran, so it runs only as a statement of its own: in a transaction block,
+    a message of several statements or an extended-protocol pipeline it is refused
+    (25001), as Materialize refuses it, never kept by a ROLLBACK that would undo it."""
+    if isinstance(statement, CreateSource):
+        return "CREATE SOURCE"
+    if isinstance(statement, CreateView):
+        return "CREATE MATERIALIZED VIEW"
+    if isinstance(statement, CreateSink):
+        return "CREATE SINK"
+    if isinstance(statement, Drop):
+        return (
+            "DROP MATERIALIZED VIEW"
+            if statement.kind == "view"
+            else f"DROP {statement.kind.upper()}"
+        )
+    if isinstance(statement, Promote):
+        return "ALTER SYSTEM PROMOTE"
+    return None
+
+
 @dataclass
 class _Portal:
     sql: str
@@ -363,6 +397,9 @@ class _Session:
     pipelined: bool = False  # an Execute completed a statement since the Sync (:func:`_pipelined`)
     timeout_ms: int = 0  # statement_timeout (0: none)
     local_timeout_ms: int | None = None  # SET LOCAL's, until the transaction block ends
+    #: statement_timeout as the transaction under way (a block, or a message of several
+    #: statements) found it: a rollback of it undoes its SETs, as PostgreSQL's (None: none)
+    kept_timeout_ms: int | None = None
     running: _Portal | None = None  # the portal whose statement runs (DISCARD ALL keeps it)
 
     @property
@@ -384,16 +421,21 @@ _BINARY = {21: "!h", 23: "!i", 20: "!q", 26: "!I", 700: "!f", 701: "!d"}
 def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
     """A parameter's value as text: as sent, or decoded from PostgreSQL's binary format
     for the types drivers send that way (integers, floats, booleans, numeric, text,
-    date, timestamp, timestamptz and bytea: psycopg sends its dates, datetimes and
-    bytes so by default).
+    varchar, json, jsonb, date, time, timestamp, timestamptz, uuid and bytea: psycopg
+    sends its dates, times, datetimes, UUIDs and bytes so by default, and its json
+    with ``%b``).
 
     Bytes that are not UTF-8 are SqlError 22021, a binary value of the wrong length
-    22P03, as PostgreSQL answers them."""
+    22P03, as is a binary jsonb of a version other than 1, as PostgreSQL answers them."""
     if value is None:
         return None
     try:
-        if not binary or oid in (0, 25, 1043, 19):
+        if not binary or oid in (0, 25, 1043, 19, 114):
             return value.decode("utf-8")
+        if oid == 3802:  # jsonb: a version byte, then the text
+            if value[:1] != b"\x01":
+                raise SqlError(f"unsupported jsonb version number {value[:1]!r}", "22P03")
+            return value[1:].decode("utf-8")
         if oid in _BINARY:
             (number,) = struct.unpack(_BINARY[oid], value)
             return repr(number)
@@ -405,6 +447,12 @@ def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
             return _time_text(value, oid)
         if oid == 17:  # bytea: its text form, as a client sends it in text
             return "\\x" + value.hex()
+        if oid == 2950:  # uuid: 16 bytes; Spark has no uuid type, so its text form
+            if len(value) != 16:
+                raise struct.error(len(value))
+            return str(uuid.UUID(bytes=value))
+        if oid == 1083:
+            return _time_of_day_text(value)
     except UnicodeDecodeError:
         raise SqlError("invalid byte sequence for encoding UTF8 in a parameter", "22021") from None
     except struct.error:
@@ -435,6 +483,18 @@ def _time_text(value: bytes, oid: int) -> str:
         ) from None
     text = moment.isoformat(" ")
     return text + "+00:00" if oid == 1184 else text
+
+
+def _time_of_day_text(value: bytes) -> str:
+    """A binary time (microseconds since midnight, int64) as its text form, ``HH:MM:SS``
+    and the microseconds if any (as a client sends it in text); past 24:00:00 or before
+    midnight is SqlError 22008."""
+    (micros,) = struct.unpack("!q", value)
+    if not 0 <= micros <= 86_400_000_000:
+        raise SqlError(f"a time parameter of {micros} microseconds is out of range", "22008")
+    seconds, fraction = divmod(micros, 1_000_000)
+    text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return f"{text}.{fraction:06d}" if fraction else text
 
 
 def _numeric_text(value: bytes) -> str:
@@ -532,6 +592,12 @@ _FRONTEND = {
     b"S": "Sync",
     b"X": "Terminate",
 }
+
+
+#: CopyData, CopyDone and CopyFail: serve has no COPY FROM, so one comes only behind a
+#: COPY it refused (or after a COPY OUT ended), and is ignored, as PostgreSQL ignores
+#: them outside a COPY FROM.
+_STRAY_COPY = (b"d", b"c", b"f")
 
 
 class _ClientWatch:
@@ -634,7 +700,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
     def _messages(self) -> Iterator[PGMessage]:
         """The client's messages, each decoded once it is whole (and its length checked:
-        a garbled one is a :class:`_Violation`)."""
+        a garbled one is a :class:`_Violation`); COPY data is skipped (:data:`_STRAY_COPY`)."""
         while True:
             frame = self._frame()
             if frame is None:
@@ -642,6 +708,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 if not data:
                     raise _Closed
                 self.unread += data
+                continue
+            if self.started and frame[:1] in _STRAY_COPY:
                 continue
             try:
                 for msg in self.conn.receive(frame):
@@ -961,7 +1029,10 @@ class _Handler(socketserver.BaseRequestHandler):
         else:
             if not statements:
                 self._send(EmptyQueryResponse())
-            self.session.implicit = len(statements) > 1
+            s = self.session
+            s.implicit = len(statements) > 1
+            if s.implicit and not s.in_transaction:
+                s.kept_timeout_ms = s.timeout_ms
             try:
                 for sql in statements:
                     try:
@@ -969,12 +1040,15 @@ class _Handler(socketserver.BaseRequestHandler):
                             self._send_result(self._run(parse(sql)))
                     except Exception as e:
                         self._fail(_sql_error(e))
+                        if not s.in_transaction and s.kept_timeout_ms is not None:
+                            s.timeout_ms = s.kept_timeout_ms  # the implicit one rolls back
                         break
             finally:
-                self.session.implicit = False
-                if not self.session.in_transaction:  # an implicit transaction ends
+                s.implicit = False
+                if not s.in_transaction:  # an implicit transaction ends
                     self._close_cursors(None)
-                    self.session.local_timeout_ms = None
+                    s.local_timeout_ms = None
+                    s.kept_timeout_ms = None
         self._send(ReadyForQuery(status=self.session.status))
 
     def _fail(self, e: SqlError) -> None:
@@ -992,6 +1066,11 @@ class _Handler(socketserver.BaseRequestHandler):
                 "current transaction is aborted, commands ignored until end of transaction block",
                 "25P02",
             )
+        ddl = _ddl_name(statement)
+        if ddl is not None and (s.in_transaction or s.implicit):
+            raise SqlError(f"{ddl} cannot be run inside a transaction block", "25001")
+        if ddl is not None and s.pipelined:
+            raise SqlError(f"{ddl} cannot be executed within a pipeline", "25001")
         if isinstance(statement, Deallocate):
             if statement.name is None:
                 self._forget_named_statements()
@@ -1000,9 +1079,15 @@ class _Handler(socketserver.BaseRequestHandler):
             return Result([], [], "DEALLOCATE" if statement.name else "DEALLOCATE ALL")
         if isinstance(statement, Ignored):
             if statement.tag in ("BEGIN", "START TRANSACTION"):
+                if not s.in_transaction and s.kept_timeout_ms is None:
+                    s.kept_timeout_ms = s.timeout_ms
                 s.in_transaction = True
             elif ends:  # the COMMIT of a failed block rolls it back, and says so
                 tag = "ROLLBACK" if s.failed else statement.tag
+                if tag == "ROLLBACK" and s.kept_timeout_ms is not None:  # its SETs undone
+                    s.timeout_ms = s.kept_timeout_ms
+                # the rest of a message of several statements is a transaction of its own
+                s.kept_timeout_ms = s.timeout_ms if s.implicit else None
                 s.in_transaction = s.failed = False
                 s.local_timeout_ms = None
                 self._close_cursors(None)
@@ -1089,8 +1174,9 @@ class _Handler(socketserver.BaseRequestHandler):
         cursor = self.session.cursors.get(statement.name)
         if cursor is None:
             raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
-        if not cursor.waits:
-            taken = itertools.islice(cursor.rows, statement.count)
+        if not cursor.waits:  # a count past sys.maxsize (islice's most) is every row
+            count = None if statement.count is None else min(statement.count, sys.maxsize)
+            taken = itertools.islice(cursor.rows, count)
             return _Rows(cursor.columns, taken, lambda n: f"FETCH {n}", streamed=True)
         rows = cursor.fetch(statement.count, statement.timeout_s, self._interrupted)
         return Result(cursor.columns, rows, f"FETCH {len(rows)}")
@@ -1223,6 +1309,16 @@ class _Handler(socketserver.BaseRequestHandler):
         if msg.statement not in s.statements:
             raise SqlError(f"prepared statement {msg.statement!r} does not exist", "26000")
         sql, types = s.statements[msg.statement]
+        # As many parameters as the statement has, as PostgreSQL counts them: no $n is left
+        # in its text, none dropped. A statement without "$" nor declared types has none.
+        counted = bool(types or msg.param_values) or "$" in sql
+        required = max(len(types), parameter_count(sql)) if counted else 0
+        if len(msg.param_values) != required:
+            raise SqlError(
+                f"bind message supplies {len(msg.param_values)} parameters, but prepared "
+                f'statement "{msg.statement}" requires {required}',
+                "08P01",
+            )
         formats = msg.param_formats or [0]
         if len(formats) not in (1, len(msg.param_values)):  # PostgreSQL's rule for them
             raise SqlError(

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import decimal
 import itertools
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -239,6 +240,7 @@ class Param:
 #: answers the types Execute does. numeric's is the DECIMAL its digits need.
 _CAST_TYPES = {
     16: "BOOLEAN",
+    17: "BINARY",
     20: "BIGINT",
     21: "SMALLINT",
     23: "INTEGER",
@@ -255,6 +257,10 @@ _TIME_OIDS = {1082, 1114, 1184}
 _INTEGER_OIDS = {20, 21, 23, 26}
 _FLOAT_OIDS = {700, 701}
 _NUMERIC_OID = 1700
+_BYTEA_OID = 17
+#: json and jsonb: Spark has no JSON type (its VARIANT compares with no string), so their
+#: values are strings, checked as PostgreSQL checks them.
+_JSON_OIDS = {114, 3802}
 #: Spark's DECIMAL holds at most 38 digits.
 _MAX_DECIMAL_DIGITS = 38
 #: The significant decimal digits a DOUBLE keeps whatever they are (IEEE 754 binary64).
@@ -281,14 +287,16 @@ def placeholder(oid: int) -> Param:
         return Param("0", oid)
     if oid in _TIME_OIDS:
         return Param(None, oid)
+    if oid in _JSON_OIDS:
+        return Param("null", oid)
     return Param("", oid)
 
 
 def bind(sql: str, params: list[Param]) -> str:
     """``sql`` with ``$n`` replaced by the n-th parameter as a literal.
 
-    A parameter of a numeric, boolean or text type OID becomes a value of
-    that type (a cast of its literal: :func:`_literal`), NULL a NULL of it,
+    A parameter of a numeric, boolean, time, bytea or text type OID becomes a
+    value of that type (a cast of its literal: :func:`_literal`), NULL a NULL of it,
     anything else a string literal written by sqlglot (quotes doubled), so
     no value becomes SQL syntax. An untyped parameter (OID 0,
     PostgreSQL's ``unknown``, what psycopg sends for a ``str``) is a string
@@ -371,8 +379,46 @@ def _literal(param: Param) -> str:
         if text.lower() not in (*_TRUE, *_FALSE):
             raise SqlError(f"parameter {param.text!r} is not a boolean", "22P02")
         return "TRUE" if text.lower() in _TRUE else "FALSE"
+    if oid == _BYTEA_OID:
+        return _bytea_literal(param.text)
+    if oid in _JSON_OIDS:
+        try:
+            json.loads(param.text)
+        except ValueError:
+            raise SqlError(f"invalid input syntax for type json: {param.text!r}", "22P02") from None
     literal = sqlglot.exp.Literal.string(param.text).sql("postgres")
     return f"CAST({literal} AS {_CAST_TYPES[oid]})" if oid in _TIME_OIDS else literal
+
+
+_HEX_PAIRS = re.compile(r"(?:[0-9a-fA-F]{2}|[ \t\n\r])*", re.ASCII)
+_BYTEA_ESCAPE = re.compile(r"\\(?:\\|[0-3][0-7]{2})|[^\\]")
+
+
+def _bytea_literal(sent: str) -> str:
+    """A bytea parameter's text as Spark's binary literal ``X'...'`` of its bytes: the hex
+    format (``\\x`` and pairs of hex digits, whitespace between pairs skipped) or the
+    escape format (``\\\\`` a backslash, ``\\ooo`` an octal byte, any other character its
+    UTF-8 bytes), as PostgreSQL reads them; anything else is SqlError 22P02. The literal
+    holds only hex digits the server wrote, never the client's text."""
+    if sent[:2] in ("\\x", "\\X"):
+        if not _HEX_PAIRS.fullmatch(sent, 2):
+            raise SqlError(f"invalid hexadecimal bytea parameter {sent!r}", "22P02")
+        return f"X'{bytes.fromhex(''.join(sent[2:].split())).hex().upper()}'"
+    data = bytearray()
+    pos = 0
+    while pos < len(sent):
+        match = _BYTEA_ESCAPE.match(sent, pos)
+        if match is None:
+            raise SqlError(f"invalid input syntax for type bytea: {sent!r}", "22P02")
+        piece = match.group()
+        if piece == "\\\\":
+            data += b"\\"
+        elif piece.startswith("\\"):
+            data.append(int(piece[1:], 8))
+        else:
+            data += piece.encode("utf-8")
+        pos = match.end()
+    return f"X'{data.hex().upper()}'"
 
 
 def _numeric_literal(sent: str, text: str) -> str:
