@@ -9,42 +9,22 @@ varchar ones are: their declared OIDs are what Describe answers for the paramete
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
-
-from timeshard.location import Location
-from timeshard.persist import PersistClient, PersistConfig
-from timeshard.server.engine import Engine
-from timeshard.server.pgwire import PgServer
+from tests.integration.test_serve_time_params_spark import served_pgconn
 
 pytestmark = pytest.mark.spark
 
 
 @pytest.fixture
 def pgconn(spark: SparkSession, tmp_path: Path) -> Iterator[Any]:
-    client = PersistClient(
-        Location.embedded(tmp_path / "loc"), PersistConfig(heartbeat_interval_ms=0)
-    )
-    writer = client.open_writer("t", pa.schema([("b", pa.binary())]))
-    writer.append([((b"\x00\xff",), 0, 1)], 0, 1)
-    writer.expire()
-    engine = Engine(spark, client, read_wait_s=30.0)
-    server = PgServer(engine, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    with psycopg.connect(
-        host="127.0.0.1", port=server.port, user="me", dbname="x", autocommit=True
-    ) as conn:
-        yield conn.pgconn
-    server.shutdown()
-    server.server_close()
-    engine.close()
+    with served_pgconn(spark, tmp_path, pa.schema([("b", pa.binary())]), (b"\x00\xff",)) as conn:
+        yield conn
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ is a cast of its text to Spark's DATE, TIMESTAMP_NTZ or TIMESTAMP.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 from collections.abc import Iterator
@@ -28,24 +29,33 @@ from timeshard.server.pgwire import PgServer
 pytestmark = pytest.mark.spark
 
 
-@pytest.fixture
-def pgconn(spark: SparkSession, tmp_path: Path) -> Iterator[Any]:
-    client = PersistClient(
-        Location.embedded(tmp_path / "loc"), PersistConfig(heartbeat_interval_ms=0)
-    )
-    writer = client.open_writer("t", pa.schema([("one", pa.int64())]))
-    writer.append([((1,), 0, 1)], 0, 1)
+@contextlib.contextmanager
+def served_pgconn(
+    spark: SparkSession, path: Path, schema: pa.Schema, row: tuple[Any, ...]
+) -> Iterator[Any]:
+    """A libpq connection (autocommit) to a server over shard ``t`` of one ``row``."""
+    client = PersistClient(Location.embedded(path / "loc"), PersistConfig(heartbeat_interval_ms=0))
+    writer = client.open_writer("t", schema)
+    writer.append([(row, 0, 1)], 0, 1)
     writer.expire()
     engine = Engine(spark, client, read_wait_s=30.0)
     server = PgServer(engine, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with psycopg.connect(
-        host="127.0.0.1", port=server.port, user="me", dbname="x", autocommit=True
-    ) as conn:
-        yield conn.pgconn
-    server.shutdown()
-    server.server_close()
-    engine.close()
+    try:
+        with psycopg.connect(
+            host="127.0.0.1", port=server.port, user="me", dbname="x", autocommit=True
+        ) as conn:
+            yield conn.pgconn
+    finally:
+        server.shutdown()
+        server.server_close()
+        engine.close()
+
+
+@pytest.fixture
+def pgconn(spark: SparkSession, tmp_path: Path) -> Iterator[Any]:
+    with served_pgconn(spark, tmp_path, pa.schema([("one", pa.int64())]), (1,)) as conn:
+        yield conn
 
 
 @pytest.mark.parametrize(
