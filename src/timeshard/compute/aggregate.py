@@ -476,6 +476,7 @@ class SparkAggregates:
         self.keys = [f"__g{i}" for i in range(plan.keys)]
         self.state = ArrangedState(spark, self.keys, plan.values, types)
         self._held = contextlib.ExitStack()
+        self._negative_message: Any = None
 
     def delta(
         self,
@@ -609,7 +610,7 @@ class SparkAggregates:
         an extreme, or its row count went negative.
         """
         from timeshard.spark.checkpoint import local_checkpoint
-        from timeshard.spark.sqltext import sql_over
+        from timeshard.spark.sqltext import grouped, select_exprs
         from timeshard.storage.upsert_state import GONE, HASH, KEY, LAYER, value_columns
 
         values, extremes = self.plan.values, self.plan.extremes
@@ -618,13 +619,7 @@ class SparkAggregates:
         for v in extremes:
             fold = _extreme(v)[0]
             folds += [f"{fold}({c}) AS {c}" for c in (_inserted(v), _retracted(v))]
-        per_time = sql_over(
-            {"w": weighted},
-            lambda v: (
-                f"SELECT {HASH}, {KEY}, {TS}, {', '.join(folds)} FROM {v['w']} "
-                f"GROUP BY {HASH}, {KEY}, {TS}"
-            ),
-        )
+        per_time = grouped(weighted, [HASH, KEY, TS], folds)
         named = dict(zip(values, value_columns(len(values)), strict=True))
         with self.state.pinned() as layers:
             # One row per group and time: the newest layer's (its sort serves the windows below).
@@ -635,11 +630,13 @@ class SparkAggregates:
             joined = ranked.where("__newest = 1")
             live = f"_state IS NOT NULL AND NOT _state.{GONE}"
             group = f"PARTITION BY {HASH}, {KEY} ORDER BY {TS}"
+            # The window frames, written out in each expression (a select list has no WINDOW).
+            running = f"OVER ({group} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
+            before = f"OVER ({group} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
             columns, bad = [], []
             for v in self.plan.sums:
-                total = (
-                    f"(CASE WHEN {live} THEN _state.{named[v]} ELSE 0L END + sum({v}) OVER running)"
-                )
+                kept = f"CASE WHEN {live} THEN _state.{named[v]} ELSE 0L END"
+                total = f"({kept} + sum({v}) {running})"
                 columns += [f"{total} AS {v}", f"{total} - {v} AS __p{v}"]
                 if v == _ROWS:
                     bad.append(f"{total} < 0")
@@ -650,42 +647,29 @@ class SparkAggregates:
             for v in extremes:
                 fold, pick, beyond = _extreme(v)
                 kept = f"CASE WHEN {live} THEN _state.{named[v]} END"
-                now = f"{pick}({kept}, {fold}({_inserted(v)}) OVER running)"
-                before = f"{pick}({kept}, {fold}({_inserted(v)}) OVER before)"
-                columns += [f"{now} AS {v}", f"{before} AS __p{v}"]
+                now = f"{pick}({kept}, {fold}({_inserted(v)}) {running})"
+                was = f"{pick}({kept}, {fold}({_inserted(v)}) {before})"
+                columns += [f"{now} AS {v}", f"{was} AS __p{v}"]
                 gone = _retracted(v)  # a retraction not strictly inside the extreme may move it
                 bad.append(f"({gone} IS NOT NULL AND NOT coalesce({gone} {beyond} {now}, false))")
             last = f"lead({TS}) OVER ({group}) IS NULL AS {_LAST}"
-            frames = f"running AS ({group} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)"
             if extremes:
-                frames += f", before AS ({group} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)"
                 columns.append(f"{' OR '.join(bad)} AS __bad")
-
-            def query(v: Mapping[str, str]) -> str:
-                rows = (
-                    f"SELECT {HASH}, {KEY}, {TS}, {', '.join(columns)}, {last} FROM {v['j']} "
-                    f"WINDOW {frames}"
-                )
-                if not extremes:
-                    return rows
+            rows = select_exprs(joined, [HASH, KEY, TS, *columns, last])
+            if extremes:
                 every = [HASH, KEY, TS, *values, *(f"__p{x}" for x in values), _LAST]
                 unsafe = f"max(CAST(__bad AS INT)) OVER (PARTITION BY {HASH}, {KEY}) = 1"
-                return f"SELECT {', '.join(every)}, {unsafe} AS {_UNSAFE} FROM ({rows})"
-
-            return local_checkpoint(sql_over({"j": joined}, query), eager=False)
+                rows = select_exprs(rows, [*every, f"{unsafe} AS {_UNSAFE}"])
+            return local_checkpoint(rows, eager=False)
 
     def _extremes_of(self, contributions: Any) -> Any:
         """Per group of ``contributions`` (its rows at one time): its extremes, keyed and
         partitioned like the layers (``_h``, ``_key``, the extreme columns)."""
-        from timeshard.spark.sqltext import sql_over
+        from timeshard.spark.sqltext import grouped
         from timeshard.storage.upsert_state import HASH, KEY
 
         weighted = self.state.partitioned(self._weighted(contributions))
-        folds = ", ".join(self._extreme_folds())
-        return sql_over(
-            {"w": weighted},
-            lambda v: f"SELECT {HASH}, {KEY}, {folds} FROM {v['w']} GROUP BY {HASH}, {KEY}",
-        )
+        return grouped(weighted, [HASH, KEY], self._extreme_folds())
 
     def _extreme_folds(self) -> list[str]:
         """SQL: per group of weighted rows at one time (each row consolidated), the count of
@@ -751,28 +735,32 @@ class SparkAggregates:
         coalesce gives a task consecutive partitions of one branch (four branches:
         one task computed the whole checkpoint while the others waited for it).
         """
-        from pyspark.sql import functions as F
-
-        from timeshard.spark.sqltext import sql_over
+        from timeshard.spark.sqltext import select_exprs
         from timeshard.storage.upsert_state import KEY, key_fields
 
         fields = zip(key_fields(self.plan.keys), self.keys, strict=True)
-        keys = ", ".join(f"{KEY}.{f} AS {k}" for f, k in fields)
+        keys = [f"{KEY}.{f} AS {k}" for f, k in fields]
         values = self.plan.values
         new = ", ".join([*values, TS, "1L"])
         old = ", ".join([*(f"__p{v}" for v in values), TS, "-1L"])
         both = f"stack(2, {new}, {old}) AS ({', '.join([*values, TS, DIFF])})"
-        states = sql_over(
-            {"t": ticked},
-            lambda v: f"SELECT * FROM (SELECT {keys}, {both} FROM {v['t']}) WHERE {_ROWS} != 0",
-        )
-        inputs = ", ".join(repr(i) for i in self.plan.inputs)
-        message = F.concat(  # the input names are user text: a literal, never SQL text
-            F.lit(f"input {inputs} has a negative multiplicity in the group "),
-            F.expr(f"to_json(struct({', '.join(self.keys)}))"),
-        )
+        states = select_exprs(ticked, [*keys, both]).where(f"{_ROWS} != 0")
+        message = self._message()
         states.withColumn(_MESSAGE, message).createOrReplaceTempView(self.plan.state)
         return self.spark.sql(self.plan.output)
+
+    def _message(self) -> Any:
+        """The err message of a group of negative row count (a Column, built once: the
+        input names are user text, so a literal, never SQL text)."""
+        if self._negative_message is None:
+            from pyspark.sql import functions as F
+
+            inputs = ", ".join(repr(i) for i in self.plan.inputs)
+            self._negative_message = F.concat(
+                F.lit(f"input {inputs} has a negative multiplicity in the group "),
+                F.expr(f"to_json(struct({', '.join(self.keys)}))"),
+            )
+        return self._negative_message
 
     def _named_values(self) -> list[str]:
         """The state columns as the arrangement's value columns (SQL text)."""
