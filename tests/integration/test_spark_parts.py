@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -206,13 +207,21 @@ def test_failed_write_job_deletes_its_parts(spark: SparkSession, tmp_path: Path)
     client = PersistClient(Location.embedded(tmp_path))
     writer = client.open_writer("s", SCHEMA)
 
-    def slow_null_on_one(k):  # type: ignore[no-untyped-def]
+    blob = str(tmp_path / "blob")
+
+    def null_on_one_once_the_other_part_is_written(k):  # type: ignore[no-untyped-def]
+        """Row 1's task waits (minutes at most: slow, not stuck) until the other partition's
+        part is in the blob (a file no longer ``.tmp-``), then fails the job."""
         if k == 1:
-            time.sleep(3)  # the other partition's part is written by now
+            deadline = time.monotonic() + 300
+            while not [n for _, _, names in os.walk(blob) for n in names if n[0] != "."]:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the other partition wrote no part under {blob}")
+                time.sleep(0.05)
             return None
         return 0
 
-    ts = F.udf(slow_null_on_one, "long")
+    ts = F.udf(null_on_one_once_the_other_part_is_written, "long")
     df = (
         spark.range(0, 2, 1, 2)
         .select(F.col("id").alias("k"), F.lit("n").alias("name"), F.lit(1.0).alias("amount"))
