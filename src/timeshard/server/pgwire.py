@@ -71,7 +71,9 @@ maps statements to messages:
   every statement takes effect at once. A failed transaction block takes
   only COMMIT or ROLLBACK (25P02 for anything else); its COMMIT answers
   ``ROLLBACK``, as PostgreSQL's does. A rolled-back block (or a failed message
-  of several statements) undoes its ``SET``/``RESET`` of statement_timeout.
+  of several statements, or a failed extended-protocol pipeline outside a block:
+  PostgreSQL runs its messages up to the Sync as an implicit transaction) undoes
+  its ``SET``/``RESET`` of statement_timeout.
   DDL (CREATE, DROP, ALTER SYSTEM PROMOTE), which nothing undoes, runs only as
   a statement of its own, as Materialize's:
   in a transaction block, a message of several statements or a pipeline after
@@ -991,6 +993,7 @@ class _Handler(socketserver.BaseRequestHandler):
             s.skipping = s.pipelined = False
             if not s.in_transaction:  # the implicit transaction ends, and its portals
                 self._close_portals(None)
+                s.kept_timeout_ms = None
             self._send(ReadyForQuery(status=s.status))
             return
         if s.skipping or isinstance(msg, Flush):
@@ -1015,6 +1018,8 @@ class _Handler(socketserver.BaseRequestHandler):
         except Exception as e:
             self._fail(_sql_error(e))
             s.skipping = True
+            if not s.in_transaction and s.kept_timeout_ms is not None:
+                s.timeout_ms = s.kept_timeout_ms  # the pipeline's implicit one rolls back
 
     def _simple(self, text: str) -> None:
         # A simple query runs as if through the unnamed statement and portal, as
@@ -1344,6 +1349,9 @@ class _Handler(socketserver.BaseRequestHandler):
             if len(statements) > 1:
                 raise SqlError("cannot run several statements in one prepared statement", "42601")
             portal.statement = parse(statements[0]) if statements else Empty()
+            s = self.session
+            if not s.in_transaction and s.kept_timeout_ms is None:  # a pipeline's first
+                s.kept_timeout_ms = s.timeout_ms  # statement starts its implicit transaction
             self.session.running = portal
             try:
                 portal.result = self._run(portal.statement)

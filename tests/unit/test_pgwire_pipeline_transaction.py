@@ -1,0 +1,57 @@
+"""An extended-protocol pipeline as PostgreSQL runs it, without Spark.
+
+Outside a transaction block, PostgreSQL runs the messages up to a Sync as one
+implicit transaction: an error in it rolls it back, and with it the ``SET``s of
+the statements executed before the error. serve kept them: ``SET
+statement_timeout = '1s'`` then a failing statement, then Sync, left every later
+statement of the session canceled after a second.
+"""
+
+from __future__ import annotations
+
+from tests.unit.test_pgwire_cursor import StandIn
+from tests.unit.test_pgwire_lifetimes import Client
+from tests.unit.test_pgwire_session_reset import answers, bind, execute, parse, sqlstates
+
+from timeshard.server.pgwire import PgServer
+
+
+def executed(sql: str) -> bytes:
+    """Parse, Bind and Execute of ``sql`` as the unnamed statement and portal."""
+    return parse(b"", sql) + bind(b"", b"") + execute(b"")
+
+
+def shown(client: Client) -> bytes:
+    """statement_timeout as SHOW answers it."""
+    rows = [
+        body for kind, body in answers(client, executed("SHOW statement_timeout")) if kind == b"D"
+    ]
+    assert len(rows) == 1, rows
+    return rows[0][6:]
+
+
+def test_a_failed_pipeline_undoes_its_sets(served: tuple[PgServer, StandIn]) -> None:
+    server, _ = served
+    client = Client(server)
+    assert sqlstates(answers(client, executed("SET statement_timeout = '5s'"))) == []
+    failed = answers(client, executed("SET statement_timeout = '1s'") + executed("SELEC"))
+    assert sqlstates(failed) == ["0A000"], failed
+    assert shown(client) == b"5s"
+    # an error at Bind rolls the pipeline back too
+    unbound = answers(client, executed("RESET statement_timeout") + bind(b"", b"missing"))
+    assert sqlstates(unbound) == ["26000"], unbound
+    assert shown(client) == b"5s"
+
+
+def test_a_pipeline_that_succeeds_or_commits_keeps_its_sets(
+    served: tuple[PgServer, StandIn],
+) -> None:
+    server, _ = served
+    client = Client(server)
+    assert sqlstates(answers(client, executed("SET statement_timeout = '2s'"))) == []
+    assert shown(client) == b"2s"
+    # what a COMMIT in the pipeline committed stays; what follows it is rolled back
+    ended = executed("SET statement_timeout = '3s'") + executed("COMMIT")
+    failed = answers(client, ended + executed("SET statement_timeout = '4s'") + executed("SELEC"))
+    assert sqlstates(failed) == ["0A000"], failed
+    assert shown(client) == b"3s"
