@@ -55,3 +55,17 @@ def test_a_pipeline_that_succeeds_or_commits_keeps_its_sets(
     failed = answers(client, ended + executed("SET statement_timeout = '4s'") + executed("SELEC"))
     assert sqlstates(failed) == ["0A000"], failed
     assert shown(client) == b"3s"
+
+
+def test_a_parse_of_several_statements_is_refused(served: tuple[PgServer, StandIn]) -> None:
+    """PostgreSQL refuses them at Parse (42601); serve took them, described them as
+    NoData, and refused only their Execute."""
+    server, _ = served
+    client = Client(server)
+    refused = answers(client, parse(b"two", "SELECT 1; SELECT $1"))
+    assert sqlstates(refused) == ["42601"], refused
+    assert b"cannot insert multiple commands into a prepared statement" in refused[0][1]
+    assert sqlstates(answers(client, bind(b"", b"two"))) == ["26000"]  # it was not prepared
+    # one statement, and a trailing semicolon, are one statement
+    ran = answers(client, executed("SELECT 1;"))
+    assert sqlstates(ran) == [] and (b"C", b"SELECT 5\0") in ran, ran

@@ -56,7 +56,8 @@ maps statements to messages:
   it, with 57014 ``canceling statement due to statement timeout``. A SUBSCRIBE,
   and a SUBSCRIBE cursor's FETCH (which has its TIMEOUT), run on, as Materialize's;
 * prepared statements: a ``Parse`` of a named statement that exists is refused
-  (42P05) and the statement stays as it was; the unnamed one is replaced.
+  (42P05) and the statement stays as it was; the unnamed one is replaced. A
+  ``Parse`` of several statements is refused (42601), as PostgreSQL's.
   ``DEALLOCATE ALL`` forgets the named ones: the unnamed one stays, as PostgreSQL
   keeps it apart.
   ``DISCARD ALL`` (outside a transaction block: 25001 inside one, and in a pipeline
@@ -1302,8 +1303,11 @@ class _Handler(socketserver.BaseRequestHandler):
     def _parse(self, msg: Parse) -> None:
         """Prepare ``msg``'s statement. A named one that exists is SqlError 42P05 and stays
         as it was (a driver that lost track of its names learns it, and the statement it
-        binds is the one it prepared); the unnamed one is replaced, as PostgreSQL's."""
+        binds is the one it prepared); the unnamed one is replaced, as PostgreSQL's.
+        A text of several statements is refused (42601), as PostgreSQL refuses it."""
         s = self.session
+        if len(split(msg.query)) > 1:
+            raise SqlError("cannot insert multiple commands into a prepared statement", "42601")
         if msg.statement and msg.statement in s.statements:
             raise SqlError(f"prepared statement {msg.statement!r} already exists", "42P05")
         s.statements[msg.statement] = (msg.query, list(msg.param_types))
@@ -1346,8 +1350,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def _portal_result(self, portal: _Portal) -> _Answer:
         if portal.result is None:
             statements = split(portal.sql)
-            if len(statements) > 1:
-                raise SqlError("cannot run several statements in one prepared statement", "42601")
+            assert len(statements) <= 1, f"Parse let several statements in: {statements}"
             portal.statement = parse(statements[0]) if statements else Empty()
             s = self.session
             if not s.in_transaction and s.kept_timeout_ms is None:  # a pipeline's first
