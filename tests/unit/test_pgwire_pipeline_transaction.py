@@ -10,8 +10,15 @@ statement of the session canceled after a second.
 from __future__ import annotations
 
 from tests.unit.test_pgwire_cursor import StandIn
-from tests.unit.test_pgwire_lifetimes import Client
-from tests.unit.test_pgwire_session_reset import answers, bind, execute, parse, sqlstates
+from tests.unit.test_pgwire_lifetimes import Client, query
+from tests.unit.test_pgwire_session_reset import (
+    answers,
+    bind,
+    describe_statement,
+    execute,
+    parse,
+    sqlstates,
+)
 
 from timeshard.server.pgwire import PgServer
 
@@ -68,4 +75,28 @@ def test_a_parse_of_several_statements_is_refused(served: tuple[PgServer, StandI
     assert sqlstates(answers(client, bind(b"", b"two"))) == ["26000"]  # it was not prepared
     # one statement, and a trailing semicolon, are one statement
     ran = answers(client, executed("SELECT 1;"))
+    assert sqlstates(ran) == [] and (b"C", b"SELECT 5\0") in ran, ran
+
+
+def test_a_failed_block_refuses_parse_and_bind_but_of_its_end(
+    served: tuple[PgServer, StandIn],
+) -> None:
+    """PostgreSQL refuses Parse, Bind and a statement's Describe in a failed transaction
+    block (25P02) but for COMMIT and ROLLBACK; serve refused only Execute."""
+    server, engine = served
+    client = Client(server)
+    assert sqlstates(answers(client, parse(b"before", "SELECT 1"))) == []
+    client.sock.sendall(query("BEGIN; SELEC"))
+    assert client.until(b"Z")[-1] == (b"Z", b"E")
+    parsed = answers(client, parse(b"after", "SELECT 1"))
+    assert sqlstates(parsed) == ["25P02"] and parsed[-1] == (b"Z", b"E"), parsed
+    assert sqlstates(answers(client, bind(b"", b"before"))) == ["25P02"]
+    assert sqlstates(answers(client, describe_statement(b"before"))) == ["25P02"]
+    assert sqlstates(answers(client, bind(b"", b"after"))) == ["26000"]  # never prepared
+    assert engine.statements == []  # nothing ran
+    ended = answers(client, parse(b"end", "ROLLBACK") + describe_statement(b"end"))
+    assert sqlstates(ended) == [], ended
+    ended = answers(client, bind(b"", b"end") + execute(b""))
+    assert sqlstates(ended) == [] and ended[-2:] == [(b"C", b"ROLLBACK\0"), (b"Z", b"I")], ended
+    ran = answers(client, bind(b"", b"before") + execute(b""))
     assert sqlstates(ran) == [] and (b"C", b"SELECT 5\0") in ran, ran

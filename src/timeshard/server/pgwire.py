@@ -70,7 +70,8 @@ maps statements to messages:
   is a protocol violation: FATAL 08P01 naming it, and the connection ends;
 * transaction statements only move the status ``ReadyForQuery`` reports:
   every statement takes effect at once. A failed transaction block takes
-  only COMMIT or ROLLBACK (25P02 for anything else); its COMMIT answers
+  only COMMIT or ROLLBACK (25P02 for anything else: at Parse, Bind and a
+  statement's Describe too, as PostgreSQL refuses them); its COMMIT answers
   ``ROLLBACK``, as PostgreSQL's does. A rolled-back block (or a failed message
   of several statements, or a failed extended-protocol pipeline outside a block:
   PostgreSQL runs its messages up to the Sync as an implicit transaction) undoes
@@ -225,6 +226,25 @@ def _sql_error(e: Exception) -> SqlError:
 def _canceled(timed_out: bool) -> SqlError:
     why = "statement timeout" if timed_out else "user request"
     return SqlError(f"canceling statement due to {why}", "57014")
+
+
+def _aborted() -> SqlError:
+    return SqlError(
+        "current transaction is aborted, commands ignored until end of transaction block",
+        "25P02",
+    )
+
+
+def _ends_transaction(statements: list[str]) -> bool:
+    """Whether ``statements`` (a prepared statement's, split) are a COMMIT or a ROLLBACK:
+    all a failed transaction block takes, at Parse and Bind as at Execute."""
+    if len(statements) != 1:
+        return False
+    try:
+        statement = parse(statements[0])
+    except SqlError:
+        return False
+    return isinstance(statement, Ignored) and statement.tag in ("COMMIT", "ROLLBACK")
 
 
 def _error(e: SqlError) -> ErrorResponse:
@@ -1068,10 +1088,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return Result([], [], "")
         ends = isinstance(statement, Ignored) and statement.tag in ("COMMIT", "ROLLBACK")
         if s.failed and not ends:  # a failed block takes only its end, as PostgreSQL's does
-            raise SqlError(
-                "current transaction is aborted, commands ignored until end of transaction block",
-                "25P02",
-            )
+            raise _aborted()
         ddl = _ddl_name(statement)
         if ddl is not None and (s.in_transaction or s.implicit):
             raise SqlError(f"{ddl} cannot be run inside a transaction block", "25001")
@@ -1306,8 +1323,11 @@ class _Handler(socketserver.BaseRequestHandler):
         binds is the one it prepared); the unnamed one is replaced, as PostgreSQL's.
         A text of several statements is refused (42601), as PostgreSQL refuses it."""
         s = self.session
-        if len(split(msg.query)) > 1:
+        statements = split(msg.query)
+        if len(statements) > 1:
             raise SqlError("cannot insert multiple commands into a prepared statement", "42601")
+        if s.failed and not _ends_transaction(statements):
+            raise _aborted()
         if msg.statement and msg.statement in s.statements:
             raise SqlError(f"prepared statement {msg.statement!r} already exists", "42P05")
         s.statements[msg.statement] = (msg.query, list(msg.param_types))
@@ -1328,6 +1348,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 f'statement "{msg.statement}" requires {required}',
                 "08P01",
             )
+        if s.failed and (msg.param_values or not _ends_transaction(split(sql))):
+            raise _aborted()
         formats = msg.param_formats or [0]
         if len(formats) not in (1, len(msg.param_values)):  # PostgreSQL's rule for them
             raise SqlError(
@@ -1368,6 +1390,8 @@ class _Handler(socketserver.BaseRequestHandler):
             if msg.name not in s.statements:
                 raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
             sql, types = s.statements[msg.name]
+            if s.failed and not _ends_transaction(split(sql)):
+                raise _aborted()  # describing may look the catalog up: not in a failed block
             count = max(len(types), parameter_count(sql))
             oids = [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
             columns = self._statement_columns(sql, oids)
