@@ -8,7 +8,7 @@ maps statements to messages:
 * the simple query protocol (``Query``), several statements per message;
 * the extended protocol (``Parse``/``Bind``/``Describe``/``Execute``/``Sync``)
   with parameters in text, or in binary for the integer, float, boolean,
-  numeric, text, json, time and bytea types drivers send that way, which
+  numeric, text, json, time, interval and bytea types drivers send that way, which
   :func:`~timeshard.server.statements.bind` turns into literals of their
   declared types (bytea a BINARY; json and jsonb, which Spark has no type of,
   strings); a statement's ``Describe`` answers the columns of its
@@ -444,9 +444,9 @@ _BINARY = {21: "!h", 23: "!i", 20: "!q", 26: "!I", 700: "!f", 701: "!d"}
 def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
     """A parameter's value as text: as sent, or decoded from PostgreSQL's binary format
     for the types drivers send that way (integers, floats, booleans, numeric, text,
-    varchar, json, jsonb, date, time, timestamp, timestamptz, uuid and bytea: psycopg
-    sends its dates, times, datetimes, UUIDs and bytes so by default, and its json
-    with ``%b``).
+    varchar, json, jsonb, date, time, timestamp, timestamptz, interval, uuid and bytea:
+    psycopg sends its dates, times, datetimes, timedeltas, UUIDs and bytes so by
+    default, and its json with ``%b``).
 
     Bytes that are not UTF-8 are SqlError 22021, a binary value of the wrong length
     22P03, as is a binary jsonb of a version other than 1, as PostgreSQL answers them."""
@@ -476,6 +476,8 @@ def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
             return str(uuid.UUID(bytes=value))
         if oid == 1083:
             return _time_of_day_text(value)
+        if oid == 1186:
+            return _interval_text(value)
     except UnicodeDecodeError:
         raise SqlError("invalid byte sequence for encoding UTF8 in a parameter", "22021") from None
     except struct.error:
@@ -517,6 +519,33 @@ def _time_of_day_text(value: bytes) -> str:
         raise SqlError(f"a time parameter of {micros} microseconds is out of range", "22008")
     seconds, fraction = divmod(micros, 1_000_000)
     text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return f"{text}.{fraction:06d}" if fraction else text
+
+
+def _interval_text(value: bytes) -> str:
+    """A binary interval (microseconds, int64; days, int32; months, int32) in the SQL
+    standard's text form, which PostgreSQL's interval input and Spark's casts both read:
+    ``[-]D HH:MM:SS[.ffffff]`` (a day is 24 hours, as in UTC) or ``[-]Y-M``. Spark's
+    intervals are either day-time or year-month: a value with months and days or time
+    has no Spark value, and is SqlError 0A000 naming it."""
+    micros, days, months = struct.unpack("!qii", value)
+    if months and (days or micros):
+        raise SqlError(
+            f"an interval parameter of {months} months, {days} days and {micros} "
+            "microseconds has no Spark value: Spark's intervals are either year-month or "
+            "day-time; send the months and the days or time apart",
+            "0A000",
+        )
+    if months:
+        sign = "-" if months < 0 else ""
+        return f"{sign}{abs(months) // 12}-{abs(months) % 12}"
+    total = days * 86_400_000_000 + micros
+    sign = "-" if total < 0 else ""
+    seconds, fraction = divmod(abs(total), 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    day, hour = divmod(hours, 24)
+    text = f"{sign}{day} {hour:02d}:{minute:02d}:{second:02d}"
     return f"{text}.{fraction:06d}" if fraction else text
 
 
