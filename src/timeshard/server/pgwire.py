@@ -34,6 +34,10 @@ maps statements to messages:
   query}`` in a transaction block (or a message of several statements, an
   implicit one) runs the statement and keeps its rows in the session;
   ``FETCH [n | ALL] c [WITH (TIMEOUT = t)]`` answers them as a query's rows.
+  A cursor scans forward only: a backward FETCH (``BACKWARD``, ``PRIOR``, a
+  negative count) is refused with 55000, as PostgreSQL refuses it on a ``NO
+  SCROLL`` cursor, and ``FETCH 0`` takes no row, as Materialize's (re-fetching
+  the current row would need a step back).
   A SUBSCRIBE cursor's FETCH waits for a first row (at most ``t``, checked
   at each heartbeat of the SUBSCRIBE, about every 0.5 s), then takes the
   rows that are ready, up to ``n``: those before its next heartbeat.
@@ -1226,6 +1230,8 @@ class _Handler(socketserver.BaseRequestHandler):
         cursor = self.session.cursors.get(statement.name)
         if cursor is None:
             raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
+        if statement.backward:  # as PostgreSQL's NO SCROLL cursors
+            raise SqlError("cursor can only scan forward", "55000")
         if not cursor.waits:  # a count past sys.maxsize (islice's most) is every row
             count = None if statement.count is None else min(statement.count, sys.maxsize)
             taken = itertools.islice(cursor.rows, count)
