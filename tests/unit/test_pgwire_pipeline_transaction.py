@@ -100,3 +100,24 @@ def test_a_failed_block_refuses_parse_and_bind_but_of_its_end(
     assert sqlstates(ended) == [] and ended[-2:] == [(b"C", b"ROLLBACK\0"), (b"Z", b"I")], ended
     ran = answers(client, bind(b"", b"before") + execute(b""))
     assert sqlstates(ran) == [] and (b"C", b"SELECT 5\0") in ran, ran
+
+
+def test_a_portal_ends_with_its_transaction_block(served: tuple[PgServer, StandIn]) -> None:
+    """PostgreSQL closes a block's portals at its COMMIT or ROLLBACK; serve kept them
+    until the next Sync outside a block, so an Execute after a COMMIT ran them."""
+    server, _ = served
+    client = Client(server)
+    for end in ("COMMIT", "ROLLBACK"):
+        client.sock.sendall(query("BEGIN"))
+        client.until(b"Z")
+        assert sqlstates(answers(client, parse(b"", "SELECT 1") + bind(b"p", b""))) == []
+        client.sock.sendall(query(end))
+        client.until(b"Z")
+        assert sqlstates(answers(client, execute(b"p"))) == ["34000"], end
+    # a COMMIT executed through a portal ends the others, and completes itself
+    client.sock.sendall(query("BEGIN"))
+    client.until(b"Z")
+    kept = parse(b"", "SELECT 1") + bind(b"p", b"")
+    ended = answers(client, kept + parse(b"", "COMMIT") + bind(b"", b"") + execute(b""))
+    assert sqlstates(ended) == [] and (b"C", b"COMMIT\0") in ended, ended
+    assert sqlstates(answers(client, execute(b"p"))) == ["34000"]

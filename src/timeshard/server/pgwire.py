@@ -1147,6 +1147,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 s.in_transaction = s.failed = False
                 s.local_timeout_ms = None
                 self._close_cursors(None)
+                for name in [n for n, p in s.portals.items() if p is not s.running]:
+                    self._close_portals(name)  # a transaction's portals end with it
                 return Result([], [], tag)
             return Result([], [], statement.tag)
         if isinstance(statement, Setting) and statement.tag == "DISCARD ALL":
