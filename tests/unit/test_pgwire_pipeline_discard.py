@@ -29,10 +29,12 @@ def test_discard_all_after_a_statement_of_a_pipeline_is_refused(
     server, _ = served
     client = Client(server)
     assert sqlstates(answers(client, parse(b"kept", "SELECT 1"))) == []
-    refused = answers(client, executed("SET statement_timeout = '5s'") + executed("DISCARD ALL"))
+    assert sqlstates(answers(client, executed("SET statement_timeout = '5s'"))) == []
+    refused = answers(client, executed("SET statement_timeout = '7s'") + executed("DISCARD ALL"))
     assert sqlstates(refused) == ["25001"], refused
     assert b"DISCARD ALL cannot be executed within a pipeline" in refused[-2][1], refused
-    # nothing was discarded: the named statement and the setting stay
+    # nothing was discarded: the named statement and the setting stay (the failed
+    # pipeline's own SET is rolled back with it, as PostgreSQL's)
     assert sqlstates(answers(client, bind(b"", b"kept") + execute(b""))) == []
     shown = answers(client, executed("SHOW statement_timeout"))
     assert [body for kind, body in shown if kind == b"D"] == [b"\0\x01\0\0\0\x025s"], shown

@@ -1436,7 +1436,7 @@ def test_a_timeout_bound_as_a_parameter_is_a_duration() -> None:
         ("FETCH", "42601", ["end of the statement", "name"]),
         ("FETCH ALL", "42601", ["end of the statement", "name"]),
         ("FETCH 1.5 c", "42601", ["'1.5'", "whole number"]),
-        ("FETCH -1 c", "42601", ["'-'"]),
+        ("FETCH - c", "42601", ["'c'", "whole number"]),
         ("FETCH c extra", "42601", ["'extra'"]),
         ("FETCH c WITH (TIMEOUT = 'soon')", "22023", ["TIMEOUT", "'soon'"]),
         ("FETCH c WITH (TIMEOUT = -1)", "22023", ["TIMEOUT", "negative"]),

@@ -8,7 +8,7 @@ maps statements to messages:
 * the simple query protocol (``Query``), several statements per message;
 * the extended protocol (``Parse``/``Bind``/``Describe``/``Execute``/``Sync``)
   with parameters in text, or in binary for the integer, float, boolean,
-  numeric, text, json, time and bytea types drivers send that way, which
+  numeric, text, json, time, interval and bytea types drivers send that way, which
   :func:`~timeshard.server.statements.bind` turns into literals of their
   declared types (bytea a BINARY; json and jsonb, which Spark has no type of,
   strings); a statement's ``Describe`` answers the columns of its
@@ -34,6 +34,10 @@ maps statements to messages:
   query}`` in a transaction block (or a message of several statements, an
   implicit one) runs the statement and keeps its rows in the session;
   ``FETCH [n | ALL] c [WITH (TIMEOUT = t)]`` answers them as a query's rows.
+  A cursor scans forward only: a backward FETCH (``BACKWARD``, ``PRIOR``, a
+  negative count) is refused with 55000, as PostgreSQL refuses it on a ``NO
+  SCROLL`` cursor, and ``FETCH 0`` takes no row, as Materialize's (re-fetching
+  the current row would need a step back).
   A SUBSCRIBE cursor's FETCH waits for a first row (at most ``t``, checked
   at each heartbeat of the SUBSCRIBE, about every 0.5 s), then takes the
   rows that are ready, up to ``n``: those before its next heartbeat.
@@ -56,7 +60,8 @@ maps statements to messages:
   it, with 57014 ``canceling statement due to statement timeout``. A SUBSCRIBE,
   and a SUBSCRIBE cursor's FETCH (which has its TIMEOUT), run on, as Materialize's;
 * prepared statements: a ``Parse`` of a named statement that exists is refused
-  (42P05) and the statement stays as it was; the unnamed one is replaced.
+  (42P05) and the statement stays as it was; the unnamed one is replaced. A
+  ``Parse`` of several statements is refused (42601), as PostgreSQL's.
   ``DEALLOCATE ALL`` forgets the named ones: the unnamed one stays, as PostgreSQL
   keeps it apart.
   ``DISCARD ALL`` (outside a transaction block: 25001 inside one, and in a pipeline
@@ -69,9 +74,12 @@ maps statements to messages:
   is a protocol violation: FATAL 08P01 naming it, and the connection ends;
 * transaction statements only move the status ``ReadyForQuery`` reports:
   every statement takes effect at once. A failed transaction block takes
-  only COMMIT or ROLLBACK (25P02 for anything else); its COMMIT answers
+  only COMMIT or ROLLBACK (25P02 for anything else: at Parse, Bind and a
+  statement's Describe too, as PostgreSQL refuses them); its COMMIT answers
   ``ROLLBACK``, as PostgreSQL's does. A rolled-back block (or a failed message
-  of several statements) undoes its ``SET``/``RESET`` of statement_timeout.
+  of several statements, or a failed extended-protocol pipeline outside a block:
+  PostgreSQL runs its messages up to the Sync as an implicit transaction) undoes
+  its ``SET``/``RESET`` of statement_timeout.
   DDL (CREATE, DROP, ALTER SYSTEM PROMOTE), which nothing undoes, runs only as
   a statement of its own, as Materialize's:
   in a transaction block, a message of several statements or a pipeline after
@@ -222,6 +230,25 @@ def _sql_error(e: Exception) -> SqlError:
 def _canceled(timed_out: bool) -> SqlError:
     why = "statement timeout" if timed_out else "user request"
     return SqlError(f"canceling statement due to {why}", "57014")
+
+
+def _aborted() -> SqlError:
+    return SqlError(
+        "current transaction is aborted, commands ignored until end of transaction block",
+        "25P02",
+    )
+
+
+def _ends_transaction(statements: list[str]) -> bool:
+    """Whether ``statements`` (a prepared statement's, split) are a COMMIT or a ROLLBACK:
+    all a failed transaction block takes, at Parse and Bind as at Execute."""
+    if len(statements) != 1:
+        return False
+    try:
+        statement = parse(statements[0])
+    except SqlError:
+        return False
+    return isinstance(statement, Ignored) and statement.tag in ("COMMIT", "ROLLBACK")
 
 
 def _error(e: SqlError) -> ErrorResponse:
@@ -421,9 +448,9 @@ _BINARY = {21: "!h", 23: "!i", 20: "!q", 26: "!I", 700: "!f", 701: "!d"}
 def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
     """A parameter's value as text: as sent, or decoded from PostgreSQL's binary format
     for the types drivers send that way (integers, floats, booleans, numeric, text,
-    varchar, json, jsonb, date, time, timestamp, timestamptz, uuid and bytea: psycopg
-    sends its dates, times, datetimes, UUIDs and bytes so by default, and its json
-    with ``%b``).
+    varchar, json, jsonb, date, time, timestamp, timestamptz, interval, uuid and bytea:
+    psycopg sends its dates, times, datetimes, timedeltas, UUIDs and bytes so by
+    default, and its json with ``%b``).
 
     Bytes that are not UTF-8 are SqlError 22021, a binary value of the wrong length
     22P03, as is a binary jsonb of a version other than 1, as PostgreSQL answers them."""
@@ -453,6 +480,8 @@ def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
             return str(uuid.UUID(bytes=value))
         if oid == 1083:
             return _time_of_day_text(value)
+        if oid == 1186:
+            return _interval_text(value)
     except UnicodeDecodeError:
         raise SqlError("invalid byte sequence for encoding UTF8 in a parameter", "22021") from None
     except struct.error:
@@ -494,6 +523,33 @@ def _time_of_day_text(value: bytes) -> str:
         raise SqlError(f"a time parameter of {micros} microseconds is out of range", "22008")
     seconds, fraction = divmod(micros, 1_000_000)
     text = f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+    return f"{text}.{fraction:06d}" if fraction else text
+
+
+def _interval_text(value: bytes) -> str:
+    """A binary interval (microseconds, int64; days, int32; months, int32) in the SQL
+    standard's text form, which PostgreSQL's interval input and Spark's casts both read:
+    ``[-]D HH:MM:SS[.ffffff]`` (a day is 24 hours, as in UTC) or ``[-]Y-M``. Spark's
+    intervals are either day-time or year-month: a value with months and days or time
+    has no Spark value, and is SqlError 0A000 naming it."""
+    micros, days, months = struct.unpack("!qii", value)
+    if months and (days or micros):
+        raise SqlError(
+            f"an interval parameter of {months} months, {days} days and {micros} "
+            "microseconds has no Spark value: Spark's intervals are either year-month or "
+            "day-time; send the months and the days or time apart",
+            "0A000",
+        )
+    if months:
+        sign = "-" if months < 0 else ""
+        return f"{sign}{abs(months) // 12}-{abs(months) % 12}"
+    total = days * 86_400_000_000 + micros
+    sign = "-" if total < 0 else ""
+    seconds, fraction = divmod(abs(total), 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    day, hour = divmod(hours, 24)
+    text = f"{sign}{day} {hour:02d}:{minute:02d}:{second:02d}"
     return f"{text}.{fraction:06d}" if fraction else text
 
 
@@ -991,6 +1047,7 @@ class _Handler(socketserver.BaseRequestHandler):
             s.skipping = s.pipelined = False
             if not s.in_transaction:  # the implicit transaction ends, and its portals
                 self._close_portals(None)
+                s.kept_timeout_ms = None
             self._send(ReadyForQuery(status=s.status))
             return
         if s.skipping or isinstance(msg, Flush):
@@ -1015,6 +1072,8 @@ class _Handler(socketserver.BaseRequestHandler):
         except Exception as e:
             self._fail(_sql_error(e))
             s.skipping = True
+            if not s.in_transaction and s.kept_timeout_ms is not None:
+                s.timeout_ms = s.kept_timeout_ms  # the pipeline's implicit one rolls back
 
     def _simple(self, text: str) -> None:
         # A simple query runs as if through the unnamed statement and portal, as
@@ -1062,10 +1121,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return Result([], [], "")
         ends = isinstance(statement, Ignored) and statement.tag in ("COMMIT", "ROLLBACK")
         if s.failed and not ends:  # a failed block takes only its end, as PostgreSQL's does
-            raise SqlError(
-                "current transaction is aborted, commands ignored until end of transaction block",
-                "25P02",
-            )
+            raise _aborted()
         ddl = _ddl_name(statement)
         if ddl is not None and (s.in_transaction or s.implicit):
             raise SqlError(f"{ddl} cannot be run inside a transaction block", "25001")
@@ -1091,6 +1147,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 s.in_transaction = s.failed = False
                 s.local_timeout_ms = None
                 self._close_cursors(None)
+                for name in [n for n, p in s.portals.items() if p is not s.running]:
+                    self._close_portals(name)  # a transaction's portals end with it
                 return Result([], [], tag)
             return Result([], [], statement.tag)
         if isinstance(statement, Setting) and statement.tag == "DISCARD ALL":
@@ -1174,6 +1232,8 @@ class _Handler(socketserver.BaseRequestHandler):
         cursor = self.session.cursors.get(statement.name)
         if cursor is None:
             raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
+        if statement.backward:  # as PostgreSQL's NO SCROLL cursors
+            raise SqlError("cursor can only scan forward", "55000")
         if not cursor.waits:  # a count past sys.maxsize (islice's most) is every row
             count = None if statement.count is None else min(statement.count, sys.maxsize)
             taken = itertools.islice(cursor.rows, count)
@@ -1297,8 +1357,14 @@ class _Handler(socketserver.BaseRequestHandler):
     def _parse(self, msg: Parse) -> None:
         """Prepare ``msg``'s statement. A named one that exists is SqlError 42P05 and stays
         as it was (a driver that lost track of its names learns it, and the statement it
-        binds is the one it prepared); the unnamed one is replaced, as PostgreSQL's."""
+        binds is the one it prepared); the unnamed one is replaced, as PostgreSQL's.
+        A text of several statements is refused (42601), as PostgreSQL refuses it."""
         s = self.session
+        statements = split(msg.query)
+        if len(statements) > 1:
+            raise SqlError("cannot insert multiple commands into a prepared statement", "42601")
+        if s.failed and not _ends_transaction(statements):
+            raise _aborted()
         if msg.statement and msg.statement in s.statements:
             raise SqlError(f"prepared statement {msg.statement!r} already exists", "42P05")
         s.statements[msg.statement] = (msg.query, list(msg.param_types))
@@ -1319,6 +1385,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 f'statement "{msg.statement}" requires {required}',
                 "08P01",
             )
+        if s.failed and (msg.param_values or not _ends_transaction(split(sql))):
+            raise _aborted()
         formats = msg.param_formats or [0]
         if len(formats) not in (1, len(msg.param_values)):  # PostgreSQL's rule for them
             raise SqlError(
@@ -1341,9 +1409,11 @@ class _Handler(socketserver.BaseRequestHandler):
     def _portal_result(self, portal: _Portal) -> _Answer:
         if portal.result is None:
             statements = split(portal.sql)
-            if len(statements) > 1:
-                raise SqlError("cannot run several statements in one prepared statement", "42601")
+            assert len(statements) <= 1, f"Parse let several statements in: {statements}"
             portal.statement = parse(statements[0]) if statements else Empty()
+            s = self.session
+            if not s.in_transaction and s.kept_timeout_ms is None:  # a pipeline's first
+                s.kept_timeout_ms = s.timeout_ms  # statement starts its implicit transaction
             self.session.running = portal
             try:
                 portal.result = self._run(portal.statement)
@@ -1357,6 +1427,8 @@ class _Handler(socketserver.BaseRequestHandler):
             if msg.name not in s.statements:
                 raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
             sql, types = s.statements[msg.name]
+            if s.failed and not _ends_transaction(split(sql)):
+                raise _aborted()  # describing may look the catalog up: not in a failed block
             count = max(len(types), parameter_count(sql))
             oids = [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
             columns = self._statement_columns(sql, oids)

@@ -15,6 +15,8 @@ The forms follow Materialize's where it has one:
   ``COPY (SUBSCRIBE ...) TO STDOUT``;
 * ``DECLARE name [NO SCROLL] CURSOR [WITHOUT HOLD] FOR {query | SUBSCRIBE ...}``,
   ``FETCH [FORWARD] [count | ALL | NEXT] [FROM | IN] name [WITH (TIMEOUT [=] t)]``
+  (``BACKWARD``, ``PRIOR`` and a negative count are read, to be refused: a cursor
+  scans forward only)
   (``t`` a duration such as ``'1s'``, ``'500ms'`` or ``'0s'``, or a number of
   seconds; no count is a count of 1) and ``CLOSE {name | ALL}``: cursors, as
   Materialize has them; the server's session keeps them, the engine never
@@ -141,6 +143,9 @@ class Fetch:
     name: str
     count: int | None = 1
     timeout_s: float | None = None
+    #: ``BACKWARD``, ``PRIOR`` or a negative count: a cursor only scans forward, as a
+    #: PostgreSQL ``NO SCROLL`` one (55000 once the cursor is found)
+    backward: bool = False
 
 
 @dataclass(frozen=True)
@@ -640,12 +645,17 @@ class _Parser(TokenReader):
         return Declare(name, inner)
 
     def fetch(self) -> Fetch:
-        self.accept("FORWARD")
+        backward = self.accept("BACKWARD") or self.accept("PRIOR")
+        if not backward:
+            self.accept("FORWARD")
         count: int | None = 1
         if self.accept("ALL"):
             count = None
-        elif self.accept("NEXT"):
+        elif not backward and self.accept("NEXT"):
             count = 1
+        elif self.punct(TokenType.DASH):  # a negative count: backward
+            backward = True
+            count = self.whole("a FETCH count")
         elif self.at_number():
             count = self.whole("a FETCH count")
         if not self.accept("FROM"):
@@ -660,7 +670,7 @@ class _Parser(TokenReader):
                     f"unknown FETCH options {sorted(options)}: it takes TIMEOUT", "22023"
                 )
         self.end()
-        return Fetch(name, count, timeout_s)
+        return Fetch(name, count, timeout_s, backward)
 
     def subscribe(self, inner: bool = False) -> Subscribe:
         self.accept("TO")
