@@ -155,6 +155,13 @@ class SparkDelta:
         rows = sum(self._rows_in(a, lower, upper) for a in changed)
         if rows > self.one_part_rows:
             return self._consolidated(ok, errs)
+        if self._aggregates is not None and not (self.plan.arranged or self._keyed):
+            # A GROUP BY state's tick over one input reads its states by partition and
+            # its delta's rows (a few per group) once: in one task, the whole tick after
+            # the delta's shuffle is one stage ending in the part, with no shuffle to sum
+            # the rows (measured at 1M rows, 1% and 5% changed: 10-20% less job time than a
+            # task per core and a shuffle; not so for joins, which scan arrangements).
+            return self._consolidated(ok, errs, tasks=1)
         if self.plan.arranged or self._keyed or self._aggregates is not None:
             # It reads cached layers, partitioned, in the stage that ends in the sum: one
             # task would give up the cores, and one task per partition of the union (each
