@@ -50,6 +50,20 @@ def test_a_failed_pipeline_undoes_its_sets(served: tuple[PgServer, StandIn]) -> 
     assert shown(client) == b"5s"
 
 
+def test_a_discard_all_first_in_a_failed_pipeline_stays(
+    served: tuple[PgServer, StandIn],
+) -> None:
+    """DISCARD ALL takes effect at once (PostgreSQL refuses it later in a pipeline): a
+    failure after it in its pipeline does not bring back the timeout it reset, which a
+    pool's next client would otherwise get."""
+    server, _ = served
+    client = Client(server)
+    assert sqlstates(answers(client, executed("SET statement_timeout = '5s'"))) == []
+    failed = answers(client, executed("DISCARD ALL") + executed("SELEC"))
+    assert sqlstates(failed) == ["0A000"], failed
+    assert shown(client) == b"0"
+
+
 def test_a_pipeline_that_succeeds_or_commits_keeps_its_sets(
     served: tuple[PgServer, StandIn],
 ) -> None:

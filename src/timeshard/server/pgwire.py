@@ -1200,6 +1200,8 @@ class _Handler(socketserver.BaseRequestHandler):
         self._forget_named_statements()
         s.timeout_ms = 0
         s.local_timeout_ms = None
+        if s.kept_timeout_ms is not None:  # it runs first in its pipeline, and at once: a
+            s.kept_timeout_ms = s.timeout_ms  # later failure there rolls back to its reset
         return Result([], [], "DISCARD ALL")
 
     def _forget_named_statements(self) -> None:
