@@ -53,6 +53,10 @@ def test_a_json_parameter_is_its_text_checked(oid: int) -> None:
     assert e.value.sqlstate == "22P02"
     assert "{nope" in str(e.value)
     assert bind("SELECT $1", [placeholder(oid)]) != ""  # a placeholder binds
+    for not_json in ("NaN", "[Infinity]", '{"a": -Infinity}'):  # Python's decoder takes them
+        with pytest.raises(SqlError) as e:
+            bind("SELECT $1", [Param(not_json, oid)])
+        assert e.value.sqlstate == "22P02", not_json
 
 
 @pytest.mark.parametrize(

@@ -387,12 +387,17 @@ def _literal(param: Param) -> str:
     if oid == _BYTEA_OID:
         return _bytea_literal(param.text)
     if oid in _JSON_OIDS:
-        try:
-            json.loads(param.text)
+        try:  # NaN and Infinity are not JSON (Python's decoder takes them)
+            json.loads(param.text, parse_constant=_not_json)
         except ValueError:
             raise SqlError(f"invalid input syntax for type json: {param.text!r}", "22P02") from None
     literal = sqlglot.exp.Literal.string(param.text).sql("postgres")
     return f"CAST({literal} AS {_CAST_TYPES[oid]})" if oid in _TIME_OIDS else literal
+
+
+def _not_json(constant: str) -> Any:
+    """Refuse ``NaN``, ``Infinity`` and ``-Infinity``, which PostgreSQL's json refuses."""
+    raise ValueError(f"{constant} is not JSON")
 
 
 _HEX_PAIRS = re.compile(r"(?:[0-9a-fA-F]{2}|[ \t\n\r])*", re.ASCII)
