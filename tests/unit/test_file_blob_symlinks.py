@@ -55,6 +55,14 @@ def test_a_link_out_of_the_root_is_refused_by_listing(
     assert [m.key for m in blob.list_keys("s/w/b")] == ["s/w/b/part-0"]
 
 
+def test_a_link_no_key_spells_is_not_listed_nor_checked(tmp_path: Path, outside: Path) -> None:
+    """A file no key spells is not listed; neither is a link of such a name, even one out
+    of the root: it is not a key of this blob, and GC's listing must not fail on it."""
+    blob = blob_with(tmp_path, "s/w/bad name", outside / "f")
+    assert [m.key for m in blob.list_keys("s/")] == ["s/w/b/part-0"]
+    assert [m.key for m in blob.list_keys()] == ["s/w/b/part-0", "t/w/b/part-0"]
+
+
 def test_a_prefix_through_a_link_out_of_the_root_is_refused(tmp_path: Path, outside: Path) -> None:
     blob = blob_with(tmp_path, "s/dlink", outside / "d")
     for prefix in ("s/dlink/", "s/dlink/g"):

@@ -274,7 +274,10 @@ class FileBlob:
             key = f"{directory}/{entry.name}" if directory else entry.name
             below = (key + "/").startswith(prefix) or prefix.startswith(key + "/")
             hidden = entry.name.startswith(".")
-            if entry.is_symlink() and below and (not hidden or wanted(key)):
+            # A link a key may name (or, hidden, one of the wanted temporaries) is checked;
+            # one no key spells is not a key, listed or not, as a file of that name.
+            named = wanted(key) if hidden else spells_a_key(key)
+            if entry.is_symlink() and below and named:
                 self._link_target(key)
             if entry.is_dir(follow_symlinks=False):
                 if below and not hidden:
