@@ -155,7 +155,9 @@ class SparkDelta:
         rows = sum(self._rows_in(a, lower, upper) for a in changed)
         if rows > self.one_part_rows:
             return self._consolidated(ok, errs)
-        if self._aggregates is not None and not (self.plan.arranged or self._keyed):
+        terms = () if self.plan.aggregate is None else self.plan.aggregate.terms
+        one_input = len(terms) == 1  # no join to multiply its rows
+        if one_input and self._aggregates is not None and not (self.plan.arranged or self._keyed):
             # A GROUP BY state's tick over one input reads its states by partition and
             # its delta's rows (a few per group) once: in one task, the whole tick after
             # the delta's shuffle is one stage ending in the part, with no shuffle to sum
