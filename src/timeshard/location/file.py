@@ -300,8 +300,12 @@ class FileBlob:
         )
         try:
             target = (self.root / link).resolve()
-        except RuntimeError as e:  # a loop of links
+            os.stat(target)  # a loop: Python 3.13's resolve() returns a path where 3.11 raised
+        except RuntimeError as e:  # a loop of links (Python before 3.13)
             raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
         if not target.is_relative_to(self.root):
             raise CorruptState(
                 f"{named} a symbolic link to {str(target)!r}, outside the blob root "
