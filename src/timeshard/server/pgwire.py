@@ -528,8 +528,9 @@ def _time_of_day_text(value: bytes) -> str:
 
 def _interval_text(value: bytes) -> str:
     """A binary interval (microseconds, int64; days, int32; months, int32) in the SQL
-    standard's text form, which PostgreSQL's interval input and Spark's casts both read:
-    ``[-]D HH:MM:SS[.ffffff]`` (a day is 24 hours, as in UTC) or ``[-]Y-M``. Spark's
+    standard's text form, which Spark's casts read with the sign on every field:
+    ``[-]D HH:MM:SS[.ffffff]`` (a day is 24 hours, as in UTC) or ``[-]Y-M`` (PostgreSQL
+    reads ``-1 02:00:00`` so only under IntervalStyle ``sql_standard``). Spark's
     intervals are either day-time or year-month: a value with months and days or time
     has no Spark value, and is SqlError 0A000 naming it."""
     micros, days, months = struct.unpack("!qii", value)

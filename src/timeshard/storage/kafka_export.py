@@ -82,7 +82,9 @@ instead, written by fastavro in the task with the schemas of
 :meth:`KafkaExport.avro_schemas` (the key's columns as a record; the row as a
 record, or for ``debezium`` an envelope record of ``before`` and
 ``after``, each a union of ``null`` and the row), every field nullable
-(:func:`~timeshard.storage.avro.avro_record_schema`). With
+(:func:`~timeshard.storage.avro.avro_record_schema`); a list column is an Avro
+array, a struct a record named after its path, a map with string keys a map,
+nested to any depth. With
 ``key_schema_id`` / ``value_schema_id`` (ids a registry gave those schemas)
 the datums go in the Confluent wire format: a zero byte and the id (4 bytes,
 big-endian) before the datum. A tombstone stays a null value.
