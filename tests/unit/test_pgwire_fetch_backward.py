@@ -32,6 +32,7 @@ def test_backward_fetches_are_read(sql: str, count: int | None) -> None:
 def test_forward_fetches_stay_forward() -> None:
     assert parse("FETCH 2 c") == Fetch("c", 2)
     assert parse("FETCH FORWARD ALL c") == Fetch("c", None)
+    assert parse("FETCH BACKWARD -2 c") == Fetch("c", 2)  # backward by -2: forward, as in PG
 
 
 def test_a_backward_fetch_is_refused_and_the_cursor_goes_on(

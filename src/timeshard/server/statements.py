@@ -658,8 +658,8 @@ class _Parser(TokenReader):
             count = None
         elif not backward and self.accept("NEXT"):
             count = 1
-        elif self.punct(TokenType.DASH):  # a negative count: backward
-            backward = True
+        elif self.punct(TokenType.DASH):  # a negative count: the other way
+            backward = not backward
             count = self.whole("a FETCH count")
         elif self.at_number():
             count = self.whole("a FETCH count")
