@@ -79,8 +79,15 @@ def avro_payload_schema(avro_schema: str) -> pa.Schema:
     is not a value of its type (spark-avro fails the whole job when it
     resolves a writer without the field), naming the field, and for a schema
     spark-avro cannot parse (:func:`avro_schema_problem`: every read would
-    fail before decoding a datum).
+    fail before decoding a datum), or nested past Python's recursion limit.
     """
+    try:
+        return _payload_schema(avro_schema)
+    except RecursionError:
+        raise InvalidUsage("avro_schema is nested too deeply to read") from None
+
+
+def _payload_schema(avro_schema: str) -> pa.Schema:
     try:
         record = json.loads(avro_schema)
     except (TypeError, json.JSONDecodeError) as e:

@@ -55,11 +55,12 @@ def avro(text: str) -> bool:
     """Whether ``text`` is a valid, self-contained Avro schema that spark-avro can decode
     a datum with (fastavro parses it, and its names are Avro names:
     :func:`~timeshard.storage.avro.avro_schema_problem`)."""
-    try:
-        schema = json.loads(text)
-    except (TypeError, json.JSONDecodeError):
+    if not isinstance(text, str):
         return False
-    return avro_schema_problem(schema) is None
+    try:  # a schema nested past Python's recursion limit is no schema this reads
+        return avro_schema_problem(json.loads(text)) is None
+    except (json.JSONDecodeError, RecursionError):
+        return False
 
 
 _USERINFO = re.compile(r"(?<=://)\S*@")
@@ -238,11 +239,14 @@ class SchemaFiles:
                 f"{list(schemas)}"
             )
         for i, text in schemas.items():
+            if not isinstance(text, str):
+                raise InvalidUsage(f"schemas: schema id {i} is not text, got {type(text).__name__}")
             try:
-                json.loads(text)
-            except (TypeError, json.JSONDecodeError) as e:
+                problem = avro_schema_problem(json.loads(text))
+            except json.JSONDecodeError as e:
                 raise InvalidUsage(f"schemas: schema id {i} is not JSON text: {e}") from None
-            problem = avro_schema_problem(json.loads(text))
+            except RecursionError:
+                raise InvalidUsage(f"schemas: schema id {i} is nested too deeply") from None
             if problem is not None:
                 raise InvalidUsage(f"schemas: schema id {i} is not a valid Avro schema: {problem}")
         self._schemas = dict(schemas)
