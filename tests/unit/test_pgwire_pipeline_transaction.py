@@ -116,6 +116,23 @@ def test_a_failed_block_refuses_parse_and_bind_but_of_its_end(
     assert sqlstates(ran) == [] and (b"C", b"SELECT 5\0") in ran, ran
 
 
+def test_a_failed_block_describes_a_statement_of_no_rows(
+    served: tuple[PgServer, StandIn],
+) -> None:
+    """PostgreSQL refuses a statement's Describe in a failed block only if the statement
+    answers rows; a SET is described (no columns) as outside one."""
+    server, engine = served
+    client = Client(server)
+    prepared = parse(b"set", "SET statement_timeout = '1s'") + parse(b"sel", "SELECT 1")
+    assert sqlstates(answers(client, prepared)) == []
+    client.sock.sendall(query("BEGIN; SELEC"))
+    assert client.until(b"Z")[-1] == (b"Z", b"E")
+    described = answers(client, describe_statement(b"set"))
+    assert sqlstates(described) == [] and (b"n", b"") in described, described
+    assert sqlstates(answers(client, describe_statement(b"sel"))) == ["25P02"]
+    assert engine.statements == []  # nothing ran
+
+
 def test_a_portal_ends_with_its_transaction_block(served: tuple[PgServer, StandIn]) -> None:
     """PostgreSQL closes a block's portals at its COMMIT or ROLLBACK; serve kept them
     until the next Sync outside a block, so an Execute after a COMMIT ran them."""

@@ -193,6 +193,20 @@ from timeshard.server.statements import Query as SelectStatement
 log = logging.getLogger(__name__)
 
 
+def _may_answer_rows(sql: str) -> bool:
+    """Whether ``sql`` may answer rows (True unless it parses, alone, as a statement that
+    never does: a SET, a DROP, a cursor's DECLARE or CLOSE, ...)."""
+    statements = split(sql)
+    if len(statements) != 1:
+        return True
+    try:
+        statement = parse(statements[0])
+    except SqlError:  # one with parameters, or CREATE: not known without binding
+        return True
+    quiet = (CloseCursor, Deallocate, Declare, Drop, Empty, Ignored, Promote, Setting)
+    return not isinstance(statement, quiet)
+
+
 def _copy_text(value: Any, type_name: str = "") -> str:
     """A value in COPY's text format (backslash escapes, ``\\N`` for NULL)."""
     if value is None:
@@ -1430,11 +1444,14 @@ class _Handler(socketserver.BaseRequestHandler):
             if msg.name not in s.statements:
                 raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
             sql, types = s.statements[msg.name]
-            if s.failed and not _ends_transaction(split(sql)):
-                raise _aborted()  # describing may look the catalog up: not in a failed block
             count = max(len(types), parameter_count(sql))
             oids = [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
-            columns = self._statement_columns(sql, oids)
+            if s.failed and not _ends_transaction(split(sql)):
+                if _may_answer_rows(sql):  # describing it may look the catalog up
+                    raise _aborted()
+                columns = None  # as PostgreSQL, which refuses only a statement with rows
+            else:
+                columns = self._statement_columns(sql, oids)
             self._send(ParameterDescription(type_oids=oids))
             self._send(RowDescription(fields=_fields(columns)) if columns else NoData())
             return
