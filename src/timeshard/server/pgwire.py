@@ -447,6 +447,18 @@ class _Session:
     def statement_timeout_ms(self) -> int:
         return self.timeout_ms if self.local_timeout_ms is None else self.local_timeout_ms
 
+    def keep_timeout(self) -> None:
+        """A transaction starts (a block, or a pipeline's implicit one): keep the timeout
+        its rollback returns to, unless one is under way already."""
+        if not self.in_transaction and self.kept_timeout_ms is None:
+            self.kept_timeout_ms = self.timeout_ms
+
+    def roll_back_timeout(self) -> None:
+        """An implicit transaction (a pipeline, a message of several statements) failed:
+        its SETs are undone."""
+        if not self.in_transaction and self.kept_timeout_ms is not None:
+            self.timeout_ms = self.kept_timeout_ms
+
     @property
     def status(self) -> TransactionStatus:
         if self.failed:
@@ -1087,8 +1099,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except Exception as e:
             self._fail(_sql_error(e))
             s.skipping = True
-            if not s.in_transaction and s.kept_timeout_ms is not None:
-                s.timeout_ms = s.kept_timeout_ms  # the pipeline's implicit one rolls back
+            s.roll_back_timeout()  # the pipeline's implicit transaction rolls back
 
     def _simple(self, text: str) -> None:
         # A simple query runs as if through the unnamed statement and portal, as
@@ -1114,8 +1125,7 @@ class _Handler(socketserver.BaseRequestHandler):
                             self._send_result(self._run(parse(sql)))
                     except Exception as e:
                         self._fail(_sql_error(e))
-                        if not s.in_transaction and s.kept_timeout_ms is not None:
-                            s.timeout_ms = s.kept_timeout_ms  # the implicit one rolls back
+                        s.roll_back_timeout()
                         break
             finally:
                 s.implicit = False
@@ -1150,8 +1160,7 @@ class _Handler(socketserver.BaseRequestHandler):
             return Result([], [], "DEALLOCATE" if statement.name else "DEALLOCATE ALL")
         if isinstance(statement, Ignored):
             if statement.tag in ("BEGIN", "START TRANSACTION"):
-                if not s.in_transaction and s.kept_timeout_ms is None:
-                    s.kept_timeout_ms = s.timeout_ms
+                s.keep_timeout()
                 s.in_transaction = True
             elif ends:  # the COMMIT of a failed block rolls it back, and says so
                 tag = "ROLLBACK" if s.failed else statement.tag
@@ -1429,8 +1438,7 @@ class _Handler(socketserver.BaseRequestHandler):
             assert len(statements) <= 1, f"Parse let several statements in: {statements}"
             portal.statement = parse(statements[0]) if statements else Empty()
             s = self.session
-            if not s.in_transaction and s.kept_timeout_ms is None:  # a pipeline's first
-                s.kept_timeout_ms = s.timeout_ms  # statement starts its implicit transaction
+            s.keep_timeout()  # a pipeline's first statement starts its implicit transaction
             self.session.running = portal
             try:
                 portal.result = self._run(portal.statement)
