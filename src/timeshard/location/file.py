@@ -58,9 +58,9 @@ import errno
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from stat import S_ISDIR
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 from timeshard.errors import CorruptState, Determinate, Indeterminate, InvalidUsage
 from timeshard.location._paths import check_creatable
@@ -105,35 +105,7 @@ class FileBlob:
         return self._located(key, link_at_key=True)
 
     def _located(self, key: str, *, link_at_key: bool) -> Path:
-        """``root/key`` once no link on its path is refused (one at ``key`` itself is
-        allowed to a file or directory inside the root if ``link_at_key``).
-
-        The path is resolved, as before any link was looked for: only a path that
-        resolves elsewhere costs one ``lstat`` per component to find its link.
-        """
-        check_blob_key(key)
-        path = self.root / key
-        try:
-            unchanged = path.resolve() == path
-        except (OSError, RuntimeError):  # a loop of links: found below
-            unchanged = False
-        if unchanged:
-            return path
-        parts = key.split("/")
-        for i in range(1, len(parts) + 1):
-            link = "/".join(parts[:i])
-            try:
-                is_link = (self.root / link).is_symlink()
-            except OSError as e:
-                raise Determinate(f"looking at the path of blob key {key!r}: {e}") from e
-            if is_link:
-                target = self._link_target(link, key)
-                if i < len(parts) or not link_at_key:
-                    raise CorruptState(
-                        f"blob key {key!r} passes through the symbolic link {link!r} to "
-                        f"{str(target)!r}: a link is not a directory of this blob's keys"
-                    )
-        return path
+        return _located(self.root, key, link_at_key=link_at_key)
 
     def get(self, key: str) -> bytes | None:
         path = self.path(key)
@@ -291,32 +263,121 @@ class FileBlob:
                     yield BlobMetadata(key, stat.st_size)
 
     def _link_target(self, link: str, key: str | None = None) -> Path:
-        """Where the link at ``link`` resolves; CorruptState (naming ``key``, the key whose
-        path passes through it, if another) unless inside the root."""
-        named = (
-            f"blob key {link!r} is"
-            if key in (None, link)
-            else (f"blob key {key!r} passes through {link!r}, which is")
-        )
-        try:
-            target = (self.root / link).resolve()
-            os.stat(target)  # a loop: Python 3.13's resolve() returns a path where 3.11 raised
-        except RuntimeError as e:  # a loop of links (Python before 3.13)
-            raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
-        if not target.is_relative_to(self.root):
-            raise CorruptState(
-                f"{named} a symbolic link to {str(target)!r}, outside the blob root "
-                f"{str(self.root)!r}: it holds no data of this blob"
-            )
-        return target
+        return _link_target(self.root, link, key)
 
     def delete_temporary(self, key: str) -> int | None:
         directory, _, name = check_temporary_key(key).rpartition("/")
         path = self._located(directory, link_at_key=False) / name
         return _unlink(path, f"temporary {key!r}")
+
+
+def served_sizes(root: str | Path, keys: Iterable[str]) -> list[int | None]:
+    """The size of the file :meth:`FileBlob.get` serves for each of ``keys`` under
+    ``root``, None where it serves none; CorruptState naming the key where ``get`` refuses
+    it (a link on its path: invariant 1), Determinate if a path cannot be looked at.
+
+    For readers that open the files themselves (Spark's Parquet reader follows every
+    link): they read what ``get`` would serve. Costs one ``lstat`` per key and one per
+    distinct directory below the root on the keys' paths (a ``stat`` more per link at a
+    key); nothing reads a file's bytes.
+    """
+    base = Path(root).resolve()
+    prefix = f"{base}/"  # paths as strings: pathlib's would cost more than the lstat
+    sound: set[str] = {""}  # directories below the root that are no links
+    sizes: list[int | None] = []
+    for key in keys:
+        directory, _, name = key.rpartition("/")
+        if directory not in sound or not spells_a_key(name):
+            check_blob_key(key)  # InvalidUsage naming it (once per directory when valid)
+        path = prefix + key
+        try:
+            if directory not in sound and _passes_a_link(prefix, directory, sound):
+                _located(base, key, link_at_key=True)  # raises naming the key's link
+            stat = os.lstat(path)
+            if S_ISLNK(stat.st_mode):
+                _link_target(base, key)
+                stat = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            sizes.append(None)
+            continue
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a loop the path check did not meet: found here
+                _located(base, key, link_at_key=True)
+            raise Determinate(f"looking at blob {key!r}: {e}") from e
+        sizes.append(stat.st_size if S_ISREG(stat.st_mode) else None)
+    return sizes
+
+
+def _passes_a_link(prefix: str, directory: str, sound: set[str]) -> bool:
+    """Whether a component of ``directory`` (a key, below the root ``prefix``) is a symbolic
+    link; adds to ``sound`` each of its directories found to be none."""
+    components = directory.split("/")
+    for i in range(1, len(components) + 1):
+        above = "/".join(components[:i])
+        if above not in sound:
+            if S_ISLNK(os.lstat(prefix + above).st_mode):
+                return True
+            sound.add(above)
+    return False
+
+
+def _located(root: Path, key: str, *, link_at_key: bool) -> Path:
+    """``root/key`` once no link on its path is refused (one at ``key`` itself is
+    allowed to a file or directory inside the root if ``link_at_key``).
+
+    The path is resolved, as before any link was looked for: only a path that
+    resolves elsewhere costs one ``lstat`` per component to find its link.
+    """
+    check_blob_key(key)
+    path = root / key
+    if _resolves_to_itself(path):
+        return path
+    parts = key.split("/")
+    for i in range(1, len(parts) + 1):
+        link = "/".join(parts[:i])
+        try:
+            is_link = (root / link).is_symlink()
+        except OSError as e:
+            raise Determinate(f"looking at the path of blob key {key!r}: {e}") from e
+        if is_link:
+            target = _link_target(root, link, key)
+            if i < len(parts) or not link_at_key:
+                raise CorruptState(
+                    f"blob key {key!r} passes through the symbolic link {link!r} to "
+                    f"{str(target)!r}: a link is not a directory of this blob's keys"
+                )
+    return path
+
+
+def _resolves_to_itself(path: Path) -> bool:
+    try:
+        return path.resolve() == path
+    except (OSError, RuntimeError):  # a loop of links
+        return False
+
+
+def _link_target(root: Path, link: str, key: str | None = None) -> Path:
+    """Where the link at ``link`` resolves; CorruptState (naming ``key``, the key whose
+    path passes through it, if another) unless inside the root."""
+    named = (
+        f"blob key {link!r} is"
+        if key in (None, link)
+        else (f"blob key {key!r} passes through {link!r}, which is")
+    )
+    try:
+        target = (root / link).resolve()
+        os.stat(target)  # a loop: Python 3.13's resolve() returns a path where 3.11 raised
+    except RuntimeError as e:  # a loop of links (Python before 3.13)
+        raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
+    if not target.is_relative_to(root):
+        raise CorruptState(
+            f"{named} a symbolic link to {str(target)!r}, outside the blob root "
+            f"{str(root)!r}: it holds no data of this blob"
+        )
+    return target
 
 
 def spells_a_key(key: str) -> bool:
@@ -408,4 +469,11 @@ def _unlink(path: Path, what: str) -> int | None:
     return size
 
 
-__all__ = ["TMP_NAME", "FileBlob", "check_temporary_key", "spells_a_key", "spells_a_temporary"]
+__all__ = [
+    "TMP_NAME",
+    "FileBlob",
+    "check_temporary_key",
+    "served_sizes",
+    "spells_a_key",
+    "spells_a_temporary",
+]
