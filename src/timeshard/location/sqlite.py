@@ -56,6 +56,7 @@ from timeshard.location.consensus import (
     check_new_version,
     check_scan,
     check_seqno_bound,
+    stored_key,
     stored_seqno,
     stored_version,
 )
@@ -256,7 +257,7 @@ class SqliteConsensus:
             )
         except sqlite3.Error as e:
             raise self._failure("listing shards", e) from e
-        return [str(r[0]) for r in rows]
+        return [stored_key(r[0]) for r in rows]
 
 
 def _head_seqno(conn: sqlite3.Connection, key: str) -> SeqNo | None:
