@@ -32,6 +32,10 @@ Invariants:
 4. A file SQLite finds is not a database, or a damaged one (``SQLITE_NOTADB``,
    ``SQLITE_CORRUPT``), raises CorruptState naming the path, at opening or at
    any later call: it is state found on disk, which no retry repairs.
+5. A ``consensus`` that is not a table with the columns ``shard TEXT``,
+   ``seqno INTEGER`` and ``data BLOB`` (others are left alone: something else
+   made it) raises CorruptState naming the path and the column at opening,
+   never a fault at each later call.
 """
 
 from __future__ import annotations
@@ -71,6 +75,9 @@ CREATE TABLE IF NOT EXISTS consensus (
     PRIMARY KEY (shard, seqno)
 ) WITHOUT ROWID
 """
+_COLUMNS = {"shard": "TEXT", "seqno": "INTEGER", "data": "BLOB"}
+_KIND = "SELECT type FROM sqlite_master WHERE name = 'consensus'"
+_TABLE_INFO = "PRAGMA table_info(consensus)"
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1"
 _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = ?"
 #: The least SQLite INTEGER: a scan start or truncation point below it (which consensus
@@ -131,11 +138,29 @@ class SqliteConsensus:
                 conn = self._conn()
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(_SCHEMA)
+                self._check_table(conn)
                 return
             except sqlite3.Error as e:
                 if not _is_busy(e) or time.monotonic() > deadline:
                     raise self._failure(f"opening SQLite consensus {str(self.path)!r}", e) from e
                 time.sleep(0.01)
+
+    def _check_table(self, conn: sqlite3.Connection) -> None:
+        """CorruptState naming the file and the column unless ``consensus`` is a table with
+        the columns (and declared types) of :data:`_COLUMNS` (invariant 5)."""
+        where = f"SQLite consensus {str(self.path)!r}"
+        kind = conn.execute(_KIND).fetchone()
+        if kind is None or kind[0] != "table":
+            made = "is missing" if kind is None else f"is a {kind[0]}"
+            raise CorruptState(f"{where}: consensus {made}, not a table")
+        found = {row[1]: str(row[2]).upper() for row in conn.execute(_TABLE_INFO)}
+        for name, declared in _COLUMNS.items():
+            if found.get(name) != declared:
+                has = f"has it as {found[name]!r}" if name in found else "has none"
+                raise CorruptState(
+                    f"{where}: table consensus needs column {name} {declared}, but it {has}: "
+                    "it was created otherwise than by timeshard"
+                )
 
     def _conn(self) -> sqlite3.Connection:
         conn = self._connections.get()
