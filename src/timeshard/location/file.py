@@ -271,6 +271,15 @@ class FileBlob:
         return _unlink(path, f"temporary {key!r}")
 
 
+def check_key_path(root: str | Path, key: str) -> Path:
+    """The file of ``key`` under ``root``, for a writer that makes it itself (Spark's part
+    writers): InvalidUsage if ``key`` is unsafe, CorruptState naming it if its path passes
+    through a symbolic link, as :meth:`FileBlob.set` refuses it (invariant 1). One
+    ``realpath`` of the path: no ``lstat`` per component unless it resolves elsewhere."""
+    base = Path(root).resolve()
+    return _located(base, key, link_at_key=True)
+
+
 def served_sizes(root: str | Path, keys: Iterable[str]) -> list[int | None]:
     """The size of the file :meth:`FileBlob.get` serves for each of ``keys`` under
     ``root``, None where it serves none; CorruptState naming the key where ``get`` refuses
@@ -472,6 +481,7 @@ def _unlink(path: Path, what: str) -> int | None:
 __all__ = [
     "TMP_NAME",
     "FileBlob",
+    "check_key_path",
     "check_temporary_key",
     "served_sizes",
     "spells_a_key",

@@ -50,7 +50,9 @@ What runs where (as in ``pyspark.sql.datasource``):
   (``PYSPARK_PYTHON``) and must reach the blob root under the same URI.
 
 Local roots (``file://``) are written as a hidden ``.tmp-`` file that is
-fsynced and renamed into place, as :class:`~timeshard.location.FileBlob` does;
+fsynced and renamed into place, as :class:`~timeshard.location.FileBlob` does,
+and never through a symbolic link (a task raises CorruptState naming the key
+for a path the blob's ``set`` refuses, before it writes);
 other roots (``s3a://``, ``hdfs://``, ...) get the whole part in one write.
 
 A blob with no filesystem root (the memory blob) cannot be reached by
@@ -143,9 +145,15 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from timeshard.errors import Determinate, InvalidUsage, PartError, TimeshardError
+from timeshard.errors import (
+    CorruptState,
+    Determinate,
+    InvalidUsage,
+    PartError,
+    TimeshardError,
+)
 from timeshard.location.blob import Blob, check_blob_key
-from timeshard.location.file import served_sizes
+from timeshard.location.file import check_key_path, served_sizes
 from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
 from timeshard.persist._internal.parts import (
@@ -537,6 +545,8 @@ def write_part_file(
     fs, base = filesystem_of(root_uri)
     path = f"{base}/{key}"
     local = isinstance(fs, pafs.LocalFileSystem)
+    if local:  # the blob's keys pass through no link (FileBlob invariant 1)
+        check_key_path(base, key)
     tmp = f"{path.rpartition('/')[0]}/{_TMP_PREFIX}{uuid.uuid4().hex}"
     sink: pa.NativeFile | None = None
     writer: pq.ParquetWriter | None = None
@@ -781,7 +791,9 @@ def _planned_part(key: str) -> tuple[str, PartMeta] | None:
 
 # -- errors ----------------------------------------------------------------------------------
 
-_PYTHON_ERROR = re.compile(r"timeshard\.errors\.(PartError|InvalidUsage|Determinate): ([^\n]*)")
+_PYTHON_ERROR = re.compile(
+    r"timeshard\.errors\.(PartError|InvalidUsage|Determinate|CorruptState): ([^\n]*)"
+)
 _PART_ERROR = re.compile(r"part '([^']+)' is (.*)")
 # File paths in Spark's messages are decoded: they may hold spaces.
 _FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file ([^\n]+?\.parquet)")
@@ -836,6 +848,8 @@ def typed_error(error: BaseException) -> TimeshardError | None:
             return InvalidUsage(message)
         if kind == "Determinate":
             return Determinate(message)
+        if kind == "CorruptState":
+            return CorruptState(message)
         part = _PART_ERROR.match(message)
         if part is not None:
             return PartError(part.group(1), part.group(2))
