@@ -63,7 +63,7 @@ from pathlib import Path
 from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 from timeshard.errors import CorruptState, Determinate, Indeterminate, InvalidUsage
-from timeshard.location._paths import check_creatable
+from timeshard.location._paths import check_creatable, local_path
 from timeshard.location.blob import (
     BlobMetadata,
     check_blob_key,
@@ -84,7 +84,7 @@ class FileBlob:
     """A blob rooted at a directory, created if missing."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root).resolve()
+        self.root = local_path(root, "blob root").resolve()
         check_creatable(self.root, "blob root", directory=True)
         try:
             self.root.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,6 @@ Invariants:
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -50,7 +49,7 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from timeshard.errors import CorruptState, Determinate, ExternalError, Indeterminate, InvalidUsage
-from timeshard.location._paths import check_creatable
+from timeshard.location._paths import check_creatable, local_path
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
@@ -91,8 +90,7 @@ class SqliteConsensus:
     """Consensus in a SQLite database file, created (with its directory) if missing."""
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 30.0) -> None:
-        if not isinstance(path, str | os.PathLike):
-            raise InvalidUsage(f"SQLite consensus path must be a str or a path, got {path!r}")
+        spelled = local_path(path, "SQLite consensus path")
         if (
             isinstance(busy_timeout_s, bool)
             or not isinstance(busy_timeout_s, int | float)
@@ -102,7 +100,7 @@ class SqliteConsensus:
                 f"busy_timeout_s must be a number of seconds in [0, {_MAX_BUSY_TIMEOUT_S}], "
                 f"got {busy_timeout_s!r}"
             )
-        self.path = Path(path).resolve()
+        self.path = spelled.resolve()
         check_creatable(self.path, "SQLite consensus file", directory=False)
         self.busy_timeout_s = busy_timeout_s
         self._connections: ThreadConnections[sqlite3.Connection] = ThreadConnections(
