@@ -15,7 +15,8 @@ there.
 Invariants:
 
 1. Key ``k`` names the path ``root/k``, unresolved. Only a key's spelling can be
-   a caller mistake (InvalidUsage, see ``check_blob_key``); a symbolic link on
+   a caller mistake (InvalidUsage, see ``check_blob_key``; so is a component
+   longer than the root's filesystem takes in a name); a symbolic link on
    its path is state found on disk. A link at the key itself to a file inside
    the root is the key: ``get`` serves the file, a listing lists it, ``delete``
    removes the link (never its target). Every other link ``get``, ``set`` and
@@ -90,6 +91,7 @@ class FileBlob:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise Determinate(f"cannot create blob root {str(self.root)!r}: {e}") from e
+        self._name_max = _name_max(self.root)
 
     @property
     def root_uri(self) -> str | None:
@@ -105,6 +107,15 @@ class FileBlob:
         return self._located(key, link_at_key=True)
 
     def _located(self, key: str, *, link_at_key: bool) -> Path:
+        """``root/key`` (see :func:`_located`); InvalidUsage naming ``key`` if a component
+        is longer than a name the root's filesystem takes: no file can have it."""
+        check_blob_key(key)
+        longest = max(len(c.encode()) for c in key.split("/"))
+        if longest > self._name_max:
+            raise InvalidUsage(
+                f"blob key {key!r} has a component of {longest} bytes: the filesystem of "
+                f"blob root {str(self.root)!r} takes names of at most {self._name_max}"
+            )
         return _located(self.root, key, link_at_key=link_at_key)
 
     def get(self, key: str) -> bytes | None:
@@ -419,6 +430,15 @@ def check_temporary_key(key: object) -> str:
     except InvalidUsage as e:
         raise InvalidUsage(f"invalid temporary key {key!r}: {e}") from None
     return key
+
+
+def _name_max(root: Path) -> int:
+    """The longest file name (bytes) the filesystem of ``root`` takes (255 if it does not
+    say, as Linux's filesystems, ext4 and XFS take)."""
+    try:
+        return os.pathconf(root, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def _make_dirs(directory: Path, root: Path) -> list[Path]:
