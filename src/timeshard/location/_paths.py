@@ -9,9 +9,21 @@ backend's own creation of it fails with Determinate.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from timeshard.errors import InvalidUsage
+
+
+def local_path(path: object, what: str) -> Path:
+    """``path`` as a Path; InvalidUsage naming it unless it is a ``str`` or an
+    ``os.PathLike`` of one, without a NUL character (no file can have such a name)."""
+    spelled = os.fspath(path) if isinstance(path, str | os.PathLike) else None
+    if not isinstance(spelled, str):
+        raise InvalidUsage(f"{what} must be a str or a path, got {path!r}")
+    if "\x00" in spelled:
+        raise InvalidUsage(f"{what} {spelled!r} has a NUL character")
+    return Path(spelled)
 
 
 def check_creatable(path: Path, what: str, *, directory: bool) -> None:
@@ -37,4 +49,4 @@ def _check_creatable(path: Path, what: str, *, directory: bool) -> None:
             return
 
 
-__all__ = ["check_creatable"]
+__all__ = ["check_creatable", "local_path"]

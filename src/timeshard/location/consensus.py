@@ -21,7 +21,8 @@ Invariants:
    ``truncate`` take any ``int`` up to that: one below 0 is below every version).
 6. A stored version read back whose seqno is not such an ``int`` or whose data
    is not bytes (a row something else wrote, a table of other column types)
-   raises CorruptState naming the key (see :func:`stored_version`).
+   raises CorruptState naming the key (see :func:`stored_version`); so does a
+   stored key that is not a valid key, in ``list_keys`` (:func:`stored_key`).
 """
 
 from __future__ import annotations
@@ -136,6 +137,25 @@ def stored_seqno(key: str, seqno: object) -> SeqNo:
     return seqno  # type: ignore[return-value]
 
 
+def stored_key(key: object) -> str:
+    """Return the key ``key`` a backend listed if it is a valid consensus key, else raise
+    CorruptState naming it (invariant 6): no call could take it (``head`` would refuse it
+    as InvalidUsage, a mistake of a caller that only passed on what was stored).
+
+    >>> stored_key(b"s1")  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    ...
+    timeshard.errors.CorruptState: consensus holds a key b's1' (bytes) ...
+    """
+    try:
+        return check_consensus_key(key)
+    except InvalidUsage:
+        raise CorruptState(
+            f"consensus holds a key {key!r} ({type(key).__name__}) that is not a valid "
+            "consensus key: something other than timeshard wrote it"
+        ) from None
+
+
 def stored_version(key: str, seqno: object, data: object) -> VersionedData:
     """The version a backend read for ``key``; CorruptState naming the key unless its
     seqno is valid and its data bytes (invariant 6).
@@ -176,6 +196,7 @@ __all__ = [
     "check_scan",
     "check_seqno",
     "check_seqno_bound",
+    "stored_key",
     "stored_seqno",
     "stored_version",
 ]

@@ -15,7 +15,8 @@ there.
 Invariants:
 
 1. Key ``k`` names the path ``root/k``, unresolved. Only a key's spelling can be
-   a caller mistake (InvalidUsage, see ``check_blob_key``); a symbolic link on
+   a caller mistake (InvalidUsage, see ``check_blob_key``; so is a component
+   longer than the root's filesystem takes in a name); a symbolic link on
    its path is state found on disk. A link at the key itself to a file inside
    the root is the key: ``get`` serves the file, a listing lists it, ``delete``
    removes the link (never its target). Every other link ``get``, ``set`` and
@@ -58,12 +59,12 @@ import errno
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from stat import S_ISDIR
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 from timeshard.errors import CorruptState, Determinate, Indeterminate, InvalidUsage
-from timeshard.location._paths import check_creatable
+from timeshard.location._paths import check_creatable, local_path
 from timeshard.location.blob import (
     BlobMetadata,
     check_blob_key,
@@ -84,12 +85,13 @@ class FileBlob:
     """A blob rooted at a directory, created if missing."""
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root).resolve()
+        self.root = local_path(root, "blob root").resolve()
         check_creatable(self.root, "blob root", directory=True)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise Determinate(f"cannot create blob root {str(self.root)!r}: {e}") from e
+        self._name_max = _name_max(self.root)
 
     @property
     def root_uri(self) -> str | None:
@@ -105,35 +107,16 @@ class FileBlob:
         return self._located(key, link_at_key=True)
 
     def _located(self, key: str, *, link_at_key: bool) -> Path:
-        """``root/key`` once no link on its path is refused (one at ``key`` itself is
-        allowed to a file or directory inside the root if ``link_at_key``).
-
-        The path is resolved, as before any link was looked for: only a path that
-        resolves elsewhere costs one ``lstat`` per component to find its link.
-        """
+        """``root/key`` (see :func:`_located`); InvalidUsage naming ``key`` if a component
+        is longer than a name the root's filesystem takes: no file can have it."""
         check_blob_key(key)
-        path = self.root / key
-        try:
-            unchanged = path.resolve() == path
-        except (OSError, RuntimeError):  # a loop of links: found below
-            unchanged = False
-        if unchanged:
-            return path
-        parts = key.split("/")
-        for i in range(1, len(parts) + 1):
-            link = "/".join(parts[:i])
-            try:
-                is_link = (self.root / link).is_symlink()
-            except OSError as e:
-                raise Determinate(f"looking at the path of blob key {key!r}: {e}") from e
-            if is_link:
-                target = self._link_target(link, key)
-                if i < len(parts) or not link_at_key:
-                    raise CorruptState(
-                        f"blob key {key!r} passes through the symbolic link {link!r} to "
-                        f"{str(target)!r}: a link is not a directory of this blob's keys"
-                    )
-        return path
+        longest = max(len(c.encode()) for c in key.split("/"))
+        if longest > self._name_max:
+            raise InvalidUsage(
+                f"blob key {key!r} has a component of {longest} bytes: the filesystem of "
+                f"blob root {str(self.root)!r} takes names of at most {self._name_max}"
+            )
+        return _located(self.root, key, link_at_key=link_at_key)
 
     def get(self, key: str) -> bytes | None:
         path = self.path(key)
@@ -291,32 +274,130 @@ class FileBlob:
                     yield BlobMetadata(key, stat.st_size)
 
     def _link_target(self, link: str, key: str | None = None) -> Path:
-        """Where the link at ``link`` resolves; CorruptState (naming ``key``, the key whose
-        path passes through it, if another) unless inside the root."""
-        named = (
-            f"blob key {link!r} is"
-            if key in (None, link)
-            else (f"blob key {key!r} passes through {link!r}, which is")
-        )
-        try:
-            target = (self.root / link).resolve()
-            os.stat(target)  # a loop: Python 3.13's resolve() returns a path where 3.11 raised
-        except RuntimeError as e:  # a loop of links (Python before 3.13)
-            raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
-        if not target.is_relative_to(self.root):
-            raise CorruptState(
-                f"{named} a symbolic link to {str(target)!r}, outside the blob root "
-                f"{str(self.root)!r}: it holds no data of this blob"
-            )
-        return target
+        return _link_target(self.root, link, key)
 
     def delete_temporary(self, key: str) -> int | None:
         directory, _, name = check_temporary_key(key).rpartition("/")
         path = self._located(directory, link_at_key=False) / name
         return _unlink(path, f"temporary {key!r}")
+
+
+def check_key_path(root: str | Path, key: str) -> Path:
+    """The file of ``key`` under ``root``, for a writer that makes it itself (Spark's part
+    writers): InvalidUsage if ``key`` is unsafe, CorruptState naming it if its path passes
+    through a symbolic link, as :meth:`FileBlob.set` refuses it (invariant 1). One
+    ``realpath`` of the path: no ``lstat`` per component unless it resolves elsewhere."""
+    base = Path(root).resolve()
+    return _located(base, key, link_at_key=True)
+
+
+def served_sizes(root: str | Path, keys: Iterable[str]) -> list[int | None]:
+    """The size of the file :meth:`FileBlob.get` serves for each of ``keys`` under
+    ``root``, None where it serves none; CorruptState naming the key where ``get`` refuses
+    it (a link on its path: invariant 1), Determinate if a path cannot be looked at.
+
+    For readers that open the files themselves (Spark's Parquet reader follows every
+    link): they read what ``get`` would serve. Costs one ``lstat`` per key and one per
+    distinct directory below the root on the keys' paths (a ``stat`` more per link at a
+    key); nothing reads a file's bytes.
+    """
+    base = Path(root).resolve()
+    prefix = f"{base}/"  # paths as strings: pathlib's would cost more than the lstat
+    sound: set[str] = {""}  # directories below the root that are no links
+    sizes: list[int | None] = []
+    for key in keys:
+        directory, _, name = key.rpartition("/")
+        if directory not in sound or not spells_a_key(name):
+            check_blob_key(key)  # InvalidUsage naming it (once per directory when valid)
+        path = prefix + key
+        try:
+            if directory not in sound and _passes_a_link(prefix, directory, sound):
+                _located(base, key, link_at_key=True)  # raises naming the key's link
+            stat = os.lstat(path)
+            if S_ISLNK(stat.st_mode):
+                _link_target(base, key)
+                stat = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            sizes.append(None)
+            continue
+        except OSError as e:
+            if e.errno == errno.ELOOP:  # a loop the path check did not meet: found here
+                _located(base, key, link_at_key=True)
+            raise Determinate(f"looking at blob {key!r}: {e}") from e
+        sizes.append(stat.st_size if S_ISREG(stat.st_mode) else None)
+    return sizes
+
+
+def _passes_a_link(prefix: str, directory: str, sound: set[str]) -> bool:
+    """Whether a component of ``directory`` (a key, below the root ``prefix``) is a symbolic
+    link; adds to ``sound`` each of its directories found to be none."""
+    components = directory.split("/")
+    for i in range(1, len(components) + 1):
+        above = "/".join(components[:i])
+        if above not in sound:
+            if S_ISLNK(os.lstat(prefix + above).st_mode):
+                return True
+            sound.add(above)
+    return False
+
+
+def _located(root: Path, key: str, *, link_at_key: bool) -> Path:
+    """``root/key`` once no link on its path is refused (one at ``key`` itself is
+    allowed to a file or directory inside the root if ``link_at_key``).
+
+    The path is resolved, as before any link was looked for: only a path that
+    resolves elsewhere costs one ``lstat`` per component to find its link.
+    """
+    check_blob_key(key)
+    path = root / key
+    if _resolves_to_itself(path):
+        return path
+    parts = key.split("/")
+    for i in range(1, len(parts) + 1):
+        link = "/".join(parts[:i])
+        try:
+            is_link = (root / link).is_symlink()
+        except OSError as e:
+            raise Determinate(f"looking at the path of blob key {key!r}: {e}") from e
+        if is_link:
+            target = _link_target(root, link, key)
+            if i < len(parts) or not link_at_key:
+                raise CorruptState(
+                    f"blob key {key!r} passes through the symbolic link {link!r} to "
+                    f"{str(target)!r}: a link is not a directory of this blob's keys"
+                )
+    return path
+
+
+def _resolves_to_itself(path: Path) -> bool:
+    try:
+        return path.resolve() == path
+    except (OSError, RuntimeError):  # a loop of links
+        return False
+
+
+def _link_target(root: Path, link: str, key: str | None = None) -> Path:
+    """Where the link at ``link`` resolves; CorruptState (naming ``key``, the key whose
+    path passes through it, if another) unless inside the root."""
+    named = (
+        f"blob key {link!r} is"
+        if key in (None, link)
+        else (f"blob key {key!r} passes through {link!r}, which is")
+    )
+    try:
+        target = (root / link).resolve()
+        os.stat(target)  # a loop: Python 3.13's resolve() returns a path where 3.11 raised
+    except RuntimeError as e:  # a loop of links (Python before 3.13)
+        raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
+    if not target.is_relative_to(root):
+        raise CorruptState(
+            f"{named} a symbolic link to {str(target)!r}, outside the blob root "
+            f"{str(root)!r}: it holds no data of this blob"
+        )
+    return target
 
 
 def spells_a_key(key: str) -> bool:
@@ -349,6 +430,15 @@ def check_temporary_key(key: object) -> str:
     except InvalidUsage as e:
         raise InvalidUsage(f"invalid temporary key {key!r}: {e}") from None
     return key
+
+
+def _name_max(root: Path) -> int:
+    """The longest file name (bytes) the filesystem of ``root`` takes (255 if it does not
+    say, as Linux's filesystems, ext4 and XFS take)."""
+    try:
+        return os.pathconf(root, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def _make_dirs(directory: Path, root: Path) -> list[Path]:
@@ -408,4 +498,12 @@ def _unlink(path: Path, what: str) -> int | None:
     return size
 
 
-__all__ = ["TMP_NAME", "FileBlob", "check_temporary_key", "spells_a_key", "spells_a_temporary"]
+__all__ = [
+    "TMP_NAME",
+    "FileBlob",
+    "check_key_path",
+    "check_temporary_key",
+    "served_sizes",
+    "spells_a_key",
+    "spells_a_temporary",
+]

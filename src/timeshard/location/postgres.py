@@ -65,6 +65,7 @@ from timeshard.location.consensus import (
     check_new_version,
     check_scan,
     check_seqno_bound,
+    stored_key,
     stored_seqno,
     stored_version,
 )
@@ -286,7 +287,7 @@ class PostgresConsensus:
             'SELECT shard FROM consensus GROUP BY shard ORDER BY shard COLLATE "C"',
             (),
         )
-        return [str(r[0]) for r in rows]
+        return [stored_key(r[0]) for r in rows]
 
 
 def _head_seqno(conn: Conn, key: str) -> SeqNo | None:

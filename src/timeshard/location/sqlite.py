@@ -32,12 +32,15 @@ Invariants:
 4. A file SQLite finds is not a database, or a damaged one (``SQLITE_NOTADB``,
    ``SQLITE_CORRUPT``), raises CorruptState naming the path, at opening or at
    any later call: it is state found on disk, which no retry repairs.
+5. A ``consensus`` that is not a table with the columns ``shard TEXT``,
+   ``seqno INTEGER`` and ``data BLOB`` (others are left alone: something else
+   made it) raises CorruptState naming the path and the column at opening,
+   never a fault at each later call.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import sqlite3
 import time
 from collections.abc import Callable
@@ -46,7 +49,7 @@ from typing import TypeVar
 from urllib.parse import quote
 
 from timeshard.errors import CorruptState, Determinate, ExternalError, Indeterminate, InvalidUsage
-from timeshard.location._paths import check_creatable
+from timeshard.location._paths import check_creatable, local_path
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
@@ -56,6 +59,7 @@ from timeshard.location.consensus import (
     check_new_version,
     check_scan,
     check_seqno_bound,
+    stored_key,
     stored_seqno,
     stored_version,
 )
@@ -70,6 +74,9 @@ CREATE TABLE IF NOT EXISTS consensus (
     PRIMARY KEY (shard, seqno)
 ) WITHOUT ROWID
 """
+_COLUMNS = {"shard": "TEXT", "seqno": "INTEGER", "data": "BLOB"}
+_KIND = "SELECT type FROM sqlite_master WHERE name = 'consensus'"
+_TABLE_INFO = "PRAGMA table_info(consensus)"
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1"
 _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = ?"
 #: The least SQLite INTEGER: a scan start or truncation point below it (which consensus
@@ -83,8 +90,7 @@ class SqliteConsensus:
     """Consensus in a SQLite database file, created (with its directory) if missing."""
 
     def __init__(self, path: str | Path, busy_timeout_s: float = 30.0) -> None:
-        if not isinstance(path, str | os.PathLike):
-            raise InvalidUsage(f"SQLite consensus path must be a str or a path, got {path!r}")
+        spelled = local_path(path, "SQLite consensus path")
         if (
             isinstance(busy_timeout_s, bool)
             or not isinstance(busy_timeout_s, int | float)
@@ -94,7 +100,7 @@ class SqliteConsensus:
                 f"busy_timeout_s must be a number of seconds in [0, {_MAX_BUSY_TIMEOUT_S}], "
                 f"got {busy_timeout_s!r}"
             )
-        self.path = Path(path).resolve()
+        self.path = spelled.resolve()
         check_creatable(self.path, "SQLite consensus file", directory=False)
         self.busy_timeout_s = busy_timeout_s
         self._connections: ThreadConnections[sqlite3.Connection] = ThreadConnections(
@@ -130,11 +136,29 @@ class SqliteConsensus:
                 conn = self._conn()
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute(_SCHEMA)
+                self._check_table(conn)
                 return
             except sqlite3.Error as e:
                 if not _is_busy(e) or time.monotonic() > deadline:
                     raise self._failure(f"opening SQLite consensus {str(self.path)!r}", e) from e
                 time.sleep(0.01)
+
+    def _check_table(self, conn: sqlite3.Connection) -> None:
+        """CorruptState naming the file and the column unless ``consensus`` is a table with
+        the columns (and declared types) of :data:`_COLUMNS` (invariant 5)."""
+        where = f"SQLite consensus {str(self.path)!r}"
+        kind = conn.execute(_KIND).fetchone()
+        if kind is None or kind[0] != "table":
+            made = "is missing" if kind is None else f"is a {kind[0]}"
+            raise CorruptState(f"{where}: consensus {made}, not a table")
+        found = {row[1]: str(row[2]).upper() for row in conn.execute(_TABLE_INFO)}
+        for name, declared in _COLUMNS.items():
+            if found.get(name) != declared:
+                has = f"has it as {found[name]!r}" if name in found else "has none"
+                raise CorruptState(
+                    f"{where}: table consensus needs column {name} {declared}, but it {has}: "
+                    "it was created otherwise than by timeshard"
+                )
 
     def _conn(self) -> sqlite3.Connection:
         conn = self._connections.get()
@@ -256,7 +280,7 @@ class SqliteConsensus:
             )
         except sqlite3.Error as e:
             raise self._failure("listing shards", e) from e
-        return [str(r[0]) for r in rows]
+        return [stored_key(r[0]) for r in rows]
 
 
 def _head_seqno(conn: sqlite3.Connection, key: str) -> SeqNo | None:

@@ -50,7 +50,9 @@ What runs where (as in ``pyspark.sql.datasource``):
   (``PYSPARK_PYTHON``) and must reach the blob root under the same URI.
 
 Local roots (``file://``) are written as a hidden ``.tmp-`` file that is
-fsynced and renamed into place, as :class:`~timeshard.location.FileBlob` does;
+fsynced and renamed into place, as :class:`~timeshard.location.FileBlob` does,
+and never through a symbolic link (a task raises CorruptState naming the key
+for a path the blob's ``set`` refuses, before it writes);
 other roots (``s3a://``, ``hdfs://``, ...) get the whole part in one write.
 
 A blob with no filesystem root (the memory blob) cannot be reached by
@@ -73,7 +75,10 @@ the plan has no such step and no task injects anything.
 Errors. A write that does not fit the shard raises InvalidUsage before any
 Spark job runs. A part that is missing, or whose size differs from the one the
 state recorded (truncated, overwritten), raises PartError when ``read_parts``
-is called. A part corrupted in place surfaces only when Spark reads it, at
+is called; under a local root, a part whose path passes through a symbolic link
+the blob refuses (out of the root, a directory link, a loop) raises
+CorruptState naming its key then, as the blob's ``get`` does (Spark's reader
+would follow the link). A part corrupted in place surfaces only when Spark reads it, at
 the action (``collect``, ``count``, a write), as a Spark exception naming the
 file: Spark's reader verifies the page checksums (``VERIFY_PAGE_CHECKSUMS``);
 the pyarrow path reads parts whole and checks their SHA-256. A part that cannot
@@ -140,8 +145,15 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from timeshard.errors import Determinate, InvalidUsage, PartError, TimeshardError
+from timeshard.errors import (
+    CorruptState,
+    Determinate,
+    InvalidUsage,
+    PartError,
+    TimeshardError,
+)
 from timeshard.location.blob import Blob, check_blob_key
+from timeshard.location.file import check_key_path, served_sizes
 from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
 from timeshard.persist._internal.parts import (
@@ -533,6 +545,8 @@ def write_part_file(
     fs, base = filesystem_of(root_uri)
     path = f"{base}/{key}"
     local = isinstance(fs, pafs.LocalFileSystem)
+    if local:  # the blob's keys pass through no link (FileBlob invariant 1)
+        check_key_path(base, key)
     tmp = f"{path.rpartition('/')[0]}/{_TMP_PREFIX}{uuid.uuid4().hex}"
     sink: pa.NativeFile | None = None
     writer: pq.ParquetWriter | None = None
@@ -643,16 +657,23 @@ def _delete_unnamed(blob: Blob, key_prefix: str, parts: list[PartMeta]) -> None:
 def check_parts(blob: Blob, parts: list[PartMeta]) -> None:
     """Raise PartError unless every part exists with the size the state recorded.
 
-    Runs on the driver: one ``get_file_info`` call for a blob with a root, a
-    ``get`` per part for one without.
+    Runs on the driver: one ``get_file_info`` call for a blob with a remote root, a
+    ``get`` per part for one without. Under a local root, the sizes are those of the
+    files the blob's ``get`` serves (:func:`~timeshard.location.file.served_sizes`: an
+    ``lstat`` per part, a ``realpath`` per batch directory): a part whose path passes
+    through a symbolic link out of the root, through a directory link, or a loop, raises
+    CorruptState naming its key, as the blob's ``get`` does, and Spark never reads it.
     """
     root = blob.root_uri
     if root is None:
         sizes = [_size_or_none(blob.get(p.key)) for p in parts]
     else:
         fs, base = filesystem_of(root)
-        infos = fs.get_file_info([f"{base}/{p.key}" for p in parts])
-        sizes = [info.size if info.type == pafs.FileType.File else None for info in infos]
+        if isinstance(fs, pafs.LocalFileSystem):
+            sizes = served_sizes(base, [p.key for p in parts])
+        else:
+            infos = fs.get_file_info([f"{base}/{p.key}" for p in parts])
+            sizes = [info.size if info.type == pafs.FileType.File else None for info in infos]
     for part, size in zip(parts, sizes, strict=True):
         if size is None:
             raise PartError(part.key, "missing")
@@ -770,7 +791,9 @@ def _planned_part(key: str) -> tuple[str, PartMeta] | None:
 
 # -- errors ----------------------------------------------------------------------------------
 
-_PYTHON_ERROR = re.compile(r"timeshard\.errors\.(PartError|InvalidUsage|Determinate): ([^\n]*)")
+_PYTHON_ERROR = re.compile(
+    r"timeshard\.errors\.(PartError|InvalidUsage|Determinate|CorruptState): ([^\n]*)"
+)
 _PART_ERROR = re.compile(r"part '([^']+)' is (.*)")
 # File paths in Spark's messages are decoded: they may hold spaces.
 _FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file ([^\n]+?\.parquet)")
@@ -825,6 +848,8 @@ def typed_error(error: BaseException) -> TimeshardError | None:
             return InvalidUsage(message)
         if kind == "Determinate":
             return Determinate(message)
+        if kind == "CorruptState":
+            return CorruptState(message)
         part = _PART_ERROR.match(message)
         if part is not None:
             return PartError(part.group(1), part.group(2))

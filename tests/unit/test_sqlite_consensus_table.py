@@ -1,0 +1,52 @@
+"""A SQLite consensus file whose ``consensus`` is not the table timeshard makes is
+CorruptState naming the file and the column at opening.
+
+``CREATE TABLE IF NOT EXISTS`` leaves a ``consensus`` table (or view) that
+something else made as it is. One without the ``data`` column opened fine, and
+then every call raised Determinate ("no such column: data"), a fault that
+callers retry for ever, although no retry can change the file; one whose
+``seqno`` was declared REAL stored every seqno as a float.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from timeshard.errors import CorruptState
+from timeshard.location import SqliteConsensus, VersionedData
+
+TABLES = [
+    ("TABLE consensus (shard TEXT, seqno INTEGER)", "needs column data BLOB, but it has none"),
+    ("TABLE consensus (shard TEXT, data BLOB)", "needs column seqno INTEGER, but it has none"),
+    (
+        "TABLE consensus (shard TEXT, seqno REAL, data BLOB)",
+        "needs column seqno INTEGER, but it has it as 'REAL'",
+    ),
+    ("TABLE consensus (shard, seqno, data)", "needs column shard TEXT, but it has it as ''"),
+    ("VIEW consensus AS SELECT 's1' AS shard, 1 AS seqno, x'00' AS data", "is a view"),
+]
+
+
+@pytest.mark.parametrize(("made", "message"), TABLES)
+def test_a_table_of_another_shape_is_corrupt_state(tmp_path: Path, made: str, message: str) -> None:
+    path = tmp_path / "consensus.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"CREATE {made}")
+    with pytest.raises(CorruptState) as e:
+        SqliteConsensus(path)
+    assert str(path) in str(e.value) and message in str(e.value), e.value
+
+
+def test_the_table_timeshard_made_opens_again(tmp_path: Path) -> None:
+    path = tmp_path / "consensus.sqlite"
+    c = SqliteConsensus(path)
+    c.compare_and_set("s1", None, VersionedData(1, b"x"))
+    c.close()
+    again = SqliteConsensus(path)
+    try:
+        assert again.head("s1") == VersionedData(1, b"x")
+    finally:
+        again.close()
