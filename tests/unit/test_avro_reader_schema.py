@@ -139,7 +139,7 @@ def test_nested_reader_types_give_nested_columns() -> None:
     "avro_type",
     [
         {"type": "array", "items": ["long", "string"]},
-        {"type": "map", "values": {"type": "int", "logicalType": "date"}},
+        {"type": "map", "values": {"type": "enum", "name": "E", "symbols": ["A"]}},
         {"type": "record", "name": "S", "fields": [{"name": "b", "type": "R"}]},  # by name
         {"type": "enum", "name": "E", "symbols": ["A"]},
     ],
