@@ -97,6 +97,7 @@ FIELDS: list[tuple[str, Any, list[Any]]] = [
     ),
     ("other", {"type": "long", "logicalType": "no-such-type"}, [1, 2, 3]),
     ("plain_fixed", _fixed("Three", 3), [b"abc", b"\x00\x00\x00", b"\xff\x00\x01"]),
+    ("kind", {"type": "enum", "name": "Kind", "symbols": ["A", "B_2"]}, ["A", "B_2", "A"]),
     (
         "days",
         {"type": "array", "items": ["null", {"type": "int", "logicalType": "date"}]},
@@ -225,6 +226,7 @@ def test_logical_types_decode_as_spark_avro_decodes_them(spark: Any, tmp_path: P
         "local": dt.datetime(1970, 1, 1, 0, 0, 0, 2000),
     }
     assert first["amounts"] == {"a": Decimal("1.00"), "b": None}
+    assert [r["kind"] for r in got] == ["A", "B_2", "A", None]
 
 
 SCHEMA_NAMES = ["id", *(name for name, _, _ in FIELDS)]

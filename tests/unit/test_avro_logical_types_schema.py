@@ -61,6 +61,11 @@ COLUMNS = [
     (fixed(12, logicalType="duration"), pa.binary()),
     (fixed(16, logicalType="uuid"), pa.binary()),
     (fixed(3), pa.binary()),
+    ({"type": "enum", "name": "E", "symbols": ["A", "B"]}, pa.string()),
+    (
+        {"type": "array", "items": {"type": "enum", "name": "E", "symbols": []}},
+        pa.list_(pa.string()),
+    ),
     ({"type": "long", "logicalType": "no-such-type"}, pa.int64()),
     ({"type": "long", "logicalType": {"not": "text"}}, pa.int64()),
     ({"type": "long", "logicalType": "date"}, pa.int64()),
@@ -121,6 +126,7 @@ def test_a_decimal_spark_cannot_hold_is_invalid_usage_naming_the_field() -> None
         (decimal(precision=4, scale=2), "\u0001"),
         (fixed(2, logicalType="decimal", precision=4), "\u0000\u0001"),
         (fixed(3), "abc"),
+        ({"type": "enum", "name": "E", "symbols": ["A", "B"]}, "B"),
     ],
 )
 def test_a_logical_type_takes_a_default_of_its_underlying_type(
@@ -142,3 +148,12 @@ def test_a_default_not_of_the_underlying_type_is_refused(avro_type: Any, default
     with pytest.raises(InvalidUsage, match="field 'v' has default"):
         avro_payload_schema(one_field(avro_type, default=default))
     assert avro_schema_problem(json.loads(one_field(avro_type, default=default))) is not None
+
+
+def test_an_enum_default_is_one_of_its_symbols_in_a_reader_schema() -> None:
+    """Java Avro takes any string, then fails to resolve every datum written without the
+    field; a writer schema's default is never used, and stays Java's to check."""
+    enum = {"type": "enum", "name": "E", "symbols": ["A", "B"]}
+    with pytest.raises(InvalidUsage, match="field 'v' has default \"C\""):
+        avro_payload_schema(one_field(enum, default="C"))
+    assert avro(one_field(enum, default="C"))

@@ -7,7 +7,8 @@ datum does not decode.
 
 Schemas. A *reader* schema is Avro JSON text: a record whose fields are
 ``boolean``, ``int``, ``long``, ``float``, ``double``, ``string``,
-``bytes`` or a ``fixed`` (a binary column), an ``array`` (a list column), a
+``bytes``, a ``fixed`` (a binary column) or an ``enum`` (a string column,
+the symbol), an ``array`` (a list column), a
 ``map`` (a map with string keys) or a ``record`` (a struct) of those written
 inline, to any depth, or a union of ``null`` and one of those. Its fields, in
 order, are the columns (:func:`avro_payload_schema`), all nullable. A datum is written
@@ -323,8 +324,9 @@ def _default_fits(avro_type: Any, default: Any) -> bool:
     value of any branch; for an array, a list of its items' values; for a map, an object
     of its values'; for a record, an object with a value of each field's type, or
     without the field where the field has a default; for a fixed, a string (Java Avro
-    pads or cuts its bytes to the size). A logical type's default is a value of its
-    underlying type."""
+    pads or cuts its bytes to the size); for an enum, one of its symbols (Java Avro
+    takes any string, then fails to resolve every datum written without the field). A
+    logical type's default is a value of its underlying type."""
     if isinstance(avro_type, list):
         return any(_default_fits(b, default) for b in avro_type)
     primitive = _avro_primitive(avro_type)
@@ -333,6 +335,8 @@ def _default_fits(avro_type: Any, default: Any) -> bool:
     kind = avro_type.get("type")
     if kind == "fixed":
         return isinstance(default, str)
+    if kind == "enum":
+        return isinstance(default, str) and default in avro_type.get("symbols", ())
     if kind == "array":
         return isinstance(default, list) and all(
             _default_fits(avro_type.get("items"), v) for v in default
@@ -370,7 +374,7 @@ def _avro_field_type(name: str, avro_type: Any) -> pa.DataType:
         return found
     raise InvalidUsage(
         f"avro_schema: field {name!r} has type {json.dumps(avro_type)}; supported are "
-        f"{sorted(AVRO_TYPES)} and 'fixed' (with their logical types), arrays, maps and "
+        f"{sorted(AVRO_TYPES)}, 'fixed' (with their logical types) and 'enum', arrays, maps and "
         "records of them (written inline, to any depth), and unions of 'null' with one of them"
     )
 
@@ -395,6 +399,8 @@ def _arrow_type_of(name: str, avro_type: Any) -> pa.DataType | None:
     kind = one.get("type")
     if kind == "fixed":
         return pa.binary()
+    if kind == "enum":
+        return pa.string()
     if kind == "array":
         items = _arrow_type_of(f"{name}.items", one.get("items"))
         return None if items is None else pa.list_(items)
