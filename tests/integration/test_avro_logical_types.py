@@ -230,3 +230,59 @@ def test_logical_types_decode_as_spark_avro_decodes_them(spark: Any, tmp_path: P
 
 
 SCHEMA_NAMES = ["id", *(name for name, _, _ in FIELDS)]
+
+
+DEC = _decimal(4, 2)
+FIXED_DEC = _fixed("F2", 2, logicalType="decimal", precision=4)
+#: ``(type, default, whether spark-avro reads it)`` of a reader field a writer lacks.
+DEFAULTS: list[tuple[Any, Any, bool]] = [
+    (DEC, "\u0000d", True),
+    (DEC, "\u0003\u00e7", True),  # 9.99
+    (DEC, "", False),  # no bytes: no number
+    (DEC, "\u0027\u0010", False),  # 100.00: five digits
+    (FIXED_DEC, "", True),  # padded: 0
+    (FIXED_DEC, "\u0001", True),  # padded: 256
+    (FIXED_DEC, "\u007f\u00ff", False),  # 32767
+    ({"type": "long", "logicalType": "timestamp-millis"}, 1_700_000_000_000, True),
+    ({"type": "long", "logicalType": "local-timestamp-millis"}, 2**62, False),
+    ({"type": "long", "logicalType": "timestamp-micros"}, 2**62, True),
+    ([DEC, "null"], "", False),  # a union's default is of its first branch
+    (["null", DEC], None, True),
+    ({"type": "array", "items": DEC}, ["\u0001", ""], False),
+    ({"type": "map", "values": DEC}, {"a": "\u0001"}, True),
+    (
+        {"type": "record", "name": "S", "fields": [{"name": "n", "type": DEC, "default": ""}]},
+        {},
+        False,
+    ),
+    (
+        {"type": "record", "name": "S", "fields": [{"name": "n", "type": DEC}]},
+        {"n": "\u0001"},
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(("avro_type", "default", "read"), DEFAULTS)
+def test_a_reader_default_spark_avro_cannot_read_is_refused(
+    spark: Any, avro_type: Any, default: Any, read: bool
+) -> None:
+    """A datum written without the field decodes with the default as spark-avro reads it
+    (``from_avro``), and the source takes the reader schema exactly when it does."""
+    from pyspark.sql import functions as F
+
+    from timeshard.errors import InvalidUsage
+    from timeshard.storage.avro import avro_payload_schema, datum_ok, decode_datum
+
+    writer = {"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}
+    field = {"name": "v", "type": avro_type, "default": default}
+    reader = {**writer, "fields": [*writer["fields"], field]}
+    datum = spark.createDataFrame([(b"\x02",)], "datum binary")
+    decoded = decode_datum(F.col("datum"), json.dumps(writer), json.dumps(reader))
+    (row,) = datum.select(datum_ok(decoded).alias("ok")).collect()
+    assert row["ok"] is read
+    if read:
+        assert avro_payload_schema(json.dumps(reader)).names == ["id", "v"]
+    else:
+        with pytest.raises(InvalidUsage, match=r"field (v\.n|'v') has default"):
+            avro_payload_schema(json.dumps(reader))

@@ -137,7 +137,7 @@ def _payload_schema(avro_schema: str) -> pa.Schema:
         if fname in [c.name for c in columns]:
             raise InvalidUsage(f"avro_schema: field name {fname!r} is repeated")
         columns.append(pa.field(fname, _avro_field_type(fname, field.get("type"))))
-        if "default" in field and not _default_fits(field["type"], field["default"]):
+        if "default" in field and not _reader_default_fits(field["type"], field["default"]):
             raise InvalidUsage(
                 f"avro_schema: field {fname!r} has default {json.dumps(field['default'])}, "
                 f"which is not a value of its type {json.dumps(field['type'])}"
@@ -353,6 +353,46 @@ def _default_fits(avro_type: Any, default: Any) -> bool:
     return False
 
 
+def _reader_default_fits(avro_type: Any, default: Any) -> bool:
+    """Whether a reader field's ``default`` is a value of its ``avro_type`` that spark-avro
+    reads: :func:`_default_fits`, and :func:`_spark_reads` (else every datum written
+    without the field fails to decode, an err row)."""
+    return _default_fits(avro_type, default) and _spark_reads(avro_type, default)
+
+
+def _spark_reads(avro_type: Any, default: Any) -> bool:
+    """Whether spark-avro reads the value Java Avro makes of ``default`` (a value of
+    ``avro_type``) by its logical types: Java encodes a union's default with its first
+    branch, the text of ``bytes`` or a ``fixed`` as ISO-8859-1 (a ``fixed``'s padded or
+    cut to its size); spark-avro refuses a decimal of no bytes or of more digits than its
+    precision, and a ``*timestamp-millis`` whose microseconds overflow a long."""
+    if isinstance(avro_type, list):
+        return not avro_type or _spark_reads(avro_type[0], default)
+    if not isinstance(avro_type, dict):
+        return True
+    kind, logical = avro_type.get("type"), avro_type.get("logicalType")
+    decimal = _java_decimal(avro_type) if logical == "decimal" else None
+    if decimal is not None and isinstance(default, str):
+        raw = default.encode("latin-1", errors="replace")
+        if kind == "fixed":
+            raw = raw[: avro_type["size"]].ljust(avro_type["size"], b"\0")
+        unscaled = int.from_bytes(raw, "big", signed=True)
+        return bool(raw) and len(str(abs(unscaled))) <= decimal[0]
+    if kind == "long" and logical in ("timestamp-millis", "local-timestamp-millis"):
+        return not _fits("long", default) or _fits("long", default * 1000)
+    if kind == "array" and isinstance(default, list):
+        return all(_spark_reads(avro_type.get("items"), v) for v in default)
+    if kind == "map" and isinstance(default, dict):
+        return all(_spark_reads(avro_type.get("values"), v) for v in default.values())
+    if kind in ("record", "error") and isinstance(default, dict):
+        return all(
+            _spark_reads(f.get("type"), default.get(f["name"], f.get("default")))
+            for f in avro_type.get("fields", ())
+            if isinstance(f, dict) and isinstance(f.get("name"), str)
+        )
+    return True
+
+
 def _fits(primitive: str | None, value: Any) -> bool:
     integral = isinstance(value, int) and not isinstance(value, bool)
     if primitive == "null":
@@ -427,7 +467,7 @@ def _struct_of(name: str, fields: list[Any]) -> pa.DataType | None:
         child = _arrow_type_of(f"{name}.{fname}", field.get("type"))
         if child is None:
             return None
-        if "default" in field and not _default_fits(field["type"], field["default"]):
+        if "default" in field and not _reader_default_fits(field["type"], field["default"]):
             raise InvalidUsage(
                 f"avro_schema: field {name}.{fname} has default {json.dumps(field['default'])}, "
                 f"which is not a value of its type {json.dumps(field['type'])}"
