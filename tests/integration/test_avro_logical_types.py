@@ -286,3 +286,51 @@ def test_a_reader_default_spark_avro_cannot_read_is_refused(
     else:
         with pytest.raises(InvalidUsage, match=r"field (v\.n|'v') has default"):
             avro_payload_schema(json.dumps(reader))
+
+
+@pytest.mark.parametrize("mode", ["EXCEPTION", "LEGACY"])
+def test_dates_before_1582_read_alike_whatever_the_sessions_rebase_mode(
+    spark: Any, tmp_path: Path, mode: str
+) -> None:
+    """Avro's calendar is the proleptic Gregorian one: a session whose
+    ``spark.sql.avro.datetimeRebaseModeInRead`` says otherwise (a cluster's defaults) must
+    not shift the values (LEGACY) or make err rows of them (EXCEPTION)."""
+    schema = {
+        "type": "record",
+        "name": "Old",
+        "fields": [
+            {"name": "id", "type": "long"},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "at", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        ],
+    }
+    day, at = dt.date(1000, 3, 1), dt.datetime(1000, 3, 1, 12, tzinfo=dt.UTC)
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    record = {
+        "id": 1,
+        "day": (day - epoch.date()).days,
+        "at": (at - epoch) // dt.timedelta(microseconds=1),
+    }
+    buffer = io.BytesIO()
+    fastavro.schemaless_writer(buffer, fastavro.parse_schema(_plain(schema)), record)
+    root = tmp_path / "in"
+    root.mkdir()
+    (root / "a.b64").write_bytes(base64.b64encode(buffer.getvalue()) + b"\n")
+    key = "spark.sql.avro.datetimeRebaseModeInRead"
+    before = spark.conf.get(key)
+    spark.conf.set(key, mode)
+    try:
+        source = FileSource("old", root, "avro", avro_schema=json.dumps(schema))
+        client = PersistClient(Location.embedded(tmp_path / "loc"))
+        clock = itertools.count(1)
+        ing = Ingestion(spark, client, source, clock=lambda: next(clock))
+        ing.step()
+        ing.close()
+    finally:
+        spark.conf.set(key, before)
+    upper = client.state("old").upper.time
+    assert upper is not None
+    reader = client.open_leased_reader("old")
+    rows = reader.snapshot(upper - 1).to_pylist()
+    reader.expire()
+    assert [(r["_err"], r["day"], r["at"]) for r in rows] == [(None, day, at)]

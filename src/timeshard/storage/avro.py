@@ -34,7 +34,10 @@ precision above 38 is InvalidUsage: Spark holds none, and every read would
 fail.
 
 Decoding. :func:`decode_datum` appends the 8 bytes :data:`DATUM_END` to
-each datum and plans ``from_avro`` in ``PERMISSIVE`` mode with the writer
+each datum and plans ``from_avro`` in ``PERMISSIVE`` mode (dates and
+timestamps read in the proleptic Gregorian calendar, as Avro writes them,
+never rebased: ``datetimeRebaseMode`` ``CORRECTED`` whatever the session's
+``spark.sql.avro.datetimeRebaseModeInRead``) with the writer
 record followed by an 8-byte ``fixed`` field (:func:`framed_schema`), the
 reader schema framed alike passed as the ``avroSchema`` option when it
 differs. In ``PERMISSIVE`` mode a datum that fails to decode comes back as
@@ -558,7 +561,9 @@ def decode_datum(datum: Any, writer: str, reader: str | None = None) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    options = {"mode": "PERMISSIVE"}
+    # Avro's dates and timestamps are of the proleptic Gregorian calendar: read as they are,
+    # whatever the session's spark.sql.avro.datetimeRebaseModeInRead says.
+    options = {"mode": "PERMISSIVE", "datetimeRebaseMode": "CORRECTED"}
     if reader is not None and reader != writer:
         options["avroSchema"] = framed_schema(reader)
     framed = F.concat(datum, F.lit(DATUM_END))
