@@ -102,7 +102,7 @@ def _record(field_type: object, name: str = "x") -> str:
     [
         (_record({"type": "array", "items": ["long", "string"]}), "field 'x' has type"),
         (_record(["long", "string"]), "field 'x' has type"),
-        (_record({"type": "int", "logicalType": "date"}), "field 'x' has type"),
+        (_record({"type": "map", "values": ["int", "string"]}), "field 'x' has type"),
         (_record("null"), "field 'x' has type"),
         (_record("long", name="_diff"), "'_diff' is reserved"),
         (_record("long", name="a-b"), "not a field with an Avro name"),

@@ -6,19 +6,38 @@ of Avro binary datums and get back the declared columns, or null where a
 datum does not decode.
 
 Schemas. A *reader* schema is Avro JSON text: a record whose fields are
-``boolean``, ``int``, ``long``, ``float``, ``double``, ``string`` or
-``bytes``, an ``array`` (a list column), a ``map`` (a map with string keys)
-or a ``record`` (a struct) of those written inline, to any depth, or a union
-of ``null`` and one of those. Its fields, in order, are the columns
-(:func:`avro_payload_schema`), all nullable. A datum is written
+``boolean``, ``int``, ``long``, ``float``, ``double``, ``string``,
+``bytes``, a ``fixed`` (a binary column) or an ``enum`` (a string column,
+the symbol), an ``array`` (a list column), a
+``map`` (a map with string keys) or a ``record`` (a struct) of those written
+inline, to any depth, or a union of ``null`` and one of those. Its fields, in
+order, are the columns (:func:`avro_payload_schema`), all nullable. A datum is written
 with a *writer* schema, which may differ from the reader schema as far as
 Avro's schema resolution allows: a field the reader lacks is skipped, a
 reader field the writer lacks takes its ``default``, ``int`` widens to
 ``long``, ``float`` and ``double`` and so on. A datum that does not resolve
 fails to decode like a corrupt one.
 
+Logical types, as spark-avro maps them (:func:`logical_arrow_type`):
+``decimal`` on ``bytes`` or ``fixed`` is a ``decimal128(precision, scale)``
+column, ``date`` on ``int`` a ``date32``, ``timestamp-millis`` and
+``timestamp-micros`` on ``long`` a ``timestamp("us", "UTC")``, and
+``local-timestamp-millis`` and ``-micros`` on ``long`` a ``timestamp("us")``
+without a time zone. Every other logical type (``uuid``, ``time-millis``,
+``time-micros``, ``duration``, ``timestamp-nanos``, one Avro does not know)
+and one on another underlying type is read as its underlying type, as is one
+whose attributes Java Avro finds invalid (it ignores the logical type then,
+and so does spark-avro): a ``decimal`` whose ``precision`` is not a positive
+int, whose ``scale`` (0 if absent) is not an int in ``0..precision``, or
+whose precision a ``fixed`` of its size cannot hold. A valid decimal with
+precision above 38 is InvalidUsage: Spark holds none, and every read would
+fail.
+
 Decoding. :func:`decode_datum` appends the 8 bytes :data:`DATUM_END` to
-each datum and plans ``from_avro`` in ``PERMISSIVE`` mode with the writer
+each datum and plans ``from_avro`` in ``PERMISSIVE`` mode (dates and
+timestamps read in the proleptic Gregorian calendar, as Avro writes them,
+never rebased: ``datetimeRebaseMode`` ``CORRECTED`` whatever the session's
+``spark.sql.avro.datetimeRebaseModeInRead``) with the writer
 record followed by an 8-byte ``fixed`` field (:func:`framed_schema`), the
 reader schema framed alike passed as the ``avroSchema`` option when it
 differs. In ``PERMISSIVE`` mode a datum that fails to decode comes back as
@@ -42,9 +61,10 @@ Invariants:
 from __future__ import annotations
 
 import json
+import math
 import re
 import unicodedata
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyarrow as pa
 
@@ -68,6 +88,17 @@ _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FIELD_ORDERS = ("ascending", "descending", "ignore")
 _RESERVED = ("_partition", "_offset", TS, DIFF, ERR)
 _NAMED = ("record", "error", "enum", "fixed")
+#: The largest decimal precision Spark holds (``DecimalType.MAX_PRECISION``).
+MAX_DECIMAL_PRECISION = 38
+#: The logical types spark-avro reads as a type of their own, but ``decimal``, by the
+#: underlying type they are valid on (module doc).
+_TIME_TYPES: dict[tuple[str, str], pa.DataType] = {
+    ("int", "date"): pa.date32(),
+    ("long", "timestamp-millis"): pa.timestamp("us", tz="UTC"),
+    ("long", "timestamp-micros"): pa.timestamp("us", tz="UTC"),
+    ("long", "local-timestamp-millis"): pa.timestamp("us"),
+    ("long", "local-timestamp-micros"): pa.timestamp("us"),
+}
 
 
 def avro_payload_schema(avro_schema: str) -> pa.Schema:
@@ -109,7 +140,7 @@ def _payload_schema(avro_schema: str) -> pa.Schema:
         if fname in [c.name for c in columns]:
             raise InvalidUsage(f"avro_schema: field name {fname!r} is repeated")
         columns.append(pa.field(fname, _avro_field_type(fname, field.get("type"))))
-        if "default" in field and not _default_fits(field["type"], field["default"]):
+        if "default" in field and not _reader_default_fits(field["type"], field["default"]):
             raise InvalidUsage(
                 f"avro_schema: field {fname!r} has default {json.dumps(field['default'])}, "
                 f"which is not a value of its type {json.dumps(field['type'])}"
@@ -133,15 +164,36 @@ def avro_schema_problem(schema: Any) -> str | None:
     int; no union holds a union, or two branches of one type (two ``long``, two
     arrays, two maps, a named type and a reference to it); and a field's default is
     a value of its type (:func:`_default_fits`, where the type is made of
-    primitives, arrays, maps and records only).
+    primitives, arrays, maps and records only). A logical type never makes a schema
+    invalid: Java Avro ignores one whose attributes it finds invalid (fastavro refuses
+    some, so it parses the schema without them).
     """
     import fastavro
 
     try:
-        fastavro.parse_schema(json.loads(framed_schema(json.dumps(schema))))
+        plain = json.dumps(_without_logical_types(schema))
+        fastavro.parse_schema(json.loads(framed_schema(plain)))
     except Exception as e:  # fastavro raises several types for a bad schema
         return f"{type(e).__name__}: {e}"
     return _java_problem(schema, "")
+
+
+def _without_logical_types(schema: Any) -> Any:
+    """``schema`` (parsed JSON) without the ``logicalType`` of any type in it (a copy)."""
+    if isinstance(schema, list):
+        return [_without_logical_types(branch) for branch in schema]
+    if not isinstance(schema, dict):
+        return schema
+    plain = {k: v for k, v in schema.items() if k != "logicalType"}
+    for key in ("type", "items", "values"):
+        if isinstance(plain.get(key), (dict, list)):
+            plain[key] = _without_logical_types(plain[key])
+    if isinstance(plain.get("fields"), list):
+        plain["fields"] = [
+            {**f, "type": _without_logical_types(f.get("type"))} if isinstance(f, dict) else f
+            for f in plain["fields"]
+        ]
+    return plain
 
 
 def _java_problem(schema: Any, space: str) -> str | None:
@@ -234,15 +286,18 @@ def _union_problem(branches: list[Any], space: str) -> str | None:
 
 
 def _checkable(avro_type: Any) -> bool:
-    """Whether :func:`_default_fits` decides for ``avro_type``: made of primitives (without
-    a logical type), arrays, maps and records written inline, and unions of them."""
+    """Whether :func:`_default_fits` decides for ``avro_type``: made of primitives (a
+    logical type or not: a default is a value of the underlying type), fixeds, arrays,
+    maps and records written inline, and unions of them."""
     if isinstance(avro_type, list):
         return all(map(_checkable, avro_type))
     if isinstance(avro_type, str):
         return avro_type in AVRO_TYPES or avro_type == "null"
-    if not isinstance(avro_type, dict) or "logicalType" in avro_type:
+    if not isinstance(avro_type, dict):
         return False
     kind = avro_type.get("type")
+    if kind == "fixed":
+        return True
     if kind == "array":
         return _checkable(avro_type.get("items"))
     if kind == "map":
@@ -271,13 +326,20 @@ def _default_fits(avro_type: Any, default: Any) -> bool:
     """Whether Java Avro takes ``default`` for a field of ``avro_type``: for a union, a
     value of any branch; for an array, a list of its items' values; for a map, an object
     of its values'; for a record, an object with a value of each field's type, or
-    without the field where the field has a default."""
+    without the field where the field has a default; for a fixed, a string (Java Avro
+    pads or cuts its bytes to the size); for an enum, one of its symbols (Java Avro
+    takes any string, then fails to resolve every datum written without the field). A
+    logical type's default is a value of its underlying type."""
     if isinstance(avro_type, list):
         return any(_default_fits(b, default) for b in avro_type)
     primitive = _avro_primitive(avro_type)
     if primitive is not None or not isinstance(avro_type, dict):
         return _fits(primitive, default)
     kind = avro_type.get("type")
+    if kind == "fixed":
+        return isinstance(default, str)
+    if kind == "enum":
+        return isinstance(default, str) and default in avro_type.get("symbols", ())
     if kind == "array":
         return isinstance(default, list) and all(
             _default_fits(avro_type.get("items"), v) for v in default
@@ -292,6 +354,46 @@ def _default_fits(avro_type: Any, default: Any) -> bool:
             for f in avro_type.get("fields", ())
         )
     return False
+
+
+def _reader_default_fits(avro_type: Any, default: Any) -> bool:
+    """Whether a reader field's ``default`` is a value of its ``avro_type`` that spark-avro
+    reads: :func:`_default_fits`, and :func:`_spark_reads` (else every datum written
+    without the field fails to decode, an err row)."""
+    return _default_fits(avro_type, default) and _spark_reads(avro_type, default)
+
+
+def _spark_reads(avro_type: Any, default: Any) -> bool:
+    """Whether spark-avro reads the value Java Avro makes of ``default`` (a value of
+    ``avro_type``) by its logical types: Java encodes a union's default with its first
+    branch, the text of ``bytes`` or a ``fixed`` as ISO-8859-1 (a ``fixed``'s padded or
+    cut to its size); spark-avro refuses a decimal of no bytes or of more digits than its
+    precision, and a ``*timestamp-millis`` whose microseconds overflow a long."""
+    if isinstance(avro_type, list):
+        return not avro_type or _spark_reads(avro_type[0], default)
+    if not isinstance(avro_type, dict):
+        return True
+    kind, logical = avro_type.get("type"), avro_type.get("logicalType")
+    decimal = _java_decimal(avro_type) if logical == "decimal" else None
+    if decimal is not None and isinstance(default, str):
+        raw = default.encode("latin-1", errors="replace")
+        if kind == "fixed":
+            raw = raw[: avro_type["size"]].ljust(avro_type["size"], b"\0")
+        unscaled = int.from_bytes(raw, "big", signed=True)
+        return bool(raw) and len(str(abs(unscaled))) <= decimal[0]
+    if kind == "long" and logical in ("timestamp-millis", "local-timestamp-millis"):
+        return not _fits("long", default) or _fits("long", default * 1000)
+    if kind == "array" and isinstance(default, list):
+        return all(_spark_reads(avro_type.get("items"), v) for v in default)
+    if kind == "map" and isinstance(default, dict):
+        return all(_spark_reads(avro_type.get("values"), v) for v in default.values())
+    if kind in ("record", "error") and isinstance(default, dict):
+        return all(
+            _spark_reads(f.get("type"), default.get(f["name"], f.get("default")))
+            for f in avro_type.get("fields", ())
+            if isinstance(f, dict) and isinstance(f.get("name"), str)
+        )
+    return True
 
 
 def _fits(primitive: str | None, value: Any) -> bool:
@@ -315,8 +417,8 @@ def _avro_field_type(name: str, avro_type: Any) -> pa.DataType:
         return found
     raise InvalidUsage(
         f"avro_schema: field {name!r} has type {json.dumps(avro_type)}; supported are "
-        f"{sorted(AVRO_TYPES)}, arrays, maps and records of them (written inline, to any "
-        "depth), and unions of 'null' with one of them"
+        f"{sorted(AVRO_TYPES)}, 'fixed' (with their logical types) and 'enum', arrays, maps and "
+        "records of them (written inline, to any depth), and unions of 'null' with one of them"
     )
 
 
@@ -329,12 +431,19 @@ def _arrow_type_of(name: str, avro_type: Any) -> pa.DataType | None:
     if len(branches) > 2 or len(values) != 1:
         return None
     (one,) = values
+    logical = logical_arrow_type(name, one)
+    if logical is not None:
+        return logical
     primitive = _avro_primitive(one)
     if primitive is not None:
         return AVRO_TYPES[primitive]
-    if not isinstance(one, dict) or "logicalType" in one:
+    if not isinstance(one, dict):
         return None
     kind = one.get("type")
+    if kind == "fixed":
+        return pa.binary()
+    if kind == "enum":
+        return pa.string()
     if kind == "array":
         items = _arrow_type_of(f"{name}.items", one.get("items"))
         return None if items is None else pa.list_(items)
@@ -361,7 +470,7 @@ def _struct_of(name: str, fields: list[Any]) -> pa.DataType | None:
         child = _arrow_type_of(f"{name}.{fname}", field.get("type"))
         if child is None:
             return None
-        if "default" in field and not _default_fits(field["type"], field["default"]):
+        if "default" in field and not _reader_default_fits(field["type"], field["default"]):
             raise InvalidUsage(
                 f"avro_schema: field {name}.{fname} has default {json.dumps(field['default'])}, "
                 f"which is not a value of its type {json.dumps(field['type'])}"
@@ -370,9 +479,57 @@ def _struct_of(name: str, fields: list[Any]) -> pa.DataType | None:
     return pa.struct(children)
 
 
+def logical_arrow_type(name: str, avro_type: Any) -> pa.DataType | None:
+    """The Arrow type of ``avro_type`` (of the field or path ``name``) by its logical type,
+    None if spark-avro reads it as its underlying type (module doc). InvalidUsage for a
+    valid decimal of a precision Spark cannot hold."""
+    if not isinstance(avro_type, dict):
+        return None
+    kind, logical = avro_type.get("type"), avro_type.get("logicalType")
+    if not isinstance(kind, str) or not isinstance(logical, str):
+        return None
+    if logical != "decimal":
+        return _TIME_TYPES.get((kind, logical))
+    decimal = _java_decimal(avro_type)
+    if decimal is None:
+        return None
+    precision, scale = decimal
+    if precision > MAX_DECIMAL_PRECISION:
+        raise InvalidUsage(
+            f"avro_schema: field {name!r} is a decimal of precision {precision}; Spark holds "
+            f"decimals of precision up to {MAX_DECIMAL_PRECISION}"
+        )
+    return pa.decimal128(precision, scale)
+
+
+def _java_decimal(avro_type: dict[str, Any]) -> tuple[int, int] | None:
+    """``(precision, scale)`` of a ``decimal`` logical type that Java Avro takes as valid,
+    None where it ignores the logical type: on a type other than ``bytes`` or ``fixed``, a
+    precision or a scale that is no JSON int in int32 range (absent precision included; an
+    absent scale is 0), precision below 1, scale below 0 or above precision, or a precision
+    above what a ``fixed`` of its size holds (``floor(log10(2) * (8 * size - 1))``)."""
+    kind = avro_type.get("type")
+    precision, scale = avro_type.get("precision"), avro_type.get("scale", 0)
+    if kind not in ("bytes", "fixed") or not (_java_int(precision) and _java_int(scale)):
+        return None
+    if precision < 1 or not 0 <= scale <= precision:
+        return None
+    if kind == "fixed":
+        size = avro_type.get("size")
+        if not _java_int(size) or precision > math.floor(math.log10(2) * (8 * size - 1)):
+            return None
+    return precision, scale
+
+
+def _java_int(value: Any) -> TypeGuard[int]:
+    """Whether Jackson reads ``value`` (parsed JSON) as an ``Integer``."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**31) <= value < 2**31
+
+
 def _avro_primitive(avro_type: Any) -> str | None:
-    """The primitive an Avro type names (``"long"`` or ``{"type": "long"}``), else None."""
-    if isinstance(avro_type, dict) and "logicalType" not in avro_type:
+    """The primitive an Avro type names (``"long"`` or ``{"type": "long"}``, with a logical
+    type or without), else None."""
+    if isinstance(avro_type, dict):
         avro_type = avro_type.get("type")
     if isinstance(avro_type, str) and (avro_type in AVRO_TYPES or avro_type == "null"):
         return avro_type
@@ -404,7 +561,9 @@ def decode_datum(datum: Any, writer: str, reader: str | None = None) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    options = {"mode": "PERMISSIVE"}
+    # Avro's dates and timestamps are of the proleptic Gregorian calendar: read as they are,
+    # whatever the session's spark.sql.avro.datetimeRebaseModeInRead says.
+    options = {"mode": "PERMISSIVE", "datetimeRebaseMode": "CORRECTED"}
     if reader is not None and reader != writer:
         options["avroSchema"] = framed_schema(reader)
     framed = F.concat(datum, F.lit(DATUM_END))
@@ -435,11 +594,13 @@ __all__ = [
     "AVRO_DECODE_ERROR",
     "AVRO_TYPES",
     "DATUM_END",
+    "MAX_DECIMAL_PRECISION",
     "avro_payload_schema",
     "avro_schema_problem",
     "datum_ok",
     "decode_datum",
     "framed_schema",
+    "logical_arrow_type",
     "record_columns",
 ]
 

@@ -49,9 +49,12 @@ task reads its bytes, splits lines, and decodes them:
   a datum, and one corrupt datum would lose the framing of all after it.
   The writer's schema is declared as Avro JSON text (``avro_schema``): a
   record whose fields are ``boolean``, ``int``, ``long``, ``float``,
-  ``double``, ``string`` or ``bytes``, inline arrays, maps and records of
-  those (list, map and struct columns), or a union of ``null`` and one of
-  them; the columns are its fields, in order (:func:`avro_payload_schema`).
+  ``double``, ``string``, ``bytes`` or ``fixed`` (with the logical types
+  ``decimal``, ``date``, ``timestamp-*`` and ``local-timestamp-*`` read as
+  decimal, date and timestamp columns, as spark-avro reads them), inline
+  arrays, maps and records of those (list, map and struct columns), or a
+  union of ``null`` and one of them; the columns are its fields, in order
+  (:func:`avro_payload_schema`, :mod:`timeshard.storage.avro`).
 
 No column name may start with ``_`` (InvalidUsage when the source is built):
 ``_partition``, ``_offset``, ``_ts``, ``_diff`` and ``_err`` are the
