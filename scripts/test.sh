@@ -7,7 +7,10 @@ export TIMESHARD_NEED_CHROMIUM=1
 source "$(dirname "$0")/bootstrap.sh"
 cd "$ROOT"
 set +e
-python -m pytest "$@"
+# Two workers (pytest-xdist), each running whole files with its own SparkSession and
+# servers: a Spark test leaves a core idle much of the time (planning, py4j round trips,
+# waiting on a server), which the other worker fills. `-n 0` after this runs in one process.
+python -m pytest -n "${TIMESHARD_TEST_WORKERS:-2}" --dist loadfile "$@"
 status=$?
 if [ "$status" -eq 5 ]; then
     echo "test.sh: pytest collected no tests; that is a failure" >&2

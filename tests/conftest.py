@@ -27,6 +27,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# pytest-xdist's workers start with COLUMNS=80, and a rich Console fixes its width from
+# COLUMNS when it is made (at import): the CLI tests set COLUMNS per command instead.
+os.environ.pop("COLUMNS", None)
 
 from tests import spark_jvm
 from tests.integration.kafka_broker import kafka_broker  # noqa: F401 (a fixture of every tier)
