@@ -209,6 +209,8 @@ def test_logical_types_decode_as_spark_avro_decodes_them(spark: Any, tmp_path: P
     assert got == want
     errs = [r for r in rows if r["_err"] is not None]
     assert len(errs) == 3 and all(AVRO_DECODE_ERROR in r["_err"] for r in errs), errs
+    # Two of them are whole datums whose values the logical type cannot hold: the text says so.
+    assert "outside its logical type's range" in errs[0]["_err"]
 
     # A few values by hand, so that neither decoder can be wrong the same way unseen.
     first = got[0]

@@ -82,7 +82,8 @@ AVRO_TYPES: dict[str, pa.DataType] = {
 }
 DATUM_END = b"\x00tsh-end"
 AVRO_DECODE_ERROR = (
-    "the datum does not decode with the declared avro_schema (corrupt, truncated, or too long)"
+    "the datum does not decode with the declared avro_schema (corrupt, truncated, too long, "
+    "or a value outside its logical type's range)"
 )
 _AVRO_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FIELD_ORDERS = ("ascending", "descending", "ignore")

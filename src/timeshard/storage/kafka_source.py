@@ -760,7 +760,10 @@ class _AvroSide:
         )
 
 
-_DECODE_CAUSES = "corrupt, truncated, too long, or a schema the reader schema cannot resolve"
+_DECODE_CAUSES = (
+    "corrupt, truncated, too long, a value outside its logical type's range, "
+    "or a schema the reader schema cannot resolve"
+)
 _BARE_DATUM_ERROR = f"the datum does not decode with the declared avro schema ({_DECODE_CAUSES})"
 _NOT_WIRE_ERROR = (
     "not in the Confluent wire format (at least 5 bytes: magic byte 0, a 4-byte schema id)"
