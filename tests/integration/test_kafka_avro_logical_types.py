@@ -10,7 +10,6 @@ key. The shard it makes holds the exported rows, value for value.
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import json
 import uuid
 from decimal import Decimal
@@ -21,12 +20,11 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
+from tests.integration.test_kafka_export_avro import ingested_again
 
 from timeshard.location import Location
 from timeshard.persist import PersistClient
-from timeshard.storage.ingest import Ingestion
 from timeshard.storage.kafka_export import KafkaExport
-from timeshard.storage.kafka_source import KafkaSource
 from timeshard.storage.schema_registry import avro
 
 pytestmark = [pytest.mark.spark, pytest.mark.kafka]
@@ -98,20 +96,7 @@ def test_decimals_dates_and_timestamps_exported_and_ingested_again(
     producer.produce(topic, key=key_id + b"\x02\x10", value=value_id + b"\x02")
     assert producer.flush(30) == 0
 
-    reader = {
-        **schemas["value"],
-        "fields": [f for f in schemas["value"]["fields"] if f["name"] != "id"],
-    }
-    source = KafkaSource(
-        "again",
-        bootstrap,
-        topic,
-        key_format="avro",
-        key_avro_schema=json.dumps(schemas["key"]),
-        value_format="avro",
-        value_avro_schema=json.dumps(reader),
-        avro_schemas={21: json.dumps(schemas["key"]), 22: json.dumps(schemas["value"])},
-    )
+    source, got = ingested_again(spark_kafka, client, bootstrap, topic, export, (21, 22))
     utc, local = pa.timestamp("us", tz="UTC"), pa.timestamp("us")
     assert [source.schema.field(c).type for c in ("amount", "day", "at_ms", "local_ms")] == [
         pa.decimal128(12, 3),
@@ -119,22 +104,6 @@ def test_decimals_dates_and_timestamps_exported_and_ingested_again(
         utc,
         local,
     ]
-    clock = itertools.count(100)
-    ing = Ingestion(
-        spark_kafka,
-        client,
-        source,
-        envelope="upsert",
-        key_columns=["id"],
-        clock=lambda: next(clock),
-    )
-    ing.step()
-    upper = client.state("again").upper.time
-    assert upper is not None
-    handle = client.open_leased_reader("again")
-    got = handle.snapshot(upper - 1).to_pylist()
-    handle.expire()
-    ing.close()
     export.close()
     ok = sorted(tuple(r[c] for c in TIMES.names) for r in got if r["_err"] is None)
     # Row 0 has every value column null: UPSERT reads it as a delete, as documented.

@@ -168,43 +168,11 @@ def test_an_avro_export_ingested_again_by_a_kafka_source(
         value_schema_id=8,
     )
     assert export.step().status == "committed"
-    schemas = export.avro_schemas()
-    # The source's columns: the key's, then the value's but the key (Avro resolution skips it).
-    reader = {
-        **schemas["value"],
-        "fields": [f for f in schemas["value"]["fields"] if f["name"] != "id"],
-    }
-    source = KafkaSource(
-        "again",
-        bootstrap,
-        topic,
-        key_format="avro",
-        key_avro_schema=json.dumps(schemas["key"]),
-        value_format="avro",
-        value_avro_schema=json.dumps(reader),
-        avro_schemas={7: json.dumps(schemas["key"]), 8: json.dumps(schemas["value"])},
-    )
-    clock = itertools.count(100)
-    ing = Ingestion(
-        spark_kafka,
-        client,
-        source,
-        envelope="upsert",
-        key_columns=["id"],
-        clock=lambda: next(clock),
-    )
-    ing.step()
-    upper = client.state("again").upper.time
-    assert upper is not None
-    reader = client.open_leased_reader("again")
-    got = sorted(
-        (r["id"], r["name"], r["x"], r["_diff"]) for r in reader.snapshot(upper - 1).to_pylist()
-    )
-    reader.expire()
+    _source, rows = ingested_again(spark_kafka, client, bootstrap, topic, export, (7, 8))
+    got = sorted((r["id"], r["name"], r["x"], r["_diff"]) for r in rows)
     want = [(i, f"n{i}", i / 4, 1) for i in range(50) if i not in (3, 4)]
     # (3, None, None) has every value column null: UPSERT reads it as a delete, as documented.
     assert got == want
-    ing.close()
     export.close()
 
 
@@ -366,3 +334,47 @@ def test_nested_columns_exported_and_ingested_again(
     assert got == rows
     ing.close()
     export.close()
+
+
+def ingested_again(
+    spark: SparkSession,
+    client: PersistClient,
+    bootstrap: str,
+    topic: str,
+    export: KafkaExport,
+    ids: tuple[int, int],
+) -> tuple[KafkaSource, list[dict[str, Any]]]:
+    """The topic ``export`` wrote (in the wire format, its key and value schemas under
+    ``ids``), ingested again by a KAFKA source (UPSERT on the Avro key, shard ``again``):
+    the source, and the shard's rows after one step (ok and err)."""
+    schemas = export.avro_schemas()
+    # The source's columns: the key's, then the value's but the key (Avro resolution skips it).
+    reader = {
+        **schemas["value"],
+        "fields": [f for f in schemas["value"]["fields"] if f["name"] != "id"],
+    }
+    key_id, value_id = ids
+    source = KafkaSource(
+        "again",
+        bootstrap,
+        topic,
+        key_format="avro",
+        key_avro_schema=json.dumps(schemas["key"]),
+        value_format="avro",
+        value_avro_schema=json.dumps(reader),
+        avro_schemas={key_id: json.dumps(schemas["key"]), value_id: json.dumps(schemas["value"])},
+    )
+    clock = itertools.count(100)
+    ing = Ingestion(
+        spark, client, source, envelope="upsert", key_columns=["id"], clock=lambda: next(clock)
+    )
+    try:
+        ing.step()
+        upper = client.state("again").upper.time
+        assert upper is not None
+        handle = client.open_leased_reader("again")
+        rows = handle.snapshot(upper - 1).to_pylist()
+        handle.expire()
+    finally:
+        ing.close()
+    return source, rows
