@@ -162,6 +162,7 @@ from pygwire.messages import (
 from timeshard.errors import InvalidUsage
 from timeshard.server.discovery import is_loopback
 from timeshard.server.engine import Engine, QueryRows, Result, Stream
+from timeshard.server.intervals import interval_text
 from timeshard.server.pgtypes import TYPE_OIDS, encode_value, type_oid
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
@@ -553,31 +554,12 @@ def _time_of_day_text(value: bytes) -> str:
 
 
 def _interval_text(value: bytes) -> str:
-    """A binary interval (microseconds, int64; days, int32; months, int32) in the SQL
-    standard's text form, which Spark's casts read with the sign on every field:
-    ``[-]D HH:MM:SS[.ffffff]`` (a day is 24 hours, as in UTC) or ``[-]Y-M`` (PostgreSQL
-    reads ``-1 02:00:00`` so only under IntervalStyle ``sql_standard``). Spark's
-    intervals are either day-time or year-month: a value with months and days or time
-    has no Spark value, and is SqlError 0A000 naming it."""
+    """A binary interval (microseconds, int64; days, int32; months, int32) as PostgreSQL
+    writes its text (:func:`~timeshard.server.intervals.interval_text`): a text
+    parameter's path binds it from there, and refuses one of months and days or time,
+    which no Spark interval holds (0A000 naming it)."""
     micros, days, months = struct.unpack("!qii", value)
-    if months and (days or micros):
-        raise SqlError(
-            f"an interval parameter of {months} months, {days} days and {micros} "
-            "microseconds has no Spark value: Spark's intervals are either year-month or "
-            "day-time; send the months and the days or time apart",
-            "0A000",
-        )
-    if months:
-        sign = "-" if months < 0 else ""
-        return f"{sign}{abs(months) // 12}-{abs(months) % 12}"
-    total = days * 86_400_000_000 + micros
-    sign = "-" if total < 0 else ""
-    seconds, fraction = divmod(abs(total), 1_000_000)
-    minutes, second = divmod(seconds, 60)
-    hours, minute = divmod(minutes, 60)
-    day, hour = divmod(hours, 24)
-    text = f"{sign}{day} {hour:02d}:{minute:02d}:{second:02d}"
-    return f"{text}.{fraction:06d}" if fraction else text
+    return interval_text(months, days, micros)
 
 
 def _numeric_text(value: bytes) -> str:

@@ -72,6 +72,7 @@ from timeshard.server.ddl import (
     create_source,
     create_view,
 )
+from timeshard.server.intervals import interval_fields, interval_literal
 from timeshard.server.sql_tokens import SqlError, TokenReader, tokenize
 
 
@@ -256,6 +257,7 @@ _CAST_TYPES = {
     1082: "DATE",
     1114: "TIMESTAMP_NTZ",
     1184: "TIMESTAMP",
+    1186: "INTERVAL DAY TO SECOND",
 }
 #: date, timestamp and timestamptz: sent as text, bound as a cast of it to Spark's type.
 _TIME_OIDS = {1082, 1114, 1184}
@@ -263,6 +265,9 @@ _INTEGER_OIDS = {20, 21, 23, 26}
 _FLOAT_OIDS = {700, 701}
 _NUMERIC_OID = 1700
 _BYTEA_OID = 17
+#: interval: a Spark year-month or day-time interval (:mod:`timeshard.server.intervals`);
+#: its NULL, and its placeholder, a day-time one.
+_INTERVAL_OID = 1186
 #: json and jsonb: Spark has no JSON type (its VARIANT compares with no string), so their
 #: values are strings, checked as PostgreSQL checks them.
 _JSON_OIDS = {114, 3802}
@@ -290,7 +295,7 @@ def placeholder(oid: int) -> Param:
         return Param("f", oid)
     if oid in _INTEGER_OIDS or oid in _FLOAT_OIDS or oid == _NUMERIC_OID:
         return Param("0", oid)
-    if oid in _TIME_OIDS:
+    if oid in _TIME_OIDS or oid == _INTERVAL_OID:
         return Param(None, oid)
     if oid in _JSON_OIDS:
         return Param("null", oid)
@@ -300,7 +305,7 @@ def placeholder(oid: int) -> Param:
 def bind(sql: str, params: list[Param]) -> str:
     """``sql`` with ``$n`` replaced by the n-th parameter as a literal.
 
-    A parameter of a numeric, boolean, time, bytea or text type OID becomes a
+    A parameter of a numeric, boolean, time, interval, bytea or text type OID becomes a
     value of that type (a cast of its literal: :func:`_literal`), NULL a NULL of it,
     anything else a string literal written by sqlglot (quotes doubled), so
     no value becomes SQL syntax. An untyped parameter (OID 0,
@@ -358,8 +363,9 @@ def _literal(param: Param) -> str:
     PostgreSQL takes them; an integer or numeric may not (Spark's have no such value).
     An untyped parameter (OID 0) is a string literal, and its NULL a bare NULL, as
     PostgreSQL's ``unknown``; a date, timestamp or timestamptz one a cast of its string
-    literal (its NULL a NULL of its type); a parameter of another type is a string
-    literal (its NULL a text NULL)."""
+    literal (its NULL a NULL of its type); an interval one a Spark interval literal
+    written from the numbers its text reads as (:mod:`timeshard.server.intervals`); a
+    parameter of another type is a string literal (its NULL a text NULL)."""
     oid = param.oid
     if param.text is None:
         if oid == _NUMERIC_OID:
@@ -386,6 +392,8 @@ def _literal(param: Param) -> str:
         return "TRUE" if text.lower() in _TRUE else "FALSE"
     if oid == _BYTEA_OID:
         return _bytea_literal(param.text)
+    if oid == _INTERVAL_OID:  # written from the numbers read, never the client's text
+        return interval_literal(*interval_fields(param.text), shown=param.text)
     if oid in _JSON_OIDS:
         try:  # NaN and Infinity are not JSON (Python's decoder takes them)
             json.loads(param.text, parse_constant=_not_json)
