@@ -37,7 +37,11 @@ maps statements to messages:
   A cursor scans forward only: a backward FETCH (``BACKWARD``, ``PRIOR``, a
   negative count) is refused with 55000, as PostgreSQL refuses it on a ``NO
   SCROLL`` cursor, and ``FETCH 0`` takes no row, as Materialize's (re-fetching
-  the current row would need a step back).
+  the current row would need a step back). A query cursor answers PostgreSQL's
+  ``ABSOLUTE n`` (``FIRST``) to a row past its place and ``RELATIVE n`` forward
+  as a ``NO SCROLL`` cursor does, and refuses the moves that need a step back
+  (``LAST``, ``RELATIVE 0`` on a row, an earlier row) with 55000; a SUBSCRIBE
+  cursor, whose rows come over time, refuses them all (0A000).
   A SUBSCRIBE cursor's FETCH waits for a first row (at most ``t``, checked
   at each heartbeat of the SUBSCRIBE, about every 0.5 s), then takes the
   rows that are ready, up to ``n``: those before its next heartbeat.
@@ -97,7 +101,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
-import itertools
 import logging
 import os
 import secrets
@@ -399,6 +402,25 @@ class _Cursor:
     columns: list[tuple[str, str]]
     rows: Iterator[tuple[Any, ...]]
     waits: bool  # a SUBSCRIBE's: FETCH waits for rows; a query's are all there
+    #: A query cursor's place, as PostgreSQL's portal has it: the rows FETCHes took, and
+    #: whether one ran off the last row (then it is after the last row, not on it).
+    position: int = 0
+    at_end: bool = False
+
+    def take(self, skip: int, count: int | None) -> Iterator[tuple[Any, ...]]:
+        """A query cursor's rows: ``skip`` of them passed over, then up to ``count`` (None:
+        all) taken, as they are sent; its place moves with each."""
+        assert not self.waits, "a SUBSCRIBE cursor's rows are fetched as they are ready"
+        taken = 0
+        while count is None or taken < count + skip:
+            row = next(self.rows, _END)
+            if row is _END:
+                self.at_end = True
+                return
+            self.position += 1
+            taken += 1
+            if taken > skip:
+                yield row
 
     def fetch(
         self, count: int | None, timeout_s: float | None, interrupted: Callable[[], None]
@@ -423,6 +445,34 @@ class _Cursor:
         close = getattr(self.rows, "close", None)
         if close is not None:
             close()
+
+
+def _scan_forward() -> SqlError:
+    return SqlError("cursor can only scan forward", "55000")
+
+
+def _forward_move(cursor: _Cursor, statement: Fetch) -> tuple[int, int | None]:
+    """The rows a query cursor's FETCH passes over and then takes (None: all), as
+    PostgreSQL's ``NO SCROLL`` cursor moves: ``ABSOLUTE n`` (and ``FIRST``, ``ABSOLUTE
+    1``) only to a row after its place, ``RELATIVE n`` only forward, ``RELATIVE 0`` and
+    ``ABSOLUTE 0`` only off a row (they take none); a move that needs a step back (to
+    re-fetch the current row, to an earlier one, to ``LAST``, from the end) is 55000."""
+    count = statement.count
+    if statement.position == "forward":  # a count past sys.maxsize is every row
+        return 0, None if count is None else min(count, sys.maxsize)
+    on_row = cursor.position > 0 and not cursor.at_end
+    at_start = cursor.position == 0 and not cursor.at_end
+    if statement.position == "relative" and count is not None and count > 0:
+        return count - 1, 1
+    if statement.position == "relative" and count == 0 and not on_row:
+        return 0, 0
+    if statement.position == "absolute" and count == 0 and at_start:
+        return 0, 0
+    if statement.position == "absolute" and count is not None and count > 0:
+        place = cursor.position + (1 if cursor.at_end else 0)
+        if count > place:
+            return count - cursor.position - 1, 1
+    raise _scan_forward()
 
 
 @dataclass
@@ -1241,10 +1291,16 @@ class _Handler(socketserver.BaseRequestHandler):
         if cursor is None:
             raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
         if statement.backward:  # as PostgreSQL's NO SCROLL cursors
-            raise SqlError("cursor can only scan forward", "55000")
-        if not cursor.waits:  # a count past sys.maxsize (islice's most) is every row
-            count = None if statement.count is None else min(statement.count, sys.maxsize)
-            taken = itertools.islice(cursor.rows, count)
+            raise _scan_forward()
+        if statement.position != "forward" and cursor.waits:
+            raise SqlError(
+                f"FETCH {statement.position.upper()} is not supported on a SUBSCRIBE cursor: "
+                "its rows come as they happen; FETCH n takes those that are ready",
+                "0A000",
+            )
+        if not cursor.waits:
+            skip, count = _forward_move(cursor, statement)
+            taken = cursor.take(skip, count)
             return _Rows(cursor.columns, taken, lambda n: f"FETCH {n}", streamed=True)
         rows = cursor.fetch(statement.count, statement.timeout_s, self._interrupted)
         return Result(cursor.columns, rows, f"FETCH {len(rows)}")

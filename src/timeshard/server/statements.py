@@ -15,8 +15,9 @@ The forms follow Materialize's where it has one:
   ``COPY (SUBSCRIBE ...) TO STDOUT``;
 * ``DECLARE name [NO SCROLL] CURSOR [WITHOUT HOLD] FOR {query | SUBSCRIBE ...}``,
   ``FETCH [FORWARD] [count | ALL | NEXT] [FROM | IN] name [WITH (TIMEOUT [=] t)]``
-  (``BACKWARD``, ``PRIOR`` and a negative count are read, to be refused: a cursor
-  scans forward only)
+  (``BACKWARD``, ``PRIOR``, a negative count, and PostgreSQL's ``FIRST``, ``LAST``,
+  ``ABSOLUTE [-]n`` and ``RELATIVE [-]n`` are read too: a cursor scans forward only,
+  and the server answers those of them that move forward)
   (``t`` a duration such as ``'1s'``, ``'500ms'`` or ``'0s'``, or a number of
   seconds; no count is a count of 1) and ``CLOSE {name | ALL}``: cursors, as
   Materialize has them; the server's session keeps them, the engine never
@@ -135,10 +136,15 @@ class Declare:
 
 @dataclass(frozen=True)
 class Fetch:
-    """``FETCH [count | ALL] name [WITH (TIMEOUT = t)]``.
+    """``FETCH [count | ALL] name [WITH (TIMEOUT = t)]``, and PostgreSQL's positioned
+    forms ``FIRST``, ``LAST``, ``ABSOLUTE n`` and ``RELATIVE n``.
 
     ``count`` None is ALL; ``timeout_s`` None waits for a SUBSCRIBE cursor's
     first row as long as it takes, 0 takes only the rows that are ready.
+    ``position`` says how ``count`` is read: ``"forward"`` rows to take,
+    ``"absolute"`` the number of the one row to take (``FIRST`` is 1, a negative one
+    counts from the end), ``"relative"`` how far past the current row that row is
+    (0: the current row, negative: before it), ``"last"`` the last row (no count).
     """
 
     name: str
@@ -147,6 +153,7 @@ class Fetch:
     #: ``BACKWARD``, ``PRIOR`` or a negative count: a cursor only scans forward, as a
     #: PostgreSQL ``NO SCROLL`` one (55000 once the cursor is found)
     backward: bool = False
+    position: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -658,11 +665,27 @@ class _Parser(TokenReader):
         return Declare(name, inner)
 
     def fetch(self) -> Fetch:
+        position = "forward"
         backward = self.accept("BACKWARD") or self.accept("PRIOR")
-        if not backward:
-            self.accept("FORWARD")
+        directed = backward or self.accept("FORWARD")
         count: int | None = 1
-        if self.accept("ALL"):
+        # FIRST, LAST, ABSOLUTE n and RELATIVE n before a name (else they are its name)
+        placed = self.peek(1) is not None and self.word() in ("FIRST", "LAST")
+        placed |= self.word() in ("ABSOLUTE", "RELATIVE") and self.peek(2) is not None
+        if placed and not directed:
+            word = self.word()
+            assert word is not None
+            self.i += 1
+            if word == "LAST":
+                position, count = "last", None
+            elif word == "FIRST":
+                position, count = "absolute", 1
+            else:
+                position = word.lower()
+                negative = self.punct(TokenType.DASH)
+                count = self.whole(f"a FETCH {word} count")
+                count = -count if negative else count
+        elif self.accept("ALL"):
             count = None
         elif not backward and self.accept("NEXT"):
             count = 1
@@ -683,7 +706,7 @@ class _Parser(TokenReader):
                     f"unknown FETCH options {sorted(options)}: it takes TIMEOUT", "22023"
                 )
         self.end()
-        return Fetch(name, count, timeout_s, backward)
+        return Fetch(name, count, timeout_s, backward, position)
 
     def subscribe(self, inner: bool = False) -> Subscribe:
         self.accept("TO")
