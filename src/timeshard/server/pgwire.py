@@ -166,7 +166,13 @@ from timeshard.errors import InvalidUsage
 from timeshard.server.discovery import is_loopback
 from timeshard.server.engine import Engine, QueryRows, Result, Stream
 from timeshard.server.intervals import interval_text
-from timeshard.server.pgtypes import TYPE_OIDS, encode_value, type_oid
+from timeshard.server.pgtypes import (
+    TYPE_OIDS,
+    declared_columns,
+    encode_value,
+    type_oid,
+    with_declared,
+)
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     CloseCursor,
@@ -388,6 +394,8 @@ class _Portal:
     result: _Answer | None = None
     rows: _Rows | None = None  # its rows not sent yet, once an Execute has sent some
     described: bool = False
+    #: its columns that are a json, jsonb or varchar parameter (:func:`declared_columns`)
+    declared: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -1467,7 +1475,7 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SqlError("binary results are not supported; ask for text", "0A000")
         bound = bind(sql, params) if params else sql
         self._close_portals(msg.portal)  # a Bind replaces a portal of its name
-        s.portals[msg.portal] = _Portal(bound)
+        s.portals[msg.portal] = _Portal(bound, declared=declared_columns(sql, types))
         self._send(BindComplete())
 
     def _portal_result(self, portal: _Portal) -> _Answer:
@@ -1498,6 +1506,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 columns = None  # as PostgreSQL, which refuses only a statement with rows
             else:
                 columns = self._statement_columns(sql, oids)
+            if columns:
+                columns = with_declared(columns, declared_columns(sql, oids))
             self._send(ParameterDescription(type_oids=oids))
             self._send(RowDescription(fields=_fields(columns)) if columns else NoData())
             return
@@ -1509,7 +1519,8 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SqlError(f"portal {msg.name!r} does not exist", "34000")
         result = self._portal_result(portal)
         if not isinstance(result, Stream) and result.columns:
-            self._send(RowDescription(fields=_fields(result.columns)))
+            columns = with_declared(result.columns, portal.declared)
+            self._send(RowDescription(fields=_fields(columns)))
             portal.described = True
         else:
             self._send(NoData())

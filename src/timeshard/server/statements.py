@@ -304,9 +304,8 @@ def placeholder(oid: int) -> Param:
         return Param("0", oid)
     if oid in _TIME_OIDS or oid == _INTERVAL_OID:
         return Param(None, oid)
-    if oid in _JSON_OIDS:
-        return Param("null", oid)
-    return Param("", oid)
+    # a string; "null" is JSON too, so a cast of it to json resolves (``$1::json``)
+    return Param("null", oid)
 
 
 def bind(sql: str, params: list[Param]) -> str:
