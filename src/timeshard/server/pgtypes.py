@@ -35,6 +35,7 @@ TYPE_OIDS = {
     "date": 1082,
     "timestamp": 1184,
     "timestamp_ntz": 1114,
+    "daytimeinterval": 1186,
     # Spark has none of these: a column made of a parameter declared so is described so
     # (:func:`declared_columns`), its values strings
     "json": 114,
@@ -57,6 +58,7 @@ ARRAY_OIDS = {
     "date": 1182,
     "timestamp": 1185,
     "timestamp_ntz": 1115,
+    "daytimeinterval": 1187,
 }
 
 #: PostgreSQL's ``json``: a struct, a map, and an array of anything but the types above.
@@ -185,6 +187,8 @@ def encode_value(value: Any, type_name: str = "") -> bytes | None:
     if type_name == "timestamp" and isinstance(value, datetime.datetime):
         utc = value.astimezone(datetime.UTC).replace(tzinfo=None)
         return f"{utc}+00".encode("ascii")
+    if isinstance(value, datetime.timedelta):  # a day-time interval, as PostgreSQL's text
+        return _interval(value).encode("ascii")
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, bytes | bytearray):
@@ -194,6 +198,17 @@ def encode_value(value: Any, type_name: str = "") -> bytes | None:
     if isinstance(value, decimal.Decimal):  # numeric's text has no exponent: 100, not 1E+2
         return format(value, "f").encode("ascii")
     return str(value).encode("utf-8")
+
+
+def _interval(value: datetime.timedelta) -> str:
+    """A day-time interval as PostgreSQL writes an interval (``1 day 02:03:04``,
+    ``-00:00:01.5``): its days and time, both of its sign (a day is 24 hours)."""
+    from timeshard.server.intervals import interval_text
+
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    days, rest = divmod(abs(micros), 86_400_000_000)
+    sign = -1 if micros < 0 else 1
+    return interval_text(0, sign * days, sign * rest)
 
 
 def _pg_array(values: Any, element: str) -> str:
