@@ -3,8 +3,9 @@
 A bytea parameter was bound as the string of its hex text: ``SELECT $1`` answered
 a text column (25) holding ``\\x00ff``, where PostgreSQL answers bytea (17) of
 those bytes, and a comparison with a binary column compared a string. Spark has
-no JSON type, so json and jsonb parameters are strings (text, 25, in a row), as
-varchar ones are: their declared OIDs are what Describe answers for the parameters.
+no JSON type, so json and jsonb parameters are strings, as varchar ones are; a
+column that is such a parameter itself is described with its declared type (114,
+3802, 1043), as PostgreSQL describes it.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ def pgconn(spark: SparkSession, tmp_path: Path) -> Iterator[Any]:
         (17, b"\\x00ff", 0, 17, b"\\x00ff"),
         (17, b"\x00\xff", 1, 17, b"\\x00ff"),
         (17, None, 0, 17, None),
-        (114, b'{"a": 1}', 0, 25, b'{"a": 1}'),
-        (3802, b'\x01{"a": 1}', 1, 25, b'{"a": 1}'),
-        (1043, b"vc", 0, 25, b"vc"),
+        (114, b'{"a": 1}', 0, 114, b'{"a": 1}'),
+        (3802, b'\x01{"a": 1}', 1, 3802, b'{"a": 1}'),
+        (1043, b"vc", 0, 1043, b"vc"),
     ],
 )
 def test_a_parameter_keeps_its_declared_type(

@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import logging
 import re
 import threading
@@ -1264,6 +1265,7 @@ class Engine:
         _int_limits(tree)
         _refuse_writes(tree)
         _refuse_java_calls(tree)
+        _json_literals(tree)
         known = set(self.known_shards())
         ctes = {c.alias for c in tree.find_all(exp.CTE)}
         cte_references = _cte_references(tree, ctes)
@@ -1566,6 +1568,26 @@ def _refuse_java_calls(tree: exp.Expr) -> None:
                 "server's JVM",
                 "42501",
             )
+
+
+def _json_literals(tree: exp.Expr) -> None:
+    """A string literal cast to json or jsonb (``'{"a": 1}'::json``, a bound ``$1::json``)
+    is the string: Spark has no JSON type, and writes a cast to one as ``to_json``, which
+    takes no string. Text that is not JSON is SqlError 22P02, as PostgreSQL's cast."""
+    json_types = (exp.DataType.Type.JSON, exp.DataType.Type.JSONB)
+    for cast in list(tree.find_all(exp.Cast)):
+        text = cast.this
+        if cast.to.this not in json_types or not (isinstance(text, exp.Literal) and text.is_string):
+            continue
+        try:  # NaN and Infinity are not JSON (Python's decoder takes them)
+            json.loads(text.this, parse_constant=_not_json)
+        except ValueError:
+            raise SqlError(f"invalid input syntax for type json: {text.this!r}", "22P02") from None
+        cast.replace(text.copy())
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 _INTEGER_TYPES = (

@@ -15,6 +15,7 @@ import decimal
 import functools
 import json
 import math
+import re
 from typing import Any
 
 #: Spark / Arrow type names to PostgreSQL type OIDs (text format); others are text.
@@ -34,6 +35,12 @@ TYPE_OIDS = {
     "date": 1082,
     "timestamp": 1184,
     "timestamp_ntz": 1114,
+    "daytimeinterval": 1186,
+    # Spark has none of these: a column made of a parameter declared so is described so
+    # (:func:`declared_columns`), its values strings
+    "json": 114,
+    "jsonb": 3802,
+    "varchar": 1043,
 }
 
 #: The OIDs of PostgreSQL's one-dimensional arrays of the types of :data:`TYPE_OIDS`.
@@ -51,6 +58,7 @@ ARRAY_OIDS = {
     "date": 1182,
     "timestamp": 1185,
     "timestamp_ntz": 1115,
+    "daytimeinterval": 1187,
 }
 
 #: PostgreSQL's ``json``: a struct, a map, and an array of anything but the types above.
@@ -92,6 +100,63 @@ def _array_of(type_name: str) -> str | None:
     return element if element in ARRAY_OIDS else None
 
 
+#: The declared types of a parameter that a result column of it keeps: Spark has no type
+#: of them (their values are strings), so what Spark describes would be text.
+_KEPT_OIDS = {114: "json", 3802: "jsonb", 1043: "varchar"}
+
+
+def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
+    """The result columns of the query ``sql`` that are one of its parameters itself, of a
+    type Spark has not (json, jsonb, varchar): their index -> that type's name. A column
+    is one if it is ``$n`` declared (``oids``) so, or a cast of ``$n`` to one of them
+    (``$1::json``), aliased or not, as PostgreSQL describes it; any other expression,
+    and a query that is not one SELECT, has none (its type is not guessed)."""
+    import sqlglot
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    if not any(o in _KEPT_OIDS for o in oids) and not _CASTS_KEPT.search(sql):
+        return {}
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except SqlglotError:
+        return {}
+    if not isinstance(tree, exp.Select):
+        return {}
+    kept = {
+        exp.DataType.Type.JSON: "json",
+        exp.DataType.Type.JSONB: "jsonb",
+        exp.DataType.Type.VARCHAR: "varchar",
+    }
+    out = {}
+    for i, column in enumerate(tree.expressions):
+        value = column.this if isinstance(column, exp.Alias) else column
+        if isinstance(value, exp.Cast) and isinstance(value.this, exp.Parameter):
+            name = kept.get(value.to.this)
+        elif isinstance(value, exp.Parameter) and value.this.is_int:
+            n = int(value.this.this)
+            name = _KEPT_OIDS.get(oids[n - 1]) if 1 <= n <= len(oids) else None
+        else:
+            name = None
+        if name is not None:
+            out[i] = name
+    return out
+
+
+_CASTS_KEPT = re.compile(r"json|char", re.IGNORECASE)
+
+
+def with_declared(
+    columns: list[tuple[str, str]], declared: dict[int, str]
+) -> list[tuple[str, str]]:
+    """``columns`` with the type :func:`declared_columns` found of each of them that Spark
+    answers as a string."""
+    return [
+        (name, declared[i] if i in declared and t == "string" else t)
+        for i, (name, t) in enumerate(columns)
+    ]
+
+
 def type_oid(type_name: str) -> int:
     """The OID of the PostgreSQL type a column described as ``type_name`` is sent as."""
     if type_name.startswith("{"):
@@ -122,6 +187,8 @@ def encode_value(value: Any, type_name: str = "") -> bytes | None:
     if type_name == "timestamp" and isinstance(value, datetime.datetime):
         utc = value.astimezone(datetime.UTC).replace(tzinfo=None)
         return f"{utc}+00".encode("ascii")
+    if isinstance(value, datetime.timedelta):  # a day-time interval, as PostgreSQL's text
+        return _interval(value).encode("ascii")
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, bytes | bytearray):
@@ -131,6 +198,17 @@ def encode_value(value: Any, type_name: str = "") -> bytes | None:
     if isinstance(value, decimal.Decimal):  # numeric's text has no exponent: 100, not 1E+2
         return format(value, "f").encode("ascii")
     return str(value).encode("utf-8")
+
+
+def _interval(value: datetime.timedelta) -> str:
+    """A day-time interval as PostgreSQL writes an interval (``1 day 02:03:04``,
+    ``-00:00:01.5``): its days and time, both of its sign (a day is 24 hours)."""
+    from timeshard.server.intervals import interval_text
+
+    micros = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    days, rest = divmod(abs(micros), 86_400_000_000)
+    sign = -1 if micros < 0 else 1
+    return interval_text(0, sign * days, sign * rest)
 
 
 def _pg_array(values: Any, element: str) -> str:
@@ -214,4 +292,13 @@ def _key_text(key: Any, data_type: Any) -> str:
     return "null" if encoded is None else encoded.decode("utf-8")
 
 
-__all__ = ["ARRAY_OIDS", "JSON_OID", "TYPE_OIDS", "column_type", "encode_value", "type_oid"]
+__all__ = [
+    "ARRAY_OIDS",
+    "JSON_OID",
+    "TYPE_OIDS",
+    "column_type",
+    "declared_columns",
+    "encode_value",
+    "type_oid",
+    "with_declared",
+]

@@ -37,7 +37,11 @@ maps statements to messages:
   A cursor scans forward only: a backward FETCH (``BACKWARD``, ``PRIOR``, a
   negative count) is refused with 55000, as PostgreSQL refuses it on a ``NO
   SCROLL`` cursor, and ``FETCH 0`` takes no row, as Materialize's (re-fetching
-  the current row would need a step back).
+  the current row would need a step back). A query cursor answers PostgreSQL's
+  ``ABSOLUTE n`` (``FIRST``) to a row past its place and ``RELATIVE n`` forward
+  as a ``NO SCROLL`` cursor does, and refuses the moves that need a step back
+  (``LAST``, ``RELATIVE 0`` on a row, an earlier row) with 55000; a SUBSCRIBE
+  cursor, whose rows come over time, refuses them all (0A000).
   A SUBSCRIBE cursor's FETCH waits for a first row (at most ``t``, checked
   at each heartbeat of the SUBSCRIBE, about every 0.5 s), then takes the
   rows that are ready, up to ``n``: those before its next heartbeat.
@@ -97,7 +101,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
-import itertools
 import logging
 import os
 import secrets
@@ -162,7 +165,14 @@ from pygwire.messages import (
 from timeshard.errors import InvalidUsage
 from timeshard.server.discovery import is_loopback
 from timeshard.server.engine import Engine, QueryRows, Result, Stream
-from timeshard.server.pgtypes import TYPE_OIDS, encode_value, type_oid
+from timeshard.server.intervals import interval_text
+from timeshard.server.pgtypes import (
+    TYPE_OIDS,
+    declared_columns,
+    encode_value,
+    type_oid,
+    with_declared,
+)
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     CloseCursor,
@@ -384,6 +394,8 @@ class _Portal:
     result: _Answer | None = None
     rows: _Rows | None = None  # its rows not sent yet, once an Execute has sent some
     described: bool = False
+    #: its columns that are a json, jsonb or varchar parameter (:func:`declared_columns`)
+    declared: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -398,6 +410,25 @@ class _Cursor:
     columns: list[tuple[str, str]]
     rows: Iterator[tuple[Any, ...]]
     waits: bool  # a SUBSCRIBE's: FETCH waits for rows; a query's are all there
+    #: A query cursor's place, as PostgreSQL's portal has it: the rows FETCHes took, and
+    #: whether one ran off the last row (then it is after the last row, not on it).
+    position: int = 0
+    at_end: bool = False
+
+    def take(self, skip: int, count: int | None) -> Iterator[tuple[Any, ...]]:
+        """A query cursor's rows: ``skip`` of them passed over, then up to ``count`` (None:
+        all) taken, as they are sent; its place moves with each."""
+        assert not self.waits, "a SUBSCRIBE cursor's rows are fetched as they are ready"
+        taken = 0
+        while count is None or taken < count + skip:
+            row = next(self.rows, _END)
+            if row is _END:
+                self.at_end = True
+                return
+            self.position += 1
+            taken += 1
+            if taken > skip:
+                yield row
 
     def fetch(
         self, count: int | None, timeout_s: float | None, interrupted: Callable[[], None]
@@ -422,6 +453,34 @@ class _Cursor:
         close = getattr(self.rows, "close", None)
         if close is not None:
             close()
+
+
+def _scan_forward() -> SqlError:
+    return SqlError("cursor can only scan forward", "55000")
+
+
+def _forward_move(cursor: _Cursor, statement: Fetch) -> tuple[int, int | None]:
+    """The rows a query cursor's FETCH passes over and then takes (None: all), as
+    PostgreSQL's ``NO SCROLL`` cursor moves: ``ABSOLUTE n`` (and ``FIRST``, ``ABSOLUTE
+    1``) only to a row after its place, ``RELATIVE n`` only forward, ``RELATIVE 0`` and
+    ``ABSOLUTE 0`` only off a row (they take none); a move that needs a step back (to
+    re-fetch the current row, to an earlier one, to ``LAST``, from the end) is 55000."""
+    count = statement.count
+    if statement.position == "forward":  # a count past sys.maxsize is every row
+        return 0, None if count is None else min(count, sys.maxsize)
+    on_row = cursor.position > 0 and not cursor.at_end
+    at_start = cursor.position == 0 and not cursor.at_end
+    if statement.position == "relative" and count is not None and count > 0:
+        return count - 1, 1
+    if statement.position == "relative" and count == 0 and not on_row:
+        return 0, 0
+    if statement.position == "absolute" and count == 0 and at_start:
+        return 0, 0
+    if statement.position == "absolute" and count is not None and count > 0:
+        place = cursor.position + (1 if cursor.at_end else 0)
+        if count > place:
+            return count - cursor.position - 1, 1
+    raise _scan_forward()
 
 
 @dataclass
@@ -553,31 +612,12 @@ def _time_of_day_text(value: bytes) -> str:
 
 
 def _interval_text(value: bytes) -> str:
-    """A binary interval (microseconds, int64; days, int32; months, int32) in the SQL
-    standard's text form, which Spark's casts read with the sign on every field:
-    ``[-]D HH:MM:SS[.ffffff]`` (a day is 24 hours, as in UTC) or ``[-]Y-M`` (PostgreSQL
-    reads ``-1 02:00:00`` so only under IntervalStyle ``sql_standard``). Spark's
-    intervals are either day-time or year-month: a value with months and days or time
-    has no Spark value, and is SqlError 0A000 naming it."""
+    """A binary interval (microseconds, int64; days, int32; months, int32) as PostgreSQL
+    writes its text (:func:`~timeshard.server.intervals.interval_text`): a text
+    parameter's path binds it from there, and refuses one of months and days or time,
+    which no Spark interval holds (0A000 naming it)."""
     micros, days, months = struct.unpack("!qii", value)
-    if months and (days or micros):
-        raise SqlError(
-            f"an interval parameter of {months} months, {days} days and {micros} "
-            "microseconds has no Spark value: Spark's intervals are either year-month or "
-            "day-time; send the months and the days or time apart",
-            "0A000",
-        )
-    if months:
-        sign = "-" if months < 0 else ""
-        return f"{sign}{abs(months) // 12}-{abs(months) % 12}"
-    total = days * 86_400_000_000 + micros
-    sign = "-" if total < 0 else ""
-    seconds, fraction = divmod(abs(total), 1_000_000)
-    minutes, second = divmod(seconds, 60)
-    hours, minute = divmod(minutes, 60)
-    day, hour = divmod(hours, 24)
-    text = f"{sign}{day} {hour:02d}:{minute:02d}:{second:02d}"
-    return f"{text}.{fraction:06d}" if fraction else text
+    return interval_text(months, days, micros)
 
 
 def _numeric_text(value: bytes) -> str:
@@ -1259,10 +1299,16 @@ class _Handler(socketserver.BaseRequestHandler):
         if cursor is None:
             raise SqlError(f"cursor {statement.name!r} does not exist", "34000")
         if statement.backward:  # as PostgreSQL's NO SCROLL cursors
-            raise SqlError("cursor can only scan forward", "55000")
-        if not cursor.waits:  # a count past sys.maxsize (islice's most) is every row
-            count = None if statement.count is None else min(statement.count, sys.maxsize)
-            taken = itertools.islice(cursor.rows, count)
+            raise _scan_forward()
+        if statement.position != "forward" and cursor.waits:
+            raise SqlError(
+                f"FETCH {statement.position.upper()} is not supported on a SUBSCRIBE cursor: "
+                "its rows come as they happen; FETCH n takes those that are ready",
+                "0A000",
+            )
+        if not cursor.waits:
+            skip, count = _forward_move(cursor, statement)
+            taken = cursor.take(skip, count)
             return _Rows(cursor.columns, taken, lambda n: f"FETCH {n}", streamed=True)
         rows = cursor.fetch(statement.count, statement.timeout_s, self._interrupted)
         return Result(cursor.columns, rows, f"FETCH {len(rows)}")
@@ -1429,7 +1475,7 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SqlError("binary results are not supported; ask for text", "0A000")
         bound = bind(sql, params) if params else sql
         self._close_portals(msg.portal)  # a Bind replaces a portal of its name
-        s.portals[msg.portal] = _Portal(bound)
+        s.portals[msg.portal] = _Portal(bound, declared=declared_columns(sql, types))
         self._send(BindComplete())
 
     def _portal_result(self, portal: _Portal) -> _Answer:
@@ -1460,6 +1506,8 @@ class _Handler(socketserver.BaseRequestHandler):
                 columns = None  # as PostgreSQL, which refuses only a statement with rows
             else:
                 columns = self._statement_columns(sql, oids)
+            if columns:
+                columns = with_declared(columns, declared_columns(sql, oids))
             self._send(ParameterDescription(type_oids=oids))
             self._send(RowDescription(fields=_fields(columns)) if columns else NoData())
             return
@@ -1471,7 +1519,8 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SqlError(f"portal {msg.name!r} does not exist", "34000")
         result = self._portal_result(portal)
         if not isinstance(result, Stream) and result.columns:
-            self._send(RowDescription(fields=_fields(result.columns)))
+            columns = with_declared(result.columns, portal.declared)
+            self._send(RowDescription(fields=_fields(columns)))
             portal.described = True
         else:
             self._send(NoData())

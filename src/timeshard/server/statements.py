@@ -15,8 +15,9 @@ The forms follow Materialize's where it has one:
   ``COPY (SUBSCRIBE ...) TO STDOUT``;
 * ``DECLARE name [NO SCROLL] CURSOR [WITHOUT HOLD] FOR {query | SUBSCRIBE ...}``,
   ``FETCH [FORWARD] [count | ALL | NEXT] [FROM | IN] name [WITH (TIMEOUT [=] t)]``
-  (``BACKWARD``, ``PRIOR`` and a negative count are read, to be refused: a cursor
-  scans forward only)
+  (``BACKWARD``, ``PRIOR``, a negative count, and PostgreSQL's ``FIRST``, ``LAST``,
+  ``ABSOLUTE [-]n`` and ``RELATIVE [-]n`` are read too: a cursor scans forward only,
+  and the server answers those of them that move forward)
   (``t`` a duration such as ``'1s'``, ``'500ms'`` or ``'0s'``, or a number of
   seconds; no count is a count of 1) and ``CLOSE {name | ALL}``: cursors, as
   Materialize has them; the server's session keeps them, the engine never
@@ -72,6 +73,7 @@ from timeshard.server.ddl import (
     create_source,
     create_view,
 )
+from timeshard.server.intervals import interval_fields, interval_literal
 from timeshard.server.sql_tokens import SqlError, TokenReader, tokenize
 
 
@@ -134,10 +136,15 @@ class Declare:
 
 @dataclass(frozen=True)
 class Fetch:
-    """``FETCH [count | ALL] name [WITH (TIMEOUT = t)]``.
+    """``FETCH [count | ALL] name [WITH (TIMEOUT = t)]``, and PostgreSQL's positioned
+    forms ``FIRST``, ``LAST``, ``ABSOLUTE n`` and ``RELATIVE n``.
 
     ``count`` None is ALL; ``timeout_s`` None waits for a SUBSCRIBE cursor's
     first row as long as it takes, 0 takes only the rows that are ready.
+    ``position`` says how ``count`` is read: ``"forward"`` rows to take,
+    ``"absolute"`` the number of the one row to take (``FIRST`` is 1, a negative one
+    counts from the end), ``"relative"`` how far past the current row that row is
+    (0: the current row, negative: before it), ``"last"`` the last row (no count).
     """
 
     name: str
@@ -146,6 +153,7 @@ class Fetch:
     #: ``BACKWARD``, ``PRIOR`` or a negative count: a cursor only scans forward, as a
     #: PostgreSQL ``NO SCROLL`` one (55000 once the cursor is found)
     backward: bool = False
+    position: str = "forward"
 
 
 @dataclass(frozen=True)
@@ -256,6 +264,7 @@ _CAST_TYPES = {
     1082: "DATE",
     1114: "TIMESTAMP_NTZ",
     1184: "TIMESTAMP",
+    1186: "INTERVAL DAY TO SECOND",
 }
 #: date, timestamp and timestamptz: sent as text, bound as a cast of it to Spark's type.
 _TIME_OIDS = {1082, 1114, 1184}
@@ -263,6 +272,9 @@ _INTEGER_OIDS = {20, 21, 23, 26}
 _FLOAT_OIDS = {700, 701}
 _NUMERIC_OID = 1700
 _BYTEA_OID = 17
+#: interval: a Spark year-month or day-time interval (:mod:`timeshard.server.intervals`);
+#: its NULL, and its placeholder, a day-time one.
+_INTERVAL_OID = 1186
 #: json and jsonb: Spark has no JSON type (its VARIANT compares with no string), so their
 #: values are strings, checked as PostgreSQL checks them.
 _JSON_OIDS = {114, 3802}
@@ -290,17 +302,16 @@ def placeholder(oid: int) -> Param:
         return Param("f", oid)
     if oid in _INTEGER_OIDS or oid in _FLOAT_OIDS or oid == _NUMERIC_OID:
         return Param("0", oid)
-    if oid in _TIME_OIDS:
+    if oid in _TIME_OIDS or oid == _INTERVAL_OID:
         return Param(None, oid)
-    if oid in _JSON_OIDS:
-        return Param("null", oid)
-    return Param("", oid)
+    # a string; "null" is JSON too, so a cast of it to json resolves (``$1::json``)
+    return Param("null", oid)
 
 
 def bind(sql: str, params: list[Param]) -> str:
     """``sql`` with ``$n`` replaced by the n-th parameter as a literal.
 
-    A parameter of a numeric, boolean, time, bytea or text type OID becomes a
+    A parameter of a numeric, boolean, time, interval, bytea or text type OID becomes a
     value of that type (a cast of its literal: :func:`_literal`), NULL a NULL of it,
     anything else a string literal written by sqlglot (quotes doubled), so
     no value becomes SQL syntax. An untyped parameter (OID 0,
@@ -358,8 +369,9 @@ def _literal(param: Param) -> str:
     PostgreSQL takes them; an integer or numeric may not (Spark's have no such value).
     An untyped parameter (OID 0) is a string literal, and its NULL a bare NULL, as
     PostgreSQL's ``unknown``; a date, timestamp or timestamptz one a cast of its string
-    literal (its NULL a NULL of its type); a parameter of another type is a string
-    literal (its NULL a text NULL)."""
+    literal (its NULL a NULL of its type); an interval one a Spark interval literal
+    written from the numbers its text reads as (:mod:`timeshard.server.intervals`); a
+    parameter of another type is a string literal (its NULL a text NULL)."""
     oid = param.oid
     if param.text is None:
         if oid == _NUMERIC_OID:
@@ -386,6 +398,8 @@ def _literal(param: Param) -> str:
         return "TRUE" if text.lower() in _TRUE else "FALSE"
     if oid == _BYTEA_OID:
         return _bytea_literal(param.text)
+    if oid == _INTERVAL_OID:  # written from the numbers read, never the client's text
+        return interval_literal(*interval_fields(param.text), shown=param.text)
     if oid in _JSON_OIDS:
         try:  # NaN and Infinity are not JSON (Python's decoder takes them)
             json.loads(param.text, parse_constant=_not_json)
@@ -650,11 +664,27 @@ class _Parser(TokenReader):
         return Declare(name, inner)
 
     def fetch(self) -> Fetch:
+        position = "forward"
         backward = self.accept("BACKWARD") or self.accept("PRIOR")
-        if not backward:
-            self.accept("FORWARD")
+        directed = backward or self.accept("FORWARD")
         count: int | None = 1
-        if self.accept("ALL"):
+        # FIRST, LAST, ABSOLUTE n and RELATIVE n before a name (else they are its name)
+        placed = self.peek(1) is not None and self.word() in ("FIRST", "LAST")
+        placed |= self.word() in ("ABSOLUTE", "RELATIVE") and self.peek(2) is not None
+        if placed and not directed:
+            word = self.word()
+            assert word is not None
+            self.i += 1
+            if word == "LAST":
+                position, count = "last", None
+            elif word == "FIRST":
+                position, count = "absolute", 1
+            else:
+                position = word.lower()
+                negative = self.punct(TokenType.DASH)
+                count = self.whole(f"a FETCH {word} count")
+                count = -count if negative else count
+        elif self.accept("ALL"):
             count = None
         elif not backward and self.accept("NEXT"):
             count = 1
@@ -675,7 +705,7 @@ class _Parser(TokenReader):
                     f"unknown FETCH options {sorted(options)}: it takes TIMEOUT", "22023"
                 )
         self.end()
-        return Fetch(name, count, timeout_s, backward)
+        return Fetch(name, count, timeout_s, backward, position)
 
     def subscribe(self, inner: bool = False) -> Subscribe:
         self.accept("TO")

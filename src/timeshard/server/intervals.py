@@ -1,0 +1,251 @@
+"""PostgreSQL intervals as Spark intervals, for ``timeshard serve``'s parameters.
+
+A PostgreSQL interval is three numbers: months, days and microseconds, each
+with its own sign. Spark has two interval types: a year-month one (months)
+and a day-time one (microseconds, a day 24 hours, as in UTC, the session's
+zone). An interval of months only is a year-month value, one of days and
+time only a day-time value; one with months and days or time has no Spark
+value, and is refused (0A000) naming it.
+
+A parameter's text is read as PostgreSQL's interval input reads the forms its
+output takes (:func:`interval_fields`), under the default ``IntervalStyle``
+(``postgres``: each field has its own sign):
+
+* ``postgres``: ``1 year 2 mons 3 days 04:05:06.7``, ``-1 days +02:00:00``;
+* ``postgres_verbose``: ``@ 1 year 2 mons 3 days 4 hours 5 mins 6.7 secs ago``;
+* ``sql_standard``: ``1-2`` (years-months), ``3 04:05:06`` (days and a time);
+* ISO 8601 with designators: ``P1Y2M3DT4H5M6.7S``, ``P1DT2H``, ``PT-1M``.
+
+A unit may be any of PostgreSQL's spellings (``day``, ``days``, ``d``,
+``hrs``, ...) and a number may have a fraction, which spills into the
+smaller fields as PostgreSQL spills it (a month is 30 days, a day 24 hours).
+Text of no such form is SqlError 22007, as PostgreSQL answers it.
+
+:func:`interval_literal` writes the Spark literal of the three numbers: its
+text is made of the numbers, never of the client's text. Pure Python.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+
+from timeshard.server.sql_tokens import SqlError
+
+_MICROS_PER_DAY = 86_400_000_000
+#: The units of PostgreSQL's interval input, as (months, days, microseconds) per unit.
+_UNITS: dict[str, tuple[int, int, int]] = {}
+for _names, _value in (
+    (("microsecond", "microseconds", "us", "usec", "usecs"), (0, 0, 1)),
+    (("millisecond", "milliseconds", "ms", "msec", "msecs"), (0, 0, 1_000)),
+    (("second", "seconds", "s", "sec", "secs"), (0, 0, 1_000_000)),
+    (("minute", "minutes", "m", "min", "mins"), (0, 0, 60_000_000)),
+    (("hour", "hours", "h", "hr", "hrs"), (0, 0, 3_600_000_000)),
+    (("day", "days", "d"), (0, 1, 0)),
+    (("week", "weeks", "w"), (0, 7, 0)),
+    (("month", "months", "mon", "mons"), (1, 0, 0)),
+    (("year", "years", "y", "yr", "yrs"), (12, 0, 0)),
+    (("decade", "decades", "dec", "decs"), (120, 0, 0)),
+    (("century", "centuries", "c", "cent"), (1_200, 0, 0)),
+    (("millennium", "millennia", "mil", "mils"), (12_000, 0, 0)),
+):
+    for _name in _names:
+        _UNITS[_name] = _value
+
+_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
+#: One field of the non-ISO forms: a time, a years-months pair, a number and its unit.
+_FIELD = re.compile(
+    rf"\s*(?:(?P<time>[+-]?\d+:\d+(?::\d+)?(?:\.\d*)?)"
+    rf"|(?P<ym>[+-]?\d+-\d+)"
+    rf"|(?P<number>{_NUMBER})\s*(?P<unit>[a-z]+)?)",
+    re.ASCII,
+)
+_ISO_DATE = re.compile(rf"({_NUMBER})([ymwd])", re.ASCII)
+_ISO_TIME = re.compile(rf"({_NUMBER})([hms])", re.ASCII)
+_ISO_UNITS = {"y": "year", "m": "month", "w": "week", "d": "day"}
+_ISO_TIME_UNITS = {"h": "hour", "m": "minute", "s": "second"}
+
+#: PostgreSQL's limits: months and days are int32, microseconds int64.
+_INT32 = 2**31 - 1
+_INT64 = 2**63 - 1
+
+
+def _invalid(text: str) -> SqlError:
+    return SqlError(f"invalid input syntax for type interval: {text!r}", "22007")
+
+
+class _Sum:
+    """Fields added up exactly, a fraction spilling into the smaller ones."""
+
+    def __init__(self) -> None:
+        self.months = decimal.Decimal(0)
+        self.days = decimal.Decimal(0)
+        self.micros = decimal.Decimal(0)
+
+    def add(self, number: decimal.Decimal, unit: tuple[int, int, int]) -> None:
+        months, days, micros = (number * f for f in unit)
+        if unit[0] >= 12:  # a fraction of a year is whole months, truncated as PostgreSQL's
+            months = months.to_integral_value(decimal.ROUND_DOWN)
+        whole = months.to_integral_value(decimal.ROUND_DOWN)
+        days += (months - whole) * 30
+        self.months += whole
+        whole = days.to_integral_value(decimal.ROUND_DOWN)
+        self.micros += micros + (days - whole) * _MICROS_PER_DAY
+        self.days += whole
+
+    def fields(self, sign: int) -> tuple[int, int, int]:
+        micros = self.micros.to_integral_value(decimal.ROUND_HALF_EVEN)
+        return sign * int(self.months), sign * int(self.days), sign * int(micros)
+
+
+def interval_fields(text: str) -> tuple[int, int, int]:
+    """The months, days and microseconds of an interval's text (see the module doc):
+    SqlError 22007 if it has none of PostgreSQL's forms, 22015 for a minute or second
+    field past 59, 22008 past PostgreSQL's range of an interval."""
+    with decimal.localcontext() as context:
+        context.prec = 60  # exact for every value in range
+        fields = _fields(text, text.strip().lower())
+    months, days, micros = fields
+    if abs(months) > _INT32 or abs(days) > _INT32 or abs(micros) > _INT64:
+        raise SqlError(f"interval out of range: {text!r}", "22008")
+    return fields
+
+
+def _fields(text: str, lowered: str) -> tuple[int, int, int]:
+    if lowered.startswith("p"):
+        return _iso_fields(text, lowered[1:])
+    sign = 1
+    if lowered.startswith("@"):
+        lowered = lowered[1:]
+    if re.search(r"(?:^|\s)ago$", lowered):  # postgres_verbose: every field negated
+        lowered, sign = lowered[:-3], -1
+    lowered = lowered.rstrip()
+    pos = 0
+    matches = []
+    while pos < len(lowered):
+        match = _FIELD.match(lowered, pos)
+        if match is None or match.end() == pos:
+            raise _invalid(text)
+        matches.append(match)
+        pos = match.end()
+    if not matches:
+        raise _invalid(text)
+    total = _Sum()
+    seen: set[str] = set()
+    for k, match in enumerate(matches):
+        if match["time"] is not None:
+            _once("time", seen, text)
+            _add_time(total, match["time"], text)
+        elif match["ym"] is not None:
+            _once("ym", seen, text)
+            years, months = match["ym"].lstrip("+-").split("-")
+            negative = -1 if match["ym"].startswith("-") else 1
+            total.add(decimal.Decimal(negative * (int(years) * 12 + int(months))), (1, 0, 0))
+        else:
+            unit = match["unit"]
+            if unit is None:  # a day before a time (sql_standard), else seconds
+                following = matches[k + 1] if k + 1 < len(matches) else None
+                unit = "day" if following is not None and following["time"] else "second"
+            value = _UNITS.get(unit)
+            if value is None:
+                raise _invalid(text)
+            _once(str(value), seen, text)
+            total.add(decimal.Decimal(match["number"]), value)
+    return total.fields(sign)
+
+
+def _once(field: str, seen: set[str], text: str) -> None:
+    """SqlError 22007 if a field is given twice, as PostgreSQL refuses it."""
+    if field in seen:
+        raise _invalid(text)
+    seen.add(field)
+
+
+def _add_time(total: _Sum, time: str, text: str) -> None:
+    """``[+-]H:M[:S[.f]]``, or ``[+-]M:S.f`` (two fields and a fraction), its sign on all."""
+    negative = time.startswith("-")
+    parts = time.lstrip("+-").split(":")
+    if len(parts) == 2 and "." in parts[1]:
+        parts = ["0", *parts]
+    hours, minutes = int(parts[0]), int(parts[1])
+    seconds = decimal.Decimal(parts[2]) if len(parts) == 3 else decimal.Decimal(0)
+    if minutes > 59 or seconds >= 60:
+        raise SqlError(f"interval field value out of range: {text!r}", "22015")
+    micros = (hours * 3600 + minutes * 60) * 1_000_000 + seconds * 1_000_000
+    total.add(-micros if negative else micros, (0, 0, 1))
+
+
+def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
+    """ISO 8601 with designators: ``[nY][nM][nW][nD][T[nH][nM][nS]]``, each signed."""
+    date, _, time = rest.partition("t")
+    if not (date or time) or rest.endswith("t"):
+        raise _invalid(text)
+    total = _Sum()
+    for part, pattern, names in ((date, _ISO_DATE, _ISO_UNITS), (time, _ISO_TIME, _ISO_TIME_UNITS)):
+        seen: set[str] = set()
+        pos = 0
+        while pos < len(part):
+            match = pattern.match(part, pos)
+            if match is None:
+                raise _invalid(text)
+            _once(match[2], seen, text)
+            total.add(decimal.Decimal(match[1]), _UNITS[names[match[2]]])
+            pos = match.end()
+    return total.fields(1)
+
+
+def interval_literal(months: int, days: int, micros: int, shown: str) -> str:
+    """The Spark literal of an interval of ``months``, ``days`` and ``micros``: a
+    year-month one of months only, else a day-time one (a day 24 hours). A value with
+    months and days or time has no Spark value: SqlError 0A000 naming ``shown`` (the
+    value as the client sent it); one past Spark's day-time range (a long of
+    microseconds) is 22008."""
+    if months and (days or micros):
+        raise SqlError(
+            f"an interval parameter of {months} months, {days} days and {micros} microseconds "
+            f"({shown!r}) has no Spark value: Spark's intervals are either year-month or "
+            "day-time; send the months and the days or time apart",
+            "0A000",
+        )
+    if months:
+        sign = "-" if months < 0 else ""
+        return f"INTERVAL '{sign}{abs(months) // 12}-{abs(months) % 12}' YEAR TO MONTH"
+    total = days * _MICROS_PER_DAY + micros
+    if abs(total) > _INT64:
+        raise SqlError(
+            f"interval out of range: {shown!r} is past Spark's day-time intervals", "22008"
+        )
+    sign = "-" if total < 0 else ""
+    seconds, fraction = divmod(abs(total), 1_000_000)
+    minutes, second = divmod(seconds, 60)
+    hours, minute = divmod(minutes, 60)
+    day, hour = divmod(hours, 24)
+    text = f"{sign}{day} {hour:02d}:{minute:02d}:{second:02d}.{fraction:06d}"
+    return f"INTERVAL '{text}' DAY TO SECOND"
+
+
+def interval_text(months: int, days: int, micros: int) -> str:
+    """An interval as PostgreSQL's ``postgres`` output writes it (``1 year 2 mons``,
+    ``-1 days +02:03:04.5``, ``00:00:00``): what :func:`interval_fields` reads back.
+    A field after a negative one has its sign written, ``+`` too."""
+    years, month = divmod(abs(months), 12)
+    sign = -1 if months < 0 else 1
+    named = [(sign * years, "year", "years"), (sign * month, "mon", "mons"), (days, "day", "days")]
+    parts = []
+    negative_before = False
+    for value, one, many in named:
+        if value:
+            plus = "+" if negative_before and value > 0 else ""
+            parts.append(f"{plus}{value} {one if value == 1 else many}")
+            negative_before = value < 0
+    if micros or not parts:
+        time_sign = "-" if micros < 0 else ("+" if negative_before else "")
+        seconds, fraction = divmod(abs(micros), 1_000_000)
+        minutes, second = divmod(seconds, 60)
+        hours, minute = divmod(minutes, 60)
+        clock = f"{time_sign}{hours:02d}:{minute:02d}:{second:02d}"
+        parts.append(f"{clock}.{fraction:06d}".rstrip("0") if fraction else clock)
+    return " ".join(parts)
+
+
+__all__ = ["interval_fields", "interval_literal", "interval_text"]

@@ -1,0 +1,64 @@
+"""Interval parameters, in text and in binary (psycopg's ``timedelta``), are Spark
+intervals: ``SELECT TIMESTAMP '2026-01-01 00:00:00' + $1`` answers the moment they
+move it to. They were bound as strings, and Spark refused the sum (42K09)."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from tests.integration.test_serve_time_params_spark import served_pgconn
+
+pytestmark = pytest.mark.spark
+
+MOVED = b"SELECT CAST(TIMESTAMP '2026-01-01 00:00:00' + $1 AS STRING) AS x FROM t"
+
+
+@pytest.fixture(scope="module")
+def pgconn(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    path = Path(tmp_path_factory.mktemp("intervals"))
+    with served_pgconn(spark, path, pa.schema([("one", pa.int64())]), (1,)) as conn:
+        yield conn
+
+
+@pytest.mark.parametrize(
+    ("value", "binary", "moved"),
+    [
+        (b"1 day 02:03:04", False, b"2026-01-02 02:03:04"),
+        (b"-1 days +02:00:00", False, b"2025-12-31 02:00:00"),
+        (b"P1DT2H", False, b"2026-01-02 02:00:00"),
+        (b"@ 1 day ago", False, b"2025-12-31 00:00:00"),
+        (b"3 mons", False, b"2026-04-01 00:00:00"),
+        (b"-1-2", False, b"2024-11-01 00:00:00"),
+        (struct.pack("!qii", -1, -1, 0), True, b"2025-12-30 23:59:59.999999"),
+        (struct.pack("!qii", 0, 0, 14), True, b"2027-03-01 00:00:00"),
+    ],
+)
+def test_an_interval_parameter_moves_a_timestamp(
+    pgconn: Any, value: bytes, binary: bool, moved: bytes
+) -> None:
+    result = pgconn.exec_params(MOVED, [value], [1186], [1 if binary else 0])
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+    assert result.get_value(0, 0) == moved
+
+
+def test_psycopg_sends_a_timedelta(pgconn: Any) -> None:
+    conn = psycopg.Connection(pgconn)
+    delta = datetime.timedelta(days=2, seconds=5, microseconds=7)
+    row = conn.execute(
+        "SELECT CAST(TIMESTAMP '2026-01-01 00:00:00' + %s AS STRING) FROM t", [delta]
+    ).fetchone()
+    assert row == ("2026-01-03 00:00:05.000007",)
+
+
+def test_the_widest_day_time_interval_binds(pgconn: Any) -> None:
+    widest = struct.pack("!qii", 2**63 - 1, 0, 0)
+    result = pgconn.exec_params(b"SELECT CAST($1 AS STRING) FROM t", [widest], [1186], [1])
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message

@@ -1,0 +1,90 @@
+"""Interval parameters sent as text (OID 1186) are bound as Spark intervals.
+
+They were bound as string literals, so ``SELECT TIMESTAMP '...' + $1`` failed in
+Spark (42K09: a timestamp plus a string). Now the text is read as PostgreSQL's
+interval input reads the forms its output takes (``postgres``, ``postgres_verbose``,
+``sql_standard`` and ISO 8601), and bound as a year-month or day-time literal written
+from the numbers read. Bad text is 22007, as PostgreSQL answers it; months with days
+or time (no Spark interval holds them) 0A000 naming the value.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tests.unit.test_pgwire_cursor import StandIn, connect
+
+from timeshard.server.intervals import interval_fields, interval_literal, interval_text
+from timeshard.server.pgwire import PgServer
+from timeshard.server.sql_tokens import SqlError
+from timeshard.server.statements import Param, bind, placeholder
+
+
+@pytest.mark.parametrize(
+    ("text", "literal"),
+    [
+        ("1 day 02:03:04", "INTERVAL '1 02:03:04.000000' DAY TO SECOND"),
+        ("3 mons", "INTERVAL '0-3' YEAR TO MONTH"),
+        ("-1 days +02:00:00", "INTERVAL '-0 22:00:00.000000' DAY TO SECOND"),
+        ("P1DT2H", "INTERVAL '1 02:00:00.000000' DAY TO SECOND"),
+        ("@ 1 day ago", "INTERVAL '-1 00:00:00.000000' DAY TO SECOND"),
+        ("@ 2 hours 5 mins 6.5 secs", "INTERVAL '0 02:05:06.500000' DAY TO SECOND"),
+        ("1-2", "INTERVAL '1-2' YEAR TO MONTH"),
+        ("-1 year -2 mons", "INTERVAL '-1-2' YEAR TO MONTH"),
+        ("3 04:05:06.000007", "INTERVAL '3 04:05:06.000007' DAY TO SECOND"),
+        ("P1Y2M", "INTERVAL '1-2' YEAR TO MONTH"),
+        ("PT-1M", "INTERVAL '-0 00:01:00.000000' DAY TO SECOND"),
+        ("1.5 days", "INTERVAL '1 12:00:00.000000' DAY TO SECOND"),
+        (" 00:00:00 ", "INTERVAL '0 00:00:00.000000' DAY TO SECOND"),
+        ("5", "INTERVAL '0 00:00:05.000000' DAY TO SECOND"),
+    ],
+)
+def test_a_text_interval_binds_as_a_spark_interval(text: str, literal: str) -> None:
+    assert bind("SELECT $1", [Param(text, 1186)]) == f"SELECT {literal}"
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1 day 2 days", "P", "1 fortnight", "1' day", "1;"])
+def test_bad_interval_text_is_22007(text: str) -> None:
+    with pytest.raises(SqlError) as raised:
+        bind("SELECT $1", [Param(text, 1186)])
+    assert raised.value.sqlstate == "22007", raised.value
+    assert repr(text) in str(raised.value)
+
+
+@pytest.mark.parametrize("text", ["1 mon 1 day", "1 year 00:00:01", "P1MT1S", "1-2 3 04:05:06"])
+def test_months_with_days_or_time_are_0a000_naming_the_value(text: str) -> None:
+    with pytest.raises(SqlError) as raised:
+        bind("SELECT $1", [Param(text, 1186)])
+    assert raised.value.sqlstate == "0A000", raised.value
+    assert repr(text) in str(raised.value)
+
+
+def test_out_of_range_is_22008() -> None:
+    for text in ("3000000000 days", "200000000 years"):
+        with pytest.raises(SqlError) as raised:
+            bind("SELECT $1", [Param(text, 1186)])
+        assert raised.value.sqlstate == "22008", (text, raised.value)
+    with pytest.raises(SqlError) as raised:
+        interval_literal(0, 2**31 - 1, 2**63 - 1, "huge")
+    assert raised.value.sqlstate == "22008"
+
+
+def test_a_null_interval_and_the_placeholder_are_day_time() -> None:
+    assert bind("SELECT $1", [Param(None, 1186)]) == "SELECT CAST(NULL AS INTERVAL DAY TO SECOND)"
+    assert bind("SELECT $1", [placeholder(1186)]) == bind("SELECT $1", [Param(None, 1186)])
+
+
+def test_the_text_written_reads_back() -> None:
+    for fields in [(0, 0, 0), (14, 0, 0), (-3, 0, 0), (0, -1, 7_200_000_000), (1, -2, 3)]:
+        assert interval_fields(interval_text(*fields)) == fields, interval_text(*fields)
+
+
+def test_psycopg_binds_an_interval_declared_as_text(served: tuple[PgServer, StandIn]) -> None:
+    server, engine = served
+    with connect(server, autocommit=True) as conn:
+        assert conn.execute("SELECT %s::interval", ["1 day 02:03:04"]).fetchall()
+        pgconn = conn.pgconn
+        result = pgconn.exec_params(b"SELECT $1", [b"3 mons"], [1186])
+        assert result.status == 2, result.error_message  # TUPLES_OK
+        assert "INTERVAL '0-3' YEAR TO MONTH" in str(engine.statements[-1])
+        result = pgconn.exec_params(b"SELECT $1", [b"soon"], [1186])
+        assert result.error_field(ord("C")) == b"22007"
