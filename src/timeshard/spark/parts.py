@@ -660,7 +660,7 @@ def check_parts(blob: Blob, parts: list[PartMeta]) -> None:
     Runs on the driver: one ``get_file_info`` call for a blob with a remote root, a
     ``get`` per part for one without. Under a local root, the sizes are those of the
     files the blob's ``get`` serves (:func:`~timeshard.location.file.served_sizes`: an
-    ``lstat`` per part, a ``realpath`` per batch directory): a part whose path passes
+    ``lstat`` per part and one per directory on the parts' paths): a part whose path passes
     through a symbolic link out of the root, through a directory link, or a loop, raises
     CorruptState naming its key, as the blob's ``get`` does, and Spark never reads it.
     """
@@ -714,6 +714,10 @@ def read_parts(
         .option("ignoreCorruptFiles", "false")
         .option("ignoreMissingFiles", "false")
         .option(VERIFY_PAGE_CHECKSUMS, "true")
+        # pyarrow writes the proleptic Gregorian calendar and no Spark version in the
+        # footer, so Spark would apply the session's rebase mode to old dates: never.
+        .option("datetimeRebaseMode", "CORRECTED")
+        .option("int96RebaseMode", "CORRECTED")
     )
     for option in NO_FOOTER_FILTERING:  # (the module doc, "Footers")
         reader = reader.option(option, "false")
