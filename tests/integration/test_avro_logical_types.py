@@ -250,6 +250,10 @@ DEFAULTS: list[tuple[Any, Any, bool]] = [
     ({"type": "long", "logicalType": "timestamp-micros"}, 2**62, True),
     ([DEC, "null"], "", False),  # a union's default is of its first branch
     (["null", DEC], None, True),
+    # Java Avro takes a default of any branch, and encodes it with the first it fits.
+    (["null", DEC], "\u0003\u00e7", True),
+    (["null", DEC], "\u0027\u0010", False),
+    (["null", {"type": "long", "logicalType": "timestamp-millis"}], 10**17, False),
     ({"type": "array", "items": DEC}, ["\u0001", ""], False),
     ({"type": "map", "values": DEC}, {"a": "\u0001"}, True),
     (

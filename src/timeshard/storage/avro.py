@@ -366,12 +366,14 @@ def _reader_default_fits(avro_type: Any, default: Any) -> bool:
 
 def _spark_reads(avro_type: Any, default: Any) -> bool:
     """Whether spark-avro reads the value Java Avro makes of ``default`` (a value of
-    ``avro_type``) by its logical types: Java encodes a union's default with its first
-    branch, the text of ``bytes`` or a ``fixed`` as ISO-8859-1 (a ``fixed``'s padded or
-    cut to its size); spark-avro refuses a decimal of no bytes or of more digits than its
-    precision, and a ``*timestamp-millis`` whose microseconds overflow a long."""
+    ``avro_type``) by its logical types: Java encodes a union's default with the first
+    branch it fits (it takes a default of any branch), the text of ``bytes`` or a
+    ``fixed`` as ISO-8859-1 (a ``fixed``'s padded or cut to its size); spark-avro
+    refuses a decimal of no bytes or of more digits than its precision, and a
+    ``*timestamp-millis`` whose microseconds overflow a long."""
     if isinstance(avro_type, list):
-        return not avro_type or _spark_reads(avro_type[0], default)
+        branch = next((b for b in avro_type if _default_fits(b, default)), None)
+        return branch is None or _spark_reads(branch, default)
     if not isinstance(avro_type, dict):
         return True
     kind, logical = avro_type.get("type"), avro_type.get("logicalType")
