@@ -157,3 +157,30 @@ def test_an_enum_default_is_one_of_its_symbols_in_a_reader_schema() -> None:
     with pytest.raises(InvalidUsage, match="field 'v' has default \"C\""):
         avro_payload_schema(one_field(enum, default="C"))
     assert avro(one_field(enum, default="C"))
+
+
+CATALYST = "spark.sql.catalyst.type"
+
+
+@pytest.mark.parametrize(
+    ("avro_type", "kept"),
+    [
+        ({"type": "long", CATALYST: "interval day to second"}, False),
+        ({"type": "int", CATALYST: "interval year to month"}, False),
+        (["null", {"type": "long", CATALYST: "decimal(10,2)"}], False),
+        ({"type": "long", CATALYST: "bigint"}, True),
+        ({"type": "int", CATALYST: "INT"}, True),
+        ({"type": "int", "logicalType": "date", CATALYST: "interval year to month"}, True),
+    ],
+)
+def test_a_spark_catalyst_type_property_is_refused_unless_it_is_the_avro_type(
+    avro_type: Any, kept: bool
+) -> None:
+    """spark-avro reads an int or long carrying ``spark.sql.catalyst.type`` (what Spark's
+    own to_avro writes for intervals) as the Spark type the property names, unless a date
+    or timestamp logical type decides: the column would not be the declared one."""
+    if kept:
+        assert column(avro_type) in (pa.int32(), pa.int64(), pa.date32())
+    else:
+        with pytest.raises(InvalidUsage, match=r"field 'v'.*spark\.sql\.catalyst\.type"):
+            column(avro_type)

@@ -439,6 +439,7 @@ def _arrow_type_of(name: str, avro_type: Any) -> pa.DataType | None:
         return logical
     primitive = _avro_primitive(one)
     if primitive is not None:
+        _check_catalyst_type(name, primitive, one)
         return AVRO_TYPES[primitive]
     if not isinstance(one, dict):
         return None
@@ -456,6 +457,27 @@ def _arrow_type_of(name: str, avro_type: Any) -> pa.DataType | None:
     if kind == "record" and isinstance(one.get("fields"), list):
         return _struct_of(name, one["fields"])
     return None
+
+
+#: The property spark-avro reads an ``int`` or ``long`` by, as the Spark type it names (its
+#: own ``to_avro`` writes it for intervals), and the names of each one's own Spark type.
+_CATALYST_TYPE = "spark.sql.catalyst.type"
+_CATALYST_SAME = {"int": ("int", "integer"), "long": ("bigint", "long")}
+
+
+def _check_catalyst_type(name: str, primitive: str, avro_type: Any) -> None:
+    """InvalidUsage naming the field if ``avro_type`` (an ``int`` or ``long`` without a
+    logical type spark-avro reads) carries a :data:`_CATALYST_TYPE` of another type:
+    spark-avro would read it as that type, not the declared column's."""
+    declared = avro_type.get(_CATALYST_TYPE) if isinstance(avro_type, dict) else None
+    if declared is None or primitive not in _CATALYST_SAME:
+        return
+    if str(declared).strip().lower() not in _CATALYST_SAME[primitive]:
+        raise InvalidUsage(
+            f"avro_schema: field {name!r} is an Avro {primitive} with {_CATALYST_TYPE} "
+            f"{declared!r}, which spark-avro reads as that Spark type; a source reads the "
+            f"{primitive} itself: drop the property"
+        )
 
 
 def _struct_of(name: str, fields: list[Any]) -> pa.DataType | None:
