@@ -342,21 +342,23 @@ def _passes_a_link(prefix: str, directory: str, sound: set[str]) -> bool:
 
 
 def _located(root: Path, key: str, *, link_at_key: bool) -> Path:
-    """``root/key`` once no link on its path is refused (one at ``key`` itself is
-    allowed to a file or directory inside the root if ``link_at_key``).
+    """``root/key`` once no link on its path below ``root`` is refused (one at ``key`` itself
+    is allowed to a file or directory inside the root if ``link_at_key``).
 
-    The path is resolved, as before any link was looked for: only a path that
-    resolves elsewhere costs one ``lstat`` per component to find its link.
+    One ``lstat`` per component of ``key`` down to the first missing one (and a
+    ``realpath`` of each link found), never one of ``root``'s own components. The path
+    is not resolved first: Python 3.13's ``resolve()`` returns a path through a loop of
+    links unchanged, which would read as "no link".
     """
     check_blob_key(key)
-    path = root / key
-    if _resolves_to_itself(path):
-        return path
     parts = key.split("/")
+    prefix = f"{root}/"  # paths as strings: pathlib's would cost more than the lstat
     for i in range(1, len(parts) + 1):
         link = "/".join(parts[:i])
         try:
-            is_link = (root / link).is_symlink()
+            is_link = S_ISLNK(os.lstat(prefix + link).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            break  # nothing is below it: no link either
         except OSError as e:
             raise Determinate(f"looking at the path of blob key {key!r}: {e}") from e
         if is_link:
@@ -366,14 +368,7 @@ def _located(root: Path, key: str, *, link_at_key: bool) -> Path:
                     f"blob key {key!r} passes through the symbolic link {link!r} to "
                     f"{str(target)!r}: a link is not a directory of this blob's keys"
                 )
-    return path
-
-
-def _resolves_to_itself(path: Path) -> bool:
-    try:
-        return path.resolve() == path
-    except (OSError, RuntimeError):  # a loop of links
-        return False
+    return root / key
 
 
 def _link_target(root: Path, link: str, key: str | None = None) -> Path:
