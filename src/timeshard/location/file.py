@@ -285,10 +285,14 @@ class FileBlob:
 def check_key_path(root: str | Path, key: str) -> Path:
     """The file of ``key`` under ``root``, for a writer that makes it itself (Spark's part
     writers): InvalidUsage if ``key`` is unsafe, CorruptState naming it if its path passes
-    through a symbolic link, as :meth:`FileBlob.set` refuses it (invariant 1). One
-    ``realpath`` of the path: no ``lstat`` per component unless it resolves elsewhere."""
+    through a symbolic link or ``key`` is one, where :meth:`FileBlob.set` writes nothing
+    (invariant 1). ``set`` refuses a link at the key that holds no value (dangling, to a
+    directory) and writes nothing at one to a file inside the root (a key holding a value:
+    the same bytes are a retry, other bytes InvalidUsage); such a writer, whose rename would
+    replace the link, refuses every link at the key.
+    One ``realpath`` of the path: no ``lstat`` per component unless it resolves elsewhere."""
     base = Path(root).resolve()
-    return _located(base, key, link_at_key=True)
+    return _located(base, key, link_at_key=False)
 
 
 def served_sizes(root: str | Path, keys: Iterable[str]) -> list[int | None]:
@@ -363,10 +367,15 @@ def _located(root: Path, key: str, *, link_at_key: bool) -> Path:
             raise Determinate(f"looking at the path of blob key {key!r}: {e}") from e
         if is_link:
             target = _link_target(root, link, key)
-            if i < len(parts) or not link_at_key:
+            if i < len(parts):
                 raise CorruptState(
                     f"blob key {key!r} passes through the symbolic link {link!r} to "
                     f"{str(target)!r}: a link is not a directory of this blob's keys"
+                )
+            if not link_at_key:
+                raise CorruptState(
+                    f"blob key {key!r} is a symbolic link to {str(target)!r}: a link is "
+                    "not a directory of this blob's keys, nor a file a writer may replace"
                 )
     return root / key
 
