@@ -290,9 +290,11 @@ def check_key_path(root: str | Path, key: str) -> Path:
     directory) and writes nothing at one to a file inside the root (a key holding a value:
     the same bytes are a retry, other bytes InvalidUsage); such a writer, whose rename would
     replace the link, refuses every link at the key.
-    One ``realpath`` of the path: no ``lstat`` per component unless it resolves elsewhere."""
-    base = Path(root).resolve()
-    return _located(base, key, link_at_key=False)
+
+    Costs one ``lstat`` per component of ``key`` down to the first missing one (a part's
+    key has four), nothing per component of ``root``: ``root`` is resolved (a ``realpath``
+    and a ``stat``) only to describe a link found, as in or out of it."""
+    return _located(Path(root), key, link_at_key=False)
 
 
 def served_sizes(root: str | Path, keys: Iterable[str]) -> list[int | None]:
@@ -396,6 +398,9 @@ def _link_target(root: Path, link: str, key: str | None = None) -> Path:
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
+    if target.is_relative_to(root):  # inside ``root`` as spelled, so inside it
+        return target
+    root = root.resolve()  # the root may be spelled through a link (check_key_path's)
     if not target.is_relative_to(root):
         raise CorruptState(
             f"{named} a symbolic link to {str(target)!r}, outside the blob root "
