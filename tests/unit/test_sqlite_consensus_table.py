@@ -27,6 +27,9 @@ TABLES = [
     ),
     ("TABLE consensus (shard, seqno, data)", "needs column shard TEXT, but it has it as ''"),
     ("VIEW consensus AS SELECT 's1' AS shard, 1 AS seqno, x'00' AS data", "is a view"),
+    # CREATE TABLE IF NOT EXISTS raised "there is already an index named consensus":
+    # Determinate, retried for ever.
+    ("INDEX consensus ON other (x)", "is an index, not a table"),
 ]
 
 
@@ -34,6 +37,7 @@ TABLES = [
 def test_a_table_of_another_shape_is_corrupt_state(tmp_path: Path, made: str, message: str) -> None:
     path = tmp_path / "consensus.sqlite"
     with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE other (x)")
         conn.execute(f"CREATE {made}")
     with pytest.raises(CorruptState) as e:
         SqliteConsensus(path)
@@ -48,5 +52,28 @@ def test_the_table_timeshard_made_opens_again(tmp_path: Path) -> None:
     again = SqliteConsensus(path)
     try:
         assert again.head("s1") == VersionedData(1, b"x")
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("table_first", [False, True])
+def test_a_trigger_named_consensus_is_no_table_of_that_name(
+    tmp_path: Path, table_first: bool
+) -> None:
+    """Triggers have names of their own: one named ``consensus`` (made before the table,
+    or on a database without one) was taken for the table, and a valid file was refused
+    as CorruptState ("consensus is a trigger, not a table")."""
+    path = tmp_path / "consensus.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE other (x)")
+        conn.execute("CREATE TRIGGER consensus AFTER INSERT ON other BEGIN SELECT 1; END")
+    if table_first:
+        c = SqliteConsensus(path)
+        c.compare_and_set("s1", None, VersionedData(1, b"x"))
+        c.close()
+    again = SqliteConsensus(path)
+    try:
+        assert again.head("s1") == (VersionedData(1, b"x") if table_first else None)
+        assert again.compare_and_set("s2", None, VersionedData(1, b"y")).name == "COMMITTED"
     finally:
         again.close()

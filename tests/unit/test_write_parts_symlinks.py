@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from timeshard.errors import CorruptState
+from timeshard.errors import CorruptState, InvalidUsage
 from timeshard.location import FileBlob
 from timeshard.persist._internal.parts import updates_schema
 from timeshard.spark.parts import typed_error, write_part_file
@@ -45,6 +45,27 @@ def test_a_part_written_through_a_link_is_refused(tmp_path: Path, link: str, to:
     assert list(target.rglob("*")) == []
     with pytest.raises(CorruptState, match=f"'{KEY}'"):
         blob.set(KEY, b"x")
+
+
+@pytest.mark.parametrize(
+    ("to", "exists"),
+    [("gone", False), ("../d", True), ("part-1", True)],
+    ids=["dangling", "to a directory", "to a file"],
+)
+def test_a_link_at_the_part_key_is_refused(tmp_path: Path, to: str, exists: bool) -> None:
+    """A link at the key itself inside the root: ``set`` writes nothing there (a link
+    that holds no value is CorruptState; one to a file holds other bytes), and the
+    task's rename would replace the link, so the write refuses every link at its key."""
+    blob = FileBlob(tmp_path / "root")
+    blob.set("s/w1/d/x", b"d")
+    blob.set("s/w1/b1/part-1", b"p")
+    (blob.root / KEY).symlink_to(to)
+    with pytest.raises(CorruptState, match=f"'{KEY}' is a symbolic link to '{blob.root}/s/w1/"):
+        write_part_file(blob.root_uri or "", KEY, SCHEMA, [_table()])
+    assert (blob.root / KEY).is_symlink() and (blob.root / KEY).exists() == exists
+    with pytest.raises(CorruptState if not exists or to == "../d" else InvalidUsage):
+        blob.set(KEY, b"x")
+    assert blob.get("s/w1/d/x") == b"d" and blob.get("s/w1/b1/part-1") == b"p"
 
 
 def test_a_part_written_under_a_plain_directory_is_written(tmp_path: Path) -> None:

@@ -285,10 +285,16 @@ class FileBlob:
 def check_key_path(root: str | Path, key: str) -> Path:
     """The file of ``key`` under ``root``, for a writer that makes it itself (Spark's part
     writers): InvalidUsage if ``key`` is unsafe, CorruptState naming it if its path passes
-    through a symbolic link, as :meth:`FileBlob.set` refuses it (invariant 1). One
-    ``realpath`` of the path: no ``lstat`` per component unless it resolves elsewhere."""
-    base = Path(root).resolve()
-    return _located(base, key, link_at_key=True)
+    through a symbolic link or ``key`` is one, where :meth:`FileBlob.set` writes nothing
+    (invariant 1). ``set`` refuses a link at the key that holds no value (dangling, to a
+    directory) and writes nothing at one to a file inside the root (a key holding a value:
+    the same bytes are a retry, other bytes InvalidUsage); such a writer, whose rename would
+    replace the link, refuses every link at the key.
+
+    Costs one ``lstat`` per component of ``key`` down to the first missing one (a part's
+    key has four), nothing per component of ``root``: ``root`` is resolved (a ``realpath``
+    and a ``stat``) only to describe a link found, as in or out of it."""
+    return _located(Path(root), key, link_at_key=False)
 
 
 def served_sizes(root: str | Path, keys: Iterable[str]) -> list[int | None]:
@@ -342,38 +348,38 @@ def _passes_a_link(prefix: str, directory: str, sound: set[str]) -> bool:
 
 
 def _located(root: Path, key: str, *, link_at_key: bool) -> Path:
-    """``root/key`` once no link on its path is refused (one at ``key`` itself is
-    allowed to a file or directory inside the root if ``link_at_key``).
+    """``root/key`` once no link on its path below ``root`` is refused (one at ``key`` itself
+    is allowed to a file or directory inside the root if ``link_at_key``).
 
-    The path is resolved, as before any link was looked for: only a path that
-    resolves elsewhere costs one ``lstat`` per component to find its link.
+    One ``lstat`` per component of ``key`` down to the first missing one (and a
+    ``realpath`` of each link found), never one of ``root``'s own components. The path
+    is not resolved first: Python 3.13's ``resolve()`` returns a path through a loop of
+    links unchanged, which would read as "no link".
     """
     check_blob_key(key)
-    path = root / key
-    if _resolves_to_itself(path):
-        return path
     parts = key.split("/")
+    prefix = f"{root}/"  # paths as strings: pathlib's would cost more than the lstat
     for i in range(1, len(parts) + 1):
         link = "/".join(parts[:i])
         try:
-            is_link = (root / link).is_symlink()
+            is_link = S_ISLNK(os.lstat(prefix + link).st_mode)
+        except (FileNotFoundError, NotADirectoryError):
+            break  # nothing is below it: no link either
         except OSError as e:
             raise Determinate(f"looking at the path of blob key {key!r}: {e}") from e
         if is_link:
             target = _link_target(root, link, key)
-            if i < len(parts) or not link_at_key:
+            if i < len(parts):
                 raise CorruptState(
                     f"blob key {key!r} passes through the symbolic link {link!r} to "
                     f"{str(target)!r}: a link is not a directory of this blob's keys"
                 )
-    return path
-
-
-def _resolves_to_itself(path: Path) -> bool:
-    try:
-        return path.resolve() == path
-    except (OSError, RuntimeError):  # a loop of links
-        return False
+            if not link_at_key:
+                raise CorruptState(
+                    f"blob key {key!r} is a symbolic link to {str(target)!r}: a link is "
+                    "not a directory of this blob's keys, nor a file a writer may replace"
+                )
+    return root / key
 
 
 def _link_target(root: Path, link: str, key: str | None = None) -> Path:
@@ -392,6 +398,9 @@ def _link_target(root: Path, link: str, key: str | None = None) -> Path:
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise CorruptState(f"{named} a symbolic link that does not resolve: {e}") from e
+    if target.is_relative_to(root):  # inside ``root`` as spelled, so inside it
+        return target
+    root = root.resolve()  # the root may be spelled through a link (check_key_path's)
     if not target.is_relative_to(root):
         raise CorruptState(
             f"{named} a symbolic link to {str(target)!r}, outside the blob root "

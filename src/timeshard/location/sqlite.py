@@ -34,8 +34,10 @@ Invariants:
    any later call: it is state found on disk, which no retry repairs.
 5. A ``consensus`` that is not a table with the columns ``shard TEXT``,
    ``seqno INTEGER`` and ``data BLOB`` (others are left alone: something else
-   made it) raises CorruptState naming the path and the column at opening,
-   never a fault at each later call.
+   made it), also a view or an index of that name, raises CorruptState naming
+   the path and the column at opening, never a fault at each later call. A
+   trigger named ``consensus`` is none of these (triggers have names of their
+   own) and is left alone.
 """
 
 from __future__ import annotations
@@ -75,7 +77,13 @@ CREATE TABLE IF NOT EXISTS consensus (
 ) WITHOUT ROWID
 """
 _COLUMNS = {"shard": "TEXT", "seqno": "INTEGER", "data": "BLOB"}
-_KIND = "SELECT type FROM sqlite_master WHERE name = 'consensus'"
+#: What ``consensus`` names: tables, views and indexes share one namespace (a trigger's is
+#: its own), so at most one row, and ``CREATE TABLE IF NOT EXISTS`` raises for an index.
+_KIND = (
+    "SELECT type FROM sqlite_master WHERE name = 'consensus' AND type IN ('table', 'view', 'index')"
+)
+#: How ``_check_table`` names a ``consensus`` of another kind.
+_ANOTHER_KIND = {"view": "a view", "index": "an index"}
 _TABLE_INFO = "PRAGMA table_info(consensus)"
 _HEAD = "SELECT seqno, data FROM consensus WHERE shard = ? ORDER BY seqno DESC LIMIT 1"
 _HEAD_SEQNO = "SELECT max(seqno) FROM consensus WHERE shard = ?"
@@ -135,7 +143,8 @@ class SqliteConsensus:
             try:
                 conn = self._conn()
                 conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute(_SCHEMA)
+                if conn.execute(_KIND).fetchone() is None:
+                    conn.execute(_SCHEMA)
                 self._check_table(conn)
                 return
             except sqlite3.Error as e:
@@ -149,7 +158,7 @@ class SqliteConsensus:
         where = f"SQLite consensus {str(self.path)!r}"
         kind = conn.execute(_KIND).fetchone()
         if kind is None or kind[0] != "table":
-            made = "is missing" if kind is None else f"is a {kind[0]}"
+            made = "is missing" if kind is None else f"is {_ANOTHER_KIND[kind[0]]}"
             raise CorruptState(f"{where}: consensus {made}, not a table")
         found = {row[1]: str(row[2]).upper() for row in conn.execute(_TABLE_INFO)}
         for name, declared in _COLUMNS.items():
