@@ -30,6 +30,11 @@ TABLES = [
     # CREATE TABLE IF NOT EXISTS raised "there is already an index named consensus":
     # Determinate, retried for ever.
     ("INDEX consensus ON other (x)", "is an index, not a table"),
+    # Every compare_and_set failed "NOT NULL constraint failed": Determinate, for ever.
+    (
+        "TABLE consensus (shard TEXT, seqno INTEGER, data BLOB, extra TEXT NOT NULL)",
+        "has column extra NOT NULL without a default",
+    ),
 ]
 
 
@@ -42,6 +47,21 @@ def test_a_table_of_another_shape_is_corrupt_state(tmp_path: Path, made: str, me
     with pytest.raises(CorruptState) as e:
         SqliteConsensus(path)
     assert str(path) in str(e.value) and message in str(e.value), e.value
+
+
+def test_an_extra_column_that_takes_nulls_or_a_default_is_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "consensus.sqlite"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE consensus (shard TEXT, seqno INTEGER, data BLOB, "
+            "note TEXT, made INTEGER NOT NULL DEFAULT 0)"
+        )
+    c = SqliteConsensus(path)
+    try:
+        assert c.compare_and_set("s1", None, VersionedData(1, b"x"))
+        assert c.head("s1") == VersionedData(1, b"x")
+    finally:
+        c.close()
 
 
 def test_the_table_timeshard_made_opens_again(tmp_path: Path) -> None:

@@ -34,8 +34,9 @@ Invariants:
    any later call: it is state found on disk, which no retry repairs.
 5. A ``consensus`` that is not a table with the columns ``shard TEXT``,
    ``seqno INTEGER`` and ``data BLOB`` (others are left alone: something else
-   made it), also a view or an index of that name, raises CorruptState naming
-   the path and the column at opening, never a fault at each later call. A
+   made it; unless NOT NULL without a default, which no write fills), also a
+   view or an index of that name, raises CorruptState naming the path and the
+   column at opening, never a fault at each later call. A
    trigger named ``consensus`` is none of these (triggers have names of their
    own) and is left alone.
 """
@@ -154,13 +155,22 @@ class SqliteConsensus:
 
     def _check_table(self, conn: sqlite3.Connection) -> None:
         """CorruptState naming the file and the column unless ``consensus`` is a table with
-        the columns (and declared types) of :data:`_COLUMNS` (invariant 5)."""
+        the columns (and declared types) of :data:`_COLUMNS`, and no other column a write
+        must fill (NOT NULL without a default) (invariant 5)."""
         where = f"SQLite consensus {str(self.path)!r}"
         kind = conn.execute(_KIND).fetchone()
         if kind is None or kind[0] != "table":
             made = "is missing" if kind is None else f"is {_ANOTHER_KIND[kind[0]]}"
             raise CorruptState(f"{where}: consensus {made}, not a table")
-        found = {row[1]: str(row[2]).upper() for row in conn.execute(_TABLE_INFO)}
+        rows = conn.execute(_TABLE_INFO).fetchall()  # cid, name, type, notnull, default, pk
+        found = {row[1]: str(row[2]).upper() for row in rows}
+        for row in rows:
+            if row[1] not in _COLUMNS and row[3] and row[4] is None:
+                raise CorruptState(
+                    f"{where}: table consensus has column {row[1]} NOT NULL without a "
+                    "default, which no write of timeshard fills: it was created otherwise "
+                    "than by timeshard"
+                )
         for name, declared in _COLUMNS.items():
             if found.get(name) != declared:
                 has = f"has it as {found[name]!r}" if name in found else "has none"
