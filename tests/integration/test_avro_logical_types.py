@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import io
-import itertools
 import json
 from decimal import Decimal
 from pathlib import Path
@@ -23,12 +22,12 @@ from typing import Any
 
 import fastavro
 import pytest
+from tests.integration.one_step import rows_after_one_step
 
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.spark.session import arrow_to_spark_schema
 from timeshard.storage.file_source import AVRO_DECODE_ERROR, FileSource
-from timeshard.storage.ingest import Ingestion
 
 pytestmark = pytest.mark.spark
 
@@ -195,15 +194,7 @@ def test_logical_types_decode_as_spark_avro_decodes_them(spark: Any, tmp_path: P
         (f.name, f.dataType) for f in decoded.schema
     ]
     client = PersistClient(Location.embedded(tmp_path / "loc"))
-    clock = itertools.count(1)
-    ing = Ingestion(spark, client, source, clock=lambda: next(clock))
-    ing.step()
-    upper = client.state("logical").upper.time
-    assert upper is not None
-    reader = client.open_leased_reader("logical")
-    rows = reader.snapshot(upper - 1).to_pylist()
-    reader.expire()
-    ing.close()
+    rows = rows_after_one_step(spark, client, source)
     ok = sorted((r for r in rows if r["_err"] is None), key=lambda r: r["id"])
     got = [_normal({k: r[k] for k in SCHEMA_NAMES}) for r in ok]
     assert got == want
@@ -328,15 +319,7 @@ def test_dates_before_1582_read_alike_whatever_the_sessions_rebase_mode(
     try:
         source = FileSource("old", root, "avro", avro_schema=json.dumps(schema))
         client = PersistClient(Location.embedded(tmp_path / "loc"))
-        clock = itertools.count(1)
-        ing = Ingestion(spark, client, source, clock=lambda: next(clock))
-        ing.step()
-        ing.close()
+        rows = rows_after_one_step(spark, client, source)
     finally:
         spark.conf.set(key, before)
-    upper = client.state("old").upper.time
-    assert upper is not None
-    reader = client.open_leased_reader("old")
-    rows = reader.snapshot(upper - 1).to_pylist()
-    reader.expire()
     assert [(r["_err"], r["day"], r["at"]) for r in rows] == [(None, day, at)]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import io
-import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -16,11 +15,11 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 import pytest
+from tests.integration.one_step import rows_after_one_step
 
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.storage.file_source import AVRO_DECODE_ERROR, FileSource
-from timeshard.storage.ingest import Ingestion
 
 pytestmark = pytest.mark.spark
 POINT = {
@@ -68,15 +67,7 @@ def test_nested_avro_datums_in_files(spark: Any, tmp_path: Path) -> None:
     source = FileSource("nested", root, "avro", avro_schema=json.dumps(SCHEMA))
     point = pa.struct([("x", pa.float64()), ("tags", pa.list_(pa.string()))])
     assert source.schema.field("path").type == pa.list_(point)
-    clock = itertools.count(1)
-    ing = Ingestion(spark, client, source, clock=lambda: next(clock))
-    ing.step()
-    upper = client.state("nested").upper.time
-    assert upper is not None
-    reader = client.open_leased_reader("nested")
-    rows = reader.snapshot(upper - 1).to_pylist()
-    reader.expire()
-    ing.close()
+    rows = rows_after_one_step(spark, client, source)
     ok = sorted((r for r in rows if r["_err"] is None), key=lambda r: r["id"])
     want = [
         {**d, "attrs": None if d["attrs"] is None else sorted(d["attrs"].items())} for d in DATA

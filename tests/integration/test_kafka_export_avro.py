@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import io
-import itertools
 import json
 import struct
 import uuid
@@ -25,12 +24,12 @@ import fastavro
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
+from tests.integration.one_step import rows_after_one_step
 from tests.integration.test_kafka_export import read_records
 
 from timeshard.errors import InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
-from timeshard.storage.ingest import Ingestion
 from timeshard.storage.kafka_export import KafkaExport
 from timeshard.storage.kafka_source import KafkaSource
 
@@ -320,19 +319,9 @@ def test_nested_columns_exported_and_ingested_again(
         value_avro_schema=json.dumps(schemas["value"]),
     )
     assert source.schema.field("attrs").type == pa.map_(pa.string(), pa.list_(pa.int32()))
-    clock = itertools.count(100)
-    ing = Ingestion(spark_kafka, client, source, clock=lambda: next(clock))
-    ing.step()
-    upper = client.state("again").upper.time
-    assert upper is not None
-    reader = client.open_leased_reader("again")
-    got = sorted(
-        (tuple(r[c] for c in nested.names) for r in reader.snapshot(upper - 1).to_pylist()),
-        key=lambda r: r[0],
-    )
-    reader.expire()
+    ingested = rows_after_one_step(spark_kafka, client, source, first_time=100)
+    got = sorted((tuple(r[c] for c in nested.names) for r in ingested), key=lambda r: r[0])
     assert got == rows
-    ing.close()
     export.close()
 
 
@@ -364,17 +353,7 @@ def ingested_again(
         value_avro_schema=json.dumps(reader),
         avro_schemas={key_id: json.dumps(schemas["key"]), value_id: json.dumps(schemas["value"])},
     )
-    clock = itertools.count(100)
-    ing = Ingestion(
-        spark, client, source, envelope="upsert", key_columns=["id"], clock=lambda: next(clock)
+    rows = rows_after_one_step(
+        spark, client, source, first_time=100, envelope="upsert", key_columns=["id"]
     )
-    try:
-        ing.step()
-        upper = client.state("again").upper.time
-        assert upper is not None
-        handle = client.open_leased_reader("again")
-        rows = handle.snapshot(upper - 1).to_pylist()
-        handle.expire()
-    finally:
-        ing.close()
     return source, rows
