@@ -62,3 +62,33 @@ def test_the_widest_day_time_interval_binds(pgconn: Any) -> None:
     widest = struct.pack("!qii", 2**63 - 1, 0, 0)
     result = pgconn.exec_params(b"SELECT CAST($1 AS STRING) FROM t", [widest], [1186], [1])
     assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+
+
+CAST_BACK = "SELECT CAST(TIMESTAMP '2026-01-01 00:00:00' - %s::interval AS STRING) FROM t"
+
+
+@pytest.mark.parametrize("value", [datetime.timedelta(days=3), "3 days"])
+def test_a_parameter_cast_to_interval_moves_a_timestamp(pgconn: Any, value: Any) -> None:
+    """psycopg's ``now() - %s::interval``: a timedelta binds a Spark day-time interval,
+    which Spark does not cast to its ``INTERVAL`` (42K09); the cast is dropped. A ``str``
+    (untyped) stays the cast of a string, as it was."""
+    conn = psycopg.Connection(pgconn)
+    try:
+        assert conn.execute(CAST_BACK, [value]).fetchone() == ("2025-12-29 00:00:00",)
+    finally:
+        conn.rollback()
+
+
+@pytest.mark.parametrize(
+    ("value", "moved"),
+    [(b"3 days", b"2025-12-29 00:00:00"), (b"1 year", b"2025-01-01 00:00:00"), (None, None)],
+)
+def test_an_interval_parameter_cast_to_interval_is_described_and_bound(
+    pgconn: Any, value: bytes | None, moved: bytes | None
+) -> None:
+    sql = CAST_BACK.replace("%s", "$1").encode()
+    result = pgconn.exec_params(sql, [value], [1186])
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+    assert result.get_value(0, 0) == moved
+    prepared = pgconn.prepare(b"", sql, [1186])
+    assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message

@@ -1266,6 +1266,7 @@ class Engine:
         _refuse_writes(tree)
         _refuse_java_calls(tree)
         _json_literals(tree)
+        _interval_casts(tree)
         known = set(self.known_shards())
         ctes = {c.alias for c in tree.find_all(exp.CTE)}
         cte_references = _cte_references(tree, ctes)
@@ -1584,6 +1585,21 @@ def _json_literals(tree: exp.Expr) -> None:
         except ValueError:
             raise SqlError(f"invalid input syntax for type json: {text.this!r}", "22P02") from None
         cast.replace(text.copy())
+
+
+def _interval_casts(tree: exp.Expr) -> None:
+    """A cast to ``interval`` of what is already a Spark year-month or day-time interval
+    (a bound ``$1::interval``: ``INTERVAL '3 00:00:00' DAY TO SECOND::interval``, or its
+    NULL ``CAST(NULL AS INTERVAL DAY TO SECOND)``) is that interval: Spark casts neither
+    to its calendar ``INTERVAL`` (42K09), and PostgreSQL's cast of an interval to
+    interval changes nothing."""
+    for cast in list(tree.find_all(exp.Cast)):
+        value = cast.this.unnest()
+        if cast.to.this != exp.DataType.Type.INTERVAL or cast.to.expressions:
+            continue
+        typed = isinstance(value, exp.Cast) and isinstance(value.to.this, exp.Interval)
+        if isinstance(value, exp.Interval) or typed:
+            cast.replace(cast.this.copy())
 
 
 def _not_json(constant: str) -> Any:
