@@ -1339,7 +1339,7 @@ class Engine:
                 df = session.sql(spark_sql)
                 columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
                 # One partition at a time, its job run when the rows before it are taken.
-                partitions = df.toLocalIterator(prefetchPartitions=False)
+                partitions = _months_of_intervals(df).toLocalIterator(prefetchPartitions=False)
             except PySparkException as e:
                 raise spark_error(e) from e
         except BaseException:
@@ -1463,6 +1463,32 @@ def check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
     (error,) = snap.where("_err IS NOT NULL").agg(F.min("_err")).first()
     if error is not None:
         raise SqlError(f"{shard!r} holds an error at {as_of}: {error}", "XX000")
+
+
+def _months_of_intervals(df: Any) -> Any:
+    """``df`` with each of its year-month interval columns its whole months (an INT), its
+    name and place kept: PySpark cannot collect a year-month interval (its
+    ``fromInternal`` is not implemented), and the column is described as PostgreSQL's
+    interval (:func:`~timeshard.server.pgtypes.encode_value` writes the months). A year
+    interval is cast to year-month first (cast to INT, it would be years); one inside an
+    array, map or struct is not reached. Runs on the driver, only to plan."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import YearMonthIntervalType
+
+    fields = df.schema.fields
+    if not any(isinstance(f.dataType, YearMonthIntervalType) for f in fields):
+        return df
+    names = [f"_{i}" for i in range(len(fields))]  # the columns' own names may repeat
+    return df.toDF(*names).select(
+        *[
+            (
+                F.col(n).cast("interval year to month").cast("int")
+                if isinstance(f.dataType, YearMonthIntervalType)
+                else F.col(n)
+            ).alias(f.name)
+            for n, f in zip(names, fields, strict=True)
+        ]
+    )
 
 
 def _subscribe_rows(

@@ -36,6 +36,8 @@ TYPE_OIDS = {
     "timestamp": 1184,
     "timestamp_ntz": 1114,
     "daytimeinterval": 1186,
+    # its values whole months (PySpark collects none of it): see the engine's query rows
+    "yearmonthinterval": 1186,
     # Spark has none of these: a column made of a parameter declared so is described so
     # (:func:`declared_columns`), its values strings
     "json": 114,
@@ -205,6 +207,10 @@ def encode_value(value: Any, type_name: str = "") -> bytes | None:
         return f"{utc}+00".encode("ascii")
     if isinstance(value, datetime.timedelta):  # a day-time interval, as PostgreSQL's text
         return _interval(value).encode("ascii")
+    if type_name == "yearmonthinterval" and isinstance(value, int):  # its whole months
+        from timeshard.server.intervals import interval_text
+
+        return interval_text(value, 0, 0).encode("ascii")
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, bytes | bytearray):
