@@ -101,3 +101,11 @@ def describe_prepared(pgconn: Any) -> Any:
 def test_a_cast_to_json_of_text_that_is_not_json_is_22p02(pgconn: Any) -> None:
     result = pgconn.exec_params(b"SELECT $1::json FROM t", [b"nope"], [0])
     assert result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"22P02"
+
+
+def test_json_compared_is_refused_not_compared_as_text(pgconn: Any) -> None:
+    """The two casts were their strings, so the texts were compared: false, where
+    PostgreSQL's jsonb equality is true."""
+    sql = b"""SELECT '{"a":1}'::jsonb = $1::jsonb FROM t"""
+    result = pgconn.exec_params(sql, [b'{"a": 1}'], [0])
+    assert result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"0A000"

@@ -1599,18 +1599,41 @@ def _refuse_java_calls(tree: exp.Expr) -> None:
 
 def _json_literals(tree: exp.Expr) -> None:
     """A string literal cast to json or jsonb (``'{"a": 1}'::json``, a bound ``$1::json``)
-    is the string: Spark has no JSON type, and writes a cast to one as ``to_json``, which
-    takes no string. Text that is not JSON is SqlError 22P02, as PostgreSQL's cast."""
+    that is a whole result column of the query's SELECT list (aliased or not) is the
+    string: Spark has no JSON type, and writes a cast to one as ``to_json``, which takes
+    no string. Text that is not JSON (or nested past Python's recursion limit) is
+    SqlError 22P02, as PostgreSQL's cast.
+
+    Anywhere else such a cast is SqlError 0A000: as a string it would compare, add and
+    match as text (``'{"a":1}'::jsonb = '{"a": 1}'::jsonb`` false, ``'1'::json + 1``
+    2), where PostgreSQL compares JSON or refuses."""
     json_types = (exp.DataType.Type.JSON, exp.DataType.Type.JSONB)
+    columns = set()
+    if isinstance(tree, exp.Select):
+        columns = {id(c.unalias().unnest()) for c in tree.expressions}
     for cast in list(tree.find_all(exp.Cast)):
         text = cast.this
         if cast.to.this not in json_types or not (isinstance(text, exp.Literal) and text.is_string):
             continue
+        if id(cast) not in columns:
+            raise SqlError(
+                f"a value of type {cast.to.sql('postgres').lower()} is read here only as a "
+                "whole column of the query's result: Spark has no JSON type to compare or "
+                "compute with it",
+                "0A000",
+            )
         try:  # NaN and Infinity are not JSON (Python's decoder takes them)
             json.loads(text.this, parse_constant=_not_json)
-        except ValueError:
-            raise SqlError(f"invalid input syntax for type json: {text.this!r}", "22P02") from None
+        except (ValueError, RecursionError):
+            raise SqlError(
+                f"invalid input syntax for type json: {_shown(text.this)}", "22P02"
+            ) from None
         cast.replace(text.copy())
+
+
+def _shown(text: str) -> str:
+    """``text`` for an error message: its repr, cut to 100 characters."""
+    return repr(text) if len(text) <= 100 else repr(text[:100]) + "..."
 
 
 def _interval_casts(tree: exp.Expr) -> None:

@@ -403,8 +403,9 @@ def _literal(param: Param) -> str:
     if oid in _JSON_OIDS:
         try:  # NaN and Infinity are not JSON (Python's decoder takes them)
             json.loads(param.text, parse_constant=_not_json)
-        except ValueError:
-            raise SqlError(f"invalid input syntax for type json: {param.text!r}", "22P02") from None
+        except (ValueError, RecursionError):  # nested past Python's recursion limit
+            shown = param.text if len(param.text) <= 100 else param.text[:100] + "..."
+            raise SqlError(f"invalid input syntax for type json: {shown!r}", "22P02") from None
     literal = sqlglot.exp.Literal.string(param.text).sql("postgres")
     return f"CAST({literal} AS {_CAST_TYPES[oid]})" if oid in _TIME_OIDS else literal
 
