@@ -669,10 +669,7 @@ class _Parser(TokenReader):
         backward = self.accept("BACKWARD") or self.accept("PRIOR")
         directed = backward or self.accept("FORWARD")
         count: int | None = 1
-        # FIRST, LAST, ABSOLUTE n and RELATIVE n before a name (else they are its name)
-        placed = self.peek(1) is not None and self.word() in ("FIRST", "LAST")
-        placed |= self.word() in ("ABSOLUTE", "RELATIVE") and self.peek(2) is not None
-        if placed and not directed:
+        if self.positioned() and not directed:
             word = self.word()
             assert word is not None
             self.i += 1
@@ -707,6 +704,27 @@ class _Parser(TokenReader):
                 )
         self.end()
         return Fetch(name, count, timeout_s, backward, position)
+
+    def positioned(self) -> bool:
+        """Whether the word ahead is FETCH's direction FIRST, LAST, ABSOLUTE or RELATIVE,
+        not a cursor of that name (``FETCH last WITH (TIMEOUT = 1)``): FIRST and LAST
+        before FROM or IN, or before a name that ends the statement or comes before
+        WITH; ABSOLUTE and RELATIVE before a number or ``-``."""
+        word = self.word()
+        if word in ("FIRST", "LAST"):
+            if self.word(1) in ("FROM", "IN"):
+                return True
+            following = self.peek(1)
+            named = following is not None and (
+                following.token_type == TokenType.IDENTIFIER or self.word(1) not in (None, "WITH")
+            )
+            return named and (self.peek(2) is None or self.word(2) == "WITH")
+        if word in ("ABSOLUTE", "RELATIVE"):
+            following = self.peek(1)
+            return following is not None and (
+                following.token_type == TokenType.DASH or self.at_number(self.i + 1)
+            )
+        return False
 
     def subscribe(self, inner: bool = False) -> Subscribe:
         self.accept("TO")
