@@ -27,6 +27,10 @@ from timeshard.server.statements import Fetch, SqlError, parse
         ("FETCH first", "first", 1, "forward"),  # a cursor named first
         ("FETCH 2 FROM last", "last", 2, "forward"),
         ('FETCH LAST "C"', "C", None, "last"),
+        ("FETCH RELATIVE +2 c", "c", 2, "relative"),
+        ("FETCH ABSOLUTE +2 FROM c", "c", 2, "absolute"),
+        ("FETCH +2 c", "c", 2, "forward"),
+        ("FETCH FORWARD +3 IN c", "c", 3, "forward"),
     ],
 )
 def test_positioned_fetches_are_read(sql: str, name: str, count: int | None, position: str) -> None:

@@ -680,6 +680,8 @@ class _Parser(TokenReader):
             else:
                 position = word.lower()
                 negative = self.punct(TokenType.DASH)
+                if not negative:
+                    self.punct(TokenType.PLUS)  # PostgreSQL's SignedIconst takes a +
                 count = self.whole(f"a FETCH {word} count")
                 count = -count if negative else count
         elif self.accept("ALL"):
@@ -689,7 +691,7 @@ class _Parser(TokenReader):
         elif self.punct(TokenType.DASH):  # a negative count: the other way
             backward = not backward
             count = self.whole("a FETCH count")
-        elif self.at_number():
+        elif self.punct(TokenType.PLUS) or self.at_number():
             count = self.whole("a FETCH count")
         if not self.accept("FROM"):
             self.accept("IN")
@@ -709,7 +711,7 @@ class _Parser(TokenReader):
         """Whether the word ahead is FETCH's direction FIRST, LAST, ABSOLUTE or RELATIVE,
         not a cursor of that name (``FETCH last WITH (TIMEOUT = 1)``): FIRST and LAST
         before FROM or IN, or before a name that ends the statement or comes before
-        WITH; ABSOLUTE and RELATIVE before a number or ``-``."""
+        WITH; ABSOLUTE and RELATIVE before a number or its sign (``-``, ``+``)."""
         word = self.word()
         if word in ("FIRST", "LAST"):
             if self.word(1) in ("FROM", "IN"):
@@ -722,7 +724,8 @@ class _Parser(TokenReader):
         if word in ("ABSOLUTE", "RELATIVE"):
             following = self.peek(1)
             return following is not None and (
-                following.token_type == TokenType.DASH or self.at_number(self.i + 1)
+                following.token_type in (TokenType.DASH, TokenType.PLUS)
+                or self.at_number(self.i + 1)
             )
         return False
 
