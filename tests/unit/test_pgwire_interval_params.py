@@ -58,6 +58,25 @@ def test_months_with_days_or_time_are_0a000_naming_the_value(text: str) -> None:
     assert repr(text) in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "months"),
+    [
+        ("1.99 years", 24),
+        ("-1.99 years", -24),
+        ("P1.99Y", 24),
+        ("1.5 years", 18),
+        ("1.04 years", 12),
+        ("0.125 years", 2),  # 1.5 months, rounded half to even as PostgreSQL's rint
+        ("0.99 decades", 119),
+        ("0.001 millennia", 12),
+    ],
+)
+def test_a_fraction_of_a_year_is_rounded_to_months(text: str, months: int) -> None:
+    """PostgreSQL 15+ rounds fractional parts of units greater than months to whole
+    months; they were truncated ('1.99 years' 23 months)."""
+    assert interval_fields(text) == (months, 0, 0)
+
+
 def test_out_of_range_is_22008() -> None:
     for text in ("3000000000 days", "200000000 years"):
         with pytest.raises(SqlError) as raised:

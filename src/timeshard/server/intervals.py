@@ -18,7 +18,8 @@ output takes (:func:`interval_fields`), under the default ``IntervalStyle``
 
 A unit may be any of PostgreSQL's spellings (``day``, ``days``, ``d``,
 ``hrs``, ...) and a number may have a fraction, which spills into the
-smaller fields as PostgreSQL spills it (a month is 30 days, a day 24 hours).
+smaller fields as PostgreSQL spills it (a month is 30 days, a day 24 hours);
+one of a year or a larger unit is rounded to whole months, as PostgreSQL 15+ rounds it.
 Text of no such form is SqlError 22007, as PostgreSQL answers it.
 
 :func:`interval_literal` writes the Spark literal of the three numbers: its
@@ -84,8 +85,9 @@ class _Sum:
 
     def add(self, number: decimal.Decimal, unit: tuple[int, int, int]) -> None:
         months, days, micros = (number * f for f in unit)
-        if unit[0] >= 12:  # a fraction of a year is whole months, truncated as PostgreSQL's
-            months = months.to_integral_value(decimal.ROUND_DOWN)
+        if unit[0] >= 12:  # a fraction of a year is rounded to whole months (PostgreSQL
+            # 15+ rounds it, half to even as its rint: '1.99 years' is 24 months)
+            months = months.to_integral_value(decimal.ROUND_HALF_EVEN)
         whole = months.to_integral_value(decimal.ROUND_DOWN)
         days += (months - whole) * 30
         self.months += whole
