@@ -77,6 +77,21 @@ def test_a_fraction_of_a_year_is_rounded_to_months(text: str, months: int) -> No
     assert interval_fields(text) == (months, 0, 0)
 
 
+@pytest.mark.parametrize(
+    ("text", "micros"), [("00:00:60", 60_000_000), ("00:01:60.5", 120_500_000)]
+)
+def test_a_sixtieth_second_is_read(text: str, micros: int) -> None:
+    """PostgreSQL's time field takes seconds up to 60 (a leap second): it was 22015."""
+    assert interval_fields(text) == (0, 0, micros)
+
+
+@pytest.mark.parametrize("text", ["00:00:61", "00:60:00", "00:00:61.5"])
+def test_a_minute_past_59_or_a_second_past_60_is_22015(text: str) -> None:
+    with pytest.raises(SqlError) as raised:
+        interval_fields(text)
+    assert raised.value.sqlstate == "22015", raised.value
+
+
 def test_out_of_range_is_22008() -> None:
     for text in ("3000000000 days", "200000000 years"):
         with pytest.raises(SqlError) as raised:

@@ -102,8 +102,8 @@ class _Sum:
 
 def interval_fields(text: str) -> tuple[int, int, int]:
     """The months, days and microseconds of an interval's text (see the module doc):
-    SqlError 22007 if it has none of PostgreSQL's forms, 22015 for a minute or second
-    field past 59, 22008 past PostgreSQL's range of an interval."""
+    SqlError 22007 if it has none of PostgreSQL's forms, 22015 for a minute field past
+    59 or a second field past 60, 22008 past PostgreSQL's range of an interval."""
     with decimal.localcontext() as context:
         context.prec = 60  # exact for every value in range
         fields = _fields(text, text.strip().lower())
@@ -171,7 +171,7 @@ def _add_time(total: _Sum, time: str, text: str) -> None:
         parts = ["0", *parts]
     hours, minutes = int(parts[0]), int(parts[1])
     seconds = decimal.Decimal(parts[2]) if len(parts) == 3 else decimal.Decimal(0)
-    if minutes > 59 or seconds >= 60:
+    if minutes > 59 or seconds >= 61:  # PostgreSQL's DecodeTime takes a 60th second
         raise SqlError(f"interval field value out of range: {text!r}", "22015")
     micros = (hours * 3600 + minutes * 60) * 1_000_000 + seconds * 1_000_000
     total.add(-micros if negative else micros, (0, 0, 1))
