@@ -92,6 +92,15 @@ def test_a_minute_past_59_or_a_second_past_60_is_22015(text: str) -> None:
     assert raised.value.sqlstate == "22015", raised.value
 
 
+@pytest.mark.parametrize("field", ["{d}:00", "00:{d}", "{d}-1", "1-{d}"])
+def test_a_field_of_thousands_of_digits_is_22015(field: str) -> None:
+    """Python's ``int`` refuses more than 4300 digits: a ValueError, an internal error
+    (XX000). PostgreSQL's field overflows (22015)."""
+    with pytest.raises(SqlError) as raised:
+        interval_fields(field.format(d="1" * 5000))
+    assert raised.value.sqlstate == "22015"
+
+
 def test_out_of_range_is_22008() -> None:
     for text in ("3000000000 days", "200000000 years"):
         with pytest.raises(SqlError) as raised:

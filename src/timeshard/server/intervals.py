@@ -142,7 +142,8 @@ def _fields(text: str, lowered: str) -> tuple[int, int, int]:
             _once("ym", seen, text)
             years, months = match["ym"].lstrip("+-").split("-")
             negative = -1 if match["ym"].startswith("-") else 1
-            total.add(decimal.Decimal(negative * (int(years) * 12 + int(months))), (1, 0, 0))
+            whole = _integer(years, text) * 12 + _integer(months, text)
+            total.add(decimal.Decimal(negative * whole), (1, 0, 0))
         else:
             unit = match["unit"]
             if unit is None:  # a day before a time (sql_standard), else seconds
@@ -169,12 +170,25 @@ def _add_time(total: _Sum, time: str, text: str) -> None:
     parts = time.lstrip("+-").split(":")
     if len(parts) == 2 and "." in parts[1]:
         parts = ["0", *parts]
-    hours, minutes = int(parts[0]), int(parts[1])
+    hours, minutes = _integer(parts[0], text), _integer(parts[1], text)
     seconds = decimal.Decimal(parts[2]) if len(parts) == 3 else decimal.Decimal(0)
     if minutes > 59 or seconds >= 61:  # PostgreSQL's DecodeTime takes a 60th second
         raise SqlError(f"interval field value out of range: {text!r}", "22015")
     micros = (hours * 3600 + minutes * 60) * 1_000_000 + seconds * 1_000_000
     total.add(-micros if negative else micros, (0, 0, 1))
+
+
+#: More digits than a field of an interval in range has; past them Python's ``int`` of
+#: them may be refused (past 4300 digits) or slow.
+_MAX_DIGITS = 30
+
+
+def _integer(digits: str, text: str) -> int:
+    """A field's whole number; SqlError 22015 if it has more digits than any in range
+    (PostgreSQL's ``strtoint`` overflows: its field overflow)."""
+    if len(digits) > _MAX_DIGITS:
+        raise SqlError(f"interval field value out of range: {text!r}", "22015")
+    return int(digits)
 
 
 def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
