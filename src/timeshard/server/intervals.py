@@ -102,13 +102,17 @@ class _Sum:
 
 def interval_fields(text: str) -> tuple[int, int, int]:
     """The months, days and microseconds of an interval's text (see the module doc):
-    SqlError 22007 if it has none of PostgreSQL's forms, 22015 for a minute field past
-    59 or a second field past 60, 22008 past PostgreSQL's range of an interval."""
+    SqlError 22007 if it has none of PostgreSQL's forms; 22015 (interval field value out
+    of range) for a minute field past 59, a second field past 60, or days or time past
+    PostgreSQL's range of them; 22008 (interval out of range) for months past theirs, as
+    PostgreSQL's ``interval_in`` answers them."""
     with decimal.localcontext() as context:
         context.prec = 60  # exact for every value in range
         fields = _fields(text, text.strip().lower())
     months, days, micros = fields
-    if abs(months) > _INT32 or abs(days) > _INT32 or abs(micros) > _INT64:
+    if abs(days) > _INT32 or abs(micros) > _INT64:  # DecodeInterval's field overflow
+        raise SqlError(f"interval field value out of range: {text!r}", "22015")
+    if abs(months) > _INT32:  # itmin2interval's: years and months summed
         raise SqlError(f"interval out of range: {text!r}", "22008")
     return fields
 
