@@ -53,6 +53,32 @@ def test_a_parameter_column_has_its_declared_type(
     assert [described.ftype(i) for i in range(described.nfields)] == types
 
 
+@pytest.fixture(scope="module")
+def text_pgconn(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    path = Path(tmp_path_factory.mktemp("declared_text"))
+    schema = pa.schema([("one", pa.int64()), ("s", pa.string())])
+    with served_pgconn(spark, path, schema, (1, "x")) as conn:
+        yield conn
+
+
+@pytest.mark.parametrize(
+    ("sql", "oids"),
+    [(b"SELECT *, $1 FROM t", [114]), (b"SELECT t.*, $1::json FROM t", [0])],
+)
+def test_a_parameter_after_a_star_is_the_column_it_is(
+    text_pgconn: Any, sql: bytes, oids: list[int]
+) -> None:
+    """The star is the table's columns ``one`` and ``s``, and the parameter the third
+    column: the parameter's type was given to the second, ``s``, whose text psycopg then
+    failed to read as JSON."""
+    result = text_pgconn.exec_params(sql, [b'{"a": 1}'], oids)
+    assert result.status == OK, result.error_message
+    assert [result.ftype(i) for i in range(result.nfields)] == [20, 25, 114]
+    assert text_pgconn.prepare(b"", sql, oids).status == psycopg.pq.ExecStatus.COMMAND_OK
+    described = describe_prepared(text_pgconn)
+    assert [described.ftype(i) for i in range(described.nfields)] == [20, 25, 114]
+
+
 def describe_prepared(pgconn: Any) -> Any:
     """The Describe of the unnamed statement, its answer read without holding the GIL the
     server (in this process) needs: libpq's blocking ``describe_prepared`` holds it."""
@@ -75,3 +101,11 @@ def describe_prepared(pgconn: Any) -> Any:
 def test_a_cast_to_json_of_text_that_is_not_json_is_22p02(pgconn: Any) -> None:
     result = pgconn.exec_params(b"SELECT $1::json FROM t", [b"nope"], [0])
     assert result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"22P02"
+
+
+def test_json_compared_is_refused_not_compared_as_text(pgconn: Any) -> None:
+    """The two casts were their strings, so the texts were compared: false, where
+    PostgreSQL's jsonb equality is true."""
+    sql = b"""SELECT '{"a":1}'::jsonb = $1::jsonb FROM t"""
+    result = pgconn.exec_params(sql, [b'{"a": 1}'], [0])
+    assert result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"0A000"

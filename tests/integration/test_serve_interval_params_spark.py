@@ -14,6 +14,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
+from tests.integration.test_serve_declared_types_spark import describe_prepared
 from tests.integration.test_serve_time_params_spark import served_pgconn
 
 pytestmark = pytest.mark.spark
@@ -62,3 +63,58 @@ def test_the_widest_day_time_interval_binds(pgconn: Any) -> None:
     widest = struct.pack("!qii", 2**63 - 1, 0, 0)
     result = pgconn.exec_params(b"SELECT CAST($1 AS STRING) FROM t", [widest], [1186], [1])
     assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+
+
+CAST_BACK = "SELECT CAST(TIMESTAMP '2026-01-01 00:00:00' - %s::interval AS STRING) FROM t"
+
+
+@pytest.mark.parametrize("value", [datetime.timedelta(days=3), "3 days"])
+def test_a_parameter_cast_to_interval_moves_a_timestamp(pgconn: Any, value: Any) -> None:
+    """psycopg's ``now() - %s::interval``: a timedelta binds a Spark day-time interval,
+    which Spark does not cast to its ``INTERVAL`` (42K09); the cast is dropped. A ``str``
+    (untyped) stays the cast of a string, as it was."""
+    conn = psycopg.Connection(pgconn)
+    try:
+        assert conn.execute(CAST_BACK, [value]).fetchone() == ("2025-12-29 00:00:00",)
+    finally:
+        conn.rollback()
+
+
+@pytest.mark.parametrize(
+    ("value", "moved"),
+    [(b"3 days", b"2025-12-29 00:00:00"), (b"1 year", b"2025-01-01 00:00:00"), (None, None)],
+)
+def test_an_interval_parameter_cast_to_interval_is_described_and_bound(
+    pgconn: Any, value: bytes | None, moved: bytes | None
+) -> None:
+    sql = CAST_BACK.replace("%s", "$1").encode()
+    result = pgconn.exec_params(sql, [value], [1186])
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+    assert result.get_value(0, 0) == moved
+    prepared = pgconn.prepare(b"", sql, [1186])
+    assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message
+
+
+@pytest.mark.parametrize(
+    ("sql", "params", "text"),
+    [
+        (b"SELECT $1 FROM t", [b"1 year 2 mons"], b"1 year 2 mons"),
+        (b"SELECT $1 AS x, $1 AS x FROM t", [b"-3 mons"], b"-3 mons"),
+        (b"SELECT INTERVAL '3' MONTH FROM t", [], b"3 mons"),
+        (b"SELECT INTERVAL '2' YEAR FROM t", [], b"2 years"),
+    ],
+)
+def test_a_year_month_interval_column_is_an_interval(
+    pgconn: Any, sql: bytes, params: list[bytes], text: bytes
+) -> None:
+    """PySpark cannot collect a year-month interval (XX000, ``fromInternal`` is not
+    implemented): the column is its months, written as PostgreSQL's interval (1186),
+    by an Execute and a Describe alike."""
+    oids = [1186] * len(params)
+    result = pgconn.exec_params(sql, params, oids)
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+    row = [result.get_value(0, i) for i in range(result.nfields)]
+    assert (row, result.ftype(0)) == ([text] * result.nfields, 1186)
+    assert pgconn.prepare(b"", sql, oids).status == psycopg.pq.ExecStatus.COMMAND_OK
+    described = describe_prepared(pgconn)
+    assert [described.ftype(i) for i in range(described.nfields)] == [1186] * result.nfields

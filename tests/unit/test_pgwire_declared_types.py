@@ -23,6 +23,10 @@ from timeshard.server.pgtypes import declared_columns, type_oid, with_declared
         ("SELECT * FROM t WHERE x = $1", [114], {}),
         ("SELECT $1 UNION SELECT $2", [114, 114], {}),
         ("SELECT '{}'::json", [], {}),
+        ("SELECT *, $1 FROM t", [114], {-1: "json"}),
+        ("SELECT t.*, $1::json FROM t", [0], {-1: "json"}),
+        ("SELECT $1, *, $2, 1 FROM t", [114, 3802], {-2: "jsonb"}),
+        ("SELECT $1, t.* FROM t", [114], {}),
     ],
 )
 def test_columns_of_a_parameter_keep_its_type(
@@ -35,3 +39,11 @@ def test_only_a_string_column_takes_the_declared_type() -> None:
     columns = [("a", "string"), ("b", "long"), ("c", "string")]
     kept = with_declared(columns, {0: "json", 1: "json"})
     assert [type_oid(t) for _, t in kept] == [114, 20, 25]
+
+
+def test_a_column_after_a_star_is_numbered_from_the_end() -> None:
+    """``SELECT *, $1`` over a table of one text column: the star is that column, and
+    ``$1`` the second, which described the table's text column as json (114)."""
+    columns = [("s", "string"), ("t", "string"), ("j", "string")]
+    kept = with_declared(columns, declared_columns("SELECT *, $1 FROM t", [114]))
+    assert [type_oid(t) for _, t in kept] == [25, 25, 114]

@@ -26,13 +26,39 @@ from timeshard.server.statements import Fetch, SqlError, parse
         ("FETCH RELATIVE -1 FROM c", "c", -1, "relative"),
         ("FETCH first", "first", 1, "forward"),  # a cursor named first
         ("FETCH 2 FROM last", "last", 2, "forward"),
+        ('FETCH LAST "C"', "C", None, "last"),
+        ("FETCH RELATIVE +2 c", "c", 2, "relative"),
+        ("FETCH ABSOLUTE +2 FROM c", "c", 2, "absolute"),
+        ("FETCH +2 c", "c", 2, "forward"),
+        ("FETCH FORWARD +3 IN c", "c", 3, "forward"),
     ],
 )
 def test_positioned_fetches_are_read(sql: str, name: str, count: int | None, position: str) -> None:
     assert parse(sql) == Fetch(name, count, position=position)
 
 
-@pytest.mark.parametrize("sql", ["FETCH BACKWARD FIRST c", "FETCH ABSOLUTE x c"])
+@pytest.mark.parametrize(
+    ("sql", "name", "timeout_s"),
+    [
+        ("FETCH last WITH (TIMEOUT = 1)", "last", 1.0),
+        ("FETCH first WITH (TIMEOUT = 0)", "first", 0.0),
+        ("FETCH relative WITH (TIMEOUT = 0)", "relative", 0.0),
+        ("FETCH absolute WITH (TIMEOUT = 2)", "absolute", 2.0),
+        ("FETCH relative", "relative", None),
+    ],
+)
+def test_a_cursor_named_like_a_direction_is_fetched(
+    sql: str, name: str, timeout_s: float | None
+) -> None:
+    """FIRST or LAST is the direction before FROM, IN or a cursor's name (ending the
+    statement or before WITH), ABSOLUTE or RELATIVE before a count: else it is the
+    cursor's name. These were syntax errors (42601)."""
+    assert parse(sql) == Fetch(name, 1, timeout_s)
+
+
+@pytest.mark.parametrize(
+    "sql", ["FETCH BACKWARD FIRST c", "FETCH ABSOLUTE x c", "FETCH last c extra"]
+)
 def test_a_malformed_positioned_fetch_is_a_syntax_error(sql: str) -> None:
     with pytest.raises(SqlError) as raised:
         parse(sql)

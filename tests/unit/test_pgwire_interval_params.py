@@ -58,11 +58,68 @@ def test_months_with_days_or_time_are_0a000_naming_the_value(text: str) -> None:
     assert repr(text) in str(raised.value)
 
 
-def test_out_of_range_is_22008() -> None:
-    for text in ("3000000000 days", "200000000 years"):
-        with pytest.raises(SqlError) as raised:
-            bind("SELECT $1", [Param(text, 1186)])
-        assert raised.value.sqlstate == "22008", (text, raised.value)
+@pytest.mark.parametrize(
+    ("text", "months"),
+    [
+        ("1.99 years", 24),
+        ("-1.99 years", -24),
+        ("P1.99Y", 24),
+        ("1.5 years", 18),
+        ("1.04 years", 12),
+        ("0.125 years", 2),  # 1.5 months, rounded half to even as PostgreSQL's rint
+        ("0.99 decades", 119),
+        ("0.001 millennia", 12),
+    ],
+)
+def test_a_fraction_of_a_year_is_rounded_to_months(text: str, months: int) -> None:
+    """PostgreSQL 15+ rounds fractional parts of units greater than months to whole
+    months; they were truncated ('1.99 years' 23 months)."""
+    assert interval_fields(text) == (months, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "micros"), [("00:00:60", 60_000_000), ("00:01:60.5", 120_500_000)]
+)
+def test_a_sixtieth_second_is_read(text: str, micros: int) -> None:
+    """PostgreSQL's time field takes seconds up to 60 (a leap second): it was 22015."""
+    assert interval_fields(text) == (0, 0, micros)
+
+
+@pytest.mark.parametrize("text", ["00:00:61", "00:60:00", "00:00:61.5"])
+def test_a_minute_past_59_or_a_second_past_60_is_22015(text: str) -> None:
+    with pytest.raises(SqlError) as raised:
+        interval_fields(text)
+    assert raised.value.sqlstate == "22015", raised.value
+
+
+@pytest.mark.parametrize("field", ["{d}:00", "00:{d}", "{d}-1", "1-{d}"])
+def test_a_field_of_thousands_of_digits_is_22015(field: str) -> None:
+    """Python's ``int`` refuses more than 4300 digits: a ValueError, an internal error
+    (XX000). PostgreSQL's field overflows (22015)."""
+    with pytest.raises(SqlError) as raised:
+        interval_fields(field.format(d="1" * 5000))
+    assert raised.value.sqlstate == "22015"
+
+
+@pytest.mark.parametrize(
+    ("text", "sqlstate"),
+    [
+        ("3000000000 days", "22015"),
+        ("3000000000 hours", "22015"),
+        ("200000000 years", "22008"),
+        ("2147483647 mons 1 year", "22008"),
+    ],
+)
+def test_out_of_range_is_22015_or_22008_as_postgresql_answers_it(text: str, sqlstate: str) -> None:
+    """PostgreSQL's interval_in: a day or time field past its range overflows while the
+    fields are decoded (22015, interval field value out of range); months past theirs
+    once years and months are summed (22008, interval out of range). Days were 22008."""
+    with pytest.raises(SqlError) as raised:
+        bind("SELECT $1", [Param(text, 1186)])
+    assert raised.value.sqlstate == sqlstate, (text, raised.value)
+
+
+def test_past_spark_s_day_time_range_is_22008() -> None:
     with pytest.raises(SqlError) as raised:
         interval_literal(0, 2**31 - 1, 2**63 - 1, "huge")
     assert raised.value.sqlstate == "22008"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from pyspark.sql.types import ArrayType, DayTimeIntervalType
+from pyspark.sql.types import ArrayType, DayTimeIntervalType, YearMonthIntervalType
 
 from timeshard.server.intervals import interval_fields
 from timeshard.server.pgtypes import column_type, encode_value, type_oid
@@ -40,3 +40,16 @@ def test_an_array_of_them_is_an_interval_array() -> None:
     assert type_oid(name) == 1187
     values = [datetime.timedelta(hours=1), datetime.timedelta(days=1), None]
     assert encode_value(values, name) == b'{01:00:00,"1 day",NULL}'
+
+
+@pytest.mark.parametrize(
+    ("months", "text"),
+    [(14, b"1 year 2 mons"), (3, b"3 mons"), (-14, b"-1 years -2 mons"), (0, b"00:00:00")],
+)
+def test_a_year_month_interval_is_written_from_its_months(months: int, text: bytes) -> None:
+    """The engine collects a year-month interval column as its whole months (PySpark
+    collects no year-month interval): they are written as PostgreSQL writes them."""
+    name = column_type(YearMonthIntervalType())
+    assert type_oid(name) == 1186
+    assert encode_value(months, name) == text
+    assert interval_fields(text.decode()) == (months, 0, 0)

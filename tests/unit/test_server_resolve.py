@@ -146,3 +146,46 @@ def test_a_query_that_writes_is_refused_before_anything_runs(engine: Engine, sql
         engine.execute(parse(sql))
     assert refused.value.sqlstate == "0A000"
     assert engine.objects == {} and "m" not in engine.client.list_shards()
+
+
+@pytest.mark.parametrize(
+    ("query", "spark_sql"),
+    [
+        ("""SELECT '{"a": 1}'::json""", """SELECT '{"a": 1}'"""),
+        ("""SELECT 1 AS n, CAST('[1]' AS jsonb) AS j""", "SELECT 1 AS n, '[1]' AS j"),
+        ("""SELECT ('{}'::json) FROM kv""", "SELECT ('{}') FROM kv"),
+    ],
+)
+def test_a_json_literal_that_is_a_result_column_is_its_string(
+    engine: Engine, query: str, spark_sql: str
+) -> None:
+    resolved, _ = engine.resolve(query)
+    assert resolved.startswith(spark_sql), resolved
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        """SELECT '{"a":1}'::jsonb = '{"a": 1}'::jsonb""",
+        "SELECT '1'::json + 1",
+        """SELECT '{"a": 1}'::jsonb @> '{}'::jsonb""",
+        "SELECT k FROM kv WHERE k = '{}'::json",
+        "SELECT j FROM (SELECT '{}'::json AS j) s",
+        "SELECT '[]'::json UNION ALL SELECT '[]'::json",
+    ],
+)
+def test_a_json_literal_elsewhere_is_refused(engine: Engine, query: str) -> None:
+    """As a string it compared, added and matched as text (``'{"a":1}'::jsonb =
+    '{"a": 1}'::jsonb`` false, ``'1'::json + 1`` 2), where PostgreSQL compares JSON
+    or refuses (42883)."""
+    with pytest.raises(SqlError, match="json") as refused:
+        engine.resolve(query)
+    assert refused.value.sqlstate == "0A000"
+
+
+def test_json_nested_past_the_recursion_limit_is_22p02(engine: Engine) -> None:
+    """Python's decoder raised RecursionError: an internal error (XX000)."""
+    deep = "[" * 5000 + "]" * 5000
+    with pytest.raises(SqlError, match="invalid input syntax for type json") as refused:
+        engine.resolve(f"SELECT '{deep}'::json")
+    assert refused.value.sqlstate == "22P02"

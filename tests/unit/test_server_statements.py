@@ -1508,3 +1508,11 @@ def test_a_whole_numeric_limit_is_an_int() -> None:
     fraction = sqlglot.parse_one("SELECT 1 LIMIT CAST(2.5 AS DECIMAL(2, 1))", read="spark")
     _int_limits(fraction)
     assert "DECIMAL(2, 1)" in fraction.sql("spark")  # not a whole number: Spark says so
+
+
+def test_a_json_parameter_nested_past_the_recursion_limit_is_22p02() -> None:
+    """Python's decoder raised RecursionError: an internal error (XX000)."""
+    deep = "[" * 5000 + "]" * 5000
+    with pytest.raises(SqlError, match="invalid input syntax for type json") as refused:
+        bind("SELECT $1", [Param(deep, 114)])
+    assert refused.value.sqlstate == "22P02"

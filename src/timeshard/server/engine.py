@@ -1266,6 +1266,7 @@ class Engine:
         _refuse_writes(tree)
         _refuse_java_calls(tree)
         _json_literals(tree)
+        _interval_casts(tree)
         known = set(self.known_shards())
         ctes = {c.alias for c in tree.find_all(exp.CTE)}
         cte_references = _cte_references(tree, ctes)
@@ -1338,7 +1339,7 @@ class Engine:
                 df = session.sql(spark_sql)
                 columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
                 # One partition at a time, its job run when the rows before it are taken.
-                partitions = df.toLocalIterator(prefetchPartitions=False)
+                partitions = _months_of_intervals(df).toLocalIterator(prefetchPartitions=False)
             except PySparkException as e:
                 raise spark_error(e) from e
         except BaseException:
@@ -1464,6 +1465,32 @@ def check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
         raise SqlError(f"{shard!r} holds an error at {as_of}: {error}", "XX000")
 
 
+def _months_of_intervals(df: Any) -> Any:
+    """``df`` with each of its year-month interval columns its whole months (an INT), its
+    name and place kept: PySpark cannot collect a year-month interval (its
+    ``fromInternal`` is not implemented), and the column is described as PostgreSQL's
+    interval (:func:`~timeshard.server.pgtypes.encode_value` writes the months). A year
+    interval is cast to year-month first (cast to INT, it would be years); one inside an
+    array, map or struct is not reached. Runs on the driver, only to plan."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import YearMonthIntervalType
+
+    fields = df.schema.fields
+    if not any(isinstance(f.dataType, YearMonthIntervalType) for f in fields):
+        return df
+    names = [f"_{i}" for i in range(len(fields))]  # the columns' own names may repeat
+    return df.toDF(*names).select(
+        *[
+            (
+                F.col(n).cast("interval year to month").cast("int")
+                if isinstance(f.dataType, YearMonthIntervalType)
+                else F.col(n)
+            ).alias(f.name)
+            for n, f in zip(names, fields, strict=True)
+        ]
+    )
+
+
 def _subscribe_rows(
     reader: Any, names: list[str], as_of: int | None, up_to: int | None
 ) -> Generator[tuple[Any, ...], None, None]:
@@ -1572,18 +1599,56 @@ def _refuse_java_calls(tree: exp.Expr) -> None:
 
 def _json_literals(tree: exp.Expr) -> None:
     """A string literal cast to json or jsonb (``'{"a": 1}'::json``, a bound ``$1::json``)
-    is the string: Spark has no JSON type, and writes a cast to one as ``to_json``, which
-    takes no string. Text that is not JSON is SqlError 22P02, as PostgreSQL's cast."""
+    that is a whole result column of the query's SELECT list (aliased or not) is the
+    string: Spark has no JSON type, and writes a cast to one as ``to_json``, which takes
+    no string. Text that is not JSON (or nested past Python's recursion limit) is
+    SqlError 22P02, as PostgreSQL's cast.
+
+    Anywhere else such a cast is SqlError 0A000: as a string it would compare, add and
+    match as text (``'{"a":1}'::jsonb = '{"a": 1}'::jsonb`` false, ``'1'::json + 1``
+    2), where PostgreSQL compares JSON or refuses."""
     json_types = (exp.DataType.Type.JSON, exp.DataType.Type.JSONB)
+    columns = set()
+    if isinstance(tree, exp.Select):
+        columns = {id(c.unalias().unnest()) for c in tree.expressions}
     for cast in list(tree.find_all(exp.Cast)):
         text = cast.this
         if cast.to.this not in json_types or not (isinstance(text, exp.Literal) and text.is_string):
             continue
+        if id(cast) not in columns:
+            raise SqlError(
+                f"a value of type {cast.to.sql('postgres').lower()} is read here only as a "
+                "whole column of the query's result: Spark has no JSON type to compare or "
+                "compute with it",
+                "0A000",
+            )
         try:  # NaN and Infinity are not JSON (Python's decoder takes them)
             json.loads(text.this, parse_constant=_not_json)
-        except ValueError:
-            raise SqlError(f"invalid input syntax for type json: {text.this!r}", "22P02") from None
+        except (ValueError, RecursionError):
+            raise SqlError(
+                f"invalid input syntax for type json: {_shown(text.this)}", "22P02"
+            ) from None
         cast.replace(text.copy())
+
+
+def _shown(text: str) -> str:
+    """``text`` for an error message: its repr, cut to 100 characters."""
+    return repr(text) if len(text) <= 100 else repr(text[:100]) + "..."
+
+
+def _interval_casts(tree: exp.Expr) -> None:
+    """A cast to ``interval`` of what is already a Spark year-month or day-time interval
+    (a bound ``$1::interval``: ``INTERVAL '3 00:00:00' DAY TO SECOND::interval``, or its
+    NULL ``CAST(NULL AS INTERVAL DAY TO SECOND)``) is that interval: Spark casts neither
+    to its calendar ``INTERVAL`` (42K09), and PostgreSQL's cast of an interval to
+    interval changes nothing."""
+    for cast in list(tree.find_all(exp.Cast)):
+        value = cast.this.unnest()
+        if cast.to.this != exp.DataType.Type.INTERVAL or cast.to.expressions:
+            continue
+        typed = isinstance(value, exp.Cast) and isinstance(value.to.this, exp.Interval)
+        if isinstance(value, exp.Interval) or typed:
+            cast.replace(cast.this.copy())
 
 
 def _not_json(constant: str) -> Any:

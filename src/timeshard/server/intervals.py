@@ -18,7 +18,8 @@ output takes (:func:`interval_fields`), under the default ``IntervalStyle``
 
 A unit may be any of PostgreSQL's spellings (``day``, ``days``, ``d``,
 ``hrs``, ...) and a number may have a fraction, which spills into the
-smaller fields as PostgreSQL spills it (a month is 30 days, a day 24 hours).
+smaller fields as PostgreSQL spills it (a month is 30 days, a day 24 hours);
+one of a year or a larger unit is rounded to whole months, as PostgreSQL 15+ rounds it.
 Text of no such form is SqlError 22007, as PostgreSQL answers it.
 
 :func:`interval_literal` writes the Spark literal of the three numbers: its
@@ -84,8 +85,9 @@ class _Sum:
 
     def add(self, number: decimal.Decimal, unit: tuple[int, int, int]) -> None:
         months, days, micros = (number * f for f in unit)
-        if unit[0] >= 12:  # a fraction of a year is whole months, truncated as PostgreSQL's
-            months = months.to_integral_value(decimal.ROUND_DOWN)
+        if unit[0] >= 12:  # a fraction of a year is rounded to whole months (PostgreSQL
+            # 15+ rounds it, half to even as its rint: '1.99 years' is 24 months)
+            months = months.to_integral_value(decimal.ROUND_HALF_EVEN)
         whole = months.to_integral_value(decimal.ROUND_DOWN)
         days += (months - whole) * 30
         self.months += whole
@@ -100,13 +102,17 @@ class _Sum:
 
 def interval_fields(text: str) -> tuple[int, int, int]:
     """The months, days and microseconds of an interval's text (see the module doc):
-    SqlError 22007 if it has none of PostgreSQL's forms, 22015 for a minute or second
-    field past 59, 22008 past PostgreSQL's range of an interval."""
+    SqlError 22007 if it has none of PostgreSQL's forms; 22015 (interval field value out
+    of range) for a minute field past 59, a second field past 60, or days or time past
+    PostgreSQL's range of them; 22008 (interval out of range) for months past theirs, as
+    PostgreSQL's ``interval_in`` answers them."""
     with decimal.localcontext() as context:
         context.prec = 60  # exact for every value in range
         fields = _fields(text, text.strip().lower())
     months, days, micros = fields
-    if abs(months) > _INT32 or abs(days) > _INT32 or abs(micros) > _INT64:
+    if abs(days) > _INT32 or abs(micros) > _INT64:  # DecodeInterval's field overflow
+        raise SqlError(f"interval field value out of range: {text!r}", "22015")
+    if abs(months) > _INT32:  # itmin2interval's: years and months summed
         raise SqlError(f"interval out of range: {text!r}", "22008")
     return fields
 
@@ -140,7 +146,8 @@ def _fields(text: str, lowered: str) -> tuple[int, int, int]:
             _once("ym", seen, text)
             years, months = match["ym"].lstrip("+-").split("-")
             negative = -1 if match["ym"].startswith("-") else 1
-            total.add(decimal.Decimal(negative * (int(years) * 12 + int(months))), (1, 0, 0))
+            whole = _integer(years, text) * 12 + _integer(months, text)
+            total.add(decimal.Decimal(negative * whole), (1, 0, 0))
         else:
             unit = match["unit"]
             if unit is None:  # a day before a time (sql_standard), else seconds
@@ -167,12 +174,25 @@ def _add_time(total: _Sum, time: str, text: str) -> None:
     parts = time.lstrip("+-").split(":")
     if len(parts) == 2 and "." in parts[1]:
         parts = ["0", *parts]
-    hours, minutes = int(parts[0]), int(parts[1])
+    hours, minutes = _integer(parts[0], text), _integer(parts[1], text)
     seconds = decimal.Decimal(parts[2]) if len(parts) == 3 else decimal.Decimal(0)
-    if minutes > 59 or seconds >= 60:
+    if minutes > 59 or seconds >= 61:  # PostgreSQL's DecodeTime takes a 60th second
         raise SqlError(f"interval field value out of range: {text!r}", "22015")
     micros = (hours * 3600 + minutes * 60) * 1_000_000 + seconds * 1_000_000
     total.add(-micros if negative else micros, (0, 0, 1))
+
+
+#: More digits than a field of an interval in range has; past them Python's ``int`` of
+#: them may be refused (past 4300 digits) or slow.
+_MAX_DIGITS = 30
+
+
+def _integer(digits: str, text: str) -> int:
+    """A field's whole number; SqlError 22015 if it has more digits than any in range
+    (PostgreSQL's ``strtoint`` overflows: its field overflow)."""
+    if len(digits) > _MAX_DIGITS:
+        raise SqlError(f"interval field value out of range: {text!r}", "22015")
+    return int(digits)
 
 
 def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:

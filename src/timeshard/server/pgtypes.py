@@ -36,6 +36,8 @@ TYPE_OIDS = {
     "timestamp": 1184,
     "timestamp_ntz": 1114,
     "daytimeinterval": 1186,
+    # its values whole months (PySpark collects none of it): see the engine's query rows
+    "yearmonthinterval": 1186,
     # Spark has none of these: a column made of a parameter declared so is described so
     # (:func:`declared_columns`), its values strings
     "json": 114,
@@ -110,7 +112,11 @@ def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
     type Spark has not (json, jsonb, varchar): their index -> that type's name. A column
     is one if it is ``$n`` declared (``oids``) so, or a cast of ``$n`` to one of them
     (``$1::json``), aliased or not, as PostgreSQL describes it; any other expression,
-    and a query that is not one SELECT, has none (its type is not guessed)."""
+    and a query that is not one SELECT, has none (its type is not guessed).
+
+    A star (``*``, ``t.*``) stands for as many columns as its relation has, unknown here:
+    a column after the last star is numbered from the end (-1 is the last), one before it
+    not at all."""
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
@@ -128,8 +134,10 @@ def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
         exp.DataType.Type.JSONB: "jsonb",
         exp.DataType.Type.VARCHAR: "varchar",
     }
+    stars = [i for i, column in enumerate(tree.expressions) if _is_star(column)]
+    after = stars[-1] + 1 if stars else 0
     out = {}
-    for i, column in enumerate(tree.expressions):
+    for i, column in enumerate(tree.expressions[after:], start=after):
         value = column.this if isinstance(column, exp.Alias) else column
         if isinstance(value, exp.Cast) and isinstance(value.this, exp.Parameter):
             name = kept.get(value.to.this)
@@ -139,8 +147,17 @@ def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
         else:
             name = None
         if name is not None:
-            out[i] = name
+            out[i - len(tree.expressions) if stars else i] = name
     return out
+
+
+def _is_star(column: Any) -> bool:
+    """Whether the select expression ``column`` is ``*`` or ``t.*``."""
+    from sqlglot import exp
+
+    return isinstance(column, exp.Star) or (
+        isinstance(column, exp.Column) and isinstance(column.this, exp.Star)
+    )
 
 
 _CASTS_KEPT = re.compile(r"json|char", re.IGNORECASE)
@@ -150,9 +167,10 @@ def with_declared(
     columns: list[tuple[str, str]], declared: dict[int, str]
 ) -> list[tuple[str, str]]:
     """``columns`` with the type :func:`declared_columns` found of each of them that Spark
-    answers as a string."""
+    answers as a string; a negative index counts from the end."""
+    n = len(columns)
     return [
-        (name, declared[i] if i in declared and t == "string" else t)
+        (name, declared.get(i, declared.get(i - n, t)) if t == "string" else t)
         for i, (name, t) in enumerate(columns)
     ]
 
@@ -189,6 +207,10 @@ def encode_value(value: Any, type_name: str = "") -> bytes | None:
         return f"{utc}+00".encode("ascii")
     if isinstance(value, datetime.timedelta):  # a day-time interval, as PostgreSQL's text
         return _interval(value).encode("ascii")
+    if type_name == "yearmonthinterval" and isinstance(value, int):  # its whole months
+        from timeshard.server.intervals import interval_text
+
+        return interval_text(value, 0, 0).encode("ascii")
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, bytes | bytearray):

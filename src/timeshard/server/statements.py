@@ -403,8 +403,9 @@ def _literal(param: Param) -> str:
     if oid in _JSON_OIDS:
         try:  # NaN and Infinity are not JSON (Python's decoder takes them)
             json.loads(param.text, parse_constant=_not_json)
-        except ValueError:
-            raise SqlError(f"invalid input syntax for type json: {param.text!r}", "22P02") from None
+        except (ValueError, RecursionError):  # nested past Python's recursion limit
+            shown = param.text if len(param.text) <= 100 else param.text[:100] + "..."
+            raise SqlError(f"invalid input syntax for type json: {shown!r}", "22P02") from None
     literal = sqlglot.exp.Literal.string(param.text).sql("postgres")
     return f"CAST({literal} AS {_CAST_TYPES[oid]})" if oid in _TIME_OIDS else literal
 
@@ -668,10 +669,7 @@ class _Parser(TokenReader):
         backward = self.accept("BACKWARD") or self.accept("PRIOR")
         directed = backward or self.accept("FORWARD")
         count: int | None = 1
-        # FIRST, LAST, ABSOLUTE n and RELATIVE n before a name (else they are its name)
-        placed = self.peek(1) is not None and self.word() in ("FIRST", "LAST")
-        placed |= self.word() in ("ABSOLUTE", "RELATIVE") and self.peek(2) is not None
-        if placed and not directed:
+        if self.positioned() and not directed:
             word = self.word()
             assert word is not None
             self.i += 1
@@ -682,6 +680,8 @@ class _Parser(TokenReader):
             else:
                 position = word.lower()
                 negative = self.punct(TokenType.DASH)
+                if not negative:
+                    self.punct(TokenType.PLUS)  # PostgreSQL's SignedIconst takes a +
                 count = self.whole(f"a FETCH {word} count")
                 count = -count if negative else count
         elif self.accept("ALL"):
@@ -691,7 +691,7 @@ class _Parser(TokenReader):
         elif self.punct(TokenType.DASH):  # a negative count: the other way
             backward = not backward
             count = self.whole("a FETCH count")
-        elif self.at_number():
+        elif self.punct(TokenType.PLUS) or self.at_number():
             count = self.whole("a FETCH count")
         if not self.accept("FROM"):
             self.accept("IN")
@@ -706,6 +706,28 @@ class _Parser(TokenReader):
                 )
         self.end()
         return Fetch(name, count, timeout_s, backward, position)
+
+    def positioned(self) -> bool:
+        """Whether the word ahead is FETCH's direction FIRST, LAST, ABSOLUTE or RELATIVE,
+        not a cursor of that name (``FETCH last WITH (TIMEOUT = 1)``): FIRST and LAST
+        before FROM or IN, or before a name that ends the statement or comes before
+        WITH; ABSOLUTE and RELATIVE before a number or its sign (``-``, ``+``)."""
+        word = self.word()
+        if word in ("FIRST", "LAST"):
+            if self.word(1) in ("FROM", "IN"):
+                return True
+            following = self.peek(1)
+            named = following is not None and (
+                following.token_type == TokenType.IDENTIFIER or self.word(1) not in (None, "WITH")
+            )
+            return named and (self.peek(2) is None or self.word(2) == "WITH")
+        if word in ("ABSOLUTE", "RELATIVE"):
+            following = self.peek(1)
+            return following is not None and (
+                following.token_type in (TokenType.DASH, TokenType.PLUS)
+                or self.at_number(self.i + 1)
+            )
+        return False
 
     def subscribe(self, inner: bool = False) -> Subscribe:
         self.accept("TO")
