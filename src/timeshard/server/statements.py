@@ -401,13 +401,20 @@ def _literal(param: Param) -> str:
     if oid == _INTERVAL_OID:  # written from the numbers read, never the client's text
         return interval_literal(*interval_fields(param.text), shown=param.text)
     if oid in _JSON_OIDS:
-        try:  # NaN and Infinity are not JSON (Python's decoder takes them)
-            json.loads(param.text, parse_constant=_not_json)
-        except (ValueError, RecursionError):  # nested past Python's recursion limit
-            shown = param.text if len(param.text) <= 100 else param.text[:100] + "..."
-            raise SqlError(f"invalid input syntax for type json: {shown!r}", "22P02") from None
+        check_json(param.text)
     literal = sqlglot.exp.Literal.string(param.text).sql("postgres")
     return f"CAST({literal} AS {_CAST_TYPES[oid]})" if oid in _TIME_OIDS else literal
+
+
+def check_json(text: str) -> None:
+    """SqlError 22P02 (its text cut to 100 characters) unless ``text`` is JSON as PostgreSQL's
+    json reads it: ``NaN`` and ``Infinity``, which Python's decoder takes, are not, and
+    nesting past Python's recursion limit is refused too."""
+    try:
+        json.loads(text, parse_constant=_not_json)
+    except (ValueError, RecursionError):
+        shown = repr(text) if len(text) <= 100 else repr(text[:100]) + "..."
+        raise SqlError(f"invalid input syntax for type json: {shown}", "22P02") from None
 
 
 def _not_json(constant: str) -> Any:
@@ -871,6 +878,7 @@ __all__ = [
     "Statement",
     "Subscribe",
     "bind",
+    "check_json",
     "parameter_count",
     "parse",
     "placeholder",
