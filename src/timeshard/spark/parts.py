@@ -86,7 +86,8 @@ be read (I/O, a timeout) is a
 fault, not a corrupt part. Run the action inside :func:`typed_errors` to get
 PartError naming the part, or Determinate for the fault, instead: a read that
 Spark's reader failed is told apart by the part's bytes, read again on the
-driver (:func:`typed_error`).
+driver (:func:`typed_error`; a part that became a symbolic link the blob refuses is
+CorruptState there, as at ``read_parts``).
 
 Invariants:
 
@@ -753,12 +754,21 @@ class PartReadFaults:
 
 def check_part_file(root_uri: str, key: str, size: int, sha256: str | None) -> None:
     """Read the part ``key`` under ``root_uri`` whole; PartError unless it has ``size`` bytes
-    whose SHA-256 is ``sha256`` (any, if None), Determinate if reading it fails."""
+    whose SHA-256 is ``sha256`` (any, if None), Determinate if reading it fails.
+
+    Under a local root the key is judged first as the blob's ``get`` judges it
+    (:func:`~timeshard.location.file.served_sizes`): a symbolic link on its path out of the
+    root, to a directory on the way, or a loop raises CorruptState naming the key, and a key
+    ``get`` serves no file for (a dangling link, a directory) is a missing part."""
     fs, base = filesystem_of(root_uri)
+    path = f"{base}/{key}"
+    local = isinstance(fs, pafs.LocalFileSystem)
+    if local and served_sizes(base, [key]) == [None]:
+        raise PartError(key, "missing")
     digest = hashlib.sha256()
     read = 0
-    try:
-        with fs.open_input_stream(f"{base}/{key}") as f:  # a stream: the stat size may lie
+    try:  # read to the end: the stat size may lie
+        with open(path, "rb") if local else fs.open_input_stream(path) as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
                 read += len(chunk)
@@ -875,7 +885,8 @@ def _failed_read(key: str, cause: str) -> TimeshardError:
 
     The part's bytes decide, read again here: not the recorded ones is PartError
     (corrupt), unreadable is Determinate (a fault: I/O, a timeout), the recorded ones is
-    Determinate too (the read failed, the part is sound). A part no read of this process
+    Determinate too (the read failed, the part is sound), a symbolic link the blob's ``get``
+    refuses CorruptState (:func:`check_part_file`). A part no read of this process
     planned, or with no recorded digest, is judged by ``cause``: an I/O or network
     exception is Determinate, anything else PartError.
     """
@@ -887,7 +898,7 @@ def _failed_read(key: str, cause: str) -> TimeshardError:
     root, part = planned
     try:
         check_part_file(root, key, part.size_in_bytes, part.sha256)
-    except (PartError, Determinate) as e:
+    except (PartError, Determinate, CorruptState) as e:
         return e
     return Determinate(
         f"reading part {key!r} failed, yet its bytes are the ones the state recorded: {cause}"
