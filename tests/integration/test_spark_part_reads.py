@@ -1,19 +1,24 @@
-"""Spark reads of parts: an I/O error is a fault, not a corrupt part, and a footer statistic
-drops no row."""
+"""Spark reads of parts: an I/O error is a fault, not a corrupt part, a part that became a
+link out of the blob root is CorruptState, and a footer statistic drops no row."""
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 import struct
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from timeshard.errors import Determinate
+from timeshard.errors import CorruptState, Determinate
 from timeshard.location import Location
 from timeshard.persist import PersistClient
-from timeshard.spark import snapshot_df, typed_errors, updates_df
+from timeshard.spark import parts, snapshot_df, typed_error, typed_errors, updates_df
 
 pytestmark = pytest.mark.spark
 
@@ -31,18 +36,53 @@ def _one_part(tmp_path: Path) -> tuple[PersistClient, Path, str]:
     return client, tmp_path / "blob" / key, key
 
 
+def _failing_open(part: Path) -> Callable[..., Any]:
+    """``open`` that fails with EIO for ``part`` (the driver's re-read of it)."""
+
+    def failing(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if os.fspath(file) == str(part):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(part))
+        return open(file, *args, **kwargs)
+
+    return failing
+
+
 def test_an_io_error_reading_a_part_is_a_fault_not_a_corrupt_part(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The part's file fails every read with EIO (it is made a link to ``/proc/self/mem``,
-    whose first 64 KiB are never mapped) after Spark listed it: the read is Determinate
-    naming the part (it was PartError 'corrupt', a data problem, for a passing fault)."""
+    """Spark's read of the part fails (after Spark listed it, the part is made a link to
+    ``/proc/self/mem``, which Spark's reader finds empty), and the driver's re-read of it
+    fails with EIO (the part is put back, and its open on the driver fails): the read is
+    Determinate naming the part (it was PartError 'corrupt', a data problem, for a
+    passing fault)."""
     client, path, key = _one_part(tmp_path)
     assert path.stat().st_size < 65536
+    data = path.read_bytes()
     df = snapshot_df(spark, client.open_unleased_reader("s"), T0)
     path.unlink()
     path.symlink_to("/proc/self/mem")
-    with pytest.raises(Determinate, match=f"{key}.*Input/output error"), typed_errors():
+    with pytest.raises(Exception, match="FAILED_READ_FILE") as failed:
+        df.collect()
+    path.unlink()
+    path.write_bytes(data)
+    monkeypatch.setattr(parts, "open", _failing_open(path), raising=False)
+    error = typed_error(failed.value)
+    assert isinstance(error, Determinate), error
+    assert re.search(f"reading part '{key}'.*Input/output error", str(error)), error
+
+
+def test_a_part_that_became_a_link_out_of_the_root_is_corrupt_state(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The part is made a link out of the blob root after Spark listed it (here to
+    ``/proc/self/mem``, which Spark's reader follows and fails to read): the driver's
+    re-read judges the key as the blob's ``get`` does, CorruptState naming it (it was
+    Determinate, a fault retried for ever, as it read through the link)."""
+    client, path, key = _one_part(tmp_path)
+    df = snapshot_df(spark, client.open_unleased_reader("s"), T0)
+    path.unlink()
+    path.symlink_to("/proc/self/mem")
+    with pytest.raises(CorruptState, match=f"{key}.*outside the blob root"), typed_errors():
         df.collect()
 
 

@@ -40,7 +40,11 @@ Invariants:
    bytea`` (others are left alone); one that lacks any, or has it with another
    type, raises CorruptState naming the table and the column at opening, as
    a stored row that is not a valid version does at any call (see
-   :func:`~timeshard.location.consensus.stored_version`).
+   :func:`~timeshard.location.consensus.stored_version`). A call that finds the
+   table dropped, renamed or without such a column since (``42P01``,
+   ``42703``) raises CorruptState naming the location too: the state stored
+   there is gone, and no retry brings it back. A privilege taken away
+   (``42501``) stays a fault: an administrator can grant it again.
 5. A writer waits at most ``lock_timeout_s`` for another writer's lock; a
    session idle in a transaction for ``idle_in_transaction_s`` is ended by the
    server, so a paused process cannot block a key forever.
@@ -55,7 +59,7 @@ from typing import Any, TypeVar
 import psycopg
 
 from timeshard.errors import CorruptState, Determinate, Indeterminate, InvalidUsage
-from timeshard.location._masking import hidden, secrets
+from timeshard.location._masking import hidden, masked, secrets
 from timeshard.location._thread_connections import ThreadConnections
 from timeshard.location.consensus import (
     CaSResult,
@@ -90,6 +94,9 @@ LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisd
 WHERE c.oid = to_regclass('consensus')
 """
 _SCHEMA_LOCK = 7361636
+#: The SQLSTATEs of a statement naming a table or column that is not there.
+_UNDEFINED_TABLE = "42P01"
+_UNDEFINED_COLUMN = "42703"
 #: The longest timeout PostgreSQL takes: an int of milliseconds.
 _MAX_TIMEOUT_S = (2**31 - 1) // 1000
 _LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
@@ -199,7 +206,7 @@ class PostgresConsensus:
             return conn.execute(sql, params).fetchall()
         except psycopg.Error as e:
             self._drop()
-            raise Determinate(f"{what}: {e}") from e
+            raise self._failure(what, e) from e
         except BaseException:
             self._drop()
             raise
@@ -224,12 +231,42 @@ class PostgresConsensus:
             self._drop()
             if committing:
                 raise Indeterminate(f"committing {what}: {e}") from e
-            raise Determinate(f"{what}: {e}") from e
+            raise self._failure(what, e) from e
         except BaseException:
             if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                 self._drop()
             raise
         return result
+
+    def _failure(self, what: str, e: psycopg.Error) -> CorruptState | Determinate:
+        """The error to raise for a statement's failure ``e`` (its connection dropped):
+        CorruptState if the table is no longer one opening accepts, else Determinate (a
+        fault, retried: a permission taken away, 42501, is one an administrator fixes)."""
+        if e.sqlstate in (_UNDEFINED_TABLE, _UNDEFINED_COLUMN):
+            changed = self._changed_table(what)
+            if changed is not None:
+                return changed
+        return Determinate(f"{what}: {e}")
+
+    def _changed_table(self, what: str) -> CorruptState | None:
+        """CorruptState naming the location if ``consensus`` is missing (dropped, renamed)
+        or lacks a column of :data:`_COLUMNS` since it was opened, else None (invariant
+        4). Runs only after a statement failed so, on a new connection."""
+        try:
+            columns = self._conn().execute(_TABLE).fetchall()
+        except (psycopg.Error, Determinate):
+            self._drop()
+            return None
+        if not columns:
+            return CorruptState(
+                f"{what}: PostgreSQL consensus {masked(self.dsn)!r} has no table consensus "
+                "on its search_path (dropped or renamed): the versions stored there are gone"
+            )
+        try:
+            _check_table(columns)
+        except CorruptState as e:
+            return CorruptState(f"{what}: {e}")
+        return None
 
     def head(self, key: str) -> VersionedData | None:
         check_consensus_key(key)

@@ -36,7 +36,9 @@ Invariants:
    ``seqno INTEGER`` and ``data BLOB`` (others are left alone: something else
    made it; unless NOT NULL without a default, which no write fills), also a
    view or an index of that name, raises CorruptState naming the path and the
-   column at opening, never a fault at each later call. A
+   column at opening, never a fault at each later call. So does a call that
+   finds the table dropped, renamed or without such a column since (SQLite's
+   "no such table"): the state stored there is gone, no retry brings it back. A
    trigger named ``consensus`` is none of these (triggers have names of their
    own) and is left alone.
 """
@@ -131,7 +133,28 @@ class SqliteConsensus:
             return CorruptState(
                 f"{what}: SQLite consensus {str(self.path)!r} is not a database or is damaged: {e}"
             )
+        if code is not None and code & 0xFF == sqlite3.SQLITE_ERROR:
+            changed = self._changed_table(what)
+            if changed is not None:
+                return changed
         return kind(f"{what}: {_explain(e, self.busy_timeout_s)}")
+
+    def _changed_table(self, what: str) -> CorruptState | None:
+        """CorruptState if ``consensus`` is no longer the table :meth:`_check_table` accepts
+        (dropped, renamed, a column dropped or renamed since it was opened: SQLite says
+        "no such table" or "no such column", a plain error), else None (invariant 5).
+
+        Runs only after a statement failed so, on the thread's connection."""
+        conn = self._connections.get()
+        if conn is None:
+            return None
+        try:
+            self._check_table(conn)
+        except CorruptState as e:
+            return CorruptState(f"{what}: {e}")
+        except sqlite3.Error:
+            return None
+        return None
 
     @property
     def uri(self) -> str:
@@ -159,9 +182,13 @@ class SqliteConsensus:
         must fill (NOT NULL without a default) (invariant 5)."""
         where = f"SQLite consensus {str(self.path)!r}"
         kind = conn.execute(_KIND).fetchone()
-        if kind is None or kind[0] != "table":
-            made = "is missing" if kind is None else f"is {_ANOTHER_KIND[kind[0]]}"
-            raise CorruptState(f"{where}: consensus {made}, not a table")
+        if kind is None:
+            raise CorruptState(
+                f"{where}: table consensus is missing (dropped or renamed): the versions "
+                "stored there are gone"
+            )
+        if kind[0] != "table":
+            raise CorruptState(f"{where}: consensus is {_ANOTHER_KIND[kind[0]]}, not a table")
         rows = conn.execute(_TABLE_INFO).fetchall()  # cid, name, type, notnull, default, pk
         found = {row[1]: str(row[2]).upper() for row in rows}
         for row in rows:

@@ -50,7 +50,8 @@ What runs where (as in ``pyspark.sql.datasource``):
   (``PYSPARK_PYTHON``) and must reach the blob root under the same URI.
 
 Local roots (``file://``) are written as a hidden ``.tmp-`` file that is
-fsynced and renamed into place, as :class:`~timeshard.location.FileBlob` does,
+fsynced and hard-linked into place, as :class:`~timeshard.location.FileBlob` does
+(never over a file at the key: other bytes there are CorruptState naming it),
 and never through a symbolic link (a task raises CorruptState naming the key
 for a path the blob's ``set`` refuses, before it writes);
 other roots (``s3a://``, ``hdfs://``, ...) get the whole part in one write.
@@ -86,7 +87,8 @@ be read (I/O, a timeout) is a
 fault, not a corrupt part. Run the action inside :func:`typed_errors` to get
 PartError naming the part, or Determinate for the fault, instead: a read that
 Spark's reader failed is told apart by the part's bytes, read again on the
-driver (:func:`typed_error`).
+driver (:func:`typed_error`; a part that became a symbolic link the blob refuses is
+CorruptState there, as at ``read_parts``).
 
 Invariants:
 
@@ -114,6 +116,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import re
@@ -206,6 +209,9 @@ _INTEGRAL_DIGITS: dict[type[DataType], int] = {
     LongType: 19,
 }
 _TMP_PREFIX = ".tmp-"
+#: Errors of ``os.link`` on a filesystem without hard links (as ``FileBlob``'s).
+_NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP)
+_LINK_ATTEMPTS = 10
 #: The characters of Hadoop's glob patterns, which Spark expands in the paths it reads.
 _GLOB_CHARACTER = re.compile(r"[{}\[\]*?\\]")
 _task_faults: Callable[[], KeyedFaults | None] | None = None
@@ -576,7 +582,7 @@ def write_part_file(
         writer.close()
         if local:
             sink.close()
-            size, digest = _commit_local(tmp, path, base)
+            size, digest = _commit_local(tmp, base, key)
         else:
             assert isinstance(sink, pa.BufferOutputStream), sink
             data = sink.getvalue()
@@ -596,10 +602,11 @@ def write_part_file(
     return PartMeta(key, size, rows, lo, hi, digest, times, errs)
 
 
-def _commit_local(tmp: str, path: str, base: str) -> tuple[int, str]:
-    """Fsync ``tmp``, rename it to ``path``, fsync the directories up to ``base``.
+def _commit_local(tmp: str, base: str, key: str) -> tuple[int, str]:
+    """Fsync ``tmp``, publish it as ``key`` under ``base`` (:func:`_publish`), fsync the
+    directories up to ``base``.
 
-    Returns the part's size and SHA-256, read back from ``tmp`` before the rename.
+    Returns the part's size and SHA-256, read back from ``tmp`` before it is published.
     """
     digest = hashlib.sha256()
     with open(tmp, "rb") as f:
@@ -607,7 +614,8 @@ def _commit_local(tmp: str, path: str, base: str) -> tuple[int, str]:
         size = os.fstat(f.fileno()).st_size
         while chunk := f.read(1 << 20):
             digest.update(chunk)
-    os.replace(tmp, path)
+    path = f"{base}/{key}"
+    _publish(tmp, path, key, digest.hexdigest())
     directory = os.path.dirname(path)
     while True:
         fd = os.open(directory, os.O_RDONLY)
@@ -618,6 +626,64 @@ def _commit_local(tmp: str, path: str, base: str) -> tuple[int, str]:
         if len(directory) <= len(base) or directory == os.path.dirname(directory):
             return size, digest.hexdigest()
         directory = os.path.dirname(directory)
+
+
+def _publish(tmp: str, path: str, key: str, sha256: str) -> None:
+    """Give the written ``tmp`` the name ``path`` with ``os.link``, which (unlike a rename)
+    fails if the name exists, then remove the name ``tmp``, as ``FileBlob.set`` publishes.
+
+    A file already at ``path`` is never replaced: part keys carry a fresh id, so it is a
+    retry with the part's bytes, else another writer's bytes (CorruptState naming ``key``).
+    On a filesystem without hard links it renames after checking that the name is free.
+    """
+    for _ in range(_LINK_ATTEMPTS):
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            if not _holds(path, key, sha256):
+                continue  # deleted since: link again
+        except OSError as e:
+            if e.errno not in _NO_HARD_LINKS:
+                raise
+            if not (os.path.lexists(path) and _holds(path, key, sha256)):
+                os.replace(tmp, path)
+                return
+        with contextlib.suppress(OSError):  # a temporary left is deleted with the others
+            os.unlink(tmp)
+        return
+    raise Determinate(
+        f"writing part {key!r}: it was deleted and written again {_LINK_ATTEMPTS} times "
+        "while this write linked it"
+    )
+
+
+def _holds(path: str, key: str, sha256: str) -> bool:
+    """Whether the file at ``path`` (of part ``key``) has the SHA-256 ``sha256``, False if
+    there is none; CorruptState naming ``key`` if it holds other bytes or is no file."""
+    digest = hashlib.sha256()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise CorruptState(
+                f"part {key!r} became a symbolic link while it was written: a writer would "
+                "replace it"
+            ) from e
+        raise
+    try:
+        with open(fd, "rb") as f:
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+    except IsADirectoryError:
+        raise CorruptState(f"part {key!r} is a directory: a part is a file") from None
+    if digest.hexdigest() != sha256:
+        raise CorruptState(
+            f"part {key!r} already holds other bytes: part keys are fresh and written once, "
+            "so another writer wrote there; they are left as they are"
+        )
+    return True
 
 
 def _write_through_driver(
@@ -753,12 +819,21 @@ class PartReadFaults:
 
 def check_part_file(root_uri: str, key: str, size: int, sha256: str | None) -> None:
     """Read the part ``key`` under ``root_uri`` whole; PartError unless it has ``size`` bytes
-    whose SHA-256 is ``sha256`` (any, if None), Determinate if reading it fails."""
+    whose SHA-256 is ``sha256`` (any, if None), Determinate if reading it fails.
+
+    Under a local root the key is judged first as the blob's ``get`` judges it
+    (:func:`~timeshard.location.file.served_sizes`): a symbolic link on its path out of the
+    root, to a directory on the way, or a loop raises CorruptState naming the key, and a key
+    ``get`` serves no file for (a dangling link, a directory) is a missing part."""
     fs, base = filesystem_of(root_uri)
+    path = f"{base}/{key}"
+    local = isinstance(fs, pafs.LocalFileSystem)
+    if local and served_sizes(base, [key]) == [None]:
+        raise PartError(key, "missing")
     digest = hashlib.sha256()
     read = 0
-    try:
-        with fs.open_input_stream(f"{base}/{key}") as f:  # a stream: the stat size may lie
+    try:  # read to the end: the stat size may lie
+        with open(path, "rb") if local else fs.open_input_stream(path) as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
                 read += len(chunk)
@@ -875,7 +950,8 @@ def _failed_read(key: str, cause: str) -> TimeshardError:
 
     The part's bytes decide, read again here: not the recorded ones is PartError
     (corrupt), unreadable is Determinate (a fault: I/O, a timeout), the recorded ones is
-    Determinate too (the read failed, the part is sound). A part no read of this process
+    Determinate too (the read failed, the part is sound), a symbolic link the blob's ``get``
+    refuses CorruptState (:func:`check_part_file`). A part no read of this process
     planned, or with no recorded digest, is judged by ``cause``: an I/O or network
     exception is Determinate, anything else PartError.
     """
@@ -887,7 +963,7 @@ def _failed_read(key: str, cause: str) -> TimeshardError:
     root, part = planned
     try:
         check_part_file(root, key, part.size_in_bytes, part.sha256)
-    except (PartError, Determinate) as e:
+    except (PartError, Determinate, CorruptState) as e:
         return e
     return Determinate(
         f"reading part {key!r} failed, yet its bytes are the ones the state recorded: {cause}"
