@@ -22,7 +22,10 @@ Invariants:
    removes the link (never its target). Every other link ``get``, ``set`` and
    ``delete`` meet (one the path passes through, one out of the root, one that
    does not resolve, and for ``set`` one to no file) raises CorruptState naming
-   the key, the link and its target, before any file is touched.
+   the key, the link and its target, before any file is touched. ``get`` opens
+   each component below the previous one without following a link, so a link
+   made on the path while it reads is refused as one made before, never
+   followed (``set`` and ``delete`` look first, then act by name).
 2. A listing names only keys ``get`` and ``delete`` accept: temporary and hidden
    files (names starting with ``.``) and files in hidden directories are never
    listed (no valid key has such a component), nor is a file whose path no valid
@@ -107,8 +110,13 @@ class FileBlob:
         return self._located(key, link_at_key=True)
 
     def _located(self, key: str, *, link_at_key: bool) -> Path:
-        """``root/key`` (see :func:`_located`); InvalidUsage naming ``key`` if a component
-        is longer than a name the root's filesystem takes: no file can have it."""
+        """``root/key`` (see :func:`_located`), once :meth:`_check_key` accepts ``key``."""
+        self._check_key(key)
+        return _located(self.root, key, link_at_key=link_at_key)
+
+    def _check_key(self, key: str) -> None:
+        """InvalidUsage naming ``key`` unless it is a blob key whose components are names
+        the root's filesystem takes (a longer one no file can have)."""
         check_blob_key(key)
         longest = max(len(c.encode()) for c in key.split("/"))
         if longest > self._name_max:
@@ -116,14 +124,23 @@ class FileBlob:
                 f"blob key {key!r} has a component of {longest} bytes: the filesystem of "
                 f"blob root {str(self.root)!r} takes names of at most {self._name_max}"
             )
-        return _located(self.root, key, link_at_key=link_at_key)
 
     def get(self, key: str) -> bytes | None:
-        path = self.path(key)
-        try:
-            return path.read_bytes()
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        self._check_key(key)
+        fd = _open_served(self.root, key)
+        if fd is None:
             return None
+        try:
+            f = open(fd, "rb")  # noqa: SIM115 (a failed open leaves fd open: closed here)
+        except IsADirectoryError:
+            os.close(fd)
+            return None
+        except OSError as e:
+            os.close(fd)
+            raise Determinate(f"reading blob {key!r}: {e}") from e
+        try:
+            with f:
+                return f.read()
         except OSError as e:
             raise Determinate(f"reading blob {key!r}: {e}") from e
 
@@ -332,6 +349,63 @@ def served_sizes(root: str | Path, keys: Iterable[str]) -> list[int | None]:
             raise Determinate(f"looking at blob {key!r}: {e}") from e
         sizes.append(stat.st_size if S_ISREG(stat.st_mode) else None)
     return sizes
+
+
+def _open_served(root: Path, key: str) -> int | None:
+    """A descriptor (to close) of the file :meth:`FileBlob.get` serves for ``key``, opened
+    through no symbolic link but one at ``key`` itself to a file inside ``root``; None where
+    ``get`` serves none. CorruptState naming the key for any other link (invariant 1),
+    Determinate if a path cannot be opened.
+
+    Each component is opened below the previous one's descriptor without following a link
+    (:func:`_open_below`): a link made on the path after any check is refused as one made
+    before it, never followed out of the root. Costs an ``open`` per component of ``key``
+    and of the root directory and a ``close`` per directory opened; a link at the key (or
+    one met on the path) costs its resolution too.
+    """
+    try:
+        return _open_below(root, key.split("/"))
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+    except OSError as e:
+        if e.errno == errno.ENOTDIR:  # a file on the path (no value), or a link (refused)
+            _located(root, key, link_at_key=True)
+            return None
+        if e.errno != errno.ELOOP:
+            raise Determinate(f"reading blob {key!r}: {e}") from e
+    inside = _link_target(root, key).relative_to(root)  # the key is a link: where to?
+    if not inside.parts:
+        return None  # the root: a directory
+    try:
+        return _open_below(root, list(inside.parts))
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None  # a link to no file
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # the target became a link since it was resolved
+            _link_target(root, key)
+            raise CorruptState(
+                f"blob key {key!r} is a symbolic link to {str(root / inside)!r}, which is "
+                "itself a link: a link is not a file of this blob"
+            ) from e
+        raise Determinate(f"reading blob {key!r}: {e}") from e
+
+
+_OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_below(root: Path, names: list[str]) -> int:
+    """A descriptor of ``root/names[0]/.../names[-1]``, each name opened below the previous
+    one's descriptor without following a symbolic link: ``open``'s OSError otherwise (ELOOP
+    for a link as the last name, ENOTDIR for one or a file before it)."""
+    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names[:-1]:
+            above, directory = directory, os.open(name, _OPEN_DIRECTORY, dir_fd=directory)
+            os.close(above)
+        return os.open(names[-1], _OPEN_FILE, dir_fd=directory)
+    finally:
+        os.close(directory)
 
 
 def _passes_a_link(prefix: str, directory: str, sound: set[str]) -> bool:
