@@ -279,20 +279,6 @@ def test_file_blob_failed_link_is_indeterminate(
     assert blob.get("k") == b"value"
 
 
-def test_file_blob_read_error_is_determinate(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    blob = FileBlob(tmp_path)
-    blob.set("k", b"value")
-
-    def unreadable(self: Path) -> bytes:
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(Path, "read_bytes", unreadable)
-    with pytest.raises(Determinate, match="reading blob 'k'"):
-        blob.get("k")
-
-
 # --- consensus -------------------------------------------------------------------------------
 
 
