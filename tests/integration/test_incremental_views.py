@@ -694,6 +694,47 @@ def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
         view.close()
 
 
+def test_a_tick_reads_no_input_part_for_err_rows_its_metadata_rules_out(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delta tick's write scans an input's new parts for err updates only if their recorded
+    ``err_rows`` allow one: a GROUP BY tick over updates without an err row reads no part
+    file at all (its ok rows come from the state's checkpoint). An err update still
+    reaches the view."""
+    import timeshard.spark.parts as parts
+
+    plans: list[str] = []
+    written = parts._written
+
+    def recorded(positional: Any, root: str, schema: pa.Schema) -> Any:
+        out = written(positional, root, schema)
+        plans.append(str(out._jdf.queryExecution().executedPlan().toString()))
+        return out
+
+    monkeypatch.setattr(parts, "_written", recorded)
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs = Inputs(client)
+    inputs.append(1, [("a", "insert", k % 50, k, 0) for k in range(100)])
+    sql = "SELECT k, count(*) AS n, sum(v) AS s FROM a GROUP BY k"
+    view = MaterializedView.install(
+        spark, client, ViewDefinition("v", INPUTS, sql), background_io=False, check_every_s=None
+    )
+    try:
+        view.catch_up()
+        view.catch_up()  # the first batch checks desired against the shard
+        inputs.append(1, [("a", "insert", 3, 7, 0)])
+        plans.clear()
+        view.catch_up()
+        assert len(plans) == 1 and "FileScan" not in plans[0], plans
+        inputs.append(1, [("a", "insert", 4, 8, 0), ("a", "err", 4, 9, 0)])
+        plans.clear()
+        view.catch_up()
+        assert len(plans) == 1 and plans[0].count("FileScan") == 1, plans
+        assert_the_query(spark, client, "v", sql, [inputs.upper - 1], inputs.changed)
+    finally:
+        view.close()
+
+
 def test_a_group_by_state_tick_shuffles_only_its_changes(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -59,7 +59,7 @@ from timeshard.compute.aggregate import SparkAggregates, empty_contributions
 from timeshard.compute.arranged_rows import ArrangedRows, KeyedRows, SharedArrangements
 from timeshard.compute.incremental import AT, PAIRS, JoinPath, KeyedSource, Plan, Term
 from timeshard.compute.row_errors import ERRORS
-from timeshard.persist._internal.parts import DIFF, ERR, TS
+from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta
 from timeshard.progress import Timestamp
 from timeshard.storage.upsert_state import Layer
 
@@ -103,6 +103,7 @@ class SparkDelta:
         self._reader_of = reader_of
         self._change_times = change_times
         self._planned: dict[tuple[str, Timestamp, Timestamp], Any] = {}
+        self._parts: dict[tuple[str, Timestamp, Timestamp], list[PartMeta]] = {}
         self._aggregates: SparkAggregates | None = None
         #: A join's inputs arranged by join key (Plan.arranged), and the pins of the layers
         #: the last delta reads (held until its write is done).
@@ -123,6 +124,7 @@ class SparkDelta:
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
         """The view's updates at times in ``[lower, upper)``, or None if no input changed."""
         self._planned.clear()
+        self._parts.clear()
         times = {a: self._change_times(a, lower, upper) for a in self.sources}
         changed = {a for a, ts in times.items() if ts}
         if not changed:
@@ -151,7 +153,14 @@ class SparkDelta:
             else:
                 self._skip_rows(lower, upper)
                 ok = None
-        errs = [self._err_updates(a, lower, upper) for a in sorted(changed)]
+        # An input whose parts in the interval record no err row adds no branch (no scan).
+        errs = [
+            self._err_updates(a, lower, upper)
+            for a in sorted(changed)
+            if any(p.may_hold_errors for p in self._parts_in(a, lower, upper))
+        ]
+        if ok is None and not errs:  # the union needs a branch: one input's (none) err updates
+            errs = [self._err_updates(min(changed), lower, upper)]
         rows = sum(self._rows_in(a, lower, upper) for a in changed)
         if rows > self.one_part_rows:
             return self._consolidated(ok, errs)
@@ -306,8 +315,17 @@ class SparkDelta:
 
     def _rows_in(self, alias: str, lower: Timestamp, upper: Timestamp) -> int:
         """At most how many updates the input has in the interval (parts' metadata)."""
-        parts = self._reader_of(alias).snapshot_parts(upper - 1)
-        return sum(p.num_rows for p in parts if p.has_update_in(lower, upper) is not False)
+        return sum(p.num_rows for p in self._parts_in(alias, lower, upper))
+
+    def _parts_in(self, alias: str, lower: Timestamp, upper: Timestamp) -> list[PartMeta]:
+        """The input's parts that may hold updates in the interval: fetched once per
+        interval (a read of the shard's state), for its updates and their metadata."""
+        from timeshard.spark.snapshot import parts_with_updates
+
+        key = (alias, lower, upper)
+        if key not in self._parts:
+            self._parts[key] = parts_with_updates(self._reader_of(alias), lower, upper)
+        return self._parts[key]
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -326,7 +344,9 @@ class SparkDelta:
 
         key = (alias, lower, upper)
         if key not in self._planned:
-            self._planned[key] = updates_df(self.spark, self._reader_of(alias), lower, upper)
+            parts = self._parts_in(alias, lower, upper)
+            reader = self._reader_of(alias)
+            self._planned[key] = updates_df(self.spark, reader, lower, upper, parts)
         return self._planned[key]
 
     def _ok_updates(self, alias: str, lower: Timestamp, upper: Timestamp) -> Any:

@@ -140,7 +140,11 @@ def parts_snapshot_df(
 
 
 def updates_df(
-    spark: SparkSession, reader: PartsReader, lower: Timestamp, upper: Timestamp
+    spark: SparkSession,
+    reader: PartsReader,
+    lower: Timestamp,
+    upper: Timestamp,
+    parts: Sequence[PartMeta] | None = None,
 ) -> DataFrame:
     """The updates at times in ``[lower, upper)``, unconsolidated, with their own times.
 
@@ -150,16 +154,26 @@ def updates_df(
     exact only for a since below ``lower`` (or both 0): a reader that reads on
     from ``lower`` holds the shard at ``lower - 1``. Reads only the parts whose
     metadata does not rule out an update in the interval (module doc).
+
+    ``parts``: those parts (:func:`parts_with_updates`), when the caller has
+    them already (each fetch of them reads the shard's state from consensus).
     """
     check_timestamp(lower, "lower")
     check_timestamp(upper, "upper")
     if not lower < upper:
         raise InvalidUsage(f"updates_df needs lower < upper, got [{lower}, {upper})")
-    parts = [
+    if parts is None:
+        parts = parts_with_updates(reader, lower, upper)
+    df = read_parts(spark, reader.blob, list(parts), reader.schema)
+    return df.where(bigint_within(TS, lower, upper))
+
+
+def parts_with_updates(reader: PartsReader, lower: Timestamp, upper: Timestamp) -> list[PartMeta]:
+    """The parts of the snapshot at ``upper - 1`` whose metadata does not rule out an
+    update in ``[lower, upper)`` (one read of the shard's state; no part is read)."""
+    return [
         p for p in reader.snapshot_parts(upper - 1) if p.has_update_in(lower, upper) is not False
     ]
-    df = read_parts(spark, reader.blob, parts, reader.schema)
-    return df.where(bigint_within(TS, lower, upper))
 
 
 __all__ = [
@@ -167,6 +181,7 @@ __all__ = [
     "check_groupable",
     "consolidate_df",
     "parts_snapshot_df",
+    "parts_with_updates",
     "snapshot_df",
     "updates_df",
 ]
