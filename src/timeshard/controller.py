@@ -510,8 +510,13 @@ def drop_object(client: PersistClient, name: str, *, cascade: bool = False) -> l
     Returns what was dropped, readers first. InvalidUsage, before anything is dropped,
     names an object that is none of these, one ``timeshard serve`` created (DROP it
     there), a view some process runs (its shard has a live writer: stop it first) or
-    follows (its shard has a live leased reader: a read-only deployment hydrating it, a
-    subscribe), and, without ``cascade``, the objects that hold the shard of ``name``.
+    follows (its shard has a live leased reader: a subscribe, a query), and, without
+    ``cascade``, the objects that hold the shard of ``name``.
+
+    A read-only deployment of a view (a standby not promoted) writes nothing to
+    consensus, so no drop can see it or refuse for it; the drop fences it instead: the
+    view's shard closes before its holds go, so the standby is never promoted over the
+    dropped view (its promotion is refused) and holds nothing afterwards.
     """
     catalog = read_catalog(client)
     held = _holders(client)
@@ -586,8 +591,8 @@ def _plan_drop(
     if follower is not None:
         raise InvalidUsage(
             f"view {name!r} is followed by a live process (its shard's reader {follower!r} "
-            "renewed its lease in the last three heartbeat intervals: a read-only deployment "
-            "hydrating it, a subscribe or a query): stop that process, then drop it"
+            "renewed its lease in the last three heartbeat intervals: a subscribe or a "
+            "query): stop that process, then drop it"
         )
     victims.append(Holder(name, "view", held.get(("view", name), {})))
 
@@ -644,8 +649,8 @@ def _export_running(client: PersistClient, export: str, holds: Mapping[str, Fron
 
 def _follower(client: PersistClient, view: str) -> str | None:
     """A leased reader of ``view``'s open shard that renewed its lease in the last three
-    heartbeat intervals (a process that follows the view: a read-only deployment, a
-    subscribe, a query), or None."""
+    heartbeat intervals (a process that follows the view: a subscribe, a query), or None.
+    A read-only deployment reads unleased: it is never one (see :func:`drop_object`)."""
     state = _open_state(client, view)
     if state is None:
         return None

@@ -786,8 +786,10 @@ def drop(
     ``stalled``); a view's shard is closed, and its name is not used again. As
     ``DROP`` in ``timeshard serve``: an object others hold is refused unless
     ``--cascade``; an object ``timeshard serve`` created is dropped there; a
-    view a process still runs or follows (a read-only deployment hydrating it, a
-    subscribe) is refused. Nothing is dropped if any is refused.
+    view a process still runs or follows (a subscribe) is refused. Nothing is
+    dropped if any is refused. A read-only deployment of the view (a standby
+    not promoted) writes nothing, so it is not seen: it is fenced, as the
+    view's shard is closed first, and can never be promoted over the view.
     """
     from timeshard.controller import drop_object
 
