@@ -28,7 +28,13 @@ deploy reader go; an export's holds go; both report ``dropped``.
 Invariants:
 
 1. Sources are built (and their options checked) before anything touches the
-   location; a bad declaration fails with InvalidUsage and writes nothing.
+   location; a bad declaration fails with InvalidUsage and writes nothing. A
+   source whose build faults (its server unreachable: not the declaration's
+   fault) is ``stalled`` with the fault and built again by a later step, after
+   a pause that doubles from ``build_backoff_s`` up to a minute; the other
+   objects run meanwhile, and a view or export that reads a shard it would
+   write, which the location does not have yet, waits for it. Once it builds,
+   it is checked as at the start: a refusal then ends the run.
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
    So is a fault while a view is installed or an export built: the object is
@@ -48,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +68,7 @@ from timeshard.progress import Frontier
 from timeshard.spec import (
     ExportSpec,
     RunSpec,
+    SourceSpec,
     ViewSpec,
     build_source,
     check_spec_writers,
@@ -88,11 +96,25 @@ class Pipeline:
         *,
         clock: Callable[[], int] | None = None,
         view_tick_s: float = 1.0,
+        build_backoff_s: float = 1.0,
     ) -> None:
-        sources = [build_source(s) for s in spec.source]
         self.client = client
         self._spark = spark
+        self._spec = spec
+        self._clock = clock
         self._view_tick_s = view_tick_s
+        #: The declared sources whose build faulted (a server unreachable): each retried.
+        self._unbuilt_sources: dict[str, _Retry] = {}
+        #: The declared sources built, with their ingestions (in ``ingestions``).
+        self._sources: list[tuple[SourceSpec, Any]] = []
+        built: list[tuple[SourceSpec, Any]] = []
+        for s in spec.source:  # a refusal raises here, before anything touches the location
+            try:
+                built.append((s, build_source(s)))
+            except InvalidUsage:
+                raise
+            except Exception as e:
+                self._unbuilt_sources[s.name] = _Retry(s, build_backoff_s, _failure(e))
         #: The declared views and exports not built yet, in declaration order.
         self._unbuilt: list[ViewSpec | ExportSpec] = [*spec.view, *spec.export]
         self.ingestions: list[Ingestion] = []
@@ -108,25 +130,15 @@ class Pipeline:
             # ingestion checks itself against it too, and the checks above keep the
             # declaration's objects apart, which an ingestion built later would see recorded.
             catalog = read_catalog(client)
-            check_spec_writers(spec, spec_shard_writers(spec, sources), shard_owners(catalog))
-            for s, source in zip(spec.source, sources, strict=True):
-                envelopes = {"": (s.envelope, s.key_columns)}
-                check_redeclared(client, s.name, source, envelopes, catalog=catalog)
-            for s, source in zip(spec.source, sources, strict=True):
-                self.ingestions.append(
-                    Ingestion(
-                        spark,
-                        client,
-                        source,
-                        envelope=s.envelope,
-                        key_columns=s.key_columns,
-                        clock=clock,
-                        retain_history_ms=s.retain_history_ms,
-                        catalog=catalog,
-                    )
-                )
+            self._check_sources(built, catalog)
+            for s, source in built:
+                self.ingestions.append(self._ingestion(s, source, catalog))
+                self._sources.append((s, source))
             self.first_failures = self._step_ingestions()
             self.health = Health(client, clock)
+            for name, retry in self._unbuilt_sources.items():
+                self.first_failures[name] = retry.failure
+                self.health.report_or_log(name, "stalled", retry.failure)
             self.first_failures |= self._build()
             #: The objects the location has, the declaration does not, that hold shards.
             self.undeclared = undeclared_holders(client, spec, catalog)
@@ -138,6 +150,62 @@ class Pipeline:
             with contextlib.suppress(Exception):
                 self.close()
             raise
+
+    def _check_sources(
+        self,
+        built: Sequence[tuple[SourceSpec, Any]],
+        catalog: Sequence[CatalogEntry],
+        new: int | None = None,
+    ) -> None:
+        """Refuse (InvalidUsage) a built source that would write another object's shard, or
+        that redeclares a source the location has with other meanings (invariant 1); the
+        ``new`` last of ``built`` only are checked against their record (all by default)."""
+        declared = self._spec.model_copy(update={"source": [s for s, _ in built]})
+        writers = spec_shard_writers(declared, [source for _, source in built])
+        check_spec_writers(declared, writers, shard_owners(catalog))
+        for s, source in built[-(new or len(built)) :]:
+            envelopes = {"": (s.envelope, s.key_columns)}
+            check_redeclared(self.client, s.name, source, envelopes, catalog=catalog)
+
+    def _ingestion(self, s: SourceSpec, source: Any, catalog: Sequence[CatalogEntry]) -> Ingestion:
+        return Ingestion(
+            self._spark,
+            self.client,
+            source,
+            envelope=s.envelope,
+            key_columns=s.key_columns,
+            clock=self._clock,
+            retain_history_ms=s.retain_history_ms,
+            catalog=catalog,
+        )
+
+    def _build_sources(self) -> dict[str, str]:
+        """Build the sources whose build faulted and whose backoff ran out; the failures of
+        those still unbuilt, by source (each reported ``stalled``). A refusal is raised,
+        as at the start: the declaration is wrong, and retrying cannot help."""
+        assert self.health is not None
+        failures: dict[str, str] = {}
+        now = time.monotonic()
+        for name, retry in list(self._unbuilt_sources.items()):
+            if now < retry.next_at:
+                failures[name] = retry.failure
+                continue
+            try:
+                source = build_source(retry.spec)
+                catalog = read_catalog(self.client)
+                self._check_sources([*self._sources, (retry.spec, source)], catalog, new=1)
+                ingestion = self._ingestion(retry.spec, source, catalog)
+            except InvalidUsage:
+                raise
+            except Exception as e:
+                retry.failed(_failure(e))
+                failures[name] = retry.failure
+                self.health.report_or_log(name, "stalled", retry.failure)
+                continue
+            self.ingestions.append(ingestion)
+            self._sources.append((retry.spec, source))
+            del self._unbuilt_sources[name]
+        return failures
 
     def _step_ingestions(self) -> dict[str, str]:
         failures = {}
@@ -159,12 +227,18 @@ class Pipeline:
         assert self.health is not None
         failures: dict[str, str] = {}
         waiting: set[str] = set()
+        unbuilt = self._unbuilt_shards()
         for declared in list(self._unbuilt):
             view = isinstance(declared, ViewSpec)
             reads = _reads(declared)
             waits = sorted(reads & waiting)
             if waits:
                 failures[declared.name] = f"waits for view {waits[0]!r}, not installed yet"
+                waiting.add(declared.name)
+                continue
+            sources = sorted(unbuilt[shard] for shard in reads & set(unbuilt))
+            if sources:
+                failures[declared.name] = f"waits for source {sources[0]!r}, not built yet"
                 waiting.add(declared.name)
                 continue
             try:
@@ -185,6 +259,23 @@ class Pipeline:
         for name, failure in failures.items():
             self.health.report_or_log(name, "stalled", failure)
         return failures
+
+    def _unbuilt_shards(self) -> dict[str, str]:
+        """The shards the views and exports not built yet read that no source writes yet,
+        because the source that would is not built (a fault): shard -> that source."""
+        if not self._unbuilt_sources:
+            return {}
+        reads = {shard for declared in self._unbuilt for shard in _reads(declared)}
+        ours = {
+            shard: name
+            for shard in reads
+            for name in self._unbuilt_sources
+            if shard == name or shard.startswith(f"{name}.")
+        }
+        if not ours:
+            return {}
+        existing = set(self.client.list_shards())  # written by an earlier run: readable
+        return {shard: name for shard, name in ours.items() if shard not in existing}
 
     def _install(self, v: ViewSpec) -> MaterializedView:
         definition = ViewDefinition(
@@ -209,7 +300,8 @@ class Pipeline:
         """
         assert not self._closed, "step after close"
         assert self.health is not None
-        failures = self._step_ingestions()
+        failures = self._build_sources() if self._unbuilt_sources else {}
+        failures |= self._step_ingestions()
         if self._unbuilt:
             failures |= self._build()
         for view in self.views:
@@ -254,6 +346,24 @@ class Pipeline:
                 failure = failure or e
         if failure is not None:
             raise failure
+
+
+class _Retry:
+    """A source whose build faulted: when to try again (the pause doubles, up to a
+    minute), and the last failure."""
+
+    MAX_BACKOFF_S = 60.0
+
+    def __init__(self, spec: SourceSpec, backoff_s: float, failure: str) -> None:
+        self.spec = spec
+        self.backoff_s = backoff_s
+        self.failure = failure
+        self.next_at = time.monotonic() + backoff_s
+
+    def failed(self, failure: str) -> None:
+        self.failure = failure
+        self.backoff_s = min(self.backoff_s * 2, self.MAX_BACKOFF_S)
+        self.next_at = time.monotonic() + self.backoff_s
 
 
 def _reads(declared: ViewSpec | ExportSpec) -> set[str]:
@@ -400,8 +510,13 @@ def drop_object(client: PersistClient, name: str, *, cascade: bool = False) -> l
     Returns what was dropped, readers first. InvalidUsage, before anything is dropped,
     names an object that is none of these, one ``timeshard serve`` created (DROP it
     there), a view some process runs (its shard has a live writer: stop it first) or
-    follows (its shard has a live leased reader: a read-only deployment hydrating it, a
-    subscribe), and, without ``cascade``, the objects that hold the shard of ``name``.
+    follows (its shard has a live leased reader: a subscribe, a query), and, without
+    ``cascade``, the objects that hold the shard of ``name``.
+
+    A read-only deployment of a view (a standby not promoted) writes nothing to
+    consensus, so no drop can see it or refuse for it; the drop fences it instead: the
+    view's shard closes before its holds go, so the standby is never promoted over the
+    dropped view (its promotion is refused) and holds nothing afterwards.
     """
     catalog = read_catalog(client)
     held = _holders(client)
@@ -476,8 +591,8 @@ def _plan_drop(
     if follower is not None:
         raise InvalidUsage(
             f"view {name!r} is followed by a live process (its shard's reader {follower!r} "
-            "renewed its lease in the last three heartbeat intervals: a read-only deployment "
-            "hydrating it, a subscribe or a query): stop that process, then drop it"
+            "renewed its lease in the last three heartbeat intervals: a subscribe or a "
+            "query): stop that process, then drop it"
         )
     victims.append(Holder(name, "view", held.get(("view", name), {})))
 
@@ -534,8 +649,8 @@ def _export_running(client: PersistClient, export: str, holds: Mapping[str, Fron
 
 def _follower(client: PersistClient, view: str) -> str | None:
     """A leased reader of ``view``'s open shard that renewed its lease in the last three
-    heartbeat intervals (a process that follows the view: a read-only deployment, a
-    subscribe, a query), or None."""
+    heartbeat intervals (a process that follows the view: a subscribe, a query), or None.
+    A read-only deployment reads unleased: it is never one (see :func:`drop_object`)."""
     state = _open_state(client, view)
     if state is None:
         return None

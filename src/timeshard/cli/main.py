@@ -69,7 +69,7 @@ from timeshard.errors import InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient, ReadHandle
 from timeshard.persist.as_of import common_as_of, not_readable
 from timeshard.server.discovery import running_server
-from timeshard.spec import DEFAULT_DIR
+from timeshard.spec import DEFAULT_DIR, RunSpec
 from timeshard.status import shard_states
 
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
@@ -644,7 +644,9 @@ def run(
     """Run the sources and views a declaration file declares (see timeshard.spec).
 
     The file is checked in full (sources' options, views' inputs) before Spark
-    starts, and a bad one writes nothing.
+    starts, and a bad one writes nothing. A source whose server is unreachable is
+    not a bad declaration: it is shown ``stalled``, the rest is checked and runs,
+    and the run builds it (and checks what reads it) once its server answers.
     """
     from timeshard.catalog import read_catalog
     from timeshard.cli.serve import JVM_EXITED, jvm_gone
@@ -657,11 +659,19 @@ def run(
     loc = spec.location
     directory = Path(loc.dir or DEFAULT_DIR)
     existing = _existing_client(directory, loc.blob, loc.consensus)
-    check_spec(
-        spec,
-        existing=existing.list_shards() if existing is not None else [],
-        catalog=read_catalog(existing) if existing is not None else [],
-    )
+    shards = existing.list_shards() if existing is not None else []
+    catalog = read_catalog(existing) if existing is not None else []
+    try:
+        check_spec(spec, existing=shards, catalog=catalog)
+    except InvalidUsage:
+        raise
+    except Exception:  # a source's server unreachable: the run retries it (its health says)
+        unreachable = _unreachable_sources(spec)
+        if not unreachable:
+            raise
+        for name, error in unreachable.items():
+            err_console.print(f"stalled: {escape(name)}: {escape(error)}", soft_wrap=True)
+        check_spec(_checkable(spec, set(unreachable), set(shards)), shards, catalog)
     client = PersistClient(location_from(directory, loc.blob, loc.consensus, create=True))
     spark = spark_session(
         master=spec.spark.master,
@@ -704,6 +714,49 @@ def run(
                 spark.stop()
 
 
+def _unreachable_sources(spec: RunSpec) -> dict[str, str]:
+    """The declared sources whose build faults now (their server unreachable), each with
+    its fault; a refusal (InvalidUsage) is raised."""
+    from timeshard.spec import _checked_only, build_source
+
+    out = {}
+    for s in spec.source:
+        try:
+            build_source(_checked_only(s))
+        except InvalidUsage:
+            raise
+        except Exception as e:
+            out[s.name] = f"{type(e).__name__}: {str(e)[:300]}"
+    return out
+
+
+def _checkable(spec: RunSpec, unreachable: set[str], existing: set[str]) -> RunSpec:
+    """``spec`` without the ``unreachable`` sources, and without the views and exports that
+    read a shard only they would write (one ``existing`` lacks), or such a view: what
+    ``check_spec`` can check while they are unreachable (the run checks the rest when it
+    builds them)."""
+    late: set[str] = set()
+
+    def waits(shard: str) -> bool:
+        if shard in existing:
+            return False
+        return shard in late or any(shard == n or shard.startswith(f"{n}.") for n in unreachable)
+
+    views = []
+    for v in spec.view:
+        if any(waits(shard) for shard in v.inputs.values()):
+            late.add(v.name)
+        else:
+            views.append(v)
+    return spec.model_copy(
+        update={
+            "source": [s for s in spec.source if s.name not in unreachable],
+            "view": views,
+            "export": [e for e in spec.export if not waits(e.input)],
+        }
+    )
+
+
 def _close_after(pipeline: Any, ran: bool) -> None:
     """Close ``pipeline``; after a failed run, a failing close is printed, not raised (the
     run's own failure is the one to see)."""
@@ -733,8 +786,10 @@ def drop(
     ``stalled``); a view's shard is closed, and its name is not used again. As
     ``DROP`` in ``timeshard serve``: an object others hold is refused unless
     ``--cascade``; an object ``timeshard serve`` created is dropped there; a
-    view a process still runs or follows (a read-only deployment hydrating it, a
-    subscribe) is refused. Nothing is dropped if any is refused.
+    view a process still runs or follows (a subscribe) is refused. Nothing is
+    dropped if any is refused. A read-only deployment of the view (a standby
+    not promoted) writes nothing, so it is not seen: it is fenced, as the
+    view's shard is closed first, and can never be promoted over the view.
     """
     from timeshard.controller import drop_object
 

@@ -1,0 +1,187 @@
+"""A source whose build faults (its server unreachable) is stalled and built again, while
+the other objects run; a refusal at build still ends the run (no Spark: the ingestions
+and views are stand-ins, and the source's build fails as an unreachable server's does)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from typer.testing import CliRunner
+
+import timeshard.controller as controller
+import timeshard.spark
+import timeshard.spec
+from timeshard.errors import InvalidUsage, SourceUnavailable
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.spec import RunSpec, SourceSpec, ViewSpec
+from timeshard.storage.health import latest_health
+
+SPEC = RunSpec(
+    source=[SourceSpec(name="a", kind="counter"), SourceSpec(name="pg", kind="counter")],
+    view=[ViewSpec(name="v", inputs={"t": "pg"}, sql="SELECT * FROM t")],
+)
+
+
+class Ingestion:
+    """Counts its steps, by output."""
+
+    steps: ClassVar[dict[str, int]] = {}
+
+    def __init__(self, spark: Any, client: Any, source: Any, **kw: Any) -> None:
+        self.output = source.name
+        self.exports: dict[str, Any] = {}
+        Ingestion.steps[self.output] = 0
+
+    def step(self) -> None:
+        Ingestion.steps[self.output] += 1
+
+    def close(self) -> None:
+        pass
+
+
+class View:
+    installed: ClassVar[list[str]] = []
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.sink = type("Sink", (), {"last_error": None})()
+
+    @classmethod
+    def install(cls, spark: Any, client: Any, definition: Any, **kw: Any) -> View:
+        cls.installed.append(definition.name)
+        return cls(definition.name)
+
+    def step(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class Unreachable:
+    """``build_source`` whose build of ``pg`` raises ``faults`` (one a build), then builds."""
+
+    def __init__(self, faults: list[Exception]) -> None:
+        self.faults = faults
+        self.builds = 0
+
+    def __call__(self, spec: SourceSpec) -> Any:
+        if spec.name == "pg":
+            self.builds += 1
+            if self.faults:
+                raise self.faults.pop(0)
+        return type("Source", (), {"name": spec.name})()
+
+
+@pytest.fixture
+def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PersistClient:
+    monkeypatch.setattr(controller, "Ingestion", Ingestion)
+    monkeypatch.setattr(controller, "MaterializedView", View)
+    Ingestion.steps, View.installed = {}, []
+    return PersistClient(Location.embedded(tmp_path / "loc"))
+
+
+def unreachable(n: int) -> list[Exception]:
+    return [
+        SourceUnavailable(f"POSTGRES source 'pg': the server is unreachable ({i})")
+        for i in range(n)
+    ]
+
+
+def test_a_source_whose_build_faults_is_retried_while_the_others_run(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It ended the run: the pipeline's build raised the fault, and nothing ran."""
+    build = Unreachable(unreachable(3))
+    monkeypatch.setattr(controller, "build_source", build)
+    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.001)
+    try:
+        assert "the server is unreachable (0)" in pipeline.first_failures["pg"]
+        assert pipeline.first_failures["v"] == "waits for source 'pg', not built yet"
+        health = latest_health(client)
+        assert health["pg"]["status"] == "stalled", health
+        assert "unreachable" in health["pg"]["error"]
+        assert Ingestion.steps == {"a": 1} and View.installed == []
+        deadline = time.monotonic() + 120.0  # stuck, not slow, if it passes
+        while "pg" not in Ingestion.steps:
+            assert time.monotonic() < deadline, (build.builds, Ingestion.steps)
+            failures = pipeline.step()
+            if "pg" not in Ingestion.steps:
+                assert "unreachable" in failures["pg"], failures
+        assert build.builds == 4  # three faults, then built
+        assert Ingestion.steps["a"] >= 2  # the other source ticked meanwhile
+        assert View.installed == ["v"]  # built once its input's source is
+        assert pipeline.step() == {}
+        assert Ingestion.steps["pg"] == 2 and View.installed == ["v"]
+    finally:
+        pipeline.close()
+
+
+def test_a_source_is_built_again_only_after_its_pause(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build = Unreachable(unreachable(2))
+    monkeypatch.setattr(controller, "build_source", build)
+    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=3600.0)
+    try:
+        for _ in range(3):  # not yet due: no build, no connection attempt
+            assert "unreachable (0)" in pipeline.step()["pg"]
+        assert build.builds == 1
+    finally:
+        pipeline.close()
+
+
+def test_a_refusal_when_the_source_builds_at_last_ends_the_run(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refusal = InvalidUsage("POSTGRES source 'pg': no publication 'p'")
+    monkeypatch.setattr(controller, "build_source", Unreachable([*unreachable(1), refusal]))
+    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
+    try:
+        with pytest.raises(InvalidUsage, match="no publication"):
+            pipeline.step()
+    finally:
+        pipeline.close()
+
+
+def test_a_refusal_at_the_start_ends_the_run(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    refusal = InvalidUsage("POSTGRES source 'pg': no publication 'p'")
+    monkeypatch.setattr(controller, "build_source", Unreachable([refusal]))
+    with pytest.raises(InvalidUsage, match="no publication"):
+        controller.Pipeline(None, client, SPEC)
+    assert Ingestion.steps == {}  # nothing ran, nothing was written
+
+
+def test_run_goes_on_while_a_source_is_unreachable(
+    tmp_path: Path, client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``timeshard run`` checks the declaration by building its sources: an unreachable
+    server ended it there (``error: ...``, exit code 2), before any object ran."""
+    from timeshard.cli.main import app
+
+    class Spark:
+        def stop(self) -> None:
+            pass
+
+    build = Unreachable(unreachable(1000))
+    monkeypatch.setattr(timeshard.spark, "spark_session", lambda **kw: Spark())
+    monkeypatch.setattr(timeshard.spec, "build_source", build)
+    monkeypatch.setattr(controller, "build_source", build)
+    f = tmp_path / "run.toml"
+    f.write_text(
+        f'[location]\ndir = "{tmp_path / "loc"}"\n'
+        '[[source]]\nname = "a"\nkind = "counter"\n'
+        '[[source]]\nname = "pg"\nkind = "counter"\n'
+        '[[view]]\nname = "v"\nsql = "SELECT * FROM t"\n[view.inputs]\nt = "pg"\n'
+    )
+    out = CliRunner().invoke(app, ["run", str(f), "--seconds", "1.5"])
+    assert out.exit_code == 0, (out.output, out.exception)
+    assert "stalled: pg: SourceUnavailable" in out.output, out.output
+    assert "waits for source 'pg'" in out.output, out.output
+    assert Ingestion.steps["a"] >= 1 and "pg" not in Ingestion.steps
