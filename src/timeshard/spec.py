@@ -275,7 +275,7 @@ def check_spec(
             )
         except InvalidUsage as e:
             raise InvalidUsage(f"export {export.name!r}: {e}") from e
-    built = [build_source(_checked_only(s)) for s in spec.source]  # checks their options
+    built = [build_source(checked_only(s)) for s in spec.source]  # checks their options
     for source, made in zip(spec.source, built, strict=True):
         if source.envelope == "upsert":
             _check_keys(source, made)
@@ -429,7 +429,7 @@ def check_new_shard_owner(shard: str, writer: str, owners: Mapping[str, str]) ->
         )
 
 
-def _checked_only(source: SourceSpec) -> SourceSpec:
+def checked_only(source: SourceSpec) -> SourceSpec:
     """``source`` as :func:`check_spec` builds it: a POSTGRES source without creating its
     replication slot (a declaration refused later must leave nothing upstream holding
     WAL; the build that runs it creates the slot)."""

@@ -717,12 +717,12 @@ def run(
 def _unreachable_sources(spec: RunSpec) -> dict[str, str]:
     """The declared sources whose build faults now (their server unreachable), each with
     its fault; a refusal (InvalidUsage) is raised."""
-    from timeshard.spec import _checked_only, build_source
+    from timeshard.spec import build_source, checked_only
 
     out = {}
     for s in spec.source:
         try:
-            build_source(_checked_only(s))
+            build_source(checked_only(s))
         except InvalidUsage:
             raise
         except Exception as e:
