@@ -1466,29 +1466,67 @@ def check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
 
 
 def _months_of_intervals(df: Any) -> Any:
-    """``df`` with each of its year-month interval columns its whole months (an INT), its
-    name and place kept: PySpark cannot collect a year-month interval (its
-    ``fromInternal`` is not implemented), and the column is described as PostgreSQL's
-    interval (:func:`~timeshard.server.pgtypes.encode_value` writes the months). A year
-    interval is cast to year-month first (cast to INT, it would be years); one inside an
-    array, map or struct is not reached. Runs on the driver, only to plan."""
+    """``df`` with each year-month interval in it its whole months (an INT), at the top of
+    a column or inside an array, map or struct, every name and place kept: PySpark cannot
+    collect a year-month interval (its ``fromInternal`` is not implemented), and the
+    column is described as PostgreSQL's interval, or an array or record of them
+    (:func:`~timeshard.server.pgtypes.encode_value` writes the months). A year interval is
+    cast to year-month first (cast to INT, it would be years). Runs on the driver, only
+    to plan."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import YearMonthIntervalType
+    from pyspark.sql.types import IntegerType, YearMonthIntervalType
 
     fields = df.schema.fields
-    if not any(isinstance(f.dataType, YearMonthIntervalType) for f in fields):
+    if not any(_has_year_month(f.dataType) for f in fields):
         return df
     names = [f"_{i}" for i in range(len(fields))]  # the columns' own names may repeat
     return df.toDF(*names).select(
         *[
             (
-                F.col(n).cast("interval year to month").cast("int")
-                if isinstance(f.dataType, YearMonthIntervalType)
+                F.col(n)
+                .cast(_year_months_as(f.dataType, YearMonthIntervalType(0, 1)))
+                .cast(_year_months_as(f.dataType, IntegerType()))
+                if _has_year_month(f.dataType)
                 else F.col(n)
             ).alias(f.name)
             for n, f in zip(names, fields, strict=True)
         ]
     )
+
+
+def _has_year_month(data_type: Any) -> bool:
+    """Whether ``data_type`` is a year-month interval or holds one."""
+    from pyspark.sql.types import ArrayType, MapType, StructType, YearMonthIntervalType
+
+    if isinstance(data_type, ArrayType):
+        return _has_year_month(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return _has_year_month(data_type.keyType) or _has_year_month(data_type.valueType)
+    if isinstance(data_type, StructType):
+        return any(_has_year_month(f.dataType) for f in data_type.fields)
+    return isinstance(data_type, YearMonthIntervalType)
+
+
+def _year_months_as(data_type: Any, leaf: Any) -> Any:
+    """``data_type`` with each year-month interval in it replaced by ``leaf``, the names of
+    its struct fields and its nullability kept."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType, YearMonthIntervalType
+
+    if isinstance(data_type, YearMonthIntervalType):
+        return leaf
+    if isinstance(data_type, ArrayType):
+        return ArrayType(_year_months_as(data_type.elementType, leaf), data_type.containsNull)
+    if isinstance(data_type, MapType):
+        return MapType(
+            _year_months_as(data_type.keyType, leaf),
+            _year_months_as(data_type.valueType, leaf),
+            data_type.valueContainsNull,
+        )
+    if isinstance(data_type, StructType):
+        return StructType(
+            [StructField(f.name, _year_months_as(f.dataType, leaf), f.nullable) for f in data_type]
+        )
+    return data_type
 
 
 def _subscribe_rows(

@@ -61,6 +61,7 @@ ARRAY_OIDS = {
     "timestamp": 1185,
     "timestamp_ntz": 1115,
     "daytimeinterval": 1187,
+    "yearmonthinterval": 1187,
 }
 
 #: PostgreSQL's ``json``: a struct, a map, and an array of anything but the types above.
@@ -266,7 +267,13 @@ def _json(value: Any, data_type: Any) -> str:
     A struct's value is a Row (``collect``) or a dict (Arrow's ``as_py``); a map's a
     dict or a list of pairs.
     """
-    from pyspark.sql.types import ArrayType, MapType, StructType, TimestampType
+    from pyspark.sql.types import (
+        ArrayType,
+        MapType,
+        StructType,
+        TimestampType,
+        YearMonthIntervalType,
+    )
 
     if value is None:
         return "null"
@@ -287,6 +294,11 @@ def _json(value: Any, data_type: Any) -> str:
         return "{" + ",".join(pairs) + "}"
     if isinstance(data_type, ArrayType):
         return "[" + ",".join(_json(v, data_type.elementType) for v in value) + "]"
+    if isinstance(data_type, YearMonthIntervalType):  # its whole months, as the text
+        # PostgreSQL's to_json writes of an interval (a day-time one's is too, below)
+        encoded = encode_value(value, "yearmonthinterval")
+        assert encoded is not None
+        return json.dumps(encoded.decode("ascii"))
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
