@@ -207,17 +207,19 @@ def _add_time(total: _Sum, time: str, text: str) -> None:
     total.add(-micros if negative else micros, (0, 0, 1))
 
 
-#: More digits than a field of an interval in range has; past them Python's ``int`` of
-#: them may be refused (past 4300 digits) or slow.
+#: More significant digits than a field of an interval in range has; past them Python's
+#: ``int`` of them may be refused (past 4300 digits) or slow.
 _MAX_DIGITS = 30
 
 
 def _integer(digits: str, text: str) -> int:
-    """A field's whole number; SqlError 22015 if it has more digits than any in range
-    (PostgreSQL's ``strtoint`` overflows: its field overflow)."""
-    if len(digits) > _MAX_DIGITS:
+    """A field's whole number; SqlError 22015 if it has more significant digits than any
+    in range (PostgreSQL's ``strtoint`` overflows: its field overflow). Leading zeros
+    count for nothing, as PostgreSQL reads them."""
+    significant = digits.lstrip("0")
+    if len(significant) > _MAX_DIGITS:
         raise _field_overflow(text)
-    return int(digits)
+    return int(significant or "0")
 
 
 def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
