@@ -636,7 +636,7 @@ class Engine:
         if isinstance(statement, Explain):
             return self._explain(statement.name)
         if isinstance(statement, Query):
-            return self.query_rows(statement.query, statement.as_of)
+            return self.query_rows(statement.query, statement.as_of, statement.typed_as)
         if isinstance(statement, Subscribe):
             return self.subscribe(statement)
         if isinstance(statement, Ignored):
@@ -1306,9 +1306,11 @@ class Engine:
             rows.close()
         return Result(rows.columns, out, f"SELECT {len(out)}")
 
-    def query_rows(self, query: str, as_of: int | None) -> QueryRows:
+    def query_rows(self, query: str, as_of: int | None, typed_as: str | None = None) -> QueryRows:
         """Run ``query`` over the shards it names, all read at one time: its rows as Spark
         makes them (:class:`QueryRows`), which hold the shards' readers until closed.
+        A column whose PostgreSQL type differs from the same column of the query
+        ``typed_as`` (see :class:`~timeshard.server.statements.Query`) is cast to its type.
 
         What runs here is the query's planning (and the job that looks for err rows in
         parts that may hold them); its rows' jobs run as they are taken."""
@@ -1337,6 +1339,8 @@ class Engine:
                 self._objects_df(session).createOrReplaceTempView(OBJECTS_RELATION)
             try:
                 df = session.sql(spark_sql)
+                if typed_as is not None:
+                    df = _typed_as(df, session, self.resolve(typed_as)[0])
                 columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
                 # One partition at a time, its job run when the rows before it are taken.
                 partitions = _months_of_intervals(df).toLocalIterator(prefetchPartitions=False)
@@ -1492,6 +1496,43 @@ def _months_of_intervals(df: Any) -> Any:
             for n, f in zip(names, fields, strict=True)
         ]
     )
+
+
+def _typed_as(df: Any, session: Any, spark_sql: str) -> Any:
+    """``df`` with each column whose PostgreSQL type differs from the same column of the
+    query ``spark_sql`` (planned, not run, in ``session``, over the same relations) cast
+    to that column's Spark type: a prepared statement's rows are sent as its Describe
+    described them. A ``spark_sql`` that does not plan, has other columns, or a type
+    ``df``'s column does not cast to, leaves ``df`` as it is. Runs on the driver, only
+    to plan."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
+
+    from timeshard.server.pgtypes import type_oid
+
+    try:
+        typed = session.sql(spark_sql).schema.fields
+    except PySparkException:
+        return df
+    fields = df.schema.fields
+    if len(typed) != len(fields):
+        return df
+    differ = [
+        type_oid(column_type(f.dataType)) != type_oid(column_type(t.dataType))
+        for f, t in zip(fields, typed, strict=True)
+    ]
+    if not any(differ):
+        return df
+    names = [f"_{i}" for i in range(len(fields))]  # the columns' own names may repeat
+    try:
+        return df.toDF(*names).select(
+            *[
+                (F.col(n).cast(t.dataType) if d else F.col(n)).alias(f.name)
+                for n, f, t, d in zip(names, fields, typed, differ, strict=True)
+            ]
+        )
+    except PySparkException:
+        return df
 
 
 def _has_year_month(data_type: Any) -> bool:
