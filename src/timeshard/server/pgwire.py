@@ -20,7 +20,7 @@ maps statements to messages:
   the connection's end -- a SUBSCRIBE's with its reader, a query's with its
   readers (no Spark job of it runs again);
 * a query's rows are sent as Spark makes them, one partition of the result at a
-  time (:class:`~timeshard.server.engine.QueryRows`), never collected whole: a
+  time (:class:`~timeshard.server.rows.QueryRows`), never collected whole: a
   suspended portal or a query cursor takes the rows it sends (and one more, to
   know whether any is left), and runs the Spark job of a partition when its
   rows are taken;
@@ -164,7 +164,7 @@ from pygwire.messages import (
 
 from timeshard.errors import InvalidUsage
 from timeshard.server.discovery import is_loopback
-from timeshard.server.engine import Engine, QueryRows, Result, Stream
+from timeshard.server.engine import Engine, Result, Stream
 from timeshard.server.intervals import interval_fields, interval_text
 from timeshard.server.pgtypes import (
     TYPE_OIDS,
@@ -173,6 +173,7 @@ from timeshard.server.pgtypes import (
     type_oid,
     with_declared,
 )
+from timeshard.server.rows import QueryRows
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     CloseCursor,
