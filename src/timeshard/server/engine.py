@@ -72,6 +72,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import decimal
 import logging
 import re
 import threading
@@ -1401,7 +1402,12 @@ def _interval_casts(tree: exp.Expr) -> None:
     (a bound ``$1::interval``: ``INTERVAL '3 00:00:00' DAY TO SECOND::interval``, or its
     NULL ``CAST(NULL AS INTERVAL DAY TO SECOND)``) is that interval: Spark casts neither
     to its calendar ``INTERVAL`` (42K09), and PostgreSQL's cast of an interval to
-    interval changes nothing."""
+    interval changes nothing.
+
+    A cast of a string literal (``'1 day'::interval``) is the value PostgreSQL's interval
+    input reads (:func:`_interval_value`), its errors PostgreSQL's: Spark's cast of the
+    text makes a calendar interval, which PySpark cannot collect (XX000), and reads
+    PostgreSQL's ``mon`` as nothing (NULL)."""
     for cast in list(tree.find_all(exp.Cast)):
         value = cast.this.unnest()
         if cast.to.this != exp.DataType.Type.INTERVAL or cast.to.expressions:
@@ -1409,6 +1415,34 @@ def _interval_casts(tree: exp.Expr) -> None:
         typed = isinstance(value, exp.Cast) and isinstance(value.to.this, exp.Interval)
         if isinstance(value, exp.Interval) or typed:
             cast.replace(cast.this.copy())
+        elif isinstance(value, exp.Literal) and value.is_string:
+            cast.replace(_interval_value(value.this))
+
+
+#: The greatest microseconds a calendar interval's seconds hold (``make_interval``'s
+#: DECIMAL(18, 6)), exclusive.
+_CALENDAR_MICROS = 10**18
+
+
+def _interval_value(text: str) -> exp.Expr:
+    """The interval ``text`` reads as (:func:`~timeshard.server.intervals.interval_fields`),
+    as a Spark value: a year-month or day-time interval literal; one of months and days
+    or time, which neither holds, a calendar interval of its three fields
+    (``make_interval``), which moves a date or timestamp as PostgreSQL's does."""
+    from timeshard.server.intervals import interval_fields, interval_literal
+
+    months, days, micros = interval_fields(text)
+    if not (months and (days or micros)):
+        return sqlglot.parse_one(interval_literal(months, days, micros, text), read="postgres")
+    if abs(micros) >= _CALENDAR_MICROS:
+        raise SqlError(
+            f"interval out of range: {text!r} is past Spark's calendar intervals", "22008"
+        )
+    seconds = format(decimal.Decimal(micros).scaleb(-6), "f")
+    return sqlglot.parse_one(
+        f"MAKE_INTERVAL(0, {months}, 0, {days}, 0, 0, CAST('{seconds}' AS DECIMAL(18, 6)))",
+        read="postgres",
+    )
 
 
 _INTEGER_TYPES = (
