@@ -72,12 +72,12 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import inspect
+import decimal
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,9 +88,18 @@ from sqlglot.errors import SqlglotError
 
 from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
 from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
-from timeshard.persist import PersistClient, Progress, Updates
+from timeshard.persist import PersistClient
 from timeshard.persist.as_of import common_as_of
 from timeshard.server.pgtypes import column_type
+from timeshard.server.rows import (
+    QueryRows,
+    _months_of_intervals,
+    _query_rows,
+    _subscribe_rows,
+    _typed_as,
+    check_no_error,
+    spark_error,
+)
 from timeshard.server.statements import (
     CreateSink,
     CreateSource,
@@ -153,125 +162,6 @@ class Stream:
 
     columns: list[tuple[str, str]]
     rows: Iterator[tuple[Any, ...]]
-
-
-class QueryRows:
-    """A SELECT's rows as Spark makes them: its columns, and an iterator of its rows
-    (a SUBSCRIBE's too: :meth:`close` lets go of its reader even if no row was read).
-
-    The rows come one partition of the result at a time, each partition's Spark
-    job run when the rows before it have been taken, so the driver never holds
-    more than one partition of the result. The iterator holds the readers of the
-    shards the query reads until its last row is taken, it fails, or
-    :meth:`close` (any thread but one taking rows; twice is once): then no job
-    of it runs again. A Spark failure while rows are taken is a :class:`SqlError`
-    (:func:`spark_error`). The readers' leases are renewed by the client's background
-    heartbeats for as long as the rows are held (a suspended portal, a cursor); if a
-    lease runs out all the same, the next job's failure is SqlError 72000, saying the
-    snapshot expired.
-    """
-
-    def __init__(
-        self,
-        columns: list[tuple[str, str]],
-        rows: Generator[tuple[Any, ...], None, None],
-        readers: dict[str, Any],
-    ) -> None:
-        self.columns = columns
-        self._rows = rows
-        self._readers = readers
-
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        return self
-
-    def __next__(self) -> tuple[Any, ...]:
-        return next(self._rows)
-
-    def close(self) -> None:
-        if inspect.getgeneratorstate(self._rows) == inspect.GEN_CREATED:
-            # Never started: its own cleanup (expiring the readers) would never run.
-            for reader in self._readers.values():
-                reader.expire()
-        self._rows.close()
-
-
-def _query_rows(
-    partitions: Iterator[Any], readers: dict[str, Any]
-) -> Generator[tuple[Any, ...], None, None]:
-    """The rows of ``partitions`` (PySpark's ``toLocalIterator``), then the readers expired.
-
-    Closing PySpark's iterator tells its JVM side to run no other partition's job
-    (it reads the rest of the partition under way, already on the driver). A job that
-    fails once a reader's lease ran out (its parts may be gone) is SqlError 72000
-    (:func:`_expired_snapshot`), not the blob store's "file does not exist"."""
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
-    try:
-        for row in partitions:
-            yield tuple(row)
-    except (PySparkException, Py4JJavaError) as e:
-        raise (_expired_snapshot(readers) or spark_error(e)) from e
-    finally:
-        close = getattr(partitions, "close", None)
-        if close is not None:
-            close()
-        del partitions  # PySpark's iterator stops its JVM side once it is collected
-        for reader in readers.values():
-            reader.expire()
-
-
-def _expired_snapshot(readers: dict[str, Any]) -> SqlError | None:
-    """SqlError 72000 (snapshot_too_old) if a reader of ``readers`` lost its lease (GC may
-    have deleted the parts it planned to read), else None. Asked only once a job failed:
-    one fetch of each shard's state, nothing on the way of rows that are read."""
-    for shard, reader in readers.items():
-        lost = reader.lease_lost
-        if not lost:
-            try:
-                lost = reader.reader_id not in reader.fetch_recent_state().leased_readers
-            except TimeshardError:  # unreadable now: the job's own error says what failed
-                continue
-        if lost:
-            return SqlError(
-                f"the snapshot of {shard!r} this query reads expired: its reader's lease ran "
-                "out before its rows were read, and the parts it planned may be gone; run "
-                "the query again",
-                "72000",
-            )
-    return None
-
-
-def spark_error(e: Exception) -> SqlError:
-    """A Spark failure as a client sees it: the first line of the message and the
-    SQLSTATE of the first error in its causes that has one (a query's DIVIDE_BY_ZERO,
-    inside the failed job's error, inside the row iterator's), else of ``e`` with
-    XX000."""
-    from py4j.java_gateway import is_instance_of
-    from py4j.protocol import Py4JJavaError
-    from pyspark.errors import PySparkException
-
-    if isinstance(e, PySparkException) and e.getSqlState():
-        return SqlError(_first_line(e.getMessage() or str(e)), e.getSqlState() or "XX000")
-    if isinstance(e, Py4JJavaError):
-        from pyspark import SparkContext
-
-        gateway = SparkContext._gateway
-        cause = e.java_exception
-        while cause is not None and gateway is not None:
-            if is_instance_of(gateway, cause, "org.apache.spark.SparkThrowable"):
-                state = cause.getSqlState()
-                if state:
-                    return SqlError(_first_line(str(cause.getMessage())), str(state))
-            cause = cause.getCause()
-        return SqlError(_first_line(str(e.java_exception.getMessage() or e)), "XX000")
-    message = e.getMessage() if isinstance(e, PySparkException) else None
-    return SqlError(_first_line(message or str(e)), "XX000")
-
-
-def _first_line(message: str) -> str:
-    lines = message.strip().splitlines()
-    return lines[0] if lines else message
 
 
 @dataclass
@@ -636,7 +526,7 @@ class Engine:
         if isinstance(statement, Explain):
             return self._explain(statement.name)
         if isinstance(statement, Query):
-            return self.query_rows(statement.query, statement.as_of)
+            return self.query_rows(statement.query, statement.as_of, statement.typed_as)
         if isinstance(statement, Subscribe):
             return self.subscribe(statement)
         if isinstance(statement, Ignored):
@@ -1306,9 +1196,11 @@ class Engine:
             rows.close()
         return Result(rows.columns, out, f"SELECT {len(out)}")
 
-    def query_rows(self, query: str, as_of: int | None) -> QueryRows:
+    def query_rows(self, query: str, as_of: int | None, typed_as: str | None = None) -> QueryRows:
         """Run ``query`` over the shards it names, all read at one time: its rows as Spark
         makes them (:class:`QueryRows`), which hold the shards' readers until closed.
+        A column whose PostgreSQL type differs from the same column of the query
+        ``typed_as`` (see :class:`~timeshard.server.statements.Query`) is cast to its type.
 
         What runs here is the query's planning (and the job that looks for err rows in
         parts that may hold them); its rows' jobs run as they are taken."""
@@ -1337,6 +1229,8 @@ class Engine:
                 self._objects_df(session).createOrReplaceTempView(OBJECTS_RELATION)
             try:
                 df = session.sql(spark_sql)
+                if typed_as is not None:
+                    df = _typed_as(df, session, self.resolve(typed_as)[0])
                 columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
                 # One partition at a time, its job run when the rows before it are taken.
                 partitions = _months_of_intervals(df).toLocalIterator(prefetchPartitions=False)
@@ -1448,129 +1342,6 @@ class Engine:
         return Stream(columns, QueryRows(columns, rows, {"": reader}))
 
 
-def check_no_error(shard: str, parts: list[Any], snap: Any, as_of: int) -> None:
-    """SqlError XX000 if ``shard``'s snapshot ``snap`` at ``as_of``, of ``parts``, holds an
-    err row: a query over it answers the error, never the ok rows alone (serve's SELECT
-    and ``timeshard query``'s local path alike).
-
-    Reads nothing (no Spark job) when every part of the snapshot recorded no
-    err row; else one job, which names the least error.
-    """
-    from pyspark.sql import functions as F
-
-    if not any(p.may_hold_errors for p in parts):
-        return
-    (error,) = snap.where("_err IS NOT NULL").agg(F.min("_err")).first()
-    if error is not None:
-        raise SqlError(f"{shard!r} holds an error at {as_of}: {error}", "XX000")
-
-
-def _months_of_intervals(df: Any) -> Any:
-    """``df`` with each of its year-month interval columns its whole months (an INT), its
-    name and place kept: PySpark cannot collect a year-month interval (its
-    ``fromInternal`` is not implemented), and the column is described as PostgreSQL's
-    interval (:func:`~timeshard.server.pgtypes.encode_value` writes the months). A year
-    interval is cast to year-month first (cast to INT, it would be years); one inside an
-    array, map or struct is not reached. Runs on the driver, only to plan."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import YearMonthIntervalType
-
-    fields = df.schema.fields
-    if not any(isinstance(f.dataType, YearMonthIntervalType) for f in fields):
-        return df
-    names = [f"_{i}" for i in range(len(fields))]  # the columns' own names may repeat
-    return df.toDF(*names).select(
-        *[
-            (
-                F.col(n).cast("interval year to month").cast("int")
-                if isinstance(f.dataType, YearMonthIntervalType)
-                else F.col(n)
-            ).alias(f.name)
-            for n, f in zip(names, fields, strict=True)
-        ]
-    )
-
-
-def _subscribe_rows(
-    reader: Any, names: list[str], as_of: int | None, up_to: int | None
-) -> Generator[tuple[Any, ...], None, None]:
-    """The rows of a SUBSCRIBE: the snapshot at its time, then the updates after it.
-
-    ``UP TO`` is exclusive, as Materialize's: the updates at times ``< up_to``,
-    and it ends once the frontier reaches ``up_to`` (every time before it is
-    then known). An ``UP TO`` at or before the ``AS OF`` answers no row and ends
-    at once, without waiting for the ``AS OF`` to be readable.
-    """
-    try:
-        if as_of is not None and up_to is not None and up_to <= as_of:
-            return
-        while (at := _subscribe_time(reader, as_of)) is None:
-            time.sleep(0.05)
-            yield ()  # a heartbeat while nothing is readable: a cancel or a timeout ends it
-        if up_to is not None and up_to <= at:
-            return
-        try:
-            snapshot = reader.snapshot(at)
-        except SinceError as e:  # a view's first write starts its history after ``at``
-            raise SqlError(f"{reader.shard_id!r} is not readable at {at}: {e}", "22023") from None
-        yield from _rows(snapshot, names, up_to)
-        listen = reader.listen(at)
-        try:
-            # The listen holds its own lease and downgrades it as it goes: the reader
-            # held the since at ``at`` for as long as the SUBSCRIBE ran.
-            reader.expire()
-            while True:
-                for event in listen.next(timeout_s=0.5):
-                    if isinstance(event, Updates):
-                        yield from _rows(event.table, names, up_to)
-                    elif isinstance(event, Progress) and event.frontier.is_empty():
-                        # Only DROP closes a shard: no update comes again, as Materialize
-                        # ends a SUBSCRIBE whose relation is dropped.
-                        raise SqlError(
-                            "subscribe has been terminated because underlying relation "
-                            f"{reader.shard_id!r} was dropped",
-                            "42P01",
-                        )
-                    elif (
-                        isinstance(event, Progress)
-                        and up_to is not None
-                        and not event.frontier.less_than(up_to)
-                    ):
-                        return
-                yield ()  # a heartbeat: lets the caller notice a cancel between updates
-        finally:
-            listen.expire()
-    finally:
-        reader.expire()
-
-
-def _subscribe_time(reader: Any, as_of: int | None) -> int | None:
-    """The time a SUBSCRIBE reads its snapshot at once ``reader`` can: ``as_of``, or
-    without one the latest readable time; None while there is none yet (a view just
-    created has written nothing, and its first write may start its history later)."""
-    if as_of is not None:
-        return None if reader.fetch_recent_upper().less_equal(as_of) else as_of
-    try:
-        return common_as_of({reader.shard_id: reader}, None)
-    except InvalidUsage:
-        return None
-
-
-def _rows(table: pa.Table, names: list[str], up_to: int | None) -> Iterator[tuple[Any, ...]]:
-    # Within one time the order is fixed (diff, then the row's values), so a
-    # bounded SUBSCRIBE prints the same lines whatever order the parts came in.
-    rows = sorted(
-        table.to_pylist(),
-        key=lambda r: (r["_ts"], r["_diff"], tuple((r[n] is None, r[n]) for n in names)),
-    )
-    for row in rows:
-        if up_to is not None and row["_ts"] >= up_to:
-            continue
-        if row.get("_err") is not None:
-            raise SqlError(f"the collection holds an error at {row['_ts']}: {row['_err']}", "XX000")
-        yield (row["_ts"], row["_diff"], *(row[n] for n in names))
-
-
 #: Spark SQL functions that call a static Java method by name in the server's JVM
 #: (``reflect('java.lang.System', 'exit', 7)`` stops the server).
 _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
@@ -1631,7 +1402,12 @@ def _interval_casts(tree: exp.Expr) -> None:
     (a bound ``$1::interval``: ``INTERVAL '3 00:00:00' DAY TO SECOND::interval``, or its
     NULL ``CAST(NULL AS INTERVAL DAY TO SECOND)``) is that interval: Spark casts neither
     to its calendar ``INTERVAL`` (42K09), and PostgreSQL's cast of an interval to
-    interval changes nothing."""
+    interval changes nothing.
+
+    A cast of a string literal (``'1 day'::interval``) is the value PostgreSQL's interval
+    input reads (:func:`_interval_value`), its errors PostgreSQL's: Spark's cast of the
+    text makes a calendar interval, which PySpark cannot collect (XX000), and reads
+    PostgreSQL's ``mon`` as nothing (NULL)."""
     for cast in list(tree.find_all(exp.Cast)):
         value = cast.this.unnest()
         if cast.to.this != exp.DataType.Type.INTERVAL or cast.to.expressions:
@@ -1639,6 +1415,34 @@ def _interval_casts(tree: exp.Expr) -> None:
         typed = isinstance(value, exp.Cast) and isinstance(value.to.this, exp.Interval)
         if isinstance(value, exp.Interval) or typed:
             cast.replace(cast.this.copy())
+        elif isinstance(value, exp.Literal) and value.is_string:
+            cast.replace(_interval_value(value.this))
+
+
+#: The greatest microseconds a calendar interval's seconds hold (``make_interval``'s
+#: DECIMAL(18, 6)), exclusive.
+_CALENDAR_MICROS = 10**18
+
+
+def _interval_value(text: str) -> exp.Expr:
+    """The interval ``text`` reads as (:func:`~timeshard.server.intervals.interval_fields`),
+    as a Spark value: a year-month or day-time interval literal; one of months and days
+    or time, which neither holds, a calendar interval of its three fields
+    (``make_interval``), which moves a date or timestamp as PostgreSQL's does."""
+    from timeshard.server.intervals import interval_fields, interval_literal
+
+    months, days, micros = interval_fields(text)
+    if not (months and (days or micros)):
+        return sqlglot.parse_one(interval_literal(months, days, micros, text), read="postgres")
+    if abs(micros) >= _CALENDAR_MICROS:
+        raise SqlError(
+            f"interval out of range: {text!r} is past Spark's calendar intervals", "22008"
+        )
+    seconds = format(decimal.Decimal(micros).scaleb(-6), "f")
+    return sqlglot.parse_one(
+        f"MAKE_INTERVAL(0, {months}, 0, {days}, 0, 0, CAST('{seconds}' AS DECIMAL(18, 6)))",
+        read="postgres",
+    )
 
 
 _INTEGER_TYPES = (

@@ -67,54 +67,77 @@ _ISO_UNITS = {"y": "year", "m": "month", "w": "week", "d": "day"}
 _ISO_TIME_UNITS = {"h": "hour", "m": "minute", "s": "second"}
 
 #: PostgreSQL's limits: months and days are int32, microseconds int64.
-_INT32 = 2**31 - 1
-_INT64 = 2**63 - 1
+_INT32, _INT32_MIN = 2**31 - 1, -(2**31)
+_INT64, _INT64_MIN = 2**63 - 1, -(2**63)
 
 
 def _invalid(text: str) -> SqlError:
     return SqlError(f"invalid input syntax for type interval: {text!r}", "22007")
 
 
-class _Sum:
-    """Fields added up exactly, a fraction spilling into the smaller ones."""
+def _field_overflow(text: str) -> SqlError:
+    return SqlError(f"interval field value out of range: {text!r}", "22015")
 
-    def __init__(self) -> None:
+
+class _Sum:
+    """Fields added up exactly, as PostgreSQL's ``DecodeInterval`` adds them (its
+    ``pg_itm_in``): whole years, months and days (int32 each) and microseconds (int64),
+    a fraction spilling into the smaller ones. A field past its range once a number is
+    added to it is SqlError 22015 (interval field value out of range) naming ``text``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.years = 0
         self.months = decimal.Decimal(0)
         self.days = decimal.Decimal(0)
         self.micros = decimal.Decimal(0)
 
     def add(self, number: decimal.Decimal, unit: tuple[int, int, int]) -> None:
         months, days, micros = (number * f for f in unit)
-        if unit[0] >= 12:  # a fraction of a year is rounded to whole months (PostgreSQL
-            # 15+ rounds it, half to even as its rint: '1.99 years' is 24 months)
-            months = months.to_integral_value(decimal.ROUND_HALF_EVEN)
+        if unit[0] >= 12:  # whole years, and a fraction of one rounded to whole months
+            # (PostgreSQL 15+ rounds it, half to even as its rint: '1.99 years' is 24 months)
+            years = number.to_integral_value(decimal.ROUND_DOWN)
+            self.years += int(years) * (unit[0] // 12)
+            months = ((number - years) * unit[0]).to_integral_value(decimal.ROUND_HALF_EVEN)
         whole = months.to_integral_value(decimal.ROUND_DOWN)
         days += (months - whole) * 30
         self.months += whole
         whole = days.to_integral_value(decimal.ROUND_DOWN)
         self.micros += micros + (days - whole) * _MICROS_PER_DAY
         self.days += whole
+        self._signed(1)  # a field past its range is refused as soon as it is
+
+    def _signed(self, sign: int) -> tuple[int, int, int, int]:
+        """The years, months, days and microseconds times ``sign``: SqlError 22015 if one
+        is past its range."""
+        years, months, days = (sign * int(v) for v in (self.years, self.months, self.days))
+        micros = sign * int(self.micros.to_integral_value(decimal.ROUND_HALF_EVEN))
+        if not all(_INT32_MIN <= v <= _INT32 for v in (years, months, days)):
+            raise _field_overflow(self.text)
+        if not _INT64_MIN <= micros <= _INT64:
+            raise _field_overflow(self.text)
+        return years, months, days, micros
 
     def fields(self, sign: int) -> tuple[int, int, int]:
-        micros = self.micros.to_integral_value(decimal.ROUND_HALF_EVEN)
-        return sign * int(self.months), sign * int(self.days), sign * int(micros)
+        """The months, days and microseconds, each field times ``sign`` (``ago``); years
+        and months summed past int32 are SqlError 22008 (interval out of range), as
+        PostgreSQL's ``itmin2interval`` answers them."""
+        years, months, days, micros = self._signed(sign)
+        if not _INT32_MIN <= years * 12 + months <= _INT32:
+            raise SqlError(f"interval out of range: {self.text!r}", "22008")
+        return years * 12 + months, days, micros
 
 
 def interval_fields(text: str) -> tuple[int, int, int]:
     """The months, days and microseconds of an interval's text (see the module doc):
     SqlError 22007 if it has none of PostgreSQL's forms; 22015 (interval field value out
-    of range) for a minute field past 59, a second field past 60, or days or time past
-    PostgreSQL's range of them; 22008 (interval out of range) for months past theirs, as
-    PostgreSQL's ``interval_in`` answers them."""
+    of range) for a minute field past 59, a second field past 60, a years-months pair's
+    months past 11, or years, months, days or time past PostgreSQL's range of each;
+    22008 (interval out of range) for years and months that, summed, are past the range
+    of months, as PostgreSQL's ``interval_in`` answers them."""
     with decimal.localcontext() as context:
         context.prec = 60  # exact for every value in range
-        fields = _fields(text, text.strip().lower())
-    months, days, micros = fields
-    if abs(days) > _INT32 or abs(micros) > _INT64:  # DecodeInterval's field overflow
-        raise SqlError(f"interval field value out of range: {text!r}", "22015")
-    if abs(months) > _INT32:  # itmin2interval's: years and months summed
-        raise SqlError(f"interval out of range: {text!r}", "22008")
-    return fields
+        return _fields(text, text.strip().lower())
 
 
 def _fields(text: str, lowered: str) -> tuple[int, int, int]:
@@ -136,7 +159,7 @@ def _fields(text: str, lowered: str) -> tuple[int, int, int]:
         pos = match.end()
     if not matches:
         raise _invalid(text)
-    total = _Sum()
+    total = _Sum(text)
     seen: set[str] = set()
     for k, match in enumerate(matches):
         if match["time"] is not None:
@@ -146,6 +169,8 @@ def _fields(text: str, lowered: str) -> tuple[int, int, int]:
             _once("ym", seen, text)
             years, months = match["ym"].lstrip("+-").split("-")
             negative = -1 if match["ym"].startswith("-") else 1
+            if _integer(months, text) > 11:  # PostgreSQL's field overflow
+                raise _field_overflow(text)
             whole = _integer(years, text) * 12 + _integer(months, text)
             total.add(decimal.Decimal(negative * whole), (1, 0, 0))
         else:
@@ -177,22 +202,24 @@ def _add_time(total: _Sum, time: str, text: str) -> None:
     hours, minutes = _integer(parts[0], text), _integer(parts[1], text)
     seconds = decimal.Decimal(parts[2]) if len(parts) == 3 else decimal.Decimal(0)
     if minutes > 59 or seconds >= 61:  # PostgreSQL's DecodeTime takes a 60th second
-        raise SqlError(f"interval field value out of range: {text!r}", "22015")
+        raise _field_overflow(text)
     micros = (hours * 3600 + minutes * 60) * 1_000_000 + seconds * 1_000_000
     total.add(-micros if negative else micros, (0, 0, 1))
 
 
-#: More digits than a field of an interval in range has; past them Python's ``int`` of
-#: them may be refused (past 4300 digits) or slow.
+#: More significant digits than a field of an interval in range has; past them Python's
+#: ``int`` of them may be refused (past 4300 digits) or slow.
 _MAX_DIGITS = 30
 
 
 def _integer(digits: str, text: str) -> int:
-    """A field's whole number; SqlError 22015 if it has more digits than any in range
-    (PostgreSQL's ``strtoint`` overflows: its field overflow)."""
-    if len(digits) > _MAX_DIGITS:
-        raise SqlError(f"interval field value out of range: {text!r}", "22015")
-    return int(digits)
+    """A field's whole number; SqlError 22015 if it has more significant digits than any
+    in range (PostgreSQL's ``strtoint`` overflows: its field overflow). Leading zeros
+    count for nothing, as PostgreSQL reads them."""
+    significant = digits.lstrip("0")
+    if len(significant) > _MAX_DIGITS:
+        raise _field_overflow(text)
+    return int(significant or "0")
 
 
 def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
@@ -200,7 +227,7 @@ def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
     date, _, time = rest.partition("t")
     if not (date or time) or rest.endswith("t"):
         raise _invalid(text)
-    total = _Sum()
+    total = _Sum(text)
     for part, pattern, names in ((date, _ISO_DATE, _ISO_UNITS), (time, _ISO_TIME, _ISO_TIME_UNITS)):
         seen: set[str] = set()
         pos = 0

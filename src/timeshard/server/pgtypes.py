@@ -61,6 +61,7 @@ ARRAY_OIDS = {
     "timestamp": 1185,
     "timestamp_ntz": 1115,
     "daytimeinterval": 1187,
+    "yearmonthinterval": 1187,
 }
 
 #: PostgreSQL's ``json``: a struct, a map, and an array of anything but the types above.
@@ -116,19 +117,38 @@ def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
 
     A star (``*``, ``t.*``) stands for as many columns as its relation has, unknown here:
     a column after the last star is numbered from the end (-1 is the last), one before it
-    not at all."""
+    not at all.
+
+    ``sql`` is parsed once per text (:func:`_parameter_columns`): a prepared statement's
+    every Bind asks for its columns, and parses nothing after the first."""
+    if not any(o in _KEPT_OIDS for o in oids) and not _CASTS_KEPT.search(sql):
+        return {}
+    out = {}
+    for i, kept in _parameter_columns(sql):
+        if isinstance(kept, int):
+            name = _KEPT_OIDS.get(oids[kept - 1]) if 1 <= kept <= len(oids) else None
+        else:
+            name = kept
+        if name is not None:
+            out[i] = name
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _parameter_columns(sql: str) -> tuple[tuple[int, str | int], ...]:
+    """The columns of the query ``sql`` that may be a parameter of a kept type, parsed
+    (memoized on the text): their index (see :func:`declared_columns`) and the type name
+    a cast gives them (``$1::json``) or the parameter's number (a bare ``$n``)."""
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
-    if not any(o in _KEPT_OIDS for o in oids) and not _CASTS_KEPT.search(sql):
-        return {}
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
     except SqlglotError:
-        return {}
+        return ()
     if not isinstance(tree, exp.Select):
-        return {}
+        return ()
     kept = {
         exp.DataType.Type.JSON: "json",
         exp.DataType.Type.JSONB: "jsonb",
@@ -136,19 +156,17 @@ def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
     }
     stars = [i for i, column in enumerate(tree.expressions) if _is_star(column)]
     after = stars[-1] + 1 if stars else 0
-    out = {}
+    out: list[tuple[int, str | int]] = []
     for i, column in enumerate(tree.expressions[after:], start=after):
         value = column.this if isinstance(column, exp.Alias) else column
+        what: str | int | None = None
         if isinstance(value, exp.Cast) and isinstance(value.this, exp.Parameter):
-            name = kept.get(value.to.this)
+            what = kept.get(value.to.this)
         elif isinstance(value, exp.Parameter) and value.this.is_int:
-            n = int(value.this.this)
-            name = _KEPT_OIDS.get(oids[n - 1]) if 1 <= n <= len(oids) else None
-        else:
-            name = None
-        if name is not None:
-            out[i - len(tree.expressions) if stars else i] = name
-    return out
+            what = int(value.this.this)
+        if what is not None:
+            out.append((i - len(tree.expressions) if stars else i, what))
+    return tuple(out)
 
 
 def _is_star(column: Any) -> bool:
@@ -266,7 +284,13 @@ def _json(value: Any, data_type: Any) -> str:
     A struct's value is a Row (``collect``) or a dict (Arrow's ``as_py``); a map's a
     dict or a list of pairs.
     """
-    from pyspark.sql.types import ArrayType, MapType, StructType, TimestampType
+    from pyspark.sql.types import (
+        ArrayType,
+        MapType,
+        StructType,
+        TimestampType,
+        YearMonthIntervalType,
+    )
 
     if value is None:
         return "null"
@@ -287,6 +311,11 @@ def _json(value: Any, data_type: Any) -> str:
         return "{" + ",".join(pairs) + "}"
     if isinstance(data_type, ArrayType):
         return "[" + ",".join(_json(v, data_type.elementType) for v in value) + "]"
+    if isinstance(data_type, YearMonthIntervalType):  # its whole months, as the text
+        # PostgreSQL's to_json writes of an interval (a day-time one's is too, below)
+        encoded = encode_value(value, "yearmonthinterval")
+        assert encoded is not None
+        return json.dumps(encoded.decode("ascii"))
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):

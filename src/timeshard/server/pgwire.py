@@ -20,7 +20,7 @@ maps statements to messages:
   the connection's end -- a SUBSCRIBE's with its reader, a query's with its
   readers (no Spark job of it runs again);
 * a query's rows are sent as Spark makes them, one partition of the result at a
-  time (:class:`~timeshard.server.engine.QueryRows`), never collected whole: a
+  time (:class:`~timeshard.server.rows.QueryRows`), never collected whole: a
   suspended portal or a query cursor takes the rows it sends (and one more, to
   know whether any is left), and runs the Spark job of a partition when its
   rows are taken;
@@ -113,7 +113,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pygwire.connection import BackendConnection
@@ -164,8 +164,8 @@ from pygwire.messages import (
 
 from timeshard.errors import InvalidUsage
 from timeshard.server.discovery import is_loopback
-from timeshard.server.engine import Engine, QueryRows, Result, Stream
-from timeshard.server.intervals import interval_text
+from timeshard.server.engine import Engine, Result, Stream
+from timeshard.server.intervals import interval_fields, interval_text
 from timeshard.server.pgtypes import (
     TYPE_OIDS,
     declared_columns,
@@ -173,6 +173,7 @@ from timeshard.server.pgtypes import (
     type_oid,
     with_declared,
 )
+from timeshard.server.rows import QueryRows
 from timeshard.server.scram import MECHANISM, ScramExchange, ScramFailure, ScramKeys
 from timeshard.server.statements import (
     CloseCursor,
@@ -201,6 +202,32 @@ from timeshard.server.statements import (
 from timeshard.server.statements import Query as SelectStatement
 
 log = logging.getLogger(__name__)
+
+
+#: PostgreSQL's interval.
+_INTERVAL_OID = 1186
+
+
+def _statement_oids(sql: str, types: list[int]) -> list[int]:
+    """The type OIDs of a prepared statement's parameters, as its Describe answers them:
+    those declared, text (25) for one not."""
+    count = max(len(types), parameter_count(sql))
+    return [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
+
+
+def _typed_as(sql: str, types: list[int], params: list[Param]) -> str | None:
+    """``sql`` bound as its Describe binds it (placeholders of its parameters' types) if
+    ``params`` bind a year-month interval: the placeholder of an interval is a day-time
+    one, and ``DATE '2020-01-01' + $1`` is then a TIMESTAMP where a year-month value makes
+    it a DATE. The rows are sent as the Describe described them (their columns cast to
+    its types, as PostgreSQL's ``date + interval`` is a timestamp whatever the interval).
+    None if no parameter is a year-month interval: the types cannot differ."""
+    year_month = any(
+        p.oid == _INTERVAL_OID and p.text is not None and interval_fields(p.text)[0] for p in params
+    )
+    if not year_month:
+        return None
+    return bind(sql, [placeholder(oid) for oid in _statement_oids(sql, types)])
 
 
 def _may_answer_rows(sql: str) -> bool:
@@ -396,6 +423,9 @@ class _Portal:
     described: bool = False
     #: its columns that are a json, jsonb or varchar parameter (:func:`declared_columns`)
     declared: dict[int, str] = field(default_factory=dict)
+    #: its statement bound as a Describe of it binds it, when a value bound may make a
+    #: column's type other than that Describe answered (:func:`_typed_as`)
+    typed_as: str | None = None
 
 
 @dataclass
@@ -1475,7 +1505,9 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SqlError("binary results are not supported; ask for text", "0A000")
         bound = bind(sql, params) if params else sql
         self._close_portals(msg.portal)  # a Bind replaces a portal of its name
-        s.portals[msg.portal] = _Portal(bound, declared=declared_columns(sql, types))
+        s.portals[msg.portal] = _Portal(
+            bound, declared=declared_columns(sql, types), typed_as=_typed_as(sql, types, params)
+        )
         self._send(BindComplete())
 
     def _portal_result(self, portal: _Portal) -> _Answer:
@@ -1483,6 +1515,10 @@ class _Handler(socketserver.BaseRequestHandler):
             statements = split(portal.sql)
             assert len(statements) <= 1, f"Parse let several statements in: {statements}"
             portal.statement = parse(statements[0]) if statements else Empty()
+            if portal.typed_as is not None and isinstance(portal.statement, SelectStatement):
+                described = parse(portal.typed_as)
+                if isinstance(described, SelectStatement):
+                    portal.statement = replace(portal.statement, typed_as=described.query)
             s = self.session
             s.keep_timeout()  # a pipeline's first statement starts its implicit transaction
             self.session.running = portal
@@ -1498,8 +1534,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if msg.name not in s.statements:
                 raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
             sql, types = s.statements[msg.name]
-            count = max(len(types), parameter_count(sql))
-            oids = [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
+            oids = _statement_oids(sql, types)
             if s.failed and not _ends_transaction(split(sql)):
                 if _may_answer_rows(sql):  # describing it may look the catalog up
                     raise _aborted()

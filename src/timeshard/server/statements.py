@@ -105,6 +105,11 @@ class Explain:
 class Query:
     query: str  # PostgreSQL text of the query, without its AS OF
     as_of: int | None = None
+    #: the query as its prepared statement's Describe ran it (its parameters bound to
+    #: placeholders), whose column types this one's rows are sent as where they differ:
+    #: a year-month interval parameter makes ``DATE + $1`` a DATE, a day-time one (the
+    #: placeholder's) a TIMESTAMP. None: the query's own types.
+    typed_as: str | None = None
 
 
 @dataclass(frozen=True)
