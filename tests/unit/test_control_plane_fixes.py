@@ -89,9 +89,10 @@ def test_status_shows_a_catalog_row_that_does_not_decode(tmp_path: Path) -> None
 def test_drop_refuses_a_view_a_live_process_follows(tmp_path: Path) -> None:
     """A view that no process writes but one follows (a subscribe, a query) has no
     writer, and `timeshard drop` closed its shard under the follower (a read-only
-    deployment reads unleased: it is fenced instead, test_drop_read_only_standby.py). A leased reader of the view's shard that renewed its lease lately is a
-    live follower: the drop is refused, and goes through once the follower is gone
-    (its lease no longer renewed)."""
+    deployment reads unleased: it is fenced instead, test_drop_read_only_standby.py).
+    A leased reader of the view's shard that renewed its lease lately is a live
+    follower: the drop is refused, and goes through once the follower is gone (its
+    lease no longer renewed)."""
     import pyarrow as pa
 
     from timeshard.catalog import record_view
