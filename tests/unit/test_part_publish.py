@@ -88,3 +88,15 @@ def test_a_directory_at_the_key_is_corrupt_state(tmp_path: Path) -> None:
     with pytest.raises(CorruptState, match=f"part '{KEY}' is a directory"):
         _write(root)
     assert _names(root) == [KEY.rpartition("/")[2]]
+
+
+def test_a_directory_at_the_key_leaves_no_descriptor_open(tmp_path: Path) -> None:
+    """The check of what is at the key opens it: a directory there is CorruptState, and
+    the descriptor is closed (a task's Python worker is reused: a leak would add up)."""
+    root = _root(tmp_path)
+    (root / KEY).mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        with pytest.raises(CorruptState, match="is a directory"):
+            _write(root)
+    assert len(os.listdir("/proc/self/fd")) == before

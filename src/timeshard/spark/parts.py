@@ -673,11 +673,16 @@ def _holds(path: str, key: str, sha256: str) -> bool:
             ) from e
         raise
     try:
-        with open(fd, "rb") as f:
-            while chunk := f.read(1 << 20):
-                digest.update(chunk)
+        f = open(fd, "rb")  # noqa: SIM115 (a failed open leaves fd open: closed here)
     except IsADirectoryError:
+        os.close(fd)
         raise CorruptState(f"part {key!r} is a directory: a part is a file") from None
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
     if digest.hexdigest() != sha256:
         raise CorruptState(
             f"part {key!r} already holds other bytes: part keys are fresh and written once, "
