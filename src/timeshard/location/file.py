@@ -390,7 +390,10 @@ def _open_served(root: Path, key: str) -> int | None:
         raise Determinate(f"reading blob {key!r}: {e}") from e
 
 
-_OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: A directory is opened to look names up below it, not to list it: ``O_PATH`` (Linux)
+#: needs search permission only, as a lookup by path does (``O_RDONLY`` needs read too).
+_DIRECTORY = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
+_OPEN_DIRECTORY = _DIRECTORY | os.O_NOFOLLOW
 _OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -398,7 +401,7 @@ def _open_below(root: Path, names: list[str]) -> int:
     """A descriptor of ``root/names[0]/.../names[-1]``, each name opened below the previous
     one's descriptor without following a symbolic link: ``open``'s OSError otherwise (ELOOP
     for a link as the last name, ENOTDIR for one or a file before it)."""
-    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    directory = os.open(root, _DIRECTORY)
     try:
         for name in names[:-1]:
             above, directory = directory, os.open(name, _OPEN_DIRECTORY, dir_fd=directory)
