@@ -105,6 +105,8 @@ class Pipeline:
         self._view_tick_s = view_tick_s
         #: The declared sources whose build faulted (a server unreachable): each retried.
         self._unbuilt_sources: dict[str, _Retry] = {}
+        #: The location's shards, as listed since the last build attempt of such a source.
+        self._listed: set[str] | None = None
         #: The declared sources built, with their ingestions (in ``ingestions``).
         self._sources: list[tuple[SourceSpec, Any]] = []
         built: list[tuple[SourceSpec, Any]] = []
@@ -130,10 +132,14 @@ class Pipeline:
             # ingestion checks itself against it too, and the checks above keep the
             # declaration's objects apart, which an ingestion built later would see recorded.
             catalog = read_catalog(client)
-            self._check_sources(built, catalog)
-            for s, source in built:
-                self.ingestions.append(self._ingestion(s, source, catalog))
-                self._sources.append((s, source))
+            try:
+                self._check_sources(built, catalog)
+                for s, source in built:
+                    self.ingestions.append(self._ingestion(s, source, catalog))
+                    self._sources.append((s, source))
+            except InvalidUsage:
+                _drop_new_slots(source for _, source in built)
+                raise
             self.first_failures = self._step_ingestions()
             self.health = Health(client, clock)
             for name, retry in self._unbuilt_sources.items():
@@ -190,12 +196,14 @@ class Pipeline:
             if now < retry.next_at:
                 failures[name] = retry.failure
                 continue
+            source, self._listed = None, None
             try:
                 source = build_source(retry.spec)
                 catalog = read_catalog(self.client)
                 self._check_sources([*self._sources, (retry.spec, source)], catalog, new=1)
                 ingestion = self._ingestion(retry.spec, source, catalog)
             except InvalidUsage:
+                _drop_new_slots([source])
                 raise
             except Exception as e:
                 retry.failed(_failure(e))
@@ -274,8 +282,10 @@ class Pipeline:
         }
         if not ours:
             return {}
-        existing = set(self.client.list_shards())  # written by an earlier run: readable
-        return {shard: name for shard, name in ours.items() if shard not in existing}
+        if self._listed is None:  # listed again after each build attempt, not each step
+            self._listed = set(self.client.list_shards())
+        # written by an earlier run: readable
+        return {shard: name for shard, name in ours.items() if shard not in self._listed}
 
     def _install(self, v: ViewSpec) -> MaterializedView:
         definition = ViewDefinition(
@@ -346,6 +356,26 @@ class Pipeline:
                 failure = failure or e
         if failure is not None:
             raise failure
+
+
+def _drop_new_slots(sources: Iterable[Any]) -> None:
+    """Drop the replication slot each of ``sources`` created as it was built (a POSTGRES
+    source's; no other kind makes one), once the declaration is refused before any of
+    them ran: a refused declaration leaves nothing upstream holding WAL, as the checks
+    before a run build their sources without a slot (:func:`~timeshard.spec.checked_only`).
+    A slot that cannot be dropped is logged: the refusal is the error to see."""
+    for source in sources:
+        if not getattr(source, "slot_created", False):
+            continue
+        try:
+            source.drop()
+        except Exception as e:
+            log.error(
+                "cannot drop the replication slot of %s, made for a declaration then refused "
+                "(it keeps the server's WAL until dropped): %s",
+                getattr(source, "name", source),
+                e,
+            )
 
 
 class _Retry:

@@ -185,3 +185,75 @@ def test_run_goes_on_while_a_source_is_unreachable(
     assert "stalled: pg: SourceUnavailable" in out.output, out.output
     assert "waits for source 'pg'" in out.output, out.output
     assert Ingestion.steps["a"] >= 1 and "pg" not in Ingestion.steps
+
+
+class Slotted:
+    """``build_source`` whose ``pg`` faults ``faults`` times, then builds a source that made
+    a replication slot (as a POSTGRES source's build does), recording its drops."""
+
+    def __init__(self, faults: int) -> None:
+        self.faults = faults
+        self.dropped: list[str] = []
+
+    def __call__(self, spec: SourceSpec) -> Any:
+        if spec.name != "pg":
+            return type("Source", (), {"name": spec.name})()
+        if self.faults:
+            self.faults -= 1
+            raise unreachable(1)[0]
+        dropped = self.dropped
+
+        class Source:
+            name, slot_created = "pg", True
+
+            def drop(self) -> None:
+                dropped.append(self.name)
+
+        return Source()
+
+
+class Refusing(Ingestion):
+    """An ingestion whose check refuses ``pg`` (its shard another object's, say)."""
+
+    def __init__(self, spark: Any, client: Any, source: Any, **kw: Any) -> None:
+        if source.name == "pg":
+            raise InvalidUsage("source 'pg' would write shard 'pg', view 'pg' owns it")
+        super().__init__(spark, client, source, **kw)
+
+
+@pytest.mark.parametrize("faults", [0, 1], ids=["at the start", "built late"])
+def test_a_refused_source_drops_the_slot_its_build_made(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch, faults: int
+) -> None:
+    """A declaration refused once its sources are built leaves no slot upstream (it would
+    hold the server's WAL for ever): the run's checks before used a build that makes none,
+    but a source unreachable then is checked only once built, with its slot."""
+    build = Slotted(faults)
+    monkeypatch.setattr(controller, "build_source", build)
+    monkeypatch.setattr(controller, "Ingestion", Refusing)
+    with pytest.raises(InvalidUsage, match="owns it"):
+        pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
+        try:
+            pipeline.step()
+        finally:
+            pipeline.close()
+    assert build.dropped == ["pg"]
+
+
+def test_waiting_on_an_unbuilt_source_lists_the_shards_once_per_build_attempt(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    build = Unreachable(unreachable(1000))
+    monkeypatch.setattr(controller, "build_source", build)
+    listings = []
+    list_shards = client.list_shards
+    monkeypatch.setattr(client, "list_shards", lambda: listings.append(1) or list_shards())
+    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=3600.0)
+    try:
+        listings.clear()  # the build's own
+        for _ in range(5):  # no build is due: the view waits on the listing it has
+            assert pipeline.step()["v"] == "waits for source 'pg', not built yet"
+        assert build.builds == 1
+        assert listings == []
+    finally:
+        pipeline.close()
