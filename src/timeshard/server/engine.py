@@ -1230,7 +1230,7 @@ class Engine:
             try:
                 df = session.sql(spark_sql)
                 if typed_as is not None:
-                    df = _typed_as(df, session, self.resolve(typed_as)[0])
+                    df = self._typed_as(df, session, typed_as)
                 columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
                 # One partition at a time, its job run when the rows before it are taken.
                 partitions = _months_of_intervals(df).toLocalIterator(prefetchPartitions=False)
@@ -1241,6 +1241,16 @@ class Engine:
                 reader.expire()
             raise
         return QueryRows(columns, _query_rows(partitions, readers), readers)
+
+    def _typed_as(self, df: Any, session: Any, typed_as: str) -> Any:
+        """``df`` typed as the query ``typed_as`` (:func:`_typed_as`); as it is if
+        ``typed_as`` does not resolve: its Describe answered no columns then, and the
+        query itself did resolve."""
+        try:
+            spark_sql = self.resolve(typed_as)[0]
+        except SqlError:
+            return df
+        return _typed_as(df, session, spark_sql)
 
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --
