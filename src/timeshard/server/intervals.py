@@ -137,7 +137,10 @@ def interval_fields(text: str) -> tuple[int, int, int]:
     of months, as PostgreSQL's ``interval_in`` answers them."""
     with decimal.localcontext() as context:
         context.prec = 60  # exact for every value in range
-        return _fields(text, text.strip().lower())
+        try:
+            return _fields(text, text.strip().lower())
+        except decimal.DecimalException:  # a number past any field's range
+            raise _field_overflow(text) from None
 
 
 def _fields(text: str, lowered: str) -> tuple[int, int, int]:
@@ -182,7 +185,7 @@ def _fields(text: str, lowered: str) -> tuple[int, int, int]:
             if value is None:
                 raise _invalid(text)
             _once(str(value), seen, text)
-            total.add(decimal.Decimal(match["number"]), value)
+            total.add(_number(match["number"], text), value)
     return total.fields(sign)
 
 
@@ -200,7 +203,7 @@ def _add_time(total: _Sum, time: str, text: str) -> None:
     if len(parts) == 2 and "." in parts[1]:
         parts = ["0", *parts]
     hours, minutes = _integer(parts[0], text), _integer(parts[1], text)
-    seconds = decimal.Decimal(parts[2]) if len(parts) == 3 else decimal.Decimal(0)
+    seconds = _number(parts[2], text) if len(parts) == 3 else decimal.Decimal(0)
     if minutes > 59 or seconds >= 61:  # PostgreSQL's DecodeTime takes a 60th second
         raise _field_overflow(text)
     micros = (hours * 3600 + minutes * 60) * 1_000_000 + seconds * 1_000_000
@@ -222,6 +225,15 @@ def _integer(digits: str, text: str) -> int:
     return int(significant or "0")
 
 
+def _number(number: str, text: str) -> decimal.Decimal:
+    """A field's number (``[+-]digits[.digits]``); SqlError 22015 if its whole part has
+    more significant digits than any in range, as :func:`_integer` (a long one would take
+    seconds to convert, or overflow the decimal context)."""
+    whole = number.lstrip("+-").partition(".")[0]
+    _integer(whole, text)
+    return decimal.Decimal(number)
+
+
 def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
     """ISO 8601 with designators: ``[nY][nM][nW][nD][T[nH][nM][nS]]``, each signed."""
     date, _, time = rest.partition("t")
@@ -236,7 +248,7 @@ def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
             if match is None:
                 raise _invalid(text)
             _once(match[2], seen, text)
-            total.add(decimal.Decimal(match[1]), _UNITS[names[match[2]]])
+            total.add(_number(match[1], text), _UNITS[names[match[2]]])
             pos = match.end()
     return total.fields(1)
 
