@@ -119,12 +119,16 @@ def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
     a column after the last star is numbered from the end (-1 is the last), one before it
     not at all.
 
-    ``sql`` is parsed once per text (:func:`_parameter_columns`): a prepared statement's
-    every Bind asks for its columns, and parses nothing after the first."""
-    if not any(o in _KEPT_OIDS for o in oids) and not _CASTS_KEPT.search(sql):
-        return {}
+    Parses ``sql`` (:func:`parameter_columns`) unless it can have no such column: a
+    prepared statement keeps that parse and asks :func:`kept_columns` at each Bind."""
+    return kept_columns(parameter_columns(sql, oids), oids)
+
+
+def kept_columns(found: tuple[tuple[int, str | int], ...], oids: list[int]) -> dict[int, str]:
+    """:func:`declared_columns` of a query whose :func:`parameter_columns` are ``found``,
+    its parameters declared ``oids``: no SQL is parsed."""
     out = {}
-    for i, kept in _parameter_columns(sql):
+    for i, kept in found:
         if isinstance(kept, int):
             name = _KEPT_OIDS.get(oids[kept - 1]) if 1 <= kept <= len(oids) else None
         else:
@@ -134,15 +138,18 @@ def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
     return out
 
 
-@functools.lru_cache(maxsize=256)
-def _parameter_columns(sql: str) -> tuple[tuple[int, str | int], ...]:
-    """The columns of the query ``sql`` that may be a parameter of a kept type, parsed
-    (memoized on the text): their index (see :func:`declared_columns`) and the type name
-    a cast gives them (``$1::json``) or the parameter's number (a bare ``$n``)."""
+def parameter_columns(sql: str, oids: list[int]) -> tuple[tuple[int, str | int], ...]:
+    """The columns of the query ``sql`` that may be a parameter of a kept type: their
+    index (see :func:`declared_columns`) and the type name a cast gives them (``$1::json``)
+    or the parameter's number (a bare ``$n``). ``sql`` is parsed only if a parameter is
+    declared (``oids``) of a kept type or its text may cast to one: nothing is memoized
+    here (a prepared statement keeps its own, and lets go of it when closed)."""
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
+    if not any(o in _KEPT_OIDS for o in oids) and not _CASTS_KEPT.search(sql):
+        return ()
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
     except SqlglotError:
@@ -350,6 +357,8 @@ __all__ = [
     "column_type",
     "declared_columns",
     "encode_value",
+    "kept_columns",
+    "parameter_columns",
     "type_oid",
     "with_declared",
 ]

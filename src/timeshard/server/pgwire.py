@@ -168,8 +168,9 @@ from timeshard.server.engine import Engine, Result, Stream
 from timeshard.server.intervals import interval_fields, interval_text
 from timeshard.server.pgtypes import (
     TYPE_OIDS,
-    declared_columns,
     encode_value,
+    kept_columns,
+    parameter_columns,
     type_oid,
     with_declared,
 )
@@ -219,10 +220,13 @@ class _Prepared:
     sql: str
     types: list[int]
     intervals: frozenset[int] = frozenset()
+    #: its columns that may be a json, jsonb or varchar parameter
+    #: (:func:`~timeshard.server.pgtypes.parameter_columns`)
+    columns: tuple[tuple[int, str | int], ...] = ()
 
     @classmethod
     def of(cls, sql: str, types: list[int]) -> _Prepared:
-        return cls(sql, types, interval_parameters(sql))
+        return cls(sql, types, interval_parameters(sql), parameter_columns(sql, types))
 
 
 def _statement_oids(prepared: _Prepared) -> list[int]:
@@ -466,7 +470,7 @@ class _Portal:
     result: _Answer | None = None
     rows: _Rows | None = None  # its rows not sent yet, once an Execute has sent some
     described: bool = False
-    #: its columns that are a json, jsonb or varchar parameter (:func:`declared_columns`)
+    #: its columns that are a json, jsonb or varchar parameter (:func:`kept_columns`)
     declared: dict[int, str] = field(default_factory=dict)
     #: its statement bound as a Describe of it binds it, when a value bound may make a
     #: column's type other than that Describe answered (:func:`_typed_as`)
@@ -1552,7 +1556,9 @@ class _Handler(socketserver.BaseRequestHandler):
         bound = bind(sql, params) if params else sql
         self._close_portals(msg.portal)  # a Bind replaces a portal of its name
         s.portals[msg.portal] = _Portal(
-            bound, declared=declared_columns(sql, types), typed_as=_typed_as(prepared, params)
+            bound,
+            declared=kept_columns(prepared.columns, types),
+            typed_as=_typed_as(prepared, params),
         )
         self._send(BindComplete())
 
@@ -1588,7 +1594,7 @@ class _Handler(socketserver.BaseRequestHandler):
             else:
                 columns = self._statement_columns(prepared)
             if columns:
-                columns = with_declared(columns, declared_columns(sql, oids))
+                columns = with_declared(columns, kept_columns(prepared.columns, oids))
             self._send(ParameterDescription(type_oids=oids))
             self._send(RowDescription(fields=_fields(columns)) if columns else NoData())
             return
