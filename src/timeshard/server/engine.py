@@ -93,6 +93,7 @@ from timeshard.persist.as_of import common_as_of
 from timeshard.server.pgtypes import column_type
 from timeshard.server.rows import (
     QueryRows,
+    _calendar_intervals_as_text,
     _months_of_intervals,
     _query_rows,
     _subscribe_rows,
@@ -1233,7 +1234,8 @@ class Engine:
                     df = self._typed_as(df, session, typed_as)
                 columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
                 # One partition at a time, its job run when the rows before it are taken.
-                partitions = _months_of_intervals(df).toLocalIterator(prefetchPartitions=False)
+                collectable = _months_of_intervals(_calendar_intervals_as_text(df))
+                partitions = collectable.toLocalIterator(prefetchPartitions=False)
             except PySparkException as e:
                 raise spark_error(e) from e
         except BaseException:

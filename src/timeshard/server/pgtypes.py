@@ -38,6 +38,8 @@ TYPE_OIDS = {
     "daytimeinterval": 1186,
     # its values whole months (PySpark collects none of it): see the engine's query rows
     "yearmonthinterval": 1186,
+    # Spark's calendar interval: its values Spark's text of it, for the same reason
+    "interval": 1186,
     # Spark has none of these: a column made of a parameter declared so is described so
     # (:func:`declared_columns`), its values strings
     "json": 114,
@@ -236,6 +238,10 @@ def encode_value(value: Any, type_name: str = "") -> bytes | None:
         from timeshard.server.intervals import interval_text
 
         return interval_text(value, 0, 0).encode("ascii")
+    if type_name == "interval" and isinstance(value, str):  # Spark's text of a calendar one
+        from timeshard.server.intervals import interval_fields, interval_text
+
+        return interval_text(*interval_fields(value)).encode("ascii")
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, bytes | bytearray):
