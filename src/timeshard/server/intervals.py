@@ -81,9 +81,12 @@ def _field_overflow(text: str) -> SqlError:
 
 class _Sum:
     """Fields added up exactly, as PostgreSQL's ``DecodeInterval`` adds them (its
-    ``pg_itm_in``): whole years, months and days (int32 each) and microseconds (int64),
-    a fraction spilling into the smaller ones. A field past its range once a number is
-    added to it is SqlError 22015 (interval field value out of range) naming ``text``."""
+    ``pg_itm_in``), in the order the caller adds them: whole years, months and days
+    (int32 each) and microseconds (int64), a fraction spilling into the smaller ones. A
+    number's whole part times its unit past that field's range (``214748365 decades``:
+    PostgreSQL's ``AdjustYears`` multiplies before it adds), or a field past its range
+    once a number is added to it, is SqlError 22015 (interval field value out of range)
+    naming ``text``."""
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -93,6 +96,10 @@ class _Sum:
         self.micros = decimal.Decimal(0)
 
     def add(self, number: decimal.Decimal, unit: tuple[int, int, int]) -> None:
+        scale = unit[0] // 12 if unit[0] >= 12 else unit[0] or unit[1] or unit[2]
+        least, greatest = (_INT64_MIN, _INT64) if unit[2] else (_INT32_MIN, _INT32)
+        if not least <= int(number) * scale <= greatest:
+            raise _field_overflow(self.text)
         months, days, micros = (number * f for f in unit)
         if unit[0] >= 12:  # whole years, and a fraction of one rounded to whole months
             # (PostgreSQL 15+ rounds it, half to even as its rint: '1.99 years' is 24 months)
@@ -164,7 +171,10 @@ def _fields(text: str, lowered: str) -> tuple[int, int, int]:
         raise _invalid(text)
     total = _Sum(text)
     seen: set[str] = set()
-    for k, match in enumerate(matches):
+    # Right to left, as PostgreSQL's DecodeInterval adds them, each checked as it is added:
+    # which is refused first (a field past its range, one given twice) depends on it.
+    for k in reversed(range(len(matches))):
+        match = matches[k]
         if match["time"] is not None:
             _once("time", seen, text)
             _add_time(total, match["time"], text)
