@@ -57,8 +57,33 @@ def test_binds_of_a_prepared_statement_parse_it_once(
 
 def test_the_columns_found_are_the_same_each_time(parses: list[str]) -> None:
     sql = SQL.decode()
-    first = pgtypes.declared_columns(sql, [114, 1043])
+    found = pgtypes.parameter_columns(sql, [114, 1043])
+    first = pgtypes.kept_columns(found, [114, 1043])
     assert first == {0: "json", 1: "varchar"}
-    assert pgtypes.declared_columns(sql, [114, 25]) == {0: "json"}
+    assert pgtypes.kept_columns(found, [114, 25]) == {0: "json"}
+    assert pgtypes.kept_columns(found, [114, 1043]) == first
     assert pgtypes.declared_columns(sql, [114, 1043]) == first
-    assert parses == [sql]
+    assert parses == [sql, sql]
+
+
+def test_no_memo_keeps_the_text_of_a_closed_statement(
+    served: tuple[PgServer, StandIn], parses: list[str]
+) -> None:
+    """The parse is the prepared statement's own: a memo keyed on the text kept up to 256
+    texts (however long) after their statements were closed."""
+    server, _ = served
+    text = SQL + b" WHERE '" + b"x" * 1000 + b"' <> 'y'"
+    with connect(server, autocommit=True) as conn:
+        pgconn = conn.pgconn
+        prepared = pgconn.prepare(b"s", text, [114, 1043])
+        assert prepared.status == 1, prepared.error_message  # COMMAND_OK
+        result = pgconn.exec_prepared(b"s", [b"{}", b"v"])
+        assert result.status == 2, result.error_message  # TUPLES_OK
+        closed = pgconn.exec_(b"DEALLOCATE s")  # libpq's close_prepared holds the GIL
+        assert closed.status == 1, closed.error_message
+    memos = {
+        name: memo.cache_info().currsize
+        for name, memo in vars(pgtypes).items()
+        if hasattr(memo, "cache_info") and name != "_nested"  # keyed on a column type
+    }
+    assert not any(memos.values()), memos

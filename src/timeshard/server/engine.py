@@ -93,6 +93,7 @@ from timeshard.persist.as_of import common_as_of
 from timeshard.server.pgtypes import column_type
 from timeshard.server.rows import (
     QueryRows,
+    _calendar_intervals_as_text,
     _months_of_intervals,
     _query_rows,
     _subscribe_rows,
@@ -1230,10 +1231,11 @@ class Engine:
             try:
                 df = session.sql(spark_sql)
                 if typed_as is not None:
-                    df = _typed_as(df, session, self.resolve(typed_as)[0])
+                    df = self._typed_as(df, session, typed_as)
                 columns = [(f.name, column_type(f.dataType)) for f in df.schema.fields]
                 # One partition at a time, its job run when the rows before it are taken.
-                partitions = _months_of_intervals(df).toLocalIterator(prefetchPartitions=False)
+                collectable = _months_of_intervals(_calendar_intervals_as_text(df))
+                partitions = collectable.toLocalIterator(prefetchPartitions=False)
             except PySparkException as e:
                 raise spark_error(e) from e
         except BaseException:
@@ -1241,6 +1243,16 @@ class Engine:
                 reader.expire()
             raise
         return QueryRows(columns, _query_rows(partitions, readers), readers)
+
+    def _typed_as(self, df: Any, session: Any, typed_as: str) -> Any:
+        """``df`` typed as the query ``typed_as`` (:func:`_typed_as`); as it is if
+        ``typed_as`` does not resolve: its Describe answered no columns then, and the
+        query itself did resolve."""
+        try:
+            spark_sql = self.resolve(typed_as)[0]
+        except SqlError:
+            return df
+        return _typed_as(df, session, spark_sql)
 
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --
@@ -1407,16 +1419,65 @@ def _interval_casts(tree: exp.Expr) -> None:
     A cast of a string literal (``'1 day'::interval``) is the value PostgreSQL's interval
     input reads (:func:`_interval_value`), its errors PostgreSQL's: Spark's cast of the
     text makes a calendar interval, which PySpark cannot collect (XX000), and reads
-    PostgreSQL's ``mon`` as nothing (NULL)."""
+    PostgreSQL's ``mon`` as nothing (NULL). Any of PostgreSQL's string constants is such
+    a string (``E'1 day'``, ``$$1 day$$``, ``U&'1\\0020day'``); a ``TRY_CAST`` of text
+    that is no interval is NULL.
+
+    A cast of NULL (``NULL::interval``, an undeclared or text ``$1`` bound to NULL) is a
+    day-time NULL: Spark's calendar NULL is not collectable either."""
     for cast in list(tree.find_all(exp.Cast)):
         value = cast.this.unnest()
         if cast.to.this != exp.DataType.Type.INTERVAL or cast.to.expressions:
             continue
         typed = isinstance(value, exp.Cast) and isinstance(value.to.this, exp.Interval)
+        text = _string_constant(value)
         if isinstance(value, exp.Interval) or typed:
             cast.replace(cast.this.copy())
-        elif isinstance(value, exp.Literal) and value.is_string:
-            cast.replace(_interval_value(value.this))
+        elif isinstance(value, exp.Null) or (
+            isinstance(value, exp.Cast) and isinstance(value.this.unnest(), exp.Null)
+        ):
+            cast.replace(_null_interval())
+        elif text is not None:
+            try:
+                cast.replace(_interval_value(text))
+            except SqlError:
+                if not isinstance(cast, exp.TryCast):
+                    raise
+                cast.replace(_null_interval())
+
+
+def _null_interval() -> exp.Expr:
+    return sqlglot.parse_one("CAST(NULL AS INTERVAL DAY TO SECOND)", read="spark")
+
+
+_UNICODE_ESCAPE = r"(?:(?P<e1>{e}){e}|{e}(?P<four>[0-9a-fA-F]{{4}})|{e}\+(?P<six>[0-9a-fA-F]{{6}}))"
+
+
+def _string_constant(value: exp.Expr) -> str | None:
+    """The text of ``value`` if it is one of PostgreSQL's string constants: a quoted
+    string, an escape string (``E'...'``, its escapes read by the parser), a
+    dollar-quoted one, or a Unicode one (``U&'...'``, its ``\\XXXX`` and ``\\+XXXXXX``
+    escapes read here; SqlError 22025 for a malformed one, as PostgreSQL's); else None."""
+    if isinstance(value, exp.Literal):
+        return str(value.this) if value.is_string else None
+    if isinstance(value, exp.ByteString | exp.RawString):
+        return str(value.this)
+    if not isinstance(value, exp.UnicodeString):
+        return None
+    escape = value.args.get("escape")
+    mark = escape.name if isinstance(escape, exp.Expr) else "\\"
+    pattern = re.compile(_UNICODE_ESCAPE.format(e=re.escape(mark)))
+    text = str(value.this)
+
+    def unescaped(match: re.Match[str]) -> str:
+        if match["e1"] is not None:
+            return mark
+        return chr(int(match["four"] or match["six"], 16))
+
+    out = pattern.sub(unescaped, text)
+    if mark in pattern.sub("", text):
+        raise SqlError(f"invalid Unicode escape in {text!r}", "22025")
+    return out
 
 
 #: The greatest microseconds a calendar interval's seconds hold (``make_interval``'s

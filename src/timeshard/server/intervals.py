@@ -81,9 +81,12 @@ def _field_overflow(text: str) -> SqlError:
 
 class _Sum:
     """Fields added up exactly, as PostgreSQL's ``DecodeInterval`` adds them (its
-    ``pg_itm_in``): whole years, months and days (int32 each) and microseconds (int64),
-    a fraction spilling into the smaller ones. A field past its range once a number is
-    added to it is SqlError 22015 (interval field value out of range) naming ``text``."""
+    ``pg_itm_in``), in the order the caller adds them: whole years, months and days
+    (int32 each) and microseconds (int64), a fraction spilling into the smaller ones. A
+    number's whole part times its unit past that field's range (``214748365 decades``:
+    PostgreSQL's ``AdjustYears`` multiplies before it adds), or a field past its range
+    once a number is added to it, is SqlError 22015 (interval field value out of range)
+    naming ``text``."""
 
     def __init__(self, text: str) -> None:
         self.text = text
@@ -93,6 +96,10 @@ class _Sum:
         self.micros = decimal.Decimal(0)
 
     def add(self, number: decimal.Decimal, unit: tuple[int, int, int]) -> None:
+        scale = unit[0] // 12 if unit[0] >= 12 else unit[0] or unit[1] or unit[2]
+        least, greatest = (_INT64_MIN, _INT64) if unit[2] else (_INT32_MIN, _INT32)
+        if not least <= int(number) * scale <= greatest:
+            raise _field_overflow(self.text)
         months, days, micros = (number * f for f in unit)
         if unit[0] >= 12:  # whole years, and a fraction of one rounded to whole months
             # (PostgreSQL 15+ rounds it, half to even as its rint: '1.99 years' is 24 months)
@@ -137,7 +144,10 @@ def interval_fields(text: str) -> tuple[int, int, int]:
     of months, as PostgreSQL's ``interval_in`` answers them."""
     with decimal.localcontext() as context:
         context.prec = 60  # exact for every value in range
-        return _fields(text, text.strip().lower())
+        try:
+            return _fields(text, text.strip().lower())
+        except decimal.DecimalException:  # a number past any field's range
+            raise _field_overflow(text) from None
 
 
 def _fields(text: str, lowered: str) -> tuple[int, int, int]:
@@ -161,7 +171,10 @@ def _fields(text: str, lowered: str) -> tuple[int, int, int]:
         raise _invalid(text)
     total = _Sum(text)
     seen: set[str] = set()
-    for k, match in enumerate(matches):
+    # Right to left, as PostgreSQL's DecodeInterval adds them, each checked as it is added:
+    # which is refused first (a field past its range, one given twice) depends on it.
+    for k in reversed(range(len(matches))):
+        match = matches[k]
         if match["time"] is not None:
             _once("time", seen, text)
             _add_time(total, match["time"], text)
@@ -182,7 +195,7 @@ def _fields(text: str, lowered: str) -> tuple[int, int, int]:
             if value is None:
                 raise _invalid(text)
             _once(str(value), seen, text)
-            total.add(decimal.Decimal(match["number"]), value)
+            total.add(_number(match["number"], text), value)
     return total.fields(sign)
 
 
@@ -200,7 +213,7 @@ def _add_time(total: _Sum, time: str, text: str) -> None:
     if len(parts) == 2 and "." in parts[1]:
         parts = ["0", *parts]
     hours, minutes = _integer(parts[0], text), _integer(parts[1], text)
-    seconds = decimal.Decimal(parts[2]) if len(parts) == 3 else decimal.Decimal(0)
+    seconds = _number(parts[2], text) if len(parts) == 3 else decimal.Decimal(0)
     if minutes > 59 or seconds >= 61:  # PostgreSQL's DecodeTime takes a 60th second
         raise _field_overflow(text)
     micros = (hours * 3600 + minutes * 60) * 1_000_000 + seconds * 1_000_000
@@ -222,6 +235,15 @@ def _integer(digits: str, text: str) -> int:
     return int(significant or "0")
 
 
+def _number(number: str, text: str) -> decimal.Decimal:
+    """A field's number (``[+-]digits[.digits]``); SqlError 22015 if its whole part has
+    more significant digits than any in range, as :func:`_integer` (a long one would take
+    seconds to convert, or overflow the decimal context)."""
+    whole = number.lstrip("+-").partition(".")[0]
+    _integer(whole, text)
+    return decimal.Decimal(number)
+
+
 def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
     """ISO 8601 with designators: ``[nY][nM][nW][nD][T[nH][nM][nS]]``, each signed."""
     date, _, time = rest.partition("t")
@@ -236,7 +258,7 @@ def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
             if match is None:
                 raise _invalid(text)
             _once(match[2], seen, text)
-            total.add(decimal.Decimal(match[1]), _UNITS[names[match[2]]])
+            total.add(_number(match[1], text), _UNITS[names[match[2]]])
             pos = match.end()
     return total.fields(1)
 

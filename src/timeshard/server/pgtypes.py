@@ -38,6 +38,8 @@ TYPE_OIDS = {
     "daytimeinterval": 1186,
     # its values whole months (PySpark collects none of it): see the engine's query rows
     "yearmonthinterval": 1186,
+    # Spark's calendar interval: its values Spark's text of it, for the same reason
+    "interval": 1186,
     # Spark has none of these: a column made of a parameter declared so is described so
     # (:func:`declared_columns`), its values strings
     "json": 114,
@@ -119,12 +121,16 @@ def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
     a column after the last star is numbered from the end (-1 is the last), one before it
     not at all.
 
-    ``sql`` is parsed once per text (:func:`_parameter_columns`): a prepared statement's
-    every Bind asks for its columns, and parses nothing after the first."""
-    if not any(o in _KEPT_OIDS for o in oids) and not _CASTS_KEPT.search(sql):
-        return {}
+    Parses ``sql`` (:func:`parameter_columns`) unless it can have no such column: a
+    prepared statement keeps that parse and asks :func:`kept_columns` at each Bind."""
+    return kept_columns(parameter_columns(sql, oids), oids)
+
+
+def kept_columns(found: tuple[tuple[int, str | int], ...], oids: list[int]) -> dict[int, str]:
+    """:func:`declared_columns` of a query whose :func:`parameter_columns` are ``found``,
+    its parameters declared ``oids``: no SQL is parsed."""
     out = {}
-    for i, kept in _parameter_columns(sql):
+    for i, kept in found:
         if isinstance(kept, int):
             name = _KEPT_OIDS.get(oids[kept - 1]) if 1 <= kept <= len(oids) else None
         else:
@@ -134,15 +140,18 @@ def declared_columns(sql: str, oids: list[int]) -> dict[int, str]:
     return out
 
 
-@functools.lru_cache(maxsize=256)
-def _parameter_columns(sql: str) -> tuple[tuple[int, str | int], ...]:
-    """The columns of the query ``sql`` that may be a parameter of a kept type, parsed
-    (memoized on the text): their index (see :func:`declared_columns`) and the type name
-    a cast gives them (``$1::json``) or the parameter's number (a bare ``$n``)."""
+def parameter_columns(sql: str, oids: list[int]) -> tuple[tuple[int, str | int], ...]:
+    """The columns of the query ``sql`` that may be a parameter of a kept type: their
+    index (see :func:`declared_columns`) and the type name a cast gives them (``$1::json``)
+    or the parameter's number (a bare ``$n``). ``sql`` is parsed only if a parameter is
+    declared (``oids``) of a kept type or its text may cast to one: nothing is memoized
+    here (a prepared statement keeps its own, and lets go of it when closed)."""
     import sqlglot
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
+    if not any(o in _KEPT_OIDS for o in oids) and not _CASTS_KEPT.search(sql):
+        return ()
     try:
         tree = sqlglot.parse_one(sql, read="postgres")
     except SqlglotError:
@@ -229,6 +238,10 @@ def encode_value(value: Any, type_name: str = "") -> bytes | None:
         from timeshard.server.intervals import interval_text
 
         return interval_text(value, 0, 0).encode("ascii")
+    if type_name == "interval" and isinstance(value, str):  # Spark's text of a calendar one
+        from timeshard.server.intervals import interval_fields, interval_text
+
+        return interval_text(*interval_fields(value)).encode("ascii")
     if isinstance(value, bool):
         return b"t" if value else b"f"
     if isinstance(value, bytes | bytearray):
@@ -350,6 +363,8 @@ __all__ = [
     "column_type",
     "declared_columns",
     "encode_value",
+    "kept_columns",
+    "parameter_columns",
     "type_oid",
     "with_declared",
 ]

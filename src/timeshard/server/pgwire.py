@@ -168,8 +168,9 @@ from timeshard.server.engine import Engine, Result, Stream
 from timeshard.server.intervals import interval_fields, interval_text
 from timeshard.server.pgtypes import (
     TYPE_OIDS,
-    declared_columns,
     encode_value,
+    kept_columns,
+    parameter_columns,
     type_oid,
     with_declared,
 )
@@ -193,6 +194,8 @@ from timeshard.server.statements import (
     SqlError,
     Statement,
     bind,
+    described_oid,
+    interval_parameters,
     parameter_count,
     parse,
     placeholder,
@@ -208,26 +211,72 @@ log = logging.getLogger(__name__)
 _INTERVAL_OID = 1186
 
 
-def _statement_oids(sql: str, types: list[int]) -> list[int]:
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A prepared statement: its text, the parameter types its Parse declared (0 or
+    missing: undeclared), and the parameters it casts to interval itself
+    (:func:`~timeshard.server.statements.interval_parameters`), found once at its Parse."""
+
+    sql: str
+    types: list[int]
+    intervals: frozenset[int] = frozenset()
+    #: its columns that may be a json, jsonb or varchar parameter
+    #: (:func:`~timeshard.server.pgtypes.parameter_columns`)
+    columns: tuple[tuple[int, str | int], ...] = ()
+
+    @classmethod
+    def of(cls, sql: str, types: list[int]) -> _Prepared:
+        return cls(sql, types, interval_parameters(sql), parameter_columns(sql, types))
+
+
+def _statement_oids(prepared: _Prepared) -> list[int]:
     """The type OIDs of a prepared statement's parameters, as its Describe answers them:
-    those declared, text (25) for one not."""
+    those declared; one not, interval (1186) if the statement casts it to interval itself,
+    as PostgreSQL infers it, else text (25)."""
+    sql, types = prepared.sql, prepared.types
     count = max(len(types), parameter_count(sql))
-    return [types[i] if i < len(types) and types[i] else 25 for i in range(count)]
+    oids = [types[i] if i < len(types) else 0 for i in range(count)]
+    return [
+        oid or (_INTERVAL_OID if i + 1 in prepared.intervals else 25) for i, oid in enumerate(oids)
+    ]
 
 
-def _typed_as(sql: str, types: list[int], params: list[Param]) -> str | None:
-    """``sql`` bound as its Describe binds it (placeholders of its parameters' types) if
-    ``params`` bind a year-month interval: the placeholder of an interval is a day-time
-    one, and ``DATE '2020-01-01' + $1`` is then a TIMESTAMP where a year-month value makes
-    it a DATE. The rows are sent as the Describe described them (their columns cast to
-    its types, as PostgreSQL's ``date + interval`` is a timestamp whatever the interval).
-    None if no parameter is a year-month interval: the types cannot differ."""
+def _placeholders(prepared: _Prepared) -> list[Param]:
+    """The parameters a Describe of a prepared statement binds: one of each parameter's
+    type (:func:`~timeshard.server.statements.placeholder`), a string one that the
+    statement casts to interval itself an interval, as Execute reads it."""
+    return [
+        placeholder(described_oid(oid, i + 1, prepared.intervals))
+        for i, oid in enumerate(_statement_oids(prepared))
+    ]
+
+
+def _typed_as(prepared: _Prepared, params: list[Param]) -> str | None:
+    """A prepared statement bound as its Describe binds it (:func:`_placeholders`) if
+    ``params`` bind a year-month interval (or one of months and days or time), declared
+    interval or a string the statement casts to interval: the placeholder of an interval
+    is a day-time one, and ``DATE '2020-01-01' + $1`` is then a TIMESTAMP where a
+    year-month value makes it a DATE. The rows are sent as the Describe described them
+    (their columns cast to its types, as PostgreSQL's ``date + interval`` is a timestamp
+    whatever the interval). None if no parameter is such an interval: the types cannot
+    differ."""
     year_month = any(
-        p.oid == _INTERVAL_OID and p.text is not None and interval_fields(p.text)[0] for p in params
+        described_oid(p.oid, i + 1, prepared.intervals) == _INTERVAL_OID
+        and p.text is not None
+        and _months(p.text)
+        for i, p in enumerate(params)
     )
     if not year_month:
         return None
-    return bind(sql, [placeholder(oid) for oid in _statement_oids(sql, types)])
+    return bind(prepared.sql, _placeholders(prepared))
+
+
+def _months(text: str) -> int:
+    """The months of an interval's text; 0 for text that is none (Execute answers why)."""
+    try:
+        return interval_fields(text)[0]
+    except SqlError:
+        return 0
 
 
 def _may_answer_rows(sql: str) -> bool:
@@ -421,7 +470,7 @@ class _Portal:
     result: _Answer | None = None
     rows: _Rows | None = None  # its rows not sent yet, once an Execute has sent some
     described: bool = False
-    #: its columns that are a json, jsonb or varchar parameter (:func:`declared_columns`)
+    #: its columns that are a json, jsonb or varchar parameter (:func:`kept_columns`)
     declared: dict[int, str] = field(default_factory=dict)
     #: its statement bound as a Describe of it binds it, when a value bound may make a
     #: column's type other than that Describe answered (:func:`_typed_as`)
@@ -517,7 +566,7 @@ def _forward_move(cursor: _Cursor, statement: Fetch) -> tuple[int, int | None]:
 class _Session:
     """What one connection holds between messages."""
 
-    statements: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
+    statements: dict[str, _Prepared] = field(default_factory=dict)
     portals: dict[str, _Portal] = field(default_factory=dict)
     cursors: dict[str, _Cursor] = field(default_factory=dict)
     in_transaction: bool = False
@@ -1469,14 +1518,15 @@ class _Handler(socketserver.BaseRequestHandler):
             raise _aborted()
         if msg.statement and msg.statement in s.statements:
             raise SqlError(f"prepared statement {msg.statement!r} already exists", "42P05")
-        s.statements[msg.statement] = (msg.query, list(msg.param_types))
+        s.statements[msg.statement] = _Prepared.of(msg.query, list(msg.param_types))
         self._send(ParseComplete())
 
     def _bind(self, msg: Bind) -> None:
         s = self.session
         if msg.statement not in s.statements:
             raise SqlError(f"prepared statement {msg.statement!r} does not exist", "26000")
-        sql, types = s.statements[msg.statement]
+        prepared = s.statements[msg.statement]
+        sql, types = prepared.sql, prepared.types
         # As many parameters as the statement has, as PostgreSQL counts them: no $n is left
         # in its text, none dropped. A statement without "$" nor declared types has none.
         counted = bool(types or msg.param_values) or "$" in sql
@@ -1506,7 +1556,9 @@ class _Handler(socketserver.BaseRequestHandler):
         bound = bind(sql, params) if params else sql
         self._close_portals(msg.portal)  # a Bind replaces a portal of its name
         s.portals[msg.portal] = _Portal(
-            bound, declared=declared_columns(sql, types), typed_as=_typed_as(sql, types, params)
+            bound,
+            declared=kept_columns(prepared.columns, types),
+            typed_as=_typed_as(prepared, params),
         )
         self._send(BindComplete())
 
@@ -1533,16 +1585,16 @@ class _Handler(socketserver.BaseRequestHandler):
         if msg.kind == "S":
             if msg.name not in s.statements:
                 raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
-            sql, types = s.statements[msg.name]
-            oids = _statement_oids(sql, types)
+            prepared = s.statements[msg.name]
+            sql, oids = prepared.sql, _statement_oids(prepared)
             if s.failed and not _ends_transaction(split(sql)):
                 if _may_answer_rows(sql):  # describing it may look the catalog up
                     raise _aborted()
                 columns = None  # as PostgreSQL, which refuses only a statement with rows
             else:
-                columns = self._statement_columns(sql, oids)
+                columns = self._statement_columns(prepared)
             if columns:
-                columns = with_declared(columns, declared_columns(sql, oids))
+                columns = with_declared(columns, kept_columns(prepared.columns, oids))
             self._send(ParameterDescription(type_oids=oids))
             self._send(RowDescription(fields=_fields(columns)) if columns else NoData())
             return
@@ -1560,22 +1612,23 @@ class _Handler(socketserver.BaseRequestHandler):
         else:
             self._send(NoData())
 
-    def _statement_columns(self, sql: str, oids: list[int]) -> list[tuple[str, str]] | None:
+    def _statement_columns(self, prepared: _Prepared) -> list[tuple[str, str]] | None:
         """The columns a prepared statement answers, found without running it: a client
         that describes before it executes (JDBC, a driver's prepared statements) reads
         its rows with them. None if it answers no rows (or COPY data).
 
         Its parameters stand as values of the types the client declared in Parse
-        (:func:`~timeshard.server.statements.placeholder`; an undeclared one is text,
-        as the client then sends it), bound as Execute binds them: Describe answers
-        the types Execute's rows have. A statement that does not resolve with them
+        (:func:`_placeholders`; an undeclared one is text, as the client then sends it,
+        or an interval where the statement casts it to one), bound as Execute binds them:
+        Describe answers the types Execute's rows have. A statement that does not resolve with them
         there is described once bound, by its portal; one without parameters that
         does not resolve is an error, as PostgreSQL answers it at once.
         """
-        statements = split(sql)
+        statements = split(prepared.sql)
         if len(statements) != 1:
             return None
-        text = bind(statements[0], [placeholder(oid) for oid in oids]) if oids else statements[0]
+        params = _placeholders(prepared)
+        text = bind(statements[0], params) if params else statements[0]
         try:
             statement = parse(text)
             if isinstance(statement, Fetch):
@@ -1585,7 +1638,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 return None
             return self.server.engine.describe(statement)
         except SqlError:
-            if oids:
+            if params:
                 return None
             raise
 

@@ -4,10 +4,11 @@ A query's rows (:class:`QueryRows`) come one partition of its result at a time,
 each partition's Spark job run when the rows before it are taken, and hold the
 readers of the shards the query reads until the last row is taken, a job fails,
 or they are closed. Before its rows are taken, a query's plan is made collectable
-and described as it was (:func:`_months_of_intervals`: PySpark collects no
-year-month interval) and typed as its prepared statement's Describe answered
-(:func:`_typed_as`). A SUBSCRIBE's rows (:func:`_subscribe_rows`) are its
-snapshot, then the updates after it, until its ``UP TO``. A Spark failure is a
+and described as it was (:func:`_months_of_intervals`,
+:func:`_calendar_intervals_as_text`: PySpark collects no year-month nor calendar
+interval) and typed as its prepared statement's Describe answered (:func:`_typed_as`).
+A SUBSCRIBE's rows (:func:`_subscribe_rows`) are its snapshot, then the updates after
+it, until its ``UP TO``. A Spark failure is a
 :class:`~timeshard.server.sql_tokens.SqlError` (:func:`spark_error`).
 
 Everything here runs on the Spark driver: it plans, and takes rows from the jobs
@@ -188,6 +189,33 @@ def _months_of_intervals(df: Any) -> Any:
                 .cast(_year_months_as(f.dataType, YearMonthIntervalType(0, 1)))
                 .cast(_year_months_as(f.dataType, IntegerType()))
                 if _has_year_month(f.dataType)
+                else F.col(n)
+            ).alias(f.name)
+            for n, f in zip(names, fields, strict=True)
+        ]
+    )
+
+
+def _calendar_intervals_as_text(df: Any) -> Any:
+    """``df`` with each column of Spark's calendar interval (``make_interval``, months
+    with days or time) its text (``1 months 2 days 3 hours``), every name and place
+    kept: PySpark cannot collect a calendar interval (its ``fromInternal`` is not
+    implemented). The column is described as PostgreSQL's interval (its type name
+    ``interval``), and :func:`~timeshard.server.pgtypes.encode_value` writes the text
+    as PostgreSQL's. One inside an array, map or struct is not converted. Runs on the
+    driver, only to plan."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import CalendarIntervalType
+
+    fields = df.schema.fields
+    if not any(isinstance(f.dataType, CalendarIntervalType) for f in fields):
+        return df
+    names = [f"_{i}" for i in range(len(fields))]  # the columns' own names may repeat
+    return df.toDF(*names).select(
+        *[
+            (
+                F.col(n).cast("string")
+                if isinstance(f.dataType, CalendarIntervalType)
                 else F.col(n)
             ).alias(f.name)
             for n, f in zip(names, fields, strict=True)

@@ -313,6 +313,43 @@ def placeholder(oid: int) -> Param:
     return Param("null", oid)
 
 
+#: The types of a parameter PostgreSQL reads as a string where the statement casts it:
+#: undeclared (``unknown``), text, bpchar, varchar.
+_STRING_OIDS = {0, 25, 1042, 1043}
+
+
+def interval_parameters(sql: str) -> frozenset[int]:
+    """The numbers of the parameters ``sql`` casts to interval themselves (``$1::interval``,
+    ``CAST(($2) AS interval)``): PostgreSQL infers interval for such a parameter left
+    undeclared, and a string bound there is read as an interval. None if ``sql`` does not
+    parse (a statement that is not a query: it is told once bound). Parses ``sql`` only if
+    it names ``interval``."""
+    from sqlglot import exp
+    from sqlglot.errors import SqlglotError
+
+    if "interval" not in sql.lower():
+        return frozenset()
+    try:
+        tree = sqlglot.parse_one(sql, read="postgres")
+    except SqlglotError:
+        return frozenset()
+    found = set()
+    for cast in tree.find_all(exp.Cast) if tree is not None else ():
+        value = cast.this.unnest()
+        plain = cast.to.this == exp.DataType.Type.INTERVAL and not cast.to.expressions
+        if plain and isinstance(value, exp.Parameter) and value.this.is_int:
+            found.add(int(value.this.this))
+    return frozenset(found)
+
+
+def described_oid(oid: int, number: int, intervals: frozenset[int]) -> int:
+    """The type parameter ``number`` (declared ``oid``) is described as and stands as in a
+    Describe: interval (1186) if a string one is cast to interval itself (``intervals``,
+    :func:`interval_parameters`), as PostgreSQL infers an undeclared one and casts a
+    string one there; else ``oid``."""
+    return _INTERVAL_OID if number in intervals and oid in _STRING_OIDS else oid
+
+
 def bind(sql: str, params: list[Param]) -> str:
     """``sql`` with ``$n`` replaced by the n-th parameter as a literal.
 
@@ -884,6 +921,8 @@ __all__ = [
     "Subscribe",
     "bind",
     "check_json",
+    "described_oid",
+    "interval_parameters",
     "parameter_count",
     "parse",
     "placeholder",
