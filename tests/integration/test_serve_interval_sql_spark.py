@@ -274,6 +274,9 @@ def test_a_calendar_interval_column_is_postgresql_s_interval(
     assert (described.ftype(0), result.ftype(0), result.get_value(0, 0)) == (1186, 1186, value)
 
 
+# --- nested intervals, read by a driver (last: it shares the connection) ---
+
+
 def test_a_driver_reads_an_array_of_them_as_intervals(pgconn: Any) -> None:
     """psycopg's ``interval[]`` loader reads it (its ``timedelta`` takes a year as 365 days)."""
     conn = psycopg.Connection(pgconn)
