@@ -174,6 +174,7 @@ def test_an_exports_health_that_cannot_be_recorded_fails_no_step(
     pipeline = Pipeline.__new__(Pipeline)
     pipeline.client, pipeline.ingestions, pipeline.views, pipeline._closed = client, [], [], False
     pipeline._unbuilt = []  # every view and export built
+    pipeline._unbuilt_sources = {}  # and every source
     pipeline.exports = [  # type: ignore[list-item]
         SimpleNamespace(export_id=e, step=lambda e=e: stepped.append(e)) for e in ("e1", "e2")
     ]
