@@ -4,7 +4,9 @@ and views are stand-ins, and the source's build fails as an unreachable server's
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -85,6 +87,19 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PersistClient:
     return PersistClient(Location.embedded(tmp_path / "loc"))
 
 
+@contextlib.contextmanager
+def pipeline_of(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch, build: Any, backoff_s: float
+) -> Iterator[controller.Pipeline]:
+    """A pipeline of SPEC whose sources ``build`` builds, closed after the block."""
+    monkeypatch.setattr(controller, "build_source", build)
+    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=backoff_s)
+    try:
+        yield pipeline
+    finally:
+        pipeline.close()
+
+
 def unreachable(n: int) -> list[Exception]:
     return [
         SourceUnavailable(f"POSTGRES source 'pg': the server is unreachable ({i})")
@@ -97,9 +112,7 @@ def test_a_source_whose_build_faults_is_retried_while_the_others_run(
 ) -> None:
     """It ended the run: the pipeline's build raised the fault, and nothing ran."""
     build = Unreachable(unreachable(3))
-    monkeypatch.setattr(controller, "build_source", build)
-    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.001)
-    try:
+    with pipeline_of(client, monkeypatch, build, 0.001) as pipeline:
         assert "the server is unreachable (0)" in pipeline.first_failures["pg"]
         assert pipeline.first_failures["v"] == "waits for source 'pg', not built yet"
         health = latest_health(client)
@@ -117,35 +130,28 @@ def test_a_source_whose_build_faults_is_retried_while_the_others_run(
         assert View.installed == ["v"]  # built once its input's source is
         assert pipeline.step() == {}
         assert Ingestion.steps["pg"] == 2 and View.installed == ["v"]
-    finally:
-        pipeline.close()
 
 
 def test_a_source_is_built_again_only_after_its_pause(
     client: PersistClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     build = Unreachable(unreachable(2))
-    monkeypatch.setattr(controller, "build_source", build)
-    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=3600.0)
-    try:
+    with pipeline_of(client, monkeypatch, build, 3600.0) as pipeline:
         for _ in range(3):  # not yet due: no build, no connection attempt
             assert "unreachable (0)" in pipeline.step()["pg"]
         assert build.builds == 1
-    finally:
-        pipeline.close()
 
 
 def test_a_refusal_when_the_source_builds_at_last_ends_the_run(
     client: PersistClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     refusal = InvalidUsage("POSTGRES source 'pg': no publication 'p'")
-    monkeypatch.setattr(controller, "build_source", Unreachable([*unreachable(1), refusal]))
-    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
-    try:
-        with pytest.raises(InvalidUsage, match="no publication"):
-            pipeline.step()
-    finally:
-        pipeline.close()
+    build = Unreachable([*unreachable(1), refusal])
+    with (
+        pipeline_of(client, monkeypatch, build, 0.0) as pipeline,
+        pytest.raises(InvalidUsage, match="no publication"),
+    ):
+        pipeline.step()
 
 
 def test_a_refusal_at_the_start_ends_the_run(
@@ -229,14 +235,12 @@ def test_a_refused_source_drops_the_slot_its_build_made(
     hold the server's WAL for ever): the run's checks before used a build that makes none,
     but a source unreachable then is checked only once built, with its slot."""
     build = Slotted(faults)
-    monkeypatch.setattr(controller, "build_source", build)
     monkeypatch.setattr(controller, "Ingestion", Refusing)
-    with pytest.raises(InvalidUsage, match="owns it"):
-        pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
-        try:
-            pipeline.step()
-        finally:
-            pipeline.close()
+    with (
+        pytest.raises(InvalidUsage, match="owns it"),
+        pipeline_of(client, monkeypatch, build, 0.0) as pipeline,
+    ):
+        pipeline.step()
     assert build.dropped == ["pg"]
 
 
@@ -244,16 +248,12 @@ def test_waiting_on_an_unbuilt_source_lists_the_shards_once_per_build_attempt(
     client: PersistClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     build = Unreachable(unreachable(1000))
-    monkeypatch.setattr(controller, "build_source", build)
     listings = []
     list_shards = client.list_shards
     monkeypatch.setattr(client, "list_shards", lambda: listings.append(1) or list_shards())
-    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=3600.0)
-    try:
+    with pipeline_of(client, monkeypatch, build, 3600.0) as pipeline:
         listings.clear()  # the build's own
         for _ in range(5):  # no build is due: the view waits on the listing it has
             assert pipeline.step()["v"] == "waits for source 'pg', not built yet"
         assert build.builds == 1
         assert listings == []
-    finally:
-        pipeline.close()
