@@ -29,12 +29,14 @@ Invariants:
 
 1. Sources are built (and their options checked) before anything touches the
    location; a bad declaration fails with InvalidUsage and writes nothing. A
-   source whose build faults (its server unreachable: not the declaration's
-   fault) is ``stalled`` with the fault and built again by a later step, after
-   a pause that doubles from ``build_backoff_s`` up to a minute; the other
-   objects run meanwhile, and a view or export that reads a shard it would
-   write, which the location does not have yet, waits for it. Once it builds,
-   it is checked as at the start: a refusal then ends the run.
+   source whose build, or the build of its ingestion, faults (its server or the
+   location's consensus unreachable: not the declaration's fault) is
+   ``stalled`` with the fault and built again by a later step, after a pause
+   that doubles from ``build_backoff_s`` up to a minute; the other objects run
+   meanwhile, and a view or export that reads a shard it would write, which the
+   location does not have yet, waits for it. Once it builds, it is checked as
+   at the start. A refusal, or a shard's state that does not decode
+   (CorruptState), ends the run, at the start as later: retrying cannot help.
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
    So is a fault while a view is installed or an export built: the object is
@@ -61,7 +63,7 @@ from typing import Any
 
 from timeshard.catalog import CatalogEntry, check_redeclared, read_catalog
 from timeshard.compute import MaterializedView, ViewDefinition
-from timeshard.errors import InvalidUsage, TimeshardError
+from timeshard.errors import CorruptState, InvalidUsage, TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist.holds import release_view_holds, view_hold_id
 from timeshard.progress import Frontier
@@ -113,7 +115,7 @@ class Pipeline:
         for s in spec.source:  # a refusal raises here, before anything touches the location
             try:
                 built.append((s, build_source(s)))
-            except InvalidUsage:
+            except _ENDS_RUN:
                 raise
             except Exception as e:
                 self._unbuilt_sources[s.name] = _Retry(s, build_backoff_s, _failure(e))
@@ -135,9 +137,16 @@ class Pipeline:
             try:
                 self._check_sources(built, catalog)
                 for s, source in built:
-                    self.ingestions.append(self._ingestion(s, source, catalog))
+                    try:
+                        ingestion = self._ingestion(s, source, catalog)
+                    except _ENDS_RUN:
+                        raise
+                    except Exception as e:  # built again later, as a build's fault is
+                        self._unbuilt_sources[s.name] = _Retry(s, build_backoff_s, _failure(e))
+                        continue
+                    self.ingestions.append(ingestion)
                     self._sources.append((s, source))
-            except InvalidUsage:
+            except _ENDS_RUN:
                 _drop_new_slots(source for _, source in built)
                 raise
             self.first_failures = self._step_ingestions()
@@ -202,7 +211,7 @@ class Pipeline:
                 catalog = read_catalog(self.client)
                 self._check_sources([*self._sources, (retry.spec, source)], catalog, new=1)
                 ingestion = self._ingestion(retry.spec, source, catalog)
-            except InvalidUsage:
+            except _ENDS_RUN:
                 _drop_new_slots([source])
                 raise
             except Exception as e:
@@ -360,10 +369,11 @@ class Pipeline:
 
 def _drop_new_slots(sources: Iterable[Any]) -> None:
     """Drop the replication slot each of ``sources`` created as it was built (a POSTGRES
-    source's; no other kind makes one), once the declaration is refused before any of
-    them ran: a refused declaration leaves nothing upstream holding WAL, as the checks
-    before a run build their sources without a slot (:func:`~timeshard.spec.checked_only`).
-    A slot that cannot be dropped is logged: the refusal is the error to see."""
+    source's; no other kind makes one), once the run ends before any of them ran (the
+    declaration refused, or corrupt state): such a run leaves nothing upstream holding
+    WAL, as the checks before a run build their sources without a slot
+    (:func:`~timeshard.spec.checked_only`). A slot that cannot be dropped is logged: the
+    error that ended the run is the one to see."""
     for source in sources:
         if not getattr(source, "slot_created", False):
             continue
@@ -376,6 +386,12 @@ def _drop_new_slots(sources: Iterable[Any]) -> None:
                 getattr(source, "name", source),
                 e,
             )
+
+
+#: What ends the run when a source or its ingestion is built: a refusal (the declaration
+#: is wrong) or a shard's state that does not decode. Retrying cannot help either; any
+#: other failure is a fault, retried (invariant 1).
+_ENDS_RUN = (InvalidUsage, CorruptState)
 
 
 class _Retry:

@@ -1,4 +1,5 @@
-"""A pipeline's first tick is guarded as every later one is, and a failed build closes
+"""A pipeline's first tick is guarded as every later one is, an ingestion whose build
+faults at the start is retried as a later one is, and a build that ends the run closes
 what it built (no Spark: the ingestions are stand-ins)."""
 
 from __future__ import annotations
@@ -9,9 +10,11 @@ from typing import Any, ClassVar
 import pytest
 
 import timeshard.controller as controller
+from timeshard.errors import CorruptState, Determinate, Indeterminate, InvalidUsage
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.spec import RunSpec, SourceSpec
+from timeshard.storage.health import latest_health
 
 SPEC = RunSpec(
     source=[SourceSpec(name=n, kind="counter") for n in ("a", "b", "c")],
@@ -19,15 +22,15 @@ SPEC = RunSpec(
 
 
 class StandIn:
-    """An ingestion whose first step fails for source ``b``; built for ``c`` it fails if
-    ``fail_build`` is set."""
+    """An ingestion whose first step fails for source ``b``; built for ``c`` it raises
+    each of ``fail_build`` in turn, then builds."""
 
     closed: ClassVar[list[str]] = []
-    fail_build = False
+    fail_build: ClassVar[list[Exception]] = []
 
     def __init__(self, spark: Any, client: Any, source: Any, **kw: Any) -> None:
         if source.name == "c" and StandIn.fail_build:
-            raise OSError("consensus unreachable")
+            raise StandIn.fail_build.pop(0)
         self.output = source.name
         self.steps = 0
 
@@ -44,7 +47,7 @@ class StandIn:
 def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PersistClient:
     monkeypatch.setattr(controller, "Ingestion", StandIn)
     StandIn.closed = []
-    StandIn.fail_build = False
+    StandIn.fail_build = []
     return PersistClient(Location.embedded(tmp_path / "loc"))
 
 
@@ -60,10 +63,45 @@ def test_a_fault_in_a_first_tick_is_a_failure_of_that_source_not_of_the_run(
     assert StandIn.closed == ["a", "b", "c"]
 
 
-def test_a_pipeline_that_fails_to_build_closes_what_it_built(client: PersistClient) -> None:
-    StandIn.fail_build = True
-    with pytest.raises(OSError, match="consensus unreachable"):
-        controller.Pipeline(None, client, SPEC)
+def test_a_fault_building_an_ingestion_at_the_start_stalls_that_source_alone(
+    client: PersistClient,
+) -> None:
+    """It ended the run, as a refusal does, though a later step could build it: a source
+    whose build faults later is stalled and built again, and so is one at the start."""
+    StandIn.fail_build = [
+        Indeterminate("consensus unreachable (0)"),
+        Determinate("consensus unreachable (1)"),
+    ]
+    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
+    try:
+        assert "Indeterminate: consensus unreachable (0)" in pipeline.first_failures["c"]
+        health = latest_health(client)
+        assert health["c"]["status"] == "stalled", health
+        assert "consensus unreachable (0)" in health["c"]["error"]
+        assert [i.output for i in pipeline.ingestions] == ["a", "b"]  # they run
+        assert "Determinate: consensus unreachable (1)" in pipeline.step()["c"]
+        assert pipeline.step() == {}  # built at last, and stepped
+        assert [(i.output, i.steps) for i in pipeline.ingestions][2] == ("c", 1)
+    finally:
+        pipeline.close()
+    assert StandIn.closed == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        InvalidUsage("output shard 'c' is closed (its source was dropped)"),
+        CorruptState("shard 'c': unknown state version 99"),
+    ],
+    ids=["refusal", "corrupt state"],
+)
+def test_a_refusal_or_corrupt_state_building_an_ingestion_ends_the_run(
+    client: PersistClient, error: Exception
+) -> None:
+    """No retry can help: the run ends with the error, and closes what it built."""
+    StandIn.fail_build = [error]
+    with pytest.raises(type(error), match=str(error).split(" (")[0]):
+        controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
     assert StandIn.closed == ["a", "b"]
 
 
@@ -90,8 +128,6 @@ def test_a_refusal_keeps_its_end_and_a_jvm_trace_is_cut(
 ) -> None:
     """A failure was cut to 300 characters: a refusal that ends with how to go on (an
     export whose progress is lost: drop it, then ...) lost that end in its stalled line."""
-    from timeshard.errors import InvalidUsage
-
     refusal = "export 'e' lost its progress. " + "x" * 400 + " and declare it again"
     trace = "java.lang.IllegalStateException: " + "at org.apache.spark.X\n" * 100
     failing = {"a": InvalidUsage(refusal), "c": RuntimeError(trace)}
@@ -106,3 +142,19 @@ def test_a_refusal_keeps_its_end_and_a_jvm_trace_is_cut(
     failures = controller.Pipeline(None, client, SPEC).first_failures
     assert failures["a"].endswith("and declare it again")
     assert len(failures["c"]) < 350
+
+
+def test_corrupt_state_when_a_stalled_source_is_built_again_ends_the_run(
+    client: PersistClient,
+) -> None:
+    """It was retried as a fault, every step for ever: no retry decodes the state."""
+    StandIn.fail_build = [
+        Indeterminate("consensus unreachable"),
+        CorruptState("shard 'c': unknown state version 99"),
+    ]
+    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
+    try:
+        with pytest.raises(CorruptState, match="unknown state version 99"):
+            pipeline.step()
+    finally:
+        pipeline.close()

@@ -19,6 +19,18 @@ it resumes while no replica runs; ``close`` keeps those holds, ``drop``
 releases them. Each step reports the view's health (``running``, or
 ``stalled`` with the error while its sink retries a fault).
 
+A read-only replica (a standby, or a generation fenced by a newer one) writes
+no health; it notices a drop of the view by itself. Its shard closed
+(an empty upper, as its sink observes it) may also mean the view is complete
+(every input closed); a drop also releases the ``deploy`` hold of the view's
+shard, which a complete view keeps. So once its sink saw the shard closed, each
+step reads the shard's state in place of the sink's tick (which has nothing
+left to do on a closed shard): one read of consensus, where the sink's tick read
+the shard's upper and its inputs'. A closed shard without
+the ``deploy`` hold stops the view: :attr:`MaterializedView.dropped` (also the
+sink's ``last_error``) says so, and :attr:`MaterializedView.status` is
+``dropped``, as the drop recorded it in the status collection.
+
 Runs on the driver; Spark does the data work.
 """
 
@@ -31,10 +43,10 @@ from typing import Any
 
 from timeshard.catalog import record_view
 from timeshard.compute.engine import SparkEngine
-from timeshard.compute.mv_sink import MvSink, SinkFrontiers, SinkStats
+from timeshard.compute.mv_sink import DEPLOY_READER, MvSink, SinkFrontiers, SinkStats
 from timeshard.compute.view import SparkViewDesired, ViewDefinition, query_settings
 from timeshard.errors import InvalidUsage
-from timeshard.persist import PersistClient
+from timeshard.persist import PersistClient, UnleasedReader
 from timeshard.persist.client import check_shard_id
 from timeshard.progress import Frontier, Timestamp
 from timeshard.storage.health import Health
@@ -57,6 +69,10 @@ class MaterializedView:
         self.desired = desired
         self.tick_interval_s = tick_interval_s
         self._health: Health | None = None
+        #: Why this read-only replica stopped: the view was dropped (None while it runs).
+        self.dropped: str | None = None
+        #: Reads the view's shard once its sink saw it closed (module doc).
+        self._closed_reader: UnleasedReader | None = None
 
     @staticmethod
     def install(
@@ -191,16 +207,58 @@ class MaterializedView:
     def stats(self) -> SinkStats:
         return self.sink.stats
 
+    @property
+    def status(self) -> tuple[str, str | None]:
+        """The view's health as this replica sees it: ``running``, ``stalled`` with the
+        sink's last error, or ``dropped`` with :attr:`dropped`."""
+        if self.dropped is not None:
+            return "dropped", self.dropped
+        error = self.sink.last_error
+        return ("running", None) if error is None else ("stalled", error)
+
     def step(self) -> None:
-        """One tick of the sink, then its health (faults are retried, not raised)."""
+        """One tick of the sink, then its health (faults are retried, not raised). A
+        read-only replica whose shard its sink saw closed reads the shard's state instead,
+        and stops once the view was dropped (module doc); a step after that does nothing."""
+        if self.dropped is not None:
+            return
+        if self.sink.read_only and self._seen_closed():
+            self._notice_drop()
+            return
         self.sink.step()
         self._report_health()
+
+    def _seen_closed(self) -> bool:
+        """Whether the sink's last step saw the view's shard closed (no read: its upper
+        watch's observation)."""
+        return self.sink._persist_upper.is_empty()
+
+    def _notice_drop(self) -> None:
+        """Read the closed shard's state: without the ``deploy`` hold, the view was dropped
+        (a complete view keeps it). A fault reading it is the sink's ``last_error``, and
+        the next step reads again."""
+        try:
+            if self._closed_reader is None:
+                self._closed_reader = self.sink.client.open_unleased_reader(self.name)
+            state = self._closed_reader.state()
+        except Exception as e:
+            self.sink.last_error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:500]}"
+            return
+        self.sink.last_error = None
+        if DEPLOY_READER in state.critical_readers:
+            return  # complete (every input closed), or a drop not done yet
+        self.dropped = (
+            f"view {self.name!r} was dropped: its shard is closed and no deploy generation "
+            f"holds it; this read-only replica (generation {self.sink.generation}) stops and "
+            "cannot be promoted"
+        )
+        self.sink.last_error = f"Dropped: {self.dropped}"
+        log.warning("%s", self.dropped)
 
     def _report_health(self) -> None:
         if self.sink.read_only:
             return  # a read-only replica writes nothing
-        error = self.sink.last_error
-        status = ("running", None) if error is None else ("stalled", error)
+        status = self.status
         try:  # unchanged: Health writes nothing, unless another replica wrote meanwhile
             if self._health is None:
                 self._health = Health(self.sink.client)
@@ -209,9 +267,9 @@ class MaterializedView:
             log.warning("view %s: cannot record health %s: %s", self.name, status, e)
 
     def run_for(self, seconds: float) -> None:
-        """Tick every ``tick_interval_s`` for ``seconds``."""
+        """Tick every ``tick_interval_s`` for ``seconds`` (or until the view was dropped)."""
         deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and self.dropped is None:
             started = time.monotonic()
             self.step()
             time.sleep(max(0.0, self.tick_interval_s - (time.monotonic() - started)))
