@@ -156,7 +156,7 @@ from timeshard.errors import (
     TimeshardError,
 )
 from timeshard.location.blob import Blob, check_blob_key
-from timeshard.location.file import check_key_path, served_sizes
+from timeshard.location.file import check_key_path, open_served, served_sizes
 from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
 from timeshard.persist._internal.parts import (
@@ -826,19 +826,16 @@ def check_part_file(root_uri: str, key: str, size: int, sha256: str | None) -> N
     """Read the part ``key`` under ``root_uri`` whole; PartError unless it has ``size`` bytes
     whose SHA-256 is ``sha256`` (any, if None), Determinate if reading it fails.
 
-    Under a local root the key is judged first as the blob's ``get`` judges it
-    (:func:`~timeshard.location.file.served_sizes`): a symbolic link on its path out of the
-    root, to a directory on the way, or a loop raises CorruptState naming the key, and a key
-    ``get`` serves no file for (a dangling link, a directory) is a missing part."""
-    fs, base = filesystem_of(root_uri)
-    path = f"{base}/{key}"
-    local = isinstance(fs, pafs.LocalFileSystem)
-    if local and served_sizes(base, [key]) == [None]:
-        raise PartError(key, "missing")
+    Under a local root the part is opened as the blob's ``get`` opens it
+    (:func:`~timeshard.location.file.open_served`: each component below the previous one's
+    descriptor, following no link but one at the key to a file inside the root): a symbolic
+    link on its path out of the root, to a directory on the way, or a loop raises
+    CorruptState naming the key, also one made while it is opened, and a key ``get`` serves
+    no file for (a dangling link, a directory) is a missing part."""
     digest = hashlib.sha256()
     read = 0
     try:  # read to the end: the stat size may lie
-        with open(path, "rb") if local else fs.open_input_stream(path) as f:
+        with _open_part(root_uri, key) as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
                 read += len(chunk)
@@ -850,6 +847,25 @@ def check_part_file(root_uri: str, key: str, size: int, sha256: str | None) -> N
         raise PartError(key, f"corrupt: it has {read} bytes, the state says {size}")
     if sha256 is not None and digest.hexdigest() != sha256:
         raise PartError(key, "corrupt: its SHA-256 differs from the one the state recorded")
+
+
+def _open_part(root_uri: str, key: str) -> Any:
+    """The part ``key`` under ``root_uri``, open for reading (:func:`check_part_file`);
+    under a local root the file ``get`` serves, FileNotFoundError where it serves none."""
+    fs, base = filesystem_of(root_uri)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return fs.open_input_stream(f"{base}/{key}")
+    fd = open_served(base, key)
+    if fd is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), f"{base}/{key}")
+    try:
+        return open(fd, "rb")  # the caller closes it; a failed open closes fd here
+    except IsADirectoryError:
+        os.close(fd)
+        raise FileNotFoundError(errno.ENOENT, "a directory, not a part", f"{base}/{key}") from None
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 #: The parts of the latest Spark reads (key -> blob root, part), so that a failed read of
