@@ -88,7 +88,8 @@ fault, not a corrupt part. Run the action inside :func:`typed_errors` to get
 PartError naming the part, or Determinate for the fault, instead: a read that
 Spark's reader failed is told apart by the part's bytes, read again on the
 driver (:func:`typed_error`; a part that became a symbolic link the blob refuses is
-CorruptState there, as at ``read_parts``).
+CorruptState there, as at ``read_parts``). So is a part Spark's reader found no file
+for: Hadoop's local reader says that of a file it may not open (EACCES) too, a fault.
 
 Invariants:
 
@@ -793,13 +794,13 @@ def read_parts(
     for option in NO_FOOTER_FILTERING:  # (the module doc, "Footers")
         reader = reader.option(option, "false")
     paths = java_strings(spark, uris)  # one py4j call, not one per part
+    _plan(root, parts)
     with typed_errors():  # a part deleted since check_parts fails Spark's listing
         df = (
             reader.parquet(*uris)
             if paths is None
             else DataFrame(reader._jreader.parquet(paths), spark)
         )
-    _plan(root, parts)
     faults = current_task_faults()
     return df if faults is None else df.mapInArrow(PartReadFaults(faults), df.schema)
 
@@ -898,10 +899,13 @@ _PART_ERROR = re.compile(r"part '([^']+)' is (.*)")
 # File paths in Spark's messages are decoded: they may hold spaces.
 _FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file ([^\n]+?\.parquet)")
 _NOT_FOUND = re.compile(
-    r"FileNotFoundException: \S* ?([^\n]+?\.parquet)"
+    r"FileNotFoundException: ([^\n]+?\.parquet)"
     r"|\[PATH_NOT_FOUND\] Path does not exist: ([^\n]+?\.parquet)"
 )
 _CAUSE = re.compile(r"^Caused by: ([^\n]*)", re.MULTILINE)
+#: How Java's file streams (Hadoop's local reader) say a file may not be opened (EACCES),
+#: which Hadoop reports as a FileNotFoundException.
+_DENIED = re.compile(r"FileNotFoundException: [^\n]*\(Permission denied\)$")
 #: The exceptions of I/O that failed, not of bytes that did not decode: a plain IOException
 #: (parquet's own for bad bytes have a deeper cause, or are its own types), a timeout, the
 #: network, an object store's client.
@@ -957,13 +961,41 @@ def typed_error(error: BaseException) -> TimeshardError | None:
     not_found = _NOT_FOUND.search(text)
     if failed is not None:
         key = _key_of(failed.group(2))
-        if failed.group(1) == "FILE_NOT_EXIST":
-            return PartError(key, "missing")
         causes = _CAUSE.findall(text)
-        return _failed_read(key, causes[-1] if causes else failed.group(0))
+        cause = causes[-1] if causes else failed.group(0)
+        if failed.group(1) == "FILE_NOT_EXIST":
+            return _not_found(key, cause)
+        return _failed_read(key, cause)
     if not_found is not None:
-        return PartError(_key_of(not_found.group(1) or not_found.group(2)), "missing")
+        line_end = text.find("\n", not_found.end())
+        line = text[not_found.start() : None if line_end < 0 else line_end]
+        return _not_found(_key_of(not_found.group(1) or not_found.group(2)), line)
     return None
+
+
+def _not_found(key: str, cause: str) -> TimeshardError:
+    """Why Spark found no file at the part ``key`` (``cause``: its deepest exception).
+
+    Hadoop's local reader says so for a file it may not open too (EACCES:
+    ``FileNotFoundException: <path> (Permission denied)``), which is a fault, not a missing
+    part. The part is read again here (:func:`check_part_file`), as for :func:`_failed_read`:
+    gone is PartError "missing", unreadable Determinate, the recorded bytes Determinate too
+    (the part is sound, Spark's read failed). A part no read of this process planned is
+    missing unless ``cause`` says permission was denied.
+    """
+    planned = _planned_part(key)
+    if planned is None:
+        if _DENIED.search(cause):
+            return Determinate(f"reading part {key!r}: {cause}")
+        return PartError(key, "missing")
+    root, part = planned
+    try:
+        check_part_file(root, key, part.size_in_bytes, part.sha256)
+    except (PartError, Determinate, CorruptState) as e:
+        return e
+    return Determinate(
+        f"Spark's reader found no part {key!r}, yet it holds the bytes the state recorded: {cause}"
+    )
 
 
 def _failed_read(key: str, cause: str) -> TimeshardError:
