@@ -37,10 +37,11 @@ def _one_part(tmp_path: Path) -> tuple[PersistClient, Path, str]:
 
 
 def _failing_open(part: Path) -> Callable[..., Any]:
-    """``open`` that fails with EIO for ``part`` (the driver's re-read of it)."""
+    """``open`` that fails with EIO for ``part`` (the driver's re-read of it, which opens
+    the descriptor the blob's ``get`` would read)."""
 
     def failing(file: Any, *args: Any, **kwargs: Any) -> Any:
-        if os.fspath(file) == str(part):
+        if isinstance(file, int) and os.path.samestat(os.fstat(file), os.stat(part)):
             raise OSError(errno.EIO, os.strerror(errno.EIO), str(part))
         return open(file, *args, **kwargs)
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from timeshard.errors import CorruptState, PartError
+from timeshard.spark import parts
 from timeshard.spark.parts import check_part_file
 
 KEY = "s/w/b/part-00000-0123456789ab.parquet"
@@ -80,3 +82,48 @@ def test_a_part_that_is_a_link_to_a_file_inside_the_root_is_read(tmp_path: Path)
     (root / "s/w/b/target").write_bytes(DATA.upper())
     with pytest.raises(PartError, match=f"{KEY}.*SHA-256 differs"):
         _check(root)
+
+
+def _linked_at_open(monkeypatch: pytest.MonkeyPatch, part: Path, target: Path) -> list[Path]:
+    """Make ``part`` a symbolic link to ``target`` just before it is opened (after every look
+    at its path): at the first ``open`` of its name, by path or below its directory's
+    descriptor. Returns the list that records the swap."""
+    swapped: list[Path] = []
+    real_os_open, real_open = os.open, open
+
+    def swap(name: object, dir_fd: int | None) -> None:
+        by_path = dir_fd is None and isinstance(name, str | Path) and str(name) == str(part)
+        below = dir_fd is not None and name == part.name
+        if (by_path or below) and not swapped:
+            part.unlink()
+            part.symlink_to(target)
+            swapped.append(part)
+
+    def os_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        swap(path, dir_fd)
+        return real_os_open(path, flags, mode, dir_fd=dir_fd)
+
+    def builtin_open(file: Any, *args: Any, **kwargs: Any) -> Any:
+        swap(file, None)
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", os_open)
+    monkeypatch.setattr(parts, "open", builtin_open, raising=False)
+    return swapped
+
+
+def test_a_part_made_a_link_out_of_the_root_while_it_is_opened_is_corrupt_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The link is made after the key's path was judged, as the part is opened: it was
+    followed (here to other bytes: PartError 'SHA-256 differs', a corrupt part where there is
+    a link out of the root; with the recorded bytes there, a sound part). The part is
+    opened without following a link now, so the link is refused as one made before."""
+    root = _root(tmp_path)
+    (root / KEY).write_bytes(DATA)
+    outside = tmp_path / "outside"
+    outside.write_bytes(DATA.upper())
+    swapped = _linked_at_open(monkeypatch, root / KEY, outside)
+    with pytest.raises(CorruptState, match=f"{KEY}.*outside the blob root"):
+        _check(root)
+    assert swapped == [root / KEY]

@@ -34,3 +34,14 @@ def test_a_fault_raised_in_a_python_task_keeps_its_type() -> None:
     text = "PythonException: timeshard.errors.Determinate: reading part 'k': [Errno 5] EIO"
     error = typed_error(Exception(text))
     assert isinstance(error, Determinate) and "[Errno 5] EIO" in str(error), error
+
+
+def test_a_file_spark_found_not_is_a_missing_part() -> None:
+    text = (
+        "[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file "
+        "file:///r/s/w1/b1/part-00000-0123456789ab.parquet. File does not exist.\n"
+        "Caused by: java.io.FileNotFoundException: File "
+        "file:/r/s/w1/b1/part-00000-0123456789ab.parquet does not exist\n"
+    )
+    error = typed_error(Exception(text))
+    assert isinstance(error, PartError) and error.key == KEY and error.reason == "missing", error

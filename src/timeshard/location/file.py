@@ -351,6 +351,18 @@ def served_sizes(root: str | Path, keys: Iterable[str]) -> list[int | None]:
     return sizes
 
 
+def open_served(root: str | Path, key: str) -> int | None:
+    """A descriptor (to close) of the file :meth:`FileBlob.get` serves for ``key`` under
+    the blob root ``root``, opened as ``get`` opens it (:func:`_open_served`); InvalidUsage
+    naming ``key`` if it is unsafe.
+
+    For readers that judge a file as ``get`` does and then read it themselves (the driver's
+    re-read of a part Spark failed to read): the file read is the one judged, whatever
+    links are made on its path meanwhile."""
+    check_blob_key(key)
+    return _open_served(Path(root), key)
+
+
 def _open_served(root: Path, key: str) -> int | None:
     """A descriptor (to close) of the file :meth:`FileBlob.get` serves for ``key``, opened
     through no symbolic link but one at ``key`` itself to a file inside ``root``; None where
@@ -589,6 +601,7 @@ __all__ = [
     "FileBlob",
     "check_key_path",
     "check_temporary_key",
+    "open_served",
     "served_sizes",
     "spells_a_key",
     "spells_a_temporary",

@@ -88,7 +88,8 @@ fault, not a corrupt part. Run the action inside :func:`typed_errors` to get
 PartError naming the part, or Determinate for the fault, instead: a read that
 Spark's reader failed is told apart by the part's bytes, read again on the
 driver (:func:`typed_error`; a part that became a symbolic link the blob refuses is
-CorruptState there, as at ``read_parts``).
+CorruptState there, as at ``read_parts``). So is a part Spark's reader found no file
+for: Hadoop's local reader says that of a file it may not open (EACCES) too, a fault.
 
 Invariants:
 
@@ -156,7 +157,7 @@ from timeshard.errors import (
     TimeshardError,
 )
 from timeshard.location.blob import Blob, check_blob_key
-from timeshard.location.file import check_key_path, served_sizes
+from timeshard.location.file import check_key_path, open_served, served_sizes
 from timeshard.location.unreliable import KeyedFaults
 from timeshard.persist._internal.blobio import delete_keys, read_part, write_part
 from timeshard.persist._internal.parts import (
@@ -793,13 +794,13 @@ def read_parts(
     for option in NO_FOOTER_FILTERING:  # (the module doc, "Footers")
         reader = reader.option(option, "false")
     paths = java_strings(spark, uris)  # one py4j call, not one per part
+    _plan(root, parts)
     with typed_errors():  # a part deleted since check_parts fails Spark's listing
         df = (
             reader.parquet(*uris)
             if paths is None
             else DataFrame(reader._jreader.parquet(paths), spark)
         )
-    _plan(root, parts)
     faults = current_task_faults()
     return df if faults is None else df.mapInArrow(PartReadFaults(faults), df.schema)
 
@@ -826,19 +827,16 @@ def check_part_file(root_uri: str, key: str, size: int, sha256: str | None) -> N
     """Read the part ``key`` under ``root_uri`` whole; PartError unless it has ``size`` bytes
     whose SHA-256 is ``sha256`` (any, if None), Determinate if reading it fails.
 
-    Under a local root the key is judged first as the blob's ``get`` judges it
-    (:func:`~timeshard.location.file.served_sizes`): a symbolic link on its path out of the
-    root, to a directory on the way, or a loop raises CorruptState naming the key, and a key
-    ``get`` serves no file for (a dangling link, a directory) is a missing part."""
-    fs, base = filesystem_of(root_uri)
-    path = f"{base}/{key}"
-    local = isinstance(fs, pafs.LocalFileSystem)
-    if local and served_sizes(base, [key]) == [None]:
-        raise PartError(key, "missing")
+    Under a local root the part is opened as the blob's ``get`` opens it
+    (:func:`~timeshard.location.file.open_served`: each component below the previous one's
+    descriptor, following no link but one at the key to a file inside the root): a symbolic
+    link on its path out of the root, to a directory on the way, or a loop raises
+    CorruptState naming the key, also one made while it is opened, and a key ``get`` serves
+    no file for (a dangling link, a directory) is a missing part."""
     digest = hashlib.sha256()
     read = 0
     try:  # read to the end: the stat size may lie
-        with open(path, "rb") if local else fs.open_input_stream(path) as f:
+        with _open_part(root_uri, key) as f:
             while chunk := f.read(1 << 20):
                 digest.update(chunk)
                 read += len(chunk)
@@ -850,6 +848,25 @@ def check_part_file(root_uri: str, key: str, size: int, sha256: str | None) -> N
         raise PartError(key, f"corrupt: it has {read} bytes, the state says {size}")
     if sha256 is not None and digest.hexdigest() != sha256:
         raise PartError(key, "corrupt: its SHA-256 differs from the one the state recorded")
+
+
+def _open_part(root_uri: str, key: str) -> Any:
+    """The part ``key`` under ``root_uri``, open for reading (:func:`check_part_file`);
+    under a local root the file ``get`` serves, FileNotFoundError where it serves none."""
+    fs, base = filesystem_of(root_uri)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        return fs.open_input_stream(f"{base}/{key}")
+    fd = open_served(base, key)
+    if fd is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), f"{base}/{key}")
+    try:
+        return open(fd, "rb")  # the caller closes it; a failed open closes fd here
+    except IsADirectoryError:
+        os.close(fd)
+        raise FileNotFoundError(errno.ENOENT, "a directory, not a part", f"{base}/{key}") from None
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 #: The parts of the latest Spark reads (key -> blob root, part), so that a failed read of
@@ -882,10 +899,13 @@ _PART_ERROR = re.compile(r"part '([^']+)' is (.*)")
 # File paths in Spark's messages are decoded: they may hold spaces.
 _FAILED_READ = re.compile(r"\[FAILED_READ_FILE\.(\w+)\][^\n]*? reading file ([^\n]+?\.parquet)")
 _NOT_FOUND = re.compile(
-    r"FileNotFoundException: \S* ?([^\n]+?\.parquet)"
+    r"FileNotFoundException: ([^\n]+?\.parquet)"
     r"|\[PATH_NOT_FOUND\] Path does not exist: ([^\n]+?\.parquet)"
 )
 _CAUSE = re.compile(r"^Caused by: ([^\n]*)", re.MULTILINE)
+#: How Java's file streams (Hadoop's local reader) say a file may not be opened (EACCES),
+#: which Hadoop reports as a FileNotFoundException.
+_DENIED = re.compile(r"FileNotFoundException: [^\n]*\(Permission denied\)$")
 #: The exceptions of I/O that failed, not of bytes that did not decode: a plain IOException
 #: (parquet's own for bad bytes have a deeper cause, or are its own types), a timeout, the
 #: network, an object store's client.
@@ -941,13 +961,41 @@ def typed_error(error: BaseException) -> TimeshardError | None:
     not_found = _NOT_FOUND.search(text)
     if failed is not None:
         key = _key_of(failed.group(2))
-        if failed.group(1) == "FILE_NOT_EXIST":
-            return PartError(key, "missing")
         causes = _CAUSE.findall(text)
-        return _failed_read(key, causes[-1] if causes else failed.group(0))
+        cause = causes[-1] if causes else failed.group(0)
+        if failed.group(1) == "FILE_NOT_EXIST":
+            return _not_found(key, cause)
+        return _failed_read(key, cause)
     if not_found is not None:
-        return PartError(_key_of(not_found.group(1) or not_found.group(2)), "missing")
+        line_end = text.find("\n", not_found.end())
+        line = text[not_found.start() : None if line_end < 0 else line_end]
+        return _not_found(_key_of(not_found.group(1) or not_found.group(2)), line)
     return None
+
+
+def _not_found(key: str, cause: str) -> TimeshardError:
+    """Why Spark found no file at the part ``key`` (``cause``: its deepest exception).
+
+    Hadoop's local reader says so for a file it may not open too (EACCES:
+    ``FileNotFoundException: <path> (Permission denied)``), which is a fault, not a missing
+    part. The part is read again here (:func:`check_part_file`), as for :func:`_failed_read`:
+    gone is PartError "missing", unreadable Determinate, the recorded bytes Determinate too
+    (the part is sound, Spark's read failed). A part no read of this process planned is
+    missing unless ``cause`` says permission was denied.
+    """
+    planned = _planned_part(key)
+    if planned is None:
+        if _DENIED.search(cause):
+            return Determinate(f"reading part {key!r}: {cause}")
+        return PartError(key, "missing")
+    root, part = planned
+    try:
+        check_part_file(root, key, part.size_in_bytes, part.sha256)
+    except (PartError, Determinate, CorruptState) as e:
+        return e
+    return Determinate(
+        f"Spark's reader found no part {key!r}, yet it holds the bytes the state recorded: {cause}"
+    )
 
 
 def _failed_read(key: str, cause: str) -> TimeshardError:

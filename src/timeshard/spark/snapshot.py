@@ -23,10 +23,17 @@ read at all, so a tick reads only the parts holding its interval, and an
 interval with no updates plans no part read: its DataFrame is an empty local
 relation, on which actions run no Spark job.
 
-The driver picks the parts and checks that they exist (a missing part raises
-PartError here); Spark tasks read them when an action runs, where a part
-corrupted in place raises a Spark exception -- PartError inside
-:func:`timeshard.spark.parts.typed_errors`.
+The driver picks the parts and checks that they exist with their recorded
+sizes (a missing part raises PartError here); Spark tasks read them when an
+action runs. A part corrupted in place that Spark's reader fails on (a page
+checksum, a footer it cannot decode) raises a Spark exception -- PartError
+inside :func:`timeshard.spark.parts.typed_errors`, once the driver has read the
+part again and found it not the bytes whose SHA-256 the state recorded. These
+reads check no part's SHA-256 otherwise: that is a pass over every byte of every
+part read, on every tick (measured: a linear view's tick 2x; see the parts
+module doc, "Footers"), so a corruption Spark's reader cannot see is read as it
+is (a footer whose row count was lowered reads as fewer rows). The pyarrow path
+(``ReadHandle.snapshot``) and ``timeshard verify`` check every part's digest.
 
 Invariants:
 
@@ -119,7 +126,8 @@ def snapshot_df(spark: SparkSession, reader: PartsReader, as_of: Timestamp) -> D
     """The collection ``reader`` reads at ``as_of``, consolidated (see the module doc).
 
     Raises SinceError or InvalidUsage as ``reader.snapshot_parts`` does, and
-    PartError for a missing part.
+    PartError for a missing part. Checks no part's SHA-256 unless Spark's read of it
+    fails (module doc).
     """
     return parts_snapshot_df(spark, reader, reader.snapshot_parts(as_of), as_of)
 
