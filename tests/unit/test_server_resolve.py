@@ -189,3 +189,22 @@ def test_json_nested_past_the_recursion_limit_is_22p02(engine: Engine) -> None:
     with pytest.raises(SqlError, match="invalid input syntax for type json") as refused:
         engine.resolve(f"SELECT '{deep}'::json")
     assert refused.value.sqlstate == "22P02"
+
+
+@pytest.mark.parametrize(
+    ("query", "spark_sql"),
+    [
+        ("SELECT map(k, k) FROM kv", "SELECT MAP(k, k) FROM"),
+        ("SELECT MAP('a', 1, 'b', 2)", "SELECT MAP('a', 1, 'b', 2)"),
+        ("SELECT map()", "SELECT MAP()"),
+        ("SELECT map(1, 2, 3)", "SELECT MAP(1, 2, 3)"),
+        ("SELECT map(k, k)['x'] FROM kv", "SELECT MAP(k, k)['x'] FROM"),
+    ],
+)
+def test_a_map_call_is_spark_map(engine: Engine, query: str, spark_sql: str) -> None:
+    """PostgreSQL has no ``map``: the client means Spark's ``map(k1, v1, ...)``. sqlglot's
+    PostgreSQL reader made ``map(k, v)`` Spark's ``map_from_arrays(k, v)`` (42K09 for keys
+    that are no array) and refused more pairs; an odd number of arguments is Spark's to
+    refuse (42605), not the parser's IndexError."""
+    resolved, _ = engine.resolve(query)
+    assert resolved.startswith(spark_sql), resolved

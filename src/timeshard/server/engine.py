@@ -90,6 +90,7 @@ from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
 from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist.as_of import common_as_of
+from timeshard.server.dialect import DIALECT
 from timeshard.server.pgtypes import column_type
 from timeshard.server.rows import (
     QueryRows,
@@ -1147,12 +1148,12 @@ class Engine:
         from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
         try:
-            tree = sqlglot.parse_one(query, read="postgres")
+            tree = sqlglot.parse_one(query, read=DIALECT)
         except SqlglotError as e:
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
             raise SqlError("expected a query")
-        tree = normalize_identifiers(tree, dialect="postgres")
+        tree = normalize_identifiers(tree, dialect=DIALECT)
         _int_limits(tree)
         _refuse_writes(tree)
         _refuse_java_calls(tree)
@@ -1494,7 +1495,7 @@ def _interval_value(text: str) -> exp.Expr:
 
     months, days, micros = interval_fields(text)
     if not (months and (days or micros)):
-        return sqlglot.parse_one(interval_literal(months, days, micros, text), read="postgres")
+        return sqlglot.parse_one(interval_literal(months, days, micros, text), read=DIALECT)
     if abs(micros) >= _CALENDAR_MICROS:
         raise SqlError(
             f"interval out of range: {text!r} is past Spark's calendar intervals", "22008"
@@ -1502,7 +1503,7 @@ def _interval_value(text: str) -> exp.Expr:
     seconds = format(decimal.Decimal(micros).scaleb(-6), "f")
     return sqlglot.parse_one(
         f"MAKE_INTERVAL(0, {months}, 0, {days}, 0, 0, CAST('{seconds}' AS DECIMAL(18, 6)))",
-        read="postgres",
+        read=DIALECT,
     )
 
 

@@ -150,10 +150,12 @@ def parameter_columns(sql: str, oids: list[int]) -> tuple[tuple[int, str | int],
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
+    from timeshard.server.dialect import DIALECT
+
     if not any(o in _KEPT_OIDS for o in oids) and not _CASTS_KEPT.search(sql):
         return ()
     try:
-        tree = sqlglot.parse_one(sql, read="postgres")
+        tree = sqlglot.parse_one(sql, read=DIALECT)
     except SqlglotError:
         return ()
     if not isinstance(tree, exp.Select):
