@@ -64,6 +64,7 @@ ARRAY_OIDS = {
     "timestamp_ntz": 1115,
     "daytimeinterval": 1187,
     "yearmonthinterval": 1187,
+    "interval": 1187,
 }
 
 #: PostgreSQL's ``json``: a struct, a map, and an array of anything but the types above.
