@@ -208,3 +208,15 @@ def test_a_map_call_is_spark_map(engine: Engine, query: str, spark_sql: str) -> 
     refuse (42605), not the parser's IndexError."""
     resolved, _ = engine.resolve(query)
     assert resolved.startswith(spark_sql), resolved
+
+
+def test_a_date_moved_by_an_interval_is_a_timestamp_in_a_query_only(engine: Engine) -> None:
+    """A query's ``date + interval`` is PostgreSQL's timestamp (the date cast to
+    TIMESTAMP_NTZ); a view's query keeps Spark's types, which its shard holds."""
+    query = "SELECT DATE '2026-01-01' + INTERVAL '1 day' AS d FROM kv"
+    assert engine.resolve(query)[0].startswith(
+        "SELECT CAST(CAST('2026-01-01' AS DATE) AS TIMESTAMP_NTZ) + INTERVAL '1' DAY AS d"
+    )
+    assert engine.resolve(query, stored=True)[0].startswith(
+        "SELECT CAST('2026-01-01' AS DATE) + INTERVAL '1' DAY AS d"
+    )
