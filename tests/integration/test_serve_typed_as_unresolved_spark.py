@@ -49,6 +49,6 @@ def test_a_typed_as_that_does_not_resolve_leaves_the_rows_untyped(engine: Any) -
     finally:
         rows.close()
     assert (rows.columns, [tuple(map(str, r)) for r in taken]) == (
-        [("d", "date"), ("i", "daytimeinterval")],
-        [("2021-01-01", "2 days, 0:00:00")],
+        [("d", "timestamp_ntz"), ("i", "daytimeinterval")],
+        [("2021-01-01 00:00:00", "2 days, 0:00:00")],
     )

@@ -189,3 +189,34 @@ def test_json_nested_past_the_recursion_limit_is_22p02(engine: Engine) -> None:
     with pytest.raises(SqlError, match="invalid input syntax for type json") as refused:
         engine.resolve(f"SELECT '{deep}'::json")
     assert refused.value.sqlstate == "22P02"
+
+
+@pytest.mark.parametrize(
+    ("query", "spark_sql"),
+    [
+        ("SELECT map(k, k) FROM kv", "SELECT MAP(k, k) FROM"),
+        ("SELECT MAP('a', 1, 'b', 2)", "SELECT MAP('a', 1, 'b', 2)"),
+        ("SELECT map()", "SELECT MAP()"),
+        ("SELECT map(1, 2, 3)", "SELECT MAP(1, 2, 3)"),
+        ("SELECT map(k, k)['x'] FROM kv", "SELECT MAP(k, k)['x'] FROM"),
+    ],
+)
+def test_a_map_call_is_spark_map(engine: Engine, query: str, spark_sql: str) -> None:
+    """PostgreSQL has no ``map``: the client means Spark's ``map(k1, v1, ...)``. sqlglot's
+    PostgreSQL reader made ``map(k, v)`` Spark's ``map_from_arrays(k, v)`` (42K09 for keys
+    that are no array) and refused more pairs; an odd number of arguments is Spark's to
+    refuse (42605), not the parser's IndexError."""
+    resolved, _ = engine.resolve(query)
+    assert resolved.startswith(spark_sql), resolved
+
+
+def test_a_date_moved_by_an_interval_is_a_timestamp_in_a_query_only(engine: Engine) -> None:
+    """A query's ``date + interval`` is PostgreSQL's timestamp (the date cast to
+    TIMESTAMP_NTZ); a view's query keeps Spark's types, which its shard holds."""
+    query = "SELECT DATE '2026-01-01' + INTERVAL '1 day' AS d FROM kv"
+    assert engine.resolve(query)[0].startswith(
+        "SELECT CAST(CAST('2026-01-01' AS DATE) AS TIMESTAMP_NTZ) + INTERVAL '1' DAY AS d"
+    )
+    assert engine.resolve(query, stored=True)[0].startswith(
+        "SELECT CAST('2026-01-01' AS DATE) + INTERVAL '1' DAY AS d"
+    )

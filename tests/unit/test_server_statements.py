@@ -37,6 +37,8 @@ from timeshard.server.statements import (
     SqlError,
     Subscribe,
     bind,
+    interval_parameters,
+    parameter_count,
     parse,
     placeholder,
     show_timeout,
@@ -1516,3 +1518,22 @@ def test_a_json_parameter_nested_past_the_recursion_limit_is_22p02() -> None:
     with pytest.raises(SqlError, match="invalid input syntax for type json") as refused:
         bind("SELECT $1", [Param(deep, 114)])
     assert refused.value.sqlstate == "22P02"
+
+
+@pytest.mark.parametrize(
+    ("sql", "bound"),
+    [
+        ("SELECT $1, ''", "SELECT 'x', ''"),
+        ("SELECT $1 || '' || $2", "SELECT 'x' || '' || 'y'"),
+        ("SELECT $1, 'it''s'", "SELECT 'x', 'it''s'"),
+        ("SELECT $1, $$a''b$$", "SELECT 'x', $$a''b$$"),
+    ],
+)
+def test_a_parameter_before_a_doubled_quote_is_read(sql: str, bound: str) -> None:
+    """sqlglot's tokenizer read ``$`` as a dollar quote's start and looked for its tag up
+    to the next ``$``; the doubled quote it passed made it rewind to the wrong place, and
+    the statement was refused (``cannot read the statement``)."""
+    assert parameter_count(sql) == sql.count("$") - 2 * sql.count("$$")
+    assert bind(sql, [Param("x"), Param("y")][: parameter_count(sql)]) == bound
+    assert interval_parameters(sql.replace("$1", "$1::interval", 1)) == {1}
+    assert parse(sql) == Query(sql)

@@ -90,6 +90,7 @@ from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
 from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist.as_of import common_as_of
+from timeshard.server.dialect import DIALECT
 from timeshard.server.pgtypes import column_type
 from timeshard.server.rows import (
     QueryRows,
@@ -917,7 +918,7 @@ class Engine:
 
         if statement.name in self._shards_of_objects():
             raise SqlError(f"{statement.name!r} is a shard of another object", "42710")
-        spark_sql, inputs = self.resolve(statement.query)
+        spark_sql, inputs = self.resolve(statement.query, stored=True)
         if not inputs:
             raise SqlError("a materialized view must read at least one source or view", "22023")
         for shard in inputs.values():
@@ -1136,8 +1137,13 @@ class Engine:
             if s not in _SYSTEM_SHARDS and not s.endswith(_REMAP_SUFFIX)
         ]
 
-    def resolve(self, query: str) -> tuple[str, dict[str, str]]:
+    def resolve(self, query: str, *, stored: bool = False) -> tuple[str, dict[str, str]]:
         """``query`` (PostgreSQL) in Spark SQL, every shard it reads renamed; alias -> shard.
+
+        A query's result is typed as PostgreSQL types it where Spark's differs (a date
+        moved by an interval, :func:`_dates_moved_by_intervals`) unless ``stored``: a
+        view's query, whose columns are its shard's, keeps Spark's types, so a view
+        recorded before keeps the schema its shard holds.
 
         A table name is a shard's id: ``kv``, ``auction.bids`` or ``"auction.bids"``.
         ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).
@@ -1147,17 +1153,19 @@ class Engine:
         from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
         try:
-            tree = sqlglot.parse_one(query, read="postgres")
+            tree = sqlglot.parse_one(query, read=DIALECT)
         except SqlglotError as e:
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
             raise SqlError("expected a query")
-        tree = normalize_identifiers(tree, dialect="postgres")
+        tree = normalize_identifiers(tree, dialect=DIALECT)
         _int_limits(tree)
         _refuse_writes(tree)
         _refuse_java_calls(tree)
         _json_literals(tree)
         _interval_casts(tree)
+        if not stored:
+            _dates_moved_by_intervals(tree)
         known = set(self.known_shards())
         ctes = {c.alias for c in tree.find_all(exp.CTE)}
         cte_references = _cte_references(tree, ctes)
@@ -1446,6 +1454,44 @@ def _interval_casts(tree: exp.Expr) -> None:
                 cast.replace(_null_interval())
 
 
+def _dates_moved_by_intervals(tree: exp.Expr) -> None:
+    """A date plus or minus an interval (``DATE '2026-01-01' + INTERVAL '1 day'``, a bound
+    ``CAST('2026-01-01' AS DATE) + $1``, ``INTERVAL '1' HOUR + CURRENT_DATE``) is that
+    date as a TIMESTAMP_NTZ moved by it: PostgreSQL's is a timestamp without time zone
+    (1114) whatever the interval, where Spark's is a DATE for whole days or months (1082)
+    and else its TIMESTAMP (timestamptz, 1184). Run after :func:`_interval_casts`, which
+    makes a string cast to interval a Spark interval.
+
+    A date and an interval are told by their syntax (a cast to DATE, ``CURRENT_DATE``;
+    an interval literal, ``make_interval``, a cast to an interval type, each negated or
+    parenthesized too): a column's type is not known here, and a date column moved by an
+    interval keeps Spark's type."""
+    timestamp = exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")
+    for op in list(tree.find_all(exp.Add, exp.Sub)):
+        date = op.this if _is_interval(op.expression) else None
+        if isinstance(op, exp.Add) and date is None and _is_interval(op.this):
+            date = op.expression
+        if date is not None and _is_date(date):
+            date.replace(exp.Cast(this=date.copy(), to=timestamp.copy()))
+
+
+def _is_date(value: exp.Expr) -> bool:
+    value = value.unnest()
+    if isinstance(value, exp.Cast):  # TRY_CAST too
+        return bool(value.to.this == exp.DataType.Type.DATE)
+    return isinstance(value, exp.CurrentDate)
+
+
+def _is_interval(value: exp.Expr) -> bool:
+    value = value.unnest()
+    if isinstance(value, exp.Neg):
+        return _is_interval(value.this)
+    if isinstance(value, exp.Cast):
+        kind = value.to.this
+        return bool(kind == exp.DataType.Type.INTERVAL or isinstance(kind, exp.Interval))
+    return isinstance(value, exp.Interval | exp.MakeInterval)
+
+
 def _null_interval() -> exp.Expr:
     return sqlglot.parse_one("CAST(NULL AS INTERVAL DAY TO SECOND)", read="spark")
 
@@ -1494,7 +1540,7 @@ def _interval_value(text: str) -> exp.Expr:
 
     months, days, micros = interval_fields(text)
     if not (months and (days or micros)):
-        return sqlglot.parse_one(interval_literal(months, days, micros, text), read="postgres")
+        return sqlglot.parse_one(interval_literal(months, days, micros, text), read=DIALECT)
     if abs(micros) >= _CALENDAR_MICROS:
         raise SqlError(
             f"interval out of range: {text!r} is past Spark's calendar intervals", "22008"
@@ -1502,7 +1548,7 @@ def _interval_value(text: str) -> exp.Expr:
     seconds = format(decimal.Decimal(micros).scaleb(-6), "f")
     return sqlglot.parse_one(
         f"MAKE_INTERVAL(0, {months}, 0, {days}, 0, 0, CAST('{seconds}' AS DECIMAL(18, 6)))",
-        read="postgres",
+        read=DIALECT,
     )
 
 

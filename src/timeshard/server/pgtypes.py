@@ -64,6 +64,7 @@ ARRAY_OIDS = {
     "timestamp_ntz": 1115,
     "daytimeinterval": 1187,
     "yearmonthinterval": 1187,
+    "interval": 1187,
 }
 
 #: PostgreSQL's ``json``: a struct, a map, and an array of anything but the types above.
@@ -150,10 +151,12 @@ def parameter_columns(sql: str, oids: list[int]) -> tuple[tuple[int, str | int],
     from sqlglot import exp
     from sqlglot.errors import SqlglotError
 
+    from timeshard.server.dialect import DIALECT
+
     if not any(o in _KEPT_OIDS for o in oids) and not _CASTS_KEPT.search(sql):
         return ()
     try:
-        tree = sqlglot.parse_one(sql, read="postgres")
+        tree = sqlglot.parse_one(sql, read=DIALECT)
     except SqlglotError:
         return ()
     if not isinstance(tree, exp.Select):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -175,49 +175,46 @@ def _months_of_intervals(df: Any) -> Any:
     (:func:`~timeshard.server.pgtypes.encode_value` writes the months). A year interval is
     cast to year-month first (cast to INT, it would be years). Runs on the driver, only
     to plan."""
-    from pyspark.sql import functions as F
     from pyspark.sql.types import IntegerType, YearMonthIntervalType
 
-    fields = df.schema.fields
-    if not any(_has_year_month(f.dataType) for f in fields):
-        return df
-    names = [f"_{i}" for i in range(len(fields))]  # the columns' own names may repeat
-    return df.toDF(*names).select(
-        *[
-            (
-                F.col(n)
-                .cast(_year_months_as(f.dataType, YearMonthIntervalType(0, 1)))
-                .cast(_year_months_as(f.dataType, IntegerType()))
-                if _has_year_month(f.dataType)
-                else F.col(n)
-            ).alias(f.name)
-            for n, f in zip(names, fields, strict=True)
-        ]
-    )
+    def months(column: Any, data_type: Any) -> Any:
+        year_months = _replaced(data_type, YearMonthIntervalType, YearMonthIntervalType(0, 1))
+        return column.cast(year_months).cast(
+            _replaced(data_type, YearMonthIntervalType, IntegerType())
+        )
+
+    return _converted(df, YearMonthIntervalType, months)
 
 
 def _calendar_intervals_as_text(df: Any) -> Any:
-    """``df`` with each column of Spark's calendar interval (``make_interval``, months
-    with days or time) its text (``1 months 2 days 3 hours``), every name and place
-    kept: PySpark cannot collect a calendar interval (its ``fromInternal`` is not
-    implemented). The column is described as PostgreSQL's interval (its type name
-    ``interval``), and :func:`~timeshard.server.pgtypes.encode_value` writes the text
-    as PostgreSQL's. One inside an array, map or struct is not converted. Runs on the
-    driver, only to plan."""
+    """``df`` with each of Spark's calendar intervals in it (``make_interval``, months with
+    days or time) its text (``1 months 2 days 3 hours``), at the top of a column or inside
+    an array, map or struct, every name and place kept: PySpark cannot collect a calendar
+    interval (its ``fromInternal`` is not implemented). The column is described as
+    PostgreSQL's interval, or an array or record of them (its type name ``interval``), and
+    :func:`~timeshard.server.pgtypes.encode_value` writes the text as PostgreSQL's. Runs on
+    the driver, only to plan."""
+    from pyspark.sql.types import CalendarIntervalType, StringType
+
+    def text(column: Any, data_type: Any) -> Any:
+        return column.cast(_replaced(data_type, CalendarIntervalType, StringType()))
+
+    return _converted(df, CalendarIntervalType, text)
+
+
+def _converted(df: Any, kind: type, convert: Callable[[Any, Any], Any]) -> Any:
+    """``df`` with each column whose type holds a ``kind`` (:func:`_holds`) ``convert``-ed
+    (given the column and its type), every name and place kept; ``df`` itself if none
+    does."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import CalendarIntervalType
 
     fields = df.schema.fields
-    if not any(isinstance(f.dataType, CalendarIntervalType) for f in fields):
+    if not any(_holds(f.dataType, kind) for f in fields):
         return df
     names = [f"_{i}" for i in range(len(fields))]  # the columns' own names may repeat
     return df.toDF(*names).select(
         *[
-            (
-                F.col(n).cast("string")
-                if isinstance(f.dataType, CalendarIntervalType)
-                else F.col(n)
-            ).alias(f.name)
+            (convert(F.col(n), f.dataType) if _holds(f.dataType, kind) else F.col(n)).alias(f.name)
             for n, f in zip(names, fields, strict=True)
         ]
     )
@@ -260,37 +257,37 @@ def _typed_as(df: Any, session: Any, spark_sql: str) -> Any:
         return df
 
 
-def _has_year_month(data_type: Any) -> bool:
-    """Whether ``data_type`` is a year-month interval or holds one."""
-    from pyspark.sql.types import ArrayType, MapType, StructType, YearMonthIntervalType
+def _holds(data_type: Any, kind: type) -> bool:
+    """Whether ``data_type`` is a ``kind`` (a Spark type's class) or holds one."""
+    from pyspark.sql.types import ArrayType, MapType, StructType
 
     if isinstance(data_type, ArrayType):
-        return _has_year_month(data_type.elementType)
+        return _holds(data_type.elementType, kind)
     if isinstance(data_type, MapType):
-        return _has_year_month(data_type.keyType) or _has_year_month(data_type.valueType)
+        return _holds(data_type.keyType, kind) or _holds(data_type.valueType, kind)
     if isinstance(data_type, StructType):
-        return any(_has_year_month(f.dataType) for f in data_type.fields)
-    return isinstance(data_type, YearMonthIntervalType)
+        return any(_holds(f.dataType, kind) for f in data_type.fields)
+    return isinstance(data_type, kind)
 
 
-def _year_months_as(data_type: Any, leaf: Any) -> Any:
-    """``data_type`` with each year-month interval in it replaced by ``leaf``, the names of
-    its struct fields and its nullability kept."""
-    from pyspark.sql.types import ArrayType, MapType, StructField, StructType, YearMonthIntervalType
+def _replaced(data_type: Any, kind: type, leaf: Any) -> Any:
+    """``data_type`` with each ``kind`` (a Spark type's class) in it replaced by ``leaf``,
+    the names of its struct fields and its nullability kept."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType
 
-    if isinstance(data_type, YearMonthIntervalType):
+    if isinstance(data_type, kind):
         return leaf
     if isinstance(data_type, ArrayType):
-        return ArrayType(_year_months_as(data_type.elementType, leaf), data_type.containsNull)
+        return ArrayType(_replaced(data_type.elementType, kind, leaf), data_type.containsNull)
     if isinstance(data_type, MapType):
         return MapType(
-            _year_months_as(data_type.keyType, leaf),
-            _year_months_as(data_type.valueType, leaf),
+            _replaced(data_type.keyType, kind, leaf),
+            _replaced(data_type.valueType, kind, leaf),
             data_type.valueContainsNull,
         )
     if isinstance(data_type, StructType):
         return StructType(
-            [StructField(f.name, _year_months_as(f.dataType, leaf), f.nullable) for f in data_type]
+            [StructField(f.name, _replaced(f.dataType, kind, leaf), f.nullable) for f in data_type]
         )
     return data_type
 

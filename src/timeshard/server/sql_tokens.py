@@ -1,6 +1,7 @@
 """The tokens of a statement ``timeshard serve`` reads, and a reader over them.
 
-The tokens come from sqlglot's PostgreSQL tokenizer: strings, quoted
+The tokens come from sqlglot's PostgreSQL tokenizer (as
+:mod:`timeshard.server.dialect` reads ``$n``): strings, quoted
 identifiers and comments are its business. :class:`TokenReader` is the
 token-level half of the hand-written parser: it reads the words, names,
 values and option lists that the statements of
@@ -21,16 +22,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import sqlglot
 from sqlglot import Token, TokenType
 from sqlglot.errors import SqlglotError
 
 from timeshard.errors import InvalidUsage
+from timeshard.server.dialect import DIALECT
 
-_POSTGRES = sqlglot.Dialect.get_or_raise("postgres")
 
-
-class _Tokenizer(_POSTGRES.tokenizer_class):  # type: ignore[name-defined,misc]
+class _Tokenizer(DIALECT.tokenizer_class):  # type: ignore[name-defined,misc]
     COMMANDS: ClassVar[set[TokenType]] = set()  # SHOW, EXPLAIN, ...: words, not one opaque string
 
 
@@ -45,7 +44,7 @@ class SqlError(InvalidUsage):
 def tokenize(sql: str) -> list[Token]:
     """``sql``'s tokens; a :class:`SqlError` if it cannot be read (an unclosed string)."""
     try:
-        return list(_Tokenizer(dialect=_POSTGRES).tokenize(sql))
+        return list(_Tokenizer(dialect=DIALECT).tokenize(sql))
     except SqlglotError as e:
         raise SqlError(f"cannot read the statement: {str(e).splitlines()[0]}") from None
 

@@ -73,6 +73,7 @@ from timeshard.server.ddl import (
     create_source,
     create_view,
 )
+from timeshard.server.dialect import DIALECT
 from timeshard.server.intervals import interval_fields, interval_literal
 from timeshard.server.sql_tokens import SqlError, TokenReader, tokenize
 
@@ -330,7 +331,7 @@ def interval_parameters(sql: str) -> frozenset[int]:
     if "interval" not in sql.lower():
         return frozenset()
     try:
-        tree = sqlglot.parse_one(sql, read="postgres")
+        tree = sqlglot.parse_one(sql, read=DIALECT)
     except SqlglotError:
         return frozenset()
     found = set()

@@ -1,0 +1,70 @@
+"""The SQL dialect ``timeshard serve`` reads: PostgreSQL's, with Spark's functions.
+
+A client writes PostgreSQL's syntax and calls Spark's functions (the query runs
+on Spark). sqlglot's PostgreSQL reader gives a few of Spark's function names the
+meaning of another dialect, which would run a different function than the one
+the client wrote; :class:`ServePostgres` reads them as Spark does:
+
+* ``map(k1, v1, k2, v2, ...)`` is Spark's map of those keys and values
+  (PostgreSQL has no ``map``; sqlglot's reader took ``map(k, v)`` for
+  ``map_from_arrays(k, v)``, which Spark refuses for keys that are no array,
+  and refused more than two arguments). An odd number of arguments stays a
+  call of ``map``, for Spark to refuse as it refuses any wrong call.
+* ``$`` before a digit is a parameter (``$1``), as PostgreSQL's lexer reads it, never
+  the start of a dollar-quoted string's tag: sqlglot's tokenizer looked for a tag up to
+  the next ``$``, and a doubled quote (``''``) after the parameter made it rewind to the
+  wrong place and refuse the statement (``SELECT $1, ''``).
+
+Every reader of a client's SQL in :mod:`timeshard.server` parses with
+:data:`DIALECT`, so a statement means one thing to all of them.
+
+Pure Python, no Spark.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlglot import TokenType, exp, parser
+from sqlglot.dialects.postgres import Postgres
+from sqlglot.parsers.postgres import PostgresParser
+from sqlglot.tokenizer_core import TokenizerCore
+
+
+def _spark_map(args: list[Any]) -> exp.Expr:
+    """Spark's ``map(k1, v1, ...)``: a map of its keys and values; a call of ``map`` as
+    written when the arguments do not pair up."""
+    if len(args) % 2:
+        return exp.Anonymous(this="map", expressions=args)
+    return parser.build_var_map(args)
+
+
+class _ParameterCore(TokenizerCore):
+    """sqlglot's tokenizer, reading ``$`` before a digit as a parameter."""
+
+    __slots__ = ()
+
+    def _scan_string(self, start: str) -> bool:
+        if start == "$" and self._peek.isdigit():
+            self._add(TokenType.PARAMETER)  # its digits are the NUMBER that follows
+            return True
+        return bool(super()._scan_string(start))
+
+
+class ServePostgres(Postgres):
+    """PostgreSQL as ``timeshard serve`` reads it (see the module's docstring)."""
+
+    class Tokenizer(Postgres.Tokenizer):
+        def _init_core(self) -> TokenizerCore:
+            core = super()._init_core()
+            core.__class__ = _ParameterCore  # the same slots: only _scan_string differs
+            return core
+
+    class Parser(PostgresParser):
+        FUNCTIONS: ClassVar[dict[str, Any]] = {**PostgresParser.FUNCTIONS, "MAP": _spark_map}
+
+
+#: The dialect every reader of a client's SQL parses with.
+DIALECT = ServePostgres()
+
+__all__ = ["DIALECT", "ServePostgres"]
