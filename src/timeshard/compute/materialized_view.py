@@ -231,7 +231,7 @@ class MaterializedView:
     def _seen_closed(self) -> bool:
         """Whether the sink's last step saw the view's shard closed (no read: its upper
         watch's observation)."""
-        return self.sink._persist_upper.is_empty()
+        return self.sink.persist_upper.is_empty()
 
     def _notice_drop(self) -> None:
         """Read the closed shard's state: without the ``deploy`` hold, the view was dropped

@@ -463,6 +463,11 @@ class MvSink:
         release_view(self.client, self.shard_id, self.input_shards)
         self._input_holds = []
 
+    @property
+    def persist_upper(self) -> Frontier:
+        """The view shard's upper as this sink last observed it (no read)."""
+        return self._persist_upper
+
     def frontiers(self) -> SinkFrontiers:
         return SinkFrontiers(
             self.as_of,
