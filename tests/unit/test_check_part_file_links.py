@@ -127,3 +127,46 @@ def test_a_part_made_a_link_out_of_the_root_while_it_is_opened_is_corrupt_state(
     with pytest.raises(CorruptState, match=f"{KEY}.*outside the blob root"):
         _check(root)
     assert swapped == [root / KEY]
+
+
+def test_a_root_spelled_through_a_link_reads_a_part_linked_inside_it(tmp_path: Path) -> None:
+    """The root named through a symbolic link (an ``arrowfs+file`` location keeps it as
+    given): a part that is a link to a file inside the root is judged by its bytes, as
+    ``get`` serves it, not refused for lying outside the unresolved root."""
+    real = _root(tmp_path)
+    (real / "s/w/b/target").write_bytes(DATA)
+    (real / KEY).symlink_to(real / "s/w/b/target")
+    (tmp_path / "link-to-root").symlink_to(real)
+    _check(tmp_path / "link-to-root")
+    (real / "s/w/b/target").write_bytes(DATA.upper())
+    with pytest.raises(PartError, match=f"{KEY}.*SHA-256 differs"):
+        _check(tmp_path / "link-to-root")
+
+
+def test_a_fifo_at_a_part_key_is_a_missing_part_not_a_wait(tmp_path: Path) -> None:
+    """A FIFO put at the key is no part: the re-read does not wait for a writer to open it
+    (it did, for ever). Run in a thread, with a generous deadline to tell stuck from slow,
+    and the FIFO opened for writing afterwards so that a stuck reader ends."""
+    import threading
+
+    root = _root(tmp_path)
+    os.mkfifo(root / KEY)
+    outcome: list[BaseException | None] = []
+
+    def check() -> None:
+        try:
+            _check(root)
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    reader = threading.Thread(target=check, daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    stuck = reader.is_alive()
+    if stuck:  # release it: a writer lets the blocked open return
+        os.close(os.open(root / KEY, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(timeout=60)
+    assert not stuck, "the re-read waited for a writer of the FIFO"
+    [error] = outcome
+    assert isinstance(error, PartError) and "missing" in str(error), error

@@ -360,7 +360,7 @@ def open_served(root: str | Path, key: str) -> int | None:
     re-read of a part Spark failed to read): the file read is the one judged, whatever
     links are made on its path meanwhile."""
     check_blob_key(key)
-    return _open_served(Path(root), key)
+    return _open_served(Path(root).resolve(), key)  # resolved, as FileBlob.root is
 
 
 def _open_served(root: Path, key: str) -> int | None:
@@ -372,7 +372,8 @@ def _open_served(root: Path, key: str) -> int | None:
     Each component is opened below the previous one's descriptor without following a link
     (:func:`_open_below`): a link made on the path after any check is refused as one made
     before it, never followed out of the root. Costs an ``open`` per component of ``key``
-    and of the root directory and a ``close`` per directory opened; a link at the key (or
+    and of the root directory, a ``close`` per directory opened and an ``fstat`` of the
+    file (a FIFO, a device or a directory at the key is no file); a link at the key (or
     one met on the path) costs its resolution too.
     """
     try:
@@ -406,21 +407,32 @@ def _open_served(root: Path, key: str) -> int | None:
 #: needs search permission only, as a lookup by path does (``O_RDONLY`` needs read too).
 _DIRECTORY = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_CLOEXEC
 _OPEN_DIRECTORY = _DIRECTORY | os.O_NOFOLLOW
-_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+#: ``O_NONBLOCK``: opening a FIFO put at a key would wait for a writer (no effect on a file).
+_OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 
 
 def _open_below(root: Path, names: list[str]) -> int:
     """A descriptor of ``root/names[0]/.../names[-1]``, each name opened below the previous
-    one's descriptor without following a symbolic link: ``open``'s OSError otherwise (ELOOP
-    for a link as the last name, ENOTDIR for one or a file before it)."""
+    one's descriptor without following a symbolic link, a regular file: ``open``'s OSError
+    otherwise (ELOOP for a link as the last name, ENOTDIR for one or a file before it), and
+    IsADirectoryError for a directory, a FIFO or a device at the last name (no file)."""
     directory = os.open(root, _DIRECTORY)
     try:
         for name in names[:-1]:
             above, directory = directory, os.open(name, _OPEN_DIRECTORY, dir_fd=directory)
             os.close(above)
-        return os.open(names[-1], _OPEN_FILE, dir_fd=directory)
+        fd = os.open(names[-1], _OPEN_FILE, dir_fd=directory)
     finally:
         os.close(directory)
+    try:
+        regular = S_ISREG(os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        raise IsADirectoryError(errno.EISDIR, "not a regular file", names[-1])
+    return fd
 
 
 def _passes_a_link(prefix: str, directory: str, sound: set[str]) -> bool:
