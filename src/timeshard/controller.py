@@ -370,10 +370,11 @@ class Pipeline:
 def _drop_new_slots(sources: Iterable[Any]) -> None:
     """Drop the replication slot each of ``sources`` created as it was built (a POSTGRES
     source's; no other kind makes one), once the run ends before any of them ran (the
-    declaration refused, or corrupt state): such a run leaves nothing upstream holding
-    WAL, as the checks before a run build their sources without a slot
-    (:func:`~timeshard.spec.checked_only`). A slot that cannot be dropped is logged: the
-    error that ended the run is the one to see."""
+    declaration refused, or corrupt state), as the checks before a run build their
+    sources without a slot (:func:`~timeshard.spec.checked_only`). A slot that cannot be
+    dropped is logged: the error that ended the run is the one to see. Not dropped: the
+    slot of a source whose ingestion faulted once built; the source is built again for
+    the retry, which finds the slot there (``slot_created`` false)."""
     for source in sources:
         if not getattr(source, "slot_created", False):
             continue

@@ -81,8 +81,11 @@ the blob refuses (out of the root, a directory link, a loop) raises
 CorruptState naming its key then, as the blob's ``get`` does (Spark's reader
 would follow the link). A part corrupted in place surfaces only when Spark reads it, at
 the action (``collect``, ``count``, a write), as a Spark exception naming the
-file: Spark's reader verifies the page checksums (``VERIFY_PAGE_CHECKSUMS``);
-the pyarrow path reads parts whole and checks their SHA-256. A part that cannot
+file, where Spark's reader sees it: it verifies the page checksums
+(``VERIFY_PAGE_CHECKSUMS``) and fails on a footer it cannot decode, but checks no
+SHA-256 (a pass over every byte read, every tick), so a corruption it cannot see
+(a footer whose row count was lowered) is read as it is (see "Footers"); the
+pyarrow path reads parts whole and checks their SHA-256. A part that cannot
 be read (I/O, a timeout) is a
 fault, not a corrupt part. Run the action inside :func:`typed_errors` to get
 PartError naming the part, or Determinate for the fault, instead: a read that
@@ -107,11 +110,13 @@ Invariants:
    killed while they wrote). An attempt still running then (a speculative copy
    being killed) may leave its part or temporary after that: GC deletes it
    once the writer is gone, or the batch is in the shard.
-4. A missing or corrupt part raises PartError; it is never skipped
-   (``ignoreCorruptFiles``/``ignoreMissingFiles`` are off for every read) and
-   read as other data (every read verifies page checksums) nor as fewer rows
-   through a statistic of its footer (no read filters by them). A part that
-   cannot be read is Determinate, never PartError.
+4. A missing part, and a corrupt one that Spark's reader fails on, raise
+   PartError; no part is ever skipped (``ignoreCorruptFiles``/
+   ``ignoreMissingFiles`` are off for every read), read as other data through a
+   corrupt page (every read verifies page checksums), or read as fewer rows
+   through a statistic of its footer (no read filters by them). A corruption
+   Spark's reader cannot see is not caught here (above, and "Footers"). A part
+   that cannot be read is Determinate, never PartError.
 """
 
 from __future__ import annotations
@@ -766,9 +771,10 @@ def read_parts(
 
     Runs on the driver and checks the parts first (:func:`check_parts`; a part
     deleted after that check, before Spark lists it, is PartError too); Spark
-    tasks read them at the action, where a part corrupted in place (its bytes
-    not the recorded SHA-256) raises a Spark exception (PartError inside
-    :func:`typed_errors`; an unreadable part Determinate). No parts give an
+    tasks read them at the action, where a part corrupted in place that Spark's
+    reader fails on raises a Spark exception (PartError inside :func:`typed_errors`,
+    once the driver found its bytes not the recorded SHA-256; an unreadable part
+    Determinate); no SHA-256 is checked otherwise (module doc). No parts give an
     empty local relation, on which actions run no Spark job.
     """
     schema = arrow_to_spark_schema(updates_schema(data_schema))
