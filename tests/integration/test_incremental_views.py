@@ -691,6 +691,11 @@ def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
         # It shuffles the changes (and a grouped plan the touched keys' rows, 2 per key at 2
         # evaluation times), never the inputs' 2,000 arranged rows.
         assert jobs.shuffled_records() < 100, (sql, jobs.shuffled_records())
+        # An update of an input the query does not read is no update of the view: no job.
+        inputs.append(1, [("b", "insert", 3, 9, 0)])
+        with merges_paused(view), JobCounter(spark) as jobs:
+            view.catch_up()
+        assert jobs.count == (1 if " b " in sql else 0), (sql, jobs.count)
         view.close()
 
 

@@ -122,7 +122,8 @@ class SparkDelta:
         self._pushed: set[int] = set()
 
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
-        """The view's updates at times in ``[lower, upper)``, or None if no input changed."""
+        """The view's updates at times in ``[lower, upper)``, or None if it has none there (no
+        input changed, or only inputs its query does not read, with no err row): no job."""
         self._planned.clear()
         self._parts.clear()
         times = {a: self._change_times(a, lower, upper) for a in self.sources}
@@ -159,8 +160,8 @@ class SparkDelta:
             for a in sorted(changed)
             if any(p.may_hold_errors for p in self._parts_in(a, lower, upper))
         ]
-        if ok is None and not errs:  # the union needs a branch: one input's (none) err updates
-            errs = [self._err_updates(min(changed), lower, upper)]
+        if ok is None and not errs:  # no update at all (the inputs that changed are not read)
+            return None
         rows = sum(self._rows_in(a, lower, upper) for a in changed)
         if rows > self.one_part_rows:
             return self._consolidated(ok, errs)

@@ -541,7 +541,7 @@ class SparkViewDesired:
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
         """The view's updates at times in ``[lower, upper)`` from its inputs' updates.
 
-        None if no input has an update there (no Spark job runs then). Only for
+        None if no input it reads has an update there (no Spark job runs then). Only for
         an incremental view (:attr:`incremental`); see
         :mod:`timeshard.compute.delta`.
         """
