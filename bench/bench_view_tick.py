@@ -59,13 +59,17 @@ from-scratch times.
 
 Every mode ends with the goals of issue 13 and "met" / "not met". Writes
 ``bench/results/view_tick_change<fraction>.json`` or
-``bench/results/view_tick_scaling.json``.
+``bench/results/view_tick_scaling.json`` (``view_tick_scaling_<views>.json`` for a
+run of some ``--views``: run each view alone to measure it without the memory the
+other views' arrangements hold in the same JVM).
 
     source scripts/bootstrap.sh
     python bench/bench_view_tick.py --rows 1000000 --change 0.01 --ticks 5
     python bench/bench_view_tick.py --rows 1000000 --change 0.01 --warmup 30 --ticks 10
     python bench/bench_view_tick.py --rows 1000000 --change 0.0001 --ticks 5
     python bench/bench_view_tick.py --scaling 100000,10000000 --change-rows 1000 --ticks 3
+    python bench/bench_view_tick.py --scaling 100000,10000000 --change-rows 1000 \
+        --ticks 5 --warmup 5 --views join3
 """
 
 from __future__ import annotations
@@ -194,15 +198,19 @@ def timed_catch_up(spark: Any, view: MaterializedView) -> dict[str, Any]:
     driver reads the shards' state and plans), ``jobs_s`` from then until the
     last completes (including any planning between them), ``after_s`` from
     then on (the compare-and-append and holds). A tick with no job is all
-    ``plan_s``.
+    ``plan_s``. ``gc_s``: the JVM's garbage collection meanwhile (any thread: in
+    local mode the tasks' too), which a large input's cached state and the peer's
+    evaluation in the same JVM can make a tick wait for.
     """
     rows, parts = view.stats.rows_written, view.stats.parts_written
+    gc_before = jvm_gc_s(spark)
     with JobCounter(spark) as jobs:
         start = time.time()
         t0 = time.perf_counter()
         view.catch_up()
         sink_s = time.perf_counter() - t0
         end = time.time()
+    gc_s = jvm_gc_s(spark) - gc_before
     pools = jobs.by_pool()
     spans = jobs.spans("default")
     first = spans[0][0] if spans else end
@@ -212,11 +220,18 @@ def timed_catch_up(spark: Any, view: MaterializedView) -> dict[str, Any]:
         "plan_s": max(first - start, 0.0),
         "jobs_s": max(last - first, 0.0),
         "after_s": max(end - last, 0.0),
+        "gc_s": gc_s,
         "jobs": pools.pop("default", 0),
         "background_jobs": sum(pools.values()),
         "rows_written": view.stats.rows_written - rows,
         "parts_written": view.stats.parts_written - parts,
     }
+
+
+def jvm_gc_s(spark: Any) -> float:
+    """Seconds the JVM (driver and, in local mode, executors) has spent collecting garbage."""
+    beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
+    return sum(max(int(beans.get(i).getCollectionTime()), 0) for i in range(beans.size())) / 1000
 
 
 def matches_scratch(spark: Any, client: PersistClient, name: str, t: int, scratch: Path) -> bool:
@@ -275,7 +290,8 @@ def run_size(
             console.print(
                 f"rows {rows:,} {'warm-up ' if warming else ''}tick {tick}: "
                 + ", ".join(
-                    f"{n} {ts[-1]['sink_s']:.2f} s / {ts[-1]['jobs']} jobs "
+                    f"{n} {ts[-1]['sink_s']:.2f} s / {ts[-1]['jobs']} jobs / "
+                    f"gc {ts[-1]['gc_s']:.2f} s "
                     f"(scratch {ts[-1]['scratch_s']:.2f} s)"
                     for n, ts in into.items()
                 )
@@ -310,7 +326,7 @@ def run_size(
             "ticks": ts,
             "median_sink_s": sink,
             "median_scratch_s": scratch,
-            **{f"median_{k}": statistics.median(t[k] for t in ts) for k in PHASES},
+            **{f"median_{k}": statistics.median(t[k] for t in ts) for k in (*PHASES, "gc_s")},
             "ratio": sink / scratch,
             "max_jobs": max(t["jobs"] for t in ts),
             "median_jobs": statistics.median(t["jobs"] for t in ts),
@@ -545,7 +561,10 @@ def main() -> None:
         sizes = sorted(int(s) for s in args.scaling.split(","))
         doc |= scaling(spark, args, sizes)
         title = "view tick scaling"
-        name = "view_tick_scaling"
+        # A run of some views only (each view in a JVM of its own: no other view's
+        # cached state) is kept apart from the run of all of them.
+        some = args.views != list(VIEWS)
+        name = "view_tick_scaling" + ("_" + "_".join(args.views) if some else "")
     else:
         change = max(1, round(args.rows * args.change))
         run = run_size(spark, args, args.rows, change, args.idle)
