@@ -142,7 +142,8 @@ class Pipeline:
                     except _ENDS_RUN:
                         raise
                     except Exception as e:  # built again later, as a build's fault is
-                        self._unbuilt_sources[s.name] = _Retry(s, build_backoff_s, _failure(e))
+                        retry = _Retry(s, build_backoff_s, _failure(e), made=source)
+                        self._unbuilt_sources[s.name] = retry
                         continue
                     self.ingestions.append(ingestion)
                     self._sources.append((s, source))
@@ -212,10 +213,10 @@ class Pipeline:
                 self._check_sources([*self._sources, (retry.spec, source)], catalog, new=1)
                 ingestion = self._ingestion(retry.spec, source, catalog)
             except _ENDS_RUN:
-                _drop_new_slots([source])
+                _drop_new_slots([source, *retry.made])
                 raise
             except Exception as e:
-                retry.failed(_failure(e))
+                retry.failed(_failure(e), made=source)
                 failures[name] = retry.failure
                 self.health.report_or_log(name, "stalled", retry.failure)
                 continue
@@ -372,9 +373,9 @@ def _drop_new_slots(sources: Iterable[Any]) -> None:
     source's; no other kind makes one), once the run ends before any of them ran (the
     declaration refused, or corrupt state), as the checks before a run build their
     sources without a slot (:func:`~timeshard.spec.checked_only`). A slot that cannot be
-    dropped is logged: the error that ended the run is the one to see. Not dropped: the
-    slot of a source whose ingestion faulted once built; the source is built again for
-    the retry, which finds the slot there (``slot_created`` false)."""
+    dropped is logged: the error that ended the run is the one to see. A source built
+    again after a fault finds the slot an earlier build made (``slot_created`` false):
+    that earlier build, kept by its :class:`_Retry`, drops it."""
     for source in sources:
         if not getattr(source, "slot_created", False):
             continue
@@ -397,20 +398,30 @@ _ENDS_RUN = (InvalidUsage, CorruptState)
 
 class _Retry:
     """A source whose build faulted: when to try again (the pause doubles, up to a
-    minute), and the last failure."""
+    minute), the last failure, and the builds of it that made a replication slot before
+    a fault (``made``: the run drops their slots if it ends before the source runs)."""
 
     MAX_BACKOFF_S = 60.0
 
-    def __init__(self, spec: SourceSpec, backoff_s: float, failure: str) -> None:
+    def __init__(
+        self, spec: SourceSpec, backoff_s: float, failure: str, made: Any | None = None
+    ) -> None:
         self.spec = spec
         self.backoff_s = backoff_s
         self.failure = failure
         self.next_at = time.monotonic() + backoff_s
+        self.made: list[Any] = []
+        self._keep(made)
 
-    def failed(self, failure: str) -> None:
+    def failed(self, failure: str, made: Any | None = None) -> None:
         self.failure = failure
         self.backoff_s = min(self.backoff_s * 2, self.MAX_BACKOFF_S)
         self.next_at = time.monotonic() + self.backoff_s
+        self._keep(made)
+
+    def _keep(self, source: Any | None) -> None:
+        if getattr(source, "slot_created", False):
+            self.made.append(source)
 
 
 def _reads(declared: ViewSpec | ExportSpec) -> set[str]:

@@ -158,3 +158,38 @@ def test_corrupt_state_when_a_stalled_source_is_built_again_ends_the_run(
             pipeline.step()
     finally:
         pipeline.close()
+
+
+def test_a_run_that_ends_rebuilding_a_source_drops_the_slot_its_first_build_made(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A POSTGRES source makes its replication slot as it is built. Its ingestion faulted
+    at the start, so the source was built again for the retry, and that build found the
+    slot there (``slot_created`` false): when the retry then ended the run, no build
+    dropped the slot, which kept the server's WAL."""
+    dropped: list[int] = []
+
+    class Slotted:
+        built = 0
+
+        def __init__(self, spec: SourceSpec) -> None:
+            self.name = spec.name
+            Slotted.built += 1
+            self.build = Slotted.built
+            self.slot_created = spec.name == "c" and self.build == 3  # c's first build
+
+        def drop(self) -> None:
+            dropped.append(self.build)
+
+    monkeypatch.setattr(controller, "build_source", Slotted)
+    StandIn.fail_build = [
+        Indeterminate("consensus unreachable"),
+        CorruptState("shard 'c': unknown state version 99"),
+    ]
+    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
+    try:
+        with pytest.raises(CorruptState, match="unknown state version 99"):
+            pipeline.step()
+    finally:
+        pipeline.close()
+    assert dropped == [3], dropped
