@@ -1548,7 +1548,9 @@ class _Handler(socketserver.BaseRequestHandler):
             )
         params = []
         for i, value in enumerate(msg.param_values):
-            oid = types[i] if i < len(types) else 0
+            # the type Describe answers: a binary value is one of it, as PostgreSQL reads
+            # a parameter of the type it inferred (``$1::interval``)
+            oid = described_oid(types[i] if i < len(types) else 0, i + 1, prepared.intervals)
             binary = (formats[i] if len(formats) > 1 else formats[0]) == 1
             params.append(Param(_param_text(value, oid, binary), oid))
         if any(f != 0 for f in msg.result_formats):
