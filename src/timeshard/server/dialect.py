@@ -10,6 +10,13 @@ the client wrote; :class:`ServePostgres` reads them as Spark does:
   ``map_from_arrays(k, v)``, which Spark refuses for keys that are no array,
   and refused more than two arguments). An odd number of arguments stays a
   call of ``map``, for Spark to refuse as it refuses any wrong call.
+* ``INTERVAL '1 day' + '2020-01-01'::date`` adds the interval to the date, as in
+  PostgreSQL: sqlglot's reader read a string after an interval (and an optional ``+``)
+  as another interval to sum with it (``INTERVAL '1' DAY '2' HOUR``, which PostgreSQL
+  has not), so the cast took the sum (``CAST(INTERVAL '1' DAY + INTERVAL '2020-01-01'
+  AS DATE)``). A string cast, indexed, multiplied or divided there is no interval of a
+  sum: the interval ends before the ``+``. (``INTERVAL '1 day' + '2 hours'`` stays a sum,
+  as PostgreSQL reads the string as an interval there.)
 * ``$`` before a digit is a parameter (``$1``), as PostgreSQL's lexer reads it, never
   the start of a dollar-quoted string's tag: sqlglot's tokenizer looked for a tag up to
   the next ``$``, and a doubled quote (``''``) after the parameter made it rewind to the
@@ -51,6 +58,13 @@ class _ParameterCore(TokenizerCore):
         return bool(super()._scan_string(start))
 
 
+#: What binds a string after an interval to what follows it, ahead of a ``+`` before it
+#: (``'2020-01-01'::date``, ``'2' * 3``): no interval, as sqlglot would sum it.
+_OPERAND_OF = frozenset(
+    {TokenType.DCOLON, TokenType.L_BRACKET, TokenType.STAR, TokenType.SLASH, TokenType.MOD}
+)
+
+
 class ServePostgres(Postgres):
     """PostgreSQL as ``timeshard serve`` reads it (see the module's docstring)."""
 
@@ -62,6 +76,18 @@ class ServePostgres(Postgres):
 
     class Parser(PostgresParser):
         FUNCTIONS: ClassVar[dict[str, Any]] = {**PostgresParser.FUNCTIONS, "MAP": _spark_map}
+
+        def _parse_interval(
+            self, require_interval: bool = True, parse_function_unit: bool = True
+        ) -> exp.Add | exp.Interval | None:
+            if not require_interval and self._next and self._next.token_type in _OPERAND_OF:
+                return exp.Null()  # type: ignore[return-value]  # no sum: taken back below
+            interval = super()._parse_interval(require_interval, parse_function_unit)
+            if isinstance(interval, exp.Add) and isinstance(interval.expression, exp.Null):
+                if self._prev is not None and self._prev.token_type == TokenType.PLUS:
+                    self._retreat(self._index - 1)  # the + is the caller's operator
+                return interval.this.pop()  # type: ignore[no-any-return]
+            return interval
 
 
 #: The dialect every reader of a client's SQL parses with.
