@@ -20,7 +20,9 @@ the client wrote; :class:`ServePostgres` reads them as Spark does:
 * ``$`` before a digit is a parameter (``$1``), as PostgreSQL's lexer reads it, never
   the start of a dollar-quoted string's tag: sqlglot's tokenizer looked for a tag up to
   the next ``$``, and a doubled quote (``''``) after the parameter made it rewind to the
-  wrong place and refuse the statement (``SELECT $1, ''``).
+  wrong place and refuse the statement (``SELECT $1, ''``). Where sqlglot's tokenizer is
+  compiled (sqlglotc), its core takes no subclass: serve then reads with the stock one,
+  and says so once in its log (:func:`_parameter_core`).
 
 Every reader of a client's SQL in :mod:`timeshard.server` parses with
 :data:`DIALECT`, so a statement means one thing to all of them.
@@ -30,12 +32,16 @@ Pure Python, no Spark.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
 from sqlglot import TokenType, exp, parser
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokenizer_core import TokenizerCore
+from sqlglot.tokens import SQLGLOTC_INSTALLED
+
+log = logging.getLogger(__name__)
 
 
 def _spark_map(args: list[Any]) -> exp.Expr:
@@ -46,16 +52,35 @@ def _spark_map(args: list[Any]) -> exp.Expr:
     return parser.build_var_map(args)
 
 
-class _ParameterCore(TokenizerCore):
-    """sqlglot's tokenizer, reading ``$`` before a digit as a parameter."""
+def _parameter_core() -> type[TokenizerCore] | None:
+    """sqlglot's tokenizer core, reading ``$`` before a digit as a parameter; None (logged)
+    where its core is compiled (sqlglotc, sqlglot's ``c`` extra): a compiled class
+    refuses an interpreted subclass, and its compiled methods would call their own
+    ``_scan_string``. The stock core then reads the statements, all but one of a
+    parameter before ``''`` (``SELECT $1, ''``), which it refuses."""
+    if not SQLGLOTC_INSTALLED:
+        try:
 
-    __slots__ = ()
+            class _ParameterCore(TokenizerCore):
+                __slots__ = ()
 
-    def _scan_string(self, start: str) -> bool:
-        if start == "$" and self._peek.isdigit():
-            self._add(TokenType.PARAMETER)  # its digits are the NUMBER that follows
-            return True
-        return bool(super()._scan_string(start))
+                def _scan_string(self, start: str) -> bool:
+                    if start == "$" and self._peek.isdigit():
+                        self._add(TokenType.PARAMETER)  # its digits: the NUMBER that follows
+                        return True
+                    return bool(super()._scan_string(start))
+
+            return _ParameterCore
+        except TypeError:
+            pass
+    log.warning(
+        "sqlglot's tokenizer is compiled (sqlglotc): a $n parameter before '' "
+        "(SELECT $1, '') is refused"
+    )
+    return None
+
+
+_PARAMETER_CORE = _parameter_core()
 
 
 #: What binds a string after an interval to what follows it, ahead of a ``+`` before it
@@ -71,7 +96,8 @@ class ServePostgres(Postgres):
     class Tokenizer(Postgres.Tokenizer):
         def _init_core(self) -> TokenizerCore:
             core = super()._init_core()
-            core.__class__ = _ParameterCore  # the same slots: only _scan_string differs
+            if _PARAMETER_CORE is not None:
+                core.__class__ = _PARAMETER_CORE  # the same slots: only _scan_string differs
             return core
 
     class Parser(PostgresParser):
