@@ -27,6 +27,15 @@ the client wrote; :class:`ServePostgres` reads them as Spark does:
 Every reader of a client's SQL in :mod:`timeshard.server` parses with
 :data:`DIALECT`, so a statement means one thing to all of them.
 
+Known limitation: a materialized view is recorded as its PostgreSQL text and re-read
+with :data:`DIALECT` when a server restores it (``Engine._create(record=False)``). A
+view recorded before ``map(k, v)`` was read as Spark's ``map`` ran as
+``map_from_arrays`` (``map(ARRAY['a'], ARRAY[1])``: ``map<string,int>``); it now reads
+as a map of one array to another (``map<array<string>,array<int>>``), and does not
+restore: its shard's schema differs. Recreate such a view with ``map_from_arrays``
+written out. (Restoring a recorded view from the Spark SQL it ran as, or retrying with
+the former reading on a schema mismatch, would keep it; neither is done.)
+
 Pure Python, no Spark.
 """
 
