@@ -72,7 +72,7 @@ CAST_BACK = "SELECT CAST(TIMESTAMP '2026-01-01 00:00:00' - %s::interval AS STRIN
 def test_a_parameter_cast_to_interval_moves_a_timestamp(pgconn: Any, value: Any) -> None:
     """psycopg's ``now() - %s::interval``: a timedelta binds a Spark day-time interval,
     which Spark does not cast to its ``INTERVAL`` (42K09); the cast is dropped. A ``str``
-    (untyped) stays the cast of a string, as it was."""
+    (untyped) is read as an interval there, as PostgreSQL infers the parameter's type."""
     conn = psycopg.Connection(pgconn)
     try:
         assert conn.execute(CAST_BACK, [value]).fetchone() == ("2025-12-29 00:00:00",)
@@ -118,3 +118,26 @@ def test_a_year_month_interval_column_is_an_interval(
     assert pgconn.prepare(b"", sql, oids).status == psycopg.pq.ExecStatus.COMMAND_OK
     described = describe_prepared(pgconn)
     assert [described.ftype(i) for i in range(described.nfields)] == [1186] * result.nfields
+
+
+@pytest.mark.parametrize(
+    ("value", "binary", "text"),
+    [
+        (struct.pack("!qii", 0, 1, 0), True, b"1 day"),
+        (struct.pack("!qii", 0, 0, 14), True, b"1 year 2 mons"),
+        (b"1 day", False, b"1 day"),
+    ],
+)
+def test_an_undeclared_parameter_cast_to_interval_takes_a_binary_interval(
+    pgconn: Any, value: bytes, binary: bool, text: bytes
+) -> None:
+    """Describe answers interval (1186) for an undeclared ``$1::interval``, so a client
+    sends a binary interval there, which PostgreSQL 15 reads as one (``1 day``): it was
+    read as UTF-8 text (22021 or an interval of the wrong text)."""
+    prepared = pgconn.prepare(b"", b"SELECT $1::interval AS x FROM t", None)
+    assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message
+    described = describe_prepared(pgconn)
+    assert described.param_type(0) == 1186
+    result = pgconn.exec_prepared(b"", [value], [1 if binary else 0])
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+    assert (result.ftype(0), result.get_value(0, 0)) == (1186, text)

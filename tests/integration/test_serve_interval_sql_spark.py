@@ -133,6 +133,8 @@ def test_an_unprepared_statement_of_a_year_month_value_is_described_so(pgconn: A
         (b"SELECT DATE '2026-01-01' - '1 mon 1 day'::interval FROM t", b"2025-11-30 00:00:00"),
         (b"SELECT INTERVAL '1 hour' + DATE '2026-01-01' FROM t", b"2026-01-01 01:00:00"),
         (b"SELECT CAST('2026-01-01' AS DATE) - (-INTERVAL '2' DAY) FROM t", b"2026-01-03 00:00:00"),
+        # the cast is the string's, not a sum of intervals' (as sqlglot read it)
+        (b"SELECT INTERVAL '1 day' + '2020-01-01'::date FROM t", b"2020-01-02 00:00:00"),
     ],
 )
 def test_a_date_moved_by_an_interval_is_a_timestamp_without_time_zone(

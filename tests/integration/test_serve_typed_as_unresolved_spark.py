@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from timeshard.location import Location
 from timeshard.persist import PersistClient, PersistConfig
 from timeshard.server.engine import Engine
+from timeshard.server.statements import TypedAs
 
 pytestmark = pytest.mark.spark
 
@@ -39,7 +40,7 @@ def test_a_typed_as_that_does_not_resolve_leaves_the_rows_untyped(engine: Any) -
         "SELECT DATE '2020-01-01' + INTERVAL '1-0' YEAR TO MONTH AS d, '2 days'::interval AS i "
         "FROM t"
     )
-    typed_as = (
+    typed_as = TypedAs(
         "SELECT DATE '2020-01-01' + CAST(NULL AS INTERVAL DAY TO SECOND) AS d, "
         "'null'::interval AS i FROM t"
     )

@@ -93,11 +93,15 @@ def test_a_minute_past_59_or_a_second_past_60_is_22015(text: str) -> None:
 
 
 @pytest.mark.parametrize("field", ["{d}:00", "00:{d}", "{d}-1", "1-{d}"])
-def test_a_field_of_thousands_of_digits_is_22015(field: str) -> None:
+def test_a_field_of_thousands_of_digits_is_refused(field: str) -> None:
     """Python's ``int`` refuses more than 4300 digits: a ValueError, an internal error
-    (XX000). PostgreSQL's field overflows (22015)."""
+    (XX000). PostgreSQL 15 refuses the text, longer than its interval input takes
+    (22007); one of 40 digits is its field overflow (22015)."""
     with pytest.raises(SqlError) as raised:
         interval_fields(field.format(d="1" * 5000))
+    assert raised.value.sqlstate == "22007"
+    with pytest.raises(SqlError) as raised:
+        interval_fields(field.format(d="1" * 40))
     assert raised.value.sqlstate == "22015"
 
 

@@ -23,7 +23,7 @@ ZEROS = "0" * 40
         (f"-{ZEROS}1-{ZEROS}11", (-23, 0, 0)),
         (f"{ZEROS}3 {ZEROS}4:05:06", (0, 3, 14_706_000_000)),
         (f"P{ZEROS}1Y{ZEROS}2M", (14, 0, 0)),
-        ("0" * 5000 + "1:00", (0, 0, 3_600_000_000)),
+        ("0" * 251 + "1:00", (0, 0, 3_600_000_000)),  # the longest field PostgreSQL takes
     ],
 )
 def test_leading_zeros_are_read_as_postgresql_reads_them(

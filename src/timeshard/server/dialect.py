@@ -10,25 +10,47 @@ the client wrote; :class:`ServePostgres` reads them as Spark does:
   ``map_from_arrays(k, v)``, which Spark refuses for keys that are no array,
   and refused more than two arguments). An odd number of arguments stays a
   call of ``map``, for Spark to refuse as it refuses any wrong call.
+* ``INTERVAL '1 day' + '2020-01-01'::date`` adds the interval to the date, as in
+  PostgreSQL: sqlglot's reader read a string after an interval (and an optional ``+``)
+  as another interval to sum with it (``INTERVAL '1' DAY '2' HOUR``, which PostgreSQL
+  has not), so the cast took the sum (``CAST(INTERVAL '1' DAY + INTERVAL '2020-01-01'
+  AS DATE)``). A string cast, indexed, multiplied or divided there is no interval of a
+  sum: the interval ends before the ``+``. (``INTERVAL '1 day' + '2 hours'`` stays a sum,
+  as PostgreSQL reads the string as an interval there.)
 * ``$`` before a digit is a parameter (``$1``), as PostgreSQL's lexer reads it, never
   the start of a dollar-quoted string's tag: sqlglot's tokenizer looked for a tag up to
   the next ``$``, and a doubled quote (``''``) after the parameter made it rewind to the
-  wrong place and refuse the statement (``SELECT $1, ''``).
+  wrong place and refuse the statement (``SELECT $1, ''``). Where sqlglot's tokenizer is
+  compiled (sqlglotc), its core takes no subclass: serve then reads with the stock one,
+  and says so once in its log (:func:`_parameter_core`).
 
 Every reader of a client's SQL in :mod:`timeshard.server` parses with
 :data:`DIALECT`, so a statement means one thing to all of them.
+
+Known limitation: a materialized view is recorded as its PostgreSQL text and re-read
+with :data:`DIALECT` when a server restores it (``Engine._create(record=False)``). A
+view recorded before ``map(k, v)`` was read as Spark's ``map`` ran as
+``map_from_arrays`` (``map(ARRAY['a'], ARRAY[1])``: ``map<string,int>``); it now reads
+as a map of one array to another (``map<array<string>,array<int>>``), and does not
+restore: its shard's schema differs. Recreate such a view with ``map_from_arrays``
+written out. (Restoring a recorded view from the Spark SQL it ran as, or retrying with
+the former reading on a schema mismatch, would keep it; neither is done.)
 
 Pure Python, no Spark.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar
 
 from sqlglot import TokenType, exp, parser
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.parsers.postgres import PostgresParser
 from sqlglot.tokenizer_core import TokenizerCore
+from sqlglot.tokens import SQLGLOTC_INSTALLED
+
+log = logging.getLogger(__name__)
 
 
 def _spark_map(args: list[Any]) -> exp.Expr:
@@ -39,16 +61,42 @@ def _spark_map(args: list[Any]) -> exp.Expr:
     return parser.build_var_map(args)
 
 
-class _ParameterCore(TokenizerCore):
-    """sqlglot's tokenizer, reading ``$`` before a digit as a parameter."""
+def _parameter_core() -> type[TokenizerCore] | None:
+    """sqlglot's tokenizer core, reading ``$`` before a digit as a parameter; None (logged)
+    where its core is compiled (sqlglotc, sqlglot's ``c`` extra): a compiled class
+    refuses an interpreted subclass, and its compiled methods would call their own
+    ``_scan_string``. The stock core then reads the statements, all but one of a
+    parameter before ``''`` (``SELECT $1, ''``), which it refuses."""
+    if not SQLGLOTC_INSTALLED:
+        try:
 
-    __slots__ = ()
+            class _ParameterCore(TokenizerCore):
+                __slots__ = ()
 
-    def _scan_string(self, start: str) -> bool:
-        if start == "$" and self._peek.isdigit():
-            self._add(TokenType.PARAMETER)  # its digits are the NUMBER that follows
-            return True
-        return bool(super()._scan_string(start))
+                def _scan_string(self, start: str) -> bool:
+                    if start == "$" and self._peek.isdigit():
+                        self._add(TokenType.PARAMETER)  # its digits: the NUMBER that follows
+                        return True
+                    return bool(super()._scan_string(start))
+
+            return _ParameterCore
+        except TypeError:
+            pass
+    log.warning(
+        "sqlglot's tokenizer is compiled (sqlglotc): a $n parameter before '' "
+        "(SELECT $1, '') is refused"
+    )
+    return None
+
+
+_PARAMETER_CORE = _parameter_core()
+
+
+#: What binds a string after an interval to what follows it, ahead of a ``+`` before it
+#: (``'2020-01-01'::date``, ``'2' * 3``): no interval, as sqlglot would sum it.
+_OPERAND_OF = frozenset(
+    {TokenType.DCOLON, TokenType.L_BRACKET, TokenType.STAR, TokenType.SLASH, TokenType.MOD}
+)
 
 
 class ServePostgres(Postgres):
@@ -57,11 +105,24 @@ class ServePostgres(Postgres):
     class Tokenizer(Postgres.Tokenizer):
         def _init_core(self) -> TokenizerCore:
             core = super()._init_core()
-            core.__class__ = _ParameterCore  # the same slots: only _scan_string differs
+            if _PARAMETER_CORE is not None:
+                core.__class__ = _PARAMETER_CORE  # the same slots: only _scan_string differs
             return core
 
     class Parser(PostgresParser):
         FUNCTIONS: ClassVar[dict[str, Any]] = {**PostgresParser.FUNCTIONS, "MAP": _spark_map}
+
+        def _parse_interval(
+            self, require_interval: bool = True, parse_function_unit: bool = True
+        ) -> exp.Add | exp.Interval | None:
+            if not require_interval and self._next and self._next.token_type in _OPERAND_OF:
+                return exp.Null()  # type: ignore[return-value]  # no sum: taken back below
+            interval = super()._parse_interval(require_interval, parse_function_unit)
+            if isinstance(interval, exp.Add) and isinstance(interval.expression, exp.Null):
+                if self._prev is not None and self._prev.token_type == TokenType.PLUS:
+                    self._retreat(self._index - 1)  # the + is the caller's operator
+                return interval.this.pop()  # type: ignore[no-any-return]
+            return interval
 
 
 #: The dialect every reader of a client's SQL parses with.

@@ -116,6 +116,7 @@ from timeshard.server.statements import (
     SqlError,
     Statement,
     Subscribe,
+    TypedAs,
     check_json,
     parse,
 )
@@ -1205,7 +1206,9 @@ class Engine:
             rows.close()
         return Result(rows.columns, out, f"SELECT {len(out)}")
 
-    def query_rows(self, query: str, as_of: int | None, typed_as: str | None = None) -> QueryRows:
+    def query_rows(
+        self, query: str, as_of: int | None, typed_as: TypedAs | None = None
+    ) -> QueryRows:
         """Run ``query`` over the shards it names, all read at one time: its rows as Spark
         makes them (:class:`QueryRows`), which hold the shards' readers until closed.
         A column whose PostgreSQL type differs from the same column of the query
@@ -1252,15 +1255,17 @@ class Engine:
             raise
         return QueryRows(columns, _query_rows(partitions, readers), readers)
 
-    def _typed_as(self, df: Any, session: Any, typed_as: str) -> Any:
-        """``df`` typed as the query ``typed_as`` (:func:`_typed_as`); as it is if
-        ``typed_as`` does not resolve: its Describe answered no columns then, and the
-        query itself did resolve."""
-        try:
-            spark_sql = self.resolve(typed_as)[0]
-        except SqlError:
-            return df
-        return _typed_as(df, session, spark_sql)
+    def _typed_as(self, df: Any, session: Any, typed_as: TypedAs) -> Any:
+        """``df`` typed as the query ``typed_as`` (:func:`_typed_as`), resolved once for
+        its prepared statement (kept in ``typed_as``); as it is if ``typed_as`` does not
+        resolve: its Describe answered no columns then, and the query itself did
+        resolve."""
+        if typed_as.spark_sql is None:
+            try:
+                typed_as.spark_sql = self.resolve(typed_as.query)[0]
+            except SqlError:
+                return df
+        return _typed_as(df, session, typed_as.spark_sql)
 
     def _readable_time(self, readers: dict[str, Any], as_of: int | None) -> int | None:
         """``as_of``, checked; without one, the latest time every reader can read at --

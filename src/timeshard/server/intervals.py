@@ -20,7 +20,9 @@ A unit may be any of PostgreSQL's spellings (``day``, ``days``, ``d``,
 ``hrs``, ...) and a number may have a fraction, which spills into the
 smaller fields as PostgreSQL spills it (a month is 30 days, a day 24 hours);
 one of a year or a larger unit is rounded to whole months, as PostgreSQL 15+ rounds it.
-Text of no such form is SqlError 22007, as PostgreSQL answers it.
+Text of no such form is SqlError 22007, as PostgreSQL answers it, and so is text
+of a non-ISO form longer than PostgreSQL's input takes (:func:`_fits`: 256 bytes of
+fields, 25 fields).
 
 :func:`interval_literal` writes the Spark literal of the three numbers: its
 text is made of the numbers, never of the client's text. Pure Python.
@@ -153,6 +155,8 @@ def interval_fields(text: str) -> tuple[int, int, int]:
 def _fields(text: str, lowered: str) -> tuple[int, int, int]:
     if lowered.startswith("p"):
         return _iso_fields(text, lowered[1:])
+    if not _fits(lowered):
+        raise _invalid(text)
     sign = 1
     if lowered.startswith("@"):
         lowered = lowered[1:]
@@ -197,6 +201,95 @@ def _fields(text: str, lowered: str) -> tuple[int, int, int]:
             _once(str(value), seen, text)
             total.add(_number(match["number"], text), value)
     return total.fields(sign)
+
+
+#: The bytes of the buffer PostgreSQL's ``interval_in`` splits a text into fields in (its
+#: ``workbuf``: each field's characters, then a NUL), and the most fields it takes
+#: (``MAXDATEFIELDS``). Past either its ``ParseDateTime`` fails, and text that is then no
+#: ISO 8601 interval is refused (22007); PostgreSQL 15 takes ``'0' * 250 + '1 day'``
+#: (256 bytes: 252 and 4) and refuses one more zero.
+_FIELD_BUFFER = 256
+_MAX_FIELDS = 25
+_DIGITS = frozenset("0123456789")
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")
+
+
+def _fits(lowered: str) -> bool:
+    """Whether PostgreSQL's ``ParseDateTime`` splits ``lowered`` into fields within its
+    buffer and field count (:data:`_FIELD_BUFFER`, :data:`_MAX_FIELDS`): spaces, and
+    punctuation but a sign and a decimal point, separate fields and take no byte. A word
+    followed by a digit or ``+`` is taken as one field with what follows, as PostgreSQL
+    takes any word but its date keywords (an interval has none: it is refused anyway). A
+    character it refuses outright is left to the grammar to refuse."""
+    used = fields = pos = 0
+    while pos < len(lowered):
+        char = lowered[pos]
+        if char.isspace() or char in _IGNORED:
+            pos += 1
+            continue
+        if char in _DIGITS:
+            end = _number_field(lowered, pos + 1)
+            taken = end - pos
+        elif char == ".":
+            end = _run(lowered, pos + 1, _DIGITS)
+            taken = end - pos
+        elif char in _LETTERS:
+            end = _run(lowered, pos + 1, _LETTERS)
+            if end < len(lowered) and lowered[end] in "-/.+0123456789":
+                end = _run(lowered, end + 1, _LETTERS | _DIGITS | frozenset("+-/_.:"))
+            taken = end - pos
+        elif char in "+-":
+            after = pos + 1  # the spaces after a sign are skipped
+            while after < len(lowered) and lowered[after].isspace():
+                after += 1
+            first = lowered[after] if after < len(lowered) else ""
+            if first and first in _DIGITS:
+                end = _run(lowered, after + 1, _DIGITS | frozenset(":.-"))
+            elif first and first in _LETTERS:
+                end = _run(lowered, after + 1, _LETTERS)
+            else:
+                return True
+            taken = 1 + end - after
+        else:
+            return True
+        used += taken + 1  # its characters, and a NUL
+        fields += 1
+        if used > _FIELD_BUFFER or fields > _MAX_FIELDS:
+            return False
+        pos = end
+    return True
+
+
+def _number_field(text: str, pos: int) -> int:
+    """Where the field that starts with a digit before ``pos`` ends, as ``ParseDateTime``
+    reads it: digits, then a time (``:``), or a date (``-``, ``/`` or ``.``: ``1-2``,
+    ``1.5``) of digits or letters."""
+    pos = _run(text, pos, _DIGITS)
+    if pos == len(text):
+        return pos
+    if text[pos] == ":":
+        return _run(text, pos + 1, _DIGITS | frozenset(":."))
+    if text[pos] not in "-/.":
+        return pos
+    delim = text[pos]
+    if pos + 1 < len(text) and text[pos + 1] in _DIGITS:
+        pos = _run(text, pos + 1, _DIGITS)
+        if pos < len(text) and text[pos] == delim:
+            pos = _run(text, pos + 1, _DIGITS | {delim})
+        return pos
+    return _run(text, pos + 1, _LETTERS | _DIGITS | {delim})
+
+
+def _run(text: str, pos: int, chars: frozenset[str]) -> int:
+    """Where the run of ``chars`` from ``pos`` of ``text`` ends."""
+    while pos < len(text) and text[pos] in chars:
+        pos += 1
+    return pos
+
+
+#: The punctuation PostgreSQL's ``ParseDateTime`` skips between fields (C's ``ispunct``
+#: but a sign and a decimal point).
+_IGNORED = frozenset("!\"#$%&'()*,/;<=>?@[\\]^_`{|}~")
 
 
 def _once(field: str, seen: set[str], text: str) -> None:

@@ -193,6 +193,7 @@ from timeshard.server.statements import (
     ShowSetting,
     SqlError,
     Statement,
+    TypedAs,
     bind,
     described_oid,
     interval_parameters,
@@ -211,7 +212,7 @@ log = logging.getLogger(__name__)
 _INTERVAL_OID = 1186
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Prepared:
     """A prepared statement: its text, the parameter types its Parse declared (0 or
     missing: undeclared), and the parameters it casts to interval itself
@@ -223,10 +224,23 @@ class _Prepared:
     #: its columns that may be a json, jsonb or varchar parameter
     #: (:func:`~timeshard.server.pgtypes.parameter_columns`)
     columns: tuple[tuple[int, str | int], ...] = ()
+    #: its query as its Describe binds it, once an Execute has needed it (:meth:`typed_as`)
+    described: TypedAs | None = None
 
     @classmethod
     def of(cls, sql: str, types: list[int]) -> _Prepared:
         return cls(sql, types, interval_parameters(sql), parameter_columns(sql, types))
+
+    def typed_as(self) -> TypedAs | None:
+        """Its query bound as its Describe binds it (:func:`_placeholders`), made once and
+        kept with the statement, with the Spark SQL it resolves to once it has: the Binds
+        of a statement resolve it once. None if that is no query."""
+        if self.described is None:
+            described = parse(bind(self.sql, _placeholders(self)))
+            if not isinstance(described, SelectStatement):
+                return None
+            self.described = TypedAs(described.query)
+        return self.described
 
 
 def _statement_oids(prepared: _Prepared) -> list[int]:
@@ -251,24 +265,22 @@ def _placeholders(prepared: _Prepared) -> list[Param]:
     ]
 
 
-def _typed_as(prepared: _Prepared, params: list[Param]) -> str | None:
-    """A prepared statement bound as its Describe binds it (:func:`_placeholders`) if
-    ``params`` bind a year-month interval (or one of months and days or time), declared
-    interval or a string the statement casts to interval: the placeholder of an interval
-    is a day-time one, and ``DATE '2020-01-01' + $1`` is then a TIMESTAMP where a
-    year-month value makes it a DATE. The rows are sent as the Describe described them
-    (their columns cast to its types, as PostgreSQL's ``date + interval`` is a timestamp
-    whatever the interval). None if no parameter is such an interval: the types cannot
-    differ."""
+def _typed_as(prepared: _Prepared, params: list[Param]) -> _Prepared | None:
+    """``prepared``, whose rows are typed as its Describe binds it
+    (:meth:`_Prepared.typed_as`), if ``params`` bind a year-month interval (or one of
+    months and days or time), declared interval or a string the statement casts to
+    interval: the placeholder of an interval is a day-time one, and ``DATE '2020-01-01'
+    + $1`` is then a TIMESTAMP where a year-month value makes it a DATE. The rows are sent
+    as the Describe described them (their columns cast to its types, as PostgreSQL's
+    ``date + interval`` is a timestamp whatever the interval). None if no parameter is
+    such an interval: the types cannot differ."""
     year_month = any(
         described_oid(p.oid, i + 1, prepared.intervals) == _INTERVAL_OID
         and p.text is not None
         and _months(p.text)
         for i, p in enumerate(params)
     )
-    if not year_month:
-        return None
-    return bind(prepared.sql, _placeholders(prepared))
+    return prepared if year_month else None
 
 
 def _months(text: str) -> int:
@@ -472,9 +484,9 @@ class _Portal:
     described: bool = False
     #: its columns that are a json, jsonb or varchar parameter (:func:`kept_columns`)
     declared: dict[int, str] = field(default_factory=dict)
-    #: its statement bound as a Describe of it binds it, when a value bound may make a
-    #: column's type other than that Describe answered (:func:`_typed_as`)
-    typed_as: str | None = None
+    #: its prepared statement, when a value bound may make a column's type other than
+    #: its Describe answered: its rows are typed as that (:func:`_typed_as`)
+    typed_as: _Prepared | None = None
 
 
 @dataclass
@@ -1548,7 +1560,9 @@ class _Handler(socketserver.BaseRequestHandler):
             )
         params = []
         for i, value in enumerate(msg.param_values):
-            oid = types[i] if i < len(types) else 0
+            # the type Describe answers: a binary value is one of it, as PostgreSQL reads
+            # a parameter of the type it inferred (``$1::interval``)
+            oid = described_oid(types[i] if i < len(types) else 0, i + 1, prepared.intervals)
             binary = (formats[i] if len(formats) > 1 else formats[0]) == 1
             params.append(Param(_param_text(value, oid, binary), oid))
         if any(f != 0 for f in msg.result_formats):
@@ -1568,9 +1582,9 @@ class _Handler(socketserver.BaseRequestHandler):
             assert len(statements) <= 1, f"Parse let several statements in: {statements}"
             portal.statement = parse(statements[0]) if statements else Empty()
             if portal.typed_as is not None and isinstance(portal.statement, SelectStatement):
-                described = parse(portal.typed_as)
-                if isinstance(described, SelectStatement):
-                    portal.statement = replace(portal.statement, typed_as=described.query)
+                typed_as = portal.typed_as.typed_as()
+                if typed_as is not None:
+                    portal.statement = replace(portal.statement, typed_as=typed_as)
             s = self.session
             s.keep_timeout()  # a pipeline's first statement starts its implicit transaction
             self.session.running = portal

@@ -102,15 +102,26 @@ class Explain:
     name: str
 
 
+@dataclass(eq=False)
+class TypedAs:
+    """A query as its prepared statement's Describe ran it (its parameters bound to
+    placeholders), whose column types a query's rows are sent as where they differ
+    (:attr:`Query.typed_as`), and the Spark SQL it resolves to, once it has: one per
+    prepared statement, kept with it and gone with it, so the Binds of a statement
+    resolve it once."""
+
+    query: str  # PostgreSQL text of the query, without its AS OF
+    spark_sql: str | None = None
+
+
 @dataclass(frozen=True)
 class Query:
     query: str  # PostgreSQL text of the query, without its AS OF
     as_of: int | None = None
-    #: the query as its prepared statement's Describe ran it (its parameters bound to
-    #: placeholders), whose column types this one's rows are sent as where they differ:
-    #: a year-month interval parameter makes ``DATE + $1`` a DATE, a day-time one (the
+    #: the query as its prepared statement's Describe ran it (:class:`TypedAs`): a
+    #: year-month interval parameter makes ``DATE + $1`` a DATE, a day-time one (the
     #: placeholder's) a TIMESTAMP. None: the query's own types.
-    typed_as: str | None = None
+    typed_as: TypedAs | None = None
 
 
 @dataclass(frozen=True)
@@ -920,6 +931,7 @@ __all__ = [
     "SqlError",
     "Statement",
     "Subscribe",
+    "TypedAs",
     "bind",
     "check_json",
     "described_oid",
