@@ -145,28 +145,12 @@ def test_a_refusal_keeps_its_end_and_a_jvm_trace_is_cut(
 
 
 def test_corrupt_state_when_a_stalled_source_is_built_again_ends_the_run(
-    client: PersistClient,
-) -> None:
-    """It was retried as a fault, every step for ever: no retry decodes the state."""
-    StandIn.fail_build = [
-        Indeterminate("consensus unreachable"),
-        CorruptState("shard 'c': unknown state version 99"),
-    ]
-    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
-    try:
-        with pytest.raises(CorruptState, match="unknown state version 99"):
-            pipeline.step()
-    finally:
-        pipeline.close()
-
-
-def test_a_run_that_ends_rebuilding_a_source_drops_the_slot_its_first_build_made(
     client: PersistClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A POSTGRES source makes its replication slot as it is built. Its ingestion faulted
-    at the start, so the source was built again for the retry, and that build found the
-    slot there (``slot_created`` false): when the retry then ended the run, no build
-    dropped the slot, which kept the server's WAL."""
+    """It was retried as a fault, every step for ever: no retry decodes the state. And the
+    run drops the replication slot the source's first build made (a POSTGRES source makes
+    it as it is built): the retry built the source again, which found the slot there
+    (``slot_created`` false), so no build dropped it, and it kept the server's WAL."""
     dropped: list[int] = []
 
     class Slotted:

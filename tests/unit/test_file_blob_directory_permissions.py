@@ -9,34 +9,14 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from timeshard.location import FileBlob
+from tests.as_nobody import as_nobody
 
-NOBODY = 65534
+from timeshard.location import FileBlob
 
 
 def _get_as_nobody(blob: FileBlob, key: str) -> str:
-    """``repr`` of ``blob.get(key)`` (or of what it raised) in a child process that runs as
-    uid ``nobody``: root reads every directory, so only another user shows the permission
-    it needs."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            os.close(read)
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            try:
-                answer = repr(blob.get(key))
-            except Exception as e:
-                answer = repr(e)
-            os.write(write, answer.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        answer = f.read().decode()
-    os.waitpid(pid, 0)
-    return answer
+    """``repr`` of ``blob.get(key)`` (or of what it raised) as uid ``nobody``."""
+    return as_nobody(lambda: blob.get(key))
 
 
 def test_get_reads_a_key_under_directories_it_may_search_but_not_list() -> None:

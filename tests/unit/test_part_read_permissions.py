@@ -17,17 +17,17 @@ import os
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.as_nobody import as_nobody
 
-from timeshard.errors import Determinate, PartError, TimeshardError
+from timeshard.errors import Determinate, PartError
 from timeshard.persist._internal.parts import PartMeta, part_digest
 from timeshard.spark import parts
 from timeshard.spark.parts import typed_error
 
-NOBODY = 65534
 KEY = "s/w1/b1/part-00000-0123456789ab.parquet"
 DATA = b"the recorded bytes of a part"
 
@@ -68,37 +68,13 @@ def _planned(root: Path) -> None:
     parts._plan(root.as_uri(), [meta])
 
 
-def _as_nobody(judge: Callable[[], TimeshardError | None]) -> str:
-    """``repr`` of ``judge()`` (or of what it raised) in a child process that runs as uid
-    ``nobody``."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        try:
-            os.close(read)
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            try:
-                answer = repr(judge())
-            except BaseException as e:
-                answer = repr(e)
-            os.write(write, answer.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read, "rb") as f:
-        answer = f.read().decode()
-    os.waitpid(pid, 0)
-    return answer
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root may run a child as nobody")
 def test_a_part_the_reader_may_not_read_is_a_fault_not_a_missing_part(root: Path) -> None:
     part = root / KEY
     part.write_bytes(DATA)
     part.chmod(0o600)  # root's: nobody may not read it
     _planned(root)
-    answer = _as_nobody(lambda: typed_error(_spark_failure(part)))
+    answer = as_nobody(lambda: typed_error(_spark_failure(part)))
     assert answer.startswith("Determinate("), answer
     assert KEY in answer and "Permission denied" in answer, answer
 

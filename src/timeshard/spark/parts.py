@@ -994,13 +994,10 @@ def _not_found(key: str, cause: str) -> TimeshardError:
         if _DENIED.search(cause):
             return Determinate(f"reading part {key!r}: {cause}")
         return PartError(key, "missing")
-    root, part = planned
-    try:
-        check_part_file(root, key, part.size_in_bytes, part.sha256)
-    except (PartError, Determinate, CorruptState) as e:
-        return e
-    return Determinate(
-        f"Spark's reader found no part {key!r}, yet it holds the bytes the state recorded: {cause}"
+    return _read_again(
+        key,
+        planned,
+        f"Spark's reader found no part {key!r}, yet it holds the bytes the state recorded: {cause}",
     )
 
 
@@ -1019,14 +1016,23 @@ def _failed_read(key: str, cause: str) -> TimeshardError:
         if _IO_CAUSE.match(cause):
             return Determinate(f"reading part {key!r}: {cause}")
         return PartError(key, f"corrupt: {cause}")
+    return _read_again(
+        key,
+        planned,
+        f"reading part {key!r} failed, yet its bytes are the ones the state recorded: {cause}",
+    )
+
+
+def _read_again(key: str, planned: tuple[str, PartMeta], sound: str) -> TimeshardError:
+    """What the driver's re-read of the planned part ``key`` (its blob root, its metadata)
+    finds after Spark's read of it failed (:func:`check_part_file`): PartError,
+    Determinate or CorruptState; Determinate ``sound`` if it holds the recorded bytes."""
     root, part = planned
     try:
         check_part_file(root, key, part.size_in_bytes, part.sha256)
     except (PartError, Determinate, CorruptState) as e:
         return e
-    return Determinate(
-        f"reading part {key!r} failed, yet its bytes are the ones the state recorded: {cause}"
-    )
+    return Determinate(sound)
 
 
 def _key_of(uri: str) -> str:
