@@ -1,11 +1,14 @@
 """Interval parameters, in text and in binary (psycopg's ``timedelta``), are Spark
 intervals: ``SELECT TIMESTAMP '2026-01-01 00:00:00' + $1`` answers the moment they
-move it to. They were bound as strings, and Spark refused the sum (42K09)."""
+move it to. They were bound as strings, and Spark refused the sum (42K09). And a
+statement whose rows are typed as its Describe binds it resolves that text once."""
 
 from __future__ import annotations
 
 import datetime
+import gc
 import struct
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,9 @@ import pytest
 from pyspark.sql import SparkSession
 from tests.integration.test_serve_declared_types_spark import describe_prepared
 from tests.integration.test_serve_time_params_spark import served_pgconn
+
+from timeshard.server import pgwire
+from timeshard.server.engine import Engine
 
 pytestmark = pytest.mark.spark
 
@@ -141,3 +147,60 @@ def test_an_undeclared_parameter_cast_to_interval_takes_a_binary_interval(
     result = pgconn.exec_prepared(b"", [value], [1 if binary else 0])
     assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
     assert (result.ftype(0), result.get_value(0, 0)) == (1186, text)
+
+
+# -- a statement typed as its Describe binds it resolves that text once ----------------------
+# (a year-month interval bound where the Describe's placeholder is a day-time one: each
+# Execute resolved both the query and the text it is typed as; counted, not timed)
+
+DATE_MOVED = b"SELECT DATE '2020-01-01' + $1 AS d FROM t"
+
+
+@pytest.fixture
+def resolved(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The queries the engine resolves from now on."""
+    seen: list[str] = []
+    resolve = Engine.resolve
+
+    def counted(self: Engine, query: str, **kwargs: Any) -> Any:
+        seen.append(query)
+        return resolve(self, query, **kwargs)
+
+    monkeypatch.setattr(Engine, "resolve", counted)
+    return seen
+
+
+def test_each_execute_resolves_its_statement_once(pgconn: Any, resolved: list[str]) -> None:
+    prepared = pgconn.prepare(b"s", DATE_MOVED, [1186])
+    assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message
+    answers = []
+    for _ in range(3):
+        before = len(resolved)
+        result = pgconn.exec_prepared(b"s", [b"1 year"])
+        assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+        answers.append((result.ftype(0), result.get_value(0, 0), len(resolved) - before))
+    # the first resolves the text it is typed as too; the others find it resolved
+    assert answers == [(1114, b"2021-01-01 00:00:00", 2)] + [(1114, b"2021-01-01 00:00:00", 1)] * 2
+    closed = pgconn.exec_(b"DEALLOCATE s")
+    assert closed.status == psycopg.pq.ExecStatus.COMMAND_OK, closed.error_message
+
+
+def test_a_day_time_interval_is_not_typed_as_another(pgconn: Any, resolved: list[str]) -> None:
+    prepared = pgconn.prepare(b"", DATE_MOVED, [1186])
+    assert prepared.status == psycopg.pq.ExecStatus.COMMAND_OK, prepared.error_message
+    assert describe_prepared(pgconn).ftype(0) == 1114
+    before = len(resolved)
+    result = pgconn.exec_prepared(b"", [b"1 day"])
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+    assert (result.get_value(0, 0), len(resolved) - before) == (b"2020-01-02 00:00:00", 1)
+
+
+def test_the_resolved_text_goes_with_its_statement() -> None:
+    """The memo is the prepared statement's: none outlives it."""
+    prepared = pgwire._Prepared.of(DATE_MOVED.decode(), [1186])
+    typed_as = prepared.typed_as()
+    assert typed_as is not None and typed_as is prepared.typed_as()
+    gone = weakref.ref(typed_as)
+    del prepared, typed_as
+    gc.collect()
+    assert gone() is None
