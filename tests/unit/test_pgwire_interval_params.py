@@ -149,3 +149,34 @@ def test_psycopg_binds_an_interval_declared_as_text(served: tuple[PgServer, Stan
         assert "INTERVAL '0-3' YEAR TO MONTH" in str(engine.statements[-1])
         result = pgconn.exec_params(b"SELECT $1", [b"soon"], [1186])
         assert result.error_field(ord("C")) == b"22007"
+
+
+def test_a_declared_text_sent_in_binary_and_cast_to_interval_is_its_text(
+    served: tuple[PgServer, StandIn],
+) -> None:
+    """A parameter declared text (25), cast to interval, sent in binary (psycopg sends a
+    ``str`` so with ``%b``): its bytes are the UTF-8 text Describe's type says, read as an
+    interval after. They were read as a binary interval: 22P03 for 5 bytes, and for 16 a
+    wrong interval with no error."""
+    server, engine = served
+    with connect(server, autocommit=True) as conn:
+        pgconn = conn.pgconn
+        for text, literal in [
+            (b"1 day", "INTERVAL '1 00:00:00.000000' DAY TO SECOND"),
+            (b"1 day 02:03:04.5", "INTERVAL '1 02:03:04.500000' DAY TO SECOND"),
+        ]:
+            result = pgconn.exec_params(b"SELECT $1::interval", [text], [25], [1])
+            assert result.status == 2, result.error_message  # TUPLES_OK
+            assert literal in str(engine.statements[-1]), engine.statements[-1]
+
+
+def test_a_parameter_try_cast_to_interval_stays_a_string(
+    served: tuple[PgServer, StandIn],
+) -> None:
+    """Spark's ``TRY_CAST(x AS interval)`` of text that is no interval is NULL: a parameter
+    there stays the string bound (it was read as an interval at Bind: 22007)."""
+    server, engine = served
+    with connect(server, autocommit=True) as conn:
+        result = conn.pgconn.exec_params(b"SELECT TRY_CAST($1 AS interval)", [b"nonsense"])
+        assert result.status == 2, result.error_message  # TUPLES_OK
+        assert "'nonsense'" in str(engine.statements[-1]), engine.statements[-1]

@@ -1560,11 +1560,14 @@ class _Handler(socketserver.BaseRequestHandler):
             )
         params = []
         for i, value in enumerate(msg.param_values):
-            # the type Describe answers: a binary value is one of it, as PostgreSQL reads
-            # a parameter of the type it inferred (``$1::interval``)
-            oid = described_oid(types[i] if i < len(types) else 0, i + 1, prepared.intervals)
+            declared = types[i] if i < len(types) else 0
+            oid = described_oid(declared, i + 1, prepared.intervals)
+            # A value is of the type Describe reports for it: an undeclared one of the type
+            # inferred (``$1::interval``: a binary interval), a declared one of its own (a
+            # text sent in binary is its UTF-8), then bound as ``oid``.
+            sent = oid if declared == 0 else declared
             binary = (formats[i] if len(formats) > 1 else formats[0]) == 1
-            params.append(Param(_param_text(value, oid, binary), oid))
+            params.append(Param(_param_text(value, sent, binary), oid))
         if any(f != 0 for f in msg.result_formats):
             raise SqlError("binary results are not supported; ask for text", "0A000")
         bound = bind(sql, params) if params else sql

@@ -333,7 +333,9 @@ _STRING_OIDS = {0, 25, 1042, 1043}
 def interval_parameters(sql: str) -> frozenset[int]:
     """The numbers of the parameters ``sql`` casts to interval themselves (``$1::interval``,
     ``CAST(($2) AS interval)``): PostgreSQL infers interval for such a parameter left
-    undeclared, and a string bound there is read as an interval. None if ``sql`` does not
+    undeclared, and a string bound there is read as an interval. Not Spark's ``TRY_CAST``
+    (no PostgreSQL form), whose string stays a string, NULL where it is no interval (as
+    a ``TRY_CAST`` of a literal is: ``engine._interval_casts``). None if ``sql`` does not
     parse (a statement that is not a query: it is told once bound). Parses ``sql`` only if
     it names ``interval``."""
     from sqlglot import exp
@@ -347,6 +349,8 @@ def interval_parameters(sql: str) -> frozenset[int]:
         return frozenset()
     found = set()
     for cast in tree.find_all(exp.Cast) if tree is not None else ():
+        if isinstance(cast, exp.TryCast):  # Spark's: text that is no interval is NULL there
+            continue
         value = cast.this.unnest()
         plain = cast.to.this == exp.DataType.Type.INTERVAL and not cast.to.expressions
         if plain and isinstance(value, exp.Parameter) and value.this.is_int:
