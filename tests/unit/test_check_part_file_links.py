@@ -170,3 +170,19 @@ def test_a_fifo_at_a_part_key_is_a_missing_part_not_a_wait(tmp_path: Path) -> No
     assert not stuck, "the re-read waited for a writer of the FIFO"
     [error] = outcome
     assert isinstance(error, PartError) and "missing" in str(error), error
+
+
+def test_a_part_is_opened_for_blocking_reads(tmp_path: Path) -> None:
+    """Opened O_NONBLOCK (a FIFO at a key must not wait for a writer), a file is then read
+    blocking, as any file is: a filesystem that honours the flag on files (some FUSE
+    mounts) would answer a short read, taken for a short or corrupt part."""
+    from timeshard.location.file import open_served
+
+    root = _root(tmp_path)
+    (root / KEY).write_bytes(DATA)
+    fd = open_served(root, KEY)
+    assert fd is not None
+    try:
+        assert os.get_blocking(fd)
+    finally:
+        os.close(fd)

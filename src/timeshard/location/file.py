@@ -372,8 +372,9 @@ def _open_served(root: Path, key: str) -> int | None:
     Each component is opened below the previous one's descriptor without following a link
     (:func:`_open_below`): a link made on the path after any check is refused as one made
     before it, never followed out of the root. Costs an ``open`` per component of ``key``
-    and of the root directory, a ``close`` per directory opened and an ``fstat`` of the
-    file (a FIFO, a device or a directory at the key is no file); a link at the key (or
+    and of the root directory, a ``close`` per directory opened, an ``fstat`` of the
+    file (a FIFO, a device or a directory at the key is no file) and ``fcntl`` calls to
+    read it blocking; a link at the key (or
     one met on the path) costs its resolution too.
     """
     try:
@@ -426,6 +427,8 @@ def _open_below(root: Path, names: list[str]) -> int:
         os.close(directory)
     try:
         regular = S_ISREG(os.fstat(fd).st_mode)
+        if regular:  # read as any file is (a FUSE mount may honour the flag on a file)
+            os.set_blocking(fd, True)
     except BaseException:
         os.close(fd)
         raise
