@@ -160,7 +160,9 @@ class Pipeline:
             self.undeclared = undeclared_holders(client, spec, catalog)
             for held in self.undeclared:
                 self.health.report_or_log(held.name, "stalled", held.line())
-        except BaseException:
+        except BaseException as e:
+            if isinstance(e, _ENDS_RUN):  # a view refused, say: no stalled source ran
+                _drop_new_slots(self._unrun_builds())
             # The leases of what was built would linger until they expire; the error to
             # see is the build's.
             with contextlib.suppress(Exception):
@@ -213,7 +215,7 @@ class Pipeline:
                 self._check_sources([*self._sources, (retry.spec, source)], catalog, new=1)
                 ingestion = self._ingestion(retry.spec, source, catalog)
             except _ENDS_RUN:
-                _drop_new_slots([source, *retry.made])
+                _drop_new_slots([source])  # and the stalled sources' earlier builds (step)
                 raise
             except Exception as e:
                 retry.failed(_failure(e), made=source)
@@ -224,6 +226,11 @@ class Pipeline:
             self._sources.append((retry.spec, source))
             del self._unbuilt_sources[name]
         return failures
+
+    def _unrun_builds(self) -> list[Any]:
+        """The builds of the stalled sources that made a replication slot before a fault
+        (:attr:`_Retry.made`): none of them ran."""
+        return [made for retry in self._unbuilt_sources.values() for made in retry.made]
 
     def _step_ingestions(self) -> dict[str, str]:
         failures = {}
@@ -320,10 +327,14 @@ class Pipeline:
         """
         assert not self._closed, "step after close"
         assert self.health is not None
-        failures = self._build_sources() if self._unbuilt_sources else {}
-        failures |= self._step_ingestions()
-        if self._unbuilt:
-            failures |= self._build()
+        try:
+            failures = self._build_sources() if self._unbuilt_sources else {}
+            failures |= self._step_ingestions()
+            if self._unbuilt:
+                failures |= self._build()
+        except _ENDS_RUN:  # the run ends: no stalled source will run
+            _drop_new_slots(self._unrun_builds())
+            raise
         for view in self.views:
             view.step()
             if view.sink.last_error is not None:
@@ -375,7 +386,9 @@ def _drop_new_slots(sources: Iterable[Any]) -> None:
     sources without a slot (:func:`~timeshard.spec.checked_only`). A slot that cannot be
     dropped is logged: the error that ended the run is the one to see. A source built
     again after a fault finds the slot an earlier build made (``slot_created`` false):
-    that earlier build, kept by its :class:`_Retry`, drops it."""
+    that earlier build, kept by its :class:`_Retry`, drops it, for every source still
+    stalled when the run ends. A slot dropped twice is no error (``drop`` deletes it if it
+    is there)."""
     for source in sources:
         if not getattr(source, "slot_created", False):
             continue

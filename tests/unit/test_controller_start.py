@@ -177,3 +177,46 @@ def test_corrupt_state_when_a_stalled_source_is_built_again_ends_the_run(
     finally:
         pipeline.close()
     assert dropped == [3], dropped
+
+
+def test_a_run_that_ends_drops_the_slots_of_every_stalled_source_s_first_build(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two sources made their slot as they were built and then their ingestions faulted.
+    When the retry of one ended the run, only that one's slots were dropped: the other
+    stalled source's first build kept its slot, and the server's WAL."""
+    dropped: list[str] = []
+
+    class Slotted:
+        def __init__(self, spec: SourceSpec) -> None:
+            self.name = spec.name
+            self.slot_created = spec.name in ("b", "c") and not built[spec.name]
+            built[spec.name] = True
+
+        def drop(self) -> None:
+            dropped.append(self.name)
+
+    built = {"a": False, "b": False, "c": False}
+
+    class Faulting(StandIn):
+        """Its build faults once for ``b`` and ``c``; then ``c``'s state does not decode."""
+
+        def __init__(self, spark: Any, client: Any, source: Any, **kw: Any) -> None:
+            faults[source.name] = faults.get(source.name, 0) + 1
+            if source.name == "b" or (source.name == "c" and faults["c"] == 1):
+                raise Indeterminate(f"consensus unreachable ({source.name})")
+            if source.name == "c":
+                raise CorruptState("shard 'c': unknown state version 99")
+            super().__init__(spark, client, source, **kw)
+
+    faults: dict[str, int] = {}
+    monkeypatch.setattr(controller, "build_source", Slotted)
+    monkeypatch.setattr(controller, "Ingestion", Faulting)
+    pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=3600.0)
+    try:
+        pipeline._unbuilt_sources["c"].next_at = 0.0  # c is retried now, b not yet
+        with pytest.raises(CorruptState, match="unknown state version 99"):
+            pipeline.step()
+    finally:
+        pipeline.close()
+    assert sorted(dropped) == ["b", "c"], dropped
