@@ -9,8 +9,9 @@
 
 :meth:`SparkDelta.delta` returns the view's updates at times in
 ``[lower, upper)`` as a lazy DataFrame (the data columns, ``_ts``, ``_diff``,
-``_err``, consolidated), or None when no input has an update in the interval:
-then the view does not change and no Spark job is needed to know it.
+``_err``, consolidated), or None when no input has an update in the interval, or
+only inputs the query does not read (with no err row): then the view does not
+change and no Spark job is needed to know it.
 
 Linear plans: each term's placeholder tables are bound to the inputs' old,
 delta or new rows (temp views private to this delta), the terms are unioned
@@ -161,6 +162,7 @@ class SparkDelta:
             if any(p.may_hold_errors for p in self._parts_in(a, lower, upper))
         ]
         if ok is None and not errs:  # no update at all (the inputs that changed are not read)
+            self._settle_rows()  # no write follows: unpin the layers the plan pinned now
             return None
         rows = sum(self._rows_in(a, lower, upper) for a in changed)
         if rows > self.one_part_rows:
