@@ -699,6 +699,33 @@ def test_view_tick_job_counts(spark: SparkSession, tmp_path: Path) -> None:
         view.close()
 
 
+def test_a_tick_with_no_update_unpins_the_layers_it_read(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A tick whose only changed input the query does not read writes nothing; the layers
+    of the arrangements its plan read were left pinned until the next tick (retired ones
+    stayed cached meanwhile)."""
+    client = PersistClient(Location.embedded(tmp_path))
+    inputs = Inputs(client)
+    inputs.append(1, [(t, "insert", k % 50, k, 0) for k in range(100) for t in ("a", "b")])
+    sql = "SELECT x.k, y.v FROM a AS x JOIN a AS y ON x.k = y.v"
+    view = MaterializedView.install(
+        spark, client, ViewDefinition("v", INPUTS, sql), background_io=False, check_every_s=None
+    )
+    try:
+        view.catch_up()
+        view.catch_up()
+        inputs.append(1, [("b", "insert", 3, 9, 0)])
+        with JobCounter(spark) as jobs:
+            view.catch_up()
+        assert jobs.count == 0
+        arrangements = view.desired.arrangements()
+        assert arrangements, "the join's input is arranged"
+        assert [a._pins for a in arrangements] == [0] * len(arrangements)
+    finally:
+        view.close()
+
+
 def test_a_tick_reads_no_input_part_for_err_rows_its_metadata_rules_out(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
