@@ -130,11 +130,8 @@ class FileBlob:
         fd = _open_served(self.root, key)
         if fd is None:
             return None
-        try:
+        try:  # a regular file (_open_served serves no other)
             f = open(fd, "rb")  # noqa: SIM115 (a failed open leaves fd open: closed here)
-        except IsADirectoryError:
-            os.close(fd)
-            return None
         except OSError as e:
             os.close(fd)
             raise Determinate(f"reading blob {key!r}: {e}") from e

@@ -865,11 +865,8 @@ def _open_part(root_uri: str, key: str) -> Any:
     fd = open_served(base, key)
     if fd is None:
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), f"{base}/{key}")
-    try:
+    try:  # a regular file: open_served serves no other
         return open(fd, "rb")  # the caller closes it; a failed open closes fd here
-    except IsADirectoryError:
-        os.close(fd)
-        raise FileNotFoundError(errno.ENOENT, "a directory, not a part", f"{base}/{key}") from None
     except BaseException:
         os.close(fd)
         raise
