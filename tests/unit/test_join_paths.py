@@ -10,7 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from timeshard.compute.incremental import Step, classify
+from timeshard.compute.incremental import Step, classify, qualified_by_structs
 
 SCHEMAS = {
     "a": pa.schema([("k", pa.int64()), ("v", pa.int64())]),
@@ -44,6 +44,34 @@ def test_a_chain_of_three_starts_each_term_from_its_delta() -> None:
     # One arrangement per input and key; b is joined on k (as y) and on w (as z).
     assert set(plan.arranged) == {("a", ("k",)), ("a", ("v",)), ("b", ("k",)), ("b", ("w",))}
     assert "b by w" in plan.classification.reason
+
+
+def test_each_step_pairs_its_key_columns_with_the_expressions_they_are_joined_on() -> None:
+    plan = classify(
+        "SELECT x.k, y.w, z.w AS w2 FROM a AS x JOIN b AS y ON x.k = y.k "
+        "JOIN b AS z ON x.v + 1 = z.k AND z.w = y.w",
+        SCHEMAS,
+    )
+    paths = [t.path for t in plan.terms]
+    assert [[(s.alias, s.key, s.probe) for s in p.steps[1:]] for p in paths if p] == [
+        [("y", ("k",), ("`x`.`k`",)), ("z", ("k", "w"), ("`x`.`v` + 1", "`y`.`w`"))],
+        [("x", ("k",), ("`y`.`k`",)), ("z", ("k", "w"), ("`x`.`v` + 1", "`y`.`w`"))],
+        [("y", ("w",), ("`z`.`w`",)), ("x", ("k",), ("`y`.`k`",))],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("sql", "over"),
+    [
+        ("`x`.`k` + `y`.`w` > 1", "`__x`.`k` + `__y`.`w` > 1"),
+        ("coalesce(`x`.`k`, 0) AS `k2`", "COALESCE(`__x`.`k`, 0) AS `k2`"),
+        ("`k` > 1", None),  # unqualified: not a column of an occurrence
+        ("`q`.`k` > 1", None),  # not one of the occurrences
+        ("`x`.`s`.`f` > 1", None),  # a longer name
+    ],
+)
+def test_expressions_over_occurrences_read_their_structs(sql: str, over: str | None) -> None:
+    assert qualified_by_structs(sql, ["x", "y"]) == over
 
 
 def test_each_on_conjunct_is_applied_where_its_tables_are_joined() -> None:

@@ -58,7 +58,7 @@ import pyarrow as pa
 
 from timeshard.compute.aggregate import SparkAggregates, empty_contributions
 from timeshard.compute.arranged_rows import ArrangedRows, KeyedRows, SharedArrangements
-from timeshard.compute.incremental import AT, PAIRS, JoinPath, KeyedSource, Plan, Term
+from timeshard.compute.incremental import AT, PAIRS, JoinPath, KeyedSource, Plan, Step, Term
 from timeshard.compute.row_errors import ERRORS
 from timeshard.persist._internal.parts import DIFF, ERR, TS, PartMeta
 from timeshard.progress import Timestamp
@@ -121,6 +121,11 @@ class SparkDelta:
         #: The arrangements (by id) this delta pushed pending layers to: it settles them
         #: (another view's pending layers are that view's to settle).
         self._pushed: set[int] = set()
+        #: For merged join steps (_merged): per group of terms, their columns and conditions
+        #: over the occurrences' structs (None: they cannot be merged); per input, its row type.
+        self._structs: dict[tuple[JoinPath, ...], tuple[list[str], list[str]] | None] = {}
+        self._row_types: dict[str, Any] = {}
+        self._probes_agree: dict[tuple[JoinPath, ...], bool] = {}
 
     def delta(self, lower: Timestamp, upper: Timestamp) -> Any | None:
         """The view's updates at times in ``[lower, upper)``, or None if it has none there (no
@@ -648,31 +653,187 @@ class SparkDelta:
             self._moved_on(arranged.values(), pushed, upper)
         return frames, pending
 
+    def _joined_terms(
+        self,
+        paths: Sequence[JoinPath],
+        frames: Mapping[tuple[str, tuple[str, ...], str], Any],
+        used: set[tuple[str, tuple[str, ...], str]],
+        lower: Timestamp,
+    ) -> list[Any]:
+        """Each term of ``paths`` as its :class:`JoinPath` (:meth:`_joined`), except that the
+        terms whose last steps read one arrangement take that step together
+        (:meth:`_merged`): its rows stream through once, not once per term."""
+        groups: dict[tuple[str, tuple[str, ...]], list[JoinPath]] = {}
+        for path in paths:
+            groups.setdefault((path.steps[-1].input, path.steps[-1].key), []).append(path)
+        out = []
+        for group in groups.values():
+            merged = self._merged(group, frames, used, lower) if len(group) > 1 else None
+            if merged is not None:
+                out.append(merged)
+            else:
+                out.extend(self._joined(path, frames, used) for path in group)
+        return out
+
+    def _chain(
+        self,
+        steps: Sequence[Step],
+        frames: Mapping[tuple[str, tuple[str, ...], str], Any],
+        used: set[tuple[str, tuple[str, ...], str]],
+    ) -> Any:
+        """The rows of a term's first ``steps``: from its delta, each step a hash join built on
+        the rows so far, which its arrangement's layers stream through where they lie. Adds
+        to ``used`` each frame they read."""
+        from pyspark.sql import functions as F
+
+        first = steps[0]
+        key = next(k for (a, k, m) in frames if a == first.input and m == "delta")
+        used.add((first.input, key, "delta"))
+        out = frames[first.input, key, "delta"].alias(first.alias)
+        for step in steps[1:]:
+            assert step.on is not None, step
+            used.add((step.input, step.key, step.mode))
+            rows = frames[step.input, step.key, step.mode].alias(step.alias)
+            out = out.hint("shuffle_hash").join(rows, F.expr(step.on), "inner")
+        return out
+
     def _joined(
         self,
         path: JoinPath,
         frames: Mapping[tuple[str, tuple[str, ...], str], Any],
         used: set[tuple[str, tuple[str, ...], str]],
     ) -> Any:
-        """A term as its :class:`JoinPath`: from the delta, each step a hash join built on the
-        rows so far, which its arrangement's layers stream through where they lie. Adds to
-        ``used`` each frame the term reads."""
+        """A term as its :class:`JoinPath` (:meth:`_chain`), then its WHERE and columns. Adds
+        to ``used`` each frame the term reads."""
         from pyspark.sql import functions as F
 
         from timeshard.spark.sqltext import select_exprs
 
-        first = path.steps[0]
-        key = next(k for (a, k, m) in frames if a == first.input and m == "delta")
-        used.add((first.input, key, "delta"))
-        out = frames[first.input, key, "delta"].alias(first.alias)
-        for step in path.steps[1:]:
-            assert step.on is not None, step
-            used.add((step.input, step.key, step.mode))
-            rows = frames[step.input, step.key, step.mode].alias(step.alias)
-            out = out.hint("shuffle_hash").join(rows, F.expr(step.on), "inner")
+        out = self._chain(path.steps, frames, used)
         if path.where is not None:
             out = out.where(F.expr(path.where))
         return select_exprs(out, path.columns)
+
+    def _merged(
+        self,
+        paths: Sequence[JoinPath],
+        frames: Mapping[tuple[str, tuple[str, ...], str], Any],
+        used: set[tuple[str, tuple[str, ...], str]],
+        lower: Timestamp,
+    ) -> Any | None:
+        """The terms ``paths``, whose last steps read one arrangement, with that step taken
+        once; None where they cannot share it (the types of their probes differ, or an
+        expression reads something other than qualified columns).
+
+        Each term's rows before its last step become one row shape: ``__term``
+        (its index), ``__p<j>`` (its expression paired with key column ``j``)
+        and, per occurrence ``a`` of the query, ``__a``: its row as a struct
+        (null where not joined yet). Their union is the build side of one
+        hash join on the probes that the arrangement (``__s``) streams
+        through; each row's ``__s`` becomes the occurrence its term's last
+        step reads. Then each term's ON condition and WHERE, over the structs
+        (:func:`~timeshard.compute.incremental.qualified_by_structs`), and the
+        columns. The arrangement's rows are read as of ``upper`` (new) if some
+        term reads them so; a term that reads them old keeps those of ``_ts``
+        before ``lower`` (the content as of ``lower``, with their own times:
+        the module doc of :mod:`~timeshard.compute.arranged_rows`). A join of
+        three inputs streams each arrangement its last steps read once per
+        tick instead of once per term (``join3`` of ``bench_view_tick.py``:
+        ``side`` by ``k`` twice, not four times).
+        """
+        from pyspark.sql import functions as F
+
+        from timeshard.spark.sqltext import bigint_where, quoted, select_exprs, type_sql, union_all
+
+        aliases = [s.alias for s in paths[0].steps]
+        inputs = {s.alias: s.input for s in paths[0].steps}
+        last = [p.steps[-1] for p in paths]
+        source, key = last[0].input, last[0].key
+        mode = "new" if any(s.mode == "new" for s in last) else "old"
+        group = tuple(paths)
+        rewritten = self._over_structs(paths, aliases)
+        if rewritten is None or not self._probes_agree.get(group, True):
+            return None
+        columns, conditions = rewritten
+        reads: set[tuple[str, tuple[str, ...], str]] = set()
+        builds = []
+        for i, path in enumerate(paths):
+            before = self._chain(path.steps[:-1], frames, reads)
+            joined = {s.alias for s in path.steps[:-1]}
+            shape = [f"{i} AS __term", *(f"{p} AS __p{j}" for j, p in enumerate(last[i].probe))]
+            for alias in aliases:  # in one order for every term: the union is by position
+                struct = quoted(f"__{alias}")
+                if alias in joined:
+                    shape.append(f"struct({quoted(alias)}.*) AS {struct}")
+                else:
+                    row_type = type_sql(self._row_type(inputs[alias], frames))
+                    shape.append(f"CAST(NULL AS {row_type}) AS {struct}")
+            builds.append(select_exprs(before, shape))
+        if group not in self._probes_agree:  # the plan's and the inputs' types: read once
+            probes = [[b.schema[f"__p{j}"].dataType for j in range(len(key))] for b in builds]
+            self._probes_agree[group] = all(p == probes[0] for p in probes)
+        if not self._probes_agree[group]:
+            return None
+        reads.add((source, key, mode))
+        used |= reads
+        stream = frames[source, key, mode].alias("__s")
+        on = " AND ".join(f"__p{j} = `__s`.{quoted(k)}" for j, k in enumerate(key))
+        both = union_all(builds).hint("shuffle_hash").join(stream, F.expr(on), "inner")
+        played: dict[str, list[int]] = {}
+        for i, step in enumerate(last):
+            played.setdefault(step.alias, []).append(i)
+        occurrences = []
+        for alias in aliases:
+            struct = quoted(f"__{alias}")
+            if alias in played:
+                terms = ", ".join(str(i) for i in played[alias])
+                struct = f"CASE WHEN __term IN ({terms}) THEN struct(`__s`.*) ELSE {struct} END"
+            occurrences.append(f"{struct} AS {quoted(f'__{alias}')}")
+        cases = []
+        for i, (step, condition) in enumerate(zip(last, conditions, strict=True)):
+            if step.mode == "old" and mode == "new":  # the content as of lower
+                ts = f"{quoted('__' + step.alias)}.{TS}"
+                condition = f"{condition} AND {bigint_where(ts, '<', lower)}"
+            cases.append(f"WHEN {i} THEN {condition}")
+        rows = select_exprs(both, ["__term", *occurrences])
+        return select_exprs(rows.where(f"CASE __term {' '.join(cases)} END"), columns)
+
+    def _over_structs(
+        self, paths: Sequence[JoinPath], aliases: Sequence[str]
+    ) -> tuple[list[str], list[str]] | None:
+        """For :meth:`_merged`: the terms' columns, and each term's last ON condition and its
+        WHERE, over the occurrences' structs (None if some cannot be: see
+        :func:`~timeshard.compute.incremental.qualified_by_structs`). Computed once per
+        group of terms (the plan does not change)."""
+        from timeshard.compute.incremental import qualified_by_structs
+
+        group = tuple(paths)
+        if group not in self._structs:
+            [columns] = {p.columns for p in paths}  # one SELECT: every term has its columns
+            over = [qualified_by_structs(c, aliases) for c in columns]
+            conditions = []
+            for path in paths:
+                parts = [path.steps[-1].on, path.where]
+                conditions.append(
+                    [qualified_by_structs(c, aliases) for c in parts if c is not None]
+                )
+            if any(c is None for c in over) or any(c is None for cs in conditions for c in cs):
+                self._structs[group] = None
+            else:
+                self._structs[group] = (
+                    [c for c in over if c is not None],
+                    [" AND ".join(f"({c})" for c in cs) for cs in conditions],
+                )
+        return self._structs[group]
+
+    def _row_type(self, source: str, frames: Mapping[tuple[str, tuple[str, ...], str], Any]) -> Any:
+        """The Spark type of input ``source``'s row in a :meth:`_merged` step: a struct of its
+        columns as its frames have them (read once: an input's columns do not change)."""
+        if source not in self._row_types:
+            self._row_types[source] = next(
+                f for (a, _, _), f in frames.items() if a == source
+            ).schema
+        return self._row_types[source]
 
     # -- a grouped plan's arranged sources ---------------------------------------------------
 
@@ -823,7 +984,7 @@ class SparkDelta:
             frames, pending = self._arranged_frames(lower, upper, changed)
             paths = [t.path for t in self.plan.terms if t.delta_of in changed and t.path]
             used: set[tuple[str, tuple[str, ...], str]] = set()
-            out = self._summed([self._joined(path, frames, used) for path in paths])
+            out = self._summed(self._joined_terms(paths, frames, used, lower))
             fills = [self._fill(layer) for layer, readers in pending if not readers & used]
         else:
             out = self._terms(self.plan.terms, lower, upper, changed)

@@ -184,13 +184,15 @@ class Step:
     """One table occurrence of a :class:`JoinPath`: read from ``input``'s rows in ``mode``,
     as ``alias``; after the first, arranged by ``key`` (columns of the input) and joined
     with the occurrences before it on ``on`` (Spark SQL over their aliases), whose
-    equalities pair each key column with an expression of those occurrences."""
+    equalities pair each key column with an expression of those occurrences: ``probe``,
+    one per key column (Spark SQL)."""
 
     input: str
     alias: str
     mode: str
     key: tuple[str, ...] = ()
     on: str | None = None
+    probe: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -490,7 +492,8 @@ def _join_paths(select: Any, schemas: Mapping[str, pa.Schema]) -> list[JoinPath]
             ]
             used.update(on)
             condition = exp.and_(*(conjuncts[c] for c in on)).sql(dialect="spark")
-            steps.append(Step(tables[j].name, aliases[j], modes[j], key, condition))
+            probe = _probe(conjuncts, refs, aliases[j], joined, key)
+            steps.append(Step(tables[j].name, aliases[j], modes[j], key, condition, probe))
             joined.add(aliases[j])
         rest = [conjuncts[c] for c in range(len(conjuncts)) if c not in used]
         if where is not None:
@@ -526,6 +529,50 @@ def _key_columns(
             if _hash_partitionable(field.type) and field.name not in key:
                 key.append(field.name)
     return tuple(key)
+
+
+def _probe(
+    conjuncts: Sequence[Any],
+    refs: Sequence[set[str]],
+    alias: str,
+    joined: set[str],
+    key: Sequence[str],
+) -> tuple[str, ...]:
+    """Per column of ``key`` (:func:`_key_columns` of occurrence ``alias``), the expression
+    of the ``joined`` occurrences its first ON equality pairs it with (Spark SQL)."""
+    from sqlglot import exp
+
+    found: dict[str, str] = {}
+    for conjunct, r in zip(conjuncts, refs, strict=True):
+        if not isinstance(conjunct, exp.EQ) or alias not in r or not r - {alias} <= joined:
+            continue
+        sides = (conjunct.this, conjunct.expression)
+        for mine, other in (sides, sides[::-1]):
+            if not isinstance(mine, exp.Column) or mine.table != alias:
+                continue
+            theirs = {c.table for c in other.find_all(exp.Column)}
+            if not theirs or alias in theirs:
+                continue
+            for k in key:
+                if k.lower() == mine.name.lower() and k not in found:
+                    found[k] = other.sql(dialect="spark")
+    return tuple(found[k] for k in key)
+
+
+def qualified_by_structs(sql: str, aliases: Sequence[str]) -> str | None:
+    """``sql`` (Spark SQL over the occurrences ``aliases``, every column qualified) with
+    each ``alias.column`` read from a struct column ``__alias`` instead (``__alias.column``):
+    a merged join step carries each occurrence's row as one struct (delta.py). None if
+    some column is not ``alias.column`` of one of them (unqualified, or a longer name)."""
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(sql, dialect="spark")
+    for column in list(tree.find_all(exp.Column)):
+        if column.table not in aliases or column.args.get("db") or column.args.get("catalog"):
+            return None
+        column.set("table", exp.to_identifier(f"__{column.table}", quoted=True))
+    return tree.sql(dialect="spark")
 
 
 def _field(schema: pa.Schema, name: str) -> pa.Field | None:
