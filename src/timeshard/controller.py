@@ -586,8 +586,9 @@ def drop_object(client: PersistClient, name: str, *, cascade: bool = False) -> l
 
     A read-only deployment of a view (a standby not promoted) writes nothing to
     consensus, so no drop can see it or refuse for it; the drop fences it instead: the
-    view's shard closes before its holds go, so the standby is never promoted over the
-    dropped view (its promotion is refused) and holds nothing afterwards.
+    view is marked dropped and its shard closes before its holds go, so the standby is
+    never promoted over the dropped view (its promotion is refused), holds nothing
+    afterwards, and takes a drop cut short for a drop.
     """
     catalog = read_catalog(client)
     held = _holders(client)
@@ -669,9 +670,10 @@ def _plan_drop(
 
 
 def _drop(client: PersistClient, victim: Holder) -> None:
-    """Release what ``victim`` holds; a view's shard closes first (no replica writes again,
-    as in :meth:`~timeshard.compute.MaterializedView.drop`). Idempotent."""
-    from timeshard.compute.mv_sink import release_view
+    """Release what ``victim`` holds; a view is marked dropped and its shard closes first
+    (no replica writes again, as in :meth:`~timeshard.compute.MaterializedView.drop`).
+    Idempotent."""
+    from timeshard.compute.mv_sink import drop_view
 
     if victim.kind == "export":
         for shard in victim.holds:
@@ -680,8 +682,7 @@ def _drop(client: PersistClient, victim: Holder) -> None:
     if victim.name not in client.list_shards():  # no shard: its input holds alone
         release_view_holds(client, victim.name, victim.holds)
         return
-    client.close_shard(victim.name)
-    release_view(client, victim.name, victim.holds)
+    drop_view(client, victim.name, victim.holds)
 
 
 def _holders(client: PersistClient) -> dict[tuple[str, str], dict[str, Frontier]]:
