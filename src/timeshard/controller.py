@@ -388,7 +388,9 @@ def _drop_new_slots(sources: Iterable[Any]) -> None:
     again after a fault finds the slot an earlier build made (``slot_created`` false):
     that earlier build, kept by its :class:`_Retry`, drops it, for every source still
     stalled when the run ends. A slot dropped twice is no error (``drop`` deletes it if it
-    is there)."""
+    is there). A stalled source may by then share its slot with a source of its name that
+    runs elsewhere (another deployment's): ``drop`` leaves a slot another process uses (in
+    use now, or moved on since the build created it) and logs it."""
     for source in sources:
         if not getattr(source, "slot_created", False):
             continue
