@@ -37,6 +37,8 @@ Invariants:
    location does not have yet, waits for it. Once it builds, it is checked as
    at the start. A refusal, or a shard's state that does not decode
    (CorruptState), ends the run, at the start as later: retrying cannot help.
+   The catalog's read at the start, before any object is built, is retried so
+   too (its faults are logged: no object has a health yet).
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
    So is a fault while a view is installed or an export built: the object is
@@ -59,7 +61,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from timeshard.catalog import CatalogEntry, check_redeclared, read_catalog
 from timeshard.compute import MaterializedView, ViewDefinition
@@ -85,6 +87,8 @@ from timeshard.storage.kafka_export import KafkaExport
 from timeshard.storage.postgres_export import PostgresExport
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class Pipeline:
@@ -133,7 +137,9 @@ class Pipeline:
             # the declaration), no source redeclared. One read of the catalog for all: each
             # ingestion checks itself against it too, and the checks above keep the
             # declaration's objects apart, which an ingestion built later would see recorded.
-            catalog = read_catalog(client)
+            catalog = read_at_start(
+                lambda: read_catalog(client), "the location's catalog", build_backoff_s
+            )
             try:
                 self._check_sources(built, catalog)
                 for s, source in built:
@@ -403,6 +409,30 @@ def _drop_new_slots(sources: Iterable[Any]) -> None:
                 getattr(source, "name", source),
                 e,
             )
+
+
+def read_at_start(read: Callable[[], _T], what: str, backoff_s: float = 1.0) -> _T:
+    """``read()`` (``what`` it reads, for the log), at the start of a run: a fault (the
+    location's consensus unreachable) is logged and the read tried again after a pause
+    that doubles from ``backoff_s`` up to a minute, as a build's is (invariant 1). No
+    object is built yet to report it as its health. A refusal or a state that does not
+    decode is raised: retrying cannot help."""
+    pause = backoff_s
+    while True:
+        try:
+            return read()
+        except _ENDS_RUN:
+            raise
+        except Exception as e:
+            log.warning(
+                "the run cannot read %s (no object to report health for yet), trying again "
+                "in %.1f s: %s",
+                what,
+                pause,
+                _failure(e),
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, _Retry.MAX_BACKOFF_S)
 
 
 #: What ends the run when a source or its ingestion is built: a refusal (the declaration
@@ -757,6 +787,7 @@ __all__ = [
     "Pipeline",
     "Holder",
     "drop_object",
+    "read_at_start",
     "spec_shard_writers",
     "spec_shards",
     "undeclared_holders",
