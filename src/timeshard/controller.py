@@ -37,6 +37,8 @@ Invariants:
    location does not have yet, waits for it. Once it builds, it is checked as
    at the start. A refusal, or a shard's state that does not decode
    (CorruptState), ends the run, at the start as later: retrying cannot help.
+   The catalog's read at the start, before any object is built, is retried so
+   too (its faults are logged: no object has a health yet).
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
    So is a fault while a view is installed or an export built: the object is
@@ -59,7 +61,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from timeshard.catalog import CatalogEntry, check_redeclared, read_catalog
 from timeshard.compute import MaterializedView, ViewDefinition
@@ -85,6 +87,8 @@ from timeshard.storage.kafka_export import KafkaExport
 from timeshard.storage.postgres_export import PostgresExport
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 
 class Pipeline:
@@ -133,7 +137,9 @@ class Pipeline:
             # the declaration), no source redeclared. One read of the catalog for all: each
             # ingestion checks itself against it too, and the checks above keep the
             # declaration's objects apart, which an ingestion built later would see recorded.
-            catalog = read_catalog(client)
+            catalog = read_at_start(
+                lambda: read_catalog(client), "the location's catalog", build_backoff_s
+            )
             try:
                 self._check_sources(built, catalog)
                 for s, source in built:
@@ -388,7 +394,9 @@ def _drop_new_slots(sources: Iterable[Any]) -> None:
     again after a fault finds the slot an earlier build made (``slot_created`` false):
     that earlier build, kept by its :class:`_Retry`, drops it, for every source still
     stalled when the run ends. A slot dropped twice is no error (``drop`` deletes it if it
-    is there)."""
+    is there). A stalled source may by then share its slot with a source of its name that
+    runs elsewhere (another deployment's): ``drop`` leaves a slot another process uses (in
+    use now, or moved on since the build created it) and logs it."""
     for source in sources:
         if not getattr(source, "slot_created", False):
             continue
@@ -401,6 +409,30 @@ def _drop_new_slots(sources: Iterable[Any]) -> None:
                 getattr(source, "name", source),
                 e,
             )
+
+
+def read_at_start(read: Callable[[], _T], what: str, backoff_s: float = 1.0) -> _T:
+    """``read()`` (``what`` it reads, for the log), at the start of a run: a fault (the
+    location's consensus unreachable) is logged and the read tried again after a pause
+    that doubles from ``backoff_s`` up to a minute, as a build's is (invariant 1). No
+    object is built yet to report it as its health. A refusal or a state that does not
+    decode is raised: retrying cannot help."""
+    pause = backoff_s
+    while True:
+        try:
+            return read()
+        except _ENDS_RUN:
+            raise
+        except Exception as e:
+            log.warning(
+                "the run cannot read %s (no object to report health for yet), trying again "
+                "in %.1f s: %s",
+                what,
+                pause,
+                _failure(e),
+            )
+        time.sleep(pause)
+        pause = min(pause * 2, _Retry.MAX_BACKOFF_S)
 
 
 #: What ends the run when a source or its ingestion is built: a refusal (the declaration
@@ -586,8 +618,9 @@ def drop_object(client: PersistClient, name: str, *, cascade: bool = False) -> l
 
     A read-only deployment of a view (a standby not promoted) writes nothing to
     consensus, so no drop can see it or refuse for it; the drop fences it instead: the
-    view's shard closes before its holds go, so the standby is never promoted over the
-    dropped view (its promotion is refused) and holds nothing afterwards.
+    view is marked dropped and its shard closes before its holds go, so the standby is
+    never promoted over the dropped view (its promotion is refused), holds nothing
+    afterwards, and takes a drop cut short for a drop.
     """
     catalog = read_catalog(client)
     held = _holders(client)
@@ -669,9 +702,10 @@ def _plan_drop(
 
 
 def _drop(client: PersistClient, victim: Holder) -> None:
-    """Release what ``victim`` holds; a view's shard closes first (no replica writes again,
-    as in :meth:`~timeshard.compute.MaterializedView.drop`). Idempotent."""
-    from timeshard.compute.mv_sink import release_view
+    """Release what ``victim`` holds; a view is marked dropped and its shard closes first
+    (no replica writes again, as in :meth:`~timeshard.compute.MaterializedView.drop`).
+    Idempotent."""
+    from timeshard.compute.mv_sink import drop_view
 
     if victim.kind == "export":
         for shard in victim.holds:
@@ -680,8 +714,7 @@ def _drop(client: PersistClient, victim: Holder) -> None:
     if victim.name not in client.list_shards():  # no shard: its input holds alone
         release_view_holds(client, victim.name, victim.holds)
         return
-    client.close_shard(victim.name)
-    release_view(client, victim.name, victim.holds)
+    drop_view(client, victim.name, victim.holds)
 
 
 def _holders(client: PersistClient) -> dict[tuple[str, str], dict[str, Frontier]]:
@@ -754,6 +787,7 @@ __all__ = [
     "Pipeline",
     "Holder",
     "drop_object",
+    "read_at_start",
     "spec_shard_writers",
     "spec_shards",
     "undeclared_holders",

@@ -650,7 +650,7 @@ def run(
     """
     from timeshard.catalog import read_catalog
     from timeshard.cli.serve import JVM_EXITED, jvm_gone
-    from timeshard.controller import Pipeline
+    from timeshard.controller import Pipeline, read_at_start
     from timeshard.spark import spark_session
     from timeshard.spec import check_spec, load_spec, spark_packages
 
@@ -659,8 +659,14 @@ def run(
     loc = spec.location
     directory = Path(loc.dir or DEFAULT_DIR)
     existing = _existing_client(directory, loc.blob, loc.consensus)
-    shards = existing.list_shards() if existing is not None else []
-    catalog = read_catalog(existing) if existing is not None else []
+    shards, catalog = (
+        read_at_start(
+            lambda: (existing.list_shards(), read_catalog(existing)),
+            "the location's shards and catalog",
+        )
+        if existing is not None
+        else ([], [])
+    )
     try:
         check_spec(spec, existing=shards, catalog=catalog)
     except InvalidUsage:

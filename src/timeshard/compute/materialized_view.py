@@ -22,14 +22,16 @@ releases them. Each step reports the view's health (``running``, or
 A read-only replica (a standby, or a generation fenced by a newer one) writes
 no health; it notices a drop of the view by itself. Its shard closed
 (an empty upper, as its sink observes it) may also mean the view is complete
-(every input closed); a drop also releases the ``deploy`` hold of the view's
-shard, which a complete view keeps. So once its sink saw the shard closed, each
-step reads the shard's state in place of the sink's tick (which has nothing
-left to do on a closed shard): one read of consensus, where the sink's tick read
-the shard's upper and its inputs'. A closed shard without
-the ``deploy`` hold stops the view: :attr:`MaterializedView.dropped` (also the
-sink's ``last_error``) says so, and :attr:`MaterializedView.status` is
-``dropped``, as the drop recorded it in the status collection.
+(every input closed). A drop marks the ``deploy`` hold of the view's shard
+before the shard closes, then releases it; a complete view keeps it unmarked.
+So once its sink saw the shard closed, each step reads the shard's state in
+place of the sink's tick (which has nothing left to do on a closed shard): one
+read of consensus, where the sink's tick read the shard's upper and its
+inputs'. A closed shard whose ``deploy`` hold is gone or marked (a drop cut
+short after the close is a drop too) stops the view:
+:attr:`MaterializedView.dropped` (also the sink's ``last_error``) says so, and
+:attr:`MaterializedView.status` is ``dropped``, as the drop recorded it in the
+status collection.
 
 Runs on the driver; Spark does the data work.
 """
@@ -43,7 +45,13 @@ from typing import Any
 
 from timeshard.catalog import record_view
 from timeshard.compute.engine import SparkEngine
-from timeshard.compute.mv_sink import DEPLOY_READER, MvSink, SinkFrontiers, SinkStats
+from timeshard.compute.mv_sink import (
+    MvSink,
+    SinkFrontiers,
+    SinkStats,
+    mark_dropped,
+    view_dropped,
+)
 from timeshard.compute.view import SparkViewDesired, ViewDefinition, query_settings
 from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient, UnleasedReader
@@ -234,9 +242,9 @@ class MaterializedView:
         return self.sink.persist_upper.is_empty()
 
     def _notice_drop(self) -> None:
-        """Read the closed shard's state: without the ``deploy`` hold, the view was dropped
-        (a complete view keeps it). A fault reading it is the sink's ``last_error``, and
-        the next step reads again."""
+        """Read the closed shard's state: without the ``deploy`` hold, or with it marked by
+        a drop, the view was dropped (a complete view keeps it as it was). A fault reading
+        it is the sink's ``last_error``, and the next step reads again."""
         try:
             if self._closed_reader is None:
                 self._closed_reader = self.sink.client.open_unleased_reader(self.name)
@@ -245,8 +253,8 @@ class MaterializedView:
             self.sink.last_error = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:500]}"
             return
         self.sink.last_error = None
-        if DEPLOY_READER in state.critical_readers:
-            return  # complete (every input closed), or a drop not done yet
+        if not view_dropped(state):
+            return  # complete (every input closed)
         self.dropped = (
             f"view {self.name!r} was dropped: its shard is closed and no deploy generation "
             f"holds it; this read-only replica (generation {self.sink.generation}) stops and "
@@ -303,15 +311,17 @@ class MaterializedView:
             self._health = None
 
     def drop(self) -> None:
-        """Close, close the view's shard, release its durable holds, and record it as
-        dropped.
+        """Close, mark the view dropped, close its shard, release its durable holds, and
+        record it as dropped.
 
-        The shard closes first: a standby promoted from then on finds the view
-        dropped and holds nothing, and one promoted before loses the holds it
-        registered with the rest (they are released by name). A dropped name is
-        not used again.
+        The mark (the ``deploy`` hold's token, :func:`~timeshard.compute.mv_sink.mark_dropped`)
+        lands first, then the shard closes: a standby promoted from then on finds the view
+        dropped and holds nothing, and one promoted before loses the holds it registered
+        with the rest (they are released by name). A drop cut short at any step is a drop
+        to a standby, and running it again finishes it. A dropped name is not used again.
         """
         self.sink.close()
+        mark_dropped(self.sink.client, self.name)
         self.sink.client.close_shard(self.name)
         self.sink.drop()
         self.desired.close()

@@ -106,6 +106,7 @@ from timeshard.persist import (
     OpaqueMismatch,
     PersistClient,
     ReadHandle,
+    ShardState,
     SinceHandle,
     WriteHandle,
     expire_all,
@@ -123,6 +124,10 @@ from timeshard.progress import MAX_TIMESTAMP, Description, Frontier, Timestamp
 log = logging.getLogger(__name__)
 
 DEPLOY_READER = "deploy"
+#: The ``deploy`` hold's token from the moment a drop of the view begins: no generation's
+#: (theirs are digits), so it fences every generation, and it tells a dropped view's
+#: closed shard from a complete one's, which keeps its generation (:func:`drop_view`).
+DROPPED_OPAQUE = "dropped"
 
 
 class Desired(Protocol):
@@ -286,6 +291,40 @@ def release_view(client: PersistClient, view: str, inputs: Iterable[str]) -> Non
     client.drop_critical_since(view, DEPLOY_READER)
 
 
+def mark_dropped(client: PersistClient, view: str) -> None:
+    """Record durably that the view ``view`` is being dropped: its ``deploy`` hold's token
+    becomes :data:`DROPPED_OPAQUE` (the hold is registered with it if there is none).
+
+    A drop marks the view before its shard closes, so that a drop cut short at any later
+    point is a drop to whoever reads the shard's state (:func:`view_dropped`), and no
+    generation is promoted in between. Idempotent."""
+    deploy = client.open_critical_since(view, DEPLOY_READER, DROPPED_OPAQUE)
+    current = deploy.opaque
+    while current != DROPPED_OPAQUE:  # a generation promoting meanwhile moves it on
+        result = deploy.compare_and_downgrade_since(current, DROPPED_OPAQUE, Frontier.minimum())
+        current = result.current if isinstance(result, OpaqueMismatch) else DROPPED_OPAQUE
+
+
+def view_dropped(state: ShardState) -> bool:
+    """Whether the state of a view's shard says the view was dropped: the shard is closed,
+    and its ``deploy`` hold is gone or marked (:func:`mark_dropped`). A complete view
+    (every input closed) has a closed shard too, whose hold keeps its generation."""
+    if not state.upper.is_empty():
+        return False
+    deploy = state.critical_readers.get(DEPLOY_READER)
+    return deploy is None or deploy.opaque == DROPPED_OPAQUE
+
+
+def drop_view(client: PersistClient, view: str, inputs: Iterable[str]) -> None:
+    """Drop the view ``view`` from the location: mark it dropped, close its shard (no
+    replica writes it again), then release its holds on ``inputs`` and its own. A drop cut
+    short at any step is a drop to a standby (:func:`view_dropped`), and running it again
+    finishes it. Idempotent."""
+    mark_dropped(client, view)
+    client.close_shard(view)
+    release_view(client, view, inputs)
+
+
 class MvSink:
     """Keeps the shard ``shard_id`` equal to ``desired`` at every time ``>= as_of``."""
 
@@ -371,6 +410,7 @@ class MvSink:
         gen = str(self.generation).zfill(12)
         deploy = self.client.open_critical_since(self.shard_id, DEPLOY_READER, gen)
         current = deploy.current_opaque()
+        self._refuse_if_dropped(current)
         if current > gen:
             raise Fenced(
                 f"view shard {self.shard_id!r} belongs to generation {int(current)}; "
@@ -379,6 +419,7 @@ class MvSink:
         if current < gen:
             result = deploy.compare_and_downgrade_since(current, gen, Frontier.minimum())
             if isinstance(result, OpaqueMismatch):
+                self._refuse_if_dropped(result.current)
                 raise Fenced(
                     f"view shard {self.shard_id!r} was taken over by generation "
                     f"{int(result.current)} while generation {self.generation} "
@@ -403,6 +444,15 @@ class MvSink:
                 f"view shard {self.shard_id!r} is closed (the view was dropped, or every "
                 f"input closed and it is complete): generation {self.generation} cannot "
                 "take it over"
+            )
+
+    def _refuse_if_dropped(self, deploy_opaque: str) -> None:
+        """InvalidUsage if the ``deploy`` hold's token says a drop of the view began (its
+        shard is about to close: :func:`mark_dropped`)."""
+        if deploy_opaque == DROPPED_OPAQUE:
+            raise InvalidUsage(
+                f"view {self.shard_id!r} was dropped (its drop began): generation "
+                f"{self.generation} cannot take it over"
             )
 
     def _release_handles(self) -> None:
@@ -1053,6 +1103,7 @@ def _done(command: Callable[[], _Outcome]) -> Future[_Outcome]:
 
 __all__ = [
     "DEPLOY_READER",
+    "DROPPED_OPAQUE",
     "Desired",
     "IncrementalDesired",
     "IoWorker",

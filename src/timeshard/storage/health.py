@@ -11,7 +11,9 @@ its successor). A report that repeats this reporter's last one writes nothing
 only while the stored latest row of the object is still the one this reporter
 wrote: the status shard's upper has not moved since, or the row read at the
 new upper is still that one. So the status another reporter wrote meanwhile
-(``stalled``, then it exited) is overwritten by this one's next report.
+(``stalled``, then it exited) is overwritten by this one's next report. This
+reporter's own append moves the upper on without a read: landing right at the
+upper it knew, it changed no other object's row.
 
 A report is appended at the status shard's upper (a compare-and-set): one
 that other reporters' appends overtook is tried again, after a random pause
@@ -136,7 +138,13 @@ class Health:
             assert upper is not None, "the status shard is closed"
             now = max(self._clock(), upper)
             cmd = UpsertCommand((obj,), (status, error, now), now, (now,))
-            if isinstance(self._upsert.apply([cmd], now + 1), Appended):
+            if isinstance(self._upsert.apply([cmd], now + 1, expected_lower=upper), Appended):
+                # Only this row landed in [upper, now + 1): the rows this reporter knew
+                # stored at upper still are (no read to tell on their next report).
+                self._written = {
+                    o: (row, now + 1 if known_at == upper else known_at)
+                    for o, (row, known_at) in self._written.items()
+                }
                 self._written[obj] = ((status, error, now), now + 1)
                 return
             lost += 1

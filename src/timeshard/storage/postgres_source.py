@@ -34,7 +34,9 @@ records a slot streams that one (:meth:`PostgresSource.pin_recorded`).
 :meth:`PostgresSource.commit` advances the slot
 (``pg_replication_slot_advance``) to the resumption frontier after each
 durable tick, so the server keeps only the WAL a restart still needs;
-:meth:`PostgresSource.drop` drops the slot.
+:meth:`PostgresSource.drop` drops the slot, unless another process uses it
+(in use now, or moved on since this instance created it and before it
+advanced it itself): a slot name is shared by every source of that name.
 
 The snapshot. The tables' contents at ``C`` are the records at offset
 ``C - 1`` (so a frontier includes them exactly when it is at or beyond
@@ -97,6 +99,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import re
 import select
 import time
@@ -129,6 +132,8 @@ from timeshard.storage.pgoutput import (
     parse_message,
 )
 from timeshard.storage.reclock import SourceFrontier
+
+log = logging.getLogger(__name__)
 
 PARTITION = "0"
 _SLOT = re.compile(r"[a-z0-9_]{1,63}")
@@ -249,6 +254,9 @@ class PostgresSource:
             raise InvalidUsage(f"publication must be a PostgreSQL identifier, got {publication!r}")
         self._slot_declared = slot is not None
         self._slot_created = False
+        #: Where the slot this instance created started (its confirmed flush LSN then),
+        #: until this instance advances it (:meth:`drop`).
+        self._created_at: int | None = None
         slot = slot if slot is not None else default_slot(name)
         if not isinstance(slot, str) or not _SLOT.fullmatch(slot):
             raise InvalidUsage(f"slot must be 1-63 of [a-z0-9_], got {slot!r}")
@@ -391,6 +399,7 @@ class PostgresSource:
             conn.execute(
                 "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.slot, format_lsn(lsn))
             )
+        self._created_at = None  # the slot moved on by this instance: see drop
 
     def close(self) -> None:
         return None
@@ -442,14 +451,50 @@ class PostgresSource:
             for t in self.tables
         }
 
-    def drop(self) -> None:
-        """Drop the replication slot (the source is gone: the server keeps no WAL for it)."""
+    def drop(self) -> bool:
+        """Drop the replication slot (the source is gone: the server keeps no WAL for it),
+        unless another process uses it, which is logged and leaves it: the slot is in use
+        (``active``: a walsender streams it, or an instance of the source advances it),
+        or -- a slot this instance created and never advanced -- it moved on from where it
+        was created (an instance of a source of this name elsewhere, which shares the
+        slot, committed on it). One statement checks and drops, so nothing starts using it
+        in between (the drop of a slot taken meanwhile fails). True if it was dropped; no
+        slot is no error."""
+        return self._drop_slot(self._created_at)
+
+    def _drop_slot(self, created_at: int | None) -> bool:
+        """Drop the slot if it is not in use and, with ``created_at``, still there."""
+        query = (
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE slot_name = %s AND NOT active"
+        )
+        params = [self.slot]
+        if created_at is not None:
+            query += " AND confirmed_flush_lsn = %s::pg_lsn"
+            params.append(format_lsn(created_at))
         with self._connect() as conn:
-            conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            if conn.execute(query, params).fetchall():
+                return True
+            row = conn.execute(
+                "SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots "
                 "WHERE slot_name = %s",
                 (self.slot,),
+            ).fetchone()
+        if row is not None:
+            how = (
+                "is in use (active)"
+                if row[0] or created_at is None
+                else f"moved on to {row[1]} from {format_lsn(created_at)}, where this "
+                "instance created it"
             )
+            log.warning(
+                "POSTGRES source %s: its replication slot %s %s: another process uses it, "
+                "and it is left to that process",
+                self.name,
+                self.slot,
+                how,
+            )
+        return False
 
     # -- the server, on the driver ---------------------------------------------------------
 
@@ -624,6 +669,7 @@ class PostgresSource:
         if self._slot_created:
             self.drop()
             self._slot_created = False
+            self._created_at = None
         self.slot = slot
 
     def _ensure_slot(self) -> None:
@@ -633,8 +679,12 @@ class PostgresSource:
             return
         # Another instance may create it first.
         with self._connect() as conn, contextlib.suppress(psycopg.errors.DuplicateObject):
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (self.slot,))
+            row = conn.execute(
+                "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')",
+                (self.slot,),
+            ).fetchone()
             self._slot_created = True
+            self._created_at = parse_lsn(row[0]) if row is not None else None
 
     @contextlib.contextmanager
     def _snapshot(self, wanted: bool) -> Iterator[SnapshotInfo | None]:
