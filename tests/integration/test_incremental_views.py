@@ -896,17 +896,30 @@ def test_a_view_reads_every_layer_of_its_arranged_inputs(
     view.close()
 
 
+@pytest.mark.parametrize(
+    ("sql", "joins"),
+    [
+        (
+            "SELECT x.k, y.w, z.w AS w2 FROM a AS x JOIN b AS y ON x.k = y.k "
+            "JOIN b AS z ON z.k = x.v AND z.w <> y.w",
+            4,
+        ),
+        # Aliases named like the merged step's own columns (__term, __p0): no merge.
+        (
+            "SELECT term.k, p0.w, z.w AS w2 FROM a AS term JOIN b AS p0 ON term.k = p0.k "
+            "JOIN b AS z ON z.k = term.v AND z.w <> p0.w",
+            6,
+        ),
+    ],
+    ids=["merged", "names_collide"],
+)
 def test_the_terms_of_a_three_way_join_take_their_shared_last_step_once(
-    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str, joins: int
 ) -> None:
     """Every term of this join ends by reading b arranged by k (as z from x's and y's deltas,
     as of the tick's end; as y from z's delta, as of its start): one hash join for the three,
     whose build side is their rows so far, so b's layers stream through it once per tick
     (4 joins in the tick's plan, not 6). The view stays the query at every time."""
-    sql = (
-        "SELECT x.k, y.w, z.w AS w2 FROM a AS x JOIN b AS y ON x.k = y.k "
-        "JOIN b AS z ON z.k = x.v AND z.w <> y.w"
-    )
     deltas: list[Any] = []
     delta = SparkDelta.delta
 
@@ -935,7 +948,7 @@ def test_the_terms_of_a_three_way_join_take_their_shared_last_step_once(
         view.catch_up()
         [tick] = [d for d in deltas if d is not None]
         plan = str(tick._jdf.queryExecution().executedPlan().toString())
-        assert plan.count("ShuffledHashJoin") == 4, plan
+        assert plan.count("ShuffledHashJoin") == joins, plan
     assert view.stats.failures == 0
     reference = SparkViewDesired(spark, client, ViewDefinition("ref", INPUTS, sql))
     names = list(reference.data_schema().names)

@@ -808,6 +808,8 @@ class SparkDelta:
         from timeshard.compute.incremental import qualified_by_structs
 
         group = tuple(paths)
+        if group not in self._structs and self._names_collide(paths, aliases):
+            self._structs[group] = None
         if group not in self._structs:
             [columns] = {p.columns for p in paths}  # one SELECT: every term has its columns
             over = [qualified_by_structs(c, aliases) for c in columns]
@@ -825,6 +827,18 @@ class SparkDelta:
                     [" AND ".join(f"({c})" for c in cs) for cs in conditions],
                 )
         return self._structs[group]
+
+    def _names_collide(self, paths: Sequence[JoinPath], aliases: Sequence[str]) -> bool:
+        """Whether :meth:`_merged`'s own column names (``__term``, ``__p<j>``, ``__<alias>``)
+        are not all distinct (an alias ``term`` or ``p0``), or one is a column of the input
+        its last step streams (Spark resolves names regardless of case): either makes a
+        name ambiguous."""
+        last = paths[0].steps[-1]
+        names = ["__term", *(f"__p{j}" for j in range(len(last.key)))]
+        names += [f"__{a}" for a in aliases]
+        folded = {n.lower() for n in names}
+        streamed = {c.lower() for c in self._names(last.input)}
+        return len(folded) != len(names) or bool(folded & streamed)
 
     def _row_type(self, source: str, frames: Mapping[tuple[str, tuple[str, ...], str], Any]) -> Any:
         """The Spark type of input ``source``'s row in a :meth:`_merged` step: a struct of its
