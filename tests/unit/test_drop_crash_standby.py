@@ -8,6 +8,7 @@ the close and the release leaves a closed shard whose deploy hold says so (no Sp
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import pytest
@@ -15,7 +16,7 @@ from tests.unit.test_mv_sink_faults import setup, sink, write
 from tests.unit.test_standby_dropped import DEFINITION, Desired, standby, written_view
 
 from timeshard.compute.materialized_view import MaterializedView
-from timeshard.compute.mv_sink import DEPLOY_READER
+from timeshard.compute.mv_sink import DEPLOY_READER, DROPPED_OPAQUE, drop_view, mark_dropped
 from timeshard.controller import drop_object
 from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
@@ -136,3 +137,49 @@ def test_a_standby_promoted_after_the_drop_began_is_refused(
     assert_finished(client)
     assert view.sink.read_only
     view.close()
+
+
+def test_a_drop_run_again_after_its_release_registers_no_hold_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A drop that got past its release and is run again (it died before recording the drop
+    elsewhere) must not register the deploy hold again: if that run died before its own
+    release, the hold would linger on the closed shard for good."""
+    client, writer = setup()
+    upper = write(writer, 0, 3)
+    written_view(client, upper)
+    drop_view(client, "v", ["inp"])
+    assert_finished(client)
+
+    def crash(shard_id: str, reader_id: str) -> bool:
+        raise Crash("the drop run again dies before its release")
+
+    monkeypatch.setattr(client, "drop_critical_since", crash)
+    with contextlib.suppress(Crash):
+        drop_view(client, "v", ["inp"])
+    assert DEPLOY_READER not in client.state("v").critical_readers
+
+
+def test_a_deploy_hold_released_by_another_drop_meanwhile_is_marked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two drops of one view at once: the other's release takes the deploy hold between
+    this one's registration and its mark. This one registers it again, marked (before:
+    Fenced, 'critical reader ... is gone', out of the drop)."""
+    client, writer = setup()
+    upper = write(writer, 0, 3)
+    written_view(client, upper)
+    opened = client.open_critical_since
+    raced: list[bool] = []
+
+    def open_then_lose(shard_id: str, reader_id: str, opaque: str) -> object:
+        handle = opened(shard_id, reader_id, opaque)
+        if reader_id == DEPLOY_READER and not raced:
+            raced.append(True)
+            client.drop_critical_since(shard_id, reader_id)  # the other drop's release
+        return handle
+
+    monkeypatch.setattr(client, "open_critical_since", open_then_lose)
+    mark_dropped(client, "v")
+    assert raced
+    assert client.state("v").critical_readers[DEPLOY_READER].opaque == DROPPED_OPAQUE

@@ -297,12 +297,24 @@ def mark_dropped(client: PersistClient, view: str) -> None:
 
     A drop marks the view before its shard closes, so that a drop cut short at any later
     point is a drop to whoever reads the shard's state (:func:`view_dropped`), and no
-    generation is promoted in between. Idempotent."""
-    deploy = client.open_critical_since(view, DEPLOY_READER, DROPPED_OPAQUE)
-    current = deploy.opaque
-    while current != DROPPED_OPAQUE:  # a generation promoting meanwhile moves it on
-        result = deploy.compare_and_downgrade_since(current, DROPPED_OPAQUE, Frontier.minimum())
-        current = result.current if isinstance(result, OpaqueMismatch) else DROPPED_OPAQUE
+    generation is promoted in between. Idempotent: a view whose shard is closed and whose
+    hold is gone (a drop that got past its release: run again) registers none again,
+    and a hold released meanwhile (another drop of it) is registered again, marked."""
+    if view_dropped(client.state(view)):
+        return
+    while True:
+        deploy = client.open_critical_since(view, DEPLOY_READER, DROPPED_OPAQUE)
+        current = deploy.opaque
+        try:
+            while current != DROPPED_OPAQUE:  # a generation promoting meanwhile moves it on
+                result = deploy.compare_and_downgrade_since(
+                    current, DROPPED_OPAQUE, Frontier.minimum()
+                )
+                current = result.current if isinstance(result, OpaqueMismatch) else DROPPED_OPAQUE
+            return
+        except Fenced:  # the hold is gone (another drop released it)
+            if view_dropped(client.state(view)):
+                return
 
 
 def view_dropped(state: ShardState) -> bool:
