@@ -72,7 +72,7 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
 _VARCHAR, _TEXT, _INTERVAL = 1043, 25, 1186
 
-#: Arrow's type names of a shard's columns as sqlglot reads them (others: unknown).
+#: The columns of the relation a query names so, by name: their types as sqlglot names them.
 ColumnsOf = Callable[[str], Mapping[str, str] | None]
 
 
@@ -133,11 +133,11 @@ def _annotated(tree: exp.Expr, columns_of: ColumnsOf | None) -> exp.Expr:
                 quote_identifiers=False,
             )
             return annotate_types(qualified, schema=known, dialect=DIALECT)
-        except (SqlglotError, KeyError, ValueError):
+        except Exception:  # a tree sqlglot cannot qualify: its columns stay unknown
             pass
     try:
         return annotate_types(tree, dialect=DIALECT)
-    except (SqlglotError, KeyError, ValueError):
+    except Exception:  # a tree sqlglot cannot type: its casts and literals still tell
         return tree
 
 
