@@ -176,3 +176,13 @@ def test_a_text_value_of_an_inferred_type_is_checked_as_it(pgconn: Any) -> None:
     assert (result.get_value(0, 0), result.ftype(0)) == (b"5", 20)
     result = pgconn.exec_params(b"SELECT $1::int8 AS v FROM t", [b"five"], [0])
     assert result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) == b"22P02"
+
+
+@pytest.mark.parametrize("sql", [b"SELECT $1::json AS v FROM t", b"SELECT $1::jsonb AS v FROM t"])
+def test_a_null_of_an_inferred_json_parameter_is_null(pgconn: Any, sql: bytes) -> None:
+    """An undeclared ``$1::json`` is inferred json, and its NULL bound as json's (a text
+    NULL): Spark refused the cast of that to json (``to_json``, 42K09), where a bare NULL
+    had passed. The NULL of a json or jsonb column is NULL, as in PostgreSQL."""
+    result = pgconn.exec_params(sql, [None], [0])
+    assert result.status == psycopg.pq.ExecStatus.TUPLES_OK, result.error_message
+    assert (result.ntuples, result.get_value(0, 0)) == (1, None)

@@ -56,13 +56,18 @@ def _json_literals(tree: exp.Expr) -> None:
 
     Anywhere else such a cast is SqlError 0A000: as a string it would compare, add and
     match as text (``'{"a":1}'::jsonb = '{"a": 1}'::jsonb`` false, ``'1'::json + 1``
-    2), where PostgreSQL compares JSON or refuses."""
+    2), where PostgreSQL compares JSON or refuses. A text NULL cast to json or jsonb (a
+    json parameter's NULL bound, ``CAST(NULL AS TEXT)``) as a whole column is the NULL
+    string."""
     json_types = (exp.DataType.Type.JSON, exp.DataType.Type.JSONB)
     columns = set()
     if isinstance(tree, exp.Select):
         columns = {id(c.unalias().unnest()) for c in tree.expressions}
     for cast in list(tree.find_all(exp.Cast)):
         text = cast.this
+        if cast.to.this in json_types and id(cast) in columns and _text_null(text):
+            cast.replace(text.copy())  # a bound NULL of json (a text NULL): the NULL string
+            continue
         if cast.to.this not in json_types or not (isinstance(text, exp.Literal) and text.is_string):
             continue
         if id(cast) not in columns:
@@ -74,6 +79,15 @@ def _json_literals(tree: exp.Expr) -> None:
             )
         check_json(text.this)
         cast.replace(text.copy())
+
+
+def _text_null(value: exp.Expr) -> bool:
+    """Whether ``value`` is ``CAST(NULL AS TEXT)``, as a json parameter's NULL is bound."""
+    return (
+        isinstance(value, exp.Cast)
+        and isinstance(value.this, exp.Null)
+        and value.to.this == exp.DataType.Type.TEXT
+    )
 
 
 def _interval_casts(tree: exp.Expr) -> None:
