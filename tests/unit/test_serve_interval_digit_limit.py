@@ -3,7 +3,8 @@ PostgreSQL's field overflow (22015, checked against PostgreSQL 15 with 40 digits
 every form: only a time's hours and minutes and a years-months pair were guarded. A
 number's whole part of hundreds of thousands of digits took seconds of CPU to convert
 (holding the GIL), and one of a million overflowed the decimal context
-(``decimal.Overflow``, answered as XX000)."""
+(``decimal.Overflow``, answered as XX000). An ISO 8601 number past a double's range is
+22007 instead (:mod:`tests.unit.test_serve_iso_interval_double_range`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pytest
 from timeshard.server.intervals import interval_fields
 from timeshard.server.sql_tokens import SqlError
 
-NINES = "9" * 1_000_000
 #: As many digits as PostgreSQL 15 was checked with: a text of a million is longer than
 #: its interval input takes (22007, :mod:`tests.unit.test_serve_interval_text_limit`).
 FORTY = "9" * 40
@@ -26,10 +26,10 @@ FORTY = "9" * 40
         f"{FORTY}.5 hours",
         f"{FORTY}",
         f"@ {FORTY} mins ago",
-        f"P{NINES}D",
-        f"P{NINES}Y",
-        f"P1DT{NINES}S",
-        f"PT-{NINES}.5M",
+        f"P{FORTY}D",
+        f"P{FORTY}Y",
+        f"P1DT{FORTY}S",
+        f"PT-{FORTY}.5M",
     ],
 )
 def test_a_number_of_too_many_digits_is_a_field_overflow(text: str) -> None:

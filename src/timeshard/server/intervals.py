@@ -31,7 +31,9 @@ text is made of the numbers, never of the client's text. Pure Python.
 from __future__ import annotations
 
 import decimal
+import math
 import re
+import sys
 
 from timeshard.server.sql_tokens import SqlError
 
@@ -337,6 +339,17 @@ def _number(number: str, text: str) -> decimal.Decimal:
     return decimal.Decimal(number)
 
 
+def _check_double(number: str, text: str) -> None:
+    """SqlError 22007 if PostgreSQL's ``strtod`` of an ISO 8601 field's ``number`` is out
+    of a double's range (ERANGE: past about 1.8e308, about 309 digits, or nonzero below
+    its smallest normal value), as its ``ParseISO8601Number`` answers it, before it checks
+    the field's range (22015). Python's ``float`` rounds as ``strtod`` does, to infinity
+    past the largest double, in time linear in the digits."""
+    value = abs(float(number))
+    if math.isinf(value) or (value < sys.float_info.min and number.strip("+-.0")):
+        raise _invalid(text)
+
+
 def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
     """ISO 8601 with designators: ``[nY][nM][nW][nD][T[nH][nM][nS]]``, each signed."""
     date, _, time = rest.partition("t")
@@ -351,6 +364,7 @@ def _iso_fields(text: str, rest: str) -> tuple[int, int, int]:
             if match is None:
                 raise _invalid(text)
             _once(match[2], seen, text)
+            _check_double(match[1], text)
             total.add(_number(match[1], text), _UNITS[names[match[2]]])
             pos = match.end()
     return total.fields(1)

@@ -166,6 +166,7 @@ from timeshard.errors import InvalidUsage
 from timeshard.server.discovery import is_loopback
 from timeshard.server.engine import Engine, Result, Stream
 from timeshard.server.intervals import interval_fields, interval_text
+from timeshard.server.parameter_types import ColumnsOf, arrow_columns, parameter_types
 from timeshard.server.pgtypes import (
     TYPE_OIDS,
     encode_value,
@@ -215,12 +216,18 @@ _INTERVAL_OID = 1186
 @dataclass(slots=True)
 class _Prepared:
     """A prepared statement: its text, the parameter types its Parse declared (0 or
-    missing: undeclared), and the parameters it casts to interval itself
-    (:func:`~timeshard.server.statements.interval_parameters`), found once at its Parse."""
+    missing: undeclared), the parameters it casts to interval itself
+    (:func:`~timeshard.server.statements.interval_parameters`), and the types PostgreSQL
+    infers for its undeclared ones (:func:`~timeshard.server.parameter_types.parameter_types`),
+    found at its Parse, and again with its relations' columns at its Describe."""
 
     sql: str
     types: list[int]
     intervals: frozenset[int] = frozenset()
+    #: the OID inferred for each undeclared parameter that has one, by number
+    inferred: dict[int, int] = field(default_factory=dict)
+    #: whether ``inferred`` knows the columns of the relations it reads (a Describe's)
+    with_columns: bool = False
     #: its columns that may be a json, jsonb or varchar parameter
     #: (:func:`~timeshard.server.pgtypes.parameter_columns`)
     columns: tuple[tuple[int, str | int], ...] = ()
@@ -229,7 +236,21 @@ class _Prepared:
 
     @classmethod
     def of(cls, sql: str, types: list[int]) -> _Prepared:
-        return cls(sql, types, interval_parameters(sql), parameter_columns(sql, types))
+        inferred = parameter_types(sql) if _undeclared(sql, types) else {}
+        return cls(
+            sql, types, interval_parameters(sql), inferred, False, parameter_columns(sql, types)
+        )
+
+    def infer_with(self, columns_of: ColumnsOf) -> None:
+        """Infer its undeclared parameters' types again, with the columns of the relations
+        it reads (``columns_of``), once: a Describe answers them, and the Binds after it
+        read the values a client sends in them."""
+        if self.with_columns:
+            return
+        self.with_columns = True
+        if _undeclared(self.sql, self.types):
+            self.inferred = parameter_types(self.sql, columns_of)
+            self.described = None  # made with the types inferred before
 
     def typed_as(self) -> TypedAs | None:
         """Its query bound as its Describe binds it (:func:`_placeholders`), made once and
@@ -242,27 +263,39 @@ class _Prepared:
             self.described = TypedAs(described.query)
         return self.described
 
+    def bound_oid(self, number: int) -> int:
+        """The type parameter ``number`` is read and bound as: an undeclared one the type
+        inferred for it (unknown, 0, if none), a declared one as
+        :func:`~timeshard.server.statements.described_oid` says."""
+        declared = self.types[number - 1] if number <= len(self.types) else 0
+        if declared == 0 and number in self.inferred:
+            return self.inferred[number]
+        return described_oid(declared, number, self.intervals)
+
+
+def _undeclared(sql: str, types: list[int]) -> bool:
+    """Whether ``sql`` has a parameter ``types`` leaves undeclared."""
+    return "$" in sql and (0 in types or parameter_count(sql) > len(types))
+
 
 def _statement_oids(prepared: _Prepared) -> list[int]:
     """The type OIDs of a prepared statement's parameters, as its Describe answers them:
-    those declared; one not, interval (1186) if the statement casts it to interval itself,
-    as PostgreSQL infers it, else text (25)."""
+    those declared; one not, the type inferred for it (:meth:`_Prepared.bound_oid`), as
+    PostgreSQL infers it, else text (25)."""
     sql, types = prepared.sql, prepared.types
     count = max(len(types), parameter_count(sql))
-    oids = [types[i] if i < len(types) else 0 for i in range(count)]
     return [
-        oid or (_INTERVAL_OID if i + 1 in prepared.intervals else 25) for i, oid in enumerate(oids)
+        types[i] if i < len(types) and types[i] else prepared.bound_oid(i + 1) or 25
+        for i in range(count)
     ]
 
 
 def _placeholders(prepared: _Prepared) -> list[Param]:
     """The parameters a Describe of a prepared statement binds: one of each parameter's
-    type (:func:`~timeshard.server.statements.placeholder`), a string one that the
-    statement casts to interval itself an interval, as Execute reads it."""
-    return [
-        placeholder(described_oid(oid, i + 1, prepared.intervals))
-        for i, oid in enumerate(_statement_oids(prepared))
-    ]
+    type as Execute binds it (:func:`~timeshard.server.statements.placeholder`, of
+    :meth:`_Prepared.bound_oid`)."""
+    count = len(_statement_oids(prepared))
+    return [placeholder(prepared.bound_oid(i + 1)) for i in range(count)]
 
 
 def _typed_as(prepared: _Prepared, params: list[Param]) -> _Prepared | None:
@@ -275,9 +308,7 @@ def _typed_as(prepared: _Prepared, params: list[Param]) -> _Prepared | None:
     ``date + interval`` is a timestamp whatever the interval). None if no parameter is
     such an interval: the types cannot differ."""
     year_month = any(
-        described_oid(p.oid, i + 1, prepared.intervals) == _INTERVAL_OID
-        and p.text is not None
-        and _months(p.text)
+        prepared.bound_oid(i + 1) == _INTERVAL_OID and p.text is not None and _months(p.text)
         for i, p in enumerate(params)
     )
     return prepared if year_month else None
@@ -633,7 +664,7 @@ def _param_text(value: bytes | None, oid: int, binary: bool) -> str | None:
     if value is None:
         return None
     try:
-        if not binary or oid in (0, 25, 1043, 19, 114):
+        if not binary or oid in (0, 25, 1042, 1043, 19, 114):
             return value.decode("utf-8")
         if oid == 3802:  # jsonb: a version byte, then the text
             if value[:1] != b"\x01":
@@ -1561,7 +1592,7 @@ class _Handler(socketserver.BaseRequestHandler):
         params = []
         for i, value in enumerate(msg.param_values):
             declared = types[i] if i < len(types) else 0
-            oid = described_oid(declared, i + 1, prepared.intervals)
+            oid = prepared.bound_oid(i + 1)
             # A value is of the type Describe reports for it: an undeclared one of the type
             # inferred (``$1::interval``: a binary interval), a declared one of its own (a
             # text sent in binary is its UTF-8), then bound as ``oid``.
@@ -1603,6 +1634,8 @@ class _Handler(socketserver.BaseRequestHandler):
             if msg.name not in s.statements:
                 raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
             prepared = s.statements[msg.name]
+            if not s.failed:  # the columns it reads may be looked up
+                prepared.infer_with(self._columns_of)
             sql, oids = prepared.sql, _statement_oids(prepared)
             if s.failed and not _ends_transaction(split(sql)):
                 if _may_answer_rows(sql):  # describing it may look the catalog up
@@ -1628,6 +1661,19 @@ class _Handler(socketserver.BaseRequestHandler):
             portal.described = True
         else:
             self._send(NoData())
+
+    def _columns_of(self, name: str) -> dict[str, str] | None:
+        """The columns of the shard a query names ``name``, for the types of the parameters
+        beside them (:func:`~timeshard.server.parameter_types.arrow_columns`); None if
+        there is no such shard, or it cannot be read now (the query then says why)."""
+        engine = self.server.engine
+        try:
+            if name not in engine.known_shards():
+                return None
+            return arrow_columns(engine.client.state(name).data_schema)
+        except Exception as e:  # a fault: the parameters beside its columns stay text
+            log.warning("the columns of %r are not known: %s", name, e)
+            return None
 
     def _statement_columns(self, prepared: _Prepared) -> list[tuple[str, str]] | None:
         """The columns a prepared statement answers, found without running it: a client
