@@ -285,11 +285,17 @@ def test_a_cascade_that_fails_part_way_is_completed_by_its_retry(client: Persist
         served.close()
 
 
-def test_a_restart_finishes_a_view_drop_that_a_crash_cut_short(client: PersistClient) -> None:
+@pytest.mark.parametrize("closed", [True, False], ids=["after_the_close", "before_the_close"])
+def test_a_restart_finishes_a_view_drop_that_a_crash_cut_short(
+    client: PersistClient, closed: bool
+) -> None:
     """A crash after the view's shard was closed, before its statement was forgotten: the
     restart failed to restore it ("was dropped"), every time, and nothing could DROP it
-    or release its hold on its input."""
+    or release its hold on its input. So too a crash after the drop marked the shard's
+    deploy hold and before the shard closed: the restore's promotion was refused ("its
+    drop began"), the name failed for good, and DROP answered 42P01 (review)."""
     from timeshard.catalog import Catalog
+    from timeshard.compute.mv_sink import DEPLOY_READER, mark_dropped
     from timeshard.persist.holds import view_hold_id
 
     schema = pa.schema([("one", pa.int64())])
@@ -299,12 +305,16 @@ def test_a_restart_finishes_a_view_drop_that_a_crash_cut_short(client: PersistCl
     Catalog(client, lambda: 1).record_statement("w", {"sql": sql, "seq": 1, "object": "view"})
     record_view(client, compute.ViewDefinition("w", {"v": "v"}, "SELECT one FROM v"), 0)
     client.open_critical_since("v", view_hold_id("w"), "")
-    client.close_shard("w")  # where the crash came
+    mark_dropped(client, "w")
+    if closed:
+        client.close_shard("w")  # where the crash came
     served = engine(client)
     try:
         assert served.start() == []
         assert served.objects == {}
         assert not [e for e in read_catalog(client) if e.kind == "statement"]
         assert view_hold_id("w") not in client.state("v").critical_readers
+        assert client.state("w").upper.is_empty()
+        assert DEPLOY_READER not in client.state("w").critical_readers
     finally:
         served.close()

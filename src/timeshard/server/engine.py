@@ -1085,10 +1085,14 @@ class Engine:
         self._catalog.forget_statement(victim.name)
 
     def _finish_drop(self, name: str) -> None:
-        """Finish the DROP of the view ``name`` that a crash cut short: its shard is closed,
-        and its statement still recorded (forgotten last). Its holds on its inputs go, as
-        its catalog entry lists them, then its statement."""
+        """Finish the DROP of the view ``name`` that a crash cut short: its shard is marked
+        dropped or closed, and its statement still recorded (forgotten last). Its shard
+        closes and its own holds go (:func:`~timeshard.compute.mv_sink.drop_view`), then its
+        holds on its inputs, as its catalog entry lists them, then its statement."""
+        from timeshard.compute.mv_sink import drop_view
+
         log.info("finishing the DROP of view %s, which its shard says was dropped", name)
+        drop_view(self.client, name, ())
         entry = next(
             (e for e in read_catalog(self.client) if (e.name, e.kind) == (name, "view")), None
         )
@@ -1134,8 +1138,14 @@ class Engine:
     # -- reads
 
     def _dropped(self, shard: str) -> bool:
-        """Whether ``shard`` belonged to a dropped object: DROP closes its shards."""
-        return self.client.state(shard).upper.is_empty()
+        """Whether ``shard`` belonged to a dropped object: DROP closes its shards, and a
+        view's drop marks its shard's ``deploy`` hold first (a drop cut short between the
+        two is a drop too: :func:`~timeshard.compute.mv_sink.mark_dropped`)."""
+        from timeshard.compute.mv_sink import DEPLOY_READER, DROPPED_OPAQUE
+
+        state = self.client.state(shard)
+        deploy = state.critical_readers.get(DEPLOY_READER)
+        return state.upper.is_empty() or (deploy is not None and deploy.opaque == DROPPED_OPAQUE)
 
     def known_shards(self) -> list[str]:
         """The shards SQL reads: all but the location's own and the sources' remap shards."""
