@@ -318,3 +318,30 @@ def test_a_restart_finishes_a_view_drop_that_a_crash_cut_short(
         assert DEPLOY_READER not in client.state("w").critical_readers
     finally:
         served.close()
+
+
+def test_a_complete_view_is_restored_not_dropped_at_a_restart(client: PersistClient) -> None:
+    """A view whose inputs all closed has a closed shard too, whose deploy hold keeps its
+    generation: a restart took it for a drop cut short, forgot its statement (the view
+    vanished) and, since f18221b, released its holds (review)."""
+    from timeshard.catalog import Catalog
+    from timeshard.compute.mv_sink import DEPLOY_READER
+
+    schema = pa.schema([("one", pa.int64())])
+    client.open_writer("v", schema).append([((1,), 0, 1)], 0, 5)
+    client.close_shard("v")  # its input closed: the view completes
+    client.open_writer("w", schema).append([((1,), 0, 1)], 0, 5)
+    sql = "CREATE MATERIALIZED VIEW w AS SELECT one FROM v"
+    Catalog(client, lambda: 1).record_statement("w", {"sql": sql, "seq": 1, "object": "view"})
+    record_view(client, compute.ViewDefinition("w", {"v": "v"}, "SELECT one FROM v"), 0)
+    client.open_critical_since("w", DEPLOY_READER, "000000000001")  # its generation's
+    client.close_shard("w")
+    served = engine(client)
+    built = Built(served)
+    try:
+        assert served.start() == []
+        assert built.names == ["w"] and set(served.objects) == {"w"}
+        assert [e.name for e in read_catalog(client) if e.kind == "statement"] == ["w"]
+        assert client.state("w").critical_readers[DEPLOY_READER].opaque == "000000000001"
+    finally:
+        served.close()

@@ -1138,14 +1138,18 @@ class Engine:
     # -- reads
 
     def _dropped(self, shard: str) -> bool:
-        """Whether ``shard`` belonged to a dropped object: DROP closes its shards, and a
-        view's drop marks its shard's ``deploy`` hold first (a drop cut short between the
-        two is a drop too: :func:`~timeshard.compute.mv_sink.mark_dropped`)."""
+        """Whether ``shard`` belonged to a dropped object: DROP closes its shards. A view's
+        drop marks its shard's ``deploy`` hold first, then releases it: a view's shard
+        that keeps the hold unmarked is not dropped, closed or not (a complete view's: every
+        input closed), and one whose hold is marked is, open or not (a drop cut short
+        between the mark and the close: :func:`~timeshard.compute.mv_sink.mark_dropped`)."""
         from timeshard.compute.mv_sink import DEPLOY_READER, DROPPED_OPAQUE
 
         state = self.client.state(shard)
         deploy = state.critical_readers.get(DEPLOY_READER)
-        return state.upper.is_empty() or (deploy is not None and deploy.opaque == DROPPED_OPAQUE)
+        if deploy is not None:
+            return deploy.opaque == DROPPED_OPAQUE
+        return state.upper.is_empty()
 
     def known_shards(self) -> list[str]:
         """The shards SQL reads: all but the location's own and the sources' remap shards."""
