@@ -109,6 +109,8 @@ QUERIES = [
     "SELECT $1 + one * 2 AS v FROM t",
     "SELECT one % $1 AS v FROM t",
     "WITH c AS (SELECT i FROM t) SELECT i FROM c WHERE i = $1",
+    "SELECT now() > $1 AS v FROM t",
+    "SELECT one FROM t WHERE d >= $1 AND $1 > 0",
 ]
 
 

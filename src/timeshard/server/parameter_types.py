@@ -94,13 +94,17 @@ def parameter_types(sql: str, columns_of: ColumnsOf | None = None) -> dict[int, 
         return {}
     tree = _annotated(tree, columns_of)
     found: dict[int, int] = {}
+    settled: set[int] = set()  # decided where they first stand in a typed place
     for param in tree.find_all(exp.Parameter):
         number = _number(param)
-        if number is None or number in found:
+        if number is None or number in settled:
             continue
         oid = _inferred(param, found)
-        if oid is not None:
+        if oid is _UNDECIDED:
+            settled.add(number)  # its first such place: PostgreSQL's type, unknown here
+        elif oid is not None:
             found[number] = oid
+            settled.add(number)
     return found
 
 
@@ -173,11 +177,18 @@ def _is_param(node: exp.Expr | None) -> bool:
     return isinstance(node, exp.Parameter) or (isinstance(node, exp.Paren) and _is_param(node.this))
 
 
-def _inferred(param: exp.Parameter, found: dict[int, int]) -> int | None:
-    """The OID ``param`` takes where it stands, None if it stays unknown."""
+#: :func:`_inferred` of a parameter in a place that gives it a type in PostgreSQL, which is
+#: not known here (a column of unknown type beside it): later places must not decide it
+#: (PostgreSQL's first such place does).
+_UNDECIDED: Any = object()
+
+
+def _inferred(param: exp.Parameter, found: dict[int, int]) -> Any:
+    """The OID ``param`` takes where it stands; None if the place gives it no type,
+    :data:`_UNDECIDED` if the place gives it a type not known here."""
     parent = _parent(param)
     if isinstance(parent, exp.Cast) and not isinstance(parent, exp.TryCast):
-        return _cast_oid(parent.to) if _is_param(parent.this) else None
+        return (_cast_oid(parent.to) or _UNDECIDED) if _is_param(parent.this) else None
     if isinstance(parent, (*_COMPARISONS, *_ARITHMETIC)):
         sides = [parent.this, parent.expression]
         others = [s for s in sides if not (_is_param(s) and s.unnest() is param)]
@@ -185,18 +196,15 @@ def _inferred(param: exp.Parameter, found: dict[int, int]) -> int | None:
             return None
         oid = _oid_of(others[0], found)
         if oid is None:
-            return None
+            return _UNDECIDED
         if isinstance(parent, _COMPARISONS):
             return _TEXT if oid == _VARCHAR else oid
         if oid in _NUMBERS and not (isinstance(parent, exp.Mod) and oid in _FLOATS):
             return oid
-        return None
-    if isinstance(parent, exp.In) and not _is_param(parent.this):
+        return _UNDECIDED
+    if isinstance(parent, (exp.In, exp.Between)) and not _is_param(parent.this):
         oid = _oid_of(parent.this, found)
-        return _TEXT if oid == _VARCHAR else oid
-    if isinstance(parent, exp.Between) and not _is_param(parent.this):
-        oid = _oid_of(parent.this, found)
-        return _TEXT if oid == _VARCHAR else oid
+        return _UNDECIDED if oid is None else _TEXT if oid == _VARCHAR else oid
     return None
 
 
@@ -226,8 +234,12 @@ def _oid_of(node: exp.Expr, found: dict[int, int]) -> int | None:
         return None if number is None else found.get(number)
     if isinstance(node, exp.Cast):
         return _cast_oid(node.to)
+    if isinstance(node, (exp.Any, exp.All, exp.Subquery)):
+        return None  # ANY(array), ALL(..), a subquery: sqlglot types the predicate, not it
     if node.type is None or node.type.this == T.UNKNOWN:
         return None
+    if node.type.this == T.TIMESTAMP:  # Spark's TIMESTAMP (now(), a column): with time zone
+        return 1184
     return _OIDS.get(node.type.this)  # type: ignore[arg-type]
 
 
@@ -240,7 +252,7 @@ def arrow_columns(schema: pa.Schema) -> dict[str, str]:
         if name is None and pa.types.is_decimal(field.type):
             name = "DECIMAL"
         elif name is None and pa.types.is_timestamp(field.type):
-            name = "TIMESTAMPTZ" if field.type.tz is not None else "TIMESTAMP"
+            name = "TIMESTAMPTZ" if field.type.tz is not None else "TIMESTAMP_NTZ"
         if name is not None:
             columns[field.name] = name
     return columns

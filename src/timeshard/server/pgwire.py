@@ -1635,7 +1635,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 raise SqlError(f"prepared statement {msg.name!r} does not exist", "26000")
             prepared = s.statements[msg.name]
             if not s.failed:  # the columns it reads may be looked up
-                prepared.infer_with(self._columns_of)
+                prepared.infer_with(self._columns_reader())
             sql, oids = prepared.sql, _statement_oids(prepared)
             if s.failed and not _ends_transaction(split(sql)):
                 if _may_answer_rows(sql):  # describing it may look the catalog up
@@ -1662,18 +1662,29 @@ class _Handler(socketserver.BaseRequestHandler):
         else:
             self._send(NoData())
 
-    def _columns_of(self, name: str) -> dict[str, str] | None:
-        """The columns of the shard a query names ``name``, for the types of the parameters
-        beside them (:func:`~timeshard.server.parameter_types.arrow_columns`); None if
-        there is no such shard, or it cannot be read now (the query then says why)."""
+    def _columns_reader(self) -> ColumnsOf:
+        """For one inference: the columns of the shard a query names ``name``, for the types
+        of the parameters beside them (:func:`~timeshard.server.parameter_types.arrow_columns`);
+        None if there is no such shard, or it cannot be read now (the parameters beside its
+        columns stay text). The shards are listed once, and each shard read once."""
         engine = self.server.engine
-        try:
-            if name not in engine.known_shards():
-                return None
-            return arrow_columns(engine.client.state(name).data_schema)
-        except Exception as e:  # a fault: the parameters beside its columns stay text
-            log.warning("the columns of %r are not known: %s", name, e)
-            return None
+        known: set[str] | None = None
+        read: dict[str, dict[str, str] | None] = {}
+
+        def columns_of(name: str) -> dict[str, str] | None:
+            nonlocal known
+            if name not in read:
+                try:
+                    if known is None:
+                        known = set(engine.known_shards())
+                    schema = engine.client.state(name).data_schema if name in known else None
+                    read[name] = None if schema is None else arrow_columns(schema)
+                except Exception as e:  # a fault: the parameters beside its columns stay text
+                    log.warning("the columns of %r are not known: %s", name, e)
+                    read[name] = None
+            return read[name]
+
+        return columns_of
 
     def _statement_columns(self, prepared: _Prepared) -> list[tuple[str, str]] | None:
         """The columns a prepared statement answers, found without running it: a client
@@ -1681,8 +1692,9 @@ class _Handler(socketserver.BaseRequestHandler):
         its rows with them. None if it answers no rows (or COPY data).
 
         Its parameters stand as values of the types the client declared in Parse
-        (:func:`_placeholders`; an undeclared one is text, as the client then sends it,
-        or an interval where the statement casts it to one), bound as Execute binds them:
+        (:func:`_placeholders`; an undeclared one of the type inferred for it,
+        :meth:`_Prepared.bound_oid`, else text, as the client then sends it), bound as
+        Execute binds them:
         Describe answers the types Execute's rows have. A statement that does not resolve with them
         there is described once bound, by its portal; one without parameters that
         does not resolve is an error, as PostgreSQL answers it at once.
