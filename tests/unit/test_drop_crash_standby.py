@@ -101,21 +101,6 @@ def test_a_drop_that_crashes_before_its_deploy_hold_goes_is_a_drop_to_a_standby(
     view.close()
 
 
-def test_a_complete_view_is_not_taken_for_a_dropped_one() -> None:
-    """Every input closed: the view's shard closes with its deploy hold as it was."""
-    client, writer = setup()
-    upper = write(writer, 0, 3)
-    writer.expire()
-    client.close_shard("inp")
-    written_view(client, upper)
-    view = standby(client)
-    for _ in range(3):
-        view.step()
-    assert client.state("v").upper.is_empty()
-    assert view.dropped is None and view.status == ("running", None)
-    view.close()
-
-
 def test_a_standby_promoted_after_the_drop_began_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -481,8 +481,8 @@ def _join_paths(select: Any, schemas: Mapping[str, pa.Schema]) -> list[JoinPath]
             for j in range(n):
                 if aliases[j] in joined:
                     continue
-                key = _key_columns(conjuncts, refs, aliases[j], joined, schemas[tables[j].name])
-                if key:
+                pairs = _key_columns(conjuncts, refs, aliases[j], joined, schemas[tables[j].name])
+                if pairs:
                     break
             else:
                 return None
@@ -492,7 +492,7 @@ def _join_paths(select: Any, schemas: Mapping[str, pa.Schema]) -> list[JoinPath]
             ]
             used.update(on)
             condition = exp.and_(*(conjuncts[c] for c in on)).sql(dialect="spark")
-            probe = _probe(conjuncts, refs, aliases[j], joined, key)
+            key, probe = (tuple(x) for x in zip(*pairs, strict=True))
             steps.append(Step(tables[j].name, aliases[j], modes[j], key, condition, probe))
             joined.add(aliases[j])
         rest = [conjuncts[c] for c in range(len(conjuncts)) if c not in used]
@@ -509,12 +509,13 @@ def _key_columns(
     alias: str,
     joined: set[str],
     schema: pa.Schema,
-) -> tuple[str, ...]:
+) -> tuple[tuple[str, str], ...]:
     """The columns of occurrence ``alias`` that ON equalities join with an expression of the
-    ``joined`` occurrences (in ON order, each once; only columns that hash alike)."""
+    ``joined`` occurrences (in ON order, each once; only columns that hash alike), each
+    with the expression its first such equality pairs it with (Spark SQL)."""
     from sqlglot import exp
 
-    key: list[str] = []
+    key: dict[str, str] = {}
     for conjunct, r in zip(conjuncts, refs, strict=True):
         if not isinstance(conjunct, exp.EQ) or alias not in r or not r - {alias} <= joined:
             continue
@@ -527,36 +528,8 @@ def _key_columns(
             if not theirs or alias in theirs or field is None:
                 continue
             if _hash_partitionable(field.type) and field.name not in key:
-                key.append(field.name)
-    return tuple(key)
-
-
-def _probe(
-    conjuncts: Sequence[Any],
-    refs: Sequence[set[str]],
-    alias: str,
-    joined: set[str],
-    key: Sequence[str],
-) -> tuple[str, ...]:
-    """Per column of ``key`` (:func:`_key_columns` of occurrence ``alias``), the expression
-    of the ``joined`` occurrences its first ON equality pairs it with (Spark SQL)."""
-    from sqlglot import exp
-
-    found: dict[str, str] = {}
-    for conjunct, r in zip(conjuncts, refs, strict=True):
-        if not isinstance(conjunct, exp.EQ) or alias not in r or not r - {alias} <= joined:
-            continue
-        sides = (conjunct.this, conjunct.expression)
-        for mine, other in (sides, sides[::-1]):
-            if not isinstance(mine, exp.Column) or mine.table != alias:
-                continue
-            theirs = {c.table for c in other.find_all(exp.Column)}
-            if not theirs or alias in theirs:
-                continue
-            for k in key:
-                if k.lower() == mine.name.lower() and k not in found:
-                    found[k] = other.sql(dialect="spark")
-    return tuple(found[k] for k in key)
+                key[field.name] = other.sql(dialect="spark")
+    return tuple(key.items())
 
 
 def qualified_by_structs(sql: str, aliases: Sequence[str]) -> str | None:
