@@ -5,6 +5,7 @@ the controller, the nemesis and the libraries share the run-spec model
 
 from __future__ import annotations
 
+import logging
 import os
 import pkgutil
 import tomllib
@@ -23,7 +24,16 @@ def test_the_import_contracts_are_kept(
 ) -> None:
     monkeypatch.chdir(ROOT)
     monkeypatch.syspath_prepend(str(ROOT / "src"))
-    code = lint_imports(config_filename=os.fspath(ROOT / "pyproject.toml"), no_cache=True)
+    # import-linter configures logging with dictConfig, which disables every logger that
+    # exists by then (disable_existing_loggers): later tests of this worker that read
+    # timeshard's log records (caplog) found none. Their state is restored after it.
+    loggers = [x for x in logging.root.manager.loggerDict.values() if isinstance(x, logging.Logger)]
+    disabled = [(x, x.disabled) for x in loggers]
+    try:
+        code = lint_imports(config_filename=os.fspath(ROOT / "pyproject.toml"), no_cache=True)
+    finally:
+        for logger, was in disabled:
+            logger.disabled = was
     out = capsys.readouterr().out
     assert code == 0, out
     assert "1 kept, 0 broken" in out, out
@@ -35,3 +45,12 @@ def test_the_cli_contract_names_every_other_top_level_module() -> None:
     [contract] = [c for c in config["contracts"] if c["forbidden_modules"] == ["timeshard.cli"]]
     modules = {f"timeshard.{m.name}" for m in pkgutil.iter_modules(timeshard.__path__)}
     assert set(contract["source_modules"]) == modules - {"timeshard.cli", "timeshard.__main__"}
+
+
+def test_linting_the_imports_leaves_the_loggers_enabled(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logger = logging.getLogger("timeshard.controller")
+    assert not logger.disabled
+    test_the_import_contracts_are_kept(monkeypatch, capsys)
+    assert not logger.disabled
