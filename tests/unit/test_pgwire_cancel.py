@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,35 +26,48 @@ from timeshard.server.statements import Query, Statement
 
 
 class Blocking(StandIn):
-    """A query naming ``slow`` runs until its tag's jobs are canceled, then fails as a
-    canceled Spark job does; any other answers at once."""
+    """A query naming ``slow`` runs until its tag's statement is canceled, then fails as a
+    canceled Spark job does; any other answers at once.
+
+    As the engine's, a statement's cancel is taken from the moment it is cancellable: a
+    cancel that came before the query began to wait (a short statement_timeout) still
+    ends it. The stand-in took it only once the query waited, and such a cancel was lost:
+    the query waited for ever."""
 
     def __init__(self) -> None:
         super().__init__()
         self.local = threading.local()
-        self.running: dict[str, threading.Event] = {}  # tag -> canceled
+        self.cancels: dict[str, threading.Event] = {}  # tag -> canceled, while cancellable
+        self.running: dict[str, threading.Event] = {}  # the slow queries': tag -> canceled
         self.lock = threading.Lock()
         self.canceled: list[str] = []
+        self.before_wait = 0.0  # seconds a slow query takes before it waits
 
     @contextlib.contextmanager
     def cancellable(self, tag: str) -> Iterator[None]:
         self.local.tag = tag
+        with self.lock:
+            self.cancels[tag] = threading.Event()
         try:
             yield
         finally:
+            with self.lock:
+                del self.cancels[tag]
             del self.local.tag
 
     def cancel(self, tag: str) -> None:
         with self.lock:
             self.canceled.append(tag)
-            event = self.running.get(tag)
+            event = self.cancels.get(tag)
         if event is not None:
             event.set()
 
     def execute(self, statement: Statement) -> Result | Stream:
         if isinstance(statement, Query) and "slow" in statement.query:
             tag = self.local.tag  # an AttributeError if the query runs untagged
-            event = threading.Event()
+            with self.lock:
+                event = self.cancels[tag]
+            time.sleep(self.before_wait)
             with self.lock:
                 self.running[tag] = event
             try:
@@ -161,7 +175,9 @@ def test_a_query_past_its_statement_timeout_is_canceled(served: tuple[PgServer, 
 def test_a_prepared_query_past_its_statement_timeout_is_canceled(
     served: tuple[PgServer, Blocking],
 ) -> None:
-    server, _ = served
+    """Its timeout goes off before the query waits: such a cancel is taken too."""
+    server, engine = served
+    engine.before_wait = 0.2
     with connect(server, autocommit=True) as conn:
         conn.execute("SET statement_timeout = '20ms'")
         with pytest.raises(errors.QueryCanceled, match="statement timeout"):

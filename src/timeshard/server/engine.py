@@ -234,6 +234,20 @@ class _Object:
             self.thread.join()
 
 
+#: How often the jobs of a canceled statement are canceled again while it runs (see
+#: :meth:`Engine.cancel`).
+CANCEL_REPEAT_S = 0.1
+
+
+@dataclass
+class _Cancel:
+    """The cancel of one statement (:meth:`Engine.cancellable`): ``canceled`` once it is
+    canceled, ``ended`` once the statement ended."""
+
+    canceled: threading.Event = field(default_factory=threading.Event)
+    ended: threading.Event = field(default_factory=threading.Event)
+
+
 class Engine:
     """The objects of one location, each ticking on its own thread, answering SQL."""
 
@@ -270,8 +284,8 @@ class Engine:
         self._serial = threading.Lock()
         self._following = threading.Event()  # set: the follower stops
         self._follower: threading.Thread | None = None
-        #: Per job tag a statement runs under (:meth:`cancellable`): set once it is canceled.
-        self._cancels: dict[str, threading.Event] = {}
+        #: Per job tag a statement runs under (:meth:`cancellable`): its cancel.
+        self._cancels: dict[str, _Cancel] = {}
         self._cancels_lock = threading.Lock()
         #: The calling thread's statement's cancel event (``canceled``), inside cancellable.
         self._statement = threading.local()
@@ -471,17 +485,18 @@ class Engine:
         """
         context = self.spark.sparkContext
         interrupt = context.getLocalProperty("spark.job.interruptOnCancel")
-        canceled = threading.Event()
+        cancel = _Cancel()
         with self._cancels_lock:
             before = self._cancels.get(tag)
-            self._cancels[tag] = canceled
+            self._cancels[tag] = cancel
         outer = getattr(self._statement, "canceled", None)
-        self._statement.canceled = canceled
+        self._statement.canceled = cancel.canceled
         context.addJobTag(tag)
         context.setInterruptOnCancel(True)
         try:
             yield
         finally:
+            cancel.ended.set()
             context.removeJobTag(tag)
             context.setLocalProperty("spark.job.interruptOnCancel", interrupt)  # type: ignore[arg-type]
             self._statement.canceled = outer
@@ -493,12 +508,37 @@ class Engine:
 
     def cancel(self, tag: str) -> None:
         """Cancel the statement running with the job tag ``tag`` (see :meth:`cancellable`):
-        its Spark jobs, and its wait for a readable time; nothing if none is."""
+        its Spark jobs, and its wait for a readable time; nothing if none is.
+
+        Spark cancels the jobs of a tag that run, not those that start later: a cancel
+        that came between two jobs of the statement (before the first, or between two
+        partitions of its rows) would let the next one run on. So the jobs of the tag are
+        canceled again every :data:`CANCEL_REPEAT_S` until the statement ends."""
         with self._cancels_lock:
-            canceled = self._cancels.get(tag)
-        if canceled is not None:
-            canceled.set()
-        self.spark.sparkContext.cancelJobsWithTag(tag)
+            cancel = self._cancels.get(tag)
+        context = self.spark.sparkContext
+        if cancel is None:
+            context.cancelJobsWithTag(tag)
+            return
+        with self._cancels_lock:
+            first = not cancel.canceled.is_set()
+            cancel.canceled.set()
+        context.cancelJobsWithTag(tag)
+        if first:
+            threading.Thread(
+                target=self._cancel_until_ended,
+                args=(tag, cancel),
+                name=f"timeshard-cancel-{tag}",
+                daemon=True,
+            ).start()
+
+    def _cancel_until_ended(self, tag: str, cancel: _Cancel) -> None:
+        while not cancel.ended.wait(CANCEL_REPEAT_S):
+            try:
+                self.spark.sparkContext.cancelJobsWithTag(tag)
+            except Exception as e:  # the session stopped: no job runs any more
+                log.warning("canceling the jobs of %s again: %s", tag, e)
+                return
 
     def execute(self, statement: Statement) -> Result | Stream | QueryRows:
         """Run one statement; a :class:`SqlError` says why it failed. A query's rows come
