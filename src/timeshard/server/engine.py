@@ -234,18 +234,21 @@ class _Object:
             self.thread.join()
 
 
-#: How often the jobs of a canceled statement are canceled again while it runs (see
-#: :meth:`Engine.cancel`).
-CANCEL_REPEAT_S = 0.1
+#: How soon, then how seldom at most, the jobs of a canceled statement are canceled again
+#: while it runs (see :meth:`Engine.cancel`): the wait doubles from the first to the second.
+CANCEL_REPEAT_S = (0.1, 5.0)
 
 
 @dataclass
 class _Cancel:
     """The cancel of one statement (:meth:`Engine.cancellable`): ``canceled`` once it is
-    canceled, ``ended`` once the statement ended."""
+    canceled, ``ended`` once the statement ended. ``lock`` orders a repeated cancel of its
+    jobs before the end: one begun before the statement ended reaches Spark before the
+    connection's next statement (under the same job tag) can submit a job."""
 
     canceled: threading.Event = field(default_factory=threading.Event)
     ended: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Engine:
@@ -496,7 +499,8 @@ class Engine:
         try:
             yield
         finally:
-            cancel.ended.set()
+            with cancel.lock:
+                cancel.ended.set()
             context.removeJobTag(tag)
             context.setLocalProperty("spark.job.interruptOnCancel", interrupt)  # type: ignore[arg-type]
             self._statement.canceled = outer
@@ -513,7 +517,11 @@ class Engine:
         Spark cancels the jobs of a tag that run, not those that start later: a cancel
         that came between two jobs of the statement (before the first, or between two
         partitions of its rows) would let the next one run on. So the jobs of the tag are
-        canceled again every :data:`CANCEL_REPEAT_S` until the statement ends."""
+        canceled again until the statement ends, at a wait that grows from 0.1 s to 5 s
+        (:data:`CANCEL_REPEAT_S`: a statement stuck sending rows to a client that stopped
+        reading costs one call every 5 s). Spark takes a tag's cancel in order with the job
+        submissions, so a repeat begun before the statement ended never reaches the jobs
+        of the connection's next statement, which carry the same tag."""
         with self._cancels_lock:
             cancel = self._cancels.get(tag)
         context = self.spark.sparkContext
@@ -533,12 +541,17 @@ class Engine:
             ).start()
 
     def _cancel_until_ended(self, tag: str, cancel: _Cancel) -> None:
-        while not cancel.ended.wait(CANCEL_REPEAT_S):
-            try:
-                self.spark.sparkContext.cancelJobsWithTag(tag)
-            except Exception as e:  # the session stopped: no job runs any more
-                log.warning("canceling the jobs of %s again: %s", tag, e)
-                return
+        wait, longest = CANCEL_REPEAT_S
+        while not cancel.ended.wait(wait):
+            with cancel.lock:
+                if cancel.ended.is_set():
+                    return
+                try:
+                    self.spark.sparkContext.cancelJobsWithTag(tag)
+                except Exception as e:  # the session stopped: no job runs any more
+                    log.warning("canceling the jobs of %s again: %s", tag, e)
+                    return
+            wait = min(wait * 2, longest)
 
     def execute(self, statement: Statement) -> Result | Stream | QueryRows:
         """Run one statement; a :class:`SqlError` says why it failed. A query's rows come
