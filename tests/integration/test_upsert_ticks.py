@@ -25,7 +25,14 @@ from timeshard.spark.jobs import JobCounter
 from timeshard.storage.ingest import Ingestion
 from timeshard.storage.sources import KeyValueGenerator
 from timeshard.storage.upsert_spark import SparkFeedbackUpsert
-from timeshard.storage.upsert_state import HASH, KEY, ArrangedState, same_key
+from timeshard.storage.upsert_state import (
+    HASH,
+    KEY,
+    MAX_DELTAS,
+    MERGE_POOL,
+    ArrangedState,
+    same_key,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -168,6 +175,40 @@ def test_layers_are_not_shuffled_by_a_tick(spark: SparkSession, tmp_path: Path) 
     assert plan.count("Scan ExistingRDD") == len(layers), plan
     assert f"hashpartitioning({HASH}" in exchanges[0], plan
     upsert.close()
+
+
+def test_a_background_merge_started_under_a_job_tag_runs_without_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The merger thread inherits the Spark local properties of the thread that pushed the
+    layer. A server's CREATE pushes layers under its connection's job tag: the merges it
+    started carried the tag, and a later cancel of a statement of that connection canceled
+    them (a merge failed, its layers stayed unmerged)."""
+    tag = "timeshard-test-statement"
+    schema = KeyValueGenerator().payload_schema()
+    upsert = SparkFeedbackUpsert(
+        spark, PersistClient(Location.embedded(tmp_path)), "out", schema, ["key"]
+    )
+    context = spark.sparkContext
+    context.addJobTag(tag)
+    try:
+        with JobCounter(spark) as jobs:
+            for t in range(MAX_DELTAS + 2):  # one merge of the layers over the base is due
+                upsert.apply(commands(spark, t, 1000), t + 1)
+                upsert.state.settle()  # its layer is filled: the merges due start
+                upsert.state.wait_for_merges()
+    finally:
+        context.removeJobTag(tag)
+    upsert.close()
+    assert jobs.by_pool().get(MERGE_POOL, 0) > 0, jobs.by_pool()  # merges ran
+    store = context._jsc.sc().statusStore()  # type: ignore[union-attr]
+    tracker = context._jsc.sc().statusTracker()  # type: ignore[union-attr]
+    tagged = sorted(tracker.getJobIdsForTag(tag))
+    pools = {
+        job: store.lastStageAttempt(store.job(job).stageIds().apply(0)).schedulingPool()
+        for job in tagged
+    }
+    assert tagged and MERGE_POOL not in pools.values(), pools
 
 
 def commands(spark: SparkSession, t: int, n: int) -> Any:

@@ -325,8 +325,15 @@ class Arrangement:
         return None
 
     def _merge_loop(self) -> None:
-        """Merge due layers until none is (a background thread, FAIR pool ``MERGE_POOL``)."""
-        self.spark.sparkContext.setLocalProperty("spark.scheduler.pool", MERGE_POOL)
+        """Merge due layers until none is (a background thread, FAIR pool ``MERGE_POOL``).
+
+        The thread inherits the Spark local properties of the one that started it: a
+        server's statement's job tags among them (a CREATE whose first tick starts a
+        merge), whose cancel, later, would cancel the merge's jobs. They are cleared."""
+        context = self.spark.sparkContext
+        context.setLocalProperty("spark.scheduler.pool", MERGE_POOL)
+        context.clearJobTags()
+        context.setLocalProperty("spark.job.interruptOnCancel", None)  # type: ignore[arg-type]
         try:
             while self._merge_once():
                 pass
