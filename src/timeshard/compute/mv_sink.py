@@ -65,7 +65,10 @@ generation) and starts writing. Every append is conditional on that token in
 its own compare-and-set (``fence``): a generation cannot append once a newer
 one took over, even if the takeover lands just before its append. Promoting
 is refused once the view's shard is closed (the view was dropped), also when
-the close lands while it registers.
+the close lands while it registers, and once a drop marked the ``deploy`` hold
+(:func:`mark_dropped`). A drop's mark also fences the writing generation, and a
+read-only sink sees it in the state its upper watch reads (``dropped_seen``),
+also on a shard still open (a drop cut short before its close).
 
 I/O runs on an :class:`IoWorker`: one thread fed by one FIFO queue. Ordering
 invariants, after seed 002's "channel ordering requirements":
@@ -318,13 +321,18 @@ def mark_dropped(client: PersistClient, view: str) -> None:
 
 
 def view_dropped(state: ShardState) -> bool:
-    """Whether the state of a view's shard says the view was dropped: the shard is closed,
-    and its ``deploy`` hold is gone or marked (:func:`mark_dropped`). A complete view
-    (every input closed) has a closed shard too, whose hold keeps its generation."""
-    if not state.upper.is_empty():
-        return False
+    """Whether the state of a view's shard says the view was dropped: its ``deploy`` hold
+    is marked (:func:`mark_dropped`), the shard open or closed, or the shard is closed and
+    the hold is gone. A complete view (every input closed) has a closed shard too, whose
+    hold keeps its generation.
+
+    A marked hold on an open shard is a drop cut short between its mark and its close: no
+    generation is promoted over the mark, so the view never runs again, and running the
+    drop again finishes it."""
     deploy = state.critical_readers.get(DEPLOY_READER)
-    return deploy is None or deploy.opaque == DROPPED_OPAQUE
+    if deploy is not None:
+        return deploy.opaque == DROPPED_OPAQUE
+    return state.upper.is_empty()
 
 
 def drop_view(client: PersistClient, view: str, inputs: Iterable[str]) -> None:
@@ -409,6 +417,9 @@ class MvSink:
             raise InvalidUsage(f"unknown shard id {shard_id!r}: create the view's shard first")
         self._readback: UnleasedReader = client.open_unleased_reader(shard_id)
         self._persist_upper = self._readback.upper()
+        #: Whether the shard's state, as this sink last read it whole, says the view was
+        #: dropped (:func:`view_dropped`).
+        self._dropped_seen = False
         if not read_only:
             self.promote()
 
@@ -529,6 +540,15 @@ class MvSink:
     def persist_upper(self) -> Frontier:
         """The view shard's upper as this sink last observed it (no read)."""
         return self._persist_upper
+
+    @property
+    def dropped_seen(self) -> bool:
+        """Whether this sink last saw the view dropped (:func:`view_dropped`; no read).
+
+        A read-only sink's upper watch reads the shard's state whole (one read, as its
+        upper alone was), so it sees a drop's mark on a shard still open; a writing sink
+        sees the mark when it fences it (it then turns read-only)."""
+        return self._dropped_seen
 
     def frontiers(self) -> SinkFrontiers:
         return SinkFrontiers(
@@ -773,8 +793,10 @@ class MvSink:
         """The upper watch: the shard upper, after any in-flight append finished."""
         if self._inflight is not None:
             return
-        if self._writer is None:
-            upper = self._readback.upper()
+        if self._writer is None or self.read_only:
+            state = self._readback.state()
+            upper = state.upper
+            self._dropped_seen = view_dropped(state)
         else:
             upper = self._writer.fetch_recent_upper()
         assert self._persist_upper <= upper, (self._persist_upper, upper)
@@ -797,6 +819,7 @@ class MvSink:
         current = self._deploy.current_opaque()
         if current == self._deploy.opaque:
             return False
+        self._dropped_seen = current == DROPPED_OPAQUE
         log.warning(
             "sink %s: generation %s fenced by %s; now read-only",
             self.shard_id,

@@ -1,0 +1,68 @@
+"""A view's drop that began (its ``deploy`` hold marked) stops its replicas, and the holds
+and rows that tell it stay right (no Spark).
+
+A drop marks the view's ``deploy`` hold :data:`~timeshard.compute.mv_sink.DROPPED_OPAQUE`,
+closes the view's shard, then releases the holds. A drop cut short between the mark and
+the close leaves an open shard whose hold is marked: no generation can be promoted over
+it, so it is a drop to every replica of the view, as to ``timeshard serve``.
+"""
+
+from __future__ import annotations
+
+from tests.unit.test_drop_crash_standby import writing_view
+from tests.unit.test_mv_sink_faults import setup, write
+from tests.unit.test_standby_dropped import standby, written_view
+
+from timeshard.compute.mv_sink import mark_dropped, view_dropped
+
+
+def test_a_marked_open_shard_is_a_dropped_view() -> None:
+    client, writer = setup()
+    upper = write(writer, 0, 3)
+    written_view(client, upper)
+    assert not view_dropped(client.state("v"))
+    mark_dropped(client, "v")  # the drop dies here, before the close
+    assert not client.state("v").upper.is_empty()
+    assert view_dropped(client.state("v"))
+
+
+def test_a_standby_stops_with_dropped_when_a_drop_died_between_its_mark_and_the_close() -> None:
+    """Before: the standby stepped on for ever against the open, marked shard, running
+    and never promotable, with no status saying why."""
+    client, writer = setup()
+    upper = write(writer, 0, 3)
+    written_view(client, upper)
+    view = standby(client)
+    view.step()
+    assert view.dropped is None
+
+    mark_dropped(client, "v")  # the drop dies here, before the close
+    write(writer, upper, 2)
+    view.step()  # its sink reads the shard's state: the hold is marked
+    assert view.dropped is not None and "'v' was dropped" in view.dropped, view.status
+    assert view.status == ("dropped", view.dropped)
+    ticks = view.sink.stats.ticks
+    view.step()
+    assert view.sink.stats.ticks == ticks  # nothing is stepped any more
+    view.close()
+
+
+def test_a_writing_view_fenced_by_a_drop_mark_stops_with_dropped() -> None:
+    """Before: the writing generation's sink, fenced by the mark, turned read-only and
+    stepped on for ever as a standby of a view that can never be promoted again."""
+    client, writer = setup()
+    upper = write(writer, 0, 3)
+    view = writing_view(client)
+    view.sink.run_until(client.state("inp").upper)
+    assert not view.sink.read_only
+
+    mark_dropped(client, "v")  # a drop elsewhere dies here, before the close
+    written = client.state("v").upper
+    write(writer, upper, 2)
+    for _ in range(3):
+        view.step()
+    assert view.sink.read_only
+    assert client.state("v").upper == written  # the mark fences its appends
+    assert view.dropped is not None and "'v' was dropped" in view.dropped, view.status
+    assert view.status[0] == "dropped"
+    view.close()
