@@ -9,11 +9,18 @@ it, so it is a drop to every replica of the view, as to ``timeshard serve``.
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 from tests.unit.test_drop_crash_standby import writing_view
-from tests.unit.test_mv_sink_faults import setup, write
+from tests.unit.test_mv_sink_faults import Identity, setup, sink, write
 from tests.unit.test_standby_dropped import standby, written_view
 
-from timeshard.compute.mv_sink import mark_dropped, view_dropped
+from timeshard import Frontier
+from timeshard.compute.mv_sink import DEPLOY_READER, MvSink, mark_dropped, view_dropped
+from timeshard.errors import InvalidUsage
+from timeshard.persist import PersistClient
+from timeshard.persist.holds import RETAIN_READER, view_hold_id
 
 
 def test_a_marked_open_shard_is_a_dropped_view() -> None:
@@ -66,3 +73,58 @@ def test_a_writing_view_fenced_by_a_drop_mark_stops_with_dropped() -> None:
     assert view.dropped is not None and "'v' was dropped" in view.dropped, view.status
     assert view.status[0] == "dropped"
     view.close()
+
+
+def complete_during_promotion(
+    client: PersistClient, completer: MvSink, hooked: str, reader: str
+) -> None:
+    """``completer`` writes the view's last batch (its inputs closed: the shard closes)
+    when the promotion calls ``client.<hooked>`` (for ``reader``, if it names one)."""
+    original = getattr(client, hooked)
+
+    def complete_first(shard_id: str, *args: Any, **kw: Any) -> Any:
+        if shard_id == "v" and (not args or args[0] == reader):
+            setattr(client, hooked, original)
+            while not client.state("v").upper.is_empty():
+                completer.step()
+        return original(shard_id, *args, **kw)
+
+    setattr(client, hooked, complete_first)
+
+
+@pytest.mark.parametrize(
+    ("generation", "hooked", "reader"),
+    [(1, "open_critical_since", DEPLOY_READER), (0, "open_writer", "")],
+    ids=["newer-generation-as-it-registers", "same-generation-as-it-opens-its-writer"],
+)
+def test_a_promotion_racing_the_views_completion_leaves_the_complete_views_holds(
+    generation: int, hooked: str, reader: str
+) -> None:
+    """Before: the refused promotion released the deploy hold (and the view's input holds and
+    retained history) by name, so the complete view was taken for dropped."""
+    client, writer = setup()
+    upper = write(writer, 0, 3)
+    a = sink(client, Identity(client, "inp"), background_io=False, retain_history_ms=5)
+    a.run_until(Frontier(upper))
+    b = sink(
+        client,
+        Identity(client, "inp"),
+        background_io=False,
+        read_only=True,
+        generation=generation,
+        retain_history_ms=5,
+    )
+    writer.expire()
+    client.close_shard("inp")  # the view completes with a's next append
+    complete_during_promotion(client, a, hooked, reader)
+    with pytest.raises(InvalidUsage, match="closed"):
+        b.promote()
+    state = client.state("v")
+    assert state.upper.is_empty()
+    assert not view_dropped(state), state.critical_readers
+    assert state.critical_readers[DEPLOY_READER].opaque == "0" * 12  # a's, which completed it
+    assert RETAIN_READER in state.critical_readers
+    assert view_hold_id("v") in client.state("inp").critical_readers
+    b.close()
+    a.close()
+    assert not client.state("v").writers

@@ -65,7 +65,8 @@ generation) and starts writing. Every append is conditional on that token in
 its own compare-and-set (``fence``): a generation cannot append once a newer
 one took over, even if the takeover lands just before its append. Promoting
 is refused once the view's shard is closed (the view was dropped), also when
-the close lands while it registers, and once a drop marked the ``deploy`` hold
+the close lands while it registers (a dropped view's holds it registered go; a
+complete view's stay as they were), and once a drop marked the ``deploy`` hold
 (:func:`mark_dropped`). A drop's mark also fences the writing generation, and a
 read-only sink sees it in the state its upper watch reads (``dropped_seen``),
 also on a shard still open (a drop cut short before its close).
@@ -449,13 +450,18 @@ class MvSink:
                     "was promoting"
                 )
         deploy.opaque = gen
+        try:  # the view was dropped, or completed, while it registered the deploy hold
+            self._refuse_if_closed()
+        except InvalidUsage:
+            self._release_handles(deploy, current, inputs_untouched=True)
+            raise
         self._deploy = deploy
         self._deploy_held = None
         self._open_handles()
         try:
-            self._refuse_if_closed()  # a drop that raced the promotion
+            self._refuse_if_closed()  # ... or while it opened the other handles
         except InvalidUsage:
-            self._release_handles()
+            self._release_handles(deploy, current, inputs_untouched=False)
             raise
         self.read_only = False
 
@@ -478,18 +484,53 @@ class MvSink:
                 f"{self.generation} cannot take it over"
             )
 
-    def _release_handles(self) -> None:
-        """Undo :meth:`promote` on a closed shard: what it registered is released as
-        :meth:`drop` would (no one else does once the view's drop has released its own)."""
+    def _release_handles(
+        self, deploy: SinceHandle, previous: str, *, inputs_untouched: bool
+    ) -> None:
+        """Undo :meth:`promote` on a shard that closed while it registered; ``deploy`` is the
+        ``deploy`` hold it took over from the token ``previous`` (its own if equal), and
+        ``inputs_untouched`` says that it registered no hold on the inputs yet.
+
+        A dropped view's: what it registered is released as :meth:`drop` would (no one
+        else does once the view's drop has released its own). A complete view's (every
+        input closed, and a generation's last append closed its shard) keeps its holds,
+        which are the view's, and its ``deploy`` token goes back to ``previous``, the
+        generation that completed it: released, it would take the view for dropped
+        (:func:`view_dropped`)."""
         self._deploy = None
         with contextlib.suppress(Exception):
             expire_all([self._writer])
         self._writer = None
         self._input_holds = []
         self._retain = None
+        if self._completed(previous, inputs_untouched=inputs_untouched):
+            if previous != deploy.opaque:  # this promotion moved the token: it goes back
+                with contextlib.suppress(Fenced):
+                    deploy.compare_and_downgrade_since(deploy.opaque, previous, Frontier.minimum())
+            return
         release_view_holds(self.client, self.shard_id, self.input_shards)
         RetainedHistory.configure(self.client, self.shard_id, None)
         self.client.drop_critical_since(self.shard_id, DEPLOY_READER)
+
+    def _completed(self, previous: str, *, inputs_untouched: bool) -> bool:
+        """Whether the view's closed shard is a complete view's, not a dropped one's, for
+        :meth:`_release_handles`.
+
+        Dropped: its ``deploy`` hold is marked or gone (:func:`view_dropped`); or its
+        drop released the hold before :meth:`promote` registered it anew with this
+        generation's token, unmarked. A drop releases the view's input holds before that
+        hold, so with the token unchanged (``previous``) and no input hold of this
+        promotion's yet, an input without its ``view.<name>`` hold tells that drop. Once
+        the promotion registered its input holds the shard was still open, so a
+        registration anew then was on an open shard, and a drop of it since marks it."""
+        state = self.client.state(self.shard_id)
+        if view_dropped(state):
+            return False
+        gen = str(self.generation).zfill(12)
+        if not inputs_untouched or previous != gen:  # the hold was there: it moved from it
+            return True
+        hold = view_hold_id(self.shard_id)
+        return all(hold in self.client.state(s).critical_readers for s in self.input_shards)
 
     def _open_handles(self) -> None:
         """The writer, the durable input holds and the retained history."""
