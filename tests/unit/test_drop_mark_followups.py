@@ -21,6 +21,7 @@ from timeshard.compute.mv_sink import DEPLOY_READER, MvSink, mark_dropped, view_
 from timeshard.errors import InvalidUsage
 from timeshard.persist import PersistClient
 from timeshard.persist.holds import RETAIN_READER, view_hold_id
+from timeshard.status import status_rows
 
 
 def test_a_marked_open_shard_is_a_dropped_view() -> None:
@@ -128,3 +129,22 @@ def test_a_promotion_racing_the_views_completion_leaves_the_complete_views_holds
     b.close()
     a.close()
     assert not client.state("v").writers
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["before-the-close", "after-the-close"])
+def test_status_shows_a_view_whose_drop_was_cut_short_as_dropped(closed: bool) -> None:
+    """Before: its row was a view of generation None, ``running`` as its last health said
+    (or ``stopped``), with nothing saying a drop began."""
+    client, writer = setup()
+    upper = write(writer, 0, 3)
+    view = writing_view(client)
+    view.sink.run_until(Frontier(upper))
+    view.step()  # reports running
+    mark_dropped(client, "v")  # the drop dies here, or after the close
+    if closed:
+        client.close_shard("v")
+    row = {r["object"]: r for r in status_rows(client)}["v"]
+    assert row["generation"] is None
+    assert row["status"] == "dropped", row
+    assert "timeshard drop v" in row["error"], row
+    view.close()
