@@ -18,7 +18,9 @@ serve``); its frontier columns are None. The columns:
   ``running`` or ``starting`` shows ``stopped`` once its shard has no writer,
   and ``unresponsive`` once no writer renewed its lease for three heartbeat
   intervals (for a source without a shard of its own, its remap shard's
-  writers);
+  writers). A view whose ``deploy`` hold a drop marked is ``dropped``, its
+  error saying that the drop did not finish (the drop records its health once
+  it released the holds: a drop cut short after the mark recorded none);
 * ``path`` / ``path_reason``: how a view is maintained -- ``linear``,
   ``grouped`` or ``full`` (from snapshots) and why -- as its catalog entry
   recorded it when the view was installed (:mod:`timeshard.catalog`). A view
@@ -159,13 +161,20 @@ def _status_row(
     paths: dict[str, tuple[str | None, str | None]],
     now: int,
 ) -> dict[str, Any]:
-    from timeshard.compute.mv_sink import DEPLOY_READER
+    from timeshard.compute.mv_sink import DEPLOY_READER, DROPPED_OPAQUE
 
     deploy = s.critical_readers.get(DEPLOY_READER)
     retain = s.critical_readers.get(RETAIN_READER)
     upper = s.upper.time
     interval = client.config.heartbeat_interval_ms
     path, reason = paths.get(shard_id, (None, None))
+    status, error = _liveness(s, health.get("status"), now, interval), health.get("error")
+    if deploy is not None and deploy.opaque == DROPPED_OPAQUE:
+        status = "dropped"
+        error = (
+            "its drop began (its deploy hold is marked) and did not finish: running it "
+            f"again finishes it (`timeshard drop {shard_id}`)"
+        )
     return {
         "object": shard_id,
         "kind": "view" if deploy else "shard",
@@ -176,8 +185,8 @@ def _status_row(
         "generation": int(deploy.opaque) if deploy and deploy.opaque.isdigit() else None,
         "writers": len(s.writers),
         "readers": len(s.leased_readers),
-        "status": _liveness(s, health.get("status"), now, interval),
-        "error": health.get("error"),
+        "status": status,
+        "error": error,
         "path": path,
         "path_reason": reason,
     }

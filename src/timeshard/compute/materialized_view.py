@@ -19,16 +19,16 @@ it resumes while no replica runs; ``close`` keeps those holds, ``drop``
 releases them. Each step reports the view's health (``running``, or
 ``stalled`` with the error while its sink retries a fault).
 
-A read-only replica (a standby, or a generation fenced by a newer one) writes
-no health; it notices a drop of the view by itself. Its shard closed
-(an empty upper, as its sink observes it) may also mean the view is complete
-(every input closed). A drop marks the ``deploy`` hold of the view's shard
-before the shard closes, then releases it; a complete view keeps it unmarked.
-So once its sink saw the shard closed, each step reads the shard's state in
-place of the sink's tick (which has nothing left to do on a closed shard): one
-read of consensus, where the sink's tick read the shard's upper and its
-inputs'. A closed shard whose ``deploy`` hold is gone or marked (a drop cut
-short after the close is a drop too) stops the view:
+A read-only replica (a standby, or a generation fenced by a newer one or by a
+drop) writes no health; it notices a drop of the view by itself. A drop marks
+the ``deploy`` hold of the view's shard before the shard closes, then releases
+it; a complete view (every input closed) has a closed shard too, and keeps the
+hold unmarked. A read-only sink's tick reads the shard's state, and so sees the
+mark while the shard is still open (a drop cut short before its close). Once
+its sink saw the shard closed, each step reads the shard's state in place of
+the sink's tick (which has nothing left to do on a closed shard): one read of
+consensus, where the sink's tick read the shard's upper and its inputs'. A
+marked ``deploy`` hold, or a closed shard without one, stops the view:
 :attr:`MaterializedView.dropped` (also the sink's ``last_error``) says so, and
 :attr:`MaterializedView.status` is ``dropped``, as the drop recorded it in the
 status collection.
@@ -226,14 +226,18 @@ class MaterializedView:
 
     def step(self) -> None:
         """One tick of the sink, then its health (faults are retried, not raised). A
-        read-only replica whose shard its sink saw closed reads the shard's state instead,
-        and stops once the view was dropped (module doc); a step after that does nothing."""
+        read-only replica whose shard its sink saw closed reads the shard's state instead;
+        it stops once the view was dropped (module doc), and a step after that does
+        nothing."""
         if self.dropped is not None:
             return
         if self.sink.read_only and self._seen_closed():
             self._notice_drop()
             return
         self.sink.step()
+        if self.sink.read_only and self.sink.dropped_seen:
+            self._stop_dropped()
+            return
         self._report_health()
 
     def _seen_closed(self) -> bool:
@@ -255,10 +259,14 @@ class MaterializedView:
         self.sink.last_error = None
         if not view_dropped(state):
             return  # complete (every input closed)
+        self._stop_dropped()
+
+    def _stop_dropped(self) -> None:
+        """Stop this read-only replica: the view was dropped (:attr:`dropped` says so)."""
         self.dropped = (
-            f"view {self.name!r} was dropped: its shard is closed and no deploy generation "
-            f"holds it; this read-only replica (generation {self.sink.generation}) stops and "
-            "cannot be promoted"
+            f"view {self.name!r} was dropped: its deploy hold is marked by its drop, or its "
+            "shard is closed and no deploy generation holds it; this read-only replica "
+            f"(generation {self.sink.generation}) stops and cannot be promoted"
         )
         self.sink.last_error = f"Dropped: {self.dropped}"
         log.warning("%s", self.dropped)

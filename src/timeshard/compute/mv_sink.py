@@ -65,7 +65,11 @@ generation) and starts writing. Every append is conditional on that token in
 its own compare-and-set (``fence``): a generation cannot append once a newer
 one took over, even if the takeover lands just before its append. Promoting
 is refused once the view's shard is closed (the view was dropped), also when
-the close lands while it registers.
+the close lands while it registers (a dropped view's holds it registered go; a
+complete view's stay as they were), and once a drop marked the ``deploy`` hold
+(:func:`mark_dropped`). A drop's mark also fences the writing generation, and a
+read-only sink sees it in the state its upper watch reads (``dropped_seen``),
+also on a shard still open (a drop cut short before its close).
 
 I/O runs on an :class:`IoWorker`: one thread fed by one FIFO queue. Ordering
 invariants, after seed 002's "channel ordering requirements":
@@ -318,13 +322,18 @@ def mark_dropped(client: PersistClient, view: str) -> None:
 
 
 def view_dropped(state: ShardState) -> bool:
-    """Whether the state of a view's shard says the view was dropped: the shard is closed,
-    and its ``deploy`` hold is gone or marked (:func:`mark_dropped`). A complete view
-    (every input closed) has a closed shard too, whose hold keeps its generation."""
-    if not state.upper.is_empty():
-        return False
+    """Whether the state of a view's shard says the view was dropped: its ``deploy`` hold
+    is marked (:func:`mark_dropped`), the shard open or closed, or the shard is closed and
+    the hold is gone. A complete view (every input closed) has a closed shard too, whose
+    hold keeps its generation.
+
+    A marked hold on an open shard is a drop cut short between its mark and its close: no
+    generation is promoted over the mark, so the view never runs again, and running the
+    drop again finishes it."""
     deploy = state.critical_readers.get(DEPLOY_READER)
-    return deploy is None or deploy.opaque == DROPPED_OPAQUE
+    if deploy is not None:
+        return deploy.opaque == DROPPED_OPAQUE
+    return state.upper.is_empty()
 
 
 def drop_view(client: PersistClient, view: str, inputs: Iterable[str]) -> None:
@@ -409,6 +418,9 @@ class MvSink:
             raise InvalidUsage(f"unknown shard id {shard_id!r}: create the view's shard first")
         self._readback: UnleasedReader = client.open_unleased_reader(shard_id)
         self._persist_upper = self._readback.upper()
+        #: Whether the shard's state, as this sink last read it whole, says the view was
+        #: dropped (:func:`view_dropped`).
+        self._dropped_seen = False
         if not read_only:
             self.promote()
 
@@ -438,13 +450,18 @@ class MvSink:
                     "was promoting"
                 )
         deploy.opaque = gen
+        try:  # the view was dropped, or completed, while it registered the deploy hold
+            self._refuse_if_closed()
+        except InvalidUsage:
+            self._release_handles(deploy, current, inputs_untouched=True)
+            raise
         self._deploy = deploy
         self._deploy_held = None
         self._open_handles()
         try:
-            self._refuse_if_closed()  # a drop that raced the promotion
+            self._refuse_if_closed()  # ... or while it opened the other handles
         except InvalidUsage:
-            self._release_handles()
+            self._release_handles(deploy, current, inputs_untouched=False)
             raise
         self.read_only = False
 
@@ -467,18 +484,53 @@ class MvSink:
                 f"{self.generation} cannot take it over"
             )
 
-    def _release_handles(self) -> None:
-        """Undo :meth:`promote` on a closed shard: what it registered is released as
-        :meth:`drop` would (no one else does once the view's drop has released its own)."""
+    def _release_handles(
+        self, deploy: SinceHandle, previous: str, *, inputs_untouched: bool
+    ) -> None:
+        """Undo :meth:`promote` on a shard that closed while it registered; ``deploy`` is the
+        ``deploy`` hold it took over from the token ``previous`` (its own if equal), and
+        ``inputs_untouched`` says that it registered no hold on the inputs yet.
+
+        A dropped view's: what it registered is released as :meth:`drop` would (no one
+        else does once the view's drop has released its own). A complete view's (every
+        input closed, and a generation's last append closed its shard) keeps its holds,
+        which are the view's, and its ``deploy`` token goes back to ``previous``, the
+        generation that completed it: released, it would take the view for dropped
+        (:func:`view_dropped`)."""
         self._deploy = None
         with contextlib.suppress(Exception):
             expire_all([self._writer])
         self._writer = None
         self._input_holds = []
         self._retain = None
+        if self._completed(previous, inputs_untouched=inputs_untouched):
+            if previous != deploy.opaque:  # this promotion moved the token: it goes back
+                with contextlib.suppress(Fenced):
+                    deploy.compare_and_downgrade_since(deploy.opaque, previous, Frontier.minimum())
+            return
         release_view_holds(self.client, self.shard_id, self.input_shards)
         RetainedHistory.configure(self.client, self.shard_id, None)
         self.client.drop_critical_since(self.shard_id, DEPLOY_READER)
+
+    def _completed(self, previous: str, *, inputs_untouched: bool) -> bool:
+        """Whether the view's closed shard is a complete view's, not a dropped one's, for
+        :meth:`_release_handles`.
+
+        Dropped: its ``deploy`` hold is marked or gone (:func:`view_dropped`); or its
+        drop released the hold before :meth:`promote` registered it anew with this
+        generation's token, unmarked. A drop releases the view's input holds before that
+        hold, so with the token unchanged (``previous``) and no input hold of this
+        promotion's yet, an input without its ``view.<name>`` hold tells that drop. Once
+        the promotion registered its input holds the shard was still open, so a
+        registration anew then was on an open shard, and a drop of it since marks it."""
+        state = self.client.state(self.shard_id)
+        if view_dropped(state):
+            return False
+        gen = str(self.generation).zfill(12)
+        if not inputs_untouched or previous != gen:  # the hold was there: it moved from it
+            return True
+        hold = view_hold_id(self.shard_id)
+        return all(hold in self.client.state(s).critical_readers for s in self.input_shards)
 
     def _open_handles(self) -> None:
         """The writer, the durable input holds and the retained history."""
@@ -529,6 +581,15 @@ class MvSink:
     def persist_upper(self) -> Frontier:
         """The view shard's upper as this sink last observed it (no read)."""
         return self._persist_upper
+
+    @property
+    def dropped_seen(self) -> bool:
+        """Whether this sink last saw the view dropped (:func:`view_dropped`; no read).
+
+        A read-only sink's upper watch reads the shard's state whole (one read, as its
+        upper alone was), so it sees a drop's mark on a shard still open; a writing sink
+        sees the mark when it fences it (it then turns read-only)."""
+        return self._dropped_seen
 
     def frontiers(self) -> SinkFrontiers:
         return SinkFrontiers(
@@ -773,8 +834,10 @@ class MvSink:
         """The upper watch: the shard upper, after any in-flight append finished."""
         if self._inflight is not None:
             return
-        if self._writer is None:
-            upper = self._readback.upper()
+        if self._writer is None or self.read_only:
+            state = self._readback.state()
+            upper = state.upper
+            self._dropped_seen = view_dropped(state)
         else:
             upper = self._writer.fetch_recent_upper()
         assert self._persist_upper <= upper, (self._persist_upper, upper)
@@ -797,6 +860,7 @@ class MvSink:
         current = self._deploy.current_opaque()
         if current == self._deploy.opaque:
             return False
+        self._dropped_seen = current == DROPPED_OPAQUE
         log.warning(
             "sink %s: generation %s fenced by %s; now read-only",
             self.shard_id,
