@@ -34,7 +34,11 @@ Definitions:
   ``tpch`` | ``file`` | ``kafka`` | ``postgres`` | ``mysql``, or ``other`` with
   ``class``), ``options`` (a FILE source's ``name``, ``path``, ``format``,
   ``columns`` as ``[name, type name]`` pairs and ``avro_schema``; a KAFKA
-  source's constructor arguments, its key and value columns as such pairs; a
+  source's constructor arguments, its key and value columns as such pairs, and
+  ``topic_id``: its topic's id when the source was first built, asked of the
+  broker by :func:`record_source` (null if it could not tell), which a later
+  build keeps: see
+  :meth:`~timeshard.storage.kafka_source.KafkaSource.pin_recorded`; a
   POSTGRES source's ``name``, ``dsn`` *without its password*,
   ``publication``, ``slot``, ``tables``, ``table_oids`` (subsource ->
   the OID of its table when the source was first built) and ``table_columns``
@@ -555,6 +559,7 @@ def source_options(source: Any) -> dict[str, Any]:
                 if source.avro_schemas is None
                 else {str(i): schema for i, schema in sorted(source.avro_schemas.items())}
             ),
+            "topic_id": source.topic_id,
         }
 
     if isinstance(source, FileSource):
@@ -750,7 +755,16 @@ def record_source(
     envelopes: Mapping[str, tuple[str, Sequence[str]]],
     exports: Mapping[str, str],
 ) -> int:
-    """Record an ingestion's source and exports (idempotent); return how many changed."""
+    """Record an ingestion's source and exports (idempotent); return how many changed.
+
+    A KAFKA source is asked for its topic's id first, if none is recorded
+    (:meth:`~timeshard.storage.kafka_source.KafkaSource.find_topic_id`): so the
+    id is recorded before the source binds offsets, and a restart compares with it.
+    """
+    from timeshard.storage.kafka_source import KafkaSource
+
+    if isinstance(source, KafkaSource):
+        source.find_topic_id()
     return Catalog(client).record(source_entries(output, source, envelopes, exports))
 
 

@@ -1,29 +1,41 @@
-"""A KAFKA source and the identity of its topic, against a real broker (no Spark).
+"""A KAFKA source and the identity of its topic, against a real broker.
 
 A topic deleted and made again under the same name restarts its offsets at
 0. Once it holds as many records as the source had bound, its offsets no
 longer look behind: only the topic's id tells the new topic from the old.
+The catalog records the id, so that a restart tells them apart too (those
+tests ingest, with Spark).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from pyspark.sql import SparkSession
+from tests.integration.test_kafka_source import _rows, _status
 
+from timeshard.catalog import Catalog, CatalogEntry, stored_entry
 from timeshard.errors import SourceUnavailable
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.storage.ingest import Ingestion
 from timeshard.storage.kafka_source import KafkaSource
 
 pytestmark = [pytest.mark.kafka]
 
 
-def _produce(bootstrap: str, topic: str, n: int) -> None:
+def _produce(bootstrap: str, topic: str, n: int, first: int = 0) -> None:
+    """Records ``r<first>``, ``r<first + 1>``, ... to partition 0."""
     producer = Producer({"bootstrap.servers": bootstrap})
-    for i in range(n):
+    for i in range(first, first + n):
         producer.produce(topic, value=b"r%d" % i, partition=0)
     assert producer.flush(30) == 0
 
@@ -73,3 +85,106 @@ def test_a_topic_that_stays_is_read_on(kafka_broker: Any) -> None:
     _produce(bootstrap, topic, 2)
     assert source.upper() == {"0": 2, "1": 0}
     source.close()
+
+
+def _restartable(
+    spark: SparkSession, client: PersistClient, bootstrap: str, topic: str
+) -> Callable[[], Ingestion]:
+    """Builds the ingestion of source ``again`` anew each call, as a restart does."""
+    clock = itertools.count(1)
+
+    def build() -> Ingestion:
+        source = KafkaSource("again", bootstrap, topic, value_format="text", timeout_s=5)
+        return Ingestion(spark, client, source, clock=lambda: next(clock))
+
+    return build
+
+
+def _values(client: PersistClient, shard: str) -> list[str]:
+    upper = client.state(shard).upper.time
+    assert upper is not None
+    return sorted(r["value"] for r in _rows(client, shard, upper - 1))
+
+
+def _recorded_topic_id(client: PersistClient) -> Any:
+    stored = stored_entry(client, "again", "source")
+    assert stored is not None
+    return stored.definition["options"].get("topic_id")
+
+
+@pytest.mark.spark
+def test_a_topic_made_again_while_no_process_ran_is_a_definite_error_at_restart(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """(The id lived in memory only: restarted, the source took the new topic's id for its
+    first one and read on from the old topic's offsets, so the new topic's first records
+    were lost.)"""
+    from timeshard.dev.kafka import create_topic
+
+    bootstrap = kafka_broker.bootstrap
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, topic, partitions=1)
+    _produce(bootstrap, topic, 3)
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    ingestion = _restartable(spark_kafka, client, bootstrap, topic)
+    ing = ingestion()
+    ing.step()
+    assert _values(client, "again") == ["r0", "r1", "r2"]
+    recorded = _recorded_topic_id(client)
+    ing.close()
+    _delete(bootstrap, topic)  # while no process runs
+    create_topic(bootstrap, topic, partitions=1)
+    _produce(bootstrap, topic, 5)  # as long as the offsets bound, and longer
+    upper = client.state("again").upper.time
+    for _ in range(2):  # it stays refused, restart after restart
+        ing = ingestion()
+        with pytest.raises(SourceUnavailable, match="deleted and made again") as e:
+            ing.step()
+        assert e.value.definite
+        assert _status(client, "again") == "stalled"
+        assert client.state("again").upper.time == upper  # nothing written
+        assert _recorded_topic_id(client) == recorded  # the old topic's id holds
+        ing.close()
+    assert _values(client, "again") == ["r0", "r1", "r2"]
+    assert isinstance(recorded, str) and recorded
+
+
+@pytest.mark.spark
+def test_a_source_recorded_without_a_topic_id_records_the_one_it_finds(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """A source recorded before ids were (or when the broker could not tell) reads on, and
+    its next build records the id: a topic made again after that is refused at restart."""
+    from timeshard.dev.kafka import create_topic
+
+    bootstrap = kafka_broker.bootstrap
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    create_topic(bootstrap, topic, partitions=1)
+    _produce(bootstrap, topic, 2)
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    ingestion = _restartable(spark_kafka, client, bootstrap, topic)
+    ing = ingestion()
+    ing.step()
+    ing.close()
+    recorded = _recorded_topic_id(client)
+    assert isinstance(recorded, str) and recorded
+    stored = stored_entry(client, "again", "source")
+    assert stored is not None
+    options = {k: v for k, v in stored.definition["options"].items() if k != "topic_id"}
+    Catalog(client).record(
+        [CatalogEntry("again", "source", {**stored.definition, "options": options})]
+    )
+    _produce(bootstrap, topic, 1, first=2)
+    ing = ingestion()
+    assert _recorded_topic_id(client) == recorded  # the id it found, the topic's own
+    ing.step()
+    assert _values(client, "again") == ["r0", "r1", "r2"]
+    ing.close()
+    _delete(bootstrap, topic)
+    create_topic(bootstrap, topic, partitions=1)
+    _produce(bootstrap, topic, 4)
+    ing = ingestion()
+    with pytest.raises(SourceUnavailable, match="deleted and made again") as e:
+        ing.step()
+    assert e.value.definite
+    ing.close()

@@ -71,13 +71,19 @@ source first read the partition was never the source's (``from_earliest``;
 ``timeshard verify`` reads from offset 0 and says when it cannot).
 
 A topic deleted and made again under its name starts its offsets at 0 again.
-``upper`` remembers the topic's id (Kafka's topic UUID, asked with the
-partitions) from its first answer, and raises SourceUnavailable (definite)
-once the topic has another: the offsets bound are the old topic's, and the
-new topic's records are never read from them, whatever their number. The id
-lives in memory only: after a restart, a topic made again while no process
-ran is caught only if one of its partitions ends below the offsets bound
-(``Ingestion`` refuses that).
+The source binds offsets of one topic id (Kafka's topic UUID): the catalog
+records it when the ingestion is first built, asking the broker then
+(:func:`~timeshard.catalog.record_source`), and a restart is held to the
+recorded id (:meth:`KafkaSource.pin_recorded`). ``upper`` raises
+SourceUnavailable (definite) once the topic has another id, also when it was
+made again while no process ran: the offsets bound are the old topic's, and
+the new topic's records are never read from them, whatever their number. A
+broker with no topic ids (all zero) is not checked. If the broker could not
+tell the id at the first build (unreachable, or the topic not created yet),
+or the source was recorded before ids were, the first ``upper`` takes the id
+it finds, in memory, and the next build records it: until then a topic made
+again while no process ran is caught only if one of its partitions ends
+below the offsets bound (``Ingestion`` refuses that).
 
 After each durable tick, :meth:`KafkaSource.commit` commits the resumption
 frontier to the consumer group ``group_id`` (default ``timeshard-<name>``),
@@ -98,6 +104,7 @@ JVMs, in the same job).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -216,7 +223,7 @@ class KafkaSource:
         self.from_earliest = from_earliest
         self._client: Any = None
         self._admin: Any = None
-        #: The id of the topic the first :meth:`upper` found (None: not asked yet).
+        #: The id of the topic whose offsets the source binds (:attr:`topic_id`).
         self._topic_id: str | None = None
 
     # -- the Source protocol ---------------------------------------------------------------
@@ -235,8 +242,8 @@ class KafkaSource:
     def upper(self) -> SourceFrontier:
         """Each partition's last stable offset (read_committed), from the broker.
 
-        Raises SourceUnavailable (definite) if the topic is not the one this
-        source found first (:meth:`_check_same_topic`).
+        Raises SourceUnavailable (definite) if the topic is not the one whose
+        offsets this source binds (:meth:`_check_same_topic`).
         """
         partitions = self._partitions()
         self._check_same_topic()
@@ -402,6 +409,41 @@ class KafkaSource:
         distinct = sorted(row["id"] for row in found.distinct().collect())
         return {i: self.writer_schemas.schema(i) for i in distinct}
 
+    @property
+    def topic_id(self) -> str | None:
+        """The id of the topic whose offsets this source binds (module doc): the one the
+        catalog recorded (:meth:`pin_recorded`), else the first one found; None while none
+        is known, and with a broker that has no topic ids."""
+        return self._topic_id
+
+    def find_topic_id(self) -> str | None:
+        """:attr:`topic_id`, asking the broker first if none is known yet (driver).
+
+        For the catalog, which records it when the ingestion is built, before the
+        source binds any offset. None if the broker cannot tell now (unreachable,
+        the topic not created yet: then ``upper`` stalls) or has no topic ids.
+        """
+        if self._topic_id is None:
+            with contextlib.suppress(SourceUnavailable):
+                self._topic_id = self._current_topic_id()
+        return self._topic_id
+
+    def pin_recorded(self, options: Mapping[str, Any]) -> None:
+        """Hold the source to the topic id the catalog recorded (``options["topic_id"]``),
+        not the one its topic has now.
+
+        Built again after the topic was deleted and made again under its name
+        while no process ran, the source would otherwise take the new topic's id
+        for its own and read it on from the old topic's offsets. Pinned, its
+        ``upper`` raises SourceUnavailable (definite), as it does when the id
+        changes while it runs. A record without an id (made before ids were
+        recorded, or when the broker could not tell) pins nothing: the source
+        takes the id it finds, which the catalog records then.
+        """
+        recorded = options.get("topic_id")
+        if isinstance(recorded, str) and recorded:
+            self._topic_id = recorded
+
     def commit(self, frontier: SourceFrontier) -> None:
         """Commit ``frontier`` (the resumption frontier) to the consumer group, synchronously."""
         from confluent_kafka import KafkaException, TopicPartition
@@ -462,7 +504,8 @@ class KafkaSource:
         return sorted(topic.partitions)
 
     def _check_same_topic(self) -> None:
-        """Raise (definite) if the topic now has another id than the one found first.
+        """Raise (definite) if the topic now has another id than :attr:`topic_id` (the
+        one recorded, else the one found first).
 
         A topic deleted and made again under its name starts its offsets at
         0 again: the offsets bound are the old topic's, and reading on from
