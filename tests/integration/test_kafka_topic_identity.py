@@ -188,3 +188,39 @@ def test_a_source_recorded_without_a_topic_id_records_the_one_it_finds(
         ing.step()
     assert e.value.definite
     ing.close()
+
+
+@pytest.mark.spark
+def test_a_topic_id_unknown_when_the_source_was_recorded_is_recorded_before_offsets_bind(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """A source built before its topic exists records no id (the broker cannot tell one).
+    The id its first read learned lived in memory only: restarted after the topic was made
+    again, the source took the new topic's id and read it on from the old one's offsets."""
+    from timeshard.dev.kafka import create_topic
+
+    bootstrap = kafka_broker.bootstrap
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    ingestion = _restartable(spark_kafka, client, bootstrap, topic)
+    ing = ingestion()
+    assert _recorded_topic_id(client) is None
+    with pytest.raises(SourceUnavailable, match="does not exist"):
+        ing.step()
+    create_topic(bootstrap, topic, partitions=1)
+    _produce(bootstrap, topic, 3)
+    ing.step()
+    assert _values(client, "again") == ["r0", "r1", "r2"]
+    recorded = _recorded_topic_id(client)
+    assert isinstance(recorded, str) and recorded
+    ing.close()
+    _delete(bootstrap, topic)  # while no process runs
+    create_topic(bootstrap, topic, partitions=1)
+    _produce(bootstrap, topic, 5)
+    ing = ingestion()
+    with pytest.raises(SourceUnavailable, match="deleted and made again") as e:
+        ing.step()
+    assert e.value.definite
+    assert _recorded_topic_id(client) == recorded
+    ing.close()
+    assert _values(client, "again") == ["r0", "r1", "r2"]

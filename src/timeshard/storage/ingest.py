@@ -262,6 +262,9 @@ class Ingestion:
         try:
             exported = {sub: export.shard for sub, export in self.exports.items()}
             record_source(client, self.output, source, self._envelopes, exported)
+            #: A KAFKA source whose topic id the broker could not tell at the recording
+            #: (the topic not made yet, the broker unreachable): recorded again once known.
+            self._topic_unrecorded = getattr(source, "topic_id", "") is None
             self.health = Health(client, self.clock)
         except BaseException:
             with contextlib.suppress(Exception):  # the constructor's error is the one to see
@@ -405,6 +408,17 @@ class Ingestion:
         self._report_or_log("running", self._commit_progress() or self._holds_error())
         return report
 
+    def _record_learned(self) -> None:
+        """Record the source again once its ``upper`` learned its KAFKA topic's id, which
+        the broker could not tell when the source was recorded: before any offset is
+        bound under it, so that a restart is held to it (a topic made again while no
+        process ran is refused: see ``KafkaSource.pin_recorded``)."""
+        if not self._topic_unrecorded or getattr(self.source, "topic_id", None) is None:
+            return
+        exported = {sub: export.shard for sub, export in self.exports.items()}
+        record_source(self.client, self.output, self.source, self._envelopes, exported)
+        self._topic_unrecorded = False
+
     def _holds_error(self) -> str | None:
         """The failures of the since holds that could not move (tried again later)."""
         errors = self.holds.errors
@@ -463,6 +477,7 @@ class Ingestion:
         assert out_upper.time is not None, "the outputs are closed"
         into = max(self.clock(), self.remap.upper.time or 0, out_upper.time)
         observed = self.source.upper()
+        self._record_learned()
         self.remap.mint(into, observed)
         self._check_not_behind(observed)
         # After the mint, which catches up with every binding: another instance's
