@@ -441,6 +441,8 @@ class KafkaSource:
         takes the id it finds, which the catalog records then.
         """
         recorded = options.get("topic_id")
+        if options.get("topic") != self.topic:  # redeclared on another topic before it bound
+            return  # any offset (see check_redeclared): the recorded id is the old topic's
         if isinstance(recorded, str) and recorded:
             self._topic_id = recorded
 

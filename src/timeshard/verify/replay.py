@@ -140,7 +140,7 @@ def kafka_source(options: Mapping[str, Any]) -> Any:
         return pa.schema([(str(n), pa.type_for_alias(str(t))) for n, t in columns])
 
     try:
-        return KafkaSource(
+        source = KafkaSource(
             str(options["name"]),
             str(options["bootstrap_servers"]),
             str(options["topic"]),
@@ -162,6 +162,8 @@ def kafka_source(options: Mapping[str, Any]) -> Any:
         )
     except (KeyError, TypeError, ValueError) as e:
         raise InvalidUsage(f"cannot rebuild the KAFKA source from {dict(options)!r}: {e}") from e
+    source.pin_recorded(options)  # its offsets are those of the topic the catalog recorded
+    return source
 
 
 def postgres_source(options: Mapping[str, Any]) -> Any:
@@ -360,14 +362,17 @@ def frontier_at(
 def _retained(source: Any, end: SourceFrontier) -> str | None:
     """Why the upstream no longer holds ``[0, end)``, or None if it does (or it has none).
 
-    Input files must still hold the bytes; a Kafka topic must still exist and
-    hold every offset from 0 (retention deletes the oldest).
+    Input files must still hold the bytes; a Kafka topic must still exist, be the topic
+    the catalog recorded (not one made again under its name), and hold every offset
+    from 0 (retention deletes the oldest).
     """
     from timeshard.storage.kafka_source import KafkaSource
 
     if isinstance(source, KafkaSource):
         ranges = {int(p): (0, hi) for p, hi in end.items() if hi > 0}
         try:
+            # A topic made again holds other records at the offsets bound, however many.
+            source._check_same_topic()
             source._check_retained(ranges)  # the source's own definition of "lost"
         except SourceUnavailable as e:
             return str(e).split(";")[0]
