@@ -68,11 +68,12 @@ def status_rows(client: PersistClient) -> list[dict[str, Any]]:
     health = _health(client, states)
     entries = _catalog_entries(client, states)
     paths = _view_paths(entries)
+    served = {e.name for e in entries if e.kind == "statement"}  # created by timeshard serve
     now = client.config.now_ms()
     rows = [
         _unreadable_row(shard_id, s)
         if isinstance(s, TimeshardError)
-        else _status_row(client, shard_id, s, health.get(shard_id, {}), paths, now)
+        else _status_row(client, shard_id, s, health.get(shard_id, {}), paths, served, now)
         for shard_id, s in states.items()
     ]
     sources = {e.name for e in entries if e.kind == "source"}
@@ -159,6 +160,7 @@ def _status_row(
     s: ShardState,
     health: dict[str, Any],
     paths: dict[str, tuple[str | None, str | None]],
+    served: set[str],
     now: int,
 ) -> dict[str, Any]:
     from timeshard.compute.mv_sink import DEPLOY_READER, DROPPED_OPAQUE
@@ -171,10 +173,12 @@ def _status_row(
     status, error = _liveness(s, health.get("status"), now, interval), health.get("error")
     if deploy is not None and deploy.opaque == DROPPED_OPAQUE:
         status = "dropped"
-        error = (
-            "its drop began (its deploy hold is marked) and did not finish: running it "
-            f"again finishes it (`timeshard drop {shard_id}`)"
+        again = (  # a view of timeshard serve is dropped there (`timeshard drop` refuses it)
+            "DROP it again in timeshard serve, or restart the server, which finishes it"
+            if shard_id in served
+            else f"running it again finishes it (`timeshard drop {shard_id}`)"
         )
+        error = f"its drop began (its deploy hold is marked) and did not finish: {again}"
     return {
         "object": shard_id,
         "kind": "view" if deploy else "shard",

@@ -73,6 +73,9 @@ def test_a_writing_view_fenced_by_a_drop_mark_stops_with_dropped() -> None:
     assert client.state("v").upper == written  # the mark fences its appends
     assert view.dropped is not None and "'v' was dropped" in view.dropped, view.status
     assert view.status[0] == "dropped"
+    # Its writer went with it: `timeshard drop v` would take a shard with a live writer for
+    # a running view and refuse to finish the drop (review: it was kept until close).
+    assert not client.state("v").writers
     view.close()
 
 
@@ -147,4 +150,21 @@ def test_status_shows_a_view_whose_drop_was_cut_short_as_dropped(closed: bool) -
     assert row["generation"] is None
     assert row["status"] == "dropped", row
     assert "timeshard drop v" in row["error"], row
+    view.close()
+
+
+def test_status_tells_to_drop_a_view_of_timeshard_serve_again_there() -> None:
+    """`timeshard drop` refuses a view that timeshard serve created: the hint said to run it."""
+    from timeshard.catalog import Catalog
+
+    client, writer = setup()
+    upper = write(writer, 0, 3)
+    view = writing_view(client)
+    view.sink.run_until(Frontier(upper))
+    sql = "CREATE MATERIALIZED VIEW v AS SELECT * FROM inp"
+    Catalog(client, lambda: 1).record_statement("v", {"sql": sql, "seq": 1, "object": "view"})
+    mark_dropped(client, "v")
+    row = {r["object"]: r for r in status_rows(client)}["v"]
+    assert row["status"] == "dropped"
+    assert "timeshard serve" in row["error"] and "timeshard drop" not in row["error"], row
     view.close()

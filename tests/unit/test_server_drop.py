@@ -320,6 +320,43 @@ def test_a_restart_finishes_a_view_drop_that_a_crash_cut_short(
         served.close()
 
 
+def test_a_restart_finishing_a_drop_releases_the_input_holds_before_the_deploy_hold(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A promotion that finds the shard closed tells a dropped view from a complete one by
+    that order (every drop releases the input holds first). Finishing a drop released the
+    deploy hold first: a promotion registering a fresh hold meanwhile found the input
+    holds still there, took the view for complete and kept it (review of 911306d)."""
+    from timeshard.catalog import Catalog
+    from timeshard.compute.mv_sink import DEPLOY_READER, mark_dropped
+    from timeshard.persist.holds import view_hold_id
+
+    schema = pa.schema([("one", pa.int64())])
+    client.open_writer("v", schema).append([((1,), 0, 1)], 0, 5)
+    client.open_writer("w", schema).expire()
+    sql = "CREATE MATERIALIZED VIEW w AS SELECT one FROM v"
+    Catalog(client, lambda: 1).record_statement("w", {"sql": sql, "seq": 1, "object": "view"})
+    record_view(client, compute.ViewDefinition("w", {"v": "v"}, "SELECT one FROM v"), 0)
+    client.open_critical_since("v", view_hold_id("w"), "")
+    mark_dropped(client, "w")  # the crash came after the mark
+    released: list[tuple[str, str]] = []
+    drop = client.drop_critical_since
+
+    def recorded(shard: str, reader: str) -> Any:
+        released.append((shard, reader))
+        return drop(shard, reader)
+
+    monkeypatch.setattr(client, "drop_critical_since", recorded)
+    served = engine(client)
+    try:
+        assert served.start() == []
+    finally:
+        served.close()
+    order = [r for r in released if r in {("v", view_hold_id("w")), ("w", DEPLOY_READER)}]
+    assert order[0] == ("v", view_hold_id("w")), released
+    assert ("w", DEPLOY_READER) in order, released
+
+
 def test_a_complete_view_is_restored_not_dropped_at_a_restart(client: PersistClient) -> None:
     """A view whose inputs all closed has a closed shard too, whose deploy hold keeps its
     generation: a restart took it for a drop cut short, forgot its statement (the view

@@ -270,6 +270,11 @@ class MaterializedView:
         )
         self.sink.last_error = f"Dropped: {self.dropped}"
         log.warning("%s", self.dropped)
+        # Its writer (a generation the drop's mark fenced still has one) goes now, not at
+        # close: while its lease is renewed, `timeshard drop` takes the view for running
+        # and refuses to finish the drop.
+        with contextlib.suppress(Exception):
+            self.sink.close()
 
     def _report_health(self) -> None:
         if self.sink.read_only:

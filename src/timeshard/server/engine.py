@@ -1140,12 +1140,18 @@ class Engine:
     def _finish_drop(self, name: str) -> None:
         """Finish the DROP of the view ``name`` that a crash cut short: its shard is marked
         dropped or closed, and its statement still recorded (forgotten last). Its shard
-        closes and its own holds go (:func:`~timeshard.compute.mv_sink.drop_view`), then its
-        holds on its inputs, as its catalog entry lists them, then its statement."""
-        from timeshard.compute.mv_sink import drop_view
+        is marked dropped (its mark is made again if gone) and closed, its holds on its
+        inputs go, as its catalog entry lists them, then its own holds
+        (:func:`~timeshard.compute.mv_sink.drop_view`), then its statement.
+
+        The input holds go before the ``deploy`` hold, as every drop releases them: a
+        promotion that finds the shard closed tells a dropped view from a complete one
+        by that order (``MvSink._completed``)."""
+        from timeshard.compute.mv_sink import drop_view, mark_dropped
 
         log.info("finishing the DROP of view %s, which its shard says was dropped", name)
-        drop_view(self.client, name, ())
+        mark_dropped(self.client, name)
+        self.client.close_shard(name)
         entry = next(
             (e for e in read_catalog(self.client) if (e.name, e.kind) == (name, "view")), None
         )
@@ -1154,6 +1160,7 @@ class Engine:
         for shard, hold in (holds or {}).items():
             if shard in shards and isinstance(hold, str):
                 self.client.drop_critical_since(shard, hold)
+        drop_view(self.client, name, ())  # marked and closed already: its own holds go
         self._catalog.forget_statement(name)
 
     def _readers_of(self, obj: _Object) -> list[_Object]:
