@@ -162,8 +162,19 @@ class Pipeline:
                 self.first_failures[name] = retry.failure
                 self.health.report_or_log(name, "stalled", retry.failure)
             self.first_failures |= self._build()
-            #: The objects the location has, the declaration does not, that hold shards.
-            self.undeclared = undeclared_holders(client, spec, catalog)
+            #: The objects the location has, the declaration does not, that hold shards
+            #: (advice, not a build: a fault finding them is logged, and none is listed).
+            self.undeclared: list[Holder] = []
+            try:
+                self.undeclared = undeclared_holders(client, spec, catalog)
+            except _ENDS_RUN:
+                raise
+            except Exception as e:
+                log.warning(
+                    "the run cannot list the objects that hold shards and are not declared "
+                    "(not reported this run): %s",
+                    _failure(e),
+                )
             for held in self.undeclared:
                 self.health.report_or_log(held.name, "stalled", held.line())
         except BaseException as e:

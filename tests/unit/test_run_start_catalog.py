@@ -123,3 +123,24 @@ def test_timeshard_run_retries_its_first_reads_of_the_location(
     out = CliRunner().invoke(app, ["run", str(f), "--seconds", "5"])
     assert isinstance(out.exception, SparkStarted), out.exception
     assert catalog.reads == 3 and pauses == [1.0, 2.0]  # the builds' backoff
+
+
+def test_a_fault_listing_the_undeclared_holders_does_not_end_the_run(
+    client: PersistClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The undeclared objects that hold shards are advice printed at the start; a fault
+    reading the shards for them ended the run, where every other fault is retried."""
+
+    def unreachable(*args: Any) -> Any:
+        raise Indeterminate("consensus unreachable (holders)")
+
+    monkeypatch.setattr(controller, "_holders", unreachable)
+    with caplog.at_level(logging.WARNING, logger="timeshard.controller"):
+        pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
+    try:
+        assert pipeline.undeclared == []
+        assert "consensus unreachable (holders)" in caplog.text
+        assert sorted(i.output for i in pipeline.ingestions) == ["a", "b", "c"]
+        pipeline.step()
+    finally:
+        pipeline.close()
