@@ -72,6 +72,7 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -89,6 +90,7 @@ from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardEr
 from timeshard.persist import PersistClient
 from timeshard.persist.as_of import common_as_of
 from timeshard.server.dialect import DIALECT
+from timeshard.server.parameter_types import arrow_columns
 from timeshard.server.pgtypes import column_type
 from timeshard.server.query_rewrites import (
     _alias,
@@ -97,6 +99,8 @@ from timeshard.server.query_rewrites import (
     _int_limits,
     _interval_casts,
     _json_literals,
+    _naive_timestamps,
+    _numeric_casts,
     _refuse_java_calls,
     _refuse_writes,
 )
@@ -424,7 +428,7 @@ class Engine:
             )
             return _Object(statement.name, "source", sql, seq, None, shards, standby=True)
         if isinstance(statement, CreateView):
-            reads = sorted(set(self.resolve(statement.query)[1].values()))
+            reads = sorted(set(self.resolve(statement.query, stored=True)[1].values()))
             return _Object(
                 statement.name, "view", sql, seq, None, [statement.name], reads, standby=True
             )
@@ -1223,9 +1227,10 @@ class Engine:
         """``query`` (PostgreSQL) in Spark SQL, every shard it reads renamed; alias -> shard.
 
         A query's result is typed as PostgreSQL types it where Spark's differs (a date
-        moved by an interval, :func:`_dates_moved_by_intervals`) unless ``stored``: a
-        view's query, whose columns are its shard's, keeps Spark's types, so a view
-        recorded before keeps the schema its shard holds.
+        moved by an interval, :func:`_dates_moved_by_intervals`; an unconstrained numeric,
+        :func:`_numeric_casts`; a timestamp without time zone, :func:`_naive_timestamps`)
+        unless ``stored``: a view's query, whose columns are its shard's, keeps Spark's
+        types, so a view recorded before keeps the schema its shard holds.
 
         A table name is a shard's id: ``kv``, ``auction.bids`` or ``"auction.bids"``.
         ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).
@@ -1241,6 +1246,10 @@ class Engine:
         if tree is None:
             raise SqlError("expected a query")
         tree = normalize_identifiers(tree, dialect=DIALECT)
+        known = set(self.known_shards())
+        if not stored:
+            _numeric_casts(tree, functools.partial(self._shard_columns, known))
+            _naive_timestamps(tree)
         _int_limits(tree)
         _refuse_writes(tree)
         _refuse_java_calls(tree)
@@ -1248,7 +1257,6 @@ class Engine:
         _interval_casts(tree)
         if not stored:
             _dates_moved_by_intervals(tree)
-        known = set(self.known_shards())
         ctes = {c.alias for c in tree.find_all(exp.CTE)}
         cte_references = _cte_references(tree, ctes)
         inputs: dict[str, str] = {}
@@ -1276,6 +1284,12 @@ class Engine:
             table.set("db", None)
             table.set("catalog", None)
         return tree.sql("spark"), inputs
+
+    def _shard_columns(self, known: set[str], name: str) -> dict[str, str] | None:
+        """The columns of shard ``name`` (one of ``known``) as sqlglot types them
+        (:func:`~timeshard.server.parameter_types.arrow_columns`); None if it is none."""
+        schema = self.client.state(name).data_schema if name in known else None
+        return None if schema is None else arrow_columns(schema)
 
     def query(self, query: str, as_of: int | None) -> Result:
         """Run ``query`` over the shards it names, all read at one time: its rows, all of

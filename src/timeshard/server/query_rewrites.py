@@ -1,8 +1,9 @@
 """The rewrites of a client's query before Spark runs it: what ``timeshard serve``
 refuses in a query (a write, a call of a Java method by name), the literals and casts
 it gives PostgreSQL's meaning where Spark's differs (JSON, intervals, integer limits,
-a date moved by an interval), and the names of the temporary views its shards are read
-as (:meth:`~timeshard.server.engine.Engine.resolve` applies them in order).
+a date moved by an interval, an unconstrained ``numeric``, ``timestamp`` without time
+zone), and the names of the temporary views its shards are read as
+(:meth:`~timeshard.server.engine.Engine.resolve` applies them in order).
 
 Each takes the sqlglot tree of the query, read with :data:`~timeshard.server.dialect.DIALECT`,
 and changes it in place or raises :class:`~timeshard.server.sql_tokens.SqlError`.
@@ -13,13 +14,25 @@ Pure Python, no Spark.
 from __future__ import annotations
 
 import decimal
+import math
 import re
+import struct
+from collections.abc import Mapping
 
 import sqlglot
 from sqlglot import exp
 
 from timeshard.server.dialect import DIALECT
-from timeshard.server.statements import SqlError, check_json
+from timeshard.server.parameter_types import ColumnsOf
+from timeshard.server.statements import (
+    MAX_DECIMAL_DIGITS,
+    SqlError,
+    check_json,
+    decimal_digits,
+    numeric_text,
+)
+
+T = exp.DType
 
 #: Spark SQL functions that call a static Java method by name in the server's JVM
 #: (``reflect('java.lang.System', 'exit', 7)`` stops the server).
@@ -246,6 +259,284 @@ def _int_limits(tree: exp.Expr) -> None:
         whole = count.to.this == exp.DataType.Type.DECIMAL and [e.sql() for e in scale] == ["0"]
         if count.to.this in _INTEGER_TYPES or whole:
             count.set("to", exp.DataType.build("INT"))
+
+
+#: The digits of Spark's integral types: the DECIMAL(p, 0) that holds each of their values
+#: (Spark's own ``DecimalType.forType``).
+_INTEGER_DIGITS = {T.TINYINT: 3, T.SMALLINT: 5, T.INT: 10, T.BIGINT: 20}
+#: The significant digits PostgreSQL keeps of a float8 and a float4 it casts to numeric
+#: (``%.15g`` and ``%.6g``: DBL_DIG and FLT_DIG).
+_FLOAT_DIGITS = {T.DOUBLE: 15, T.FLOAT: 6}
+_TEXT_TYPES = frozenset({T.TEXT, T.VARCHAR, T.CHAR, T.NVARCHAR, T.NCHAR})
+#: The DECIMAL a numeric of no digits known here is (a double, a string, an expression
+#: whose Spark type is not known): Spark's ``DecimalType.SYSTEM_DEFAULT``, 20 digits before
+#: the point and 18 after it.
+_WIDE = (MAX_DECIMAL_DIGITS, 18)
+
+
+def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
+    """A cast to ``numeric`` (or ``decimal``) with no precision, which PostgreSQL reads as
+    unconstrained, is a cast to the Spark DECIMAL that holds its operand exactly: Spark
+    reads a bare DECIMAL as DECIMAL(10, 0), which rounded ``1.5::numeric`` to 2 and failed
+    past 10 digits. Its operand decides, by what it is:
+
+    * a number literal, a string constant of a number (``'1.25'``, an undeclared
+      parameter's bound value), or a float8 or float4 cast of either (a bound ``float8``
+      parameter): the DECIMAL(p, s) of its digits as PostgreSQL reads them (of a float,
+      its ``%.15g`` or ``%.6g``, as PostgreSQL's cast keeps); ``NULL``: DECIMAL(1, 0);
+    * of an integral type: DECIMAL(p, 0), p the type's digits (:data:`_INTEGER_DIGITS`);
+    * of a DECIMAL type (a bound numeric parameter, a decimal column): itself, unchanged;
+    * a double or a real: DECIMAL(38, 18) of its ``%.15g`` or ``%.6g`` (its NaN or
+      infinity is Spark's error 22018, never NULL as Spark's own cast makes it);
+    * a string: DECIMAL(38, 18) of it (Spark's cast: text that is no number is 22018);
+    * anything else, whose Spark type is not known here: DECIMAL(38, 18) of its text, so
+      a value is never NULL for lack of a type (Spark's cast of a NaN double is NULL).
+
+    The type of an operand is known where it is a column of a shard the query reads
+    (``columns_of(shard)``: its columns' types, as
+    :func:`~timeshard.server.parameter_types.arrow_columns` names them), a literal, a
+    cast, or ``+ - * / %``, ``-``, ``count``, ``sum``, ``avg``, ``min``, ``max``, ``abs``
+    of known types, as Spark types them (:func:`_spark_type`); ``columns_of`` is asked
+    only if a cast's operand has a column, once for each relation.
+
+    A literal (or bound value) of more than 38 digits, or a float literal's NaN or
+    infinity, is SqlError 22003 (no DECIMAL holds it); a DECIMAL(38, 18) past its 20
+    integer digits is Spark's 22003. A ``TRY_CAST`` (Spark's) is NULL for them. A bare
+    DECIMAL inside a cast's array, map or struct type is DECIMAL(38, 18).
+
+    What PostgreSQL answers that this cannot: a numeric's scale is each value's own in
+    PostgreSQL, one column's here, so a double or a string cast to numeric shows 18
+    digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
+    are rounded, and values past 10**20 are refused (22003)."""
+    for cast in list(tree.find_all(exp.Cast)):
+        for inner in list(cast.to.find_all(exp.DataType)):
+            if inner is not cast.to and _unconstrained(inner):
+                inner.replace(_decimal(*_WIDE))
+    casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
+    if not casts:
+        return
+    columns: dict[int, T] = {}
+    if any(c.this.find(exp.Column) for c in casts):
+        columns = _shard_column_types(tree, columns_of)
+    kinds = [_spark_type(c.this, columns) for c in casts]
+    for cast, kind in reversed(list(zip(casts, kinds, strict=True))):  # the inner ones first
+        cast.replace(_numeric_value(cast, kind))
+
+
+def _unconstrained(data_type: exp.DataType) -> bool:
+    return data_type.this == T.DECIMAL and not data_type.expressions
+
+
+def _decimal(precision: int, scale: int) -> exp.DataType:
+    return exp.DataType.build(f"DECIMAL({precision}, {scale})")
+
+
+def _numeric_value(cast: exp.Cast, kind: T | None) -> exp.Expr:
+    """``cast``, an unconstrained numeric cast of an operand of Spark type ``kind`` (None:
+    unknown), as the value it is (:func:`_numeric_casts`)."""
+    operand: exp.Expr = cast.this
+    value = operand.unnest()
+    attempt = isinstance(cast, exp.TryCast)  # Spark's TRY_CAST: NULL where no value is
+    if isinstance(value, exp.Null):
+        return exp.Cast(this=exp.Null(), to=_decimal(1, 0))
+    number = _number_of(value, attempt)
+    if number is not None:
+        precision, scale = decimal_digits(number)
+        if precision <= MAX_DECIMAL_DIGITS:
+            digits = sqlglot.parse_one(f"{number:f}", read="spark")
+            return exp.Cast(this=digits, to=_decimal(precision, scale))
+        if attempt:
+            return exp.Cast(this=exp.Null(), to=_decimal(*_WIDE))
+        raise SqlError(
+            f"numeric value out of range: {number} needs {precision} digits, and Spark's "
+            f"DECIMAL holds {MAX_DECIMAL_DIGITS}",
+            "22003",
+        )
+    if kind == T.DECIMAL:
+        return operand
+    if kind in _INTEGER_DIGITS:
+        return _cast_as(cast, operand, _decimal(_INTEGER_DIGITS[kind], 0))
+    if kind in _FLOAT_DIGITS:
+        shown = exp.Literal.string(f"%.{_FLOAT_DIGITS[kind]}g")
+        text: exp.Expr = exp.Anonymous(this="format_string", expressions=[shown, operand])
+    elif kind in _TEXT_TYPES:
+        text = operand
+    else:
+        text = exp.Cast(this=operand, to=exp.DataType.build("TEXT"))
+    return _cast_as(cast, text, _decimal(*_WIDE))
+
+
+def _cast_as(cast: exp.Cast, value: exp.Expr, to: exp.DataType) -> exp.Expr:
+    """``cast`` (a CAST or TRY_CAST, as it is) of ``value`` to ``to``."""
+    out = cast.copy()
+    out.set("this", value)
+    out.set("to", to)
+    return out
+
+
+def _number_of(value: exp.Expr, attempt: bool) -> decimal.Decimal | None:
+    """The number ``value`` is as written, if it is one PostgreSQL's numeric reads from its
+    text: a number literal (negated too), a string constant of a number, or a cast to
+    float8 or float4 of either, as PostgreSQL's cast of the float keeps it (``%.15g``,
+    ``%.6g``). Else None. A float's NaN or infinity is SqlError 22003 (None if
+    ``attempt``)."""
+    if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal):
+        number = _number_of(value.this, attempt)
+        return None if number is None else -number
+    if isinstance(value, exp.Literal) and value.is_number:
+        return numeric_text(str(value.this))
+    text = _string_constant(value)
+    if text is not None:
+        return numeric_text(text)
+    if not (isinstance(value, exp.Cast) and value.to.this in _FLOAT_DIGITS):
+        return None
+    inner = value.this.unnest()
+    if isinstance(inner, exp.Neg) and isinstance(inner.this, exp.Literal) and inner.this.is_number:
+        written: str | None = f"-{inner.this.this}"
+    elif isinstance(inner, exp.Literal) and inner.is_number:
+        written = str(inner.this)
+    else:
+        written = _string_constant(inner)
+    try:
+        double = float(written) if written is not None else None
+        if double is not None and value.to.this == T.FLOAT:
+            (double,) = struct.unpack("f", struct.pack("f", double))  # float4's rounding
+    except ValueError:  # no float: Spark's cast of it says so
+        return None
+    except OverflowError:  # past float4's range: its infinity
+        double = math.inf
+    if double is None:
+        return None
+    if not math.isfinite(double):
+        if attempt:
+            return None
+        raise SqlError(
+            f"numeric value out of range: {written!r} is NaN or infinite as a float, and "
+            "Spark's DECIMAL holds neither",
+            "22003",
+        )
+    return decimal.Decimal(f"{double:.{_FLOAT_DIGITS[value.to.this]}g}")
+
+
+def _spark_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
+    """The type Spark gives ``node``, where it is known here: a shard's column (``columns``,
+    by the id of its node), a literal, a cast, and a few operators and aggregates of known
+    types; None where it is not."""
+    node = node.unnest()
+    if isinstance(node, exp.Window):
+        node = node.this
+    if isinstance(node, exp.Column):
+        return columns.get(id(node))
+    if isinstance(node, exp.Cast):
+        return node.to.this  # type: ignore[no-any-return]
+    if isinstance(node, exp.Literal):
+        return _literal_type(node)
+    if isinstance(node, exp.Count):
+        return T.BIGINT
+    if isinstance(node, exp.Neg | exp.Abs | exp.Min | exp.Max | exp.Sum | exp.Avg):
+        if node.expressions:  # min(a, b), as some dialects read least(): not known here
+            return None
+        inner = _spark_type(node.this, columns)
+        if isinstance(node, exp.Sum) and inner in _INTEGER_DIGITS:
+            return T.BIGINT
+        if isinstance(node, exp.Sum | exp.Avg) and inner in _FLOAT_DIGITS:
+            return T.DOUBLE
+        if isinstance(node, exp.Avg) and inner in _INTEGER_DIGITS:
+            return T.DOUBLE
+        return inner
+    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod | exp.Div):
+        left, right = _spark_type(node.this, columns), _spark_type(node.expression, columns)
+        if isinstance(node, exp.Div) and left in _INTEGER_DIGITS and right in _INTEGER_DIGITS:
+            return T.DOUBLE  # Spark's / divides integers as doubles
+        return _arithmetic_type(left, right)
+    return None
+
+
+def _literal_type(literal: exp.Literal) -> T | None:
+    """A literal's Spark type: a string's, an integer's (INT, else BIGINT, else DECIMAL), a
+    number's with a point (DECIMAL) or an exponent (DOUBLE)."""
+    text = str(literal.this)
+    if literal.is_string:
+        return T.TEXT
+    if "e" in text.lower():
+        return T.DOUBLE
+    if "." in text:
+        return T.DECIMAL
+    whole = int(text)
+    return T.INT if abs(whole) < 2**31 else T.BIGINT if abs(whole) < 2**63 else T.DECIMAL
+
+
+def _arithmetic_type(left: T | None, right: T | None) -> T | None:
+    """The Spark type of ``+ - * %`` of numbers of types ``left`` and ``right``: the wider
+    integer; DECIMAL of a decimal and a decimal or integer; a float's (FLOAT of two, else
+    DOUBLE); None if either is no number known here."""
+    order = list(_INTEGER_DIGITS)
+    if left in _INTEGER_DIGITS and right in _INTEGER_DIGITS:
+        return max(left, right, key=order.index)
+    numbers = {*_INTEGER_DIGITS, T.DECIMAL, *_FLOAT_DIGITS}
+    if left not in numbers or right not in numbers:
+        return None
+    if left == right == T.FLOAT:
+        return T.FLOAT
+    if left in _FLOAT_DIGITS or right in _FLOAT_DIGITS:
+        return T.DOUBLE
+    return T.DECIMAL
+
+
+def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
+    """The Spark types of the columns of ``tree`` that are a column of a shard it reads,
+    by the id of their node: one qualified by the name of a shard the query reads there
+    (its alias), or unqualified where the query reads only shards there and one of them
+    has the column. A column of a CTE or a subquery, or a correlated one, is not."""
+    from sqlglot.errors import OptimizeError
+    from sqlglot.optimizer.scope import traverse_scope
+
+    try:
+        scopes = traverse_scope(tree)
+    except OptimizeError:
+        return {}
+    read: dict[str, Mapping[str, str] | None] = {}
+
+    def columns_of_table(table: exp.Table) -> Mapping[str, str] | None:
+        name = ".".join(p for p in (table.catalog, table.db, table.name) if p)
+        if name not in read:
+            read[name] = columns_of(name)
+        return read[name]
+
+    types: dict[int, T] = {}
+    for scope in scopes:
+        sources = {name: source for name, (_, source) in scope.selected_sources.items()}
+        tables = [s for s in sources.values() if isinstance(s, exp.Table)]
+        for column in scope.columns:
+            if column.table:
+                source = sources.get(column.table)
+                owners = [source] if isinstance(source, exp.Table) else []
+            elif len(tables) == len(sources):
+                known = [(t, columns_of_table(t)) for t in tables]
+                if any(c is None for _, c in known):
+                    continue  # not a shard: the column may be its
+                owners = [t for t, c in known if c is not None and column.name in c]
+            else:
+                continue  # a subquery's or a CTE's column may be it
+            shard = columns_of_table(owners[0]) if len(owners) == 1 else None
+            name = shard.get(column.name) if shard is not None else None
+            if name is not None:
+                types[id(column)] = exp.DataType.build(name, dialect=DIALECT).this
+    return types
+
+
+def _naive_timestamps(tree: exp.Expr) -> None:
+    """A cast to ``timestamp`` (``'2024-01-02 03:04:05'::timestamp``, ``TIMESTAMP
+    '...'``, a column's ``::timestamp``), PostgreSQL's timestamp without time zone (1114),
+    is a cast to Spark's TIMESTAMP_NTZ: sqlglot writes it as Spark's TIMESTAMP, an instant
+    (timestamptz, 1184), which a client read as an aware datetime in UTC. A
+    ``timestamptz`` (``timestamp with time zone``) stays Spark's TIMESTAMP; so does a bound
+    timestamptz parameter, written ``TIMESTAMPTZ`` for it
+    (:func:`~timeshard.server.statements.bind`). Inside an array's type too."""
+    for cast in list(tree.find_all(exp.Cast)):
+        for data_type in list(cast.to.find_all(exp.DataType)):
+            if data_type.this == T.TIMESTAMP:
+                data_type.replace(exp.DataType.build("TIMESTAMP_NTZ", dialect="spark"))
 
 
 def _refuse_writes(tree: exp.Expr) -> None:

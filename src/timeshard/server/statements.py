@@ -280,7 +280,7 @@ _CAST_TYPES = {
     701: "DOUBLE PRECISION",
     1082: "DATE",
     1114: "TIMESTAMP_NTZ",
-    1184: "TIMESTAMP",
+    1184: "TIMESTAMPTZ",  # Spark's TIMESTAMP; a bare TIMESTAMP is PostgreSQL's, without zone
     1186: "INTERVAL DAY TO SECOND",
 }
 #: date, timestamp and timestamptz: sent as text, bound as a cast of it to Spark's type.
@@ -296,7 +296,7 @@ _INTERVAL_OID = 1186
 #: values are strings, checked as PostgreSQL checks them.
 _JSON_OIDS = {114, 3802}
 #: Spark's DECIMAL holds at most 38 digits.
-_MAX_DECIMAL_DIGITS = 38
+MAX_DECIMAL_DIGITS = 38
 #: The significant decimal digits a DOUBLE keeps whatever they are (IEEE 754 binary64).
 _DOUBLE_DIGITS = 15
 #: The special values PostgreSQL's float input takes (case ignored), as Spark casts them.
@@ -433,7 +433,7 @@ def _literal(param: Param) -> str:
     oid = param.oid
     if param.text is None:
         if oid == _NUMERIC_OID:
-            return f"CAST(NULL AS DECIMAL({_MAX_DECIMAL_DIGITS}, 0))"
+            return f"CAST(NULL AS DECIMAL({MAX_DECIMAL_DIGITS}, 0))"
         if oid == 0:
             return "NULL"
         return f"CAST(NULL AS {_CAST_TYPES.get(oid, 'TEXT')})"  # another type's value is text
@@ -519,21 +519,35 @@ def _numeric_literal(sent: str, text: str) -> str:
     if not _NUMBER.fullmatch(text):
         raise SqlError(f"parameter {sent!r} is not a number", "22P02")
     number = decimal.Decimal(text)
-    _, digits, exponent = number.as_tuple()
-    assert isinstance(exponent, int), number  # _NUMBER takes no NaN nor infinity
-    scale = max(0, -exponent)
-    precision = max(1, max(0, len(digits) + exponent) + scale)
-    if precision > _MAX_DECIMAL_DIGITS:  # no DECIMAL holds it
-        significant = len("".join(map(str, digits)).strip("0"))
+    precision, scale = decimal_digits(number)
+    if precision > MAX_DECIMAL_DIGITS:  # no DECIMAL holds it
+        significant = len("".join(map(str, number.as_tuple().digits)).strip("0"))
         if significant > _DOUBLE_DIGITS:  # nor a DOUBLE: refused, never rounded
             raise SqlError(
                 f"numeric parameter {sent!r} needs {precision} digits and has {significant} "
-                f"significant ones: Spark's DECIMAL holds {_MAX_DECIMAL_DIGITS} digits, its "
+                f"significant ones: Spark's DECIMAL holds {MAX_DECIMAL_DIGITS} digits, its "
                 f"DOUBLE {_DOUBLE_DIGITS} significant ones",
                 "22003",
             )
         return f"CAST('{number}' AS DOUBLE)"
     return f"CAST({number:f} AS DECIMAL({precision}, {scale}))"
+
+
+def numeric_text(text: str) -> decimal.Decimal | None:
+    """The finite number ``text`` is as PostgreSQL's numeric input reads it (whitespace
+    around it taken), digits and scale as written (``' 1.50'`` is ``1.50``); None if it is
+    none (``NaN`` and ``Infinity`` among them: Spark's DECIMAL has neither)."""
+    text = text.strip()
+    return decimal.Decimal(text) if _NUMBER.fullmatch(text) else None
+
+
+def decimal_digits(number: decimal.Decimal) -> tuple[int, int]:
+    """The precision and scale of the DECIMAL that holds the finite ``number`` exactly, as
+    written: ``1.50`` is (3, 2), ``1e3`` (4, 0), ``0.001`` (3, 3), ``0`` (1, 0)."""
+    _, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int), number  # no NaN nor infinity
+    scale = max(0, -exponent)
+    return max(1, max(0, len(digits) + exponent) + scale), scale
 
 
 # -- parsing ---------------------------------------------------------------------------------
@@ -911,6 +925,7 @@ __all__ = [
     "GENERATORS",
     "KAFKA_FORMATS",
     "KAFKA_METADATA",
+    "MAX_DECIMAL_DIGITS",
     "SINK_OPTIONS",
     "SOURCE_NEEDS",
     "SOURCE_OPTIONS",
@@ -938,8 +953,10 @@ __all__ = [
     "TypedAs",
     "bind",
     "check_json",
+    "decimal_digits",
     "described_oid",
     "interval_parameters",
+    "numeric_text",
     "parameter_count",
     "parse",
     "placeholder",
