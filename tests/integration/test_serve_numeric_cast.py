@@ -101,7 +101,7 @@ def exactly(value: Any) -> Any:
     return value
 
 
-NUMERIC, BIGINT, TIMESTAMP, TIMESTAMPTZ = 1700, 20, 1114, 1184
+NUMERIC, BIGINT, INT4, TIMESTAMP, TIMESTAMPTZ = 1700, 20, 23, 1114, 1184
 UTC = NAIVE.replace(tzinfo=datetime.UTC)
 
 #: Query, parameters, the OID of its one column and the value of its one row (None: one
@@ -150,6 +150,12 @@ SAME_AS_POSTGRESQL = [
     ("SELECT count(*) FROM t WHERE d = %s::numeric", [D("1234.567")], BIGINT, 1),
     ("SELECT count(*) FROM t WHERE d = %s::numeric", ["1234.567"], BIGINT, 1),
     ("SELECT count(*) FROM t WHERE %s::numeric > 1", [1.5], BIGINT, 1),
+    # A cast of it to an integer rounds, as PostgreSQL's numeric does (Spark's truncates).
+    ("SELECT 1.5::numeric::int AS x", None, INT4, 2),
+    ("SELECT (-2.5)::numeric::int AS x", None, INT4, -3),
+    ("SELECT d::numeric::int AS x FROM t", None, INT4, 1235),
+    ("SELECT f::numeric::bigint AS x FROM t", None, BIGINT, 3),
+    ("SELECT %s::numeric::int AS x", [D("1.5")], INT4, 2),
     ("SELECT %s::timestamp AS x", ["2024-01-02 03:04:05"], TIMESTAMP, NAIVE),
     ("SELECT %s::timestamp AS x", [NAIVE], TIMESTAMP, NAIVE),
     ("SELECT '2024-01-02 03:04:05'::timestamp AS x", None, TIMESTAMP, NAIVE),
@@ -216,6 +222,41 @@ def test_a_double_or_a_string_is_a_numeric_of_18_digits_after_the_point(
     assert shown_by_postgresql is not None
     assert (oid, str(got)) == (1700, value)
     assert got == D(shown_by_postgresql)
+
+
+@pytest.mark.parametrize("prepare", [False, True])
+@pytest.mark.parametrize(
+    ("sql", "params", "value", "shown_by_postgresql"),
+    [
+        (
+            "SELECT 1::numeric / 3::numeric AS x",
+            None,
+            "0.333333333333333333",
+            "0.33333333333333333333",
+        ),
+        (
+            "SELECT 100::numeric / 7::numeric AS x",
+            None,
+            "14.285714285714285714",
+            "14.2857142857142857",
+        ),
+        ("SELECT %s::numeric / %s::numeric AS x", [D(1), D(3)], "0.333333333333333333", None),
+    ],
+)
+def test_a_quotient_of_numeric_casts_has_18_digits_after_the_point(
+    conn: Any,
+    sql: str,
+    params: list[Any] | None,
+    value: str,
+    shown_by_postgresql: str | None,
+    prepare: bool,
+) -> None:
+    """PostgreSQL gives a quotient at least 16 significant digits; here 18 after the point.
+    (The casts' tight DECIMALs gave Spark's 6: ``1::numeric / 3::numeric`` was 0.333333.)"""
+    oid, got = answer(conn, sql, params, prepare)
+    assert (oid, str(got)) == (1700, value)
+    if shown_by_postgresql is not None:
+        assert abs(got - D(shown_by_postgresql)) < D("1e-16")  # its last digit, rounded
 
 
 @pytest.mark.parametrize(

@@ -304,6 +304,11 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     integer digits is Spark's 22003. A ``TRY_CAST`` (Spark's) is NULL for them. A bare
     DECIMAL inside a cast's array, map or struct type is DECIMAL(38, 18).
 
+    Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
+    operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
+    of it to an integral type rounds it first (``1.5::numeric::int`` is 2; Spark's cast
+    of a decimal to an integer truncates).
+
     What PostgreSQL answers that this cannot: a numeric's scale is each value's own in
     PostgreSQL, one column's here, so a double or a string cast to numeric shows 18
     digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
@@ -320,7 +325,36 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
         columns = _shard_column_types(tree, columns_of)
     kinds = [_spark_type(c.this, columns) for c in casts]
     for cast, kind in reversed(list(zip(casts, kinds, strict=True))):  # the inner ones first
-        cast.replace(_numeric_value(cast, kind))
+        parent = cast.parent
+        value = _numeric_value(cast, kind)
+        if isinstance(parent, exp.Div):
+            value = _divisible(value)
+        cast.replace(value)
+        if isinstance(parent, exp.Cast) and parent.to.this in _INTEGER_DIGITS:
+            value.replace(exp.Round(this=value.copy(), decimals=exp.Literal.number(0)))
+
+
+def _divisible(value: exp.Expr) -> exp.Expr:
+    """``value`` (a numeric cast's, :func:`_numeric_value`), an operand of ``/``, as a
+    DECIMAL of at least :data:`_DIVIDED_DIGITS` digits, its scale kept: Spark gives a
+    decimal quotient ``max(6, s1 + p2 + 1)`` digits after the point, so the tight
+    DECIMAL(1, 0) of ``3::numeric`` made ``1::numeric / 3::numeric`` 0.333333, where
+    PostgreSQL gives at least 16 significant digits."""
+    if not (isinstance(value, exp.Cast) and value.to.this == T.DECIMAL):
+        return value
+    precision, scale = (int(e.this.this) for e in value.to.expressions)
+    if precision >= _DIVIDED_DIGITS:
+        return value
+    return _cast_as(value, value.this, _decimal(min(_DIVIDED_DIGITS + scale, 38), scale))
+
+
+#: The text of a float PostgreSQL's float8 input reads (whitespace around it taken).
+_FLOAT_TEXT = re.compile(
+    r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)\s*",
+    re.IGNORECASE | re.ASCII,
+)
+#: The digits a numeric cast that is an operand of ``/`` has at least (:func:`_divisible`).
+_DIVIDED_DIGITS = 17
 
 
 def _unconstrained(data_type: exp.DataType) -> bool:
@@ -397,6 +431,8 @@ def _number_of(value: exp.Expr, attempt: bool) -> decimal.Decimal | None:
         written = str(inner.this)
     else:
         written = _string_constant(inner)
+    if written is not None and not _FLOAT_TEXT.fullmatch(written):
+        return None  # Python's float() takes '1_000' and other digits than ASCII's; Spark not
     try:
         double = float(written) if written is not None else None
         if double is not None and value.to.this == T.FLOAT:
@@ -504,10 +540,14 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
         return read[name]
 
     types: dict[int, T] = {}
-    for scope in scopes:
+    seen: set[int] = set()
+    for scope in scopes:  # the innermost first: a subquery's column is its own scope's
         sources = {name: source for name, (_, source) in scope.selected_sources.items()}
         tables = [s for s in sources.values() if isinstance(s, exp.Table)]
         for column in scope.columns:
+            if id(column) in seen:  # also listed by an outer scope, whose tables it is not of
+                continue
+            seen.add(id(column))
             if column.table:
                 source = sources.get(column.table)
                 owners = [source] if isinstance(source, exp.Table) else []
@@ -515,11 +555,16 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
                 known = [(t, columns_of_table(t)) for t in tables]
                 if any(c is None for _, c in known):
                     continue  # not a shard: the column may be its
-                owners = [t for t, c in known if c is not None and column.name in c]
+                wanted = column.name.lower()
+                owners = [t for t, c in known if c is not None and wanted in {n.lower() for n in c}]
             else:
                 continue  # a subquery's or a CTE's column may be it
             shard = columns_of_table(owners[0]) if len(owners) == 1 else None
             name = shard.get(column.name) if shard is not None else None
+            if name is None and shard is not None and not column.this.quoted:
+                # Spark resolves an unquoted name whatever its case (the tree's are lower).
+                same = [t for c, t in shard.items() if c.lower() == column.name.lower()]
+                name = same[0] if len(same) == 1 else None
             if name is not None:
                 types[id(column)] = exp.DataType.build(name, dialect=DIALECT).this
     return types
