@@ -285,17 +285,11 @@ def test_a_cascade_that_fails_part_way_is_completed_by_its_retry(client: Persist
         served.close()
 
 
-@pytest.mark.parametrize("closed", [True, False], ids=["after_the_close", "before_the_close"])
-def test_a_restart_finishes_a_view_drop_that_a_crash_cut_short(
-    client: PersistClient, closed: bool
-) -> None:
-    """A crash after the view's shard was closed, before its statement was forgotten: the
-    restart failed to restore it ("was dropped"), every time, and nothing could DROP it
-    or release its hold on its input. So too a crash after the drop marked the shard's
-    deploy hold and before the shard closed: the restore's promotion was refused ("its
-    drop began"), the name failed for good, and DROP answered 42P01 (review)."""
+def drop_cut_short_after_its_mark(client: PersistClient) -> None:
+    """serve's view ``w`` over shard ``v`` (its statement, catalog entry and hold on ``v``),
+    whose DROP marked its shard and then crashed."""
     from timeshard.catalog import Catalog
-    from timeshard.compute.mv_sink import DEPLOY_READER, mark_dropped
+    from timeshard.compute.mv_sink import mark_dropped
     from timeshard.persist.holds import view_hold_id
 
     schema = pa.schema([("one", pa.int64())])
@@ -306,6 +300,21 @@ def test_a_restart_finishes_a_view_drop_that_a_crash_cut_short(
     record_view(client, compute.ViewDefinition("w", {"v": "v"}, "SELECT one FROM v"), 0)
     client.open_critical_since("v", view_hold_id("w"), "")
     mark_dropped(client, "w")
+
+
+@pytest.mark.parametrize("closed", [True, False], ids=["after_the_close", "before_the_close"])
+def test_a_restart_finishes_a_view_drop_that_a_crash_cut_short(
+    client: PersistClient, closed: bool
+) -> None:
+    """A crash after the view's shard was closed, before its statement was forgotten: the
+    restart failed to restore it ("was dropped"), every time, and nothing could DROP it
+    or release its hold on its input. So too a crash after the drop marked the shard's
+    deploy hold and before the shard closed: the restore's promotion was refused ("its
+    drop began"), the name failed for good, and DROP answered 42P01 (review)."""
+    from timeshard.compute.mv_sink import DEPLOY_READER
+    from timeshard.persist.holds import view_hold_id
+
+    drop_cut_short_after_its_mark(client)
     if closed:
         client.close_shard("w")  # where the crash came
     served = engine(client)
@@ -327,18 +336,10 @@ def test_a_restart_finishing_a_drop_releases_the_input_holds_before_the_deploy_h
     that order (every drop releases the input holds first). Finishing a drop released the
     deploy hold first: a promotion registering a fresh hold meanwhile found the input
     holds still there, took the view for complete and kept it (review of 911306d)."""
-    from timeshard.catalog import Catalog
-    from timeshard.compute.mv_sink import DEPLOY_READER, mark_dropped
+    from timeshard.compute.mv_sink import DEPLOY_READER
     from timeshard.persist.holds import view_hold_id
 
-    schema = pa.schema([("one", pa.int64())])
-    client.open_writer("v", schema).append([((1,), 0, 1)], 0, 5)
-    client.open_writer("w", schema).expire()
-    sql = "CREATE MATERIALIZED VIEW w AS SELECT one FROM v"
-    Catalog(client, lambda: 1).record_statement("w", {"sql": sql, "seq": 1, "object": "view"})
-    record_view(client, compute.ViewDefinition("w", {"v": "v"}, "SELECT one FROM v"), 0)
-    client.open_critical_since("v", view_hold_id("w"), "")
-    mark_dropped(client, "w")  # the crash came after the mark
+    drop_cut_short_after_its_mark(client)
     released: list[tuple[str, str]] = []
     drop = client.drop_critical_since
 
