@@ -156,6 +156,8 @@ SAME_AS_POSTGRESQL = [
     ("SELECT d::numeric::int AS x FROM t", None, INT4, 1235),
     ("SELECT f::numeric::bigint AS x FROM t", None, BIGINT, 3),
     ("SELECT %s::numeric::int AS x", [D("1.5")], INT4, 2),
+    ("SELECT (2.5::numeric)::int AS x", None, INT4, 3),
+    ("SELECT (5::numeric / 2)::int AS x", None, INT4, 3),
     ("SELECT %s::timestamp AS x", ["2024-01-02 03:04:05"], TIMESTAMP, NAIVE),
     ("SELECT %s::timestamp AS x", [NAIVE], TIMESTAMP, NAIVE),
     ("SELECT '2024-01-02 03:04:05'::timestamp AS x", None, TIMESTAMP, NAIVE),
@@ -241,6 +243,8 @@ def test_a_double_or_a_string_is_a_numeric_of_18_digits_after_the_point(
             "14.2857142857142857",
         ),
         ("SELECT %s::numeric / %s::numeric AS x", [D(1), D(3)], "0.333333333333333333", None),
+        ("SELECT 1::numeric / 3 AS x", None, "0.333333333333333333", "0.33333333333333333333"),
+        ("SELECT 1::numeric / (3::numeric) AS x", None, "0.333333333333333333", None),
     ],
 )
 def test_a_quotient_of_numeric_casts_has_18_digits_after_the_point(

@@ -15,7 +15,7 @@ from timeshard.server.dialect import DIALECT
 from timeshard.server.query_rewrites import _numeric_casts
 
 COLUMNS = {
-    "t": {"i": "INT", "d": "DECIMAL(10, 3)"},
+    "t": {"i": "INT", "d": "DECIMAL(10, 3)", "x": "DOUBLE"},
     "u": {"i": "DOUBLE"},
     "m": {"Amount": "DOUBLE"},
 }
@@ -34,6 +34,13 @@ def test_a_subquery_s_column_has_its_own_relation_s_type_not_the_outer_one_s() -
         "SELECT (SELECT MAX(CAST(FORMAT_STRING('%.15g', i) AS DECIMAL(38, 18))) FROM u) FROM t"
     )
     assert rewritten("SELECT i::numeric FROM t") == "SELECT CAST(i AS DECIMAL(10, 0)) FROM t"
+    # A correlated column is the outer relation's, qualified or not (review of 9b0e2fa: the
+    # inner scope claimed it, and it lost its type).
+    for column in ("x", "t.x"):
+        assert rewritten(f"SELECT (SELECT max({column}::numeric) FROM u) FROM t") == (
+            f"SELECT (SELECT MAX(CAST(FORMAT_STRING('%.15g', {column}) AS DECIMAL(38, 18))) "
+            "FROM u) FROM t"
+        )
 
 
 def test_an_operand_of_a_division_has_17_digits_at_least() -> None:
@@ -44,6 +51,16 @@ def test_an_operand_of_a_division_has_17_digits_at_least() -> None:
     assert rewritten("SELECT 1::numeric + 3::numeric") == (
         "SELECT CAST(1 AS DECIMAL(1, 0)) + CAST(3 AS DECIMAL(1, 0))"
     )
+    # An integral divisor, and one in parentheses, too (review: 1::numeric / 3 was 0.333333).
+    assert rewritten("SELECT 1::numeric / 3") == (
+        "SELECT CAST(1 AS DECIMAL(17, 0)) / CAST(3 AS DECIMAL(17, 0))"
+    )
+    assert rewritten("SELECT 1::numeric / (3::numeric)") == (
+        "SELECT CAST(1 AS DECIMAL(17, 0)) / (CAST(3 AS DECIMAL(17, 0)))"
+    )
+    assert rewritten("SELECT sum(i)::numeric / count(*) FROM t") == (
+        "SELECT CAST(SUM(i) AS DECIMAL(20, 0)) / CAST(COUNT(*) AS DECIMAL(20, 0)) FROM t"
+    )
 
 
 def test_a_cast_of_it_to_an_integer_rounds_first() -> None:
@@ -53,6 +70,12 @@ def test_a_cast_of_it_to_an_integer_rounds_first() -> None:
     )
     assert rewritten("SELECT d::numeric::bigint FROM t") == (
         "SELECT CAST(ROUND(d, 0) AS BIGINT) FROM t"
+    )
+    assert rewritten("SELECT (2.5::numeric)::int") == (
+        "SELECT CAST(ROUND((CAST(2.5 AS DECIMAL(2, 1))), 0) AS INT)"
+    )
+    assert rewritten("SELECT (5::numeric / 2::numeric)::int") == (
+        "SELECT CAST(ROUND((CAST(5 AS DECIMAL(17, 0)) / CAST(2 AS DECIMAL(17, 0))), 0) AS INT)"
     )
     assert rewritten("SELECT 1.5::numeric::float8") == (
         "SELECT CAST(CAST(1.5 AS DECIMAL(2, 1)) AS DOUBLE)"

@@ -324,28 +324,49 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     if any(c.this.find(exp.Column) for c in casts):
         columns = _shard_column_types(tree, columns_of)
     kinds = [_spark_type(c.this, columns) for c in casts]
+    values: list[exp.Expr] = []
     for cast, kind in reversed(list(zip(casts, kinds, strict=True))):  # the inner ones first
-        parent = cast.parent
         value = _numeric_value(cast, kind)
-        if isinstance(parent, exp.Div):
-            value = _divisible(value)
         cast.replace(value)
-        if isinstance(parent, exp.Cast) and parent.to.this in _INTEGER_DIGITS:
-            value.replace(exp.Round(this=value.copy(), decimals=exp.Literal.number(0)))
+        values.append(value)
+    numeric = {id(v) for v in values}
+
+    def has_numeric(node: exp.Expr) -> bool:
+        return any(id(n) in numeric for n in node.walk())
+
+    for div in list(tree.find_all(exp.Div)):
+        if has_numeric(div.this) or has_numeric(div.expression):
+            for side in (div.this.unnest(), div.expression.unnest()):
+                widened = _divisible(side, _spark_type(side, columns))
+                if widened is not side:
+                    side.replace(widened)
+                    numeric.add(id(widened))
+    for cast in list(tree.find_all(exp.Cast)):
+        operand = cast.this
+        if (
+            cast.to.this in _INTEGER_DIGITS
+            and has_numeric(operand)
+            and _spark_type(operand, columns) == T.DECIMAL
+        ):
+            operand.replace(exp.Round(this=operand.copy(), decimals=exp.Literal.number(0)))
 
 
-def _divisible(value: exp.Expr) -> exp.Expr:
-    """``value`` (a numeric cast's, :func:`_numeric_value`), an operand of ``/``, as a
-    DECIMAL of at least :data:`_DIVIDED_DIGITS` digits, its scale kept: Spark gives a
-    decimal quotient ``max(6, s1 + p2 + 1)`` digits after the point, so the tight
-    DECIMAL(1, 0) of ``3::numeric`` made ``1::numeric / 3::numeric`` 0.333333, where
-    PostgreSQL gives at least 16 significant digits."""
-    if not (isinstance(value, exp.Cast) and value.to.this == T.DECIMAL):
-        return value
-    precision, scale = (int(e.this.this) for e in value.to.expressions)
-    if precision >= _DIVIDED_DIGITS:
-        return value
-    return _cast_as(value, value.this, _decimal(min(_DIVIDED_DIGITS + scale, 38), scale))
+def _divisible(operand: exp.Expr, kind: T | None) -> exp.Expr:
+    """``operand`` of a ``/`` with a numeric cast's value on either side, of Spark type
+    ``kind``, as a DECIMAL of at least :data:`_DIVIDED_DIGITS` digits where it is a DECIMAL
+    cast of fewer (its scale kept) or of an integral type: Spark gives a decimal quotient
+    ``max(6, s1 + p2 + 1)`` digits after the point (an integer literal is a DECIMAL(1, 0)
+    there), so ``1::numeric / 3`` was 0.333333, where PostgreSQL gives at least 16
+    significant digits. Anything else stays as it is."""
+    if isinstance(operand, exp.Cast) and operand.to.this == T.DECIMAL and operand.to.expressions:
+        precision, scale = (int(e.this.this) for e in operand.to.expressions)
+        if precision >= _DIVIDED_DIGITS:
+            return operand
+        return _cast_as(operand, operand.this, _decimal(min(_DIVIDED_DIGITS + scale, 38), scale))
+    if kind in _INTEGER_DIGITS:
+        digits = max(_INTEGER_DIGITS[kind], _DIVIDED_DIGITS)
+        return exp.Cast(this=operand.copy(), to=_decimal(digits, 0))
+    return operand
 
 
 #: The text of a float PostgreSQL's float8 input reads (whitespace around it taken).
@@ -545,19 +566,26 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
         sources = {name: source for name, (_, source) in scope.selected_sources.items()}
         tables = [s for s in sources.values() if isinstance(s, exp.Table)]
         for column in scope.columns:
-            if id(column) in seen:  # also listed by an outer scope, whose tables it is not of
+            if id(column) in seen:  # an inner scope's, which an outer one lists too
                 continue
-            seen.add(id(column))
             if column.table:
-                source = sources.get(column.table)
+                if column.table not in sources:
+                    continue  # correlated: an outer scope's
+                seen.add(id(column))
+                source = sources[column.table]
                 owners = [source] if isinstance(source, exp.Table) else []
             elif len(tables) == len(sources):
                 known = [(t, columns_of_table(t)) for t in tables]
                 if any(c is None for _, c in known):
+                    seen.add(id(column))
                     continue  # not a shard: the column may be its
                 wanted = column.name.lower()
                 owners = [t for t, c in known if c is not None and wanted in {n.lower() for n in c}]
+                if not owners:
+                    continue  # none of its relations has it: correlated, an outer scope's
+                seen.add(id(column))
             else:
+                seen.add(id(column))
                 continue  # a subquery's or a CTE's column may be it
             shard = columns_of_table(owners[0]) if len(owners) == 1 else None
             name = shard.get(column.name) if shard is not None else None
