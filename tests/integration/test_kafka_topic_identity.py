@@ -224,3 +224,36 @@ def test_a_topic_id_unknown_when_the_source_was_recorded_is_recorded_before_offs
     assert _recorded_topic_id(client) == recorded
     ing.close()
     assert _values(client, "again") == ["r0", "r1", "r2"]
+
+
+@pytest.mark.spark
+def test_an_id_another_instance_recorded_is_kept_and_a_different_one_refused(
+    spark_kafka: SparkSession, kafka_broker: Any, tmp_path: Path
+) -> None:
+    """Two instances of a source built before its topic existed: the first learns the
+    topic's id and records it; the topic is made again before the second learns one. The
+    second overwrote the recorded id with the new topic's, so a restart read the new topic
+    from the old one's offsets (review of 548439f). It keeps the recorded id, and refuses."""
+    from timeshard.dev.kafka import create_topic
+
+    bootstrap = kafka_broker.bootstrap
+    topic = f"t-{uuid.uuid4().hex[:10]}"
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    ingestion = _restartable(spark_kafka, client, bootstrap, topic)
+    first, second = ingestion(), ingestion()
+    create_topic(bootstrap, topic, partitions=1)
+    _produce(bootstrap, topic, 3)
+    first.step()
+    recorded = _recorded_topic_id(client)
+    assert isinstance(recorded, str) and recorded
+    _delete(bootstrap, topic)
+    create_topic(bootstrap, topic, partitions=1)
+    _produce(bootstrap, topic, 5)
+    upper = client.state("again").upper.time
+    with pytest.raises(SourceUnavailable, match="deleted and made again") as e:
+        second.step()
+    assert e.value.definite
+    assert _recorded_topic_id(client) == recorded
+    assert client.state("again").upper.time == upper  # nothing bound nor written
+    first.close()
+    second.close()

@@ -52,10 +52,12 @@ from typing import Any
 import pyarrow as pa
 
 from timeshard.catalog import (
+    Catalog,
     CatalogEntry,
     check_redeclared,
     read_catalog,
     record_source,
+    source_entries,
     stored_entry,
 )
 from timeshard.errors import (
@@ -412,12 +414,35 @@ class Ingestion:
         """Record the source again once its ``upper`` learned its KAFKA topic's id, which
         the broker could not tell when the source was recorded: before any offset is
         bound under it, so that a restart is held to it (a topic made again while no
-        process ran is refused: see ``KafkaSource.pin_recorded``)."""
+        process ran is refused: see ``KafkaSource.pin_recorded``).
+
+        An id another instance of the source recorded meanwhile is kept, never
+        overwritten (one compare-and-set of the catalog), and the source is held to it:
+        if it learned another (the topic was made again between the two), the step fails
+        (definite) before it binds anything."""
         if not self._topic_unrecorded or getattr(self.source, "topic_id", None) is None:
             return
         exported = {sub: export.shard for sub, export in self.exports.items()}
-        record_source(self.client, self.output, self.source, self._envelopes, exported)
+
+        def kept(stored: CatalogEntry, new: CatalogEntry) -> bool:
+            options = stored.definition.get("options")
+            recorded = options.get("topic_id") if isinstance(options, dict) else None
+            if stored.definition == new.definition:
+                return True
+            return stored.kind == "source" and isinstance(recorded, str) and bool(recorded)
+
+        entries = source_entries(self.output, self.source, self._envelopes, exported)
+        Catalog(self.client).record(entries, same=kept)
+        stored = stored_entry(self.client, self.output, "source")
+        pin = getattr(self.source, "pin_recorded", None)
+        if (
+            pin is not None
+            and stored is not None
+            and isinstance(stored.definition.get("options"), dict)
+        ):
+            pin(stored.definition["options"])
         self._topic_unrecorded = False
+        self.source.upper()  # held to the recorded id: another one is refused (definite)
 
     def _holds_error(self) -> str | None:
         """The failures of the since holds that could not move (tried again later)."""
