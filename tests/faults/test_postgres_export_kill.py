@@ -31,8 +31,11 @@ def test_postgres_export_killed_three_times_keeps_the_table_exact(
     run = ExportUnderKills(tmp_path, seed=23, target=["postgres", postgres_dsn, pg_schema])
 
     def table_and_progress() -> tuple[dict[str, int], int]:
-        """The table and its progress, read in one transaction."""
+        """The table and its progress, read in one REPEATABLE READ transaction: one snapshot
+        (under READ COMMITTED each statement took its own, and an export's commit between
+        the two reads paired progress 29 with the rows of 30)."""
         with psycopg.connect(postgres_dsn) as conn:
+            conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             try:
                 progress = conn.execute(
                     psycopg.sql.SQL("SELECT frontier FROM {}").format(
