@@ -49,6 +49,15 @@ def _delete(bootstrap: str, topic: str) -> None:
         time.sleep(0.1)
 
 
+def _made_again(bootstrap: str, topic: str, n: int) -> None:
+    """Delete ``topic``, make it again (one partition) and produce ``n`` records to it."""
+    from timeshard.dev.kafka import create_topic
+
+    _delete(bootstrap, topic)
+    create_topic(bootstrap, topic, partitions=1)
+    _produce(bootstrap, topic, n)
+
+
 def test_a_topic_made_again_longer_than_the_offsets_read_is_a_definite_error(
     kafka_broker: Any,
 ) -> None:
@@ -132,9 +141,7 @@ def test_a_topic_made_again_while_no_process_ran_is_a_definite_error_at_restart(
     assert _values(client, "again") == ["r0", "r1", "r2"]
     recorded = _recorded_topic_id(client)
     ing.close()
-    _delete(bootstrap, topic)  # while no process runs
-    create_topic(bootstrap, topic, partitions=1)
-    _produce(bootstrap, topic, 5)  # as long as the offsets bound, and longer
+    _made_again(bootstrap, topic, 5)  # while no process runs
     upper = client.state("again").upper.time
     for _ in range(2):  # it stays refused, restart after restart
         ing = ingestion()
@@ -180,9 +187,7 @@ def test_a_source_recorded_without_a_topic_id_records_the_one_it_finds(
     ing.step()
     assert _values(client, "again") == ["r0", "r1", "r2"]
     ing.close()
-    _delete(bootstrap, topic)
-    create_topic(bootstrap, topic, partitions=1)
-    _produce(bootstrap, topic, 4)
+    _made_again(bootstrap, topic, 4)
     ing = ingestion()
     with pytest.raises(SourceUnavailable, match="deleted and made again") as e:
         ing.step()
@@ -214,9 +219,7 @@ def test_a_topic_id_unknown_when_the_source_was_recorded_is_recorded_before_offs
     recorded = _recorded_topic_id(client)
     assert isinstance(recorded, str) and recorded
     ing.close()
-    _delete(bootstrap, topic)  # while no process runs
-    create_topic(bootstrap, topic, partitions=1)
-    _produce(bootstrap, topic, 5)
+    _made_again(bootstrap, topic, 5)  # while no process runs
     ing = ingestion()
     with pytest.raises(SourceUnavailable, match="deleted and made again") as e:
         ing.step()
@@ -246,9 +249,7 @@ def test_an_id_another_instance_recorded_is_kept_and_a_different_one_refused(
     first.step()
     recorded = _recorded_topic_id(client)
     assert isinstance(recorded, str) and recorded
-    _delete(bootstrap, topic)
-    create_topic(bootstrap, topic, partitions=1)
-    _produce(bootstrap, topic, 5)
+    _made_again(bootstrap, topic, 5)
     upper = client.state("again").upper.time
     with pytest.raises(SourceUnavailable, match="deleted and made again") as e:
         second.step()

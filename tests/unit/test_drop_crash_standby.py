@@ -13,7 +13,12 @@ from collections.abc import Callable
 
 import pytest
 from tests.unit.test_mv_sink_faults import setup, sink, write
-from tests.unit.test_standby_dropped import DEFINITION, Desired, standby, written_view
+from tests.unit.test_standby_dropped import (
+    DEFINITION,
+    Desired,
+    standby_of_a_written_view,
+    written_view,
+)
 
 from timeshard.compute.materialized_view import MaterializedView
 from timeshard.compute.mv_sink import DEPLOY_READER, DROPPED_OPAQUE, drop_view, mark_dropped
@@ -80,10 +85,7 @@ def test_a_drop_that_crashes_before_its_deploy_hold_goes_is_a_drop_to_a_standby(
 ) -> None:
     """Before: the standby took the closed shard, still held by ``deploy``, for a complete
     view, and ran on (``dropped`` None) until the drop was run again."""
-    client, writer = setup()
-    upper = write(writer, 0, 3)
-    written_view(client, upper)
-    view = standby(client)
+    client, _writer, _upper, view = standby_of_a_written_view()
     view.step()
     assert view.dropped is None
     drop = dropper(client)
@@ -106,10 +108,7 @@ def test_a_standby_promoted_after_the_drop_began_is_refused(
 ) -> None:
     """The drop's mark lands before the shard closes: a promotion in between is refused
     (it would otherwise register holds on a shard about to close)."""
-    client, writer = setup()
-    upper = write(writer, 0, 3)
-    written_view(client, upper)
-    view = standby(client)
+    client, _writer, _upper, view = standby_of_a_written_view()
     close = client.close_shard
 
     def promote_then_close(shard_id: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from tests.unit.test_drop_crash_standby import writing_view
 from tests.unit.test_mv_sink_faults import Identity, setup, sink, write
-from tests.unit.test_standby_dropped import standby, written_view
+from tests.unit.test_standby_dropped import standby_of_a_written_view, written_view
 
 from timeshard import Frontier
 from timeshard.compute.mv_sink import DEPLOY_READER, MvSink, mark_dropped, view_dropped
@@ -37,10 +37,7 @@ def test_a_marked_open_shard_is_a_dropped_view() -> None:
 def test_a_standby_stops_with_dropped_when_a_drop_died_between_its_mark_and_the_close() -> None:
     """Before: the standby stepped on for ever against the open, marked shard, running
     and never promotable, with no status saying why."""
-    client, writer = setup()
-    upper = write(writer, 0, 3)
-    written_view(client, upper)
-    view = standby(client)
+    client, writer, upper, view = standby_of_a_written_view()
     view.step()
     assert view.dropped is None
 

@@ -49,6 +49,15 @@ def written_view(client: PersistClient, upper: int) -> None:
     record_view(client, DEFINITION, 0)
 
 
+def standby_of_a_written_view() -> tuple[PersistClient, Any, int, MaterializedView]:
+    """A location whose input ``inp`` holds 3 rows and whose view is written up to them, and
+    a standby of the view: the client, the input's writer, its upper and the standby."""
+    client, writer = setup()
+    upper = write(writer, 0, 3)
+    written_view(client, upper)
+    return client, writer, upper, standby(client)
+
+
 def seqnos(client: PersistClient) -> dict[str, int]:
     return {shard: client.state(shard).seqno for shard in client.list_shards()}
 
@@ -68,10 +77,7 @@ def count_heads(client: PersistClient) -> list[int]:
 
 def test_a_standby_stops_with_dropped_once_the_view_is_dropped() -> None:
     """It stepped on for ever, its last_error None and no status saying why."""
-    client, writer = setup()
-    upper = write(writer, 0, 3)
-    written_view(client, upper)
-    view = standby(client)
+    client, writer, upper, view = standby_of_a_written_view()
     view.step()
     assert view.sink.last_error is None
 
@@ -116,10 +122,7 @@ def test_a_standby_of_a_complete_view_runs_until_the_view_is_dropped() -> None:
 
 
 def test_a_standby_on_a_closed_shard_reads_no_more_per_tick_than_a_tick_did() -> None:
-    client, writer = setup()
-    upper = write(writer, 0, 3)
-    written_view(client, upper)
-    view = standby(client)
+    client, writer, _upper, view = standby_of_a_written_view()
     view.step()
     heads = count_heads(client)
     view.step()
