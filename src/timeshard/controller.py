@@ -34,7 +34,11 @@ Invariants:
    ``stalled`` with the fault and built again by a later step, after a pause
    that doubles from ``build_backoff_s`` up to a minute; the other objects run
    meanwhile, and a view or export that reads a shard it would write, which the
-   location does not have yet, waits for it. Once it builds, it is checked as
+   location does not have yet, waits for it. A KAFKA source's build does not
+   ask its broker for its topic's id, which a broker that is down would make
+   it wait for, source after source: its first step that reaches the broker
+   learns the id and records it before binding an offset (``ask_topic_id`` of
+   :class:`~timeshard.storage.ingest.Ingestion`). Once it builds, it is checked as
    at the start. A refusal, or a shard's state that does not decode
    (CorruptState), ends the run, at the start as later: retrying cannot help.
    The catalog's read at the start, before any object is built, is retried so
@@ -212,6 +216,7 @@ class Pipeline:
             clock=self._clock,
             retain_history_ms=s.retain_history_ms,
             catalog=catalog,
+            ask_topic_id=False,  # a broker that is down must not hold up the start
         )
 
     def _build_sources(self) -> dict[str, str]:

@@ -20,7 +20,13 @@ serve``); its frontier columns are None. The columns:
   intervals (for a source without a shard of its own, its remap shard's
   writers). A view whose ``deploy`` hold a drop marked is ``dropped``, its
   error saying that the drop did not finish (the drop records its health once
-  it released the holds: a drop cut short after the mark recorded none);
+  it released the holds: a drop cut short after the mark recorded none). So is
+  a view whose drop got past its release (its closed shard has no ``deploy``
+  hold, and the catalog records a view of its name): it is a ``view`` though
+  no hold says so, whatever health it last recorded (a drop that died before
+  recording its health left the view's last, ``running`` say). Its error is
+  None unless its statement of ``timeshard serve`` is still recorded: then the
+  drop did not finish;
 * ``path`` / ``path_reason``: how a view is maintained -- ``linear``,
   ``grouped`` or ``full`` (from snapshots) and why -- as its catalog entry
   recorded it when the view was installed (:mod:`timeshard.catalog`). A view
@@ -69,11 +75,12 @@ def status_rows(client: PersistClient) -> list[dict[str, Any]]:
     entries = _catalog_entries(client, states)
     paths = _view_paths(entries)
     served = {e.name for e in entries if e.kind == "statement"}  # created by timeshard serve
+    views = {e.name for e in entries if _is_view(e)}
     now = client.config.now_ms()
     rows = [
         _unreadable_row(shard_id, s)
         if isinstance(s, TimeshardError)
-        else _status_row(client, shard_id, s, health.get(shard_id, {}), paths, served, now)
+        else _status_row(client, shard_id, s, health.get(shard_id, {}), paths, (views, served), now)
         for shard_id, s in states.items()
     ]
     sources = {e.name for e in entries if e.kind == "source"}
@@ -141,6 +148,13 @@ def catalog_row_object(row: dict[str, Any]) -> str:
     return f"{CATALOG_SHARD} row ({row.get('name')!r}, {row.get('kind')!r})"
 
 
+def _is_view(entry: CatalogEntry) -> bool:
+    """Whether ``entry`` records a view: its own entry, or its ``timeshard serve`` statement."""
+    return entry.kind == "view" or (
+        entry.kind == "statement" and entry.definition.get("object") == "view"
+    )
+
+
 def _view_paths(entries: list[CatalogEntry]) -> dict[str, tuple[str | None, str | None]]:
     """Each cataloged view's recorded ``(path, reason)``, ``(None, None)`` if it has none."""
     out: dict[str, tuple[str | None, str | None]] = {}
@@ -160,28 +174,39 @@ def _status_row(
     s: ShardState,
     health: dict[str, Any],
     paths: dict[str, tuple[str | None, str | None]],
-    served: set[str],
+    cataloged: tuple[set[str], set[str]],
     now: int,
 ) -> dict[str, Any]:
+    """The ``status`` row of the readable shard ``shard_id``; ``cataloged`` is the names
+    the catalog records as views, and those ``timeshard serve`` created."""
     from timeshard.compute.mv_sink import DEPLOY_READER, DROPPED_OPAQUE
 
+    views, served = cataloged
     deploy = s.critical_readers.get(DEPLOY_READER)
     retain = s.critical_readers.get(RETAIN_READER)
     upper = s.upper.time
     interval = client.config.heartbeat_interval_ms
     path, reason = paths.get(shard_id, (None, None))
     status, error = _liveness(s, health.get("status"), now, interval), health.get("error")
+    again = (  # a view of timeshard serve is dropped there (`timeshard drop` refuses it)
+        "DROP it again in timeshard serve, or restart the server, which finishes it"
+        if shard_id in served
+        else f"running it again finishes it (`timeshard drop {shard_id}`)"
+    )
+    released = deploy is None and s.upper.is_empty() and shard_id in views
     if deploy is not None and deploy.opaque == DROPPED_OPAQUE:
         status = "dropped"
-        again = (  # a view of timeshard serve is dropped there (`timeshard drop` refuses it)
-            "DROP it again in timeshard serve, or restart the server, which finishes it"
-            if shard_id in served
-            else f"running it again finishes it (`timeshard drop {shard_id}`)"
-        )
         error = f"its drop began (its deploy hold is marked) and did not finish: {again}"
+    elif released:  # the drop released the deploy hold: what is left is a closed shard
+        status = "dropped"
+        error = (
+            f"its drop released its holds and did not finish: {again}"
+            if shard_id in served
+            else None
+        )
     return {
         "object": shard_id,
-        "kind": "view" if deploy else "shard",
+        "kind": "view" if deploy or released else "shard",
         "since": s.since.to_json(),
         "write_frontier": upper,
         "lag_ms": now - upper if upper is not None and upper > 10**12 else None,

@@ -210,6 +210,15 @@ class Ingestion:
     location's entries as :func:`~timeshard.catalog.read_catalog` read them
     (a pipeline reads them once for all its sources), else read here, once,
     for every check.
+
+    ``ask_topic_id``: whether the build asks the broker for the id of a KAFKA
+    source's topic that the catalog does not record yet
+    (:func:`~timeshard.catalog.record_source`), waiting for the answer. A
+    broker that is down holds the build up for the source's timeout; without
+    it, the first step that reaches the broker learns the id and records it
+    before the source binds any offset (:meth:`_record_learned`), which keeps
+    the same guarantees. A pipeline builds its sources so: a broker that is down
+    is a fault of its sources, and must not hold up the start of the others.
     """
 
     def __init__(
@@ -225,6 +234,7 @@ class Ingestion:
         clock: Callable[[], int] | None = None,
         retain_history_ms: int | None = None,
         catalog: Sequence[CatalogEntry] | None = None,
+        ask_topic_id: bool = True,
     ) -> None:
         self.spark = spark
         self.client = client
@@ -263,7 +273,12 @@ class Ingestion:
         self._released = False
         try:
             exported = {sub: export.shard for sub, export in self.exports.items()}
-            record_source(client, self.output, source, self._envelopes, exported)
+            if ask_topic_id:
+                record_source(client, self.output, source, self._envelopes, exported)
+            else:  # as recorded: an id not known yet is learned by a step
+                Catalog(client).record(
+                    source_entries(self.output, source, self._envelopes, exported)
+                )
             #: A KAFKA source whose topic id the broker could not tell at the recording
             #: (the topic not made yet, the broker unreachable): recorded again once known.
             self._topic_unrecorded = getattr(source, "topic_id", "") is None

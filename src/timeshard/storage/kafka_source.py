@@ -77,8 +77,12 @@ records it when the ingestion is first built, asking the broker then
 recorded id (:meth:`KafkaSource.pin_recorded`). ``upper`` raises
 SourceUnavailable (definite) once the topic has another id, also when it was
 made again while no process ran: the offsets bound are the old topic's, and
-the new topic's records are never read from them, whatever their number. A
-broker with no topic ids (all zero) is not checked. If the broker could not
+the new topic's records are never read from them, whatever their number. So is
+a topic of the same name on another cluster (``bootstrap_servers`` may name
+other brokers of the same cluster only): its offsets are its own, and the
+message names both causes and says to declare the topic as a source of
+another name, which binds its offsets anew. A broker with no topic ids (all
+zero) is not checked. If the broker could not
 tell the id at the first build (unreachable, or the topic not created yet),
 or the source was recorded before ids were, the first ``upper`` takes the id
 it finds, in memory, and the next build records it: until then a topic made
@@ -512,8 +516,12 @@ class KafkaSource:
         A topic deleted and made again under its name starts its offsets at
         0 again: the offsets bound are the old topic's, and reading on from
         them would skip the new topic's first records (or read them as the
-        old ones, once it holds as many). A broker that has no topic ids
-        (an all-zero id) is not checked.
+        old ones, once it holds as many). So does a topic of the same name on
+        another cluster (``bootstrap_servers`` changed to its brokers): its
+        offsets are its own. The message names both causes, both ids, and
+        what to do: a source of another name binds the topic's offsets anew.
+        Its first clause (up to ``;``) is what ``timeshard verify`` notes. A
+        broker that has no topic ids (an all-zero id) is not checked.
         """
         found = self._current_topic_id()
         if found is None:
@@ -522,9 +530,13 @@ class KafkaSource:
             self._topic_id = found
         elif found != self._topic_id:
             raise SourceUnavailable(
-                f"Kafka topic {self.topic!r} was deleted and made again (its id was "
-                f"{self._topic_id}, it is {found}): the offsets already bound are the old "
-                "topic's, so nothing is read; declare a new source for the new topic",
+                f"Kafka topic {self.topic!r} at {self.bootstrap_servers} has id {found}, not "
+                f"{self._topic_id}, the id of the topic whose offsets the source bound: "
+                "bootstrap_servers name another cluster (a topic of one name has an id on "
+                "each cluster), or the topic was deleted and made again, and the offsets "
+                "bound mean other records in this one, so nothing is read; to read this "
+                "topic, declare it as a source of another name (it binds offsets anew), or "
+                "set bootstrap_servers back to brokers of the cluster of the bound topic",
                 definite=True,
             )
 
