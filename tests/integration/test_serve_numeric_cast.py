@@ -327,8 +327,9 @@ def test_try_cast_of_what_no_decimal_holds_is_null(conn: Any) -> None:
 
 
 def test_a_view_s_query_keeps_spark_s_types() -> None:
-    """A materialized view's query is recorded and re-read as its shard's schema: it keeps
-    Spark's DECIMAL(10, 0) and TIMESTAMP, so a view recorded before restores as it was."""
+    """The query of a view recorded before serve typed views' queries (``stored``) keeps
+    Spark's DECIMAL(10, 0) and TIMESTAMP, its shard's schema, so it restores as it was
+    (``test_serve_view_types_spark.py``: a new view is typed as this ad-hoc query)."""
     client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
     engine = Engine(SimpleNamespace(), client, follow_s=3600)  # no Spark: resolve only
     sql = "SELECT 1.5::numeric AS x, '2024-01-02'::timestamp AS y"

@@ -76,7 +76,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,6 +153,13 @@ _OBJECT_COLUMNS = {
 _SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
 #: A source's remap shard is named ``<source>.remap``: its reclocking bindings, internal to it.
 _REMAP_SUFFIX = ".remap"
+#: The version of the typing rewrites a view's query has (:meth:`Engine.resolve` without
+#: ``stored``: an unconstrained numeric keeps its value, a timestamp has no zone, ...),
+#: recorded as ``typed`` in the statement's entry of a view serve created. A view's query
+#: is resolved again at every restore, and its shard's schema must come out the same: a
+#: change to those rewrites that types a query otherwise is a new version, and the
+#: views of the old one keep it. A view recorded without ``typed`` keeps Spark's types.
+TYPED_VIEWS = 1
 #: Per CREATE statement type: its command tag, and the kind of object it records.
 _CREATES: dict[type, tuple[str, str]] = {
     CreateSource: ("CREATE SOURCE", "source"),
@@ -374,7 +381,7 @@ class Engine:
                 self._seq = max(self._seq, seq)
             try:
                 statement = _recorded(str(entry.definition["sql"]))
-                self._create(statement, record=False, seq=seq)
+                self._create(statement, record=False, seq=seq, typed=_typed(entry.definition))
                 log.info("running %s, which another server created", entry.name)
             except SqlError as e:
                 if e.sqlstate != "42710":  # created here meanwhile: nothing to do
@@ -441,7 +448,12 @@ class Engine:
             self._seq = max(self._seq, int(entry.definition.get("seq", 0)))
             try:
                 statement = _recorded(str(entry.definition["sql"]))
-                self._create(statement, record=False, seq=int(entry.definition["seq"]))
+                self._create(
+                    statement,
+                    record=False,
+                    seq=int(entry.definition["seq"]),
+                    typed=_typed(entry.definition),
+                )
             except Exception as e:  # one bad entry must not keep the others down
                 log.error("cannot restore %s: %s", entry.name, e)
                 failures.append(f"{entry.name}: {type(e).__name__}: {e}")
@@ -654,7 +666,16 @@ class Engine:
         *,
         record: bool,
         seq: int | None = None,
+        typed: bool | None = None,
     ) -> Result:
+        """Run a CREATE: claim its name in the catalog (``record``: a client's statement;
+        else one the catalog records, restored or another server's, of sequence ``seq``).
+
+        ``typed``, for a view: its query has the typing rewrites of ad-hoc queries
+        (:meth:`resolve`), as its recorded entry says (:func:`_typed`); None for a
+        client's CREATE, which types a new view's query and records that it did, and
+        leaves a view recorded before (a run file's, taken over) as its shard is.
+        """
         tag, kind = _CREATES[type(statement)]
         with self._lock:
             if statement.name in self._dropping:
@@ -684,25 +705,29 @@ class Engine:
             if isinstance(statement, CreateView):
                 self._refuse_foreign_shard(statement.name, record=record)
             self._refuse_canceled()
+            # A view recorded before (a run file's, taken over) keeps its entry and holds
+            # if this CREATE fails; one this CREATE records is undone.
+            view_before = isinstance(statement, CreateView) and self._view_recorded(statement.name)
+            if isinstance(statement, CreateView) and typed is None:
+                typed = not view_before  # a view taken over keeps its shard's schema
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
             if record:
                 claim = {"sql": statement.sql, "seq": seq, "object": kind}
+                if typed:
+                    claim["typed"] = TYPED_VIEWS
                 if self._catalog.claim_statement(statement.name, claim) is not None:
                     if statement.if_not_exists:
                         return Result([], [], tag)
                     raise SqlError(
                         f"{statement.name!r} already exists (created by another server)", "42710"
                     )
-            # A view recorded before (a run file's, taken over) keeps its entry and holds
-            # if this CREATE fails; one this CREATE records is undone.
-            view_before = isinstance(statement, CreateView) and self._view_recorded(statement.name)
             try:
                 if isinstance(statement, CreateSource):
                     obj = self._create_source(statement, seq, undo=claim is not None)
                 elif isinstance(statement, CreateView):
-                    obj = self._create_view(statement, seq)
+                    obj = self._create_view(statement, seq, typed=bool(typed))
                 else:
                     obj = self._create_sink(statement, seq)
                 self._refuse_dropped_inputs(obj)
@@ -977,13 +1002,16 @@ class Engine:
                 "0A000",
             )
 
-    def _create_view(self, statement: CreateView, seq: int) -> _Object:
+    def _create_view(self, statement: CreateView, seq: int, *, typed: bool) -> _Object:
+        """Install the view of ``statement``; ``typed``: its query is typed as an ad-hoc
+        query is (see :meth:`_create`), else it keeps Spark's types (a view recorded
+        before :data:`TYPED_VIEWS` was, or a run file's)."""
         from timeshard.compute import MaterializedView, ViewDefinition
         from timeshard.spec import parse_duration
 
         if statement.name in self._shards_of_objects():
             raise SqlError(f"{statement.name!r} is a shard of another object", "42710")
-        spark_sql, inputs = self.resolve(statement.query, stored=True)
+        spark_sql, inputs = self.resolve(statement.query, stored=not typed)
         if not inputs:
             raise SqlError("a materialized view must read at least one source or view", "22023")
         for shard in inputs.values():
@@ -1229,8 +1257,9 @@ class Engine:
         A query's result is typed as PostgreSQL types it where Spark's differs (a date
         moved by an interval, :func:`_dates_moved_by_intervals`; an unconstrained numeric,
         :func:`_numeric_casts`; a timestamp without time zone, :func:`_naive_timestamps`)
-        unless ``stored``: a view's query, whose columns are its shard's, keeps Spark's
-        types, so a view recorded before keeps the schema its shard holds.
+        unless ``stored``: the query of a view recorded before serve typed views' queries
+        (:data:`TYPED_VIEWS`), or of a run file's view, keeps Spark's types, the schema
+        its shard holds.
 
         A table name is a shard's id: ``kv``, ``auction.bids`` or ``"auction.bids"``.
         ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).
@@ -1553,6 +1582,22 @@ _SHOWN: dict[str, tuple[str, list[str], Callable[[_Object], tuple[Any, ...]]]] =
 
 def _type_of(obj: _Object | None, kind: str) -> str:
     return kind if obj is None else _KIND_NAMES[obj.kind]
+
+
+def _typed(definition: Mapping[str, Any]) -> bool:
+    """Whether a recorded CREATE's view has the typing rewrites (:data:`TYPED_VIEWS`).
+
+    CorruptState (an entry this server cannot read) for a version it does not know: a
+    newer server's view, whose query it would type otherwise."""
+    typed = definition.get("typed")
+    if typed is None:
+        return False
+    if typed != TYPED_VIEWS:
+        raise CorruptState(
+            f"the view's typing rewrites are version {typed!r}; this server has "
+            f"{TYPED_VIEWS} (a newer server recorded it)"
+        )
+    return True
 
 
 def _recorded(sql: str) -> CreateSource | CreateView | CreateSink:
