@@ -36,8 +36,9 @@ Invariants:
    meanwhile, and a view or export that reads a shard it would write, which the
    location does not have yet, waits for it. A KAFKA source's build does not
    ask its broker for its topic's id, which a broker that is down would make
-   it wait for, source after source: its first step that reaches the broker
-   learns the id and records it before binding an offset (``ask_topic_id`` of
+   it wait for, source after source (its first step still asks, once): the
+   first step that reaches the broker learns the id and records it before
+   binding an offset (``ask_topic_id`` of
    :class:`~timeshard.storage.ingest.Ingestion`). Once it builds, it is checked as
    at the start. A refusal, or a shard's state that does not decode
    (CorruptState), ends the run, at the start as later: retrying cannot help.

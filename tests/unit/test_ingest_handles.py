@@ -61,7 +61,7 @@ def fail(*args: object, **kwargs: object) -> None:
 @pytest.mark.parametrize(
     "where",
     [
-        (ingest_module, "record_source"),  # every output and the remap are open
+        (ingest_module.Ingestion, "_record_keeping_topic_id"),  # every output, the remap open
         (reclock_module.Remap, "sync"),  # the outputs are open, the remap's handles too
     ],
 )

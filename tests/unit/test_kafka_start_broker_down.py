@@ -122,3 +122,27 @@ def test_a_start_with_the_broker_down_waits_on_it_once_per_source_tick_not_for_t
         assert recorded_topic_id(client, source) == TOPIC_ID
         assert client.state(f"{source}.remap").upper.time  # a binding, minted after it
     pipeline.close()
+
+
+@pytest.mark.usefixtures("silent_broker")
+def test_a_build_from_a_catalog_read_before_another_instance_recorded_the_id_keeps_it(
+    tmp_path: Path,
+) -> None:
+    """Two instances of one source: the second read the catalog before the first recorded
+    the topic's id, and builds with the broker down. Before: its record of the source
+    (no id) replaced the entry, erasing the id, so a topic made again later would be taken
+    for the source's own. Now the recorded id is kept, and the second is held to it."""
+    from timeshard.spec import build_source
+    from timeshard.storage.ingest import Ingestion
+
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    Broker.up = True
+    first = Ingestion(None, client, build_source(kafka("orders")))  # asks, and records it
+    assert recorded_topic_id(client, "orders") == TOPIC_ID
+
+    Broker.up = False
+    second = build_source(kafka("orders"))
+    Ingestion(None, client, second, catalog=[], ask_topic_id=False)  # a stale read: no id
+    assert recorded_topic_id(client, "orders") == TOPIC_ID
+    assert second.topic_id == TOPIC_ID  # held to it: another id found later is refused
+    first.close()

@@ -56,7 +56,6 @@ from timeshard.catalog import (
     CatalogEntry,
     check_redeclared,
     read_catalog,
-    record_source,
     source_entries,
     stored_entry,
 )
@@ -213,12 +212,13 @@ class Ingestion:
 
     ``ask_topic_id``: whether the build asks the broker for the id of a KAFKA
     source's topic that the catalog does not record yet
-    (:func:`~timeshard.catalog.record_source`), waiting for the answer. A
-    broker that is down holds the build up for the source's timeout; without
-    it, the first step that reaches the broker learns the id and records it
-    before the source binds any offset (:meth:`_record_learned`), which keeps
-    the same guarantees. A pipeline builds its sources so: a broker that is down
-    is a fault of its sources, and must not hold up the start of the others.
+    (``KafkaSource.find_topic_id``), waiting for the answer. A broker that is
+    down holds the build up for the source's timeout; without it, the first
+    step that reaches the broker learns the id and records it before the
+    source binds any offset (:meth:`_record_learned`), which keeps the same
+    guarantees. A pipeline builds its sources so (its first steps still ask,
+    once each). Either way an id the catalog records is never erased nor
+    replaced (:meth:`_record_keeping_topic_id`).
     """
 
     def __init__(
@@ -272,13 +272,10 @@ class Ingestion:
         #: The handles were released by a reopen that failed: the next step opens them.
         self._released = False
         try:
-            exported = {sub: export.shard for sub, export in self.exports.items()}
-            if ask_topic_id:
-                record_source(client, self.output, source, self._envelopes, exported)
-            else:  # as recorded: an id not known yet is learned by a step
-                Catalog(client).record(
-                    source_entries(self.output, source, self._envelopes, exported)
-                )
+            find = getattr(source, "find_topic_id", None)
+            if ask_topic_id and find is not None:
+                find()  # recorded before the source binds offsets; else learned by a step
+            self._record_keeping_topic_id()
             #: A KAFKA source whose topic id the broker could not tell at the recording
             #: (the topic not made yet, the broker unreachable): recorded again once known.
             self._topic_unrecorded = getattr(source, "topic_id", "") is None
@@ -437,27 +434,33 @@ class Ingestion:
         (definite) before it binds anything."""
         if not self._topic_unrecorded or getattr(self.source, "topic_id", None) is None:
             return
+        self._record_keeping_topic_id()
+        self._topic_unrecorded = False
+        self.source.upper()  # held to the recorded id: another one is refused (definite)
+
+    def _record_keeping_topic_id(self) -> None:
+        """Record the source and its exports (one compare-and-set of the catalog), except
+        a KAFKA topic id recorded already: the stored entry is kept whole where it has one
+        and this source's differs (None: not known here yet, as with a catalog read before
+        another instance recorded it; or another id), and the source is then held to the
+        stored id (``pin_recorded``). So an id recorded is never erased nor replaced, by a
+        build or a step of any instance."""
         exported = {sub: export.shard for sub, export in self.exports.items()}
 
         def kept(stored: CatalogEntry, new: CatalogEntry) -> bool:
-            options = stored.definition.get("options")
-            recorded = options.get("topic_id") if isinstance(options, dict) else None
             if stored.definition == new.definition:
                 return True
-            return stored.kind == "source" and isinstance(recorded, str) and bool(recorded)
+            (recorded, topic), (mine, my_topic) = (_topic_of(e) for e in (stored, new))
+            return bool(recorded) and topic == my_topic and recorded != mine
 
         entries = source_entries(self.output, self.source, self._envelopes, exported)
         Catalog(self.client).record(entries, same=kept)
-        stored = stored_entry(self.client, self.output, "source")
         pin = getattr(self.source, "pin_recorded", None)
-        if (
-            pin is not None
-            and stored is not None
-            and isinstance(stored.definition.get("options"), dict)
-        ):
+        if pin is None:
+            return
+        stored = stored_entry(self.client, self.output, "source")
+        if stored is not None and isinstance(stored.definition.get("options"), dict):
             pin(stored.definition["options"])
-        self._topic_unrecorded = False
-        self.source.upper()  # held to the recorded id: another one is refused (definite)
 
     def _holds_error(self) -> str | None:
         """The failures of the since holds that could not move (tried again later)."""
@@ -603,6 +606,14 @@ def _changes_upserted(shard: str) -> InvalidUsage:
         "insertions and retractions), and UPSERT takes commands, the last value per key: a "
         "retraction would read as an upsert of the row it retracts; use the NONE envelope"
     )
+
+
+def _topic_of(entry: CatalogEntry) -> tuple[Any, Any]:
+    """The KAFKA topic id and topic a source's catalog entry records (None if none)."""
+    options = entry.definition.get("options")
+    if entry.kind != "source" or not isinstance(options, dict):
+        return None, None
+    return options.get("topic_id"), options.get("topic")
 
 
 def _release(exports: Iterable[Export], remap: Remap | None) -> None:
