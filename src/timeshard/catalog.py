@@ -36,8 +36,9 @@ Definitions:
   ``columns`` as ``[name, type name]`` pairs and ``avro_schema``; a KAFKA
   source's constructor arguments, its key and value columns as such pairs, and
   ``topic_id``: its topic's id when the source was first built, asked of the
-  broker by :func:`record_source` (null if it could not tell), which a later
-  build keeps: see
+  broker then (null if it could not tell, or not asked: a pipeline's build
+  leaves it to the source's first step), recorded once known and never
+  erased nor replaced: see
   :meth:`~timeshard.storage.kafka_source.KafkaSource.pin_recorded`; a
   POSTGRES source's ``name``, ``dsn`` *without its password*,
   ``publication``, ``slot``, ``tables``, ``table_oids`` (subsource ->
@@ -57,7 +58,11 @@ Definitions:
 * ``statement``: the SQL that created an object of ``timeshard serve``
   (:mod:`timeshard.server.engine`): ``sql`` (its CREATE statement),
   ``seq`` (the order of creation, in which a restarted server replays them)
-  and ``object`` (``source`` | ``view``). DROP deletes the row. The object
+  and ``object`` (``source`` | ``view``); a view's has ``typed`` (the version
+  of the typing rewrites its query has, :data:`~timeshard.server.engine.TYPED_VIEWS`)
+  if serve typed it: a server older than that field resolves such a view's
+  query untyped, so a location with typed views is served by servers that
+  know it. DROP deletes the row. The object
   itself is also recorded under its own kind, as any view or source is.
 
 Invariants:
@@ -760,6 +765,8 @@ def record_source(
     A KAFKA source is asked for its topic's id first, if none is recorded
     (:meth:`~timeshard.storage.kafka_source.KafkaSource.find_topic_id`): so the
     id is recorded before the source binds offsets, and a restart compares with it.
+    The entries replace the stored ones as they are: an ``Ingestion`` records through
+    its own compare-and-set instead, which never replaces a recorded topic id.
     """
     from timeshard.storage.kafka_source import KafkaSource
 

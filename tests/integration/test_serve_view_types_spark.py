@@ -99,3 +99,19 @@ def test_a_view_recorded_before_views_were_typed_keeps_spark_s_types(
         assert not more
         assert (dn, fn) == (D("10"), D("3"))  # Spark's DECIMAL(10, 0) rounds
         assert tn.tzinfo is not None  # Spark's TIMESTAMP: an instant
+
+
+def test_a_create_again_of_a_typed_view_whose_entry_stayed_takes_it_typed(
+    spark: SparkSession, client: PersistClient
+) -> None:
+    """A typed CREATE that failed once its view was recorded, and whose undo could not
+    forget the view's entry, leaves the entry and the typed shard. Before: its retry took
+    the entry for a run file's view and resolved the query untyped, which the shard's
+    schema refused ("exists with schema"), for good. Now it is typed, as the entry is."""
+    with served(spark, client) as conn:
+        conn.execute(f"CREATE MATERIALIZED VIEW v AS {QUERY}")
+        assert rows(conn, "SELECT dn, fn, tn FROM v") == [TYPED]
+    Catalog(client).forget_statement("v")  # the CREATE's claim given back; the entry stays
+    with served(spark, client) as conn:
+        conn.execute(f"CREATE MATERIALIZED VIEW v AS {QUERY}")
+        assert rows(conn, "SELECT dn, fn, tn FROM v") == [TYPED]

@@ -707,9 +707,17 @@ class Engine:
             self._refuse_canceled()
             # A view recorded before (a run file's, taken over) keeps its entry and holds
             # if this CREATE fails; one this CREATE records is undone.
-            view_before = isinstance(statement, CreateView) and self._view_recorded(statement.name)
+            before = (
+                self._recorded_view_sql(statement.name)
+                if isinstance(statement, CreateView)
+                else None
+            )
+            view_before = isinstance(statement, CreateView) and before is not None
             if isinstance(statement, CreateView) and typed is None:
-                typed = not view_before  # a view taken over keeps its shard's schema
+                # A view taken over keeps the query its shard was made by: typed if that
+                # is this query typed (a CREATE of this server's that failed once it was
+                # recorded), else Spark's types (a run file's view, or one from before).
+                typed = before is None or before == self.resolve(statement.query)[0]
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
@@ -810,8 +818,12 @@ class Engine:
                 log.warning("closing %s, whose CREATE was canceled: %s", obj.name, e)
         raise SqlError("canceling statement due to user request", "57014")
 
-    def _view_recorded(self, name: str) -> bool:
-        return any(e.name == name and e.kind == "view" for e in read_catalog(self.client))
+    def _recorded_view_sql(self, name: str) -> str | None:
+        """The Spark SQL of the view ``name`` the catalog records, None if it records none."""
+        for e in read_catalog(self.client):
+            if e.name == name and e.kind == "view":
+                return str(e.definition.get("sql"))
+        return None
 
     def _undo_view(self, name: str) -> None:
         """Undo what a failed CREATE of the view ``name`` did to the location, as far as

@@ -439,12 +439,13 @@ class Ingestion:
         self.source.upper()  # held to the recorded id: another one is refused (definite)
 
     def _record_keeping_topic_id(self) -> None:
-        """Record the source and its exports (one compare-and-set of the catalog), except
-        a KAFKA topic id recorded already: the stored entry is kept whole where it has one
-        and this source's differs (None: not known here yet, as with a catalog read before
-        another instance recorded it; or another id), and the source is then held to the
-        stored id (``pin_recorded``). So an id recorded is never erased nor replaced, by a
-        build or a step of any instance."""
+        """Record the source and its exports (one compare-and-set of the catalog), never
+        erasing nor replacing a KAFKA topic id recorded already, by a build or a step of
+        any instance: the source is held to the stored id first (``pin_recorded``: the
+        catalog read again, as another instance may have recorded it since the build's
+        read), so its entry carries it; if one is recorded between that read and the
+        compare-and-set, the stored source entry is kept whole where its id differs from
+        this source's (None, or another id), and the source is held to it after."""
         exported = {sub: export.shard for sub, export in self.exports.items()}
 
         def kept(stored: CatalogEntry, new: CatalogEntry) -> bool:
@@ -453,14 +454,23 @@ class Ingestion:
             (recorded, topic), (mine, my_topic) = (_topic_of(e) for e in (stored, new))
             return bool(recorded) and topic == my_topic and recorded != mine
 
+        pin = getattr(self.source, "pin_recorded", None)
+        if getattr(self.source, "find_topic_id", None) is None or pin is None:
+            pin = None  # no topic id: recorded as it is (a POSTGRES source pins at its build)
+
+        def pin_stored() -> None:
+            if pin is None:
+                return
+            stored = stored_entry(self.client, self.output, "source")
+            if stored is not None and isinstance(stored.definition.get("options"), dict):
+                pin(stored.definition["options"])
+
+        # Held first to an id recorded since the build's catalog read, so that its entries
+        # carry it whole (exports too); ``kept`` guards the moment between the two.
+        pin_stored()
         entries = source_entries(self.output, self.source, self._envelopes, exported)
         Catalog(self.client).record(entries, same=kept)
-        pin = getattr(self.source, "pin_recorded", None)
-        if pin is None:
-            return
-        stored = stored_entry(self.client, self.output, "source")
-        if stored is not None and isinstance(stored.definition.get("options"), dict):
-            pin(stored.definition["options"])
+        pin_stored()
 
     def _holds_error(self) -> str | None:
         """The failures of the since holds that could not move (tried again later)."""

@@ -72,9 +72,10 @@ source first read the partition was never the source's (``from_earliest``;
 
 A topic deleted and made again under its name starts its offsets at 0 again.
 The source binds offsets of one topic id (Kafka's topic UUID): the catalog
-records it when the ingestion is first built, asking the broker then
-(:func:`~timeshard.catalog.record_source`), and a restart is held to the
-recorded id (:meth:`KafkaSource.pin_recorded`). ``upper`` raises
+records it when the ingestion is first built, asking the broker then (a
+pipeline's build does not ask: its first step that reaches the broker records
+it, before binding an offset), and a restart is held to the recorded id
+(:meth:`KafkaSource.pin_recorded`); a recorded id is never erased nor replaced. ``upper`` raises
 SourceUnavailable (definite) once the topic has another id, also when it was
 made again while no process ran: the offsets bound are the old topic's, and
 the new topic's records are never read from them, whatever their number. So is
