@@ -1,0 +1,82 @@
+"""The rewrite of a quotient of integers, as Spark SQL text (no Spark).
+
+``tests/integration/test_serve_postgres_arithmetic.py`` runs the rewritten queries on Spark
+and against PostgreSQL; these pin which operands are integers as PostgreSQL types them,
+and that a shard's columns are read once, and only where a type is wanted.
+"""
+
+from __future__ import annotations
+
+import sqlglot
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from timeshard.server.dialect import DIALECT
+from timeshard.server.query_rewrites import _numeric_casts
+
+COLUMNS = {
+    "t": {"i": "INT", "s": "SMALLINT", "y": "TINYINT", "b": "BIGINT", "x": "DOUBLE", "r": "REAL"},
+    "u": {"d": "DECIMAL(10, 3)"},
+}
+
+
+def rewritten(sql: str, reads: list[str] | None = None) -> str:
+    """``sql`` as :func:`_numeric_casts` rewrites it; each relation whose columns it asks
+    for is appended to ``reads``."""
+    asked = [] if reads is None else reads
+
+    def columns_of(name: str) -> dict[str, str] | None:
+        asked.append(name)
+        return COLUMNS.get(name)
+
+    tree = normalize_identifiers(sqlglot.parse_one(sql, read=DIALECT), dialect=DIALECT)
+    _numeric_casts(tree, columns_of)
+    return tree.sql("spark")
+
+
+def test_a_quotient_of_integers_is_their_integer_quotient_of_the_wider_type() -> None:
+    """(Spark's ``/`` divided them as doubles: ``7 / 2`` was 3.5.)"""
+    assert rewritten("SELECT 7 / 2") == "SELECT CAST(7 DIV 2 AS INT)"
+    assert rewritten("SELECT -7 / 2") == "SELECT CAST(-7 DIV 2 AS INT)"
+    assert rewritten("SELECT 7 / 2 / 2") == "SELECT CAST(CAST(7 DIV 2 AS INT) DIV 2 AS INT)"
+    assert rewritten("SELECT 3000000000 / 2") == "SELECT CAST(3000000000 DIV 2 AS BIGINT)"
+    assert rewritten("SELECT s / y FROM t") == "SELECT CAST(s DIV y AS SMALLINT) FROM t"
+    assert rewritten("SELECT b / i FROM t") == "SELECT CAST(b DIV i AS BIGINT) FROM t"
+    assert rewritten("SELECT (i + 1) / (s - 1) FROM t") == (
+        "SELECT CAST((i + 1) DIV (s - 1) AS INT) FROM t"
+    )
+    assert rewritten("SELECT sum(i) / count(*) FROM t") == (
+        "SELECT CAST(SUM(i) DIV COUNT(*) AS BIGINT) FROM t"
+    )
+    assert rewritten("SELECT (SELECT max(i) FROM t) / 2") == (
+        "SELECT CAST((SELECT MAX(i) FROM t) DIV 2 AS INT)"
+    )
+    # It is an integer to a numeric cast of it: PostgreSQL's (7 / 2)::numeric is 3.
+    assert rewritten("SELECT (7 / 2)::numeric") == (
+        "SELECT CAST((CAST(7 DIV 2 AS INT)) AS DECIMAL(10, 0))"
+    )
+
+
+def test_a_quotient_with_a_side_postgresql_types_as_no_integer_stays_spark_s() -> None:
+    """A float, a numeric (``2.0``, ``1e3``, a ``sum`` of bigints, an ``avg``) or a type not
+    known here (a CTE's column)."""
+    for sql in (
+        "SELECT x / 2 FROM t",
+        "SELECT d / 2 FROM u",
+        "SELECT 7 / 2.0",
+        "SELECT 7 / 1e3",
+        "SELECT sum(b) / 2 FROM t",
+        "SELECT avg(i) / 2 FROM t",
+        "WITH c AS (SELECT 7 AS n) SELECT n / 2 FROM c",
+    ):
+        assert "DIV" not in rewritten(sql), sql
+    assert rewritten("SELECT 1::numeric / 3") == (
+        "SELECT CAST(1 AS DECIMAL(17, 0)) / CAST(3 AS DECIMAL(17, 0))"
+    )
+
+
+def test_a_shard_s_columns_are_read_once_and_only_for_a_type_a_rewrite_wants() -> None:
+    reads: list[str] = []
+    rewritten("SELECT 7 / 2, x / 2.0, i::text FROM t", reads)
+    assert reads == []
+    rewritten("SELECT i / 2, i / s FROM t", reads)
+    assert reads == ["t"]
