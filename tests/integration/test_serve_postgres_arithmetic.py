@@ -1,7 +1,9 @@
-"""A quotient of integers answers as PostgreSQL's does.
+"""A quotient of integers and a float cast to an integer answer as PostgreSQL's do.
 
 PostgreSQL's ``/`` of two integers is an integer, truncated toward zero (``7 / 2`` is 3,
-``-7 / 2`` is -3); Spark's is a double (3.5).
+``-7 / 2`` is -3); Spark's is a double (3.5). PostgreSQL's cast of a float to an integer
+rounds half to even (``2.5::float8::int`` is 2, ``3.5::float8::int`` 4); Spark's
+truncates.
 
 The expected values are PostgreSQL 15's; :func:`test_the_answer_is_postgresql_s` asks it
 over a table of the same row, and :func:`test_postgresql_refuses_it_with_the_same_sqlstate`
@@ -92,7 +94,18 @@ QUOTIENTS = [
     ("SELECT %s::int4 / 2 AS x", [7], INT4, 3),
     ("SELECT f / 2 AS x FROM t", None, FLOAT8, 1.25),
 ]
-SAME_AS_POSTGRESQL = QUOTIENTS
+FLOAT_CASTS = [
+    ("SELECT 2.5::float8::int AS x", None, INT4, 2),
+    ("SELECT 3.5::float8::int AS x", None, INT4, 4),
+    ("SELECT (-2.7)::float8::int4 AS x", None, INT4, -3),
+    ("SELECT '2.5'::float8::int AS x", None, INT4, 2),
+    ("SELECT f::int AS x FROM t", None, INT4, 2),
+    ("SELECT CAST(f AS integer) AS x FROM t", None, INT4, 2),
+    ("SELECT r::bigint AS x FROM t", None, INT8, 4),
+    ("SELECT (f * 3)::smallint AS x FROM t", None, INT2, 8),
+    ("SELECT %s::float8::int AS x", [2.5], INT4, 2),
+]
+SAME_AS_POSTGRESQL = QUOTIENTS + FLOAT_CASTS
 
 
 @pytest.mark.parametrize("prepare", [False, True])
@@ -117,12 +130,15 @@ ERRORS = [
     ("SELECT 7 / 0 AS x", psycopg.errors.DivisionByZero),
     ("SELECT i / (s - 7) AS x FROM t", psycopg.errors.DivisionByZero),
     ("SELECT (-2147483648)::int4 / -1 AS x", psycopg.errors.NumericValueOutOfRange),
+    ("SELECT 3e9::float8::int AS x", psycopg.errors.NumericValueOutOfRange),
+    ("SELECT 'NaN'::float8::int AS x", psycopg.errors.NumericValueOutOfRange),
+    ("SELECT 32767.5::float8::int2 AS x", psycopg.errors.NumericValueOutOfRange),
 ]
 
 
 @pytest.mark.parametrize(("sql", "error"), ERRORS)
 def test_an_error_is_postgresql_s_sqlstate(conn: Any, sql: str, error: type[Exception]) -> None:
-    """(``(-2147483648)::int4 / -1`` is 2147483648, past int4.)"""
+    """(``32767.5`` rounds to 32768, past int2; Spark's truncating cast made it 32767.)"""
     with pytest.raises(error):
         answer(conn, sql, None, False)
 

@@ -1,8 +1,9 @@
-"""The rewrite of a quotient of integers, as Spark SQL text (no Spark).
+"""The rewrites of a quotient of integers and a float's cast to an integer, as Spark SQL
+text (no Spark).
 
 ``tests/integration/test_serve_postgres_arithmetic.py`` runs the rewritten queries on Spark
-and against PostgreSQL; these pin which operands are integers as PostgreSQL types them,
-and that a shard's columns are read once, and only where a type is wanted.
+and against PostgreSQL; these pin which operands are integers or floats as PostgreSQL types
+them, and that a shard's columns are read once, and only where a type is wanted.
 """
 
 from __future__ import annotations
@@ -74,9 +75,29 @@ def test_a_quotient_with_a_side_postgresql_types_as_no_integer_stays_spark_s() -
     )
 
 
+def test_a_float_s_cast_to_an_integer_rounds_half_to_even_first() -> None:
+    """(Spark's cast truncates: ``2.7::float8::int`` was 2, PostgreSQL's rint gives 3.)"""
+    assert rewritten("SELECT 2.5::float8::int") == "SELECT CAST(RINT(CAST(2.5 AS DOUBLE)) AS INT)"
+    assert rewritten("SELECT '2.5'::float8::int") == (
+        "SELECT CAST(RINT(CAST('2.5' AS DOUBLE)) AS INT)"
+    )
+    assert rewritten("SELECT x::bigint, r::smallint FROM t") == (
+        "SELECT CAST(RINT(x) AS BIGINT), CAST(RINT(r) AS SMALLINT) FROM t"
+    )
+    assert rewritten("SELECT (x * 2)::int FROM t") == "SELECT CAST(RINT((x * 2)) AS INT) FROM t"
+    assert rewritten("SELECT i::bigint FROM t") == "SELECT CAST(i AS BIGINT) FROM t"
+    # A numeric keeps its rounding half away from zero; a float cast of one is a float.
+    assert rewritten("SELECT 1.5::numeric::int") == (
+        "SELECT CAST(ROUND(CAST(1.5 AS DECIMAL(2, 1)), 0) AS INT)"
+    )
+    assert rewritten("SELECT 1.5::numeric::float8::int") == (
+        "SELECT CAST(RINT(CAST(CAST(1.5 AS DECIMAL(2, 1)) AS DOUBLE)) AS INT)"
+    )
+
+
 def test_a_shard_s_columns_are_read_once_and_only_for_a_type_a_rewrite_wants() -> None:
     reads: list[str] = []
     rewritten("SELECT 7 / 2, x / 2.0, i::text FROM t", reads)
     assert reads == []
-    rewritten("SELECT i / 2, i / s FROM t", reads)
+    rewritten("SELECT i / 2, x::int, i / s FROM t", reads)
     assert reads == ["t"]

@@ -297,16 +297,17 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     :func:`~timeshard.server.parameter_types.arrow_columns` names them), a literal, a
     cast, or ``+ - * / %``, ``-``, ``count``, ``sum``, ``avg``, ``min``, ``max``, ``abs``
     of known types, as Spark types them (:func:`_spark_type`); ``columns_of`` is asked
-    only if a cast's operand has a column, or a ``/`` needs a column's type
-    (:func:`_typed_by_columns`), once for each relation.
+    only if a cast's operand has a column, or a ``/`` or a cast to an integer type needs
+    a column's type (:func:`_typed_by_columns`), once for each relation.
 
     A literal (or bound value) of more than 38 digits, or a float literal's NaN or
     infinity, is SqlError 22003 (no DECIMAL holds it); a DECIMAL(38, 18) past its 20
     integer digits is Spark's 22003. A ``TRY_CAST`` (Spark's) is NULL for them. A bare
     DECIMAL inside a cast's array, map or struct type is DECIMAL(38, 18).
 
-    Before them, a quotient of integers is an integer (:func:`_integer_quotients`), as
-    PostgreSQL answers it: it is here to share the one read of each shard's columns.
+    Before them, a quotient of integers is an integer (:func:`_integer_quotients`) and a
+    float's cast to an integer rounds (:func:`_float_casts_to_integers`), as PostgreSQL
+    answers them: both are here to share the one read of each shard's columns.
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -326,6 +327,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree):
         columns = _shard_column_types(tree, columns_of)
     _integer_quotients(tree, columns)
+    _float_casts_to_integers(tree, columns)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     if not casts:
         return
@@ -382,16 +384,35 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             quotient.this.set("expression", div.expression)
 
 
+def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """A cast of a float8 or float4 (:func:`_postgres_type`) to an integer type rounds it
+    to the nearest integer, half to even, before Spark's cast truncates it: PostgreSQL's
+    cast is ``rint`` (``2.5::float8::int`` is 2, ``3.5::float8::int`` 4,
+    ``(-2.7)::float8::int`` -3), Spark's truncates (2, 3, -2). Spark's ``rint`` is the
+    same function; a value past the type's range, NaN or an infinity is Spark's cast
+    error 22003, as PostgreSQL's "integer out of range". (PostgreSQL refuses
+    ``2.0 ** 63`` as a bigint; Spark's cast makes it the greatest bigint.)"""
+    for cast in list(tree.find_all(exp.Cast)):
+        operand = cast.this
+        if cast.to.this in _INTEGER_DIGITS and _postgres_type(operand, columns) in _FLOAT_DIGITS:
+            rounded = exp.Anonymous(this="rint", expressions=[])
+            operand.replace(rounded)  # moved, not copied: ``columns`` holds its columns
+            rounded.set("expressions", [operand])
+
+
 def _typed_by_columns(tree: exp.Expr) -> bool:
-    """Whether :func:`_integer_quotients` needs the type of a column of ``tree``
-    (:func:`_shard_column_types`): a ``/`` none of whose sides is known to be no integer,
-    with a column whose type the rest does not tell."""
+    """Whether :func:`_integer_quotients` or :func:`_float_casts_to_integers` need the type
+    of a column of ``tree`` (:func:`_shard_column_types`): a ``/`` none of whose sides is
+    known to be no integer, or a cast to an integer type, with a column whose type the
+    rest does not tell."""
     for node in tree.find_all(exp.Div, exp.Cast):
         if isinstance(node, exp.Div):
             sides = [node.this, node.expression]
             kinds = [_postgres_type(side, {}) for side in sides]
             if any(k is not None and k not in _POSTGRES_INTEGERS for k in kinds):
                 continue
+        elif isinstance(node, exp.Cast) and node.to.this in _INTEGER_DIGITS:
+            sides = [node.this]
         else:
             continue
         if any(_postgres_type(s, {}) is None and s.find(exp.Column) for s in sides):
