@@ -1,5 +1,5 @@
-"""The rewrites of a quotient of integers and a float's cast to an integer, as Spark SQL
-text (no Spark).
+"""The rewrites of a quotient of integers, a float's cast to an integer and a typed interval
+literal, as Spark SQL text (no Spark).
 
 ``tests/integration/test_serve_postgres_arithmetic.py`` runs the rewritten queries on Spark
 and against PostgreSQL; these pin which operands are integers or floats as PostgreSQL types
@@ -8,10 +8,16 @@ them, and that a shard's columns are read once, and only where a type is wanted.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import sqlglot
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
+from timeshard.location import Location
+from timeshard.location.memory import MemoryBlob, MemoryConsensus
+from timeshard.persist import PersistClient
 from timeshard.server.dialect import DIALECT
+from timeshard.server.engine import Engine
 from timeshard.server.query_rewrites import _numeric_casts
 
 COLUMNS = {
@@ -101,3 +107,31 @@ def test_a_shard_s_columns_are_read_once_and_only_for_a_type_a_rewrite_wants() -
     assert reads == []
     rewritten("SELECT i / 2, x::int, i / s FROM t", reads)
     assert reads == ["t"]
+
+
+def test_a_typed_interval_literal_left_whole_is_postgresql_s_interval() -> None:
+    """(Spark's parser refused ``INTERVAL '03:04:05'`` with no unit: 42604.)"""
+    assert rewritten("SELECT interval '03:04:05'") == (
+        "SELECT INTERVAL '0 03:04:05.000000' DAY TO SECOND"
+    )
+    assert rewritten("SELECT interval '1 03:04:05'") == (
+        "SELECT INTERVAL '1 03:04:05.000000' DAY TO SECOND"
+    )
+    assert rewritten("SELECT interval '1' day, interval '2 hours'") == (
+        "SELECT INTERVAL '1' DAY, INTERVAL '2' HOURS"
+    )
+
+
+def test_a_view_s_query_keeps_spark_s_quotients_casts_and_intervals() -> None:
+    """A materialized view's query is recorded and re-read as its shard's schema: a view
+    recorded before these rewrites restores as it was."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)  # no Spark: resolve only
+    sql = "SELECT 7 / 2 AS q, 2.5::float8::int AS n, interval '1 mon 2 days' AS i"
+    assert engine.resolve(sql, stored=True)[0] == (
+        "SELECT 7 / 2 AS q, CAST(CAST(2.5 AS DOUBLE) AS INT) AS n, INTERVAL '1 mon 2 days' AS i"
+    )
+    assert engine.resolve(sql)[0] == (
+        "SELECT CAST(7 DIV 2 AS INT) AS q, CAST(RINT(CAST(2.5 AS DOUBLE)) AS INT) AS n, "
+        "MAKE_INTERVAL(0, 1, 0, 2, 0, 0, CAST('0.000000' AS DECIMAL(18, 6))) AS i"
+    )

@@ -140,6 +140,24 @@ def _interval_casts(tree: exp.Expr) -> None:
                 cast.replace(_null_interval())
 
 
+def _interval_literals(tree: exp.Expr) -> None:
+    """A typed interval literal whose text sqlglot's reader left whole (``interval
+    '03:04:05'``, ``interval '1 03:04:05'``, ``interval '1 mon 2 days'``: no unit after
+    the text, none taken from it) is the value PostgreSQL's interval input reads
+    (:func:`_interval_value`), as its cast (``'03:04:05'::interval``) is: Spark's parser
+    refused the first two (42604) and made the third a calendar interval, which PySpark
+    cannot collect. A literal with its unit (``interval '1' day``, ``interval '2 hours'``,
+    read as ``'2'`` and ``HOURS``) is Spark's as it is.
+
+    sqlglot's reader splits a text of one number and a unit and something more (``'1 day
+    03:04:05'``, ``'-1 day +02:00:00'``) into the number and the unit, and drops the
+    rest: that is lost before this sees the tree."""
+    for interval in list(tree.find_all(exp.Interval)):
+        text = _string_constant(interval.this)
+        if interval.args.get("unit") is None and text is not None:
+            interval.replace(_interval_value(text))
+
+
 def _dates_moved_by_intervals(tree: exp.Expr) -> None:
     """A date plus or minus an interval (``DATE '2026-01-01' + INTERVAL '1 day'``, a bound
     ``CAST('2026-01-01' AS DATE) + $1``, ``INTERVAL '1' HOUR + CURRENT_DATE``) is that
@@ -318,6 +336,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     PostgreSQL, one column's here, so a double or a string cast to numeric shows 18
     digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
     are rounded, and values past 10**20 are refused (22003)."""
+    _interval_literals(tree)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
