@@ -140,6 +140,24 @@ def _interval_casts(tree: exp.Expr) -> None:
                 cast.replace(_null_interval())
 
 
+def _interval_literals(tree: exp.Expr) -> None:
+    """A typed interval literal whose text sqlglot's reader left whole (``interval
+    '03:04:05'``, ``interval '1 03:04:05'``, ``interval '1 mon 2 days'``: no unit after
+    the text, none taken from it) is the value PostgreSQL's interval input reads
+    (:func:`_interval_value`), as its cast (``'03:04:05'::interval``) is: Spark's parser
+    refused the first two (42604) and made the third a calendar interval, which PySpark
+    cannot collect. A literal with its unit (``interval '1' day``, ``interval '2 hours'``,
+    read as ``'2'`` and ``HOURS``) is Spark's as it is.
+
+    sqlglot's reader splits a text of one number and a unit and something more (``'1 day
+    03:04:05'``, ``'-1 day +02:00:00'``) into the number and the unit, and drops the
+    rest: that is lost before this sees the tree."""
+    for interval in list(tree.find_all(exp.Interval)):
+        text = _string_constant(interval.this)
+        if interval.args.get("unit") is None and text is not None:
+            interval.replace(_interval_value(text))
+
+
 def _dates_moved_by_intervals(tree: exp.Expr) -> None:
     """A date plus or minus an interval (``DATE '2026-01-01' + INTERVAL '1 day'``, a bound
     ``CAST('2026-01-01' AS DATE) + $1``, ``INTERVAL '1' HOUR + CURRENT_DATE``) is that
@@ -297,12 +315,17 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     :func:`~timeshard.server.parameter_types.arrow_columns` names them), a literal, a
     cast, or ``+ - * / %``, ``-``, ``count``, ``sum``, ``avg``, ``min``, ``max``, ``abs``
     of known types, as Spark types them (:func:`_spark_type`); ``columns_of`` is asked
-    only if a cast's operand has a column, once for each relation.
+    only if a cast's operand has a column, or a ``/`` or a cast to an integer type needs
+    a column's type (:func:`_typed_by_columns`), once for each relation.
 
     A literal (or bound value) of more than 38 digits, or a float literal's NaN or
     infinity, is SqlError 22003 (no DECIMAL holds it); a DECIMAL(38, 18) past its 20
     integer digits is Spark's 22003. A ``TRY_CAST`` (Spark's) is NULL for them. A bare
     DECIMAL inside a cast's array, map or struct type is DECIMAL(38, 18).
+
+    Before them, a quotient of integers is an integer (:func:`_integer_quotients`) and a
+    float's cast to an integer rounds (:func:`_float_casts_to_integers`), as PostgreSQL
+    answers them: both are here to share the one read of each shard's columns.
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -313,16 +336,20 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     PostgreSQL, one column's here, so a double or a string cast to numeric shows 18
     digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
     are rounded, and values past 10**20 are refused (22003)."""
+    _interval_literals(tree)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
                 inner.replace(_decimal(*_WIDE))
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
+    columns: dict[int, T] = {}
+    if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree):
+        columns = _shard_column_types(tree, columns_of)
+    _integer_quotients(tree, columns)
+    _float_casts_to_integers(tree, columns)
+    casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     if not casts:
         return
-    columns: dict[int, T] = {}
-    if any(c.this.find(exp.Column) for c in casts):
-        columns = _shard_column_types(tree, columns_of)
     kinds = [_spark_type(c.this, columns) for c in casts]
     values: list[exp.Expr] = []
     for cast, kind in reversed(list(zip(casts, kinds, strict=True))):  # the inner ones first
@@ -349,6 +376,106 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
             and _spark_type(operand, columns) == T.DECIMAL
         ):
             operand.replace(exp.Round(this=operand.copy(), decimals=exp.Literal.number(0)))
+
+
+#: PostgreSQL's integer types as the Spark types of their values, narrowest first (a
+#: shard's TINYINT column is served as int2).
+_POSTGRES_INTEGERS = (T.SMALLINT, T.INT, T.BIGINT)
+
+
+def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """A ``/`` of two integers (:func:`_postgres_type`) is their integer quotient, of the
+    wider of their types: PostgreSQL's ``7 / 2`` is 3 and ``-7 / 2`` is -3 (truncated
+    toward zero), where Spark's ``/`` answers the double 3.5. Spark's ``DIV`` truncates
+    toward zero too, and answers a BIGINT, cast here to the wider type, so a quotient
+    past it (``(-32768)::int2 / -1::int2``) is Spark's 22003 as PostgreSQL's is. Its
+    division by zero is Spark's DIVIDE_BY_ZERO (22012), as its ``/`` answers it. A ``/``
+    with a numeric or a float side, or a side whose type is not known here, stays
+    Spark's. The inner ones first, so a quotient of quotients is one too."""
+    for div in reversed(list(tree.find_all(exp.Div))):
+        left = _postgres_type(div.this, columns)
+        right = _postgres_type(div.expression, columns)
+        if left in _POSTGRES_INTEGERS and right in _POSTGRES_INTEGERS:
+            wider = max(left, right, key=_POSTGRES_INTEGERS.index)
+            quotient = exp.Cast(this=exp.IntDiv(), to=exp.DataType.build(wider))
+            div.replace(quotient)  # its operands are moved, not copied: ``columns`` holds them
+            quotient.this.set("this", div.this)
+            quotient.this.set("expression", div.expression)
+
+
+def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """A cast of a float8 or float4 (:func:`_postgres_type`) to an integer type rounds it
+    to the nearest integer, half to even, before Spark's cast truncates it: PostgreSQL's
+    cast is ``rint`` (``2.5::float8::int`` is 2, ``3.5::float8::int`` 4,
+    ``(-2.7)::float8::int`` -3), Spark's truncates (2, 3, -2). Spark's ``rint`` is the
+    same function; a value past the type's range, NaN or an infinity is Spark's cast
+    error 22003, as PostgreSQL's "integer out of range". (PostgreSQL refuses
+    ``2.0 ** 63`` as a bigint; Spark's cast makes it the greatest bigint.)"""
+    for cast in list(tree.find_all(exp.Cast)):
+        operand = cast.this
+        if cast.to.this in _INTEGER_DIGITS and _postgres_type(operand, columns) in _FLOAT_DIGITS:
+            rounded = exp.Anonymous(this="rint", expressions=[])
+            operand.replace(rounded)  # moved, not copied: ``columns`` holds its columns
+            rounded.set("expressions", [operand])
+
+
+def _typed_by_columns(tree: exp.Expr) -> bool:
+    """Whether :func:`_integer_quotients` or :func:`_float_casts_to_integers` need the type
+    of a column of ``tree`` (:func:`_shard_column_types`): a ``/`` none of whose sides is
+    known to be no integer, or a cast to an integer type, with a column whose type the
+    rest does not tell."""
+    for node in tree.find_all(exp.Div, exp.Cast):
+        if isinstance(node, exp.Div):
+            sides = [node.this, node.expression]
+            kinds = [_postgres_type(side, {}) for side in sides]
+            if any(k is not None and k not in _POSTGRES_INTEGERS for k in kinds):
+                continue
+        elif isinstance(node, exp.Cast) and node.to.this in _INTEGER_DIGITS:
+            sides = [node.this]
+        else:
+            continue
+        if any(_postgres_type(s, {}) is None and s.find(exp.Column) for s in sides):
+            return True
+    return False
+
+
+def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
+    """The type PostgreSQL gives ``node``, as the Spark type of its values, where it is
+    known here: SMALLINT, INT and BIGINT for int2, int4 and int8; DOUBLE and FLOAT for
+    float8 and float4; DECIMAL for numeric; None for anything else. It is
+    :func:`_spark_type` but where PostgreSQL's rules differ: a number literal with a point
+    or an exponent is a numeric (Spark's ``1e3`` is a double), a ``sum`` of bigints a
+    numeric and an ``avg`` of integers or numerics a numeric (Spark's: a bigint, a
+    double), a quotient of integers an integer (Spark's: a double)."""
+    node = node.unnest()
+    if isinstance(node, exp.Window):
+        node = node.this
+    if isinstance(node, exp.Select):  # a scalar subquery (unnested): its one column's type
+        selected = node.expressions
+        return _postgres_type(selected[0].unalias(), columns) if len(selected) == 1 else None
+    if isinstance(node, exp.Column | exp.Cast):
+        kind = columns.get(id(node)) if isinstance(node, exp.Column) else node.to.this
+        return T.SMALLINT if kind == T.TINYINT else kind
+    if isinstance(node, exp.Literal):
+        kind = _literal_type(node)
+        return T.DECIMAL if kind == T.DOUBLE else kind
+    if isinstance(node, exp.Count):
+        return T.BIGINT
+    if isinstance(node, exp.Neg | exp.Abs | exp.Min | exp.Max | exp.Sum | exp.Avg):
+        if node.expressions:  # min(a, b), as some dialects read least(): not known here
+            return None
+        inner = _postgres_type(node.this, columns)
+        if isinstance(node, exp.Sum) and inner in _POSTGRES_INTEGERS:
+            return T.DECIMAL if inner == T.BIGINT else T.BIGINT
+        if isinstance(node, exp.Avg) and inner in (*_POSTGRES_INTEGERS, T.DECIMAL):
+            return T.DECIMAL
+        if isinstance(node, exp.Avg) and inner in _FLOAT_DIGITS:
+            return T.DOUBLE
+        return inner
+    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod | exp.Div):
+        left = _postgres_type(node.this, columns)
+        return _arithmetic_type(left, _postgres_type(node.expression, columns))
+    return None
 
 
 def _divisible(operand: exp.Expr, kind: T | None) -> exp.Expr:

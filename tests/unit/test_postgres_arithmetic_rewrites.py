@@ -1,0 +1,137 @@
+"""The rewrites of a quotient of integers, a float's cast to an integer and a typed interval
+literal, as Spark SQL text (no Spark).
+
+``tests/integration/test_serve_postgres_arithmetic.py`` runs the rewritten queries on Spark
+and against PostgreSQL; these pin which operands are integers or floats as PostgreSQL types
+them, and that a shard's columns are read once, and only where a type is wanted.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import sqlglot
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+
+from timeshard.location import Location
+from timeshard.location.memory import MemoryBlob, MemoryConsensus
+from timeshard.persist import PersistClient
+from timeshard.server.dialect import DIALECT
+from timeshard.server.engine import Engine
+from timeshard.server.query_rewrites import _numeric_casts
+
+COLUMNS = {
+    "t": {"i": "INT", "s": "SMALLINT", "y": "TINYINT", "b": "BIGINT", "x": "DOUBLE", "r": "REAL"},
+    "u": {"d": "DECIMAL(10, 3)"},
+}
+
+
+def rewritten(sql: str, reads: list[str] | None = None) -> str:
+    """``sql`` as :func:`_numeric_casts` rewrites it; each relation whose columns it asks
+    for is appended to ``reads``."""
+    asked = [] if reads is None else reads
+
+    def columns_of(name: str) -> dict[str, str] | None:
+        asked.append(name)
+        return COLUMNS.get(name)
+
+    tree = normalize_identifiers(sqlglot.parse_one(sql, read=DIALECT), dialect=DIALECT)
+    _numeric_casts(tree, columns_of)
+    return tree.sql("spark")
+
+
+def test_a_quotient_of_integers_is_their_integer_quotient_of_the_wider_type() -> None:
+    """(Spark's ``/`` divided them as doubles: ``7 / 2`` was 3.5.)"""
+    assert rewritten("SELECT 7 / 2") == "SELECT CAST(7 DIV 2 AS INT)"
+    assert rewritten("SELECT -7 / 2") == "SELECT CAST(-7 DIV 2 AS INT)"
+    assert rewritten("SELECT 7 / 2 / 2") == "SELECT CAST(CAST(7 DIV 2 AS INT) DIV 2 AS INT)"
+    assert rewritten("SELECT 3000000000 / 2") == "SELECT CAST(3000000000 DIV 2 AS BIGINT)"
+    assert rewritten("SELECT s / y FROM t") == "SELECT CAST(s DIV y AS SMALLINT) FROM t"
+    assert rewritten("SELECT b / i FROM t") == "SELECT CAST(b DIV i AS BIGINT) FROM t"
+    assert rewritten("SELECT (i + 1) / (s - 1) FROM t") == (
+        "SELECT CAST((i + 1) DIV (s - 1) AS INT) FROM t"
+    )
+    assert rewritten("SELECT sum(i) / count(*) FROM t") == (
+        "SELECT CAST(SUM(i) DIV COUNT(*) AS BIGINT) FROM t"
+    )
+    assert rewritten("SELECT (SELECT max(i) FROM t) / 2") == (
+        "SELECT CAST((SELECT MAX(i) FROM t) DIV 2 AS INT)"
+    )
+    # It is an integer to a numeric cast of it: PostgreSQL's (7 / 2)::numeric is 3.
+    assert rewritten("SELECT (7 / 2)::numeric") == (
+        "SELECT CAST((CAST(7 DIV 2 AS INT)) AS DECIMAL(10, 0))"
+    )
+
+
+def test_a_quotient_with_a_side_postgresql_types_as_no_integer_stays_spark_s() -> None:
+    """A float, a numeric (``2.0``, ``1e3``, a ``sum`` of bigints, an ``avg``) or a type not
+    known here (a CTE's column)."""
+    for sql in (
+        "SELECT x / 2 FROM t",
+        "SELECT d / 2 FROM u",
+        "SELECT 7 / 2.0",
+        "SELECT 7 / 1e3",
+        "SELECT sum(b) / 2 FROM t",
+        "SELECT avg(i) / 2 FROM t",
+        "WITH c AS (SELECT 7 AS n) SELECT n / 2 FROM c",
+    ):
+        assert "DIV" not in rewritten(sql), sql
+    assert rewritten("SELECT 1::numeric / 3") == (
+        "SELECT CAST(1 AS DECIMAL(17, 0)) / CAST(3 AS DECIMAL(17, 0))"
+    )
+
+
+def test_a_float_s_cast_to_an_integer_rounds_half_to_even_first() -> None:
+    """(Spark's cast truncates: ``2.7::float8::int`` was 2, PostgreSQL's rint gives 3.)"""
+    assert rewritten("SELECT 2.5::float8::int") == "SELECT CAST(RINT(CAST(2.5 AS DOUBLE)) AS INT)"
+    assert rewritten("SELECT '2.5'::float8::int") == (
+        "SELECT CAST(RINT(CAST('2.5' AS DOUBLE)) AS INT)"
+    )
+    assert rewritten("SELECT x::bigint, r::smallint FROM t") == (
+        "SELECT CAST(RINT(x) AS BIGINT), CAST(RINT(r) AS SMALLINT) FROM t"
+    )
+    assert rewritten("SELECT (x * 2)::int FROM t") == "SELECT CAST(RINT((x * 2)) AS INT) FROM t"
+    assert rewritten("SELECT i::bigint FROM t") == "SELECT CAST(i AS BIGINT) FROM t"
+    # A numeric keeps its rounding half away from zero; a float cast of one is a float.
+    assert rewritten("SELECT 1.5::numeric::int") == (
+        "SELECT CAST(ROUND(CAST(1.5 AS DECIMAL(2, 1)), 0) AS INT)"
+    )
+    assert rewritten("SELECT 1.5::numeric::float8::int") == (
+        "SELECT CAST(RINT(CAST(CAST(1.5 AS DECIMAL(2, 1)) AS DOUBLE)) AS INT)"
+    )
+
+
+def test_a_shard_s_columns_are_read_once_and_only_for_a_type_a_rewrite_wants() -> None:
+    reads: list[str] = []
+    rewritten("SELECT 7 / 2, x / 2.0, i::text FROM t", reads)
+    assert reads == []
+    rewritten("SELECT i / 2, x::int, i / s FROM t", reads)
+    assert reads == ["t"]
+
+
+def test_a_typed_interval_literal_left_whole_is_postgresql_s_interval() -> None:
+    """(Spark's parser refused ``INTERVAL '03:04:05'`` with no unit: 42604.)"""
+    assert rewritten("SELECT interval '03:04:05'") == (
+        "SELECT INTERVAL '0 03:04:05.000000' DAY TO SECOND"
+    )
+    assert rewritten("SELECT interval '1 03:04:05'") == (
+        "SELECT INTERVAL '1 03:04:05.000000' DAY TO SECOND"
+    )
+    assert rewritten("SELECT interval '1' day, interval '2 hours'") == (
+        "SELECT INTERVAL '1' DAY, INTERVAL '2' HOURS"
+    )
+
+
+def test_a_view_s_query_keeps_spark_s_quotients_casts_and_intervals() -> None:
+    """A materialized view's query is recorded and re-read as its shard's schema: a view
+    recorded before these rewrites restores as it was."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)  # no Spark: resolve only
+    sql = "SELECT 7 / 2 AS q, 2.5::float8::int AS n, interval '1 mon 2 days' AS i"
+    assert engine.resolve(sql, stored=True)[0] == (
+        "SELECT 7 / 2 AS q, CAST(CAST(2.5 AS DOUBLE) AS INT) AS n, INTERVAL '1 mon 2 days' AS i"
+    )
+    assert engine.resolve(sql)[0] == (
+        "SELECT CAST(7 DIV 2 AS INT) AS q, CAST(RINT(CAST(2.5 AS DOUBLE)) AS INT) AS n, "
+        "MAKE_INTERVAL(0, 1, 0, 2, 0, 0, CAST('0.000000' AS DECIMAL(18, 6))) AS i"
+    )
