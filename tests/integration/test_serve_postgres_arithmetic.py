@@ -111,24 +111,15 @@ INTERVALS = [
     ("SELECT interval '03:04:05' AS x", None, INTERVAL, HMS),
     ("SELECT interval '1 03:04:05' AS x", None, INTERVAL, HMS + datetime.timedelta(days=1)),
     ("SELECT '1 day 03:04:05'::interval AS x", None, INTERVAL, HMS + datetime.timedelta(days=1)),
-    *(
-        pytest.param(
-            sql,
-            None,
-            INTERVAL,
-            value,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="sqlglot's reader keeps '1 day' of the text and drops the rest, before "
-                "serve's rewrites see the tree: the dialect's parser must keep it whole",
-            ),
-        )
-        for sql, value in (
-            ("SELECT interval '1 day 03:04:05' AS x", HMS + datetime.timedelta(days=1)),
-            ("SELECT interval '1 day 03:04' AS x", datetime.timedelta(days=1, hours=3, minutes=4)),
-            ("SELECT interval '-1 day +02:00:00' AS x", datetime.timedelta(hours=-22)),
-        )
+    # sqlglot's reader kept '1 day' of these and dropped the rest; the dialect keeps them.
+    ("SELECT interval '1 day 03:04:05' AS x", None, INTERVAL, HMS + datetime.timedelta(days=1)),
+    (
+        "SELECT interval '1 day 03:04' AS x",
+        None,
+        INTERVAL,
+        datetime.timedelta(days=1, hours=3, minutes=4),
     ),
+    ("SELECT interval '-1 day +02:00:00' AS x", None, INTERVAL, datetime.timedelta(hours=-22)),
 ]
 SAME_AS_POSTGRESQL = QUOTIENTS + FLOAT_CASTS + INTERVALS
 

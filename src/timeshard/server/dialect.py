@@ -112,6 +112,20 @@ class ServePostgres(Postgres):
     class Parser(PostgresParser):
         FUNCTIONS: ClassVar[dict[str, Any]] = {**PostgresParser.FUNCTIONS, "MAP": _spark_map}
 
+        def _parse_interval_span(
+            self, this: exp.Expr, parse_function_unit: bool = True
+        ) -> exp.Interval:
+            # sqlglot reads '1 day 03:04:05' as '1' DAY and drops the rest: keep the text
+            # whole (no unit), for serve's rewrites to read as PostgreSQL's interval input.
+            if (
+                this is not None
+                and this.is_string
+                and len(exp.INTERVAL_STRING_RE.findall(this.name)) == 1
+                and not exp.INTERVAL_STRING_RE.fullmatch(this.name)
+            ):
+                return self.expression(exp.Interval(this=this))
+            return super()._parse_interval_span(this, parse_function_unit)
+
         def _parse_interval(
             self, require_interval: bool = True, parse_function_unit: bool = True
         ) -> exp.Add | exp.Interval | None:
