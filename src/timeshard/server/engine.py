@@ -717,7 +717,7 @@ class Engine:
                 # A view taken over keeps the query its shard was made by: typed if that
                 # is this query typed (a CREATE of this server's that failed once it was
                 # recorded), else Spark's types (a run file's view, or one from before).
-                typed = before is None or before == self.resolve(statement.query)[0]
+                typed = before is None or before == self._typed_sql(statement.query)
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
@@ -817,6 +817,14 @@ class Engine:
             except Exception as e:
                 log.warning("closing %s, whose CREATE was canceled: %s", obj.name, e)
         raise SqlError("canceling statement due to user request", "57014")
+
+    def _typed_sql(self, query: str) -> str | None:
+        """``query`` resolved with the typing rewrites; None if it does not resolve (its
+        view's install says why, in its place)."""
+        try:
+            return self.resolve(query)[0]
+        except SqlError:
+            return None
 
     def _recorded_view_sql(self, name: str) -> str | None:
         """The Spark SQL of the view ``name`` the catalog records, None if it records none."""
