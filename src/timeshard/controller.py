@@ -54,7 +54,11 @@ Invariants:
    if some close fails; a step after it is an error. A pipeline whose
    building fails closes what it had built.
 4. A step ticks every object even when some fail (faults are retried on the
-   next step and shown as health), and returns the failures.
+   next step and shown as health), and returns the failures. The objects tick
+   one after another: a KAFKA source whose broker did not answer is not asked
+   again in full on every step (which would hold every other object up for its
+   whole timeout), only probed for at most a second after a pause that doubles
+   up to 30 s (:meth:`~timeshard.storage.kafka_source.KafkaSource.upper`).
 
 Runs on the driver; the ingestions and views submit Spark jobs.
 """

@@ -70,6 +70,17 @@ offset the topic retains when it is read: what retention deleted before the
 source first read the partition was never the source's (``from_earliest``;
 ``timeshard verify`` reads from offset 0 and says when it cannot).
 
+A broker that does not answer is not asked again on every tick: each ask
+would wait the whole ``timeout_s``, and the pipeline ticks its objects one
+after another, so one down broker would hold up the freshness of all of
+them. After a silence, ``upper`` raises the same fault again without asking
+until a pause has passed (none at first, then 1 s, doubling up to 30 s), then
+probes the broker for its metadata for at most 1 s; only a broker that
+answers the probe is asked in full. A tick so waits on a down broker at most
+one short probe per pause, and a broker that comes back is read again within
+the pause. A broker that answers with an error (a topic that does not exist)
+is asked again at the next tick.
+
 A topic deleted and made again under its name starts its offsets at 0 again.
 The source binds offsets of one topic id (Kafka's topic UUID): the catalog
 records it when the ingestion is first built, asking the broker then (a
@@ -113,6 +124,7 @@ import contextlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from time import monotonic
 from typing import Any
 
 import pyarrow as pa
@@ -164,6 +176,12 @@ class KafkaSource:
     #: One upstream every instance sees, whose upper never moves back: an upper below the
     #: offsets already bound means the upstream lost them (``Ingestion`` stalls on it).
     shared_upper = True
+    #: A broker that did not answer is probed (:meth:`_probe`) for at most this long ...
+    PROBE_TIMEOUT_S = 1.0
+    #: ... after a pause that doubles from this one (the first probe goes at once) ...
+    FIRST_PROBE_PAUSE_S = 1.0
+    #: ... up to this one: a broker that comes back is read again within it.
+    MAX_PROBE_PAUSE_S = 30.0
 
     def __init__(
         self,
@@ -230,6 +248,11 @@ class KafkaSource:
         self._admin: Any = None
         #: The id of the topic whose offsets the source binds (:attr:`topic_id`).
         self._topic_id: str | None = None
+        #: The fault of the broker's last silence (None: it answered last), when it is
+        #: probed next (``monotonic``) and the pause after that probe (:meth:`_probe`).
+        self._silence: str | None = None
+        self._probe_at = 0.0
+        self._pause_s = 0.0
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -248,11 +271,16 @@ class KafkaSource:
         """Each partition's last stable offset (read_committed), from the broker.
 
         Raises SourceUnavailable (definite) if the topic is not the one whose
-        offsets this source binds (:meth:`_check_same_topic`).
+        offsets this source binds (:meth:`_check_same_topic`). After the broker
+        did not answer, raises its fault again without asking it until a short
+        probe finds it answering (:meth:`_probe`).
         """
+        self._probe()
         partitions = self._partitions()
         self._check_same_topic()
-        return {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
+        upper = {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
+        self._pause_s = 0.0
+        return upper
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
         """The records of ``[start, end)``: a plan whose tasks fetch and decode them.
@@ -490,13 +518,51 @@ class KafkaSource:
             )
         return self._client
 
+    def _probe(self) -> None:
+        """Return at once if the broker answered last; else raise its fault again (the
+        same message: the health does not change) until the pause after the silence
+        has passed, then ask for the topic's metadata, waiting at most
+        :attr:`PROBE_TIMEOUT_S`: an answer returns (and the caller asks the broker in
+        full), none raises the fault again with the next pause doubled.
+
+        A broker that is down would otherwise hold every tick up for the source's
+        whole timeout (each ask waits for it), and with it the pipeline's other
+        objects, which tick after the source on the same thread: after the one ask
+        that found it silent, a tick waits on it at most one short probe, once per
+        pause.
+        """
+        from confluent_kafka import KafkaException
+
+        if self._silence is None:
+            return
+        if monotonic() < self._probe_at:
+            raise SourceUnavailable(self._silence)
+        timeout = min(self.timeout_s, self.PROBE_TIMEOUT_S)
+        try:
+            self._consumer().list_topics(self.topic, timeout=timeout)
+        except KafkaException:
+            raise self._silent(self._silence) from None
+        self._silence = None
+
+    def _silent(self, fault: str) -> SourceUnavailable:
+        """The fault of a broker that did not answer in time, remembered so that it is not
+        asked again before a pause has passed (:meth:`_probe`), which doubles after each
+        silence up to :attr:`MAX_PROBE_PAUSE_S`, and starts again from no pause once an
+        ``upper`` succeeds."""
+        self._silence = fault
+        self._probe_at = monotonic() + self._pause_s
+        self._pause_s = min(
+            max(self._pause_s * 2, self.FIRST_PROBE_PAUSE_S), self.MAX_PROBE_PAUSE_S
+        )
+        return SourceUnavailable(fault)
+
     def _partitions(self) -> list[int]:
         from confluent_kafka import KafkaError, KafkaException
 
         try:
             meta = self._consumer().list_topics(self.topic, timeout=self.timeout_s)
         except KafkaException as e:
-            raise SourceUnavailable(
+            raise self._silent(
                 f"Kafka at {self.bootstrap_servers} is unreachable: {e.args[0]}"
             ) from None
         topic = meta.topics.get(self.topic)
@@ -571,11 +637,12 @@ class KafkaSource:
                     f"Kafka topic {self.topic!r} does not exist on {self.bootstrap_servers} "
                     "(deleted, or not created yet)"
                 ) from None
-            raise SourceUnavailable(
-                f"Kafka topic {self.topic!r}: its id is unavailable: {error}"
-            ) from None
+            fault = f"Kafka topic {self.topic!r}: its id is unavailable: {error}"
+            if _no_answer(error):
+                raise self._silent(fault) from None
+            raise SourceUnavailable(fault) from None
         except FutureTimeout:
-            raise SourceUnavailable(
+            raise self._silent(
                 f"Kafka topic {self.topic!r}: no answer from {self.bootstrap_servers} "
                 f"within {self.timeout_s} s"
             ) from None
@@ -597,11 +664,14 @@ class KafkaSource:
                     TopicPartition(self.topic, p), timeout=self.timeout_s, cached=False
                 )
             except KafkaException as e:
-                raise SourceUnavailable(
+                fault = (
                     f"Kafka topic {self.topic!r} partition {p}: offsets unavailable: {e.args[0]}"
-                ) from None
+                )
+                if _no_answer(e.args[0]):
+                    raise self._silent(fault) from None
+                raise SourceUnavailable(fault) from None
             if out[p] is None:
-                raise SourceUnavailable(
+                raise self._silent(
                     f"Kafka topic {self.topic!r} partition {p}: no answer from "
                     f"{self.bootstrap_servers} within {self.timeout_s} s"
                 )
@@ -990,6 +1060,15 @@ def _with_metadata(
     for m in metadata:
         table = table.append_column(m, batch.column(m).cast(METADATA[m]))
     return table.select(out.names).cast(out)
+
+
+def _no_answer(error: Any) -> bool:
+    """Whether a client's ``error`` (a KafkaError, if it is one) says the broker did not
+    answer in time or could not be reached, rather than answering with an error."""
+    from confluent_kafka import KafkaError
+
+    silent = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
+    return isinstance(error, KafkaError) and error.code() in silent
 
 
 def _quiet_logger() -> Any:

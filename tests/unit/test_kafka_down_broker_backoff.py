@@ -1,0 +1,182 @@
+"""A KAFKA source whose broker does not answer is not asked again on every tick: the
+pipeline's other objects keep their freshness (no Spark, no broker: the admin and the
+consumer are stand-ins).
+
+Two stand-in brokers: ``127.0.0.1:1`` (down until a test brings it back) and
+``127.0.0.1:2`` (always up). Each wait on the silence of a broker is recorded with the
+timeout the caller gave, rather than timed; the source's monotonic clock is a stand-in
+that a test moves by hand.
+"""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import TimeoutError as FutureTimeout
+from pathlib import Path
+from typing import Any, ClassVar
+
+import confluent_kafka
+import confluent_kafka.admin
+import pytest
+
+from timeshard.controller import Pipeline
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+from timeshard.spec import RunSpec, SourceSpec
+from timeshard.storage import kafka_source
+from timeshard.storage.health import latest_health
+
+DOWN, UP = "127.0.0.1:1", "127.0.0.1:2"
+
+
+def kafka(name: str, servers: str) -> SourceSpec:
+    options = {"bootstrap_servers": servers, "topic": name, "value_format": "text"}
+    return SourceSpec(name=name, kind="kafka", options=options)
+
+
+SPEC = RunSpec(source=[kafka("orders", DOWN), kafka("prices", UP)])
+
+
+class Brokers:
+    """Which stand-in brokers answer, and each wait on a silent one (its timeout, in s)."""
+
+    up: ClassVar[set[str]] = {UP}
+    waits: ClassVar[list[float]] = []
+
+
+class Clock:
+    """The source's monotonic clock, in seconds, moved by the test."""
+
+    now: ClassVar[float] = 1000.0
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return cls.now
+
+
+class Uuid:
+    def get_most_significant_bits(self) -> int:
+        return 0
+
+    def get_least_significant_bits(self) -> int:
+        return 1
+
+    def __str__(self) -> str:
+        return "AAAAAAAAAAAAAAAAAAAAAQ"
+
+
+class Answer:
+    def __init__(self, servers: str) -> None:
+        self.servers = servers
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self.servers not in Brokers.up:
+            Brokers.waits.append(timeout or 0.0)
+            raise FutureTimeout()
+        return type("Described", (), {"topic_id": Uuid()})()
+
+
+class Admin:
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.servers = config["bootstrap.servers"]
+
+    def describe_topics(self, topics: Any, request_timeout: float) -> dict[str, Answer]:
+        return {name: Answer(self.servers) for name in topics.topic_names}
+
+
+class Consumer:
+    """A consumer whose metadata waits its whole timeout on a silent broker."""
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        self.servers = config["bootstrap.servers"]
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        if self.servers not in Brokers.up:
+            Brokers.waits.append(timeout)
+            raise confluent_kafka.KafkaException(
+                confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT)
+            )
+        meta = type("Topic", (), {"error": None, "partitions": {}})()  # no records to read
+        return type("Metadata", (), {"topics": {topic: meta}})()
+
+    def commit(self, offsets: Any, asynchronous: bool) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def brokers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", Admin)
+    monkeypatch.setattr(confluent_kafka, "Consumer", Consumer)
+    monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic, raising=False)
+    Brokers.up, Brokers.waits, Clock.now = {UP}, [], 1000.0
+
+
+def pipeline(tmp_path: Path) -> tuple[PersistClient, Pipeline]:
+    client = PersistClient(Location.embedded(tmp_path / "loc"))
+    ms = itertools.count(1_000, 1_000)
+    return client, Pipeline(None, client, SPEC, clock=lambda: next(ms))
+
+
+def upper(client: PersistClient, shard: str) -> int:
+    time = client.state(shard).upper.time
+    assert time is not None
+    return time
+
+
+@pytest.mark.usefixtures("brokers")
+def test_ten_ticks_with_a_down_broker_wait_on_it_its_full_timeout_once(tmp_path: Path) -> None:
+    """Before: every tick asked the down broker again and waited its whole timeout
+    (10 s), holding up every other object's tick; eleven waits of 10 s for eleven ticks."""
+    client, run = pipeline(tmp_path)
+    assert sorted(run.first_failures) == ["orders"]
+    fault = run.first_failures["orders"]
+    assert "Kafka at 127.0.0.1:1 is unreachable" in fault
+    assert Brokers.waits == [10.0]  # the first tick's ask, in full
+    for _ in range(10):
+        before = upper(client, "prices")
+        assert run.step() == {"orders": fault}  # stalled with the fault, unchanged
+        assert upper(client, "prices") > before  # the healthy source advances every tick
+    assert max(Brokers.waits[1:]) <= 1.0  # then short probes of the broker only
+    assert len(Brokers.waits) == 2  # the clock did not move: one probe
+    health = latest_health(client)["orders"]
+    assert (health["status"], health["error"]) == ("stalled", fault)
+    run.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_down_broker_is_probed_after_pauses_that_double_up_to_a_cap(tmp_path: Path) -> None:
+    _, run = pipeline(tmp_path)
+    run.step()  # the first probe, at once
+    probes = []
+    for _ in range(200):  # one tick every 0.5 s, 100 s
+        Clock.now += 0.5
+        waits = len(Brokers.waits)
+        run.step()
+        if len(Brokers.waits) > waits:
+            probes.append(Clock.now)
+    assert max(Brokers.waits[1:]) <= 1.0  # each a short probe
+    pauses = [b - a for a, b in itertools.pairwise([1000.0, *probes])]
+    assert pauses[:5] == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert set(pauses[5:]) == {30.0}  # the cap: a broker back is read within 30 s
+    run.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_broker_that_comes_back_is_read_again_at_the_next_probe(tmp_path: Path) -> None:
+    client, run = pipeline(tmp_path)
+    run.step()
+    run.step()  # the first probe's pause (1 s) has not passed: not asked
+    Brokers.up.add(DOWN)
+    Clock.now += 1.0
+    before = upper(client, "orders")
+    assert run.step() == {}
+    assert upper(client, "orders") > before
+    assert latest_health(client)["orders"]["status"] == "running"
+    Brokers.up.discard(DOWN)  # down again: one ask in full, then probes from a 0 s pause
+    waits = len(Brokers.waits)
+    assert "orders" in run.step()
+    assert Brokers.waits[waits:] == [10.0]
+    run.close()
