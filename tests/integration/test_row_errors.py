@@ -73,8 +73,23 @@ def kept_by_where(k: int, v: int) -> Any:
     return (k, v) if 12 / v > 1 else None
 
 
+def quotient(k: int, v: int) -> Any:
+    """``12 DIV v`` (what a typed view of serve makes of ``12 / v``), truncated to zero."""
+    return "division by zero in 12 DIV v" if v == 0 else (k, int(12 / v))
+
+
+def negated(k: int, v: int) -> Any:
+    """``(v - 201 - 9223372036854775607) DIV -1``: past BIGINT at v = 0 (its minimum)."""
+    x = v - 201 - 9223372036854775607
+    if x == -(2**63):
+        return "arithmetic overflow in (v - 201 - 9223372036854775607) DIV -1"
+    return (k, -x)
+
+
 CASES = [
     ("SELECT k, 12 / v AS r FROM a", ratio, "linear"),
+    ("SELECT k, 12 DIV v AS r FROM a", quotient, "linear"),
+    ("SELECT k, (v - 201 - 9223372036854775607) DIV -1 AS r FROM a", negated, "linear"),
     ("SELECT k, CAST(v * 2 AS TINYINT) AS t FROM a", narrowed, "linear"),
     ("SELECT k, CASE WHEN v = 0 THEN 0 ELSE 12 / v END AS r FROM a", guarded, "linear"),
     ("SELECT k, v FROM a WHERE k > 1 AND 12 / v > 1", kept_by_where, "linear"),

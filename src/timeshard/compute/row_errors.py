@@ -8,7 +8,8 @@ that row's multiplicity, and keeps every other row. This module rewrites the
 view's SQL to do the same, as one more output column, :data:`ERRORS`:
 
 * each failing operator in a row-level expression is evaluated in its
-  non-failing form -- ``/`` as ``try_divide``, ``%`` as ``try_mod``, ``+``,
+  non-failing form -- ``/`` as ``try_divide``, ``%`` as ``try_mod``, ``DIV``
+  as a ``CASE`` null where it fails, ``+``,
   ``-`` and ``*`` as ``try_add``, ``try_subtract`` and ``try_multiply``,
   ``CAST`` as ``TRY_CAST`` -- and *flagged* where that form is null while its
   operands are not (exactly where the operator would have failed);
@@ -38,7 +39,7 @@ to the coarse err row of the time, :func:`timeshard.compute.view.is_data_error`)
 subqueries (and an expression of no row, such as a subquery minus 2), lambda
 bodies, window specifications, ``IN`` lists, simple
 ``CASE x WHEN``, ``NVL2`` and ``DECODE``, functions that fail on their own
-(``element_at``, date parsing), ``DIV`` and unary minus; and in a query that
+(``element_at``, date parsing) and unary minus; and in a query that
 aggregates, every operator over the group's rows rather than over aggregates
 alone (WHERE, GROUP BY keys, aggregate arguments: an error there belongs to
 the group's rows, not to one output row).
@@ -269,6 +270,32 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
         )
         _flag(flags, guard, tried, [left, right], message)
         return tried
+    elif isinstance(node, exp.IntDiv):
+        # ``DIV`` has no try_ form: null where the divisor is 0, and ``x DIV -1`` is ``-x``,
+        # null where that overflows (the one quotient past BIGINT: its minimum DIV -1).
+        left, right = again(node.this), again(node.expression)
+        tried = exp.Case(
+            ifs=[
+                exp.If(this=_equals(right, 0), true=exp.null()),
+                exp.If(
+                    this=_equals(right, -1),
+                    true=exp.func(
+                        "try_multiply",
+                        exp.TryCast(this=left.copy(), to=exp.DataType.build("BIGINT"), safe=True),
+                        exp.Literal.number(-1),
+                    ),
+                ),
+            ],
+            default=exp.IntDiv(this=left.copy(), expression=right.copy()),
+        )
+        text = node.sql(dialect="spark")
+        message = exp.If(
+            this=_equals(right, 0),
+            true=exp.Literal.string(f"division by zero in {text}"),
+            false=exp.Literal.string(f"arithmetic overflow in {text}"),
+        )
+        _flag(flags, guard, tried, [left, right], message)
+        return tried
     elif flags.arithmetic and isinstance(node, exp.Add | exp.Sub | exp.Mul):
         left, right = again(node.this), again(node.expression)
         name = {exp.Add: "try_add", exp.Sub: "try_subtract", exp.Mul: "try_multiply"}[type(node)]
@@ -284,6 +311,16 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
         elif isinstance(value, list):
             new.set(key, [again(v) if isinstance(v, exp.Expression) else v for v in value])
     return new
+
+
+def _equals(value: Any, number: int) -> Any:
+    """SQL: ``(value) = number``."""
+    from sqlglot import exp
+
+    literal = exp.Literal.number(abs(number))
+    return exp.EQ(
+        this=exp.paren(value.copy()), expression=literal if number >= 0 else exp.Neg(this=literal)
+    )
 
 
 def _checked_sum(node: Any) -> bool:
