@@ -220,3 +220,21 @@ def test_a_date_moved_by_an_interval_is_a_timestamp_in_a_query_only(engine: Engi
     assert engine.resolve(query, stored=True)[0].startswith(
         "SELECT CAST('2026-01-01' AS DATE) + INTERVAL '1' DAY AS d"
     )
+
+
+@pytest.mark.parametrize(
+    ("query", "recorded"),
+    [
+        ("SELECT interval '+1 day' AS x", "SELECT INTERVAL '1' DAY AS x"),
+        ("SELECT interval 'P1D' AS x", "SELECT INTERVAL '1' DAY AS x"),
+        ("SELECT interval '1 day 03:04:05' AS x", "SELECT INTERVAL '1' DAY AS x"),
+        ("SELECT interval '1 day' AS x", "SELECT INTERVAL '1' DAY AS x"),
+    ],
+)
+def test_an_untyped_view_s_interval_text_resolves_as_it_ran(
+    engine: Engine, query: str, recorded: str
+) -> None:
+    """A view recorded before serve typed views' queries (``stored``) resolves to the
+    Spark SQL it ran as: the dialect that keeps an interval's text whole for queries
+    would make another query of it (a redefinition, or text Spark refuses: 'P1D')."""
+    assert engine.resolve(query, stored=True)[0] == recorded

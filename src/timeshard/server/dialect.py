@@ -25,7 +25,9 @@ the client wrote; :class:`ServePostgres` reads them as Spark does:
   and says so once in its log (:func:`_parameter_core`).
 
 Every reader of a client's SQL in :mod:`timeshard.server` parses with
-:data:`DIALECT`, so a statement means one thing to all of them.
+:data:`DIALECT`, so a statement means one thing to all of them; but a view's query
+recorded before serve typed views' queries, which is read with
+:data:`STORED_DIALECT` (an interval's text as sqlglot read it then).
 
 Known limitation: a materialized view is recorded as its PostgreSQL text and re-read
 with :data:`DIALECT` when a server restores it (``Engine._create(record=False)``). A
@@ -139,7 +141,23 @@ class ServePostgres(Postgres):
             return interval
 
 
+class StoredPostgres(ServePostgres):
+    """:class:`ServePostgres` as it read an interval's text before it kept it whole: the
+    reading of a view's query recorded before serve typed views' queries
+    (``Engine.resolve(stored=True)``), which must resolve to the Spark SQL it ran as
+    (``interval '+1 day'`` as ``INTERVAL '1' DAY``): another text would be another query,
+    a redefinition of the view, or one Spark refuses."""
+
+    class Parser(ServePostgres.Parser):
+        def _parse_interval_span(
+            self, this: exp.Expr, parse_function_unit: bool = True
+        ) -> exp.Interval:
+            return PostgresParser._parse_interval_span(self, this, parse_function_unit)
+
+
 #: The dialect every reader of a client's SQL parses with.
 DIALECT = ServePostgres()
+#: The dialect of a view's query recorded untyped (:class:`StoredPostgres`).
+STORED_DIALECT = StoredPostgres()
 
-__all__ = ["DIALECT", "ServePostgres"]
+__all__ = ["DIALECT", "STORED_DIALECT", "ServePostgres", "StoredPostgres"]

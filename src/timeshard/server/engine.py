@@ -89,7 +89,7 @@ from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
 from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist.as_of import common_as_of
-from timeshard.server.dialect import DIALECT
+from timeshard.server.dialect import DIALECT, STORED_DIALECT
 from timeshard.server.parameter_types import arrow_columns
 from timeshard.server.pgtypes import column_type
 from timeshard.server.query_rewrites import (
@@ -1289,7 +1289,7 @@ class Engine:
         from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
         try:
-            tree = sqlglot.parse_one(query, read=DIALECT)
+            tree = sqlglot.parse_one(query, read=STORED_DIALECT if stored else DIALECT)
         except SqlglotError as e:
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
