@@ -106,6 +106,12 @@ FLOAT_CASTS = [
     ("SELECT r::bigint AS x FROM t", None, INT8, 4),
     ("SELECT (f * 3)::smallint AS x FROM t", None, INT2, 8),
     ("SELECT %s::float8::int AS x", [2.5], INT4, 2),
+    # A numeric's rounds half away from zero (Spark's cast truncated: 1, -2, 1234, 2).
+    ("SELECT 1.5::int AS x", None, INT4, 2),
+    ("SELECT (-2.5)::int AS x", None, INT4, -3),
+    ("SELECT d::int AS x FROM t", None, INT4, 1235),
+    ("SELECT (i + 0.5)::int AS x FROM t", None, INT4, 8),
+    ("SELECT avg(i + 1)::bigint AS x FROM t", None, INT8, 8),
 ]
 INTERVALS = [
     ("SELECT interval '03:04:05' AS x", None, INTERVAL, HMS),

@@ -410,13 +410,25 @@ def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     ``(-2.7)::float8::int`` -3), Spark's truncates (2, 3, -2). Spark's ``rint`` is the
     same function; a value past the type's range, NaN or an infinity is Spark's cast
     error 22003, as PostgreSQL's "integer out of range". (PostgreSQL refuses
-    ``2.0 ** 63`` as a bigint; Spark's cast makes it the greatest bigint.)"""
+    ``2.0 ** 63`` as a bigint; Spark's cast makes it the greatest bigint.)
+
+    A numeric's cast to an integer type (a decimal column, ``1.5``, ``avg(i)``) rounds
+    half away from zero in PostgreSQL (``1.5::int`` is 2, ``(-2.5)::int`` -3): the
+    operand is ``ROUND(x, 0)`` first, which is that (of a decimal, and of the double
+    Spark's ``avg`` is)."""
     for cast in list(tree.find_all(exp.Cast)):
         operand = cast.this
-        if cast.to.this in _INTEGER_DIGITS and _postgres_type(operand, columns) in _FLOAT_DIGITS:
-            rounded = exp.Anonymous(this="rint", expressions=[])
+        if cast.to.this not in _INTEGER_DIGITS:
+            continue
+        kind = _postgres_type(operand, columns)
+        if kind in _FLOAT_DIGITS:
+            rounded: exp.Expr = exp.Anonymous(this="rint", expressions=[])
             operand.replace(rounded)  # moved, not copied: ``columns`` holds its columns
             rounded.set("expressions", [operand])
+        elif kind == T.DECIMAL:
+            rounded = exp.Round(this=exp.Null(), decimals=exp.Literal.number(0))
+            operand.replace(rounded)
+            rounded.set("this", operand)
 
 
 def _typed_by_columns(tree: exp.Expr) -> bool:
