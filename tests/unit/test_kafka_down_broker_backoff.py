@@ -180,3 +180,19 @@ def test_a_broker_that_comes_back_is_read_again_at_the_next_probe(tmp_path: Path
     assert "orders" in run.step()
     assert Brokers.waits[waits:] == [10.0]
     run.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_at_the_cap_every_tenth_probe_waits_the_whole_timeout(tmp_path: Path) -> None:
+    """A broker that answers, but slower than a 1 s probe, was taken for down for good
+    (every probe waited 1 s, none the source's timeout): now one probe in ten at the cap
+    waits the whole timeout, and a slow broker is read again within about 5 minutes."""
+    _, run = pipeline(tmp_path)
+    run.step()
+    for _ in range(1000):  # one tick every 0.5 s, 500 s: 5 probes to the cap, then 15
+        Clock.now += 0.5
+        run.step()
+    probes = Brokers.waits[1:]
+    assert probes.count(10.0) == 1 and probes[5 + 9] == 10.0  # the cap's tenth probe
+    assert all(w <= 1.0 for i, w in enumerate(probes) if i != 5 + 9)
+    run.close()

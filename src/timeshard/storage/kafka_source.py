@@ -180,8 +180,11 @@ class KafkaSource:
     PROBE_TIMEOUT_S = 1.0
     #: ... after a pause that doubles from this one (the first probe goes at once) ...
     FIRST_PROBE_PAUSE_S = 1.0
-    #: ... up to this one: a broker that comes back is read again within it.
+    #: ... up to this one: a broker that comes back is read again within it. Once there,
+    #: every this many-th probe waits the source's whole ``timeout_s``: a broker that
+    #: answers, but slower than a probe waits, is read again too.
     MAX_PROBE_PAUSE_S = 30.0
+    FULL_PROBE_EVERY = 10
 
     def __init__(
         self,
@@ -253,6 +256,7 @@ class KafkaSource:
         self._silence: str | None = None
         self._probe_at = 0.0
         self._pause_s = 0.0
+        self._probes_at_cap = 0
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -278,9 +282,7 @@ class KafkaSource:
         self._probe()
         partitions = self._partitions()
         self._check_same_topic()
-        upper = {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
-        self._pause_s = 0.0
-        return upper
+        return {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
         """The records of ``[start, end)``: a plan whose tasks fetch and decode them.
@@ -538,6 +540,10 @@ class KafkaSource:
         if monotonic() < self._probe_at:
             raise SourceUnavailable(self._silence)
         timeout = min(self.timeout_s, self.PROBE_TIMEOUT_S)
+        if self._pause_s >= self.MAX_PROBE_PAUSE_S:
+            self._probes_at_cap += 1
+            if self._probes_at_cap % self.FULL_PROBE_EVERY == 0:
+                timeout = self.timeout_s
         try:
             self._consumer().list_topics(self.topic, timeout=timeout)
         except KafkaException:
@@ -565,6 +571,7 @@ class KafkaSource:
             raise self._silent(
                 f"Kafka at {self.bootstrap_servers} is unreachable: {e.args[0]}"
             ) from None
+        self._pause_s, self._probes_at_cap = 0.0, 0  # it answered: a silence starts anew
         topic = meta.topics.get(self.topic)
         if topic is None or topic.error is not None:
             code = topic.error.code() if topic is not None and topic.error is not None else None
