@@ -196,3 +196,36 @@ def test_at_the_cap_every_tenth_probe_waits_the_whole_timeout(tmp_path: Path) ->
     assert probes.count(10.0) == 1 and probes[5 + 9] == 10.0  # the cap's tenth probe
     assert all(w <= 1.0 for i, w in enumerate(probes) if i != 5 + 9)
     run.close()
+
+
+class LeaderlessConsumer(Consumer):
+    """Metadata answers (the bootstrap broker is up), a partition's offsets never do (its
+    leader is the broker that is down)."""
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        meta = type("Topic", (), {"error": None, "partitions": {0: None}})()
+        return type("Metadata", (), {"topics": {topic: meta}})()
+
+    def get_watermark_offsets(self, partition: Any, timeout: float, cached: bool) -> Any:
+        Brokers.waits.append(timeout)
+        raise confluent_kafka.KafkaException(
+            confluent_kafka.KafkaError(confluent_kafka.KafkaError._TIMED_OUT)
+        )
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_partition_whose_offsets_do_not_answer_is_not_asked_every_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pause started anew once the metadata answered, before the offsets were asked:
+    with a partition's leader down, every tick waited the whole timeout again."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", LeaderlessConsumer)
+    Brokers.up.add(DOWN)  # every admin and metadata answer comes
+    _, run = pipeline(tmp_path)
+    for _ in range(120):  # one tick every 0.5 s, 60 s
+        Clock.now += 0.5
+        run.step()
+    full = [w for w in Brokers.waits if w == 10.0]
+    # Both sources: each the outage's first ask, then one per probe (pauses 1, 2, .. 30 s).
+    assert 2 <= len(full) <= 2 * 8
+    run.close()

@@ -270,21 +270,20 @@ def _rewrite(node: Any, guard: list[Any], flags: _Flags, grouped: bool) -> Any:
         )
         _flag(flags, guard, tried, [left, right], message)
         return tried
-    elif isinstance(node, exp.IntDiv):
-        # ``DIV`` has no try_ form: null where the divisor is 0, and ``x DIV -1`` is ``-x``,
-        # null where that overflows (the one quotient past BIGINT: its minimum DIV -1).
+    elif flags.arithmetic and isinstance(node, exp.IntDiv):
+        # ``DIV`` has no try_ form: null where the divisor is 0, and where the quotient is
+        # past BIGINT (its minimum DIV -1). (Of decimals Spark wraps that quotient instead,
+        # and flags it here too: only the one value.) Not in the attempt without the
+        # arithmetic operators: an interval's DIV cannot be compared with 0.
         left, right = again(node.this), again(node.expression)
+        minimum = exp.Neg(this=exp.Literal.number(2**63))
+        overflow = exp.and_(
+            _equals(right, -1), exp.EQ(this=exp.paren(left.copy()), expression=minimum)
+        )
         tried = exp.Case(
             ifs=[
                 exp.If(this=_equals(right, 0), true=exp.null()),
-                exp.If(
-                    this=_equals(right, -1),
-                    true=exp.func(
-                        "try_multiply",
-                        exp.TryCast(this=left.copy(), to=exp.DataType.build("BIGINT"), safe=True),
-                        exp.Literal.number(-1),
-                    ),
-                ),
+                exp.If(this=overflow, true=exp.null()),
             ],
             default=exp.IntDiv(this=left.copy(), expression=right.copy()),
         )

@@ -282,7 +282,11 @@ class KafkaSource:
         self._probe()
         partitions = self._partitions()
         self._check_same_topic()
-        return {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
+        upper = {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
+        # It answered in full (metadata alone is not enough: a partition's leader may be
+        # the silent one): a silence starts anew.
+        self._pause_s, self._probes_at_cap = 0.0, 0
+        return upper
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
         """The records of ``[start, end)``: a plan whose tasks fetch and decode them.
@@ -571,7 +575,6 @@ class KafkaSource:
             raise self._silent(
                 f"Kafka at {self.bootstrap_servers} is unreachable: {e.args[0]}"
             ) from None
-        self._pause_s, self._probes_at_cap = 0.0, 0  # it answered: a silence starts anew
         topic = meta.topics.get(self.topic)
         if topic is None or topic.error is not None:
             code = topic.error.code() if topic is not None and topic.error is not None else None
