@@ -89,6 +89,16 @@ nested to any depth. With
 the datums go in the Confluent wire format: a zero byte and the id (4 bytes,
 big-endian) before the datum. A tombstone stays a null value.
 
+A broker that does not answer the driver (its progress read, the topics'
+configuration) raises :class:`BrokerSilent`, a fault: the tick writes nothing
+and is not asked again on every tick, which would hold the pipeline's other
+objects up for the whole ``timeout_s`` each time. As a KAFKA source does
+(:class:`~timeshard.storage.kafka_source.BrokerSilence`), the export raises
+the same fault again without asking until a pause has passed (none at first,
+then 1 s, doubling up to 30 s), then probes the progress topic's metadata for
+at most 1 s (at the cap, one probe in ten waits ``timeout_s``); a broker that
+answers is read in full again, from the progress it records.
+
 What every export does on the driver (the since hold, err rows, resuming)
 is :class:`~timeshard.storage.export.ShardExport`. It needs no connector
 jar: the task produces with confluent-kafka.
@@ -122,13 +132,23 @@ from timeshard.storage.export import (
     result,
     to_json,
 )
-from timeshard.storage.kafka_source import check_kafka_names
+from timeshard.storage.kafka_source import (
+    BrokerSilence,
+    _no_answer,
+    _quiet_logger,
+    check_kafka_names,
+)
 
 PROGRESS_TOPIC = "_timeshard-progress"
 ENVELOPES = ("upsert", "debezium")
 FORMATS = ("json", "avro")
 TIME_HEADER = "timeshard-time"
 DEFAULT_TIMEOUT_S = 30.0
+
+
+class BrokerSilent(TimeshardError):
+    """The broker did not answer the driver in time (a fault; :class:`KafkaExport` does
+    not ask it again before a probe finds it answering)."""
 
 
 class KafkaExport(ShardExport):
@@ -181,6 +201,8 @@ class KafkaExport(ShardExport):
         self._progress_topic_checked = False
         #: The topic's max.message.bytes, read again after a tick that failed (module doc).
         self._max_bytes: int | None = None
+        #: What is known of the broker's silence (:meth:`step`).
+        self._silence = BrokerSilence()
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -276,7 +298,7 @@ class KafkaExport(ShardExport):
                     "cleanup.policy 'compact', or name another progress topic"
                 )
             self._progress_topic_checked = True
-        return read_progress(
+        progress = read_progress(
             _consumer_conf(self.bootstrap_servers, self.timeout_s),
             self.progress_topic,
             self.export_id,
@@ -284,6 +306,8 @@ class KafkaExport(ShardExport):
             end_own=self._end_own_transaction,
             version=self.version,
         )
+        self._silence.answered()
+        return progress
 
     def _end_own_transaction(self) -> None:
         """Abort a transaction this export left open (its task died between its progress
@@ -304,14 +328,40 @@ class KafkaExport(ShardExport):
             producer.close()
 
     def step(self) -> ExportStep:
+        """One tick (:meth:`ShardExport.step`); with the broker silent, nothing at all.
+
+        The driver reads the progress (and the topics' configuration) from the
+        broker, each ask waiting up to ``timeout_s``; the pipeline ticks its
+        objects one after another, so a down broker asked on every tick would
+        hold every other object up that long. After an ask that got no answer
+        (BrokerSilent), a tick raises that fault again without asking until a
+        short probe of the progress topic's metadata finds the broker answering
+        (:class:`~timeshard.storage.kafka_source.BrokerSilence`). Nothing is
+        written meanwhile: the tick ends before its progress is read, and the
+        next full tick plans from the progress the target records, as always.
+        """
+        fault = self._silence.probe(self._ask_metadata, self.timeout_s)
+        if fault is not None:
+            raise BrokerSilent(fault)
         try:
             return super().step()
+        except BrokerSilent as e:
+            self._max_bytes = None
+            raise BrokerSilent(self._silence.silent(str(e))) from None
         except BaseException:
             # The topic's limit is read again at the next tick: a tick blocked at a record
             # past it waits for it to be raised, and one whose records the broker refused
             # had it lowered since it was read.
             self._max_bytes = None
             raise
+
+    def _ask_metadata(self, timeout: float) -> None:
+        """Ask the broker for the progress topic's metadata, waiting at most ``timeout``
+        (KafkaException: no answer)."""
+        from confluent_kafka.admin import AdminClient
+
+        conf = {"bootstrap.servers": self.bootstrap_servers, "logger": _quiet_logger()}
+        AdminClient(conf).list_topics(self.progress_topic, timeout=timeout)
 
     def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
         if self._max_bytes is None:
@@ -359,12 +409,18 @@ def _consumer_conf(bootstrap: str, timeout_s: float) -> dict[str, Any]:
 
 
 def ensure_topic(bootstrap: str, topic: str, timeout_s: float) -> None:
-    """Create the progress topic (one partition, compacted) unless it exists."""
+    """Create the progress topic (one partition, compacted) unless it exists.
+
+    Raises BrokerSilent if the broker does not answer within ``timeout_s``.
+    """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    meta = admin.list_topics(timeout=timeout_s)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet_logger()})
+    try:
+        meta = admin.list_topics(timeout=timeout_s)
+    except KafkaException as e:
+        raise BrokerSilent(f"Kafka at {bootstrap} is unreachable: {e.args[0]}") from None
     if topic in meta.topics and meta.topics[topic].error is None:
         return
     new = NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact"})
@@ -401,13 +457,11 @@ def topic_max_bytes(bootstrap: str, topic: str, timeout_s: float) -> int:
 def topic_config(bootstrap: str, topic: str, timeout_s: float) -> dict[str, str]:
     """The configuration of ``topic``, defaults included (driver).
 
-    Raises TimeshardError (a fault) if the topic does not exist or the broker
-    does not answer.
+    Raises TimeshardError (a fault) if the topic does not exist, BrokerSilent
+    if the broker does not answer within ``timeout_s``.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
-
-    from timeshard.storage.kafka_source import _quiet_logger
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet_logger()})
     resource = ConfigResource("topic", topic)
@@ -421,11 +475,11 @@ def topic_config(bootstrap: str, topic: str, timeout_s: float) -> dict[str, str]
                 f"Kafka topic {topic!r} does not exist on {bootstrap}: create it (the export "
                 "writes to it, and tries again at the next tick)"
             ) from None
-        raise TimeshardError(
-            f"Kafka at {bootstrap}: the configuration of topic {topic!r} cannot be read: {error}"
-        ) from None
-    except Exception as e:  # a timeout of the future
-        raise TimeshardError(
+        fault = f"Kafka at {bootstrap}: the configuration of topic {topic!r} cannot be read"
+        fault = f"{fault}: {error}"
+        raise (BrokerSilent if _no_answer(error) else TimeshardError)(fault) from None
+    except Exception as e:  # a timeout of the future (no answer), or another failure
+        raise (BrokerSilent if isinstance(e, TimeoutError) else TimeshardError)(
             f"Kafka at {bootstrap}: the configuration of topic {topic!r} cannot be read: "
             f"{type(e).__name__}: {e}"
         ) from None
@@ -613,20 +667,30 @@ def _settled(consumer: Any, topic: str, high: int, timeout_s: float) -> tuple[in
 
 
 def _watermarks(consumer: Any, topic: str, timeout_s: float) -> tuple[int, int]:
-    """Partition 0's offsets; a topic just created may be unknown to the client briefly."""
+    """Partition 0's offsets; a topic just created may be unknown to the client briefly.
+
+    Raises BrokerSilent if the broker does not answer within ``timeout_s``.
+    """
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            low, high = consumer.get_watermark_offsets(
+            marks = consumer.get_watermark_offsets(
                 TopicPartition(topic, 0), timeout=timeout_s, cached=False
             )
-            return int(low), int(high)
         except KafkaException as e:
+            if _no_answer(e.args[0]):
+                raise BrokerSilent(
+                    f"Kafka topic {topic!r} partition 0: offsets unavailable: {e.args[0]}"
+                ) from None
             if e.args[0].code() != KafkaError._UNKNOWN_PARTITION or time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
+            continue
+        if marks is None:
+            raise BrokerSilent(f"Kafka topic {topic!r} partition 0: no answer within {timeout_s} s")
+        return int(marks[0]), int(marks[1])
 
 
 @dataclass(frozen=True)
@@ -894,6 +958,7 @@ def _fenced(error: Any) -> bool:
 
 __all__ = [
     "ENVELOPES",
+    "BrokerSilent",
     "FORMATS",
     "PROGRESS_TOPIC",
     "TIME_HEADER",

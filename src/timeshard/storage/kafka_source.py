@@ -123,7 +123,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from time import monotonic
 from typing import Any
 
@@ -170,21 +170,82 @@ _BATCH_ROWS = 4096
 DEFAULT_TIMEOUT_S = 10.0
 
 
+class BrokerSilence:
+    """What an object knows of its Kafka broker's silence: the fault of the last ask that
+    got no answer, and when the broker may be probed again (driver).
+
+    A broker that does not answer makes every ask wait the asker's whole
+    timeout, and the pipeline ticks its objects one after another on one
+    thread: asked on every tick, one down broker would hold up the freshness of
+    all of them. So after a silence (:meth:`silent`) the asker raises the
+    remembered fault again without asking until a pause has passed (none at
+    first, then :attr:`FIRST_PROBE_PAUSE_S`, doubling up to
+    :attr:`MAX_PROBE_PAUSE_S`), then probes the broker for at most
+    :attr:`PROBE_TIMEOUT_S` (:meth:`probe`); only a broker that answers the
+    probe is asked in full. At the cap, every :attr:`FULL_PROBE_EVERY`-th probe
+    waits the asker's whole timeout, so a broker that answers, but slower than
+    a probe waits, is read again too. The pause starts again from none once the
+    broker answers a full ask (:meth:`answered`). An answer that is an error (a
+    topic that does not exist) is no silence.
+    """
+
+    PROBE_TIMEOUT_S = 1.0
+    FIRST_PROBE_PAUSE_S = 1.0
+    MAX_PROBE_PAUSE_S = 30.0
+    FULL_PROBE_EVERY = 10
+
+    def __init__(self) -> None:
+        #: The fault of the last silence (None: the broker answered last).
+        self.fault: str | None = None
+        self._probe_at = 0.0  # monotonic
+        self._pause_s = 0.0
+        self._probes_at_cap = 0
+
+    def probe(self, ask: Callable[[float], object], timeout_s: float) -> str | None:
+        """None if the broker may be asked in full; else the remembered fault, to raise
+        again. After the pause, calls ``ask(timeout)`` (a metadata request, which
+        raises KafkaException if the broker does not answer within ``timeout``):
+        an answer ends the silence, none starts the next, doubled, pause."""
+        from confluent_kafka import KafkaException
+
+        if self.fault is None:
+            return None
+        if monotonic() < self._probe_at:
+            return self.fault
+        timeout = min(timeout_s, self.PROBE_TIMEOUT_S)
+        if self._pause_s >= self.MAX_PROBE_PAUSE_S:
+            self._probes_at_cap += 1
+            if self._probes_at_cap % self.FULL_PROBE_EVERY == 0:
+                timeout = timeout_s
+        try:
+            ask(timeout)
+        except KafkaException:
+            return self.silent(self.fault)
+        self.fault = None
+        return None
+
+    def silent(self, fault: str) -> str:
+        """Remember ``fault``, of an ask the broker did not answer in time, and return it:
+        the broker is not asked again before the pause has passed, which doubles
+        after each silence."""
+        self.fault = fault
+        self._probe_at = monotonic() + self._pause_s
+        self._pause_s = min(
+            max(self._pause_s * 2, self.FIRST_PROBE_PAUSE_S), self.MAX_PROBE_PAUSE_S
+        )
+        return fault
+
+    def answered(self) -> None:
+        """The broker answered a full ask: its next silence starts from no pause."""
+        self._pause_s, self._probes_at_cap = 0.0, 0
+
+
 class KafkaSource:
     """One Kafka topic (module doc)."""
 
     #: One upstream every instance sees, whose upper never moves back: an upper below the
     #: offsets already bound means the upstream lost them (``Ingestion`` stalls on it).
     shared_upper = True
-    #: A broker that did not answer is probed (:meth:`_probe`) for at most this long ...
-    PROBE_TIMEOUT_S = 1.0
-    #: ... after a pause that doubles from this one (the first probe goes at once) ...
-    FIRST_PROBE_PAUSE_S = 1.0
-    #: ... up to this one: a broker that comes back is read again within it. Once there,
-    #: every this many-th probe waits the source's whole ``timeout_s``: a broker that
-    #: answers, but slower than a probe waits, is read again too.
-    MAX_PROBE_PAUSE_S = 30.0
-    FULL_PROBE_EVERY = 10
 
     def __init__(
         self,
@@ -251,12 +312,8 @@ class KafkaSource:
         self._admin: Any = None
         #: The id of the topic whose offsets the source binds (:attr:`topic_id`).
         self._topic_id: str | None = None
-        #: The fault of the broker's last silence (None: it answered last), when it is
-        #: probed next (``monotonic``) and the pause after that probe (:meth:`_probe`).
-        self._silence: str | None = None
-        self._probe_at = 0.0
-        self._pause_s = 0.0
-        self._probes_at_cap = 0
+        #: What is known of the broker's silence (:meth:`_probe`).
+        self._silence = BrokerSilence()
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -285,7 +342,7 @@ class KafkaSource:
         upper = {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
         # It answered in full (metadata alone is not enough: a partition's leader may be
         # the silent one): a silence starts anew.
-        self._pause_s, self._probes_at_cap = 0.0, 0
+        self._silence.answered()
         return upper
 
     def read(self, spark: Any, start: SourceFrontier, end: SourceFrontier) -> Any:
@@ -526,45 +583,24 @@ class KafkaSource:
 
     def _probe(self) -> None:
         """Return at once if the broker answered last; else raise its fault again (the
-        same message: the health does not change) until the pause after the silence
-        has passed, then ask for the topic's metadata, waiting at most
-        :attr:`PROBE_TIMEOUT_S`: an answer returns (and the caller asks the broker in
-        full), none raises the fault again with the next pause doubled.
+        same message: the health does not change) until a probe of the topic's metadata
+        finds it answering (:meth:`BrokerSilence.probe`), and the caller asks in full.
 
         A broker that is down would otherwise hold every tick up for the source's
         whole timeout (each ask waits for it), and with it the pipeline's other
-        objects, which tick after the source on the same thread: after the one ask
-        that found it silent, a tick waits on it at most one short probe, once per
-        pause.
+        objects, which tick after the source on the same thread.
         """
-        from confluent_kafka import KafkaException
-
-        if self._silence is None:
-            return
-        if monotonic() < self._probe_at:
-            raise SourceUnavailable(self._silence)
-        timeout = min(self.timeout_s, self.PROBE_TIMEOUT_S)
-        if self._pause_s >= self.MAX_PROBE_PAUSE_S:
-            self._probes_at_cap += 1
-            if self._probes_at_cap % self.FULL_PROBE_EVERY == 0:
-                timeout = self.timeout_s
-        try:
-            self._consumer().list_topics(self.topic, timeout=timeout)
-        except KafkaException:
-            raise self._silent(self._silence) from None
-        self._silence = None
+        fault = self._silence.probe(
+            lambda timeout: self._consumer().list_topics(self.topic, timeout=timeout),
+            self.timeout_s,
+        )
+        if fault is not None:
+            raise SourceUnavailable(fault)
 
     def _silent(self, fault: str) -> SourceUnavailable:
         """The fault of a broker that did not answer in time, remembered so that it is not
-        asked again before a pause has passed (:meth:`_probe`), which doubles after each
-        silence up to :attr:`MAX_PROBE_PAUSE_S`, and starts again from no pause once an
-        ``upper`` succeeds."""
-        self._silence = fault
-        self._probe_at = monotonic() + self._pause_s
-        self._pause_s = min(
-            max(self._pause_s * 2, self.FIRST_PROBE_PAUSE_S), self.MAX_PROBE_PAUSE_S
-        )
-        return SourceUnavailable(fault)
+        asked again before its probe (:meth:`BrokerSilence.silent`)."""
+        return SourceUnavailable(self._silence.silent(fault))
 
     def _partitions(self) -> list[int]:
         from confluent_kafka import KafkaError, KafkaException
@@ -1091,4 +1127,4 @@ def _quiet_logger() -> Any:
     return logger
 
 
-__all__ = ["FORMATS", "METADATA", "KafkaSource", "decode_record"]
+__all__ = ["FORMATS", "METADATA", "BrokerSilence", "KafkaSource", "decode_record"]
