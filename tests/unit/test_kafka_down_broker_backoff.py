@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import confluent_kafka
 import confluent_kafka.admin
 import pytest
+from tests.unit.test_kafka_start_broker_down import Uuid
 
 from timeshard.controller import Pipeline
 from timeshard.location import Location
@@ -52,17 +53,6 @@ class Clock:
     @classmethod
     def monotonic(cls) -> float:
         return cls.now
-
-
-class Uuid:
-    def get_most_significant_bits(self) -> int:
-        return 0
-
-    def get_least_significant_bits(self) -> int:
-        return 1
-
-    def __str__(self) -> str:
-        return "AAAAAAAAAAAAAAAAAAAAAQ"
 
 
 class Answer:

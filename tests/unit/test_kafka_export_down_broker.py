@@ -19,6 +19,8 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from tests.unit.test_kafka_down_broker_backoff import Clock
+from tests.unit.test_kafka_start_broker_down import Uuid
 
 from timeshard.controller import Pipeline
 from timeshard.location import Location
@@ -64,25 +66,6 @@ class Brokers:
         if servers not in cls.up:
             cls.waits.append(timeout)
             raise KafkaException(KafkaError(code))
-
-
-class Clock:
-    now: ClassVar[float] = 1000.0
-
-    @classmethod
-    def monotonic(cls) -> float:
-        return cls.now
-
-
-class Uuid:
-    def get_most_significant_bits(self) -> int:
-        return 0
-
-    def get_least_significant_bits(self) -> int:
-        return 1
-
-    def __str__(self) -> str:
-        return "AAAAAAAAAAAAAAAAAAAAAQ"
 
 
 class Future:
