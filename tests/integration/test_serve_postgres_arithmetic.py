@@ -95,6 +95,8 @@ QUOTIENTS = [
     ("SELECT (7 / 2)::numeric AS x", None, NUMERIC, D("3")),
     ("SELECT %s::int4 / 2 AS x", [7], INT4, 3),
     ("SELECT f / 2 AS x FROM t", None, FLOAT8, 1.25),
+    # PostgreSQL folds the minus into the constant: an int8, not a numeric negated.
+    ("SELECT -9223372036854775808 / 2 AS x", None, INT8, -4611686018427387904),
 ]
 FLOAT_CASTS = [
     ("SELECT 2.5::float8::int AS x", None, INT4, 2),
@@ -152,6 +154,7 @@ ERRORS = [
     ("SELECT 7 / 0 AS x", psycopg.errors.DivisionByZero),
     ("SELECT i / (s - 7) AS x FROM t", psycopg.errors.DivisionByZero),
     ("SELECT (-2147483648)::int4 / -1 AS x", psycopg.errors.NumericValueOutOfRange),
+    ("SELECT -2147483648 / -1 AS x", psycopg.errors.NumericValueOutOfRange),
     ("SELECT 3e9::float8::int AS x", psycopg.errors.NumericValueOutOfRange),
     ("SELECT 'NaN'::float8::int AS x", psycopg.errors.NumericValueOutOfRange),
     ("SELECT 32767.5::float8::int2 AS x", psycopg.errors.NumericValueOutOfRange),

@@ -135,3 +135,16 @@ def test_a_view_s_query_keeps_spark_s_quotients_casts_and_intervals() -> None:
         "SELECT CAST(7 DIV 2 AS INT) AS q, CAST(RINT(CAST(2.5 AS DOUBLE)) AS INT) AS n, "
         "MAKE_INTERVAL(0, 1, 0, 2, 0, 0, CAST('0.000000' AS DECIMAL(18, 6))) AS i"
     )
+
+
+def test_a_negated_integer_literal_is_typed_as_the_negative_number_postgresql_folds() -> None:
+    """PostgreSQL reads ``-2147483648`` as one int4 constant, so its quotient by -1 is past
+    int4 (22003); typed as the int8 ``2147483648`` negated it was 2147483648. And
+    ``-9223372036854775808`` is an int8, where ``9223372036854775808`` is a numeric."""
+    assert rewritten("SELECT -2147483648 / -1") == "SELECT CAST(-2147483648 DIV -1 AS INT)"
+    assert rewritten("SELECT -(2147483648) / -1") == "SELECT CAST(-(2147483648) DIV -1 AS INT)"
+    assert rewritten("SELECT -2147483649 / 2") == "SELECT CAST(-2147483649 DIV 2 AS BIGINT)"
+    assert rewritten("SELECT -9223372036854775808 / 2") == (
+        "SELECT CAST(-9223372036854775808 DIV 2 AS BIGINT)"
+    )
+    assert "DIV" not in rewritten("SELECT -9223372036854775809 / 2")

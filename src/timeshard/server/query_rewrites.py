@@ -458,7 +458,10 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     :func:`_spark_type` but where PostgreSQL's rules differ: a number literal with a point
     or an exponent is a numeric (Spark's ``1e3`` is a double), a ``sum`` of bigints a
     numeric and an ``avg`` of integers or numerics a numeric (Spark's: a bigint, a
-    double), a quotient of integers an integer (Spark's: a double)."""
+    double), a quotient of integers an integer (Spark's: a double), and a negated integer
+    literal the type of the negative number (``-2147483648`` an int4, as PostgreSQL's
+    parser folds it into one constant; its negation of the int8 ``2147483648`` was an
+    int8)."""
     node = node.unnest()
     if isinstance(node, exp.Window):
         node = node.this
@@ -471,6 +474,10 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     if isinstance(node, exp.Literal):
         kind = _literal_type(node)
         return T.DECIMAL if kind == T.DOUBLE else kind
+    if isinstance(node, exp.Neg) and isinstance(node.this.unnest(), exp.Literal):
+        digits = node.this.unnest()
+        if digits.is_number and str(digits.this).isdigit():  # PostgreSQL's parser folds it
+            return _integer_type(-int(str(digits.this)))
     if isinstance(node, exp.Count):
         return T.BIGINT
     if isinstance(node, exp.Neg | exp.Abs | exp.Min | exp.Max | exp.Sum | exp.Avg):
@@ -658,8 +665,14 @@ def _literal_type(literal: exp.Literal) -> T | None:
         return T.DOUBLE
     if "." in text:
         return T.DECIMAL
-    whole = int(text)
-    return T.INT if abs(whole) < 2**31 else T.BIGINT if abs(whole) < 2**63 else T.DECIMAL
+    return _integer_type(int(text))
+
+
+def _integer_type(whole: int) -> T:
+    """The narrowest of INT, BIGINT and DECIMAL that holds the integer ``whole``."""
+    if -(2**31) <= whole < 2**31:
+        return T.INT
+    return T.BIGINT if -(2**63) <= whole < 2**63 else T.DECIMAL
 
 
 def _arithmetic_type(left: T | None, right: T | None) -> T | None:
