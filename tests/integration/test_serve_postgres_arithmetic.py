@@ -95,6 +95,10 @@ QUOTIENTS = [
     ("SELECT (7 / 2)::numeric AS x", None, NUMERIC, D("3")),
     ("SELECT %s::int4 / 2 AS x", [7], INT4, 3),
     ("SELECT f / 2 AS x FROM t", None, FLOAT8, 1.25),
+    # NULL and a string constant are of unknown type: the other side's (Spark's: 3.5).
+    ("SELECT NULL / 2 AS x", None, INT4, None),
+    ("SELECT '7' / 2 AS x", None, INT4, 3),
+    ("SELECT '7' / s AS x FROM t", None, INT2, 1),
     # PostgreSQL folds the minus into the constant: an int8, not a numeric negated.
     ("SELECT -9223372036854775808 / 2 AS x", None, INT8, -4611686018427387904),
 ]

@@ -148,3 +148,19 @@ def test_a_negated_integer_literal_is_typed_as_the_negative_number_postgresql_fo
         "SELECT CAST(-9223372036854775808 DIV 2 AS BIGINT)"
     )
     assert "DIV" not in rewritten("SELECT -9223372036854775809 / 2")
+
+
+def test_a_null_or_a_string_side_of_a_quotient_has_the_other_side_s_integer_type() -> None:
+    """PostgreSQL's ``NULL / 2`` is an int4 NULL and ``'7' / 2`` the int4 3: a literal of
+    unknown type takes the other side's type. Spark divided them as doubles."""
+    assert rewritten("SELECT NULL / 2") == "SELECT CAST(CAST(NULL AS INT) DIV 2 AS INT)"
+    assert rewritten("SELECT '7' / 2") == "SELECT CAST(CAST('7' AS INT) DIV 2 AS INT)"
+    assert rewritten("SELECT 7 / ('2')") == "SELECT CAST(7 DIV CAST(('2') AS INT) AS INT)"
+    assert rewritten("SELECT '7' / s FROM t") == (
+        "SELECT CAST(CAST('7' AS SMALLINT) DIV s AS SMALLINT) FROM t"
+    )
+    assert rewritten("SELECT '7' / 2 / 2") == (
+        "SELECT CAST(CAST(CAST('7' AS INT) DIV 2 AS INT) DIV 2 AS INT)"
+    )
+    for sql in ("SELECT '7' / 2.0", "SELECT NULL / x FROM t", "SELECT NULL / '7'"):
+        assert "DIV" not in rewritten(sql), sql

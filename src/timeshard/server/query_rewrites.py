@@ -391,16 +391,39 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     past it (``(-32768)::int2 / -1::int2``) is Spark's 22003 as PostgreSQL's is. Its
     division by zero is Spark's DIVIDE_BY_ZERO (22012), as its ``/`` answers it. A ``/``
     with a numeric or a float side, or a side whose type is not known here, stays
-    Spark's. The inner ones first, so a quotient of quotients is one too."""
+    Spark's. The inner ones first, so a quotient of quotients is one too.
+
+    A side of PostgreSQL's unknown type (:func:`_untyped`: ``NULL``, a string constant)
+    has the other side's type, as PostgreSQL resolves the operator, and is cast to it
+    here (``'7' / 2`` is 3, ``NULL / 2`` an int4 NULL; Spark divided them as doubles)."""
     for div in reversed(list(tree.find_all(exp.Div))):
-        left = _postgres_type(div.this, columns)
-        right = _postgres_type(div.expression, columns)
+        left, right = _quotient_sides(div, columns)
         if left in _POSTGRES_INTEGERS and right in _POSTGRES_INTEGERS:
             wider = max(left, right, key=_POSTGRES_INTEGERS.index)
+            for side, kind in ((div.this, left), (div.expression, right)):
+                if _untyped(side):
+                    side.replace(exp.Cast(this=side.copy(), to=exp.DataType.build(kind)))
             quotient = exp.Cast(this=exp.IntDiv(), to=exp.DataType.build(wider))
             div.replace(quotient)  # its operands are moved, not copied: ``columns`` holds them
             quotient.this.set("this", div.this)
             quotient.this.set("expression", div.expression)
+
+
+def _untyped(node: exp.Expr) -> bool:
+    """Whether PostgreSQL gives ``node`` its unknown type, which takes the type its use
+    wants: ``NULL`` or a string constant (an undeclared parameter's bound value too)."""
+    node = node.unnest()
+    return isinstance(node, exp.Null) or _string_constant(node) is not None
+
+
+def _quotient_sides(div: exp.Div, columns: Mapping[int, T]) -> tuple[T | None, T | None]:
+    """The types PostgreSQL gives the sides of ``div`` (:func:`_postgres_type`): a side of
+    unknown type (:func:`_untyped`) has the other's, as PostgreSQL resolves ``/``."""
+    left, right = (
+        None if _untyped(side) else _postgres_type(side, columns)
+        for side in (div.this, div.expression)
+    )
+    return (right if _untyped(div.this) else left), (left if _untyped(div.expression) else right)
 
 
 def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
@@ -439,7 +462,7 @@ def _typed_by_columns(tree: exp.Expr) -> bool:
     for node in tree.find_all(exp.Div, exp.Cast):
         if isinstance(node, exp.Div):
             sides = [node.this, node.expression]
-            kinds = [_postgres_type(side, {}) for side in sides]
+            kinds = _quotient_sides(node, {})
             if any(k is not None and k not in _POSTGRES_INTEGERS for k in kinds):
                 continue
         elif isinstance(node, exp.Cast) and node.to.this in _INTEGER_DIGITS:
@@ -491,7 +514,9 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
         if isinstance(node, exp.Avg) and inner in _FLOAT_DIGITS:
             return T.DOUBLE
         return inner
-    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod | exp.Div):
+    if isinstance(node, exp.Div):
+        return _arithmetic_type(*_quotient_sides(node, columns))
+    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod):
         left = _postgres_type(node.this, columns)
         return _arithmetic_type(left, _postgres_type(node.expression, columns))
     return None
