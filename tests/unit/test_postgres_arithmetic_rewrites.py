@@ -164,3 +164,51 @@ def test_a_null_or_a_string_side_of_a_quotient_has_the_other_side_s_integer_type
     )
     for sql in ("SELECT '7' / 2.0", "SELECT NULL / x FROM t", "SELECT NULL / '7'"):
         assert "DIV" not in rewritten(sql), sql
+
+
+def test_a_quotient_of_a_case_coalesce_length_or_window_function_is_postgresql_s() -> None:
+    """A ``CASE``, ``COALESCE``, ``GREATEST`` or ``LEAST`` is of its branches' common type,
+    ``length`` an int4, ``row_number`` and ``rank`` an int8, an aggregate with a FILTER its
+    aggregate's type: their quotient of integers was Spark's double (``coalesce(i, 0) /
+    2`` was 3.5 for 7, PostgreSQL's 3)."""
+    cases = {
+        "coalesce(i, 0)": "COALESCE(i, 0)",
+        "coalesce(NULL, s)": "COALESCE(NULL, s)",
+        "CASE WHEN i > 0 THEN i ELSE 0 END": "CASE WHEN i > 0 THEN i ELSE 0 END",
+        "CASE WHEN i > 0 THEN b END": "CASE WHEN i > 0 THEN b END",
+        "greatest(i, 1)": "GREATEST(i, 1)",
+        "least(s, y)": "LEAST(s, y)",
+        "nullif(i, 1)": "NULLIF(i, 1)",
+        "length('abc')": "LENGTH('abc')",
+        "row_number() OVER ()": "ROW_NUMBER() OVER ()",
+        "rank() OVER (ORDER BY i)": "RANK() OVER (ORDER BY i NULLS LAST)",
+        "count(*) FILTER (WHERE i > 0)": "COUNT(*) FILTER(WHERE i > 0)",
+        "sum(i) FILTER (WHERE i > 0)": "SUM(i) FILTER(WHERE i > 0)",
+    }
+    kinds: dict[str, str] = {}
+    for bigint in ("CASE WHEN i > 0 THEN b END", "row_number", "rank", "count", "sum"):
+        kinds.update({k: "BIGINT" for k in cases if k.startswith(bigint)})
+    for written, spark in cases.items():
+        expected = f"SELECT CAST({spark} DIV 2 AS {kinds.get(written, 'INT')}) FROM t"
+        assert rewritten(f"SELECT {written} / 2 FROM t") == expected, written
+    assert rewritten("SELECT least(s, y) / s FROM t") == (
+        "SELECT CAST(LEAST(s, y) DIV s AS SMALLINT) FROM t"
+    )
+    for sql in (
+        "SELECT coalesce(i, 0.0) / 2 FROM t",
+        "SELECT coalesce(i, x) / 2 FROM t",
+        "SELECT CASE WHEN i > 0 THEN '7' ELSE 1 END / 2 FROM t",  # not Spark's CASE's type
+        "SELECT greatest(i, r) / 2 FROM t",
+        "SELECT nullif(i, b) / 2 FROM t",
+        "SELECT percent_rank() OVER (ORDER BY i) / 2 FROM t",
+    ):
+        assert "DIV" not in rewritten(sql), sql
+
+
+def test_a_float_case_or_coalesce_cast_to_an_integer_rounds_first() -> None:
+    assert rewritten("SELECT coalesce(x, 0)::int FROM t") == (
+        "SELECT CAST(RINT(COALESCE(x, 0)) AS INT) FROM t"
+    )
+    assert rewritten("SELECT greatest(i, 0.5)::int FROM t") == (
+        "SELECT CAST(ROUND(GREATEST(i, 0.5), 0) AS INT) FROM t"
+    )

@@ -481,12 +481,14 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     :func:`_spark_type` but where PostgreSQL's rules differ: a number literal with a point
     or an exponent is a numeric (Spark's ``1e3`` is a double), a ``sum`` of bigints a
     numeric and an ``avg`` of integers or numerics a numeric (Spark's: a bigint, a
-    double), a quotient of integers an integer (Spark's: a double), and a negated integer
-    literal the type of the negative number (``-2147483648`` an int4, as PostgreSQL's
-    parser folds it into one constant; its negation of the int8 ``2147483648`` was an
-    int8)."""
+    double), a quotient of integers an integer (Spark's: a double), ``row_number``,
+    ``rank`` and ``dense_rank`` an int8 (Spark's: an int), a ``CASE``, ``COALESCE``,
+    ``GREATEST`` or ``LEAST`` their branches' common type (:func:`_common_type`), and a
+    negated integer literal the type of the negative number (``-2147483648`` an int4, as
+    PostgreSQL's parser folds it into one constant; its negation of the int8
+    ``2147483648`` was an int8). ``length`` is an int4 and ``count`` an int8 in both."""
     node = node.unnest()
-    if isinstance(node, exp.Window):
+    while isinstance(node, exp.Window | exp.Filter):  # a window's or an aggregate's FILTER
         node = node.this
     if isinstance(node, exp.Select):  # a scalar subquery (unnested): its one column's type
         selected = node.expressions
@@ -501,8 +503,21 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
         digits = node.this.unnest()
         if digits.is_number and str(digits.this).isdigit():  # PostgreSQL's parser folds it
             return _integer_type(-int(str(digits.this)))
-    if isinstance(node, exp.Count):
+    if isinstance(node, exp.Count | exp.RowNumber | exp.Rank | exp.DenseRank):
         return T.BIGINT
+    if isinstance(node, exp.Length | exp.Ntile):
+        return T.INT
+    if isinstance(node, exp.PercentRank | exp.CumeDist):
+        return T.DOUBLE
+    if isinstance(node, exp.Coalesce | exp.Greatest | exp.Least):
+        return _common_type([node.this, *node.expressions], columns)
+    if isinstance(node, exp.Case):
+        branches = [branch.args.get("true") for branch in node.args.get("ifs") or []]
+        return _common_type([*branches, node.args.get("default") or exp.Null()], columns)
+    if isinstance(node, exp.Nullif):
+        first = _postgres_type(node.this, columns)
+        same = _untyped(node.expression) or _postgres_type(node.expression, columns) == first
+        return first if same else None
     if isinstance(node, exp.Neg | exp.Abs | exp.Min | exp.Max | exp.Sum | exp.Avg):
         if node.expressions:  # min(a, b), as some dialects read least(): not known here
             return None
@@ -520,6 +535,28 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
         left = _postgres_type(node.this, columns)
         return _arithmetic_type(left, _postgres_type(node.expression, columns))
     return None
+
+
+#: PostgreSQL's numeric types in the order its ``CASE``, ``COALESCE``, ``GREATEST`` and
+#: ``LEAST`` choose their common type by: each converts implicitly to those after it.
+_COMMON_ORDER = (*_POSTGRES_INTEGERS, T.DECIMAL, T.FLOAT, T.DOUBLE)
+
+
+def _common_type(values: list[exp.Expr | None], columns: Mapping[int, T]) -> T | None:
+    """The type PostgreSQL gives a ``CASE``, ``COALESCE``, ``GREATEST`` or ``LEAST`` of
+    ``values`` (:func:`_postgres_type` of each): the last in :data:`_COMMON_ORDER` of
+    their types (int2 and int4 an int4, an integer and a numeric a numeric, a numeric
+    and a float4 a float4), a NULL taking it. None if a value is of no numeric type known
+    here, or a string constant (PostgreSQL reads it as of the common type, Spark's
+    ``CASE`` as a string), or all are NULL."""
+    kinds = []
+    for value in values:
+        if value is None or isinstance(value.unnest(), exp.Null):
+            continue
+        kinds.append(_postgres_type(value, columns))
+    if not kinds or any(k not in _COMMON_ORDER for k in kinds):
+        return None
+    return max(kinds, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]
 
 
 def _divisible(operand: exp.Expr, kind: T | None) -> exp.Expr:
