@@ -111,6 +111,11 @@ QUOTIENTS = [
     ("SELECT sum(i) FILTER (WHERE i > 0) / 2 AS x FROM t", None, INT8, 3),
     ("SELECT abs(b) / 2 AS x FROM t", None, INT8, 3),
     ("SELECT coalesce(f, 0)::int AS x FROM t", None, INT4, 2),
+    # A column of a subquery or a CTE has its expression's type.
+    ("SELECT i / 2 AS x FROM (SELECT i FROM t) z", None, INT4, 3),
+    ("WITH z AS (SELECT i FROM t) SELECT i / 2 AS x FROM z", None, INT4, 3),
+    ("SELECT z.n / 2 AS x FROM (SELECT count(*) + 6 AS n FROM t) z", None, INT8, 3),
+    ("SELECT g::int AS x FROM (SELECT f + 1 AS g FROM t) z", None, INT4, 4),
     # NULL and a string constant are of unknown type: the other side's (Spark's: 3.5).
     ("SELECT NULL / 2 AS x", None, INT4, None),
     ("SELECT '7' / 2 AS x", None, INT4, 3),

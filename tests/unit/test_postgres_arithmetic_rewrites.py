@@ -65,7 +65,7 @@ def test_a_quotient_of_integers_is_their_integer_quotient_of_the_wider_type() ->
 
 def test_a_quotient_with_a_side_postgresql_types_as_no_integer_stays_spark_s() -> None:
     """A float, a numeric (``2.0``, ``1e3``, a ``sum`` of bigints, an ``avg``) or a type not
-    known here (a CTE's column)."""
+    known here (a column of a CTE's ``*``)."""
     for sql in (
         "SELECT x / 2 FROM t",
         "SELECT d / 2 FROM u",
@@ -73,7 +73,7 @@ def test_a_quotient_with_a_side_postgresql_types_as_no_integer_stays_spark_s() -
         "SELECT 7 / 1e3",
         "SELECT sum(b) / 2 FROM t",
         "SELECT avg(i) / 2 FROM t",
-        "WITH c AS (SELECT 7 AS n) SELECT n / 2 FROM c",
+        "WITH c AS (SELECT * FROM t) SELECT i / 2 FROM c",
     ):
         assert "DIV" not in rewritten(sql), sql
     assert rewritten("SELECT 1::numeric / 3") == (
@@ -211,4 +211,56 @@ def test_a_float_case_or_coalesce_cast_to_an_integer_rounds_first() -> None:
     )
     assert rewritten("SELECT greatest(i, 0.5)::int FROM t") == (
         "SELECT CAST(ROUND(GREATEST(i, 0.5), 0) AS INT) FROM t"
+    )
+
+
+def test_a_column_of_a_subquery_or_cte_has_the_type_of_its_expression() -> None:
+    """PostgreSQL's ``SELECT i / 2 FROM (SELECT i FROM t) z`` is the int4 3 for 7, as
+    ``SELECT i / 2 FROM t``; the column of a subquery or CTE was of no type known here,
+    and its quotient Spark's double 3.5. The shard's columns are read once."""
+    reads: list[str] = []
+    assert rewritten("SELECT i / 2 FROM (SELECT i FROM t) z", reads) == (
+        "SELECT CAST(i DIV 2 AS INT) FROM (SELECT i FROM t) AS z"
+    )
+    assert reads == ["t"]
+    assert rewritten("WITH z AS (SELECT i FROM t) SELECT i / 2 FROM z") == (
+        "WITH z AS (SELECT i FROM t) SELECT CAST(i DIV 2 AS INT) FROM z"
+    )
+    assert rewritten("WITH c AS (SELECT 7 AS n) SELECT c.n / 2 FROM c") == (
+        "WITH c AS (SELECT 7 AS n) SELECT CAST(c.n DIV 2 AS INT) FROM c"
+    )
+    assert rewritten("SELECT n / 2 FROM (SELECT count(*) AS n FROM t) z, u") == (
+        "SELECT CAST(n DIV 2 AS BIGINT) FROM (SELECT COUNT(*) AS n FROM t) AS z, u"
+    )
+    assert rewritten("SELECT q / 2 FROM (SELECT i / 2 AS q FROM t) z") == (
+        "SELECT CAST(q DIV 2 AS INT) FROM (SELECT CAST(i DIV 2 AS INT) AS q FROM t) AS z"
+    )
+    assert rewritten("SELECT k / 2 FROM (SELECT s AS k FROM t UNION ALL SELECT b FROM t) z") == (
+        "SELECT CAST(k DIV 2 AS BIGINT) FROM (SELECT s AS k FROM t UNION ALL SELECT b FROM t) AS z"
+    )
+    assert rewritten("SELECT x::int FROM (SELECT x FROM t) z") == (
+        "SELECT CAST(RINT(x) AS INT) FROM (SELECT x FROM t) AS z"
+    )
+    for sql in (
+        "SELECT n / 2 FROM (SELECT sum(b) AS n FROM t) z",  # a numeric
+        "SELECT k / 2 FROM (SELECT i FROM t) AS z(k)",
+        "SELECT i / 2 FROM (SELECT * FROM t) z",
+        "SELECT k / 2 FROM (SELECT i AS k FROM t UNION ALL SELECT x FROM t) z",
+        "SELECT d / 2 FROM (SELECT d FROM u) z",
+        "SELECT i / 2 FROM (SELECT i FROM t) z, (SELECT i FROM t) w",  # ambiguous
+    ):
+        assert "DIV" not in rewritten(sql), sql
+
+
+def test_a_view_s_query_resolves_to_the_same_sql_every_time() -> None:
+    """The rewrites keep no state between queries: a view's query resolved twice is one
+    query, and its column types do not depend on how it is spelled."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)  # no Spark: resolve only
+    sql = "WITH z AS (SELECT 7 AS i) SELECT coalesce(i, 0) / 2 AS q, NULL / 2 AS n FROM z"
+    first = engine.resolve(sql)[0]
+    assert engine.resolve(sql)[0] == first
+    assert first == (
+        "WITH z AS (SELECT 7 AS i) SELECT CAST(COALESCE(i, 0) DIV 2 AS INT) AS q, "
+        "CAST(CAST(NULL AS INT) DIV 2 AS INT) AS n FROM z"
     )

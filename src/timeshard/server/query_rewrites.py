@@ -343,10 +343,11 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
                 inner.replace(_decimal(*_WIDE))
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     columns: dict[int, T] = {}
+    typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
     if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree):
-        columns = _shard_column_types(tree, columns_of)
-    _integer_quotients(tree, columns)
-    _float_casts_to_integers(tree, columns)
+        columns, typed = _shard_column_types(tree, columns_of)
+    _integer_quotients(tree, typed)
+    _float_casts_to_integers(tree, typed)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     if not casts:
         return
@@ -754,18 +755,27 @@ def _arithmetic_type(left: T | None, right: T | None) -> T | None:
     return T.DECIMAL
 
 
-def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
-    """The Spark types of the columns of ``tree`` that are a column of a shard it reads,
-    by the id of their node: one qualified by the name of a shard the query reads there
-    (its alias), or unqualified where the query reads only shards there and one of them
-    has the column. A column of a CTE or a subquery, or a correlated one, is not."""
+def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int, T], dict[int, T]]:
+    """The types of the columns of ``tree``, by the id of their node: the Spark types of
+    those that are a column of a shard it reads, and PostgreSQL's types
+    (:func:`_postgres_type`) of those and of the columns of a subquery or CTE it reads.
+
+    A column is a relation's where it is qualified by the relation's name there (its
+    alias), or unqualified where the relations the query reads there are shards and
+    subqueries or CTEs whose column names are known (no ``*``, no column aliases), and
+    one of them has the column. A correlated one is an outer scope's. ``columns_of`` is
+    asked once for each relation.
+
+    A subquery's or CTE's column has the type of its select-list expression (of a
+    ``UNION``, the common type of each branch's, :func:`_common_type`): the innermost
+    scopes come first, so the columns that expression reads are typed before it."""
     from sqlglot.errors import OptimizeError
-    from sqlglot.optimizer.scope import traverse_scope
+    from sqlglot.optimizer.scope import Scope, traverse_scope
 
     try:
         scopes = traverse_scope(tree)
     except OptimizeError:
-        return {}
+        return {}, {}
     read: dict[str, Mapping[str, str] | None] = {}
 
     def columns_of_table(table: exp.Table) -> Mapping[str, str] | None:
@@ -774,11 +784,18 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
             read[name] = columns_of(name)
         return read[name]
 
+    def names_of(node: exp.Expr, source: object) -> set[str] | None:
+        if isinstance(source, exp.Table):
+            shard = columns_of_table(source)
+            return None if shard is None else {n.lower() for n in shard}
+        branches = _derived_branches(node, source) if isinstance(source, Scope) else None
+        return None if branches is None else {e.alias_or_name.lower() for e in branches[0]}
+
     types: dict[int, T] = {}
+    postgres: dict[int, T] = {}
     seen: set[int] = set()
     for scope in scopes:  # the innermost first: a subquery's column is its own scope's
-        sources = {name: source for name, (_, source) in scope.selected_sources.items()}
-        tables = [s for s in sources.values() if isinstance(s, exp.Table)]
+        sources = dict(scope.selected_sources)
         for column in scope.columns:
             if id(column) in seen:  # an inner scope's, which an outer one lists too
                 continue
@@ -786,30 +803,76 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
                 if column.table not in sources:
                     continue  # correlated: an outer scope's
                 seen.add(id(column))
-                source = sources[column.table]
-                owners = [source] if isinstance(source, exp.Table) else []
-            elif len(tables) == len(sources):
-                known = [(t, columns_of_table(t)) for t in tables]
-                if any(c is None for _, c in known):
+                owners = [sources[column.table]]
+            else:
+                known = [(pair, names_of(*pair)) for pair in sources.values()]
+                if any(names is None for _, names in known):
                     seen.add(id(column))
-                    continue  # not a shard: the column may be its
+                    continue  # a relation whose columns are not known here: it may be its
                 wanted = column.name.lower()
-                owners = [t for t, c in known if c is not None and wanted in {n.lower() for n in c}]
+                owners = [pair for pair, names in known if names is not None and wanted in names]
                 if not owners:
                     continue  # none of its relations has it: correlated, an outer scope's
                 seen.add(id(column))
-            else:
-                seen.add(id(column))
-                continue  # a subquery's or a CTE's column may be it
-            shard = columns_of_table(owners[0]) if len(owners) == 1 else None
+            if len(owners) != 1:
+                continue
+            node, source = owners[0]
+            if isinstance(source, Scope):
+                branches = _derived_branches(node, source)
+                kind = None if branches is None else _branch_type(branches, column.name, postgres)
+                if kind is not None:
+                    postgres[id(column)] = kind
+                continue
+            shard = columns_of_table(source) if isinstance(source, exp.Table) else None
             name = shard.get(column.name) if shard is not None else None
             if name is None and shard is not None and not column.this.quoted:
                 # Spark resolves an unquoted name whatever its case (the tree's are lower).
                 same = [t for c, t in shard.items() if c.lower() == column.name.lower()]
                 name = same[0] if len(same) == 1 else None
             if name is not None:
-                types[id(column)] = exp.DataType.build(name, dialect=DIALECT).this
-    return types
+                types[id(column)] = postgres[id(column)] = exp.DataType.build(
+                    name, dialect=DIALECT
+                ).this
+    return types, postgres
+
+
+def _derived_branches(node: exp.Expr, scope: object) -> list[list[exp.Expr]] | None:
+    """The select lists of the subquery or CTE ``scope`` (a sqlglot ``Scope``) that
+    ``node`` reads: one, or a ``UNION``'s (``INTERSECT``'s, ``EXCEPT``'s) each. None where
+    its column names are not those lists' names: a ``*``, column aliases (``AS z(k)``),
+    ``VALUES``."""
+    query = getattr(scope, "expression", None)
+    for holder in (node, query.parent if query is not None else None):
+        alias = holder.args.get("alias") if holder is not None else None
+        if isinstance(alias, exp.TableAlias) and alias.columns:
+            return None
+    branches: list[list[exp.Expr]] = []
+    pending = [query]
+    while pending:
+        part = pending.pop(0)
+        if isinstance(part, exp.Subquery):
+            pending.insert(0, part.this)
+        elif isinstance(part, exp.SetOperation):
+            pending[:0] = [part.this, part.expression]
+        elif isinstance(part, exp.Select) and not any(e.is_star for e in part.expressions):
+            branches.append(list(part.expressions))
+        else:
+            return None
+    if len({len(b) for b in branches}) != 1:
+        return None
+    return branches
+
+
+def _branch_type(branches: list[list[exp.Expr]], name: str, columns: Mapping[int, T]) -> T | None:
+    """PostgreSQL's type of the column ``name`` of a query of the select lists
+    ``branches`` (:func:`_derived_branches`), named by the first; None if not one of it."""
+    named = [i for i, e in enumerate(branches[0]) if e.alias_or_name == name]
+    if len(named) != 1:
+        return None
+    values: list[exp.Expr | None] = [b[named[0]].unalias() for b in branches]
+    if len(values) == 1:
+        return _postgres_type(values[0], columns) if values[0] is not None else None
+    return _common_type(values, columns)
 
 
 def _naive_timestamps(tree: exp.Expr) -> None:
