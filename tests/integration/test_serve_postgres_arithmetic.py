@@ -95,6 +95,33 @@ QUOTIENTS = [
     ("SELECT (7 / 2)::numeric AS x", None, NUMERIC, D("3")),
     ("SELECT %s::int4 / 2 AS x", [7], INT4, 3),
     ("SELECT f / 2 AS x FROM t", None, FLOAT8, 1.25),
+    # Of its branches' common type; length is an int4, row_number and rank int8s.
+    ("SELECT coalesce(i, 0) / 2 AS x FROM t", None, INT4, 3),
+    ("SELECT coalesce(s, b) / 2 AS x FROM t", None, INT8, 3),
+    ("SELECT coalesce(i, 0.0) / 2 AS x FROM t", None, NUMERIC, D("3.5000000000000000")),
+    ("SELECT CASE WHEN i > 0 THEN i ELSE 0 END / 2 AS x FROM t", None, INT4, 3),
+    ("SELECT CASE WHEN i > 0 THEN f END / 2 AS x FROM t", None, FLOAT8, 1.25),
+    ("SELECT greatest(i, 1) / 2 AS x FROM t", None, INT4, 3),
+    ("SELECT least(s, s) / s AS x FROM t", None, INT2, 1),
+    ("SELECT nullif(i, 1) / 2 AS x FROM t", None, INT4, 3),
+    ("SELECT length('abcdefg') / 2 AS x", None, INT4, 3),
+    ("SELECT row_number() OVER (ORDER BY i) / 2 AS x FROM t", None, INT8, 0),
+    ("SELECT rank() OVER (ORDER BY i) / 2 AS x FROM t", None, INT8, 0),
+    ("SELECT count(*) FILTER (WHERE i > 0) / 2 AS x FROM t", None, INT8, 0),
+    ("SELECT sum(i) FILTER (WHERE i > 0) / 2 AS x FROM t", None, INT8, 3),
+    ("SELECT abs(b) / 2 AS x FROM t", None, INT8, 3),
+    ("SELECT coalesce(f, 0)::int AS x FROM t", None, INT4, 2),
+    # A column of a subquery or a CTE has its expression's type.
+    ("SELECT i / 2 AS x FROM (SELECT i FROM t) z", None, INT4, 3),
+    ("WITH z AS (SELECT i FROM t) SELECT i / 2 AS x FROM z", None, INT4, 3),
+    ("SELECT z.n / 2 AS x FROM (SELECT count(*) + 6 AS n FROM t) z", None, INT8, 3),
+    ("SELECT g::int AS x FROM (SELECT f + 1 AS g FROM t) z", None, INT4, 4),
+    # NULL and a string constant are of unknown type: the other side's (Spark's: 3.5).
+    ("SELECT NULL / 2 AS x", None, INT4, None),
+    ("SELECT '7' / 2 AS x", None, INT4, 3),
+    ("SELECT '7' / s AS x FROM t", None, INT2, 1),
+    # PostgreSQL folds the minus into the constant: an int8, not a numeric negated.
+    ("SELECT -9223372036854775808 / 2 AS x", None, INT8, -4611686018427387904),
 ]
 FLOAT_CASTS = [
     ("SELECT 2.5::float8::int AS x", None, INT4, 2),
@@ -152,6 +179,7 @@ ERRORS = [
     ("SELECT 7 / 0 AS x", psycopg.errors.DivisionByZero),
     ("SELECT i / (s - 7) AS x FROM t", psycopg.errors.DivisionByZero),
     ("SELECT (-2147483648)::int4 / -1 AS x", psycopg.errors.NumericValueOutOfRange),
+    ("SELECT -2147483648 / -1 AS x", psycopg.errors.NumericValueOutOfRange),
     ("SELECT 3e9::float8::int AS x", psycopg.errors.NumericValueOutOfRange),
     ("SELECT 'NaN'::float8::int AS x", psycopg.errors.NumericValueOutOfRange),
     ("SELECT 32767.5::float8::int2 AS x", psycopg.errors.NumericValueOutOfRange),

@@ -65,7 +65,7 @@ def test_a_quotient_of_integers_is_their_integer_quotient_of_the_wider_type() ->
 
 def test_a_quotient_with_a_side_postgresql_types_as_no_integer_stays_spark_s() -> None:
     """A float, a numeric (``2.0``, ``1e3``, a ``sum`` of bigints, an ``avg``) or a type not
-    known here (a CTE's column)."""
+    known here (a column of a CTE's ``*``)."""
     for sql in (
         "SELECT x / 2 FROM t",
         "SELECT d / 2 FROM u",
@@ -73,7 +73,7 @@ def test_a_quotient_with_a_side_postgresql_types_as_no_integer_stays_spark_s() -
         "SELECT 7 / 1e3",
         "SELECT sum(b) / 2 FROM t",
         "SELECT avg(i) / 2 FROM t",
-        "WITH c AS (SELECT 7 AS n) SELECT n / 2 FROM c",
+        "WITH c AS (SELECT * FROM t) SELECT i / 2 FROM c",
     ):
         assert "DIV" not in rewritten(sql), sql
     assert rewritten("SELECT 1::numeric / 3") == (
@@ -134,4 +134,133 @@ def test_a_view_s_query_keeps_spark_s_quotients_casts_and_intervals() -> None:
     assert engine.resolve(sql)[0] == (
         "SELECT CAST(7 DIV 2 AS INT) AS q, CAST(RINT(CAST(2.5 AS DOUBLE)) AS INT) AS n, "
         "MAKE_INTERVAL(0, 1, 0, 2, 0, 0, CAST('0.000000' AS DECIMAL(18, 6))) AS i"
+    )
+
+
+def test_a_negated_integer_literal_is_typed_as_the_negative_number_postgresql_folds() -> None:
+    """PostgreSQL reads ``-2147483648`` as one int4 constant, so its quotient by -1 is past
+    int4 (22003); typed as the int8 ``2147483648`` negated it was 2147483648. And
+    ``-9223372036854775808`` is an int8, where ``9223372036854775808`` is a numeric."""
+    assert rewritten("SELECT -2147483648 / -1") == "SELECT CAST(-2147483648 DIV -1 AS INT)"
+    assert rewritten("SELECT -(2147483648) / -1") == "SELECT CAST(-(2147483648) DIV -1 AS INT)"
+    assert rewritten("SELECT -2147483649 / 2") == "SELECT CAST(-2147483649 DIV 2 AS BIGINT)"
+    assert rewritten("SELECT -9223372036854775808 / 2") == (
+        "SELECT CAST(-9223372036854775808 DIV 2 AS BIGINT)"
+    )
+    assert "DIV" not in rewritten("SELECT -9223372036854775809 / 2")
+
+
+def test_a_null_or_a_string_side_of_a_quotient_has_the_other_side_s_integer_type() -> None:
+    """PostgreSQL's ``NULL / 2`` is an int4 NULL and ``'7' / 2`` the int4 3: a literal of
+    unknown type takes the other side's type. Spark divided them as doubles."""
+    assert rewritten("SELECT NULL / 2") == "SELECT CAST(CAST(NULL AS INT) DIV 2 AS INT)"
+    assert rewritten("SELECT '7' / 2") == "SELECT CAST(CAST('7' AS INT) DIV 2 AS INT)"
+    assert rewritten("SELECT 7 / ('2')") == "SELECT CAST(7 DIV CAST(('2') AS INT) AS INT)"
+    assert rewritten("SELECT '7' / s FROM t") == (
+        "SELECT CAST(CAST('7' AS SMALLINT) DIV s AS SMALLINT) FROM t"
+    )
+    assert rewritten("SELECT '7' / 2 / 2") == (
+        "SELECT CAST(CAST(CAST('7' AS INT) DIV 2 AS INT) DIV 2 AS INT)"
+    )
+    for sql in ("SELECT '7' / 2.0", "SELECT NULL / x FROM t", "SELECT NULL / '7'"):
+        assert "DIV" not in rewritten(sql), sql
+
+
+def test_a_quotient_of_a_case_coalesce_length_or_window_function_is_postgresql_s() -> None:
+    """A ``CASE``, ``COALESCE``, ``GREATEST`` or ``LEAST`` is of its branches' common type,
+    ``length`` an int4, ``row_number`` and ``rank`` an int8, an aggregate with a FILTER its
+    aggregate's type: their quotient of integers was Spark's double (``coalesce(i, 0) /
+    2`` was 3.5 for 7, PostgreSQL's 3)."""
+    cases = {
+        "coalesce(i, 0)": "COALESCE(i, 0)",
+        "coalesce(NULL, s)": "COALESCE(NULL, s)",
+        "CASE WHEN i > 0 THEN i ELSE 0 END": "CASE WHEN i > 0 THEN i ELSE 0 END",
+        "CASE WHEN i > 0 THEN b END": "CASE WHEN i > 0 THEN b END",
+        "greatest(i, 1)": "GREATEST(i, 1)",
+        "least(s, y)": "LEAST(s, y)",
+        "nullif(i, 1)": "NULLIF(i, 1)",
+        "length('abc')": "LENGTH('abc')",
+        "row_number() OVER ()": "ROW_NUMBER() OVER ()",
+        "rank() OVER (ORDER BY i)": "RANK() OVER (ORDER BY i NULLS LAST)",
+        "count(*) FILTER (WHERE i > 0)": "COUNT(*) FILTER(WHERE i > 0)",
+        "sum(i) FILTER (WHERE i > 0)": "SUM(i) FILTER(WHERE i > 0)",
+    }
+    kinds: dict[str, str] = {}
+    for bigint in ("CASE WHEN i > 0 THEN b END", "row_number", "rank", "count", "sum"):
+        kinds.update({k: "BIGINT" for k in cases if k.startswith(bigint)})
+    for written, spark in cases.items():
+        expected = f"SELECT CAST({spark} DIV 2 AS {kinds.get(written, 'INT')}) FROM t"
+        assert rewritten(f"SELECT {written} / 2 FROM t") == expected, written
+    assert rewritten("SELECT least(s, y) / s FROM t") == (
+        "SELECT CAST(LEAST(s, y) DIV s AS SMALLINT) FROM t"
+    )
+    for sql in (
+        "SELECT coalesce(i, 0.0) / 2 FROM t",
+        "SELECT coalesce(i, x) / 2 FROM t",
+        "SELECT CASE WHEN i > 0 THEN '7' ELSE 1 END / 2 FROM t",  # not Spark's CASE's type
+        "SELECT greatest(i, r) / 2 FROM t",
+        "SELECT nullif(i, b) / 2 FROM t",
+        "SELECT percent_rank() OVER (ORDER BY i) / 2 FROM t",
+    ):
+        assert "DIV" not in rewritten(sql), sql
+
+
+def test_a_float_case_or_coalesce_cast_to_an_integer_rounds_first() -> None:
+    assert rewritten("SELECT coalesce(x, 0)::int FROM t") == (
+        "SELECT CAST(RINT(COALESCE(x, 0)) AS INT) FROM t"
+    )
+    assert rewritten("SELECT greatest(i, 0.5)::int FROM t") == (
+        "SELECT CAST(ROUND(GREATEST(i, 0.5), 0) AS INT) FROM t"
+    )
+
+
+def test_a_column_of_a_subquery_or_cte_has_the_type_of_its_expression() -> None:
+    """PostgreSQL's ``SELECT i / 2 FROM (SELECT i FROM t) z`` is the int4 3 for 7, as
+    ``SELECT i / 2 FROM t``; the column of a subquery or CTE was of no type known here,
+    and its quotient Spark's double 3.5. The shard's columns are read once."""
+    reads: list[str] = []
+    assert rewritten("SELECT i / 2 FROM (SELECT i FROM t) z", reads) == (
+        "SELECT CAST(i DIV 2 AS INT) FROM (SELECT i FROM t) AS z"
+    )
+    assert reads == ["t"]
+    assert rewritten("WITH z AS (SELECT i FROM t) SELECT i / 2 FROM z") == (
+        "WITH z AS (SELECT i FROM t) SELECT CAST(i DIV 2 AS INT) FROM z"
+    )
+    assert rewritten("WITH c AS (SELECT 7 AS n) SELECT c.n / 2 FROM c") == (
+        "WITH c AS (SELECT 7 AS n) SELECT CAST(c.n DIV 2 AS INT) FROM c"
+    )
+    assert rewritten("SELECT n / 2 FROM (SELECT count(*) AS n FROM t) z, u") == (
+        "SELECT CAST(n DIV 2 AS BIGINT) FROM (SELECT COUNT(*) AS n FROM t) AS z, u"
+    )
+    assert rewritten("SELECT q / 2 FROM (SELECT i / 2 AS q FROM t) z") == (
+        "SELECT CAST(q DIV 2 AS INT) FROM (SELECT CAST(i DIV 2 AS INT) AS q FROM t) AS z"
+    )
+    assert rewritten("SELECT k / 2 FROM (SELECT s AS k FROM t UNION ALL SELECT b FROM t) z") == (
+        "SELECT CAST(k DIV 2 AS BIGINT) FROM (SELECT s AS k FROM t UNION ALL SELECT b FROM t) AS z"
+    )
+    assert rewritten("SELECT x::int FROM (SELECT x FROM t) z") == (
+        "SELECT CAST(RINT(x) AS INT) FROM (SELECT x FROM t) AS z"
+    )
+    for sql in (
+        "SELECT n / 2 FROM (SELECT sum(b) AS n FROM t) z",  # a numeric
+        "SELECT k / 2 FROM (SELECT i FROM t) AS z(k)",
+        "SELECT i / 2 FROM (SELECT * FROM t) z",
+        "SELECT k / 2 FROM (SELECT i AS k FROM t UNION ALL SELECT x FROM t) z",
+        "SELECT d / 2 FROM (SELECT d FROM u) z",
+        "SELECT i / 2 FROM (SELECT i FROM t) z, (SELECT i FROM t) w",  # ambiguous
+    ):
+        assert "DIV" not in rewritten(sql), sql
+
+
+def test_a_view_s_query_resolves_to_the_same_sql_every_time() -> None:
+    """The rewrites keep no state between queries: a view's query resolved twice is one
+    query, and its column types do not depend on how it is spelled."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)  # no Spark: resolve only
+    sql = "WITH z AS (SELECT 7 AS i) SELECT coalesce(i, 0) / 2 AS q, NULL / 2 AS n FROM z"
+    first = engine.resolve(sql)[0]
+    assert engine.resolve(sql)[0] == first
+    assert first == (
+        "WITH z AS (SELECT 7 AS i) SELECT CAST(COALESCE(i, 0) DIV 2 AS INT) AS q, "
+        "CAST(CAST(NULL AS INT) DIV 2 AS INT) AS n FROM z"
     )

@@ -343,10 +343,11 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
                 inner.replace(_decimal(*_WIDE))
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     columns: dict[int, T] = {}
+    typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
     if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree):
-        columns = _shard_column_types(tree, columns_of)
-    _integer_quotients(tree, columns)
-    _float_casts_to_integers(tree, columns)
+        columns, typed = _shard_column_types(tree, columns_of)
+    _integer_quotients(tree, typed)
+    _float_casts_to_integers(tree, typed)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     if not casts:
         return
@@ -391,16 +392,39 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     past it (``(-32768)::int2 / -1::int2``) is Spark's 22003 as PostgreSQL's is. Its
     division by zero is Spark's DIVIDE_BY_ZERO (22012), as its ``/`` answers it. A ``/``
     with a numeric or a float side, or a side whose type is not known here, stays
-    Spark's. The inner ones first, so a quotient of quotients is one too."""
+    Spark's. The inner ones first, so a quotient of quotients is one too.
+
+    A side of PostgreSQL's unknown type (:func:`_untyped`: ``NULL``, a string constant)
+    has the other side's type, as PostgreSQL resolves the operator, and is cast to it
+    here (``'7' / 2`` is 3, ``NULL / 2`` an int4 NULL; Spark divided them as doubles)."""
     for div in reversed(list(tree.find_all(exp.Div))):
-        left = _postgres_type(div.this, columns)
-        right = _postgres_type(div.expression, columns)
+        left, right = _quotient_sides(div, columns)
         if left in _POSTGRES_INTEGERS and right in _POSTGRES_INTEGERS:
             wider = max(left, right, key=_POSTGRES_INTEGERS.index)
+            for side, kind in ((div.this, left), (div.expression, right)):
+                if _untyped(side):
+                    side.replace(exp.Cast(this=side.copy(), to=exp.DataType.build(kind)))
             quotient = exp.Cast(this=exp.IntDiv(), to=exp.DataType.build(wider))
             div.replace(quotient)  # its operands are moved, not copied: ``columns`` holds them
             quotient.this.set("this", div.this)
             quotient.this.set("expression", div.expression)
+
+
+def _untyped(node: exp.Expr) -> bool:
+    """Whether PostgreSQL gives ``node`` its unknown type, which takes the type its use
+    wants: ``NULL`` or a string constant (an undeclared parameter's bound value too)."""
+    node = node.unnest()
+    return isinstance(node, exp.Null) or _string_constant(node) is not None
+
+
+def _quotient_sides(div: exp.Div, columns: Mapping[int, T]) -> tuple[T | None, T | None]:
+    """The types PostgreSQL gives the sides of ``div`` (:func:`_postgres_type`): a side of
+    unknown type (:func:`_untyped`) has the other's, as PostgreSQL resolves ``/``."""
+    left, right = (
+        None if _untyped(side) else _postgres_type(side, columns)
+        for side in (div.this, div.expression)
+    )
+    return (right if _untyped(div.this) else left), (left if _untyped(div.expression) else right)
 
 
 def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
@@ -439,7 +463,7 @@ def _typed_by_columns(tree: exp.Expr) -> bool:
     for node in tree.find_all(exp.Div, exp.Cast):
         if isinstance(node, exp.Div):
             sides = [node.this, node.expression]
-            kinds = [_postgres_type(side, {}) for side in sides]
+            kinds = _quotient_sides(node, {})
             if any(k is not None and k not in _POSTGRES_INTEGERS for k in kinds):
                 continue
         elif isinstance(node, exp.Cast) and node.to.this in _INTEGER_DIGITS:
@@ -458,9 +482,14 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     :func:`_spark_type` but where PostgreSQL's rules differ: a number literal with a point
     or an exponent is a numeric (Spark's ``1e3`` is a double), a ``sum`` of bigints a
     numeric and an ``avg`` of integers or numerics a numeric (Spark's: a bigint, a
-    double), a quotient of integers an integer (Spark's: a double)."""
+    double), a quotient of integers an integer (Spark's: a double), ``row_number``,
+    ``rank`` and ``dense_rank`` an int8 (Spark's: an int), a ``CASE``, ``COALESCE``,
+    ``GREATEST`` or ``LEAST`` their branches' common type (:func:`_common_type`), and a
+    negated integer literal the type of the negative number (``-2147483648`` an int4, as
+    PostgreSQL's parser folds it into one constant; its negation of the int8
+    ``2147483648`` was an int8). ``length`` is an int4 and ``count`` an int8 in both."""
     node = node.unnest()
-    if isinstance(node, exp.Window):
+    while isinstance(node, exp.Window | exp.Filter):  # a window's or an aggregate's FILTER
         node = node.this
     if isinstance(node, exp.Select):  # a scalar subquery (unnested): its one column's type
         selected = node.expressions
@@ -471,8 +500,25 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     if isinstance(node, exp.Literal):
         kind = _literal_type(node)
         return T.DECIMAL if kind == T.DOUBLE else kind
-    if isinstance(node, exp.Count):
+    if isinstance(node, exp.Neg) and isinstance(node.this.unnest(), exp.Literal):
+        digits = node.this.unnest()
+        if digits.is_number and str(digits.this).isdigit():  # PostgreSQL's parser folds it
+            return _integer_type(-int(str(digits.this)))
+    if isinstance(node, exp.Count | exp.RowNumber | exp.Rank | exp.DenseRank):
         return T.BIGINT
+    if isinstance(node, exp.Length | exp.Ntile):
+        return T.INT
+    if isinstance(node, exp.PercentRank | exp.CumeDist):
+        return T.DOUBLE
+    if isinstance(node, exp.Coalesce | exp.Greatest | exp.Least):
+        return _common_type([node.this, *node.expressions], columns)
+    if isinstance(node, exp.Case):
+        branches = [branch.args.get("true") for branch in node.args.get("ifs") or []]
+        return _common_type([*branches, node.args.get("default") or exp.Null()], columns)
+    if isinstance(node, exp.Nullif):
+        first = _postgres_type(node.this, columns)
+        same = _untyped(node.expression) or _postgres_type(node.expression, columns) == first
+        return first if same else None
     if isinstance(node, exp.Neg | exp.Abs | exp.Min | exp.Max | exp.Sum | exp.Avg):
         if node.expressions:  # min(a, b), as some dialects read least(): not known here
             return None
@@ -484,10 +530,34 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
         if isinstance(node, exp.Avg) and inner in _FLOAT_DIGITS:
             return T.DOUBLE
         return inner
-    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod | exp.Div):
+    if isinstance(node, exp.Div):
+        return _arithmetic_type(*_quotient_sides(node, columns))
+    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod):
         left = _postgres_type(node.this, columns)
         return _arithmetic_type(left, _postgres_type(node.expression, columns))
     return None
+
+
+#: PostgreSQL's numeric types in the order its ``CASE``, ``COALESCE``, ``GREATEST`` and
+#: ``LEAST`` choose their common type by: each converts implicitly to those after it.
+_COMMON_ORDER = (*_POSTGRES_INTEGERS, T.DECIMAL, T.FLOAT, T.DOUBLE)
+
+
+def _common_type(values: list[exp.Expr | None], columns: Mapping[int, T]) -> T | None:
+    """The type PostgreSQL gives a ``CASE``, ``COALESCE``, ``GREATEST`` or ``LEAST`` of
+    ``values`` (:func:`_postgres_type` of each): the last in :data:`_COMMON_ORDER` of
+    their types (int2 and int4 an int4, an integer and a numeric a numeric, a numeric
+    and a float4 a float4), a NULL taking it. None if a value is of no numeric type known
+    here, or a string constant (PostgreSQL reads it as of the common type, Spark's
+    ``CASE`` as a string), or all are NULL."""
+    kinds = []
+    for value in values:
+        if value is None or isinstance(value.unnest(), exp.Null):
+            continue
+        kinds.append(_postgres_type(value, columns))
+    if not kinds or any(k not in _COMMON_ORDER for k in kinds):
+        return None
+    return max(kinds, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]
 
 
 def _divisible(operand: exp.Expr, kind: T | None) -> exp.Expr:
@@ -658,8 +728,14 @@ def _literal_type(literal: exp.Literal) -> T | None:
         return T.DOUBLE
     if "." in text:
         return T.DECIMAL
-    whole = int(text)
-    return T.INT if abs(whole) < 2**31 else T.BIGINT if abs(whole) < 2**63 else T.DECIMAL
+    return _integer_type(int(text))
+
+
+def _integer_type(whole: int) -> T:
+    """The narrowest of INT, BIGINT and DECIMAL that holds the integer ``whole``."""
+    if -(2**31) <= whole < 2**31:
+        return T.INT
+    return T.BIGINT if -(2**63) <= whole < 2**63 else T.DECIMAL
 
 
 def _arithmetic_type(left: T | None, right: T | None) -> T | None:
@@ -679,18 +755,27 @@ def _arithmetic_type(left: T | None, right: T | None) -> T | None:
     return T.DECIMAL
 
 
-def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
-    """The Spark types of the columns of ``tree`` that are a column of a shard it reads,
-    by the id of their node: one qualified by the name of a shard the query reads there
-    (its alias), or unqualified where the query reads only shards there and one of them
-    has the column. A column of a CTE or a subquery, or a correlated one, is not."""
+def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int, T], dict[int, T]]:
+    """The types of the columns of ``tree``, by the id of their node: the Spark types of
+    those that are a column of a shard it reads, and PostgreSQL's types
+    (:func:`_postgres_type`) of those and of the columns of a subquery or CTE it reads.
+
+    A column is a relation's where it is qualified by the relation's name there (its
+    alias), or unqualified where the relations the query reads there are shards and
+    subqueries or CTEs whose column names are known (no ``*``, no column aliases), and
+    one of them has the column. A correlated one is an outer scope's. ``columns_of`` is
+    asked once for each relation.
+
+    A subquery's or CTE's column has the type of its select-list expression (of a
+    ``UNION``, the common type of each branch's, :func:`_common_type`): the innermost
+    scopes come first, so the columns that expression reads are typed before it."""
     from sqlglot.errors import OptimizeError
-    from sqlglot.optimizer.scope import traverse_scope
+    from sqlglot.optimizer.scope import Scope, traverse_scope
 
     try:
         scopes = traverse_scope(tree)
     except OptimizeError:
-        return {}
+        return {}, {}
     read: dict[str, Mapping[str, str] | None] = {}
 
     def columns_of_table(table: exp.Table) -> Mapping[str, str] | None:
@@ -699,11 +784,18 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
             read[name] = columns_of(name)
         return read[name]
 
+    def names_of(node: exp.Expr, source: object) -> set[str] | None:
+        if isinstance(source, exp.Table):
+            shard = columns_of_table(source)
+            return None if shard is None else {n.lower() for n in shard}
+        branches = _derived_branches(node, source) if isinstance(source, Scope) else None
+        return None if branches is None else {e.alias_or_name.lower() for e in branches[0]}
+
     types: dict[int, T] = {}
+    postgres: dict[int, T] = {}
     seen: set[int] = set()
     for scope in scopes:  # the innermost first: a subquery's column is its own scope's
-        sources = {name: source for name, (_, source) in scope.selected_sources.items()}
-        tables = [s for s in sources.values() if isinstance(s, exp.Table)]
+        sources = dict(scope.selected_sources)
         for column in scope.columns:
             if id(column) in seen:  # an inner scope's, which an outer one lists too
                 continue
@@ -711,30 +803,76 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> dict[int, T]:
                 if column.table not in sources:
                     continue  # correlated: an outer scope's
                 seen.add(id(column))
-                source = sources[column.table]
-                owners = [source] if isinstance(source, exp.Table) else []
-            elif len(tables) == len(sources):
-                known = [(t, columns_of_table(t)) for t in tables]
-                if any(c is None for _, c in known):
+                owners = [sources[column.table]]
+            else:
+                known = [(pair, names_of(*pair)) for pair in sources.values()]
+                if any(names is None for _, names in known):
                     seen.add(id(column))
-                    continue  # not a shard: the column may be its
+                    continue  # a relation whose columns are not known here: it may be its
                 wanted = column.name.lower()
-                owners = [t for t, c in known if c is not None and wanted in {n.lower() for n in c}]
+                owners = [pair for pair, names in known if names is not None and wanted in names]
                 if not owners:
                     continue  # none of its relations has it: correlated, an outer scope's
                 seen.add(id(column))
-            else:
-                seen.add(id(column))
-                continue  # a subquery's or a CTE's column may be it
-            shard = columns_of_table(owners[0]) if len(owners) == 1 else None
+            if len(owners) != 1:
+                continue
+            node, source = owners[0]
+            if isinstance(source, Scope):
+                branches = _derived_branches(node, source)
+                kind = None if branches is None else _branch_type(branches, column.name, postgres)
+                if kind is not None:
+                    postgres[id(column)] = kind
+                continue
+            shard = columns_of_table(source) if isinstance(source, exp.Table) else None
             name = shard.get(column.name) if shard is not None else None
             if name is None and shard is not None and not column.this.quoted:
                 # Spark resolves an unquoted name whatever its case (the tree's are lower).
                 same = [t for c, t in shard.items() if c.lower() == column.name.lower()]
                 name = same[0] if len(same) == 1 else None
             if name is not None:
-                types[id(column)] = exp.DataType.build(name, dialect=DIALECT).this
-    return types
+                types[id(column)] = postgres[id(column)] = exp.DataType.build(
+                    name, dialect=DIALECT
+                ).this
+    return types, postgres
+
+
+def _derived_branches(node: exp.Expr, scope: object) -> list[list[exp.Expr]] | None:
+    """The select lists of the subquery or CTE ``scope`` (a sqlglot ``Scope``) that
+    ``node`` reads: one, or a ``UNION``'s (``INTERSECT``'s, ``EXCEPT``'s) each. None where
+    its column names are not those lists' names: a ``*``, column aliases (``AS z(k)``),
+    ``VALUES``."""
+    query = getattr(scope, "expression", None)
+    for holder in (node, query.parent if query is not None else None):
+        alias = holder.args.get("alias") if holder is not None else None
+        if isinstance(alias, exp.TableAlias) and alias.columns:
+            return None
+    branches: list[list[exp.Expr]] = []
+    pending = [query]
+    while pending:
+        part = pending.pop(0)
+        if isinstance(part, exp.Subquery):
+            pending.insert(0, part.this)
+        elif isinstance(part, exp.SetOperation):
+            pending[:0] = [part.this, part.expression]
+        elif isinstance(part, exp.Select) and not any(e.is_star for e in part.expressions):
+            branches.append(list(part.expressions))
+        else:
+            return None
+    if len({len(b) for b in branches}) != 1:
+        return None
+    return branches
+
+
+def _branch_type(branches: list[list[exp.Expr]], name: str, columns: Mapping[int, T]) -> T | None:
+    """PostgreSQL's type of the column ``name`` of a query of the select lists
+    ``branches`` (:func:`_derived_branches`), named by the first; None if not one of it."""
+    named = [i for i, e in enumerate(branches[0]) if e.alias_or_name == name]
+    if len(named) != 1:
+        return None
+    values: list[exp.Expr | None] = [b[named[0]].unalias() for b in branches]
+    if len(values) == 1:
+        return _postgres_type(values[0], columns) if values[0] is not None else None
+    return _common_type(values, columns)
 
 
 def _naive_timestamps(tree: exp.Expr) -> None:
