@@ -279,3 +279,67 @@ def test_an_export_whose_broker_comes_back_commits_its_progress_once(tmp_path: P
     assert run.step() == {}  # it goes on from the progress it recorded
     assert Brokers.commits == 2 and len(Brokers.log) == 2
     run.close()
+
+
+class ControllerDown(Admin):
+    """An admin whose cluster's controller, asked for the topics' configuration, answers
+    only while ``up`` (the progress topic's leader answers all along)."""
+
+    up: ClassVar[bool] = True
+
+    def describe_configs(self, resources: Any, request_timeout: float) -> dict[Any, Future]:
+        if ControllerDown.up:
+            return super().describe_configs(resources, request_timeout)
+        return {r: Future(DOWN + "-controller", None) for r in resources}
+
+
+@pytest.mark.usefixtures("brokers")
+def test_an_export_whose_configuration_read_is_silent_is_not_asked_every_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The silence started anew once the progress read answered, before the target
+    topic's configuration was asked again (after a silence): with the controller down,
+    every tick waited 30 s again."""
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", ControllerDown)
+    Brokers.up.add(DOWN)
+    ControllerDown.up = True
+    _, run = pipeline(tmp_path)
+    assert run.step() == {}
+    Brokers.up.discard(DOWN)  # a silence: the topic's limit is read again after it
+    assert "out" in run.step()
+    Brokers.up.add(DOWN)
+    ControllerDown.up = False
+    waits = len(Brokers.waits)
+    for _ in range(120):  # one tick every 0.5 s, 60 s
+        Clock.now += 0.5
+        run.step()
+    full = [w for w in Brokers.waits[waits:] if w == 30.0]
+    assert 1 <= len(full) <= 8  # one per probe that answers (pauses 1, 2, .. 30 s)
+    run.close()
+
+
+class NamingAdmin(Admin):
+    """An admin that records the topics its metadata requests name."""
+
+    named: ClassVar[list[str | None]] = []
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        NamingAdmin.named.append(topic)
+        return super().list_topics(topic, timeout)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_the_probe_names_no_topic_that_the_broker_could_create(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An admin client's metadata request for a named topic lets the broker create it with
+    its default cleanup policy (auto.create.topics.enable): the probe named the progress
+    topic, so a first start with the broker down could leave it uncompacted for good."""
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", NamingAdmin)
+    NamingAdmin.named = []
+    _, run = pipeline(tmp_path)
+    for _ in range(10):
+        Clock.now += 0.5
+        run.step()
+    assert len(NamingAdmin.named) > 1 and set(NamingAdmin.named) == {None}
+    run.close()

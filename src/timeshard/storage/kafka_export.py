@@ -306,7 +306,6 @@ class KafkaExport(ShardExport):
             end_own=self._end_own_transaction,
             version=self.version,
         )
-        self._silence.answered()
         return progress
 
     def _end_own_transaction(self) -> None:
@@ -344,7 +343,7 @@ class KafkaExport(ShardExport):
         if fault is not None:
             raise BrokerSilent(fault)
         try:
-            return super().step()
+            step = super().step()
         except BrokerSilent as e:
             self._max_bytes = None
             raise BrokerSilent(self._silence.silent(str(e))) from None
@@ -354,14 +353,21 @@ class KafkaExport(ShardExport):
             # had it lowered since it was read.
             self._max_bytes = None
             raise
+        # A whole tick answered (the progress alone is not enough: the topics' configuration,
+        # asked of the cluster's controller, may be the silent one): a silence starts anew.
+        self._silence.answered()
+        return step
 
     def _ask_metadata(self, timeout: float) -> None:
-        """Ask the broker for the progress topic's metadata, waiting at most ``timeout``
-        (KafkaException: no answer)."""
+        """Ask the broker for the cluster's metadata, waiting at most ``timeout``
+        (KafkaException: no answer). No topic is named: an admin client's metadata
+        request for a named topic lets the broker create it (``auto.create.topics.enable``),
+        which would make the progress topic with the broker's default cleanup policy
+        before ``ensure_topic`` makes it compacted."""
         from confluent_kafka.admin import AdminClient
 
         conf = {"bootstrap.servers": self.bootstrap_servers, "logger": _quiet_logger()}
-        AdminClient(conf).list_topics(self.progress_topic, timeout=timeout)
+        AdminClient(conf).list_topics(timeout=timeout)
 
     def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
         if self._max_bytes is None:
