@@ -95,6 +95,8 @@ QUOTIENTS = [
     ("SELECT (7 / 2)::numeric AS x", None, NUMERIC, D("3")),
     ("SELECT %s::int4 / 2 AS x", [7], INT4, 3),
     ("SELECT f / 2 AS x FROM t", None, FLOAT8, 1.25),
+    # The input's column in HAVING (3.5 = 3 left the group out: no row).
+    ("SELECT count(*) AS x FROM t GROUP BY i HAVING i / 2 = 3", None, INT8, 1),
     # Of its branches' common type; length is an int4, row_number and rank int8s.
     ("SELECT coalesce(i, 0) / 2 AS x FROM t", None, INT4, 3),
     ("SELECT coalesce(s, b) / 2 AS x FROM t", None, INT8, 3),

@@ -784,9 +784,15 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
             read[name] = columns_of(name)
         return read[name]
 
+    def renamed(source: object) -> bool:
+        """Whether a shard is read under column aliases (``FROM t AS q(a, b)``): its
+        columns' names are then not its own (not typed here)."""
+        alias = source.args.get("alias") if isinstance(source, exp.Table) else None
+        return isinstance(alias, exp.TableAlias) and bool(alias.columns)
+
     def names_of(node: exp.Expr, source: object) -> set[str] | None:
         if isinstance(source, exp.Table):
-            shard = columns_of_table(source)
+            shard = None if renamed(source) else columns_of_table(source)
             return None if shard is None else {n.lower() for n in shard}
         branches = _derived_branches(node, source) if isinstance(source, Scope) else None
         return None if branches is None else {e.alias_or_name.lower() for e in branches[0]}
@@ -795,8 +801,11 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
     postgres: dict[int, T] = {}
     seen: set[int] = set()
     for scope in scopes:  # the innermost first: a subquery's column is its own scope's
-        sources = dict(scope.selected_sources)
-        for column in scope.columns:
+        try:
+            sources = dict(scope.selected_sources)
+        except OptimizeError:  # a name two relations take (FROM t, t): Spark refuses it
+            return {}, {}
+        for column in [*scope.columns, *_grouped_columns(scope)]:
             if id(column) in seen:  # an inner scope's, which an outer one lists too
                 continue
             if column.table:
@@ -823,7 +832,8 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
                 if kind is not None:
                     postgres[id(column)] = kind
                 continue
-            shard = columns_of_table(source) if isinstance(source, exp.Table) else None
+            readable = isinstance(source, exp.Table) and not renamed(source)
+            shard = columns_of_table(source) if readable else None
             name = shard.get(column.name) if shard is not None else None
             if name is None and shard is not None and not column.this.quoted:
                 # Spark resolves an unquoted name whatever its case (the tree's are lower).
@@ -834,6 +844,31 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
                     name, dialect=DIALECT
                 ).this
     return types, postgres
+
+
+def _grouped_columns(scope: object) -> list[exp.Column]:
+    """The unqualified columns of a SELECT's HAVING and ORDER BY that ``scope`` (a sqlglot
+    ``Scope``) does not list among its columns, and that name no select item of another
+    value: PostgreSQL reads them as the input's columns (``HAVING i / 2 = 3`` divides the
+    column ``i``)."""
+    select = getattr(scope, "expression", None)
+    if not isinstance(select, exp.Select):
+        return []
+    listed = {id(c) for c in getattr(scope, "columns", ())}
+    aliases = {
+        e.alias.lower()
+        for e in select.expressions
+        if isinstance(e, exp.Alias)
+        and not (isinstance(e.this, exp.Column) and e.this.name.lower() == e.alias.lower())
+    }
+    out = []
+    for clause in (select.args.get("having"), select.args.get("order")):
+        for column in clause.find_all(exp.Column) if clause is not None else ():
+            if id(column) in listed or column.table or column.name.lower() in aliases:
+                continue
+            if column.find_ancestor(exp.Select) is select:
+                out.append(column)
+    return out
 
 
 def _derived_branches(node: exp.Expr, scope: object) -> list[list[exp.Expr]] | None:
