@@ -286,3 +286,22 @@ def test_a_shard_read_under_column_aliases_or_twice_is_not_typed() -> None:
     integer; ``FROM t, t`` failed with an internal error (sqlglot's OptimizeError)."""
     assert rewritten("SELECT d / 2 FROM t AS q(d)") == "SELECT d / 2 FROM t AS q(d)"
     assert rewritten("SELECT i / 2 FROM t, t") == "SELECT i / 2 FROM t, t"
+
+
+def test_a_having_column_spark_reads_as_the_input_s_is_typed_despite_an_alias() -> None:
+    """In HAVING, a GROUP BY column or an aggregate's argument is the input's column in
+    Spark as in PostgreSQL, whatever a select item's alias of the name: left as doubles,
+    ``HAVING i / 2 = 3`` dropped the group of 7."""
+    assert rewritten("SELECT sum(s) AS i FROM t GROUP BY i HAVING i / 2 = 3") == (
+        "SELECT SUM(s) AS i FROM t GROUP BY i HAVING CAST(i DIV 2 AS INT) = 3"
+    )
+    assert rewritten("SELECT s AS i FROM t GROUP BY s HAVING sum(i) / 2 > 3") == (
+        "SELECT s AS i FROM t GROUP BY s HAVING CAST(SUM(i) DIV 2 AS BIGINT) > 3"
+    )
+
+
+def test_a_distinct_on_column_is_typed_as_the_input_s() -> None:
+    """sqlglot's scope leaves DISTINCT ON's columns out too: ``DISTINCT ON (i / 2)`` put 6
+    and 7 apart (3.0 and 3.5), where PostgreSQL keeps one row of the two."""
+    sql = rewritten("SELECT DISTINCT ON (i / 2) i, s FROM t ORDER BY i / 2, s")
+    assert "i / 2" not in sql and sql.count("CAST(i DIV 2 AS INT)") >= 2

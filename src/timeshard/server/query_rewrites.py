@@ -804,7 +804,7 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
         try:
             sources = dict(scope.selected_sources)
         except OptimizeError:  # a name two relations take (FROM t, t): Spark refuses it
-            return {}, {}
+            continue
         for column in [*scope.columns, *_grouped_columns(scope)]:
             if id(column) in seen:  # an inner scope's, which an outer one lists too
                 continue
@@ -847,10 +847,14 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
 
 
 def _grouped_columns(scope: object) -> list[exp.Column]:
-    """The unqualified columns of a SELECT's HAVING and ORDER BY that ``scope`` (a sqlglot
-    ``Scope``) does not list among its columns, and that name no select item of another
-    value: PostgreSQL reads them as the input's columns (``HAVING i / 2 = 3`` divides the
-    column ``i``)."""
+    """The unqualified columns of a SELECT's HAVING, ORDER BY and DISTINCT ON that
+    ``scope`` (a sqlglot ``Scope``) does not list among its columns: PostgreSQL reads them
+    as the input's columns (``HAVING i / 2 = 3`` divides the column ``i``).
+
+    Not one a select item's alias of another value names, where Spark reads the alias
+    (PostgreSQL refuses it in HAVING; in ORDER BY Spark reads the output's column first),
+    except in HAVING inside an aggregate or for a GROUP BY column, which Spark reads as
+    the input's, as PostgreSQL does."""
     select = getattr(scope, "expression", None)
     if not isinstance(select, exp.Select):
         return []
@@ -861,12 +865,28 @@ def _grouped_columns(scope: object) -> list[exp.Column]:
         if isinstance(e, exp.Alias)
         and not (isinstance(e.this, exp.Column) and e.this.name.lower() == e.alias.lower())
     }
+    group = select.args.get("group")
+    grouped = {
+        c.name.lower()
+        for c in (group.expressions if group is not None else ())
+        if isinstance(c, exp.Column) and not c.table
+    }
+    distinct = select.args.get("distinct")
+    on = distinct.args.get("on") if isinstance(distinct, exp.Distinct) else None
     out = []
-    for clause in (select.args.get("having"), select.args.get("order")):
+    for clause in (select.args.get("having"), select.args.get("order"), on):
         for column in clause.find_all(exp.Column) if clause is not None else ():
-            if id(column) in listed or column.table or column.name.lower() in aliases:
+            if (
+                id(column) in listed
+                or column.table
+                or column.find_ancestor(exp.Select) is not select
+            ):
                 continue
-            if column.find_ancestor(exp.Select) is select:
+            name = column.name.lower()
+            input_s = clause is select.args.get("having") and (
+                name in grouped or column.find_ancestor(exp.AggFunc) is not None
+            )
+            if name not in aliases or input_s:
                 out.append(column)
     return out
 
