@@ -359,15 +359,20 @@ class KafkaExport(ShardExport):
         return step
 
     def _ask_metadata(self, timeout: float) -> None:
-        """Ask the broker for the cluster's metadata, waiting at most ``timeout``
-        (KafkaException: no answer). No topic is named: an admin client's metadata
-        request for a named topic lets the broker create it (``auto.create.topics.enable``),
-        which would make the progress topic with the broker's default cleanup policy
-        before ``ensure_topic`` makes it compacted."""
+        """Ask the broker for the progress topic's metadata, waiting at most ``timeout``
+        (KafkaException: no answer). Without ``allow.auto.create.topics`` off, an admin
+        client's request for a named topic lets the broker create it
+        (``auto.create.topics.enable``), with the broker's default cleanup policy, before
+        ``ensure_topic`` makes it compacted: the export would refuse it for good. (Not the
+        whole cluster's metadata: on a large cluster that can take longer than a probe.)"""
         from confluent_kafka.admin import AdminClient
 
-        conf = {"bootstrap.servers": self.bootstrap_servers, "logger": _quiet_logger()}
-        AdminClient(conf).list_topics(timeout=timeout)
+        conf = {
+            "bootstrap.servers": self.bootstrap_servers,
+            "logger": _quiet_logger(),
+            "allow.auto.create.topics": False,
+        }
+        AdminClient(conf).list_topics(self.progress_topic, timeout=timeout)
 
     def _task(self, lower: int, upper: int) -> Callable[[Iterable[pa.RecordBatch]], Any]:
         if self._max_bytes is None:
