@@ -104,10 +104,11 @@ def brokers(monkeypatch: pytest.MonkeyPatch) -> None:
     Brokers.up, Brokers.waits, Clock.now = {UP}, [], 1000.0
 
 
-def pipeline(tmp_path: Path) -> tuple[PersistClient, Pipeline]:
+def pipeline(tmp_path: Path, spec: RunSpec = SPEC) -> tuple[PersistClient, Pipeline]:
+    """A pipeline of ``spec`` over a new location, its clock a second a reading."""
     client = PersistClient(Location.embedded(tmp_path / "loc"))
     ms = itertools.count(1_000, 1_000)
-    return client, Pipeline(None, client, SPEC, clock=lambda: next(ms))
+    return client, Pipeline(None, client, spec, clock=lambda: next(ms))
 
 
 def upper(client: PersistClient, shard: str) -> int:

@@ -19,11 +19,11 @@ import confluent_kafka
 import confluent_kafka.admin
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from tests.unit.test_kafka_down_broker_backoff import Clock
+from tests.unit import test_kafka_down_broker_backoff as backoff
+from tests.unit.test_kafka_down_broker_backoff import Clock, upper
 from tests.unit.test_kafka_start_broker_down import Uuid
 
 from timeshard.controller import Pipeline
-from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.spec import ExportSpec, RunSpec, SourceSpec
 from timeshard.storage import kafka_source
@@ -201,15 +201,7 @@ def brokers(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def pipeline(tmp_path: Path) -> tuple[PersistClient, Pipeline]:
-    client = PersistClient(Location.embedded(tmp_path / "loc"))
-    ms = itertools.count(1_000, 1_000)
-    return client, Pipeline(None, client, SPEC, clock=lambda: next(ms))
-
-
-def upper(client: PersistClient, shard: str) -> int:
-    time = client.state(shard).upper.time
-    assert time is not None
-    return time
+    return backoff.pipeline(tmp_path, SPEC)
 
 
 @pytest.mark.usefixtures("brokers")
