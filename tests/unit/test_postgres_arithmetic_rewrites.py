@@ -305,3 +305,19 @@ def test_a_distinct_on_column_is_typed_as_the_input_s() -> None:
     and 7 apart (3.0 and 3.5), where PostgreSQL keeps one row of the two."""
     sql = rewritten("SELECT DISTINCT ON (i / 2) i, s FROM t ORDER BY i / 2, s")
     assert "i / 2" not in sql and sql.count("CAST(i DIV 2 AS INT)") >= 2
+
+
+def test_every_having_and_distinct_on_column_is_the_input_s_whatever_the_aliases() -> None:
+    """A GROUP BY of ROLLUP, a qualified GROUP BY column and an aggregate's FILTER left the
+    HAVING column untyped; DISTINCT ON (a window over the input) took an alias's name for
+    the output's."""
+    assert rewritten("SELECT sum(s) AS i FROM t GROUP BY ROLLUP(i) HAVING i / 2 = 3").endswith(
+        "HAVING CAST(i DIV 2 AS INT) = 3"
+    )
+    assert rewritten("SELECT sum(s) AS i FROM t GROUP BY t.i HAVING i / 2 = 3").endswith(
+        "HAVING CAST(i DIV 2 AS INT) = 3"
+    )
+    filtered = "SELECT count(*) AS i FROM t GROUP BY s HAVING sum(s) FILTER (WHERE i / 2 = 3) > 0"
+    assert "FILTER(WHERE CAST(i DIV 2 AS INT) = 3)" in rewritten(filtered)
+    on = rewritten("SELECT DISTINCT ON (i / 2) s AS i FROM t ORDER BY i / 2")
+    assert "i / 2" not in on

@@ -804,6 +804,8 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
         try:
             sources = dict(scope.selected_sources)
         except OptimizeError:  # a name two relations take (FROM t, t): Spark refuses it
+            # Its columns are its own: an outer scope, which lists them too, does not type them.
+            seen.update(id(c) for c in [*scope.columns, *_grouped_columns(scope)])
             continue
         for column in [*scope.columns, *_grouped_columns(scope)]:
             if id(column) in seen:  # an inner scope's, which an outer one lists too
@@ -847,14 +849,15 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
 
 
 def _grouped_columns(scope: object) -> list[exp.Column]:
-    """The unqualified columns of a SELECT's HAVING, ORDER BY and DISTINCT ON that
+    """The unqualified columns of a SELECT's HAVING, DISTINCT ON and ORDER BY that
     ``scope`` (a sqlglot ``Scope``) does not list among its columns: PostgreSQL reads them
     as the input's columns (``HAVING i / 2 = 3`` divides the column ``i``).
 
-    Not one a select item's alias of another value names, where Spark reads the alias
-    (PostgreSQL refuses it in HAVING; in ORDER BY Spark reads the output's column first),
-    except in HAVING inside an aggregate or for a GROUP BY column, which Spark reads as
-    the input's, as PostgreSQL does."""
+    In ORDER BY, not one a select item's alias of another value names: Spark reads the
+    output's column there first. In HAVING and DISTINCT ON every one: Spark reads the
+    input's column first too (in HAVING, except outside an aggregate and a grouping
+    expression, where it falls back to an alias, which PostgreSQL refuses anyway; DISTINCT
+    ON becomes a window over the input)."""
     select = getattr(scope, "expression", None)
     if not isinstance(select, exp.Select):
         return []
@@ -865,28 +868,16 @@ def _grouped_columns(scope: object) -> list[exp.Column]:
         if isinstance(e, exp.Alias)
         and not (isinstance(e.this, exp.Column) and e.this.name.lower() == e.alias.lower())
     }
-    group = select.args.get("group")
-    grouped = {
-        c.name.lower()
-        for c in (group.expressions if group is not None else ())
-        if isinstance(c, exp.Column) and not c.table
-    }
     distinct = select.args.get("distinct")
     on = distinct.args.get("on") if isinstance(distinct, exp.Distinct) else None
+    order = select.args.get("order")
     out = []
-    for clause in (select.args.get("having"), select.args.get("order"), on):
+    for clause in (select.args.get("having"), on, order):
         for column in clause.find_all(exp.Column) if clause is not None else ():
-            if (
-                id(column) in listed
-                or column.table
-                or column.find_ancestor(exp.Select) is not select
-            ):
+            inner = column.find_ancestor(exp.Select) is not select  # a subquery's own
+            if id(column) in listed or column.table or inner:
                 continue
-            name = column.name.lower()
-            input_s = clause is select.args.get("having") and (
-                name in grouped or column.find_ancestor(exp.AggFunc) is not None
-            )
-            if name not in aliases or input_s:
+            if clause is not order or on is not None or column.name.lower() not in aliases:
                 out.append(column)
     return out
 
