@@ -403,38 +403,11 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             wider = max(left, right, key=_POSTGRES_INTEGERS.index)
             for side, kind in ((div.this, left), (div.expression, right)):
                 if _untyped(side):
-                    _check_integer_text(side, kind)
                     side.replace(exp.Cast(this=side.copy(), to=exp.DataType.build(kind)))
             quotient = exp.Cast(this=exp.IntDiv(), to=exp.DataType.build(wider))
             div.replace(quotient)  # its operands are moved, not copied: ``columns`` holds them
             quotient.this.set("this", div.this)
             quotient.this.set("expression", div.expression)
-
-
-#: PostgreSQL's name and range of each integer type, for its input errors.
-_INTEGER_INPUT = {
-    T.SMALLINT: ("smallint", 2**15),
-    T.INT: ("integer", 2**31),
-    T.BIGINT: ("bigint", 2**63),
-}
-#: The text PostgreSQL 15's integer input reads: a sign and decimal digits, with
-#: whitespace around.
-_INTEGER_TEXT = re.compile(r"\s*([+-]?\d+)\s*", re.ASCII)
-
-
-def _check_integer_text(side: exp.Expr, kind: T) -> None:
-    """SqlError as PostgreSQL's integer input raises it, if ``side`` is a string constant
-    its integer type ``kind`` does not read: 22P02 for text that is no integer (``'7.5'``,
-    ``''``), 22003 for one past the type. (Spark's cast would say 22018 for the first.)"""
-    text = _string_constant(side.unnest())
-    if text is None:
-        return
-    name, bound = _INTEGER_INPUT[kind]
-    match = _INTEGER_TEXT.fullmatch(text)
-    if match is None:
-        raise SqlError(f'invalid input syntax for type {name}: "{text}"', "22P02")
-    if not -bound <= int(match.group(1)) < bound:
-        raise SqlError(f'value "{text}" is out of range for type {name}', "22003")
 
 
 def _untyped(node: exp.Expr) -> bool:
