@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime
 import decimal
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -61,12 +62,13 @@ POSTGRES_TABLE = (
 )
 
 
-@pytest.fixture(scope="module")
-def conn(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A psycopg connection (autocommit) to a server over shard ``t`` of :data:`ROW`."""
-    path = Path(tmp_path_factory.mktemp("numeric"))
+@contextmanager
+def served_conn(
+    spark: SparkSession, path: Path, schema: pa.Schema, row: tuple[Any, ...]
+) -> Iterator[Any]:
+    """A psycopg connection (autocommit) to a server over shard ``t`` of one ``row``."""
     with (
-        served_pgconn(spark, path, SCHEMA, ROW) as pgconn,
+        served_pgconn(spark, path, schema, row) as pgconn,
         psycopg.connect(
             host="127.0.0.1", port=int(pgconn.port), user="me", dbname="x", autocommit=True
         ) as connection,
@@ -74,12 +76,27 @@ def conn(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield connection
 
 
+@contextmanager
+def postgres_table(dsn: str, create: str, row: tuple[Any, ...]) -> Iterator[Any]:
+    """A psycopg connection (autocommit) to PostgreSQL, its table ``t`` made by ``create``
+    and holding ``row``."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        connection.execute("DROP TABLE IF EXISTS t")
+        connection.execute(create)
+        connection.execute(f"INSERT INTO t VALUES ({', '.join(['%s'] * len(row))})", row)
+        yield connection
+
+
+@pytest.fixture(scope="module")
+def conn(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A psycopg connection (autocommit) to a server over shard ``t`` of :data:`ROW`."""
+    with served_conn(spark, Path(tmp_path_factory.mktemp("numeric")), SCHEMA, ROW) as connection:
+        yield connection
+
+
 @pytest.fixture(scope="module")
 def postgres(postgres_dsn: str) -> Iterator[Any]:
-    with psycopg.connect(postgres_dsn, autocommit=True) as connection:
-        connection.execute("DROP TABLE IF EXISTS t")
-        connection.execute(POSTGRES_TABLE)
-        connection.execute("INSERT INTO t VALUES (%s, %s, %s, %s, %s, %s, %s)", ROW)
+    with postgres_table(postgres_dsn, POSTGRES_TABLE, ROW) as connection:
         yield connection
 
 

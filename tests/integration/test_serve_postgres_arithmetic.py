@@ -24,7 +24,7 @@ import psycopg
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
-from tests.integration.test_serve_time_params_spark import served_pgconn
+from tests.integration.test_serve_numeric_cast import answer, postgres_table, served_conn
 
 pytestmark = pytest.mark.spark
 
@@ -47,30 +47,14 @@ POSTGRES_TABLE = "CREATE TABLE t (i int4, s int2, b int8, f float8, r float4, d 
 def conn(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A psycopg connection (autocommit) to a server over shard ``t`` of :data:`ROW`."""
     path = Path(tmp_path_factory.mktemp("arithmetic"))
-    with (
-        served_pgconn(spark, path, SCHEMA, ROW) as pgconn,
-        psycopg.connect(
-            host="127.0.0.1", port=int(pgconn.port), user="me", dbname="x", autocommit=True
-        ) as connection,
-    ):
+    with served_conn(spark, path, SCHEMA, ROW) as connection:
         yield connection
 
 
 @pytest.fixture(scope="module")
 def postgres(postgres_dsn: str) -> Iterator[Any]:
-    with psycopg.connect(postgres_dsn, autocommit=True) as connection:
-        connection.execute("DROP TABLE IF EXISTS t")
-        connection.execute(POSTGRES_TABLE)
-        connection.execute("INSERT INTO t VALUES (%s, %s, %s, %s, %s, %s)", ROW)
+    with postgres_table(postgres_dsn, POSTGRES_TABLE, ROW) as connection:
         yield connection
-
-
-def answer(conn: Any, sql: str, params: list[Any] | None, prepare: bool) -> tuple[int, Any]:
-    """The type OID and value of the one column of the one row ``sql`` answers."""
-    cur = conn.execute(sql, params, prepare=prepare)
-    assert cur.description is not None
-    ((value,),) = cur.fetchall()
-    return cur.description[0].type_code, value
 
 
 INT2, INT4, INT8, FLOAT8, NUMERIC, INTERVAL = 21, 23, 20, 701, 1700, 1186
