@@ -131,7 +131,7 @@ from timeshard.server.statements import (
     TypedAs,
     parse,
 )
-from timeshard.storage.health import STATUS_SHARD
+from timeshard.storage.health import STATUS_SHARD, Health
 
 log = logging.getLogger(__name__)
 
@@ -1194,7 +1194,9 @@ class Engine:
         dropped or closed, and its statement still recorded (forgotten last). Its shard
         is marked dropped (its mark is made again if gone) and closed, its holds on its
         inputs go, as its catalog entry lists them, then its own holds
-        (:func:`~timeshard.compute.mv_sink.drop_view`), then its statement.
+        (:func:`~timeshard.compute.mv_sink.drop_view`); its health is recorded as
+        ``dropped``, as a DROP done in one go records it (``timeshard status`` and the
+        health history read the same either way); then its statement goes.
 
         The input holds go before the ``deploy`` hold, as every drop releases them: a
         promotion that finds the shard closed tells a dropped view from a complete one
@@ -1213,6 +1215,11 @@ class Engine:
             if shard in shards and isinstance(hold, str):
                 self.client.drop_critical_since(shard, hold)
         drop_view(self.client, name, ())  # marked and closed already: its own holds go
+        health = Health(self.client, self.clock)
+        try:  # before the forget: a failure leaves the statement, and a restart retries
+            health.report(name, "dropped")
+        finally:
+            health.close()
         self._catalog.forget_statement(name)
 
     def _readers_of(self, obj: _Object) -> list[_Object]:
