@@ -861,6 +861,12 @@ class Engine:
     def _create_source(self, statement: CreateSource, seq: int, *, undo: bool) -> _Object:
         """Build the source of ``statement`` and run its first tick.
 
+        A KAFKA source's build does not ask its broker for its topic's id (a broker that
+        is down would hold the CREATE up for the admin's timeout before its first read
+        waits again): the first tick that reaches the broker learns the id and records it
+        before it binds an offset (``ask_topic_id`` of
+        :class:`~timeshard.storage.ingest.Ingestion`).
+
         If it fails part way, or its statement was canceled by then, and ``undo`` (the
         CREATE recorded its statement), what it made goes (:meth:`_undo_source`): the
         catalog entries it recorded and the replication slot it created. Its shards
@@ -899,6 +905,7 @@ class Engine:
                 key_columns=spec.key_columns,
                 clock=self.clock,
                 retain_history_ms=spec.retain_history_ms,
+                ask_topic_id=False,  # its first read learns the id: one wait on a down broker
             )
             shards = [e.shard for e in ingestion.exports.values()]
             clash = sorted(set(shards) & taken)
