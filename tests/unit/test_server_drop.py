@@ -383,3 +383,25 @@ def test_a_complete_view_is_restored_not_dropped_at_a_restart(client: PersistCli
         assert client.state("w").critical_readers[DEPLOY_READER].opaque == "000000000001"
     finally:
         served.close()
+
+
+def test_a_restart_finishing_a_drop_records_the_view_as_dropped_in_its_health(
+    client: PersistClient,
+) -> None:
+    """A DROP done in one go records the view's health ``dropped``; one a restart finished
+    recorded none, and the health history kept the view's last report (``running``)."""
+    from timeshard.status import status_rows
+    from timeshard.storage.health import Health, latest_health
+
+    drop_cut_short_after_its_mark(client)
+    health = Health(client)
+    health.report("w", "running")
+    health.close()
+    served = engine(client)
+    try:
+        assert served.start() == []
+    finally:
+        served.close()
+    assert latest_health(client)["w"]["status"] == "dropped"
+    row = next(r for r in status_rows(client) if r["object"] == "w")
+    assert (row["kind"], row["status"], row["error"]) == ("view", "dropped", None), row

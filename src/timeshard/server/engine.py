@@ -131,7 +131,7 @@ from timeshard.server.statements import (
     TypedAs,
     parse,
 )
-from timeshard.storage.health import STATUS_SHARD
+from timeshard.storage.health import STATUS_SHARD, Health
 
 log = logging.getLogger(__name__)
 
@@ -861,6 +861,12 @@ class Engine:
     def _create_source(self, statement: CreateSource, seq: int, *, undo: bool) -> _Object:
         """Build the source of ``statement`` and run its first tick.
 
+        A KAFKA source's build does not ask its broker for its topic's id (a broker that
+        is down would hold the CREATE up for the admin's timeout before its first read
+        waits again): the first tick that reaches the broker learns the id and records it
+        before it binds an offset (``ask_topic_id`` of
+        :class:`~timeshard.storage.ingest.Ingestion`).
+
         If it fails part way, or its statement was canceled by then, and ``undo`` (the
         CREATE recorded its statement), what it made goes (:meth:`_undo_source`): the
         catalog entries it recorded and the replication slot it created. Its shards
@@ -899,6 +905,7 @@ class Engine:
                 key_columns=spec.key_columns,
                 clock=self.clock,
                 retain_history_ms=spec.retain_history_ms,
+                ask_topic_id=False,  # its first read learns the id: one wait on a down broker
             )
             shards = [e.shard for e in ingestion.exports.values()]
             clash = sorted(set(shards) & taken)
@@ -1194,7 +1201,9 @@ class Engine:
         dropped or closed, and its statement still recorded (forgotten last). Its shard
         is marked dropped (its mark is made again if gone) and closed, its holds on its
         inputs go, as its catalog entry lists them, then its own holds
-        (:func:`~timeshard.compute.mv_sink.drop_view`), then its statement.
+        (:func:`~timeshard.compute.mv_sink.drop_view`); its health is recorded as
+        ``dropped``, as a DROP done in one go records it (``timeshard status`` and the
+        health history read the same either way); then its statement goes.
 
         The input holds go before the ``deploy`` hold, as every drop releases them: a
         promotion that finds the shard closed tells a dropped view from a complete one
@@ -1213,6 +1222,11 @@ class Engine:
             if shard in shards and isinstance(hold, str):
                 self.client.drop_critical_since(shard, hold)
         drop_view(self.client, name, ())  # marked and closed already: its own holds go
+        health = Health(self.client, self.clock)
+        try:  # before the forget: a failure leaves the statement, and a restart retries
+            health.report(name, "dropped")
+        finally:
+            health.close()
         self._catalog.forget_statement(name)
 
     def _readers_of(self, obj: _Object) -> list[_Object]:
