@@ -18,12 +18,6 @@ from timeshard.errors import InvalidUsage
 from timeshard.persist.holds import RETAIN_READER
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="MvSink.promote configures the replica's RETAIN HISTORY (in _open_handles) before "
-    "its last check that the shard is open, and a refused promotion of a complete view keeps "
-    "it: the fix is in compute/mv_sink.py (configure it once the promotion stands)",
-)
 @pytest.mark.parametrize("replica_retain_ms", [None, 50], ids=["none", "longer"])
 def test_a_promotion_refused_as_the_view_completes_keeps_the_views_retained_history(
     replica_retain_ms: int | None,

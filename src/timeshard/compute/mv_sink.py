@@ -457,12 +457,15 @@ class MvSink:
             raise
         self._deploy = deploy
         self._deploy_held = None
-        self._open_handles()
+        self._open_handles(retain=False)
         try:
             self._refuse_if_closed()  # ... or while it opened the other handles
         except InvalidUsage:
             self._release_handles(deploy, current, inputs_untouched=False)
             raise
+        # Its RETAIN HISTORY replaces the view's only once the promotion stands: a refused
+        # one (the view completed meanwhile) leaves the complete view's as it was.
+        self._retain = RetainedHistory.configure(self.client, self.shard_id, self.retain_history_ms)
         self.read_only = False
 
     def _refuse_if_closed(self) -> None:
@@ -532,12 +535,15 @@ class MvSink:
         hold = view_hold_id(self.shard_id)
         return all(hold in self.client.state(s).critical_readers for s in self.input_shards)
 
-    def _open_handles(self) -> None:
-        """The writer, the durable input holds and the retained history."""
+    def _open_handles(self, *, retain: bool = True) -> None:
+        """The writer, the durable input holds and (``retain``) the retained history."""
         self._writer = self.client.open_writer(self.shard_id, background_compaction=True)
         hold = view_hold_id(self.shard_id)
         self._input_holds = [DurableHold(self.client, s, hold) for s in self.input_shards]
-        self._retain = RetainedHistory.configure(self.client, self.shard_id, self.retain_history_ms)
+        if retain:
+            self._retain = RetainedHistory.configure(
+                self.client, self.shard_id, self.retain_history_ms
+            )
 
     def inputs_since(self) -> Frontier:
         """The join of the sinces this sink holds on its inputs (minimum if it holds none)."""
