@@ -97,7 +97,8 @@ objects up for the whole ``timeout_s`` each time. As a KAFKA source does
 the same fault again without asking until a pause has passed (none at first,
 then 1 s, doubling up to 30 s), then probes the progress topic's metadata for
 at most 1 s (at the cap, one probe in ten waits ``timeout_s``); a broker that
-answers is read in full again, from the progress it records.
+answers is read in full again, from the progress it records. The silence is the
+cluster's, shared with its other KAFKA sources and exports.
 
 What every export does on the driver (the since hold, err rows, resuming)
 is :class:`~timeshard.storage.export.ShardExport`. It needs no connector
@@ -201,8 +202,8 @@ class KafkaExport(ShardExport):
         self._progress_topic_checked = False
         #: The topic's max.message.bytes, read again after a tick that failed (module doc).
         self._max_bytes: int | None = None
-        #: What is known of the broker's silence (:meth:`step`).
-        self._silence = BrokerSilence()
+        #: What is known of the cluster's silence (:attr:`_silence`).
+        self._shared_silence: BrokerSilence | None = None
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -339,14 +340,14 @@ class KafkaExport(ShardExport):
         written meanwhile: the tick ends before its progress is read, and the
         next full tick plans from the progress the target records, as always.
         """
-        fault = self._silence.probe(self._ask_metadata, self.timeout_s)
+        fault = self._silence.probe(self._ask_metadata, self.timeout_s, self)
         if fault is not None:
             raise BrokerSilent(fault)
         try:
             step = super().step()
         except BrokerSilent as e:
             self._max_bytes = None
-            raise BrokerSilent(self._silence.silent(str(e))) from None
+            raise BrokerSilent(self._silence.silent(str(e), self)) from None
         except BaseException:
             # The topic's limit is read again at the next tick: a tick blocked at a record
             # past it waits for it to be raised, and one whose records the broker refused
@@ -357,6 +358,19 @@ class KafkaExport(ShardExport):
         # asked of the cluster's controller, may be the silent one): a silence starts anew.
         self._silence.answered()
         return step
+
+    @property
+    def _silence(self) -> BrokerSilence:
+        """What the objects of the export's cluster know of its silence (:meth:`step`)."""
+        if self._shared_silence is None:
+            self._shared_silence = BrokerSilence.of(self.bootstrap_servers)
+        return self._shared_silence
+
+    def close(self) -> None:
+        """:meth:`ShardExport.close`; the cluster's silence is forgotten once no open object
+        holds it."""
+        self._shared_silence = None
+        super().close()
 
     def _ask_metadata(self, timeout: float) -> None:
         """Ask the broker for the progress topic's metadata, waiting at most ``timeout``
