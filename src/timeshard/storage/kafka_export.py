@@ -90,9 +90,11 @@ the datums go in the Confluent wire format: a zero byte and the id (4 bytes,
 big-endian) before the datum. A tombstone stays a null value.
 
 A broker that does not answer the driver (its progress read, the topics'
-configuration) raises :class:`BrokerSilent`, a fault: the tick writes nothing
-and is not asked again on every tick, which would hold the pipeline's other
-objects up for the whole ``timeout_s`` each time. As a KAFKA source does
+configuration, the progress topic's creation) or the task (the transaction
+coordinator, at ``init_transactions``) raises :class:`BrokerSilent`, a fault
+(a refusal, such as a failed authorization, is an answer, never a silence):
+the tick writes nothing and is not asked again on every tick, which would hold
+the pipeline's other objects up for the whole ``timeout_s`` each time. As a KAFKA source does
 (:class:`~timeshard.storage.kafka_source.BrokerSilence`), the export raises
 the same fault again without asking until a pause has passed (none at first,
 then 1 s, doubling up to 30 s), then probes the progress topic's metadata for
@@ -314,7 +316,7 @@ class KafkaExport(ShardExport):
         record and its commit), as its next task's ``init_transactions`` would: else
         nothing ends it before its ``transaction.timeout.ms``, and every progress read
         waits for it (:func:`read_progress`). It fences that task's producer too."""
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaException, Producer
 
         producer = Producer(
             {
@@ -324,6 +326,12 @@ class KafkaExport(ShardExport):
         )
         try:
             producer.init_transactions(self.timeout_s)
+        except KafkaException as e:
+            if _no_answer(e.args[0]):
+                raise BrokerSilent(
+                    _no_coordinator(self.bootstrap_servers, self.export_id, self.timeout_s)
+                ) from None
+            raise
         finally:
             producer.close()
 
@@ -345,6 +353,10 @@ class KafkaExport(ShardExport):
             raise BrokerSilent(fault)
         try:
             step = super().step()
+            if step.status == SILENT:
+                raise BrokerSilent(
+                    _no_coordinator(self.bootstrap_servers, self.export_id, self.timeout_s)
+                )
         except BrokerSilent as e:
             self._max_bytes = None
             raise BrokerSilent(self._silence.silent(str(e), self)) from None
@@ -413,6 +425,18 @@ class KafkaExport(ShardExport):
         )
 
 
+#: A task's status when the transaction coordinator did not answer ``init_transactions``.
+SILENT = "silent"
+
+
+def _no_coordinator(bootstrap: str, export_id: str, timeout_s: float) -> str:
+    """The fault of a transaction coordinator that did not answer ``init_transactions``."""
+    return (
+        f"Kafka at {bootstrap}: the transaction coordinator of {_transactional_id(export_id)!r} "
+        f"did not answer init_transactions within {timeout_s} s"
+    )
+
+
 def _transactional_id(export_id: str) -> str:
     """The transactional id of every producer of the export (module doc)."""
     return f"timeshard-export-{export_id}"
@@ -436,28 +460,44 @@ def _consumer_conf(bootstrap: str, timeout_s: float) -> dict[str, Any]:
 def ensure_topic(bootstrap: str, topic: str, timeout_s: float) -> None:
     """Create the progress topic (one partition, compacted) unless it exists.
 
-    Raises BrokerSilent if the broker does not answer within ``timeout_s``.
+    Raises BrokerSilent if the broker does not answer within ``timeout_s``: its
+    metadata, or the creation (the cluster's controller). A refusal (authorization,
+    a bad configuration) is the broker's answer: raised as it is.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet_logger()})
-    try:
-        meta = admin.list_topics(timeout=timeout_s)
-    except KafkaException as e:
-        raise BrokerSilent(f"Kafka at {bootstrap} is unreachable: {e.args[0]}") from None
+
+    def metadata(named: str | None) -> Any:
+        try:
+            return admin.list_topics(named, timeout=timeout_s)
+        except KafkaException as e:
+            if _no_answer(e.args[0]):
+                raise BrokerSilent(f"Kafka at {bootstrap} is unreachable: {e.args[0]}") from None
+            raise
+
+    meta = metadata(None)
     if topic in meta.topics and meta.topics[topic].error is None:
         return
     new = NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact"})
     try:
         admin.create_topics([new])[topic].result(timeout_s)
     except KafkaException as e:
+        if _no_answer(e.args[0]):
+            raise BrokerSilent(
+                f"Kafka at {bootstrap}: creating topic {topic!r} got no answer: {e.args[0]}"
+            ) from None
         if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
+            raise  # a refusal (authorization, configuration): the broker's answer
+    except TimeoutError:  # the future's (concurrent.futures.TimeoutError is this one)
+        raise BrokerSilent(
+            f"Kafka at {bootstrap}: creating topic {topic!r} got no answer within {timeout_s} s"
+        ) from None
     # Created is not yet known to every client: wait until the metadata has its partition.
     deadline = time.monotonic() + timeout_s
     while True:
-        found = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        found = metadata(topic).topics.get(topic)
         if found is not None and found.error is None and found.partitions:
             return
         if time.monotonic() > deadline:
@@ -764,7 +804,10 @@ class _ProduceTask:
             if _fenced(e):
                 yield result("fenced", 0, str(e))
                 return
-            raise  # a fault (no coordinator, a timeout), not the data's: the next tick retries
+            if _no_answer(e.args[0]):  # the coordinator's silence: the driver's BrokerSilent
+                yield result(SILENT, 0, str(e))
+                return
+            raise  # another fault, not the data's: the next tick retries
         conf = _consumer_conf(self.bootstrap, self.timeout_s)
         progress = read_progress(conf, self.progress_topic, self.export_id, self.timeout_s)
         if progress is not None and progress.version > self.version:
