@@ -139,3 +139,26 @@ def test_a_refusal_is_no_silence_and_is_asked_again_every_tick(
     assert not [f for f in failures if f["out"].startswith("BrokerSilent")], failures
     assert (Brokers.log, Brokers.commits) == ([], 0)
     run.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_step_that_fails_with_the_brokers_answer_starts_the_pause_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: after an outage that took the pause to its cap (30 s), a step that failed
+    every tick with an answer (here a refusal) kept that pause: a later outage's first
+    probe waited 30 s instead of coming at once."""
+    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
+    Coordinator.answer = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    _, run = down.pipeline(tmp_path)
+    ticks(run, 200)  # 100 s of an outage: the pause is at its cap
+    Brokers.up.add(DOWN)
+    Clock.now += 30.0
+    refused = [run.step()["out"], *(f["out"] for f in ticks(run, 4))]
+    assert not [f for f in refused if f.startswith("BrokerSilent")], refused
+    Brokers.up.discard(DOWN)  # a later outage
+    waits = len(Brokers.waits)
+    assert run.step()["out"].startswith("BrokerSilent")  # its first ask, in full
+    ticks(run, 1)  # the next tick probes at once
+    assert Brokers.waits[waits:] == [30.0, 1.0]
+    run.close()

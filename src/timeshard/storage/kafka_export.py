@@ -202,6 +202,8 @@ class KafkaExport(ShardExport):
         self.format = format
         self.key_schema_id, self.value_schema_id = key_schema_id, value_schema_id
         self._progress_topic_checked = False
+        #: Whether the broker answered the step under way (:meth:`progress`).
+        self._answered = False
         #: The topic's max.message.bytes, read again after a tick that failed (module doc).
         self._max_bytes: int | None = None
         #: What is known of the cluster's silence (:attr:`_silence`).
@@ -288,7 +290,22 @@ class KafkaExport(ShardExport):
         )
 
     def progress(self) -> Progress | None:
-        """The export's progress as the target records it (None: nothing exported yet)."""
+        """The export's progress as the target records it (None: nothing exported yet).
+
+        It is a step's first request of the broker: once it returns, or raises
+        anything but BrokerSilent, the broker answered the step (:meth:`step`).
+        """
+        try:
+            progress = self._read_progress()
+        except BrokerSilent:
+            raise
+        except Exception:
+            self._answered = True
+            raise
+        self._answered = True
+        return progress
+
+    def _read_progress(self) -> Progress | None:
         if not self._progress_topic_checked:  # once: a client of its own, tens of ms
             ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
             config = topic_config(self.bootstrap_servers, self.progress_topic, self.timeout_s)
@@ -351,6 +368,7 @@ class KafkaExport(ShardExport):
         fault = self._silence.probe(self._ask_metadata, self.timeout_s, self)
         if fault is not None:
             raise BrokerSilent(fault)
+        self._answered = False
         try:
             step = super().step()
             if step.status == SILENT:
@@ -360,11 +378,15 @@ class KafkaExport(ShardExport):
         except BrokerSilent as e:
             self._max_bytes = None
             raise BrokerSilent(self._silence.silent(str(e), self)) from None
-        except BaseException:
+        except BaseException as e:
             # The topic's limit is read again at the next tick: a tick blocked at a record
             # past it waits for it to be raised, and one whose records the broker refused
             # had it lowered since it was read.
             self._max_bytes = None
+            if self._answered and isinstance(e, Exception):
+                # The broker answered (a refusal, the data's error, a fault after it): the
+                # next silence starts from no pause, not from the last outage's.
+                self._silence.answered()
             raise
         # A whole tick answered (the progress alone is not enough: the topics' configuration,
         # asked of the cluster's controller, may be the silent one): a silence starts anew.
