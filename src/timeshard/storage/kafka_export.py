@@ -90,14 +90,17 @@ the datums go in the Confluent wire format: a zero byte and the id (4 bytes,
 big-endian) before the datum. A tombstone stays a null value.
 
 A broker that does not answer the driver (its progress read, the topics'
-configuration) raises :class:`BrokerSilent`, a fault: the tick writes nothing
-and is not asked again on every tick, which would hold the pipeline's other
-objects up for the whole ``timeout_s`` each time. As a KAFKA source does
+configuration, the progress topic's creation) or the task (the transaction
+coordinator, at ``init_transactions``) raises :class:`BrokerSilent`, a fault
+(a refusal, such as a failed authorization, is an answer, never a silence):
+the tick writes nothing and is not asked again on every tick, which would hold
+the pipeline's other objects up for the whole ``timeout_s`` each time. As a KAFKA source does
 (:class:`~timeshard.storage.kafka_source.BrokerSilence`), the export raises
 the same fault again without asking until a pause has passed (none at first,
 then 1 s, doubling up to 30 s), then probes the progress topic's metadata for
 at most 1 s (at the cap, one probe in ten waits ``timeout_s``); a broker that
-answers is read in full again, from the progress it records.
+answers is read in full again, from the progress it records. The silence is the
+cluster's, shared with its other KAFKA sources and exports.
 
 What every export does on the driver (the since hold, err rows, resuming)
 is :class:`~timeshard.storage.export.ShardExport`. It needs no connector
@@ -199,10 +202,12 @@ class KafkaExport(ShardExport):
         self.format = format
         self.key_schema_id, self.value_schema_id = key_schema_id, value_schema_id
         self._progress_topic_checked = False
+        #: Whether the broker answered the step under way (:meth:`progress`).
+        self._answered = False
         #: The topic's max.message.bytes, read again after a tick that failed (module doc).
         self._max_bytes: int | None = None
-        #: What is known of the broker's silence (:meth:`step`).
-        self._silence = BrokerSilence()
+        #: What is known of the cluster's silence (:attr:`_silence`).
+        self._shared_silence: BrokerSilence | None = None
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -285,7 +290,22 @@ class KafkaExport(ShardExport):
         )
 
     def progress(self) -> Progress | None:
-        """The export's progress as the target records it (None: nothing exported yet)."""
+        """The export's progress as the target records it (None: nothing exported yet).
+
+        It is a step's first request of the broker: once it returns, or raises
+        anything but BrokerSilent, the broker answered the step (:meth:`step`).
+        """
+        try:
+            progress = self._read_progress()
+        except BrokerSilent:
+            raise
+        except Exception:
+            self._answered = True
+            raise
+        self._answered = True
+        return progress
+
+    def _read_progress(self) -> Progress | None:
         if not self._progress_topic_checked:  # once: a client of its own, tens of ms
             ensure_topic(self.bootstrap_servers, self.progress_topic, self.timeout_s)
             config = topic_config(self.bootstrap_servers, self.progress_topic, self.timeout_s)
@@ -313,7 +333,7 @@ class KafkaExport(ShardExport):
         record and its commit), as its next task's ``init_transactions`` would: else
         nothing ends it before its ``transaction.timeout.ms``, and every progress read
         waits for it (:func:`read_progress`). It fences that task's producer too."""
-        from confluent_kafka import Producer
+        from confluent_kafka import KafkaException, Producer
 
         producer = Producer(
             {
@@ -323,6 +343,12 @@ class KafkaExport(ShardExport):
         )
         try:
             producer.init_transactions(self.timeout_s)
+        except KafkaException as e:
+            if _no_answer(e.args[0]):
+                raise BrokerSilent(
+                    _no_coordinator(self.bootstrap_servers, self.export_id, self.timeout_s)
+                ) from None
+            raise
         finally:
             producer.close()
 
@@ -339,24 +365,46 @@ class KafkaExport(ShardExport):
         written meanwhile: the tick ends before its progress is read, and the
         next full tick plans from the progress the target records, as always.
         """
-        fault = self._silence.probe(self._ask_metadata, self.timeout_s)
+        fault = self._silence.probe(self._ask_metadata, self.timeout_s, self)
         if fault is not None:
             raise BrokerSilent(fault)
+        self._answered = False
         try:
             step = super().step()
+            if step.status == SILENT:
+                raise BrokerSilent(
+                    _no_coordinator(self.bootstrap_servers, self.export_id, self.timeout_s)
+                )
         except BrokerSilent as e:
             self._max_bytes = None
-            raise BrokerSilent(self._silence.silent(str(e))) from None
-        except BaseException:
+            raise BrokerSilent(self._silence.silent(str(e), self)) from None
+        except BaseException as e:
             # The topic's limit is read again at the next tick: a tick blocked at a record
             # past it waits for it to be raised, and one whose records the broker refused
             # had it lowered since it was read.
             self._max_bytes = None
+            if self._answered and isinstance(e, Exception):
+                # The broker answered (a refusal, the data's error, a fault after it): the
+                # next silence starts from no pause, not from the last outage's.
+                self._silence.answered()
             raise
         # A whole tick answered (the progress alone is not enough: the topics' configuration,
         # asked of the cluster's controller, may be the silent one): a silence starts anew.
         self._silence.answered()
         return step
+
+    @property
+    def _silence(self) -> BrokerSilence:
+        """What the objects of the export's cluster know of its silence (:meth:`step`)."""
+        if self._shared_silence is None:
+            self._shared_silence = BrokerSilence.of(self.bootstrap_servers)
+        return self._shared_silence
+
+    def close(self) -> None:
+        """:meth:`ShardExport.close`; the cluster's silence is forgotten once no open object
+        holds it."""
+        self._shared_silence = None
+        super().close()
 
     def _ask_metadata(self, timeout: float) -> None:
         """Ask the broker for the progress topic's metadata, waiting at most ``timeout``
@@ -399,6 +447,18 @@ class KafkaExport(ShardExport):
         )
 
 
+#: A task's status when the transaction coordinator did not answer ``init_transactions``.
+SILENT = "silent"
+
+
+def _no_coordinator(bootstrap: str, export_id: str, timeout_s: float) -> str:
+    """The fault of a transaction coordinator that did not answer ``init_transactions``."""
+    return (
+        f"Kafka at {bootstrap}: the transaction coordinator of {_transactional_id(export_id)!r} "
+        f"did not answer init_transactions within {timeout_s} s"
+    )
+
+
 def _transactional_id(export_id: str) -> str:
     """The transactional id of every producer of the export (module doc)."""
     return f"timeshard-export-{export_id}"
@@ -422,28 +482,44 @@ def _consumer_conf(bootstrap: str, timeout_s: float) -> dict[str, Any]:
 def ensure_topic(bootstrap: str, topic: str, timeout_s: float) -> None:
     """Create the progress topic (one partition, compacted) unless it exists.
 
-    Raises BrokerSilent if the broker does not answer within ``timeout_s``.
+    Raises BrokerSilent if the broker does not answer within ``timeout_s``: its
+    metadata, or the creation (the cluster's controller). A refusal (authorization,
+    a bad configuration) is the broker's answer: raised as it is.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "logger": _quiet_logger()})
-    try:
-        meta = admin.list_topics(timeout=timeout_s)
-    except KafkaException as e:
-        raise BrokerSilent(f"Kafka at {bootstrap} is unreachable: {e.args[0]}") from None
+
+    def metadata(named: str | None) -> Any:
+        try:
+            return admin.list_topics(named, timeout=timeout_s)
+        except KafkaException as e:
+            if _no_answer(e.args[0]):
+                raise BrokerSilent(f"Kafka at {bootstrap} is unreachable: {e.args[0]}") from None
+            raise
+
+    meta = metadata(None)
     if topic in meta.topics and meta.topics[topic].error is None:
         return
     new = NewTopic(topic, num_partitions=1, config={"cleanup.policy": "compact"})
     try:
         admin.create_topics([new])[topic].result(timeout_s)
     except KafkaException as e:
+        if _no_answer(e.args[0]):
+            raise BrokerSilent(
+                f"Kafka at {bootstrap}: creating topic {topic!r} got no answer: {e.args[0]}"
+            ) from None
         if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
+            raise  # a refusal (authorization, configuration): the broker's answer
+    except TimeoutError:  # the future's (concurrent.futures.TimeoutError is this one)
+        raise BrokerSilent(
+            f"Kafka at {bootstrap}: creating topic {topic!r} got no answer within {timeout_s} s"
+        ) from None
     # Created is not yet known to every client: wait until the metadata has its partition.
     deadline = time.monotonic() + timeout_s
     while True:
-        found = admin.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        found = metadata(topic).topics.get(topic)
         if found is not None and found.error is None and found.partitions:
             return
         if time.monotonic() > deadline:
@@ -750,7 +826,10 @@ class _ProduceTask:
             if _fenced(e):
                 yield result("fenced", 0, str(e))
                 return
-            raise  # a fault (no coordinator, a timeout), not the data's: the next tick retries
+            if _no_answer(e.args[0]):  # the coordinator's silence: the driver's BrokerSilent
+                yield result(SILENT, 0, str(e))
+                return
+            raise  # another fault, not the data's: the next tick retries
         conf = _consumer_conf(self.bootstrap, self.timeout_s)
         progress = read_progress(conf, self.progress_topic, self.export_id, self.timeout_s)
         if progress is not None and progress.version > self.version:

@@ -79,7 +79,11 @@ probes the broker for its metadata for at most 1 s; only a broker that
 answers the probe is asked in full. A tick so waits on a down broker at most
 one short probe per pause, and a broker that comes back is read again within
 the pause. A broker that answers with an error (a topic that does not exist)
-is asked again at the next tick.
+is asked again at the next tick. What is known of the silence is shared by every
+KAFKA source and export of one cluster (its ``bootstrap_servers``, in any order
+or spelling): once one of them finds the cluster silent, the others raise the
+fault without asking it too, each with a line of its own
+(:class:`BrokerSilence`).
 
 A topic deleted and made again under its name starts its offsets at 0 again.
 The source binds offsets of one topic id (Kafka's topic UUID): the catalog
@@ -123,9 +127,10 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from time import monotonic
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -171,22 +176,29 @@ DEFAULT_TIMEOUT_S = 10.0
 
 
 class BrokerSilence:
-    """What an object knows of its Kafka broker's silence: the fault of the last ask that
-    got no answer, and when the broker may be probed again (driver).
+    """What the objects of one Kafka cluster know of its silence: the fault of the last ask
+    that got no answer, and when the cluster may be probed again (driver).
 
     A broker that does not answer makes every ask wait the asker's whole
     timeout, and the pipeline ticks its objects one after another on one
     thread: asked on every tick, one down broker would hold up the freshness of
-    all of them. So after a silence (:meth:`silent`) the asker raises the
+    all of them. So after a silence (:meth:`silent`) the askers raise the
     remembered fault again without asking until a pause has passed (none at
     first, then :attr:`FIRST_PROBE_PAUSE_S`, doubling up to
-    :attr:`MAX_PROBE_PAUSE_S`), then probes the broker for at most
+    :attr:`MAX_PROBE_PAUSE_S`), then probe the broker for at most
     :attr:`PROBE_TIMEOUT_S` (:meth:`probe`); only a broker that answers the
     probe is asked in full. At the cap, every :attr:`FULL_PROBE_EVERY`-th probe
     waits the asker's whole timeout, so a broker that answers, but slower than
     a probe waits, is read again too. The pause starts again from none once the
     broker answers a full ask (:meth:`answered`). An answer that is an error (a
     topic that does not exist) is no silence.
+
+    One silence is shared by every KAFKA source and export of a cluster
+    (:meth:`of`, by its ``bootstrap_servers``): once one of them finds the
+    cluster silent, the others raise the fault without asking too, so an
+    outage's first tick waits the whole timeout once, not once per object. The
+    fault line an object raises is its own (:meth:`line`): the asker's fault,
+    or, for the others, that they were not asked because of it.
     """
 
     PROBE_TIMEOUT_S = 1.0
@@ -194,24 +206,44 @@ class BrokerSilence:
     MAX_PROBE_PAUSE_S = 30.0
     FULL_PROBE_EVERY = 10
 
-    def __init__(self) -> None:
+    #: The silence of each cluster an open object asks (:meth:`of`).
+    _clusters: ClassVar[weakref.WeakValueDictionary[str, BrokerSilence]] = (
+        weakref.WeakValueDictionary()
+    )
+
+    @classmethod
+    def of(cls, bootstrap_servers: str) -> BrokerSilence:
+        """The silence of the cluster ``bootstrap_servers`` names, shared by every object that
+        holds it: the brokers' list in any order, case or spacing is one cluster. It is
+        forgotten once no object holds it."""
+        key = ",".join(sorted({s.strip().lower() for s in bootstrap_servers.split(",")} - {""}))
+        found = cls._clusters.get(key)
+        if found is None:
+            found = cls(key)
+            cls._clusters[key] = found
+        return found
+
+    def __init__(self, servers: str = "") -> None:
+        self.servers = servers
         #: The fault of the last silence (None: the broker answered last).
         self.fault: str | None = None
+        self._asker: int | None = None  # id() of the object whose ask got no answer
         self._probe_at = 0.0  # monotonic
         self._pause_s = 0.0
         self._probes_at_cap = 0
 
-    def probe(self, ask: Callable[[float], object], timeout_s: float) -> str | None:
-        """None if the broker may be asked in full; else the remembered fault, to raise
-        again. After the pause, calls ``ask(timeout)`` (a metadata request, which
-        raises KafkaException if the broker does not answer within ``timeout``):
-        an answer ends the silence, none starts the next, doubled, pause."""
+    def probe(self, ask: Callable[[float], object], timeout_s: float, asker: object) -> str | None:
+        """None if the broker may be asked in full; else the fault line of ``asker``, to raise
+        (:meth:`line`). After the pause, calls ``ask(timeout)`` (a metadata request, which
+        raises KafkaException if the broker does not answer within ``timeout``): an
+        answer ends the silence, for every object of the cluster; none starts the next,
+        doubled, pause."""
         from confluent_kafka import KafkaException
 
         if self.fault is None:
             return None
         if monotonic() < self._probe_at:
-            return self.fault
+            return self.line(asker)
         timeout = min(timeout_s, self.PROBE_TIMEOUT_S)
         if self._pause_s >= self.MAX_PROBE_PAUSE_S:
             self._probes_at_cap += 1
@@ -220,24 +252,39 @@ class BrokerSilence:
         try:
             ask(timeout)
         except KafkaException:
-            return self.silent(self.fault)
+            self._pause()
+            return self.line(asker)
         self.fault = None
         return None
 
-    def silent(self, fault: str) -> str:
-        """Remember ``fault``, of an ask the broker did not answer in time, and return it:
-        the broker is not asked again before the pause has passed, which doubles
-        after each silence."""
-        self.fault = fault
+    def silent(self, fault: str, asker: object) -> str:
+        """Remember ``fault``, of an ask of ``asker`` the broker did not answer in time, and
+        return it: no object of the cluster asks it again before the pause has passed,
+        which doubles after each silence."""
+        self.fault, self._asker = fault, id(asker)
+        self._pause()
+        return fault
+
+    def line(self, asker: object) -> str:
+        """The fault ``asker`` raises while the cluster is silent: the fault of its own ask,
+        or that it was not asked because another object's ask got no answer."""
+        assert self.fault is not None, "no silence to report"
+        if self._asker == id(asker):
+            return self.fault
+        return (
+            f"Kafka at {self.servers} is not asked in full until a probe finds it answering: "
+            f"another object's ask of it got no answer ({self.fault})"
+        )
+
+    def answered(self) -> None:
+        """The broker answered a full ask: the cluster's next silence starts from no pause."""
+        self._pause_s, self._probes_at_cap = 0.0, 0
+
+    def _pause(self) -> None:
         self._probe_at = monotonic() + self._pause_s
         self._pause_s = min(
             max(self._pause_s * 2, self.FIRST_PROBE_PAUSE_S), self.MAX_PROBE_PAUSE_S
         )
-        return fault
-
-    def answered(self) -> None:
-        """The broker answered a full ask: its next silence starts from no pause."""
-        self._pause_s, self._probes_at_cap = 0.0, 0
 
 
 class KafkaSource:
@@ -312,8 +359,8 @@ class KafkaSource:
         self._admin: Any = None
         #: The id of the topic whose offsets the source binds (:attr:`topic_id`).
         self._topic_id: str | None = None
-        #: What is known of the broker's silence (:meth:`_probe`).
-        self._silence = BrokerSilence()
+        #: What is known of the cluster's silence (:attr:`_silence`).
+        self._shared_silence: BrokerSilence | None = None
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -559,6 +606,7 @@ class KafkaSource:
 
     def close(self) -> None:
         self._admin = None  # an AdminClient has no close: dropped, it ends its threads
+        self._shared_silence = None  # forgotten once no open object holds it
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -581,6 +629,13 @@ class KafkaSource:
             )
         return self._client
 
+    @property
+    def _silence(self) -> BrokerSilence:
+        """What the objects of the source's cluster know of its silence (:meth:`_probe`)."""
+        if self._shared_silence is None:
+            self._shared_silence = BrokerSilence.of(self.bootstrap_servers)
+        return self._shared_silence
+
     def _probe(self) -> None:
         """Return at once if the broker answered last; else raise its fault again (the
         same message: the health does not change) until a probe of the topic's metadata
@@ -593,6 +648,7 @@ class KafkaSource:
         fault = self._silence.probe(
             lambda timeout: self._consumer().list_topics(self.topic, timeout=timeout),
             self.timeout_s,
+            self,
         )
         if fault is not None:
             raise SourceUnavailable(fault)
@@ -600,7 +656,7 @@ class KafkaSource:
     def _silent(self, fault: str) -> SourceUnavailable:
         """The fault of a broker that did not answer in time, remembered so that it is not
         asked again before its probe (:meth:`BrokerSilence.silent`)."""
-        return SourceUnavailable(self._silence.silent(fault))
+        return SourceUnavailable(self._silence.silent(fault, self))
 
     def _partitions(self) -> list[int]:
         from confluent_kafka import KafkaError, KafkaException
