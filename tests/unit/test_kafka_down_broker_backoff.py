@@ -11,6 +11,7 @@ that a test moves by hand.
 from __future__ import annotations
 
 import itertools
+import weakref
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
 from typing import Any, ClassVar
@@ -101,6 +102,8 @@ def brokers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(confluent_kafka.admin, "AdminClient", Admin)
     monkeypatch.setattr(confluent_kafka, "Consumer", Consumer)
     monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic, raising=False)
+    # No cluster record of another test's objects, left alive by its failure.
+    monkeypatch.setattr(kafka_source.BrokerSilence, "_clusters", weakref.WeakValueDictionary())
     Brokers.up, Brokers.waits, Clock.now = {UP}, [], 1000.0
 
 

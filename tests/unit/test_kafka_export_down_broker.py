@@ -12,6 +12,7 @@ rather than timed; the monotonic clock of the silence's pauses is moved by hand.
 from __future__ import annotations
 
 import itertools
+import weakref
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -196,6 +197,8 @@ def brokers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(confluent_kafka, "Consumer", Consumer)
     monkeypatch.setattr(confluent_kafka, "Producer", Producer)
     monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic, raising=False)
+    # No cluster record of another test's objects, left alive by its failure.
+    monkeypatch.setattr(kafka_source.BrokerSilence, "_clusters", weakref.WeakValueDictionary())
     Brokers.up, Brokers.waits, Brokers.log, Brokers.commits = {UP}, [], [], 0
     Clock.now = 1000.0
 

@@ -8,9 +8,12 @@ the stand-in admin, consumer and producer of the export's down-broker test).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import confluent_kafka
 import pytest
 from tests.unit import test_kafka_down_broker_backoff as backoff
+from tests.unit.test_kafka_down_broker_backoff import Brokers as Waits
 from tests.unit.test_kafka_down_broker_backoff import Clock
 from tests.unit.test_kafka_export_down_broker import Brokers, brokers  # noqa: F401
 
@@ -94,6 +97,39 @@ def test_a_whole_answer_of_one_object_starts_the_clusters_pause_anew_for_all(
 
 
 def test_the_silence_of_a_cluster_is_shared_by_its_spellings_only() -> None:
-    first = BrokerSilence.of("Host-A:9092,host-b:9092")
-    assert BrokerSilence.of(" host-b:9092 , host-a:9092,") is first
-    assert BrokerSilence.of("host-a:9092") is not first
+    first = BrokerSilence("Host-A:9092,host-b:9092")
+    assert BrokerSilence(" host-b:9092 , host-a:9092,").cluster is first.cluster
+    assert BrokerSilence("host-a:9092").cluster is not first.cluster
+
+
+class OneLeaderDown(backoff.LeaderlessConsumer):
+    """Metadata answers; ``orders``' partition's offsets never do (its leader is down);
+    ``payments`` answers in full (a topic of no partitions: nothing to read)."""
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        if topic == "orders":
+            return super().list_topics(topic, timeout)
+        meta = type("Topic", (), {"error": None, "partitions": {}})()
+        return type("Metadata", (), {"topics": {topic: meta}})()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_an_object_that_answers_does_not_end_the_silence_of_another_whose_leader_is_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: ``payments``' whole answers ended the cluster's one silence, so ``orders``,
+    whose partition's leader was down, asked it in full (10 s) at every tick."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", OneLeaderDown)
+    Brokers.up.add(DOWN)  # every admin and metadata answer comes
+    monkeypatch.setattr(Waits, "waits", [])  # the offsets' waits (LeaderlessConsumer's)
+    spec = RunSpec(source=[kafka("orders", DOWN), kafka("payments", DOWN)])
+    client, run = backoff.pipeline(tmp_path, spec)
+    for _ in range(120):  # one tick every 0.5 s, 60 s
+        Clock.now += 0.5
+        failures = run.step()
+        assert sorted(failures) == ["orders"], failures  # payments is read at every tick
+    full = [w for w in Waits.waits if w == 10.0]
+    # orders' first ask, then one per own probe (pauses 1, 2, .. 30 s): as if it were alone.
+    assert 1 <= len(full) <= 8, len(full)
+    assert latest_health(client)["payments"]["status"] == "running"
+    run.close()

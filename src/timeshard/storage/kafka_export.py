@@ -365,7 +365,7 @@ class KafkaExport(ShardExport):
         written meanwhile: the tick ends before its progress is read, and the
         next full tick plans from the progress the target records, as always.
         """
-        fault = self._silence.probe(self._ask_metadata, self.timeout_s, self)
+        fault = self._silence.probe(self._ask_metadata, self.timeout_s)
         if fault is not None:
             raise BrokerSilent(fault)
         self._answered = False
@@ -377,7 +377,7 @@ class KafkaExport(ShardExport):
                 )
         except BrokerSilent as e:
             self._max_bytes = None
-            raise BrokerSilent(self._silence.silent(str(e), self)) from None
+            raise BrokerSilent(self._silence.silent(str(e))) from None
         except BaseException as e:
             # The topic's limit is read again at the next tick: a tick blocked at a record
             # past it waits for it to be raised, and one whose records the broker refused
@@ -395,14 +395,14 @@ class KafkaExport(ShardExport):
 
     @property
     def _silence(self) -> BrokerSilence:
-        """What the objects of the export's cluster know of its silence (:meth:`step`)."""
+        """What the export knows of its broker's silence, and its cluster's (:meth:`step`)."""
         if self._shared_silence is None:
-            self._shared_silence = BrokerSilence.of(self.bootstrap_servers)
+            self._shared_silence = BrokerSilence(self.bootstrap_servers)
         return self._shared_silence
 
     def close(self) -> None:
-        """:meth:`ShardExport.close`; the cluster's silence is forgotten once no open object
-        holds it."""
+        """:meth:`ShardExport.close`; the cluster's shared record of a silence is forgotten
+        once no open object holds it."""
         self._shared_silence = None
         super().close()
 

@@ -79,10 +79,12 @@ probes the broker for its metadata for at most 1 s; only a broker that
 answers the probe is asked in full. A tick so waits on a down broker at most
 one short probe per pause, and a broker that comes back is read again within
 the pause. A broker that answers with an error (a topic that does not exist)
-is asked again at the next tick. What is known of the silence is shared by every
-KAFKA source and export of one cluster (its ``bootstrap_servers``, in any order
-or spelling): once one of them finds the cluster silent, the others raise the
-fault without asking it too, each with a line of its own
+is asked again at the next tick. The KAFKA sources and exports of one cluster
+(its ``bootstrap_servers``, in any order or spelling) share the last silence
+any of them met: once one finds the cluster silent, the others probe it
+(once per pause, for all of them) before they ask in full, and say why they
+were not asked; each keeps its own pauses for its own silence, so another's
+answers do not make one whose partition's leader is down ask at every tick
 (:class:`BrokerSilence`).
 
 A topic deleted and made again under its name starts its offsets at 0 again.
@@ -175,30 +177,58 @@ _BATCH_ROWS = 4096
 DEFAULT_TIMEOUT_S = 10.0
 
 
+class _ClusterSilence:
+    """What the objects of one Kafka cluster know of its silence together: the fault of
+    the last ask of any of them that got no answer (None once any ask is answered), and
+    when the cluster may be probed again (:class:`BrokerSilence`)."""
+
+    def __init__(self, servers: str) -> None:
+        self.servers = servers
+        self.fault: str | None = None
+        self.probe_at = 0.0  # monotonic
+        self.pause_s = 0.0
+
+    def pause(self) -> None:
+        self.probe_at = monotonic() + self.pause_s
+        self.pause_s = _doubled(self.pause_s)
+
+    def clear(self) -> None:
+        self.fault, self.pause_s = None, 0.0
+
+
+def _doubled(pause_s: float) -> float:
+    """The pause after ``pause_s`` (:class:`BrokerSilence`)."""
+    return min(max(pause_s * 2, BrokerSilence.FIRST_PROBE_PAUSE_S), BrokerSilence.MAX_PROBE_PAUSE_S)
+
+
 class BrokerSilence:
-    """What the objects of one Kafka cluster know of its silence: the fault of the last ask
-    that got no answer, and when the cluster may be probed again (driver).
+    """What an object knows of its Kafka broker's silence, and what the objects of its
+    cluster know together (driver).
 
     A broker that does not answer makes every ask wait the asker's whole
     timeout, and the pipeline ticks its objects one after another on one
     thread: asked on every tick, one down broker would hold up the freshness of
-    all of them. So after a silence (:meth:`silent`) the askers raise the
+    all of them. So after a silence (:meth:`silent`) the object raises the
     remembered fault again without asking until a pause has passed (none at
     first, then :attr:`FIRST_PROBE_PAUSE_S`, doubling up to
-    :attr:`MAX_PROBE_PAUSE_S`), then probe the broker for at most
+    :attr:`MAX_PROBE_PAUSE_S`), then probes the broker for at most
     :attr:`PROBE_TIMEOUT_S` (:meth:`probe`); only a broker that answers the
     probe is asked in full. At the cap, every :attr:`FULL_PROBE_EVERY`-th probe
     waits the asker's whole timeout, so a broker that answers, but slower than
     a probe waits, is read again too. The pause starts again from none once the
-    broker answers a full ask (:meth:`answered`). An answer that is an error (a
-    topic that does not exist) is no silence.
+    broker answers a full ask of this object (:meth:`answered`). An answer that
+    is an error (a topic that does not exist) is no silence.
 
-    One silence is shared by every KAFKA source and export of a cluster
-    (:meth:`of`, by its ``bootstrap_servers``): once one of them finds the
-    cluster silent, the others raise the fault without asking too, so an
-    outage's first tick waits the whole timeout once, not once per object. The
-    fault line an object raises is its own (:meth:`line`): the asker's fault,
-    or, for the others, that they were not asked because of it.
+    The objects of one cluster (their ``bootstrap_servers``, in any order,
+    case or spacing) share a second, coarser record: the last silence any of
+    them met, until any ask of theirs is answered. An object whose own asks
+    were answered, but whose cluster another found silent, probes it first
+    (once per the shared pause, for all of them) instead of asking in full:
+    an outage's first tick waits the whole timeout once, not once per object.
+    Its fault line then says it was not asked, and why. Each object's own
+    silence stays its own: in a partial outage (one partition's leader down)
+    another object's answers end the shared record but not the silence of the
+    object whose leader is down, which keeps its own pauses.
     """
 
     PROBE_TIMEOUT_S = 1.0
@@ -206,44 +236,40 @@ class BrokerSilence:
     MAX_PROBE_PAUSE_S = 30.0
     FULL_PROBE_EVERY = 10
 
-    #: The silence of each cluster an open object asks (:meth:`of`).
-    _clusters: ClassVar[weakref.WeakValueDictionary[str, BrokerSilence]] = (
+    #: The shared record of each cluster an open object asks.
+    _clusters: ClassVar[weakref.WeakValueDictionary[str, _ClusterSilence]] = (
         weakref.WeakValueDictionary()
     )
 
-    @classmethod
-    def of(cls, bootstrap_servers: str) -> BrokerSilence:
-        """The silence of the cluster ``bootstrap_servers`` names, shared by every object that
-        holds it: the brokers' list in any order, case or spacing is one cluster. It is
-        forgotten once no object holds it."""
+    def __init__(self, bootstrap_servers: str = "") -> None:
         key = ",".join(sorted({s.strip().lower() for s in bootstrap_servers.split(",")} - {""}))
-        found = cls._clusters.get(key)
-        if found is None:
-            found = cls(key)
-            cls._clusters[key] = found
-        return found
-
-    def __init__(self, servers: str = "") -> None:
-        self.servers = servers
-        #: The fault of the last silence (None: the broker answered last).
+        cluster = self._clusters.get(key)
+        if cluster is None:
+            cluster = _ClusterSilence(key)
+            self._clusters[key] = cluster
+        #: The cluster's shared record (held: it is forgotten once no object holds it).
+        self.cluster = cluster
+        #: The fault of this object's last ask that got no answer (None: answered last).
         self.fault: str | None = None
-        self._asker: int | None = None  # id() of the object whose ask got no answer
         self._probe_at = 0.0  # monotonic
         self._pause_s = 0.0
         self._probes_at_cap = 0
 
-    def probe(self, ask: Callable[[float], object], timeout_s: float, asker: object) -> str | None:
-        """None if the broker may be asked in full; else the fault line of ``asker``, to raise
-        (:meth:`line`). After the pause, calls ``ask(timeout)`` (a metadata request, which
-        raises KafkaException if the broker does not answer within ``timeout``): an
-        answer ends the silence, for every object of the cluster; none starts the next,
-        doubled, pause."""
+    def probe(self, ask: Callable[[float], object], timeout_s: float) -> str | None:
+        """None if the broker may be asked in full; else the fault to raise. After this
+        object's pause (or the cluster's, if only another object met the silence),
+        calls ``ask(timeout)`` (a metadata request, which raises KafkaException if the
+        broker does not answer within ``timeout``): an answer ends the silence (and the
+        cluster's record), none starts the next, doubled, pause."""
         from confluent_kafka import KafkaException
 
         if self.fault is None:
-            return None
-        if monotonic() < self._probe_at:
-            return self.line(asker)
+            return self._probe_cluster(ask, timeout_s)
+        cluster = self.cluster
+        if monotonic() < self._probe_at or (
+            cluster.fault is not None and monotonic() < cluster.probe_at
+        ):  # not yet; or another object's probe met the silence since this one's pause
+            return self.fault
         timeout = min(timeout_s, self.PROBE_TIMEOUT_S)
         if self._pause_s >= self.MAX_PROBE_PAUSE_S:
             self._probes_at_cap += 1
@@ -252,39 +278,48 @@ class BrokerSilence:
         try:
             ask(timeout)
         except KafkaException:
-            self._pause()
-            return self.line(asker)
+            return self.silent(self.fault)
         self.fault = None
+        cluster.clear()
         return None
 
-    def silent(self, fault: str, asker: object) -> str:
-        """Remember ``fault``, of an ask of ``asker`` the broker did not answer in time, and
-        return it: no object of the cluster asks it again before the pause has passed,
-        which doubles after each silence."""
-        self.fault, self._asker = fault, id(asker)
-        self._pause()
+    def _probe_cluster(self, ask: Callable[[float], object], timeout_s: float) -> str | None:
+        """:meth:`probe` of an object whose own asks were answered: a short probe if
+        another object of the cluster met a silence since any ask was answered."""
+        from confluent_kafka import KafkaException
+
+        cluster = self.cluster
+        if cluster.fault is None:
+            return None
+        if monotonic() >= cluster.probe_at:
+            try:
+                ask(min(timeout_s, self.PROBE_TIMEOUT_S))
+            except KafkaException:
+                cluster.pause()
+            else:
+                cluster.clear()
+                return None
+        return (
+            f"Kafka at {cluster.servers} is not asked in full until a probe finds it "
+            f"answering: another object's ask of it got no answer ({cluster.fault})"
+        )
+
+    def silent(self, fault: str) -> str:
+        """Remember ``fault``, of an ask the broker did not answer in time, and return it:
+        this object does not ask again before its pause has passed, which doubles after
+        each silence, and the cluster's other objects probe before they ask."""
+        self.fault = fault
+        self._probe_at = monotonic() + self._pause_s
+        self._pause_s = _doubled(self._pause_s)
+        self.cluster.fault = fault
+        self.cluster.pause()
         return fault
 
-    def line(self, asker: object) -> str:
-        """The fault ``asker`` raises while the cluster is silent: the fault of its own ask,
-        or that it was not asked because another object's ask got no answer."""
-        assert self.fault is not None, "no silence to report"
-        if self._asker == id(asker):
-            return self.fault
-        return (
-            f"Kafka at {self.servers} is not asked in full until a probe finds it answering: "
-            f"another object's ask of it got no answer ({self.fault})"
-        )
-
     def answered(self) -> None:
-        """The broker answered a full ask: the cluster's next silence starts from no pause."""
+        """The broker answered a full ask of this object: its next silence starts from no
+        pause, and the cluster answers (its shared record ends)."""
         self._pause_s, self._probes_at_cap = 0.0, 0
-
-    def _pause(self) -> None:
-        self._probe_at = monotonic() + self._pause_s
-        self._pause_s = min(
-            max(self._pause_s * 2, self.FIRST_PROBE_PAUSE_S), self.MAX_PROBE_PAUSE_S
-        )
+        self.cluster.clear()
 
 
 class KafkaSource:
@@ -631,9 +666,9 @@ class KafkaSource:
 
     @property
     def _silence(self) -> BrokerSilence:
-        """What the objects of the source's cluster know of its silence (:meth:`_probe`)."""
+        """What the source knows of its broker's silence, and its cluster's (:meth:`_probe`)."""
         if self._shared_silence is None:
-            self._shared_silence = BrokerSilence.of(self.bootstrap_servers)
+            self._shared_silence = BrokerSilence(self.bootstrap_servers)
         return self._shared_silence
 
     def _probe(self) -> None:
@@ -648,7 +683,6 @@ class KafkaSource:
         fault = self._silence.probe(
             lambda timeout: self._consumer().list_topics(self.topic, timeout=timeout),
             self.timeout_s,
-            self,
         )
         if fault is not None:
             raise SourceUnavailable(fault)
@@ -656,7 +690,7 @@ class KafkaSource:
     def _silent(self, fault: str) -> SourceUnavailable:
         """The fault of a broker that did not answer in time, remembered so that it is not
         asked again before its probe (:meth:`BrokerSilence.silent`)."""
-        return SourceUnavailable(self._silence.silent(fault, self))
+        return SourceUnavailable(self._silence.silent(fault))
 
     def _partitions(self) -> list[int]:
         from confluent_kafka import KafkaError, KafkaException
