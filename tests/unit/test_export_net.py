@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -170,13 +171,17 @@ def test_an_export_refuses_a_progress_that_is_another_shards(tmp_path: Any) -> N
         writer.expire()
 
 
-def test_a_broker_fault_in_init_transactions_fails_the_task_not_the_data(
-    monkeypatch: Any,
+@pytest.mark.parametrize(
+    ("code", "silent"), [("_TIMED_OUT", True), ("_TRANSPORT", True), ("_INVALID_ARG", False)]
+)
+def test_a_broker_fault_in_init_transactions_is_a_silence_or_fails_the_task_not_the_data(
+    monkeypatch: Any, code: str, silent: bool
 ) -> None:
     """It was reported as status "error", which the driver raises as an ExportError: "the
-    export cannot go on from the data it has", for a coordinator that was not up yet."""
+    export cannot go on from the data it has", for a coordinator that was not up yet. A
+    coordinator that does not answer is a silence (status "silent", the driver's
+    BrokerSilent); another fault fails the task, and the next tick retries."""
     import confluent_kafka
-    import pytest
     from confluent_kafka import KafkaError, KafkaException
 
     from timeshard.storage.kafka_export import _ProduceTask
@@ -186,12 +191,18 @@ def test_a_broker_fault_in_init_transactions_fails_the_task_not_the_data(
             pass
 
         def init_transactions(self, timeout: float) -> None:
-            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "no coordinator"))
+            raise KafkaException(KafkaError(getattr(KafkaError, code), "no coordinator"))
 
     monkeypatch.setattr(confluent_kafka, "Producer", Unreachable)
     task = _ProduceTask("b:9", "t", "p", "x", 1, "upsert", ("k",), ("k",), 0, 5, 1.0)
-    with pytest.raises(KafkaException, match="no coordinator"):
-        list(task(iter([])))
+    if not silent:
+        with pytest.raises(KafkaException, match="no coordinator"):
+            list(task(iter([])))
+        return
+    [batch] = list(task(iter([])))
+    [row] = batch.to_pylist()
+    assert (row["status"], row["records"]) == ("silent", 0)
+    assert "no coordinator" in row["detail"]
 
 
 def test_a_nan_key_groups_as_one_key() -> None:

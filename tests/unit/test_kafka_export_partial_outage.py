@@ -162,3 +162,38 @@ def test_a_step_that_fails_with_the_brokers_answer_starts_the_pause_anew(
     ticks(run, 1)  # the next tick probes at once
     assert Brokers.waits[waits:] == [30.0, 1.0]
     run.close()
+
+
+class SilentCommit(down.Producer):
+    """A producer whose transaction coordinator answers ``init_transactions`` but not the
+    commit: the commit waits its whole timeout."""
+
+    def init_transactions(self, timeout: float) -> None:
+        pass
+
+    def commit_transaction(self, timeout: float) -> None:
+        Brokers.waits.append(timeout)
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_commit_that_gets_no_answer_is_a_silence_not_asked_every_tick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the task raised the commit's timeout as a fault after the progress read had
+    answered, which started the pause anew: every tick waited 30 s on the commit."""
+    monkeypatch.setattr(confluent_kafka, "Producer", SilentCommit)
+    Brokers.up.add(DOWN)
+    client, run = down.pipeline(tmp_path)
+    failures = ticks(run)
+    full = [w for w in Brokers.waits if w == 30.0]
+    assert 1 <= len(full) <= 8, len(full)
+    assert all(f["out"].startswith("BrokerSilent: ") for f in failures), failures[-1]
+    assert "transaction" in failures[0]["out"]
+    assert latest_health(client)["out"]["status"] == "stalled"
+    assert (Brokers.log, Brokers.commits) == ([], 0)
+    monkeypatch.setattr(confluent_kafka, "Producer", down.Producer)  # the coordinator is back
+    Clock.now += 30.0
+    assert run.step() == {}
+    assert Brokers.commits == 1
+    run.close()

@@ -7,6 +7,7 @@ the stand-in admin, consumer and producer of the export's down-broker test).
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from tests.unit.test_kafka_export_down_broker import Brokers, brokers  # noqa: F
 from timeshard.controller import Pipeline
 from timeshard.persist import PersistClient
 from timeshard.spec import ExportSpec, RunSpec, SourceSpec
+from timeshard.storage import kafka_source
 from timeshard.storage.health import latest_health
 from timeshard.storage.kafka_source import BrokerSilence
 
@@ -58,11 +60,14 @@ def test_an_outages_first_tick_waits_on_a_silent_cluster_once_for_all_its_object
     """Before: each object on the down cluster asked it in full, one after another: the
     first tick waited 10 s + 10 s + 30 s."""
     client, run = pipeline(tmp_path)
+    # The sources' first tick (the pipeline's start): orders' ask in full, then payments'
+    # short probe of the cluster orders found silent, which makes the silence its own.
+    assert Brokers.waits == [10.0, 1.0]
     failures = run.step()
     assert sorted(failures) == ["orders", "out", "payments"]
-    # The first ask in full, then (the pause is none at first) one short probe, by the
-    # second object; the third raises the remembered fault without asking.
-    assert Brokers.waits == [10.0, 1.0]
+    # The next tick, at once: each source probes again (its own first pause is none); the
+    # export, whose cluster's probe met the silence within the shared pause, is not asked.
+    assert Brokers.waits == [10.0, 1.0, 1.0, 1.0]
     assert failures["orders"].startswith("SourceUnavailable: Kafka at 127.0.0.1:1 is unreachable")
     health = latest_health(client)
     for name in ("payments", "out"):  # their lines say they were not asked, and why
@@ -132,4 +137,61 @@ def test_an_object_that_answers_does_not_end_the_silence_of_another_whose_leader
     # orders' first ask, then one per own probe (pauses 1, 2, .. 30 s): as if it were alone.
     assert 1 <= len(full) <= 8, len(full)
     assert latest_health(client)["payments"]["status"] == "running"
+    run.close()
+
+
+def test_objects_of_a_cluster_slower_than_a_probe_are_read_again_after_a_silence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: an object whose cluster another object found silent probed it only for 1 s,
+    and pushed the shared pause on at each probe, so with a cluster that answers in 2 s
+    neither object read it again (0 reads in 30 min). A probe that gets no answer now makes
+    the silence the object's own, whose probes at the cap wait the whole timeout."""
+    monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic)
+    monkeypatch.setattr(BrokerSilence, "_clusters", weakref.WeakValueDictionary())
+    Clock.now = 1000.0
+    latency = 2.0  # the cluster answers, slower than a probe waits
+
+    def ask(timeout: float) -> None:
+        Clock.now += min(timeout, latency)
+        if latency > timeout:
+            raise confluent_kafka.KafkaException(
+                confluent_kafka.KafkaError(confluent_kafka.KafkaError._TIMED_OUT)
+            )
+
+    a, b = BrokerSilence("h:1"), BrokerSilence("h:1")
+    b.silent("h:1: b's partition leader did not answer")  # a blip: b's ask went unanswered
+    reads = {"a": 0, "b": 0}
+    end = Clock.now + 1800
+    while Clock.now < end:
+        for name, silence in (("a", a), ("b", b)):
+            if silence.probe(ask, 10.0) is None:
+                ask(10.0)  # the ask in full answers (2 s)
+                silence.answered()
+                reads[name] += 1
+        Clock.now += 0.5
+    assert min(reads.values()) >= 10, reads
+
+
+class Misconfigured(backoff.Consumer):
+    """A consumer whose every request fails with the client's refusal of its settings."""
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        raise confluent_kafka.KafkaException(
+            confluent_kafka.KafkaError(confluent_kafka.KafkaError._INVALID_ARG, "bad setting")
+        )
+
+
+@pytest.mark.usefixtures("brokers")
+def test_an_error_of_the_clients_settings_is_no_silence_of_the_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: every error of the metadata request was taken for the broker's silence,
+    remembered, and shared with the cluster's other objects, which were then not asked."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Misconfigured)
+    spec = RunSpec(source=[kafka("orders", DOWN)])
+    _, run = backoff.pipeline(tmp_path, spec)
+    failures = run.step()
+    assert "bad setting" in failures["orders"] and "unreachable" not in failures["orders"]
+    assert BrokerSilence(DOWN).cluster.fault is None
     run.close()

@@ -1223,8 +1223,8 @@ class Engine:
                 self.client.drop_critical_since(shard, hold)
         drop_view(self.client, name, ())  # marked and closed already: its own holds go
         health = Health(self.client, self.clock)
-        try:  # before the forget: a failure leaves the statement, and a restart retries
-            health.report(name, "dropped")
+        try:  # as a DROP done in one go: a failure to record it is logged, the drop goes on
+            health.report_or_log(name, "dropped")
         finally:
             health.close()
         self._catalog.forget_statement(name)

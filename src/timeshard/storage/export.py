@@ -120,6 +120,8 @@ class ExportStep:
     upper: int
     records: int
     status: str
+    #: What the task said of how it ended (None if it said nothing).
+    detail: str | None = None
 
 
 class ShardExport(ABC):
@@ -317,7 +319,14 @@ class ShardExport(ABC):
             )
         if result["status"] == "committed":
             self._hold_at(upper, committed=True)
-        return ExportStep(lower, upper, int(result["records"]), str(result["status"]))
+        detail = result.get("detail")
+        return ExportStep(
+            lower,
+            upper,
+            int(result["records"]),
+            str(result["status"]),
+            None if detail is None else str(detail),
+        )
 
     def close(self) -> None:
         """Release the reader (the critical hold stays: the export resumes from it)."""

@@ -109,6 +109,7 @@ jar: the task produces with confluent-kafka.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -136,6 +137,8 @@ from timeshard.storage.export import (
     to_json,
 )
 from timeshard.storage.kafka_source import (
+    MAX_TIMEOUT_S,
+    MIN_TIMEOUT_S,
     BrokerSilence,
     _no_answer,
     _quiet_logger,
@@ -238,8 +241,15 @@ class KafkaExport(ShardExport):
                 )
             if not 0 <= schema_id < 2**31:
                 raise InvalidUsage(f"{what} must be in [0, 2**31), got {schema_id}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
-            raise InvalidUsage(f"timeout_s must be a positive number, got {timeout_s!r}")
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S
+        ):
+            raise InvalidUsage(
+                f"timeout_s must be a number of seconds from {MIN_TIMEOUT_S} to "
+                f"{MAX_TIMEOUT_S:.0f} (the client's socket.timeout.ms bounds), got {timeout_s!r}"
+            )
 
     def avro_schemas(self) -> dict[str, dict[str, Any]]:
         """The Avro schemas of the records' ``key`` (with ``key_columns``) and ``value``."""
@@ -371,9 +381,10 @@ class KafkaExport(ShardExport):
         self._answered = False
         try:
             step = super().step()
-            if step.status == SILENT:
+            if step.status == SILENT:  # the task's ask got no answer: it wrote nothing
                 raise BrokerSilent(
-                    _no_coordinator(self.bootstrap_servers, self.export_id, self.timeout_s)
+                    f"Kafka at {self.bootstrap_servers}: export {self.export_id!r}'s task "
+                    f"got no answer within {self.timeout_s} s: {step.detail}"
                 )
         except BrokerSilent as e:
             self._max_bytes = None
@@ -827,11 +838,15 @@ class _ProduceTask:
                 yield result("fenced", 0, str(e))
                 return
             if _no_answer(e.args[0]):  # the coordinator's silence: the driver's BrokerSilent
-                yield result(SILENT, 0, str(e))
+                yield result(SILENT, 0, f"init_transactions: {e.args[0]}")
                 return
             raise  # another fault, not the data's: the next tick retries
         conf = _consumer_conf(self.bootstrap, self.timeout_s)
-        progress = read_progress(conf, self.progress_topic, self.export_id, self.timeout_s)
+        try:
+            progress = read_progress(conf, self.progress_topic, self.export_id, self.timeout_s)
+        except BrokerSilent as e:  # its offsets got no answer: nothing begun yet
+            yield result(SILENT, 0, f"the progress read: {e}")
+            return
         if progress is not None and progress.version > self.version:
             yield result("fenced", 0, f"version {progress.version} owns the target")
             return
@@ -863,6 +878,14 @@ class _ProduceTask:
             except KafkaException as e:
                 if _fenced(e):
                     yield result("fenced", 0, str(e))
+                    return
+                if _no_answer(e.args[0]):
+                    # A produce or the commit got no answer. Whether it committed or not,
+                    # the next tick plans from the progress the target records; a
+                    # transaction left open ends at the next init_transactions of the id.
+                    with contextlib.suppress(KafkaException):
+                        producer.abort_transaction(min(self.timeout_s, 1.0))
+                    yield result(SILENT, 0, f"its transaction: {e.args[0]}")
                     return
                 producer.abort_transaction(self.timeout_s)
                 if _too_large(e):  # the broker's: a batch it refused (the client's check passed)

@@ -129,6 +129,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from time import monotonic
@@ -175,6 +176,13 @@ def check_kafka_names(bootstrap_servers: Any, **topics: Any) -> None:
 _RESERVED = ("_partition", "_offset", "_ts", "_diff", ERR)
 _BATCH_ROWS = 4096
 DEFAULT_TIMEOUT_S = 10.0
+#: The bounds of ``timeout_s``: librdkafka takes a ``socket.timeout.ms`` of 10 to 300000.
+MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.01, 300.0
+
+
+#: Guards the clusters' shared records (:class:`BrokerSilence`): serve ticks each of its
+#: objects on a thread of its own.
+_CLUSTERS_LOCK = threading.Lock()
 
 
 class _ClusterSilence:
@@ -223,12 +231,15 @@ class BrokerSilence:
     case or spacing) share a second, coarser record: the last silence any of
     them met, until any ask of theirs is answered. An object whose own asks
     were answered, but whose cluster another found silent, probes it first
-    (once per the shared pause, for all of them) instead of asking in full:
-    an outage's first tick waits the whole timeout once, not once per object.
-    Its fault line then says it was not asked, and why. Each object's own
-    silence stays its own: in a partial outage (one partition's leader down)
-    another object's answers end the shared record but not the silence of the
-    object whose leader is down, which keeps its own pauses.
+    (at most once per the shared pause, for all of them) instead of asking in
+    full: an outage's first tick waits the whole timeout once, not once per
+    object. Its fault line then says it was not asked, and why; a probe that
+    gets no answer makes the silence its own (its own pauses and full
+    probes). Each object's own silence stays its own: in a partial outage (one
+    partition's leader down) another object's answers end the shared record
+    but not the silence of the object whose leader is down, which keeps its
+    own pauses. Serve ticks its objects on threads of their own: the shared
+    records are changed under a lock.
     """
 
     PROBE_TIMEOUT_S = 1.0
@@ -243,10 +254,11 @@ class BrokerSilence:
 
     def __init__(self, bootstrap_servers: str = "") -> None:
         key = ",".join(sorted({s.strip().lower() for s in bootstrap_servers.split(",")} - {""}))
-        cluster = self._clusters.get(key)
-        if cluster is None:
-            cluster = _ClusterSilence(key)
-            self._clusters[key] = cluster
+        with _CLUSTERS_LOCK:
+            cluster = self._clusters.get(key)
+            if cluster is None:
+                cluster = _ClusterSilence(key)
+                self._clusters[key] = cluster
         #: The cluster's shared record (held: it is forgotten once no object holds it).
         self.cluster = cluster
         #: The fault of this object's last ask that got no answer (None: answered last).
@@ -265,10 +277,7 @@ class BrokerSilence:
 
         if self.fault is None:
             return self._probe_cluster(ask, timeout_s)
-        cluster = self.cluster
-        if monotonic() < self._probe_at or (
-            cluster.fault is not None and monotonic() < cluster.probe_at
-        ):  # not yet; or another object's probe met the silence since this one's pause
+        if monotonic() < self._probe_at:
             return self.fault
         timeout = min(timeout_s, self.PROBE_TIMEOUT_S)
         if self._pause_s >= self.MAX_PROBE_PAUSE_S:
@@ -277,10 +286,13 @@ class BrokerSilence:
                 timeout = timeout_s
         try:
             ask(timeout)
-        except KafkaException:
+        except KafkaException as e:
+            if not _no_answer(e.args[0] if e.args else e):
+                raise  # an answer, an error (a bad configuration): not a silence
             return self.silent(self.fault)
         self.fault = None
-        cluster.clear()
+        with _CLUSTERS_LOCK:
+            self.cluster.clear()
         return None
 
     def _probe_cluster(self, ask: Callable[[float], object], timeout_s: float) -> str | None:
@@ -288,21 +300,29 @@ class BrokerSilence:
         another object of the cluster met a silence since any ask was answered."""
         from confluent_kafka import KafkaException
 
-        cluster = self.cluster
-        if cluster.fault is None:
+        with _CLUSTERS_LOCK:
+            cluster = self.cluster
+            heard, due = cluster.fault, monotonic() >= cluster.probe_at
+        if heard is None:
             return None
-        if monotonic() >= cluster.probe_at:
-            try:
-                ask(min(timeout_s, self.PROBE_TIMEOUT_S))
-            except KafkaException:
-                cluster.pause()
-            else:
-                cluster.clear()
-                return None
-        return (
+        line = (
             f"Kafka at {cluster.servers} is not asked in full until a probe finds it "
-            f"answering: another object's ask of it got no answer ({cluster.fault})"
+            f"answering: another object's ask of it got no answer ({heard})"
         )
+        if not due:  # another object's probe met the silence within the shared pause
+            return line
+        try:
+            ask(min(timeout_s, self.PROBE_TIMEOUT_S))
+        except KafkaException as e:
+            if not _no_answer(e.args[0] if e.args else e):
+                raise  # an answer, an error (a bad configuration): not a silence
+            # The silence is this object's own from now on: its own pauses, and its own
+            # probes that wait the whole timeout at the cap (a cluster slower than a
+            # short probe is read again).
+            return self.silent(line)
+        with _CLUSTERS_LOCK:
+            cluster.clear()
+        return None
 
     def silent(self, fault: str) -> str:
         """Remember ``fault``, of an ask the broker did not answer in time, and return it:
@@ -311,15 +331,17 @@ class BrokerSilence:
         self.fault = fault
         self._probe_at = monotonic() + self._pause_s
         self._pause_s = _doubled(self._pause_s)
-        self.cluster.fault = fault
-        self.cluster.pause()
+        with _CLUSTERS_LOCK:
+            self.cluster.fault = fault
+            self.cluster.pause()
         return fault
 
     def answered(self) -> None:
         """The broker answered a full ask of this object: its next silence starts from no
         pause, and the cluster answers (its shared record ends)."""
         self._pause_s, self._probes_at_cap = 0.0, 0
-        self.cluster.clear()
+        with _CLUSTERS_LOCK:
+            self.cluster.clear()
 
 
 class KafkaSource:
@@ -366,8 +388,15 @@ class KafkaSource:
         reserved = [n for n in names if n in _RESERVED]
         if reserved:
             raise InvalidUsage(f"KAFKA source {name!r}: columns {reserved} are reserved")
-        if not isinstance(timeout_s, int | float) or timeout_s <= 0:
-            raise InvalidUsage(f"timeout_s must be a positive number, got {timeout_s!r}")
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S
+        ):
+            raise InvalidUsage(
+                f"timeout_s must be a number of seconds from {MIN_TIMEOUT_S} to "
+                f"{MAX_TIMEOUT_S:.0f} (the client's socket.timeout.ms bounds), got {timeout_s!r}"
+            )
         if not isinstance(from_earliest, bool):
             raise InvalidUsage(f"from_earliest must be true or false, got {from_earliest!r}")
         writers = _writer_schemas(
@@ -698,8 +727,14 @@ class KafkaSource:
         try:
             meta = self._consumer().list_topics(self.topic, timeout=self.timeout_s)
         except KafkaException as e:
+            error = e.args[0] if e.args else e
+            if not _no_answer(error):  # an answer, or the client's refusal of its settings
+                raise SourceUnavailable(
+                    f"Kafka at {self.bootstrap_servers}: the metadata of topic {self.topic!r} "
+                    f"cannot be read: {error}"
+                ) from None
             raise self._silent(
-                f"Kafka at {self.bootstrap_servers} is unreachable: {e.args[0]}"
+                f"Kafka at {self.bootstrap_servers} is unreachable: {error}"
             ) from None
         topic = meta.topics.get(self.topic)
         if topic is None or topic.error is not None:
