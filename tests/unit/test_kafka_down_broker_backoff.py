@@ -128,6 +128,9 @@ def test_ten_ticks_with_a_down_broker_wait_on_it_its_full_timeout_once(tmp_path:
     assert sorted(run.first_failures) == ["orders"]
     fault = run.first_failures["orders"]
     assert "Kafka at 127.0.0.1:1 is unreachable" in fault
+    # The line says how the broker is asked during the silence, not only the first ask.
+    assert fault.endswith(kafka_source.BrokerSilence.THEN)
+    assert "a probe of at most 1 s" in fault
     assert Brokers.waits == [10.0]  # the first tick's ask, in full
     for _ in range(10):
         before = upper(client, "prices")

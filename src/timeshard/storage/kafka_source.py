@@ -246,6 +246,12 @@ class BrokerSilence:
     FIRST_PROBE_PAUSE_S = 1.0
     MAX_PROBE_PAUSE_S = 30.0
     FULL_PROBE_EVERY = 10
+    #: What a silence's fault line says of the asks after the one that got no answer.
+    THEN = (
+        f"; asked again in full once a probe of at most {PROBE_TIMEOUT_S:g} s finds it "
+        f"answering (the first at the next tick, then {FIRST_PROBE_PAUSE_S:g} s apart, "
+        f"twice as far each time, up to {MAX_PROBE_PAUSE_S:g} s)"
+    )
 
     #: The shared record of each cluster an open object asks.
     _clusters: ClassVar[weakref.WeakValueDictionary[str, _ClusterSilence]] = (
@@ -325,16 +331,20 @@ class BrokerSilence:
         return None
 
     def silent(self, fault: str) -> str:
-        """Remember ``fault``, of an ask the broker did not answer in time, and return it:
-        this object does not ask again before its pause has passed, which doubles after
-        each silence, and the cluster's other objects probe before they ask."""
-        self.fault = fault
+        """Remember ``fault``, of an ask the broker did not answer in time, and return it
+        with what follows (:attr:`THEN`: the line of the whole silence, which a health
+        report keeps, says how the broker is asked meanwhile, not only how the first ask
+        waited): this object does not ask again before its pause has passed, which
+        doubles after each silence, and the cluster's other objects probe before they
+        ask."""
+        asked = fault.removesuffix(self.THEN)
+        self.fault = f"{asked}{self.THEN}"
         self._probe_at = monotonic() + self._pause_s
         self._pause_s = _doubled(self._pause_s)
         with _CLUSTERS_LOCK:
-            self.cluster.fault = fault
+            self.cluster.fault = asked
             self.cluster.pause()
-        return fault
+        return self.fault
 
     def answered(self) -> None:
         """The broker answered a full ask of this object: its next silence starts from no
