@@ -294,3 +294,41 @@ def test_an_export_keyed_by_a_map_column_is_refused_when_declared(tmp_path: Any)
     state = client.state("orders")
     assert state.critical_readers == {} and state.leased_readers == {}
     DeltaExport(None, client, "orders", str(tmp_path / "t"), key_columns=["k"]).close()
+
+
+def test_a_tasks_result_from_a_spark_job_or_from_the_driver_makes_its_step() -> None:
+    """A job's result is a pyspark Row, which has no ``get``: reading the task's detail
+    with it failed every export tick that ran a job, after its commit."""
+    from pyspark.sql import Row
+
+    from timeshard.storage.export import ExportStep, step_of
+
+    fields = {"status": "silent", "records": 0, "detail": "its transaction: timed out"}
+    expected = ExportStep(2, 5, 0, "silent", "its transaction: timed out")
+    assert step_of(Row(**fields, frontier=None), 2, 5) == expected
+    assert step_of({**fields, "frontier": None}, 2, 5) == expected
+    committed = Row(status="committed", records=3, detail=None, frontier=5)
+    assert step_of(committed, 2, 5) == ExportStep(2, 5, 3, "committed", None)
+
+
+@pytest.mark.parametrize(("code", "silent"), [("_TIMED_OUT", True), ("_INVALID_ARG", False)])
+def test_an_abort_that_gets_no_answer_is_a_silence_not_a_failed_task(
+    code: str, silent: bool
+) -> None:
+    """Before: an abort (after a record too large, a data error or a refused batch) whose
+    coordinator did not answer raised out of the task: a failed Spark job, which started
+    the export's pause anew, so every tick of the outage waited the whole timeout."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from timeshard.storage.kafka_export import _ProduceTask
+
+    class Producer:
+        def abort_transaction(self, timeout: float) -> None:
+            raise KafkaException(KafkaError(getattr(KafkaError, code), "no answer"))
+
+    task = _ProduceTask("b:9", "t", "p", "x", 1, "upsert", ("k",), ("k",), 0, 5, 1.0)
+    if silent:
+        assert "abort" in (task._abort(Producer()) or "")
+    else:
+        with pytest.raises(KafkaException, match="no answer"):
+            task._abort(Producer())

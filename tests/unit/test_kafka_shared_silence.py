@@ -195,3 +195,40 @@ def test_an_error_of_the_clients_settings_is_no_silence_of_the_cluster(
     assert "bad setting" in failures["orders"] and "unreachable" not in failures["orders"]
     assert BrokerSilence(DOWN).cluster.fault is None
     run.close()
+
+
+def test_objects_whose_own_asks_keep_timing_out_do_not_keep_another_from_asking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: each silence of the objects whose timeout is shorter than the cluster answers
+    in pushed the shared pause on, so the object with a long enough timeout, which had no
+    silence of its own, was never let ask (0 reads in 30 min)."""
+    monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic)
+    monkeypatch.setattr(BrokerSilence, "_clusters", weakref.WeakValueDictionary())
+    Clock.now = 1000.0
+    latency = 0.8  # the cluster answers, in 0.8 s
+
+    def ask(timeout: float) -> None:
+        Clock.now += min(timeout, latency)
+        if latency > timeout:
+            raise confluent_kafka.KafkaException(
+                confluent_kafka.KafkaError(confluent_kafka.KafkaError._TIMED_OUT)
+            )
+
+    short = [(BrokerSilence("h:1"), 0.5), (BrokerSilence("h:1"), 0.5)]
+    long = BrokerSilence("h:1")
+    reads = 0
+    end = Clock.now + 1800
+    while Clock.now < end:
+        for silence, timeout in [*short, (long, 10.0)]:
+            if silence.probe(ask, timeout) is not None:
+                continue
+            try:
+                ask(timeout)
+            except confluent_kafka.KafkaException:
+                silence.silent("h:1 did not answer in time")
+                continue
+            silence.answered()
+            reads += silence is long
+        Clock.now += 0.5
+    assert reads >= 20, reads

@@ -124,6 +124,19 @@ class ExportStep:
     detail: str | None = None
 
 
+def step_of(result: Any, lower: int, upper: int) -> ExportStep:
+    """The step of a task's ``result`` (:data:`RESULT_DDL`'s fields) over ``[lower,
+    upper)``: a pyspark Row (the job's, which has no ``get``) or a dict (no job)."""
+    detail = result["detail"]
+    return ExportStep(
+        lower,
+        upper,
+        int(result["records"]),
+        str(result["status"]),
+        None if detail is None else str(detail),
+    )
+
+
 class ShardExport(ABC):
     """The driver side of an export (module doc); subclasses name the target."""
 
@@ -319,14 +332,7 @@ class ShardExport(ABC):
             )
         if result["status"] == "committed":
             self._hold_at(upper, committed=True)
-        detail = result.get("detail")
-        return ExportStep(
-            lower,
-            upper,
-            int(result["records"]),
-            str(result["status"]),
-            None if detail is None else str(detail),
-        )
+        return step_of(result, lower, upper)
 
     def close(self) -> None:
         """Release the reader (the critical hold stays: the export resumes from it)."""

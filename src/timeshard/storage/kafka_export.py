@@ -868,12 +868,15 @@ class _ProduceTask:
             try:
                 count = self._transaction(producer, held, upper)
             except _TooLarge as e:
-                producer.abort_transaction(self.timeout_s)
+                silence = self._abort(producer)
+                if silence is not None:
+                    yield result(SILENT, 0, silence)
+                    return
                 stop = (e.time, e.message)
                 continue
             except DataError as e:
-                producer.abort_transaction(self.timeout_s)
-                yield result("error", 0, str(e))
+                silence = self._abort(producer)
+                yield result("error", 0, str(e)) if silence is None else result(SILENT, 0, silence)
                 return
             except KafkaException as e:
                 if _fenced(e):
@@ -887,7 +890,10 @@ class _ProduceTask:
                         producer.abort_transaction(min(self.timeout_s, 1.0))
                     yield result(SILENT, 0, f"its transaction: {e.args[0]}")
                     return
-                producer.abort_transaction(self.timeout_s)
+                silence = self._abort(producer)
+                if silence is not None:
+                    yield result(SILENT, 0, silence)
+                    return
                 if _too_large(e):  # the broker's: a batch it refused (the client's check passed)
                     yield result("error", 0, f"topic {self.topic!r} refused records: {e}")
                     return
@@ -897,6 +903,21 @@ class _ProduceTask:
             yield result("blocked", count, stop[1], upper)
             return
         yield result("committed", count, None, upper)
+
+    def _abort(self, producer: Any) -> str | None:
+        """Abort the transaction under way: None once aborted, or, if the coordinator did
+        not answer, what to say of it (the task's status is then ``silent``: the next tick
+        plans from the progress the target records, and the next ``init_transactions``
+        of the id ends the transaction). Another fault is raised."""
+        from confluent_kafka import KafkaException
+
+        try:
+            producer.abort_transaction(self.timeout_s)
+        except KafkaException as e:
+            if _no_answer(e.args[0] if e.args else e):
+                return f"its transaction's abort: {e.args[0]}"
+            raise
+        return None
 
     def _transaction(self, producer: Any, held: list[pa.RecordBatch], upper: int) -> int:
         """Produce the records below ``upper`` and the progress ``upper``, and commit: the

@@ -272,6 +272,8 @@ class BrokerSilence:
         self._probe_at = 0.0  # monotonic
         self._pause_s = 0.0
         self._probes_at_cap = 0
+        #: Since when (monotonic) the cluster's record has kept this object from asking.
+        self._not_asked_since: float | None = None
 
     def probe(self, ask: Callable[[float], object], timeout_s: float) -> str | None:
         """None if the broker may be asked in full; else the fault to raise. After this
@@ -310,13 +312,21 @@ class BrokerSilence:
             cluster = self.cluster
             heard, due = cluster.fault, monotonic() >= cluster.probe_at
         if heard is None:
+            self._not_asked_since = None
             return None
         line = (
             f"Kafka at {cluster.servers} is not asked in full until a probe finds it "
             f"answering: another object's ask of it got no answer ({heard})"
         )
-        if not due:  # another object's probe met the silence within the shared pause
+        now = monotonic()
+        if self._not_asked_since is None:
+            self._not_asked_since = now
+        if not due and now - self._not_asked_since < self.MAX_PROBE_PAUSE_S:
+            # Another object met the silence within the shared pause. Not for longer than
+            # the longest pause: objects whose own asks keep getting no answer (a timeout
+            # shorter than the cluster answers in) push the shared pause on for ever.
             return line
+        self._not_asked_since = None
         try:
             ask(min(timeout_s, self.PROBE_TIMEOUT_S))
         except KafkaException as e:
