@@ -149,7 +149,7 @@ class Built:
         self.fail = fail
         engine._create_view = self.view  # type: ignore[method-assign]
 
-    def view(self, statement: Any, seq: int, *, typed: bool) -> _Object:
+    def view(self, statement: Any, seq: int, *, typed: bool, recorded: Any = None) -> _Object:
         if self.fail is not None:
             raise self.fail
         self.names.append(statement.name)

@@ -155,10 +155,13 @@ _SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
 _REMAP_SUFFIX = ".remap"
 #: The version of the typing rewrites a view's query has (:meth:`Engine.resolve` without
 #: ``stored``: an unconstrained numeric keeps its value, a timestamp has no zone, ...),
-#: recorded as ``typed`` in the statement's entry of a view serve created. A view's query
-#: is resolved again at every restore, and its shard's schema must come out the same: a
-#: change to those rewrites that types a query otherwise is a new version, and the
-#: views of the old one keep it. A view recorded without ``typed`` keeps Spark's types.
+#: recorded as ``typed`` in the statement's entry of a view serve created. A view that
+#: the catalog records is installed from its recorded Spark SQL at a restore (and by
+#: another server, and at a promotion), not resolved again, so a change to those
+#: rewrites types the views created from then on otherwise and leaves the views recorded
+#: before as they are. Only a view whose statement is recorded but not yet its view
+#: entry (its CREATE died in between) is resolved again: a change that types a query
+#: otherwise is still a new version. A view recorded without ``typed`` keeps Spark's types.
 TYPED_VIEWS = 1
 #: Per CREATE statement type: its command tag, and the kind of object it records.
 _CREATES: dict[type, tuple[str, str]] = {
@@ -735,7 +738,10 @@ class Engine:
                 if isinstance(statement, CreateSource):
                     obj = self._create_source(statement, seq, undo=claim is not None)
                 elif isinstance(statement, CreateView):
-                    obj = self._create_view(statement, seq, typed=bool(typed))
+                    # A CREATE the catalog records is the view its entry records (if it has
+                    # one yet): the query its shard was made by, not resolved again.
+                    recorded = None if record else self._recorded_view(statement.name)
+                    obj = self._create_view(statement, seq, typed=bool(typed), recorded=recorded)
                 else:
                     obj = self._create_sink(statement, seq)
                 self._refuse_dropped_inputs(obj)
@@ -825,6 +831,20 @@ class Engine:
             return self.resolve(query)[0]
         except SqlError:
             return None
+
+    def _recorded_view(self, name: str) -> tuple[str, dict[str, str]] | None:
+        """The Spark SQL and inputs (alias -> shard) of the view ``name`` the catalog
+        records; None if it records none, or none serve can install as it is (a Python
+        function's view, an entry without inputs)."""
+        for e in read_catalog(self.client):
+            if e.name == name and e.kind == "view":
+                sql, inputs = e.definition.get("sql"), e.definition.get("inputs")
+                if e.definition.get("function") is not None:
+                    return None
+                if not isinstance(sql, str) or not isinstance(inputs, dict) or not inputs:
+                    return None
+                return sql, {str(a): str(s) for a, s in inputs.items()}
+        return None
 
     def _recorded_view_sql(self, name: str) -> str | None:
         """The Spark SQL of the view ``name`` the catalog records, None if it records none."""
@@ -1029,16 +1049,36 @@ class Engine:
                 "0A000",
             )
 
-    def _create_view(self, statement: CreateView, seq: int, *, typed: bool) -> _Object:
+    def _create_view(
+        self,
+        statement: CreateView,
+        seq: int,
+        *,
+        typed: bool,
+        recorded: tuple[str, dict[str, str]] | None = None,
+    ) -> _Object:
         """Install the view of ``statement``; ``typed``: its query is typed as an ad-hoc
         query is (see :meth:`_create`), else it keeps Spark's types (a view recorded
-        before :data:`TYPED_VIEWS` was, or a run file's)."""
+        before :data:`TYPED_VIEWS` was, or a run file's).
+
+        ``recorded``: the Spark SQL and inputs the catalog's entry of the view records
+        (a restore, another server's view, a promotion), installed as they are: resolved
+        again, a query would come out otherwise once the rewrites of :meth:`resolve`
+        changed (a later version of this code), and the view would be redefined from its
+        shard's upper on, or refused for its shard's schema.
+        """
         from timeshard.compute import MaterializedView, ViewDefinition
         from timeshard.spec import parse_duration
 
         if statement.name in self._shards_of_objects():
             raise SqlError(f"{statement.name!r} is a shard of another object", "42710")
-        spark_sql, inputs = self.resolve(statement.query, stored=not typed)
+        if recorded is not None:
+            spark_sql, inputs = recorded[0], dict(recorded[1])
+            for shard in inputs.values():
+                if self._dropped(shard):
+                    raise SqlError(f"relation {shard!r} was dropped", "42P01")
+        else:
+            spark_sql, inputs = self.resolve(statement.query, stored=not typed)
         if not inputs:
             raise SqlError("a materialized view must read at least one source or view", "22023")
         for shard in inputs.values():

@@ -1,0 +1,75 @@
+"""A view that the catalog records is installed from its recorded Spark SQL at a restore,
+not resolved again (no Spark: the view's install is stubbed, and records its entry as
+the real one does).
+
+Before, a restore resolved the view's statement again: once serve's typing rewrites
+changed (a later version of the code), a typed view's query came out otherwise, and the
+view was redefined from its shard's upper on (or refused for its shard's schema).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from tests.unit.test_catalog_claims import engine, run
+
+import timeshard.compute as compute
+import timeshard.server.engine as engine_module
+from timeshard.catalog import read_catalog, record_view
+from timeshard.location import Location
+from timeshard.persist import PersistClient
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> PersistClient:
+    return PersistClient(Location.embedded(tmp_path / "loc"))
+
+
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch, client: PersistClient) -> list[Any]:
+    """Each definition a view was installed with; the install records it, as the real one."""
+    definitions: list[Any] = []
+
+    def install(spark: Any, client_: PersistClient, definition: Any, **_: Any) -> Any:
+        definitions.append(definition)
+        record_view(client_, definition, 0)
+        return SimpleNamespace(close=lambda: None, drop=lambda: None)
+
+    monkeypatch.setattr(compute.MaterializedView, "install", staticmethod(install))
+    return definitions
+
+
+def test_a_restored_view_is_the_query_its_entry_records_not_the_rewrites_of_now(
+    client: PersistClient, installed: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writer = client.open_writer("t", pa.schema([("d", pa.float64())]))
+    try:
+        first = engine(client)
+        try:
+            run(first, "CREATE MATERIALIZED VIEW v AS SELECT d::numeric AS x FROM t")
+        finally:
+            first.close()
+        [created] = installed
+        recorded = {e.name: e.definition for e in read_catalog(client) if e.kind == "view"}
+        assert recorded["v"]["sql"] == created.sql
+        # A later server whose rewrites type the query otherwise (here: not at all).
+        monkeypatch.setattr(engine_module, "_numeric_casts", lambda tree, columns_of: None)
+        monkeypatch.setattr(engine_module, "_naive_timestamps", lambda tree: None)
+        later = engine(client)
+        try:
+            assert later.resolve("SELECT d::numeric AS x FROM t")[0] != created.sql
+        finally:
+            later.close()
+        again = engine(client)
+        try:
+            assert again.start() == []  # a restart: the view restored, no failure
+        finally:
+            again.close()
+        assert [d.sql for d in installed] == [created.sql, created.sql]
+        assert installed[1].inputs == created.inputs
+    finally:
+        writer.expire()
