@@ -297,7 +297,10 @@ class BrokerSilence:
         except KafkaException as e:
             if not _no_answer(e.args[0] if e.args else e):
                 raise  # an answer, an error (a bad configuration): not a silence
-            return self.silent(self.fault)
+            # This object's own: the cluster's record is left as it is (an object that
+            # just read the cluster, slower than a probe waits, cleared it for the others).
+            self._own_silence(self.fault)
+            return self.fault
         self.fault = None
         with _CLUSTERS_LOCK:
             self.cluster.clear()
@@ -335,7 +338,10 @@ class BrokerSilence:
             # The silence is this object's own from now on: its own pauses, and its own
             # probes that wait the whole timeout at the cap (a cluster slower than a
             # short probe is read again).
-            return self.silent(line)
+            self._own_silence(line)
+            with _CLUSTERS_LOCK:
+                cluster.pause()  # the next object's probe waits the shared pause
+            return self.fault
         with _CLUSTERS_LOCK:
             cluster.clear()
         return None
@@ -347,14 +353,19 @@ class BrokerSilence:
         waited): this object does not ask again before its pause has passed, which
         doubles after each silence, and the cluster's other objects probe before they
         ask."""
+        asked = self._own_silence(fault)
+        with _CLUSTERS_LOCK:
+            self.cluster.fault = asked
+            self.cluster.pause()
+        return f"{asked}{self.THEN}"
+
+    def _own_silence(self, fault: str) -> str:
+        """:meth:`silent` for this object alone: ``fault`` without :attr:`THEN`."""
         asked = fault.removesuffix(self.THEN)
         self.fault = f"{asked}{self.THEN}"
         self._probe_at = monotonic() + self._pause_s
         self._pause_s = _doubled(self._pause_s)
-        with _CLUSTERS_LOCK:
-            self.cluster.fault = asked
-            self.cluster.pause()
-        return self.fault
+        return asked
 
     def answered(self) -> None:
         """The broker answered a full ask of this object: its next silence starts from no
