@@ -73,3 +73,32 @@ def test_a_restored_view_is_the_query_its_entry_records_not_the_rewrites_of_now(
         assert installed[1].inputs == created.inputs
     finally:
         writer.expire()
+
+
+def test_a_taken_over_view_whose_create_died_before_its_install_is_restored_as_created(
+    client: PersistClient, installed: list[Any]
+) -> None:
+    """A run file's view ``v`` (``d AS x``), which a client's CREATE took over (``d * 2 AS
+    y``) and claimed, then died before its install recorded the view: a restore from the
+    view's catalog entry would have installed the run file's query under the client's
+    statement. It installs the resolution its statement records."""
+    writer = client.open_writer("t", pa.schema([("d", pa.float64())]))
+    try:
+        record_view(client, compute.ViewDefinition("v", {"t": "t"}, "SELECT d AS x FROM t"), 0)
+        first = engine(client)
+        try:
+            run(first, "CREATE MATERIALIZED VIEW v AS SELECT d * 2 AS y FROM t")
+        finally:
+            first.close()
+        [created] = installed
+        assert "* 2" in created.sql
+        # As if it died before its install: the view entry is the run file's again.
+        record_view(client, compute.ViewDefinition("v", {"t": "t"}, "SELECT d AS x FROM t"), 0)
+        again = engine(client)
+        try:
+            assert again.start() == []
+        finally:
+            again.close()
+        assert installed[1].sql == created.sql
+    finally:
+        writer.expire()

@@ -155,13 +155,13 @@ _SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
 _REMAP_SUFFIX = ".remap"
 #: The version of the typing rewrites a view's query has (:meth:`Engine.resolve` without
 #: ``stored``: an unconstrained numeric keeps its value, a timestamp has no zone, ...),
-#: recorded as ``typed`` in the statement's entry of a view serve created. A view that
-#: the catalog records is installed from its recorded Spark SQL at a restore (and by
-#: another server, and at a promotion), not resolved again, so a change to those
-#: rewrites types the views created from then on otherwise and leaves the views recorded
-#: before as they are. Only a view whose statement is recorded but not yet its view
-#: entry (its CREATE died in between) is resolved again: a change that types a query
-#: otherwise is still a new version. A view recorded without ``typed`` keeps Spark's types.
+#: recorded as ``typed`` in the statement's entry of a view serve created. The entry
+#: records the query's resolution too (``resolved``), from which the view is installed
+#: at a restore, by another server and at a promotion, not resolved again: a change to
+#: those rewrites types the views created from then on otherwise and leaves the views
+#: recorded before as they are. Only the entries recorded before ``resolved`` was (at
+#: version 1) are resolved again: for them, a change that types a query otherwise must
+#: keep version 1's rewrites. A view recorded without ``typed`` keeps Spark's types.
 TYPED_VIEWS = 1
 #: Per CREATE statement type: its command tag, and the kind of object it records.
 _CREATES: dict[type, tuple[str, str]] = {
@@ -384,7 +384,13 @@ class Engine:
                 self._seq = max(self._seq, seq)
             try:
                 statement = _recorded(str(entry.definition["sql"]))
-                self._create(statement, record=False, seq=seq, typed=_typed(entry.definition))
+                self._create(
+                    statement,
+                    record=False,
+                    seq=seq,
+                    typed=_typed(entry.definition),
+                    resolved=_resolution(entry.definition),
+                )
                 log.info("running %s, which another server created", entry.name)
             except SqlError as e:
                 if e.sqlstate != "42710":  # created here meanwhile: nothing to do
@@ -417,7 +423,12 @@ class Engine:
         for name in set(entries) - listed:
             definition = entries[name].definition
             try:
-                fresh[name] = self._standby(str(definition["sql"]), int(definition["seq"]), catalog)
+                fresh[name] = self._standby(
+                    str(definition["sql"]),
+                    int(definition["seq"]),
+                    catalog,
+                    _resolution(definition),
+                )
             except Exception as e:
                 log.warning("read-only: cannot list %s: %s", name, e)
         with self._lock:
@@ -427,8 +438,15 @@ class Engine:
                 del self.objects[name]
             self.objects.update(fresh)
 
-    def _standby(self, sql: str, seq: int, catalog: list[Any]) -> _Object:
-        """The object a recorded CREATE makes, as a read-only engine lists it (no runner)."""
+    def _standby(
+        self,
+        sql: str,
+        seq: int,
+        catalog: list[Any],
+        resolved: tuple[str, dict[str, str]] | None = None,
+    ) -> _Object:
+        """The object a recorded CREATE makes, as a read-only engine lists it (no runner);
+        ``resolved``: its recorded resolution, if it has one (:func:`_resolution`)."""
         statement = _recorded(sql)
         if isinstance(statement, CreateSource):
             shards = sorted(
@@ -438,7 +456,8 @@ class Engine:
             )
             return _Object(statement.name, "source", sql, seq, None, shards, standby=True)
         if isinstance(statement, CreateView):
-            reads = sorted(set(self.resolve(statement.query, stored=True)[1].values()))
+            inputs = (resolved or self.resolve(statement.query, stored=True))[1]
+            reads = sorted(set(inputs.values()))
             return _Object(
                 statement.name, "view", sql, seq, None, [statement.name], reads, standby=True
             )
@@ -456,6 +475,7 @@ class Engine:
                     record=False,
                     seq=int(entry.definition["seq"]),
                     typed=_typed(entry.definition),
+                    resolved=_resolution(entry.definition),
                 )
             except Exception as e:  # one bad entry must not keep the others down
                 log.error("cannot restore %s: %s", entry.name, e)
@@ -670,6 +690,7 @@ class Engine:
         record: bool,
         seq: int | None = None,
         typed: bool | None = None,
+        resolved: tuple[str, dict[str, str]] | None = None,
     ) -> Result:
         """Run a CREATE: claim its name in the catalog (``record``: a client's statement;
         else one the catalog records, restored or another server's, of sequence ``seq``).
@@ -678,6 +699,14 @@ class Engine:
         (:meth:`resolve`), as its recorded entry says (:func:`_typed`); None for a
         client's CREATE, which types a new view's query and records that it did, and
         leaves a view recorded before (a run file's, taken over) as its shard is.
+
+        ``resolved``, for a view the catalog records: the Spark SQL and inputs its
+        statement's entry records (:func:`_resolution`; None for an entry recorded
+        before entries had them). A client's CREATE resolves its query before it claims
+        the name and records that in the claim: the view is installed from it at every
+        restore, by another server and at a promotion, not resolved again (a later
+        version of :meth:`resolve` may resolve it otherwise: the view would be
+        redefined from its shard's upper on, or refused for its shard's schema).
         """
         tag, kind = _CREATES[type(statement)]
         with self._lock:
@@ -724,10 +753,15 @@ class Engine:
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
+            if record and isinstance(statement, CreateView):
+                # None if it does not resolve: its install says why, in its place.
+                resolved = self._resolved(statement.query, stored=not typed)
             if record:
                 claim = {"sql": statement.sql, "seq": seq, "object": kind}
                 if typed:
                     claim["typed"] = TYPED_VIEWS
+                if resolved is not None:
+                    claim["resolved"] = {"sql": resolved[0], "inputs": dict(resolved[1])}
                 if self._catalog.claim_statement(statement.name, claim) is not None:
                     if statement.if_not_exists:
                         return Result([], [], tag)
@@ -738,10 +772,7 @@ class Engine:
                 if isinstance(statement, CreateSource):
                     obj = self._create_source(statement, seq, undo=claim is not None)
                 elif isinstance(statement, CreateView):
-                    # A CREATE the catalog records is the view its entry records (if it has
-                    # one yet): the query its shard was made by, not resolved again.
-                    recorded = None if record else self._recorded_view(statement.name)
-                    obj = self._create_view(statement, seq, typed=bool(typed), recorded=recorded)
+                    obj = self._create_view(statement, seq, typed=bool(typed), recorded=resolved)
                 else:
                     obj = self._create_sink(statement, seq)
                 self._refuse_dropped_inputs(obj)
@@ -832,19 +863,12 @@ class Engine:
         except SqlError:
             return None
 
-    def _recorded_view(self, name: str) -> tuple[str, dict[str, str]] | None:
-        """The Spark SQL and inputs (alias -> shard) of the view ``name`` the catalog
-        records; None if it records none, or none serve can install as it is (a Python
-        function's view, an entry without inputs)."""
-        for e in read_catalog(self.client):
-            if e.name == name and e.kind == "view":
-                sql, inputs = e.definition.get("sql"), e.definition.get("inputs")
-                if e.definition.get("function") is not None:
-                    return None
-                if not isinstance(sql, str) or not isinstance(inputs, dict) or not inputs:
-                    return None
-                return sql, {str(a): str(s) for a, s in inputs.items()}
-        return None
+    def _resolved(self, query: str, *, stored: bool) -> tuple[str, dict[str, str]] | None:
+        """:meth:`resolve`; None if ``query`` does not resolve."""
+        try:
+            return self.resolve(query, stored=stored)
+        except SqlError:
+            return None
 
     def _recorded_view_sql(self, name: str) -> str | None:
         """The Spark SQL of the view ``name`` the catalog records, None if it records none."""
@@ -1061,11 +1085,8 @@ class Engine:
         query is (see :meth:`_create`), else it keeps Spark's types (a view recorded
         before :data:`TYPED_VIEWS` was, or a run file's).
 
-        ``recorded``: the Spark SQL and inputs the catalog's entry of the view records
-        (a restore, another server's view, a promotion), installed as they are: resolved
-        again, a query would come out otherwise once the rewrites of :meth:`resolve`
-        changed (a later version of this code), and the view would be redefined from its
-        shard's upper on, or refused for its shard's schema.
+        ``recorded``: the Spark SQL and inputs the statement's entry records (see
+        :meth:`_create`), installed as they are; None: resolved here.
         """
         from timeshard.compute import MaterializedView, ViewDefinition
         from timeshard.spec import parse_duration
@@ -1672,6 +1693,25 @@ def _typed(definition: Mapping[str, Any]) -> bool:
             f"{TYPED_VIEWS} (a newer server recorded it)"
         )
     return True
+
+
+def _resolution(definition: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
+    """The Spark SQL and inputs (alias -> shard) a recorded CREATE's entry records of its
+    view's query (None: it records none, as entries from before it did).
+
+    CorruptState for one it records but this server cannot read."""
+    resolved = definition.get("resolved")
+    if resolved is None:
+        return None
+    sql = resolved.get("sql") if isinstance(resolved, Mapping) else None
+    inputs = resolved.get("inputs") if isinstance(resolved, Mapping) else None
+    if (
+        not isinstance(sql, str)
+        or not isinstance(inputs, Mapping)
+        or not all(isinstance(a, str) and isinstance(i, str) for a, i in inputs.items())
+    ):
+        raise CorruptState(f"the view's recorded resolution is not one: {resolved!r}")
+    return sql, dict(inputs)
 
 
 def _recorded(sql: str) -> CreateSource | CreateView | CreateSink:
