@@ -137,12 +137,11 @@ from timeshard.storage.export import (
     to_json,
 )
 from timeshard.storage.kafka_source import (
-    MAX_TIMEOUT_S,
-    MIN_TIMEOUT_S,
     BrokerSilence,
     _no_answer,
     _quiet_logger,
     check_kafka_names,
+    check_timeout,
 )
 
 PROGRESS_TOPIC = "_timeshard-progress"
@@ -241,15 +240,7 @@ class KafkaExport(ShardExport):
                 )
             if not 0 <= schema_id < 2**31:
                 raise InvalidUsage(f"{what} must be in [0, 2**31), got {schema_id}")
-        if (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, int | float)
-            or not MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S
-        ):
-            raise InvalidUsage(
-                f"timeout_s must be a number of seconds from {MIN_TIMEOUT_S} to "
-                f"{MAX_TIMEOUT_S:.0f} (the client's socket.timeout.ms bounds), got {timeout_s!r}"
-            )
+        check_timeout(timeout_s)
 
     def avro_schemas(self) -> dict[str, dict[str, Any]]:
         """The Avro schemas of the records' ``key`` (with ``key_columns``) and ``value``."""

@@ -180,6 +180,20 @@ DEFAULT_TIMEOUT_S = 10.0
 MIN_TIMEOUT_S, MAX_TIMEOUT_S = 0.01, 300.0
 
 
+def check_timeout(timeout_s: Any) -> None:
+    """InvalidUsage naming ``timeout_s`` unless it is a number of seconds within the
+    bounds librdkafka takes (a KAFKA source's or export's option)."""
+    if (
+        isinstance(timeout_s, bool)
+        or not isinstance(timeout_s, int | float)
+        or not MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S
+    ):
+        raise InvalidUsage(
+            f"timeout_s must be a number of seconds from {MIN_TIMEOUT_S} to "
+            f"{MAX_TIMEOUT_S:.0f} (the client's socket.timeout.ms bounds), got {timeout_s!r}"
+        )
+
+
 #: Guards the clusters' shared records (:class:`BrokerSilence`): serve ticks each of its
 #: objects on a thread of its own.
 _CLUSTERS_LOCK = threading.Lock()
@@ -419,15 +433,7 @@ class KafkaSource:
         reserved = [n for n in names if n in _RESERVED]
         if reserved:
             raise InvalidUsage(f"KAFKA source {name!r}: columns {reserved} are reserved")
-        if (
-            isinstance(timeout_s, bool)
-            or not isinstance(timeout_s, int | float)
-            or not MIN_TIMEOUT_S <= timeout_s <= MAX_TIMEOUT_S
-        ):
-            raise InvalidUsage(
-                f"timeout_s must be a number of seconds from {MIN_TIMEOUT_S} to "
-                f"{MAX_TIMEOUT_S:.0f} (the client's socket.timeout.ms bounds), got {timeout_s!r}"
-            )
+        check_timeout(timeout_s)
         if not isinstance(from_earliest, bool):
             raise InvalidUsage(f"from_earliest must be true or false, got {from_earliest!r}")
         writers = _writer_schemas(
