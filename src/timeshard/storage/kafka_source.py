@@ -201,8 +201,9 @@ _CLUSTERS_LOCK = threading.Lock()
 
 class _ClusterSilence:
     """What the objects of one Kafka cluster know of its silence together: the fault of
-    the last ask of any of them that got no answer (None once any ask is answered), and
-    when the cluster may be probed again (:class:`BrokerSilence`)."""
+    the last full ask of any of them that got no answer (None once any ask is answered),
+    and when an object without a silence of its own may probe the cluster again
+    (:class:`BrokerSilence`)."""
 
     def __init__(self, servers: str) -> None:
         self.servers = servers
