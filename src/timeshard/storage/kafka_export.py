@@ -99,8 +99,13 @@ the pipeline's other objects up for the whole ``timeout_s`` each time. As a KAFK
 the same fault again without asking until a pause has passed (none at first,
 then 1 s, doubling up to 30 s), then probes the progress topic's metadata for
 at most 1 s (at the cap, one probe in ten waits ``timeout_s``); a broker that
-answers is read in full again, from the progress it records. The silence is the
-cluster's, shared with its other KAFKA sources and exports.
+answers is read in full again, from the progress it records. The KAFKA sources
+and exports of one cluster share the last silence any of them met (the KAFKA
+source's module doc): an outage's first tick waits the whole timeout once per
+cluster. A task whose transaction (its produce, commit or abort) or progress
+read gets no answer ends with status ``silent``, raised as BrokerSilent too;
+whether its commit landed or not, the next tick plans from the progress the
+target records.
 
 What every export does on the driver (the since hold, err rows, resuming)
 is :class:`~timeshard.storage.export.ShardExport`. It needs no connector
@@ -372,7 +377,7 @@ class KafkaExport(ShardExport):
         self._answered = False
         try:
             step = super().step()
-            if step.status == SILENT:  # the task's ask got no answer: it wrote nothing
+            if step.status == SILENT:  # its ask got no answer: the hold stays where it was
                 raise BrokerSilent(
                     f"Kafka at {self.bootstrap_servers}: export {self.export_id!r}'s task "
                     f"got no answer within {self.timeout_s} s: {step.detail}"
@@ -449,7 +454,8 @@ class KafkaExport(ShardExport):
         )
 
 
-#: A task's status when the transaction coordinator did not answer ``init_transactions``.
+#: A task's status when its ask got no answer: ``init_transactions``, its progress read,
+#: its transaction (a produce or the commit, which may have landed) or its abort.
 SILENT = "silent"
 
 
