@@ -282,6 +282,23 @@ class Catalog:
         self._apply(changes, [(name, "statement")])
         return holder[0] if holder else None
 
+    def amend_statement(
+        self, name: str, definition: Mapping[str, Any], amended: Mapping[str, Any]
+    ) -> int:
+        """Replace the statement of ``name`` by ``amended`` only if it is ``definition``
+        (one compare-and-set: a statement another server changed or forgot since
+        stays); 1 if it was replaced."""
+        mine = json.loads(self._text(name, definition))
+        text = self._text(name, amended)
+
+        def changes(stored: dict[tuple[str, str], CatalogEntry]) -> dict[Any, Any]:
+            held = stored.get((name, "statement"))
+            if held is None or held.definition != mine:
+                return {}
+            return {(name, "statement"): (text,)}
+
+        return self._apply(changes, [(name, "statement")])
+
     def forget_statement(self, name: str, definition: Mapping[str, Any] | None = None) -> int:
         """Delete the statement of ``name``; with ``definition``, only if it is that one
         (a claim given back: a statement another server recorded since stays)."""

@@ -19,7 +19,7 @@ from tests.unit.test_catalog_claims import engine, run
 
 import timeshard.compute as compute
 import timeshard.server.engine as engine_module
-from timeshard.catalog import read_catalog, record_view
+from timeshard.catalog import Catalog, read_catalog, record_view
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 
@@ -100,5 +100,41 @@ def test_a_taken_over_view_whose_create_died_before_its_install_is_restored_as_c
         finally:
             again.close()
         assert installed[1].sql == created.sql
+    finally:
+        writer.expire()
+
+
+def test_a_statement_recorded_before_resolutions_were_gets_the_one_its_view_was_restored_from(
+    client: PersistClient, installed: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry from before 37ce78e has no ``resolved``: its first restore resolves it
+    and records that, and later versions restore it from there."""
+    writer = client.open_writer("t", pa.schema([("d", pa.float64())]))
+    try:
+        first = engine(client)
+        try:
+            run(first, "CREATE MATERIALIZED VIEW v AS SELECT d::numeric AS x FROM t")
+        finally:
+            first.close()
+        [created] = installed
+        # As an older server recorded it: the same statement, without its resolution.
+        [held] = [e for e in read_catalog(client) if e.kind == "statement"]
+        older = {k: v for k, v in held.definition.items() if k != "resolved"}
+        Catalog(client).amend_statement("v", held.definition, older)
+        restarted = engine(client)
+        try:
+            assert restarted.start() == []
+        finally:
+            restarted.close()
+        [held] = [e for e in read_catalog(client) if e.kind == "statement"]
+        assert held.definition["resolved"] == {"sql": created.sql, "inputs": {"t": "t"}}
+        # A later version whose rewrites type the query otherwise restores it as it was.
+        monkeypatch.setattr(engine_module, "_numeric_casts", lambda tree, columns_of: None)
+        later = engine(client)
+        try:
+            assert later.start() == []
+        finally:
+            later.close()
+        assert [d.sql for d in installed] == [created.sql] * 3
     finally:
         writer.expire()

@@ -390,6 +390,7 @@ class Engine:
                     seq=seq,
                     typed=_typed(entry.definition),
                     resolved=_resolution(entry.definition),
+                    entry=entry.definition,
                 )
                 log.info("running %s, which another server created", entry.name)
             except SqlError as e:
@@ -476,6 +477,7 @@ class Engine:
                     seq=int(entry.definition["seq"]),
                     typed=_typed(entry.definition),
                     resolved=_resolution(entry.definition),
+                    entry=entry.definition,
                 )
             except Exception as e:  # one bad entry must not keep the others down
                 log.error("cannot restore %s: %s", entry.name, e)
@@ -691,6 +693,7 @@ class Engine:
         seq: int | None = None,
         typed: bool | None = None,
         resolved: tuple[str, dict[str, str]] | None = None,
+        entry: Mapping[str, Any] | None = None,
     ) -> Result:
         """Run a CREATE: claim its name in the catalog (``record``: a client's statement;
         else one the catalog records, restored or another server's, of sequence ``seq``).
@@ -707,6 +710,9 @@ class Engine:
         restore, by another server and at a promotion, not resolved again (a later
         version of :meth:`resolve` may resolve it otherwise: the view would be
         redefined from its shard's upper on, or refused for its shard's schema).
+        ``entry``: that statement's recorded definition; one recorded without a
+        resolution (before entries had them) gets the one its view was installed
+        from, once the view stands, so that a later version resolves it no more.
         """
         tag, kind = _CREATES[type(statement)]
         with self._lock:
@@ -753,7 +759,7 @@ class Engine:
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
-            if record and isinstance(statement, CreateView):
+            if isinstance(statement, CreateView) and (record or resolved is None):
                 # None if it does not resolve: its install says why, in its place.
                 resolved = self._resolved(statement.query, stored=not typed)
             if record:
@@ -786,6 +792,8 @@ class Engine:
                         self._undo_view(statement.name)
                     self._give_back(statement.name, claim)
                 raise
+            if entry is not None and "resolved" not in entry and resolved is not None:
+                self._record_resolution(statement.name, entry, resolved)
             with self._lock:
                 self.objects[obj.name] = obj
                 if self._started:
@@ -862,6 +870,19 @@ class Engine:
             return self.resolve(query)[0]
         except SqlError:
             return None
+
+    def _record_resolution(
+        self, name: str, entry: Mapping[str, Any], resolved: tuple[str, dict[str, str]]
+    ) -> None:
+        """Record in the statement ``entry`` of view ``name`` (one recorded before entries
+        had it) the resolution its view was installed from: from then on it is installed
+        from it, whatever a later version's :meth:`resolve` makes of its query. A failure
+        is logged: the next restore records it."""
+        amended = {**entry, "resolved": {"sql": resolved[0], "inputs": dict(resolved[1])}}
+        try:
+            self._catalog.amend_statement(name, entry, amended)
+        except Exception as e:
+            log.warning("cannot record the resolution of %s in its statement: %s", name, e)
 
     def _resolved(self, query: str, *, stored: bool) -> tuple[str, dict[str, str]] | None:
         """:meth:`resolve`; None if ``query`` does not resolve."""
