@@ -29,6 +29,24 @@ def client(tmp_path: Path) -> PersistClient:
     return PersistClient(Location.embedded(tmp_path / "loc"))
 
 
+def create(client: PersistClient, sql: str) -> None:
+    """Run a client's CREATE on a server of its own, then stop it."""
+    served = engine(client)
+    try:
+        run(served, sql)
+    finally:
+        served.close()
+
+
+def restart(client: PersistClient) -> None:
+    """Start a server (a restart: it restores what the catalog records), then stop it."""
+    served = engine(client)
+    try:
+        assert served.start() == []  # every recorded object restored
+    finally:
+        served.close()
+
+
 @pytest.fixture
 def installed(monkeypatch: pytest.MonkeyPatch, client: PersistClient) -> list[Any]:
     """Each definition a view was installed with; the install records it, as the real one."""
@@ -48,11 +66,7 @@ def test_a_restored_view_is_the_query_its_entry_records_not_the_rewrites_of_now(
 ) -> None:
     writer = client.open_writer("t", pa.schema([("d", pa.float64())]))
     try:
-        first = engine(client)
-        try:
-            run(first, "CREATE MATERIALIZED VIEW v AS SELECT d::numeric AS x FROM t")
-        finally:
-            first.close()
+        create(client, "CREATE MATERIALIZED VIEW v AS SELECT d::numeric AS x FROM t")
         [created] = installed
         recorded = {e.name: e.definition for e in read_catalog(client) if e.kind == "view"}
         assert recorded["v"]["sql"] == created.sql
@@ -64,11 +78,7 @@ def test_a_restored_view_is_the_query_its_entry_records_not_the_rewrites_of_now(
             assert later.resolve("SELECT d::numeric AS x FROM t")[0] != created.sql
         finally:
             later.close()
-        again = engine(client)
-        try:
-            assert again.start() == []  # a restart: the view restored, no failure
-        finally:
-            again.close()
+        restart(client)  # the view restored, no failure
         assert [d.sql for d in installed] == [created.sql, created.sql]
         assert installed[1].inputs == created.inputs
     finally:
@@ -85,20 +95,12 @@ def test_a_taken_over_view_whose_create_died_before_its_install_is_restored_as_c
     writer = client.open_writer("t", pa.schema([("d", pa.float64())]))
     try:
         record_view(client, compute.ViewDefinition("v", {"t": "t"}, "SELECT d AS x FROM t"), 0)
-        first = engine(client)
-        try:
-            run(first, "CREATE MATERIALIZED VIEW v AS SELECT d * 2 AS y FROM t")
-        finally:
-            first.close()
+        create(client, "CREATE MATERIALIZED VIEW v AS SELECT d * 2 AS y FROM t")
         [created] = installed
         assert "* 2" in created.sql
         # As if it died before its install: the view entry is the run file's again.
         record_view(client, compute.ViewDefinition("v", {"t": "t"}, "SELECT d AS x FROM t"), 0)
-        again = engine(client)
-        try:
-            assert again.start() == []
-        finally:
-            again.close()
+        restart(client)  # the view restored, no failure
         assert installed[1].sql == created.sql
     finally:
         writer.expire()
@@ -111,30 +113,18 @@ def test_a_statement_recorded_before_resolutions_were_gets_the_one_its_view_was_
     and records that, and later versions restore it from there."""
     writer = client.open_writer("t", pa.schema([("d", pa.float64())]))
     try:
-        first = engine(client)
-        try:
-            run(first, "CREATE MATERIALIZED VIEW v AS SELECT d::numeric AS x FROM t")
-        finally:
-            first.close()
+        create(client, "CREATE MATERIALIZED VIEW v AS SELECT d::numeric AS x FROM t")
         [created] = installed
         # As an older server recorded it: the same statement, without its resolution.
         [held] = [e for e in read_catalog(client) if e.kind == "statement"]
         older = {k: v for k, v in held.definition.items() if k != "resolved"}
         Catalog(client).amend_statement("v", held.definition, older)
-        restarted = engine(client)
-        try:
-            assert restarted.start() == []
-        finally:
-            restarted.close()
+        restart(client)  # the view restored, no failure
         [held] = [e for e in read_catalog(client) if e.kind == "statement"]
         assert held.definition["resolved"] == {"sql": created.sql, "inputs": {"t": "t"}}
         # A later version whose rewrites type the query otherwise restores it as it was.
         monkeypatch.setattr(engine_module, "_numeric_casts", lambda tree, columns_of: None)
-        later = engine(client)
-        try:
-            assert later.start() == []
-        finally:
-            later.close()
+        restart(client)  # the view restored, no failure
         assert [d.sql for d in installed] == [created.sql] * 3
     finally:
         writer.expire()
