@@ -128,3 +128,24 @@ def test_a_statement_recorded_before_resolutions_were_gets_the_one_its_view_was_
         assert [d.sql for d in installed] == [created.sql] * 3
     finally:
         writer.expire()
+
+
+def test_a_claim_whose_view_is_not_recorded_yet_is_not_amended(
+    client: PersistClient, installed: list[Any]
+) -> None:
+    """An older server's CREATE under way: its claim has no resolution and its view's
+    install has not recorded the view yet. Another server that runs it must leave the
+    claim as it is, which the older server gives back (compare-and-set) if its CREATE
+    fails."""
+    writer = client.open_writer("t", pa.schema([("d", pa.float64())]))
+    try:
+        claim = {"sql": "CREATE MATERIALIZED VIEW v AS SELECT d AS x FROM t", "seq": 1}
+        claim["object"] = "view"
+        assert Catalog(client).claim_statement("v", claim) is None
+        restart(client)
+        assert len(installed) == 1  # it runs the view ...
+        [held] = [e for e in read_catalog(client) if e.kind == "statement"]
+        assert "resolved" not in held.definition  # ... and leaves the claim as it is
+        assert Catalog(client).forget_statement("v", claim) == 1  # the older server's undo
+    finally:
+        writer.expire()

@@ -792,8 +792,6 @@ class Engine:
                         self._undo_view(statement.name)
                     self._give_back(statement.name, claim)
                 raise
-            if entry is not None and "resolved" not in entry and resolved is not None:
-                self._record_resolution(statement.name, entry, resolved)
             with self._lock:
                 self.objects[obj.name] = obj
                 if self._started:
@@ -801,6 +799,18 @@ class Engine:
         finally:
             with self._lock:
                 self._creating.pop(statement.name, None)
+        if entry is not None and "resolved" not in entry and resolved is not None:
+            # Only the view its creator's install recorded, installed the same again: not a
+            # CREATE still under way on another server (an older one, whose claim has no
+            # resolution), nor a view this version's rewrites redefined.
+            if before == resolved[0]:
+                self._record_resolution(statement.name, entry, resolved)
+            elif before is not None:
+                log.warning(
+                    "%s: its query resolves otherwise than when its view was recorded; it is "
+                    "the new query from its shard's upper on",
+                    statement.name,
+                )
         return Result([], [], tag)
 
     def _refuse_foreign_shard(self, name: str, *, record: bool) -> None:
