@@ -149,3 +149,29 @@ def test_a_claim_whose_view_is_not_recorded_yet_is_not_amended(
         assert Catalog(client).forget_statement("v", claim) == 1  # the older server's undo
     finally:
         writer.expire()
+
+
+def test_an_old_statement_that_resolves_otherwise_now_is_amended_only_once_its_view_is(
+    client: PersistClient, installed: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An entry from before resolutions were, first restored by a version whose rewrites
+    type its query otherwise: that restore redefines the view (from its shard's upper on)
+    and leaves the statement; the next restore, whose view entry is the new query, records
+    it."""
+    writer = client.open_writer("t", pa.schema([("d", pa.float64())]))
+    try:
+        create(client, "CREATE MATERIALIZED VIEW v AS SELECT d::numeric AS x FROM t")
+        [held] = [e for e in read_catalog(client) if e.kind == "statement"]
+        older = {k: v for k, v in held.definition.items() if k != "resolved"}
+        Catalog(client).amend_statement("v", held.definition, older)
+        monkeypatch.setattr(engine_module, "_numeric_casts", lambda tree, columns_of: None)
+        restart(client)
+        [held] = [e for e in read_catalog(client) if e.kind == "statement"]
+        assert "resolved" not in held.definition
+        redefined = installed[1].sql
+        assert redefined != installed[0].sql
+        restart(client)
+        [held] = [e for e in read_catalog(client) if e.kind == "statement"]
+        assert held.definition["resolved"]["sql"] == redefined
+    finally:
+        writer.expire()

@@ -887,7 +887,13 @@ class Engine:
         """Record in the statement ``entry`` of view ``name`` (one recorded before entries
         had it) the resolution its view was installed from: from then on it is installed
         from it, whatever a later version's :meth:`resolve` makes of its query. A failure
-        is logged: the next restore records it."""
+        is logged: the next restore records it.
+
+        The caller records it only for a view whose catalog entry was already its SQL
+        (a CREATE under way on an older server has none yet). A narrow window stays: a
+        CREATE whose install has recorded its view but that is then refused (an input
+        dropped, the statement canceled) gives its claim back by a compare-and-set that
+        misses an entry amended in between, and its statement stays."""
         amended = {**entry, "resolved": {"sql": resolved[0], "inputs": dict(resolved[1])}}
         try:
             self._catalog.amend_statement(name, entry, amended)
