@@ -48,10 +48,14 @@ Invariants:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import fcntl
 import logging
 import os
 import re
+import struct
+import termios
 import threading
 import time
 from pathlib import Path
@@ -136,12 +140,18 @@ class JvmOutput:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: list[tuple[int, bytes]] | None = []
+        self._forwarding = 0  # lines read from a pipe and not yet written
         pipes = {fd: os.pipe() for fd in (1, 2)}
+        self._readers = [r for r, _ in pipes.values()]
         #: The write ends, for the JVM's Popen; :meth:`close_writers` once it has them.
         self.writers = {fd: w for fd, (_, w) in pipes.items()}
         self._threads = [
             threading.Thread(
-                target=self._drain, args=(os.fdopen(r, "rb"), fd), daemon=True, name=f"jvm-fd{fd}"
+                # Unbuffered: a line read is a line being forwarded (flush counts on it).
+                target=self._drain,
+                args=(os.fdopen(r, "rb", buffering=0), fd),
+                daemon=True,
+                name=f"jvm-fd{fd}",
             )
             for fd, (r, _) in pipes.items()
         ]
@@ -155,11 +165,28 @@ class JvmOutput:
         self.writers = {}
 
     def started(self) -> None:
-        """Spark is up: drop what start-up printed (to the debug log) and forward the rest."""
+        """Spark is up: drop what start-up printed (to the debug log) and forward the rest,
+        also what the JVM writes just before this process exits (:meth:`flush`, at exit)."""
         with self._lock:
             held, self._held = self._held or [], None
         for _, line in held:
             log.debug("spark start-up: %s", line.decode(errors="replace").rstrip())
+        atexit.register(self.flush)
+
+    def flush(self, timeout_s: float = 2.0) -> None:
+        """Wait up to ``timeout_s`` until what the JVM has written so far is forwarded.
+
+        The forwarding threads are daemons: a process that exits right after its
+        session logged an error (the JVM writes it before the call that logged it
+        returns) lost the line whenever they had not run yet, as on a loaded machine.
+        """
+        deadline = time.monotonic() + timeout_s
+        quiet = 0  # polls in a row that found nothing left (two: not a line just read)
+        while time.monotonic() < deadline and quiet < 2:
+            with self._lock:
+                busy = self._forwarding > 0
+            quiet = 0 if busy or any(_unread(r) for r in self._readers) else quiet + 1
+            time.sleep(0.005)
 
     def held(self) -> list[bytes]:
         """The lines held so far (none once started or failed)."""
@@ -189,7 +216,20 @@ class JvmOutput:
                 if self._held is not None:
                     self._held.append((fd, line))
                     continue
-            _write(fd, line)
+                self._forwarding += 1
+            try:
+                _write(fd, line)
+            finally:
+                with self._lock:
+                    self._forwarding -= 1
+
+
+def _unread(fd: int) -> int:
+    """The bytes waiting in pipe ``fd`` (0 if that cannot be told: a closed pipe)."""
+    try:
+        return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0])
+    except OSError:
+        return 0
 
 
 def _write(fd: int, data: bytes) -> None:
