@@ -483,12 +483,21 @@ class KafkaSource:
         Raises SourceUnavailable (definite) if the topic is not the one whose
         offsets this source binds (:meth:`_check_same_topic`). After the broker
         did not answer, raises its fault again without asking it until a short
-        probe finds it answering (:meth:`_probe`).
+        probe finds it answering (:meth:`_probe`). An ask the broker answered
+        with an error (a topic that does not exist, a refusal) starts the pause
+        anew, as a whole answer does: a later silence's first probe comes at once.
         """
         self._probe()
-        partitions = self._partitions()
-        self._check_same_topic()
-        upper = {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
+        try:
+            partitions = self._partitions()
+            self._check_same_topic()
+            upper = {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
+        except SourceUnavailable:
+            # Every ask that got no answer made it this source's silence (_silent); any other
+            # fault here is an error the broker answered with.
+            if self._silence.fault is None:
+                self._silence.answered()
+            raise
         # It answered in full (metadata alone is not enough: a partition's leader may be
         # the silent one): a silence starts anew.
         self._silence.answered()

@@ -1,0 +1,66 @@
+"""A KAFKA source's pause after a silence, and its asks during one, when the broker's
+answers are errors or the source only reports its progress upstream (no Spark, no broker:
+the stand-in admin and consumer of the source's down-broker test).
+
+``127.0.0.1:1`` is down until a test brings it back; ``127.0.0.1:2`` always answers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import confluent_kafka
+import pytest
+from confluent_kafka import KafkaError
+from tests.unit import test_kafka_down_broker_backoff as backoff
+from tests.unit.test_kafka_down_broker_backoff import DOWN, Brokers, Clock, brokers  # noqa: F401
+
+from timeshard.spec import RunSpec
+
+
+class Refusing(backoff.Consumer):
+    """A consumer whose broker, when it answers, answers the topic's metadata with
+    ``error`` (None: the topic does not exist)."""
+
+    error: ClassVar[int | None] = None
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        super().list_topics(topic, timeout)  # waits on a silent broker
+        if Refusing.error is None:
+            return type("Metadata", (), {"topics": {}})()
+        meta = type("Topic", (), {"error": KafkaError(Refusing.error), "partitions": {}})()
+        return type("Metadata", (), {"topics": {topic: meta}})()
+
+
+def ticks(run: Any, n: int) -> list[dict[str, str]]:
+    """``n`` ticks, one every 0.5 s: each tick's failures."""
+    out = []
+    for _ in range(n):
+        Clock.now += 0.5
+        out.append(run.step())
+    return out
+
+
+@pytest.mark.parametrize("error", [None, KafkaError.TOPIC_AUTHORIZATION_FAILED])
+@pytest.mark.usefixtures("brokers")
+def test_an_upper_that_fails_with_the_brokers_answer_starts_the_pause_anew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: int | None
+) -> None:
+    """Before: after an outage that took the pause to its cap (30 s), an upper that failed
+    every tick with an answer (a topic that does not exist, a refusal) kept that pause: a
+    later outage's first probe waited 30 s instead of coming at once."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Refusing)
+    Refusing.error = error
+    _, run = backoff.pipeline(tmp_path, RunSpec(source=[backoff.kafka("orders", DOWN)]))
+    ticks(run, 200)  # 100 s of an outage: the pause is at its cap
+    Brokers.up.add(DOWN)
+    Clock.now += 30.0
+    answered = [run.step()["orders"], *(f["orders"] for f in ticks(run, 4))]
+    assert not [f for f in answered if "unreachable" in f], answered
+    Brokers.up.discard(DOWN)  # a later outage
+    waits = len(Brokers.waits)
+    assert "unreachable" in run.step()["orders"]  # its first ask, in full
+    ticks(run, 1)  # the next tick probes at once
+    assert Brokers.waits[waits:] == [10.0, 1.0]
+    run.close()
