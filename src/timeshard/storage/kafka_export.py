@@ -630,6 +630,9 @@ def read_progress(
     progress read so far is of a version newer than ``version`` (the caller's):
     the open transaction may be that newer version's, in flight, which a stale
     instance must not abort; it waits, and then learns it is fenced.
+
+    Offsets or records the broker does not answer within ``timeout_s`` raise
+    BrokerSilent (the export's silence; a transaction that stays open is no silence).
     """
     from confluent_kafka import Consumer
 
@@ -653,7 +656,10 @@ def _scan(
     consumer: Any, topic: str, export_id: str, low: int, end: int, timeout_s: float
 ) -> tuple[int, bytes | None] | None:
     """The offset and value of ``export_id``'s last record in partition 0 below ``end``
-    (None: it has none), read back from ``end`` in growing windows."""
+    (None: it has none), read back from ``end`` in growing windows.
+
+    Raises BrokerSilent if the records below ``end`` are not fetched within ``timeout_s``.
+    """
     from confluent_kafka import TopicPartition
 
     key = export_id.encode()
@@ -674,7 +680,9 @@ def _scan(
                 [tp] = consumer.position([TopicPartition(topic, 0)])
                 position = max(position, tp.offset)
                 if position < end and time.monotonic() > deadline:
-                    raise TimeoutError(
+                    # Below the last stable offset every record is readable: the partition's
+                    # leader did not answer the fetches (an error it answered is a message's).
+                    raise BrokerSilent(
                         f"progress topic {topic!r}: offset {position} not read within {timeout_s} s"
                     )
                 continue
