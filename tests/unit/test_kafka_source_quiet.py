@@ -17,6 +17,7 @@ from tests.unit import test_kafka_down_broker_backoff as backoff
 from tests.unit.test_kafka_down_broker_backoff import DOWN, Brokers, Clock, brokers  # noqa: F401
 
 from timeshard.spec import RunSpec
+from timeshard.storage import kafka_source
 
 
 class Refusing(backoff.Consumer):
@@ -64,3 +65,61 @@ def test_an_upper_that_fails_with_the_brokers_answer_starts_the_pause_anew(
     ticks(run, 1)  # the next tick probes at once
     assert Brokers.waits[waits:] == [10.0, 1.0]
     run.close()
+
+
+class Group(backoff.Consumer):
+    """A consumer whose group commits are recorded; they wait their whole timeout on a
+    silent broker."""
+
+    committed: ClassVar[list[dict[str, int]]] = []
+
+    def commit(self, offsets: Any, asynchronous: bool) -> None:
+        if self.servers not in Brokers.up:
+            Brokers.waits.append(10.0)
+            raise confluent_kafka.KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        Group.committed.append({str(tp.partition): tp.offset for tp in offsets})
+
+
+def source() -> kafka_source.KafkaSource:
+    return kafka_source.KafkaSource("orders", DOWN, "orders", value_format="text")
+
+
+@pytest.mark.parametrize("whose", ["its own", "another object's"])
+@pytest.mark.usefixtures("brokers")
+def test_a_commit_during_a_known_silence_asks_nothing_and_its_offsets_are_committed_after(
+    monkeypatch: pytest.MonkeyPatch, whose: str
+) -> None:
+    """Before: a commit asked the group's coordinator in full even while the source knew
+    its cluster was silent, and waited its whole timeout (10 s) on it."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Group)
+    Group.committed = []
+    orders = source()
+    other = kafka_source.BrokerSilence(DOWN)
+    silence = orders._silence if whose == "its own" else other
+    silence.silent("Kafka at 127.0.0.1:1 is unreachable")
+    with pytest.raises(kafka_source.SourceUnavailable, match="unreachable"):
+        orders.commit({"0": 5, "1": 7})
+    with pytest.raises(kafka_source.SourceUnavailable, match="unreachable"):
+        orders.commit({"0": 6})
+    assert Brokers.waits == []  # not asked
+    Brokers.up.add(DOWN)
+    assert orders.upper() == {}  # its probe, then its ask, answered: the silence ends
+    orders.commit({"0": 8})
+    assert Group.committed == [{"0": 8, "1": 7}]  # the latest offsets, none lost
+    orders.commit({"0": 9, "1": 7})
+    assert Group.committed[-1] == {"0": 9, "1": 7}
+    orders.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_commit_that_gets_no_answer_is_a_silence_the_next_upper_probes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(confluent_kafka, "Consumer", Group)
+    orders = source()
+    with pytest.raises(kafka_source.SourceUnavailable, match="committing offsets"):
+        orders.commit({"0": 5})
+    with pytest.raises(kafka_source.SourceUnavailable):
+        orders.upper()
+    assert Brokers.waits == [10.0, 1.0]  # the commit in full, then a probe, not a full ask
+    orders.close()

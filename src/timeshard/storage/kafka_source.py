@@ -110,7 +110,9 @@ below the offsets bound (``Ingestion`` refuses that).
 After each durable tick, :meth:`KafkaSource.commit` commits the resumption
 frontier to the consumer group ``group_id`` (default ``timeshard-<name>``),
 so Kafka's lag tools see how far the source is. The group is only a report:
-the source resumes from its remap shard, never from the group.
+the source resumes from its remap shard, never from the group. While the
+source knows its cluster is silent, a commit asks nothing (the health's error
+line says why); the next commit after the silence commits the latest offsets.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
@@ -382,6 +384,21 @@ class BrokerSilence:
         self._pause_s = _doubled(self._pause_s)
         return asked
 
+    def known(self) -> str | None:
+        """The fault of a silence this object knows of, its own or its cluster's, without
+        asking (None: none known). For an ask that may wait for an answer it can do
+        without (a report), made only when no silence is known."""
+        if self.fault is not None:
+            return self.fault
+        with _CLUSTERS_LOCK:
+            heard = self.cluster.fault
+        if heard is None:
+            return None
+        return (
+            f"Kafka at {self.cluster.servers} is not asked until a probe finds it answering: "
+            f"an ask of it got no answer ({heard})"
+        )
+
     def answered(self) -> None:
         """The broker answered a full ask of this object: its next silence starts from no
         pause, and the cluster answers (its shared record ends)."""
@@ -463,6 +480,8 @@ class KafkaSource:
         self._topic_id: str | None = None
         #: What is known of the cluster's silence (:attr:`_silence`).
         self._shared_silence: BrokerSilence | None = None
+        #: The offsets to commit to the group that are not committed yet (:meth:`commit`).
+        self._uncommitted: dict[str, int] = {}
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -701,19 +720,40 @@ class KafkaSource:
             self._topic_id = recorded
 
     def commit(self, frontier: SourceFrontier) -> None:
-        """Commit ``frontier`` (the resumption frontier) to the consumer group, synchronously."""
+        """Commit ``frontier`` (the resumption frontier) to the consumer group, synchronously.
+
+        While the source knows its cluster is silent (its own silence, or one
+        another object of the cluster met: :meth:`BrokerSilence.known`), nothing
+        is asked, which would wait the whole timeout: it raises SourceUnavailable
+        with the silence's line, as ``upper`` does. The offsets not committed
+        are kept, and the next commit commits them with its own (the furthest
+        of each partition). A commit that gets no answer is a silence of the
+        source (:meth:`_silent`).
+        """
         from confluent_kafka import KafkaException, TopicPartition
 
-        offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(frontier.items())]
-        if not offsets:
+        wanted = dict(self._uncommitted)
+        for p, o in frontier.items():
+            wanted[p] = max(o, wanted.get(p, o))
+        self._uncommitted = wanted
+        if not wanted:
             return
+        known = self._silence.known()
+        if known is not None:
+            raise SourceUnavailable(known)
+        offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
         try:
             self._consumer().commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
-            raise SourceUnavailable(
+            error = e.args[0] if e.args else e
+            fault = (
                 f"Kafka at {self.bootstrap_servers}: committing offsets of group "
-                f"{self.group_id!r} failed: {e}"
-            ) from None
+                f"{self.group_id!r} failed: {error}"
+            )
+            if _no_answer(error):
+                raise self._silent(fault) from None
+            raise SourceUnavailable(fault) from None
+        self._uncommitted = {}
 
     def close(self) -> None:
         self._admin = None  # an AdminClient has no close: dropped, it ends its threads
