@@ -123,3 +123,16 @@ def test_a_commit_that_gets_no_answer_is_a_silence_the_next_upper_probes(
         orders.upper()
     assert Brokers.waits == [10.0, 1.0]  # the commit in full, then a probe, not a full ask
     orders.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_sources_silence_is_made_once_shares_its_clusters_record_and_is_forgotten_at_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(confluent_kafka, "Consumer", Group)
+    orders = source()
+    silence = orders._silence
+    assert orders._silence is silence
+    assert silence.cluster is kafka_source.BrokerSilence(DOWN).cluster
+    orders.close()
+    assert orders._silence is not silence

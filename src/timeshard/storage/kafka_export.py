@@ -142,7 +142,7 @@ from timeshard.storage.export import (
     to_json,
 )
 from timeshard.storage.kafka_source import (
-    BrokerSilence,
+    SharedSilence,
     _no_answer,
     _quiet_logger,
     check_kafka_names,
@@ -213,8 +213,6 @@ class KafkaExport(ShardExport):
         self._answered = False
         #: The topic's max.message.bytes, read again after a tick that failed (module doc).
         self._max_bytes: int | None = None
-        #: What is known of the cluster's silence (:attr:`_silence`).
-        self._shared_silence: BrokerSilence | None = None
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -400,17 +398,13 @@ class KafkaExport(ShardExport):
         self._silence.answered()
         return step
 
-    @property
-    def _silence(self) -> BrokerSilence:
-        """What the export knows of its broker's silence, and its cluster's (:meth:`step`)."""
-        if self._shared_silence is None:
-            self._shared_silence = BrokerSilence(self.bootstrap_servers)
-        return self._shared_silence
+    #: What the export knows of its broker's silence, and its cluster's (:meth:`step`).
+    _silence = SharedSilence()
 
     def close(self) -> None:
         """:meth:`ShardExport.close`; the cluster's shared record of a silence is forgotten
         once no open object holds it."""
-        self._shared_silence = None
+        del self._silence
         super().close()
 
     def _ask_metadata(self, timeout: float) -> None:

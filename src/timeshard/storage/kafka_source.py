@@ -407,6 +407,22 @@ class BrokerSilence:
             self.cluster.clear()
 
 
+class SharedSilence:
+    """A KAFKA source's or export's :class:`BrokerSilence` (a descriptor): made for its
+    ``bootstrap_servers`` at first use, so that building the object asks nothing of the
+    cluster's records; ``del obj._silence`` forgets it when the object closes, and the
+    cluster's shared record is forgotten once no open object holds it."""
+
+    def __get__(self, obj: Any, owner: type | None = None) -> BrokerSilence:
+        silence: BrokerSilence | None = obj.__dict__.get("_shared_silence")
+        if silence is None:
+            silence = obj.__dict__["_shared_silence"] = BrokerSilence(obj.bootstrap_servers)
+        return silence
+
+    def __delete__(self, obj: Any) -> None:
+        obj.__dict__.pop("_shared_silence", None)
+
+
 class KafkaSource:
     """One Kafka topic (module doc)."""
 
@@ -478,8 +494,6 @@ class KafkaSource:
         self._admin: Any = None
         #: The id of the topic whose offsets the source binds (:attr:`topic_id`).
         self._topic_id: str | None = None
-        #: What is known of the cluster's silence (:attr:`_silence`).
-        self._shared_silence: BrokerSilence | None = None
         #: The offsets to commit to the group that are not committed yet (:meth:`commit`).
         self._uncommitted: dict[str, int] = {}
 
@@ -757,7 +771,7 @@ class KafkaSource:
 
     def close(self) -> None:
         self._admin = None  # an AdminClient has no close: dropped, it ends its threads
-        self._shared_silence = None  # forgotten once no open object holds it
+        del self._silence  # forgotten once no open object holds it
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -780,12 +794,8 @@ class KafkaSource:
             )
         return self._client
 
-    @property
-    def _silence(self) -> BrokerSilence:
-        """What the source knows of its broker's silence, and its cluster's (:meth:`_probe`)."""
-        if self._shared_silence is None:
-            self._shared_silence = BrokerSilence(self.bootstrap_servers)
-        return self._shared_silence
+    #: What the source knows of its broker's silence, and its cluster's (:meth:`_probe`).
+    _silence = SharedSilence()
 
     def _probe(self) -> None:
         """Return at once if the broker answered last; else raise its fault again (the
@@ -1339,4 +1349,11 @@ def _quiet_logger() -> Any:
     return logger
 
 
-__all__ = ["FORMATS", "METADATA", "BrokerSilence", "KafkaSource", "decode_record"]
+__all__ = [
+    "FORMATS",
+    "METADATA",
+    "BrokerSilence",
+    "KafkaSource",
+    "SharedSilence",
+    "decode_record",
+]
