@@ -142,7 +142,7 @@ from timeshard.storage.export import (
     to_json,
 )
 from timeshard.storage.kafka_source import (
-    BrokerSilence,
+    SharedSilence,
     _no_answer,
     _quiet_logger,
     check_kafka_names,
@@ -213,8 +213,6 @@ class KafkaExport(ShardExport):
         self._answered = False
         #: The topic's max.message.bytes, read again after a tick that failed (module doc).
         self._max_bytes: int | None = None
-        #: What is known of the cluster's silence (:attr:`_silence`).
-        self._shared_silence: BrokerSilence | None = None
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -400,17 +398,13 @@ class KafkaExport(ShardExport):
         self._silence.answered()
         return step
 
-    @property
-    def _silence(self) -> BrokerSilence:
-        """What the export knows of its broker's silence, and its cluster's (:meth:`step`)."""
-        if self._shared_silence is None:
-            self._shared_silence = BrokerSilence(self.bootstrap_servers)
-        return self._shared_silence
+    #: What the export knows of its broker's silence, and its cluster's (:meth:`step`).
+    _silence = SharedSilence()
 
     def close(self) -> None:
         """:meth:`ShardExport.close`; the cluster's shared record of a silence is forgotten
         once no open object holds it."""
-        self._shared_silence = None
+        del self._silence
         super().close()
 
     def _ask_metadata(self, timeout: float) -> None:
@@ -630,6 +624,9 @@ def read_progress(
     progress read so far is of a version newer than ``version`` (the caller's):
     the open transaction may be that newer version's, in flight, which a stale
     instance must not abort; it waits, and then learns it is fenced.
+
+    Offsets or records the broker does not answer within ``timeout_s`` raise
+    BrokerSilent (the export's silence; a transaction that stays open is no silence).
     """
     from confluent_kafka import Consumer
 
@@ -653,7 +650,10 @@ def _scan(
     consumer: Any, topic: str, export_id: str, low: int, end: int, timeout_s: float
 ) -> tuple[int, bytes | None] | None:
     """The offset and value of ``export_id``'s last record in partition 0 below ``end``
-    (None: it has none), read back from ``end`` in growing windows."""
+    (None: it has none), read back from ``end`` in growing windows.
+
+    Raises BrokerSilent if the records below ``end`` are not fetched within ``timeout_s``.
+    """
     from confluent_kafka import TopicPartition
 
     key = export_id.encode()
@@ -674,7 +674,9 @@ def _scan(
                 [tp] = consumer.position([TopicPartition(topic, 0)])
                 position = max(position, tp.offset)
                 if position < end and time.monotonic() > deadline:
-                    raise TimeoutError(
+                    # Below the last stable offset every record is readable: the partition's
+                    # leader did not answer the fetches (an error it answered is a message's).
+                    raise BrokerSilent(
                         f"progress topic {topic!r}: offset {position} not read within {timeout_s} s"
                     )
                 continue

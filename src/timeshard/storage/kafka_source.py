@@ -110,7 +110,9 @@ below the offsets bound (``Ingestion`` refuses that).
 After each durable tick, :meth:`KafkaSource.commit` commits the resumption
 frontier to the consumer group ``group_id`` (default ``timeshard-<name>``),
 so Kafka's lag tools see how far the source is. The group is only a report:
-the source resumes from its remap shard, never from the group.
+the source resumes from its remap shard, never from the group. While the
+source knows its cluster is silent, a commit asks nothing (the health's error
+line says why); the next commit after the silence commits the latest offsets.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
@@ -382,12 +384,43 @@ class BrokerSilence:
         self._pause_s = _doubled(self._pause_s)
         return asked
 
+    def known(self) -> str | None:
+        """The fault of a silence this object knows of, its own or its cluster's, without
+        asking (None: none known). For an ask that may wait for an answer it can do
+        without (a report), made only when no silence is known."""
+        if self.fault is not None:
+            return self.fault
+        with _CLUSTERS_LOCK:
+            heard = self.cluster.fault
+        if heard is None:
+            return None
+        return (
+            f"Kafka at {self.cluster.servers} is not asked until a probe finds it answering: "
+            f"an ask of it got no answer ({heard})"
+        )
+
     def answered(self) -> None:
         """The broker answered a full ask of this object: its next silence starts from no
         pause, and the cluster answers (its shared record ends)."""
         self._pause_s, self._probes_at_cap = 0.0, 0
         with _CLUSTERS_LOCK:
             self.cluster.clear()
+
+
+class SharedSilence:
+    """A KAFKA source's or export's :class:`BrokerSilence` (a descriptor): made for its
+    ``bootstrap_servers`` at first use, so that building the object asks nothing of the
+    cluster's records; ``del obj._silence`` forgets it when the object closes, and the
+    cluster's shared record is forgotten once no open object holds it."""
+
+    def __get__(self, obj: Any, owner: type | None = None) -> BrokerSilence:
+        silence: BrokerSilence | None = obj.__dict__.get("_shared_silence")
+        if silence is None:
+            silence = obj.__dict__["_shared_silence"] = BrokerSilence(obj.bootstrap_servers)
+        return silence
+
+    def __delete__(self, obj: Any) -> None:
+        obj.__dict__.pop("_shared_silence", None)
 
 
 class KafkaSource:
@@ -461,8 +494,8 @@ class KafkaSource:
         self._admin: Any = None
         #: The id of the topic whose offsets the source binds (:attr:`topic_id`).
         self._topic_id: str | None = None
-        #: What is known of the cluster's silence (:attr:`_silence`).
-        self._shared_silence: BrokerSilence | None = None
+        #: The offsets to commit to the group that are not committed yet (:meth:`commit`).
+        self._uncommitted: dict[str, int] = {}
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -483,12 +516,21 @@ class KafkaSource:
         Raises SourceUnavailable (definite) if the topic is not the one whose
         offsets this source binds (:meth:`_check_same_topic`). After the broker
         did not answer, raises its fault again without asking it until a short
-        probe finds it answering (:meth:`_probe`).
+        probe finds it answering (:meth:`_probe`). An ask the broker answered
+        with an error (a topic that does not exist, a refusal) starts the pause
+        anew, as a whole answer does: a later silence's first probe comes at once.
         """
         self._probe()
-        partitions = self._partitions()
-        self._check_same_topic()
-        upper = {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
+        try:
+            partitions = self._partitions()
+            self._check_same_topic()
+            upper = {str(p): hi for p, (_, hi) in self._watermarks(partitions).items()}
+        except SourceUnavailable:
+            # Every ask that got no answer made it this source's silence (_silent); any other
+            # fault here is an error the broker answered with.
+            if self._silence.fault is None:
+                self._silence.answered()
+            raise
         # It answered in full (metadata alone is not enough: a partition's leader may be
         # the silent one): a silence starts anew.
         self._silence.answered()
@@ -692,23 +734,44 @@ class KafkaSource:
             self._topic_id = recorded
 
     def commit(self, frontier: SourceFrontier) -> None:
-        """Commit ``frontier`` (the resumption frontier) to the consumer group, synchronously."""
+        """Commit ``frontier`` (the resumption frontier) to the consumer group, synchronously.
+
+        While the source knows its cluster is silent (its own silence, or one
+        another object of the cluster met: :meth:`BrokerSilence.known`), nothing
+        is asked, which would wait the whole timeout: it raises SourceUnavailable
+        with the silence's line, as ``upper`` does. The offsets not committed
+        are kept, and the next commit commits them with its own (the furthest
+        of each partition). A commit that gets no answer is a silence of the
+        source (:meth:`_silent`).
+        """
         from confluent_kafka import KafkaException, TopicPartition
 
-        offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(frontier.items())]
-        if not offsets:
+        wanted = dict(self._uncommitted)
+        for p, o in frontier.items():
+            wanted[p] = max(o, wanted.get(p, o))
+        self._uncommitted = wanted
+        if not wanted:
             return
+        known = self._silence.known()
+        if known is not None:
+            raise SourceUnavailable(known)
+        offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
         try:
             self._consumer().commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
-            raise SourceUnavailable(
+            error = e.args[0] if e.args else e
+            fault = (
                 f"Kafka at {self.bootstrap_servers}: committing offsets of group "
-                f"{self.group_id!r} failed: {e}"
-            ) from None
+                f"{self.group_id!r} failed: {error}"
+            )
+            if _no_answer(error):
+                raise self._silent(fault) from None
+            raise SourceUnavailable(fault) from None
+        self._uncommitted = {}
 
     def close(self) -> None:
         self._admin = None  # an AdminClient has no close: dropped, it ends its threads
-        self._shared_silence = None  # forgotten once no open object holds it
+        del self._silence  # forgotten once no open object holds it
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -731,12 +794,8 @@ class KafkaSource:
             )
         return self._client
 
-    @property
-    def _silence(self) -> BrokerSilence:
-        """What the source knows of its broker's silence, and its cluster's (:meth:`_probe`)."""
-        if self._shared_silence is None:
-            self._shared_silence = BrokerSilence(self.bootstrap_servers)
-        return self._shared_silence
+    #: What the source knows of its broker's silence, and its cluster's (:meth:`_probe`).
+    _silence = SharedSilence()
 
     def _probe(self) -> None:
         """Return at once if the broker answered last; else raise its fault again (the
@@ -1290,4 +1349,11 @@ def _quiet_logger() -> Any:
     return logger
 
 
-__all__ = ["FORMATS", "METADATA", "BrokerSilence", "KafkaSource", "decode_record"]
+__all__ = [
+    "FORMATS",
+    "METADATA",
+    "BrokerSilence",
+    "KafkaSource",
+    "SharedSilence",
+    "decode_record",
+]
