@@ -93,3 +93,48 @@ def test_a_tasks_progress_read_that_gets_no_answer_is_a_silence_not_asked_every_
     assert run.step() == {}
     assert Brokers.commits == 2 and len(Brokers.log) == 2
     run.close()
+
+
+class Fetches:
+    """A progress partition's consumer for ``_scan``: each poll takes ``step_s`` of the
+    scan's clock; ``answered`` polls return the next record (of another export), the
+    others nothing, as a fetch still under way does."""
+
+    def __init__(self, step_s: float, answered: bool) -> None:
+        self.step_s, self.answered, self.position_ = step_s, answered, 0
+        self.polls = 0
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.position_ = partitions[0].offset
+
+    def poll(self, timeout: float) -> Any:
+        Leader.now += self.step_s
+        self.polls += 1
+        if not self.answered or self.polls % 2:
+            return None
+        offset, self.position_ = self.position_, self.position_ + 1
+        record = {"error": None, "offset": offset, "key": b"another", "value": b"{}"}
+        return type("Message", (), {k: staticmethod(lambda v=v: v) for k, v in record.items()})()
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        return [confluent_kafka.TopicPartition(partitions[0].topic, 0, self.position_)]
+
+
+def test_a_progress_scan_that_moves_on_slowly_is_no_silence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the scan's deadline was its window's, so a read that was answered but
+    took longer than the timeout in all (0.1 s a record, 64 records, a 2 s timeout)
+    was called a silence: the export paused and said the broker did not answer."""
+    monkeypatch.setattr(kafka_export, "time", Leader)
+    Leader.now = 0.0
+    assert kafka_export._scan(Fetches(0.05, True), "p", "x", 0, 64, 2.0) is None
+
+
+def test_a_progress_scan_whose_position_never_moves_is_a_silence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kafka_export, "time", Leader)
+    Leader.now = 0.0
+    with pytest.raises(kafka_export.BrokerSilent, match=r"no fetch answered within 2\.0 s"):
+        kafka_export._scan(Fetches(0.05, False), "p", "x", 0, 64, 2.0)

@@ -111,18 +111,54 @@ def test_a_commit_during_a_known_silence_asks_nothing_and_its_offsets_are_commit
     orders.close()
 
 
+class Coordinator(Group):
+    """A consumer whose reads answer and whose group commits get no answer while
+    :attr:`silent` (only the group's coordinator is down)."""
+
+    silent: ClassVar[bool] = True
+
+    def commit(self, offsets: Any, asynchronous: bool) -> None:
+        if Coordinator.silent and self.group == "timeshard-orders":
+            Brokers.waits.append(10.0)
+            raise confluent_kafka.KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        Group.committed.append({str(tp.partition): tp.offset for tp in offsets})
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        super().__init__(config)
+        self.group = config["group.id"]
+
+
 @pytest.mark.usefixtures("brokers")
-def test_a_commit_that_gets_no_answer_is_a_silence_the_next_upper_probes(
+def test_a_commit_that_gets_no_answer_pauses_that_groups_commits_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(confluent_kafka, "Consumer", Group)
-    orders = source()
-    with pytest.raises(kafka_source.SourceUnavailable, match="committing offsets"):
-        orders.commit({"0": 5})
-    with pytest.raises(kafka_source.SourceUnavailable):
-        orders.upper()
-    assert Brokers.waits == [10.0, 1.0]  # the commit in full, then a probe, not a full ask
+    """Before (the first fix): a commit without an answer was the source's silence, which
+    its next upper, answered, ended at once, so every tick's commit waited its whole
+    timeout again (120 in 120 s); and it marked the cluster, so the other sources of the
+    cluster skipped their own group's commits."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
+    Group.committed, Coordinator.silent = [], True
+    orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
+    prices = kafka_source.KafkaSource("prices", backoff.UP, "prices", value_format="text")
+    faults = []
+    for tick in range(120):
+        Clock.now += 1.0
+        for source in (orders, prices):
+            assert source.upper() == {}
+        try:
+            orders.commit({"0": tick})
+        except kafka_source.SourceUnavailable as e:
+            faults.append(str(e))
+        prices.commit({"0": tick})  # its group answers: committed every tick
+        assert Group.committed[-1] == {"0": tick}
+    assert len(Brokers.waits) <= 10, len(Brokers.waits)  # pauses up to 30 s
+    assert len(set(faults)) == 1 and "committed again after a pause" in faults[0]
+    Coordinator.silent = False
+    Clock.now += 30.0
+    orders.commit({"0": 120})
+    assert Group.committed[-1] == {"0": 120}
     orders.close()
+    prices.close()
 
 
 @pytest.mark.usefixtures("brokers")

@@ -221,6 +221,15 @@ class _ClusterSilence:
         self.fault, self.pause_s = None, 0.0
 
 
+def _not_asked(servers: str, heard: str) -> str:
+    """The fault line of an object not asking its cluster because another object's ask of
+    it got no answer (``heard``: that ask's fault)."""
+    return (
+        f"Kafka at {servers} is not asked in full until a probe finds it answering: "
+        f"another object's ask of it got no answer ({heard})"
+    )
+
+
 def _doubled(pause_s: float) -> float:
     """The pause after ``pause_s`` (:class:`BrokerSilence`)."""
     return min(max(pause_s * 2, BrokerSilence.FIRST_PROBE_PAUSE_S), BrokerSilence.MAX_PROBE_PAUSE_S)
@@ -334,10 +343,7 @@ class BrokerSilence:
         if heard is None:
             self._not_asked_since = None
             return None
-        line = (
-            f"Kafka at {cluster.servers} is not asked in full until a probe finds it "
-            f"answering: another object's ask of it got no answer ({heard})"
-        )
+        line = _not_asked(cluster.servers, heard)
         now = monotonic()
         if self._not_asked_since is None:
             self._not_asked_since = now
@@ -392,12 +398,7 @@ class BrokerSilence:
             return self.fault
         with _CLUSTERS_LOCK:
             heard = self.cluster.fault
-        if heard is None:
-            return None
-        return (
-            f"Kafka at {self.cluster.servers} is not asked until a probe finds it answering: "
-            f"an ask of it got no answer ({heard})"
-        )
+        return None if heard is None else _not_asked(self.cluster.servers, heard)
 
     def answered(self) -> None:
         """The broker answered a full ask of this object: its next silence starts from no
@@ -407,13 +408,23 @@ class BrokerSilence:
             self.cluster.clear()
 
 
+#: What the fault line of a commit that got no answer says of the commits after it.
+COMMIT_THEN = (
+    "the offsets are kept and committed again after a pause (none at first, then "
+    f"{BrokerSilence.FIRST_PROBE_PAUSE_S:g} s, twice as long after each commit that gets no "
+    f"answer, up to {BrokerSilence.MAX_PROBE_PAUSE_S:g} s)"
+)
+
+
 class SharedSilence:
     """A KAFKA source's or export's :class:`BrokerSilence` (a descriptor): made for its
     ``bootstrap_servers`` at first use, so that building the object asks nothing of the
     cluster's records; ``del obj._silence`` forgets it when the object closes, and the
     cluster's shared record is forgotten once no open object holds it."""
 
-    def __get__(self, obj: Any, owner: type | None = None) -> BrokerSilence:
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:  # looked up on the class
+            return self
         silence: BrokerSilence | None = obj.__dict__.get("_shared_silence")
         if silence is None:
             silence = obj.__dict__["_shared_silence"] = BrokerSilence(obj.bootstrap_servers)
@@ -496,6 +507,11 @@ class KafkaSource:
         self._topic_id: str | None = None
         #: The offsets to commit to the group that are not committed yet (:meth:`commit`).
         self._uncommitted: dict[str, int] = {}
+        #: The group coordinator's silence (:meth:`commit`): the fault of the last commit
+        #: that got no answer (None: answered), when the next may ask, and the pause after.
+        self._commit_fault: str | None = None
+        self._commit_at = 0.0  # monotonic
+        self._commit_pause_s = 0.0
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -741,8 +757,15 @@ class KafkaSource:
         is asked, which would wait the whole timeout: it raises SourceUnavailable
         with the silence's line, as ``upper`` does. The offsets not committed
         are kept, and the next commit commits them with its own (the furthest
-        of each partition). A commit that gets no answer is a silence of the
-        source (:meth:`_silent`).
+        of each partition).
+
+        A commit that gets no answer is the silence of the group's coordinator,
+        which may be the only silent broker (the source's reads answered): the
+        commits after it wait a pause of their own, none at first, then
+        doubling from :attr:`BrokerSilence.FIRST_PROBE_PAUSE_S` up to
+        :attr:`BrokerSilence.MAX_PROBE_PAUSE_S`, and raise its fault meanwhile.
+        It is the group's alone: the source's reads, and the cluster's other
+        objects (each committing to its own group), go on asking.
         """
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -755,6 +778,8 @@ class KafkaSource:
         known = self._silence.known()
         if known is not None:
             raise SourceUnavailable(known)
+        if self._commit_fault is not None and monotonic() < self._commit_at:
+            raise SourceUnavailable(self._commit_fault)
         offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
         try:
             self._consumer().commit(offsets=offsets, asynchronous=False)
@@ -765,9 +790,14 @@ class KafkaSource:
                 f"{self.group_id!r} failed: {error}"
             )
             if _no_answer(error):
-                raise self._silent(fault) from None
+                # One line for the whole silence (the health row is not rewritten per tick).
+                self._commit_fault = f"{fault}; {COMMIT_THEN}"
+                self._commit_at = monotonic() + self._commit_pause_s
+                self._commit_pause_s = _doubled(self._commit_pause_s)
+                raise SourceUnavailable(self._commit_fault) from None
             raise SourceUnavailable(fault) from None
         self._uncommitted = {}
+        self._commit_fault, self._commit_pause_s = None, 0.0
 
     def close(self) -> None:
         self._admin = None  # an AdminClient has no close: dropped, it ends its threads
