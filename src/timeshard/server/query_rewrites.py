@@ -325,7 +325,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
 
     Before them, a quotient of integers is an integer (:func:`_integer_quotients`) and a
     float's cast to an integer rounds (:func:`_float_casts_to_integers`), as PostgreSQL
-    answers them: both are here to share the one read of each shard's columns.
+    answers them: both are here to share the one read of each shard's columns. After
+    them, ``row_number``, ``rank`` and ``dense_rank`` are int8s (:func:`_bigint_ranks`).
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -348,6 +349,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
         columns, typed = _shard_column_types(tree, columns_of)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
+    _bigint_ranks(tree)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     if not casts:
         return
@@ -408,6 +410,24 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             div.replace(quotient)  # its operands are moved, not copied: ``columns`` holds them
             quotient.this.set("this", div.this)
             quotient.this.set("expression", div.expression)
+
+
+#: The window functions PostgreSQL answers as an int8 and Spark as an INT (int4).
+_RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)
+
+
+def _bigint_ranks(tree: exp.Expr) -> None:
+    """A window of ``row_number``, ``rank`` or ``dense_rank`` is cast to BIGINT: PostgreSQL
+    answers them as int8 (20), Spark as INT, which a client was told was an int4 (23),
+    and a sum or product of them stayed an INT where PostgreSQL's is an int8. One that is
+    an operand of an integer quotient (:func:`_integer_quotients`, run before this) stays
+    as it is: the quotient is cast to BIGINT already."""
+    for window in list(tree.find_all(exp.Window)):
+        if not isinstance(window.this, _RANKS) or isinstance(window.parent, exp.IntDiv):
+            continue
+        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build("BIGINT"))
+        window.replace(cast)  # moved, not copied, as the rewrites before it move theirs
+        cast.set("this", window)
 
 
 def _untyped(node: exp.Expr) -> bool:
