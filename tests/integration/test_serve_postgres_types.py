@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
@@ -34,7 +35,13 @@ RANKS = [
     ("SELECT row_number() OVER (ORDER BY i) + 1 AS n FROM t", [("n", INT8)], [(2,)]),
     ("SELECT ntile(2) OVER (ORDER BY i) AS n FROM t", [("n", INT4)], [(1,)]),
 ]
-SAME_AS_POSTGRESQL = RANKS
+#: A string constant beside an integer is of the integer's type.
+TEXT_OPERANDS = [
+    ("SELECT '7' + 2 AS n", [("n", INT4)], [(9,)]),
+    ("SELECT i * ' 2 ' AS n FROM t", [("n", INT4)], [(14,)]),
+    ("SELECT ('7' - 1) / 4 AS n", [("n", INT4)], [(1,)]),
+]
+SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +77,28 @@ def test_postgresql_answers_the_same(
     postgres: Any, sql: str, columns: list[tuple[str, int]], rows: list[tuple[Any, ...]]
 ) -> None:
     assert answer(postgres, sql) == (columns, rows)
+
+
+#: A query PostgreSQL refuses, and the psycopg error its SQLSTATE is.
+ERRORS = [
+    ("SELECT '7.5' / 2 AS n", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT i / '7.5' AS n FROM t", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT '7.5' + 2 AS n", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT 'abc'::int AS n", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT '3000000000' / 2 AS n", psycopg.errors.NumericValueOutOfRange),
+]
+
+
+@pytest.mark.parametrize(("sql", "error"), ERRORS)
+def test_an_error_is_postgresql_s_sqlstate(conn: Any, sql: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        conn.execute(sql)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("sql", "error"), ERRORS)
+def test_postgresql_refuses_it_with_the_same_sqlstate(
+    postgres: Any, sql: str, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        postgres.execute(sql)

@@ -7,7 +7,10 @@ PostgreSQL and compares what a client sees.
 
 from __future__ import annotations
 
+import pytest
 from tests.unit.test_postgres_arithmetic_rewrites import rewritten
+
+from timeshard.server.statements import SqlError
 
 
 def test_row_number_rank_and_dense_rank_are_int8s() -> None:
@@ -21,4 +24,34 @@ def test_row_number_rank_and_dense_rank_are_int8s() -> None:
     )
     assert rewritten("SELECT ntile(2) OVER (ORDER BY i) FROM t") == (
         "SELECT NTILE(2) OVER (ORDER BY i NULLS LAST) FROM t"
+    )
+
+
+def test_a_string_side_of_an_integer_operator_has_the_other_side_s_type() -> None:
+    """PostgreSQL's ``'7' + 2`` is the int4 9; Spark cast the text to a BIGINT (int8)."""
+    assert rewritten("SELECT '7' + 2") == "SELECT CAST('7' AS INT) + 2"
+    assert rewritten("SELECT s * ' 7 ' FROM t") == "SELECT s * CAST(' 7 ' AS SMALLINT) FROM t"
+    assert rewritten("SELECT ('7' - 1) / 2") == "SELECT CAST((CAST('7' AS INT) - 1) DIV 2 AS INT)"
+    for sql in ("SELECT '7' + 2.5", "SELECT '7' + x FROM t", "SELECT NULL + 2", "SELECT '7' + '2'"):
+        assert "CAST('7' AS" not in rewritten(sql), sql
+
+
+def test_text_that_is_no_integer_cast_to_one_is_postgresql_s_error() -> None:
+    """PostgreSQL answers 22P02 for text that is no integer and 22003 for one past the
+    type's range; Spark's cast answered 22018 for both."""
+    refused = {
+        "SELECT '7.5' / 2": ("22P02", 'invalid input syntax for type integer: "7.5"'),
+        "SELECT i / '7.5' FROM t": ("22P02", 'invalid input syntax for type integer: "7.5"'),
+        "SELECT '7.5' + 2": ("22P02", 'invalid input syntax for type integer: "7.5"'),
+        "SELECT 'abc'::int8": ("22P02", 'invalid input syntax for type bigint: "abc"'),
+        "SELECT '0x10' / 2": ("22P02", 'invalid input syntax for type integer: "0x10"'),
+        "SELECT '3000000000' / 2": ("22003", 'value "3000000000" is out of range for type integer'),
+        "SELECT '40000'::int2": ("22003", 'value "40000" is out of range for type smallint'),
+    }
+    for sql, (state, message) in refused.items():
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == (state, message), sql
+    assert rewritten("SELECT ' -7 '::int, TRY_CAST('x' AS INT)") == (
+        "SELECT CAST(' -7 ' AS INT), TRY_CAST('x' AS INT)"
     )

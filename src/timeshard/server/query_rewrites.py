@@ -347,9 +347,11 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
     if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree):
         columns, typed = _shard_column_types(tree, columns_of)
+    _untyped_integer_operands(tree, typed)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
     _bigint_ranks(tree)
+    _integer_texts(tree)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     if not casts:
         return
@@ -430,6 +432,54 @@ def _bigint_ranks(tree: exp.Expr) -> None:
         cast.set("this", window)
 
 
+#: The operators other than ``/`` whose side of PostgreSQL's unknown type takes the other
+#: side's integer type (:func:`_untyped_integer_operands`).
+_INTEGER_OPERATORS = (exp.Add, exp.Sub, exp.Mul, exp.Mod)
+
+
+def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """A string constant (:func:`_untyped`, not ``NULL``) that is a side of ``+ - * %``
+    whose other side is an integer (:func:`_postgres_type`) is cast to that side's type,
+    as PostgreSQL resolves the operator: its ``'7' + 2`` is the int4 9, and ``'7.5' + 2``
+    refuses the text as an integer (22P02, :func:`_integer_texts`), where Spark cast the
+    text to a BIGINT (an int8 9, and 22018). The inner ones first, so the sum is typed
+    for the operator around it."""
+    for op in reversed(list(tree.find_all(*_INTEGER_OPERATORS))):
+        for text, other in ((op.this, op.expression), (op.expression, op.this)):
+            if isinstance(text.unnest(), exp.Null) or not _untyped(text) or _untyped(other):
+                continue
+            kind = _postgres_type(other, columns)
+            if kind in _POSTGRES_INTEGERS:
+                text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
+
+
+#: PostgreSQL 15's text of an integer: a sign and decimal digits, whitespace around them.
+_INTEGER_TEXT = re.compile(r"\s*([+-]?[0-9]+)\s*", re.ASCII)
+#: PostgreSQL's name of each integer type, and the bits of its values.
+_INTEGER_NAMES = {T.SMALLINT: ("smallint", 16), T.INT: ("integer", 32), T.BIGINT: ("bigint", 64)}
+
+
+def _integer_texts(tree: exp.Expr) -> None:
+    """A cast (not Spark's ``TRY_CAST``) of a string constant to smallint, integer or
+    bigint (``'7.5'::int``, a string side of an integer operator cast by
+    :func:`_untyped_integer_operands` or :func:`_integer_quotients`) is checked as
+    PostgreSQL 15's integer input reads the text: SqlError 22P02 (invalid input syntax)
+    if it is no integer, 22003 if past the type's range, as PostgreSQL answers, where
+    Spark's cast failed with 22018 for both. (PostgreSQL 16 reads ``0x10`` and ``1_000``
+    too; 15, and Spark, do not.)"""
+    for cast in tree.find_all(exp.Cast):
+        named = _INTEGER_NAMES.get(cast.to.this)
+        text = _string_constant(cast.this.unnest())
+        if named is None or text is None or isinstance(cast, exp.TryCast):
+            continue
+        name, bits = named
+        digits = _INTEGER_TEXT.fullmatch(text)
+        if digits is None:
+            raise SqlError(f'invalid input syntax for type {name}: "{text}"', "22P02")
+        if not -(2 ** (bits - 1)) <= int(digits[1]) < 2 ** (bits - 1):
+            raise SqlError(f'value "{text}" is out of range for type {name}', "22003")
+
+
 def _untyped(node: exp.Expr) -> bool:
     """Whether PostgreSQL gives ``node`` its unknown type, which takes the type its use
     wants: ``NULL`` or a string constant (an undeclared parameter's bound value too)."""
@@ -476,12 +526,17 @@ def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
 
 
 def _typed_by_columns(tree: exp.Expr) -> bool:
-    """Whether :func:`_integer_quotients` or :func:`_float_casts_to_integers` need the type
-    of a column of ``tree`` (:func:`_shard_column_types`): a ``/`` none of whose sides is
-    known to be no integer, or a cast to an integer type, with a column whose type the
-    rest does not tell."""
-    for node in tree.find_all(exp.Div, exp.Cast):
-        if isinstance(node, exp.Div):
+    """Whether :func:`_untyped_integer_operands`, :func:`_integer_quotients` or
+    :func:`_float_casts_to_integers` need the type of a column of ``tree``
+    (:func:`_shard_column_types`): a ``/`` none of whose sides is known to be no integer,
+    a ``+ - * %`` of a string constant, or a cast to an integer type, with a column whose
+    type the rest does not tell."""
+    for node in tree.find_all(exp.Div, exp.Cast, *_INTEGER_OPERATORS):
+        if isinstance(node, _INTEGER_OPERATORS):
+            sides = [s for s in (node.this, node.expression) if not _untyped(s)]
+            if len(sides) != 1:
+                continue
+        elif isinstance(node, exp.Div):
             sides = [node.this, node.expression]
             kinds = _quotient_sides(node, {})
             if any(k is not None and k not in _POSTGRES_INTEGERS for k in kinds):
