@@ -9,6 +9,7 @@ its own.
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ SCHEMA = pa.schema([("i", pa.int32()), ("s", pa.string())])
 ROW = (7, "x")
 POSTGRES_TABLE = "CREATE TABLE t (i int4, s text)"
 
-INT4, INT8 = 23, 20
+INT4, INT8, NUMERIC = 23, 20, 1700
+D = decimal.Decimal
 
 #: A query, and its columns (name, type OID) and rows as PostgreSQL answers them.
 RANKS = [
@@ -41,7 +43,20 @@ TEXT_OPERANDS = [
     ("SELECT i * ' 2 ' AS n FROM t", [("n", INT4)], [(14,)]),
     ("SELECT ('7' - 1) / 4 AS n", [("n", INT4)], [(1,)]),
 ]
-SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS
+#: A derived table's column aliases name its columns, of their types.
+COLUMN_ALIASES = [
+    ("SELECT a, b FROM (SELECT 1, 2) AS t(a, b)", [("a", INT4), ("b", INT4)], [(1, 2)]),
+    (
+        "SELECT a / 2 AS n, b FROM (SELECT 7, 2.5) AS q(a, b)",
+        [("n", INT4), ("b", NUMERIC)],
+        [(3, D("2.5"))],
+    ),
+    ("SELECT k / 2 AS n FROM (SELECT i FROM t) AS z(k)", [("n", INT4)], [(3,)]),
+    ("WITH z(k) AS (SELECT i FROM t) SELECT k / 2 AS n FROM z", [("n", INT4)], [(3,)]),
+    ("SELECT * FROM (SELECT 1 AS x, 2 AS y) AS q(a)", [("a", INT4), ("y", INT4)], [(1, 2)]),
+    ("SELECT a FROM (SELECT 1 AS x, s FROM t) AS q(a)", [("a", INT4)], [(1,)]),
+]
+SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES
 
 
 @pytest.fixture(scope="module")

@@ -55,3 +55,36 @@ def test_text_that_is_no_integer_cast_to_one_is_postgresql_s_error() -> None:
     assert rewritten("SELECT ' -7 '::int, TRY_CAST('x' AS INT)") == (
         "SELECT CAST(' -7 ' AS INT), TRY_CAST('x' AS INT)"
     )
+
+
+def test_a_column_alias_of_a_subquery_or_cte_names_its_column_and_keeps_its_type() -> None:
+    """PostgreSQL's ``SELECT a / 2 FROM (SELECT 7) AS q(a)`` is the int4 3; the aliased
+    column was of no type known here, and its quotient Spark's double 3.5."""
+    assert rewritten("SELECT a / 2 FROM (SELECT 7, 2.5) AS q(a, b)") == (
+        "SELECT CAST(a DIV 2 AS INT) FROM (SELECT 7, 2.5) AS q(a, b)"
+    )
+    assert rewritten("SELECT k / 2 FROM (SELECT i FROM t) AS z(k)") == (
+        "SELECT CAST(k DIV 2 AS INT) FROM (SELECT i FROM t) AS z(k)"
+    )
+    assert rewritten("WITH z(k) AS (SELECT i FROM t) SELECT k / 2 FROM z") == (
+        "WITH z(k) AS (SELECT i FROM t) SELECT CAST(k DIV 2 AS INT) FROM z"
+    )
+    assert rewritten("WITH z(k) AS (SELECT i FROM t) SELECT m / 2 FROM z AS w(m)") == (
+        "WITH z(k) AS (SELECT i FROM t) SELECT CAST(m DIV 2 AS INT) FROM z AS w(m)"
+    )
+    # The alias renames: the first list's name of the column is no longer one.
+    assert "DIV" not in rewritten("SELECT i / 2 FROM (SELECT i FROM t) AS z(k)")
+    assert "DIV" not in rewritten("SELECT a / 2 FROM (SELECT 7) AS q(a, b)")
+
+
+def test_column_aliases_fewer_than_the_columns_are_completed_with_their_names() -> None:
+    """PostgreSQL names the columns past the aliases as the query does; Spark refused
+    fewer aliases than columns (42802)."""
+    assert rewritten("SELECT * FROM (SELECT 1 AS x, i FROM t) AS q(a)") == (
+        "SELECT * FROM (SELECT 1 AS x, i FROM t) AS q(a, i)"
+    )
+    assert rewritten("WITH z(a) AS (SELECT 1 AS x, 2 AS y) SELECT y / 2 FROM z") == (
+        "WITH z(a, y) AS (SELECT 1 AS x, 2 AS y) SELECT CAST(y DIV 2 AS INT) FROM z"
+    )
+    for sql in ("SELECT * FROM (SELECT 1, 2) AS q(a)", "SELECT * FROM (SELECT * FROM t) AS q(a)"):
+        assert rewritten(sql).endswith("AS q(a)"), sql

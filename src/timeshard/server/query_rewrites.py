@@ -328,6 +328,9 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     answers them: both are here to share the one read of each shard's columns. After
     them, ``row_number``, ``rank`` and ``dense_rank`` are int8s (:func:`_bigint_ranks`).
 
+    Before them too, a subquery's or CTE's column aliases fewer than its columns are
+    completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
+
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
     of it to an integral type rounds it first (``1.5::numeric::int`` is 2; Spark's cast
@@ -338,6 +341,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
     are rounded, and values past 10**20 are refused (22003)."""
     _interval_literals(tree)
+    _complete_column_aliases(tree)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
@@ -837,9 +841,9 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
 
     A column is a relation's where it is qualified by the relation's name there (its
     alias), or unqualified where the relations the query reads there are shards and
-    subqueries or CTEs whose column names are known (no ``*``, no column aliases), and
-    one of them has the column. A correlated one is an outer scope's. ``columns_of`` is
-    asked once for each relation.
+    subqueries or CTEs whose column names are known (no ``*``; a column alias names its
+    column, :func:`_derived_branches`), and one of them has the column. A correlated one
+    is an outer scope's. ``columns_of`` is asked once for each relation.
 
     A subquery's or CTE's column has the type of its select-list expression (of a
     ``UNION``, the common type of each branch's, :func:`_common_type`): the innermost
@@ -869,8 +873,8 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
         if isinstance(source, exp.Table):
             shard = None if renamed(source) else columns_of_table(source)
             return None if shard is None else {n.lower() for n in shard}
-        branches = _derived_branches(node, source) if isinstance(source, Scope) else None
-        return None if branches is None else {e.alias_or_name.lower() for e in branches[0]}
+        derived = _derived_branches(node, source) if isinstance(source, Scope) else None
+        return None if derived is None else {n.lower() for n in derived[0]}
 
     types: dict[int, T] = {}
     postgres: dict[int, T] = {}
@@ -904,8 +908,8 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
                 continue
             node, source = owners[0]
             if isinstance(source, Scope):
-                branches = _derived_branches(node, source)
-                kind = None if branches is None else _branch_type(branches, column.name, postgres)
+                derived = _derived_branches(node, source)
+                kind = None if derived is None else _branch_type(*derived, column.name, postgres)
                 if kind is not None:
                     postgres[id(column)] = kind
                 continue
@@ -957,16 +961,16 @@ def _grouped_columns(scope: object) -> list[exp.Column]:
     return out
 
 
-def _derived_branches(node: exp.Expr, scope: object) -> list[list[exp.Expr]] | None:
-    """The select lists of the subquery or CTE ``scope`` (a sqlglot ``Scope``) that
-    ``node`` reads: one, or a ``UNION``'s (``INTERSECT``'s, ``EXCEPT``'s) each. None where
-    its column names are not those lists' names: a ``*``, column aliases (``AS z(k)``),
-    ``VALUES``."""
+def _derived_branches(
+    node: exp.Expr, scope: object
+) -> tuple[list[str], list[list[exp.Expr]]] | None:
+    """The column names and the select lists of the subquery or CTE ``scope`` (a sqlglot
+    ``Scope``) that ``node`` reads: one list, or a ``UNION``'s (``INTERSECT``'s,
+    ``EXCEPT``'s) each. A column's name is its first list's, or its column alias (``AS
+    z(k)``, ``WITH z(k) AS``; the CTE's, then its reader's), PostgreSQL's names of the
+    first columns when there are fewer aliases than columns. None where the names are
+    not known here: a ``*``, ``VALUES``, more aliases than columns."""
     query = getattr(scope, "expression", None)
-    for holder in (node, query.parent if query is not None else None):
-        alias = holder.args.get("alias") if holder is not None else None
-        if isinstance(alias, exp.TableAlias) and alias.columns:
-            return None
     branches: list[list[exp.Expr]] = []
     pending = [query]
     while pending:
@@ -981,19 +985,59 @@ def _derived_branches(node: exp.Expr, scope: object) -> list[list[exp.Expr]] | N
             return None
     if len({len(b) for b in branches}) != 1:
         return None
-    return branches
+    names = [e.alias_or_name for e in branches[0]]
+    for holder in (query.parent if query is not None else None, node):  # the CTE's first
+        aliases = _column_aliases(holder)
+        if len(aliases) > len(names):
+            return None
+        names[: len(aliases)] = aliases
+    return names, branches
 
 
-def _branch_type(branches: list[list[exp.Expr]], name: str, columns: Mapping[int, T]) -> T | None:
-    """PostgreSQL's type of the column ``name`` of a query of the select lists
-    ``branches`` (:func:`_derived_branches`), named by the first; None if not one of it."""
-    named = [i for i, e in enumerate(branches[0]) if e.alias_or_name == name]
+def _column_aliases(holder: exp.Expr | None) -> list[str]:
+    """The names of the column aliases of ``holder`` (a subquery, a CTE, a table):
+    ``a, b`` of ``AS q(a, b)``; none without them."""
+    alias = holder.args.get("alias") if holder is not None else None
+    if not isinstance(alias, exp.TableAlias):
+        return []
+    return [c.name for c in alias.columns]
+
+
+def _branch_type(
+    names: list[str], branches: list[list[exp.Expr]], name: str, columns: Mapping[int, T]
+) -> T | None:
+    """PostgreSQL's type of the column ``name`` of a query of the column names ``names``
+    and the select lists ``branches`` (:func:`_derived_branches`); None if not one of
+    it."""
+    named = [i for i, n in enumerate(names) if n == name]
     if len(named) != 1:
         return None
     values: list[exp.Expr | None] = [b[named[0]].unalias() for b in branches]
     if len(values) == 1:
         return _postgres_type(values[0], columns) if values[0] is not None else None
     return _common_type(values, columns)
+
+
+def _complete_column_aliases(tree: exp.Expr) -> None:
+    """A subquery's or CTE's column aliases fewer than its columns (``(SELECT 1 AS x, 2
+    AS y) AS q(a)``) are completed with the names of the rest (``q(a, y)``), as
+    PostgreSQL names them: Spark refused them (42802, ASSIGNMENT_ARITY_MISMATCH). Left
+    as they are where a name is not known here (a ``*``, an expression with no alias,
+    ``VALUES``): Spark refuses them then."""
+    for alias in list(tree.find_all(exp.TableAlias)):
+        holder = alias.parent
+        if not alias.columns or not isinstance(holder, exp.Subquery | exp.CTE):
+            continue
+        first = holder.this
+        while isinstance(first, exp.SetOperation | exp.Subquery):
+            first = first.this
+        if not isinstance(first, exp.Select):
+            continue
+        rest = first.expressions[len(alias.columns) :]
+        if any(not isinstance(e, exp.Alias | exp.Column) or e.is_star for e in rest):
+            continue
+        for value in rest:
+            alias.append("columns", exp.to_identifier(value.alias_or_name))
 
 
 def _naive_timestamps(tree: exp.Expr) -> None:
