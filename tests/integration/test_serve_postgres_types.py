@@ -26,7 +26,7 @@ SCHEMA = pa.schema([("i", pa.int32()), ("s", pa.string())])
 ROW = (7, "x")
 POSTGRES_TABLE = "CREATE TABLE t (i int4, s text)"
 
-INT4, INT8, NUMERIC = 23, 20, 1700
+INT4, INT8, NUMERIC, TEXT = 23, 20, 1700, 25
 D = decimal.Decimal
 
 #: A query, and its columns (name, type OID) and rows as PostgreSQL answers them.
@@ -56,7 +56,26 @@ COLUMN_ALIASES = [
     ("SELECT * FROM (SELECT 1 AS x, 2 AS y) AS q(a)", [("a", INT4), ("y", INT4)], [(1, 2)]),
     ("SELECT a FROM (SELECT 1 AS x, s FROM t) AS q(a)", [("a", INT4)], [(1,)]),
 ]
-SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES
+#: The column a join is USING is one, first, of its sides' common type.
+USING = [
+    ("SELECT i / 2 AS n FROM t JOIN t AS u USING (i)", [("n", INT4)], [(3,)]),
+    (
+        "SELECT k / 2 AS n FROM (SELECT 7 AS k) a JOIN (SELECT 7 AS k) b USING (k)",
+        [("n", INT4)],
+        [(3,)],
+    ),
+    (
+        "SELECT * FROM (SELECT 7 AS k, 'a' AS v) a JOIN (SELECT 'b' AS w, 7 AS k) b USING (k)",
+        [("k", INT4), ("v", TEXT), ("w", TEXT)],
+        [(7, "a", "b")],
+    ),
+    (
+        "SELECT * FROM t JOIN t AS u USING (i)",
+        [("i", INT4), ("s", TEXT), ("s", TEXT)],
+        [(7, "x", "x")],
+    ),
+]
+SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES + USING
 
 
 @pytest.fixture(scope="module")

@@ -88,3 +88,24 @@ def test_column_aliases_fewer_than_the_columns_are_completed_with_their_names() 
     )
     for sql in ("SELECT * FROM (SELECT 1, 2) AS q(a)", "SELECT * FROM (SELECT * FROM t) AS q(a)"):
         assert rewritten(sql).endswith("AS q(a)"), sql
+
+
+def test_a_column_a_join_is_using_is_of_both_sides_common_type() -> None:
+    """PostgreSQL's ``SELECT i / 2 FROM t JOIN t AS u USING (i)`` is the int4 3: the
+    column ``USING`` joins is one, of its sides' common type. Two relations had it, so it
+    was of no type known here, and its quotient Spark's double 3.5."""
+    assert rewritten("SELECT i / 2 FROM t JOIN t AS u USING (i)") == (
+        "SELECT CAST(i DIV 2 AS INT) FROM t JOIN t AS u USING (i)"
+    )
+    assert rewritten(
+        "SELECT k / 2 FROM (SELECT 7 AS k) AS a JOIN (SELECT 7::int8 AS k) AS b USING (k)"
+    ) == (
+        "SELECT CAST(k DIV 2 AS BIGINT) FROM (SELECT 7 AS k) AS a "
+        "JOIN (SELECT CAST(7 AS BIGINT) AS k) AS b USING (k)"
+    )
+    assert rewritten("SELECT x::int FROM t JOIN t AS u USING (x)") == (
+        "SELECT CAST(RINT(x) AS INT) FROM t JOIN t AS u USING (x)"
+    )
+    # Not joined USING it: a name two relations share is ambiguous (refused by both).
+    assert "DIV" not in rewritten("SELECT i / 2 FROM t JOIN t AS u ON t.i = u.i")
+    assert "DIV" not in rewritten("SELECT i / 2 FROM t JOIN t AS u USING (s)")

@@ -876,6 +876,27 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
         derived = _derived_branches(node, source) if isinstance(source, Scope) else None
         return None if derived is None else {n.lower() for n in derived[0]}
 
+    def owner_types(
+        node: exp.Expr, source: object, column: exp.Column
+    ) -> tuple[T | None, T | None]:
+        """The Spark type and PostgreSQL's type of ``column`` of the relation ``source``
+        (a shard's: both; a subquery's or CTE's: PostgreSQL's), None where not known."""
+        if isinstance(source, Scope):
+            derived = _derived_branches(node, source)
+            return (
+                None,
+                None if derived is None else _branch_type(*derived, column.name, postgres),
+            )
+        readable = isinstance(source, exp.Table) and not renamed(source)
+        shard = columns_of_table(source) if readable and isinstance(source, exp.Table) else None
+        name = shard.get(column.name) if shard is not None else None
+        if name is None and shard is not None and not column.this.quoted:
+            # Spark resolves an unquoted name whatever its case (the tree's are lower).
+            same = [t for c, t in shard.items() if c.lower() == column.name.lower()]
+            name = same[0] if len(same) == 1 else None
+        kind = None if name is None else exp.DataType.build(name, dialect=DIALECT).this
+        return kind, kind
+
     types: dict[int, T] = {}
     postgres: dict[int, T] = {}
     seen: set[int] = set()
@@ -904,27 +925,43 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
                 if not owners:
                     continue  # none of its relations has it: correlated, an outer scope's
                 seen.add(id(column))
-            if len(owners) != 1:
-                continue
-            node, source = owners[0]
-            if isinstance(source, Scope):
-                derived = _derived_branches(node, source)
-                kind = None if derived is None else _branch_type(*derived, column.name, postgres)
-                if kind is not None:
-                    postgres[id(column)] = kind
-                continue
-            readable = isinstance(source, exp.Table) and not renamed(source)
-            shard = columns_of_table(source) if readable else None
-            name = shard.get(column.name) if shard is not None else None
-            if name is None and shard is not None and not column.this.quoted:
-                # Spark resolves an unquoted name whatever its case (the tree's are lower).
-                same = [t for c, t in shard.items() if c.lower() == column.name.lower()]
-                name = same[0] if len(same) == 1 else None
-            if name is not None:
-                types[id(column)] = postgres[id(column)] = exp.DataType.build(
-                    name, dialect=DIALECT
-                ).this
+            if len(owners) != 1 and column.name.lower() not in _using_names(scope):
+                continue  # ambiguous: Spark and PostgreSQL refuse it
+            kinds = [owner_types(node, source, column) for node, source in owners]
+            spark = {k for k, _ in kinds}
+            only = spark.pop() if len(spark) == 1 else None
+            if only is not None:  # a shard's, of one type on every side
+                types[id(column)] = only
+            kind = _common_type_of([k for _, k in kinds])
+            if kind is not None:
+                postgres[id(column)] = kind
     return types, postgres
+
+
+def _using_names(scope: object) -> set[str]:
+    """The names (in lower case) of the columns the joins of ``scope``'s SELECT (a sqlglot
+    ``Scope``) join ``USING``: an unqualified one is the join's one column, of both
+    sides' common type, in PostgreSQL, not a name two relations share."""
+    select = getattr(scope, "expression", None)
+    if not isinstance(select, exp.Select):
+        return set()
+    return {
+        n.name.lower() for j in select.args.get("joins") or [] for n in j.args.get("using") or []
+    }
+
+
+def _common_type_of(kinds: list[T | None]) -> T | None:
+    """The type PostgreSQL gives a column ``USING`` joins of columns of types ``kinds``:
+    theirs if one, else the last in :data:`_COMMON_ORDER` of them; None if one is not
+    known, or two differ and one is no number."""
+    if None in kinds:
+        return None
+    if len(set(kinds)) == 1:
+        return kinds[0]
+    numbers = [T.SMALLINT if k == T.TINYINT else k for k in kinds]
+    if any(k not in _COMMON_ORDER for k in numbers):
+        return None
+    return max(numbers, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]
 
 
 def _grouped_columns(scope: object) -> list[exp.Column]:
