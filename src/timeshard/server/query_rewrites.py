@@ -325,7 +325,11 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
 
     Before them, a quotient of integers is an integer (:func:`_integer_quotients`) and a
     float's cast to an integer rounds (:func:`_float_casts_to_integers`), as PostgreSQL
-    answers them: both are here to share the one read of each shard's columns.
+    answers them: both are here to share the one read of each shard's columns. After
+    them, ``row_number``, ``rank`` and ``dense_rank`` are int8s (:func:`_bigint_ranks`).
+
+    Before them too, a subquery's or CTE's column aliases fewer than its columns are
+    completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -337,6 +341,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
     are rounded, and values past 10**20 are refused (22003)."""
     _interval_literals(tree)
+    _complete_column_aliases(tree)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
@@ -346,8 +351,11 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
     if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree):
         columns, typed = _shard_column_types(tree, columns_of)
+    _untyped_integer_operands(tree, typed)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
+    _bigint_ranks(tree)
+    _integer_texts(tree)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     if not casts:
         return
@@ -410,6 +418,72 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             quotient.this.set("expression", div.expression)
 
 
+#: The window functions PostgreSQL answers as an int8 and Spark as an INT (int4).
+_RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)
+
+
+def _bigint_ranks(tree: exp.Expr) -> None:
+    """A window of ``row_number``, ``rank`` or ``dense_rank`` is cast to BIGINT: PostgreSQL
+    answers them as int8 (20), Spark as INT, which a client was told was an int4 (23),
+    and a sum or product of them stayed an INT where PostgreSQL's is an int8. One that is
+    an operand of an integer quotient (:func:`_integer_quotients`, run before this) stays
+    as it is: the quotient is cast to BIGINT already."""
+    for window in list(tree.find_all(exp.Window)):
+        if not isinstance(window.this, _RANKS) or isinstance(window.parent, exp.IntDiv):
+            continue
+        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build("BIGINT"))
+        window.replace(cast)  # moved, not copied, as the rewrites before it move theirs
+        cast.set("this", window)
+
+
+#: The operators other than ``/`` whose side of PostgreSQL's unknown type takes the other
+#: side's integer type (:func:`_untyped_integer_operands`).
+_INTEGER_OPERATORS = (exp.Add, exp.Sub, exp.Mul, exp.Mod)
+
+
+def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """A string constant (:func:`_untyped`, not ``NULL``) that is a side of ``+ - * %``
+    whose other side is an integer (:func:`_postgres_type`) is cast to that side's type,
+    as PostgreSQL resolves the operator: its ``'7' + 2`` is the int4 9, and ``'7.5' + 2``
+    refuses the text as an integer (22P02, :func:`_integer_texts`), where Spark cast the
+    text to a BIGINT (an int8 9, and 22018). The inner ones first, so the sum is typed
+    for the operator around it."""
+    for op in reversed(list(tree.find_all(*_INTEGER_OPERATORS))):
+        for text, other in ((op.this, op.expression), (op.expression, op.this)):
+            if isinstance(text.unnest(), exp.Null) or not _untyped(text) or _untyped(other):
+                continue
+            kind = _postgres_type(other, columns)
+            if kind in _POSTGRES_INTEGERS:
+                text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
+
+
+#: PostgreSQL 15's text of an integer: a sign and decimal digits, whitespace around them.
+_INTEGER_TEXT = re.compile(r"\s*([+-]?[0-9]+)\s*", re.ASCII)
+#: PostgreSQL's name of each integer type, and the bits of its values.
+_INTEGER_NAMES = {T.SMALLINT: ("smallint", 16), T.INT: ("integer", 32), T.BIGINT: ("bigint", 64)}
+
+
+def _integer_texts(tree: exp.Expr) -> None:
+    """A cast (not Spark's ``TRY_CAST``) of a string constant to smallint, integer or
+    bigint (``'7.5'::int``, a string side of an integer operator cast by
+    :func:`_untyped_integer_operands` or :func:`_integer_quotients`) is checked as
+    PostgreSQL 15's integer input reads the text: SqlError 22P02 (invalid input syntax)
+    if it is no integer, 22003 if past the type's range, as PostgreSQL answers, where
+    Spark's cast failed with 22018 for both. (PostgreSQL 16 reads ``0x10`` and ``1_000``
+    too; 15, and Spark, do not.)"""
+    for cast in tree.find_all(exp.Cast):
+        named = _INTEGER_NAMES.get(cast.to.this)
+        text = _string_constant(cast.this.unnest())
+        if named is None or text is None or isinstance(cast, exp.TryCast):
+            continue
+        name, bits = named
+        digits = _INTEGER_TEXT.fullmatch(text)
+        if digits is None:
+            raise SqlError(f'invalid input syntax for type {name}: "{text}"', "22P02")
+        if not -(2 ** (bits - 1)) <= int(digits[1]) < 2 ** (bits - 1):
+            raise SqlError(f'value "{text}" is out of range for type {name}', "22003")
+
+
 def _untyped(node: exp.Expr) -> bool:
     """Whether PostgreSQL gives ``node`` its unknown type, which takes the type its use
     wants: ``NULL`` or a string constant (an undeclared parameter's bound value too)."""
@@ -456,12 +530,17 @@ def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
 
 
 def _typed_by_columns(tree: exp.Expr) -> bool:
-    """Whether :func:`_integer_quotients` or :func:`_float_casts_to_integers` need the type
-    of a column of ``tree`` (:func:`_shard_column_types`): a ``/`` none of whose sides is
-    known to be no integer, or a cast to an integer type, with a column whose type the
-    rest does not tell."""
-    for node in tree.find_all(exp.Div, exp.Cast):
-        if isinstance(node, exp.Div):
+    """Whether :func:`_untyped_integer_operands`, :func:`_integer_quotients` or
+    :func:`_float_casts_to_integers` need the type of a column of ``tree``
+    (:func:`_shard_column_types`): a ``/`` none of whose sides is known to be no integer,
+    a ``+ - * %`` of a string constant, or a cast to an integer type, with a column whose
+    type the rest does not tell."""
+    for node in tree.find_all(exp.Div, exp.Cast, *_INTEGER_OPERATORS):
+        if isinstance(node, _INTEGER_OPERATORS):
+            sides = [s for s in (node.this, node.expression) if not _untyped(s)]
+            if len(sides) != 1:
+                continue
+        elif isinstance(node, exp.Div):
             sides = [node.this, node.expression]
             kinds = _quotient_sides(node, {})
             if any(k is not None and k not in _POSTGRES_INTEGERS for k in kinds):
@@ -762,9 +841,9 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
 
     A column is a relation's where it is qualified by the relation's name there (its
     alias), or unqualified where the relations the query reads there are shards and
-    subqueries or CTEs whose column names are known (no ``*``, no column aliases), and
-    one of them has the column. A correlated one is an outer scope's. ``columns_of`` is
-    asked once for each relation.
+    subqueries or CTEs whose column names are known (no ``*``; a column alias names its
+    column, :func:`_derived_branches`), and one of them has the column. A correlated one
+    is an outer scope's. ``columns_of`` is asked once for each relation.
 
     A subquery's or CTE's column has the type of its select-list expression (of a
     ``UNION``, the common type of each branch's, :func:`_common_type`): the innermost
@@ -794,8 +873,29 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
         if isinstance(source, exp.Table):
             shard = None if renamed(source) else columns_of_table(source)
             return None if shard is None else {n.lower() for n in shard}
-        branches = _derived_branches(node, source) if isinstance(source, Scope) else None
-        return None if branches is None else {e.alias_or_name.lower() for e in branches[0]}
+        derived = _derived_branches(node, source) if isinstance(source, Scope) else None
+        return None if derived is None else {n.lower() for n in derived[0]}
+
+    def owner_types(
+        node: exp.Expr, source: object, column: exp.Column
+    ) -> tuple[T | None, T | None]:
+        """The Spark type and PostgreSQL's type of ``column`` of the relation ``source``
+        (a shard's: both; a subquery's or CTE's: PostgreSQL's), None where not known."""
+        if isinstance(source, Scope):
+            derived = _derived_branches(node, source)
+            return (
+                None,
+                None if derived is None else _branch_type(*derived, column.name, postgres),
+            )
+        readable = isinstance(source, exp.Table) and not renamed(source)
+        shard = columns_of_table(source) if readable and isinstance(source, exp.Table) else None
+        name = shard.get(column.name) if shard is not None else None
+        if name is None and shard is not None and not column.this.quoted:
+            # Spark resolves an unquoted name whatever its case (the tree's are lower).
+            same = [t for c, t in shard.items() if c.lower() == column.name.lower()]
+            name = same[0] if len(same) == 1 else None
+        kind = None if name is None else exp.DataType.build(name, dialect=DIALECT).this
+        return kind, kind
 
     types: dict[int, T] = {}
     postgres: dict[int, T] = {}
@@ -825,27 +925,43 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
                 if not owners:
                     continue  # none of its relations has it: correlated, an outer scope's
                 seen.add(id(column))
-            if len(owners) != 1:
-                continue
-            node, source = owners[0]
-            if isinstance(source, Scope):
-                branches = _derived_branches(node, source)
-                kind = None if branches is None else _branch_type(branches, column.name, postgres)
-                if kind is not None:
-                    postgres[id(column)] = kind
-                continue
-            readable = isinstance(source, exp.Table) and not renamed(source)
-            shard = columns_of_table(source) if readable else None
-            name = shard.get(column.name) if shard is not None else None
-            if name is None and shard is not None and not column.this.quoted:
-                # Spark resolves an unquoted name whatever its case (the tree's are lower).
-                same = [t for c, t in shard.items() if c.lower() == column.name.lower()]
-                name = same[0] if len(same) == 1 else None
-            if name is not None:
-                types[id(column)] = postgres[id(column)] = exp.DataType.build(
-                    name, dialect=DIALECT
-                ).this
+            if len(owners) != 1 and column.name.lower() not in _using_names(scope):
+                continue  # ambiguous: Spark and PostgreSQL refuse it
+            kinds = [owner_types(node, source, column) for node, source in owners]
+            spark = {k for k, _ in kinds}
+            only = spark.pop() if len(spark) == 1 else None
+            if only is not None:  # a shard's, of one type on every side
+                types[id(column)] = only
+            kind = _common_type_of([k for _, k in kinds])
+            if kind is not None:
+                postgres[id(column)] = kind
     return types, postgres
+
+
+def _using_names(scope: object) -> set[str]:
+    """The names (in lower case) of the columns the joins of ``scope``'s SELECT (a sqlglot
+    ``Scope``) join ``USING``: an unqualified one is the join's one column, of both
+    sides' common type, in PostgreSQL, not a name two relations share."""
+    select = getattr(scope, "expression", None)
+    if not isinstance(select, exp.Select):
+        return set()
+    return {
+        n.name.lower() for j in select.args.get("joins") or [] for n in j.args.get("using") or []
+    }
+
+
+def _common_type_of(kinds: list[T | None]) -> T | None:
+    """The type PostgreSQL gives a column ``USING`` joins of columns of types ``kinds``:
+    theirs if one, else the last in :data:`_COMMON_ORDER` of them; None if one is not
+    known, or two differ and one is no number."""
+    if None in kinds:
+        return None
+    if len(set(kinds)) == 1:
+        return kinds[0]
+    numbers = [T.SMALLINT if k == T.TINYINT else k for k in kinds]
+    if any(k not in _COMMON_ORDER for k in numbers):
+        return None
+    return max(numbers, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]
 
 
 def _grouped_columns(scope: object) -> list[exp.Column]:
@@ -882,16 +998,16 @@ def _grouped_columns(scope: object) -> list[exp.Column]:
     return out
 
 
-def _derived_branches(node: exp.Expr, scope: object) -> list[list[exp.Expr]] | None:
-    """The select lists of the subquery or CTE ``scope`` (a sqlglot ``Scope``) that
-    ``node`` reads: one, or a ``UNION``'s (``INTERSECT``'s, ``EXCEPT``'s) each. None where
-    its column names are not those lists' names: a ``*``, column aliases (``AS z(k)``),
-    ``VALUES``."""
+def _derived_branches(
+    node: exp.Expr, scope: object
+) -> tuple[list[str], list[list[exp.Expr]]] | None:
+    """The column names and the select lists of the subquery or CTE ``scope`` (a sqlglot
+    ``Scope``) that ``node`` reads: one list, or a ``UNION``'s (``INTERSECT``'s,
+    ``EXCEPT``'s) each. A column's name is its first list's, or its column alias (``AS
+    z(k)``, ``WITH z(k) AS``; the CTE's, then its reader's), PostgreSQL's names of the
+    first columns when there are fewer aliases than columns. None where the names are
+    not known here: a ``*``, ``VALUES``, more aliases than columns."""
     query = getattr(scope, "expression", None)
-    for holder in (node, query.parent if query is not None else None):
-        alias = holder.args.get("alias") if holder is not None else None
-        if isinstance(alias, exp.TableAlias) and alias.columns:
-            return None
     branches: list[list[exp.Expr]] = []
     pending = [query]
     while pending:
@@ -906,19 +1022,59 @@ def _derived_branches(node: exp.Expr, scope: object) -> list[list[exp.Expr]] | N
             return None
     if len({len(b) for b in branches}) != 1:
         return None
-    return branches
+    names = [e.alias_or_name for e in branches[0]]
+    for holder in (query.parent if query is not None else None, node):  # the CTE's first
+        aliases = _column_aliases(holder)
+        if len(aliases) > len(names):
+            return None
+        names[: len(aliases)] = aliases
+    return names, branches
 
 
-def _branch_type(branches: list[list[exp.Expr]], name: str, columns: Mapping[int, T]) -> T | None:
-    """PostgreSQL's type of the column ``name`` of a query of the select lists
-    ``branches`` (:func:`_derived_branches`), named by the first; None if not one of it."""
-    named = [i for i, e in enumerate(branches[0]) if e.alias_or_name == name]
+def _column_aliases(holder: exp.Expr | None) -> list[str]:
+    """The names of the column aliases of ``holder`` (a subquery, a CTE, a table):
+    ``a, b`` of ``AS q(a, b)``; none without them."""
+    alias = holder.args.get("alias") if holder is not None else None
+    if not isinstance(alias, exp.TableAlias):
+        return []
+    return [c.name for c in alias.columns]
+
+
+def _branch_type(
+    names: list[str], branches: list[list[exp.Expr]], name: str, columns: Mapping[int, T]
+) -> T | None:
+    """PostgreSQL's type of the column ``name`` of a query of the column names ``names``
+    and the select lists ``branches`` (:func:`_derived_branches`); None if not one of
+    it."""
+    named = [i for i, n in enumerate(names) if n == name]
     if len(named) != 1:
         return None
     values: list[exp.Expr | None] = [b[named[0]].unalias() for b in branches]
     if len(values) == 1:
         return _postgres_type(values[0], columns) if values[0] is not None else None
     return _common_type(values, columns)
+
+
+def _complete_column_aliases(tree: exp.Expr) -> None:
+    """A subquery's or CTE's column aliases fewer than its columns (``(SELECT 1 AS x, 2
+    AS y) AS q(a)``) are completed with the names of the rest (``q(a, y)``), as
+    PostgreSQL names them: Spark refused them (42802, ASSIGNMENT_ARITY_MISMATCH). Left
+    as they are where a name is not known here (a ``*``, an expression with no alias,
+    ``VALUES``): Spark refuses them then."""
+    for alias in list(tree.find_all(exp.TableAlias)):
+        holder = alias.parent
+        if not alias.columns or not isinstance(holder, exp.Subquery | exp.CTE):
+            continue
+        first = holder.this
+        while isinstance(first, exp.SetOperation | exp.Subquery):
+            first = first.this
+        if not isinstance(first, exp.Select):
+            continue
+        rest = first.expressions[len(alias.columns) :]
+        if any(not isinstance(e, exp.Alias | exp.Column) or e.is_star for e in rest):
+            continue
+        for value in rest:
+            alias.append("columns", exp.to_identifier(value.alias_or_name))
 
 
 def _naive_timestamps(tree: exp.Expr) -> None:

@@ -1,0 +1,138 @@
+"""The column types and errors a PostgreSQL client sees of a query on serve are
+PostgreSQL 15's.
+
+Each query's columns (their names and type OIDs) and rows are pinned as PostgreSQL 15
+answers them; :func:`test_postgresql_answers_the_same` asks it over a table of the same
+row, and :func:`test_postgresql_refuses_it_with_the_same_sqlstate` checks the errors are
+its own.
+"""
+
+from __future__ import annotations
+
+import decimal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from tests.integration.test_serve_numeric_cast import postgres_table, served_conn
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = pa.schema([("i", pa.int32()), ("s", pa.string())])
+ROW = (7, "x")
+POSTGRES_TABLE = "CREATE TABLE t (i int4, s text)"
+
+INT4, INT8, NUMERIC, TEXT = 23, 20, 1700, 25
+D = decimal.Decimal
+
+#: A query, and its columns (name, type OID) and rows as PostgreSQL answers them.
+RANKS = [
+    ("SELECT row_number() OVER (ORDER BY i) AS n FROM t", [("n", INT8)], [(1,)]),
+    ("SELECT rank() OVER (ORDER BY i) AS n FROM t", [("n", INT8)], [(1,)]),
+    ("SELECT dense_rank() OVER (ORDER BY i) AS n FROM t", [("n", INT8)], [(1,)]),
+    ("SELECT row_number() OVER (ORDER BY i) + 1 AS n FROM t", [("n", INT8)], [(2,)]),
+    ("SELECT ntile(2) OVER (ORDER BY i) AS n FROM t", [("n", INT4)], [(1,)]),
+]
+#: A string constant beside an integer is of the integer's type.
+TEXT_OPERANDS = [
+    ("SELECT '7' + 2 AS n", [("n", INT4)], [(9,)]),
+    ("SELECT i * ' 2 ' AS n FROM t", [("n", INT4)], [(14,)]),
+    ("SELECT ('7' - 1) / 4 AS n", [("n", INT4)], [(1,)]),
+]
+#: A derived table's column aliases name its columns, of their types.
+COLUMN_ALIASES = [
+    ("SELECT a, b FROM (SELECT 1, 2) AS t(a, b)", [("a", INT4), ("b", INT4)], [(1, 2)]),
+    (
+        "SELECT a / 2 AS n, b FROM (SELECT 7, 2.5) AS q(a, b)",
+        [("n", INT4), ("b", NUMERIC)],
+        [(3, D("2.5"))],
+    ),
+    ("SELECT k / 2 AS n FROM (SELECT i FROM t) AS z(k)", [("n", INT4)], [(3,)]),
+    ("WITH z(k) AS (SELECT i FROM t) SELECT k / 2 AS n FROM z", [("n", INT4)], [(3,)]),
+    ("SELECT * FROM (SELECT 1 AS x, 2 AS y) AS q(a)", [("a", INT4), ("y", INT4)], [(1, 2)]),
+    ("SELECT a FROM (SELECT 1 AS x, s FROM t) AS q(a)", [("a", INT4)], [(1,)]),
+]
+#: The column a join is USING is one, first, of its sides' common type.
+USING = [
+    ("SELECT i / 2 AS n FROM t JOIN t AS u USING (i)", [("n", INT4)], [(3,)]),
+    (
+        "SELECT k / 2 AS n FROM (SELECT 7 AS k) a JOIN (SELECT 7 AS k) b USING (k)",
+        [("n", INT4)],
+        [(3,)],
+    ),
+    (
+        "SELECT * FROM (SELECT 7 AS k, 'a' AS v) a JOIN (SELECT 'b' AS w, 7 AS k) b USING (k)",
+        [("k", INT4), ("v", TEXT), ("w", TEXT)],
+        [(7, "a", "b")],
+    ),
+    (
+        "SELECT * FROM t JOIN t AS u USING (i)",
+        [("i", INT4), ("s", TEXT), ("s", TEXT)],
+        [(7, "x", "x")],
+    ),
+]
+SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES + USING
+
+
+@pytest.fixture(scope="module")
+def conn(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A psycopg connection (autocommit) to a server over shard ``t`` of :data:`ROW`."""
+    with served_conn(spark, Path(tmp_path_factory.mktemp("types")), SCHEMA, ROW) as connection:
+        yield connection
+
+
+@pytest.fixture(scope="module")
+def postgres(postgres_dsn: str) -> Iterator[Any]:
+    with postgres_table(postgres_dsn, POSTGRES_TABLE, ROW) as connection:
+        yield connection
+
+
+def answer(conn: Any, sql: str) -> tuple[list[tuple[str, int]], list[tuple[Any, ...]]]:
+    """The columns (name, type OID) and the rows ``sql`` answers."""
+    cur = conn.execute(sql)
+    assert cur.description is not None
+    return [(c.name, c.type_code) for c in cur.description], cur.fetchall()
+
+
+@pytest.mark.parametrize(("sql", "columns", "rows"), SAME_AS_POSTGRESQL)
+def test_a_query_answers_the_columns_and_rows_postgresql_does(
+    conn: Any, sql: str, columns: list[tuple[str, int]], rows: list[tuple[Any, ...]]
+) -> None:
+    assert answer(conn, sql) == (columns, rows)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("sql", "columns", "rows"), SAME_AS_POSTGRESQL)
+def test_postgresql_answers_the_same(
+    postgres: Any, sql: str, columns: list[tuple[str, int]], rows: list[tuple[Any, ...]]
+) -> None:
+    assert answer(postgres, sql) == (columns, rows)
+
+
+#: A query PostgreSQL refuses, and the psycopg error its SQLSTATE is.
+ERRORS = [
+    ("SELECT '7.5' / 2 AS n", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT i / '7.5' AS n FROM t", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT '7.5' + 2 AS n", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT 'abc'::int AS n", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT '3000000000' / 2 AS n", psycopg.errors.NumericValueOutOfRange),
+]
+
+
+@pytest.mark.parametrize(("sql", "error"), ERRORS)
+def test_an_error_is_postgresql_s_sqlstate(conn: Any, sql: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        conn.execute(sql)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("sql", "error"), ERRORS)
+def test_postgresql_refuses_it_with_the_same_sqlstate(
+    postgres: Any, sql: str, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        postgres.execute(sql)

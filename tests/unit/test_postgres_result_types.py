@@ -1,0 +1,111 @@
+"""The rewrites that give a query's result columns the types PostgreSQL gives them, as
+Spark SQL text (no Spark).
+
+``tests/integration/test_serve_postgres_types.py`` runs such queries on serve and on
+PostgreSQL and compares what a client sees.
+"""
+
+from __future__ import annotations
+
+import pytest
+from tests.unit.test_postgres_arithmetic_rewrites import rewritten
+
+from timeshard.server.statements import SqlError
+
+
+def test_row_number_rank_and_dense_rank_are_int8s() -> None:
+    """PostgreSQL's are int8; Spark's are INTs, described to a client as int4."""
+    for name in ("ROW_NUMBER", "RANK", "DENSE_RANK"):
+        assert rewritten(f"SELECT {name.lower()}() OVER (ORDER BY i) AS n FROM t") == (
+            f"SELECT CAST({name}() OVER (ORDER BY i NULLS LAST) AS BIGINT) AS n FROM t"
+        )
+    assert rewritten("SELECT row_number() OVER (ORDER BY i) + 1 FROM t") == (
+        "SELECT CAST(ROW_NUMBER() OVER (ORDER BY i NULLS LAST) AS BIGINT) + 1 FROM t"
+    )
+    assert rewritten("SELECT ntile(2) OVER (ORDER BY i) FROM t") == (
+        "SELECT NTILE(2) OVER (ORDER BY i NULLS LAST) FROM t"
+    )
+
+
+def test_a_string_side_of_an_integer_operator_has_the_other_side_s_type() -> None:
+    """PostgreSQL's ``'7' + 2`` is the int4 9; Spark cast the text to a BIGINT (int8)."""
+    assert rewritten("SELECT '7' + 2") == "SELECT CAST('7' AS INT) + 2"
+    assert rewritten("SELECT s * ' 7 ' FROM t") == "SELECT s * CAST(' 7 ' AS SMALLINT) FROM t"
+    assert rewritten("SELECT ('7' - 1) / 2") == "SELECT CAST((CAST('7' AS INT) - 1) DIV 2 AS INT)"
+    for sql in ("SELECT '7' + 2.5", "SELECT '7' + x FROM t", "SELECT NULL + 2", "SELECT '7' + '2'"):
+        assert "CAST('7' AS" not in rewritten(sql), sql
+
+
+def test_text_that_is_no_integer_cast_to_one_is_postgresql_s_error() -> None:
+    """PostgreSQL answers 22P02 for text that is no integer and 22003 for one past the
+    type's range; Spark's cast answered 22018 for both."""
+    refused = {
+        "SELECT '7.5' / 2": ("22P02", 'invalid input syntax for type integer: "7.5"'),
+        "SELECT i / '7.5' FROM t": ("22P02", 'invalid input syntax for type integer: "7.5"'),
+        "SELECT '7.5' + 2": ("22P02", 'invalid input syntax for type integer: "7.5"'),
+        "SELECT 'abc'::int8": ("22P02", 'invalid input syntax for type bigint: "abc"'),
+        "SELECT '0x10' / 2": ("22P02", 'invalid input syntax for type integer: "0x10"'),
+        "SELECT '3000000000' / 2": ("22003", 'value "3000000000" is out of range for type integer'),
+        "SELECT '40000'::int2": ("22003", 'value "40000" is out of range for type smallint'),
+    }
+    for sql, (state, message) in refused.items():
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == (state, message), sql
+    assert rewritten("SELECT ' -7 '::int, TRY_CAST('x' AS INT)") == (
+        "SELECT CAST(' -7 ' AS INT), TRY_CAST('x' AS INT)"
+    )
+
+
+def test_a_column_alias_of_a_subquery_or_cte_names_its_column_and_keeps_its_type() -> None:
+    """PostgreSQL's ``SELECT a / 2 FROM (SELECT 7) AS q(a)`` is the int4 3; the aliased
+    column was of no type known here, and its quotient Spark's double 3.5."""
+    assert rewritten("SELECT a / 2 FROM (SELECT 7, 2.5) AS q(a, b)") == (
+        "SELECT CAST(a DIV 2 AS INT) FROM (SELECT 7, 2.5) AS q(a, b)"
+    )
+    assert rewritten("SELECT k / 2 FROM (SELECT i FROM t) AS z(k)") == (
+        "SELECT CAST(k DIV 2 AS INT) FROM (SELECT i FROM t) AS z(k)"
+    )
+    assert rewritten("WITH z(k) AS (SELECT i FROM t) SELECT k / 2 FROM z") == (
+        "WITH z(k) AS (SELECT i FROM t) SELECT CAST(k DIV 2 AS INT) FROM z"
+    )
+    assert rewritten("WITH z(k) AS (SELECT i FROM t) SELECT m / 2 FROM z AS w(m)") == (
+        "WITH z(k) AS (SELECT i FROM t) SELECT CAST(m DIV 2 AS INT) FROM z AS w(m)"
+    )
+    # The alias renames: the first list's name of the column is no longer one.
+    assert "DIV" not in rewritten("SELECT i / 2 FROM (SELECT i FROM t) AS z(k)")
+    assert "DIV" not in rewritten("SELECT a / 2 FROM (SELECT 7) AS q(a, b)")
+
+
+def test_column_aliases_fewer_than_the_columns_are_completed_with_their_names() -> None:
+    """PostgreSQL names the columns past the aliases as the query does; Spark refused
+    fewer aliases than columns (42802)."""
+    assert rewritten("SELECT * FROM (SELECT 1 AS x, i FROM t) AS q(a)") == (
+        "SELECT * FROM (SELECT 1 AS x, i FROM t) AS q(a, i)"
+    )
+    assert rewritten("WITH z(a) AS (SELECT 1 AS x, 2 AS y) SELECT y / 2 FROM z") == (
+        "WITH z(a, y) AS (SELECT 1 AS x, 2 AS y) SELECT CAST(y DIV 2 AS INT) FROM z"
+    )
+    for sql in ("SELECT * FROM (SELECT 1, 2) AS q(a)", "SELECT * FROM (SELECT * FROM t) AS q(a)"):
+        assert rewritten(sql).endswith("AS q(a)"), sql
+
+
+def test_a_column_a_join_is_using_is_of_both_sides_common_type() -> None:
+    """PostgreSQL's ``SELECT i / 2 FROM t JOIN t AS u USING (i)`` is the int4 3: the
+    column ``USING`` joins is one, of its sides' common type. Two relations had it, so it
+    was of no type known here, and its quotient Spark's double 3.5."""
+    assert rewritten("SELECT i / 2 FROM t JOIN t AS u USING (i)") == (
+        "SELECT CAST(i DIV 2 AS INT) FROM t JOIN t AS u USING (i)"
+    )
+    assert rewritten(
+        "SELECT k / 2 FROM (SELECT 7 AS k) AS a JOIN (SELECT 7::int8 AS k) AS b USING (k)"
+    ) == (
+        "SELECT CAST(k DIV 2 AS BIGINT) FROM (SELECT 7 AS k) AS a "
+        "JOIN (SELECT CAST(7 AS BIGINT) AS k) AS b USING (k)"
+    )
+    assert rewritten("SELECT x::int FROM t JOIN t AS u USING (x)") == (
+        "SELECT CAST(RINT(x) AS INT) FROM t JOIN t AS u USING (x)"
+    )
+    # Not joined USING it: a name two relations share is ambiguous (refused by both).
+    assert "DIV" not in rewritten("SELECT i / 2 FROM t JOIN t AS u ON t.i = u.i")
+    assert "DIV" not in rewritten("SELECT i / 2 FROM t JOIN t AS u USING (s)")
