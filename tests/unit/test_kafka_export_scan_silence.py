@@ -138,3 +138,24 @@ def test_a_progress_scan_whose_position_never_moves_is_a_silence(
     Leader.now = 0.0
     with pytest.raises(kafka_export.BrokerSilent, match=r"no fetch answered within 2\.0 s"):
         kafka_export._scan(Fetches(0.05, False), "p", "x", 0, 64, 2.0)
+
+
+class Unreached(Fetches):
+    """A progress partition's consumer whose polls return the client's event of a broker
+    it cannot reach (an error message, no record)."""
+
+    def poll(self, timeout: float) -> Any:
+        Leader.now += self.step_s
+        error = confluent_kafka.KafkaError(confluent_kafka.KafkaError._TRANSPORT)
+        return type("Message", (), {"error": staticmethod(lambda: error)})()
+
+
+def test_a_progress_scan_whose_fetches_reach_no_broker_is_a_silence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the client's event of an unreachable broker was an ordinary fault, which the
+    driver took for the broker's answer (its pause started anew)."""
+    monkeypatch.setattr(kafka_export, "time", Leader)
+    Leader.now = 0.0
+    with pytest.raises(kafka_export.BrokerSilent):
+        kafka_export._scan(Unreached(0.05, False), "p", "x", 0, 64, 2.0)

@@ -112,53 +112,97 @@ def test_a_commit_during_a_known_silence_asks_nothing_and_its_offsets_are_commit
 
 
 class Coordinator(Group):
-    """A consumer whose reads answer and whose group commits get no answer while
-    :attr:`silent` (only the group's coordinator is down)."""
+    """A consumer whose reads answer and whose group's coordinator (of ``timeshard-orders``
+    only) does not while :attr:`silent`: each ask of it waits its timeout on the clock,
+    as a real one does; or answers with :attr:`error`."""
 
     silent: ClassVar[bool] = True
-
-    def commit(self, offsets: Any, asynchronous: bool) -> None:
-        if Coordinator.silent and self.group == "timeshard-orders":
-            Brokers.waits.append(10.0)
-            raise confluent_kafka.KafkaException(KafkaError(KafkaError._TIMED_OUT))
-        Group.committed.append({str(tp.partition): tp.offset for tp in offsets})
+    error: ClassVar[int | None] = None
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
         self.group = config["group.id"]
 
+    def _coordinator(self, timeout: float) -> None:
+        if self.group != "timeshard-orders":
+            return
+        if Coordinator.silent:
+            Brokers.waits.append(timeout)
+            Clock.now += timeout
+            raise confluent_kafka.KafkaException(KafkaError(KafkaError._TIMED_OUT))
+        if Coordinator.error is not None:
+            raise confluent_kafka.KafkaException(KafkaError(Coordinator.error))
+
+    def committed(self, partitions: Any, timeout: float) -> Any:
+        self._coordinator(timeout)
+        return partitions
+
+    def commit(self, offsets: Any, asynchronous: bool) -> None:
+        self._coordinator(10.0)
+        Group.committed.append({str(tp.partition): tp.offset for tp in offsets})
+
+
+def coordinator_ticks(n: int, *sources: kafka_source.KafkaSource) -> list[str]:
+    """``n`` ticks one second apart: each source's upper, then its commit of the tick's
+    offset; the faults of the commits."""
+    faults = []
+    for _ in range(n):
+        Clock.now += 1.0
+        for source in sources:
+            assert source.upper() == {}
+            try:
+                source.commit({"0": int(Clock.now)})
+            except kafka_source.SourceUnavailable as e:
+                faults.append(str(e))
+    return faults
+
 
 @pytest.mark.usefixtures("brokers")
-def test_a_commit_that_gets_no_answer_pauses_that_groups_commits_alone(
+def test_a_silent_group_coordinator_is_probed_and_pauses_that_groups_commits_alone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Before (the first fix): a commit without an answer was the source's silence, which
-    its next upper, answered, ended at once, so every tick's commit waited its whole
-    timeout again (120 in 120 s); and it marked the cluster, so the other sources of the
-    cluster skipped their own group's commits."""
+    """Before: a commit without an answer was the source's silence, which its next upper
+    (answered) ended at once, so every tick's commit waited its whole timeout again; it
+    marked the cluster, so the cluster's other sources skipped their own groups' commits;
+    and, paused, a commit asked again with a full wait."""
     monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
-    Group.committed, Coordinator.silent = [], True
+    Group.committed, Coordinator.silent, Coordinator.error = [], True, None
     orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
     prices = kafka_source.KafkaSource("prices", backoff.UP, "prices", value_format="text")
-    faults = []
-    for tick in range(120):
-        Clock.now += 1.0
-        for source in (orders, prices):
-            assert source.upper() == {}
-        try:
-            orders.commit({"0": tick})
-        except kafka_source.SourceUnavailable as e:
-            faults.append(str(e))
-        prices.commit({"0": tick})  # its group answers: committed every tick
-        assert Group.committed[-1] == {"0": tick}
-    assert len(Brokers.waits) <= 10, len(Brokers.waits)  # pauses up to 30 s
-    assert len(set(faults)) == 1 and "committed again after a pause" in faults[0]
+    start = Clock.now
+    faults = coordinator_ticks(600, orders, prices)
+    # Waited on the silent coordinator: a full ask, then short probes (a full one every
+    # tenth at the longest pause), not a whole timeout on every tick.
+    assert sum(Brokers.waits) <= 0.1 * (Clock.now - start), Brokers.waits
+    assert faults and not [f for f in faults if "timeshard-prices" in f]
+    assert len({f for f in faults if "not asked" not in f}) <= 2, set(faults)
+    prices_commits = [c for c in Group.committed if c]
+    assert len(prices_commits) == 600  # the other group's every tick, none skipped
     Coordinator.silent = False
-    Clock.now += 30.0
-    orders.commit({"0": 120})
-    assert Group.committed[-1] == {"0": 120}
+    Clock.now += 31.0
+    orders.commit({"0": 10**6})
+    assert Group.committed[-1] == {"0": 10**6}
     orders.close()
     prices.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_an_error_the_coordinator_answers_starts_the_commit_pause_anew(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
+    Group.committed, Coordinator.silent, Coordinator.error = [], True, None
+    orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
+    coordinator_ticks(200, orders)  # the pause at its longest
+    Coordinator.silent, Coordinator.error = False, KafkaError.NOT_COORDINATOR
+    Clock.now += 31.0
+    faults = coordinator_ticks(3, orders)
+    assert all("NOT_COORDINATOR" in f for f in faults), faults
+    Coordinator.silent = True  # a later silence: after its first full ask, a probe at once
+    waits = len(Brokers.waits)
+    coordinator_ticks(2, orders)
+    assert Brokers.waits[waits:] == [10.0, 1.0]
+    orders.close()
 
 
 @pytest.mark.usefixtures("brokers")

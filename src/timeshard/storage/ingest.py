@@ -494,7 +494,8 @@ class Ingestion:
         try:
             commit(self.remap.resume_frontier(self.resume_upper()))
         except Exception as e:
-            return f"progress not reported upstream: {type(e).__name__}: {str(e)[:300]}"
+            # A silence's line ends with how it is asked meanwhile: kept whole.
+            return f"progress not reported upstream: {type(e).__name__}: {str(e)[:600]}"
         return None
 
     def _reopen(self) -> None:

@@ -135,7 +135,7 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from time import monotonic
-from typing import Any, ClassVar
+from typing import Any, ClassVar, overload
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -284,12 +284,16 @@ class BrokerSilence:
         weakref.WeakValueDictionary()
     )
 
-    def __init__(self, bootstrap_servers: str = "") -> None:
-        key = ",".join(sorted({s.strip().lower() for s in bootstrap_servers.split(",")} - {""}))
+    def __init__(self, bootstrap_servers: str = "", scope: str = "") -> None:
+        """``scope``: a part of the cluster whose silence is its own (a consumer group's
+        coordinator, ``group <id>``): the shared record is then that of the objects of
+        the cluster with the same scope, not the cluster's."""
+        servers = ",".join(sorted({s.strip().lower() for s in bootstrap_servers.split(",")} - {""}))
+        key = f"{servers}\n{scope}" if scope else servers
         with _CLUSTERS_LOCK:
             cluster = self._clusters.get(key)
             if cluster is None:
-                cluster = _ClusterSilence(key)
+                cluster = _ClusterSilence(servers)
                 self._clusters[key] = cluster
         #: The cluster's shared record (held: it is forgotten once no object holds it).
         self.cluster = cluster
@@ -408,21 +412,17 @@ class BrokerSilence:
             self.cluster.clear()
 
 
-#: What the fault line of a commit that got no answer says of the commits after it.
-COMMIT_THEN = (
-    "the offsets are kept and committed again after a pause (none at first, then "
-    f"{BrokerSilence.FIRST_PROBE_PAUSE_S:g} s, twice as long after each commit that gets no "
-    f"answer, up to {BrokerSilence.MAX_PROBE_PAUSE_S:g} s)"
-)
-
-
 class SharedSilence:
     """A KAFKA source's or export's :class:`BrokerSilence` (a descriptor): made for its
     ``bootstrap_servers`` at first use, so that building the object asks nothing of the
     cluster's records; ``del obj._silence`` forgets it when the object closes, and the
     cluster's shared record is forgotten once no open object holds it."""
 
-    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> SharedSilence: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> BrokerSilence: ...
+    def __get__(self, obj: Any, owner: type | None = None) -> SharedSilence | BrokerSilence:
         if obj is None:  # looked up on the class
             return self
         silence: BrokerSilence | None = obj.__dict__.get("_shared_silence")
@@ -507,11 +507,9 @@ class KafkaSource:
         self._topic_id: str | None = None
         #: The offsets to commit to the group that are not committed yet (:meth:`commit`).
         self._uncommitted: dict[str, int] = {}
-        #: The group coordinator's silence (:meth:`commit`): the fault of the last commit
-        #: that got no answer (None: answered), when the next may ask, and the pause after.
-        self._commit_fault: str | None = None
-        self._commit_at = 0.0  # monotonic
-        self._commit_pause_s = 0.0
+        #: The silence of the consumer group's coordinator (:meth:`commit`): its own,
+        #: shared with the objects that commit to the same group, not with the cluster.
+        self._commit_silence = BrokerSilence(bootstrap_servers, scope=f"group {self.group_id}")
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -760,12 +758,14 @@ class KafkaSource:
         of each partition).
 
         A commit that gets no answer is the silence of the group's coordinator,
-        which may be the only silent broker (the source's reads answered): the
-        commits after it wait a pause of their own, none at first, then
-        doubling from :attr:`BrokerSilence.FIRST_PROBE_PAUSE_S` up to
-        :attr:`BrokerSilence.MAX_PROBE_PAUSE_S`, and raise its fault meanwhile.
-        It is the group's alone: the source's reads, and the cluster's other
-        objects (each committing to its own group), go on asking.
+        which may be the only silent broker (the source's reads answered): a
+        :class:`BrokerSilence` of its own, shared with the objects that commit
+        to the same group only. The commits after it raise its fault without
+        asking until its pause has passed, then ask the coordinator for the
+        group's committed offsets within a short probe, and commit only once
+        that is answered. An error the coordinator answered with starts the
+        pause anew. The source's reads, and the cluster's other groups, go on
+        asking.
         """
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -778,26 +778,27 @@ class KafkaSource:
         known = self._silence.known()
         if known is not None:
             raise SourceUnavailable(known)
-        if self._commit_fault is not None and monotonic() < self._commit_at:
-            raise SourceUnavailable(self._commit_fault)
-        offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
+        consumer, silence = self._consumer(), self._commit_silence
+        asked = [TopicPartition(self.topic, int(p)) for p in sorted(wanted)]
+        failed = (
+            f"Kafka at {self.bootstrap_servers}: committing offsets of group "
+            f"{self.group_id!r} failed"
+        )
         try:
-            self._consumer().commit(offsets=offsets, asynchronous=False)
+            heard = silence.probe(lambda t: consumer.committed(asked, timeout=t), self.timeout_s)
+            if heard is not None:
+                raise SourceUnavailable(heard)
+            offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
+            consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
             error = e.args[0] if e.args else e
-            fault = (
-                f"Kafka at {self.bootstrap_servers}: committing offsets of group "
-                f"{self.group_id!r} failed: {error}"
-            )
             if _no_answer(error):
-                # One line for the whole silence (the health row is not rewritten per tick).
-                self._commit_fault = f"{fault}; {COMMIT_THEN}"
-                self._commit_at = monotonic() + self._commit_pause_s
-                self._commit_pause_s = _doubled(self._commit_pause_s)
-                raise SourceUnavailable(self._commit_fault) from None
-            raise SourceUnavailable(fault) from None
+                raise SourceUnavailable(silence.silent(f"{failed}: {error}")) from None
+            silence.fault = None  # answered, with an error: the pause starts anew
+            silence.answered()
+            raise SourceUnavailable(f"{failed}: {error}") from None
         self._uncommitted = {}
-        self._commit_fault, self._commit_pause_s = None, 0.0
+        silence.answered()
 
     def close(self) -> None:
         self._admin = None  # an AdminClient has no close: dropped, it ends its threads
