@@ -109,3 +109,24 @@ def test_a_column_a_join_is_using_is_of_both_sides_common_type() -> None:
     # Not joined USING it: a name two relations share is ambiguous (refused by both).
     assert "DIV" not in rewritten("SELECT i / 2 FROM t JOIN t AS u ON t.i = u.i")
     assert "DIV" not in rewritten("SELECT i / 2 FROM t JOIN t AS u USING (s)")
+
+
+@pytest.mark.parametrize(
+    ("sql", "oid"),
+    [
+        ("SELECT $1::int AS n", 25),  # declared text (pgjdbc's setString: varchar)
+        ("SELECT $1::int AS n", 1043),
+        ("SELECT $1 + (SELECT max(i) FROM t) AS n", 0),  # undeclared, not inferred
+        ("SELECT $1 / 2 AS n", 0),
+        ("SELECT i FROM t WHERE i = $1::int", 25),
+    ],
+)
+def test_a_described_statements_string_parameter_passes_the_integer_checks(
+    sql: str, oid: int
+) -> None:
+    """Before: Describe bound a string parameter as the text 'null', which the integer
+    checks refused (22P02), so a statement that returns rows was described as returning
+    none (NoData) to asyncpg and pgjdbc."""
+    from timeshard.server.statements import bind, placeholder
+
+    rewritten(bind(sql, [placeholder(oid)]))  # no SqlError

@@ -321,8 +321,10 @@ def placeholder(oid: int) -> Param:
         return Param("0", oid)
     if oid in _TIME_OIDS or oid == _INTERVAL_OID:
         return Param(None, oid)
-    # a string; "null" is JSON too, so a cast of it to json resolves (``$1::json``)
-    return Param("null", oid)
+    # A string: "0" is JSON (``$1::json`` resolves) and an integer's text (``$1::int``
+    # and ``$1 + 2`` resolve: the rewrites check a constant's text as PostgreSQL's
+    # integer input reads it).
+    return Param("0", oid)
 
 
 #: The types of a parameter PostgreSQL reads as a string where the statement casts it:
