@@ -71,7 +71,9 @@ def test_a_restored_view_is_the_query_its_entry_records_not_the_rewrites_of_now(
         recorded = {e.name: e.definition for e in read_catalog(client) if e.kind == "view"}
         assert recorded["v"]["sql"] == created.sql
         # A later server whose rewrites type the query otherwise (here: not at all).
-        monkeypatch.setattr(engine_module, "_numeric_casts", lambda tree, columns_of: None)
+        monkeypatch.setattr(
+            engine_module, "_numeric_casts", lambda tree, columns_of, version=0: None
+        )
         monkeypatch.setattr(engine_module, "_naive_timestamps", lambda tree: None)
         later = engine(client)
         try:
@@ -123,7 +125,9 @@ def test_a_statement_recorded_before_resolutions_were_gets_the_one_its_view_was_
         [held] = [e for e in read_catalog(client) if e.kind == "statement"]
         assert held.definition["resolved"] == {"sql": created.sql, "inputs": {"t": "t"}}
         # A later version whose rewrites type the query otherwise restores it as it was.
-        monkeypatch.setattr(engine_module, "_numeric_casts", lambda tree, columns_of: None)
+        monkeypatch.setattr(
+            engine_module, "_numeric_casts", lambda tree, columns_of, version=0: None
+        )
         restart(client)  # the view restored, no failure
         assert [d.sql for d in installed] == [created.sql] * 3
     finally:
@@ -164,7 +168,9 @@ def test_an_old_statement_that_resolves_otherwise_now_is_amended_only_once_its_v
         [held] = [e for e in read_catalog(client) if e.kind == "statement"]
         older = {k: v for k, v in held.definition.items() if k != "resolved"}
         Catalog(client).amend_statement("v", held.definition, older)
-        monkeypatch.setattr(engine_module, "_numeric_casts", lambda tree, columns_of: None)
+        monkeypatch.setattr(
+            engine_module, "_numeric_casts", lambda tree, columns_of, version=0: None
+        )
         restart(client)
         [held] = [e for e in read_catalog(client) if e.kind == "statement"]
         assert "resolved" not in held.definition

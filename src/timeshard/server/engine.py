@@ -93,6 +93,7 @@ from timeshard.server.dialect import DIALECT, STORED_DIALECT
 from timeshard.server.parameter_types import arrow_columns
 from timeshard.server.pgtypes import column_type
 from timeshard.server.query_rewrites import (
+    TYPING,
     _alias,
     _cte_references,
     _dates_moved_by_intervals,
@@ -160,9 +161,10 @@ _REMAP_SUFFIX = ".remap"
 #: at a restore, by another server and at a promotion, not resolved again: a change to
 #: those rewrites types the views created from then on otherwise and leaves the views
 #: recorded before as they are. Only the entries recorded before ``resolved`` was (at
-#: version 1) are resolved again: for them, a change that types a query otherwise must
-#: keep version 1's rewrites. A view recorded without ``typed`` keeps Spark's types.
-TYPED_VIEWS = 1
+#: version 1) are resolved again, with the rewrites of the version they record
+#: (``query_rewrites.TYPING``: a change that types a query otherwise is a new version).
+#: A view recorded without ``typed`` keeps Spark's types.
+TYPED_VIEWS = TYPING
 #: Per CREATE statement type: its command tag, and the kind of object it records.
 _CREATES: dict[type, tuple[str, str]] = {
     CreateSource: ("CREATE SOURCE", "source"),
@@ -691,7 +693,7 @@ class Engine:
         *,
         record: bool,
         seq: int | None = None,
-        typed: bool | None = None,
+        typed: int | None = None,
         resolved: tuple[str, dict[str, str]] | None = None,
         entry: Mapping[str, Any] | None = None,
     ) -> Result:
@@ -755,13 +757,16 @@ class Engine:
                 # A view taken over keeps the query its shard was made by: typed if that
                 # is this query typed (a CREATE of this server's that failed once it was
                 # recorded), else Spark's types (a run file's view, or one from before).
-                typed = before is None or before == self._typed_sql(statement.query)
+                same = before is None or before == self._typed_sql(statement.query)
+                typed = TYPED_VIEWS if same else 0
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
             if isinstance(statement, CreateView) and (record or resolved is None):
                 # None if it does not resolve: its install says why, in its place.
-                resolved = self._resolved(statement.query, stored=not typed)
+                resolved = self._resolved(
+                    statement.query, stored=not typed, version=typed or TYPED_VIEWS
+                )
             if record:
                 claim = {"sql": statement.sql, "seq": seq, "object": kind}
                 if typed:
@@ -778,7 +783,7 @@ class Engine:
                 if isinstance(statement, CreateSource):
                     obj = self._create_source(statement, seq, undo=claim is not None)
                 elif isinstance(statement, CreateView):
-                    obj = self._create_view(statement, seq, typed=bool(typed), recorded=resolved)
+                    obj = self._create_view(statement, seq, typed=typed or 0, recorded=resolved)
                 else:
                     obj = self._create_sink(statement, seq)
                 self._refuse_dropped_inputs(obj)
@@ -900,10 +905,12 @@ class Engine:
         except Exception as e:
             log.warning("cannot record the resolution of %s in its statement: %s", name, e)
 
-    def _resolved(self, query: str, *, stored: bool) -> tuple[str, dict[str, str]] | None:
+    def _resolved(
+        self, query: str, *, stored: bool, version: int = TYPED_VIEWS
+    ) -> tuple[str, dict[str, str]] | None:
         """:meth:`resolve`; None if ``query`` does not resolve."""
         try:
-            return self.resolve(query, stored=stored)
+            return self.resolve(query, stored=stored, version=version)
         except SqlError:
             return None
 
@@ -1115,12 +1122,12 @@ class Engine:
         statement: CreateView,
         seq: int,
         *,
-        typed: bool,
+        typed: int,
         recorded: tuple[str, dict[str, str]] | None = None,
     ) -> _Object:
-        """Install the view of ``statement``; ``typed``: its query is typed as an ad-hoc
-        query is (see :meth:`_create`), else it keeps Spark's types (a view recorded
-        before :data:`TYPED_VIEWS` was, or a run file's).
+        """Install the view of ``statement``; ``typed``: the version of the typing rewrites
+        its query has (:data:`TYPED_VIEWS`; see :meth:`_create`), else (0) it keeps Spark's
+        types (a view recorded before :data:`TYPED_VIEWS` was, or a run file's).
 
         ``recorded``: the Spark SQL and inputs the statement's entry records (see
         :meth:`_create`), installed as they are; None: resolved here.
@@ -1136,7 +1143,9 @@ class Engine:
                 if self._dropped(shard):
                     raise SqlError(f"relation {shard!r} was dropped", "42P01")
         else:
-            spark_sql, inputs = self.resolve(statement.query, stored=not typed)
+            spark_sql, inputs = self.resolve(
+                statement.query, stored=not typed, version=typed or TYPED_VIEWS
+            )
         if not inputs:
             raise SqlError("a materialized view must read at least one source or view", "22023")
         for shard in inputs.values():
@@ -1383,7 +1392,9 @@ class Engine:
             if s not in _SYSTEM_SHARDS and not s.endswith(_REMAP_SUFFIX)
         ]
 
-    def resolve(self, query: str, *, stored: bool = False) -> tuple[str, dict[str, str]]:
+    def resolve(
+        self, query: str, *, stored: bool = False, version: int = TYPED_VIEWS
+    ) -> tuple[str, dict[str, str]]:
         """``query`` (PostgreSQL) in Spark SQL, every shard it reads renamed; alias -> shard.
 
         A query's result is typed as PostgreSQL types it where Spark's differs (a date
@@ -1391,7 +1402,8 @@ class Engine:
         :func:`_numeric_casts`; a timestamp without time zone, :func:`_naive_timestamps`)
         unless ``stored``: the query of a view recorded before serve typed views' queries
         (:data:`TYPED_VIEWS`), or of a run file's view, keeps Spark's types, the schema
-        its shard holds.
+        its shard holds. ``version``: of the typing rewrites (:data:`TYPED_VIEWS`), the
+        one a recorded view's entry says it was made with.
 
         A table name is a shard's id: ``kv``, ``auction.bids`` or ``"auction.bids"``.
         ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).
@@ -1409,7 +1421,7 @@ class Engine:
         tree = normalize_identifiers(tree, dialect=DIALECT)
         known = set(self.known_shards())
         if not stored:
-            _numeric_casts(tree, functools.partial(self._shard_columns, known))
+            _numeric_casts(tree, functools.partial(self._shard_columns, known), version)
             _naive_timestamps(tree)
         _int_limits(tree)
         _refuse_writes(tree)
@@ -1716,20 +1728,21 @@ def _type_of(obj: _Object | None, kind: str) -> str:
     return kind if obj is None else _KIND_NAMES[obj.kind]
 
 
-def _typed(definition: Mapping[str, Any]) -> bool:
-    """Whether a recorded CREATE's view has the typing rewrites (:data:`TYPED_VIEWS`).
+def _typed(definition: Mapping[str, Any]) -> int:
+    """The version of the typing rewrites a recorded CREATE's view has (:data:`TYPED_VIEWS`;
+    0: none, Spark's types).
 
     CorruptState (an entry this server cannot read) for a version it does not know: a
     newer server's view, whose query it would type otherwise."""
     typed = definition.get("typed")
     if typed is None:
-        return False
-    if typed != TYPED_VIEWS:
+        return 0
+    if isinstance(typed, bool) or not isinstance(typed, int) or not 1 <= typed <= TYPED_VIEWS:
         raise CorruptState(
             f"the view's typing rewrites are version {typed!r}; this server has "
             f"{TYPED_VIEWS} (a newer server recorded it)"
         )
-    return True
+    return typed
 
 
 def _resolution(definition: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:

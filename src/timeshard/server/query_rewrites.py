@@ -39,6 +39,13 @@ T = exp.DType
 _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 
 
+#: The version of the typing rewrites (:func:`_numeric_casts`) a query gets by default,
+#: recorded with each view serve creates (``engine.TYPED_VIEWS``): 2 added PostgreSQL's
+#: int8 ranks, its integer input of string constants, and the types of columns under
+#: column aliases and joined ``USING``.
+TYPING = 2
+
+
 def _refuse_java_calls(tree: exp.Expr) -> None:
     """SqlError 42501 if ``tree`` calls a function of :data:`_JAVA_CALLS` anywhere.
 
@@ -292,7 +299,7 @@ _TEXT_TYPES = frozenset({T.TEXT, T.VARCHAR, T.CHAR, T.NVARCHAR, T.NCHAR})
 _WIDE = (MAX_DECIMAL_DIGITS, 18)
 
 
-def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
+def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING) -> None:
     """A cast to ``numeric`` (or ``decimal``) with no precision, which PostgreSQL reads as
     unconstrained, is a cast to the Spark DECIMAL that holds its operand exactly: Spark
     reads a bare DECIMAL as DECIMAL(10, 0), which rounded ``1.5::numeric`` to 2 and failed
@@ -331,6 +338,11 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     Before them too, a subquery's or CTE's column aliases fewer than its columns are
     completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
 
+    ``version``: of these rewrites (:data:`TYPING`). At 1 (a view recorded with version
+    1 and no resolution, installed again as it was made), ranks stay INTs, string
+    constants beside ``+ - * %`` and cast to integers are not typed or checked, and
+    columns under column aliases or joined ``USING`` are not typed.
+
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
     of it to an integral type rounds it first (``1.5::numeric::int`` is 2; Spark's cast
@@ -340,8 +352,10 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     PostgreSQL, one column's here, so a double or a string cast to numeric shows 18
     digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
     are rounded, and values past 10**20 are refused (22003)."""
+    postgres15 = version >= 2
     _interval_literals(tree)
-    _complete_column_aliases(tree)
+    if postgres15:
+        _complete_column_aliases(tree)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
@@ -349,13 +363,15 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     columns: dict[int, T] = {}
     typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
-    if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree):
-        columns, typed = _shard_column_types(tree, columns_of)
-    _untyped_integer_operands(tree, typed)
+    if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree, postgres15):
+        columns, typed = _shard_column_types(tree, columns_of, aliases=postgres15)
+    if postgres15:
+        _untyped_integer_operands(tree, typed)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
-    _bigint_ranks(tree)
-    _integer_texts(tree)
+    if postgres15:
+        _bigint_ranks(tree)
+        _integer_texts(tree)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     if not casts:
         return
@@ -529,13 +545,13 @@ def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             rounded.set("this", operand)
 
 
-def _typed_by_columns(tree: exp.Expr) -> bool:
+def _typed_by_columns(tree: exp.Expr, operators: bool = True) -> bool:
     """Whether :func:`_untyped_integer_operands`, :func:`_integer_quotients` or
     :func:`_float_casts_to_integers` need the type of a column of ``tree``
     (:func:`_shard_column_types`): a ``/`` none of whose sides is known to be no integer,
     a ``+ - * %`` of a string constant, or a cast to an integer type, with a column whose
     type the rest does not tell."""
-    for node in tree.find_all(exp.Div, exp.Cast, *_INTEGER_OPERATORS):
+    for node in tree.find_all(exp.Div, exp.Cast, *(_INTEGER_OPERATORS if operators else ())):
         if isinstance(node, _INTEGER_OPERATORS):
             sides = [s for s in (node.this, node.expression) if not _untyped(s)]
             if len(sides) != 1:
@@ -834,7 +850,9 @@ def _arithmetic_type(left: T | None, right: T | None) -> T | None:
     return T.DECIMAL
 
 
-def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int, T], dict[int, T]]:
+def _shard_column_types(
+    tree: exp.Expr, columns_of: ColumnsOf, aliases: bool = True
+) -> tuple[dict[int, T], dict[int, T]]:
     """The types of the columns of ``tree``, by the id of their node: the Spark types of
     those that are a column of a shard it reads, and PostgreSQL's types
     (:func:`_postgres_type`) of those and of the columns of a subquery or CTE it reads.
@@ -873,7 +891,7 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
         if isinstance(source, exp.Table):
             shard = None if renamed(source) else columns_of_table(source)
             return None if shard is None else {n.lower() for n in shard}
-        derived = _derived_branches(node, source) if isinstance(source, Scope) else None
+        derived = _derived_branches(node, source, aliases) if isinstance(source, Scope) else None
         return None if derived is None else {n.lower() for n in derived[0]}
 
     def owner_types(
@@ -882,7 +900,7 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
         """The Spark type and PostgreSQL's type of ``column`` of the relation ``source``
         (a shard's: both; a subquery's or CTE's: PostgreSQL's), None where not known."""
         if isinstance(source, Scope):
-            derived = _derived_branches(node, source)
+            derived = _derived_branches(node, source, aliases)
             return (
                 None,
                 None if derived is None else _branch_type(*derived, column.name, postgres),
@@ -925,7 +943,8 @@ def _shard_column_types(tree: exp.Expr, columns_of: ColumnsOf) -> tuple[dict[int
                 if not owners:
                     continue  # none of its relations has it: correlated, an outer scope's
                 seen.add(id(column))
-            if len(owners) != 1 and column.name.lower() not in _using_names(scope):
+            using = _using_names(scope) if aliases else set()
+            if len(owners) != 1 and column.name.lower() not in using:
                 continue  # ambiguous: Spark and PostgreSQL refuse it
             kinds = [owner_types(node, source, column) for node, source in owners]
             spark = {k for k, _ in kinds}
@@ -999,15 +1018,19 @@ def _grouped_columns(scope: object) -> list[exp.Column]:
 
 
 def _derived_branches(
-    node: exp.Expr, scope: object
+    node: exp.Expr, scope: object, aliases: bool = True
 ) -> tuple[list[str], list[list[exp.Expr]]] | None:
     """The column names and the select lists of the subquery or CTE ``scope`` (a sqlglot
     ``Scope``) that ``node`` reads: one list, or a ``UNION``'s (``INTERSECT``'s,
     ``EXCEPT``'s) each. A column's name is its first list's, or its column alias (``AS
     z(k)``, ``WITH z(k) AS``; the CTE's, then its reader's), PostgreSQL's names of the
     first columns when there are fewer aliases than columns. None where the names are
-    not known here: a ``*``, ``VALUES``, more aliases than columns."""
+    not known here: a ``*``, ``VALUES``, more aliases than columns; without ``aliases``
+    (the rewrites' version 1), any column alias."""
     query = getattr(scope, "expression", None)
+    holders = (query.parent if query is not None else None, node)  # the CTE's first
+    if not aliases and any(_column_aliases(h) for h in holders):
+        return None
     branches: list[list[exp.Expr]] = []
     pending = [query]
     while pending:
@@ -1023,11 +1046,11 @@ def _derived_branches(
     if len({len(b) for b in branches}) != 1:
         return None
     names = [e.alias_or_name for e in branches[0]]
-    for holder in (query.parent if query is not None else None, node):  # the CTE's first
-        aliases = _column_aliases(holder)
-        if len(aliases) > len(names):
+    for holder in holders:
+        named = _column_aliases(holder)
+        if len(named) > len(names):
             return None
-        names[: len(aliases)] = aliases
+        names[: len(named)] = named
     return names, branches
 
 

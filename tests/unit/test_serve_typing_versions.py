@@ -1,0 +1,90 @@
+"""A view recorded with the typing rewrites' version 1 and no resolution is installed again
+with version 1's rewrites, not the running server's (no Spark: the install is stubbed).
+
+Version 2 (``query_rewrites.TYPING``) types ranks as int8, string constants beside integer
+operators, and columns under column aliases or joined ``USING``: each would change such a
+view's schema, which its shard's refuses.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import sqlglot
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+from tests.unit.test_postgres_arithmetic_rewrites import COLUMNS
+
+from timeshard.errors import CorruptState
+from timeshard.location import Location
+from timeshard.location.memory import MemoryBlob, MemoryConsensus
+from timeshard.persist import PersistClient
+from timeshard.server import engine as engine_module
+from timeshard.server.dialect import DIALECT
+from timeshard.server.engine import TYPED_VIEWS, Engine, _typed
+from timeshard.server.query_rewrites import TYPING, _numeric_casts
+from timeshard.server.statements import parse
+
+#: Per query, what version 2 makes of it and version 1 leaves as it was.
+CHANGED = {
+    "SELECT row_number() OVER (ORDER BY i) AS n FROM t": "CAST(ROW_NUMBER()",
+    "SELECT '7' + i AS n FROM t": "CAST('7' AS INT)",
+    "SELECT k / 2 AS n FROM (SELECT i FROM t) AS z(k)": "DIV",
+    "SELECT i / 2 AS n FROM t JOIN t AS u USING (i)": "DIV",
+}
+
+
+def rewritten(sql: str, version: int) -> str:
+    tree = normalize_identifiers(sqlglot.parse_one(sql, read=DIALECT), dialect=DIALECT)
+    _numeric_casts(tree, COLUMNS.get, version)
+    return tree.sql("spark")
+
+
+@pytest.mark.parametrize("sql", sorted(CHANGED))
+def test_version_1_of_the_rewrites_leaves_what_version_2_types(sql: str) -> None:
+    assert TYPING == TYPED_VIEWS == 2
+    assert CHANGED[sql] in rewritten(sql, 2)
+    assert CHANGED[sql] not in rewritten(sql, 1)
+
+
+def test_version_1_does_not_check_a_string_constants_integer_input() -> None:
+    assert "CAST('7.5' AS" in rewritten("SELECT CAST('7.5' AS INT) AS n", 1)
+    with pytest.raises(Exception, match="invalid input syntax"):
+        rewritten("SELECT CAST('7.5' AS INT) AS n", 2)
+
+
+def test_an_entry_says_its_version_and_a_newer_one_is_refused() -> None:
+    assert _typed({}) == 0
+    assert _typed({"typed": 1}) == 1
+    assert _typed({"typed": 2}) == 2
+    for unknown in (3, True, "2"):
+        with pytest.raises(CorruptState):
+            _typed({"typed": unknown})
+
+
+@pytest.mark.parametrize(("version", "cast"), [(1, False), (2, True)])
+def test_a_restored_view_without_a_resolution_is_resolved_with_its_entrys_version(
+    monkeypatch: pytest.MonkeyPatch, version: int, cast: bool
+) -> None:
+    """Before: a version-1 entry with no resolution was resolved again with the running
+    rewrites, and its view then refused for its shard's schema (an INT rank now BIGINT)."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    client.open_writer("t", pa.schema([("i", pa.int32())])).expire()
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)
+    monkeypatch.setattr(engine, "_shard_columns", lambda known, name: {"i": "INT"})
+    installed: dict[str, Any] = {}
+
+    def create_view(statement: Any, seq: int, *, typed: int, recorded: Any) -> Any:
+        installed.update(typed=typed, sql=recorded[0])
+        raise engine_module.SqlError("stubbed: no Spark here", "XX000")
+
+    monkeypatch.setattr(engine, "_create_view", create_view)
+    statement = parse(
+        "CREATE MATERIALIZED VIEW v AS SELECT row_number() OVER (ORDER BY i) AS n FROM t"
+    )
+    with pytest.raises(engine_module.SqlError, match="stubbed"):
+        engine._create(statement, record=False, seq=1, typed=version, resolved=None)
+    assert installed["typed"] == version
+    assert ("AS BIGINT" in installed["sql"]) is cast, installed["sql"]
