@@ -123,22 +123,25 @@ class Coordinator(Group):
         super().__init__(config)
         self.group = config["group.id"]
 
-    def _coordinator(self, timeout: float) -> None:
+    #: The error the coordinator answers the probe (its committed offsets) with.
+    probe_error: ClassVar[int | None] = None
+
+    def _coordinator(self, timeout: float, error: int | None) -> None:
         if self.group != "timeshard-orders":
             return
         if Coordinator.silent:
             Brokers.waits.append(timeout)
             Clock.now += timeout
             raise confluent_kafka.KafkaException(KafkaError(KafkaError._TIMED_OUT))
-        if Coordinator.error is not None:
-            raise confluent_kafka.KafkaException(KafkaError(Coordinator.error))
+        if error is not None:
+            raise confluent_kafka.KafkaException(KafkaError(error))
 
     def committed(self, partitions: Any, timeout: float) -> Any:
-        self._coordinator(timeout)
+        self._coordinator(timeout, Coordinator.probe_error)
         return partitions
 
     def commit(self, offsets: Any, asynchronous: bool) -> None:
-        self._coordinator(10.0)
+        self._coordinator(10.0, Coordinator.error)
         Group.committed.append({str(tp.partition): tp.offset for tp in offsets})
 
 
@@ -167,6 +170,7 @@ def test_a_silent_group_coordinator_is_probed_and_pauses_that_groups_commits_alo
     and, paused, a commit asked again with a full wait."""
     monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
     Group.committed, Coordinator.silent, Coordinator.error = [], True, None
+    Coordinator.probe_error = None
     orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
     prices = kafka_source.KafkaSource("prices", backoff.UP, "prices", value_format="text")
     start = Clock.now
@@ -192,6 +196,7 @@ def test_an_error_the_coordinator_answers_starts_the_commit_pause_anew(
 ) -> None:
     monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
     Group.committed, Coordinator.silent, Coordinator.error = [], True, None
+    Coordinator.probe_error = None
     orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
     coordinator_ticks(200, orders)  # the pause at its longest
     Coordinator.silent, Coordinator.error = False, KafkaError.NOT_COORDINATOR
@@ -202,6 +207,26 @@ def test_an_error_the_coordinator_answers_starts_the_commit_pause_anew(
     waits = len(Brokers.waits)
     coordinator_ticks(2, orders)
     assert Brokers.waits[waits:] == [10.0, 1.0]
+    orders.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_an_error_the_coordinator_answers_the_probe_with_keeps_the_silence(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: an error answered to the probe started the pause anew, so the next tick's
+    commit asked in full, and waited its whole timeout, every other tick."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
+    Group.committed, Coordinator.silent, Coordinator.error = [], True, None
+    orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
+    coordinator_ticks(1, orders)  # the commit's silence
+    Coordinator.probe_error = KafkaError.NOT_COORDINATOR
+    Coordinator.silent = False
+    Clock.now += 31.0
+    faults = coordinator_ticks(60, orders)
+    assert all("NOT_COORDINATOR" in f for f in faults), faults
+    assert Brokers.waits == [10.0]  # the first commit alone, never again in full
+    Coordinator.probe_error = None
     orders.close()
 
 

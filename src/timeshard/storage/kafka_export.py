@@ -670,7 +670,8 @@ def _scan(
             # A short poll: the window ends with a transaction's commit marker, which is
             # never returned (a long poll waited its whole timeout there, every read).
             msg = consumer.poll(0.01)
-            if msg is None:
+            unanswered = msg is not None and msg.error() is not None and _no_answer(msg.error())
+            if msg is None or unanswered:  # no record: the position and the deadline decide
                 # Transaction markers hold offsets but are never returned: the
                 # position moves past them.
                 [tp] = consumer.position([TopicPartition(topic, 0)])
@@ -683,8 +684,6 @@ def _scan(
                     )
                 continue
             if msg.error() is not None:
-                if _no_answer(msg.error()):  # a fetch without an answer: the deadline decides
-                    continue
                 raise RuntimeError(f"progress topic {topic!r}: {msg.error()}")
             offset = msg.offset() or 0
             position, deadline = offset + 1, time.monotonic() + timeout_s

@@ -308,8 +308,9 @@ class BrokerSilence:
     def probe(self, ask: Callable[[float], object], timeout_s: float) -> str | None:
         """None if the broker may be asked in full; else the fault to raise. After this
         object's pause (or the cluster's, if only another object met the silence),
-        calls ``ask(timeout)`` (a metadata request, which raises KafkaException if the
-        broker does not answer within ``timeout``): an answer ends the silence (and the
+        calls ``ask(timeout)`` (a metadata request, or a group's committed offsets for a
+        group's scope, which raises KafkaException if the broker does not answer within
+        ``timeout``): an answer ends the silence (and the
         cluster's record), none starts the next, doubled, pause."""
         from confluent_kafka import KafkaException
 
@@ -763,9 +764,11 @@ class KafkaSource:
         to the same group only. The commits after it raise its fault without
         asking until its pause has passed, then ask the coordinator for the
         group's committed offsets within a short probe, and commit only once
-        that is answered. An error the coordinator answered with starts the
-        pause anew. The source's reads, and the cluster's other groups, go on
-        asking.
+        that is answered. An error the coordinator answered a commit with
+        starts the pause anew (one it answered the probe with does not). The
+        source's reads, and the cluster's other groups, go on asking. A
+        coordinator that answers the probe but not the commit costs a full
+        wait at each pause's end (one per 30 s at the longest).
         """
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -786,15 +789,18 @@ class KafkaSource:
         )
         try:
             heard = silence.probe(lambda t: consumer.committed(asked, timeout=t), self.timeout_s)
-            if heard is not None:
-                raise SourceUnavailable(heard)
+        except KafkaException as e:  # the probe answered with an error: the silence stays
+            raise SourceUnavailable(f"{failed}: {e.args[0] if e.args else e}") from None
+        if heard is not None:
+            raise SourceUnavailable(heard)
+        try:
             offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
             consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as e:
             error = e.args[0] if e.args else e
             if _no_answer(error):
                 raise SourceUnavailable(silence.silent(f"{failed}: {error}")) from None
-            silence.fault = None  # answered, with an error: the pause starts anew
+            silence.fault = None  # the commit answered, with an error: the pause starts anew
             silence.answered()
             raise SourceUnavailable(f"{failed}: {error}") from None
         self._uncommitted = {}
