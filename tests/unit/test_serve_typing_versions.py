@@ -44,7 +44,7 @@ def rewritten(sql: str, version: int) -> str:
 
 @pytest.mark.parametrize("sql", sorted(CHANGED))
 def test_version_1_of_the_rewrites_leaves_what_version_2_types(sql: str) -> None:
-    assert TYPING == TYPED_VIEWS == 2
+    assert TYPING == 2 and TYPED_VIEWS == 1
     assert CHANGED[sql] in rewritten(sql, 2)
     assert CHANGED[sql] not in rewritten(sql, 1)
 
@@ -56,12 +56,16 @@ def test_version_1_does_not_check_a_string_constants_integer_input() -> None:
 
 
 def test_an_entry_says_its_version_and_a_newer_one_is_refused() -> None:
+    """``typed`` stays 1 (a server from before versions installs an entry from its
+    resolution); the version is ``typing``, 1 where an entry records none."""
     assert _typed({}) == 0
     assert _typed({"typed": 1}) == 1
-    assert _typed({"typed": 2}) == 2
-    for unknown in (3, True, "2"):
+    assert _typed({"typed": 1, "typing": 2}) == 2
+    for unknown in ({"typed": 2}, {"typed": True}, {"typed": 1, "typing": 3}):
         with pytest.raises(CorruptState):
-            _typed({"typed": unknown})
+            _typed(unknown)
+    with pytest.raises(CorruptState):
+        _typed({"typed": 1, "typing": "2"})
 
 
 @pytest.mark.parametrize(("version", "cast"), [(1, False), (2, True)])
@@ -88,3 +92,20 @@ def test_a_restored_view_without_a_resolution_is_resolved_with_its_entrys_versio
         engine._create(statement, record=False, seq=1, typed=version, resolved=None)
     assert installed["typed"] == version
     assert ("AS BIGINT" in installed["sql"]) is cast, installed["sql"]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_view_taken_over_keeps_the_version_that_made_its_sql(
+    monkeypatch: pytest.MonkeyPatch, version: int
+) -> None:
+    """Before: a client's CREATE of a name whose view a version-1 server had recorded
+    compared that view's SQL with version 2's only, and took the view as untyped."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    client.open_writer("t", pa.schema([("i", pa.int32())])).expire()
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)
+    monkeypatch.setattr(engine, "_shard_columns", lambda known, name: {"i": "INT"})
+    query = "SELECT row_number() OVER (ORDER BY i) AS n FROM t"
+    made = engine._typed_sql(query, version)
+    assert made is not None
+    assert engine._version_of(query, made) == version
+    assert engine._version_of(query, "SELECT 1") == 0

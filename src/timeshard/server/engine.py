@@ -154,17 +154,19 @@ _OBJECT_COLUMNS = {
 _SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
 #: A source's remap shard is named ``<source>.remap``: its reclocking bindings, internal to it.
 _REMAP_SUFFIX = ".remap"
-#: The version of the typing rewrites a view's query has (:meth:`Engine.resolve` without
-#: ``stored``: an unconstrained numeric keeps its value, a timestamp has no zone, ...),
-#: recorded as ``typed`` in the statement's entry of a view serve created. The entry
+#: Recorded as ``typed`` in the statement's entry of a view serve created: its query has
+#: the typing rewrites (:meth:`Engine.resolve` without ``stored``: an unconstrained
+#: numeric keeps its value, a timestamp has no zone, ...), of the version the entry
+#: records as ``typing`` (``query_rewrites.TYPING``; 1 if it records none). The entry
 #: records the query's resolution too (``resolved``), from which the view is installed
 #: at a restore, by another server and at a promotion, not resolved again: a change to
 #: those rewrites types the views created from then on otherwise and leaves the views
-#: recorded before as they are. Only the entries recorded before ``resolved`` was (at
-#: version 1) are resolved again, with the rewrites of the version they record
-#: (``query_rewrites.TYPING``: a change that types a query otherwise is a new version).
-#: A view recorded without ``typed`` keeps Spark's types.
-TYPED_VIEWS = TYPING
+#: recorded before as they are. Only the entries recorded before ``resolved`` was are
+#: resolved again, with the rewrites of the version they record (a change that types a
+#: query otherwise is a new version). ``typed`` stays 1, so that a server from before
+#: versions installs the new entries from their resolution. A view recorded without
+#: ``typed`` keeps Spark's types.
+TYPED_VIEWS = 1
 #: Per CREATE statement type: its command tag, and the kind of object it records.
 _CREATES: dict[type, tuple[str, str]] = {
     CreateSource: ("CREATE SOURCE", "source"),
@@ -700,10 +702,11 @@ class Engine:
         """Run a CREATE: claim its name in the catalog (``record``: a client's statement;
         else one the catalog records, restored or another server's, of sequence ``seq``).
 
-        ``typed``, for a view: its query has the typing rewrites of ad-hoc queries
-        (:meth:`resolve`), as its recorded entry says (:func:`_typed`); None for a
-        client's CREATE, which types a new view's query and records that it did, and
-        leaves a view recorded before (a run file's, taken over) as its shard is.
+        ``typed``, for a view: the version of the typing rewrites of ad-hoc queries
+        (:meth:`resolve`) its query has, as its recorded entry says (:func:`_typed`; 0:
+        none); None for a client's CREATE, which types a new view's query and records
+        that it did, and leaves a view recorded before (a run file's, taken over) as its
+        shard is (with the version that resolves it so, if any).
 
         ``resolved``, for a view the catalog records: the Spark SQL and inputs its
         statement's entry records (:func:`_resolution`; None for an entry recorded
@@ -757,20 +760,19 @@ class Engine:
                 # A view taken over keeps the query its shard was made by: typed if that
                 # is this query typed (a CREATE of this server's that failed once it was
                 # recorded), else Spark's types (a run file's view, or one from before).
-                same = before is None or before == self._typed_sql(statement.query)
-                typed = TYPED_VIEWS if same else 0
+                typed = TYPING if before is None else self._version_of(statement.query, before)
             # The name is claimed in the catalog first: of two servers creating one name at
             # once, one gets it, and the other builds nothing (no write to its shards).
             claim = None
             if isinstance(statement, CreateView) and (record or resolved is None):
                 # None if it does not resolve: its install says why, in its place.
                 resolved = self._resolved(
-                    statement.query, stored=not typed, version=typed or TYPED_VIEWS
+                    statement.query, stored=not typed, version=typed or TYPING
                 )
             if record:
                 claim = {"sql": statement.sql, "seq": seq, "object": kind}
                 if typed:
-                    claim["typed"] = TYPED_VIEWS
+                    claim["typed"], claim["typing"] = TYPED_VIEWS, typed
                 if resolved is not None:
                     claim["resolved"] = {"sql": resolved[0], "inputs": dict(resolved[1])}
                 if self._catalog.claim_statement(statement.name, claim) is not None:
@@ -878,13 +880,20 @@ class Engine:
                 log.warning("closing %s, whose CREATE was canceled: %s", obj.name, e)
         raise SqlError("canceling statement due to user request", "57014")
 
-    def _typed_sql(self, query: str) -> str | None:
-        """``query`` resolved with the typing rewrites; None if it does not resolve (its
-        view's install says why, in its place)."""
+    def _typed_sql(self, query: str, version: int = TYPING) -> str | None:
+        """``query`` resolved with the typing rewrites of ``version``; None if it does not
+        resolve (its view's install says why, in its place)."""
         try:
-            return self.resolve(query)[0]
+            return self.resolve(query, version=version)[0]
         except SqlError:
             return None
+
+    def _version_of(self, query: str, recorded: str) -> int:
+        """The version of the typing rewrites that resolve ``query`` to the Spark SQL
+        ``recorded`` (a view's, taken over), the newest first; 0 if none does (Spark's
+        types: a run file's view, or one from before views were typed)."""
+        versions = range(TYPING, 0, -1)
+        return next((v for v in versions if recorded == self._typed_sql(query, v)), 0)
 
     def _record_resolution(
         self, name: str, entry: Mapping[str, Any], resolved: tuple[str, dict[str, str]]
@@ -906,7 +915,7 @@ class Engine:
             log.warning("cannot record the resolution of %s in its statement: %s", name, e)
 
     def _resolved(
-        self, query: str, *, stored: bool, version: int = TYPED_VIEWS
+        self, query: str, *, stored: bool, version: int = TYPING
     ) -> tuple[str, dict[str, str]] | None:
         """:meth:`resolve`; None if ``query`` does not resolve."""
         try:
@@ -1126,8 +1135,8 @@ class Engine:
         recorded: tuple[str, dict[str, str]] | None = None,
     ) -> _Object:
         """Install the view of ``statement``; ``typed``: the version of the typing rewrites
-        its query has (:data:`TYPED_VIEWS`; see :meth:`_create`), else (0) it keeps Spark's
-        types (a view recorded before :data:`TYPED_VIEWS` was, or a run file's).
+        its query has (its entry's ``typing``; see :meth:`_create`), else (0) it keeps
+        Spark's types (a view recorded before :data:`TYPED_VIEWS` was, or a run file's).
 
         ``recorded``: the Spark SQL and inputs the statement's entry records (see
         :meth:`_create`), installed as they are; None: resolved here.
@@ -1144,7 +1153,7 @@ class Engine:
                     raise SqlError(f"relation {shard!r} was dropped", "42P01")
         else:
             spark_sql, inputs = self.resolve(
-                statement.query, stored=not typed, version=typed or TYPED_VIEWS
+                statement.query, stored=not typed, version=typed or TYPING
             )
         if not inputs:
             raise SqlError("a materialized view must read at least one source or view", "22023")
@@ -1393,7 +1402,7 @@ class Engine:
         ]
 
     def resolve(
-        self, query: str, *, stored: bool = False, version: int = TYPED_VIEWS
+        self, query: str, *, stored: bool = False, version: int = TYPING
     ) -> tuple[str, dict[str, str]]:
         """``query`` (PostgreSQL) in Spark SQL, every shard it reads renamed; alias -> shard.
 
@@ -1729,20 +1738,22 @@ def _type_of(obj: _Object | None, kind: str) -> str:
 
 
 def _typed(definition: Mapping[str, Any]) -> int:
-    """The version of the typing rewrites a recorded CREATE's view has (:data:`TYPED_VIEWS`;
-    0: none, Spark's types).
+    """The version of the typing rewrites a recorded CREATE's view has (:data:`TYPED_VIEWS`:
+    its ``typing``, 1 if it records none; 0 without ``typed``: Spark's types).
 
     CorruptState (an entry this server cannot read) for a version it does not know: a
     newer server's view, whose query it would type otherwise."""
     typed = definition.get("typed")
     if typed is None:
         return 0
-    if isinstance(typed, bool) or not isinstance(typed, int) or not 1 <= typed <= TYPED_VIEWS:
+    version = definition.get("typing", 1)
+    known = isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= TYPING
+    if typed != TYPED_VIEWS or isinstance(typed, bool) or not known:
         raise CorruptState(
-            f"the view's typing rewrites are version {typed!r}; this server has "
-            f"{TYPED_VIEWS} (a newer server recorded it)"
+            f"the view's typing rewrites are {typed!r}, version {version!r}; this server "
+            f"has version {TYPING} (a newer server recorded it)"
         )
-    return typed
+    return int(version)
 
 
 def _resolution(definition: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:
