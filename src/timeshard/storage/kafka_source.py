@@ -406,9 +406,9 @@ class BrokerSilence:
         return None if heard is None else _not_asked(self.cluster.servers, heard)
 
     def answered(self) -> None:
-        """The broker answered a full ask of this object: its next silence starts from no
-        pause, and the cluster answers (its shared record ends)."""
-        self._pause_s, self._probes_at_cap = 0.0, 0
+        """The broker answered a full ask of this object (an error or not): no silence, its
+        next starts from no pause, and the cluster answers (its shared record ends)."""
+        self.fault, self._pause_s, self._probes_at_cap = None, 0.0, 0
         with _CLUSTERS_LOCK:
             self.cluster.clear()
 
@@ -764,9 +764,9 @@ class KafkaSource:
         to the same group only. The commits after it raise its fault without
         asking until its pause has passed, then ask the coordinator for the
         group's committed offsets within a short probe, and commit only once
-        that is answered. An error the coordinator answered a commit with
-        starts the pause anew (one it answered the probe with does not). The
-        source's reads, and the cluster's other groups, go on asking. A
+        that is answered (with an error too: the commit's own answer decides).
+        An error the coordinator answers the commit with starts the pause anew.
+        The source's reads, and the cluster's other groups, go on asking. A
         coordinator that answers the probe but not the commit costs a full
         wait at each pause's end (one per 30 s at the longest).
         """
@@ -789,8 +789,8 @@ class KafkaSource:
         )
         try:
             heard = silence.probe(lambda t: consumer.committed(asked, timeout=t), self.timeout_s)
-        except KafkaException as e:  # the probe answered with an error: the silence stays
-            raise SourceUnavailable(f"{failed}: {e.args[0] if e.args else e}") from None
+        except KafkaException:  # the coordinator answered the probe, with an error
+            heard = None  # the commit is asked: its own answer ends the silence or not
         if heard is not None:
             raise SourceUnavailable(heard)
         try:
@@ -800,8 +800,7 @@ class KafkaSource:
             error = e.args[0] if e.args else e
             if _no_answer(error):
                 raise SourceUnavailable(silence.silent(f"{failed}: {error}")) from None
-            silence.fault = None  # the commit answered, with an error: the pause starts anew
-            silence.answered()
+            silence.answered()  # the commit answered, with an error: the pause starts anew
             raise SourceUnavailable(f"{failed}: {error}") from None
         self._uncommitted = {}
         silence.answered()
