@@ -44,7 +44,7 @@ def rewritten(sql: str, version: int) -> str:
 
 @pytest.mark.parametrize("sql", sorted(CHANGED))
 def test_version_1_of_the_rewrites_leaves_what_version_2_types(sql: str) -> None:
-    assert TYPING == 2 and TYPED_VIEWS == 1
+    assert TYPING == TYPED_VIEWS == 2
     assert CHANGED[sql] in rewritten(sql, 2)
     assert CHANGED[sql] not in rewritten(sql, 1)
 
@@ -56,16 +56,34 @@ def test_version_1_does_not_check_a_string_constants_integer_input() -> None:
 
 
 def test_an_entry_says_its_version_and_a_newer_one_is_refused() -> None:
-    """``typed`` stays 1 (a server from before versions installs an entry from its
-    resolution); the version is ``typing``, 1 where an entry records none."""
     assert _typed({}) == 0
     assert _typed({"typed": 1}) == 1
-    assert _typed({"typed": 1, "typing": 2}) == 2
-    for unknown in ({"typed": 2}, {"typed": True}, {"typed": 1, "typing": 3}):
+    assert _typed({"typed": 2}) == 2
+    for unknown in (3, True, "2"):
         with pytest.raises(CorruptState):
-            _typed(unknown)
-    with pytest.raises(CorruptState):
-        _typed({"typed": 1, "typing": "2"})
+            _typed({"typed": unknown})
+
+
+@pytest.mark.parametrize(
+    ("query", "recorded"),
+    [
+        ("SELECT i / 2 AS h FROM t", 1),  # no rewrite of version 2 changes it
+        ("SELECT row_number() OVER (ORDER BY i) AS n FROM t", 2),
+    ],
+)
+def test_a_created_views_entry_records_the_lowest_version_that_resolves_it_alike(
+    monkeypatch: pytest.MonkeyPatch, query: str, recorded: int
+) -> None:
+    """Before: every new entry recorded the newest version, so a server of version 1
+    (which resolves an entry again when it reads no resolution) installed a view the
+    new rewrites typed otherwise; and one that no new rewrite changes was refused."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    client.open_writer("t", pa.schema([("i", pa.int32())])).expire()
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)
+    monkeypatch.setattr(engine, "_shard_columns", lambda known, name: {"i": "INT"})
+    resolved = engine.resolve(query)
+    assert engine._lowest_version(query, resolved, TYPING) == recorded
+    assert engine._lowest_version(query, None, TYPING) == TYPING
 
 
 @pytest.mark.parametrize(("version", "cast"), [(1, False), (2, True)])

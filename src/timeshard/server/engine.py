@@ -154,19 +154,20 @@ _OBJECT_COLUMNS = {
 _SYSTEM_SHARDS = (CATALOG_SHARD, STATUS_SHARD)
 #: A source's remap shard is named ``<source>.remap``: its reclocking bindings, internal to it.
 _REMAP_SUFFIX = ".remap"
-#: Recorded as ``typed`` in the statement's entry of a view serve created: its query has
-#: the typing rewrites (:meth:`Engine.resolve` without ``stored``: an unconstrained
-#: numeric keeps its value, a timestamp has no zone, ...), of the version the entry
-#: records as ``typing`` (``query_rewrites.TYPING``; 1 if it records none). The entry
-#: records the query's resolution too (``resolved``), from which the view is installed
-#: at a restore, by another server and at a promotion, not resolved again: a change to
-#: those rewrites types the views created from then on otherwise and leaves the views
-#: recorded before as they are. Only the entries recorded before ``resolved`` was are
-#: resolved again, with the rewrites of the version they record (a change that types a
-#: query otherwise is a new version). ``typed`` stays 1, so that a server from before
-#: versions installs the new entries from their resolution. A view recorded without
+#: The newest version of the typing rewrites (:meth:`Engine.resolve` without ``stored``:
+#: an unconstrained numeric keeps its value, a timestamp has no zone, ...;
+#: ``query_rewrites.TYPING``). The statement's entry of a view serve created records as
+#: ``typed`` the lowest version whose rewrites resolve its query as it was installed: a
+#: server refuses an entry of a version it does not know (CorruptState), so an older one
+#: never types such a view's query otherwise, and a view no newer rewrite changes stays
+#: readable to it. The entry records the query's resolution too (``resolved``), from
+#: which the view is installed at a restore, by another server and at a promotion, not
+#: resolved again: a change to those rewrites types the views created from then on
+#: otherwise and leaves the views recorded before as they are. Only the entries recorded
+#: before ``resolved`` was are resolved again, with the rewrites of their version (a
+#: change that types a query otherwise is a new version). A view recorded without
 #: ``typed`` keeps Spark's types.
-TYPED_VIEWS = 1
+TYPED_VIEWS = TYPING
 #: Per CREATE statement type: its command tag, and the kind of object it records.
 _CREATES: dict[type, tuple[str, str]] = {
     CreateSource: ("CREATE SOURCE", "source"),
@@ -771,8 +772,8 @@ class Engine:
                 )
             if record:
                 claim = {"sql": statement.sql, "seq": seq, "object": kind}
-                if typed:
-                    claim["typed"], claim["typing"] = TYPED_VIEWS, typed
+                if typed and isinstance(statement, CreateView):
+                    claim["typed"] = self._lowest_version(statement.query, resolved, typed)
                 if resolved is not None:
                     claim["resolved"] = {"sql": resolved[0], "inputs": dict(resolved[1])}
                 if self._catalog.claim_statement(statement.name, claim) is not None:
@@ -887,6 +888,17 @@ class Engine:
             return self.resolve(query, version=version)[0]
         except SqlError:
             return None
+
+    def _lowest_version(
+        self, query: str, resolved: tuple[str, dict[str, str]] | None, version: int
+    ) -> int:
+        """The lowest version of the typing rewrites, up to ``version``, that resolves
+        ``query`` as ``version`` did (``resolved``; ``version`` itself if it did not
+        resolve): the one a view's entry records (:data:`TYPED_VIEWS`)."""
+        if resolved is None:
+            return version
+        versions = range(1, version)
+        return next((v for v in versions if resolved[0] == self._typed_sql(query, v)), version)
 
     def _version_of(self, query: str, recorded: str) -> int:
         """The version of the typing rewrites that resolve ``query`` to the Spark SQL
@@ -1135,7 +1147,7 @@ class Engine:
         recorded: tuple[str, dict[str, str]] | None = None,
     ) -> _Object:
         """Install the view of ``statement``; ``typed``: the version of the typing rewrites
-        its query has (its entry's ``typing``; see :meth:`_create`), else (0) it keeps
+        its query has (its entry's ``typed``; see :meth:`_create`), else (0) it keeps
         Spark's types (a view recorded before :data:`TYPED_VIEWS` was, or a run file's).
 
         ``recorded``: the Spark SQL and inputs the statement's entry records (see
@@ -1738,22 +1750,20 @@ def _type_of(obj: _Object | None, kind: str) -> str:
 
 
 def _typed(definition: Mapping[str, Any]) -> int:
-    """The version of the typing rewrites a recorded CREATE's view has (:data:`TYPED_VIEWS`:
-    its ``typing``, 1 if it records none; 0 without ``typed``: Spark's types).
+    """The version of the typing rewrites a recorded CREATE's view has (:data:`TYPED_VIEWS`;
+    0 without ``typed``: Spark's types).
 
     CorruptState (an entry this server cannot read) for a version it does not know: a
     newer server's view, whose query it would type otherwise."""
     typed = definition.get("typed")
     if typed is None:
         return 0
-    version = definition.get("typing", 1)
-    known = isinstance(version, int) and not isinstance(version, bool) and 1 <= version <= TYPING
-    if typed != TYPED_VIEWS or isinstance(typed, bool) or not known:
+    if isinstance(typed, bool) or not isinstance(typed, int) or not 1 <= typed <= TYPED_VIEWS:
         raise CorruptState(
-            f"the view's typing rewrites are {typed!r}, version {version!r}; this server "
-            f"has version {TYPING} (a newer server recorded it)"
+            f"the view's typing rewrites are version {typed!r}; this server has versions "
+            f"1 to {TYPED_VIEWS} (a newer server recorded it)"
         )
-    return int(version)
+    return typed
 
 
 def _resolution(definition: Mapping[str, Any]) -> tuple[str, dict[str, str]] | None:

@@ -39,10 +39,10 @@ T = exp.DType
 _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 
 
-#: The version of the typing rewrites (:func:`_numeric_casts`) a query gets by default,
-#: recorded with each view serve creates (``engine.TYPED_VIEWS``): 2 added PostgreSQL's
-#: int8 ranks, its integer input of string constants, and the types of columns under
-#: column aliases and joined ``USING``.
+#: The version of the typing rewrites (:func:`_numeric_casts`) a query gets by default; a
+#: view's entry records the lowest that resolves its query alike (``engine.TYPED_VIEWS``).
+#: 2 added PostgreSQL's int8 ranks, its integer input of string constants, and the types
+#: of columns under column aliases and joined ``USING``.
 TYPING = 2
 
 
