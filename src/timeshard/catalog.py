@@ -56,17 +56,18 @@ Definitions:
 * ``export``: ``source`` (the source's name), ``subsource``, ``envelope``
   (``none`` | ``upsert``) and ``key_columns``;
 * ``statement``: the SQL that created an object of ``timeshard serve``
-  (:mod:`timeshard.server.engine`): ``sql`` (its CREATE statement),
-  ``seq`` (the order of creation, in which a restarted server replays them)
-  and ``object`` (``source`` | ``view``); a view's has ``typed`` (the version
-  of the typing rewrites its query has, :data:`~timeshard.server.engine.TYPED_VIEWS`)
-  if serve typed it: a server older than that field resolves such a view's
-  query untyped, so a location with typed views is served by servers that
-  know it; and ``resolved`` (``sql``, the view's query in Spark SQL, and
-  ``inputs``, alias -> shard), which a restore installs as it is rather than
-  resolving the query again (an entry without it, older or of a query that did
-  not resolve at its CREATE, is resolved again). DROP deletes the row. The object
-  itself is also recorded under its own kind, as any view or source is.
+  (:mod:`timeshard.server.engine`): ``sql`` (its CREATE statement), ``seq``
+  (the order of creation, in which a restarted server replays them) and
+  ``object`` (``source`` | ``view``); a view's has ``typed`` (the lowest
+  version of the typing rewrites that resolves its query alike,
+  :data:`~timeshard.server.engine.TYPED_VIEWS`) if serve typed it: a server
+  older than that field resolves such a view's query untyped, so a location
+  with typed views is served by servers that know it; and ``resolved``
+  (``sql``, the view's query in Spark SQL, and ``inputs``, alias -> shard),
+  which a restore installs as it is rather than resolving the query again (an
+  entry without it, older or of a query that did not resolve at its CREATE, is
+  resolved again). DROP deletes the row. The object itself is also recorded
+  under its own kind, as any view or source is.
 
 Invariants:
 

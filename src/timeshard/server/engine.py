@@ -1423,8 +1423,8 @@ class Engine:
         :func:`_numeric_casts`; a timestamp without time zone, :func:`_naive_timestamps`)
         unless ``stored``: the query of a view recorded before serve typed views' queries
         (:data:`TYPED_VIEWS`), or of a run file's view, keeps Spark's types, the schema
-        its shard holds. ``version``: of the typing rewrites (:data:`TYPED_VIEWS`), the
-        one a recorded view's entry says it was made with.
+        its shard holds. ``version``: of the typing rewrites (:data:`TYPED_VIEWS`): a
+        recorded view's ``typed``, the lowest that resolves its query alike.
 
         A table name is a shard's id: ``kv``, ``auction.bids`` or ``"auction.bids"``.
         ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).

@@ -339,7 +339,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
 
     ``version``: of these rewrites (:data:`TYPING`). At 1 (a view recorded with version
-    1 and no resolution, installed again as it was made), ranks stay INTs, string
+    1 and no resolution, installed again as it was made; or checking that version 1
+    resolves a new view's query alike, to record the lowest), ranks stay INTs, string
     constants beside ``+ - * %`` and cast to integers are not typed or checked, and
     columns under column aliases or joined ``USING`` are not typed.
 
