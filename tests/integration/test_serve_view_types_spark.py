@@ -82,7 +82,9 @@ def test_a_view_types_its_query_as_a_query_is_typed_and_keeps_it_at_a_restore(
         conn.execute(f"CREATE MATERIALIZED VIEW v AS {QUERY}")
         assert rows(conn, "SELECT dn, fn, tn FROM v") == [TYPED]
     entry = next(e for e in read_catalog(client) if e.kind == "statement" and e.name == "v")
-    assert entry.definition.get("typed") == TYPED_VIEWS
+    # The lowest version of the typing rewrites that resolves it alike: no rewrite of
+    # version 2 changes this query, so a server of version 1 reads its entry right.
+    assert entry.definition.get("typed") == 1 < TYPED_VIEWS
     with served(spark, client) as conn:  # the restore types it again, as stored
         assert rows(conn, "SELECT dn, fn, tn FROM v") == [TYPED]
 
