@@ -7,6 +7,7 @@ the stand-in admin and consumer of the source's down-broker test).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -160,6 +161,20 @@ def coordinator_ticks(n: int, *sources: kafka_source.KafkaSource) -> list[str]:
     return faults
 
 
+@pytest.fixture
+def orders(monkeypatch: pytest.MonkeyPatch) -> Iterator[kafka_source.KafkaSource]:
+    """Source ``orders`` on the answering cluster, whose group's coordinator is silent
+    (:class:`Coordinator`, reset), closed after the test (after ``brokers``, which the
+    tests ask for first)."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
+    Group.committed, Coordinator.silent, Coordinator.error = [], True, None
+    Coordinator.probe_error = None
+    source = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
+    yield source
+    Coordinator.probe_error = None
+    source.close()
+
+
 @pytest.mark.usefixtures("brokers")
 def test_a_silent_group_coordinator_is_probed_and_pauses_that_groups_commits_alone(
     monkeypatch: pytest.MonkeyPatch,
@@ -192,12 +207,8 @@ def test_a_silent_group_coordinator_is_probed_and_pauses_that_groups_commits_alo
 
 @pytest.mark.usefixtures("brokers")
 def test_an_error_the_coordinator_answers_starts_the_commit_pause_anew(
-    monkeypatch: pytest.MonkeyPatch,
+    orders: kafka_source.KafkaSource,
 ) -> None:
-    monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
-    Group.committed, Coordinator.silent, Coordinator.error = [], True, None
-    Coordinator.probe_error = None
-    orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
     coordinator_ticks(200, orders)  # the pause at its longest
     Coordinator.silent, Coordinator.error = False, KafkaError.NOT_COORDINATOR
     Clock.now += 31.0
@@ -207,19 +218,15 @@ def test_an_error_the_coordinator_answers_starts_the_commit_pause_anew(
     waits = len(Brokers.waits)
     coordinator_ticks(2, orders)
     assert Brokers.waits[waits:] == [10.0, 1.0]
-    orders.close()
 
 
 @pytest.mark.usefixtures("brokers")
 def test_a_probe_the_coordinator_answers_with_an_error_lets_the_commit_decide(
-    monkeypatch: pytest.MonkeyPatch,
+    orders: kafka_source.KafkaSource,
 ) -> None:
     """An error answered to the probe (an OffsetFetch the group may not be allowed) is an
     answer: the commit is asked, and its own answer ends the silence (a probe's error
     that kept the silence kept the offsets from ever being committed)."""
-    monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
-    Group.committed, Coordinator.silent, Coordinator.error = [], True, None
-    orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
     coordinator_ticks(1, orders)  # the commit's silence
     Coordinator.probe_error = KafkaError.GROUP_AUTHORIZATION_FAILED
     Coordinator.silent = False
@@ -227,8 +234,6 @@ def test_a_probe_the_coordinator_answers_with_an_error_lets_the_commit_decide(
     assert coordinator_ticks(60, orders) == []
     assert Group.committed[-1] == {"0": int(Clock.now)}
     assert Brokers.waits == [10.0]  # the first commit alone
-    Coordinator.probe_error = None
-    orders.close()
 
 
 @pytest.mark.usefixtures("brokers")

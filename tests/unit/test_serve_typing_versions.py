@@ -36,6 +36,15 @@ CHANGED = {
 }
 
 
+def int_engine(monkeypatch: pytest.MonkeyPatch) -> Engine:
+    """A server's engine (no Spark) over shard ``t`` of one INT column ``i``."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    client.open_writer("t", pa.schema([("i", pa.int32())])).expire()
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)
+    monkeypatch.setattr(engine, "_shard_columns", lambda known, name: {"i": "INT"})
+    return engine
+
+
 def rewritten(sql: str, version: int) -> str:
     tree = normalize_identifiers(sqlglot.parse_one(sql, read=DIALECT), dialect=DIALECT)
     _numeric_casts(tree, COLUMNS.get, version)
@@ -77,10 +86,7 @@ def test_a_created_views_entry_records_the_lowest_version_that_resolves_it_alike
     """Before: every new entry recorded the newest version, so a server of version 1
     (which resolves an entry again when it reads no resolution) installed a view the
     new rewrites typed otherwise; and one that no new rewrite changes was refused."""
-    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
-    client.open_writer("t", pa.schema([("i", pa.int32())])).expire()
-    engine = Engine(SimpleNamespace(), client, follow_s=3600)
-    monkeypatch.setattr(engine, "_shard_columns", lambda known, name: {"i": "INT"})
+    engine = int_engine(monkeypatch)
     resolved = engine.resolve(query)
     assert engine._lowest_version(query, resolved, TYPING) == recorded
     assert engine._lowest_version(query, None, TYPING) == TYPING
@@ -92,10 +98,7 @@ def test_a_restored_view_without_a_resolution_is_resolved_with_its_entrys_versio
 ) -> None:
     """Before: a version-1 entry with no resolution was resolved again with the running
     rewrites, and its view then refused for its shard's schema (an INT rank now BIGINT)."""
-    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
-    client.open_writer("t", pa.schema([("i", pa.int32())])).expire()
-    engine = Engine(SimpleNamespace(), client, follow_s=3600)
-    monkeypatch.setattr(engine, "_shard_columns", lambda known, name: {"i": "INT"})
+    engine = int_engine(monkeypatch)
     installed: dict[str, Any] = {}
 
     def create_view(statement: Any, seq: int, *, typed: int, recorded: Any) -> Any:
@@ -118,10 +121,7 @@ def test_a_view_taken_over_keeps_the_version_that_made_its_sql(
 ) -> None:
     """Before: a client's CREATE of a name whose view a version-1 server had recorded
     compared that view's SQL with version 2's only, and took the view as untyped."""
-    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
-    client.open_writer("t", pa.schema([("i", pa.int32())])).expire()
-    engine = Engine(SimpleNamespace(), client, follow_s=3600)
-    monkeypatch.setattr(engine, "_shard_columns", lambda known, name: {"i": "INT"})
+    engine = int_engine(monkeypatch)
     query = "SELECT row_number() OVER (ORDER BY i) AS n FROM t"
     made = engine._typed_sql(query, version)
     assert made is not None
