@@ -675,3 +675,34 @@ def test_a_run_whose_verify_recomputed_an_object_at_one_time_fails_saying_so(
     enough = RunResult(0, "sqlite", "tmpfs", recovery_s=3.0)
     runner._verify("file:///b", "sqlite:///c", tmp_path, 0, shards, enough)
     assert enough.ok and enough.few_times == []
+
+
+def test_a_phase_that_keeps_advancing_past_its_bound_is_slow_not_stuck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded machine outlasted the bound while every object advanced: the run failed
+    like any other, with nothing to tell the nemesis test that the machine was slow (it
+    then failed on "no fault injected" after a slow warm-up)."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.persist import PersistClient
+
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    writer = client.open_writer("s", pa.schema([("v", pa.int64())]))
+    now_ms = time.time_ns() // 1_000_000
+    ticks = [1]
+
+    def tick(now: float) -> None:  # a tick each watch: the upper moves, far below the target
+        ticks[0] += 1
+        Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+        upper = writer.upper.time
+        writer.append([], upper, upper + 1)
+
+    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        config = NemesisConfig(directory=tmp_path, advancing_bound_s=60.0, stuck_ticks=3)
+        runner = NemesisRunner(config, log=lambda line: None)
+        result = RunResult(0, "sqlite", "tmpfs")
+        got = runner._await(client, ["s"], now_ms, replicas, None, "recovery", result)
+    assert got is None and result.stuck == [] and ticks[0] > 100
+    assert result.slow == "recovery" and "never stuck" in result.error
+    assert result.to_json()["slow"] == "recovery" and not result.ok

@@ -174,10 +174,12 @@ class RunResult:
     ``self_exits``: replica processes that ended with no fault killing them
     (a JVM crash, say), restarted and reported, not a failure by themselves;
     ``replica_errors``: ticks that raised (retried; also reported);
-    ``verified_times``: the times at which verify recomputed each object of the
-    pipeline; ``few_times``: the objects recomputed at fewer than
-    :data:`MIN_VERIFIED_TIMES`, with verify's notes on them (the run fails: a
-    clean verify of them would say little).
+    ``slow``: the phase that outlasted ``advancing_bound_s`` with every object still
+    starting or advancing, never stuck (the run fails, but says the machine was too
+    slow rather than that something is wrong); ``verified_times``: the times at
+    which verify recomputed each object of the pipeline; ``few_times``: the
+    objects recomputed at fewer than :data:`MIN_VERIFIED_TIMES`, with verify's
+    notes on them (the run fails: a clean verify of them would say little).
     """
 
     run: int
@@ -188,6 +190,7 @@ class RunResult:
     injected_calls: Counter[str] = field(default_factory=Counter)
     never_injected: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
+    slow: str = ""
     replica_ready_s: list[float] = field(default_factory=list)
     replica_errors: int = 0
     self_exits: int = 0
@@ -221,6 +224,7 @@ class RunResult:
             "unreliable_injected": dict(self.injected_calls),
             "never_injected": self.never_injected,
             "stuck": self.stuck,
+            "slow": self.slow,
             "replica_ready_s": self.replica_ready_s,
             "replica_errors": self.replica_errors,
             "self_exits": self.self_exits,
@@ -561,6 +565,7 @@ class NemesisRunner:
                 return time.monotonic() - started
             waited = time.monotonic() - started
             if waited > config.advancing_bound_s:
+                result.slow = phase
                 result.error = (
                     f"{phase}: still not caught up after {config.advancing_bound_s:.0f} s "
                     f"(never stuck): {liveness.verdicts}; uppers {uppers}, target {target}"
