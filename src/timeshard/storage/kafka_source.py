@@ -516,8 +516,10 @@ class KafkaSource:
         self._commit_silence = BrokerSilence(bootstrap_servers, scope=f"group {self.group_id}")
         #: The commits asked, and those the client answered (:meth:`commit`).
         self._commits_asked = self._commits_answered = 0
-        #: The number of the commit whose answer the next commit reads (0: none).
+        #: The number of the commit in flight, whose answer the next commit reads (0:
+        #: none), and when (monotonic) it was asked.
         self._commit_awaited = 0
+        self._commit_asked_at = 0.0
         #: The answers the consumer's ``on_commit`` kept, not read yet.
         self._commit_answers: list[tuple[Any, list[Any]]] = []
 
@@ -765,11 +767,14 @@ class KafkaSource:
         The offsets stay to commit until a commit of them is answered: the next
         commit commits them with its own (the furthest of each partition). Each
         commit first serves the client's answers (``poll(0)``, which runs the
-        consumer's ``on_commit``, :meth:`_commit_answered`). The latest commit's
+        consumer's ``on_commit``, :meth:`_commit_answered`). One commit is in
+        flight at a time: while the latest has no answer and is younger than
+        ``timeout_s``, a commit asks nothing (a slow coordinator is not a silent
+        one, and ticks may come faster than its answers). The latest commit's
         answer decides: a success ends the group's silence; an error the
         coordinator answered with starts the pause anew and is raised, after the
-        commit is asked again; a commit not answered by the next commit (or
-        answered with the client's own timeout) is the silence of the group's
+        commit is asked again; a commit answered with the client's own timeout,
+        or with no answer after ``timeout_s``, is the silence of the group's
         coordinator. That silence is a :class:`BrokerSilence` of its own (the
         coordinator may be the only silent broker: the source's reads answered),
         shared with the objects that commit to the same group only. The commits
@@ -803,10 +808,13 @@ class KafkaSource:
         )
         offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
         refused = self._judge_commits(consumer, failed)
+        if self._commit_awaited:
+            return  # the latest is in flight: these offsets go with the next commit
         asked: list[bool] = []
 
         def ask(_timeout: float) -> None:
             consumer.commit(offsets=offsets, asynchronous=True)
+            self._commit_asked_at = monotonic()
             asked.append(True)
 
         try:
@@ -835,8 +843,9 @@ class KafkaSource:
         """Read the answers of the commits asked so far (:meth:`commit`): the fault of an
         error the coordinator answered the latest commit with (the commit is asked
         again, then it is raised); raises SourceUnavailable if the latest commit got no
-        answer, which is the group's silence. Offsets a success committed are dropped
-        from those to commit."""
+        answer within ``timeout_s``, which is the group's silence (one younger stays in
+        flight: ``_commit_awaited``). Offsets a success committed are dropped from
+        those to commit."""
         silence = self._commit_silence
         if self._commits_asked > self._commits_answered:
             consumer.poll(0)  # runs on_commit for the answers come so far
@@ -862,9 +871,9 @@ class KafkaSource:
             else:
                 silence.answered()  # an answer, an error: the pause starts anew
                 refused = f"{failed}: {error}"
-        if self._commit_awaited:
+        if self._commit_awaited and monotonic() - self._commit_asked_at > self.timeout_s:
             self._commit_awaited = 0
-            unanswered = f"{failed}: the coordinator did not answer by the next commit"
+            unanswered = f"{failed}: the coordinator did not answer within {self.timeout_s} s"
         if unanswered is not None:
             raise SourceUnavailable(silence.silent(unanswered))
         return refused
