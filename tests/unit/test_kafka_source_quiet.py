@@ -227,8 +227,12 @@ def test_a_silent_group_coordinator_is_probed_and_pauses_that_groups_commits_alo
     assert len(prices_commits) == 600  # the other group's every tick, none skipped
     Coordinator.silent = False
     Clock.now += 31.0
-    orders.commit({"0": 10**6})
+    with pytest.raises(kafka_source.SourceUnavailable):  # asked: silent until answered
+        orders.commit({"0": 10**6})
     assert Group.committed[-1] == {"0": 10**6}
+    Clock.now += 1.0
+    orders.commit({"0": 10**6 + 1})  # the answer read: the silence is over
+    assert Group.committed[-1] == {"0": 10**6 + 1}
     orders.close()
     prices.close()
 
@@ -248,6 +252,10 @@ def test_an_error_the_coordinator_answers_starts_the_commit_pause_anew(
     asks = len(Coordinator.asks)
     coordinator_ticks(3, orders)
     assert len(Coordinator.asks) - asks == 1  # one commit in flight: no other asked
+    # Judged silent after its timeout (10 s), with no pause left from the earlier
+    # silence: the error answered reset it, so the next tick asks again.
+    coordinator_ticks(9, orders)
+    assert len(Coordinator.asks) - asks == 2
     assert Brokers.waits == []  # no commit waited on the coordinator
 
 
@@ -263,7 +271,8 @@ def test_a_probe_the_coordinator_answers_with_an_error_lets_the_commit_decide(
     Coordinator.probe_error = KafkaError.GROUP_AUTHORIZATION_FAILED
     Coordinator.silent = False
     Clock.now += 31.0
-    assert coordinator_ticks(60, orders) == []
+    faults = coordinator_ticks(60, orders)  # the first asks, silent until answered
+    assert len(faults) == 1 and "_TIMED_OUT" in faults[0], faults
     assert Group.committed[-1] == {"0": int(Clock.now)}
     assert Brokers.waits == []  # the commit is its own probe, and waits for nothing
 
@@ -293,8 +302,8 @@ def test_a_coordinator_that_never_answers_a_commit_holds_no_tick_up(
     Coordinator.silent, Coordinator.commits_silent = False, True
     faults = coordinator_ticks(600, orders)
     assert Brokers.waits == []  # no tick waited on the coordinator
-    # A commit is in flight for its timeout (10 s) after each pause, then the pause (30 s).
-    assert len(faults) > 400 and len(set(faults)) == 1, set(faults)
+    # Silent from the first commit's timeout (10 s) on, in flight or paused.
+    assert len(faults) == 590 and len(set(faults)) == 1, set(faults)
     assert "_TIMED_OUT" in faults[0]
     assert faults[0].endswith(kafka_source.BrokerSilence.THEN)
     assert Group.committed == []

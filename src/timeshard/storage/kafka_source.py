@@ -112,8 +112,9 @@ frontier to the consumer group ``group_id`` (default ``timeshard-<name>``),
 so Kafka's lag tools see how far the source is. The group is only a report:
 the source resumes from its remap shard, never from the group. The commit is
 asynchronous: a tick never waits on the group's coordinator, and the next
-tick's commit reads the answer (one not come by then is the coordinator's
-silence, which pauses that group's commits). While the source knows its
+ticks' commits read the answer. One commit is in flight at a time; one not
+answered within the source's timeout is the coordinator's silence, which
+pauses that group's commits until one is answered. While the source knows its
 cluster is silent, a commit asks nothing (the health's error line says why);
 the next commit after the silence commits the latest offsets.
 
@@ -311,9 +312,8 @@ class BrokerSilence:
     def probe(self, ask: Callable[[float], object], timeout_s: float) -> str | None:
         """None if the broker may be asked in full; else the fault to raise. After this
         object's pause (or the cluster's, if only another object met the silence),
-        calls ``ask(timeout)`` (a metadata request, or a group's committed offsets for a
-        group's scope, which raises KafkaException if the broker does not answer within
-        ``timeout``): an answer ends the silence (and the
+        calls ``ask(timeout)`` (a metadata request, which raises KafkaException if the
+        broker does not answer within ``timeout``): an answer ends the silence (and the
         cluster's record), none starts the next, doubled, pause."""
         from confluent_kafka import KafkaException
 
@@ -397,6 +397,14 @@ class BrokerSilence:
         self._probe_at = monotonic() + self._pause_s
         self._pause_s = _doubled(self._pause_s)
         return asked
+
+    def paused(self) -> str | None:
+        """The fault of this object's own silence while its pause lasts; None once it may
+        ask again (or it met no silence). For an ask that waits for nothing (a group's
+        asynchronous commit), whose own answer ends the silence (:meth:`answered`)."""
+        if self.fault is not None and monotonic() < self._probe_at:
+            return self.fault
+        return None
 
     def known(self) -> str | None:
         """The fault of a silence this object knows of, its own or its cluster's, without
@@ -520,6 +528,7 @@ class KafkaSource:
         #: none), and when (monotonic) it was asked.
         self._commit_awaited = 0
         self._commit_asked_at = 0.0
+        self._awaited_offsets: dict[str, int] = {}
         #: The answers the consumer's ``on_commit`` kept, not read yet.
         self._commit_answers: list[tuple[Any, list[Any]]] = []
 
@@ -776,14 +785,14 @@ class KafkaSource:
         commit is asked again; a commit answered with the client's own timeout,
         or with no answer after ``timeout_s``, is the silence of the group's
         coordinator. That silence is a :class:`BrokerSilence` of its own (the
-        coordinator may be the only silent broker: the source's reads answered),
-        shared with the objects that commit to the same group only. The commits
-        after it raise its fault without asking until its pause has passed, then
-        ask again: the commit itself is the probe, and waits for nothing. A late
-        success, of a commit already judged unanswered, ends the silence too. The
-        client answers a consumer's commits in the order they were asked (one
-        coordinator connection answers in order; requests time out in order), so
-        the answers are counted to tell the latest commit's.
+        coordinator may be the only silent broker: the source's reads answered).
+        The commits after it raise its fault without asking until its pause has
+        passed, then ask again: the commit itself is the probe, and waits for
+        nothing; the fault stays raised while it is in flight, and only an answer
+        ends the silence (a late success, of a commit already judged unanswered,
+        too). An answer is the latest commit's if it names that commit's offsets
+        (an older commit may be answered after it); one that names none is taken
+        in the order the commits were asked.
 
         While the source knows its cluster is silent (its own silence, or one
         another object of the cluster met: :meth:`BrokerSilence.known`), nothing
@@ -808,31 +817,29 @@ class KafkaSource:
         )
         offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
         refused = self._judge_commits(consumer, failed)
-        if self._commit_awaited:
-            return  # the latest is in flight: these offsets go with the next commit
-        asked: list[bool] = []
-
-        def ask(_timeout: float) -> None:
-            consumer.commit(offsets=offsets, asynchronous=True)
-            self._commit_asked_at = monotonic()
-            asked.append(True)
-
+        if self._commit_awaited:  # in flight: these offsets go with the next commit
+            if silence.fault is not None:  # asked after a silence: it lasts until answered
+                raise SourceUnavailable(silence.fault)
+            return
+        paused = silence.paused()
+        if paused is not None:
+            raise SourceUnavailable(paused)
         try:
-            heard = silence.probe(ask, self.timeout_s)  # asks only after a silence's pause
-            if heard is not None:
-                raise SourceUnavailable(heard)
-            if not asked:
-                ask(self.timeout_s)
+            consumer.commit(offsets=offsets, asynchronous=True)
         except KafkaException as e:  # the client refused the commit at once
             error = e.args[0] if e.args else e
             if _no_answer(error):
                 raise SourceUnavailable(silence.silent(f"{failed}: {error}")) from None
             silence.answered()  # an answer, an error: the pause starts anew
             raise SourceUnavailable(f"{failed}: {error}") from None
+        self._commit_asked_at = monotonic()
         self._commits_asked += 1
         self._commit_awaited = self._commits_asked
+        self._awaited_offsets = {str(tp.partition): tp.offset for tp in offsets}
         if refused is not None:
             raise SourceUnavailable(refused)
+        if silence.fault is not None:  # asked after a silence: it lasts until answered
+            raise SourceUnavailable(silence.fault)
 
     def _commit_answered(self, error: Any, partitions: Any) -> None:
         """The consumer's ``on_commit``: keep the answer of a commit for the next commit
@@ -853,7 +860,14 @@ class KafkaSource:
         refused = unanswered = None
         for error, partitions in answers:
             self._commits_answered += 1
-            latest = self._commits_answered == self._commit_awaited
+            named = {str(tp.partition): tp.offset for tp in partitions}
+            # The latest commit's answer: by its offsets where the answer names them (a
+            # commit judged silent may still be answered after a newer one), else in order.
+            latest = self._commit_awaited != 0 and (
+                named == self._awaited_offsets
+                if named
+                else self._commits_answered == self._commit_awaited
+            )
             if latest:
                 self._commit_awaited = 0
             if error is None:  # the request answered: each partition's own error, if any
