@@ -80,6 +80,9 @@ class Consumer:
 
     def __init__(self, config: dict[str, Any]) -> None:
         self.servers = config["bootstrap.servers"]
+        self.on_commit = config.get("on_commit")
+        #: The answers to the commits asked, each (when it comes, error, offsets).
+        self.answers: list[tuple[float, Any, Any]] = []
 
     def list_topics(self, topic: str, timeout: float) -> Any:
         if self.servers not in Brokers.up:
@@ -91,7 +94,14 @@ class Consumer:
         return type("Metadata", (), {"topics": {topic: meta}})()
 
     def commit(self, offsets: Any, asynchronous: bool) -> None:
-        pass
+        self.answers.append((Clock.now, None, offsets))  # answered at once
+
+    def poll(self, timeout: float) -> None:
+        """Run ``on_commit`` for the answers come by now (the client's callbacks)."""
+        come = [a for a in self.answers if a[0] <= Clock.now]
+        self.answers = [a for a in self.answers if a[0] > Clock.now]
+        for _, error, offsets in come:
+            self.on_commit(error, offsets)
 
     def close(self) -> None:
         pass

@@ -69,16 +69,31 @@ def test_an_upper_that_fails_with_the_brokers_answer_starts_the_pause_anew(
 
 
 class Group(backoff.Consumer):
-    """A consumer whose group commits are recorded; they wait their whole timeout on a
-    silent broker."""
+    """A consumer whose group commits are recorded. A silent broker answers a commit
+    with the client's timeout 10 s later: a synchronous commit waits for it on the
+    clock (each such wait recorded), an asynchronous one is answered by the first
+    ``poll`` after it."""
 
     committed: ClassVar[list[dict[str, int]]] = []
 
-    def commit(self, offsets: Any, asynchronous: bool) -> None:
+    def _answer(self, offsets: Any) -> tuple[float, int | None]:
+        """How long the commit of ``offsets`` takes its answer (s), and its error."""
         if self.servers not in Brokers.up:
-            Brokers.waits.append(10.0)
-            raise confluent_kafka.KafkaException(KafkaError(KafkaError._TIMED_OUT))
+            return 10.0, KafkaError._TIMED_OUT
         Group.committed.append({str(tp.partition): tp.offset for tp in offsets})
+        return 0.0, None
+
+    def commit(self, offsets: Any, asynchronous: bool) -> None:
+        wait, code = self._answer(offsets)
+        error = None if code is None else KafkaError(code)
+        if asynchronous:
+            self.answers.append((Clock.now + wait, error, offsets))
+            return
+        if wait:
+            Brokers.waits.append(wait)
+            Clock.now += wait
+        if error is not None:
+            raise confluent_kafka.KafkaException(error)
 
 
 def source() -> kafka_source.KafkaSource:
@@ -114,11 +129,15 @@ def test_a_commit_during_a_known_silence_asks_nothing_and_its_offsets_are_commit
 
 class Coordinator(Group):
     """A consumer whose reads answer and whose group's coordinator (of ``timeshard-orders``
-    only) does not while :attr:`silent`: each ask of it waits its timeout on the clock,
-    as a real one does; or answers with :attr:`error`."""
+    only) does not while :attr:`silent` (and its commits only, while
+    :attr:`commits_silent`): each ask of it waits its timeout on the clock, as a real
+    one does; or answers with :attr:`error`."""
 
     silent: ClassVar[bool] = True
+    commits_silent: ClassVar[bool] = False
     error: ClassVar[int | None] = None
+    #: How long (s) the coordinator takes to answer a commit it answers.
+    delay: ClassVar[float] = 0.0
 
     def __init__(self, config: dict[str, Any]) -> None:
         super().__init__(config)
@@ -141,9 +160,18 @@ class Coordinator(Group):
         self._coordinator(timeout, Coordinator.probe_error)
         return partitions
 
-    def commit(self, offsets: Any, asynchronous: bool) -> None:
-        self._coordinator(10.0, Coordinator.error)
+    #: When (the clock) each commit of ``timeshard-orders`` was asked.
+    asks: ClassVar[list[float]] = []
+
+    def _answer(self, offsets: Any) -> tuple[float, int | None]:
+        if self.group == "timeshard-orders":
+            Coordinator.asks.append(Clock.now)
+            if Coordinator.silent or Coordinator.commits_silent:
+                return 10.0, KafkaError._TIMED_OUT
+            if Coordinator.error is not None:
+                return Coordinator.delay, Coordinator.error
         Group.committed.append({str(tp.partition): tp.offset for tp in offsets})
+        return Coordinator.delay, None
 
 
 def coordinator_ticks(n: int, *sources: kafka_source.KafkaSource) -> list[str]:
@@ -168,7 +196,7 @@ def orders(monkeypatch: pytest.MonkeyPatch) -> Iterator[kafka_source.KafkaSource
     tests ask for first)."""
     monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
     Group.committed, Coordinator.silent, Coordinator.error = [], True, None
-    Coordinator.probe_error = None
+    Coordinator.probe_error, Coordinator.commits_silent, Coordinator.delay = None, False, 0.0
     source = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
     yield source
     Coordinator.probe_error = None
@@ -185,7 +213,7 @@ def test_a_silent_group_coordinator_is_probed_and_pauses_that_groups_commits_alo
     and, paused, a commit asked again with a full wait."""
     monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
     Group.committed, Coordinator.silent, Coordinator.error = [], True, None
-    Coordinator.probe_error = None
+    Coordinator.probe_error, Coordinator.commits_silent = None, False
     orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
     prices = kafka_source.KafkaSource("prices", backoff.UP, "prices", value_format="text")
     start = Clock.now
@@ -199,8 +227,12 @@ def test_a_silent_group_coordinator_is_probed_and_pauses_that_groups_commits_alo
     assert len(prices_commits) == 600  # the other group's every tick, none skipped
     Coordinator.silent = False
     Clock.now += 31.0
-    orders.commit({"0": 10**6})
+    with pytest.raises(kafka_source.SourceUnavailable):  # asked: silent until answered
+        orders.commit({"0": 10**6})
     assert Group.committed[-1] == {"0": 10**6}
+    Clock.now += 1.0
+    orders.commit({"0": 10**6 + 1})  # the answer read: the silence is over
+    assert Group.committed[-1] == {"0": 10**6 + 1}
     orders.close()
     prices.close()
 
@@ -212,12 +244,19 @@ def test_an_error_the_coordinator_answers_starts_the_commit_pause_anew(
     coordinator_ticks(200, orders)  # the pause at its longest
     Coordinator.silent, Coordinator.error = False, KafkaError.NOT_COORDINATOR
     Clock.now += 31.0
-    faults = coordinator_ticks(3, orders)
-    assert all("NOT_COORDINATOR" in f for f in faults), faults
-    Coordinator.silent = True  # a later silence: after its first full ask, a probe at once
-    waits = len(Brokers.waits)
-    coordinator_ticks(2, orders)
-    assert Brokers.waits[waits:] == [10.0, 1.0]
+    # The silence's last commit times out; the pause after it passes; then every tick's
+    # commit is asked and answered with the error.
+    faults = coordinator_ticks(40, orders)
+    assert all("NOT_COORDINATOR" in f for f in faults[-3:]), faults
+    Coordinator.silent = True  # a later silence: asked at once, then in flight
+    asks = len(Coordinator.asks)
+    coordinator_ticks(3, orders)
+    assert len(Coordinator.asks) - asks == 1  # one commit in flight: no other asked
+    # Judged silent after its timeout (10 s), with no pause left from the earlier
+    # silence: the error answered reset it, so the next tick asks again.
+    coordinator_ticks(9, orders)
+    assert len(Coordinator.asks) - asks == 2
+    assert Brokers.waits == []  # no commit waited on the coordinator
 
 
 @pytest.mark.usefixtures("brokers")
@@ -226,14 +265,16 @@ def test_a_probe_the_coordinator_answers_with_an_error_lets_the_commit_decide(
 ) -> None:
     """An error answered to the probe (an OffsetFetch the group may not be allowed) is an
     answer: the commit is asked, and its own answer ends the silence (a probe's error
-    that kept the silence kept the offsets from ever being committed)."""
-    coordinator_ticks(1, orders)  # the commit's silence
+    that kept the silence kept the offsets from ever being committed). The commit is now
+    its own probe: the group's committed offsets are not asked at all."""
+    coordinator_ticks(11, orders)  # the commit's silence: asked, no answer in its timeout
     Coordinator.probe_error = KafkaError.GROUP_AUTHORIZATION_FAILED
     Coordinator.silent = False
     Clock.now += 31.0
-    assert coordinator_ticks(60, orders) == []
+    faults = coordinator_ticks(60, orders)  # the first asks, silent until answered
+    assert len(faults) == 1 and "_TIMED_OUT" in faults[0], faults
     assert Group.committed[-1] == {"0": int(Clock.now)}
-    assert Brokers.waits == [10.0]  # the first commit alone
+    assert Brokers.waits == []  # the commit is its own probe, and waits for nothing
 
 
 @pytest.mark.usefixtures("brokers")
@@ -247,3 +288,42 @@ def test_a_sources_silence_is_made_once_shares_its_clusters_record_and_is_forgot
     assert silence.cluster is kafka_source.BrokerSilence(DOWN).cluster
     orders.close()
     assert orders._silence is not silence
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_coordinator_that_never_answers_a_commit_holds_no_tick_up(
+    orders: kafka_source.KafkaSource,
+) -> None:
+    """Before: the commit waited for its answer, so a coordinator that answered the probe
+    (the group's committed offsets) but never a commit made a tick wait the commit's
+    whole timeout (10 s) at the end of every pause. The commit is now asynchronous, and
+    one not answered within its timeout is the group's silence, as a commit without an
+    answer was; the offsets are kept and committed once the coordinator answers."""
+    Coordinator.silent, Coordinator.commits_silent = False, True
+    faults = coordinator_ticks(600, orders)
+    assert Brokers.waits == []  # no tick waited on the coordinator
+    # Silent from the first commit's timeout (10 s) on, in flight or paused.
+    assert len(faults) == 590 and len(set(faults)) == 1, set(faults)
+    assert "_TIMED_OUT" in faults[0]
+    assert faults[0].endswith(kafka_source.BrokerSilence.THEN)
+    assert Group.committed == []
+    Coordinator.commits_silent = False
+    coordinator_ticks(65, orders)  # the pause at its longest passes, twice
+    assert Group.committed[-1] == {"0": int(Clock.now)}
+    assert coordinator_ticks(1, orders) == []  # the answer read: no silence
+    assert orders._uncommitted == {"0": int(Clock.now)}  # the tick's own, not answered yet
+    assert Brokers.waits == []
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_slow_coordinator_is_not_a_silent_one(orders: kafka_source.KafkaSource) -> None:
+    """A commit not answered by the next tick was the group's silence: a coordinator that
+    answered every commit in 3 s, with ticks 1 s apart, raised a fault at every other
+    tick and paused the group's commits. One commit is in flight at a time, judged
+    silent only once its timeout (10 s) has passed."""
+    Coordinator.silent, Coordinator.delay = False, 3.0
+    asks = len(Coordinator.asks)
+    assert coordinator_ticks(40, orders) == []
+    assert 10 <= len(Coordinator.asks) - asks <= 15  # one in flight (3 s) at a time
+    assert Group.committed[-1]["0"] >= int(Clock.now) - 4  # the latest offsets go out
+    assert Brokers.waits == []

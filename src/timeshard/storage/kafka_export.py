@@ -105,7 +105,10 @@ source's module doc): an outage's first tick waits the whole timeout once per
 cluster. A task whose transaction (its produce, commit or abort) or progress
 read gets no answer ends with status ``silent``, raised as BrokerSilent too;
 whether its commit landed or not, the next tick plans from the progress the
-target records.
+target records. Its transaction may be left open on the broker, holding back
+``read_committed`` readers: the next tick's driver ends it with
+``init_transactions`` of the export's id right after its progress read, before
+anything else that could fail the tick (:meth:`KafkaExport.progress`).
 
 What every export does on the driver (the since hold, err rows, resuming)
 is :class:`~timeshard.storage.export.ShardExport`. It needs no connector
@@ -213,6 +216,9 @@ class KafkaExport(ShardExport):
         self._answered = False
         #: The topic's max.message.bytes, read again after a tick that failed (module doc).
         self._max_bytes: int | None = None
+        #: Whether the last task got no answer (status ``silent``), so that its transaction
+        #: may be open on the broker: the next step ends it first (:meth:`step`).
+        self._left_open = False
         with self._declaring():
             self._avro = self.avro_schemas() if format == "avro" else {}
 
@@ -298,6 +304,19 @@ class KafkaExport(ShardExport):
 
         It is a step's first request of the broker: once it returns, or raises
         anything but BrokerSilent, the broker answered the step (:meth:`step`).
+
+        After a task that got no answer (status ``silent``: its transaction may be
+        open on the broker, holding back ``read_committed`` readers of the topics
+        it wrote to), it then ends that transaction (:meth:`_end_own_transaction`:
+        ``init_transactions`` of the export's id aborts it and fences the task's
+        producer), before the step asks anything else that could fail it (the
+        target topic's configuration, asked of the controller): the transaction
+        ends as soon as the coordinator answers, not at the first tick whose task
+        runs. Not if a newer version owns the target: its transaction may be in
+        flight, and its own ``init_transactions`` ends this one. A transaction
+        that committed stays committed: the step plans from the progress read.
+        Until ``init_transactions`` is answered, this raises BrokerSilent, and the
+        next step asks it again.
         """
         try:
             progress = self._read_progress()
@@ -307,6 +326,10 @@ class KafkaExport(ShardExport):
             self._answered = True
             raise
         self._answered = True
+        if progress is not None and progress.version > self.version:
+            self._left_open = False  # the newer version's init_transactions ends it
+        if self._left_open:
+            self._end_own_transaction()
         return progress
 
     def _read_progress(self) -> Progress | None:
@@ -334,7 +357,8 @@ class KafkaExport(ShardExport):
 
     def _end_own_transaction(self) -> None:
         """Abort a transaction this export left open (its task died between its progress
-        record and its commit), as its next task's ``init_transactions`` would: else
+        record and its commit, or its abort got no answer), as its next task's
+        ``init_transactions`` would: else
         nothing ends it before its ``transaction.timeout.ms``, and every progress read
         waits for it (:func:`read_progress`). It fences that task's producer too."""
         from confluent_kafka import KafkaException, Producer
@@ -355,6 +379,7 @@ class KafkaExport(ShardExport):
             raise
         finally:
             producer.close()
+        self._left_open = False
 
     def step(self) -> ExportStep:
         """One tick (:meth:`ShardExport.step`); with the broker silent, nothing at all.
@@ -368,6 +393,13 @@ class KafkaExport(ShardExport):
         (:class:`~timeshard.storage.kafka_source.BrokerSilence`). Nothing is
         written meanwhile: the tick ends before its progress is read, and the
         next full tick plans from the progress the target records, as always.
+
+        A task that got no answer (its transaction's produce, commit or abort)
+        may leave its transaction open on the broker, which holds back every
+        ``read_committed`` reader of the topics it wrote to until the next
+        ``init_transactions`` of the export's id (or the transaction's timeout,
+        2 min). The next step's driver asks that right after its progress read
+        (:meth:`progress`), before anything else can fail the tick.
         """
         fault = self._silence.probe(self._ask_metadata, self.timeout_s)
         if fault is not None:
@@ -376,6 +408,7 @@ class KafkaExport(ShardExport):
         try:
             step = super().step()
             if step.status == SILENT:  # its ask got no answer: the hold stays where it was
+                self._left_open = True
                 raise BrokerSilent(
                     f"Kafka at {self.bootstrap_servers}: export {self.export_id!r}'s task "
                     f"got no answer within {self.timeout_s} s: {step.detail}"

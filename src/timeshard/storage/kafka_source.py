@@ -110,9 +110,13 @@ below the offsets bound (``Ingestion`` refuses that).
 After each durable tick, :meth:`KafkaSource.commit` commits the resumption
 frontier to the consumer group ``group_id`` (default ``timeshard-<name>``),
 so Kafka's lag tools see how far the source is. The group is only a report:
-the source resumes from its remap shard, never from the group. While the
-source knows its cluster is silent, a commit asks nothing (the health's error
-line says why); the next commit after the silence commits the latest offsets.
+the source resumes from its remap shard, never from the group. The commit is
+asynchronous: a tick never waits on the group's coordinator, and the next
+ticks' commits read the answer. One commit is in flight at a time; one not
+answered within the source's timeout is the coordinator's silence, which
+pauses that group's commits until one is answered. While the source knows its
+cluster is silent, a commit asks nothing (the health's error line says why);
+the next commit after the silence commits the latest offsets.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
@@ -308,9 +312,8 @@ class BrokerSilence:
     def probe(self, ask: Callable[[float], object], timeout_s: float) -> str | None:
         """None if the broker may be asked in full; else the fault to raise. After this
         object's pause (or the cluster's, if only another object met the silence),
-        calls ``ask(timeout)`` (a metadata request, or a group's committed offsets for a
-        group's scope, which raises KafkaException if the broker does not answer within
-        ``timeout``): an answer ends the silence (and the
+        calls ``ask(timeout)`` (a metadata request, which raises KafkaException if the
+        broker does not answer within ``timeout``): an answer ends the silence (and the
         cluster's record), none starts the next, doubled, pause."""
         from confluent_kafka import KafkaException
 
@@ -394,6 +397,14 @@ class BrokerSilence:
         self._probe_at = monotonic() + self._pause_s
         self._pause_s = _doubled(self._pause_s)
         return asked
+
+    def paused(self) -> str | None:
+        """The fault of this object's own silence while its pause lasts; None once it may
+        ask again (or it met no silence). For an ask that waits for nothing (a group's
+        asynchronous commit), whose own answer ends the silence (:meth:`answered`)."""
+        if self.fault is not None and monotonic() < self._probe_at:
+            return self.fault
+        return None
 
     def known(self) -> str | None:
         """The fault of a silence this object knows of, its own or its cluster's, without
@@ -511,6 +522,15 @@ class KafkaSource:
         #: The silence of the consumer group's coordinator (:meth:`commit`): its own,
         #: shared with the objects that commit to the same group, not with the cluster.
         self._commit_silence = BrokerSilence(bootstrap_servers, scope=f"group {self.group_id}")
+        #: The commits asked, and those the client answered (:meth:`commit`).
+        self._commits_asked = self._commits_answered = 0
+        #: The number of the commit in flight, whose answer the next commit reads (0:
+        #: none), and when (monotonic) it was asked.
+        self._commit_awaited = 0
+        self._commit_asked_at = 0.0
+        self._awaited_offsets: dict[str, int] = {}
+        #: The answers the consumer's ``on_commit`` kept, not read yet.
+        self._commit_answers: list[tuple[Any, list[Any]]] = []
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -749,26 +769,35 @@ class KafkaSource:
             self._topic_id = recorded
 
     def commit(self, frontier: SourceFrontier) -> None:
-        """Commit ``frontier`` (the resumption frontier) to the consumer group, synchronously.
+        """Commit ``frontier`` (the resumption frontier) to the consumer group, without
+        waiting for the coordinator: the commit is asynchronous, and the next commit
+        (the next tick's) reads its answer.
+
+        The offsets stay to commit until a commit of them is answered: the next
+        commit commits them with its own (the furthest of each partition). Each
+        commit first serves the client's answers (``poll(0)``, which runs the
+        consumer's ``on_commit``, :meth:`_commit_answered`). One commit is in
+        flight at a time: while the latest has no answer and is younger than
+        ``timeout_s``, a commit asks nothing (a slow coordinator is not a silent
+        one, and ticks may come faster than its answers). The latest commit's
+        answer decides: a success ends the group's silence; an error the
+        coordinator answered with starts the pause anew and is raised, after the
+        commit is asked again; a commit answered with the client's own timeout,
+        or with no answer after ``timeout_s``, is the silence of the group's
+        coordinator. That silence is a :class:`BrokerSilence` of its own (the
+        coordinator may be the only silent broker: the source's reads answered).
+        The commits after it raise its fault without asking until its pause has
+        passed, then ask again: the commit itself is the probe, and waits for
+        nothing; the fault stays raised while it is in flight, and only an answer
+        ends the silence (a late success, of a commit already judged unanswered,
+        too). An answer is the latest commit's if it names that commit's offsets
+        (an older commit may be answered after it); one that names none is taken
+        in the order the commits were asked.
 
         While the source knows its cluster is silent (its own silence, or one
         another object of the cluster met: :meth:`BrokerSilence.known`), nothing
-        is asked, which would wait the whole timeout: it raises SourceUnavailable
-        with the silence's line, as ``upper`` does. The offsets not committed
-        are kept, and the next commit commits them with its own (the furthest
-        of each partition).
-
-        A commit that gets no answer is the silence of the group's coordinator,
-        which may be the only silent broker (the source's reads answered): a
-        :class:`BrokerSilence` of its own, shared with the objects that commit
-        to the same group only. The commits after it raise its fault without
-        asking until its pause has passed, then ask the coordinator for the
-        group's committed offsets within a short probe, and commit only once
-        that is answered (with an error too: the commit's own answer decides).
-        An error the coordinator answers the commit with starts the pause anew.
-        The source's reads, and the cluster's other groups, go on asking. A
-        coordinator that answers the probe but not the commit costs a full
-        wait at each pause's end (one per 30 s at the longest).
+        is asked: it raises SourceUnavailable with the silence's line, as
+        ``upper`` does, and keeps the offsets.
         """
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -782,28 +811,86 @@ class KafkaSource:
         if known is not None:
             raise SourceUnavailable(known)
         consumer, silence = self._consumer(), self._commit_silence
-        asked = [TopicPartition(self.topic, int(p)) for p in sorted(wanted)]
         failed = (
             f"Kafka at {self.bootstrap_servers}: committing offsets of group "
             f"{self.group_id!r} failed"
         )
+        offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
+        refused = self._judge_commits(consumer, failed)
+        if self._commit_awaited:  # in flight: these offsets go with the next commit
+            if silence.fault is not None:  # asked after a silence: it lasts until answered
+                raise SourceUnavailable(silence.fault)
+            return
+        paused = silence.paused()
+        if paused is not None:
+            raise SourceUnavailable(paused)
         try:
-            heard = silence.probe(lambda t: consumer.committed(asked, timeout=t), self.timeout_s)
-        except KafkaException:  # the coordinator answered the probe, with an error
-            heard = None  # the commit is asked: its own answer ends the silence or not
-        if heard is not None:
-            raise SourceUnavailable(heard)
-        try:
-            offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
-            consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as e:
+            consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as e:  # the client refused the commit at once
             error = e.args[0] if e.args else e
             if _no_answer(error):
                 raise SourceUnavailable(silence.silent(f"{failed}: {error}")) from None
-            silence.answered()  # the commit answered, with an error: the pause starts anew
+            silence.answered()  # an answer, an error: the pause starts anew
             raise SourceUnavailable(f"{failed}: {error}") from None
-        self._uncommitted = {}
-        silence.answered()
+        self._commit_asked_at = monotonic()
+        self._commits_asked += 1
+        self._commit_awaited = self._commits_asked
+        self._awaited_offsets = {str(tp.partition): tp.offset for tp in offsets}
+        if refused is not None:
+            raise SourceUnavailable(refused)
+        if silence.fault is not None:  # asked after a silence: it lasts until answered
+            raise SourceUnavailable(silence.fault)
+
+    def _commit_answered(self, error: Any, partitions: Any) -> None:
+        """The consumer's ``on_commit``: keep the answer of a commit for the next commit
+        to read (:meth:`commit`). Run by ``poll`` on the driver."""
+        self._commit_answers.append((error, list(partitions or ())))
+
+    def _judge_commits(self, consumer: Any, failed: str) -> str | None:
+        """Read the answers of the commits asked so far (:meth:`commit`): the fault of an
+        error the coordinator answered the latest commit with (the commit is asked
+        again, then it is raised); raises SourceUnavailable if the latest commit got no
+        answer within ``timeout_s``, which is the group's silence (one younger stays in
+        flight: ``_commit_awaited``). Offsets a success committed are dropped from
+        those to commit."""
+        silence = self._commit_silence
+        if self._commits_asked > self._commits_answered:
+            consumer.poll(0)  # runs on_commit for the answers come so far
+        answers, self._commit_answers = self._commit_answers, []
+        refused = unanswered = None
+        for error, partitions in answers:
+            self._commits_answered += 1
+            named = {str(tp.partition): tp.offset for tp in partitions}
+            # The latest commit's answer: by its offsets where the answer names them (a
+            # commit judged silent may still be answered after a newer one), else in order.
+            latest = self._commit_awaited != 0 and (
+                named == self._awaited_offsets
+                if named
+                else self._commits_answered == self._commit_awaited
+            )
+            if latest:
+                self._commit_awaited = 0
+            if error is None:  # the request answered: each partition's own error, if any
+                error = next((tp.error for tp in partitions if tp.error is not None), None)
+            if error is None:
+                for tp in partitions:
+                    p = str(tp.partition)
+                    if p in self._uncommitted and self._uncommitted[p] <= tp.offset:
+                        del self._uncommitted[p]
+                silence.answered()
+            elif not latest:
+                continue  # a commit already judged: its silence was counted then
+            elif _no_answer(error):  # the client's own timeout
+                unanswered = f"{failed}: {error}"
+            else:
+                silence.answered()  # an answer, an error: the pause starts anew
+                refused = f"{failed}: {error}"
+        if self._commit_awaited and monotonic() - self._commit_asked_at > self.timeout_s:
+            self._commit_awaited = 0
+            unanswered = f"{failed}: the coordinator did not answer within {self.timeout_s} s"
+        if unanswered is not None:
+            raise SourceUnavailable(silence.silent(unanswered))
+        return refused
 
     def close(self) -> None:
         self._admin = None  # an AdminClient has no close: dropped, it ends its threads
@@ -826,6 +913,7 @@ class KafkaSource:
                     "isolation.level": "read_committed",
                     "socket.timeout.ms": int(self.timeout_s * 1000),
                     "logger": _quiet_logger(),
+                    "on_commit": self._commit_answered,
                 }
             )
         return self._client

@@ -1,0 +1,77 @@
+"""A KAFKA export whose task's abort got no answer ends the transaction it may have left
+open at its next tick, as soon as the transaction coordinator answers, even if that tick
+fails later (no Spark, no broker: the stand-ins of the export's down-broker test).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import ClassVar
+
+import confluent_kafka
+import confluent_kafka.admin
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+from tests.unit import test_kafka_export_down_broker as down
+from tests.unit.test_kafka_down_broker_backoff import Clock
+from tests.unit.test_kafka_export_down_broker import Brokers, brokers  # noqa: F401
+
+
+class Coordinator(down.Producer):
+    """A producer whose transaction coordinator keeps the export's transaction: begun, it
+    is open until committed, aborted, or ended by the next ``init_transactions`` of the
+    id. While :attr:`silent`, a commit or an abort gets no answer (it stays open)."""
+
+    open: ClassVar[bool] = False
+    silent: ClassVar[bool] = False
+
+    def init_transactions(self, timeout: float) -> None:
+        super().init_transactions(timeout)
+        Coordinator.open = False  # aborted; its producer fenced
+
+    def begin_transaction(self) -> None:
+        super().begin_transaction()
+        Coordinator.open = True
+
+    def _unanswered(self, timeout: float) -> None:
+        if Coordinator.silent:
+            Brokers.waits.append(timeout)
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT))
+
+    def commit_transaction(self, timeout: float) -> None:
+        self._unanswered(timeout)
+        super().commit_transaction(timeout)
+        Coordinator.open = False
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._unanswered(timeout)
+        super().abort_transaction(timeout)
+        Coordinator.open = False
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_transaction_an_unanswered_abort_left_open_ends_at_the_next_ticks_progress_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: only the next task's ``init_transactions`` ended it, so a tick that failed
+    before its task (the target topic's configuration, asked of a silent controller)
+    left it open, holding back the topic's read_committed readers, until the transaction
+    timed out or a task ran again."""
+    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.ControllerDown)
+    down.ControllerDown.up, Coordinator.open, Coordinator.silent = True, False, True
+    Brokers.up.add(down.DOWN)
+    _, run = down.pipeline(tmp_path)
+    fault = run.step()["out"]  # the task's commit, then its abort, get no answer
+    assert "its transaction" in fault and Coordinator.open
+    Coordinator.silent, down.ControllerDown.up = False, False
+    fault = run.step()["out"]  # probed at once: the tick fails at the configuration read
+    assert "BrokerSilent" in fault and "its transaction" not in fault, fault
+    assert not Coordinator.open  # ended all the same
+    assert (Brokers.log, Brokers.commits) == ([], 0)  # nothing written meanwhile
+    down.ControllerDown.up = True
+    Clock.now += 31.0
+    assert run.step() == {}
+    assert Brokers.commits == 1 and len(Brokers.log) == 1  # the progress, once
+    assert not Coordinator.open
+    run.close()
