@@ -7,6 +7,8 @@ the stand-in admin and consumer of the source's down-broker test).
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -305,7 +307,7 @@ def test_a_coordinator_that_never_answers_a_commit_holds_no_tick_up(
     # Silent from the first commit's timeout (10 s) on, in flight or paused.
     assert len(faults) == 590 and len(set(faults)) == 1, set(faults)
     assert "_TIMED_OUT" in faults[0]
-    assert faults[0].endswith(kafka_source.BrokerSilence.THEN)
+    assert faults[0].endswith(kafka_source.KafkaSource.COMMIT_THEN)
     assert Group.committed == []
     Coordinator.commits_silent = False
     coordinator_ticks(65, orders)  # the pause at its longest passes, twice
@@ -327,3 +329,45 @@ def test_a_slow_coordinator_is_not_a_silent_one(orders: kafka_source.KafkaSource
     assert 10 <= len(Coordinator.asks) - asks <= 15  # one in flight (3 s) at a time
     assert Group.committed[-1]["0"] >= int(Clock.now) - 4  # the latest offsets go out
     assert Brokers.waits == []
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_commit_the_client_held_for_want_of_a_coordinator_is_no_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the coordinator gone, the client holds a commit until its session timeout
+    (45 s) and answers ``_WAIT_COORD``, which was taken for the coordinator's answer: with
+    a timeout of 60 s the group's silence was never reported, and the ticks after each
+    such answer showed no fault while the next commit was in flight."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Coordinator)
+    Group.committed, Coordinator.silent, Coordinator.commits_silent = [], False, False
+    Coordinator.probe_error, Coordinator.error = None, KafkaError._WAIT_COORD
+    Coordinator.delay = 45.0
+    orders = kafka_source.KafkaSource(
+        "orders", backoff.UP, "orders", value_format="text", timeout_s=60.0
+    )
+    try:
+        faults = coordinator_ticks(300, orders)
+    finally:
+        orders.close()
+        Coordinator.error, Coordinator.delay = None, 0.0
+    assert len(faults) >= 300 - 46, len(faults)  # every tick from the first answer on
+    assert "_WAIT_COORD" in faults[0] and faults[0].endswith(orders.COMMIT_THEN)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_no_commit_is_asked_while_one_judged_silent_is_unanswered(
+    orders: kafka_source.KafkaSource,
+) -> None:
+    """A coordinator slower than the timeout (15 s against 10 s), offsets unchanged: the
+    late answer of a commit judged silent was taken for the newer commit's, so a second
+    commit was asked while one was in flight. Each answer is now the one commit's."""
+    Coordinator.silent, Coordinator.delay = False, 15.0
+    asks = len(Coordinator.asks)
+    for _ in range(120):
+        Clock.now += 1.0
+        with contextlib.suppress(kafka_source.SourceUnavailable):
+            orders.commit({"0": 7})
+        assert orders._commits_asked - orders._commits_answered <= 1
+    gaps = [b - a for a, b in itertools.pairwise(Coordinator.asks[asks:])]
+    assert gaps and min(gaps) >= 15.0, gaps

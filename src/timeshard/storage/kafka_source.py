@@ -288,10 +288,12 @@ class BrokerSilence:
         weakref.WeakValueDictionary()
     )
 
-    def __init__(self, bootstrap_servers: str = "", scope: str = "") -> None:
+    def __init__(self, bootstrap_servers: str = "", scope: str = "", then: str = "") -> None:
         """``scope``: a part of the cluster whose silence is its own (a consumer group's
         coordinator, ``group <id>``): the shared record is then that of the objects of
-        the cluster with the same scope, not the cluster's."""
+        the cluster with the same scope, not the cluster's. ``then``: what the fault
+        line says of the asks after a silence, if not :attr:`THEN` (an object that
+        asks without probing says how it does)."""
         servers = ",".join(sorted({s.strip().lower() for s in bootstrap_servers.split(",")} - {""}))
         key = f"{servers}\n{scope}" if scope else servers
         with _CLUSTERS_LOCK:
@@ -301,6 +303,8 @@ class BrokerSilence:
                 self._clusters[key] = cluster
         #: The cluster's shared record (held: it is forgotten once no object holds it).
         self.cluster = cluster
+        #: What this object's fault line says of the asks after a silence.
+        self.then = then or self.THEN
         #: The fault of this object's last ask that got no answer (None: answered last).
         self.fault: str | None = None
         self._probe_at = 0.0  # monotonic
@@ -379,7 +383,7 @@ class BrokerSilence:
 
     def silent(self, fault: str) -> str:
         """Remember ``fault``, of an ask the broker did not answer in time, and return it
-        with what follows (:attr:`THEN`: the line of the whole silence, which a health
+        with what follows (:attr:`then`: the line of the whole silence, which a health
         report keeps, says how the broker is asked meanwhile, not only how the first ask
         waited): this object does not ask again before its pause has passed, which
         doubles after each silence, and the cluster's other objects probe before they
@@ -388,12 +392,12 @@ class BrokerSilence:
         with _CLUSTERS_LOCK:
             self.cluster.fault = asked
             self.cluster.pause()
-        return f"{asked}{self.THEN}"
+        return f"{asked}{self.then}"
 
     def _own_silence(self, fault: str) -> str:
-        """:meth:`silent` for this object alone: ``fault`` without :attr:`THEN`."""
-        asked = fault.removesuffix(self.THEN)
-        self.fault = f"{asked}{self.THEN}"
+        """:meth:`silent` for this object alone: ``fault`` without :attr:`then`."""
+        asked = fault.removesuffix(self.then)
+        self.fault = f"{asked}{self.then}"
         self._probe_at = monotonic() + self._pause_s
         self._pause_s = _doubled(self._pause_s)
         return asked
@@ -448,6 +452,17 @@ class SharedSilence:
 
 class KafkaSource:
     """One Kafka topic (module doc)."""
+
+    #: What the fault line of the group coordinator's silence says of the commits after it.
+    COMMIT_THEN = (
+        f"; the group's next commit is asked after a pause (the first at the next tick, "
+        f"then {BrokerSilence.FIRST_PROBE_PAUSE_S:g} s apart, twice as far each time, up "
+        f"to {BrokerSilence.MAX_PROBE_PAUSE_S:g} s) and waited for by no tick"
+    )
+    #: How long (s) past the source's timeout a commit may stay unanswered before it is
+    #: forgotten: the client holds a commit for want of a coordinator until its
+    #: ``session.timeout.ms`` (45 s), then answers it.
+    COMMIT_LOST_AFTER_S = 120.0
 
     #: One upstream every instance sees, whose upper never moves back: an upper below the
     #: offsets already bound means the upstream lost them (``Ingestion`` stalls on it).
@@ -521,14 +536,15 @@ class KafkaSource:
         self._uncommitted: dict[str, int] = {}
         #: The silence of the consumer group's coordinator (:meth:`commit`): its own,
         #: shared with the objects that commit to the same group, not with the cluster.
-        self._commit_silence = BrokerSilence(bootstrap_servers, scope=f"group {self.group_id}")
+        self._commit_silence = BrokerSilence(
+            bootstrap_servers, scope=f"group {self.group_id}", then=self.COMMIT_THEN
+        )
         #: The commits asked, and those the client answered (:meth:`commit`).
         self._commits_asked = self._commits_answered = 0
         #: The number of the commit in flight, whose answer the next commit reads (0:
         #: none), and when (monotonic) it was asked.
         self._commit_awaited = 0
         self._commit_asked_at = 0.0
-        self._awaited_offsets: dict[str, int] = {}
         #: The answers the consumer's ``on_commit`` kept, not read yet.
         self._commit_answers: list[tuple[Any, list[Any]]] = []
 
@@ -790,9 +806,12 @@ class KafkaSource:
         passed, then ask again: the commit itself is the probe, and waits for
         nothing; the fault stays raised while it is in flight, and only an answer
         ends the silence (a late success, of a commit already judged unanswered,
-        too). An answer is the latest commit's if it names that commit's offsets
-        (an older commit may be answered after it); one that names none is taken
-        in the order the commits were asked.
+        too). No commit is asked while an earlier one is unanswered, even one
+        judged silent (the client answers each, within ``session.timeout.ms`` at
+        the latest; one unanswered for :attr:`COMMIT_LOST_AFTER_S` more than the
+        timeout is forgotten), so every answer is that of the one in flight. An
+        answer of ``_WAIT_COORD`` (the client held the commit for want of a
+        coordinator) is no answer.
 
         While the source knows its cluster is silent (its own silence, or one
         another object of the cluster met: :meth:`BrokerSilence.known`), nothing
@@ -817,10 +836,10 @@ class KafkaSource:
         )
         offsets = [TopicPartition(self.topic, int(p), o) for p, o in sorted(wanted.items())]
         refused = self._judge_commits(consumer, failed)
-        if self._commit_awaited:  # in flight: these offsets go with the next commit
-            if silence.fault is not None:  # asked after a silence: it lasts until answered
+        if self._commits_asked > self._commits_answered:  # one in flight, maybe judged
+            if silence.fault is not None:  # a silence lasts until a commit is answered
                 raise SourceUnavailable(silence.fault)
-            return
+            return  # these offsets go with the next commit
         paused = silence.paused()
         if paused is not None:
             raise SourceUnavailable(paused)
@@ -835,11 +854,14 @@ class KafkaSource:
         self._commit_asked_at = monotonic()
         self._commits_asked += 1
         self._commit_awaited = self._commits_asked
-        self._awaited_offsets = {str(tp.partition): tp.offset for tp in offsets}
         if refused is not None:
             raise SourceUnavailable(refused)
         if silence.fault is not None:  # asked after a silence: it lasts until answered
             raise SourceUnavailable(silence.fault)
+
+    def _lost_after(self) -> float:
+        """Seconds after which a commit still unanswered is taken never to be answered."""
+        return self.timeout_s + self.COMMIT_LOST_AFTER_S
 
     def _commit_answered(self, error: Any, partitions: Any) -> None:
         """The consumer's ``on_commit``: keep the answer of a commit for the next commit
@@ -859,17 +881,9 @@ class KafkaSource:
         answers, self._commit_answers = self._commit_answers, []
         refused = unanswered = None
         for error, partitions in answers:
+            # The one commit in flight's (the latest's, unless already judged silent).
             self._commits_answered += 1
-            named = {str(tp.partition): tp.offset for tp in partitions}
-            # The latest commit's answer: by its offsets where the answer names them (a
-            # commit judged silent may still be answered after a newer one), else in order.
-            latest = self._commit_awaited != 0 and (
-                named == self._awaited_offsets
-                if named
-                else self._commits_answered == self._commit_awaited
-            )
-            if latest:
-                self._commit_awaited = 0
+            latest, self._commit_awaited = self._commit_awaited != 0, 0
             if error is None:  # the request answered: each partition's own error, if any
                 error = next((tp.error for tp in partitions if tp.error is not None), None)
             if error is None:
@@ -880,14 +894,17 @@ class KafkaSource:
                 silence.answered()
             elif not latest:
                 continue  # a commit already judged: its silence was counted then
-            elif _no_answer(error):  # the client's own timeout
-                unanswered = f"{failed}: {error}"
+            elif _no_answer(error) or _waits_for_coordinator(error):
+                unanswered = f"{failed}: {error}"  # the client's own timeout
             else:
                 silence.answered()  # an answer, an error: the pause starts anew
                 refused = f"{failed}: {error}"
-        if self._commit_awaited and monotonic() - self._commit_asked_at > self.timeout_s:
+        waited = monotonic() - self._commit_asked_at
+        if self._commit_awaited and waited > self.timeout_s:
             self._commit_awaited = 0
             unanswered = f"{failed}: the coordinator did not answer within {self.timeout_s} s"
+        if self._commits_asked > self._commits_answered and waited > self._lost_after():
+            self._commits_answered = self._commits_asked  # never to be answered: forgotten
         if unanswered is not None:
             raise SourceUnavailable(silence.silent(unanswered))
         return refused
@@ -1461,6 +1478,14 @@ def _no_answer(error: Any) -> bool:
 
     silent = (KafkaError._TRANSPORT, KafkaError._TIMED_OUT, KafkaError._ALL_BROKERS_DOWN)
     return isinstance(error, KafkaError) and error.code() in silent
+
+
+def _waits_for_coordinator(error: Any) -> bool:
+    """Whether a commit's ``error`` says the client held it for want of a coordinator
+    (none known, or it moved or went away) until ``session.timeout.ms``: no answer."""
+    from confluent_kafka import KafkaError
+
+    return isinstance(error, KafkaError) and error.code() == KafkaError._WAIT_COORD
 
 
 def _quiet_logger() -> Any:
