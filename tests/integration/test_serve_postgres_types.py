@@ -36,6 +36,9 @@ RANKS = [
     ("SELECT dense_rank() OVER (ORDER BY i) AS n FROM t", [("n", INT8)], [(1,)]),
     ("SELECT row_number() OVER (ORDER BY i) + 1 AS n FROM t", [("n", INT8)], [(2,)]),
     ("SELECT ntile(2) OVER (ORDER BY i) AS n FROM t", [("n", INT4)], [(1,)]),
+    ("SELECT row_number() OVER () AS n FROM t", [("n", INT8)], [(1,)]),
+    ("SELECT rank() OVER (PARTITION BY s) + 1 AS n FROM t", [("n", INT8)], [(2,)]),
+    ("SELECT ntile(2) OVER () AS n FROM t", [("n", INT4)], [(1,)]),
 ]
 #: A string constant beside an integer is of the integer's type.
 TEXT_OPERANDS = [

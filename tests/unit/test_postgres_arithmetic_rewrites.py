@@ -180,7 +180,7 @@ def test_a_quotient_of_a_case_coalesce_length_or_window_function_is_postgresql_s
         "least(s, y)": "LEAST(s, y)",
         "nullif(i, 1)": "NULLIF(i, 1)",
         "length('abc')": "LENGTH('abc')",
-        "row_number() OVER ()": "ROW_NUMBER() OVER ()",
+        "row_number() OVER ()": "ROW_NUMBER() OVER (ORDER BY NULL NULLS LAST)",
         "rank() OVER (ORDER BY i)": "RANK() OVER (ORDER BY i NULLS LAST)",
         "count(*) FILTER (WHERE i > 0)": "COUNT(*) FILTER(WHERE i > 0)",
         "sum(i) FILTER (WHERE i > 0)": "SUM(i) FILTER(WHERE i > 0)",

@@ -27,6 +27,22 @@ def test_row_number_rank_and_dense_rank_are_int8s() -> None:
     )
 
 
+def test_a_rank_over_a_window_of_no_order_runs_as_postgresql_s_does() -> None:
+    """PostgreSQL numbers the rows of a window of no ORDER BY in an order it picks, and
+    ranks them all 1 (all are peers); Spark refused the window (XX000: "requires window
+    to be ordered"). ``ORDER BY NULL`` is that: every row a peer, in Spark's order."""
+    assert rewritten("SELECT row_number() OVER () AS n FROM t") == (
+        "SELECT CAST(ROW_NUMBER() OVER (ORDER BY NULL NULLS LAST) AS BIGINT) AS n FROM t"
+    )
+    assert rewritten("SELECT rank() OVER (PARTITION BY s) FROM t") == (
+        "SELECT CAST(RANK() OVER (PARTITION BY s ORDER BY NULL NULLS LAST) AS BIGINT) FROM t"
+    )
+    for name in ("percent_rank()", "cume_dist()", "ntile(2)", "lag(i)", "lead(i)"):
+        assert "ORDER BY NULL" in rewritten(f"SELECT {name} OVER () FROM t"), name
+    # A window of its own order, and an aggregate's, stay as they are.
+    assert "BY NULL" not in rewritten("SELECT rank() OVER (ORDER BY i), sum(i) OVER () FROM t")
+
+
 def test_a_string_side_of_an_integer_operator_has_the_other_side_s_type() -> None:
     """PostgreSQL's ``'7' + 2`` is the int4 9; Spark cast the text to a BIGINT (int8)."""
     assert rewritten("SELECT '7' + 2") == "SELECT CAST('7' AS INT) + 2"

@@ -333,7 +333,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     Before them, a quotient of integers is an integer (:func:`_integer_quotients`) and a
     float's cast to an integer rounds (:func:`_float_casts_to_integers`), as PostgreSQL
     answers them: both are here to share the one read of each shard's columns. After
-    them, ``row_number``, ``rank`` and ``dense_rank`` are int8s (:func:`_bigint_ranks`).
+    them, ``row_number``, ``rank`` and ``dense_rank`` are int8s (:func:`_bigint_ranks`),
+    and a ranking window of no order is ordered by NULL (:func:`_ordered_windows`).
 
     Before them too, a subquery's or CTE's column aliases fewer than its columns are
     completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
@@ -371,6 +372,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
     if postgres15:
+        _ordered_windows(tree)
         _bigint_ranks(tree)
         _integer_texts(tree)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
@@ -451,6 +453,23 @@ def _bigint_ranks(tree: exp.Expr) -> None:
         cast = exp.Cast(this=exp.Null(), to=exp.DataType.build("BIGINT"))
         window.replace(cast)  # moved, not copied, as the rewrites before it move theirs
         cast.set("this", window)
+
+
+#: The window functions Spark runs only over an ordered window, and PostgreSQL over any.
+_ORDERED = (*_RANKS, exp.PercentRank, exp.CumeDist, exp.Ntile, exp.Lag, exp.Lead)
+
+
+def _ordered_windows(tree: exp.Expr) -> None:
+    """A window of :data:`_ORDERED` of no ``ORDER BY`` (``row_number() OVER ()``,
+    ``rank() OVER (PARTITION BY p)``) is ordered ``BY NULL``: PostgreSQL numbers such a
+    window's rows in an order of its own and ranks them all alike (every row a peer),
+    where Spark refused it (XX000, "requires window to be ordered"). Ordered by NULL,
+    every row is a peer and Spark numbers them in its order, as PostgreSQL does in its.
+    A named window (``OVER w``) is left as it is: its order is in the ``WINDOW`` clause."""
+    for window in tree.find_all(exp.Window):
+        named = window.args.get("alias") is not None
+        if isinstance(window.this, _ORDERED) and not window.args.get("order") and not named:
+            window.set("order", exp.Order(expressions=[exp.Ordered(this=exp.Null())]))
 
 
 #: The operators other than ``/`` whose side of PostgreSQL's unknown type takes the other
