@@ -123,6 +123,10 @@ ERRORS = [
     ("SELECT '7.5' + 2 AS n", psycopg.errors.InvalidTextRepresentation),
     ("SELECT 'abc'::int AS n", psycopg.errors.InvalidTextRepresentation),
     ("SELECT '3000000000' / 2 AS n", psycopg.errors.NumericValueOutOfRange),
+    (
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) a JOIN (SELECT 1 AS k) b USING (k)",
+        psycopg.errors.AmbiguousColumn,
+    ),
 ]
 
 

@@ -146,3 +146,26 @@ def test_a_described_statements_string_parameter_passes_the_integer_checks(
     from timeshard.server.statements import bind, placeholder
 
     rewritten(bind(sql, [placeholder(oid)]))  # no SqlError
+
+
+def test_a_name_a_join_is_using_that_one_side_has_twice_is_postgresql_s_42702() -> None:
+    """PostgreSQL refuses such a join (42702); Spark joined on one of the two columns and
+    answered ``SELECT *`` with both, a result PostgreSQL never gives."""
+    refused = {
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a JOIN (SELECT 1 AS k) AS b USING (k)": "left",
+        "SELECT * FROM (SELECT 1 AS k) AS a JOIN (SELECT 1 AS k, 2 AS k) AS b USING (k)": "right",
+        "SELECT * FROM t JOIN t AS u ON TRUE JOIN t AS v USING (i)": "left",
+        "SELECT * FROM t AS a(k, m) JOIN (SELECT 1 AS k, 2 AS k) AS b USING (k)": "right",
+    }
+    for sql, side in refused.items():
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        message = f'common column name "k" appears more than once in {side} table'
+        expected = ("42702", message.replace('"k"', '"i"') if "v USING (i)" in sql else message)
+        assert (caught.value.sqlstate, str(caught.value)) == expected, sql
+    for sql in (
+        "SELECT * FROM t JOIN t AS u USING (i) JOIN t AS v USING (i)",  # joined: one column
+        "SELECT * FROM (SELECT 1 AS k, 2 AS m, 3 AS m) AS a JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM t JOIN (SELECT 1 AS k, 2 AS k) AS b ON TRUE",
+    ):
+        rewritten(sql)  # no SqlError

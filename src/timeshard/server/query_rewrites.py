@@ -14,6 +14,7 @@ Pure Python, no Spark.
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 import re
 import struct
@@ -362,12 +363,14 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
                 inner.replace(_decimal(*_WIDE))
+    columns_of = functools.cache(columns_of)  # a relation's columns are asked once
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     columns: dict[int, T] = {}
     typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
     if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree, postgres15):
         columns, typed = _shard_column_types(tree, columns_of, aliases=postgres15)
     if postgres15:
+        _refuse_ambiguous_using(tree, columns_of)
         _untyped_integer_operands(tree, typed)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
@@ -987,6 +990,64 @@ def _using_names(scope: object) -> set[str]:
     return {
         n.name.lower() for j in select.args.get("joins") or [] for n in j.args.get("using") or []
     }
+
+
+def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
+    """SqlError 42702 if a name a join is ``USING`` is the name of two columns of one of
+    its sides, as PostgreSQL refuses it ("common column name appears more than once"):
+    Spark joined on one of them and gave ``SELECT *`` both. A join's left side is every
+    relation before it, a column an earlier join is ``USING`` counted once.
+
+    Checked where the names of every relation a join reads are known here (a shard's, as
+    ``columns_of`` names them, under its column aliases; a subquery's or CTE's,
+    :func:`_derived_branches`), up to a ``NATURAL`` join; past it Spark's answer stands."""
+    from sqlglot.errors import OptimizeError
+    from sqlglot.optimizer.scope import Scope, traverse_scope
+
+    selects = [
+        s
+        for s in tree.find_all(exp.Select)
+        if any(j.args.get("using") for j in s.args.get("joins") or [])
+    ]
+    if not selects:
+        return
+    try:
+        scopes = {id(scope.expression): scope for scope in traverse_scope(tree)}
+        sources = {k: dict(scope.selected_sources) for k, scope in scopes.items()}
+    except OptimizeError:  # Spark refuses what sqlglot cannot scope
+        return
+
+    def names_of(relation: exp.Expr, select: exp.Select) -> list[str] | None:
+        node, source = sources[id(select)].get(relation.alias_or_name, (None, None))
+        if isinstance(source, Scope) and node is not None:
+            derived = _derived_branches(node, source)
+            return None if derived is None else derived[0]
+        if not isinstance(source, exp.Table):
+            return None
+        shard = columns_of(".".join(p for p in (source.catalog, source.db, source.name) if p))
+        if shard is None:
+            return None
+        names = list(shard)
+        aliases = _column_aliases(source)
+        names[: len(aliases)] = aliases
+        return names
+
+    for select in selects:
+        first = select.args.get("from_")
+        left = names_of(first.this, select) if first is not None and id(select) in sources else None
+        for join in select.args.get("joins") or []:
+            right = names_of(join.this, select) if left is not None else None
+            if left is None or right is None or join.args.get("method"):
+                break  # not known here, or NATURAL
+            using = [n.name for n in join.args.get("using") or []]
+            for name in using:
+                for side, names in (("left", left), ("right", right)):
+                    if names.count(name) > 1:
+                        raise SqlError(
+                            f'common column name "{name}" appears more than once in {side} table',
+                            "42702",
+                        )
+            left = using + [n for n in left + right if n not in using]
 
 
 def _common_type_of(kinds: list[T | None]) -> T | None:
