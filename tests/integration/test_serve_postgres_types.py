@@ -58,6 +58,8 @@ COLUMN_ALIASES = [
     ("WITH z(k) AS (SELECT i FROM t) SELECT k / 2 AS n FROM z", [("n", INT4)], [(3,)]),
     ("SELECT * FROM (SELECT 1 AS x, 2 AS y) AS q(a)", [("a", INT4), ("y", INT4)], [(1, 2)]),
     ("SELECT a FROM (SELECT 1 AS x, s FROM t) AS q(a)", [("a", INT4)], [(1,)]),
+    ("SELECT * FROM t AS x(a)", [("a", INT4), ("s", TEXT)], [(7, "x")]),
+    ("SELECT x.a, s FROM t AS x(a)", [("a", INT4), ("s", TEXT)], [(7, "x")]),
 ]
 #: The column a join is USING is one, first, of its sides' common type.
 USING = [
@@ -127,6 +129,7 @@ ERRORS = [
         "SELECT * FROM (SELECT 1 AS k, 2 AS k) a JOIN (SELECT 1 AS k) b USING (k)",
         psycopg.errors.AmbiguousColumn,
     ),
+    ("SELECT * FROM t AS x(a, b, c)", psycopg.errors.InvalidColumnReference),
 ]
 
 

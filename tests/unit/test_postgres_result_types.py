@@ -90,7 +90,6 @@ def test_a_column_alias_of_a_subquery_or_cte_names_its_column_and_keeps_its_type
     )
     # The alias renames: the first list's name of the column is no longer one.
     assert "DIV" not in rewritten("SELECT i / 2 FROM (SELECT i FROM t) AS z(k)")
-    assert "DIV" not in rewritten("SELECT a / 2 FROM (SELECT 7) AS q(a, b)")
 
 
 def test_column_aliases_fewer_than_the_columns_are_completed_with_their_names() -> None:
@@ -169,3 +168,31 @@ def test_a_name_a_join_is_using_that_one_side_has_twice_is_postgresql_s_42702() 
         "SELECT * FROM t JOIN (SELECT 1 AS k, 2 AS k) AS b ON TRUE",
     ):
         rewritten(sql)  # no SqlError
+
+
+def test_a_shard_s_column_aliases_fewer_than_its_columns_are_completed_with_its_names() -> None:
+    """PostgreSQL names a shard's columns past its aliases (``t AS x(a)``) as the shard
+    does; Spark refused fewer aliases than columns (42802)."""
+    assert rewritten("SELECT * FROM t AS x(a)") == "SELECT * FROM t AS x(a, s, y, b, x, r)"
+    assert rewritten("SELECT x.d FROM u AS x(d)") == "SELECT x.d FROM u AS x(d)"
+    # A CTE of a shard's name is not the shard.
+    assert rewritten("WITH t AS (SELECT 1 AS k, 2 AS m) SELECT * FROM t AS x(a)").endswith(
+        "AS x(a)"
+    )
+
+
+def test_more_column_aliases_than_columns_are_postgresql_s_42p10() -> None:
+    """PostgreSQL refuses them (42P10); Spark's error was 42802."""
+    refused = {
+        "SELECT * FROM u AS x(a, b)": 'table "x" has 1 columns available but 2 columns specified',
+        "SELECT * FROM (SELECT 1) AS q(a, b)": (
+            'table "q" has 1 columns available but 2 columns specified'
+        ),
+        "WITH z(a, b) AS (SELECT 1) SELECT * FROM z": (
+            'WITH query "z" has 1 columns available but 2 columns specified'
+        ),
+    }
+    for sql, message in refused.items():
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == ("42P10", message), sql

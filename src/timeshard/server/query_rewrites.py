@@ -337,8 +337,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     them, ``row_number``, ``rank`` and ``dense_rank`` are int8s (:func:`_bigint_ranks`),
     and a ranking window of no order is ordered by NULL (:func:`_ordered_windows`).
 
-    Before them too, a subquery's or CTE's column aliases fewer than its columns are
-    completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
+    Before them too, a subquery's, CTE's or shard's column aliases fewer than its columns
+    are completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
 
     ``version``: of these rewrites (:data:`TYPING`). At 1 (a view recorded with version
     1 and no resolution, installed again as it was made; or checking that version 1
@@ -356,14 +356,14 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
     are rounded, and values past 10**20 are refused (22003)."""
     postgres15 = version >= 2
+    columns_of = functools.cache(columns_of)  # a relation's columns are asked once
     _interval_literals(tree)
     if postgres15:
-        _complete_column_aliases(tree)
+        _complete_column_aliases(tree, columns_of)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
                 inner.replace(_decimal(*_WIDE))
-    columns_of = functools.cache(columns_of)  # a relation's columns are asked once
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     columns: dict[int, T] = {}
     typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
@@ -1159,26 +1159,58 @@ def _branch_type(
     return _common_type(values, columns)
 
 
-def _complete_column_aliases(tree: exp.Expr) -> None:
-    """A subquery's or CTE's column aliases fewer than its columns (``(SELECT 1 AS x, 2
-    AS y) AS q(a)``) are completed with the names of the rest (``q(a, y)``), as
-    PostgreSQL names them: Spark refused them (42802, ASSIGNMENT_ARITY_MISMATCH). Left
-    as they are where a name is not known here (a ``*``, an expression with no alias,
-    ``VALUES``): Spark refuses them then."""
+def _complete_column_aliases(tree: exp.Expr, columns_of: ColumnsOf) -> None:
+    """A relation's column aliases fewer than its columns (a subquery's ``(SELECT 1 AS x,
+    2 AS y) AS q(a)``, a CTE's, a shard's ``t AS x(a)``) are completed with the names of
+    the rest (``q(a, y)``, ``x(a, s)``), as PostgreSQL names them: Spark refused them
+    (42802, ASSIGNMENT_ARITY_MISMATCH). More aliases than columns are SqlError 42P10, as
+    PostgreSQL refuses them (Spark's error was 42802).
+
+    Left as they are where the columns are not known here (a ``*``, ``VALUES``, a table
+    that names a CTE or no shard), and not completed where a name of the rest is not (an
+    expression with no alias, which PostgreSQL and Spark name otherwise): Spark refuses
+    them then. ``columns_of`` is asked only for a shard read under column aliases."""
+    ctes = {c.alias for c in tree.find_all(exp.CTE)}
     for alias in list(tree.find_all(exp.TableAlias)):
         holder = alias.parent
-        if not alias.columns or not isinstance(holder, exp.Subquery | exp.CTE):
+        names = _relation_names(holder, columns_of, ctes) if alias.columns else None
+        if names is None:
             continue
-        first = holder.this
-        while isinstance(first, exp.SetOperation | exp.Subquery):
-            first = first.this
-        if not isinstance(first, exp.Select):
-            continue
-        rest = first.expressions[len(alias.columns) :]
-        if any(not isinstance(e, exp.Alias | exp.Column) or e.is_star for e in rest):
-            continue
-        for value in rest:
-            alias.append("columns", exp.to_identifier(value.alias_or_name))
+        if len(alias.columns) > len(names):
+            what = "WITH query" if isinstance(holder, exp.CTE) else "table"
+            raise SqlError(
+                f'{what} "{alias.name}" has {len(names)} columns available but '
+                f"{len(alias.columns)} columns specified",
+                "42P10",
+            )
+        rest = names[len(alias.columns) :]
+        if all(name is not None for name in rest):
+            for name in rest:
+                alias.append("columns", exp.to_identifier(name))
+
+
+def _relation_names(
+    holder: exp.Expr | None, columns_of: ColumnsOf, ctes: set[str]
+) -> list[str | None] | None:
+    """The names of the columns of the relation ``holder`` (a subquery, a CTE, a shard's
+    table), before its column aliases: None where they are not known here; a name None
+    where its expression has no alias."""
+    if isinstance(holder, exp.Table):
+        if holder.name in ctes and not holder.db:
+            return None
+        shard = columns_of(".".join(p for p in (holder.catalog, holder.db, holder.name) if p))
+        return None if shard is None else list(shard)
+    if not isinstance(holder, exp.Subquery | exp.CTE):
+        return None
+    first = holder.this
+    while isinstance(first, exp.SetOperation | exp.Subquery):
+        first = first.this
+    if not isinstance(first, exp.Select) or any(e.is_star for e in first.expressions):
+        return None
+    return [
+        e.alias_or_name if isinstance(e, exp.Alias | exp.Column) else None
+        for e in first.expressions
+    ]
 
 
 def _naive_timestamps(tree: exp.Expr) -> None:
