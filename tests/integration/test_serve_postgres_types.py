@@ -60,6 +60,7 @@ COLUMN_ALIASES = [
     ("SELECT a FROM (SELECT 1 AS x, s FROM t) AS q(a)", [("a", INT4)], [(1,)]),
     ("SELECT * FROM t AS x(a)", [("a", INT4), ("s", TEXT)], [(7, "x")]),
     ("SELECT x.a, s FROM t AS x(a)", [("a", INT4), ("s", TEXT)], [(7, "x")]),
+    ("SELECT a / 2 AS n FROM t AS x(a, b)", [("n", INT4)], [(3,)]),
 ]
 #: The column a join is USING is one, first, of its sides' common type.
 USING = [

@@ -196,3 +196,14 @@ def test_more_column_aliases_than_columns_are_postgresql_s_42p10() -> None:
         with pytest.raises(SqlError) as caught:
             rewritten(sql)
         assert (caught.value.sqlstate, str(caught.value)) == ("42P10", message), sql
+
+
+def test_a_shard_s_columns_under_column_aliases_are_typed_by_them() -> None:
+    """PostgreSQL's ``SELECT a / 2 FROM t AS x(a)`` is the int4 3; the aliased column was
+    of no type known here, and its quotient Spark's double 3.5."""
+    assert rewritten("SELECT a / 2 FROM t AS x(a)") == (
+        "SELECT CAST(a DIV 2 AS INT) FROM t AS x(a, s, y, b, x, r)"
+    )
+    assert rewritten("SELECT x.k / 2 FROM t AS x(k)").startswith("SELECT CAST(x.k DIV 2 AS INT)")
+    # ``d`` of u, a decimal, renamed ``i``: typed by its own type, not by t's ``i``.
+    assert rewritten("SELECT i / 2 FROM u AS q(i)") == "SELECT i / 2 FROM u AS q(i)"

@@ -57,8 +57,9 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: The version of the typing rewrites (:func:`_numeric_casts`) a query gets by default; a
 #: view's entry records the lowest that resolves its query alike (``engine.TYPED_VIEWS``).
 #: 2 added PostgreSQL's int8 ranks, its integer input of string constants, and the types
-#: of columns under column aliases and joined ``USING``.
-TYPING = 2
+#: of columns under column aliases and joined ``USING``; 3 the types of a shard's columns
+#: under column aliases.
+TYPING = 3
 
 
 def _refuse_java_calls(tree: exp.Expr) -> None:
@@ -322,7 +323,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     1 and no resolution, installed again as it was made; or checking that version 1
     resolves a new view's query alike, to record the lowest), ranks stay INTs, string
     constants beside ``+ - * %`` and cast to integers are not typed or checked, and
-    columns under column aliases or joined ``USING`` are not typed.
+    columns under column aliases or joined ``USING`` are not typed. At 2, a shard's
+    columns under column aliases are not typed.
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -346,7 +348,9 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     columns: dict[int, T] = {}
     typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
     if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree, postgres15):
-        columns, typed = _shard_column_types(tree, columns_of, aliases=postgres15)
+        columns, typed = _shard_column_types(
+            tree, columns_of, aliases=postgres15, renames=version >= 3
+        )
     if postgres15:
         _refuse_ambiguous_using(tree, columns_of)
         _untyped_integer_operands(tree, typed)

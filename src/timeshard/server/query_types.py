@@ -299,7 +299,10 @@ def _arithmetic_type(left: T | None, right: T | None) -> T | None:
 
 
 def _shard_column_types(
-    tree: exp.Expr, columns_of: ColumnsOf, aliases: bool = True
+    tree: exp.Expr,
+    columns_of: ColumnsOf,
+    aliases: bool = True,
+    renames: bool = False,
 ) -> tuple[dict[int, T], dict[int, T]]:
     """The types of the columns of ``tree``, by the id of their node: the Spark types of
     those that are a column of a shard it reads, and PostgreSQL's types
@@ -313,7 +316,11 @@ def _shard_column_types(
 
     A subquery's or CTE's column has the type of its select-list expression (of a
     ``UNION``, the common type of each branch's, :func:`_common_type`): the innermost
-    scopes come first, so the columns that expression reads are typed before it."""
+    scopes come first, so the columns that expression reads are typed before it.
+
+    A shard read under column aliases (``FROM t AS x(a, b)``) has columns of its own types
+    under those names with ``renames`` (the rewrites' version 3), none known here
+    without."""
     from sqlglot.errors import OptimizeError
     from sqlglot.optimizer.scope import Scope, traverse_scope
 
@@ -329,15 +336,25 @@ def _shard_column_types(
             read[name] = columns_of(name)
         return read[name]
 
-    def renamed(source: object) -> bool:
-        """Whether a shard is read under column aliases (``FROM t AS q(a, b)``): its
-        columns' names are then not its own (not typed here)."""
-        alias = source.args.get("alias") if isinstance(source, exp.Table) else None
-        return isinstance(alias, exp.TableAlias) and bool(alias.columns)
+    def shard_of(source: object) -> Mapping[str, str] | None:
+        """The columns of the shard ``source`` reads, by the names it reads them by: its
+        column aliases' (``FROM t AS q(a, b)``), and its own past them; None if they are
+        not known, or renamed and not ``renames``."""
+        if not isinstance(source, exp.Table):
+            return None
+        shard = columns_of_table(source)
+        named = _column_aliases(source)
+        if shard is None or not named:
+            return shard
+        if not renames or len(named) > len(shard):
+            return None
+        names = list(shard)
+        names[: len(named)] = named
+        return dict(zip(names, shard.values(), strict=True))
 
     def names_of(node: exp.Expr, source: object) -> set[str] | None:
         if isinstance(source, exp.Table):
-            shard = None if renamed(source) else columns_of_table(source)
+            shard = shard_of(source)
             return None if shard is None else {n.lower() for n in shard}
         derived = _derived_branches(node, source, aliases) if isinstance(source, Scope) else None
         return None if derived is None else {n.lower() for n in derived[0]}
@@ -353,8 +370,7 @@ def _shard_column_types(
                 None,
                 None if derived is None else _branch_type(*derived, column.name, postgres),
             )
-        readable = isinstance(source, exp.Table) and not renamed(source)
-        shard = columns_of_table(source) if readable and isinstance(source, exp.Table) else None
+        shard = shard_of(source)
         name = shard.get(column.name) if shard is not None else None
         if name is None and shard is not None and not column.this.quoted:
             # Spark resolves an unquoted name whatever its case (the tree's are lower).
