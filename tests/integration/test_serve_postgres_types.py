@@ -80,6 +80,16 @@ USING = [
         [("i", INT4), ("s", TEXT), ("s", TEXT)],
         [(7, "x", "x")],
     ),
+    (
+        "SELECT * FROM t JOIN (SELECT 7::int8 AS i, 'y' AS w) AS v USING (i)",
+        [("i", INT8), ("s", TEXT), ("w", TEXT)],
+        [(7, "x", "y")],
+    ),
+    (
+        "SELECT i, t.i AS l FROM t JOIN (SELECT 7::int8 AS i) AS v USING (i)",
+        [("i", INT8), ("l", INT4)],
+        [(7, 7)],
+    ),
 ]
 SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES + USING
 

@@ -115,7 +115,7 @@ def test_a_column_a_join_is_using_is_of_both_sides_common_type() -> None:
     assert rewritten(
         "SELECT k / 2 FROM (SELECT 7 AS k) AS a JOIN (SELECT 7::int8 AS k) AS b USING (k)"
     ) == (
-        "SELECT CAST(k DIV 2 AS BIGINT) FROM (SELECT 7 AS k) AS a "
+        "SELECT CAST(CAST(k AS BIGINT) DIV 2 AS BIGINT) FROM (SELECT 7 AS k) AS a "
         "JOIN (SELECT CAST(7 AS BIGINT) AS k) AS b USING (k)"
     )
     assert rewritten("SELECT x::int FROM t JOIN t AS u USING (x)") == (
@@ -196,6 +196,25 @@ def test_more_column_aliases_than_columns_are_postgresql_s_42p10() -> None:
         with pytest.raises(SqlError) as caught:
             rewritten(sql)
         assert (caught.value.sqlstate, str(caught.value)) == ("42P10", message), sql
+
+
+def test_a_column_a_join_is_using_of_sides_of_two_types_is_of_their_common_type() -> None:
+    """PostgreSQL's ``SELECT * FROM t JOIN u USING (i)`` of an int4 ``t.i`` and an int8
+    ``u.i`` answers ``i`` as an int8; Spark's is the left side's, an int4."""
+    int8 = "(SELECT CAST(7 AS BIGINT) AS i) AS v"
+    assert rewritten(f"SELECT * FROM t JOIN {int8} USING (i)") == (
+        f"SELECT CAST(i AS BIGINT) AS i, * EXCEPT (i) FROM t JOIN {int8} USING (i)"
+    )
+    assert rewritten(f"SELECT i, i + 1 AS n FROM t JOIN {int8} USING (i) WHERE i > 0") == (
+        f"SELECT CAST(i AS BIGINT) AS i, CAST(i AS BIGINT) + 1 AS n FROM t JOIN {int8} "
+        "USING (i) WHERE CAST(i AS BIGINT) > 0"
+    )
+    # Of one type, or a side's own column, it stays as it is.
+    for sql in (
+        "SELECT * FROM t JOIN t AS u USING (i)",
+        f"SELECT t.i FROM t JOIN {int8} USING (i)",
+    ):
+        assert rewritten(sql) == sql.replace("::int8", ""), sql
 
 
 def test_a_shard_s_columns_under_column_aliases_are_typed_by_them() -> None:

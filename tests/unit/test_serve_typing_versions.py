@@ -3,7 +3,7 @@ with version 1's rewrites, not the running server's (no Spark: the install is st
 
 Version 2 types ranks as int8, string constants beside integer operators, and columns
 under column aliases or joined ``USING``; version 3 (``query_rewrites.TYPING``) a shard's
-columns under column aliases: each
+columns under column aliases and a column joined ``USING`` of sides of two types: each
 would change such a view's schema, which its shard's refuses.
 """
 
@@ -62,6 +62,8 @@ def test_version_1_of_the_rewrites_leaves_what_version_2_types(sql: str) -> None
 #: Per query, what version 3 makes of it and version 2 leaves as it was.
 CHANGED_IN_3 = {
     "SELECT a / 2 AS n FROM t AS x(a)": "DIV",
+    "SELECT i FROM t JOIN (SELECT CAST(7 AS BIGINT) AS i) AS v USING (i)": "CAST(i AS BIGINT)",
+    "SELECT * FROM t JOIN (SELECT CAST(7 AS BIGINT) AS i) AS v USING (i)": "EXCEPT",
 }
 
 

@@ -58,7 +58,7 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: view's entry records the lowest that resolves its query alike (``engine.TYPED_VIEWS``).
 #: 2 added PostgreSQL's int8 ranks, its integer input of string constants, and the types
 #: of columns under column aliases and joined ``USING``; 3 the types of a shard's columns
-#: under column aliases.
+#: under column aliases, and of a column joined ``USING`` of sides of different types.
 TYPING = 3
 
 
@@ -324,7 +324,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     resolves a new view's query alike, to record the lowest), ranks stay INTs, string
     constants beside ``+ - * %`` and cast to integers are not typed or checked, and
     columns under column aliases or joined ``USING`` are not typed. At 2, a shard's
-    columns under column aliases are not typed.
+    columns under column aliases are not typed, and a column joined ``USING`` keeps
+    Spark's type, one side's (:func:`_joined_columns`).
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -347,10 +348,18 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     columns: dict[int, T] = {}
     typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
-    if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree, postgres15):
+    joined: dict[int, T] = {}
+    stars = _using_stars(tree) if version >= 3 else []
+    if (
+        any(c.this.find(exp.Column) for c in casts)
+        or _typed_by_columns(tree, postgres15)
+        or (version >= 3 and any(j.args.get("using") for j in tree.find_all(exp.Join)))
+    ):
         columns, typed = _shard_column_types(
-            tree, columns_of, aliases=postgres15, renames=version >= 3
+            tree, columns_of, aliases=postgres15, renames=version >= 3, joined=joined
         )
+    if version >= 3:
+        _joined_columns(tree, joined, stars)
     if postgres15:
         _refuse_ambiguous_using(tree, columns_of)
         _untyped_integer_operands(tree, typed)
@@ -415,6 +424,55 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             div.replace(quotient)  # its operands are moved, not copied: ``columns`` holds them
             quotient.this.set("this", div.this)
             quotient.this.set("expression", div.expression)
+
+
+def _using_stars(tree: exp.Expr) -> list[tuple[exp.Select, list[exp.Expr]]]:
+    """The ``*`` of each SELECT of one join, ``USING`` columns (``SELECT * FROM a JOIN b
+    USING (k)``), written as those columns and the rest (``k, * EXCEPT (k)``, in Spark's
+    order and PostgreSQL's), so that :func:`_joined_columns` can type them; each SELECT
+    with its select list as it was, which :func:`_joined_columns` puts back where it
+    types none of them. Not for more joins: a later relation's column of the name is one
+    ``* EXCEPT`` leaves out too."""
+    out = []
+    for select in tree.find_all(exp.Select):
+        joins = select.args.get("joins") or []
+        using = joins[0].args.get("using") if len(joins) == 1 else None
+        star = [e for e in select.expressions if isinstance(e, exp.Star)]
+        if not using or len(star) != 1 or joins[0].args.get("method"):
+            continue
+        before = list(select.expressions)
+        names = [exp.Column(this=n.copy()) for n in using]
+        rest = exp.Star(except_=[exp.Column(this=n.copy()) for n in using])
+        at = before.index(star[0])
+        select.set("expressions", [*before[:at], *names, rest, *before[at + 1 :]])
+        out.append((select, before))
+    return out
+
+
+def _joined_columns(
+    tree: exp.Expr, joined: Mapping[int, T], stars: list[tuple[exp.Select, list[exp.Expr]]]
+) -> None:
+    """An unqualified column a join is ``USING`` whose sides are integers or floats of
+    different types (``joined``, :func:`~timeshard.server.query_types._shard_column_types`)
+    is cast to PostgreSQL's common type of them (``SELECT i FROM t JOIN u USING (i)``
+    of an int4 and an int8 is an int8), named as it was: Spark's is one side's (of an
+    inner join the left's, int4). Then each ``*`` of :func:`_using_stars` whose columns
+    none is cast is the ``*`` it was."""
+    kinds = (*_POSTGRES_INTEGERS, *_FLOAT_DIGITS)
+    cast_ids = set()
+    for column in list(tree.find_all(exp.Column)):
+        kind = joined.get(id(column))
+        if kind not in kinds:
+            continue
+        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(kind))
+        named = isinstance(column.parent, exp.Select) and column.arg_key == "expressions"
+        name = column.this.copy()
+        column.replace(exp.Alias(this=cast, alias=name) if named else cast)
+        cast.set("this", column)  # moved, not copied: ``joined`` holds it
+        cast_ids.add(id(column))
+    for select, before in stars:
+        if not any(id(c) in cast_ids for e in select.expressions for c in e.find_all(exp.Column)):
+            select.set("expressions", before)
 
 
 #: The window functions PostgreSQL answers as an int8 and Spark as an INT (int4).

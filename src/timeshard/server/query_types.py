@@ -303,6 +303,7 @@ def _shard_column_types(
     columns_of: ColumnsOf,
     aliases: bool = True,
     renames: bool = False,
+    joined: dict[int, T] | None = None,
 ) -> tuple[dict[int, T], dict[int, T]]:
     """The types of the columns of ``tree``, by the id of their node: the Spark types of
     those that are a column of a shard it reads, and PostgreSQL's types
@@ -320,7 +321,9 @@ def _shard_column_types(
 
     A shard read under column aliases (``FROM t AS x(a, b)``) has columns of its own types
     under those names with ``renames`` (the rewrites' version 3), none known here
-    without."""
+    without. ``joined``, if given, is filled with the unqualified columns a join is
+    ``USING`` whose sides are of different types, known: PostgreSQL's common type of
+    them (:func:`_common_type_of`), where Spark's is one side's."""
     from sqlglot.errors import OptimizeError
     from sqlglot.optimizer.scope import Scope, traverse_scope
 
@@ -418,6 +421,8 @@ def _shard_column_types(
             kind = _common_type_of([k for _, k in kinds])
             if kind is not None:
                 postgres[id(column)] = kind
+            if joined is not None and kind is not None and len({k for _, k in kinds}) > 1:
+                joined[id(column)] = kind
     return types, postgres
 
 
