@@ -166,6 +166,10 @@ def test_a_name_a_join_is_using_that_one_side_has_twice_is_postgresql_s_42702() 
         "SELECT * FROM t JOIN t AS u USING (i) JOIN t AS v USING (i)",  # joined: one column
         "SELECT * FROM (SELECT 1 AS k, 2 AS m, 3 AS m) AS a JOIN (SELECT 1 AS k) AS b USING (k)",
         "SELECT * FROM t JOIN (SELECT 1 AS k, 2 AS k) AS b ON TRUE",
+        # A comma binds looser than JOIN: the USING's left side is b alone.
+        "SELECT * FROM t AS a(k), t AS b(k) JOIN t AS c(k) USING (k)",
+        "SELECT a.m FROM (SELECT 1 AS k, 2 AS m) AS a, (SELECT 1 AS k) AS b "
+        "JOIN (SELECT 1 AS k) AS c USING (k)",
     ):
         rewritten(sql)  # no SqlError
 

@@ -26,6 +26,7 @@ from timeshard.server import engine as engine_module
 from timeshard.server.dialect import DIALECT
 from timeshard.server.engine import TYPED_VIEWS, Engine, _typed
 from timeshard.server.query_rewrites import TYPING, _numeric_casts
+from timeshard.server.sql_tokens import SqlError
 from timeshard.server.statements import parse
 
 #: Per query, what version 2 makes of it and version 1 leaves as it was.
@@ -64,6 +65,8 @@ CHANGED_IN_3 = {
     "SELECT a / 2 AS n FROM t AS x(a)": "DIV",
     "SELECT i FROM t JOIN (SELECT CAST(7 AS BIGINT) AS i) AS v USING (i)": "CAST(i AS BIGINT)",
     "SELECT * FROM t JOIN (SELECT CAST(7 AS BIGINT) AS i) AS v USING (i)": "EXCEPT",
+    "SELECT row_number() OVER () AS n FROM t": "ORDER BY NULL",
+    "SELECT * FROM t AS x(a)": "x(a, s",
 }
 
 
@@ -71,6 +74,18 @@ CHANGED_IN_3 = {
 def test_version_2_of_the_rewrites_leaves_what_version_3_types(sql: str) -> None:
     assert CHANGED_IN_3[sql] in rewritten(sql, 3)
     assert CHANGED_IN_3[sql] not in rewritten(sql, 2)
+
+
+def test_what_version_3_refuses_as_postgresql_does_version_2_leaves_to_spark() -> None:
+    """A server of version 2 resolved these otherwise (Spark answered the first wrongly,
+    and refused the second with its own error): a view of version 2 resolves as it did."""
+    for sql in (
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM t AS x(a, b, c, d, e, f, g)",
+    ):
+        with pytest.raises(SqlError):
+            rewritten(sql, 3)
+        rewritten(sql, 2)  # no SqlError
 
 
 def test_version_1_does_not_check_a_string_constants_integer_input() -> None:

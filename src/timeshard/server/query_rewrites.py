@@ -58,7 +58,11 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: view's entry records the lowest that resolves its query alike (``engine.TYPED_VIEWS``).
 #: 2 added PostgreSQL's int8 ranks, its integer input of string constants, and the types
 #: of columns under column aliases and joined ``USING``; 3 the types of a shard's columns
-#: under column aliases, and of a column joined ``USING`` of sides of different types.
+#: under column aliases, and of a column joined ``USING`` of sides of different types,
+#: a shard's column aliases fewer than its columns, PostgreSQL's 42P10 for more, its
+#: 42702 for a ``USING`` name twice on one side, and a ranking or offset window with no
+#: ORDER BY (each of these only changes queries Spark refused or answered wrongly, but a
+#: server of version 2 would resolve them otherwise).
 TYPING = 3
 
 
@@ -339,8 +343,10 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     postgres15 = version >= 2
     columns_of = functools.cache(columns_of)  # a relation's columns are asked once
     _interval_literals(tree)
-    if postgres15:
+    if version >= 3:
         _complete_column_aliases(tree, columns_of)
+    elif postgres15:
+        _complete_subquery_aliases(tree)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
@@ -360,13 +366,15 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         )
     if version >= 3:
         _joined_columns(tree, joined, stars)
-    if postgres15:
+    if version >= 3:
         _refuse_ambiguous_using(tree, columns_of)
+    if postgres15:
         _untyped_integer_operands(tree, typed)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
-    if postgres15:
+    if version >= 3:
         _ordered_windows(tree)
+    if postgres15:
         _bigint_ranks(tree)
         _integer_texts(tree)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
@@ -728,6 +736,11 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
         first = select.args.get("from_")
         left = names_of(first.this, select) if first is not None and id(select) in sources else None
         for join in select.args.get("joins") or []:
+            if not (join.args.get("kind") or join.args.get("side") or join.args.get("on")) and (
+                not join.args.get("using") and not join.args.get("method")
+            ):  # a comma: looser than JOIN, so the next join's left side starts here
+                left = names_of(join.this, select)
+                continue
             right = names_of(join.this, select) if left is not None else None
             if left is None or right is None or join.args.get("method"):
                 break  # not known here, or NATURAL
@@ -770,6 +783,28 @@ def _complete_column_aliases(tree: exp.Expr, columns_of: ColumnsOf) -> None:
         if all(name is not None for name in rest):
             for name in rest:
                 alias.append("columns", exp.to_identifier(name))
+
+
+def _complete_subquery_aliases(tree: exp.Expr) -> None:
+    """Version 2's :func:`_complete_column_aliases`: a subquery's or CTE's column aliases
+    fewer than its columns (``(SELECT 1 AS x, 2 AS y) AS q(a)``) are completed with the
+    names of the rest (``q(a, y)``); left as they are where a name is not known here (a
+    ``*``, an expression with no alias, ``VALUES``). Kept so that a view recorded at
+    version 2 resolves as it did."""
+    for alias in list(tree.find_all(exp.TableAlias)):
+        holder = alias.parent
+        if not alias.columns or not isinstance(holder, exp.Subquery | exp.CTE):
+            continue
+        first = holder.this
+        while isinstance(first, exp.SetOperation | exp.Subquery):
+            first = first.this
+        if not isinstance(first, exp.Select):
+            continue
+        rest = first.expressions[len(alias.columns) :]
+        if any(not isinstance(e, exp.Alias | exp.Column) or e.is_star for e in rest):
+            continue
+        for value in rest:
+            alias.append("columns", exp.to_identifier(value.alias_or_name))
 
 
 def _naive_timestamps(tree: exp.Expr) -> None:
