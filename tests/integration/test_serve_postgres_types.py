@@ -36,6 +36,9 @@ RANKS = [
     ("SELECT dense_rank() OVER (ORDER BY i) AS n FROM t", [("n", INT8)], [(1,)]),
     ("SELECT row_number() OVER (ORDER BY i) + 1 AS n FROM t", [("n", INT8)], [(2,)]),
     ("SELECT ntile(2) OVER (ORDER BY i) AS n FROM t", [("n", INT4)], [(1,)]),
+    ("SELECT row_number() OVER () AS n FROM t", [("n", INT8)], [(1,)]),
+    ("SELECT rank() OVER (PARTITION BY s) + 1 AS n FROM t", [("n", INT8)], [(2,)]),
+    ("SELECT ntile(2) OVER () AS n FROM t", [("n", INT4)], [(1,)]),
 ]
 #: A string constant beside an integer is of the integer's type.
 TEXT_OPERANDS = [
@@ -55,6 +58,9 @@ COLUMN_ALIASES = [
     ("WITH z(k) AS (SELECT i FROM t) SELECT k / 2 AS n FROM z", [("n", INT4)], [(3,)]),
     ("SELECT * FROM (SELECT 1 AS x, 2 AS y) AS q(a)", [("a", INT4), ("y", INT4)], [(1, 2)]),
     ("SELECT a FROM (SELECT 1 AS x, s FROM t) AS q(a)", [("a", INT4)], [(1,)]),
+    ("SELECT * FROM t AS x(a)", [("a", INT4), ("s", TEXT)], [(7, "x")]),
+    ("SELECT x.a, s FROM t AS x(a)", [("a", INT4), ("s", TEXT)], [(7, "x")]),
+    ("SELECT a / 2 AS n FROM t AS x(a, b)", [("n", INT4)], [(3,)]),
 ]
 #: The column a join is USING is one, first, of its sides' common type.
 USING = [
@@ -73,6 +79,16 @@ USING = [
         "SELECT * FROM t JOIN t AS u USING (i)",
         [("i", INT4), ("s", TEXT), ("s", TEXT)],
         [(7, "x", "x")],
+    ),
+    (
+        "SELECT * FROM t JOIN (SELECT 7::int8 AS i, 'y' AS w) AS v USING (i)",
+        [("i", INT8), ("s", TEXT), ("w", TEXT)],
+        [(7, "x", "y")],
+    ),
+    (
+        "SELECT i, t.i AS l FROM t JOIN (SELECT 7::int8 AS i) AS v USING (i)",
+        [("i", INT8), ("l", INT4)],
+        [(7, 7)],
     ),
 ]
 SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES + USING
@@ -120,6 +136,11 @@ ERRORS = [
     ("SELECT '7.5' + 2 AS n", psycopg.errors.InvalidTextRepresentation),
     ("SELECT 'abc'::int AS n", psycopg.errors.InvalidTextRepresentation),
     ("SELECT '3000000000' / 2 AS n", psycopg.errors.NumericValueOutOfRange),
+    (
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) a JOIN (SELECT 1 AS k) b USING (k)",
+        psycopg.errors.AmbiguousColumn,
+    ),
+    ("SELECT * FROM t AS x(a, b, c)", psycopg.errors.InvalidColumnReference),
 ]
 
 

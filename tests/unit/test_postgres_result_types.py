@@ -27,6 +27,22 @@ def test_row_number_rank_and_dense_rank_are_int8s() -> None:
     )
 
 
+def test_a_rank_over_a_window_of_no_order_runs_as_postgresql_s_does() -> None:
+    """PostgreSQL numbers the rows of a window of no ORDER BY in an order it picks, and
+    ranks them all 1 (all are peers); Spark refused the window (XX000: "requires window
+    to be ordered"). ``ORDER BY NULL`` is that: every row a peer, in Spark's order."""
+    assert rewritten("SELECT row_number() OVER () AS n FROM t") == (
+        "SELECT CAST(ROW_NUMBER() OVER (ORDER BY NULL NULLS LAST) AS BIGINT) AS n FROM t"
+    )
+    assert rewritten("SELECT rank() OVER (PARTITION BY s) FROM t") == (
+        "SELECT CAST(RANK() OVER (PARTITION BY s ORDER BY NULL NULLS LAST) AS BIGINT) FROM t"
+    )
+    for name in ("percent_rank()", "cume_dist()", "ntile(2)", "lag(i)", "lead(i)"):
+        assert "ORDER BY NULL" in rewritten(f"SELECT {name} OVER () FROM t"), name
+    # A window of its own order, and an aggregate's, stay as they are.
+    assert "BY NULL" not in rewritten("SELECT rank() OVER (ORDER BY i), sum(i) OVER () FROM t")
+
+
 def test_a_string_side_of_an_integer_operator_has_the_other_side_s_type() -> None:
     """PostgreSQL's ``'7' + 2`` is the int4 9; Spark cast the text to a BIGINT (int8)."""
     assert rewritten("SELECT '7' + 2") == "SELECT CAST('7' AS INT) + 2"
@@ -74,7 +90,6 @@ def test_a_column_alias_of_a_subquery_or_cte_names_its_column_and_keeps_its_type
     )
     # The alias renames: the first list's name of the column is no longer one.
     assert "DIV" not in rewritten("SELECT i / 2 FROM (SELECT i FROM t) AS z(k)")
-    assert "DIV" not in rewritten("SELECT a / 2 FROM (SELECT 7) AS q(a, b)")
 
 
 def test_column_aliases_fewer_than_the_columns_are_completed_with_their_names() -> None:
@@ -100,7 +115,7 @@ def test_a_column_a_join_is_using_is_of_both_sides_common_type() -> None:
     assert rewritten(
         "SELECT k / 2 FROM (SELECT 7 AS k) AS a JOIN (SELECT 7::int8 AS k) AS b USING (k)"
     ) == (
-        "SELECT CAST(k DIV 2 AS BIGINT) FROM (SELECT 7 AS k) AS a "
+        "SELECT CAST(CAST(k AS BIGINT) DIV 2 AS BIGINT) FROM (SELECT 7 AS k) AS a "
         "JOIN (SELECT CAST(7 AS BIGINT) AS k) AS b USING (k)"
     )
     assert rewritten("SELECT x::int FROM t JOIN t AS u USING (x)") == (
@@ -130,3 +145,88 @@ def test_a_described_statements_string_parameter_passes_the_integer_checks(
     from timeshard.server.statements import bind, placeholder
 
     rewritten(bind(sql, [placeholder(oid)]))  # no SqlError
+
+
+def test_a_name_a_join_is_using_that_one_side_has_twice_is_postgresql_s_42702() -> None:
+    """PostgreSQL refuses such a join (42702); Spark joined on one of the two columns and
+    answered ``SELECT *`` with both, a result PostgreSQL never gives."""
+    refused = {
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a JOIN (SELECT 1 AS k) AS b USING (k)": "left",
+        "SELECT * FROM (SELECT 1 AS k) AS a JOIN (SELECT 1 AS k, 2 AS k) AS b USING (k)": "right",
+        "SELECT * FROM t JOIN t AS u ON TRUE JOIN t AS v USING (i)": "left",
+        "SELECT * FROM t AS a(k, m) JOIN (SELECT 1 AS k, 2 AS k) AS b USING (k)": "right",
+    }
+    for sql, side in refused.items():
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        message = f'common column name "k" appears more than once in {side} table'
+        expected = ("42702", message.replace('"k"', '"i"') if "v USING (i)" in sql else message)
+        assert (caught.value.sqlstate, str(caught.value)) == expected, sql
+    for sql in (
+        "SELECT * FROM t JOIN t AS u USING (i) JOIN t AS v USING (i)",  # joined: one column
+        "SELECT * FROM (SELECT 1 AS k, 2 AS m, 3 AS m) AS a JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM t JOIN (SELECT 1 AS k, 2 AS k) AS b ON TRUE",
+        # A comma binds looser than JOIN: the USING's left side is b alone.
+        "SELECT * FROM t AS a(k), t AS b(k) JOIN t AS c(k) USING (k)",
+        "SELECT a.m FROM (SELECT 1 AS k, 2 AS m) AS a, (SELECT 1 AS k) AS b "
+        "JOIN (SELECT 1 AS k) AS c USING (k)",
+    ):
+        rewritten(sql)  # no SqlError
+
+
+def test_a_shard_s_column_aliases_fewer_than_its_columns_are_completed_with_its_names() -> None:
+    """PostgreSQL names a shard's columns past its aliases (``t AS x(a)``) as the shard
+    does; Spark refused fewer aliases than columns (42802)."""
+    assert rewritten("SELECT * FROM t AS x(a)") == "SELECT * FROM t AS x(a, s, y, b, x, r)"
+    assert rewritten("SELECT x.d FROM u AS x(d)") == "SELECT x.d FROM u AS x(d)"
+    # A CTE of a shard's name is not the shard.
+    assert rewritten("WITH t AS (SELECT 1 AS k, 2 AS m) SELECT * FROM t AS x(a)").endswith(
+        "AS x(a)"
+    )
+
+
+def test_more_column_aliases_than_columns_are_postgresql_s_42p10() -> None:
+    """PostgreSQL refuses them (42P10); Spark's error was 42802."""
+    refused = {
+        "SELECT * FROM u AS x(a, b)": 'table "x" has 1 columns available but 2 columns specified',
+        "SELECT * FROM (SELECT 1) AS q(a, b)": (
+            'table "q" has 1 columns available but 2 columns specified'
+        ),
+        "WITH z(a, b) AS (SELECT 1) SELECT * FROM z": (
+            'WITH query "z" has 1 columns available but 2 columns specified'
+        ),
+    }
+    for sql, message in refused.items():
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == ("42P10", message), sql
+
+
+def test_a_column_a_join_is_using_of_sides_of_two_types_is_of_their_common_type() -> None:
+    """PostgreSQL's ``SELECT * FROM t JOIN u USING (i)`` of an int4 ``t.i`` and an int8
+    ``u.i`` answers ``i`` as an int8; Spark's is the left side's, an int4."""
+    int8 = "(SELECT CAST(7 AS BIGINT) AS i) AS v"
+    assert rewritten(f"SELECT * FROM t JOIN {int8} USING (i)") == (
+        f"SELECT CAST(i AS BIGINT) AS i, * EXCEPT (i) FROM t JOIN {int8} USING (i)"
+    )
+    assert rewritten(f"SELECT i, i + 1 AS n FROM t JOIN {int8} USING (i) WHERE i > 0") == (
+        f"SELECT CAST(i AS BIGINT) AS i, CAST(i AS BIGINT) + 1 AS n FROM t JOIN {int8} "
+        "USING (i) WHERE CAST(i AS BIGINT) > 0"
+    )
+    # Of one type, or a side's own column, it stays as it is.
+    for sql in (
+        "SELECT * FROM t JOIN t AS u USING (i)",
+        f"SELECT t.i FROM t JOIN {int8} USING (i)",
+    ):
+        assert rewritten(sql) == sql.replace("::int8", ""), sql
+
+
+def test_a_shard_s_columns_under_column_aliases_are_typed_by_them() -> None:
+    """PostgreSQL's ``SELECT a / 2 FROM t AS x(a)`` is the int4 3; the aliased column was
+    of no type known here, and its quotient Spark's double 3.5."""
+    assert rewritten("SELECT a / 2 FROM t AS x(a)") == (
+        "SELECT CAST(a DIV 2 AS INT) FROM t AS x(a, s, y, b, x, r)"
+    )
+    assert rewritten("SELECT x.k / 2 FROM t AS x(k)").startswith("SELECT CAST(x.k DIV 2 AS INT)")
+    # ``d`` of u, a decimal, renamed ``i``: typed by its own type, not by t's ``i``.
+    assert rewritten("SELECT i / 2 FROM u AS q(i)") == "SELECT i / 2 FROM u AS q(i)"

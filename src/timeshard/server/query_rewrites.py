@@ -6,7 +6,9 @@ zone), and the names of the temporary views its shards are read as
 (:meth:`~timeshard.server.engine.Engine.resolve` applies them in order).
 
 Each takes the sqlglot tree of the query, read with :data:`~timeshard.server.dialect.DIALECT`,
-and changes it in place or raises :class:`~timeshard.server.sql_tokens.SqlError`.
+and changes it in place or raises :class:`~timeshard.server.sql_tokens.SqlError`. The types
+they give PostgreSQL's meaning by (of an expression, of a relation's column) are
+:mod:`timeshard.server.query_types`'s, which changes nothing.
 
 Pure Python, no Spark.
 """
@@ -14,9 +16,8 @@ Pure Python, no Spark.
 from __future__ import annotations
 
 import decimal
-import math
+import functools
 import re
-import struct
 from collections.abc import Mapping
 
 import sqlglot
@@ -24,12 +25,26 @@ from sqlglot import exp
 
 from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
+from timeshard.server.query_types import (
+    _FLOAT_DIGITS,
+    _INTEGER_DIGITS,
+    _POSTGRES_INTEGERS,
+    _column_aliases,
+    _derived_branches,
+    _number_of,
+    _postgres_type,
+    _quotient_sides,
+    _relation_names,
+    _shard_column_types,
+    _spark_type,
+    _string_constant,
+    _untyped,
+)
 from timeshard.server.statements import (
     MAX_DECIMAL_DIGITS,
     SqlError,
     check_json,
     decimal_digits,
-    numeric_text,
 )
 
 T = exp.DType
@@ -42,8 +57,13 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: The version of the typing rewrites (:func:`_numeric_casts`) a query gets by default; a
 #: view's entry records the lowest that resolves its query alike (``engine.TYPED_VIEWS``).
 #: 2 added PostgreSQL's int8 ranks, its integer input of string constants, and the types
-#: of columns under column aliases and joined ``USING``.
-TYPING = 2
+#: of columns under column aliases and joined ``USING``; 3 the types of a shard's columns
+#: under column aliases, and of a column joined ``USING`` of sides of different types,
+#: a shard's column aliases fewer than its columns, PostgreSQL's 42P10 for more, its
+#: 42702 for a ``USING`` name twice on one side, and a ranking or offset window with no
+#: ORDER BY (each of these only changes queries Spark refused or answered wrongly, but a
+#: server of version 2 would resolve them otherwise).
+TYPING = 3
 
 
 def _refuse_java_calls(tree: exp.Expr) -> None:
@@ -207,36 +227,6 @@ def _null_interval() -> exp.Expr:
     return sqlglot.parse_one("CAST(NULL AS INTERVAL DAY TO SECOND)", read="spark")
 
 
-_UNICODE_ESCAPE = r"(?:(?P<e1>{e}){e}|{e}(?P<four>[0-9a-fA-F]{{4}})|{e}\+(?P<six>[0-9a-fA-F]{{6}}))"
-
-
-def _string_constant(value: exp.Expr) -> str | None:
-    """The text of ``value`` if it is one of PostgreSQL's string constants: a quoted
-    string, an escape string (``E'...'``, its escapes read by the parser), a
-    dollar-quoted one, or a Unicode one (``U&'...'``, its ``\\XXXX`` and ``\\+XXXXXX``
-    escapes read here; SqlError 22025 for a malformed one, as PostgreSQL's); else None."""
-    if isinstance(value, exp.Literal):
-        return str(value.this) if value.is_string else None
-    if isinstance(value, exp.ByteString | exp.RawString):
-        return str(value.this)
-    if not isinstance(value, exp.UnicodeString):
-        return None
-    escape = value.args.get("escape")
-    mark = escape.name if isinstance(escape, exp.Expr) else "\\"
-    pattern = re.compile(_UNICODE_ESCAPE.format(e=re.escape(mark)))
-    text = str(value.this)
-
-    def unescaped(match: re.Match[str]) -> str:
-        if match["e1"] is not None:
-            return mark
-        return chr(int(match["four"] or match["six"], 16))
-
-    out = pattern.sub(unescaped, text)
-    if mark in pattern.sub("", text):
-        raise SqlError(f"invalid Unicode escape in {text!r}", "22025")
-    return out
-
-
 #: The greatest microseconds a calendar interval's seconds hold (``make_interval``'s
 #: DECIMAL(18, 6)), exclusive.
 _CALENDAR_MICROS = 10**18
@@ -286,12 +276,6 @@ def _int_limits(tree: exp.Expr) -> None:
             count.set("to", exp.DataType.build("INT"))
 
 
-#: The digits of Spark's integral types: the DECIMAL(p, 0) that holds each of their values
-#: (Spark's own ``DecimalType.forType``).
-_INTEGER_DIGITS = {T.TINYINT: 3, T.SMALLINT: 5, T.INT: 10, T.BIGINT: 20}
-#: The significant digits PostgreSQL keeps of a float8 and a float4 it casts to numeric
-#: (``%.15g`` and ``%.6g``: DBL_DIG and FLT_DIG).
-_FLOAT_DIGITS = {T.DOUBLE: 15, T.FLOAT: 6}
 _TEXT_TYPES = frozenset({T.TEXT, T.VARCHAR, T.CHAR, T.NVARCHAR, T.NCHAR})
 #: The DECIMAL a numeric of no digits known here is (a double, a string, an expression
 #: whose Spark type is not known): Spark's ``DecimalType.SYSTEM_DEFAULT``, 20 digits before
@@ -333,16 +317,19 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     Before them, a quotient of integers is an integer (:func:`_integer_quotients`) and a
     float's cast to an integer rounds (:func:`_float_casts_to_integers`), as PostgreSQL
     answers them: both are here to share the one read of each shard's columns. After
-    them, ``row_number``, ``rank`` and ``dense_rank`` are int8s (:func:`_bigint_ranks`).
+    them, ``row_number``, ``rank`` and ``dense_rank`` are int8s (:func:`_bigint_ranks`),
+    and a ranking window of no order is ordered by NULL (:func:`_ordered_windows`).
 
-    Before them too, a subquery's or CTE's column aliases fewer than its columns are
-    completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
+    Before them too, a subquery's, CTE's or shard's column aliases fewer than its columns
+    are completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
 
     ``version``: of these rewrites (:data:`TYPING`). At 1 (a view recorded with version
     1 and no resolution, installed again as it was made; or checking that version 1
     resolves a new view's query alike, to record the lowest), ranks stay INTs, string
     constants beside ``+ - * %`` and cast to integers are not typed or checked, and
-    columns under column aliases or joined ``USING`` are not typed.
+    columns under column aliases or joined ``USING`` are not typed. At 2, a shard's
+    columns under column aliases are not typed, and a column joined ``USING`` keeps
+    Spark's type, one side's (:func:`_joined_columns`).
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -354,9 +341,12 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
     are rounded, and values past 10**20 are refused (22003)."""
     postgres15 = version >= 2
+    columns_of = functools.cache(columns_of)  # a relation's columns are asked once
     _interval_literals(tree)
-    if postgres15:
-        _complete_column_aliases(tree)
+    if version >= 3:
+        _complete_column_aliases(tree, columns_of)
+    elif postgres15:
+        _complete_subquery_aliases(tree)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
@@ -364,12 +354,26 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     casts = [c for c in tree.find_all(exp.Cast) if _unconstrained(c.to)]
     columns: dict[int, T] = {}
     typed: dict[int, T] = {}  # PostgreSQL's types, of a subquery's and a CTE's columns too
-    if any(c.this.find(exp.Column) for c in casts) or _typed_by_columns(tree, postgres15):
-        columns, typed = _shard_column_types(tree, columns_of, aliases=postgres15)
+    joined: dict[int, T] = {}
+    stars = _using_stars(tree) if version >= 3 else []
+    if (
+        any(c.this.find(exp.Column) for c in casts)
+        or _typed_by_columns(tree, postgres15)
+        or (version >= 3 and any(j.args.get("using") for j in tree.find_all(exp.Join)))
+    ):
+        columns, typed = _shard_column_types(
+            tree, columns_of, aliases=postgres15, renames=version >= 3, joined=joined
+        )
+    if version >= 3:
+        _joined_columns(tree, joined, stars)
+    if version >= 3:
+        _refuse_ambiguous_using(tree, columns_of)
     if postgres15:
         _untyped_integer_operands(tree, typed)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
+    if version >= 3:
+        _ordered_windows(tree)
     if postgres15:
         _bigint_ranks(tree)
         _integer_texts(tree)
@@ -404,11 +408,6 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
             operand.replace(exp.Round(this=operand.copy(), decimals=exp.Literal.number(0)))
 
 
-#: PostgreSQL's integer types as the Spark types of their values, narrowest first (a
-#: shard's TINYINT column is served as int2).
-_POSTGRES_INTEGERS = (T.SMALLINT, T.INT, T.BIGINT)
-
-
 def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     """A ``/`` of two integers (:func:`_postgres_type`) is their integer quotient, of the
     wider of their types: PostgreSQL's ``7 / 2`` is 3 and ``-7 / 2`` is -3 (truncated
@@ -435,6 +434,55 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             quotient.this.set("expression", div.expression)
 
 
+def _using_stars(tree: exp.Expr) -> list[tuple[exp.Select, list[exp.Expr]]]:
+    """The ``*`` of each SELECT of one join, ``USING`` columns (``SELECT * FROM a JOIN b
+    USING (k)``), written as those columns and the rest (``k, * EXCEPT (k)``, in Spark's
+    order and PostgreSQL's), so that :func:`_joined_columns` can type them; each SELECT
+    with its select list as it was, which :func:`_joined_columns` puts back where it
+    types none of them. Not for more joins: a later relation's column of the name is one
+    ``* EXCEPT`` leaves out too."""
+    out = []
+    for select in tree.find_all(exp.Select):
+        joins = select.args.get("joins") or []
+        using = joins[0].args.get("using") if len(joins) == 1 else None
+        star = [e for e in select.expressions if isinstance(e, exp.Star)]
+        if not using or len(star) != 1 or joins[0].args.get("method"):
+            continue
+        before = list(select.expressions)
+        names = [exp.Column(this=n.copy()) for n in using]
+        rest = exp.Star(except_=[exp.Column(this=n.copy()) for n in using])
+        at = before.index(star[0])
+        select.set("expressions", [*before[:at], *names, rest, *before[at + 1 :]])
+        out.append((select, before))
+    return out
+
+
+def _joined_columns(
+    tree: exp.Expr, joined: Mapping[int, T], stars: list[tuple[exp.Select, list[exp.Expr]]]
+) -> None:
+    """An unqualified column a join is ``USING`` whose sides are integers or floats of
+    different types (``joined``, :func:`~timeshard.server.query_types._shard_column_types`)
+    is cast to PostgreSQL's common type of them (``SELECT i FROM t JOIN u USING (i)``
+    of an int4 and an int8 is an int8), named as it was: Spark's is one side's (of an
+    inner join the left's, int4). Then each ``*`` of :func:`_using_stars` whose columns
+    none is cast is the ``*`` it was."""
+    kinds = (*_POSTGRES_INTEGERS, *_FLOAT_DIGITS)
+    cast_ids = set()
+    for column in list(tree.find_all(exp.Column)):
+        kind = joined.get(id(column))
+        if kind not in kinds:
+            continue
+        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(kind))
+        named = isinstance(column.parent, exp.Select) and column.arg_key == "expressions"
+        name = column.this.copy()
+        column.replace(exp.Alias(this=cast, alias=name) if named else cast)
+        cast.set("this", column)  # moved, not copied: ``joined`` holds it
+        cast_ids.add(id(column))
+    for select, before in stars:
+        if not any(id(c) in cast_ids for e in select.expressions for c in e.find_all(exp.Column)):
+            select.set("expressions", before)
+
+
 #: The window functions PostgreSQL answers as an int8 and Spark as an INT (int4).
 _RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)
 
@@ -451,6 +499,23 @@ def _bigint_ranks(tree: exp.Expr) -> None:
         cast = exp.Cast(this=exp.Null(), to=exp.DataType.build("BIGINT"))
         window.replace(cast)  # moved, not copied, as the rewrites before it move theirs
         cast.set("this", window)
+
+
+#: The window functions Spark runs only over an ordered window, and PostgreSQL over any.
+_ORDERED = (*_RANKS, exp.PercentRank, exp.CumeDist, exp.Ntile, exp.Lag, exp.Lead)
+
+
+def _ordered_windows(tree: exp.Expr) -> None:
+    """A window of :data:`_ORDERED` of no ``ORDER BY`` (``row_number() OVER ()``,
+    ``rank() OVER (PARTITION BY p)``) is ordered ``BY NULL``: PostgreSQL numbers such a
+    window's rows in an order of its own and ranks them all alike (every row a peer),
+    where Spark refused it (XX000, "requires window to be ordered"). Ordered by NULL,
+    every row is a peer and Spark numbers them in its order, as PostgreSQL does in its.
+    A named window (``OVER w``) is left as it is: its order is in the ``WINDOW`` clause."""
+    for window in tree.find_all(exp.Window):
+        named = window.args.get("alias") is not None
+        if isinstance(window.this, _ORDERED) and not window.args.get("order") and not named:
+            window.set("order", exp.Order(expressions=[exp.Ordered(this=exp.Null())]))
 
 
 #: The operators other than ``/`` whose side of PostgreSQL's unknown type takes the other
@@ -499,23 +564,6 @@ def _integer_texts(tree: exp.Expr) -> None:
             raise SqlError(f'invalid input syntax for type {name}: "{text}"', "22P02")
         if not -(2 ** (bits - 1)) <= int(digits[1]) < 2 ** (bits - 1):
             raise SqlError(f'value "{text}" is out of range for type {name}', "22003")
-
-
-def _untyped(node: exp.Expr) -> bool:
-    """Whether PostgreSQL gives ``node`` its unknown type, which takes the type its use
-    wants: ``NULL`` or a string constant (an undeclared parameter's bound value too)."""
-    node = node.unnest()
-    return isinstance(node, exp.Null) or _string_constant(node) is not None
-
-
-def _quotient_sides(div: exp.Div, columns: Mapping[int, T]) -> tuple[T | None, T | None]:
-    """The types PostgreSQL gives the sides of ``div`` (:func:`_postgres_type`): a side of
-    unknown type (:func:`_untyped`) has the other's, as PostgreSQL resolves ``/``."""
-    left, right = (
-        None if _untyped(side) else _postgres_type(side, columns)
-        for side in (div.this, div.expression)
-    )
-    return (right if _untyped(div.this) else left), (left if _untyped(div.expression) else right)
 
 
 def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
@@ -571,91 +619,6 @@ def _typed_by_columns(tree: exp.Expr, operators: bool = True) -> bool:
     return False
 
 
-def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
-    """The type PostgreSQL gives ``node``, as the Spark type of its values, where it is
-    known here: SMALLINT, INT and BIGINT for int2, int4 and int8; DOUBLE and FLOAT for
-    float8 and float4; DECIMAL for numeric; None for anything else. It is
-    :func:`_spark_type` but where PostgreSQL's rules differ: a number literal with a point
-    or an exponent is a numeric (Spark's ``1e3`` is a double), a ``sum`` of bigints a
-    numeric and an ``avg`` of integers or numerics a numeric (Spark's: a bigint, a
-    double), a quotient of integers an integer (Spark's: a double), ``row_number``,
-    ``rank`` and ``dense_rank`` an int8 (Spark's: an int), a ``CASE``, ``COALESCE``,
-    ``GREATEST`` or ``LEAST`` their branches' common type (:func:`_common_type`), and a
-    negated integer literal the type of the negative number (``-2147483648`` an int4, as
-    PostgreSQL's parser folds it into one constant; its negation of the int8
-    ``2147483648`` was an int8). ``length`` is an int4 and ``count`` an int8 in both."""
-    node = node.unnest()
-    while isinstance(node, exp.Window | exp.Filter):  # a window's or an aggregate's FILTER
-        node = node.this
-    if isinstance(node, exp.Select):  # a scalar subquery (unnested): its one column's type
-        selected = node.expressions
-        return _postgres_type(selected[0].unalias(), columns) if len(selected) == 1 else None
-    if isinstance(node, exp.Column | exp.Cast):
-        kind = columns.get(id(node)) if isinstance(node, exp.Column) else node.to.this
-        return T.SMALLINT if kind == T.TINYINT else kind
-    if isinstance(node, exp.Literal):
-        kind = _literal_type(node)
-        return T.DECIMAL if kind == T.DOUBLE else kind
-    if isinstance(node, exp.Neg) and isinstance(node.this.unnest(), exp.Literal):
-        digits = node.this.unnest()
-        if digits.is_number and str(digits.this).isdigit():  # PostgreSQL's parser folds it
-            return _integer_type(-int(str(digits.this)))
-    if isinstance(node, exp.Count | exp.RowNumber | exp.Rank | exp.DenseRank):
-        return T.BIGINT
-    if isinstance(node, exp.Length | exp.Ntile):
-        return T.INT
-    if isinstance(node, exp.PercentRank | exp.CumeDist):
-        return T.DOUBLE
-    if isinstance(node, exp.Coalesce | exp.Greatest | exp.Least):
-        return _common_type([node.this, *node.expressions], columns)
-    if isinstance(node, exp.Case):
-        branches = [branch.args.get("true") for branch in node.args.get("ifs") or []]
-        return _common_type([*branches, node.args.get("default") or exp.Null()], columns)
-    if isinstance(node, exp.Nullif):
-        first = _postgres_type(node.this, columns)
-        same = _untyped(node.expression) or _postgres_type(node.expression, columns) == first
-        return first if same else None
-    if isinstance(node, exp.Neg | exp.Abs | exp.Min | exp.Max | exp.Sum | exp.Avg):
-        if node.expressions:  # min(a, b), as some dialects read least(): not known here
-            return None
-        inner = _postgres_type(node.this, columns)
-        if isinstance(node, exp.Sum) and inner in _POSTGRES_INTEGERS:
-            return T.DECIMAL if inner == T.BIGINT else T.BIGINT
-        if isinstance(node, exp.Avg) and inner in (*_POSTGRES_INTEGERS, T.DECIMAL):
-            return T.DECIMAL
-        if isinstance(node, exp.Avg) and inner in _FLOAT_DIGITS:
-            return T.DOUBLE
-        return inner
-    if isinstance(node, exp.Div):
-        return _arithmetic_type(*_quotient_sides(node, columns))
-    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod):
-        left = _postgres_type(node.this, columns)
-        return _arithmetic_type(left, _postgres_type(node.expression, columns))
-    return None
-
-
-#: PostgreSQL's numeric types in the order its ``CASE``, ``COALESCE``, ``GREATEST`` and
-#: ``LEAST`` choose their common type by: each converts implicitly to those after it.
-_COMMON_ORDER = (*_POSTGRES_INTEGERS, T.DECIMAL, T.FLOAT, T.DOUBLE)
-
-
-def _common_type(values: list[exp.Expr | None], columns: Mapping[int, T]) -> T | None:
-    """The type PostgreSQL gives a ``CASE``, ``COALESCE``, ``GREATEST`` or ``LEAST`` of
-    ``values`` (:func:`_postgres_type` of each): the last in :data:`_COMMON_ORDER` of
-    their types (int2 and int4 an int4, an integer and a numeric a numeric, a numeric
-    and a float4 a float4), a NULL taking it. None if a value is of no numeric type known
-    here, or a string constant (PostgreSQL reads it as of the common type, Spark's
-    ``CASE`` as a string), or all are NULL."""
-    kinds = []
-    for value in values:
-        if value is None or isinstance(value.unnest(), exp.Null):
-            continue
-        kinds.append(_postgres_type(value, columns))
-    if not kinds or any(k not in _COMMON_ORDER for k in kinds):
-        return None
-    return max(kinds, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]
-
-
 def _divisible(operand: exp.Expr, kind: T | None) -> exp.Expr:
     """``operand`` of a ``/`` with a numeric cast's value on either side, of Spark type
     ``kind``, as a DECIMAL of at least :data:`_DIVIDED_DIGITS` digits where it is a DECIMAL
@@ -674,11 +637,6 @@ def _divisible(operand: exp.Expr, kind: T | None) -> exp.Expr:
     return operand
 
 
-#: The text of a float PostgreSQL's float8 input reads (whitespace around it taken).
-_FLOAT_TEXT = re.compile(
-    r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|nan|inf|infinity)\s*",
-    re.IGNORECASE | re.ASCII,
-)
 #: The digits a numeric cast that is an operand of ``/`` has at least (:func:`_divisible`).
 _DIVIDED_DIGITS = 17
 
@@ -734,357 +692,105 @@ def _cast_as(cast: exp.Cast, value: exp.Expr, to: exp.DataType) -> exp.Expr:
     return out
 
 
-def _number_of(value: exp.Expr, attempt: bool) -> decimal.Decimal | None:
-    """The number ``value`` is as written, if it is one PostgreSQL's numeric reads from its
-    text: a number literal (negated too), a string constant of a number, or a cast to
-    float8 or float4 of either, as PostgreSQL's cast of the float keeps it (``%.15g``,
-    ``%.6g``). Else None. A float's NaN or infinity is SqlError 22003 (None if
-    ``attempt``)."""
-    if isinstance(value, exp.Neg) and isinstance(value.this, exp.Literal):
-        number = _number_of(value.this, attempt)
-        return None if number is None else -number
-    if isinstance(value, exp.Literal) and value.is_number:
-        return numeric_text(str(value.this))
-    text = _string_constant(value)
-    if text is not None:
-        return numeric_text(text)
-    if not (isinstance(value, exp.Cast) and value.to.this in _FLOAT_DIGITS):
-        return None
-    inner = value.this.unnest()
-    if isinstance(inner, exp.Neg) and isinstance(inner.this, exp.Literal) and inner.this.is_number:
-        written: str | None = f"-{inner.this.this}"
-    elif isinstance(inner, exp.Literal) and inner.is_number:
-        written = str(inner.this)
-    else:
-        written = _string_constant(inner)
-    if written is not None and not _FLOAT_TEXT.fullmatch(written):
-        return None  # Python's float() takes '1_000' and other digits than ASCII's; Spark not
-    try:
-        double = float(written) if written is not None else None
-        if double is not None and value.to.this == T.FLOAT:
-            (double,) = struct.unpack("f", struct.pack("f", double))  # float4's rounding
-    except ValueError:  # no float: Spark's cast of it says so
-        return None
-    except OverflowError:  # past float4's range: its infinity
-        double = math.inf
-    if double is None:
-        return None
-    if not math.isfinite(double):
-        if attempt:
-            return None
-        raise SqlError(
-            f"numeric value out of range: {written!r} is NaN or infinite as a float, and "
-            "Spark's DECIMAL holds neither",
-            "22003",
-        )
-    return decimal.Decimal(f"{double:.{_FLOAT_DIGITS[value.to.this]}g}")
+def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
+    """SqlError 42702 if a name a join is ``USING`` is the name of two columns of one of
+    its sides, as PostgreSQL refuses it ("common column name appears more than once"):
+    Spark joined on one of them and gave ``SELECT *`` both. A join's left side is every
+    relation before it, a column an earlier join is ``USING`` counted once.
 
-
-def _spark_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
-    """The type Spark gives ``node``, where it is known here: a shard's column (``columns``,
-    by the id of its node), a literal, a cast, and a few operators and aggregates of known
-    types; None where it is not."""
-    node = node.unnest()
-    if isinstance(node, exp.Window):
-        node = node.this
-    if isinstance(node, exp.Column):
-        return columns.get(id(node))
-    if isinstance(node, exp.Cast):
-        return node.to.this  # type: ignore[no-any-return]
-    if isinstance(node, exp.Literal):
-        return _literal_type(node)
-    if isinstance(node, exp.Count):
-        return T.BIGINT
-    if isinstance(node, exp.Neg | exp.Abs | exp.Min | exp.Max | exp.Sum | exp.Avg):
-        if node.expressions:  # min(a, b), as some dialects read least(): not known here
-            return None
-        inner = _spark_type(node.this, columns)
-        if isinstance(node, exp.Sum) and inner in _INTEGER_DIGITS:
-            return T.BIGINT
-        if isinstance(node, exp.Sum | exp.Avg) and inner in _FLOAT_DIGITS:
-            return T.DOUBLE
-        if isinstance(node, exp.Avg) and inner in _INTEGER_DIGITS:
-            return T.DOUBLE
-        return inner
-    if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod | exp.Div):
-        left, right = _spark_type(node.this, columns), _spark_type(node.expression, columns)
-        if isinstance(node, exp.Div) and left in _INTEGER_DIGITS and right in _INTEGER_DIGITS:
-            return T.DOUBLE  # Spark's / divides integers as doubles
-        return _arithmetic_type(left, right)
-    return None
-
-
-def _literal_type(literal: exp.Literal) -> T | None:
-    """A literal's Spark type: a string's, an integer's (INT, else BIGINT, else DECIMAL), a
-    number's with a point (DECIMAL) or an exponent (DOUBLE)."""
-    text = str(literal.this)
-    if literal.is_string:
-        return T.TEXT
-    if "e" in text.lower():
-        return T.DOUBLE
-    if "." in text:
-        return T.DECIMAL
-    return _integer_type(int(text))
-
-
-def _integer_type(whole: int) -> T:
-    """The narrowest of INT, BIGINT and DECIMAL that holds the integer ``whole``."""
-    if -(2**31) <= whole < 2**31:
-        return T.INT
-    return T.BIGINT if -(2**63) <= whole < 2**63 else T.DECIMAL
-
-
-def _arithmetic_type(left: T | None, right: T | None) -> T | None:
-    """The Spark type of ``+ - * %`` of numbers of types ``left`` and ``right``: the wider
-    integer; DECIMAL of a decimal and a decimal or integer; a float's (FLOAT of two, else
-    DOUBLE); None if either is no number known here."""
-    order = list(_INTEGER_DIGITS)
-    if left in _INTEGER_DIGITS and right in _INTEGER_DIGITS:
-        return max(left, right, key=order.index)
-    numbers = {*_INTEGER_DIGITS, T.DECIMAL, *_FLOAT_DIGITS}
-    if left not in numbers or right not in numbers:
-        return None
-    if left == right == T.FLOAT:
-        return T.FLOAT
-    if left in _FLOAT_DIGITS or right in _FLOAT_DIGITS:
-        return T.DOUBLE
-    return T.DECIMAL
-
-
-def _shard_column_types(
-    tree: exp.Expr, columns_of: ColumnsOf, aliases: bool = True
-) -> tuple[dict[int, T], dict[int, T]]:
-    """The types of the columns of ``tree``, by the id of their node: the Spark types of
-    those that are a column of a shard it reads, and PostgreSQL's types
-    (:func:`_postgres_type`) of those and of the columns of a subquery or CTE it reads.
-
-    A column is a relation's where it is qualified by the relation's name there (its
-    alias), or unqualified where the relations the query reads there are shards and
-    subqueries or CTEs whose column names are known (no ``*``; a column alias names its
-    column, :func:`_derived_branches`), and one of them has the column. A correlated one
-    is an outer scope's. ``columns_of`` is asked once for each relation.
-
-    A subquery's or CTE's column has the type of its select-list expression (of a
-    ``UNION``, the common type of each branch's, :func:`_common_type`): the innermost
-    scopes come first, so the columns that expression reads are typed before it."""
+    Checked where the names of every relation a join reads are known here (a shard's, as
+    ``columns_of`` names them, under its column aliases; a subquery's or CTE's,
+    :func:`_derived_branches`), up to a ``NATURAL`` join; past it Spark's answer stands."""
     from sqlglot.errors import OptimizeError
     from sqlglot.optimizer.scope import Scope, traverse_scope
 
+    selects = [
+        s
+        for s in tree.find_all(exp.Select)
+        if any(j.args.get("using") for j in s.args.get("joins") or [])
+    ]
+    if not selects:
+        return
     try:
-        scopes = traverse_scope(tree)
-    except OptimizeError:
-        return {}, {}
-    read: dict[str, Mapping[str, str] | None] = {}
+        scopes = {id(scope.expression): scope for scope in traverse_scope(tree)}
+        sources = {k: dict(scope.selected_sources) for k, scope in scopes.items()}
+    except OptimizeError:  # Spark refuses what sqlglot cannot scope
+        return
 
-    def columns_of_table(table: exp.Table) -> Mapping[str, str] | None:
-        name = ".".join(p for p in (table.catalog, table.db, table.name) if p)
-        if name not in read:
-            read[name] = columns_of(name)
-        return read[name]
+    def names_of(relation: exp.Expr, select: exp.Select) -> list[str] | None:
+        node, source = sources[id(select)].get(relation.alias_or_name, (None, None))
+        if isinstance(source, Scope) and node is not None:
+            derived = _derived_branches(node, source)
+            return None if derived is None else derived[0]
+        if not isinstance(source, exp.Table):
+            return None
+        shard = columns_of(".".join(p for p in (source.catalog, source.db, source.name) if p))
+        if shard is None:
+            return None
+        names = list(shard)
+        aliases = _column_aliases(source)
+        names[: len(aliases)] = aliases
+        return names
 
-    def renamed(source: object) -> bool:
-        """Whether a shard is read under column aliases (``FROM t AS q(a, b)``): its
-        columns' names are then not its own (not typed here)."""
-        alias = source.args.get("alias") if isinstance(source, exp.Table) else None
-        return isinstance(alias, exp.TableAlias) and bool(alias.columns)
+    for select in selects:
+        first = select.args.get("from_")
+        left = names_of(first.this, select) if first is not None and id(select) in sources else None
+        for join in select.args.get("joins") or []:
+            if not (join.args.get("kind") or join.args.get("side") or join.args.get("on")) and (
+                not join.args.get("using") and not join.args.get("method")
+            ):  # a comma: looser than JOIN, so the next join's left side starts here
+                left = names_of(join.this, select)
+                continue
+            right = names_of(join.this, select) if left is not None else None
+            if left is None or right is None or join.args.get("method"):
+                break  # not known here, or NATURAL
+            using = [n.name for n in join.args.get("using") or []]
+            for name in using:
+                for side, names in (("left", left), ("right", right)):
+                    if names.count(name) > 1:
+                        raise SqlError(
+                            f'common column name "{name}" appears more than once in {side} table',
+                            "42702",
+                        )
+            left = using + [n for n in left + right if n not in using]
 
-    def names_of(node: exp.Expr, source: object) -> set[str] | None:
-        if isinstance(source, exp.Table):
-            shard = None if renamed(source) else columns_of_table(source)
-            return None if shard is None else {n.lower() for n in shard}
-        derived = _derived_branches(node, source, aliases) if isinstance(source, Scope) else None
-        return None if derived is None else {n.lower() for n in derived[0]}
 
-    def owner_types(
-        node: exp.Expr, source: object, column: exp.Column
-    ) -> tuple[T | None, T | None]:
-        """The Spark type and PostgreSQL's type of ``column`` of the relation ``source``
-        (a shard's: both; a subquery's or CTE's: PostgreSQL's), None where not known."""
-        if isinstance(source, Scope):
-            derived = _derived_branches(node, source, aliases)
-            return (
-                None,
-                None if derived is None else _branch_type(*derived, column.name, postgres),
-            )
-        readable = isinstance(source, exp.Table) and not renamed(source)
-        shard = columns_of_table(source) if readable and isinstance(source, exp.Table) else None
-        name = shard.get(column.name) if shard is not None else None
-        if name is None and shard is not None and not column.this.quoted:
-            # Spark resolves an unquoted name whatever its case (the tree's are lower).
-            same = [t for c, t in shard.items() if c.lower() == column.name.lower()]
-            name = same[0] if len(same) == 1 else None
-        kind = None if name is None else exp.DataType.build(name, dialect=DIALECT).this
-        return kind, kind
+def _complete_column_aliases(tree: exp.Expr, columns_of: ColumnsOf) -> None:
+    """A relation's column aliases fewer than its columns (a subquery's ``(SELECT 1 AS x,
+    2 AS y) AS q(a)``, a CTE's, a shard's ``t AS x(a)``) are completed with the names of
+    the rest (``q(a, y)``, ``x(a, s)``), as PostgreSQL names them: Spark refused them
+    (42802, ASSIGNMENT_ARITY_MISMATCH). More aliases than columns are SqlError 42P10, as
+    PostgreSQL refuses them (Spark's error was 42802).
 
-    types: dict[int, T] = {}
-    postgres: dict[int, T] = {}
-    seen: set[int] = set()
-    for scope in scopes:  # the innermost first: a subquery's column is its own scope's
-        try:
-            sources = dict(scope.selected_sources)
-        except OptimizeError:  # a name two relations take (FROM t, t): Spark refuses it
-            # Its columns are its own: an outer scope, which lists them too, does not type them.
-            seen.update(id(c) for c in [*scope.columns, *_grouped_columns(scope)])
+    Left as they are where the columns are not known here (a ``*``, ``VALUES``, a table
+    that names a CTE or no shard), and not completed where a name of the rest is not (an
+    expression with no alias, which PostgreSQL and Spark name otherwise): Spark refuses
+    them then. ``columns_of`` is asked only for a shard read under column aliases."""
+    ctes = {c.alias for c in tree.find_all(exp.CTE)}
+    for alias in list(tree.find_all(exp.TableAlias)):
+        holder = alias.parent
+        names = _relation_names(holder, columns_of, ctes) if alias.columns else None
+        if names is None:
             continue
-        for column in [*scope.columns, *_grouped_columns(scope)]:
-            if id(column) in seen:  # an inner scope's, which an outer one lists too
-                continue
-            if column.table:
-                if column.table not in sources:
-                    continue  # correlated: an outer scope's
-                seen.add(id(column))
-                owners = [sources[column.table]]
-            else:
-                known = [(pair, names_of(*pair)) for pair in sources.values()]
-                if any(names is None for _, names in known):
-                    seen.add(id(column))
-                    continue  # a relation whose columns are not known here: it may be its
-                wanted = column.name.lower()
-                owners = [pair for pair, names in known if names is not None and wanted in names]
-                if not owners:
-                    continue  # none of its relations has it: correlated, an outer scope's
-                seen.add(id(column))
-            using = _using_names(scope) if aliases else set()
-            if len(owners) != 1 and column.name.lower() not in using:
-                continue  # ambiguous: Spark and PostgreSQL refuse it
-            kinds = [owner_types(node, source, column) for node, source in owners]
-            spark = {k for k, _ in kinds}
-            only = spark.pop() if len(spark) == 1 else None
-            if only is not None:  # a shard's, of one type on every side
-                types[id(column)] = only
-            kind = _common_type_of([k for _, k in kinds])
-            if kind is not None:
-                postgres[id(column)] = kind
-    return types, postgres
+        if len(alias.columns) > len(names):
+            what = "WITH query" if isinstance(holder, exp.CTE) else "table"
+            raise SqlError(
+                f'{what} "{alias.name}" has {len(names)} columns available but '
+                f"{len(alias.columns)} columns specified",
+                "42P10",
+            )
+        rest = names[len(alias.columns) :]
+        if all(name is not None for name in rest):
+            for name in rest:
+                alias.append("columns", exp.to_identifier(name))
 
 
-def _using_names(scope: object) -> set[str]:
-    """The names (in lower case) of the columns the joins of ``scope``'s SELECT (a sqlglot
-    ``Scope``) join ``USING``: an unqualified one is the join's one column, of both
-    sides' common type, in PostgreSQL, not a name two relations share."""
-    select = getattr(scope, "expression", None)
-    if not isinstance(select, exp.Select):
-        return set()
-    return {
-        n.name.lower() for j in select.args.get("joins") or [] for n in j.args.get("using") or []
-    }
-
-
-def _common_type_of(kinds: list[T | None]) -> T | None:
-    """The type PostgreSQL gives a column ``USING`` joins of columns of types ``kinds``:
-    theirs if one, else the last in :data:`_COMMON_ORDER` of them; None if one is not
-    known, or two differ and one is no number."""
-    if None in kinds:
-        return None
-    if len(set(kinds)) == 1:
-        return kinds[0]
-    numbers = [T.SMALLINT if k == T.TINYINT else k for k in kinds]
-    if any(k not in _COMMON_ORDER for k in numbers):
-        return None
-    return max(numbers, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]
-
-
-def _grouped_columns(scope: object) -> list[exp.Column]:
-    """The unqualified columns of a SELECT's HAVING, DISTINCT ON and ORDER BY that
-    ``scope`` (a sqlglot ``Scope``) does not list among its columns: PostgreSQL reads them
-    as the input's columns (``HAVING i / 2 = 3`` divides the column ``i``).
-
-    In ORDER BY, not one a select item's alias of another value names: Spark reads the
-    output's column there first. In HAVING and DISTINCT ON every one: Spark reads the
-    input's column first too (in HAVING, except outside an aggregate and a grouping
-    expression, where it falls back to an alias, which PostgreSQL refuses anyway; DISTINCT
-    ON becomes a window over the input)."""
-    select = getattr(scope, "expression", None)
-    if not isinstance(select, exp.Select):
-        return []
-    listed = {id(c) for c in getattr(scope, "columns", ())}
-    aliases = {
-        e.alias.lower()
-        for e in select.expressions
-        if isinstance(e, exp.Alias)
-        and not (isinstance(e.this, exp.Column) and e.this.name.lower() == e.alias.lower())
-    }
-    distinct = select.args.get("distinct")
-    on = distinct.args.get("on") if isinstance(distinct, exp.Distinct) else None
-    order = select.args.get("order")
-    out = []
-    for clause in (select.args.get("having"), on, order):
-        for column in clause.find_all(exp.Column) if clause is not None else ():
-            inner = column.find_ancestor(exp.Select) is not select  # a subquery's own
-            if id(column) in listed or column.table or inner:
-                continue
-            if clause is not order or on is not None or column.name.lower() not in aliases:
-                out.append(column)
-    return out
-
-
-def _derived_branches(
-    node: exp.Expr, scope: object, aliases: bool = True
-) -> tuple[list[str], list[list[exp.Expr]]] | None:
-    """The column names and the select lists of the subquery or CTE ``scope`` (a sqlglot
-    ``Scope``) that ``node`` reads: one list, or a ``UNION``'s (``INTERSECT``'s,
-    ``EXCEPT``'s) each. A column's name is its first list's, or its column alias (``AS
-    z(k)``, ``WITH z(k) AS``; the CTE's, then its reader's), PostgreSQL's names of the
-    first columns when there are fewer aliases than columns. None where the names are
-    not known here: a ``*``, ``VALUES``, more aliases than columns; without ``aliases``
-    (the rewrites' version 1), any column alias."""
-    query = getattr(scope, "expression", None)
-    holders = (query.parent if query is not None else None, node)  # the CTE's first
-    if not aliases and any(_column_aliases(h) for h in holders):
-        return None
-    branches: list[list[exp.Expr]] = []
-    pending = [query]
-    while pending:
-        part = pending.pop(0)
-        if isinstance(part, exp.Subquery):
-            pending.insert(0, part.this)
-        elif isinstance(part, exp.SetOperation):
-            pending[:0] = [part.this, part.expression]
-        elif isinstance(part, exp.Select) and not any(e.is_star for e in part.expressions):
-            branches.append(list(part.expressions))
-        else:
-            return None
-    if len({len(b) for b in branches}) != 1:
-        return None
-    names = [e.alias_or_name for e in branches[0]]
-    for holder in holders:
-        named = _column_aliases(holder)
-        if len(named) > len(names):
-            return None
-        names[: len(named)] = named
-    return names, branches
-
-
-def _column_aliases(holder: exp.Expr | None) -> list[str]:
-    """The names of the column aliases of ``holder`` (a subquery, a CTE, a table):
-    ``a, b`` of ``AS q(a, b)``; none without them."""
-    alias = holder.args.get("alias") if holder is not None else None
-    if not isinstance(alias, exp.TableAlias):
-        return []
-    return [c.name for c in alias.columns]
-
-
-def _branch_type(
-    names: list[str], branches: list[list[exp.Expr]], name: str, columns: Mapping[int, T]
-) -> T | None:
-    """PostgreSQL's type of the column ``name`` of a query of the column names ``names``
-    and the select lists ``branches`` (:func:`_derived_branches`); None if not one of
-    it."""
-    named = [i for i, n in enumerate(names) if n == name]
-    if len(named) != 1:
-        return None
-    values: list[exp.Expr | None] = [b[named[0]].unalias() for b in branches]
-    if len(values) == 1:
-        return _postgres_type(values[0], columns) if values[0] is not None else None
-    return _common_type(values, columns)
-
-
-def _complete_column_aliases(tree: exp.Expr) -> None:
-    """A subquery's or CTE's column aliases fewer than its columns (``(SELECT 1 AS x, 2
-    AS y) AS q(a)``) are completed with the names of the rest (``q(a, y)``), as
-    PostgreSQL names them: Spark refused them (42802, ASSIGNMENT_ARITY_MISMATCH). Left
-    as they are where a name is not known here (a ``*``, an expression with no alias,
-    ``VALUES``): Spark refuses them then."""
+def _complete_subquery_aliases(tree: exp.Expr) -> None:
+    """Version 2's :func:`_complete_column_aliases`: a subquery's or CTE's column aliases
+    fewer than its columns (``(SELECT 1 AS x, 2 AS y) AS q(a)``) are completed with the
+    names of the rest (``q(a, y)``); left as they are where a name is not known here (a
+    ``*``, an expression with no alias, ``VALUES``). Kept so that a view recorded at
+    version 2 resolves as it did."""
     for alias in list(tree.find_all(exp.TableAlias)):
         holder = alias.parent
         if not alias.columns or not isinstance(holder, exp.Subquery | exp.CTE):
