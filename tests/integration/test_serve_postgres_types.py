@@ -136,6 +136,10 @@ ERRORS = [
     ("SELECT '7.5' + 2 AS n", psycopg.errors.InvalidTextRepresentation),
     ("SELECT 'abc'::int AS n", psycopg.errors.InvalidTextRepresentation),
     ("SELECT '3000000000' / 2 AS n", psycopg.errors.NumericValueOutOfRange),
+    # A column's text cast to an integer: Spark's cast failed with 22018 for both.
+    ("SELECT s::int AS n FROM t", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT (s || '''')::int8 AS n FROM t", psycopg.errors.InvalidTextRepresentation),
+    ("SELECT (i || '000000000000')::int AS n FROM t", psycopg.errors.NumericValueOutOfRange),
     (
         "SELECT * FROM (SELECT 1 AS k, 2 AS k) a JOIN (SELECT 1 AS k) b USING (k)",
         psycopg.errors.AmbiguousColumn,

@@ -230,3 +230,31 @@ def test_a_shard_s_columns_under_column_aliases_are_typed_by_them() -> None:
     assert rewritten("SELECT x.k / 2 FROM t AS x(k)").startswith("SELECT CAST(x.k DIV 2 AS INT)")
     # ``d`` of u, a decimal, renamed ``i``: typed by its own type, not by t's ``i``.
     assert rewritten("SELECT i / 2 FROM u AS q(i)") == "SELECT i / 2 FROM u AS q(i)"
+
+
+def test_a_string_spark_failed_to_cast_to_an_integer_is_postgresql_s_error() -> None:
+    """A column's text cast to an integer failed with Spark's 22018 (CAST_INVALID_INPUT)
+    whatever the text; PostgreSQL says 22P02 for no integer, 22003 for one out of range."""
+    from timeshard.server.rows import _cast_error
+
+    def error(value: str, target: str = '"INT"', **kwargs: str) -> tuple[str, str] | None:
+        parameters = {"expression": value, "sourceType": kwargs.get("source", '"STRING"')}
+        found = _cast_error(
+            kwargs.get("condition", "CAST_INVALID_INPUT"), {**parameters, "targetType": target}
+        )
+        return None if found is None else (found.sqlstate, str(found))
+
+    assert error("'abc'") == ("22P02", 'invalid input syntax for type integer: "abc"')
+    assert error("'it\\'s'", '"BIGINT"') == (
+        "22P02",
+        'invalid input syntax for type bigint: "it\'s"',
+    )
+    assert error("'3000000000'") == ("22003", 'value "3000000000" is out of range for type integer')
+    assert error("'70000'", '"SMALLINT"') == (
+        "22003",
+        'value "70000" is out of range for type smallint',
+    )
+    assert error("' 7 '") is None  # PostgreSQL reads it: Spark's own error stands
+    assert error("'7.5'", '"DOUBLE"') is None
+    assert error("1.5", source='"DOUBLE"') is None
+    assert error("'abc'", condition="DIVIDE_BY_ZERO") is None

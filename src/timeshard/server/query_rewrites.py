@@ -40,6 +40,7 @@ from timeshard.server.query_types import (
     _string_constant,
     _untyped,
 )
+from timeshard.server.sql_tokens import integer_input_error
 from timeshard.server.statements import (
     MAX_DECIMAL_DIGITS,
     SqlError,
@@ -539,8 +540,6 @@ def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
                 text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
 
 
-#: PostgreSQL 15's text of an integer: a sign and decimal digits, whitespace around them.
-_INTEGER_TEXT = re.compile(r"\s*([+-]?[0-9]+)\s*", re.ASCII)
 #: PostgreSQL's name of each integer type, and the bits of its values.
 _INTEGER_NAMES = {T.SMALLINT: ("smallint", 16), T.INT: ("integer", 32), T.BIGINT: ("bigint", 64)}
 
@@ -551,19 +550,17 @@ def _integer_texts(tree: exp.Expr) -> None:
     :func:`_untyped_integer_operands` or :func:`_integer_quotients`) is checked as
     PostgreSQL 15's integer input reads the text: SqlError 22P02 (invalid input syntax)
     if it is no integer, 22003 if past the type's range, as PostgreSQL answers, where
-    Spark's cast failed with 22018 for both. (PostgreSQL 16 reads ``0x10`` and ``1_000``
-    too; 15, and Spark, do not.)"""
+    Spark's cast failed with 22018 for both (:func:`~timeshard.server.sql_tokens.
+    integer_input_error`; a column's text is checked where Spark's cast fails:
+    :func:`~timeshard.server.rows.spark_error`)."""
     for cast in tree.find_all(exp.Cast):
         named = _INTEGER_NAMES.get(cast.to.this)
         text = _string_constant(cast.this.unnest())
         if named is None or text is None or isinstance(cast, exp.TryCast):
             continue
-        name, bits = named
-        digits = _INTEGER_TEXT.fullmatch(text)
-        if digits is None:
-            raise SqlError(f'invalid input syntax for type {name}: "{text}"', "22P02")
-        if not -(2 ** (bits - 1)) <= int(digits[1]) < 2 ** (bits - 1):
-            raise SqlError(f'value "{text}" is out of range for type {name}', "22003")
+        error = integer_input_error(text, *named)
+        if error is not None:
+            raise error
 
 
 def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:

@@ -28,7 +28,7 @@ from timeshard.errors import InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import Progress, Updates
 from timeshard.persist.as_of import common_as_of
 from timeshard.server.pgtypes import column_type
-from timeshard.server.sql_tokens import SqlError
+from timeshard.server.sql_tokens import SqlError, integer_input_error
 
 
 class QueryRows:
@@ -128,7 +128,8 @@ def spark_error(e: Exception) -> SqlError:
     from pyspark.errors import PySparkException
 
     if isinstance(e, PySparkException) and e.getSqlState():
-        return SqlError(_first_line(e.getMessage() or str(e)), e.getSqlState() or "XX000")
+        cast = _cast_error(e.getCondition(), e.getMessageParameters() or {})
+        return cast or SqlError(_first_line(e.getMessage() or str(e)), e.getSqlState() or "XX000")
     if isinstance(e, Py4JJavaError):
         from pyspark import SparkContext
 
@@ -138,11 +139,41 @@ def spark_error(e: Exception) -> SqlError:
             if is_instance_of(gateway, cause, "org.apache.spark.SparkThrowable"):
                 state = cause.getSqlState()
                 if state:
-                    return SqlError(_first_line(str(cause.getMessage())), str(state))
+                    parameters = dict(cause.getMessageParameters() or {})
+                    cast = _cast_error(str(cause.getCondition()), parameters)
+                    return cast or SqlError(_first_line(str(cause.getMessage())), str(state))
             cause = cause.getCause()
         return SqlError(_first_line(str(e.java_exception.getMessage() or e)), "XX000")
     message = e.getMessage() if isinstance(e, PySparkException) else None
     return SqlError(_first_line(message or str(e)), "XX000")
+
+
+#: Spark's name of each integer type (its errors' ``targetType``), PostgreSQL's, and its bits.
+_SPARK_INTEGERS = {
+    '"SMALLINT"': ("smallint", 16),
+    '"INT"': ("integer", 32),
+    '"BIGINT"': ("bigint", 64),
+}
+
+
+def _cast_error(condition: str | None, parameters: dict[str, str]) -> SqlError | None:
+    """PostgreSQL's error for a string Spark failed to cast to an integer type (its
+    ``CAST_INVALID_INPUT``, 22018 for any text): 22P02 for text that is no integer, 22003
+    for one past the type's range, as PostgreSQL 15 reads integer input
+    (:func:`~timeshard.server.sql_tokens.integer_input_error`); None for any other error.
+    Spark names the value as a SQL string literal (``'abc'``, a quote escaped ``\\'``)."""
+    named = _SPARK_INTEGERS.get(parameters.get("targetType", ""))
+    value = parameters.get("expression", "")
+    if (
+        condition != "CAST_INVALID_INPUT"
+        or named is None
+        or parameters.get("sourceType") != '"STRING"'
+        or len(value) < 2
+        or not (value.startswith("'") and value.endswith("'"))
+    ):
+        return None
+    text = value[1:-1].replace("\\'", "'").replace("\\\\", "\\")
+    return integer_input_error(text, *named)
 
 
 def _first_line(message: str) -> str:

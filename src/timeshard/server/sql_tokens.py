@@ -20,6 +20,7 @@ Pure Python, no Spark.
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 from sqlglot import Token, TokenType
@@ -39,6 +40,23 @@ class SqlError(InvalidUsage):
     def __init__(self, message: str, sqlstate: str = "42601") -> None:
         super().__init__(message)
         self.sqlstate = sqlstate
+
+
+#: PostgreSQL 15's text of an integer: a sign and decimal digits, whitespace around them.
+_INTEGER_TEXT = re.compile(r"\s*([+-]?[0-9]+)\s*", re.ASCII)
+
+
+def integer_input_error(text: str, name: str, bits: int) -> SqlError | None:
+    """PostgreSQL 15's error for ``text`` read as an integer of type ``name`` (``bits``
+    wide): 22P02 (invalid input syntax) if it is no integer, 22003 if past the type's
+    range; None if PostgreSQL reads it. (PostgreSQL 16 reads ``0x10`` and ``1_000`` too;
+    15, and Spark, do not.)"""
+    digits = _INTEGER_TEXT.fullmatch(text)
+    if digits is None:
+        return SqlError(f'invalid input syntax for type {name}: "{text}"', "22P02")
+    if not -(2 ** (bits - 1)) <= int(digits[1]) < 2 ** (bits - 1):
+        return SqlError(f'value "{text}" is out of range for type {name}', "22003")
+    return None
 
 
 def tokenize(sql: str) -> list[Token]:
