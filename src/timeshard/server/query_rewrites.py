@@ -322,7 +322,9 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     and a ranking window of no order is ordered by NULL (:func:`_ordered_windows`).
 
     Before them too, a subquery's, CTE's or shard's column aliases fewer than its columns
-    are completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest.
+    are completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest, and
+    more are 42P10; a name a join is ``USING`` twice on one side is 42702
+    (:func:`_refuse_ambiguous_using`).
 
     ``version``: of these rewrites (:data:`TYPING`). At 1 (a view recorded with version
     1 and no resolution, installed again as it was made; or checking that version 1
@@ -330,7 +332,9 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     constants beside ``+ - * %`` and cast to integers are not typed or checked, and
     columns under column aliases or joined ``USING`` are not typed. At 2, a shard's
     columns under column aliases are not typed, and a column joined ``USING`` keeps
-    Spark's type, one side's (:func:`_joined_columns`).
+    Spark's type, one side's (:func:`_joined_columns`); only a subquery's or CTE's
+    column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
+    42P10, no 42702 and no ordering of a window of no order.
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -693,7 +697,8 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
     """SqlError 42702 if a name a join is ``USING`` is the name of two columns of one of
     its sides, as PostgreSQL refuses it ("common column name appears more than once"):
     Spark joined on one of them and gave ``SELECT *`` both. A join's left side is every
-    relation before it, a column an earlier join is ``USING`` counted once.
+    relation before it since the last comma (a comma binds looser than JOIN), a column
+    an earlier join is ``USING`` counted once.
 
     Checked where the names of every relation a join reads are known here (a shard's, as
     ``columns_of`` names them, under its column aliases; a subquery's or CTE's,

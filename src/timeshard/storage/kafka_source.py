@@ -457,7 +457,8 @@ class KafkaSource:
     COMMIT_THEN = (
         f"; the group's next commit is asked after a pause (the first at the next tick, "
         f"then {BrokerSilence.FIRST_PROBE_PAUSE_S:g} s apart, twice as far each time, up "
-        f"to {BrokerSilence.MAX_PROBE_PAUSE_S:g} s) and waited for by no tick"
+        f"to {BrokerSilence.MAX_PROBE_PAUSE_S:g} s), not before the one in flight is "
+        f"answered, and waited for by no tick"
     )
     #: How long (s) past the source's timeout a commit may stay unanswered before it is
     #: forgotten: the client holds a commit for want of a coordinator until its
@@ -882,7 +883,8 @@ class KafkaSource:
         refused = unanswered = None
         for error, partitions in answers:
             # The one commit in flight's (the latest's, unless already judged silent).
-            self._commits_answered += 1
+            # Never past the commits asked: a forgotten commit's answer may come after all.
+            self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
             latest, self._commit_awaited = self._commit_awaited != 0, 0
             if error is None:  # the request answered: each partition's own error, if any
                 error = next((tp.error for tp in partitions if tp.error is not None), None)
