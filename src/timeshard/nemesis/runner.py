@@ -174,9 +174,11 @@ class RunResult:
     ``self_exits``: replica processes that ended with no fault killing them
     (a JVM crash, say), restarted and reported, not a failure by themselves;
     ``replica_errors``: ticks that raised (retried; also reported);
-    ``slow``: the phase that outlasted ``advancing_bound_s`` with every object still
-    starting or advancing, never stuck (the run fails, but says the machine was too
-    slow rather than that something is wrong); ``verified_times``: the times at
+    ``slow``: the phase that outlasted ``advancing_bound_s`` with some object not
+    caught up and none stuck, in which the live replicas finished fewer than
+    ``stuck_ticks`` ticks in all: too few to tell a loaded machine from a hang (the
+    run fails; a phase whose replicas ticked more is a failure with no ``slow``: they
+    ticked and did not catch up); ``verified_times``: the times at
     which verify recomputed each object of the pipeline; ``few_times``: the
     objects recomputed at fewer than :data:`MIN_VERIFIED_TIMES`, with verify's
     notes on them (the run fails: a clean verify of them would say little).
@@ -549,6 +551,9 @@ class NemesisRunner:
         liveness = Liveness(shards, target, config.stuck_ticks)
         exits = {r.index: r.exits for r in replicas}
         logged = 0.0
+        #: Per replica incarnation: its ticks when first seen in the phase, and at the last.
+        first: dict[tuple[int, int], int] = {}
+        last: dict[tuple[int, int], int] = {}
         while True:
             uppers = {s: _upper_or_none(client, s) for s in shards}
             ticks = {
@@ -556,6 +561,9 @@ class NemesisRunner:
                 for r in replicas
                 if r.alive() and not r.paused_until
             }
+            for incarnation, n in ticks.items():
+                first.setdefault(incarnation, n)
+                last[incarnation] = max(last.get(incarnation, n), n)
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
@@ -565,10 +573,13 @@ class NemesisRunner:
                 return time.monotonic() - started
             waited = time.monotonic() - started
             if waited > config.advancing_bound_s:
-                result.slow = phase
+                done = sum(n - first[i] for i, n in last.items())
+                if done < config.stuck_ticks:  # too few ticks to tell slow from hung
+                    result.slow = phase
                 result.error = (
-                    f"{phase}: still not caught up after {config.advancing_bound_s:.0f} s "
-                    f"(never stuck): {liveness.verdicts}; uppers {uppers}, target {target}"
+                    f"{phase}: still not caught up after {config.advancing_bound_s:.0f} s, "
+                    f"in which the replicas finished {done} ticks (never stuck): "
+                    f"{liveness.verdicts}; uppers {uppers}, target {target}"
                 )
                 return None
             if waited - logged >= 30:
