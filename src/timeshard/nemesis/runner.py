@@ -29,7 +29,10 @@ generous ``advancing_bound_s``; an object whose upper stands still, below
 the wall clock, for ``stuck_ticks`` ticks of a live replica is *stuck*, and
 fails the run at once, naming the object, its health status and error (from
 ``timeshard_status``) and the replicas' last errors. A machine under load
-makes replicas slow to start and to tick; that is never a failure by itself.
+makes replicas slow to start and to tick; within ``advancing_bound_s`` that
+is never a failure by itself. Past it, a phase fails; it is *slow*
+(``RunResult.slow``) if the replicas finished too few ticks in it to tell a
+loaded machine from a hang.
 
 Injected, not just planned. Every fault is recorded where it is injected,
 one line in the run's journal (``injected.jsonl``,
@@ -175,10 +178,10 @@ class RunResult:
     (a JVM crash, say), restarted and reported, not a failure by themselves;
     ``replica_errors``: ticks that raised (retried; also reported);
     ``slow``: the phase that outlasted ``advancing_bound_s`` with some object not
-    caught up and none stuck, in which the live replicas finished fewer than
-    ``stuck_ticks`` ticks in all: too few to tell a loaded machine from a hang (the
-    run fails; a phase whose replicas ticked more is a failure with no ``slow``: they
-    ticked and did not catch up); ``verified_times``: the times at
+    caught up and none stuck, in which the replica processes (those that died in it
+    too) finished fewer than ``stuck_ticks`` ticks in all: too few to tell a loaded
+    machine from a hang (the run fails; a phase whose replicas ticked more is a
+    failure with no ``slow``: they ticked and did not catch up); ``verified_times``: the times at
     which verify recomputed each object of the pipeline; ``few_times``: the
     objects recomputed at fewer than :data:`MIN_VERIFIED_TIMES`, with verify's
     notes on them (the run fails: a clean verify of them would say little).
