@@ -794,9 +794,9 @@ class KafkaSource:
         commit commits them with its own (the furthest of each partition). Each
         commit first serves the client's answers (``poll(0)``, which runs the
         consumer's ``on_commit``, :meth:`_commit_answered`). One commit is in
-        flight at a time: while the latest has no answer and is younger than
-        ``timeout_s``, a commit asks nothing (a slow coordinator is not a silent
-        one, and ticks may come faster than its answers). The latest commit's
+        flight at a time: while it has no answer, a commit asks nothing, and it is
+        judged silent only once unanswered past ``timeout_s`` (a slow coordinator
+        is not a silent one, and ticks may come faster than its answers). The latest commit's
         answer decides: a success ends the group's silence; an error the
         coordinator answered with starts the pause anew and is raised, after the
         commit is asked again; a commit answered with the client's own timeout,
