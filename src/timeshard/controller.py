@@ -112,7 +112,11 @@ class Pipeline:
         clock: Callable[[], int] | None = None,
         view_tick_s: float = 1.0,
         build_backoff_s: float = 1.0,
+        on_retry: Callable[[str], None] | None = None,
     ) -> None:
+        """``on_retry``: called with the fault each time a read at the start fails and
+        is tried again (:func:`read_at_start`), for a caller that reports progress
+        (the nemesis replica's heartbeat)."""
         self.client = client
         self._spark = spark
         self._spec = spec
@@ -147,7 +151,7 @@ class Pipeline:
             # ingestion checks itself against it too, and the checks above keep the
             # declaration's objects apart, which an ingestion built later would see recorded.
             catalog = read_at_start(
-                lambda: read_catalog(client), "the location's catalog", build_backoff_s
+                lambda: read_catalog(client), "the location's catalog", build_backoff_s, on_retry
             )
             try:
                 self._check_sources(built, catalog)
@@ -432,12 +436,17 @@ def _drop_new_slots(sources: Iterable[Any]) -> None:
             )
 
 
-def read_at_start(read: Callable[[], _T], what: str, backoff_s: float = 1.0) -> _T:
+def read_at_start(
+    read: Callable[[], _T],
+    what: str,
+    backoff_s: float = 1.0,
+    on_retry: Callable[[str], None] | None = None,
+) -> _T:
     """``read()`` (``what`` it reads, for the log), at the start of a run: a fault (the
-    location's consensus unreachable) is logged and the read tried again after a pause
-    that doubles from ``backoff_s`` up to a minute, as a build's is (invariant 1). No
-    object is built yet to report it as its health. A refusal or a state that does not
-    decode is raised: retrying cannot help."""
+    location's consensus unreachable) is logged, passed to ``on_retry`` if given, and
+    the read tried again after a pause that doubles from ``backoff_s`` up to a minute,
+    as a build's is (invariant 1). No object is built yet to report it as its health.
+    A refusal or a state that does not decode is raised: retrying cannot help."""
     pause = backoff_s
     while True:
         try:
@@ -452,6 +461,8 @@ def read_at_start(read: Callable[[], _T], what: str, backoff_s: float = 1.0) -> 
                 pause,
                 _failure(e),
             )
+            if on_retry is not None:
+                on_retry(_failure(e))
         time.sleep(pause)
         pause = min(pause * 2, _Retry.MAX_BACKOFF_S)
 

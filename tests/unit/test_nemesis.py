@@ -677,15 +677,18 @@ def test_a_run_whose_verify_recomputed_an_object_at_one_time_fails_saying_so(
     assert enough.ok and enough.few_times == []
 
 
-@pytest.mark.parametrize(("every", "slow"), [(1, ""), (50, "recovery")])
+@pytest.mark.parametrize(
+    ("every", "failing", "slow"), [(1, 0, ""), (50, 0, "recovery"), (50, 1, "")]
+)
 def test_a_phase_past_its_bound_is_slow_only_if_its_replicas_barely_ticked(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int, slow: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int, failing: int, slow: str
 ) -> None:
     """A phase that outlasts its bound with nothing stuck: if the replicas finished fewer
     than ``stuck_ticks`` ticks in it, a loaded machine cannot be told from a hang
     (``slow``: the nemesis test then skips a slow warm-up instead of failing on "no fault
     injected"); if they ticked more and did not catch up (here >100 ticks of 1 ms each),
-    that is a failure, with no ``slow``."""
+    or a tick failed (a read at the start that is tried again for ever is one), that is
+    a failure, with no ``slow``."""
     from timeshard.nemesis import runner as runner_module
     from timeshard.persist import PersistClient
 
@@ -698,7 +701,7 @@ def test_a_phase_past_its_bound_is_slow_only_if_its_replicas_barely_ticked(
         watches[0] += 1
         if watches[0] % every == 0:
             ticks[0] += 1
-            Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+            Heartbeat(0, ticks[0], failing).write(Heartbeat.path(tmp_path, 0))
             upper = writer.upper.time
             writer.append([], upper, upper + 1)
 

@@ -63,10 +63,14 @@ def test_a_fault_reading_the_catalog_at_the_start_is_retried(
     ]
     catalog = FailingCatalog(faults)
     monkeypatch.setattr(controller, "read_catalog", catalog)
+    retries: list[str] = []  # told to the caller too (a nemesis replica's heartbeat)
     with caplog.at_level(logging.WARNING, logger="timeshard.controller"):
-        pipeline = controller.Pipeline(None, client, SPEC, build_backoff_s=0.0)
+        pipeline = controller.Pipeline(
+            None, client, SPEC, build_backoff_s=0.0, on_retry=retries.append
+        )
     try:
         assert catalog.reads == 4  # three faults, then read
+        assert len(retries) == 3 and "consensus unreachable (2)" in retries[-1], retries
         assert sorted(i.output for i in pipeline.ingestions) == ["a", "b", "c"]
         for i in range(3):
             assert f"consensus unreachable ({i})" in caplog.text

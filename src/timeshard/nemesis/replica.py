@@ -98,11 +98,17 @@ def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> Non
     pipeline: Pipeline | None = None
     ready = False
     beat = Heartbeat(incarnation, 0)
+
+    def retried(error: str) -> None:  # a read at the start failed: a failing tick, told
+        nonlocal beat
+        beat = Heartbeat(incarnation, beat.ticks + 1, beat.failing + 1, error[:300])
+        beat.write(Heartbeat.path(run_dir, replica))
+
     while not stop.is_set():
         tick = time.monotonic()
         try:
             if pipeline is None:
-                pipeline = Pipeline(spark, client, spec, clock=faulty.clock)
+                pipeline = Pipeline(spark, client, spec, clock=faulty.clock, on_retry=retried)
             failures = pipeline.step()
             if failures:  # as before: a failed tick rebuilds everything from the location
                 raise RuntimeError("; ".join(f"{k}: {v}" for k, v in failures.items()))

@@ -179,9 +179,10 @@ class RunResult:
     ``replica_errors``: ticks that raised (retried; also reported);
     ``slow``: the phase that outlasted ``advancing_bound_s`` with some object not
     caught up and none stuck, in which the replica processes (those that died in it
-    too) finished fewer than ``stuck_ticks`` ticks in all: too few to tell a loaded
-    machine from a hang (the run fails; a phase whose replicas ticked more is a
-    failure with no ``slow``: they ticked and did not catch up); ``verified_times``: the times at
+    too) finished fewer than ``stuck_ticks`` ticks in all, none failing: too few to
+    tell a loaded machine from a hang (the run fails; a phase whose replicas ticked
+    more, or failed a tick, is a failure with no ``slow``: a read at a replica's start
+    that fails and is tried again is a failing tick too); ``verified_times``: the times at
     which verify recomputed each object of the pipeline; ``few_times``: the
     objects recomputed at fewer than :data:`MIN_VERIFIED_TIMES`, with verify's
     notes on them (the run fails: a clean verify of them would say little).
@@ -554,19 +555,23 @@ class NemesisRunner:
         liveness = Liveness(shards, target, config.stuck_ticks)
         exits = {r.index: r.exits for r in replicas}
         logged = 0.0
-        #: Per replica incarnation: its ticks when first seen in the phase, and at the last.
-        first: dict[tuple[int, int], int] = {}
-        last: dict[tuple[int, int], int] = {}
+        #: Per replica incarnation: its (ticks, failing ticks) when first seen in the
+        #: phase, and the most seen since.
+        first: dict[tuple[int, int], tuple[int, int]] = {}
+        last: dict[tuple[int, int], tuple[int, int]] = {}
         while True:
             uppers = {s: _upper_or_none(client, s) for s in shards}
-            ticks = {
-                (r.index, r.incarnation): r.heartbeat().ticks
+            beats = {
+                (r.index, r.incarnation): r.heartbeat()
                 for r in replicas
                 if r.alive() and not r.paused_until
             }
-            for incarnation, n in ticks.items():
-                first.setdefault(incarnation, n)
-                last[incarnation] = max(last.get(incarnation, n), n)
+            ticks = {incarnation: beat.ticks for incarnation, beat in beats.items()}
+            for incarnation, beat in beats.items():
+                now = (beat.ticks, beat.failing)
+                first.setdefault(incarnation, now)
+                seen = last.get(incarnation, now)
+                last[incarnation] = (max(seen[0], now[0]), max(seen[1], now[1]))
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
@@ -576,12 +581,14 @@ class NemesisRunner:
                 return time.monotonic() - started
             waited = time.monotonic() - started
             if waited > config.advancing_bound_s:
-                done = sum(n - first[i] for i, n in last.items())
-                if done < config.stuck_ticks:  # too few ticks to tell slow from hung
+                done = sum(n - first[i][0] for i, (n, _) in last.items())
+                failed = sum(f - first[i][1] for i, (_, f) in last.items())
+                if done < config.stuck_ticks and not failed:  # too few to tell from a hang
                     result.slow = phase
                 result.error = (
                     f"{phase}: still not caught up after {config.advancing_bound_s:.0f} s, "
-                    f"in which the replicas finished {done} ticks (never stuck): "
+                    f"in which the replicas finished {done} ticks, {failed} failing "
+                    f"(never stuck): "
                     f"{liveness.verdicts}; uppers {uppers}, target {target}"
                 )
                 return None
