@@ -1,7 +1,8 @@
 """Stuck or slow: whether each object of a nemesis run still makes progress.
 
 A replica process writes a :class:`Heartbeat` after every tick, failed or
-not: its incarnation, how many ticks it has finished, how many of the last
+not, and after each failed read of its start that it tries again (a failing
+tick too): its incarnation, how many ticks it has finished, how many of the last
 ones failed in a row, and the last error. The runner reads the heartbeats of
 the replicas that are alive (not paused) and the upper of every object, and
 feeds both to a :class:`Liveness`, which classifies each object:
@@ -22,8 +23,9 @@ feeds both to a :class:`Liveness`, which classifies each object:
     its upper has not moved while some live replica finished ``stuck_ticks``
     ticks, the upper below the wall clock all along.
 
-A tick is one pass of a replica's loop, whatever it took; so a slow tick
-counts once, and a machine under load slows the count, not the verdict. The
+A tick is one pass of a replica's loop (or a start read tried again),
+whatever it took; so a slow tick counts once, and a machine under load slows
+the count, not the verdict. The
 runner fails a run on the first stuck object (with the object and its last
 error), and waits for objects that are starting or advancing up to a
 generous bound.

@@ -24,7 +24,8 @@ memory.
 Every fault injected in this process (its driver and its Spark tasks) is
 recorded in ``RUN_DIR/injected.jsonl``
 (:class:`~timeshard.location.unreliable.FaultJournal`), labelled with the
-replica and incarnation. After every tick it replaces
+replica and incarnation. After every tick, and after each read at the start
+that fails and is tried again (a failing tick), it replaces
 ``RUN_DIR/heartbeat-<REPLICA>.json``
 (:class:`~timeshard.nemesis.liveness.Heartbeat`). Each line of output is one
 JSON event: ``ready`` (the first successful tick of this incarnation, with

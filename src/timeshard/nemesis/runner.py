@@ -32,7 +32,7 @@ fails the run at once, naming the object, its health status and error (from
 makes replicas slow to start and to tick; within ``advancing_bound_s`` that
 is never a failure by itself. Past it, a phase fails; it is *slow*
 (``RunResult.slow``) if the replicas finished too few ticks in it to tell a
-loaded machine from a hang.
+loaded machine from a hang, none of them failing.
 
 Injected, not just planned. Every fault is recorded where it is injected,
 one line in the run's journal (``injected.jsonl``,
@@ -555,10 +555,12 @@ class NemesisRunner:
         liveness = Liveness(shards, target, config.stuck_ticks)
         exits = {r.index: r.exits for r in replicas}
         logged = 0.0
-        #: Per replica incarnation: its (ticks, failing ticks) when first seen in the
-        #: phase, and the most seen since.
-        first: dict[tuple[int, int], tuple[int, int]] = {}
-        last: dict[tuple[int, int], tuple[int, int]] = {}
+        #: Per replica incarnation: its ticks when first seen in the phase, the most seen
+        #: since, and whether a tick of it failed in the phase (a heartbeat past the first
+        #: one seen says its last ticks failed), with the error.
+        first: dict[tuple[int, int], int] = {}
+        last: dict[tuple[int, int], int] = {}
+        failed: dict[tuple[int, int], str] = {}
         while True:
             uppers = {s: _upper_or_none(client, s) for s in shards}
             beats = {
@@ -568,10 +570,10 @@ class NemesisRunner:
             }
             ticks = {incarnation: beat.ticks for incarnation, beat in beats.items()}
             for incarnation, beat in beats.items():
-                now = (beat.ticks, beat.failing)
-                first.setdefault(incarnation, now)
-                seen = last.get(incarnation, now)
-                last[incarnation] = (max(seen[0], now[0]), max(seen[1], now[1]))
+                first.setdefault(incarnation, beat.ticks)
+                last[incarnation] = max(last.get(incarnation, beat.ticks), beat.ticks)
+                if beat.failing and beat.ticks > first[incarnation]:
+                    failed[incarnation] = beat.last_error
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
@@ -581,15 +583,17 @@ class NemesisRunner:
                 return time.monotonic() - started
             waited = time.monotonic() - started
             if waited > config.advancing_bound_s:
-                done = sum(n - first[i][0] for i, (n, _) in last.items())
-                failed = sum(f - first[i][1] for i, (_, f) in last.items())
+                done = sum(n - first[i] for i, n in last.items())
                 if done < config.stuck_ticks and not failed:  # too few to tell from a hang
                     result.slow = phase
+                errors = "; ".join(
+                    f"replica {i} incarnation {n} failed: {e}" for (i, n), e in failed.items()
+                )
                 result.error = (
                     f"{phase}: still not caught up after {config.advancing_bound_s:.0f} s, "
-                    f"in which the replicas finished {done} ticks, {failed} failing "
-                    f"(never stuck): "
+                    f"in which the replicas finished {done} ticks (never stuck): "
                     f"{liveness.verdicts}; uppers {uppers}, target {target}"
+                    + (f"; {errors}" if errors else "")
                 )
                 return None
             if waited - logged >= 30:
