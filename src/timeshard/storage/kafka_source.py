@@ -542,9 +542,9 @@ class KafkaSource:
         )
         #: The commits asked, and those the client answered (:meth:`commit`).
         self._commits_asked = self._commits_answered = 0
-        #: The number of the commit in flight, whose answer the next commit reads (0:
-        #: none), and when (monotonic) it was asked.
-        self._commit_awaited = 0
+        #: Whether the commit in flight is still to be judged (answered, or silent past the
+        #: timeout), and when (monotonic) it was asked.
+        self._commit_awaited = False
         self._commit_asked_at = 0.0
         #: The answers the consumer's ``on_commit`` kept, not read yet.
         self._commit_answers: list[tuple[Any, list[Any]]] = []
@@ -854,15 +854,11 @@ class KafkaSource:
             raise SourceUnavailable(f"{failed}: {error}") from None
         self._commit_asked_at = monotonic()
         self._commits_asked += 1
-        self._commit_awaited = self._commits_asked
+        self._commit_awaited = True
         if refused is not None:
             raise SourceUnavailable(refused)
         if silence.fault is not None:  # asked after a silence: it lasts until answered
             raise SourceUnavailable(silence.fault)
-
-    def _lost_after(self) -> float:
-        """Seconds after which a commit still unanswered is taken never to be answered."""
-        return self.timeout_s + self.COMMIT_LOST_AFTER_S
 
     def _commit_answered(self, error: Any, partitions: Any) -> None:
         """The consumer's ``on_commit``: keep the answer of a commit for the next commit
@@ -885,7 +881,7 @@ class KafkaSource:
             # The one commit in flight's (the latest's, unless already judged silent).
             # Never past the commits asked: a forgotten commit's answer may come after all.
             self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
-            latest, self._commit_awaited = self._commit_awaited != 0, 0
+            latest, self._commit_awaited = self._commit_awaited, False
             if error is None:  # the request answered: each partition's own error, if any
                 error = next((tp.error for tp in partitions if tp.error is not None), None)
             if error is None:
@@ -903,9 +899,10 @@ class KafkaSource:
                 refused = f"{failed}: {error}"
         waited = monotonic() - self._commit_asked_at
         if self._commit_awaited and waited > self.timeout_s:
-            self._commit_awaited = 0
+            self._commit_awaited = False
             unanswered = f"{failed}: the coordinator did not answer within {self.timeout_s} s"
-        if self._commits_asked > self._commits_answered and waited > self._lost_after():
+        lost_after = self.timeout_s + self.COMMIT_LOST_AFTER_S
+        if self._commits_asked > self._commits_answered and waited > lost_after:
             self._commits_answered = self._commits_asked  # never to be answered: forgotten
         if unanswered is not None:
             raise SourceUnavailable(silence.silent(unanswered))
