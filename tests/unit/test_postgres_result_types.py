@@ -218,7 +218,7 @@ def test_a_column_a_join_is_using_of_sides_of_two_types_is_of_their_common_type(
         "SELECT * FROM t JOIN t AS u USING (i)",
         f"SELECT t.i FROM t JOIN {int8} USING (i)",
     ):
-        assert rewritten(sql) == sql.replace("::int8", ""), sql
+        assert rewritten(sql) == sql, sql
 
 
 def test_a_shard_s_columns_under_column_aliases_are_typed_by_them() -> None:
