@@ -40,6 +40,7 @@ from timeshard.server.query_types import (
     _string_constant,
     _untyped,
 )
+from timeshard.server.query_windows import _bigint_ranks, _ordered_windows
 from timeshard.server.sql_tokens import integer_input_error
 from timeshard.server.statements import (
     MAX_DECIMAL_DIGITS,
@@ -63,8 +64,9 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: a shard's column aliases fewer than its columns, PostgreSQL's 42P10 for more, its
 #: 42702 for a ``USING`` name twice on one side, and a ranking or offset window with no
 #: ORDER BY (each of these only changes queries Spark refused or answered wrongly, but a
-#: server of version 2 would resolve them otherwise).
-TYPING = 3
+#: server of version 2 would resolve them otherwise); 4 a named window of no ORDER BY
+#: (:func:`~timeshard.server.query_windows._ordered_windows`).
+TYPING = 4
 
 
 def _refuse_java_calls(tree: exp.Expr) -> None:
@@ -334,7 +336,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     columns under column aliases are not typed, and a column joined ``USING`` keeps
     Spark's type, one side's (:func:`_joined_columns`); only a subquery's or CTE's
     column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
-    42P10, no 42702 and no ordering of a window of no order.
+    42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
+    order is not ordered.
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -378,7 +381,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
     if version >= 3:
-        _ordered_windows(tree)
+        _ordered_windows(tree, named=version >= 4)
     if postgres15:
         _bigint_ranks(tree)
         _integer_texts(tree)
@@ -486,41 +489,6 @@ def _joined_columns(
     for select, before in stars:
         if not any(id(c) in cast_ids for e in select.expressions for c in e.find_all(exp.Column)):
             select.set("expressions", before)
-
-
-#: The window functions PostgreSQL answers as an int8 and Spark as an INT (int4).
-_RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)
-
-
-def _bigint_ranks(tree: exp.Expr) -> None:
-    """A window of ``row_number``, ``rank`` or ``dense_rank`` is cast to BIGINT: PostgreSQL
-    answers them as int8 (20), Spark as INT, which a client was told was an int4 (23),
-    and a sum or product of them stayed an INT where PostgreSQL's is an int8. One that is
-    an operand of an integer quotient (:func:`_integer_quotients`, run before this) stays
-    as it is: the quotient is cast to BIGINT already."""
-    for window in list(tree.find_all(exp.Window)):
-        if not isinstance(window.this, _RANKS) or isinstance(window.parent, exp.IntDiv):
-            continue
-        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build("BIGINT"))
-        window.replace(cast)  # moved, not copied, as the rewrites before it move theirs
-        cast.set("this", window)
-
-
-#: The window functions Spark runs only over an ordered window, and PostgreSQL over any.
-_ORDERED = (*_RANKS, exp.PercentRank, exp.CumeDist, exp.Ntile, exp.Lag, exp.Lead)
-
-
-def _ordered_windows(tree: exp.Expr) -> None:
-    """A window of :data:`_ORDERED` of no ``ORDER BY`` (``row_number() OVER ()``,
-    ``rank() OVER (PARTITION BY p)``) is ordered ``BY NULL``: PostgreSQL numbers such a
-    window's rows in an order of its own and ranks them all alike (every row a peer),
-    where Spark refused it (XX000, "requires window to be ordered"). Ordered by NULL,
-    every row is a peer and Spark numbers them in its order, as PostgreSQL does in its.
-    A named window (``OVER w``) is left as it is: its order is in the ``WINDOW`` clause."""
-    for window in tree.find_all(exp.Window):
-        named = window.args.get("alias") is not None
-        if isinstance(window.this, _ORDERED) and not window.args.get("order") and not named:
-            window.set("order", exp.Order(expressions=[exp.Ordered(this=exp.Null())]))
 
 
 #: The operators other than ``/`` whose side of PostgreSQL's unknown type takes the other
