@@ -32,6 +32,11 @@ SAME_AS_POSTGRESQL = [
         [("n", INT8)],
         [(1,)],
     ),
+    (
+        "WITH z AS (SELECT 1 AS k, 2 AS m) SELECT * FROM z AS w(a)",
+        [("a", INT4), ("m", INT4)],
+        [(1, 2)],
+    ),
 ]
 
 

@@ -142,21 +142,29 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
             left = using + [n for n in left + right if n not in using]
 
 
-def _complete_column_aliases(tree: exp.Expr, columns_of: ColumnsOf) -> None:
+def _complete_column_aliases(
+    tree: exp.Expr, columns_of: ColumnsOf, cte_readers: bool = False
+) -> None:
     """A relation's column aliases fewer than its columns (a subquery's ``(SELECT 1 AS x,
     2 AS y) AS q(a)``, a CTE's, a shard's ``t AS x(a)``) are completed with the names of
     the rest (``q(a, y)``, ``x(a, s)``), as PostgreSQL names them: Spark refused them
     (42802, ASSIGNMENT_ARITY_MISMATCH). More aliases than columns are SqlError 42P10, as
     PostgreSQL refuses them (Spark's error was 42802).
 
+    With ``cte_readers`` (the typing rewrites' version 4), a table that names a CTE
+    (``WITH z AS (SELECT 1 AS k, 2 AS m) SELECT * FROM z AS w(a)``) is completed with the
+    CTE's names (:func:`_cte_names`: ``w(a, m)``) too; without, it is left to Spark.
+
     Left as they are where the columns are not known here (a ``*``, ``VALUES``, a table
-    that names a CTE or no shard), and not completed where a name of the rest is not (an
+    that names no shard), and not completed where a name of the rest is not (an
     expression with no alias, which PostgreSQL and Spark name otherwise): Spark refuses
     them then. ``columns_of`` is asked only for a shard read under column aliases."""
     ctes = {c.alias for c in tree.find_all(exp.CTE)}
     for alias in list(tree.find_all(exp.TableAlias)):
         holder = alias.parent
         names = _relation_names(holder, columns_of, ctes) if alias.columns else None
+        if names is None and cte_readers and alias.columns and isinstance(holder, exp.Table):
+            names = _cte_names(holder, columns_of, ctes)
         if names is None:
             continue
         if len(alias.columns) > len(names):
@@ -192,3 +200,33 @@ def _complete_subquery_aliases(tree: exp.Expr) -> None:
             continue
         for value in rest:
             alias.append("columns", exp.to_identifier(value.alias_or_name))
+
+
+def _cte_names(table: exp.Table, columns_of: ColumnsOf, ctes: set[str]) -> list[str | None] | None:
+    """The names of the columns of the CTE that ``table`` reads (its column aliases, then
+    its query's names past them, :func:`_relation_names`); None if ``table`` reads no CTE
+    here (one of a ``WITH`` around it, defined before it), or a recursive one, or its
+    names are not known here."""
+    if table.db or table.catalog:
+        return None
+    path: list[exp.Expr] = [table]  # the table and its ancestors, the innermost first
+    while path[-1].parent is not None:
+        path.append(path[-1].parent)
+    for at, node in enumerate(path):
+        with_ = node.args.get("with_")
+        if not isinstance(with_, exp.With) or isinstance(node, exp.With):
+            continue
+        if with_.args.get("recursive"):
+            return None
+        visible = list(with_.expressions)
+        if at >= 2 and path[at - 1] is with_:  # in one of its CTEs: those before it
+            visible = visible[: visible.index(path[at - 2])]
+        for cte in visible:
+            if cte.alias == table.name:
+                names = _relation_names(cte, columns_of, ctes)
+                own = _column_aliases(cte)
+                if names is None or len(own) > len(names):
+                    return None
+                names[: len(own)] = own
+                return names
+    return None

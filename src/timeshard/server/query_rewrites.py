@@ -69,7 +69,8 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: 42702 for a ``USING`` name twice on one side, and a ranking or offset window with no
 #: ORDER BY (each of these only changes queries Spark refused or answered wrongly, but a
 #: server of version 2 would resolve them otherwise); 4 a named window of no ORDER BY
-#: (:func:`~timeshard.server.query_windows._ordered_windows`).
+#: (:func:`~timeshard.server.query_windows._ordered_windows`) and a CTE's reader's column
+#: aliases fewer than its columns.
 TYPING = 4
 
 
@@ -341,7 +342,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     Spark's type, one side's (:func:`_joined_columns`); only a subquery's or CTE's
     column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
     42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
-    order is not ordered.
+    order is not ordered, and a CTE's reader's column aliases are not completed.
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -356,7 +357,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     columns_of = functools.cache(columns_of)  # a relation's columns are asked once
     _interval_literals(tree)
     if version >= 3:
-        _complete_column_aliases(tree, columns_of)
+        _complete_column_aliases(tree, columns_of, cte_readers=version >= 4)
     elif postgres15:
         _complete_subquery_aliases(tree)
     for cast in list(tree.find_all(exp.Cast)):
