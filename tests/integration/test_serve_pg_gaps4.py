@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
@@ -73,3 +74,25 @@ def test_postgresql_answers_the_same(
     postgres: Any, sql: str, columns: list[tuple[str, int]], rows: list[tuple[Any, ...]]
 ) -> None:
     assert answer(postgres, sql) == (columns, rows)
+
+
+#: A query PostgreSQL refuses, and the psycopg error its SQLSTATE is.
+ERRORS = [
+    # Spark cast the text 'x' to an integer and answered 22P02.
+    ("SELECT i FROM t WHERE s = 5", psycopg.errors.UndefinedFunction),
+]
+
+
+@pytest.mark.parametrize(("sql", "error"), ERRORS)
+def test_an_error_is_postgresql_s_sqlstate(conn: Any, sql: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        conn.execute(sql)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("sql", "error"), ERRORS)
+def test_postgresql_refuses_it_with_the_same_sqlstate(
+    postgres: Any, sql: str, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        postgres.execute(sql)

@@ -8,8 +8,12 @@ compares what a client sees.
 from __future__ import annotations
 
 import pytest
+import sqlglot
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from tests.unit.test_postgres_arithmetic_rewrites import rewritten
 
+from timeshard.server.dialect import DIALECT
+from timeshard.server.query_rewrites import _numeric_casts
 from timeshard.server.statements import SqlError
 
 
@@ -60,3 +64,32 @@ def test_a_cte_s_reader_s_column_aliases_fewer_than_its_columns_are_completed() 
         "42P10",
         'table "w" has 1 columns available but 2 columns specified',
     )
+
+
+def test_a_text_compared_with_a_number_is_postgresql_s_42883() -> None:
+    """PostgreSQL casts no text to a number implicitly: ``s = 5`` of a text ``s`` is
+    42883 when it plans the query. Spark cast the text, and answered 22P02 at a row whose
+    text was no number (and rows where all were)."""
+    shards = {"t": {"i": "INT", "s": "TEXT"}}
+
+    def typed(sql: str) -> str:
+        tree = normalize_identifiers(sqlglot.parse_one(sql, read=DIALECT), dialect=DIALECT)
+        _numeric_casts(tree, shards.get)
+        return tree.sql("spark")
+
+    refused = {
+        "SELECT * FROM t WHERE s = 5": "text = integer",
+        "SELECT 1 FROM t WHERE 2.5 < s": "numeric < text",
+        "SELECT 1 FROM t WHERE s >= i": "text >= integer",
+        "SELECT 1 FROM t WHERE CAST(i AS TEXT) <> 3000000000": "text <> bigint",
+    }
+    for sql, operator in refused.items():
+        with pytest.raises(SqlError) as caught:
+            typed(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == (
+            "42883",
+            f"operator does not exist: {operator}",
+        ), sql
+    # A string constant takes the other side's type; a number and a number pass.
+    for sql in ("SELECT * FROM t WHERE s = '5'", "SELECT * FROM t WHERE i = '5' AND i = 5"):
+        assert typed(sql) == sql, sql

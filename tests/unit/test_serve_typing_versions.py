@@ -102,6 +102,15 @@ def test_what_version_3_refuses_as_postgresql_does_version_2_leaves_to_spark() -
         rewritten(sql, 2)  # no SqlError
 
 
+def test_what_version_4_refuses_as_postgresql_does_version_3_leaves_to_spark() -> None:
+    """Spark answered rows of ``WHERE s = 5`` where every text was a number: a view of
+    version 3 resolves as it did."""
+    sql = "SELECT * FROM t WHERE CAST(i AS TEXT) = 5"
+    with pytest.raises(SqlError, match="operator does not exist"):
+        rewritten(sql, 4)
+    rewritten(sql, 3)  # no SqlError
+
+
 def test_version_1_does_not_check_a_string_constants_integer_input() -> None:
     assert "CAST('7.5' AS" in rewritten("SELECT CAST('7.5' AS INT) AS n", 1)
     with pytest.raises(Exception, match="invalid input syntax"):

@@ -70,7 +70,7 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: ORDER BY (each of these only changes queries Spark refused or answered wrongly, but a
 #: server of version 2 would resolve them otherwise); 4 a named window of no ORDER BY
 #: (:func:`~timeshard.server.query_windows._ordered_windows`) and a CTE's reader's column
-#: aliases fewer than its columns.
+#: aliases fewer than its columns, and PostgreSQL's 42883 for a text compared with a number.
 TYPING = 4
 
 
@@ -342,7 +342,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     Spark's type, one side's (:func:`_joined_columns`); only a subquery's or CTE's
     column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
     42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
-    order is not ordered, and a CTE's reader's column aliases are not completed.
+    order is not ordered, a CTE's reader's column aliases are not completed, and a text
+    compared with a number is Spark's (:func:`_refuse_text_number_operators`).
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -373,6 +374,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         any(c.this.find(exp.Column) for c in casts)
         or _typed_by_columns(tree, postgres15)
         or (version >= 3 and any(j.args.get("using") for j in tree.find_all(exp.Join)))
+        or (version >= 4 and _compares_columns(tree))
     ):
         columns, typed = _shard_column_types(
             tree, columns_of, aliases=postgres15, renames=version >= 3, joined=joined
@@ -381,6 +383,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         _joined_columns(tree, joined, stars)
     if version >= 3:
         _refuse_ambiguous_using(tree, columns_of)
+    if version >= 4:
+        _refuse_text_number_operators(tree, typed)
     if postgres15:
         _untyped_integer_operands(tree, typed)
     _integer_quotients(tree, typed)
@@ -466,6 +470,69 @@ def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             kind = _postgres_type(other, columns)
             if kind in _POSTGRES_INTEGERS:
                 text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
+
+
+#: The comparisons PostgreSQL has no text and number form of
+#: (:func:`_refuse_text_number_operators`).
+#: Each by its symbol.
+_TEXT_NUMBER_OPERATORS: dict[type[exp.Expr], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
+
+#: PostgreSQL's name of each of its types of text and numbers, by the Spark type of its values.
+_TYPE_NAMES = {
+    T.TEXT: "text",
+    T.VARCHAR: "character varying",
+    T.SMALLINT: "smallint",
+    T.INT: "integer",
+    T.BIGINT: "bigint",
+    T.DECIMAL: "numeric",
+    T.DOUBLE: "double precision",
+    T.FLOAT: "real",
+}
+
+
+def _compares_columns(tree: exp.Expr) -> bool:
+    """Whether :func:`_refuse_text_number_operators` needs the type of a column of
+    ``tree``: a side of one of its comparisons is a column, the other a column or of a
+    type known as written (a literal, a cast)."""
+    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS):
+        for column, other in ((op.this, op.expression), (op.expression, op.this)):
+            known = _postgres_type(other, {}) in _TYPE_NAMES or isinstance(
+                other.unnest(), exp.Column
+            )
+            if isinstance(column.unnest(), exp.Column) and not _untyped(other) and known:
+                return True
+    return False
+
+
+def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """SqlError 42883 for a comparison (``= <> < <= > >=``) of a text and a number
+    (:func:`_postgres_type`: a shard's string column and ``5``, ``s = 5``), as PostgreSQL
+    refuses it when it plans the query ("operator does not exist: text = integer"): it
+    casts no text to a number implicitly. Spark cast the text, and answered rows where
+    each text was a number and 22P02 (:func:`~timeshard.server.rows.spark_error`) where
+    one was not. A string constant (``s = '5'``, ``i = '5'``) is of PostgreSQL's unknown
+    type, which takes the other side's, and passes."""
+    numbers = {T.SMALLINT, T.INT, T.BIGINT, T.DECIMAL, T.DOUBLE, T.FLOAT}
+    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS):
+        if _untyped(op.this) or _untyped(op.expression):
+            continue
+        left, right = (_postgres_type(side, columns) for side in (op.this, op.expression))
+        texts = {T.TEXT, T.VARCHAR}
+        if left is None or right is None:
+            continue
+        if (left in texts and right in numbers) or (left in numbers and right in texts):
+            symbol = _TEXT_NUMBER_OPERATORS[type(op)]
+            raise SqlError(
+                f"operator does not exist: {_TYPE_NAMES[left]} {symbol} {_TYPE_NAMES[right]}",
+                "42883",
+            )
 
 
 #: PostgreSQL's name of each integer type, and the bits of its values.
