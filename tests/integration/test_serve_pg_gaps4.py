@@ -80,6 +80,17 @@ def test_postgresql_answers_the_same(
 ERRORS = [
     # Spark cast the text 'x' to an integer and answered 22P02.
     ("SELECT i FROM t WHERE s = 5", psycopg.errors.UndefinedFunction),
+    # Spark joined on one of the two k columns of the left side.
+    (
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        psycopg.errors.AmbiguousColumn,
+    ),
+    (
+        "SELECT * FROM ((SELECT 1 AS k, 2 AS k) AS a JOIN (SELECT 1 AS m) AS l ON TRUE) "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        psycopg.errors.AmbiguousColumn,
+    ),
 ]
 
 

@@ -93,3 +93,30 @@ def test_a_text_compared_with_a_number_is_postgresql_s_42883() -> None:
     # A string constant takes the other side's type; a number and a number pass.
     for sql in ("SELECT * FROM t WHERE s = '5'", "SELECT * FROM t WHERE i = '5' AND i = 5"):
         assert typed(sql) == sql, sql
+
+
+def test_a_using_name_twice_on_a_side_past_a_lateral_or_a_parenthesized_join_is_42702() -> None:
+    """PostgreSQL refuses these (42702); the check stopped at the ``LATERAL`` subquery and
+    at the parenthesized join, and Spark joined on one of the two ``k`` columns."""
+    refused = [
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM (SELECT 1 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS k) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM ((SELECT 1 AS k, 2 AS k) AS a JOIN (SELECT 1 AS m) AS l ON TRUE) "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+    ]
+    for sql in refused:
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == (
+            "42702",
+            'common column name "k" appears more than once in left table',
+        ), sql
+    for sql in (
+        "SELECT * FROM ((SELECT 1 AS k) AS a JOIN (SELECT 1 AS k) AS l USING (k)) "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM (SELECT 1 AS k, 2 AS m) AS a CROSS JOIN LATERAL (SELECT a.m AS n) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+    ):
+        assert rewritten(sql) == sql, sql

@@ -103,12 +103,16 @@ def test_what_version_3_refuses_as_postgresql_does_version_2_leaves_to_spark() -
 
 
 def test_what_version_4_refuses_as_postgresql_does_version_3_leaves_to_spark() -> None:
-    """Spark answered rows of ``WHERE s = 5`` where every text was a number: a view of
-    version 3 resolves as it did."""
-    sql = "SELECT * FROM t WHERE CAST(i AS TEXT) = 5"
-    with pytest.raises(SqlError, match="operator does not exist"):
-        rewritten(sql, 4)
-    rewritten(sql, 3)  # no SqlError
+    """Spark answered rows of ``WHERE s = 5`` where every text was a number, and a join
+    on one of two ``k`` columns: a view of version 3 resolves as it did."""
+    for sql in (
+        "SELECT * FROM t WHERE CAST(i AS TEXT) = 5",
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+    ):
+        with pytest.raises(SqlError):
+            rewritten(sql, 4)
+        rewritten(sql, 3)  # no SqlError
 
 
 def test_version_1_does_not_check_a_string_constants_integer_input() -> None:

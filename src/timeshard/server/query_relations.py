@@ -78,7 +78,7 @@ def _joined_columns(
             select.set("expressions", before)
 
 
-def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
+def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf, nested: bool = False) -> None:
     """SqlError 42702 if a name a join is ``USING`` is the name of two columns of one of
     its sides, as PostgreSQL refuses it ("common column name appears more than once"):
     Spark joined on one of them and gave ``SELECT *`` both. A join's left side is every
@@ -87,7 +87,10 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
 
     Checked where the names of every relation a join reads are known here (a shard's, as
     ``columns_of`` names them, under its column aliases; a subquery's or CTE's,
-    :func:`_derived_branches`), up to a ``NATURAL`` join; past it Spark's answer stands."""
+    :func:`_derived_branches`), up to a ``NATURAL`` join; past it Spark's answer stands.
+    With ``nested`` (the typing rewrites' version 4) a ``LATERAL`` subquery's names are
+    known too, and a parenthesized join's (``(a JOIN b ON ...) JOIN c USING (k)``: its
+    relations' names, checked as a join of its own); without, the check stops at them."""
     from sqlglot.errors import OptimizeError
     from sqlglot.optimizer.scope import Scope, traverse_scope
 
@@ -105,7 +108,23 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
         return
 
     def names_of(relation: exp.Expr, select: exp.Select) -> list[str] | None:
+        inner = relation.this if isinstance(relation, exp.Subquery) else None
+        if (
+            nested
+            and not relation.alias
+            and isinstance(inner, exp.Expr)
+            and inner.args.get("joins")
+        ):
+            return joined_names(inner, inner.args["joins"], select)  # a parenthesized join
         node, source = sources[id(select)].get(relation.alias_or_name, (None, None))
+        if nested and isinstance(node, exp.Lateral) and isinstance(node.this, exp.Subquery):
+            listed = _relation_names(node.this, columns_of, set())
+            own = _column_aliases(node)
+            if listed is None or None in listed or len(own) > len(listed):
+                return None
+            named = [n for n in listed if n is not None]
+            named[: len(own)] = own
+            return named
         if isinstance(source, Scope) and node is not None:
             derived = _derived_branches(node, source)
             return None if derived is None else derived[0]
@@ -119,10 +138,13 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
         names[: len(aliases)] = aliases
         return names
 
-    for select in selects:
-        first = select.args.get("from_")
-        left = names_of(first.this, select) if first is not None and id(select) in sources else None
-        for join in select.args.get("joins") or []:
+    def joined_names(
+        first: exp.Expr, joins: list[exp.Join], select: exp.Select
+    ) -> list[str] | None:
+        """The names of the columns of ``first`` joined by ``joins`` since their last
+        comma, each ``USING`` checked; None past a relation whose names are not known."""
+        left = names_of(first, select)
+        for join in joins:
             if not (join.args.get("kind") or join.args.get("side") or join.args.get("on")) and (
                 not join.args.get("using") and not join.args.get("method")
             ):  # a comma: looser than JOIN, so the next join's left side starts here
@@ -130,7 +152,7 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
                 continue
             right = names_of(join.this, select) if left is not None else None
             if left is None or right is None or join.args.get("method"):
-                break  # not known here, or NATURAL
+                return None  # not known here, or NATURAL
             using = [n.name for n in join.args.get("using") or []]
             for name in using:
                 for side, names in (("left", left), ("right", right)):
@@ -140,6 +162,12 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
                             "42702",
                         )
             left = using + [n for n in left + right if n not in using]
+        return left
+
+    for select in selects:
+        first = select.args.get("from_")
+        if first is not None and id(select) in sources:
+            joined_names(first.this, select.args.get("joins") or [], select)
 
 
 def _complete_column_aliases(

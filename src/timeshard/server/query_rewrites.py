@@ -70,7 +70,8 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: ORDER BY (each of these only changes queries Spark refused or answered wrongly, but a
 #: server of version 2 would resolve them otherwise); 4 a named window of no ORDER BY
 #: (:func:`~timeshard.server.query_windows._ordered_windows`) and a CTE's reader's column
-#: aliases fewer than its columns, and PostgreSQL's 42883 for a text compared with a number.
+#: aliases fewer than its columns, PostgreSQL's 42883 for a text compared with a number,
+#: and its 42702 past a ``LATERAL`` subquery or a parenthesized join.
 TYPING = 4
 
 
@@ -343,7 +344,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
     42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
     order is not ordered, a CTE's reader's column aliases are not completed, and a text
-    compared with a number is Spark's (:func:`_refuse_text_number_operators`).
+    compared with a number is Spark's (:func:`_refuse_text_number_operators`), and the
+    42702 check stops at a ``LATERAL`` subquery or a parenthesized join.
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -382,7 +384,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     if version >= 3:
         _joined_columns(tree, joined, stars)
     if version >= 3:
-        _refuse_ambiguous_using(tree, columns_of)
+        _refuse_ambiguous_using(tree, columns_of, nested=version >= 4)
     if version >= 4:
         _refuse_text_number_operators(tree, typed)
     if postgres15:
