@@ -179,9 +179,9 @@ def test_a_shard_s_column_aliases_fewer_than_its_columns_are_completed_with_its_
     does; Spark refused fewer aliases than columns (42802)."""
     assert rewritten("SELECT * FROM t AS x(a)") == "SELECT * FROM t AS x(a, s, y, b, x, r)"
     assert rewritten("SELECT x.d FROM u AS x(d)") == "SELECT x.d FROM u AS x(d)"
-    # A CTE of a shard's name is not the shard.
+    # A CTE of a shard's name is not the shard: the CTE's names complete them.
     assert rewritten("WITH t AS (SELECT 1 AS k, 2 AS m) SELECT * FROM t AS x(a)").endswith(
-        "AS x(a)"
+        "AS x(a, m)"
     )
 
 

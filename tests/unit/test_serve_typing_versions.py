@@ -2,9 +2,10 @@
 with version 1's rewrites, not the running server's (no Spark: the install is stubbed).
 
 Version 2 types ranks as int8, string constants beside integer operators, and columns
-under column aliases or joined ``USING``; version 3 (``query_rewrites.TYPING``) a shard's
-columns under column aliases and a column joined ``USING`` of sides of two types: each
-would change such a view's schema, which its shard's refuses.
+under column aliases or joined ``USING``; version 3 a shard's columns under column aliases
+and a column joined ``USING`` of sides of two types; version 4 (``query_rewrites.TYPING``)
+what ``CHANGED_IN_4`` lists: each would change such a view's schema, which its shard's
+refuses, or its query.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def rewritten(sql: str, version: int) -> str:
 
 @pytest.mark.parametrize("sql", sorted(CHANGED))
 def test_version_1_of_the_rewrites_leaves_what_version_2_types(sql: str) -> None:
-    assert TYPING == TYPED_VIEWS == 3
+    assert TYPING == TYPED_VIEWS == 4
     assert CHANGED[sql] in rewritten(sql, 2)
     assert CHANGED[sql] not in rewritten(sql, 1)
 
@@ -76,6 +77,19 @@ def test_version_2_of_the_rewrites_leaves_what_version_3_types(sql: str) -> None
     assert CHANGED_IN_3[sql] not in rewritten(sql, 2)
 
 
+#: Per query, what version 4 makes of it and version 3 leaves as it was.
+CHANGED_IN_4 = {
+    "SELECT row_number() OVER w AS n FROM t WINDOW w AS (PARTITION BY s)": "ORDER BY NULL",
+    "WITH z AS (SELECT 1 AS k, 2 AS m) SELECT * FROM z AS w(a)": "w(a, m)",
+}
+
+
+@pytest.mark.parametrize("sql", sorted(CHANGED_IN_4))
+def test_version_3_of_the_rewrites_leaves_what_version_4_types(sql: str) -> None:
+    assert CHANGED_IN_4[sql] in rewritten(sql, 4)
+    assert CHANGED_IN_4[sql] not in rewritten(sql, 3)
+
+
 def test_what_version_3_refuses_as_postgresql_does_version_2_leaves_to_spark() -> None:
     """A server of version 2 resolved these otherwise (Spark answered the first wrongly,
     and refused the second with its own error): a view of version 2 resolves as it did."""
@@ -86,6 +100,19 @@ def test_what_version_3_refuses_as_postgresql_does_version_2_leaves_to_spark() -
         with pytest.raises(SqlError):
             rewritten(sql, 3)
         rewritten(sql, 2)  # no SqlError
+
+
+def test_what_version_4_refuses_as_postgresql_does_version_3_leaves_to_spark() -> None:
+    """Spark answered rows of ``WHERE s = 5`` where every text was a number, and a join
+    on one of two ``k`` columns: a view of version 3 resolves as it did."""
+    for sql in (
+        "SELECT * FROM t WHERE CAST(i AS TEXT) = 5",
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+    ):
+        with pytest.raises(SqlError):
+            rewritten(sql, 4)
+        rewritten(sql, 3)  # no SqlError
 
 
 def test_version_1_does_not_check_a_string_constants_integer_input() -> None:
@@ -99,7 +126,8 @@ def test_an_entry_says_its_version_and_a_newer_one_is_refused() -> None:
     assert _typed({"typed": 1}) == 1
     assert _typed({"typed": 2}) == 2
     assert _typed({"typed": 3}) == 3
-    for unknown in (4, True, "2"):
+    assert _typed({"typed": 4}) == 4
+    for unknown in (5, True, "2"):
         with pytest.raises(CorruptState):
             _typed({"typed": unknown})
 
@@ -156,6 +184,6 @@ def test_a_view_taken_over_keeps_the_version_that_made_its_sql(
     query = "SELECT row_number() OVER (ORDER BY i) AS n FROM t"
     made = engine._typed_sql(query, version)
     assert made is not None
-    # The newest version that resolves it alike: 3 types this query as 2 does.
+    # The newest version that resolves it alike: 3 and 4 type this query as 2 does.
     assert engine._version_of(query, made) == {1: 1, 2: TYPING}[version]
     assert engine._version_of(query, "SELECT 1") == 0

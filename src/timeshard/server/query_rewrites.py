@@ -25,21 +25,26 @@ from sqlglot import exp
 
 from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
+from timeshard.server.query_relations import (
+    _complete_column_aliases,
+    _complete_subquery_aliases,
+    _joined_columns,
+    _refuse_ambiguous_using,
+    _using_stars,
+)
 from timeshard.server.query_types import (
     _FLOAT_DIGITS,
     _INTEGER_DIGITS,
     _POSTGRES_INTEGERS,
-    _column_aliases,
-    _derived_branches,
     _number_of,
     _postgres_type,
     _quotient_sides,
-    _relation_names,
     _shard_column_types,
     _spark_type,
     _string_constant,
     _untyped,
 )
+from timeshard.server.query_windows import _bigint_ranks, _ordered_windows
 from timeshard.server.sql_tokens import integer_input_error
 from timeshard.server.statements import (
     MAX_DECIMAL_DIGITS,
@@ -63,8 +68,11 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: a shard's column aliases fewer than its columns, PostgreSQL's 42P10 for more, its
 #: 42702 for a ``USING`` name twice on one side, and a ranking or offset window with no
 #: ORDER BY (each of these only changes queries Spark refused or answered wrongly, but a
-#: server of version 2 would resolve them otherwise).
-TYPING = 3
+#: server of version 2 would resolve them otherwise); 4 a named window of no ORDER BY
+#: (:func:`~timeshard.server.query_windows._ordered_windows`) and a CTE's reader's column
+#: aliases fewer than its columns, PostgreSQL's 42883 for a text compared with a number,
+#: and its 42702 past a ``LATERAL`` subquery or a parenthesized join.
+TYPING = 4
 
 
 def _refuse_java_calls(tree: exp.Expr) -> None:
@@ -334,7 +342,10 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     columns under column aliases are not typed, and a column joined ``USING`` keeps
     Spark's type, one side's (:func:`_joined_columns`); only a subquery's or CTE's
     column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
-    42P10, no 42702 and no ordering of a window of no order.
+    42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
+    order is not ordered, a CTE's reader's column aliases are not completed, and a text
+    compared with a number is Spark's (:func:`_refuse_text_number_operators`), and the
+    42702 check stops at a ``LATERAL`` subquery or a parenthesized join.
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -349,7 +360,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     columns_of = functools.cache(columns_of)  # a relation's columns are asked once
     _interval_literals(tree)
     if version >= 3:
-        _complete_column_aliases(tree, columns_of)
+        _complete_column_aliases(tree, columns_of, cte_readers=version >= 4)
     elif postgres15:
         _complete_subquery_aliases(tree)
     for cast in list(tree.find_all(exp.Cast)):
@@ -365,6 +376,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         any(c.this.find(exp.Column) for c in casts)
         or _typed_by_columns(tree, postgres15)
         or (version >= 3 and any(j.args.get("using") for j in tree.find_all(exp.Join)))
+        or (version >= 4 and _compares_columns(tree))
     ):
         columns, typed = _shard_column_types(
             tree, columns_of, aliases=postgres15, renames=version >= 3, joined=joined
@@ -372,13 +384,15 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     if version >= 3:
         _joined_columns(tree, joined, stars)
     if version >= 3:
-        _refuse_ambiguous_using(tree, columns_of)
+        _refuse_ambiguous_using(tree, columns_of, nested=version >= 4)
+    if version >= 4:
+        _refuse_text_number_operators(tree, typed)
     if postgres15:
         _untyped_integer_operands(tree, typed)
     _integer_quotients(tree, typed)
     _float_casts_to_integers(tree, typed)
     if version >= 3:
-        _ordered_windows(tree)
+        _ordered_windows(tree, named=version >= 4)
     if postgres15:
         _bigint_ranks(tree)
         _integer_texts(tree)
@@ -439,90 +453,6 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             quotient.this.set("expression", div.expression)
 
 
-def _using_stars(tree: exp.Expr) -> list[tuple[exp.Select, list[exp.Expr]]]:
-    """The ``*`` of each SELECT of one join, ``USING`` columns (``SELECT * FROM a JOIN b
-    USING (k)``), written as those columns and the rest (``k, * EXCEPT (k)``, in Spark's
-    order and PostgreSQL's), so that :func:`_joined_columns` can type them; each SELECT
-    with its select list as it was, which :func:`_joined_columns` puts back where it
-    types none of them. Not for more joins: a later relation's column of the name is one
-    ``* EXCEPT`` leaves out too."""
-    out = []
-    for select in tree.find_all(exp.Select):
-        joins = select.args.get("joins") or []
-        using = joins[0].args.get("using") if len(joins) == 1 else None
-        star = [e for e in select.expressions if isinstance(e, exp.Star)]
-        if not using or len(star) != 1 or joins[0].args.get("method"):
-            continue
-        before = list(select.expressions)
-        names = [exp.Column(this=n.copy()) for n in using]
-        rest = exp.Star(except_=[exp.Column(this=n.copy()) for n in using])
-        at = before.index(star[0])
-        select.set("expressions", [*before[:at], *names, rest, *before[at + 1 :]])
-        out.append((select, before))
-    return out
-
-
-def _joined_columns(
-    tree: exp.Expr, joined: Mapping[int, T], stars: list[tuple[exp.Select, list[exp.Expr]]]
-) -> None:
-    """An unqualified column a join is ``USING`` whose sides are integers or floats of
-    different types (``joined``, :func:`~timeshard.server.query_types._shard_column_types`)
-    is cast to PostgreSQL's common type of them (``SELECT i FROM t JOIN u USING (i)``
-    of an int4 and an int8 is an int8), named as it was: Spark's is one side's (of an
-    inner join the left's, int4). Then each ``*`` of :func:`_using_stars` whose columns
-    none is cast is the ``*`` it was."""
-    kinds = (*_POSTGRES_INTEGERS, *_FLOAT_DIGITS)
-    cast_ids = set()
-    for column in list(tree.find_all(exp.Column)):
-        kind = joined.get(id(column))
-        if kind not in kinds:
-            continue
-        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build(kind))
-        named = isinstance(column.parent, exp.Select) and column.arg_key == "expressions"
-        name = column.this.copy()
-        column.replace(exp.Alias(this=cast, alias=name) if named else cast)
-        cast.set("this", column)  # moved, not copied: ``joined`` holds it
-        cast_ids.add(id(column))
-    for select, before in stars:
-        if not any(id(c) in cast_ids for e in select.expressions for c in e.find_all(exp.Column)):
-            select.set("expressions", before)
-
-
-#: The window functions PostgreSQL answers as an int8 and Spark as an INT (int4).
-_RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)
-
-
-def _bigint_ranks(tree: exp.Expr) -> None:
-    """A window of ``row_number``, ``rank`` or ``dense_rank`` is cast to BIGINT: PostgreSQL
-    answers them as int8 (20), Spark as INT, which a client was told was an int4 (23),
-    and a sum or product of them stayed an INT where PostgreSQL's is an int8. One that is
-    an operand of an integer quotient (:func:`_integer_quotients`, run before this) stays
-    as it is: the quotient is cast to BIGINT already."""
-    for window in list(tree.find_all(exp.Window)):
-        if not isinstance(window.this, _RANKS) or isinstance(window.parent, exp.IntDiv):
-            continue
-        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build("BIGINT"))
-        window.replace(cast)  # moved, not copied, as the rewrites before it move theirs
-        cast.set("this", window)
-
-
-#: The window functions Spark runs only over an ordered window, and PostgreSQL over any.
-_ORDERED = (*_RANKS, exp.PercentRank, exp.CumeDist, exp.Ntile, exp.Lag, exp.Lead)
-
-
-def _ordered_windows(tree: exp.Expr) -> None:
-    """A window of :data:`_ORDERED` of no ``ORDER BY`` (``row_number() OVER ()``,
-    ``rank() OVER (PARTITION BY p)``) is ordered ``BY NULL``: PostgreSQL numbers such a
-    window's rows in an order of its own and ranks them all alike (every row a peer),
-    where Spark refused it (XX000, "requires window to be ordered"). Ordered by NULL,
-    every row is a peer and Spark numbers them in its order, as PostgreSQL does in its.
-    A named window (``OVER w``) is left as it is: its order is in the ``WINDOW`` clause."""
-    for window in tree.find_all(exp.Window):
-        named = window.args.get("alias") is not None
-        if isinstance(window.this, _ORDERED) and not window.args.get("order") and not named:
-            window.set("order", exp.Order(expressions=[exp.Ordered(this=exp.Null())]))
-
-
 #: The operators other than ``/`` whose side of PostgreSQL's unknown type takes the other
 #: side's integer type (:func:`_untyped_integer_operands`).
 _INTEGER_OPERATORS = (exp.Add, exp.Sub, exp.Mul, exp.Mod)
@@ -542,6 +472,69 @@ def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             kind = _postgres_type(other, columns)
             if kind in _POSTGRES_INTEGERS:
                 text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
+
+
+#: The comparisons PostgreSQL has no text and number form of
+#: (:func:`_refuse_text_number_operators`).
+#: Each by its symbol.
+_TEXT_NUMBER_OPERATORS: dict[type[exp.Expr], str] = {
+    exp.EQ: "=",
+    exp.NEQ: "<>",
+    exp.LT: "<",
+    exp.LTE: "<=",
+    exp.GT: ">",
+    exp.GTE: ">=",
+}
+
+#: PostgreSQL's name of each of its types of text and numbers, by the Spark type of its values.
+_TYPE_NAMES = {
+    T.TEXT: "text",
+    T.VARCHAR: "character varying",
+    T.SMALLINT: "smallint",
+    T.INT: "integer",
+    T.BIGINT: "bigint",
+    T.DECIMAL: "numeric",
+    T.DOUBLE: "double precision",
+    T.FLOAT: "real",
+}
+
+
+def _compares_columns(tree: exp.Expr) -> bool:
+    """Whether :func:`_refuse_text_number_operators` needs the type of a column of
+    ``tree``: a side of one of its comparisons is a column, the other a column or of a
+    type known as written (a literal, a cast)."""
+    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS):
+        for column, other in ((op.this, op.expression), (op.expression, op.this)):
+            known = _postgres_type(other, {}) in _TYPE_NAMES or isinstance(
+                other.unnest(), exp.Column
+            )
+            if isinstance(column.unnest(), exp.Column) and not _untyped(other) and known:
+                return True
+    return False
+
+
+def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """SqlError 42883 for a comparison (``= <> < <= > >=``) of a text and a number
+    (:func:`_postgres_type`: a shard's string column and ``5``, ``s = 5``), as PostgreSQL
+    refuses it when it plans the query ("operator does not exist: text = integer"): it
+    casts no text to a number implicitly. Spark cast the text, and answered rows where
+    each text was a number and 22P02 (:func:`~timeshard.server.rows.spark_error`) where
+    one was not. A string constant (``s = '5'``, ``i = '5'``) is of PostgreSQL's unknown
+    type, which takes the other side's, and passes."""
+    numbers = {T.SMALLINT, T.INT, T.BIGINT, T.DECIMAL, T.DOUBLE, T.FLOAT}
+    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS):
+        if _untyped(op.this) or _untyped(op.expression):
+            continue
+        left, right = (_postgres_type(side, columns) for side in (op.this, op.expression))
+        texts = {T.TEXT, T.VARCHAR}
+        if left is None or right is None:
+            continue
+        if (left in texts and right in numbers) or (left in numbers and right in texts):
+            symbol = _TEXT_NUMBER_OPERATORS[type(op)]
+            raise SqlError(
+                f"operator does not exist: {_TYPE_NAMES[left]} {symbol} {_TYPE_NAMES[right]}",
+                "42883",
+            )
 
 
 #: PostgreSQL's name of each integer type, and the bits of its values.
@@ -691,122 +684,6 @@ def _cast_as(cast: exp.Cast, value: exp.Expr, to: exp.DataType) -> exp.Expr:
     out.set("this", value)
     out.set("to", to)
     return out
-
-
-def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf) -> None:
-    """SqlError 42702 if a name a join is ``USING`` is the name of two columns of one of
-    its sides, as PostgreSQL refuses it ("common column name appears more than once"):
-    Spark joined on one of them and gave ``SELECT *`` both. A join's left side is every
-    relation before it since the last comma (a comma binds looser than JOIN), a column
-    an earlier join is ``USING`` counted once.
-
-    Checked where the names of every relation a join reads are known here (a shard's, as
-    ``columns_of`` names them, under its column aliases; a subquery's or CTE's,
-    :func:`_derived_branches`), up to a ``NATURAL`` join; past it Spark's answer stands."""
-    from sqlglot.errors import OptimizeError
-    from sqlglot.optimizer.scope import Scope, traverse_scope
-
-    selects = [
-        s
-        for s in tree.find_all(exp.Select)
-        if any(j.args.get("using") for j in s.args.get("joins") or [])
-    ]
-    if not selects:
-        return
-    try:
-        scopes = {id(scope.expression): scope for scope in traverse_scope(tree)}
-        sources = {k: dict(scope.selected_sources) for k, scope in scopes.items()}
-    except OptimizeError:  # Spark refuses what sqlglot cannot scope
-        return
-
-    def names_of(relation: exp.Expr, select: exp.Select) -> list[str] | None:
-        node, source = sources[id(select)].get(relation.alias_or_name, (None, None))
-        if isinstance(source, Scope) and node is not None:
-            derived = _derived_branches(node, source)
-            return None if derived is None else derived[0]
-        if not isinstance(source, exp.Table):
-            return None
-        shard = columns_of(".".join(p for p in (source.catalog, source.db, source.name) if p))
-        if shard is None:
-            return None
-        names = list(shard)
-        aliases = _column_aliases(source)
-        names[: len(aliases)] = aliases
-        return names
-
-    for select in selects:
-        first = select.args.get("from_")
-        left = names_of(first.this, select) if first is not None and id(select) in sources else None
-        for join in select.args.get("joins") or []:
-            if not (join.args.get("kind") or join.args.get("side") or join.args.get("on")) and (
-                not join.args.get("using") and not join.args.get("method")
-            ):  # a comma: looser than JOIN, so the next join's left side starts here
-                left = names_of(join.this, select)
-                continue
-            right = names_of(join.this, select) if left is not None else None
-            if left is None or right is None or join.args.get("method"):
-                break  # not known here, or NATURAL
-            using = [n.name for n in join.args.get("using") or []]
-            for name in using:
-                for side, names in (("left", left), ("right", right)):
-                    if names.count(name) > 1:
-                        raise SqlError(
-                            f'common column name "{name}" appears more than once in {side} table',
-                            "42702",
-                        )
-            left = using + [n for n in left + right if n not in using]
-
-
-def _complete_column_aliases(tree: exp.Expr, columns_of: ColumnsOf) -> None:
-    """A relation's column aliases fewer than its columns (a subquery's ``(SELECT 1 AS x,
-    2 AS y) AS q(a)``, a CTE's, a shard's ``t AS x(a)``) are completed with the names of
-    the rest (``q(a, y)``, ``x(a, s)``), as PostgreSQL names them: Spark refused them
-    (42802, ASSIGNMENT_ARITY_MISMATCH). More aliases than columns are SqlError 42P10, as
-    PostgreSQL refuses them (Spark's error was 42802).
-
-    Left as they are where the columns are not known here (a ``*``, ``VALUES``, a table
-    that names a CTE or no shard), and not completed where a name of the rest is not (an
-    expression with no alias, which PostgreSQL and Spark name otherwise): Spark refuses
-    them then. ``columns_of`` is asked only for a shard read under column aliases."""
-    ctes = {c.alias for c in tree.find_all(exp.CTE)}
-    for alias in list(tree.find_all(exp.TableAlias)):
-        holder = alias.parent
-        names = _relation_names(holder, columns_of, ctes) if alias.columns else None
-        if names is None:
-            continue
-        if len(alias.columns) > len(names):
-            what = "WITH query" if isinstance(holder, exp.CTE) else "table"
-            raise SqlError(
-                f'{what} "{alias.name}" has {len(names)} columns available but '
-                f"{len(alias.columns)} columns specified",
-                "42P10",
-            )
-        rest = names[len(alias.columns) :]
-        if all(name is not None for name in rest):
-            for name in rest:
-                alias.append("columns", exp.to_identifier(name))
-
-
-def _complete_subquery_aliases(tree: exp.Expr) -> None:
-    """Version 2's :func:`_complete_column_aliases`: a subquery's or CTE's column aliases
-    fewer than its columns (``(SELECT 1 AS x, 2 AS y) AS q(a)``) are completed with the
-    names of the rest (``q(a, y)``); left as they are where a name is not known here (a
-    ``*``, an expression with no alias, ``VALUES``). Kept so that a view recorded at
-    version 2 resolves as it did."""
-    for alias in list(tree.find_all(exp.TableAlias)):
-        holder = alias.parent
-        if not alias.columns or not isinstance(holder, exp.Subquery | exp.CTE):
-            continue
-        first = holder.this
-        while isinstance(first, exp.SetOperation | exp.Subquery):
-            first = first.this
-        if not isinstance(first, exp.Select):
-            continue
-        rest = first.expressions[len(alias.columns) :]
-        if any(not isinstance(e, exp.Alias | exp.Column) or e.is_star for e in rest):
-            continue
-        for value in rest:
-            alias.append("columns", exp.to_identifier(value.alias_or_name))
 
 
 def _naive_timestamps(tree: exp.Expr) -> None:

@@ -1,0 +1,90 @@
+"""The rewrites of a client's query's window functions where Spark answers them otherwise
+than PostgreSQL 15: a rank's type, and a ranking or offset window of no order.
+
+Each takes the sqlglot tree of the query and changes it in place;
+:func:`~timeshard.server.query_rewrites._numeric_casts` runs them, gated on the version
+of the typing rewrites each came with.
+
+Pure Python, no Spark.
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+#: The window functions PostgreSQL answers as an int8 and Spark as an INT (int4).
+_RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)
+
+#: The window functions Spark runs only over an ordered window, and PostgreSQL over any.
+_ORDERED = (*_RANKS, exp.PercentRank, exp.CumeDist, exp.Ntile, exp.Lag, exp.Lead)
+
+
+def _bigint_ranks(tree: exp.Expr) -> None:
+    """A window of ``row_number``, ``rank`` or ``dense_rank`` is cast to BIGINT: PostgreSQL
+    answers them as int8 (20), Spark as INT, which a client was told was an int4 (23),
+    and a sum or product of them stayed an INT where PostgreSQL's is an int8. One that is
+    an operand of an integer quotient (:func:`~timeshard.server.query_rewrites.
+    _integer_quotients`, run before this) stays as it is: the quotient is cast to BIGINT
+    already."""
+    for window in list(tree.find_all(exp.Window)):
+        if not isinstance(window.this, _RANKS) or isinstance(window.parent, exp.IntDiv):
+            continue
+        cast = exp.Cast(this=exp.Null(), to=exp.DataType.build("BIGINT"))
+        window.replace(cast)  # moved, not copied, as the rewrites before it move theirs
+        cast.set("this", window)
+
+
+def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
+    """A window of :data:`_ORDERED` of no ``ORDER BY`` (``row_number() OVER ()``,
+    ``rank() OVER (PARTITION BY p)``) is ordered ``BY NULL``: PostgreSQL numbers such a
+    window's rows in an order of its own and ranks them all alike (every row a peer),
+    where Spark refused it (XX000, "requires window to be ordered"). Ordered by NULL,
+    every row is a peer and Spark numbers them in its order, as PostgreSQL does in its.
+
+    With ``named`` (the typing rewrites' version 4), a named window of no order (``OVER
+    w ... WINDOW w AS (PARTITION BY p)``) is that too: the use is written out as its
+    definition (:func:`_named_definition`: its partition and frame) ordered by NULL,
+    since Spark's window of a name takes no ORDER BY of its own. The ``WINDOW`` clause
+    stays as it is, for the other uses of the name. Without ``named`` (version 3) such a
+    window is left to Spark, which refused it."""
+    for window in list(tree.find_all(exp.Window)):
+        if not isinstance(window.this, _ORDERED) or window.args.get("order"):
+            continue
+        name = window.args.get("alias")
+        if name is not None:
+            definition = _named_definition(window, name.name) if named else None
+            if definition is None:
+                continue  # ordered where it is defined, or not known here: Spark's
+            partition, spec = definition
+            window.set("alias", None)
+            window.set("partition_by", [p.copy() for p in partition])
+            window.set("spec", spec.copy() if spec is not None else None)
+        window.set("order", exp.Order(expressions=[exp.Ordered(this=exp.Null())]))
+
+
+def _named_definition(
+    window: exp.Window, name: str
+) -> tuple[list[exp.Expr], exp.Expr | None] | None:
+    """The partition and the frame of the window ``name`` that ``window`` (a use of it)
+    reads, from the ``WINDOW`` clause of its SELECT, following a definition that names
+    another window (``w2 AS (w)``); None if it has an ``ORDER BY`` or is not found (a
+    name defined twice, or in a cycle)."""
+    select = window.find_ancestor(exp.Select)
+    definitions: dict[str, list[exp.Window]] = {}
+    for defined in (select.args.get("windows") or []) if select is not None else []:
+        definitions.setdefault(defined.name, []).append(defined)
+    partition: list[exp.Expr] = []
+    spec = None
+    seen = set()
+    while name not in seen:
+        seen.add(name)
+        found = definitions.get(name, [])
+        if len(found) != 1 or found[0].args.get("order"):
+            return None
+        partition = partition or list(found[0].args.get("partition_by") or [])
+        spec = spec or found[0].args.get("spec")
+        base = found[0].args.get("alias")
+        if base is None:
+            return partition, spec
+        name = base.name
+    return None

@@ -1,0 +1,122 @@
+"""Queries serve answered otherwise than PostgreSQL 15 until the typing rewrites' version
+4, as Spark SQL text (no Spark).
+
+``tests/integration/test_serve_pg_gaps4.py`` runs them on serve and on PostgreSQL and
+compares what a client sees.
+"""
+
+from __future__ import annotations
+
+import pytest
+import sqlglot
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+from tests.unit.test_postgres_arithmetic_rewrites import rewritten
+
+from timeshard.server.dialect import DIALECT
+from timeshard.server.query_rewrites import _numeric_casts
+from timeshard.server.statements import SqlError
+
+
+def test_a_rank_over_a_named_window_of_no_order_runs_as_postgresql_s_does() -> None:
+    """Spark refused ``row_number() OVER w`` of a ``WINDOW w AS (PARTITION BY s)`` (XX000:
+    "requires window to be ordered"); PostgreSQL numbers its rows in an order of its own.
+    The use is written out as the definition, ordered by NULL, as an inline one is."""
+    assert rewritten("SELECT row_number() OVER w AS n FROM t WINDOW w AS (PARTITION BY s)") == (
+        "SELECT CAST(ROW_NUMBER() OVER (PARTITION BY s ORDER BY NULL NULLS LAST) AS BIGINT) "
+        "AS n FROM t WINDOW w AS (PARTITION BY s)"
+    )
+    assert rewritten("SELECT ntile(2) OVER w2, sum(i) OVER w FROM t WINDOW w AS (), w2 AS (w)") == (
+        "SELECT NTILE(2) OVER (ORDER BY NULL NULLS LAST), SUM(i) OVER w FROM t "
+        "WINDOW w AS (), w2 AS (w)"
+    )
+    # Ordered where it is defined, or not defined here: as it was.
+    for sql in (
+        "SELECT rank() OVER w FROM t WINDOW w AS (PARTITION BY s ORDER BY i)",
+        "SELECT rank() OVER w2 FROM t WINDOW w AS (ORDER BY i), w2 AS (w)",
+        "SELECT rank() OVER v FROM t WINDOW w AS (PARTITION BY s)",
+    ):
+        assert "BY NULL" not in rewritten(sql), sql
+
+
+def test_a_cte_s_reader_s_column_aliases_fewer_than_its_columns_are_completed() -> None:
+    """PostgreSQL names the columns of ``z AS w(a)`` past the aliases as the CTE ``z``
+    does; Spark refused fewer aliases than columns (42802)."""
+    cte = "WITH z AS (SELECT 7 AS k, 2 AS m) "
+    assert rewritten(cte + "SELECT * FROM z AS w(a)") == cte + "SELECT * FROM z AS w(a, m)"
+    assert rewritten(cte + "SELECT a / 2 FROM z AS w(a)") == (
+        cte + "SELECT CAST(a DIV 2 AS INT) FROM z AS w(a, m)"
+    )
+    # The CTE's own column aliases name its columns; a later CTE reads an earlier one.
+    assert rewritten("WITH z(p) AS (SELECT 1 AS k, 2 AS m) SELECT * FROM z AS w(a)").endswith(
+        "FROM z AS w(a, m)"
+    )
+    two = "WITH z AS (SELECT 7 AS k, 2 AS m), y AS (SELECT * FROM z AS w(a{})) SELECT * FROM y"
+    assert rewritten(two.format("")) == two.format(", m")
+    # Not known here (a *, a CTE defined after its reader): as they were.
+    for sql in (
+        "WITH z AS (SELECT * FROM t) SELECT * FROM z AS w(a)",
+        "WITH y AS (SELECT * FROM z AS w(a)), z AS (SELECT 1 AS k, 2 AS m) SELECT * FROM y",
+    ):
+        assert rewritten(sql) == sql, sql
+    with pytest.raises(SqlError) as caught:
+        rewritten("WITH z AS (SELECT 1 AS k) SELECT * FROM z AS w(a, b)")
+    assert (caught.value.sqlstate, str(caught.value)) == (
+        "42P10",
+        'table "w" has 1 columns available but 2 columns specified',
+    )
+
+
+def test_a_text_compared_with_a_number_is_postgresql_s_42883() -> None:
+    """PostgreSQL casts no text to a number implicitly: ``s = 5`` of a text ``s`` is
+    42883 when it plans the query. Spark cast the text, and answered 22P02 at a row whose
+    text was no number (and rows where all were)."""
+    shards = {"t": {"i": "INT", "s": "TEXT"}}
+
+    def typed(sql: str) -> str:
+        tree = normalize_identifiers(sqlglot.parse_one(sql, read=DIALECT), dialect=DIALECT)
+        _numeric_casts(tree, shards.get)
+        return tree.sql("spark")
+
+    refused = {
+        "SELECT * FROM t WHERE s = 5": "text = integer",
+        "SELECT 1 FROM t WHERE 2.5 < s": "numeric < text",
+        "SELECT 1 FROM t WHERE s >= i": "text >= integer",
+        "SELECT 1 FROM t WHERE CAST(i AS TEXT) <> 3000000000": "text <> bigint",
+    }
+    for sql, operator in refused.items():
+        with pytest.raises(SqlError) as caught:
+            typed(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == (
+            "42883",
+            f"operator does not exist: {operator}",
+        ), sql
+    # A string constant takes the other side's type; a number and a number pass.
+    for sql in ("SELECT * FROM t WHERE s = '5'", "SELECT * FROM t WHERE i = '5' AND i = 5"):
+        assert typed(sql) == sql, sql
+
+
+def test_a_using_name_twice_on_a_side_past_a_lateral_or_a_parenthesized_join_is_42702() -> None:
+    """PostgreSQL refuses these (42702); the check stopped at the ``LATERAL`` subquery and
+    at the parenthesized join, and Spark joined on one of the two ``k`` columns."""
+    refused = [
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM (SELECT 1 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS k) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM ((SELECT 1 AS k, 2 AS k) AS a JOIN (SELECT 1 AS m) AS l ON TRUE) "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+    ]
+    for sql in refused:
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == (
+            "42702",
+            'common column name "k" appears more than once in left table',
+        ), sql
+    for sql in (
+        "SELECT * FROM ((SELECT 1 AS k) AS a JOIN (SELECT 1 AS k) AS l USING (k)) "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM (SELECT 1 AS k, 2 AS m) AS a CROSS JOIN LATERAL (SELECT a.m AS n) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+    ):
+        assert rewritten(sql) == sql, sql
