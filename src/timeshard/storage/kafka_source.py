@@ -116,7 +116,10 @@ ticks' commits read the answer. One commit is in flight at a time; one not
 answered within the source's timeout is the coordinator's silence, which
 pauses that group's commits until one is answered. While the source knows its
 cluster is silent, a commit asks nothing (the health's error line says why);
-the next commit after the silence commits the latest offsets.
+the next commit after the silence commits the latest offsets. A source's close
+commits the offsets not committed yet and waits for the answer, at most the
+source's timeout (nothing is asked during a known silence); offsets left
+uncommitted are logged, never raised.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
@@ -134,6 +137,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import re
 import threading
 import weakref
@@ -166,6 +171,7 @@ METADATA: dict[str, pa.DataType] = {
     "headers": pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
 }
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+log = logging.getLogger(__name__)
 
 
 def check_kafka_names(bootstrap_servers: Any, **topics: Any) -> None:
@@ -885,10 +891,7 @@ class KafkaSource:
             if error is None:  # the request answered: each partition's own error, if any
                 error = next((tp.error for tp in partitions if tp.error is not None), None)
             if error is None:
-                for tp in partitions:
-                    p = str(tp.partition)
-                    if p in self._uncommitted and self._uncommitted[p] <= tp.offset:
-                        del self._uncommitted[p]
+                self._committed(partitions)
                 silence.answered()
             elif not latest:
                 continue  # a commit already judged: its silence was counted then
@@ -908,12 +911,96 @@ class KafkaSource:
             raise SourceUnavailable(silence.silent(unanswered))
         return refused
 
+    def _committed(self, partitions: Any) -> None:
+        """Drop from the offsets to commit those a commit answered without error committed
+        (a newer offset of a partition stays to commit)."""
+        for tp in partitions:
+            p = str(tp.partition)
+            if p in self._uncommitted and self._uncommitted[p] <= tp.offset:
+                del self._uncommitted[p]
+
+    #: How long (s) each poll for the answer of the commit at close waits at most.
+    CLOSE_POLL_S = 0.1
+
     def close(self) -> None:
-        self._admin = None  # an AdminClient has no close: dropped, it ends its threads
-        del self._silence  # forgotten once no open object holds it
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Commit the offsets not committed yet (:meth:`_commit_at_close`), then close the
+        clients. Raises nothing the commit meets: the group is only a report."""
+        try:
+            self._commit_at_close()
+        finally:
+            self._admin = None  # an AdminClient has no close: dropped, it ends its threads
+            del self._silence  # forgotten once no open object holds it
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def _commit_at_close(self) -> None:
+        """Commit to the group the offsets of the last ticks that no answered commit
+        committed (the latest of each partition), and wait for the answer, for
+        ``timeout_s`` at most; log the offsets left uncommitted, never raise.
+
+        A commit is asynchronous (:meth:`commit`): at close, the last tick's
+        offsets are often not asked yet (one commit was in flight), or asked and
+        not answered; a consumer closed then leaves the group behind the source,
+        and lag tools report offsets already read. A synchronous commit would
+        wait for its answer with no bound (the client holds a commit for want of
+        a coordinator past the timeout), so the commit is asynchronous here too,
+        and its answer is polled for in polls of :attr:`CLOSE_POLL_S`, no more of
+        them than fit in ``timeout_s``. While the source knows its cluster or the
+        group's coordinator is silent, nothing is asked (the commit would wait
+        the whole bound for nothing). A failure is a report's, never the
+        source's data: it is logged.
+        """
+        if not self._uncommitted:
+            return
+        wanted = dict(sorted(self._uncommitted.items()))
+        silent = self._silence.known() or self._commit_silence.fault
+        if silent is not None:
+            self._log_uncommitted(wanted, silent)
+            return
+        from confluent_kafka import KafkaException, TopicPartition
+
+        offsets = [TopicPartition(self.topic, int(p), o) for p, o in wanted.items()]
+        error: Any = None
+        try:
+            consumer = self._consumer()
+            consumer.commit(offsets=offsets, asynchronous=True)
+            self._commits_asked += 1
+            for _ in range(math.ceil(self.timeout_s / self.CLOSE_POLL_S)):
+                if not self._uncommitted or self._commits_answered >= self._commits_asked:
+                    break
+                consumer.poll(self.CLOSE_POLL_S)
+                error = self._read_answers_at_close() or error
+        except Exception as e:  # the client's refusal, or a closed consumer: only a report
+            error = e.args[0] if isinstance(e, KafkaException) and e.args else e
+        if self._uncommitted:
+            if error is None:
+                error = f"no answer within {self.timeout_s} s"
+            self._log_uncommitted(dict(sorted(self._uncommitted.items())), str(error))
+
+    def _read_answers_at_close(self) -> Any:
+        """Read the commits' answers come so far (:meth:`_commit_at_close`): the error of
+        the last one answered with one (None: none)."""
+        error = None
+        for answer, partitions in self._commit_answers:
+            self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
+            if answer is None:
+                answer = next((tp.error for tp in partitions if tp.error is not None), None)
+            if answer is None:
+                self._committed(partitions)
+            else:
+                error = answer
+        self._commit_answers = []
+        return error
+
+    def _log_uncommitted(self, offsets: dict[str, int], why: str) -> None:
+        log.warning(
+            "KAFKA source %r: offsets %s not committed to group %r at close: %s",
+            self.name,
+            offsets,
+            self.group_id,
+            why,
+        )
 
     # -- the broker, on the driver ---------------------------------------------------------
 
