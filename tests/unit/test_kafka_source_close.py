@@ -5,7 +5,9 @@ the consumer closes, within the source's timeout, and a failure is logged, never
 
 from __future__ import annotations
 
+import gc
 import logging
+import weakref
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -110,3 +112,23 @@ def test_a_commit_the_client_refuses_at_close_is_logged_and_the_close_goes_on(
         orders.close()
     assert orders._client is None  # closed all the same
     assert "_STATE" in caplog.text and "{'0': 7}" in caplog.text, caplog.text
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_source_with_a_consumer_is_freed_without_the_cycle_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the consumer's ``on_commit`` was a bound method of the source, a cycle
+    (source -> consumer -> callback -> source) that only the cycle collector frees; a
+    source dropped without close, with its consumer and its threads, stayed until it ran."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Group)
+    orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
+    orders.commit({"0": 5})  # makes the consumer
+    consumer = weakref.ref(orders._client)
+    freed = weakref.ref(orders)
+    gc.disable()
+    try:
+        del orders
+        assert freed() is None and consumer() is None
+    finally:
+        gc.enable()

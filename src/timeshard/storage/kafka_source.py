@@ -456,6 +456,29 @@ class SharedSilence:
         obj.__dict__.pop("_shared_silence", None)
 
 
+class _CommitAnswers:
+    """A KAFKA source's consumer's ``on_commit``: keeps the answer of each group commit
+    for the source to read (:meth:`KafkaSource.commit`). Run by ``poll`` on the driver.
+
+    It holds the answers only, not the source: a bound method of the source would make
+    a cycle (source -> consumer -> callback -> source), and a source dropped without
+    close, with its consumer's threads, would wait for the cycle collector.
+    """
+
+    __slots__ = ("_answers",)
+
+    def __init__(self) -> None:
+        self._answers: list[tuple[Any, list[Any]]] = []
+
+    def __call__(self, error: Any, partitions: Any) -> None:
+        self._answers.append((error, list(partitions or ())))
+
+    def take(self) -> list[tuple[Any, list[Any]]]:
+        """The answers kept since the last take, oldest first."""
+        answers, self._answers = self._answers, []
+        return answers
+
+
 class KafkaSource:
     """One Kafka topic (module doc)."""
 
@@ -553,7 +576,7 @@ class KafkaSource:
         self._commit_awaited = False
         self._commit_asked_at = 0.0
         #: The answers the consumer's ``on_commit`` kept, not read yet.
-        self._commit_answers: list[tuple[Any, list[Any]]] = []
+        self._commit_answers = _CommitAnswers()
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -799,7 +822,7 @@ class KafkaSource:
         The offsets stay to commit until a commit of them is answered: the next
         commit commits them with its own (the furthest of each partition). Each
         commit first serves the client's answers (``poll(0)``, which runs the
-        consumer's ``on_commit``, :meth:`_commit_answered`). One commit is in
+        consumer's ``on_commit``, :class:`_CommitAnswers`). One commit is in
         flight at a time: while it has no answer, a commit asks nothing, and it is
         judged silent only once unanswered past ``timeout_s`` (a slow coordinator
         is not a silent one, and ticks may come faster than its answers). The latest commit's
@@ -866,11 +889,6 @@ class KafkaSource:
         if silence.fault is not None:  # asked after a silence: it lasts until answered
             raise SourceUnavailable(silence.fault)
 
-    def _commit_answered(self, error: Any, partitions: Any) -> None:
-        """The consumer's ``on_commit``: keep the answer of a commit for the next commit
-        to read (:meth:`commit`). Run by ``poll`` on the driver."""
-        self._commit_answers.append((error, list(partitions or ())))
-
     def _judge_commits(self, consumer: Any, failed: str) -> str | None:
         """Read the answers of the commits asked so far (:meth:`commit`): the fault of an
         error the coordinator answered the latest commit with (the commit is asked
@@ -881,7 +899,7 @@ class KafkaSource:
         silence = self._commit_silence
         if self._commits_asked > self._commits_answered:
             consumer.poll(0)  # runs on_commit for the answers come so far
-        answers, self._commit_answers = self._commit_answers, []
+        answers = self._commit_answers.take()
         refused = unanswered = None
         for error, partitions in answers:
             # The one commit in flight's (the latest's, unless already judged silent).
@@ -982,7 +1000,7 @@ class KafkaSource:
         """Read the commits' answers come so far (:meth:`_commit_at_close`): the error of
         the last one answered with one (None: none)."""
         error = None
-        for answer, partitions in self._commit_answers:
+        for answer, partitions in self._commit_answers.take():
             self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
             if answer is None:
                 answer = next((tp.error for tp in partitions if tp.error is not None), None)
@@ -990,7 +1008,6 @@ class KafkaSource:
                 self._committed(partitions)
             else:
                 error = answer
-        self._commit_answers = []
         return error
 
     def _log_uncommitted(self, offsets: dict[str, int], why: str) -> None:
@@ -1016,7 +1033,7 @@ class KafkaSource:
                     "isolation.level": "read_committed",
                     "socket.timeout.ms": int(self.timeout_s * 1000),
                     "logger": _quiet_logger(),
-                    "on_commit": self._commit_answered,
+                    "on_commit": self._commit_answers,
                 }
             )
         return self._client
