@@ -241,11 +241,64 @@ def _not_asked(servers: str, heard: str) -> str:
 
 
 def _doubled(pause_s: float) -> float:
-    """The pause after ``pause_s`` (:class:`BrokerSilence`)."""
-    return min(max(pause_s * 2, BrokerSilence.FIRST_PROBE_PAUSE_S), BrokerSilence.MAX_PROBE_PAUSE_S)
+    """The pause after ``pause_s`` (:class:`Silence`)."""
+    return min(max(pause_s * 2, Silence.FIRST_PROBE_PAUSE_S), Silence.MAX_PROBE_PAUSE_S)
 
 
-class BrokerSilence:
+class Silence:
+    """What an object knows of its own silence (driver): the fault of its last ask that
+    got no answer, and the pause before it asks again.
+
+    After a silence (:meth:`silent`) the pause is none at first, then
+    :attr:`FIRST_PROBE_PAUSE_S`, doubling up to :attr:`MAX_PROBE_PAUSE_S`; it
+    starts again from none once an ask is answered (:meth:`answered`). Alone, it
+    is the silence of an ask that waits for nothing (a consumer group's
+    asynchronous commit, whose own answer ends it: :meth:`paused`); a
+    :class:`BrokerSilence` adds the probes and the record its cluster's objects
+    share.
+    """
+
+    FIRST_PROBE_PAUSE_S = 1.0
+    MAX_PROBE_PAUSE_S = 30.0
+
+    def __init__(self, then: str) -> None:
+        """``then``: what the fault line says of the asks after a silence."""
+        #: What this object's fault line says of the asks after a silence.
+        self.then = then
+        #: The fault of this object's last ask that got no answer (None: answered last).
+        self.fault: str | None = None
+        self._probe_at = 0.0  # monotonic
+        self._pause_s = 0.0
+
+    def silent(self, fault: str) -> str:
+        """Remember ``fault``, of an ask that got no answer in time, and return it with
+        :attr:`then` (the line of the whole silence, which a health report keeps, says
+        how the object asks meanwhile); the next pause doubles."""
+        return f"{self._own_silence(fault)}{self.then}"
+
+    def _own_silence(self, fault: str) -> str:
+        """:meth:`silent` for this object alone: ``fault`` without :attr:`then`."""
+        asked = fault.removesuffix(self.then)
+        self.fault = f"{asked}{self.then}"
+        self._probe_at = monotonic() + self._pause_s
+        self._pause_s = _doubled(self._pause_s)
+        return asked
+
+    def paused(self) -> str | None:
+        """The fault of this object's own silence while its pause lasts; None once it may
+        ask again (or it met no silence). For an ask that waits for nothing (a group's
+        asynchronous commit), whose own answer ends the silence (:meth:`answered`)."""
+        if self.fault is not None and monotonic() < self._probe_at:
+            return self.fault
+        return None
+
+    def answered(self) -> None:
+        """An ask of this object was answered (an error or not): no silence, and its next
+        starts from no pause."""
+        self.fault, self._pause_s = None, 0.0
+
+
+class BrokerSilence(Silence):
     """What an object knows of its Kafka broker's silence, and what the objects of its
     cluster know together (driver).
 
@@ -279,14 +332,12 @@ class BrokerSilence:
     """
 
     PROBE_TIMEOUT_S = 1.0
-    FIRST_PROBE_PAUSE_S = 1.0
-    MAX_PROBE_PAUSE_S = 30.0
     FULL_PROBE_EVERY = 10
     #: What a silence's fault line says of the asks after the one that got no answer.
     THEN = (
         f"; asked again in full once a probe of at most {PROBE_TIMEOUT_S:g} s finds it "
-        f"answering (the first at the next tick, then {FIRST_PROBE_PAUSE_S:g} s apart, "
-        f"twice as far each time, up to {MAX_PROBE_PAUSE_S:g} s)"
+        f"answering (the first at the next tick, then {Silence.FIRST_PROBE_PAUSE_S:g} s "
+        f"apart, twice as far each time, up to {Silence.MAX_PROBE_PAUSE_S:g} s)"
     )
 
     #: The shared record of each cluster an open object asks.
@@ -294,27 +345,16 @@ class BrokerSilence:
         weakref.WeakValueDictionary()
     )
 
-    def __init__(self, bootstrap_servers: str = "", scope: str = "", then: str = "") -> None:
-        """``scope``: a part of the cluster whose silence is its own (a consumer group's
-        coordinator, ``group <id>``): the shared record is then that of the objects of
-        the cluster with the same scope, not the cluster's. ``then``: what the fault
-        line says of the asks after a silence, if not :attr:`THEN` (an object that
-        asks without probing says how it does)."""
+    def __init__(self, bootstrap_servers: str = "") -> None:
+        super().__init__(self.THEN)
         servers = ",".join(sorted({s.strip().lower() for s in bootstrap_servers.split(",")} - {""}))
-        key = f"{servers}\n{scope}" if scope else servers
         with _CLUSTERS_LOCK:
-            cluster = self._clusters.get(key)
+            cluster = self._clusters.get(servers)
             if cluster is None:
                 cluster = _ClusterSilence(servers)
-                self._clusters[key] = cluster
+                self._clusters[servers] = cluster
         #: The cluster's shared record (held: it is forgotten once no object holds it).
         self.cluster = cluster
-        #: What this object's fault line says of the asks after a silence.
-        self.then = then or self.THEN
-        #: The fault of this object's last ask that got no answer (None: answered last).
-        self.fault: str | None = None
-        self._probe_at = 0.0  # monotonic
-        self._pause_s = 0.0
         self._probes_at_cap = 0
         #: Since when (monotonic) the cluster's record has kept this object from asking.
         self._not_asked_since: float | None = None
@@ -400,22 +440,6 @@ class BrokerSilence:
             self.cluster.pause()
         return f"{asked}{self.then}"
 
-    def _own_silence(self, fault: str) -> str:
-        """:meth:`silent` for this object alone: ``fault`` without :attr:`then`."""
-        asked = fault.removesuffix(self.then)
-        self.fault = f"{asked}{self.then}"
-        self._probe_at = monotonic() + self._pause_s
-        self._pause_s = _doubled(self._pause_s)
-        return asked
-
-    def paused(self) -> str | None:
-        """The fault of this object's own silence while its pause lasts; None once it may
-        ask again (or it met no silence). For an ask that waits for nothing (a group's
-        asynchronous commit), whose own answer ends the silence (:meth:`answered`)."""
-        if self.fault is not None and monotonic() < self._probe_at:
-            return self.fault
-        return None
-
     def known(self) -> str | None:
         """The fault of a silence this object knows of, its own or its cluster's, without
         asking (None: none known). For an ask that may wait for an answer it can do
@@ -429,7 +453,8 @@ class BrokerSilence:
     def answered(self) -> None:
         """The broker answered a full ask of this object (an error or not): no silence, its
         next starts from no pause, and the cluster answers (its shared record ends)."""
-        self.fault, self._pause_s, self._probes_at_cap = None, 0.0, 0
+        super().answered()
+        self._probes_at_cap = 0
         with _CLUSTERS_LOCK:
             self.cluster.clear()
 
@@ -485,8 +510,8 @@ class KafkaSource:
     #: What the fault line of the group coordinator's silence says of the commits after it.
     COMMIT_THEN = (
         f"; the group's next commit is asked after a pause (the first at the next tick, "
-        f"then {BrokerSilence.FIRST_PROBE_PAUSE_S:g} s apart, twice as far each time, up "
-        f"to {BrokerSilence.MAX_PROBE_PAUSE_S:g} s), not before the one in flight is "
+        f"then {Silence.FIRST_PROBE_PAUSE_S:g} s apart, twice as far each time, up "
+        f"to {Silence.MAX_PROBE_PAUSE_S:g} s), not before the one in flight is "
         f"answered, and waited for by no tick"
     )
     #: How long (s) past the source's timeout a commit may stay unanswered before it is
@@ -564,11 +589,9 @@ class KafkaSource:
         self._topic_id: str | None = None
         #: The offsets to commit to the group that are not committed yet (:meth:`commit`).
         self._uncommitted: dict[str, int] = {}
-        #: The silence of the consumer group's coordinator (:meth:`commit`): its own,
-        #: shared with the objects that commit to the same group, not with the cluster.
-        self._commit_silence = BrokerSilence(
-            bootstrap_servers, scope=f"group {self.group_id}", then=self.COMMIT_THEN
-        )
+        #: The silence of the consumer group's coordinator (:meth:`commit`): this source's
+        #: own, shared with no other object (the cluster's may all be answering).
+        self._commit_silence = Silence(self.COMMIT_THEN)
         #: The commits asked, and those the client answered (:meth:`commit`).
         self._commits_asked = self._commits_answered = 0
         #: Whether the commit in flight is still to be judged (answered, or silent past the
@@ -830,7 +853,7 @@ class KafkaSource:
         coordinator answered with starts the pause anew and is raised, after the
         commit is asked again; a commit answered with the client's own timeout,
         or with no answer after ``timeout_s``, is the silence of the group's
-        coordinator. That silence is a :class:`BrokerSilence` of its own (the
+        coordinator. That silence is a :class:`Silence` of its own (the
         coordinator may be the only silent broker: the source's reads answered).
         The commits after it raise its fault without asking until its pause has
         passed, then ask again: the commit itself is the probe, and waits for
@@ -1607,5 +1630,6 @@ __all__ = [
     "BrokerSilence",
     "KafkaSource",
     "SharedSilence",
+    "Silence",
     "decode_record",
 ]
