@@ -983,61 +983,65 @@ class KafkaSource:
         A commit is asynchronous (:meth:`commit`): at close, the last tick's
         offsets are often not asked yet (one commit was in flight), or asked and
         not answered; a consumer closed then leaves the group behind the source,
-        and lag tools report offsets already read. A synchronous commit would
-        wait for its answer with no bound (the client holds a commit for want of
-        a coordinator past the timeout), so the commit is asynchronous here too,
-        and its answer is polled for in polls of :attr:`CLOSE_POLL_S`, no more of
-        them than fit in ``timeout_s``. While the source knows its cluster or the
-        group's coordinator is silent, nothing is asked (the commit would wait
-        the whole bound for nothing). A failure is a report's, never the
-        source's data: it is logged.
+        and lag tools report offsets already read. The commit in flight is
+        awaited first: one asked beside it may land before it, and leave the group
+        at the older offsets. A synchronous commit would wait for its answer with
+        no bound (the client holds a commit for want of a coordinator past the
+        timeout), so the commit is asynchronous here too, and the answers are
+        polled for in polls of :attr:`CLOSE_POLL_S`, no more of them than fit in
+        ``timeout_s``. While the source knows its cluster or the group's
+        coordinator is silent, nothing is asked (the commit would wait the whole
+        bound for nothing). A failure is a report's, never the source's data: it
+        is logged.
         """
         if not self._uncommitted:
             return
-        wanted = dict(sorted(self._uncommitted.items()))
         silent = self._silence.known() or self._commit_silence.fault
         if silent is not None:
-            self._log_uncommitted(wanted, silent)
+            self._log_uncommitted(silent)
             return
         from confluent_kafka import KafkaException, TopicPartition
 
-        offsets = [TopicPartition(self.topic, int(p), o) for p, o in wanted.items()]
+        polls = iter(range(math.ceil(self.timeout_s / self.CLOSE_POLL_S)))
         error: Any = None
         try:
             consumer = self._consumer()
-            consumer.commit(offsets=offsets, asynchronous=True)
-            self._commits_asked += 1
-            for _ in range(math.ceil(self.timeout_s / self.CLOSE_POLL_S)):
-                if not self._uncommitted or self._commits_answered >= self._commits_asked:
-                    break
-                consumer.poll(self.CLOSE_POLL_S)
-                error = self._read_answers_at_close() or error
+            error = self._await_commits(consumer, polls)
+            if self._uncommitted and self._commits_answered >= self._commits_asked:
+                offsets = [
+                    TopicPartition(self.topic, int(p), o)
+                    for p, o in sorted(self._uncommitted.items())
+                ]
+                consumer.commit(offsets=offsets, asynchronous=True)
+                self._commits_asked += 1
+                error = self._await_commits(consumer, polls)
         except Exception as e:  # the client's refusal, or a closed consumer: only a report
             error = e.args[0] if isinstance(e, KafkaException) and e.args else e
         if self._uncommitted:
-            if error is None:
-                error = f"no answer within {self.timeout_s} s"
-            self._log_uncommitted(dict(sorted(self._uncommitted.items())), str(error))
+            self._log_uncommitted(str(error or f"no answer within {self.timeout_s} s"))
 
-    def _read_answers_at_close(self) -> Any:
-        """Read the commits' answers come so far (:meth:`_commit_at_close`): the error of
-        the last one answered with one (None: none)."""
+    def _await_commits(self, consumer: Any, polls: Iterator[int]) -> Any:
+        """Poll for the answers of the commits asked while any is unanswered and ``polls``
+        lasts, reading them (:meth:`_commit_at_close`): the error of the last one answered
+        with one (None: none)."""
         error = None
-        for answer, partitions in self._commit_answers.take():
-            self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
-            if answer is None:
-                answer = next((tp.error for tp in partitions if tp.error is not None), None)
-            if answer is None:
-                self._committed(partitions)
-            else:
-                error = answer
+        while self._commits_answered < self._commits_asked and next(polls, None) is not None:
+            consumer.poll(self.CLOSE_POLL_S)
+            for answer, partitions in self._commit_answers.take():
+                self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
+                if answer is None:
+                    answer = next((tp.error for tp in partitions if tp.error is not None), None)
+                if answer is None:
+                    self._committed(partitions)
+                else:
+                    error = answer
         return error
 
-    def _log_uncommitted(self, offsets: dict[str, int], why: str) -> None:
+    def _log_uncommitted(self, why: str) -> None:
         log.warning(
             "KAFKA source %r: offsets %s not committed to group %r at close: %s",
             self.name,
-            offsets,
+            dict(sorted(self._uncommitted.items())),
             self.group_id,
             why,
         )
