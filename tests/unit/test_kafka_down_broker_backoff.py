@@ -97,7 +97,11 @@ class Consumer:
         self.answers.append((Clock.now, None, offsets))  # answered at once
 
     def poll(self, timeout: float) -> None:
-        """Run ``on_commit`` for the answers come by now (the client's callbacks)."""
+        """Run ``on_commit`` for the answers come by now (the client's callbacks); with a
+        ``timeout``, first wait on the clock for the next answer, at most ``timeout``."""
+        if timeout > 0:
+            next_at = min((a[0] for a in self.answers), default=Clock.now + timeout)
+            Clock.now = max(Clock.now, min(next_at, Clock.now + timeout))
         come = [a for a in self.answers if a[0] <= Clock.now]
         self.answers = [a for a in self.answers if a[0] > Clock.now]
         for _, error, offsets in come:

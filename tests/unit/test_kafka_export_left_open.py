@@ -5,6 +5,8 @@ fails later (no Spark, no broker: the stand-ins of the export's down-broker test
 
 from __future__ import annotations
 
+import json
+import logging
 from pathlib import Path
 from typing import ClassVar
 
@@ -75,3 +77,61 @@ def test_a_transaction_an_unanswered_abort_left_open_ends_at_the_next_ticks_prog
     assert Brokers.commits == 1 and len(Brokers.log) == 1  # the progress, once
     assert not Coordinator.open
     run.close()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_transaction_left_open_is_ended_at_a_clean_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: close left the transaction of a task whose commit and abort got no answer
+    open, holding back the topics' read_committed readers until its transaction timeout
+    (no later tick would end it)."""
+    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
+    Coordinator.open, Coordinator.silent = False, True
+    Brokers.up.add(down.DOWN)
+    _, run = down.pipeline(tmp_path)
+    assert "its transaction" in run.step()["out"] and Coordinator.open
+    Coordinator.silent = False
+    run.close()
+    assert not Coordinator.open  # ended by init_transactions of the export's id
+    assert (Brokers.log, Brokers.commits) == ([], 0)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_whose_broker_is_silent_leaves_the_transaction_after_one_short_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
+    Coordinator.open, Coordinator.silent = False, True
+    Brokers.up.add(down.DOWN)
+    _, run = down.pipeline(tmp_path)
+    assert "its transaction" in run.step()["out"] and Coordinator.open
+    Brokers.up.discard(down.DOWN)
+    waits = len(Brokers.waits)
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_export"):
+        run.close()  # raises nothing
+    assert Brokers.waits[waits:] == [1.0]  # one short probe, then nothing asked
+    assert Coordinator.open  # its transaction timeout ends it
+    assert "left open" in caplog.text, caplog.text
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_leaves_a_transaction_of_a_newer_version_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A newer version of the export owns the target (its progress says so): the open
+    transaction may be its own, in flight, which a stale instance must not abort."""
+    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
+    Coordinator.open, Coordinator.silent = False, True
+    Brokers.up.add(down.DOWN)
+    _, run = down.pipeline(tmp_path)
+    assert "its transaction" in run.step()["out"] and Coordinator.open
+    Coordinator.silent = False
+    (export,) = run.exports
+    newer = {"frontier": 1, "version": export.version + 1}
+    Brokers.log.append((export.export_id.encode(), json.dumps(newer).encode()))
+    run.close()
+    assert Coordinator.open

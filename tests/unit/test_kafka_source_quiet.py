@@ -371,3 +371,28 @@ def test_no_commit_is_asked_while_one_judged_silent_is_unanswered(
         assert orders._commits_asked - orders._commits_answered <= 1
     gaps = [b - a for a, b in itertools.pairwise(Coordinator.asks[asks:])]
     assert gaps and min(gaps) >= 15.0, gaps
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_groups_commit_silence_is_its_sources_own_and_marks_no_shared_record(
+    orders: kafka_source.KafkaSource,
+) -> None:
+    """Before: each source's commit silence also wrote a record shared by the sources of
+    its group (``group <id>`` on the cluster), which nothing read since the commits pause
+    on their own silence alone. Another source of the group still commits at its own
+    pace, and the cluster's objects still hear of no silence."""
+    coordinator_ticks(11, orders)  # the commit's silence: asked, no answer in its timeout
+    assert orders._commit_silence.fault is not None
+    again = kafka_source.KafkaSource(
+        "again", backoff.UP, "orders", value_format="text", group_id="timeshard-orders"
+    )
+    asks = len(Coordinator.asks)
+    assert coordinator_ticks(1, again) == []  # asked: not paused by the other's silence
+    assert len(Coordinator.asks) == asks + 1
+    faults = coordinator_ticks(10, again)  # its own silence, after its own timeout
+    assert len(faults) == 1 and "_TIMED_OUT" in faults[0], faults
+    assert kafka_source.BrokerSilence(backoff.UP).known() is None
+    assert all("group" not in key for key in kafka_source.BrokerSilence._clusters), list(
+        kafka_source.BrokerSilence._clusters
+    )
+    again.close()

@@ -108,7 +108,10 @@ whether its commit landed or not, the next tick plans from the progress the
 target records. Its transaction may be left open on the broker, holding back
 ``read_committed`` readers: the next tick's driver ends it with
 ``init_transactions`` of the export's id right after its progress read, before
-anything else that could fail the tick (:meth:`KafkaExport.progress`).
+anything else that could fail the tick (:meth:`KafkaExport.progress`). A clean
+close does the same, since no tick follows it: after a probe of at most 1 s,
+each ask waiting ``timeout_s`` at most; a transaction it cannot end is logged,
+and its transaction timeout ends it.
 
 What every export does on the driver (the since hold, err rows, resuming)
 is :class:`~timeshard.storage.export.ShardExport`. It needs no connector
@@ -119,6 +122,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -145,6 +149,7 @@ from timeshard.storage.export import (
     to_json,
 )
 from timeshard.storage.kafka_source import (
+    BrokerSilence,
     SharedSilence,
     _no_answer,
     _quiet_logger,
@@ -157,6 +162,7 @@ ENVELOPES = ("upsert", "debezium")
 FORMATS = ("json", "avro")
 TIME_HEADER = "timeshard-time"
 DEFAULT_TIMEOUT_S = 30.0
+log = logging.getLogger(__name__)
 
 
 class BrokerSilent(TimeshardError):
@@ -435,10 +441,42 @@ class KafkaExport(ShardExport):
     _silence = SharedSilence()
 
     def close(self) -> None:
-        """:meth:`ShardExport.close`; the cluster's shared record of a silence is forgotten
+        """End a transaction a task may have left open (:meth:`_end_left_open`), then
+        :meth:`ShardExport.close`; the cluster's shared record of a silence is forgotten
         once no open object holds it."""
-        del self._silence
-        super().close()
+        try:
+            self._end_left_open()
+        finally:
+            del self._silence
+            super().close()
+
+    def _end_left_open(self) -> None:
+        """After a task that got no answer (status ``silent``), end the transaction it may
+        have left open, as the next step would (:meth:`progress`); log, never raise.
+
+        No step comes after a close, so nothing else would end it before its
+        ``transaction.timeout.ms``, and until then it holds back every
+        ``read_committed`` reader of the topics it wrote to. The wait is bounded:
+        a probe of at most :attr:`BrokerSilence.PROBE_TIMEOUT_S` first (a broker
+        that does not answer it is not asked more), then the progress read and
+        ``init_transactions``, each ask waiting ``timeout_s`` at most. The
+        progress read comes first so that a transaction of a newer version, which
+        owns the target, is not aborted.
+        """
+        if not self._left_open:
+            return
+        try:
+            self._ask_metadata(min(self.timeout_s, BrokerSilence.PROBE_TIMEOUT_S))
+            self.progress()
+        except Exception as e:  # a fault at close: the transaction's timeout ends it
+            error = e.args[0] if e.args else e
+            log.warning(
+                "export %r: a transaction its task may have left open is left open at "
+                "close, until its transaction timeout: %s: %s",
+                self.export_id,
+                type(e).__name__,
+                error,
+            )
 
     def _ask_metadata(self, timeout: float) -> None:
         """Ask the broker for the progress topic's metadata, waiting at most ``timeout``

@@ -116,7 +116,10 @@ ticks' commits read the answer. One commit is in flight at a time; one not
 answered within the source's timeout is the coordinator's silence, which
 pauses that group's commits until one is answered. While the source knows its
 cluster is silent, a commit asks nothing (the health's error line says why);
-the next commit after the silence commits the latest offsets.
+the next commit after the silence commits the latest offsets. A source's close
+commits the offsets not committed yet and waits for the answer, at most the
+source's timeout (nothing is asked during a known silence); offsets left
+uncommitted are logged, never raised.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
@@ -134,6 +137,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
+import math
 import re
 import threading
 import weakref
@@ -166,6 +171,7 @@ METADATA: dict[str, pa.DataType] = {
     "headers": pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())])),
 }
 _TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+log = logging.getLogger(__name__)
 
 
 def check_kafka_names(bootstrap_servers: Any, **topics: Any) -> None:
@@ -235,11 +241,64 @@ def _not_asked(servers: str, heard: str) -> str:
 
 
 def _doubled(pause_s: float) -> float:
-    """The pause after ``pause_s`` (:class:`BrokerSilence`)."""
-    return min(max(pause_s * 2, BrokerSilence.FIRST_PROBE_PAUSE_S), BrokerSilence.MAX_PROBE_PAUSE_S)
+    """The pause after ``pause_s`` (:class:`Silence`)."""
+    return min(max(pause_s * 2, Silence.FIRST_PROBE_PAUSE_S), Silence.MAX_PROBE_PAUSE_S)
 
 
-class BrokerSilence:
+class Silence:
+    """What an object knows of its own silence (driver): the fault of its last ask that
+    got no answer, and the pause before it asks again.
+
+    After a silence (:meth:`silent`) the pause is none at first, then
+    :attr:`FIRST_PROBE_PAUSE_S`, doubling up to :attr:`MAX_PROBE_PAUSE_S`; it
+    starts again from none once an ask is answered (:meth:`answered`). Alone, it
+    is the silence of an ask that waits for nothing (a consumer group's
+    asynchronous commit, whose own answer ends it: :meth:`paused`); a
+    :class:`BrokerSilence` adds the probes and the record its cluster's objects
+    share.
+    """
+
+    FIRST_PROBE_PAUSE_S = 1.0
+    MAX_PROBE_PAUSE_S = 30.0
+
+    def __init__(self, then: str) -> None:
+        """``then``: what the fault line says of the asks after a silence."""
+        #: What this object's fault line says of the asks after a silence.
+        self.then = then
+        #: The fault of this object's last ask that got no answer (None: answered last).
+        self.fault: str | None = None
+        self._probe_at = 0.0  # monotonic
+        self._pause_s = 0.0
+
+    def silent(self, fault: str) -> str:
+        """Remember ``fault``, of an ask that got no answer in time, and return it with
+        :attr:`then` (the line of the whole silence, which a health report keeps, says
+        how the object asks meanwhile); the next pause doubles."""
+        return f"{self._own_silence(fault)}{self.then}"
+
+    def _own_silence(self, fault: str) -> str:
+        """:meth:`silent` for this object alone: ``fault`` without :attr:`then`."""
+        asked = fault.removesuffix(self.then)
+        self.fault = f"{asked}{self.then}"
+        self._probe_at = monotonic() + self._pause_s
+        self._pause_s = _doubled(self._pause_s)
+        return asked
+
+    def paused(self) -> str | None:
+        """The fault of this object's own silence while its pause lasts; None once it may
+        ask again (or it met no silence). For an ask that waits for nothing (a group's
+        asynchronous commit), whose own answer ends the silence (:meth:`answered`)."""
+        if self.fault is not None and monotonic() < self._probe_at:
+            return self.fault
+        return None
+
+    def answered(self) -> None:
+        """An ask of this object was answered (an error or not): no silence, and its next
+        starts from no pause."""
+        self.fault, self._pause_s = None, 0.0
+
+
+class BrokerSilence(Silence):
     """What an object knows of its Kafka broker's silence, and what the objects of its
     cluster know together (driver).
 
@@ -273,14 +332,12 @@ class BrokerSilence:
     """
 
     PROBE_TIMEOUT_S = 1.0
-    FIRST_PROBE_PAUSE_S = 1.0
-    MAX_PROBE_PAUSE_S = 30.0
     FULL_PROBE_EVERY = 10
     #: What a silence's fault line says of the asks after the one that got no answer.
     THEN = (
         f"; asked again in full once a probe of at most {PROBE_TIMEOUT_S:g} s finds it "
-        f"answering (the first at the next tick, then {FIRST_PROBE_PAUSE_S:g} s apart, "
-        f"twice as far each time, up to {MAX_PROBE_PAUSE_S:g} s)"
+        f"answering (the first at the next tick, then {Silence.FIRST_PROBE_PAUSE_S:g} s "
+        f"apart, twice as far each time, up to {Silence.MAX_PROBE_PAUSE_S:g} s)"
     )
 
     #: The shared record of each cluster an open object asks.
@@ -288,27 +345,16 @@ class BrokerSilence:
         weakref.WeakValueDictionary()
     )
 
-    def __init__(self, bootstrap_servers: str = "", scope: str = "", then: str = "") -> None:
-        """``scope``: a part of the cluster whose silence is its own (a consumer group's
-        coordinator, ``group <id>``): the shared record is then that of the objects of
-        the cluster with the same scope, not the cluster's. ``then``: what the fault
-        line says of the asks after a silence, if not :attr:`THEN` (an object that
-        asks without probing says how it does)."""
+    def __init__(self, bootstrap_servers: str = "") -> None:
+        super().__init__(self.THEN)
         servers = ",".join(sorted({s.strip().lower() for s in bootstrap_servers.split(",")} - {""}))
-        key = f"{servers}\n{scope}" if scope else servers
         with _CLUSTERS_LOCK:
-            cluster = self._clusters.get(key)
+            cluster = self._clusters.get(servers)
             if cluster is None:
                 cluster = _ClusterSilence(servers)
-                self._clusters[key] = cluster
+                self._clusters[servers] = cluster
         #: The cluster's shared record (held: it is forgotten once no object holds it).
         self.cluster = cluster
-        #: What this object's fault line says of the asks after a silence.
-        self.then = then or self.THEN
-        #: The fault of this object's last ask that got no answer (None: answered last).
-        self.fault: str | None = None
-        self._probe_at = 0.0  # monotonic
-        self._pause_s = 0.0
         self._probes_at_cap = 0
         #: Since when (monotonic) the cluster's record has kept this object from asking.
         self._not_asked_since: float | None = None
@@ -394,22 +440,6 @@ class BrokerSilence:
             self.cluster.pause()
         return f"{asked}{self.then}"
 
-    def _own_silence(self, fault: str) -> str:
-        """:meth:`silent` for this object alone: ``fault`` without :attr:`then`."""
-        asked = fault.removesuffix(self.then)
-        self.fault = f"{asked}{self.then}"
-        self._probe_at = monotonic() + self._pause_s
-        self._pause_s = _doubled(self._pause_s)
-        return asked
-
-    def paused(self) -> str | None:
-        """The fault of this object's own silence while its pause lasts; None once it may
-        ask again (or it met no silence). For an ask that waits for nothing (a group's
-        asynchronous commit), whose own answer ends the silence (:meth:`answered`)."""
-        if self.fault is not None and monotonic() < self._probe_at:
-            return self.fault
-        return None
-
     def known(self) -> str | None:
         """The fault of a silence this object knows of, its own or its cluster's, without
         asking (None: none known). For an ask that may wait for an answer it can do
@@ -423,7 +453,8 @@ class BrokerSilence:
     def answered(self) -> None:
         """The broker answered a full ask of this object (an error or not): no silence, its
         next starts from no pause, and the cluster answers (its shared record ends)."""
-        self.fault, self._pause_s, self._probes_at_cap = None, 0.0, 0
+        super().answered()
+        self._probes_at_cap = 0
         with _CLUSTERS_LOCK:
             self.cluster.clear()
 
@@ -450,14 +481,37 @@ class SharedSilence:
         obj.__dict__.pop("_shared_silence", None)
 
 
+class _CommitAnswers:
+    """A KAFKA source's consumer's ``on_commit``: keeps the answer of each group commit
+    for the source to read (:meth:`KafkaSource.commit`). Run by ``poll`` on the driver.
+
+    It holds the answers only, not the source: a bound method of the source would make
+    a cycle (source -> consumer -> callback -> source), and a source dropped without
+    close, with its consumer's threads, would wait for the cycle collector.
+    """
+
+    __slots__ = ("_answers",)
+
+    def __init__(self) -> None:
+        self._answers: list[tuple[Any, list[Any]]] = []
+
+    def __call__(self, error: Any, partitions: Any) -> None:
+        self._answers.append((error, list(partitions or ())))
+
+    def take(self) -> list[tuple[Any, list[Any]]]:
+        """The answers kept since the last take, oldest first."""
+        answers, self._answers = self._answers, []
+        return answers
+
+
 class KafkaSource:
     """One Kafka topic (module doc)."""
 
     #: What the fault line of the group coordinator's silence says of the commits after it.
     COMMIT_THEN = (
         f"; the group's next commit is asked after a pause (the first at the next tick, "
-        f"then {BrokerSilence.FIRST_PROBE_PAUSE_S:g} s apart, twice as far each time, up "
-        f"to {BrokerSilence.MAX_PROBE_PAUSE_S:g} s), not before the one in flight is "
+        f"then {Silence.FIRST_PROBE_PAUSE_S:g} s apart, twice as far each time, up "
+        f"to {Silence.MAX_PROBE_PAUSE_S:g} s), not before the one in flight is "
         f"answered, and waited for by no tick"
     )
     #: How long (s) past the source's timeout a commit may stay unanswered before it is
@@ -535,11 +589,9 @@ class KafkaSource:
         self._topic_id: str | None = None
         #: The offsets to commit to the group that are not committed yet (:meth:`commit`).
         self._uncommitted: dict[str, int] = {}
-        #: The silence of the consumer group's coordinator (:meth:`commit`): its own,
-        #: shared with the objects that commit to the same group, not with the cluster.
-        self._commit_silence = BrokerSilence(
-            bootstrap_servers, scope=f"group {self.group_id}", then=self.COMMIT_THEN
-        )
+        #: The silence of the consumer group's coordinator (:meth:`commit`): this source's
+        #: own, shared with no other object (the cluster's may all be answering).
+        self._commit_silence = Silence(self.COMMIT_THEN)
         #: The commits asked, and those the client answered (:meth:`commit`).
         self._commits_asked = self._commits_answered = 0
         #: Whether the commit in flight is still to be judged (answered, or silent past the
@@ -547,7 +599,7 @@ class KafkaSource:
         self._commit_awaited = False
         self._commit_asked_at = 0.0
         #: The answers the consumer's ``on_commit`` kept, not read yet.
-        self._commit_answers: list[tuple[Any, list[Any]]] = []
+        self._commit_answers = _CommitAnswers()
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -793,7 +845,7 @@ class KafkaSource:
         The offsets stay to commit until a commit of them is answered: the next
         commit commits them with its own (the furthest of each partition). Each
         commit first serves the client's answers (``poll(0)``, which runs the
-        consumer's ``on_commit``, :meth:`_commit_answered`). One commit is in
+        consumer's ``on_commit``, :class:`_CommitAnswers`). One commit is in
         flight at a time: while it has no answer, a commit asks nothing, and it is
         judged silent only once unanswered past ``timeout_s`` (a slow coordinator
         is not a silent one, and ticks may come faster than its answers). The latest commit's
@@ -801,7 +853,7 @@ class KafkaSource:
         coordinator answered with starts the pause anew and is raised, after the
         commit is asked again; a commit answered with the client's own timeout,
         or with no answer after ``timeout_s``, is the silence of the group's
-        coordinator. That silence is a :class:`BrokerSilence` of its own (the
+        coordinator. That silence is a :class:`Silence` of its own (the
         coordinator may be the only silent broker: the source's reads answered).
         The commits after it raise its fault without asking until its pause has
         passed, then ask again: the commit itself is the probe, and waits for
@@ -860,11 +912,6 @@ class KafkaSource:
         if silence.fault is not None:  # asked after a silence: it lasts until answered
             raise SourceUnavailable(silence.fault)
 
-    def _commit_answered(self, error: Any, partitions: Any) -> None:
-        """The consumer's ``on_commit``: keep the answer of a commit for the next commit
-        to read (:meth:`commit`). Run by ``poll`` on the driver."""
-        self._commit_answers.append((error, list(partitions or ())))
-
     def _judge_commits(self, consumer: Any, failed: str) -> str | None:
         """Read the answers of the commits asked so far (:meth:`commit`): the fault of an
         error the coordinator answered the latest commit with (the commit is asked
@@ -875,7 +922,7 @@ class KafkaSource:
         silence = self._commit_silence
         if self._commits_asked > self._commits_answered:
             consumer.poll(0)  # runs on_commit for the answers come so far
-        answers, self._commit_answers = self._commit_answers, []
+        answers = self._commit_answers.take()
         refused = unanswered = None
         for error, partitions in answers:
             # The one commit in flight's (the latest's, unless already judged silent).
@@ -885,10 +932,7 @@ class KafkaSource:
             if error is None:  # the request answered: each partition's own error, if any
                 error = next((tp.error for tp in partitions if tp.error is not None), None)
             if error is None:
-                for tp in partitions:
-                    p = str(tp.partition)
-                    if p in self._uncommitted and self._uncommitted[p] <= tp.offset:
-                        del self._uncommitted[p]
+                self._committed(partitions)
                 silence.answered()
             elif not latest:
                 continue  # a commit already judged: its silence was counted then
@@ -908,12 +952,99 @@ class KafkaSource:
             raise SourceUnavailable(silence.silent(unanswered))
         return refused
 
+    def _committed(self, partitions: Any) -> None:
+        """Drop from the offsets to commit those a commit answered without error committed
+        (a newer offset of a partition stays to commit)."""
+        for tp in partitions:
+            p = str(tp.partition)
+            if p in self._uncommitted and self._uncommitted[p] <= tp.offset:
+                del self._uncommitted[p]
+
+    #: How long (s) each poll for the answer of the commit at close waits at most.
+    CLOSE_POLL_S = 0.1
+
     def close(self) -> None:
-        self._admin = None  # an AdminClient has no close: dropped, it ends its threads
-        del self._silence  # forgotten once no open object holds it
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        """Commit the offsets not committed yet (:meth:`_commit_at_close`), then close the
+        clients. Raises nothing the commit meets: the group is only a report."""
+        try:
+            self._commit_at_close()
+        finally:
+            self._admin = None  # an AdminClient has no close: dropped, it ends its threads
+            del self._silence  # forgotten once no open object holds it
+            if self._client is not None:
+                self._client.close()
+                self._client = None
+
+    def _commit_at_close(self) -> None:
+        """Commit to the group the offsets of the last ticks that no answered commit
+        committed (the latest of each partition), and wait for the answer, for
+        ``timeout_s`` at most; log the offsets left uncommitted, never raise.
+
+        A commit is asynchronous (:meth:`commit`): at close, the last tick's
+        offsets are often not asked yet (one commit was in flight), or asked and
+        not answered; a consumer closed then leaves the group behind the source,
+        and lag tools report offsets already read. The commit in flight is
+        awaited first: one asked beside it may land before it, and leave the group
+        at the older offsets. A synchronous commit would wait for its answer with
+        no bound (the client holds a commit for want of a coordinator past the
+        timeout), so the commit is asynchronous here too, and the answers are
+        polled for in polls of :attr:`CLOSE_POLL_S`, no more of them than fit in
+        ``timeout_s``. While the source knows its cluster or the group's
+        coordinator is silent, nothing is asked (the commit would wait the whole
+        bound for nothing). A failure is a report's, never the source's data: it
+        is logged.
+        """
+        if not self._uncommitted:
+            return
+        silent = self._silence.known() or self._commit_silence.fault
+        if silent is not None:
+            self._log_uncommitted(silent)
+            return
+        from confluent_kafka import KafkaException, TopicPartition
+
+        polls = iter(range(math.ceil(self.timeout_s / self.CLOSE_POLL_S)))
+        error: Any = None
+        try:
+            consumer = self._consumer()
+            error = self._await_commits(consumer, polls)
+            if self._uncommitted and self._commits_answered >= self._commits_asked:
+                offsets = [
+                    TopicPartition(self.topic, int(p), o)
+                    for p, o in sorted(self._uncommitted.items())
+                ]
+                consumer.commit(offsets=offsets, asynchronous=True)
+                self._commits_asked += 1
+                error = self._await_commits(consumer, polls)
+        except Exception as e:  # the client's refusal, or a closed consumer: only a report
+            error = e.args[0] if isinstance(e, KafkaException) and e.args else e
+        if self._uncommitted:
+            self._log_uncommitted(str(error or f"no answer within {self.timeout_s} s"))
+
+    def _await_commits(self, consumer: Any, polls: Iterator[int]) -> Any:
+        """Poll for the answers of the commits asked while any is unanswered and ``polls``
+        lasts, reading them (:meth:`_commit_at_close`): the error of the last one answered
+        with one (None: none)."""
+        error = None
+        while self._commits_answered < self._commits_asked and next(polls, None) is not None:
+            consumer.poll(self.CLOSE_POLL_S)
+            for answer, partitions in self._commit_answers.take():
+                self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
+                if answer is None:
+                    answer = next((tp.error for tp in partitions if tp.error is not None), None)
+                if answer is None:
+                    self._committed(partitions)
+                else:
+                    error = answer
+        return error
+
+    def _log_uncommitted(self, why: str) -> None:
+        log.warning(
+            "KAFKA source %r: offsets %s not committed to group %r at close: %s",
+            self.name,
+            dict(sorted(self._uncommitted.items())),
+            self.group_id,
+            why,
+        )
 
     # -- the broker, on the driver ---------------------------------------------------------
 
@@ -929,7 +1060,7 @@ class KafkaSource:
                     "isolation.level": "read_committed",
                     "socket.timeout.ms": int(self.timeout_s * 1000),
                     "logger": _quiet_logger(),
-                    "on_commit": self._commit_answered,
+                    "on_commit": self._commit_answers,
                 }
             )
         return self._client
@@ -1503,5 +1634,6 @@ __all__ = [
     "BrokerSilence",
     "KafkaSource",
     "SharedSilence",
+    "Silence",
     "decode_record",
 ]

@@ -1,0 +1,136 @@
+"""A KAFKA source's close: the offsets of its last ticks go to its consumer group before
+the consumer closes, within the source's timeout, and a failure is logged, never raised
+(no Spark, no broker: the stand-in consumer and coordinator of the source's quiet test).
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import weakref
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import confluent_kafka
+import pytest
+from tests.unit import test_kafka_down_broker_backoff as backoff
+from tests.unit.test_kafka_down_broker_backoff import Brokers, Clock, brokers  # noqa: F401
+from tests.unit.test_kafka_source_quiet import Coordinator, Group
+
+from timeshard.storage import kafka_source
+
+
+class Closing(Coordinator):
+    """A :class:`Coordinator` that records, at its close, the commits still unanswered."""
+
+    unanswered_at_close: ClassVar[list[int]] = []
+
+    def close(self) -> None:
+        Closing.unanswered_at_close.append(len(self.answers))
+
+
+@pytest.fixture
+def orders(monkeypatch: pytest.MonkeyPatch) -> Iterator[kafka_source.KafkaSource]:
+    """Source ``orders`` on the answering cluster, whose coordinator answers each commit
+    3 s after it is asked."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Closing)
+    Group.committed, Closing.unanswered_at_close = [], []
+    Coordinator.silent, Coordinator.commits_silent, Coordinator.error = False, False, None
+    Coordinator.probe_error, Coordinator.delay = None, 3.0
+    yield kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
+    Coordinator.delay, Coordinator.commits_silent = 0.0, False
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_closed_source_commits_its_last_offsets_and_waits_for_the_answer(
+    orders: kafka_source.KafkaSource,
+) -> None:
+    """Before: close closed the consumer with the last tick's offsets never asked (one
+    commit was in flight) and the one in flight unanswered, so lag tools saw the group
+    behind after a clean stop."""
+    orders.upper()
+    orders.commit({"0": 5, "1": 2})  # asked, answered in 3 s
+    Clock.now += 1.0
+    orders.commit({"0": 6})  # one in flight: kept for the next commit
+    assert Group.committed == [{"0": 5, "1": 2}]
+    orders.close()
+    assert Group.committed == [{"0": 5, "1": 2}, {"0": 6}]  # partition 1 stays committed
+    # Asked once the one in flight was answered: asked beside it, it might land first.
+    assert Coordinator.asks[-1] >= Coordinator.asks[-2] + 3.0, Coordinator.asks
+    assert Closing.unanswered_at_close == [0]  # every commit answered before the close
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_whose_commit_gets_no_answer_waits_the_timeout_at_most_and_logs_it(
+    orders: kafka_source.KafkaSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    Coordinator.commits_silent = True  # each commit answered _TIMED_OUT after 10 s
+    orders.upper()
+    orders.commit({"0": 5})
+    start = Clock.now
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()  # raises nothing
+    assert Clock.now - start <= orders.timeout_s  # the clock moves only in polls
+    assert "not committed" in caplog.text and "{'0': 5}" in caplog.text, caplog.text
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_during_a_known_silence_asks_nothing_and_logs_the_offsets(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(confluent_kafka, "Consumer", Group)
+    Group.committed = []
+    orders = kafka_source.KafkaSource("orders", backoff.DOWN, "orders", value_format="text")
+    orders._silence.silent("Kafka at 127.0.0.1:1 is unreachable")
+    with pytest.raises(kafka_source.SourceUnavailable):
+        orders.commit({"0": 5})
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert Group.committed == [] and Brokers.waits == []
+    assert "unreachable" in caplog.text and "{'0': 5}" in caplog.text, caplog.text
+
+
+class Refusing(Group):
+    """A consumer whose client refuses every commit at once."""
+
+    def commit(self, offsets: Any, asynchronous: bool) -> None:
+        raise confluent_kafka.KafkaException(
+            confluent_kafka.KafkaError(confluent_kafka.KafkaError._STATE)
+        )
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_commit_the_client_refuses_at_close_is_logged_and_the_close_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(confluent_kafka, "Consumer", Group)
+    orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
+    orders.commit({"0": 5})
+    Clock.now += 1.0
+    orders.commit({"0": 6})  # answered at once: no commit in flight
+    monkeypatch.setattr(Group, "commit", Refusing.commit)
+    orders._uncommitted = {"0": 7}
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert orders._client is None  # closed all the same
+    assert "_STATE" in caplog.text and "{'0': 7}" in caplog.text, caplog.text
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_source_with_a_consumer_is_freed_without_the_cycle_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the consumer's ``on_commit`` was a bound method of the source, a cycle
+    (source -> consumer -> callback -> source) that only the cycle collector frees; a
+    source dropped without close, with its consumer and its threads, stayed until it ran."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Group)
+    orders = kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
+    orders.commit({"0": 5})  # makes the consumer
+    consumer = weakref.ref(orders._client)
+    freed = weakref.ref(orders)
+    gc.disable()
+    try:
+        del orders
+        assert freed() is None and consumer() is None
+    finally:
+        gc.enable()
