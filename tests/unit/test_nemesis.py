@@ -89,6 +89,7 @@ def test_bad_plan_arguments_are_invalid_usage(kwargs: dict[str, object], named: 
         {"kinds": ("meteor",)},
         {"stuck_ticks": 0},
         {"advancing_bound_s": 0.0},
+        {"run_bound_s": 900.0},  # no time left for the faults after stopping and verify
     ],
 )
 def test_bad_nemesis_config_is_invalid_usage(tmp_path: Path, kwargs: dict[str, object]) -> None:
@@ -713,3 +714,56 @@ def test_a_phase_past_its_bound_is_slow_only_if_its_replicas_barely_ticked(
         got = runner._await(client, ["s"], now_ms, replicas, None, "recovery", result)
     assert got is None and result.stuck == [] and "never stuck" in result.error
     assert result.slow == slow and result.to_json()["slow"] == slow and not result.ok
+
+
+def test_a_phase_the_runs_bound_cuts_short_fails_the_run_naming_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The phases' bounds added up to more than the nemesis test's pytest timeout (900 s
+    for each of warm-up, faults, recovery and input, verify's 900 s), so a run slow in
+    every phase was killed by pytest with no report. With ``run_bound_s`` the phases end
+    by it, less what stopping and verify need, and the one it cuts fails the run."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import FINISH_S, _InputWriter
+    from timeshard.persist import PersistClient
+
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    writer = client.open_writer("s", pa.schema([("v", pa.int64())]))
+    now_ms = time.time_ns() // 1_000_000
+    ticks = [1]
+
+    def tick(now: float) -> None:  # a tick per watch, the upper moving: slow, not stuck
+        ticks[0] += 1
+        Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+        upper = writer.upper.time
+        writer.append([], upper, upper + 1)
+
+    clock = FakeTime(tick)
+    monkeypatch.setattr(runner_module, "time", clock)
+    config = NemesisConfig(
+        directory=tmp_path, fault_seconds=1.0, advancing_bound_s=900.0, run_bound_s=FINISH_S + 100
+    )
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        runner = NemesisRunner(config, log=lambda line: None)
+        runner._deadline = config.phases_deadline(clock.monotonic())
+        result = RunResult(0, "sqlite", "tmpfs")
+        got = runner._await(client, ["s"], now_ms, replicas, None, "recovery", result)
+        assert got is None and result.error.startswith(
+            f"recovery: the run's bound of {FINISH_S + 100:.0f} s ran out"
+        ), result.error
+        assert 100.0 < clock.now < 110.0  # not the phase's own 900 s
+    events = tmp_path / "events"
+    events.mkdir()
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        Heartbeat(0, 0).write(Heartbeat.path(tmp_path, 0))  # started, never ticks
+        monkeypatch.setattr(runner_module, "time", FakeTime(lambda now: None))
+        runner = NemesisRunner(config, log=lambda line: None)
+        runner._deadline = config.phases_deadline(0.0)
+        result = RunResult(0, "sqlite", "tmpfs")
+        inputs = _InputWriter(events, random.Random(0))
+        kill = Fault(0.5, "kill", 0, 1.0)  # waits for a ticking replica
+        assert not runner._fault_phase([kill], replicas, BlobDisk(tmp_path), inputs, result)
+        assert result.error.startswith("faults: the run's bound"), result.error
+        assert result.skipped == Counter({"kill": 1})
+        assert runner_module.time.monotonic() < 110.0

@@ -34,6 +34,15 @@ is never a failure by itself. Past it, a phase fails; it is *slow*
 (``RunResult.slow``) if the replicas finished too few ticks in it to tell a
 loaded machine from a hang, none of them failing.
 
+The run's bound. The phases' bounds alone add up to hours (each phase waits
+up to ``advancing_bound_s``, verify up to ``VERIFY_TIMEOUT_S``); a caller
+with a deadline of its own (a CI test's timeout) gives ``run_bound_s``, the
+longest one run may take from its start to the end of verify. The warm-up,
+the fault phase, the recovery and the wait for the input then end by
+``run_bound_s - FINISH_S`` (``FINISH_S`` kept to stop the replicas and
+verify); the phase that reaches it fails the run, naming itself, and the run
+stops its replicas and verifies what is there, as after any failure.
+
 Injected, not just planned. Every fault is recorded where it is injected,
 one line in the run's journal (``injected.jsonl``,
 :class:`~timeshard.location.unreliable.FaultJournal`): the runner records
@@ -73,6 +82,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -111,6 +121,9 @@ MAX_EXITS = 5
 #: query or its source's records) for a run to pass: at one time, no history is checked.
 MIN_VERIFIED_TIMES = 2
 STOP_TIMEOUT_S = 60.0
+VERIFY_TIMEOUT_S = 900.0
+#: What a run keeps of its ``run_bound_s`` after its phases: stopping the replicas, verify.
+FINISH_S = STOP_TIMEOUT_S + VERIFY_TIMEOUT_S
 TMPFS_MB = 256
 
 KV_BY_PREFIX = "SELECT substr(value, 1, 1) AS p, count(*) AS n FROM kv GROUP BY p"
@@ -120,7 +133,12 @@ EVENTS_BY_GRP = "SELECT grp, count(*) AS n, sum(v) AS s FROM events GROUP BY grp
 @dataclass(frozen=True, slots=True)
 class NemesisConfig:
     """What to run: ``runs`` runs, or runs until ``minutes`` have passed (the last one
-    started before then, so the whole takes at least ``minutes``)."""
+    started before then, so the whole takes at least ``minutes``).
+
+    ``run_bound_s``: the longest one run may take, its start to the end of verify
+    (None: only each phase's bound); it must leave more than ``fault_seconds`` after
+    :data:`FINISH_S`.
+    """
 
     directory: Path
     seed: int = 0
@@ -132,6 +150,7 @@ class NemesisConfig:
     kinds: tuple[str, ...] = KINDS
     advancing_bound_s: float = 1200.0
     stuck_ticks: int = 20
+    run_bound_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.replicas, int) or not 1 <= self.replicas <= 5:
@@ -152,7 +171,19 @@ class NemesisConfig:
             )
         if not isinstance(self.stuck_ticks, int) or self.stuck_ticks < 1:
             raise InvalidUsage(f"stuck_ticks must be a positive int, got {self.stuck_ticks!r}")
+        if self.run_bound_s is not None and not (self.run_bound_s > FINISH_S + self.fault_seconds):
+            raise InvalidUsage(
+                f"run_bound_s must exceed {FINISH_S:.0f} s (to stop and verify) plus "
+                f"fault_seconds {self.fault_seconds!r}, got {self.run_bound_s!r}"
+            )
         plan_faults(self.seed, 0, replicas=self.replicas, seconds=1.0, kinds=self.kinds)
+
+    def phases_deadline(self, start: float) -> float:
+        """When the phases of a run started at ``start`` (``time.monotonic()``) must end
+        (infinity without a ``run_bound_s``)."""
+        if self.run_bound_s is None:
+            return math.inf
+        return start + self.run_bound_s - FINISH_S
 
     def consensus_of(self, run: int) -> str:
         if self.consensus == "both":
@@ -417,6 +448,8 @@ class NemesisRunner:
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
         }
+        #: When the current run's phases must end (``NemesisConfig.phases_deadline``).
+        self._deadline = math.inf
 
     def run(self) -> NemesisReport:
         config = self.config
@@ -450,6 +483,7 @@ class NemesisRunner:
     def run_once(self, run: int) -> RunResult:
         config = self.config
         t0 = time.monotonic()
+        self._deadline = config.phases_deadline(t0)
         run_dir = (config.directory / f"run-{run:03d}").resolve()
         if run_dir.exists():
             shutil.rmtree(run_dir)
@@ -499,18 +533,21 @@ class NemesisRunner:
             if warm_up is not None:
                 self.log(f"run {run}: every object written after {warm_up:.1f} s")
                 planned = {f.kind for f in plan}
-                self._fault_phase(plan, replicas, disk, inputs, result)
-                target = self._heal(client, replicas, disk)
-                result.recovery_s = self._await(
-                    client, shards, target, replicas, None, "recovery", result
-                )
+                if self._fault_phase(plan, replicas, disk, inputs, result):
+                    target = self._heal(client, replicas, disk)
+                    result.recovery_s = self._await(
+                        client, shards, target, replicas, None, "recovery", result
+                    )
             if result.recovery_s is not None:
                 # Verify reads only what the bindings name: it would not see input never
                 # read. A tick that listed the files before the heal may be what recovered,
                 # so the next ones get up to the bound to read the rest (slow is not stuck).
-                deadline = time.monotonic() + config.advancing_bound_s
+                started = time.monotonic()
+                deadline = min(started + config.advancing_bound_s, self._deadline)
                 while unread := unread_input(client, "events", events_dir):
                     if time.monotonic() > deadline:
+                        if deadline == self._deadline:
+                            raise RuntimeError(self._out_of_time("input", started))
                         raise RuntimeError(f"recovered, but the FILE source never read {unread}")
                     time.sleep(WATCH_S)
                 self.log(f"run {run}: recovered in {result.recovery_s:.1f} s; verifying")
@@ -582,15 +619,20 @@ class NemesisRunner:
             if liveness.caught_up():
                 return time.monotonic() - started
             waited = time.monotonic() - started
-            if waited > config.advancing_bound_s:
+            if waited > config.advancing_bound_s or time.monotonic() > self._deadline:
                 done = sum(n - first[i] for i, n in last.items())
                 if done < config.stuck_ticks and not failed:  # too few to tell from a hang
                     result.slow = phase
                 errors = "; ".join(
                     f"replica {i} incarnation {n} failed: {e}" for (i, n), e in failed.items()
                 )
+                why = (
+                    f"still not caught up after {config.advancing_bound_s:.0f} s"
+                    if waited > config.advancing_bound_s
+                    else self._out_of_time(phase, started).removeprefix(f"{phase}: ")
+                )
                 result.error = (
-                    f"{phase}: still not caught up after {config.advancing_bound_s:.0f} s, "
+                    f"{phase}: {why}, "
                     f"in which the replicas finished {done} ticks (never stuck): "
                     f"{liveness.verdicts}; uppers {uppers}, target {target}"
                     + (f"; {errors}" if errors else "")
@@ -614,6 +656,14 @@ class NemesisRunner:
             if inputs is not None:
                 inputs.maybe_write()
             time.sleep(WATCH_S)
+
+    def _out_of_time(self, phase: str, started: float) -> str:
+        """The error of ``phase`` (started at ``started``) cut short by the run's bound."""
+        return (
+            f"{phase}: the run's bound of {self.config.run_bound_s:.0f} s ran out "
+            f"{time.monotonic() - started:.0f} s into the phase (its last {FINISH_S:.0f} s "
+            "are kept to stop the replicas and verify)"
+        )
 
     def _describe(self, client: PersistClient, stuck: Stuck, replicas: list[_Replica]) -> str:
         """A stuck object, its health and the replicas' last errors, in one line."""
@@ -641,13 +691,14 @@ class NemesisRunner:
         disk: BlobDisk,
         inputs: _InputWriter,
         result: RunResult,
-    ) -> None:
+    ) -> bool:
         """Inject ``plan``; last ``fault_seconds``, and on until every window started and ended.
 
         A fault of a replica (kill, pause, unreliable, clock jump) that no
         replica could take when it was due waits for one that ticks; the phase
         goes on while one waits or a window (the full disk's too) is open, up to
-        ``advancing_bound_s`` more (then what still waits is skipped).
+        ``advancing_bound_s`` more (then what still waits is skipped). False
+        (and the run's error set) if the run's bound cut it short.
         """
         config = self.config
         start = time.monotonic()
@@ -665,6 +716,10 @@ class NemesisRunner:
             if now >= config.fault_seconds + config.advancing_bound_s:
                 result.skipped.update(f.kind for f in waiting)
                 break
+            if time.monotonic() > self._deadline:
+                result.skipped.update(f.kind for f in waiting)
+                result.error = self._out_of_time("faults", start)
+                return False
             still_waiting = []
             for fault in waiting:
                 if not self._start_fault(fault, now, replicas):
@@ -699,6 +754,7 @@ class NemesisRunner:
                 )
             inputs.maybe_write()
             time.sleep(POLL_S)
+        return True
 
     def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> str:
         """Start ``fault``: ``"injected"``, or ``"waiting"`` (a kill, pause or window that
@@ -841,7 +897,14 @@ class NemesisRunner:
         seed = self.config.seed * 1000 + run
         args = [sys.executable, "-m", "timeshard", "verify", "--blob", blob_uri]
         args += ["--consensus", consensus_uri, "--json", "--seed", str(seed)]
-        done = subprocess.run(args, capture_output=True, text=True, env=self.env, timeout=900)
+        try:
+            done = subprocess.run(
+                args, capture_output=True, text=True, env=self.env, timeout=VERIFY_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            result.verify_error = f"verify did not finish in {VERIFY_TIMEOUT_S:.0f} s"
+            self.log(f"run {run}: {result.verify_error}")
+            return
         (run_dir / "verify.json").write_text(done.stdout)
         (run_dir / "verify.log").write_text(done.stderr)
         try:
