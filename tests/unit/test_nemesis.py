@@ -767,3 +767,45 @@ def test_a_phase_the_runs_bound_cuts_short_fails_the_run_naming_itself(
         assert result.error.startswith("faults: the run's bound"), result.error
         assert result.skipped == Counter({"kill": 1})
         assert runner_module.time.monotonic() < 110.0
+
+
+@pytest.mark.parametrize(("ticking", "slow"), [(False, "faults"), (True, "")])
+def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_barely_ticked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ticking: bool, slow: str
+) -> None:
+    """A kill that waited the whole fault phase for a replica to tick (none finished a
+    tick: a loaded machine) failed the run as "never injected" with no ``slow``, as a
+    defect would. Past the phase's bound with a kind not injected, the run fails; it is
+    slow if the replicas finished fewer than ``stuck_ticks`` ticks in the phase, none
+    failing, and not if they ticked more (here an unreliable window that no call
+    failed in over 100 ticks)."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _InputWriter
+
+    events = tmp_path / "events"
+    events.mkdir()
+    ticks = [1 if ticking else 0]
+
+    def tick(now: float) -> None:
+        if ticking:
+            ticks[0] += 1
+        Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+
+    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        tick(0.0)
+        config = NemesisConfig(
+            directory=tmp_path, fault_seconds=1.0, advancing_bound_s=30.0, stuck_ticks=5
+        )
+        runner = NemesisRunner(config, log=lambda line: None)
+        result = RunResult(0, "sqlite", "tmpfs")
+        inputs = _InputWriter(events, random.Random(0))
+        fault = (
+            Fault(0.5, "unreliable", 0, 1.0, rate=0.1) if ticking else Fault(0.5, "kill", 0, 1.0)
+        )
+        assert runner._fault_phase([fault], replicas, BlobDisk(tmp_path), inputs, result)
+        assert replicas[0].alive()
+    assert result.slow == slow, result.error
+    assert result.error.startswith(f"faults: ['{fault.kind}'] not injected"), result.error
+    assert result.skipped == (Counter() if ticking else Counter({"kill": 1}))

@@ -32,7 +32,9 @@ fails the run at once, naming the object, its health status and error (from
 makes replicas slow to start and to tick; within ``advancing_bound_s`` that
 is never a failure by itself. Past it, a phase fails; it is *slow*
 (``RunResult.slow``) if the replicas finished too few ticks in it to tell a
-loaded machine from a hang, none of them failing.
+loaded machine from a hang, none of them failing. So is the fault phase that
+reaches its bound (``fault_seconds + advancing_bound_s``) with a kind of the
+plan not injected yet, a fault still waiting for a replica that ticks.
 
 The run's bound. The phases' bounds alone add up to hours (each phase waits
 up to ``advancing_bound_s``, verify up to ``VERIFY_TIMEOUT_S``); a caller
@@ -101,7 +103,7 @@ from timeshard.location import open_location
 from timeshard.location.unreliable import FaultJournal
 from timeshard.nemesis.control import JOURNAL, Control
 from timeshard.nemesis.disk import BlobDisk
-from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
+from timeshard.nemesis.liveness import Heartbeat, Incarnation, Liveness, Stuck
 from timeshard.nemesis.plan import KINDS, Fault, plan_faults
 from timeshard.persist import PersistClient
 from timeshard.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
@@ -208,8 +210,9 @@ class RunResult:
     ``self_exits``: replica processes that ended with no fault killing them
     (a JVM crash, say), restarted and reported, not a failure by themselves;
     ``replica_errors``: ticks that raised (retried; also reported);
-    ``slow``: the phase that outlasted ``advancing_bound_s`` with some object not
-    caught up and none stuck, in which the replica processes (those that died in it
+    ``slow``: the phase that outlasted ``advancing_bound_s`` (or the run's bound) with
+    some object not caught up and none stuck, or the fault phase that did with a kind
+    of the plan not injected yet, in which the replica processes (those that died in it
     too) finished fewer than ``stuck_ticks`` ticks in all, none failing: too few to
     tell a loaded machine from a hang (the run fails; a phase whose replicas ticked
     more, or failed a tick, is a failure with no ``slow``: a read at a replica's start
@@ -592,25 +595,10 @@ class NemesisRunner:
         liveness = Liveness(shards, target, config.stuck_ticks)
         exits = {r.index: r.exits for r in replicas}
         logged = 0.0
-        #: Per replica incarnation: its ticks when first seen in the phase, the most seen
-        #: since, and whether a tick of it failed in the phase (a heartbeat past the first
-        #: one seen says its last ticks failed), with the error.
-        first: dict[tuple[int, int], int] = {}
-        last: dict[tuple[int, int], int] = {}
-        failed: dict[tuple[int, int], str] = {}
+        phase_ticks = _PhaseTicks()
         while True:
             uppers = {s: _upper_or_none(client, s) for s in shards}
-            beats = {
-                (r.index, r.incarnation): r.heartbeat()
-                for r in replicas
-                if r.alive() and not r.paused_until
-            }
-            ticks = {incarnation: beat.ticks for incarnation, beat in beats.items()}
-            for incarnation, beat in beats.items():
-                first.setdefault(incarnation, beat.ticks)
-                last[incarnation] = max(last.get(incarnation, beat.ticks), beat.ticks)
-                if beat.failing and beat.ticks > first[incarnation]:
-                    failed[incarnation] = beat.last_error
+            ticks = phase_ticks.observe(replicas)
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
@@ -620,12 +608,9 @@ class NemesisRunner:
                 return time.monotonic() - started
             waited = time.monotonic() - started
             if waited > config.advancing_bound_s or time.monotonic() > self._deadline:
-                done = sum(n - first[i] for i, n in last.items())
-                if done < config.stuck_ticks and not failed:  # too few to tell from a hang
+                done, errors = phase_ticks.done(), phase_ticks.errors()
+                if phase_ticks.slow(config.stuck_ticks):  # too few to tell from a hang
                     result.slow = phase
-                errors = "; ".join(
-                    f"replica {i} incarnation {n} failed: {e}" for (i, n), e in failed.items()
-                )
                 why = (
                     f"still not caught up after {config.advancing_bound_s:.0f} s"
                     if waited > config.advancing_bound_s
@@ -699,13 +684,20 @@ class NemesisRunner:
         goes on while one waits or a window (the full disk's too) is open, up to
         ``advancing_bound_s`` more (then what still waits is skipped). False
         (and the run's error set) if the run's bound cut it short.
+
+        A phase that ends at either bound with a kind of the plan not injected
+        yet fails the run (that kind is never injected); it is *slow*
+        (``RunResult.slow`` = ``"faults"``) by the rule the other phases use: the
+        replicas finished fewer than ``stuck_ticks`` ticks in it, none failing.
         """
         config = self.config
         start = time.monotonic()
         pending = list(plan)
         waiting: list[Fault] = []
         full = _DiskWindow()
+        phase_ticks = _PhaseTicks()
         while True:
+            phase_ticks.observe(replicas)
             now = time.monotonic() - start
             self._hold_windows(now, replicas)
             full.hold(now, replicas[0].run_dir, disk)
@@ -715,10 +707,13 @@ class NemesisRunner:
                 break
             if now >= config.fault_seconds + config.advancing_bound_s:
                 result.skipped.update(f.kind for f in waiting)
+                self._undone_faults(plan, replicas[0].run_dir, phase_ticks, result)
                 break
             if time.monotonic() > self._deadline:
                 result.skipped.update(f.kind for f in waiting)
-                result.error = self._out_of_time("faults", start)
+                self._undone_faults(plan, replicas[0].run_dir, phase_ticks, result)
+                cut = self._out_of_time("faults", start)
+                result.error = f"{cut}; {result.error}" if result.error else cut
                 return False
             still_waiting = []
             for fault in waiting:
@@ -755,6 +750,25 @@ class NemesisRunner:
             inputs.maybe_write()
             time.sleep(POLL_S)
         return True
+
+    def _undone_faults(
+        self, plan: list[Fault], run_dir: Path, phase_ticks: _PhaseTicks, result: RunResult
+    ) -> None:
+        """At the end of a fault phase cut short: the kinds of ``plan`` the journal has no
+        line of yet into the run's error, and the phase ``slow`` if its replicas barely
+        ticked (too few ticks to tell a loaded machine from a hang, none failing)."""
+        injected = FaultJournal.counts(run_dir / JOURNAL) if (run_dir / JOURNAL).exists() else {}
+        missing = sorted({f.kind for f in plan} - set(injected))
+        if not missing:
+            return
+        if phase_ticks.slow(self.config.stuck_ticks):
+            result.slow = "faults"
+        errors = phase_ticks.errors()
+        result.error = (
+            f"faults: {missing} not injected when the phase ended, waiting for a ticking "
+            f"replica or for one to act on its window, in which the replicas finished "
+            f"{phase_ticks.done()} ticks" + (f"; {errors}" if errors else "")
+        )
 
     def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> str:
         """Start ``fault``: ``"injected"``, or ``"waiting"`` (a kill, pause or window that
@@ -920,6 +934,50 @@ class NemesisRunner:
             self.log(f"run {run}: {few}")
         for finding in found["findings"][:5]:
             self.log(f"  difference: {json.dumps(finding)[:600]}")
+
+
+class _PhaseTicks:
+    """The ticks the replica processes finished in one phase, from their heartbeats.
+
+    Per replica incarnation: its ticks when first seen in the phase, the most
+    seen since (one that dies in the phase keeps its count), and whether a tick
+    of it failed in the phase (a heartbeat past the first one seen says its last
+    ticks failed), with the error.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[Incarnation, int] = {}
+        self._last: dict[Incarnation, int] = {}
+        self._failed: dict[Incarnation, str] = {}
+
+    def observe(self, replicas: list[_Replica]) -> dict[Incarnation, int]:
+        """Read the heartbeats of the live, unpaused ``replicas``; their ticks now."""
+        beats = {
+            (r.index, r.incarnation): r.heartbeat()
+            for r in replicas
+            if r.alive() and not r.paused_until
+        }
+        for incarnation, beat in beats.items():
+            self._first.setdefault(incarnation, beat.ticks)
+            self._last[incarnation] = max(self._last.get(incarnation, beat.ticks), beat.ticks)
+            if beat.failing and beat.ticks > self._first[incarnation]:
+                self._failed[incarnation] = beat.last_error
+        return {incarnation: beat.ticks for incarnation, beat in beats.items()}
+
+    def done(self) -> int:
+        """The ticks all replica processes finished in the phase so far."""
+        return sum(n - self._first[i] for i, n in self._last.items())
+
+    def slow(self, stuck_ticks: int) -> bool:
+        """Whether the phase saw too few ticks to tell a loaded machine from a hang: fewer
+        than ``stuck_ticks`` in all, none failing."""
+        return self.done() < stuck_ticks and not self._failed
+
+    def errors(self) -> str:
+        """The failed ticks' last errors, one per replica incarnation."""
+        return "; ".join(
+            f"replica {i} incarnation {n} failed: {e}" for (i, n), e in self._failed.items()
+        )
 
 
 @dataclass
