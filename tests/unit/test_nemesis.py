@@ -809,3 +809,63 @@ def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_b
     assert result.slow == slow, result.error
     assert result.error.startswith(f"faults: ['{fault.kind}'] not injected"), result.error
     assert result.skipped == (Counter() if ticking else Counter({"kill": 1}))
+
+
+@pytest.mark.parametrize(("every", "read_at"), [(80, 3), (1, None)])
+def test_input_unread_after_the_recovery_is_judged_by_ticks_not_by_the_wall_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int, read_at: int | None
+) -> None:
+    """After the heal, "recovered, but the FILE source never read ..." failed a run
+    once ``advancing_bound_s`` of wall clock passed: on a loaded machine (here a tick
+    every 40 s, the bound 60 s) a source that reads the rest at its second tick failed.
+    Judged as an upper is: the input may stay unread until a live replica finished
+    ``stuck_ticks`` ticks without reading it (here 3 ticks of 0.5 s, well inside 60 s)."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.runner import _Replica
+
+    ticks, watches, procs = [1], [0], []
+
+    def tick(now: float) -> None:  # the replica's heartbeat: a tick every `every` watches
+        watches[0] += 1
+        if watches[0] % every == 0:
+            ticks[0] += 1
+            Heartbeat(0, ticks[0]).write(Heartbeat.path(run_dir, 0))
+
+    def unread(client: Any, source: str, directory: Path) -> dict[str, str]:
+        return {} if read_at is not None and ticks[0] >= read_at else {"part-00001.jsonl": "0/9"}
+
+    def start(self: Any, seed: int, env: dict[str, str]) -> None:
+        self.incarnation += 1
+        self.proc = subprocess.Popen(["sleep", "600"])
+        procs.append(self.proc)
+        Heartbeat(self.incarnation, ticks[0]).write(Heartbeat.path(run_dir, self.index))
+
+    def stop(self: Any, replicas: list[Any], result: RunResult) -> None:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+    caught_up = lambda *args: 1.0  # noqa: E731 -- the warm-up and the recovery: at once
+    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    monkeypatch.setattr(runner_module, "unread_input", unread)
+    monkeypatch.setattr(BlobDisk, "mount", lambda self, size_mb: False)
+    monkeypatch.setattr(_Replica, "start", start)
+    for name, stand_in in [
+        ("_await", caught_up),
+        ("_fault_phase", lambda *args: True),
+        ("_heal", lambda *args: 0),
+        ("_stop", stop),
+        ("_count_injected", lambda *args: None),
+        ("_verify", lambda *args: None),
+    ]:
+        monkeypatch.setattr(NemesisRunner, name, stand_in)
+    config = NemesisConfig(directory=tmp_path, replicas=1, advancing_bound_s=60.0, stuck_ticks=3)
+    run_dir = (tmp_path / "run-000").resolve()
+    result = NemesisRunner(config, log=lambda line: None).run_once(0)
+    if read_at is not None:
+        assert result.error == "" and result.slow == ""
+    else:
+        assert result.error.startswith(
+            "input: recovered, but the FILE source never read {'part-00001.jsonl': '0/9'} "
+            "in 3 ticks of replica 0"
+        ), result.error

@@ -16,6 +16,10 @@ One *run*:
       │  target (so it holds everything the sources had at the heal); the
       │  time this takes is the run's *recovery time*
       │
+      ├─ input: until the FILE source's last binding covers every input file
+      │  (verify reads only what the bindings name); never read once a live
+      │  replica finished ``stuck_ticks`` ticks with it unread
+      │
       ├─ stop the replicas, then ``timeshard verify`` the location (a fresh
       │  process): every shard's invariants, every view against its query
       │  recomputed from scratch, the FILE upsert against last-value-per-key
@@ -541,18 +545,9 @@ class NemesisRunner:
                     result.recovery_s = self._await(
                         client, shards, target, replicas, None, "recovery", result
                     )
-            if result.recovery_s is not None:
-                # Verify reads only what the bindings name: it would not see input never
-                # read. A tick that listed the files before the heal may be what recovered,
-                # so the next ones get up to the bound to read the rest (slow is not stuck).
-                started = time.monotonic()
-                deadline = min(started + config.advancing_bound_s, self._deadline)
-                while unread := unread_input(client, "events", events_dir):
-                    if time.monotonic() > deadline:
-                        if deadline == self._deadline:
-                            raise RuntimeError(self._out_of_time("input", started))
-                        raise RuntimeError(f"recovered, but the FILE source never read {unread}")
-                    time.sleep(WATCH_S)
+            if result.recovery_s is not None and self._await_input(
+                client, events_dir, replicas, result
+            ):
                 self.log(f"run {run}: recovered in {result.recovery_s:.1f} s; verifying")
         except Exception as e:  # the run failed; say why, verify what is there, go on
             result.error = f"{type(e).__name__}: {e}"
@@ -640,6 +635,65 @@ class NemesisRunner:
                     r.start(config.seed, self.env)
             if inputs is not None:
                 inputs.maybe_write()
+            time.sleep(WATCH_S)
+
+    def _await_input(
+        self, client: PersistClient, directory: Path, replicas: list[_Replica], result: RunResult
+    ) -> bool:
+        """Wait until the FILE source's last binding covers every file of ``directory``;
+        False (and the run's error set) if it does not.
+
+        Verify reads only what the bindings name: it would not see input never
+        read. A tick that listed the files before the heal may be what
+        recovered, so the next ones read the rest. Judged by ticks, as an upper
+        is (:class:`~timeshard.nemesis.liveness.Liveness`): the input is never
+        read (a defect) once a live replica finished ``stuck_ticks`` ticks since
+        the unread input last changed; a machine under load makes ticks rarer,
+        not the verdict. It waits while the replicas tick: if none finishes a
+        tick for ``advancing_bound_s``, or the run's bound comes, the phase
+        (``input``) fails, slow by the rule of the others.
+        """
+        config = self.config
+        started = last_tick_at = time.monotonic()
+        phase_ticks = _PhaseTicks()
+        last_done = 0
+        seen: dict[str, str] | None = None
+        base: dict[Incarnation, int] = {}
+        while True:
+            ticks = phase_ticks.observe(replicas)  # before the read: these ticks preceded it
+            unread = unread_input(client, "events", directory)
+            if not unread:
+                return True
+            if unread != seen:  # read on: count ticks from here
+                seen, base = unread, dict(ticks)
+            for incarnation, n in ticks.items():
+                base.setdefault(incarnation, n)
+            behind = {incarnation: n - base[incarnation] for incarnation, n in ticks.items()}
+            worst = max(behind, key=lambda i: behind[i], default=None)
+            never = f"input: recovered, but the FILE source never read {unread}"
+            if worst is not None and behind[worst] >= config.stuck_ticks:
+                result.error = (
+                    f"{never} in {behind[worst]} ticks of replica {worst[0]} "
+                    f"(incarnation {worst[1]})"
+                )
+                return False
+            now = time.monotonic()
+            if phase_ticks.done() != last_done:
+                last_done, last_tick_at = phase_ticks.done(), now
+            if now - last_tick_at > config.advancing_bound_s or now > self._deadline:
+                if phase_ticks.slow(config.stuck_ticks):
+                    result.slow = "input"
+                why = (
+                    self._out_of_time("input", started).removeprefix("input: ")
+                    if now > self._deadline
+                    else f"no replica finished a tick in {config.advancing_bound_s:.0f} s"
+                )
+                errors = phase_ticks.errors()
+                result.error = (
+                    f"{never}: {why}, the replicas finished {last_done} ticks in the phase"
+                    + (f"; {errors}" if errors else "")
+                )
+                return False
             time.sleep(WATCH_S)
 
     def _out_of_time(self, phase: str, started: float) -> str:
