@@ -43,7 +43,8 @@ Invariants:
    at the start. A refusal, or a shard's state that does not decode
    (CorruptState), ends the run, at the start as later: retrying cannot help.
    The catalog's read at the start, before any object is built, is retried so
-   too (its faults are logged: no object has a health yet).
+   too (its faults are logged: no object has a health yet), until it succeeds or
+   the caller's stop flag is set (then the build raises :class:`StartStopped`).
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
    So is a fault while a view is installed or an export built: the object is
@@ -67,6 +68,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -113,10 +115,12 @@ class Pipeline:
         view_tick_s: float = 1.0,
         build_backoff_s: float = 1.0,
         on_retry: Callable[[str], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> None:
         """``on_retry``: called with the fault each time a read at the start fails and
         is tried again (:func:`read_at_start`), for a caller that reports progress
-        (the nemesis replica's heartbeat)."""
+        (the nemesis replica's heartbeat). ``stop``: the caller's stop flag; set while
+        that read is being retried, the build raises :class:`StartStopped`."""
         self.client = client
         self._spark = spark
         self._spec = spec
@@ -151,7 +155,11 @@ class Pipeline:
             # ingestion checks itself against it too, and the checks above keep the
             # declaration's objects apart, which an ingestion built later would see recorded.
             catalog = read_at_start(
-                lambda: read_catalog(client), "the location's catalog", build_backoff_s, on_retry
+                lambda: read_catalog(client),
+                "the location's catalog",
+                build_backoff_s,
+                on_retry,
+                stop,
             )
             try:
                 self._check_sources(built, catalog)
@@ -441,14 +449,22 @@ def read_at_start(
     what: str,
     backoff_s: float = 1.0,
     on_retry: Callable[[str], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> _T:
     """``read()`` (``what`` it reads, for the log), at the start of a run: a fault (the
     location's consensus unreachable) is logged, passed to ``on_retry`` if given, and
     the read tried again after a pause that doubles from ``backoff_s`` up to a minute,
     as a build's is (invariant 1). No object is built yet to report it as its health.
-    A refusal or a state that does not decode is raised: retrying cannot help."""
+    A refusal or a state that does not decode is raised: retrying cannot help.
+
+    ``stop``: the caller's stop flag. Once it is set, no read is tried again and
+    :class:`StartStopped` is raised; a pause ends as soon as it is set (a process
+    asked to stop while its consensus stays unreachable would otherwise retry until
+    it is killed)."""
     pause = backoff_s
     while True:
+        if stop is not None and stop.is_set():
+            raise StartStopped(f"asked to stop while reading {what} at the start")
         try:
             return read()
         except _ENDS_RUN:
@@ -463,8 +479,16 @@ def read_at_start(
             )
             if on_retry is not None:
                 on_retry(_failure(e))
-        time.sleep(pause)
+        if stop is not None:
+            stop.wait(pause)
+        else:
+            time.sleep(pause)
         pause = min(pause * 2, _Retry.MAX_BACKOFF_S)
+
+
+class StartStopped(Exception):
+    """The caller asked to stop while a read at the start of its run was being retried
+    (:func:`read_at_start`): nothing was built."""
 
 
 #: What ends the run when a source or its ingestion is built: a refusal (the declaration
@@ -819,6 +843,7 @@ __all__ = [
     "Pipeline",
     "Holder",
     "drop_object",
+    "StartStopped",
     "read_at_start",
     "spec_shard_writers",
     "spec_shards",

@@ -16,6 +16,10 @@ loaded machine from a hang) cannot conclude: the test checks that verify ran
 and found no difference in what was written, then skips, saying so, rather
 than failing on the faults the warm-up never got to inject. Any other phase
 past its bound fails (after the faults, a hang is what the run looks for).
+The phases' bounds add up to more than the test's timeout, so the run has a
+bound of its own, ``RUN_BOUND_S``, well inside it: a run slow in every phase
+fails with the runner's error naming the phase it reached, not pytest's
+timeout with no report.
 
 The seed's plan in a fault phase of ``FAULT_SECONDS`` (20 s) holds eleven
 faults, every kind at least once (the plan draws one of each kind first):
@@ -42,12 +46,16 @@ from timeshard.nemesis import KINDS, NemesisConfig, NemesisRunner
 
 SEED = int(os.environ.get("TIMESHARD_NEMESIS_SEED", "7892"))
 FAULT_SECONDS = float(os.environ.get("TIMESHARD_NEMESIS_FAULT_SECONDS", "20"))
+TIMEOUT_S = 2400
+#: The run's bound: the test's timeout less 300 s for the PostgreSQL server, the runner's
+#: copies of a failed run's files and pytest itself.
+RUN_BOUND_S = TIMEOUT_S - 300.0
 
 
 @pytest.mark.faults
 @pytest.mark.spark
 @pytest.mark.postgres
-@pytest.mark.timeout(2400)
+@pytest.mark.timeout(TIMEOUT_S)
 def test_nemesis_run_recovers_and_verifies(tmp_path: Path, postgres_server: PostgresServer) -> None:
     config = NemesisConfig(
         directory=tmp_path / "nemesis",
@@ -57,6 +65,7 @@ def test_nemesis_run_recovers_and_verifies(tmp_path: Path, postgres_server: Post
         fault_seconds=FAULT_SECONDS,
         consensus="postgres",
         advancing_bound_s=900.0,
+        run_bound_s=RUN_BOUND_S,
     )
     lines: list[str] = []
 

@@ -89,6 +89,7 @@ def test_bad_plan_arguments_are_invalid_usage(kwargs: dict[str, object], named: 
         {"kinds": ("meteor",)},
         {"stuck_ticks": 0},
         {"advancing_bound_s": 0.0},
+        {"run_bound_s": 900.0},  # no time left for the faults after stopping and verify
     ],
 )
 def test_bad_nemesis_config_is_invalid_usage(tmp_path: Path, kwargs: dict[str, object]) -> None:
@@ -713,3 +714,158 @@ def test_a_phase_past_its_bound_is_slow_only_if_its_replicas_barely_ticked(
         got = runner._await(client, ["s"], now_ms, replicas, None, "recovery", result)
     assert got is None and result.stuck == [] and "never stuck" in result.error
     assert result.slow == slow and result.to_json()["slow"] == slow and not result.ok
+
+
+def test_a_phase_the_runs_bound_cuts_short_fails_the_run_naming_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The phases' bounds added up to more than the nemesis test's pytest timeout (900 s
+    for each of warm-up, faults, recovery and input, verify's 900 s), so a run slow in
+    every phase was killed by pytest with no report. With ``run_bound_s`` the phases end
+    by it, less what stopping and verify need, and the one it cuts fails the run."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import FINISH_S, _InputWriter
+    from timeshard.persist import PersistClient
+
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    writer = client.open_writer("s", pa.schema([("v", pa.int64())]))
+    now_ms = time.time_ns() // 1_000_000
+    ticks = [1]
+
+    def tick(now: float) -> None:  # a tick per watch, the upper moving: slow, not stuck
+        ticks[0] += 1
+        Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+        upper = writer.upper.time
+        writer.append([], upper, upper + 1)
+
+    clock = FakeTime(tick)
+    monkeypatch.setattr(runner_module, "time", clock)
+    config = NemesisConfig(
+        directory=tmp_path, fault_seconds=1.0, advancing_bound_s=900.0, run_bound_s=FINISH_S + 100
+    )
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        runner = NemesisRunner(config, log=lambda line: None)
+        runner._deadline = config.phases_deadline(clock.monotonic())
+        result = RunResult(0, "sqlite", "tmpfs")
+        got = runner._await(client, ["s"], now_ms, replicas, None, "recovery", result)
+        assert got is None and result.error.startswith(
+            f"recovery: the run's bound of {FINISH_S + 100:.0f} s ran out"
+        ), result.error
+        assert 100.0 < clock.now < 110.0  # not the phase's own 900 s
+    events = tmp_path / "events"
+    events.mkdir()
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        Heartbeat(0, 0).write(Heartbeat.path(tmp_path, 0))  # started, never ticks
+        monkeypatch.setattr(runner_module, "time", FakeTime(lambda now: None))
+        runner = NemesisRunner(config, log=lambda line: None)
+        runner._deadline = config.phases_deadline(0.0)
+        result = RunResult(0, "sqlite", "tmpfs")
+        inputs = _InputWriter(events, random.Random(0))
+        kill = Fault(0.5, "kill", 0, 1.0)  # waits for a ticking replica
+        assert not runner._fault_phase([kill], replicas, BlobDisk(tmp_path), inputs, result)
+        assert result.error.startswith("faults: the run's bound"), result.error
+        assert result.skipped == Counter({"kill": 1})
+        assert runner_module.time.monotonic() < 110.0
+
+
+@pytest.mark.parametrize(("ticking", "slow"), [(False, "faults"), (True, "")])
+def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_barely_ticked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ticking: bool, slow: str
+) -> None:
+    """A kill that waited the whole fault phase for a replica to tick (none finished a
+    tick: a loaded machine) failed the run as "never injected" with no ``slow``, as a
+    defect would. Past the phase's bound with a kind not injected, the run fails; it is
+    slow if the replicas finished fewer than ``stuck_ticks`` ticks in the phase, none
+    failing, and not if they ticked more (here an unreliable window that no call
+    failed in over 100 ticks)."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _InputWriter
+
+    events = tmp_path / "events"
+    events.mkdir()
+    ticks = [1 if ticking else 0]
+
+    def tick(now: float) -> None:
+        if ticking:
+            ticks[0] += 1
+        Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+
+    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        tick(0.0)
+        config = NemesisConfig(
+            directory=tmp_path, fault_seconds=1.0, advancing_bound_s=30.0, stuck_ticks=5
+        )
+        runner = NemesisRunner(config, log=lambda line: None)
+        result = RunResult(0, "sqlite", "tmpfs")
+        inputs = _InputWriter(events, random.Random(0))
+        fault = (
+            Fault(0.5, "unreliable", 0, 1.0, rate=0.1) if ticking else Fault(0.5, "kill", 0, 1.0)
+        )
+        assert runner._fault_phase([fault], replicas, BlobDisk(tmp_path), inputs, result)
+        assert replicas[0].alive()
+    assert result.slow == slow, result.error
+    assert result.error.startswith(f"faults: ['{fault.kind}'] not injected"), result.error
+    assert result.skipped == (Counter() if ticking else Counter({"kill": 1}))
+
+
+@pytest.mark.parametrize(("every", "read_at"), [(80, 3), (1, None)])
+def test_input_unread_after_the_recovery_is_judged_by_ticks_not_by_the_wall_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int, read_at: int | None
+) -> None:
+    """After the heal, "recovered, but the FILE source never read ..." failed a run
+    once ``advancing_bound_s`` of wall clock passed: on a loaded machine (here a tick
+    every 40 s, the bound 60 s) a source that reads the rest at its second tick failed.
+    Judged as an upper is: the input may stay unread until a live replica finished
+    ``stuck_ticks`` ticks without reading it (here 3 ticks of 0.5 s, well inside 60 s)."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.runner import _Replica
+
+    ticks, watches, procs = [1], [0], []
+
+    def tick(now: float) -> None:  # the replica's heartbeat: a tick every `every` watches
+        watches[0] += 1
+        if watches[0] % every == 0:
+            ticks[0] += 1
+            Heartbeat(0, ticks[0]).write(Heartbeat.path(run_dir, 0))
+
+    def unread(client: Any, source: str, directory: Path) -> dict[str, str]:
+        return {} if read_at is not None and ticks[0] >= read_at else {"part-00001.jsonl": "0/9"}
+
+    def start(self: Any, seed: int, env: dict[str, str]) -> None:
+        self.incarnation += 1
+        self.proc = subprocess.Popen(["sleep", "600"])
+        procs.append(self.proc)
+        Heartbeat(self.incarnation, ticks[0]).write(Heartbeat.path(run_dir, self.index))
+
+    def stop(self: Any, replicas: list[Any], result: RunResult) -> None:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+    caught_up = lambda *args: 1.0  # noqa: E731 -- the warm-up and the recovery: at once
+    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    monkeypatch.setattr(runner_module, "unread_input", unread)
+    monkeypatch.setattr(BlobDisk, "mount", lambda self, size_mb: False)
+    monkeypatch.setattr(_Replica, "start", start)
+    for name, stand_in in [
+        ("_await", caught_up),
+        ("_fault_phase", lambda *args: True),
+        ("_heal", lambda *args: 0),
+        ("_stop", stop),
+        ("_count_injected", lambda *args: None),
+        ("_verify", lambda *args: None),
+    ]:
+        monkeypatch.setattr(NemesisRunner, name, stand_in)
+    config = NemesisConfig(directory=tmp_path, replicas=1, advancing_bound_s=60.0, stuck_ticks=3)
+    run_dir = (tmp_path / "run-000").resolve()
+    result = NemesisRunner(config, log=lambda line: None).run_once(0)
+    if read_at is not None:
+        assert result.error == "" and result.slow == ""
+    else:
+        assert result.error.startswith(
+            "input: recovered, but the FILE source never read {'part-00001.jsonl': '0/9'} "
+            "in 3 ticks of replica 0"
+        ), result.error

@@ -10,10 +10,12 @@ on a ``local[1]`` SparkSession, over the declared location wrapped in a
 :class:`~timeshard.nemesis.control.FaultyLocation`, one tick a second, until
 its control file ``RUN_DIR/control-<REPLICA>.json`` says stop. A thread
 applies the control file every ``CONTROL_POLL_S``, also in the middle of a
-tick. The location also hands its faults to the Spark tasks' part writes and
-reads (:func:`timeshard.spark.parts.inject_task_faults`). ``local[1]`` retries
-no task, so an injected task fault fails its Spark job, and the pipeline
-must take that as a fault.
+tick; a stop ends the retries of the pipeline's first read of the catalog
+(:func:`~timeshard.controller.read_at_start`) at once. The location also
+hands its faults to the Spark tasks' part writes and reads
+(:func:`timeshard.spark.parts.inject_task_faults`). ``local[1]`` retries no
+task, so an injected task fault fails its Spark job, and the pipeline must
+take that as a fault.
 
 A tick that fails -- an injected storage fault that outlasted persist's
 retries, a full disk, a Spark job that died -- throws the whole pipeline
@@ -56,7 +58,7 @@ def _event(kind: str, **fields: Any) -> None:
 
 def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> None:
     started = time.monotonic()
-    from timeshard.controller import Pipeline
+    from timeshard.controller import Pipeline, StartStopped
     from timeshard.location import open_location
     from timeshard.location.unreliable import FaultJournal
     from timeshard.nemesis.control import CONTROL_POLL_S, JOURNAL, Control, FaultyLocation
@@ -109,7 +111,9 @@ def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> Non
         tick = time.monotonic()
         try:
             if pipeline is None:
-                pipeline = Pipeline(spark, client, spec, clock=faulty.clock, on_retry=retried)
+                pipeline = Pipeline(
+                    spark, client, spec, clock=faulty.clock, on_retry=retried, stop=stop
+                )
             failures = pipeline.step()
             if failures:  # as before: a failed tick rebuilds everything from the location
                 raise RuntimeError("; ".join(f"{k}: {v}" for k, v in failures.items()))
@@ -117,6 +121,8 @@ def run_replica(run_dir: Path, replica: int, incarnation: int, seed: int) -> Non
             if not ready:
                 ready = True
                 _event("ready", replica=replica, after_s=round(time.monotonic() - started, 3))
+        except StartStopped:  # asked to stop while its first read was retried
+            break
         except Exception as e:  # crash anywhere: rebuild everything from the location
             error = f"{type(e).__name__}: {str(e)[:300]}"
             beat = Heartbeat(incarnation, beat.ticks + 1, beat.failing + 1, error)

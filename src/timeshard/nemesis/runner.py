@@ -16,6 +16,10 @@ One *run*:
       │  target (so it holds everything the sources had at the heal); the
       │  time this takes is the run's *recovery time*
       │
+      ├─ input: until the FILE source's last binding covers every input file
+      │  (verify reads only what the bindings name); never read once a live
+      │  replica finished ``stuck_ticks`` ticks with it unread
+      │
       ├─ stop the replicas, then ``timeshard verify`` the location (a fresh
       │  process): every shard's invariants, every view against its query
       │  recomputed from scratch, the FILE upsert against last-value-per-key
@@ -32,7 +36,18 @@ fails the run at once, naming the object, its health status and error (from
 makes replicas slow to start and to tick; within ``advancing_bound_s`` that
 is never a failure by itself. Past it, a phase fails; it is *slow*
 (``RunResult.slow``) if the replicas finished too few ticks in it to tell a
-loaded machine from a hang, none of them failing.
+loaded machine from a hang, none of them failing. So is the fault phase that
+reaches its bound (``fault_seconds + advancing_bound_s``) with a kind of the
+plan not injected yet, a fault still waiting for a replica that ticks.
+
+The run's bound. The phases' bounds alone add up to hours (each phase waits
+up to ``advancing_bound_s``, verify up to ``VERIFY_TIMEOUT_S``); a caller
+with a deadline of its own (a CI test's timeout) gives ``run_bound_s``, the
+longest one run may take from its start to the end of verify. The warm-up,
+the fault phase, the recovery and the wait for the input then end by
+``run_bound_s - FINISH_S`` (``FINISH_S`` kept to stop the replicas and
+verify); the phase that reaches it fails the run, naming itself, and the run
+stops its replicas and verifies what is there, as after any failure.
 
 Injected, not just planned. Every fault is recorded where it is injected,
 one line in the run's journal (``injected.jsonl``,
@@ -73,6 +88,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import shutil
@@ -91,7 +107,7 @@ from timeshard.location import open_location
 from timeshard.location.unreliable import FaultJournal
 from timeshard.nemesis.control import JOURNAL, Control
 from timeshard.nemesis.disk import BlobDisk
-from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
+from timeshard.nemesis.liveness import Heartbeat, Incarnation, Liveness, Stuck
 from timeshard.nemesis.plan import KINDS, Fault, plan_faults
 from timeshard.persist import PersistClient
 from timeshard.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
@@ -111,6 +127,9 @@ MAX_EXITS = 5
 #: query or its source's records) for a run to pass: at one time, no history is checked.
 MIN_VERIFIED_TIMES = 2
 STOP_TIMEOUT_S = 60.0
+VERIFY_TIMEOUT_S = 900.0
+#: What a run keeps of its ``run_bound_s`` after its phases: stopping the replicas, verify.
+FINISH_S = STOP_TIMEOUT_S + VERIFY_TIMEOUT_S
 TMPFS_MB = 256
 
 KV_BY_PREFIX = "SELECT substr(value, 1, 1) AS p, count(*) AS n FROM kv GROUP BY p"
@@ -120,7 +139,12 @@ EVENTS_BY_GRP = "SELECT grp, count(*) AS n, sum(v) AS s FROM events GROUP BY grp
 @dataclass(frozen=True, slots=True)
 class NemesisConfig:
     """What to run: ``runs`` runs, or runs until ``minutes`` have passed (the last one
-    started before then, so the whole takes at least ``minutes``)."""
+    started before then, so the whole takes at least ``minutes``).
+
+    ``run_bound_s``: the longest one run may take, its start to the end of verify
+    (None: only each phase's bound); it must leave more than ``fault_seconds`` after
+    :data:`FINISH_S`.
+    """
 
     directory: Path
     seed: int = 0
@@ -132,6 +156,7 @@ class NemesisConfig:
     kinds: tuple[str, ...] = KINDS
     advancing_bound_s: float = 1200.0
     stuck_ticks: int = 20
+    run_bound_s: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.replicas, int) or not 1 <= self.replicas <= 5:
@@ -152,7 +177,19 @@ class NemesisConfig:
             )
         if not isinstance(self.stuck_ticks, int) or self.stuck_ticks < 1:
             raise InvalidUsage(f"stuck_ticks must be a positive int, got {self.stuck_ticks!r}")
+        if self.run_bound_s is not None and not (self.run_bound_s > FINISH_S + self.fault_seconds):
+            raise InvalidUsage(
+                f"run_bound_s must exceed {FINISH_S:.0f} s (to stop and verify) plus "
+                f"fault_seconds {self.fault_seconds!r}, got {self.run_bound_s!r}"
+            )
         plan_faults(self.seed, 0, replicas=self.replicas, seconds=1.0, kinds=self.kinds)
+
+    def phases_deadline(self, start: float) -> float:
+        """When the phases of a run started at ``start`` (``time.monotonic()``) must end
+        (infinity without a ``run_bound_s``)."""
+        if self.run_bound_s is None:
+            return math.inf
+        return start + self.run_bound_s - FINISH_S
 
     def consensus_of(self, run: int) -> str:
         if self.consensus == "both":
@@ -177,8 +214,9 @@ class RunResult:
     ``self_exits``: replica processes that ended with no fault killing them
     (a JVM crash, say), restarted and reported, not a failure by themselves;
     ``replica_errors``: ticks that raised (retried; also reported);
-    ``slow``: the phase that outlasted ``advancing_bound_s`` with some object not
-    caught up and none stuck, in which the replica processes (those that died in it
+    ``slow``: the phase that outlasted ``advancing_bound_s`` (or the run's bound) with
+    some object not caught up and none stuck, or the fault phase that did with a kind
+    of the plan not injected yet, in which the replica processes (those that died in it
     too) finished fewer than ``stuck_ticks`` ticks in all, none failing: too few to
     tell a loaded machine from a hang (the run fails; a phase whose replicas ticked
     more, or failed a tick, is a failure with no ``slow``: a read at a replica's start
@@ -417,6 +455,8 @@ class NemesisRunner:
             "PYSPARK_PYTHON": sys.executable,
             "PYSPARK_DRIVER_PYTHON": sys.executable,
         }
+        #: When the current run's phases must end (``NemesisConfig.phases_deadline``).
+        self._deadline = math.inf
 
     def run(self) -> NemesisReport:
         config = self.config
@@ -450,6 +490,7 @@ class NemesisRunner:
     def run_once(self, run: int) -> RunResult:
         config = self.config
         t0 = time.monotonic()
+        self._deadline = config.phases_deadline(t0)
         run_dir = (config.directory / f"run-{run:03d}").resolve()
         if run_dir.exists():
             shutil.rmtree(run_dir)
@@ -499,20 +540,14 @@ class NemesisRunner:
             if warm_up is not None:
                 self.log(f"run {run}: every object written after {warm_up:.1f} s")
                 planned = {f.kind for f in plan}
-                self._fault_phase(plan, replicas, disk, inputs, result)
-                target = self._heal(client, replicas, disk)
-                result.recovery_s = self._await(
-                    client, shards, target, replicas, None, "recovery", result
-                )
-            if result.recovery_s is not None:
-                # Verify reads only what the bindings name: it would not see input never
-                # read. A tick that listed the files before the heal may be what recovered,
-                # so the next ones get up to the bound to read the rest (slow is not stuck).
-                deadline = time.monotonic() + config.advancing_bound_s
-                while unread := unread_input(client, "events", events_dir):
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"recovered, but the FILE source never read {unread}")
-                    time.sleep(WATCH_S)
+                if self._fault_phase(plan, replicas, disk, inputs, result):
+                    target = self._heal(client, replicas, disk)
+                    result.recovery_s = self._await(
+                        client, shards, target, replicas, None, "recovery", result
+                    )
+            if result.recovery_s is not None and self._await_input(
+                client, events_dir, replicas, result
+            ):
                 self.log(f"run {run}: recovered in {result.recovery_s:.1f} s; verifying")
         except Exception as e:  # the run failed; say why, verify what is there, go on
             result.error = f"{type(e).__name__}: {e}"
@@ -555,25 +590,10 @@ class NemesisRunner:
         liveness = Liveness(shards, target, config.stuck_ticks)
         exits = {r.index: r.exits for r in replicas}
         logged = 0.0
-        #: Per replica incarnation: its ticks when first seen in the phase, the most seen
-        #: since, and whether a tick of it failed in the phase (a heartbeat past the first
-        #: one seen says its last ticks failed), with the error.
-        first: dict[tuple[int, int], int] = {}
-        last: dict[tuple[int, int], int] = {}
-        failed: dict[tuple[int, int], str] = {}
+        phase_ticks = _PhaseTicks()
         while True:
             uppers = {s: _upper_or_none(client, s) for s in shards}
-            beats = {
-                (r.index, r.incarnation): r.heartbeat()
-                for r in replicas
-                if r.alive() and not r.paused_until
-            }
-            ticks = {incarnation: beat.ticks for incarnation, beat in beats.items()}
-            for incarnation, beat in beats.items():
-                first.setdefault(incarnation, beat.ticks)
-                last[incarnation] = max(last.get(incarnation, beat.ticks), beat.ticks)
-                if beat.failing and beat.ticks > first[incarnation]:
-                    failed[incarnation] = beat.last_error
+            ticks = phase_ticks.observe(replicas)
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
@@ -582,15 +602,17 @@ class NemesisRunner:
             if liveness.caught_up():
                 return time.monotonic() - started
             waited = time.monotonic() - started
-            if waited > config.advancing_bound_s:
-                done = sum(n - first[i] for i, n in last.items())
-                if done < config.stuck_ticks and not failed:  # too few to tell from a hang
+            if waited > config.advancing_bound_s or time.monotonic() > self._deadline:
+                done, errors = phase_ticks.done(), phase_ticks.errors()
+                if phase_ticks.slow(config.stuck_ticks):  # too few to tell from a hang
                     result.slow = phase
-                errors = "; ".join(
-                    f"replica {i} incarnation {n} failed: {e}" for (i, n), e in failed.items()
+                why = (
+                    f"still not caught up after {config.advancing_bound_s:.0f} s"
+                    if waited > config.advancing_bound_s
+                    else self._out_of_time(phase, started).removeprefix(f"{phase}: ")
                 )
                 result.error = (
-                    f"{phase}: still not caught up after {config.advancing_bound_s:.0f} s, "
+                    f"{phase}: {why}, "
                     f"in which the replicas finished {done} ticks (never stuck): "
                     f"{liveness.verdicts}; uppers {uppers}, target {target}"
                     + (f"; {errors}" if errors else "")
@@ -614,6 +636,73 @@ class NemesisRunner:
             if inputs is not None:
                 inputs.maybe_write()
             time.sleep(WATCH_S)
+
+    def _await_input(
+        self, client: PersistClient, directory: Path, replicas: list[_Replica], result: RunResult
+    ) -> bool:
+        """Wait until the FILE source's last binding covers every file of ``directory``;
+        False (and the run's error set) if it does not.
+
+        Verify reads only what the bindings name: it would not see input never
+        read. A tick that listed the files before the heal may be what
+        recovered, so the next ones read the rest. Judged by ticks, as an upper
+        is (:class:`~timeshard.nemesis.liveness.Liveness`): the input is never
+        read (a defect) once a live replica finished ``stuck_ticks`` ticks since
+        the unread input last changed; a machine under load makes ticks rarer,
+        not the verdict. It waits while the replicas tick: if none finishes a
+        tick for ``advancing_bound_s``, or the run's bound comes, the phase
+        (``input``) fails, slow by the rule of the others.
+        """
+        config = self.config
+        started = last_tick_at = time.monotonic()
+        phase_ticks = _PhaseTicks()
+        last_done = 0
+        seen: dict[str, str] | None = None
+        base: dict[Incarnation, int] = {}
+        while True:
+            ticks = phase_ticks.observe(replicas)  # before the read: these ticks preceded it
+            unread = unread_input(client, "events", directory)
+            if not unread:
+                return True
+            if unread != seen:  # read on: count ticks from here
+                seen, base = unread, dict(ticks)
+            for incarnation, n in ticks.items():
+                base.setdefault(incarnation, n)
+            behind = {incarnation: n - base[incarnation] for incarnation, n in ticks.items()}
+            worst = max(behind, key=lambda i: behind[i], default=None)
+            never = f"input: recovered, but the FILE source never read {unread}"
+            if worst is not None and behind[worst] >= config.stuck_ticks:
+                result.error = (
+                    f"{never} in {behind[worst]} ticks of replica {worst[0]} "
+                    f"(incarnation {worst[1]})"
+                )
+                return False
+            now = time.monotonic()
+            if phase_ticks.done() != last_done:
+                last_done, last_tick_at = phase_ticks.done(), now
+            if now - last_tick_at > config.advancing_bound_s or now > self._deadline:
+                if phase_ticks.slow(config.stuck_ticks):
+                    result.slow = "input"
+                why = (
+                    self._out_of_time("input", started).removeprefix("input: ")
+                    if now > self._deadline
+                    else f"no replica finished a tick in {config.advancing_bound_s:.0f} s"
+                )
+                errors = phase_ticks.errors()
+                result.error = (
+                    f"{never}: {why}, the replicas finished {last_done} ticks in the phase"
+                    + (f"; {errors}" if errors else "")
+                )
+                return False
+            time.sleep(WATCH_S)
+
+    def _out_of_time(self, phase: str, started: float) -> str:
+        """The error of ``phase`` (started at ``started``) cut short by the run's bound."""
+        return (
+            f"{phase}: the run's bound of {self.config.run_bound_s:.0f} s ran out "
+            f"{time.monotonic() - started:.0f} s into the phase (its last {FINISH_S:.0f} s "
+            "are kept to stop the replicas and verify)"
+        )
 
     def _describe(self, client: PersistClient, stuck: Stuck, replicas: list[_Replica]) -> str:
         """A stuck object, its health and the replicas' last errors, in one line."""
@@ -641,20 +730,28 @@ class NemesisRunner:
         disk: BlobDisk,
         inputs: _InputWriter,
         result: RunResult,
-    ) -> None:
+    ) -> bool:
         """Inject ``plan``; last ``fault_seconds``, and on until every window started and ended.
 
         A fault of a replica (kill, pause, unreliable, clock jump) that no
         replica could take when it was due waits for one that ticks; the phase
         goes on while one waits or a window (the full disk's too) is open, up to
-        ``advancing_bound_s`` more (then what still waits is skipped).
+        ``advancing_bound_s`` more (then what still waits is skipped). False
+        (and the run's error set) if the run's bound cut it short.
+
+        A phase that ends at either bound with a kind of the plan not injected
+        yet fails the run (that kind is never injected); it is *slow*
+        (``RunResult.slow`` = ``"faults"``) by the rule the other phases use: the
+        replicas finished fewer than ``stuck_ticks`` ticks in it, none failing.
         """
         config = self.config
         start = time.monotonic()
         pending = list(plan)
         waiting: list[Fault] = []
         full = _DiskWindow()
+        phase_ticks = _PhaseTicks()
         while True:
+            phase_ticks.observe(replicas)
             now = time.monotonic() - start
             self._hold_windows(now, replicas)
             full.hold(now, replicas[0].run_dir, disk)
@@ -664,7 +761,14 @@ class NemesisRunner:
                 break
             if now >= config.fault_seconds + config.advancing_bound_s:
                 result.skipped.update(f.kind for f in waiting)
+                self._undone_faults(plan, replicas[0].run_dir, phase_ticks, result)
                 break
+            if time.monotonic() > self._deadline:
+                result.skipped.update(f.kind for f in waiting)
+                self._undone_faults(plan, replicas[0].run_dir, phase_ticks, result)
+                cut = self._out_of_time("faults", start)
+                result.error = f"{cut}; {result.error}" if result.error else cut
+                return False
             still_waiting = []
             for fault in waiting:
                 if not self._start_fault(fault, now, replicas):
@@ -699,6 +803,26 @@ class NemesisRunner:
                 )
             inputs.maybe_write()
             time.sleep(POLL_S)
+        return True
+
+    def _undone_faults(
+        self, plan: list[Fault], run_dir: Path, phase_ticks: _PhaseTicks, result: RunResult
+    ) -> None:
+        """At the end of a fault phase cut short: the kinds of ``plan`` the journal has no
+        line of yet into the run's error, and the phase ``slow`` if its replicas barely
+        ticked (too few ticks to tell a loaded machine from a hang, none failing)."""
+        injected = FaultJournal.counts(run_dir / JOURNAL) if (run_dir / JOURNAL).exists() else {}
+        missing = sorted({f.kind for f in plan} - set(injected))
+        if not missing:
+            return
+        if phase_ticks.slow(self.config.stuck_ticks):
+            result.slow = "faults"
+        errors = phase_ticks.errors()
+        result.error = (
+            f"faults: {missing} not injected when the phase ended, waiting for a ticking "
+            f"replica or for one to act on its window, in which the replicas finished "
+            f"{phase_ticks.done()} ticks" + (f"; {errors}" if errors else "")
+        )
 
     def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> str:
         """Start ``fault``: ``"injected"``, or ``"waiting"`` (a kill, pause or window that
@@ -841,7 +965,14 @@ class NemesisRunner:
         seed = self.config.seed * 1000 + run
         args = [sys.executable, "-m", "timeshard", "verify", "--blob", blob_uri]
         args += ["--consensus", consensus_uri, "--json", "--seed", str(seed)]
-        done = subprocess.run(args, capture_output=True, text=True, env=self.env, timeout=900)
+        try:
+            done = subprocess.run(
+                args, capture_output=True, text=True, env=self.env, timeout=VERIFY_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            result.verify_error = f"verify did not finish in {VERIFY_TIMEOUT_S:.0f} s"
+            self.log(f"run {run}: {result.verify_error}")
+            return
         (run_dir / "verify.json").write_text(done.stdout)
         (run_dir / "verify.log").write_text(done.stderr)
         try:
@@ -857,6 +988,50 @@ class NemesisRunner:
             self.log(f"run {run}: {few}")
         for finding in found["findings"][:5]:
             self.log(f"  difference: {json.dumps(finding)[:600]}")
+
+
+class _PhaseTicks:
+    """The ticks the replica processes finished in one phase, from their heartbeats.
+
+    Per replica incarnation: its ticks when first seen in the phase, the most
+    seen since (one that dies in the phase keeps its count), and whether a tick
+    of it failed in the phase (a heartbeat past the first one seen says its last
+    ticks failed), with the error.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[Incarnation, int] = {}
+        self._last: dict[Incarnation, int] = {}
+        self._failed: dict[Incarnation, str] = {}
+
+    def observe(self, replicas: list[_Replica]) -> dict[Incarnation, int]:
+        """Read the heartbeats of the live, unpaused ``replicas``; their ticks now."""
+        beats = {
+            (r.index, r.incarnation): r.heartbeat()
+            for r in replicas
+            if r.alive() and not r.paused_until
+        }
+        for incarnation, beat in beats.items():
+            self._first.setdefault(incarnation, beat.ticks)
+            self._last[incarnation] = max(self._last.get(incarnation, beat.ticks), beat.ticks)
+            if beat.failing and beat.ticks > self._first[incarnation]:
+                self._failed[incarnation] = beat.last_error
+        return {incarnation: beat.ticks for incarnation, beat in beats.items()}
+
+    def done(self) -> int:
+        """The ticks all replica processes finished in the phase so far."""
+        return sum(n - self._first[i] for i, n in self._last.items())
+
+    def slow(self, stuck_ticks: int) -> bool:
+        """Whether the phase saw too few ticks to tell a loaded machine from a hang: fewer
+        than ``stuck_ticks`` in all, none failing."""
+        return self.done() < stuck_ticks and not self._failed
+
+    def errors(self) -> str:
+        """The failed ticks' last errors, one per replica incarnation."""
+        return "; ".join(
+            f"replica {i} incarnation {n} failed: {e}" for (i, n), e in self._failed.items()
+        )
 
 
 @dataclass
