@@ -38,6 +38,11 @@ SAME_AS_POSTGRESQL = [
         [("a", INT4), ("m", INT4)],
         [(1, 2)],
     ),
+    (  # the common column of an int4 and an int8 side is an int8, first, once
+        "SELECT * FROM t NATURAL JOIN (SELECT 7::int8 AS i, 1 AS z) AS v",
+        [("i", INT8), ("s", TEXT), ("z", INT4)],
+        [(7, "x", 1)],
+    ),
 ]
 
 

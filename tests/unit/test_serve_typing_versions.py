@@ -81,6 +81,8 @@ def test_version_2_of_the_rewrites_leaves_what_version_3_types(sql: str) -> None
 CHANGED_IN_4 = {
     "SELECT row_number() OVER w AS n FROM t WINDOW w AS (PARTITION BY s)": "ORDER BY NULL",
     "WITH z AS (SELECT 1 AS k, 2 AS m) SELECT * FROM z AS w(a)": "w(a, m)",
+    "SELECT i FROM t NATURAL JOIN (SELECT CAST(7 AS BIGINT) AS i) AS v": "CAST(i AS BIGINT)",
+    "SELECT * FROM t NATURAL LEFT JOIN (SELECT CAST(7 AS BIGINT) AS i) AS v": "USING (`i`)",
 }
 
 
@@ -109,6 +111,7 @@ def test_what_version_4_refuses_as_postgresql_does_version_3_leaves_to_spark() -
         "SELECT * FROM t WHERE CAST(i AS TEXT) = 5",
         "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "
         "JOIN (SELECT 1 AS k) AS b USING (k)",
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a NATURAL JOIN (SELECT 1 AS k) AS b",
     ):
         with pytest.raises(SqlError):
             rewritten(sql, 4)

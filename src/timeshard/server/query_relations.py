@@ -78,7 +78,9 @@ def _joined_columns(
             select.set("expressions", before)
 
 
-def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf, nested: bool = False) -> None:
+def _refuse_ambiguous_using(
+    tree: exp.Expr, columns_of: ColumnsOf, nested: bool = False, natural: bool = False
+) -> None:
     """SqlError 42702 if a name a join is ``USING`` is the name of two columns of one of
     its sides, as PostgreSQL refuses it ("common column name appears more than once"):
     Spark joined on one of them and gave ``SELECT *`` both. A join's left side is every
@@ -90,14 +92,23 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf, nested: bool 
     :func:`_derived_branches`), up to a ``NATURAL`` join; past it Spark's answer stands.
     With ``nested`` (the typing rewrites' version 4) a ``LATERAL`` subquery's names are
     known too, and a parenthesized join's (``(a JOIN b ON ...) JOIN c USING (k)``: its
-    relations' names, checked as a join of its own); without, the check stops at them."""
+    relations' names, checked as a join of its own); without, the check stops at them.
+
+    With ``natural`` (version 4 too) a ``NATURAL`` join whose sides' names are known is
+    written as the join ``USING`` the names common to both, in the left side's order,
+    which is what PostgreSQL joins it on (and, none in common, left as it is: a cross
+    join). Its common column then has PostgreSQL's type of a column joined ``USING``
+    (:func:`_joined_columns`: an int4 and an int8 side make an int8), and a common name
+    twice on one side is 42702 too; Spark's ``NATURAL`` join kept one side's type."""
     from sqlglot.errors import OptimizeError
     from sqlglot.optimizer.scope import Scope, traverse_scope
 
     selects = [
         s
         for s in tree.find_all(exp.Select)
-        if any(j.args.get("using") for j in s.args.get("joins") or [])
+        if any(
+            j.args.get("using") or (natural and _is_natural(j)) for j in s.args.get("joins") or []
+        )
     ]
     if not selects:
         return
@@ -151,6 +162,11 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf, nested: bool 
                 left = names_of(join.this, select)
                 continue
             right = names_of(join.this, select) if left is not None else None
+            if natural and _is_natural(join) and left is not None and right is not None:
+                common = [n for n in dict.fromkeys(left) if n in right]
+                if common:
+                    join.set("method", None)
+                    join.set("using", [exp.to_identifier(n, quoted=True) for n in common])
             if left is None or right is None or join.args.get("method"):
                 return None  # not known here, or NATURAL
             using = [n.name for n in join.args.get("using") or []]
@@ -168,6 +184,11 @@ def _refuse_ambiguous_using(tree: exp.Expr, columns_of: ColumnsOf, nested: bool 
         first = select.args.get("from_")
         if first is not None and id(select) in sources:
             joined_names(first.this, select.args.get("joins") or [], select)
+
+
+def _is_natural(join: exp.Join) -> bool:
+    """Whether ``join`` is a ``NATURAL`` join (of any side)."""
+    return str(join.args.get("method") or "").upper() == "NATURAL"
 
 
 def _complete_column_aliases(

@@ -344,8 +344,9 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
     42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
     order is not ordered, a CTE's reader's column aliases are not completed, and a text
-    compared with a number is Spark's (:func:`_refuse_text_number_operators`), and the
-    42702 check stops at a ``LATERAL`` subquery or a parenthesized join.
+    compared with a number is Spark's (:func:`_refuse_text_number_operators`), the
+    42702 check stops at a ``LATERAL`` subquery or a parenthesized join, and a
+    ``NATURAL`` join stays one (its common column keeps one side's type).
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -363,6 +364,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         _complete_column_aliases(tree, columns_of, cte_readers=version >= 4)
     elif postgres15:
         _complete_subquery_aliases(tree)
+    if version >= 4:  # before the stars of joins USING are read: a NATURAL join is one
+        _refuse_ambiguous_using(tree, columns_of, nested=True, natural=True)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
@@ -383,8 +386,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         )
     if version >= 3:
         _joined_columns(tree, joined, stars)
-    if version >= 3:
-        _refuse_ambiguous_using(tree, columns_of, nested=version >= 4)
+    if version == 3:
+        _refuse_ambiguous_using(tree, columns_of)
     if version >= 4:
         _refuse_text_number_operators(tree, typed)
     if postgres15:
