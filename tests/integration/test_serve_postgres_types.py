@@ -91,7 +91,27 @@ USING = [
         [(7, 7)],
     ),
 ]
-SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES + USING
+#: What the typing rewrites' version 4 answers as PostgreSQL does (Spark refused the
+#: window with XX000 and the CTE's aliases with 42802, and typed the NATURAL join's i as
+#: one side's int4).
+VERSION_4 = [
+    (
+        "SELECT row_number() OVER w AS n FROM t WINDOW w AS (PARTITION BY s)",
+        [("n", INT8)],
+        [(1,)],
+    ),
+    (
+        "WITH z AS (SELECT 1 AS k, 2 AS m) SELECT * FROM z AS w(a)",
+        [("a", INT4), ("m", INT4)],
+        [(1, 2)],
+    ),
+    (  # the common column of an int4 and an int8 side is an int8, first, once
+        "SELECT * FROM t NATURAL JOIN (SELECT 7::int8 AS i, 1 AS z) AS v",
+        [("i", INT8), ("s", TEXT), ("z", INT4)],
+        [(7, "x", 1)],
+    ),
+]
+SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES + USING + VERSION_4
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +165,19 @@ ERRORS = [
         psycopg.errors.AmbiguousColumn,
     ),
     ("SELECT * FROM t AS x(a, b, c)", psycopg.errors.InvalidColumnReference),
+    # Version 4: Spark cast the text 'x' to an integer and answered 22P02.
+    ("SELECT i FROM t WHERE s = 5", psycopg.errors.UndefinedFunction),
+    # Version 4: Spark joined on one of the two k columns of the left side.
+    (
+        "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        psycopg.errors.AmbiguousColumn,
+    ),
+    (
+        "SELECT * FROM ((SELECT 1 AS k, 2 AS k) AS a JOIN (SELECT 1 AS m) AS l ON TRUE) "
+        "JOIN (SELECT 1 AS k) AS b USING (k)",
+        psycopg.errors.AmbiguousColumn,
+    ),
 ]
 
 

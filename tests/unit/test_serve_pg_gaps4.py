@@ -1,7 +1,7 @@
 """Queries serve answered otherwise than PostgreSQL 15 until the typing rewrites' version
 4, as Spark SQL text (no Spark).
 
-``tests/integration/test_serve_pg_gaps4.py`` runs them on serve and on PostgreSQL and
+``tests/integration/test_serve_postgres_types.py`` runs them on serve and on PostgreSQL and
 compares what a client sees.
 """
 
