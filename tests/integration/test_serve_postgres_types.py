@@ -167,6 +167,11 @@ ERRORS = [
     ("SELECT * FROM t AS x(a, b, c)", psycopg.errors.InvalidColumnReference),
     # Version 4: Spark cast the text 'x' to an integer and answered 22P02.
     ("SELECT i FROM t WHERE s = 5", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE s = i + 1", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE s IN ('1', 2)", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE s BETWEEN '1' AND 2", psycopg.errors.UndefinedFunction),
+    ("SELECT CASE s WHEN 5 THEN 1 END AS n FROM t", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE s IS DISTINCT FROM 5", psycopg.errors.UndefinedFunction),
     # Version 4: Spark joined on one of the two k columns of the left side.
     (
         "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "

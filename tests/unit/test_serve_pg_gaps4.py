@@ -82,6 +82,16 @@ def test_a_text_compared_with_a_number_is_postgresql_s_42883() -> None:
         "SELECT 1 FROM t WHERE 2.5 < s": "numeric < text",
         "SELECT 1 FROM t WHERE s >= i": "text >= integer",
         "SELECT 1 FROM t WHERE CAST(i AS TEXT) <> 3000000000": "text <> bigint",
+        # Typed whatever else the query holds (a side that is no bare column too).
+        "SELECT * FROM t WHERE s = i + 1": "text = integer",
+        "SELECT s FROM t GROUP BY s HAVING max(s) = 5": "text = integer",
+        # The other forms PostgreSQL resolves with these operators.
+        "SELECT * FROM t WHERE s IN ('1', 2)": "text = integer",
+        "SELECT * FROM t WHERE s NOT IN (1)": "text <> integer",
+        "SELECT * FROM t WHERE s IN (SELECT 1)": "text = integer",
+        "SELECT * FROM t WHERE s BETWEEN '1' AND 2": "text <= integer",
+        "SELECT CASE s WHEN 5 THEN 1 END FROM t": "text = integer",
+        "SELECT * FROM t WHERE s IS DISTINCT FROM 5": "text = integer",
     }
     for sql, operator in refused.items():
         with pytest.raises(SqlError) as caught:
@@ -91,7 +101,12 @@ def test_a_text_compared_with_a_number_is_postgresql_s_42883() -> None:
             f"operator does not exist: {operator}",
         ), sql
     # A string constant takes the other side's type; a number and a number pass.
-    for sql in ("SELECT * FROM t WHERE s = '5'", "SELECT * FROM t WHERE i = '5' AND i = 5"):
+    for sql in (
+        "SELECT * FROM t WHERE s = '5'",
+        "SELECT * FROM t WHERE i = '5' AND i = 5",
+        "SELECT * FROM t WHERE s IN ('1', '2') AND i IN (1, 2) AND i BETWEEN 1 AND '2'",
+        "SELECT CASE s WHEN '5' THEN 1 END FROM t WHERE s IN (SELECT s FROM t)",
+    ):
         assert typed(sql) == sql, sql
 
 

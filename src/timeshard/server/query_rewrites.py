@@ -18,7 +18,7 @@ from __future__ import annotations
 import decimal
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import sqlglot
 from sqlglot import exp
@@ -477,9 +477,8 @@ def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
                 text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
 
 
-#: The comparisons PostgreSQL has no text and number form of
-#: (:func:`_refuse_text_number_operators`).
-#: Each by its symbol.
+#: The comparisons PostgreSQL has no text and number form of, by their symbols
+#: (:func:`_refuse_text_number_operators`; ``IS [NOT] DISTINCT FROM`` is resolved as ``=``).
 _TEXT_NUMBER_OPERATORS: dict[type[exp.Expr], str] = {
     exp.EQ: "=",
     exp.NEQ: "<>",
@@ -487,6 +486,8 @@ _TEXT_NUMBER_OPERATORS: dict[type[exp.Expr], str] = {
     exp.LTE: "<=",
     exp.GT: ">",
     exp.GTE: ">=",
+    exp.NullSafeEQ: "=",
+    exp.NullSafeNEQ: "=",
 }
 
 #: PostgreSQL's name of each of its types of text and numbers, by the Spark type of its values.
@@ -500,44 +501,63 @@ _TYPE_NAMES = {
     T.DOUBLE: "double precision",
     T.FLOAT: "real",
 }
+_TEXTS = frozenset({T.TEXT, T.VARCHAR})
+_NUMBERS = frozenset(_TYPE_NAMES) - _TEXTS
+
+
+def _comparisons(tree: exp.Expr) -> Iterator[tuple[exp.Expr, exp.Expr, str]]:
+    """The sides PostgreSQL compares in ``tree``, with the operator it resolves for them:
+    each comparison's (:data:`_TEXT_NUMBER_OPERATORS`); ``x IN (a, b)`` as ``x = a`` and
+    ``x = b`` (``<>`` under ``NOT``), ``x IN (SELECT a ...)`` as ``x = a``; ``x BETWEEN a
+    AND b`` as ``x >= a`` and ``x <= b``; ``CASE x WHEN a`` as ``x = a``."""
+    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS, exp.In, exp.Between, exp.Case):
+        if isinstance(op, exp.In):
+            symbol = "<>" if isinstance(op.parent, exp.Not) else "="
+            query = op.args.get("query")
+            listed = [query.this if isinstance(query, exp.Subquery) else query]
+            for value in op.expressions or (listed if query is not None else []):
+                yield op.this, value, symbol
+        elif isinstance(op, exp.Between):
+            yield op.this, op.args["low"], ">="
+            yield op.this, op.args["high"], "<="
+        elif isinstance(op, exp.Case):
+            if op.this is not None:
+                for branch in op.args.get("ifs") or []:
+                    yield op.this, branch.this, "="
+        else:
+            yield op.this, op.expression, _TEXT_NUMBER_OPERATORS[type(op)]
 
 
 def _compares_columns(tree: exp.Expr) -> bool:
     """Whether :func:`_refuse_text_number_operators` needs the type of a column of
-    ``tree``: a side of one of its comparisons is a column, the other a column or of a
-    type known as written (a literal, a cast)."""
-    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS):
-        for column, other in ((op.this, op.expression), (op.expression, op.this)):
-            known = _postgres_type(other, {}) in _TYPE_NAMES or isinstance(
-                other.unnest(), exp.Column
-            )
-            if isinstance(column.unnest(), exp.Column) and not _untyped(other) and known:
-                return True
+    ``tree``: a side of one of its comparisons (:func:`_comparisons`) reads a column and
+    the other is not of PostgreSQL's unknown type."""
+    for left, right, _symbol in _comparisons(tree):
+        if _untyped(left) or _untyped(right):
+            continue
+        if left.find(exp.Column) is not None or right.find(exp.Column) is not None:
+            return True
     return False
 
 
 def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> None:
-    """SqlError 42883 for a comparison (``= <> < <= > >=``) of a text and a number
+    """SqlError 42883 for a comparison (:func:`_comparisons`: ``= <> < <= > >=``, ``IS
+    [NOT] DISTINCT FROM``, ``IN``, ``BETWEEN``, ``CASE x WHEN``) of a text and a number
     (:func:`_postgres_type`: a shard's string column and ``5``, ``s = 5``), as PostgreSQL
     refuses it when it plans the query ("operator does not exist: text = integer"): it
     casts no text to a number implicitly. Spark cast the text, and answered rows where
     each text was a number and 22P02 (:func:`~timeshard.server.rows.spark_error`) where
     one was not. A string constant (``s = '5'``, ``i = '5'``) is of PostgreSQL's unknown
     type, which takes the other side's, and passes."""
-    numbers = {T.SMALLINT, T.INT, T.BIGINT, T.DECIMAL, T.DOUBLE, T.FLOAT}
-    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS):
-        if _untyped(op.this) or _untyped(op.expression):
+    for left, right, symbol in _comparisons(tree):
+        if _untyped(left) or _untyped(right):
             continue
-        left, right = (_postgres_type(side, columns) for side in (op.this, op.expression))
-        texts = {T.TEXT, T.VARCHAR}
-        if left is None or right is None:
-            continue
-        if (left in texts and right in numbers) or (left in numbers and right in texts):
-            symbol = _TEXT_NUMBER_OPERATORS[type(op)]
-            raise SqlError(
-                f"operator does not exist: {_TYPE_NAMES[left]} {symbol} {_TYPE_NAMES[right]}",
-                "42883",
-            )
+        kinds = [_postgres_type(side, columns) for side in (left, right)]
+        if (kinds[0] in _TEXTS and kinds[1] in _NUMBERS) or (
+            kinds[0] in _NUMBERS and kinds[1] in _TEXTS
+        ):
+            named = [_TYPE_NAMES[k] for k in kinds if k is not None]
+            raise SqlError(f"operator does not exist: {named[0]} {symbol} {named[1]}", "42883")
 
 
 #: PostgreSQL's name of each integer type, and the bits of its values.
