@@ -514,8 +514,10 @@ def _comparisons(tree: exp.Expr) -> Iterator[tuple[exp.Expr, exp.Expr, str]]:
         if isinstance(op, exp.In):
             symbol = "<>" if isinstance(op.parent, exp.Not) else "="
             query = op.args.get("query")
-            listed = [query.this if isinstance(query, exp.Subquery) else query]
-            for value in op.expressions or (listed if query is not None else []):
+            listed: list[exp.Expr] = list(op.expressions)
+            if not listed and isinstance(query, exp.Expr):
+                listed = [query.this if isinstance(query, exp.Subquery) else query]
+            for value in listed:
                 yield op.this, value, symbol
         elif isinstance(op, exp.Between):
             yield op.this, op.args["low"], ">="
