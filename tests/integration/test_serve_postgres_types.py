@@ -105,6 +105,12 @@ VERSION_4 = [
         [("a", INT4), ("m", INT4)],
         [(1, 2)],
     ),
+    (  # PostgreSQL ignores the frame of a ranking or offset window; Spark refused it
+        "SELECT row_number() OVER (ORDER BY i ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS n, "
+        "lag(i) OVER w AS l FROM t WINDOW w AS (ORDER BY i ROWS UNBOUNDED PRECEDING)",
+        [("n", INT8), ("l", INT4)],
+        [(1, None)],
+    ),
     (  # the common column of an int4 and an int8 side is an int8, first, once
         "SELECT * FROM t NATURAL JOIN (SELECT 7::int8 AS i, 1 AS z) AS v",
         [("i", INT8), ("s", TEXT), ("z", INT4)],

@@ -38,6 +38,30 @@ def test_a_rank_over_a_named_window_of_no_order_runs_as_postgresql_s_does() -> N
         assert "BY NULL" not in rewritten(sql), sql
 
 
+def test_a_rank_or_offset_window_s_frame_is_dropped_as_postgresql_ignores_it() -> None:
+    """PostgreSQL ignores a frame for ``row_number``, ``rank``, ``lag`` and the others of
+    their kind; Spark refused any frame but the one it requires ("Window Frame ... must
+    match the required frame", "Cannot specify window frame for lag function")."""
+    assert rewritten(
+        "SELECT row_number() OVER (ORDER BY i ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS n FROM t"
+    ) == ("SELECT CAST(ROW_NUMBER() OVER (ORDER BY i NULLS LAST) AS BIGINT) AS n FROM t")
+    assert rewritten(
+        "SELECT lag(i) OVER w AS n FROM t WINDOW w AS (PARTITION BY s ORDER BY i ROWS "
+        "UNBOUNDED PRECEDING)"
+    ).startswith("SELECT LAG(i) OVER (PARTITION BY s ORDER BY i NULLS LAST) AS n FROM t")
+    assert rewritten(
+        "SELECT row_number() OVER w AS n FROM t WINDOW w AS (PARTITION BY s ROWS BETWEEN 1 "
+        "PRECEDING AND 1 FOLLOWING)"
+    ).startswith("SELECT CAST(ROW_NUMBER() OVER (PARTITION BY s ORDER BY NULL NULLS LAST)")
+    # A frame of an aggregate's window is its own, and a named window of order and no
+    # frame is Spark's as it is.
+    for sql in (
+        "SELECT sum(i) OVER (ORDER BY i ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS n FROM t",
+        "SELECT rank() OVER w AS n, sum(i) OVER w AS m FROM t WINDOW w AS (ORDER BY i)",
+    ):
+        assert "OVER w" in rewritten(sql) or "1 FOLLOWING" in rewritten(sql), sql
+
+
 def test_a_cte_s_reader_s_column_aliases_fewer_than_its_columns_are_completed() -> None:
     """PostgreSQL names the columns of ``z AS w(a)`` past the aliases as the CTE ``z``
     does; Spark refused fewer aliases than columns (42802)."""

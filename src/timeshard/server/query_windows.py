@@ -43,48 +43,58 @@ def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
 
     With ``named`` (the typing rewrites' version 4), a named window of no order (``OVER
     w ... WINDOW w AS (PARTITION BY p)``) is that too: the use is written out as its
-    definition (:func:`_named_definition`: its partition and frame) ordered by NULL,
+    definition (:func:`_named_definition`: its partition and order) ordered by NULL,
     since Spark's window of a name takes no ORDER BY of its own. The ``WINDOW`` clause
-    stays as it is, for the other uses of the name. Without ``named`` (version 3) such a
-    window is left to Spark, which refused it."""
+    stays as it is, for the other uses of the name. And a frame (``ROWS BETWEEN ...``)
+    of such a function's window, its own or its name's, is dropped: PostgreSQL ignores
+    it for these functions, where Spark refused any but the one it requires. Without
+    ``named`` (version 3) a named window is left to Spark, and a frame kept."""
     for window in list(tree.find_all(exp.Window)):
-        if not isinstance(window.this, _ORDERED) or window.args.get("order"):
+        if not isinstance(window.this, _ORDERED):
             continue
         name = window.args.get("alias")
         if name is not None:
             definition = _named_definition(window, name.name) if named else None
             if definition is None:
-                continue  # ordered where it is defined, or not known here: Spark's
-            partition, spec = definition
+                continue  # not known here: Spark's
+            partition, order, spec = definition
+            if order is not None and spec is None:
+                continue  # ordered and of no frame where it is defined: Spark answers it
             window.set("alias", None)
             window.set("partition_by", [p.copy() for p in partition])
-            window.set("spec", spec.copy() if spec is not None else None)
-        window.set("order", exp.Order(expressions=[exp.Ordered(this=exp.Null())]))
+            window.set("order", order.copy() if order is not None else None)
+        if named:
+            window.set("spec", None)
+        if not window.args.get("order"):
+            window.set("order", exp.Order(expressions=[exp.Ordered(this=exp.Null())]))
 
 
 def _named_definition(
     window: exp.Window, name: str
-) -> tuple[list[exp.Expr], exp.Expr | None] | None:
-    """The partition and the frame of the window ``name`` that ``window`` (a use of it)
-    reads, from the ``WINDOW`` clause of its SELECT, following a definition that names
-    another window (``w2 AS (w)``); None if it has an ``ORDER BY`` or is not found (a
-    name defined twice, or in a cycle)."""
+) -> tuple[list[exp.Expr], exp.Order | None, exp.Expr | None] | None:
+    """The partition, the order and the frame of the window ``name`` that ``window`` (a
+    use of it) reads, from the ``WINDOW`` clause of its SELECT, following a definition
+    that names another window (``w2 AS (w)``: the named one's partition and order, and
+    the frame of whichever of them has one); None if it is not found (a name defined
+    twice, or in a cycle)."""
     select = window.find_ancestor(exp.Select)
     definitions: dict[str, list[exp.Window]] = {}
     for defined in (select.args.get("windows") or []) if select is not None else []:
         definitions.setdefault(defined.name, []).append(defined)
     partition: list[exp.Expr] = []
+    order = None
     spec = None
     seen = set()
     while name not in seen:
         seen.add(name)
         found = definitions.get(name, [])
-        if len(found) != 1 or found[0].args.get("order"):
+        if len(found) != 1:
             return None
         partition = partition or list(found[0].args.get("partition_by") or [])
+        order = order or found[0].args.get("order")
         spec = spec or found[0].args.get("spec")
         base = found[0].args.get("alias")
         if base is None:
-            return partition, spec
+            return partition, order, spec
         name = base.name
     return None
