@@ -89,7 +89,7 @@ def test_bad_plan_arguments_are_invalid_usage(kwargs: dict[str, object], named: 
         {"kinds": ("meteor",)},
         {"stuck_ticks": 0},
         {"advancing_bound_s": 0.0},
-        {"run_bound_s": 900.0},  # no time left for the faults after stopping and verify
+        {"run_bound_s": 400.0},  # no time left for the faults after stopping and verify
     ],
 )
 def test_bad_nemesis_config_is_invalid_usage(tmp_path: Path, kwargs: dict[str, object]) -> None:
@@ -767,6 +767,60 @@ def test_a_phase_the_runs_bound_cuts_short_fails_the_run_naming_itself(
         assert result.error.startswith("faults: the run's bound"), result.error
         assert result.skipped == Counter({"kill": 1})
         assert runner_module.time.monotonic() < 110.0
+
+
+def test_a_loaded_but_healthy_run_recovers_inside_the_ci_bound_and_verify_gets_what_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run kept verify's whole 900 s (and the stop's 60 s) of ``run_bound_s`` for
+    every run, so in the CI test (a bound of 2,100 s) the phases ended by 1,140 s: a
+    loaded machine's run (a 700 s warm-up, 20 s of faults, a recovery of 520 s with a
+    tick every 40 s) that passed before was cut at 420 s into its recovery and failed
+    as ``slow``. The run now keeps the stop and a verify floor; verify gets what is left
+    of the bound, at least the floor and at most its own timeout."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.runner import VERIFY_TIMEOUT_S
+    from timeshard.persist import PersistClient
+
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    writer = client.open_writer("s", pa.schema([("v", pa.int64())]))
+    target = time.time_ns() // 1_000_000
+    recovery_starts, watches, ticks = 720.0, [0], [1]
+
+    def tick(now: float) -> None:  # a tick every 40 s, the upper moving; done after 520 s
+        watches[0] += 1
+        if watches[0] % 80 == 0:
+            ticks[0] += 1
+            Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+            upper = writer.upper.time
+            done = now - recovery_starts >= 520.0
+            writer.append([], upper, target + 10 if done else upper + 1)
+
+    clock = FakeTime(tick)
+    monkeypatch.setattr(runner_module, "time", clock)
+    config = NemesisConfig(
+        directory=tmp_path, fault_seconds=20.0, advancing_bound_s=900.0, run_bound_s=2100.0
+    )
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        runner = NemesisRunner(config, log=lambda line: None)
+        runner._deadline = config.phases_deadline(0.0)
+        runner._run_end = 2100.0  # the run started at 0
+        clock.now = recovery_starts
+        result = RunResult(0, "postgres", "tmpfs")
+        got = runner._await(client, ["s"], target, replicas, None, "recovery", result)
+    assert got is not None and 520.0 <= got < 560.0, result.error
+    assert result.error == "" and result.slow == ""
+    timeouts: list[float] = []
+
+    def verify(args: list[str], **kwargs: Any) -> Any:
+        timeouts.append(kwargs["timeout"])
+        return subprocess.CompletedProcess(args, 1, "not json", "")
+
+    monkeypatch.setattr(runner_module.subprocess, "run", verify)
+    for now in (1300.0, 1900.0, 100.0):  # 800 s left; 200 s left; 2,000 s left
+        clock.now = now
+        runner._verify("file:///b", "sqlite:///c", tmp_path, 0, ["s"], RunResult(0, "s", "t"))
+    assert timeouts == [800.0, 300.0, VERIFY_TIMEOUT_S]  # 300 s: the floor
 
 
 @pytest.mark.parametrize(("ticking", "slow"), [(False, "faults"), (True, "")])

@@ -45,9 +45,12 @@ up to ``advancing_bound_s``, verify up to ``VERIFY_TIMEOUT_S``); a caller
 with a deadline of its own (a CI test's timeout) gives ``run_bound_s``, the
 longest one run may take from its start to the end of verify. The warm-up,
 the fault phase, the recovery and the wait for the input then end by
-``run_bound_s - FINISH_S`` (``FINISH_S`` kept to stop the replicas and
-verify); the phase that reaches it fails the run, naming itself, and the run
-stops its replicas and verifies what is there, as after any failure.
+``run_bound_s - FINISH_S`` (``FINISH_S``: the stop's ``STOP_TIMEOUT_S`` and
+verify's floor ``VERIFY_FLOOR_S``); the phase that reaches it fails the run,
+naming itself, and the run stops its replicas and verifies what is there, as
+after any failure. Verify gets what is left of ``run_bound_s`` when it
+starts, at least ``VERIFY_FLOOR_S`` and at most ``VERIFY_TIMEOUT_S``: a run
+whose phases took long leaves verify less, not the phases less.
 
 Injected, not just planned. Every fault is recorded where it is injected,
 one line in the run's journal (``injected.jsonl``,
@@ -127,9 +130,13 @@ MAX_EXITS = 5
 #: query or its source's records) for a run to pass: at one time, no history is checked.
 MIN_VERIFIED_TIMES = 2
 STOP_TIMEOUT_S = 60.0
+#: The longest verify may take (less, if less is left of the run's bound).
 VERIFY_TIMEOUT_S = 900.0
-#: What a run keeps of its ``run_bound_s`` after its phases: stopping the replicas, verify.
-FINISH_S = STOP_TIMEOUT_S + VERIFY_TIMEOUT_S
+#: The least verify is given, whatever is left of the run's bound.
+VERIFY_FLOOR_S = 300.0
+#: What a run keeps of its ``run_bound_s`` after its phases: stopping the replicas and
+#: verify's floor. (Keeping verify's whole timeout cut loaded but healthy runs short.)
+FINISH_S = STOP_TIMEOUT_S + VERIFY_FLOOR_S
 TMPFS_MB = 256
 
 KV_BY_PREFIX = "SELECT substr(value, 1, 1) AS p, count(*) AS n FROM kv GROUP BY p"
@@ -187,9 +194,12 @@ class NemesisConfig:
     def phases_deadline(self, start: float) -> float:
         """When the phases of a run started at ``start`` (``time.monotonic()``) must end
         (infinity without a ``run_bound_s``)."""
-        if self.run_bound_s is None:
-            return math.inf
-        return start + self.run_bound_s - FINISH_S
+        return self.run_end(start) - FINISH_S
+
+    def run_end(self, start: float) -> float:
+        """When a run started at ``start`` (``time.monotonic()``) must have verified
+        (infinity without a ``run_bound_s``)."""
+        return math.inf if self.run_bound_s is None else start + self.run_bound_s
 
     def consensus_of(self, run: int) -> str:
         if self.consensus == "both":
@@ -457,6 +467,8 @@ class NemesisRunner:
         }
         #: When the current run's phases must end (``NemesisConfig.phases_deadline``).
         self._deadline = math.inf
+        #: When the current run must have verified (``NemesisConfig.run_end``).
+        self._run_end = math.inf
 
     def run(self) -> NemesisReport:
         config = self.config
@@ -491,6 +503,7 @@ class NemesisRunner:
         config = self.config
         t0 = time.monotonic()
         self._deadline = config.phases_deadline(t0)
+        self._run_end = config.run_end(t0)
         run_dir = (config.directory / f"run-{run:03d}").resolve()
         if run_dir.exists():
             shutil.rmtree(run_dir)
@@ -701,7 +714,7 @@ class NemesisRunner:
         return (
             f"{phase}: the run's bound of {self.config.run_bound_s:.0f} s ran out "
             f"{time.monotonic() - started:.0f} s into the phase (its last {FINISH_S:.0f} s "
-            "are kept to stop the replicas and verify)"
+            "at least are kept to stop the replicas and verify)"
         )
 
     def _describe(self, client: PersistClient, stuck: Stuck, replicas: list[_Replica]) -> str:
@@ -961,16 +974,21 @@ class NemesisRunner:
         result: RunResult,
     ) -> None:
         """Run ``timeshard verify`` on the location; its findings, and at how many times it
-        recomputed each of the pipeline's ``shards``, into ``result``."""
+        recomputed each of the pipeline's ``shards``, into ``result``.
+
+        Its timeout is what is left of the run's bound, at least :data:`VERIFY_FLOOR_S`
+        and at most :data:`VERIFY_TIMEOUT_S` (module doc)."""
         seed = self.config.seed * 1000 + run
         args = [sys.executable, "-m", "timeshard", "verify", "--blob", blob_uri]
         args += ["--consensus", consensus_uri, "--json", "--seed", str(seed)]
+        left = self._run_end - time.monotonic()
+        timeout = min(VERIFY_TIMEOUT_S, max(VERIFY_FLOOR_S, left))
         try:
             done = subprocess.run(
-                args, capture_output=True, text=True, env=self.env, timeout=VERIFY_TIMEOUT_S
+                args, capture_output=True, text=True, env=self.env, timeout=timeout
             )
         except subprocess.TimeoutExpired:
-            result.verify_error = f"verify did not finish in {VERIFY_TIMEOUT_S:.0f} s"
+            result.verify_error = f"verify did not finish in {timeout:.0f} s"
             self.log(f"run {run}: {result.verify_error}")
             return
         (run_dir / "verify.json").write_text(done.stdout)
