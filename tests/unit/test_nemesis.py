@@ -823,6 +823,68 @@ def test_a_loaded_but_healthy_run_recovers_inside_the_ci_bound_and_verify_gets_w
     assert timeouts == [800.0, 300.0, VERIFY_TIMEOUT_S]  # 300 s: the floor
 
 
+def test_a_fault_phase_the_runs_bound_cuts_leaves_no_full_disk_to_the_stop_and_verify(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault phase cut by the run's bound skipped the heal, the only drain of the tmpfs
+    but the window's close and the unmount: the ballast stayed through the replicas' stop
+    (a closing write could crash on ENOSPC) and verify. The run's cleanup drains the
+    disk before it stops the replicas, whatever ended the phase."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _Replica
+
+    full, seen, procs = [False], {}, []
+
+    def mount(self: BlobDisk, size_mb: int) -> bool:
+        self.mounted = True
+        self.blob_root.mkdir(parents=True)
+        return True
+
+    def start(self: Any, seed: int, env: dict[str, str]) -> None:
+        self.incarnation += 1
+        self.proc = subprocess.Popen(["sleep", "600"])
+        procs.append(self.proc)
+        Heartbeat(self.incarnation, 5).write(Heartbeat.path(self.run_dir, self.index))
+
+    def warm_up(*args: Any) -> float:  # a loaded machine: 1,700 s of the phases' 1,740 s
+        clock.now += 1700.0
+        return 1700.0
+
+    def stop(self: Any, replicas: list[Any], result: RunResult) -> None:
+        seen["stop"] = full[0]
+        for p in procs:
+            p.kill()
+            p.wait()
+
+    clock = FakeTime(lambda now: None)
+    monkeypatch.setattr(runner_module, "time", clock)
+    monkeypatch.setattr(BlobDisk, "mount", mount)
+    monkeypatch.setattr(BlobDisk, "fill", lambda self: full.__setitem__(0, True) or 1)
+    monkeypatch.setattr(BlobDisk, "drain", lambda self: full.__setitem__(0, False))
+    monkeypatch.setattr(BlobDisk, "unmount", lambda self: setattr(self, "mounted", False))
+    monkeypatch.setattr(runner_module.shutil, "copytree", lambda *args: None)
+    monkeypatch.setattr(
+        runner_module, "plan_faults", lambda *a, **k: [Fault(0.5, "disk_full", None, 300.0)]
+    )
+    monkeypatch.setattr(_Replica, "start", start)
+    monkeypatch.setattr(NemesisRunner, "_await", warm_up)
+    monkeypatch.setattr(NemesisRunner, "_stop", stop)
+    monkeypatch.setattr(NemesisRunner, "_count_injected", lambda *args: None)
+    monkeypatch.setattr(NemesisRunner, "_verify", lambda *args: seen.setdefault("verify", full[0]))
+    config = NemesisConfig(
+        directory=tmp_path,
+        replicas=1,
+        fault_seconds=20.0,
+        advancing_bound_s=900.0,
+        run_bound_s=2100.0,
+        kinds=("kill", "disk_full"),
+    )
+    result = NemesisRunner(config, log=lambda line: None).run_once(0)
+    assert result.error.startswith("faults: the run's bound of 2100 s ran out"), result.error
+    assert seen == {"stop": False, "verify": False}
+
+
 @pytest.mark.parametrize(("ticking", "slow"), [(False, "faults"), (True, "")])
 def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_barely_ticked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ticking: bool, slow: str

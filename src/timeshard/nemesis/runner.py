@@ -20,7 +20,8 @@ One *run*:
       │  (verify reads only what the bindings name); never read once a live
       │  replica finished ``stuck_ticks`` ticks with it unread
       │
-      ├─ stop the replicas, then ``timeshard verify`` the location (a fresh
+      ├─ drain the disk and stop the replicas (whatever ended the phases: no
+      │  fault outlives them), then ``timeshard verify`` the location (a fresh
       │  process): every shard's invariants, every view against its query
       │  recomputed from scratch, the FILE upsert against last-value-per-key
       │
@@ -565,6 +566,10 @@ class NemesisRunner:
         except Exception as e:  # the run failed; say why, verify what is there, go on
             result.error = f"{type(e).__name__}: {e}"
         finally:
+            # Whatever ended the phases (the heal, the run's bound, an error), no fault
+            # outlives them: the disk is drained before the replicas' closing writes and
+            # verify; the stop's control carries no window and continues paused replicas.
+            disk.drain()
             self._stop(replicas, result)
         self._count_injected(run_dir, planned, result)
         if result.error:
@@ -935,6 +940,9 @@ class NemesisRunner:
         return target
 
     def _stop(self, replicas: list[_Replica], result: RunResult) -> None:
+        """Stop every replica: continued if paused, its control's windows off and its stop
+        flag set, killed if it has not exited within ``STOP_TIMEOUT_S``; the replicas'
+        start times and failed ticks from their logs into ``result``."""
         for r in replicas:
             r.signal(signal.SIGCONT)
             r.set_control(Control(stop=True))
