@@ -927,6 +927,50 @@ def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_b
     assert result.skipped == (Counter() if ticking else Counter({"kill": 1}))
 
 
+def test_a_slow_fault_phase_is_not_named_slow_beside_a_later_phase_that_is_stuck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault phase that reached its own bound with a kind not injected and too few ticks
+    set ``slow="faults"``, and the run went on; a recovery that then found an object stuck
+    replaced the run's error but left the label: ``slow='faults'`` beside "recovery:
+    stuck", a hang reported as a loaded machine. ``slow`` names the phase whose error is
+    the run's, or is empty."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _InputWriter
+    from timeshard.persist import PersistClient
+
+    events = tmp_path / "events"
+    events.mkdir()
+    ticking, ticks = [False], [0]
+
+    def tick(now: float) -> None:
+        if ticking[0]:
+            ticks[0] += 1
+        Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+
+    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        tick(0.0)  # started, never ticks in the fault phase
+        config = NemesisConfig(
+            directory=tmp_path, fault_seconds=1.0, advancing_bound_s=30.0, stuck_ticks=5
+        )
+        runner = NemesisRunner(config, log=lambda line: None)
+        result = RunResult(0, "sqlite", "tmpfs")
+        inputs = _InputWriter(events, random.Random(0))
+        kill = Fault(0.5, "kill", 0, 1.0)
+        assert runner._fault_phase([kill], replicas, BlobDisk(tmp_path), inputs, result)
+        assert result.slow == "faults", result.error
+        client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+        writer = client.open_writer("s", pa.schema([("v", pa.int64())]))
+        writer.append([], 0, 5)  # an upper that never moves again
+        ticking[0] = True
+        target = time.time_ns() // 1_000_000
+        assert runner._await(client, ["s"], target, replicas, None, "recovery", result) is None
+    assert result.error.startswith("recovery: stuck: s: upper 5"), result.error
+    assert result.slow == "", result.slow
+
+
 @pytest.mark.parametrize(("every", "read_at"), [(80, 3), (1, None)])
 def test_input_unread_after_the_recovery_is_judged_by_ticks_not_by_the_wall_clock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int, read_at: int | None

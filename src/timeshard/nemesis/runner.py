@@ -231,7 +231,8 @@ class RunResult:
     too) finished fewer than ``stuck_ticks`` ticks in all, none failing: too few to
     tell a loaded machine from a hang (the run fails; a phase whose replicas ticked
     more, or failed a tick, is a failure with no ``slow``: a read at a replica's start
-    that fails and is tried again is a failing tick too); ``verified_times``: the times at
+    that fails and is tried again is a failing tick too); it is always the phase the run's
+    ``error`` names (:meth:`fail`), never an earlier one's; ``verified_times``: the times at
     which verify recomputed each object of the pipeline; ``few_times``: the
     objects recomputed at fewer than :data:`MIN_VERIFIED_TIMES`, with verify's
     notes on them (the run fails: a clean verify of them would say little).
@@ -258,6 +259,12 @@ class RunResult:
     error: str = ""
     seconds: float = 0.0
     directory: str = ""
+
+    def fail(self, error: str, slow: str = "") -> None:
+        """Make ``error`` the run's error (it replaces an earlier phase's) and ``slow`` the
+        phase it names if that phase was slow, else empty: a label an earlier phase left
+        would call a later failure (a stuck object, say) a loaded machine."""
+        self.error, self.slow = error, slow
 
     @property
     def ok(self) -> bool:
@@ -564,7 +571,7 @@ class NemesisRunner:
             ):
                 self.log(f"run {run}: recovered in {result.recovery_s:.1f} s; verifying")
         except Exception as e:  # the run failed; say why, verify what is there, go on
-            result.error = f"{type(e).__name__}: {e}"
+            result.fail(f"{type(e).__name__}: {e}")
         finally:
             # Whatever ended the phases (the heal, the run's bound, an error), no fault
             # outlives them: the disk is drained before the replicas' closing writes and
@@ -615,25 +622,25 @@ class NemesisRunner:
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
-                result.error = f"{phase}: stuck: " + " | ".join(result.stuck)
+                result.fail(f"{phase}: stuck: " + " | ".join(result.stuck))
                 return None
             if liveness.caught_up():
                 return time.monotonic() - started
             waited = time.monotonic() - started
             if waited > config.advancing_bound_s or time.monotonic() > self._deadline:
                 done, errors = phase_ticks.done(), phase_ticks.errors()
-                if phase_ticks.slow(config.stuck_ticks):  # too few to tell from a hang
-                    result.slow = phase
                 why = (
                     f"still not caught up after {config.advancing_bound_s:.0f} s"
                     if waited > config.advancing_bound_s
                     else self._out_of_time(phase, started).removeprefix(f"{phase}: ")
                 )
-                result.error = (
+                result.fail(
                     f"{phase}: {why}, "
                     f"in which the replicas finished {done} ticks (never stuck): "
                     f"{liveness.verdicts}; uppers {uppers}, target {target}"
-                    + (f"; {errors}" if errors else "")
+                    + (f"; {errors}" if errors else ""),
+                    # too few ticks to tell from a hang
+                    phase if phase_ticks.slow(config.stuck_ticks) else "",
                 )
                 return None
             if waited - logged >= 30:
@@ -644,7 +651,7 @@ class NemesisRunner:
                     r.exits += 1
                     result.self_exits += 1
                     if r.exits - exits[r.index] > MAX_EXITS:
-                        result.error = (
+                        result.fail(
                             f"{phase}: replica {r.index} exited {MAX_EXITS + 1} times by "
                             f"itself; see {r.run_dir}/replica-{r.index}-*.log"
                         )
@@ -690,7 +697,7 @@ class NemesisRunner:
             worst = max(behind, key=lambda i: behind[i], default=None)
             never = f"input: recovered, but the FILE source never read {unread}"
             if worst is not None and behind[worst] >= config.stuck_ticks:
-                result.error = (
+                result.fail(
                     f"{never} in {behind[worst]} ticks of replica {worst[0]} "
                     f"(incarnation {worst[1]})"
                 )
@@ -699,17 +706,16 @@ class NemesisRunner:
             if phase_ticks.done() != last_done:
                 last_done, last_tick_at = phase_ticks.done(), now
             if now - last_tick_at > config.advancing_bound_s or now > self._deadline:
-                if phase_ticks.slow(config.stuck_ticks):
-                    result.slow = "input"
                 why = (
                     self._out_of_time("input", started).removeprefix("input: ")
                     if now > self._deadline
                     else f"no replica finished a tick in {config.advancing_bound_s:.0f} s"
                 )
                 errors = phase_ticks.errors()
-                result.error = (
+                result.fail(
                     f"{never}: {why}, the replicas finished {last_done} ticks in the phase"
-                    + (f"; {errors}" if errors else "")
+                    + (f"; {errors}" if errors else ""),
+                    "input" if phase_ticks.slow(config.stuck_ticks) else "",
                 )
                 return False
             time.sleep(WATCH_S)
@@ -833,13 +839,12 @@ class NemesisRunner:
         missing = sorted({f.kind for f in plan} - set(injected))
         if not missing:
             return
-        if phase_ticks.slow(self.config.stuck_ticks):
-            result.slow = "faults"
         errors = phase_ticks.errors()
-        result.error = (
+        result.fail(
             f"faults: {missing} not injected when the phase ended, waiting for a ticking "
             f"replica or for one to act on its window, in which the replicas finished "
-            f"{phase_ticks.done()} ticks" + (f"; {errors}" if errors else "")
+            f"{phase_ticks.done()} ticks" + (f"; {errors}" if errors else ""),
+            "faults" if phase_ticks.slow(self.config.stuck_ticks) else "",
         )
 
     def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> str:
