@@ -971,6 +971,55 @@ def test_a_slow_fault_phase_is_not_named_slow_beside_a_later_phase_that_is_stuck
     assert result.slow == "", result.slow
 
 
+def test_a_replica_that_exits_by_itself_while_the_input_is_awaited_is_restarted_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait for the input, unlike the other phases, neither restarted a replica that
+    exited by itself (a JVM crash after the recovery) nor counted it: no tick came, the
+    phase waited ``advancing_bound_s`` and failed as ``slow="input"``, a crash reported
+    as a loaded machine."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.runner import _Replica
+
+    procs: list[subprocess.Popen[bytes]] = []
+    replica = _Replica(0, tmp_path)
+
+    def start(self: Any, seed: int, env: dict[str, str]) -> None:
+        self.incarnation += 1
+        self.proc = subprocess.Popen(["sleep", "600"])
+        procs.append(self.proc)
+        Heartbeat(self.incarnation, 0).write(Heartbeat.path(tmp_path, self.index))
+
+    def tick(now: float) -> None:  # the live incarnation finishes a tick per watch
+        beat = replica.heartbeat()
+        if replica.alive():
+            Heartbeat(beat.incarnation, beat.ticks + 1).write(Heartbeat.path(tmp_path, 0))
+
+    def unread(client: Any, source: str, directory: Path) -> dict[str, str]:
+        restarted = replica.incarnation == 1 and replica.heartbeat().ticks >= 2
+        return {} if restarted else {"part-00001.jsonl": "0/9"}
+
+    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    monkeypatch.setattr(runner_module, "unread_input", unread)
+    monkeypatch.setattr(_Replica, "start", start)
+    try:
+        replica.start(0, {})
+        Heartbeat(0, 3).write(Heartbeat.path(tmp_path, 0))
+        procs[0].kill()  # crashed right after the recovery
+        procs[0].wait()
+        config = NemesisConfig(directory=tmp_path, advancing_bound_s=900.0, stuck_ticks=5)
+        runner = NemesisRunner(config, log=lambda line: None)
+        result = RunResult(0, "sqlite", "tmpfs", recovery_s=3.0)
+        read = runner._await_input(None, tmp_path, [replica], result)  # type: ignore[arg-type]
+        assert read and result.error == "" and result.slow == "", result.error
+        assert result.self_exits == 1 and replica.exits == 1
+        assert runner_module.time.monotonic() < 10.0
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 @pytest.mark.parametrize(("every", "read_at"), [(80, 3), (1, None)])
 def test_input_unread_after_the_recovery_is_judged_by_ticks_not_by_the_wall_clock(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every: int, read_at: int | None

@@ -646,21 +646,32 @@ class NemesisRunner:
             if waited - logged >= 30:
                 logged = waited
                 self.log(f"  {phase} after {waited:.0f} s: {liveness.verdicts}")
-            for r in replicas:
-                if r.proc is not None and not r.alive():
-                    r.exits += 1
-                    result.self_exits += 1
-                    if r.exits - exits[r.index] > MAX_EXITS:
-                        result.fail(
-                            f"{phase}: replica {r.index} exited {MAX_EXITS + 1} times by "
-                            f"itself; see {r.run_dir}/replica-{r.index}-*.log"
-                        )
-                        return None
-                    self.log(f"  replica {r.index} exited by itself; restarting it")
-                    r.start(config.seed, self.env)
+            if not self._restart_exited(replicas, exits, phase, result):
+                return None
             if inputs is not None:
                 inputs.maybe_write()
             time.sleep(WATCH_S)
+
+    def _restart_exited(
+        self, replicas: list[_Replica], exits: dict[int, int], phase: str, result: RunResult
+    ) -> bool:
+        """Restart the ``replicas`` whose process exited with no fault killing it (a JVM
+        crash, say), counted in ``result.self_exits``; False (and the run's error set) if
+        one exited more than ``MAX_EXITS`` times in ``phase`` (``exits``: each replica's
+        exits when the phase began)."""
+        for r in replicas:
+            if r.proc is not None and not r.alive():
+                r.exits += 1
+                result.self_exits += 1
+                if r.exits - exits[r.index] > MAX_EXITS:
+                    result.fail(
+                        f"{phase}: replica {r.index} exited {MAX_EXITS + 1} times by "
+                        f"itself; see {r.run_dir}/replica-{r.index}-*.log"
+                    )
+                    return False
+                self.log(f"  replica {r.index} exited by itself; restarting it")
+                r.start(self.config.seed, self.env)
+        return True
 
     def _await_input(
         self, client: PersistClient, directory: Path, replicas: list[_Replica], result: RunResult
@@ -676,10 +687,12 @@ class NemesisRunner:
         the unread input last changed; a machine under load makes ticks rarer,
         not the verdict. It waits while the replicas tick: if none finishes a
         tick for ``advancing_bound_s``, or the run's bound comes, the phase
-        (``input``) fails, slow by the rule of the others.
+        (``input``) fails, slow by the rule of the others. A replica that exits by
+        itself is restarted and counted, as in the other phases.
         """
         config = self.config
         started = last_tick_at = time.monotonic()
+        exits = {r.index: r.exits for r in replicas}
         phase_ticks = _PhaseTicks()
         last_done = 0
         seen: dict[str, str] | None = None
@@ -717,6 +730,8 @@ class NemesisRunner:
                     + (f"; {errors}" if errors else ""),
                     "input" if phase_ticks.slow(config.stuck_ticks) else "",
                 )
+                return False
+            if not self._restart_exited(replicas, exits, "input", result):
                 return False
             time.sleep(WATCH_S)
 
