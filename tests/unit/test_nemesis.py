@@ -363,6 +363,29 @@ def test_an_upper_ahead_of_the_clock_waits_and_an_unreadable_one_counts_again() 
     ]
 
 
+def test_a_value_unchanged_counts_the_ticks_since_it_last_changed() -> None:
+    from timeshard.nemesis.liveness import Unchanged
+
+    still = Unchanged()
+    assert still.observe({"a": "0/9"}, {}) is None  # no live replica
+    assert still.observe({"a": "0/9"}, {(0, 0): 7}) == ((0, 0), 0)  # first seen at 7
+    assert still.observe({"a": "0/9"}, {(0, 0): 9, (1, 0): 2}) == ((0, 0), 2)
+    assert still.observe({"a": "3/9"}, {(0, 0): 10, (1, 0): 3}) == ((0, 0), 0)  # read on
+    assert still.observe({"a": "3/9"}, {(0, 0): 11, (1, 0): 6}) == ((1, 0), 3)
+
+
+def test_phase_ticks_count_every_incarnation_from_when_it_was_first_seen() -> None:
+    from timeshard.nemesis.liveness import PhaseTicks
+
+    phase = PhaseTicks()
+    assert phase.observe({(0, 0): Heartbeat(0, 5)}) == {(0, 0): 5}
+    phase.observe({(0, 0): Heartbeat(0, 7), (1, 1): Heartbeat(1, 2)})
+    phase.observe({(1, 1): Heartbeat(1, 3)})  # replica 0 died: it keeps its 2 ticks
+    assert phase.done() == 3 and phase.slow(4) and not phase.slow(3) and phase.errors() == ""
+    phase.observe({(1, 1): Heartbeat(1, 4, failing=1, last_error="boom")})
+    assert not phase.slow(100) and phase.errors() == "replica 1 incarnation 1 failed: boom"
+
+
 def test_input_lines_are_seeded_and_hold_deletes_and_bad_lines() -> None:
     lines = input_lines(random.Random(3), 2000)
     assert lines == input_lines(random.Random(3), 2000)

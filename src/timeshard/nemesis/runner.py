@@ -111,7 +111,14 @@ from timeshard.location import open_location
 from timeshard.location.unreliable import FaultJournal
 from timeshard.nemesis.control import JOURNAL, Control
 from timeshard.nemesis.disk import BlobDisk
-from timeshard.nemesis.liveness import Heartbeat, Incarnation, Liveness, Stuck
+from timeshard.nemesis.liveness import (
+    Heartbeat,
+    Incarnation,
+    Liveness,
+    PhaseTicks,
+    Stuck,
+    Unchanged,
+)
 from timeshard.nemesis.plan import KINDS, Fault, plan_faults
 from timeshard.persist import PersistClient
 from timeshard.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
@@ -615,10 +622,10 @@ class NemesisRunner:
         liveness = Liveness(shards, target, config.stuck_ticks)
         exits = {r.index: r.exits for r in replicas}
         logged = 0.0
-        phase_ticks = _PhaseTicks()
+        phase_ticks = PhaseTicks()
         while True:
             uppers = {s: _upper_or_none(client, s) for s in shards}
-            ticks = phase_ticks.observe(replicas)
+            ticks = phase_ticks.observe(_beats(replicas))
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
@@ -682,7 +689,7 @@ class NemesisRunner:
         Verify reads only what the bindings name: it would not see input never
         read. A tick that listed the files before the heal may be what
         recovered, so the next ones read the rest. Judged by ticks, as an upper
-        is (:class:`~timeshard.nemesis.liveness.Liveness`): the input is never
+        is (:class:`~timeshard.nemesis.liveness.Unchanged`): the input is never
         read (a defect) once a live replica finished ``stuck_ticks`` ticks since
         the unread input last changed; a machine under load makes ticks rarer,
         not the verdict. It waits while the replicas tick: if none finishes a
@@ -693,26 +700,19 @@ class NemesisRunner:
         config = self.config
         started = last_tick_at = time.monotonic()
         exits = {r.index: r.exits for r in replicas}
-        phase_ticks = _PhaseTicks()
+        phase_ticks, still = PhaseTicks(), Unchanged()
         last_done = 0
-        seen: dict[str, str] | None = None
-        base: dict[Incarnation, int] = {}
         while True:
-            ticks = phase_ticks.observe(replicas)  # before the read: these ticks preceded it
+            ticks = phase_ticks.observe(_beats(replicas))  # before the read: they preceded it
             unread = unread_input(client, "events", directory)
             if not unread:
                 return True
-            if unread != seen:  # read on: count ticks from here
-                seen, base = unread, dict(ticks)
-            for incarnation, n in ticks.items():
-                base.setdefault(incarnation, n)
-            behind = {incarnation: n - base[incarnation] for incarnation, n in ticks.items()}
-            worst = max(behind, key=lambda i: behind[i], default=None)
+            worst = still.observe(unread, ticks)  # read on: ticks count from there
             never = f"input: recovered, but the FILE source never read {unread}"
-            if worst is not None and behind[worst] >= config.stuck_ticks:
+            if worst is not None and worst[1] >= config.stuck_ticks:
+                (replica, incarnation), n = worst
                 result.fail(
-                    f"{never} in {behind[worst]} ticks of replica {worst[0]} "
-                    f"(incarnation {worst[1]})"
+                    f"{never} in {n} ticks of replica {replica} (incarnation {incarnation})"
                 )
                 return False
             now = time.monotonic()
@@ -788,9 +788,9 @@ class NemesisRunner:
         pending = list(plan)
         waiting: list[Fault] = []
         full = _DiskWindow()
-        phase_ticks = _PhaseTicks()
+        phase_ticks = PhaseTicks()
         while True:
-            phase_ticks.observe(replicas)
+            phase_ticks.observe(_beats(replicas))
             now = time.monotonic() - start
             self._hold_windows(now, replicas)
             full.hold(now, replicas[0].run_dir, disk)
@@ -845,7 +845,7 @@ class NemesisRunner:
         return True
 
     def _undone_faults(
-        self, plan: list[Fault], run_dir: Path, phase_ticks: _PhaseTicks, result: RunResult
+        self, plan: list[Fault], run_dir: Path, phase_ticks: PhaseTicks, result: RunResult
     ) -> None:
         """At the end of a fault phase cut short: the kinds of ``plan`` the journal has no
         line of yet into the run's error, and the phase ``slow`` if its replicas barely
@@ -1036,50 +1036,6 @@ class NemesisRunner:
             self.log(f"  difference: {json.dumps(finding)[:600]}")
 
 
-class _PhaseTicks:
-    """The ticks the replica processes finished in one phase, from their heartbeats.
-
-    Per replica incarnation: its ticks when first seen in the phase, the most
-    seen since (one that dies in the phase keeps its count), and whether a tick
-    of it failed in the phase (a heartbeat past the first one seen says its last
-    ticks failed), with the error.
-    """
-
-    def __init__(self) -> None:
-        self._first: dict[Incarnation, int] = {}
-        self._last: dict[Incarnation, int] = {}
-        self._failed: dict[Incarnation, str] = {}
-
-    def observe(self, replicas: list[_Replica]) -> dict[Incarnation, int]:
-        """Read the heartbeats of the live, unpaused ``replicas``; their ticks now."""
-        beats = {
-            (r.index, r.incarnation): r.heartbeat()
-            for r in replicas
-            if r.alive() and not r.paused_until
-        }
-        for incarnation, beat in beats.items():
-            self._first.setdefault(incarnation, beat.ticks)
-            self._last[incarnation] = max(self._last.get(incarnation, beat.ticks), beat.ticks)
-            if beat.failing and beat.ticks > self._first[incarnation]:
-                self._failed[incarnation] = beat.last_error
-        return {incarnation: beat.ticks for incarnation, beat in beats.items()}
-
-    def done(self) -> int:
-        """The ticks all replica processes finished in the phase so far."""
-        return sum(n - self._first[i] for i, n in self._last.items())
-
-    def slow(self, stuck_ticks: int) -> bool:
-        """Whether the phase saw too few ticks to tell a loaded machine from a hang: fewer
-        than ``stuck_ticks`` in all, none failing."""
-        return self.done() < stuck_ticks and not self._failed
-
-    def errors(self) -> str:
-        """The failed ticks' last errors, one per replica incarnation."""
-        return "; ".join(
-            f"replica {i} incarnation {n} failed: {e}" for (i, n), e in self._failed.items()
-        )
-
-
 @dataclass
 class _DiskWindow:
     """The full disk's window: open (``until`` > 0) from a ``disk_full`` fault until
@@ -1149,6 +1105,15 @@ def _count_verified(found: dict[str, Any], shards: list[str], result: RunResult)
                 f"verify recomputed {shard!r} at {len(times)} times {sorted(times)}, fewer "
                 f"than {MIN_VERIFIED_TIMES} ({notes})"
             )
+
+
+def _beats(replicas: list[_Replica]) -> dict[Incarnation, Heartbeat]:
+    """The current heartbeats of the live, unpaused ``replicas``, by incarnation."""
+    return {
+        (r.index, r.incarnation): r.heartbeat()
+        for r in replicas
+        if r.alive() and not r.paused_until
+    }
 
 
 def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
