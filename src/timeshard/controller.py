@@ -44,7 +44,8 @@ Invariants:
    (CorruptState), ends the run, at the start as later: retrying cannot help.
    The catalog's read at the start, before any object is built, is retried so
    too (its faults are logged: no object has a health yet), until it succeeds or
-   the caller's stop flag is set (then the build raises :class:`StartStopped`).
+   the caller's stop flag is set (then the build raises :class:`StartStopped`,
+   having dropped the replication slots its sources made, as a refusal does).
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
    So is a fault while a view is installed or an export built: the object is
@@ -150,18 +151,19 @@ class Pipeline:
         #: The objects whose first tick failed (as :meth:`step` returns them).
         self.first_failures: dict[str, str] = {}
         try:
-            # Before any object writes: no shard of another object (of the location, or of
-            # the declaration), no source redeclared. One read of the catalog for all: each
-            # ingestion checks itself against it too, and the checks above keep the
-            # declaration's objects apart, which an ingestion built later would see recorded.
-            catalog = read_at_start(
-                lambda: read_catalog(client),
-                "the location's catalog",
-                build_backoff_s,
-                on_retry,
-                stop,
-            )
             try:
+                # Before any object writes: no shard of another object (of the location, or
+                # of the declaration), no source redeclared. One read of the catalog for
+                # all: each ingestion checks itself against it too, and the checks above
+                # keep the declaration's objects apart, which an ingestion built later
+                # would see recorded.
+                catalog = read_at_start(
+                    lambda: read_catalog(client),
+                    "the location's catalog",
+                    build_backoff_s,
+                    on_retry,
+                    stop,
+                )
                 self._check_sources(built, catalog)
                 for s, source in built:
                     try:
@@ -174,7 +176,7 @@ class Pipeline:
                         continue
                     self.ingestions.append(ingestion)
                     self._sources.append((s, source))
-            except _ENDS_RUN:
+            except (*_ENDS_RUN, StartStopped):  # the run ends before any source ran
                 _drop_new_slots(source for _, source in built)
                 raise
             self.first_failures = self._step_ingestions()
@@ -419,12 +421,12 @@ class Pipeline:
 
 
 def _drop_new_slots(sources: Iterable[Any]) -> None:
-    """Drop the replication slot each of ``sources`` created as it was built (a POSTGRES
-    source's; no other kind makes one), once the run ends before any of them ran (the
-    declaration refused, or corrupt state), as the checks before a run build their
-    sources without a slot (:func:`~timeshard.spec.checked_only`). A slot that cannot be
-    dropped is logged: the error that ended the run is the one to see. A source built
-    again after a fault finds the slot an earlier build made (``slot_created`` false):
+    """Drop the replication slot each of ``sources`` created as it was built (a POSTGRES source's;
+    no other kind makes one), once the run ends before any of them ran (the declaration
+    refused, corrupt state, or the caller's stop at the start), as the checks before a run
+    build their sources without a slot (:func:`~timeshard.spec.checked_only`). A slot that
+    cannot be dropped is logged: the error that ended the run is the one to see. A source
+    built again after a fault finds the slot an earlier build made (``slot_created`` false):
     that earlier build, kept by its :class:`_Retry`, drops it, for every source still
     stalled when the run ends. A slot dropped twice is no error (``drop`` deletes it if it
     is there). A stalled source may by then share its slot with a source of its name that
@@ -488,7 +490,9 @@ def read_at_start(
 
 class StartStopped(Exception):
     """The caller asked to stop while a read at the start of its run was being retried
-    (:func:`read_at_start`): nothing was built."""
+    (:func:`read_at_start`): no source ran, nor was any view or export built. The
+    sources were built before the read; the replication slots they made are dropped,
+    as when a refusal ends the run (:func:`_drop_new_slots`)."""
 
 
 #: What ends the run when a source or its ingestion is built: a refusal (the declaration

@@ -89,7 +89,7 @@ def test_bad_plan_arguments_are_invalid_usage(kwargs: dict[str, object], named: 
         {"kinds": ("meteor",)},
         {"stuck_ticks": 0},
         {"advancing_bound_s": 0.0},
-        {"run_bound_s": 900.0},  # no time left for the faults after stopping and verify
+        {"run_bound_s": 400.0},  # no time left for the faults after stopping and verify
     ],
 )
 def test_bad_nemesis_config_is_invalid_usage(tmp_path: Path, kwargs: dict[str, object]) -> None:
@@ -361,6 +361,29 @@ def test_an_upper_ahead_of_the_clock_waits_and_an_unreadable_one_counts_again() 
     assert liveness.observe({"v": ahead}, {(0, 0): 112}, ahead + 3) == [
         Stuck("v", ahead, (0, 0), 3)
     ]
+
+
+def test_a_value_unchanged_counts_the_ticks_since_it_last_changed() -> None:
+    from timeshard.nemesis.liveness import Unchanged
+
+    still = Unchanged()
+    assert still.observe({"a": "0/9"}, {}) is None  # no live replica
+    assert still.observe({"a": "0/9"}, {(0, 0): 7}) == ((0, 0), 0)  # first seen at 7
+    assert still.observe({"a": "0/9"}, {(0, 0): 9, (1, 0): 2}) == ((0, 0), 2)
+    assert still.observe({"a": "3/9"}, {(0, 0): 10, (1, 0): 3}) == ((0, 0), 0)  # read on
+    assert still.observe({"a": "3/9"}, {(0, 0): 11, (1, 0): 6}) == ((1, 0), 3)
+
+
+def test_phase_ticks_count_every_incarnation_from_when_it_was_first_seen() -> None:
+    from timeshard.nemesis.liveness import PhaseTicks
+
+    phase = PhaseTicks()
+    assert phase.observe({(0, 0): Heartbeat(0, 5)}) == {(0, 0): 5}
+    phase.observe({(0, 0): Heartbeat(0, 7), (1, 1): Heartbeat(1, 2)})
+    phase.observe({(1, 1): Heartbeat(1, 3)})  # replica 0 died: it keeps its 2 ticks
+    assert phase.done() == 3 and phase.slow(4) and not phase.slow(3) and phase.errors() == ""
+    phase.observe({(1, 1): Heartbeat(1, 4, failing=1, last_error="boom")})
+    assert not phase.slow(100) and phase.errors() == "replica 1 incarnation 1 failed: boom"
 
 
 def test_input_lines_are_seeded_and_hold_deletes_and_bad_lines() -> None:
@@ -769,6 +792,122 @@ def test_a_phase_the_runs_bound_cuts_short_fails_the_run_naming_itself(
         assert runner_module.time.monotonic() < 110.0
 
 
+def test_a_loaded_but_healthy_run_recovers_inside_the_ci_bound_and_verify_gets_what_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run kept verify's whole 900 s (and the stop's 60 s) of ``run_bound_s`` for
+    every run, so in the CI test (a bound of 2,100 s) the phases ended by 1,140 s: a
+    loaded machine's run (a 700 s warm-up, 20 s of faults, a recovery of 520 s with a
+    tick every 40 s) that passed before was cut at 420 s into its recovery and failed
+    as ``slow``. The run now keeps the stop and a verify floor; verify gets what is left
+    of the bound, at least the floor and at most its own timeout."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.runner import VERIFY_TIMEOUT_S
+    from timeshard.persist import PersistClient
+
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    writer = client.open_writer("s", pa.schema([("v", pa.int64())]))
+    target = time.time_ns() // 1_000_000
+    recovery_starts, watches, ticks = 720.0, [0], [1]
+
+    def tick(now: float) -> None:  # a tick every 40 s, the upper moving; done after 520 s
+        watches[0] += 1
+        if watches[0] % 80 == 0:
+            ticks[0] += 1
+            Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+            upper = writer.upper.time
+            done = now - recovery_starts >= 520.0
+            writer.append([], upper, target + 10 if done else upper + 1)
+
+    clock = FakeTime(tick)
+    monkeypatch.setattr(runner_module, "time", clock)
+    config = NemesisConfig(
+        directory=tmp_path, fault_seconds=20.0, advancing_bound_s=900.0, run_bound_s=2100.0
+    )
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        runner = NemesisRunner(config, log=lambda line: None)
+        runner._deadline = config.phases_deadline(0.0)
+        runner._run_end = 2100.0  # the run started at 0
+        clock.now = recovery_starts
+        result = RunResult(0, "postgres", "tmpfs")
+        got = runner._await(client, ["s"], target, replicas, None, "recovery", result)
+    assert got is not None and 520.0 <= got < 560.0, result.error
+    assert result.error == "" and result.slow == ""
+    timeouts: list[float] = []
+
+    def verify(args: list[str], **kwargs: Any) -> Any:
+        timeouts.append(kwargs["timeout"])
+        return subprocess.CompletedProcess(args, 1, "not json", "")
+
+    monkeypatch.setattr(runner_module.subprocess, "run", verify)
+    for now in (1300.0, 1900.0, 100.0):  # 800 s left; 200 s left; 2,000 s left
+        clock.now = now
+        runner._verify("file:///b", "sqlite:///c", tmp_path, 0, ["s"], RunResult(0, "s", "t"))
+    assert timeouts == [800.0, 300.0, VERIFY_TIMEOUT_S]  # 300 s: the floor
+
+
+def test_a_fault_phase_the_runs_bound_cuts_leaves_no_full_disk_to_the_stop_and_verify(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault phase cut by the run's bound skipped the heal, the only drain of the tmpfs
+    but the window's close and the unmount: the ballast stayed through the replicas' stop
+    (a closing write could crash on ENOSPC) and verify. The run's cleanup drains the
+    disk before it stops the replicas, whatever ended the phase."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _Replica
+
+    full, seen, procs = [False], {}, []
+
+    def mount(self: BlobDisk, size_mb: int) -> bool:
+        self.mounted = True
+        self.blob_root.mkdir(parents=True)
+        return True
+
+    def start(self: Any, seed: int, env: dict[str, str]) -> None:
+        self.incarnation += 1
+        self.proc = subprocess.Popen(["sleep", "600"])
+        procs.append(self.proc)
+        Heartbeat(self.incarnation, 5).write(Heartbeat.path(self.run_dir, self.index))
+
+    def warm_up(*args: Any) -> float:  # a loaded machine: 1,700 s of the phases' 1,740 s
+        clock.now += 1700.0
+        return 1700.0
+
+    def stop(self: Any, replicas: list[Any], result: RunResult) -> None:
+        seen["stop"] = full[0]
+        for p in procs:
+            p.kill()
+            p.wait()
+
+    clock = FakeTime(lambda now: None)
+    monkeypatch.setattr(runner_module, "time", clock)
+    monkeypatch.setattr(BlobDisk, "mount", mount)
+    monkeypatch.setattr(BlobDisk, "fill", lambda self: full.__setitem__(0, True) or 1)
+    monkeypatch.setattr(BlobDisk, "drain", lambda self: full.__setitem__(0, False))
+    monkeypatch.setattr(BlobDisk, "unmount", lambda self: setattr(self, "mounted", False))
+    monkeypatch.setattr(runner_module.shutil, "copytree", lambda *args: None)
+    monkeypatch.setattr(
+        runner_module, "plan_faults", lambda *a, **k: [Fault(0.5, "disk_full", None, 300.0)]
+    )
+    monkeypatch.setattr(_Replica, "start", start)
+    monkeypatch.setattr(NemesisRunner, "_await", warm_up)
+    monkeypatch.setattr(NemesisRunner, "_stop", stop)
+    monkeypatch.setattr(NemesisRunner, "_count_injected", lambda *args: None)
+    monkeypatch.setattr(NemesisRunner, "_verify", lambda *args: seen.setdefault("verify", full[0]))
+    config = NemesisConfig(
+        directory=tmp_path,
+        replicas=1,
+        fault_seconds=20.0,
+        advancing_bound_s=900.0,
+        run_bound_s=2100.0,
+        kinds=("kill", "disk_full"),
+    )
+    result = NemesisRunner(config, log=lambda line: None).run_once(0)
+    assert result.error.startswith("faults: the run's bound of 2100 s ran out"), result.error
+    assert seen == {"stop": False, "verify": False}
+
+
 @pytest.mark.parametrize(("ticking", "slow"), [(False, "faults"), (True, "")])
 def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_barely_ticked(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ticking: bool, slow: str
@@ -809,6 +948,99 @@ def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_b
     assert result.slow == slow, result.error
     assert result.error.startswith(f"faults: ['{fault.kind}'] not injected"), result.error
     assert result.skipped == (Counter() if ticking else Counter({"kill": 1}))
+
+
+def test_a_slow_fault_phase_is_not_named_slow_beside_a_later_phase_that_is_stuck(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault phase that reached its own bound with a kind not injected and too few ticks
+    set ``slow="faults"``, and the run went on; a recovery that then found an object stuck
+    replaced the run's error but left the label: ``slow='faults'`` beside "recovery:
+    stuck", a hang reported as a loaded machine. ``slow`` names the phase whose error is
+    the run's, or is empty."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.plan import Fault
+    from timeshard.nemesis.runner import _InputWriter
+    from timeshard.persist import PersistClient
+
+    events = tmp_path / "events"
+    events.mkdir()
+    ticking, ticks = [False], [0]
+
+    def tick(now: float) -> None:
+        if ticking[0]:
+            ticks[0] += 1
+        Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
+
+    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        tick(0.0)  # started, never ticks in the fault phase
+        config = NemesisConfig(
+            directory=tmp_path, fault_seconds=1.0, advancing_bound_s=30.0, stuck_ticks=5
+        )
+        runner = NemesisRunner(config, log=lambda line: None)
+        result = RunResult(0, "sqlite", "tmpfs")
+        inputs = _InputWriter(events, random.Random(0))
+        kill = Fault(0.5, "kill", 0, 1.0)
+        assert runner._fault_phase([kill], replicas, BlobDisk(tmp_path), inputs, result)
+        assert result.slow == "faults", result.error
+        client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+        writer = client.open_writer("s", pa.schema([("v", pa.int64())]))
+        writer.append([], 0, 5)  # an upper that never moves again
+        ticking[0] = True
+        target = time.time_ns() // 1_000_000
+        assert runner._await(client, ["s"], target, replicas, None, "recovery", result) is None
+    assert result.error.startswith("recovery: stuck: s: upper 5"), result.error
+    assert result.slow == "", result.slow
+
+
+def test_a_replica_that_exits_by_itself_while_the_input_is_awaited_is_restarted_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait for the input, unlike the other phases, neither restarted a replica that
+    exited by itself (a JVM crash after the recovery) nor counted it: no tick came, the
+    phase waited ``advancing_bound_s`` and failed as ``slow="input"``, a crash reported
+    as a loaded machine."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.runner import _Replica
+
+    procs: list[subprocess.Popen[bytes]] = []
+    replica = _Replica(0, tmp_path)
+
+    def start(self: Any, seed: int, env: dict[str, str]) -> None:
+        self.incarnation += 1
+        self.proc = subprocess.Popen(["sleep", "600"])
+        procs.append(self.proc)
+        Heartbeat(self.incarnation, 0).write(Heartbeat.path(tmp_path, self.index))
+
+    def tick(now: float) -> None:  # the live incarnation finishes a tick per watch
+        beat = replica.heartbeat()
+        if replica.alive():
+            Heartbeat(beat.incarnation, beat.ticks + 1).write(Heartbeat.path(tmp_path, 0))
+
+    def unread(client: Any, source: str, directory: Path) -> dict[str, str]:
+        restarted = replica.incarnation == 1 and replica.heartbeat().ticks >= 2
+        return {} if restarted else {"part-00001.jsonl": "0/9"}
+
+    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    monkeypatch.setattr(runner_module, "unread_input", unread)
+    monkeypatch.setattr(_Replica, "start", start)
+    try:
+        replica.start(0, {})
+        Heartbeat(0, 3).write(Heartbeat.path(tmp_path, 0))
+        procs[0].kill()  # crashed right after the recovery
+        procs[0].wait()
+        config = NemesisConfig(directory=tmp_path, advancing_bound_s=900.0, stuck_ticks=5)
+        runner = NemesisRunner(config, log=lambda line: None)
+        result = RunResult(0, "sqlite", "tmpfs", recovery_s=3.0)
+        read = runner._await_input(None, tmp_path, [replica], result)  # type: ignore[arg-type]
+        assert read and result.error == "" and result.slow == "", result.error
+        assert result.self_exits == 1 and replica.exits == 1
+        assert runner_module.time.monotonic() < 10.0
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
 
 
 @pytest.mark.parametrize(("every", "read_at"), [(80, 3), (1, None)])

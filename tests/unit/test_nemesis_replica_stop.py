@@ -69,3 +69,50 @@ def test_a_replica_retrying_its_first_catalog_read_stops_when_asked(
         f"read ({len(reads)} reads)"
     )
     assert spark.stopped
+
+
+class SlotMakingSource:
+    """A built source that created its replication slot (as a POSTGRES source's build
+    does); ``drop`` records that it was dropped."""
+
+    slot_created = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.dropped = False
+
+    def drop(self) -> None:
+        self.dropped = True
+
+
+def test_a_build_stopped_at_its_first_catalog_read_drops_the_slots_its_sources_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sources are built before the catalog's read at the start; a build asked to stop
+    while that read was retried raised StartStopped ("nothing was built") without
+    dropping the replication slots its sources had made, as the build does when a
+    refusal ends the run: a POSTGRES source's new slot leaked, keeping the server's WAL."""
+    from timeshard.location import Location, MemoryBlob, MemoryConsensus
+    from timeshard.persist import PersistClient
+
+    events = tmp_path / "events"
+    events.mkdir()
+    spec = pipeline_spec(f"file://{tmp_path / 'blob'}", f"sqlite:///{tmp_path / 'c.db'}", events)
+    built: list[SlotMakingSource] = []
+
+    def build(s: Any) -> SlotMakingSource:
+        built.append(SlotMakingSource(s.name))
+        return built[-1]
+
+    def unreachable(client: Any) -> Any:
+        raise Indeterminate("consensus unreachable")
+
+    monkeypatch.setattr(controller, "build_source", build)
+    monkeypatch.setattr(controller, "read_catalog", unreachable)
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    stop = threading.Event()
+    stop.set()
+    with pytest.raises(controller.StartStopped):
+        controller.Pipeline(StandInSpark(), client, spec, stop=stop)
+    assert [s.name for s in built] == ["kv", "events"]
+    assert [s.name for s in built if not s.dropped] == []

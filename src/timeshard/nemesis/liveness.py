@@ -30,6 +30,13 @@ runner fails a run on the first stuck object (with the object and its last
 error), and waits for objects that are starting or advancing up to a
 generous bound.
 
+The same count judges any other value the replicas should change: the
+runner's wait for the input a source has not read yet is an
+:class:`Unchanged` (unread for ``stuck_ticks`` ticks of a live replica: never
+read). :class:`PhaseTicks` counts the ticks the replicas finished in a
+phase, and whether one failed: a phase past its bound with too few ticks
+cannot tell a loaded machine from a hang.
+
 Invariants:
 
 1. The classification is a pure function of the observations so far: no
@@ -99,8 +106,24 @@ class Stuck:
 
 @dataclass
 class _Watch:
-    upper: int | None = None
+    """A watched value and each replica process's ticks when it last changed (or when
+    the process was first seen since)."""
+
+    value: Any = None
     base: dict[Incarnation, int] = field(default_factory=dict)
+
+    def changed(self, value: Any, ticks: Mapping[Incarnation, int]) -> None:
+        """The value is ``value`` now: count every process's ticks from ``ticks``."""
+        self.value, self.base = value, dict(ticks)
+
+    def most_behind(self, ticks: Mapping[Incarnation, int]) -> tuple[Incarnation, int] | None:
+        """The live process that finished the most ticks since the value last changed,
+        with that count; None if no process is live."""
+        for replica, n in ticks.items():
+            self.base.setdefault(replica, n)
+        behind = {r: n - self.base[r] for r, n in ticks.items()}
+        worst = max(behind, key=lambda r: behind[r], default=None)
+        return None if worst is None else (worst, behind[worst])
 
 
 class Liveness:
@@ -130,35 +153,99 @@ class Liveness:
             if shard in self._caught_up:
                 continue
             if upper is None:  # unknown now: count its ticks from the next reading
-                watch.base = dict(ticks)
+                watch.changed(watch.value, ticks)
                 continue
             if upper > self.target:
                 self._caught_up.add(shard)
                 self.verdicts[shard] = "caught up"
                 continue
-            if upper != watch.upper or upper >= now_ms:
-                moved = watch.upper is not None
-                watch.upper, watch.base = upper, dict(ticks)
+            if upper != watch.value or upper >= now_ms:
+                moved = watch.value is not None
+                watch.changed(upper, ticks)
                 if upper >= now_ms:
                     self.verdicts[shard] = "waiting"
                 elif moved:
                     self.verdicts[shard] = "advancing"
                 continue
-            for replica, n in ticks.items():
-                watch.base.setdefault(replica, n)
-            behind = {r: n - watch.base[r] for r, n in ticks.items()}
-            worst = max(behind, key=lambda r: behind[r], default=None)
-            if worst is None or behind[worst] == 0:
+            worst = watch.most_behind(ticks)
+            if worst is None or worst[1] == 0:
                 self.verdicts[shard] = "starting"
-            elif behind[worst] < self.stuck_ticks:
+            elif worst[1] < self.stuck_ticks:
                 self.verdicts[shard] = "advancing"
             else:
                 self.verdicts[shard] = "stuck"
-                stuck.append(Stuck(shard, upper, worst, behind[worst]))
+                stuck.append(Stuck(shard, upper, *worst))
         return stuck
 
     def caught_up(self) -> bool:
         return len(self._caught_up) == len(self._watches)
 
 
-__all__ = ["HEARTBEAT_VERSION", "Heartbeat", "Incarnation", "Liveness", "Stuck"]
+class Unchanged:
+    """A value the replicas should change (the input a source has not read yet), judged
+    by ticks as an upper is: :meth:`observe` gives the live process that finished the most
+    ticks since the value last changed, with that count."""
+
+    def __init__(self) -> None:
+        self._watch = _Watch()
+        self._seen = False
+
+    def observe(
+        self, value: Any, ticks: Mapping[Incarnation, int]
+    ) -> tuple[Incarnation, int] | None:
+        """Take one observation of ``value`` (compared with ``!=``) and of the finished
+        ticks of every live replica process; None if no process is live."""
+        if not self._seen or value != self._watch.value:
+            self._seen = True
+            self._watch.changed(value, ticks)
+        return self._watch.most_behind(ticks)
+
+
+class PhaseTicks:
+    """The ticks the replica processes finished in one phase, from their heartbeats.
+
+    Per replica incarnation: its ticks when first seen in the phase, the most
+    seen since (one that dies in the phase keeps its count), and whether a tick
+    of it failed in the phase (a heartbeat past the first one seen says its last
+    ticks failed), with the error.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[Incarnation, int] = {}
+        self._last: dict[Incarnation, int] = {}
+        self._failed: dict[Incarnation, str] = {}
+
+    def observe(self, beats: Mapping[Incarnation, Heartbeat]) -> dict[Incarnation, int]:
+        """Take the heartbeats of the live, unpaused replica processes; their ticks now."""
+        for incarnation, beat in beats.items():
+            self._first.setdefault(incarnation, beat.ticks)
+            self._last[incarnation] = max(self._last.get(incarnation, beat.ticks), beat.ticks)
+            if beat.failing and beat.ticks > self._first[incarnation]:
+                self._failed[incarnation] = beat.last_error
+        return {incarnation: beat.ticks for incarnation, beat in beats.items()}
+
+    def done(self) -> int:
+        """The ticks all replica processes finished in the phase so far."""
+        return sum(n - self._first[i] for i, n in self._last.items())
+
+    def slow(self, stuck_ticks: int) -> bool:
+        """Whether the phase saw too few ticks to tell a loaded machine from a hang: fewer
+        than ``stuck_ticks`` in all, none failing."""
+        return self.done() < stuck_ticks and not self._failed
+
+    def errors(self) -> str:
+        """The failed ticks' last errors, one per replica incarnation."""
+        return "; ".join(
+            f"replica {i} incarnation {n} failed: {e}" for (i, n), e in self._failed.items()
+        )
+
+
+__all__ = [
+    "HEARTBEAT_VERSION",
+    "Heartbeat",
+    "Incarnation",
+    "Liveness",
+    "PhaseTicks",
+    "Stuck",
+    "Unchanged",
+]

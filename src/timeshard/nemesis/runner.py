@@ -20,7 +20,8 @@ One *run*:
       │  (verify reads only what the bindings name); never read once a live
       │  replica finished ``stuck_ticks`` ticks with it unread
       │
-      ├─ stop the replicas, then ``timeshard verify`` the location (a fresh
+      ├─ drain the disk and stop the replicas (whatever ended the phases: no
+      │  fault outlives them), then ``timeshard verify`` the location (a fresh
       │  process): every shard's invariants, every view against its query
       │  recomputed from scratch, the FILE upsert against last-value-per-key
       │
@@ -45,9 +46,12 @@ up to ``advancing_bound_s``, verify up to ``VERIFY_TIMEOUT_S``); a caller
 with a deadline of its own (a CI test's timeout) gives ``run_bound_s``, the
 longest one run may take from its start to the end of verify. The warm-up,
 the fault phase, the recovery and the wait for the input then end by
-``run_bound_s - FINISH_S`` (``FINISH_S`` kept to stop the replicas and
-verify); the phase that reaches it fails the run, naming itself, and the run
-stops its replicas and verifies what is there, as after any failure.
+``run_bound_s - FINISH_S`` (``FINISH_S``: the stop's ``STOP_TIMEOUT_S`` and
+verify's floor ``VERIFY_FLOOR_S``); the phase that reaches it fails the run,
+naming itself, and the run stops its replicas and verifies what is there, as
+after any failure. Verify gets what is left of ``run_bound_s`` when it
+starts, at least ``VERIFY_FLOOR_S`` and at most ``VERIFY_TIMEOUT_S``: a run
+whose phases took long leaves verify less, not the phases less.
 
 Injected, not just planned. Every fault is recorded where it is injected,
 one line in the run's journal (``injected.jsonl``,
@@ -107,7 +111,14 @@ from timeshard.location import open_location
 from timeshard.location.unreliable import FaultJournal
 from timeshard.nemesis.control import JOURNAL, Control
 from timeshard.nemesis.disk import BlobDisk
-from timeshard.nemesis.liveness import Heartbeat, Incarnation, Liveness, Stuck
+from timeshard.nemesis.liveness import (
+    Heartbeat,
+    Incarnation,
+    Liveness,
+    PhaseTicks,
+    Stuck,
+    Unchanged,
+)
 from timeshard.nemesis.plan import KINDS, Fault, plan_faults
 from timeshard.persist import PersistClient
 from timeshard.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
@@ -127,9 +138,13 @@ MAX_EXITS = 5
 #: query or its source's records) for a run to pass: at one time, no history is checked.
 MIN_VERIFIED_TIMES = 2
 STOP_TIMEOUT_S = 60.0
+#: The longest verify may take (less, if less is left of the run's bound).
 VERIFY_TIMEOUT_S = 900.0
-#: What a run keeps of its ``run_bound_s`` after its phases: stopping the replicas, verify.
-FINISH_S = STOP_TIMEOUT_S + VERIFY_TIMEOUT_S
+#: The least verify is given, whatever is left of the run's bound.
+VERIFY_FLOOR_S = 300.0
+#: What a run keeps of its ``run_bound_s`` after its phases: stopping the replicas and
+#: verify's floor. (Keeping verify's whole timeout cut loaded but healthy runs short.)
+FINISH_S = STOP_TIMEOUT_S + VERIFY_FLOOR_S
 TMPFS_MB = 256
 
 KV_BY_PREFIX = "SELECT substr(value, 1, 1) AS p, count(*) AS n FROM kv GROUP BY p"
@@ -187,9 +202,12 @@ class NemesisConfig:
     def phases_deadline(self, start: float) -> float:
         """When the phases of a run started at ``start`` (``time.monotonic()``) must end
         (infinity without a ``run_bound_s``)."""
-        if self.run_bound_s is None:
-            return math.inf
-        return start + self.run_bound_s - FINISH_S
+        return self.run_end(start) - FINISH_S
+
+    def run_end(self, start: float) -> float:
+        """When a run started at ``start`` (``time.monotonic()``) must have verified
+        (infinity without a ``run_bound_s``)."""
+        return math.inf if self.run_bound_s is None else start + self.run_bound_s
 
     def consensus_of(self, run: int) -> str:
         if self.consensus == "both":
@@ -220,7 +238,8 @@ class RunResult:
     too) finished fewer than ``stuck_ticks`` ticks in all, none failing: too few to
     tell a loaded machine from a hang (the run fails; a phase whose replicas ticked
     more, or failed a tick, is a failure with no ``slow``: a read at a replica's start
-    that fails and is tried again is a failing tick too); ``verified_times``: the times at
+    that fails and is tried again is a failing tick too); it is always the phase the run's
+    ``error`` names (:meth:`fail`), never an earlier one's; ``verified_times``: the times at
     which verify recomputed each object of the pipeline; ``few_times``: the
     objects recomputed at fewer than :data:`MIN_VERIFIED_TIMES`, with verify's
     notes on them (the run fails: a clean verify of them would say little).
@@ -247,6 +266,12 @@ class RunResult:
     error: str = ""
     seconds: float = 0.0
     directory: str = ""
+
+    def fail(self, error: str, slow: str = "") -> None:
+        """Make ``error`` the run's error (it replaces an earlier phase's) and ``slow`` the
+        phase it names if that phase was slow, else empty: a label an earlier phase left
+        would call a later failure (a stuck object, say) a loaded machine."""
+        self.error, self.slow = error, slow
 
     @property
     def ok(self) -> bool:
@@ -457,6 +482,8 @@ class NemesisRunner:
         }
         #: When the current run's phases must end (``NemesisConfig.phases_deadline``).
         self._deadline = math.inf
+        #: When the current run must have verified (``NemesisConfig.run_end``).
+        self._run_end = math.inf
 
     def run(self) -> NemesisReport:
         config = self.config
@@ -491,6 +518,7 @@ class NemesisRunner:
         config = self.config
         t0 = time.monotonic()
         self._deadline = config.phases_deadline(t0)
+        self._run_end = config.run_end(t0)
         run_dir = (config.directory / f"run-{run:03d}").resolve()
         if run_dir.exists():
             shutil.rmtree(run_dir)
@@ -550,8 +578,12 @@ class NemesisRunner:
             ):
                 self.log(f"run {run}: recovered in {result.recovery_s:.1f} s; verifying")
         except Exception as e:  # the run failed; say why, verify what is there, go on
-            result.error = f"{type(e).__name__}: {e}"
+            result.fail(f"{type(e).__name__}: {e}")
         finally:
+            # Whatever ended the phases (the heal, the run's bound, an error), no fault
+            # outlives them: the disk is drained before the replicas' closing writes and
+            # verify; the stop's control carries no window and continues paused replicas.
+            disk.drain()
             self._stop(replicas, result)
         self._count_injected(run_dir, planned, result)
         if result.error:
@@ -590,52 +622,63 @@ class NemesisRunner:
         liveness = Liveness(shards, target, config.stuck_ticks)
         exits = {r.index: r.exits for r in replicas}
         logged = 0.0
-        phase_ticks = _PhaseTicks()
+        phase_ticks = PhaseTicks()
         while True:
             uppers = {s: _upper_or_none(client, s) for s in shards}
-            ticks = phase_ticks.observe(replicas)
+            ticks = phase_ticks.observe(_beats(replicas))
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
-                result.error = f"{phase}: stuck: " + " | ".join(result.stuck)
+                result.fail(f"{phase}: stuck: " + " | ".join(result.stuck))
                 return None
             if liveness.caught_up():
                 return time.monotonic() - started
             waited = time.monotonic() - started
             if waited > config.advancing_bound_s or time.monotonic() > self._deadline:
                 done, errors = phase_ticks.done(), phase_ticks.errors()
-                if phase_ticks.slow(config.stuck_ticks):  # too few to tell from a hang
-                    result.slow = phase
                 why = (
                     f"still not caught up after {config.advancing_bound_s:.0f} s"
                     if waited > config.advancing_bound_s
                     else self._out_of_time(phase, started).removeprefix(f"{phase}: ")
                 )
-                result.error = (
+                result.fail(
                     f"{phase}: {why}, "
                     f"in which the replicas finished {done} ticks (never stuck): "
                     f"{liveness.verdicts}; uppers {uppers}, target {target}"
-                    + (f"; {errors}" if errors else "")
+                    + (f"; {errors}" if errors else ""),
+                    # too few ticks to tell from a hang
+                    phase if phase_ticks.slow(config.stuck_ticks) else "",
                 )
                 return None
             if waited - logged >= 30:
                 logged = waited
                 self.log(f"  {phase} after {waited:.0f} s: {liveness.verdicts}")
-            for r in replicas:
-                if r.proc is not None and not r.alive():
-                    r.exits += 1
-                    result.self_exits += 1
-                    if r.exits - exits[r.index] > MAX_EXITS:
-                        result.error = (
-                            f"{phase}: replica {r.index} exited {MAX_EXITS + 1} times by "
-                            f"itself; see {r.run_dir}/replica-{r.index}-*.log"
-                        )
-                        return None
-                    self.log(f"  replica {r.index} exited by itself; restarting it")
-                    r.start(config.seed, self.env)
+            if not self._restart_exited(replicas, exits, phase, result):
+                return None
             if inputs is not None:
                 inputs.maybe_write()
             time.sleep(WATCH_S)
+
+    def _restart_exited(
+        self, replicas: list[_Replica], exits: dict[int, int], phase: str, result: RunResult
+    ) -> bool:
+        """Restart the ``replicas`` whose process exited with no fault killing it (a JVM
+        crash, say), counted in ``result.self_exits``; False (and the run's error set) if
+        one exited more than ``MAX_EXITS`` times in ``phase`` (``exits``: each replica's
+        exits when the phase began)."""
+        for r in replicas:
+            if r.proc is not None and not r.alive():
+                r.exits += 1
+                result.self_exits += 1
+                if r.exits - exits[r.index] > MAX_EXITS:
+                    result.fail(
+                        f"{phase}: replica {r.index} exited {MAX_EXITS + 1} times by "
+                        f"itself; see {r.run_dir}/replica-{r.index}-*.log"
+                    )
+                    return False
+                self.log(f"  replica {r.index} exited by itself; restarting it")
+                r.start(self.config.seed, self.env)
+        return True
 
     def _await_input(
         self, client: PersistClient, directory: Path, replicas: list[_Replica], result: RunResult
@@ -646,53 +689,49 @@ class NemesisRunner:
         Verify reads only what the bindings name: it would not see input never
         read. A tick that listed the files before the heal may be what
         recovered, so the next ones read the rest. Judged by ticks, as an upper
-        is (:class:`~timeshard.nemesis.liveness.Liveness`): the input is never
+        is (:class:`~timeshard.nemesis.liveness.Unchanged`): the input is never
         read (a defect) once a live replica finished ``stuck_ticks`` ticks since
         the unread input last changed; a machine under load makes ticks rarer,
         not the verdict. It waits while the replicas tick: if none finishes a
         tick for ``advancing_bound_s``, or the run's bound comes, the phase
-        (``input``) fails, slow by the rule of the others.
+        (``input``) fails, slow by the rule of the others. A replica that exits by
+        itself is restarted and counted, as in the other phases.
         """
         config = self.config
         started = last_tick_at = time.monotonic()
-        phase_ticks = _PhaseTicks()
+        exits = {r.index: r.exits for r in replicas}
+        phase_ticks, still = PhaseTicks(), Unchanged()
         last_done = 0
-        seen: dict[str, str] | None = None
-        base: dict[Incarnation, int] = {}
         while True:
-            ticks = phase_ticks.observe(replicas)  # before the read: these ticks preceded it
+            ticks = phase_ticks.observe(_beats(replicas))  # before the read: they preceded it
             unread = unread_input(client, "events", directory)
             if not unread:
                 return True
-            if unread != seen:  # read on: count ticks from here
-                seen, base = unread, dict(ticks)
-            for incarnation, n in ticks.items():
-                base.setdefault(incarnation, n)
-            behind = {incarnation: n - base[incarnation] for incarnation, n in ticks.items()}
-            worst = max(behind, key=lambda i: behind[i], default=None)
+            worst = still.observe(unread, ticks)  # read on: ticks count from there
             never = f"input: recovered, but the FILE source never read {unread}"
-            if worst is not None and behind[worst] >= config.stuck_ticks:
-                result.error = (
-                    f"{never} in {behind[worst]} ticks of replica {worst[0]} "
-                    f"(incarnation {worst[1]})"
+            if worst is not None and worst[1] >= config.stuck_ticks:
+                (replica, incarnation), n = worst
+                result.fail(
+                    f"{never} in {n} ticks of replica {replica} (incarnation {incarnation})"
                 )
                 return False
             now = time.monotonic()
             if phase_ticks.done() != last_done:
                 last_done, last_tick_at = phase_ticks.done(), now
             if now - last_tick_at > config.advancing_bound_s or now > self._deadline:
-                if phase_ticks.slow(config.stuck_ticks):
-                    result.slow = "input"
                 why = (
                     self._out_of_time("input", started).removeprefix("input: ")
                     if now > self._deadline
                     else f"no replica finished a tick in {config.advancing_bound_s:.0f} s"
                 )
                 errors = phase_ticks.errors()
-                result.error = (
+                result.fail(
                     f"{never}: {why}, the replicas finished {last_done} ticks in the phase"
-                    + (f"; {errors}" if errors else "")
+                    + (f"; {errors}" if errors else ""),
+                    "input" if phase_ticks.slow(config.stuck_ticks) else "",
                 )
+                return False
+            if not self._restart_exited(replicas, exits, "input", result):
                 return False
             time.sleep(WATCH_S)
 
@@ -701,7 +740,7 @@ class NemesisRunner:
         return (
             f"{phase}: the run's bound of {self.config.run_bound_s:.0f} s ran out "
             f"{time.monotonic() - started:.0f} s into the phase (its last {FINISH_S:.0f} s "
-            "are kept to stop the replicas and verify)"
+            "at least are kept to stop the replicas and verify)"
         )
 
     def _describe(self, client: PersistClient, stuck: Stuck, replicas: list[_Replica]) -> str:
@@ -749,9 +788,9 @@ class NemesisRunner:
         pending = list(plan)
         waiting: list[Fault] = []
         full = _DiskWindow()
-        phase_ticks = _PhaseTicks()
+        phase_ticks = PhaseTicks()
         while True:
-            phase_ticks.observe(replicas)
+            phase_ticks.observe(_beats(replicas))
             now = time.monotonic() - start
             self._hold_windows(now, replicas)
             full.hold(now, replicas[0].run_dir, disk)
@@ -806,7 +845,7 @@ class NemesisRunner:
         return True
 
     def _undone_faults(
-        self, plan: list[Fault], run_dir: Path, phase_ticks: _PhaseTicks, result: RunResult
+        self, plan: list[Fault], run_dir: Path, phase_ticks: PhaseTicks, result: RunResult
     ) -> None:
         """At the end of a fault phase cut short: the kinds of ``plan`` the journal has no
         line of yet into the run's error, and the phase ``slow`` if its replicas barely
@@ -815,13 +854,12 @@ class NemesisRunner:
         missing = sorted({f.kind for f in plan} - set(injected))
         if not missing:
             return
-        if phase_ticks.slow(self.config.stuck_ticks):
-            result.slow = "faults"
         errors = phase_ticks.errors()
-        result.error = (
+        result.fail(
             f"faults: {missing} not injected when the phase ended, waiting for a ticking "
             f"replica or for one to act on its window, in which the replicas finished "
-            f"{phase_ticks.done()} ticks" + (f"; {errors}" if errors else "")
+            f"{phase_ticks.done()} ticks" + (f"; {errors}" if errors else ""),
+            "faults" if phase_ticks.slow(self.config.stuck_ticks) else "",
         )
 
     def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> str:
@@ -922,6 +960,9 @@ class NemesisRunner:
         return target
 
     def _stop(self, replicas: list[_Replica], result: RunResult) -> None:
+        """Stop every replica: continued if paused, its control's windows off and its stop
+        flag set, killed if it has not exited within ``STOP_TIMEOUT_S``; the replicas'
+        start times and failed ticks from their logs into ``result``."""
         for r in replicas:
             r.signal(signal.SIGCONT)
             r.set_control(Control(stop=True))
@@ -961,16 +1002,21 @@ class NemesisRunner:
         result: RunResult,
     ) -> None:
         """Run ``timeshard verify`` on the location; its findings, and at how many times it
-        recomputed each of the pipeline's ``shards``, into ``result``."""
+        recomputed each of the pipeline's ``shards``, into ``result``.
+
+        Its timeout is what is left of the run's bound, at least :data:`VERIFY_FLOOR_S`
+        and at most :data:`VERIFY_TIMEOUT_S` (module doc)."""
         seed = self.config.seed * 1000 + run
         args = [sys.executable, "-m", "timeshard", "verify", "--blob", blob_uri]
         args += ["--consensus", consensus_uri, "--json", "--seed", str(seed)]
+        left = self._run_end - time.monotonic()
+        timeout = min(VERIFY_TIMEOUT_S, max(VERIFY_FLOOR_S, left))
         try:
             done = subprocess.run(
-                args, capture_output=True, text=True, env=self.env, timeout=VERIFY_TIMEOUT_S
+                args, capture_output=True, text=True, env=self.env, timeout=timeout
             )
         except subprocess.TimeoutExpired:
-            result.verify_error = f"verify did not finish in {VERIFY_TIMEOUT_S:.0f} s"
+            result.verify_error = f"verify did not finish in {timeout:.0f} s"
             self.log(f"run {run}: {result.verify_error}")
             return
         (run_dir / "verify.json").write_text(done.stdout)
@@ -988,50 +1034,6 @@ class NemesisRunner:
             self.log(f"run {run}: {few}")
         for finding in found["findings"][:5]:
             self.log(f"  difference: {json.dumps(finding)[:600]}")
-
-
-class _PhaseTicks:
-    """The ticks the replica processes finished in one phase, from their heartbeats.
-
-    Per replica incarnation: its ticks when first seen in the phase, the most
-    seen since (one that dies in the phase keeps its count), and whether a tick
-    of it failed in the phase (a heartbeat past the first one seen says its last
-    ticks failed), with the error.
-    """
-
-    def __init__(self) -> None:
-        self._first: dict[Incarnation, int] = {}
-        self._last: dict[Incarnation, int] = {}
-        self._failed: dict[Incarnation, str] = {}
-
-    def observe(self, replicas: list[_Replica]) -> dict[Incarnation, int]:
-        """Read the heartbeats of the live, unpaused ``replicas``; their ticks now."""
-        beats = {
-            (r.index, r.incarnation): r.heartbeat()
-            for r in replicas
-            if r.alive() and not r.paused_until
-        }
-        for incarnation, beat in beats.items():
-            self._first.setdefault(incarnation, beat.ticks)
-            self._last[incarnation] = max(self._last.get(incarnation, beat.ticks), beat.ticks)
-            if beat.failing and beat.ticks > self._first[incarnation]:
-                self._failed[incarnation] = beat.last_error
-        return {incarnation: beat.ticks for incarnation, beat in beats.items()}
-
-    def done(self) -> int:
-        """The ticks all replica processes finished in the phase so far."""
-        return sum(n - self._first[i] for i, n in self._last.items())
-
-    def slow(self, stuck_ticks: int) -> bool:
-        """Whether the phase saw too few ticks to tell a loaded machine from a hang: fewer
-        than ``stuck_ticks`` in all, none failing."""
-        return self.done() < stuck_ticks and not self._failed
-
-    def errors(self) -> str:
-        """The failed ticks' last errors, one per replica incarnation."""
-        return "; ".join(
-            f"replica {i} incarnation {n} failed: {e}" for (i, n), e in self._failed.items()
-        )
 
 
 @dataclass
@@ -1103,6 +1105,15 @@ def _count_verified(found: dict[str, Any], shards: list[str], result: RunResult)
                 f"verify recomputed {shard!r} at {len(times)} times {sorted(times)}, fewer "
                 f"than {MIN_VERIFIED_TIMES} ({notes})"
             )
+
+
+def _beats(replicas: list[_Replica]) -> dict[Incarnation, Heartbeat]:
+    """The current heartbeats of the live, unpaused ``replicas``, by incarnation."""
+    return {
+        (r.index, r.incarnation): r.heartbeat()
+        for r in replicas
+        if r.alive() and not r.paused_until
+    }
 
 
 def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
