@@ -134,3 +134,21 @@ def test_a_source_with_a_consumer_is_freed_without_the_cycle_collector(
         assert freed() is None and consumer() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_second_close_asks_nothing_makes_no_consumer_and_waits_for_nothing(
+    orders: kafka_source.KafkaSource,
+) -> None:
+    """Before: a second close (a drop retried) found offsets still uncommitted, made a new
+    consumer (the first was closed) and polled it its whole timeout for an answer to a
+    commit it asked of a coordinator that could not answer in time."""
+    Coordinator.commits_silent = True
+    orders.upper()
+    orders.commit({"0": 5})
+    orders.close()  # the offsets stay uncommitted: logged
+    asks, closed, now = list(Coordinator.asks), list(Closing.unanswered_at_close), Clock.now
+    Coordinator.commits_silent = False
+    orders.close()
+    assert (Coordinator.asks, Closing.unanswered_at_close) == (asks, closed)
+    assert Clock.now == now and orders._client is None

@@ -600,6 +600,8 @@ class KafkaSource:
         self._commit_asked_at = 0.0
         #: The answers the consumer's ``on_commit`` kept, not read yet.
         self._commit_answers = _CommitAnswers()
+        #: Whether :meth:`close` ran: a second close does nothing.
+        self._closed = False
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -965,7 +967,14 @@ class KafkaSource:
 
     def close(self) -> None:
         """Commit the offsets not committed yet (:meth:`_commit_at_close`), then close the
-        clients. Raises nothing the commit meets: the group is only a report."""
+        clients. Raises nothing the commit meets: the group is only a report.
+
+        A second close does nothing (a drop may be retried): its consumer closed, it
+        would make a new one and wait its whole timeout for a commit's answer.
+        """
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._commit_at_close()
         finally:
