@@ -152,3 +152,24 @@ def test_a_second_close_asks_nothing_makes_no_consumer_and_waits_for_nothing(
     orders.close()
     assert (Coordinator.asks, Closing.unanswered_at_close) == (asks, closed)
     assert Clock.now == now and orders._client is None
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_late_success_come_before_close_ends_the_groups_silence_and_close_commits(
+    orders: kafka_source.KafkaSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: while the group's silence was known, close asked nothing without reading
+    the answers come meanwhile, so a success answered late was ignored, the last offsets
+    were left uncommitted and the log said the coordinator did not answer."""
+    Coordinator.delay = 15.0  # answered after the source's timeout (10 s)
+    orders.upper()
+    orders.commit({"0": 5})
+    Clock.now += 11.0
+    with pytest.raises(kafka_source.SourceUnavailable, match="did not answer"):
+        orders.commit({"0": 6})  # judged silent: kept for the next commit
+    Clock.now += 5.0  # the success has come, not read yet
+    Coordinator.delay = 0.0
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert Group.committed == [{"0": 5}, {"0": 6}] and orders._uncommitted == {}
+    assert "not committed" not in caplog.text, caplog.text

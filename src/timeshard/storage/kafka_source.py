@@ -998,16 +998,17 @@ class KafkaSource:
         no bound (the client holds a commit for want of a coordinator past the
         timeout), so the commit is asynchronous here too, and the answers are
         polled for in polls of :attr:`CLOSE_POLL_S`, no more of them than fit in
-        ``timeout_s``. While the source knows its cluster or the group's
-        coordinator is silent, nothing is asked (the commit would wait the whole
-        bound for nothing). A failure is a report's, never the source's data: it
+        ``timeout_s``. While the source knows its cluster is silent, nothing is
+        asked (the commit would wait the whole bound for nothing); so while the
+        group's coordinator is, once the answers come already are read (a late
+        success ends its silence). A failure is a report's, never the source's data: it
         is logged.
         """
         if not self._uncommitted:
             return
-        silent = self._silence.known() or self._commit_silence.fault
-        if silent is not None:
-            self._log_uncommitted(silent)
+        known = self._silence.known()
+        if known is not None:
+            self._log_uncommitted(known)
             return
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -1015,7 +1016,11 @@ class KafkaSource:
         error: Any = None
         try:
             consumer = self._consumer()
-            error = self._await_commits(consumer, polls)
+            error = self._read_answers(consumer, 0)  # a late success ends the group's silence
+            if self._commit_silence.fault is not None:
+                self._log_uncommitted(self._commit_silence.fault)
+                return
+            error = self._await_commits(consumer, polls) or error
             if self._uncommitted and self._commits_answered >= self._commits_asked:
                 offsets = [
                     TopicPartition(self.topic, int(p), o)
@@ -1035,15 +1040,25 @@ class KafkaSource:
         with one (None: none)."""
         error = None
         while self._commits_answered < self._commits_asked and next(polls, None) is not None:
-            consumer.poll(self.CLOSE_POLL_S)
-            for answer, partitions in self._commit_answers.take():
-                self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
-                if answer is None:
-                    answer = next((tp.error for tp in partitions if tp.error is not None), None)
-                if answer is None:
-                    self._committed(partitions)
-                else:
-                    error = answer
+            error = self._read_answers(consumer, self.CLOSE_POLL_S) or error
+        return error
+
+    def _read_answers(self, consumer: Any, timeout: float) -> Any:
+        """Poll for the answers of the commits asked, waiting ``timeout`` at most, and read
+        the answers come (:meth:`_commit_at_close`): a success drops the offsets it
+        committed and ends the group's silence. The error of the last one answered with
+        one (None: none)."""
+        error = None
+        consumer.poll(timeout)
+        for answer, partitions in self._commit_answers.take():
+            self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
+            if answer is None:
+                answer = next((tp.error for tp in partitions if tp.error is not None), None)
+            if answer is None:
+                self._committed(partitions)
+                self._commit_silence.answered()
+            else:
+                error = answer
         return error
 
     def _log_uncommitted(self, why: str) -> None:
