@@ -173,3 +173,24 @@ def test_a_late_success_come_before_close_ends_the_groups_silence_and_close_comm
         orders.close()
     assert Group.committed == [{"0": 5}, {"0": 6}] and orders._uncommitted == {}
     assert "not committed" not in caplog.text, caplog.text
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_after_the_topic_got_another_id_commits_nothing_to_the_new_topic(
+    orders: kafka_source.KafkaSource,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: close committed the old topic's offsets to the topic made again under its
+    name, putting the group ahead of what was read from the new topic."""
+    orders.upper()
+    orders.commit({"0": 5})
+    Clock.now += 1.0
+    orders.commit({"0": 6})  # one in flight: kept for the next commit
+    monkeypatch.setattr(orders, "_current_topic_id", lambda: "id-of-the-new-topic")
+    with pytest.raises(kafka_source.SourceUnavailable, match="deleted and made again"):
+        orders.upper()
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert Group.committed == [{"0": 5}]
+    assert "{'0': 6}" in caplog.text and "id-of-the-new-topic" in caplog.text, caplog.text

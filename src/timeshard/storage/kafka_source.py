@@ -587,6 +587,9 @@ class KafkaSource:
         self._admin: Any = None
         #: The id of the topic whose offsets the source binds (:attr:`topic_id`).
         self._topic_id: str | None = None
+        #: The id the topic was last found with when it was not :attr:`topic_id` (None:
+        #: the same topic, or not known): the offsets to commit are not that topic's.
+        self._other_topic_id: str | None = None
         #: The offsets to commit to the group that are not committed yet (:meth:`commit`).
         self._uncommitted: dict[str, int] = {}
         #: The silence of the consumer group's coordinator (:meth:`commit`): this source's
@@ -1001,7 +1004,10 @@ class KafkaSource:
         ``timeout_s``. While the source knows its cluster is silent, nothing is
         asked (the commit would wait the whole bound for nothing); so while the
         group's coordinator is, once the answers come already are read (a late
-        success ends its silence). A failure is a report's, never the source's data: it
+        success ends its silence). Nor is anything asked once the topic was found
+        with another id than the one the offsets were read from (:meth:`upper`
+        raised): they would put the group of the topic made again ahead of what
+        was read from it. A failure is a report's, never the source's data: it
         is logged.
         """
         if not self._uncommitted:
@@ -1009,6 +1015,12 @@ class KafkaSource:
         known = self._silence.known()
         if known is not None:
             self._log_uncommitted(known)
+            return
+        if self._other_topic_id is not None:
+            self._log_uncommitted(
+                f"topic {self.topic!r} has id {self._other_topic_id}, not {self._topic_id}, "
+                "the id of the topic the offsets were read from"
+            )
             return
         from confluent_kafka import KafkaException, TopicPartition
 
@@ -1158,7 +1170,8 @@ class KafkaSource:
             return
         if self._topic_id is None:
             self._topic_id = found
-        elif found != self._topic_id:
+        self._other_topic_id = found if found != self._topic_id else None
+        if self._other_topic_id is not None:
             raise SourceUnavailable(
                 f"Kafka topic {self.topic!r} at {self.bootstrap_servers} has id {found}, not "
                 f"{self._topic_id}, the id of the topic whose offsets the source bound: "
