@@ -194,3 +194,18 @@ def test_a_close_after_the_topic_got_another_id_commits_nothing_to_the_new_topic
         orders.close()
     assert Group.committed == [{"0": 5}]
     assert "{'0': 6}" in caplog.text and "id-of-the-new-topic" in caplog.text, caplog.text
+
+
+@pytest.mark.usefixtures("brokers", "orders")
+def test_a_close_waits_for_the_answer_no_longer_than_the_timeout_even_between_polls() -> None:
+    """Before: close polled ``ceil(timeout_s / 0.1)`` times 0.1 s, 0.3 s for a timeout of
+    0.25 s."""
+    Coordinator.delay = 100.0  # no answer before the close ends
+    source = kafka_source.KafkaSource(
+        "orders", backoff.UP, "orders", value_format="text", timeout_s=0.25
+    )
+    source.upper()
+    source.commit({"0": 5})
+    start = Clock.now
+    source.close()
+    assert Clock.now - start <= 0.25, Clock.now - start

@@ -138,7 +138,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import re
 import threading
 import weakref
@@ -1000,8 +999,8 @@ class KafkaSource:
         at the older offsets. A synchronous commit would wait for its answer with
         no bound (the client holds a commit for want of a coordinator past the
         timeout), so the commit is asynchronous here too, and the answers are
-        polled for in polls of :attr:`CLOSE_POLL_S`, no more of them than fit in
-        ``timeout_s``. While the source knows its cluster is silent, nothing is
+        polled for in polls of :attr:`CLOSE_POLL_S` at most, until ``timeout_s``
+        has passed. While the source knows its cluster is silent, nothing is
         asked (the commit would wait the whole bound for nothing); so while the
         group's coordinator is, once the answers come already are read (a late
         success ends its silence). Nor is anything asked once the topic was found
@@ -1024,7 +1023,7 @@ class KafkaSource:
             return
         from confluent_kafka import KafkaException, TopicPartition
 
-        polls = iter(range(math.ceil(self.timeout_s / self.CLOSE_POLL_S)))
+        deadline = monotonic() + self.timeout_s
         error: Any = None
         try:
             consumer = self._consumer()
@@ -1032,7 +1031,7 @@ class KafkaSource:
             if self._commit_silence.fault is not None:
                 self._log_uncommitted(self._commit_silence.fault)
                 return
-            error = self._await_commits(consumer, polls) or error
+            error = self._await_commits(consumer, deadline) or error
             if self._uncommitted and self._commits_answered >= self._commits_asked:
                 offsets = [
                     TopicPartition(self.topic, int(p), o)
@@ -1040,19 +1039,22 @@ class KafkaSource:
                 ]
                 consumer.commit(offsets=offsets, asynchronous=True)
                 self._commits_asked += 1
-                error = self._await_commits(consumer, polls)
+                error = self._await_commits(consumer, deadline)
         except Exception as e:  # the client's refusal, or a closed consumer: only a report
             error = e.args[0] if isinstance(e, KafkaException) and e.args else e
         if self._uncommitted:
             self._log_uncommitted(str(error or f"no answer within {self.timeout_s} s"))
 
-    def _await_commits(self, consumer: Any, polls: Iterator[int]) -> Any:
-        """Poll for the answers of the commits asked while any is unanswered and ``polls``
-        lasts, reading them (:meth:`_commit_at_close`): the error of the last one answered
-        with one (None: none)."""
+    def _await_commits(self, consumer: Any, deadline: float) -> Any:
+        """Poll for the answers of the commits asked while any is unanswered, until
+        ``deadline`` (monotonic), reading them (:meth:`_commit_at_close`): the error of
+        the last one answered with one (None: none)."""
         error = None
-        while self._commits_answered < self._commits_asked and next(polls, None) is not None:
-            error = self._read_answers(consumer, self.CLOSE_POLL_S) or error
+        while self._commits_answered < self._commits_asked:
+            left = deadline - monotonic()
+            if left <= 0:
+                break
+            error = self._read_answers(consumer, min(left, self.CLOSE_POLL_S)) or error
         return error
 
     def _read_answers(self, consumer: Any, timeout: float) -> Any:
