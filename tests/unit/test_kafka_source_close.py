@@ -34,7 +34,7 @@ def orders(monkeypatch: pytest.MonkeyPatch) -> Iterator[kafka_source.KafkaSource
     """Source ``orders`` on the answering cluster, whose coordinator answers each commit
     3 s after it is asked."""
     monkeypatch.setattr(confluent_kafka, "Consumer", Closing)
-    Group.committed, Closing.unanswered_at_close = [], []
+    Group.committed, Closing.unanswered_at_close, Coordinator.asks = [], [], []
     Coordinator.silent, Coordinator.commits_silent, Coordinator.error = False, False, None
     Coordinator.probe_error, Coordinator.delay = None, 3.0
     yield kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
@@ -209,3 +209,25 @@ def test_a_close_waits_for_the_answer_no_longer_than_the_timeout_even_between_po
     start = Clock.now
     source.close()
     assert Clock.now - start <= 0.25, Clock.now - start
+
+
+@pytest.mark.parametrize("answer", ["no answer (_WAIT_COORD)", "a success, when time is up"])
+@pytest.mark.usefixtures("brokers")
+def test_a_close_asks_no_commit_after_a_no_answer_or_once_its_time_is_up(
+    orders: kafka_source.KafkaSource, caplog: pytest.LogCaptureFixture, answer: str
+) -> None:
+    """Before: close asked its own commit after the one in flight was answered with the
+    client's no-answer (the coordinator silent: the commit would be held too, and the
+    consumer's close would wait for it), and after a success that came as its time was
+    up (nothing left to wait for the answer with)."""
+    if answer.startswith("no answer"):
+        Coordinator.error = confluent_kafka.KafkaError._WAIT_COORD  # answered in 3 s
+    else:
+        Coordinator.delay = orders.timeout_s  # answered as the close's time is up
+    orders.upper()
+    orders.commit({"0": 5})
+    orders.commit({"0": 6})  # one in flight: kept for the next commit
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert len(Coordinator.asks) == 1, Coordinator.asks  # the tick's commit only
+    assert "not committed" in caplog.text and "{'0': 6}" in caplog.text, caplog.text

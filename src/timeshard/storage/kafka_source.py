@@ -996,10 +996,13 @@ class KafkaSource:
         not answered; a consumer closed then leaves the group behind the source,
         and lag tools report offsets already read. The commit in flight is
         awaited first: one asked beside it may land before it, and leave the group
-        at the older offsets. A synchronous commit would wait for its answer with
-        no bound (the client holds a commit for want of a coordinator past the
-        timeout), so the commit is asynchronous here too, and the answers are
-        polled for in polls of :attr:`CLOSE_POLL_S` at most, until ``timeout_s``
+        at the older offsets. The close's own commit is asked only if time is left
+        to wait for its answer and the one in flight got an answer (an error or
+        not), not the client's no-answer (``_TIMED_OUT``, ``_WAIT_COORD``): with
+        the coordinator silent it would be held too. A synchronous commit would
+        wait for its answer with no bound (the client holds a commit for want of
+        a coordinator past the timeout), so the commit is asynchronous here too,
+        and the answers are polled for in polls of :attr:`CLOSE_POLL_S` at most, until ``timeout_s``
         has passed. While the source knows its cluster is silent, nothing is
         asked (the commit would wait the whole bound for nothing); so while the
         group's coordinator is, once the answers come already are read (a late
@@ -1032,7 +1035,12 @@ class KafkaSource:
                 self._log_uncommitted(self._commit_silence.fault)
                 return
             error = self._await_commits(consumer, deadline) or error
-            if self._uncommitted and self._commits_answered >= self._commits_asked:
+            if (
+                self._uncommitted
+                and self._commits_answered >= self._commits_asked
+                and not (_no_answer(error) or _waits_for_coordinator(error))
+                and monotonic() < deadline
+            ):
                 offsets = [
                     TopicPartition(self.topic, int(p), o)
                     for p, o in sorted(self._uncommitted.items())
