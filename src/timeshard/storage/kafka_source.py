@@ -117,9 +117,14 @@ answered within the source's timeout is the coordinator's silence, which
 pauses that group's commits until one is answered. While the source knows its
 cluster is silent, a commit asks nothing (the health's error line says why);
 the next commit after the silence commits the latest offsets. A source's close
-commits the offsets not committed yet and waits for the answer, at most the
-source's timeout (nothing is asked during a known silence); offsets left
-uncommitted are logged, never raised.
+commits the offsets not committed yet and waits for the answers, at most the
+source's timeout (nothing is asked during a known silence, nor after the commit
+in flight got no answer); offsets left uncommitted are logged, never raised.
+The client's own close then waits for a commit it still holds for want of a
+coordinator, at most its ``session.timeout.ms`` after the commit was asked,
+which is the source's timeout (the consumer never joins the group, so the
+broker's bounds on a member's session do not apply): a close takes about
+``timeout_s``, twice that at most.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
@@ -515,7 +520,7 @@ class KafkaSource:
     )
     #: How long (s) past the source's timeout a commit may stay unanswered before it is
     #: forgotten: the client holds a commit for want of a coordinator until its
-    #: ``session.timeout.ms`` (45 s), then answers it.
+    #: ``session.timeout.ms`` (the source's timeout, :meth:`_consumer`), then answers it.
     COMMIT_LOST_AFTER_S = 120.0
 
     #: One upstream every instance sees, whose upper never moves back: an upper below the
@@ -991,6 +996,14 @@ class KafkaSource:
         committed (the latest of each partition), and wait for the answer, for
         ``timeout_s`` at most; log the offsets left uncommitted, never raise.
 
+        The consumer's close, after it, waits for a commit the client still holds
+        for want of a coordinator (the coordinator stopped answering after the
+        last tick, and the source does not know yet), at most its
+        ``session.timeout.ms`` after the commit was asked: the source's timeout
+        (:meth:`_consumer`), not librdkafka's 45 s. So the whole close takes about
+        ``timeout_s``, and twice that at most (a close commit asked at the end of
+        its wait, then held).
+
         A commit is asynchronous (:meth:`commit`): at close, the last tick's
         offsets are often not asked yet (one commit was in flight), or asked and
         not answered; a consumer closed then leaves the group behind the source,
@@ -1095,6 +1108,17 @@ class KafkaSource:
     # -- the broker, on the driver ---------------------------------------------------------
 
     def _consumer(self) -> Any:
+        """The source's consumer, made at the first ask (driver).
+
+        It never subscribes to its group (it only asks metadata, offsets and
+        commits), so it joins no group and the broker's bounds on a member's
+        session do not apply: its ``session.timeout.ms`` only bounds how long the
+        client holds a commit for want of a coordinator before it answers
+        ``_WAIT_COORD``, which its close waits for. It is the source's timeout, the
+        wait after which a commit is judged unanswered (:meth:`commit`), so a
+        close takes no longer than the source's timeout allows
+        (:meth:`_commit_at_close`); librdkafka's default is 45 s.
+        """
         from confluent_kafka import Consumer
 
         if self._client is None:
@@ -1105,6 +1129,7 @@ class KafkaSource:
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "socket.timeout.ms": int(self.timeout_s * 1000),
+                    "session.timeout.ms": int(self.timeout_s * 1000),
                     "logger": _quiet_logger(),
                     "on_commit": self._commit_answers,
                 }
