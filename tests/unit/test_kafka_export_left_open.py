@@ -165,3 +165,32 @@ def test_a_close_ends_its_own_transaction_without_waiting_for_another_exports(
         run.close()
     assert not Coordinator.open  # ended by init_transactions of the export's id
     assert "left open" not in caplog.text, caplog.text
+
+
+class Recorded(Coordinator):
+    """A :class:`Coordinator` whose configurations are recorded."""
+
+    configs: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        Recorded.configs.append(dict(config))
+        super().__init__(config)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_the_producer_that_ends_a_transaction_left_open_logs_quietly_within_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: it had no logger (librdkafka's connection retries went to stderr) and
+    librdkafka's default socket timeout (60 s), not the export's."""
+    monkeypatch.setattr(confluent_kafka, "Producer", Recorded)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
+    Coordinator.open, Coordinator.silent, Recorded.configs = False, True, []
+    Brokers.up.add(down.DOWN)
+    _, run = down.pipeline(tmp_path)
+    assert "its transaction" in run.step()["out"] and Coordinator.open
+    Coordinator.silent = False
+    run.close()
+    ending = Recorded.configs[-1]  # the close's, which ended the transaction
+    assert not Coordinator.open and "logger" in ending, ending
+    assert 0 < ending.get("socket.timeout.ms", 0) <= 30_000, ending

@@ -377,6 +377,10 @@ class KafkaExport(ShardExport):
             {
                 "bootstrap.servers": self.bootstrap_servers,
                 "transactional.id": _transactional_id(self.export_id),
+                # As the driver's other clients: its retries kept out of stderr, and no
+                # request waits past the export's timeout.
+                "socket.timeout.ms": max(int(timeout * 1000), 10),
+                "logger": _quiet_logger(),
             }
         )
         try:

@@ -1097,6 +1097,8 @@ class KafkaSource:
         return error
 
     def _log_uncommitted(self, why: str) -> None:
+        """Log, as a warning, the offsets close left uncommitted to the group and ``why``
+        (:meth:`_commit_at_close`): the group is only a report, so close raises nothing."""
         log.warning(
             "KAFKA source %r: offsets %s not committed to group %r at close: %s",
             self.name,
