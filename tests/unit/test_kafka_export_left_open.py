@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import confluent_kafka
 import confluent_kafka.admin
@@ -135,3 +135,62 @@ def test_a_close_leaves_a_transaction_of_a_newer_version_alone(
     Brokers.log.append((export.export_id.encode(), json.dumps(newer).encode()))
     run.close()
     assert Coordinator.open
+
+
+class OtherOpen(down.Consumer):
+    """A consumer of a progress topic where another export's transaction is open: the high
+    watermark is one past the last stable offset until its transaction timeout."""
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = -1, cached: bool = False) -> Any:
+        low, stable = super().get_watermark_offsets(tp, timeout, cached)
+        return (low, stable + 1) if cached else (low, stable)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_ends_its_own_transaction_without_waiting_for_another_exports(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: close read the progress as a tick does, which waits up to timeout_s (30 s)
+    for every transaction open on the shared progress topic to end, then logged this
+    export's transaction as left open, though it had ended it."""
+    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
+    Coordinator.open, Coordinator.silent = False, True
+    Brokers.up.add(down.DOWN)
+    _, run = down.pipeline(tmp_path)
+    assert "its transaction" in run.step()["out"] and Coordinator.open
+    Coordinator.silent = False
+    monkeypatch.setattr(confluent_kafka, "Consumer", OtherOpen)
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_export"):
+        run.close()
+    assert not Coordinator.open  # ended by init_transactions of the export's id
+    assert "left open" not in caplog.text, caplog.text
+
+
+class Recorded(Coordinator):
+    """A :class:`Coordinator` whose configurations are recorded."""
+
+    configs: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        Recorded.configs.append(dict(config))
+        super().__init__(config)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_the_producer_that_ends_a_transaction_left_open_logs_quietly_within_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: it had no logger (librdkafka's connection retries went to stderr) and
+    librdkafka's default socket timeout (60 s), not the export's."""
+    monkeypatch.setattr(confluent_kafka, "Producer", Recorded)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
+    Coordinator.open, Coordinator.silent, Recorded.configs = False, True, []
+    Brokers.up.add(down.DOWN)
+    _, run = down.pipeline(tmp_path)
+    assert "its transaction" in run.step()["out"] and Coordinator.open
+    Coordinator.silent = False
+    run.close()
+    ending = Recorded.configs[-1]  # the close's, which ended the transaction
+    assert not Coordinator.open and "logger" in ending, ending
+    assert 0 < ending.get("socket.timeout.ms", 0) <= 30_000, ending

@@ -34,7 +34,7 @@ def orders(monkeypatch: pytest.MonkeyPatch) -> Iterator[kafka_source.KafkaSource
     """Source ``orders`` on the answering cluster, whose coordinator answers each commit
     3 s after it is asked."""
     monkeypatch.setattr(confluent_kafka, "Consumer", Closing)
-    Group.committed, Closing.unanswered_at_close = [], []
+    Group.committed, Closing.unanswered_at_close, Coordinator.asks = [], [], []
     Coordinator.silent, Coordinator.commits_silent, Coordinator.error = False, False, None
     Coordinator.probe_error, Coordinator.delay = None, 3.0
     yield kafka_source.KafkaSource("orders", backoff.UP, "orders", value_format="text")
@@ -134,3 +134,100 @@ def test_a_source_with_a_consumer_is_freed_without_the_cycle_collector(
         assert freed() is None and consumer() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_second_close_asks_nothing_makes_no_consumer_and_waits_for_nothing(
+    orders: kafka_source.KafkaSource,
+) -> None:
+    """Before: a second close (a drop retried) found offsets still uncommitted, made a new
+    consumer (the first was closed) and polled it its whole timeout for an answer to a
+    commit it asked of a coordinator that could not answer in time."""
+    Coordinator.commits_silent = True
+    orders.upper()
+    orders.commit({"0": 5})
+    orders.close()  # the offsets stay uncommitted: logged
+    asks, closed, now = list(Coordinator.asks), list(Closing.unanswered_at_close), Clock.now
+    Coordinator.commits_silent = False
+    orders.close()
+    assert (Coordinator.asks, Closing.unanswered_at_close) == (asks, closed)
+    assert Clock.now == now and orders._client is None
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_late_success_come_before_close_ends_the_groups_silence_and_close_commits(
+    orders: kafka_source.KafkaSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: while the group's silence was known, close asked nothing without reading
+    the answers come meanwhile, so a success answered late was ignored, the last offsets
+    were left uncommitted and the log said the coordinator did not answer."""
+    Coordinator.delay = 15.0  # answered after the source's timeout (10 s)
+    orders.upper()
+    orders.commit({"0": 5})
+    Clock.now += 11.0
+    with pytest.raises(kafka_source.SourceUnavailable, match="did not answer"):
+        orders.commit({"0": 6})  # judged silent: kept for the next commit
+    Clock.now += 5.0  # the success has come, not read yet
+    Coordinator.delay = 0.0
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert Group.committed == [{"0": 5}, {"0": 6}] and orders._uncommitted == {}
+    assert "not committed" not in caplog.text, caplog.text
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_after_the_topic_got_another_id_commits_nothing_to_the_new_topic(
+    orders: kafka_source.KafkaSource,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: close committed the old topic's offsets to the topic made again under its
+    name, putting the group ahead of what was read from the new topic."""
+    orders.upper()
+    orders.commit({"0": 5})
+    Clock.now += 1.0
+    orders.commit({"0": 6})  # one in flight: kept for the next commit
+    monkeypatch.setattr(orders, "_current_topic_id", lambda: "id-of-the-new-topic")
+    with pytest.raises(kafka_source.SourceUnavailable, match="deleted and made again"):
+        orders.upper()
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert Group.committed == [{"0": 5}]
+    assert "{'0': 6}" in caplog.text and "id-of-the-new-topic" in caplog.text, caplog.text
+
+
+@pytest.mark.usefixtures("brokers", "orders")
+def test_a_close_waits_for_the_answer_no_longer_than_the_timeout_even_between_polls() -> None:
+    """Before: close polled ``ceil(timeout_s / 0.1)`` times 0.1 s, 0.3 s for a timeout of
+    0.25 s."""
+    Coordinator.delay = 100.0  # no answer before the close ends
+    source = kafka_source.KafkaSource(
+        "orders", backoff.UP, "orders", value_format="text", timeout_s=0.25
+    )
+    source.upper()
+    source.commit({"0": 5})
+    start = Clock.now
+    source.close()
+    assert Clock.now - start <= 0.25, Clock.now - start
+
+
+@pytest.mark.parametrize("answer", ["no answer (_WAIT_COORD)", "a success, when time is up"])
+@pytest.mark.usefixtures("brokers")
+def test_a_close_asks_no_commit_after_a_no_answer_or_once_its_time_is_up(
+    orders: kafka_source.KafkaSource, caplog: pytest.LogCaptureFixture, answer: str
+) -> None:
+    """Before: close asked its own commit after the one in flight was answered with the
+    client's no-answer (the coordinator silent: the commit would be held too, and the
+    consumer's close would wait for it), and after a success that came as its time was
+    up (nothing left to wait for the answer with)."""
+    if answer.startswith("no answer"):
+        Coordinator.error = confluent_kafka.KafkaError._WAIT_COORD  # answered in 3 s
+    else:
+        Coordinator.delay = orders.timeout_s  # answered as the close's time is up
+    orders.upper()
+    orders.commit({"0": 5})
+    orders.commit({"0": 6})  # one in flight: kept for the next commit
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert len(Coordinator.asks) == 1, Coordinator.asks  # the tick's commit only
+    assert "not committed" in caplog.text and "{'0': 6}" in caplog.text, caplog.text

@@ -109,9 +109,11 @@ target records. Its transaction may be left open on the broker, holding back
 ``read_committed`` readers: the next tick's driver ends it with
 ``init_transactions`` of the export's id right after its progress read, before
 anything else that could fail the tick (:meth:`KafkaExport.progress`). A clean
-close does the same, since no tick follows it: after a probe of at most 1 s,
-each ask waiting ``timeout_s`` at most; a transaction it cannot end is logged,
-and its transaction timeout ends it.
+close does the same, since no tick follows it, within ``timeout_s`` in all (a
+probe of at most 1 s, a scan for a newer version's progress, then
+``init_transactions``, each waiting what is left); it waits for no other
+export's transaction. A transaction it cannot end is logged, and its
+transaction timeout ends it.
 
 What every export does on the driver (the since hold, err rows, resuming)
 is :class:`~timeshard.storage.export.ShardExport`. It needs no connector
@@ -361,26 +363,32 @@ class KafkaExport(ShardExport):
         )
         return progress
 
-    def _end_own_transaction(self) -> None:
+    def _end_own_transaction(self, timeout_s: float | None = None) -> None:
         """Abort a transaction this export left open (its task died between its progress
         record and its commit, or its abort got no answer), as its next task's
         ``init_transactions`` would: else
         nothing ends it before its ``transaction.timeout.ms``, and every progress read
-        waits for it (:func:`read_progress`). It fences that task's producer too."""
+        waits for it (:func:`read_progress`). It fences that task's producer too. Waits
+        ``timeout_s`` at most (default: the export's)."""
         from confluent_kafka import KafkaException, Producer
 
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap_servers,
                 "transactional.id": _transactional_id(self.export_id),
+                # As the driver's other clients: its retries kept out of stderr, and no
+                # request waits past the export's timeout.
+                "socket.timeout.ms": max(int(timeout * 1000), 10),
+                "logger": _quiet_logger(),
             }
         )
         try:
-            producer.init_transactions(self.timeout_s)
+            producer.init_transactions(timeout)
         except KafkaException as e:
             if _no_answer(e.args[0]):
                 raise BrokerSilent(
-                    _no_coordinator(self.bootstrap_servers, self.export_id, self.timeout_s)
+                    _no_coordinator(self.bootstrap_servers, self.export_id, timeout)
                 ) from None
             raise
         finally:
@@ -456,18 +464,28 @@ class KafkaExport(ShardExport):
 
         No step comes after a close, so nothing else would end it before its
         ``transaction.timeout.ms``, and until then it holds back every
-        ``read_committed`` reader of the topics it wrote to. The wait is bounded:
-        a probe of at most :attr:`BrokerSilence.PROBE_TIMEOUT_S` first (a broker
-        that does not answer it is not asked more), then the progress read and
-        ``init_transactions``, each ask waiting ``timeout_s`` at most. The
-        progress read comes first so that a transaction of a newer version, which
-        owns the target, is not aborted.
+        ``read_committed`` reader of the topics it wrote to. The whole wait is
+        ``timeout_s`` about, each ask waiting only what is left of it: a probe of
+        at most :attr:`BrokerSilence.PROBE_TIMEOUT_S` first (a broker that does
+        not answer it is not asked more), then a scan of the progress committed
+        (:meth:`_newer_owns_target`) so that a transaction of a newer version,
+        which owns the target, is not aborted, then ``init_transactions``
+        (:meth:`_end_own_transaction`). Not :meth:`progress`: its asks wait
+        ``timeout_s`` each, and it waits for the transactions of other exports
+        sharing the progress topic, which a close need not.
         """
         if not self._left_open:
             return
+        deadline = time.monotonic() + self.timeout_s
+
+        def left() -> float:
+            return max(deadline - time.monotonic(), 0.01)
+
         try:
-            self._ask_metadata(min(self.timeout_s, BrokerSilence.PROBE_TIMEOUT_S))
-            self.progress()
+            self._ask_metadata(min(left(), BrokerSilence.PROBE_TIMEOUT_S))
+            if self._newer_owns_target(left):
+                return
+            self._end_own_transaction(left())
         except Exception as e:  # a fault at close: the transaction's timeout ends it
             error = e.args[0] if e.args else e
             log.warning(
@@ -477,6 +495,22 @@ class KafkaExport(ShardExport):
                 type(e).__name__,
                 error,
             )
+
+    def _newer_owns_target(self, left: Callable[[], float]) -> bool:
+        """Whether the newest committed progress of the export is a newer version's
+        (:meth:`_end_left_open`), asking the broker for ``left()`` s at most each time."""
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(_consumer_conf(self.bootstrap_servers, left()))
+        try:
+            low, stable = _watermarks(consumer, self.progress_topic, left())
+            found = _scan(consumer, self.progress_topic, self.export_id, low, stable, left())
+        finally:
+            consumer.close()
+        newer = found is not None and _version_of(found[1]) > self.version
+        if newer:
+            self._left_open = False  # the newer version's init_transactions ends it
+        return newer
 
     def _ask_metadata(self, timeout: float) -> None:
         """Ask the broker for the progress topic's metadata, waiting at most ``timeout``

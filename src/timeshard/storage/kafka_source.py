@@ -117,9 +117,14 @@ answered within the source's timeout is the coordinator's silence, which
 pauses that group's commits until one is answered. While the source knows its
 cluster is silent, a commit asks nothing (the health's error line says why);
 the next commit after the silence commits the latest offsets. A source's close
-commits the offsets not committed yet and waits for the answer, at most the
-source's timeout (nothing is asked during a known silence); offsets left
-uncommitted are logged, never raised.
+commits the offsets not committed yet and waits for the answers, at most the
+source's timeout (nothing is asked during a known silence, nor after the commit
+in flight got no answer); offsets left uncommitted are logged, never raised.
+The client's own close then waits for a commit it still holds for want of a
+coordinator, at most its ``session.timeout.ms`` after the commit was asked,
+which is the source's timeout (the consumer never joins the group, so the
+broker's bounds on a member's session do not apply): a close takes about
+``timeout_s``, twice that at most.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
@@ -138,7 +143,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import re
 import threading
 import weakref
@@ -516,7 +520,7 @@ class KafkaSource:
     )
     #: How long (s) past the source's timeout a commit may stay unanswered before it is
     #: forgotten: the client holds a commit for want of a coordinator until its
-    #: ``session.timeout.ms`` (45 s), then answers it.
+    #: ``session.timeout.ms`` (the source's timeout, :meth:`_consumer`), then answers it.
     COMMIT_LOST_AFTER_S = 120.0
 
     #: One upstream every instance sees, whose upper never moves back: an upper below the
@@ -587,6 +591,9 @@ class KafkaSource:
         self._admin: Any = None
         #: The id of the topic whose offsets the source binds (:attr:`topic_id`).
         self._topic_id: str | None = None
+        #: The id the topic was last found with when it was not :attr:`topic_id` (None:
+        #: the same topic, or not known): the offsets to commit are not that topic's.
+        self._other_topic_id: str | None = None
         #: The offsets to commit to the group that are not committed yet (:meth:`commit`).
         self._uncommitted: dict[str, int] = {}
         #: The silence of the consumer group's coordinator (:meth:`commit`): this source's
@@ -600,6 +607,8 @@ class KafkaSource:
         self._commit_asked_at = 0.0
         #: The answers the consumer's ``on_commit`` kept, not read yet.
         self._commit_answers = _CommitAnswers()
+        #: Whether :meth:`close` ran: a second close does nothing.
+        self._closed = False
 
     # -- the Source protocol ---------------------------------------------------------------
 
@@ -965,7 +974,14 @@ class KafkaSource:
 
     def close(self) -> None:
         """Commit the offsets not committed yet (:meth:`_commit_at_close`), then close the
-        clients. Raises nothing the commit meets: the group is only a report."""
+        clients. Raises nothing the commit meets: the group is only a report.
+
+        A second close does nothing (a drop may be retried): its consumer closed, it
+        would make a new one and wait its whole timeout for a commit's answer.
+        """
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._commit_at_close()
         finally:
@@ -980,64 +996,109 @@ class KafkaSource:
         committed (the latest of each partition), and wait for the answer, for
         ``timeout_s`` at most; log the offsets left uncommitted, never raise.
 
+        The consumer's close, after it, waits for a commit the client still holds
+        for want of a coordinator (the coordinator stopped answering after the
+        last tick, and the source does not know yet), at most its
+        ``session.timeout.ms`` after the commit was asked: the source's timeout
+        (:meth:`_consumer`), not librdkafka's 45 s. So the whole close takes about
+        ``timeout_s``, and twice that at most (a close commit asked at the end of
+        its wait, then held).
+
         A commit is asynchronous (:meth:`commit`): at close, the last tick's
         offsets are often not asked yet (one commit was in flight), or asked and
         not answered; a consumer closed then leaves the group behind the source,
         and lag tools report offsets already read. The commit in flight is
         awaited first: one asked beside it may land before it, and leave the group
-        at the older offsets. A synchronous commit would wait for its answer with
-        no bound (the client holds a commit for want of a coordinator past the
-        timeout), so the commit is asynchronous here too, and the answers are
-        polled for in polls of :attr:`CLOSE_POLL_S`, no more of them than fit in
-        ``timeout_s``. While the source knows its cluster or the group's
-        coordinator is silent, nothing is asked (the commit would wait the whole
-        bound for nothing). A failure is a report's, never the source's data: it
+        at the older offsets. The close's own commit is asked only if time is left
+        to wait for its answer and the one in flight got an answer (an error or
+        not), not the client's no-answer (``_TIMED_OUT``, ``_WAIT_COORD``): with
+        the coordinator silent it would be held too. A synchronous commit would
+        wait for its answer with no bound (the client holds a commit for want of
+        a coordinator past the timeout), so the commit is asynchronous here too,
+        and the answers are polled for in polls of :attr:`CLOSE_POLL_S` at most, until ``timeout_s``
+        has passed. While the source knows its cluster is silent, nothing is
+        asked (the commit would wait the whole bound for nothing); so while the
+        group's coordinator is, once the answers come already are read (a late
+        success ends its silence). Nor is anything asked once the topic was found
+        with another id than the one the offsets were read from (:meth:`upper`
+        raised): they would put the group of the topic made again ahead of what
+        was read from it. A failure is a report's, never the source's data: it
         is logged.
         """
         if not self._uncommitted:
             return
-        silent = self._silence.known() or self._commit_silence.fault
-        if silent is not None:
-            self._log_uncommitted(silent)
+        known = self._silence.known()
+        if known is not None:
+            self._log_uncommitted(known)
+            return
+        if self._other_topic_id is not None:
+            self._log_uncommitted(
+                f"topic {self.topic!r} has id {self._other_topic_id}, not {self._topic_id}, "
+                "the id of the topic the offsets were read from"
+            )
             return
         from confluent_kafka import KafkaException, TopicPartition
 
-        polls = iter(range(math.ceil(self.timeout_s / self.CLOSE_POLL_S)))
+        deadline = monotonic() + self.timeout_s
         error: Any = None
         try:
             consumer = self._consumer()
-            error = self._await_commits(consumer, polls)
-            if self._uncommitted and self._commits_answered >= self._commits_asked:
+            error = self._read_answers(consumer, 0)  # a late success ends the group's silence
+            if self._commit_silence.fault is not None:
+                self._log_uncommitted(self._commit_silence.fault)
+                return
+            error = self._await_commits(consumer, deadline) or error
+            if (
+                self._uncommitted
+                and self._commits_answered >= self._commits_asked
+                and not (_no_answer(error) or _waits_for_coordinator(error))
+                and monotonic() < deadline
+            ):
                 offsets = [
                     TopicPartition(self.topic, int(p), o)
                     for p, o in sorted(self._uncommitted.items())
                 ]
                 consumer.commit(offsets=offsets, asynchronous=True)
                 self._commits_asked += 1
-                error = self._await_commits(consumer, polls)
+                error = self._await_commits(consumer, deadline)
         except Exception as e:  # the client's refusal, or a closed consumer: only a report
             error = e.args[0] if isinstance(e, KafkaException) and e.args else e
         if self._uncommitted:
             self._log_uncommitted(str(error or f"no answer within {self.timeout_s} s"))
 
-    def _await_commits(self, consumer: Any, polls: Iterator[int]) -> Any:
-        """Poll for the answers of the commits asked while any is unanswered and ``polls``
-        lasts, reading them (:meth:`_commit_at_close`): the error of the last one answered
-        with one (None: none)."""
+    def _await_commits(self, consumer: Any, deadline: float) -> Any:
+        """Poll for the answers of the commits asked while any is unanswered, until
+        ``deadline`` (monotonic), reading them (:meth:`_commit_at_close`): the error of
+        the last one answered with one (None: none)."""
         error = None
-        while self._commits_answered < self._commits_asked and next(polls, None) is not None:
-            consumer.poll(self.CLOSE_POLL_S)
-            for answer, partitions in self._commit_answers.take():
-                self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
-                if answer is None:
-                    answer = next((tp.error for tp in partitions if tp.error is not None), None)
-                if answer is None:
-                    self._committed(partitions)
-                else:
-                    error = answer
+        while self._commits_answered < self._commits_asked:
+            left = deadline - monotonic()
+            if left <= 0:
+                break
+            error = self._read_answers(consumer, min(left, self.CLOSE_POLL_S)) or error
+        return error
+
+    def _read_answers(self, consumer: Any, timeout: float) -> Any:
+        """Poll for the answers of the commits asked, waiting ``timeout`` at most, and read
+        the answers come (:meth:`_commit_at_close`): a success drops the offsets it
+        committed and ends the group's silence. The error of the last one answered with
+        one (None: none)."""
+        error = None
+        consumer.poll(timeout)
+        for answer, partitions in self._commit_answers.take():
+            self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
+            if answer is None:
+                answer = next((tp.error for tp in partitions if tp.error is not None), None)
+            if answer is None:
+                self._committed(partitions)
+                self._commit_silence.answered()
+            else:
+                error = answer
         return error
 
     def _log_uncommitted(self, why: str) -> None:
+        """Log, as a warning, the offsets close left uncommitted to the group and ``why``
+        (:meth:`_commit_at_close`): the group is only a report, so close raises nothing."""
         log.warning(
             "KAFKA source %r: offsets %s not committed to group %r at close: %s",
             self.name,
@@ -1049,6 +1110,17 @@ class KafkaSource:
     # -- the broker, on the driver ---------------------------------------------------------
 
     def _consumer(self) -> Any:
+        """The source's consumer, made at the first ask (driver).
+
+        It never subscribes to its group (it only asks metadata, offsets and
+        commits), so it joins no group and the broker's bounds on a member's
+        session do not apply: its ``session.timeout.ms`` only bounds how long the
+        client holds a commit for want of a coordinator before it answers
+        ``_WAIT_COORD``, which its close waits for. It is the source's timeout, the
+        wait after which a commit is judged unanswered (:meth:`commit`), so a
+        close takes no longer than the source's timeout allows
+        (:meth:`_commit_at_close`); librdkafka's default is 45 s.
+        """
         from confluent_kafka import Consumer
 
         if self._client is None:
@@ -1059,6 +1131,7 @@ class KafkaSource:
                     "enable.auto.commit": False,
                     "isolation.level": "read_committed",
                     "socket.timeout.ms": int(self.timeout_s * 1000),
+                    "session.timeout.ms": int(self.timeout_s * 1000),
                     "logger": _quiet_logger(),
                     "on_commit": self._commit_answers,
                 }
@@ -1134,7 +1207,8 @@ class KafkaSource:
             return
         if self._topic_id is None:
             self._topic_id = found
-        elif found != self._topic_id:
+        self._other_topic_id = found if found != self._topic_id else None
+        if self._other_topic_id is not None:
             raise SourceUnavailable(
                 f"Kafka topic {self.topic!r} at {self.bootstrap_servers} has id {found}, not "
                 f"{self._topic_id}, the id of the topic whose offsets the source bound: "
