@@ -194,3 +194,16 @@ def test_the_producer_that_ends_a_transaction_left_open_logs_quietly_within_the_
     ending = Recorded.configs[-1]  # the close's, which ended the transaction
     assert not Coordinator.open and "logger" in ending, ending
     assert 0 < ending.get("socket.timeout.ms", 0) <= 30_000, ending
+
+
+@pytest.mark.parametrize("timeout_s", [0.01, 1.0, 30.0, 60.2, 120.0, 300.0])
+def test_the_producer_that_ends_a_transaction_is_made_for_any_export_timeout(
+    timeout_s: float,
+) -> None:
+    """Before: a ``socket.timeout.ms`` of the export's timeout past librdkafka's 60 s
+    default transaction timeout (+ 100 ms) was refused when the producer was made
+    (``_INVALID_ARG``), and every tick after a silent task failed on it."""
+    from timeshard.storage import kafka_export
+
+    conf = kafka_export._ending_producer_conf("127.0.0.1:1", "e", timeout_s)
+    confluent_kafka.Producer(conf)  # librdkafka checks the configuration here

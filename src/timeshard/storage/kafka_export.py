@@ -164,6 +164,9 @@ ENVELOPES = ("upsert", "debezium")
 FORMATS = ("json", "avro")
 TIME_HEADER = "timeshard-time"
 DEFAULT_TIMEOUT_S = 30.0
+#: The ``transaction.timeout.ms`` of the export's transactional producers: how long the
+#: coordinator keeps a transaction no producer ends open before it aborts it.
+TRANSACTION_TIMEOUT_MS = 120_000
 log = logging.getLogger(__name__)
 
 
@@ -373,16 +376,7 @@ class KafkaExport(ShardExport):
         from confluent_kafka import KafkaException, Producer
 
         timeout = self.timeout_s if timeout_s is None else timeout_s
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap_servers,
-                "transactional.id": _transactional_id(self.export_id),
-                # As the driver's other clients: its retries kept out of stderr, and no
-                # request waits past the export's timeout.
-                "socket.timeout.ms": max(int(timeout * 1000), 10),
-                "logger": _quiet_logger(),
-            }
-        )
+        producer = Producer(_ending_producer_conf(self.bootstrap_servers, self.export_id, timeout))
         try:
             producer.init_transactions(timeout)
         except KafkaException as e:
@@ -569,6 +563,23 @@ def _no_coordinator(bootstrap: str, export_id: str, timeout_s: float) -> str:
 def _transactional_id(export_id: str) -> str:
     """The transactional id of every producer of the export (module doc)."""
     return f"timeshard-export-{export_id}"
+
+
+def _ending_producer_conf(bootstrap: str, export_id: str, timeout_s: float) -> dict[str, Any]:
+    """The configuration of the driver's producer that ends a transaction left open
+    (:meth:`KafkaExport._end_own_transaction`). As the driver's other clients: its retries
+    kept out of stderr, and no request waits past the export's timeout, nor past
+    librdkafka's bound for a transactional producer (``transaction.timeout.ms`` + 100:
+    it refuses a larger ``socket.timeout.ms`` when the producer is made, which a timeout
+    past 60 s, its default transaction timeout, was)."""
+    socket_ms = min(max(int(timeout_s * 1000), 10), TRANSACTION_TIMEOUT_MS + 100)
+    return {
+        "bootstrap.servers": bootstrap,
+        "transactional.id": _transactional_id(export_id),
+        "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+        "socket.timeout.ms": socket_ms,
+        "logger": _quiet_logger(),
+    }
 
 
 def _identity(topic: str) -> str:
@@ -928,7 +939,7 @@ class _ProduceTask:
             {
                 "bootstrap.servers": self.bootstrap,
                 "transactional.id": _transactional_id(self.export_id),
-                "transaction.timeout.ms": 120_000,
+                "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                 # Java's partitioner (murmur2) for keyed records, so a key shares its
                 # partition with Java producers of the topic (module doc).
                 "partitioner": "murmur2_random",
