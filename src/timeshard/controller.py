@@ -45,7 +45,9 @@ Invariants:
    The catalog's read at the start, before any object is built, is retried so
    too (its faults are logged: no object has a health yet), until it succeeds or
    the caller's stop flag is set (then the build raises :class:`StartStopped`,
-   having dropped the replication slots its sources made, as a refusal does).
+   keeping the replication slots its sources made: a stop is this process's, and
+   a peer running the same declaration may read through a slot it has not
+   advanced yet, which a drop would take from it).
 2. A view is installed after one step of every source, so its inputs exist. A
    first step that fails is a failure as a later one's is (``first_failures``).
    So is a fault while a view is installed or an export built: the object is
@@ -176,8 +178,10 @@ class Pipeline:
                         continue
                     self.ingestions.append(ingestion)
                     self._sources.append((s, source))
-            except (*_ENDS_RUN, StartStopped):  # the run ends before any source ran
+            except _ENDS_RUN:  # the run ends before any source ran
                 _drop_new_slots(source for _, source in built)
+                raise
+            except StartStopped:  # this process stops; its slots stay (invariant 1)
                 raise
             self.first_failures = self._step_ingestions()
             self.health = Health(client, clock)
@@ -423,9 +427,10 @@ class Pipeline:
 def _drop_new_slots(sources: Iterable[Any]) -> None:
     """Drop the replication slot each of ``sources`` created as it was built (a POSTGRES source's;
     no other kind makes one), once the run ends before any of them ran (the declaration
-    refused, corrupt state, or the caller's stop at the start), as the checks before a run
-    build their sources without a slot (:func:`~timeshard.spec.checked_only`). A slot that
-    cannot be dropped is logged: the error that ended the run is the one to see. A source
+    refused, or corrupt state; not the caller's stop: :class:`StartStopped`), as the
+    checks before a run build their sources without a slot
+    (:func:`~timeshard.spec.checked_only`). A slot that cannot be dropped is logged: the
+    error that ended the run is the one to see. A source
     built again after a fault finds the slot an earlier build made (``slot_created`` false):
     that earlier build, kept by its :class:`_Retry`, drops it, for every source still
     stalled when the run ends. A slot dropped twice is no error (``drop`` deletes it if it
@@ -491,8 +496,11 @@ def read_at_start(
 class StartStopped(Exception):
     """The caller asked to stop while a read at the start of its run was being retried
     (:func:`read_at_start`): no source ran, nor was any view or export built. The
-    sources were built before the read; the replication slots they made are dropped,
-    as when a refusal ends the run (:func:`_drop_new_slots`)."""
+    sources were built before the read; the replication slots they made stay, unlike
+    when a refusal ends the run (:func:`_drop_new_slots`): a stop is this process's
+    alone, and a peer of the same declaration may be reading through such a slot
+    before it first advances it, which ``drop``'s guard cannot see. A later start of
+    the source finds its slot and goes on from it."""
 
 
 #: What ends the run when a source or its ingestion is built: a refusal (the declaration

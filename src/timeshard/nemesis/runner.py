@@ -583,8 +583,10 @@ class NemesisRunner:
             # Whatever ended the phases (the heal, the run's bound, an error), no fault
             # outlives them: the disk is drained before the replicas' closing writes and
             # verify; the stop's control carries no window and continues paused replicas.
-            disk.drain()
-            self._stop(replicas, result)
+            try:
+                disk.drain()
+            finally:  # a drain that fails leaves no replica running
+                self._stop(replicas, result)
         self._count_injected(run_dir, planned, result)
         if result.error:
             self.log(f"run {run}: {result.error}")
@@ -806,7 +808,7 @@ class NemesisRunner:
                 result.skipped.update(f.kind for f in waiting)
                 self._undone_faults(plan, replicas[0].run_dir, phase_ticks, result)
                 cut = self._out_of_time("faults", start)
-                result.error = f"{cut}; {result.error}" if result.error else cut
+                result.fail(f"{cut}; {result.error}" if result.error else cut, result.slow)
                 return False
             still_waiting = []
             for fault in waiting:
