@@ -159,3 +159,25 @@ def test_a_using_name_twice_on_a_side_past_a_lateral_or_a_parenthesized_join_is_
         "JOIN (SELECT 1 AS k) AS b USING (k)",
     ):
         assert rewritten(sql) == sql, sql
+
+
+def test_a_use_of_a_named_window_keeps_its_own_order() -> None:
+    """``OVER (w ORDER BY i)`` ranks by ``i`` within ``w``'s partitions, as PostgreSQL
+    does; the use written out as its definition had taken the definition's lack of order
+    (every row ranked 1). Spark cannot parse the form, so it is written out."""
+    for function in ("rank()", "lag(i)"):
+        sql = f"SELECT {function} OVER (w ORDER BY i) AS r FROM t WINDOW w AS (PARTITION BY s)"
+        assert "OVER (PARTITION BY s ORDER BY i NULLS LAST)" in rewritten(sql), sql
+
+
+def test_a_natural_join_of_an_unnamed_expression_stays_natural() -> None:
+    """A column of no name (``count(*)``, a cast) is neither PostgreSQL's name of it
+    (``count``) nor Spark's (``count(1)``): USING it was ``USING (`*`)``, which Spark
+    refuses. Such a join is left to Spark's NATURAL; one under column aliases is named."""
+    for sql in (
+        "SELECT * FROM (SELECT count(*) FROM t) AS q NATURAL JOIN (SELECT count(*) FROM t) AS r",
+        "SELECT * FROM (SELECT CAST(i AS BIGINT) FROM t) AS q NATURAL JOIN t",
+    ):
+        assert "NATURAL JOIN" in rewritten(sql), sql
+    named = rewritten("SELECT * FROM (SELECT count(*) FROM t) AS q(i) NATURAL JOIN t")
+    assert "JOIN t USING (`i`)" in named, named

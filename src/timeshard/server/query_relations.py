@@ -12,7 +12,7 @@ Pure Python, no Spark.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from sqlglot import exp
 
@@ -118,7 +118,7 @@ def _refuse_ambiguous_using(
     except OptimizeError:  # Spark refuses what sqlglot cannot scope
         return
 
-    def names_of(relation: exp.Expr, select: exp.Select) -> list[str] | None:
+    def names_of(relation: exp.Expr, select: exp.Select) -> Sequence[str | None] | None:
         inner = relation.this if isinstance(relation, exp.Subquery) else None
         if (
             nested
@@ -138,7 +138,17 @@ def _refuse_ambiguous_using(
             return named
         if isinstance(source, Scope) and node is not None:
             derived = _derived_branches(node, source)
-            return None if derived is None else derived[0]
+            if derived is None:
+                return None
+            derived_names: list[str | None] = list(derived[0])
+            if natural:  # an unnamed expression's name is neither PostgreSQL's nor Spark's
+                query = getattr(source, "expression", None)
+                holders = (query.parent if query is not None else None, node)
+                aliased = max(len(_column_aliases(h)) for h in holders)
+                for i, e in enumerate(derived[1][0]):
+                    if i >= aliased and not isinstance(e, exp.Alias | exp.Column):
+                        derived_names[i] = None
+            return derived_names
         if not isinstance(source, exp.Table):
             return None
         shard = columns_of(".".join(p for p in (source.catalog, source.db, source.name) if p))
@@ -151,7 +161,7 @@ def _refuse_ambiguous_using(
 
     def joined_names(
         first: exp.Expr, joins: list[exp.Join], select: exp.Select
-    ) -> list[str] | None:
+    ) -> Sequence[str | None] | None:
         """The names of the columns of ``first`` joined by ``joins`` since their last
         comma, each ``USING`` checked; None past a relation whose names are not known."""
         left = names_of(first, select)
@@ -163,8 +173,8 @@ def _refuse_ambiguous_using(
                 continue
             right = names_of(join.this, select) if left is not None else None
             if natural and _is_natural(join) and left is not None and right is not None:
-                common = [n for n in dict.fromkeys(left) if n in right]
-                if common:
+                common = [n for n in dict.fromkeys(left) if n is not None and n in right]
+                if common and None not in left and None not in right:
                     join.set("method", None)
                     join.set("using", [exp.to_identifier(n, quoted=True) for n in common])
             if left is None or right is None or join.args.get("method"):
@@ -177,7 +187,7 @@ def _refuse_ambiguous_using(
                             f'common column name "{name}" appears more than once in {side} table',
                             "42702",
                         )
-            left = using + [n for n in left + right if n not in using]
+            left = [*using, *(n for n in [*left, *right] if n not in using)]
         return left
 
     for select in selects:

@@ -44,7 +44,8 @@ def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
     With ``named`` (the typing rewrites' version 4), a named window of no order (``OVER
     w ... WINDOW w AS (PARTITION BY p)``) is that too: the use is written out as its
     definition (:func:`_named_definition`: its partition and order) ordered by NULL,
-    since Spark's window of a name takes no ORDER BY of its own. The ``WINDOW`` clause
+    since Spark's window of a name takes no ORDER BY of its own; a use's own ORDER BY
+    (``OVER (w ORDER BY i)``, which Spark cannot parse) is its order. The ``WINDOW`` clause
     stays as it is, for the other uses of the name. And a frame (``ROWS BETWEEN ...``)
     of such a function's window, its own or its name's, is dropped: PostgreSQL ignores
     it for these functions, where Spark refused any but the one it requires. Without
@@ -58,11 +59,13 @@ def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
             if definition is None:
                 continue  # not known here: Spark's
             partition, order, spec = definition
-            if order is not None and spec is None:
+            own = window.args.get("order")  # OVER (w ORDER BY ...): PostgreSQL's, not Spark's
+            if own is None and order is not None and spec is None:
                 continue  # ordered and of no frame where it is defined: Spark answers it
             window.set("alias", None)
             window.set("partition_by", [p.copy() for p in partition])
-            window.set("order", order.copy() if order is not None else None)
+            if own is None:
+                window.set("order", order.copy() if order is not None else None)
         if named:
             window.set("spec", None)
         if not window.args.get("order"):
