@@ -78,10 +78,13 @@ def _joined_columns(
             select.set("expressions", before)
 
 
-def _refuse_ambiguous_using(
+def _resolve_joins_using(
     tree: exp.Expr, columns_of: ColumnsOf, nested: bool = False, natural: bool = False
 ) -> None:
-    """SqlError 42702 if a name a join is ``USING`` is the name of two columns of one of
+    """The joins ``USING`` names of ``tree`` as PostgreSQL resolves them: written out for a
+    ``NATURAL`` join (with ``natural``, below), and refused where ambiguous.
+
+    SqlError 42702 if a name a join is ``USING`` is the name of two columns of one of
     its sides, as PostgreSQL refuses it ("common column name appears more than once"):
     Spark joined on one of them and gave ``SELECT *`` both. A join's left side is every
     relation before it since the last comma (a comma binds looser than JOIN), a column

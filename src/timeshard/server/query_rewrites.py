@@ -29,7 +29,7 @@ from timeshard.server.query_relations import (
     _complete_column_aliases,
     _complete_subquery_aliases,
     _joined_columns,
-    _refuse_ambiguous_using,
+    _resolve_joins_using,
     _using_stars,
 )
 from timeshard.server.query_types import (
@@ -332,7 +332,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     Before them too, a subquery's, CTE's or shard's column aliases fewer than its columns
     are completed (:func:`_complete_column_aliases`), as PostgreSQL names the rest, and
     more are 42P10; a name a join is ``USING`` twice on one side is 42702
-    (:func:`_refuse_ambiguous_using`).
+    (:func:`_resolve_joins_using`).
 
     ``version``: of these rewrites (:data:`TYPING`). At 1 (a view recorded with version
     1 and no resolution, installed again as it was made; or checking that version 1
@@ -365,7 +365,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     elif postgres15:
         _complete_subquery_aliases(tree)
     if version >= 4:  # before the stars of joins USING are read: a NATURAL join is one
-        _refuse_ambiguous_using(tree, columns_of, nested=True, natural=True)
+        _resolve_joins_using(tree, columns_of, nested=True, natural=True)
     for cast in list(tree.find_all(exp.Cast)):
         for inner in list(cast.to.find_all(exp.DataType)):
             if inner is not cast.to and _unconstrained(inner):
@@ -387,7 +387,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     if version >= 3:
         _joined_columns(tree, joined, stars)
     if version == 3:
-        _refuse_ambiguous_using(tree, columns_of)
+        _resolve_joins_using(tree, columns_of)
     if version >= 4:
         _refuse_text_number_operators(tree, typed)
     if postgres15:
