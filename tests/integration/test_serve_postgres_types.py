@@ -111,6 +111,12 @@ VERSION_4 = [
         [("n", INT8), ("l", INT4)],
         [(1, None)],
     ),
+    (  # PostgreSQL names an unnamed sum(i) "sum" and joins on it; Spark joined on i alone
+        "SELECT * FROM (SELECT i, sum(i) FROM t GROUP BY i) AS p "
+        "NATURAL JOIN (SELECT i, sum(i) - 7 AS sum FROM t GROUP BY i) AS q",
+        [("i", INT4), ("sum", INT8)],
+        [],
+    ),
     (  # the common column of an int4 and an int8 side is an int8, first, once
         "SELECT * FROM t NATURAL JOIN (SELECT 7::int8 AS i, 1 AS z) AS v",
         [("i", INT8), ("s", TEXT), ("z", INT4)],

@@ -170,14 +170,40 @@ def test_a_use_of_a_named_window_keeps_its_own_order() -> None:
         assert "OVER (PARTITION BY s ORDER BY i NULLS LAST)" in rewritten(sql), sql
 
 
-def test_a_natural_join_of_an_unnamed_expression_stays_natural() -> None:
-    """A column of no name (``count(*)``, a cast) is neither PostgreSQL's name of it
-    (``count``) nor Spark's (``count(1)``): USING it was ``USING (`*`)``, which Spark
-    refuses. Such a join is left to Spark's NATURAL; one under column aliases is named."""
-    for sql in (
-        "SELECT * FROM (SELECT count(*) FROM t) AS q NATURAL JOIN (SELECT count(*) FROM t) AS r",
-        "SELECT * FROM (SELECT CAST(i AS BIGINT) FROM t) AS q NATURAL JOIN t",
-    ):
+def test_a_natural_join_of_an_expression_of_no_known_name_stays_natural() -> None:
+    """An expression whose PostgreSQL name is not known here (``?column?``) was joined
+    ``USING (`*`)``, which Spark refuses: such a join is left to Spark's NATURAL; one
+    under column aliases is named."""
+    for sql in ("SELECT * FROM (SELECT i * 2 FROM t) AS q NATURAL JOIN (SELECT 1 + 1) AS r",):
         assert "NATURAL JOIN" in rewritten(sql), sql
     named = rewritten("SELECT * FROM (SELECT count(*) FROM t) AS q(i) NATURAL JOIN t")
     assert "JOIN t USING (`i`)" in named, named
+
+
+def test_a_natural_join_joins_on_postgresql_s_names_of_unnamed_columns() -> None:
+    """PostgreSQL names an unnamed ``sum(i)`` ``sum`` and a cast of ``k`` ``k``: a NATURAL
+    join of two such sides joins on them, where Spark's names (``sum(i)``, ``sum(y)``)
+    joined on ``i`` alone and answered more rows. They are named so for Spark too."""
+    both = rewritten(
+        "SELECT * FROM (SELECT i, sum(i) FROM t GROUP BY i) AS p "
+        "NATURAL JOIN (SELECT i, sum(y) FROM t GROUP BY i) AS q"
+    )
+    assert "SUM(i) AS `sum`" in both and "USING (`i`, `sum`)" in both, both
+    with pytest.raises(SqlError) as caught:  # k twice on the left, as PostgreSQL says
+        rewritten("SELECT * FROM (SELECT i, CAST(i AS BIGINT) FROM t) AS q NATURAL JOIN t")
+    assert caught.value.sqlstate == "42702"
+    # A name not known here (PostgreSQL's ?column?) leaves the join to Spark.
+    assert "NATURAL JOIN" in rewritten("SELECT * FROM (SELECT i + 1 FROM t) AS p NATURAL JOIN t")
+
+
+def test_a_use_of_a_named_window_overriding_its_clauses_is_42p20() -> None:
+    for sql, clause in (
+        ("SELECT rank() OVER (w ORDER BY i) FROM t WINDOW w AS (ORDER BY s)", "ORDER BY"),
+        ("SELECT rank() OVER (w PARTITION BY i) FROM t WINDOW w AS (ORDER BY s)", "PARTITION BY"),
+    ):
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == (
+            "42P20",
+            f'cannot override {clause} clause of window "w"',
+        ), sql

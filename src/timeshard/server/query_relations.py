@@ -144,13 +144,16 @@ def _resolve_joins_using(
             if derived is None:
                 return None
             derived_names: list[str | None] = list(derived[0])
-            if natural:  # an unnamed expression's name is neither PostgreSQL's nor Spark's
+            if natural:  # an unnamed expression: PostgreSQL's name, which Spark is told
                 query = getattr(source, "expression", None)
                 holders = (query.parent if query is not None else None, node)
                 aliased = max(len(_column_aliases(h)) for h in holders)
                 for i, e in enumerate(derived[1][0]):
                     if i >= aliased and not isinstance(e, exp.Alias | exp.Column):
-                        derived_names[i] = None
+                        name = _postgres_name(e)
+                        derived_names[i] = name
+                        if name is not None:
+                            e.replace(exp.alias_(e.copy(), name, quoted=True))
             return derived_names
         if not isinstance(source, exp.Table):
             return None
@@ -197,6 +200,37 @@ def _resolve_joins_using(
         first = select.args.get("from_")
         if first is not None and id(select) in sources:
             joined_names(first.this, select.args.get("joins") or [], select)
+
+
+#: The functions whose sqlglot name is PostgreSQL's name of the column they make.
+_NAMED_FUNCTIONS = frozenset(
+    {
+        *("abs", "avg", "coalesce", "concat", "count", "cume_dist", "dense_rank"),
+        *("first_value", "greatest", "lag", "last_value", "lead", "least", "length"),
+        *("lower", "max", "min", "nth_value", "ntile", "nullif", "percent_rank", "rank"),
+        *("round", "row_number", "sum", "upper"),
+    }
+)
+
+
+def _postgres_name(node: exp.Expr) -> str | None:
+    """PostgreSQL's name of a select list's column of no alias, where it is known here:
+    a column's, its name; a cast's or a window's, its operand's; a ``CASE``'s, ``case``;
+    a function's (:data:`_NAMED_FUNCTIONS`, or one sqlglot does not know), its name.
+    Spark names them otherwise (``sum(i)``, ``count(1)``), so a ``NATURAL`` join over
+    them joined on other columns than PostgreSQL's."""
+    node = node.unnest()
+    if isinstance(node, exp.Column):
+        return node.name
+    if isinstance(node, exp.Cast | exp.Window):
+        return _postgres_name(node.this)
+    if isinstance(node, exp.Case):
+        return "case"
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    if isinstance(node, exp.Func) and node.sql_name().lower() in _NAMED_FUNCTIONS:
+        return node.sql_name().lower()
+    return None
 
 
 def _is_natural(join: exp.Join) -> bool:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from sqlglot import exp
 
+from timeshard.server.statements import SqlError
+
 #: The window functions PostgreSQL answers as an int8 and Spark as an INT (int4).
 _RANKS = (exp.RowNumber, exp.Rank, exp.DenseRank)
 
@@ -45,9 +47,11 @@ def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
     w ... WINDOW w AS (PARTITION BY p)``) is that too: the use is written out as its
     definition (:func:`_named_definition`: its partition and order) ordered by NULL,
     since Spark's window of a name takes no ORDER BY of its own; a use's own ORDER BY
-    (``OVER (w ORDER BY i)``, which Spark cannot parse) is its order. The ``WINDOW`` clause
-    stays as it is, for the other uses of the name. And a frame (``ROWS BETWEEN ...``)
-    of such a function's window, its own or its name's, is dropped: PostgreSQL ignores
+    (``OVER (w ORDER BY i)``, which Spark cannot parse) is its order, and one that would
+    override the name's ORDER BY, or that has a PARTITION BY, is PostgreSQL's 42P20. The
+    ``WINDOW`` clause stays as it is, for the other uses of the name. And a frame
+    (``ROWS BETWEEN ...``) of such a function's window, its own or its name's, is
+    dropped: PostgreSQL ignores
     it for these functions, where Spark refused any but the one it requires. Without
     ``named`` (version 3) a named window is left to Spark, and a frame kept."""
     for window in list(tree.find_all(exp.Window)):
@@ -60,6 +64,14 @@ def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
                 continue  # not known here: Spark's
             partition, order, spec = definition
             own = window.args.get("order")  # OVER (w ORDER BY ...): PostgreSQL's, not Spark's
+            for clause, mine, its in (
+                ("ORDER BY", own, order),
+                ("PARTITION BY", window.args.get("partition_by"), True),
+            ):
+                if mine and its:  # PostgreSQL refuses these (a copy takes the name's partition)
+                    raise SqlError(
+                        f'cannot override {clause} clause of window "{name.name}"', "42P20"
+                    )
             if own is None and order is not None and spec is None:
                 continue  # ordered and of no frame where it is defined: Spark answers it
             window.set("alias", None)
