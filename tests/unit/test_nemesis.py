@@ -846,13 +846,16 @@ def test_a_loaded_but_healthy_run_recovers_inside_the_ci_bound_and_verify_gets_w
     assert timeouts == [800.0, 300.0, VERIFY_TIMEOUT_S]  # 300 s: the floor
 
 
+@pytest.mark.parametrize("drain_fails", [False, True])
 def test_a_fault_phase_the_runs_bound_cuts_leaves_no_full_disk_to_the_stop_and_verify(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, drain_fails: bool
 ) -> None:
     """A fault phase cut by the run's bound skipped the heal, the only drain of the tmpfs
     but the window's close and the unmount: the ballast stayed through the replicas' stop
     (a closing write could crash on ENOSPC) and verify. The run's cleanup drains the
-    disk before it stops the replicas, whatever ended the phase."""
+    disk before it stops the replicas, whatever ended the phase. A drain that fails is
+    the run's error: the replicas still stop and verify still runs (it escaped the run,
+    which lost its report)."""
     from timeshard.nemesis import runner as runner_module
     from timeshard.nemesis.plan import Fault
     from timeshard.nemesis.runner import _Replica
@@ -884,7 +887,13 @@ def test_a_fault_phase_the_runs_bound_cuts_leaves_no_full_disk_to_the_stop_and_v
     monkeypatch.setattr(runner_module, "time", clock)
     monkeypatch.setattr(BlobDisk, "mount", mount)
     monkeypatch.setattr(BlobDisk, "fill", lambda self: full.__setitem__(0, True) or 1)
-    monkeypatch.setattr(BlobDisk, "drain", lambda self: full.__setitem__(0, False))
+
+    def drain(self: BlobDisk) -> None:
+        if drain_fails:
+            raise PermissionError("ballast")
+        full[0] = False
+
+    monkeypatch.setattr(BlobDisk, "drain", drain)
     monkeypatch.setattr(BlobDisk, "unmount", lambda self: setattr(self, "mounted", False))
     monkeypatch.setattr(runner_module.shutil, "copytree", lambda *args: None)
     monkeypatch.setattr(
@@ -904,6 +913,10 @@ def test_a_fault_phase_the_runs_bound_cuts_leaves_no_full_disk_to_the_stop_and_v
         kinds=("kill", "disk_full"),
     )
     result = NemesisRunner(config, log=lambda line: None).run_once(0)
+    if drain_fails:
+        assert result.error.startswith("the disk's ballast was not drained"), result.error
+        assert seen == {"stop": True, "verify": True}
+        return
     assert result.error.startswith("faults: the run's bound of 2100 s ran out"), result.error
     assert seen == {"stop": False, "verify": False}
 

@@ -585,6 +585,8 @@ class NemesisRunner:
             # verify; the stop's control carries no window and continues paused replicas.
             try:
                 disk.drain()
+            except OSError as e:  # the run's error; the replicas stop and verify runs
+                result.fail(f"the disk's ballast was not drained: {type(e).__name__}: {e}")
             finally:  # a drain that fails leaves no replica running
                 self._stop(replicas, result)
         self._count_injected(run_dir, planned, result)
