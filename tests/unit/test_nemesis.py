@@ -913,8 +913,9 @@ def test_a_fault_phase_the_runs_bound_cuts_leaves_no_full_disk_to_the_stop_and_v
         kinds=("kill", "disk_full"),
     )
     result = NemesisRunner(config, log=lambda line: None).run_once(0)
-    if drain_fails:
-        assert result.error.startswith("the disk's ballast was not drained"), result.error
+    if drain_fails:  # after the bound's error, which it hides not
+        assert result.error.startswith("faults: the run's bound of 2100 s ran out"), result.error
+        assert "; the disk's ballast was not drained: PermissionError" in result.error
         assert seen == {"stop": True, "verify": True}
         return
     assert result.error.startswith("faults: the run's bound of 2100 s ran out"), result.error

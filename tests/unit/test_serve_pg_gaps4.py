@@ -207,3 +207,32 @@ def test_a_use_of_a_named_window_overriding_its_clauses_is_42p20() -> None:
             "42P20",
             f'cannot override {clause} clause of window "w"',
         ), sql
+
+
+def test_postgresql_s_names_of_a_case_a_cast_and_a_length_are_its_own() -> None:
+    """PostgreSQL names a CASE after its ELSE's column or function (else ``case``), a
+    cast of a CASE after its type, and ``char_length(s)`` ``char_length``, which sqlglot
+    reads as ``length``: such columns are joined as PostgreSQL names them, or left to
+    Spark where the name is not known here."""
+    by_else = rewritten(
+        "SELECT * FROM (SELECT CASE WHEN i > 0 THEN 1 ELSE i END FROM t) q NATURAL JOIN t"
+    )
+    assert "END AS `i`" in by_else and "USING (`i`)" in by_else, by_else
+    for sql in (
+        "SELECT * FROM (SELECT CAST(CASE WHEN i > 0 THEN 1 END AS INT) FROM t) q NATURAL JOIN t",
+        "SELECT * FROM (SELECT i, char_length(s) FROM t) q "
+        "NATURAL JOIN (SELECT i, length(s) FROM t) r",
+    ):
+        assert "NATURAL JOIN" in rewritten(sql), sql
+
+
+def test_a_natural_join_inside_a_column_s_subquery_is_written_out_too() -> None:
+    """The outer side's column was aliased with a copy of itself, which left the inner
+    NATURAL join, found before it, in the detached original: Spark then could not
+    resolve ``q2.sum``."""
+    sql = rewritten(
+        "SELECT * FROM (SELECT i, coalesce((SELECT max(q2.sum) FROM (SELECT i, sum(i) FROM t "
+        "GROUP BY i) q2 NATURAL JOIN (SELECT i, sum(y) FROM t GROUP BY i) r2), 0) FROM t) q "
+        "NATURAL JOIN t"
+    )
+    assert "NATURAL" not in sql and "USING (`i`, `sum`)" in sql, sql

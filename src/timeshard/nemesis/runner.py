@@ -585,8 +585,9 @@ class NemesisRunner:
             # verify; the stop's control carries no window and continues paused replicas.
             try:
                 disk.drain()
-            except OSError as e:  # the run's error; the replicas stop and verify runs
-                result.fail(f"the disk's ballast was not drained: {type(e).__name__}: {e}")
+            except OSError as e:  # the run's error too; the replicas stop and verify runs
+                drained = f"the disk's ballast was not drained: {type(e).__name__}: {e}"
+                result.fail(f"{result.error}; {drained}" if result.error else drained, result.slow)
             finally:  # a drain that fails leaves no replica running
                 self._stop(replicas, result)
         self._count_injected(run_dir, planned, result)

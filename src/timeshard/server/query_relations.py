@@ -152,8 +152,10 @@ def _resolve_joins_using(
                     if i >= aliased and not isinstance(e, exp.Alias | exp.Column):
                         name = _postgres_name(e)
                         derived_names[i] = name
-                        if name is not None:
-                            e.replace(exp.alias_(e.copy(), name, quoted=True))
+                        if name is not None:  # e moved, not copied: scopes point at it
+                            alias = exp.Alias(alias=exp.to_identifier(name, quoted=True))
+                            e.replace(alias)
+                            alias.set("this", e)
             return derived_names
         if not isinstance(source, exp.Table):
             return None
@@ -202,35 +204,48 @@ def _resolve_joins_using(
             joined_names(first.this, select.args.get("joins") or [], select)
 
 
-#: The functions whose sqlglot name is PostgreSQL's name of the column they make.
+#: The functions whose sqlglot name is PostgreSQL's name of the column they make (not
+#: ``length``: sqlglot reads ``char_length`` and ``character_length`` as it too).
 _NAMED_FUNCTIONS = frozenset(
     {
         *("abs", "avg", "coalesce", "concat", "count", "cume_dist", "dense_rank"),
-        *("first_value", "greatest", "lag", "last_value", "lead", "least", "length"),
-        *("lower", "max", "min", "nth_value", "ntile", "nullif", "percent_rank", "rank"),
-        *("round", "row_number", "sum", "upper"),
+        *("first_value", "greatest", "lag", "last_value", "lead", "least", "lower"),
+        *("max", "min", "nth_value", "ntile", "nullif", "percent_rank", "rank", "round"),
+        *("row_number", "sum", "upper"),
     }
 )
 
 
 def _postgres_name(node: exp.Expr) -> str | None:
-    """PostgreSQL's name of a select list's column of no alias, where it is known here:
-    a column's, its name; a cast's or a window's, its operand's; a ``CASE``'s, ``case``;
-    a function's (:data:`_NAMED_FUNCTIONS`, or one sqlglot does not know), its name.
-    Spark names them otherwise (``sum(i)``, ``count(1)``), so a ``NATURAL`` join over
-    them joined on other columns than PostgreSQL's."""
+    """PostgreSQL's name of a select list's column of no alias, where it is known here
+    (:func:`_figured`). Spark names them otherwise (``sum(i)``, ``count(1)``), so a
+    ``NATURAL`` join over them joined on other columns than PostgreSQL's."""
+    return _figured(node)[0]
+
+
+def _figured(node: exp.Expr) -> tuple[str | None, int]:
+    """PostgreSQL's name of ``node`` and its strength, as its FigureColname gives them:
+    a column's name or a function's (:data:`_NAMED_FUNCTIONS`, or one sqlglot does not
+    know) is strong (2); a window's is its function's; a cast's is its operand's if
+    strong, else its type's (not known here: None); a ``CASE``'s is its ELSE's if
+    strong, else ``case`` (weak, 1); anything else is not known here (None, 0)."""
     node = node.unnest()
     if isinstance(node, exp.Column):
-        return node.name
-    if isinstance(node, exp.Cast | exp.Window):
-        return _postgres_name(node.this)
+        return node.name, 2
+    if isinstance(node, exp.Window):
+        return _figured(node.this)
+    if isinstance(node, exp.Cast):
+        name, strength = _figured(node.this)
+        return (name, 2) if strength == 2 else (None, 0)
     if isinstance(node, exp.Case):
-        return "case"
+        default = node.args.get("default")
+        name, strength = _figured(default) if default is not None else (None, 0)
+        return (name, 2) if strength == 2 else ("case", 1)
     if isinstance(node, exp.Anonymous):
-        return node.name.lower()
+        return node.name.lower(), 2
     if isinstance(node, exp.Func) and node.sql_name().lower() in _NAMED_FUNCTIONS:
-        return node.sql_name().lower()
-    return None
+        return node.sql_name().lower(), 2
+    return None, 0
 
 
 def _is_natural(join: exp.Join) -> bool:
