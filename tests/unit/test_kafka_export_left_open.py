@@ -79,6 +79,20 @@ def test_a_transaction_an_unanswered_abort_left_open_ends_at_the_next_ticks_prog
     run.close()
 
 
+def left_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, producer: type[Coordinator] = Coordinator
+) -> Any:
+    """A pipeline of one KAFKA export whose first task's commit and abort got no answer
+    (the coordinator silent): its transaction is open, and the coordinator still silent."""
+    monkeypatch.setattr(confluent_kafka, "Producer", producer)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
+    Coordinator.open, Coordinator.silent = False, True
+    Brokers.up.add(down.DOWN)
+    _, run = down.pipeline(tmp_path)
+    assert "its transaction" in run.step()["out"] and Coordinator.open
+    return run
+
+
 @pytest.mark.usefixtures("brokers")
 def test_a_transaction_left_open_is_ended_at_a_clean_close(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -86,12 +100,7 @@ def test_a_transaction_left_open_is_ended_at_a_clean_close(
     """Before: close left the transaction of a task whose commit and abort got no answer
     open, holding back the topics' read_committed readers until its transaction timeout
     (no later tick would end it)."""
-    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
-    Coordinator.open, Coordinator.silent = False, True
-    Brokers.up.add(down.DOWN)
-    _, run = down.pipeline(tmp_path)
-    assert "its transaction" in run.step()["out"] and Coordinator.open
+    run = left_open(tmp_path, monkeypatch)
     Coordinator.silent = False
     run.close()
     assert not Coordinator.open  # ended by init_transactions of the export's id
@@ -102,12 +111,7 @@ def test_a_transaction_left_open_is_ended_at_a_clean_close(
 def test_a_close_whose_broker_is_silent_leaves_the_transaction_after_one_short_probe(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
-    Coordinator.open, Coordinator.silent = False, True
-    Brokers.up.add(down.DOWN)
-    _, run = down.pipeline(tmp_path)
-    assert "its transaction" in run.step()["out"] and Coordinator.open
+    run = left_open(tmp_path, monkeypatch)
     Brokers.up.discard(down.DOWN)
     waits = len(Brokers.waits)
     with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_export"):
@@ -123,12 +127,7 @@ def test_a_close_leaves_a_transaction_of_a_newer_version_alone(
 ) -> None:
     """A newer version of the export owns the target (its progress says so): the open
     transaction may be its own, in flight, which a stale instance must not abort."""
-    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
-    Coordinator.open, Coordinator.silent = False, True
-    Brokers.up.add(down.DOWN)
-    _, run = down.pipeline(tmp_path)
-    assert "its transaction" in run.step()["out"] and Coordinator.open
+    run = left_open(tmp_path, monkeypatch)
     Coordinator.silent = False
     (export,) = run.exports
     newer = {"frontier": 1, "version": export.version + 1}
@@ -153,12 +152,7 @@ def test_a_close_ends_its_own_transaction_without_waiting_for_another_exports(
     """Before: close read the progress as a tick does, which waits up to timeout_s (30 s)
     for every transaction open on the shared progress topic to end, then logged this
     export's transaction as left open, though it had ended it."""
-    monkeypatch.setattr(confluent_kafka, "Producer", Coordinator)
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
-    Coordinator.open, Coordinator.silent = False, True
-    Brokers.up.add(down.DOWN)
-    _, run = down.pipeline(tmp_path)
-    assert "its transaction" in run.step()["out"] and Coordinator.open
+    run = left_open(tmp_path, monkeypatch)
     Coordinator.silent = False
     monkeypatch.setattr(confluent_kafka, "Consumer", OtherOpen)
     with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_export"):
@@ -183,12 +177,8 @@ def test_the_producer_that_ends_a_transaction_left_open_logs_quietly_within_the_
 ) -> None:
     """Before: it had no logger (librdkafka's connection retries went to stderr) and
     librdkafka's default socket timeout (60 s), not the export's."""
-    monkeypatch.setattr(confluent_kafka, "Producer", Recorded)
-    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", down.Admin)
-    Coordinator.open, Coordinator.silent, Recorded.configs = False, True, []
-    Brokers.up.add(down.DOWN)
-    _, run = down.pipeline(tmp_path)
-    assert "its transaction" in run.step()["out"] and Coordinator.open
+    Recorded.configs = []
+    run = left_open(tmp_path, monkeypatch, Recorded)
     Coordinator.silent = False
     run.close()
     ending = Recorded.configs[-1]  # the close's, which ended the transaction
