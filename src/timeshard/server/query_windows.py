@@ -51,9 +51,9 @@ def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
     override the name's ORDER BY, or that has a PARTITION BY, is PostgreSQL's 42P20. The
     ``WINDOW`` clause stays as it is, for the other uses of the name. And a frame
     (``ROWS BETWEEN ...``) of such a function's window, its own or its name's, is
-    dropped: PostgreSQL ignores
-    it for these functions, where Spark refused any but the one it requires. Without
-    ``named`` (version 3) a named window is left to Spark, and a frame kept."""
+    dropped: PostgreSQL ignores it for these functions, where Spark refused any but the
+    one it requires. Without ``named`` (version 3) a named window is left to Spark, and
+    a frame kept."""
     for window in list(tree.find_all(exp.Window)):
         if not isinstance(window.this, _ORDERED):
             continue
@@ -64,14 +64,13 @@ def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
                 continue  # not known here: Spark's
             partition, order, spec = definition
             own = window.args.get("order")  # OVER (w ORDER BY ...): PostgreSQL's, not Spark's
-            for clause, mine, its in (
-                ("ORDER BY", own, order),
-                ("PARTITION BY", window.args.get("partition_by"), True),
-            ):
-                if mine and its:  # PostgreSQL refuses these (a copy takes the name's partition)
-                    raise SqlError(
-                        f'cannot override {clause} clause of window "{name.name}"', "42P20"
-                    )
+            # PostgreSQL refuses these, in this order (a copy takes the name's partition).
+            overridden = "PARTITION BY" if window.args.get("partition_by") else None
+            overridden = overridden or ("ORDER BY" if own and order else None)
+            if overridden:
+                raise SqlError(
+                    f'cannot override {overridden} clause of window "{name.name}"', "42P20"
+                )
             if own is None and order is not None and spec is None:
                 continue  # ordered and of no frame where it is defined: Spark answers it
             window.set("alias", None)
