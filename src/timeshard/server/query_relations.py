@@ -102,7 +102,10 @@ def _resolve_joins_using(
     which is what PostgreSQL joins it on (and, none in common, left as it is: a cross
     join). Its common column then has PostgreSQL's type of a column joined ``USING``
     (:func:`_joined_columns`: an int4 and an int8 side make an int8), and a common name
-    twice on one side is 42702 too; Spark's ``NATURAL`` join kept one side's type."""
+    twice on one side is 42702 too; Spark's ``NATURAL`` join kept one side's type. A
+    derived side's column of no alias is given PostgreSQL's name of it
+    (:func:`_postgres_name`) as an alias, which Spark reads too; a name not known here
+    leaves the join ``NATURAL``, to Spark."""
     from sqlglot.errors import OptimizeError
     from sqlglot.optimizer.scope import Scope, traverse_scope
 
