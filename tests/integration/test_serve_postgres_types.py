@@ -111,6 +111,11 @@ VERSION_4 = [
         [("n", INT8), ("l", INT4)],
         [(1, None)],
     ),
+    (  # a copy of a named window, ordered: Spark could not parse it
+        "SELECT sum(i) OVER (w ORDER BY i) AS n FROM t WINDOW w AS (PARTITION BY s)",
+        [("n", INT8)],
+        [(7,)],
+    ),
     (  # PostgreSQL names an unnamed sum(i) "sum" and joins on it; Spark joined on i alone
         "SELECT * FROM (SELECT i, sum(i) FROM t GROUP BY i) AS p "
         "NATURAL JOIN (SELECT i, sum(i) - 7 AS sum FROM t GROUP BY i) AS q",
@@ -179,6 +184,10 @@ ERRORS = [
     ("SELECT * FROM t AS x(a, b, c)", psycopg.errors.InvalidColumnReference),
     # Version 4: Spark cast the text 'x' to an integer and answered 22P02.
     ("SELECT i FROM t WHERE s = 5", psycopg.errors.UndefinedFunction),
+    (
+        "SELECT sum(i) OVER (w ORDER BY i) AS n FROM t WINDOW w AS (ROWS UNBOUNDED PRECEDING)",
+        psycopg.errors.WindowingError,
+    ),
     ("SELECT i FROM t WHERE s = i + 1", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE s IN ('1', 2)", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE s BETWEEN '1' AND 2", psycopg.errors.UndefinedFunction),

@@ -236,3 +236,24 @@ def test_a_natural_join_inside_a_column_s_subquery_is_written_out_too() -> None:
         "NATURAL JOIN t"
     )
     assert "NATURAL" not in sql and "USING (`i`, `sum`)" in sql, sql
+
+
+def test_any_function_s_copy_of_a_named_window_with_an_order_of_its_own_is_written_out() -> None:
+    """``sum(i) OVER (w ORDER BY i)`` copies ``w`` and orders it: PostgreSQL answers it,
+    Spark cannot parse it. It is written out; what PostgreSQL refuses is its 42P20."""
+    assert "SUM(i) OVER (PARTITION BY s ORDER BY i NULLS LAST) AS n" in rewritten(
+        "SELECT sum(i) OVER (w ORDER BY i) AS n FROM t WINDOW w AS (PARTITION BY s)"
+    )
+    assert "OVER w AS n" in rewritten("SELECT sum(i) OVER w AS n FROM t WINDOW w AS (ORDER BY s)")
+    refused = {
+        "SELECT sum(i) OVER (w ORDER BY i) FROM t WINDOW w AS (ORDER BY s)": (
+            'cannot override ORDER BY clause of window "w"'
+        ),
+        "SELECT sum(i) OVER (w ORDER BY i) FROM t WINDOW w AS (ROWS UNBOUNDED PRECEDING)": (
+            'cannot copy window "w" because it has a frame clause'
+        ),
+    }
+    for sql, message in refused.items():
+        with pytest.raises(SqlError) as caught:
+            rewritten(sql)
+        assert (caught.value.sqlstate, str(caught.value)) == ("42P20", message), sql

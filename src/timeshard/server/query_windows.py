@@ -56,6 +56,8 @@ def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
     a frame kept."""
     for window in list(tree.find_all(exp.Window)):
         if not isinstance(window.this, _ORDERED):
+            if named:
+                _copied_window(window)
             continue
         name = window.args.get("alias")
         if name is not None:
@@ -81,6 +83,36 @@ def _ordered_windows(tree: exp.Expr, named: bool = False) -> None:
             window.set("spec", None)
         if not window.args.get("order"):
             window.set("order", exp.Order(expressions=[exp.Ordered(this=exp.Null())]))
+
+
+def _copied_window(window: exp.Window) -> None:
+    """A window of any other function that copies a named window and orders it or frames
+    it (``sum(i) OVER (w ORDER BY k)``, which PostgreSQL answers and Spark cannot parse)
+    is written out: the name's partition, its own order (or the name's) and its own
+    frame. As PostgreSQL refuses them (42P20): a PARTITION BY of its own, an ORDER BY
+    over a name's, and a copy of a name with a frame."""
+    name = window.args.get("alias")
+    own, frame = window.args.get("order"), window.args.get("spec")
+    if name is None or not (own or frame or window.args.get("partition_by")):
+        return  # OVER w, or OVER (w): Spark's as it is
+    definition = _named_definition(window, name.name)
+    if definition is None:
+        return  # not known here: Spark's
+    partition, order, spec = definition
+    if window.args.get("partition_by"):
+        overridden = "cannot override PARTITION BY clause of window"
+    elif own and order:
+        overridden = "cannot override ORDER BY clause of window"
+    elif spec is not None:
+        overridden = "cannot copy window"
+    else:
+        window.set("alias", None)
+        window.set("partition_by", [p.copy() for p in partition])
+        if own is None:
+            window.set("order", order.copy() if order is not None else None)
+        return
+    suffix = " because it has a frame clause" if overridden == "cannot copy window" else ""
+    raise SqlError(f'{overridden} "{name.name}"{suffix}', "42P20")
 
 
 def _named_definition(
