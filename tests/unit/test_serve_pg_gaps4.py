@@ -257,3 +257,14 @@ def test_any_function_s_copy_of_a_named_window_with_an_order_of_its_own_is_writt
         with pytest.raises(SqlError) as caught:
             rewritten(sql)
         assert (caught.value.sqlstate, str(caught.value)) == ("42P20", message), sql
+
+
+def test_a_definition_of_the_window_clause_is_left_as_written() -> None:
+    """A definition naming another (``w2 AS (w ROWS ...)``) was written out too, which
+    let a name refer to one defined after it (PostgreSQL: 42704) and moved 42P20s onto
+    the wrong name."""
+    sql = (
+        "SELECT sum(i) OVER w2 FROM t WINDOW w AS (PARTITION BY s), "
+        "w2 AS (w ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)"
+    )
+    assert "w2 AS (w ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)" in rewritten(sql)

@@ -93,6 +93,8 @@ def _copied_window(window: exp.Window) -> None:
     over a name's, and a copy of a name with a frame."""
     name = window.args.get("alias")
     own, frame = window.args.get("order"), window.args.get("spec")
+    if window.arg_key == "windows":  # a definition of the WINDOW clause (w2 AS (w ...))
+        return
     if name is None or not (own or frame or window.args.get("partition_by")):
         return  # OVER w, or OVER (w): Spark's as it is
     definition = _named_definition(window, name.name)
