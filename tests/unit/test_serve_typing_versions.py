@@ -71,12 +71,6 @@ CHANGED_IN_3 = {
 }
 
 
-@pytest.mark.parametrize("sql", sorted(CHANGED_IN_3))
-def test_version_2_of_the_rewrites_leaves_what_version_3_types(sql: str) -> None:
-    assert CHANGED_IN_3[sql] in rewritten(sql, 3)
-    assert CHANGED_IN_3[sql] not in rewritten(sql, 2)
-
-
 #: Per query, what version 4 makes of it and version 3 leaves as it was.
 CHANGED_IN_4 = {
     "SELECT row_number() OVER w AS n FROM t WINDOW w AS (PARTITION BY s)": "ORDER BY NULL",
@@ -86,10 +80,14 @@ CHANGED_IN_4 = {
 }
 
 
-@pytest.mark.parametrize("sql", sorted(CHANGED_IN_4))
-def test_version_3_of_the_rewrites_leaves_what_version_4_types(sql: str) -> None:
-    assert CHANGED_IN_4[sql] in rewritten(sql, 4)
-    assert CHANGED_IN_4[sql] not in rewritten(sql, 3)
+@pytest.mark.parametrize(
+    ("version", "sql"),
+    [(3, sql) for sql in sorted(CHANGED_IN_3)] + [(4, sql) for sql in sorted(CHANGED_IN_4)],
+)
+def test_the_version_before_leaves_what_a_version_types(version: int, sql: str) -> None:
+    changed = (CHANGED_IN_3 if version == 3 else CHANGED_IN_4)[sql]
+    assert changed in rewritten(sql, version)
+    assert changed not in rewritten(sql, version - 1)
 
 
 def test_what_version_3_refuses_as_postgresql_does_version_2_leaves_to_spark() -> None:
