@@ -935,17 +935,11 @@ class KafkaSource:
         refused = unanswered = None
         for error, partitions in answers:
             # The one commit in flight's (the latest's, unless already judged silent).
-            # Never past the commits asked: a forgotten commit's answer may come after all.
-            self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
             latest, self._commit_awaited = self._commit_awaited, False
-            if error is None:  # the request answered: each partition's own error, if any
-                error = next((tp.error for tp in partitions if tp.error is not None), None)
-            if error is None:
-                self._committed(partitions)
-                silence.answered()
-            elif not latest:
-                continue  # a commit already judged: its silence was counted then
-            elif _no_answer(error) or _waits_for_coordinator(error):
+            error = self._answer(error, partitions)
+            if error is None or not latest:
+                continue  # committed, or a commit already judged (its silence counted then)
+            if _no_answer(error) or _waits_for_coordinator(error):
                 unanswered = f"{failed}: {error}"  # the client's own timeout
             else:
                 silence.answered()  # an answer, an error: the pause starts anew
@@ -1086,14 +1080,20 @@ class KafkaSource:
         error = None
         consumer.poll(timeout)
         for answer, partitions in self._commit_answers.take():
-            self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
-            if answer is None:
-                answer = next((tp.error for tp in partitions if tp.error is not None), None)
-            if answer is None:
-                self._committed(partitions)
-                self._commit_silence.answered()
-            else:
-                error = answer
+            error = self._answer(answer, partitions) or error
+        return error
+
+    def _answer(self, error: Any, partitions: Any) -> Any:
+        """Count one commit's answer (never past the commits asked: a forgotten commit's
+        answer may come after all) and return its error: the request's, else the first
+        partition's; None for a success, which drops the offsets it committed and ends
+        the group's silence."""
+        self._commits_answered = min(self._commits_answered + 1, self._commits_asked)
+        if error is None:
+            error = next((tp.error for tp in partitions if tp.error is not None), None)
+        if error is None:
+            self._committed(partitions)
+            self._commit_silence.answered()
         return error
 
     def _log_uncommitted(self, why: str) -> None:
