@@ -178,10 +178,8 @@ class Pipeline:
                         continue
                     self.ingestions.append(ingestion)
                     self._sources.append((s, source))
-            except _ENDS_RUN:  # the run ends before any source ran
+            except _ENDS_RUN:  # the run ends before any source ran (a stop keeps its slots)
                 _drop_new_slots(source for _, source in built)
-                raise
-            except StartStopped:  # this process stops; its slots stay (invariant 1)
                 raise
             self.first_failures = self._step_ingestions()
             self.health = Health(client, clock)
