@@ -11,6 +11,7 @@ import pickle
 import random
 import signal
 import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -386,6 +387,72 @@ def test_phase_ticks_count_every_incarnation_from_when_it_was_first_seen() -> No
     assert not phase.slow(100) and phase.errors() == "replica 1 incarnation 1 failed: boom"
 
 
+def test_phase_ticks_call_replicas_hung_that_used_almost_no_cpu_over_the_window() -> None:
+    """Too few ticks cannot tell a loaded machine from a hang; the replicas' CPU can. Each
+    replica used less than IDLE_CPU_S in the last IDLE_WINDOW_S: hung, not slow. Not
+    before the samples span the window; not if one replica is busy; a process first seen
+    inside the window counts from 0 (it is starting)."""
+    from timeshard.nemesis.liveness import IDLE_CPU_S, IDLE_WINDOW_S, PhaseTicks
+
+    beats = {(0, 0): Heartbeat(0, 0), (1, 0): Heartbeat(0, 0)}
+    phase = PhaseTicks()
+    for now in range(0, int(IDLE_WINDOW_S), 10):  # both idle: 0.1 CPU-second per 10 s
+        phase.observe(beats, {(0, 0): 20 + now / 100, (1, 0): 30 + now / 100}, float(now))
+        assert phase.idle() is None and phase.slow(3)  # too soon to say
+    phase.observe(beats, {(0, 0): 22.0, (1, 0): 32.0}, IDLE_WINDOW_S + 5)
+    assert phase.idle() == {(0, 0): pytest.approx(2.0), (1, 0): pytest.approx(2.0)}
+    assert not phase.slow(3) and "hung, not slow" in phase.errors()
+
+    busy = PhaseTicks()  # replica 1 keeps using CPU: a loaded machine, slow
+    for now in range(0, int(IDLE_WINDOW_S) + 20, 10):
+        busy.observe(beats, {(0, 0): 20.0, (1, 0): 30 + now / 2}, float(now))
+    assert busy.idle() is None and busy.slow(3) and busy.errors() == ""
+
+    restarted = PhaseTicks()  # replica 1's new incarnation started inside the window
+    for now in range(0, int(IDLE_WINDOW_S) + 20, 10):
+        cpu = {(0, 0): 20.0, (1, 0): 30.0} if now < 100 else {(0, 0): 20.0, (1, 1): 4.0}
+        restarted.observe(beats, cpu, float(now))
+    assert restarted.idle() is None and restarted.slow(3)
+
+    exited = PhaseTicks()  # replica 0's busy child exits: its CPU leaves the later samples
+    for now in range(0, int(IDLE_WINDOW_S) + 20, 10):
+        cpu = {(0, 0): 10.0 + now / 10 if now < 150 else 1.0, (1, 0): 30.0}
+        exited.observe(beats, cpu, float(now))
+    assert exited.idle() is None
+    assert IDLE_CPU_S > 1.0  # an idle Spark driver's 180 s (0.3 s a minute) is below it
+
+
+def test_cpu_seconds_count_a_replica_process_and_its_children(tmp_path: Path) -> None:
+    """A replica's CPU is its process's and its children's (the Spark JVM's): a shell
+    whose child spins is busy, one whose child sleeps is not; a paused replica is not
+    sampled (a SIGSTOPped process uses none, by the fault, not by a hang)."""
+    from timeshard.nemesis.runner import _cpu_seconds, _Replica
+
+    spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
+    busy, idle, paused = _Replica(0, tmp_path), _Replica(1, tmp_path), _Replica(2, tmp_path)
+    busy.proc = subprocess.Popen(["sh", "-c", f"{sys.executable} -c '{spin}'; true"])
+    idle.proc = subprocess.Popen(["sh", "-c", "sleep 30; true"])
+    paused.proc = subprocess.Popen(["sleep", "30"])
+    paused.paused_until = 1.0
+    for r in (busy, idle, paused):
+        r.incarnation = 0
+    try:
+        first = _cpu_seconds([busy, idle, paused])
+        deadline = time.monotonic() + 60
+        while _cpu_seconds([busy])[(0, 0)] - first[(0, 0)] < 0.5:
+            assert time.monotonic() < deadline, "the spinning child used no CPU in 60 s"
+            time.sleep(0.1)
+        last = _cpu_seconds([busy, idle, paused])
+        assert set(last) == {(0, 0), (1, 0)}
+        assert last[(1, 0)] - first[(1, 0)] < 0.5
+    finally:
+        for r in (busy, idle, paused):
+            assert r.proc is not None
+            subprocess.run(["pkill", "-P", str(r.proc.pid)], check=False)  # the children
+            r.proc.kill()
+            r.proc.wait()
+
+
 def test_input_lines_are_seeded_and_hold_deletes_and_bad_lines() -> None:
     lines = input_lines(random.Random(3), 2000)
     assert lines == input_lines(random.Random(3), 2000)
@@ -737,6 +804,39 @@ def test_a_phase_past_its_bound_is_slow_only_if_its_replicas_barely_ticked(
         got = runner._await(client, ["s"], now_ms, replicas, None, "recovery", result)
     assert got is None and result.stuck == [] and "never stuck" in result.error
     assert result.slow == slow and result.to_json()["slow"] == slow and not result.ok
+
+
+@pytest.mark.parametrize(("cpu_per_watch", "slow"), [(1.0, "warm-up"), (0.0, "")])
+def test_a_warm_up_with_no_tick_is_slow_only_if_its_replicas_used_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_per_watch: float, slow: str
+) -> None:
+    """A replica that hangs before its first tick finished none, as one on a machine too
+    loaded to start does: the warm-up reached its bound "slow", and the nemesis test
+    skipped a hang. The replicas' CPU over the last window tells them apart: a busy one
+    is slow; one that used (almost) none is hung, a failure with no ``slow``."""
+    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.liveness import IDLE_WINDOW_S
+    from timeshard.persist import PersistClient
+
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    client.open_writer("s", pa.schema([("v", pa.int64())]))  # never written: no tick
+    used = [0.0]
+    monkeypatch.setattr(runner_module, "time", FakeTime(lambda now: None))
+    monkeypatch.setattr(
+        runner_module,
+        "_cpu_seconds",
+        lambda replicas: {(0, 0): used.__setitem__(0, used[0] + cpu_per_watch) or used[0]},
+    )
+    with one_ticking_replica(tmp_path) as (_runner, replicas):
+        Heartbeat(0, 0).write(Heartbeat.path(tmp_path, 0))  # started, no tick finished
+        bound = IDLE_WINDOW_S + 120
+        config = NemesisConfig(directory=tmp_path, advancing_bound_s=bound, stuck_ticks=3)
+        runner = NemesisRunner(config, log=lambda line: None)
+        result = RunResult(0, "sqlite", "tmpfs")
+        got = runner._await(client, ["s"], 0, replicas, None, "warm-up", result)
+    assert got is None and result.stuck == [] and "finished 0 ticks" in result.error
+    assert result.slow == slow and not result.ok
+    assert ("hung, not slow" in result.error) == (slow == ""), result.error
 
 
 def test_a_phase_the_runs_bound_cuts_short_fails_the_run_naming_itself(

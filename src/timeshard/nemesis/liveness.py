@@ -35,7 +35,12 @@ runner's wait for the input a source has not read yet is an
 :class:`Unchanged` (unread for ``stuck_ticks`` ticks of a live replica: never
 read). :class:`PhaseTicks` counts the ticks the replicas finished in a
 phase, and whether one failed: a phase past its bound with too few ticks
-cannot tell a loaded machine from a hang.
+cannot tell a loaded machine from a hang by ticks alone. The CPU the
+replicas' processes used tells them apart there: a loaded machine slows a
+replica, which keeps using CPU (each of its processes gets its share), but a
+replica that waits on something that never comes (a hang before its first
+tick) uses almost none (an idle Spark driver: about 0.3 CPU-seconds a
+minute). Such a phase is *hung*, not slow.
 
 Invariants:
 
@@ -57,6 +62,11 @@ from pathlib import Path
 from typing import Any
 
 HEARTBEAT_VERSION = 1
+#: A phase's replicas are hung if each of them used less than ``IDLE_CPU_S`` of CPU in the
+#: last ``IDLE_WINDOW_S`` seconds (an idle Spark driver uses about 1 in that time; a replica
+#: starting or ticking on a loaded machine, tens).
+IDLE_WINDOW_S = 180.0
+IDLE_CPU_S = 3.0
 
 Incarnation = tuple[int, int]
 """A replica process: ``(replica, incarnation)``."""
@@ -202,42 +212,97 @@ class Unchanged:
 
 
 class PhaseTicks:
-    """The ticks the replica processes finished in one phase, from their heartbeats.
+    """The ticks the replica processes finished in one phase, from their heartbeats, and
+    the CPU their processes used.
 
     Per replica incarnation: its ticks when first seen in the phase, the most
     seen since (one that dies in the phase keeps its count), and whether a tick
     of it failed in the phase (a heartbeat past the first one seen says its last
-    ticks failed), with the error.
+    ticks failed), with the error. Its CPU-seconds (its process and their
+    children: the Spark JVM), each sample with the time (``time.monotonic``'s)
+    it was taken at, kept for the last ``IDLE_WINDOW_S``.
     """
 
     def __init__(self) -> None:
         self._first: dict[Incarnation, int] = {}
         self._last: dict[Incarnation, int] = {}
         self._failed: dict[Incarnation, str] = {}
+        self._cpu: dict[Incarnation, list[tuple[float, float]]] = {}
+        self._raw: dict[Incarnation, float] = {}  # the last CPU-seconds read of each
+        self._since: float | None = None  # the first CPU sample's time
+        self._now = 0.0  # the last one's
 
-    def observe(self, beats: Mapping[Incarnation, Heartbeat]) -> dict[Incarnation, int]:
-        """Take the heartbeats of the live, unpaused replica processes; their ticks now."""
+    def observe(
+        self,
+        beats: Mapping[Incarnation, Heartbeat],
+        cpu: Mapping[Incarnation, float] | None = None,
+        now: float = 0.0,
+    ) -> dict[Incarnation, int]:
+        """Take the heartbeats of the live, unpaused replica processes (and, if given, the
+        CPU-seconds their processes used so far, sampled at ``now``); their ticks now."""
         for incarnation, beat in beats.items():
             self._first.setdefault(incarnation, beat.ticks)
             self._last[incarnation] = max(self._last.get(incarnation, beat.ticks), beat.ticks)
             if beat.failing and beat.ticks > self._first[incarnation]:
                 self._failed[incarnation] = beat.last_error
+        if cpu is not None:
+            self._since = now if self._since is None else self._since
+            self._now = now
+            for incarnation, seconds in cpu.items():
+                # Summed by increase: a child that exits takes its CPU out of a later
+                # sample, which is no time going back.
+                samples = self._cpu.setdefault(incarnation, [])
+                raw = self._raw.get(incarnation, seconds)
+                used = samples[-1][1] + max(seconds - raw, 0.0) if samples else seconds
+                self._raw[incarnation] = seconds
+                samples.append((now, used))
+                # The last sample at or before the window's start stays: it is the base.
+                while len(samples) > 1 and samples[1][0] <= now - IDLE_WINDOW_S:
+                    samples.pop(0)
         return {incarnation: beat.ticks for incarnation, beat in beats.items()}
 
     def done(self) -> int:
         """The ticks all replica processes finished in the phase so far."""
         return sum(n - self._first[i] for i, n in self._last.items())
 
+    def idle(self) -> dict[Incarnation, float] | None:
+        """The CPU-seconds each replica process sampled in the last ``IDLE_WINDOW_S`` used
+        in it, if every one used less than ``IDLE_CPU_S`` (the replicas are hung); else
+        None, and None while the samples span less than the window (too soon to say).
+        A process first sampled inside the window counts from its start (0 CPU-seconds):
+        one that started there is busy starting."""
+        if self._since is None or self._now - self._since < IDLE_WINDOW_S:
+            return None
+        start = self._now - IDLE_WINDOW_S
+        used: dict[Incarnation, float] = {}
+        for incarnation, samples in self._cpu.items():
+            if samples[-1][0] < start:
+                continue  # not seen in the window (exited or paused before it)
+            base = samples[0][1] if samples[0][0] <= start else 0.0
+            used[incarnation] = samples[-1][1] - base
+        if not used or any(seconds >= IDLE_CPU_S for seconds in used.values()):
+            return None
+        return used
+
     def slow(self, stuck_ticks: int) -> bool:
         """Whether the phase saw too few ticks to tell a loaded machine from a hang: fewer
-        than ``stuck_ticks`` in all, none failing."""
-        return self.done() < stuck_ticks and not self._failed
+        than ``stuck_ticks`` in all, none failing, and the replicas not :meth:`idle`."""
+        return self.done() < stuck_ticks and not self._failed and self.idle() is None
 
     def errors(self) -> str:
-        """The failed ticks' last errors, one per replica incarnation."""
-        return "; ".join(
-            f"replica {i} incarnation {n} failed: {e}" for (i, n), e in self._failed.items()
-        )
+        """The failed ticks' last errors, one per replica incarnation, and the replicas'
+        CPU if they are :meth:`idle` (hung)."""
+        failed = [f"replica {i} incarnation {n} failed: {e}" for (i, n), e in self._failed.items()]
+        idle = self.idle()
+        if idle is not None:
+            used = ", ".join(
+                f"replica {i} incarnation {n} {seconds:.1f} s" for (i, n), seconds in idle.items()
+            )
+            failed.append(
+                f"hung, not slow: in the last {IDLE_WINDOW_S:.0f} s the replicas' processes "
+                f"used {used} of CPU (less than {IDLE_CPU_S:.0f} s each)"
+            )
+        return "; ".join(failed)
 
 
 __all__ = [

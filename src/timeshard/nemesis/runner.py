@@ -37,7 +37,9 @@ fails the run at once, naming the object, its health status and error (from
 makes replicas slow to start and to tick; within ``advancing_bound_s`` that
 is never a failure by itself. Past it, a phase fails; it is *slow*
 (``RunResult.slow``) if the replicas finished too few ticks in it to tell a
-loaded machine from a hang, none of them failing. So is the fault phase that
+loaded machine from a hang, none of them failing, and they kept using CPU
+(a replica whose processes used almost none over the last minutes is hung,
+not slow: :class:`~timeshard.nemesis.liveness.PhaseTicks`). So is the fault phase that
 reaches its bound (``fault_seconds + advancing_bound_s``) with a kind of the
 plan not injected yet, a fault still waiting for a replica that ticks.
 
@@ -630,7 +632,7 @@ class NemesisRunner:
         phase_ticks = PhaseTicks()
         while True:
             uppers = {s: _upper_or_none(client, s) for s in shards}
-            ticks = phase_ticks.observe(_beats(replicas))
+            ticks = phase_ticks.observe(*_watched(replicas))
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
@@ -708,7 +710,7 @@ class NemesisRunner:
         phase_ticks, still = PhaseTicks(), Unchanged()
         last_done = 0
         while True:
-            ticks = phase_ticks.observe(_beats(replicas))  # before the read: they preceded it
+            ticks = phase_ticks.observe(*_watched(replicas))  # before the read: they preceded it
             unread = unread_input(client, "events", directory)
             if not unread:
                 return True
@@ -795,7 +797,7 @@ class NemesisRunner:
         full = _DiskWindow()
         phase_ticks = PhaseTicks()
         while True:
-            phase_ticks.observe(_beats(replicas))
+            phase_ticks.observe(*_watched(replicas))
             now = time.monotonic() - start
             self._hold_windows(now, replicas)
             full.hold(now, replicas[0].run_dir, disk)
@@ -1119,6 +1121,39 @@ def _beats(replicas: list[_Replica]) -> dict[Incarnation, Heartbeat]:
         for r in replicas
         if r.alive() and not r.paused_until
     }
+
+
+def _watched(
+    replicas: list[_Replica],
+) -> tuple[dict[Incarnation, Heartbeat], dict[Incarnation, float], float]:
+    """What a phase's :class:`PhaseTicks` observes: the live, unpaused ``replicas``'
+    heartbeats, the CPU-seconds their processes used so far, and the time of the sample."""
+    return _beats(replicas), _cpu_seconds(replicas), time.monotonic()
+
+
+def _cpu_seconds(replicas: list[_Replica]) -> dict[Incarnation, float]:
+    """The CPU-seconds (user and system) each live, unpaused replica's process and its
+    descendants (the Spark JVM, its Python workers) used so far, by incarnation, with
+    the descendants that exited and were waited for (a process's ``children_*`` times);
+    a process gone meanwhile counts as what was read of it."""
+    import psutil
+
+    out: dict[Incarnation, float] = {}
+    for r in replicas:
+        if r.proc is None or not r.alive() or r.paused_until:
+            continue
+        total = 0.0
+        try:
+            parent = psutil.Process(r.proc.pid)
+            processes = [parent, *parent.children(recursive=True)]
+        except psutil.Error:
+            continue  # it exited after alive(): the next look restarts it
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system + times.children_user + times.children_system
+        out[(r.index, r.incarnation)] = total
+    return out
 
 
 def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
