@@ -392,7 +392,7 @@ def test_phase_ticks_call_replicas_hung_that_used_almost_no_cpu_over_the_window(
     replica used less than IDLE_CPU_S in the last IDLE_WINDOW_S: hung, not slow. Not
     before the samples span the window; not if one replica is busy; a process first seen
     inside the window counts from 0 (it is starting)."""
-    from timeshard.nemesis.liveness import IDLE_CPU_S, IDLE_WINDOW_S, PhaseTicks
+    from timeshard.nemesis.liveness import IDLE_WINDOW_S, PhaseTicks
 
     beats = {(0, 0): Heartbeat(0, 0), (1, 0): Heartbeat(0, 0)}
     phase = PhaseTicks()
@@ -419,31 +419,44 @@ def test_phase_ticks_call_replicas_hung_that_used_almost_no_cpu_over_the_window(
         cpu = {(0, 0): 10.0 + now / 10 if now < 150 else 1.0, (1, 0): 30.0}
         exited.observe(beats, cpu, float(now))
     assert exited.idle() is None
-    assert IDLE_CPU_S > 1.0  # an idle Spark driver's 180 s (0.3 s a minute) is below it
 
 
 def test_cpu_seconds_count_a_replica_process_and_its_children(tmp_path: Path) -> None:
-    """A replica's CPU is its process's and its children's (the Spark JVM's): a shell
-    whose child spins is busy, one whose child sleeps is not; a paused replica is not
-    sampled (a SIGSTOPped process uses none, by the fault, not by a hang)."""
+    """A replica's CPU is its process's and its children's (the Spark JVM's, the Python
+    workers'): a shell whose child spins is busy, one whose child sleeps is not; what a
+    child used stays counted after it exits (PySpark's daemon reaps its workers with
+    SIGCHLD ignored, so no parent's ``children_*`` time records it); a paused replica is
+    not sampled (a SIGSTOPped process uses none, by the fault, not by a hang)."""
     from timeshard.nemesis.runner import _cpu_seconds, _Replica
 
-    spin = "import time\nend = time.monotonic() + 30\nwhile time.monotonic() < end: pass"
+    spin = "import time\nend = time.monotonic() + 3\nwhile time.monotonic() < end: pass"
+    daemon = (  # as PySpark's daemon: its workers are reaped by the kernel, unrecorded
+        "import signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"
+        f"subprocess.Popen([sys.executable, '-c', {spin!r}])\n"
+        "time.sleep(120)"
+    )
     busy, idle, paused = _Replica(0, tmp_path), _Replica(1, tmp_path), _Replica(2, tmp_path)
-    busy.proc = subprocess.Popen(["sh", "-c", f"{sys.executable} -c '{spin}'; true"])
-    idle.proc = subprocess.Popen(["sh", "-c", "sleep 30; true"])
-    paused.proc = subprocess.Popen(["sleep", "30"])
+    busy.proc = subprocess.Popen([sys.executable, "-c", daemon])
+    idle.proc = subprocess.Popen(["sh", "-c", "sleep 120; true"])
+    paused.proc = subprocess.Popen(["sleep", "120"])
     paused.paused_until = 1.0
     for r in (busy, idle, paused):
         r.incarnation = 0
     try:
         first = _cpu_seconds([busy, idle, paused])
+        assert set(first) == {(0, 0), (1, 0)}
         deadline = time.monotonic() + 60
-        while _cpu_seconds([busy])[(0, 0)] - first[(0, 0)] < 0.5:
+        spun = 0.0
+        while spun < 0.5:  # the spinning child has used some CPU
             assert time.monotonic() < deadline, "the spinning child used no CPU in 60 s"
             time.sleep(0.1)
+            spun = _cpu_seconds([busy])[(0, 0)] - first[(0, 0)]
+        while _children(busy.proc.pid):
+            assert time.monotonic() < deadline, "the spinning child did not end in 60 s"
+            time.sleep(0.1)  # until the spinner has exited
         last = _cpu_seconds([busy, idle, paused])
-        assert set(last) == {(0, 0), (1, 0)}
+        assert last[(0, 0)] - first[(0, 0)] >= spun  # the exited child's CPU stays
         assert last[(1, 0)] - first[(1, 0)] < 0.5
     finally:
         for r in (busy, idle, paused):
@@ -451,6 +464,18 @@ def test_cpu_seconds_count_a_replica_process_and_its_children(tmp_path: Path) ->
             subprocess.run(["pkill", "-P", str(r.proc.pid)], check=False)  # the children
             r.proc.kill()
             r.proc.wait()
+
+
+def _children(pid: int) -> list[Any]:
+    """The processes whose parent is ``pid`` that run Python (the spinner)."""
+    import psutil
+
+    out = []
+    for child in psutil.Process(pid).children():
+        with contextlib.suppress(psutil.Error):
+            if "python" in child.name():
+                out.append(child)
+    return out
 
 
 def test_input_lines_are_seeded_and_hold_deletes_and_bad_lines() -> None:

@@ -67,6 +67,8 @@ HEARTBEAT_VERSION = 1
 #: starting or ticking on a loaded machine, tens).
 IDLE_WINDOW_S = 180.0
 IDLE_CPU_S = 3.0
+#: The replicas' CPU is sampled this often (seconds).
+CPU_SAMPLE_S = 5.0
 
 Incarnation = tuple[int, int]
 """A replica process: ``(replica, incarnation)``."""
@@ -236,21 +238,23 @@ class PhaseTicks:
         self,
         beats: Mapping[Incarnation, Heartbeat],
         cpu: Mapping[Incarnation, float] | None = None,
-        now: float = 0.0,
+        now: float | None = None,
     ) -> dict[Incarnation, int]:
         """Take the heartbeats of the live, unpaused replica processes (and, if given, the
-        CPU-seconds their processes used so far, sampled at ``now``); their ticks now."""
+        CPU-seconds their processes used so far, sampled at ``now``: a time, as
+        ``time.monotonic`` gives); their ticks now."""
         for incarnation, beat in beats.items():
             self._first.setdefault(incarnation, beat.ticks)
             self._last[incarnation] = max(self._last.get(incarnation, beat.ticks), beat.ticks)
             if beat.failing and beat.ticks > self._first[incarnation]:
                 self._failed[incarnation] = beat.last_error
         if cpu is not None:
+            assert now is not None, "a CPU sample needs its time"
             self._since = now if self._since is None else self._since
             self._now = now
             for incarnation, seconds in cpu.items():
-                # Summed by increase: a child that exits takes its CPU out of a later
-                # sample, which is no time going back.
+                # Summed by increase: a sample lower than the last (a process that
+                # exited) is no time going back.
                 samples = self._cpu.setdefault(incarnation, [])
                 raw = self._raw.get(incarnation, seconds)
                 used = samples[-1][1] + max(seconds - raw, 0.0) if samples else seconds
@@ -261,6 +265,10 @@ class PhaseTicks:
                     samples.pop(0)
         return {incarnation: beat.ticks for incarnation, beat in beats.items()}
 
+    def cpu_due(self, now: float) -> bool:
+        """Whether a CPU sample is due at ``now`` (every :data:`CPU_SAMPLE_S`)."""
+        return self._since is None or now - self._now >= CPU_SAMPLE_S
+
     def done(self) -> int:
         """The ticks all replica processes finished in the phase so far."""
         return sum(n - self._first[i] for i, n in self._last.items())
@@ -269,8 +277,9 @@ class PhaseTicks:
         """The CPU-seconds each replica process sampled in the last ``IDLE_WINDOW_S`` used
         in it, if every one used less than ``IDLE_CPU_S`` (the replicas are hung); else
         None, and None while the samples span less than the window (too soon to say).
-        A process first sampled inside the window counts from its start (0 CPU-seconds):
-        one that started there is busy starting."""
+        A replica first sampled inside the window counts all it used (from 0
+        CPU-seconds): it started there, or was paused or unreadable before. Either
+        way the doubt goes to *slow*."""
         if self._since is None or self._now - self._since < IDLE_WINDOW_S:
             return None
         start = self._now - IDLE_WINDOW_S

@@ -237,10 +237,12 @@ class RunResult:
     ``slow``: the phase that outlasted ``advancing_bound_s`` (or the run's bound) with
     some object not caught up and none stuck, or the fault phase that did with a kind
     of the plan not injected yet, in which the replica processes (those that died in it
-    too) finished fewer than ``stuck_ticks`` ticks in all, none failing: too few to
-    tell a loaded machine from a hang (the run fails; a phase whose replicas ticked
-    more, or failed a tick, is a failure with no ``slow``: a read at a replica's start
-    that fails and is tried again is a failing tick too); it is always the phase the run's
+    too) finished fewer than ``stuck_ticks`` ticks in all, none failing, and kept using
+    CPU: too few ticks to tell a loaded machine from a hang (the run fails; a phase whose
+    replicas ticked more, or failed a tick, or used almost no CPU over the last minutes
+    (hung: :meth:`~timeshard.nemesis.liveness.PhaseTicks.idle`), is a failure with no
+    ``slow``: a read at a replica's start that fails and is tried again is a failing
+    tick too); it is always the phase the run's
     ``error`` names (:meth:`fail`), never an earlier one's; ``verified_times``: the times at
     which verify recomputed each object of the pipeline; ``few_times``: the
     objects recomputed at fewer than :data:`MIN_VERIFIED_TIMES`, with verify's
@@ -427,9 +429,13 @@ class _Replica:
         #: Failed calls and tasks in the journal when its unreliable window opened (-1: none).
         self.unreliable_before = -1
         self.control = Control()
+        #: The CPU the current incarnation's processes used (:meth:`cpu_seconds`).
+        self._cpu_seen: dict[tuple[int, float], float] = {}
+        self._cpu_used = 0.0
 
     def start(self, seed: int, env: dict[str, str]) -> None:
         self.incarnation += 1
+        self._cpu_seen, self._cpu_used = {}, 0.0
         log = (self.run_dir / f"replica-{self.index}-{self.incarnation}.log").open("wb")
         args = [str(self.run_dir), str(self.index), str(self.incarnation), str(seed)]
         self.proc = subprocess.Popen(
@@ -442,6 +448,34 @@ class _Replica:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU-seconds (user and system) the current incarnation's process and its
+        descendants used so far, by the increase of each process since it was last seen
+        (a process by pid and start time, a new one from 0); None if the process is gone.
+
+        Summed by process, not as the tree's total: PySpark's daemon ignores SIGCHLD,
+        so a Python worker that exits takes its CPU out of the tree's total (no
+        ``children_*`` time of a reaper records it); only what it used after its last
+        sample is missed.
+        """
+        import psutil
+
+        assert self.proc is not None
+        try:
+            parent = psutil.Process(self.proc.pid)
+            processes = [parent, *parent.children(recursive=True)]
+        except psutil.Error:
+            return None  # it exited after alive(): the next look restarts it
+        seen: dict[tuple[int, float], float] = {}
+        for process in processes:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                key = (process.pid, process.create_time())
+                seen[key] = times.user + times.system
+                self._cpu_used += max(seen[key] - self._cpu_seen.get(key, 0.0), 0.0)
+        self._cpu_seen = seen
+        return self._cpu_used
 
     def signal(self, sig: signal.Signals) -> None:
         if self.alive():
@@ -632,7 +666,7 @@ class NemesisRunner:
         phase_ticks = PhaseTicks()
         while True:
             uppers = {s: _upper_or_none(client, s) for s in shards}
-            ticks = phase_ticks.observe(*_watched(replicas))
+            ticks = phase_ticks.observe(*_watched(replicas, phase_ticks))
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
@@ -710,7 +744,9 @@ class NemesisRunner:
         phase_ticks, still = PhaseTicks(), Unchanged()
         last_done = 0
         while True:
-            ticks = phase_ticks.observe(*_watched(replicas))  # before the read: they preceded it
+            ticks = phase_ticks.observe(
+                *_watched(replicas, phase_ticks)
+            )  # before the read: they preceded it
             unread = unread_input(client, "events", directory)
             if not unread:
                 return True
@@ -788,7 +824,8 @@ class NemesisRunner:
         A phase that ends at either bound with a kind of the plan not injected
         yet fails the run (that kind is never injected); it is *slow*
         (``RunResult.slow`` = ``"faults"``) by the rule the other phases use: the
-        replicas finished fewer than ``stuck_ticks`` ticks in it, none failing.
+        replicas finished fewer than ``stuck_ticks`` ticks in it, none failing, and
+        kept using CPU (:meth:`~timeshard.nemesis.liveness.PhaseTicks.slow`).
         """
         config = self.config
         start = time.monotonic()
@@ -797,7 +834,7 @@ class NemesisRunner:
         full = _DiskWindow()
         phase_ticks = PhaseTicks()
         while True:
-            phase_ticks.observe(*_watched(replicas))
+            phase_ticks.observe(*_watched(replicas, phase_ticks))
             now = time.monotonic() - start
             self._hold_windows(now, replicas)
             full.hold(now, replicas[0].run_dir, disk)
@@ -856,7 +893,8 @@ class NemesisRunner:
     ) -> None:
         """At the end of a fault phase cut short: the kinds of ``plan`` the journal has no
         line of yet into the run's error, and the phase ``slow`` if its replicas barely
-        ticked (too few ticks to tell a loaded machine from a hang, none failing)."""
+        ticked (too few ticks to tell a loaded machine from a hang, none failing) and
+        kept using CPU (:meth:`~timeshard.nemesis.liveness.PhaseTicks.slow`)."""
         injected = FaultJournal.counts(run_dir / JOURNAL) if (run_dir / JOURNAL).exists() else {}
         missing = sorted({f.kind for f in plan} - set(injected))
         if not missing:
@@ -1124,35 +1162,27 @@ def _beats(replicas: list[_Replica]) -> dict[Incarnation, Heartbeat]:
 
 
 def _watched(
-    replicas: list[_Replica],
-) -> tuple[dict[Incarnation, Heartbeat], dict[Incarnation, float], float]:
-    """What a phase's :class:`PhaseTicks` observes: the live, unpaused ``replicas``'
-    heartbeats, the CPU-seconds their processes used so far, and the time of the sample."""
-    return _beats(replicas), _cpu_seconds(replicas), time.monotonic()
+    replicas: list[_Replica], phase_ticks: PhaseTicks
+) -> tuple[dict[Incarnation, Heartbeat], dict[Incarnation, float] | None, float]:
+    """What a phase's ``phase_ticks`` observes: the live, unpaused ``replicas``'
+    heartbeats, the CPU-seconds their processes used so far if a sample is due (every
+    :data:`~timeshard.nemesis.liveness.CPU_SAMPLE_S`: reading every process costs
+    milliseconds, and the runner polls ten times a second), and the time now."""
+    now = time.monotonic()
+    cpu = _cpu_seconds(replicas) if phase_ticks.cpu_due(now) else None
+    return _beats(replicas), cpu, now
 
 
 def _cpu_seconds(replicas: list[_Replica]) -> dict[Incarnation, float]:
-    """The CPU-seconds (user and system) each live, unpaused replica's process and its
-    descendants (the Spark JVM, its Python workers) used so far, by incarnation, with
-    the descendants that exited and were waited for (a process's ``children_*`` times);
-    a process gone meanwhile counts as what was read of it."""
-    import psutil
-
+    """The CPU-seconds (user and system) each live, unpaused replica's processes (its own,
+    the Spark JVM's, the Python workers') used since its incarnation started, summed by
+    process as it was seen (:meth:`_Replica.cpu_seconds`)."""
     out: dict[Incarnation, float] = {}
     for r in replicas:
-        if r.proc is None or not r.alive() or r.paused_until:
-            continue
-        total = 0.0
-        try:
-            parent = psutil.Process(r.proc.pid)
-            processes = [parent, *parent.children(recursive=True)]
-        except psutil.Error:
-            continue  # it exited after alive(): the next look restarts it
-        for process in processes:
-            with contextlib.suppress(psutil.Error):
-                times = process.cpu_times()
-                total += times.user + times.system + times.children_user + times.children_system
-        out[(r.index, r.incarnation)] = total
+        if r.proc is not None and r.alive() and not r.paused_until:
+            seconds = r.cpu_seconds()
+            if seconds is not None:
+                out[(r.index, r.incarnation)] = seconds
     return out
 
 
