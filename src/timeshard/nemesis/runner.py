@@ -429,13 +429,14 @@ class _Replica:
         #: Failed calls and tasks in the journal when its unreliable window opened (-1: none).
         self.unreliable_before = -1
         self.control = Control()
-        #: The CPU the current incarnation's processes used (:meth:`cpu_seconds`).
-        self._cpu_seen: dict[tuple[int, float], float] = {}
+        #: The CPU the current process's tree used (:meth:`cpu_seconds`): each process's
+        #: last reading, their sum by increase, and the process they are of.
+        self._cpu_seen: dict[Any, float] = {}
         self._cpu_used = 0.0
+        self._cpu_of: subprocess.Popen[bytes] | None = None
 
     def start(self, seed: int, env: dict[str, str]) -> None:
         self.incarnation += 1
-        self._cpu_seen, self._cpu_used = {}, 0.0
         log = (self.run_dir / f"replica-{self.index}-{self.incarnation}.log").open("wb")
         args = [str(self.run_dir), str(self.index), str(self.incarnation), str(seed)]
         self.proc = subprocess.Popen(
@@ -450,30 +451,34 @@ class _Replica:
         return self.proc is not None and self.proc.poll() is None
 
     def cpu_seconds(self) -> float | None:
-        """The CPU-seconds (user and system) the current incarnation's process and its
-        descendants used so far, by the increase of each process since it was last seen
-        (a process by pid and start time, a new one from 0); None if the process is gone.
+        """The CPU-seconds (user and system) the current process and its descendants used
+        so far, by the increase of each process since it was last seen (a new one from
+        0); None if the process is gone.
 
         Summed by process, not as the tree's total: PySpark's daemon ignores SIGCHLD,
         so a Python worker that exits takes its CPU out of the tree's total (no
-        ``children_*`` time of a reaper records it); only what it used after its last
-        sample is missed.
+        ``children_*`` time of a reaper records it). What a process used after its last
+        sample is missed, and all of one that started and ended between two samples:
+        both count towards *hung*, by little (Spark reuses its workers). A process is
+        known by psutil's identity (its pid and start time, which on Linux does not
+        move with the wall clock), so a reused pid is a new process.
         """
         import psutil
 
         assert self.proc is not None
+        if self._cpu_of is not self.proc:  # a new incarnation: its own count
+            self._cpu_seen, self._cpu_used, self._cpu_of = {}, 0.0, self.proc
         try:
             parent = psutil.Process(self.proc.pid)
             processes = [parent, *parent.children(recursive=True)]
         except psutil.Error:
             return None  # it exited after alive(): the next look restarts it
-        seen: dict[tuple[int, float], float] = {}
+        seen: dict[Any, float] = {}
         for process in processes:
             with contextlib.suppress(psutil.Error):
                 times = process.cpu_times()
-                key = (process.pid, process.create_time())
-                seen[key] = times.user + times.system
-                self._cpu_used += max(seen[key] - self._cpu_seen.get(key, 0.0), 0.0)
+                seen[process] = times.user + times.system
+                self._cpu_used += max(seen[process] - self._cpu_seen.get(process, 0.0), 0.0)
         self._cpu_seen = seen
         return self._cpu_used
 
@@ -1167,7 +1172,7 @@ def _watched(
     """What a phase's ``phase_ticks`` observes: the live, unpaused ``replicas``'
     heartbeats, the CPU-seconds their processes used so far if a sample is due (every
     :data:`~timeshard.nemesis.liveness.CPU_SAMPLE_S`: reading every process costs
-    milliseconds, and the runner polls ten times a second), and the time now."""
+    milliseconds, and the runner polls every 0.1-0.5 s), and the time now."""
     now = time.monotonic()
     cpu = _cpu_seconds(replicas) if phase_ticks.cpu_due(now) else None
     return _beats(replicas), cpu, now
