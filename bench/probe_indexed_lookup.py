@@ -91,12 +91,13 @@ def indexed_lookup(touched: Any, directory: Path, schema: str) -> Any:
         with pa.memory_map(f"{target}/part-{part}.arrow") as source:
             table = pa.ipc.open_file(source).read_all()
             sorted_keys = table.column("k").to_numpy()
-            start = np.searchsorted(sorted_keys, wanted, side="left")
-            end = np.searchsorted(sorted_keys, wanted, side="right")
-            hit = end > start
-            ranges = [np.arange(s, e) for s, e in zip(start[hit], end[hit], strict=True)]
-            if ranges:
-                yield from table.take(np.concatenate(ranges)).to_batches()
+            # A key is at most once in a partition's file (the rows are consolidated).
+            at = np.searchsorted(sorted_keys, wanted)
+            found = at < len(sorted_keys)
+            found[found] = sorted_keys[at[found]] == wanted[found]
+            hit = at[found]
+            if len(hit):
+                yield from table.take(hit).to_batches()
 
     return touched.mapInArrow(lookup, schema)
 
