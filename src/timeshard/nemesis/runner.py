@@ -749,9 +749,8 @@ class NemesisRunner:
         phase_ticks, still = PhaseTicks(), Unchanged()
         last_done = 0
         while True:
-            ticks = phase_ticks.observe(
-                *_watched(replicas, phase_ticks)
-            )  # before the read: they preceded it
+            # Before the read: the ticks preceded it.
+            ticks = phase_ticks.observe(*_watched(replicas, phase_ticks))
             unread = unread_input(client, "events", directory)
             if not unread:
                 return True
