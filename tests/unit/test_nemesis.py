@@ -423,10 +423,10 @@ def test_phase_ticks_call_replicas_hung_that_used_almost_no_cpu_over_the_window(
 
 def test_cpu_seconds_count_a_replica_process_and_its_children(tmp_path: Path) -> None:
     """A replica's CPU is its process's and its children's (the Spark JVM's, the Python
-    workers'): a shell whose child spins is busy, one whose child sleeps is not; what a
-    child used stays counted after it exits (PySpark's daemon reaps its workers with
-    SIGCHLD ignored, so no parent's ``children_*`` time records it); a paused replica is
-    not sampled (a SIGSTOPped process uses none, by the fault, not by a hang)."""
+    workers'): a process whose child spins is busy, a shell whose child sleeps is not;
+    what a child used stays counted after it exits (the busy parent ignores SIGCHLD, as
+    PySpark's daemon does, so no ``children_*`` time of a reaper records it); a paused
+    replica is not sampled (a SIGSTOPped process uses none, by the fault, not by a hang)."""
     from timeshard.nemesis.runner import _cpu_seconds, _Replica
 
     spin = "import time\nwhile time.process_time() < 1.5: pass"  # 1.5 CPU-seconds, then exits
