@@ -4,7 +4,10 @@ For the tests and for ``timeshard dev kafka``: nothing to install but Java
 and Maven. :func:`kafka_jars` fetches ``org.apache.kafka:kafka_2.13`` and its
 runtime dependencies once, with ``mvn dependency:copy-dependencies``, into
 ``$TIMESHARD_CACHE`` (default ``~/.cache/timeshard``) ``/kafka/<version>``;
-the directory appears whole or not at all (it is renamed into place).
+the directory appears whole or not at all (it is renamed into place). Maven
+downloads into ``$TIMESHARD_CACHE/maven``, not ``~/.m2``, where Spark's Ivy
+would take the pom Maven leaves alone of a version it mediated away (slf4j-api
+2.0.17) and fail every session loading the Kafka or Avro connector.
 
 :class:`KafkaBroker` runs one combined broker and controller (``node.id`` 1)
 with its data in a directory of its own: ``start`` formats the storage the
@@ -62,7 +65,8 @@ class KafkaUnavailable(Exception):
 
 def kafka_jars(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path:
     """The directory of the broker's jars, fetched from Maven Central the first time."""
-    target = (cache or cache_dir()) / "kafka" / version
+    cache = cache or cache_dir()
+    target = cache / "kafka" / version
     if (target / ".complete").exists():
         return target
     mvn = shutil.which("mvn")
@@ -88,6 +92,10 @@ def kafka_jars(version: str = KAFKA_VERSION, cache: Path | None = None) -> Path:
                 "dependency:copy-dependencies",
                 f"-DoutputDirectory={jars}",
                 "-DincludeScope=runtime",
+                # A repository of its own: Maven leaves the pom alone of a version it
+                # mediated away (slf4j-api's), and Spark's Ivy, which looks in ~/.m2 first,
+                # then takes that pom and fails to find the jar beside it.
+                f"-Dmaven.repo.local={cache / 'maven'}",
             ],
             capture_output=True,
             text=True,
