@@ -124,7 +124,8 @@ The client's own close then waits for a commit it still holds for want of a
 coordinator, at most its ``session.timeout.ms`` after the commit was asked,
 which is the source's timeout (the consumer never joins the group, so the
 broker's bounds on a member's session do not apply): a close takes about
-``timeout_s``, twice that at most.
+``timeout_s``, twice that at most. A closed source asks its broker nothing
+more: ``upper``, ``read``, ``commit`` and ``find_topic_id`` raise InvalidUsage.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
@@ -607,7 +608,7 @@ class KafkaSource:
         self._commit_asked_at = 0.0
         #: The answers the consumer's ``on_commit`` kept, not read yet.
         self._commit_answers = _CommitAnswers()
-        #: Whether :meth:`close` ran: a second close does nothing.
+        #: Whether :meth:`close` ran: a second close does nothing, and no ask follows it.
         self._closed = False
 
     # -- the Source protocol ---------------------------------------------------------------
@@ -632,7 +633,9 @@ class KafkaSource:
         probe finds it answering (:meth:`_probe`). An ask the broker answered
         with an error (a topic that does not exist, a refusal) starts the pause
         anew, as a whole answer does: a later silence's first probe comes at once.
+        InvalidUsage after :meth:`close`.
         """
+        self._refuse_if_closed("upper")
         self._probe()
         try:
             partitions = self._partitions()
@@ -655,10 +658,12 @@ class KafkaSource:
         A partition no binding covered yet starts at the earliest offset the
         topic retains (with ``from_earliest``; else at 0). Raises
         SourceUnavailable (definite) if retention already deleted offsets of
-        the range, and InvalidUsage if ``spark`` lacks the Kafka connector.
+        the range, and InvalidUsage if ``spark`` lacks the Kafka connector, or after
+        :meth:`close`.
         """
         from timeshard.spark.session import arrow_to_spark_schema
 
+        self._refuse_if_closed("read")
         ranges = {int(p): (start.get(p, 0), hi) for p, hi in end.items() if hi > start.get(p, 0)}
         first = sorted(p for p in ranges if str(p) not in start)
         if self.from_earliest and first:  # what retention deleted before was never the source's
@@ -822,7 +827,9 @@ class KafkaSource:
         For the catalog, which records it when the ingestion is built, before the
         source binds any offset. None if the broker cannot tell now (unreachable,
         the topic not created yet: then ``upper`` stalls) or has no topic ids.
+        InvalidUsage after :meth:`close`.
         """
+        self._refuse_if_closed("find_topic_id")
         if self._topic_id is None:
             with contextlib.suppress(SourceUnavailable):
                 self._topic_id = self._current_topic_id()
@@ -878,10 +885,11 @@ class KafkaSource:
         While the source knows its cluster is silent (its own silence, or one
         another object of the cluster met: :meth:`BrokerSilence.known`), nothing
         is asked: it raises SourceUnavailable with the silence's line, as
-        ``upper`` does, and keeps the offsets.
+        ``upper`` does, and keeps the offsets. InvalidUsage after :meth:`close`.
         """
         from confluent_kafka import KafkaException, TopicPartition
 
+        self._refuse_if_closed("commit")
         wanted = dict(self._uncommitted)
         for p, o in frontier.items():
             wanted[p] = max(o, wanted.get(p, o))
@@ -971,14 +979,15 @@ class KafkaSource:
         clients. Raises nothing the commit meets: the group is only a report.
 
         A second close does nothing (a drop may be retried): its consumer closed, it
-        would make a new one and wait its whole timeout for a commit's answer.
+        would make a new one and wait its whole timeout for a commit's answer. Once
+        closed, the source asks nothing more (:meth:`_refuse_if_closed`).
         """
         if self._closed:
             return
-        self._closed = True
         try:
             self._commit_at_close()
         finally:
+            self._closed = True  # after the close's own commit, which asks the consumer
             self._admin = None  # an AdminClient has no close: dropped, it ends its threads
             del self._silence  # forgotten once no open object holds it
             if self._client is not None:
@@ -1096,6 +1105,15 @@ class KafkaSource:
             self._commit_silence.answered()
         return error
 
+    def _refuse_if_closed(self, what: str) -> None:
+        """InvalidUsage naming ``what`` if the source is closed: an ask after :meth:`close`
+        would make a client again (the closed ones are dropped), which nothing closes."""
+        if self._closed:
+            raise InvalidUsage(
+                f"KAFKA source {self.name!r} is closed: {what} asks its broker, and a closed "
+                "source asks nothing (build the source again to read it)"
+            )
+
     def _log_uncommitted(self, why: str) -> None:
         """Log, as a warning, the offsets close left uncommitted to the group and ``why``
         (:meth:`_commit_at_close`): the group is only a report, so close raises nothing."""
@@ -1124,6 +1142,7 @@ class KafkaSource:
         from confluent_kafka import Consumer
 
         if self._client is None:
+            assert not self._closed, f"KAFKA source {self.name!r}: a consumer made after close"
             self._client = Consumer(
                 {
                     "bootstrap.servers": self.bootstrap_servers,
@@ -1228,6 +1247,7 @@ class KafkaSource:
         from confluent_kafka.admin import AdminClient
 
         if self._admin is None:
+            assert not self._closed, f"KAFKA source {self.name!r}: an admin made after close"
             self._admin = AdminClient(
                 {
                     "bootstrap.servers": self.bootstrap_servers,
