@@ -283,3 +283,21 @@ def test_a_closed_source_refuses_every_ask_and_makes_no_client(
     assert orders._client is None and orders._admin is None
     orders.close()  # still nothing to do
     assert (Counted.made, CountedAdmin.made) == made
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_asks_no_commit_with_too_little_of_its_time_left_for_an_answer(
+    orders: kafka_source.KafkaSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: close asked its own commit once the one in flight was answered with 1 ms
+    of its bound left: no answer could come in time, and the consumer's close then waited
+    for the commit the client held, up to a whole timeout more."""
+    Coordinator.delay = orders.timeout_s - 0.001  # answered with 1 ms of the close left
+    orders.upper()
+    orders.commit({"0": 5})
+    orders.commit({"0": 6})  # one in flight: kept for the next commit
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert len(Coordinator.asks) == 1, Coordinator.asks  # the tick's commit only
+    assert Closing.unanswered_at_close == [0]
+    assert "{'0': 6}" in caplog.text and "not asked" in caplog.text, caplog.text

@@ -119,7 +119,8 @@ cluster is silent, a commit asks nothing (the health's error line says why);
 the next commit after the silence commits the latest offsets. A source's close
 commits the offsets not committed yet and waits for the answers, at most the
 source's timeout (nothing is asked during a known silence, nor after the commit
-in flight got no answer); offsets left uncommitted are logged, never raised.
+in flight got no answer, nor with too little of the timeout left for an answer);
+offsets left uncommitted are logged, never raised.
 The client's own close then waits for a commit it still holds for want of a
 coordinator, at most its ``session.timeout.ms`` after the commit was asked,
 which is the source's timeout (the consumer never joins the group, so the
@@ -973,6 +974,14 @@ class KafkaSource:
 
     #: How long (s) each poll for the answer of the commit at close waits at most.
     CLOSE_POLL_S = 0.1
+    #: The least time (s) left of close's bound for which its own commit is asked (half
+    #: the source's timeout, if that is less: a timeout that short says the broker answers
+    #: faster). The coordinator answers a commit once its in-sync replicas hold the
+    #: offsets, a round trip of ms to tens of ms on a healthy cluster, and close reads the
+    #: answer in polls of :attr:`CLOSE_POLL_S`: with less left, the answer mostly does
+    #: not come in time, and the consumer's close then waits for the commit (the client
+    #: holds it), up to a whole timeout more, for offsets that are only a report.
+    CLOSE_COMMIT_MIN_S = 0.1
 
     def close(self) -> None:
         """Commit the offsets not committed yet (:meth:`_commit_at_close`), then close the
@@ -1013,7 +1022,8 @@ class KafkaSource:
         and lag tools report offsets already read. The commit in flight is
         awaited first: one asked beside it may land before it, and leave the group
         at the older offsets. The close's own commit is asked only if time is left
-        to wait for its answer and the one in flight got an answer (an error or
+        to wait for its answer (:attr:`CLOSE_COMMIT_MIN_S` at least; one not asked
+        for want of it is logged) and the one in flight got an answer (an error or
         not), not the client's no-answer (``_TIMED_OUT``, ``_WAIT_COORD``): with
         the coordinator silent it would be held too. A synchronous commit would
         wait for its answer with no bound (the client holds a commit for want of
@@ -1055,8 +1065,15 @@ class KafkaSource:
                 self._uncommitted
                 and self._commits_answered >= self._commits_asked
                 and not (_no_answer(error) or _waits_for_coordinator(error))
-                and monotonic() < deadline
             ):
+                least = min(self.CLOSE_COMMIT_MIN_S, self.timeout_s / 2)
+                left = deadline - monotonic()
+                if left < least:
+                    self._log_uncommitted(
+                        f"not asked: {max(left, 0):.3f} s of the close's {self.timeout_s} s "
+                        f"were left, less than the {least} s an answer needs"
+                    )
+                    return
                 offsets = [
                     TopicPartition(self.topic, int(p), o)
                     for p, o in sorted(self._uncommitted.items())
