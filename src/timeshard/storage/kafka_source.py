@@ -520,10 +520,18 @@ class KafkaSource:
         f"to {Silence.MAX_PROBE_PAUSE_S:g} s), not before the one in flight is "
         f"answered, and waited for by no tick"
     )
-    #: How long (s) past the source's timeout a commit may stay unanswered before it is
-    #: forgotten: the client holds a commit for want of a coordinator until its
-    #: ``session.timeout.ms`` (the source's timeout, :meth:`_consumer`), then answers it.
-    COMMIT_LOST_AFTER_S = 120.0
+    #: How many of the source's timeouts the client may take to answer a commit
+    #: (librdkafka): it holds a commit for want of a coordinator for its
+    #: ``session.timeout.ms`` once, and sends it three times at most (a request is retried
+    #: twice), each send waiting its ``socket.timeout.ms``; both are the source's timeout
+    #: (:meth:`_consumer`). Besides, it waits 1 s at most before each retry and finds a
+    #: held commit's time up within 1 s: about 3 s.
+    COMMIT_ANSWER_TIMEOUTS = 4
+    #: How long (s) past :attr:`COMMIT_ANSWER_TIMEOUTS` timeouts a commit may stay
+    #: unanswered before it is forgotten (never to be answered): the client's own 3 s ten
+    #: times over. A commit forgotten while the client may still answer it lets a second
+    #: one be asked beside it, whose answer is then taken for the first's.
+    COMMIT_LOST_AFTER_S = 30.0
 
     #: One upstream every instance sees, whose upper never moves back: an upper below the
     #: offsets already bound means the upstream lost them (``Ingestion`` stalls on it).
@@ -877,11 +885,11 @@ class KafkaSource:
         nothing; the fault stays raised while it is in flight, and only an answer
         ends the silence (a late success, of a commit already judged unanswered,
         too). No commit is asked while an earlier one is unanswered, even one
-        judged silent (the client answers each, within ``session.timeout.ms`` at
-        the latest; one unanswered for :attr:`COMMIT_LOST_AFTER_S` more than the
-        timeout is forgotten), so every answer is that of the one in flight. An
-        answer of ``_WAIT_COORD`` (the client held the commit for want of a
-        coordinator) is no answer.
+        judged silent (the client answers each within :attr:`COMMIT_ANSWER_TIMEOUTS`
+        timeouts; one unanswered for :attr:`COMMIT_LOST_AFTER_S` more is
+        forgotten), so every answer is that of the one in flight. An answer of
+        ``_WAIT_COORD`` (the client held the commit for want of a coordinator) is
+        no answer.
 
         While the source knows its cluster is silent (its own silence, or one
         another object of the cluster met: :meth:`BrokerSilence.known`), nothing
@@ -957,7 +965,7 @@ class KafkaSource:
         if self._commit_awaited and waited > self.timeout_s:
             self._commit_awaited = False
             unanswered = f"{failed}: the coordinator did not answer within {self.timeout_s} s"
-        lost_after = self.timeout_s + self.COMMIT_LOST_AFTER_S
+        lost_after = self.COMMIT_ANSWER_TIMEOUTS * self.timeout_s + self.COMMIT_LOST_AFTER_S
         if self._commits_asked > self._commits_answered and waited > lost_after:
             self._commits_answered = self._commits_asked  # never to be answered: forgotten
         if unanswered is not None:
