@@ -594,6 +594,7 @@ def _consumer_conf(bootstrap: str, timeout_s: float) -> dict[str, Any]:
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
         "socket.timeout.ms": int(timeout_s * 1000),
+        "logger": _quiet_logger(),
     }
 
 
@@ -947,6 +948,8 @@ class _ProduceTask:
                 # for framing), and batches no small records past the topic's limit.
                 "message.max.bytes": min(max(self.max_bytes + 512, 1000), 100_000_000),
                 "batch.size": max(1, min(self.max_bytes, 1_000_000)),
+                # Made here, on the executor: the task pickles no logger.
+                "logger": _quiet_logger(),
             }
         )
         try:

@@ -1738,11 +1738,14 @@ def _waits_for_coordinator(error: Any) -> bool:
 
 
 def _quiet_logger() -> Any:
-    """A logger for librdkafka that keeps its connection retries out of stderr."""
+    """A logger for librdkafka that keeps its connection retries out of stderr (one
+    logger, given its one handler once: every client asks for it, on the driver and in
+    each task of a reused executor process)."""
     import logging
 
     logger = logging.getLogger("timeshard.kafka")
-    logger.addHandler(logging.NullHandler())
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
     logger.propagate = False
     return logger
 
