@@ -236,3 +236,48 @@ def test_the_tasks_clients_log_quietly_and_the_task_pickles(
     # One null handler, however many clients the tasks of a reused process made.
     handlers = kafka_source._quiet_logger().handlers
     assert [type(h) for h in handlers].count(logging.NullHandler) == 1, handlers
+
+
+class Slow:
+    """The export's clock (``time``), which each poll of :class:`SlowConsumer` moves."""
+
+    now: ClassVar[float] = 0.0
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return cls.now
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        Slow.now += seconds
+
+
+class SlowConsumer(down.Consumer):
+    """A consumer of the progress topic whose fetches answer, each after 1 s."""
+
+    def poll(self, timeout: float) -> Any:
+        Slow.now += 1.0
+        return super().poll(timeout)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_whose_progress_scan_keeps_moving_ends_within_one_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: the scan for a newer version's progress waited the time left of the close
+    for each fetch, not in all: a scan that kept moving (100 records of other exports,
+    each fetch answered in 1 s) held the close for 100 s past its 30 s timeout."""
+    from timeshard.storage import kafka_export
+
+    run = left_open(tmp_path, monkeypatch)
+    Coordinator.silent = False
+    monkeypatch.setattr(confluent_kafka, "Consumer", SlowConsumer)
+    monkeypatch.setattr(kafka_export, "time", Slow)
+    Brokers.log.extend((b"other", b"{}") for _ in range(100))
+    (export,) = run.exports
+    Slow.now = 0.0
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_export"):
+        run.close()
+    assert Slow.now <= export.timeout_s + 1.0, Slow.now  # one fetch past it at most
+    assert Coordinator.open  # not known to be its own: its transaction timeout ends it
+    assert "left open" in caplog.text, caplog.text
