@@ -1744,7 +1744,7 @@ def _quiet_logger() -> Any:
     import logging
 
     logger = logging.getLogger("timeshard.kafka")
-    if not logger.handlers:
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
         logger.addHandler(logging.NullHandler())
     logger.propagate = False
     return logger
