@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,6 +18,8 @@ from confluent_kafka import KafkaError, KafkaException
 from tests.unit import test_kafka_export_down_broker as down
 from tests.unit.test_kafka_down_broker_backoff import Clock
 from tests.unit.test_kafka_export_down_broker import Brokers, brokers  # noqa: F401
+
+from timeshard.storage import kafka_source
 
 
 class Coordinator(down.Producer):
@@ -197,3 +200,84 @@ def test_the_producer_that_ends_a_transaction_is_made_for_any_export_timeout(
 
     conf = kafka_export._ending_producer_conf("127.0.0.1:1", "e", timeout_s)
     confluent_kafka.Producer(conf)  # librdkafka checks the configuration here
+
+
+class RecordedConsumer(down.Consumer):
+    """The progress topic's stand-in consumer, its configurations recorded."""
+
+    configs: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        RecordedConsumer.configs.append(dict(config))
+        super().__init__(config)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_the_tasks_clients_log_quietly_and_the_task_pickles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Before: the task's producer and its progress reader had no logger, unlike the
+    driver's clients, so librdkafka's connection retries went to the executors' stderr.
+    The logger is made in the task, on the executor: the task pickles as it did."""
+    from timeshard.storage.kafka_export import _ProduceTask
+
+    monkeypatch.setattr(confluent_kafka, "Producer", Recorded)
+    monkeypatch.setattr(confluent_kafka, "Consumer", RecordedConsumer)
+    Recorded.configs, RecordedConsumer.configs = [], []
+    Brokers.up.add(down.DOWN)
+    task = _ProduceTask(down.DOWN, "out", "p", "x", 1, "upsert", ("k",), ("k",), 0, 5, 1.0)
+    task = pickle.loads(pickle.dumps(task))
+    [batch] = list(task(iter([])))
+    assert batch.to_pylist()[0]["status"] == "committed", batch.to_pylist()
+    [producer] = Recorded.configs
+    assert RecordedConsumer.configs, "no progress read"
+    for config in [producer, *RecordedConsumer.configs]:
+        assert config.get("logger") is kafka_source._quiet_logger(), config
+    # One null handler, however many clients the tasks of a reused process made.
+    handlers = kafka_source._quiet_logger().handlers
+    assert [type(h) for h in handlers].count(logging.NullHandler) == 1, handlers
+
+
+class Slow:
+    """The export's clock (``time``), which each poll of :class:`SlowConsumer` moves."""
+
+    now: ClassVar[float] = 0.0
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return cls.now
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        Slow.now += seconds
+
+
+class SlowConsumer(down.Consumer):
+    """A consumer of the progress topic whose fetches answer, each after 1 s."""
+
+    def poll(self, timeout: float) -> Any:
+        Slow.now += 1.0
+        return super().poll(timeout)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_whose_progress_scan_keeps_moving_ends_within_one_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: the scan for a newer version's progress waited the time left of the close
+    for each fetch, not in all: a scan that kept moving (100 records of other exports,
+    each fetch answered in 1 s) held the close for 100 s past its 30 s timeout."""
+    from timeshard.storage import kafka_export
+
+    run = left_open(tmp_path, monkeypatch)
+    Coordinator.silent = False
+    monkeypatch.setattr(confluent_kafka, "Consumer", SlowConsumer)
+    monkeypatch.setattr(kafka_export, "time", Slow)
+    Brokers.log.extend((b"other", b"{}") for _ in range(100))
+    (export,) = run.exports
+    Slow.now = 0.0
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_export"):
+        run.close()
+    assert Slow.now <= export.timeout_s + 1.0, Slow.now  # one fetch past it at most
+    assert Coordinator.open  # not known to be its own: its transaction timeout ends it
+    assert "left open" in caplog.text, caplog.text

@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import confluent_kafka
+import confluent_kafka.admin
 import pytest
 from tests.unit import test_kafka_down_broker_backoff as backoff
 from tests.unit.test_kafka_down_broker_backoff import Brokers, Clock, brokers  # noqa: F401
 from tests.unit.test_kafka_source_quiet import Coordinator, Group
 
+from timeshard.errors import InvalidUsage
 from timeshard.storage import kafka_source
 
 
@@ -231,3 +233,71 @@ def test_a_close_asks_no_commit_after_a_no_answer_or_once_its_time_is_up(
         orders.close()
     assert len(Coordinator.asks) == 1, Coordinator.asks  # the tick's commit only
     assert "not committed" in caplog.text and "{'0': 6}" in caplog.text, caplog.text
+
+
+class Counted(Closing):
+    """A :class:`Closing` consumer that counts the consumers made."""
+
+    made: ClassVar[int] = 0
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        Counted.made += 1
+        super().__init__(config)
+
+
+class CountedAdmin(backoff.Admin):
+    """The admin stand-in, counting the admin clients made."""
+
+    made: ClassVar[int] = 0
+
+    def __init__(self, config: dict[str, Any]) -> None:
+        CountedAdmin.made += 1
+        super().__init__(config)
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_closed_source_refuses_every_ask_and_makes_no_client(
+    orders: kafka_source.KafkaSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: after close, upper, read, commit and find_topic_id each made a new consumer
+    or admin client (the closed ones dropped) and asked the broker, and the new client was
+    never closed."""
+    monkeypatch.setattr(confluent_kafka, "Consumer", Counted)
+    monkeypatch.setattr(confluent_kafka.admin, "AdminClient", CountedAdmin)
+    Counted.made = CountedAdmin.made = 0
+    orders.upper()
+    orders.commit({"0": 5})
+    orders.close()
+    made, asks = (Counted.made, CountedAdmin.made), list(Coordinator.asks)
+    asked = {
+        "upper": orders.upper,
+        "commit": lambda: orders.commit({"0": 6}),
+        "read": lambda: orders.read(None, {"0": 5}, {"0": 6}),
+        "find_topic_id": orders.find_topic_id,
+    }
+    for what, ask in asked.items():
+        with pytest.raises(InvalidUsage, match="'orders' is closed") as refused:
+            ask()
+        assert what in str(refused.value), refused.value
+    assert (Counted.made, CountedAdmin.made) == made and Coordinator.asks == asks
+    assert orders._client is None and orders._admin is None
+    orders.close()  # still nothing to do
+    assert (Counted.made, CountedAdmin.made) == made
+
+
+@pytest.mark.usefixtures("brokers")
+def test_a_close_asks_no_commit_with_too_little_of_its_time_left_for_an_answer(
+    orders: kafka_source.KafkaSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before: close asked its own commit once the one in flight was answered with 1 ms
+    of its bound left: no answer could come in time, and the consumer's close then waited
+    for the commit the client held, up to a whole timeout more."""
+    Coordinator.delay = orders.timeout_s - 0.001  # answered with 1 ms of the close left
+    orders.upper()
+    orders.commit({"0": 5})
+    orders.commit({"0": 6})  # one in flight: kept for the next commit
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert len(Coordinator.asks) == 1, Coordinator.asks  # the tick's commit only
+    assert Closing.unanswered_at_close == [0]
+    assert "{'0': 6}" in caplog.text and "not asked" in caplog.text, caplog.text

@@ -471,15 +471,11 @@ class KafkaExport(ShardExport):
         if not self._left_open:
             return
         deadline = time.monotonic() + self.timeout_s
-
-        def left() -> float:
-            return max(deadline - time.monotonic(), 0.01)
-
         try:
-            self._ask_metadata(min(left(), BrokerSilence.PROBE_TIMEOUT_S))
-            if self._newer_owns_target(left):
+            self._ask_metadata(min(_left(deadline), BrokerSilence.PROBE_TIMEOUT_S))
+            if self._newer_owns_target(deadline):
                 return
-            self._end_own_transaction(left())
+            self._end_own_transaction(_left(deadline))
         except Exception as e:  # a fault at close: the transaction's timeout ends it
             error = e.args[0] if e.args else e
             log.warning(
@@ -490,15 +486,24 @@ class KafkaExport(ShardExport):
                 error,
             )
 
-    def _newer_owns_target(self, left: Callable[[], float]) -> bool:
+    def _newer_owns_target(self, deadline: float) -> bool:
         """Whether the newest committed progress of the export is a newer version's
-        (:meth:`_end_left_open`), asking the broker for ``left()`` s at most each time."""
+        (:meth:`_end_left_open`), asked of the broker until ``deadline`` (monotonic): each
+        ask waits what is left, and a scan that keeps moving stops there too."""
         from confluent_kafka import Consumer
 
-        consumer = Consumer(_consumer_conf(self.bootstrap_servers, left()))
+        consumer = Consumer(_consumer_conf(self.bootstrap_servers, _left(deadline)))
         try:
-            low, stable = _watermarks(consumer, self.progress_topic, left())
-            found = _scan(consumer, self.progress_topic, self.export_id, low, stable, left())
+            low, stable = _watermarks(consumer, self.progress_topic, _left(deadline))
+            found = _scan(
+                consumer,
+                self.progress_topic,
+                self.export_id,
+                low,
+                stable,
+                _left(deadline),
+                until=deadline,
+            )
         finally:
             consumer.close()
         newer = found is not None and _version_of(found[1]) > self.version
@@ -552,6 +557,12 @@ class KafkaExport(ShardExport):
 SILENT = "silent"
 
 
+def _left(deadline: float) -> float:
+    """What is left (s) until ``deadline`` (monotonic), 10 ms at least: librdkafka takes
+    no shorter timeout (``socket.timeout.ms``)."""
+    return max(deadline - time.monotonic(), 0.01)
+
+
 def _no_coordinator(bootstrap: str, export_id: str, timeout_s: float) -> str:
     """The fault of a transaction coordinator that did not answer ``init_transactions``."""
     return (
@@ -594,6 +605,7 @@ def _consumer_conf(bootstrap: str, timeout_s: float) -> dict[str, Any]:
         "enable.auto.commit": False,
         "isolation.level": "read_committed",
         "socket.timeout.ms": int(timeout_s * 1000),
+        "logger": _quiet_logger(),
     }
 
 
@@ -763,14 +775,22 @@ def read_progress(
 
 
 def _scan(
-    consumer: Any, topic: str, export_id: str, low: int, end: int, timeout_s: float
+    consumer: Any,
+    topic: str,
+    export_id: str,
+    low: int,
+    end: int,
+    timeout_s: float,
+    *,
+    until: float | None = None,
 ) -> tuple[int, bytes | None] | None:
     """The offset and value of ``export_id``'s last record in partition 0 below ``end``
     (None: it has none), read back from ``end`` in growing windows.
 
     Raises BrokerSilent if the position does not move for ``timeout_s``: the partition's
     leader answers none of the fetches. A slow read that moves on is no silence, however
-    long its windows take.
+    long its windows take; with ``until`` (monotonic), one still reading then raises
+    TimeoutError (a close's scan, which its own bound ends).
     """
     from confluent_kafka import TopicPartition
 
@@ -783,6 +803,11 @@ def _scan(
         position = start
         deadline = time.monotonic() + timeout_s
         while position < end:
+            if until is not None and time.monotonic() > until:
+                raise TimeoutError(
+                    f"progress topic {topic!r}: the scan back for the last record of "
+                    f"{export_id!r} was at offset {position} when its time was up"
+                )
             # A short poll: the window ends with a transaction's commit marker, which is
             # never returned (a long poll waited its whole timeout there, every read).
             msg = consumer.poll(0.01)
@@ -947,6 +972,8 @@ class _ProduceTask:
                 # for framing), and batches no small records past the topic's limit.
                 "message.max.bytes": min(max(self.max_bytes + 512, 1000), 100_000_000),
                 "batch.size": max(1, min(self.max_bytes, 1_000_000)),
+                # Made here, on the executor: the task pickles no logger.
+                "logger": _quiet_logger(),
             }
         )
         try:

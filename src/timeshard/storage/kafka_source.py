@@ -119,12 +119,14 @@ cluster is silent, a commit asks nothing (the health's error line says why);
 the next commit after the silence commits the latest offsets. A source's close
 commits the offsets not committed yet and waits for the answers, at most the
 source's timeout (nothing is asked during a known silence, nor after the commit
-in flight got no answer); offsets left uncommitted are logged, never raised.
+in flight got no answer, nor with too little of the timeout left for an answer);
+offsets left uncommitted are logged, never raised.
 The client's own close then waits for a commit it still holds for want of a
 coordinator, at most its ``session.timeout.ms`` after the commit was asked,
 which is the source's timeout (the consumer never joins the group, so the
 broker's bounds on a member's session do not apply): a close takes about
-``timeout_s``, twice that at most.
+``timeout_s``, twice that at most. A closed source asks its broker nothing
+more: ``upper``, ``read``, ``commit`` and ``find_topic_id`` raise InvalidUsage.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
@@ -518,10 +520,18 @@ class KafkaSource:
         f"to {Silence.MAX_PROBE_PAUSE_S:g} s), not before the one in flight is "
         f"answered, and waited for by no tick"
     )
-    #: How long (s) past the source's timeout a commit may stay unanswered before it is
-    #: forgotten: the client holds a commit for want of a coordinator until its
-    #: ``session.timeout.ms`` (the source's timeout, :meth:`_consumer`), then answers it.
-    COMMIT_LOST_AFTER_S = 120.0
+    #: How many of the source's timeouts the client may take to answer a commit
+    #: (librdkafka): it holds a commit for want of a coordinator for its
+    #: ``session.timeout.ms`` once, and sends it three times at most (a request is retried
+    #: twice), each send waiting its ``socket.timeout.ms``; both are the source's timeout
+    #: (:meth:`_consumer`). Besides, it waits 1 s at most before each retry and finds a
+    #: held commit's time up within 1 s: about 3 s.
+    COMMIT_ANSWER_TIMEOUTS = 4
+    #: How long (s) past :attr:`COMMIT_ANSWER_TIMEOUTS` timeouts a commit may stay
+    #: unanswered before it is forgotten (never to be answered): the client's own 3 s ten
+    #: times over. A commit forgotten while the client may still answer it lets a second
+    #: one be asked beside it, whose answer is then taken for the first's.
+    COMMIT_LOST_AFTER_S = 30.0
 
     #: One upstream every instance sees, whose upper never moves back: an upper below the
     #: offsets already bound means the upstream lost them (``Ingestion`` stalls on it).
@@ -607,7 +617,7 @@ class KafkaSource:
         self._commit_asked_at = 0.0
         #: The answers the consumer's ``on_commit`` kept, not read yet.
         self._commit_answers = _CommitAnswers()
-        #: Whether :meth:`close` ran: a second close does nothing.
+        #: Whether :meth:`close` ran: a second close does nothing, and no ask follows it.
         self._closed = False
 
     # -- the Source protocol ---------------------------------------------------------------
@@ -632,7 +642,9 @@ class KafkaSource:
         probe finds it answering (:meth:`_probe`). An ask the broker answered
         with an error (a topic that does not exist, a refusal) starts the pause
         anew, as a whole answer does: a later silence's first probe comes at once.
+        InvalidUsage after :meth:`close`.
         """
+        self._refuse_if_closed("upper")
         self._probe()
         try:
             partitions = self._partitions()
@@ -655,10 +667,12 @@ class KafkaSource:
         A partition no binding covered yet starts at the earliest offset the
         topic retains (with ``from_earliest``; else at 0). Raises
         SourceUnavailable (definite) if retention already deleted offsets of
-        the range, and InvalidUsage if ``spark`` lacks the Kafka connector.
+        the range, and InvalidUsage if ``spark`` lacks the Kafka connector, or after
+        :meth:`close`.
         """
         from timeshard.spark.session import arrow_to_spark_schema
 
+        self._refuse_if_closed("read")
         ranges = {int(p): (start.get(p, 0), hi) for p, hi in end.items() if hi > start.get(p, 0)}
         first = sorted(p for p in ranges if str(p) not in start)
         if self.from_earliest and first:  # what retention deleted before was never the source's
@@ -822,7 +836,9 @@ class KafkaSource:
         For the catalog, which records it when the ingestion is built, before the
         source binds any offset. None if the broker cannot tell now (unreachable,
         the topic not created yet: then ``upper`` stalls) or has no topic ids.
+        InvalidUsage after :meth:`close`.
         """
+        self._refuse_if_closed("find_topic_id")
         if self._topic_id is None:
             with contextlib.suppress(SourceUnavailable):
                 self._topic_id = self._current_topic_id()
@@ -869,19 +885,20 @@ class KafkaSource:
         nothing; the fault stays raised while it is in flight, and only an answer
         ends the silence (a late success, of a commit already judged unanswered,
         too). No commit is asked while an earlier one is unanswered, even one
-        judged silent (the client answers each, within ``session.timeout.ms`` at
-        the latest; one unanswered for :attr:`COMMIT_LOST_AFTER_S` more than the
-        timeout is forgotten), so every answer is that of the one in flight. An
-        answer of ``_WAIT_COORD`` (the client held the commit for want of a
-        coordinator) is no answer.
+        judged silent (the client answers each within :attr:`COMMIT_ANSWER_TIMEOUTS`
+        timeouts; one unanswered for :attr:`COMMIT_LOST_AFTER_S` more is
+        forgotten), so every answer is that of the one in flight. An answer of
+        ``_WAIT_COORD`` (the client held the commit for want of a coordinator) is
+        no answer.
 
         While the source knows its cluster is silent (its own silence, or one
         another object of the cluster met: :meth:`BrokerSilence.known`), nothing
         is asked: it raises SourceUnavailable with the silence's line, as
-        ``upper`` does, and keeps the offsets.
+        ``upper`` does, and keeps the offsets. InvalidUsage after :meth:`close`.
         """
         from confluent_kafka import KafkaException, TopicPartition
 
+        self._refuse_if_closed("commit")
         wanted = dict(self._uncommitted)
         for p, o in frontier.items():
             wanted[p] = max(o, wanted.get(p, o))
@@ -948,7 +965,7 @@ class KafkaSource:
         if self._commit_awaited and waited > self.timeout_s:
             self._commit_awaited = False
             unanswered = f"{failed}: the coordinator did not answer within {self.timeout_s} s"
-        lost_after = self.timeout_s + self.COMMIT_LOST_AFTER_S
+        lost_after = self.COMMIT_ANSWER_TIMEOUTS * self.timeout_s + self.COMMIT_LOST_AFTER_S
         if self._commits_asked > self._commits_answered and waited > lost_after:
             self._commits_answered = self._commits_asked  # never to be answered: forgotten
         if unanswered is not None:
@@ -965,20 +982,29 @@ class KafkaSource:
 
     #: How long (s) each poll for the answer of the commit at close waits at most.
     CLOSE_POLL_S = 0.1
+    #: The least time (s) left of close's bound for which its own commit is asked (half
+    #: the source's timeout, if that is less: a timeout that short says the broker answers
+    #: faster). The coordinator answers a commit once its in-sync replicas hold the
+    #: offsets, a round trip of ms to tens of ms on a healthy cluster, and close reads the
+    #: answer in polls of :attr:`CLOSE_POLL_S`: with less left, the answer mostly does
+    #: not come in time, and the consumer's close then waits for the commit (the client
+    #: holds it), up to a whole timeout more, for offsets that are only a report.
+    CLOSE_COMMIT_MIN_S = 0.1
 
     def close(self) -> None:
         """Commit the offsets not committed yet (:meth:`_commit_at_close`), then close the
         clients. Raises nothing the commit meets: the group is only a report.
 
         A second close does nothing (a drop may be retried): its consumer closed, it
-        would make a new one and wait its whole timeout for a commit's answer.
+        would make a new one and wait its whole timeout for a commit's answer. Once
+        closed, the source asks nothing more (:meth:`_refuse_if_closed`).
         """
         if self._closed:
             return
-        self._closed = True
         try:
             self._commit_at_close()
         finally:
+            self._closed = True  # after the close's own commit, which asks the consumer
             self._admin = None  # an AdminClient has no close: dropped, it ends its threads
             del self._silence  # forgotten once no open object holds it
             if self._client is not None:
@@ -1004,7 +1030,8 @@ class KafkaSource:
         and lag tools report offsets already read. The commit in flight is
         awaited first: one asked beside it may land before it, and leave the group
         at the older offsets. The close's own commit is asked only if time is left
-        to wait for its answer and the one in flight got an answer (an error or
+        to wait for its answer (:attr:`CLOSE_COMMIT_MIN_S` at least; one not asked
+        for want of it is logged) and the one in flight got an answer (an error or
         not), not the client's no-answer (``_TIMED_OUT``, ``_WAIT_COORD``): with
         the coordinator silent it would be held too. A synchronous commit would
         wait for its answer with no bound (the client holds a commit for want of
@@ -1046,8 +1073,15 @@ class KafkaSource:
                 self._uncommitted
                 and self._commits_answered >= self._commits_asked
                 and not (_no_answer(error) or _waits_for_coordinator(error))
-                and monotonic() < deadline
             ):
+                least = min(self.CLOSE_COMMIT_MIN_S, self.timeout_s / 2)
+                left = deadline - monotonic()
+                if left < least:
+                    self._log_uncommitted(
+                        f"not asked: {max(left, 0):.3f} s of the close's {self.timeout_s} s "
+                        f"were left, less than the {least} s an answer needs"
+                    )
+                    return
                 offsets = [
                     TopicPartition(self.topic, int(p), o)
                     for p, o in sorted(self._uncommitted.items())
@@ -1096,6 +1130,15 @@ class KafkaSource:
             self._commit_silence.answered()
         return error
 
+    def _refuse_if_closed(self, what: str) -> None:
+        """InvalidUsage naming ``what`` if the source is closed: an ask after :meth:`close`
+        would make a client again (the closed ones are dropped), which nothing closes."""
+        if self._closed:
+            raise InvalidUsage(
+                f"KAFKA source {self.name!r} is closed: {what} asks its broker, and a closed "
+                "source asks nothing (build the source again to read it)"
+            )
+
     def _log_uncommitted(self, why: str) -> None:
         """Log, as a warning, the offsets close left uncommitted to the group and ``why``
         (:meth:`_commit_at_close`): the group is only a report, so close raises nothing."""
@@ -1124,6 +1167,7 @@ class KafkaSource:
         from confluent_kafka import Consumer
 
         if self._client is None:
+            assert not self._closed, f"KAFKA source {self.name!r}: a consumer made after close"
             self._client = Consumer(
                 {
                     "bootstrap.servers": self.bootstrap_servers,
@@ -1228,6 +1272,7 @@ class KafkaSource:
         from confluent_kafka.admin import AdminClient
 
         if self._admin is None:
+            assert not self._closed, f"KAFKA source {self.name!r}: an admin made after close"
             self._admin = AdminClient(
                 {
                     "bootstrap.servers": self.bootstrap_servers,
@@ -1693,11 +1738,14 @@ def _waits_for_coordinator(error: Any) -> bool:
 
 
 def _quiet_logger() -> Any:
-    """A logger for librdkafka that keeps its connection retries out of stderr."""
+    """A logger for librdkafka that keeps its connection retries out of stderr (one
+    logger, given its one handler once: every client asks for it, on the driver and in
+    each task of a reused executor process)."""
     import logging
 
     logger = logging.getLogger("timeshard.kafka")
-    logger.addHandler(logging.NullHandler())
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
     logger.propagate = False
     return logger
 
