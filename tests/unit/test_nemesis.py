@@ -24,16 +24,18 @@ import pytest
 from timeshard import Determinate, InvalidUsage
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.location.unreliable import FaultJournal, KeyedFaults
-from timeshard.nemesis import KINDS, Control, FaultyLocation, NemesisConfig, plan_faults
-from timeshard.nemesis.disk import BlobDisk
-from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
-from timeshard.nemesis.runner import (
+from timeshard.nemesis import (
+    KINDS,
+    Control,
+    FaultyLocation,
+    NemesisConfig,
     NemesisRunner,
     RunResult,
-    input_lines,
-    pipeline_spec,
-    unread_input,
+    plan_faults,
 )
+from timeshard.nemesis.disk import BlobDisk
+from timeshard.nemesis.liveness import Heartbeat, Liveness, Stuck
+from timeshard.nemesis.pipeline import input_lines, pipeline_spec, unread_input
 
 
 def test_the_same_seed_gives_the_same_plan_and_another_seed_another() -> None:
@@ -427,7 +429,7 @@ def test_cpu_seconds_count_a_replica_process_and_its_children(tmp_path: Path) ->
     what a child used stays counted after it exits (the busy parent ignores SIGCHLD, as
     PySpark's daemon does, so no ``children_*`` time of a reaper records it); a paused
     replica is not sampled (a SIGSTOPped process uses none, by the fault, not by a hang)."""
-    from timeshard.nemesis.runner import _cpu_seconds, _Replica
+    from timeshard.nemesis.replica_slot import Replica, cpu_seconds
 
     spin = "import time\nwhile time.process_time() < 1.5: pass"  # 1.5 CPU-seconds, then exits
     daemon = (  # as PySpark's daemon: its workers are reaped by the kernel, unrecorded
@@ -436,7 +438,7 @@ def test_cpu_seconds_count_a_replica_process_and_its_children(tmp_path: Path) ->
         f"subprocess.Popen([sys.executable, '-c', {spin!r}])\n"
         "time.sleep(120)"
     )
-    busy, idle, paused = _Replica(0, tmp_path), _Replica(1, tmp_path), _Replica(2, tmp_path)
+    busy, idle, paused = Replica(0, tmp_path), Replica(1, tmp_path), Replica(2, tmp_path)
     busy.proc = subprocess.Popen([sys.executable, "-c", daemon])
     idle.proc = subprocess.Popen(["sh", "-c", "sleep 120; true"])
     paused.proc = subprocess.Popen(["sleep", "120"])
@@ -444,18 +446,18 @@ def test_cpu_seconds_count_a_replica_process_and_its_children(tmp_path: Path) ->
     for r in (busy, idle, paused):
         r.incarnation = 0
     try:
-        first = _cpu_seconds([busy, idle, paused])
+        first = cpu_seconds([busy, idle, paused])
         assert set(first) == {(0, 0), (1, 0)}
         deadline = time.monotonic() + 120
         spun = 0.0
         while spun < 0.5:  # the spinning child has used some CPU
             assert time.monotonic() < deadline, "the spinning child used no CPU in 120 s"
             time.sleep(0.1)
-            spun = _cpu_seconds([busy])[(0, 0)] - first[(0, 0)]
+            spun = cpu_seconds([busy])[(0, 0)] - first[(0, 0)]
         while _children(busy.proc.pid):
             assert time.monotonic() < deadline, "the spinning child did not end in 120 s"
             time.sleep(0.1)  # until the spinner has exited
-        last = _cpu_seconds([busy, idle, paused])
+        last = cpu_seconds([busy, idle, paused])
         # The exited child's CPU stays, counted once: its 1.5 s and the parents' starts.
         assert spun <= last[(0, 0)] - first[(0, 0)] < 2.5
         assert last[(1, 0)] - first[(1, 0)] < 0.5
@@ -543,9 +545,9 @@ def test_a_full_tmpfs_refuses_writes_until_drained(tmp_path: Path) -> None:
 
 def test_a_window_goes_to_a_ticking_replica_or_waits_for_one(tmp_path: Path) -> None:
     from timeshard.nemesis.plan import Fault
-    from timeshard.nemesis.runner import _Replica
+    from timeshard.nemesis.replica_slot import Replica
 
-    replicas = [_Replica(i, tmp_path) for i in range(3)]
+    replicas = [Replica(i, tmp_path) for i in range(3)]
     runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
     jump = Fault(1.0, "clock_jump", 0, 5.0, clock_jump_ms=3000)
     window = Fault(1.0, "unreliable", 2, 5.0, rate=0.1)
@@ -577,9 +579,9 @@ def test_a_kill_or_pause_hits_a_ticking_replica_or_waits_for_one(tmp_path: Path)
     run's kill: a run could pass "kill injected" without interrupting a single write."""
     from timeshard.nemesis.control import JOURNAL
     from timeshard.nemesis.plan import Fault
-    from timeshard.nemesis.runner import _Replica
+    from timeshard.nemesis.replica_slot import Replica
 
-    replicas = [_Replica(i, tmp_path) for i in range(2)]
+    replicas = [Replica(i, tmp_path) for i in range(2)]
     runner = NemesisRunner(NemesisConfig(directory=tmp_path), log=lambda line: None)
     kill, pause = Fault(1.0, "kill", 0, 5.0), Fault(1.0, "pause", 0, 5.0)
     try:
@@ -608,9 +610,9 @@ def test_a_kill_or_pause_hits_a_ticking_replica_or_waits_for_one(tmp_path: Path)
 @contextlib.contextmanager
 def one_ticking_replica(tmp_path: Path) -> Iterator[tuple[NemesisRunner, list[Any]]]:
     """A runner and one replica slot whose process lives and has ticked (a heartbeat)."""
-    from timeshard.nemesis.runner import _Replica
+    from timeshard.nemesis.replica_slot import Replica
 
-    replica = _Replica(0, tmp_path)
+    replica = Replica(0, tmp_path)
     replica.incarnation = 0
     replica.proc = subprocess.Popen(["sleep", "60"])
     try:
@@ -666,7 +668,7 @@ def test_an_unreliable_window_stays_on_until_it_has_failed_a_call(tmp_path: Path
 def test_replicas_that_exit_by_themselves_are_reported() -> None:
     """They were restarted with no trace in the result: a JVM crashing on its own under the
     faults passed unseen."""
-    from timeshard.nemesis.runner import NemesisReport
+    from timeshard.nemesis.results import NemesisReport
 
     runs = [RunResult(0, "sqlite", "tmpfs", self_exits=2, replica_errors=1)]
     runs.append(RunResult(1, "sqlite", "tmpfs", self_exits=1))
@@ -681,7 +683,7 @@ def test_the_recovery_target_waits_for_an_upper_it_cannot_read_yet(
     """A shard's upper that could not be read (consensus restarting) counted as 0: the
     recovery target could fall below that shard's upper, and its recovery passed unmet."""
     from timeshard.errors import ExternalError
-    from timeshard.nemesis import runner
+    from timeshard.nemesis import reads
     from timeshard.persist import PersistClient
 
     client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
@@ -690,7 +692,7 @@ def test_the_recovery_target_waits_for_an_upper_it_cannot_read_yet(
     writer.append([], 0, ahead)
     state = client.state
     failures = [ExternalError("consensus is restarting")] * 2
-    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    monkeypatch.setattr(reads.time, "sleep", lambda s: None)
 
     def flaky(shard: str) -> Any:
         if failures:
@@ -698,7 +700,7 @@ def test_the_recovery_target_waits_for_an_upper_it_cannot_read_yet(
         return state(shard)
 
     monkeypatch.setattr(client, "state", flaky)
-    assert runner._upper(client, "s") == ahead
+    assert reads.upper(client, "s") == ahead
 
 
 class FakeTime:
@@ -719,19 +721,27 @@ class FakeTime:
         return time.time_ns()
 
 
+def patch_clock(monkeypatch: pytest.MonkeyPatch, clock: FakeTime) -> None:
+    """Make ``clock`` the time of the runner and of the modules it watches a run with (the
+    replicas' CPU samples, the input's writes, the reads' retries)."""
+    from timeshard.nemesis import pipeline, reads, replica_slot, runner
+
+    for module in (runner, replica_slot, pipeline, reads):
+        monkeypatch.setattr(module, "time", clock)
+
+
 def test_a_disk_full_window_of_the_enospc_wrapper_stays_on_until_it_refused_a_write(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Where no tmpfs is mounted, only a replica's refused write journals ``disk_full``; its
     window closed on time and ended with the fault phase, so replicas in long ticks (a
     loaded machine) wrote nothing in it and the run failed "never injected: disk_full"."""
-    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.pipeline import InputWriter
     from timeshard.nemesis.plan import Fault
-    from timeshard.nemesis.runner import _InputWriter
 
     events = tmp_path / "events"
     events.mkdir()
-    inputs = _InputWriter(events, random.Random(0))
+    inputs = InputWriter(events, random.Random(0))
     seen: list[tuple[float, bool]] = []
 
     with one_ticking_replica(tmp_path) as (runner, replicas):
@@ -743,7 +753,7 @@ def test_a_disk_full_window_of_the_enospc_wrapper_stays_on_until_it_refused_a_wr
                 replica.journal().record("disk_full", "blob.enospc")  # a tick wrote at last
             assert now < 60.0, "the fault phase never ended"
 
-        monkeypatch.setattr(runner_module, "time", FakeTime(on_sleep))
+        patch_clock(monkeypatch, FakeTime(on_sleep))
         runner.config = NemesisConfig(directory=tmp_path, fault_seconds=1.0)
         disk = BlobDisk(tmp_path / "disk")  # not mounted: the ENOSPC wrapper
         result = RunResult(0, "sqlite", "ENOSPC wrapper")
@@ -806,7 +816,6 @@ def test_a_phase_past_its_bound_is_slow_only_if_its_replicas_barely_ticked(
     injected"); if they ticked more and did not catch up (here >100 ticks of 1 ms each),
     or a tick failed (a read at the start that is tried again for ever is one), that is
     a failure, with no ``slow``."""
-    from timeshard.nemesis import runner as runner_module
     from timeshard.persist import PersistClient
 
     client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
@@ -822,7 +831,7 @@ def test_a_phase_past_its_bound_is_slow_only_if_its_replicas_barely_ticked(
             upper = writer.upper.time
             writer.append([], upper, upper + 1)
 
-    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    patch_clock(monkeypatch, FakeTime(tick))
     with one_ticking_replica(tmp_path) as (_runner, replicas):
         config = NemesisConfig(directory=tmp_path, advancing_bound_s=60.0, stuck_ticks=3)
         runner = NemesisRunner(config, log=lambda line: None)
@@ -840,7 +849,7 @@ def test_a_warm_up_with_no_tick_is_slow_only_if_its_replicas_used_cpu(
     loaded to start does: the warm-up reached its bound "slow", and the nemesis test
     skipped a hang. The replicas' CPU over the last window tells them apart: a busy one
     is slow; one that used (almost) none is hung, a failure with no ``slow``."""
-    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis import replica_slot
     from timeshard.nemesis.liveness import CPU_SAMPLE_S, IDLE_WINDOW_S
     from timeshard.persist import PersistClient
 
@@ -853,8 +862,8 @@ def test_a_warm_up_with_no_tick_is_slow_only_if_its_replicas_used_cpu(
         used[0] += cpu_per_sample
         return {(0, 0): used[0]}
 
-    monkeypatch.setattr(runner_module, "time", FakeTime(lambda now: None))
-    monkeypatch.setattr(runner_module, "_cpu_seconds", cpu_seconds)
+    patch_clock(monkeypatch, FakeTime(lambda now: None))
+    monkeypatch.setattr(replica_slot, "cpu_seconds", cpu_seconds)
     with one_ticking_replica(tmp_path) as (_runner, replicas):
         Heartbeat(0, 0).write(Heartbeat.path(tmp_path, 0))  # started, no tick finished
         bound = IDLE_WINDOW_S + 120
@@ -876,8 +885,9 @@ def test_a_phase_the_runs_bound_cuts_short_fails_the_run_naming_itself(
     every phase was killed by pytest with no report. With ``run_bound_s`` the phases end
     by it, less what stopping and verify need, and the one it cuts fails the run."""
     from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.config import FINISH_S
+    from timeshard.nemesis.pipeline import InputWriter
     from timeshard.nemesis.plan import Fault
-    from timeshard.nemesis.runner import FINISH_S, _InputWriter
     from timeshard.persist import PersistClient
 
     client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
@@ -892,7 +902,7 @@ def test_a_phase_the_runs_bound_cuts_short_fails_the_run_naming_itself(
         writer.append([], upper, upper + 1)
 
     clock = FakeTime(tick)
-    monkeypatch.setattr(runner_module, "time", clock)
+    patch_clock(monkeypatch, clock)
     config = NemesisConfig(
         directory=tmp_path, fault_seconds=1.0, advancing_bound_s=900.0, run_bound_s=FINISH_S + 100
     )
@@ -909,11 +919,11 @@ def test_a_phase_the_runs_bound_cuts_short_fails_the_run_naming_itself(
     events.mkdir()
     with one_ticking_replica(tmp_path) as (_runner, replicas):
         Heartbeat(0, 0).write(Heartbeat.path(tmp_path, 0))  # started, never ticks
-        monkeypatch.setattr(runner_module, "time", FakeTime(lambda now: None))
+        patch_clock(monkeypatch, FakeTime(lambda now: None))
         runner = NemesisRunner(config, log=lambda line: None)
         runner._deadline = config.phases_deadline(0.0)
         result = RunResult(0, "sqlite", "tmpfs")
-        inputs = _InputWriter(events, random.Random(0))
+        inputs = InputWriter(events, random.Random(0))
         kill = Fault(0.5, "kill", 0, 1.0)  # waits for a ticking replica
         assert not runner._fault_phase([kill], replicas, BlobDisk(tmp_path), inputs, result)
         assert result.error.startswith("faults: the run's bound"), result.error
@@ -931,7 +941,7 @@ def test_a_loaded_but_healthy_run_recovers_inside_the_ci_bound_and_verify_gets_w
     as ``slow``. The run now keeps the stop and a verify floor; verify gets what is left
     of the bound, at least the floor and at most its own timeout."""
     from timeshard.nemesis import runner as runner_module
-    from timeshard.nemesis.runner import VERIFY_TIMEOUT_S
+    from timeshard.nemesis.config import VERIFY_TIMEOUT_S
     from timeshard.persist import PersistClient
 
     client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
@@ -949,7 +959,7 @@ def test_a_loaded_but_healthy_run_recovers_inside_the_ci_bound_and_verify_gets_w
             writer.append([], upper, target + 10 if done else upper + 1)
 
     clock = FakeTime(tick)
-    monkeypatch.setattr(runner_module, "time", clock)
+    patch_clock(monkeypatch, clock)
     config = NemesisConfig(
         directory=tmp_path, fault_seconds=20.0, advancing_bound_s=900.0, run_bound_s=2100.0
     )
@@ -987,7 +997,7 @@ def test_a_fault_phase_the_runs_bound_cuts_leaves_no_full_disk_to_the_stop_and_v
     which lost its report)."""
     from timeshard.nemesis import runner as runner_module
     from timeshard.nemesis.plan import Fault
-    from timeshard.nemesis.runner import _Replica
+    from timeshard.nemesis.replica_slot import Replica
 
     full, seen, procs = [False], {}, []
 
@@ -1013,7 +1023,7 @@ def test_a_fault_phase_the_runs_bound_cuts_leaves_no_full_disk_to_the_stop_and_v
             p.wait()
 
     clock = FakeTime(lambda now: None)
-    monkeypatch.setattr(runner_module, "time", clock)
+    patch_clock(monkeypatch, clock)
     monkeypatch.setattr(BlobDisk, "mount", mount)
     monkeypatch.setattr(BlobDisk, "fill", lambda self: full.__setitem__(0, True) or 1)
 
@@ -1028,7 +1038,7 @@ def test_a_fault_phase_the_runs_bound_cuts_leaves_no_full_disk_to_the_stop_and_v
     monkeypatch.setattr(
         runner_module, "plan_faults", lambda *a, **k: [Fault(0.5, "disk_full", None, 300.0)]
     )
-    monkeypatch.setattr(_Replica, "start", start)
+    monkeypatch.setattr(Replica, "start", start)
     monkeypatch.setattr(NemesisRunner, "_await", warm_up)
     monkeypatch.setattr(NemesisRunner, "_stop", stop)
     monkeypatch.setattr(NemesisRunner, "_count_injected", lambda *args: None)
@@ -1061,9 +1071,8 @@ def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_b
     slow if the replicas finished fewer than ``stuck_ticks`` ticks in the phase, none
     failing, and not if they ticked more (here an unreliable window that no call
     failed in over 100 ticks)."""
-    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.pipeline import InputWriter
     from timeshard.nemesis.plan import Fault
-    from timeshard.nemesis.runner import _InputWriter
 
     events = tmp_path / "events"
     events.mkdir()
@@ -1074,7 +1083,7 @@ def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_b
             ticks[0] += 1
         Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
 
-    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    patch_clock(monkeypatch, FakeTime(tick))
     with one_ticking_replica(tmp_path) as (_runner, replicas):
         tick(0.0)
         config = NemesisConfig(
@@ -1082,7 +1091,7 @@ def test_a_fault_never_injected_for_want_of_ticks_is_slow_only_if_the_replicas_b
         )
         runner = NemesisRunner(config, log=lambda line: None)
         result = RunResult(0, "sqlite", "tmpfs")
-        inputs = _InputWriter(events, random.Random(0))
+        inputs = InputWriter(events, random.Random(0))
         fault = (
             Fault(0.5, "unreliable", 0, 1.0, rate=0.1) if ticking else Fault(0.5, "kill", 0, 1.0)
         )
@@ -1101,9 +1110,8 @@ def test_a_slow_fault_phase_is_not_named_slow_beside_a_later_phase_that_is_stuck
     replaced the run's error but left the label: ``slow='faults'`` beside "recovery:
     stuck", a hang reported as a loaded machine. ``slow`` names the phase whose error is
     the run's, or is empty."""
-    from timeshard.nemesis import runner as runner_module
+    from timeshard.nemesis.pipeline import InputWriter
     from timeshard.nemesis.plan import Fault
-    from timeshard.nemesis.runner import _InputWriter
     from timeshard.persist import PersistClient
 
     events = tmp_path / "events"
@@ -1115,7 +1123,7 @@ def test_a_slow_fault_phase_is_not_named_slow_beside_a_later_phase_that_is_stuck
             ticks[0] += 1
         Heartbeat(0, ticks[0]).write(Heartbeat.path(tmp_path, 0))
 
-    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    patch_clock(monkeypatch, FakeTime(tick))
     with one_ticking_replica(tmp_path) as (_runner, replicas):
         tick(0.0)  # started, never ticks in the fault phase
         config = NemesisConfig(
@@ -1123,7 +1131,7 @@ def test_a_slow_fault_phase_is_not_named_slow_beside_a_later_phase_that_is_stuck
         )
         runner = NemesisRunner(config, log=lambda line: None)
         result = RunResult(0, "sqlite", "tmpfs")
-        inputs = _InputWriter(events, random.Random(0))
+        inputs = InputWriter(events, random.Random(0))
         kill = Fault(0.5, "kill", 0, 1.0)
         assert runner._fault_phase([kill], replicas, BlobDisk(tmp_path), inputs, result)
         assert result.slow == "faults", result.error
@@ -1145,10 +1153,10 @@ def test_a_replica_that_exits_by_itself_while_the_input_is_awaited_is_restarted_
     phase waited ``advancing_bound_s`` and failed as ``slow="input"``, a crash reported
     as a loaded machine."""
     from timeshard.nemesis import runner as runner_module
-    from timeshard.nemesis.runner import _Replica
+    from timeshard.nemesis.replica_slot import Replica
 
     procs: list[subprocess.Popen[bytes]] = []
-    replica = _Replica(0, tmp_path)
+    replica = Replica(0, tmp_path)
 
     def start(self: Any, seed: int, env: dict[str, str]) -> None:
         self.incarnation += 1
@@ -1165,9 +1173,9 @@ def test_a_replica_that_exits_by_itself_while_the_input_is_awaited_is_restarted_
         restarted = replica.incarnation == 1 and replica.heartbeat().ticks >= 2
         return {} if restarted else {"part-00001.jsonl": "0/9"}
 
-    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    patch_clock(monkeypatch, FakeTime(tick))
     monkeypatch.setattr(runner_module, "unread_input", unread)
-    monkeypatch.setattr(_Replica, "start", start)
+    monkeypatch.setattr(Replica, "start", start)
     try:
         replica.start(0, {})
         Heartbeat(0, 3).write(Heartbeat.path(tmp_path, 0))
@@ -1196,7 +1204,7 @@ def test_input_unread_after_the_recovery_is_judged_by_ticks_not_by_the_wall_cloc
     Judged as an upper is: the input may stay unread until a live replica finished
     ``stuck_ticks`` ticks without reading it (here 3 ticks of 0.5 s, well inside 60 s)."""
     from timeshard.nemesis import runner as runner_module
-    from timeshard.nemesis.runner import _Replica
+    from timeshard.nemesis.replica_slot import Replica
 
     ticks, watches, procs = [1], [0], []
 
@@ -1221,10 +1229,10 @@ def test_input_unread_after_the_recovery_is_judged_by_ticks_not_by_the_wall_cloc
             p.wait()
 
     caught_up = lambda *args: 1.0  # noqa: E731 -- the warm-up and the recovery: at once
-    monkeypatch.setattr(runner_module, "time", FakeTime(tick))
+    patch_clock(monkeypatch, FakeTime(tick))
     monkeypatch.setattr(runner_module, "unread_input", unread)
     monkeypatch.setattr(BlobDisk, "mount", lambda self, size_mb: False)
-    monkeypatch.setattr(_Replica, "start", start)
+    monkeypatch.setattr(Replica, "start", start)
     for name, stand_in in [
         ("_await", caught_up),
         ("_fault_phase", lambda *args: True),

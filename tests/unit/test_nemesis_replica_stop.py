@@ -22,8 +22,8 @@ import timeshard.spark.parts
 from timeshard.errors import Indeterminate
 from timeshard.nemesis.control import Control
 from timeshard.nemesis.liveness import Heartbeat
+from timeshard.nemesis.pipeline import pipeline_spec
 from timeshard.nemesis.replica import run_replica
-from timeshard.nemesis.runner import pipeline_spec
 
 #: Generous: a replica that obeys stops within a control poll (0.1 s) of the flag.
 STOP_DEADLINE_S = 60.0

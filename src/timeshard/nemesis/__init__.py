@@ -10,9 +10,11 @@ location. ``timeshard nemesis`` is its command line.
 Nothing here imports PySpark: the replicas and verify are other processes.
 """
 
+from timeshard.nemesis.config import NemesisConfig
 from timeshard.nemesis.control import Control, FaultyLocation, FullDiskBlob
 from timeshard.nemesis.plan import KINDS, Fault, plan_faults
-from timeshard.nemesis.runner import NemesisConfig, NemesisReport, NemesisRunner, RunResult
+from timeshard.nemesis.results import NemesisReport, RunResult
+from timeshard.nemesis.runner import NemesisRunner
 
 __all__ = [
     "KINDS",

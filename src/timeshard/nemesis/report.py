@@ -1,4 +1,4 @@
-"""Printing a :class:`~timeshard.nemesis.runner.NemesisReport`: one row per run, then totals.
+"""Printing a :class:`~timeshard.nemesis.results.NemesisReport`: one row per run, then totals.
 
 The fault counts are what the run's journal recorded as injected, not what
 the plan asked for.
@@ -11,7 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from timeshard.nemesis.plan import KINDS
-from timeshard.nemesis.runner import NemesisReport
+from timeshard.nemesis.results import NemesisReport
 
 
 def render_nemesis(report: NemesisReport, console: Any) -> None:

@@ -68,12 +68,12 @@ killed, paused or still starting, which holds no lease and writes nothing --
 goes to the next replica that does, or waits for one; and the fault phase
 lasts until every fault has started and every window ended.
 
-The pipeline (:func:`pipeline_spec`): a KEY VALUE source and a FILE source of
-JSON lines, both with the UPSERT envelope, and a view over each. (It is
-small on purpose: every replica runs all of it on one core, and a tick costs
-a few Spark jobs per object whatever the data.) The input files hold
-upserts, deletes (``{"id": k}``: every value column null) and a few
-undecodable lines (err rows).
+The pipeline (:func:`~timeshard.nemesis.pipeline.pipeline_spec`): a KEY
+VALUE source and a FILE source of JSON lines, both with the UPSERT envelope,
+and a view over each. (It is small on purpose: every replica runs all of it
+on one core, and a tick costs a few Spark jobs per object whatever the
+data.) The input files hold upserts, deletes (``{"id": k}``: every value
+column null) and a few undecodable lines (err rows).
 
 A run with a stuck object, or not caught up after ``advancing_bound_s``, or
 with a planned kind never injected, or whose verify finds differences or
@@ -92,418 +92,43 @@ Runs on the driver of nothing: the runner starts no Spark itself.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from timeshard.errors import ExternalError, InvalidUsage
 from timeshard.location import open_location
 from timeshard.location.unreliable import FaultJournal
+from timeshard.nemesis.config import (
+    FINISH_S,
+    STOP_TIMEOUT_S,
+    VERIFY_FLOOR_S,
+    VERIFY_TIMEOUT_S,
+    NemesisConfig,
+)
 from timeshard.nemesis.control import JOURNAL, Control
 from timeshard.nemesis.disk import BlobDisk
-from timeshard.nemesis.liveness import (
-    Heartbeat,
-    Incarnation,
-    Liveness,
-    PhaseTicks,
-    Stuck,
-    Unchanged,
-)
-from timeshard.nemesis.plan import KINDS, Fault, plan_faults
+from timeshard.nemesis.liveness import Liveness, PhaseTicks, Stuck, Unchanged
+from timeshard.nemesis.pipeline import InputWriter, pipeline_spec, unread_input
+from timeshard.nemesis.plan import Fault, plan_faults
+from timeshard.nemesis.reads import events, health, journaled, list_shards, upper, upper_or_none
+from timeshard.nemesis.replica_slot import Replica, ticking, watched
+from timeshard.nemesis.results import NemesisReport, RunResult, count_verified
 from timeshard.persist import PersistClient
-from timeshard.spec import LocationSpec, RunSpec, SourceSpec, ViewSpec
-from timeshard.storage.health import latest_health
 
-INPUT_EVERY_S = 1.5
-INPUT_LINES = 12
-#: The pipeline's retained history: the whole run, so that verify compares the views and
-#: the upsert at times sampled across it. (A clean stop moves every hold to the last time:
-#: without it, verify's window was often that one time.)
-RETAINED = "1h"
-INPUT_KEYS = 40
 POLL_S = 0.1
 WATCH_S = 0.5
 MAX_EXITS = 5
-#: The fewest times verify must recompute each object of the pipeline at (against its
-#: query or its source's records) for a run to pass: at one time, no history is checked.
-MIN_VERIFIED_TIMES = 2
-STOP_TIMEOUT_S = 60.0
-#: The longest verify may take (less, if less is left of the run's bound).
-VERIFY_TIMEOUT_S = 900.0
-#: The least verify is given, whatever is left of the run's bound.
-VERIFY_FLOOR_S = 300.0
-#: What a run keeps of its ``run_bound_s`` after its phases: stopping the replicas and
-#: verify's floor. (Keeping verify's whole timeout cut loaded but healthy runs short.)
-FINISH_S = STOP_TIMEOUT_S + VERIFY_FLOOR_S
 TMPFS_MB = 256
-
-KV_BY_PREFIX = "SELECT substr(value, 1, 1) AS p, count(*) AS n FROM kv GROUP BY p"
-EVENTS_BY_GRP = "SELECT grp, count(*) AS n, sum(v) AS s FROM events GROUP BY grp"
-
-
-@dataclass(frozen=True, slots=True)
-class NemesisConfig:
-    """What to run: ``runs`` runs, or runs until ``minutes`` have passed (the last one
-    started before then, so the whole takes at least ``minutes``).
-
-    ``run_bound_s``: the longest one run may take, its start to the end of verify
-    (None: only each phase's bound); it must leave more than ``fault_seconds`` after
-    :data:`FINISH_S`.
-    """
-
-    directory: Path
-    seed: int = 0
-    replicas: int = 3
-    runs: int | None = 1
-    minutes: float | None = None
-    fault_seconds: float = 60.0
-    consensus: str = "sqlite"
-    kinds: tuple[str, ...] = KINDS
-    advancing_bound_s: float = 1200.0
-    stuck_ticks: int = 20
-    run_bound_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.replicas, int) or not 1 <= self.replicas <= 5:
-            raise InvalidUsage(f"replicas must be an int in [1, 5], got {self.replicas!r}")
-        if self.consensus not in ("sqlite", "postgres", "both"):
-            raise InvalidUsage(
-                f"consensus must be sqlite, postgres or both, got {self.consensus!r}"
-            )
-        if (self.runs is None) == (self.minutes is None):
-            raise InvalidUsage(f"give runs or minutes, not {self.runs!r} and {self.minutes!r}")
-        if self.runs is not None and self.runs < 1:
-            raise InvalidUsage(f"runs must be at least 1, got {self.runs!r}")
-        if self.minutes is not None and not self.minutes > 0:
-            raise InvalidUsage(f"minutes must be positive, got {self.minutes!r}")
-        if not self.advancing_bound_s > 0:
-            raise InvalidUsage(
-                f"advancing_bound_s must be positive, got {self.advancing_bound_s!r}"
-            )
-        if not isinstance(self.stuck_ticks, int) or self.stuck_ticks < 1:
-            raise InvalidUsage(f"stuck_ticks must be a positive int, got {self.stuck_ticks!r}")
-        if self.run_bound_s is not None and not (self.run_bound_s > FINISH_S + self.fault_seconds):
-            raise InvalidUsage(
-                f"run_bound_s must exceed {FINISH_S:.0f} s (to stop and verify) plus "
-                f"fault_seconds {self.fault_seconds!r}, got {self.run_bound_s!r}"
-            )
-        plan_faults(self.seed, 0, replicas=self.replicas, seconds=1.0, kinds=self.kinds)
-
-    def phases_deadline(self, start: float) -> float:
-        """When the phases of a run started at ``start`` (``time.monotonic()``) must end
-        (infinity without a ``run_bound_s``)."""
-        return self.run_end(start) - FINISH_S
-
-    def run_end(self, start: float) -> float:
-        """When a run started at ``start`` (``time.monotonic()``) must have verified
-        (infinity without a ``run_bound_s``)."""
-        return math.inf if self.run_bound_s is None else start + self.run_bound_s
-
-    def consensus_of(self, run: int) -> str:
-        if self.consensus == "both":
-            return "sqlite" if run % 2 == 0 else "postgres"
-        return self.consensus
-
-    def kinds_of(self, run: int) -> tuple[str, ...]:
-        """The kinds for ``run``: no PostgreSQL restart where consensus is SQLite."""
-        if self.consensus_of(run) == "sqlite":
-            return tuple(k for k in self.kinds if k != "pg_restart") or ("kill",)
-        return self.kinds
-
-
-@dataclass
-class RunResult:
-    """What one run did and found.
-
-    ``faults``: injected faults by kind, from the journal; ``skipped``: faults
-    of the plan that found no replica ticking until the phase's bound;
-    ``injected_calls``: the ``unreliable`` faults by what failed
-    (``blob.determinate``, ``task_write.indeterminate``, ...);
-    ``self_exits``: replica processes that ended with no fault killing them
-    (a JVM crash, say), restarted and reported, not a failure by themselves;
-    ``replica_errors``: ticks that raised (retried; also reported);
-    ``slow``: the phase that outlasted ``advancing_bound_s`` (or the run's bound) with
-    some object not caught up and none stuck, or the fault phase that did with a kind
-    of the plan not injected yet, in which the replica processes (those that died in it
-    too) finished fewer than ``stuck_ticks`` ticks in all, none failing, and kept using
-    CPU: too few ticks to tell a loaded machine from a hang (the run fails; a phase whose
-    replicas ticked more, or failed a tick, or used almost no CPU over the last minutes
-    (hung: :meth:`~timeshard.nemesis.liveness.PhaseTicks.idle`), is a failure with no
-    ``slow``: a read at a replica's start that fails and is tried again is a failing
-    tick too); it is always the phase the run's
-    ``error`` names (:meth:`fail`), never an earlier one's; ``verified_times``: the times at
-    which verify recomputed each object of the pipeline; ``few_times``: the
-    objects recomputed at fewer than :data:`MIN_VERIFIED_TIMES`, with verify's
-    notes on them (the run fails: a clean verify of them would say little).
-    """
-
-    run: int
-    consensus: str
-    disk: str
-    faults: Counter[str] = field(default_factory=Counter)
-    skipped: Counter[str] = field(default_factory=Counter)
-    injected_calls: Counter[str] = field(default_factory=Counter)
-    never_injected: list[str] = field(default_factory=list)
-    stuck: list[str] = field(default_factory=list)
-    slow: str = ""
-    replica_ready_s: list[float] = field(default_factory=list)
-    replica_errors: int = 0
-    self_exits: int = 0
-    recovery_s: float | None = None
-    differences: int = 0
-    verify_ok: bool = False
-    verified_times: dict[str, int] = field(default_factory=dict)
-    few_times: list[str] = field(default_factory=list)
-    verify_error: str = ""
-    error: str = ""
-    seconds: float = 0.0
-    directory: str = ""
-
-    def fail(self, error: str, slow: str = "") -> None:
-        """Make ``error`` the run's error (it replaces an earlier phase's) and ``slow`` the
-        phase it names if that phase was slow, else empty: a label an earlier phase left
-        would call a later failure (a stuck object, say) a loaded machine."""
-        self.error, self.slow = error, slow
-
-    @property
-    def ok(self) -> bool:
-        return (
-            not self.error
-            and self.recovery_s is not None
-            and self.verify_ok
-            and self.differences == 0
-            and not self.few_times
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run": self.run,
-            "consensus": self.consensus,
-            "disk": self.disk,
-            "faults": dict(self.faults),
-            "skipped": dict(self.skipped),
-            "unreliable_injected": dict(self.injected_calls),
-            "never_injected": self.never_injected,
-            "stuck": self.stuck,
-            "slow": self.slow,
-            "replica_ready_s": self.replica_ready_s,
-            "replica_errors": self.replica_errors,
-            "self_exits": self.self_exits,
-            "recovery_s": self.recovery_s,
-            "differences": self.differences,
-            "verify_ok": self.verify_ok,
-            "verified_times": self.verified_times,
-            "few_times": self.few_times,
-            "verify_error": self.verify_error,
-            "error": self.error,
-            "seconds": self.seconds,
-            "directory": self.directory,
-            "ok": self.ok,
-        }
-
-
-@dataclass
-class NemesisReport:
-    """All runs of one nemesis invocation."""
-
-    seed: int
-    runs: list[RunResult] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.runs) and all(r.ok for r in self.runs)
-
-    def faults(self) -> Counter[str]:
-        return sum((r.faults for r in self.runs), Counter())
-
-    def recovery(self) -> list[float]:
-        return [r.recovery_s for r in self.runs if r.recovery_s is not None]
-
-    def to_json(self) -> dict[str, Any]:
-        rec = self.recovery()
-        ready = [s for r in self.runs for s in r.replica_ready_s]
-        return {
-            "seed": self.seed,
-            "runs": len(self.runs),
-            "ok": self.ok,
-            "faults": dict(self.faults()),
-            "unreliable_injected": dict(sum((r.injected_calls for r in self.runs), Counter())),
-            "differences": sum(r.differences for r in self.runs),
-            "self_exits": sum(r.self_exits for r in self.runs),
-            "replica_errors": sum(r.replica_errors for r in self.runs),
-            "failed_runs": sum(not r.ok for r in self.runs),
-            "recovery_p50_s": statistics.median(rec) if rec else None,
-            "recovery_max_s": max(rec) if rec else None,
-            "replica_ready_p50_s": statistics.median(ready) if ready else None,
-            "replica_ready_max_s": max(ready) if ready else None,
-            "per_run": [r.to_json() for r in self.runs],
-        }
-
-
-def pipeline_spec(blob_uri: str, consensus_uri: str, events_dir: Path) -> RunSpec:
-    """The pipeline every replica runs (see the module doc)."""
-    return RunSpec(
-        location=LocationSpec(blob=blob_uri, consensus=consensus_uri),
-        source=[
-            SourceSpec(
-                name="kv",
-                kind="key_value",
-                envelope="upsert",
-                key_columns=["key"],
-                options={"keys": 100, "value_size": 8, "rate": 10, "partitions": 2},
-                retain_history=RETAINED,
-            ),
-            SourceSpec(
-                name="events",
-                kind="file",
-                envelope="upsert",
-                key_columns=["id"],
-                options={"path": str(events_dir), "format": "json"},
-                columns={"id": "int64", "grp": "string", "v": "int64"},
-                retain_history=RETAINED,
-            ),
-        ],
-        view=[
-            ViewSpec(
-                name="kv_by_prefix",
-                inputs={"kv": "kv"},
-                sql=KV_BY_PREFIX,
-                retain_history=RETAINED,
-            ),
-            ViewSpec(
-                name="events_by_grp",
-                inputs={"events": "events"},
-                sql=EVENTS_BY_GRP,
-                retain_history=RETAINED,
-            ),
-        ],
-    )
-
-
-def input_lines(rng: random.Random, n: int) -> list[str]:
-    """``n`` lines for the FILE source: upserts, about 10% deletes and 3% undecodable lines."""
-    lines = []
-    for _ in range(n):
-        key = rng.randrange(INPUT_KEYS)
-        roll = rng.random()
-        if roll < 0.03:
-            lines.append('{"id": ' + str(key) + ', "v": "not a number"')
-        elif roll < 0.13:
-            lines.append(json.dumps({"id": key}))
-        else:
-            lines.append(json.dumps({"id": key, "grp": f"g{key % 5}", "v": rng.randrange(1000)}))
-    return lines
-
-
-class _Replica:
-    """One replica slot: its current process, incarnation and fault windows."""
-
-    def __init__(self, index: int, run_dir: Path) -> None:
-        self.index = index
-        self.run_dir = run_dir
-        self.control_file = run_dir / f"control-{index}.json"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.incarnation = -1
-        self.exits = 0
-        self.paused_until = 0.0
-        self.restart_at = 0.0
-        self.unreliable_until = 0.0
-        self.unreliable_until_ms = 0
-        self.rate = 0.0
-        self.clock_until = 0.0
-        self.clock_offset_ms = 0
-        #: Clock jumps in the journal when this slot's window opened (-1: none open).
-        self.clock_jumps_before = -1
-        #: Failed calls and tasks in the journal when its unreliable window opened (-1: none).
-        self.unreliable_before = -1
-        self.control = Control()
-        #: The CPU the current process's tree used (:meth:`cpu_seconds`): each process's
-        #: last reading, their sum by increase, and the process they are of.
-        self._cpu_seen: dict[Any, float] = {}
-        self._cpu_used = 0.0
-        self._cpu_of: subprocess.Popen[bytes] | None = None
-
-    def start(self, seed: int, env: dict[str, str]) -> None:
-        self.incarnation += 1
-        log = (self.run_dir / f"replica-{self.index}-{self.incarnation}.log").open("wb")
-        args = [str(self.run_dir), str(self.index), str(self.incarnation), str(seed)]
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "timeshard.nemesis.replica", *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-        log.close()
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def cpu_seconds(self) -> float | None:
-        """The CPU-seconds (user and system) the current process and its descendants used
-        so far, by the increase of each process since it was last seen (a new one from
-        0); None if the process is gone.
-
-        Summed by process, not as the tree's total: PySpark's daemon ignores SIGCHLD,
-        so a Python worker that exits takes its CPU out of the tree's total (no
-        ``children_*`` time of a reaper records it). What a process used after its last
-        sample is missed, and all of one that started and ended between two samples:
-        both count towards *hung*, by little (Spark reuses its workers). A process is
-        known by psutil's identity (its pid and start time, which on Linux does not
-        move with the wall clock), so a reused pid is a new process.
-        """
-        import psutil
-
-        assert self.proc is not None
-        if self._cpu_of is not self.proc:  # a new incarnation: its own count
-            self._cpu_seen, self._cpu_used, self._cpu_of = {}, 0.0, self.proc
-        try:
-            parent = psutil.Process(self.proc.pid)
-            processes = [parent, *parent.children(recursive=True)]
-        except psutil.Error:
-            return None  # it exited after alive(): the next look restarts it
-        seen: dict[Any, float] = {}
-        for process in processes:
-            with contextlib.suppress(psutil.Error):
-                times = process.cpu_times()
-                seen[process] = times.user + times.system
-                self._cpu_used += max(seen[process] - self._cpu_seen.get(process, 0.0), 0.0)
-        self._cpu_seen = seen
-        return self._cpu_used
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.alive():
-            assert self.proc is not None
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, sig)
-
-    def set_control(self, control: Control) -> None:
-        if control != self.control:
-            control.write(self.control_file)
-            self.control = control
-
-    def heartbeat(self) -> Heartbeat:
-        """The current incarnation's last heartbeat (no ticks yet if it wrote none)."""
-        beat = Heartbeat.read(Heartbeat.path(self.run_dir, self.index))
-        if beat is None or beat.incarnation != self.incarnation:
-            return Heartbeat(self.incarnation, 0)
-        return beat
-
-    def journal(self) -> FaultJournal:
-        """The journal, labelled with this slot's current incarnation."""
-        labels = (("replica", self.index), ("incarnation", self.incarnation))
-        return FaultJournal(str(self.run_dir / JOURNAL), labels)
 
 
 class NemesisRunner:
@@ -593,13 +218,13 @@ class NemesisRunner:
             f"{config.replicas} replicas, {len(plan)} faults in {config.fault_seconds:.0f} s"
         )
         rng = random.Random(f"timeshard-nemesis:{config.seed}:{run}:input")
-        inputs = _InputWriter(events_dir, rng)
+        inputs = InputWriter(events_dir, rng)
         inputs.write()
         client = PersistClient(open_location(blob_uri, consensus_uri))
         from timeshard.controller import spec_shards
 
         shards = spec_shards(spec)
-        replicas = [_Replica(i, run_dir) for i in range(config.replicas)]
+        replicas = [Replica(i, run_dir) for i in range(config.replicas)]
         planned: set[str] = set()  # the kinds to check for in the journal, once injected
         try:
             for r in replicas:
@@ -656,8 +281,8 @@ class NemesisRunner:
         client: PersistClient,
         shards: list[str],
         target: int,
-        replicas: list[_Replica],
-        inputs: _InputWriter | None,
+        replicas: list[Replica],
+        inputs: InputWriter | None,
         phase: str,
         result: RunResult,
     ) -> float | None:
@@ -670,8 +295,8 @@ class NemesisRunner:
         logged = 0.0
         phase_ticks = PhaseTicks()
         while True:
-            uppers = {s: _upper_or_none(client, s) for s in shards}
-            ticks = phase_ticks.observe(*_watched(replicas, phase_ticks))
+            uppers = {s: upper_or_none(client, s) for s in shards}
+            ticks = phase_ticks.observe(*watched(replicas, phase_ticks))
             stuck = liveness.observe(uppers, ticks, time.time_ns() // 1_000_000)
             if stuck:
                 result.stuck = [self._describe(client, s, replicas) for s in stuck]
@@ -706,7 +331,7 @@ class NemesisRunner:
             time.sleep(WATCH_S)
 
     def _restart_exited(
-        self, replicas: list[_Replica], exits: dict[int, int], phase: str, result: RunResult
+        self, replicas: list[Replica], exits: dict[int, int], phase: str, result: RunResult
     ) -> bool:
         """Restart the ``replicas`` whose process exited with no fault killing it (a JVM
         crash, say), counted in ``result.self_exits``; False (and the run's error set) if
@@ -727,7 +352,7 @@ class NemesisRunner:
         return True
 
     def _await_input(
-        self, client: PersistClient, directory: Path, replicas: list[_Replica], result: RunResult
+        self, client: PersistClient, directory: Path, replicas: list[Replica], result: RunResult
     ) -> bool:
         """Wait until the FILE source's last binding covers every file of ``directory``;
         False (and the run's error set) if it does not.
@@ -750,7 +375,7 @@ class NemesisRunner:
         last_done = 0
         while True:
             # Before the read: the ticks preceded it.
-            ticks = phase_ticks.observe(*_watched(replicas, phase_ticks))
+            ticks = phase_ticks.observe(*watched(replicas, phase_ticks))
             unread = unread_input(client, "events", directory)
             if not unread:
                 return True
@@ -790,16 +415,16 @@ class NemesisRunner:
             "at least are kept to stop the replicas and verify)"
         )
 
-    def _describe(self, client: PersistClient, stuck: Stuck, replicas: list[_Replica]) -> str:
+    def _describe(self, client: PersistClient, stuck: Stuck, replicas: list[Replica]) -> str:
         """A stuck object, its health and the replicas' last errors, in one line."""
         replica, incarnation = stuck.replica
         text = (
             f"{stuck.shard}: upper {stuck.upper} did not move in {stuck.ticks} ticks of "
             f"replica {replica} (incarnation {incarnation})"
         )
-        health = _health(client).get(stuck.shard)
-        if health is not None:
-            text += f"; status {health.get('status')!r}: {health.get('error')}"
+        row = health(client).get(stuck.shard)
+        if row is not None:
+            text += f"; status {row.get('status')!r}: {row.get('error')}"
         for r in replicas:
             beat = r.heartbeat()
             if beat.last_error:
@@ -812,9 +437,9 @@ class NemesisRunner:
     def _fault_phase(
         self,
         plan: list[Fault],
-        replicas: list[_Replica],
+        replicas: list[Replica],
         disk: BlobDisk,
-        inputs: _InputWriter,
+        inputs: InputWriter,
         result: RunResult,
     ) -> bool:
         """Inject ``plan``; last ``fault_seconds``, and on until every window started and ended.
@@ -838,7 +463,7 @@ class NemesisRunner:
         full = _DiskWindow()
         phase_ticks = PhaseTicks()
         while True:
-            phase_ticks.observe(*_watched(replicas, phase_ticks))
+            phase_ticks.observe(*watched(replicas, phase_ticks))
             now = time.monotonic() - start
             self._hold_windows(now, replicas)
             full.hold(now, replicas[0].run_dir, disk)
@@ -911,7 +536,7 @@ class NemesisRunner:
             "faults" if phase_ticks.slow(self.config.stuck_ticks) else "",
         )
 
-    def _inject(self, fault: Fault, now: float, replicas: list[_Replica], disk: BlobDisk) -> str:
+    def _inject(self, fault: Fault, now: float, replicas: list[Replica], disk: BlobDisk) -> str:
         """Start ``fault``: ``"injected"``, or ``"waiting"`` (a kill, pause or window that
         no replica can take now).
 
@@ -934,7 +559,7 @@ class NemesisRunner:
             return "injected"
         return "injected" if self._start_fault(fault, now, replicas) else "waiting"
 
-    def _start_fault(self, fault: Fault, now: float, replicas: list[_Replica]) -> bool:
+    def _start_fault(self, fault: Fault, now: float, replicas: list[Replica]) -> bool:
         """Kill or pause a replica, or open an unreliable window or a clock jump for
         ``duration_s`` from ``now``; False if no replica ticks now.
 
@@ -944,7 +569,7 @@ class NemesisRunner:
         or pause interrupts one's writes.
         """
         assert fault.replica is not None, fault
-        r = _ticking(replicas, fault.replica)
+        r = ticking(replicas, fault.replica)
         if r is None:
             return False
         if r.index != fault.replica or now > fault.at_s + 1.0:
@@ -963,13 +588,13 @@ class NemesisRunner:
         elif fault.kind == "unreliable":
             r.rate, r.unreliable_until = fault.rate, now + fault.duration_s
             r.unreliable_until_ms = time.time_ns() // 1_000_000 + int(fault.duration_s * 1000)
-            r.unreliable_before = _journaled(r.run_dir, "unreliable", r.index)
+            r.unreliable_before = journaled(r.run_dir, "unreliable", r.index)
         else:
             r.clock_offset_ms, r.clock_until = fault.clock_jump_ms, now + fault.duration_s
-            r.clock_jumps_before = _journaled(r.run_dir, "clock_jump", r.index)
+            r.clock_jumps_before = journaled(r.run_dir, "clock_jump", r.index)
         return True
 
-    def _hold_windows(self, now: float, replicas: list[_Replica]) -> None:
+    def _hold_windows(self, now: float, replicas: list[Replica]) -> None:
         """Keep a window on until its replica has acted on it.
 
         A replica reads its clock once per tick, and a tick under load can
@@ -981,18 +606,18 @@ class NemesisRunner:
         """
         for r in replicas:
             if r.clock_jumps_before >= 0 and now >= r.clock_until:
-                if _journaled(r.run_dir, "clock_jump", r.index) > r.clock_jumps_before:
+                if journaled(r.run_dir, "clock_jump", r.index) > r.clock_jumps_before:
                     r.clock_jumps_before = -1
                 else:
                     r.clock_until = now + 1.0
             if r.unreliable_before >= 0 and now >= r.unreliable_until:
-                if _journaled(r.run_dir, "unreliable", r.index) > r.unreliable_before:
+                if journaled(r.run_dir, "unreliable", r.index) > r.unreliable_before:
                     r.unreliable_before = -1
                 else:
                     r.unreliable_until = now + 1.0
                     r.unreliable_until_ms = time.time_ns() // 1_000_000 + 1000
 
-    def _heal(self, client: PersistClient, replicas: list[_Replica], disk: BlobDisk) -> int:
+    def _heal(self, client: PersistClient, replicas: list[Replica], disk: BlobDisk) -> int:
         """Stop every fault; the time every shard's upper must pass to count as recovered."""
         disk.drain()
         for r in replicas:
@@ -1004,11 +629,11 @@ class NemesisRunner:
                 r.proc = None
                 r.start(self.config.seed, self.env)
         target = time.time_ns() // 1_000_000
-        for shard in _list_shards(client):
-            target = max(target, _upper(client, shard))
+        for shard in list_shards(client):
+            target = max(target, upper(client, shard))
         return target
 
-    def _stop(self, replicas: list[_Replica], result: RunResult) -> None:
+    def _stop(self, replicas: list[Replica], result: RunResult) -> None:
         """Stop every replica: continued if paused, its control's windows off and its stop
         flag set, killed if it has not exited within ``STOP_TIMEOUT_S``; the replicas'
         start times and failed ticks from their logs into ``result``."""
@@ -1025,7 +650,7 @@ class NemesisRunner:
                 r.proc.kill()
                 r.proc.wait()
         for log in sorted(replicas[0].run_dir.glob("replica-*.log")):
-            for event in _events(log):
+            for event in events(log):
                 if event["event"] == "ready":
                     result.replica_ready_s.append(float(event["after_s"]))
                 elif event["event"] == "error":
@@ -1078,7 +703,7 @@ class NemesisRunner:
             return
         result.differences = len(found["findings"])
         result.verify_ok = done.returncode == 0 and bool(found["ok"])
-        _count_verified(found, shards, result)
+        count_verified(found, shards, result)
         for few in result.few_times:
             self.log(f"run {run}: {few}")
         for finding in found["findings"][:5]:
@@ -1104,199 +729,17 @@ class _DiskWindow:
     def open(self, now: float, duration_s: float, run_dir: Path, disk: BlobDisk) -> None:
         self.until = max(self.until, now + duration_s)
         if not disk.mounted and self.before < 0:
-            self.before = _journaled(run_dir, "disk_full")
+            self.before = journaled(run_dir, "disk_full")
 
     def hold(self, now: float, run_dir: Path, disk: BlobDisk) -> None:
         """Close the window if it is over (and acted on), draining the disk."""
         if not self.until or now < self.until:
             return
-        if self.before >= 0 and _journaled(run_dir, "disk_full") <= self.before:
+        if self.before >= 0 and journaled(run_dir, "disk_full") <= self.before:
             self.until = now + 1.0
             return
         self.until, self.before = 0.0, -1
         disk.drain()
 
 
-class _InputWriter:
-    """New files for the FILE source, every ``INPUT_EVERY_S``, written whole (rename)."""
-
-    def __init__(self, directory: Path, rng: random.Random) -> None:
-        self.directory = directory
-        self.rng = rng
-        self.files = 0
-        self.last = 0.0
-
-    def write(self) -> None:
-        tmp = self.directory.parent / "events.tmp"
-        tmp.write_text("\n".join(input_lines(self.rng, INPUT_LINES)) + "\n")
-        os.replace(tmp, self.directory / f"part-{self.files:05d}.jsonl")
-        self.files += 1
-        self.last = time.monotonic()
-
-    def maybe_write(self) -> None:
-        if time.monotonic() - self.last >= INPUT_EVERY_S:
-            self.write()
-
-
-def _count_verified(found: dict[str, Any], shards: list[str], result: RunResult) -> None:
-    """The times verify's report ``found`` recomputed each of ``shards`` at (a view against
-    its query, an export against its source's records), into ``result``."""
-    objects = {o["object"]: o for o in found.get("objects", [])}
-    for shard in shards:
-        entry = objects.get(shard, {})
-        times: set[int] = set()
-        for check in ("query", "upsert", "records"):
-            times.update(entry.get("times", {}).get(check, []))
-        result.verified_times[shard] = len(times)
-        if len(times) < MIN_VERIFIED_TIMES:
-            notes = "; ".join(entry.get("notes", [])) or "no note"
-            result.few_times.append(
-                f"verify recomputed {shard!r} at {len(times)} times {sorted(times)}, fewer "
-                f"than {MIN_VERIFIED_TIMES} ({notes})"
-            )
-
-
-def _beats(replicas: list[_Replica]) -> dict[Incarnation, Heartbeat]:
-    """The current heartbeats of the live, unpaused ``replicas``, by incarnation."""
-    return {
-        (r.index, r.incarnation): r.heartbeat()
-        for r in replicas
-        if r.alive() and not r.paused_until
-    }
-
-
-def _watched(
-    replicas: list[_Replica], phase_ticks: PhaseTicks
-) -> tuple[dict[Incarnation, Heartbeat], dict[Incarnation, float] | None, float]:
-    """What a phase's ``phase_ticks`` observes: the live, unpaused ``replicas``'
-    heartbeats, the CPU-seconds their processes used so far if a sample is due (every
-    :data:`~timeshard.nemesis.liveness.CPU_SAMPLE_S`: reading every process costs
-    milliseconds, and the runner polls every 0.1-0.5 s), and the time now."""
-    now = time.monotonic()
-    cpu = _cpu_seconds(replicas) if phase_ticks.cpu_due(now) else None
-    return _beats(replicas), cpu, now
-
-
-def _cpu_seconds(replicas: list[_Replica]) -> dict[Incarnation, float]:
-    """The CPU-seconds (user and system) each live, unpaused replica's processes (its own,
-    the Spark JVM's, the Python workers') used since its incarnation started, summed by
-    process as it was seen (:meth:`_Replica.cpu_seconds`)."""
-    out: dict[Incarnation, float] = {}
-    for r in replicas:
-        if r.proc is not None and r.alive() and not r.paused_until:
-            seconds = r.cpu_seconds()
-            if seconds is not None:
-                out[(r.index, r.incarnation)] = seconds
-    return out
-
-
-def _ticking(replicas: list[_Replica], first: int) -> _Replica | None:
-    """The first replica from index ``first`` on (cyclically) that is alive, not paused
-    and has finished a tick in its current incarnation; None if none has."""
-    for i in range(len(replicas)):
-        r = replicas[(first + i) % len(replicas)]
-        if r.alive() and not r.paused_until and r.heartbeat().ticks > 0:
-            return r
-    return None
-
-
-def _journaled(run_dir: Path, kind: str, replica: int | None = None) -> int:
-    """How many faults of ``kind`` the run's journal records so far on ``replica`` (another
-    replica's line says nothing of whether this one's window acted), or on any replica
-    for a location-wide kind (``replica`` None)."""
-    path = run_dir / JOURNAL
-    if not path.exists():
-        return 0
-    return sum(
-        e["kind"] == kind and (replica is None or e.get("replica") == replica)
-        for e in FaultJournal.read(path)
-    )
-
-
-def unread_input(client: PersistClient, source: str, directory: Path) -> dict[str, str]:
-    """The files of ``directory`` that FILE ``source``'s latest binding does not cover to
-    their end: name to ``"bound/size"`` bytes.
-
-    After the recovery every file was written before the source's last tick,
-    so its last binding must cover them all. Verify cannot tell: it reads
-    each file up to what the bindings name.
-    """
-    from timeshard.verify.replay import frontier_at, remap_bindings
-
-    reader = client.open_unleased_reader(f"{source}.remap")
-    upper = reader.state().upper.time
-    last = (upper if upper is not None else 2**63) - 1
-    bound = frontier_at(remap_bindings(client, reader, last), last)
-    out = {}
-    for f in sorted(p for p in directory.iterdir() if p.is_file()):
-        size = f.stat().st_size
-        if bound.get(f.name, 0) < size:
-            out[f.name] = f"{bound.get(f.name, 0)}/{size}"
-    return out
-
-
-def _upper(client: PersistClient, shard: str, attempts: int = 20) -> int:
-    """The upper of ``shard`` (0 if it does not exist yet); storage failures (a restarted
-    server) are retried: an upper taken as 0 would let a recovery pass below it."""
-    for attempt in range(attempts):
-        try:
-            upper = client.state(shard).upper.time
-        except InvalidUsage:  # not created yet
-            return 0
-        except Exception:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.5)
-            continue
-        return upper if upper is not None else 2**63 - 1
-    raise AssertionError("unreachable")
-
-
-def _upper_or_none(client: PersistClient, shard: str) -> int | None:
-    """The upper of ``shard``: 0 if it does not exist yet, None if it cannot be read now."""
-    try:
-        upper = client.state(shard).upper.time
-    except InvalidUsage:  # not created yet
-        return 0
-    except Exception:  # consensus down for a moment
-        return None
-    return upper if upper is not None else 2**63 - 1
-
-
-def _health(client: PersistClient) -> dict[str, dict[str, Any]]:
-    """The latest health row of every object (empty if the status shard cannot be read)."""
-    try:
-        return latest_health(client)
-    except Exception:  # no status yet, or storage down: the replicas' errors still say
-        return {}
-
-
-def _list_shards(client: PersistClient, attempts: int = 20) -> list[str]:
-    """Every shard of the location; storage failures (a restarted server) are retried."""
-    for attempt in range(attempts):
-        try:
-            return client.list_shards()
-        except ExternalError:
-            if attempt == attempts - 1:
-                raise
-            time.sleep(0.5)
-    raise AssertionError("unreachable")
-
-
-def _events(log: Path) -> list[dict[str, Any]]:
-    events = []
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith('{"event"'):
-            with contextlib.suppress(ValueError):
-                events.append(json.loads(line))
-    return events
-
-
-__all__ = [
-    "NemesisConfig",
-    "NemesisReport",
-    "NemesisRunner",
-    "RunResult",
-    "input_lines",
-    "pipeline_spec",
-]
+__all__ = ["NemesisRunner"]
