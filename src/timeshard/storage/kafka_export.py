@@ -466,7 +466,10 @@ class KafkaExport(ShardExport):
         which owns the target, is not aborted, then ``init_transactions``
         (:meth:`_end_own_transaction`). Not :meth:`progress`: its asks wait
         ``timeout_s`` each, and it waits for the transactions of other exports
-        sharing the progress topic, which a close need not.
+        sharing the progress topic, which a close need not. A scan still reading at
+        the deadline ends the close there: the transaction is then left to its
+        timeout (2 minutes), holding back those readers, as after a broker that did
+        not answer; a close bounded by its timeout is worth that.
         """
         if not self._left_open:
             return

@@ -521,12 +521,13 @@ class KafkaSource:
         f"answered, and waited for by no tick"
     )
     #: How many of the source's timeouts the client may take to answer a commit
-    #: (librdkafka): it holds a commit for want of a coordinator for its
-    #: ``session.timeout.ms`` once, and sends it three times at most (a request is retried
-    #: twice), each send waiting its ``socket.timeout.ms``; both are the source's timeout
-    #: (:meth:`_consumer`). Besides, it waits 1 s at most before each retry and finds a
-    #: held commit's time up within 1 s: about 3 s.
-    COMMIT_ANSWER_TIMEOUTS = 4
+    #: (librdkafka): it sends a commit three times at most (a request is retried twice),
+    #: each send waiting its ``socket.timeout.ms``; a round of sends that ends for want of
+    #: a coordinator (a transport error, ``NOT_COORDINATOR``) holds the commit for its
+    #: ``session.timeout.ms`` once, then sends it three times more. Both are the source's
+    #: timeout (:meth:`_consumer`): seven at most. Besides, it waits 1 s at most before
+    #: each retry and finds a held commit's time up within 1 s: a few seconds.
+    COMMIT_ANSWER_TIMEOUTS = 7
     #: How long (s) past :attr:`COMMIT_ANSWER_TIMEOUTS` timeouts a commit may stay
     #: unanswered before it is forgotten (never to be answered): the client's own 3 s ten
     #: times over. A commit forgotten while the client may still answer it lets a second
