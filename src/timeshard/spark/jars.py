@@ -19,6 +19,19 @@ the jars as ``spark.jars``, and only those that hold Python (Delta's) as
 ``spark.timeshard.packages``, so :func:`loaded_packages` tells what a
 running session loaded either way. A record whose jars are gone, or changed
 size, is not used: the packages are resolved again.
+
+Ivy resolves through :func:`ivy_settings` unless the caller gives its own
+``spark.jars.ivySettings``: Spark's default remote repositories (Maven
+Central, Spark Packages), without its local ones (Ivy's ``local`` directory,
+a ``publishLocal``'s, and the local Maven repository, ``~/.m2/repository``).
+Maven leaves in the latter the pom alone of a version it mediated away
+(slf4j-api 2.0.17, for many a Java build), and Spark's Ivy, which looks there
+first, takes that pom for the module and fails on its missing jar
+(``download failed: …slf4j-api.jar``); it records the module as that
+resolver's in its cache, so every later resolution failed too. A
+``spark.jars.repositories`` still adds its repositories before these, and
+Spark's Ivy home (``~/.ivy2.5.2``) stays the cache unless ``spark.jars.ivy``
+names another.
 """
 
 from __future__ import annotations
@@ -47,6 +60,33 @@ _RESOLUTION_CONF = (
     "spark.jars.repositories",
     "spark.jars.excludes",
 )
+
+
+#: Spark's default remote resolvers, Maven Central then Spark Packages (module doc).
+_IVY_SETTINGS = """<ivysettings>
+  <settings defaultResolver="timeshard-default"/>
+  <resolvers>
+    <chain name="timeshard-default" returnFirst="true">
+      <ibiblio name="central" m2compatible="true" root="https://repo1.maven.org/maven2/"/>
+      <ibiblio name="spark-packages" m2compatible="true" root="https://repos.spark-packages.org/"/>
+    </chain>
+  </resolvers>
+</ivysettings>
+"""
+
+
+def ivy_settings() -> Path:
+    """The Ivy settings file timeshard resolves packages with (module doc), written into
+    :func:`timeshard.cache.cache_dir` the first time."""
+    path = cache_dir() / "ivysettings.xml"
+    with contextlib.suppress(OSError):
+        if path.read_text() == _IVY_SETTINGS:
+            return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(_IVY_SETTINGS)
+    partial.replace(path)  # whole or not at all, whoever writes it at the same time
+    return path
 
 
 def package_conf(packages: list[str], conf: dict[str, str]) -> dict[str, str]:
@@ -181,4 +221,11 @@ def _joined(existing: str | None, more: list[str]) -> str:
     return ",".join([*items, *(p for p in more if p not in items)])
 
 
-__all__ = ["PACKAGES_CONF", "holds_python", "loaded_packages", "package_conf", "remember"]
+__all__ = [
+    "PACKAGES_CONF",
+    "holds_python",
+    "ivy_settings",
+    "loaded_packages",
+    "package_conf",
+    "remember",
+]

@@ -52,7 +52,13 @@ from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema
 from pyspark.sql.types import StructField, StructType
 
 from timeshard.errors import InvalidUsage
-from timeshard.spark.jars import holds_python, loaded_packages, package_conf, remember
+from timeshard.spark.jars import (
+    holds_python,
+    ivy_settings,
+    loaded_packages,
+    package_conf,
+    remember,
+)
 from timeshard.spark.quiet import (
     log_level,
     quiet_java_options,
@@ -196,6 +202,10 @@ def spark_session(
     conf.update(extra_conf or {})
     if packages:
         conf.pop("spark.jars.packages", None)  # set again, or the jars resolved before
+        if "spark.jars.ivySettings" not in conf:  # no ~/.m2 (timeshard.spark.jars)
+            conf["spark.jars.ivySettings"] = str(ivy_settings())
+            # Spark's own Ivy home, which a settings file would move to Ivy's (~/.ivy2).
+            conf.setdefault("spark.jars.ivy", str(Path.home() / ".ivy2.5.2"))
         conf.update(package_conf(packages, conf))
     conf = quiet_java_options(spark_avro_options(conf))
     level = log_level()  # checked before the JVM starts
