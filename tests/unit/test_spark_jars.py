@@ -161,3 +161,25 @@ def test_spark_jars_packages_in_the_conf_replaces_the_packages(
     assert conf["spark.jars.packages"] == mirror
     conf = session_conf(monkeypatch, extra_conf={"spark.jars.packages": mirror})
     assert conf["spark.jars.packages"] == mirror
+
+
+def test_the_ivy_settings_name_no_local_repository_and_an_unwritable_cache_gives_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Packages resolve from Maven Central and Spark Packages alone (a pom Maven left in
+    ~/.m2 without its jar failed every session); a cache that cannot be written leaves
+    Spark's own chain, as it was."""
+    import xml.etree.ElementTree as ET
+
+    from timeshard.spark.jars import ivy_settings
+
+    monkeypatch.setenv("TIMESHARD_CACHE", str(tmp_path / "cache"))
+    path = ivy_settings()
+    assert path is not None and path.parent == tmp_path / "cache"
+    [chain] = ET.parse(path).getroot().iter("chain")
+    roots = [r.get("root") for r in chain]
+    assert roots == ["https://repo1.maven.org/maven2/", "https://repos.spark-packages.org/"]
+    assert ivy_settings() == path  # written once, read after
+    (tmp_path / "ro").write_text("a file, not a directory")
+    monkeypatch.setenv("TIMESHARD_CACHE", str(tmp_path / "ro"))
+    assert ivy_settings() is None

@@ -75,17 +75,23 @@ _IVY_SETTINGS = """<ivysettings>
 """
 
 
-def ivy_settings() -> Path:
+def ivy_settings() -> Path | None:
     """The Ivy settings file timeshard resolves packages with (module doc), written into
-    :func:`timeshard.cache.cache_dir` the first time."""
+    :func:`timeshard.cache.cache_dir` the first time; None if it cannot be written there
+    (Spark's default chain then resolves, as it would without timeshard)."""
     path = cache_dir() / "ivysettings.xml"
     with contextlib.suppress(OSError):
         if path.read_text() == _IVY_SETTINGS:
             return path
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(_IVY_SETTINGS)
-    partial.replace(path)  # whole or not at all, whoever writes it at the same time
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(_IVY_SETTINGS)
+        partial.replace(path)  # whole or not at all, whoever writes it at the same time
+    except OSError:
+        with contextlib.suppress(OSError):
+            partial.unlink()
+        return None
     return path
 
 

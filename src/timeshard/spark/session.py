@@ -202,8 +202,9 @@ def spark_session(
     conf.update(extra_conf or {})
     if packages:
         conf.pop("spark.jars.packages", None)  # set again, or the jars resolved before
-        if "spark.jars.ivySettings" not in conf:  # no ~/.m2 (timeshard.spark.jars)
-            conf["spark.jars.ivySettings"] = str(ivy_settings())
+        settings = None if "spark.jars.ivySettings" in conf else ivy_settings()
+        if settings is not None:  # no ~/.m2 (timeshard.spark.jars)
+            conf["spark.jars.ivySettings"] = str(settings)
             # Spark's own Ivy home, which a settings file would move to Ivy's (~/.ivy2).
             conf.setdefault("spark.jars.ivy", str(Path.home() / ".ivy2.5.2"))
         conf.update(package_conf(packages, conf))
