@@ -215,6 +215,14 @@ ERRORS = [
     ("SELECT i FROM t WHERE s || 'x' = 5", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE substr(s, 1, 2) < 3", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE i || 'x' = 5", psycopg.errors.UndefinedFunction),
+    # Version 4: Spark joined a text and a number USING their name, casting the text.
+    ("SELECT * FROM t JOIN (SELECT 5 AS s) AS v USING (s)", psycopg.errors.DatatypeMismatch),
+    ("SELECT * FROM t NATURAL JOIN (SELECT 5 AS s, 7 AS i) AS v", psycopg.errors.DatatypeMismatch),
+    (
+        "SELECT t.i FROM t JOIN (SELECT 7 AS i) AS u USING (i) "
+        "JOIN (SELECT 5.5 AS s) AS v USING (s)",
+        psycopg.errors.DatatypeMismatch,
+    ),
     # Version 4: Spark joined on one of the two k columns of the left side.
     (
         "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "

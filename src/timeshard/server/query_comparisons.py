@@ -26,8 +26,14 @@ from collections.abc import Iterator, Mapping
 
 from sqlglot import exp
 
+from timeshard.server.dialect import DIALECT
+from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_types import (
     _COMMON_ORDER,
+    _branch_type,
+    _column_aliases,
+    _common_type_of,
+    _derived_branches,
     _postgres_type,
     _untyped,
 )
@@ -217,3 +223,93 @@ def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> N
         ):
             named = [_TYPE_NAMES[k] for k in kinds if k is not None]
             raise SqlError(f"operator does not exist: {named[0]} {symbol} {named[1]}", "42883")
+
+
+def _refuse_mismatched_using(
+    tree: exp.Expr, columns_of: ColumnsOf, columns: Mapping[int, T]
+) -> None:
+    """SqlError 42804 for a join ``USING`` a name that is a text on one side and a number
+    on the other (``t JOIN u USING (k)``, a ``NATURAL`` join written as one by
+    :func:`~timeshard.server.query_relations._resolve_joins_using`), as PostgreSQL
+    refuses it when it plans the query ("JOIN/USING types text and integer cannot be
+    matched"). Spark joined them, casting the text.
+
+    A side's column's type is its shard's (under its column aliases) or its subquery's
+    or CTE's (:func:`~timeshard.server.query_types._branch_type` over ``columns``,
+    PostgreSQL's types of the query's columns); the left side is each relation since the
+    last comma, a name an earlier join is ``USING`` their common type. Where a side's
+    columns are not known here (a ``LATERAL`` subquery, a parenthesized join, a
+    ``NATURAL`` join left as one, a ``*``), the join is Spark's."""
+    from sqlglot.errors import OptimizeError
+    from sqlglot.optimizer.scope import Scope, traverse_scope
+
+    if not any(j.args.get("using") for j in tree.find_all(exp.Join)):
+        return
+    try:
+        scopes = traverse_scope(tree)
+    except OptimizeError:
+        return
+
+    def kinds_of(
+        relation: exp.Expr, sources: Mapping[str, tuple[exp.Expr, object]], name: str
+    ) -> list[T] | None:
+        """The types of the columns ``name`` of ``relation``; None if not known here."""
+        if relation.alias_or_name not in sources:
+            return None
+        node, source = sources[relation.alias_or_name]
+        if isinstance(source, Scope):
+            derived = _derived_branches(node, source)
+            if derived is None or name not in derived[0]:
+                return None if derived is None else []
+            kind = _branch_type(*derived, name, columns)
+            return None if kind is None else [kind]
+        if not isinstance(source, exp.Table):
+            return None
+        shard = columns_of(".".join(p for p in (source.catalog, source.db, source.name) if p))
+        if shard is None:
+            return None
+        names = list(shard)
+        aliases = _column_aliases(source)
+        if len(aliases) > len(names):
+            return None
+        names[: len(aliases)] = aliases
+        built = [exp.DataType.build(t, dialect=DIALECT).this for t in shard.values()]
+        return [
+            T.SMALLINT if k == T.TINYINT else k
+            for n, k in zip(names, built, strict=True)
+            if n == name
+        ]
+
+    for scope in scopes:
+        select = scope.expression
+        first = select.args.get("from_") if isinstance(select, exp.Select) else None
+        if first is None:
+            continue
+        try:
+            sources = dict(scope.selected_sources)
+        except OptimizeError:  # a name two relations take: Spark refuses it
+            continue
+        left: list[exp.Expr] = [first.this]
+        for join in select.args.get("joins") or []:
+            if join.args.get("method"):
+                break  # NATURAL, its names not known here: Spark's, and so is what follows
+            if not any(join.args.get(k) for k in ("kind", "side", "on", "using")):
+                left = [join.this]  # a comma: looser than JOIN
+                continue
+            for identifier in join.args.get("using") or []:
+                name = identifier.name
+                sides = [kinds_of(r, sources, name) for r in left]
+                right = kinds_of(join.this, sources, name)
+                if right is None or len(right) != 1 or any(k is None for k in sides):
+                    continue
+                kinds = [k for ks in sides if ks is not None for k in ks]
+                kind = _common_type_of(list(kinds)) if kinds else None
+                if (kind in _TEXTS and right[0] in _NUMBERS) or (
+                    kind in _NUMBERS and right[0] in _TEXTS
+                ):
+                    raise SqlError(
+                        f"JOIN/USING types {_TYPE_NAMES[kind]} and {_TYPE_NAMES[right[0]]} "
+                        "cannot be matched",
+                        "42804",
+                    )
+            left.append(join.this)

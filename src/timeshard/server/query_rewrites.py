@@ -25,7 +25,11 @@ from sqlglot import exp
 
 from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
-from timeshard.server.query_comparisons import _compares_columns, _refuse_text_number_operators
+from timeshard.server.query_comparisons import (
+    _compares_columns,
+    _refuse_mismatched_using,
+    _refuse_text_number_operators,
+)
 from timeshard.server.query_relations import (
     _complete_column_aliases,
     _complete_subquery_aliases,
@@ -71,7 +75,8 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: ORDER BY (each of these only changes queries Spark refused or answered wrongly, but a
 #: server of version 2 would resolve them otherwise); 4 a named window of no ORDER BY
 #: (:func:`~timeshard.server.query_windows._ordered_windows`) and a CTE's reader's column
-#: aliases fewer than its columns, PostgreSQL's 42883 for a text compared with a number,
+#: aliases fewer than its columns, PostgreSQL's 42883 for a text compared with a number
+#: (and 42804 for one joined ``USING`` with a number),
 #: and its 42702 past a ``LATERAL`` subquery or a parenthesized join.
 TYPING = 4
 
@@ -344,8 +349,9 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     Spark's type, one side's (:func:`_joined_columns`); only a subquery's or CTE's
     column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
     42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
-    order is not ordered, a CTE's reader's column aliases are not completed, and a text
-    compared with a number is Spark's (:func:`_refuse_text_number_operators`), the
+    order is not ordered, a CTE's reader's column aliases are not completed, a text
+    compared with a number or joined ``USING`` with one is Spark's
+    (:func:`_refuse_text_number_operators`, :func:`_refuse_mismatched_using`), the
     42702 check stops at a ``LATERAL`` subquery or a parenthesized join, and a
     ``NATURAL`` join stays one (its common column keeps one side's type).
 
@@ -390,6 +396,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     if version == 3:
         _resolve_joins_using(tree, columns_of)
     if version >= 4:
+        _refuse_mismatched_using(tree, columns_of, typed)
         _refuse_text_number_operators(tree, typed)
     if postgres15:
         _untyped_integer_operands(tree, typed)
