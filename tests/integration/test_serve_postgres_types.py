@@ -128,7 +128,19 @@ VERSION_4 = [
         [(7, "x", 1)],
     ),
 ]
-SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES + USING + VERSION_4
+#: A string constant compared with a text, in the forms version 4 checks a text and a
+#: number in.
+TEXT_CONSTANTS = [
+    ("SELECT i FROM t WHERE s = ANY (ARRAY['x', '2'])", [("i", INT4)], [(7,)]),
+    ("SELECT i FROM t WHERE (i, s) = (7, 'x')", [("i", INT4)], [(7,)]),
+    ("SELECT i FROM t WHERE upper(s) = 'X'", [("i", INT4)], [(7,)]),
+    (
+        "SELECT * FROM t JOIN (SELECT 'x' AS s) AS v USING (s)",
+        [("s", TEXT), ("i", INT4)],
+        [("x", 7)],
+    ),
+]
+SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES + USING + VERSION_4 + TEXT_CONSTANTS
 
 
 @pytest.fixture(scope="module")
@@ -193,6 +205,24 @@ ERRORS = [
     ("SELECT i FROM t WHERE s BETWEEN '1' AND 2", psycopg.errors.UndefinedFunction),
     ("SELECT CASE s WHEN 5 THEN 1 END AS n FROM t", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE s IS DISTINCT FROM 5", psycopg.errors.UndefinedFunction),
+    # Version 4: = ANY/ALL, a row comparison, a text function: Spark cast the text.
+    ("SELECT i FROM t WHERE s = ANY (ARRAY[1, 2])", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE s = ANY (SELECT 1)", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE s > ALL (SELECT i FROM t)", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE (s, i) = (1, 2)", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE (s, i) IN (SELECT 1, 2)", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE upper(s) = 5", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE s || 'x' = 5", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE substr(s, 1, 2) < 3", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE i || 'x' = 5", psycopg.errors.UndefinedFunction),
+    # Version 4: Spark joined a text and a number USING their name, casting the text.
+    ("SELECT * FROM t JOIN (SELECT 5 AS s) AS v USING (s)", psycopg.errors.DatatypeMismatch),
+    ("SELECT * FROM t NATURAL JOIN (SELECT 5 AS s, 7 AS i) AS v", psycopg.errors.DatatypeMismatch),
+    (
+        "SELECT t.i FROM t JOIN (SELECT 7 AS i) AS u USING (i) "
+        "JOIN (SELECT 5.5 AS s) AS v USING (s)",
+        psycopg.errors.DatatypeMismatch,
+    ),
     # Version 4: Spark joined on one of the two k columns of the left side.
     (
         "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "

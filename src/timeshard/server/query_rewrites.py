@@ -18,13 +18,18 @@ from __future__ import annotations
 import decimal
 import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
 import sqlglot
 from sqlglot import exp
 
 from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
+from timeshard.server.query_comparisons import (
+    _compares_columns,
+    _refuse_mismatched_using,
+    _refuse_text_number_operators,
+)
 from timeshard.server.query_relations import (
     _complete_column_aliases,
     _complete_subquery_aliases,
@@ -70,7 +75,8 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: ORDER BY (each of these only changes queries Spark refused or answered wrongly, but a
 #: server of version 2 would resolve them otherwise); 4 a named window of no ORDER BY
 #: (:func:`~timeshard.server.query_windows._ordered_windows`) and a CTE's reader's column
-#: aliases fewer than its columns, PostgreSQL's 42883 for a text compared with a number,
+#: aliases fewer than its columns, PostgreSQL's 42883 for a text compared with a number
+#: (and 42804 for one joined ``USING`` with a number),
 #: and its 42702 past a ``LATERAL`` subquery or a parenthesized join.
 TYPING = 4
 
@@ -343,8 +349,9 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     Spark's type, one side's (:func:`_joined_columns`); only a subquery's or CTE's
     column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
     42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
-    order is not ordered, a CTE's reader's column aliases are not completed, and a text
-    compared with a number is Spark's (:func:`_refuse_text_number_operators`), the
+    order is not ordered, a CTE's reader's column aliases are not completed, a text
+    compared with a number or joined ``USING`` with one is Spark's
+    (:func:`_refuse_text_number_operators`, :func:`_refuse_mismatched_using`), the
     42702 check stops at a ``LATERAL`` subquery or a parenthesized join, and a
     ``NATURAL`` join stays one (its common column keeps one side's type).
 
@@ -389,6 +396,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     if version == 3:
         _resolve_joins_using(tree, columns_of)
     if version >= 4:
+        _refuse_mismatched_using(tree, columns_of, typed)
         _refuse_text_number_operators(tree, typed)
     if postgres15:
         _untyped_integer_operands(tree, typed)
@@ -475,91 +483,6 @@ def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             kind = _postgres_type(other, columns)
             if kind in _POSTGRES_INTEGERS:
                 text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
-
-
-#: The comparisons PostgreSQL has no text and number form of, by their symbols
-#: (:func:`_refuse_text_number_operators`; ``IS [NOT] DISTINCT FROM`` is resolved as ``=``).
-_TEXT_NUMBER_OPERATORS: dict[type[exp.Expr], str] = {
-    exp.EQ: "=",
-    exp.NEQ: "<>",
-    exp.LT: "<",
-    exp.LTE: "<=",
-    exp.GT: ">",
-    exp.GTE: ">=",
-    exp.NullSafeEQ: "=",
-    exp.NullSafeNEQ: "=",
-}
-
-#: PostgreSQL's name of each of its types of text and numbers, by the Spark type of its values.
-_TYPE_NAMES = {
-    T.TEXT: "text",
-    T.VARCHAR: "character varying",
-    T.SMALLINT: "smallint",
-    T.INT: "integer",
-    T.BIGINT: "bigint",
-    T.DECIMAL: "numeric",
-    T.DOUBLE: "double precision",
-    T.FLOAT: "real",
-}
-_TEXTS = frozenset({T.TEXT, T.VARCHAR})
-_NUMBERS = frozenset(_TYPE_NAMES) - _TEXTS
-
-
-def _comparisons(tree: exp.Expr) -> Iterator[tuple[exp.Expr, exp.Expr, str]]:
-    """The sides PostgreSQL compares in ``tree``, with the operator it resolves for them:
-    each comparison's (:data:`_TEXT_NUMBER_OPERATORS`); ``x IN (a, b)`` as ``x = a`` and
-    ``x = b`` (``<>`` under ``NOT``), ``x IN (SELECT a ...)`` as ``x = a``; ``x BETWEEN a
-    AND b`` as ``x >= a`` and ``x <= b``; ``CASE x WHEN a`` as ``x = a``."""
-    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS, exp.In, exp.Between, exp.Case):
-        if isinstance(op, exp.In):
-            symbol = "<>" if isinstance(op.parent, exp.Not) else "="
-            query = op.args.get("query")
-            listed: list[exp.Expr] = list(op.expressions)
-            if not listed and isinstance(query, exp.Expr):
-                listed = [query.this if isinstance(query, exp.Subquery) else query]
-            for value in listed:
-                yield op.this, value, symbol
-        elif isinstance(op, exp.Between):
-            yield op.this, op.args["low"], ">="
-            yield op.this, op.args["high"], "<="
-        elif isinstance(op, exp.Case):
-            if op.this is not None:
-                for branch in op.args.get("ifs") or []:
-                    yield op.this, branch.this, "="
-        else:
-            yield op.this, op.expression, _TEXT_NUMBER_OPERATORS[type(op)]
-
-
-def _compares_columns(tree: exp.Expr) -> bool:
-    """Whether :func:`_refuse_text_number_operators` needs the type of a column of
-    ``tree``: a side of one of its comparisons (:func:`_comparisons`) reads a column and
-    the other is not of PostgreSQL's unknown type."""
-    for left, right, _symbol in _comparisons(tree):
-        if _untyped(left) or _untyped(right):
-            continue
-        if left.find(exp.Column) is not None or right.find(exp.Column) is not None:
-            return True
-    return False
-
-
-def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> None:
-    """SqlError 42883 for a comparison (:func:`_comparisons`: ``= <> < <= > >=``, ``IS
-    [NOT] DISTINCT FROM``, ``IN``, ``BETWEEN``, ``CASE x WHEN``) of a text and a number
-    (:func:`_postgres_type`: a shard's string column and ``5``, ``s = 5``), as PostgreSQL
-    refuses it when it plans the query ("operator does not exist: text = integer"): it
-    casts no text to a number implicitly. Spark cast the text, and answered rows where
-    each text was a number and 22P02 (:func:`~timeshard.server.rows.spark_error`) where
-    one was not. A string constant (``s = '5'``, ``i = '5'``) is of PostgreSQL's unknown
-    type, which takes the other side's, and passes."""
-    for left, right, symbol in _comparisons(tree):
-        if _untyped(left) or _untyped(right):
-            continue
-        kinds = [_postgres_type(side, columns) for side in (left, right)]
-        if (kinds[0] in _TEXTS and kinds[1] in _NUMBERS) or (
-            kinds[0] in _NUMBERS and kinds[1] in _TEXTS
-        ):
-            named = [_TYPE_NAMES[k] for k in kinds if k is not None]
-            raise SqlError(f"operator does not exist: {named[0]} {symbol} {named[1]}", "42883")
 
 
 #: PostgreSQL's name of each integer type, and the bits of its values.
