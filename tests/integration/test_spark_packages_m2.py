@@ -10,9 +10,9 @@ timeshard resolves packages through a chain without that repository
 (:func:`timeshard.spark.jars.ivy_settings`).
 
 In a child process (a process holds one SparkContext) whose JVM's home is a
-directory of the test's, with such a pom in its ``.m2``, and a fresh Ivy home:
-a module Ivy's cache already holds from Maven Central is not looked up again.
-The package is slf4j-simple 2.0.17, which needs that slf4j-api and nothing
+directory of the test's, with such a pom in its ``.m2``, and a fresh Ivy home
+(the old chain took a module its cache held from Maven Central from there, and
+passed). The package is slf4j-simple 2.0.17, which needs that slf4j-api and nothing
 else (a few kB from Maven Central).
 """
 
@@ -61,7 +61,8 @@ def test_a_pom_without_its_jar_in_the_local_maven_repository_does_not_stop_the_s
         "<version>2.0.17</version></project>"
     )
     ivy = tmp_path / "ivy"
-    env = {**os.environ, "TIMESHARD_CACHE": str(tmp_path / "cache")}  # nothing remembered
+    # Nothing remembered there; a space in its path (Spark reads the settings as a URI).
+    env = {**os.environ, "TIMESHARD_CACHE": str(tmp_path / "my cache")}
     result = subprocess.run(
         [sys.executable, "-c", CHILD, str(home), str(ivy)],
         env=env,

@@ -170,16 +170,27 @@ def test_the_ivy_settings_name_no_local_repository_and_an_unwritable_cache_gives
     ~/.m2 without its jar failed every session); a cache that cannot be written leaves
     Spark's own chain, as it was."""
     import xml.etree.ElementTree as ET
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
 
     from timeshard.spark.jars import ivy_settings
 
-    monkeypatch.setenv("TIMESHARD_CACHE", str(tmp_path / "cache"))
-    path = ivy_settings()
-    assert path is not None and path.parent == tmp_path / "cache"
+    monkeypatch.delenv("DEFAULT_ARTIFACT_REPOSITORY", raising=False)
+    monkeypatch.setenv("TIMESHARD_CACHE", str(tmp_path / "my cache"))
+    uri = ivy_settings()
+    assert uri is not None and uri.startswith("file:///") and " " not in uri  # a URI
+    path = Path(url2pathname(urlparse(uri).path))
+    assert path.parent == tmp_path / "my cache"
     [chain] = ET.parse(path).getroot().iter("chain")
     roots = [r.get("root") for r in chain]
     assert roots == ["https://repo1.maven.org/maven2/", "https://repos.spark-packages.org/"]
-    assert ivy_settings() == path  # written once, read after
+    assert ivy_settings() == uri  # written once, read after
+    # A mirror, as Spark's own chain takes it (for both), escaped into the XML.
+    monkeypatch.setenv("DEFAULT_ARTIFACT_REPOSITORY", "https://mirror.example/m2?a=1&b=2")
+    mirrored = ivy_settings()
+    assert mirrored is not None and mirrored != uri
+    [chain] = ET.parse(url2pathname(urlparse(mirrored).path)).getroot().iter("chain")
+    assert [r.get("root") for r in chain] == ["https://mirror.example/m2?a=1&b=2"] * 2
     (tmp_path / "ro").write_text("a file, not a directory")
     monkeypatch.setenv("TIMESHARD_CACHE", str(tmp_path / "ro"))
     assert ivy_settings() is None

@@ -28,10 +28,11 @@ Maven leaves in the latter the pom alone of a version it mediated away
 (slf4j-api 2.0.17, for many a Java build), and Spark's Ivy, which looks there
 first, takes that pom for the module and fails on its missing jar
 (``download failed: …slf4j-api.jar``); it records the module as that
-resolver's in its cache, so every later resolution failed too. A
-``spark.jars.repositories`` still adds its repositories before these, and
-Spark's Ivy home (``~/.ivy2.5.2``) stays the cache unless ``spark.jars.ivy``
-names another.
+resolver's in its cache, so every later resolution failed too. Spark adds
+the repositories of ``spark.jars.repositories`` after these (a mirror is
+``DEFAULT_ARTIFACT_REPOSITORY``, as for Spark; a connector of one's own in
+``~/.m2`` is found with ``spark.jars.repositories=file://$HOME/.m2/repository``),
+and its Ivy home stays the cache (``spark.jars.ivy``, else ``~/.ivy2.5.2``).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import hashlib
 import json
 import os
 import struct
+import tempfile
 import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,37 +64,53 @@ _RESOLUTION_CONF = (
 )
 
 
-#: Spark's default remote resolvers, Maven Central then Spark Packages (module doc).
+#: Spark's default remote resolvers (module doc): Maven Central then Spark Packages, or
+#: the repository ``DEFAULT_ARTIFACT_REPOSITORY`` names, as Spark reads it, for both; no
+#: lookup of sources and javadoc jars, as Spark's own settings.
 _IVY_SETTINGS = """<ivysettings>
+  <property name="ivy.maven.lookup.sources" value="false"/>
+  <property name="ivy.maven.lookup.javadoc" value="false"/>
   <settings defaultResolver="timeshard-default"/>
   <resolvers>
     <chain name="timeshard-default" returnFirst="true">
-      <ibiblio name="central" m2compatible="true" root="https://repo1.maven.org/maven2/"/>
-      <ibiblio name="spark-packages" m2compatible="true" root="https://repos.spark-packages.org/"/>
+      <ibiblio name="central" m2compatible="true" root={central}/>
+      <ibiblio name="spark-packages" m2compatible="true" root={packages}/>
     </chain>
   </resolvers>
 </ivysettings>
 """
 
 
-def ivy_settings() -> Path | None:
-    """The Ivy settings file timeshard resolves packages with (module doc), written into
-    :func:`timeshard.cache.cache_dir` the first time; None if it cannot be written there
-    (Spark's default chain then resolves, as it would without timeshard)."""
-    path = cache_dir() / "ivysettings.xml"
+def ivy_settings() -> str | None:
+    """The ``file:`` URI of the Ivy settings file timeshard resolves packages with (module
+    doc), written into :func:`timeshard.cache.cache_dir` the first time, one per content;
+    None if it cannot be written there (Spark's default chain then resolves, as it would
+    without timeshard). Spark reads the setting as a URI: a path with a space is not one."""
+    from xml.sax.saxutils import quoteattr
+
+    mirror = os.environ.get("DEFAULT_ARTIFACT_REPOSITORY")
+    text = _IVY_SETTINGS.format(
+        central=quoteattr(mirror or "https://repo1.maven.org/maven2/"),
+        packages=quoteattr(mirror or "https://repos.spark-packages.org/"),
+    )
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = (cache_dir() / f"ivysettings-{digest}.xml").absolute()
     with contextlib.suppress(OSError):
-        if path.read_text() == _IVY_SETTINGS:
-            return path
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
+        if path.read_text() == text:
+            return path.as_uri()
+    partial = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(_IVY_SETTINGS)
-        partial.replace(path)  # whole or not at all, whoever writes it at the same time
+        fd, partial = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.replace(partial, path)  # whole or not at all, whoever writes it at the same time
     except OSError:
-        with contextlib.suppress(OSError):
-            partial.unlink()
+        if partial is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(partial)
         return None
-    return path
+    return path.as_uri()
 
 
 def package_conf(packages: list[str], conf: dict[str, str]) -> dict[str, str]:

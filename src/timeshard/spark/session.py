@@ -204,9 +204,7 @@ def spark_session(
         conf.pop("spark.jars.packages", None)  # set again, or the jars resolved before
         settings = None if "spark.jars.ivySettings" in conf else ivy_settings()
         if settings is not None:  # no ~/.m2 (timeshard.spark.jars)
-            conf["spark.jars.ivySettings"] = str(settings)
-            # Spark's own Ivy home, which a settings file would move to Ivy's (~/.ivy2).
-            conf.setdefault("spark.jars.ivy", str(Path.home() / ".ivy2.5.2"))
+            conf["spark.jars.ivySettings"] = settings
         conf.update(package_conf(packages, conf))
     conf = quiet_java_options(spark_avro_options(conf))
     level = log_level()  # checked before the JVM starts
