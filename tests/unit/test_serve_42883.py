@@ -114,6 +114,9 @@ PASSED = [
     "SELECT i FROM t WHERE upper(s) = '5' AND length(s) = 5 AND upper(s) = s",
     "SELECT i FROM t WHERE quote_ident(s) = 5",
     "SELECT i FROM u WHERE substring(b FROM 1 FOR 1) = 5",
+    # An array's concatenation is an array (int[]), not a text (review k34).
+    "SELECT i FROM t WHERE ARRAY[1, 2] || '{3,4}' = ARRAY[1, 2, 3, 4]",
+    "SELECT i FROM t WHERE i = ANY (ARRAY[1, 2] || '{3}') AND '{0}' || ARRAY[1] = ARRAY[0, 1]",
 ]
 
 

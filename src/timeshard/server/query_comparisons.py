@@ -109,6 +109,8 @@ def _comparison_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
         return T.TEXT if _untyped(first) or _comparison_type(first, columns) in _TEXTS else None
     if isinstance(node, exp.DPipe):
         sides = (node.this, node.expression)
+        if any(isinstance(side.unnest(), exp.Array) for side in sides):
+            return None  # an array's concatenation: an array (ARRAY[1] || '{2}' is int[])
         kinds = [None if _untyped(s) else _comparison_type(s, columns) for s in sides]
         if any(k in _TEXTS for k in kinds) or (
             any(_untyped(s) and not isinstance(s.unnest(), exp.Null) for s in sides)
