@@ -30,8 +30,8 @@ from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_types import (
     _COMMON_ORDER,
+    _aliased_names,
     _branch_type,
-    _column_aliases,
     _common_type_of,
     _derived_branches,
     _postgres_type,
@@ -270,11 +270,9 @@ def _refuse_mismatched_using(
         shard = columns_of(".".join(p for p in (source.catalog, source.db, source.name) if p))
         if shard is None:
             return None
-        names = list(shard)
-        aliases = _column_aliases(source)
-        if len(aliases) > len(names):
+        names = _aliased_names(source, shard)
+        if len(names) > len(shard):  # more aliases than columns: PostgreSQL's 42P10
             return None
-        names[: len(aliases)] = aliases
         built = [exp.DataType.build(t, dialect=DIALECT).this for t in shard.values()]
         return [
             T.SMALLINT if k == T.TINYINT else k

@@ -20,6 +20,7 @@ from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_types import (
     _FLOAT_DIGITS,
     _POSTGRES_INTEGERS,
+    _aliased_names,
     _column_aliases,
     _derived_branches,
     _relation_names,
@@ -165,10 +166,7 @@ def _resolve_joins_using(
         shard = columns_of(".".join(p for p in (source.catalog, source.db, source.name) if p))
         if shard is None:
             return None
-        names = list(shard)
-        aliases = _column_aliases(source)
-        names[: len(aliases)] = aliases
-        return names
+        return _aliased_names(source, shard)
 
     def joined_names(
         first: exp.Expr, joins: list[exp.Join], select: exp.Select

@@ -351,9 +351,7 @@ def _shard_column_types(
             return shard
         if not renames or len(named) > len(shard):
             return None
-        names = list(shard)
-        names[: len(named)] = named
-        return dict(zip(names, shard.values(), strict=True))
+        return dict(zip(_aliased_names(source, shard), shard.values(), strict=True))
 
     def names_of(node: exp.Expr, source: object) -> set[str] | None:
         if isinstance(source, exp.Table):
@@ -521,6 +519,16 @@ def _derived_branches(
             return None
         names[: len(named)] = named
     return names, branches
+
+
+def _aliased_names(source: exp.Table, shard: Mapping[str, str]) -> list[str]:
+    """The names ``source`` reads its shard's columns (``shard``) by: its column aliases'
+    (``FROM t AS q(a, b)``), then the shard's own past them, in the shard's order (a name
+    may come twice). More aliases than columns give the aliases (PostgreSQL's 42P10)."""
+    names = list(shard)
+    aliases = _column_aliases(source)
+    names[: len(aliases)] = aliases
+    return names
 
 
 def _column_aliases(holder: exp.Expr | None) -> list[str]:
