@@ -121,12 +121,16 @@ commits the offsets not committed yet and waits for the answers, at most the
 source's timeout (nothing is asked during a known silence, nor after the commit
 in flight got no answer, nor with too little of the timeout left for an answer);
 offsets left uncommitted are logged, never raised.
-The client's own close then waits for a commit it still holds for want of a
-coordinator, at most its ``session.timeout.ms`` after the commit was asked,
-which is the source's timeout (the consumer never joins the group, so the
-broker's bounds on a member's session do not apply): a close takes about
-``timeout_s``, twice that at most. A closed source asks its broker nothing
-more: ``upper``, ``read``, ``commit`` and ``find_topic_id`` raise InvalidUsage.
+The client's own close then waits for every commit it has not answered: one it
+holds for want of a coordinator, at most its ``session.timeout.ms`` after the
+commit was asked, which is the source's timeout (the consumer never joins the
+group, so the broker's bounds on a member's session do not apply), and one it
+is still sending, each send waiting ``socket.timeout.ms`` (the timeout too).
+So a close takes about ``timeout_s``, and twice that with the coordinator
+silent; a tick's commit still being sent to a coordinator that hung can hold
+the client's close up to about three timeouts more (librdkafka's, not ours to
+bound). A closed source asks its broker nothing more: ``upper``, ``read``,
+``commit`` and ``find_topic_id`` raise InvalidUsage.
 
 Reading needs Spark's Kafka connector, ``spark-sql-kafka-0-10`` of the
 running PySpark's version (:func:`~timeshard.spark.session.spark_kafka_package`),
