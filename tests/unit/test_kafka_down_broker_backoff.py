@@ -56,6 +56,15 @@ class Clock:
         return cls.now
 
 
+class SleepingClock(Clock):
+    """A ``time`` for the code under test: :class:`Clock`'s, whose ``sleep`` moves it (a
+    subclass with a ``now`` of its own keeps its time apart)."""
+
+    @classmethod
+    def sleep(cls, seconds: float) -> None:
+        cls.now += seconds
+
+
 class Answer:
     def __init__(self, servers: str) -> None:
         self.servers = servers

@@ -16,7 +16,7 @@ import confluent_kafka.admin
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 from tests.unit import test_kafka_export_down_broker as down
-from tests.unit.test_kafka_down_broker_backoff import Clock
+from tests.unit.test_kafka_down_broker_backoff import Clock, SleepingClock
 from tests.unit.test_kafka_export_down_broker import Brokers, brokers  # noqa: F401
 
 from timeshard.storage import kafka_source
@@ -238,18 +238,10 @@ def test_the_tasks_clients_log_quietly_and_the_task_pickles(
     assert [type(h) for h in handlers].count(logging.NullHandler) == 1, handlers
 
 
-class Slow:
+class Slow(SleepingClock):
     """The export's clock (``time``), which each poll of :class:`SlowConsumer` moves."""
 
     now: ClassVar[float] = 0.0
-
-    @classmethod
-    def monotonic(cls) -> float:
-        return cls.now
-
-    @staticmethod
-    def sleep(seconds: float) -> None:
-        Slow.now += seconds
 
 
 class SlowConsumer(down.Consumer):

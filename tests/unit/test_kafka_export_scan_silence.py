@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 import confluent_kafka
 import pytest
 from tests.unit import test_kafka_export_down_broker as down
-from tests.unit.test_kafka_down_broker_backoff import Clock
+from tests.unit.test_kafka_down_broker_backoff import Clock, SleepingClock
 from tests.unit.test_kafka_export_down_broker import Brokers, brokers  # noqa: F401
 
 from timeshard.storage import kafka_export
@@ -20,7 +20,7 @@ from timeshard.storage.health import latest_health
 DOWN = down.DOWN
 
 
-class Leader:
+class Leader(SleepingClock):
     """Whether the progress partition's leader answers fetches; the clock of the scan's
     deadline, which a fetch that gets no answer moves past it."""
 
@@ -28,14 +28,6 @@ class Leader:
     #: Whether the next consumer made is a task's (made after its init_transactions).
     task_next: ClassVar[bool] = False
     now: ClassVar[float] = 0.0
-
-    @classmethod
-    def monotonic(cls) -> float:
-        return cls.now
-
-    @staticmethod
-    def sleep(seconds: float) -> None:
-        Leader.now += seconds
 
 
 class TaskProducer(down.Producer):

@@ -213,6 +213,19 @@ def test_a_close_waits_for_the_answer_no_longer_than_the_timeout_even_between_po
     assert Clock.now - start <= 0.25, Clock.now - start
 
 
+def close_with_a_commit_in_flight(
+    orders: kafka_source.KafkaSource, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tick's commit asked, offsets of a later one kept, then close: asking none itself
+    (the tick's commit is the only one asked), its warnings captured."""
+    orders.upper()
+    orders.commit({"0": 5})
+    orders.commit({"0": 6})  # one in flight: kept for the next commit
+    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
+        orders.close()
+    assert len(Coordinator.asks) == 1, Coordinator.asks  # the tick's commit only
+
+
 @pytest.mark.parametrize("answer", ["no answer (_WAIT_COORD)", "a success, when time is up"])
 @pytest.mark.usefixtures("brokers")
 def test_a_close_asks_no_commit_after_a_no_answer_or_once_its_time_is_up(
@@ -226,12 +239,7 @@ def test_a_close_asks_no_commit_after_a_no_answer_or_once_its_time_is_up(
         Coordinator.error = confluent_kafka.KafkaError._WAIT_COORD  # answered in 3 s
     else:
         Coordinator.delay = orders.timeout_s  # answered as the close's time is up
-    orders.upper()
-    orders.commit({"0": 5})
-    orders.commit({"0": 6})  # one in flight: kept for the next commit
-    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
-        orders.close()
-    assert len(Coordinator.asks) == 1, Coordinator.asks  # the tick's commit only
+    close_with_a_commit_in_flight(orders, caplog)
     assert "not committed" in caplog.text and "{'0': 6}" in caplog.text, caplog.text
 
 
@@ -293,11 +301,6 @@ def test_a_close_asks_no_commit_with_too_little_of_its_time_left_for_an_answer(
     of its bound left: no answer could come in time, and the consumer's close then waited
     for the commit the client held, up to a whole timeout more."""
     Coordinator.delay = orders.timeout_s - 0.001  # answered with 1 ms of the close left
-    orders.upper()
-    orders.commit({"0": 5})
-    orders.commit({"0": 6})  # one in flight: kept for the next commit
-    with caplog.at_level(logging.WARNING, logger="timeshard.storage.kafka_source"):
-        orders.close()
-    assert len(Coordinator.asks) == 1, Coordinator.asks  # the tick's commit only
+    close_with_a_commit_in_flight(orders, caplog)
     assert Closing.unanswered_at_close == [0]
     assert "{'0': 6}" in caplog.text and "not asked" in caplog.text, caplog.text
