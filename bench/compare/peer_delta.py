@@ -3,7 +3,11 @@
 Runs in its own venv, ``bench/.venvs/delta/`` (created on first use), with a
 PySpark and a delta-spark released together: delta-spark pins PySpark, and
 timeshard's PySpark is newer than any delta-spark supports. The Delta jar
-comes from Maven Central through ``spark.jars.packages``.
+comes from Maven Central through ``spark.jars.packages``, resolved with
+timeshard's Ivy settings (:func:`timeshard.spark.jars.ivy_settings`, which
+the parent process writes and passes as ``--ivy-settings``): Spark's own chain
+would look in ``~/.m2`` first, where a pom left without its jar fails the
+resolution.
 
 W1 (upsert): the input batches appear in a directory a file stream watches
 (processing-time trigger every ``--interval`` s). ``foreachBatch`` keeps
@@ -54,11 +58,16 @@ def run(workload: str, input_dir: Path, out_json: Path, **opts: Any) -> None:
     python = report.ensure_venv("delta", REQUIREMENTS)
     cmd = [str(python), __file__, "--workload", workload, "--input", str(input_dir)]
     cmd += ["--out", str(out_json)]
+    from timeshard.spark.jars import ivy_settings
+
+    settings = ivy_settings()
+    if settings is not None:  # else Spark's own chain, as timeshard's sessions fall back to
+        cmd += ["--ivy-settings", settings]
     cmd += report.option_flags(opts)
     report.run_child(cmd, out_json, opts.get("timeout_s", 900), SYSTEM, workload)
 
 
-def session(driver_memory: str) -> Any:
+def session(driver_memory: str, ivy_settings: str | None) -> Any:
     conf = {
         "spark.jars.packages": DELTA_PACKAGE,
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -66,6 +75,8 @@ def session(driver_memory: str) -> Any:
         "spark.databricks.delta.retentionDurationCheck.enabled": "false",
         "spark.sql.streaming.numRecentProgressUpdates": "1000",
     }
+    if ivy_settings is not None:
+        conf["spark.jars.ivySettings"] = ivy_settings
     return report.peer_spark("bench-peer-delta", driver_memory, conf)
 
 
@@ -197,10 +208,14 @@ def create_tables(spark: Any, workload: str, work: Path) -> list[Path]:
 
 
 def main() -> None:
-    args = report.peer_arguments(__doc__, ("w1", "w2"))
+    args = report.peer_arguments(
+        __doc__,
+        ("w1", "w2"),
+        more=lambda p: p.add_argument("--ivy-settings", help="a file: URI of Ivy settings"),
+    )
     manifest = Manifest.load(args.input)
     last = report.last_batch(args.batches, len(manifest.batches))
-    spark = session(args.driver_memory)
+    spark = session(args.driver_memory, args.ivy_settings)
     result = report.new_result(SYSTEM, args.workload, vars(args) | {"last": last})
     result["versions"] = report.versions("pyspark", "delta-spark") | {"maven": DELTA_PACKAGE}
     work = Path(tempfile.mkdtemp(prefix="bench-delta-"))
