@@ -26,7 +26,6 @@ from collections.abc import Iterator, Mapping
 
 from sqlglot import exp
 
-from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_types import (
     _COMMON_ORDER,
@@ -35,6 +34,7 @@ from timeshard.server.query_types import (
     _common_type_of,
     _derived_branches,
     _postgres_type,
+    _type_named,
     _untyped,
 )
 from timeshard.server.statements import SqlError
@@ -255,7 +255,8 @@ def _refuse_mismatched_using(
     def kinds_of(
         relation: exp.Expr, sources: Mapping[str, tuple[exp.Expr, object]], name: str
     ) -> list[T] | None:
-        """The types of the columns ``name`` of ``relation``; None if not known here."""
+        """The types of the columns ``name`` of ``relation``; None if not known here (a
+        shard's column of a type not known here among them too)."""
         if relation.alias_or_name not in sources:
             return None
         node, source = sources[relation.alias_or_name]
@@ -273,12 +274,10 @@ def _refuse_mismatched_using(
         names = _aliased_names(source, shard)
         if len(names) > len(shard):  # more aliases than columns: PostgreSQL's 42P10
             return None
-        built = [exp.DataType.build(t, dialect=DIALECT).this for t in shard.values()]
-        return [
-            T.SMALLINT if k == T.TINYINT else k
-            for n, k in zip(names, built, strict=True)
-            if n == name
-        ]
+        kinds = [_type_named(t) for n, t in zip(names, shard.values(), strict=True) if n == name]
+        if None in kinds:
+            return None
+        return [T.SMALLINT if k == T.TINYINT else k for k in kinds if k is not None]
 
     for scope in scopes:
         select = scope.expression
