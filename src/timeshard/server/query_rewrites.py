@@ -26,8 +26,9 @@ from sqlglot import exp
 from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_comparisons import (
-    _compares_columns,
+    _checks_columns,
     _refuse_mismatched_using,
+    _refuse_text_functions_of_numbers,
     _refuse_text_number_operators,
 )
 from timeshard.server.query_relations import (
@@ -406,7 +407,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         any(c.this.find(exp.Column) for c in casts)
         or _typed_by_columns(tree, postgres15)
         or (version >= 3 and any(j.args.get("using") for j in tree.find_all(exp.Join)))
-        or (version >= 4 and _compares_columns(tree))
+        or (version >= 4 and _checks_columns(tree))
     ):
         columns, typed = _shard_column_types(
             tree, columns_of, aliases=postgres15, renames=version >= 3, joined=joined
@@ -417,6 +418,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         _resolve_joins_using(tree, columns_of)
     if version >= 4:
         _refuse_mismatched_using(tree, columns_of, typed)
+        _refuse_text_functions_of_numbers(tree, typed)
         _refuse_text_number_operators(tree, typed)
     if postgres15:
         _untyped_integer_operands(tree, typed)
