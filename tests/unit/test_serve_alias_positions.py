@@ -69,12 +69,6 @@ ANSWERED = [
 ]
 
 
-@pytest.mark.parametrize("kind", sorted(UNTYPED))
-@pytest.mark.parametrize("sql", ANSWERED)
-def test_an_alias_names_the_column_at_its_position_among_all(sql: str, kind: str) -> None:
-    typed(sql, UNTYPED[kind])  # no SqlError
-
-
 #: Per query, PostgreSQL 15's refusal: a real mismatch past a column of no known type.
 REFUSED = {
     "SELECT 1 FROM t AS x(a, b, c) WHERE x.c = 5": (
@@ -118,8 +112,10 @@ LEFT_TO_SPARK = [
 
 
 @pytest.mark.parametrize("kind", sorted(UNTYPED))
-@pytest.mark.parametrize("sql", LEFT_TO_SPARK)
-def test_a_column_of_no_known_type_is_left_to_spark(sql: str, kind: str) -> None:
+@pytest.mark.parametrize("sql", [*ANSWERED, *LEFT_TO_SPARK])
+def test_no_alias_types_another_column(sql: str, kind: str) -> None:
+    """Each alias names the column at its position among all (:data:`ANSWERED`), and a
+    column of no known type is not typed (:data:`LEFT_TO_SPARK`)."""
     typed(sql, UNTYPED[kind])  # no SqlError
 
 
