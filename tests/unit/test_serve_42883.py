@@ -163,6 +163,13 @@ def test_a_function_of_a_type_not_known_here_is_left_to_spark(sql: str) -> None:
     typed(sql)  # no SqlError
 
 
+@pytest.mark.parametrize("sql", ["SELECT initcap()", "SELECT i FROM t WHERE initcap() = 'a'"])
+def test_a_text_function_of_no_argument_is_left_to_spark(sql: str) -> None:
+    """sqlglot parses ``initcap()`` with no first argument: Spark's error, not an
+    AttributeError in the server (review k35)."""
+    typed(sql)  # no SqlError
+
+
 @pytest.mark.parametrize("sql", sorted(ANY_ALL))
 def test_any_or_all_of_a_text_and_numbers_is_42883(sql: str) -> None:
     """Spark compared each element or row, casting the text."""

@@ -212,7 +212,7 @@ def _checks_columns(tree: exp.Expr) -> bool:
     :func:`_refuse_text_functions_of_numbers` needs the type of a column of ``tree``: a
     side of one of its comparisons (:func:`_comparisons`) reads a column and the other is
     not of PostgreSQL's unknown type, or a text function's first argument reads one."""
-    if any(f.this.find(exp.Column) for f in tree.find_all(*_TEXT_FUNCTIONS)):
+    if any(_reads_column(f.this) for f in tree.find_all(*_TEXT_FUNCTIONS)):
         return True
     for left, right, _symbol in _comparisons(tree):
         if _untyped(left) or _untyped(right):
@@ -220,6 +220,11 @@ def _checks_columns(tree: exp.Expr) -> bool:
         if left.find(exp.Column) is not None or right.find(exp.Column) is not None:
             return True
     return False
+
+
+def _reads_column(node: exp.Expr | None) -> bool:
+    """Whether ``node`` (a function's first argument, None if it has none) reads a column."""
+    return node is not None and node.find(exp.Column) is not None
 
 
 def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> None:
@@ -258,6 +263,8 @@ def _refuse_text_functions_of_numbers(tree: exp.Expr, columns: Mapping[int, T]) 
     sqlglot writes it (``substring`` for ``substr``, ``trim`` for ``btrim``)."""
     for function in tree.find_all(*_TEXT_FUNCTIONS):
         first = function.this
+        if first is None:  # initcap() with no argument: Spark's error
+            continue
         if _untyped(first) or _comparison_type(first, columns) not in _NUMBERS:
             continue
         arguments = (

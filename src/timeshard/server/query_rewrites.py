@@ -80,7 +80,9 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: (and 42804 for one joined ``USING`` with a number),
 #: and its 42702 past a ``LATERAL`` subquery or a parenthesized join, and a shard's columns
 #: of a type not known here (a list, struct, map, time64) among those its column aliases
-#: name by position (:func:`_typed_columns` before; review k34).
+#: name by position (:func:`_typed_columns` before; review k34), and its 42883 for a
+#: text function of a number (``upper(i)``) and for a coalesce, greatest or least of
+#: texts compared with a number.
 TYPING = 4
 
 
