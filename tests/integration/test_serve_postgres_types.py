@@ -215,6 +215,12 @@ ERRORS = [
     ("SELECT i FROM t WHERE s || 'x' = 5", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE substr(s, 1, 2) < 3", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE i || 'x' = 5", psycopg.errors.UndefinedFunction),
+    # Version 4: a text function of a number, a coalesce of texts: Spark cast them.
+    ("SELECT i FROM t WHERE upper(i) = 5", psycopg.errors.UndefinedFunction),
+    ("SELECT lower(i) AS n FROM t", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE left(i, 1) = '7'", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE coalesce(s, 'a') = 5", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE greatest(s, 'a') = 5", psycopg.errors.UndefinedFunction),
     # Version 4: Spark joined a text and a number USING their name, casting the text.
     ("SELECT * FROM t JOIN (SELECT 5 AS s) AS v USING (s)", psycopg.errors.DatatypeMismatch),
     ("SELECT * FROM t NATURAL JOIN (SELECT 5 AS s, 7 AS i) AS v", psycopg.errors.DatatypeMismatch),

@@ -1479,9 +1479,9 @@ class Engine:
             table.set("catalog", None)
         return tree.sql("spark"), inputs
 
-    def _shard_columns(self, known: set[str], name: str) -> dict[str, str] | None:
-        """The columns of shard ``name`` (one of ``known``) as sqlglot types them
-        (:func:`~timeshard.server.parameter_types.arrow_columns`); None if it is none."""
+    def _shard_columns(self, known: set[str], name: str) -> dict[str, str | None] | None:
+        """The columns of shard ``name`` (one of ``known``), all in order, as sqlglot types
+        them (:func:`~timeshard.server.parameter_types.arrow_columns`); None if it is none."""
         schema = self.client.state(name).data_schema if name in known else None
         return None if schema is None else arrow_columns(schema)
 

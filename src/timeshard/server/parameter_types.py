@@ -72,18 +72,19 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.LT, exp.LTE, exp.GT, exp.GTE)
 _ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.Mod)
 _VARCHAR, _TEXT, _INTERVAL = 1043, 25, 1186
 
-#: The columns of the relation a query names so, by name: their types as sqlglot names them.
-ColumnsOf = Callable[[str], Mapping[str, str] | None]
+#: The columns of the relation a query names so, all of them in its order, by name: their
+#: types as sqlglot names them, None where not known here (:func:`arrow_columns`).
+ColumnsOf = Callable[[str], Mapping[str, str | None] | None]
 
 
 def parameter_types(sql: str, columns_of: ColumnsOf | None = None) -> dict[int, int]:
     """The OID PostgreSQL infers for each parameter ``sql`` gives a type by where it
     stands (see the module's docstring), by number; one not in it stays unknown.
 
-    ``columns_of(name)`` gives the column types (sqlglot's type names) of the relation
-    ``sql`` names ``name`` (a shard's id, as the engine resolves it), None if there is
-    none. Empty if ``sql`` does not parse or has no parameter; parses ``sql`` only if it
-    has a ``$``."""
+    ``columns_of(name)`` gives the column types (sqlglot's type names, None for one not
+    known) of the relation ``sql`` names ``name`` (a shard's id, as the engine resolves
+    it), None if there is none. Empty if ``sql`` does not parse or has no parameter;
+    parses ``sql`` only if it has a ``$``."""
     if "$" not in sql:
         return {}
     try:
@@ -124,8 +125,8 @@ def _annotated(tree: exp.Expr, columns_of: ColumnsOf | None) -> exp.Expr:
         for table in tree.find_all(exp.Table):
             parts = tuple(p for p in (table.catalog, table.db, table.name) if p)
             columns = None if ".".join(parts) in ctes else columns_of(".".join(parts))
-            if columns is not None:
-                schema[parts] = dict(columns)
+            if columns is not None:  # a column of no known type is a column still
+                schema[parts] = {n: kind or "UNKNOWN" for n, kind in columns.items()}
     if schema:
         try:
             known = MappingSchema(_nested(schema), dialect=DIALECT, normalize=False)
@@ -243,18 +244,21 @@ def _oid_of(node: exp.Expr, found: dict[int, int]) -> int | None:
     return _OIDS.get(node.type.this)  # type: ignore[arg-type]
 
 
-def arrow_columns(schema: pa.Schema) -> dict[str, str]:
-    """A shard's columns (its Arrow ``schema``) as :func:`parameter_types` reads a
-    relation's: sqlglot's type names; a column of a type no parameter takes is left out."""
-    columns = {}
+def arrow_columns(schema: pa.Schema) -> dict[str, str | None]:
+    """A shard's columns (its Arrow ``schema``), every one in its order, by name: sqlglot's
+    name of its type, None for a type not known here (a list, struct, map, time64).
+
+    The one list of a shard's columns that serve's typing reads: a column alias names the
+    column at its position among all of them (``FROM t AS x(a, b)``), and a column of no
+    known type is never typed as another (review k34)."""
+    columns: dict[str, str | None] = {}
     for field in schema:
         name = _ARROW_TYPES.get(str(field.type))
         if name is None and pa.types.is_decimal(field.type):
             name = "DECIMAL"
         elif name is None and pa.types.is_timestamp(field.type):
             name = "TIMESTAMPTZ" if field.type.tz is not None else "TIMESTAMP_NTZ"
-        if name is not None:
-            columns[field.name] = name
+        columns[field.name] = name
     return columns
 
 

@@ -1669,9 +1669,9 @@ class _Handler(socketserver.BaseRequestHandler):
         columns stay text). The shards are listed once, and each shard read once."""
         engine = self.server.engine
         known: set[str] | None = None
-        read: dict[str, dict[str, str] | None] = {}
+        read: dict[str, dict[str, str | None] | None] = {}
 
-        def columns_of(name: str) -> dict[str, str] | None:
+        def columns_of(name: str) -> dict[str, str | None] | None:
             nonlocal known
             if name not in read:
                 try:

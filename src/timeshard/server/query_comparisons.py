@@ -2,11 +2,14 @@
 casting the text: SqlError 42883 ("operator does not exist: text = integer") for a
 comparison of them, in whatever form PostgreSQL resolves a comparison operator for
 (:func:`_comparisons`), and 42804 ("JOIN/USING types text and integer cannot be
-matched") for a join ``USING`` a text and a number (:func:`_refuse_mismatched_using`).
+matched") for a join ``USING`` a text and a number (:func:`_refuse_mismatched_using`);
+and 42883 ("function upper(integer) does not exist") for a text function of a number
+(:func:`_refuse_text_functions_of_numbers`), which Spark answers by casting the number.
 
 PostgreSQL refuses them when it plans the query, as it casts no text to a number
-implicitly. Spark cast the text, and answered rows where each text was a number and
-22P02 (:func:`~timeshard.server.rows.spark_error`) where one was not.
+implicitly, nor a number to a text. Spark cast the text, and answered rows where each
+text was a number and 22P02 (:func:`~timeshard.server.rows.spark_error`) where one was
+not.
 
 Invariants:
 
@@ -35,6 +38,7 @@ from timeshard.server.query_types import (
     _common_type_of,
     _derived_branches,
     _postgres_type,
+    _type_named,
     _untyped,
 )
 from timeshard.server.statements import SqlError
@@ -100,10 +104,17 @@ def _comparison_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     number, or of a string constant and a text or a number (``i || 'x'``: PostgreSQL's
     ``anynonarray || text``; of two string constants, ``text || text``); the common type
     of an ``ARRAY[...]``'s elements that are not string constants (for ``= ANY``), where
-    all are texts or all numbers. None where not known here."""
+    all are texts or all numbers; and of a ``COALESCE``, ``GREATEST`` or ``LEAST`` whose
+    arguments that are not string constants or NULL are all texts, the first one's type
+    (text if none: PostgreSQL's common type of unknowns). None where not known here."""
     node = node.unnest()
     if isinstance(node, exp.Concat | exp.ConcatWs):
         return T.TEXT
+    if isinstance(node, exp.Coalesce | exp.Greatest | exp.Least):
+        values = (node.this, *node.expressions)
+        typed = [_comparison_type(v, columns) for v in values if not _untyped(v)]
+        if all(k in _TEXTS for k in typed):
+            return typed[0] if typed else T.TEXT
     if isinstance(node, _TEXT_FUNCTIONS):
         first = node.this
         return T.TEXT if _untyped(first) or _comparison_type(first, columns) in _TEXTS else None
@@ -196,16 +207,24 @@ def _comparisons(tree: exp.Expr) -> Iterator[tuple[exp.Expr, exp.Expr, str]]:
                 yield (*sides, symbol)
 
 
-def _compares_columns(tree: exp.Expr) -> bool:
-    """Whether :func:`_refuse_text_number_operators` needs the type of a column of
-    ``tree``: a side of one of its comparisons (:func:`_comparisons`) reads a column and
-    the other is not of PostgreSQL's unknown type."""
+def _checks_columns(tree: exp.Expr) -> bool:
+    """Whether :func:`_refuse_text_number_operators` or
+    :func:`_refuse_text_functions_of_numbers` needs the type of a column of ``tree``: a
+    side of one of its comparisons (:func:`_comparisons`) reads a column and the other is
+    not of PostgreSQL's unknown type, or a text function's first argument reads one."""
+    if any(_reads_column(f.this) for f in tree.find_all(*_TEXT_FUNCTIONS)):
+        return True
     for left, right, _symbol in _comparisons(tree):
         if _untyped(left) or _untyped(right):
             continue
         if left.find(exp.Column) is not None or right.find(exp.Column) is not None:
             return True
     return False
+
+
+def _reads_column(node: exp.Expr | None) -> bool:
+    """Whether ``node`` (a function's first argument, None if it has none) reads a column."""
+    return node is not None and node.find(exp.Column) is not None
 
 
 def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> None:
@@ -225,6 +244,38 @@ def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> N
         ):
             named = [_TYPE_NAMES[k] for k in kinds if k is not None]
             raise SqlError(f"operator does not exist: {named[0]} {symbol} {named[1]}", "42883")
+
+
+#: The functions of :data:`_TEXT_FUNCTIONS` of one argument (sqlglot gives ``initcap``
+#: another, a default that PostgreSQL's has not).
+_ONE_ARGUMENT = (exp.Upper, exp.Lower, exp.Initcap, exp.Reverse, exp.MD5)
+
+
+def _refuse_text_functions_of_numbers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """SqlError 42883 for a text function (:data:`_TEXT_FUNCTIONS`) whose first argument
+    is a number (:func:`_comparison_type`: ``upper(i)`` of an integer column,
+    ``upper(5)``), wherever it stands, as PostgreSQL refuses it when it plans the query
+    ("function upper(integer) does not exist": it has none of a number, and casts no
+    number to a text implicitly). Spark cast the number (``upper(i) = 5`` answered rows).
+
+    The message names the arguments' types as PostgreSQL does where known here (a string
+    constant's and NULL's, and one not known here, ``unknown``), and the function as
+    sqlglot writes it (``substring`` for ``substr``, ``trim`` for ``btrim``)."""
+    for function in tree.find_all(*_TEXT_FUNCTIONS):
+        first = function.this
+        if first is None:  # initcap() with no argument: Spark's error
+            continue
+        if _untyped(first) or _comparison_type(first, columns) not in _NUMBERS:
+            continue
+        arguments = (
+            [first]
+            if isinstance(function, _ONE_ARGUMENT)
+            else [a for a in function.args.values() if isinstance(a, exp.Expr)]
+        )
+        kinds = [None if _untyped(a) else _comparison_type(a, columns) for a in arguments]
+        named = ", ".join("unknown" if k is None else _TYPE_NAMES.get(k, "unknown") for k in kinds)
+        name = function.sql(DIALECT).split("(")[0].lower()
+        raise SqlError(f"function {name}({named}) does not exist", "42883")
 
 
 def _refuse_mismatched_using(
@@ -255,7 +306,8 @@ def _refuse_mismatched_using(
     def kinds_of(
         relation: exp.Expr, sources: Mapping[str, tuple[exp.Expr, object]], name: str
     ) -> list[T] | None:
-        """The types of the columns ``name`` of ``relation``; None if not known here."""
+        """The types of the columns ``name`` of ``relation``; None if not known here (a
+        shard's column of a type not known here among them too)."""
         if relation.alias_or_name not in sources:
             return None
         node, source = sources[relation.alias_or_name]
@@ -273,12 +325,10 @@ def _refuse_mismatched_using(
         names = _aliased_names(source, shard)
         if len(names) > len(shard):  # more aliases than columns: PostgreSQL's 42P10
             return None
-        built = [exp.DataType.build(t, dialect=DIALECT).this for t in shard.values()]
-        return [
-            T.SMALLINT if k == T.TINYINT else k
-            for n, k in zip(names, built, strict=True)
-            if n == name
-        ]
+        kinds = [_type_named(t) for n, t in zip(names, shard.values(), strict=True) if n == name]
+        if None in kinds:
+            return None
+        return [T.SMALLINT if k == T.TINYINT else k for k in kinds if k is not None]
 
     for scope in scopes:
         select = scope.expression

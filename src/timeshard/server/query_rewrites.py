@@ -26,8 +26,9 @@ from sqlglot import exp
 from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_comparisons import (
-    _compares_columns,
+    _checks_columns,
     _refuse_mismatched_using,
+    _refuse_text_functions_of_numbers,
     _refuse_text_number_operators,
 )
 from timeshard.server.query_relations import (
@@ -77,7 +78,11 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: (:func:`~timeshard.server.query_windows._ordered_windows`) and a CTE's reader's column
 #: aliases fewer than its columns, PostgreSQL's 42883 for a text compared with a number
 #: (and 42804 for one joined ``USING`` with a number),
-#: and its 42702 past a ``LATERAL`` subquery or a parenthesized join.
+#: and its 42702 past a ``LATERAL`` subquery or a parenthesized join, and a shard's columns
+#: of a type not known here (a list, struct, map, time64) among those its column aliases
+#: name by position (:func:`_typed_columns` before; review k34), and its 42883 for a
+#: text function of a number (``upper(i)``) and for a coalesce, greatest or least of
+#: texts compared with a number.
 TYPING = 4
 
 
@@ -298,6 +303,21 @@ _TEXT_TYPES = frozenset({T.TEXT, T.VARCHAR, T.CHAR, T.NVARCHAR, T.NCHAR})
 _WIDE = (MAX_DECIMAL_DIGITS, 18)
 
 
+def _typed_columns(columns_of: ColumnsOf) -> ColumnsOf:
+    """``columns_of`` without a shard's columns of a type not known here (a list, struct,
+    map, time64): the columns the typing rewrites before version 4 read, kept so that a
+    query resolves at those versions as it did. Their column aliases named a shard's
+    columns by position among these (review k34): at 3 a shard of such a column read
+    under column aliases was refused (42P10, or Spark's 42802 for aliases it did not
+    complete), so no view of one was recorded there."""
+
+    def typed(name: str) -> Mapping[str, str | None] | None:
+        columns = columns_of(name)
+        return None if columns is None else {n: t for n, t in columns.items() if t is not None}
+
+    return typed
+
+
 def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING) -> None:
     """A cast to ``numeric`` (or ``decimal``) with no precision, which PostgreSQL reads as
     unconstrained, is a cast to the Spark DECIMAL that holds its operand exactly: Spark
@@ -353,7 +373,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     compared with a number or joined ``USING`` with one is Spark's
     (:func:`_refuse_text_number_operators`, :func:`_refuse_mismatched_using`), the
     42702 check stops at a ``LATERAL`` subquery or a parenthesized join, and a
-    ``NATURAL`` join stays one (its common column keeps one side's type).
+    ``NATURAL`` join stays one (its common column keeps one side's type). Before 4, a
+    shard's columns are its columns of known types only (:func:`_typed_columns`).
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -365,6 +386,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     digits after the point (``2.5`` is ``2.500000000000000000``), digits past the 18th
     are rounded, and values past 10**20 are refused (22003)."""
     postgres15 = version >= 2
+    if version < 4:
+        columns_of = _typed_columns(columns_of)
     columns_of = functools.cache(columns_of)  # a relation's columns are asked once
     _interval_literals(tree)
     if version >= 3:
@@ -386,7 +409,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         any(c.this.find(exp.Column) for c in casts)
         or _typed_by_columns(tree, postgres15)
         or (version >= 3 and any(j.args.get("using") for j in tree.find_all(exp.Join)))
-        or (version >= 4 and _compares_columns(tree))
+        or (version >= 4 and _checks_columns(tree))
     ):
         columns, typed = _shard_column_types(
             tree, columns_of, aliases=postgres15, renames=version >= 3, joined=joined
@@ -397,6 +420,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         _resolve_joins_using(tree, columns_of)
     if version >= 4:
         _refuse_mismatched_using(tree, columns_of, typed)
+        _refuse_text_functions_of_numbers(tree, typed)
         _refuse_text_number_operators(tree, typed)
     if postgres15:
         _untyped_integer_operands(tree, typed)

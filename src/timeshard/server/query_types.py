@@ -331,18 +331,19 @@ def _shard_column_types(
         scopes = traverse_scope(tree)
     except OptimizeError:
         return {}, {}
-    read: dict[str, Mapping[str, str] | None] = {}
+    read: dict[str, Mapping[str, str | None] | None] = {}
 
-    def columns_of_table(table: exp.Table) -> Mapping[str, str] | None:
+    def columns_of_table(table: exp.Table) -> Mapping[str, str | None] | None:
         name = ".".join(p for p in (table.catalog, table.db, table.name) if p)
         if name not in read:
             read[name] = columns_of(name)
         return read[name]
 
-    def shard_of(source: object) -> Mapping[str, str] | None:
+    def shard_of(source: object) -> Mapping[str, str | None] | None:
         """The columns of the shard ``source`` reads, by the names it reads them by: its
         column aliases' (``FROM t AS q(a, b)``), and its own past them; None if they are
-        not known, or renamed and not ``renames``."""
+        not known, or renamed and not ``renames``. A column's type is None where not
+        known here (:func:`~timeshard.server.parameter_types.arrow_columns`)."""
         if not isinstance(source, exp.Table):
             return None
         shard = columns_of_table(source)
@@ -351,7 +352,10 @@ def _shard_column_types(
             return shard
         if not renames or len(named) > len(shard):
             return None
-        return dict(zip(_aliased_names(source, shard), shard.values(), strict=True))
+        renamed: dict[str, str | None] = {}
+        for name, kind in zip(_aliased_names(source, shard), shard.values(), strict=True):
+            renamed[name] = None if name in renamed else kind  # twice: ambiguous, not typed
+        return renamed
 
     def names_of(node: exp.Expr, source: object) -> set[str] | None:
         if isinstance(source, exp.Table):
@@ -377,7 +381,7 @@ def _shard_column_types(
             # Spark resolves an unquoted name whatever its case (the tree's are lower).
             same = [t for c, t in shard.items() if c.lower() == column.name.lower()]
             name = same[0] if len(same) == 1 else None
-        kind = None if name is None else exp.DataType.build(name, dialect=DIALECT).this
+        kind = _type_named(name)
         return kind, kind
 
     types: dict[int, T] = {}
@@ -521,14 +525,22 @@ def _derived_branches(
     return names, branches
 
 
-def _aliased_names(source: exp.Table, shard: Mapping[str, str]) -> list[str]:
-    """The names ``source`` reads its shard's columns (``shard``) by: its column aliases'
+def _aliased_names(source: exp.Table, shard: Mapping[str, str | None]) -> list[str]:
+    """The names ``source`` reads its shard's columns (``shard``: all of them, in order,
+    :func:`~timeshard.server.parameter_types.arrow_columns`) by: its column aliases'
     (``FROM t AS q(a, b)``), then the shard's own past them, in the shard's order (a name
     may come twice). More aliases than columns give the aliases (PostgreSQL's 42P10)."""
     names = list(shard)
     aliases = _column_aliases(source)
     names[: len(aliases)] = aliases
     return names
+
+
+def _type_named(name: str | None) -> T | None:
+    """The type sqlglot names ``name`` (a shard's column's, as
+    :func:`~timeshard.server.parameter_types.arrow_columns` gives it); None for None, a
+    column of a type not known here."""
+    return None if name is None else exp.DataType.build(name, dialect=DIALECT).this
 
 
 def _column_aliases(holder: exp.Expr | None) -> list[str]:
