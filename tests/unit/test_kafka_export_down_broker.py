@@ -21,7 +21,7 @@ import confluent_kafka.admin
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from tests.unit import test_kafka_down_broker_backoff as backoff
-from tests.unit.test_kafka_down_broker_backoff import Clock, upper
+from tests.unit.test_kafka_down_broker_backoff import CLOCKS, Clock, upper
 from tests.unit.test_kafka_start_broker_down import Uuid
 
 from timeshard.controller import Pipeline
@@ -196,7 +196,8 @@ def brokers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(confluent_kafka.admin, "AdminClient", Admin)
     monkeypatch.setattr(confluent_kafka, "Consumer", Consumer)
     monkeypatch.setattr(confluent_kafka, "Producer", Producer)
-    monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic, raising=False)
+    for module in CLOCKS:
+        monkeypatch.setattr(module, "monotonic", Clock.monotonic)
     # No cluster record of another test's objects, left alive by its failure.
     monkeypatch.setattr(kafka_source.BrokerSilence, "_clusters", weakref.WeakValueDictionary())
     Brokers.up, Brokers.waits, Brokers.log, Brokers.commits = {UP}, [], [], 0

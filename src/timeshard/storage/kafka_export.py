@@ -150,14 +150,13 @@ from timeshard.storage.export import (
     result,
     to_json,
 )
-from timeshard.storage.kafka_source import (
-    BrokerSilence,
-    SharedSilence,
+from timeshard.storage.kafka_client import (
     _no_answer,
     _quiet_logger,
     check_kafka_names,
     check_timeout,
 )
+from timeshard.storage.kafka_silence import BrokerSilence, SharedSilence
 
 PROGRESS_TOPIC = "_timeshard-progress"
 ENVELOPES = ("upsert", "debezium")
