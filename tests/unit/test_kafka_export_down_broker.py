@@ -27,9 +27,12 @@ from tests.unit.test_kafka_start_broker_down import Uuid
 from timeshard.controller import Pipeline
 from timeshard.persist import PersistClient
 from timeshard.spec import ExportSpec, RunSpec, SourceSpec
-from timeshard.storage import kafka_source
+from timeshard.storage import kafka_export, kafka_progress, kafka_source, kafka_topics
 from timeshard.storage.health import latest_health
 from timeshard.storage.kafka_export import PROGRESS_TOPIC
+
+#: The modules of a KAFKA export that read the clock (``time``), for a test's fake clock.
+EXPORT_CLOCKS = (kafka_export, kafka_progress, kafka_topics)
 
 DOWN, UP = "127.0.0.1:1", "127.0.0.1:2"
 

@@ -24,7 +24,7 @@ Invariants:
 
 Everything here runs on the Spark driver; tasks keep no silence (an export's
 task that gets no answer reports status ``silent``, and its driver raises
-:class:`~timeshard.storage.kafka_export.BrokerSilent`).
+:class:`BrokerSilent`).
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from collections.abc import Callable
 from time import monotonic
 from typing import Any, ClassVar, overload
 
+from timeshard.errors import TimeshardError
 from timeshard.storage.kafka_client import _no_answer
 
 #: Guards the clusters' shared records (:class:`BrokerSilence`): serve ticks each of its
@@ -312,4 +313,10 @@ class SharedSilence:
         obj.__dict__.pop("_shared_silence", None)
 
 
-__all__ = ["BrokerSilence", "SharedSilence", "Silence"]
+class BrokerSilent(TimeshardError):
+    """The broker did not answer the driver in time (a fault;
+    :class:`~timeshard.storage.kafka_export.KafkaExport` does not ask it again before a
+    probe finds it answering)."""
+
+
+__all__ = ["BrokerSilence", "BrokerSilent", "SharedSilence", "Silence"]
