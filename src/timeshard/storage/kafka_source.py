@@ -144,7 +144,10 @@ text in Python, ``mapInArrow``; Avro with ``from_avro`` in the executors'
 JVMs, in the same job).
 
 This module holds :class:`KafkaSource`, its options and its read plan; the
-rest is a module per concept, re-exported here:
+rest is a module per concept (the client's side by inheritance, ``KafkaSource``
+of :class:`~timeshard.storage.kafka_commit.GroupCommits` of
+:class:`~timeshard.storage.kafka_offsets.TopicOffsets`; the names other
+modules import re-exported here):
 :mod:`~timeshard.storage.kafka_offsets` (the topic's offsets and id, asked of
 the broker; driver), :mod:`~timeshard.storage.kafka_commit` (the consumer
 group's commits and the close; driver), :mod:`~timeshard.storage.kafka_silence`

@@ -18,9 +18,11 @@ Invariants:
    left open, which the next ``init_transactions`` of the id ends), never with
    a fault that reads as the broker's answer.
 
-What runs where: everything here runs in the task, on an executor, with
-confluent-kafka and fastavro; the driver only builds the picklable
-:class:`_ProduceTask` (``KafkaExport._task``) and reads its result row.
+What runs where: the transaction runs in the task, on an executor, with
+confluent-kafka and fastavro. The driver builds the picklable
+:class:`_ProduceTask` (``KafkaExport._task``) with what it needs from here
+(the transactional id, the progress identity, :meth:`_AvroEncoding.of`, the
+schemas registered) and reads its result row.
 """
 
 from __future__ import annotations
