@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import event, given, settings
 
-from timeshard.storage import kafka_source
+from timeshard.storage import kafka_decode
 from timeshard.storage.kafka_source import KafkaSource, _decoder
 
 VALUE = pa.schema(
@@ -114,17 +114,17 @@ def test_arrow_and_record_by_record_agree(
     records: list[tuple[bytes | None, bytes | None]], key_format: str | None
 ) -> None:
     with pytest.MonkeyPatch.context() as mp:
-        real = kafka_source.arrow_decoded
+        real = kafka_decode.arrow_decoded
 
         def counted(*args: Any) -> Any:
             found = real(*args)
             event(f"decoded by Arrow: {found is not None}")
             return found
 
-        mp.setattr(kafka_source, "arrow_decoded", counted)
+        mp.setattr(kafka_decode, "arrow_decoded", counted)
         fast = decode(records, key_format)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(kafka_source, "arrow_decoded", lambda *args: None)
+        mp.setattr(kafka_decode, "arrow_decoded", lambda *args: None)
         slow = decode(records, key_format)
     assert fast == slow
 
@@ -133,7 +133,7 @@ def test_a_clean_batch_is_decoded_by_arrow(monkeypatch: pytest.MonkeyPatch) -> N
     def refuse(*args: Any) -> Any:
         raise AssertionError("decoded record by record")
 
-    monkeypatch.setattr(kafka_source, "decode_record", refuse)
+    monkeypatch.setattr(kafka_decode, "decode_record", refuse)
     records = [
         (json.dumps({"id": i}).encode(), json.dumps({"n": i, "s": f"v{i}", "x": i / 4}).encode())
         for i in range(5000)

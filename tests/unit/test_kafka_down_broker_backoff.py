@@ -25,8 +25,12 @@ from timeshard.controller import Pipeline
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.spec import RunSpec, SourceSpec
-from timeshard.storage import kafka_source
+from timeshard.storage import kafka_commit, kafka_silence, kafka_source
 from timeshard.storage.health import latest_health
+
+#: The modules of a KAFKA source that read the clock (``monotonic``): the silences' pauses,
+#: the group commits' ages and the close's bound.
+CLOCKS = (kafka_silence, kafka_commit)
 
 DOWN, UP = "127.0.0.1:1", "127.0.0.1:2"
 
@@ -124,7 +128,8 @@ class Consumer:
 def brokers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(confluent_kafka.admin, "AdminClient", Admin)
     monkeypatch.setattr(confluent_kafka, "Consumer", Consumer)
-    monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic, raising=False)
+    for module in CLOCKS:
+        monkeypatch.setattr(module, "monotonic", Clock.monotonic)
     # No cluster record of another test's objects, left alive by its failure.
     monkeypatch.setattr(kafka_source.BrokerSilence, "_clusters", weakref.WeakValueDictionary())
     Brokers.up, Brokers.waits, Clock.now = {UP}, [], 1000.0

@@ -21,15 +21,18 @@ import confluent_kafka.admin
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from tests.unit import test_kafka_down_broker_backoff as backoff
-from tests.unit.test_kafka_down_broker_backoff import Clock, upper
+from tests.unit.test_kafka_down_broker_backoff import CLOCKS, Clock, upper
 from tests.unit.test_kafka_start_broker_down import Uuid
 
 from timeshard.controller import Pipeline
 from timeshard.persist import PersistClient
 from timeshard.spec import ExportSpec, RunSpec, SourceSpec
-from timeshard.storage import kafka_source
+from timeshard.storage import kafka_export, kafka_progress, kafka_source, kafka_topics
 from timeshard.storage.health import latest_health
 from timeshard.storage.kafka_export import PROGRESS_TOPIC
+
+#: The modules of a KAFKA export that read the clock (``time``), for a test's fake clock.
+EXPORT_CLOCKS = (kafka_export, kafka_progress, kafka_topics)
 
 DOWN, UP = "127.0.0.1:1", "127.0.0.1:2"
 
@@ -196,7 +199,8 @@ def brokers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(confluent_kafka.admin, "AdminClient", Admin)
     monkeypatch.setattr(confluent_kafka, "Consumer", Consumer)
     monkeypatch.setattr(confluent_kafka, "Producer", Producer)
-    monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic, raising=False)
+    for module in CLOCKS:
+        monkeypatch.setattr(module, "monotonic", Clock.monotonic)
     # No cluster record of another test's objects, left alive by its failure.
     monkeypatch.setattr(kafka_source.BrokerSilence, "_clusters", weakref.WeakValueDictionary())
     Brokers.up, Brokers.waits, Brokers.log, Brokers.commits = {UP}, [], [], 0

@@ -259,12 +259,11 @@ def test_a_close_whose_progress_scan_keeps_moving_ends_within_one_timeout(
     """Before: the scan for a newer version's progress waited the time left of the close
     for each fetch, not in all: a scan that kept moving (100 records of other exports,
     each fetch answered in 1 s) held the close for 100 s past its 30 s timeout."""
-    from timeshard.storage import kafka_export
-
     run = left_open(tmp_path, monkeypatch)
     Coordinator.silent = False
     monkeypatch.setattr(confluent_kafka, "Consumer", SlowConsumer)
-    monkeypatch.setattr(kafka_export, "time", Slow)
+    for module in down.EXPORT_CLOCKS:
+        monkeypatch.setattr(module, "time", Slow)
     Brokers.log.extend((b"other", b"{}") for _ in range(100))
     (export,) = run.exports
     Slow.now = 0.0

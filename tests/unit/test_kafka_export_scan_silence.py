@@ -14,7 +14,7 @@ from tests.unit import test_kafka_export_down_broker as down
 from tests.unit.test_kafka_down_broker_backoff import Clock, SleepingClock
 from tests.unit.test_kafka_export_down_broker import Brokers, brokers  # noqa: F401
 
-from timeshard.storage import kafka_export
+from timeshard.storage import kafka_export, kafka_progress
 from timeshard.storage.health import latest_health
 
 DOWN = down.DOWN
@@ -63,7 +63,8 @@ def test_a_tasks_progress_read_that_gets_no_answer_is_a_silence_not_asked_every_
     progress read had answered, which started the pause anew: every tick waited 30 s."""
     monkeypatch.setattr(confluent_kafka, "Producer", TaskProducer)
     monkeypatch.setattr(confluent_kafka, "Consumer", FetchlessConsumer)
-    monkeypatch.setattr(kafka_export, "time", Leader)
+    for module in down.EXPORT_CLOCKS:
+        monkeypatch.setattr(module, "time", Leader)
     Leader.down, Leader.task_next, Leader.now = False, False, 0.0
     Brokers.up.add(DOWN)
     client, run = down.pipeline(tmp_path)
@@ -118,18 +119,18 @@ def test_a_progress_scan_that_moves_on_slowly_is_no_silence(
     """Before: the scan's deadline was its window's, so a read that was answered but
     took longer than the timeout in all (0.1 s a record, 64 records, a 2 s timeout)
     was called a silence: the export paused and said the broker did not answer."""
-    monkeypatch.setattr(kafka_export, "time", Leader)
+    monkeypatch.setattr(kafka_progress, "time", Leader)
     Leader.now = 0.0
-    assert kafka_export._scan(Fetches(0.05, True), "p", "x", 0, 64, 2.0) is None
+    assert kafka_progress._scan(Fetches(0.05, True), "p", "x", 0, 64, 2.0) is None
 
 
 def test_a_progress_scan_whose_position_never_moves_is_a_silence(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(kafka_export, "time", Leader)
+    monkeypatch.setattr(kafka_progress, "time", Leader)
     Leader.now = 0.0
     with pytest.raises(kafka_export.BrokerSilent, match=r"no fetch answered within 2\.0 s"):
-        kafka_export._scan(Fetches(0.05, False), "p", "x", 0, 64, 2.0)
+        kafka_progress._scan(Fetches(0.05, False), "p", "x", 0, 64, 2.0)
 
 
 class Unreached(Fetches):
@@ -147,7 +148,7 @@ def test_a_progress_scan_whose_fetches_reach_no_broker_is_a_silence(
 ) -> None:
     """Before: the client's event of an unreachable broker was an ordinary fault, which the
     driver took for the broker's answer (its pause started anew)."""
-    monkeypatch.setattr(kafka_export, "time", Leader)
+    monkeypatch.setattr(kafka_progress, "time", Leader)
     Leader.now = 0.0
     with pytest.raises(kafka_export.BrokerSilent):
-        kafka_export._scan(Unreached(0.05, False), "p", "x", 0, 64, 2.0)
+        kafka_progress._scan(Unreached(0.05, False), "p", "x", 0, 64, 2.0)

@@ -9,7 +9,7 @@ from typing import Any
 import confluent_kafka
 import pytest
 
-from timeshard.storage import kafka_export as ke
+from timeshard.storage import kafka_progress
 
 
 class NoConsumer:
@@ -29,12 +29,12 @@ def test_an_open_transaction_is_aborted_only_when_no_newer_version_owns_the_expo
     in flight, whose task then failed fenced."""
     record = json.dumps({"frontier": 10, "version": read, "target": None}).encode()
     monkeypatch.setattr(confluent_kafka, "Consumer", NoConsumer)
-    monkeypatch.setattr(ke, "_watermarks", lambda c, t, s: (0, 6))  # stable below high
-    monkeypatch.setattr(ke, "_high_watermark", lambda c, conf, t, s: 9)
-    monkeypatch.setattr(ke, "_settled", lambda c, t, h, s: (0, 10))
-    monkeypatch.setattr(ke, "_scan", lambda c, t, e, lo, end, s: (5, record))
+    monkeypatch.setattr(kafka_progress, "_watermarks", lambda c, t, s: (0, 6))  # stable below high
+    monkeypatch.setattr(kafka_progress, "_high_watermark", lambda c, conf, t, s: 9)
+    monkeypatch.setattr(kafka_progress, "_settled", lambda c, t, h, s: (0, 10))
+    monkeypatch.setattr(kafka_progress, "_scan", lambda c, t, e, lo, end, s: (5, record))
     ended: list[str] = []
-    progress = ke.read_progress(
+    progress = kafka_progress.read_progress(
         {}, "progress", "e", 1.0, end_own=lambda: ended.append("init_transactions"), version=1
     )
     assert progress is not None and progress.version == read

@@ -21,7 +21,7 @@ from tests.unit.test_kafka_export_down_broker import Brokers, brokers  # noqa: F
 from timeshard.controller import Pipeline
 from timeshard.persist import PersistClient
 from timeshard.spec import ExportSpec, RunSpec, SourceSpec
-from timeshard.storage import kafka_source
+from timeshard.storage import kafka_silence
 from timeshard.storage.health import latest_health
 from timeshard.storage.kafka_source import BrokerSilence
 
@@ -147,7 +147,7 @@ def test_objects_of_a_cluster_slower_than_a_probe_are_read_again_after_a_silence
     and pushed the shared pause on at each probe, so with a cluster that answers in 2 s
     neither object read it again (0 reads in 30 min). A probe that gets no answer now makes
     the silence the object's own, whose probes at the cap wait the whole timeout."""
-    monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic)
+    monkeypatch.setattr(kafka_silence, "monotonic", Clock.monotonic)
     monkeypatch.setattr(BrokerSilence, "_clusters", weakref.WeakValueDictionary())
     Clock.now = 1000.0
     latency = 2.0  # the cluster answers, slower than a probe waits
@@ -203,7 +203,7 @@ def test_objects_whose_own_asks_keep_timing_out_do_not_keep_another_from_asking(
     """Before: each silence of the objects whose timeout is shorter than the cluster answers
     in pushed the shared pause on, so the object with a long enough timeout, which had no
     silence of its own, was never let ask (0 reads in 30 min)."""
-    monkeypatch.setattr(kafka_source, "monotonic", Clock.monotonic)
+    monkeypatch.setattr(kafka_silence, "monotonic", Clock.monotonic)
     monkeypatch.setattr(BrokerSilence, "_clusters", weakref.WeakValueDictionary())
     Clock.now = 1000.0
     latency = 0.8  # the cluster answers, in 0.8 s

@@ -21,7 +21,7 @@ from timeshard.controller import Pipeline
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.spec import RunSpec, SourceSpec
-from timeshard.storage import kafka_source
+from timeshard.storage import kafka_commit, kafka_silence
 from timeshard.storage.kafka_source import BrokerSilence
 
 TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAQ"
@@ -121,8 +121,9 @@ def test_a_start_with_the_broker_down_waits_on_it_once_per_source_tick_not_for_t
     assert [recorded_topic_id(client, s) for s in ("orders", "payments")] == [None, None]
 
     Broker.up = True  # the broker is back: each source learns its id, records it, binds
-    later = kafka_source.monotonic() + BrokerSilence.FIRST_PROBE_PAUSE_S  # after the probe's
-    monkeypatch.setattr(kafka_source, "monotonic", lambda: later)  # pause, shared by both
+    later = kafka_silence.monotonic() + BrokerSilence.FIRST_PROBE_PAUSE_S  # after the probe's
+    for module in (kafka_silence, kafka_commit):  # pause, shared by both; the commits' clock
+        monkeypatch.setattr(module, "monotonic", lambda: later)
     assert pipeline.step() == {}
     for source in ("orders", "payments"):
         assert recorded_topic_id(client, source) == TOPIC_ID
