@@ -121,9 +121,16 @@ NUMBER_ARGUMENTS = {
     "SELECT i FROM t WHERE lpad(i, 3) = 5": "lpad(integer, integer)",
     "SELECT lower(u.i) FROM u": "lower(integer)",
     "SELECT upper(q.n) FROM (SELECT count(*) AS n FROM t) AS q": "upper(bigint)",
+    # Named as PostgreSQL 15 names them (review k35): an array, the trims by their side.
+    "SELECT upper(ARRAY[1])": "upper(integer[])",
+    "SELECT upper(ARRAY[1.5, 2])": "upper(numeric[])",
+    "SELECT upper(ARRAY[i]) FROM t": "upper(integer[])",
+    "SELECT ltrim(i) FROM t": "ltrim(integer)",
+    "SELECT rtrim(i, 'x') FROM t": "rtrim(integer, unknown)",
+    "SELECT btrim(i) FROM t": "btrim(integer)",
 }
 #: As ``NUMBER_ARGUMENTS``, where PostgreSQL's name of the function is not sqlglot's
-#: (``substr``, ``pg_catalog.btrim``): their SQLSTATE.
+#: (``substr``) or is prefixed (``pg_catalog.btrim`` of ``trim(i)``): their SQLSTATE.
 NUMBER_ARGUMENTS_RENAMED = [
     "SELECT i FROM t WHERE substr(i, 1) = 5",
     "SELECT i FROM t WHERE substring(i FROM 1 FOR 1) = 5",

@@ -259,8 +259,8 @@ def _refuse_text_functions_of_numbers(tree: exp.Expr, columns: Mapping[int, T]) 
     number to a text implicitly). Spark cast the number (``upper(i) = 5`` answered rows).
 
     The message names the arguments' types as PostgreSQL does where known here (a string
-    constant's and NULL's, and one not known here, ``unknown``), and the function as
-    sqlglot writes it (``substring`` for ``substr``, ``trim`` for ``btrim``)."""
+    constant's and NULL's, and one not known here, ``unknown``; an array's ``integer[]``),
+    and the function as :func:`_function_name` gives it."""
     for function in tree.find_all(*_TEXT_FUNCTIONS):
         first = function.this
         if first is None:  # initcap() with no argument: Spark's error
@@ -272,10 +272,29 @@ def _refuse_text_functions_of_numbers(tree: exp.Expr, columns: Mapping[int, T]) 
             if isinstance(function, _ONE_ARGUMENT)
             else [a for a in function.args.values() if isinstance(a, exp.Expr)]
         )
-        kinds = [None if _untyped(a) else _comparison_type(a, columns) for a in arguments]
-        named = ", ".join("unknown" if k is None else _TYPE_NAMES.get(k, "unknown") for k in kinds)
-        name = function.sql(DIALECT).split("(")[0].lower()
-        raise SqlError(f"function {name}({named}) does not exist", "42883")
+        named = ", ".join(_argument_type_name(a, columns) for a in arguments)
+        raise SqlError(f"function {_function_name(function)}({named}) does not exist", "42883")
+
+
+def _argument_type_name(argument: exp.Expr, columns: Mapping[int, T]) -> str:
+    """PostgreSQL's name of a function argument's type in its 42883 message: ``integer``,
+    ``integer[]`` for an ``ARRAY[...]`` of integers, ``unknown`` for a string constant,
+    NULL or a type not known here."""
+    kind = None if _untyped(argument) else _comparison_type(argument, columns)
+    name = "unknown" if kind is None else _TYPE_NAMES.get(kind, "unknown")
+    array = isinstance(argument.unnest(), exp.Array) and name != "unknown"
+    return f"{name}[]" if array else name
+
+
+def _function_name(function: exp.Expr) -> str:
+    """The name of a text function as PostgreSQL's 42883 message gives it where sqlglot
+    merges several: ``ltrim``, ``rtrim`` and ``btrim`` for a ``Trim`` by its side (without
+    the ``pg_catalog.`` PostgreSQL puts before those of the standard's ``trim(...)``
+    syntax), else sqlglot's (``substring`` for ``substr``)."""
+    if isinstance(function, exp.Trim):
+        side = str(function.args.get("position") or "").upper()
+        return {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(side, "btrim")
+    return function.sql(DIALECT).split("(")[0].lower()
 
 
 def _refuse_mismatched_using(
