@@ -221,6 +221,8 @@ ERRORS = [
     ("SELECT i FROM t WHERE left(i, 1) = '7'", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE coalesce(s, 'a') = 5", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE greatest(s, 'a') = 5", psycopg.errors.UndefinedFunction),
+    ("SELECT lpad(i, 3, 'x', 'y') AS n FROM t", psycopg.errors.UndefinedFunction),
+    ("SELECT trim(LEADING FROM i) AS n FROM t", psycopg.errors.UndefinedFunction),
     # Version 4: Spark joined a text and a number USING their name, casting the text.
     ("SELECT * FROM t JOIN (SELECT 5 AS s) AS v USING (s)", psycopg.errors.DatatypeMismatch),
     ("SELECT * FROM t NATURAL JOIN (SELECT 5 AS s, 7 AS i) AS v", psycopg.errors.DatatypeMismatch),

@@ -24,6 +24,13 @@ the client wrote; :class:`ServePostgres` reads them as Spark does:
   compiled (sqlglotc), its core takes no subclass: serve then reads with the stock one,
   and says so once in its log (:func:`_parameter_core`).
 
+A text function's node keeps how it was called, in its ``meta``, for serve's 42883 of a
+text function of a number to name the call as PostgreSQL does (:data:`CALLED`,
+:data:`GIVEN`, :data:`DROPPED`, :data:`STANDARD`): sqlglot's node of ``lpad(s, 3, 'x',
+'y')`` holds three arguments (its Spark SQL has three, as before), of ``substr`` and
+``substring`` one class, of ``trim(s)`` and ``btrim(s)`` one. The tree and its SQL are
+as sqlglot reads them.
+
 Every reader of a client's SQL in :mod:`timeshard.server` parses with
 :data:`DIALECT`, so a statement means one thing to all of them; but a view's query
 recorded before serve typed views' queries, which is read with
@@ -101,6 +108,45 @@ _OPERAND_OF = frozenset(
 )
 
 
+#: The ``meta`` key of the name a text function was called by (``substr``, ``ltrim``).
+CALLED = "serve_called"
+#: The ``meta`` key of the number of arguments a text function was called with.
+GIVEN = "serve_given"
+#: The ``meta`` key of the arguments of a call its node does not hold (``lpad``'s fourth).
+DROPPED = "serve_dropped"
+#: The ``meta`` key marking a call in the SQL standard's syntax (``trim(leading from s)``,
+#: ``substring(s FROM 1)``, ``overlay(s PLACING 'x' FROM 1)``), which PostgreSQL's
+#: grammar makes a call of ``pg_catalog``'s function.
+STANDARD = "serve_standard"
+
+#: The text functions whose node's class is another's, or drops an argument: each call's
+#: node keeps its name and arguments (:func:`_keeping_call`).
+_RENAMED_OR_DROPPING = ("LPAD", "RPAD", "LTRIM", "RTRIM", "BTRIM", "SUBSTR")
+
+
+def _kept(node: exp.Expr, args: list[Any]) -> exp.Expr:
+    """``node`` built of ``args``, with their number (:data:`GIVEN`) and those it does not
+    hold (:data:`DROPPED`) in its ``meta``."""
+    held = {id(v) for v in node.iter_expressions()}
+    node.meta[GIVEN] = len(args)
+    dropped = [a for a in args if isinstance(a, exp.Expr) and id(a) not in held]
+    if dropped:
+        node.meta[DROPPED] = dropped
+    return node
+
+
+def _keeping_call(name: str, build: Any) -> Any:
+    """sqlglot's builder ``build`` of the function ``name``, whose node keeps the name
+    (:data:`CALLED`) and its arguments (:func:`_kept`)."""
+
+    def built(args: list[Any]) -> exp.Expr:
+        node = _kept(build(args), args)
+        node.meta[CALLED] = name.lower()
+        return node
+
+    return built
+
+
 class ServePostgres(Postgres):
     """PostgreSQL as ``timeshard serve`` reads it (see the module's docstring)."""
 
@@ -112,7 +158,55 @@ class ServePostgres(Postgres):
             return core
 
     class Parser(PostgresParser):
-        FUNCTIONS: ClassVar[dict[str, Any]] = {**PostgresParser.FUNCTIONS, "MAP": _spark_map}
+        FUNCTIONS: ClassVar[dict[str, Any]] = {
+            **PostgresParser.FUNCTIONS,
+            "MAP": _spark_map,
+            **{n: _keeping_call(n, PostgresParser.FUNCTIONS[n]) for n in _RENAMED_OR_DROPPING},
+        }
+
+        def _parse_trim(self) -> exp.Trim:
+            trim = super()._parse_trim()
+            trim.meta[STANDARD] = True  # trim(...) is PostgreSQL's pg_catalog.btrim(...)
+            return trim
+
+        def _parse_substring(self) -> exp.Substring:
+            start = self._index
+            substring = super()._parse_substring()
+            written = self._written(start)
+            if any(t.token_type in (TokenType.FROM, TokenType.FOR) for t in written):
+                substring.meta[STANDARD] = True
+            return substring
+
+        def _parse_overlay(self) -> exp.Overlay:
+            start = self._index
+            overlay = super()._parse_overlay()
+            if any(t.text.upper() == "PLACING" for t in self._written(start)):
+                overlay.meta[STANDARD] = True
+            return overlay
+
+        def _parse_initcap(self) -> exp.Initcap:
+            # sqlglot's, keeping the arguments its node drops (a third) or that it adds
+            # (the default delimiters, not PostgreSQL's second argument).
+            args = self._parse_function_args()
+            initcap = _kept(exp.Initcap.from_arg_list(args), args)
+            if initcap.args.get("expression") is None:
+                default = self.dialect.INITCAP_DEFAULT_DELIMITER_CHARS
+                initcap.set("expression", exp.Literal.string(default))
+            return initcap  # type: ignore[return-value]
+
+        def _written(self, start: int) -> list[Any]:
+            """The tokens from the ``start``-th to the current one that are outside any
+            parentheses or brackets among them: the words of a call's own syntax."""
+            depth = 0
+            out = []
+            for token in self._tokens[start : self._index]:
+                if token.token_type in (TokenType.L_PAREN, TokenType.L_BRACKET):
+                    depth += 1
+                elif token.token_type in (TokenType.R_PAREN, TokenType.R_BRACKET):
+                    depth -= 1
+                elif depth == 0:
+                    out.append(token)
+            return out
 
         def _parse_interval_span(
             self, this: exp.Expr, parse_function_unit: bool = True
@@ -160,4 +254,13 @@ DIALECT = ServePostgres()
 #: The dialect of a view's query recorded untyped (:class:`StoredPostgres`).
 STORED_DIALECT = StoredPostgres()
 
-__all__ = ["DIALECT", "STORED_DIALECT", "ServePostgres", "StoredPostgres"]
+__all__ = [
+    "CALLED",
+    "DIALECT",
+    "DROPPED",
+    "GIVEN",
+    "STANDARD",
+    "STORED_DIALECT",
+    "ServePostgres",
+    "StoredPostgres",
+]

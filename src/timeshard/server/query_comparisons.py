@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping
 
 from sqlglot import exp
 
-from timeshard.server.dialect import DIALECT
+from timeshard.server.dialect import CALLED, DIALECT, DROPPED, GIVEN, STANDARD
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_types import (
     _COMMON_ORDER,
@@ -246,11 +246,6 @@ def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> N
             raise SqlError(f"operator does not exist: {named[0]} {symbol} {named[1]}", "42883")
 
 
-#: The functions of :data:`_TEXT_FUNCTIONS` of one argument (sqlglot gives ``initcap``
-#: another, a default that PostgreSQL's has not).
-_ONE_ARGUMENT = (exp.Upper, exp.Lower, exp.Initcap, exp.Reverse, exp.MD5)
-
-
 def _refuse_text_functions_of_numbers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     """SqlError 42883 for a text function (:data:`_TEXT_FUNCTIONS`) whose first argument
     is a number (:func:`_comparison_type`: ``upper(i)`` of an integer column,
@@ -267,13 +262,21 @@ def _refuse_text_functions_of_numbers(tree: exp.Expr, columns: Mapping[int, T]) 
             continue
         if _untyped(first) or _comparison_type(first, columns) not in _NUMBERS:
             continue
-        arguments = (
-            [first]
-            if isinstance(function, _ONE_ARGUMENT)
-            else [a for a in function.args.values() if isinstance(a, exp.Expr)]
-        )
-        named = ", ".join(_argument_type_name(a, columns) for a in arguments)
+        named = ", ".join(_argument_type_name(a, columns) for a in _called_with(function))
         raise SqlError(f"function {_function_name(function)}({named}) does not exist", "42883")
+
+
+def _called_with(function: exp.Expr) -> list[exp.Expr]:
+    """The arguments ``function`` (of :data:`_TEXT_FUNCTIONS`) was called with, as
+    PostgreSQL's 42883 names them: those its node holds, in order, but one sqlglot added
+    (``initcap``'s default delimiters), then those it dropped (``lpad``'s fourth), as the
+    parser kept them (:data:`~timeshard.server.dialect.GIVEN`,
+    :data:`~timeshard.server.dialect.DROPPED`). A ``substring(s FOR 2)`` holds the start
+    1 sqlglot adds: PostgreSQL's ``pg_catalog.substring(s, 1, 2)`` has it too."""
+    held = [a for a in function.args.values() if isinstance(a, exp.Expr)]
+    dropped: list[exp.Expr] = function.meta.get(DROPPED, [])
+    given = function.meta.get(GIVEN, len(held) + len(dropped))
+    return [*held[: given - len(dropped)], *dropped]
 
 
 def _argument_type_name(argument: exp.Expr, columns: Mapping[int, T]) -> str:
@@ -288,13 +291,17 @@ def _argument_type_name(argument: exp.Expr, columns: Mapping[int, T]) -> str:
 
 def _function_name(function: exp.Expr) -> str:
     """The name of a text function as PostgreSQL's 42883 message gives it where sqlglot
-    merges several: ``ltrim``, ``rtrim`` and ``btrim`` for a ``Trim`` by its side (without
-    the ``pg_catalog.`` PostgreSQL puts before those of the standard's ``trim(...)``
-    syntax), else sqlglot's (``substring`` for ``substr``)."""
+    merges several: ``ltrim``, ``rtrim`` and ``btrim`` for a ``Trim`` by its side, the
+    name it was called by (:data:`~timeshard.server.dialect.CALLED`: ``substr``), else
+    sqlglot's; after ``pg_catalog.`` where it was written in the standard's syntax
+    (:data:`~timeshard.server.dialect.STANDARD`: ``trim(i)`` is PostgreSQL's
+    ``pg_catalog.btrim(i)``, ``substring(i FROM 1)`` its ``pg_catalog.substring(i, 1)``)."""
     if isinstance(function, exp.Trim):
         side = str(function.args.get("position") or "").upper()
-        return {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(side, "btrim")
-    return function.sql(DIALECT).split("(")[0].lower()
+        name = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(side, "btrim")
+    else:
+        name = function.meta.get(CALLED) or function.sql(DIALECT).split("(")[0].lower()
+    return f"pg_catalog.{name}" if function.meta.get(STANDARD) else name
 
 
 def _refuse_mismatched_using(
