@@ -221,8 +221,14 @@ ERRORS = [
     ("SELECT i FROM t WHERE left(i, 1) = '7'", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE coalesce(s, 'a') = 5", psycopg.errors.UndefinedFunction),
     ("SELECT i FROM t WHERE greatest(s, 'a') = 5", psycopg.errors.UndefinedFunction),
+    ("SELECT i FROM t WHERE CASE WHEN i > 0 THEN s END = 5", psycopg.errors.UndefinedFunction),
     ("SELECT lpad(i, 3, 'x', 'y') AS n FROM t", psycopg.errors.UndefinedFunction),
     ("SELECT trim(LEADING FROM i) AS n FROM t", psycopg.errors.UndefinedFunction),
+    # Version 4: a COALESCE, GREATEST, LEAST or CASE of a text and a number: Spark cast
+    # the number to a string.
+    ("SELECT coalesce(s, i) AS n FROM t", psycopg.errors.DatatypeMismatch),
+    ("SELECT greatest(i, s) AS n FROM t", psycopg.errors.DatatypeMismatch),
+    ("SELECT CASE WHEN i > 0 THEN s ELSE 5 END AS n FROM t", psycopg.errors.DatatypeMismatch),
     # Version 4: Spark joined a text and a number USING their name, casting the text.
     ("SELECT * FROM t JOIN (SELECT 5 AS s) AS v USING (s)", psycopg.errors.DatatypeMismatch),
     ("SELECT * FROM t NATURAL JOIN (SELECT 5 AS s, 7 AS i) AS v", psycopg.errors.DatatypeMismatch),

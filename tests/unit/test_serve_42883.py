@@ -1,7 +1,8 @@
 """PostgreSQL 15's 42883 ("operator does not exist: text = integer") for a text compared
 with a number where the comparison is no bare operator: ``= ANY``/``ALL`` of an array or
 a subquery, a row comparison, and a text function's result (``upper(s) = 5``); its 42883
-for a text function of a number, naming the call as PostgreSQL does. Each
+for a text function of a number, naming the call as PostgreSQL does; its 42804 for a
+COALESCE, GREATEST, LEAST or CASE of a text and a number (``coalesce(s, i)``). Each
 refusal here was checked against PostgreSQL 15 (the integration file
 ``test_serve_postgres_types.py`` asks it); Spark cast the text and answered.
 
@@ -101,6 +102,69 @@ COMMON_TEXTS = {
     "SELECT i FROM t WHERE coalesce(s, 'a') IN (1, 2)": "text = integer",
     "SELECT i FROM t WHERE greatest(s, 'a') = 5": "text = integer",
     "SELECT i FROM t WHERE least(s, 'a') < 5": "text < integer",
+    # A CASE of texts: its values are its ELSE (NULL without one) and its THENs.
+    "SELECT i FROM t WHERE CASE WHEN i > 0 THEN s ELSE 'x' END = 5": "text = integer",
+    "SELECT i FROM t WHERE CASE WHEN i > 0 THEN 'y' ELSE 'x' END = 5": "text = integer",
+    "SELECT i FROM t WHERE CASE WHEN i > 0 THEN NULL ELSE 'x' END = 5": "text = integer",
+    "SELECT i FROM t WHERE CASE WHEN i > 0 THEN s END = 5": "text = integer",
+    "SELECT i FROM t WHERE CASE i WHEN 1 THEN s END < 5.5": "text < numeric",
+    "SELECT i FROM t WHERE 5 IN (CASE WHEN i > 0 THEN upper(s) END)": "integer = text",
+    # Of integers and string constants: an integer.
+    "SELECT i FROM t WHERE coalesce(i, '5') = s": "integer = text",
+    "SELECT i FROM t WHERE s < CASE WHEN i > 0 THEN 2::int8 ELSE '7' END": "text < bigint",
+}
+#: Per query, PostgreSQL 15's 42804 of a COALESCE, GREATEST, LEAST or CASE of a text and
+#: a number. It reads the values in order (a CASE's ELSE first, NULL without one, then
+#: its THENs), passing string constants and NULLs, and names the type so far (the first
+#: text's, the widest number's) and the first value's of the other kind.
+COMMON_TYPES = {
+    "SELECT coalesce(s, i) FROM t": "COALESCE types text and integer",
+    "SELECT coalesce(i, s) FROM t": "COALESCE types integer and text",
+    "SELECT greatest(s, i) FROM t": "GREATEST types text and integer",
+    "SELECT least(i, s) FROM t": "LEAST types integer and text",
+    "SELECT coalesce(s, 5) FROM t": "COALESCE types text and integer",
+    "SELECT coalesce(s, NULL, 'a', i) FROM t": "COALESCE types text and integer",
+    "SELECT coalesce(NULL, i, s) FROM t": "COALESCE types integer and text",
+    "SELECT coalesce(i, 1.5, s) FROM t": "COALESCE types numeric and text",
+    "SELECT coalesce(1.5, i, s) FROM t": "COALESCE types numeric and text",
+    "SELECT coalesce(s, 1.5) FROM t": "COALESCE types text and numeric",
+    "SELECT coalesce(s, 1e3) FROM t": "COALESCE types text and numeric",
+    "SELECT coalesce(s, 2::float8) FROM t": "COALESCE types text and double precision",
+    "SELECT coalesce(s, count(*)) FROM t GROUP BY s": "COALESCE types text and bigint",
+    "SELECT coalesce(s::varchar, s, i) FROM t": "COALESCE types character varying and integer",
+    "SELECT coalesce(upper(s), i) FROM t": "COALESCE types text and integer",
+    "SELECT coalesce(coalesce(s, 'a'), i) FROM t": "COALESCE types text and integer",
+    "SELECT coalesce(s, i) = 5 FROM t": "COALESCE types text and integer",
+    "SELECT upper(coalesce(i, s)) FROM t": "COALESCE types integer and text",
+    "SELECT t.i FROM t, u WHERE coalesce(t.s, u.i) = 'a'": "COALESCE types text and integer",
+    "SELECT CASE WHEN i > 0 THEN s ELSE i END FROM t": "CASE types integer and text",
+    "SELECT CASE WHEN i > 0 THEN i ELSE s END FROM t": "CASE types text and integer",
+    "SELECT CASE WHEN i > 0 THEN s WHEN i < 0 THEN 5 END FROM t": "CASE types text and integer",
+    "SELECT CASE WHEN i > 0 THEN 'a' WHEN i < 0 THEN 5 ELSE s END FROM t": (
+        "CASE types text and integer"
+    ),
+    "SELECT CASE WHEN i > 0 THEN 1 WHEN i < 0 THEN s WHEN i = 0 THEN 1.5 END FROM t": (
+        "CASE types integer and text"
+    ),
+    "SELECT CASE i WHEN 1 THEN s ELSE 2 END FROM t": "CASE types integer and text",
+}
+#: Per query, PostgreSQL 15's error for a string constant among integers, which it reads
+#: as their common type when it plans the query (Spark's answer was a string).
+INTEGER_TEXTS = {
+    "SELECT coalesce(i, 'a') FROM t": ("22P02", 'invalid input syntax for type integer: "a"'),
+    "SELECT greatest(2::int8, 'x') FROM t": ("22P02", 'invalid input syntax for type bigint: "x"'),
+    "SELECT CASE WHEN i > 0 THEN 'a' ELSE 5 END FROM t": (
+        "22P02",
+        'invalid input syntax for type integer: "a"',
+    ),
+    "SELECT coalesce(i, '3000000000') FROM t": (
+        "22003",
+        'value "3000000000" is out of range for type integer',
+    ),
+    "SELECT greatest(least(1, 'a'), s) FROM t": (
+        "22P02",
+        'invalid input syntax for type integer: "a"',
+    ),
 }
 #: A text function of a number: PostgreSQL has none (its message names the function as
 #: called; here, where it differs, as sqlglot names it).
@@ -123,6 +187,7 @@ NUMBER_ARGUMENTS = {
     "SELECT lower(u.i) FROM u": "lower(integer)",
     "SELECT upper(q.n) FROM (SELECT count(*) AS n FROM t) AS q": "upper(bigint)",
     # Named as PostgreSQL 15 names them (review k35): an array, the trims by their side.
+    "SELECT upper(coalesce(i, '5')) FROM t": "upper(integer)",
     "SELECT upper(ARRAY[1])": "upper(integer[])",
     "SELECT upper(ARRAY[1.5, 2])": "upper(numeric[])",
     "SELECT upper(ARRAY[i]) FROM t": "upper(integer[])",
@@ -162,6 +227,39 @@ def test_a_coalesce_of_texts_compared_with_a_number_is_42883(sql: str) -> None:
     assert refusal(sql) == ("42883", f"operator does not exist: {COMMON_TEXTS[sql]}")
 
 
+@pytest.mark.parametrize("sql", sorted(COMMON_TYPES))
+def test_a_common_type_of_a_text_and_a_number_is_42804(sql: str) -> None:
+    """Spark cast the number to a string: ``coalesce(s, i)`` answered texts."""
+    assert refusal(sql) == ("42804", f"{COMMON_TYPES[sql]} cannot be matched")
+
+
+@pytest.mark.parametrize("sql", sorted(INTEGER_TEXTS))
+def test_a_string_constant_among_integers_is_read_as_one(sql: str) -> None:
+    assert refusal(sql) == INTEGER_TEXTS[sql]
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        # What is in a construct is refused first, as PostgreSQL reads it before.
+        (
+            "SELECT coalesce(upper(i), s) FROM t",
+            ("42883", "function upper(integer) does not exist"),
+        ),
+        (
+            "SELECT CASE WHEN s = 5 THEN s ELSE i END FROM t",
+            ("42883", "operator does not exist: text = integer"),
+        ),
+        (
+            "SELECT coalesce(coalesce(i, s), 5) FROM t",
+            ("42804", "COALESCE types integer and text cannot be matched"),
+        ),
+    ],
+)
+def test_what_is_in_a_construct_is_refused_first(sql: str, expected: tuple[str, str]) -> None:
+    assert refusal(sql) == expected
+
+
 @pytest.mark.parametrize("sql", sorted(NUMBER_ARGUMENTS))
 def test_a_text_function_of_a_number_is_42883(sql: str) -> None:
     """Spark cast the number to a string: ``upper(i) = 5`` answered rows."""
@@ -197,10 +295,14 @@ def test_a_call_kept_for_its_name_runs_as_sqlglot_reads_it(call: str) -> None:
         "SELECT upper(q.i) FROM (SELECT * FROM t) AS q",
         "SELECT i FROM (SELECT * FROM t) AS q WHERE coalesce(q.s, 'a') = 5",
         "SELECT upper(b) FROM u",
+        "SELECT coalesce(u.b, 5) FROM u",
+        "SELECT coalesce(q.s, 5) FROM (SELECT * FROM t) AS q",
+        # PostgreSQL's 22P02 (its input of a numeric is not checked here): Spark's.
+        "SELECT i FROM t WHERE coalesce(1.5, 'a') = s",
     ],
 )
 def test_a_function_of_a_type_not_known_here_is_left_to_spark(sql: str) -> None:
-    """PostgreSQL refuses these too (42883), but the type of the argument is not known
+    """PostgreSQL refuses these too (42883, 42804), but the type of a value is not known
     here (a column of a ``*``, a bytea): nothing is refused on a guess."""
     typed(sql)  # no SqlError
 
@@ -247,6 +349,13 @@ PASSED = [
     # text (a number cast to one), of NULL, or of a column of a type not known here.
     "SELECT i FROM t WHERE coalesce(i, 5) = 5 AND coalesce(s, 'a') = '5'",
     "SELECT i FROM t WHERE upper(i::text) = '5' AND upper(NULL) = 'A'",
+    # A string constant or NULL beside a text or a number takes its type; numbers of
+    # several types have the widest; a value of a type not known here is Spark's.
+    "SELECT coalesce(s, 'a'), coalesce(i, '5'), greatest(i, NULL, '7'), least('a', s) FROM t",
+    "SELECT coalesce(t.i, 1.5, 2::int8, 3e0), greatest(t.i, u.s) FROM t, u",
+    "SELECT CASE WHEN i > 0 THEN s ELSE 'x' END, CASE WHEN i > 0 THEN i END FROM t",
+    "SELECT CASE WHEN i > 0 THEN 'a' ELSE NULL END = 'b', coalesce(NULL, NULL) FROM t",
+    "SELECT coalesce(i, ' 5 '), least(i, '-7'), greatest(2::int8, '3000000000') FROM t",
 ]
 
 
@@ -257,7 +366,11 @@ def test_what_postgresql_answers_passes(sql: str) -> None:
 
 @pytest.mark.parametrize(
     "sql",
-    sorted({**ANY_ALL, **ROWS, **TEXT_FUNCTIONS, **COMMON_TEXTS, **NUMBER_ARGUMENTS}.keys()),
+    sorted(
+        {**ANY_ALL, **ROWS, **TEXT_FUNCTIONS, **COMMON_TEXTS, **NUMBER_ARGUMENTS}.keys()
+        | COMMON_TYPES.keys()
+        | INTEGER_TEXTS.keys()
+    ),
 )
 def test_version_3_leaves_them_to_spark(sql: str) -> None:
     """A view recorded at version 3 resolves as it did."""

@@ -1,10 +1,13 @@
 """PostgreSQL 15's refusal of a text compared with a number, which Spark answers by
 casting the text: SqlError 42883 ("operator does not exist: text = integer") for a
 comparison of them, in whatever form PostgreSQL resolves a comparison operator for
-(:func:`_comparisons`), and 42804 ("JOIN/USING types text and integer cannot be
-matched") for a join ``USING`` a text and a number (:func:`_refuse_mismatched_using`);
-and 42883 ("function upper(integer) does not exist") for a text function of a number
-(:func:`_refuse_text_functions_of_numbers`), which Spark answers by casting the number.
+(:func:`_comparisons`); 42804 ("JOIN/USING types text and integer cannot be matched")
+for a join ``USING`` a text and a number (:func:`_refuse_mismatched_using`);
+42883 ("function upper(integer) does not exist") for a text function of a number
+(:func:`_refuse_text_functions_of_numbers`), and 42804 ("COALESCE types text and
+integer cannot be matched") for a ``COALESCE``, ``GREATEST``, ``LEAST`` or ``CASE`` of
+a text and a number (:func:`_refuse_unmatched_common_types`), which Spark answers by
+casting the number.
 
 PostgreSQL refuses them when it plans the query, as it casts no text to a number
 implicitly, nor a number to a text. Spark cast the text, and answered rows where each
@@ -38,9 +41,11 @@ from timeshard.server.query_types import (
     _common_type_of,
     _derived_branches,
     _postgres_type,
+    _string_constant,
     _type_named,
     _untyped,
 )
+from timeshard.server.sql_tokens import integer_input_error
 from timeshard.server.statements import SqlError
 
 T = exp.DType
@@ -71,6 +76,8 @@ _TYPE_NAMES = {
 }
 _TEXTS = frozenset({T.TEXT, T.VARCHAR})
 _NUMBERS = frozenset(_TYPE_NAMES) - _TEXTS
+#: The bits of each of PostgreSQL's integer types, by the Spark type of its values.
+_INTEGER_BITS = {T.SMALLINT: 16, T.INT: 32, T.BIGINT: 64}
 
 #: The functions PostgreSQL answers a text of when their first argument is a text (or a
 #: string constant): ``upper``, ``lower``, ``initcap``, ``substr``/``substring``,
@@ -97,6 +104,27 @@ _TEXT_FUNCTIONS = (
 )
 
 
+#: The constructs PostgreSQL gives their values a common type of (its
+#: ``select_common_type``), by the name its 42804 gives each.
+_COMMON_TYPED: dict[type[exp.Expr], str] = {
+    exp.Coalesce: "COALESCE",
+    exp.Greatest: "GREATEST",
+    exp.Least: "LEAST",
+    exp.Case: "CASE",
+}
+
+
+def _common_typed_values(node: exp.Expr) -> list[exp.Expr]:
+    """The values PostgreSQL gives ``node`` (of :data:`_COMMON_TYPED`) a common type of, in
+    the order it reads them: a ``CASE``'s ``ELSE`` (NULL without one) first, then its
+    ``THEN``s (``CASE WHEN b THEN s ELSE i END`` is "CASE types integer and text"); a
+    ``COALESCE``'s, ``GREATEST``'s or ``LEAST``'s arguments."""
+    if isinstance(node, exp.Case):
+        branches = [branch.args["true"] for branch in node.args.get("ifs") or []]
+        return [node.args.get("default") or exp.Null(), *branches]
+    return [node.this, *node.expressions]
+
+
 def _comparison_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     """PostgreSQL's type of a side of a comparison: :func:`_postgres_type`'s, and a text
     (TEXT) for a text function of a text (:data:`_TEXT_FUNCTIONS`), a ``concat`` or
@@ -104,17 +132,26 @@ def _comparison_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     number, or of a string constant and a text or a number (``i || 'x'``: PostgreSQL's
     ``anynonarray || text``; of two string constants, ``text || text``); the common type
     of an ``ARRAY[...]``'s elements that are not string constants (for ``= ANY``), where
-    all are texts or all numbers; and of a ``COALESCE``, ``GREATEST`` or ``LEAST`` whose
-    arguments that are not string constants or NULL are all texts, the first one's type
-    (text if none: PostgreSQL's common type of unknowns). None where not known here."""
+    all are texts or all numbers; and of a ``COALESCE``, ``GREATEST``, ``LEAST`` or
+    ``CASE``, PostgreSQL's common type of its values (:func:`_common_typed_values`) that
+    are not string constants or NULL, which take it: the first one's where all are texts
+    (text if none: PostgreSQL's common type of unknowns), the widest where all are
+    numbers (``coalesce(i, '5')`` is an integer, its string constants checked by
+    :func:`_refuse_unmatched_common_types`; of a numeric or a float, not known here, as
+    PostgreSQL's input of them is not checked here). None where not known here."""
     node = node.unnest()
     if isinstance(node, exp.Concat | exp.ConcatWs):
         return T.TEXT
-    if isinstance(node, exp.Coalesce | exp.Greatest | exp.Least):
-        values = (node.this, *node.expressions)
+    if isinstance(node, tuple(_COMMON_TYPED)):
+        values = _common_typed_values(node)
         typed = [_comparison_type(v, columns) for v in values if not _untyped(v)]
         if all(k in _TEXTS for k in typed):
             return typed[0] if typed else T.TEXT
+        if all(k in _NUMBERS for k in typed) and typed:
+            widest = max(typed, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]
+            texts = any(_string_constant(v.unnest()) is not None for v in values)
+            return widest if widest in _INTEGER_BITS or not texts else None
+        return None
     if isinstance(node, _TEXT_FUNCTIONS):
         first = node.this
         return T.TEXT if _untyped(first) or _comparison_type(first, columns) in _TEXTS else None
@@ -208,12 +245,17 @@ def _comparisons(tree: exp.Expr) -> Iterator[tuple[exp.Expr, exp.Expr, str]]:
 
 
 def _checks_columns(tree: exp.Expr) -> bool:
-    """Whether :func:`_refuse_text_number_operators` or
-    :func:`_refuse_text_functions_of_numbers` needs the type of a column of ``tree``: a
-    side of one of its comparisons (:func:`_comparisons`) reads a column and the other is
-    not of PostgreSQL's unknown type, or a text function's first argument reads one."""
+    """Whether :func:`_refuse_text_number_operators`,
+    :func:`_refuse_text_functions_of_numbers` or :func:`_refuse_unmatched_common_types`
+    needs the type of a column of ``tree``: a side of one of its comparisons
+    (:func:`_comparisons`) reads a column and the other is not of PostgreSQL's unknown
+    type, a text function's first argument reads one, or a value of a ``COALESCE``,
+    ``GREATEST``, ``LEAST`` or ``CASE`` does."""
     if any(_reads_column(f.this) for f in tree.find_all(*_TEXT_FUNCTIONS)):
         return True
+    for node in tree.find_all(*_COMMON_TYPED):
+        if any(_reads_column(v) for v in _common_typed_values(node)):
+            return True
     for left, right, _symbol in _comparisons(tree):
         if _untyped(left) or _untyped(right):
             continue
@@ -302,6 +344,66 @@ def _function_name(function: exp.Expr) -> str:
     else:
         name = function.meta.get(CALLED) or function.sql(DIALECT).split("(")[0].lower()
     return f"pg_catalog.{name}" if function.meta.get(STANDARD) else name
+
+
+def _refuse_unmatched_common_types(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """SqlError 42804 for a ``COALESCE``, ``GREATEST``, ``LEAST`` or ``CASE`` of a text
+    and a number (``coalesce(s, i)``, ``CASE WHEN b THEN s ELSE 5 END``), as PostgreSQL
+    refuses it when it plans the query ("COALESCE types text and integer cannot be
+    matched"): it has no common type of them. Spark cast the number to a string.
+
+    PostgreSQL reads the values (:func:`_common_typed_values`) in order, passing string
+    constants and NULLs (of its unknown type, which takes the common type: ``coalesce(s,
+    'a')`` and ``coalesce(i, '5')`` pass), and keeps the type so far: the first text's,
+    or the widest number's (:data:`~timeshard.server.query_types._COMMON_ORDER`); the
+    message names it and the first value of the other kind. Where a value's type is not
+    known here (:func:`_comparison_type`), the construct is Spark's. Of integers, a
+    string constant is read as the common type, as PostgreSQL reads it when it plans:
+    ``coalesce(i, 'a')`` is its 22P02 ("invalid input syntax for type integer"), a
+    number past the type's range its 22003 (Spark's answer was a string).
+
+    The innermost constructs first, each after the 42883s of the values in it
+    (:func:`_refuse_text_functions_of_numbers`, :func:`_refuse_text_number_operators`),
+    as PostgreSQL reads a construct's values before it types it."""
+    for node in _innermost_first(tree):
+        if not isinstance(node, tuple(_COMMON_TYPED)):
+            continue
+        _refuse_text_functions_of_numbers(node, columns)
+        _refuse_text_number_operators(node, columns)
+        values = [v for v in _common_typed_values(node) if not _untyped(v)]
+        kinds = [_comparison_type(v, columns) for v in values]
+        known = [k for k in kinds if k in _TYPE_NAMES]
+        if len(known) < len(kinds) or not known:
+            continue
+        common = known[0]
+        for kind in known[1:]:
+            if (kind in _TEXTS) != (common in _TEXTS):
+                raise SqlError(
+                    f"{_COMMON_TYPED[type(node)]} types {_TYPE_NAMES[common]} and "
+                    f"{_TYPE_NAMES[kind]} cannot be matched",
+                    "42804",
+                )
+            if kind in _NUMBERS and _COMMON_ORDER.index(kind) > _COMMON_ORDER.index(common):
+                common = kind
+        if common in _INTEGER_BITS:
+            for value in _common_typed_values(node):
+                text = _string_constant(value.unnest())
+                name, bits = _TYPE_NAMES[common], _INTEGER_BITS[common]
+                error = None if text is None else integer_input_error(text, name, bits)
+                if error is not None:
+                    raise error
+
+
+def _innermost_first(tree: exp.Expr) -> Iterator[exp.Expr]:
+    """The nodes of ``tree``, each after those in it, the earlier ones of the query first."""
+    pending: list[tuple[exp.Expr, bool]] = [(tree, False)]
+    while pending:
+        node, visited = pending.pop()
+        if visited:
+            yield node
+            continue
+        pending.append((node, True))
+        pending.extend((c, False) for c in reversed(list(node.iter_expressions())))
 
 
 def _refuse_mismatched_using(

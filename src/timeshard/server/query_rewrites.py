@@ -30,6 +30,7 @@ from timeshard.server.query_comparisons import (
     _refuse_mismatched_using,
     _refuse_text_functions_of_numbers,
     _refuse_text_number_operators,
+    _refuse_unmatched_common_types,
 )
 from timeshard.server.query_relations import (
     _complete_column_aliases,
@@ -81,8 +82,8 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: and its 42702 past a ``LATERAL`` subquery or a parenthesized join, and a shard's columns
 #: of a type not known here (a list, struct, map, time64) among those its column aliases
 #: name by position (:func:`_typed_columns` before; review k34), and its 42883 for a
-#: text function of a number (``upper(i)``) and for a coalesce, greatest or least of
-#: texts compared with a number.
+#: text function of a number (``upper(i)``) and for a coalesce, greatest, least or case
+#: of texts compared with a number, and its 42804 for one of a text and a number.
 TYPING = 4
 
 
@@ -370,8 +371,9 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     column aliases are completed (:func:`_complete_subquery_aliases`), and there is no
     42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
     order is not ordered, a CTE's reader's column aliases are not completed, a text
-    compared with a number or joined ``USING`` with one is Spark's
-    (:func:`_refuse_text_number_operators`, :func:`_refuse_mismatched_using`), the
+    compared with a number, joined ``USING`` with one or given a common type with one
+    is Spark's (:func:`_refuse_text_number_operators`, :func:`_refuse_mismatched_using`,
+    :func:`_refuse_unmatched_common_types`), the
     42702 check stops at a ``LATERAL`` subquery or a parenthesized join, and a
     ``NATURAL`` join stays one (its common column keeps one side's type). Before 4, a
     shard's columns are its columns of known types only (:func:`_typed_columns`).
@@ -420,6 +422,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         _resolve_joins_using(tree, columns_of)
     if version >= 4:
         _refuse_mismatched_using(tree, columns_of, typed)
+        _refuse_unmatched_common_types(tree, typed)
         _refuse_text_functions_of_numbers(tree, typed)
         _refuse_text_number_operators(tree, typed)
     if postgres15:
