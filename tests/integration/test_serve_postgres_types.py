@@ -134,6 +134,11 @@ TEXT_CONSTANTS = [
     ("SELECT i FROM t WHERE s = ANY (ARRAY['x', '2'])", [("i", INT4)], [(7,)]),
     ("SELECT i FROM t WHERE (i, s) = (7, 'x')", [("i", INT4)], [(7,)]),
     ("SELECT i FROM t WHERE upper(s) = 'X'", [("i", INT4)], [(7,)]),
+    (  # version 4: a string constant among integers is of their type (Spark's: an int8)
+        "SELECT coalesce(s, 'a') AS a, coalesce(i, '5') AS b FROM t",
+        [("a", TEXT), ("b", INT4)],
+        [("x", 7)],
+    ),
     (
         "SELECT * FROM t JOIN (SELECT 'x' AS s) AS v USING (s)",
         [("s", TEXT), ("i", INT4)],
@@ -225,7 +230,7 @@ ERRORS = [
     ("SELECT lpad(i, 3, 'x', 'y') AS n FROM t", psycopg.errors.UndefinedFunction),
     ("SELECT trim(LEADING FROM i) AS n FROM t", psycopg.errors.UndefinedFunction),
     # Version 4: a COALESCE, GREATEST, LEAST or CASE of a text and a number: Spark cast
-    # the number to a string.
+    # the text to a BIGINT (22P02 at 'x'), or refused greatest's with 42K09.
     ("SELECT coalesce(s, i) AS n FROM t", psycopg.errors.DatatypeMismatch),
     ("SELECT greatest(i, s) AS n FROM t", psycopg.errors.DatatypeMismatch),
     ("SELECT CASE WHEN i > 0 THEN s ELSE 5 END AS n FROM t", psycopg.errors.DatatypeMismatch),

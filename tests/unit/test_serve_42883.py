@@ -149,7 +149,7 @@ COMMON_TYPES = {
     "SELECT CASE i WHEN 1 THEN s ELSE 2 END FROM t": "CASE types integer and text",
 }
 #: Per query, PostgreSQL 15's error for a string constant among integers, which it reads
-#: as their common type when it plans the query (Spark's answer was a string).
+#: as their common type when it plans the query (Spark cast the text to a BIGINT).
 INTEGER_TEXTS = {
     "SELECT coalesce(i, 'a') FROM t": ("22P02", 'invalid input syntax for type integer: "a"'),
     "SELECT greatest(2::int8, 'x') FROM t": ("22P02", 'invalid input syntax for type bigint: "x"'),
@@ -229,8 +229,33 @@ def test_a_coalesce_of_texts_compared_with_a_number_is_42883(sql: str) -> None:
 
 @pytest.mark.parametrize("sql", sorted(COMMON_TYPES))
 def test_a_common_type_of_a_text_and_a_number_is_42804(sql: str) -> None:
-    """Spark cast the number to a string: ``coalesce(s, i)`` answered texts."""
+    """Spark cast the text to a BIGINT: ``coalesce(s, i)`` answered 22P02 at the text 'x'."""
     assert refusal(sql) == ("42804", f"{COMMON_TYPES[sql]} cannot be matched")
+
+
+@pytest.mark.parametrize(
+    ("sql", "spark"),
+    [
+        ("SELECT coalesce(i, '5') AS n FROM t", "SELECT COALESCE(i, CAST('5' AS INT)) AS n FROM t"),
+        (
+            "SELECT greatest(2::int8, i, ' 7 ', NULL) AS n FROM t",
+            "SELECT GREATEST(CAST(2 AS BIGINT), i, CAST(' 7 ' AS BIGINT), NULL) AS n FROM t",
+        ),
+        (
+            "SELECT CASE WHEN i > 0 THEN '5' ELSE 2::int2 END AS n FROM t",
+            "SELECT CASE WHEN i > 0 THEN CAST('5' AS SMALLINT) ELSE CAST(2 AS SMALLINT) END "
+            "AS n FROM t",
+        ),
+        (
+            "SELECT coalesce(i, '5') / 2 AS n FROM t",
+            "SELECT CAST(COALESCE(i, CAST('5' AS INT)) DIV 2 AS INT) AS n FROM t",
+        ),
+    ],
+)
+def test_a_string_constant_among_integers_is_of_their_type(sql: str, spark: str) -> None:
+    """PostgreSQL's ``coalesce(i, '5')`` is an int4 (and ``/ 2`` of it an integer
+    quotient); Spark's was an int8, the text cast to a BIGINT."""
+    assert typed(sql) == spark
 
 
 @pytest.mark.parametrize("sql", sorted(INTEGER_TEXTS))

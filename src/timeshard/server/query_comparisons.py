@@ -4,10 +4,10 @@ comparison of them, in whatever form PostgreSQL resolves a comparison operator f
 (:func:`_comparisons`); 42804 ("JOIN/USING types text and integer cannot be matched")
 for a join ``USING`` a text and a number (:func:`_refuse_mismatched_using`);
 42883 ("function upper(integer) does not exist") for a text function of a number
-(:func:`_refuse_text_functions_of_numbers`), and 42804 ("COALESCE types text and
-integer cannot be matched") for a ``COALESCE``, ``GREATEST``, ``LEAST`` or ``CASE`` of
-a text and a number (:func:`_refuse_unmatched_common_types`), which Spark answers by
-casting the number.
+(:func:`_refuse_text_functions_of_numbers`), which Spark answers by casting the number;
+and 42804 ("COALESCE types text and integer cannot be matched") for a ``COALESCE``,
+``GREATEST``, ``LEAST`` or ``CASE`` of a text and a number
+(:func:`_refuse_unmatched_common_types`), whose text Spark cast to a BIGINT.
 
 PostgreSQL refuses them when it plans the query, as it casts no text to a number
 implicitly, nor a number to a text. Spark cast the text, and answered rows where each
@@ -350,7 +350,9 @@ def _refuse_unmatched_common_types(tree: exp.Expr, columns: Mapping[int, T]) -> 
     """SqlError 42804 for a ``COALESCE``, ``GREATEST``, ``LEAST`` or ``CASE`` of a text
     and a number (``coalesce(s, i)``, ``CASE WHEN b THEN s ELSE 5 END``), as PostgreSQL
     refuses it when it plans the query ("COALESCE types text and integer cannot be
-    matched"): it has no common type of them. Spark cast the number to a string.
+    matched"): it has no common type of them. Spark cast the text to a BIGINT (22P02
+    "invalid input syntax for type bigint" at a text that is no number; ``greatest(i,
+    s)`` its own 42K09).
 
     PostgreSQL reads the values (:func:`_common_typed_values`) in order, passing string
     constants and NULLs (of its unknown type, which takes the common type: ``coalesce(s,
@@ -360,7 +362,7 @@ def _refuse_unmatched_common_types(tree: exp.Expr, columns: Mapping[int, T]) -> 
     known here (:func:`_comparison_type`), the construct is Spark's. Of integers, a
     string constant is read as the common type, as PostgreSQL reads it when it plans:
     ``coalesce(i, 'a')`` is its 22P02 ("invalid input syntax for type integer"), a
-    number past the type's range its 22003 (Spark's answer was a string).
+    number past the type's range its 22003 (Spark cast the text to a BIGINT).
 
     The innermost constructs first, each after the 42883s of the values in it
     (:func:`_refuse_text_functions_of_numbers`, :func:`_refuse_text_number_operators`),

@@ -26,7 +26,11 @@ from sqlglot import exp
 from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_comparisons import (
+    _COMMON_TYPED,
+    _INTEGER_BITS,
     _checks_columns,
+    _common_typed_values,
+    _comparison_type,
     _refuse_mismatched_using,
     _refuse_text_functions_of_numbers,
     _refuse_text_number_operators,
@@ -83,7 +87,8 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: of a type not known here (a list, struct, map, time64) among those its column aliases
 #: name by position (:func:`_typed_columns` before; review k34), and its 42883 for a
 #: text function of a number (``upper(i)``) and for a coalesce, greatest, least or case
-#: of texts compared with a number, and its 42804 for one of a text and a number.
+#: of texts compared with a number, and its 42804 for one of a text and a number, and
+#: the integer type of a string constant among integers there (:func:`_untyped_common_values`).
 TYPING = 4
 
 
@@ -373,7 +378,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     order is not ordered, a CTE's reader's column aliases are not completed, a text
     compared with a number, joined ``USING`` with one or given a common type with one
     is Spark's (:func:`_refuse_text_number_operators`, :func:`_refuse_mismatched_using`,
-    :func:`_refuse_unmatched_common_types`), the
+    :func:`_refuse_unmatched_common_types`), so is a string constant among a
+    ``COALESCE``'s integers (:func:`_untyped_common_values`), the
     42702 check stops at a ``LATERAL`` subquery or a parenthesized join, and a
     ``NATURAL`` join stays one (its common column keeps one side's type). Before 4, a
     shard's columns are its columns of known types only (:func:`_typed_columns`).
@@ -425,6 +431,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         _refuse_unmatched_common_types(tree, typed)
         _refuse_text_functions_of_numbers(tree, typed)
         _refuse_text_number_operators(tree, typed)
+        _untyped_common_values(tree, typed)
     if postgres15:
         _untyped_integer_operands(tree, typed)
     _integer_quotients(tree, typed)
@@ -510,6 +517,23 @@ def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
             kind = _postgres_type(other, columns)
             if kind in _POSTGRES_INTEGERS:
                 text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
+
+
+def _untyped_common_values(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """A string constant among the values of a ``COALESCE``, ``GREATEST``, ``LEAST`` or
+    ``CASE`` of integers (:func:`~timeshard.server.query_comparisons._comparison_type`)
+    is cast to their common type, as PostgreSQL reads it: its ``coalesce(i, '5')`` is an
+    int4, where Spark cast the text to a BIGINT (an int8), and ``coalesce(i, '5') / 2``
+    an integer quotient (:func:`_integer_quotients`). Its text is an integer of that type
+    (:func:`~timeshard.server.query_comparisons._refuse_unmatched_common_types` refused
+    it before otherwise)."""
+    for node in list(tree.find_all(*_COMMON_TYPED)):
+        kind = _comparison_type(node, columns)
+        if kind not in _INTEGER_BITS:
+            continue
+        for value in _common_typed_values(node):
+            if _string_constant(value.unnest()) is not None:
+                value.replace(exp.Cast(this=value.copy(), to=exp.DataType.build(kind)))
 
 
 #: PostgreSQL's name of each integer type, and the bits of its values.
