@@ -305,19 +305,21 @@ def test_the_snapshot_is_one_read_view_whatever_the_sessions_isolation_level(
     """Under READ COMMITTED InnoDB takes no snapshot at START TRANSACTION WITH CONSISTENT
     SNAPSHOT: each SELECT would see commits after the snapshot's GTID position, which
     the stream then replays (counted twice)."""
-    from timeshard.storage import mysql_source
+    from timeshard.storage import mysql_read
 
     upstream.sql("CREATE TABLE t (id int, v varchar(5))")
     upstream.txn(("INSERT INTO t VALUES (1, 'a')", None))
     source = MySqlSource(f"my_{uuid.uuid4().hex[:8]}", upstream.url)
     origin = source.upper()
-    columns = mysql_source.table_columns
+    columns = mysql_read.table_columns
+    committed: list[str] = []
 
     def a_commit_first(conn: Any, database: str, table: str) -> Any:
         upstream.txn(("INSERT INTO t VALUES (2, 'b')", None))  # after the snapshot began
+        committed.append(table)
         return columns(conn, database, table)
 
-    monkeypatch.setattr(mysql_source, "table_columns", a_commit_first)
+    monkeypatch.setattr(mysql_read, "table_columns", a_commit_first)
     conn = source.server.connect(text_only=True)
     try:
         with conn.cursor() as cur:
@@ -327,9 +329,10 @@ def test_the_snapshot_is_one_read_view_whatever_the_sessions_isolation_level(
             source.server, tuple(source.tables), origin, origin, until, until, snapshot=True
         )
         seen: dict[str, int] = {}
-        rows = [r[5] for r in mysql_source._snapshot(conn, plan, seen)]
+        rows = [r[5] for r in mysql_read._snapshot(conn, plan, seen)]
     finally:
         conn.close()
+    assert committed == ["t"], "the patch did not reach the snapshot's reader"
     assert rows == [["1", "a"]]
 
 

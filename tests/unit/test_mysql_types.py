@@ -384,7 +384,7 @@ def _plan() -> Any:
 def test_a_binlog_value_that_does_not_decode_is_an_err_row_not_a_failed_task() -> None:
     """A date such as 2024-02-30 (ALLOW_INVALID_DATES) raised ValueError out of the read task
     on every retry; a latin1 byte 0x81 raised UnicodeDecodeError."""
-    from timeshard.storage.mysql_source import _apply_rows, _emit, _Txn
+    from timeshard.storage.mysql_read import _apply_rows, _emit, _Txn
 
     plan = _plan()
     undecodable = [
@@ -405,7 +405,7 @@ def test_a_binlog_value_that_does_not_decode_is_an_err_row_not_a_failed_task() -
 
 
 def test_a_fault_while_reading_row_events_fails_the_task() -> None:
-    from timeshard.storage.mysql_source import _apply_rows, _Txn
+    from timeshard.storage.mysql_read import _apply_rows, _Txn
 
     with pytest.raises(MemoryError):
         _apply_rows(_Txn("0", 5, False, True), _RowEvent(MemoryError()), _plan(), 0)

@@ -145,7 +145,8 @@ def test_an_old_row_without_its_other_columns_is_an_err_row_not_a_retraction() -
     """A partition published via its root logs old rows as its own identity has them (e.g.
     DEFAULT: the key only, ``K``): an update without its old row or a delete of only the key
     must not retract a row the shard never had."""
-    from timeshard.storage.postgres_source import ReadPlan, Table, _apply_change, _Txn
+    from timeshard.storage.postgres_read import _apply_change, _Txn
+    from timeshard.storage.postgres_source import ReadPlan, Table
 
     delete = b"D" + struct.pack("!I", 7) + b"K" + tuple_data("2", None)
     assert parse_message(delete) == Change("D", 7, ("2", None), None, key_only=True)
