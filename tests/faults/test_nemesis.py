@@ -11,9 +11,10 @@ must catch up, and ``timeshard verify`` must find no difference. A loaded
 machine makes the run slower, not failed: objects that keep advancing are
 waited for up to ``advancing_bound_s``. A warm-up that outlasts it with
 nothing stuck and fewer than ``stuck_ticks`` ticks finished in it, none
-failing, and replicas that kept using CPU (``RunResult.slow``: no fault
-injected yet, and too few ticks to tell a loaded machine from a hang; replicas
-that used almost no CPU are hung, which fails) cannot conclude: the test checks that verify ran
+failing, and replicas that kept using CPU or waiting for it
+(``RunResult.slow``: no fault injected yet, and too few ticks to tell a
+loaded machine from a hang; replicas that neither used nor waited for CPU
+are hung, which fails) cannot conclude: the test checks that verify ran
 and found no difference in what was written, then skips, saying so, rather
 than failing on the faults the warm-up never got to inject. Any other phase
 past its bound fails (after the faults, a hang is what the run looks for).

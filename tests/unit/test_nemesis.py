@@ -7,6 +7,7 @@ import contextlib
 import errno
 import json
 import multiprocessing
+import os
 import pickle
 import random
 import signal
@@ -467,6 +468,42 @@ def test_cpu_seconds_count_a_replica_process_and_its_children(tmp_path: Path) ->
             subprocess.run(["pkill", "-P", str(r.proc.pid)], check=False)  # the children
             r.proc.kill()
             r.proc.wait()
+
+
+def test_a_replica_starved_of_cpu_counts_the_time_it_waited_for_it(tmp_path: Path) -> None:
+    """A replica on a loaded machine waits, runnable, for a CPU: that wait counts with the
+    CPU it used (a starved replica is slow, not hung). Here its spinning process shares
+    one CPU with another spinner, so it waits while the other runs: what
+    :func:`cpu_seconds` counts exceeds the CPU the process used."""
+    import psutil
+
+    from timeshard.nemesis.replica_slot import Replica, cpu_seconds, run_queue_seconds
+
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    spin = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+    starved = Replica(0, tmp_path)
+    starved.incarnation = 0
+    other = subprocess.Popen([sys.executable, "-c", spin])
+    starved.proc = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        first = cpu_seconds([starved])[(0, 0)]
+        process = psutil.Process(starved.proc.pid)
+        deadline = time.monotonic() + 120
+        used = 0.0
+        while used < 0.5:  # the process has used some CPU, and waited while the other ran
+            assert time.monotonic() < deadline, "the spinner used no CPU in 120 s"
+            time.sleep(0.1)
+            times = process.cpu_times()
+            used = times.user + times.system
+        waited = run_queue_seconds(starved.proc.pid)
+        counted = cpu_seconds([starved])[(0, 0)] - first
+        assert waited > 0.05
+        assert counted >= used + waited - first - 0.05
+        assert run_queue_seconds(-1) == 0.0  # no such process: nothing counted
+    finally:
+        for p in (other, starved.proc):
+            p.kill()
+            p.wait()
 
 
 def _children(pid: int) -> list[Any]:

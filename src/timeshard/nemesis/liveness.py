@@ -36,11 +36,12 @@ runner's wait for the input a source has not read yet is an
 read). :class:`PhaseTicks` counts the ticks the replicas finished in a
 phase, and whether one failed: a phase past its bound with too few ticks
 cannot tell a loaded machine from a hang by ticks alone. The CPU the
-replicas' processes used tells them apart there: a loaded machine slows a
-replica, which keeps using CPU (each of its processes gets its share), but a
-replica that waits on something that never comes (a hang before its first
-tick) uses almost none (an idle Spark driver: about 0.3 CPU-seconds a
-minute). Such a phase is *hung*, not slow.
+replicas' processes used, or waited for, tells them apart there: a loaded
+machine slows a replica, which keeps using CPU (each of its processes gets its
+share) and, the more loaded the machine, waits the longer for it, runnable; but
+a replica that waits on something that never comes (a hang before its first
+tick) neither uses any nor is runnable (an idle Spark driver: about 0.3
+CPU-seconds a minute). Such a phase is *hung*, not slow.
 
 Invariants:
 
@@ -62,9 +63,9 @@ from pathlib import Path
 from typing import Any
 
 HEARTBEAT_VERSION = 1
-#: A phase's replicas are hung if each of them used less than ``IDLE_CPU_S`` of CPU in the
-#: last ``IDLE_WINDOW_S`` seconds (an idle Spark driver uses about 1 in that time; a replica
-#: starting or ticking on a loaded machine, tens).
+#: A phase's replicas are hung if each of them used, or waited for, less than ``IDLE_CPU_S``
+#: of CPU in the last ``IDLE_WINDOW_S`` seconds (an idle Spark driver uses about 1 in that
+#: time; a replica starting or ticking on a loaded machine, tens).
 IDLE_WINDOW_S = 180.0
 IDLE_CPU_S = 3.0
 #: The replicas' CPU is sampled this often (seconds).
@@ -309,7 +310,7 @@ class PhaseTicks:
             )
             failed.append(
                 f"hung, not slow: in the last {IDLE_WINDOW_S:.0f} s the replicas' processes "
-                f"used {used} of CPU (less than {IDLE_CPU_S:.0f} s each)"
+                f"used or waited for {used} of CPU (less than {IDLE_CPU_S:.0f} s each)"
             )
         return "; ".join(failed)
 

@@ -77,8 +77,9 @@ class Replica:
 
     def cpu_seconds(self) -> float | None:
         """The CPU-seconds (user and system) the current process and its descendants used
-        so far, by the increase of each process since it was last seen (a new one from
-        0); None if the process is gone.
+        so far, and the seconds their threads waited, runnable, for a CPU (a loaded
+        machine's share of them: :func:`run_queue_seconds`), by the increase of each
+        process since it was last seen (a new one from 0); None if the process is gone.
 
         Summed by process, not as the tree's total: PySpark's daemon ignores SIGCHLD,
         so a Python worker that exits takes its CPU out of the tree's total (no
@@ -102,7 +103,7 @@ class Replica:
         for process in processes:
             with contextlib.suppress(psutil.Error):
                 times = process.cpu_times()
-                seen[process] = times.user + times.system
+                seen[process] = times.user + times.system + run_queue_seconds(process.pid)
                 self._cpu_used += max(seen[process] - self._cpu_seen.get(process, 0.0), 0.0)
         self._cpu_seen = seen
         return self._cpu_used
@@ -154,8 +155,8 @@ def watched(
 
 def cpu_seconds(replicas: list[Replica]) -> dict[Incarnation, float]:
     """The CPU-seconds (user and system) each live, unpaused replica's processes (its own,
-    the Spark JVM's, the Python workers') used since its incarnation started, summed by
-    process as it was seen (:meth:`Replica.cpu_seconds`)."""
+    the Spark JVM's, the Python workers') used, or waited for, since its incarnation
+    started, summed by process as it was seen (:meth:`Replica.cpu_seconds`)."""
     out: dict[Incarnation, float] = {}
     for r in replicas:
         if r.proc is not None and r.alive() and not r.paused_until:
@@ -163,6 +164,24 @@ def cpu_seconds(replicas: list[Replica]) -> dict[Incarnation, float]:
             if seconds is not None:
                 out[(r.index, r.incarnation)] = seconds
     return out
+
+
+def run_queue_seconds(pid: int) -> float:
+    """The seconds the live threads of process ``pid`` have waited, runnable, for a CPU:
+    the second field of each thread's ``/proc/<pid>/task/<tid>/schedstat`` (Linux,
+    nanoseconds). 0 where the kernel keeps no such count or the process is gone.
+
+    A replica starved of CPU by a loaded machine waits there; a hung one, blocked
+    on something that never comes, does not (it is not runnable). A thread's wait
+    leaves the sum when the thread exits: that counts towards *hung*, by little.
+    """
+    total = 0
+    with contextlib.suppress(OSError), os.scandir(f"/proc/{pid}/task") as tasks:
+        for task in tasks:
+            stat = os.path.join(task.path, "schedstat")
+            with contextlib.suppress(OSError, ValueError, IndexError), open(stat) as f:
+                total += int(f.read().split()[1])
+    return total / 1e9
 
 
 def ticking(replicas: list[Replica], first: int) -> Replica | None:
@@ -178,6 +197,7 @@ def ticking(replicas: list[Replica], first: int) -> Replica | None:
 __all__ = [
     "Replica",
     "cpu_seconds",
+    "run_queue_seconds",
     "ticking",
     "watched",
 ]
