@@ -447,3 +447,14 @@ def test_a_join_using_what_postgresql_matches_passes(sql: str) -> None:
 @pytest.mark.parametrize("sql", sorted(USING))
 def test_version_3_leaves_a_join_using_to_spark(sql: str) -> None:
     typed(sql, 3)  # no SqlError
+
+
+def test_a_long_string_constant_among_integers_is_read_as_postgresql_reads_it() -> None:
+    """int() of more than 4,300 digits was a ValueError (XX000) in the server."""
+    typed(f"SELECT CASE WHEN t.i > 0 THEN '{'0' * 4999}1' ELSE 2 END FROM t")
+    typed(f"SELECT t.i + '{'0' * 4999}1' FROM t")
+    for sql in (
+        f"SELECT coalesce(t.i, '{'1' * 5000}') FROM t",
+        f"SELECT t.i + '{'1' * 5000}' FROM t",
+    ):
+        assert refusal(sql) == ("22003", f'value "{"1" * 5000}" is out of range for type integer')
