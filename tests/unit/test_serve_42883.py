@@ -458,3 +458,18 @@ def test_a_long_string_constant_among_integers_is_read_as_postgresql_reads_it() 
         f"SELECT t.i + '{'1' * 5000}' FROM t",
     ):
         assert refusal(sql) == ("22003", f'value "{"1" * 5000}" is out of range for type integer')
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        (
+            "SELECT overlay(\"placing\", 'x', 1) FROM (SELECT 5 AS placing) AS q",
+            "function overlay(integer, unknown, integer) does not exist",
+        ),
+        ('SELECT "SUBSTR"(i, 1) FROM t', "function SUBSTR(integer, integer) does not exist"),
+        ("SELECT SUBSTR(i, 1) FROM t", "function substr(integer, integer) does not exist"),
+    ],
+)
+def test_a_call_is_named_as_written(sql: str, expected: str) -> None:
+    assert refusal(sql) == ("42883", expected)
