@@ -552,6 +552,9 @@ def test_a_long_string_constant_among_integers_is_read_as_postgresql_reads_it() 
 @pytest.mark.parametrize(
     ("sql", "expected"),
     [
+        ("SELECT nvl(t.s, 5) FROM t", "function nvl(text, integer) does not exist"),
+        ("SELECT ifnull(t.s, 5) FROM t", "function ifnull(text, integer) does not exist"),
+        ("SELECT nvl(t.i, 'a') FROM t", "function nvl(integer, unknown) does not exist"),
         (
             "SELECT overlay(\"placing\", 'x', 1) FROM (SELECT 5 AS placing) AS q",
             "function overlay(integer, unknown, integer) does not exist",
@@ -561,7 +564,12 @@ def test_a_long_string_constant_among_integers_is_read_as_postgresql_reads_it() 
     ],
 )
 def test_a_call_is_named_as_written(sql: str, expected: str) -> None:
+    """sqlglot reads nvl and ifnull as COALESCE (was "COALESCE types text and integer")."""
     assert refusal(sql) == ("42883", expected)
+
+
+def test_nvl_postgresql_refuses_but_serve_does_not_is_spark_s() -> None:
+    typed("SELECT nvl(t.i, 5) FROM t")  # no SqlError
 
 
 def test_the_checks_read_each_value_a_bounded_number_of_times(

@@ -119,10 +119,10 @@ DROPPED = "serve_dropped"
 #: grammar makes a call of ``pg_catalog``'s function.
 STANDARD = "serve_standard"
 
-#: The text functions whose node's class is another's, or drops an argument: each call's
-#: node keeps its name and arguments (:func:`_keeping_call`), as written where its name
-#: is quoted (``"SUBSTR"``).
-_RENAMED_OR_DROPPING = ("LPAD", "RPAD", "LTRIM", "RTRIM", "BTRIM", "SUBSTR")
+#: The text functions whose node's class is another's, or drops an argument, and Spark's
+#: ``nvl`` and ``ifnull`` (sqlglot's ``COALESCE``): each call's node keeps its name and
+#: arguments (:func:`_keeping_call`), as written where its name is quoted (``"SUBSTR"``).
+_RENAMED_OR_DROPPING = ("LPAD", "RPAD", "LTRIM", "RTRIM", "BTRIM", "SUBSTR", "NVL", "IFNULL")
 
 
 def _kept(node: exp.Expr, args: list[Any]) -> exp.Expr:

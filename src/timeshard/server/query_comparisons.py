@@ -521,7 +521,12 @@ def _refuse_unmatched_common_type(node: exp.Expr, typer: _Typer) -> None:
     Of integers, a string constant is read as the common type, as PostgreSQL reads it
     when it plans: ``coalesce(i, 'a')`` is its 22P02 ("invalid input syntax for type
     integer"), a number past the type's range its 22003. Of an array, it is the array's
-    text (``coalesce(ARRAY[i], '{}')``), not checked here."""
+    text (``coalesce(ARRAY[i], '{}')``), not checked here.
+
+    sqlglot reads Spark's ``nvl`` and ``ifnull`` as a ``COALESCE``; PostgreSQL has no
+    function of those names, and refuses a call of one as 42883 ("function nvl(text,
+    integer) does not exist"): where serve refuses one, it is with that. Where it does
+    not, Spark answers it, as before."""
     common, mismatched = typer.common(node)
     error: SqlError | None = None
     if mismatched is not None:
@@ -535,6 +540,8 @@ def _refuse_unmatched_common_type(node: exp.Expr, typer: _Typer) -> None:
             error = None if text is None else integer_input_error(text, name, bits)
             if error is not None:
                 break
+    if error is not None and node.meta.get(CALLED):  # nvl, ifnull
+        raise _no_function(node, [node.this, *node.expressions], typer)
     if error is not None:
         raise error
 
