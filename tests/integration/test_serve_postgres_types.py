@@ -144,6 +144,12 @@ TEXT_CONSTANTS = [
         [("s", TEXT), ("i", INT4)],
         [("x", 7)],
     ),
+    pytest.param(  # was an internal error (XX000): int() of 5,000 digits
+        f"SELECT CASE WHEN i > 0 THEN '{'0' * 4999}1' ELSE 2 END AS n FROM t",
+        [("n", INT4)],
+        [(1,)],
+        id="CASE WHEN i > 0 THEN '<4999 zeros>1' ELSE 2 END",
+    ),
 ]
 SAME_AS_POSTGRESQL = RANKS + TEXT_OPERANDS + COLUMN_ALIASES + USING + VERSION_4 + TEXT_CONSTANTS
 
@@ -234,6 +240,20 @@ ERRORS = [
     ("SELECT coalesce(s, i) AS n FROM t", psycopg.errors.DatatypeMismatch),
     ("SELECT greatest(i, s) AS n FROM t", psycopg.errors.DatatypeMismatch),
     ("SELECT CASE WHEN i > 0 THEN s ELSE 5 END AS n FROM t", psycopg.errors.DatatypeMismatch),
+    # Version 4 (review k37): PostgreSQL's first error, in the order it reads the query;
+    # a number of 5,000 digits among integers (was an internal error, XX000); nvl is no
+    # function of PostgreSQL's (was a COALESCE's 42804).
+    ("SELECT upper(i) AS a, coalesce(s, i) AS b FROM t", psycopg.errors.UndefinedFunction),
+    (
+        "SELECT 1 AS n FROM t WHERE s = 5 AND coalesce(s, i) IS NULL",
+        psycopg.errors.UndefinedFunction,
+    ),
+    pytest.param(
+        f"SELECT coalesce(i, '{'1' * 5000}') AS n FROM t",
+        psycopg.errors.NumericValueOutOfRange,
+        id="coalesce(i, '<5000 digits>')",
+    ),
+    ("SELECT nvl(s, 5) AS n FROM t", psycopg.errors.UndefinedFunction),
     # Version 4: Spark joined a text and a number USING their name, casting the text.
     ("SELECT * FROM t JOIN (SELECT 5 AS s) AS v USING (s)", psycopg.errors.DatatypeMismatch),
     ("SELECT * FROM t NATURAL JOIN (SELECT 5 AS s, 7 AS i) AS v", psycopg.errors.DatatypeMismatch),

@@ -11,10 +11,13 @@ No Spark: :func:`~timeshard.server.query_rewrites._numeric_casts` is run on the 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import sqlglot
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
+from timeshard.server import query_comparisons
 from timeshard.server.dialect import DIALECT
 from timeshard.server.query_rewrites import TYPING, _numeric_casts
 from timeshard.server.statements import SqlError
@@ -447,3 +450,151 @@ def test_a_join_using_what_postgresql_matches_passes(sql: str) -> None:
 @pytest.mark.parametrize("sql", sorted(USING))
 def test_version_3_leaves_a_join_using_to_spark(sql: str) -> None:
     typed(sql, 3)  # no SqlError
+
+
+#: Review k37, each checked against PostgreSQL 15: an array is of its own type, not its
+#: elements' (those only for ``= ANY``); a string constant beside one is its text.
+ARRAYS_PASSED = [
+    "SELECT coalesce(ARRAY[t.i], '{}') FROM t",
+    "SELECT CASE WHEN t.i > 0 THEN ARRAY[t.i] ELSE '{}' END FROM t",
+    "SELECT coalesce(ARRAY(SELECT i FROM t), '{}')",
+    "SELECT greatest(ARRAY[1], '{2}')",
+    "SELECT coalesce(ARRAY[1], '{1}') = ARRAY[1]",
+    "SELECT coalesce(ARRAY[1], ARRAY[1.5])",
+]
+
+
+@pytest.mark.parametrize("sql", ARRAYS_PASSED)
+def test_a_common_type_of_an_array_and_its_text_passes(sql: str) -> None:
+    typed(sql)  # no SqlError (was 22P02 'invalid input syntax for type integer: "{}"')
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT coalesce(ARRAY[1], t.s) FROM t", "COALESCE types integer[] and text"),
+        ("SELECT coalesce(ARRAY[1], 5)", "COALESCE types integer[] and integer"),
+        ("SELECT coalesce(5, ARRAY[1])", "COALESCE types integer and integer[]"),
+    ],
+)
+def test_a_common_type_of_an_array_and_a_scalar_names_the_array(sql: str, expected: str) -> None:
+    assert refusal(sql) == ("42804", f"{expected} cannot be matched")
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT upper(coalesce(ARRAY[1], ARRAY[2]))", "function upper(integer[]) does not exist"),
+        (
+            "SELECT t.s = coalesce(ARRAY[1], '{1}') FROM t",
+            "operator does not exist: text = integer[]",
+        ),
+        (
+            "SELECT t.s = ANY (coalesce(ARRAY[1], '{1}')) FROM t",
+            "operator does not exist: text = integer",
+        ),
+    ],
+)
+def test_an_array_is_named_as_one(sql: str, expected: str) -> None:
+    assert refusal(sql) == ("42883", expected)
+
+
+def test_a_string_constant_beside_an_array_is_not_cast_to_its_elements() -> None:
+    assert typed("SELECT coalesce(ARRAY[1], '5')") == "SELECT COALESCE(ARRAY(1), '5')"
+
+
+#: Per query, PostgreSQL 15's first error: it reads a construct's arguments before it,
+#: siblings left to right, the select list before WHERE (review k37).
+FIRST_ERRORS = {
+    "SELECT upper(t.i), coalesce(t.s, t.i) FROM t": (
+        "42883",
+        "function upper(integer) does not exist",
+    ),
+    "SELECT upper(t.i) FROM t WHERE coalesce(t.s, t.i) IS NULL": (
+        "42883",
+        "function upper(integer) does not exist",
+    ),
+    "SELECT 1 FROM t WHERE t.s = 5 AND coalesce(t.s, t.i) IS NULL": (
+        "42883",
+        "operator does not exist: text = integer",
+    ),
+    "SELECT CASE WHEN t.s = 5 THEN 1 ELSE coalesce(t.i, t.s) END FROM t": (
+        "42883",
+        "operator does not exist: text = integer",
+    ),
+    "SELECT coalesce(upper(t.i), coalesce(t.i, t.s)) FROM t": (
+        "42883",
+        "function upper(integer) does not exist",
+    ),
+    "SELECT t.i + 'a', coalesce(t.i, 'b') FROM t": (
+        "22P02",
+        'invalid input syntax for type integer: "a"',
+    ),
+}
+
+
+@pytest.mark.parametrize("sql", sorted(FIRST_ERRORS))
+def test_the_first_error_is_postgresqls(sql: str) -> None:
+    assert refusal(sql) == FIRST_ERRORS[sql]
+
+
+def test_a_long_string_constant_among_integers_is_read_as_postgresql_reads_it() -> None:
+    """int() of more than 4,300 digits was a ValueError (XX000) in the server."""
+    typed(f"SELECT CASE WHEN t.i > 0 THEN '{'0' * 4999}1' ELSE 2 END FROM t")
+    typed(f"SELECT t.i + '{'0' * 4999}1' FROM t")
+    for sql in (
+        f"SELECT coalesce(t.i, '{'1' * 5000}') FROM t",
+        f"SELECT t.i + '{'1' * 5000}' FROM t",
+    ):
+        assert refusal(sql) == ("22003", f'value "{"1" * 5000}" is out of range for type integer')
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT nvl(t.s, 5) FROM t", "function nvl(text, integer) does not exist"),
+        ("SELECT ifnull(t.s, 5) FROM t", "function ifnull(text, integer) does not exist"),
+        ("SELECT nvl(t.i, 'a') FROM t", "function nvl(integer, unknown) does not exist"),
+        (
+            "SELECT overlay(\"placing\", 'x', 1) FROM (SELECT 5 AS placing) AS q",
+            "function overlay(integer, unknown, integer) does not exist",
+        ),
+        ('SELECT "SUBSTR"(i, 1) FROM t', "function SUBSTR(integer, integer) does not exist"),
+        ("SELECT SUBSTR(i, 1) FROM t", "function substr(integer, integer) does not exist"),
+    ],
+)
+def test_a_call_is_named_as_written(sql: str, expected: str) -> None:
+    """sqlglot reads nvl and ifnull as COALESCE (was "COALESCE types text and integer")."""
+    assert refusal(sql) == ("42883", expected)
+
+
+def test_nvl_postgresql_refuses_but_serve_does_not_is_spark_s() -> None:
+    typed("SELECT nvl(t.i, 5) FROM t")  # no SqlError
+
+
+def test_the_checks_read_each_value_a_bounded_number_of_times(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A CASE nested in a CASE's ELSE was typed again by each around it (review k37: 200
+    deep took 1.1 s): the reads of a value's type (the calls of the helpers each reading
+    of a value makes) grow as the query does, not as its square. Counted, not timed."""
+    calls = [0]
+    for name in ("_untyped", "_string_constant", "_postgres_type"):
+        helper = getattr(query_comparisons, name)
+
+        def counted(*args: object, helper: Any = helper) -> Any:
+            calls[0] += 1
+            return helper(*args)
+
+        monkeypatch.setattr(query_comparisons, name, counted)
+
+    def reads(depth: int) -> int:
+        sql = "t.s"
+        for k in range(depth):
+            sql = f"CASE WHEN t.i > {k} THEN upper(t.s) ELSE {sql} END"
+        calls[0] = 0
+        typed(f"SELECT {sql} FROM t")
+        return calls[0]
+
+    small, large = reads(10), reads(40)  # 4 times as deep: 4 times the reads, not 16
+    assert 0 < large <= 5 * small, (small, large)

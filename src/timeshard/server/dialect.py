@@ -119,9 +119,10 @@ DROPPED = "serve_dropped"
 #: grammar makes a call of ``pg_catalog``'s function.
 STANDARD = "serve_standard"
 
-#: The text functions whose node's class is another's, or drops an argument: each call's
-#: node keeps its name and arguments (:func:`_keeping_call`).
-_RENAMED_OR_DROPPING = ("LPAD", "RPAD", "LTRIM", "RTRIM", "BTRIM", "SUBSTR")
+#: The text functions whose node's class is another's, or drops an argument, and Spark's
+#: ``nvl`` and ``ifnull`` (sqlglot's ``COALESCE``): each call's node keeps its name and
+#: arguments (:func:`_keeping_call`), as written where its name is quoted (``"SUBSTR"``).
+_RENAMED_OR_DROPPING = ("LPAD", "RPAD", "LTRIM", "RTRIM", "BTRIM", "SUBSTR", "NVL", "IFNULL")
 
 
 def _kept(node: exp.Expr, args: list[Any]) -> exp.Expr:
@@ -164,6 +165,18 @@ class ServePostgres(Postgres):
             **{n: _keeping_call(n, PostgresParser.FUNCTIONS[n]) for n in _RENAMED_OR_DROPPING},
         }
 
+        def _parse_function_call(self, *args: Any, **kwargs: Any) -> exp.Expr | None:
+            name = self._curr
+            call = super()._parse_function_call(*args, **kwargs)
+            node = call.this if isinstance(call, exp.Window | exp.Filter) else call
+            if (
+                node is not None
+                and node.meta.get(CALLED)
+                and name.token_type == TokenType.IDENTIFIER
+            ):
+                node.meta[CALLED] = name.text  # "SUBSTR"(i, 1) is PostgreSQL's SUBSTR
+            return call
+
         def _parse_trim(self) -> exp.Trim:
             trim = super()._parse_trim()
             trim.meta[STANDARD] = True  # trim(...) is PostgreSQL's pg_catalog.btrim(...)
@@ -180,7 +193,8 @@ class ServePostgres(Postgres):
         def _parse_overlay(self) -> exp.Overlay:
             start = self._index
             overlay = super()._parse_overlay()
-            if any(t.text.upper() == "PLACING" for t in self._written(start)):
+            written = self._written(start)
+            if any(t.token_type == TokenType.VAR and t.text.upper() == "PLACING" for t in written):
                 overlay.meta[STANDARD] = True
             return overlay
 

@@ -4,10 +4,14 @@ comparison of them, in whatever form PostgreSQL resolves a comparison operator f
 (:func:`_comparisons`); 42804 ("JOIN/USING types text and integer cannot be matched")
 for a join ``USING`` a text and a number (:func:`_refuse_mismatched_using`);
 42883 ("function upper(integer) does not exist") for a text function of a number
-(:func:`_refuse_text_functions_of_numbers`), which Spark answers by casting the number;
+(:func:`_refuse_text_function_of_number`), which Spark answers by casting the number;
 and 42804 ("COALESCE types text and integer cannot be matched") for a ``COALESCE``,
 ``GREATEST``, ``LEAST`` or ``CASE`` of a text and a number
-(:func:`_refuse_unmatched_common_types`), whose text Spark cast to a BIGINT.
+(:func:`_refuse_unmatched_common_type`), whose text Spark cast to a BIGINT. All are
+refused in one walk, in the order PostgreSQL plans the query, with its 22P02 of a string
+constant it reads as an integer (:func:`_refuse_text_number_mixes`). An array is of its
+own type (:class:`_ArrayOf`: ``integer[]``), its elements' only where they are compared
+(``= ANY``).
 
 PostgreSQL refuses them when it plans the query, as it casts no text to a number
 implicitly, nor a number to a text. Spark cast the text, and answered rows where each
@@ -29,6 +33,7 @@ rewrites' version 4 only. Pure Python, no Spark.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -125,55 +130,122 @@ def _common_typed_values(node: exp.Expr) -> list[exp.Expr]:
     return [node.this, *node.expressions]
 
 
-def _comparison_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
-    """PostgreSQL's type of a side of a comparison: :func:`_postgres_type`'s, and a text
-    (TEXT) for a text function of a text (:data:`_TEXT_FUNCTIONS`), a ``concat`` or
-    ``concat_ws`` (a text of any arguments), and a ``||`` of a text and a text or a
-    number, or of a string constant and a text or a number (``i || 'x'``: PostgreSQL's
-    ``anynonarray || text``; of two string constants, ``text || text``); the common type
-    of an ``ARRAY[...]``'s elements that are not string constants (for ``= ANY``), where
-    all are texts or all numbers; and of a ``COALESCE``, ``GREATEST``, ``LEAST`` or
-    ``CASE``, PostgreSQL's common type of its values (:func:`_common_typed_values`) that
-    are not string constants or NULL, which take it: the first one's where all are texts
-    (text if none: PostgreSQL's common type of unknowns), the widest where all are
-    numbers (``coalesce(i, '5')`` is an integer, its string constants checked by
-    :func:`_refuse_unmatched_common_types`; of a numeric or a float, not known here, as
-    PostgreSQL's input of them is not checked here). None where not known here."""
-    node = node.unnest()
-    if isinstance(node, exp.Concat | exp.ConcatWs):
-        return T.TEXT
-    if isinstance(node, tuple(_COMMON_TYPED)):
-        values = _common_typed_values(node)
-        typed = [_comparison_type(v, columns) for v in values if not _untyped(v)]
-        if all(k in _TEXTS for k in typed):
-            return typed[0] if typed else T.TEXT
-        if all(k in _NUMBERS for k in typed) and typed:
-            widest = max(typed, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]
-            texts = any(_string_constant(v.unnest()) is not None for v in values)
-            return widest if widest in _INTEGER_BITS or not texts else None
-        return None
-    if isinstance(node, _TEXT_FUNCTIONS):
-        first = node.this
-        return T.TEXT if _untyped(first) or _comparison_type(first, columns) in _TEXTS else None
-    if isinstance(node, exp.DPipe):
-        sides = (node.this, node.expression)
-        if any(isinstance(side.unnest(), exp.Array) for side in sides):
-            return None  # an array's concatenation: an array (ARRAY[1] || '{2}' is int[])
-        kinds = [None if _untyped(s) else _comparison_type(s, columns) for s in sides]
-        if any(k in _TEXTS for k in kinds) or (
-            any(_untyped(s) and not isinstance(s.unnest(), exp.Null) for s in sides)
-            and all(k in _NUMBERS or _untyped(s) for k, s in zip(kinds, sides, strict=True))
-        ):
+@dataclass(frozen=True, slots=True)
+class _ArrayOf:
+    """PostgreSQL's type of an array of ``element``\\ s (``ARRAY[i]``: ``integer[]``), None
+    where not known here. An array is neither a text nor a number: a string constant
+    beside one is an array's text (``coalesce(ARRAY[i], '{}')``), a text or a number
+    beside one PostgreSQL's 42804 ("COALESCE types integer[] and text")."""
+
+    element: T | None
+
+
+#: A value's type as :class:`_Typer` knows it: one of :data:`_TYPE_NAMES`, an array's
+#: (:class:`_ArrayOf`), another Spark type (not known here), or None.
+Kind = T | _ArrayOf | None
+
+
+def _type_name(kind: Kind) -> str | None:
+    """PostgreSQL's name of ``kind`` (``integer``, ``integer[]``); None if not known here."""
+    if isinstance(kind, _ArrayOf):
+        element = None if kind.element is None else _TYPE_NAMES.get(kind.element)
+        return None if element is None else f"{element}[]"
+    return None if kind is None else _TYPE_NAMES.get(kind)
+
+
+def _category(kind: Kind) -> str:
+    """PostgreSQL's category of a type known here (:func:`_type_name`): no common type
+    has two of them."""
+    return "array" if isinstance(kind, _ArrayOf) else "text" if kind in _TEXTS else "number"
+
+
+def _scalar(kind: Kind) -> Kind:
+    """``kind``, or its elements' type where it is an array's."""
+    return kind.element if isinstance(kind, _ArrayOf) else kind
+
+
+class _Typer:
+    """PostgreSQL's types of the values of one query (:meth:`kind`), each computed once,
+    so a query is typed in time linear in its size (a ``CASE`` nested in another's
+    ``ELSE`` was typed again by each around it: review k37). It is an error to change
+    the tree while its typer is in use."""
+
+    def __init__(self, columns: Mapping[int, T]) -> None:
+        self.columns = columns
+        self._kinds: dict[int, Kind] = {}
+
+    def kind(self, node: exp.Expr) -> Kind:
+        """PostgreSQL's type of ``node``: :func:`_postgres_type`'s, and a text (TEXT) for
+        a text function of a text (:data:`_TEXT_FUNCTIONS`), a ``concat`` or ``concat_ws``
+        (a text of any arguments), and a ``||`` of a text and a text or a number, or of a
+        string constant and a text or a number (``i || 'x'``: PostgreSQL's ``anynonarray
+        || text``; of two string constants, ``text || text``); an array's
+        (:class:`_ArrayOf`) for an ``ARRAY[...]`` or ``ARRAY(SELECT ...)``, of the common
+        type of its elements that are not string constants, where all are texts or all
+        numbers; and of a ``COALESCE``, ``GREATEST``, ``LEAST`` or ``CASE``, PostgreSQL's
+        common type of its values (:meth:`common`). None where not known here."""
+        node = node.unnest()
+        key = id(node)
+        if key not in self._kinds:
+            self._kinds[key] = self._typed(node)
+        return self._kinds[key]
+
+    def _typed(self, node: exp.Expr) -> Kind:
+        if isinstance(node, exp.Concat | exp.ConcatWs):
             return T.TEXT
-        return None
-    if isinstance(node, exp.Array):
-        typed = [_comparison_type(e, columns) for e in node.expressions if not _untyped(e)]
-        if typed and all(k in _TEXTS for k in typed):
-            return T.TEXT
-        if typed and all(k in _NUMBERS for k in typed):
-            return max(typed, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]
-        return None
-    return _postgres_type(node, columns)
+        if isinstance(node, tuple(_COMMON_TYPED)):
+            common, mismatched = self.common(node)
+            texts = any(
+                _string_constant(v.unnest()) is not None for v in _common_typed_values(node)
+            )
+            numeric = common in _NUMBERS and common not in _INTEGER_BITS
+            return None if mismatched or (numeric and texts) else common
+        if isinstance(node, _TEXT_FUNCTIONS):
+            first = node.this
+            return T.TEXT if _untyped(first) or self.kind(first) in _TEXTS else None
+        if isinstance(node, exp.DPipe):
+            sides = (node.this, node.expression)
+            kinds = [None if _untyped(s) else self.kind(s) for s in sides]
+            if any(isinstance(k, _ArrayOf) for k in kinds):
+                return None  # an array's concatenation: an array (ARRAY[1] || '{2}' is int[])
+            if any(k in _TEXTS for k in kinds) or (
+                any(_untyped(s) and not isinstance(s.unnest(), exp.Null) for s in sides)
+                and all(k in _NUMBERS or _untyped(s) for k, s in zip(kinds, sides, strict=True))
+            ):
+                return T.TEXT
+            return None
+        if isinstance(node, exp.Array):
+            typed = [self.kind(e) for e in node.expressions if not _untyped(e)]
+            if typed and all(k in _TEXTS for k in typed):
+                return _ArrayOf(T.TEXT)
+            if typed and all(k in _NUMBERS for k in typed):
+                return _ArrayOf(max(typed, key=_COMMON_ORDER.index))  # type: ignore[arg-type]
+            return _ArrayOf(None)
+        return _postgres_type(node, self.columns)
+
+    def common(self, node: exp.Expr) -> tuple[Kind, tuple[Kind, Kind] | None]:
+        """PostgreSQL's common type of the values of ``node`` (of :data:`_COMMON_TYPED`,
+        :func:`_common_typed_values`) that are not string constants or NULL, which take
+        it; and the two types its 42804 names where they have none. It reads them in
+        order and keeps the type so far: the first text's, the widest number's
+        (:data:`~timeshard.server.query_types._COMMON_ORDER`), the first array's; a type
+        of another category (:func:`_category`) is the mismatch. Text if all are string
+        constants or NULL (PostgreSQL's common type of unknowns); None, and no mismatch,
+        where a value's type is not known here."""
+        kinds = [self.kind(v) for v in _common_typed_values(node) if not _untyped(v)]
+        if not kinds:
+            return T.TEXT, None
+        if any(_type_name(k) is None for k in kinds):
+            return None, None
+        common = kinds[0]
+        for kind in kinds[1:]:
+            if _category(kind) != _category(common):
+                return None, (common, kind)
+            if kind in _NUMBERS and _COMMON_ORDER.index(kind) > _COMMON_ORDER.index(common):
+                common = kind
+            elif isinstance(kind, _ArrayOf) and kind != common:
+                return None, None  # arrays of two types: PostgreSQL's choice not known here
+        return common, None
 
 
 def _row(node: exp.Expr) -> list[exp.Expr] | None:
@@ -201,111 +273,205 @@ def _paired(left: exp.Expr, right: exp.Expr) -> Iterator[tuple[exp.Expr, exp.Exp
         yield left, right
 
 
-def _quantified(value: exp.Expr) -> exp.Expr:
-    """What ``x op ANY (value)`` / ``ALL`` compares ``x`` with: an ``ARRAY[...]`` (typed by
-    its elements, :func:`_comparison_type`), a subquery's column (or row), an array's
-    value of a type not known here; ``value`` itself if no ``ANY``/``ALL``. (sqlglot reads
-    ``ALL (ARRAY[...])`` and ``SOME (ARRAY[...])`` as calls of functions of those names.)"""
+def _quantified(value: exp.Expr) -> exp.Expr | None:
+    """What ``x op ANY (value)`` / ``ALL`` compares ``x`` with the elements of: an
+    ``ARRAY[...]`` or another array, a subquery's column (or row); None if no
+    ``ANY``/``ALL``. (sqlglot reads ``ALL (ARRAY[...])`` and ``SOME (ARRAY[...])`` as
+    calls of functions of those names.)"""
     if isinstance(value, exp.Anonymous) and value.name.lower() in ("all", "some"):
         return value.expressions[0].unnest() if len(value.expressions) == 1 else value
     if isinstance(value, exp.Any | exp.All):
         inner: exp.Expr = value.this.unnest()
         return inner.this if isinstance(inner, exp.Subquery) and inner.this else inner
-    return value
+    return None
 
 
-def _comparisons(tree: exp.Expr) -> Iterator[tuple[exp.Expr, exp.Expr, str]]:
-    """The sides PostgreSQL compares in ``tree``, with the operator it resolves for them:
-    each comparison's (:data:`_TEXT_NUMBER_OPERATORS`), of ``ANY``/``SOME``/``ALL``
-    too (``x = ANY (ARRAY[a, b])``, ``x > ALL (SELECT a ...)``, :func:`_quantified`);
-    ``x IN (a, b)`` as ``x = a`` and ``x = b`` (``<>`` under ``NOT``), ``x IN (SELECT a
-    ...)`` as ``x = a``; ``x BETWEEN a AND b`` as ``x >= a`` and ``x <= b``; ``CASE x
-    WHEN a`` as ``x = a``. A comparison of rows is one of each pair of their columns
+#: A side PostgreSQL compares, with whether it compares the other with its elements
+#: (``= ANY (ARRAY[...])``), the other side and the operator.
+Comparison = tuple[exp.Expr, exp.Expr, str, bool]
+
+
+def _comparisons_at(op: exp.Expr) -> Iterator[Comparison]:
+    """The sides PostgreSQL compares at ``op``, with the operator it resolves for them:
+    a comparison's (:data:`_TEXT_NUMBER_OPERATORS`), of ``ANY``/``SOME``/``ALL`` too
+    (``x = ANY (ARRAY[a, b])``, ``x > ALL (SELECT a ...)``, :func:`_quantified`); ``x IN
+    (a, b)`` as ``x = a`` and ``x = b`` (``<>`` under ``NOT``), ``x IN (SELECT a ...)``
+    as ``x = a``; ``x BETWEEN a AND b`` as ``x >= a`` and ``x <= b``; a ``WHEN a`` of
+    ``CASE x`` as ``x = a``. A comparison of rows is one of each pair of their columns
     (:func:`_paired`)."""
-    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS, exp.In, exp.Between, exp.Case):
-        pairs: list[tuple[exp.Expr, exp.Expr, str]] = []
-        if isinstance(op, exp.In):
-            symbol = "<>" if isinstance(op.parent, exp.Not) else "="
-            query = op.args.get("query")
-            listed: list[exp.Expr] = list(op.expressions)
-            if not listed and isinstance(query, exp.Expr):
-                listed = [query.this if isinstance(query, exp.Subquery) else query]
-            pairs = [(op.this, value, symbol) for value in listed]
-        elif isinstance(op, exp.Between):
-            pairs = [(op.this, op.args["low"], ">="), (op.this, op.args["high"], "<=")]
-        elif isinstance(op, exp.Case):
-            if op.this is not None:
-                pairs = [(op.this, branch.this, "=") for branch in op.args.get("ifs") or []]
-        else:
-            symbol = _TEXT_NUMBER_OPERATORS[type(op)]
-            pairs = [(op.this, _quantified(op.expression), symbol)]
-        for left, right, symbol in pairs:
-            for sides in _paired(left, right):
-                yield (*sides, symbol)
+    pairs: list[tuple[exp.Expr, exp.Expr, str, bool]] = []
+    if isinstance(op, exp.In):
+        symbol = "<>" if isinstance(op.parent, exp.Not) else "="
+        query = op.args.get("query")
+        listed: list[exp.Expr] = list(op.expressions)
+        if not listed and isinstance(query, exp.Expr):
+            listed = [query.this if isinstance(query, exp.Subquery) else query]
+        pairs = [(op.this, value, symbol, False) for value in listed]
+    elif isinstance(op, exp.Between):
+        pairs = [(op.this, op.args["low"], ">=", False), (op.this, op.args["high"], "<=", False)]
+    elif isinstance(op, exp.If) and isinstance(op.parent, exp.Case):
+        if op.parent.this is not None:
+            pairs = [(op.parent.this, op.this, "=", False)]
+    elif isinstance(op, tuple(_TEXT_NUMBER_OPERATORS)):
+        symbol = _TEXT_NUMBER_OPERATORS[type(op)]
+        quantified = _quantified(op.expression)
+        pairs = [(op.this, quantified or op.expression, symbol, quantified is not None)]
+    for left, right, symbol, elements in pairs:
+        for sides in _paired(left, right):
+            yield (*sides, symbol, elements)
+
+
+def _comparisons(tree: exp.Expr) -> Iterator[Comparison]:
+    """The sides PostgreSQL compares in ``tree`` (:func:`_comparisons_at`)."""
+    for op in tree.find_all(*_TEXT_NUMBER_OPERATORS, exp.In, exp.Between, exp.If):
+        yield from _comparisons_at(op)
 
 
 def _checks_columns(tree: exp.Expr) -> bool:
-    """Whether :func:`_refuse_text_number_operators`,
-    :func:`_refuse_text_functions_of_numbers` or :func:`_refuse_unmatched_common_types`
-    needs the type of a column of ``tree``: a side of one of its comparisons
-    (:func:`_comparisons`) reads a column and the other is not of PostgreSQL's unknown
-    type, a text function's first argument reads one, or a value of a ``COALESCE``,
-    ``GREATEST``, ``LEAST`` or ``CASE`` does."""
-    if any(_reads_column(f.this) for f in tree.find_all(*_TEXT_FUNCTIONS)):
+    """Whether :func:`_refuse_text_number_mixes` needs the type of a column of ``tree``:
+    a side of one of its comparisons (:func:`_comparisons`) reads a column and the other
+    is not of PostgreSQL's unknown type, a text function's first argument reads one, or
+    a value of a ``COALESCE``, ``GREATEST``, ``LEAST`` or ``CASE`` does."""
+    readers: set[int] = set()  # the nodes that read a column, found in one walk
+    for node in _innermost_first(tree):
+        if isinstance(node, exp.Column) or any(id(c) in readers for c in node.iter_expressions()):
+            readers.add(id(node))
+
+    def reads(node: exp.Expr | None) -> bool:
+        return node is not None and id(node) in readers
+
+    if any(reads(f.this) for f in tree.find_all(*_TEXT_FUNCTIONS)):
         return True
     for node in tree.find_all(*_COMMON_TYPED):
-        if any(_reads_column(v) for v in _common_typed_values(node)):
+        if any(reads(v) for v in _common_typed_values(node)):
             return True
-    for left, right, _symbol in _comparisons(tree):
+    return any(
+        reads(left) or reads(right)
+        for left, right, _symbol, _elements in _comparisons(tree)
+        if not (_untyped(left) or _untyped(right))
+    )
+
+
+#: The clauses of a ``SELECT`` in the order PostgreSQL's parse analysis reads them
+#: (``transformSelectStmt``); the others after them.
+_SELECT_ORDER = (
+    "with_",
+    "from_",
+    "joins",
+    "laterals",
+    "expressions",
+    "where",
+    "having",
+    "order",
+    "group",
+    "distinct",
+    "limit",
+    "offset",
+    "windows",
+    "qualify",
+)
+
+
+def _parse_order(node: exp.Expr) -> list[exp.Expr]:
+    """The nodes in ``node`` in the order PostgreSQL reads them: a ``SELECT``'s clauses
+    by :data:`_SELECT_ORDER`, else left to right."""
+    keys = list(node.args)
+    if isinstance(node, exp.Select):
+        keys = [
+            *(k for k in _SELECT_ORDER if k in node.args),
+            *(k for k in keys if k not in _SELECT_ORDER),
+        ]
+    values = [node.args[k] for k in keys]
+    return [
+        v
+        for vs in values
+        for v in (vs if isinstance(vs, list) else [vs])
+        if isinstance(v, exp.Expr)
+    ]
+
+
+def _refuse_text_number_mixes(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+    """PostgreSQL's refusals of a text and a number in ``tree`` (:func:`_refused`), in the
+    order it plans the query: each construct after what is in it (a comparison after
+    its sides, a ``COALESCE`` after its values), siblings left to right, a ``SELECT``'s
+    clauses in its order (:func:`_parse_order`: ``FROM``, the select list, ``WHERE``
+    ...), a ``WHEN``'s comparison of ``CASE x`` before its ``THEN``. One walk, each
+    node's type computed once (:class:`_Typer`)."""
+    typer = _Typer(columns)
+    pending: list[tuple[exp.Expr, bool]] = [(tree, False)]
+    while pending:
+        node, read = pending.pop()
+        if read:
+            _refused(node, typer)
+            continue
+        if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
+            # CASE x WHEN a THEN r: x = a is resolved (at the WHEN) before r is read.
+            then = node.args.get("true")
+            pending += [(then, False)] if then is not None else []
+            pending += [(node, True), (node.this, False)]
+            continue
+        pending.append((node, True))
+        pending.extend((c, False) for c in reversed(_parse_order(node)))
+
+
+def _refused(node: exp.Expr, typer: _Typer) -> None:
+    """SqlError for ``node`` where PostgreSQL refuses it (what is in it passed):
+    :func:`_refuse_text_number_operators`, :func:`_refuse_text_function_of_number`,
+    :func:`_refuse_unmatched_common_type`, and 22P02/22003 for a string constant that
+    PostgreSQL reads as an integer here (:func:`_refuse_integer_text`)."""
+    _refuse_text_number_operators(node, typer)
+    if isinstance(node, _TEXT_FUNCTIONS):
+        _refuse_text_function_of_number(node, typer)
+    if isinstance(node, tuple(_COMMON_TYPED)):
+        _refuse_unmatched_common_type(node, typer)
+    _refuse_integer_text(node, typer)
+
+
+def _refuse_text_number_operators(op: exp.Expr, typer: _Typer) -> None:
+    """SqlError 42883 for a comparison at ``op`` (:func:`_comparisons_at`: ``= <> < <= >
+    >=``, ``IS [NOT] DISTINCT FROM``, ``IN``, ``BETWEEN``, ``CASE x WHEN``, ``=
+    ANY``/``ALL``, a comparison of rows) of a text and a number (:meth:`_Typer.kind`: a
+    shard's string column or ``upper(s)`` and ``5``, ``s = 5``), as PostgreSQL refuses
+    it when it plans the query ("operator does not exist: text = integer"). A string
+    constant (``s = '5'``, ``i = '5'``) is of PostgreSQL's unknown type, which takes the
+    other side's, and passes. A side compared with an array's elements (``= ANY``) is
+    compared with their type; one with an array of texts or numbers is named as that
+    array (``text = integer[]``)."""
+    for left, right, symbol, elements in _comparisons_at(op):
         if _untyped(left) or _untyped(right):
             continue
-        if left.find(exp.Column) is not None or right.find(exp.Column) is not None:
-            return True
-    return False
-
-
-def _reads_column(node: exp.Expr | None) -> bool:
-    """Whether ``node`` (a function's first argument, None if it has none) reads a column."""
-    return node is not None and node.find(exp.Column) is not None
-
-
-def _refuse_text_number_operators(tree: exp.Expr, columns: Mapping[int, T]) -> None:
-    """SqlError 42883 for a comparison (:func:`_comparisons`: ``= <> < <= > >=``, ``IS
-    [NOT] DISTINCT FROM``, ``IN``, ``BETWEEN``, ``CASE x WHEN``, ``= ANY``/``ALL``, a
-    comparison of rows) of a text and a number (:func:`_comparison_type`: a shard's
-    string column or ``upper(s)`` and ``5``, ``s = 5``), as PostgreSQL refuses it when it
-    plans the query ("operator does not exist: text = integer"). A string constant (``s =
-    '5'``, ``i = '5'``) is of PostgreSQL's unknown type, which takes the other side's,
-    and passes."""
-    for left, right, symbol in _comparisons(tree):
-        if _untyped(left) or _untyped(right):
-            continue
-        kinds = [_comparison_type(side, columns) for side in (left, right)]
-        if (kinds[0] in _TEXTS and kinds[1] in _NUMBERS) or (
-            kinds[0] in _NUMBERS and kinds[1] in _TEXTS
+        kinds = [typer.kind(left), typer.kind(right)]
+        if elements:
+            kinds[1] = _scalar(kinds[1])
+        scalars = [_scalar(k) for k in kinds]
+        if (scalars[0] in _TEXTS and scalars[1] in _NUMBERS) or (
+            scalars[0] in _NUMBERS and scalars[1] in _TEXTS
         ):
-            named = [_TYPE_NAMES[k] for k in kinds if k is not None]
+            named = [_type_name(k) for k in kinds]
             raise SqlError(f"operator does not exist: {named[0]} {symbol} {named[1]}", "42883")
 
 
-def _refuse_text_functions_of_numbers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+def _refuse_text_function_of_number(function: exp.Expr, typer: _Typer) -> None:
     """SqlError 42883 for a text function (:data:`_TEXT_FUNCTIONS`) whose first argument
-    is a number (:func:`_comparison_type`: ``upper(i)`` of an integer column,
-    ``upper(5)``), wherever it stands, as PostgreSQL refuses it when it plans the query
-    ("function upper(integer) does not exist": it has none of a number, and casts no
-    number to a text implicitly). Spark cast the number (``upper(i) = 5`` answered rows).
+    is a number or an array of numbers (:meth:`_Typer.kind`: ``upper(i)`` of an integer
+    column, ``upper(5)``), as PostgreSQL refuses it when it plans the query ("function
+    upper(integer) does not exist": it has none of a number, and casts no number to a
+    text implicitly). Spark cast the number (``upper(i) = 5`` answered rows).
 
     The message names the arguments' types as PostgreSQL does where known here (a string
     constant's and NULL's, and one not known here, ``unknown``; an array's ``integer[]``),
     and the function as :func:`_function_name` gives it."""
-    for function in tree.find_all(*_TEXT_FUNCTIONS):
-        first = function.this
-        if first is None:  # initcap() with no argument: Spark's error
-            continue
-        if _untyped(first) or _comparison_type(first, columns) not in _NUMBERS:
-            continue
-        named = ", ".join(_argument_type_name(a, columns) for a in _called_with(function))
-        raise SqlError(f"function {_function_name(function)}({named}) does not exist", "42883")
+    first = function.this
+    if first is None or _untyped(first):  # initcap() with no argument: Spark's error
+        return
+    if _scalar(typer.kind(first)) in _NUMBERS:
+        raise _no_function(function, _called_with(function), typer)
+
+
+def _no_function(function: exp.Expr, arguments: list[exp.Expr], typer: _Typer) -> SqlError:
+    """PostgreSQL's 42883 of a call of ``function`` of ``arguments`` it has no form of."""
+    named = ", ".join(_argument_type_name(a, typer) for a in arguments)
+    return SqlError(f"function {_function_name(function)}({named}) does not exist", "42883")
 
 
 def _called_with(function: exp.Expr) -> list[exp.Expr]:
@@ -321,14 +487,12 @@ def _called_with(function: exp.Expr) -> list[exp.Expr]:
     return [*held[: given - len(dropped)], *dropped]
 
 
-def _argument_type_name(argument: exp.Expr, columns: Mapping[int, T]) -> str:
+def _argument_type_name(argument: exp.Expr, typer: _Typer) -> str:
     """PostgreSQL's name of a function argument's type in its 42883 message: ``integer``,
     ``integer[]`` for an ``ARRAY[...]`` of integers, ``unknown`` for a string constant,
     NULL or a type not known here."""
-    kind = None if _untyped(argument) else _comparison_type(argument, columns)
-    name = "unknown" if kind is None else _TYPE_NAMES.get(kind, "unknown")
-    array = isinstance(argument.unnest(), exp.Array) and name != "unknown"
-    return f"{name}[]" if array else name
+    kind = None if _untyped(argument) else typer.kind(argument)
+    return _type_name(kind) or "unknown"
 
 
 def _function_name(function: exp.Expr) -> str:
@@ -346,54 +510,69 @@ def _function_name(function: exp.Expr) -> str:
     return f"pg_catalog.{name}" if function.meta.get(STANDARD) else name
 
 
-def _refuse_unmatched_common_types(tree: exp.Expr, columns: Mapping[int, T]) -> None:
+def _refuse_unmatched_common_type(node: exp.Expr, typer: _Typer) -> None:
     """SqlError 42804 for a ``COALESCE``, ``GREATEST``, ``LEAST`` or ``CASE`` of a text
-    and a number (``coalesce(s, i)``, ``CASE WHEN b THEN s ELSE 5 END``), as PostgreSQL
-    refuses it when it plans the query ("COALESCE types text and integer cannot be
-    matched"): it has no common type of them. Spark cast the text to a BIGINT (22P02
-    "invalid input syntax for type bigint" at a text that is no number; ``greatest(i,
-    s)`` its own 42K09).
+    and a number, or an array and either (``coalesce(s, i)``, ``CASE WHEN b THEN s ELSE
+    5 END``), as PostgreSQL refuses it when it plans the query ("COALESCE types text and
+    integer cannot be matched"): it has no common type of them (:meth:`_Typer.common`
+    names the two). Spark cast the text to a BIGINT (22P02 "invalid input syntax for
+    type bigint" at a text that is no number; ``greatest(i, s)`` its own 42K09).
 
-    PostgreSQL reads the values (:func:`_common_typed_values`) in order, passing string
-    constants and NULLs (of its unknown type, which takes the common type: ``coalesce(s,
-    'a')`` and ``coalesce(i, '5')`` pass), and keeps the type so far: the first text's,
-    or the widest number's (:data:`~timeshard.server.query_types._COMMON_ORDER`); the
-    message names it and the first value of the other kind. Where a value's type is not
-    known here (:func:`_comparison_type`), the construct is Spark's. Of integers, a
-    string constant is read as the common type, as PostgreSQL reads it when it plans:
-    ``coalesce(i, 'a')`` is its 22P02 ("invalid input syntax for type integer"), a
-    number past the type's range its 22003 (Spark cast the text to a BIGINT).
+    Of integers, a string constant is read as the common type, as PostgreSQL reads it
+    when it plans: ``coalesce(i, 'a')`` is its 22P02 ("invalid input syntax for type
+    integer"), a number past the type's range its 22003. Of an array, it is the array's
+    text (``coalesce(ARRAY[i], '{}')``), not checked here.
 
-    The innermost constructs first, each after the 42883s of the values in it
-    (:func:`_refuse_text_functions_of_numbers`, :func:`_refuse_text_number_operators`),
-    as PostgreSQL reads a construct's values before it types it."""
-    for node in _innermost_first(tree):
-        if not isinstance(node, tuple(_COMMON_TYPED)):
-            continue
-        _refuse_text_functions_of_numbers(node, columns)
-        _refuse_text_number_operators(node, columns)
-        values = [v for v in _common_typed_values(node) if not _untyped(v)]
-        kinds = [_comparison_type(v, columns) for v in values]
-        known = [k for k in kinds if k in _TYPE_NAMES]
-        if len(known) < len(kinds) or not known:
-            continue
-        common = known[0]
-        for kind in known[1:]:
-            if (kind in _TEXTS) != (common in _TEXTS):
-                raise SqlError(
-                    f"{_COMMON_TYPED[type(node)]} types {_TYPE_NAMES[common]} and "
-                    f"{_TYPE_NAMES[kind]} cannot be matched",
-                    "42804",
-                )
-            if kind in _NUMBERS and _COMMON_ORDER.index(kind) > _COMMON_ORDER.index(common):
-                common = kind
-        if common in _INTEGER_BITS:
-            for value in _common_typed_values(node):
-                text = _string_constant(value.unnest())
-                name, bits = _TYPE_NAMES[common], _INTEGER_BITS[common]
-                error = None if text is None else integer_input_error(text, name, bits)
-                if error is not None:
-                    raise error
+    sqlglot reads Spark's ``nvl`` and ``ifnull`` as a ``COALESCE``; PostgreSQL has no
+    function of those names, and refuses a call of one as 42883 ("function nvl(text,
+    integer) does not exist"): where serve refuses one, it is with that. Where it does
+    not, Spark answers it, as before."""
+    common, mismatched = typer.common(node)
+    error: SqlError | None = None
+    if mismatched is not None:
+        names = [_type_name(k) for k in mismatched]
+        construct = _COMMON_TYPED[type(node)]
+        error = SqlError(f"{construct} types {names[0]} and {names[1]} cannot be matched", "42804")
+    elif common in _INTEGER_BITS:
+        name, bits = _TYPE_NAMES[common], _INTEGER_BITS[common]
+        for value in _common_typed_values(node):
+            text = _string_constant(value.unnest())
+            error = None if text is None else integer_input_error(text, name, bits)
+            if error is not None:
+                break
+    if error is not None and node.meta.get(CALLED):  # nvl, ifnull
+        raise _no_function(node, [node.this, *node.expressions], typer)
+    if error is not None:
+        raise error
+
+
+#: The operators whose side of PostgreSQL's unknown type takes the other side's integer
+#: type (:func:`_refuse_integer_text`).
+_INTEGER_OPERATORS = (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.Div)
+
+
+def _refuse_integer_text(node: exp.Expr, typer: _Typer) -> None:
+    """PostgreSQL's 22P02 or 22003 (:func:`~timeshard.server.sql_tokens.
+    integer_input_error`) for a string constant it reads as an integer at ``node``: a
+    side of ``+ - * / %`` whose other side is an integer (``i + 'a'``), a cast of one to
+    an integer type (``'a'::int``). The rewrites check these too, after
+    (:func:`~timeshard.server.query_rewrites._integer_texts`); here they are refused in
+    the order PostgreSQL reads the query, before what follows them (``SELECT i + 'a',
+    coalesce(i, 'b')`` names "a")."""
+    checked: list[tuple[exp.Expr, T | None]] = []
+    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+        checked = [(node.this, node.to.this)]
+    elif isinstance(node, _INTEGER_OPERATORS):
+        sides = (node.this, node.expression)
+        for text, other in (sides, sides[::-1]):
+            if not isinstance(text.unnest(), exp.Null) and _untyped(text) and not _untyped(other):
+                checked.append((text, _postgres_type(other, typer.columns)))
+    for text, kind in checked:
+        constant = _string_constant(text.unnest())
+        if constant is not None and kind in _INTEGER_BITS:
+            error = integer_input_error(constant, _TYPE_NAMES[kind], _INTEGER_BITS[kind])
+            if error is not None:
+                raise error
 
 
 def _innermost_first(tree: exp.Expr) -> Iterator[exp.Expr]:

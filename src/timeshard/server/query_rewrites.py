@@ -30,11 +30,9 @@ from timeshard.server.query_comparisons import (
     _INTEGER_BITS,
     _checks_columns,
     _common_typed_values,
-    _comparison_type,
     _refuse_mismatched_using,
-    _refuse_text_functions_of_numbers,
-    _refuse_text_number_operators,
-    _refuse_unmatched_common_types,
+    _refuse_text_number_mixes,
+    _Typer,
 )
 from timeshard.server.query_relations import (
     _complete_column_aliases,
@@ -377,12 +375,12 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     42P10, no 42702 and no ordering of a window of no order. At 3, a named window of no
     order is not ordered, a CTE's reader's column aliases are not completed, a text
     compared with a number, joined ``USING`` with one or given a common type with one
-    is Spark's (:func:`_refuse_text_number_operators`, :func:`_refuse_mismatched_using`,
-    :func:`_refuse_unmatched_common_types`), so is a string constant among a
-    ``COALESCE``'s integers (:func:`_untyped_common_values`), the
-    42702 check stops at a ``LATERAL`` subquery or a parenthesized join, and a
-    ``NATURAL`` join stays one (its common column keeps one side's type). Before 4, a
-    shard's columns are its columns of known types only (:func:`_typed_columns`).
+    is Spark's (:func:`_refuse_text_number_mixes`, :func:`_refuse_mismatched_using`),
+    so is a string constant among a ``COALESCE``'s integers
+    (:func:`_untyped_common_values`), the 42702 check stops at a ``LATERAL`` subquery or
+    a parenthesized join, and a ``NATURAL`` join stays one (its common column keeps one
+    side's type). Before 4, a shard's columns are its columns of known types only
+    (:func:`_typed_columns`).
 
     Two uses of such a cast are as PostgreSQL answers them, not as Spark's decimals do: an
     operand of ``/`` is a DECIMAL of at least 17 digits (:func:`_divisible`), and a cast
@@ -428,9 +426,7 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
         _resolve_joins_using(tree, columns_of)
     if version >= 4:
         _refuse_mismatched_using(tree, columns_of, typed)
-        _refuse_unmatched_common_types(tree, typed)
-        _refuse_text_functions_of_numbers(tree, typed)
-        _refuse_text_number_operators(tree, typed)
+        _refuse_text_number_mixes(tree, typed)
         _untyped_common_values(tree, typed)
     if postgres15:
         _untyped_integer_operands(tree, typed)
@@ -521,15 +517,16 @@ def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
 
 def _untyped_common_values(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     """A string constant among the values of a ``COALESCE``, ``GREATEST``, ``LEAST`` or
-    ``CASE`` of integers (:func:`~timeshard.server.query_comparisons._comparison_type`)
+    ``CASE`` of integers (:meth:`~timeshard.server.query_comparisons._Typer.kind`)
     is cast to their common type, as PostgreSQL reads it: its ``coalesce(i, '5')`` is an
     int4, where Spark cast the text to a BIGINT (an int8), and ``coalesce(i, '5') / 2``
     an integer quotient (:func:`_integer_quotients`). Its text is an integer of that type
-    (:func:`~timeshard.server.query_comparisons._refuse_unmatched_common_types` refused
+    (:func:`~timeshard.server.query_comparisons._refuse_text_number_mixes` refused
     it before otherwise)."""
-    for node in list(tree.find_all(*_COMMON_TYPED)):
-        kind = _comparison_type(node, columns)
-        if kind not in _INTEGER_BITS:
+    typer = _Typer(columns)  # every type read before the tree changes
+    typed = [(node, typer.kind(node)) for node in tree.find_all(*_COMMON_TYPED)]
+    for node, kind in typed:
+        if not isinstance(kind, exp.DType) or kind not in _INTEGER_BITS:
             continue
         for value in _common_typed_values(node):
             if _string_constant(value.unnest()) is not None:

@@ -54,7 +54,9 @@ def integer_input_error(text: str, name: str, bits: int) -> SqlError | None:
     digits = _INTEGER_TEXT.fullmatch(text)
     if digits is None:
         return SqlError(f'invalid input syntax for type {name}: "{text}"', "22P02")
-    if not -(2 ** (bits - 1)) <= int(digits[1]) < 2 ** (bits - 1):
+    sign, number = digits[1][:1] if digits[1][:1] in "+-" else "", digits[1].lstrip("+-")
+    number = number.lstrip("0") or "0"  # at most 20 digits for int(): Python reads 4,300
+    if len(number) > 20 or not -(2 ** (bits - 1)) <= int(sign + number) < 2 ** (bits - 1):
         return SqlError(f'value "{text}" is out of range for type {name}', "22003")
     return None
 
