@@ -214,6 +214,15 @@ def test_samples_and_reflection_take_the_full_path(sql: str, said: str) -> None:
     assert said in plan.classification.reason, plan.classification.reason
 
 
+def test_sql_the_parser_fails_on_takes_the_full_path() -> None:
+    """sqlglot raised IndexError on ``map`` with an odd number of arguments: the view's
+    creation failed with an internal error, where Spark itself answers the SQL (here, with
+    its own error). Any failure to parse it leaves the view on the full path."""
+    plan = classify("SELECT map(1, 2, 3) AS m FROM a", SCHEMAS)
+    assert plan.classification.path == "full", plan.classification
+    assert "did not parse" in plan.classification.reason, plan.classification.reason
+
+
 def test_distinct_and_windows_keep_no_state() -> None:
     assert classify("SELECT DISTINCT k FROM a", SCHEMAS).aggregate is None
     window = "SELECT k, sum(v) OVER (PARTITION BY k) AS t FROM a"
