@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from timeshard.errors import CorruptState, Determinate
 from timeshard.location import Location
 from timeshard.persist import PersistClient
-from timeshard.spark import parts, snapshot_df, typed_error, typed_errors, updates_df
+from timeshard.spark import part_errors, snapshot_df, typed_error, typed_errors, updates_df
 
 pytestmark = pytest.mark.spark
 
@@ -66,7 +66,7 @@ def test_an_io_error_reading_a_part_is_a_fault_not_a_corrupt_part(
         df.collect()
     path.unlink()
     path.write_bytes(data)
-    monkeypatch.setattr(parts, "open", _failing_open(path), raising=False)
+    monkeypatch.setattr(part_errors, "open", _failing_open(path), raising=False)
     error = typed_error(failed.value)
     assert isinstance(error, Determinate), error
     assert re.search(f"reading part '{key}'.*Input/output error", str(error)), error

@@ -31,8 +31,8 @@ from tests.integration.spark_checks import (
 from timeshard.errors import InvalidUsage, PartError
 from timeshard.location import Location, open_location
 from timeshard.persist import Appended, PersistClient, updates_schema
+from timeshard.spark import part_read, snapshot_df, typed_errors, updates_df
 from timeshard.spark import parts as spark_parts
-from timeshard.spark import snapshot_df, typed_errors, updates_df
 
 pytestmark = pytest.mark.spark
 
@@ -128,9 +128,11 @@ def test_a_part_deleted_before_spark_lists_it_is_a_part_error(
     writer.append(spark.sql(updates_sql(0, 100, 0)), 0, 1)
     part = reader.snapshot_parts(0)[1]
     (tmp_path / "blob" / part.key).unlink()
-    monkeypatch.setattr(spark_parts, "check_parts", lambda blob, parts: None)
+    skipped: list[int] = []  # check_parts would find it missing too: the patch must run
+    monkeypatch.setattr(part_read, "check_parts", lambda blob, parts: skipped.append(len(parts)))
     with pytest.raises(PartError, match=f"part '{re.escape(part.key)}' is missing"):
         snapshot_df(spark, reader, 0)
+    assert skipped, "read_parts did not call the patched check_parts"
 
 
 def test_one_part_per_partition_in_the_gc_layout(spark: SparkSession, tmp_path: Path) -> None:

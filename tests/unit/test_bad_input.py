@@ -46,8 +46,8 @@ from timeshard.location import (
 )
 from timeshard.persist import PersistClient
 from timeshard.persist._internal.parts import conform, decode_part, encode_part
-from timeshard.storage import file_source
-from timeshard.storage.file_source import _decoder
+from timeshard.storage import file_decode, file_read
+from timeshard.storage.file_read import _decoder
 
 SCHEMA = pa.schema([("k", pa.string()), ("v", pa.int64())])
 Contents = dict[str, dict[int, list[tuple[Any, ...]]]]
@@ -677,14 +677,14 @@ def test_a_fault_while_decoding_fails_the_task_and_is_never_an_err_row(
     deep = b'{"id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
     rows = decode(tmp_path, {"a.jsonl": deep + b'\n{"id": 1}\n'})
     assert "a.jsonl@0: RecursionError: " in rows[0]["_err"] and rows[1]["id"] == 1
-    decoded = file_source.decode_payload
+    decoded = file_decode.decode_payload
 
     def exhausted(line: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
         if line == b'{"id": 2}':
             raise MemoryError
         return decoded(line, fmt, schema)
 
-    monkeypatch.setattr(file_source, "decode_payload", exhausted)
+    monkeypatch.setattr(file_decode, "decode_payload", exhausted)
     with pytest.raises(MemoryError):
         decode(tmp_path, {"b.jsonl": b'{"id": 1}\nnot json\n{"id": 2}\n'})
 
@@ -742,7 +742,7 @@ def test_lines_split_alike_whatever_the_block_size(
     data = b"".join(line + b"\n" for line in lines)
     starts = [sum(len(line) + 1 for line in lines[:i]) for i in range(len(lines))]
     lo = starts[37]
-    monkeypatch.setattr(file_source, "_READ_CHUNK", block)
+    monkeypatch.setattr(file_read, "_READ_CHUNK", block)
     schema = pa.schema([("data", pa.binary())])
     rows = decode(tmp_path, {"r.bin": data}, "bytes", schema, 9, {"r.bin": (lo, len(data))})
     want = [

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from timeshard.errors import CorruptState, PartError
-from timeshard.spark import parts
+from timeshard.spark import part_errors
 from timeshard.spark.parts import check_part_file
 
 KEY = "s/w/b/part-00000-0123456789ab.parquet"
@@ -108,7 +108,7 @@ def _linked_at_open(monkeypatch: pytest.MonkeyPatch, part: Path, target: Path) -
         return real_open(file, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", os_open)
-    monkeypatch.setattr(parts, "open", builtin_open, raising=False)
+    monkeypatch.setattr(part_errors, "open", builtin_open, raising=False)
     return swapped
 
 

@@ -25,7 +25,8 @@ from timeshard.errors import InvalidUsage
 from timeshard.location import Location, MemoryBlob, MemoryConsensus
 from timeshard.persist import PersistClient, PersistConfig
 from timeshard.storage import FeedbackUpsert, UpsertCommand
-from timeshard.storage.file_source import FileSource, _split_lines, file_offsets
+from timeshard.storage.file_read import _split_lines
+from timeshard.storage.file_source import FileSource, file_offsets
 from timeshard.verify.replay import (
     AMBIGUOUS,
     binding_intervals,

@@ -176,7 +176,7 @@ def test_a_fault_while_decoding_fails_the_task_not_a_row(
     monkeypatch: pytest.MonkeyPatch, side: str, fault: type[Exception]
 ) -> None:
     """A MemoryError (or a bug's TypeError) decoding one record was a durable err row."""
-    from timeshard.storage import file_source
+    from timeshard.storage import file_decode
 
     real = json.loads
 
@@ -185,7 +185,7 @@ def test_a_fault_while_decoding_fails_the_task_not_a_row(
             raise fault("while decoding")
         return real(text, **kwargs)
 
-    monkeypatch.setattr(file_source.json, "loads", failing)
+    monkeypatch.setattr(file_decode.json, "loads", failing)
     record = (b'{"id": 1, "boom": 1}', b'{"n": 1}')
     if side == "value":
         record = (b'{"id": 1}', b'{"n": 1, "boom": 1}')

@@ -25,7 +25,7 @@ from tests.as_nobody import as_nobody
 
 from timeshard.errors import Determinate, PartError
 from timeshard.persist._internal.parts import PartMeta, part_digest
-from timeshard.spark import parts
+from timeshard.spark import part_errors
 from timeshard.spark.parts import typed_error
 
 KEY = "s/w1/b1/part-00000-0123456789ab.parquet"
@@ -49,7 +49,7 @@ def _spark_failure(path: Path) -> Exception:
 def root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A blob root that ``nobody`` may search (tmp_path's parents are root's alone); the
     reads this test plans are forgotten after it."""
-    monkeypatch.setattr(parts, "_planned", OrderedDict())
+    monkeypatch.setattr(part_errors, "_planned", OrderedDict())
     base = Path(tempfile.mkdtemp())
     try:
         root = base / "blob"
@@ -65,7 +65,7 @@ def root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def _planned(root: Path) -> None:
     """Plan a read of the part, as ``read_parts`` does before Spark reads it."""
     meta = PartMeta(KEY, len(DATA), 1, sha256=part_digest(DATA))
-    parts._plan(root.as_uri(), [meta])
+    part_errors._plan(root.as_uri(), [meta])
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root may run a child as nobody")

@@ -142,27 +142,25 @@ session without spark-avro fails, before any job); the executors read, split
 and decode (``from_avro`` runs in the executors' JVMs, in the same job). The
 task function closes over plain values (root path, line schema as Arrow IPC
 bytes, format name).
+
+Modules. :class:`FileSource` is defined here (the catalog records a source's
+class by its module), with the Avro step of its plan; the rest lives in
+:mod:`~timeshard.storage.file_listing` (the files of a directory, which names
+are hidden; driver), :mod:`~timeshard.storage.file_frontier` (offsets and
+fingerprints; driver), :mod:`~timeshard.storage.file_read` (the read task;
+executors) and :mod:`~timeshard.storage.file_decode` (the decoding of a line;
+executors, and ``timeshard verify`` on the driver). Their public names are
+importable from here too.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import csv
-import errno
-import hashlib
-import io
-import json
-import math
 import os
-import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from timeshard.errors import InvalidUsage
 from timeshard.persist._internal.parts import ERR
@@ -174,48 +172,34 @@ from timeshard.storage.avro import (
     decode_datum,
     record_columns,
 )
+from timeshard.storage.file_decode import (
+    _DATUM,
+    DECODE_ERRORS,
+    arrow_json,
+    arrow_json_exact,
+    decode_line,
+    decode_payload,
+)
+from timeshard.storage.file_frontier import (
+    _DIGEST_BITS,
+    _TAIL,
+    FINGERPRINT,
+    Fingerprint,
+    _complete_prefix,
+    _digest,
+    file_offsets,
+    fingerprint_entry,
+    fingerprints,
+)
+from timeshard.storage.file_listing import _walk, hidden
+from timeshard.storage.file_read import _decoder
 from timeshard.storage.reclock import SourceFrontier
 
 FORMATS = ("json", "csv", "text", "bytes", "avro")
-_DATUM = "_datum"
+
 _VALUE = "_value"
+
 DEFAULT_MAX_LINE_BYTES = 64 << 20
-_READ_CHUNK = 1 << 20
-_BATCH_ROWS = 4096
-_BATCH_BYTES = 16 << 20
-#: How many bytes at the start of a file, and before an offset, a fingerprint covers.
-_TAIL = 4096
-#: The first entry name of a fingerprint in a frontier; no file's (relative) name has it.
-FINGERPRINT = "/fingerprint/"
-#: How many bits of a fingerprint's digest a binding holds (the offset takes the others).
-_BOUND_BITS = 24
-#: Files at least this long bind no new fingerprint (its entry would pass int64).
-_FINGERPRINTED_BELOW = 1 << (63 - _BOUND_BITS)
-
-
-#: What decoding raises for bytes that do not decode: such a line is an err row. Anything
-#: else (a MemoryError, a bug) is a fault and propagates: it fails the task, never a row.
-DECODE_ERRORS: tuple[type[Exception], ...] = (
-    ValueError,  # UnicodeDecodeError, JSONDecodeError, binascii.Error, pa.ArrowInvalid
-    csv.Error,
-    OverflowError,
-    RecursionError,  # JSON nested deeper than the interpreter's recursion limit
-    pa.ArrowTypeError,
-    pa.ArrowNotImplementedError,
-)
-
-
-def hidden(names: Iterable[str]) -> bool:
-    """Whether a file with these path components (below a directory read) is hidden."""
-    return any(n.startswith((".", "_")) for n in names)
-
-
-_BOM = b"\xef\xbb\xbf"
-_INT_RANGES = {
-    (bits, signed): (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
-    for bits in (8, 16, 32, 64)
-    for signed in (True, False)
-}
 
 
 class FileSource:
@@ -466,502 +450,6 @@ def _from_avro(lines: Any, avro_schema: str, payload: pa.Schema) -> Any:
     return decoded.select("_partition", "_offset", *columns, err.alias(ERR))
 
 
-def _walk(directory: Path, top: bool = True) -> Iterator[Path]:
-    """The files below ``directory`` whose names are not hidden, in no order.
-
-    Hidden directories are not entered. A symbolic link to a file is a file;
-    one to a directory is not followed, and a dangling or looping one is no
-    file. An error listing a directory raises (``Path.rglob`` ignores a
-    PermissionError, and would leave its files out); a subdirectory removed
-    since its parent was listed holds no file.
-    """
-    try:
-        with os.scandir(directory) as listing:
-            entries = list(listing)
-    except FileNotFoundError:
-        if top:
-            raise
-        return
-    for entry in entries:
-        if hidden([entry.name]):
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            yield from _walk(directory / entry.name, top=False)
-        elif _is_file(entry):
-            yield directory / entry.name
-
-
-def _is_file(entry: os.DirEntry[str]) -> bool:
-    """Whether ``entry`` is a file or a link to one (as ``Path.is_file`` says)."""
-    try:
-        return entry.is_file()
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            return False
-        raise
-
-
-def _complete_prefix(f: BinaryIO, size: int) -> int:
-    """Bytes up to and including the last newline of the ``size`` first bytes of ``f``."""
-    block = 1 << 16
-    pos = size
-    while pos > 0:
-        step = min(block, pos)
-        f.seek(pos - step)
-        chunk = f.read(step)
-        i = chunk.rfind(b"\n")
-        if i >= 0:
-            return pos - step + i + 1
-        pos -= step
-    return 0
-
-
-#: How many bits :func:`_digest` has.
-_DIGEST_BITS = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Fingerprint:
-    """What was read of a file up to ``offset``: the first ``bits`` bits of the
-    :func:`_digest` of its bytes there (all of them, or those a binding holds)."""
-
-    offset: int
-    digest: int
-    bits: int
-
-    def holds(self, f: BinaryIO) -> bool:
-        """Whether ``f``, at least ``offset`` bytes long, still has those bytes."""
-        return _digest(f, self.offset) >> (_DIGEST_BITS - self.bits) == self.digest
-
-
-def _digest(f: BinaryIO, offset: int) -> int:
-    """A 64-bit digest of the first :data:`_TAIL` bytes of ``f`` and the :data:`_TAIL`
-    bytes before ``offset`` (both cut at ``offset``)."""
-    h = hashlib.blake2b(digest_size=_DIGEST_BITS // 8)
-    f.seek(0)
-    h.update(f.read(min(offset, _TAIL)))
-    start = max(0, offset - _TAIL)
-    f.seek(start)
-    h.update(f.read(offset - start))
-    return int.from_bytes(h.digest(), "big")
-
-
-def fingerprint_entry(fingerprint: Fingerprint) -> int | None:
-    """The value a frontier holds for ``fingerprint``: ``offset << 24`` plus the first
-    24 bits of its digest. It grows with the offset, as bindings must. None at offset 0
-    (nothing read) or at 2**39 and beyond (it would pass int64)."""
-    if not 0 < fingerprint.offset < _FINGERPRINTED_BELOW:
-        return None
-    assert fingerprint.bits >= _BOUND_BITS, fingerprint
-    digest = fingerprint.digest >> (fingerprint.bits - _BOUND_BITS)
-    return fingerprint.offset << _BOUND_BITS | digest
-
-
-def fingerprints(frontier: SourceFrontier) -> dict[str, Fingerprint]:
-    """The fingerprints ``frontier`` binds, per file."""
-    return {
-        p.removeprefix(FINGERPRINT): Fingerprint(
-            value >> _BOUND_BITS, value & ((1 << _BOUND_BITS) - 1), _BOUND_BITS
-        )
-        for p, value in frontier.items()
-        if p.startswith(FINGERPRINT) and value > 0
-    }
-
-
-def file_offsets(frontier: SourceFrontier) -> SourceFrontier:
-    """``frontier`` without its fingerprints: the offset of each file.
-
-    What a reader of a FILE source's bindings reads files up to (the
-    fingerprints are not files).
-    """
-    return {p: o for p, o in frontier.items() if not p.startswith(FINGERPRINT)}
-
-
-def _decoder(base: str, fmt: str, schema_ipc: bytes, max_line_bytes: int) -> Any:
-    """The task function (executors): read byte ranges, split lines, decode.
-
-    Rows go out in Arrow batches of at most :data:`_BATCH_ROWS` rows or about
-    :data:`_BATCH_BYTES` bytes of lines, so a task holds one batch and one
-    line at a time, whatever the size of its range.
-    """
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        schema = pa.ipc.read_schema(pa.py_buffer(schema_ipc))
-        out_fields = [
-            pa.field("_partition", pa.string()),
-            pa.field("_offset", pa.int64()),
-            *schema,
-            pa.field(ERR, pa.string()),
-        ]
-        out_schema = pa.schema(out_fields)
-        for batch in batches:
-            for seed in batch.to_pylist():
-                rows: list[dict[str, Any]] = []
-                size = 0
-                for row, length in _decode_range(
-                    base, seed["p"], seed["lo"], seed["hi"], fmt, schema, max_line_bytes
-                ):
-                    rows.append(row)
-                    size += length
-                    if len(rows) >= _BATCH_ROWS or size >= _BATCH_BYTES:
-                        yield pa.RecordBatch.from_pylist(rows, schema=out_schema)
-                        rows, size = [], 0
-                if rows:
-                    yield pa.RecordBatch.from_pylist(rows, schema=out_schema)
-
-    return run
-
-
-def _decode_range(
-    base: str, partition: str, lo: int, hi: int, fmt: str, schema: pa.Schema, max_line_bytes: int
-) -> Iterator[tuple[dict[str, Any], int]]:
-    """Each line of ``[lo, hi)`` of one file as a row (or err row), with its length."""
-    path = os.path.join(base, partition)
-    try:
-        f = open(path, "rb")  # noqa: SIM115 -- closed below, after the generator is done
-    except FileNotFoundError:
-        raise InvalidUsage(
-            f"FILE source: {partition!r} is gone, but bytes [{lo}, {hi}) of it were already "
-            "bound; files must only be appended to"
-        ) from None
-    with f:
-        for offset, raw, length in _split_lines(f, partition, lo, hi, max_line_bytes):
-            yield decode_line(partition, offset, raw, length, fmt, schema, max_line_bytes), length
-
-
-def decode_line(
-    partition: str,
-    offset: int,
-    line: bytes | None,
-    length: int,
-    fmt: str,
-    schema: pa.Schema,
-    max_line_bytes: int,
-) -> dict[str, Any]:
-    """The row of the line at ``offset`` of file ``partition`` (newline excluded).
-
-    ``line`` is None for a line of ``length`` bytes, more than
-    ``max_line_bytes``, which is not decoded. ``schema`` is the source's
-    :attr:`~FileSource.line_schema`. A line that does not decode
-    (:data:`DECODE_ERRORS`) is an err row: data columns null, ``_err``
-    reading ``<file>@<offset>: <error>``; any other exception propagates.
-    Pure: the source's tasks and ``timeshard verify`` decode with it.
-    """
-    row: dict[str, Any] = {"_partition": partition, "_offset": offset, ERR: None}
-    try:
-        if line is None:
-            raise ValueError(
-                f"the line has {length} bytes, more than max_line_bytes {max_line_bytes}"
-            )
-        if offset == 0 and fmt in ("json", "csv"):
-            line = line.removeprefix(_BOM)
-        row.update(decode_payload(line, fmt, schema))
-    except DECODE_ERRORS as e:
-        row.update(dict.fromkeys(schema.names))
-        row[ERR] = f"{partition}@{offset}: {type(e).__name__}: {str(e)[:300]}"
-    return row
-
-
-def _split_lines(
-    f: BinaryIO, partition: str, lo: int, hi: int, max_line_bytes: int
-) -> Iterator[tuple[int, bytes | None, int]]:
-    """``(offset, line, length)`` of each line of ``[lo, hi)``, newline excluded.
-
-    Reads blocks of :data:`_READ_CHUNK` bytes. A line that runs past its block
-    is measured first, by scanning ahead block by block without keeping them;
-    then it is read whole if it is at most ``max_line_bytes`` long, and
-    otherwise reported with ``line`` None. So memory is one block plus one
-    line of at most ``max_line_bytes``. Raises InvalidUsage if the range does
-    not start after a newline or end with one (the file was truncated or
-    rewritten: a range bound earlier ended at a line's end).
-    """
-    if lo > 0:
-        f.seek(lo - 1)
-        if f.read(1) != b"\n":
-            raise InvalidUsage(
-                f"FILE source: {partition!r} has no line end at byte {lo - 1}, where the "
-                "bytes bound earlier ended; it was truncated or rewritten, and files must "
-                "only be appended to"
-            )
-    pos, block, start = lo, b"", 0  # block holds the bytes from file offset pos
-    while pos + start < hi:
-        newline = block.find(b"\n", start)
-        if newline >= 0:
-            length = newline - start
-            line = block[start:newline] if length <= max_line_bytes else None
-            yield pos + start, line, length
-            start = newline + 1
-            continue
-        offset = pos + start
-        if start < len(block):  # the line at offset runs past this block
-            length = _line_length(f, partition, offset, pos + len(block), hi)
-            line = None
-            if length <= max_line_bytes:
-                f.seek(offset)
-                line = f.read(length)
-            yield offset, line, length
-            offset += length + 1
-        pos, start = offset, 0
-        f.seek(pos)
-        block = f.read(min(_READ_CHUNK, hi - pos)) if pos < hi else b""
-        if pos < hi and not block:
-            raise _rewritten(partition, pos, pos, hi)
-
-
-def _line_length(f: BinaryIO, partition: str, offset: int, scan_from: int, hi: int) -> int:
-    """The length of the line at ``offset``, whose bytes up to ``scan_from`` hold no newline."""
-    f.seek(scan_from)
-    at = scan_from
-    while at < hi:
-        chunk = f.read(min(_READ_CHUNK, hi - at))
-        if not chunk:
-            break
-        newline = chunk.find(b"\n")
-        if newline >= 0:
-            return at + newline - offset
-        at += len(chunk)
-    raise _rewritten(partition, offset, at, hi)
-
-
-def _rewritten(partition: str, line: int, end: int, hi: int) -> InvalidUsage:
-    return InvalidUsage(
-        f"FILE source: {partition!r} ends at byte {end}, inside the line at byte {line}, but "
-        f"bytes up to {hi} were already bound; it was truncated or rewritten, and files must "
-        "only be appended to"
-    )
-
-
-_BOM = b"\xef\xbb\xbf"
-#: A blank line: skipped by a line-by-line reader, or an error, never an Arrow row.
-_BLANK_LINE = re.compile(rb"(?m)^[ \t\x0b\x0c]*$")
-#: A line that does not start as a JSON object does.
-_NOT_AN_OBJECT = re.compile(rb"(?m)^[ \t]*[^ \t{]")
-
-
-def arrow_json_exact(typ: pa.DataType) -> bool:
-    """Whether Arrow's JSON reader reads a column of ``typ`` as :func:`decode_payload` does.
-
-    Integers, doubles, booleans and strings: Arrow is then as strict (no
-    coercion, integers in range), but for a number too large for a double
-    (``2e308``), which it reads as infinity where :func:`decode_payload`
-    refuses it; :func:`arrow_json` gives way on any infinity for that.
-    """
-    t = pa.types
-    return bool(t.is_integer(typ) or t.is_float64(typ) or t.is_boolean(typ) or t.is_string(typ))
-
-
-def arrow_json(text: bytes, rows: int, schema: pa.Schema, *, unknown: str) -> pa.Table | None:
-    """``rows`` JSON objects, one per line of ``text``, decoded by Arrow into ``schema``'s
-    columns; None wherever the result might differ from :func:`decode_payload`'s.
-
-    ``unknown`` is what a key that is not a column does: ``"ignore"`` it, or
-    ``"error"`` (then None). None also for a column type Arrow does not read
-    exactly (:func:`arrow_json_exact`), an infinite double (Arrow reads a
-    number too large for a double as one; ``Infinity`` is rare enough to be
-    left to the caller too), a carriage return, a byte order mark,
-    a blank line, a line that does not start with ``{`` (pyarrow 26 reads a
-    top-level ``null`` as a row of nulls, and segfaults when it comes
-    first), bytes that are not UTF-8 (Arrow does not check them), a line
-    that is not exactly one JSON document, a duplicate key, or anything
-    Arrow refuses: the caller then decodes line by line, which finds the
-    bad rows. Pure: tasks call it.
-    """
-    import pyarrow.json as pa_json
-
-    if rows == 0 or not all(arrow_json_exact(f.type) for f in schema):
-        return None
-    if text.count(b"\n") != rows - 1 or b"\r" in text or _BOM in text:
-        return None
-    if _BLANK_LINE.search(text) or _NOT_AN_OBJECT.search(text):
-        return None  # Arrow reads a line ``null`` as a row of nulls (and crashes on a first one)
-    if not _utf8(text):
-        return None  # Arrow keeps invalid UTF-8 in a string, and ignores it in an unknown key
-    try:
-        table = pa_json.read_json(
-            pa.py_buffer(text),
-            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(text) + 1),
-            parse_options=pa_json.ParseOptions(
-                explicit_schema=schema,
-                unexpected_field_behavior=unknown,
-                newlines_in_values=False,
-            ),
-        )
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-        return None
-    if table.num_rows != rows:
-        return None  # a line that held several JSON documents
-    if any(_has_infinity(table.column(f.name)) for f in schema if pa.types.is_floating(f.type)):
-        return None  # ``2e308`` read as infinity, which decode_payload refuses
-    return table.select(schema.names).combine_chunks()
-
-
-def _has_infinity(column: pa.ChunkedArray) -> bool:
-    return bool(pc.any(pc.is_inf(column)).as_py())
-
-
-def _utf8(text: bytes) -> bool:
-    """Whether ``text`` is valid UTF-8 (ASCII is checked without decoding)."""
-    if text.isascii():
-        return True
-    try:
-        text.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def decode_payload(raw: bytes, fmt: str, schema: pa.Schema) -> dict[str, Any]:
-    """The columns of one record's bytes in ``fmt`` (json, csv, text, bytes, avro framing).
-
-    Raises one of :data:`DECODE_ERRORS` for bytes that do not decode; the
-    caller turns that into an err row. Pure: tasks call it.
-    """
-    if fmt == "bytes":
-        return {"data": raw}
-    if fmt == "avro":
-        try:
-            datum = base64.b64decode(raw.removesuffix(b"\r"), validate=True)
-        except binascii.Error as e:
-            raise ValueError(f"invalid base64: {e}") from None
-        return {_DATUM: datum}
-    text = raw.decode("utf-8")
-    if fmt == "text":
-        return {"text": text}
-    if fmt == "json":
-        value = json.loads(text, parse_float=_json_float)
-        if not isinstance(value, dict):
-            raise ValueError(f"expected a JSON object, got {type(value).__name__}")
-        return {
-            name: _json_value(name, typ, value.get(name))
-            for name, typ in zip(schema.names, schema.types, strict=True)
-        }
-    if len(text) > csv.field_size_limit():  # the process-wide limit must not decide
-        csv.field_size_limit(len(text))  # no field is longer than its line
-    try:
-        rows = list(csv.reader(io.StringIO(text), strict=True))
-    except csv.Error as e:
-        raise ValueError(f"malformed CSV record: {e}") from None
-    if len(rows) != 1:
-        raise ValueError(f"expected one CSV record, got {len(rows)}")
-    values = rows[0]
-    if len(values) != len(schema.names):
-        raise ValueError(f"expected {len(schema.names)} fields, got {len(values)}")
-    out: dict[str, Any] = {}
-    for name, typ, v in zip(schema.names, schema.types, values, strict=True):
-        if v == "":
-            out[name] = None
-        elif pa.types.is_string(typ):
-            out[name] = v
-        else:
-            try:
-                out[name] = pa.scalar(v, pa.string()).cast(typ).as_py()
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
-                raise ValueError(f"column {name!r} ({typ}): {e}") from None
-    return out
-
-
-class _OutOfRange(float):
-    """A JSON number too large for a double (``1e400``): parsed as such, not as infinity."""
-
-    text: str
-
-
-def _json_float(text: str) -> float:
-    """``parse_float`` of :func:`json.loads`: a float, or an :class:`_OutOfRange` marker."""
-    value = float(text)
-    if math.isinf(value):
-        marker = _OutOfRange(value)
-        marker.text = text[:40]
-        return marker
-    return value
-
-
-def _json_value(name: str, typ: pa.DataType, v: Any) -> Any:
-    """The JSON value ``v`` of column ``name`` as a value of ``typ``; ValueError if it is not one.
-
-    Integers take JSON integers in the type's range; floats take JSON numbers
-    (and ``NaN``/``Infinity``) whose value fits; booleans take ``true`` and
-    ``false``; strings take strings. Nothing is coerced: ``"1"``, ``1.5`` and
-    ``true`` are not integers. Other types go through Arrow's conversion.
-    """
-    if v is None:
-        return None
-    if isinstance(v, _OutOfRange):
-        raise ValueError(f"column {name!r} ({typ}): the number {v.text} is out of range")
-    if pa.types.is_integer(typ):
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise _mismatch(name, typ, "an integer", v)
-        lo, hi = _INT_RANGES[typ.bit_width, pa.types.is_signed_integer(typ)]
-        if not lo <= v <= hi:
-            raise ValueError(f"column {name!r} ({typ}): {v} is out of range [{lo}, {hi}]")
-        return v
-    if pa.types.is_floating(typ):
-        if not isinstance(v, int | float) or isinstance(v, bool):
-            raise _mismatch(name, typ, "a number", v)
-        try:
-            number = float(v)
-            fitted = pa.array([number], typ)[0].as_py()
-        except (OverflowError, pa.ArrowInvalid) as e:
-            raise ValueError(f"column {name!r} ({typ}): {_json_text(v)} is out of range") from e
-        if math.isinf(fitted) and not math.isinf(number):
-            raise ValueError(f"column {name!r} ({typ}): {_json_text(v)} is out of range")
-        return number
-    if pa.types.is_boolean(typ):
-        if not isinstance(v, bool):
-            raise _mismatch(name, typ, "true or false", v)
-        return v
-    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
-        if not isinstance(v, str):
-            raise _mismatch(name, typ, "a string", v)
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError as e:  # JSON's \ud800 escapes: no UTF-8 text has them
-            raise ValueError(f"column {name!r} ({typ}): a lone surrogate: {e.reason}") from None
-        return v
-    if _null_map_entry(typ, v):  # pyarrow aborts the process on one (pyarrow 26)
-        raise ValueError(f"column {name!r} ({typ}): a map entry is null")
-    try:
-        return pa.array([v], typ)[0].as_py()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, OverflowError) as e:
-        raise ValueError(f"column {name!r} ({typ}): {e}") from None
-
-
-def _null_map_entry(typ: pa.DataType, v: Any) -> bool:
-    """Whether ``v``, a value for ``typ``, holds a map given as a list of entries with a
-    null entry at any depth (``[null]`` for a map column). Arrow's conversion builds
-    such a map and then fails a check that aborts the process, not an exception."""
-    t = pa.types
-    if v is None:
-        return False
-    if t.is_map(typ):
-        if isinstance(v, dict):
-            return any(_null_map_entry(typ.item_type, x) for x in v.values())
-        if isinstance(v, list):
-            if any(entry is None for entry in v):
-                return True
-            return any(
-                _null_map_entry(typ.item_type, entry.get("value"))
-                for entry in v
-                if isinstance(entry, dict)
-            )
-        return False
-    if t.is_list(typ) or t.is_large_list(typ) or t.is_fixed_size_list(typ):
-        return isinstance(v, list) and any(_null_map_entry(typ.value_type, x) for x in v)
-    if t.is_struct(typ) and isinstance(v, dict):
-        return any(_null_map_entry(f.type, v.get(f.name)) for f in typ)
-    return False
-
-
-def _mismatch(name: str, typ: pa.DataType, expected: str, v: Any) -> ValueError:
-    return ValueError(f"column {name!r} ({typ}): expected {expected}, got {_json_text(v)}")
-
-
-def _json_text(v: Any) -> str:
-    """A short JSON rendering of ``v`` for an error message."""
-    text = json.dumps(v, default=str)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 __all__ = [
     "AVRO_DECODE_ERROR",
     "AVRO_TYPES",
@@ -971,10 +459,13 @@ __all__ = [
     "FORMATS",
     "FileSource",
     "Fingerprint",
+    "arrow_json",
+    "arrow_json_exact",
     "avro_payload_schema",
     "decode_line",
     "decode_payload",
     "file_offsets",
     "fingerprint_entry",
     "fingerprints",
+    "hidden",
 ]
