@@ -63,8 +63,9 @@ def _keyed_plan(select: Any, schemas: Mapping[str, pa.Schema], subqueries: bool 
     Every output row then belongs to one key (a group, a row, a window
     partition, a join key), whose input rows alone decide it: only the keys an
     update touched are recomputed. ``subqueries``: the WHERE compares with
-    scalar subqueries (:class:`Parameters`); a SELECT over one input or an
-    inner equi-join of two is then keyed too (by the row, by the join key).
+    scalar subqueries (:class:`~timeshard.compute.incremental_plan.Parameters`); a
+    SELECT over one input or an inner equi-join of two is then keyed too (by the
+    row, by the join key).
     """
     from sqlglot import exp
 

@@ -32,7 +32,7 @@ def _take_subqueries(select: Any, schemas: Mapping[str, pa.Schema]) -> list[tupl
     (``__pv.__p<j>``): the subqueries (each a SELECT of one global aggregate over one input,
     not correlated) and the inputs they read; or why the query's subqueries need the full
     path. The WHERE's conjuncts keep their order; a subquery elsewhere stays (and
-    :func:`_common_blockers` says so)."""
+    :func:`~timeshard.compute.incremental_linear._common_blockers` says so)."""
     from sqlglot import exp
 
     where = select.args.get("where")

@@ -205,7 +205,8 @@ class Plan:
     #: grouped: the scalar subqueries of its WHERE, if any.
     parameters: Parameters | None = None
     #: incremental: the query as sqlglot writes it in Spark SQL, as the rewritten queries
-    #: are written (:func:`rewritten_expressions` tells where it means something else).
+    #: are written (:func:`~timeshard.compute.incremental_analysis.rewritten_expressions`
+    #: tells where it means something else).
     qualified: str = ""
 
 

@@ -71,7 +71,8 @@ _PART_META_SCHEMA = pa.schema(
 )
 
 #: The Spark local property that gives a write's tasks its key prefix
-#: (:func:`write_parts`): the driver sets it on the thread that runs the write's job.
+#: (:func:`~timeshard.spark.parts.write_parts`): the driver sets it on the thread that
+#: runs the write's job.
 PREFIX_PROPERTY = "timeshard.parts.prefix"
 
 _TMP_PREFIX = ".tmp-"
@@ -130,7 +131,8 @@ class PartWriter:
     """
 
     root_uri: str
-    #: None: the job's (:data:`PREFIX_PROPERTY`, which :func:`write_parts` sets).
+    #: None: the job's (:data:`PREFIX_PROPERTY`, which
+    #: :func:`~timeshard.spark.parts.write_parts` sets).
     key_prefix: str | None
     schema_ipc: bytes
     faults: KeyedFaults | None = None

@@ -7,7 +7,7 @@ and the base64 framing of ``avro``). :func:`arrow_json` decodes many JSON lines
 at once with Arrow wherever that gives what :func:`decode_payload` gives. What
 each format accepts: :mod:`timeshard.storage.file_source`. Runs in the
 executors (the FILE source's read tasks, COPY FROM's tasks, the KAFKA source's
-decoding) and on the driver (``timeshard verify``).
+decoding, ``timeshard verify``'s replay tasks).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def decode_line(
 
     ``line`` is None for a line of ``length`` bytes, more than
     ``max_line_bytes``, which is not decoded. ``schema`` is the source's
-    :attr:`~FileSource.line_schema`. A line that does not decode
+    :attr:`~timeshard.storage.file_source.FileSource.line_schema`. A line that does not decode
     (:data:`DECODE_ERRORS`) is an err row: data columns null, ``_err``
     reading ``<file>@<offset>: <error>``; any other exception propagates.
     Pure: the source's tasks and ``timeshard verify`` decode with it.

@@ -143,13 +143,14 @@ and decode (``from_avro`` runs in the executors' JVMs, in the same job). The
 task function closes over plain values (root path, line schema as Arrow IPC
 bytes, format name).
 
-Modules. :class:`FileSource` is defined here (the catalog records a source's
-class by its module), with the Avro step of its plan; the rest lives in
+Modules. :class:`FileSource` is defined here (its public path: the run spec,
+the catalog, verify and the README name it), with the Avro step of its plan;
+the rest lives in
 :mod:`~timeshard.storage.file_listing` (the files of a directory, which names
 are hidden; driver), :mod:`~timeshard.storage.file_frontier` (offsets and
 fingerprints; driver), :mod:`~timeshard.storage.file_read` (the read task;
 executors) and :mod:`~timeshard.storage.file_decode` (the decoding of a line;
-executors, and ``timeshard verify`` on the driver). Their public names are
+executors, ``timeshard verify``'s replay tasks too). Their public names are
 importable from here too.
 """
 
@@ -318,8 +319,9 @@ class FileSource:
 
         A file removed after the listing is left out, as a listing after its
         removal leaves it out; bytes of it already bound but not read yet fail
-        the read (:func:`_decode_range`). Raises InvalidUsage for a file whose
-        bytes before an offset found earlier, or bound, changed (:meth:`_look`).
+        the read (:func:`~timeshard.storage.file_read._decode_range`). Raises
+        InvalidUsage for a file whose bytes before an offset found earlier, or
+        bound, changed (:meth:`_look`).
         A file shorter than that offset has no fingerprint entry: only its
         offset is below the bound one, which the ingestion refuses.
         """
