@@ -598,3 +598,58 @@ def test_the_checks_read_each_value_a_bounded_number_of_times(
 
     small, large = reads(10), reads(40)  # 4 times as deep: 4 times the reads, not 16
     assert 0 < large <= 5 * small, (small, large)
+
+
+#: Per query, PostgreSQL 15's first error where it reads a part after what follows it
+#: in the query (review k42): a SELECT's window specs after all else in it (after
+#: LIMIT), its named WINDOW clauses first, each spec's ORDER BY before its PARTITION BY;
+#: an IN's or = ANY's subquery before its left side; a BETWEEN's x >= low before its
+#: high; OFFSET before LIMIT; the WITH of a UNION before its branches.
+READ_LATER = {
+    "SELECT sum(t.i) OVER (PARTITION BY upper(t.i)), lower(t.i) FROM t": (
+        "42883",
+        "function lower(integer) does not exist",
+    ),
+    "SELECT rank() OVER (PARTITION BY t.s = 1 ORDER BY upper(t.i)) FROM t": (
+        "42883",
+        "function upper(integer) does not exist",
+    ),
+    "SELECT rank() OVER (ORDER BY upper(t.i)) FROM t LIMIT length(lower(1))": (
+        "42883",
+        "function lower(integer) does not exist",
+    ),
+    "SELECT rank() OVER (PARTITION BY upper(t.i)) FROM t WINDOW w AS (ORDER BY lower(t.i))": (
+        "42883",
+        "function lower(integer) does not exist",
+    ),
+    "SELECT 1 FROM t WHERE upper(t.i) IN (SELECT coalesce(t.s, 1) FROM t)": (
+        "42804",
+        "COALESCE types text and integer cannot be matched",
+    ),
+    "SELECT 1 FROM t WHERE upper(t.i) = ANY (SELECT coalesce(t.s, 1) FROM t)": (
+        "42804",
+        "COALESCE types text and integer cannot be matched",
+    ),
+    "SELECT t.s BETWEEN 1 AND upper(t.i) FROM t": (
+        "42883",
+        "operator does not exist: text >= integer",
+    ),
+    "SELECT 1 FROM t LIMIT length(upper(1)) OFFSET length(lower(2))": (
+        "42883",
+        "function lower(integer) does not exist",
+    ),
+    "WITH c AS (SELECT upper(t.i) AS x FROM t) SELECT 1 UNION SELECT coalesce(t.s, t.i) FROM t": (
+        "42883",
+        "function upper(integer) does not exist",
+    ),
+}
+
+
+@pytest.mark.parametrize("sql", sorted(READ_LATER))
+def test_what_postgresql_reads_later_is_refused_later(sql: str) -> None:
+    assert refusal(sql) == READ_LATER[sql]
+
+
+@pytest.mark.parametrize("sql", sorted(READ_LATER))
+def test_version_3_leaves_what_postgresql_reads_later_to_spark(sql: str) -> None:
+    typed(sql, 3)  # no SqlError

@@ -353,7 +353,9 @@ def _checks_columns(tree: exp.Expr) -> bool:
 
 
 #: The clauses of a ``SELECT`` in the order PostgreSQL's parse analysis reads them
-#: (``transformSelectStmt``); the others after them.
+#: (``transformSelectStmt``), ``OFFSET`` before ``LIMIT``; the others after them but its
+#: named ``WINDOW`` clauses, read with its inline window specs after all else
+#: (:func:`_refuse_text_number_mixes`).
 _SELECT_ORDER = (
     "with_",
     "from_",
@@ -365,22 +367,36 @@ _SELECT_ORDER = (
     "order",
     "group",
     "distinct",
-    "limit",
     "offset",
-    "windows",
+    "limit",
     "qualify",
 )
+#: The parts of a ``UNION``, ``INTERSECT`` or ``EXCEPT`` in the order PostgreSQL reads
+#: them (``transformSetOperationStmt``): its ``WITH`` before its branches.
+_SET_OPERATION_ORDER = ("with_", "this", "expression", "order", "offset", "limit")
+#: The parts of a window spec in the order PostgreSQL reads them
+#: (``transformWindowDefinitions``): its ``ORDER BY`` before its ``PARTITION BY``.
+_WINDOW_ORDER = ("this", "order", "partition_by", "spec")
 
 
 def _parse_order(node: exp.Expr) -> list[exp.Expr]:
     """The nodes in ``node`` in the order PostgreSQL reads them: a ``SELECT``'s clauses
-    by :data:`_SELECT_ORDER`, else left to right."""
-    keys = list(node.args)
+    by :data:`_SELECT_ORDER` (its named ``WINDOW`` clauses left out), a set operation's by
+    :data:`_SET_OPERATION_ORDER`, a window's by :data:`_WINDOW_ORDER`, the subquery of an
+    ``IN (SELECT ...)`` or ``op ANY``/``ALL (SELECT ...)`` before its left side
+    (``transformSubLink``), else left to right."""
+    first: tuple[str, ...] = ()
     if isinstance(node, exp.Select):
-        keys = [
-            *(k for k in _SELECT_ORDER if k in node.args),
-            *(k for k in keys if k not in _SELECT_ORDER),
-        ]
+        first = _SELECT_ORDER
+    elif isinstance(node, exp.SetOperation):
+        first = _SET_OPERATION_ORDER
+    elif isinstance(node, exp.Window):
+        first = _WINDOW_ORDER
+    elif (isinstance(node, exp.In) and node.args.get("query")) or _of_subquery(node):
+        first = ("query", "expression")
+    keys = [*(k for k in first if k in node.args), *(k for k in node.args if k not in first)]
+    if isinstance(node, exp.Select):
+        keys = [k for k in keys if k != "windows"]
     values = [node.args[k] for k in keys]
     return [
         v
@@ -390,28 +406,65 @@ def _parse_order(node: exp.Expr) -> list[exp.Expr]:
     ]
 
 
+def _of_subquery(node: exp.Expr) -> bool:
+    """Whether ``node`` is a comparison with ``ANY``/``ALL`` of a subquery."""
+    value = node.args.get("expression") if isinstance(node, tuple(_TEXT_NUMBER_OPERATORS)) else None
+    return isinstance(value, exp.Any | exp.All) and isinstance(value.this.unnest(), exp.Query)
+
+
+#: What the walk of :func:`_refuse_text_number_mixes` does at a node: read what is in it,
+#: refuse it (:func:`_refused`), refuse a ``BETWEEN``'s ``x >= low`` (:func:`_refuse_low`),
+#: or read a ``SELECT``'s window specs.
+_WALK, _READ, _LOW, _WINDOWS = range(4)
+
+
 def _refuse_text_number_mixes(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     """PostgreSQL's refusals of a text and a number in ``tree`` (:func:`_refused`), in the
     order it plans the query: each construct after what is in it (a comparison after
     its sides, a ``COALESCE`` after its values), siblings left to right, a ``SELECT``'s
     clauses in its order (:func:`_parse_order`: ``FROM``, the select list, ``WHERE``
-    ...), a ``WHEN``'s comparison of ``CASE x`` before its ``THEN``. One walk, each
+    ...), a ``WHEN``'s comparison of ``CASE x`` before its ``THEN``, a ``BETWEEN``'s ``x
+    >= low`` before its ``high``. A ``SELECT``'s window specs are read after all else in
+    it (``transformWindowDefinitions``, after ``LIMIT``): its named ``WINDOW`` clauses, then
+    its inline specs as met; a window function's arguments where it is. One walk, each
     node's type computed once (:class:`_Typer`)."""
     typer = _Typer(columns)
-    pending: list[tuple[exp.Expr, bool]] = [(tree, False)]
+    windows: dict[int, list[exp.Expr]] = {}  # per SELECT being read, the windows met in it
+    pending: list[tuple[exp.Expr, int]] = [(tree, _WALK)]
     while pending:
-        node, read = pending.pop()
-        if read:
+        node, step = pending.pop()
+        if step == _READ:
             _refused(node, typer)
-            continue
-        if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
-            # CASE x WHEN a THEN r: x = a is resolved (at the WHEN) before r is read.
-            then = node.args.get("true")
-            pending += [(then, False)] if then is not None else []
-            pending += [(node, True), (node.this, False)]
-            continue
-        pending.append((node, True))
-        pending.extend((c, False) for c in reversed(_parse_order(node)))
+        elif step == _LOW:
+            _refuse_low(node, typer)
+        elif step == _WINDOWS:
+            specs = [*(node.args.get("windows") or []), *windows.pop(id(node))]
+            parts = [(p, _WALK) for w in specs for p in _parse_order(w) if p is not w.this]
+            pending.extend(reversed(parts))
+        else:
+            pending.extend(reversed(_steps(node, windows)))
+
+
+def _steps(node: exp.Expr, windows: dict[int, list[exp.Expr]]) -> list[tuple[exp.Expr, int]]:
+    """What :func:`_refuse_text_number_mixes` does at ``node``, in order; a window in a
+    ``SELECT`` being read (of ``windows``) is added to its list, its spec left for later."""
+    if isinstance(node, exp.If) and isinstance(node.parent, exp.Case):
+        # CASE x WHEN a THEN r: x = a is resolved (at the WHEN) before r is read.
+        then = node.args.get("true")
+        return [(node.this, _WALK), (node, _READ), *([(then, _WALK)] if then else [])]
+    if isinstance(node, exp.Between):
+        low, high = node.args["low"], node.args["high"]
+        return [(node.this, _WALK), (low, _WALK), (node, _LOW), (high, _WALK), (node, _READ)]
+    if isinstance(node, exp.Window):
+        query = node.find_ancestor(exp.Select, exp.SetOperation)
+        if query is not None and id(query) in windows:
+            windows[id(query)].append(node)
+            return [(node.this, _WALK), (node, _READ)]
+    steps = [(c, _WALK) for c in _parse_order(node)]
+    if isinstance(node, exp.Select):
+        windows[id(node)] = []
+        steps.append((node, _WINDOWS))
+    return [*steps, (node, _READ)]
 
 
 def _refused(node: exp.Expr, typer: _Typer) -> None:
@@ -437,18 +490,31 @@ def _refuse_text_number_operators(op: exp.Expr, typer: _Typer) -> None:
     other side's, and passes. A side compared with an array's elements (``= ANY``) is
     compared with their type; one with an array of texts or numbers is named as that
     array (``text = integer[]``)."""
-    for left, right, symbol, elements in _comparisons_at(op):
-        if _untyped(left) or _untyped(right):
-            continue
-        kinds = [typer.kind(left), typer.kind(right)]
-        if elements:
-            kinds[1] = _scalar(kinds[1])
-        scalars = [_scalar(k) for k in kinds]
-        if (scalars[0] in _TEXTS and scalars[1] in _NUMBERS) or (
-            scalars[0] in _NUMBERS and scalars[1] in _TEXTS
-        ):
-            named = [_type_name(k) for k in kinds]
-            raise SqlError(f"operator does not exist: {named[0]} {symbol} {named[1]}", "42883")
+    for comparison in _comparisons_at(op):
+        _refuse_text_number_comparison(comparison, typer)
+
+
+def _refuse_low(between: exp.Expr, typer: _Typer) -> None:
+    """:func:`_refuse_text_number_operators` of a ``BETWEEN``'s ``x >= low`` alone: it is
+    resolved before its ``high`` is read (PostgreSQL's ``transformAExprBetween``)."""
+    for left, right in _paired(between.this, between.args["low"]):
+        _refuse_text_number_comparison((left, right, ">=", False), typer)
+
+
+def _refuse_text_number_comparison(comparison: Comparison, typer: _Typer) -> None:
+    """:func:`_refuse_text_number_operators` of one comparison."""
+    left, right, symbol, elements = comparison
+    if _untyped(left) or _untyped(right):
+        return
+    kinds = [typer.kind(left), typer.kind(right)]
+    if elements:
+        kinds[1] = _scalar(kinds[1])
+    scalars = [_scalar(k) for k in kinds]
+    if (scalars[0] in _TEXTS and scalars[1] in _NUMBERS) or (
+        scalars[0] in _NUMBERS and scalars[1] in _TEXTS
+    ):
+        named = [_type_name(k) for k in kinds]
+        raise SqlError(f"operator does not exist: {named[0]} {symbol} {named[1]}", "42883")
 
 
 def _refuse_text_function_of_number(function: exp.Expr, typer: _Typer) -> None:
