@@ -197,12 +197,21 @@ def test_a_quotient_of_a_case_coalesce_length_or_window_function_is_postgresql_s
     for sql in (
         "SELECT coalesce(i, 0.0) / 2 FROM t",
         "SELECT coalesce(i, x) / 2 FROM t",
-        "SELECT CASE WHEN i > 0 THEN '7' ELSE 1 END / 2 FROM t",  # not Spark's CASE's type
         "SELECT greatest(i, r) / 2 FROM t",
         "SELECT nullif(i, b) / 2 FROM t",
         "SELECT percent_rank() OVER (ORDER BY i) / 2 FROM t",
     ):
         assert "DIV" not in rewritten(sql), sql
+    # A string constant among integers is of their type (typing version 4), as in PostgreSQL
+    # 15, where this CASE is an integer and its quotient 3 for i = 5; at version 3, and
+    # before, Spark's CASE of a string and a number was left to Spark's division.
+    case = "SELECT CASE WHEN i > 0 THEN '7' ELSE 1 END / 2 FROM t"
+    assert rewritten(case) == (
+        "SELECT CAST(CASE WHEN i > 0 THEN CAST('7' AS INT) ELSE 1 END DIV 2 AS INT) FROM t"
+    )
+    tree = normalize_identifiers(sqlglot.parse_one(case, read=DIALECT), dialect=DIALECT)
+    _numeric_casts(tree, COLUMNS.get, version=3)
+    assert "DIV" not in tree.sql("spark")
 
 
 def test_a_float_case_or_coalesce_cast_to_an_integer_rounds_first() -> None:
