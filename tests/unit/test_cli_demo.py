@@ -3,14 +3,17 @@ a location it did not create."""
 
 from __future__ import annotations
 
+import io
 import socket
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from rich.console import Console
+from rich.table import Table
 
 from timeshard import InvalidUsage
-from timeshard.cli.demo import fresh_location
+from timeshard.cli.demo import fresh_location, live
 from timeshard.location import Location
 from timeshard.persist import PersistClient
 from timeshard.server.discovery import announce, withdraw
@@ -51,3 +54,18 @@ def test_a_demo_location_a_server_runs_on_is_refused(tmp_path: Path) -> None:
     assert PersistClient(Location.embedded(tmp_path)).list_shards() == ["kv"]
     withdraw(tmp_path)
     assert PersistClient(fresh_location(tmp_path)).list_shards() == []
+
+
+def test_the_live_board_ends_its_line_on_a_file() -> None:
+    # Written to a pipe (the demo's output captured), the board's last frame ends with
+    # a newline: what the demo prints next starts on a line of its own.
+    out = io.StringIO()
+    console = Console(file=out, width=40)
+    table = Table("object")
+    table.add_row("kv")
+    with live(table, console):
+        pass
+    console.print("after")
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == "after", lines
+    assert lines[-2].startswith("└") and lines[-2].endswith("┘"), lines

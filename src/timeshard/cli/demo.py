@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.table import Table
 
@@ -59,6 +61,20 @@ VIEWS = {
 SQL_HINT = "SELECT buyer, bids, total FROM bids_per_user ORDER BY total DESC LIMIT 5"
 
 
+@contextmanager
+def live(board: RenderableType, console: Console) -> Iterator[None]:
+    """``board`` redrawn in place (four times a second) while the block runs, its last
+    frame left on the console and ended by a newline.
+
+    Written to a file or a pipe (not a terminal), rich's :class:`Live` prints the last
+    frame with no newline after it, so the next line was glued to the table's border.
+    """
+    with Live(board, console=console, refresh_per_second=4):
+        yield
+    if not console.is_terminal:
+        console.line()
+
+
 def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
     from timeshard.spark import snapshot_df, spark_session
     from timeshard.storage.ingest import Ingestion
@@ -70,7 +86,7 @@ def run_demo(location_dir: Path, seconds: float, console: Console) -> int:
     board = DemoBoard(objects, seconds)
     # The live table is drawn from the start (by rich's refresh thread, from what
     # the board last observed), and each object's row is redrawn after each step.
-    with Live(board, console=console, refresh_per_second=4):
+    with live(board, console):
         started = time.monotonic()
         spark = spark_session(app_name="timeshard-demo")
         console.print(
