@@ -198,9 +198,10 @@ def timed_catch_up(spark: Any, view: MaterializedView) -> dict[str, Any]:
     driver reads the shards' state and plans), ``jobs_s`` from then until the
     last completes (including any planning between them), ``after_s`` from
     then on (the compare-and-append and holds). A tick with no job is all
-    ``plan_s``. ``gc_s``: the JVM's garbage collection meanwhile (any thread: in
-    local mode the tasks' too), which a large input's cached state and the peer's
-    evaluation in the same JVM can make a tick wait for.
+    ``plan_s``. ``gc_s``: the JVM's garbage collection pauses meanwhile, those
+    :func:`jvm_gc_s` counts (any thread: in local mode the tasks' too), which a
+    large input's cached state and the peer's evaluation in the same JVM can make
+    a tick wait for.
     """
     rows, parts = view.stats.rows_written, view.stats.parts_written
     gc_before = jvm_gc_s(spark)
@@ -229,7 +230,16 @@ def timed_catch_up(spark: Any, view: MaterializedView) -> dict[str, Any]:
 
 
 def jvm_gc_s(spark: Any) -> float:
-    """Seconds the JVM (driver and, in local mode, executors) has spent collecting garbage."""
+    """Seconds the JVM (driver and, in local mode, executors) has spent in garbage
+    collection pauses that its collector beans count.
+
+    On Java 17 with G1 those are the young pauses (a concurrent cycle's start
+    included) and full collections. G1's remark and cleanup pauses are in no
+    bean before Java 20 (checked with ``-Xlog:gc``: 6 such pauses, neither bean's
+    count moved), nor is its concurrent marking, which runs beside the tasks and
+    takes their CPU. So a tick that starts a concurrent cycle can show ``gc`` 0.00 s
+    while a JFR recording shows pauses.
+    """
     beans = spark._jvm.java.lang.management.ManagementFactory.getGarbageCollectorMXBeans()
     return sum(max(int(beans.get(i).getCollectionTime()), 0) for i in range(beans.size())) / 1000
 
