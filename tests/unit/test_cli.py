@@ -234,7 +234,7 @@ def test_column_names_are_printed_as_they_are(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A column name is text, not rich markup: ``[/]`` does not crash, ``[usd]`` shows."""
-    import timeshard.cli.main
+    import timeshard.cli.query
     import timeshard.spark
 
     writer = PersistClient(Location.embedded(tmp_path)).open_writer("prices", MARKUP_SCHEMA)
@@ -246,11 +246,14 @@ def test_column_names_are_printed_as_they_are(
         assert out.exit_code == 0, (args, out.output, out.exception)
         assert "[/]" in out.output and "price[usd]" in out.output, (args, out.output)
     monkeypatch.setattr(timeshard.spark, "spark_session", lambda **kwargs: None)
+    ran: list[object] = []
     monkeypatch.setattr(
-        timeshard.cli.main, "_run_sql", lambda *args: [{"[/]": "x", "price[usd]": 1}]
+        timeshard.cli.query,
+        "_run_sql",
+        lambda *args: ran.append(args) or [{"[/]": "x", "price[usd]": 1}],
     )
     out = runner.invoke(app, ["query", "SELECT * FROM prices", "-l", str(tmp_path)], env=wide)
-    assert out.exit_code == 0, (out.output, out.exception)
+    assert out.exit_code == 0 and len(ran) == 1, (out.output, out.exception, ran)
     assert "[/]" in out.output and "price[usd]" in out.output, out.output
 
 

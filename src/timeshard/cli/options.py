@@ -20,6 +20,9 @@ Invariants:
    without ``create`` raises InvalidUsage for a directory that does not exist
    or holds no ``consensus.sqlite``.
 2. ``--blob`` and ``--consensus`` go together; it is an error to give one.
+3. A ``--limit`` is 1 or more (:func:`check_limit`), a ``--seconds`` a finite
+   duration of 0 s or more (:func:`check_seconds`); anything else is
+   InvalidUsage naming it.
 
 Runs on the driver; nothing here imports PySpark.
 """
@@ -27,6 +30,7 @@ Runs on the driver; nothing here imports PySpark.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
 from enum import StrEnum
@@ -200,6 +204,18 @@ def cell(value: object) -> str:
     return "" if value is None else str(value)
 
 
+def check_limit(limit: int) -> None:
+    """InvalidUsage naming ``limit`` unless it is a number of rows to print (1 or more)."""
+    if limit < 1:
+        raise InvalidUsage(f"--limit must be at least 1, got {limit}")
+
+
+def check_seconds(seconds: float) -> None:
+    """InvalidUsage naming ``seconds`` unless it is a finite duration of 0 s or more."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidUsage(f"--seconds must be a finite number, 0 or more, got {seconds}")
+
+
 __all__ = [
     "DEFAULT_LOCATION",
     "TIME_COLUMNS",
@@ -211,7 +227,9 @@ __all__ = [
     "JsonOpt",
     "LocationOpt",
     "cell",
+    "check_limit",
     "check_location",
+    "check_seconds",
     "console",
     "err_console",
     "fit",
