@@ -1,10 +1,5 @@
 """``timeshard``: inspect and read shards, explain views, and run the demo.
 
-The commands live by concept: ``status`` in :mod:`timeshard.cli.status`,
-``explain`` in :mod:`timeshard.cli.explain`, the options they all share in
-:mod:`timeshard.cli.options`; shard admin, SQL, subscribe, verify, run,
-copy, nemesis and demo here.
-
 A location is named either by ``--location DIR`` (the embedded default: a
 blob directory ``DIR/blob`` and SQLite consensus ``DIR/consensus.sqlite``) or
 by ``--blob URI --consensus URI`` (for example ``file:///shared/blob`` and
@@ -47,6 +42,10 @@ from timeshard.cli.subscribe import subscribe
 from timeshard.cli.verify import verify
 from timeshard.errors import TimeshardError
 
+# The module doc above is what ``timeshard --help`` prints. Each command lives in a
+# module named after it (``query`` in cli/query.py, the ``shard`` group in cli/shard.py,
+# ...), the options they share in cli/options.py; this module registers them, in the
+# order ``--help`` lists them, and holds ``demo`` (cli/demo.py is loaded only when it runs).
 app = typer.Typer(help=__doc__, no_args_is_help=True, add_completion=False)
 app.add_typer(shard_app, name="shard")
 app.add_typer(dev_app, name="dev")

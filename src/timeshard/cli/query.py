@@ -13,8 +13,8 @@ The query then runs in one of two places:
 
 - on the ``timeshard serve`` that announced itself on the (embedded)
   location, if one runs (:func:`_run_on_server`): sqlglot translates the SQL
-  from Spark's dialect to PostgreSQL's, and it is sent over pgwire with
-  ``AS OF``; no Spark starts here;
+  from Spark's dialect to PostgreSQL's, and it is sent over pgwire, with
+  ``AS OF`` if it names a shard (the time above); no Spark starts here;
 - else in a local Spark session (:func:`_run_sql`): each shard is a temp view
   of its snapshot at the time, each row repeated by its multiplicity. A
   shard whose snapshot holds an err row fails the query with the least
