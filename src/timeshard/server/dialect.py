@@ -24,12 +24,12 @@ the client wrote; :class:`ServePostgres` reads them as Spark does:
   compiled (sqlglotc), its core takes no subclass: serve then reads with the stock one,
   and says so once in its log (:func:`_parameter_core`).
 
-A text function's node keeps how it was called, in its ``meta``, for serve's 42883 of a
-text function of a number to name the call as PostgreSQL does (:data:`CALLED`,
-:data:`GIVEN`, :data:`DROPPED`, :data:`STANDARD`): sqlglot's node of ``lpad(s, 3, 'x',
-'y')`` holds three arguments (its Spark SQL has three, as before), of ``substr`` and
-``substring`` one class, of ``trim(s)`` and ``btrim(s)`` one. The tree and its SQL are
-as sqlglot reads them.
+A function's node keeps how it was called, in its ``meta``, for serve's 42883 of a text
+function of a number, or of a call of more or fewer arguments than PostgreSQL's function
+takes, to name the call as PostgreSQL does (:data:`CALLED`, :data:`NAMED`, :data:`GIVEN`,
+:data:`DROPPED`, :data:`STANDARD`): sqlglot's node of ``lpad(s, 3, 'x', 'y')`` holds
+three arguments (its Spark SQL has three, as before), of ``substr`` and ``substring`` one
+class, of ``trim(s)`` and ``btrim(s)`` one. The tree and its SQL are as sqlglot reads them.
 
 Every reader of a client's SQL in :mod:`timeshard.server` parses with
 :data:`DIALECT`, so a statement means one thing to all of them; but a view's query
@@ -114,6 +114,9 @@ CALLED = "serve_called"
 GIVEN = "serve_given"
 #: The ``meta`` key of the arguments of a call its node does not hold (``lpad``'s fourth).
 DROPPED = "serve_dropped"
+#: The ``meta`` key of the name PostgreSQL looks a call's function up by: as written where
+#: it is quoted (``"UPPER"(s)``: ``UPPER``), else folded to lower case (``LPAD``: ``lpad``).
+NAMED = "serve_named"
 #: The ``meta`` key marking a call in the SQL standard's syntax (``trim(leading from s)``,
 #: ``substring(s FROM 1)``, ``overlay(s PLACING 'x' FROM 1)``), which PostgreSQL's
 #: grammar makes a call of ``pg_catalog``'s function.
@@ -167,15 +170,27 @@ class ServePostgres(Postgres):
 
         def _parse_function_call(self, *args: Any, **kwargs: Any) -> exp.Expr | None:
             name = self._curr
+            parenthesized = self._next is not None and self._next.token_type == TokenType.L_PAREN
             call = super()._parse_function_call(*args, **kwargs)
             node = call.this if isinstance(call, exp.Window | exp.Filter) else call
-            if (
-                node is not None
-                and node.meta.get(CALLED)
-                and name.token_type == TokenType.IDENTIFIER
-            ):
+            quoted = name is not None and name.token_type == TokenType.IDENTIFIER
+            if node is not None and parenthesized and name is not None:
+                node.meta[NAMED] = name.text if quoted else name.text.lower()
+            if node is not None and node.meta.get(CALLED) and quoted:
                 node.meta[CALLED] = name.text  # "SUBSTR"(i, 1) is PostgreSQL's SUBSTR
             return call
+
+        def validate_expression(self, expression: Any, args: list[Any] | None = None) -> Any:
+            # A known function's node built of the arguments written: with their number,
+            # and those it has no slot for (lpad's fourth), for serve's 42883 of a call of
+            # more or fewer than PostgreSQL's function takes.
+            if (
+                args is not None
+                and isinstance(expression, exp.Expr)
+                and GIVEN not in expression.meta
+            ):
+                _kept(expression, args)
+            return super().validate_expression(expression, args)
 
         def _parse_trim(self) -> exp.Trim:
             trim = super()._parse_trim()
@@ -273,6 +288,7 @@ __all__ = [
     "DIALECT",
     "DROPPED",
     "GIVEN",
+    "NAMED",
     "STANDARD",
     "STORED_DIALECT",
     "ServePostgres",

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from timeshard.server.dialect import CALLED, DIALECT, DROPPED, GIVEN, STANDARD
+from timeshard.server.dialect import CALLED, DIALECT, DROPPED, GIVEN, NAMED, STANDARD
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_types import (
     _COMMON_ORDER,
@@ -107,6 +107,69 @@ _TEXT_FUNCTIONS = (
     exp.MD5,
     exp.Overlay,
 )
+
+#: :data:`_ARITIES`' functions of one argument, and of two.
+_ONE = (
+    "upper lower initcap reverse md5 ascii chr char_length character_length octet_length "
+    "bit_length quote_ident quote_literal quote_nullable to_hex sha224 sha256 sha384 sha512 abs "
+    "sign ceil ceiling floor sqrt cbrt exp ln log10 degrees radians sin cos tan asin acos atan "
+    "factorial"
+)
+_TWO = (
+    "left right repeat strpos starts_with power pow mod div atan2 gcd lcm date_part to_char "
+    "to_number"
+)
+#: PostgreSQL 15's least and most arguments of each of its functions of a fixed number of
+#: them (its ``pg_catalog``'s ``pg_proc``, every form of the name), by name: a call of
+#: another number is its 42883 (:func:`_refuse_wrong_arity`). sqlglot drops what its node
+#: has no slot for (``lpad(s, 3, 'x', 'y')`` ran as Spark's ``LPAD(s, 3, 'x')``). Not
+#: listed: the n-ary ones (``coalesce``, ``concat``), those of the standard's syntax
+#: (``position``, ``extract``), and those Spark calls with other arities that sqlglot
+#: keeps (``to_date(s)``, ``decode(x, 1, 'a', ...)``, ``rand(7)``, array functions).
+_ARITIES: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(_ONE.split(), (1, 1)),
+    **dict.fromkeys(_TWO.split(), (2, 2)),
+    **dict.fromkeys(("replace", "translate", "split_part"), (3, 3)),
+    **dict.fromkeys(("ltrim", "rtrim", "btrim", "round", "trunc", "log", "length"), (1, 2)),
+    **dict.fromkeys(("lpad", "rpad", "substr", "substring", "date_trunc"), (2, 3)),
+    "overlay": (3, 4),
+}
+
+
+def _given(node: exp.Expr) -> int | None:
+    """The number of arguments ``node`` was called with, where known here: as the parser
+    kept it (:data:`~timeshard.server.dialect.GIVEN`), else those its node holds (a call of
+    a function sqlglot does not know, or one it reads with its own parser: ``ceil``,
+    ``chr``); None for one in the standard's syntax (``substring(s FROM 1)``)."""
+    if node.meta.get(STANDARD):
+        return None
+    given = node.meta.get(GIVEN)
+    return given if isinstance(given, int) else len(_called_with(node))
+
+
+def _wrong_arity(node: exp.Expr) -> bool:
+    """Whether ``node`` calls a function of :data:`_ARITIES` with a number of arguments
+    PostgreSQL has no form of (by the name called, :data:`~timeshard.server.dialect.NAMED`)."""
+    arity = _ARITIES.get(node.meta.get(NAMED) or "")
+    given = None if arity is None else _given(node)
+    return arity is not None and given is not None and not arity[0] <= given <= arity[1]
+
+
+def _spell_out_wrong_arities(tree: exp.Expr) -> None:
+    """Each call in ``tree`` of more or fewer arguments than PostgreSQL's function takes
+    (:func:`_wrong_arity`) as a call of its name of all the arguments written, those its
+    node dropped (:data:`~timeshard.server.dialect.DROPPED`) too: they are in the tree,
+    and their columns typed, for :func:`_refuse_wrong_arity` to name (``lpad(s, i, s,
+    s)``: "lpad(text, integer, text, text)"). Every such call is refused: the Spark SQL
+    of none is made."""
+    pending = [tree]
+    while pending:  # a dropped argument's calls too, once it is in the tree
+        for node in list(pending.pop().find_all(exp.Func, exp.Binary)):
+            if _wrong_arity(node):
+                pending.extend(node.meta.get(DROPPED, []))
+                call = exp.Anonymous(this=node.meta[NAMED], expressions=_called_with(node))
+                call.meta.update({k: node.meta[k] for k in (NAMED, CALLED) if k in node.meta})
+                node.replace(call)
 
 
 #: The constructs PostgreSQL gives their values a common type of (its
@@ -342,6 +405,9 @@ def _checks_columns(tree: exp.Expr) -> bool:
 
     if any(reads(f.this) for f in tree.find_all(*_TEXT_FUNCTIONS)):
         return True
+    for node in tree.find_all(exp.Func, exp.Binary):
+        if _wrong_arity(node) and any(reads(a) for a in _called_with(node)):
+            return True
     for node in tree.find_all(*_COMMON_TYPED):
         if any(reads(v) for v in _common_typed_values(node)):
             return True
@@ -472,6 +538,8 @@ def _refused(node: exp.Expr, typer: _Typer) -> None:
     :func:`_refuse_text_number_operators`, :func:`_refuse_text_function_of_number`,
     :func:`_refuse_unmatched_common_type`, and 22P02/22003 for a string constant that
     PostgreSQL reads as an integer here (:func:`_refuse_integer_text`)."""
+    if _wrong_arity(node):
+        _refuse_wrong_arity(node, typer)
     _refuse_text_number_operators(node, typer)
     if isinstance(node, _TEXT_FUNCTIONS):
         _refuse_text_function_of_number(node, typer)
@@ -534,6 +602,17 @@ def _refuse_text_function_of_number(function: exp.Expr, typer: _Typer) -> None:
         raise _no_function(function, _called_with(function), typer)
 
 
+def _refuse_wrong_arity(function: exp.Expr, typer: _Typer) -> None:
+    """SqlError 42883 for a call of ``function`` (:func:`_wrong_arity`) with more or fewer
+    arguments than PostgreSQL's function of its name takes (:data:`_ARITIES`), as
+    PostgreSQL refuses it when it plans the query ("function lpad(text, integer, unknown,
+    unknown) does not exist"), whatever their types: sqlglot's node dropped the arguments
+    it has no slot for, and Spark answered the call without them (``btrim(s, 'x', 'y')``
+    trimmed 'yx'). The message names the arguments' types as :func:`_no_function` does
+    (``unknown`` for one not known here: ``now()``'s)."""
+    raise _no_function(function, _called_with(function), typer)
+
+
 def _no_function(function: exp.Expr, arguments: list[exp.Expr], typer: _Typer) -> SqlError:
     """PostgreSQL's 42883 of a call of ``function`` of ``arguments`` it has no form of."""
     named = ", ".join(_argument_type_name(a, typer) for a in arguments)
@@ -547,7 +626,12 @@ def _called_with(function: exp.Expr) -> list[exp.Expr]:
     parser kept them (:data:`~timeshard.server.dialect.GIVEN`,
     :data:`~timeshard.server.dialect.DROPPED`). A ``substring(s FOR 2)`` holds the start
     1 sqlglot adds: PostgreSQL's ``pg_catalog.substring(s, 1, 2)`` has it too."""
-    held = [a for a in function.args.values() if isinstance(a, exp.Expr)]
+    held = [
+        a
+        for value in function.args.values()
+        for a in (value if isinstance(value, list) else [value])
+        if isinstance(a, exp.Expr)
+    ]
     dropped: list[exp.Expr] = function.meta.get(DROPPED, [])
     given = function.meta.get(GIVEN, len(held) + len(dropped))
     return [*held[: given - len(dropped)], *dropped]
@@ -564,15 +648,18 @@ def _argument_type_name(argument: exp.Expr, typer: _Typer) -> str:
 def _function_name(function: exp.Expr) -> str:
     """The name of a text function as PostgreSQL's 42883 message gives it where sqlglot
     merges several: ``ltrim``, ``rtrim`` and ``btrim`` for a ``Trim`` by its side, the
-    name it was called by (:data:`~timeshard.server.dialect.CALLED`: ``substr``), else
-    sqlglot's; after ``pg_catalog.`` where it was written in the standard's syntax
+    name it was called by (:data:`~timeshard.server.dialect.CALLED`: ``substr``;
+    :data:`~timeshard.server.dialect.NAMED`: ``mod``, not sqlglot's ``%``), as written
+    where it was quoted (``"UPPER"(i)``, ``"LTRIM"(i)``), else sqlglot's; after
+    ``pg_catalog.`` where it was written in the standard's syntax
     (:data:`~timeshard.server.dialect.STANDARD`: ``trim(i)`` is PostgreSQL's
     ``pg_catalog.btrim(i)``, ``substring(i FROM 1)`` its ``pg_catalog.substring(i, 1)``)."""
-    if isinstance(function, exp.Trim):
+    name = function.meta.get(CALLED)
+    if not name and isinstance(function, exp.Trim):
         side = str(function.args.get("position") or "").upper()
         name = {"LEADING": "ltrim", "TRAILING": "rtrim"}.get(side, "btrim")
-    else:
-        name = function.meta.get(CALLED) or function.sql(DIALECT).split("(")[0].lower()
+    if not name:
+        name = function.meta.get(NAMED) or function.sql(DIALECT).split("(")[0].lower()
     return f"pg_catalog.{name}" if function.meta.get(STANDARD) else name
 
 

@@ -32,6 +32,7 @@ from timeshard.server.query_comparisons import (
     _common_typed_values,
     _refuse_mismatched_using,
     _refuse_text_number_mixes,
+    _spell_out_wrong_arities,
     _Typer,
 )
 from timeshard.server.query_relations import (
@@ -86,7 +87,10 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: name by position (:func:`_typed_columns` before; review k34), and its 42883 for a
 #: text function of a number (``upper(i)``) and for a coalesce, greatest, least or case
 #: of texts compared with a number, and its 42804 for one of a text and a number, and
-#: the integer type of a string constant among integers there (:func:`_untyped_common_values`).
+#: the integer type of a string constant among integers there (:func:`_untyped_common_values`),
+#: and its 42883 for a call of more or fewer arguments than its function takes (sqlglot
+#: dropped the extra ones: ``lpad(s, 3, 'x', 'y')`` ran as ``LPAD(s, 3, 'x')``;
+#: :func:`~timeshard.server.query_comparisons._spell_out_wrong_arities`).
 TYPING = 4
 
 
@@ -395,6 +399,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     if version < 4:
         columns_of = _typed_columns(columns_of)
     columns_of = functools.cache(columns_of)  # a relation's columns are asked once
+    if version >= 4:  # refused, in PostgreSQL's order, by _refuse_text_number_mixes
+        _spell_out_wrong_arities(tree)
     _interval_literals(tree)
     if version >= 3:
         _complete_column_aliases(tree, columns_of, cte_readers=version >= 4)

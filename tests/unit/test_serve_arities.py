@@ -1,0 +1,154 @@
+"""PostgreSQL 15's 42883 ("function lpad(text, integer, unknown, unknown) does not exist")
+for a call of one of its functions with more or fewer arguments than it has a form of.
+
+sqlglot builds a known function's node of the arguments it has slots for and drops the
+rest (``lpad(s, 3, 'x', 'y')`` ran as Spark's ``LPAD(s, 3, 'x')``, ``btrim(s, 'x', 'y')``
+as ``TRIM('y' 'x' FROM s)``, ``trunc(i, 1, 2)`` as ``CAST(i AS BIGINT)``): Spark answered
+a call that was not the one written. Each message here was checked against PostgreSQL 15.
+
+At the typing rewrites' version 4 only (:data:`~timeshard.server.query_rewrites.TYPING`):
+a view recorded at 3 and no resolution is installed again as it was made.
+
+No Spark: :func:`~timeshard.server.query_rewrites._numeric_casts` is run on the tree.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pytest
+from tests.unit.test_serve_42883 import refusal, typed
+
+from timeshard.location import Location
+from timeshard.location.memory import MemoryBlob, MemoryConsensus
+from timeshard.persist import PersistClient
+from timeshard.server.engine import Engine
+from timeshard.server.statements import SqlError
+
+#: Per query, the call PostgreSQL 15's 42883 names.
+TOO_MANY = {
+    "SELECT lpad(s, 3, 'x', 'y') FROM t": "lpad(text, integer, unknown, unknown)",
+    "SELECT rpad(s, 3, 'x', 'y') FROM t": "rpad(text, integer, unknown, unknown)",
+    "SELECT LPAD(s, 3, 'x', 'y') FROM t": "lpad(text, integer, unknown, unknown)",
+    "SELECT lpad(s, 3, 'x', NULL) FROM t": "lpad(text, integer, unknown, unknown)",
+    "SELECT lpad(s::varchar, 3, 'x', 'y') FROM t": (
+        "lpad(character varying, integer, unknown, unknown)"
+    ),
+    "SELECT lpad(s, 3.5, 'x', 'y') FROM t": "lpad(text, numeric, unknown, unknown)",
+    "SELECT lpad(s, i, s, s) FROM t": "lpad(text, integer, text, text)",
+    "SELECT btrim(s, 'x', 'y') FROM t": "btrim(text, unknown, unknown)",
+    "SELECT btrim(s, 'x', 5) FROM t": "btrim(text, unknown, integer)",
+    "SELECT ltrim(s, 'x', 'y') FROM t": "ltrim(text, unknown, unknown)",
+    "SELECT rtrim(s, 'x', 'y') FROM t": "rtrim(text, unknown, unknown)",
+    "SELECT initcap(s, 'x') FROM t": "initcap(text, unknown)",
+    "SELECT substr(s, 1, 2, 3) FROM t": "substr(text, integer, integer, integer)",
+    "SELECT substring(s, 1, 2, 3) FROM t": "substring(text, integer, integer, integer)",
+    "SELECT split_part(s, ',', 1, 2) FROM t": "split_part(text, unknown, integer, integer)",
+    "SELECT left(s, 1, 2) FROM t": "left(text, integer, integer)",
+    "SELECT right(s, 1, 2) FROM t": "right(text, integer, integer)",
+    "SELECT strpos(s, 'a', 1) FROM t": "strpos(text, unknown, integer)",
+    "SELECT round(i, 1, 2) FROM t": "round(integer, integer, integer)",
+    "SELECT round(1.5, 1, 2) FROM t": "round(numeric, integer, integer)",
+    "SELECT trunc(i, 1, 2) FROM t": "trunc(integer, integer, integer)",
+    "SELECT trunc(1.5, 1, 2) FROM t": "trunc(numeric, integer, integer)",
+    "SELECT ceil(i, 1) FROM t": "ceil(integer, integer)",
+    "SELECT floor(i, 1) FROM t": "floor(integer, integer)",
+    "SELECT mod(i, 1, 2) FROM t": "mod(integer, integer, integer)",
+    "SELECT to_char(i, '9', 1) FROM t": "to_char(integer, unknown, integer)",
+    "SELECT chr(i, 1) FROM t": "chr(integer, integer)",
+    # One of too many in a dropped argument: its own first.
+    "SELECT lpad(s, 3, 'x', rpad(s, 1, 'a', 'b')) FROM t": "rpad(text, integer, unknown, unknown)",
+    "SELECT lpad(s, 3, 'x', rpad(s, 1, 'a')) FROM t": "lpad(text, integer, unknown, text)",
+    # Fewer than it takes; a function sqlglot does not know, or reads with its own parser.
+    "SELECT initcap()": "initcap()",
+    "SELECT i FROM t WHERE initcap() = 'a'": "initcap()",
+    "SELECT gcd(i) FROM t": "gcd(integer)",
+    "SELECT quote_ident(s, 1) FROM t": "quote_ident(text, integer)",
+    "SELECT substr(upper(t.s), 1, 2, 3) FROM t": "substr(text, integer, integer, integer)",
+    # In a WHERE, under a comparison, in a subquery: refused where PostgreSQL reads it.
+    "SELECT i FROM t WHERE lpad(s, 3, 'x', 'y') = 'x'": "lpad(text, integer, unknown, unknown)",
+    "SELECT i FROM t WHERE i IN (SELECT length(btrim(s, 'x', 'y')) FROM t)": (
+        "btrim(text, unknown, unknown)"
+    ),
+}
+
+
+@pytest.mark.parametrize("sql", sorted(TOO_MANY))
+def test_a_call_of_more_arguments_than_postgresql_takes_is_42883(sql: str) -> None:
+    assert refusal(sql) == ("42883", f"function {TOO_MANY[sql]} does not exist")
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        (
+            "SELECT upper(i) || lpad(s, 3, 'x', 'y') FROM t",
+            "function upper(integer) does not exist",
+        ),
+        (
+            "SELECT lpad(s, 3, 'x', 'y') FROM t WHERE s = 5",
+            "function lpad(text, integer, unknown, unknown) does not exist",
+        ),
+        (
+            "SELECT 1 FROM t WHERE s = 5 AND lpad(s, 3, 'x', 'y') = 'a'",
+            "operator does not exist: text = integer",
+        ),
+    ],
+)
+def test_the_first_error_is_postgresqls(sql: str, expected: str) -> None:
+    assert refusal(sql) == ("42883", expected)
+
+
+@pytest.mark.parametrize("sql", sorted(TOO_MANY))
+def test_version_3_leaves_a_call_of_more_arguments_as_it_ran(sql: str) -> None:
+    typed(sql, 3)  # no SqlError: a view recorded at 3 resolves as it did
+
+
+def test_a_dropped_argument_no_longer_reaches_spark() -> None:
+    """What Spark answered: the call without its last argument."""
+    assert typed("SELECT lpad(s, 3, 'x', 'y') AS p FROM t", 3) == (
+        "SELECT LPAD(s, 3, 'x') AS p FROM t"
+    )
+
+
+def test_an_argument_of_a_type_not_known_here_is_named_unknown() -> None:
+    """PostgreSQL names ``now()``'s type (timestamp with time zone); not known here, the
+    call is refused all the same, its arity being no guess."""
+    sqlstate, _ = refusal("SELECT date_trunc('day', now(), 'UTC', 2) FROM t")
+    assert sqlstate == "42883"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        # Of PostgreSQL's arities, and its n-ary ones of any number.
+        "SELECT lpad(s, 3), lpad(s, 3, 'x'), rpad(s, 3, 'x'), btrim(s), btrim(s, 'x') FROM t",
+        "SELECT ltrim(s, 'x'), rtrim(s), substr(s, 1), substr(s, 1, 2), initcap(s) FROM t",
+        "SELECT substring(s, 1, 2), split_part(s, ',', 1), left(s, 1), strpos(s, 'a') FROM t",
+        "SELECT round(i), round(1.5, 1), trunc(1.5), trunc(1.5, 1), ceil(i), mod(i, 2) FROM t",
+        "SELECT coalesce(i, 1, 2, 3, 4, 5), greatest(i, 1, 2, 3), least(i, 1, 2, 3) FROM t",
+        "SELECT concat(s, s, s, s, s), concat_ws(',', s, s, s, s) FROM t",
+        "SELECT date_trunc('day', now()), to_char(i, '9') FROM t",
+        # Spark's functions PostgreSQL has not are Spark's.
+        "SELECT locate('a', s, 2), date_format(now(), 'y') FROM t",
+    ],
+)
+def test_calls_postgresql_has_pass(sql: str) -> None:
+    typed(sql)  # no SqlError
+
+
+def test_the_engine_refuses_a_dropped_argument() -> None:
+    """Through ``Engine.resolve``, as a client's query is (no Spark): it ran as
+    ``SELECT LPAD(k, 3, 'x') FROM kv``."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    client.open_writer("kv", pa.schema([("k", pa.string())])).expire()
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)
+    for sql in ("SELECT lpad(k, 3, 'x', 'y') FROM kv", "SELECT btrim(k, 'x', 'y') FROM kv"):
+        with pytest.raises(SqlError) as caught:
+            engine.resolve(sql)
+        assert caught.value.sqlstate == "42883"
+        assert str(caught.value).endswith(", unknown, unknown) does not exist")
+    assert engine.resolve("SELECT lpad(k, 3, 'x') FROM kv")[0] == (
+        "SELECT LPAD(k, 3, 'x') FROM kv AS kv"
+    )
