@@ -152,3 +152,61 @@ def test_the_engine_refuses_a_dropped_argument() -> None:
     assert engine.resolve("SELECT lpad(k, 3, 'x') FROM kv")[0] == (
         "SELECT LPAD(k, 3, 'x') FROM kv AS kv"
     )
+
+
+#: Per query, the call PostgreSQL 15's 42883 names, of more arguments than sqlglot's node
+#: takes: sqlglot refused them (42601, "The number of provided arguments (2) is greater
+#: than the maximum number of supported arguments (1)").
+BEYOND_SQLGLOT = {
+    "SELECT upper(s, 1) FROM t": "upper(text, integer)",
+    "SELECT upper(i, 1) FROM t": "upper(integer, integer)",
+    "SELECT lower(s, 1) FROM t": "lower(text, integer)",
+    "SELECT reverse(s, 1) FROM t": "reverse(text, integer)",
+    "SELECT md5(s, 1) FROM t": "md5(text, integer)",
+    "SELECT ascii(s, 1) FROM t": "ascii(text, integer)",
+    "SELECT replace(s, 'a', 'b', 'c') FROM t": "replace(text, unknown, unknown, unknown)",
+    "SELECT translate(s, 'a', 'b', 'c') FROM t": "translate(text, unknown, unknown, unknown)",
+    "SELECT repeat(s, 1, 2) FROM t": "repeat(text, integer, integer)",
+    "SELECT starts_with(s, 'a', 1) FROM t": "starts_with(text, unknown, integer)",
+    "SELECT abs(i, 1) FROM t": "abs(integer, integer)",
+    "SELECT sqrt(i, 1) FROM t": "sqrt(integer, integer)",
+    "SELECT power(i, 1, 2) FROM t": "power(integer, integer, integer)",
+    "SELECT log(i, 1, 2) FROM t": "log(integer, integer, integer)",
+    "SELECT exp(i, 1) FROM t": "exp(integer, integer)",
+    "SELECT ln(i, 1) FROM t": "ln(integer, integer)",
+    "SELECT sign(i, 1) FROM t": "sign(integer, integer)",
+}
+
+
+def engine_of_t() -> Engine:
+    """A server's engine (no Spark) over shard ``t`` of ``i`` INT and ``s`` TEXT."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    client.open_writer("t", pa.schema([("i", pa.int32()), ("s", pa.string())])).expire()
+    return Engine(SimpleNamespace(), client, follow_s=3600)
+
+
+@pytest.mark.parametrize("sql", sorted(BEYOND_SQLGLOT))
+def test_a_call_of_more_arguments_than_sqlglot_takes_is_42883(sql: str) -> None:
+    with pytest.raises(SqlError) as caught:
+        engine_of_t().resolve(sql)
+    expected = ("42883", f"function {BEYOND_SQLGLOT[sql]} does not exist")
+    assert (caught.value.sqlstate, str(caught.value)) == expected
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_before_version_4_one_is_the_syntax_error_it_was(version: int) -> None:
+    for stored in (False, True):
+        with pytest.raises(SqlError) as caught:
+            engine_of_t().resolve("SELECT upper(s, 1) FROM t", stored=stored, version=version)
+        assert caught.value.sqlstate == "42601"
+        assert str(caught.value) == (
+            "syntax error: The number of provided arguments (2) is greater than the maximum "
+            "number of supported arguments (1). Line 1, Col: 18."
+        )
+
+
+def test_a_spark_function_of_more_arguments_than_sqlglot_takes_is_the_syntax_error() -> None:
+    """Not one of PostgreSQL's: as before."""
+    with pytest.raises(SqlError) as caught:
+        engine_of_t().resolve("SELECT ucase(s, 1) FROM t")
+    assert caught.value.sqlstate == "42601"

@@ -117,6 +117,9 @@ DROPPED = "serve_dropped"
 #: The ``meta`` key of the name PostgreSQL looks a call's function up by: as written where
 #: it is quoted (``"UPPER"(s)``: ``UPPER``), else folded to lower case (``LPAD``: ``lpad``).
 NAMED = "serve_named"
+#: The ``meta`` key of sqlglot's error for a call of more arguments than its node has
+#: slots for (``upper(s, 1)``), which it refused as it parsed: :func:`overfull`.
+OVERFULL = "serve_overfull"
 #: The ``meta`` key marking a call in the SQL standard's syntax (``trim(leading from s)``,
 #: ``substring(s FROM 1)``, ``overlay(s PLACING 'x' FROM 1)``), which PostgreSQL's
 #: grammar makes a call of ``pg_catalog``'s function.
@@ -149,6 +152,22 @@ def _keeping_call(name: str, build: Any) -> Any:
         return node
 
     return built
+
+
+def overfull(tree: exp.Expr) -> str | None:
+    """sqlglot's error for the first call in ``tree`` of more arguments than its node has
+    slots for (:data:`OVERFULL`: "The number of provided arguments (2) is greater than the
+    maximum number of supported arguments (1). Line 1, Col: 18."), None if none is.
+
+    :class:`ServePostgres` parses such a call, where sqlglot's parser refused it, so that
+    serve's typing rewrites of version 4 refuse it as PostgreSQL does (42883, "function
+    upper(text, integer) does not exist") where they know the function; its reader
+    refuses what is left of them with this (as it refused them before: 42601), never
+    running the call without its dropped arguments."""
+    for node in tree.walk():
+        if isinstance(node, exp.Expr) and node.meta.get(OVERFULL):
+            return str(node.meta[OVERFULL])
+    return None
 
 
 class ServePostgres(Postgres):
@@ -190,6 +209,21 @@ class ServePostgres(Postgres):
                 and GIVEN not in expression.meta
             ):
                 _kept(expression, args)
+            if (
+                args is not None
+                and isinstance(expression, exp.Func)
+                and not expression.is_var_len_args
+                and len(args) > len(expression.arg_types)
+            ):
+                # sqlglot's error, kept for the call's reader (:func:`overfull`), who
+                # refuses it as PostgreSQL does where it knows the function.
+                token = self._curr or self._prev
+                expression.meta[OVERFULL] = (
+                    f"The number of provided arguments ({len(args)}) is greater than the "
+                    f"maximum number of supported arguments ({len(expression.arg_types)}). "
+                    f"Line {token.line}, Col: {token.col}."
+                )
+                args = None
             return super().validate_expression(expression, args)
 
         def _parse_trim(self) -> exp.Trim:
@@ -289,8 +323,10 @@ __all__ = [
     "DROPPED",
     "GIVEN",
     "NAMED",
+    "OVERFULL",
     "STANDARD",
     "STORED_DIALECT",
     "ServePostgres",
     "StoredPostgres",
+    "overfull",
 ]

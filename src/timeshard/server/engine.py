@@ -89,7 +89,7 @@ from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
 from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist.as_of import common_as_of
-from timeshard.server.dialect import DIALECT, STORED_DIALECT
+from timeshard.server.dialect import DIALECT, STORED_DIALECT, overfull
 from timeshard.server.parameter_types import arrow_columns
 from timeshard.server.pgtypes import column_type
 from timeshard.server.query_rewrites import (
@@ -1441,9 +1441,14 @@ class Engine:
             raise SqlError("expected a query")
         tree = normalize_identifiers(tree, dialect=DIALECT)
         known = set(self.known_shards())
+        checked = not stored and version >= 4  # a call of too many arguments: 42883
+        if not checked and (overfull_call := overfull(tree)) is not None:
+            raise SqlError(f"syntax error: {overfull_call}")
         if not stored:
             _numeric_casts(tree, functools.partial(self._shard_columns, known), version)
             _naive_timestamps(tree)
+        if checked and (overfull_call := overfull(tree)) is not None:
+            raise SqlError(f"syntax error: {overfull_call}")  # of a function not PostgreSQL's
         _int_limits(tree)
         _refuse_writes(tree)
         _refuse_java_calls(tree)
