@@ -120,6 +120,10 @@ NAMED = "serve_named"
 #: The ``meta`` key of sqlglot's error for a call of more arguments than its node has
 #: slots for (``upper(s, 1)``), which it refused as it parsed: :func:`overfull`.
 OVERFULL = "serve_overfull"
+#: The ``meta`` key marking a ``NOT`` written inside the predicate it negates (``x NOT
+#: BETWEEN a AND b``, ``x NOT IN (a, b)``), not before it (``NOT x BETWEEN a AND b``):
+#: PostgreSQL resolves other operators for them (``x < a``, ``x <> a``).
+NEGATED = "serve_negated"
 #: The ``meta`` key marking a call in the SQL standard's syntax (``trim(leading from s)``,
 #: ``substring(s FROM 1)``, ``overlay(s PLACING 'x' FROM 1)``), which PostgreSQL's
 #: grammar makes a call of ``pg_catalog``'s function.
@@ -226,6 +230,12 @@ class ServePostgres(Postgres):
                 args = None
             return super().validate_expression(expression, args)
 
+        def _negate_range(self, this: exp.Expr | None = None) -> exp.Expr | None:
+            negated = super()._negate_range(this)
+            if isinstance(negated, exp.Not):
+                negated.meta[NEGATED] = True  # x NOT BETWEEN, x NOT IN
+            return negated
+
         def _parse_trim(self) -> exp.Trim:
             trim = super()._parse_trim()
             trim.meta[STANDARD] = True  # trim(...) is PostgreSQL's pg_catalog.btrim(...)
@@ -323,6 +333,7 @@ __all__ = [
     "DROPPED",
     "GIVEN",
     "NAMED",
+    "NEGATED",
     "OVERFULL",
     "STANDARD",
     "STORED_DIALECT",

@@ -37,7 +37,15 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
-from timeshard.server.dialect import CALLED, DIALECT, DROPPED, GIVEN, NAMED, STANDARD
+from timeshard.server.dialect import (
+    CALLED,
+    DIALECT,
+    DROPPED,
+    GIVEN,
+    NAMED,
+    NEGATED,
+    STANDARD,
+)
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_types import (
     _COMMON_ORDER,
@@ -358,20 +366,22 @@ def _comparisons_at(op: exp.Expr) -> Iterator[Comparison]:
     """The sides PostgreSQL compares at ``op``, with the operator it resolves for them:
     a comparison's (:data:`_TEXT_NUMBER_OPERATORS`), of ``ANY``/``SOME``/``ALL`` too
     (``x = ANY (ARRAY[a, b])``, ``x > ALL (SELECT a ...)``, :func:`_quantified`); ``x IN
-    (a, b)`` as ``x = a`` and ``x = b`` (``<>`` under ``NOT``), ``x IN (SELECT a ...)``
-    as ``x = a``; ``x BETWEEN a AND b`` as ``x >= a`` and ``x <= b``; a ``WHEN a`` of
+    (a, b)`` as ``x = a`` and ``x = b`` (``<>`` for ``x NOT IN``, :func:`_negated`), ``x
+    [NOT] IN (SELECT a ...)`` as ``x = a``; ``x BETWEEN a AND b`` as ``x >= a`` and ``x <=
+    b`` (``x NOT BETWEEN`` as ``<`` and ``>``: :func:`_between_symbols`); a ``WHEN a`` of
     ``CASE x`` as ``x = a``. A comparison of rows is one of each pair of their columns
     (:func:`_paired`)."""
     pairs: list[tuple[exp.Expr, exp.Expr, str, bool]] = []
     if isinstance(op, exp.In):
-        symbol = "<>" if isinstance(op.parent, exp.Not) else "="
         query = op.args.get("query")
         listed: list[exp.Expr] = list(op.expressions)
+        symbol = "<>" if _negated(op) and listed else "="
         if not listed and isinstance(query, exp.Expr):
             listed = [query.this if isinstance(query, exp.Subquery) else query]
         pairs = [(op.this, value, symbol, False) for value in listed]
     elif isinstance(op, exp.Between):
-        pairs = [(op.this, op.args["low"], ">=", False), (op.this, op.args["high"], "<=", False)]
+        low, high = _between_symbols(op)
+        pairs = [(op.this, op.args["low"], low, False), (op.this, op.args["high"], high, False)]
     elif isinstance(op, exp.If) and isinstance(op.parent, exp.Case):
         if op.parent.this is not None:
             pairs = [(op.parent.this, op.this, "=", False)]
@@ -382,6 +392,21 @@ def _comparisons_at(op: exp.Expr) -> Iterator[Comparison]:
     for left, right, symbol, elements in pairs:
         for sides in _paired(left, right):
             yield (*sides, symbol, elements)
+
+
+def _negated(op: exp.Expr) -> bool:
+    """Whether ``op`` (a ``BETWEEN`` or an ``IN``) was written negated: ``x NOT BETWEEN a
+    AND b``, ``x NOT IN (a, b)`` (:data:`~timeshard.server.dialect.NEGATED`), not ``NOT x
+    BETWEEN a AND b``, which PostgreSQL reads as the ``NOT`` of ``x BETWEEN a AND b``."""
+    return isinstance(op.parent, exp.Not) and bool(op.parent.meta.get(NEGATED))
+
+
+def _between_symbols(between: exp.Expr) -> tuple[str, str]:
+    """The operators PostgreSQL resolves for ``between``'s ``x`` and its low bound, and its
+    high one (``transformAExprBetween``): ``x >= a AND x <= b``; negated
+    (:func:`_negated`), ``x < a OR x > b``. ``SYMMETRIC`` adds the same with the bounds
+    swapped, after: its first error is of these."""
+    return ("<", ">") if _negated(between) else (">=", "<=")
 
 
 def _comparisons(tree: exp.Expr) -> Iterator[Comparison]:
@@ -563,10 +588,12 @@ def _refuse_text_number_operators(op: exp.Expr, typer: _Typer) -> None:
 
 
 def _refuse_low(between: exp.Expr, typer: _Typer) -> None:
-    """:func:`_refuse_text_number_operators` of a ``BETWEEN``'s ``x >= low`` alone: it is
-    resolved before its ``high`` is read (PostgreSQL's ``transformAExprBetween``)."""
+    """:func:`_refuse_text_number_operators` of a ``BETWEEN``'s ``x >= low`` (``x < low``
+    negated) alone: it is resolved before its ``high`` is read (PostgreSQL's
+    ``transformAExprBetween``)."""
+    symbol = _between_symbols(between)[0]
     for left, right in _paired(between.this, between.args["low"]):
-        _refuse_text_number_comparison((left, right, ">=", False), typer)
+        _refuse_text_number_comparison((left, right, symbol, False), typer)
 
 
 def _refuse_text_number_comparison(comparison: Comparison, typer: _Typer) -> None:
