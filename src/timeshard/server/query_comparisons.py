@@ -155,6 +155,25 @@ def _given(node: exp.Expr) -> int | None:
     return given if isinstance(given, int) else len(_called_with(node))
 
 
+#: The names of PostgreSQL's functions known here (:data:`_ARITIES`, and the n-ary ones
+#: sqlglot reads as its own nodes): called by a quoted name of upper case (``"UPPER"(s)``),
+#: none of them is PostgreSQL's (:func:`_no_such_function`).
+_POSTGRES_FUNCTIONS = frozenset(
+    {*_ARITIES, "coalesce", "greatest", "least", "nullif", "concat", "concat_ws"}
+)
+
+
+def _no_such_function(node: exp.Expr) -> bool:
+    """Whether ``node`` calls a function PostgreSQL has not: one of its own of a number of
+    arguments it has no form of (:func:`_wrong_arity`), or by a quoted name not all lower
+    case (``"UPPER"(s)``, ``"Coalesce"(s)``: PostgreSQL looks it up as written, and its
+    functions' names are in lower case; Spark's are not told apart by case)."""
+    named = node.meta.get(NAMED)
+    if isinstance(named, str) and named != named.lower() and named.lower() in _POSTGRES_FUNCTIONS:
+        return True
+    return _wrong_arity(node)
+
+
 def _wrong_arity(node: exp.Expr) -> bool:
     """Whether ``node`` calls a function of :data:`_ARITIES` with a number of arguments
     PostgreSQL has no form of (by the name called, :data:`~timeshard.server.dialect.NAMED`)."""
@@ -173,7 +192,7 @@ def _spell_out_wrong_arities(tree: exp.Expr) -> None:
     pending = [tree]
     while pending:  # a dropped argument's calls too, once it is in the tree
         for node in list(pending.pop().find_all(exp.Func, exp.Binary)):
-            if _wrong_arity(node):
+            if _no_such_function(node):
                 pending.extend(node.meta.get(DROPPED, []))
                 call = exp.Anonymous(this=node.meta[NAMED], expressions=_called_with(node))
                 call.meta.update({k: node.meta[k] for k in (NAMED, CALLED) if k in node.meta})
@@ -252,9 +271,11 @@ class _Typer:
         string constant and a text or a number (``i || 'x'``: PostgreSQL's ``anynonarray
         || text``; of two string constants, ``text || text``); an array's
         (:class:`_ArrayOf`) for an ``ARRAY[...]`` or ``ARRAY(SELECT ...)``, of the common
-        type of its elements that are not string constants, where all are texts or all
-        numbers; and of a ``COALESCE``, ``GREATEST``, ``LEAST`` or ``CASE``, PostgreSQL's
-        common type of its values (:meth:`common`). None where not known here."""
+        type of its elements that are not string constants, where all are texts (the
+        first's: ``ARRAY[v, s]`` of a varchar ``v`` is ``character varying[]``) or all
+        numbers (the widest); and of a ``COALESCE``, ``GREATEST``, ``LEAST`` or ``CASE``,
+        PostgreSQL's common type of its values (:meth:`common`). None where not known
+        here."""
         node = node.unnest()
         key = id(node)
         if key not in self._kinds:
@@ -288,7 +309,7 @@ class _Typer:
         if isinstance(node, exp.Array):
             typed = [self.kind(e) for e in node.expressions if not _untyped(e)]
             if typed and all(k in _TEXTS for k in typed):
-                return _ArrayOf(T.TEXT)
+                return _ArrayOf(typed[0])  # type: ignore[arg-type]  # the first text's
             if typed and all(k in _NUMBERS for k in typed):
                 return _ArrayOf(max(typed, key=_COMMON_ORDER.index))  # type: ignore[arg-type]
             return _ArrayOf(None)
@@ -428,10 +449,10 @@ def _checks_columns(tree: exp.Expr) -> bool:
     def reads(node: exp.Expr | None) -> bool:
         return node is not None and id(node) in readers
 
-    if any(reads(f.this) for f in tree.find_all(*_TEXT_FUNCTIONS)):
-        return True
+    if any(any(map(reads, _called_with(f))) for f in tree.find_all(*_TEXT_FUNCTIONS)):
+        return True  # a text function's every argument, each named in its 42883
     for node in tree.find_all(exp.Func, exp.Binary):
-        if _wrong_arity(node) and any(reads(a) for a in _called_with(node)):
+        if _no_such_function(node) and any(reads(a) for a in _called_with(node)):
             return True
     for node in tree.find_all(*_COMMON_TYPED):
         if any(reads(v) for v in _common_typed_values(node)):
@@ -563,7 +584,7 @@ def _refused(node: exp.Expr, typer: _Typer) -> None:
     :func:`_refuse_text_number_operators`, :func:`_refuse_text_function_of_number`,
     :func:`_refuse_unmatched_common_type`, and 22P02/22003 for a string constant that
     PostgreSQL reads as an integer here (:func:`_refuse_integer_text`)."""
-    if _wrong_arity(node):
+    if _no_such_function(node):
         _refuse_wrong_arity(node, typer)
     _refuse_text_number_operators(node, typer)
     if isinstance(node, _TEXT_FUNCTIONS):
@@ -617,7 +638,9 @@ def _refuse_text_function_of_number(function: exp.Expr, typer: _Typer) -> None:
     is a number or an array of numbers (:meth:`_Typer.kind`: ``upper(i)`` of an integer
     column, ``upper(5)``), as PostgreSQL refuses it when it plans the query ("function
     upper(integer) does not exist": it has none of a number, and casts no number to a
-    text implicitly). Spark cast the number (``upper(i) = 5`` answered rows).
+    text implicitly). Spark cast the number (``upper(i) = 5`` answered rows). An array of
+    texts too: PostgreSQL has no text function of an array ("function reverse(text[])
+    does not exist"; Spark reversed the array).
 
     The message names the arguments' types as PostgreSQL does where known here (a string
     constant's and NULL's, and one not known here, ``unknown``; an array's ``integer[]``),
@@ -625,13 +648,15 @@ def _refuse_text_function_of_number(function: exp.Expr, typer: _Typer) -> None:
     first = function.this
     if first is None or _untyped(first):  # initcap() with no argument: Spark's error
         return
-    if _scalar(typer.kind(first)) in _NUMBERS:
+    kind = typer.kind(first)
+    if _scalar(kind) in _NUMBERS or (isinstance(kind, _ArrayOf) and kind.element in _TEXTS):
         raise _no_function(function, _called_with(function), typer)
 
 
 def _refuse_wrong_arity(function: exp.Expr, typer: _Typer) -> None:
-    """SqlError 42883 for a call of ``function`` (:func:`_wrong_arity`) with more or fewer
-    arguments than PostgreSQL's function of its name takes (:data:`_ARITIES`), as
+    """SqlError 42883 for a call of ``function`` that PostgreSQL has no function of
+    (:func:`_no_such_function`): by a quoted name of upper case, named as written, or with
+    more or fewer arguments than its function of the name takes (:data:`_ARITIES`), as
     PostgreSQL refuses it when it plans the query ("function lpad(text, integer, unknown,
     unknown) does not exist"), whatever their types: sqlglot's node dropped the arguments
     it has no slot for, and Spark answered the call without them (``btrim(s, 'x', 'y')``
