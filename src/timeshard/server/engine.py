@@ -1430,7 +1430,17 @@ class Engine:
         ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).
         Unquoted names fold to lower case, as PostgreSQL folds them (``FROM Ev`` reads
         ``ev``, and ``AS N`` names a column ``n``); quoted ones stay as written.
+
+        A query nested past Python's stack (``((((...1...))))`` 400 deep) is PostgreSQL's
+        SqlError 54001 ("stack depth limit exceeded"), not an internal error.
         """
+        try:
+            return self._resolve(query, stored=stored, version=version)
+        except RecursionError:  # nesting past Python's stack, in sqlglot or the rewrites
+            raise SqlError("stack depth limit exceeded", "54001") from None
+
+    def _resolve(self, query: str, *, stored: bool, version: int) -> tuple[str, dict[str, str]]:
+        """:meth:`resolve`, nesting past Python's stack its RecursionError."""
         from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
         try:

@@ -49,6 +49,7 @@ from timeshard.server.dialect import (
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_types import (
     _COMMON_ORDER,
+    TypeMemo,
     _aliased_names,
     _branch_type,
     _common_type_of,
@@ -263,6 +264,7 @@ class _Typer:
     def __init__(self, columns: Mapping[int, T]) -> None:
         self.columns = columns
         self._kinds: dict[int, Kind] = {}
+        self.memo: TypeMemo = {}  # of _postgres_type: a value in many typed once
 
     def kind(self, node: exp.Expr) -> Kind:
         """PostgreSQL's type of ``node``: :func:`_postgres_type`'s, and a text (TEXT) for
@@ -313,7 +315,7 @@ class _Typer:
             if typed and all(k in _NUMBERS for k in typed):
                 return _ArrayOf(max(typed, key=_COMMON_ORDER.index))  # type: ignore[arg-type]
             return _ArrayOf(None)
-        return _postgres_type(node, self.columns)
+        return _postgres_type(node, self.columns, self.memo)
 
     def common(self, node: exp.Expr) -> tuple[Kind, tuple[Kind, Kind] | None]:
         """PostgreSQL's common type of the values of ``node`` (of :data:`_COMMON_TYPED`,
@@ -771,7 +773,7 @@ def _refuse_integer_text(node: exp.Expr, typer: _Typer) -> None:
         sides = (node.this, node.expression)
         for text, other in (sides, sides[::-1]):
             if not isinstance(text.unnest(), exp.Null) and _untyped(text) and not _untyped(other):
-                checked.append((text, _postgres_type(other, typer.columns)))
+                checked.append((text, _postgres_type(other, typer.columns, typer.memo)))
     for text, kind in checked:
         constant = _string_constant(text.unnest())
         if constant is not None and kind in _INTEGER_BITS:

@@ -46,6 +46,7 @@ from timeshard.server.query_types import (
     _FLOAT_DIGITS,
     _INTEGER_DIGITS,
     _POSTGRES_INTEGERS,
+    TypeMemo,
     _number_of,
     _postgres_type,
     _quotient_sides,
@@ -487,8 +488,9 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     A side of PostgreSQL's unknown type (:func:`_untyped`: ``NULL``, a string constant)
     has the other side's type, as PostgreSQL resolves the operator, and is cast to it
     here (``'7' / 2`` is 3, ``NULL / 2`` an int4 NULL; Spark divided them as doubles)."""
+    memo: TypeMemo = {}  # the inner ones first: none typed before changes
     for div in reversed(list(tree.find_all(exp.Div))):
-        left, right = _quotient_sides(div, columns)
+        left, right = _quotient_sides(div, columns, memo)
         if left in _POSTGRES_INTEGERS and right in _POSTGRES_INTEGERS:
             wider = max(left, right, key=_POSTGRES_INTEGERS.index)
             for side, kind in ((div.this, left), (div.expression, right)):
@@ -512,11 +514,12 @@ def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     refuses the text as an integer (22P02, :func:`_integer_texts`), where Spark cast the
     text to a BIGINT (an int8 9, and 22018). The inner ones first, so the sum is typed
     for the operator around it."""
+    memo: TypeMemo = {}  # the inner ones first: none typed before changes
     for op in reversed(list(tree.find_all(*_INTEGER_OPERATORS))):
         for text, other in ((op.this, op.expression), (op.expression, op.this)):
             if isinstance(text.unnest(), exp.Null) or not _untyped(text) or _untyped(other):
                 continue
-            kind = _postgres_type(other, columns)
+            kind = _postgres_type(other, columns, memo)
             if kind in _POSTGRES_INTEGERS:
                 text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
 
@@ -575,11 +578,12 @@ def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     half away from zero in PostgreSQL (``1.5::int`` is 2, ``(-2.5)::int`` -3): the
     operand is ``ROUND(x, 0)`` first, which is that (of a decimal, and of the double
     Spark's ``avg`` is)."""
+    memo: TypeMemo = {}  # what changes is a cast's operand: its cast's type is its own
     for cast in list(tree.find_all(exp.Cast)):
         operand = cast.this
         if cast.to.this not in _INTEGER_DIGITS:
             continue
-        kind = _postgres_type(operand, columns)
+        kind = _postgres_type(operand, columns, memo)
         if kind in _FLOAT_DIGITS:
             rounded: exp.Expr = exp.Anonymous(this="rint", expressions=[])
             operand.replace(rounded)  # moved, not copied: ``columns`` holds its columns
@@ -596,6 +600,7 @@ def _typed_by_columns(tree: exp.Expr, operators: bool = True) -> bool:
     (:func:`_shard_column_types`): a ``/`` none of whose sides is known to be no integer,
     a ``+ - * %`` of a string constant, or a cast to an integer type, with a column whose
     type the rest does not tell."""
+    memo: TypeMemo = {}
     for node in tree.find_all(exp.Div, exp.Cast, *(_INTEGER_OPERATORS if operators else ())):
         if isinstance(node, _INTEGER_OPERATORS):
             sides = [s for s in (node.this, node.expression) if not _untyped(s)]
@@ -603,14 +608,14 @@ def _typed_by_columns(tree: exp.Expr, operators: bool = True) -> bool:
                 continue
         elif isinstance(node, exp.Div):
             sides = [node.this, node.expression]
-            kinds = _quotient_sides(node, {})
+            kinds = _quotient_sides(node, {}, memo)
             if any(k is not None and k not in _POSTGRES_INTEGERS for k in kinds):
                 continue
         elif isinstance(node, exp.Cast) and node.to.this in _INTEGER_DIGITS:
             sides = [node.this]
         else:
             continue
-        if any(_postgres_type(s, {}) is None and s.find(exp.Column) for s in sides):
+        if any(_postgres_type(s, {}, memo) is None and s.find(exp.Column) for s in sides):
             return True
     return False
 

@@ -1,0 +1,120 @@
+"""What a query costs serve to check grows with the query, not faster: the type of each
+value of a ``+`` chain is read once in each pass over it (it was read again for every
+``+`` around it: quadratic), and a nested ``ARRAY[`` is parsed once (sqlglot read its
+elements as a type's values, then again as the array's: 18 deep took 26 s). Counted,
+not timed. Nesting past Python's recursion is PostgreSQL's 54001, not an internal error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import sqlglot
+from tests.unit.test_serve_42883 import typed
+
+from timeshard.location import Location
+from timeshard.location.memory import MemoryBlob, MemoryConsensus
+from timeshard.persist import PersistClient
+from timeshard.server import query_comparisons, query_rewrites, query_types
+from timeshard.server.dialect import DIALECT, ServePostgres
+from timeshard.server.engine import Engine
+from timeshard.server.statements import SqlError
+
+
+def counting(monkeypatch: pytest.MonkeyPatch, owners: list[Any], name: str) -> list[int]:
+    """A counter of the calls of ``name`` of each of ``owners`` (modules or classes)."""
+    calls = [0]
+    for owner in owners:
+        helper = getattr(owner, name)
+
+        def counted(*args: object, helper: Any = helper, **kwargs: object) -> Any:
+            calls[0] += 1
+            return helper(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("first", ["'1'", "t.i", "1", "t.s"])
+def test_a_chain_of_sums_is_typed_in_linear_reads(
+    monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    calls = counting(
+        monkeypatch, [query_types, query_comparisons, query_rewrites], "_postgres_type"
+    )
+
+    def reads(terms: int) -> int:
+        calls[0] = 0
+        with contextlib.suppress(SqlError):  # t.s + '1': refused, read all the same
+            typed("SELECT " + " + ".join([first] + ["'1'"] * terms) + " AS x FROM t")
+        return calls[0]
+
+    small, large = reads(25), reads(100)  # 4 times as long: 4 times the reads, not 16
+    assert 0 < large <= 5 * small, (small, large)
+
+
+def test_a_chain_of_quotients_is_typed_in_linear_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counting(
+        monkeypatch, [query_types, query_comparisons, query_rewrites], "_postgres_type"
+    )
+
+    def reads(terms: int) -> int:
+        calls[0] = 0
+        typed("SELECT " + " / ".join(["t.i"] + ["2"] * terms) + " AS x FROM t")
+        return calls[0]
+
+    small, large = reads(25), reads(100)
+    assert 0 < large <= 5 * small, (small, large)
+
+
+def test_a_nested_array_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counting(monkeypatch, [ServePostgres.Parser], "_parse_disjunction")
+
+    def parses(depth: int) -> int:
+        calls[0] = 0
+        sqlglot.parse_one("SELECT " + "ARRAY[" * depth + "1" + "]" * depth, read=DIALECT)
+        return calls[0]
+
+    small, large = parses(5), parses(10)  # twice as deep: twice the parses, not 3 ** 5
+    assert 0 < large <= 3 * small, (small, large)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT ARRAY[]::int[] AS a",
+        "SELECT ARRAY[ARRAY[1, 2], ARRAY[3, 4]] AS a",
+        "SELECT (ARRAY[1, 2])[1] AS a",
+        "SELECT CAST(ARRAY[1] AS int[]) AS a",
+        "SELECT ARRAY[1] || ARRAY[2] AS a",
+    ],
+)
+def test_an_array_reads_as_sqlglot_reads_it(sql: str) -> None:
+    """The tree, and its Spark SQL, are PostgreSQL's reader's (a view recorded before
+    reads alike)."""
+    served = sqlglot.parse_one(sql, read=DIALECT)
+    stock = sqlglot.parse_one(sql, read="postgres")
+    assert served == stock
+    assert served.sql("spark") == stock.sql("spark")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT " + "(" * 400 + "1" + ")" * 400 + " AS x FROM t",
+        "SELECT " + "ARRAY[" * 400 + "1" + "]" * 400 + " AS x FROM t",
+    ],
+)
+def test_nesting_past_the_stack_is_postgresqls_54001(sql: str) -> None:
+    """PostgreSQL: "stack depth limit exceeded" (its parser's "memory exhausted" deeper
+    still); serve's RecursionError was an internal error (XX000)."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    client.open_writer("t", pa.schema([("i", pa.int32())])).expire()
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)
+    with pytest.raises(SqlError) as caught:
+        engine.resolve(sql)
+    assert (caught.value.sqlstate, str(caught.value)) == ("54001", "stack depth limit exceeded")
