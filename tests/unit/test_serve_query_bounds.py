@@ -118,3 +118,16 @@ def test_nesting_past_the_stack_is_postgresqls_54001(sql: str) -> None:
     with pytest.raises(SqlError) as caught:
         engine.resolve(sql)
     assert (caught.value.sqlstate, str(caught.value)) == ("54001", "stack depth limit exceeded")
+
+
+def test_what_reads_a_query_before_it_runs_takes_nesting_past_the_stack_as_no_query() -> None:
+    """The readers of a statement's parameters (``$1``) and interval casts parse it
+    before the engine does: its RecursionError was an internal error there."""
+    from timeshard.server.parameter_types import parameter_types
+    from timeshard.server.pgtypes import parameter_columns
+    from timeshard.server.statements import interval_parameters
+
+    deep = "SELECT " + "(" * 400 + "1" + ")" * 400
+    assert parameter_types(f"{deep} + $1") == {}
+    assert interval_parameters(f"{deep} + $1::interval") == frozenset()
+    assert parameter_columns(f"{deep}, $1::json", [114]) == ()
