@@ -4,7 +4,10 @@ comparison of them, in whatever form PostgreSQL resolves a comparison operator f
 (:func:`_comparisons`); 42804 ("JOIN/USING types text and integer cannot be matched")
 for a join ``USING`` a text and a number (:func:`_refuse_mismatched_using`);
 42883 ("function upper(integer) does not exist") for a text function of a number
-(:func:`_refuse_text_function_of_number`), which Spark answers by casting the number;
+(:func:`_refuse_text_function_of_number`), which Spark answers by casting the number,
+and for a call of no function PostgreSQL has (:func:`_refuse_wrong_arity`: of more or
+fewer arguments than its function takes, which sqlglot dropped, or by a quoted name of
+upper case);
 and 42804 ("COALESCE types text and integer cannot be matched") for a ``COALESCE``,
 ``GREATEST``, ``LEAST`` or ``CASE`` of a text and a number
 (:func:`_refuse_unmatched_common_type`), whose text Spark cast to a BIGINT. All are
@@ -583,7 +586,8 @@ def _steps(node: exp.Expr, windows: dict[int, list[exp.Expr]]) -> list[tuple[exp
 
 def _refused(node: exp.Expr, typer: _Typer) -> None:
     """SqlError for ``node`` where PostgreSQL refuses it (what is in it passed):
-    :func:`_refuse_text_number_operators`, :func:`_refuse_text_function_of_number`,
+    :func:`_refuse_wrong_arity`, :func:`_refuse_text_number_operators`,
+    :func:`_refuse_text_function_of_number`,
     :func:`_refuse_unmatched_common_type`, and 22P02/22003 for a string constant that
     PostgreSQL reads as an integer here (:func:`_refuse_integer_text`)."""
     if _no_such_function(node):
