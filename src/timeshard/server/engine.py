@@ -1438,6 +1438,10 @@ class Engine:
             return self._resolve(query, stored=stored, version=version)
         except RecursionError:  # nesting past Python's stack, in sqlglot or the rewrites
             raise SqlError("stack depth limit exceeded", "54001") from None
+        except SqlglotError as e:  # sqlglot's tokenizer makes a RecursionError its own error
+            if isinstance(e.__cause__, RecursionError):
+                raise SqlError("stack depth limit exceeded", "54001") from None
+            raise
 
     def _resolve(self, query: str, *, stored: bool, version: int) -> tuple[str, dict[str, str]]:
         """:meth:`resolve`, nesting past Python's stack its RecursionError."""
@@ -1446,6 +1450,8 @@ class Engine:
         try:
             tree = sqlglot.parse_one(query, read=STORED_DIALECT if stored else DIALECT)
         except SqlglotError as e:
+            if isinstance(e.__cause__, RecursionError):
+                raise
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
             raise SqlError("expected a query")

@@ -123,9 +123,33 @@ def _postgres_type(
     known = memo.get(id(node))
     if known is not None and known[0] is node:
         return known[1]
+    for operand in _left_spine(node, memo):  # the innermost first: each finds its left typed
+        memo[id(operand)] = (operand, _postgres_type_of(operand, columns, memo))
     kind = _postgres_type_of(node, columns, memo)
     memo[id(node)] = (node, kind)
     return kind
+
+
+#: The operators whose type :func:`_postgres_type` reads of their left operand first.
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.Div)
+
+
+def _left_spine(node: exp.Expr, memo: TypeMemo) -> list[exp.Expr]:
+    """The left operands below ``node`` of a chain of arithmetic operators (``a + b + c``
+    is ``(a + b) + c``: ``a + b``, then its own left ones), not yet typed in ``memo``, the
+    innermost first. :func:`_postgres_type` types them so before ``node``: a chain of n
+    operators then costs a few frames of the stack, not a few for each of them (a chain
+    of 600 ran past Python's recursion limit)."""
+    spine: list[exp.Expr] = []
+    inner = node.unnest()
+    while isinstance(inner, _ARITHMETIC):
+        left = inner.this
+        known = memo.get(id(left))
+        if not isinstance(left, exp.Expr) or (known is not None and known[0] is left):
+            break
+        spine.append(left)
+        inner = left.unnest()
+    return spine[::-1]
 
 
 def _postgres_type_of(node: exp.Expr, columns: Mapping[int, T], memo: TypeMemo) -> T | None:
