@@ -5,6 +5,8 @@ sqlglot builds a known function's node of the arguments it has slots for and dro
 rest (``lpad(s, 3, 'x', 'y')`` ran as Spark's ``LPAD(s, 3, 'x')``, ``btrim(s, 'x', 'y')``
 as ``TRIM('y' 'x' FROM s)``, ``trunc(i, 1, 2)`` as ``CAST(i AS BIGINT)``): Spark answered
 a call that was not the one written. Each message here was checked against PostgreSQL 15.
+A call PostgreSQL answers that Spark would run without an argument (``trunc(1.999, 2)``
+as ``CAST(1.999 AS BIGINT)``) is serve's 0A000 (feature_not_supported) instead.
 
 At the typing rewrites' version 4 only (:data:`~timeshard.server.query_rewrites.TYPING`):
 a view recorded at 3 and no resolution is installed again as it was made.
@@ -71,7 +73,67 @@ TOO_MANY = {
     "SELECT i FROM t WHERE i IN (SELECT length(btrim(s, 'x', 'y')) FROM t)": (
         "btrim(text, unknown, unknown)"
     ),
+    # Arities of PostgreSQL 15's pg_proc (review k42): sqlglot dropped the extra ones
+    # (string_agg's third: LISTAGG(s, ','), to_timestamp's, array_append's, get_bit's,
+    # gen_random_uuid's) or Spark took another form (count(i, s), regexp_replace(s, 'a'),
+    # concat_ws(','), make_date(2020, 1), array_length(a), random(1, 2)).
+    "SELECT string_agg(s, ',', 'x') FROM t": "string_agg(text, unknown, unknown)",
+    "SELECT string_agg(s) FROM t": "string_agg(text)",
+    "SELECT to_timestamp('1', 'x', 'y') FROM t": "to_timestamp(unknown, unknown, unknown)",
+    "SELECT count(i, s) FROM t": "count(integer, text)",
+    "SELECT regexp_replace(s, 'a') FROM t": "regexp_replace(text, unknown)",
+    "SELECT regexp_replace(s, 'a', 'b', 1, 0, 'i', 'x') FROM t": (
+        "regexp_replace(text, unknown, unknown, integer, integer, unknown, unknown)"
+    ),
+    "SELECT concat_ws(',') FROM t": "concat_ws(unknown)",
+    "SELECT make_date(2020, 1) FROM t": "make_date(integer, integer)",
+    "SELECT make_date(2020, 1, 2, 3) FROM t": "make_date(integer, integer, integer, integer)",
+    "SELECT array_length(ARRAY[i]) FROM t": "array_length(integer[])",
+    "SELECT array_append(ARRAY[i], 2, 3) FROM t": "array_append(integer[], integer, integer)",
+    "SELECT array_remove(ARRAY[i], 2, 3) FROM t": "array_remove(integer[], integer, integer)",
+    "SELECT gen_random_uuid(1) FROM t": "gen_random_uuid(integer)",
+    "SELECT to_date('2020', 'YYYY', 'x') FROM t": "to_date(unknown, unknown, unknown)",
+    "SELECT random(1, 2) FROM t": "random(integer, integer)",
 }
+
+#: Per query PostgreSQL 15 answers (trunc(1.999, 2): 1.99; regexp_like(s, 'A', 'i') of
+#: 'abc': true; array_length(ARRAY[i, 2], 1): 2), the call serve's 0A000 names: its Spark
+#: SQL ran it without an argument (CAST(1.999 AS BIGINT): 1; s RLIKE 'A'; SIZE(...);
+#: DATE_TRUNC('DAY', ts) without the zone; REGEXP_REPLACE without its flags or N).
+UNSUPPORTED = {
+    "SELECT trunc(1.999, 2) FROM t": "trunc(numeric, integer)",
+    "SELECT trunc(i, 1) FROM t": "trunc(integer, integer)",
+    "SELECT date_trunc('day', now(), 'UTC') FROM t": "date_trunc(unknown, unknown, unknown)",
+    "SELECT regexp_replace(s, 'a', 'b', 'g') FROM t": (
+        "regexp_replace(text, unknown, unknown, unknown)"
+    ),
+    "SELECT regexp_replace(s, 'a', 'b', 1) FROM t": (
+        "regexp_replace(text, unknown, unknown, integer)"
+    ),
+    "SELECT regexp_replace(s, 'a', 'b', 1, 0) FROM t": (
+        "regexp_replace(text, unknown, unknown, integer, integer)"
+    ),
+    "SELECT regexp_replace(s, 'a', 'b', 1, 0, 'i') FROM t": (
+        "regexp_replace(text, unknown, unknown, integer, integer, unknown)"
+    ),
+    "SELECT regexp_like(s, 'A', 'i') FROM t": "regexp_like(text, unknown, unknown)",
+    "SELECT i FROM t WHERE array_length(ARRAY[i, 2], 1) = 2": "array_length(integer[], integer)",
+}
+
+
+@pytest.mark.parametrize("sql", sorted(UNSUPPORTED))
+def test_a_call_spark_would_run_without_an_argument_is_refused(sql: str) -> None:
+    """Never run without the argument: 0A000 (feature_not_supported), naming the call."""
+    sqlstate, message = refusal(sql)
+    assert (sqlstate, message.split(" is not supported")[0]) == (
+        "0A000",
+        f"function {UNSUPPORTED[sql]}",
+    )
+
+
+@pytest.mark.parametrize("sql", sorted(UNSUPPORTED))
+def test_version_3_leaves_a_call_spark_runs_without_an_argument_as_it_ran(sql: str) -> None:
+    typed(sql, 3)  # no SqlError: a view recorded at 3 resolves as it did
 
 
 @pytest.mark.parametrize("sql", sorted(TOO_MANY))
@@ -126,7 +188,11 @@ def test_an_argument_of_a_type_not_known_here_is_named_unknown() -> None:
         "SELECT lpad(s, 3), lpad(s, 3, 'x'), rpad(s, 3, 'x'), btrim(s), btrim(s, 'x') FROM t",
         "SELECT ltrim(s, 'x'), rtrim(s), substr(s, 1), substr(s, 1, 2), initcap(s) FROM t",
         "SELECT substring(s, 1, 2), split_part(s, ',', 1), left(s, 1), strpos(s, 'a') FROM t",
-        "SELECT round(i), round(1.5, 1), trunc(1.5), trunc(1.5, 1), ceil(i), mod(i, 2) FROM t",
+        "SELECT round(i), round(1.5, 1), trunc(1.5), ceil(i), mod(i, 2) FROM t",
+        "SELECT string_agg(s, ','), count(*), count(i), to_timestamp('1') FROM t",
+        "SELECT make_date(1, 2, 3) FROM t",
+        "SELECT regexp_replace(s, 'a', 'b'), regexp_like(s, 'a'), concat_ws(',', s) FROM t",
+        "SELECT random(), to_date(s) FROM t",
         "SELECT coalesce(i, 1, 2, 3, 4, 5), greatest(i, 1, 2, 3), least(i, 1, 2, 3) FROM t",
         "SELECT concat(s, s, s, s, s), concat_ws(',', s, s, s, s) FROM t",
         "SELECT date_trunc('day', now()), to_char(i, '9') FROM t",

@@ -135,16 +135,42 @@ _TWO = (
 #: them (its ``pg_catalog``'s ``pg_proc``, every form of the name), by name: a call of
 #: another number is its 42883 (:func:`_refuse_wrong_arity`). sqlglot drops what its node
 #: has no slot for (``lpad(s, 3, 'x', 'y')`` ran as Spark's ``LPAD(s, 3, 'x')``). Not
-#: listed: the n-ary ones (``coalesce``, ``concat``), those of the standard's syntax
-#: (``position``, ``extract``), and those Spark calls with other arities that sqlglot
-#: keeps (``to_date(s)``, ``decode(x, 1, 'a', ...)``, ``rand(7)``, array functions).
+#: listed: ``coalesce`` and ``concat``, those of the standard's syntax (``position``,
+#: ``extract``), and those Spark calls with other arities that sqlglot keeps
+#: (``decode(x, 1, 'a', ...)``); ``to_date`` of one argument and ``random`` of one are
+#: Spark's (``to_date(s)``, ``rand(7)``), kept. ``concat_ws`` is variadic: its separator
+#: and one or more values (up to PostgreSQL's 100 arguments).
 _ARITIES: dict[str, tuple[int, int]] = {
     **dict.fromkeys(_ONE.split(), (1, 1)),
     **dict.fromkeys(_TWO.split(), (2, 2)),
-    **dict.fromkeys(("replace", "translate", "split_part"), (3, 3)),
+    **dict.fromkeys(("replace", "translate", "split_part", "make_date"), (3, 3)),
     **dict.fromkeys(("ltrim", "rtrim", "btrim", "round", "trunc", "log", "length"), (1, 2)),
     **dict.fromkeys(("lpad", "rpad", "substr", "substring", "date_trunc"), (2, 3)),
     "overlay": (3, 4),
+    **dict.fromkeys(("string_agg", "array_length", "array_append", "array_prepend"), (2, 2)),
+    **dict.fromkeys(("array_remove", "get_bit"), (2, 2)),
+    "to_timestamp": (1, 2),
+    "count": (0, 1),  # count(*) is of one; count() is PostgreSQL's 42809, left to Spark
+    "regexp_replace": (3, 6),
+    "regexp_like": (2, 3),
+    "concat_ws": (2, 100),
+    "gen_random_uuid": (0, 0),
+    "to_date": (1, 2),
+    "random": (0, 1),
+}
+
+#: Calls PostgreSQL 15 answers that serve's Spark SQL would run without an argument, by
+#: name, of these numbers of arguments: sqlglot's node has no slot for it, or Spark's
+#: SQL of the node leaves it out (``trunc(1.999, 2)`` ran as ``CAST(1.999 AS BIGINT)``,
+#: 1, where PostgreSQL answers 1.99; ``date_trunc('day', ts, 'UTC')`` without its zone;
+#: ``regexp_replace``'s start, N and flags; ``regexp_like``'s flags, ``array_length``'s
+#: dimension). Refused (0A000, :func:`_refuse_unsupported_form`), never run so.
+_UNSUPPORTED_FORMS: dict[str, frozenset[int]] = {
+    "trunc": frozenset({2}),
+    "date_trunc": frozenset({3}),
+    "regexp_replace": frozenset({4, 5, 6}),
+    "regexp_like": frozenset({3}),
+    "array_length": frozenset({2}),
 }
 
 
@@ -184,6 +210,14 @@ def _wrong_arity(node: exp.Expr) -> bool:
     arity = _ARITIES.get(node.meta.get(NAMED) or "")
     given = None if arity is None else _given(node)
     return arity is not None and given is not None and not arity[0] <= given <= arity[1]
+
+
+def _unsupported_form(node: exp.Expr) -> bool:
+    """Whether ``node`` calls PostgreSQL's function in a form serve does not run
+    (:data:`_UNSUPPORTED_FORMS`): of a number of arguments PostgreSQL takes, one of which
+    its Spark SQL would leave out."""
+    forms = _UNSUPPORTED_FORMS.get(node.meta.get(NAMED) or "")
+    return forms is not None and _given(node) in forms
 
 
 def _spell_out_wrong_arities(tree: exp.Expr) -> None:
@@ -457,7 +491,8 @@ def _checks_columns(tree: exp.Expr) -> bool:
     if any(any(map(reads, _called_with(f))) for f in tree.find_all(*_TEXT_FUNCTIONS)):
         return True  # a text function's every argument, each named in its 42883
     for node in tree.find_all(exp.Func, exp.Binary):
-        if _no_such_function(node) and any(reads(a) for a in _called_with(node)):
+        refused = _no_such_function(node) or _unsupported_form(node)
+        if refused and any(reads(a) for a in _called_with(node)):
             return True
     for node in tree.find_all(*_COMMON_TYPED):
         if any(reads(v) for v in _common_typed_values(node)):
@@ -592,6 +627,8 @@ def _refused(node: exp.Expr, typer: _Typer) -> None:
     PostgreSQL reads as an integer here (:func:`_refuse_integer_text`)."""
     if _no_such_function(node):
         _refuse_wrong_arity(node, typer)
+    if _unsupported_form(node):
+        _refuse_unsupported_form(node, typer)
     _refuse_text_number_operators(node, typer)
     if isinstance(node, _TEXT_FUNCTIONS):
         _refuse_text_function_of_number(node, typer)
@@ -669,6 +706,19 @@ def _refuse_wrong_arity(function: exp.Expr, typer: _Typer) -> None:
     trimmed 'yx'). The message names the arguments' types as :func:`_no_function` does
     (``unknown`` for one not known here: ``now()``'s)."""
     raise _no_function(function, _called_with(function), typer)
+
+
+def _refuse_unsupported_form(function: exp.Expr, typer: _Typer) -> None:
+    """SqlError 0A000 (feature_not_supported) for a call of ``function`` that PostgreSQL
+    answers but serve's Spark SQL would run without one of its arguments
+    (:func:`_unsupported_form`): "function trunc(numeric, integer) is not supported by
+    serve in this form". Its arguments are named as :func:`_no_function` names them."""
+    named = ", ".join(_argument_type_name(a, typer) for a in _called_with(function))
+    raise SqlError(
+        f"function {_function_name(function)}({named}) is not supported by serve in this "
+        f"form (of {len(_called_with(function))} arguments: Spark would run it without one)",
+        "0A000",
+    )
 
 
 def _no_function(function: exp.Expr, arguments: list[exp.Expr], typer: _Typer) -> SqlError:
