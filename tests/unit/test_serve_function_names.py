@@ -1,10 +1,11 @@
 """How PostgreSQL 15's 42883 and 42804 name a call and its arguments: a quoted name as
 written (no function of PostgreSQL's has upper case: ``"UPPER"(s)`` is its 42883 of a
-text too), an array of ``character varying`` as one (the first text's type, as
-PostgreSQL's common type of texts is), every argument's type where known here
-(``substr(5, t.s)``: "substr(integer, text)"); and a text function of an array of texts
-is its 42883 too (``reverse(ARRAY[s])``: Spark reversed the array). Each checked against
-PostgreSQL 15. At the typing rewrites' version 4 only.
+text too, and ``"SUM"(i)`` or ``"MyFunc"(s)`` of any function), an array of ``character
+varying`` as one (the first text's type, as PostgreSQL's common type of texts is), every
+argument's type where known here (``substr(5, t.s)``: "substr(integer, text)"); and a
+text function of an array of texts is its 42883 too (``reverse(ARRAY[s])``: Spark
+reversed the array). Each checked against PostgreSQL 15. At the typing rewrites'
+version 4 only.
 """
 
 from __future__ import annotations
@@ -78,6 +79,25 @@ NAMED = {
         "42804",
         "COALESCE types text[] and integer cannot be matched",
     ),
+    # Of any function, not only those whose arities are known here (review k42: they ran).
+    'SELECT "SUM"(i) FROM t': ("42883", "function SUM(integer) does not exist"),
+    'SELECT "SUM"(i) OVER () FROM t': ("42883", "function SUM(integer) does not exist"),
+    'SELECT "SUM"(DISTINCT i) FROM t': ("42883", "function SUM(integer) does not exist"),
+    'SELECT "COUNT"(*) FROM t': ("42883", "function COUNT() does not exist"),
+    'SELECT "COUNT"(i) FROM t': ("42883", "function COUNT(integer) does not exist"),
+    'SELECT "Max"(i) FROM t': ("42883", "function Max(integer) does not exist"),
+    'SELECT "NOW"() FROM t': ("42883", "function NOW() does not exist"),
+    'SELECT "CURRENT_DATE"() FROM t': ("42883", "function CURRENT_DATE() does not exist"),
+    'SELECT "ROW_NUMBER"() OVER () FROM t': ("42883", "function ROW_NUMBER() does not exist"),
+    'SELECT "TRIM"(s) FROM t': ("42883", "function TRIM(text) does not exist"),
+    'SELECT "UCASE"(s) FROM t': ("42883", "function UCASE(text) does not exist"),
+    'SELECT "LENGTH"(s) FROM t': ("42883", "function LENGTH(text) does not exist"),
+    'SELECT "Abs"(-1) FROM t': ("42883", "function Abs(integer) does not exist"),
+    'SELECT "MyFunc"(s) FROM t': ("42883", "function MyFunc(text) does not exist"),
+    "SELECT \"Date_Format\"(s, 'y') FROM t": (
+        "42883",
+        "function Date_Format(text, unknown) does not exist",
+    ),
 }
 
 
@@ -94,10 +114,12 @@ def test_version_3_leaves_them_to_spark(sql: str) -> None:
 @pytest.mark.parametrize(
     "sql",
     [
-        'SELECT "lower"(s), "MyFunc"(s), "Date_Format"(now(), \'y\') FROM t',
-        "SELECT UPPER(s), Lower(s), LTRIM(s) FROM t",
+        'SELECT "lower"(s), "myfunc"(s), "date_format"(now(), \'y\') FROM t',
+        "SELECT UPPER(s), Lower(s), LTRIM(s), Date_Format(now(), 'y') FROM t",
+        'SELECT "sum"(i), SUM(i), "count"(*) FROM t',
     ],
 )
 def test_a_name_postgresql_has_or_does_not_know_passes(sql: str) -> None:
-    """A quoted lower-case name is PostgreSQL's function; one it has not is Spark's."""
+    """A quoted lower-case name is PostgreSQL's function, an unquoted one of any case too;
+    one it has not is Spark's (a quoted name of upper case is none: 42883)."""
     typed(sql)  # no SqlError

@@ -185,21 +185,14 @@ def _given(node: exp.Expr) -> int | None:
     return given if isinstance(given, int) else len(_called_with(node))
 
 
-#: The names of PostgreSQL's functions known here (:data:`_ARITIES`, and the n-ary ones
-#: sqlglot reads as its own nodes): called by a quoted name of upper case (``"UPPER"(s)``),
-#: none of them is PostgreSQL's (:func:`_no_such_function`).
-_POSTGRES_FUNCTIONS = frozenset(
-    {*_ARITIES, "coalesce", "greatest", "least", "nullif", "concat", "concat_ws"}
-)
-
-
 def _no_such_function(node: exp.Expr) -> bool:
     """Whether ``node`` calls a function PostgreSQL has not: one of its own of a number of
     arguments it has no form of (:func:`_wrong_arity`), or by a quoted name not all lower
-    case (``"UPPER"(s)``, ``"Coalesce"(s)``: PostgreSQL looks it up as written, and its
-    functions' names are in lower case; Spark's are not told apart by case)."""
+    case, of any function (``"UPPER"(s)``, ``"SUM"(i)``, ``"NOW"()``, ``"UCASE"(s)``:
+    PostgreSQL looks it up as written, and its functions' names are in lower case;
+    Spark's are not told apart by case)."""
     named = node.meta.get(NAMED)
-    if isinstance(named, str) and named != named.lower() and named.lower() in _POSTGRES_FUNCTIONS:
+    if isinstance(named, str) and named != named.lower():
         return True
     return _wrong_arity(node)
 
@@ -232,7 +225,15 @@ def _spell_out_wrong_arities(tree: exp.Expr) -> None:
         for node in list(pending.pop().find_all(exp.Func, exp.Binary)):
             if _no_such_function(node):
                 pending.extend(node.meta.get(DROPPED, []))
-                call = exp.Anonymous(this=node.meta[NAMED], expressions=_called_with(node))
+                arguments = [
+                    a  # count(*) is of no argument, sum(DISTINCT i) of i, as PostgreSQL names them
+                    for written in _called_with(node)
+                    if not isinstance(written, exp.Star)
+                    for a in (
+                        written.expressions if isinstance(written, exp.Distinct) else [written]
+                    )
+                ]
+                call = exp.Anonymous(this=node.meta[NAMED], expressions=arguments)
                 call.meta.update({k: node.meta[k] for k in (NAMED, CALLED) if k in node.meta})
                 node.replace(call)
 
@@ -736,7 +737,8 @@ def _called_with(function: exp.Expr) -> list[exp.Expr]:
     1 sqlglot adds: PostgreSQL's ``pg_catalog.substring(s, 1, 2)`` has it too."""
     held = [
         a
-        for value in function.args.values()
+        for key, value in function.args.items()
+        if not (key == "this" and isinstance(function, exp.Anonymous))  # its name
         for a in (value if isinstance(value, list) else [value])
         if isinstance(a, exp.Expr)
     ]

@@ -91,11 +91,12 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: the integer type of a string constant among integers there (:func:`_untyped_common_values`),
 #: and its 42883 for a call of more or fewer arguments than its function takes (sqlglot
 #: dropped the extra ones: ``lpad(s, 3, 'x', 'y')`` ran as ``LPAD(s, 3, 'x')``;
-#: :func:`~timeshard.server.query_comparisons._spell_out_wrong_arities`), of its function
-#: by a quoted name of upper case (``"UPPER"(s)``), and of a text function of an array of
-#: texts (``reverse(ARRAY[s])``: Spark reversed the array); and serve's 0A000 for a call
-#: PostgreSQL answers that Spark would run without an argument (``trunc(1.999, 2)`` ran
-#: as ``CAST(1.999 AS BIGINT)``: :data:`~timeshard.server.query_comparisons._UNSUPPORTED_FORMS`).
+#: :func:`~timeshard.server.query_comparisons._spell_out_wrong_arities`), of a function
+#: by a quoted name of upper case (``"UPPER"(s)``, ``"SUM"(i)``, ``"NOW"()``), and of a
+#: text function of an array of texts (``reverse(ARRAY[s])``: Spark reversed the array);
+#: and serve's 0A000 for a call PostgreSQL answers that Spark would run without an
+#: argument (``trunc(1.999, 2)`` ran as ``CAST(1.999 AS BIGINT)``:
+#: :data:`~timeshard.server.query_comparisons._UNSUPPORTED_FORMS`).
 TYPING = 4
 
 
