@@ -94,6 +94,24 @@ TOO_MANY = {
     "SELECT gen_random_uuid(1) FROM t": "gen_random_uuid(integer)",
     "SELECT to_date('2020', 'YYYY', 'x') FROM t": "to_date(unknown, unknown, unknown)",
     "SELECT random(1, 2) FROM t": "random(integer, integer)",
+    "SELECT array_prepend(1, ARRAY[i], 3) FROM t": "array_prepend(integer, integer[], integer)",
+    # Fewer than sqlglot's node requires: its syntax error (42601) before.
+    "SELECT lpad(s) FROM t": "lpad(text)",
+    "SELECT left(s) FROM t": "left(text)",
+    "SELECT round() FROM t": "round()",
+    "SELECT upper() FROM t": "upper()",
+    "SELECT concat() FROM t": "concat()",
+    "SELECT power(2) FROM t": "power(integer)",
+    "SELECT regexp_like(s) FROM t": "regexp_like(text)",
+    "SELECT 1 FROM t WHERE lpad(s) = 'a'": "lpad(text)",
+    # The arguments as written, not as sqlglot's node holds them (LOG(10, 1.5)).
+    "SELECT log10(1.5, 1) FROM t": "log10(numeric, integer)",
+    "SELECT log10(i, 1) FROM t": "log10(integer, integer)",
+    # Qualified: named so.
+    "SELECT pg_catalog.lpad(s, 3, 'x', 'y') FROM t": (
+        "pg_catalog.lpad(text, integer, unknown, unknown)"
+    ),
+    "SELECT pg_catalog.upper(s, 1) FROM t": "pg_catalog.upper(text, integer)",
 }
 
 #: Per query PostgreSQL 15 answers (trunc(1.999, 2): 1.99; regexp_like(s, 'A', 'i') of
@@ -269,6 +287,25 @@ def test_before_version_4_one_is_the_syntax_error_it_was(version: int) -> None:
             "syntax error: The number of provided arguments (2) is greater than the maximum "
             "number of supported arguments (1). Line 1, Col: 18."
         )
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_before_version_4_too_few_is_the_syntax_error_it_was(version: int) -> None:
+    for stored in (False, True):
+        with pytest.raises(SqlError) as caught:
+            engine_of_t().resolve("SELECT lpad(s) FROM t", stored=stored, version=version)
+        assert (caught.value.sqlstate, str(caught.value)) == (
+            "42601",
+            "syntax error: Required keyword: 'expression' missing for "
+            "<class 'sqlglot.expressions.string.Pad'>. Line 1, Col: 14.",
+        )
+
+
+def test_a_spark_function_of_too_few_arguments_is_the_syntax_error() -> None:
+    """Not one of PostgreSQL's (``ucase()``): as before."""
+    with pytest.raises(SqlError) as caught:
+        engine_of_t().resolve("SELECT ucase() FROM t")
+    assert caught.value.sqlstate == "42601"
 
 
 def test_a_spark_function_of_more_arguments_than_sqlglot_takes_is_the_syntax_error() -> None:

@@ -114,11 +114,15 @@ CALLED = "serve_called"
 GIVEN = "serve_given"
 #: The ``meta`` key of the arguments of a call its node does not hold (``lpad``'s fourth).
 DROPPED = "serve_dropped"
+#: The ``meta`` key of the arguments of a call as written, in order (``log10(f, 1)``'s
+#: ``f`` and ``1``, where its node holds ``LOG(10, f)``).
+WRITTEN = "serve_written"
 #: The ``meta`` key of the name PostgreSQL looks a call's function up by: as written where
 #: it is quoted (``"UPPER"(s)``: ``UPPER``), else folded to lower case (``LPAD``: ``lpad``).
 NAMED = "serve_named"
 #: The ``meta`` key of sqlglot's error for a call of more arguments than its node has
-#: slots for (``upper(s, 1)``), which it refused as it parsed: :func:`overfull`.
+#: slots for (``upper(s, 1)``), or fewer than it requires (``lpad(s)``), which it
+#: refused as it parsed: :func:`overfull`.
 OVERFULL = "serve_overfull"
 #: The ``meta`` key marking a ``NOT`` written inside the predicate it negates (``x NOT
 #: BETWEEN a AND b``, ``x NOT IN (a, b)``), not before it (``NOT x BETWEEN a AND b``):
@@ -140,6 +144,7 @@ def _kept(node: exp.Expr, args: list[Any]) -> exp.Expr:
     hold (:data:`DROPPED`) in its ``meta``."""
     held = {id(v) for v in node.iter_expressions()}
     node.meta[GIVEN] = len(args)
+    node.meta[WRITTEN] = [a for a in args if isinstance(a, exp.Expr)]
     dropped = [a for a in args if isinstance(a, exp.Expr) and id(a) not in held]
     if dropped:
         node.meta[DROPPED] = dropped
@@ -228,6 +233,15 @@ class ServePostgres(Postgres):
                     f"Line {token.line}, Col: {token.col}."
                 )
                 args = None
+            if args is not None and isinstance(expression, exp.Func):
+                missing = [m for m in expression.error_messages(args) if "Required" in m]
+                if missing:
+                    # Too few arguments (lpad(s), upper()): sqlglot's error, kept as for
+                    # too many, for PostgreSQL's 42883 where serve knows the function.
+                    token = self._curr or self._prev
+                    where = f" Line {token.line}, Col: {token.col}." if token else ""
+                    expression.meta[OVERFULL] = f"{missing[0]}.{where}"
+                    return expression
             return super().validate_expression(expression, args)
 
         def _negate_range(self, this: exp.Expr | None = None) -> exp.Expr | None:
@@ -350,6 +364,7 @@ __all__ = [
     "OVERFULL",
     "STANDARD",
     "STORED_DIALECT",
+    "WRITTEN",
     "ServePostgres",
     "StoredPostgres",
     "overfull",

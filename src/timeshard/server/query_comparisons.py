@@ -48,6 +48,7 @@ from timeshard.server.dialect import (
     NAMED,
     NEGATED,
     STANDARD,
+    WRITTEN,
 )
 from timeshard.server.parameter_types import ColumnsOf
 from timeshard.server.query_types import (
@@ -149,6 +150,7 @@ _ARITIES: dict[str, tuple[int, int]] = {
     "overlay": (3, 4),
     **dict.fromkeys(("string_agg", "array_length", "array_append", "array_prepend"), (2, 2)),
     **dict.fromkeys(("array_remove", "get_bit"), (2, 2)),
+    "concat": (1, 100),
     "to_timestamp": (1, 2),
     "count": (0, 1),  # count(*) is of one; count() is PostgreSQL's 42809, left to Spark
     "regexp_replace": (3, 6),
@@ -227,7 +229,7 @@ def _spell_out_wrong_arities(tree: exp.Expr) -> None:
                 pending.extend(node.meta.get(DROPPED, []))
                 arguments = [
                     a  # count(*) is of no argument, sum(DISTINCT i) of i, as PostgreSQL names them
-                    for written in _called_with(node)
+                    for written in _as_written(node)
                     if not isinstance(written, exp.Star)
                     for a in (
                         written.expressions if isinstance(written, exp.Distinct) else [written]
@@ -235,6 +237,9 @@ def _spell_out_wrong_arities(tree: exp.Expr) -> None:
                 ]
                 call = exp.Anonymous(this=node.meta[NAMED], expressions=arguments)
                 call.meta.update({k: node.meta[k] for k in (NAMED, CALLED) if k in node.meta})
+                if isinstance(node.parent, exp.Dot) and node.parent.expression is node:
+                    # pg_catalog.lpad(...): PostgreSQL's 42883 names it so
+                    call.meta[CALLED] = f"{node.parent.this.name}.{node.meta[NAMED]}"
                 node.replace(call)
 
 
@@ -726,6 +731,15 @@ def _no_function(function: exp.Expr, arguments: list[exp.Expr], typer: _Typer) -
     """PostgreSQL's 42883 of a call of ``function`` of ``arguments`` it has no form of."""
     named = ", ".join(_argument_type_name(a, typer) for a in arguments)
     return SqlError(f"function {_function_name(function)}({named}) does not exist", "42883")
+
+
+def _as_written(function: exp.Expr) -> list[exp.Expr]:
+    """The arguments of the call ``function`` as written, in order, where the parser kept
+    them (:data:`~timeshard.server.dialect.WRITTEN`: ``log10(f, 1)``'s ``f, 1``, where its
+    node holds ``LOG(10, f)``; ``array_prepend(1, a, 3)``'s, which it holds swapped); else
+    :func:`_called_with`'s."""
+    written = function.meta.get(WRITTEN)
+    return list(written) if isinstance(written, list) else _called_with(function)
 
 
 def _called_with(function: exp.Expr) -> list[exp.Expr]:
