@@ -166,11 +166,15 @@ _ARITIES: dict[str, tuple[int, int]] = {
 #: SQL of the node leaves it out (``trunc(1.999, 2)`` ran as ``CAST(1.999 AS BIGINT)``,
 #: 1, where PostgreSQL answers 1.99; ``date_trunc('day', ts, 'UTC')`` without its zone;
 #: ``regexp_replace``'s start, N and flags; ``regexp_like``'s flags, ``array_length``'s
-#: dimension). Refused (0A000, :func:`_refuse_unsupported_form`), never run so.
+#: dimension). Refused (0A000, :func:`_refuse_unsupported_form`), never run so. And
+#: ``regexp_replace`` of three: PostgreSQL replaces the first match ('aaa' -> 'baa'),
+#: Spark's REGEXP_REPLACE every one ('bbb'); of four, its flags a constant 'g' (every
+#: match: 'bbb') and its replacement a constant of no ``\`` or ``$`` (PostgreSQL's
+#: ``\1`` is Java's ``$1``), it runs as Spark's of three (:func:`_replaces_every_match`).
 _UNSUPPORTED_FORMS: dict[str, frozenset[int]] = {
     "trunc": frozenset({2}),
     "date_trunc": frozenset({3}),
-    "regexp_replace": frozenset({4, 5, 6}),
+    "regexp_replace": frozenset({3, 4, 5, 6}),
     "regexp_like": frozenset({3}),
     "array_length": frozenset({2}),
 }
@@ -211,8 +215,31 @@ def _unsupported_form(node: exp.Expr) -> bool:
     """Whether ``node`` calls PostgreSQL's function in a form serve does not run
     (:data:`_UNSUPPORTED_FORMS`): of a number of arguments PostgreSQL takes, one of which
     its Spark SQL would leave out."""
-    forms = _UNSUPPORTED_FORMS.get(node.meta.get(NAMED) or "")
-    return forms is not None and _given(node) in forms
+    named = node.meta.get(NAMED) or ""
+    forms = _UNSUPPORTED_FORMS.get(named)
+    if forms is None or _given(node) not in forms:
+        return False
+    return not (named == "regexp_replace" and _replaces_every_match(node))
+
+
+def _replaces_every_match(node: exp.Expr) -> bool:
+    """Whether ``node``, a call of ``regexp_replace``, is of four arguments, its flags the
+    constant ``'g'`` and its replacement a constant of no ``\\`` or ``$``: PostgreSQL
+    replaces every match, as Spark's REGEXP_REPLACE of the first three does, and Java
+    reads such a replacement as PostgreSQL does (its ``\\1`` and ``\\&`` are Java's
+    ``$1`` and ``$0``, a ``$`` its own literal one)."""
+    written = _as_written(node)
+    if len(written) != 4:
+        return False
+    replacement, flags = written[2], written[3]
+    return (
+        isinstance(flags, exp.Literal)
+        and flags.is_string
+        and flags.this == "g"
+        and isinstance(replacement, exp.Literal)
+        and replacement.is_string
+        and not {"\\", "$"} & set(replacement.this)
+    )
 
 
 def _spell_out_wrong_arities(tree: exp.Expr) -> None:
@@ -720,9 +747,20 @@ def _refuse_unsupported_form(function: exp.Expr, typer: _Typer) -> None:
     (:func:`_unsupported_form`): "function trunc(numeric, integer) is not supported by
     serve in this form". Its arguments are named as :func:`_no_function` names them."""
     named = ", ".join(_argument_type_name(a, typer) for a in _called_with(function))
+    given = len(_called_with(function))
+    why = f"of {given} arguments: Spark would run it without one"
+    if function.meta.get(NAMED) == "regexp_replace":
+        why = (
+            "PostgreSQL replaces the first match only, Spark every one"
+            if given == 3
+            else "Spark would run it without its flags, start or N"
+        ) + (
+            "; regexp_replace(source, pattern, replacement, 'g') is supported, its "
+            "replacement a constant of no \\ or $"
+        )
     raise SqlError(
         f"function {_function_name(function)}({named}) is not supported by serve in this "
-        f"form (of {len(_called_with(function))} arguments: Spark would run it without one)",
+        f"form ({why})",
         "0A000",
     )
 

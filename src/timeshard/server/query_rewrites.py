@@ -96,7 +96,9 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: text function of an array of texts (``reverse(ARRAY[s])``: Spark reversed the array);
 #: and serve's 0A000 for a call PostgreSQL answers that Spark would run without an
 #: argument (``trunc(1.999, 2)`` ran as ``CAST(1.999 AS BIGINT)``:
-#: :data:`~timeshard.server.query_comparisons._UNSUPPORTED_FORMS`).
+#: :data:`~timeshard.server.query_comparisons._UNSUPPORTED_FORMS`) or otherwise
+#: (``regexp_replace(s, 'a', 'b')``: PostgreSQL replaces the first match, Spark every
+#: one; its form of a constant 'g' flag runs as Spark's).
 TYPING = 4
 
 
