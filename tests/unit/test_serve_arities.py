@@ -198,6 +198,41 @@ def test_a_view_of_regexp_replace_of_three_arguments_is_refused() -> None:
     assert engine.objects == {} and "v" not in engine.client.list_shards()
 
 
+#: Per query, the call PostgreSQL 15's 42883 names: it has trunc(numeric, integer), no
+#: trunc(double precision, integer) (trunc(1.5::float8, 1), trunc(1.5::real, 1) checked).
+TRUNC_OF_FLOAT = {
+    "SELECT trunc(i::float8, 1) FROM t": "trunc(double precision, integer)",
+    "SELECT trunc(i::double precision, 1) FROM t": "trunc(double precision, integer)",
+    "SELECT trunc(i::real, 1) FROM t": "trunc(real, integer)",
+    "SELECT i FROM t WHERE trunc(1.5::float4, i) = 1": "trunc(real, integer)",
+}
+
+
+@pytest.mark.parametrize("sql", sorted(TRUNC_OF_FLOAT))
+def test_trunc_of_a_float_and_places_is_42883(sql: str) -> None:
+    assert refusal(sql) == ("42883", f"function {TRUNC_OF_FLOAT[sql]} does not exist")
+
+
+@pytest.mark.parametrize("sql", sorted(TRUNC_OF_FLOAT))
+def test_version_3_leaves_trunc_of_a_float_and_places_as_it_ran(sql: str) -> None:
+    typed(sql, 3)
+
+
+def test_trunc_of_a_float_column_and_places_is_42883() -> None:
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    schema = pa.schema([("d", pa.float64()), ("r", pa.float32())])
+    client.open_writer("f", schema).expire()
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)
+    for column, name in (("d", "double precision"), ("r", "real")):
+        with pytest.raises(SqlError) as caught:
+            engine.resolve(f"SELECT trunc({column}, 1) FROM f")
+        assert (caught.value.sqlstate, str(caught.value)) == (
+            "42883",
+            f"function trunc({name}, integer) does not exist",
+        )
+    assert engine.resolve("SELECT trunc(d) AS x FROM f")[0].startswith("SELECT")
+
+
 @pytest.mark.parametrize("sql", sorted(UNSUPPORTED))
 def test_version_3_leaves_a_call_spark_runs_without_an_argument_as_it_ran(sql: str) -> None:
     typed(sql, 3)  # no SqlError: a view recorded at 3 resolves as it did

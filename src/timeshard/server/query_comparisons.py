@@ -745,7 +745,14 @@ def _refuse_unsupported_form(function: exp.Expr, typer: _Typer) -> None:
     """SqlError 0A000 (feature_not_supported) for a call of ``function`` that PostgreSQL
     answers but serve's Spark SQL would run without one of its arguments
     (:func:`_unsupported_form`): "function trunc(numeric, integer) is not supported by
-    serve in this form". Its arguments are named as :func:`_no_function` names them."""
+    serve in this form". Its arguments are named as :func:`_no_function` names them.
+
+    ``trunc`` of a double precision or real and a number of places is PostgreSQL's 42883
+    ("function trunc(double precision, integer) does not exist"): it has trunc(numeric,
+    integer) only, to which a float is not cast implicitly."""
+    first = _called_with(function)[0]
+    if function.meta.get(NAMED) == "trunc" and typer.kind(first) in (T.DOUBLE, T.FLOAT):
+        raise _no_function(function, _called_with(function), typer)
     named = ", ".join(_argument_type_name(a, typer) for a in _called_with(function))
     given = len(_called_with(function))
     why = f"of {given} arguments: Spark would run it without one"
