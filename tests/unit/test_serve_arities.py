@@ -121,38 +121,37 @@ TOO_MANY = {
 UNSUPPORTED = {
     "SELECT trunc(1.999, 2) FROM t": "trunc(numeric, integer)",
     "SELECT trunc(i, 1) FROM t": "trunc(integer, integer)",
-    "SELECT date_trunc('day', now(), 'UTC') FROM t": "date_trunc(unknown, unknown, unknown)",
-    "SELECT regexp_replace(s, 'a', 'b') FROM t": "regexp_replace(text, unknown, unknown)",
-    "SELECT i FROM t WHERE regexp_replace(s, 'a', 'b') = 'b'": (
-        "regexp_replace(text, unknown, unknown)"
+    "SELECT date_trunc('day', now(), 'UTC') FROM t": (
+        "date_trunc(text, timestamp with time zone, text)"
     ),
-    "SELECT regexp_replace(s, 'a', 'b', 'gi') FROM t": (
-        "regexp_replace(text, unknown, unknown, unknown)"
+    "SELECT date_trunc('day', '2020-01-01', 'UTC') FROM t": (
+        "date_trunc(text, timestamp with time zone, text)"
     ),
-    "SELECT regexp_replace(s, 'a', 'b', 'G') FROM t": (
-        "regexp_replace(text, unknown, unknown, unknown)"
+    "SELECT date_trunc('day', '2020-01-01'::timestamp, 'UTC') FROM t": (
+        "date_trunc(text, timestamp without time zone, text)"
     ),
-    "SELECT regexp_replace(s, 'a', 'b', s) FROM t": "regexp_replace(text, unknown, unknown, text)",
-    "SELECT regexp_replace(s, 'a', 'b', NULL) FROM t": (
-        "regexp_replace(text, unknown, unknown, unknown)"
-    ),
-    "SELECT regexp_replace(s, 'a', s, 'g') FROM t": "regexp_replace(text, unknown, text, unknown)",
-    "SELECT regexp_replace(s, 'a', '$1', 'g') FROM t": (
-        "regexp_replace(text, unknown, unknown, unknown)"
-    ),
+    "SELECT trunc('1.5', 1) FROM t": "trunc(numeric, integer)",
+    "SELECT trunc(2, 1) FROM t": "trunc(integer, integer)",
+    "SELECT trunc(1.5, '1') FROM t": "trunc(numeric, integer)",
+    "SELECT regexp_replace(s, 'a', 'b') FROM t": "regexp_replace(text, text, text)",
+    "SELECT i FROM t WHERE regexp_replace(s, 'a', 'b') = 'b'": "regexp_replace(text, text, text)",
+    "SELECT regexp_replace(s, 'a', 'b', 'gi') FROM t": "regexp_replace(text, text, text, text)",
+    "SELECT regexp_replace(s, 'a', 'b', 'G') FROM t": "regexp_replace(text, text, text, text)",
+    "SELECT regexp_replace(s, 'a', 'b', s) FROM t": "regexp_replace(text, text, text, text)",
+    "SELECT regexp_replace(s, 'a', 'b', NULL) FROM t": "regexp_replace(text, text, text, text)",
+    "SELECT regexp_replace(s, 'a', s, 'g') FROM t": "regexp_replace(text, text, text, text)",
+    "SELECT regexp_replace(s, 'a', '$1', 'g') FROM t": "regexp_replace(text, text, text, text)",
     "SELECT regexp_replace(s, '(a)', '[\\1]', 'g') FROM t": (
-        "regexp_replace(text, unknown, unknown, unknown)"
+        "regexp_replace(text, text, text, text)"
     ),
-    "SELECT regexp_replace(s, 'a', 'b', 1) FROM t": (
-        "regexp_replace(text, unknown, unknown, integer)"
-    ),
+    "SELECT regexp_replace(s, 'a', 'b', 1) FROM t": "regexp_replace(text, text, text, integer)",
     "SELECT regexp_replace(s, 'a', 'b', 1, 0) FROM t": (
-        "regexp_replace(text, unknown, unknown, integer, integer)"
+        "regexp_replace(text, text, text, integer, integer)"
     ),
     "SELECT regexp_replace(s, 'a', 'b', 1, 0, 'i') FROM t": (
-        "regexp_replace(text, unknown, unknown, integer, integer, unknown)"
+        "regexp_replace(text, text, text, integer, integer, text)"
     ),
-    "SELECT regexp_like(s, 'A', 'i') FROM t": "regexp_like(text, unknown, unknown)",
+    "SELECT regexp_like(s, 'A', 'i') FROM t": "regexp_like(text, text, text)",
     "SELECT i FROM t WHERE array_length(ARRAY[i, 2], 1) = 2": "array_length(integer[], integer)",
 }
 
@@ -216,6 +215,22 @@ def test_trunc_of_a_float_and_places_is_42883(sql: str) -> None:
 @pytest.mark.parametrize("sql", sorted(TRUNC_OF_FLOAT))
 def test_version_3_leaves_trunc_of_a_float_and_places_as_it_ran(sql: str) -> None:
     typed(sql, 3)
+
+
+def test_a_call_not_run_names_its_columns_types() -> None:
+    """Through ``Engine.resolve``: a timestamp column of a zone is PostgreSQL's timestamp
+    with time zone, one of none its timestamp without time zone."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    schema = pa.schema([("z", pa.timestamp("us", tz="UTC")), ("n", pa.timestamp("us"))])
+    client.open_writer("ts", schema).expire()
+    engine = Engine(SimpleNamespace(), client, follow_s=3600)
+    for column, name in (("z", "with"), ("n", "without")):
+        with pytest.raises(SqlError) as caught:
+            engine.resolve(f"SELECT date_trunc('day', {column}, 'UTC') FROM ts")
+        assert caught.value.sqlstate == "0A000"
+        assert str(caught.value).startswith(
+            f"function date_trunc(text, timestamp {name} time zone, text) is not supported"
+        )
 
 
 def test_trunc_of_a_float_column_and_places_is_42883() -> None:

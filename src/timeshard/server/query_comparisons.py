@@ -745,7 +745,8 @@ def _refuse_unsupported_form(function: exp.Expr, typer: _Typer) -> None:
     """SqlError 0A000 (feature_not_supported) for a call of ``function`` that PostgreSQL
     answers but serve's Spark SQL would run without one of its arguments
     (:func:`_unsupported_form`): "function trunc(numeric, integer) is not supported by
-    serve in this form". Its arguments are named as :func:`_no_function` names them.
+    serve in this form". Its arguments are named by PostgreSQL's types where known here,
+    a string constant as the type PostgreSQL reads it as (:func:`_form_argument_name`).
 
     ``trunc`` of a double precision or real and a number of places is PostgreSQL's 42883
     ("function trunc(double precision, integer) does not exist"): it has trunc(numeric,
@@ -753,8 +754,17 @@ def _refuse_unsupported_form(function: exp.Expr, typer: _Typer) -> None:
     first = _called_with(function)[0]
     if function.meta.get(NAMED) == "trunc" and typer.kind(first) in (T.DOUBLE, T.FLOAT):
         raise _no_function(function, _called_with(function), typer)
-    named = ", ".join(_argument_type_name(a, typer) for a in _called_with(function))
-    given = len(_called_with(function))
+    held = _called_with(function)  # typed: those of the tree
+    arguments = [  # in the order written (date_trunc's unit first), each typed as held
+        next((h for h in held if h is a), None) or next((h for h in held if h == a), a)
+        for a in _as_written(function)
+    ]
+    given = len(arguments)
+    signature = _FORM_SIGNATURES.get((function.meta.get(NAMED) or "", given), ())
+    named = ", ".join(
+        _form_argument_name(a, typer, signature[n] if n < len(signature) else None)
+        for n, a in enumerate(arguments)
+    )
     why = f"of {given} arguments: Spark would run it without one"
     if function.meta.get(NAMED) == "regexp_replace":
         why = (
@@ -770,6 +780,50 @@ def _refuse_unsupported_form(function: exp.Expr, typer: _Typer) -> None:
         f"form ({why})",
         "0A000",
     )
+
+
+#: PostgreSQL 15's one form of each call of :data:`_UNSUPPORTED_FORMS` (by name and number
+#: of arguments), each argument's type where it is one type (None for ``anyarray``): a
+#: string constant among them is read as that type (``date_trunc('day', ts, 'UTC')`` is
+#: date_trunc(text, timestamp with time zone, text), ``trunc('1.5', 1)`` trunc(numeric,
+#: integer); a fourth of ``regexp_replace`` its flags, of text).
+_FORM_SIGNATURES: dict[tuple[str, int], tuple[str | None, ...]] = {
+    ("trunc", 2): ("numeric", "integer"),
+    ("date_trunc", 3): ("text", "timestamp with time zone", "text"),
+    ("regexp_replace", 3): ("text", "text", "text"),
+    ("regexp_replace", 4): ("text", "text", "text", "text"),
+    ("regexp_replace", 5): ("text", "text", "text", "integer", "integer"),
+    ("regexp_replace", 6): ("text", "text", "text", "integer", "integer", "text"),
+    ("regexp_like", 3): ("text", "text", "text"),
+    ("array_length", 2): (None, "integer"),
+}
+
+#: PostgreSQL's names of the types of dates and times, by sqlglot's: a shard's column of
+#: an Arrow timestamp of a zone is TIMESTAMPTZ, of none TIMESTAMP_NTZ; PostgreSQL's
+#: ``::timestamp`` is TIMESTAMP, without time zone.
+_TIME_NAMES = {
+    T.TIMESTAMPTZ: "timestamp with time zone",
+    T.TIMESTAMPLTZ: "timestamp with time zone",
+    T.TIMESTAMP: "timestamp without time zone",
+    T.TIMESTAMPNTZ: "timestamp without time zone",
+    T.DATE: "date",
+}
+
+
+def _form_argument_name(argument: exp.Expr, typer: _Typer, expected: str | None) -> str:
+    """The name of ``argument``'s type in serve's 0A000 of a call it does not run
+    (:func:`_refuse_unsupported_form`): PostgreSQL's type of it where the typer knows it
+    (:func:`_type_name`, a date's or time's, ``now()``'s timestamp with time zone); of a
+    string constant or NULL, ``expected``, the type PostgreSQL reads it as in the call's
+    one form (:data:`_FORM_SIGNATURES`); else ``unknown``."""
+    if _untyped(argument) or isinstance(argument.unnest(), exp.Null):
+        return expected or "unknown"
+    if isinstance(argument.unnest(), exp.CurrentTimestamp):
+        return "timestamp with time zone"
+    kind = typer.kind(argument)
+    if isinstance(kind, T) and kind in _TIME_NAMES:
+        return _TIME_NAMES[kind]
+    return _type_name(kind) or "unknown"
 
 
 def _no_function(function: exp.Expr, arguments: list[exp.Expr], typer: _Typer) -> SqlError:
