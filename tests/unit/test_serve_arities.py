@@ -94,6 +94,14 @@ TOO_MANY = {
     "SELECT gen_random_uuid(1) FROM t": "gen_random_uuid(integer)",
     "SELECT to_date('2020', 'YYYY', 'x') FROM t": "to_date(unknown, unknown, unknown)",
     "SELECT random(1, 2) FROM t": "random(integer, integer)",
+    # PostgreSQL 15 has random() and to_date(text, text) only: random(7) was Spark's
+    # rand(7), to_date(s) Spark's to_date of a date's text.
+    "SELECT random(7) FROM t": "random(integer)",
+    "SELECT random(1.5) FROM t": "random(numeric)",
+    "SELECT random(i) FROM t": "random(integer)",
+    "SELECT to_date(s) FROM t": "to_date(text)",
+    "SELECT to_date('2020-01-01') FROM t": "to_date(unknown)",
+    "SELECT i FROM t WHERE to_date(s) IS NULL": "to_date(text)",
     "SELECT array_prepend(1, ARRAY[i], 3) FROM t": "array_prepend(integer, integer[], integer)",
     # Fewer than sqlglot's node requires: its syntax error (42601) before.
     "SELECT lpad(s) FROM t": "lpad(text)",
@@ -309,7 +317,7 @@ def test_an_argument_of_a_type_not_known_here_is_named_unknown() -> None:
         "SELECT string_agg(s, ','), count(*), count(i), to_timestamp('1') FROM t",
         "SELECT make_date(1, 2, 3) FROM t",
         "SELECT regexp_replace(s, 'a', 'b', 'g'), regexp_like(s, 'a'), concat_ws(',', s) FROM t",
-        "SELECT random(), to_date(s) FROM t",
+        "SELECT random(), to_date(s, 'YYYY-MM-DD') FROM t",
         "SELECT coalesce(i, 1, 2, 3, 4, 5), greatest(i, 1, 2, 3), least(i, 1, 2, 3) FROM t",
         "SELECT concat(s, s, s, s, s), concat_ws(',', s, s, s, s) FROM t",
         "SELECT date_trunc('day', now()), to_char(i, '9') FROM t",

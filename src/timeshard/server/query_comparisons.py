@@ -138,8 +138,8 @@ _TWO = (
 #: has no slot for (``lpad(s, 3, 'x', 'y')`` ran as Spark's ``LPAD(s, 3, 'x')``). Not
 #: listed: ``coalesce`` and ``concat``, those of the standard's syntax (``position``,
 #: ``extract``), and those Spark calls with other arities that sqlglot keeps
-#: (``decode(x, 1, 'a', ...)``); ``to_date`` of one argument and ``random`` of one are
-#: Spark's (``to_date(s)``, ``rand(7)``), kept. ``concat_ws`` is variadic: its separator
+#: (``decode(x, 1, 'a', ...)``). ``to_date`` of one argument and ``random`` of one, Spark's
+#: (``to_date(s)``, ``rand(7)``), are PostgreSQL's 42883. ``concat_ws`` is variadic: its separator
 #: and one or more values (up to PostgreSQL's 100 arguments).
 _ARITIES: dict[str, tuple[int, int]] = {
     **dict.fromkeys(_ONE.split(), (1, 1)),
@@ -157,8 +157,8 @@ _ARITIES: dict[str, tuple[int, int]] = {
     "regexp_like": (2, 3),
     "concat_ws": (2, 100),
     "gen_random_uuid": (0, 0),
-    "to_date": (1, 2),
-    "random": (0, 1),
+    "to_date": (2, 2),
+    "random": (0, 0),
 }
 
 #: Calls PostgreSQL 15 answers that serve's Spark SQL would run without an argument, by
