@@ -356,3 +356,18 @@ def test_a_view_s_query_keeps_spark_s_types() -> None:
     assert engine.resolve(sql, stored=True)[0] == (
         "SELECT CAST(1.5 AS DECIMAL) AS x, CAST('2024-01-02' AS TIMESTAMP) AS y"
     )
+
+
+@pytest.mark.postgres
+def test_regexp_replace_of_the_g_flag_is_postgresql_s_and_of_three_arguments_refused(
+    conn: Any, postgres: Any
+) -> None:
+    """Of the constant 'g' flag, Spark's REGEXP_REPLACE of three arguments replaces every
+    match, as PostgreSQL 15 does ('3.75' is '3_7_'); of three arguments PostgreSQL replaces
+    the first only ('3_75'), which serve refuses (0A000) rather than answer Spark's."""
+    sql = "SELECT regexp_replace(s, '[.5]', '_', 'g') AS x FROM t"
+    assert conn.execute(sql).fetchall() == postgres.execute(sql).fetchall() == [("3_7_",)]
+    three = "SELECT regexp_replace(s, '[.5]', '_') AS x FROM t"
+    assert postgres.execute(three).fetchall() == [("3_75",)]
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="'g'\\) is supported"):
+        conn.execute(three)
