@@ -420,3 +420,59 @@ def test_a_spark_function_of_more_arguments_than_sqlglot_takes_is_the_syntax_err
     with pytest.raises(SqlError) as caught:
         engine_of_t().resolve("SELECT ucase(s, 1) FROM t")
     assert caught.value.sqlstate == "42601"
+
+
+def engine_of_ts() -> Engine:
+    """A server's engine (no Spark) over shard ``t`` of ``s`` TEXT and ``ts`` TIMESTAMP."""
+    client = PersistClient(Location(MemoryBlob(), MemoryConsensus()))
+    schema = pa.schema([("s", pa.string()), ("ts", pa.timestamp("us"))])
+    client.open_writer("t", schema).expire()
+    return Engine(SimpleNamespace(), client, follow_s=3600)
+
+
+#: A unit read from a column: sqlglot read the column's name as the unit (``date_trunc(s,
+#: ts)`` ran as ``DATE_TRUNC('S', ts)``, ``date_part(s, ts)`` as ``EXTRACT(S FROM ts)``:
+#: seconds). Spark's DATE_TRUNC of a column answers NULL for PostgreSQL 15's 'millennium',
+#: 'century', 'decade', 'milliseconds', 'microseconds', 's', 'd' and an unknown unit
+#: (PostgreSQL's 22023); its EXTRACT takes no column.
+UNIT_OF_A_COLUMN = {
+    "SELECT date_trunc(s, ts) FROM t": "date_trunc(text, timestamp without time zone)",
+    "SELECT date_trunc(upper(s), ts) FROM t": "date_trunc(text, timestamp without time zone)",
+    "SELECT date_part(s, ts) FROM t": "date_part(text, timestamp without time zone)",
+    "SELECT * FROM t WHERE date_trunc(s, ts) > ts": (
+        "date_trunc(text, timestamp without time zone)"
+    ),
+}
+
+
+@pytest.mark.parametrize("sql", sorted(UNIT_OF_A_COLUMN))
+def test_a_unit_of_a_column_is_0A000(sql: str) -> None:
+    with pytest.raises(SqlError) as caught:
+        engine_of_ts().resolve(sql, version=4)
+    assert caught.value.sqlstate == "0A000"
+    assert str(caught.value).startswith(
+        f"function {UNIT_OF_A_COLUMN[sql]} is not supported by serve in this form "
+        "(its unit not a constant"
+    )
+
+
+@pytest.mark.parametrize(
+    ("sql", "spark"),
+    [
+        ("SELECT date_trunc('day', ts) FROM t", "SELECT DATE_TRUNC('DAY', ts) FROM t AS t"),
+        ("SELECT date_part('day', ts) FROM t", "SELECT EXTRACT(DAY FROM ts) FROM t AS t"),
+        ("SELECT extract(s FROM ts) FROM t", "SELECT EXTRACT(S FROM ts) FROM t AS t"),
+    ],
+)
+def test_a_constant_unit_runs_as_before(sql: str, spark: str) -> None:
+    """``extract(s FROM ts)``'s ``s`` is PostgreSQL's field (seconds), never a column."""
+    assert engine_of_ts().resolve(sql, version=4)[0] == spark
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_before_version_4_a_unit_of_a_column_runs_as_it_did(version: int) -> None:
+    for stored in (False, True):
+        resolved = engine_of_ts().resolve(
+            "SELECT date_trunc(s, ts) FROM t", stored=stored, version=version
+        )
+        assert resolved[0] == "SELECT DATE_TRUNC('S', ts) FROM t AS t"

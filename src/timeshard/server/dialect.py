@@ -244,6 +244,23 @@ class ServePostgres(Postgres):
                     return expression
             return super().validate_expression(expression, args)
 
+        def _parse_date_part(self) -> exp.Expr:
+            # date_part(s, ts): sqlglot reads a column's name as the field (EXTRACT(S FROM
+            # ts), seconds). The arguments as written are kept, for serve's 0A000 of a
+            # unit not a constant (typing version 4).
+            # (sqlglot's _parse_date_part, the part kept.)
+            written = self._parse_type()
+            self._match(TokenType.COMMA)
+            value = self._parse_bitwise()
+            part = written
+            if written and isinstance(written, exp.Column | exp.Literal):
+                part = exp.var(written.name.upper())
+            node = self.expression(exp.Extract(this=part, expression=value))
+            if isinstance(written, exp.Expr) and isinstance(value, exp.Expr):
+                node.meta[GIVEN] = 2
+                node.meta[WRITTEN] = [written, value]
+            return node
+
         def _negate_range(self, this: exp.Expr | None = None) -> exp.Expr | None:
             negated = super()._negate_range(this)
             if isinstance(negated, exp.Not):

@@ -216,10 +216,32 @@ def _unsupported_form(node: exp.Expr) -> bool:
     (:data:`_UNSUPPORTED_FORMS`): of a number of arguments PostgreSQL takes, one of which
     its Spark SQL would leave out."""
     named = node.meta.get(NAMED) or ""
+    if _unit_not_constant(node):
+        return True
     forms = _UNSUPPORTED_FORMS.get(named)
     if forms is None or _given(node) not in forms:
         return False
     return not (named == "regexp_replace" and _replaces_every_match(node))
+
+
+#: PostgreSQL's functions of a unit or field first (``date_trunc('day', ts)``,
+#: ``date_part('day', ts)``) whose unit serve runs a constant only.
+_UNIT_FIRST = frozenset({"date_trunc", "date_part"})
+
+
+def _unit_not_constant(node: exp.Expr) -> bool:
+    """Whether ``node`` calls ``date_trunc`` or ``date_part`` (:data:`_UNIT_FIRST`) of
+    two arguments, its unit one that reads a column (``date_trunc(s, ts)``,
+    ``date_part(upper(s), ts)``). sqlglot read a column's name as the unit
+    (``DATE_TRUNC('S', ts)``, ``EXTRACT(S FROM ts)``: seconds); Spark's DATE_TRUNC of a
+    column answers NULL for PostgreSQL 15's 'millennium', 'century', 'decade',
+    'milliseconds', 'microseconds', 's' and 'd' (and an unknown unit, PostgreSQL's
+    22023), its EXTRACT takes none. ``extract(s FROM ts)``'s ``s`` is PostgreSQL's field
+    (seconds), no column."""
+    if node.meta.get(NAMED) not in _UNIT_FIRST or _given(node) != 2:
+        return False
+    written = _as_written(node)
+    return bool(written) and written[0].find(exp.Column, exp.Query) is not None
 
 
 def _replaces_every_match(node: exp.Expr) -> bool:
@@ -247,12 +269,14 @@ def _spell_out_wrong_arities(tree: exp.Expr) -> None:
     (:func:`_wrong_arity`) as a call of its name of all the arguments written, those its
     node dropped (:data:`~timeshard.server.dialect.DROPPED`) too: they are in the tree,
     and their columns typed, for :func:`_refuse_wrong_arity` to name (``lpad(s, i, s,
-    s)``: "lpad(text, integer, text, text)"). Every such call is refused: the Spark SQL
-    of none is made."""
+    s)``: "lpad(text, integer, text, text)"). So too each call of ``date_trunc`` or
+    ``date_part`` of a unit not a constant (:func:`_unit_not_constant`: its node holds
+    the column's name as the unit), for :func:`_refuse_unsupported_form`. Every such
+    call is refused: the Spark SQL of none is made."""
     pending = [tree]
     while pending:  # a dropped argument's calls too, once it is in the tree
         for node in list(pending.pop().find_all(exp.Func, exp.Binary)):
-            if _no_such_function(node):
+            if _no_such_function(node) or _unit_not_constant(node):
                 pending.extend(node.meta.get(DROPPED, []))
                 arguments = [
                     a  # count(*) is of no argument, sum(DISTINCT i) of i, as PostgreSQL names them
@@ -766,6 +790,11 @@ def _refuse_unsupported_form(function: exp.Expr, typer: _Typer) -> None:
         for n, a in enumerate(arguments)
     )
     why = f"of {given} arguments: Spark would run it without one"
+    if _unit_not_constant(function):
+        why = (
+            "its unit not a constant: Spark knows fewer units than PostgreSQL; "
+            f"{function.meta.get(NAMED)}('day', ...) of a constant unit is supported"
+        )
     if function.meta.get(NAMED) == "regexp_replace":
         why = (
             "PostgreSQL replaces the first match only, Spark every one"

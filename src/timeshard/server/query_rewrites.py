@@ -98,7 +98,9 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: argument (``trunc(1.999, 2)`` ran as ``CAST(1.999 AS BIGINT)``:
 #: :data:`~timeshard.server.query_comparisons._UNSUPPORTED_FORMS`) or otherwise
 #: (``regexp_replace(s, 'a', 'b')``: PostgreSQL replaces the first match, Spark every
-#: one; its form of a constant 'g' flag runs as Spark's).
+#: one; its form of a constant 'g' flag runs as Spark's), or of a unit not a constant
+#: (``date_trunc(s, ts)`` ran as ``DATE_TRUNC('S', ts)``, ``date_part(s, ts)`` as
+#: seconds; :func:`~timeshard.server.query_comparisons._unit_not_constant`).
 TYPING = 4
 
 
