@@ -356,3 +356,43 @@ def test_a_view_s_query_keeps_spark_s_types() -> None:
     assert engine.resolve(sql, stored=True)[0] == (
         "SELECT CAST(1.5 AS DECIMAL) AS x, CAST('2024-01-02' AS TIMESTAMP) AS y"
     )
+
+
+@pytest.mark.postgres
+def test_regexp_replace_of_the_g_flag_is_postgresql_s_and_of_three_arguments_refused(
+    conn: Any, postgres: Any
+) -> None:
+    """Of the constant 'g' flag, Spark's REGEXP_REPLACE of three arguments replaces every
+    match, as PostgreSQL 15 does ('3.75' is '3_7_'); of three arguments PostgreSQL replaces
+    the first only ('3_75'), which serve refuses (0A000) rather than answer Spark's."""
+    sql = "SELECT regexp_replace(s, '[.5]', '_', 'g') AS x FROM t"
+    assert conn.execute(sql).fetchall() == postgres.execute(sql).fetchall() == [("3_7_",)]
+    three = "SELECT regexp_replace(s, '[.5]', '_') AS x FROM t"
+    assert postgres.execute(three).fetchall() == [("3_75",)]
+    with pytest.raises(psycopg.errors.FeatureNotSupported, match="'g'\\) is supported"):
+        conn.execute(three)
+
+
+@pytest.mark.postgres
+def test_a_unit_of_a_column_is_refused_where_spark_s_units_are_not_postgresql_s(
+    conn: Any, postgres: Any, spark: SparkSession
+) -> None:
+    """sqlglot read ``date_trunc(s, ts)``'s column as the unit 'S' (and ``date_part(s,
+    ts)`` as seconds). Spark's DATE_TRUNC of a column answers as PostgreSQL 15 does for
+    'day' to 'second', but NULL for its 'millennium', 'century', 'decade',
+    'milliseconds', 'microseconds', 's' and 'd' (and an unknown unit, PostgreSQL's
+    22023): serve refuses a unit not a constant (0A000) at typing version 4."""
+    units = ["day", "hour", "month", "year", "week", "quarter", "minute", "second"]
+    others = ["millennium", "century", "decade", "milliseconds", "microseconds", "s", "d"]
+    of_unit = "SELECT CAST(date_trunc(u, ts) AS {}) FROM (SELECT '{}' AS u, {} AS ts{}) q"
+    for unit in units + others:
+        at = "TIMESTAMP_NTZ'2024-01-02 03:04:05'"
+        spark_s = spark.sql(of_unit.format("STRING", unit, at, "")).collect()[0][0]
+        postgresql_s = postgres.execute(of_unit.format("text", unit, "ts", " FROM t")).fetchall()
+        assert (spark_s == postgresql_s[0][0]) is (unit in units), (unit, spark_s, postgresql_s)
+    for sql in ("SELECT date_trunc(s, ts) FROM t", "SELECT date_part(s, ts) FROM t"):
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="its unit not a constant"):
+            conn.execute(sql)
+    # (Of timestamp's type, served date_trunc's value is an aware datetime: not this test's.)
+    sql = "SELECT date_trunc('day', ts)::text AS x, extract(s FROM ts) AS y FROM t"
+    assert conn.execute(sql).fetchall() == postgres.execute(sql).fetchall()

@@ -110,6 +110,9 @@ def test_what_version_4_refuses_as_postgresql_does_version_3_leaves_to_spark() -
         "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a CROSS JOIN LATERAL (SELECT 1 AS m) AS l "
         "JOIN (SELECT 1 AS k) AS b USING (k)",
         "SELECT * FROM (SELECT 1 AS k, 2 AS k) AS a NATURAL JOIN (SELECT 1 AS k) AS b",
+        # Spark answered the call without its fourth argument, and upper(s).
+        "SELECT lpad(CAST(i AS TEXT), 3, 'x', 'y') AS p FROM t",
+        'SELECT "UPPER"(CAST(i AS TEXT)) AS p FROM t',
     ):
         with pytest.raises(SqlError):
             rewritten(sql, 4)

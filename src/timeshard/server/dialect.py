@@ -24,12 +24,12 @@ the client wrote; :class:`ServePostgres` reads them as Spark does:
   compiled (sqlglotc), its core takes no subclass: serve then reads with the stock one,
   and says so once in its log (:func:`_parameter_core`).
 
-A text function's node keeps how it was called, in its ``meta``, for serve's 42883 of a
-text function of a number to name the call as PostgreSQL does (:data:`CALLED`,
-:data:`GIVEN`, :data:`DROPPED`, :data:`STANDARD`): sqlglot's node of ``lpad(s, 3, 'x',
-'y')`` holds three arguments (its Spark SQL has three, as before), of ``substr`` and
-``substring`` one class, of ``trim(s)`` and ``btrim(s)`` one. The tree and its SQL are
-as sqlglot reads them.
+A function's node keeps how it was called, in its ``meta``, for serve's 42883 of a text
+function of a number, or of a call of more or fewer arguments than PostgreSQL's function
+takes, to name the call as PostgreSQL does (:data:`CALLED`, :data:`NAMED`, :data:`GIVEN`,
+:data:`DROPPED`, :data:`STANDARD`): sqlglot's node of ``lpad(s, 3, 'x', 'y')`` holds
+three arguments (its Spark SQL has three, as before), of ``substr`` and ``substring`` one
+class, of ``trim(s)`` and ``btrim(s)`` one. The tree and its SQL are as sqlglot reads them.
 
 Every reader of a client's SQL in :mod:`timeshard.server` parses with
 :data:`DIALECT`, so a statement means one thing to all of them; but a view's query
@@ -114,6 +114,20 @@ CALLED = "serve_called"
 GIVEN = "serve_given"
 #: The ``meta`` key of the arguments of a call its node does not hold (``lpad``'s fourth).
 DROPPED = "serve_dropped"
+#: The ``meta`` key of the arguments of a call as written, in order (``log10(f, 1)``'s
+#: ``f`` and ``1``, where its node holds ``LOG(10, f)``).
+WRITTEN = "serve_written"
+#: The ``meta`` key of the name PostgreSQL looks a call's function up by: as written where
+#: it is quoted (``"UPPER"(s)``: ``UPPER``), else folded to lower case (``LPAD``: ``lpad``).
+NAMED = "serve_named"
+#: The ``meta`` key of sqlglot's error for a call of more arguments than its node has
+#: slots for (``upper(s, 1)``), or fewer than it requires (``lpad(s)``), which it
+#: refused as it parsed: :func:`overfull`.
+OVERFULL = "serve_overfull"
+#: The ``meta`` key marking a ``NOT`` written inside the predicate it negates (``x NOT
+#: BETWEEN a AND b``, ``x NOT IN (a, b)``), not before it (``NOT x BETWEEN a AND b``):
+#: PostgreSQL resolves other operators for them (``x < a``, ``x <> a``).
+NEGATED = "serve_negated"
 #: The ``meta`` key marking a call in the SQL standard's syntax (``trim(leading from s)``,
 #: ``substring(s FROM 1)``, ``overlay(s PLACING 'x' FROM 1)``), which PostgreSQL's
 #: grammar makes a call of ``pg_catalog``'s function.
@@ -130,6 +144,7 @@ def _kept(node: exp.Expr, args: list[Any]) -> exp.Expr:
     hold (:data:`DROPPED`) in its ``meta``."""
     held = {id(v) for v in node.iter_expressions()}
     node.meta[GIVEN] = len(args)
+    node.meta[WRITTEN] = [a for a in args if isinstance(a, exp.Expr)]
     dropped = [a for a in args if isinstance(a, exp.Expr) and id(a) not in held]
     if dropped:
         node.meta[DROPPED] = dropped
@@ -146,6 +161,22 @@ def _keeping_call(name: str, build: Any) -> Any:
         return node
 
     return built
+
+
+def overfull(tree: exp.Expr) -> str | None:
+    """sqlglot's error for the first call in ``tree`` of more arguments than its node has
+    slots for (:data:`OVERFULL`: "The number of provided arguments (2) is greater than the
+    maximum number of supported arguments (1). Line 1, Col: 18."), None if none is.
+
+    :class:`ServePostgres` parses such a call, where sqlglot's parser refused it, so that
+    serve's typing rewrites of version 4 refuse it as PostgreSQL does (42883, "function
+    upper(text, integer) does not exist") where they know the function; its reader
+    refuses what is left of them with this (as it refused them before: 42601), never
+    running the call without its dropped arguments."""
+    for node in tree.walk():
+        if isinstance(node, exp.Expr) and node.meta.get(OVERFULL):
+            return str(node.meta[OVERFULL])
+    return None
 
 
 class ServePostgres(Postgres):
@@ -167,15 +198,87 @@ class ServePostgres(Postgres):
 
         def _parse_function_call(self, *args: Any, **kwargs: Any) -> exp.Expr | None:
             name = self._curr
+            parenthesized = self._next is not None and self._next.token_type == TokenType.L_PAREN
             call = super()._parse_function_call(*args, **kwargs)
             node = call.this if isinstance(call, exp.Window | exp.Filter) else call
-            if (
-                node is not None
-                and node.meta.get(CALLED)
-                and name.token_type == TokenType.IDENTIFIER
-            ):
+            quoted = name is not None and name.token_type == TokenType.IDENTIFIER
+            if node is not None and parenthesized and name is not None:
+                node.meta[NAMED] = name.text if quoted else name.text.lower()
+            if node is not None and node.meta.get(CALLED) and quoted:
                 node.meta[CALLED] = name.text  # "SUBSTR"(i, 1) is PostgreSQL's SUBSTR
             return call
+
+        def validate_expression(self, expression: Any, args: list[Any] | None = None) -> Any:
+            # A known function's node built of the arguments written: with their number,
+            # and those it has no slot for (lpad's fourth), for serve's 42883 of a call of
+            # more or fewer than PostgreSQL's function takes.
+            if (
+                args is not None
+                and isinstance(expression, exp.Expr)
+                and GIVEN not in expression.meta
+            ):
+                _kept(expression, args)
+            if (
+                args is not None
+                and isinstance(expression, exp.Func)
+                and not expression.is_var_len_args
+                and len(args) > len(expression.arg_types)
+            ):
+                # sqlglot's error, kept for the call's reader (:func:`overfull`), who
+                # refuses it as PostgreSQL does where it knows the function.
+                token = self._curr or self._prev
+                expression.meta[OVERFULL] = (
+                    f"The number of provided arguments ({len(args)}) is greater than the "
+                    f"maximum number of supported arguments ({len(expression.arg_types)}). "
+                    f"Line {token.line}, Col: {token.col}."
+                )
+                args = None
+            if args is not None and isinstance(expression, exp.Func):
+                missing = [m for m in expression.error_messages(args) if "Required" in m]
+                if missing:
+                    # Too few arguments (lpad(s), upper()): sqlglot's error, kept as for
+                    # too many, for PostgreSQL's 42883 where serve knows the function.
+                    token = self._curr or self._prev
+                    where = f" Line {token.line}, Col: {token.col}." if token else ""
+                    expression.meta[OVERFULL] = f"{missing[0]}.{where}"
+                    return expression
+            return super().validate_expression(expression, args)
+
+        def _parse_date_part(self) -> exp.Expr:
+            # date_part(s, ts): sqlglot reads a column's name as the field (EXTRACT(S FROM
+            # ts), seconds). The arguments as written are kept, for serve's 0A000 of a
+            # unit not a constant (typing version 4).
+            # (sqlglot's _parse_date_part, the part kept.)
+            written = self._parse_type()
+            self._match(TokenType.COMMA)
+            value = self._parse_bitwise()
+            part = written
+            if written and isinstance(written, exp.Column | exp.Literal):
+                part = exp.var(written.name.upper())
+            node = self.expression(exp.Extract(this=part, expression=value))
+            if isinstance(written, exp.Expr) and isinstance(value, exp.Expr):
+                node.meta[GIVEN] = 2
+                node.meta[WRITTEN] = [written, value]
+            return node
+
+        def _negate_range(self, this: exp.Expr | None = None) -> exp.Expr | None:
+            negated = super()._negate_range(this)
+            if isinstance(negated, exp.Not):
+                negated.meta[NEGATED] = True  # x NOT BETWEEN, x NOT IN
+            return negated
+
+        def _parse_types(self, *args: Any, **kwargs: Any) -> exp.Expr | None:
+            # ARRAY[...] is PostgreSQL's array constructor, never a type: sqlglot read its
+            # elements as a type's values first, then again as the constructor's, and so
+            # each nested ARRAY[ at least twice (ARRAY[ARRAY[... 18 deep took 26 s).
+            if (
+                self._curr is not None
+                and self._curr.token_type == TokenType.ARRAY
+                and self._next is not None
+                and self._next.token_type == TokenType.L_BRACKET
+            ):
+                return None
+            return super()._parse_types(*args, **kwargs)  # type: ignore[no-any-return]
 
         def _parse_trim(self) -> exp.Trim:
             trim = super()._parse_trim()
@@ -273,8 +376,13 @@ __all__ = [
     "DIALECT",
     "DROPPED",
     "GIVEN",
+    "NAMED",
+    "NEGATED",
+    "OVERFULL",
     "STANDARD",
     "STORED_DIALECT",
+    "WRITTEN",
     "ServePostgres",
     "StoredPostgres",
+    "overfull",
 ]

@@ -89,7 +89,7 @@ from timeshard.catalog import CATALOG_SHARD, Catalog, read_catalog
 from timeshard.errors import CorruptState, InvalidUsage, SinceError, TimeshardError
 from timeshard.persist import PersistClient
 from timeshard.persist.as_of import common_as_of
-from timeshard.server.dialect import DIALECT, STORED_DIALECT
+from timeshard.server.dialect import DIALECT, STORED_DIALECT, overfull
 from timeshard.server.parameter_types import arrow_columns
 from timeshard.server.pgtypes import column_type
 from timeshard.server.query_rewrites import (
@@ -1430,20 +1430,41 @@ class Engine:
         ``timeshard_objects`` is the introspection relation (alias ``timeshard_objects``).
         Unquoted names fold to lower case, as PostgreSQL folds them (``FROM Ev`` reads
         ``ev``, and ``AS N`` names a column ``n``); quoted ones stay as written.
+
+        A query nested past Python's stack (``((((...1...))))`` 400 deep) is PostgreSQL's
+        SqlError 54001 ("stack depth limit exceeded"), not an internal error.
         """
+        try:
+            return self._resolve(query, stored=stored, version=version)
+        except RecursionError:  # nesting past Python's stack, in sqlglot or the rewrites
+            raise SqlError("stack depth limit exceeded", "54001") from None
+        except SqlglotError as e:  # sqlglot's tokenizer makes a RecursionError its own error
+            if isinstance(e.__cause__, RecursionError):
+                raise SqlError("stack depth limit exceeded", "54001") from None
+            raise
+
+    def _resolve(self, query: str, *, stored: bool, version: int) -> tuple[str, dict[str, str]]:
+        """:meth:`resolve`, nesting past Python's stack its RecursionError."""
         from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
         try:
             tree = sqlglot.parse_one(query, read=STORED_DIALECT if stored else DIALECT)
         except SqlglotError as e:
+            if isinstance(e.__cause__, RecursionError):
+                raise
             raise SqlError(f"syntax error: {str(e).splitlines()[0]}") from None
         if tree is None:
             raise SqlError("expected a query")
         tree = normalize_identifiers(tree, dialect=DIALECT)
         known = set(self.known_shards())
+        checked = not stored and version >= 4  # a call of too many arguments: 42883
+        if not checked and (overfull_call := overfull(tree)) is not None:
+            raise SqlError(f"syntax error: {overfull_call}")
         if not stored:
             _numeric_casts(tree, functools.partial(self._shard_columns, known), version)
             _naive_timestamps(tree)
+        if checked and (overfull_call := overfull(tree)) is not None:
+            raise SqlError(f"syntax error: {overfull_call}")  # of a function not PostgreSQL's
         _int_limits(tree)
         _refuse_writes(tree)
         _refuse_java_calls(tree)

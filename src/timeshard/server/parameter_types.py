@@ -89,7 +89,7 @@ def parameter_types(sql: str, columns_of: ColumnsOf | None = None) -> dict[int, 
         return {}
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
-    except SqlglotError:
+    except (SqlglotError, RecursionError):  # no query, or nested past the stack
         return {}
     if tree is None or tree.find(exp.Parameter) is None:
         return {}

@@ -157,7 +157,7 @@ def parameter_columns(sql: str, oids: list[int]) -> tuple[tuple[int, str | int],
         return ()
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
-    except SqlglotError:
+    except (SqlglotError, RecursionError):  # no query, or nested past the stack
         return ()
     if not isinstance(tree, exp.Select):
         return ()

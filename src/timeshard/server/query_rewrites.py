@@ -32,6 +32,7 @@ from timeshard.server.query_comparisons import (
     _common_typed_values,
     _refuse_mismatched_using,
     _refuse_text_number_mixes,
+    _spell_out_wrong_arities,
     _Typer,
 )
 from timeshard.server.query_relations import (
@@ -45,6 +46,7 @@ from timeshard.server.query_types import (
     _FLOAT_DIGITS,
     _INTEGER_DIGITS,
     _POSTGRES_INTEGERS,
+    TypeMemo,
     _number_of,
     _postgres_type,
     _quotient_sides,
@@ -86,7 +88,19 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: name by position (:func:`_typed_columns` before; review k34), and its 42883 for a
 #: text function of a number (``upper(i)``) and for a coalesce, greatest, least or case
 #: of texts compared with a number, and its 42804 for one of a text and a number, and
-#: the integer type of a string constant among integers there (:func:`_untyped_common_values`).
+#: the integer type of a string constant among integers there (:func:`_untyped_common_values`),
+#: and its 42883 for a call of more or fewer arguments than its function takes (sqlglot
+#: dropped the extra ones: ``lpad(s, 3, 'x', 'y')`` ran as ``LPAD(s, 3, 'x')``;
+#: :func:`~timeshard.server.query_comparisons._spell_out_wrong_arities`), of a function
+#: by a quoted name of upper case (``"UPPER"(s)``, ``"SUM"(i)``, ``"NOW"()``), and of a
+#: text function of an array of texts (``reverse(ARRAY[s])``: Spark reversed the array);
+#: and serve's 0A000 for a call PostgreSQL answers that Spark would run without an
+#: argument (``trunc(1.999, 2)`` ran as ``CAST(1.999 AS BIGINT)``:
+#: :data:`~timeshard.server.query_comparisons._UNSUPPORTED_FORMS`) or otherwise
+#: (``regexp_replace(s, 'a', 'b')``: PostgreSQL replaces the first match, Spark every
+#: one; its form of a constant 'g' flag runs as Spark's), or of a unit not a constant
+#: (``date_trunc(s, ts)`` ran as ``DATE_TRUNC('S', ts)``, ``date_part(s, ts)`` as
+#: seconds; :func:`~timeshard.server.query_comparisons._unit_not_constant`).
 TYPING = 4
 
 
@@ -395,6 +409,8 @@ def _numeric_casts(tree: exp.Expr, columns_of: ColumnsOf, version: int = TYPING)
     if version < 4:
         columns_of = _typed_columns(columns_of)
     columns_of = functools.cache(columns_of)  # a relation's columns are asked once
+    if version >= 4:  # refused, in PostgreSQL's order, by _refuse_text_number_mixes
+        _spell_out_wrong_arities(tree)
     _interval_literals(tree)
     if version >= 3:
         _complete_column_aliases(tree, columns_of, cte_readers=version >= 4)
@@ -481,8 +497,9 @@ def _integer_quotients(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     A side of PostgreSQL's unknown type (:func:`_untyped`: ``NULL``, a string constant)
     has the other side's type, as PostgreSQL resolves the operator, and is cast to it
     here (``'7' / 2`` is 3, ``NULL / 2`` an int4 NULL; Spark divided them as doubles)."""
+    memo: TypeMemo = {}  # the inner ones first: none typed before changes
     for div in reversed(list(tree.find_all(exp.Div))):
-        left, right = _quotient_sides(div, columns)
+        left, right = _quotient_sides(div, columns, memo)
         if left in _POSTGRES_INTEGERS and right in _POSTGRES_INTEGERS:
             wider = max(left, right, key=_POSTGRES_INTEGERS.index)
             for side, kind in ((div.this, left), (div.expression, right)):
@@ -506,11 +523,12 @@ def _untyped_integer_operands(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     refuses the text as an integer (22P02, :func:`_integer_texts`), where Spark cast the
     text to a BIGINT (an int8 9, and 22018). The inner ones first, so the sum is typed
     for the operator around it."""
+    memo: TypeMemo = {}  # the inner ones first: none typed before changes
     for op in reversed(list(tree.find_all(*_INTEGER_OPERATORS))):
         for text, other in ((op.this, op.expression), (op.expression, op.this)):
             if isinstance(text.unnest(), exp.Null) or not _untyped(text) or _untyped(other):
                 continue
-            kind = _postgres_type(other, columns)
+            kind = _postgres_type(other, columns, memo)
             if kind in _POSTGRES_INTEGERS:
                 text.replace(exp.Cast(this=text.copy(), to=exp.DataType.build(kind)))
 
@@ -569,11 +587,12 @@ def _float_casts_to_integers(tree: exp.Expr, columns: Mapping[int, T]) -> None:
     half away from zero in PostgreSQL (``1.5::int`` is 2, ``(-2.5)::int`` -3): the
     operand is ``ROUND(x, 0)`` first, which is that (of a decimal, and of the double
     Spark's ``avg`` is)."""
+    memo: TypeMemo = {}  # what changes is a cast's operand: its cast's type is its own
     for cast in list(tree.find_all(exp.Cast)):
         operand = cast.this
         if cast.to.this not in _INTEGER_DIGITS:
             continue
-        kind = _postgres_type(operand, columns)
+        kind = _postgres_type(operand, columns, memo)
         if kind in _FLOAT_DIGITS:
             rounded: exp.Expr = exp.Anonymous(this="rint", expressions=[])
             operand.replace(rounded)  # moved, not copied: ``columns`` holds its columns
@@ -590,6 +609,7 @@ def _typed_by_columns(tree: exp.Expr, operators: bool = True) -> bool:
     (:func:`_shard_column_types`): a ``/`` none of whose sides is known to be no integer,
     a ``+ - * %`` of a string constant, or a cast to an integer type, with a column whose
     type the rest does not tell."""
+    memo: TypeMemo = {}
     for node in tree.find_all(exp.Div, exp.Cast, *(_INTEGER_OPERATORS if operators else ())):
         if isinstance(node, _INTEGER_OPERATORS):
             sides = [s for s in (node.this, node.expression) if not _untyped(s)]
@@ -597,14 +617,14 @@ def _typed_by_columns(tree: exp.Expr, operators: bool = True) -> bool:
                 continue
         elif isinstance(node, exp.Div):
             sides = [node.this, node.expression]
-            kinds = _quotient_sides(node, {})
+            kinds = _quotient_sides(node, {}, memo)
             if any(k is not None and k not in _POSTGRES_INTEGERS for k in kinds):
                 continue
         elif isinstance(node, exp.Cast) and node.to.this in _INTEGER_DIGITS:
             sides = [node.this]
         else:
             continue
-        if any(_postgres_type(s, {}) is None and s.find(exp.Column) for s in sides):
+        if any(_postgres_type(s, {}, memo) is None and s.find(exp.Column) for s in sides):
             return True
     return False
 

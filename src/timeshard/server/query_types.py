@@ -79,17 +79,29 @@ def _untyped(node: exp.Expr) -> bool:
     return isinstance(node, exp.Null) or _string_constant(node) is not None
 
 
-def _quotient_sides(div: exp.Div, columns: Mapping[int, T]) -> tuple[T | None, T | None]:
+#: What one reading of a tree knows of the types :func:`_postgres_type` gave its nodes: per
+#: node's id, the node (held, so that the id is no other node's while the memo is) and its
+#: type. A memo is valid while no node it holds changes type: a pass that changes the tree
+#: keeps one only where it changes no node typed before (its inner nodes first, or a
+#: cast's operand, whose cast's type is its own).
+TypeMemo = dict[int, tuple[exp.Expr, "T | None"]]
+
+
+def _quotient_sides(
+    div: exp.Div, columns: Mapping[int, T], memo: TypeMemo | None = None
+) -> tuple[T | None, T | None]:
     """The types PostgreSQL gives the sides of ``div`` (:func:`_postgres_type`): a side of
     unknown type (:func:`_untyped`) has the other's, as PostgreSQL resolves ``/``."""
     left, right = (
-        None if _untyped(side) else _postgres_type(side, columns)
+        None if _untyped(side) else _postgres_type(side, columns, memo)
         for side in (div.this, div.expression)
     )
     return (right if _untyped(div.this) else left), (left if _untyped(div.expression) else right)
 
 
-def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
+def _postgres_type(
+    node: exp.Expr, columns: Mapping[int, T], memo: TypeMemo | None = None
+) -> T | None:
     """The type PostgreSQL gives ``node``, as the Spark type of its values, where it is
     known here: SMALLINT, INT and BIGINT for int2, int4 and int8; DOUBLE and FLOAT for
     float8 and float4; DECIMAL for numeric; None for anything else. It is
@@ -101,13 +113,53 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     ``GREATEST`` or ``LEAST`` their branches' common type (:func:`_common_type`), and a
     negated integer literal the type of the negative number (``-2147483648`` an int4, as
     PostgreSQL's parser folds it into one constant; its negation of the int8
-    ``2147483648`` was an int8). ``length`` is an int4 and ``count`` an int8 in both."""
+    ``2147483648`` was an int8). ``length`` is an int4 and ``count`` an int8 in both.
+
+    ``memo``: the types given so far in one reading of the tree (:data:`TypeMemo`), each
+    node typed once in it: a pass typing each ``+`` of a chain of them read the chain
+    again at each (review: quadratic in the chain's length)."""
+    if memo is None:
+        memo = {}
+    known = memo.get(id(node))
+    if known is not None and known[0] is node:
+        return known[1]
+    for operand in _left_spine(node, memo):  # the innermost first: each finds its left typed
+        memo[id(operand)] = (operand, _postgres_type_of(operand, columns, memo))
+    kind = _postgres_type_of(node, columns, memo)
+    memo[id(node)] = (node, kind)
+    return kind
+
+
+#: The operators whose type :func:`_postgres_type` reads of their left operand first.
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.Div)
+
+
+def _left_spine(node: exp.Expr, memo: TypeMemo) -> list[exp.Expr]:
+    """The left operands below ``node`` of a chain of arithmetic operators (``a + b + c``
+    is ``(a + b) + c``: ``a + b``, then its own left ones), not yet typed in ``memo``, the
+    innermost first. :func:`_postgres_type` types them so before ``node``: a chain of n
+    operators then costs a few frames of the stack, not a few for each of them (a chain
+    of 600 ran past Python's recursion limit)."""
+    spine: list[exp.Expr] = []
+    inner = node.unnest()
+    while isinstance(inner, _ARITHMETIC):
+        left = inner.this
+        known = memo.get(id(left))
+        if not isinstance(left, exp.Expr) or (known is not None and known[0] is left):
+            break
+        spine.append(left)
+        inner = left.unnest()
+    return spine[::-1]
+
+
+def _postgres_type_of(node: exp.Expr, columns: Mapping[int, T], memo: TypeMemo) -> T | None:
+    """:func:`_postgres_type` of ``node``, what is in it typed through ``memo``."""
     node = node.unnest()
     while isinstance(node, exp.Window | exp.Filter):  # a window's or an aggregate's FILTER
         node = node.this
     if isinstance(node, exp.Select):  # a scalar subquery (unnested): its one column's type
         selected = node.expressions
-        return _postgres_type(selected[0].unalias(), columns) if len(selected) == 1 else None
+        return _postgres_type(selected[0].unalias(), columns, memo) if len(selected) == 1 else None
     if isinstance(node, exp.Column | exp.Cast):
         kind = columns.get(id(node)) if isinstance(node, exp.Column) else node.to.this
         return T.SMALLINT if kind == T.TINYINT else kind
@@ -125,18 +177,18 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
     if isinstance(node, exp.PercentRank | exp.CumeDist):
         return T.DOUBLE
     if isinstance(node, exp.Coalesce | exp.Greatest | exp.Least):
-        return _common_type([node.this, *node.expressions], columns)
+        return _common_type([node.this, *node.expressions], columns, memo)
     if isinstance(node, exp.Case):
         branches = [branch.args.get("true") for branch in node.args.get("ifs") or []]
-        return _common_type([*branches, node.args.get("default") or exp.Null()], columns)
+        return _common_type([*branches, node.args.get("default") or exp.Null()], columns, memo)
     if isinstance(node, exp.Nullif):
-        first = _postgres_type(node.this, columns)
-        same = _untyped(node.expression) or _postgres_type(node.expression, columns) == first
+        first = _postgres_type(node.this, columns, memo)
+        same = _untyped(node.expression) or _postgres_type(node.expression, columns, memo) == first
         return first if same else None
     if isinstance(node, exp.Neg | exp.Abs | exp.Min | exp.Max | exp.Sum | exp.Avg):
         if node.expressions:  # min(a, b), as some dialects read least(): not known here
             return None
-        inner = _postgres_type(node.this, columns)
+        inner = _postgres_type(node.this, columns, memo)
         if isinstance(node, exp.Sum) and inner in _POSTGRES_INTEGERS:
             return T.DECIMAL if inner == T.BIGINT else T.BIGINT
         if isinstance(node, exp.Avg) and inner in (*_POSTGRES_INTEGERS, T.DECIMAL):
@@ -145,10 +197,10 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
             return T.DOUBLE
         return inner
     if isinstance(node, exp.Div):
-        return _arithmetic_type(*_quotient_sides(node, columns))
+        return _arithmetic_type(*_quotient_sides(node, columns, memo))
     if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod):
-        left = _postgres_type(node.this, columns)
-        return _arithmetic_type(left, _postgres_type(node.expression, columns))
+        left = _postgres_type(node.this, columns, memo)
+        return _arithmetic_type(left, _postgres_type(node.expression, columns, memo))
     return None
 
 
@@ -157,7 +209,9 @@ def _postgres_type(node: exp.Expr, columns: Mapping[int, T]) -> T | None:
 _COMMON_ORDER = (*_POSTGRES_INTEGERS, T.DECIMAL, T.FLOAT, T.DOUBLE)
 
 
-def _common_type(values: list[exp.Expr | None], columns: Mapping[int, T]) -> T | None:
+def _common_type(
+    values: list[exp.Expr | None], columns: Mapping[int, T], memo: TypeMemo | None = None
+) -> T | None:
     """The type PostgreSQL gives a ``CASE``, ``COALESCE``, ``GREATEST`` or ``LEAST`` of
     ``values`` (:func:`_postgres_type` of each): the last in :data:`_COMMON_ORDER` of
     their types (int2 and int4 an int4, an integer and a numeric a numeric, a numeric
@@ -168,7 +222,7 @@ def _common_type(values: list[exp.Expr | None], columns: Mapping[int, T]) -> T |
     for value in values:
         if value is None or isinstance(value.unnest(), exp.Null):
             continue
-        kinds.append(_postgres_type(value, columns))
+        kinds.append(_postgres_type(value, columns, memo))
     if not kinds or any(k not in _COMMON_ORDER for k in kinds):
         return None
     return max(kinds, key=lambda k: _COMMON_ORDER.index(k))  # type: ignore[arg-type]

@@ -347,7 +347,7 @@ def interval_parameters(sql: str) -> frozenset[int]:
         return frozenset()
     try:
         tree = sqlglot.parse_one(sql, read=DIALECT)
-    except SqlglotError:
+    except (SqlglotError, RecursionError):  # no query, or nested past the stack
         return frozenset()
     found = set()
     for cast in tree.find_all(exp.Cast) if tree is not None else ():
