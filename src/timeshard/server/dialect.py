@@ -200,7 +200,9 @@ class ServePostgres(Postgres):
             name = self._curr
             parenthesized = self._next is not None and self._next.token_type == TokenType.L_PAREN
             call = super()._parse_function_call(*args, **kwargs)
-            node = call.this if isinstance(call, exp.Window | exp.Filter) else call
+            node = call
+            while isinstance(node, exp.Window | exp.Filter):  # f(x) FILTER (...) OVER (...)
+                node = node.this
             quoted = name is not None and name.token_type == TokenType.IDENTIFIER
             if node is not None and parenthesized and name is not None:
                 node.meta[NAMED] = name.text if quoted else name.text.lower()
