@@ -200,7 +200,9 @@ class ServePostgres(Postgres):
             name = self._curr
             parenthesized = self._next is not None and self._next.token_type == TokenType.L_PAREN
             call = super()._parse_function_call(*args, **kwargs)
-            node = call.this if isinstance(call, exp.Window | exp.Filter) else call
+            node = call
+            while isinstance(node, exp.Window | exp.Filter):  # f(x) FILTER (...) OVER (...)
+                node = node.this
             quoted = name is not None and name.token_type == TokenType.IDENTIFIER
             if node is not None and parenthesized and name is not None:
                 node.meta[NAMED] = name.text if quoted else name.text.lower()
@@ -209,6 +211,9 @@ class ServePostgres(Postgres):
             return call
 
         def validate_expression(self, expression: Any, args: list[Any] | None = None) -> Any:
+            # coalesce(), greatest(), least(): PostgreSQL's grammar's syntax error, never
+            # its 42883 of a function (sqlglot's error, as it parses).
+            empty_grammar = isinstance(expression, exp.Coalesce | exp.Greatest | exp.Least)
             # A known function's node built of the arguments written: with their number,
             # and those it has no slot for (lpad's fourth), for serve's 42883 of a call of
             # more or fewer than PostgreSQL's function takes.
@@ -233,7 +238,7 @@ class ServePostgres(Postgres):
                     f"Line {token.line}, Col: {token.col}."
                 )
                 args = None
-            if args is not None and isinstance(expression, exp.Func):
+            if args is not None and isinstance(expression, exp.Func) and not empty_grammar:
                 missing = [m for m in expression.error_messages(args) if "Required" in m]
                 if missing:
                     # Too few arguments (lpad(s), upper()): sqlglot's error, kept as for
