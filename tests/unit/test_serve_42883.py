@@ -17,7 +17,7 @@ import pytest
 import sqlglot
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 
-from timeshard.server import query_comparisons
+from timeshard.server import query_calls, query_comparisons
 from timeshard.server.dialect import DIALECT
 from timeshard.server.query_rewrites import TYPING, _numeric_casts
 from timeshard.server.statements import SqlError
@@ -581,14 +581,19 @@ def test_the_checks_read_each_value_a_bounded_number_of_times(
     deep took 1.1 s): the reads of a value's type (the calls of the helpers each reading
     of a value makes) grow as the query does, not as its square. Counted, not timed."""
     calls = [0]
-    for name in ("_untyped", "_string_constant", "_postgres_type"):
-        helper = getattr(query_comparisons, name)
+    for module, name in (
+        (query_comparisons, "_untyped"),
+        (query_calls, "_untyped"),  # the checks of calls, in their own module
+        (query_comparisons, "_string_constant"),
+        (query_comparisons, "_postgres_type"),
+    ):
+        helper = getattr(module, name)
 
         def counted(*args: object, helper: Any = helper) -> Any:
             calls[0] += 1
             return helper(*args)
 
-        monkeypatch.setattr(query_comparisons, name, counted)
+        monkeypatch.setattr(module, name, counted)
 
     def reads(depth: int) -> int:
         sql = "t.s"

@@ -25,6 +25,7 @@ from sqlglot import exp
 
 from timeshard.server.dialect import DIALECT
 from timeshard.server.parameter_types import ColumnsOf
+from timeshard.server.query_calls import _spell_out_wrong_arities
 from timeshard.server.query_comparisons import (
     _COMMON_TYPED,
     _INTEGER_BITS,
@@ -32,7 +33,6 @@ from timeshard.server.query_comparisons import (
     _common_typed_values,
     _refuse_mismatched_using,
     _refuse_text_number_mixes,
-    _spell_out_wrong_arities,
     _Typer,
 )
 from timeshard.server.query_relations import (
@@ -91,16 +91,16 @@ _JAVA_CALLS = frozenset({"reflect", "java_method", "try_reflect"})
 #: the integer type of a string constant among integers there (:func:`_untyped_common_values`),
 #: and its 42883 for a call of more or fewer arguments than its function takes (sqlglot
 #: dropped the extra ones: ``lpad(s, 3, 'x', 'y')`` ran as ``LPAD(s, 3, 'x')``;
-#: :func:`~timeshard.server.query_comparisons._spell_out_wrong_arities`), of a function
+#: :func:`~timeshard.server.query_calls._spell_out_wrong_arities`), of a function
 #: by a quoted name of upper case (``"UPPER"(s)``, ``"SUM"(i)``, ``"NOW"()``), and of a
 #: text function of an array of texts (``reverse(ARRAY[s])``: Spark reversed the array);
 #: and serve's 0A000 for a call PostgreSQL answers that Spark would run without an
 #: argument (``trunc(1.999, 2)`` ran as ``CAST(1.999 AS BIGINT)``:
-#: :data:`~timeshard.server.query_comparisons._UNSUPPORTED_FORMS`) or otherwise
+#: :data:`~timeshard.server.query_calls._UNSUPPORTED_FORMS`) or otherwise
 #: (``regexp_replace(s, 'a', 'b')``: PostgreSQL replaces the first match, Spark every
 #: one; its form of a constant 'g' flag runs as Spark's), or of a unit not a constant
 #: (``date_trunc(s, ts)`` ran as ``DATE_TRUNC('S', ts)``, ``date_part(s, ts)`` as
-#: seconds; :func:`~timeshard.server.query_comparisons._unit_not_constant`).
+#: seconds; :func:`~timeshard.server.query_calls._unit_not_constant`).
 TYPING = 4
 
 

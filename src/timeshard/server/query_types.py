@@ -17,6 +17,7 @@ import math
 import re
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from sqlglot import exp
 
@@ -643,3 +644,40 @@ def _relation_names(
         e.alias_or_name if isinstance(e, exp.Alias | exp.Column) else None
         for e in first.expressions
     ]
+
+
+#: PostgreSQL's name of each of its types of text and numbers, by the Spark type of its values.
+_TYPE_NAMES = {
+    T.TEXT: "text",
+    T.VARCHAR: "character varying",
+    T.SMALLINT: "smallint",
+    T.INT: "integer",
+    T.BIGINT: "bigint",
+    T.DECIMAL: "numeric",
+    T.DOUBLE: "double precision",
+    T.FLOAT: "real",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _ArrayOf:
+    """PostgreSQL's type of an array of ``element``\\ s (``ARRAY[i]``: ``integer[]``), None
+    where not known here. An array is neither a text nor a number: a string constant
+    beside one is an array's text (``coalesce(ARRAY[i], '{}')``), a text or a number
+    beside one PostgreSQL's 42804 ("COALESCE types integer[] and text")."""
+
+    element: T | None
+
+
+#: A value's type as :class:`~timeshard.server.query_comparisons._Typer` knows it: one of
+#: :data:`_TYPE_NAMES`, an array's (:class:`_ArrayOf`), another Spark type (not known
+#: here), or None.
+Kind = T | _ArrayOf | None
+
+
+def _type_name(kind: Kind) -> str | None:
+    """PostgreSQL's name of ``kind`` (``integer``, ``integer[]``); None if not known here."""
+    if isinstance(kind, _ArrayOf):
+        element = None if kind.element is None else _TYPE_NAMES.get(kind.element)
+        return None if element is None else f"{element}[]"
+    return None if kind is None else _TYPE_NAMES.get(kind)
